@@ -1,0 +1,106 @@
+// graph::Job: the logical training job, as the user wrote it (from a job file
+// or from rill::JobBuilder): datasets, inputs, variables, ops, the loss, the
+// optimizer, and the run configuration. A plain value; the compiler reads it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/attrs.h"
+#include "kernels/data/dataset_spec.h"
+#include "kernels/tensor.h"
+
+namespace rill::graph {
+
+using InlineTensor = rill::InlineTensor;
+using Dataset = rill::DatasetSpec;
+
+// A named input tensor: one field of a dataset, batched on axis 0.
+struct Input {
+  std::string name;
+  std::string dataset;
+  std::string field;
+  Shape shape;                // per sample (the batch axis is added)
+  DType dtype = DType::kF32;
+  std::optional<Sbp> sbp;     // default S(0)
+  bool operator==(const Input&) const = default;
+};
+
+struct Initializer {
+  std::string type = "fill";  // an initializer op: fill, uniform, normal, xavier_uniform, ...
+  Attrs attrs;
+  bool operator==(const Initializer&) const = default;
+};
+
+struct Variable {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kF32;
+  Initializer init;
+  std::optional<Sbp> sbp;     // default B
+  bool trainable = true;
+  bool operator==(const Variable&) const = default;
+};
+
+struct Op {
+  std::string name;
+  std::string type;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  Attrs attrs;
+  std::vector<std::optional<Sbp>> output_sbp;  // hints, per output (may be empty)
+  bool operator==(const Op&) const = default;
+};
+
+struct Optimizer {
+  std::string type = "sgd";  // "sgd" | "momentum" | "adam"
+  double lr = 0.01;
+  double momentum = 0.9;     // momentum
+  double beta1 = 0.9;        // adam
+  double beta2 = 0.999;      // adam
+  double epsilon = 1e-8;     // adam
+  double weight_decay = 0.0;
+  bool operator==(const Optimizer&) const = default;
+};
+
+struct TrainConfig {
+  int64_t steps = 0;          // if 0, derived from epochs
+  int64_t epochs = 0;
+  int64_t batch_size = 1;     // global batch
+  int64_t log_every = 100;
+  uint64_t seed = 0;          // data shuffling
+  bool shuffle = true;
+  std::string devices = "cpu:1";  // default when the command line gives none
+  bool operator==(const TrainConfig&) const = default;
+};
+
+// A forward-only pass over a dataset after training (test accuracy).
+struct Eval {
+  std::string dataset;        // read in place of each input's dataset
+  int64_t batch_size = 500;
+  bool operator==(const Eval&) const = default;
+};
+
+struct Metric {
+  std::string name;           // as printed, e.g. "accuracy"
+  std::string tensor;         // a scalar tensor of the graph
+  bool operator==(const Metric&) const = default;
+};
+
+struct Job {
+  std::string name = "job";
+  std::vector<Dataset> datasets;
+  std::vector<Input> inputs;
+  std::vector<Variable> variables;
+  std::vector<Op> ops;
+  std::string loss;           // a scalar tensor
+  std::vector<Metric> metrics;
+  Optimizer optimizer;
+  TrainConfig train;
+  std::optional<Eval> eval;
+  bool operator==(const Job&) const = default;
+};
+
+}  // namespace rill::graph

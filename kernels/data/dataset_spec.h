@@ -1,0 +1,44 @@
+// DatasetSpec: where a job's samples come from. A plain value, written by the
+// job file loader or JobBuilder and read by the data readers (kernels/data).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace rill {
+
+struct InlineTensor {
+  std::string name;
+  Shape shape;               // axis 0 indexes samples
+  DType dtype = DType::kF32;
+  std::vector<float> f32;    // when dtype is f32
+  std::vector<int32_t> i32;  // when dtype is i32
+  bool operator==(const InlineTensor&) const = default;
+};
+
+// Fields a dataset offers, by kind:
+//   idx:       "image" (f32, pixel * scale), "label" (i32)
+//   csv:       "features" (f32, every column but the label, * scale), "label" (i32)
+//   synthetic: "features" (f32, uniform in [0, 1) * scale), "label" (i32 in [0, num_classes))
+//   inline:    one field per tensor, by its name
+struct DatasetSpec {
+  std::string name;
+  std::string kind;           // "idx" | "csv" | "synthetic" | "inline"
+  std::string images;         // idx: images file, plain or .gz
+  std::string labels;         // idx: labels file, plain or .gz
+  std::string path;           // csv
+  int label_column = -1;      // csv: -1 means no label column
+  bool header = false;        // csv: skip the first line
+  int64_t num_samples = 0;    // synthetic
+  int num_classes = 10;       // synthetic
+  Shape feature_shape;        // synthetic: per-sample shape of "features"
+  uint64_t seed = 0;          // synthetic
+  float scale = 1.0f;         // features are multiplied by this
+  std::vector<InlineTensor> tensors;  // inline
+  bool operator==(const DatasetSpec&) const = default;
+};
+
+}  // namespace rill

@@ -1,0 +1,103 @@
+// OpDef: everything Rill knows about one op type, in one value: arity, shape and
+// dtype inference, SBP signatures, gradient rule, and CPU kernel. Op types are
+// listed explicitly in kernels/registry.cc (no static registration).
+//
+// Threading: OpDefs are immutable globals; any thread may read them. A kernel
+// runs on its actor's thread only and must not allocate in steady state
+// (scratch memory comes from KernelContext::scratch, sized by OpDef::scratch_bytes).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/attrs.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+// One valid combination of input and output SBPs for an op.
+struct SbpSignature {
+  std::vector<Sbp> inputs;
+  std::vector<Sbp> outputs;
+  bool operator==(const SbpSignature&) const = default;
+};
+
+// What a kernel sees when it acts. Views point into regst memory owned by the
+// runtime. `logical_inputs` are the shapes of the logical (whole) tensors,
+// needed by ops whose result depends on the global size (reduce_mean over a
+// split axis divides by the logical count, not the local one).
+struct KernelContext {
+  std::span<TensorView> inputs;
+  std::span<TensorView> outputs;
+  // Optimizer state tensors (momentum, Adam's m and v), each shaped like input 0.
+  std::span<TensorView> state;
+  std::span<const Shape> logical_inputs;
+  // For initializers: the logical shape of output 0 and the offset of this
+  // piece in it (one entry per axis), so a split variable's pieces together
+  // equal the logical tensor a single device would have made.
+  Shape logical_output;
+  std::vector<int64_t> output_offset;
+  const Attrs* attrs = nullptr;
+  int64_t step = 0;  // 0-based index of the current step (Adam: t = step + 1)
+  std::span<std::byte> scratch;
+};
+
+// The compiler's autograd hands a GradBuilder to an op's gradient rule. Tensors
+// are named by strings; the rule adds ops and declares input gradients.
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+  virtual const Attrs& attrs() const = 0;
+  virtual int num_inputs() const = 0;
+  virtual const std::string& input(int i) const = 0;   // forward input name
+  virtual const std::string& output(int i) const = 0;  // forward output name
+  virtual const TensorMeta& meta(const std::string& tensor) const = 0;
+  // Gradient flowing into forward output i, or "" if nothing depends on it.
+  virtual std::string output_grad(int i) const = 0;
+  // False for inputs that need no gradient (data, labels): skip work for them.
+  virtual bool needs_input_grad(int i) const = 0;
+  // Adds an op to the backward graph; returns the names of its outputs.
+  virtual std::vector<std::string> add_op(const std::string& type, std::vector<std::string> inputs,
+                                          Attrs attrs = {}, int num_outputs = 1) = 0;
+  virtual void set_input_grad(int i, const std::string& grad) = 0;
+};
+
+using InferFn = Status (*)(const Attrs& attrs, std::span<const TensorMeta> inputs,
+                           std::vector<TensorMeta>* outputs);
+using SbpFn = std::vector<SbpSignature> (*)(const Attrs& attrs, std::span<const TensorMeta> inputs);
+using GradFn = Status (*)(GradBuilder& builder);
+using KernelFn = Status (*)(KernelContext& ctx);
+using ScratchFn = size_t (*)(const Attrs& attrs, std::span<const TensorMeta> physical_inputs);
+
+enum class OpRole : uint8_t {
+  kCompute,      // a forward or backward op
+  kInitializer,  // no inputs; fills output 0 once (variables)
+  kUpdate,       // optimizer: updates input 0 (the variable) in place from input 1 (its gradient)
+};
+
+struct OpDef {
+  const char* type = "";
+  int num_inputs = 1;  // -1: one or more
+  int num_outputs = 1;
+  OpRole role = OpRole::kCompute;
+  InferFn infer = nullptr;
+  SbpFn sbp = nullptr;
+  GradFn grad = nullptr;  // nullptr: not differentiable
+  KernelFn cpu = nullptr;
+  int num_state = 0;  // kUpdate: optimizer state tensors shaped like the variable
+  ScratchFn scratch_bytes = nullptr;  // nullptr: no scratch
+};
+
+// The op with this type, or nullptr.
+const OpDef* find_op(std::string_view type);
+// Every op type, in a fixed order.
+std::span<const OpDef* const> all_ops();
+
+// Runs `def.infer`, first checking the number of inputs; errors name the op type.
+Status infer_op(const OpDef& def, const Attrs& attrs, std::span<const TensorMeta> inputs,
+                std::vector<TensorMeta>* outputs);
+
+}  // namespace rill

@@ -1,0 +1,54 @@
+#include "kernels/tensor.h"
+
+#include <fmt/format.h>
+
+namespace rill {
+
+bool parse_dtype(const std::string& text, DType* out) {
+  if (text == "f32" || text == "float32" || text == "float") { *out = DType::kF32; return true; }
+  if (text == "i32" || text == "int32" || text == "int") { *out = DType::kI32; return true; }
+  return false;
+}
+
+int64_t num_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::string Sbp::to_string() const {
+  switch (kind) {
+    case kSplit: return fmt::format("S({})", axis);
+    case kBroadcast: return "B";
+    case kPartialSum: return "P";
+  }
+  return "?";
+}
+
+bool parse_sbp(const std::string& text, Sbp* out) {
+  if (text == "B") { *out = Sbp::broadcast(); return true; }
+  if (text == "P") { *out = Sbp::partial_sum(); return true; }
+  if (text.size() == 4 && text[0] == 'S' && text[1] == '(' && text[3] == ')' && text[2] >= '0' && text[2] <= '9') {
+    *out = Sbp::split(text[2] - '0');
+    return true;
+  }
+  return false;
+}
+
+int64_t split_offset(int64_t dim, int parallel, int index) {
+  int64_t base = dim / parallel, extra = dim % parallel;
+  return index * base + std::min<int64_t>(index, extra);
+}
+
+Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int index) {
+  Shape shape = logical;
+  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(shape.size())) {
+    int64_t dim = shape[sbp.axis];
+    shape[sbp.axis] = split_offset(dim, parallel, index + 1) - split_offset(dim, parallel, index);
+  }
+  return shape;
+}
+
+}  // namespace rill

@@ -1,0 +1,67 @@
+// Tensor metadata (dtype, shape), SBP descriptors and a non-owning tensor view.
+// Plain values; safe to copy between threads. Kernels see only TensorView:
+// memory is owned by the runtime's regsts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rill {
+
+enum class DType : uint8_t { kF32 = 0, kI32 = 1 };
+
+inline size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 4; }
+inline const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "f32" : "i32"; }
+// Parses "f32"/"float32"/"i32"/"int32"; returns false on anything else.
+bool parse_dtype(const std::string& text, DType* out);
+
+using Shape = std::vector<int64_t>;
+
+int64_t num_elements(const Shape& shape);
+std::string shape_string(const Shape& shape);  // "[256, 784]"
+
+struct TensorMeta {
+  Shape shape;
+  DType dtype = DType::kF32;
+  size_t bytes() const { return static_cast<size_t>(num_elements(shape)) * dtype_size(dtype); }
+  bool operator==(const TensorMeta&) const = default;
+};
+
+// How a logical tensor maps onto the devices of its placement.
+struct Sbp {
+  enum Kind : uint8_t { kSplit = 0, kBroadcast = 1, kPartialSum = 2 };
+  Kind kind = kBroadcast;
+  int axis = 0;  // meaningful for kSplit only
+
+  static Sbp split(int axis) { return {kSplit, axis}; }
+  static Sbp broadcast() { return {kBroadcast, 0}; }
+  static Sbp partial_sum() { return {kPartialSum, 0}; }
+  bool operator==(const Sbp& o) const {
+    return kind == o.kind && (kind != kSplit || axis == o.axis);
+  }
+  std::string to_string() const;  // "S(0)", "B", "P"
+};
+// Parses "S(0)", "S(1)", "B", "P".
+bool parse_sbp(const std::string& text, Sbp* out);
+
+// The physical shape of one of `parallel` pieces of a logical tensor.
+// Split pieces are balanced: the first (dim % parallel) pieces get one more.
+Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int index);
+// Offset of piece `index` along the split axis.
+int64_t split_offset(int64_t dim, int parallel, int index);
+
+// A non-owning view of one tensor in a regst.
+struct TensorView {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::kF32;
+
+  int64_t size() const { return num_elements(shape); }
+  float* f32() const { return static_cast<float*>(data); }
+  int32_t* i32() const { return static_cast<int32_t*>(data); }
+  size_t bytes() const { return static_cast<size_t>(size()) * dtype_size(dtype); }
+};
+
+}  // namespace rill
