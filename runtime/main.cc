@@ -1,1 +1,112 @@
-int main() { return 0; }
+// The `rill` command: run, plan and check jobs on this machine.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "compiler/compiler.h"
+#include "graph/job_check.h"
+#include "graph/job_file.h"
+#include "runtime/job_runner.h"
+
+namespace {
+
+using rill::Status;
+using rill::StatusOr;
+
+// Loads a job file and applies --set overrides; errors name the file.
+StatusOr<rill::graph::Job> load(const std::string& path, const std::vector<std::string>& overrides) {
+  RILL_ASSIGN_OR_RETURN(rill::graph::Job job, rill::graph::load_job_file(path));
+  for (const std::string& assignment : overrides)
+    RILL_RETURN_IF_ERROR(rill::graph::apply_override(&job, assignment).with_context("--set " + assignment));
+  if (!overrides.empty()) RILL_RETURN_IF_ERROR(rill::graph::check_job(job).with_context(path));
+  return job;
+}
+
+int fail(const Status& status) {
+  fmt::print(stderr, "rill: error: {}\n", status.message());
+  return 1;
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out || !(out << text)) return rill::invalid_argument("cannot write '{}'", path);
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Rill: a decentralized, actor-based training engine"};
+  app.require_subcommand(1);
+
+  std::string job_path, devices, result_path, trace_path, dot_path;
+  std::vector<std::string> overrides;
+  int64_t steps = 0;
+  int nodes = 1;
+  double stall_timeout = 60.0;
+  bool json = false;
+
+  CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine");
+  run->add_option("job", job_path, "Job description file (JSON)")->required();
+  run->add_option("--devices", devices, "Devices, e.g. cpu:2 (default: the job's train.devices)");
+  run->add_option("--steps", steps, "Run this many steps instead of the job's");
+  run->add_option("--result", result_path, "Write the result as JSON to this file");
+  run->add_option("--set", overrides, "Override a job field, e.g. --set train.steps=100");
+  run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act");
+  run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds");
+
+  CLI::App* plan = app.add_subcommand("plan", "Compile a job and print its physical plan");
+  plan->add_option("job", job_path, "Job description file (JSON)")->required();
+  plan->add_option("--devices", devices, "Devices per node, e.g. cpu:2");
+  plan->add_option("--nodes", nodes, "Number of nodes")->check(CLI::Range(1, 4096));
+  plan->add_option("--set", overrides, "Override a job field");
+  plan->add_flag("--json", json, "Print the plan summary as JSON");
+  plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
+
+  CLI::App* check = app.add_subcommand("check", "Validate a job description file");
+  check->add_option("job", job_path, "Job description file (JSON)")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (check->parsed()) {
+    Status status = rill::graph::check_job_file(job_path);
+    if (!status.ok()) return fail(status);
+    fmt::print("{}: ok\n", job_path);
+    return 0;
+  }
+
+  auto job = load(job_path, overrides);
+  if (!job.ok()) return fail(job.status());
+
+  if (plan->parsed()) {
+    auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
+    if (!cluster.ok()) return fail(cluster.status());
+    auto bytes = rill::compiler::compile(*job, *cluster, {});
+    if (!bytes.ok()) return fail(bytes.status());
+    auto verified = rill::compiler::verify_plan(*bytes);
+    if (!verified.ok()) return fail(verified.status());
+    if (!dot_path.empty()) {
+      Status written = write_file(dot_path, rill::compiler::plan_dot(**verified));
+      if (!written.ok()) return fail(written);
+    }
+    if (json || dot_path.empty()) fmt::print("{}\n", rill::compiler::plan_json(**verified));
+    return 0;
+  }
+
+  rill::JobRunOptions options;
+  options.devices = devices;
+  options.steps = steps;
+  options.stall_timeout_s = stall_timeout;
+  options.trace_file = trace_path;
+  rill::JobResult result = rill::run_job(*job, options);
+  if (!result_path.empty()) {
+    Status written = write_file(result_path, rill::result_json(result));
+    if (!written.ok()) return fail(written);
+  }
+  if (!result.status.ok()) return fail(result.status);
+  return 0;
+}

@@ -1,0 +1,174 @@
+#include "actor/actor.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "base/actor_id.h"
+
+namespace rill {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
+             std::vector<OutputPort> outputs, Body body)
+    : id_(id),
+      name_(std::move(name)),
+      steps_(steps),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)),
+      body_(std::move(body)) {
+  is_source_ = std::holds_alternative<SourceBody>(body_);
+  is_variable_ = std::holds_alternative<VariableBody>(body_);
+  in_now_.resize(inputs_.size());
+  out_now_.resize(outputs_.size());
+}
+
+void Actor::enable_trace() {
+  tracing_ = true;
+  trace_.begin_ns.assign(static_cast<size_t>(steps_), 0);
+  trace_.end_ns.assign(static_cast<size_t>(steps_), 0);
+}
+
+bool Actor::can_act() const {
+  if (is_variable_) {
+    if (!outputs_[0].next_free()) return false;
+    if (inputs_.empty() || readied_ == 0) return readied_ < steps_;
+    return inputs_[0].readable();
+  }
+  if (eord_sent_) return false;
+  if (is_source_ && acts_ >= steps_) return false;
+  for (const InputPort& in : inputs_)
+    if (!in.readable()) return false;
+  for (const OutputPort& out : outputs_)
+    if (!out.next_free()) return false;
+  return true;
+}
+
+void Actor::ready_outputs(Outbox& outbox, int64_t step) {
+  for (OutputPort& out : outputs_) {
+    int slot = out.next_slot();
+    out.pending[slot] = static_cast<int>(out.consumers.size());
+    ++out.written;
+    for (uint64_t consumer : out.consumers)
+      outbox.send(ActorMsg{id_, consumer, MsgType::kReady, slot, out.regst, step});
+  }
+}
+
+Status Actor::act(Outbox& outbox) {
+  // A variable's first version (and, untrained, every version) needs no work:
+  // the model slot already holds the values.
+  if (is_variable_ && (inputs_.empty() || readied_ == 0)) {
+    ready_outputs(outbox, readied_);
+    ++readied_;
+    return {};
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) in_now_[i] = &inputs_[i].slots[inputs_[i].front()];
+  for (size_t o = 0; o < outputs_.size(); ++o) out_now_[o] = &outputs_[o].slots[outputs_[o].next_slot()];
+  int64_t step = acts_;
+  bool traced = tracing_ && step < steps_;
+  if (traced) trace_.begin_ns[step] = now_ns();
+  ActIo io{step, in_now_, out_now_};
+  Status status = std::visit([&](auto& body) { return body.act(io); }, body_);
+  if (traced) trace_.end_ns[step] = now_ns();
+  if (!status.ok()) return status.with_context(fmt::format("actor '{}' step {}", name_, step));
+  ++acts_;
+  if (is_variable_) {
+    if (readied_ < steps_) {
+      ready_outputs(outbox, readied_);
+      ++readied_;
+    }
+  } else {
+    ready_outputs(outbox, step);
+  }
+  for (InputPort& in : inputs_) {
+    outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
+    in.pop();
+  }
+  return {};
+}
+
+void Actor::send_eord(Outbox& outbox) {
+  eord_sent_ = true;
+  for (const OutputPort& out : outputs_)
+    for (uint64_t consumer : out.consumers) outbox.send(ActorMsg{id_, consumer, MsgType::kEord, 0, out.regst, 0});
+}
+
+void Actor::finish_if_done(Outbox& outbox) {
+  bool inputs_done = true;
+  for (const InputPort& in : inputs_)
+    if (!in.eord || in.readable()) inputs_done = false;
+  if (!eord_sent_) {
+    bool done = is_source_ ? acts_ >= steps_ : is_variable_ ? readied_ >= steps_ : inputs_done;
+    if (done) send_eord(outbox);
+  }
+  if (eord_sent_ && inputs_done) {
+    bool slots_back = true;
+    for (const OutputPort& out : outputs_)
+      if (!out.all_free()) slots_back = false;
+    retired_ = slots_back;
+  }
+}
+
+Status Actor::act_loop(Outbox& outbox) {
+  while (can_act()) RILL_RETURN_IF_ERROR(act(outbox));
+  finish_if_done(outbox);
+  return {};
+}
+
+Status Actor::start(Outbox& outbox) { return act_loop(outbox); }
+
+Status Actor::handle(const ActorMsg& msg, Outbox& outbox) {
+  if (msg.type == MsgType::kAck) {
+    for (OutputPort& out : outputs_) {
+      if (out.regst != msg.regst) continue;
+      if (msg.slot < 0 || msg.slot >= static_cast<int>(out.pending.size()) || out.pending[msg.slot] <= 0)
+        return internal_error("actor '{}': unexpected ack of regst '{}' slot {} from {}", name_, out.name,
+                              msg.slot, ActorId::to_string(msg.src));
+      --out.pending[msg.slot];
+      return act_loop(outbox);
+    }
+  } else {
+    for (InputPort& in : inputs_) {
+      if (in.regst != msg.regst) continue;
+      if (msg.type == MsgType::kEord) {
+        in.eord = true;
+      } else if (msg.slot < 0 || msg.slot >= static_cast<int>(in.slots.size()) || !in.push(msg.slot)) {
+        return internal_error("actor '{}': regst '{}' readied slot {} beyond its {} slots", name_, in.name,
+                              msg.slot, in.slots.size());
+      }
+      return act_loop(outbox);
+    }
+  }
+  return internal_error("actor '{}' got {} for regst {} it does not {}", name_, msg_type_name(msg.type), msg.regst,
+                        msg.type == MsgType::kAck ? "write" : "read");
+}
+
+std::string Actor::describe_wait() const {
+  if (retired_) return "retired";
+  std::string what;
+  auto add = [&](const std::string& s) { what += what.empty() ? s : "; " + s; };
+  if (is_variable_ && !inputs_.empty() && readied_ > 0 && !inputs_[0].readable() && !inputs_[0].eord)
+    add(fmt::format("waits for gradient regst '{}' from {}", inputs_[0].name, ActorId::to_string(inputs_[0].producer)));
+  if (!is_variable_) {
+    for (const InputPort& in : inputs_)
+      if (!in.readable() && !in.eord)
+        add(fmt::format("waits for regst '{}' from {}", in.name, ActorId::to_string(in.producer)));
+  }
+  for (const OutputPort& out : outputs_) {
+    int slot = out.next_slot();
+    if (out.pending[slot] > 0)
+      add(fmt::format("waits for {} ack(s) of regst '{}' slot {}", out.pending[slot], out.name, slot));
+  }
+  if (what.empty()) what = eord_sent_ ? "draining" : "idle";
+  return fmt::format("{} [{}] after {} act(s): {}", name_, ActorId::to_string(id_), acts_, what);
+}
+
+}  // namespace rill

@@ -1,0 +1,78 @@
+// Actor: the run-time life of one task. A state machine driven only by
+// messages: it acts when every input has a readable slot and every output a
+// free one, then sends `ready` to consumers and `ack` to producers. After its
+// last step it sends `eord`, waits for every lent slot to come back, and retires.
+//
+// An actor is touched by the one thread that runs it (no locks). Steady-state
+// handling of a message allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actor/body.h"
+#include "actor/message.h"
+#include "actor/regst.h"
+
+namespace rill {
+
+using Body = std::variant<ComputeBody, SourceBody, VariableBody, BoxingBody, SinkBody>;
+
+// Optional per-act timestamps (steady clock, ns), preallocated for `steps` acts.
+struct ActTrace {
+  std::vector<int64_t> begin_ns;
+  std::vector<int64_t> end_ns;
+};
+
+class Actor {
+ public:
+  // `steps`: how many steps the job runs. Sources act that many times; a
+  // variable readies its model that many times; others act once per input step.
+  Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
+        std::vector<OutputPort> outputs, Body body);
+
+  uint64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  // Acts for as long as it can (sources and variables start without input).
+  Status start(Outbox& outbox);
+  // Handles one message addressed to this actor, then acts while it can.
+  Status handle(const ActorMsg& msg, Outbox& outbox);
+  bool retired() const { return retired_; }
+  int64_t acts() const { return acts_; }
+  // What this actor waits for, for stuck-job reports: "waits for regst 'h1'
+  // (slot from actor 0:cpu0.0#3)" or "waits for ack of regst 'x' slot 1".
+  std::string describe_wait() const;
+  void enable_trace();
+  const ActTrace& trace() const { return trace_; }
+  Body& body() { return body_; }
+  const std::vector<OutputPort>& outputs() const { return outputs_; }
+
+ private:
+  bool can_act() const;
+  Status act(Outbox& outbox);
+  Status act_loop(Outbox& outbox);
+  void finish_if_done(Outbox& outbox);
+  void send_eord(Outbox& outbox);
+  void ready_outputs(Outbox& outbox, int64_t step);
+
+  uint64_t id_;
+  std::string name_;
+  int64_t steps_;
+  std::vector<InputPort> inputs_;
+  std::vector<OutputPort> outputs_;
+  Body body_;
+  bool is_source_ = false;
+  bool is_variable_ = false;
+  int64_t acts_ = 0;
+  int64_t readied_ = 0;  // variables: model versions sent out
+  bool eord_sent_ = false;
+  bool retired_ = false;
+  bool tracing_ = false;
+  ActTrace trace_;
+  std::vector<const TensorView*> in_now_;
+  std::vector<const TensorView*> out_now_;
+};
+
+}  // namespace rill

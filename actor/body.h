@@ -1,0 +1,121 @@
+// What each kind of actor does when it acts. The Actor (actor.h) owns the
+// protocol (ready/ack/eord, slots); a body only computes, given the slots chosen
+// for this act. Bodies are a closed std::variant, so a new kind fails to compile
+// until every visit handles it. Each body is touched by its actor's thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/data/batch_sampler.h"
+#include "kernels/data/dataset.h"
+#include "kernels/op.h"
+
+namespace rill {
+
+// The slots of one act: views of the readable input slots and free output slots.
+struct ActIo {
+  int64_t step = 0;
+  std::span<const TensorView* const> inputs;
+  std::span<const TensorView* const> outputs;
+};
+
+// Runs one op's CPU kernel. Views and scratch are set up once; an act only
+// swaps data pointers.
+class ComputeBody {
+ public:
+  ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes);
+  Status act(const ActIo& io);
+
+ private:
+  const OpDef* def_;
+  Attrs attrs_;
+  std::vector<Shape> logical_inputs_;
+  std::vector<std::byte> scratch_;
+  std::vector<TensorView> in_views_;
+  std::vector<TensorView> out_views_;
+  bool shaped_ = false;
+};
+
+// Reads this shard's rows of each global batch from an in-memory dataset.
+class SourceBody {
+ public:
+  SourceBody(std::shared_ptr<const Dataset> dataset, std::vector<int> fields, BatchSampler sampler);
+  Status act(const ActIo& io);
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<int> fields_;
+  BatchSampler sampler_;
+  std::vector<int64_t> indices_;
+};
+
+// Owns a variable piece's optimizer: the actor initializes the model slot once
+// (init) and applies one update per gradient it reads (act).
+class VariableBody {
+ public:
+  VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
+               const OpDef* update, Attrs update_attrs, TensorMeta meta);
+  // Fills `model` by the initializer, or with `initial_values` when not empty.
+  Status init(const TensorView& model, std::span<const float> initial_values);
+  bool trained() const { return update_ != nullptr; }
+  // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
+  Status act(const ActIo& io);
+  std::span<const std::vector<float>> state() const { return state_storage_; }
+
+ private:
+  const OpDef* init_;
+  Attrs init_attrs_;
+  Shape logical_shape_;
+  std::vector<int64_t> offset_;
+  const OpDef* update_;
+  Attrs update_attrs_;
+  std::vector<std::vector<float>> state_storage_;
+  std::vector<TensorView> state_views_;
+  std::vector<TensorView> update_inputs_;
+};
+
+// Turns `parallel` pieces in one SBP into `parallel` pieces in another, on one
+// node: all-reduce (P -> B), all-gather (S -> B), slice (B -> S), reduce-scatter
+// (P -> S), all-to-all (S(a) -> S(b)).
+class BoxingBody {
+ public:
+  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical);
+  Status act(const ActIo& io);
+
+ private:
+  Sbp in_sbp_, out_sbp_;
+  int parallel_;
+  TensorMeta logical_;
+  std::vector<float> whole_;  // the logical tensor, when no output can hold it
+};
+
+// Per-step scalars reported by the sink: one value per metric name.
+struct StepMetrics {
+  int64_t step = 0;
+  std::span<const std::string> names;
+  std::span<const double> values;
+};
+
+// Collects the loss and metrics of each step; sums partial pieces.
+class SinkBody {
+ public:
+  using Listener = std::function<void(const StepMetrics&)>;
+  SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener);
+  Status act(const ActIo& io);
+
+ private:
+  std::vector<int> metric_of_input_;
+  std::vector<bool> partial_;
+  std::vector<bool> first_piece_;
+  std::vector<std::string> names_;
+  std::vector<double> values_;
+  Listener listener_;
+};
+
+}  // namespace rill

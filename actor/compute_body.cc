@@ -1,0 +1,28 @@
+#include "actor/body.h"
+
+namespace rill {
+
+ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes)
+    : def_(def), attrs_(std::move(attrs)), logical_inputs_(std::move(logical_inputs)), scratch_(scratch_bytes) {}
+
+Status ComputeBody::act(const ActIo& io) {
+  if (!shaped_) {  // first act: copy shapes once; later acts only swap pointers
+    in_views_.resize(io.inputs.size());
+    out_views_.resize(io.outputs.size());
+    for (size_t i = 0; i < io.inputs.size(); ++i) in_views_[i] = *io.inputs[i];
+    for (size_t o = 0; o < io.outputs.size(); ++o) out_views_[o] = *io.outputs[o];
+    shaped_ = true;
+  }
+  for (size_t i = 0; i < io.inputs.size(); ++i) in_views_[i].data = io.inputs[i]->data;
+  for (size_t o = 0; o < io.outputs.size(); ++o) out_views_[o].data = io.outputs[o]->data;
+  KernelContext ctx;
+  ctx.inputs = in_views_;
+  ctx.outputs = out_views_;
+  ctx.logical_inputs = logical_inputs_;
+  ctx.attrs = &attrs_;
+  ctx.step = io.step;
+  ctx.scratch = scratch_;
+  return def_->cpu(ctx);
+}
+
+}  // namespace rill

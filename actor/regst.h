@@ -1,0 +1,61 @@
+// Regst ports: an actor's view of the registers it writes (OutputPort) and
+// reads (InputPort). Memory belongs to the runtime; a port holds one view per
+// slot. Touched only by the owning actor's thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace rill {
+
+// The producer's side: register_num slots, each lent to every consumer until
+// all of them have acked it. Slots are written round-robin, so consumers read
+// them in step order.
+struct OutputPort {
+  int64_t regst = 0;
+  std::string name;
+  std::vector<uint64_t> consumers;
+  std::vector<TensorView> slots;  // register_num views
+  std::vector<int> pending;       // outstanding acks per slot
+  int64_t written = 0;            // acts that wrote this port
+
+  int next_slot() const { return static_cast<int>(written % static_cast<int64_t>(slots.size())); }
+  bool next_free() const { return pending[next_slot()] == 0; }
+  bool all_free() const {
+    for (int p : pending)
+      if (p != 0) return false;
+    return true;
+  }
+};
+
+// The consumer's side: a FIFO of readable slots (at most register_num), plus
+// whether the producer has said end of data.
+struct InputPort {
+  int64_t regst = 0;
+  std::string name;
+  uint64_t producer = 0;
+  std::vector<TensorView> slots;  // views of the producer's slots
+  std::vector<int> fifo;          // ring of readable slot indices, capacity register_num
+  int head = 0;
+  int count = 0;
+  bool eord = false;
+
+  bool readable() const { return count > 0; }
+  int front() const { return fifo[head]; }
+  // False if the producer readied more slots than it has (a protocol error).
+  bool push(int slot) {
+    if (count == static_cast<int>(fifo.size())) return false;
+    fifo[(head + count) % fifo.size()] = slot;
+    ++count;
+    return true;
+  }
+  void pop() {
+    head = (head + 1) % static_cast<int>(fifo.size());
+    --count;
+  }
+};
+
+}  // namespace rill

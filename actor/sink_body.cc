@@ -1,0 +1,33 @@
+#include "actor/body.h"
+
+#include <algorithm>
+
+namespace rill {
+
+SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener)
+    : partial_(std::move(partial)), listener_(std::move(listener)) {
+  for (const std::string& name : input_names) {
+    auto it = std::find(names_.begin(), names_.end(), name);
+    first_piece_.push_back(it == names_.end());
+    if (it == names_.end()) {
+      metric_of_input_.push_back(static_cast<int>(names_.size()));
+      names_.push_back(name);
+    } else {
+      metric_of_input_.push_back(static_cast<int>(it - names_.begin()));
+    }
+  }
+  values_.assign(names_.size(), 0.0);
+}
+
+Status SinkBody::act(const ActIo& io) {
+  std::fill(values_.begin(), values_.end(), 0.0);
+  for (size_t i = 0; i < io.inputs.size(); ++i) {
+    // A partial piece adds to the sum; a broadcast metric is read once.
+    if (!partial_[i] && !first_piece_[i]) continue;
+    values_[metric_of_input_[i]] += static_cast<double>(io.inputs[i]->f32()[0]);
+  }
+  if (listener_) listener_(StepMetrics{io.step, names_, values_});
+  return {};
+}
+
+}  // namespace rill

@@ -1,0 +1,195 @@
+#include "runtime/job_runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "compiler/compiler.h"
+
+namespace rill {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Prints a progress line every log_every steps and keeps the loss curve.
+class Progress {
+ public:
+  Progress(std::FILE* out, int64_t steps, int64_t global_batch, int64_t log_every, JobResult* result)
+      : out_(out), steps_(steps), global_batch_(global_batch), log_every_(std::max<int64_t>(log_every, 1)),
+        result_(result) {
+    result_->loss_curve.reserve(static_cast<size_t>(steps));
+  }
+
+  void on_step(const StepMetrics& m) {
+    auto now = Clock::now();
+    if (m.step == 0) last_ = now;
+    double loss = std::numeric_limits<double>::quiet_NaN();
+    for (size_t i = 0; i < m.names.size(); ++i)
+      if (m.names[i] == "loss") loss = m.values[i];
+    result_->loss_curve.push_back(loss);
+    int64_t done = m.step + 1;
+    if (done % log_every_ != 0 && done != steps_) return;
+    for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];
+    if (!out_) return;
+    double seconds = std::chrono::duration<double>(now - last_).count();
+    int64_t interval = done - last_step_;
+    std::string line = fmt::format("step {:>6}/{}", done, steps_);
+    for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6f}", m.names[i], m.values[i]);
+    if (seconds > 0 && m.step > 0)
+      line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
+                          interval * global_batch_ / seconds);
+    fmt::print(out_, "{}\n", line);
+    std::fflush(out_);
+    last_ = now;
+    last_step_ = done;
+  }
+
+ private:
+  std::FILE* out_;
+  int64_t steps_, global_batch_, log_every_;
+  JobResult* result_;
+  Clock::time_point last_;
+  int64_t last_step_ = 0;
+};
+
+StatusOr<compiler::Cluster> cluster_for(const graph::Job& job, const JobRunOptions& options) {
+  return compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, 1);
+}
+
+}  // namespace
+
+JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
+  JobResult result;
+  auto cluster = cluster_for(job, options);
+  if (!cluster.ok()) {
+    result.status = cluster.status();
+    return result;
+  }
+  compiler::CompileOptions train_options;
+  train_options.steps = options.steps;
+  auto train_plan = compiler::compile(job, *cluster, train_options);
+  if (!train_plan.ok()) {
+    result.status = train_plan.status();
+    return result;
+  }
+  auto verified = compiler::verify_plan(*train_plan);
+  if (!verified.ok()) {
+    result.status = verified.status();
+    return result;
+  }
+  result.steps = (*verified)->steps();
+  result.global_batch = (*verified)->global_batch();
+  if (options.out)
+    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} ({} tasks)\n", job.name, result.steps,
+               result.global_batch, options.devices.empty() ? job.train.devices : options.devices,
+               (*verified)->tasks()->size());
+
+  Progress progress(options.out, result.steps, result.global_batch, (*verified)->log_every(), &result);
+  RunOptions run_options;
+  run_options.stall_timeout_s = options.stall_timeout_s;
+  run_options.trace = !options.trace_file.empty();
+  run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
+  RunReport train = run_plan(*train_plan, run_options);
+  if (!train.status.ok()) {
+    result.status = train.status;
+    return result;
+  }
+  if (run_options.trace) {
+    Status traced = write_trace(options.trace_file, train.traces);
+    if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
+  }
+  result.train_seconds = train.seconds;
+  result.samples_per_sec = train.seconds > 0 ? result.steps * result.global_batch / train.seconds : 0.0;
+  if (!result.loss_curve.empty()) result.final_loss = result.loss_curve.back();
+  result.variables = std::move(train.variables);
+
+  if (job.eval) {
+    compiler::CompileOptions eval_options;
+    eval_options.mode = compiler::Mode::kEval;
+    auto eval_plan = compiler::compile(job, *cluster, eval_options);
+    if (!eval_plan.ok()) {
+      result.status = eval_plan.status().with_context("eval");
+      return result;
+    }
+    RunOptions eval_run;
+    eval_run.stall_timeout_s = options.stall_timeout_s;
+    for (const auto& [name, value] : result.variables) eval_run.initial_values[name] = value.values;
+    std::map<std::string, double> sums;
+    int64_t eval_steps = 0;
+    eval_run.on_step = [&](const StepMetrics& m) {
+      for (size_t i = 0; i < m.names.size(); ++i) sums[m.names[i]] += m.values[i];
+      ++eval_steps;
+    };
+    RunReport eval = run_plan(*eval_plan, eval_run);
+    if (!eval.status.ok()) {
+      result.status = eval.status.with_context("eval");
+      return result;
+    }
+    auto eval_verified = compiler::verify_plan(*eval_plan);
+    result.eval_samples = eval_steps * (*eval_verified)->global_batch();
+    for (const auto& [name, sum] : sums) result.eval_metrics[name] = eval_steps ? sum / eval_steps : 0.0;
+    if (options.out) {
+      std::string line = fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
+      for (const auto& [name, value] : result.eval_metrics) line += fmt::format("  {} {:.4f}", name, value);
+      fmt::print(options.out, "{}\n", line);
+    }
+  }
+  return result;
+}
+
+std::string result_json(const JobResult& result) {
+  nlohmann::ordered_json j;
+  j["status"] = result.status.ok() ? "ok" : "error";
+  if (!result.status.ok()) j["error"] = result.status.to_string();
+  j["steps"] = result.steps;
+  j["global_batch"] = result.global_batch;
+  j["final_loss"] = std::isfinite(result.final_loss) ? nlohmann::ordered_json(result.final_loss) : nullptr;
+  // Metrics of the eval pass when there is one, else the last training step's.
+  nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : result.eval_metrics.empty() ? result.train_metrics : result.eval_metrics)
+    metrics[name] = value;
+  j["metrics"] = metrics;
+  nlohmann::ordered_json train_metrics = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : result.train_metrics) train_metrics[name] = value;
+  j["train_metrics"] = train_metrics;
+  if (result.eval_samples > 0) j["eval_samples"] = result.eval_samples;
+  j["train_seconds"] = result.train_seconds;
+  j["samples_per_sec"] = result.samples_per_sec;
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : result.variables) {
+    nlohmann::ordered_json v;
+    v["shape"] = value.shape;
+    if (value.values.size() <= 64) v["values"] = value.values;
+    variables[name] = v;
+  }
+  j["variables"] = variables;
+  j["loss_curve"] = result.loss_curve;
+  return j.dump(2);
+}
+
+Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces) {
+  nlohmann::json events = nlohmann::json::array();
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (const auto& t : traces)
+    for (int64_t b : t.trace.begin_ns)
+      if (b > 0) origin = std::min(origin, b);
+  for (size_t tid = 0; tid < traces.size(); ++tid) {
+    const auto& t = traces[tid];
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", t.name}}}});
+    for (size_t s = 0; s < t.trace.begin_ns.size(); ++s) {
+      if (t.trace.begin_ns[s] == 0) continue;
+      events.push_back({{"ph", "X"}, {"name", t.name}, {"pid", 0}, {"tid", tid}, {"args", {{"step", s}}},
+                        {"ts", (t.trace.begin_ns[s] - origin) / 1000.0},
+                        {"dur", (t.trace.end_ns[s] - t.trace.begin_ns[s]) / 1000.0}});
+    }
+  }
+  std::ofstream out(path);
+  if (!out) return invalid_argument("cannot write trace file '{}'", path);
+  out << nlohmann::json{{"traceEvents", events}}.dump();
+  return {};
+}
+
+}  // namespace rill

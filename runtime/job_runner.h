@@ -1,0 +1,50 @@
+// Runs a whole job on this machine: compiles the training plan, runs it, then
+// (when the job has an eval section) compiles and runs the forward-only eval
+// plan starting from the trained variables. Prints one progress line per log
+// step. Called from one thread.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/job.h"
+#include "runtime/node_runtime.h"
+
+namespace rill {
+
+struct JobRunOptions {
+  std::string devices;            // e.g. "cpu:2"; empty: the job's train.devices
+  int64_t steps = 0;              // > 0 overrides the job's steps
+  double stall_timeout_s = 60.0;  // stuck-job detector
+  std::string trace_file;         // Chrome-trace JSON of every act, when not empty
+  std::FILE* out = stdout;        // progress lines; nullptr: silent
+};
+
+struct JobResult {
+  Status status;
+  int64_t steps = 0;
+  int64_t global_batch = 0;
+  double final_loss = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> loss_curve;                  // per step
+  std::map<std::string, double> train_metrics;     // last step's
+  std::map<std::string, double> eval_metrics;      // mean over the eval pass
+  int64_t eval_samples = 0;
+  double train_seconds = 0.0;
+  double samples_per_sec = 0.0;
+  std::map<std::string, VariableValue> variables;
+};
+
+JobResult run_job(const graph::Job& job, const JobRunOptions& options);
+
+// The result as JSON: status, steps, final_loss, metrics, samples_per_sec, and
+// every variable's shape with its values when it has at most 64 elements.
+std::string result_json(const JobResult& result);
+
+// Writes act timestamps as Chrome-trace JSON (one track per actor).
+Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces);
+
+}  // namespace rill

@@ -1,0 +1,325 @@
+#include "runtime/node_runtime.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "base/actor_id.h"
+#include "compiler/compiler.h"
+#include "runtime/plan_reader.h"
+#include "runtime/worker.h"
+
+namespace rill {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Everything one node builds from its part of the plan.
+class NodeRun {
+ public:
+  NodeRun(const plan::Plan& plan, const RunOptions& options) : plan_(plan), options_(options) {}
+  Status build();
+  RunReport run();
+
+ private:
+  Status allocate_regsts();
+  StatusOr<Body> make_body(const plan::Task& task);
+  StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
+  Status init_variable(const plan::Task& task, Actor& actor);
+  void collect_variables(RunReport& report);
+  void fail(const Status& status);
+
+  const plan::Plan& plan_;
+  const RunOptions& options_;
+  std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
+  std::vector<std::vector<TensorView>> slots_;  // by regst id: one view per slot
+  std::vector<std::shared_ptr<const Dataset>> datasets_;
+  std::vector<std::unique_ptr<Actor>> actors_;
+  std::vector<Actor*> by_index_;
+  std::vector<const plan::Task*> variable_tasks_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unordered_map<uint64_t, Worker*> worker_by_key_;
+  std::atomic<int64_t> progress_{0};
+  std::mutex error_mu_;
+  Status first_error_;  // GUARDED_BY(error_mu_)
+  std::atomic<bool> failed_{false};
+};
+
+Status NodeRun::allocate_regsts() {
+  const auto& regsts = *plan_.regsts();
+  slots_.resize(regsts.size());
+  for (const plan::RegstDesc* desc : regsts) {
+    if (static_cast<int>(ActorId::node(desc->producer())) != options_.node) continue;
+    if (desc->register_num() < 1)
+      return invalid_argument("plan: regst '{}' has register_num {}", read_string(desc->name()), desc->register_num());
+    TensorMeta meta{read_shape(desc->shape()), read_dtype(desc->dtype())};
+    size_t bytes = (meta.bytes() + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    auto& views = slots_[desc->id()];
+    for (int s = 0; s < desc->register_num(); ++s) {
+      void* p = std::aligned_alloc(64, bytes);
+      if (!p) return Status(Code::kUnavailable, fmt::format("out of memory for regst '{}'", read_string(desc->name())));
+      std::memset(p, 0, bytes);
+      memory_.emplace_back(p);
+      views.push_back(TensorView{p, meta.shape, meta.dtype});
+    }
+  }
+  return {};
+}
+
+StatusOr<std::shared_ptr<const Dataset>> NodeRun::dataset(int index) {
+  if (!plan_.datasets() || index < 0 || index >= static_cast<int>(plan_.datasets()->size()))
+    return invalid_argument("plan: dataset index {} out of range", index);
+  datasets_.resize(plan_.datasets()->size());
+  if (!datasets_[index]) {
+    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_.datasets()->Get(index))));
+    datasets_[index] = std::move(opened);
+  }
+  return datasets_[index];
+}
+
+StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
+  std::string name = read_string(task.name());
+  switch (task.kind()) {
+    case plan::TaskKind::Compute: {
+      const OpDef* def = find_op(read_string(task.op_type()));
+      if (!def || !def->cpu) return invalid_argument("task '{}': no CPU kernel for op '{}'", name, read_string(task.op_type()));
+      std::vector<Shape> logical;
+      if (task.logical_input_shapes())
+        for (const plan::Shape* s : *task.logical_input_shapes()) logical.push_back(read_shape(s->dims()));
+      return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
+                  static_cast<size_t>(task.scratch_bytes()));
+    }
+    case plan::TaskKind::Source: {
+      const plan::SourceConf* conf = task.source();
+      if (!conf) return invalid_argument("task '{}': source without its conf", name);
+      RILL_ASSIGN_OR_RETURN(auto data, dataset(conf->dataset()));
+      std::vector<int> fields;
+      if (conf->fields())
+        for (const flatbuffers::String* f : *conf->fields()) {
+          RILL_ASSIGN_OR_RETURN(int index, data->field_index(f->str()));
+          fields.push_back(index);
+        }
+      BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
+                           conf->shuffle(), conf->seed());
+      RILL_RETURN_IF_ERROR(sampler.validate().with_context(fmt::format("dataset '{}'", data->name())));
+      return Body(std::in_place_type<SourceBody>, std::move(data), std::move(fields), std::move(sampler));
+    }
+    case plan::TaskKind::Variable: {
+      const plan::VariableConf* conf = task.variable();
+      if (!conf || !task.outputs() || task.outputs()->size() != 1)
+        return invalid_argument("task '{}': variable without its conf or model regst", name);
+      const plan::RegstDesc* model = plan_.regsts()->Get(task.outputs()->Get(0));
+      const OpDef* init = find_op(read_string(conf->init_op()));
+      if (!init || init->role != OpRole::kInitializer)
+        return invalid_argument("task '{}': unknown initializer '{}'", name, read_string(conf->init_op()));
+      const OpDef* update = nullptr;
+      if (!read_string(conf->update_op()).empty()) {
+        update = find_op(read_string(conf->update_op()));
+        if (!update || update->role != OpRole::kUpdate)
+          return invalid_argument("task '{}': unknown optimizer update '{}'", name, read_string(conf->update_op()));
+      }
+      return Body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()),
+                  read_shape(model->logical_shape()), read_shape(conf->offset()), update,
+                  read_attrs(conf->update_attrs()), TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+    }
+    case plan::TaskKind::Boxing: {
+      const plan::BoxingConf* conf = task.boxing();
+      if (!conf || !task.inputs() || task.inputs()->size() == 0)
+        return invalid_argument("task '{}': boxing without its conf", name);
+      const plan::RegstDesc* in = plan_.regsts()->Get(task.inputs()->Get(0));
+      if (in->dtype() != plan::DType::F32) return invalid_argument("task '{}': boxing supports f32 only", name);
+      return Body(std::in_place_type<BoxingBody>, read_sbp(conf->in_sbp()), read_sbp(conf->out_sbp()),
+                  conf->parallel(), TensorMeta{read_shape(in->logical_shape()), DType::kF32});
+    }
+    case plan::TaskKind::Sink: {
+      const plan::SinkConf* conf = task.sink();
+      std::vector<std::string> names;
+      std::vector<bool> partial;
+      if (conf && conf->names())
+        for (const flatbuffers::String* n : *conf->names()) names.push_back(n->str());
+      if (conf && conf->partial())
+        for (uint8_t p : *conf->partial()) partial.push_back(p != 0);
+      if (names.size() != partial.size() || !task.inputs() || names.size() != task.inputs()->size())
+        return invalid_argument("task '{}': sink names, partial flags and inputs disagree", name);
+      return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step);
+    }
+    case plan::TaskKind::Send:
+    case plan::TaskKind::Recv:
+      return invalid_argument("task '{}': cross-node send/recv tasks need the multi-node runtime", name);
+  }
+  return invalid_argument("task '{}': unknown task kind", name);
+}
+
+Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
+  auto& body = std::get<VariableBody>(actor.body());
+  const plan::RegstDesc* model = plan_.regsts()->Get(task.outputs()->Get(0));
+  const TensorView& slot = slots_[model->id()][0];
+  std::string var = read_string(model->name());
+  auto it = options_.initial_values.find(var);
+  if (it == options_.initial_values.end()) return body.init(slot, {});
+  Shape logical = read_shape(model->logical_shape());
+  if (static_cast<int64_t>(it->second.size()) != num_elements(logical))
+    return invalid_argument("initial values of '{}' hold {} elements, its shape {} needs {}", var, it->second.size(),
+                            shape_string(logical), num_elements(logical));
+  std::vector<float> piece(static_cast<size_t>(slot.size()));
+  Shape offset = read_shape(task.variable()->offset());
+  copy_block(logical, offset, slot.shape, const_cast<float*>(it->second.data()), piece.data(), true);
+  return body.init(slot, piece);
+}
+
+Status NodeRun::build() {
+  RILL_RETURN_IF_ERROR(allocate_regsts());
+  const auto& tasks = *plan_.tasks();
+  const auto& regsts = *plan_.regsts();
+  by_index_.assign(tasks.size(), nullptr);
+  for (const plan::Task* task : tasks) {
+    if (task->node() != options_.node) continue;
+    std::string name = read_string(task->name());
+    std::vector<InputPort> inputs;
+    if (task->inputs())
+      for (int64_t r : *task->inputs()) {
+        const plan::RegstDesc* desc = regsts.Get(r);
+        InputPort in;
+        in.regst = r;
+        in.name = read_string(desc->name());
+        in.producer = desc->producer();
+        in.slots = slots_[r];
+        in.fifo.assign(static_cast<size_t>(desc->register_num()), 0);
+        inputs.push_back(std::move(in));
+      }
+    std::vector<OutputPort> outputs;
+    if (task->outputs())
+      for (int64_t r : *task->outputs()) {
+        const plan::RegstDesc* desc = regsts.Get(r);
+        OutputPort out;
+        out.regst = r;
+        out.name = read_string(desc->name());
+        if (desc->consumers()) out.consumers.assign(desc->consumers()->begin(), desc->consumers()->end());
+        out.slots = slots_[r];
+        out.pending.assign(out.slots.size(), 0);
+        outputs.push_back(std::move(out));
+      }
+    RILL_ASSIGN_OR_RETURN(Body body, make_body(*task));
+    auto actor = std::make_unique<Actor>(task->id(), name, plan_.steps(), std::move(inputs), std::move(outputs),
+                                         std::move(body));
+    if (task->kind() == plan::TaskKind::Variable) {
+      RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
+      variable_tasks_.push_back(task);
+    }
+    if (options_.trace) actor->enable_trace();
+    uint64_t key = ActorId::thread_key(task->id());
+    Worker*& worker = worker_by_key_[key];
+    if (!worker) {
+      workers_.push_back(std::make_unique<Worker>(
+          key, [this](const ActorMsg& msg) {
+            auto it = worker_by_key_.find(ActorId::thread_key(msg.dst));
+            if (it == worker_by_key_.end()) {
+              fail(internal_error("no thread on node {} runs actor {}", options_.node, ActorId::to_string(msg.dst)));
+              return;
+            }
+            it->second->push(msg);
+          },
+          [this](const Status& status) { fail(status); }, &progress_));
+      worker = workers_.back().get();
+    }
+    worker->add_actor(actor.get());
+    by_index_[ActorId::index(task->id())] = actor.get();
+    actors_.push_back(std::move(actor));
+  }
+  return {};
+}
+
+void NodeRun::fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (first_error_.ok()) first_error_ = status;
+  }
+  failed_.store(true);
+  for (auto& worker : workers_) worker->stop();
+}
+
+RunReport NodeRun::run() {
+  using Clock = std::chrono::steady_clock;
+  RunReport report;
+  report.steps = plan_.steps();
+  auto start = Clock::now();
+  for (auto& worker : workers_) worker->start(&by_index_);
+  int64_t last_progress = -1;
+  auto last_change = Clock::now();
+  bool stalled = false;
+  for (;;) {
+    bool all_done = true;
+    for (auto& worker : workers_)
+      if (!worker->finished()) all_done = false;
+    if (all_done || failed_.load()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    int64_t now_progress = progress_.load();
+    if (now_progress != last_progress) {
+      last_progress = now_progress;
+      last_change = Clock::now();
+    } else if (std::chrono::duration<double>(Clock::now() - last_change).count() > options_.stall_timeout_s) {
+      stalled = true;
+      for (auto& worker : workers_) worker->stop();
+      break;
+    }
+  }
+  for (auto& worker : workers_) worker->join();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (stalled) {
+    std::string waiting;
+    for (const auto& actor : actors_)
+      if (!actor->retired()) waiting += "\n  " + actor->describe_wait();
+    report.status = Status(Code::kDeadlineExceeded,
+                           fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}",
+                                       options_.stall_timeout_s, waiting));
+  } else {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    report.status = first_error_;
+  }
+  if (report.status.ok()) collect_variables(report);
+  if (options_.trace)
+    for (const auto& actor : actors_) report.traces.push_back({actor->id(), actor->name(), actor->trace()});
+  return report;
+}
+
+void NodeRun::collect_variables(RunReport& report) {
+  for (const plan::Task* task : variable_tasks_) {
+    const plan::RegstDesc* model = plan_.regsts()->Get(task->outputs()->Get(0));
+    std::string var = read_string(model->name());
+    VariableValue& value = report.variables[var];
+    Shape logical = read_shape(model->logical_shape());
+    if (value.values.empty()) {
+      value.shape = logical;
+      value.values.assign(static_cast<size_t>(num_elements(logical)), 0.0f);
+    }
+    const TensorView& slot = slots_[model->id()][0];
+    Shape offset = read_shape(task->variable()->offset());
+    copy_block(logical, offset, slot.shape, value.values.data(), slot.f32(), false);
+  }
+}
+
+}  // namespace
+
+RunReport run_plan(std::string_view plan_bytes, const RunOptions& options) {
+  RunReport report;
+  auto verified = compiler::verify_plan(plan_bytes);
+  if (!verified.ok()) {
+    report.status = verified.status();
+    return report;
+  }
+  NodeRun run(**verified, options);
+  Status built = run.build();
+  if (!built.ok()) {
+    report.status = built;
+    return report;
+  }
+  return run.run();
+}
+
+}  // namespace rill

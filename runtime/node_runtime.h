@@ -1,0 +1,52 @@
+// NodeRuntime: runs one node's part of a plan. It builds actors, regst memory
+// and worker threads from the plan's bytes alone (verified first), exactly as
+// a remote node does, starts every worker, and waits until every actor has
+// retired, an actor fails, or nothing has acted for `stall_timeout_s` (then
+// the error names each waiting actor and what it waits for).
+//
+// run_plan() is called from one thread; the step listener is called on the
+// sink's thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actor/actor.h"
+#include "base/status.h"
+
+namespace rill {
+
+struct VariableValue {
+  Shape shape;
+  std::vector<float> values;  // the logical tensor, assembled from its pieces
+};
+
+struct RunOptions {
+  int node = 0;                     // which node's tasks to run
+  double stall_timeout_s = 60.0;    // stop and report when no actor acts this long
+  bool trace = false;               // record per-act timestamps
+  // Start variables from these logical values instead of their initializers.
+  std::map<std::string, std::vector<float>> initial_values;
+  SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
+};
+
+struct ActorTraceRecord {
+  uint64_t id = 0;
+  std::string name;
+  ActTrace trace;
+};
+
+struct RunReport {
+  Status status;
+  int64_t steps = 0;
+  double seconds = 0.0;             // from the first act to the last retirement
+  std::map<std::string, VariableValue> variables;
+  std::vector<ActorTraceRecord> traces;  // when RunOptions::trace
+};
+
+RunReport run_plan(std::string_view plan_bytes, const RunOptions& options);
+
+}  // namespace rill

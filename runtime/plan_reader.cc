@@ -1,0 +1,99 @@
+#include "runtime/plan_reader.h"
+
+#include <cstring>
+
+namespace rill {
+
+Attrs read_attrs(const flatbuffers::Vector<flatbuffers::Offset<plan::Attr>>* attrs) {
+  Attrs out;
+  if (!attrs) return out;
+  for (const plan::Attr* attr : *attrs) {
+    std::string name = attr->name()->str();
+    switch (attr->type()) {
+      case plan::AttrType::Int: out.set(name, attr->i()); break;
+      case plan::AttrType::Float: out.set(name, attr->f()); break;
+      case plan::AttrType::String: out.set(name, read_string(attr->s())); break;
+      case plan::AttrType::Ints: out.set(name, read_shape(attr->ints())); break;
+    }
+  }
+  return out;
+}
+
+Shape read_shape(const flatbuffers::Vector<int64_t>* dims) {
+  return dims ? Shape(dims->begin(), dims->end()) : Shape{};
+}
+
+Sbp read_sbp(const plan::Sbp* sbp) {
+  if (!sbp) return Sbp::broadcast();
+  switch (sbp->kind()) {
+    case plan::SbpKind::Split: return Sbp::split(sbp->axis());
+    case plan::SbpKind::Broadcast: return Sbp::broadcast();
+    case plan::SbpKind::PartialSum: return Sbp::partial_sum();
+  }
+  return Sbp::broadcast();
+}
+
+DType read_dtype(plan::DType dtype) { return dtype == plan::DType::I32 ? DType::kI32 : DType::kF32; }
+
+std::string read_string(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+DatasetSpec read_dataset(const plan::Dataset& d) {
+  DatasetSpec spec;
+  spec.name = read_string(d.name());
+  spec.kind = read_string(d.kind());
+  spec.images = read_string(d.images());
+  spec.labels = read_string(d.labels());
+  spec.path = read_string(d.path());
+  spec.label_column = d.label_column();
+  spec.header = d.header();
+  spec.num_samples = d.num_samples();
+  spec.num_classes = d.num_classes();
+  spec.seed = d.seed();
+  spec.scale = d.scale();
+  spec.feature_shape = read_shape(d.feature_shape());
+  if (d.tensors()) {
+    for (const plan::InlineTensor* t : *d.tensors()) {
+      InlineTensor tensor;
+      tensor.name = read_string(t->name());
+      tensor.shape = read_shape(t->shape());
+      if (t->i32() && t->i32()->size() > 0) {
+        tensor.dtype = DType::kI32;
+        tensor.i32.assign(t->i32()->begin(), t->i32()->end());
+      } else if (t->f32()) {
+        tensor.f32.assign(t->f32()->begin(), t->f32()->end());
+      }
+      spec.tensors.push_back(std::move(tensor));
+    }
+  }
+  return spec;
+}
+
+void copy_block(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, float* whole,
+                float* block, bool into_block) {
+  const size_t rank = logical.size();
+  if (rank == 0) {
+    if (into_block) *block = *whole;
+    else *whole = *block;
+    return;
+  }
+  // Walk every row (last axis) of the block; rows are contiguous in both.
+  std::vector<int64_t> index(rank, 0);
+  const int64_t rows = num_elements(piece) / std::max<int64_t>(piece[rank - 1], 1);
+  const size_t row_bytes = static_cast<size_t>(piece[rank - 1]) * sizeof(float);
+  for (int64_t r = 0; r < rows && row_bytes > 0; ++r) {
+    int64_t whole_at = 0, block_at = 0;
+    for (size_t a = 0; a < rank; ++a) {
+      int64_t pos = (a + 1 == rank ? 0 : index[a]);
+      whole_at = whole_at * logical[a] + pos + (a < offset.size() ? offset[a] : 0);
+      block_at = block_at * piece[a] + pos;
+    }
+    if (into_block) std::memcpy(block + block_at, whole + whole_at, row_bytes);
+    else std::memcpy(whole + whole_at, block + block_at, row_bytes);
+    for (int a = static_cast<int>(rank) - 2; a >= 0; --a) {  // next row index
+      if (++index[a] < piece[a]) break;
+      index[a] = 0;
+    }
+  }
+}
+
+}  // namespace rill

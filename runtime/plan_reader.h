@@ -1,0 +1,25 @@
+// Helpers that read plan tables into the runtime's plain values. Pure functions.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/plan_generated.h"
+#include "kernels/attrs.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+Attrs read_attrs(const flatbuffers::Vector<flatbuffers::Offset<plan::Attr>>* attrs);
+Shape read_shape(const flatbuffers::Vector<int64_t>* dims);
+Sbp read_sbp(const plan::Sbp* sbp);
+DType read_dtype(plan::DType dtype);
+std::string read_string(const flatbuffers::String* s);
+DatasetSpec read_dataset(const plan::Dataset& dataset);
+
+// Copies between a logical tensor and its piece at per-axis `offset`.
+void copy_block(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, float* whole,
+                float* block, bool into_block);
+
+}  // namespace rill

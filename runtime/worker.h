@@ -1,0 +1,65 @@
+// Worker: one thread that runs a fixed set of actors. Other threads push
+// messages into its queue (a mutex and condition variable around a vector that
+// is swapped out whole, so steady state allocates nothing); messages an actor
+// sends to an actor on the same thread skip the lock.
+//
+// push() and stop() may be called from any thread; everything else from the
+// owner (NodeRuntime) before start() or after join().
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "actor/actor.h"
+
+namespace rill {
+
+class Worker {
+ public:
+  // `route` delivers a message to whichever worker runs its destination.
+  // `on_error` is told the first error an actor returns (then the worker stops).
+  Worker(uint64_t thread_key, std::function<void(const ActorMsg&)> route,
+         std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress);
+  ~Worker();
+
+  uint64_t thread_key() const { return thread_key_; }
+  void add_actor(Actor* actor) { actors_.push_back(actor); }
+  const std::vector<Actor*>& actors() const { return actors_; }
+
+  void start(const std::vector<Actor*>* by_index);
+  void push(const ActorMsg& msg);
+  void stop();
+  void join();
+  bool finished() const { return finished_.load(); }
+
+ private:
+  class Sender;
+  void run();
+  bool all_retired() const;
+  void dispatch(const ActorMsg& msg, Outbox& outbox);
+
+  uint64_t thread_key_;
+  std::function<void(const ActorMsg&)> route_;
+  std::function<void(const Status&)> on_error_;
+  std::atomic<int64_t>* progress_;
+  std::vector<Actor*> actors_;
+  const std::vector<Actor*>* by_index_ = nullptr;
+  std::thread thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ActorMsg> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;            // GUARDED_BY(mu_)
+
+  std::vector<ActorMsg> batch_;  // owner thread only
+  std::vector<ActorMsg> local_;  // owner thread only: same-thread messages
+  std::atomic<bool> finished_{false};
+  bool failed_ = false;
+};
+
+}  // namespace rill
