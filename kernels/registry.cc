@@ -11,6 +11,14 @@ namespace {
 
 const auto kAllOps = std::to_array<const OpDef*>({
     &kMatmulOp,
+    &kReshapeOp, &kTransposeOp, &kIdentityOp, &kSliceOp, &kSliceGradOp, &kConcatOp,
+    &kFillOp, &kUniformOp, &kNormalOp, &kXavierUniformOp, &kKaimingUniformOp,
+    &kSgdUpdateOp, &kMomentumUpdateOp, &kAdamUpdateOp,
+    &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kOnesLikeOp,
+    &kReluOp, &kGeluOp, &kTanhOp, &kSigmoidOp, &kSoftmaxOp,
+    &kReluGradOp, &kGeluGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
+    &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
+    &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     // OP-LIST: keep sorted by group; see kernels/ops/ops.h.
 });
 

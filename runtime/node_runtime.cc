@@ -218,6 +218,7 @@ Status NodeRun::build() {
     if (!worker) {
       workers_.push_back(std::make_unique<Worker>(
           key, [this](const ActorMsg& msg) {
+            if (options_.drop_message && options_.drop_message(msg)) return;
             auto it = worker_by_key_.find(ActorId::thread_key(msg.dst));
             if (it == worker_by_key_.end()) {
               fail(internal_error("no thread on node {} runs actor {}", options_.node, ActorId::to_string(msg.dst)));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -31,6 +32,9 @@ struct RunOptions {
   // Start variables from these logical values instead of their initializers.
   std::map<std::string, std::vector<float>> initial_values;
   SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
+  // Fault injection for tests: drops each message between threads for which
+  // it returns true (a lost message must end in a stuck-job report).
+  std::function<bool(const ActorMsg&)> drop_message;
 };
 
 struct ActorTraceRecord {

@@ -1,0 +1,214 @@
+#include "compiler/autograd.h"
+
+#include <set>
+
+namespace rill::compiler {
+namespace {
+
+// Output tensor names of an op named `op` with `count` outputs.
+std::vector<std::string> output_names(const std::string& op, int count) {
+  if (count == 1) return {op};
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.push_back(fmt::format("{}:{}", op, i));
+  return names;
+}
+
+// An op name, free together with its output names, made from `base`.
+std::string unique_op_name(const LogicalGraph& g, const std::string& base, int num_outputs) {
+  for (int k = 0;; ++k) {
+    std::string name = k == 0 ? base : fmt::format("{}_{}", base, k);
+    bool free = !g.has_name(name);
+    for (const std::string& out : output_names(name, num_outputs)) free = free && !g.has_name(out);
+    if (free) return name;
+  }
+}
+
+class Backward {
+ public:
+  explicit Backward(LogicalGraph* g) : g_(g) {}
+
+  // Appends a backward op; `base` names it ("grad/<forward op>/<type>").
+  StatusOr<std::vector<std::string>> add_op(const std::string& base, const std::string& type,
+                                            std::vector<std::string> inputs, Attrs attrs, int num_outputs) {
+    OpNode op;
+    op.name = unique_op_name(*g_, base, num_outputs);
+    op.type = type;
+    op.inputs = std::move(inputs);
+    op.outputs = output_names(op.name, num_outputs);
+    op.attrs = std::move(attrs);
+    op.output_hints.resize(num_outputs);
+    op.backward = true;
+    std::vector<std::string> outputs = op.outputs;
+    RILL_RETURN_IF_ERROR(g_->append_op(std::move(op)));
+    return outputs;
+  }
+
+  void contribute(const std::string& tensor, const std::string& grad) { contributions_[tensor].push_back(grad); }
+
+  // The gradient of `tensor` summed over its contributions, or "" if none.
+  StatusOr<std::string> total(const std::string& tensor) {
+    auto it = contributions_.find(tensor);
+    if (it == contributions_.end() || it->second.empty()) return std::string();
+    std::vector<std::string> parts = it->second;
+    if (parts.size() == 1) return parts[0];
+    const OpDef* add = find_op("add");
+    if (add == nullptr) return not_found("summing the gradients of '{}' needs op 'add', which is not registered", tensor);
+    std::string base = fmt::format("grad/{}/add", tensor);
+    std::string sum;
+    if (add->num_inputs < 0) {
+      RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", parts, {}, 1));
+      sum = out[0];
+    } else {
+      sum = parts[0];
+      for (size_t i = 1; i < parts.size(); ++i) {
+        RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", {sum, parts[i]}, {}, 1));
+        sum = out[0];
+      }
+    }
+    it->second = {sum};
+    return sum;
+  }
+
+  LogicalGraph* graph() { return g_; }
+
+ private:
+  LogicalGraph* g_;
+  std::map<std::string, std::vector<std::string>> contributions_;
+};
+
+// What one gradient rule sees: a forward op, its output gradients, and the
+// inputs that need a gradient. Errors from add_op are kept for after the rule.
+class RuleBuilder final : public GradBuilder {
+ public:
+  RuleBuilder(Backward* backward, OpNode op, std::vector<std::string> output_grads, std::vector<bool> needs)
+      : backward_(backward), op_(std::move(op)), output_grads_(std::move(output_grads)), needs_(std::move(needs)),
+        input_grads_(op_.inputs.size()) {}
+
+  const Attrs& attrs() const override { return op_.attrs; }
+  int num_inputs() const override { return static_cast<int>(op_.inputs.size()); }
+  const std::string& input(int i) const override { return op_.inputs.at(i); }
+  const std::string& output(int i) const override { return op_.outputs.at(i); }
+  const TensorMeta& meta(const std::string& tensor) const override {
+    static const TensorMeta kNone;
+    const LogicalTensor* t = backward_->graph()->find(tensor);
+    if (t == nullptr) {
+      note(not_found("gradient rule asked for the meta of unknown tensor '{}'", tensor));
+      return kNone;
+    }
+    return t->meta;
+  }
+  std::string output_grad(int i) const override {
+    return i >= 0 && i < static_cast<int>(output_grads_.size()) ? output_grads_[i] : std::string();
+  }
+  bool needs_input_grad(int i) const override { return i >= 0 && i < static_cast<int>(needs_.size()) && needs_[i]; }
+  std::vector<std::string> add_op(const std::string& type, std::vector<std::string> inputs, Attrs attrs,
+                                  int num_outputs) override {
+    auto out = backward_->add_op(fmt::format("grad/{}/{}", op_.name, type), type, std::move(inputs),
+                                 std::move(attrs), num_outputs);
+    if (out.ok()) return std::move(out).value();
+    note(out.status());
+    return std::vector<std::string>(std::max(num_outputs, 0), std::string());
+  }
+  void set_input_grad(int i, const std::string& grad) override {
+    if (i < 0 || i >= num_inputs()) {
+      note(internal_error("gradient rule set the gradient of input {} of {}", i, num_inputs()));
+      return;
+    }
+    input_grads_[i] = grad;
+  }
+
+  const Status& status() const { return status_; }
+  const std::vector<std::string>& input_grads() const { return input_grads_; }
+
+ private:
+  void note(Status s) const {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  Backward* backward_;
+  OpNode op_;
+  std::vector<std::string> output_grads_;
+  std::vector<bool> needs_;
+  std::vector<std::string> input_grads_;
+  mutable Status status_;
+};
+
+}  // namespace
+
+Status build_backward(LogicalGraph* g) {
+  std::set<std::string> requires_grad;
+  for (const VariableNode& v : g->variables)
+    if (v.variable.trainable) requires_grad.insert(v.variable.name);
+  const size_t num_forward = g->ops.size();
+  for (const OpNode& op : g->ops) {
+    bool any = false;
+    for (const std::string& in : op.inputs) any = any || requires_grad.count(in) != 0;
+    if (any) requires_grad.insert(op.outputs.begin(), op.outputs.end());
+  }
+  if (requires_grad.count(g->loss) == 0) return {};  // nothing trainable reaches the loss
+
+  // Tensors the loss depends on.
+  std::set<std::string> to_loss = {g->loss};
+  for (size_t i = num_forward; i-- > 0;) {
+    const OpNode& op = g->ops[i];
+    bool needed = false;
+    for (const std::string& out : op.outputs) needed = needed || to_loss.count(out) != 0;
+    if (needed) to_loss.insert(op.inputs.begin(), op.inputs.end());
+  }
+
+  Backward backward(g);
+  RILL_ASSIGN_OR_RETURN(std::vector<std::string> seed,
+                        backward.add_op(fmt::format("grad/{}/ones_like", g->loss), "ones_like", {g->loss}, {}, 1));
+  backward.contribute(g->loss, seed[0]);
+
+  for (size_t i = num_forward; i-- > 0;) {
+    OpNode op = g->ops[i];  // a copy: rules append to g->ops
+    std::vector<bool> needs(op.inputs.size());
+    bool any_need = false;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      needs[k] = requires_grad.count(op.inputs[k]) != 0 && to_loss.count(op.inputs[k]) != 0;
+      any_need = any_need || needs[k];
+    }
+    if (!any_need) continue;
+    std::vector<std::string> output_grads;
+    bool any_grad = false;
+    for (const std::string& out : op.outputs) {
+      RILL_ASSIGN_OR_RETURN(std::string grad, backward.total(out));
+      any_grad = any_grad || !grad.empty();
+      output_grads.push_back(grad);
+    }
+    if (!any_grad) continue;
+    if (op.def->grad == nullptr)
+      return invalid_argument("op '{}' ({}) lies between a trainable variable and the loss but has no gradient rule",
+                              op.name, op.type);
+    RuleBuilder rule(&backward, op, output_grads, needs);
+    Status s = op.def->grad(rule);
+    if (s.ok()) s = rule.status();
+    if (!s.ok()) return s.with_context(fmt::format("gradient of op '{}' ({})", op.name, op.type));
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const std::string& grad = rule.input_grads()[k];
+      if (!needs[k] || grad.empty()) continue;
+      const LogicalTensor* gt = g->find(grad);
+      const LogicalTensor* xt = g->find(op.inputs[k]);
+      if (gt == nullptr) return internal_error("gradient of op '{}' input {} names unknown tensor '{}'", op.name, k, grad);
+      if (!(gt->meta == xt->meta))
+        return internal_error("gradient of op '{}' ({}) input {} has shape {}, the input has {}", op.name, op.type, k,
+                              shape_string(gt->meta.shape), shape_string(xt->meta.shape));
+      backward.contribute(op.inputs[k], grad);
+    }
+  }
+
+  std::vector<std::string> roots;
+  for (const Reported& r : g->reported) roots.push_back(r.tensor);
+  for (VariableNode& v : g->variables) {
+    if (!v.variable.trainable || to_loss.count(v.variable.name) == 0) continue;
+    RILL_ASSIGN_OR_RETURN(v.grad, backward.total(v.variable.name));
+    if (v.grad.empty())
+      return internal_error("variable '{}' feeds the loss but no gradient rule produced its gradient", v.variable.name);
+    roots.push_back(v.grad);
+  }
+  g->prune(roots);
+  return {};
+}
+
+}  // namespace rill::compiler

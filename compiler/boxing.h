@@ -1,0 +1,24 @@
+// Boxing: what it costs to turn a tensor from one SBP into another, and the
+// pass that inserts boxing nodes into a LogicalGraph wherever a producer's SBP
+// differs from what a consumer requires (an op input, a variable's gradient,
+// which must arrive in the variable's own SBP, or a split scalar for the sink).
+// One boxing node per (tensor, target SBP), shared by every consumer needing
+// it. With one device there is never boxing. Pure; any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compiler/logical_graph.h"
+
+namespace rill::compiler {
+
+// The cost of boxing a tensor of `bytes` logical bytes from `from` to `to` over
+// `parallel` devices: the bytes that cross devices (all-gather, all-reduce,
+// reduce-scatter, all-to-all) plus the bytes of the piece written, so no
+// conversion is free. 0 when the SBPs are equal or parallel is 1.
+int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel);
+
+Status insert_boxing(LogicalGraph* graph);
+
+}  // namespace rill::compiler

@@ -1,0 +1,114 @@
+// LogicalGraph: the compiler's view of a job between the logical passes
+// (validate, autograd, optimizer, SBP deduction, boxing insertion). Every tensor
+// has one producer: an input, a variable or an op output. Ops are kept in a
+// topological order; autograd appends backward ops after the forward ones.
+// Passes mutate it in turn; a value owned by one compile() call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.h"
+#include "graph/job.h"
+#include "kernels/op.h"
+
+namespace rill::compiler {
+
+enum class TensorOrigin : uint8_t { kInput, kVariable, kOp };
+
+struct LogicalTensor {
+  std::string name;
+  TensorMeta meta;  // logical (whole) tensor
+  TensorOrigin origin = TensorOrigin::kOp;
+  int producer = -1;     // index into inputs, variables or ops, by origin
+  int output_index = 0;  // kOp: which output of the producer
+  Sbp sbp;               // set by SBP deduction
+};
+
+struct InputNode {
+  graph::Input input;
+  std::string dataset;  // the dataset read: the input's own, or the eval dataset
+  Sbp sbp = Sbp::split(0);
+};
+
+struct VariableNode {
+  graph::Variable variable;
+  Sbp sbp = Sbp::broadcast();
+  std::string grad;       // train mode, trainable and on a path to the loss: its gradient
+  std::string update_op;  // set by the optimizer pass when grad is set
+  Attrs update_attrs;
+  int num_state = 0;
+  int grad_boxing = -1;   // index into LogicalGraph::boxings, or -1
+};
+
+struct OpNode {
+  std::string name;
+  std::string type;
+  const OpDef* def = nullptr;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  Attrs attrs;
+  std::vector<std::optional<Sbp>> output_hints;
+  bool backward = false;
+  // Set by SBP deduction: the chosen signature.
+  std::vector<Sbp> input_sbp;
+  std::vector<Sbp> output_sbp;
+  // Set by boxing insertion: per input, index into LogicalGraph::boxings or -1.
+  std::vector<int> input_boxing;
+};
+
+// Turns every piece of `tensor` from `in` into `out` (one task over all ranks).
+struct BoxingNode {
+  std::string tensor;
+  Sbp in;
+  Sbp out;
+};
+
+// A scalar reported to the sink each step: the loss or a metric.
+struct Reported {
+  std::string name;    // "loss" or the metric's name
+  std::string tensor;
+  int boxing = -1;     // set by boxing insertion: a split scalar is gathered first
+};
+
+struct LogicalGraph {
+  std::string job_name;
+  Mode mode = Mode::kTrain;
+  Cluster cluster;
+  int64_t global_batch = 0;
+  bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
+  uint64_t seed = 0;      // the shuffle's seed
+  int64_t log_every = 0;
+  std::vector<graph::Dataset> datasets;  // those the inputs read, in job order
+  std::vector<InputNode> inputs;
+  std::vector<VariableNode> variables;
+  std::vector<OpNode> ops;
+  std::set<std::string> op_names;
+  std::map<std::string, LogicalTensor> tensors;
+  std::string loss;  // empty in eval plans of jobs without one
+  std::vector<Reported> reported;
+  std::vector<BoxingNode> boxings;
+
+  int parallel() const { return cluster.parallel(); }
+  const LogicalTensor* find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  }
+  LogicalTensor* find(const std::string& name) {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  }
+  bool has_name(const std::string& name) const;  // a tensor or an op of that name
+  // Infers `op`'s outputs, registers them as tensors and appends the op.
+  // Errors name the op; output names must be new.
+  Status append_op(OpNode op);
+  // Drops the ops, inputs and variables no root depends on (roots: tensor
+  // names), keeping the order of what stays. Run before boxing insertion.
+  void prune(const std::vector<std::string>& roots);
+};
+
+}  // namespace rill::compiler

@@ -1,0 +1,213 @@
+#include "compiler/physical.h"
+
+namespace rill::compiler {
+namespace {
+
+class Expander {
+ public:
+  explicit Expander(const LogicalGraph& g) : g_(g), parallel_(g.parallel()), per_node_(g.cluster.devices_per_node) {}
+
+  StatusOr<TaskGraph> run() {
+    out_.job_name = g_.job_name;
+    out_.global_batch = g_.global_batch;
+    out_.log_every = g_.log_every;
+    out_.shuffle = g_.shuffle;
+    out_.seed = g_.seed;
+    out_.num_nodes = g_.cluster.num_nodes;
+    out_.devices_per_node = g_.cluster.devices_per_node;
+    out_.datasets = g_.datasets;
+    RILL_RETURN_IF_ERROR(add_sources());
+    add_variables();
+    add_computes();
+    add_boxings();
+    add_sink();
+    wire();
+    return std::move(out_);
+  }
+
+ private:
+  int node_of(int rank) const { return rank / per_node_; }
+  int device_of(int rank) const { return rank % per_node_; }
+
+  // Appends `task` with the actor id of its position on a thread of `type`.
+  int add_task(TaskNode task, DeviceType type) {
+    uint32_t index = static_cast<uint32_t>(out_.tasks.size());
+    uint32_t device = type == DeviceType::kCpu ? static_cast<uint32_t>(task.device) : 0;
+    task.id = ActorId::make(static_cast<uint32_t>(task.node), type, device, 0, index);
+    out_.tasks.push_back(std::move(task));
+    return static_cast<int>(index);
+  }
+
+  int add_regst(int task, const std::string& name, const TensorMeta& logical, const Sbp& sbp, int rank,
+                bool is_model = false) {
+    RegstNode r;
+    r.name = name;
+    r.producer = task;
+    r.meta = TensorMeta{physical_shape(logical.shape, sbp, parallel_, rank), logical.dtype};
+    r.logical_shape = logical.shape;
+    r.sbp = sbp;
+    r.is_model = is_model;
+    int id = static_cast<int>(out_.regsts.size());
+    out_.regsts.push_back(std::move(r));
+    out_.tasks[task].outputs.push_back(id);
+    return id;
+  }
+
+  Status add_sources() {
+    for (size_t d = 0; d < g_.datasets.size(); ++d) {
+      const graph::Dataset& dataset = g_.datasets[d];
+      std::vector<const InputNode*> members;
+      for (const InputNode& in : g_.inputs)
+        if (in.dataset == dataset.name) members.push_back(&in);
+      for (const InputNode* in : members)
+        if (!(in->sbp == members[0]->sbp))
+          return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' with different SBPs",
+                                  members[0]->input.name, members[0]->sbp.to_string(), in->input.name,
+                                  in->sbp.to_string(), dataset.name);
+      const bool split = members[0]->sbp.kind == Sbp::kSplit;
+      for (int rank = 0; rank < parallel_; ++rank) {
+        TaskNode task;
+        task.kind = plan::TaskKind::Source;
+        task.name = fmt::format("source:{}@{}", dataset.name, rank);
+        task.node = node_of(rank);
+        task.source.dataset = static_cast<int>(d);
+        task.source.shard = split ? rank : 0;
+        task.source.num_shards = split ? parallel_ : 1;
+        for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
+        int t = add_task(std::move(task), DeviceType::kIo);
+        for (const InputNode* in : members) {
+          const LogicalTensor* tensor = g_.find(in->input.name);
+          pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, rank));
+        }
+      }
+    }
+    return {};
+  }
+
+  void add_variables() {
+    for (const VariableNode& v : g_.variables) {
+      const graph::Variable& var = v.variable;
+      std::vector<int>& tasks = variable_tasks_.emplace_back();
+      for (int rank = 0; rank < parallel_; ++rank) {
+        TaskNode task;
+        task.kind = plan::TaskKind::Variable;
+        task.name = fmt::format("{}@{}", var.name, rank);
+        task.node = node_of(rank);
+        task.device = device_of(rank);
+        task.variable.init_op = var.init.type;
+        task.variable.init_attrs = var.init.attrs;
+        if (!task.variable.init_attrs.has("shape"))
+          task.variable.init_attrs.set("shape", std::vector<int64_t>(var.shape));
+        task.variable.update_op = v.update_op;
+        task.variable.update_attrs = v.update_attrs;
+        task.variable.num_state = v.num_state;
+        task.variable.offset.assign(var.shape.size(), 0);
+        if (v.sbp.kind == Sbp::kSplit)
+          task.variable.offset[v.sbp.axis] = split_offset(var.shape[v.sbp.axis], parallel_, rank);
+        int t = add_task(std::move(task), DeviceType::kCpu);
+        tasks.push_back(t);
+        pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, rank, true));
+      }
+    }
+  }
+
+  void add_computes() {
+    for (const OpNode& op : g_.ops) {
+      std::vector<int>& tasks = op_tasks_.emplace_back();
+      for (int rank = 0; rank < parallel_; ++rank) {
+        TaskNode task;
+        task.kind = plan::TaskKind::Compute;
+        task.name = fmt::format("{}@{}", op.name, rank);
+        task.op_type = op.type;
+        task.attrs = op.attrs;
+        task.node = node_of(rank);
+        task.device = device_of(rank);
+        std::vector<TensorMeta> physical_inputs;
+        for (size_t k = 0; k < op.inputs.size(); ++k) {
+          const TensorMeta& meta = g_.find(op.inputs[k])->meta;
+          task.logical_input_shapes.push_back(meta.shape);
+          physical_inputs.push_back({physical_shape(meta.shape, op.input_sbp[k], parallel_, rank), meta.dtype});
+        }
+        if (op.def->scratch_bytes != nullptr)
+          task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
+        int t = add_task(std::move(task), DeviceType::kCpu);
+        tasks.push_back(t);
+        for (size_t k = 0; k < op.outputs.size(); ++k)
+          pieces_[op.outputs[k]].push_back(add_regst(t, op.outputs[k], g_.find(op.outputs[k])->meta,
+                                                     op.output_sbp[k], rank));
+      }
+    }
+  }
+
+  void add_boxings() {
+    for (const BoxingNode& b : g_.boxings) {
+      TaskNode task;
+      task.kind = plan::TaskKind::Boxing;
+      task.name = fmt::format("boxing:{}:{}->{}", b.tensor, b.in.to_string(), b.out.to_string());
+      task.node = 0;
+      task.boxing = BoxingInfo{b.in, b.out, parallel_};
+      int t = add_task(std::move(task), DeviceType::kComm);
+      boxing_tasks_.push_back(t);
+      std::vector<int>& outs = boxed_.emplace_back();
+      for (int rank = 0; rank < parallel_; ++rank)
+        outs.push_back(add_regst(t, b.tensor, g_.find(b.tensor)->meta, b.out, rank));
+    }
+  }
+
+  void add_sink() {
+    TaskNode task;
+    task.kind = plan::TaskKind::Sink;
+    task.name = "sink";
+    task.node = 0;
+    sink_task_ = add_task(std::move(task), DeviceType::kIo);
+  }
+
+  // The regst a consumer on `rank` reads for `tensor`, after boxing `boxing`.
+  int piece(const std::string& tensor, int boxing, int rank) const {
+    return boxing >= 0 ? boxed_[boxing][rank] : pieces_.at(tensor)[rank];
+  }
+
+  void wire() {
+    for (size_t v = 0; v < g_.variables.size(); ++v) {
+      const VariableNode& var = g_.variables[v];
+      if (var.grad.empty()) continue;
+      for (int rank = 0; rank < parallel_; ++rank)
+        out_.tasks[variable_tasks_[v][rank]].inputs.push_back(piece(var.grad, var.grad_boxing, rank));
+    }
+    for (size_t o = 0; o < g_.ops.size(); ++o) {
+      const OpNode& op = g_.ops[o];
+      for (int rank = 0; rank < parallel_; ++rank)
+        for (size_t k = 0; k < op.inputs.size(); ++k)
+          out_.tasks[op_tasks_[o][rank]].inputs.push_back(piece(op.inputs[k], op.input_boxing[k], rank));
+    }
+    for (size_t b = 0; b < g_.boxings.size(); ++b)
+      for (int rank = 0; rank < parallel_; ++rank)
+        out_.tasks[boxing_tasks_[b]].inputs.push_back(pieces_.at(g_.boxings[b].tensor)[rank]);
+    TaskNode& sink = out_.tasks[sink_task_];
+    for (const Reported& r : g_.reported) {
+      for (int rank = 0; rank < parallel_; ++rank) {
+        int regst = piece(r.tensor, r.boxing, rank);
+        sink.inputs.push_back(regst);
+        sink.sink.names.push_back(r.name);
+        sink.sink.partial.push_back(out_.regsts[regst].sbp.kind == Sbp::kPartialSum);
+      }
+    }
+  }
+
+  const LogicalGraph& g_;
+  const int parallel_;
+  const int per_node_;
+  TaskGraph out_;
+  std::map<std::string, std::vector<int>> pieces_;  // tensor -> regst by rank
+  std::vector<std::vector<int>> boxed_;             // boxing node -> regst by rank
+  std::vector<std::vector<int>> variable_tasks_;
+  std::vector<std::vector<int>> op_tasks_;
+  std::vector<int> boxing_tasks_;
+  int sink_task_ = -1;
+};
+
+}  // namespace
+
+StatusOr<TaskGraph> expand(const LogicalGraph& graph) { return Expander(graph).run(); }
+
+}  // namespace rill::compiler

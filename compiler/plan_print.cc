@@ -1,0 +1,121 @@
+// plan_json and plan_dot: human-readable views of a verified plan.
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/compiler.h"
+
+namespace rill::compiler {
+namespace {
+
+std::string sbp_string(const plan::Sbp* sbp) {
+  if (sbp == nullptr) return "?";
+  switch (sbp->kind()) {
+    case plan::SbpKind::Split: return fmt::format("S({})", sbp->axis());
+    case plan::SbpKind::Broadcast: return "B";
+    case plan::SbpKind::PartialSum: return "P";
+  }
+  return "?";
+}
+
+std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
+
+template <typename T>
+std::vector<T> vec(const flatbuffers::Vector<T>* v) {
+  return v == nullptr ? std::vector<T>() : std::vector<T>(v->begin(), v->end());
+}
+
+// Escapes a string for a double-quoted DOT label.
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string plan_json(const plan::Plan& p) {
+  using Json = nlohmann::ordered_json;
+  Json root;
+  root["job"] = str(p.job_name());
+  root["version"] = p.version();
+  root["steps"] = p.steps();
+  root["global_batch"] = p.global_batch();
+  root["num_nodes"] = p.num_nodes();
+  root["devices_per_node"] = p.devices_per_node();
+  Json tasks = Json::array();
+  if (p.tasks() != nullptr) {
+    for (const plan::Task* t : *p.tasks()) {
+      tasks.push_back({{"id", t->id()},
+                       {"actor", ActorId::to_string(t->id())},
+                       {"kind", plan::EnumNameTaskKind(t->kind())},
+                       {"name", str(t->name())},
+                       {"op", str(t->op_type())},
+                       {"node", t->node()},
+                       {"device", t->device()},
+                       {"thread", t->thread()},
+                       {"inputs", vec(t->inputs())},
+                       {"outputs", vec(t->outputs())}});
+    }
+  }
+  root["tasks"] = std::move(tasks);
+  Json regsts = Json::array();
+  if (p.regsts() != nullptr) {
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      regsts.push_back({{"id", r->id()},
+                        {"name", str(r->name())},
+                        {"producer", r->producer()},
+                        {"consumers", vec(r->consumers())},
+                        {"register_num", r->register_num()},
+                        {"bytes", r->bytes()},
+                        {"shape", vec(r->shape())},
+                        {"sbp", sbp_string(r->sbp())},
+                        {"is_model", r->is_model()}});
+    }
+  }
+  root["regsts"] = std::move(regsts);
+  return root.dump(2);
+}
+
+std::string plan_dot(const plan::Plan& p) {
+  std::string out = fmt::format("digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n",
+                                dot_escape(str(p.job_name())));
+  // Group task indices by node, then by thread; std::map keeps the order fixed.
+  std::map<int, std::map<uint64_t, std::vector<uint32_t>>> groups;
+  if (p.tasks() != nullptr)
+    for (uint32_t i = 0; i < p.tasks()->size(); ++i) {
+      const plan::Task* t = p.tasks()->Get(i);
+      groups[t->node()][t->thread()].push_back(i);
+    }
+  for (const auto& [node, threads] : groups) {
+    out += fmt::format("  subgraph cluster_node{} {{\n    label=\"node {}\";\n", node, node);
+    for (const auto& [thread, indices] : threads) {
+      uint64_t first = p.tasks()->Get(indices[0])->id();
+      out += fmt::format("    subgraph cluster_thread{} {{\n      label=\"{}{}.{}\";\n", thread,
+                         device_type_name(ActorId::device_type(first)), ActorId::device(first),
+                         ActorId::stream(first));
+      for (uint32_t i : indices) {
+        const plan::Task* t = p.tasks()->Get(i);
+        std::string label = dot_escape(str(t->name()));
+        if (t->op_type() != nullptr && t->op_type()->size() > 0) label += "\\n" + dot_escape(str(t->op_type()));
+        out += fmt::format("      t{} [label=\"{}\\n{}\"];\n", i, label, plan::EnumNameTaskKind(t->kind()));
+      }
+      out += "    }\n";
+    }
+    out += "  }\n";
+  }
+  if (p.regsts() != nullptr)
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      if (r->consumers() == nullptr) continue;
+      for (uint64_t c : *r->consumers())
+        out += fmt::format("  t{} -> t{} [label=\"{} x{}\"];\n", ActorId::index(r->producer()), ActorId::index(c),
+                           dot_escape(str(r->name())), r->register_num());
+    }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace rill::compiler

@@ -1,0 +1,121 @@
+#include "compiler/plan_writer.h"
+
+namespace rill::compiler {
+namespace {
+
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+using flatbuffers::Vector;
+
+plan::Sbp to_plan(const Sbp& sbp) {
+  plan::SbpKind kind = sbp.kind == Sbp::kSplit       ? plan::SbpKind::Split
+                       : sbp.kind == Sbp::kBroadcast ? plan::SbpKind::Broadcast
+                                                     : plan::SbpKind::PartialSum;
+  return plan::Sbp(kind, static_cast<int8_t>(sbp.kind == Sbp::kSplit ? sbp.axis : 0));
+}
+
+plan::DType to_plan(DType dtype) { return dtype == DType::kF32 ? plan::DType::F32 : plan::DType::I32; }
+
+Offset<Vector<Offset<plan::Attr>>> write_attrs(FlatBufferBuilder& b, const Attrs& attrs) {
+  std::vector<Offset<plan::Attr>> out;
+  for (const auto& [name, value] : attrs.values()) {  // std::map: sorted, deterministic
+    auto name_offset = b.CreateString(name);
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      out.push_back(plan::CreateAttr(b, name_offset, plan::AttrType::Int, *i));
+    } else if (const auto* f = std::get_if<double>(&value)) {
+      out.push_back(plan::CreateAttr(b, name_offset, plan::AttrType::Float, 0, *f));
+    } else if (const auto* s = std::get_if<std::string>(&value)) {
+      out.push_back(plan::CreateAttr(b, name_offset, plan::AttrType::String, 0, 0.0, b.CreateString(*s)));
+    } else {
+      const auto& ints = std::get<std::vector<int64_t>>(value);
+      out.push_back(plan::CreateAttr(b, name_offset, plan::AttrType::Ints, 0, 0.0, 0, b.CreateVector(ints)));
+    }
+  }
+  return b.CreateVector(out);
+}
+
+Offset<Vector<Offset<flatbuffers::String>>> write_strings(FlatBufferBuilder& b, const std::vector<std::string>& v) {
+  std::vector<Offset<flatbuffers::String>> out;
+  for (const std::string& s : v) out.push_back(b.CreateString(s));
+  return b.CreateVector(out);
+}
+
+Offset<plan::Dataset> write_dataset(FlatBufferBuilder& b, const graph::Dataset& d) {
+  std::vector<Offset<plan::InlineTensor>> tensors;
+  for (const InlineTensor& t : d.tensors)
+    tensors.push_back(plan::CreateInlineTensor(b, b.CreateString(t.name), b.CreateVector(t.shape),
+                                               b.CreateVector(t.f32), b.CreateVector(t.i32), to_plan(t.dtype)));
+  return plan::CreateDataset(b, b.CreateString(d.name), b.CreateString(d.kind), b.CreateString(d.images),
+                             b.CreateString(d.labels), b.CreateString(d.path), d.label_column, d.header,
+                             d.num_samples, d.num_classes, d.seed, b.CreateVector(d.feature_shape), d.scale,
+                             b.CreateVector(tensors));
+}
+
+Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const TaskNode& t) {
+  Offset<plan::SourceConf> source = 0;
+  Offset<plan::VariableConf> variable = 0;
+  Offset<plan::SinkConf> sink = 0;
+  Offset<plan::BoxingConf> boxing = 0;
+  switch (t.kind) {
+    case plan::TaskKind::Source:
+      source = plan::CreateSourceConf(b, t.source.dataset, write_strings(b, t.source.fields), t.source.shard,
+                                      t.source.num_shards, g.global_batch, g.shuffle, g.seed);
+      break;
+    case plan::TaskKind::Variable:
+      variable = plan::CreateVariableConf(b, b.CreateString(t.variable.init_op), write_attrs(b, t.variable.init_attrs),
+                                          b.CreateString(t.variable.update_op),
+                                          write_attrs(b, t.variable.update_attrs), t.variable.num_state,
+                                          b.CreateVector(t.variable.offset));
+      break;
+    case plan::TaskKind::Sink: {
+      std::vector<uint8_t> partial(t.sink.partial.begin(), t.sink.partial.end());
+      sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial));
+      break;
+    }
+    case plan::TaskKind::Boxing: {
+      plan::Sbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
+      boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel);
+      break;
+    }
+    case plan::TaskKind::Compute:
+    case plan::TaskKind::Send:
+    case plan::TaskKind::Recv:
+      break;
+  }
+  std::vector<int64_t> inputs(t.inputs.begin(), t.inputs.end()), outputs(t.outputs.begin(), t.outputs.end());
+  std::vector<Offset<plan::Shape>> shapes;
+  for (const Shape& s : t.logical_input_shapes) shapes.push_back(plan::CreateShape(b, b.CreateVector(s)));
+  return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
+                          t.node, t.device, ActorId::thread_key(t.id), b.CreateVector(inputs),
+                          b.CreateVector(outputs), b.CreateVector(shapes), t.scratch_bytes, source, variable, sink,
+                          boxing);
+}
+
+Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, size_t index, const RegstNode& r) {
+  std::vector<uint64_t> consumers;
+  for (int c : r.consumers) consumers.push_back(g.tasks[c].id);
+  plan::Sbp sbp = to_plan(r.sbp);
+  return plan::CreateRegstDesc(b, static_cast<int64_t>(index), b.CreateString(r.name), g.tasks[r.producer].id,
+                               b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),
+                               b.CreateVector(r.meta.shape), b.CreateVector(r.logical_shape), &sbp,
+                               static_cast<int64_t>(r.meta.bytes()), r.is_model);
+}
+
+}  // namespace
+
+std::string write_plan(const TaskGraph& g) {
+  FlatBufferBuilder b(4096);
+  std::vector<Offset<plan::Dataset>> datasets;
+  for (const graph::Dataset& d : g.datasets) datasets.push_back(write_dataset(b, d));
+  std::vector<Offset<plan::Task>> tasks;
+  for (const TaskNode& t : g.tasks) tasks.push_back(write_task(b, g, t));
+  std::vector<Offset<plan::RegstDesc>> regsts;
+  for (size_t i = 0; i < g.regsts.size(); ++i) regsts.push_back(write_regst(b, g, i, g.regsts[i]));
+  auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
+                               g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
+                               b.CreateVector(regsts));
+  plan::FinishPlanBuffer(b, root);
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+}  // namespace rill::compiler

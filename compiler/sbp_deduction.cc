@@ -1,0 +1,84 @@
+#include "compiler/sbp_deduction.h"
+
+#include "compiler/boxing.h"
+
+namespace rill::compiler {
+namespace {
+
+bool fits(const Sbp& sbp, const TensorMeta& meta) {
+  return sbp.kind != Sbp::kSplit || (sbp.axis >= 0 && sbp.axis < static_cast<int>(meta.shape.size()));
+}
+
+std::string signature_string(const SbpSignature& sig) {
+  std::vector<std::string> in, out;
+  for (const Sbp& s : sig.inputs) in.push_back(s.to_string());
+  for (const Sbp& s : sig.outputs) out.push_back(s.to_string());
+  return fmt::format("({}) -> ({})", fmt::join(in, ", "), fmt::join(out, ", "));
+}
+
+// The signatures `op` may use: well-formed for its tensors, all-B if none.
+StatusOr<std::vector<SbpSignature>> candidates(const LogicalGraph& g, const OpNode& op) {
+  std::vector<TensorMeta> in_metas, out_metas;
+  for (const std::string& in : op.inputs) in_metas.push_back(g.find(in)->meta);
+  for (const std::string& out : op.outputs) out_metas.push_back(g.find(out)->meta);
+  std::vector<SbpSignature> offered;
+  if (op.def->sbp != nullptr) offered = op.def->sbp(op.attrs, in_metas);
+  std::vector<SbpSignature> valid;
+  for (const SbpSignature& sig : offered) {
+    if (sig.inputs.size() != in_metas.size() || sig.outputs.size() != out_metas.size())
+      return internal_error("op type '{}' offers SBP signature {} for {} inputs and {} outputs", op.type,
+                            signature_string(sig), in_metas.size(), out_metas.size());
+    bool ok = true;
+    for (size_t k = 0; k < in_metas.size(); ++k) ok = ok && fits(sig.inputs[k], in_metas[k]);
+    for (size_t k = 0; k < out_metas.size(); ++k) ok = ok && fits(sig.outputs[k], out_metas[k]);
+    if (ok) valid.push_back(sig);
+  }
+  // Every device computing the whole op is right for any op.
+  if (valid.empty())
+    valid.push_back({std::vector<Sbp>(in_metas.size(), Sbp::broadcast()),
+                     std::vector<Sbp>(out_metas.size(), Sbp::broadcast())});
+  return valid;
+}
+
+}  // namespace
+
+Status deduce_sbp(LogicalGraph* g) {
+  const int parallel = g->parallel();
+  for (OpNode& op : g->ops) {
+    RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> sigs, candidates(*g, op));
+    std::vector<SbpSignature> hinted;
+    for (const SbpSignature& sig : sigs) {
+      bool ok = true;
+      for (size_t k = 0; k < op.outputs.size(); ++k)
+        ok = ok && (!op.output_hints[k] || *op.output_hints[k] == sig.outputs[k]);
+      if (ok) hinted.push_back(sig);
+    }
+    if (hinted.empty()) {
+      std::vector<std::string> hints, offered;
+      for (size_t k = 0; k < op.outputs.size(); ++k)
+        hints.push_back(op.output_hints[k] ? op.output_hints[k]->to_string() : std::string("any"));
+      for (const SbpSignature& sig : sigs) offered.push_back(signature_string(sig));
+      return invalid_argument("op '{}' ({}): no SBP signature gives the hinted outputs ({}); it offers {}", op.name,
+                              op.type, fmt::join(hints, ", "), fmt::join(offered, ", "));
+    }
+    int best = -1;
+    int64_t best_cost = 0;
+    for (size_t s = 0; s < hinted.size(); ++s) {
+      int64_t cost = 0;
+      for (size_t k = 0; k < op.inputs.size(); ++k) {
+        const LogicalTensor* t = g->find(op.inputs[k]);
+        cost += boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), parallel);
+      }
+      if (best < 0 || cost < best_cost) {
+        best = static_cast<int>(s);
+        best_cost = cost;
+      }
+    }
+    op.input_sbp = hinted[best].inputs;
+    op.output_sbp = hinted[best].outputs;
+    for (size_t k = 0; k < op.outputs.size(); ++k) g->find(op.outputs[k])->sbp = op.output_sbp[k];
+  }
+  return {};
+}
+
+}  // namespace rill::compiler

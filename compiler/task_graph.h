@@ -1,0 +1,88 @@
+// TaskGraph: the physical graph the last passes build and the plan writer
+// emits. Tasks and regsts are addressed by their index, which is also their
+// position in Plan.tasks and Plan.regsts; a task's actor id carries its index.
+// A value owned by one compile() call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.h"
+#include "graph/job.h"
+#include "kernels/attrs.h"
+#include "kernels/tensor.h"
+
+namespace rill::compiler {
+
+struct RegstNode {
+  std::string name;            // the logical tensor it holds
+  int producer = -1;           // task index
+  std::vector<int> consumers;  // task indices, sorted (regst planning)
+  int register_num = 1;        // set by regst planning
+  TensorMeta meta;             // this piece
+  Shape logical_shape;
+  Sbp sbp;
+  bool is_model = false;
+};
+
+struct SourceInfo {
+  int dataset = 0;  // index into TaskGraph::datasets
+  std::vector<std::string> fields;
+  int shard = 0;
+  int num_shards = 1;
+};
+
+struct VariableInfo {
+  std::string init_op;
+  Attrs init_attrs;
+  std::string update_op;  // empty: not trained
+  Attrs update_attrs;
+  int num_state = 0;
+  std::vector<int64_t> offset;
+};
+
+struct SinkInfo {
+  std::vector<std::string> names;
+  std::vector<bool> partial;
+};
+
+struct BoxingInfo {
+  Sbp in;
+  Sbp out;
+  int parallel = 1;
+};
+
+struct TaskNode {
+  plan::TaskKind kind = plan::TaskKind::Compute;
+  std::string name;
+  std::string op_type;
+  Attrs attrs;
+  int node = 0;
+  int device = -1;  // -1 for io and comm threads
+  uint64_t id = 0;  // actor id
+  std::vector<int> inputs;   // regst indices, in op input order
+  std::vector<int> outputs;  // regst indices, in op output order
+  std::vector<Shape> logical_input_shapes;
+  int64_t scratch_bytes = 0;
+  SourceInfo source;
+  VariableInfo variable;
+  SinkInfo sink;
+  BoxingInfo boxing;
+};
+
+struct TaskGraph {
+  std::string job_name;
+  int64_t steps = 0;
+  int64_t global_batch = 0;
+  int64_t log_every = 0;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  int num_nodes = 1;
+  int devices_per_node = 1;
+  std::vector<graph::Dataset> datasets;
+  std::vector<TaskNode> tasks;
+  std::vector<RegstNode> regsts;
+};
+
+}  // namespace rill::compiler

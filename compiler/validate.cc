@@ -1,0 +1,218 @@
+#include "compiler/validate.h"
+
+#include <set>
+
+#if __has_include("graph/job_check.h")
+#include "graph/job_check.h"
+#define RILL_HAVE_JOB_CHECK 1
+#endif
+
+namespace rill::compiler {
+namespace {
+
+Status check_cluster(const Cluster& cluster) {
+  if (cluster.num_nodes < 1 || cluster.num_nodes >= (1 << ActorId::kNodeBits))
+    return invalid_argument("cluster: {} nodes, expected 1 to {}", cluster.num_nodes, (1 << ActorId::kNodeBits) - 1);
+  if (cluster.devices_per_node < 1 || cluster.devices_per_node >= (1 << ActorId::kDeviceBits))
+    return invalid_argument("cluster: {} devices per node, expected 1 to {}", cluster.devices_per_node,
+                            (1 << ActorId::kDeviceBits) - 1);
+  return {};
+}
+
+bool is_scalar(const TensorMeta& meta) { return num_elements(meta.shape) == 1; }
+
+Status check_shape(const Shape& shape, const std::string& what) {
+  for (int64_t d : shape)
+    if (d < 1) return invalid_argument("{}: shape {} has a dim below 1", what, shape_string(shape));
+  return {};
+}
+
+// The op indices of `job.ops` in a topological order; among ready ops the
+// earliest listed goes first, so a job already in order keeps its order.
+StatusOr<std::vector<int>> topological_order(const graph::Job& job, const std::set<std::string>& sources) {
+  std::map<std::string, int> producer;
+  std::set<std::string> op_names;
+  for (size_t i = 0; i < job.ops.size(); ++i) {
+    const graph::Op& op = job.ops[i];
+    if (op.name.empty()) return invalid_argument("ops[{}] has no name", i);
+    if (!op_names.insert(op.name).second) return invalid_argument("op name '{}' is used twice", op.name);
+    for (const std::string& out : op.outputs) {
+      if (sources.count(out) != 0 || producer.count(out) != 0)
+        return invalid_argument("op '{}' output '{}': tensor name is used twice", op.name, out);
+      producer[out] = static_cast<int>(i);
+    }
+  }
+  std::vector<std::vector<int>> deps(job.ops.size());
+  for (size_t i = 0; i < job.ops.size(); ++i) {
+    const graph::Op& op = job.ops[i];
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const std::string& in = op.inputs[k];
+      auto it = producer.find(in);
+      if (it != producer.end()) {
+        deps[i].push_back(it->second);
+      } else if (sources.count(in) == 0) {
+        return not_found("op '{}' input {}: unknown tensor '{}'", op.name, k, in);
+      }
+    }
+  }
+  std::vector<int> order;
+  std::vector<bool> done(job.ops.size(), false);
+  while (order.size() < job.ops.size()) {
+    int next = -1;
+    for (size_t i = 0; i < job.ops.size() && next < 0; ++i) {
+      if (done[i]) continue;
+      bool ready = true;
+      for (int d : deps[i]) ready = ready && done[d];
+      if (ready) next = static_cast<int>(i);
+    }
+    if (next < 0) {
+      std::vector<std::string> stuck;
+      for (size_t i = 0; i < job.ops.size(); ++i)
+        if (!done[i]) stuck.push_back(job.ops[i].name);
+      return invalid_argument("ops form a cycle (or depend on one): {}", fmt::join(stuck, ", "));
+    }
+    done[next] = true;
+    order.push_back(next);
+  }
+  return order;
+}
+
+Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<std::string>* names) {
+  std::set<std::string> dataset_names;
+  for (const graph::Dataset& d : job.datasets) {
+    if (d.name.empty()) return invalid_argument("a dataset has no name");
+    if (!dataset_names.insert(d.name).second) return invalid_argument("dataset name '{}' is used twice", d.name);
+  }
+  if (mode == Mode::kEval && dataset_names.count(job.eval->dataset) == 0)
+    return not_found("eval: unknown dataset '{}'", job.eval->dataset);
+  for (size_t i = 0; i < job.inputs.size(); ++i) {
+    const graph::Input& in = job.inputs[i];
+    std::string what = fmt::format("input '{}'", in.name);
+    if (in.name.empty()) return invalid_argument("inputs[{}] has no name", i);
+    if (!names->insert(in.name).second) return invalid_argument("{}: tensor name is used twice", what);
+    if (dataset_names.count(in.dataset) == 0) return not_found("{}: unknown dataset '{}'", what, in.dataset);
+    if (in.field.empty()) return invalid_argument("{}: no dataset field given", what);
+    RILL_RETURN_IF_ERROR(check_shape(in.shape, what));
+    InputNode node{in, mode == Mode::kEval ? job.eval->dataset : in.dataset, Sbp::split(0)};
+    if (in.sbp) {
+      if (!(*in.sbp == Sbp::split(0)) && !(*in.sbp == Sbp::broadcast()))
+        return invalid_argument("{}: SBP {} is not supported for inputs (S(0) or B)", what, in.sbp->to_string());
+      node.sbp = *in.sbp;
+    }
+    Shape shape = in.shape;
+    shape.insert(shape.begin(), g->global_batch);
+    g->tensors[in.name] =
+        LogicalTensor{in.name, TensorMeta{shape, in.dtype}, TensorOrigin::kInput, static_cast<int>(i), 0, node.sbp};
+    g->inputs.push_back(std::move(node));
+  }
+  for (const graph::Dataset& d : job.datasets) {
+    bool used = false;
+    for (const InputNode& in : g->inputs) used = used || in.dataset == d.name;
+    if (used) g->datasets.push_back(d);
+  }
+  return {};
+}
+
+Status add_variables(const graph::Job& job, LogicalGraph* g, std::set<std::string>* names) {
+  for (size_t i = 0; i < job.variables.size(); ++i) {
+    const graph::Variable& v = job.variables[i];
+    std::string what = fmt::format("variable '{}'", v.name);
+    if (v.name.empty()) return invalid_argument("variables[{}] has no name", i);
+    if (!names->insert(v.name).second) return invalid_argument("{}: tensor name is used twice", what);
+    RILL_RETURN_IF_ERROR(check_shape(v.shape, what));
+    const OpDef* init = find_op(v.init.type);
+    if (init == nullptr || init->role != OpRole::kInitializer)
+      return not_found("{}: unknown initializer '{}'", what, v.init.type);
+    VariableNode node{v, Sbp::broadcast(), "", "", {}, 0, -1};
+    if (v.sbp) {
+      if (v.sbp->kind == Sbp::kPartialSum) return invalid_argument("{}: SBP P is not allowed for a variable", what);
+      if (v.sbp->kind == Sbp::kSplit && (v.sbp->axis < 0 || v.sbp->axis >= static_cast<int>(v.shape.size())))
+        return invalid_argument("{}: {} splits an axis a {}-d variable lacks", what, v.sbp->to_string(), v.shape.size());
+      node.sbp = *v.sbp;
+    }
+    g->tensors[v.name] =
+        LogicalTensor{v.name, TensorMeta{v.shape, v.dtype}, TensorOrigin::kVariable, static_cast<int>(i), 0, node.sbp};
+    g->variables.push_back(std::move(node));
+  }
+  return {};
+}
+
+Status add_reported(const graph::Job& job, Mode mode, LogicalGraph* g) {
+  std::set<std::string> tensors, names;
+  auto report = [&](const std::string& what, const std::string& name, const std::string& tensor) -> Status {
+    const LogicalTensor* t = g->find(tensor);
+    if (t == nullptr) return not_found("{}: unknown tensor '{}'", what, tensor);
+    if (!is_scalar(t->meta))
+      return invalid_argument("{}: tensor '{}' has shape {}, expected a scalar", what, tensor, shape_string(t->meta.shape));
+    if (!names.insert(name).second) return invalid_argument("{}: the name '{}' is reported twice", what, name);
+    if (!tensors.insert(tensor).second) return invalid_argument("{}: tensor '{}' is already reported", what, tensor);
+    g->reported.push_back({name, tensor});
+    return {};
+  };
+  if (mode == Mode::kTrain && job.loss.empty()) return invalid_argument("job has no loss to train");
+  if (!job.loss.empty()) {
+    RILL_RETURN_IF_ERROR(report("loss", "loss", job.loss));
+    if (g->find(job.loss)->meta.dtype != DType::kF32) return invalid_argument("loss: tensor '{}' is not f32", job.loss);
+    g->loss = job.loss;
+  }
+  for (size_t i = 0; i < job.metrics.size(); ++i) {
+    const graph::Metric& m = job.metrics[i];
+    if (m.name.empty()) return invalid_argument("metrics[{}] has no name", i);
+    RILL_RETURN_IF_ERROR(report(fmt::format("metric '{}'", m.name), m.name, m.tensor));
+  }
+  return {};
+}
+
+}  // namespace
+
+StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster& cluster, Mode mode) {
+#ifdef RILL_HAVE_JOB_CHECK
+  RILL_RETURN_IF_ERROR(graph::check_job(job));
+#endif
+  RILL_RETURN_IF_ERROR(check_cluster(cluster));
+  LogicalGraph g;
+  g.job_name = job.name;
+  g.mode = mode;
+  g.cluster = cluster;
+  g.shuffle = mode == Mode::kTrain && job.train.shuffle;
+  g.seed = job.train.seed;
+  g.log_every = job.train.log_every;
+  if (mode == Mode::kEval) {
+    if (!job.eval) return invalid_argument("job has no eval section to evaluate with");
+    g.global_batch = job.eval->batch_size;
+  } else {
+    g.global_batch = job.train.batch_size;
+  }
+  const char* batch_what = mode == Mode::kEval ? "eval.batch_size" : "train.batch_size";
+  if (g.global_batch < 1) return invalid_argument("{} is {}, expected at least 1", batch_what, g.global_batch);
+  if (g.global_batch < cluster.parallel())
+    return invalid_argument("{} {} is smaller than the {} devices it is split over", batch_what, g.global_batch,
+                            cluster.parallel());
+
+  std::set<std::string> names;
+  RILL_RETURN_IF_ERROR(add_inputs(job, mode, &g, &names));
+  RILL_RETURN_IF_ERROR(add_variables(job, &g, &names));
+  RILL_ASSIGN_OR_RETURN(std::vector<int> order, topological_order(job, names));
+  for (int i : order) {
+    const graph::Op& op = job.ops[i];
+    if (op.output_sbp.size() > op.outputs.size())
+      return invalid_argument("op '{}': {} output SBP hints for {} outputs", op.name, op.output_sbp.size(),
+                              op.outputs.size());
+    OpNode node;
+    node.name = op.name;
+    node.type = op.type;
+    node.inputs = op.inputs;
+    node.outputs = op.outputs;
+    node.attrs = op.attrs;
+    node.output_hints = op.output_sbp;
+    node.output_hints.resize(op.outputs.size());
+    RILL_RETURN_IF_ERROR(g.append_op(std::move(node)));
+  }
+  RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));
+  std::vector<std::string> roots;
+  for (const Reported& r : g.reported) roots.push_back(r.tensor);
+  g.prune(roots);
+  return g;
+}
+
+}  // namespace rill::compiler

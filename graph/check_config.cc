@@ -1,0 +1,199 @@
+// The checks of a job's configuration sections: datasets, optimizer, train
+// and eval. The graph sections are checked in job_check.cc.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "base/actor_id.h"
+#include "graph/check_util.h"
+
+namespace rill::graph {
+
+bool parse_devices(std::string_view text, int* count) {
+  constexpr std::string_view kPrefix = "cpu:";
+  if (text.substr(0, kPrefix.size()) != kPrefix) return false;
+  std::string_view digits = text.substr(kPrefix.size());
+  if (digits.empty() || digits.size() > 4) return false;
+  int n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + (c - '0');
+  }
+  if (n < 1 || n >= (1 << ActorId::kDeviceBits)) return false;
+  *count = n;
+  return true;
+}
+
+namespace check {
+namespace {
+
+const std::vector<std::string> kDatasetKinds = {"idx", "csv", "synthetic", "inline"};
+const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam"};
+
+void check_inline_tensors(const Dataset& d, const std::string& where, const std::string& path, Issues* issues) {
+  if (d.tensors.empty()) {
+    issues->add(path, "{}: an inline dataset needs 'tensors'", where);
+    return;
+  }
+  std::set<std::string> names;
+  int64_t samples = -1;
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    const InlineTensor& t = d.tensors[i];
+    std::string tensor_path = fmt::format("{}.tensors[{}]", path, i);
+    std::string what = fmt::format("{}: {}", where, label("tensors", i, t.name));
+    if (t.name.empty()) issues->add(tensor_path, "{}: has no name", what);
+    else if (!names.insert(t.name).second) issues->add(tensor_path, "{}: the name is used twice", what);
+    if (t.shape.empty()) {
+      issues->add(tensor_path, "{}: shape [] has no sample axis; axis 0 must index samples", what);
+      continue;
+    }
+    if (!sane_shape(t.shape)) {
+      issues->add(tensor_path, "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes", what,
+                  shape_string(t.shape));
+      continue;
+    }
+    if (samples < 0) samples = t.shape[0];
+    else if (t.shape[0] != samples)
+      issues->add(tensor_path, "{}: {} samples on axis 0, but tensors[0] has {}", what, t.shape[0], samples);
+    size_t given = t.dtype == DType::kF32 ? t.f32.size() : t.i32.size();
+    size_t other = t.dtype == DType::kF32 ? t.i32.size() : t.f32.size();
+    if (static_cast<int64_t>(given) != num_elements(t.shape))
+      issues->add(tensor_path, "{}: shape {} needs {} values, found {}", what, shape_string(t.shape),
+                  num_elements(t.shape), given);
+    if (other != 0) issues->add(tensor_path, "{}: dtype is {} but values of the other dtype were given", what,
+                                dtype_name(t.dtype));
+  }
+}
+
+}  // namespace
+
+void check_datasets(const Job& job, Issues* issues) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < job.datasets.size(); ++i) {
+    const Dataset& d = job.datasets[i];
+    std::string path = fmt::format("datasets[{}]", i);
+    std::string where = label("datasets", i, d.name);
+    if (d.name.empty()) issues->add(path, "{}: has no name", where);
+    else if (!names.insert(d.name).second) issues->add(path, "{}: dataset name '{}' is used twice", where, d.name);
+    if (!std::isfinite(d.scale)) issues->add(path + ".scale", "{}: scale must be finite, got {}", where, d.scale);
+    if (d.kind == "idx") {
+      if (d.images.empty()) issues->add(path, "{}: an idx dataset needs 'images' (the images file)", where);
+      if (d.labels.empty()) issues->add(path, "{}: an idx dataset needs 'labels' (the labels file)", where);
+    } else if (d.kind == "csv") {
+      if (d.path.empty()) issues->add(path, "{}: a csv dataset needs 'path'", where);
+      if (d.label_column < -1)
+        issues->add(path + ".label_column", "{}: label_column {} is invalid (use -1 for no label)", where,
+                    d.label_column);
+    } else if (d.kind == "synthetic") {
+      if (d.num_samples < 1)
+        issues->add(path + ".num_samples", "{}: a synthetic dataset needs num_samples >= 1, got {}", where,
+                    d.num_samples);
+      if (d.num_classes < 1)
+        issues->add(path + ".num_classes", "{}: num_classes must be >= 1, got {}", where, d.num_classes);
+      if (!sane_shape(d.feature_shape))
+        issues->add(path + ".feature_shape", "{}: feature_shape {}: every dim must be in [1, 2^31), at most 8 axes",
+                    where, shape_string(d.feature_shape));
+    } else if (d.kind == "inline") {
+      check_inline_tensors(d, where, path, issues);
+    } else {
+      issues->add(path + ".kind", "{}: unknown kind '{}'{} (expected idx, csv, synthetic or inline)", where, d.kind,
+                  did_you_mean(d.kind, kDatasetKinds));
+    }
+  }
+}
+
+namespace {
+
+void check_optimizer(const Optimizer& o, Issues* issues) {
+  bool known = false;
+  for (const std::string& type : kOptimizers) known = known || o.type == type;
+  if (!known)
+    issues->add("optimizer.type", "optimizer: unknown type '{}'{} (expected sgd, momentum or adam)", o.type,
+                did_you_mean(o.type, kOptimizers));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) issues->add("optimizer.lr", "optimizer.lr must be > 0, got {}", o.lr);
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay))
+    issues->add("optimizer.weight_decay", "optimizer.weight_decay must be >= 0, got {}", o.weight_decay);
+  if (o.type == "momentum" && !(o.momentum >= 0 && o.momentum < 1))
+    issues->add("optimizer.momentum", "optimizer.momentum must be in [0, 1), got {}", o.momentum);
+  if (o.type == "adam") {
+    if (!(o.beta1 >= 0 && o.beta1 < 1)) issues->add("optimizer.beta1", "optimizer.beta1 must be in [0, 1), got {}", o.beta1);
+    if (!(o.beta2 >= 0 && o.beta2 < 1)) issues->add("optimizer.beta2", "optimizer.beta2 must be in [0, 1), got {}", o.beta2);
+    if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
+      issues->add("optimizer.epsilon", "optimizer.epsilon must be > 0, got {}", o.epsilon);
+  }
+}
+
+// The datasets the inputs read, each once, in order.
+std::vector<const Dataset*> datasets_read(const Job& job) {
+  std::vector<const Dataset*> out;
+  for (const Input& in : job.inputs) {
+    const Dataset* d = find_dataset(job, in.dataset);
+    if (d != nullptr && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  return out;
+}
+
+// A global batch must cover every device and fit in the dataset.
+void check_batch(const std::string& path, int64_t batch, int devices, const std::vector<const Dataset*>& read,
+                 Issues* issues) {
+  if (batch < 1) {
+    issues->add(path, "{} must be > 0, got {}", path, batch);
+    return;
+  }
+  if (devices > 0 && batch < devices)
+    issues->add(path, "{} {} is smaller than the {} devices it is split over", path, batch, devices);
+  for (const Dataset* d : read) {
+    int64_t samples = known_num_samples(*d);
+    if (samples > 0 && batch > samples)
+      issues->add(path, "{} {} is larger than dataset '{}' ({} samples)", path, batch, d->name, samples);
+  }
+}
+
+void check_eval(const Job& job, int devices, Issues* issues) {
+  const Eval& e = *job.eval;
+  const Dataset* d = find_dataset(job, e.dataset);
+  if (d == nullptr) {
+    issues->add("eval.dataset", "eval: unknown dataset '{}'{} (known: {})", e.dataset,
+                did_you_mean(e.dataset, dataset_names(job)), name_list(dataset_names(job)));
+  }
+  check_batch("eval.batch_size", e.batch_size, devices, d ? std::vector<const Dataset*>{d} : datasets_read(job),
+              issues);
+  if (d == nullptr) return;
+  // In eval every input reads the eval dataset: it must offer the same fields.
+  std::vector<FieldInfo> fields = dataset_fields(*d);
+  for (size_t i = 0; i < job.inputs.size(); ++i) {
+    const Input& in = job.inputs[i];
+    const FieldInfo* match = nullptr;
+    for (const FieldInfo& f : fields)
+      if (f.name == in.field) match = &f;
+    if (match == nullptr) {
+      issues->add("eval.dataset", "eval: dataset '{}' has no field '{}', which {} reads", e.dataset, in.field,
+                  label("inputs", i, in.name));
+    } else if (match->dtype != in.dtype || (match->shape && *match->shape != in.shape)) {
+      issues->add("eval.dataset", "eval: dataset '{}' field '{}' is {} {}, but {} is {} {}", e.dataset, in.field,
+                  dtype_name(match->dtype), match->shape ? shape_string(*match->shape) : "[?]",
+                  label("inputs", i, in.name), dtype_name(in.dtype), shape_string(in.shape));
+    }
+  }
+}
+
+}  // namespace
+
+void check_run_config(const Job& job, Issues* issues) {
+  check_optimizer(job.optimizer, issues);
+  const TrainConfig& t = job.train;
+  int devices = 0;
+  if (!parse_devices(t.devices, &devices))
+    issues->add("train.devices", "train.devices '{}' is not valid (expected cpu:N with N in [1, {}])", t.devices,
+                (1 << ActorId::kDeviceBits) - 1);
+  check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues);
+  if (t.steps < 0) issues->add("train.steps", "train.steps must be >= 0, got {}", t.steps);
+  if (t.epochs < 0) issues->add("train.epochs", "train.epochs must be >= 0, got {}", t.epochs);
+  if (t.steps == 0 && t.epochs == 0)
+    issues->add("train", "train: steps and epochs are both 0; set one of them to a positive number");
+  if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
+  if (job.eval) check_eval(job, devices, issues);
+}
+
+}  // namespace check
+}  // namespace rill::graph

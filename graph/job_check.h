@@ -1,0 +1,44 @@
+// The job checker: semantic validation of a graph::Job before it is compiled.
+// It reports every problem it can find independently (an undefined tensor does
+// not also produce shape errors downstream), each naming the field at fault,
+// e.g. "ops[3] (fc2): input 'h9' is not defined (known: x, w1, h1)".
+//
+// What is checked: op types exist and are compute ops, arity, unique names,
+// every op input defined by an earlier input, variable or op, shapes (through
+// each op's own inference), the loss and metrics (defined, scalar), datasets
+// (known kind, required fields), input fields and dtypes, variable
+// initializers, SBP hints, optimizer, train and eval settings. Files named by
+// datasets are not opened: a job may be checked on a machine other than the
+// ones that read the data, which report a missing file when the job starts.
+//
+// Pure functions of their arguments; any thread. Never crash on any Job.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/job.h"
+
+namespace rill::graph {
+
+// One problem: `path` is the field at fault in job-file terms ("ops[3].inputs",
+// "train.batch_size") so a loader can map it to a line; `message` is complete
+// on its own and starts with the element it names ("ops[3] (fc2): ...").
+struct JobIssue {
+  std::string path;
+  std::string message;
+};
+
+// Every problem found, in the order of the job's sections; empty if the job is good.
+std::vector<JobIssue> find_job_issues(const Job& job);
+
+// OK, or InvalidArgument whose message lists every issue, one per line.
+Status check_job(const Job& job);
+
+// Parses a devices string "cpu:N" (N >= 1 worker threads). Returns false on
+// anything else.
+bool parse_devices(std::string_view text, int* count);
+
+}  // namespace rill::graph

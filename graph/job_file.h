@@ -1,0 +1,41 @@
+// Job files: a graph::Job written as JSON (format: docs/JOB_FORMAT.md), checked
+// against the FlatBuffers schema graph/job.fbs and then by check_job. Every
+// error names the file and, where known, the line: "mlp.json:42: ops[3] (fc2):
+// input 'h9' is not defined (known: x, w1, h1)". Several errors are reported
+// one per line.
+//
+// Overrides change a loaded job from the command line (`--set train.steps=10`)
+// before it is checked, so an override can repair what the file leaves out.
+//
+// Pure functions of their arguments (load_job_file reads the file); any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/job.h"
+
+namespace rill::graph {
+
+// Parses job-file text: syntax and schema, conversion to a Job, the
+// overrides in order, then check_job. `file_name` only labels messages.
+StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name,
+                             const std::vector<std::string>& overrides = {});
+
+// Reads `path` and parses it as above.
+StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// OK if `path` holds a good job; for the `rill check JOB` command.
+Status check_job_file(const std::string& path);
+
+// Applies one "section.field=value" assignment, e.g. "train.steps=100",
+// "optimizer.type=adam", "eval.batch_size=1000". The job is not re-checked:
+// call check_job afterwards (parse_job_json and load_job_file do).
+Status apply_override(Job* job, const std::string& assignment);
+
+// The settings apply_override knows, e.g. "train.steps", in a fixed order.
+std::vector<std::string> override_keys();
+
+}  // namespace rill::graph

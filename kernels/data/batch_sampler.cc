@@ -1,0 +1,91 @@
+#include "kernels/data/batch_sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <numeric>
+#include <random>
+
+#include "kernels/tensor.h"
+
+namespace rill {
+namespace {
+
+// SplitMix64's finalizer: spreads (seed, epoch) into well-mixed generator seeds.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, bound) by rejection, without modulo bias. Spelled out because
+// std::uniform_int_distribution's algorithm differs between standard libraries.
+uint64_t uniform_below(std::mt19937_64& gen, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+  while (true) {
+    uint64_t r = gen();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+}  // namespace
+
+BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle,
+                           uint64_t seed)
+    : num_samples_(num_samples),
+      global_batch_(global_batch),
+      shard_(shard),
+      num_shards_(num_shards),
+      shuffle_(shuffle),
+      seed_(seed) {
+  if (!validate().ok()) return;
+  row_begin_ = split_offset(global_batch_, num_shards_, shard_);
+  local_batch_ = split_offset(global_batch_, num_shards_, shard_ + 1) - row_begin_;
+  steps_per_epoch_ = num_samples_ / global_batch_;
+  if (shuffle_) permutation_.resize(static_cast<size_t>(num_samples_));
+}
+
+Status BatchSampler::validate() const {
+  if (num_shards_ <= 0) return invalid_argument("batch sampler: {} shards; need at least 1", num_shards_);
+  if (shard_ < 0 || shard_ >= num_shards_) {
+    return invalid_argument("batch sampler: shard {} is out of range [0, {})", shard_, num_shards_);
+  }
+  if (num_samples_ <= 0) return invalid_argument("batch sampler: the dataset has {} samples", num_samples_);
+  if (global_batch_ <= 0) return invalid_argument("batch sampler: global batch is {}; need at least 1", global_batch_);
+  if (global_batch_ < num_shards_) {
+    return invalid_argument("batch sampler: global batch {} is smaller than the {} shards it is split over; "
+                            "every shard needs at least one row",
+                            global_batch_, num_shards_);
+  }
+  if (global_batch_ > num_samples_) {
+    return invalid_argument("batch sampler: global batch {} is larger than the dataset's {} samples, so an epoch "
+                            "has no full batch; lower the batch size or use more data",
+                            global_batch_, num_samples_);
+  }
+  return Status();
+}
+
+void BatchSampler::shuffle_epoch(int64_t epoch) {
+  std::mt19937_64 gen(mix64(seed_ ^ mix64(static_cast<uint64_t>(epoch))));
+  std::iota(permutation_.begin(), permutation_.end(), int64_t{0});
+  for (size_t i = permutation_.size() - 1; i > 0; --i) {
+    std::swap(permutation_[i], permutation_[uniform_below(gen, i + 1)]);
+  }
+  epoch_ = epoch;
+}
+
+void BatchSampler::indices(int64_t step, std::span<int64_t> out) {
+  assert(steps_per_epoch_ > 0 && step >= 0 && static_cast<int64_t>(out.size()) >= local_batch_);
+  if (steps_per_epoch_ == 0 || step < 0) return;  // validate() explains; never divide by zero
+  const int64_t epoch = step / steps_per_epoch_;
+  const int64_t first = (step % steps_per_epoch_) * global_batch_ + row_begin_;
+  const int64_t count = std::min<int64_t>(local_batch_, static_cast<int64_t>(out.size()));
+  if (!shuffle_) {
+    for (int64_t r = 0; r < count; ++r) out[r] = first + r;
+    return;
+  }
+  if (epoch != epoch_) shuffle_epoch(epoch);
+  for (int64_t r = 0; r < count; ++r) out[r] = permutation_[first + r];
+}
+
+}  // namespace rill

@@ -1,0 +1,60 @@
+// BatchSampler: which samples make up this shard's part of each global batch.
+// Every shard computes the same seeded permutation per epoch, so shards never
+// overlap and together cover each global batch (like PyTorch's
+// DistributedSampler). Shard k gets rows [split_offset(B, n, k),
+// split_offset(B, n, k + 1)) of global batch B, matching the physical pieces
+// of an S(0) tensor.
+//
+// The permutation of epoch e is a Fisher-Yates shuffle driven by an
+// mt19937_64 seeded from (seed, e), with our own bounded draws: every compiler
+// and standard library produces the same order, so shards on different nodes
+// agree. Without shuffle the order is the identity.
+//
+// Threading: one instance per source actor, used from that actor's thread only
+// (indices() caches the current epoch's permutation).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rill {
+
+class BatchSampler {
+ public:
+  // Never fails or crashes: a configuration that cannot run (for instance a
+  // global batch larger than the dataset) yields steps_per_epoch() == 0 and a
+  // validate() error explaining why.
+  BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle, uint64_t seed);
+
+  // Ok when every step has samples for every shard; otherwise says what is wrong.
+  Status validate() const;
+  // This shard's rows of a global batch (balanced split over the shards).
+  int64_t local_batch() const { return local_batch_; }
+  // num_samples / global_batch, the remainder dropped; 0 when validate() fails.
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // Writes local_batch() sample indices for this shard's rows of global batch
+  // `step` (0-based, counting across epochs) into out. Allocates nothing; the
+  // first step of an epoch recomputes the permutation in place.
+  // REQUIRES: validate().ok(), step >= 0, out.size() >= local_batch().
+  void indices(int64_t step, std::span<int64_t> out);
+
+ private:
+  void shuffle_epoch(int64_t epoch);
+
+  int64_t num_samples_;
+  int64_t global_batch_;
+  int shard_;
+  int num_shards_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t row_begin_ = 0;  // first row of this shard in a global batch
+  int64_t local_batch_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  int64_t epoch_ = -1;  // epoch whose permutation is in permutation_
+  std::vector<int64_t> permutation_;  // num_samples entries when shuffling
+};
+
+}  // namespace rill

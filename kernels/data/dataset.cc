@@ -1,0 +1,74 @@
+#include "kernels/data/dataset.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/data/dataset_readers.h"
+
+namespace rill {
+
+StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec) {
+  if (spec.kind == "idx") return read_idx_dataset(spec);
+  if (spec.kind == "csv") return read_csv_dataset(spec);
+  if (spec.kind == "synthetic") return make_synthetic_dataset(spec);
+  if (spec.kind == "inline") return make_inline_dataset(spec);
+  return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic or inline)", spec.name,
+                          spec.kind);
+}
+
+StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, int64_t num_samples,
+                                                              std::vector<DatasetField> fields) {
+  if (num_samples <= 0) return invalid_argument("dataset '{}': empty dataset: {} samples", name, num_samples);
+  if (fields.empty()) return invalid_argument("dataset '{}': no fields", name);
+  auto dataset = std::shared_ptr<Dataset>(new Dataset());
+  for (const DatasetField& field : fields) {
+    if (field.name.empty()) return invalid_argument("dataset '{}': a field has no name", name);
+    for (const std::string& seen : dataset->field_names_) {
+      if (seen == field.name) return invalid_argument("dataset '{}': field '{}' appears twice", name, field.name);
+    }
+    for (int64_t dim : field.meta.shape) {
+      if (dim <= 0) {
+        return invalid_argument("dataset '{}': field '{}' has per-sample shape {}: every dim must be positive", name,
+                                field.name, shape_string(field.meta.shape));
+      }
+    }
+    const bool f32 = field.meta.dtype == DType::kF32;
+    const size_t held = f32 ? field.f32.size() : field.i32.size();
+    const size_t other = f32 ? field.i32.size() : field.f32.size();
+    const size_t expected = static_cast<size_t>(num_samples) * static_cast<size_t>(num_elements(field.meta.shape));
+    if (held != expected || other != 0) {
+      return internal_error("dataset '{}': field '{}' ({} {} x {}) holds {} {} values and {} of the other dtype; "
+                            "expected {}",
+                            name, field.name, dtype_name(field.meta.dtype), num_samples,
+                            shape_string(field.meta.shape), held, dtype_name(field.meta.dtype), other, expected);
+    }
+    dataset->field_names_.push_back(field.name);
+  }
+  dataset->name_ = std::move(name);
+  dataset->num_samples_ = num_samples;
+  dataset->fields_ = std::move(fields);
+  return std::shared_ptr<const Dataset>(std::move(dataset));
+}
+
+StatusOr<int> Dataset::field_index(const std::string& field) const {
+  for (size_t i = 0; i < field_names_.size(); ++i) {
+    if (field_names_[i] == field) return static_cast<int>(i);
+  }
+  return not_found("dataset '{}' has no field '{}'; its fields are: {}", name_, field, fmt::join(field_names_, ", "));
+}
+
+void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) const {
+  assert(field >= 0 && field < num_fields());
+  const DatasetField& f = fields_[field];
+  const size_t sample_bytes = f.meta.bytes();
+  const auto* src = f.meta.dtype == DType::kF32 ? reinterpret_cast<const std::byte*>(f.f32.data())
+                                                 : reinterpret_cast<const std::byte*>(f.i32.data());
+  auto* out = static_cast<std::byte*>(dst);
+  for (int64_t index : indices) {
+    assert(index >= 0 && index < num_samples_);
+    std::memcpy(out, src + static_cast<size_t>(index) * sample_bytes, sample_bytes);
+    out += sample_bytes;
+  }
+}
+
+}  // namespace rill

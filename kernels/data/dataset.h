@@ -1,0 +1,62 @@
+// Dataset: the samples of a job, in memory. Loaded once by open() (idx, csv,
+// synthetic or inline, see dataset_spec.h) and read-only afterwards, so several
+// source actors on different threads may gather from one shared Dataset without
+// locks. open() may be called from any thread; it does file IO and allocates.
+//
+// A dataset is a set of named fields; each field holds num_samples() samples of
+// the same per-sample shape and dtype, stored contiguously, sample after sample.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/data/dataset_spec.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+// One field while a dataset is being built: per-sample meta plus the values of
+// every sample. Exactly one of f32 / i32 is used, matching meta.dtype.
+struct DatasetField {
+  std::string name;
+  TensorMeta meta;  // per sample: shape without the batch axis
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+};
+
+class Dataset {
+ public:
+  // Loads the dataset `spec` describes. Errors name the file and the problem.
+  static StatusOr<std::shared_ptr<const Dataset>> open(const DatasetSpec& spec);
+  // Builds a dataset from fields already in memory (readers and tests use it).
+  // Checks that every field holds num_samples samples of its meta.
+  static StatusOr<std::shared_ptr<const Dataset>> from_fields(std::string name, int64_t num_samples,
+                                                              std::vector<DatasetField> fields);
+
+  const std::string& name() const { return name_; }
+  int64_t num_samples() const { return num_samples_; }
+  // Field index by name; NotFound lists the fields this dataset has.
+  StatusOr<int> field_index(const std::string& field) const;
+  const std::vector<std::string>& field_names() const { return field_names_; }
+  int num_fields() const { return static_cast<int>(fields_.size()); }
+  // Per-sample meta of a field (shape without the batch axis, dtype).
+  const TensorMeta& field_meta(int field) const { return fields_[field].meta; }
+  // Copies samples `indices` of `field` contiguously into dst, which must hold
+  // indices.size() * field_meta(field).bytes(). Allocates nothing.
+  // REQUIRES: 0 <= field < num_fields(), every index in [0, num_samples()).
+  void gather(int field, std::span<const int64_t> indices, void* dst) const;
+
+ private:
+  Dataset() = default;
+
+  std::string name_;
+  int64_t num_samples_ = 0;
+  std::vector<DatasetField> fields_;
+  std::vector<std::string> field_names_;
+};
+
+}  // namespace rill

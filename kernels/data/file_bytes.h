@@ -1,0 +1,22 @@
+// Whole-file reading for the dataset readers. A file whose first bytes are the
+// gzip magic (1f 8b) is inflated, whatever its name; any other file is returned
+// as is. Stateless: any thread may call it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rill {
+
+// The (decompressed) contents of `path`. Errors name the file: missing,
+// unreadable, corrupt or truncated gzip stream.
+StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path);
+
+// Inflates a gzip stream (one or more members); `path` only names it in errors.
+StatusOr<std::vector<uint8_t>> gunzip_bytes(std::span<const uint8_t> compressed, const std::string& path);
+
+}  // namespace rill

@@ -1,0 +1,114 @@
+// relu, gelu (erf form), tanh, sigmoid and their gradient ops. Each gradient
+// op takes (t, dy) and returns dx: relu/tanh/sigmoid take the forward output
+// y as t, gelu takes the forward input x. The forward ops are not linear, so
+// they have no partial-sum signature; the gradient ops are linear in dy.
+#include <cmath>
+
+#include "kernels/ops/math_util.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+enum class Act { kRelu, kGelu, kTanh, kSigmoid };
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+template <Act kAct>
+inline float forward(float x) {
+  if constexpr (kAct == Act::kRelu) return x > 0.0f ? x : 0.0f;
+  else if constexpr (kAct == Act::kGelu) return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+  else if constexpr (kAct == Act::kTanh) return std::tanh(x);
+  else return 1.0f / (1.0f + std::exp(-x));
+}
+
+// dx from t (y, or x for gelu) and dy.
+template <Act kAct>
+inline float backward(float t, float dy) {
+  if constexpr (kAct == Act::kRelu) return t > 0.0f ? dy : 0.0f;
+  else if constexpr (kAct == Act::kGelu)
+    return dy * (0.5f * (1.0f + std::erf(t * kInvSqrt2)) + t * kInvSqrt2Pi * std::exp(-0.5f * t * t));
+  else if constexpr (kAct == Act::kTanh) return dy * (1.0f - t * t);
+  else return dy * t * (1.0f - t);
+}
+
+Status infer_unary(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  if (in[0].dtype != DType::kF32) return invalid_argument("x must be f32, got {}", dtype_name(in[0].dtype));
+  out->push_back(in[0]);
+  return {};
+}
+
+Status infer_unary_grad(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
+    return invalid_argument("inputs must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
+  if (in[0].shape != in[1].shape)
+    return invalid_argument("forward tensor {} and dy {} must have the same shape", shape_string(in[0].shape),
+                            shape_string(in[1].shape));
+  out->push_back(in[1]);
+  return {};
+}
+
+std::vector<SbpSignature> sbp_unary(const Attrs&, std::span<const TensorMeta> in) {
+  return math::split_or_broadcast(static_cast<int>(in[0].shape.size()), 1);
+}
+
+std::vector<SbpSignature> sbp_unary_grad(const Attrs&, std::span<const TensorMeta> in) {
+  auto sigs = math::split_or_broadcast(static_cast<int>(in[0].shape.size()), 2);
+  sigs.push_back({{Sbp::broadcast(), Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+template <Act kAct>
+Status grad_unary(GradBuilder& g) {
+  const std::string dy = g.output_grad(0);
+  if (dy.empty() || !g.needs_input_grad(0)) return {};
+  static constexpr const char* kGradType[] = {"relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad"};
+  const std::string& t = kAct == Act::kGelu ? g.input(0) : g.output(0);
+  g.set_input_grad(0, g.add_op(kGradType[static_cast<int>(kAct)], {t, dy})[0]);
+  return {};
+}
+
+template <Act kAct>
+Status cpu_unary(KernelContext& ctx) {
+  const float* __restrict x = ctx.inputs[0].f32();
+  float* __restrict y = ctx.outputs[0].f32();
+  const int64_t n = ctx.outputs[0].size();
+  for (int64_t i = 0; i < n; ++i) y[i] = forward<kAct>(x[i]);
+  return {};
+}
+
+template <Act kAct>
+Status cpu_unary_grad(KernelContext& ctx) {
+  const float* __restrict t = ctx.inputs[0].f32();
+  const float* __restrict dy = ctx.inputs[1].f32();
+  float* __restrict dx = ctx.outputs[0].f32();
+  const int64_t n = ctx.outputs[0].size();
+  for (int64_t i = 0; i < n; ++i) dx[i] = backward<kAct>(t[i], dy[i]);
+  return {};
+}
+
+template <Act kAct>
+constexpr OpDef unary_op(const char* type) {
+  return OpDef{.type = type, .num_inputs = 1, .num_outputs = 1, .infer = infer_unary, .sbp = sbp_unary,
+               .grad = grad_unary<kAct>, .cpu = cpu_unary<kAct>};
+}
+
+template <Act kAct>
+constexpr OpDef unary_grad_op(const char* type) {
+  return OpDef{.type = type, .num_inputs = 2, .num_outputs = 1, .infer = infer_unary_grad,
+               .sbp = sbp_unary_grad, .cpu = cpu_unary_grad<kAct>};
+}
+
+}  // namespace
+
+const OpDef kReluOp = unary_op<Act::kRelu>("relu");
+const OpDef kGeluOp = unary_op<Act::kGelu>("gelu");
+const OpDef kTanhOp = unary_op<Act::kTanh>("tanh");
+const OpDef kSigmoidOp = unary_op<Act::kSigmoid>("sigmoid");
+const OpDef kReluGradOp = unary_grad_op<Act::kRelu>("relu_grad");
+const OpDef kGeluGradOp = unary_grad_op<Act::kGelu>("gelu_grad");
+const OpDef kTanhGradOp = unary_grad_op<Act::kTanh>("tanh_grad");
+const OpDef kSigmoidGradOp = unary_grad_op<Act::kSigmoid>("sigmoid_grad");
+
+}  // namespace rill

@@ -1,0 +1,110 @@
+// sparse_softmax_cross_entropy: logits[N, C] f32, labels[N] i32 -> loss[N],
+// loss_n = logsumexp(logits_n) - logits_n[label_n], computed stably.
+// sparse_softmax_cross_entropy_grad(logits, labels, dloss) -> dlogits[N, C]
+// = (softmax(logits_n) - onehot(label_n)) * dloss_n. Labels get no gradient.
+#include <cmath>
+
+#include "kernels/ops/math_util.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+Status infer_ce(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(math::check_logits_labels(in[0], in[1]));
+  out->push_back({{in[0].shape[0]}, DType::kF32});
+  return {};
+}
+
+Status infer_ce_grad(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(math::check_logits_labels(in[0], in[1]));
+  if (in[2].dtype != DType::kF32 || in[2].shape != in[1].shape)
+    return invalid_argument("dloss {} {} must be f32 shaped like labels {}", shape_string(in[2].shape),
+                            dtype_name(in[2].dtype), shape_string(in[1].shape));
+  out->push_back(in[0]);
+  return {};
+}
+
+std::vector<SbpSignature> sbp_ce(const Attrs&, std::span<const TensorMeta>) {
+  return {math::uniform_signature(Sbp::split(0), 2), math::uniform_signature(Sbp::broadcast(), 2)};
+}
+
+std::vector<SbpSignature> sbp_ce_grad(const Attrs&, std::span<const TensorMeta>) {
+  const Sbp B = Sbp::broadcast(), P = Sbp::partial_sum();
+  return {math::uniform_signature(Sbp::split(0), 3), math::uniform_signature(B, 3),
+          {{B, B, P}, {P}}};  // linear in dloss
+}
+
+Status grad_ce(GradBuilder& g) {
+  const std::string dloss = g.output_grad(0);
+  if (dloss.empty() || !g.needs_input_grad(0)) return {};
+  g.set_input_grad(0, g.add_op("sparse_softmax_cross_entropy_grad", {g.input(0), g.input(1), dloss})[0]);
+  return {};
+}
+
+// Max and log-sum-exp shift of one row: logsumexp = max + log(sum).
+inline void row_stats(const float* row, int64_t cols, float* max_out, float* sum_out) {
+  float max = row[0];
+  for (int64_t c = 1; c < cols; ++c) max = std::max(max, row[c]);
+  float sum = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - max);
+  *max_out = max;
+  *sum_out = sum;
+}
+
+Status cpu_ce(KernelContext& ctx) {
+  const TensorView& logits = ctx.inputs[0];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  const int32_t* labels = ctx.inputs[1].i32();
+  RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy", labels, rows, cols));
+  float* loss = ctx.outputs[0].f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.f32() + r * cols;
+    float max, sum;
+    row_stats(row, cols, &max, &sum);
+    loss[r] = max + std::log(sum) - row[labels[r]];
+  }
+  return {};
+}
+
+Status cpu_ce_grad(KernelContext& ctx) {
+  const TensorView& logits = ctx.inputs[0];
+  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  const int32_t* labels = ctx.inputs[1].i32();
+  RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy_grad", labels, rows, cols));
+  const float* dloss = ctx.inputs[2].f32();
+  float* dlogits = ctx.outputs[0].f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.f32() + r * cols;
+    float* drow = dlogits + r * cols;
+    float max, sum;
+    row_stats(row, cols, &max, &sum);
+    const float scale = dloss[r] / sum;
+    for (int64_t c = 0; c < cols; ++c) drow[c] = std::exp(row[c] - max) * scale;
+    drow[labels[r]] -= dloss[r];
+  }
+  return {};
+}
+
+}  // namespace
+
+const OpDef kSparseSoftmaxCrossEntropyOp = {
+    .type = "sparse_softmax_cross_entropy",
+    .num_inputs = 2,
+    .num_outputs = 1,
+    .infer = infer_ce,
+    .sbp = sbp_ce,
+    .grad = grad_ce,
+    .cpu = cpu_ce,
+};
+
+const OpDef kSparseSoftmaxCrossEntropyGradOp = {
+    .type = "sparse_softmax_cross_entropy_grad",
+    .num_inputs = 3,
+    .num_outputs = 1,
+    .infer = infer_ce_grad,
+    .sbp = sbp_ce_grad,
+    .cpu = cpu_ce_grad,
+};
+
+}  // namespace rill

@@ -1,0 +1,157 @@
+// Optimizer update ops (sgd_update, momentum_update, adam_update): input 0 is a
+// variable, updated in place; input 1 is its gradient. State tensors
+// (momentum buffer, Adam's m and v) live in KernelContext::state, shaped like
+// the variable and zeroed by the runtime before step 0. Formulas follow
+// PyTorch's torch.optim (SGD without dampening or Nesterov; Adam without
+// amsgrad), with weight decay added to the gradient (L2, not AdamW).
+// Updates are elementwise, so a variable split on any axis updates piecewise.
+#include <cmath>
+
+#include "kernels/ops/attr_read.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+// Checks that `name` is a finite number in [min, max) (max_open) or [min, max].
+Status check_range(const Attrs& attrs, const std::string& name, double fallback, double min, double max,
+                   bool max_open) {
+  RILL_ASSIGN_OR_RETURN(double value, read_float(attrs, name, fallback));
+  bool above_max = max_open ? value >= max : value > max;
+  if (!std::isfinite(value) || value < min || above_max)
+    return invalid_argument("attr '{}' = {} must be in [{}, {}{}", name, value, min, max, max_open ? ")" : "]");
+  return {};
+}
+
+constexpr double kUnbounded = HUGE_VAL;
+
+Status update_infer_common(std::span<const TensorMeta> inputs) {
+  const TensorMeta& var = inputs[0];
+  const TensorMeta& grad = inputs[1];
+  if (var.shape != grad.shape)
+    return invalid_argument("variable shape {} and gradient shape {} differ", shape_string(var.shape),
+                            shape_string(grad.shape));
+  if (var.dtype != DType::kF32 || grad.dtype != DType::kF32)
+    return invalid_argument("variable ({}) and gradient ({}) must be f32", dtype_name(var.dtype),
+                            dtype_name(grad.dtype));
+  return {};
+}
+
+Status sgd_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>*) {
+  RILL_RETURN_IF_ERROR(update_infer_common(inputs));
+  RILL_RETURN_IF_ERROR(check_range(attrs, "lr", 0.01, 0, kUnbounded, false));
+  return check_range(attrs, "weight_decay", 0.0, 0, kUnbounded, false);
+}
+
+Status momentum_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
+  RILL_RETURN_IF_ERROR(sgd_infer(attrs, inputs, outputs));
+  return check_range(attrs, "momentum", 0.9, 0, 1, false);
+}
+
+Status adam_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
+  RILL_RETURN_IF_ERROR(update_infer_common(inputs));
+  RILL_RETURN_IF_ERROR(check_range(attrs, "lr", 0.001, 0, kUnbounded, false));
+  RILL_RETURN_IF_ERROR(check_range(attrs, "weight_decay", 0.0, 0, kUnbounded, false));
+  RILL_RETURN_IF_ERROR(check_range(attrs, "beta1", 0.9, 0, 1, true));
+  RILL_RETURN_IF_ERROR(check_range(attrs, "beta2", 0.999, 0, 1, true));
+  return check_range(attrs, "epsilon", 1e-8, 0, kUnbounded, false);
+}
+
+// The variable and its gradient always share one SBP: B, or S(a) on any axis.
+std::vector<SbpSignature> update_sbp(const Attrs&, std::span<const TensorMeta> inputs) {
+  std::vector<SbpSignature> sigs = {{{Sbp::broadcast(), Sbp::broadcast()}, {}}};
+  for (size_t a = 0; a < inputs[0].shape.size(); ++a) {
+    Sbp s = Sbp::split(static_cast<int>(a));
+    sigs.push_back({{s, s}, {}});
+  }
+  return sigs;
+}
+
+// Checks the physical views agree before an update touches memory.
+Status check_update_views(const KernelContext& ctx, size_t num_state) {
+  const TensorView& var = ctx.inputs[0];
+  if (ctx.inputs[1].size() != var.size() || ctx.state.size() != num_state)
+    return internal_error("update of {} with gradient {} and {} state tensor(s) (want {})", shape_string(var.shape),
+                          shape_string(ctx.inputs[1].shape), ctx.state.size(), num_state);
+  for (const TensorView& s : ctx.state)
+    if (s.size() != var.size())
+      return internal_error("update of {}: state tensor has shape {}", shape_string(var.shape), shape_string(s.shape));
+  return {};
+}
+
+Status sgd_kernel(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 0));
+  double lr = ctx.attrs->get_float("lr", 0.01), decay = ctx.attrs->get_float("weight_decay", 0.0);
+  float* w = ctx.inputs[0].f32();
+  const float* g = ctx.inputs[1].f32();
+  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) w[i] = static_cast<float>(w[i] - lr * (g[i] + decay * w[i]));
+  return {};
+}
+
+Status momentum_kernel(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 1));
+  const Attrs& a = *ctx.attrs;
+  double lr = a.get_float("lr", 0.01), decay = a.get_float("weight_decay", 0.0), mu = a.get_float("momentum", 0.9);
+  float* w = ctx.inputs[0].f32();
+  const float* g = ctx.inputs[1].f32();
+  float* v = ctx.state[0].f32();
+  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) {
+    // PyTorch starts the buffer at the first gradient; a zeroed buffer gives the same.
+    double velocity = mu * v[i] + (g[i] + decay * w[i]);
+    v[i] = static_cast<float>(velocity);
+    w[i] = static_cast<float>(w[i] - lr * velocity);
+  }
+  return {};
+}
+
+Status adam_kernel(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
+  const Attrs& a = *ctx.attrs;
+  double lr = a.get_float("lr", 0.001), decay = a.get_float("weight_decay", 0.0);
+  double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
+  double t = static_cast<double>(ctx.step + 1);
+  double step_size = lr / (1.0 - std::pow(beta1, t));
+  double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  float* w = ctx.inputs[0].f32();
+  const float* g = ctx.inputs[1].f32();
+  float* m = ctx.state[0].f32();
+  float* v = ctx.state[1].f32();
+  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) {
+    double grad = g[i] + decay * w[i];
+    double m_i = beta1 * m[i] + (1.0 - beta1) * grad;
+    double v_i = beta2 * v[i] + (1.0 - beta2) * grad * grad;
+    m[i] = static_cast<float>(m_i);
+    v[i] = static_cast<float>(v_i);
+    w[i] = static_cast<float>(w[i] - step_size * m_i / (std::sqrt(v_i) / correction2_sqrt + eps));
+  }
+  return {};
+}
+
+}  // namespace
+
+const OpDef kSgdUpdateOp = {.type = "sgd_update",
+                            .num_inputs = 2,
+                            .num_outputs = 0,
+                            .role = OpRole::kUpdate,
+                            .infer = sgd_infer,
+                            .sbp = update_sbp,
+                            .cpu = sgd_kernel,
+                            .num_state = 0};
+const OpDef kMomentumUpdateOp = {.type = "momentum_update",
+                                 .num_inputs = 2,
+                                 .num_outputs = 0,
+                                 .role = OpRole::kUpdate,
+                                 .infer = momentum_infer,
+                                 .sbp = update_sbp,
+                                 .cpu = momentum_kernel,
+                                 .num_state = 1};
+const OpDef kAdamUpdateOp = {.type = "adam_update",
+                             .num_inputs = 2,
+                             .num_outputs = 0,
+                             .role = OpRole::kUpdate,
+                             .infer = adam_infer,
+                             .sbp = update_sbp,
+                             .cpu = adam_kernel,
+                             .num_state = 2};
+
+}  // namespace rill

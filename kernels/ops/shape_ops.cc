@@ -1,0 +1,194 @@
+// Layout ops that move no values between elements' logical positions beyond a
+// permutation: reshape, transpose, identity. All are linear, so partial sums
+// pass through; their gradients are the inverse layout change.
+#include <cstring>
+
+#include "kernels/ops/attr_read.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+// --- reshape -----------------------------------------------------------------
+
+// The target shape with a -1 resolved against the input's element count.
+StatusOr<Shape> reshape_target(const Attrs& attrs, const Shape& input) {
+  RILL_ASSIGN_OR_RETURN(std::vector<int64_t> shape, read_ints(attrs, "shape", true));
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      if (inferred >= 0)
+        return invalid_argument("attr 'shape' = {} has more than one -1", shape_string(shape));
+      inferred = static_cast<int>(d);
+    } else if (shape[d] <= 0) {
+      return invalid_argument("attr 'shape' = {}: dims must be positive or a single -1",
+                              shape_string(shape));
+    } else {
+      known *= shape[d];
+    }
+  }
+  int64_t count = num_elements(input);
+  if (inferred >= 0) {
+    if (count % known != 0)
+      return invalid_argument("attr 'shape' = {} cannot hold the {} elements of input shape {}",
+                              shape_string(shape), count, shape_string(input));
+    shape[inferred] = count / known;
+  } else if (known != count) {
+    return invalid_argument("attr 'shape' = {} has {} elements but input shape {} has {}",
+                            shape_string(shape), known, shape_string(input), count);
+  }
+  return shape;
+}
+
+Status reshape_infer(const Attrs& attrs, std::span<const TensorMeta> inputs,
+                     std::vector<TensorMeta>* outputs) {
+  RILL_ASSIGN_OR_RETURN(Shape shape, reshape_target(attrs, inputs[0].shape));
+  outputs->push_back({std::move(shape), inputs[0].dtype});
+  return {};
+}
+
+std::vector<SbpSignature> reshape_sbp(const Attrs& attrs, std::span<const TensorMeta> inputs) {
+  std::vector<SbpSignature> sigs = {{{Sbp::broadcast()}, {Sbp::broadcast()}},
+                                    {{Sbp::partial_sum()}, {Sbp::partial_sum()}}};
+  auto target = reshape_target(attrs, inputs[0].shape);
+  const Shape& in = inputs[0].shape;
+  // Row-major order keeps rows together, so a split of an unchanged first
+  // axis gives every device the same rows before and after.
+  if (target.ok() && !in.empty() && !target->empty() && (*target)[0] == in[0])
+    sigs.push_back({{Sbp::split(0)}, {Sbp::split(0)}});
+  return sigs;
+}
+
+Status copy_kernel(KernelContext& ctx) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  if (in.bytes() != out.bytes())
+    return internal_error("copy of {} into {}: sizes differ", shape_string(in.shape), shape_string(out.shape));
+  if (in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+  return {};
+}
+
+Status reshape_grad(GradBuilder& b) {
+  std::string dy = b.output_grad(0);
+  if (dy.empty() || !b.needs_input_grad(0)) return {};
+  const Shape& shape = b.meta(b.input(0)).shape;
+  b.set_input_grad(0, b.add_op("reshape", {dy}, {{"shape", std::vector<int64_t>(shape)}})[0]);
+  return {};
+}
+
+// --- transpose ---------------------------------------------------------------
+
+StatusOr<std::vector<int64_t>> read_perm(const Attrs& attrs, const Shape& input) {
+  RILL_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_ints(attrs, "perm", true));
+  if (perm.size() != input.size())
+    return invalid_argument("attr 'perm' = {} has {} entries but input shape {} has rank {}",
+                            shape_string(perm), perm.size(), shape_string(input), input.size());
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p])
+      return invalid_argument("attr 'perm' = {} is not a permutation of the axes of shape {}",
+                              shape_string(perm), shape_string(input));
+    seen[p] = true;
+  }
+  return perm;
+}
+
+Status transpose_infer(const Attrs& attrs, std::span<const TensorMeta> inputs,
+                       std::vector<TensorMeta>* outputs) {
+  const Shape& in = inputs[0].shape;
+  RILL_RETURN_IF_ERROR(check_rank_limit(in, "transpose input"));
+  RILL_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(attrs, in));
+  Shape out(in.size());
+  for (size_t j = 0; j < perm.size(); ++j) out[j] = in[perm[j]];
+  outputs->push_back({std::move(out), inputs[0].dtype});
+  return {};
+}
+
+std::vector<SbpSignature> transpose_sbp(const Attrs& attrs, std::span<const TensorMeta> inputs) {
+  std::vector<SbpSignature> sigs = {{{Sbp::broadcast()}, {Sbp::broadcast()}},
+                                    {{Sbp::partial_sum()}, {Sbp::partial_sum()}}};
+  auto perm = read_perm(attrs, inputs[0].shape);
+  if (!perm.ok()) return sigs;
+  // Input axis perm[j] becomes output axis j.
+  for (size_t j = 0; j < perm->size(); ++j)
+    sigs.push_back({{Sbp::split(static_cast<int>((*perm)[j]))}, {Sbp::split(static_cast<int>(j))}});
+  return sigs;
+}
+
+Status transpose_kernel(KernelContext& ctx) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  const std::vector<int64_t>* perm_attr = ints_attr(*ctx.attrs, "perm");
+  int rank = static_cast<int>(out.shape.size());
+  if (perm_attr == nullptr || static_cast<int>(perm_attr->size()) != rank ||
+      in.shape.size() != out.shape.size() || rank > kMaxKernelRank)
+    return internal_error("transpose of {} into {}: attr 'perm' does not match", shape_string(in.shape),
+                          shape_string(out.shape));
+  const std::vector<int64_t>& perm = *perm_attr;
+  auto in_strides = row_major_strides(in.shape);
+  // Stride in the input of one step along each output axis.
+  std::array<int64_t, kMaxKernelRank> step{};
+  for (int j = 0; j < rank; ++j) step[j] = in_strides[perm[j]];
+  const uint32_t* src = static_cast<const uint32_t*>(in.data);
+  uint32_t* dst = static_cast<uint32_t*>(out.data);
+  std::array<int64_t, kMaxKernelRank> index{};
+  int64_t offset = 0, count = out.size();
+  for (int64_t i = 0; i < count; ++i) {
+    dst[i] = src[offset];
+    for (int j = rank - 1; j >= 0; --j) {  // odometer over the output index
+      offset += step[j];
+      if (++index[j] < out.shape[j]) break;
+      offset -= step[j] * out.shape[j];
+      index[j] = 0;
+    }
+  }
+  return {};
+}
+
+Status transpose_grad(GradBuilder& b) {
+  std::string dy = b.output_grad(0);
+  if (dy.empty() || !b.needs_input_grad(0)) return {};
+  std::vector<int64_t> perm = b.attrs().get_ints("perm");
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) inverse[perm[j]] = static_cast<int64_t>(j);
+  b.set_input_grad(0, b.add_op("transpose", {dy}, {{"perm", inverse}})[0]);
+  return {};
+}
+
+// --- identity ----------------------------------------------------------------
+
+Status identity_infer(const Attrs&, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
+  outputs->push_back(inputs[0]);
+  return {};
+}
+
+std::vector<SbpSignature> identity_sbp(const Attrs&, std::span<const TensorMeta> inputs) {
+  std::vector<SbpSignature> sigs = {{{Sbp::broadcast()}, {Sbp::broadcast()}},
+                                    {{Sbp::partial_sum()}, {Sbp::partial_sum()}}};
+  for (size_t a = 0; a < inputs[0].shape.size(); ++a) {
+    Sbp s = Sbp::split(static_cast<int>(a));
+    sigs.push_back({{s}, {s}});
+  }
+  return sigs;
+}
+
+Status identity_grad(GradBuilder& b) {
+  std::string dy = b.output_grad(0);
+  if (!dy.empty() && b.needs_input_grad(0)) b.set_input_grad(0, dy);
+  return {};
+}
+
+}  // namespace
+
+const OpDef kReshapeOp = {
+    .type = "reshape", .infer = reshape_infer, .sbp = reshape_sbp, .grad = reshape_grad, .cpu = copy_kernel};
+const OpDef kTransposeOp = {.type = "transpose",
+                            .infer = transpose_infer,
+                            .sbp = transpose_sbp,
+                            .grad = transpose_grad,
+                            .cpu = transpose_kernel};
+const OpDef kIdentityOp = {
+    .type = "identity", .infer = identity_infer, .sbp = identity_sbp, .grad = identity_grad, .cpu = copy_kernel};
+
+}  // namespace rill

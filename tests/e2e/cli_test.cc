@@ -1,0 +1,105 @@
+// The `rill` command as a user runs it: a real process, its exit code, its
+// output and the files it writes.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+std::string root() {
+  const char* r = std::getenv("RILL_SOURCE_ROOT");
+  return r ? r : ".";
+}
+
+Ran rill(const std::string& args) {
+  const char* binary = std::getenv("RILL_BINARY");
+  REQUIRE(binary != nullptr);
+  std::string command = std::string(binary) + " " + args + " 2>&1";
+  Ran ran;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return ran;
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("rill-cli-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("rill run trains linear regression on cpu:2 and writes the result") {
+  auto result_file = temp_dir() / "result.json";
+  Ran ran = rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --result " +
+                 result_file.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("step     50/500") != std::string::npos);
+  std::ifstream in(result_file);
+  auto result = nlohmann::json::parse(in);
+  CHECK(result["status"] == "ok");
+  CHECK(result["steps"] == 500);
+  auto w = result["variables"]["w"]["values"];
+  REQUIRE(w.size() == 2);
+  CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
+  CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
+  CHECK(result["samples_per_sec"].get<double>() > 0);
+}
+
+TEST_CASE("rill plan prints a JSON summary and writes DOT") {
+  auto dot = temp_dir() / "plan.dot";
+  Ran ran = rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
+                 dot.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto plan = nlohmann::json::parse(ran.output);
+  CHECK(plan["tasks"].size() > 4);
+  CHECK(plan["regsts"].size() > 4);
+  std::ifstream in(dot);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("digraph") != std::string::npos);
+  // Deterministic: the same job prints the same plan.
+  Ran again = rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json");
+  CHECK(again.output == ran.output);
+}
+
+TEST_CASE("rill check accepts the samples and rejects a bad file with its name") {
+  CHECK(rill("check " + root() + "/samples/mlp/mlp.json").code == 0);
+  auto bad = temp_dir() / "bad.json";
+  std::ofstream(bad) << "{ \"name\": \"x\", \"ops\": [ { \"type\": ";
+  Ran ran = rill("check " + bad.string());
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("bad.json") != std::string::npos);
+  Ran missing = rill("run /nonexistent/job.json");
+  CHECK(missing.code == 1);
+  CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);
+}
+
+TEST_CASE("a bad flag value is an error, not a crash") {
+  Ran ran = rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("gpu:x") != std::string::npos);
+}

@@ -1,0 +1,429 @@
+#include <doctest/doctest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "kernels/data/dataset.h"
+
+namespace rill {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() / fmt::format("rill_data_test_{}_{}", ::getpid(), counter++);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+using Bytes = std::vector<uint8_t>;
+
+void write_file(const std::string& path, const Bytes& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+void write_text(const std::string& path, const std::string& text) { write_file(path, Bytes(text.begin(), text.end())); }
+
+void write_gzip(const std::string& path, const Bytes& bytes) {
+  gzFile gz = gzopen(path.c_str(), "wb");
+  REQUIRE(gz != nullptr);
+  REQUIRE(gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzclose(gz) == Z_OK);
+}
+
+Bytes read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void put_be32(Bytes* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
+}
+
+// idx images: pixel (i, p) = (i * 10 + p) mod 256.
+Bytes idx_images(uint32_t n, uint32_t h, uint32_t w) {
+  Bytes out;
+  put_be32(&out, 0x00000803);
+  for (uint32_t d : {n, h, w}) put_be32(&out, d);
+  for (uint32_t i = 0; i < n; ++i)
+    for (uint32_t p = 0; p < h * w; ++p) out.push_back(static_cast<uint8_t>((i * 10 + p) % 256));
+  return out;
+}
+
+// idx labels: label i = (i * 3) mod 10.
+Bytes idx_labels(uint32_t n) {
+  Bytes out;
+  put_be32(&out, 0x00000801);
+  put_be32(&out, n);
+  for (uint32_t i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(i * 3 % 10));
+  return out;
+}
+
+DatasetSpec idx_spec(const std::string& images, const std::string& labels) {
+  DatasetSpec spec;
+  spec.name = "digits";
+  spec.kind = "idx";
+  spec.images = images;
+  spec.labels = labels;
+  return spec;
+}
+
+template <typename T>
+std::vector<T> gather_all(const Dataset& dataset, const std::string& field) {
+  StatusOr<int> index = dataset.field_index(field);
+  REQUIRE(index.ok());
+  std::vector<int64_t> all(static_cast<size_t>(dataset.num_samples()));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  std::vector<T> out(all.size() * static_cast<size_t>(num_elements(dataset.field_meta(*index).shape)));
+  dataset.gather(*index, all, out.data());
+  return out;
+}
+
+// The error `spec` gives; fails the test if it loads.
+Status open_error(const DatasetSpec& spec) {
+  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
+  REQUIRE_FALSE(dataset.ok());
+  return dataset.status();
+}
+
+bool contains(const Status& status, const std::string& text) {
+  INFO(status.to_string());
+  return status.message().find(text) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_SUITE("data") {
+
+TEST_CASE("idx files load, plain and gzip, detected by magic bytes not by name") {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    CAPTURE(gzip);
+    // Names say the opposite of the contents on purpose.
+    const std::string images = dir.file(gzip ? "images.idx" : "images.idx.gz");
+    const std::string labels = dir.file(gzip ? "labels.idx" : "labels.idx.gz");
+    (gzip ? write_gzip : write_file)(images, idx_images(5, 2, 3));
+    (gzip ? write_gzip : write_file)(labels, idx_labels(5));
+    DatasetSpec spec = idx_spec(images, labels);
+    spec.scale = 0.5f;
+    StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
+    REQUIRE_MESSAGE(dataset.ok(), dataset.status().to_string());
+    const Dataset& d = **dataset;
+    CHECK(d.name() == "digits");
+    CHECK(d.num_samples() == 5);
+    CHECK(d.field_names() == std::vector<std::string>{"image", "label"});
+    CHECK(d.field_meta(*d.field_index("image")) == TensorMeta{{6}, DType::kF32});
+    CHECK(d.field_meta(*d.field_index("label")) == TensorMeta{{}, DType::kI32});
+
+    std::vector<float> pixels = gather_all<float>(d, "image");
+    REQUIRE(pixels.size() == 30);
+    for (int i = 0; i < 5; ++i)
+      for (int p = 0; p < 6; ++p) CHECK(pixels[i * 6 + p] == static_cast<float>((i * 10 + p) % 256) * 0.5f);
+    CHECK(gather_all<int32_t>(d, "label") == std::vector<int32_t>{0, 3, 6, 9, 2});
+  }
+}
+
+TEST_CASE("gather copies the requested samples in the requested order") {
+  TempDir dir;
+  write_file(dir.file("i"), idx_images(4, 1, 2));
+  write_file(dir.file("l"), idx_labels(4));
+  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(idx_spec(dir.file("i"), dir.file("l")));
+  REQUIRE(dataset.ok());
+  const std::vector<int64_t> indices{3, 0, 3};
+  std::vector<float> image(6, -1.0f);
+  (*dataset)->gather(0, indices, image.data());
+  CHECK(image == std::vector<float>{30, 31, 0, 1, 30, 31});
+  std::vector<int32_t> label(3, -1);
+  (*dataset)->gather(1, indices, label.data());
+  CHECK(label == std::vector<int32_t>{9, 0, 9});
+}
+
+TEST_CASE("corrupt idx files give errors naming the file and the problem") {
+  TempDir dir;
+  const std::string images = dir.file("images"), labels = dir.file("labels");
+  write_file(images, idx_images(3, 2, 2));
+  write_file(labels, idx_labels(3));
+
+  SUBCASE("missing file") {
+    Status status = open_error(idx_spec(dir.file("nope"), labels));
+    CHECK(status.code() == Code::kNotFound);
+    CHECK(contains(status, dir.file("nope")));
+    CHECK(contains(status, "No such file"));
+  }
+  SUBCASE("wrong magic, e.g. the files swapped") {
+    Status status = open_error(idx_spec(labels, images));
+    CHECK(status.code() == Code::kDataLoss);
+    CHECK(contains(status, labels));
+    CHECK(contains(status, "expected 0x00000803"));
+    CHECK(contains(status, "found 0x00000801"));
+  }
+  SUBCASE("truncated values") {
+    Bytes bytes = idx_images(3, 2, 2);
+    bytes.resize(bytes.size() - 5);
+    write_file(images, bytes);
+    Status status = open_error(idx_spec(images, labels));
+    CHECK(contains(status, images));
+    CHECK(contains(status, "truncated file: header [3, 2, 2] needs 28 bytes, found 23"));
+  }
+  SUBCASE("truncated header") {
+    write_file(images, Bytes{0, 0, 8, 3, 0, 0});
+    CHECK(contains(open_error(idx_spec(images, labels)), "expected a 16-byte header, found 6 bytes"));
+  }
+  SUBCASE("dims whose product overflows 64 bits") {
+    Bytes bytes;
+    put_be32(&bytes, 0x00000803);
+    for (int i = 0; i < 3; ++i) put_be32(&bytes, 0xffffffffu);
+    write_file(images, bytes);
+    CHECK(contains(open_error(idx_spec(images, labels)), "needs more than 2^64 bytes, found 16"));
+  }
+  SUBCASE("trailing data") {
+    Bytes bytes = idx_images(3, 2, 2);
+    bytes.push_back(7);
+    write_file(images, bytes);
+    CHECK(contains(open_error(idx_spec(images, labels)), "unexpected trailing data"));
+  }
+  SUBCASE("image count differs from label count") {
+    write_file(labels, idx_labels(4));
+    Status status = open_error(idx_spec(images, labels));
+    CHECK(contains(status, "has 3 images but labels file"));
+    CHECK(contains(status, "has 4 labels"));
+  }
+  SUBCASE("zero images") {
+    write_file(images, idx_images(0, 2, 2));
+    write_file(labels, idx_labels(0));
+    CHECK(contains(open_error(idx_spec(images, labels)), "dimension 0 of the header is 0"));
+  }
+  SUBCASE("empty file") {
+    write_file(images, Bytes{});
+    CHECK(contains(open_error(idx_spec(images, labels)), "truncated file"));
+  }
+  SUBCASE("corrupt gzip stream") {
+    write_gzip(images, idx_images(3, 2, 2));
+    Bytes bytes = read_all(images);
+    for (size_t i = 12; i < bytes.size(); ++i) bytes[i] ^= 0x5a;
+    write_file(images, bytes);
+    Status status = open_error(idx_spec(images, labels));
+    CHECK(status.code() == Code::kDataLoss);
+    CHECK(contains(status, images));
+    CHECK(contains(status, "gzip"));
+  }
+  SUBCASE("truncated gzip stream") {
+    write_gzip(images, idx_images(300, 28, 28));
+    Bytes bytes = read_all(images);
+    bytes.resize(bytes.size() / 2);
+    write_file(images, bytes);
+    Status status = open_error(idx_spec(images, labels));
+    CHECK(contains(status, images));
+    CHECK(contains(status, "truncated gzip stream"));
+  }
+  SUBCASE("no file named") {
+    CHECK(contains(open_error(idx_spec("", labels)), "no images file given"));
+  }
+}
+
+TEST_CASE("unknown dataset kind is an error") {
+  DatasetSpec spec;
+  spec.name = "d";
+  spec.kind = "parquet";
+  Status status = open_error(spec);
+  CHECK(contains(status, "unknown kind 'parquet'"));
+}
+
+TEST_CASE("csv with a header and a label column") {
+  TempDir dir;
+  write_text(dir.file("d.csv"), "x,label,y\n1.5, 2 ,-3\r\n\n0,7,1e2\n");
+  DatasetSpec spec;
+  spec.name = "table";
+  spec.kind = "csv";
+  spec.path = dir.file("d.csv");
+  spec.header = true;
+  spec.label_column = 1;
+  spec.scale = 2.0f;
+  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
+  REQUIRE_MESSAGE(dataset.ok(), dataset.status().to_string());
+  const Dataset& d = **dataset;
+  CHECK(d.num_samples() == 2);
+  CHECK(d.field_meta(*d.field_index("features")) == TensorMeta{{2}, DType::kF32});
+  CHECK(gather_all<float>(d, "features") == std::vector<float>{3, -6, 0, 200});
+  CHECK(gather_all<int32_t>(d, "label") == std::vector<int32_t>{2, 7});
+
+  SUBCASE("without a label column every column is a feature") {
+    spec.label_column = -1;
+    spec.scale = 1.0f;
+    StatusOr<std::shared_ptr<const Dataset>> all = Dataset::open(spec);
+    REQUIRE(all.ok());
+    CHECK((*all)->field_names() == std::vector<std::string>{"features"});
+    CHECK(gather_all<float>(**all, "features") == std::vector<float>{1.5f, 2, -3, 0, 7, 100});
+  }
+}
+
+TEST_CASE("bad csv gives errors naming file, line and column") {
+  TempDir dir;
+  const std::string path = dir.file("bad.csv");
+  DatasetSpec spec;
+  spec.name = "table";
+  spec.kind = "csv";
+  spec.path = path;
+  spec.label_column = 0;
+
+  write_text(path, "1,2,3\n4,5,6\n7,abc,9\n");
+  Status status = open_error(spec);
+  CHECK(contains(status, path));
+  CHECK(contains(status, "line 3, column 2: cannot parse 'abc'"));
+
+  write_text(path, "1,2,3\n4,5\n");
+  CHECK(contains(open_error(spec), "line 2: expected 3 columns, found 2"));
+
+  write_text(path, "1.5,2,3\n");
+  CHECK(contains(open_error(spec), "line 1, column 1: label '1.5' is not a 32-bit integer"));
+
+  write_text(path, "1,2,nan\n");
+  CHECK(contains(open_error(spec), "line 1, column 3"));
+
+  write_text(path, "a,b,c\n");
+  spec.header = true;
+  CHECK(contains(open_error(spec), "empty dataset"));
+
+  write_text(path, "");
+  CHECK(contains(open_error(spec), "empty dataset"));
+
+  write_text(path, "1,2\n");
+  spec.header = false;
+  spec.label_column = 5;
+  CHECK(contains(open_error(spec), "label_column 5 is out of range"));
+
+  spec.path = dir.file("missing.csv");
+  CHECK(open_error(spec).code() == Code::kNotFound);
+}
+
+TEST_CASE("synthetic data is deterministic, in range, and seed-dependent") {
+  DatasetSpec spec;
+  spec.name = "synth";
+  spec.kind = "synthetic";
+  spec.num_samples = 1000;
+  spec.feature_shape = {4, 5};
+  spec.num_classes = 4;
+  spec.seed = 42;
+  spec.scale = 3.0f;
+  auto a = Dataset::open(spec), b = Dataset::open(spec);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK((*a)->field_meta(*(*a)->field_index("features")) == TensorMeta{{4, 5}, DType::kF32});
+  std::vector<float> features = gather_all<float>(**a, "features");
+  std::vector<int32_t> labels = gather_all<int32_t>(**a, "label");
+  CHECK(features == gather_all<float>(**b, "features"));
+  CHECK(labels == gather_all<int32_t>(**b, "label"));
+  CHECK(*std::min_element(features.begin(), features.end()) >= 0.0f);
+  CHECK(*std::max_element(features.begin(), features.end()) < 3.0f);
+  std::vector<int> per_class(4, 0);
+  for (int32_t label : labels) {
+    REQUIRE(label >= 0);
+    REQUIRE(label < 4);
+    ++per_class[label];
+  }
+  for (int count : per_class) CHECK(count > 100);  // every class well represented
+
+  spec.seed = 43;
+  auto c = Dataset::open(spec);
+  REQUIRE(c.ok());
+  CHECK(features != gather_all<float>(**c, "features"));
+
+  spec.num_samples = 0;
+  CHECK(contains(open_error(spec), "empty dataset"));
+  spec.num_samples = int64_t{1} << 40;
+  CHECK(contains(open_error(spec), "limit"));
+  spec.num_samples = 10;
+  spec.feature_shape = {3, 0};
+  CHECK(contains(open_error(spec), "feature_shape [3, 0]"));
+}
+
+TEST_CASE("inline tensors become fields; mismatches are errors") {
+  DatasetSpec spec;
+  spec.name = "tiny";
+  spec.kind = "inline";
+  spec.tensors.push_back({"x", {3, 2}, DType::kF32, {1, 2, 3, 4, 5, 6}, {}});
+  spec.tensors.push_back({"y", {3}, DType::kI32, {}, {0, 1, 0}});
+  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
+  REQUIRE_MESSAGE(dataset.ok(), dataset.status().to_string());
+  const Dataset& d = **dataset;
+  CHECK(d.num_samples() == 3);
+  CHECK(d.field_meta(0) == TensorMeta{{2}, DType::kF32});
+  CHECK(d.field_meta(1) == TensorMeta{{}, DType::kI32});
+  CHECK(gather_all<float>(d, "x") == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(gather_all<int32_t>(d, "y") == std::vector<int32_t>{0, 1, 0});
+  StatusOr<int> missing = d.field_index("label");
+  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK(contains(missing.status(), "no field 'label'; its fields are: x, y"));
+
+  DatasetSpec bad = spec;
+  bad.tensors[1].shape = {4};
+  bad.tensors[1].i32 = {0, 1, 0, 1};
+  CHECK(contains(open_error(bad), "tensor 'y': shape [4] has 4 samples on axis 0, but tensor 'x' has 3"));
+  bad = spec;
+  bad.tensors[0].f32.pop_back();
+  CHECK(contains(open_error(bad), "tensor 'x': shape [3, 2] needs 6 values, found 5"));
+  bad = spec;
+  bad.tensors[1].name = "x";
+  CHECK(contains(open_error(bad), "field 'x' appears twice"));
+  bad = spec;
+  bad.tensors.clear();
+  CHECK(contains(open_error(bad), "no tensors"));
+}
+
+TEST_CASE("Fashion-MNIST loads from the Debian package") {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (!fs::is_directory(dir)) {
+    MESSAGE("skipped: " << dir << " is absent (apt install dataset-fashion-mnist)");
+    return;
+  }
+  DatasetSpec spec = idx_spec(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz");
+  spec.scale = 1.0f / 255.0f;
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<std::shared_ptr<const Dataset>> train = Dataset::open(spec);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE_MESSAGE(train.ok(), train.status().to_string());
+  MESSAGE("60000 Fashion-MNIST training images loaded in " << seconds << " s");
+  CHECK(seconds < 2.0);  // about 0.2 s on an idle core; generous for a loaded machine
+  CHECK((*train)->num_samples() == 60000);
+  CHECK((*train)->field_meta(0) == TensorMeta{{784}, DType::kF32});
+  std::vector<float> pixels = gather_all<float>(**train, "image");
+  CHECK(*std::min_element(pixels.begin(), pixels.end()) == 0.0f);
+  CHECK(*std::max_element(pixels.begin(), pixels.end()) == 1.0f);
+  std::vector<int32_t> labels = gather_all<int32_t>(**train, "label");
+  std::vector<int> per_class(10, 0);
+  for (int32_t label : labels) {
+    REQUIRE(label >= 0);
+    REQUIRE(label <= 9);
+    ++per_class[label];
+  }
+  CHECK(per_class == std::vector<int>(10, 6000));  // Fashion-MNIST is balanced
+
+  spec = idx_spec(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  StatusOr<std::shared_ptr<const Dataset>> test = Dataset::open(spec);
+  REQUIRE_MESSAGE(test.ok(), test.status().to_string());
+  CHECK((*test)->num_samples() == 10000);
+  for (int32_t label : gather_all<int32_t>(**test, "label")) REQUIRE((label >= 0 && label <= 9));
+}
+
+}  // TEST_SUITE
+
+}  // namespace rill

@@ -1,0 +1,128 @@
+// Eager op execution and finite-difference gradient checks for op tests.
+//
+// `run_op` runs one op's CPU kernel on host tensors the way an actor would
+// (infer, allocate outputs and scratch, call the kernel), with every logical
+// shape equal to the physical one unless RunOptions says otherwise.
+// `EagerGradBuilder` runs an op's gradient rule by executing each op the rule
+// adds at once. `check_gradients` compares the rule's input gradients with
+// central finite differences.
+//
+// Test-only code; single-threaded use (one test at a time per object).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/attrs.h"
+#include "kernels/op.h"
+#include "kernels/tensor.h"
+
+namespace rill::testing {
+
+// A host tensor that owns its data: `f32` for DType::kF32, `i32` for kI32.
+struct Tensor {
+  Shape shape;
+  DType dtype = DType::kF32;
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+
+  static Tensor floats(Shape shape, std::vector<float> values);
+  static Tensor ints(Shape shape, std::vector<int32_t> values);
+  static Tensor zeros(Shape shape, DType dtype = DType::kF32);
+  // Uniform in [low, high), deterministic for a seed.
+  static Tensor uniform(Shape shape, uint64_t seed, float low = -1.0f, float high = 1.0f);
+
+  int64_t size() const { return num_elements(shape); }
+  TensorMeta meta() const { return {shape, dtype}; }
+  TensorView view();  // points into this tensor's storage
+};
+
+struct RunOptions {
+  // Logical shape of each input; empty means "the same as the physical shape".
+  std::vector<Shape> logical_inputs;
+  // Initializers: logical shape of output 0 and this piece's offset in it.
+  Shape logical_output;
+  std::vector<int64_t> output_offset;
+  int64_t step = 0;
+  // Optimizer state tensors (OpDef::num_state of them), updated in place.
+  std::vector<Tensor>* state = nullptr;
+};
+
+// Runs `def` on `inputs`, which the kernel may update in place (kUpdate ops).
+// Output buffers start as NaN (i32: a sentinel) and scratch as garbage, so a
+// kernel that leaves part of an output unwritten or trusts scratch fails tests.
+StatusOr<std::vector<Tensor>> run_kernel(const OpDef& def, std::span<Tensor> inputs, const Attrs& attrs,
+                                         const RunOptions& options = {});
+
+// Looks up `type` and runs it on copies of `inputs`.
+StatusOr<std::vector<Tensor>> run_op(const std::string& type, std::vector<Tensor> inputs,
+                                     const Attrs& attrs = {}, const RunOptions& options = {});
+
+// A GradBuilder over named host tensors: the forward op's inputs are "in0",
+// "in1", ..., its outputs "out0", ..., the cotangents "dout0", ...; each op
+// the rule adds runs at once and its outputs are named "t0", "t1", ...
+// A failing added op is recorded in status() (add_op then returns names that
+// no tensor has, so later ops fail too); a gradient rule cannot see it.
+class EagerGradBuilder : public GradBuilder {
+ public:
+  // `needs_grad[i]` says whether input i wants a gradient; an empty
+  // `output_grads[i]` means nothing depends on output i.
+  EagerGradBuilder(const std::string& type, const Attrs& attrs, std::vector<Tensor> inputs,
+                   std::vector<Tensor> outputs, std::vector<std::optional<Tensor>> output_grads,
+                   std::vector<bool> needs_grad);
+
+  const Attrs& attrs() const override { return attrs_; }
+  int num_inputs() const override { return static_cast<int>(input_names_.size()); }
+  const std::string& input(int i) const override { return input_names_.at(i); }
+  const std::string& output(int i) const override { return output_names_.at(i); }
+  const TensorMeta& meta(const std::string& tensor) const override;
+  std::string output_grad(int i) const override;
+  bool needs_input_grad(int i) const override { return needs_grad_.at(i); }
+  std::vector<std::string> add_op(const std::string& type, std::vector<std::string> inputs, Attrs attrs = {},
+                                  int num_outputs = 1) override;
+  void set_input_grad(int i, const std::string& grad) override;
+
+  const Status& status() const { return status_; }
+  // The gradient set for input i, or nullptr if the rule set none.
+  const Tensor* input_grad(int i) const;
+  const Tensor* tensor(const std::string& name) const;
+  // Types of the ops the rule added, in order.
+  const std::vector<std::string>& added_ops() const { return added_ops_; }
+
+ private:
+  std::string type_;
+  Attrs attrs_;
+  std::vector<std::string> input_names_, output_names_, output_grad_names_;
+  std::vector<bool> needs_grad_;
+  std::map<std::string, Tensor> tensors_;
+  mutable std::map<std::string, TensorMeta> metas_;
+  std::map<int, std::string> input_grads_;
+  std::vector<std::string> added_ops_;
+  int next_id_ = 0;
+  mutable Status status_;
+};
+
+struct GradCheckOptions {
+  double eps = 1e-3;        // finite-difference step
+  double tolerance = 1e-2;  // |analytic - numeric| <= tolerance * max(1, |numeric|)
+  uint64_t seed = 7;        // for the random output cotangents
+  int max_reported = 8;     // mismatches listed in the error message
+};
+
+// Checks the gradient rule of `type` for the inputs listed in `which_inputs`
+// (f32 inputs only) against central differences of
+// L = sum_k sum(out_k * cotangent_k), with random cotangents in [-1, 1).
+// Returns OK, or an error naming the op, input index and element index of
+// each mismatch (up to max_reported), or why the check could not run.
+Status check_gradients(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs,
+                       const std::vector<int>& which_inputs, const GradCheckOptions& options = {});
+// Same with a tolerance only.
+Status check_gradients(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs,
+                       const std::vector<int>& which_inputs, double tolerance);
+
+}  // namespace rill::testing

@@ -1,0 +1,296 @@
+// Forward values, error messages and registry completeness of the math ops
+// (matmul, elementwise, activations, softmax, losses, reductions, accuracy).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+
+#include "kernels/ops/ops.h"
+#include "tests/kernels/grad_check.h"
+
+namespace rill::testing {
+namespace {
+
+std::vector<Tensor> run_ok(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {},
+                           const RunOptions& options = {}) {
+  auto out = run_op(type, std::move(inputs), attrs, options);
+  INFO(type, ": ", out.status().to_string());
+  REQUIRE(out.ok());
+  return std::move(out).value();
+}
+
+Status run_status(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
+  return run_op(type, std::move(inputs), attrs).status();
+}
+
+void check_values(const Tensor& got, const Shape& shape, const std::vector<float>& want, double tol = 1e-5) {
+  REQUIRE(got.shape == shape);
+  REQUIRE(got.f32.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("element ", i);
+    CHECK(got.f32[i] == doctest::Approx(want[i]).epsilon(tol));
+  }
+}
+
+Attrs transposes(int a, int b) { return {{"transpose_a", int64_t{a}}, {"transpose_b", int64_t{b}}}; }
+
+// a = [[1, 2, 3], [4, 5, 6]], b = [[1, 0], [0, 1], [1, 1]]: a x b = [[4, 5], [10, 11]].
+TEST_CASE("matmul computes all four transpose combinations") {
+  const Tensor a = Tensor::floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor a_t = Tensor::floats({3, 2}, {1, 4, 2, 5, 3, 6});
+  const Tensor b = Tensor::floats({3, 2}, {1, 0, 0, 1, 1, 1});
+  const Tensor b_t = Tensor::floats({2, 3}, {1, 0, 1, 0, 1, 1});
+  const std::vector<float> want = {4, 5, 10, 11};
+  check_values(run_ok("matmul", {a, b}, transposes(0, 0))[0], {2, 2}, want);
+  check_values(run_ok("matmul", {a, b_t}, transposes(0, 1))[0], {2, 2}, want);
+  check_values(run_ok("matmul", {a_t, b}, transposes(1, 0))[0], {2, 2}, want);
+  check_values(run_ok("matmul", {a_t, b_t}, transposes(1, 1))[0], {2, 2}, want);
+}
+
+TEST_CASE("matmul agrees with a reference loop on a non-square product") {
+  const Tensor a = Tensor::uniform({7, 13}, 1), b = Tensor::uniform({13, 5}, 2);
+  const Tensor c = run_ok("matmul", {a, b})[0];
+  REQUIRE(c.shape == Shape{7, 5});
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double want = 0;
+      for (int k = 0; k < 13; ++k) want += double(a.f32[i * 13 + k]) * b.f32[k * 5 + j];
+      CHECK(c.f32[i * 5 + j] == doctest::Approx(want).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("matmul reports shape and attr errors with both shapes") {
+  Status s = run_status("matmul", {Tensor::zeros({2, 3}), Tensor::zeros({4, 5})});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("matmul") != std::string::npos);
+  CHECK(s.message().find("a [2, 3] and b [4, 5] do not agree on K (3 vs 4)") != std::string::npos);
+  s = run_status("matmul", {Tensor::zeros({2, 3}), Tensor::zeros({2, 5})}, transposes(0, 1));
+  CHECK(s.message().find("transpose_b=1") != std::string::npos);
+  s = run_status("matmul", {Tensor::zeros({2, 3, 1}), Tensor::zeros({3, 5})});
+  CHECK(s.message().find("[2, 3, 1]") != std::string::npos);
+  s = run_status("matmul", {Tensor::zeros({2, 3}), Tensor::zeros({3, 5})}, {{"transpose_a", std::string("yes")}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("transpose_a") != std::string::npos);
+  s = run_status("matmul", {Tensor::zeros({2, 3}), Tensor::zeros({3, 5})}, {{"transpose_a", int64_t{2}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("add, sub and mul work elementwise and with a scalar second input") {
+  const Tensor x = Tensor::floats({2, 2}, {1, 2, 3, 4});
+  const Tensor y = Tensor::floats({2, 2}, {10, 20, 30, 40});
+  check_values(run_ok("add", {x, y})[0], {2, 2}, {11, 22, 33, 44});
+  check_values(run_ok("sub", {x, y})[0], {2, 2}, {-9, -18, -27, -36});
+  check_values(run_ok("mul", {x, y})[0], {2, 2}, {10, 40, 90, 160});
+  check_values(run_ok("add", {x, Tensor::floats({}, {0.5f})})[0], {2, 2}, {1.5f, 2.5f, 3.5f, 4.5f});
+  check_values(run_ok("mul", {x, Tensor::floats({1}, {2})})[0], {2, 2}, {2, 4, 6, 8});
+  Status s = run_status("add", {x, Tensor::zeros({2, 3})});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("[2, 2] and x1 [2, 3]") != std::string::npos);
+  CHECK(run_status("add", {x, Tensor::ints({2, 2}, {1, 2, 3, 4})}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("bias_add adds along its axis and checks the bias shape") {
+  const Tensor x = Tensor::floats({2, 3}, {0, 0, 0, 1, 1, 1});
+  check_values(run_ok("bias_add", {x, Tensor::floats({3}, {1, 2, 3})})[0], {2, 3}, {1, 2, 3, 2, 3, 4});
+  check_values(run_ok("bias_add", {x, Tensor::floats({2}, {5, 7})}, {{"axis", int64_t{0}}})[0], {2, 3},
+               {5, 5, 5, 8, 8, 8});
+  Status s = run_status("bias_add", {x, Tensor::zeros({4})});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("[4]") != std::string::npos);
+  CHECK(s.message().find("[2, 3]") != std::string::npos);
+}
+
+TEST_CASE("activations match their formulas") {
+  const Tensor x = Tensor::floats({4}, {-2, -0.5f, 0.5f, 2});
+  std::vector<float> relu, gelu, tanh_, sigmoid;
+  for (float v : x.f32) {
+    relu.push_back(v > 0 ? v : 0);
+    gelu.push_back(0.5f * v * (1 + std::erf(v / std::sqrt(2.0f))));
+    tanh_.push_back(std::tanh(v));
+    sigmoid.push_back(1 / (1 + std::exp(-v)));
+  }
+  check_values(run_ok("relu", {x})[0], {4}, relu);
+  check_values(run_ok("gelu", {x})[0], {4}, gelu);
+  check_values(run_ok("tanh", {x})[0], {4}, tanh_);
+  check_values(run_ok("sigmoid", {x})[0], {4}, sigmoid);
+  CHECK(run_ok("gelu", {Tensor::floats({1}, {1})})[0].f32[0] == doctest::Approx(0.8413447));
+}
+
+TEST_CASE("softmax rows sum to one and survive large logits") {
+  const Tensor x = Tensor::floats({2, 3}, {1, 2, 3, 1000, 1000, 1000});
+  const Tensor y = run_ok("softmax", {x})[0];
+  const double e = std::exp(1.0), z = e + e * e + e * e * e;
+  CHECK(y.f32[0] == doctest::Approx(e / z));
+  CHECK(y.f32[2] == doctest::Approx(e * e * e / z));
+  for (int r = 0; r < 2; ++r) CHECK(y.f32[r * 3] + y.f32[r * 3 + 1] + y.f32[r * 3 + 2] == doctest::Approx(1.0));
+  CHECK(y.f32[4] == doctest::Approx(1.0 / 3));
+  CHECK(run_status("softmax", {Tensor::zeros({})}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("sparse_softmax_cross_entropy is the stable negative log-likelihood") {
+  const Tensor logits = Tensor::floats({2, 3}, {1, 2, 3, 500, 0, -500});
+  const Tensor labels = Tensor::ints({2}, {2, 0});
+  const Tensor loss = run_ok("sparse_softmax_cross_entropy", {logits, labels})[0];
+  REQUIRE(loss.shape == Shape{2});
+  CHECK(loss.f32[0] == doctest::Approx(std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3));
+  CHECK(loss.f32[1] == doctest::Approx(0.0));
+}
+
+TEST_CASE("a label outside [0, C) is an error naming the label and its position") {
+  const Tensor logits = Tensor::zeros({3, 4});
+  for (const char* type : {"sparse_softmax_cross_entropy", "accuracy"}) {
+    Status s = run_status(type, {logits, Tensor::ints({3}, {0, 7, 1})});
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK(s.message().find("label 7 at position 1") != std::string::npos);
+    CHECK(run_status(type, {logits, Tensor::ints({3}, {0, 1, -1})}).message().find("label -1 at position 2") !=
+          std::string::npos);
+  }
+  Status s = run_status("sparse_softmax_cross_entropy_grad",
+                        {logits, Tensor::ints({3}, {4, 0, 0}), Tensor::zeros({3})});
+  CHECK(s.message().find("label 4 at position 0") != std::string::npos);
+  s = run_status("sparse_softmax_cross_entropy", {logits, Tensor::ints({2}, {0, 1})});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("[3, 4]") != std::string::npos);
+  CHECK(s.message().find("[2]") != std::string::npos);
+}
+
+TEST_CASE("mse_loss sums or averages over the logical element count") {
+  const Tensor p = Tensor::floats({2, 2}, {1, 2, 3, 4}), t = Tensor::floats({2, 2}, {0, 0, 3, 2});
+  CHECK(run_ok("mse_loss", {p, t})[0].f32[0] == doctest::Approx(9.0));
+  CHECK(run_ok("mse_loss", {p, t}, {{"reduction", std::string("mean")}})[0].f32[0] == doctest::Approx(2.25));
+  RunOptions piece;
+  piece.logical_inputs = {{6, 2}, {6, 2}};  // this is 2 of 6 rows
+  const Tensor loss = run_ok("mse_loss", {p, t}, {{"reduction", std::string("mean")}}, piece)[0];
+  CHECK(loss.shape == Shape{});
+  CHECK(loss.f32[0] == doctest::Approx(9.0 / 12));
+  Status s = run_status("mse_loss", {p, t}, {{"reduction", std::string("avg")}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("avg") != std::string::npos);
+  CHECK(run_status("mse_loss", {p, t}, {{"reduction", int64_t{1}}}).code() == Code::kInvalidArgument);
+  s = run_status("mse_loss", {p, Tensor::zeros({4})});
+  CHECK(s.message().find("pred [2, 2] and target [4]") != std::string::npos);
+}
+
+TEST_CASE("reduce_sum and reduce_mean over axes, keepdims, and logical counts") {
+  const Tensor x = Tensor::floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  check_values(run_ok("reduce_sum", {x})[0], {}, {21});
+  check_values(run_ok("reduce_sum", {x}, {{"axes", std::vector<int64_t>{0}}})[0], {3}, {5, 7, 9});
+  check_values(run_ok("reduce_sum", {x}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}})[0], {2, 1},
+               {6, 15});
+  check_values(run_ok("reduce_mean", {x}, {{"axes", std::vector<int64_t>{1}}})[0], {2}, {2, 5});
+  const Tensor x3 = Tensor::uniform({2, 3, 4}, 5);
+  const Tensor s02 = run_ok("reduce_sum", {x3}, {{"axes", std::vector<int64_t>{0, 2}}})[0];
+  REQUIRE(s02.shape == Shape{3});
+  for (int j = 0; j < 3; ++j) {
+    double want = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 4; ++k) want += x3.f32[(i * 3 + j) * 4 + k];
+    CHECK(s02.f32[j] == doctest::Approx(want).epsilon(1e-5));
+  }
+  RunOptions piece;
+  piece.logical_inputs = {{4, 3}};  // two of four rows on this device
+  check_values(run_ok("reduce_mean", {x}, {{"axes", std::vector<int64_t>{0}}}, piece)[0], {3},
+               {5.0f / 4, 7.0f / 4, 9.0f / 4});
+  check_values(run_ok("reduce_mean", {x}, {}, piece)[0], {}, {21.0f / 12});
+  Status s = run_status("reduce_sum", {x}, {{"axes", std::vector<int64_t>{2}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("axis 2") != std::string::npos);
+  CHECK(run_status("reduce_sum", {x}, {{"axes", std::vector<int64_t>{1, 1}}}).code() == Code::kInvalidArgument);
+  CHECK(run_status("reduce_sum", {x}, {{"axes", 0.5}}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("broadcast_like spreads dy back and scales by the logical count for means") {
+  const Tensor x = Tensor::zeros({2, 3});
+  const Attrs rows{{"axes", std::vector<int64_t>{0}}};
+  check_values(run_ok("broadcast_like", {Tensor::floats({3}, {1, 2, 3}), x}, rows)[0], {2, 3}, {1, 2, 3, 1, 2, 3});
+  Attrs mean = rows;
+  mean.set("mean", int64_t{1});
+  RunOptions piece;
+  piece.logical_inputs = {{3}, {8, 3}};
+  check_values(run_ok("broadcast_like", {Tensor::floats({3}, {8, 16, 24}), x}, mean, piece)[0], {2, 3},
+               {1, 2, 3, 1, 2, 3});
+  Status s = run_status("broadcast_like", {Tensor::zeros({2}), x}, rows);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("dy [2] does not match x [2, 3]") != std::string::npos);
+}
+
+TEST_CASE("accuracy divides the matches by the logical batch") {
+  const Tensor logits = Tensor::floats({4, 3}, {0, 1, 0, 5, 1, 1, 0, 0, 9, 2, 2, 1});
+  const Tensor labels = Tensor::ints({4}, {1, 0, 2, 1});  // last row ties 0 and 1: argmax is 0
+  CHECK(run_ok("accuracy", {logits, labels})[0].f32[0] == doctest::Approx(0.75));
+  RunOptions piece;
+  piece.logical_inputs = {{10, 3}, {10}};
+  const Tensor acc = run_ok("accuracy", {logits, labels}, {}, piece)[0];
+  CHECK(acc.shape == Shape{});
+  CHECK(acc.f32[0] == doctest::Approx(0.3));
+}
+
+TEST_CASE("ones_like and scale") {
+  check_values(run_ok("ones_like", {Tensor::zeros({})})[0], {}, {1});
+  const Tensor ints = run_ok("ones_like", {Tensor::ints({2}, {5, 6})})[0];
+  CHECK(ints.i32 == std::vector<int32_t>{1, 1});
+  check_values(run_ok("scale", {Tensor::floats({3}, {1, -2, 3})}, {{"scale", -0.5}})[0], {3}, {-0.5f, 1, -1.5f});
+  check_values(run_ok("scale", {Tensor::floats({1}, {3})}, {{"scale", int64_t{2}}})[0], {1}, {6});
+  CHECK(run_status("scale", {Tensor::zeros({1})}, {{"scale", std::string("x")}}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("every registered op is complete and its signatures have the op's arity") {
+  std::set<std::string> types;
+  for (const OpDef* def : all_ops()) {
+    INFO("op ", def->type);
+    CHECK(types.insert(def->type).second);
+    CHECK(find_op(def->type) == def);
+    CHECK(def->infer != nullptr);
+    CHECK(def->sbp != nullptr);
+    CHECK(def->cpu != nullptr);
+  }
+  // Arity of each signature, on inputs each op accepts.
+  struct Sample {
+    const char* type;
+    std::vector<TensorMeta> inputs;
+    Attrs attrs;
+  };
+  const TensorMeta m23{{2, 3}, DType::kF32}, m32{{3, 2}, DType::kF32}, v3{{3}, DType::kF32};
+  const TensorMeta v2{{2}, DType::kF32}, l2{{2}, DType::kI32}, scalar{{}, DType::kF32};
+  const std::vector<Sample> samples = {
+      {"matmul", {m23, m32}, {}}, {"add", {m23, m23}, {}}, {"add", {m23, scalar}, {}}, {"sub", {m23, m23}, {}},
+      {"mul", {m23, scalar}, {}}, {"bias_add", {m23, v3}, {}}, {"scale", {m23}, {}}, {"ones_like", {m23}, {}},
+      {"relu", {m23}, {}}, {"gelu", {m23}, {}}, {"tanh", {m23}, {}}, {"sigmoid", {m23}, {}}, {"softmax", {m23}, {}},
+      {"relu_grad", {m23, m23}, {}}, {"gelu_grad", {m23, m23}, {}}, {"tanh_grad", {m23, m23}, {}},
+      {"sigmoid_grad", {m23, m23}, {}}, {"softmax_grad", {m23, m23}, {}},
+      {"sparse_softmax_cross_entropy", {m23, l2}, {}}, {"sparse_softmax_cross_entropy_grad", {m23, l2, v2}, {}},
+      {"mse_loss", {m23, m23}, {}}, {"mse_loss_grad", {m23, m23, scalar}, {}}, {"accuracy", {m23, l2}, {}},
+      {"reduce_sum", {m23}, {{"axes", std::vector<int64_t>{1}}}}, {"reduce_mean", {m23}, {}},
+      {"broadcast_like", {v2, m23}, {{"axes", std::vector<int64_t>{1}}}},
+  };
+  // Ops without a sample here are tried on [2, 3] f32 inputs; those that
+  // reject them are covered by their own tests.
+  for (const OpDef* def : all_ops()) {
+    bool sampled = false;
+    for (const Sample& sample : samples) sampled = sampled || def->type == std::string(sample.type);
+    if (sampled || def->num_inputs < 1) continue;
+    std::vector<TensorMeta> inputs(def->num_inputs, m23), outputs;
+    if (!infer_op(*def, {}, inputs, &outputs).ok()) continue;
+    INFO("op ", def->type);
+    for (const SbpSignature& sig : def->sbp({}, inputs)) {
+      CHECK(sig.inputs.size() == inputs.size());
+      CHECK(sig.outputs.size() == outputs.size());
+    }
+  }
+  for (const Sample& sample : samples) {
+    INFO("op ", sample.type);
+    const OpDef* def = find_op(sample.type);
+    REQUIRE(def != nullptr);
+    std::vector<TensorMeta> outputs;
+    REQUIRE(infer_op(*def, sample.attrs, sample.inputs, &outputs).ok());
+    const auto signatures = def->sbp(sample.attrs, sample.inputs);
+    CHECK(!signatures.empty());
+    for (const SbpSignature& sig : signatures) {
+      CHECK(sig.inputs.size() == sample.inputs.size());
+      CHECK(sig.outputs.size() == outputs.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rill::testing

@@ -1,0 +1,255 @@
+// Layout ops: reshape, transpose, identity, slice, slice_grad, concat.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "kernels/op.h"
+#include "tests/kernels/grad_check.h"
+
+namespace rill {
+namespace {
+
+using testing::Tensor;
+
+Tensor iota(Shape shape) {
+  Tensor t = Tensor::zeros(std::move(shape));
+  for (size_t i = 0; i < t.f32.size(); ++i) t.f32[i] = static_cast<float>(i);
+  return t;
+}
+
+Tensor run1(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs) {
+  auto out = testing::run_op(type, std::move(inputs), attrs);
+  REQUIRE_MESSAGE(out.ok(), out.status().to_string());
+  REQUIRE(out->size() == 1);
+  return (*out)[0];
+}
+
+Status infer_error(const std::string& type, std::vector<TensorMeta> inputs, const Attrs& attrs) {
+  std::vector<TensorMeta> outputs;
+  return infer_op(*find_op(type), attrs, inputs, &outputs);
+}
+
+bool has_sig(const std::vector<SbpSignature>& sigs, const SbpSignature& want) {
+  return std::find(sigs.begin(), sigs.end(), want) != sigs.end();
+}
+
+std::vector<SbpSignature> sbp_of(const std::string& type, std::vector<TensorMeta> inputs, const Attrs& attrs) {
+  return find_op(type)->sbp(attrs, inputs);
+}
+
+bool contains(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+
+// Rows [begin, end) of axis `axis` of a 2-D tensor, as run_op would see one piece.
+Tensor piece_of(const Tensor& t, int axis, int64_t begin, int64_t end) {
+  std::vector<int64_t> starts{0, 0}, ends{-1, -1};
+  starts[axis] = begin;
+  ends[axis] = end;
+  return run1("slice", {t}, {{"starts", starts}, {"ends", ends}});
+}
+
+Tensor concat(std::vector<Tensor> parts, int64_t axis) { return run1("concat", std::move(parts), {{"axis", axis}}); }
+
+}  // namespace
+
+TEST_CASE("reshape keeps row-major order and resolves one -1") {
+  Tensor out = run1("reshape", {iota({2, 3})}, {{"shape", std::vector<int64_t>{3, -1}}});
+  CHECK(out.shape == Shape{3, 2});
+  CHECK(out.f32 == iota({6}).f32);
+  CHECK(run1("reshape", {Tensor::floats({1, 1}, {4.f})}, {{"shape", std::vector<int64_t>{}}}).shape == Shape{});
+  CHECK(run1("reshape", {Tensor::ints({4}, {1, 2, 3, 4})}, {{"shape", std::vector<int64_t>{2, 2}}}).i32 ==
+        std::vector<int32_t>{1, 2, 3, 4});
+  CHECK(testing::check_gradients("reshape", {Tensor::uniform({2, 6}, 1)}, {{"shape", std::vector<int64_t>{3, 2, 2}}},
+                                 {0})
+            .ok());
+}
+
+TEST_CASE("reshape rejects shapes that do not fit, naming both") {
+  Status s = infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{4, 4}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(contains(s, "[4, 4]"));
+  CHECK(contains(s, "[2, 3]"));
+  CHECK(contains(s, "'shape'"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{-1, -1}}}), "more than one -1"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{4, -1}}}), "cannot hold"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{0, 6}}}), "positive"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {}), "missing attr 'shape'"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::string("6")}}), "list of ints"));
+}
+
+TEST_CASE("reshape keeps a split of axis 0 only when axis 0 is unchanged") {
+  SbpSignature s0{{Sbp::split(0)}, {Sbp::split(0)}};
+  auto same_rows = sbp_of("reshape", {{{6, 4}}}, {{"shape", std::vector<int64_t>{6, 2, 2}}});
+  CHECK(has_sig(same_rows, s0));
+  CHECK(has_sig(same_rows, {{Sbp::partial_sum()}, {Sbp::partial_sum()}}));
+  CHECK(has_sig(same_rows, {{Sbp::broadcast()}, {Sbp::broadcast()}}));
+  CHECK_FALSE(has_sig(sbp_of("reshape", {{{6, 4}}}, {{"shape", std::vector<int64_t>{4, 6}}}), s0));
+  // Pieces of [5, 4] split on rows (3 + 2) reshaped to [5, 2, 2] are the output's pieces.
+  Tensor x = iota({5, 4});
+  Attrs attrs{{"shape", std::vector<int64_t>{-1, 2, 2}}};
+  Tensor whole = run1("reshape", {x}, attrs);
+  Tensor top = run1("reshape", {piece_of(x, 0, 0, 3)}, attrs), bottom = run1("reshape", {piece_of(x, 0, 3, 5)}, attrs);
+  std::vector<float> joined = top.f32;
+  joined.insert(joined.end(), bottom.f32.begin(), bottom.f32.end());
+  CHECK(joined == whole.f32);
+}
+
+TEST_CASE("transpose permutes axes") {
+  Tensor x = iota({2, 3, 4});
+  Tensor out = run1("transpose", {x}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  REQUIRE(out.shape == Shape{4, 2, 3});
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) CHECK(out.f32[(k * 2 + i) * 3 + j] == x.f32[(i * 3 + j) * 4 + k]);
+  CHECK(run1("transpose", {Tensor::floats({2, 2}, {1, 2, 3, 4})}, {{"perm", std::vector<int64_t>{1, 0}}}).f32 ==
+        std::vector<float>{1, 3, 2, 4});
+  CHECK(run1("transpose", {Tensor::floats({}, {5})}, {{"perm", std::vector<int64_t>{}}}).f32 ==
+        std::vector<float>{5});
+  // [1, 2, 0] is not its own inverse, so this checks the inverse permutation.
+  CHECK(testing::check_gradients("transpose", {Tensor::uniform({2, 3, 4}, 2)},
+                                 {{"perm", std::vector<int64_t>{1, 2, 0}}}, {0})
+            .ok());
+}
+
+TEST_CASE("transpose maps S(a) to the output position of a, and checks perm") {
+  auto sigs = sbp_of("transpose", {{{2, 3, 4}}}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  CHECK(has_sig(sigs, {{Sbp::split(2)}, {Sbp::split(0)}}));
+  CHECK(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(1)}}));
+  CHECK(has_sig(sigs, {{Sbp::split(1)}, {Sbp::split(2)}}));
+  CHECK(has_sig(sigs, {{Sbp::partial_sum()}, {Sbp::partial_sum()}}));
+  CHECK_FALSE(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(0)}}));
+  // A row-split input's pieces, transposed, are the column pieces of the output.
+  Tensor x = iota({5, 3});
+  Attrs attrs{{"perm", std::vector<int64_t>{1, 0}}};
+  Tensor whole = run1("transpose", {x}, attrs);
+  CHECK(concat({run1("transpose", {piece_of(x, 0, 0, 3)}, attrs), run1("transpose", {piece_of(x, 0, 3, 5)}, attrs)},
+               1)
+            .f32 == whole.f32);
+  Status dup = infer_error("transpose", {{{2, 3, 4}}}, {{"perm", std::vector<int64_t>{0, 0, 1}}});
+  CHECK(contains(dup, "not a permutation"));
+  CHECK(contains(dup, "[2, 3, 4]"));
+  CHECK(contains(infer_error("transpose", {{{2, 3}}}, {{"perm", std::vector<int64_t>{0}}}), "rank 2"));
+}
+
+TEST_CASE("identity copies any dtype and passes every SBP through") {
+  CHECK(run1("identity", {Tensor::ints({3}, {7, 8, 9})}, {}).i32 == std::vector<int32_t>{7, 8, 9});
+  auto sigs = sbp_of("identity", {{{2, 3}}}, {});
+  for (Sbp s : {Sbp::split(0), Sbp::split(1), Sbp::broadcast(), Sbp::partial_sum()}) CHECK(has_sig(sigs, {{s}, {s}}));
+  CHECK(testing::check_gradients("identity", {Tensor::uniform({4}, 3)}, {}, {0}).ok());
+}
+
+TEST_CASE("slice takes a box; -1 ends at the axis' end") {
+  Tensor x = iota({3, 4});
+  Tensor out = run1("slice", {x}, {{"starts", std::vector<int64_t>{1, 1}}, {"ends", std::vector<int64_t>{3, -1}}});
+  CHECK(out.shape == Shape{2, 3});
+  CHECK(out.f32 == std::vector<float>{5, 6, 7, 9, 10, 11});
+  Tensor y = iota({2, 3, 4});
+  Tensor box = run1("slice", {y}, {{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{2, 2, 3}}});
+  CHECK(box.shape == Shape{1, 2, 1});
+  CHECK(box.f32 == std::vector<float>{14, 18});
+  Attrs attrs{{"starts", std::vector<int64_t>{0, 1, 1}}, {"ends", std::vector<int64_t>{-1, 3, 4}}};
+  CHECK(testing::check_gradients("slice", {Tensor::uniform({2, 3, 4}, 4)}, attrs, {0}).ok());
+}
+
+TEST_CASE("slice keeps splits only on axes it does not cut; pieces agree with the whole") {
+  Attrs attrs{{"starts", std::vector<int64_t>{1, 0}}, {"ends", std::vector<int64_t>{3, -1}}};
+  auto sigs = sbp_of("slice", {{{4, 5}}}, attrs);
+  CHECK(has_sig(sigs, {{Sbp::split(1)}, {Sbp::split(1)}}));
+  CHECK_FALSE(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(0)}}));
+  CHECK(has_sig(sigs, {{Sbp::partial_sum()}, {Sbp::partial_sum()}}));
+  Tensor x = iota({4, 5});
+  Tensor whole = run1("slice", {x}, attrs);
+  CHECK(concat({run1("slice", {piece_of(x, 1, 0, 3)}, attrs), run1("slice", {piece_of(x, 1, 3, 5)}, attrs)}, 1).f32 ==
+        whole.f32);
+  // The gradient's pieces likewise.
+  Attrs grad_attrs = attrs;
+  grad_attrs.set("shape", std::vector<int64_t>{4, 5});
+  Tensor dy = iota({2, 5});
+  Tensor dx = run1("slice_grad", {dy}, grad_attrs);
+  CHECK(has_sig(sbp_of("slice_grad", {{{2, 5}}}, grad_attrs), {{Sbp::split(1)}, {Sbp::split(1)}}));
+  Attrs left = grad_attrs, right = grad_attrs;
+  left.set("shape", std::vector<int64_t>{4, 3});
+  right.set("shape", std::vector<int64_t>{4, 2});
+  CHECK(concat({run1("slice_grad", {piece_of(dy, 1, 0, 3)}, left), run1("slice_grad", {piece_of(dy, 1, 3, 5)}, right)},
+               1)
+            .f32 == dx.f32);
+}
+
+TEST_CASE("slice_grad pads with zeros and is itself differentiable") {
+  Attrs attrs{{"starts", std::vector<int64_t>{1, 2}}, {"ends", std::vector<int64_t>{2, 4}}, {"shape", std::vector<int64_t>{3, 4}}};
+  Tensor dx = run1("slice_grad", {Tensor::floats({1, 2}, {1, 2})}, attrs);
+  CHECK(dx.shape == Shape{3, 4});
+  CHECK(dx.f32 == std::vector<float>{0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0});
+  CHECK(testing::check_gradients("slice_grad", {Tensor::uniform({1, 2}, 5)}, attrs, {0}).ok());
+  Status s = infer_error("slice_grad", {{{2, 2}}}, attrs);
+  CHECK(contains(s, "[2, 2]"));
+  CHECK(contains(s, "[1, 2]"));
+}
+
+TEST_CASE("slice errors name the attrs and the shape") {
+  Status s = infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{0, 2}}, {"ends", std::vector<int64_t>{3, 5}}});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(contains(s, "'ends' = [3, 5]"));
+  CHECK(contains(s, "axis 1"));
+  CHECK(contains(s, "[3, 4]"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{2, 0}}, {"ends", std::vector<int64_t>{1, -1}}}),
+                 "axis 0"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{0}}, {"ends", std::vector<int64_t>{1}}}),
+                 "one entry per axis"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"ends", std::vector<int64_t>{1, 1}}}), "missing attr 'starts'"));
+}
+
+TEST_CASE("concat joins along an axis, including a negative one") {
+  Tensor a = Tensor::floats({2, 1}, {1, 2}), b = Tensor::floats({2, 2}, {3, 4, 5, 6});
+  Tensor out = run1("concat", {a, b}, {{"axis", int64_t{1}}});
+  CHECK(out.shape == Shape{2, 3});
+  CHECK(out.f32 == std::vector<float>{1, 3, 4, 2, 5, 6});
+  CHECK(run1("concat", {a, b}, {{"axis", int64_t{-1}}}).f32 == out.f32);
+  Tensor rows = run1("concat", {iota({1, 2}), iota({2, 2}), iota({1, 2})}, {{"axis", int64_t{0}}});
+  CHECK(rows.f32 == std::vector<float>{0, 1, 0, 1, 2, 3, 0, 1});
+  CHECK(run1("concat", {Tensor::ints({1}, {4}), Tensor::ints({2}, {5, 6})}, {}).i32 == std::vector<int32_t>{4, 5, 6});
+  CHECK(testing::check_gradients("concat", {Tensor::uniform({2, 1, 3}, 6), Tensor::uniform({2, 2, 3}, 7), Tensor::uniform({2, 3, 3}, 8)},
+                                 {{"axis", int64_t{1}}}, {0, 1, 2})
+            .ok());
+}
+
+TEST_CASE("concat's gradient rule slices only for inputs that need it") {
+  Tensor a = iota({2, 1}), b = iota({2, 2});
+  Attrs attrs{{"axis", int64_t{1}}};
+  Tensor out = run1("concat", {a, b}, attrs);
+  testing::EagerGradBuilder builder("concat", attrs, {a, b}, {out}, {Tensor::floats({2, 3}, {1, 2, 3, 4, 5, 6})},
+                                    {false, true});
+  REQUIRE(find_op("concat")->grad(builder).ok());
+  REQUIRE(builder.status().ok());
+  CHECK(builder.input_grad(0) == nullptr);
+  REQUIRE(builder.input_grad(1) != nullptr);
+  CHECK(builder.input_grad(1)->f32 == std::vector<float>{2, 3, 5, 6});
+  CHECK(builder.added_ops() == std::vector<std::string>{"slice"});
+}
+
+TEST_CASE("concat SBP and errors") {
+  Attrs attrs{{"axis", int64_t{1}}};
+  auto sigs = sbp_of("concat", {{{2, 1}}, {{2, 2}}, {{2, 3}}}, attrs);
+  CHECK(has_sig(sigs, {{Sbp::split(0), Sbp::split(0), Sbp::split(0)}, {Sbp::split(0)}}));
+  CHECK(has_sig(sigs, {std::vector<Sbp>(3, Sbp::partial_sum()), {Sbp::partial_sum()}}));
+  CHECK_FALSE(has_sig(sigs, {std::vector<Sbp>(3, Sbp::split(1)), {Sbp::split(1)}}));
+  Status s = infer_error("concat", {{{2, 1}}, {{3, 2}}}, attrs);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(contains(s, "input 1 has shape [3, 2]"));
+  CHECK(contains(s, "[2, 1]"));
+  CHECK(contains(infer_error("concat", {{{2}, DType::kF32}, {{2}, DType::kI32}}, {}), "i32"));
+  CHECK(contains(infer_error("concat", {{{2, 1}}}, {{"axis", int64_t{2}}}), "'axis' = 2"));
+  CHECK(contains(infer_error("concat", {{{}}}, {}), "scalars"));
+}
+
+TEST_CASE("layout ops are registered as differentiable compute ops") {
+  for (const char* type : {"reshape", "transpose", "identity", "slice", "slice_grad", "concat"}) {
+    const OpDef* def = find_op(type);
+    REQUIRE_MESSAGE(def != nullptr, type);
+    CHECK(def->role == OpRole::kCompute);
+    CHECK((def->grad != nullptr));
+    CHECK((def->cpu != nullptr));
+  }
+  CHECK(find_op("concat")->num_inputs == -1);
+}
+
+}  // namespace rill
