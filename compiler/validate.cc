@@ -2,10 +2,7 @@
 
 #include <set>
 
-#if __has_include("graph/job_check.h")
 #include "graph/job_check.h"
-#define RILL_HAVE_JOB_CHECK 1
-#endif
 
 namespace rill::compiler {
 namespace {
@@ -25,56 +22,6 @@ Status check_shape(const Shape& shape, const std::string& what) {
   for (int64_t d : shape)
     if (d < 1) return invalid_argument("{}: shape {} has a dim below 1", what, shape_string(shape));
   return {};
-}
-
-// The op indices of `job.ops` in a topological order; among ready ops the
-// earliest listed goes first, so a job already in order keeps its order.
-StatusOr<std::vector<int>> topological_order(const graph::Job& job, const std::set<std::string>& sources) {
-  std::map<std::string, int> producer;
-  std::set<std::string> op_names;
-  for (size_t i = 0; i < job.ops.size(); ++i) {
-    const graph::Op& op = job.ops[i];
-    if (op.name.empty()) return invalid_argument("ops[{}] has no name", i);
-    if (!op_names.insert(op.name).second) return invalid_argument("op name '{}' is used twice", op.name);
-    for (const std::string& out : op.outputs) {
-      if (sources.count(out) != 0 || producer.count(out) != 0)
-        return invalid_argument("op '{}' output '{}': tensor name is used twice", op.name, out);
-      producer[out] = static_cast<int>(i);
-    }
-  }
-  std::vector<std::vector<int>> deps(job.ops.size());
-  for (size_t i = 0; i < job.ops.size(); ++i) {
-    const graph::Op& op = job.ops[i];
-    for (size_t k = 0; k < op.inputs.size(); ++k) {
-      const std::string& in = op.inputs[k];
-      auto it = producer.find(in);
-      if (it != producer.end()) {
-        deps[i].push_back(it->second);
-      } else if (sources.count(in) == 0) {
-        return not_found("op '{}' input {}: unknown tensor '{}'", op.name, k, in);
-      }
-    }
-  }
-  std::vector<int> order;
-  std::vector<bool> done(job.ops.size(), false);
-  while (order.size() < job.ops.size()) {
-    int next = -1;
-    for (size_t i = 0; i < job.ops.size() && next < 0; ++i) {
-      if (done[i]) continue;
-      bool ready = true;
-      for (int d : deps[i]) ready = ready && done[d];
-      if (ready) next = static_cast<int>(i);
-    }
-    if (next < 0) {
-      std::vector<std::string> stuck;
-      for (size_t i = 0; i < job.ops.size(); ++i)
-        if (!done[i]) stuck.push_back(job.ops[i].name);
-      return invalid_argument("ops form a cycle (or depend on one): {}", fmt::join(stuck, ", "));
-    }
-    done[next] = true;
-    order.push_back(next);
-  }
-  return order;
 }
 
 Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<std::string>* names) {
@@ -166,9 +113,7 @@ Status add_reported(const graph::Job& job, Mode mode, LogicalGraph* g) {
 }  // namespace
 
 StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster& cluster, Mode mode) {
-#ifdef RILL_HAVE_JOB_CHECK
   RILL_RETURN_IF_ERROR(graph::check_job(job));
-#endif
   RILL_RETURN_IF_ERROR(check_cluster(cluster));
   LogicalGraph g;
   g.job_name = job.name;
@@ -192,9 +137,9 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   std::set<std::string> names;
   RILL_RETURN_IF_ERROR(add_inputs(job, mode, &g, &names));
   RILL_RETURN_IF_ERROR(add_variables(job, &g, &names));
-  RILL_ASSIGN_OR_RETURN(std::vector<int> order, topological_order(job, names));
-  for (int i : order) {
-    const graph::Op& op = job.ops[i];
+  // Ops are in definition order (check_job requires every input to be defined
+  // earlier), which is a topological order.
+  for (const graph::Op& op : job.ops) {
     if (op.output_sbp.size() > op.outputs.size())
       return invalid_argument("op '{}': {} output SBP hints for {} outputs", op.name, op.output_sbp.size(),
                               op.outputs.size());

@@ -163,6 +163,7 @@ void check_eval(const Job& job, int devices, Issues* issues) {
   std::vector<FieldInfo> fields = dataset_fields(*d);
   for (size_t i = 0; i < job.inputs.size(); ++i) {
     const Input& in = job.inputs[i];
+    if (in.dataset == e.dataset) continue;  // checked with the input itself
     const FieldInfo* match = nullptr;
     for (const FieldInfo& f : fields)
       if (f.name == in.field) match = &f;

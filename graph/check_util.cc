@@ -2,28 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace rill::graph::check {
 namespace {
 
-// Edit distance, or a large value for words too long to be typos worth fixing.
+// Edit distance counting a swap of neighbours as one edit (optimal string
+// alignment), or a large value for words too long to be typos worth fixing.
 size_t edit_distance(std::string_view a, std::string_view b) {
   constexpr size_t kLongest = 64;
   if (a.size() > kLongest || b.size() > kLongest) return SIZE_MAX;
-  std::vector<size_t> row(b.size() + 1);
-  std::iota(row.begin(), row.end(), size_t{0});
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      row[j] = std::min({above + 1, row[j - 1] + 1, substitute});
-      diagonal = above;
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 }  // namespace
@@ -44,8 +42,11 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
       pick = &candidate;
     }
   }
-  size_t allowed = std::max<size_t>(1, std::min(word.size(), pick ? pick->size() : 0) / 3);
-  if (pick == nullptr || best == 0 || best > allowed) return "";
+  if (pick == nullptr || best == 0) return "";
+  // Up to a third of the letters may differ, at least one, but never all of
+  // a short word ('z' is not a typo of 'x').
+  size_t shorter = std::min(word.size(), pick->size());
+  if (best > std::max<size_t>(1, shorter / 3) || best >= shorter) return "";
   return fmt::format(" (did you mean '{}'?)", *pick);
 }
 

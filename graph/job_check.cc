@@ -80,7 +80,11 @@ class GraphChecker {
       if (!shape_ok)
         issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes", where,
                      shape_string(in.shape));
+      // A wrong field, dtype or shape is this input's issue alone: its
+      // consumers are not checked against a meta known to be wrong.
+      size_t before = issues_->size();
       check_input_field(in, path, where);
+      shape_ok = shape_ok && issues_->size() == before;
       if (in.sbp && !(*in.sbp == Sbp::split(0)) && !(*in.sbp == Sbp::broadcast()))
         issues_->add(path + ".sbp", "{}: SBP {} is not supported for inputs (S(0) or B)", where, in.sbp->to_string());
       std::optional<TensorMeta> meta;

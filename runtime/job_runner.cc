@@ -21,11 +21,22 @@ class Progress {
       : out_(out), steps_(steps), global_batch_(global_batch), log_every_(std::max<int64_t>(log_every, 1)),
         result_(result) {
     result_->loss_curve.reserve(static_cast<size_t>(steps));
+    step_seconds_.reserve(static_cast<size_t>(steps));
+  }
+
+  // Samples per second after the first steps (warm-up: caches, page faults).
+  double steady_samples_per_sec() const {
+    int64_t n = static_cast<int64_t>(step_seconds_.size());
+    int64_t warm = std::min<int64_t>(20, n / 5);
+    if (warm < 1 || n - warm < 1) return 0.0;
+    double seconds = step_seconds_[n - 1] - step_seconds_[warm - 1];
+    return seconds > 0 ? (n - warm) * global_batch_ / seconds : 0.0;
   }
 
   void on_step(const StepMetrics& m) {
     auto now = Clock::now();
-    if (m.step == 0) last_ = now;
+    if (m.step == 0) last_ = start_ = now;
+    step_seconds_.push_back(std::chrono::duration<double>(now - start_).count());
     double loss = std::numeric_limits<double>::quiet_NaN();
     for (size_t i = 0; i < m.names.size(); ++i)
       if (m.names[i] == "loss") loss = m.values[i];
@@ -51,8 +62,9 @@ class Progress {
   std::FILE* out_;
   int64_t steps_, global_batch_, log_every_;
   JobResult* result_;
-  Clock::time_point last_;
+  Clock::time_point last_, start_;
   int64_t last_step_ = 0;
+  std::vector<double> step_seconds_;
 };
 
 StatusOr<compiler::Cluster> cluster_for(const graph::Job& job, const JobRunOptions& options) {
@@ -103,6 +115,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   }
   result.train_seconds = train.seconds;
   result.samples_per_sec = train.seconds > 0 ? result.steps * result.global_batch / train.seconds : 0.0;
+  result.steady_samples_per_sec = progress.steady_samples_per_sec();
   if (!result.loss_curve.empty()) result.final_loss = result.loss_curve.back();
   result.variables = std::move(train.variables);
 
@@ -158,6 +171,7 @@ std::string result_json(const JobResult& result) {
   if (result.eval_samples > 0) j["eval_samples"] = result.eval_samples;
   j["train_seconds"] = result.train_seconds;
   j["samples_per_sec"] = result.samples_per_sec;
+  j["steady_samples_per_sec"] = result.steady_samples_per_sec;
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
   for (const auto& [name, value] : result.variables) {
     nlohmann::ordered_json v;

@@ -34,7 +34,8 @@ struct JobResult {
   std::map<std::string, double> eval_metrics;      // mean over the eval pass
   int64_t eval_samples = 0;
   double train_seconds = 0.0;
-  double samples_per_sec = 0.0;
+  double samples_per_sec = 0.0;         // over the whole training run
+  double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
 };
 

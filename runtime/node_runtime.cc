@@ -5,6 +5,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include <cblas.h>
 #include <spdlog/spdlog.h>
 
 #include "base/actor_id.h"
@@ -249,6 +250,8 @@ RunReport NodeRun::run() {
   using Clock = std::chrono::steady_clock;
   RunReport report;
   report.steps = plan_.steps();
+  // A cpu device is one thread: its GEMMs must not spawn more.
+  openblas_set_num_threads(1);
   auto start = Clock::now();
   for (auto& worker : workers_) worker->start(&by_index_);
   int64_t last_progress = -1;

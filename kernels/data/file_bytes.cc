@@ -98,7 +98,9 @@ StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   }
   FileCloser closer(fd);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
+  if (::fstat(fd, &st) != 0) {
+    return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
+  }
   if (!S_ISREG(st.st_mode)) return invalid_argument("'{}': not a regular file", path);
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;

@@ -86,7 +86,9 @@ StatusOr<std::shared_ptr<const Dataset>> make_inline_dataset(const DatasetSpec& 
     for (int64_t dim : tensor.shape) {
       if (dim < 0) return invalid_argument("{}: shape {} has a negative dim", what, shape_string(tensor.shape));
     }
-    if (tensor.shape[0] == 0) return invalid_argument("{}: empty dataset: shape {} has 0 samples", what, shape_string(tensor.shape));
+    if (tensor.shape[0] == 0) {
+      return invalid_argument("{}: empty dataset: shape {} has 0 samples", what, shape_string(tensor.shape));
+    }
     if (num_samples >= 0 && tensor.shape[0] != num_samples) {
       return invalid_argument("{}: shape {} has {} samples on axis 0, but tensor '{}' has {}", what,
                               shape_string(tensor.shape), tensor.shape[0], spec.tensors[0].name, num_samples);

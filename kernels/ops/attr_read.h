@@ -20,8 +20,7 @@ namespace rill {
 // Layout kernels index with fixed-size arrays so they never allocate.
 inline constexpr int kMaxKernelRank = 8;
 
-inline StatusOr<std::vector<int64_t>> read_ints(const Attrs& attrs, const std::string& name,
-                                                bool required) {
+inline StatusOr<std::vector<int64_t>> read_ints(const Attrs& attrs, const std::string& name, bool required) {
   auto it = attrs.values().find(name);
   if (it == attrs.values().end()) {
     if (required) return invalid_argument("missing attr '{}' (a list of ints)", name);
@@ -76,8 +75,8 @@ inline std::array<int64_t, kMaxKernelRank> row_major_strides(const Shape& shape)
 
 inline Status check_rank_limit(const Shape& shape, const char* what) {
   if (shape.size() > static_cast<size_t>(kMaxKernelRank))
-    return invalid_argument("{} has rank {} (shape {}); at most {} axes are supported", what,
-                            shape.size(), shape_string(shape), kMaxKernelRank);
+    return invalid_argument("{} has rank {} (shape {}); at most {} axes are supported", what, shape.size(),
+                            shape_string(shape), kMaxKernelRank);
   return {};
 }
 

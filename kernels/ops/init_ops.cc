@@ -103,8 +103,7 @@ Status init_infer_common(const Attrs& attrs, bool random_only_f32, std::vector<T
   DType dtype = DType::kF32;
   if (attrs.has("dtype")) {
     std::string text = attrs.get_string("dtype", "?");
-    if (!parse_dtype(text, &dtype))
-      return invalid_argument("attr 'dtype' = '{}' is not a dtype (f32 or i32)", text);
+    if (!parse_dtype(text, &dtype)) return invalid_argument("attr 'dtype' = '{}' is not a dtype (f32 or i32)", text);
   }
   if (random_only_f32 && dtype != DType::kF32)
     return invalid_argument("attr 'dtype' = '{}': random initializers make f32 only", dtype_name(dtype));
@@ -114,9 +113,7 @@ Status init_infer_common(const Attrs& attrs, bool random_only_f32, std::vector<T
   return {};
 }
 
-std::vector<SbpSignature> init_sbp(const Attrs&, std::span<const TensorMeta>) {
-  return {{{}, {Sbp::broadcast()}}};
-}
+std::vector<SbpSignature> init_sbp(const Attrs&, std::span<const TensorMeta>) { return {{{}, {Sbp::broadcast()}}}; }
 
 // --- fill --------------------------------------------------------------------
 
@@ -176,8 +173,7 @@ Status fan_init_infer(const Attrs& attrs, std::span<const TensorMeta>, std::vect
   RILL_RETURN_IF_ERROR(init_infer_common(attrs, true, outputs));
   const Shape& shape = outputs->back().shape;
   if (shape.size() != 1 && shape.size() != 2)
-    return invalid_argument("attr 'shape' = {}: fan-based initializers need a 1-D or 2-D shape",
-                            shape_string(shape));
+    return invalid_argument("attr 'shape' = {}: fan-based initializers need a 1-D or 2-D shape", shape_string(shape));
   return {};
 }
 

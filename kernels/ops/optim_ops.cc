@@ -84,7 +84,8 @@ Status sgd_kernel(KernelContext& ctx) {
   double lr = ctx.attrs->get_float("lr", 0.01), decay = ctx.attrs->get_float("weight_decay", 0.0);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
-  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) w[i] = static_cast<float>(w[i] - lr * (g[i] + decay * w[i]));
+  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i)
+    w[i] = static_cast<float>(w[i] - lr * (g[i] + decay * w[i]));
   return {};
 }
 

@@ -18,12 +18,10 @@ StatusOr<Shape> reshape_target(const Attrs& attrs, const Shape& input) {
   int64_t known = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
-      if (inferred >= 0)
-        return invalid_argument("attr 'shape' = {} has more than one -1", shape_string(shape));
+      if (inferred >= 0) return invalid_argument("attr 'shape' = {} has more than one -1", shape_string(shape));
       inferred = static_cast<int>(d);
     } else if (shape[d] <= 0) {
-      return invalid_argument("attr 'shape' = {}: dims must be positive or a single -1",
-                              shape_string(shape));
+      return invalid_argument("attr 'shape' = {}: dims must be positive or a single -1", shape_string(shape));
     } else {
       known *= shape[d];
     }
@@ -31,18 +29,17 @@ StatusOr<Shape> reshape_target(const Attrs& attrs, const Shape& input) {
   int64_t count = num_elements(input);
   if (inferred >= 0) {
     if (count % known != 0)
-      return invalid_argument("attr 'shape' = {} cannot hold the {} elements of input shape {}",
-                              shape_string(shape), count, shape_string(input));
+      return invalid_argument("attr 'shape' = {} cannot hold the {} elements of input shape {}", shape_string(shape),
+                              count, shape_string(input));
     shape[inferred] = count / known;
   } else if (known != count) {
-    return invalid_argument("attr 'shape' = {} has {} elements but input shape {} has {}",
-                            shape_string(shape), known, shape_string(input), count);
+    return invalid_argument("attr 'shape' = {} has {} elements but input shape {} has {}", shape_string(shape), known,
+                            shape_string(input), count);
   }
   return shape;
 }
 
-Status reshape_infer(const Attrs& attrs, std::span<const TensorMeta> inputs,
-                     std::vector<TensorMeta>* outputs) {
+Status reshape_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
   RILL_ASSIGN_OR_RETURN(Shape shape, reshape_target(attrs, inputs[0].shape));
   outputs->push_back({std::move(shape), inputs[0].dtype});
   return {};
@@ -82,20 +79,19 @@ Status reshape_grad(GradBuilder& b) {
 StatusOr<std::vector<int64_t>> read_perm(const Attrs& attrs, const Shape& input) {
   RILL_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_ints(attrs, "perm", true));
   if (perm.size() != input.size())
-    return invalid_argument("attr 'perm' = {} has {} entries but input shape {} has rank {}",
-                            shape_string(perm), perm.size(), shape_string(input), input.size());
+    return invalid_argument("attr 'perm' = {} has {} entries but input shape {} has rank {}", shape_string(perm),
+                            perm.size(), shape_string(input), input.size());
   std::vector<bool> seen(perm.size(), false);
   for (int64_t p : perm) {
     if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p])
-      return invalid_argument("attr 'perm' = {} is not a permutation of the axes of shape {}",
-                              shape_string(perm), shape_string(input));
+      return invalid_argument("attr 'perm' = {} is not a permutation of the axes of shape {}", shape_string(perm),
+                              shape_string(input));
     seen[p] = true;
   }
   return perm;
 }
 
-Status transpose_infer(const Attrs& attrs, std::span<const TensorMeta> inputs,
-                       std::vector<TensorMeta>* outputs) {
+Status transpose_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
   const Shape& in = inputs[0].shape;
   RILL_RETURN_IF_ERROR(check_rank_limit(in, "transpose input"));
   RILL_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(attrs, in));
@@ -121,8 +117,8 @@ Status transpose_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   const std::vector<int64_t>* perm_attr = ints_attr(*ctx.attrs, "perm");
   int rank = static_cast<int>(out.shape.size());
-  if (perm_attr == nullptr || static_cast<int>(perm_attr->size()) != rank ||
-      in.shape.size() != out.shape.size() || rank > kMaxKernelRank)
+  if (perm_attr == nullptr || static_cast<int>(perm_attr->size()) != rank || in.shape.size() != out.shape.size() ||
+      rank > kMaxKernelRank)
     return internal_error("transpose of {} into {}: attr 'perm' does not match", shape_string(in.shape),
                           shape_string(out.shape));
   const std::vector<int64_t>& perm = *perm_attr;

@@ -67,10 +67,11 @@ StatusOr<SliceBounds> slice_bounds(const Attrs& attrs, const Shape& shape) {
   for (size_t d = 0; d < shape.size(); ++d) {
     if (b.ends[d] == -1) b.ends[d] = shape[d];
     if (b.starts[d] < 0 || b.starts[d] >= b.ends[d] || b.ends[d] > shape[d])
-      return invalid_argument("attrs 'starts' = {}, 'ends' = {}: axis {} needs 0 <= start < end <= {} "
-                              "(end -1 means the end) for shape {}",
-                              shape_string(attrs.get_ints("starts")), shape_string(attrs.get_ints("ends")), d,
-                              shape[d], shape_string(shape));
+      return invalid_argument(
+          "attrs 'starts' = {}, 'ends' = {}: axis {} needs 0 <= start < end <= {} "
+          "(end -1 means the end) for shape {}",
+          shape_string(attrs.get_ints("starts")), shape_string(attrs.get_ints("ends")), d, shape[d],
+          shape_string(shape));
   }
   return b;
 }
@@ -121,8 +122,8 @@ Status slice_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, in.shape, out.shape, &origin));
-  copy_box(static_cast<const uint32_t*>(in.data), in.shape, origin, static_cast<uint32_t*>(out.data), out.shape,
-           zero, out.shape);
+  copy_box(static_cast<const uint32_t*>(in.data), in.shape, origin, static_cast<uint32_t*>(out.data), out.shape, zero,
+           out.shape);
   return {};
 }
 
@@ -138,8 +139,7 @@ Status slice_grad(GradBuilder& b) {
 
 // slice_grad: input 0 is the slice's output gradient; attr `shape` is the
 // slice's input shape, which is this op's output shape.
-Status slice_grad_infer(const Attrs& attrs, std::span<const TensorMeta> inputs,
-                        std::vector<TensorMeta>* outputs) {
+Status slice_grad_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
   RILL_ASSIGN_OR_RETURN(Shape shape, read_ints(attrs, "shape", true));
   for (int64_t dim : shape)
     if (dim <= 0) return invalid_argument("attr 'shape' = {}: dims must be positive", shape_string(shape));
@@ -162,8 +162,8 @@ Status slice_grad_kernel(KernelContext& ctx) {
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
   std::memset(out.data, 0, out.bytes());
-  copy_box(static_cast<const uint32_t*>(dy.data), dy.shape, zero, static_cast<uint32_t*>(out.data), out.shape,
-           origin, dy.shape);
+  copy_box(static_cast<const uint32_t*>(dy.data), dy.shape, zero, static_cast<uint32_t*>(out.data), out.shape, origin,
+           dy.shape);
   return {};
 }
 
@@ -194,8 +194,8 @@ Status concat_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std:
     for (size_t d = 0; match && d < shape.size(); ++d)
       if (static_cast<int>(d) != axis && shape[d] != first[d]) match = false;
     if (!match)
-      return invalid_argument("input {} has shape {} but input 0 has shape {}; they may differ only on axis {}",
-                              i, shape_string(shape), shape_string(first), axis);
+      return invalid_argument("input {} has shape {} but input 0 has shape {}; they may differ only on axis {}", i,
+                              shape_string(shape), shape_string(first), axis);
     if (inputs[i].dtype != inputs[0].dtype)
       return invalid_argument("input {} is {} but input 0 is {}", i, dtype_name(inputs[i].dtype),
                               dtype_name(inputs[0].dtype));
@@ -230,8 +230,8 @@ Status concat_kernel(KernelContext& ctx) {
   for (const TensorView& in : ctx.inputs) {
     if (in.shape.size() != out.shape.size() || origin[axis] + in.shape[axis] > out.shape[axis])
       return internal_error("concat of {} overruns output {}", shape_string(in.shape), shape_string(out.shape));
-    copy_box(static_cast<const uint32_t*>(in.data), in.shape, zero, static_cast<uint32_t*>(out.data), out.shape,
-             origin, in.shape);
+    copy_box(static_cast<const uint32_t*>(in.data), in.shape, zero, static_cast<uint32_t*>(out.data), out.shape, origin,
+             in.shape);
     origin[axis] += in.shape[axis];
   }
   if (origin[axis] != out.shape[axis])

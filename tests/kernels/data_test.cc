@@ -1,63 +1,19 @@
 #include <doctest/doctest.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <numeric>
+#include <string>
+#include <vector>
 
 #include "kernels/data/dataset.h"
+#include "tests/kernels/data_test_util.h"
 
 namespace rill {
 namespace {
 
+using namespace data_test;
 namespace fs = std::filesystem;
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / fmt::format("rill_data_test_{}_{}", ::getpid(), counter++);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-using Bytes = std::vector<uint8_t>;
-
-void write_file(const std::string& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-void write_text(const std::string& path, const std::string& text) { write_file(path, Bytes(text.begin(), text.end())); }
-
-void write_gzip(const std::string& path, const Bytes& bytes) {
-  gzFile gz = gzopen(path.c_str(), "wb");
-  REQUIRE(gz != nullptr);
-  REQUIRE(gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(gz) == Z_OK);
-}
-
-Bytes read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void put_be32(Bytes* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
-}
 
 // idx images: pixel (i, p) = (i * 10 + p) mod 256.
 Bytes idx_images(uint32_t n, uint32_t h, uint32_t w) {
@@ -85,29 +41,6 @@ DatasetSpec idx_spec(const std::string& images, const std::string& labels) {
   spec.images = images;
   spec.labels = labels;
   return spec;
-}
-
-template <typename T>
-std::vector<T> gather_all(const Dataset& dataset, const std::string& field) {
-  StatusOr<int> index = dataset.field_index(field);
-  REQUIRE(index.ok());
-  std::vector<int64_t> all(static_cast<size_t>(dataset.num_samples()));
-  std::iota(all.begin(), all.end(), int64_t{0});
-  std::vector<T> out(all.size() * static_cast<size_t>(num_elements(dataset.field_meta(*index).shape)));
-  dataset.gather(*index, all, out.data());
-  return out;
-}
-
-// The error `spec` gives; fails the test if it loads.
-Status open_error(const DatasetSpec& spec) {
-  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
-  REQUIRE_FALSE(dataset.ok());
-  return dataset.status();
-}
-
-bool contains(const Status& status, const std::string& text) {
-  INFO(status.to_string());
-  return status.message().find(text) != std::string::npos;
 }
 
 }  // namespace
@@ -238,155 +171,6 @@ TEST_CASE("corrupt idx files give errors naming the file and the problem") {
   SUBCASE("no file named") {
     CHECK(contains(open_error(idx_spec("", labels)), "no images file given"));
   }
-}
-
-TEST_CASE("unknown dataset kind is an error") {
-  DatasetSpec spec;
-  spec.name = "d";
-  spec.kind = "parquet";
-  Status status = open_error(spec);
-  CHECK(contains(status, "unknown kind 'parquet'"));
-}
-
-TEST_CASE("csv with a header and a label column") {
-  TempDir dir;
-  write_text(dir.file("d.csv"), "x,label,y\n1.5, 2 ,-3\r\n\n0,7,1e2\n");
-  DatasetSpec spec;
-  spec.name = "table";
-  spec.kind = "csv";
-  spec.path = dir.file("d.csv");
-  spec.header = true;
-  spec.label_column = 1;
-  spec.scale = 2.0f;
-  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
-  REQUIRE_MESSAGE(dataset.ok(), dataset.status().to_string());
-  const Dataset& d = **dataset;
-  CHECK(d.num_samples() == 2);
-  CHECK(d.field_meta(*d.field_index("features")) == TensorMeta{{2}, DType::kF32});
-  CHECK(gather_all<float>(d, "features") == std::vector<float>{3, -6, 0, 200});
-  CHECK(gather_all<int32_t>(d, "label") == std::vector<int32_t>{2, 7});
-
-  SUBCASE("without a label column every column is a feature") {
-    spec.label_column = -1;
-    spec.scale = 1.0f;
-    StatusOr<std::shared_ptr<const Dataset>> all = Dataset::open(spec);
-    REQUIRE(all.ok());
-    CHECK((*all)->field_names() == std::vector<std::string>{"features"});
-    CHECK(gather_all<float>(**all, "features") == std::vector<float>{1.5f, 2, -3, 0, 7, 100});
-  }
-}
-
-TEST_CASE("bad csv gives errors naming file, line and column") {
-  TempDir dir;
-  const std::string path = dir.file("bad.csv");
-  DatasetSpec spec;
-  spec.name = "table";
-  spec.kind = "csv";
-  spec.path = path;
-  spec.label_column = 0;
-
-  write_text(path, "1,2,3\n4,5,6\n7,abc,9\n");
-  Status status = open_error(spec);
-  CHECK(contains(status, path));
-  CHECK(contains(status, "line 3, column 2: cannot parse 'abc'"));
-
-  write_text(path, "1,2,3\n4,5\n");
-  CHECK(contains(open_error(spec), "line 2: expected 3 columns, found 2"));
-
-  write_text(path, "1.5,2,3\n");
-  CHECK(contains(open_error(spec), "line 1, column 1: label '1.5' is not a 32-bit integer"));
-
-  write_text(path, "1,2,nan\n");
-  CHECK(contains(open_error(spec), "line 1, column 3"));
-
-  write_text(path, "a,b,c\n");
-  spec.header = true;
-  CHECK(contains(open_error(spec), "empty dataset"));
-
-  write_text(path, "");
-  CHECK(contains(open_error(spec), "empty dataset"));
-
-  write_text(path, "1,2\n");
-  spec.header = false;
-  spec.label_column = 5;
-  CHECK(contains(open_error(spec), "label_column 5 is out of range"));
-
-  spec.path = dir.file("missing.csv");
-  CHECK(open_error(spec).code() == Code::kNotFound);
-}
-
-TEST_CASE("synthetic data is deterministic, in range, and seed-dependent") {
-  DatasetSpec spec;
-  spec.name = "synth";
-  spec.kind = "synthetic";
-  spec.num_samples = 1000;
-  spec.feature_shape = {4, 5};
-  spec.num_classes = 4;
-  spec.seed = 42;
-  spec.scale = 3.0f;
-  auto a = Dataset::open(spec), b = Dataset::open(spec);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  CHECK((*a)->field_meta(*(*a)->field_index("features")) == TensorMeta{{4, 5}, DType::kF32});
-  std::vector<float> features = gather_all<float>(**a, "features");
-  std::vector<int32_t> labels = gather_all<int32_t>(**a, "label");
-  CHECK(features == gather_all<float>(**b, "features"));
-  CHECK(labels == gather_all<int32_t>(**b, "label"));
-  CHECK(*std::min_element(features.begin(), features.end()) >= 0.0f);
-  CHECK(*std::max_element(features.begin(), features.end()) < 3.0f);
-  std::vector<int> per_class(4, 0);
-  for (int32_t label : labels) {
-    REQUIRE(label >= 0);
-    REQUIRE(label < 4);
-    ++per_class[label];
-  }
-  for (int count : per_class) CHECK(count > 100);  // every class well represented
-
-  spec.seed = 43;
-  auto c = Dataset::open(spec);
-  REQUIRE(c.ok());
-  CHECK(features != gather_all<float>(**c, "features"));
-
-  spec.num_samples = 0;
-  CHECK(contains(open_error(spec), "empty dataset"));
-  spec.num_samples = int64_t{1} << 40;
-  CHECK(contains(open_error(spec), "limit"));
-  spec.num_samples = 10;
-  spec.feature_shape = {3, 0};
-  CHECK(contains(open_error(spec), "feature_shape [3, 0]"));
-}
-
-TEST_CASE("inline tensors become fields; mismatches are errors") {
-  DatasetSpec spec;
-  spec.name = "tiny";
-  spec.kind = "inline";
-  spec.tensors.push_back({"x", {3, 2}, DType::kF32, {1, 2, 3, 4, 5, 6}, {}});
-  spec.tensors.push_back({"y", {3}, DType::kI32, {}, {0, 1, 0}});
-  StatusOr<std::shared_ptr<const Dataset>> dataset = Dataset::open(spec);
-  REQUIRE_MESSAGE(dataset.ok(), dataset.status().to_string());
-  const Dataset& d = **dataset;
-  CHECK(d.num_samples() == 3);
-  CHECK(d.field_meta(0) == TensorMeta{{2}, DType::kF32});
-  CHECK(d.field_meta(1) == TensorMeta{{}, DType::kI32});
-  CHECK(gather_all<float>(d, "x") == std::vector<float>{1, 2, 3, 4, 5, 6});
-  CHECK(gather_all<int32_t>(d, "y") == std::vector<int32_t>{0, 1, 0});
-  StatusOr<int> missing = d.field_index("label");
-  CHECK(missing.status().code() == Code::kNotFound);
-  CHECK(contains(missing.status(), "no field 'label'; its fields are: x, y"));
-
-  DatasetSpec bad = spec;
-  bad.tensors[1].shape = {4};
-  bad.tensors[1].i32 = {0, 1, 0, 1};
-  CHECK(contains(open_error(bad), "tensor 'y': shape [4] has 4 samples on axis 0, but tensor 'x' has 3"));
-  bad = spec;
-  bad.tensors[0].f32.pop_back();
-  CHECK(contains(open_error(bad), "tensor 'x': shape [3, 2] needs 6 values, found 5"));
-  bad = spec;
-  bad.tensors[1].name = "x";
-  CHECK(contains(open_error(bad), "field 'x' appears twice"));
-  bad = spec;
-  bad.tensors.clear();
-  CHECK(contains(open_error(bad), "no tensors"));
 }
 
 TEST_CASE("Fashion-MNIST loads from the Debian package") {

@@ -11,6 +11,7 @@ namespace rill {
 namespace {
 
 using testing::Tensor;
+using Ints = std::vector<int64_t>;
 
 Tensor make(const std::string& type, Attrs attrs, const testing::RunOptions& options = {}) {
   auto out = testing::run_op(type, {}, attrs, options);
@@ -62,18 +63,18 @@ const char* const kRandomTypes[] = {"uniform", "normal", "xavier_uniform", "kaim
 }  // namespace
 
 TEST_CASE("fill writes its value in either dtype") {
-  CHECK(make("fill", {{"shape", std::vector<int64_t>{2, 2}}, {"value", 2.5}}).f32 == std::vector<float>(4, 2.5f));
-  CHECK(make("fill", {{"shape", std::vector<int64_t>{3}}}).f32 == std::vector<float>(3, 0.0f));
-  Tensor ints = make("fill", {{"shape", std::vector<int64_t>{3}}, {"value", int64_t{7}}, {"dtype", std::string("i32")}});
+  CHECK(make("fill", {{"shape", Ints{2, 2}}, {"value", 2.5}}).f32 == std::vector<float>(4, 2.5f));
+  CHECK(make("fill", {{"shape", Ints{3}}}).f32 == std::vector<float>(3, 0.0f));
+  Tensor ints = make("fill", {{"shape", Ints{3}}, {"value", int64_t{7}}, {"dtype", std::string("i32")}});
   CHECK(ints.dtype == DType::kI32);
   CHECK(ints.i32 == std::vector<int32_t>(3, 7));
-  CHECK(make("fill", {{"shape", std::vector<int64_t>{}}, {"value", 1.0}}).f32 == std::vector<float>{1.0f});
+  CHECK(make("fill", {{"shape", Ints{}}, {"value", 1.0}}).f32 == std::vector<float>{1.0f});
 }
 
 TEST_CASE("random initializers are deterministic functions of the seed") {
   for (const char* type : kRandomTypes) {
     CAPTURE(type);
-    Attrs attrs{{"shape", std::vector<int64_t>{8, 16}}, {"seed", int64_t{42}}};
+    Attrs attrs{{"shape", Ints{8, 16}}, {"seed", int64_t{42}}};
     Tensor a = make(type, attrs), b = make(type, attrs);
     CHECK(a.f32 == b.f32);
     attrs.set("seed", int64_t{43});
@@ -113,7 +114,7 @@ TEST_CASE("a split variable's pieces are exactly the pieces of the whole") {
 }
 
 TEST_CASE("uniform covers [low, high) with the right moments") {
-  Tensor t = make("uniform", {{"shape", std::vector<int64_t>{100, 100}}, {"low", -2.0}, {"high", 4.0}, {"seed", int64_t{1}}});
+  Tensor t = make("uniform", {{"shape", Ints{100, 100}}, {"low", -2.0}, {"high", 4.0}, {"seed", int64_t{1}}});
   Moments m = moments(t.f32);
   CHECK(m.min >= -2.0);
   CHECK(m.max < 4.0);
@@ -122,14 +123,14 @@ TEST_CASE("uniform covers [low, high) with the right moments") {
   CHECK(std::fabs(m.mean - 1.0) < 0.06);  // 3 standard errors: 1.73 / 100
   CHECK(std::fabs(m.stddev - 6.0 / std::sqrt(12.0)) < 0.05);
   // Defaults are [0, 1).
-  Moments unit = moments(make("uniform", {{"shape", std::vector<int64_t>{10000}}}).f32);
+  Moments unit = moments(make("uniform", {{"shape", Ints{10000}}}).f32);
   CHECK(unit.min >= 0.0);
   CHECK(unit.max < 1.0);
   CHECK(std::fabs(unit.mean - 0.5) < 0.02);
 }
 
 TEST_CASE("normal has the requested mean and std") {
-  Tensor t = make("normal", {{"shape", std::vector<int64_t>{10000}}, {"mean", 1.0}, {"std", 2.0}, {"seed", int64_t{3}}});
+  Tensor t = make("normal", {{"shape", Ints{10000}}, {"mean", 1.0}, {"std", 2.0}, {"seed", int64_t{3}}});
   Moments m = moments(t.f32);
   CHECK(std::fabs(m.mean - 1.0) < 0.06);  // 3 standard errors: 2 / sqrt(10000) = 0.02
   CHECK(std::fabs(m.stddev - 2.0) < 0.06);
@@ -142,7 +143,7 @@ TEST_CASE("normal has the requested mean and std") {
 
 TEST_CASE("xavier_uniform and kaiming_uniform use the logical fans") {
   double xavier_bound = std::sqrt(6.0 / (100 + 200));
-  Moments x = moments(make("xavier_uniform", {{"shape", std::vector<int64_t>{100, 200}}, {"seed", int64_t{5}}}).f32);
+  Moments x = moments(make("xavier_uniform", {{"shape", Ints{100, 200}}, {"seed", int64_t{5}}}).f32);
   CHECK(x.min >= -xavier_bound);
   CHECK(x.max <= xavier_bound);
   CHECK(x.max > 0.98 * xavier_bound);
@@ -150,20 +151,20 @@ TEST_CASE("xavier_uniform and kaiming_uniform use the logical fans") {
   CHECK(std::fabs(x.stddev - xavier_bound / std::sqrt(3.0)) < 0.02 * xavier_bound);
 
   double kaiming_bound = std::sqrt(6.0 / 100);
-  Moments k = moments(make("kaiming_uniform", {{"shape", std::vector<int64_t>{100, 50}}, {"seed", int64_t{5}}}).f32);
+  Moments k = moments(make("kaiming_uniform", {{"shape", Ints{100, 50}}, {"seed", int64_t{5}}}).f32);
   CHECK(k.min >= -kaiming_bound);
   CHECK(k.max <= kaiming_bound);
   CHECK(k.max > 0.98 * kaiming_bound);
   CHECK(std::fabs(k.stddev - kaiming_bound / std::sqrt(3.0)) < 0.02 * kaiming_bound);
 
   // 1-D: fan_in = fan_out = length.
-  Moments bias = moments(make("xavier_uniform", {{"shape", std::vector<int64_t>{3000}}}).f32);
+  Moments bias = moments(make("xavier_uniform", {{"shape", Ints{3000}}}).f32);
   CHECK(bias.max <= std::sqrt(6.0 / 6000));
   CHECK(bias.max > 0.95 * std::sqrt(6.0 / 6000));
 
   // A piece of a split variable takes its bound from the logical shape.
   Tensor piece = make_piece("kaiming_uniform", {}, {100, 50}, {10, 50}, {0, 0});
-  Tensor whole = make("kaiming_uniform", {{"shape", std::vector<int64_t>{100, 50}}});
+  Tensor whole = make("kaiming_uniform", {{"shape", Ints{100, 50}}});
   CHECK(std::equal(piece.f32.begin(), piece.f32.end(), whole.f32.begin()));
 }
 
@@ -174,7 +175,7 @@ TEST_CASE("initializers are registered with no inputs and a broadcast output") {
     CHECK(def->role == OpRole::kInitializer);
     CHECK(def->num_inputs == 0);
     CHECK((def->grad == nullptr));
-    auto sigs = def->sbp({{"shape", std::vector<int64_t>{4, 4}}}, {});
+    auto sigs = def->sbp({{"shape", Ints{4, 4}}}, {});
     REQUIRE(sigs.size() == 1);
     CHECK(sigs[0].inputs.empty());
     CHECK(sigs[0].outputs == std::vector<Sbp>{Sbp::broadcast()});
@@ -183,21 +184,18 @@ TEST_CASE("initializers are registered with no inputs and a broadcast output") {
 
 TEST_CASE("initializer attrs are checked with clear messages") {
   CHECK(contains(infer_status("fill", {}), "missing attr 'shape'"));
-  Status zero = infer_status("uniform", {{"shape", std::vector<int64_t>{3, 0}}});
+  Status zero = infer_status("uniform", {{"shape", Ints{3, 0}}});
   CHECK(zero.code() == Code::kInvalidArgument);
   CHECK(contains(zero, "[3, 0]"));
-  CHECK(contains(infer_status("fill", {{"shape", std::vector<int64_t>{2}}, {"dtype", std::string("f64")}}),
-                 "'dtype' = 'f64'"));
-  CHECK(contains(infer_status("normal", {{"shape", std::vector<int64_t>{2}}, {"dtype", std::string("i32")}}), "f32"));
-  CHECK(contains(infer_status("uniform", {{"shape", std::vector<int64_t>{2}}, {"low", 1.0}, {"high", 0.0}}),
-                 "'low' = 1"));
-  CHECK(contains(infer_status("normal", {{"shape", std::vector<int64_t>{2}}, {"std", -1.0}}), "'std' = -1"));
-  CHECK(contains(infer_status("xavier_uniform", {{"shape", std::vector<int64_t>{2, 3, 4}}}), "1-D or 2-D"));
-  CHECK(contains(infer_status("kaiming_uniform", {{"shape", std::vector<int64_t>{}}}), "1-D or 2-D"));
-  CHECK(contains(infer_status("uniform", {{"shape", std::vector<int64_t>{2}}, {"seed", std::string("x")}}),
-                 "'seed' must be an int"));
+  CHECK(contains(infer_status("fill", {{"shape", Ints{2}}, {"dtype", std::string("f64")}}), "'dtype' = 'f64'"));
+  CHECK(contains(infer_status("normal", {{"shape", Ints{2}}, {"dtype", std::string("i32")}}), "f32"));
+  CHECK(contains(infer_status("uniform", {{"shape", Ints{2}}, {"low", 1.0}, {"high", 0.0}}), "'low' = 1"));
+  CHECK(contains(infer_status("normal", {{"shape", Ints{2}}, {"std", -1.0}}), "'std' = -1"));
+  CHECK(contains(infer_status("xavier_uniform", {{"shape", Ints{2, 3, 4}}}), "1-D or 2-D"));
+  CHECK(contains(infer_status("kaiming_uniform", {{"shape", Ints{}}}), "1-D or 2-D"));
+  CHECK(contains(infer_status("uniform", {{"shape", Ints{2}}, {"seed", std::string("x")}}), "'seed' must be an int"));
   std::vector<TensorMeta> outputs;
-  CHECK(contains(infer_op(*find_op("fill"), {{"shape", std::vector<int64_t>{2}}}, std::vector<TensorMeta>{{{2}}}, &outputs),
+  CHECK(contains(infer_op(*find_op("fill"), {{"shape", Ints{2}}}, std::vector<TensorMeta>{{{2}}}, &outputs),
                  "takes 0 input(s)"));
 }
 

@@ -240,9 +240,9 @@ TEST_CASE("every registered op is complete and its signatures have the op's arit
     INFO("op ", def->type);
     CHECK(types.insert(def->type).second);
     CHECK(find_op(def->type) == def);
-    CHECK(def->infer != nullptr);
-    CHECK(def->sbp != nullptr);
-    CHECK(def->cpu != nullptr);
+    CHECK((def->infer != nullptr));
+    CHECK((def->sbp != nullptr));
+    CHECK((def->cpu != nullptr));
   }
   // Arity of each signature, on inputs each op accepts.
   struct Sample {

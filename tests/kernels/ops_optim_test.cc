@@ -12,6 +12,7 @@ namespace rill {
 namespace {
 
 using testing::Tensor;
+using Ints = std::vector<int64_t>;
 
 // The gradient at step k: varied in sign and size across elements and steps.
 std::vector<float> gradient_at(int step, size_t n) {
@@ -23,7 +24,8 @@ std::vector<float> gradient_at(int step, size_t n) {
 const std::vector<float> kStart = {0.5f, -1.25f, 2.0f, 0.0f, -0.75f, 1.5f};
 
 // Runs `steps` updates of `type` from kStart and returns the variable after each.
-std::vector<std::vector<float>> run_steps(const std::string& type, const Attrs& attrs, int steps, Shape shape = {2, 3}) {
+std::vector<std::vector<float>> run_steps(const std::string& type, const Attrs& attrs, int steps,
+                                          Shape shape = {2, 3}) {
   const OpDef* def = find_op(type);
   REQUIRE(def != nullptr);
   std::vector<Tensor> state(def->num_state, Tensor::zeros(shape));

@@ -10,6 +10,7 @@ namespace rill {
 namespace {
 
 using testing::Tensor;
+using Ints = std::vector<int64_t>;
 
 Tensor iota(Shape shape) {
   Tensor t = Tensor::zeros(std::move(shape));
@@ -52,40 +53,38 @@ Tensor concat(std::vector<Tensor> parts, int64_t axis) { return run1("concat", s
 }  // namespace
 
 TEST_CASE("reshape keeps row-major order and resolves one -1") {
-  Tensor out = run1("reshape", {iota({2, 3})}, {{"shape", std::vector<int64_t>{3, -1}}});
+  Tensor out = run1("reshape", {iota({2, 3})}, {{"shape", Ints{3, -1}}});
   CHECK(out.shape == Shape{3, 2});
   CHECK(out.f32 == iota({6}).f32);
-  CHECK(run1("reshape", {Tensor::floats({1, 1}, {4.f})}, {{"shape", std::vector<int64_t>{}}}).shape == Shape{});
-  CHECK(run1("reshape", {Tensor::ints({4}, {1, 2, 3, 4})}, {{"shape", std::vector<int64_t>{2, 2}}}).i32 ==
+  CHECK(run1("reshape", {Tensor::floats({1, 1}, {4.f})}, {{"shape", Ints{}}}).shape == Shape{});
+  CHECK(run1("reshape", {Tensor::ints({4}, {1, 2, 3, 4})}, {{"shape", Ints{2, 2}}}).i32 ==
         std::vector<int32_t>{1, 2, 3, 4});
-  CHECK(testing::check_gradients("reshape", {Tensor::uniform({2, 6}, 1)}, {{"shape", std::vector<int64_t>{3, 2, 2}}},
-                                 {0})
-            .ok());
+  CHECK(testing::check_gradients("reshape", {Tensor::uniform({2, 6}, 1)}, {{"shape", Ints{3, 2, 2}}}, {0}).ok());
 }
 
 TEST_CASE("reshape rejects shapes that do not fit, naming both") {
-  Status s = infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{4, 4}}});
+  Status s = infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{4, 4}}});
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(contains(s, "[4, 4]"));
   CHECK(contains(s, "[2, 3]"));
   CHECK(contains(s, "'shape'"));
-  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{-1, -1}}}), "more than one -1"));
-  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{4, -1}}}), "cannot hold"));
-  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::vector<int64_t>{0, 6}}}), "positive"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{-1, -1}}}), "more than one -1"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{4, -1}}}), "cannot hold"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{0, 6}}}), "positive"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {}), "missing attr 'shape'"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::string("6")}}), "list of ints"));
 }
 
 TEST_CASE("reshape keeps a split of axis 0 only when axis 0 is unchanged") {
   SbpSignature s0{{Sbp::split(0)}, {Sbp::split(0)}};
-  auto same_rows = sbp_of("reshape", {{{6, 4}}}, {{"shape", std::vector<int64_t>{6, 2, 2}}});
+  auto same_rows = sbp_of("reshape", {{{6, 4}}}, {{"shape", Ints{6, 2, 2}}});
   CHECK(has_sig(same_rows, s0));
   CHECK(has_sig(same_rows, {{Sbp::partial_sum()}, {Sbp::partial_sum()}}));
   CHECK(has_sig(same_rows, {{Sbp::broadcast()}, {Sbp::broadcast()}}));
-  CHECK_FALSE(has_sig(sbp_of("reshape", {{{6, 4}}}, {{"shape", std::vector<int64_t>{4, 6}}}), s0));
+  CHECK_FALSE(has_sig(sbp_of("reshape", {{{6, 4}}}, {{"shape", Ints{4, 6}}}), s0));
   // Pieces of [5, 4] split on rows (3 + 2) reshaped to [5, 2, 2] are the output's pieces.
   Tensor x = iota({5, 4});
-  Attrs attrs{{"shape", std::vector<int64_t>{-1, 2, 2}}};
+  Attrs attrs{{"shape", Ints{-1, 2, 2}}};
   Tensor whole = run1("reshape", {x}, attrs);
   Tensor top = run1("reshape", {piece_of(x, 0, 0, 3)}, attrs), bottom = run1("reshape", {piece_of(x, 0, 3, 5)}, attrs);
   std::vector<float> joined = top.f32;
@@ -95,23 +94,20 @@ TEST_CASE("reshape keeps a split of axis 0 only when axis 0 is unchanged") {
 
 TEST_CASE("transpose permutes axes") {
   Tensor x = iota({2, 3, 4});
-  Tensor out = run1("transpose", {x}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  Tensor out = run1("transpose", {x}, {{"perm", Ints{2, 0, 1}}});
   REQUIRE(out.shape == Shape{4, 2, 3});
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 4; ++k) CHECK(out.f32[(k * 2 + i) * 3 + j] == x.f32[(i * 3 + j) * 4 + k]);
-  CHECK(run1("transpose", {Tensor::floats({2, 2}, {1, 2, 3, 4})}, {{"perm", std::vector<int64_t>{1, 0}}}).f32 ==
+  CHECK(run1("transpose", {Tensor::floats({2, 2}, {1, 2, 3, 4})}, {{"perm", Ints{1, 0}}}).f32 ==
         std::vector<float>{1, 3, 2, 4});
-  CHECK(run1("transpose", {Tensor::floats({}, {5})}, {{"perm", std::vector<int64_t>{}}}).f32 ==
-        std::vector<float>{5});
+  CHECK(run1("transpose", {Tensor::floats({}, {5})}, {{"perm", Ints{}}}).f32 == std::vector<float>{5});
   // [1, 2, 0] is not its own inverse, so this checks the inverse permutation.
-  CHECK(testing::check_gradients("transpose", {Tensor::uniform({2, 3, 4}, 2)},
-                                 {{"perm", std::vector<int64_t>{1, 2, 0}}}, {0})
-            .ok());
+  CHECK(testing::check_gradients("transpose", {Tensor::uniform({2, 3, 4}, 2)}, {{"perm", Ints{1, 2, 0}}}, {0}).ok());
 }
 
 TEST_CASE("transpose maps S(a) to the output position of a, and checks perm") {
-  auto sigs = sbp_of("transpose", {{{2, 3, 4}}}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  auto sigs = sbp_of("transpose", {{{2, 3, 4}}}, {{"perm", Ints{2, 0, 1}}});
   CHECK(has_sig(sigs, {{Sbp::split(2)}, {Sbp::split(0)}}));
   CHECK(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(1)}}));
   CHECK(has_sig(sigs, {{Sbp::split(1)}, {Sbp::split(2)}}));
@@ -119,15 +115,14 @@ TEST_CASE("transpose maps S(a) to the output position of a, and checks perm") {
   CHECK_FALSE(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(0)}}));
   // A row-split input's pieces, transposed, are the column pieces of the output.
   Tensor x = iota({5, 3});
-  Attrs attrs{{"perm", std::vector<int64_t>{1, 0}}};
+  Attrs attrs{{"perm", Ints{1, 0}}};
   Tensor whole = run1("transpose", {x}, attrs);
-  CHECK(concat({run1("transpose", {piece_of(x, 0, 0, 3)}, attrs), run1("transpose", {piece_of(x, 0, 3, 5)}, attrs)},
-               1)
+  CHECK(concat({run1("transpose", {piece_of(x, 0, 0, 3)}, attrs), run1("transpose", {piece_of(x, 0, 3, 5)}, attrs)}, 1)
             .f32 == whole.f32);
-  Status dup = infer_error("transpose", {{{2, 3, 4}}}, {{"perm", std::vector<int64_t>{0, 0, 1}}});
+  Status dup = infer_error("transpose", {{{2, 3, 4}}}, {{"perm", Ints{0, 0, 1}}});
   CHECK(contains(dup, "not a permutation"));
   CHECK(contains(dup, "[2, 3, 4]"));
-  CHECK(contains(infer_error("transpose", {{{2, 3}}}, {{"perm", std::vector<int64_t>{0}}}), "rank 2"));
+  CHECK(contains(infer_error("transpose", {{{2, 3}}}, {{"perm", Ints{0}}}), "rank 2"));
 }
 
 TEST_CASE("identity copies any dtype and passes every SBP through") {
@@ -139,19 +134,19 @@ TEST_CASE("identity copies any dtype and passes every SBP through") {
 
 TEST_CASE("slice takes a box; -1 ends at the axis' end") {
   Tensor x = iota({3, 4});
-  Tensor out = run1("slice", {x}, {{"starts", std::vector<int64_t>{1, 1}}, {"ends", std::vector<int64_t>{3, -1}}});
+  Tensor out = run1("slice", {x}, {{"starts", Ints{1, 1}}, {"ends", Ints{3, -1}}});
   CHECK(out.shape == Shape{2, 3});
   CHECK(out.f32 == std::vector<float>{5, 6, 7, 9, 10, 11});
   Tensor y = iota({2, 3, 4});
-  Tensor box = run1("slice", {y}, {{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{2, 2, 3}}});
+  Tensor box = run1("slice", {y}, {{"starts", Ints{1, 0, 2}}, {"ends", Ints{2, 2, 3}}});
   CHECK(box.shape == Shape{1, 2, 1});
   CHECK(box.f32 == std::vector<float>{14, 18});
-  Attrs attrs{{"starts", std::vector<int64_t>{0, 1, 1}}, {"ends", std::vector<int64_t>{-1, 3, 4}}};
+  Attrs attrs{{"starts", Ints{0, 1, 1}}, {"ends", Ints{-1, 3, 4}}};
   CHECK(testing::check_gradients("slice", {Tensor::uniform({2, 3, 4}, 4)}, attrs, {0}).ok());
 }
 
 TEST_CASE("slice keeps splits only on axes it does not cut; pieces agree with the whole") {
-  Attrs attrs{{"starts", std::vector<int64_t>{1, 0}}, {"ends", std::vector<int64_t>{3, -1}}};
+  Attrs attrs{{"starts", Ints{1, 0}}, {"ends", Ints{3, -1}}};
   auto sigs = sbp_of("slice", {{{4, 5}}}, attrs);
   CHECK(has_sig(sigs, {{Sbp::split(1)}, {Sbp::split(1)}}));
   CHECK_FALSE(has_sig(sigs, {{Sbp::split(0)}, {Sbp::split(0)}}));
@@ -162,20 +157,20 @@ TEST_CASE("slice keeps splits only on axes it does not cut; pieces agree with th
         whole.f32);
   // The gradient's pieces likewise.
   Attrs grad_attrs = attrs;
-  grad_attrs.set("shape", std::vector<int64_t>{4, 5});
+  grad_attrs.set("shape", Ints{4, 5});
   Tensor dy = iota({2, 5});
   Tensor dx = run1("slice_grad", {dy}, grad_attrs);
   CHECK(has_sig(sbp_of("slice_grad", {{{2, 5}}}, grad_attrs), {{Sbp::split(1)}, {Sbp::split(1)}}));
   Attrs left = grad_attrs, right = grad_attrs;
-  left.set("shape", std::vector<int64_t>{4, 3});
-  right.set("shape", std::vector<int64_t>{4, 2});
-  CHECK(concat({run1("slice_grad", {piece_of(dy, 1, 0, 3)}, left), run1("slice_grad", {piece_of(dy, 1, 3, 5)}, right)},
-               1)
-            .f32 == dx.f32);
+  left.set("shape", Ints{4, 3});
+  right.set("shape", Ints{4, 2});
+  CHECK(
+      concat({run1("slice_grad", {piece_of(dy, 1, 0, 3)}, left), run1("slice_grad", {piece_of(dy, 1, 3, 5)}, right)}, 1)
+          .f32 == dx.f32);
 }
 
 TEST_CASE("slice_grad pads with zeros and is itself differentiable") {
-  Attrs attrs{{"starts", std::vector<int64_t>{1, 2}}, {"ends", std::vector<int64_t>{2, 4}}, {"shape", std::vector<int64_t>{3, 4}}};
+  Attrs attrs{{"starts", Ints{1, 2}}, {"ends", Ints{2, 4}}, {"shape", Ints{3, 4}}};
   Tensor dx = run1("slice_grad", {Tensor::floats({1, 2}, {1, 2})}, attrs);
   CHECK(dx.shape == Shape{3, 4});
   CHECK(dx.f32 == std::vector<float>{0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0});
@@ -186,16 +181,14 @@ TEST_CASE("slice_grad pads with zeros and is itself differentiable") {
 }
 
 TEST_CASE("slice errors name the attrs and the shape") {
-  Status s = infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{0, 2}}, {"ends", std::vector<int64_t>{3, 5}}});
+  Status s = infer_error("slice", {{{3, 4}}}, {{"starts", Ints{0, 2}}, {"ends", Ints{3, 5}}});
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(contains(s, "'ends' = [3, 5]"));
   CHECK(contains(s, "axis 1"));
   CHECK(contains(s, "[3, 4]"));
-  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{2, 0}}, {"ends", std::vector<int64_t>{1, -1}}}),
-                 "axis 0"));
-  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", std::vector<int64_t>{0}}, {"ends", std::vector<int64_t>{1}}}),
-                 "one entry per axis"));
-  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"ends", std::vector<int64_t>{1, 1}}}), "missing attr 'starts'"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", Ints{2, 0}}, {"ends", Ints{1, -1}}}), "axis 0"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"starts", Ints{0}}, {"ends", Ints{1}}}), "one entry per axis"));
+  CHECK(contains(infer_error("slice", {{{3, 4}}}, {{"ends", Ints{1, 1}}}), "missing attr 'starts'"));
 }
 
 TEST_CASE("concat joins along an axis, including a negative one") {
@@ -207,8 +200,9 @@ TEST_CASE("concat joins along an axis, including a negative one") {
   Tensor rows = run1("concat", {iota({1, 2}), iota({2, 2}), iota({1, 2})}, {{"axis", int64_t{0}}});
   CHECK(rows.f32 == std::vector<float>{0, 1, 0, 1, 2, 3, 0, 1});
   CHECK(run1("concat", {Tensor::ints({1}, {4}), Tensor::ints({2}, {5, 6})}, {}).i32 == std::vector<int32_t>{4, 5, 6});
-  CHECK(testing::check_gradients("concat", {Tensor::uniform({2, 1, 3}, 6), Tensor::uniform({2, 2, 3}, 7), Tensor::uniform({2, 3, 3}, 8)},
-                                 {{"axis", int64_t{1}}}, {0, 1, 2})
+  CHECK(testing::check_gradients(
+            "concat", {Tensor::uniform({2, 1, 3}, 6), Tensor::uniform({2, 2, 3}, 7), Tensor::uniform({2, 3, 3}, 8)},
+            {{"axis", int64_t{1}}}, {0, 1, 2})
             .ok());
 }
 

@@ -85,12 +85,13 @@ Tensor concat_pieces(const std::vector<Tensor>& pieces, int axis) {
 }
 
 std::string signature_string(const SbpSignature& signature) {
-  auto join = [](const std::vector<Sbp>& list) {
-    std::string out;
-    for (const Sbp& sbp : list) out += (out.empty() ? "" : ", ") + sbp.to_string();
+  auto names = [](const std::vector<Sbp>& list) {
+    std::vector<std::string> out;
+    for (const Sbp& sbp : list) out.push_back(sbp.to_string());
     return out;
   };
-  return "(" + join(signature.inputs) + ") -> (" + join(signature.outputs) + ")";
+  return fmt::format("({}) -> ({})", fmt::join(names(signature.inputs), ", "),
+                     fmt::join(names(signature.outputs), ", "));
 }
 
 Status check_sbp_signatures(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs,

@@ -1,0 +1,101 @@
+// compile(): runs the passes in order; parse_devices(); the number of steps.
+#include "compiler/compiler.h"
+
+#include <charconv>
+
+#include "compiler/autograd.h"
+#include "compiler/boxing.h"
+#include "compiler/optimizer.h"
+#include "compiler/physical.h"
+#include "compiler/plan_writer.h"
+#include "compiler/regst_planning.h"
+#include "compiler/sbp_deduction.h"
+#include "compiler/validate.h"
+#include "kernels/data/dataset.h"
+
+namespace rill::compiler {
+namespace {
+
+StatusOr<int64_t> num_samples(const graph::Dataset& spec) {
+  auto dataset = Dataset::open(spec);
+  if (!dataset.ok()) return dataset.status().with_context(fmt::format("dataset '{}'", spec.name));
+  return (*dataset)->num_samples();
+}
+
+// options.steps if > 0; else train.steps; else epochs over the smallest
+// dataset read. Eval: one pass over the eval dataset, the remainder dropped.
+StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const CompileOptions& options) {
+  if (options.steps < 0) return invalid_argument("steps is {}, expected >= 0", options.steps);
+  if (options.steps > 0) return options.steps;
+  if (options.mode == Mode::kTrain && job.train.steps < 0)
+    return invalid_argument("train.steps is {}, expected >= 0", job.train.steps);
+  if (options.mode == Mode::kTrain && job.train.steps > 0) return job.train.steps;
+  if (options.mode == Mode::kTrain && job.train.epochs <= 0)
+    return invalid_argument("train: neither steps nor epochs is set");
+  if (g.datasets.empty()) return invalid_argument("cannot count steps: the job reads no dataset");
+  int64_t samples = -1;
+  for (const graph::Dataset& d : g.datasets) {
+    RILL_ASSIGN_OR_RETURN(int64_t n, num_samples(d));
+    samples = samples < 0 ? n : std::min(samples, n);
+  }
+  int64_t per_pass = samples / g.global_batch;
+  if (per_pass == 0)
+    return invalid_argument("dataset '{}' has {} samples, fewer than one batch of {}", g.datasets[0].name, samples,
+                            g.global_batch);
+  return options.mode == Mode::kEval ? per_pass : job.train.epochs * per_pass;
+}
+
+StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {
+  if (options.activation_register_num < 1)
+    return invalid_argument("activation_register_num is {}, expected at least 1", options.activation_register_num);
+  RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, options.mode));
+  if (options.mode == Mode::kTrain) {
+    RILL_RETURN_IF_ERROR(build_backward(&g));
+    RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));
+  }
+  RILL_RETURN_IF_ERROR(deduce_sbp(&g));
+  RILL_RETURN_IF_ERROR(insert_boxing(&g));
+  RILL_ASSIGN_OR_RETURN(int64_t steps, plan_steps(job, g, options));
+  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g));
+  tasks.steps = steps;
+  RILL_RETURN_IF_ERROR(plan_regsts(options.activation_register_num, &tasks));
+  return write_plan(tasks);
+}
+
+}  // namespace
+
+StatusOr<Cluster> parse_devices(const std::string& text, int num_nodes) {
+  if (num_nodes < 1) return invalid_argument("devices '{}': {} nodes, expected at least 1", text, num_nodes);
+  Cluster cluster;
+  cluster.num_nodes = num_nodes;
+  std::string type = text, count;
+  size_t colon = text.find(':');
+  if (colon != std::string::npos) {
+    type = text.substr(0, colon);
+    count = text.substr(colon + 1);
+  }
+  if (type == "cpu") {
+    cluster.device_type = DeviceType::kCpu;
+  } else if (type == "cuda") {
+    cluster.device_type = DeviceType::kCuda;
+  } else {
+    return invalid_argument("devices '{}': unknown device type '{}' (cpu:N or cuda:N)", text, type);
+  }
+  if (colon == std::string::npos) return cluster;
+  int n = 0;
+  auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), n);
+  if (count.empty() || error != std::errc() || end != count.data() + count.size() || n < 1 ||
+      n >= (1 << ActorId::kDeviceBits))
+    return invalid_argument("devices '{}': '{}' is not a device count from 1 to {}", text, count,
+                            (1 << ActorId::kDeviceBits) - 1);
+  cluster.devices_per_node = n;
+  return cluster;
+}
+
+StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {
+  auto bytes = compile_job(job, cluster, options);
+  if (!bytes.ok()) return bytes.status().with_context(fmt::format("compiling job '{}'", job.name));
+  return bytes;
+}
+
+}  // namespace rill::compiler

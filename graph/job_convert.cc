@@ -1,0 +1,232 @@
+#include "graph/job_convert.h"
+
+#include <cmath>
+#include <limits>
+
+namespace rill::graph {
+namespace {
+
+using check::Issues;
+using check::label;
+
+std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
+
+Shape shape_of(const flatbuffers::Vector<int64_t>* v) {
+  return v == nullptr ? Shape{} : Shape(v->begin(), v->end());
+}
+
+std::vector<std::string> strings_of(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v != nullptr)
+    for (const flatbuffers::String* s : *v) out.push_back(str(s));
+  return out;
+}
+
+// The vector's elements, for range-for over a possibly absent vector.
+template <typename T>
+std::vector<const T*> items(const flatbuffers::Vector<flatbuffers::Offset<T>>* v) {
+  std::vector<const T*> out;
+  if (v != nullptr)
+    for (const T* item : *v) out.push_back(item);
+  return out;
+}
+
+class Converter {
+ public:
+  Converter(const flatbuffers::Parser& parser, Issues* issues) : parser_(parser), issues_(issues) {}
+
+  void dtype(const flatbuffers::String* text, const std::string& path, const std::string& where, DType* out) {
+    if (text == nullptr) return;
+    if (!parse_dtype(text->str(), out))
+      issues_->add(path, "{}: '{}' is not a dtype (expected f32 or i32)", where, text->str());
+  }
+
+  std::optional<Sbp> sbp(const flatbuffers::String* text, const std::string& path, const std::string& where) {
+    if (text == nullptr || text->size() == 0) return std::nullopt;
+    Sbp out;
+    if (!parse_sbp(text->str(), &out)) {
+      issues_->add(path, "{}: '{}' is not an SBP (expected S(axis), B or P)", where, text->str());
+      return std::nullopt;
+    }
+    return out;
+  }
+
+  template <typename Int>
+  void integer(flatbuffers::Optional<int64_t> value, const std::string& path, const std::string& where, Int* out) {
+    if (!value) return;
+    int64_t v = *value;
+    if (v < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
+        (v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<Int>::max()))) {
+      issues_->add(path, "{}: {} is out of range", where, v);
+      return;
+    }
+    *out = static_cast<Int>(v);
+  }
+
+  // Every present field of `table` except `skip`, read by the schema's own
+  // field list: bools and ints as int64, floats as double.
+  void attrs(const flatbuffers::Table* table, const char* type_name, std::string_view skip, const std::string& path,
+             Attrs* out) {
+    if (table == nullptr) return;
+    const flatbuffers::StructDef* def = parser_.structs_.Lookup(std::string("rill.graph.fb.") + type_name);
+    if (def == nullptr) {
+      issues_->add(path, "{}: internal error: schema table '{}' not found", path, type_name);
+      return;
+    }
+    for (const flatbuffers::FieldDef* field : def->fields.vec) {
+      if (field->name == skip || !table->CheckField(field->value.offset)) continue;
+      auto offset = field->value.offset;
+      const flatbuffers::Type& type = field->value.type;
+      switch (type.base_type) {
+        case flatbuffers::BASE_TYPE_BOOL:
+          out->set(field->name, int64_t{table->GetField<uint8_t>(offset, 0) != 0});
+          break;
+        case flatbuffers::BASE_TYPE_LONG:
+          out->set(field->name, table->GetField<int64_t>(offset, 0));
+          break;
+        case flatbuffers::BASE_TYPE_DOUBLE:
+          out->set(field->name, table->GetField<double>(offset, 0.0));
+          break;
+        case flatbuffers::BASE_TYPE_STRING:
+          out->set(field->name, str(table->GetPointer<const flatbuffers::String*>(offset)));
+          break;
+        case flatbuffers::BASE_TYPE_VECTOR:
+          if (type.element == flatbuffers::BASE_TYPE_LONG) {
+            out->set(field->name, shape_of(table->GetPointer<const flatbuffers::Vector<int64_t>*>(offset)));
+            break;
+          }
+          [[fallthrough]];
+        default:
+          issues_->add(path, "{}: internal error: attribute '{}' has a type the loader cannot read", path,
+                       field->name);
+      }
+    }
+  }
+
+  void dataset(const fb::Dataset& in, size_t i, Dataset* out) {
+    std::string path = fmt::format("datasets[{}]", i), where = label("datasets", i, str(in.name()));
+    out->name = str(in.name());
+    out->kind = str(in.kind());
+    out->images = str(in.images());
+    out->labels = str(in.labels());
+    out->path = str(in.path());
+    integer(in.label_column(), path + ".label_column", where, &out->label_column);
+    if (in.header()) out->header = *in.header();
+    integer(in.num_samples(), path + ".num_samples", where, &out->num_samples);
+    integer(in.num_classes(), path + ".num_classes", where, &out->num_classes);
+    out->feature_shape = shape_of(in.feature_shape());
+    integer(in.seed(), path + ".seed", where, &out->seed);
+    if (in.scale()) out->scale = static_cast<float>(*in.scale());
+    std::vector<const fb::InlineTensor*> tensors = items(in.tensors());
+    for (size_t t = 0; t < tensors.size(); ++t)
+      inline_tensor(*tensors[t], fmt::format("{}.tensors[{}]", path, t),
+                    where + ": " + label("tensors", t, str(tensors[t]->name())), &out->tensors.emplace_back());
+  }
+
+  void inline_tensor(const fb::InlineTensor& in, const std::string& path, const std::string& where, InlineTensor* out) {
+    out->name = str(in.name());
+    out->shape = shape_of(in.shape());
+    dtype(in.dtype(), path + ".dtype", where, &out->dtype);
+    if (in.data() == nullptr) return;
+    for (flatbuffers::uoffset_t k = 0; k < in.data()->size(); ++k) {
+      double v = in.data()->Get(k);
+      if (out->dtype == DType::kF32) {
+        out->f32.push_back(static_cast<float>(v));
+      } else if (v == std::trunc(v) && v >= std::numeric_limits<int32_t>::min() &&
+                 v <= std::numeric_limits<int32_t>::max()) {
+        out->i32.push_back(static_cast<int32_t>(v));
+      } else {
+        issues_->add(path + ".data", "{}: data[{}] = {} is not an i32", where, k, v);
+        return;
+      }
+    }
+  }
+
+  void input(const fb::Input& in, size_t i, Input* out) {
+    std::string path = fmt::format("inputs[{}]", i), where = label("inputs", i, str(in.name()));
+    out->name = str(in.name());
+    out->dataset = str(in.dataset());
+    out->field = str(in.field());
+    out->shape = shape_of(in.shape());
+    dtype(in.dtype(), path + ".dtype", where, &out->dtype);
+    out->sbp = sbp(in.sbp(), path + ".sbp", where);
+  }
+
+  void variable(const fb::Variable& in, size_t i, Variable* out) {
+    std::string path = fmt::format("variables[{}]", i), where = label("variables", i, str(in.name()));
+    out->name = str(in.name());
+    out->shape = shape_of(in.shape());
+    dtype(in.dtype(), path + ".dtype", where, &out->dtype);
+    if (in.init() != nullptr) {
+      out->init.type = str(in.init()->type());
+      attrs(reinterpret_cast<const flatbuffers::Table*>(in.init()), "Init", "type", path + ".init", &out->init.attrs);
+    }
+    out->sbp = sbp(in.sbp(), path + ".sbp", where);
+    if (in.trainable()) out->trainable = *in.trainable();
+  }
+
+  void op(const fb::Op& in, size_t i, Op* out) {
+    std::string path = fmt::format("ops[{}]", i), where = label("ops", i, str(in.name()));
+    out->name = str(in.name());
+    out->type = str(in.type());
+    out->inputs = strings_of(in.inputs());
+    out->outputs = strings_of(in.outputs());
+    if (in.outputs() == nullptr) out->outputs = {out->name};
+    attrs(reinterpret_cast<const flatbuffers::Table*>(in.attrs()), "Attrs", "", path + ".attrs", &out->attrs);
+    if (in.sbp() != nullptr)
+      for (const flatbuffers::String* hint : *in.sbp()) out->output_sbp.push_back(sbp(hint, path + ".sbp", where));
+  }
+
+  void run_config(const fb::Job& in, Job* out) {
+    if (const fb::Optimizer* o = in.optimizer()) {
+      Optimizer& opt = out->optimizer;
+      if (o->type()) opt.type = o->type()->str();
+      if (o->lr()) opt.lr = *o->lr();
+      if (o->momentum()) opt.momentum = *o->momentum();
+      if (o->beta1()) opt.beta1 = *o->beta1();
+      if (o->beta2()) opt.beta2 = *o->beta2();
+      if (o->epsilon()) opt.epsilon = *o->epsilon();
+      if (o->weight_decay()) opt.weight_decay = *o->weight_decay();
+    }
+    if (const fb::Train* t = in.train()) {
+      TrainConfig& train = out->train;
+      integer(t->steps(), "train.steps", "train.steps", &train.steps);
+      integer(t->epochs(), "train.epochs", "train.epochs", &train.epochs);
+      integer(t->batch_size(), "train.batch_size", "train.batch_size", &train.batch_size);
+      integer(t->log_every(), "train.log_every", "train.log_every", &train.log_every);
+      integer(t->seed(), "train.seed", "train.seed", &train.seed);
+      if (t->shuffle()) train.shuffle = *t->shuffle();
+      if (t->devices()) train.devices = t->devices()->str();
+    }
+    if (const fb::Eval* e = in.eval()) {
+      Eval eval;
+      eval.dataset = str(e->dataset());
+      integer(e->batch_size(), "eval.batch_size", "eval.batch_size", &eval.batch_size);
+      out->eval = std::move(eval);
+    }
+  }
+
+ private:
+  const flatbuffers::Parser& parser_;
+  Issues* issues_;
+};
+
+}  // namespace
+
+void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* job, Issues* issues) {
+  Converter c(parser, issues);
+  if (root.name()) job->name = root.name()->str();
+  size_t i = 0;
+  for (const fb::Dataset* d : items(root.datasets())) c.dataset(*d, i++, &job->datasets.emplace_back());
+  i = 0;
+  for (const fb::Input* in : items(root.inputs())) c.input(*in, i++, &job->inputs.emplace_back());
+  i = 0;
+  for (const fb::Variable* v : items(root.variables())) c.variable(*v, i++, &job->variables.emplace_back());
+  i = 0;
+  for (const fb::Op* op : items(root.ops())) c.op(*op, i++, &job->ops.emplace_back());
+  job->loss = str(root.loss());
+  for (const fb::Metric* m : items(root.metrics())) job->metrics.push_back({str(m->name()), str(m->tensor())});
+  c.run_config(root, job);
+}
+
+}  // namespace rill::graph

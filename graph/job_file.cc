@@ -1,0 +1,133 @@
+#include "graph/job_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <flatbuffers/idl.h>
+
+#include "graph/check_util.h"
+#include "graph/job_check.h"
+#include "graph/job_convert.h"
+#include "graph/job_schema_text.h"
+#include "graph/json_lines.h"
+
+namespace rill::graph {
+namespace {
+
+// Job files are small; anything larger is a mistake (a dataset passed as a job).
+constexpr size_t kMaxJobFileBytes = 64 << 20;
+
+// Line `line` (1-based) of `text`, trimmed and shortened for quoting.
+std::string source_line(std::string_view text, int line) {
+  size_t start = 0;
+  for (int i = 1; i < line && start != std::string_view::npos; ++i) {
+    start = text.find('\n', start);
+    if (start != std::string_view::npos) ++start;
+  }
+  if (start == std::string_view::npos || start >= text.size()) return "";
+  size_t end = text.find('\n', start);
+  std::string_view s = text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  constexpr size_t kLongest = 100;
+  std::string out(s.substr(0, kLongest));
+  if (s.size() > kLongest) out += " ...";
+  return out;
+}
+
+// Parser messages that say more in the job file's terms.
+std::string clearer(std::string message) {
+  if (message.find("enum values need to be qualified by an enum type") != std::string::npos)
+    return "expected a number or a bool here, not a string";
+  if (message.find("instead got: end of file") != std::string::npos)
+    return "unexpected end of file (" + message + ")";
+  return message;
+}
+
+// "FILE:LINE: message" from the parser's "FILE:LINE: COLUMN: error: message",
+// followed by the offending line of the file.
+Status syntax_error(const std::string& parser_error, std::string_view text, const std::string& file_name) {
+  static const std::regex kPattern(R"(:(\d+): *\d+: (?:error|warning): ([^\n]*))");
+  std::smatch match;
+  if (!std::regex_search(parser_error, match, kPattern))
+    return invalid_argument("{}: {}", file_name, parser_error);
+  int line = 0;
+  try {
+    line = std::stoi(match[1].str());
+  } catch (const std::exception&) {
+  }
+  std::string detail = clearer(match[2].str());
+  // Numbers are range-checked when their table closes, lines later: point
+  // at the number itself when it appears once.
+  static const std::regex kNumber(R"re(invalid number: "([^"]+)")re");
+  std::smatch number;
+  if (std::regex_search(detail, number, kNumber)) {
+    std::string token = number[1].str();
+    size_t at = text.find(token);
+    if (at != std::string_view::npos && text.find(token, at + 1) == std::string_view::npos)
+      line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+  }
+  std::string message = fmt::format("{}:{}: {}", file_name, line, detail);
+  std::string quoted = source_line(text, line);
+  if (!quoted.empty()) message += fmt::format("\n    {}", quoted);
+  return Status(Code::kInvalidArgument, message);
+}
+
+Status issues_status(const std::vector<JobIssue>& issues, const JsonLines& lines, const std::string& file_name) {
+  std::string message;
+  for (const JobIssue& issue : issues) {
+    if (!message.empty()) message += "\n";
+    int line = lines.line_of(issue.path);
+    message += line > 0 ? fmt::format("{}:{}: {}", file_name, line, issue.message)
+                        : fmt::format("{}: {}", file_name, issue.message);
+  }
+  return Status(Code::kInvalidArgument, message);
+}
+
+}  // namespace
+
+StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name,
+                             const std::vector<std::string>& overrides) {
+  size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) {
+    int line = 1;
+    for (size_t i = 0; i < nul; ++i) line += text[i] == '\n';
+    return invalid_argument("{}:{}: the file contains a NUL byte; a job file is text", file_name, line);
+  }
+  flatbuffers::Parser parser;
+  if (!parser.Parse(kJobSchemaText))
+    return internal_error("graph/job.fbs does not parse: {}", parser.error_);
+  std::string source(text);  // the parser reads a NUL-terminated string
+  if (!parser.ParseJson(source.c_str(), file_name.c_str())) return syntax_error(parser.error_, text, file_name);
+
+  Job job;
+  check::Issues conversion;
+  convert_job(*flatbuffers::GetRoot<fb::Job>(parser.builder_.GetBufferPointer()), parser, &job, &conversion);
+  JsonLines lines(text);
+  if (conversion.size() > 0) return issues_status(conversion.take(), lines, file_name);
+  for (const std::string& assignment : overrides) RILL_RETURN_IF_ERROR(apply_override(&job, assignment));
+  std::vector<JobIssue> issues = find_job_issues(job);
+  if (!issues.empty()) return issues_status(issues, lines, file_name);
+  return job;
+}
+
+StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return not_found("{}: cannot open the job file: {}", path, std::strerror(errno));
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) return invalid_argument("{}: cannot read the job file", path);
+  std::string text = std::move(contents).str();
+  if (text.size() > kMaxJobFileBytes)
+    return invalid_argument("{}: {} bytes is too large for a job file (at most {})", path, text.size(),
+                            kMaxJobFileBytes);
+  return parse_job_json(text, path, overrides);
+}
+
+Status check_job_file(const std::string& path) { return load_job_file(path).status(); }
+
+}  // namespace rill::graph

@@ -1,0 +1,148 @@
+// apply_override: "section.field=value" assignments from the command line.
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+
+#include "graph/check_util.h"
+#include "graph/job_file.h"
+
+namespace rill::graph {
+namespace {
+
+Status parse_int(const std::string& text, int64_t* out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  if (ec != std::errc() || ptr != end || text.empty()) return invalid_argument("'{}' is not an integer", text);
+  return {};
+}
+
+Status parse_uint(const std::string& text, uint64_t* out) {
+  int64_t v = 0;
+  RILL_RETURN_IF_ERROR(parse_int(text, &v));
+  if (v < 0) return invalid_argument("'{}' must be >= 0", text);
+  *out = static_cast<uint64_t>(v);
+  return {};
+}
+
+Status parse_float(const std::string& text, double* out) {
+  char* end = nullptr;
+  double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+    return invalid_argument("'{}' is not a finite number", text);
+  *out = v;
+  return {};
+}
+
+Status parse_bool(const std::string& text, bool* out) {
+  if (text == "true" || text == "1") *out = true;
+  else if (text == "false" || text == "0") *out = false;
+  else return invalid_argument("'{}' is not a bool (true or false)", text);
+  return {};
+}
+
+using Setter = std::function<Status(Job*, const std::string&)>;
+
+struct Setting {
+  const char* key;
+  Setter set;
+};
+
+Eval* need_eval(Job* job) { return job->eval ? &*job->eval : nullptr; }
+
+Status no_eval() { return invalid_argument("the job has no eval section; set eval.dataset first"); }
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> kSettings = {
+      {"name", [](Job* j, const std::string& v) { j->name = v; return Status(); }},
+      {"loss", [](Job* j, const std::string& v) { j->loss = v; return Status(); }},
+      {"train.steps", [](Job* j, const std::string& v) { return parse_int(v, &j->train.steps); }},
+      {"train.epochs", [](Job* j, const std::string& v) { return parse_int(v, &j->train.epochs); }},
+      {"train.batch_size", [](Job* j, const std::string& v) { return parse_int(v, &j->train.batch_size); }},
+      {"train.log_every", [](Job* j, const std::string& v) { return parse_int(v, &j->train.log_every); }},
+      {"train.seed", [](Job* j, const std::string& v) { return parse_uint(v, &j->train.seed); }},
+      {"train.shuffle", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.shuffle); }},
+      {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
+      {"optimizer.type", [](Job* j, const std::string& v) { j->optimizer.type = v; return Status(); }},
+      {"optimizer.lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.lr); }},
+      {"optimizer.momentum", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.momentum); }},
+      {"optimizer.beta1", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.beta1); }},
+      {"optimizer.beta2", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.beta2); }},
+      {"optimizer.epsilon", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.epsilon); }},
+      {"optimizer.weight_decay",
+       [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.weight_decay); }},
+      {"eval.dataset",
+       [](Job* j, const std::string& v) {
+         if (!j->eval) j->eval = Eval{};
+         j->eval->dataset = v;
+         return Status();
+       }},
+      {"eval.batch_size",
+       [](Job* j, const std::string& v) {
+         Eval* e = need_eval(j);
+         return e ? parse_int(v, &e->batch_size) : no_eval();
+       }},
+  };
+  return kSettings;
+}
+
+// The dataset fields a run may point elsewhere: datasets.NAME.FIELD=value.
+Status set_dataset_field(Job* job, const std::string& key, const std::string& value) {
+  std::string rest = key.substr(std::string("datasets.").size());
+  size_t dot = rest.rfind('.');
+  if (dot == std::string::npos) return invalid_argument("'{}': expected datasets.NAME.FIELD", key);
+  std::string name = rest.substr(0, dot), field = rest.substr(dot + 1);
+  Dataset* d = nullptr;
+  for (Dataset& candidate : job->datasets)
+    if (candidate.name == name) d = &candidate;
+  if (d == nullptr)
+    return not_found("'{}': no dataset named '{}'{}", key, name, check::did_you_mean(name, check::dataset_names(*job)));
+  if (field == "images") d->images = value;
+  else if (field == "labels") d->labels = value;
+  else if (field == "path") d->path = value;
+  else if (field == "num_samples") return parse_int(value, &d->num_samples);
+  else if (field == "seed") return parse_uint(value, &d->seed);
+  else if (field == "scale") {
+    double scale = 0;
+    RILL_RETURN_IF_ERROR(parse_float(value, &scale));
+    d->scale = static_cast<float>(scale);
+  } else {
+    return invalid_argument("'{}': datasets.NAME.{} cannot be set (images, labels, path, num_samples, seed, scale)",
+                            key, field);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> override_keys() {
+  std::vector<std::string> keys;
+  for (const Setting& s : settings()) keys.push_back(s.key);
+  keys.push_back("datasets.NAME.{images,labels,path,num_samples,seed,scale}");
+  return keys;
+}
+
+Status apply_override(Job* job, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return invalid_argument("--set '{}': expected section.field=value, e.g. train.steps=100", assignment);
+  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  Status s;
+  if (key.rfind("datasets.", 0) == 0) {
+    s = set_dataset_field(job, key, value);
+  } else {
+    const Setting* found = nullptr;
+    std::vector<std::string> keys;
+    for (const Setting& setting : settings()) {
+      keys.push_back(setting.key);
+      if (key == setting.key) found = &setting;
+    }
+    if (found == nullptr)
+      return invalid_argument("--set '{}': unknown setting '{}'{} (known: {})", assignment, key,
+                              check::did_you_mean(key, keys), check::name_list(override_keys(), 100));
+    s = found->set(job, value);
+  }
+  return s.with_context(fmt::format("--set '{}'", assignment));
+}
+
+}  // namespace rill::graph

@@ -1,0 +1,409 @@
+// Compiler passes seen through the plans they produce: task structure, SBP
+// deduction, boxing, autograd, optimizer, regst planning and steps.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using testing::compile_ok;
+using testing::computes_of_type;
+using testing::plan_of;
+using testing::producer;
+using testing::regst;
+using testing::sbp_string;
+using testing::task_named;
+using testing::tasks_of_kind;
+
+std::vector<int64_t> ints(const flatbuffers::Vector<int64_t>* v) { return {v->begin(), v->end()}; }
+
+TEST_CASE("parse_devices reads cpu:N and cuda:N and rejects anything else") {
+  auto cpu = compiler::parse_devices("cpu:2", 1);
+  REQUIRE(cpu.ok());
+  CHECK(cpu->devices_per_node == 2);
+  CHECK(cpu->num_nodes == 1);
+  CHECK(cpu->device_type == DeviceType::kCpu);
+  auto cuda = compiler::parse_devices("cuda:4", 3);
+  REQUIRE(cuda.ok());
+  CHECK(cuda->device_type == DeviceType::kCuda);
+  CHECK(cuda->parallel() == 12);
+  for (const char* bad : {"gpu:1", "cpu:0", "cpu:x", "cpu:", "cpu:2x", "cpu:-1", "cpu:999", ""})
+    CHECK_MESSAGE(!compiler::parse_devices(bad, 1).ok(), bad);
+  CHECK(!compiler::parse_devices("cpu:1", 0).ok());
+}
+
+TEST_CASE("linear regression on cpu:1: one task per op, no boxing") {
+  graph::Job job = testing::linear_regression_job();
+  std::string bytes = compile_ok(job, "cpu:1");
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.version() == compiler::kPlanVersion);
+  CHECK(p.job_name()->str() == "linear");
+  CHECK(p.steps() == 10);
+  CHECK(p.global_batch() == 4);
+  CHECK(p.num_nodes() == 1);
+  CHECK(p.devices_per_node() == 1);
+  CHECK(tasks_of_kind(p, plan::TaskKind::Boxing).empty());
+  REQUIRE(tasks_of_kind(p, plan::TaskKind::Source).size() == 1);
+  REQUIRE(tasks_of_kind(p, plan::TaskKind::Variable).size() == 1);
+  REQUIRE(tasks_of_kind(p, plan::TaskKind::Sink).size() == 1);
+  CHECK(computes_of_type(p, "mse_loss").size() == 1);
+  CHECK(computes_of_type(p, "ones_like").size() == 1);
+  CHECK(computes_of_type(p, "mse_loss_grad").size() == 1);
+  // Forward matmul plus the one computing w's gradient (x needs none).
+  CHECK(computes_of_type(p, "matmul").size() == 2);
+
+  // Ids: the task at position i has index i, its thread key, and its kind's thread type.
+  for (uint32_t i = 0; i < p.tasks()->size(); ++i) {
+    const plan::Task* t = p.tasks()->Get(i);
+    CHECK(ActorId::index(t->id()) == i);
+    CHECK(t->thread() == ActorId::thread_key(t->id()));
+    CHECK(ActorId::node(t->id()) == 0);
+    if (t->kind() == plan::TaskKind::Compute || t->kind() == plan::TaskKind::Variable) {
+      CHECK(ActorId::device_type(t->id()) == DeviceType::kCpu);
+      CHECK(t->device() == 0);
+    } else {
+      CHECK(ActorId::device_type(t->id()) == DeviceType::kIo);
+      CHECK(t->device() == -1);
+    }
+  }
+
+  const plan::Task* source = tasks_of_kind(p, plan::TaskKind::Source)[0];
+  REQUIRE(source->source() != nullptr);
+  CHECK(source->source()->fields()->size() == 2);
+  CHECK(source->source()->fields()->Get(0)->str() == "x");
+  CHECK(source->source()->fields()->Get(1)->str() == "y");
+  CHECK(source->source()->shard() == 0);
+  CHECK(source->source()->num_shards() == 1);
+  CHECK(source->source()->global_batch() == 4);
+  CHECK(source->source()->seed() == 7);
+  CHECK(source->source()->shuffle());
+  REQUIRE(source->outputs()->size() == 2);
+  CHECK(ints(regst(p, source->outputs()->Get(0))->shape()) == std::vector<int64_t>{4, 3});
+  CHECK(ints(regst(p, source->outputs()->Get(1))->shape()) == std::vector<int64_t>{4, 1});
+  REQUIRE(p.datasets()->size() == 1);
+  CHECK(p.datasets()->Get(0)->kind()->str() == "inline");
+  CHECK(p.datasets()->Get(0)->tensors()->size() == 2);
+  CHECK(p.datasets()->Get(0)->tensors()->Get(0)->f32()->size() == 24);
+
+  const plan::Task* w = tasks_of_kind(p, plan::TaskKind::Variable)[0];
+  CHECK(w->name()->str() == "w@0");
+  const plan::VariableConf* conf = w->variable();
+  REQUIRE(conf != nullptr);
+  CHECK(conf->init_op()->str() == "fill");
+  CHECK(conf->update_op()->str() == "sgd_update");
+  CHECK(conf->num_state() == 0);
+  CHECK(ints(conf->offset()) == std::vector<int64_t>{0, 0});
+  bool has_shape = false, has_lr = false;
+  for (const plan::Attr* a : *conf->init_attrs())
+    if (a->name()->str() == "shape") has_shape = ints(a->ints()) == std::vector<int64_t>{3, 1};
+  for (const plan::Attr* a : *conf->update_attrs())
+    if (a->name()->str() == "lr") has_lr = a->type() == plan::AttrType::Float && a->f() == doctest::Approx(0.01);
+  CHECK(has_shape);
+  CHECK(has_lr);
+  // The variable reads its gradient, which a matmul computes.
+  REQUIRE(w->inputs()->size() == 1);
+  CHECK(producer(p, w->inputs()->Get(0))->op_type()->str() == "matmul");
+  REQUIRE(w->outputs()->size() == 1);
+  const plan::RegstDesc* model = regst(p, w->outputs()->Get(0));
+  CHECK(model->is_model());
+  CHECK(model->register_num() == 1);
+  CHECK(ints(model->shape()) == std::vector<int64_t>{3, 1});
+
+  // Every regst: producer writes it, consumers read it, sorted; register counts.
+  for (uint32_t i = 0; i < p.regsts()->size(); ++i) {
+    const plan::RegstDesc* r = p.regsts()->Get(i);
+    CHECK(r->id() == i);
+    CHECK(r->register_num() == (r->is_model() ? 1 : 2));
+    const plan::Task* prod = p.tasks()->Get(ActorId::index(r->producer()));
+    CHECK(std::count(prod->outputs()->begin(), prod->outputs()->end(), static_cast<int64_t>(i)) == 1);
+    std::vector<uint64_t> consumers(r->consumers()->begin(), r->consumers()->end());
+    CHECK(std::is_sorted(consumers.begin(), consumers.end()));
+    for (uint64_t c : consumers) {
+      const plan::Task* t = p.tasks()->Get(ActorId::index(c));
+      CHECK(std::count(t->inputs()->begin(), t->inputs()->end(), static_cast<int64_t>(i)) >= 1);
+    }
+  }
+
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  REQUIRE(sink->inputs()->size() == 1);
+  CHECK(sink->sink()->names()->Get(0)->str() == "loss");
+  CHECK(producer(p, sink->inputs()->Get(0))->op_type()->str() == "mse_loss");
+  // The loss of a split mse_loss is a partial sum; the sink adds its pieces.
+  CHECK(sink->sink()->partial()->Get(0) ==
+        (regst(p, sink->inputs()->Get(0))->sbp()->kind() == plan::SbpKind::PartialSum));
+
+  const plan::Task* matmul = task_named(p, "predict@0");
+  REQUIRE(matmul != nullptr);
+  REQUIRE(matmul->logical_input_shapes()->size() == 2);
+  CHECK(ints(matmul->logical_input_shapes()->Get(0)->dims()) == std::vector<int64_t>{4, 3});
+  CHECK(ints(matmul->logical_input_shapes()->Get(1)->dims()) == std::vector<int64_t>{3, 1});
+  CHECK(producer(p, matmul->inputs()->Get(0))->kind() == plan::TaskKind::Source);
+  CHECK(producer(p, matmul->inputs()->Get(1)) == w);
+}
+
+TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, register counts") {
+  std::string bytes = compile_ok(testing::linear_regression_job(), "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.devices_per_node() == 2);
+
+  auto sources = tasks_of_kind(p, plan::TaskKind::Source);
+  REQUIRE(sources.size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(sources[rank]->source()->shard() == rank);
+    CHECK(sources[rank]->source()->num_shards() == 2);
+    CHECK(ints(regst(p, sources[rank]->outputs()->Get(0))->shape()) == std::vector<int64_t>{2, 3});
+    CHECK(ints(regst(p, sources[rank]->outputs()->Get(0))->logical_shape()) == std::vector<int64_t>{4, 3});
+    CHECK(sbp_string(regst(p, sources[rank]->outputs()->Get(0))->sbp()) == "S(0)");
+  }
+
+  auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
+  REQUIRE(boxings.size() == 1);
+  const plan::Task* box = boxings[0];
+  CHECK(ActorId::device_type(box->id()) == DeviceType::kComm);
+  CHECK(box->node() == 0);
+  CHECK(box->device() == -1);
+  CHECK(sbp_string(box->boxing()->in_sbp()) == "P");
+  CHECK(sbp_string(box->boxing()->out_sbp()) == "B");
+  CHECK(box->boxing()->parallel() == 2);
+  REQUIRE(box->inputs()->size() == 2);
+  REQUIRE(box->outputs()->size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const plan::Task* grad = producer(p, box->inputs()->Get(rank));
+    CHECK(grad->op_type()->str() == "matmul");
+    CHECK(grad->device() == rank);
+    CHECK(sbp_string(regst(p, box->inputs()->Get(rank))->sbp()) == "P");
+    const plan::RegstDesc* out = regst(p, box->outputs()->Get(rank));
+    CHECK(sbp_string(out->sbp()) == "B");
+    CHECK(ints(out->shape()) == std::vector<int64_t>{3, 1});
+    // Output `rank` goes to the variable task on that rank, and only there.
+    const plan::Task* w = task_named(p, "w@" + std::to_string(rank));
+    REQUIRE(w != nullptr);
+    CHECK(w->device() == rank);
+    REQUIRE(w->inputs()->size() == 1);
+    CHECK(w->inputs()->Get(0) == box->outputs()->Get(rank));
+    REQUIRE(out->consumers()->size() == 1);
+    CHECK(out->consumers()->Get(0) == w->id());
+  }
+
+  for (const plan::RegstDesc* r : *p.regsts()) CHECK(r->register_num() == (r->is_model() ? 1 : 2));
+  CHECK(std::count_if(p.regsts()->begin(), p.regsts()->end(), [](auto* r) { return r->is_model(); }) == 2);
+
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  CHECK(ActorId::device_type(sink->id()) == DeviceType::kIo);
+  REQUIRE(sink->inputs()->size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(sink->sink()->names()->Get(rank)->str() == "loss");
+    CHECK(sink->sink()->partial()->Get(rank));
+    CHECK(producer(p, sink->inputs()->Get(rank))->device() == rank);
+  }
+}
+
+TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {
+  std::string bytes = compile_ok(testing::mlp_job(), "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  for (const char* name : {"fc1@0", "fc1@1", "fc2@0", "fc2@1"}) {
+    const plan::Task* t = task_named(p, name);
+    REQUIRE_MESSAGE(t != nullptr, name);
+    CHECK(sbp_string(regst(p, t->outputs()->Get(0))->sbp()) == "S(0)");
+    CHECK(ints(regst(p, t->outputs()->Get(0))->shape())[0] == 2);
+  }
+  // One boxing per variable gradient, each P -> B; nothing else needs boxing.
+  auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
+  CHECK(boxings.size() == 3);
+  std::set<std::string> boxed;
+  for (const plan::Task* box : boxings) {
+    CHECK(sbp_string(box->boxing()->in_sbp()) == "P");
+    CHECK(sbp_string(box->boxing()->out_sbp()) == "B");
+    const plan::Task* consumer = p.tasks()->Get(ActorId::index(regst(p, box->outputs()->Get(0))->consumers()->Get(0)));
+    CHECK(consumer->kind() == plan::TaskKind::Variable);
+    boxed.insert(consumer->name()->str());
+  }
+  CHECK(boxed == std::set<std::string>{"w1@0", "b1@0", "w2@0"});
+  for (const plan::Task* v : tasks_of_kind(p, plan::TaskKind::Variable)) {
+    CHECK(v->variable()->update_op()->str() == "momentum_update");
+    CHECK(v->variable()->num_state() == 1);
+  }
+  // Loss then accuracy, each from both ranks.
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  REQUIRE(sink->inputs()->size() == 4);
+  CHECK(sink->sink()->names()->Get(0)->str() == "loss");
+  CHECK(sink->sink()->names()->Get(1)->str() == "loss");
+  CHECK(sink->sink()->names()->Get(2)->str() == "accuracy");
+  CHECK(sink->sink()->names()->Get(3)->str() == "accuracy");
+  for (uint32_t i = 0; i < 4; ++i)
+    CHECK(sink->sink()->partial()->Get(i) ==
+          (regst(p, sink->inputs()->Get(i))->sbp()->kind() == plan::SbpKind::PartialSum));
+  // Labels are data: no gradient flows into them.
+  CHECK(computes_of_type(p, "sparse_softmax_cross_entropy_grad").size() == 2);
+  CHECK(computes_of_type(p, "ones_like").size() == 2);
+}
+
+TEST_CASE("eval plans: forward only over the eval dataset, no updates, no shuffle") {
+  graph::Job job = testing::mlp_job(8, 4);
+  graph::Dataset test_set = testing::mlp_job(10, 4).datasets[0];
+  test_set.name = "test";
+  job.datasets.push_back(test_set);
+  job.eval = graph::Eval{"test", 4};
+  compiler::CompileOptions options;
+  options.mode = compiler::Mode::kEval;
+  std::string bytes = compile_ok(job, "cpu:2", options);
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.steps() == 2);  // 10 samples, batches of 4, remainder dropped
+  CHECK(p.global_batch() == 4);
+  REQUIRE(p.datasets()->size() == 1);
+  CHECK(p.datasets()->Get(0)->name()->str() == "test");
+  for (const plan::Task* s : tasks_of_kind(p, plan::TaskKind::Source)) {
+    CHECK(s->source()->dataset() == 0);
+    CHECK(!s->source()->shuffle());
+  }
+  CHECK(computes_of_type(p, "ones_like").empty());
+  CHECK(tasks_of_kind(p, plan::TaskKind::Boxing).empty());
+  auto variables = tasks_of_kind(p, plan::TaskKind::Variable);
+  CHECK(variables.size() == 6);
+  for (const plan::Task* v : variables) {
+    CHECK(v->inputs()->size() == 0);
+    CHECK(v->variable()->update_op()->str().empty());
+  }
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  CHECK(sink->inputs()->size() == 4);
+
+  job.eval.reset();
+  auto cluster = compiler::parse_devices("cpu:1", 1);
+  auto missing = compiler::compile(job, *cluster, options);
+  REQUIRE(!missing.ok());
+  CHECK(missing.status().message().find("eval") != std::string::npos);
+}
+
+TEST_CASE("steps: the option overrides, else train.steps, else epochs over the dataset") {
+  graph::Job job = testing::linear_regression_job(8, 4);
+  job.train.steps = 0;
+  job.train.epochs = 3;
+  CHECK(plan_of(compile_ok(job, "cpu:1"))->steps() == 6);
+  compiler::CompileOptions options;
+  options.steps = 5;
+  CHECK(plan_of(compile_ok(job, "cpu:1", options))->steps() == 5);
+  job.train.steps = 11;
+  CHECK(plan_of(compile_ok(job, "cpu:2"))->steps() == 11);
+}
+
+TEST_CASE("two uses of a variable: gradient contributions are summed with add") {
+  graph::Job job = testing::linear_regression_job();
+  job.ops = {job.ops[0], job.ops[0], job.ops[1]};
+  job.ops[1].name = "predict2";
+  job.ops[1].outputs = {"pred2"};
+  job.ops.insert(job.ops.begin() + 2, graph::Op{"sum", "add", {"pred", "pred2"}, {"both"}, {}, {}});
+  job.ops[3].inputs = {"both", "y"};
+  std::string bytes = compile_ok(job, "cpu:1");
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(computes_of_type(p, "add").size() == 2);  // the forward sum and the gradient sum
+  const plan::Task* w = tasks_of_kind(p, plan::TaskKind::Variable)[0];
+  REQUIRE(w->inputs()->size() == 1);
+  const plan::Task* grad = producer(p, w->inputs()->Get(0));
+  CHECK(grad->op_type()->str() == "add");
+  for (int64_t in : *grad->inputs()) CHECK(producer(p, in)->op_type()->str() == "matmul");
+}
+
+TEST_CASE("a split variable: offsets per piece, gradient arrives in its own SBP") {
+  graph::Job job = testing::linear_regression_job();
+  job.variables[0].sbp = Sbp::split(0);
+  std::string bytes = compile_ok(job, "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  const plan::Task* w0 = task_named(p, "w@0");
+  const plan::Task* w1 = task_named(p, "w@1");
+  REQUIRE(w0 != nullptr);
+  REQUIRE(w1 != nullptr);
+  CHECK(ints(w0->variable()->offset()) == std::vector<int64_t>{0, 0});
+  CHECK(ints(w1->variable()->offset()) == std::vector<int64_t>{2, 0});
+  CHECK(ints(regst(p, w0->outputs()->Get(0))->shape()) == std::vector<int64_t>{2, 1});
+  CHECK(ints(regst(p, w1->outputs()->Get(0))->shape()) == std::vector<int64_t>{1, 1});
+  for (const plan::Task* w : {w0, w1}) {
+    REQUIRE(w->inputs()->size() == 1);
+    const plan::RegstDesc* grad = regst(p, w->inputs()->Get(0));
+    CHECK(sbp_string(grad->sbp()) == "S(0)");
+    CHECK(ints(grad->shape()) == ints(regst(p, w->outputs()->Get(0))->shape()));
+  }
+  // On one device the same job needs no boxing at all.
+  CHECK(tasks_of_kind(*plan_of(compile_ok(job, "cpu:1")), plan::TaskKind::Boxing).empty());
+}
+
+TEST_CASE("SBP hints: an output hint is honoured, an input hinted B is read whole") {
+  graph::Job job = testing::linear_regression_job();
+  job.ops[0].output_sbp = {Sbp::broadcast()};
+  std::string bytes = compile_ok(job, "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  const plan::Task* predict = task_named(p, "predict@1");
+  REQUIRE(predict != nullptr);
+  CHECK(sbp_string(regst(p, predict->outputs()->Get(0))->sbp()) == "B");
+  // x arrives S(0) from the source, so the matmul reads it through an S(0)->B boxing.
+  const plan::Task* feeding = producer(p, predict->inputs()->Get(0));
+  CHECK(feeding->kind() == plan::TaskKind::Boxing);
+  CHECK(sbp_string(feeding->boxing()->out_sbp()) == "B");
+
+  graph::Job whole = testing::linear_regression_job();
+  whole.inputs[0].sbp = Sbp::broadcast();
+  whole.inputs[1].sbp = Sbp::broadcast();
+  const std::string whole_bytes = compile_ok(whole, "cpu:2");
+  const plan::Plan& q = *plan_of(whole_bytes);
+  for (const plan::Task* s : tasks_of_kind(q, plan::TaskKind::Source)) {
+    CHECK(s->source()->shard() == 0);
+    CHECK(s->source()->num_shards() == 1);
+    CHECK(ints(regst(q, s->outputs()->Get(0))->shape()) == std::vector<int64_t>{4, 3});
+  }
+
+  graph::Job mixed = testing::linear_regression_job();
+  mixed.inputs[0].sbp = Sbp::broadcast();
+  auto cluster = compiler::parse_devices("cpu:2", 1);
+  auto result = compiler::compile(mixed, *cluster, {});
+  REQUIRE(!result.ok());
+  CHECK(result.status().message().find("different SBPs") != std::string::npos);
+
+  graph::Job impossible = testing::linear_regression_job();
+  impossible.ops[1].output_sbp = {Sbp::split(0)};  // mse_loss gives a scalar: never split
+  result = compiler::compile(impossible, *cluster, {});
+  REQUIRE(!result.ok());
+}
+
+TEST_CASE("pruning: what neither the loss nor a metric needs is left out") {
+  graph::Job job = testing::linear_regression_job();
+  graph::Dataset extra = job.datasets[0];
+  extra.name = "unused_data";
+  job.datasets.push_back(extra);
+  job.inputs.push_back(graph::Input{"z", "unused_data", "x", {3}, DType::kF32, std::nullopt});
+  graph::Variable v = job.variables[0];
+  v.name = "unused_w";
+  job.variables.push_back(v);
+  job.ops.push_back(graph::Op{"side", "matmul", {"z", "unused_w"}, {"side_out"}, {}, {}});
+  const std::string bytes = compile_ok(job, "cpu:1");
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.datasets()->size() == 1);
+  CHECK(tasks_of_kind(p, plan::TaskKind::Source).size() == 1);
+  CHECK(tasks_of_kind(p, plan::TaskKind::Variable).size() == 1);
+  CHECK(task_named(p, "side@0") == nullptr);
+}
+
+TEST_CASE("activation_register_num sets every non-model regst; below 1 is an error") {
+  compiler::CompileOptions options;
+  options.activation_register_num = 3;
+  const std::string bytes = compile_ok(testing::linear_regression_job(), "cpu:2", options);
+  for (const plan::RegstDesc* r : *plan_of(bytes)->regsts()) CHECK(r->register_num() == (r->is_model() ? 1 : 3));
+  options.activation_register_num = 0;
+  auto cluster = compiler::parse_devices("cpu:1", 1);
+  CHECK(!compiler::compile(testing::linear_regression_job(), *cluster, options).ok());
+}
+
+TEST_CASE("a loss reached only through an op without a gradient rule is an error") {
+  graph::Job job = testing::mlp_job();
+  job.loss = "accuracy";
+  job.metrics.clear();
+  auto cluster = compiler::parse_devices("cpu:1", 1);
+  auto result = compiler::compile(job, *cluster, {});
+  REQUIRE(!result.ok());
+  CHECK(result.status().message().find("gradient") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace rill

@@ -1,0 +1,154 @@
+#include "tests/compiler/test_jobs.h"
+
+#include <doctest/doctest.h>
+
+namespace rill::testing {
+
+namespace {
+
+graph::Input input(const std::string& name, const std::string& dataset, Shape shape, DType dtype = DType::kF32) {
+  graph::Input in;
+  in.name = name;
+  in.dataset = dataset;
+  in.field = name;
+  in.shape = std::move(shape);
+  in.dtype = dtype;
+  return in;
+}
+
+graph::Variable variable(const std::string& name, Shape shape) {
+  graph::Variable v;
+  v.name = name;
+  v.shape = std::move(shape);
+  v.init.type = "uniform";
+  v.init.attrs.set("low", -0.1);
+  v.init.attrs.set("high", 0.1);
+  return v;
+}
+
+graph::Op op(const std::string& name, const std::string& type, std::vector<std::string> inputs,
+             std::vector<std::string> outputs, Attrs attrs = {}) {
+  graph::Op o;
+  o.name = name;
+  o.type = type;
+  o.inputs = std::move(inputs);
+  o.outputs = std::move(outputs);
+  o.attrs = std::move(attrs);
+  return o;
+}
+
+InlineTensor inline_f32(const std::string& name, Shape shape) {
+  InlineTensor t;
+  t.name = name;
+  t.shape = shape;
+  for (int64_t i = 0; i < num_elements(shape); ++i) t.f32.push_back(static_cast<float>(i % 7) * 0.25f);
+  return t;
+}
+
+}  // namespace
+
+graph::Job linear_regression_job(int64_t num_samples, int64_t batch) {
+  graph::Job job;
+  job.name = "linear";
+  graph::Dataset data;
+  data.name = "points";
+  data.kind = "inline";
+  data.tensors = {inline_f32("x", {num_samples, 3}), inline_f32("y", {num_samples, 1})};
+  job.datasets.push_back(data);
+  job.inputs = {input("x", "points", {3}), input("y", "points", {1})};
+  job.variables = {variable("w", {3, 1})};
+  job.variables[0].init.type = "fill";
+  job.variables[0].init.attrs = Attrs{{"value", 0.0}};
+  job.ops = {op("predict", "matmul", {"x", "w"}, {"pred"}),
+             op("mse", "mse_loss", {"pred", "y"}, {"loss"}, Attrs{{"reduction", std::string("mean")}})};
+  job.loss = "loss";
+  job.train.batch_size = batch;
+  job.train.steps = 10;
+  job.train.seed = 7;
+  return job;
+}
+
+graph::Job mlp_job(int64_t num_samples, int64_t batch) {
+  graph::Job job;
+  job.name = "mlp";
+  graph::Dataset data;
+  data.name = "digits";
+  data.kind = "inline";
+  InlineTensor labels;
+  labels.name = "label";
+  labels.shape = {num_samples};
+  labels.dtype = DType::kI32;
+  for (int64_t i = 0; i < num_samples; ++i) labels.i32.push_back(static_cast<int32_t>(i % 3));
+  data.tensors = {inline_f32("image", {num_samples, 4}), labels};
+  job.datasets.push_back(data);
+  job.inputs = {input("image", "digits", {4}), input("label", "digits", {}, DType::kI32)};
+  job.variables = {variable("w1", {4, 8}), variable("b1", {8}), variable("w2", {8, 3})};
+  job.ops = {op("fc1", "matmul", {"image", "w1"}, {"h1"}),
+             op("bias1", "bias_add", {"h1", "b1"}, {"h1b"}),
+             op("act1", "relu", {"h1b"}, {"a1"}),
+             op("fc2", "matmul", {"a1", "w2"}, {"logits"}),
+             op("xent", "sparse_softmax_cross_entropy", {"logits", "label"}, {"losses"}),
+             op("mean", "reduce_mean", {"losses"}, {"loss"}, Attrs{{"axes", std::vector<int64_t>{0}}}),
+             op("acc", "accuracy", {"logits", "label"}, {"accuracy"})};
+  job.loss = "loss";
+  job.metrics = {{"accuracy", "accuracy"}};
+  job.optimizer.type = "momentum";
+  job.train.batch_size = batch;
+  job.train.steps = 5;
+  job.eval = graph::Eval{"digits", 4};
+  return job;
+}
+
+std::string compile_ok(const graph::Job& job, const std::string& devices, const compiler::CompileOptions& options) {
+  auto cluster = compiler::parse_devices(devices, 1);
+  REQUIRE_MESSAGE(cluster.ok(), cluster.status().to_string());
+  auto bytes = compiler::compile(job, *cluster, options);
+  REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
+  auto verified = compiler::verify_plan(*bytes);
+  REQUIRE_MESSAGE(verified.ok(), verified.status().to_string());
+  return *bytes;
+}
+
+const plan::Plan* plan_of(const std::string& bytes) { return plan::GetPlan(bytes.data()); }
+
+std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind) {
+  std::vector<const plan::Task*> out;
+  for (const plan::Task* t : *plan.tasks())
+    if (t->kind() == kind) out.push_back(t);
+  return out;
+}
+
+std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type) {
+  std::vector<const plan::Task*> out;
+  for (const plan::Task* t : *plan.tasks())
+    if (t->kind() == plan::TaskKind::Compute && t->op_type()->str() == op_type) out.push_back(t);
+  return out;
+}
+
+const plan::Task* task_named(const plan::Plan& plan, const std::string& name) {
+  for (const plan::Task* t : *plan.tasks())
+    if (t->name()->str() == name) return t;
+  return nullptr;
+}
+
+const plan::RegstDesc* regst(const plan::Plan& plan, int64_t id) {
+  REQUIRE(id >= 0);
+  REQUIRE(id < static_cast<int64_t>(plan.regsts()->size()));
+  return plan.regsts()->Get(static_cast<uint32_t>(id));
+}
+
+const plan::Task* producer(const plan::Plan& plan, int64_t regst_id) {
+  return plan.tasks()->Get(ActorId::index(regst(plan, regst_id)->producer()));
+}
+
+std::string sbp_string(const plan::Sbp* sbp) {
+  REQUIRE(sbp != nullptr);
+  switch (sbp->kind()) {
+    case plan::SbpKind::Split: return "S(" + std::to_string(sbp->axis()) + ")";
+    case plan::SbpKind::Broadcast: return "B";
+    case plan::SbpKind::PartialSum: return "P";
+  }
+  return "?";
+}
+
+}  // namespace rill::testing

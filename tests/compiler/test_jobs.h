@@ -1,0 +1,31 @@
+// Small jobs for compiler tests, built directly as graph::Job values, and
+// helpers that look things up in a compiled plan. Test-only; single-threaded.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.h"
+#include "graph/job.h"
+
+namespace rill::testing {
+
+// x [n, 3] and y [n, 1] inline; pred = matmul(x, w); loss = mse_loss(pred, y).
+graph::Job linear_regression_job(int64_t num_samples = 8, int64_t batch = 4);
+// x [n, 4] -> matmul w1 [4, 8] -> bias_add b1 -> relu -> matmul w2 [8, 3]
+// -> sparse_softmax_cross_entropy with labels -> reduce_mean = loss; accuracy metric.
+graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
+
+// Compiles and verifies; fails the current test on error.
+std::string compile_ok(const graph::Job& job, const std::string& devices,
+                       const compiler::CompileOptions& options = {});
+const plan::Plan* plan_of(const std::string& bytes);
+
+std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind);
+std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type);
+const plan::Task* task_named(const plan::Plan& plan, const std::string& name);
+const plan::RegstDesc* regst(const plan::Plan& plan, int64_t id);
+const plan::Task* producer(const plan::Plan& plan, int64_t regst_id);
+std::string sbp_string(const plan::Sbp* sbp);
+
+}  // namespace rill::testing

@@ -1,0 +1,210 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "graph/job_check.h"
+#include "kernels/op.h"
+#include "samples/linear_regression/linear_regression_job.h"
+#include "samples/mlp/mlp_job.h"
+
+namespace rill::graph {
+namespace {
+
+// The messages of every issue found, one string for substring checks.
+std::string issues_of(const Job& job) {
+  std::string all;
+  for (const JobIssue& issue : find_job_issues(job)) all += issue.path + " | " + issue.message + "\n";
+  return all;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("the sample jobs pass the checker") {
+  CHECK(check_job(samples::make_mlp_job()).ok());
+  CHECK(check_job(samples::make_linear_regression_job()).ok());
+}
+
+TEST_CASE("checker messages name the element and the field path") {
+  Job job = samples::make_mlp_job();
+  job.ops[3].type = "matmull";
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "ops[3].type | ops[3] (fc2): unknown op type 'matmull' (did you mean 'matmul'?)"));
+  // Its output is still defined, so nothing downstream is reported.
+  CHECK(std::count(issues.begin(), issues.end(), '\n') == 1);
+
+  job = samples::make_mlp_job();
+  job.ops[3].inputs[0] = "h9";
+  CHECK(has(issues_of(job), "ops[3].inputs | ops[3] (fc2): input 'h9' is not defined (did you mean 'h1'?) "
+                            "(known: x, y, w1, b1, w2, b2, w3, b3, ...)"));
+
+  job = samples::make_mlp_job();
+  std::swap(job.ops[0], job.ops[1]);
+  CHECK(has(issues_of(job), "ops[0] (fc1_bias): input 'fc1' is produced by ops[1] (fc1), which is not listed before"));
+}
+
+TEST_CASE("shape errors come from the ops' own inference") {
+  Job job = samples::make_mlp_job();
+  job.variables[2].shape = {256, 512};  // w2 no longer fits h1 [256, 512]
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "ops[3] (fc2): op 'matmul'"));
+  // The init is inferred from the variable's own shape, so only the op is wrong.
+  CHECK(std::count(issues.begin(), issues.end(), '\n') == 1);
+}
+
+TEST_CASE("the loss and metrics must be defined scalars, reported once") {
+  Job job = samples::make_mlp_job();
+  job.loss = "xent";
+  CHECK(has(issues_of(job), "loss: tensor 'xent' has shape [256], expected a scalar"));
+  job.loss = "";
+  CHECK(has(issues_of(job), "loss: the job has no loss"));
+  job = samples::make_mlp_job();
+  job.metrics.push_back({"loss", "acc"});
+  job.metrics.push_back({"logits", "logits"});
+  job.metrics.push_back({"acc2", "loss"});
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "metrics[1] (loss): the name 'loss' is already reported (it is reserved for the loss)"));
+  CHECK(has(issues, "metrics[1] (loss): tensor 'acc' is already reported"));
+  CHECK(has(issues, "metrics[2] (logits): tensor 'logits' has shape [256, 10], expected a scalar"));
+  CHECK(has(issues, "metrics[3] (acc2): tensor 'loss' is already reported as the loss"));
+}
+
+TEST_CASE("names are unique across inputs, variables and op outputs") {
+  Job job = samples::make_mlp_job();
+  job.variables[1].name = "x";
+  job.ops[2].outputs = {"fc1"};
+  job.ops[4].name = "fc2";
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "variables[1] (x): tensor name 'x' is already defined by inputs[0] (x)"));
+  CHECK(has(issues, "ops[2] (h1): tensor name 'fc1' is already defined by ops[0] (fc1)"));
+  CHECK(has(issues, "ops[4] (fc2): op name 'fc2' is used twice"));
+}
+
+TEST_CASE("datasets and inputs are checked against what each kind offers") {
+  Job job = samples::make_mlp_job();
+  job.inputs[0].field = "images";
+  job.inputs[1].dtype = DType::kF32;
+  job.datasets[1].labels = "";
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "inputs[0] (x): dataset 'train' (idx) has no field 'images' (did you mean 'image'?); its "
+                    "fields are: image, label"));
+  CHECK(has(issues, "inputs[1] (y): field 'label' of dataset 'train' is i32, but the input is f32"));
+  CHECK(has(issues, "datasets[1] (test): an idx dataset needs 'labels'"));
+
+  job = samples::make_linear_regression_job();
+  job.inputs[0].shape = {3};
+  job.datasets[0].tensors[1].f32.pop_back();
+  issues = issues_of(job);
+  CHECK(has(issues, "inputs[0] (x): shape [3] does not match field 'x' of dataset 'data' ([2] per sample)"));
+  CHECK(has(issues, "datasets[0] (data): tensors[1] (y): shape [4, 1] needs 4 values, found 3"));
+  job = samples::make_linear_regression_job();
+  job.train.batch_size = 8;
+  CHECK(has(issues_of(job), "train.batch_size 8 is larger than dataset 'data' (4 samples)"));
+}
+
+TEST_CASE("variables: initializer, its shape, dtype and SBP") {
+  Job job = samples::make_mlp_job();
+  job.variables[0].init.type = "relu";
+  job.variables[2].init.attrs.set("shape", std::vector<int64_t>{512, 256});
+  job.variables[4].sbp = Sbp::partial_sum();
+  job.variables[5].sbp = Sbp::split(1);
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "variables[0] (w1): unknown initializer 'relu' (known: fill, uniform, normal, xavier_uniform"));
+  CHECK(has(issues, "variables[2] (w2): init shape [512, 256] does not match the variable's shape [512, 512]"));
+  CHECK(has(issues, "variables[4] (w3): SBP P is not allowed for a variable"));
+  CHECK(has(issues, "variables[5] (b3): S(1) splits an axis a 1-d variable lacks"));
+
+  job = samples::make_mlp_job();
+  job.variables[0].shape = {4, 4, 4};  // xavier needs 1-D or 2-D; matmul too
+  CHECK(has(issues_of(job), "variables[0] (w1): init: "));
+}
+
+TEST_CASE("optimizer, train and eval settings") {
+  Job job = samples::make_mlp_job();
+  job.optimizer.type = "adamw";
+  job.optimizer.lr = 0;
+  job.train.devices = "gpu:2";
+  job.train.log_every = 0;
+  job.eval->dataset = "tset";
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "optimizer: unknown type 'adamw' (did you mean 'adam'?)"));
+  CHECK(has(issues, "optimizer.lr must be > 0, got 0"));
+  CHECK(has(issues, "train.devices 'gpu:2' is not valid (expected cpu:N"));
+  CHECK(has(issues, "train.log_every must be > 0, got 0"));
+  CHECK(has(issues, "eval: unknown dataset 'tset' (did you mean 'test'?) (known: train, test)"));
+
+  job = samples::make_mlp_job();
+  job.train.devices = "cpu:8";
+  job.train.batch_size = 4;
+  job.eval->batch_size = -1;
+  issues = issues_of(job);
+  CHECK(has(issues, "train.batch_size 4 is smaller than the 8 devices it is split over"));
+  CHECK(has(issues, "eval.batch_size must be > 0, got -1"));
+}
+
+TEST_CASE("parse_devices accepts cpu:N only") {
+  int n = 0;
+  CHECK(parse_devices("cpu:1", &n));
+  CHECK(n == 1);
+  CHECK(parse_devices("cpu:16", &n));
+  CHECK(n == 16);
+  for (const char* bad : {"", "cpu", "cpu:", "cpu:0", "cpu:-1", "cpu:1x", "cuda:1", "cpu:99999", " cpu:1"})
+    CHECK_FALSE(parse_devices(bad, &n));
+}
+
+TEST_CASE("the checker survives randomly damaged jobs") {
+  std::mt19937_64 rng(12345);
+  auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  const std::vector<int64_t> dims = {-5, -1, 0, 1, 2, 3, 10, 256, 512, 784, int64_t{1} << 40, INT64_MAX, INT64_MIN};
+  auto random_shape = [&] {
+    Shape s(pick(5));
+    for (int64_t& d : s) d = dims[pick(dims.size())];
+    return s;
+  };
+  auto random_value = [&]() -> AttrValue {
+    switch (pick(4)) {
+      case 0: return dims[pick(dims.size())];
+      case 1: return std::vector<double>{-1e300, -1.0, 0.0, 0.5, 1e300, NAN}[pick(6)];
+      case 2: return std::string(pick(2) ? "sum" : "bogus");
+      default: return random_shape();
+    }
+  };
+  const char* attr_names[] = {"transpose_a", "transpose_b", "axis", "axes", "keepdims", "reduction", "shape",
+                              "perm", "starts", "ends", "value", "low", "high", "mean", "std", "seed", "scale", "dtype"};
+  auto ops = all_ops();
+  for (int round = 0; round < 3000; ++round) {
+    Job job = round % 2 ? samples::make_mlp_job() : samples::make_linear_regression_job();
+    for (int m = 0, n = 1 + static_cast<int>(pick(4)); m < n; ++m) {
+      switch (pick(8)) {
+        case 0: if (!job.inputs.empty()) job.inputs[pick(job.inputs.size())].shape = random_shape(); break;
+        case 1: if (!job.variables.empty()) job.variables[pick(job.variables.size())].shape = random_shape(); break;
+        case 2: {
+          Op& op = job.ops[pick(job.ops.size())];
+          op.attrs.set(attr_names[pick(std::size(attr_names))], random_value());
+          break;
+        }
+        case 3: job.ops[pick(job.ops.size())].type = ops[pick(ops.size())]->type; break;
+        case 4: {
+          Op& op = job.ops[pick(job.ops.size())];
+          if (pick(2) && !op.inputs.empty()) op.inputs.pop_back();
+          else op.inputs.push_back(job.ops[pick(job.ops.size())].outputs.at(0));
+          break;
+        }
+        case 5: {
+          Variable& v = job.variables[pick(job.variables.size())];
+          v.init.type = ops[pick(ops.size())]->type;
+          v.init.attrs.set(attr_names[pick(std::size(attr_names))], random_value());
+          break;
+        }
+        case 6: job.train.batch_size = dims[pick(dims.size())]; break;
+        default: if (!job.datasets.empty()) job.datasets[0].tensors.clear(); break;
+      }
+    }
+    std::vector<JobIssue> issues = find_job_issues(job);
+    for (const JobIssue& issue : issues) CHECK_FALSE(issue.message.empty());
+  }
+}
+
+}  // namespace rill::graph
