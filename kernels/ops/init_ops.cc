@@ -102,7 +102,9 @@ Status init_infer_common(const Attrs& attrs, bool random_only_f32, std::vector<T
   RILL_RETURN_IF_ERROR(check_rank_limit(shape, "attr 'shape'"));
   DType dtype = DType::kF32;
   if (attrs.has("dtype")) {
-    std::string text = attrs.get_string("dtype", "?");
+    const auto* text_attr = std::get_if<std::string>(&attrs.values().at("dtype"));
+    if (text_attr == nullptr) return invalid_argument("attr 'dtype' must be a string (f32 or i32)");
+    const std::string& text = *text_attr;
     if (!parse_dtype(text, &dtype)) return invalid_argument("attr 'dtype' = '{}' is not a dtype (f32 or i32)", text);
   }
   if (random_only_f32 && dtype != DType::kF32)

@@ -188,6 +188,7 @@ TEST_CASE("initializer attrs are checked with clear messages") {
   CHECK(zero.code() == Code::kInvalidArgument);
   CHECK(contains(zero, "[3, 0]"));
   CHECK(contains(infer_status("fill", {{"shape", Ints{2}}, {"dtype", std::string("f64")}}), "'dtype' = 'f64'"));
+  CHECK(contains(infer_status("fill", {{"shape", Ints{2}}, {"dtype", int64_t{1}}}), "'dtype' must be a string"));
   CHECK(contains(infer_status("normal", {{"shape", Ints{2}}, {"dtype", std::string("i32")}}), "f32"));
   CHECK(contains(infer_status("uniform", {{"shape", Ints{2}}, {"low", 1.0}, {"high", 0.0}}), "'low' = 1"));
   CHECK(contains(infer_status("normal", {{"shape", Ints{2}}, {"std", -1.0}}), "'std' = -1"));

@@ -5,6 +5,7 @@
 
 #include "kernels/op.h"
 #include "tests/kernels/grad_check.h"
+#include "tests/kernels/sbp_check.h"
 
 namespace rill {
 namespace {
@@ -233,6 +234,23 @@ TEST_CASE("concat SBP and errors") {
   CHECK(contains(infer_error("concat", {{{2}, DType::kF32}, {{2}, DType::kI32}}, {}), "i32"));
   CHECK(contains(infer_error("concat", {{{2, 1}}}, {{"axis", int64_t{2}}}), "'axis' = 2"));
   CHECK(contains(infer_error("concat", {{{}}}, {}), "scalars"));
+}
+
+TEST_CASE("every SBP signature of the layout ops holds when run on pieces") {
+  auto check = [](const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs) {
+    for (int parallel : {2, 3}) {
+      Status s = testing::check_sbp_signatures(type, inputs, attrs, parallel);
+      CHECK_MESSAGE(s.ok(), s.to_string());
+    }
+  };
+  // Row pieces are sized from the logical shape, so axis 0 is written as -1.
+  check("reshape", {Tensor::uniform({7, 4}, 1)}, {{"shape", Ints{-1, 2, 2}}});
+  check("reshape", {Tensor::uniform({7, 4}, 1)}, {{"shape", Ints{4, 7}}});
+  check("transpose", {Tensor::uniform({3, 4, 5}, 2)}, {{"perm", Ints{2, 0, 1}}});
+  check("identity", {Tensor::uniform({5, 3}, 3)}, {});
+  check("slice", {Tensor::uniform({4, 5, 3}, 4)}, {{"starts", Ints{1, 0, 0}}, {"ends", Ints{3, -1, -1}}});
+  check("concat", {Tensor::uniform({5, 1}, 5), Tensor::uniform({5, 2}, 6), Tensor::uniform({5, 3}, 7)},
+        {{"axis", int64_t{1}}});
 }
 
 TEST_CASE("layout ops are registered as differentiable compute ops") {
