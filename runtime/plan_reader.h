@@ -7,6 +7,7 @@
 
 #include "compiler/plan_generated.h"
 #include "kernels/attrs.h"
+#include "kernels/data/dataset_spec.h"
 #include "kernels/tensor.h"
 
 namespace rill {

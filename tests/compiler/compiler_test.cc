@@ -1,9 +1,9 @@
-// Compiler passes seen through the plans they produce: task structure, SBP
-// deduction, boxing, autograd, optimizer, regst planning and steps.
+// Compiler passes seen through the plans they produce: task structure and
+// ids, sources, variables, the sink, autograd, optimizer, pruning, regst
+// planning, eval plans and steps. SBP and boxing: sbp_test.cc.
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <set>
 
 #include "tests/compiler/test_jobs.h"
 
@@ -202,44 +202,29 @@ TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, re
   }
 }
 
-TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {
-  std::string bytes = compile_ok(testing::mlp_job(), "cpu:2");
-  const plan::Plan& p = *plan_of(bytes);
-  for (const char* name : {"fc1@0", "fc1@1", "fc2@0", "fc2@1"}) {
-    const plan::Task* t = task_named(p, name);
-    REQUIRE_MESSAGE(t != nullptr, name);
-    CHECK(sbp_string(regst(p, t->outputs()->Get(0))->sbp()) == "S(0)");
-    CHECK(ints(regst(p, t->outputs()->Get(0))->shape())[0] == 2);
+TEST_CASE("two nodes: rank = node * devices_per_node + device") {
+  auto cluster = compiler::parse_devices("cpu:2", 2);
+  REQUIRE(cluster.ok());
+  auto bytes = compiler::compile(testing::linear_regression_job(8, 4), *cluster, {});
+  REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
+  REQUIRE(compiler::verify_plan(*bytes).ok());
+  const plan::Plan& p = *plan_of(*bytes);
+  CHECK(p.num_nodes() == 2);
+  auto sources = tasks_of_kind(p, plan::TaskKind::Source);
+  auto variables = tasks_of_kind(p, plan::TaskKind::Variable);
+  REQUIRE(sources.size() == 4);
+  REQUIRE(variables.size() == 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(sources[rank]->node() == rank / 2);
+    CHECK(ActorId::node(sources[rank]->id()) == static_cast<uint32_t>(rank / 2));
+    CHECK(sources[rank]->source()->shard() == rank);
+    CHECK(sources[rank]->source()->num_shards() == 4);
+    CHECK(variables[rank]->node() == rank / 2);
+    CHECK(variables[rank]->device() == rank % 2);
+    CHECK(ActorId::device(variables[rank]->id()) == static_cast<uint32_t>(rank % 2));
   }
-  // One boxing per variable gradient, each P -> B; nothing else needs boxing.
-  auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
-  CHECK(boxings.size() == 3);
-  std::set<std::string> boxed;
-  for (const plan::Task* box : boxings) {
-    CHECK(sbp_string(box->boxing()->in_sbp()) == "P");
-    CHECK(sbp_string(box->boxing()->out_sbp()) == "B");
-    const plan::Task* consumer = p.tasks()->Get(ActorId::index(regst(p, box->outputs()->Get(0))->consumers()->Get(0)));
-    CHECK(consumer->kind() == plan::TaskKind::Variable);
-    boxed.insert(consumer->name()->str());
-  }
-  CHECK(boxed == std::set<std::string>{"w1@0", "b1@0", "w2@0"});
-  for (const plan::Task* v : tasks_of_kind(p, plan::TaskKind::Variable)) {
-    CHECK(v->variable()->update_op()->str() == "momentum_update");
-    CHECK(v->variable()->num_state() == 1);
-  }
-  // Loss then accuracy, each from both ranks.
-  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
-  REQUIRE(sink->inputs()->size() == 4);
-  CHECK(sink->sink()->names()->Get(0)->str() == "loss");
-  CHECK(sink->sink()->names()->Get(1)->str() == "loss");
-  CHECK(sink->sink()->names()->Get(2)->str() == "accuracy");
-  CHECK(sink->sink()->names()->Get(3)->str() == "accuracy");
-  for (uint32_t i = 0; i < 4; ++i)
-    CHECK(sink->sink()->partial()->Get(i) ==
-          (regst(p, sink->inputs()->Get(i))->sbp()->kind() == plan::SbpKind::PartialSum));
-  // Labels are data: no gradient flows into them.
-  CHECK(computes_of_type(p, "sparse_softmax_cross_entropy_grad").size() == 2);
-  CHECK(computes_of_type(p, "ones_like").size() == 2);
+  CHECK(tasks_of_kind(p, plan::TaskKind::Sink)[0]->node() == 0);
+  for (const plan::Task* box : tasks_of_kind(p, plan::TaskKind::Boxing)) CHECK(box->node() == 0);
 }
 
 TEST_CASE("eval plans: forward only over the eval dataset, no updates, no shuffle") {
@@ -305,66 +290,6 @@ TEST_CASE("two uses of a variable: gradient contributions are summed with add") 
   const plan::Task* grad = producer(p, w->inputs()->Get(0));
   CHECK(grad->op_type()->str() == "add");
   for (int64_t in : *grad->inputs()) CHECK(producer(p, in)->op_type()->str() == "matmul");
-}
-
-TEST_CASE("a split variable: offsets per piece, gradient arrives in its own SBP") {
-  graph::Job job = testing::linear_regression_job();
-  job.variables[0].sbp = Sbp::split(0);
-  std::string bytes = compile_ok(job, "cpu:2");
-  const plan::Plan& p = *plan_of(bytes);
-  const plan::Task* w0 = task_named(p, "w@0");
-  const plan::Task* w1 = task_named(p, "w@1");
-  REQUIRE(w0 != nullptr);
-  REQUIRE(w1 != nullptr);
-  CHECK(ints(w0->variable()->offset()) == std::vector<int64_t>{0, 0});
-  CHECK(ints(w1->variable()->offset()) == std::vector<int64_t>{2, 0});
-  CHECK(ints(regst(p, w0->outputs()->Get(0))->shape()) == std::vector<int64_t>{2, 1});
-  CHECK(ints(regst(p, w1->outputs()->Get(0))->shape()) == std::vector<int64_t>{1, 1});
-  for (const plan::Task* w : {w0, w1}) {
-    REQUIRE(w->inputs()->size() == 1);
-    const plan::RegstDesc* grad = regst(p, w->inputs()->Get(0));
-    CHECK(sbp_string(grad->sbp()) == "S(0)");
-    CHECK(ints(grad->shape()) == ints(regst(p, w->outputs()->Get(0))->shape()));
-  }
-  // On one device the same job needs no boxing at all.
-  CHECK(tasks_of_kind(*plan_of(compile_ok(job, "cpu:1")), plan::TaskKind::Boxing).empty());
-}
-
-TEST_CASE("SBP hints: an output hint is honoured, an input hinted B is read whole") {
-  graph::Job job = testing::linear_regression_job();
-  job.ops[0].output_sbp = {Sbp::broadcast()};
-  std::string bytes = compile_ok(job, "cpu:2");
-  const plan::Plan& p = *plan_of(bytes);
-  const plan::Task* predict = task_named(p, "predict@1");
-  REQUIRE(predict != nullptr);
-  CHECK(sbp_string(regst(p, predict->outputs()->Get(0))->sbp()) == "B");
-  // x arrives S(0) from the source, so the matmul reads it through an S(0)->B boxing.
-  const plan::Task* feeding = producer(p, predict->inputs()->Get(0));
-  CHECK(feeding->kind() == plan::TaskKind::Boxing);
-  CHECK(sbp_string(feeding->boxing()->out_sbp()) == "B");
-
-  graph::Job whole = testing::linear_regression_job();
-  whole.inputs[0].sbp = Sbp::broadcast();
-  whole.inputs[1].sbp = Sbp::broadcast();
-  const std::string whole_bytes = compile_ok(whole, "cpu:2");
-  const plan::Plan& q = *plan_of(whole_bytes);
-  for (const plan::Task* s : tasks_of_kind(q, plan::TaskKind::Source)) {
-    CHECK(s->source()->shard() == 0);
-    CHECK(s->source()->num_shards() == 1);
-    CHECK(ints(regst(q, s->outputs()->Get(0))->shape()) == std::vector<int64_t>{4, 3});
-  }
-
-  graph::Job mixed = testing::linear_regression_job();
-  mixed.inputs[0].sbp = Sbp::broadcast();
-  auto cluster = compiler::parse_devices("cpu:2", 1);
-  auto result = compiler::compile(mixed, *cluster, {});
-  REQUIRE(!result.ok());
-  CHECK(result.status().message().find("different SBPs") != std::string::npos);
-
-  graph::Job impossible = testing::linear_regression_job();
-  impossible.ops[1].output_sbp = {Sbp::split(0)};  // mse_loss gives a scalar: never split
-  result = compiler::compile(impossible, *cluster, {});
-  REQUIRE(!result.ok());
 }
 
 TEST_CASE("pruning: what neither the loss nor a metric needs is left out") {

@@ -1,0 +1,137 @@
+// SBP deduction and boxing seen through compiled plans: data-parallel
+// gradients, split variables, hints, and uneven batches.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using testing::compile_ok;
+using testing::computes_of_type;
+using testing::plan_of;
+using testing::producer;
+using testing::regst;
+using testing::sbp_string;
+using testing::task_named;
+using testing::tasks_of_kind;
+
+std::vector<int64_t> ints(const flatbuffers::Vector<int64_t>* v) { return {v->begin(), v->end()}; }
+
+TEST_CASE("a global batch that does not divide evenly gives balanced pieces") {
+  std::string bytes = compile_ok(testing::linear_regression_job(10, 5), "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  auto sources = tasks_of_kind(p, plan::TaskKind::Source);
+  REQUIRE(sources.size() == 2);
+  CHECK(ints(regst(p, sources[0]->outputs()->Get(0))->shape()) == std::vector<int64_t>{3, 3});
+  CHECK(ints(regst(p, sources[1]->outputs()->Get(0))->shape()) == std::vector<int64_t>{2, 3});
+  CHECK(regst(p, sources[1]->outputs()->Get(0))->bytes() == 2 * 3 * 4);
+  const plan::Task* predict = task_named(p, "predict@0");
+  REQUIRE(predict != nullptr);
+  CHECK(ints(predict->logical_input_shapes()->Get(0)->dims()) == std::vector<int64_t>{5, 3});
+}
+
+TEST_CASE("a split variable: offsets per piece, gradient arrives in its own SBP") {
+  graph::Job job = testing::linear_regression_job();
+  job.variables[0].sbp = Sbp::split(0);
+  std::string bytes = compile_ok(job, "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  const plan::Task* w0 = task_named(p, "w@0");
+  const plan::Task* w1 = task_named(p, "w@1");
+  REQUIRE(w0 != nullptr);
+  REQUIRE(w1 != nullptr);
+  CHECK(ints(w0->variable()->offset()) == std::vector<int64_t>{0, 0});
+  CHECK(ints(w1->variable()->offset()) == std::vector<int64_t>{2, 0});
+  CHECK(ints(regst(p, w0->outputs()->Get(0))->shape()) == std::vector<int64_t>{2, 1});
+  CHECK(ints(regst(p, w1->outputs()->Get(0))->shape()) == std::vector<int64_t>{1, 1});
+  for (const plan::Task* w : {w0, w1}) {
+    REQUIRE(w->inputs()->size() == 1);
+    const plan::RegstDesc* grad = regst(p, w->inputs()->Get(0));
+    CHECK(sbp_string(grad->sbp()) == "S(0)");
+    CHECK(ints(grad->shape()) == ints(regst(p, w->outputs()->Get(0))->shape()));
+  }
+  // On one device the same job needs no boxing at all.
+  CHECK(tasks_of_kind(*plan_of(compile_ok(job, "cpu:1")), plan::TaskKind::Boxing).empty());
+}
+
+TEST_CASE("SBP hints: an output hint is honoured, an input hinted B is read whole") {
+  graph::Job job = testing::linear_regression_job();
+  job.ops[0].output_sbp = {Sbp::broadcast()};
+  std::string bytes = compile_ok(job, "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  const plan::Task* predict = task_named(p, "predict@1");
+  REQUIRE(predict != nullptr);
+  CHECK(sbp_string(regst(p, predict->outputs()->Get(0))->sbp()) == "B");
+  // x arrives S(0) from the source, so the matmul reads it through an S(0)->B boxing.
+  const plan::Task* feeding = producer(p, predict->inputs()->Get(0));
+  CHECK(feeding->kind() == plan::TaskKind::Boxing);
+  CHECK(sbp_string(feeding->boxing()->out_sbp()) == "B");
+
+  graph::Job whole = testing::linear_regression_job();
+  whole.inputs[0].sbp = Sbp::broadcast();
+  whole.inputs[1].sbp = Sbp::broadcast();
+  const std::string whole_bytes = compile_ok(whole, "cpu:2");
+  const plan::Plan& q = *plan_of(whole_bytes);
+  for (const plan::Task* s : tasks_of_kind(q, plan::TaskKind::Source)) {
+    CHECK(s->source()->shard() == 0);
+    CHECK(s->source()->num_shards() == 1);
+    CHECK(ints(regst(q, s->outputs()->Get(0))->shape()) == std::vector<int64_t>{4, 3});
+  }
+
+  graph::Job mixed = testing::linear_regression_job();
+  mixed.inputs[0].sbp = Sbp::broadcast();
+  auto cluster = compiler::parse_devices("cpu:2", 1);
+  auto result = compiler::compile(mixed, *cluster, {});
+  REQUIRE(!result.ok());
+  CHECK(result.status().message().find("different SBPs") != std::string::npos);
+
+  graph::Job impossible = testing::linear_regression_job();
+  impossible.ops[1].output_sbp = {Sbp::split(0)};  // mse_loss gives a scalar: never split
+  result = compiler::compile(impossible, *cluster, {});
+  REQUIRE(!result.ok());
+}
+
+TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {
+  std::string bytes = compile_ok(testing::mlp_job(), "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  for (const char* name : {"fc1@0", "fc1@1", "fc2@0", "fc2@1"}) {
+    const plan::Task* t = task_named(p, name);
+    REQUIRE_MESSAGE(t != nullptr, name);
+    CHECK(sbp_string(regst(p, t->outputs()->Get(0))->sbp()) == "S(0)");
+    CHECK(ints(regst(p, t->outputs()->Get(0))->shape())[0] == 2);
+  }
+  // One boxing per variable gradient, each P -> B; nothing else needs boxing.
+  auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
+  CHECK(boxings.size() == 3);
+  std::set<std::string> boxed;
+  for (const plan::Task* box : boxings) {
+    CHECK(sbp_string(box->boxing()->in_sbp()) == "P");
+    CHECK(sbp_string(box->boxing()->out_sbp()) == "B");
+    const plan::Task* consumer = p.tasks()->Get(ActorId::index(regst(p, box->outputs()->Get(0))->consumers()->Get(0)));
+    CHECK(consumer->kind() == plan::TaskKind::Variable);
+    boxed.insert(consumer->name()->str());
+  }
+  CHECK(boxed == std::set<std::string>{"w1@0", "b1@0", "w2@0"});
+  for (const plan::Task* v : tasks_of_kind(p, plan::TaskKind::Variable)) {
+    CHECK(v->variable()->update_op()->str() == "momentum_update");
+    CHECK(v->variable()->num_state() == 1);
+  }
+  // Loss then accuracy, each from both ranks.
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  REQUIRE(sink->inputs()->size() == 4);
+  CHECK(sink->sink()->names()->Get(0)->str() == "loss");
+  CHECK(sink->sink()->names()->Get(1)->str() == "loss");
+  CHECK(sink->sink()->names()->Get(2)->str() == "accuracy");
+  CHECK(sink->sink()->names()->Get(3)->str() == "accuracy");
+  for (uint32_t i = 0; i < 4; ++i)
+    CHECK(sink->sink()->partial()->Get(i) ==
+          (regst(p, sink->inputs()->Get(i))->sbp()->kind() == plan::SbpKind::PartialSum));
+  // Labels are data: no gradient flows into them.
+  CHECK(computes_of_type(p, "sparse_softmax_cross_entropy_grad").size() == 2);
+  CHECK(computes_of_type(p, "ones_like").size() == 2);
+}
+
+}  // namespace
+}  // namespace rill
