@@ -116,8 +116,10 @@ void check_optimizer(const Optimizer& o, Issues* issues) {
   if (o.type == "momentum" && !(o.momentum >= 0 && o.momentum < 1))
     issues->add("optimizer.momentum", "optimizer.momentum must be in [0, 1), got {}", o.momentum);
   if (o.type == "adam") {
-    if (!(o.beta1 >= 0 && o.beta1 < 1)) issues->add("optimizer.beta1", "optimizer.beta1 must be in [0, 1), got {}", o.beta1);
-    if (!(o.beta2 >= 0 && o.beta2 < 1)) issues->add("optimizer.beta2", "optimizer.beta2 must be in [0, 1), got {}", o.beta2);
+    if (!(o.beta1 >= 0 && o.beta1 < 1))
+      issues->add("optimizer.beta1", "optimizer.beta1 must be in [0, 1), got {}", o.beta1);
+    if (!(o.beta2 >= 0 && o.beta2 < 1))
+      issues->add("optimizer.beta2", "optimizer.beta2 must be in [0, 1), got {}", o.beta2);
     if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
       issues->add("optimizer.epsilon", "optimizer.epsilon must be > 0, got {}", o.epsilon);
   }

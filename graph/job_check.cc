@@ -191,7 +191,8 @@ class GraphChecker {
       const Op& op = job_.ops[i];
       std::string path = fmt::format("ops[{}]", i), where = label("ops", i, op.name);
       if (op.name.empty()) issues_->add(path, "{}: the op has no name", where);
-      else if (!op_names.insert(op.name).second) issues_->add(path + ".name", "{}: op name '{}' is used twice", where, op.name);
+      else if (!op_names.insert(op.name).second)
+        issues_->add(path + ".name", "{}: op name '{}' is used twice", where, op.name);
       const OpDef* def = check_op_type(op, path, where);
       bool inputs_known = true;
       std::vector<TensorMeta> metas;
@@ -256,7 +257,8 @@ class GraphChecker {
     int n = static_cast<int>(op.inputs.size());
     if (def->num_inputs >= 0 && n != def->num_inputs)
       issues_->add(path + ".inputs", "{}: '{}' takes {} input(s), got {}", where, op.type, def->num_inputs, n);
-    if (def->num_inputs < 0 && n < 1) issues_->add(path + ".inputs", "{}: '{}' takes at least one input", where, op.type);
+    if (def->num_inputs < 0 && n < 1)
+      issues_->add(path + ".inputs", "{}: '{}' takes at least one input", where, op.type);
     if (!op.outputs.empty() && static_cast<int>(op.outputs.size()) != def->num_outputs)
       issues_->add(path + ".outputs", "{}: '{}' has {} output(s), {} named", where, op.type, def->num_outputs,
                    op.outputs.size());
@@ -331,10 +333,11 @@ std::vector<JobIssue> find_job_issues(const Job& job) {
   Issues issues;
   if (job.name.empty()) issues.add("name", "name: the job has no name");
   check::check_datasets(job, &issues);
-  GraphChecker(job, inference_batch(job.train.batch_size), &issues).run();
+  int64_t train_batch = inference_batch(job.train.batch_size);
+  GraphChecker(job, train_batch, &issues).run();
   // Shapes can depend on the batch (a reshape that spells it out): check the
   // eval batch too, once the graph is otherwise sound.
-  if (issues.size() == 0 && job.eval && inference_batch(job.eval->batch_size) != inference_batch(job.train.batch_size)) {
+  if (issues.size() == 0 && job.eval && inference_batch(job.eval->batch_size) != train_batch) {
     Issues eval_issues;
     GraphChecker(job, inference_batch(job.eval->batch_size), &eval_issues).run();
     for (JobIssue& issue : eval_issues.take())

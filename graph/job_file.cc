@@ -109,7 +109,8 @@ StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name
   convert_job(*flatbuffers::GetRoot<fb::Job>(parser.builder_.GetBufferPointer()), parser, &job, &conversion);
   JsonLines lines(text);
   if (conversion.size() > 0) return issues_status(conversion.take(), lines, file_name);
-  for (const std::string& assignment : overrides) RILL_RETURN_IF_ERROR(apply_override(&job, assignment));
+  for (const std::string& assignment : overrides)
+    RILL_RETURN_IF_ERROR(apply_override(&job, assignment).with_context("--set " + assignment));
   std::vector<JobIssue> issues = find_job_issues(job);
   if (!issues.empty()) return issues_status(issues, lines, file_name);
   return job;

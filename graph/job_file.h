@@ -31,8 +31,10 @@ StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::stri
 Status check_job_file(const std::string& path);
 
 // Applies one "section.field=value" assignment, e.g. "train.steps=100",
-// "optimizer.type=adam", "eval.batch_size=1000". The job is not re-checked:
-// call check_job afterwards (parse_job_json and load_job_file do).
+// "optimizer.type=adam", "eval.batch_size=1000". On error the job is
+// unchanged and the message does not repeat the assignment (callers add it as
+// context). The job is not re-checked: call check_job afterwards
+// (parse_job_json and load_job_file do).
 Status apply_override(Job* job, const std::string& assignment);
 
 // The settings apply_override knows, e.g. "train.steps", in a fixed order.

@@ -125,7 +125,7 @@ std::vector<std::string> override_keys() {
 Status apply_override(Job* job, const std::string& assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    return invalid_argument("--set '{}': expected section.field=value, e.g. train.steps=100", assignment);
+    return invalid_argument("'{}': expected section.field=value, e.g. train.steps=100", assignment);
   std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   Status s;
   if (key.rfind("datasets.", 0) == 0) {
@@ -138,11 +138,11 @@ Status apply_override(Job* job, const std::string& assignment) {
       if (key == setting.key) found = &setting;
     }
     if (found == nullptr)
-      return invalid_argument("--set '{}': unknown setting '{}'{} (known: {})", assignment, key,
-                              check::did_you_mean(key, keys), check::name_list(override_keys(), 100));
+      return invalid_argument("unknown setting '{}'{} (known: {})", key, check::did_you_mean(key, keys),
+                              check::name_list(override_keys(), 100));
     s = found->set(job, value);
   }
-  return s.with_context(fmt::format("--set '{}'", assignment));
+  return s.with_context(key);
 }
 
 }  // namespace rill::graph

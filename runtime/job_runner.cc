@@ -48,7 +48,7 @@ class Progress {
     double seconds = std::chrono::duration<double>(now - last_).count();
     int64_t interval = done - last_step_;
     std::string line = fmt::format("step {:>6}/{}", done, steps_);
-    for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6f}", m.names[i], m.values[i]);
+    for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6g}", m.names[i], m.values[i]);
     if (seconds > 0 && m.step > 0)
       line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
                           interval * global_batch_ / seconds);

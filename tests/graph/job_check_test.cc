@@ -54,6 +54,26 @@ TEST_CASE("shape errors come from the ops' own inference") {
   CHECK(std::count(issues.begin(), issues.end(), '\n') == 1);
 }
 
+TEST_CASE("shapes are inferred with the eval batch too") {
+  Job job = samples::make_mlp_job();
+  // A reshape that spells out the training batch fits training only.
+  job.ops.insert(job.ops.begin(), Op{"flat", "reshape", {"x"}, {"flat"}, {{"shape", std::vector<int64_t>{256, 784}}}, {}});
+  job.ops[1].inputs[0] = "flat";
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "with eval.batch_size 500: ops[0] (flat): op 'reshape': attr 'shape' = [256, 784]"));
+  job.ops[0].attrs.set("shape", std::vector<int64_t>{-1, 784});
+  CHECK(check_job(job).ok());
+}
+
+TEST_CASE("check_job lists every issue, one per line") {
+  Job job = samples::make_mlp_job();
+  job.name = "";
+  job.train.batch_size = 0;
+  Status s = check_job(job);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "name: the job has no name\ntrain.batch_size must be > 0, got 0");
+}
+
 TEST_CASE("the loss and metrics must be defined scalars, reported once") {
   Job job = samples::make_mlp_job();
   job.loss = "xent";
@@ -171,8 +191,9 @@ TEST_CASE("the checker survives randomly damaged jobs") {
       default: return random_shape();
     }
   };
-  const char* attr_names[] = {"transpose_a", "transpose_b", "axis", "axes", "keepdims", "reduction", "shape",
-                              "perm", "starts", "ends", "value", "low", "high", "mean", "std", "seed", "scale", "dtype"};
+  const char* attr_names[] = {"transpose_a", "transpose_b", "axis", "axes",  "keepdims", "reduction",
+                              "shape",       "perm",        "starts", "ends", "value",    "low",
+                              "high",        "mean",        "std",  "seed",  "scale",    "dtype"};
   auto ops = all_ops();
   for (int round = 0; round < 3000; ++round) {
     Job job = round % 2 ? samples::make_mlp_job() : samples::make_linear_regression_job();

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "graph/job_file.h"
 #include "samples/linear_regression/linear_regression_job.h"
@@ -99,7 +101,8 @@ TEST_CASE("the linear regression job file reads its inline data") {
 
 TEST_CASE("attributes keep their types: bools and ints as int64, floats as double, lists, strings") {
   std::string text = kSmallJob;
-  text = edit(text, R"("inputs": ["x", "w"]})", R"("inputs": ["x", "w"], "attrs": {"transpose_a": false, "transpose_b": false}})");
+  text = edit(text, R"("inputs": ["x", "w"]})",
+              R"("inputs": ["x", "w"], "attrs": {"transpose_a": false, "transpose_b": false}})");
   text = edit(text, R"("inputs": ["xent"]})", R"("inputs": ["xent"], "attrs": {"axes": [0], "keepdims": false}})");
   auto job = parse_job_json(text, "small.json");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
@@ -211,6 +214,24 @@ TEST_CASE("overrides given to the loader apply before the check") {
   auto bad = parse_job_json(kSmallJob, "small.json", {"train.batch_size=-1"});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("small.json:15: train.batch_size must be > 0, got -1") != std::string::npos);
+}
+
+}  // namespace rill::graph
+
+namespace rill::graph {
+
+TEST_CASE("the example in docs/JOB_FORMAT.md is the MLP sample") {
+  std::ifstream in(testing::source_path("docs/JOB_FORMAT.md"));
+  REQUIRE(in.good());
+  std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t start = doc.find("```json\n");
+  REQUIRE(start != std::string::npos);
+  start += std::string("```json\n").size();
+  size_t end = doc.find("```", start);
+  REQUIRE(end != std::string::npos);
+  auto job = parse_job_json(doc.substr(start, end - start), "JOB_FORMAT.md");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  CHECK(*job == samples::make_mlp_job());
 }
 
 }  // namespace rill::graph
