@@ -10,7 +10,7 @@
 //   auto b1 = b.variable("b1", {512}, rill::init::zeros());
 //   auto h1 = b.relu(b.bias_add(b.matmul(x, w1, {.name = "fc1"}), b1));
 //   ...
-//   b.minimize(loss, rill::optim::momentum(0.05, 0.9));
+//   b.minimize(loss, rill::optim::momentum(0.03, 0.9));
 //   b.metric("accuracy", b.accuracy(logits, y));
 //   b.train({.epochs = 2, .batch_size = 256});
 //   StatusOr<graph::Job> job = b.build_checked();

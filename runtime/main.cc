@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "compiler/compiler.h"
-#include "graph/job_check.h"
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
 
@@ -17,13 +16,9 @@ namespace {
 using rill::Status;
 using rill::StatusOr;
 
-// Loads a job file and applies --set overrides; errors name the file.
+// Loads a job file, applies --set overrides, then checks; errors name the file.
 StatusOr<rill::graph::Job> load(const std::string& path, const std::vector<std::string>& overrides) {
-  RILL_ASSIGN_OR_RETURN(rill::graph::Job job, rill::graph::load_job_file(path));
-  for (const std::string& assignment : overrides)
-    RILL_RETURN_IF_ERROR(rill::graph::apply_override(&job, assignment).with_context("--set " + assignment));
-  if (!overrides.empty()) RILL_RETURN_IF_ERROR(rill::graph::check_job(job).with_context(path));
-  return job;
+  return rill::graph::load_job_file(path, overrides);
 }
 
 int fail(const Status& status) {

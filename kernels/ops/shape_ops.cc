@@ -22,8 +22,8 @@ StatusOr<Shape> reshape_target(const Attrs& attrs, const Shape& input) {
       inferred = static_cast<int>(d);
     } else if (shape[d] <= 0) {
       return invalid_argument("attr 'shape' = {}: dims must be positive or a single -1", shape_string(shape));
-    } else {
-      known *= shape[d];
+    } else if (__builtin_mul_overflow(known, shape[d], &known)) {
+      return invalid_argument("attr 'shape' = {} holds more elements than fit in 64 bits", shape_string(shape));
     }
   }
   int64_t count = num_elements(input);

@@ -38,7 +38,7 @@ graph::Job make_mlp_job(const std::string& data_dir) {
   TensorHandle loss = b.reduce_mean(xent, {}, false, {.name = "loss"});
   TensorHandle acc = b.accuracy(logits, y, {.name = "acc"});
 
-  b.minimize(loss, optim::momentum(0.05, 0.9));
+  b.minimize(loss, optim::momentum(0.03, 0.9));
   b.metric("accuracy", acc);
   b.train({.epochs = 2, .batch_size = 256, .log_every = 50, .seed = 1});
   b.eval({.dataset = "test", .batch_size = 500});

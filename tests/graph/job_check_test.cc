@@ -57,7 +57,8 @@ TEST_CASE("shape errors come from the ops' own inference") {
 TEST_CASE("shapes are inferred with the eval batch too") {
   Job job = samples::make_mlp_job();
   // A reshape that spells out the training batch fits training only.
-  job.ops.insert(job.ops.begin(), Op{"flat", "reshape", {"x"}, {"flat"}, {{"shape", std::vector<int64_t>{256, 784}}}, {}});
+  Op flat{"flat", "reshape", {"x"}, {"flat"}, {{"shape", std::vector<int64_t>{256, 784}}}, {}};
+  job.ops.insert(job.ops.begin(), flat);
   job.ops[1].inputs[0] = "flat";
   std::string issues = issues_of(job);
   CHECK(has(issues, "with eval.batch_size 500: ops[0] (flat): op 'reshape': attr 'shape' = [256, 784]"));

@@ -74,7 +74,7 @@ TEST_CASE("the MLP job file reads every section as written") {
   CHECK(job.loss == "loss");
   CHECK(job.metrics == std::vector<Metric>{{"accuracy", "acc"}});
   CHECK(job.optimizer.type == "momentum");
-  CHECK(job.optimizer.lr == doctest::Approx(0.05));
+  CHECK(job.optimizer.lr == doctest::Approx(0.03));
   CHECK(job.train.epochs == 2);
   CHECK(job.train.steps == 0);
   CHECK(job.train.batch_size == 256);
