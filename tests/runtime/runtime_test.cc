@@ -2,14 +2,27 @@
 // the node runtime's actors and threads, checked for what they computed.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <new>
 #include <string>
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
 #include "runtime/node_runtime.h"
+
+// Counts every C++ heap allocation in this test binary, on any thread.
+static std::atomic<int64_t> g_allocations{0};
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace rill {
 namespace {
@@ -95,6 +108,23 @@ TEST_CASE("a lost message ends in a stuck-job report naming the waiting actors")
   CHECK(report.status.code() == Code::kDeadlineExceeded);
   CHECK(report.status.message().find("waiting actors") != std::string::npos);
   CHECK(report.status.message().find("waits for") != std::string::npos);
+}
+
+TEST_CASE("steady-state acting allocates nothing, on any thread") {
+  graph::Job job = load_sample("samples/linear_regression/linear_regression.json");
+  // cpu:2 has every actor kind: sources, compute, variables, boxing, sink.
+  auto plan = compiler::compile(job, *compiler::parse_devices("cpu:2", 1), {});
+  REQUIRE(plan.ok());
+  int64_t at_step_50 = -1, at_step_450 = -1;
+  RunOptions options;
+  options.on_step = [&](const StepMetrics& m) {
+    if (m.step == 50) at_step_50 = g_allocations.load();
+    if (m.step == 450) at_step_450 = g_allocations.load();
+  };
+  RunReport report = run_plan(*plan, options);
+  REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
+  REQUIRE(at_step_50 > 0);
+  CHECK(at_step_450 == at_step_50);
 }
 
 TEST_CASE("corrupt plan bytes are rejected before any actor is built") {
