@@ -12,6 +12,8 @@
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
 #include "runtime/node_runtime.h"
+#include "samples/linear_regression/linear_regression_job.h"
+#include "samples/mlp/mlp_job.h"
 
 // Counts every C++ heap allocation in this test binary, on any thread.
 static std::atomic<int64_t> g_allocations{0};
@@ -125,6 +127,23 @@ TEST_CASE("steady-state acting allocates nothing, on any thread") {
   REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
   REQUIRE(at_step_50 > 0);
   CHECK(at_step_450 == at_step_50);
+}
+
+TEST_CASE("a job built in C++ and the same job loaded from its file compile to the same plan bytes") {
+  for (const char* devices : {"cpu:1", "cpu:2"}) {
+    auto cluster = compiler::parse_devices(devices, 1);
+    REQUIRE(cluster.ok());
+    auto from_code = compiler::compile(samples::make_mlp_job(), *cluster, {.steps = 10});
+    auto from_file = compiler::compile(load_sample("samples/mlp/mlp.json"), *cluster, {.steps = 10});
+    REQUIRE(from_code.ok());
+    REQUIRE(from_file.ok());
+    CHECK(*from_code == *from_file);
+    auto lr_code = compiler::compile(samples::make_linear_regression_job(), *cluster, {});
+    auto lr_file = compiler::compile(load_sample("samples/linear_regression/linear_regression.json"), *cluster, {});
+    REQUIRE(lr_code.ok());
+    REQUIRE(lr_file.ok());
+    CHECK(*lr_code == *lr_file);
+  }
 }
 
 TEST_CASE("corrupt plan bytes are rejected before any actor is built") {
