@@ -18,7 +18,7 @@
 
 namespace rill {
 
-using Body = std::variant<ComputeBody, SourceBody, VariableBody, BoxingBody, SinkBody>;
+using Body = std::variant<ComputeBody, SourceBody, VariableBody, BoxingBody, SinkBody, CopyBody>;
 
 // Optional per-act timestamps (steady clock, ns), preallocated for `steps` acts.
 struct ActTrace {

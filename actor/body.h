@@ -80,19 +80,42 @@ class VariableBody {
   std::vector<TensorView> update_inputs_;
 };
 
-// Turns `parallel` pieces in one SBP into `parallel` pieces in another, on one
-// node: all-reduce (P -> B), all-gather (S -> B), slice (B -> S), reduce-scatter
-// (P -> S), all-to-all (S(a) -> S(b)).
+// The inter-node half of a boxing whose pieces span several nodes, provided
+// by the runtime: a collective among the matching boxing tasks of every node.
+class NodeCollective {
+ public:
+  virtual ~NodeCollective() = default;
+  // Sums `data` over the nodes, in place. Called from the boxing actor's thread.
+  virtual Status all_reduce(std::span<float> data) = 0;
+};
+
+// Turns `parallel` pieces in one SBP into `parallel` pieces in another: all-
+// reduce (P -> B), all-gather (S -> B), slice (B -> S), reduce-scatter (P -> S),
+// all-to-all (S(a) -> S(b)). On one node it sees every piece. When the pieces
+// span nodes, this node's task sees `local_pieces` of them (global ranks
+// first_rank ...) and `collective` combines the nodes' partial wholes.
 class BoxingBody {
  public:
-  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical);
+  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical, int first_rank = 0, int local_pieces = 0,
+             NodeCollective* collective = nullptr);
   Status act(const ActIo& io);
 
  private:
   Sbp in_sbp_, out_sbp_;
   int parallel_;
   TensorMeta logical_;
+  int first_rank_;
+  int local_pieces_;
+  NodeCollective* collective_;
   std::vector<float> whole_;  // the logical tensor, when no output can hold it
+};
+
+// Copies its input slot to its output slot: the two ends of a cross-node
+// regst (Send on the producer's node, Recv on the consumer's). The bytes
+// between them travel with the `ready` message (runtime's bus).
+class CopyBody {
+ public:
+  Status act(const ActIo& io);
 };
 
 // Per-step scalars reported by the sink: one value per metric name.

@@ -10,6 +10,7 @@
 #include "compiler/plan_writer.h"
 #include "compiler/regst_planning.h"
 #include "compiler/sbp_deduction.h"
+#include "compiler/transfers.h"
 #include "compiler/validate.h"
 #include "kernels/data/dataset.h"
 
@@ -58,6 +59,7 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   RILL_ASSIGN_OR_RETURN(int64_t steps, plan_steps(job, g, options));
   RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g));
   tasks.steps = steps;
+  RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(plan_regsts(options.activation_register_num, &tasks));
   return write_plan(tasks);
 }

@@ -2,10 +2,12 @@
 // for a cluster. The passes, one per file, run in this order:
 //   validate (validate.h) -> autograd (autograd.h) -> optimizer (optimizer.h)
 //   -> SBP deduction (sbp_deduction.h) -> boxing insertion (boxing.h)
-//   -> physical expansion into a task graph (physical.h) -> regst planning
-//   (regst_planning.h) -> Plan bytes (plan_writer.h).
+//   -> physical expansion into a task graph (physical.h) -> cross-node
+//   Send/Recv (transfers.h) -> regst planning (regst_planning.h) -> Plan bytes
+//   (plan_writer.h).
 // The plan's bytes are all a runtime needs to build its actors, and the same job
-// always compiles to the same bytes.
+// always compiles to the same bytes. A whole plan covers every node; node_plan
+// cuts out what one node runs.
 //
 // Threading: every function here is pure (no shared state); call from any thread.
 #pragma once
@@ -21,7 +23,8 @@
 
 namespace rill::compiler {
 
-inline constexpr uint32_t kPlanVersion = 1;
+// 2: per-node boxing, Send/Recv tasks, node plans (Plan.node, Plan.num_tasks).
+inline constexpr uint32_t kPlanVersion = 2;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.
@@ -47,9 +50,26 @@ struct CompileOptions {
 StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options);
 
 // Runs the FlatBuffers verifier over `bytes`, checks the version and the plan's
-// internal references (regst ids, producers). The returned pointer points into
-// `bytes`, which must outlive it.
+// internal references, for a whole plan or a node plan: tasks ascending by
+// ActorId index (so ids are unique) and below num_tasks, in a node plan all on
+// its node; regsts ascending by id; every regst a task names is in the plan;
+// producers and consumers on the plan's node are tasks of the plan. In a whole
+// plan positions are indices too (task i has index i, regst i has id i). The
+// returned pointer points into `bytes`, which must outlive it.
 StatusOr<const plan::Plan*> verify_plan(std::string_view bytes);
+
+// The plan of one node, cut from a whole plan: the tasks on `node` and the
+// regsts they produce or consume (a wire regst of a Send/Recv pair is in both
+// nodes' plans), every id global as in the whole plan, all datasets, node set
+// and num_tasks the whole plan's task count. Errors: bytes that do not verify,
+// a plan that is already a node plan, a node out of range.
+StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node);
+
+// Look-ups in a verified plan (whole or node): the regst with global id `id`,
+// the task with actor id `id`, or nullptr. O(1) on a whole plan (position ==
+// id); a binary search on a node plan, whose vectors are sorted by id.
+const plan::RegstDesc* find_regst(const plan::Plan& plan, int64_t id);
+const plan::Task* find_task(const plan::Plan& plan, uint64_t id);
 
 // A JSON summary: {"job", "steps", "tasks": [...], "regsts": [...]}.
 std::string plan_json(const plan::Plan& plan);

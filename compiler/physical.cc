@@ -19,7 +19,7 @@ class Expander {
     RILL_RETURN_IF_ERROR(add_sources());
     add_variables();
     add_computes();
-    add_boxings();
+    RILL_RETURN_IF_ERROR(add_boxings());
     add_sink();
     wire();
     return std::move(out_);
@@ -29,10 +29,13 @@ class Expander {
   int node_of(int rank) const { return rank / per_node_; }
   int device_of(int rank) const { return rank % per_node_; }
 
-  // Appends `task` with the actor id of its position on a thread of `type`.
-  int add_task(TaskNode task, DeviceType type) {
+  // Appends `task` with the actor id of its position on a thread of `type`
+  // (for comm threads, number `comm_thread` of the task's node).
+  int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
     uint32_t index = static_cast<uint32_t>(out_.tasks.size());
-    uint32_t device = type == DeviceType::kCpu ? static_cast<uint32_t>(task.device) : 0;
+    uint32_t device = type == DeviceType::kCpu    ? static_cast<uint32_t>(task.device)
+                      : type == DeviceType::kComm ? comm_thread
+                                                  : 0;
     task.id = ActorId::make(static_cast<uint32_t>(task.node), type, device, 0, index);
     out_.tasks.push_back(std::move(task));
     return static_cast<int>(index);
@@ -139,19 +142,56 @@ class Expander {
     }
   }
 
-  void add_boxings() {
-    for (const BoxingNode& b : g_.boxings) {
-      TaskNode task;
-      task.kind = plan::TaskKind::Boxing;
-      task.name = fmt::format("boxing:{}:{}->{}", b.tensor, b.in.to_string(), b.out.to_string());
-      task.node = 0;
-      task.boxing = BoxingInfo{b.in, b.out, parallel_};
-      int t = add_task(std::move(task), DeviceType::kComm);
-      boxing_tasks_.push_back(t);
+  // One boxing on one node: a task over every piece on node 0's comm thread.
+  // Across nodes: one task per node over that node's pieces, on comm thread
+  // number b of each node, so that the collectives of different boxings never
+  // wait on each other behind one thread.
+  Status add_boxings() {
+    const int nodes = g_.cluster.num_nodes;
+    constexpr size_t kCommThreads = size_t{1} << ActorId::kDeviceBits;
+    if (nodes > 1 && g_.boxings.size() > kCommThreads)
+      return invalid_argument("{} boxings span {} nodes; at most {} fit the comm threads of a node",
+                              g_.boxings.size(), nodes, kCommThreads);
+    for (size_t b = 0; b < g_.boxings.size(); ++b) {
+      const BoxingNode& box = g_.boxings[b];
+      const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+      std::vector<int>& tasks = boxing_tasks_.emplace_back();
       std::vector<int>& outs = boxed_.emplace_back();
-      for (int rank = 0; rank < parallel_; ++rank)
-        outs.push_back(add_regst(t, b.tensor, g_.find(b.tensor)->meta, b.out, rank));
+      if (nodes > 1) RILL_RETURN_IF_ERROR(check_cross_node(box));
+      // Only B -> S(a) is local on every node: it slices what each node holds.
+      const bool collective = nodes > 1 && box.in.kind != Sbp::kBroadcast;
+      for (int node = 0; node < nodes; ++node) {
+        TaskNode task;
+        task.kind = plan::TaskKind::Boxing;
+        task.name = nodes > 1 ? fmt::format("{}@node{}", name, node) : name;
+        task.node = node;
+        task.boxing.in = box.in;
+        task.boxing.out = box.out;
+        task.boxing.parallel = parallel_;
+        task.boxing.num_nodes = nodes;
+        task.boxing.local_pieces = per_node_;
+        task.boxing.first_rank = node * per_node_;
+        task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(b) + 1 : 0;
+        int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? static_cast<uint32_t>(b) : 0);
+        tasks.push_back(t);
+        for (int d = 0; d < per_node_; ++d)
+          outs.push_back(add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_ + d));
+      }
+      if (collective)
+        for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
     }
+    return {};
+  }
+
+  // The conversions a per-node boxing task can do: all-reduce, all-gather, slice.
+  static Status check_cross_node(const BoxingNode& box) {
+    const bool ok = (box.in.kind == Sbp::kPartialSum && box.out.kind == Sbp::kBroadcast) ||
+                    (box.in.kind == Sbp::kSplit && box.out.kind == Sbp::kBroadcast) ||
+                    (box.in.kind == Sbp::kBroadcast && box.out.kind == Sbp::kSplit);
+    if (ok) return {};
+    return invalid_argument(
+        "tensor '{}': boxing {} -> {} is not supported across nodes yet (supported: P -> B, S -> B, B -> S)",
+        box.tensor, box.in.to_string(), box.out.to_string());
   }
 
   void add_sink() {
@@ -181,8 +221,11 @@ class Expander {
           out_.tasks[op_tasks_[o][rank]].inputs.push_back(piece(op.inputs[k], op.input_boxing[k], rank));
     }
     for (size_t b = 0; b < g_.boxings.size(); ++b)
-      for (int rank = 0; rank < parallel_; ++rank)
-        out_.tasks[boxing_tasks_[b]].inputs.push_back(pieces_.at(g_.boxings[b].tensor)[rank]);
+      for (int t : boxing_tasks_[b]) {
+        TaskNode& task = out_.tasks[t];
+        for (int d = 0; d < task.boxing.local_pieces; ++d)
+          task.inputs.push_back(pieces_.at(g_.boxings[b].tensor)[task.boxing.first_rank + d]);
+      }
     TaskNode& sink = out_.tasks[sink_task_];
     for (const Reported& r : g_.reported) {
       for (int rank = 0; rank < parallel_; ++rank) {
@@ -202,7 +245,7 @@ class Expander {
   std::vector<std::vector<int>> boxed_;             // boxing node -> regst by rank
   std::vector<std::vector<int>> variable_tasks_;
   std::vector<std::vector<int>> op_tasks_;
-  std::vector<int> boxing_tasks_;
+  std::vector<std::vector<int>> boxing_tasks_;    // boxing node -> its task per node
   int sink_task_ = -1;
 };
 

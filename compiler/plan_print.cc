@@ -46,19 +46,31 @@ std::string plan_json(const plan::Plan& p) {
   root["global_batch"] = p.global_batch();
   root["num_nodes"] = p.num_nodes();
   root["devices_per_node"] = p.devices_per_node();
+  root["node"] = p.node();
+  root["num_tasks"] = p.num_tasks();
   Json tasks = Json::array();
   if (p.tasks() != nullptr) {
     for (const plan::Task* t : *p.tasks()) {
-      tasks.push_back({{"id", t->id()},
-                       {"actor", ActorId::to_string(t->id())},
-                       {"kind", plan::EnumNameTaskKind(t->kind())},
-                       {"name", str(t->name())},
-                       {"op", str(t->op_type())},
-                       {"node", t->node()},
-                       {"device", t->device()},
-                       {"thread", t->thread()},
-                       {"inputs", vec(t->inputs())},
-                       {"outputs", vec(t->outputs())}});
+      Json task = {{"id", t->id()},
+                   {"actor", ActorId::to_string(t->id())},
+                   {"kind", plan::EnumNameTaskKind(t->kind())},
+                   {"name", str(t->name())},
+                   {"op", str(t->op_type())},
+                   {"node", t->node()},
+                   {"device", t->device()},
+                   {"thread", t->thread()},
+                   {"inputs", vec(t->inputs())},
+                   {"outputs", vec(t->outputs())}};
+      if (const plan::BoxingConf* b = t->boxing())
+        task["boxing"] = {{"in", sbp_string(b->in_sbp())},
+                          {"out", sbp_string(b->out_sbp())},
+                          {"parallel", b->parallel()},
+                          {"num_nodes", b->num_nodes()},
+                          {"local_pieces", b->local_pieces()},
+                          {"first_rank", b->first_rank()},
+                          {"collective_tag", b->collective_tag()},
+                          {"peers", vec(b->peers())}};
+      tasks.push_back(std::move(task));
     }
   }
   root["tasks"] = std::move(tasks);
@@ -83,7 +95,9 @@ std::string plan_json(const plan::Plan& p) {
 std::string plan_dot(const plan::Plan& p) {
   std::string out = fmt::format("digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n",
                                 dot_escape(str(p.job_name())));
-  // Group task indices by node, then by thread; std::map keeps the order fixed.
+  // Group task positions by node, then by thread; std::map keeps the order fixed.
+  // Graph nodes are named by actor id index, which edges can name too (in a
+  // node plan, tasks of other nodes appear as bare graph nodes).
   std::map<int, std::map<uint64_t, std::vector<uint32_t>>> groups;
   if (p.tasks() != nullptr)
     for (uint32_t i = 0; i < p.tasks()->size(); ++i) {
@@ -101,7 +115,8 @@ std::string plan_dot(const plan::Plan& p) {
         const plan::Task* t = p.tasks()->Get(i);
         std::string label = dot_escape(str(t->name()));
         if (t->op_type() != nullptr && t->op_type()->size() > 0) label += "\\n" + dot_escape(str(t->op_type()));
-        out += fmt::format("      t{} [label=\"{}\\n{}\"];\n", i, label, plan::EnumNameTaskKind(t->kind()));
+        out += fmt::format("      t{} [label=\"{}\\n{}\"];\n", ActorId::index(t->id()), label,
+                           plan::EnumNameTaskKind(t->kind()));
       }
       out += "    }\n";
     }

@@ -6,63 +6,104 @@
 namespace rill::compiler {
 namespace {
 
-// The task at position ActorId::index(id), if it has that id.
-const plan::Task* task_of(const plan::Plan& p, uint64_t id) {
-  uint32_t index = ActorId::index(id);
-  if (index >= p.tasks()->size()) return nullptr;
-  const plan::Task* t = p.tasks()->Get(index);
-  return t->id() == id ? t : nullptr;
+std::string task_label(const plan::Task* t) {
+  return fmt::format("task {} ('{}')", ActorId::to_string(t->id()), t->name() ? t->name()->str() : "");
+}
+
+// Tasks ascending by index, regsts by id: find_task and find_regst rely on it.
+Status check_order(const plan::Plan& p, bool whole) {
+  const uint32_t num_tasks = p.tasks()->size();
+  if (p.num_tasks() < num_tasks || (whole && p.num_tasks() != num_tasks))
+    return data_loss("plan: num_tasks is {} for {} tasks in a {} plan", p.num_tasks(), num_tasks,
+                     whole ? "whole" : "node");
+  for (uint32_t i = 0; i < num_tasks; ++i) {
+    const uint32_t index = ActorId::index(p.tasks()->Get(i)->id());
+    if (whole && index != i) return data_loss("plan: task at {} has actor id index {}", i, index);
+    if (i > 0 && index <= ActorId::index(p.tasks()->Get(i - 1)->id()))
+      return data_loss("plan: task at {} (index {}) is not after the one before it: repeated or unsorted ids", i,
+                       index);
+    if (index >= p.num_tasks()) return data_loss("plan: task at {} has index {} of {}", i, index, p.num_tasks());
+  }
+  for (uint32_t i = 0; i < p.regsts()->size(); ++i) {
+    const int64_t id = p.regsts()->Get(i)->id();
+    if (whole && id != i) return data_loss("plan: regst at {} has id {}", i, id);
+    if (id < 0 || (i > 0 && id <= p.regsts()->Get(i - 1)->id()))
+      return data_loss("plan: regst at {} has id {}: negative, repeated or unsorted", i, id);
+  }
+  return {};
+}
+
+bool conf_ok(const plan::Plan& p, const plan::Task* t) {
+  switch (t->kind()) {
+    case plan::TaskKind::Source:
+      return t->source() != nullptr && t->source()->fields() != nullptr && t->source()->dataset() >= 0 &&
+             static_cast<uint32_t>(t->source()->dataset()) < p.datasets()->size();
+    case plan::TaskKind::Variable: return t->variable() != nullptr;
+    case plan::TaskKind::Sink:
+      return t->sink() != nullptr && t->sink()->names() != nullptr && t->sink()->partial() != nullptr &&
+             t->sink()->names()->size() == t->inputs()->size() && t->sink()->partial()->size() == t->inputs()->size();
+    case plan::TaskKind::Boxing: {
+      const plan::BoxingConf* c = t->boxing();
+      if (c == nullptr || c->in_sbp() == nullptr || c->out_sbp() == nullptr) return false;
+      if (c->num_nodes() < 1 || c->num_nodes() > p.num_nodes() || c->node() != t->node()) return false;
+      // Peers, when any: one per node, this task at its own node's place.
+      const auto* peers = c->peers();
+      if (peers == nullptr || peers->size() == 0) return true;
+      return peers->size() == static_cast<uint32_t>(c->num_nodes()) && c->node() < c->num_nodes() &&
+             peers->Get(static_cast<uint32_t>(c->node())) == t->id();
+    }
+    case plan::TaskKind::Send:
+    case plan::TaskKind::Recv: return t->inputs()->size() == 1 && t->outputs()->size() == 1;
+    case plan::TaskKind::Compute: return true;
+  }
+  return false;
 }
 
 Status check_references(const plan::Plan& p) {
   if (p.tasks() == nullptr || p.regsts() == nullptr || p.datasets() == nullptr)
     return data_loss("plan: tasks, regsts or datasets missing");
-  const uint32_t num_regsts = p.regsts()->size();
-  for (uint32_t i = 0; i < p.tasks()->size(); ++i) {
-    const plan::Task* t = p.tasks()->Get(i);
-    if (ActorId::index(t->id()) != i)
-      return data_loss("plan: task {} has actor id {} naming index {}", i, ActorId::to_string(t->id()),
-                       ActorId::index(t->id()));
-    if (t->thread() != ActorId::thread_key(t->id())) return data_loss("plan: task {} has a wrong thread key", i);
-    if (t->inputs() == nullptr || t->outputs() == nullptr) return data_loss("plan: task {} lacks inputs or outputs", i);
+  const int node = p.node();
+  const bool whole = node == -1;
+  if (p.num_nodes() < 1 || node < -1 || node >= p.num_nodes())
+    return data_loss("plan: node {} of a plan over {} nodes", node, p.num_nodes());
+  RILL_RETURN_IF_ERROR(check_order(p, whole));
+  // An actor id a regst names: on this plan's node(s) one of its tasks, elsewhere
+  // just a plausible id (its task is in another node's plan).
+  auto resolves = [&](uint64_t id) {
+    if (ActorId::node(id) >= static_cast<uint32_t>(p.num_nodes())) return false;
+    if (whole || ActorId::node(id) == static_cast<uint32_t>(node)) return find_task(p, id) != nullptr;
+    return ActorId::index(id) < p.num_tasks();
+  };
+  for (const plan::Task* t : *p.tasks()) {
+    if (t->thread() != ActorId::thread_key(t->id())) return data_loss("plan: {} has a wrong thread key", task_label(t));
+    if (t->node() < 0 || static_cast<uint32_t>(t->node()) != ActorId::node(t->id()) || t->node() >= p.num_nodes() ||
+        (!whole && t->node() != node))
+      return data_loss("plan: {} is on node {} in a plan of {} nodes for node {}", task_label(t), t->node(),
+                       p.num_nodes(), node);
+    if (t->inputs() == nullptr || t->outputs() == nullptr)
+      return data_loss("plan: {} lacks inputs or outputs", task_label(t));
     for (int64_t r : *t->inputs())
-      if (r < 0 || r >= num_regsts) return data_loss("plan: task {} reads regst {} of {}", i, r, num_regsts);
+      if (find_regst(p, r) == nullptr)
+        return data_loss("plan: {} reads regst {}, which is not in the plan", task_label(t), r);
     for (int64_t r : *t->outputs()) {
-      if (r < 0 || r >= num_regsts) return data_loss("plan: task {} writes regst {} of {}", i, r, num_regsts);
-      if (p.regsts()->Get(static_cast<uint32_t>(r))->producer() != t->id())
-        return data_loss("plan: task {} writes regst {} produced by another task", i, r);
+      const plan::RegstDesc* regst = find_regst(p, r);
+      if (regst == nullptr) return data_loss("plan: {} writes regst {}, which is not in the plan", task_label(t), r);
+      if (regst->producer() != t->id())
+        return data_loss("plan: {} writes regst {} produced by another task", task_label(t), r);
     }
-    bool conf_ok = true;
-    switch (t->kind()) {
-      case plan::TaskKind::Source:
-        conf_ok = t->source() != nullptr && t->source()->fields() != nullptr && t->source()->dataset() >= 0 &&
-                  static_cast<uint32_t>(t->source()->dataset()) < p.datasets()->size();
-        break;
-      case plan::TaskKind::Variable: conf_ok = t->variable() != nullptr; break;
-      case plan::TaskKind::Sink:
-        conf_ok = t->sink() != nullptr && t->sink()->names() != nullptr && t->sink()->partial() != nullptr &&
-                  t->sink()->names()->size() == t->inputs()->size() &&
-                  t->sink()->partial()->size() == t->inputs()->size();
-        break;
-      case plan::TaskKind::Boxing:
-        conf_ok = t->boxing() != nullptr && t->boxing()->in_sbp() != nullptr && t->boxing()->out_sbp() != nullptr;
-        break;
-      default: break;
-    }
-    if (!conf_ok)
-      return data_loss("plan: task {} ({}) lacks a valid {} conf", i, t->name() ? t->name()->str() : "",
-                       plan::EnumNameTaskKind(t->kind()));
+    if (!conf_ok(p, t))
+      return data_loss("plan: {} lacks a valid {} conf", task_label(t), plan::EnumNameTaskKind(t->kind()));
   }
-  for (uint32_t i = 0; i < num_regsts; ++i) {
-    const plan::RegstDesc* r = p.regsts()->Get(i);
-    if (r->id() != i) return data_loss("plan: regst at {} has id {}", i, r->id());
-    if (task_of(p, r->producer()) == nullptr)
-      return data_loss("plan: regst {} names producer {} that is not in the plan", i, r->producer());
+  for (const plan::RegstDesc* r : *p.regsts()) {
+    if (!resolves(r->producer()))
+      return data_loss("plan: regst {} names producer {} that is not in the plan", r->id(),
+                       ActorId::to_string(r->producer()));
     if (r->consumers() == nullptr || r->shape() == nullptr || r->sbp() == nullptr)
-      return data_loss("plan: regst {} lacks consumers, shape or sbp", i);
+      return data_loss("plan: regst {} lacks consumers, shape or sbp", r->id());
     for (uint64_t c : *r->consumers())
-      if (task_of(p, c) == nullptr) return data_loss("plan: regst {} names consumer {} that is not in the plan", i, c);
-    if (r->register_num() < 1) return data_loss("plan: regst {} has register_num {}", i, r->register_num());
+      if (!resolves(c))
+        return data_loss("plan: regst {} names consumer {} that is not in the plan", r->id(), ActorId::to_string(c));
+    if (r->register_num() < 1) return data_loss("plan: regst {} has register_num {}", r->id(), r->register_num());
   }
   return {};
 }

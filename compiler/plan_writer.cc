@@ -74,7 +74,11 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     }
     case plan::TaskKind::Boxing: {
       plan::Sbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
-      boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel);
+      std::vector<uint64_t> peers;
+      for (int peer : t.boxing.peers) peers.push_back(g.tasks[peer].id);
+      boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
+                                      t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
+                                      b.CreateVector(peers));
       break;
     }
     case plan::TaskKind::Compute:
@@ -113,7 +117,7 @@ std::string write_plan(const TaskGraph& g) {
   for (size_t i = 0; i < g.regsts.size(); ++i) regsts.push_back(write_regst(b, g, i, g.regsts[i]));
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
-                               b.CreateVector(regsts));
+                               b.CreateVector(regsts), /*node=*/-1, static_cast<int64_t>(g.tasks.size()));
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

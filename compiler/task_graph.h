@@ -1,6 +1,7 @@
 // TaskGraph: the physical graph the last passes build and the plan writer
 // emits. Tasks and regsts are addressed by their index, which is also their
-// position in Plan.tasks and Plan.regsts; a task's actor id carries its index.
+// position in the whole Plan's tasks and regsts (and a regst's global id); a
+// task's actor id carries its index.
 // A value owned by one compile() call.
 #pragma once
 
@@ -50,7 +51,12 @@ struct SinkInfo {
 struct BoxingInfo {
   Sbp in;
   Sbp out;
-  int parallel = 1;
+  int parallel = 1;         // pieces over all nodes
+  int num_nodes = 1;        // > 1: one task per node, each with its local pieces
+  int local_pieces = 1;
+  int first_rank = 0;
+  int64_t collective_tag = 0;   // 0: no collective among nodes
+  std::vector<int> peers;       // task indices of the same boxing on every node
 };
 
 struct TaskNode {

@@ -30,6 +30,13 @@ StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::stri
 // OK if `path` holds a good job; for the `rill check JOB` command.
 Status check_job_file(const std::string& path);
 
+// The job as job-file text: pretty-printed JSON, always the same for the same
+// job, that parse_job_json reads back into an equal Job when `job` is valid. Fails,
+// naming the element, on what a job file cannot hold: an attribute that
+// graph/job.fbs does not list or of another type than the loader reads, a seed
+// above 2^63-1, an SBP other than S(0)..S(9), B or P, text that is not UTF-8.
+StatusOr<std::string> job_to_json(const Job& job);
+
 // Applies one "section.field=value" assignment, e.g. "train.steps=100",
 // "optimizer.type=adam", "eval.batch_size=1000". On error the job is
 // unchanged and the message does not repeat the assignment (callers add it as

@@ -17,8 +17,10 @@ using Clock = std::chrono::steady_clock;
 // Prints a progress line every log_every steps and keeps the loss curve.
 class Progress {
  public:
-  Progress(std::FILE* out, int64_t steps, int64_t global_batch, int64_t log_every, JobResult* result)
-      : out_(out), steps_(steps), global_batch_(global_batch), log_every_(std::max<int64_t>(log_every, 1)),
+  Progress(std::FILE* out, std::function<void(const std::string&)> on_line, int64_t steps, int64_t global_batch,
+           int64_t log_every, JobResult* result)
+      : out_(out),
+        on_line_(std::move(on_line)), steps_(steps), global_batch_(global_batch), log_every_(std::max<int64_t>(log_every, 1)),
         result_(result) {
     result_->loss_curve.reserve(static_cast<size_t>(steps));
     step_seconds_.reserve(static_cast<size_t>(steps));
@@ -44,7 +46,7 @@ class Progress {
     int64_t done = m.step + 1;
     if (done % log_every_ != 0 && done != steps_) return;
     for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];
-    if (!out_) return;
+    if (!out_ && !on_line_) return;
     double seconds = std::chrono::duration<double>(now - last_).count();
     int64_t interval = done - last_step_;
     std::string line = fmt::format("step {:>6}/{}", done, steps_);
@@ -52,14 +54,18 @@ class Progress {
     if (seconds > 0 && m.step > 0)
       line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
                           interval * global_batch_ / seconds);
-    fmt::print(out_, "{}\n", line);
-    std::fflush(out_);
+    if (out_) {
+      fmt::print(out_, "{}\n", line);
+      std::fflush(out_);
+    }
+    if (on_line_) on_line_(line);
     last_ = now;
     last_step_ = done;
   }
 
  private:
   std::FILE* out_;
+  std::function<void(const std::string&)> on_line_;
   int64_t steps_, global_batch_, log_every_;
   JobResult* result_;
   Clock::time_point last_, start_;
@@ -68,7 +74,7 @@ class Progress {
 };
 
 StatusOr<compiler::Cluster> cluster_for(const graph::Job& job, const JobRunOptions& options) {
-  return compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, 1);
+  return compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, options.num_nodes);
 }
 
 }  // namespace
@@ -95,16 +101,17 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.steps = (*verified)->steps();
   result.global_batch = (*verified)->global_batch();
   if (options.out)
-    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} ({} tasks)\n", job.name, result.steps,
-               result.global_batch, options.devices.empty() ? job.train.devices : options.devices,
-               (*verified)->tasks()->size());
+    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
+               result.steps, result.global_batch, options.num_nodes,
+               options.devices.empty() ? job.train.devices : options.devices, (*verified)->tasks()->size());
 
-  Progress progress(options.out, result.steps, result.global_batch, (*verified)->log_every(), &result);
+  Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);
   RunOptions run_options;
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
-  RunReport train = run_plan(*train_plan, run_options);
+  PlanExecutor execute = options.executor ? options.executor : PlanExecutor(run_plan);
+  RunReport train = execute(*train_plan, run_options);
   if (!train.status.ok()) {
     result.status = train.status;
     return result;
@@ -136,7 +143,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       for (size_t i = 0; i < m.names.size(); ++i) sums[m.names[i]] += m.values[i];
       ++eval_steps;
     };
-    RunReport eval = run_plan(*eval_plan, eval_run);
+    RunReport eval = execute(*eval_plan, eval_run);
     if (!eval.status.ok()) {
       result.status = eval.status.with_context("eval");
       return result;
@@ -144,11 +151,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     auto eval_verified = compiler::verify_plan(*eval_plan);
     result.eval_samples = eval_steps * (*eval_verified)->global_batch();
     for (const auto& [name, sum] : sums) result.eval_metrics[name] = eval_steps ? sum / eval_steps : 0.0;
-    if (options.out) {
-      std::string line = fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
-      for (const auto& [name, value] : result.eval_metrics) line += fmt::format("  {} {:.4f}", name, value);
-      fmt::print(options.out, "{}\n", line);
-    }
+    std::string line = fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
+    for (const auto& [name, value] : result.eval_metrics) line += fmt::format("  {} {:.4f}", name, value);
+    if (options.out) fmt::print(options.out, "{}\n", line);
+    if (options.on_line) options.on_line(line);
   }
   return result;
 }

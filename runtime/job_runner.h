@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -16,12 +17,20 @@
 
 namespace rill {
 
+// Runs one phase's whole plan and reports (by default run_plan on this
+// machine; the master agent's executor spreads it over the cluster).
+using PlanExecutor = std::function<RunReport(const std::string& plan_bytes, const RunOptions& options)>;
+
 struct JobRunOptions {
-  std::string devices;            // e.g. "cpu:2"; empty: the job's train.devices
+  std::string devices;            // devices per node, e.g. "cpu:2"; empty: the job's train.devices
+  int num_nodes = 1;              // nodes the plan spans
+  PlanExecutor executor;          // empty: run_plan
   int64_t steps = 0;              // > 0 overrides the job's steps
   double stall_timeout_s = 60.0;  // stuck-job detector
   std::string trace_file;         // Chrome-trace JSON of every act, when not empty
   std::FILE* out = stdout;        // progress lines; nullptr: silent
+  // Also told every progress line (the master forwards them to a client).
+  std::function<void(const std::string& line)> on_line;
 };
 
 struct JobResult {

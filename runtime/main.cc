@@ -9,6 +9,8 @@
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
+#include "runtime/cluster_commands.h"
+#include "runtime/cluster_config.h"
 #include "runtime/job_runner.h"
 
 namespace {
@@ -45,7 +47,13 @@ int main(int argc, char** argv) {
   double stall_timeout = 60.0;
   bool json = false;
 
-  CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine");
+  int ctrl_port = rill::kDefaultCtrlPort;
+  std::string logdir, machines, master;
+  double join_timeout = 60.0;
+  int rank = 0;
+  bool follow = false;
+
+  CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine (--nodes N: on N local agents)");
   run->add_option("job", job_path, "Job description file (JSON)")->required();
   run->add_option("--devices", devices, "Devices, e.g. cpu:2 (default: the job's train.devices)");
   run->add_option("--steps", steps, "Run this many steps instead of the job's");
@@ -53,6 +61,32 @@ int main(int argc, char** argv) {
   run->add_option("--set", overrides, "Override a job field, e.g. --set train.steps=100");
   run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act");
   run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds");
+  run->add_option("--nodes", nodes, "Start this many agents on 127.0.0.1..N and run the job on them")
+      ->check(CLI::Range(1, 254));
+  run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
+  run->add_option("--logdir", logdir, "Where the non-master agents write their logs");
+
+  CLI::App* agent = app.add_subcommand("agent", "Run this node's agent (node 0 is the master)");
+  agent->add_option("--machines", machines, "Machine list: addr[:port],... or a file with one per line")->required();
+  agent->add_option("--rank", rank, "This node's index in the machine list")->required();
+  agent->add_option("--ctrl-port", ctrl_port, "Control port where an entry gives none (data port: +1)");
+  agent->add_option("--devices", devices, "This node's devices, e.g. cpu:2")->default_val("cpu:1");
+  agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form");
+  agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds");
+  std::string as_version;
+  agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
+
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job to a cluster's master agent");
+  submit->add_option("job", job_path, "Job description file (JSON)")->required();
+  submit->add_option("--master", master, "The master's address[:port]")->required();
+  submit->add_option("--result", result_path, "Write the result as JSON to this file");
+  submit->add_flag("--follow", follow, "Print the master's progress lines");
+  submit->add_option("--devices", devices, "Devices per node (default: the agents')");
+  submit->add_option("--steps", steps, "Run this many steps instead of the job's");
+  submit->add_option("--set", overrides, "Override a job field");
+
+  CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
+  status->add_option("--master", master, "The master's address[:port]")->required();
 
   CLI::App* plan = app.add_subcommand("plan", "Compile a job and print its physical plan");
   plan->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -66,6 +100,25 @@ int main(int argc, char** argv) {
   check->add_option("job", job_path, "Job description file (JSON)")->required();
 
   CLI11_PARSE(app, argc, argv);
+
+  if (agent->parsed())
+    return rill::agent_command(machines, rank, ctrl_port, devices, join_timeout, stall_timeout, as_version);
+  if (submit->parsed())
+    return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides);
+  if (status->parsed()) return rill::status_command(master);
+  if (run->parsed() && nodes > 1) {
+    rill::ClusterRunArgs args;
+    args.job_path = job_path;
+    args.nodes = nodes;
+    args.devices = devices;
+    args.ctrl_port = ctrl_port;
+    args.steps = steps;
+    args.overrides = overrides;
+    args.result_path = result_path;
+    args.logdir = logdir;
+    args.stall_timeout_s = stall_timeout;
+    return rill::run_local_cluster(args);
+  }
 
   if (check->parsed()) {
     Status status = rill::graph::check_job_file(job_path);

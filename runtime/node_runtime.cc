@@ -1,6 +1,8 @@
 #include "runtime/node_runtime.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <unordered_map>
@@ -10,6 +12,9 @@
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
+#include "comm/collectives.h"
+#include "comm/transport.h"
+#include "runtime/actor_wire.h"
 #include "runtime/plan_reader.h"
 #include "runtime/worker.h"
 
@@ -20,14 +25,34 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// Everything one node builds from its part of the plan.
-class NodeRun {
+// Sums a cross-node boxing's partial wholes over the nodes: a ring
+// all-reduce among the matching boxing tasks of every node.
+class TransportCollective : public NodeCollective {
  public:
-  NodeRun(const plan::Plan& plan, const RunOptions& options) : plan_(plan), options_(options) {}
-  Status build();
-  RunReport run();
+  TransportCollective(comm::Transport* transport, uint64_t tag, double timeout_s)
+      : collectives_(*transport, comm::CollectiveOptions{.timeout = std::chrono::milliseconds(
+                                                             static_cast<int64_t>(timeout_s * 1000))}),
+        tag_(tag) {}
+  Status all_reduce(std::span<float> data) override { return collectives_.all_reduce(data, data, tag_); }
 
  private:
+  comm::Collectives collectives_;
+  uint64_t tag_;
+};
+
+// Everything one node builds from its part of the plan.
+class NodeRun : public NodeRuntime {
+ public:
+  NodeRun(std::string bytes, RunOptions options) : bytes_(std::move(bytes)), options_(std::move(options)) {}
+  ~NodeRun() override;
+  Status build();
+  RunReport run() override;
+  void abort(const Status& reason) override { fail(reason); }
+
+ private:
+  const plan::RegstDesc* regst(int64_t id) const;
+  void route(const ActorMsg& msg);
+  void receive(int from, std::span<const std::byte> message);
   Status allocate_regsts();
   StatusOr<Body> make_body(const plan::Task& task);
   StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
@@ -35,10 +60,14 @@ class NodeRun {
   void collect_variables(RunReport& report);
   void fail(const Status& status);
 
-  const plan::Plan& plan_;
-  const RunOptions& options_;
+  std::string bytes_;
+  RunOptions options_;
+  const plan::Plan* plan_ = nullptr;
+  std::unordered_map<int64_t, const plan::RegstDesc*> regst_by_id_;
+  std::vector<std::unique_ptr<TransportCollective>> collectives_;
+  std::vector<std::byte> send_header_;
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
-  std::vector<std::vector<TensorView>> slots_;  // by regst id: one view per slot
+  std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> by_index_;
@@ -51,17 +80,32 @@ class NodeRun {
   std::atomic<bool> failed_{false};
 };
 
+const plan::RegstDesc* NodeRun::regst(int64_t id) const {
+  auto it = regst_by_id_.find(id);
+  return it == regst_by_id_.end() ? nullptr : it->second;
+}
+
+// Slots for every regst this node's tasks write, and mirror slots for those
+// they read from another node (a `ready` from there carries the bytes).
 Status NodeRun::allocate_regsts() {
-  const auto& regsts = *plan_.regsts();
-  slots_.resize(regsts.size());
-  for (const plan::RegstDesc* desc : regsts) {
-    if (static_cast<int>(ActorId::node(desc->producer())) != options_.node) continue;
+  for (const plan::RegstDesc* desc : *plan_->regsts()) regst_by_id_[desc->id()] = desc;
+  std::vector<int64_t> needed;
+  for (const plan::Task* task : *plan_->tasks()) {
+    if (task->node() != options_.node) continue;
+    for (int64_t r : *task->inputs()) needed.push_back(r);
+    for (int64_t r : *task->outputs()) needed.push_back(r);
+  }
+  std::sort(needed.begin(), needed.end());
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+  for (int64_t id : needed) {
+    const plan::RegstDesc* desc = regst(id);
+    if (!desc) return invalid_argument("plan: a task of node {} names regst {}, which the plan lacks", options_.node, id);
     if (desc->register_num() < 1)
       return invalid_argument("plan: regst '{}' has register_num {}", read_string(desc->name()), desc->register_num());
     TensorMeta meta{read_shape(desc->shape()), read_dtype(desc->dtype())};
     size_t bytes = (meta.bytes() + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
-    auto& views = slots_[desc->id()];
+    auto& views = slots_[id];
     for (int s = 0; s < desc->register_num(); ++s) {
       void* p = std::aligned_alloc(64, bytes);
       if (!p) return Status(Code::kUnavailable, fmt::format("out of memory for regst '{}'", read_string(desc->name())));
@@ -74,11 +118,11 @@ Status NodeRun::allocate_regsts() {
 }
 
 StatusOr<std::shared_ptr<const Dataset>> NodeRun::dataset(int index) {
-  if (!plan_.datasets() || index < 0 || index >= static_cast<int>(plan_.datasets()->size()))
+  if (!plan_->datasets() || index < 0 || index >= static_cast<int>(plan_->datasets()->size()))
     return invalid_argument("plan: dataset index {} out of range", index);
-  datasets_.resize(plan_.datasets()->size());
+  datasets_.resize(plan_->datasets()->size());
   if (!datasets_[index]) {
-    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_.datasets()->Get(index))));
+    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_->datasets()->Get(index))));
     datasets_[index] = std::move(opened);
   }
   return datasets_[index];
@@ -115,7 +159,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       const plan::VariableConf* conf = task.variable();
       if (!conf || !task.outputs() || task.outputs()->size() != 1)
         return invalid_argument("task '{}': variable without its conf or model regst", name);
-      const plan::RegstDesc* model = plan_.regsts()->Get(task.outputs()->Get(0));
+      const plan::RegstDesc* model = regst(task.outputs()->Get(0));
       const OpDef* init = find_op(read_string(conf->init_op()));
       if (!init || init->role != OpRole::kInitializer)
         return invalid_argument("task '{}': unknown initializer '{}'", name, read_string(conf->init_op()));
@@ -133,10 +177,19 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       const plan::BoxingConf* conf = task.boxing();
       if (!conf || !task.inputs() || task.inputs()->size() == 0)
         return invalid_argument("task '{}': boxing without its conf", name);
-      const plan::RegstDesc* in = plan_.regsts()->Get(task.inputs()->Get(0));
+      const plan::RegstDesc* in = regst(task.inputs()->Get(0));
       if (in->dtype() != plan::DType::F32) return invalid_argument("task '{}': boxing supports f32 only", name);
+      NodeCollective* collective = nullptr;
+      if (conf->num_nodes() > 1 && read_sbp(conf->in_sbp()).kind != Sbp::kBroadcast) {
+        if (!options_.transport)
+          return invalid_argument("task '{}': boxing across {} nodes needs a transport", name, conf->num_nodes());
+        collectives_.push_back(std::make_unique<TransportCollective>(
+            options_.transport, options_.tag_base + 1 + conf->collective_tag(), options_.stall_timeout_s));
+        collective = collectives_.back().get();
+      }
       return Body(std::in_place_type<BoxingBody>, read_sbp(conf->in_sbp()), read_sbp(conf->out_sbp()),
-                  conf->parallel(), TensorMeta{read_shape(in->logical_shape()), DType::kF32});
+                  conf->parallel(), TensorMeta{read_shape(in->logical_shape()), DType::kF32}, conf->first_rank(),
+                  static_cast<int>(task.inputs()->size()), collective);
     }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();
@@ -152,14 +205,16 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv:
-      return invalid_argument("task '{}': cross-node send/recv tasks need the multi-node runtime", name);
+      if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
+        return invalid_argument("task '{}': send/recv needs one input and one output", name);
+      return Body(std::in_place_type<CopyBody>);
   }
   return invalid_argument("task '{}': unknown task kind", name);
 }
 
 Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
   auto& body = std::get<VariableBody>(actor.body());
-  const plan::RegstDesc* model = plan_.regsts()->Get(task.outputs()->Get(0));
+  const plan::RegstDesc* model = regst(task.outputs()->Get(0));
   const TensorView& slot = slots_[model->id()][0];
   std::string var = read_string(model->name());
   auto it = options_.initial_values.find(var);
@@ -175,39 +230,39 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
 }
 
 Status NodeRun::build() {
+  auto verified = compiler::verify_plan(bytes_);
+  if (!verified.ok()) return verified.status();
+  plan_ = *verified;
   RILL_RETURN_IF_ERROR(allocate_regsts());
-  const auto& tasks = *plan_.tasks();
-  const auto& regsts = *plan_.regsts();
-  by_index_.assign(tasks.size(), nullptr);
+  const auto& tasks = *plan_->tasks();
+  by_index_.assign(static_cast<size_t>(std::max<int64_t>(plan_->num_tasks(), tasks.size())), nullptr);
   for (const plan::Task* task : tasks) {
     if (task->node() != options_.node) continue;
     std::string name = read_string(task->name());
     std::vector<InputPort> inputs;
-    if (task->inputs())
-      for (int64_t r : *task->inputs()) {
-        const plan::RegstDesc* desc = regsts.Get(r);
-        InputPort in;
-        in.regst = r;
-        in.name = read_string(desc->name());
-        in.producer = desc->producer();
-        in.slots = slots_[r];
-        in.fifo.assign(static_cast<size_t>(desc->register_num()), 0);
-        inputs.push_back(std::move(in));
-      }
+    for (int64_t r : *task->inputs()) {
+      const plan::RegstDesc* desc = regst(r);
+      InputPort in;
+      in.regst = r;
+      in.name = read_string(desc->name());
+      in.producer = desc->producer();
+      in.slots = slots_[r];
+      in.fifo.assign(static_cast<size_t>(desc->register_num()), 0);
+      inputs.push_back(std::move(in));
+    }
     std::vector<OutputPort> outputs;
-    if (task->outputs())
-      for (int64_t r : *task->outputs()) {
-        const plan::RegstDesc* desc = regsts.Get(r);
-        OutputPort out;
-        out.regst = r;
-        out.name = read_string(desc->name());
-        if (desc->consumers()) out.consumers.assign(desc->consumers()->begin(), desc->consumers()->end());
-        out.slots = slots_[r];
-        out.pending.assign(out.slots.size(), 0);
-        outputs.push_back(std::move(out));
-      }
+    for (int64_t r : *task->outputs()) {
+      const plan::RegstDesc* desc = regst(r);
+      OutputPort out;
+      out.regst = r;
+      out.name = read_string(desc->name());
+      if (desc->consumers()) out.consumers.assign(desc->consumers()->begin(), desc->consumers()->end());
+      out.slots = slots_[r];
+      out.pending.assign(out.slots.size(), 0);
+      outputs.push_back(std::move(out));
+    }
     RILL_ASSIGN_OR_RETURN(Body body, make_body(*task));
-    auto actor = std::make_unique<Actor>(task->id(), name, plan_.steps(), std::move(inputs), std::move(outputs),
+    auto actor = std::make_unique<Actor>(task->id(), name, plan_->steps(), std::move(inputs), std::move(outputs),
                                          std::move(body));
     if (task->kind() == plan::TaskKind::Variable) {
       RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
@@ -218,23 +273,77 @@ Status NodeRun::build() {
     Worker*& worker = worker_by_key_[key];
     if (!worker) {
       workers_.push_back(std::make_unique<Worker>(
-          key, [this](const ActorMsg& msg) {
-            if (options_.drop_message && options_.drop_message(msg)) return;
-            auto it = worker_by_key_.find(ActorId::thread_key(msg.dst));
-            if (it == worker_by_key_.end()) {
-              fail(internal_error("no thread on node {} runs actor {}", options_.node, ActorId::to_string(msg.dst)));
-              return;
-            }
-            it->second->push(msg);
-          },
-          [this](const Status& status) { fail(status); }, &progress_));
+          key, [this](const ActorMsg& msg) { route(msg); }, [this](const Status& status) { fail(status); },
+          &progress_));
       worker = workers_.back().get();
     }
     worker->add_actor(actor.get());
     by_index_[ActorId::index(task->id())] = actor.get();
     actors_.push_back(std::move(actor));
   }
+  if (options_.transport)
+    options_.transport->set_handler(options_.tag_base, [this](int from, std::span<const std::byte> message) {
+      receive(from, message);
+    });
   return {};
+}
+
+NodeRun::~NodeRun() {
+  if (options_.transport) options_.transport->set_handler(options_.tag_base, nullptr);
+}
+
+// Delivers a message between threads: to a worker of this node, or over the
+// transport to another node. A `ready` crossing nodes carries its slot's bytes
+// (zero-copy: the slot is not rewritten before the consumer's ack returns).
+void NodeRun::route(const ActorMsg& msg) {
+  if (options_.drop_message && options_.drop_message(msg)) return;
+  int node = static_cast<int>(ActorId::node(msg.dst));
+  if (node != options_.node) {
+    if (!options_.transport) {
+      fail(internal_error("actor {} is on node {}, but this run has no transport", ActorId::to_string(msg.dst), node));
+      return;
+    }
+    std::span<const std::byte> body;
+    if (msg.type == MsgType::kReady) {
+      const TensorView& slot = slots_[msg.regst][msg.slot];
+      body = std::span<const std::byte>(static_cast<const std::byte*>(slot.data), slot.bytes());
+    }
+    thread_local std::vector<std::byte> header;
+    encode_actor_message(msg, &header);
+    Status sent = options_.transport->send(node, options_.tag_base, header, body);
+    if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
+    return;
+  }
+  auto it = worker_by_key_.find(ActorId::thread_key(msg.dst));
+  if (it == worker_by_key_.end()) {
+    fail(internal_error("no thread on node {} runs actor {}", options_.node, ActorId::to_string(msg.dst)));
+    return;
+  }
+  it->second->push(msg);
+}
+
+// An actor message from another node (the transport's receive thread).
+void NodeRun::receive(int from, std::span<const std::byte> message) {
+  ActorMsg msg;
+  std::span<const std::byte> body;
+  Status decoded = decode_actor_message(message, &msg, &body);
+  if (decoded.ok() && static_cast<int>(ActorId::node(msg.dst)) != options_.node)
+    decoded = data_loss("message for actor {} arrived at node {}", ActorId::to_string(msg.dst), options_.node);
+  if (decoded.ok() && msg.type == MsgType::kReady) {
+    auto it = slots_.find(msg.regst);
+    if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size()) ||
+        it->second[msg.slot].bytes() != body.size()) {
+      decoded = data_loss("ready for regst {} slot {} with {} bytes does not match this node's plan", msg.regst,
+                          msg.slot, body.size());
+    } else {
+      std::memcpy(it->second[msg.slot].data, body.data(), body.size());
+    }
+  }
+  if (!decoded.ok()) {
+    fail(decoded.with_context(fmt::format("message from node {}", from)));
+    return;
+  }
+  route(msg);
 }
 
 void NodeRun::fail(const Status& status) {
@@ -249,7 +358,7 @@ void NodeRun::fail(const Status& status) {
 RunReport NodeRun::run() {
   using Clock = std::chrono::steady_clock;
   RunReport report;
-  report.steps = plan_.steps();
+  report.steps = plan_->steps();
   // A cpu device is one thread: its GEMMs must not spawn more.
   openblas_set_num_threads(1);
   auto start = Clock::now();
@@ -294,7 +403,7 @@ RunReport NodeRun::run() {
 
 void NodeRun::collect_variables(RunReport& report) {
   for (const plan::Task* task : variable_tasks_) {
-    const plan::RegstDesc* model = plan_.regsts()->Get(task->outputs()->Get(0));
+    const plan::RegstDesc* model = regst(task->outputs()->Get(0));
     std::string var = read_string(model->name());
     VariableValue& value = report.variables[var];
     Shape logical = read_shape(model->logical_shape());
@@ -305,25 +414,31 @@ void NodeRun::collect_variables(RunReport& report) {
     const TensorView& slot = slots_[model->id()][0];
     Shape offset = read_shape(task->variable()->offset());
     copy_block(logical, offset, slot.shape, value.values.data(), slot.f32(), false);
+    bool seen = false;  // a broadcast variable's replicas are one piece
+    for (const VariablePiece& piece : report.pieces)
+      if (piece.name == var && piece.offset == offset) seen = true;
+    if (!seen)
+      report.pieces.push_back(VariablePiece{var, logical, offset, slot.shape,
+                                            std::vector<float>(slot.f32(), slot.f32() + slot.size())});
   }
 }
 
 }  // namespace
 
+StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::build(std::string plan_bytes, RunOptions options) {
+  auto run = std::make_unique<NodeRun>(std::move(plan_bytes), std::move(options));
+  RILL_RETURN_IF_ERROR(run->build());
+  return std::unique_ptr<NodeRuntime>(std::move(run));
+}
+
 RunReport run_plan(std::string_view plan_bytes, const RunOptions& options) {
-  RunReport report;
-  auto verified = compiler::verify_plan(plan_bytes);
-  if (!verified.ok()) {
-    report.status = verified.status();
+  auto runtime = NodeRuntime::build(std::string(plan_bytes), options);
+  if (!runtime.ok()) {
+    RunReport report;
+    report.status = runtime.status();
     return report;
   }
-  NodeRun run(**verified, options);
-  Status built = run.build();
-  if (!built.ok()) {
-    report.status = built;
-    return report;
-  }
-  return run.run();
+  return (*runtime)->run();
 }
 
 }  // namespace rill

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,8 +26,26 @@ struct VariableValue {
   std::vector<float> values;  // the logical tensor, assembled from its pieces
 };
 
+namespace comm {
+class Transport;
+}
+
+// One node's piece of a variable (the whole tensor for a broadcast one).
+struct VariablePiece {
+  std::string name;
+  Shape logical_shape;
+  std::vector<int64_t> offset;
+  Shape shape;
+  std::vector<float> values;
+};
+
 struct RunOptions {
   int node = 0;                     // which node's tasks to run
+  // The data plane among nodes (null on one node): actor messages for other
+  // nodes and the collectives of cross-node boxing travel over it, tagged
+  // with `tag_base` + channel so that successive jobs never mix.
+  comm::Transport* transport = nullptr;
+  uint64_t tag_base = 0;
   double stall_timeout_s = 60.0;    // stop and report when no actor acts this long
   bool trace = false;               // record per-act timestamps
   // Start variables from these logical values instead of their initializers.
@@ -47,10 +66,23 @@ struct RunReport {
   Status status;
   int64_t steps = 0;
   double seconds = 0.0;             // from the first act to the last retirement
-  std::map<std::string, VariableValue> variables;
+  std::map<std::string, VariableValue> variables;  // this node's pieces assembled
+  std::vector<VariablePiece> pieces;               // this node's pieces, one per variable
   std::vector<ActorTraceRecord> traces;  // when RunOptions::trace
 };
 
+// One node's part of a plan, built and ready to start. build() verifies the
+// bytes and allocates everything; run() starts the workers and returns when
+// the node is done; abort() may be called from any thread while run() runs.
+class NodeRuntime {
+ public:
+  static StatusOr<std::unique_ptr<NodeRuntime>> build(std::string plan_bytes, RunOptions options);
+  virtual ~NodeRuntime() = default;
+  virtual RunReport run() = 0;
+  virtual void abort(const Status& reason) = 0;
+};
+
+// build() then run() on one node.
 RunReport run_plan(std::string_view plan_bytes, const RunOptions& options);
 
 }  // namespace rill

@@ -224,7 +224,14 @@ TEST_CASE("two nodes: rank = node * devices_per_node + device") {
     CHECK(ActorId::device(variables[rank]->id()) == static_cast<uint32_t>(rank % 2));
   }
   CHECK(tasks_of_kind(p, plan::TaskKind::Sink)[0]->node() == 0);
-  for (const plan::Task* box : tasks_of_kind(p, plan::TaskKind::Boxing)) CHECK(box->node() == 0);
+  // The gradient's boxing: one task per node, each over that node's two pieces.
+  auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
+  REQUIRE(boxings.size() == 2);
+  for (int node = 0; node < 2; ++node) {
+    CHECK(boxings[node]->node() == node);
+    CHECK(boxings[node]->inputs()->size() == 2);
+    CHECK(boxings[node]->boxing()->first_rank() == 2 * node);
+  }
 }
 
 TEST_CASE("eval plans: forward only over the eval dataset, no updates, no shuffle") {

@@ -78,8 +78,8 @@ TEST_CASE("verify_plan accepts compiled plans and rejects bad bytes") {
                                &inputs, &outputs)};
     std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
     std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
-    plan::FinishPlanBuffer(
-        b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 1, 1, &datasets, &tasks, &regsts));
+    plan::FinishPlanBuffer(b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 1, 1, &datasets,
+                                                     &tasks, &regsts, /*node=*/-1, /*num_tasks=*/1));
     auto r = compiler::verify_plan(std::string_view(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
     REQUIRE(!r.ok());
     CHECK(mentions(r.status(), "regst 3"));

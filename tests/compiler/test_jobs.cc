@@ -99,8 +99,9 @@ graph::Job mlp_job(int64_t num_samples, int64_t batch) {
   return job;
 }
 
-std::string compile_ok(const graph::Job& job, const std::string& devices, const compiler::CompileOptions& options) {
-  auto cluster = compiler::parse_devices(devices, 1);
+std::string compile_ok(const graph::Job& job, const std::string& devices, const compiler::CompileOptions& options,
+                       int num_nodes) {
+  auto cluster = compiler::parse_devices(devices, num_nodes);
   REQUIRE_MESSAGE(cluster.ok(), cluster.status().to_string());
   auto bytes = compiler::compile(job, *cluster, options);
   REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
@@ -132,13 +133,19 @@ const plan::Task* task_named(const plan::Plan& plan, const std::string& name) {
 }
 
 const plan::RegstDesc* regst(const plan::Plan& plan, int64_t id) {
-  REQUIRE(id >= 0);
-  REQUIRE(id < static_cast<int64_t>(plan.regsts()->size()));
-  return plan.regsts()->Get(static_cast<uint32_t>(id));
+  const plan::RegstDesc* r = compiler::find_regst(plan, id);
+  REQUIRE_MESSAGE(r != nullptr, "regst ", id, " is not in the plan");
+  return r;
+}
+
+const plan::Task* task(const plan::Plan& plan, uint64_t id) {
+  const plan::Task* t = compiler::find_task(plan, id);
+  REQUIRE_MESSAGE(t != nullptr, "task ", ActorId::to_string(id), " is not in the plan");
+  return t;
 }
 
 const plan::Task* producer(const plan::Plan& plan, int64_t regst_id) {
-  return plan.tasks()->Get(ActorId::index(regst(plan, regst_id)->producer()));
+  return task(plan, regst(plan, regst_id)->producer());
 }
 
 std::string sbp_string(const plan::Sbp* sbp) {

@@ -16,15 +16,18 @@ graph::Job linear_regression_job(int64_t num_samples = 8, int64_t batch = 4);
 // -> sparse_softmax_cross_entropy with labels -> reduce_mean = loss; accuracy metric.
 graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
 
-// Compiles and verifies; fails the current test on error.
+// Compiles for `num_nodes` nodes of `devices` each and verifies; fails the
+// current test on error.
 std::string compile_ok(const graph::Job& job, const std::string& devices,
-                       const compiler::CompileOptions& options = {});
+                       const compiler::CompileOptions& options = {}, int num_nodes = 1);
 const plan::Plan* plan_of(const std::string& bytes);
 
 std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind);
 std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type);
 const plan::Task* task_named(const plan::Plan& plan, const std::string& name);
+// By global id, in a whole or a node plan; fail the current test when absent.
 const plan::RegstDesc* regst(const plan::Plan& plan, int64_t id);
+const plan::Task* task(const plan::Plan& plan, uint64_t id);
 const plan::Task* producer(const plan::Plan& plan, int64_t regst_id);
 std::string sbp_string(const plan::Sbp* sbp);
 

@@ -1,0 +1,394 @@
+#include "comm/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+namespace rill::comm {
+namespace {
+
+// dst[i] = a[i] + b[i]. `b` is a transport buffer and may be unaligned, so it
+// is read through memcpy (vectorized into unaligned loads).
+void add_into(float* dst, const float* a, const std::byte* b, size_t n) {
+  if (dst == a) {
+    float* __restrict d = dst;
+    const std::byte* __restrict s = b;
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, s + i * sizeof(float), sizeof v);
+      d[i] += v;
+    }
+  } else {
+    float* __restrict d = dst;
+    const float* __restrict x = a;
+    const std::byte* __restrict s = b;
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, s + i * sizeof(float), sizeof v);
+      d[i] = x[i] + v;
+    }
+  }
+}
+
+std::span<const std::byte> bytes_of(const float* data, size_t count) {
+  return {reinterpret_cast<const std::byte*>(data), count * sizeof(float)};
+}
+
+}  // namespace
+
+BlockRange block_range(size_t count, int world, int index) {
+  const size_t n = static_cast<size_t>(world), i = static_cast<size_t>(index);
+  const size_t base = count / n, extra = count % n;
+  return BlockRange{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+Collectives::Collectives(Transport& transport, CollectiveOptions options) : transport_(transport), options_(options) {}
+
+Collectives::~Collectives() {
+  // A failed call may have left bodies in flight from the scratch; it must
+  // outlive them (see the header), so it is given up rather than freed.
+  if (tracker_.in_flight() > 0 && !scratch_.empty()) {
+    spdlog::warn("rank {}: collectives destroyed with sends in flight; keeping their buffer", rank());
+    new std::vector<float>(std::move(scratch_));
+  }
+}
+
+int Collectives::peer(int offset) const { return ((rank() + offset) % world() + world()) % world(); }
+
+size_t Collectives::float_chunk() const { return std::max<size_t>(1, options_.chunk_bytes / sizeof(float)); }
+
+Status Collectives::begin(uint64_t tag) {
+  if (failed_) {
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("rank {}: collective {} refused: an earlier collective on this object failed", rank(),
+                              describe_tag(tag)));
+  }
+  deadline_ = Clock::now() + options_.timeout;
+  return Status::ok_status();
+}
+
+Status Collectives::end(const char* op, uint64_t tag, Status status) {
+  received_.reset();
+  if (status.ok()) status = tracker_.wait(deadline_);
+  if (status.ok()) return status;
+  if (status.code() != Code::kInvalidArgument && status.code() != Code::kFailedPrecondition) failed_ = true;
+  return status.with_context(fmt::format("{} {} on rank {} of {}", op, describe_tag(tag), rank(), world()));
+}
+
+Status Collectives::send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag) {
+  for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
+    RILL_RETURN_IF_ERROR(transport_.send(to, tag, {}, bytes.subspan(offset, std::min(chunk, bytes.size() - offset)),
+                                         &tracker_));
+  }
+  return Status::ok_status();
+}
+
+StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint64_t tag) {
+  received_.reset();
+  RILL_RETURN_IF_ERROR(transport_.recv_message(from, tag, deadline_, &received_));
+  const MessageView& view = received_.view();
+  if (view.size() != bytes) {
+    return data_loss("message from rank {} with {} has {} bytes, expected {}", from, describe_tag(tag), view.size(),
+                     bytes);
+  }
+  if (view.second.empty()) return view.first.data();
+  if (view.first.empty()) return view.second.data();
+  joined_.resize(bytes);
+  view.copy_to(joined_.data());
+  return static_cast<const std::byte*>(joined_.data());
+}
+
+// ---- all_reduce and reduce_scatter: the ring ------------------------------
+// Step s (of 2(n-1)) sends block r-s-1 to the right and receives block r-s-2
+// from the left: the first n-1 steps add the received partial sums (after
+// them rank r holds the full sum of block r), the last n-1 pass the finished
+// blocks around. A chunk is forwarded as soon as it is received, so the
+// steps pipeline around the ring.
+
+Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag) {
+  if (in.size() != out.size()) {
+    return invalid_argument("all_reduce {}: input has {} elements, output {}", describe_tag(tag), in.size(),
+                            out.size());
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("all_reduce", tag, all_reduce_ring(in, out, tag));
+}
+
+Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {
+  const int n = world();
+  if (n == 1) {
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    return Status::ok_status();
+  }
+  const int right = peer(1), left = peer(-1);
+  const size_t count = in.size(), chunk = float_chunk();
+  BlockRange first = block_range(count, n, peer(-1));
+  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
+  const int steps = 2 * (n - 1);
+  for (int s = 0; s < steps; ++s) {
+    BlockRange block = block_range(count, n, peer(-s - 2));
+    for (size_t offset = 0; offset < block.size; offset += chunk) {
+      const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
+      if (s < n - 1) {
+        add_into(out.data() + at, in.data() + at, data, len);
+      } else {
+        std::memcpy(out.data() + at, data, len * sizeof(float));
+      }
+      received_.reset();
+      if (s + 1 < steps) RILL_RETURN_IF_ERROR(transport_.send(right, tag, {}, bytes_of(out.data() + at, len), &tracker_));
+    }
+  }
+  return Status::ok_status();
+}
+
+Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag) {
+  BlockRange own = block_range(in.size(), world(), rank());
+  if (out.size() != own.size) {
+    return invalid_argument("reduce_scatter {}: output has {} elements, rank {}'s block of {} has {}",
+                            describe_tag(tag), out.size(), rank(), in.size(), own.size);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("reduce_scatter", tag, reduce_scatter_ring(in, out, tag));
+}
+
+Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {
+  const int n = world();
+  const size_t count = in.size(), chunk = float_chunk();
+  BlockRange own = block_range(count, n, rank());
+  if (n == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return Status::ok_status();
+  }
+  if (scratch_.size() < count) scratch_.resize(count);
+  const int right = peer(1), left = peer(-1);
+  BlockRange first = block_range(count, n, peer(-1));
+  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
+  for (int s = 0; s < n - 1; ++s) {
+    BlockRange block = block_range(count, n, peer(-s - 2));
+    const bool last = s == n - 2;  // then block is this rank's own
+    for (size_t offset = 0; offset < block.size; offset += chunk) {
+      const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
+      float* destination = last ? out.data() + (at - own.begin) : scratch_.data() + at;
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
+      add_into(destination, in.data() + at, data, len);
+      received_.reset();
+      if (!last) RILL_RETURN_IF_ERROR(transport_.send(right, tag, {}, bytes_of(destination, len), &tracker_));
+    }
+  }
+  return Status::ok_status();
+}
+
+// ---- reduce and broadcast: pipelined chains --------------------------------
+
+Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag) {
+  if (root < 0 || root >= world()) return invalid_argument("reduce {}: root {} is not a rank", describe_tag(tag), root);
+  if (rank() == root && out.size() != in.size()) {
+    return invalid_argument("reduce {}: output has {} elements, input {}", describe_tag(tag), out.size(), in.size());
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("reduce", tag, reduce_chain(in, out, root, tag));
+}
+
+// The chain runs root+1, root+2, ..., root: each adds its input to what the
+// previous one sent and passes it on.
+Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag) {
+  const int n = world(), r = rank();
+  const size_t count = in.size(), chunk = float_chunk();
+  if (n == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return Status::ok_status();
+  }
+  const int position = ((r - root - 1) % n + n) % n;
+  if (position == 0) return send_chunks(peer(1), bytes_of(in.data(), count), chunk * sizeof(float), tag);
+  float* destination = out.data();
+  if (r != root) {
+    if (scratch_.size() < count) scratch_.resize(count);
+    destination = scratch_.data();
+  }
+  for (size_t at = 0; at < count; at += chunk) {
+    const size_t len = std::min(chunk, count - at);
+    RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(float), tag));
+    add_into(destination + at, in.data() + at, data, len);
+    received_.reset();
+    if (r != root) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, bytes_of(destination + at, len), &tracker_));
+  }
+  return Status::ok_status();
+}
+
+Status Collectives::broadcast(std::span<std::byte> buffer, int root, uint64_t tag) {
+  if (root < 0 || root >= world()) {
+    return invalid_argument("broadcast {}: root {} is not a rank", describe_tag(tag), root);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("broadcast", tag, broadcast_chain(buffer, root, tag));
+}
+
+Status Collectives::broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag) {
+  const int n = world();
+  if (n == 1) return Status::ok_status();
+  const int position = ((rank() - root) % n + n) % n;
+  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
+  if (position == 0) return send_chunks(peer(1), buffer, chunk, tag);
+  for (size_t at = 0; at < buffer.size(); at += chunk) {
+    const size_t len = std::min(chunk, buffer.size() - at);
+    RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
+    std::memcpy(buffer.data() + at, data, len);
+    received_.reset();
+    if (position < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, buffer.subspan(at, len), &tracker_));
+  }
+  return Status::ok_status();
+}
+
+// ---- data movement ---------------------------------------------------------
+
+Status Collectives::all_gather(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
+  if (out.size() != in.size() * static_cast<size_t>(world())) {
+    return invalid_argument("all_gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(),
+                            world(), in.size());
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("all_gather", tag, all_gather_ring(in, out, tag));
+}
+
+// Step s sends block r-s to the right and receives block r-s-1 from the left.
+Status Collectives::all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
+  const int n = world();
+  const size_t block = in.size(), chunk = std::max<size_t>(1, options_.chunk_bytes);
+  std::byte* own = out.data() + static_cast<size_t>(rank()) * block;
+  if (own != in.data() && block > 0) std::memmove(own, in.data(), block);
+  if (n == 1) return Status::ok_status();
+  RILL_RETURN_IF_ERROR(send_chunks(peer(1), in, chunk, tag));
+  for (int s = 0; s < n - 1; ++s) {
+    std::byte* target = out.data() + static_cast<size_t>(peer(-s - 1)) * block;
+    for (size_t at = 0; at < block; at += chunk) {
+      const size_t len = std::min(chunk, block - at);
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
+      std::memcpy(target + at, data, len);
+      received_.reset();
+      if (s + 1 < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, {target + at, len}, &tracker_));
+    }
+  }
+  return Status::ok_status();
+}
+
+Status Collectives::gather(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag) {
+  const int n = world();
+  if (root < 0 || root >= n) return invalid_argument("gather {}: root {} is not a rank", describe_tag(tag), root);
+  const size_t block = in.size();
+  if (rank() == root && out.size() != block * static_cast<size_t>(n)) {
+    return invalid_argument("gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(), n,
+                            block);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
+  auto run = [&]() -> Status {
+    if (rank() != root) return send_chunks(root, in, chunk, tag);
+    if (block > 0) std::memmove(out.data() + static_cast<size_t>(root) * block, in.data(), block);
+    for (int k = 1; k < n; ++k) {
+      const int from = (root + k) % n;
+      for (size_t at = 0; at < block; at += chunk) {
+        const size_t len = std::min(chunk, block - at);
+        RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
+        std::memcpy(out.data() + static_cast<size_t>(from) * block + at, data, len);
+      }
+    }
+    return Status::ok_status();
+  };
+  return end("gather", tag, run());
+}
+
+Status Collectives::scatter(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag) {
+  const int n = world();
+  if (root < 0 || root >= n) return invalid_argument("scatter {}: root {} is not a rank", describe_tag(tag), root);
+  const size_t block = out.size();
+  if (rank() == root && in.size() != block * static_cast<size_t>(n)) {
+    return invalid_argument("scatter {}: input has {} bytes, expected {} x {}", describe_tag(tag), in.size(), n,
+                            block);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
+  auto run = [&]() -> Status {
+    if (rank() == root) {
+      for (int k = 1; k < n; ++k) {
+        const int to = (root + k) % n;
+        RILL_RETURN_IF_ERROR(send_chunks(to, in.subspan(static_cast<size_t>(to) * block, block), chunk, tag));
+      }
+      if (block > 0) std::memmove(out.data(), in.data() + static_cast<size_t>(root) * block, block);
+      return Status::ok_status();
+    }
+    for (size_t at = 0; at < block; at += chunk) {
+      const size_t len = std::min(chunk, block - at);
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(root, len, tag));
+      std::memcpy(out.data() + at, data, len);
+    }
+    return Status::ok_status();
+  };
+  return end("scatter", tag, run());
+}
+
+Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
+  const int n = world();
+  if (in.size() != out.size() || in.size() % static_cast<size_t>(n) != 0) {
+    return invalid_argument("all_to_all {}: input has {} bytes and output {}; both must be the same multiple of {}",
+                            describe_tag(tag), in.size(), out.size(), n);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  const size_t block = in.size() / static_cast<size_t>(n), chunk = std::max<size_t>(1, options_.chunk_bytes);
+  auto run = [&]() -> Status {
+    for (int k = 1; k < n; ++k) {
+      const int to = peer(k);
+      RILL_RETURN_IF_ERROR(send_chunks(to, in.subspan(static_cast<size_t>(to) * block, block), chunk, tag));
+    }
+    const size_t own = static_cast<size_t>(rank()) * block;
+    if (block > 0) std::memcpy(out.data() + own, in.data() + own, block);
+    for (int k = 1; k < n; ++k) {
+      const int from = peer(-k);
+      for (size_t at = 0; at < block; at += chunk) {
+        const size_t len = std::min(chunk, block - at);
+        RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
+        std::memcpy(out.data() + static_cast<size_t>(from) * block + at, data, len);
+      }
+    }
+    return Status::ok_status();
+  };
+  return end("all_to_all", tag, run());
+}
+
+Status Collectives::barrier(uint64_t tag) {
+  RILL_RETURN_IF_ERROR(begin(tag));
+  auto run = [&]() -> Status {
+    // Round k talks to rank +-2^k; each ordered pair carries one round only.
+    for (int distance = 1; distance < world(); distance *= 2) {
+      RILL_RETURN_IF_ERROR(transport_.send(peer(distance), tag, {}, {}, &tracker_));
+      RILL_RETURN_IF_ERROR(recv_chunk(peer(-distance), 0, tag).status());
+    }
+    return Status::ok_status();
+  };
+  return end("barrier", tag, run());
+}
+
+Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) {
+  if (to < 0 || to >= world() || to == rank()) {
+    return invalid_argument("send {}: rank {} is not a peer of rank {}", describe_tag(tag), to, rank());
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("send", tag, transport_.send(to, tag, {}, data, &tracker_));
+}
+
+Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {
+  if (from < 0 || from >= world() || from == rank()) {
+    return invalid_argument("recv {}: rank {} is not a peer of rank {}", describe_tag(tag), from, rank());
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  auto run = [&]() -> Status {
+    RILL_ASSIGN_OR_RETURN(const std::byte* bytes, recv_chunk(from, data.size(), tag));
+    if (!data.empty()) std::memcpy(data.data(), bytes, data.size());
+    return Status::ok_status();
+  };
+  return end("recv", tag, run());
+}
+
+}  // namespace rill::comm

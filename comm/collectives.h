@@ -1,0 +1,111 @@
+// Collectives: the collective operations among all ranks of a Transport
+// (ZeroMQ or in-process), on the CPU: all_reduce, reduce_scatter, reduce
+// (float32 sum), all_gather, broadcast, gather, scatter, all_to_all (bytes),
+// barrier, and point-to-point send/recv.
+//
+// Every rank calls the same operation with the same tag and sizes. Distinct
+// operations that may run at the same time must use distinct tags; calls
+// with one tag run in the same order on every rank. Each call has a deadline
+// (options.timeout from its start); errors name the operation, peer and tag.
+//
+// Set up once, run many times: scratch is kept between calls, so repeated
+// calls of the same size allocate nothing here (the transport's own receive
+// buffers are its business). Buffers are sent without a copy; every call
+// returns only once the transport no longer reads them. After an error the
+// object refuses further calls (the ranks no longer agree on what was sent),
+// and the buffers of the failed call must stay alive until the transport is
+// closed.
+//
+// Threads: one call at a time per object. Objects over the same transport
+// may run concurrently from different threads with distinct tags.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace rill::comm {
+
+struct CollectiveOptions {
+  size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size
+  std::chrono::milliseconds timeout{60000};   // each call's deadline, counted from its start
+};
+
+// The block of a `count`-element tensor that rank `index` of `world` owns in
+// reduce_scatter (and all_reduce's ring): blocks are contiguous, in rank
+// order, and differ in size by at most one element.
+struct BlockRange {
+  size_t begin = 0;
+  size_t size = 0;
+};
+BlockRange block_range(size_t count, int world, int index);
+
+class Collectives {
+ public:
+  explicit Collectives(Transport& transport, CollectiveOptions options = {});
+  ~Collectives();
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
+
+  int rank() const { return transport_.rank(); }
+  int world() const { return transport_.world(); }
+  const CollectiveOptions& options() const { return options_; }
+  // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen).
+  size_t scratch_bytes() const { return scratch_.capacity() * sizeof(float); }
+
+  // out = sum over ranks of in. `in` and `out` are the same size and either
+  // the same span (in place) or disjoint. Ring: reduce-scatter, all-gather.
+  Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag);
+  // out = this rank's block (block_range) of the sum over ranks of in.
+  Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag);
+  // out (root only; same size as in) = sum over ranks of in. Chain ending at root.
+  Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
+  // out = the ranks' `in` blocks in rank order (out.size() == world * in.size()).
+  // `in` may be this rank's block of out.
+  Status all_gather(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  // Every rank's buffer = root's buffer. Pipelined chain from root.
+  Status broadcast(std::span<std::byte> buffer, int root, uint64_t tag);
+  // Root's out = every rank's in, in rank order (out.size() == world * in.size()).
+  Status gather(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag);
+  // out = block `rank` of root's in (in.size() == world * out.size() at root).
+  Status scatter(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag);
+  // Block j of in goes to rank j, arriving as block `rank` of its out. in and
+  // out are disjoint, equal in size, a multiple of world.
+  Status all_to_all(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  // Returns once every rank has entered (dissemination, log2(world) rounds).
+  Status barrier(uint64_t tag);
+  // Point to point; send returns once `data` may be reused, recv expects
+  // exactly data.size() bytes.
+  Status send(int to, std::span<const std::byte> data, uint64_t tag);
+  Status recv(int from, std::span<std::byte> data, uint64_t tag);
+
+ private:
+  Status begin(uint64_t tag);
+  Status end(const char* op, uint64_t tag, Status status);
+  Status send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag);
+  // Receives the next message from `from`, which must hold `bytes` bytes;
+  // the returned bytes live until the next call (possibly unaligned).
+  StatusOr<const std::byte*> recv_chunk(int from, size_t bytes, uint64_t tag);
+  size_t float_chunk() const;
+  int peer(int offset) const;  // (rank + offset) mod world
+
+  Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
+  Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
+  Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
+  Status all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  Status broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag);
+
+  Transport& transport_;
+  const CollectiveOptions options_;
+  SendTracker tracker_;
+  Received received_;              // the message being consumed
+  std::vector<std::byte> joined_;  // a message that arrived in two pieces
+  std::vector<float> scratch_;     // partial sums of reduce_scatter and reduce
+  Clock::time_point deadline_;
+  bool failed_ = false;
+};
+
+}  // namespace rill::comm

@@ -1,0 +1,116 @@
+#include "comm/faulty_transport.h"
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace rill::comm {
+
+FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner)
+    : inner_(std::move(inner)), cut_(static_cast<size_t>(inner_->world()), false) {
+  delayer_ = std::thread([this] { delay_loop(); });
+}
+
+FaultyTransport::~FaultyTransport() { close(); }
+
+void FaultyTransport::set_drop(DropPredicate predicate) {
+  std::lock_guard lock(mu_);
+  drop_ = std::move(predicate);
+}
+
+void FaultyTransport::set_delay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(mu_);
+  delay_ = delay;
+}
+
+void FaultyTransport::cut(int peer) {
+  std::lock_guard lock(mu_);
+  if (peer >= 0 && peer < static_cast<int>(cut_.size())) cut_[peer] = true;
+}
+
+bool FaultyTransport::is_cut(int peer) const {
+  std::lock_guard lock(mu_);
+  return peer >= 0 && peer < static_cast<int>(cut_.size()) && cut_[peer];
+}
+
+Status FaultyTransport::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                             SendTracker* tracker) {
+  if (to < 0 || to >= world() || to == rank()) return inner_->send(to, tag, header, body, tracker);  // its error
+  std::unique_lock lock(mu_);
+  if (cut_[to]) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: link cut", rank(), to,
+                                                  describe_tag(tag)));
+  }
+  if (drop_ && drop_(to, tag, header, body)) {
+    dropped_.fetch_add(1);
+    return Status::ok_status();
+  }
+  if (delay_.count() > 0 || !delayed_.empty()) {
+    // Copied, so the caller's buffers are free at once; queued behind any
+    // earlier delayed message so that order holds.
+    Delayed d{Clock::now() + delay_, to, tag, {}};
+    d.bytes.resize(header.size() + body.size());
+    if (!header.empty()) std::memcpy(d.bytes.data(), header.data(), header.size());
+    if (!body.empty()) std::memcpy(d.bytes.data() + header.size(), body.data(), body.size());
+    delayed_.push_back(std::move(d));
+    delayed_cv_.notify_one();
+    return Status::ok_status();
+  }
+  lock.unlock();
+  return inner_->send(to, tag, header, body, tracker);
+}
+
+Status FaultyTransport::recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
+  if (is_cut(from)) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: recv from rank {} {}: link cut", rank(), from,
+                                                  describe_tag(tag)));
+  }
+  RILL_RETURN_IF_ERROR(inner_->recv_message(from, tag, deadline, out));
+  if (!is_cut(from)) return Status::ok_status();
+  out->reset();  // the link was cut while this recv waited: discarded
+  return Status(Code::kUnavailable, fmt::format("rank {}: recv from rank {} {}: link cut", rank(), from,
+                                                describe_tag(tag)));
+}
+
+void FaultyTransport::set_handler(uint64_t tag, Handler handler) {
+  inner_->set_handler(tag, [this, handler = std::move(handler)](int from, std::span<const std::byte> message) {
+    if (is_cut(from)) return;
+    handler(from, message);
+  });
+}
+
+void FaultyTransport::close() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    delayed_cv_.notify_all();
+  }
+  if (delayer_.joinable() && delayer_.get_id() != std::this_thread::get_id()) delayer_.join();
+  inner_->close();
+}
+
+void FaultyTransport::delay_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (delayed_.empty()) {
+      delayed_cv_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < delayed_.front().due) {
+      delayed_cv_.wait_until(lock, delayed_.front().due);
+      continue;
+    }
+    Delayed d = std::move(delayed_.front());
+    delayed_.pop_front();
+    bool cut = cut_[d.to];
+    lock.unlock();
+    if (!cut) {
+      // The bytes go as the header, which every transport copies.
+      Status status = inner_->send(d.to, d.tag, d.bytes);
+      if (!status.ok()) spdlog::warn("delayed send failed: {}", status.to_string());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace rill::comm

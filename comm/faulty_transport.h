@@ -1,0 +1,68 @@
+// FaultyTransport: wraps a Transport to inject faults in tests: drop the
+// messages a predicate picks, delay every message, or cut the link to a peer.
+// Faults act on this rank's sends and receives; wrap every rank to fault
+// both directions.
+//
+// Threads: as Transport. The fault settings may change at any time from any
+// thread; a delayed message is sent by the wrapper's own thread, in order.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace rill::comm {
+
+class FaultyTransport final : public Transport {
+ public:
+  using DropPredicate = std::function<bool(int to, uint64_t tag, std::span<const std::byte> header,
+                                           std::span<const std::byte> body)>;
+
+  explicit FaultyTransport(std::unique_ptr<Transport> inner);
+  ~FaultyTransport() override;
+
+  // Sends for which `predicate` returns true are dropped; send returns ok.
+  void set_drop(DropPredicate predicate);
+  // Each later send reaches the wire `delay` after the call (order kept).
+  void set_delay(std::chrono::milliseconds delay);
+  // Cuts the link to `peer` both ways: sends to it fail with kUnavailable,
+  // its messages are discarded, recv from it fails with kUnavailable.
+  void cut(int peer);
+  int64_t dropped() const { return dropped_.load(); }
+
+  int rank() const override { return inner_->rank(); }
+  int world() const override { return inner_->world(); }
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body = {},
+              SendTracker* tracker = nullptr) override;
+  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
+  void set_handler(uint64_t tag, Handler handler) override;
+  void close() override;
+
+ private:
+  struct Delayed {
+    Clock::time_point due;
+    int to;
+    uint64_t tag;
+    std::vector<std::byte> bytes;  // header and body, copied
+  };
+  bool is_cut(int peer) const;
+  void delay_loop();
+
+  std::unique_ptr<Transport> inner_;
+  mutable std::mutex mu_;
+  DropPredicate drop_;                      // guarded by mu_
+  std::chrono::milliseconds delay_{0};      // guarded by mu_
+  std::vector<bool> cut_;                   // guarded by mu_
+  std::deque<Delayed> delayed_;             // guarded by mu_
+  std::condition_variable delayed_cv_;
+  bool stopping_ = false;                   // guarded by mu_
+  std::atomic<int64_t> dropped_{0};
+  std::thread delayer_;
+};
+
+}  // namespace rill::comm

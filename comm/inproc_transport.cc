@@ -1,0 +1,161 @@
+// The in-process transport: ranks of one process linked by a shared hub.
+// send copies the message and puts it straight into the receiver's mailbox,
+// or, for a tag with a handler, on the receiver's handler queue, which its
+// own receive thread serves (as the ZeroMQ transport's receive thread does).
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "comm/mailbox.h"
+#include "comm/transport.h"
+
+namespace rill::comm {
+namespace {
+
+struct VectorHolder final : Received::Holder {
+  std::vector<std::byte> bytes;
+};
+
+class InprocTransport;
+
+struct Hub {
+  std::mutex mu;
+  std::vector<InprocTransport*> ranks;  // guarded by mu; null once closed
+};
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<Hub> hub, int rank, int world)
+      : hub_(std::move(hub)), rank_(rank), world_(world), mailbox_(rank, world) {
+    receiver_ = std::thread([this] { handler_loop(); });
+  }
+  ~InprocTransport() override { close(); }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+              SendTracker* /*tracker: bodies are copied here*/) override {
+    if (to < 0 || to >= world_ || to == rank_) {
+      return invalid_argument("rank {}: send to rank {}: not a peer (world {})", rank_, to, world_);
+    }
+    auto holder = std::make_unique<VectorHolder>();
+    holder->bytes.resize(header.size() + body.size());
+    if (!header.empty()) std::memcpy(holder->bytes.data(), header.data(), header.size());
+    if (!body.empty()) std::memcpy(holder->bytes.data() + header.size(), body.data(), body.size());
+    std::lock_guard lock(hub_->mu);
+    if (hub_->ranks[rank_] == nullptr) {
+      return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
+                                                    describe_tag(tag)));
+    }
+    InprocTransport* peer = hub_->ranks[to];
+    if (peer == nullptr) {
+      return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: rank {} is closed", rank_, to,
+                                                    describe_tag(tag), to));
+    }
+    peer->deliver(rank_, tag, std::move(holder));
+    return Status::ok_status();
+  }
+
+  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override {
+    if (from < 0 || from >= world_ || from == rank_) {
+      return invalid_argument("rank {}: recv from rank {}: not a peer (world {})", rank_, from, world_);
+    }
+    return mailbox_.pop(from, tag, deadline, out);
+  }
+
+  void set_handler(uint64_t tag, Handler handler) override {
+    std::lock_guard lock(mu_);
+    handlers_[tag] = std::move(handler);
+  }
+
+  void close() override {
+    {
+      std::lock_guard lock(hub_->mu);
+      if (hub_->ranks[rank_] != nullptr) {
+        hub_->ranks[rank_] = nullptr;
+        for (InprocTransport* peer : hub_->ranks) {
+          if (peer != nullptr) peer->mailbox_.mark_lost(rank_, fmt::format("rank {} closed its transport", rank_));
+        }
+      }
+    }
+    mailbox_.close("transport closed");
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      pending_cv_.notify_all();
+    }
+    if (receiver_.joinable() && receiver_.get_id() != std::this_thread::get_id()) receiver_.join();
+  }
+
+ private:
+  struct Pending {
+    int from;
+    uint64_t tag;
+    std::unique_ptr<VectorHolder> holder;
+  };
+
+  // Called with the hub lock held, so this transport is not closing under it.
+  void deliver(int from, uint64_t tag, std::unique_ptr<VectorHolder> holder) {
+    {
+      std::lock_guard lock(mu_);
+      if (handlers_.count(tag) != 0) {
+        pending_.push_back(Pending{from, tag, std::move(holder)});
+        pending_cv_.notify_one();
+        return;
+      }
+    }
+    MessageView view{std::span<const std::byte>(holder->bytes), {}};
+    mailbox_.push(from, tag, Received(std::move(holder), view));
+  }
+
+  void handler_loop() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (stopping_) return;
+      Pending next = std::move(pending_.front());
+      pending_.pop_front();
+      Handler& handler = handlers_[next.tag];
+      lock.unlock();
+      try {
+        handler(next.from, next.holder->bytes);
+      } catch (const std::exception& e) {
+        spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(next.tag), e.what());
+      }
+      lock.lock();
+    }
+  }
+
+  std::shared_ptr<Hub> hub_;
+  const int rank_;
+  const int world_;
+  Mailbox mailbox_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by mu_; entries never erased
+  std::deque<Pending> pending_;                     // guarded by mu_
+  std::condition_variable pending_cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread receiver_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world) {
+  auto hub = std::make_shared<Hub>();
+  hub->ranks.resize(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int rank = 0; rank < world; ++rank) {
+    auto transport = std::make_unique<InprocTransport>(hub, rank, world);
+    hub->ranks[rank] = transport.get();
+    out.push_back(std::move(transport));
+  }
+  return out;
+}
+
+}  // namespace rill::comm

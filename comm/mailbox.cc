@@ -1,0 +1,66 @@
+#include "comm/mailbox.h"
+
+#include <chrono>
+
+namespace rill::comm {
+
+Mailbox::Mailbox(int rank, int world) : rank_(rank), lost_(static_cast<size_t>(world)) {}
+
+void Mailbox::push(int from, uint64_t tag, Received message) {
+  std::lock_guard lock(mu_);
+  auto& queue = queues_[Key{from, tag}];
+  if (!queue) queue = std::make_unique<Queue>();
+  queue->messages.push_back(std::move(message));
+  if (queue->waiters > 0) queue->ready.notify_one();
+}
+
+Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
+  std::unique_lock lock(mu_);
+  auto& slot = queues_[Key{from, tag}];
+  if (!slot) slot = std::make_unique<Queue>();
+  Queue* queue = slot.get();
+  while (queue->messages.empty()) {
+    if (is_closed_) {
+      return Status(Code::kUnavailable, fmt::format("rank {}: recv from rank {} {}: {}", rank_, from,
+                                                    describe_tag(tag), closed_));
+    }
+    if (!lost_[from].empty()) {
+      return Status(Code::kUnavailable, fmt::format("rank {}: recv from rank {} {}: {}", rank_, from,
+                                                    describe_tag(tag), lost_[from]));
+    }
+    auto now = Clock::now();
+    if (now >= deadline) {
+      return Status(Code::kDeadlineExceeded,
+                    fmt::format("rank {}: no message from rank {} with {} before the deadline", rank_, from,
+                                describe_tag(tag)));
+    }
+    ++queue->waiters;
+    queue->ready.wait_until(lock, deadline);
+    --queue->waiters;
+  }
+  *out = std::move(queue->messages.front());
+  queue->messages.pop_front();
+  if (queue->messages.empty() && queue->waiters == 0 && queues_.size() > kKeptQueues) {
+    queues_.erase(Key{from, tag});
+  }
+  return Status::ok_status();
+}
+
+void Mailbox::mark_lost(int from, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (!lost_[from].empty()) return;
+  lost_[from] = reason;
+  for (auto& [key, queue] : queues_) {
+    if (key.from == from) queue->ready.notify_all();
+  }
+}
+
+void Mailbox::close(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (is_closed_) return;
+  is_closed_ = true;
+  closed_ = reason;
+  for (auto& [key, queue] : queues_) queue->ready.notify_all();
+}
+
+}  // namespace rill::comm

@@ -1,0 +1,61 @@
+// Mailbox: the received messages of one transport that no handler took,
+// queued per (sender, tag) until a recv takes them. Internal to comm/.
+//
+// Thread-safe: the receive thread pushes, any thread pops. Each (sender,
+// tag) queue has its own condition variable, so a message wakes only the
+// threads waiting for it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace rill::comm {
+
+class Mailbox {
+ public:
+  Mailbox(int rank, int world);
+
+  void push(int from, uint64_t tag, Received message);
+  // Waits for the oldest message from `from` with `tag`. Messages queued
+  // before a loss or close are still handed out.
+  Status pop(int from, uint64_t tag, Clock::time_point deadline, Received* out);
+  // Later pops from `from` that find no message fail with kUnavailable.
+  void mark_lost(int from, const std::string& reason);
+  // Every later pop that finds no message fails with kUnavailable.
+  void close(const std::string& reason);
+
+ private:
+  struct Key {
+    int from;
+    uint64_t tag;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const { return std::hash<uint64_t>()(key.tag * 1000003u + key.from); }
+  };
+  struct Queue {
+    std::deque<Received> messages;
+    std::condition_variable ready;
+    int waiters = 0;
+  };
+  // Idle queues beyond this many are freed; below it they are kept so that a
+  // tag used again and again does not allocate a queue each time.
+  static constexpr size_t kKeptQueues = 256;
+
+  int rank_;
+  std::mutex mu_;
+  std::unordered_map<Key, std::unique_ptr<Queue>, KeyHash> queues_;  // guarded by mu_
+  std::vector<std::string> lost_;                                    // per rank; guarded by mu_
+  std::string closed_;                                               // guarded by mu_
+  bool is_closed_ = false;                                           // guarded by mu_
+};
+
+}  // namespace rill::comm

@@ -1,0 +1,72 @@
+#include "comm/transport.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+namespace rill::comm {
+
+// One reference for the tracker itself plus one per body in flight, so that a
+// release after the tracker was destroyed still finds live state.
+struct SendTracker::State {
+  std::mutex mu;
+  std::condition_variable drained;
+  int64_t in_flight = 0;  // guarded by mu
+  std::atomic<int64_t> references{1};
+
+  void unref() {
+    if (references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+};
+
+SendTracker::SendTracker() : state_(new State) {}
+
+SendTracker::~SendTracker() { state_->unref(); }
+
+void* SendTracker::acquire() {
+  state_->references.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(state_->mu);
+  ++state_->in_flight;
+  return state_;
+}
+
+void SendTracker::release(void* token) {
+  auto* state = static_cast<State*>(token);
+  {
+    std::lock_guard lock(state->mu);
+    if (--state->in_flight == 0) state->drained.notify_all();
+  }
+  state->unref();
+}
+
+int64_t SendTracker::in_flight() const {
+  std::lock_guard lock(state_->mu);
+  return state_->in_flight;
+}
+
+Status SendTracker::wait(Clock::time_point deadline) const {
+  std::unique_lock lock(state_->mu);
+  if (!state_->drained.wait_until(lock, deadline, [&] { return state_->in_flight == 0; })) {
+    return Status(Code::kDeadlineExceeded,
+                  fmt::format("{} sent message bodies still unsent at the deadline", state_->in_flight));
+  }
+  return Status::ok_status();
+}
+
+void MessageView::copy_to(std::byte* destination) const {
+  if (!first.empty()) std::memcpy(destination, first.data(), first.size());
+  if (!second.empty()) std::memcpy(destination + first.size(), second.data(), second.size());
+}
+
+Status Transport::recv(int from, uint64_t tag, std::vector<std::byte>* out, Clock::time_point deadline) {
+  Received message;
+  RILL_RETURN_IF_ERROR(recv_message(from, tag, deadline, &message));
+  out->resize(message.size());
+  message.view().copy_to(out->data());
+  return Status::ok_status();
+}
+
+std::string describe_tag(uint64_t tag) { return fmt::format("tag {:#x}", tag); }
+
+}  // namespace rill::comm

@@ -1,0 +1,152 @@
+// Transport: a peer-to-peer message plane among world() ranks (nodes). Each
+// message has a 64-bit tag and bytes (a header followed by a body); per
+// (sender, receiver, tag) the order of messages is preserved.
+//
+// Three implementations: ZeroMQ over TCP (make_zmq_transport), in-process
+// queues for unit tests (make_inproc_transports), and a fault-injecting
+// wrapper (FaultyTransport, comm/faulty_transport.h).
+//
+// Threads: send, recv and recv_message may be called from any thread, and
+// from several at once. Handlers run on the transport's receive thread.
+// close() may be called from any thread except a handler; after it returns
+// no handler runs and no body handed to send() is read any more.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rill::comm {
+
+struct Endpoint {
+  std::string address;  // an IPv4/IPv6 literal or a host name
+  int port = 0;         // a node's data port
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Counts message bodies that a transport may still read after send()
+// returned (bodies sent without a copy). A sender that must reuse or free a
+// body before the peer answers waits for the count to drain. Thread-safe. It
+// may be destroyed with bodies in flight: its count lives until they drain.
+class SendTracker {
+ public:
+  SendTracker();
+  ~SendTracker();
+  SendTracker(const SendTracker&) = delete;
+  SendTracker& operator=(const SendTracker&) = delete;
+
+  // Waits until no tracked body is in flight; kDeadlineExceeded otherwise.
+  Status wait(Clock::time_point deadline) const;
+  int64_t in_flight() const;
+
+  // For transports: acquire() before handing a body to the wire, and
+  // release(token) exactly once when the wire no longer reads it.
+  void* acquire();
+  static void release(void* token);
+
+ private:
+  struct State;
+  State* state_;
+};
+
+// A received message seen in place: its bytes are `first` followed by
+// `second` (a transport may hold header and body in separate buffers).
+struct MessageView {
+  std::span<const std::byte> first;
+  std::span<const std::byte> second;
+  size_t size() const { return first.size() + second.size(); }
+  void copy_to(std::byte* destination) const;
+};
+
+// A message taken out of a transport without a copy: it keeps the
+// transport's buffers alive until reset() or destruction. Move-only.
+class Received {
+ public:
+  struct Holder {
+    virtual ~Holder() = default;
+  };
+  Received() = default;
+  Received(std::unique_ptr<Holder> holder, MessageView view) : holder_(std::move(holder)), view_(view) {}
+  const MessageView& view() const { return view_; }
+  size_t size() const { return view_.size(); }
+  void reset() {
+    holder_.reset();
+    view_ = {};
+  }
+
+ private:
+  std::unique_ptr<Holder> holder_;
+  MessageView view_;
+};
+
+using Handler = std::function<void(int from, std::span<const std::byte> message)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+
+  // Sends header + body as one message to rank `to` (to != rank()). The
+  // header is copied. The body may be sent without a copy: it must stay
+  // unchanged until the peer has replied at the protocol level, or, when
+  // `tracker` is given, until tracker->wait() returns ok. After an error it
+  // must stay alive until close() returned.
+  virtual Status send(int to, uint64_t tag, std::span<const std::byte> header,
+                      std::span<const std::byte> body = {}, SendTracker* tracker = nullptr) = 0;
+
+  // Blocks until a message with `tag` from `from` arrives and hands it over
+  // without a copy. kDeadlineExceeded (naming peer and tag) when the
+  // deadline passes first; kUnavailable when the transport is closed or the
+  // peer is lost (messages that arrived before are still delivered).
+  virtual Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) = 0;
+
+  // As recv_message, but copies the message into `out` (resized; reuse it to
+  // avoid allocation).
+  Status recv(int from, uint64_t tag, std::vector<std::byte>* out, Clock::time_point deadline);
+
+  // Messages with `tag` are passed to `handler` on the receive thread instead
+  // of the mailbox (actor messages use this). The span is 8-byte aligned and
+  // valid during the call only. Set before traffic with that tag starts.
+  virtual void set_handler(uint64_t tag, Handler handler) = 0;
+
+  // Stops the receive thread, wakes every waiting recv with kUnavailable and
+  // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at
+  // exit). Idempotent.
+  virtual void close() = 0;
+};
+
+struct ZmqOptions {
+  int io_threads = 1;                                       // ZeroMQ I/O threads per transport
+  std::chrono::milliseconds heartbeat_interval{2000};       // ZMTP ping on each connection
+  std::chrono::milliseconds heartbeat_timeout{20000};       // no traffic for this long: the link is lost
+  std::chrono::milliseconds peer_lost_grace{300};           // lets bytes already sent arrive before a
+                                                            // disconnect is reported
+  size_t inline_body_bytes = 16384;                         // smaller bodies are copied into the header frame
+};
+
+// ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one
+// connection per peer pair and direction), and runs one receive thread that
+// dispatches to handlers and the mailbox. Sends to one peer from several
+// threads are serialized on that peer's socket. Errors: a port in use
+// ("address 127.0.0.1:9989 is already in use"), an address that does not
+// parse or resolve, a rank out of range.
+StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<Endpoint> endpoints,
+                                                        ZmqOptions options = {});
+
+// `world` transports in one process that talk through in-memory queues
+// (unit tests). Bodies are copied at send, so a tracker never waits.
+std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world);
+
+// "tag 42" style description used in error messages.
+std::string describe_tag(uint64_t tag);
+
+}  // namespace rill::comm

@@ -1,0 +1,434 @@
+// The ZeroMQ transport. Each rank binds one PULL socket on its endpoint and
+// holds one PUSH socket per peer, so every ordered pair of ranks has its own
+// TCP connection and ZeroMQ keeps per-pair order. A message is one or two
+// frames: [meta | header | small body] and, for a large body, the body itself
+// sent from the caller's memory without a copy.
+//
+// Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
+// a connection, or a ZMTP heartbeat timeout), reported after a short grace so
+// that bytes the peer sent before it went away are delivered first.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+
+#include "comm/mailbox.h"
+#include "comm/transport.h"
+
+namespace rill::comm {
+namespace {
+
+constexpr uint32_t kMagic = 0x5441444c;  // "LDAT" little-endian: Rill data plane, version 1
+struct FrameMeta {
+  uint32_t magic;
+  uint32_t from;
+  uint64_t tag;
+};
+static_assert(sizeof(FrameMeta) == 16);
+
+struct ZmqHolder final : Received::Holder {
+  zmq::message_t first;
+  zmq::message_t second;
+};
+
+void release_tracked(void* /*data*/, void* hint) { SendTracker::release(hint); }
+
+struct Resolved {
+  std::string url;
+  bool ipv6 = false;
+};
+
+StatusOr<Resolved> resolve(const Endpoint& endpoint, int rank) {
+  if (endpoint.port < 1 || endpoint.port > 65535) {
+    return invalid_argument("rank {}: port {} of address '{}' is not in 1..65535", rank, endpoint.port,
+                            endpoint.address);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = endpoint.address.empty() ? EAI_NONAME : getaddrinfo(endpoint.address.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    return invalid_argument("rank {}: cannot parse or resolve address '{}': {}", rank, endpoint.address,
+                            gai_strerror(rc));
+  }
+  const addrinfo* pick = found;
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  char host[INET6_ADDRSTRLEN] = {};
+  Resolved out;
+  if (pick->ai_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(pick->ai_addr)->sin_addr, host, sizeof host);
+    out.url = fmt::format("tcp://{}:{}", host, endpoint.port);
+  } else {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(pick->ai_addr)->sin6_addr, host, sizeof host);
+    out.url = fmt::format("tcp://[{}]:{}", host, endpoint.port);
+    out.ipv6 = true;
+  }
+  freeaddrinfo(found);
+  return out;
+}
+
+class ZmqTransport final : public Transport {
+ public:
+  ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
+      : rank_(rank), endpoints_(std::move(endpoints)), options_(options),
+        mailbox_(rank, static_cast<int>(endpoints_.size())) {}
+  ~ZmqTransport() override { close(); }
+
+  Status start(const std::vector<Resolved>& resolved);
+
+  int rank() const override { return rank_; }
+  int world() const override { return static_cast<int>(endpoints_.size()); }
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+              SendTracker* tracker) override;
+  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
+  void set_handler(uint64_t tag, Handler handler) override {
+    std::lock_guard lock(handlers_mu_);
+    handlers_[tag] = std::move(handler);
+  }
+  void close() override;
+
+ private:
+  struct Peer {
+    std::mutex mu;
+    zmq::socket_t socket;   // PUSH to the peer; guarded by mu
+    zmq::socket_t monitor;  // events of `socket`; receive thread only
+    bool connected = false;       // receive thread only
+    bool loss_pending = false;    // receive thread only
+    Clock::time_point lost_at;    // receive thread only
+    std::atomic<bool> lost{false};
+  };
+
+  std::string where(int peer) const {
+    return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
+  }
+  void receive_loop();
+  void drain_data();
+  void dispatch(zmq::message_t& first, zmq::message_t* second);
+  void drain_monitor(int peer);
+  void report_losses(bool all_pending);
+
+  const int rank_;
+  const std::vector<Endpoint> endpoints_;
+  const ZmqOptions options_;
+  zmq::context_t context_;  // one per transport; terminated last
+  zmq::socket_t pull_;      // receive thread only (after start)
+  zmq::socket_t wake_recv_, wake_send_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  Mailbox mailbox_;
+  std::mutex handlers_mu_;
+  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
+  std::vector<std::byte> scratch_;                  // receive thread only
+  std::thread receiver_;
+  std::atomic<bool> closed_{false};
+  std::mutex close_mu_;
+  bool torn_down_ = false;  // guarded by close_mu_
+};
+
+Status ZmqTransport::start(const std::vector<Resolved>& resolved) {
+  const Endpoint& own = endpoints_[rank_];
+  try {
+    context_.set(zmq::ctxopt::io_threads, options_.io_threads);
+    pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
+    pull_.set(zmq::sockopt::linger, 0);
+    pull_.set(zmq::sockopt::rcvhwm, 0);
+    pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
+    try {
+      pull_.bind(resolved[rank_].url);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EADDRINUSE) {
+        return Status(Code::kUnavailable, fmt::format("address {}:{} is already in use", own.address, own.port));
+      }
+      if (e.num() == EADDRNOTAVAIL) {
+        return Status(Code::kUnavailable,
+                      fmt::format("address {}:{} is not an address of this machine", own.address, own.port));
+      }
+      return Status(Code::kUnavailable, fmt::format("cannot bind {}:{}: {}", own.address, own.port, e.what()));
+    }
+    wake_recv_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    wake_recv_.set(zmq::sockopt::linger, 0);
+    wake_recv_.bind("inproc://wake");
+    wake_send_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    wake_send_.set(zmq::sockopt::linger, 0);
+    wake_send_.connect("inproc://wake");
+    for (int peer = 0; peer < world(); ++peer) {
+      peers_.push_back(std::make_unique<Peer>());
+      if (peer == rank_) continue;
+      Peer& p = *peers_.back();
+      p.socket = zmq::socket_t(context_, zmq::socket_type::push);
+      p.socket.set(zmq::sockopt::linger, 0);
+      p.socket.set(zmq::sockopt::sndhwm, 0);
+      p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
+      p.socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+      p.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+      std::string monitor_url = fmt::format("inproc://monitor-{}", peer);
+      if (zmq_socket_monitor(p.socket.handle(), monitor_url.c_str(),
+                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw zmq::error_t();
+      }
+      p.monitor = zmq::socket_t(context_, zmq::socket_type::pair);
+      p.monitor.set(zmq::sockopt::linger, 0);
+      p.monitor.connect(monitor_url);
+      p.socket.connect(resolved[peer].url);
+    }
+  } catch (const zmq::error_t& e) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: ZeroMQ set-up failed: {}", rank_, e.what()));
+  }
+  receiver_ = std::thread([this] { receive_loop(); });
+  return Status::ok_status();
+}
+
+Status ZmqTransport::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                          SendTracker* tracker) {
+  if (to < 0 || to >= world() || to == rank_) {
+    return invalid_argument("rank {}: send to rank {}: not a peer (world {})", rank_, to, world());
+  }
+  if (closed_.load(std::memory_order_acquire)) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
+                                                  describe_tag(tag)));
+  }
+  Peer& peer = *peers_[to];
+  if (peer.lost.load(std::memory_order_acquire)) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: send to {} {}: connection lost", rank_, where(to),
+                                                  describe_tag(tag)));
+  }
+  const bool inline_body = body.size() <= options_.inline_body_bytes;
+  zmq::message_t first(sizeof(FrameMeta) + header.size() + (inline_body ? body.size() : 0));
+  auto* bytes = static_cast<std::byte*>(first.data());
+  FrameMeta meta{kMagic, static_cast<uint32_t>(rank_), tag};
+  std::memcpy(bytes, &meta, sizeof meta);
+  if (!header.empty()) std::memcpy(bytes + sizeof meta, header.data(), header.size());
+  if (inline_body && !body.empty()) std::memcpy(bytes + sizeof meta + header.size(), body.data(), body.size());
+  zmq::message_t second;
+  if (!inline_body) {
+    // Constant message (no free function) unless a tracker wants to know
+    // when ZeroMQ is done with the bytes.
+    auto* data = const_cast<std::byte*>(body.data());
+    if (tracker != nullptr) {
+      second.rebuild(data, body.size(), &release_tracked, tracker->acquire());
+    } else {
+      second.rebuild(data, body.size(), nullptr, nullptr);
+    }
+  }
+  std::lock_guard lock(peer.mu);
+  if (!peer.socket) {
+    return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
+                                                  describe_tag(tag)));
+  }
+  try {
+    peer.socket.send(first, inline_body ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    if (!inline_body) peer.socket.send(second, zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Status(Code::kUnavailable,
+                  fmt::format("rank {}: send to {} {}: {}", rank_, where(to), describe_tag(tag), e.what()));
+  }
+  return Status::ok_status();
+}
+
+Status ZmqTransport::recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
+  if (from < 0 || from >= world() || from == rank_) {
+    return invalid_argument("rank {}: recv from rank {}: not a peer (world {})", rank_, from, world());
+  }
+  return mailbox_.pop(from, tag, deadline, out);
+}
+
+void ZmqTransport::receive_loop() {
+  std::vector<zmq::pollitem_t> items;
+  items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({wake_recv_.handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<int> item_peer = {-1, -1};
+  for (int peer = 0; peer < world(); ++peer) {
+    if (peer == rank_) continue;
+    items.push_back({peers_[peer]->monitor.handle(), 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(peer);
+  }
+  while (!closed_.load(std::memory_order_acquire)) {
+    std::chrono::milliseconds timeout(1000);
+    for (const auto& peer : peers_) {
+      if (peer->loss_pending) timeout = std::chrono::milliseconds(20);
+    }
+    try {
+      zmq::poll(items.data(), items.size(), timeout);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      spdlog::error("rank {}: data-plane poll failed: {}", rank_, e.what());
+      break;
+    }
+    if (closed_.load(std::memory_order_acquire)) break;
+    if (items[0].revents & ZMQ_POLLIN) drain_data();
+    for (size_t i = 2; i < items.size(); ++i) {
+      if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
+    }
+    report_losses(false);
+  }
+}
+
+void ZmqTransport::drain_data() {
+  // A bounded batch, so monitor events and close() are not starved.
+  for (int i = 0; i < 256; ++i) {
+    zmq::message_t first;
+    if (!pull_.recv(first, zmq::recv_flags::dontwait)) return;
+    zmq::message_t second;
+    bool has_second = first.more();
+    bool malformed = false;
+    if (has_second) {
+      (void)pull_.recv(second, zmq::recv_flags::none);  // parts of a message arrive together
+      while (second.more()) {
+        zmq::message_t extra;
+        (void)pull_.recv(extra, zmq::recv_flags::none);
+        malformed = true;
+        if (!extra.more()) break;
+      }
+    }
+    FrameMeta meta{};
+    if (first.size() >= sizeof meta) std::memcpy(&meta, first.data(), sizeof meta);
+    if (malformed || first.size() < sizeof meta || meta.magic != kMagic ||
+        meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_) {
+      spdlog::warn("rank {}: dropped a malformed data-plane message ({} bytes) on {}:{}", rank_, first.size(),
+                   endpoints_[rank_].address, endpoints_[rank_].port);
+      continue;
+    }
+    dispatch(first, has_second ? &second : nullptr);
+  }
+}
+
+void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
+  FrameMeta meta;
+  std::memcpy(&meta, first.data(), sizeof meta);
+  const int from = static_cast<int>(meta.from);
+  {
+    std::lock_guard lock(handlers_mu_);
+    auto it = handlers_.find(meta.tag);
+    if (it != handlers_.end()) {
+      std::span<const std::byte> head(static_cast<const std::byte*>(first.data()) + sizeof meta,
+                                      first.size() - sizeof meta);
+      std::span<const std::byte> message = head;
+      if (second != nullptr || reinterpret_cast<uintptr_t>(head.data()) % 8 != 0) {
+        // Contiguous and aligned, so the handler can verify a FlatBuffer in place.
+        MessageView view{head, second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()),
+                                                                   second->size())
+                                      : std::span<const std::byte>()};
+        scratch_.resize(view.size());
+        view.copy_to(scratch_.data());
+        message = scratch_;
+      }
+      try {
+        it->second(from, message);
+      } catch (const std::exception& e) {
+        spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(meta.tag), e.what());
+      }
+      return;
+    }
+  }
+  // Views are taken after the frames moved into the holder: a very small
+  // frame keeps its bytes inside the message object itself.
+  auto holder = std::make_unique<ZmqHolder>();
+  holder->first = std::move(first);
+  if (second != nullptr) holder->second = std::move(*second);
+  MessageView view;
+  view.first = std::span<const std::byte>(static_cast<const std::byte*>(holder->first.data()) + sizeof meta,
+                                          holder->first.size() - sizeof meta);
+  if (second != nullptr) {
+    view.second = std::span<const std::byte>(static_cast<const std::byte*>(holder->second.data()),
+                                             holder->second.size());
+  }
+  mailbox_.push(from, meta.tag, Received(std::move(holder), view));
+}
+
+void ZmqTransport::drain_monitor(int peer) {
+  Peer& p = *peers_[peer];
+  while (true) {
+    zmq::message_t event;
+    if (!p.monitor.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)p.monitor.recv(address, zmq::recv_flags::none);
+    if (event.size() < sizeof(uint16_t)) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    if (id == ZMQ_EVENT_CONNECTED) {
+      p.connected = true;
+      p.loss_pending = false;
+    } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected) {
+      p.connected = false;
+      p.loss_pending = true;
+      p.lost_at = Clock::now() + options_.peer_lost_grace;
+    }
+  }
+}
+
+void ZmqTransport::report_losses(bool all_pending) {
+  auto now = Clock::now();
+  for (int peer = 0; peer < world(); ++peer) {
+    Peer& p = *peers_[peer];
+    if (!p.loss_pending || (!all_pending && now < p.lost_at)) continue;
+    drain_data();  // what the peer sent before it went away comes first
+    p.loss_pending = false;
+    p.lost.store(true, std::memory_order_release);
+    std::string reason = fmt::format("connection to {} was lost", where(peer));
+    spdlog::warn("rank {}: {}", rank_, reason);
+    mailbox_.mark_lost(peer, reason);
+  }
+}
+
+void ZmqTransport::close() {
+  std::lock_guard lock(close_mu_);
+  closed_.store(true, std::memory_order_release);
+  mailbox_.close("transport closed");
+  if (torn_down_) return;
+  if (receiver_.joinable() && receiver_.get_id() == std::this_thread::get_id()) {
+    return;  // called from a handler: the destructor finishes the teardown
+  }
+  if (wake_send_) {
+    try {
+      zmq::message_t wake;
+      (void)wake_send_.send(wake, zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      // The poll timeout wakes the thread anyway.
+    }
+  }
+  if (receiver_.joinable()) receiver_.join();
+  for (auto& peer : peers_) {
+    std::lock_guard peer_lock(peer->mu);
+    if (peer->socket) zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
+    peer->socket.close();
+    peer->monitor.close();
+  }
+  pull_.close();
+  wake_recv_.close();
+  wake_send_.close();
+  context_.close();  // linger 0 everywhere: returns at once, after which no body is read
+  torn_down_ = true;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<Endpoint> endpoints,
+                                                        ZmqOptions options) {
+  const int world = static_cast<int>(endpoints.size());
+  if (world == 0) return invalid_argument("data-plane transport: the endpoint list is empty");
+  if (rank < 0 || rank >= world) return invalid_argument("data-plane transport: rank {} is not in 0..{}", rank, world - 1);
+  std::vector<Resolved> resolved;
+  for (int i = 0; i < world; ++i) {
+    RILL_ASSIGN_OR_RETURN(Resolved r, resolve(endpoints[i], i));
+    resolved.push_back(std::move(r));
+  }
+  auto transport = std::make_unique<ZmqTransport>(rank, std::move(endpoints), options);
+  RILL_RETURN_IF_ERROR(transport->start(resolved));
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+}  // namespace rill::comm

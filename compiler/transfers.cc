@@ -1,0 +1,69 @@
+#include "compiler/transfers.h"
+
+#include <map>
+#include <utility>
+
+namespace rill::compiler {
+namespace {
+
+int add_io_task(TaskGraph* g, plan::TaskKind kind, std::string name, int node, int input) {
+  TaskNode task;
+  task.kind = kind;
+  task.name = std::move(name);
+  task.node = node;
+  task.inputs = {input};
+  uint32_t index = static_cast<uint32_t>(g->tasks.size());
+  task.id = ActorId::make(static_cast<uint32_t>(node), DeviceType::kIo, 0, 0, index);
+  g->tasks.push_back(std::move(task));
+  return static_cast<int>(index);
+}
+
+// A copy of regst `of` (same piece, name and SBP) written by `task`.
+int add_copy_regst(TaskGraph* g, int of, int task) {
+  RegstNode r;
+  r.name = g->regsts[of].name;
+  r.producer = task;
+  r.meta = g->regsts[of].meta;
+  r.logical_shape = g->regsts[of].logical_shape;
+  r.sbp = g->regsts[of].sbp;
+  int id = static_cast<int>(g->regsts.size());
+  g->regsts.push_back(std::move(r));
+  g->tasks[task].outputs.push_back(id);
+  return id;
+}
+
+// Adds the Send/Recv pair carrying `regst` to node `to`; returns the regst
+// Recv writes there.
+int add_pair(TaskGraph* g, int regst, int to) {
+  const int from = g->tasks[g->regsts[regst].producer].node;
+  const std::string what = fmt::format("{}#{}@node{}->node{}", g->regsts[regst].name, regst, from, to);
+  int send = add_io_task(g, plan::TaskKind::Send, "send:" + what, from, regst);
+  int wire = add_copy_regst(g, regst, send);
+  int recv = add_io_task(g, plan::TaskKind::Recv, "recv:" + what, to, wire);
+  return add_copy_regst(g, regst, recv);
+}
+
+}  // namespace
+
+Status insert_transfers(TaskGraph* g) {
+  std::map<std::pair<int, int>, int> received;  // (regst, node) -> the regst Recv writes there
+  const size_t num_tasks = g->tasks.size();     // the tasks added here never read across nodes
+  for (size_t t = 0; t < num_tasks; ++t) {
+    for (size_t k = 0; k < g->tasks[t].inputs.size(); ++k) {
+      const int regst = g->tasks[t].inputs[k];
+      if (regst < 0 || regst >= static_cast<int>(g->regsts.size()))
+        return internal_error("task '{}' reads regst {} of {}", g->tasks[t].name, regst, g->regsts.size());
+      const int producer = g->regsts[regst].producer;
+      if (producer < 0 || producer >= static_cast<int>(num_tasks))
+        return internal_error("regst {} ('{}') has no producer", regst, g->regsts[regst].name);
+      const int to = g->tasks[t].node;
+      if (g->tasks[producer].node == to) continue;
+      auto [it, fresh] = received.try_emplace({regst, to}, -1);
+      if (fresh) it->second = add_pair(g, regst, to);
+      g->tasks[t].inputs[k] = it->second;
+    }
+  }
+  return {};
+}
+
+}  // namespace rill::compiler

@@ -1,0 +1,650 @@
+#include "runtime/agent.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "comm/transport.h"
+#include "compiler/compiler.h"
+#include "graph/job_file.h"
+#include "runtime/control_codec.h"
+#include "runtime/job_runner.h"
+#include "runtime/node_runtime.h"
+#include "runtime/plan_reader.h"
+
+namespace rill {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace ctl = control;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string node_name(const std::vector<Machine>& machines, int rank) {
+  return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
+}
+
+// A control message on its way: to a peer of our ROUTER, or up to the master.
+struct Outgoing {
+  bool to_master = false;
+  std::string identity;
+  std::string bytes;
+};
+
+struct QueuedJob {
+  int64_t id = 0;
+  std::string client;  // ROUTER identity of the submitting client
+  ctl::Submit submit;
+  graph::Job job;
+};
+
+// What the master's job thread waits for while a phase runs on every node.
+struct PhaseState {
+  int64_t job_id = -1;
+  int phase = -1;
+  std::map<int, std::string> acks;   // node -> error ("" = ok)
+  std::map<int, ctl::Done> dones;
+  std::string lost;                  // a lost node's description
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options) : options_(std::move(options)), world_(static_cast<int>(options_.machines.size())) {}
+  ~Agent();
+  Status start();
+  Status join();
+  Status serve();
+
+ private:
+  bool is_master() const { return options_.rank == 0; }
+  void post(Outgoing out);
+  void post_to_node(int node, const ctl::Message& m);
+  void flush();
+  Status bind_ctrl();
+  void send_router(const std::string& identity, const std::string& bytes);
+  // Loop-thread handlers.
+  void on_server_message(const std::string& identity, const std::string& bytes);
+  void on_master_message(const std::string& bytes);
+  void master_handle(const std::string& identity, ctl::Message message);
+  void worker_handle(ctl::Message message);
+  void check_liveness();
+  std::string status_json();
+  // Master job thread.
+  void run_queued(QueuedJob job);
+  RunReport execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options);
+  void start_next_job();
+
+  AgentOptions options_;
+  int world_;
+  zmq::context_t context_{1};
+  zmq::socket_t server_{context_, zmq::socket_type::router};
+  zmq::socket_t master_{context_, zmq::socket_type::dealer};
+  std::unique_ptr<comm::Transport> transport_;
+  bool shutdown_ = false;
+  Status fatal_;
+
+  std::mutex out_mu_;
+  std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
+
+  // Master (loop thread).
+  std::vector<std::string> identity_of_node_;
+  std::vector<Clock::time_point> last_seen_;
+  std::vector<bool> lost_;
+  std::deque<QueuedJob> queue_;
+  int64_t next_job_id_ = 1;
+  std::thread job_thread_;
+  std::atomic<bool> job_running_{false};
+  std::string running_name_;
+  int64_t running_id_ = 0;
+
+  // Shared by the loop thread and the master's job thread.
+  std::mutex phase_mu_;
+  std::condition_variable phase_cv_;
+  PhaseState phase_;                       // GUARDED_BY(phase_mu_)
+  NodeRuntime* local_runtime_ = nullptr;   // GUARDED_BY(phase_mu_)
+
+  // Non-master.
+  Clock::time_point master_seen_ = Clock::now();
+  std::unique_ptr<NodeRuntime> pending_;
+  int64_t pending_job_ = -1;
+  int pending_phase_ = -1;
+  std::thread run_thread_;
+  std::mutex run_mu_;
+  NodeRuntime* running_ = nullptr;  // GUARDED_BY(run_mu_)
+  Clock::time_point last_heartbeat_ = Clock::now();
+};
+
+Agent::~Agent() {
+  if (job_thread_.joinable()) job_thread_.join();
+  if (run_thread_.joinable()) run_thread_.join();
+  if (transport_) transport_->close();
+  server_.set(zmq::sockopt::linger, 0);
+  master_.set(zmq::sockopt::linger, 0);
+}
+
+Status Agent::bind_ctrl() {
+  const Machine& me = options_.machines[options_.rank];
+  std::string endpoint = tcp_endpoint(me.address, me.ctrl_port);
+  try {
+    server_.set(zmq::sockopt::linger, 0);
+    server_.set(zmq::sockopt::router_mandatory, 1);
+    server_.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EADDRINUSE)
+      return Status(Code::kUnavailable, fmt::format("{}: control port {} is already in use (another agent?)",
+                                                    node_name(options_.machines, options_.rank), format_machine(me)));
+    return Status(Code::kUnavailable, fmt::format("{}: cannot listen on {}: {}", node_name(options_.machines, options_.rank),
+                                                  endpoint, e.what()));
+  }
+  return {};
+}
+
+Status Agent::start() {
+  if (options_.rank < 0 || options_.rank >= world_)
+    return invalid_argument("rank {} is outside the machine list ({} node(s): ranks 0..{})", options_.rank, world_,
+                            world_ - 1);
+  RILL_RETURN_IF_ERROR(compiler::parse_devices(options_.devices, world_).status());
+  RILL_RETURN_IF_ERROR(bind_ctrl());
+  std::vector<comm::Endpoint> endpoints;
+  for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
+  auto transport = comm::make_zmq_transport(options_.rank, endpoints);
+  if (!transport.ok())
+    return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
+  transport_ = std::move(*transport);
+  if (!is_master()) {
+    const Machine& m = options_.machines[0];
+    master_.set(zmq::sockopt::linger, 0);
+    master_.set(zmq::sockopt::routing_id, fmt::format("node-{}", options_.rank));
+    master_.connect(tcp_endpoint(m.address, m.ctrl_port));
+  }
+  identity_of_node_.assign(world_, "");
+  last_seen_.assign(world_, Clock::now());
+  lost_.assign(world_, false);
+  return {};
+}
+
+void Agent::post(Outgoing out) {
+  std::lock_guard<std::mutex> lock(out_mu_);
+  outbox_.push_back(std::move(out));
+}
+
+void Agent::post_to_node(int node, const ctl::Message& m) {
+  if (node == 0 && !is_master()) post(Outgoing{true, "", ctl::encode(m)});
+  else post(Outgoing{false, identity_of_node_[node], ctl::encode(m)});
+}
+
+void Agent::send_router(const std::string& identity, const std::string& bytes) {
+  try {
+    server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("control message to a peer that left: {}", e.what());
+  }
+}
+
+void Agent::flush() {
+  std::vector<Outgoing> out;
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    out.swap(outbox_);
+  }
+  for (const Outgoing& o : out) {
+    if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
+    else if (!o.identity.empty()) send_router(o.identity, o.bytes);
+  }
+}
+
+// Forms the cluster: the master waits for every listed node; the others wait
+// for the master's verdict. Every failure names the node and the cause, on
+// every node that can still be told, within the deadline.
+Status Agent::join() {
+  auto deadline = after(options_.join_timeout_s);
+  const std::string me = node_name(options_.machines, options_.rank);
+  if (!is_master()) {
+    const Machine& self = options_.machines[options_.rank];
+    std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
+    post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
+                                                  format_machine(self), options_.devices})});
+    flush();
+    while (Clock::now() < deadline) {
+      zmq::pollitem_t items[] = {{master_.handle(), 0, ZMQ_POLLIN, 0}, {server_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(50));
+      if (items[1].revents & ZMQ_POLLIN) {  // a status query while joining
+        std::vector<zmq::message_t> frames;
+        (void)zmq::recv_multipart(server_, std::back_inserter(frames));
+        if (frames.size() == 2)
+          send_router(frames[0].to_string(),
+                      ctl::encode(ctl::StatusReply{nlohmann::json{{"state", "joining"}, {"rank", options_.rank}}.dump()}));
+      }
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      zmq::message_t reply;
+      (void)master_.recv(reply);
+      auto message = ctl::decode(reply.to_string_view());
+      if (!message.ok()) return message.status().with_context(me + ": from the master");
+      if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
+        if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
+        master_seen_ = Clock::now();
+        spdlog::info("{}: joined a cluster of {} node(s)", me, r->world);
+        return {};
+      }
+    }
+    return Status(Code::kDeadlineExceeded,
+                  fmt::format("{}: the master {} did not form the cluster within {} s (is it running and reachable, "
+                              "and does it list this node?)",
+                              me, node_name(options_.machines, 0), options_.join_timeout_s));
+  }
+  // The master.
+  int joined = 1;
+  std::vector<ctl::Join> joins(world_);
+  std::string failure;
+  while (joined < world_ && failure.empty() && Clock::now() < deadline) {
+    zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(50));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    std::vector<zmq::message_t> frames;
+    (void)zmq::recv_multipart(server_, std::back_inserter(frames));
+    if (frames.size() != 2) continue;
+    std::string identity = frames[0].to_string();
+    auto message = ctl::decode(frames[1].to_string_view());
+    if (!message.ok()) {
+      spdlog::warn("{}: ignoring a corrupt control message: {}", me, message.status().message());
+      continue;
+    }
+    if (std::holds_alternative<ctl::StatusRequest>(*message)) {
+      send_router(identity, ctl::encode(ctl::StatusReply{status_json()}));
+      continue;
+    }
+    auto* j = std::get_if<ctl::Join>(&*message);
+    if (!j) continue;
+    std::string who = j->rank >= 0 && j->rank < world_ ? node_name(options_.machines, j->rank)
+                                                       : fmt::format("a node claiming rank {}", j->rank);
+    std::string error;
+    if (j->rank <= 0 || j->rank >= world_)
+      error = fmt::format("{} is outside the machine list ({} nodes)", who, world_);
+    else if (!identity_of_node_[j->rank].empty())
+      error = fmt::format("{} joined twice (two agents started with rank {}?)", who, j->rank);
+    else if (j->version != ctl::kRillVersion || j->schema_hash != ctl::schema_hash())
+      error = fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
+                          "same version on every node",
+                          who, j->version, j->schema_hash, ctl::kRillVersion, ctl::schema_hash());
+    else if (j->devices != options_.devices)
+      error = fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who,
+                          j->devices, options_.devices);
+    if (!error.empty()) {
+      send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+      failure = error;
+      break;
+    }
+    identity_of_node_[j->rank] = identity;
+    last_seen_[j->rank] = Clock::now();
+    joins[j->rank] = *j;
+    ++joined;
+  }
+  if (failure.empty() && joined < world_) {
+    std::string missing;
+    for (int r = 1; r < world_; ++r)
+      if (identity_of_node_[r].empty()) missing += (missing.empty() ? "" : ", ") + node_name(options_.machines, r);
+    failure = fmt::format("{} did not join within {} s (not started, unreachable, or its port is taken)", missing,
+                          options_.join_timeout_s);
+  }
+  if (!failure.empty()) {
+    for (int r = 1; r < world_; ++r)
+      if (!identity_of_node_[r].empty())
+        send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{false, failure, world_}));
+    return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, failure));
+  }
+  for (int r = 1; r < world_; ++r) send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_}));
+  spdlog::info("{}: cluster of {} node(s) formed", me, world_);
+  return {};
+}
+
+std::string Agent::status_json() {
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (int r = 0; r < world_; ++r) {
+    std::string state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
+    nodes.push_back({{"rank", r},
+                     {"address", format_machine(options_.machines[r])},
+                     {"devices", options_.devices},
+                     {"state", state},
+                     {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}});
+  }
+  nlohmann::ordered_json queued = nlohmann::ordered_json::array();
+  for (const QueuedJob& q : queue_) queued.push_back({{"job_id", q.id}, {"name", q.job.name}});
+  nlohmann::ordered_json j;
+  j["nodes"] = nodes;
+  j["running"] = job_running_ ? nlohmann::ordered_json{{"job_id", running_id_}, {"name", running_name_}}
+                              : nlohmann::ordered_json(nullptr);
+  j["queued"] = queued;
+  return j.dump();
+}
+
+void Agent::check_liveness() {
+  if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
+    last_heartbeat_ = Clock::now();
+    if (is_master()) {
+      for (int r = 1; r < world_; ++r)
+        if (!lost_[r]) post_to_node(r, ctl::Heartbeat{0});
+    } else {
+      post_to_node(0, ctl::Heartbeat{options_.rank});
+    }
+  }
+  if (is_master()) {
+    for (int r = 1; r < world_; ++r) {
+      if (lost_[r] || seconds_since(last_seen_[r]) < options_.dead_after_s) continue;
+      lost_[r] = true;
+      std::string reason = fmt::format("{} lost: no heartbeat for {:.0f} s", node_name(options_.machines, r),
+                                       options_.dead_after_s);
+      spdlog::error("{}", reason);
+      std::lock_guard<std::mutex> lock(phase_mu_);
+      phase_.lost = reason;
+      if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+      phase_cv_.notify_all();
+    }
+  } else if (seconds_since(master_seen_) >= options_.dead_after_s) {
+    fatal_ = Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: no heartbeat for {:.0f} s",
+                                                    node_name(options_.machines, options_.rank),
+                                                    node_name(options_.machines, 0), options_.dead_after_s));
+    std::lock_guard<std::mutex> lock(run_mu_);
+    if (running_) running_->abort(fatal_);
+    shutdown_ = true;
+  }
+}
+
+Status Agent::serve() {
+  while (!shutdown_) {
+    zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, is_master() ? 1 : 2, std::chrono::milliseconds(10));
+    if (items[0].revents & ZMQ_POLLIN) {
+      std::vector<zmq::message_t> frames;
+      (void)zmq::recv_multipart(server_, std::back_inserter(frames));
+      if (frames.size() == 2) on_server_message(frames[0].to_string(), frames[1].to_string());
+    }
+    if (!is_master() && (items[1].revents & ZMQ_POLLIN)) {
+      zmq::message_t message;
+      (void)master_.recv(message);
+      on_master_message(message.to_string());
+    }
+    check_liveness();
+    if (is_master()) start_next_job();
+    flush();
+  }
+  flush();
+  if (job_thread_.joinable()) job_thread_.join();
+  if (run_thread_.joinable()) run_thread_.join();
+  return fatal_;
+}
+
+void Agent::on_server_message(const std::string& identity, const std::string& bytes) {
+  auto message = ctl::decode(bytes);
+  if (!message.ok()) {
+    spdlog::warn("{}: ignoring a corrupt control message: {}", node_name(options_.machines, options_.rank),
+                 message.status().message());
+    return;
+  }
+  if (std::holds_alternative<ctl::StatusRequest>(*message)) {
+    std::string reply = is_master() ? status_json()
+                                    : nlohmann::json{{"state", "up"}, {"rank", options_.rank},
+                                                     {"master", format_machine(options_.machines[0])}}.dump();
+    send_router(identity, ctl::encode(ctl::StatusReply{reply}));
+    return;
+  }
+  if (is_master()) master_handle(identity, std::move(*message));
+}
+
+void Agent::on_master_message(const std::string& bytes) {
+  master_seen_ = Clock::now();
+  auto message = ctl::decode(bytes);
+  if (!message.ok()) {
+    spdlog::warn("{}: ignoring a corrupt message from the master: {}", node_name(options_.machines, options_.rank),
+                 message.status().message());
+    return;
+  }
+  worker_handle(std::move(*message));
+}
+
+// The master's handling of agents and clients (loop thread).
+void Agent::master_handle(const std::string& identity, ctl::Message message) {
+  int node = -1;
+  for (int r = 1; r < world_; ++r)
+    if (identity_of_node_[r] == identity) node = r;
+  if (node > 0) last_seen_[node] = Clock::now();
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ctl::Submit>) {
+          auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
+          if (!job.ok()) {
+            send_router(identity, ctl::encode(ctl::SubmitReply{0, job.status().message(), 0}));
+            return;
+          }
+          QueuedJob q{next_job_id_++, identity, std::move(m), std::move(*job)};
+          int ahead = static_cast<int>(queue_.size()) + (job_running_ ? 1 : 0);
+          send_router(identity, ctl::encode(ctl::SubmitReply{q.id, "", ahead}));
+          queue_.push_back(std::move(q));
+        } else if constexpr (std::is_same_v<T, ctl::PlanAck>) {
+          std::lock_guard<std::mutex> lock(phase_mu_);
+          if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = m.error;
+          phase_cv_.notify_all();
+        } else if constexpr (std::is_same_v<T, ctl::Done>) {
+          std::lock_guard<std::mutex> lock(phase_mu_);
+          if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
+            if (!m.error.empty() && local_runtime_)
+              local_runtime_->abort(Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, m.node),
+                                                                       m.error)));
+            phase_.dones[m.node] = std::move(m);
+          }
+          phase_cv_.notify_all();
+        } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
+          for (int r = 1; r < world_; ++r)
+            if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
+          shutdown_ = true;
+        }
+        // Heartbeats only refresh last_seen_; anything else is not for the master.
+      },
+      message);
+}
+
+// A non-master agent's handling of the master's messages (loop thread).
+void Agent::worker_handle(ctl::Message message) {
+  const std::string me = node_name(options_.machines, options_.rank);
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ctl::PlanPart>) {
+          RunOptions run;
+          run.node = options_.rank;
+          run.transport = transport_.get();
+          run.tag_base = m.tag_base;
+          run.stall_timeout_s = options_.stall_timeout_s;
+          for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
+          auto built = NodeRuntime::build(std::move(m.plan), std::move(run));
+          std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
+          if (built.ok()) {
+            pending_ = std::move(*built);
+            pending_job_ = m.job_id;
+            pending_phase_ = m.phase;
+          }
+          post_to_node(0, ctl::PlanAck{m.job_id, m.phase, options_.rank, error});
+        } else if constexpr (std::is_same_v<T, ctl::Start>) {
+          if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
+          if (run_thread_.joinable()) run_thread_.join();
+          run_thread_ = std::thread([this, job = m.job_id, phase = m.phase, runtime = std::move(pending_)]() mutable {
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              running_ = runtime.get();
+            }
+            RunReport report = runtime->run();
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              running_ = nullptr;
+            }
+            runtime.reset();  // unhooks the transport handler before the next job
+            ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
+                           report.seconds};
+            for (VariablePiece& p : report.pieces)
+              done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
+            post_to_node(0, done);
+          });
+        } else if constexpr (std::is_same_v<T, ctl::Abort>) {
+          if (pending_job_ == m.job_id) pending_.reset();
+          std::lock_guard<std::mutex> lock(run_mu_);
+          if (running_) running_->abort(Status(Code::kAborted, m.reason));
+        } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
+          std::lock_guard<std::mutex> lock(run_mu_);
+          if (running_) running_->abort(Status(Code::kAborted, "the agent is shutting down"));
+          shutdown_ = true;
+        }
+      },
+      message);
+}
+
+void Agent::start_next_job() {
+  if (job_running_ || queue_.empty()) return;
+  if (job_thread_.joinable()) job_thread_.join();
+  QueuedJob job = std::move(queue_.front());
+  queue_.pop_front();
+  job_running_ = true;
+  running_id_ = job.id;
+  running_name_ = job.job.name;
+  job_thread_ = std::thread([this, job = std::move(job)]() mutable { run_queued(std::move(job)); });
+}
+
+// The master's job thread: compile, run every phase on every node, reply.
+void Agent::run_queued(QueuedJob queued) {
+  std::string client = queued.client;
+  bool follow = queued.submit.follow;
+  JobRunOptions options;
+  options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
+  options.num_nodes = world_;
+  options.steps = queued.submit.steps;
+  options.stall_timeout_s = options_.stall_timeout_s;
+  options.out = options_.out;
+  if (follow)
+    options.on_line = [this, client, id = queued.id](const std::string& line) {
+      post(Outgoing{false, client, ctl::encode(ctl::Progress{id, line})});
+    };
+  int phase = 0;
+  options.executor = [this, id = queued.id, &phase](const std::string& plan, const RunOptions& run) {
+    return execute_phase(id, phase++, plan, run);
+  };
+  spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
+  JobResult result = run_job(queued.job, options);
+  if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
+  post(Outgoing{false, client,
+                ctl::encode(ctl::Result{queued.id, result_json(result),
+                                        result.status.ok() ? "" : result.status.message()})});
+  job_running_ = false;
+}
+
+RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options) {
+  RunReport report;
+  uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    phase_ = PhaseState{job_id, phase, {}, {}, {}};
+    for (int r = 1; r < world_; ++r)
+      if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
+    if (!phase_.lost.empty()) {
+      report.status = Status(Code::kUnavailable, phase_.lost);
+      return report;
+    }
+  }
+  std::vector<ctl::Tensor> initial;
+  for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
+  for (int r = 1; r < world_; ++r) {
+    auto part = compiler::node_plan(plan, r);
+    if (!part.ok()) {
+      report.status = part.status();
+      return report;
+    }
+    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial});
+  }
+  auto abort_all = [&](const std::string& reason) {
+    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});
+  };
+  RunOptions local = run_options;
+  local.node = 0;
+  local.transport = transport_.get();
+  local.tag_base = tag_base;
+  auto part = compiler::node_plan(plan, 0);
+  auto runtime = part.ok() ? NodeRuntime::build(std::move(*part), local)
+                           : StatusOr<std::unique_ptr<NodeRuntime>>(part.status());
+  // Every node must have built its actors before any starts.
+  std::string failure;
+  {
+    std::unique_lock<std::mutex> lock(phase_mu_);
+    bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
+      return static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
+    });
+    if (!runtime.ok()) failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
+    for (const auto& [node, error] : phase_.acks)
+      if (failure.empty() && !error.empty()) failure = error;
+    if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost;
+    if (failure.empty() && !acked) failure = fmt::format("not every node built its part of the plan within {} s",
+                                                         options_.join_timeout_s);
+    if (failure.empty()) local_runtime_ = runtime->get();
+  }
+  if (!failure.empty()) {
+    abort_all(failure);
+    report.status = Status(Code::kAborted, failure);
+    return report;
+  }
+  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
+  report = (*runtime)->run();
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    local_runtime_ = nullptr;
+  }
+  if (!report.status.ok()) abort_all(report.status.message());
+  // Wait for every node's end; the first failure (theirs or ours) is the cause.
+  std::unique_lock<std::mutex> lock(phase_mu_);
+  bool all = phase_cv_.wait_until(lock, after(options_.stall_timeout_s + 5), [&] {
+    return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
+  });
+  for (auto& [node, done] : phase_.dones) {
+    if (!done.error.empty()) {
+      if (report.status.ok() || report.status.code() == Code::kAborted)
+        report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));
+      continue;
+    }
+    for (ctl::Tensor& t : done.variables) {
+      VariableValue& value = report.variables[t.name];
+      if (value.values.empty()) {
+        value.shape = t.shape;
+        value.values.assign(static_cast<size_t>(num_elements(t.shape)), 0.0f);
+      }
+      if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;
+      copy_block(t.shape, t.offset, t.piece_shape, value.values.data(), t.values.data(), false);
+    }
+  }
+  if (report.status.ok() && !phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
+  if (report.status.ok() && !all)
+    report.status = Status(Code::kDeadlineExceeded, "not every node reported the end of the job in time");
+  return report;
+}
+
+}  // namespace
+
+Status run_agent(const AgentOptions& options) {
+  Agent agent(options);
+  RILL_RETURN_IF_ERROR(agent.start());
+  RILL_RETURN_IF_ERROR(agent.join());
+  return agent.serve();
+}
+
+}  // namespace rill

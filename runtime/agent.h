@@ -1,0 +1,39 @@
+// The per-node daemon. Every machine runs one agent, started with the machine
+// list and its rank; node 0 is the master. Agents join the master (version and
+// schema checked, with a deadline), then serve jobs until told to shut down.
+// The master accepts jobs from clients (queued, one runs at a time), compiles
+// each for the whole cluster, sends every node its part of the plan, starts
+// all nodes together after every node has built its actors, and gathers the
+// result. After the start, actors talk peer to peer over the data plane.
+//
+// run_agent() blocks on the calling thread; it owns its sockets.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/cluster_config.h"
+
+namespace rill {
+
+struct AgentOptions {
+  std::vector<Machine> machines;  // node 0 is the master
+  int rank = 0;
+  std::string devices = "cpu:1";  // this node's devices (equal on every node)
+  double join_timeout_s = 60.0;   // the cluster must form within this
+  double heartbeat_s = 1.0;       // agents and master exchange heartbeats
+  double dead_after_s = 10.0;     // a node silent this long is lost
+  double stall_timeout_s = 60.0;  // a job where no actor acts this long is stopped
+  std::FILE* out = stdout;        // progress lines (the master's)
+  // The version this agent announces when it joins; tests set another to
+  // check that mismatched peers are refused.
+  std::string version = "";       // empty: this build's version
+};
+
+// Runs the agent until a Shutdown; returns the first fatal error (a failed
+// join, a port in use, a lost master).
+Status run_agent(const AgentOptions& options);
+
+}  // namespace rill

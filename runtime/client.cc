@@ -1,0 +1,103 @@
+#include "runtime/client.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "graph/job_file.h"
+#include "runtime/cluster_config.h"
+#include "runtime/control_codec.h"
+
+namespace rill {
+namespace {
+
+namespace ctl = control;
+using Clock = std::chrono::steady_clock;
+
+class ZmqClient : public Client {
+ public:
+  ZmqClient(Machine master, double answer_timeout_s) : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
+  }
+
+  StatusOr<SubmitResult> submit_text(const std::string& job_text, const std::string& file_name,
+                                     const SubmitOptions& options) override {
+    send(ctl::Submit{job_text, file_name, static_cast<bool>(options.on_line), options.devices, options.steps,
+                     options.overrides});
+    RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_));
+    auto* reply = std::get_if<ctl::SubmitReply>(&first);
+    if (!reply) return data_loss("the master answered a submit with an unexpected message");
+    if (!reply->error.empty()) return invalid_argument("{}", reply->error);
+    SubmitResult result;
+    result.job_id = reply->job_id;
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(options.timeout_s));
+    for (;;) {
+      double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left <= 0)
+        return Status(Code::kDeadlineExceeded, fmt::format("job {} did not finish within {} s", result.job_id,
+                                                           options.timeout_s));
+      RILL_ASSIGN_OR_RETURN(ctl::Message message, receive(left));
+      if (auto* p = std::get_if<ctl::Progress>(&message)) {
+        if (options.on_line && p->job_id == result.job_id) options.on_line(p->line);
+      } else if (auto* r = std::get_if<ctl::Result>(&message)) {
+        if (r->job_id != result.job_id) continue;
+        result.result_json = r->result_json;
+        if (!r->error.empty()) result.status = Status(Code::kAborted, r->error);
+        return result;
+      }
+    }
+  }
+
+  StatusOr<SubmitResult> submit(const graph::Job& job, const SubmitOptions& options) override {
+    RILL_ASSIGN_OR_RETURN(std::string text, graph::job_to_json(job));
+    return submit_text(text, fmt::format("job '{}' (C++)", job.name), options);
+  }
+
+  StatusOr<std::string> status() override {
+    send(ctl::StatusRequest{});
+    RILL_ASSIGN_OR_RETURN(ctl::Message message, receive(answer_timeout_s_));
+    if (auto* s = std::get_if<ctl::StatusReply>(&message)) return s->status_json;
+    return data_loss("the master answered a status request with an unexpected message");
+  }
+
+  Status shutdown() override {
+    send(ctl::Shutdown{});
+    return {};
+  }
+
+ private:
+  void send(const ctl::Message& message) {
+    std::string bytes = ctl::encode(message);
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+
+  StatusOr<ctl::Message> receive(double timeout_s) {
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+    if (!(items[0].revents & ZMQ_POLLIN))
+      return Status(Code::kDeadlineExceeded,
+                    fmt::format("the master {} did not answer within {} s (is its agent running?)",
+                                format_machine(master_), timeout_s));
+    zmq::message_t message;
+    (void)socket_.recv(message);
+    return ctl::decode(message.to_string_view());
+  }
+
+  Machine master_;
+  double answer_timeout_s_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_{context_, zmq::socket_type::dealer};
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s) {
+  RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
+  if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
+  return std::unique_ptr<Client>(std::make_unique<ZmqClient>(machines[0], answer_timeout_s));
+}
+
+}  // namespace rill

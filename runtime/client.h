@@ -1,0 +1,49 @@
+// Client: talks to a cluster's master agent. Submits a job (a job file's
+// text, or a graph::Job built with rill::JobBuilder) and waits for its result,
+// optionally streaming the master's progress lines; asks for the cluster's
+// status; shuts the cluster down. One Client per thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/job.h"
+
+namespace rill {
+
+struct SubmitOptions {
+  std::string devices;                 // empty: the agents' devices
+  int64_t steps = 0;                   // > 0 overrides the job's steps
+  std::vector<std::string> overrides;  // section.field=value
+  std::function<void(const std::string& line)> on_line;  // progress lines, when set
+  double timeout_s = 3600.0;           // for the whole job
+};
+
+struct SubmitResult {
+  int64_t job_id = 0;
+  std::string result_json;             // the same JSON as `rill run --result`
+  Status status;                       // the job's own status
+};
+
+class Client {
+ public:
+  // `master` is "address[:ctrl_port]" (default port 9988). Connecting never
+  // blocks; the first request fails with a clear error if nobody answers.
+  static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0);
+  virtual ~Client() = default;
+
+  // Submits job file text; `file_name` names it in error messages.
+  virtual StatusOr<SubmitResult> submit_text(const std::string& job_text, const std::string& file_name,
+                                             const SubmitOptions& options) = 0;
+  // Submits a job built in C++ (sent as its job-file JSON).
+  virtual StatusOr<SubmitResult> submit(const graph::Job& job, const SubmitOptions& options) = 0;
+  // The cluster as JSON: nodes, devices, state, running and queued jobs.
+  virtual StatusOr<std::string> status() = 0;
+  // Stops every agent of the cluster.
+  virtual Status shutdown() = 0;
+};
+
+}  // namespace rill

@@ -1,0 +1,180 @@
+#include "runtime/cluster_commands.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "graph/job_file.h"
+#include "runtime/agent.h"
+#include "runtime/client.h"
+#include "runtime/cluster_config.h"
+
+namespace rill {
+namespace {
+
+int fail(const Status& status) {
+  fmt::print(stderr, "rill: error: {}\n", status.message());
+  return 1;
+}
+
+StatusOr<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("{}: cannot open the job file", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Status write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out || !(out << text)) return invalid_argument("cannot write '{}'", path);
+  return {};
+}
+
+// Starts this binary with `args`; output to `log` when not empty.
+pid_t spawn_self(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (!log.empty()) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (f) dup2(fileno(stdout), STDERR_FILENO);
+  }
+  std::vector<char*> argv;
+  static std::string self = "/proc/self/exe";
+  argv.push_back(self.data());
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::_Exit(127);
+}
+
+}  // namespace
+
+int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
+                  double join_timeout_s, double stall_timeout_s, const std::string& as_version) {
+  auto list = parse_machine_list(machines, ctrl_port);
+  if (!list.ok()) return fail(list.status());
+  AgentOptions options;
+  options.machines = *list;
+  options.rank = rank;
+  options.devices = devices;
+  options.join_timeout_s = join_timeout_s;
+  options.stall_timeout_s = stall_timeout_s;
+  options.version = as_version;
+  Status status = run_agent(options);
+  if (!status.ok()) return fail(status);
+  return 0;
+}
+
+int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
+                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides) {
+  auto text = read_text(job_path);
+  if (!text.ok()) return fail(text.status());
+  auto client = Client::connect(master);
+  if (!client.ok()) return fail(client.status());
+  SubmitOptions options;
+  options.devices = devices;
+  options.steps = steps;
+  options.overrides = overrides;
+  if (follow) options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
+  auto result = (*client)->submit_text(*text, job_path, options);
+  if (!result.ok()) return fail(result.status());
+  if (!result_path.empty()) {
+    Status written = write_text(result_path, result->result_json);
+    if (!written.ok()) return fail(written);
+  }
+  if (!result->status.ok()) return fail(result->status);
+  fmt::print("job {} done\n", result->job_id);
+  return 0;
+}
+
+int status_command(const std::string& master) {
+  auto client = Client::connect(master, 5.0);
+  if (!client.ok()) return fail(client.status());
+  auto status = (*client)->status();
+  if (!status.ok()) return fail(status.status());
+  auto j = nlohmann::json::parse(*status, nullptr, false);
+  if (j.is_discarded() || !j.contains("nodes")) {
+    fmt::print("{}\n", *status);
+    return 0;
+  }
+  fmt::print("{:<6}{:<24}{:<10}{:<14}{}\n", "node", "address", "devices", "state", "heartbeat");
+  for (const auto& n : j["nodes"])
+    fmt::print("{:<6}{:<24}{:<10}{:<14}{:.1f} s ago\n", n["rank"].get<int>(), n["address"].get<std::string>(),
+               n["devices"].get<std::string>(), n["state"].get<std::string>(),
+               n["seconds_since_heartbeat"].get<double>());
+  if (j["running"].is_null()) fmt::print("running: none\n");
+  else fmt::print("running: job {} ({})\n", j["running"]["job_id"].get<int64_t>(), j["running"]["name"].get<std::string>());
+  fmt::print("queued: {}\n", j["queued"].size());
+  return 0;
+}
+
+int run_local_cluster(const ClusterRunArgs& args) {
+  auto text = read_text(args.job_path);
+  if (!text.ok()) return fail(text.status());
+  // Check the job here, so a bad file never starts a cluster.
+  auto job = graph::parse_job_json(*text, args.job_path, args.overrides);
+  if (!job.ok()) return fail(job.status());
+  std::string devices = args.devices.empty() ? job->train.devices : args.devices;
+  std::string logdir = args.logdir.empty() ? fmt::format("/tmp/rill-{}", getpid()) : args.logdir;
+  std::error_code ec;
+  std::filesystem::create_directories(logdir, ec);
+  std::string machines;
+  for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
+  std::vector<pid_t> agents;
+  for (int r = 0; r < args.nodes; ++r)
+    agents.push_back(spawn_self({"agent", "--machines", machines, "--rank", std::to_string(r), "--devices", devices,
+                                 "--join-timeout", fmt::format("{}", args.join_timeout_s), "--stall-timeout",
+                                 fmt::format("{}", args.stall_timeout_s)},
+                                r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r)));
+  int code = 0;
+  auto client = Client::connect(fmt::format("127.0.0.1:{}", args.ctrl_port), args.join_timeout_s + 10);
+  if (!client.ok()) {
+    code = fail(client.status());
+  } else {
+    SubmitOptions options;
+    options.devices = devices;
+    options.steps = args.steps;
+    options.overrides = args.overrides;
+    auto result = (*client)->submit_text(*text, args.job_path, options);
+    if (!result.ok()) {
+      code = fail(result.status());
+    } else {
+      if (!args.result_path.empty()) {
+        Status written = write_text(args.result_path, result->result_json);
+        if (!written.ok()) code = fail(written);
+      }
+      if (!result->status.ok()) code = fail(result->status);
+    }
+    (void)(*client)->shutdown();
+  }
+  // Agents stop on the shutdown; any that does not within 10 s is killed.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : agents) {
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (code == 0 && WIFEXITED(status) && WEXITSTATUS(status) != 0) code = WEXITSTATUS(status);
+  }
+  if (code != 0 && args.nodes > 1) fmt::print(stderr, "rill: the other nodes' logs are in {}\n", logdir);
+  return code;
+}
+
+}  // namespace rill

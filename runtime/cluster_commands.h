@@ -1,0 +1,31 @@
+// The `rill` subcommands that involve agents: `agent`, `submit`, `status`, and
+// `run --nodes N` (a local cluster of N agent processes on 127.0.0.1..N).
+// Each returns the process exit code. Called from main() only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rill {
+
+struct ClusterRunArgs {
+  std::string job_path;
+  int nodes = 2;
+  std::string devices;  // per node; empty: the job's train.devices
+  int ctrl_port = 9988;
+  int64_t steps = 0;
+  std::vector<std::string> overrides;
+  std::string result_path;
+  std::string logdir;   // agents' logs; empty: a fresh folder under /tmp
+  double join_timeout_s = 30.0;
+  double stall_timeout_s = 60.0;
+};
+
+int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
+                  double join_timeout_s, double stall_timeout_s, const std::string& as_version = "");
+int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
+                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides);
+int status_command(const std::string& master);
+int run_local_cluster(const ClusterRunArgs& args);
+
+}  // namespace rill

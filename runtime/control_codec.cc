@@ -1,0 +1,180 @@
+#include "runtime/control_codec.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "runtime/control_generated.h"
+#include "runtime/control_schema_text.h"
+#include "runtime/plan_schema_text.h"
+
+namespace rill::control {
+namespace {
+
+namespace fb = rill::control::fb;
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+template <typename T>
+std::vector<T> vec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>{};
+}
+
+Offset<flatbuffers::Vector<Offset<fb::NamedTensor>>> tensors(FlatBufferBuilder& b, const std::vector<Tensor>& ts) {
+  std::vector<Offset<fb::NamedTensor>> out;
+  for (const Tensor& t : ts)
+    out.push_back(fb::CreateNamedTensor(b, b.CreateString(t.name), b.CreateVector(t.shape), b.CreateVector(t.offset),
+                                        b.CreateVector(t.values), b.CreateVector(t.piece_shape)));
+  return b.CreateVector(out);
+}
+
+std::vector<Tensor> tensors(const flatbuffers::Vector<Offset<fb::NamedTensor>>* ts) {
+  std::vector<Tensor> out;
+  if (!ts) return out;
+  for (const fb::NamedTensor* t : *ts)
+    out.push_back(Tensor{str(t->name()), vec(t->shape()), vec(t->offset()), vec(t->piece_shape()), vec(t->values())});
+  return out;
+}
+
+struct Encoder {
+  FlatBufferBuilder& b;
+  std::pair<fb::Message, Offset<void>> operator()(const Join& m) {
+    return {fb::Message::Join, fb::CreateJoin(b, m.rank, b.CreateString(m.version), m.schema_hash,
+                                              b.CreateString(m.address), b.CreateString(m.devices)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const JoinReply& m) {
+    return {fb::Message::JoinReply, fb::CreateJoinReply(b, m.ok, b.CreateString(m.error), m.world).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Submit& m) {
+    return {fb::Message::Submit,
+            fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
+                             b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
+    return {fb::Message::SubmitReply,
+            fb::CreateSubmitReply(b, m.job_id, b.CreateString(m.error), m.queued_behind).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const PlanPart& m) {
+    auto plan = b.CreateVector(reinterpret_cast<const uint8_t*>(m.plan.data()), m.plan.size());
+    return {fb::Message::PlanPart,
+            fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, plan, tensors(b, m.initial_values)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const PlanAck& m) {
+    return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Start& m) {
+    return {fb::Message::Start, fb::CreateStart(b, m.job_id, m.phase).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Done& m) {
+    return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
+                                              tensors(b, m.variables), m.seconds).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
+    return {fb::Message::Progress, fb::CreateProgress(b, m.job_id, b.CreateString(m.line)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Result& m) {
+    return {fb::Message::Result,
+            fb::CreateResult(b, m.job_id, b.CreateString(m.result_json), b.CreateString(m.error)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const StatusRequest&) {
+    return {fb::Message::StatusRequest, fb::CreateStatusRequest(b).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const StatusReply& m) {
+    return {fb::Message::StatusReply, fb::CreateStatusReply(b, b.CreateString(m.status_json)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Heartbeat& m) {
+    return {fb::Message::Heartbeat, fb::CreateHeartbeat(b, m.node).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
+    return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.node, b.CreateString(m.reason)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Shutdown&) {
+    return {fb::Message::Shutdown, fb::CreateShutdown(b).Union()};
+  }
+};
+
+}  // namespace
+
+uint64_t schema_hash() {
+  // FNV-1a over the schema texts: any change to either schema changes it.
+  uint64_t h = 1469598103934665603ull;
+  for (std::string_view text : {graph::kPlanSchemaText, graph::kControlSchemaText})
+    for (char c : text) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+std::string encode(const Message& message) {
+  FlatBufferBuilder b(256);
+  auto [type, offset] = std::visit(Encoder{b}, message);
+  b.Finish(fb::CreateEnvelope(b, type, offset), fb::EnvelopeIdentifier());
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+StatusOr<Message> decode(std::string_view bytes) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(data, fb::EnvelopeIdentifier()))
+    return data_loss("control message of {} bytes is not a Rill control envelope", bytes.size());
+  flatbuffers::Verifier verifier(data, bytes.size(), 64, 10'000'000);
+  if (!fb::VerifyEnvelopeBuffer(verifier)) return data_loss("control message of {} bytes fails verification", bytes.size());
+  const fb::Envelope* e = fb::GetEnvelope(data);
+  switch (e->message_type()) {
+    case fb::Message::Join: {
+      auto m = e->message_as_Join();
+      return Message(Join{m->rank(), str(m->version()), m->schema_hash(), str(m->address()), str(m->devices())});
+    }
+    case fb::Message::JoinReply: {
+      auto m = e->message_as_JoinReply();
+      return Message(JoinReply{m->ok(), str(m->error()), m->world()});
+    }
+    case fb::Message::Submit: {
+      auto m = e->message_as_Submit();
+      std::vector<std::string> overrides;
+      if (m->overrides())
+        for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
+      return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
+                            std::move(overrides)});
+    }
+    case fb::Message::SubmitReply: {
+      auto m = e->message_as_SubmitReply();
+      return Message(SubmitReply{m->job_id(), str(m->error()), m->queued_behind()});
+    }
+    case fb::Message::PlanPart: {
+      auto m = e->message_as_PlanPart();
+      std::string plan = m->plan() ? std::string(reinterpret_cast<const char*>(m->plan()->data()), m->plan()->size())
+                                   : std::string();
+      return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), std::move(plan), tensors(m->initial_values())});
+    }
+    case fb::Message::PlanAck: {
+      auto m = e->message_as_PlanAck();
+      return Message(PlanAck{m->job_id(), m->phase(), m->node(), str(m->error())});
+    }
+    case fb::Message::Start: {
+      auto m = e->message_as_Start();
+      return Message(Start{m->job_id(), m->phase()});
+    }
+    case fb::Message::Done: {
+      auto m = e->message_as_Done();
+      return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds()});
+    }
+    case fb::Message::Progress: {
+      auto m = e->message_as_Progress();
+      return Message(Progress{m->job_id(), str(m->line())});
+    }
+    case fb::Message::Result: {
+      auto m = e->message_as_Result();
+      return Message(Result{m->job_id(), str(m->result_json()), str(m->error())});
+    }
+    case fb::Message::StatusRequest: return Message(StatusRequest{});
+    case fb::Message::StatusReply: return Message(StatusReply{str(e->message_as_StatusReply()->status_json())});
+    case fb::Message::Heartbeat: return Message(Heartbeat{e->message_as_Heartbeat()->node()});
+    case fb::Message::Abort: {
+      auto m = e->message_as_Abort();
+      return Message(Abort{m->job_id(), m->node(), str(m->reason())});
+    }
+    case fb::Message::Shutdown: return Message(Shutdown{});
+    case fb::Message::NONE: break;
+  }
+  return data_loss("control message of unknown type {}", static_cast<int>(e->message_type()));
+}
+
+}  // namespace rill::control

@@ -1,0 +1,57 @@
+// Control-plane messages (runtime/control.fbs) as plain values, and their
+// encoding. Decoding verifies the buffer first: a corrupt or foreign message
+// is a kDataLoss Status, never a crash. Pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/tensor.h"
+
+namespace rill::control {
+
+inline constexpr const char* kRillVersion = "0.1.0";
+// Changes whenever the plan or control schema text changes.
+uint64_t schema_hash();
+
+struct Tensor {
+  std::string name;
+  Shape shape;                  // logical
+  std::vector<int64_t> offset;  // of this piece
+  Shape piece_shape;            // empty: the whole
+  std::vector<float> values;
+};
+
+struct Join { int rank = 0; std::string version; uint64_t schema_hash = 0; std::string address, devices; };
+struct JoinReply { bool ok = false; std::string error; int world = 0; };
+struct Submit {
+  std::string job_text, file_name;
+  bool follow = false;
+  std::string devices;
+  int64_t steps = 0;
+  std::vector<std::string> overrides;
+};
+struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
+struct PlanPart { int64_t job_id = 0; int phase = 0; uint64_t tag_base = 0; std::string plan; std::vector<Tensor> initial_values; };
+struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; };
+struct Start { int64_t job_id = 0; int phase = 0; };
+struct Done { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; std::vector<Tensor> variables; double seconds = 0; };
+struct Progress { int64_t job_id = 0; std::string line; };
+struct Result { int64_t job_id = 0; std::string result_json, error; };
+struct StatusRequest {};
+struct StatusReply { std::string status_json; };
+struct Heartbeat { int node = 0; };
+struct Abort { int64_t job_id = 0; int node = 0; std::string reason; };
+struct Shutdown {};
+
+using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Progress, Result,
+                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown>;
+
+std::string encode(const Message& message);
+StatusOr<Message> decode(std::string_view bytes);
+
+}  // namespace rill::control

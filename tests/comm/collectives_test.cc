@@ -1,0 +1,294 @@
+// Collectives tests: every operation against a reference computed here, for
+// world 2, 3 and 4 over in-process and loopback ZeroMQ transports, with
+// sizes that divide neither by the world nor by the chunk. Inputs are small
+// integers, so float sums are exact and results compare exactly.
+#include <atomic>
+#include <cstring>
+
+#include "comm/collectives.h"
+#include "comm/faulty_transport.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace rill;
+using namespace rill::comm;
+using namespace rill::comm::testing;
+
+namespace {
+
+float value(int rank, size_t i, int salt) { return static_cast<float>(static_cast<int>((rank * 7 + i * 13 + salt) % 17) - 8); }
+
+std::vector<float> input(int rank, size_t count, int salt) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = value(rank, i, salt);
+  return v;
+}
+
+std::vector<float> sum(int world, size_t count, int salt) {
+  std::vector<float> s(count, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < count; ++i) s[i] += value(r, i, salt);
+  }
+  return s;
+}
+
+template <typename T>
+std::span<const std::byte> bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+template <typename T>
+std::span<std::byte> writable(std::vector<T>& v) {
+  return std::as_writable_bytes(std::span<T>(v));
+}
+
+Status expect_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  if (got.size() != want.size()) return internal_error("{}: {} elements, expected {}", what, got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return internal_error("{}: element {} is {}, expected {}", what, i, got[i], want[i]);
+  }
+  return Status::ok_status();
+}
+
+// Runs every collective once on this rank with `count` elements; tags are
+// distinct per operation.
+Status run_all(Collectives& c, size_t count, int salt) {
+  const int n = c.world(), r = c.rank();
+  const std::string at = fmt::format("count {} rank {}", count, r);
+  auto in = input(r, count, salt);
+  auto want = sum(n, count, salt);
+
+  std::vector<float> out(count, -1.0f);
+  RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+  RILL_RETURN_IF_ERROR(expect_equal(out, want, "all_reduce " + at));
+  std::vector<float> inplace = in;
+  RILL_RETURN_IF_ERROR(c.all_reduce(inplace, inplace, 2));
+  RILL_RETURN_IF_ERROR(expect_equal(inplace, want, "all_reduce in place " + at));
+
+  BlockRange own = block_range(count, n, r);
+  std::vector<float> block(own.size, -1.0f);
+  RILL_RETURN_IF_ERROR(c.reduce_scatter(in, block, 3));
+  RILL_RETURN_IF_ERROR(expect_equal(block, std::vector<float>(want.begin() + own.begin, want.begin() + own.begin + own.size),
+                                    "reduce_scatter " + at));
+
+  for (int root : {0, n - 1}) {
+    std::vector<float> reduced(r == root ? count : 0, -1.0f);
+    RILL_RETURN_IF_ERROR(c.reduce(in, reduced, root, 4));
+    if (r == root) RILL_RETURN_IF_ERROR(expect_equal(reduced, want, "reduce " + at));
+  }
+
+  std::vector<float> gathered(count * n, -1.0f), all(count * n);
+  for (int q = 0; q < n; ++q) {
+    auto v = input(q, count, salt);
+    std::copy(v.begin(), v.end(), all.begin() + q * count);
+  }
+  RILL_RETURN_IF_ERROR(c.all_gather(bytes(in), writable(gathered), 5));
+  RILL_RETURN_IF_ERROR(expect_equal(gathered, all, "all_gather " + at));
+  std::vector<float> gathered_in_place(count * n, -1.0f);
+  std::copy(in.begin(), in.end(), gathered_in_place.begin() + r * count);
+  RILL_RETURN_IF_ERROR(c.all_gather(writable(gathered_in_place).subspan(r * count * 4, count * 4),
+                                    writable(gathered_in_place), 6));
+  RILL_RETURN_IF_ERROR(expect_equal(gathered_in_place, all, "all_gather in place " + at));
+
+  const int root = 1 % n;
+  std::vector<float> broadcasted = r == root ? input(root, count, salt) : std::vector<float>(count, -1.0f);
+  RILL_RETURN_IF_ERROR(c.broadcast(writable(broadcasted), root, 7));
+  RILL_RETURN_IF_ERROR(expect_equal(broadcasted, input(root, count, salt), "broadcast " + at));
+
+  std::vector<float> gathered_at_root(r == root ? count * n : 0, -1.0f);
+  RILL_RETURN_IF_ERROR(c.gather(bytes(in), writable(gathered_at_root), root, 8));
+  if (r == root) RILL_RETURN_IF_ERROR(expect_equal(gathered_at_root, all, "gather " + at));
+
+  std::vector<float> piece(count, -1.0f);
+  std::vector<float> source = r == root ? all : std::vector<float>();
+  RILL_RETURN_IF_ERROR(c.scatter(bytes(source), writable(piece), root, 9));
+  RILL_RETURN_IF_ERROR(expect_equal(piece, input(r, count, salt), "scatter " + at));
+
+  // all_to_all: block j of rank q's input is input(q)[j-th block]; rank r
+  // receives block r of every rank.
+  std::vector<float> a2a_in(count * n), a2a_out(count * n, -1.0f), a2a_want(count * n);
+  for (size_t i = 0; i < count * n; ++i) a2a_in[i] = value(r, i, salt + 1);
+  for (int q = 0; q < n; ++q) {
+    for (size_t i = 0; i < count; ++i) a2a_want[q * count + i] = value(q, r * count + i, salt + 1);
+  }
+  RILL_RETURN_IF_ERROR(c.all_to_all(bytes(a2a_in), writable(a2a_out), 10));
+  RILL_RETURN_IF_ERROR(expect_equal(a2a_out, a2a_want, "all_to_all " + at));
+
+  if (n > 1) {
+    std::vector<float> p2p(count, -1.0f);
+    if (r == 0) RILL_RETURN_IF_ERROR(c.send(n - 1, bytes(in), 11));
+    if (r == n - 1) {
+      RILL_RETURN_IF_ERROR(c.recv(0, writable(p2p), 11));
+      RILL_RETURN_IF_ERROR(expect_equal(p2p, input(0, count, salt), "send/recv " + at));
+    }
+  }
+  return c.barrier(12);
+}
+
+}  // namespace
+
+TEST_CASE("every collective matches the reference for world 2, 3, 4 and odd sizes") {
+  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+    for (int world : {2, 3, 4}) {
+      CAPTURE(kind_name(kind));
+      CAPTURE(world);
+      auto transports = make_world(kind, world);
+      auto statuses = run_ranks(world, [&](int rank) -> Status {
+        // 4 KiB chunks: 1024 floats, so 10007 elements are many uneven chunks.
+        Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000)});
+        int salt = 0;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1031}, size_t{10007}}) {
+          RILL_RETURN_IF_ERROR(run_all(c, count, salt++));
+        }
+        return Status::ok_status();
+      });
+      check_all_ok(statuses);
+    }
+  }
+}
+
+TEST_CASE("all_reduce of a large tensor over zmq with the default chunk") {
+  const int world = 3;
+  auto transports = make_zmq_world(world);
+  const size_t count = (size_t{3} << 20) + 7;  // 12 MiB, several 1 MiB chunks per block
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    Collectives c(*transports[rank]);
+    auto in = input(rank, count, 5);
+    std::vector<float> out(count);
+    RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+    return expect_equal(out, sum(world, count, 5), fmt::format("rank {}", rank));
+  });
+  check_all_ok(statuses);
+}
+
+TEST_CASE("world 1: every collective is a local copy") {
+  auto transports = make_inproc_transports(1);
+  Collectives c(*transports[0]);
+  REQUIRE(run_all(c, 37, 3).ok());
+}
+
+TEST_CASE("repeated all_reduce and reduce_scatter keep their scratch and stay correct") {
+  const int world = 3;
+  auto transports = make_inproc_transports(world);
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    Collectives c(*transports[rank], CollectiveOptions{1000, std::chrono::milliseconds(10000)});
+    const size_t count = 4099;
+    auto in = input(rank, count, 1);
+    std::vector<float> out(count), block(block_range(count, world, rank).size);
+    size_t scratch = 0;
+    for (int i = 0; i < 5; ++i) {
+      RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+      RILL_RETURN_IF_ERROR(expect_equal(out, sum(world, count, 1), "all_reduce"));
+      RILL_RETURN_IF_ERROR(c.reduce_scatter(in, block, 2));
+      if (i == 0) scratch = c.scratch_bytes();
+      if (c.scratch_bytes() != scratch) return internal_error("scratch grew on call {}", i);
+    }
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
+}
+
+TEST_CASE("concurrent collectives with distinct tags do not mix") {
+  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+    CAPTURE(kind_name(kind));
+    const int world = 3;
+    auto transports = make_world(kind, world);
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      Status other;
+      std::thread second([&] {
+        Collectives c(*transports[rank], CollectiveOptions{512, std::chrono::milliseconds(20000)});
+        auto in = input(rank, 3001, 9);
+        std::vector<float> out(3001);
+        for (int i = 0; i < 10 && other.ok(); ++i) {
+          other = c.all_reduce(in, out, 200);
+          if (other.ok()) other = expect_equal(out, sum(world, 3001, 9), "tag 200");
+        }
+      });
+      Collectives c(*transports[rank], CollectiveOptions{512, std::chrono::milliseconds(20000)});
+      auto in = input(rank, 2999, 4);
+      std::vector<float> out(2999);
+      Status mine;
+      for (int i = 0; i < 10 && mine.ok(); ++i) {
+        mine = c.all_reduce(in, out, 100);
+        if (mine.ok()) mine = expect_equal(out, sum(world, 2999, 4), "tag 100");
+      }
+      second.join();
+      RILL_RETURN_IF_ERROR(mine);
+      return other;
+    });
+    check_all_ok(statuses);
+  }
+}
+
+TEST_CASE("barrier holds every rank until all entered") {
+  const int world = 4;
+  auto transports = make_zmq_world(world);
+  std::atomic<int> entered{0};
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    Collectives c(*transports[rank]);
+    for (int round = 0; round < 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank * 20));
+      entered++;
+      RILL_RETURN_IF_ERROR(c.barrier(7));
+      if (entered.load() < world * (round + 1)) return internal_error("left barrier {} early", round);
+      RILL_RETURN_IF_ERROR(c.barrier(8));  // nobody enters the next round before all checked
+    }
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
+}
+
+TEST_CASE("a rank that never joins: the others fail at the deadline, naming the tag, then refuse") {
+  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+    CAPTURE(kind_name(kind));
+    const int world = 3;
+    auto transports = make_world(kind, world);
+    auto statuses = run_ranks(world - 1, [&](int rank) -> Status {
+      Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(300)});
+      std::vector<float> data(100, 1.0f);
+      Status status = c.all_reduce(data, data, 0x77);
+      if (status.code() != Code::kDeadlineExceeded) return internal_error("got {}", status.to_string());
+      if (status.message().find("all_reduce tag 0x77") == std::string::npos) {
+        return internal_error("message does not name the op and tag: {}", status.message());
+      }
+      if (status.message().find("from rank") == std::string::npos) {
+        return internal_error("message does not name the peer: {}", status.message());
+      }
+      if (c.all_reduce(data, data, 0x78).code() != Code::kFailedPrecondition) return internal_error("not refused");
+      return Status::ok_status();
+    });
+    check_all_ok(statuses);
+  }
+}
+
+TEST_CASE("dropped collective traffic is a deadline error naming the silent peer") {
+  const int world = 2;
+  auto inner = make_inproc_transports(world);
+  FaultyTransport rank1(std::move(inner[1]));
+  rank1.set_drop([](int, uint64_t, auto, auto) { return true; });
+  Transport* transports[2] = {inner[0].get(), &rank1};
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(300)});
+    std::vector<float> data(1000, 1.0f);
+    return c.all_reduce(data, data, 5);
+  });
+  CHECK(statuses[0].code() == Code::kDeadlineExceeded);
+  CHECK(statuses[0].message().find("from rank 1") != std::string::npos);
+}
+
+TEST_CASE("size mismatches are invalid arguments and leave the object usable") {
+  auto transports = make_inproc_transports(2);
+  Collectives c(*transports[0]);
+  std::vector<float> a(10), b(9);
+  CHECK(c.all_reduce(a, b, 1).code() == Code::kInvalidArgument);
+  CHECK(c.reduce_scatter(a, b, 1).code() == Code::kInvalidArgument);
+  CHECK(c.all_gather(bytes(a), writable(b), 1).code() == Code::kInvalidArgument);
+  std::vector<std::byte> odd(3);
+  CHECK(c.all_to_all(odd, odd, 1).code() == Code::kInvalidArgument);
+  CHECK(c.broadcast(writable(a), 2, 1).code() == Code::kInvalidArgument);
+  CHECK(c.send(0, bytes(a), 1).code() == Code::kInvalidArgument);
+  std::vector<float> small(2);
+  std::vector<float> sent = {1.0f, 2.0f, 3.0f};
+  REQUIRE(transports[1]->send(0, 2, {}, bytes(sent)).ok());
+  Status status = c.recv(1, writable(small), 2);
+  CHECK(status.code() == Code::kDataLoss);
+  CHECK(status.message().find("has 12 bytes, expected 8") != std::string::npos);
+}

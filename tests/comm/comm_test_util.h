@@ -1,0 +1,105 @@
+// Helpers for multi-rank comm tests: ranks are threads of this process, over
+// real loopback ZeroMQ (127.0.0.1, ports the kernel reports free) or over the
+// in-process transport.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "comm/transport.h"
+
+namespace rill::comm::testing {
+
+enum class Kind { kInproc, kZmq };
+
+inline const char* kind_name(Kind kind) { return kind == Kind::kInproc ? "inproc" : "zmq"; }
+
+// `n` distinct TCP ports that were free a moment ago (bound to port 0, then released).
+inline std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    socklen_t length = sizeof address;
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    fds.push_back(fd);
+    ports.push_back(ntohs(address.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+inline std::vector<Endpoint> loopback_endpoints(const std::vector<int>& ports) {
+  std::vector<Endpoint> endpoints;
+  for (int port : ports) endpoints.push_back(Endpoint{"127.0.0.1", port});
+  return endpoints;
+}
+
+// One ZeroMQ transport per rank; retried on fresh ports if another process
+// took one of them in between.
+inline std::vector<std::unique_ptr<Transport>> make_zmq_world(int world, ZmqOptions options = {}) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto endpoints = loopback_endpoints(free_ports(world));
+    std::vector<std::unique_ptr<Transport>> out;
+    bool retry = false;
+    for (int rank = 0; rank < world; ++rank) {
+      auto transport = make_zmq_transport(rank, endpoints, options);
+      if (!transport.ok()) {
+        INFO(transport.status().to_string());
+        REQUIRE(transport.status().message().find("already in use") != std::string::npos);
+        retry = true;
+        break;
+      }
+      out.push_back(std::move(transport).value());
+    }
+    if (!retry) return out;
+  }
+  FAIL("no free ports after 5 attempts");
+  return {};
+}
+
+inline std::vector<std::unique_ptr<Transport>> make_world(Kind kind, int world) {
+  return kind == Kind::kInproc ? make_inproc_transports(world) : make_zmq_world(world);
+}
+
+// Runs fn(rank) on one thread per rank and returns each rank's Status.
+inline std::vector<Status> run_ranks(int world, const std::function<Status(int rank)>& fn) {
+  std::vector<Status> statuses(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] { statuses[rank] = fn(rank); });
+  }
+  for (auto& thread : threads) thread.join();
+  return statuses;
+}
+
+inline void check_all_ok(const std::vector<Status>& statuses) {
+  for (size_t rank = 0; rank < statuses.size(); ++rank) {
+    INFO("rank " << rank << ": " << statuses[rank].to_string());
+    CHECK(statuses[rank].ok());
+  }
+}
+
+inline std::span<const std::byte> as_span(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+inline std::string as_string(std::span<const std::byte> bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+inline Clock::time_point in_ms(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+
+}  // namespace rill::comm::testing

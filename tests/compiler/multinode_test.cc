@@ -1,0 +1,319 @@
+// Plans for several nodes: one boxing task per node over its local pieces,
+// with peers and a collective tag; Send/Recv pairs for regsts read on another
+// node; per-node shards; determinism; conversions not supported across nodes.
+// Node plans: node_plan_test.cc.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using plan::TaskKind;
+using testing::compile_ok;
+using testing::plan_of;
+using testing::producer;
+using testing::regst;
+using testing::sbp_string;
+using testing::task;
+using testing::task_named;
+using testing::tasks_of_kind;
+
+std::vector<int64_t> ints(const flatbuffers::Vector<int64_t>* v) { return {v->begin(), v->end()}; }
+std::vector<uint64_t> ids(const flatbuffers::Vector<uint64_t>* v) { return {v->begin(), v->end()}; }
+
+StatusOr<std::string> compile_on(const graph::Job& job, const std::string& devices, int num_nodes) {
+  auto cluster = compiler::parse_devices(devices, num_nodes);
+  REQUIRE(cluster.ok());
+  return compiler::compile(job, *cluster, {});
+}
+
+// Every regst but a Send's wire regst has its producer and consumers on one
+// node; a wire regst is read by exactly one Recv, on another node.
+void check_locality(const plan::Plan& p) {
+  for (const plan::RegstDesc* r : *p.regsts()) {
+    const plan::Task* from = task(p, r->producer());
+    if (from->kind() == TaskKind::Send) {
+      REQUIRE(r->consumers()->size() == 1);
+      const plan::Task* recv = task(p, r->consumers()->Get(0));
+      CHECK(recv->kind() == TaskKind::Recv);
+      CHECK(recv->node() != from->node());
+      continue;
+    }
+    for (uint64_t c : *r->consumers())
+      CHECK_MESSAGE(ActorId::node(c) == ActorId::node(r->producer()), r->name()->str(), " #", r->id());
+  }
+}
+
+// Follows a Send -> wire -> Recv chain back from the regst a Recv writes.
+const plan::RegstDesc* sent_regst(const plan::Plan& p, const plan::Task* recv) {
+  REQUIRE(recv->kind() == TaskKind::Recv);
+  REQUIRE(recv->inputs()->size() == 1);
+  const plan::Task* send = producer(p, recv->inputs()->Get(0));
+  REQUIRE(send->kind() == TaskKind::Send);
+  REQUIRE(send->inputs()->size() == 1);
+  return regst(p, send->inputs()->Get(0));
+}
+
+TEST_CASE("linear regression on 2 nodes x 1 device: a boxing task per node, node 1's loss sent to the sink") {
+  const std::string bytes = compile_ok(testing::linear_regression_job(), "cpu:1", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.num_nodes() == 2);
+  CHECK(p.devices_per_node() == 1);
+  CHECK(p.node() == -1);
+  CHECK(p.num_tasks() == static_cast<int64_t>(p.tasks()->size()));
+
+  auto boxings = tasks_of_kind(p, TaskKind::Boxing);
+  REQUIRE(boxings.size() == 2);
+  for (uint32_t node = 0; node < 2; ++node) {
+    const plan::Task* box = boxings[node];
+    CHECK(box->node() == static_cast<int>(node));
+    CHECK(box->id() == ActorId::make(node, DeviceType::kComm, 0, 0, ActorId::index(box->id())));
+    CHECK(box->device() == -1);
+    const plan::BoxingConf* conf = box->boxing();
+    CHECK(sbp_string(conf->in_sbp()) == "P");
+    CHECK(sbp_string(conf->out_sbp()) == "B");
+    CHECK(conf->parallel() == 2);
+    CHECK(conf->num_nodes() == 2);
+    CHECK(conf->node() == static_cast<int>(node));
+    CHECK(conf->local_pieces() == 1);
+    CHECK(conf->first_rank() == static_cast<int>(node));
+    CHECK(conf->collective_tag() != 0);
+    CHECK(conf->collective_tag() == boxings[0]->boxing()->collective_tag());
+    CHECK(ids(conf->peers()) == std::vector<uint64_t>{boxings[0]->id(), boxings[1]->id()});
+    REQUIRE(box->inputs()->size() == 1);
+    REQUIRE(box->outputs()->size() == 1);
+    const plan::Task* grad = producer(p, box->inputs()->Get(0));
+    CHECK(grad->op_type()->str() == "matmul");
+    CHECK(grad->node() == static_cast<int>(node));
+    const plan::RegstDesc* out = regst(p, box->outputs()->Get(0));
+    CHECK(ints(out->shape()) == std::vector<int64_t>{3, 1});
+    CHECK(ids(out->consumers()) == std::vector<uint64_t>{task_named(p, fmt::format("w@{}", node))->id()});
+  }
+
+  const plan::Task* sink = tasks_of_kind(p, TaskKind::Sink)[0];
+  CHECK(sink->node() == 0);
+  REQUIRE(sink->inputs()->size() == 2);
+  CHECK(producer(p, sink->inputs()->Get(0)) == task_named(p, "mse@0"));
+  CHECK(sink->sink()->partial()->Get(0));
+  CHECK(sink->sink()->partial()->Get(1));
+
+  auto sends = tasks_of_kind(p, TaskKind::Send);
+  auto recvs = tasks_of_kind(p, TaskKind::Recv);
+  REQUIRE(sends.size() == 1);
+  REQUIRE(recvs.size() == 1);
+  const plan::Task* send = sends[0];
+  const plan::Task* recv = recvs[0];
+  CHECK(send->node() == 1);
+  CHECK(send->id() == ActorId::make(1, DeviceType::kIo, 0, 0, ActorId::index(send->id())));
+  CHECK(recv->node() == 0);
+  CHECK(recv->id() == ActorId::make(0, DeviceType::kIo, 0, 0, ActorId::index(recv->id())));
+  CHECK(send->device() == -1);
+  CHECK(recv->device() == -1);
+  REQUIRE(send->outputs()->size() == 1);
+  REQUIRE(recv->outputs()->size() == 1);
+
+  const plan::RegstDesc* loss1 = sent_regst(p, recv);
+  CHECK(producer(p, loss1->id()) == task_named(p, "mse@1"));
+  // Read on node 1 by Send (and the gradient seed), no longer by the sink.
+  const std::vector<uint64_t> readers = ids(loss1->consumers());
+  CHECK(std::count(readers.begin(), readers.end(), send->id()) == 1);
+  CHECK(std::count(readers.begin(), readers.end(), sink->id()) == 0);
+  for (uint64_t c : readers) CHECK(ActorId::node(c) == 1);
+  const plan::RegstDesc* wire = regst(p, send->outputs()->Get(0));
+  CHECK(recv->inputs()->Get(0) == wire->id());
+  CHECK(ids(wire->consumers()) == std::vector<uint64_t>{recv->id()});
+  CHECK(wire->register_num() == 2);
+  const plan::RegstDesc* local = regst(p, recv->outputs()->Get(0));
+  CHECK(sink->inputs()->Get(1) == local->id());
+  CHECK(ids(local->consumers()) == std::vector<uint64_t>{sink->id()});
+  for (const plan::RegstDesc* copy : {wire, local}) {
+    CHECK(copy->name()->str() == "loss");
+    CHECK(ints(copy->shape()) == ints(loss1->shape()));
+    CHECK(copy->bytes() == loss1->bytes());
+    CHECK(sbp_string(copy->sbp()) == "P");
+    CHECK(!copy->is_model());
+  }
+  check_locality(p);
+
+  // Per-node datasets: the source on node n reads shard n of 2.
+  auto sources = tasks_of_kind(p, TaskKind::Source);
+  REQUIRE(sources.size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(sources[rank]->node() == rank);
+    CHECK(sources[rank]->source()->shard() == rank);
+    CHECK(sources[rank]->source()->num_shards() == 2);
+  }
+}
+
+TEST_CASE("MLP on 2 nodes x 2 devices: three gradient boxings per node, each on its own comm thread") {
+  compiler::CompileOptions options;
+  options.activation_register_num = 3;
+  const std::string bytes = compile_ok(testing::mlp_job(8, 4), "cpu:2", options, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  auto boxings = tasks_of_kind(p, TaskKind::Boxing);
+  CHECK(boxings.size() == 6);
+  std::map<int64_t, std::vector<const plan::Task*>> by_tag;
+  std::set<std::string> updated;
+  for (int node = 0; node < 2; ++node) {
+    std::set<uint32_t> threads;
+    for (const plan::Task* box : boxings) {
+      if (box->node() != node) continue;
+      threads.insert(ActorId::device(box->id()));
+      CHECK(ActorId::device_type(box->id()) == DeviceType::kComm);
+      const plan::BoxingConf* conf = box->boxing();
+      CHECK(sbp_string(conf->in_sbp()) == "P");
+      CHECK(sbp_string(conf->out_sbp()) == "B");
+      CHECK(conf->parallel() == 4);
+      CHECK(conf->num_nodes() == 2);
+      CHECK(conf->local_pieces() == 2);
+      CHECK(conf->first_rank() == 2 * node);
+      by_tag[conf->collective_tag()].push_back(box);
+      REQUIRE(box->inputs()->size() == 2);
+      REQUIRE(box->outputs()->size() == 2);
+      for (uint32_t d = 0; d < 2; ++d) {
+        const plan::Task* grad = producer(p, box->inputs()->Get(d));
+        CHECK(grad->node() == node);
+        CHECK(grad->device() == static_cast<int>(d));
+        const plan::RegstDesc* out = regst(p, box->outputs()->Get(d));
+        REQUIRE(out->consumers()->size() == 1);
+        const plan::Task* var = task(p, out->consumers()->Get(0));
+        CHECK(var->kind() == TaskKind::Variable);
+        CHECK(var->node() == node);
+        CHECK(var->device() == static_cast<int>(d));
+        updated.insert(var->name()->str());
+      }
+    }
+    CHECK(threads == std::set<uint32_t>{0, 1, 2});
+  }
+  CHECK(updated.size() == 12);  // 3 variables x 4 ranks
+  // One tag per logical boxing, on both nodes, with the same comm thread number there.
+  REQUIRE(by_tag.size() == 3);
+  for (const auto& [tag, pair] : by_tag) {
+    CHECK(tag != 0);
+    REQUIRE(pair.size() == 2);
+    CHECK(pair[0]->node() == 0);
+    CHECK(pair[1]->node() == 1);
+    CHECK(ActorId::device(pair[0]->id()) == ActorId::device(pair[1]->id()));
+    for (const plan::Task* box : pair)
+      CHECK(ids(box->boxing()->peers()) == std::vector<uint64_t>{pair[0]->id(), pair[1]->id()});
+  }
+
+  // The sink reads loss and accuracy of every rank; node 1's come through Recv.
+  const plan::Task* sink = tasks_of_kind(p, TaskKind::Sink)[0];
+  REQUIRE(sink->inputs()->size() == 8);
+  for (uint32_t i = 0; i < 8; ++i) {
+    const int rank = static_cast<int>(i % 4);
+    const plan::Task* from = producer(p, sink->inputs()->Get(i));
+    CHECK(from->node() == 0);
+    if (rank < 2) {
+      CHECK(from->kind() == TaskKind::Compute);
+      CHECK(from->device() == rank);
+    } else {
+      const plan::Task* origin = producer(p, sent_regst(p, from)->id());
+      CHECK(origin->node() == 1);
+      CHECK(origin->device() == rank - 2);
+      CHECK(origin->name()->str() == fmt::format("{}@{}", i < 4 ? "mean" : "acc", rank));
+    }
+  }
+  CHECK(tasks_of_kind(p, TaskKind::Send).size() == 4);
+  CHECK(tasks_of_kind(p, TaskKind::Recv).size() == 4);
+  for (const plan::Task* send : tasks_of_kind(p, TaskKind::Send)) {
+    CHECK(send->node() == 1);
+    CHECK(regst(p, send->outputs()->Get(0))->register_num() == 3);
+  }
+  check_locality(p);
+
+  auto sources = tasks_of_kind(p, TaskKind::Source);
+  REQUIRE(sources.size() == 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(sources[rank]->node() == rank / 2);
+    CHECK(sources[rank]->source()->shard() == rank);
+    CHECK(sources[rank]->source()->num_shards() == 4);
+  }
+}
+
+TEST_CASE("B -> S across nodes is a local slice: a task per node, no peers; one node keeps one task") {
+  // x and y read whole, then split by a hinted relu: B -> S(0) boxings; w's gradient P -> B.
+  graph::Job job = testing::linear_regression_job();
+  job.inputs[0].sbp = Sbp::broadcast();
+  job.inputs[1].sbp = Sbp::broadcast();
+  job.ops.insert(job.ops.begin(), graph::Op{"act", "relu", {"x"}, {"xr"}, {}, {Sbp::split(0)}});
+  job.ops[1].inputs[0] = "xr";
+  const std::string bytes = compile_ok(job, "cpu:1", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  auto boxings = tasks_of_kind(p, TaskKind::Boxing);
+  REQUIRE(boxings.size() == 6);
+  std::set<int64_t> tags;
+  int slices = 0;
+  for (const plan::Task* box : boxings) {
+    const plan::BoxingConf* conf = box->boxing();
+    CHECK(conf->num_nodes() == 2);
+    CHECK(conf->local_pieces() == 1);
+    tags.insert(conf->collective_tag());
+    REQUIRE(box->inputs()->size() == 1);
+    CHECK(producer(p, box->inputs()->Get(0))->node() == box->node());
+    if (sbp_string(conf->in_sbp()) == "B") {
+      ++slices;
+      CHECK(sbp_string(conf->out_sbp()) == "S(0)");
+      CHECK(conf->peers()->size() == 0);
+      CHECK(producer(p, box->inputs()->Get(0))->kind() == TaskKind::Source);
+    } else {
+      CHECK(sbp_string(conf->in_sbp()) == "P");
+      CHECK(conf->peers()->size() == 2);
+    }
+  }
+  CHECK(slices == 4);
+  CHECK(tags.size() == 3);
+  check_locality(p);
+
+  // On one node a boxing is one task over every piece, on comm thread 0.
+  const std::string one = compile_ok(testing::linear_regression_job(), "cpu:2");
+  auto single = tasks_of_kind(*plan_of(one), TaskKind::Boxing);
+  REQUIRE(single.size() == 1);
+  const plan::BoxingConf* conf = single[0]->boxing();
+  CHECK(ActorId::device(single[0]->id()) == 0);
+  CHECK(conf->num_nodes() == 1);
+  CHECK(conf->node() == 0);
+  CHECK(conf->local_pieces() == 2);
+  CHECK(conf->first_rank() == 0);
+  CHECK(conf->collective_tag() == 0);
+  CHECK(conf->peers()->size() == 0);
+  CHECK(tasks_of_kind(*plan_of(one), TaskKind::Send).empty());
+}
+
+TEST_CASE("other conversions across nodes are an error naming the tensor and the SBPs") {
+  graph::Job split = testing::linear_regression_job();
+  split.variables[0].sbp = Sbp::split(0);  // its gradient needs P -> S(0), a reduce-scatter
+  CHECK(compile_on(split, "cpu:2", 1).ok());
+  auto result = compile_on(split, "cpu:1", 2);
+  REQUIRE(!result.ok());
+  CHECK(result.status().code() == Code::kInvalidArgument);
+  const std::string& message = result.status().message();
+  CHECK(message.find("not supported across nodes yet") != std::string::npos);
+  CHECK(message.find("'grad/predict/matmul'") != std::string::npos);
+  CHECK(message.find("P -> S(0)") != std::string::npos);
+}
+
+TEST_CASE("multi-node plans are deterministic and differ from one-node plans") {
+  for (const char* devices : {"cpu:1", "cpu:2"}) {
+    const std::string a = compile_ok(testing::mlp_job(12, 6), devices, {}, 2);
+    const std::string b = compile_ok(testing::mlp_job(12, 6), devices, {}, 2);
+    CHECK(a == b);
+    for (int node = 0; node < 2; ++node) {
+      auto na = compiler::node_plan(a, node);
+      auto nb = compiler::node_plan(b, node);
+      REQUIRE(na.ok());
+      REQUIRE(nb.ok());
+      CHECK(*na == *nb);
+    }
+  }
+  CHECK(compile_ok(testing::mlp_job(), "cpu:1", {}, 2) != compile_ok(testing::mlp_job(), "cpu:2"));
+}
+
+}  // namespace
+}  // namespace rill

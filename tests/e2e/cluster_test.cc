@@ -1,0 +1,245 @@
+// Many nodes on one machine: real agent processes on 127.0.0.x talking ZeroMQ,
+// started by `rill run --nodes`, `rill agent` and `rill submit`, and by the
+// C++ Client.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/client.h"
+#include "samples/linear_regression/linear_regression_job.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Ran {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+std::string root() {
+  const char* r = std::getenv("RILL_SOURCE_ROOT");
+  return r ? r : ".";
+}
+
+std::string binary() {
+  const char* b = std::getenv("RILL_BINARY");
+  REQUIRE(b != nullptr);
+  return b;
+}
+
+Ran run_rill(const std::string& args) {
+  auto start = Clock::now();
+  std::string command = binary() + " " + args + " 2>&1";
+  Ran ran;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  ran.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return ran;
+}
+
+// An agent process in the background, its output in a file.
+struct Agent {
+  pid_t pid = -1;
+  std::string log;
+  Agent(const std::string& args, const std::string& log_file) : log(log_file) {
+    pid = fork();
+    if (pid == 0) {
+      std::string command = binary() + " agent " + args + " > " + log_file + " 2>&1";
+      execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
+      std::_Exit(127);
+    }
+  }
+  // Exit code, or -1 if it did not exit within `seconds`.
+  int wait(double seconds) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string output() const {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  ~Agent() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("rill-cluster-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("linear regression on 2 nodes x 1 device gives w = [2, 3]") {
+  auto result = temp_dir() / "lr2.json";
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --devices cpu:1 "
+                 "--ctrl-port 19100 --result " + result.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("step    500/500") != std::string::npos);
+  auto j = read_json(result);
+  auto w = j["variables"]["w"]["values"];
+  REQUIRE(w.size() == 2);
+  CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
+  CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
+}
+
+TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device for 100 steps") {
+  auto one = temp_dir() / "mlp1.json";
+  auto four = temp_dir() / "mlp4.json";
+  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 100 --result " +
+               one.string());
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  Ran b = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19110 --steps 100 "
+               "--result " + four.string());
+  INFO(b.output);
+  REQUIRE(b.code == 0);
+  auto curve1 = read_json(one)["loss_curve"];
+  auto curve4 = read_json(four)["loss_curve"];
+  REQUIRE(curve1.size() == 100);
+  REQUIRE(curve4.size() == 100);
+  for (size_t i = 0; i < 100; ++i) {
+    CAPTURE(i);
+    double x = curve1[i].get<double>(), y = curve4[i].get<double>();
+    CHECK(std::abs(x - y) <= 1e-3 * std::abs(x));
+  }
+}
+
+TEST_CASE("the MLP on 2 nodes x 2 devices reaches the accuracy bar") {
+  auto result = temp_dir() / "mlp4full.json";
+  Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19120 --result " +
+                 result.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto j = read_json(result);
+  CHECK(j["metrics"]["accuracy"].get<double>() >= 0.84);
+  CHECK(j["eval_samples"].get<int64_t>() == 10000);
+}
+
+TEST_CASE("a job file and a C++ job run on the same cluster one after the other") {
+  auto dir = temp_dir();
+  std::string machines = "127.0.0.1:19130,127.0.0.2:19130";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "a0.log").string());
+  Agent worker("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "a1.log").string());
+  auto result = dir / "submitted.json";
+  Ran submitted = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master "
+                       "127.0.0.1:19130 --follow --result " + result.string());
+  INFO(submitted.output);
+  INFO(master.output());
+  REQUIRE(submitted.code == 0);
+  CHECK(submitted.output.find("step    500/500") != std::string::npos);  // --follow streams progress
+  CHECK(read_json(result)["status"] == "ok");
+
+  auto client = rill::Client::connect("127.0.0.1:19130");
+  REQUIRE(client.ok());
+  rill::SubmitOptions options;
+  options.steps = 300;
+  auto from_code = (*client)->submit(rill::samples::make_linear_regression_job(), options);
+  REQUIRE_MESSAGE(from_code.ok(), from_code.status().to_string());
+  REQUIRE_MESSAGE(from_code->status.ok(), from_code->status.to_string());
+  auto j = nlohmann::json::parse(from_code->result_json);
+  CHECK(j["steps"] == 300);
+  CHECK(from_code->job_id > 1);
+
+  Ran status = run_rill("status --master 127.0.0.1:19130");
+  INFO(status.output);
+  CHECK(status.code == 0);
+  CHECK(status.output.find("127.0.0.2:19130") != std::string::npos);
+  REQUIRE((*client)->shutdown().ok());
+  CHECK(master.wait(10) == 0);
+  CHECK(worker.wait(10) == 0);
+}
+
+TEST_CASE("a node that never joins: every agent that runs says which, within the deadline") {
+  auto dir = temp_dir();
+  Agent master("--machines 127.0.0.1:19140,127.0.0.2:19140 --rank 0 --join-timeout 2", (dir / "m.log").string());
+  auto start = Clock::now();
+  CHECK(master.wait(10) == 1);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 6);
+  CHECK(master.output().find("node 1 (127.0.0.2:19140) did not join") != std::string::npos);
+}
+
+TEST_CASE("an unreachable master: the agent says so within the deadline") {
+  auto dir = temp_dir();
+  // 192.0.2.1 is TEST-NET-1: never routed.
+  Agent agent("--machines 192.0.2.1:19150,127.0.0.2:19150 --rank 1 --join-timeout 2", (dir / "u.log").string());
+  CHECK(agent.wait(10) == 1);
+  CHECK(agent.output().find("did not form the cluster within 2 s") != std::string::npos);
+}
+
+TEST_CASE("a port already in use is named") {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(19160);
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  Ran ran = run_rill("agent --machines 127.0.0.1:19160,127.0.0.2:19160 --rank 0 --join-timeout 2");
+  close(fd);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("127.0.0.1:19160 is already in use") != std::string::npos);
+  CHECK(ran.seconds < 5);
+}
+
+TEST_CASE("a rank outside the machine list is named") {
+  Ran ran = run_rill("agent --machines 127.0.0.1:19170,127.0.0.2:19170 --rank 5 --join-timeout 2");
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("rank 5 is outside the machine list (2 node(s)") != std::string::npos);
+}
+
+TEST_CASE("a peer of another Rill version is refused on every node") {
+  auto dir = temp_dir();
+  std::string machines = "127.0.0.1:19180,127.0.0.2:19180";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 5", (dir / "v0.log").string());
+  Agent other("--machines " + machines + " --rank 1 --join-timeout 5 --as-version 0.0.1-other",
+              (dir / "v1.log").string());
+  CHECK(master.wait(10) == 1);
+  CHECK(other.wait(10) == 1);
+  CHECK(master.output().find("runs Rill 0.0.1-other") != std::string::npos);
+  CHECK(other.output().find("runs Rill 0.0.1-other") != std::string::npos);
+}
