@@ -1,1 +1,203 @@
-int main() { return 0; }
+// allreduce_bench: float32 all_reduce bandwidth of rill::comm over ZeroMQ
+// TCP, N ranks as N processes on one machine (loopback by default).
+//
+//   allreduce_bench [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
+//                   [--iters N] [--chunk-bytes 1048576] [--address 127.0.0.1]
+//                   [--port P]
+//
+// The process forks ranks 1..N-1 and is rank 0 itself. For each size: warm-up
+// calls (the result is checked once), a barrier, then timed calls. A call's
+// time is the slowest rank's; the table gives the median and the 10th/90th
+// percentiles. Metrics, as in nccl-tests' PERFORMANCE.md:
+//   algbw = bytes / time                    (bytes: size of the tensor)
+//   busbw = algbw * 2 (n - 1) / n           (what each link carries; comparable
+//                                            across rank counts and with MPI)
+// bench/allreduce_mpi.c prints the same table for MPI_Allreduce, and
+// bench/allreduce_vs_mpi.sh runs both side by side.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+
+using namespace rill;
+using namespace rill::comm;
+
+namespace {
+
+struct Args {
+  int ranks = 2;
+  std::vector<size_t> sizes = {4096, 4u << 20, 64u << 20};
+  int warmup = 5;
+  int iters = 0;  // 0: about 2 GiB of traffic per size, 20..1000 calls
+  size_t chunk_bytes = 1u << 20;
+  std::string address = "127.0.0.1";
+  int port = 0;   // 0: free ports chosen by the kernel
+};
+
+[[noreturn]] void usage(const char* error) {
+  std::fprintf(stderr, "allreduce_bench: %s\nusage: allreduce_bench [--ranks N] [--sizes B,B,...] [--warmup N] "
+                       "[--iters N] [--chunk-bytes B] [--address A] [--port P]\n", error);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
+    std::string value = argv[++i];
+    if (flag == "--ranks") args.ranks = std::atoi(value.c_str());
+    else if (flag == "--warmup") args.warmup = std::atoi(value.c_str());
+    else if (flag == "--iters") args.iters = std::atoi(value.c_str());
+    else if (flag == "--chunk-bytes") args.chunk_bytes = std::strtoull(value.c_str(), nullptr, 10);
+    else if (flag == "--address") args.address = value;
+    else if (flag == "--port") args.port = std::atoi(value.c_str());
+    else if (flag == "--sizes") {
+      args.sizes.clear();
+      for (size_t at = 0; at < value.size();) {
+        size_t comma = value.find(',', at);
+        if (comma == std::string::npos) comma = value.size();
+        args.sizes.push_back(std::strtoull(value.substr(at, comma - at).c_str(), nullptr, 10));
+        at = comma + 1;
+      }
+    } else {
+      usage(("unknown flag " + flag).c_str());
+    }
+  }
+  if (args.ranks < 1 || args.warmup < 0 || args.iters < 0 || args.chunk_bytes < 4) usage("bad value");
+  for (size_t size : args.sizes) {
+    if (size == 0 || size % 4 != 0) usage("sizes must be positive multiples of 4 bytes");
+  }
+  return args;
+}
+
+std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof a;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0) {
+      std::perror("allreduce_bench: picking a free port");
+      std::exit(1);
+    }
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
+double percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  size_t index = static_cast<size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+int fail(int rank, const Status& status) {
+  std::fprintf(stderr, "allreduce_bench rank %d: %s\n", rank, status.to_string().c_str());
+  return 1;
+}
+
+int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints) {
+  auto transport = make_zmq_transport(rank, endpoints);
+  if (!transport.ok()) return fail(rank, transport.status());
+  CollectiveOptions options;
+  options.chunk_bytes = args.chunk_bytes;
+  options.timeout = std::chrono::milliseconds(120000);
+  Collectives collectives(**transport, options);
+  const int n = args.ranks;
+  if (rank == 0) {
+    std::printf("# rill all_reduce, float32 sum, %d ranks, ZeroMQ TCP %s, chunk %zu B\n", n, args.address.c_str(),
+                args.chunk_bytes);
+    std::printf("# %12s %7s %11s %11s %11s %11s %11s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
+                "algbw_GB/s", "busbw_GB/s");
+  }
+  uint64_t tag = 1;
+  for (size_t bytes : args.sizes) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> in(count, static_cast<float>(rank + 1)), out(count, 0.0f);
+    const int iters = args.iters > 0 ? args.iters
+                                     : static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / bytes, 20, 1000));
+    for (int i = 0; i < std::max(1, args.warmup); ++i) {
+      Status status = collectives.all_reduce(in, out, tag);
+      if (!status.ok()) return fail(rank, status);
+    }
+    const float expected = static_cast<float>(n * (n + 1) / 2);
+    if (out.front() != expected || out.back() != expected || out[count / 2] != expected) {
+      return fail(rank, internal_error("wrong all_reduce result {} (expected {})", out[count / 2], expected));
+    }
+    std::vector<double> seconds(static_cast<size_t>(iters));
+    Status status = collectives.barrier(tag + 1);
+    if (!status.ok()) return fail(rank, status);
+    for (int i = 0; i < iters; ++i) {
+      auto start = Clock::now();
+      status = collectives.all_reduce(in, out, tag);
+      seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!status.ok()) return fail(rank, status);
+    }
+    // Each call's time is its slowest rank's.
+    std::vector<double> all(rank == 0 ? seconds.size() * static_cast<size_t>(n) : 0);
+    status = collectives.gather(std::as_bytes(std::span<const double>(seconds)),
+                                std::as_writable_bytes(std::span<double>(all)), 0, tag + 2);
+    if (!status.ok()) return fail(rank, status);
+    tag += 3;
+    if (rank != 0) continue;
+    std::vector<double> slowest(seconds.size(), 0.0);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < seconds.size(); ++i) slowest[i] = std::max(slowest[i], all[r * seconds.size() + i]);
+    }
+    const double median = percentile(slowest, 0.5);
+    const double algbw = static_cast<double>(bytes) / median / 1e9;
+    const double busbw = algbw * 2.0 * (n - 1) / n;
+    std::printf("  %12zu %7d %11.2f %11.2f %11.2f %11.3f %11.3f\n", bytes, iters, median * 1e6,
+                percentile(slowest, 0.1) * 1e6, percentile(slowest, 0.9) * 1e6, algbw, busbw);
+    std::fflush(stdout);
+  }
+  Status status = collectives.barrier(tag);  // nobody closes while a peer still needs it
+  return status.ok() ? 0 : fail(rank, status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  std::vector<int> ports;
+  if (args.port > 0) {
+    for (int r = 0; r < args.ranks; ++r) ports.push_back(args.port + r);
+  } else {
+    ports = free_ports(args.ranks);
+  }
+  std::vector<Endpoint> endpoints;
+  for (int port : ports) endpoints.push_back(Endpoint{args.address, port});
+  std::fflush(stdout);
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < args.ranks; ++rank) {
+    pid_t pid = fork();  // before any thread or ZeroMQ context exists
+    if (pid < 0) {
+      std::perror("allreduce_bench: fork");
+      return 1;
+    }
+    if (pid == 0) _exit(run_rank(rank, args, endpoints));
+    children.push_back(pid);
+  }
+  int result = run_rank(0, args, endpoints);
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result = 1;
+  }
+  return result;
+}

@@ -102,6 +102,7 @@ class Agent {
   std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
 
   // Master (loop thread).
+  std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
   std::vector<std::string> identity_of_node_;
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;
@@ -270,7 +271,10 @@ Status Agent::join() {
       continue;
     }
     auto* j = std::get_if<ctl::Join>(&*message);
-    if (!j) continue;
+    if (!j) {  // a client that came early: served once the cluster is formed
+      early_.emplace_back(identity, frames[1].to_string());
+      continue;
+    }
     std::string who = j->rank >= 0 && j->rank < world_ ? node_name(options_.machines, j->rank)
                                                        : fmt::format("a node claiming rank {}", j->rank);
     std::string error;
@@ -366,6 +370,8 @@ void Agent::check_liveness() {
 }
 
 Status Agent::serve() {
+  for (auto& [identity, bytes] : early_) on_server_message(identity, bytes);
+  early_.clear();
   while (!shutdown_) {
     zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, is_master() ? 1 : 2, std::chrono::milliseconds(10));
