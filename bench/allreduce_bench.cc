@@ -174,6 +174,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
+  keep_large_buffers_mapped();
   std::vector<int> ports;
   if (args.port > 0) {
     for (int r = 0; r < args.ranks; ++r) ports.push_back(args.port + r);

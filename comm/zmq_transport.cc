@@ -8,6 +8,7 @@
 // a connection, or a ZMTP heartbeat timeout), reported after a short grace so
 // that bytes the peer sent before it went away are delivered first.
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
@@ -415,6 +416,16 @@ void ZmqTransport::close() {
 }
 
 }  // namespace
+
+bool keep_large_buffers_mapped() {
+#ifdef __GLIBC__
+  // Blocks up to 32 MiB (glibc's largest threshold) come from the heap, and
+  // up to 256 MiB of freed heap top stays mapped.
+  return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
+#else
+  return false;
+#endif
+}
 
 StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<Endpoint> endpoints,
                                                         ZmqOptions options) {

@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "comm/counting_transport.h"
 #include "comm/transport.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
@@ -94,7 +95,7 @@ class Agent {
   zmq::context_t context_{1};
   zmq::socket_t server_{context_, zmq::socket_type::router};
   zmq::socket_t master_{context_, zmq::socket_type::dealer};
-  std::unique_ptr<comm::Transport> transport_;
+  std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;
 
@@ -166,7 +167,7 @@ Status Agent::start() {
   auto transport = comm::make_zmq_transport(options_.rank, endpoints);
   if (!transport.ok())
     return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
-  transport_ = std::move(*transport);
+  transport_ = std::make_unique<comm::CountingTransport>(std::move(*transport));
   if (!is_master()) {
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);
@@ -494,6 +495,7 @@ void Agent::worker_handle(ctl::Message message) {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();
             }
+            transport_->reset();
             RunReport report = runtime->run();
             {
               std::lock_guard<std::mutex> lock(run_mu_);
@@ -501,7 +503,7 @@ void Agent::worker_handle(ctl::Message message) {
             }
             runtime.reset();  // unhooks the transport handler before the next job
             ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
-                           report.seconds};
+                           report.seconds, transport_->received_from()};
             for (VariablePiece& p : report.pieces)
               done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
             post_to_node(0, done);
@@ -610,8 +612,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
     report.status = Status(Code::kAborted, failure);
     return report;
   }
+  transport_->reset();
   for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
   report = (*runtime)->run();
+  std::vector<int64_t> master_received = transport_->received_from();
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
     local_runtime_ = nullptr;
@@ -622,7 +626,11 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
   bool all = phase_cv_.wait_until(lock, after(options_.stall_timeout_s + 5), [&] {
     return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
   });
+  report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
+  for (int from = 0; from < world_; ++from) report.traffic[from][0] = master_received[from];
   for (auto& [node, done] : phase_.dones) {
+    for (int from = 0; from < world_ && from < static_cast<int>(done.received_from.size()); ++from)
+      report.traffic[from][node] = done.received_from[from];
     if (!done.error.empty()) {
       if (report.status.ok() || report.status.code() == Code::kAborted)
         report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));

@@ -67,7 +67,8 @@ struct Encoder {
   }
   std::pair<fb::Message, Offset<void>> operator()(const Done& m) {
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
-                                              tensors(b, m.variables), m.seconds).Union()};
+                                              tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from))
+                                  .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
     return {fb::Message::Progress, fb::CreateProgress(b, m.job_id, b.CreateString(m.line)).Union()};
@@ -154,7 +155,8 @@ StatusOr<Message> decode(std::string_view bytes) {
     }
     case fb::Message::Done: {
       auto m = e->message_as_Done();
-      return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds()});
+      return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
+                          vec(m->received_from())});
     }
     case fb::Message::Progress: {
       auto m = e->message_as_Progress();

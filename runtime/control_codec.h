@@ -39,7 +39,15 @@ struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 
 struct PlanPart { int64_t job_id = 0; int phase = 0; uint64_t tag_base = 0; std::string plan; std::vector<Tensor> initial_values; };
 struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; };
 struct Start { int64_t job_id = 0; int phase = 0; };
-struct Done { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; std::vector<Tensor> variables; double seconds = 0; };
+struct Done {
+  int64_t job_id = 0;
+  int phase = 0;
+  int node = 0;
+  std::string error;
+  std::vector<Tensor> variables;
+  double seconds = 0;
+  std::vector<int64_t> received_from;
+};
 struct Progress { int64_t job_id = 0; std::string line; };
 struct Result { int64_t job_id = 0; std::string result_json, error; };
 struct StatusRequest {};

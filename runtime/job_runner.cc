@@ -125,6 +125,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.steady_samples_per_sec = progress.steady_samples_per_sec();
   if (!result.loss_curve.empty()) result.final_loss = result.loss_curve.back();
   result.variables = std::move(train.variables);
+  result.traffic = std::move(train.traffic);
 
   if (job.eval) {
     compiler::CompileOptions eval_options;
@@ -186,6 +187,7 @@ std::string result_json(const JobResult& result) {
     variables[name] = v;
   }
   j["variables"] = variables;
+  if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
   j["loss_curve"] = result.loss_curve;
   return j.dump(2);
 }

@@ -46,6 +46,7 @@ struct JobResult {
   double samples_per_sec = 0.0;         // over the whole training run
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
+  std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);

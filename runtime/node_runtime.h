@@ -69,6 +69,8 @@ struct RunReport {
   std::map<std::string, VariableValue> variables;  // this node's pieces assembled
   std::vector<VariablePiece> pieces;               // this node's pieces, one per variable
   std::vector<ActorTraceRecord> traces;  // when RunOptions::trace
+  // traffic[i][j]: data-plane messages node j received from node i (multi-node runs).
+  std::vector<std::vector<int64_t>> traffic;
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the

@@ -243,3 +243,21 @@ TEST_CASE("a peer of another Rill version is refused on every node") {
   CHECK(master.output().find("runs Rill 0.0.1-other") != std::string::npos);
   CHECK(other.output().find("runs Rill 0.0.1-other") != std::string::npos);
 }
+
+TEST_CASE("after the start, nodes 1 and 2 talk directly, not through the master") {
+  auto result = temp_dir() / "lr3.json";
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 3 --devices cpu:1 "
+                     "--ctrl-port 19190 --set train.batch_size=3 --result " + result.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto traffic = read_json(result)["traffic"];  // [from][to]: messages `to` received from `from`
+  REQUIRE(traffic.size() == 3);
+  // The gradient ring all-reduce runs 0 -> 1 -> 2 -> 0: node 2 hears from
+  // node 1 itself, every step.
+  CHECK(traffic[1][2].get<int64_t>() >= 500);
+  CHECK(traffic[2][0].get<int64_t>() >= 500);
+  // The master receives only what is addressed to it (its ring share, the
+  // sink's pieces), never anything to forward: a message for another node's
+  // actor arriving at a node is an error that would have failed the job.
+  CHECK(traffic[0][0].get<int64_t>() == 0);
+}

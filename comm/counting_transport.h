@@ -1,0 +1,68 @@
+// CountingTransport: wraps a Transport and counts the messages this rank
+// sends to, and receives from, each peer (handler and mailbox alike). The
+// agent wraps its data plane in one, so a job's result can show which node
+// talked to which: after the start, traffic between two nodes goes straight
+// between them, never through the master.
+//
+// Threads: as Transport; counters are atomics, read and reset from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace rill::comm {
+
+class CountingTransport final : public Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<Transport> inner)
+      : inner_(std::move(inner)), sent_(inner_->world()), received_(inner_->world()) {}
+
+  // Messages received from each peer since the last reset (index = rank).
+  std::vector<int64_t> received_from() const { return read(received_); }
+  std::vector<int64_t> sent_to() const { return read(sent_); }
+  void reset() {
+    for (auto& c : sent_) c.store(0);
+    for (auto& c : received_) c.store(0);
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int world() const override { return inner_->world(); }
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body = {},
+              SendTracker* tracker = nullptr) override {
+    Status status = inner_->send(to, tag, header, body, tracker);
+    if (status.ok() && to >= 0 && to < world()) sent_[to].fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override {
+    Status status = inner_->recv_message(from, tag, deadline, out);
+    if (status.ok() && from >= 0 && from < world()) received_[from].fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+  void set_handler(uint64_t tag, Handler handler) override {
+    if (!handler) {
+      inner_->set_handler(tag, nullptr);
+      return;
+    }
+    inner_->set_handler(tag, [this, handler = std::move(handler)](int from, std::span<const std::byte> message) {
+      if (from >= 0 && from < world()) received_[from].fetch_add(1, std::memory_order_relaxed);
+      handler(from, message);
+    });
+  }
+  void close() override { inner_->close(); }
+
+ private:
+  static std::vector<int64_t> read(const std::vector<std::atomic<int64_t>>& counters) {
+    std::vector<int64_t> out;
+    for (const auto& c : counters) out.push_back(c.load());
+    return out;
+  }
+
+  std::unique_ptr<Transport> inner_;
+  std::vector<std::atomic<int64_t>> sent_;
+  std::vector<std::atomic<int64_t>> received_;
+};
+
+}  // namespace rill::comm
