@@ -18,10 +18,11 @@ int64_t now_ns() {
 }  // namespace
 
 Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
-             std::vector<OutputPort> outputs, Body body)
+             std::vector<OutputPort> outputs, Body body, int64_t first_step)
     : id_(id),
       name_(std::move(name)),
       steps_(steps),
+      first_step_(first_step),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)),
       body_(std::move(body)) {
@@ -66,23 +67,23 @@ Status Actor::act(Outbox& outbox) {
   // A variable's first version (and, untrained, every version) needs no work:
   // the model slot already holds the values.
   if (is_variable_ && (inputs_.empty() || readied_ == 0)) {
-    ready_outputs(outbox, readied_);
+    ready_outputs(outbox, first_step_ + readied_);
     ++readied_;
     return {};
   }
   for (size_t i = 0; i < inputs_.size(); ++i) in_now_[i] = &inputs_[i].slots[inputs_[i].front()];
   for (size_t o = 0; o < outputs_.size(); ++o) out_now_[o] = &outputs_[o].slots[outputs_[o].next_slot()];
-  int64_t step = acts_;
-  bool traced = tracing_ && step < steps_;
-  if (traced) trace_.begin_ns[step] = now_ns();
+  int64_t step = first_step_ + acts_;
+  bool traced = tracing_ && acts_ < steps_;
+  if (traced) trace_.begin_ns[acts_] = now_ns();
   ActIo io{step, in_now_, out_now_};
   Status status = std::visit([&](auto& body) { return body.act(io); }, body_);
-  if (traced) trace_.end_ns[step] = now_ns();
+  if (traced) trace_.end_ns[acts_] = now_ns();
   if (!status.ok()) return status.with_context(fmt::format("actor '{}' step {}", name_, step));
   ++acts_;
   if (is_variable_) {
     if (readied_ < steps_) {
-      ready_outputs(outbox, readied_);
+      ready_outputs(outbox, first_step_ + readied_);
       ++readied_;
     }
   } else {

@@ -30,8 +30,10 @@ class Actor {
  public:
   // `steps`: how many steps the job runs. Sources act that many times; a
   // variable readies its model that many times; others act once per input step.
+  // `first_step`: the global index of the first step (a resumed job starts
+  // past 0: sources read on from there, Adam counts on); `steps` counts from it.
   Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
-        std::vector<OutputPort> outputs, Body body);
+        std::vector<OutputPort> outputs, Body body, int64_t first_step = 0);
 
   uint64_t id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -60,6 +62,7 @@ class Actor {
   uint64_t id_;
   std::string name_;
   int64_t steps_;
+  int64_t first_step_;
   std::vector<InputPort> inputs_;
   std::vector<OutputPort> outputs_;
   Body body_;

@@ -67,6 +67,19 @@ class VariableBody {
   // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
   Status act(const ActIo& io);
   std::span<const std::vector<float>> state() const { return state_storage_; }
+  // Replaces optimizer state tensor `index` (resuming from a checkpoint).
+  Status load_state(int index, std::span<const float> values);
+
+  // Called on the actor's thread after the update that completes step
+  // `steps_done` (1-based count) when it is a multiple of `every` or the last
+  // step: the model piece and the optimizer state, for a checkpoint.
+  using SnapshotFn = std::function<void(int64_t steps_done, std::span<const float> model,
+                                        std::span<const std::vector<float>> state)>;
+  void on_snapshot(SnapshotFn fn, int64_t every, int64_t total_steps) {
+    snapshot_ = std::move(fn);
+    every_ = every;
+    total_steps_ = total_steps;
+  }
 
  private:
   const OpDef* init_;
@@ -78,6 +91,9 @@ class VariableBody {
   std::vector<std::vector<float>> state_storage_;
   std::vector<TensorView> state_views_;
   std::vector<TensorView> update_inputs_;
+  SnapshotFn snapshot_;
+  int64_t every_ = 0;
+  int64_t total_steps_ = 0;
 };
 
 // The inter-node half of a boxing whose pieces span several nodes, provided

@@ -1,5 +1,6 @@
 #include "actor/body.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace rill {
@@ -46,7 +47,23 @@ Status VariableBody::act(const ActIo& io) {
   ctx.state = state_views_;
   ctx.attrs = &update_attrs_;
   ctx.step = io.step;
-  return update_->cpu(ctx);
+  RILL_RETURN_IF_ERROR(update_->cpu(ctx));
+  int64_t done = io.step + 1;
+  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || done == total_steps_)) {
+    const TensorView& model = *io.outputs[0];
+    snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
+  }
+  return {};
+}
+
+Status VariableBody::load_state(int index, std::span<const float> values) {
+  if (index < 0 || index >= static_cast<int>(state_storage_.size()))
+    return invalid_argument("optimizer state {} does not exist ({} state tensors)", index, state_storage_.size());
+  if (values.size() != state_storage_[index].size())
+    return invalid_argument("optimizer state holds {} elements, the checkpoint {}", state_storage_[index].size(),
+                            values.size());
+  std::copy(values.begin(), values.end(), state_storage_[index].begin());
+  return {};
 }
 
 }  // namespace rill

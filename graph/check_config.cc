@@ -180,6 +180,14 @@ void check_eval(const Job& job, int devices, Issues* issues) {
   }
 }
 
+void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
+  if (c.every < 0) issues->add("checkpoint.every", "checkpoint.every must be >= 0, got {}", c.every);
+  if (c.keep < 1) issues->add("checkpoint.keep", "checkpoint.keep must be >= 1, got {}", c.keep);
+  if (c.every > 0 && c.dir.empty())
+    issues->add("checkpoint.every", "checkpoint.every is {} but checkpoint.dir is empty; set the directory to save in",
+                c.every);
+}
+
 }  // namespace
 
 void check_run_config(const Job& job, Issues* issues) {
@@ -196,6 +204,7 @@ void check_run_config(const Job& job, Issues* issues) {
     issues->add("train", "train: steps and epochs are both 0; set one of them to a positive number");
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
   if (job.eval) check_eval(job, devices, issues);
+  check_checkpoint(job.checkpoint, issues);
 }
 
 }  // namespace check

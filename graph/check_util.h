@@ -60,7 +60,8 @@ int64_t known_num_samples(const Dataset& dataset);
 const Dataset* find_dataset(const Job& job, std::string_view name);
 std::vector<std::string> dataset_names(const Job& job);
 
-// Checks of the sections other than the graph: datasets, optimizer, train, eval.
+// Checks of the sections other than the graph: datasets, optimizer, train, eval,
+// checkpoint.
 void check_datasets(const Job& job, Issues* issues);
 void check_run_config(const Job& job, Issues* issues);
 

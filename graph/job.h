@@ -83,6 +83,14 @@ struct Eval {
   bool operator==(const Eval&) const = default;
 };
 
+// Where and how often the master saves the model (docs/CHECKPOINT_FORMAT.md).
+struct CheckpointConfig {
+  std::string dir;        // empty: no checkpoints
+  int64_t every = 0;      // save after every this many steps (0: only at the end)
+  int keep = 3;           // keep the newest this many
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
 struct Metric {
   std::string name;           // as printed, e.g. "accuracy"
   std::string tensor;         // a scalar tensor of the graph
@@ -100,6 +108,7 @@ struct Job {
   Optimizer optimizer;
   TrainConfig train;
   std::optional<Eval> eval;
+  CheckpointConfig checkpoint;
   bool operator==(const Job&) const = default;
 };
 

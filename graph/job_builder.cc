@@ -196,6 +196,8 @@ void JobBuilder::train(graph::TrainConfig config) { job_.train = std::move(confi
 
 void JobBuilder::eval(graph::Eval eval) { job_.eval = std::move(eval); }
 
+void JobBuilder::checkpoint(graph::CheckpointConfig config) { job_.checkpoint = std::move(config); }
+
 StatusOr<graph::Job> JobBuilder::build_checked() const {
   RILL_RETURN_IF_ERROR(graph::check_job(job_).with_context(fmt::format("job '{}'", job_.name)));
   return job_;

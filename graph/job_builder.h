@@ -119,6 +119,7 @@ class JobBuilder {
   void metric(const std::string& name, TensorHandle tensor);
   void train(graph::TrainConfig config);
   void eval(graph::Eval eval);
+  void checkpoint(graph::CheckpointConfig config);
 
   // The job so far, unchecked.
   const graph::Job& job() const { return job_; }

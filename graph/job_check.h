@@ -7,9 +7,10 @@
 // every op input defined by an earlier input, variable or op, shapes (through
 // each op's own inference), the loss and metrics (defined, scalar), datasets
 // (known kind, required fields), input fields and dtypes, variable
-// initializers, SBP hints, optimizer, train and eval settings. Files named by
-// datasets are not opened: a job may be checked on a machine other than the
-// ones that read the data, which report a missing file when the job starts.
+// initializers, SBP hints, optimizer, train, eval and checkpoint settings.
+// Files named by datasets are not opened, nor the checkpoint directory: a job
+// may be checked on a machine other than the ones that read the data, which
+// report a missing file when the job starts.
 //
 // Pure functions of their arguments; any thread. Never crash on any Job.
 #pragma once

@@ -204,6 +204,12 @@ class Converter {
       integer(e->batch_size(), "eval.batch_size", "eval.batch_size", &eval.batch_size);
       out->eval = std::move(eval);
     }
+    if (const fb::Checkpoint* c = in.checkpoint()) {
+      CheckpointConfig& ckpt = out->checkpoint;
+      if (c->dir()) ckpt.dir = c->dir()->str();
+      integer(c->every(), "checkpoint.every", "checkpoint.every", &ckpt.every);
+      integer(c->keep(), "checkpoint.keep", "checkpoint.keep", &ckpt.keep);
+    }
   }
 
  private:

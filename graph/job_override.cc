@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "graph/check_util.h"
 #include "graph/job_file.h"
@@ -10,10 +11,23 @@
 namespace rill::graph {
 namespace {
 
+// Parses into a local: from_chars stores the prefix of "1.5", and a failed
+// override must leave the job unchanged.
 Status parse_int(const std::string& text, int64_t* out) {
   const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (ec != std::errc() || ptr != end || text.empty()) return invalid_argument("'{}' is not an integer", text);
+  *out = v;
+  return {};
+}
+
+Status parse_int32(const std::string& text, int* out) {
+  int64_t v = 0;
+  RILL_RETURN_IF_ERROR(parse_int(text, &v));
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    return invalid_argument("'{}' is out of range", text);
+  *out = static_cast<int>(v);
   return {};
 }
 
@@ -82,6 +96,9 @@ const std::vector<Setting>& settings() {
          Eval* e = need_eval(j);
          return e ? parse_int(v, &e->batch_size) : no_eval();
        }},
+      {"checkpoint.dir", [](Job* j, const std::string& v) { j->checkpoint.dir = v; return Status(); }},
+      {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
+      {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},
   };
   return kSettings;
 }

@@ -148,6 +148,11 @@ class Writer {
       root.add("eval", Node::object()
                            .add("dataset", str(job.eval->dataset, "eval.dataset"))
                            .add("batch_size", number(job.eval->batch_size)));
+    if (job.checkpoint != CheckpointConfig{})  // absent from a job that saves nothing
+      root.add("checkpoint", Node::object()
+                                 .add("dir", str(job.checkpoint.dir, "checkpoint.dir"))
+                                 .add("every", number(job.checkpoint.every))
+                                 .add("keep", number(int64_t{job.checkpoint.keep})));
     return root;
   }
 

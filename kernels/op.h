@@ -7,6 +7,7 @@
 // (scratch memory comes from KernelContext::scratch, sized by OpDef::scratch_bytes).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -88,6 +89,8 @@ struct OpDef {
   GradFn grad = nullptr;  // nullptr: not differentiable
   KernelFn cpu = nullptr;
   int num_state = 0;  // kUpdate: optimizer state tensors shaped like the variable
+  // kUpdate: the state tensors' names, as checkpoints store them ("<variable>/<name>").
+  std::array<const char*, 2> state_names = {nullptr, nullptr};
   ScratchFn scratch_bytes = nullptr;  // nullptr: no scratch
 };
 

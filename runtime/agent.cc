@@ -61,7 +61,25 @@ struct PhaseState {
   std::map<int, std::string> acks;   // node -> error ("" = ok)
   std::map<int, ctl::Done> dones;
   std::string lost;                  // a lost node's description
+  std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
 };
+
+std::vector<ctl::Tensor> to_tensors(VariablePiece piece) {
+  std::vector<ctl::Tensor> out;
+  for (auto& [state, values] : piece.state)
+    out.push_back(ctl::Tensor{piece.name + "/" + state, piece.logical_shape, piece.offset, piece.shape, std::move(values)});
+  out.insert(out.begin(), ctl::Tensor{piece.name, piece.logical_shape, piece.offset, piece.shape, std::move(piece.values)});
+  return out;
+}
+
+// The inverse of to_tensors: the first tensor is the variable, the rest its state.
+VariablePiece to_piece(std::vector<ctl::Tensor>& tensors, size_t begin, size_t end) {
+  ctl::Tensor& v = tensors[begin];
+  VariablePiece piece{v.name, v.shape, v.offset, v.piece_shape, std::move(v.values), {}};
+  for (size_t i = begin + 1; i < end; ++i)
+    piece.state.emplace_back(tensors[i].name.substr(v.name.size() + 1), std::move(tensors[i].values));
+  return piece;
+}
 
 class Agent {
  public:
@@ -456,6 +474,19 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
             phase_.dones[m.node] = std::move(m);
           }
           phase_cv_.notify_all();
+        } else if constexpr (std::is_same_v<T, ctl::Snapshot>) {
+          std::function<void(int64_t, VariablePiece)> collect;
+          {
+            std::lock_guard<std::mutex> lock(phase_mu_);
+            if (m.job_id == phase_.job_id) collect = phase_.on_snapshot;
+          }
+          // Pieces follow each other: a variable, then its state tensors.
+          for (size_t begin = 0; collect && begin < m.tensors.size();) {
+            size_t end = begin + 1;
+            while (end < m.tensors.size() && m.tensors[end].name.rfind(m.tensors[begin].name + "/", 0) == 0) ++end;
+            collect(m.steps_done, to_piece(m.tensors, begin, end));
+            begin = end;
+          }
         } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
           for (int r = 1; r < world_; ++r)
             if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
@@ -479,6 +510,14 @@ void Agent::worker_handle(ctl::Message message) {
           run.tag_base = m.tag_base;
           run.stall_timeout_s = options_.stall_timeout_s;
           for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
+          for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
+          run.start_step = m.start_step;
+          if (m.snapshot_every >= 0) {
+            run.snapshot_every = m.snapshot_every;
+            run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
+              post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
+            };
+          }
           auto built = NodeRuntime::build(std::move(m.plan), std::move(run));
           std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
           if (built.ok()) {
@@ -540,6 +579,7 @@ void Agent::run_queued(QueuedJob queued) {
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
+  options.resume = queued.submit.resume;
   options.stall_timeout_s = options_.stall_timeout_s;
   options.out = options_.out;
   if (follow)
@@ -564,7 +604,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
   uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
-    phase_ = PhaseState{job_id, phase, {}, {}, {}};
+    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
     for (int r = 1; r < world_; ++r)
       if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
     if (!phase_.lost.empty()) {
@@ -572,15 +612,18 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
       return report;
     }
   }
-  std::vector<ctl::Tensor> initial;
+  std::vector<ctl::Tensor> initial, state;
   for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
+  for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
+  int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
   for (int r = 1; r < world_; ++r) {
     auto part = compiler::node_plan(plan, r);
     if (!part.ok()) {
       report.status = part.status();
       return report;
     }
-    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial});
+    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial, state, run_options.start_step,
+                                  snapshot_every});
   }
   auto abort_all = [&](const std::string& reason) {
     for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});

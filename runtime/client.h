@@ -18,6 +18,7 @@ struct SubmitOptions {
   std::string devices;                 // empty: the agents' devices
   int64_t steps = 0;                   // > 0 overrides the job's steps
   std::vector<std::string> overrides;  // section.field=value
+  std::string resume;                  // checkpoint folder, root, or "latest"
   std::function<void(const std::string& line)> on_line;  // progress lines, when set
   double timeout_s = 3600.0;           // for the whole job
 };

@@ -78,7 +78,8 @@ int agent_command(const std::string& machines, int rank, int ctrl_port, const st
 }
 
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides) {
+                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides,
+                   const std::string& resume) {
   auto text = read_text(job_path);
   if (!text.ok()) return fail(text.status());
   auto client = Client::connect(master);
@@ -87,6 +88,7 @@ int submit_command(const std::string& job_path, const std::string& master, const
   options.devices = devices;
   options.steps = steps;
   options.overrides = overrides;
+  options.resume = resume;
   if (follow) options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
   auto result = (*client)->submit_text(*text, job_path, options);
   if (!result.ok()) return fail(result.status());
@@ -147,6 +149,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.devices = devices;
     options.steps = args.steps;
     options.overrides = args.overrides;
+    options.resume = args.resume;
     auto result = (*client)->submit_text(*text, args.job_path, options);
     if (!result.ok()) {
       code = fail(result.status());

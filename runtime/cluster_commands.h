@@ -15,6 +15,7 @@ struct ClusterRunArgs {
   int ctrl_port = 9988;
   int64_t steps = 0;
   std::vector<std::string> overrides;
+  std::string resume;
   std::string result_path;
   std::string logdir;   // agents' logs; empty: a fresh folder under /tmp
   double join_timeout_s = 30.0;
@@ -24,7 +25,8 @@ struct ClusterRunArgs {
 int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
                   double join_timeout_s, double stall_timeout_s, const std::string& as_version = "");
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides);
+                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides,
+                   const std::string& resume);
 int status_command(const std::string& master);
 int run_local_cluster(const ClusterRunArgs& args);
 

@@ -48,7 +48,9 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Submit& m) {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
-                             b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides)).Union()};
+                             b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
+                             b.CreateString(m.resume))
+                .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
     return {fb::Message::SubmitReply,
@@ -57,7 +59,12 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const PlanPart& m) {
     auto plan = b.CreateVector(reinterpret_cast<const uint8_t*>(m.plan.data()), m.plan.size());
     return {fb::Message::PlanPart,
-            fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, plan, tensors(b, m.initial_values)).Union()};
+            fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, plan, tensors(b, m.initial_values),
+                               tensors(b, m.initial_state), m.start_step, m.snapshot_every)
+                .Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Snapshot& m) {
+    return {fb::Message::Snapshot, fb::CreateSnapshot(b, m.job_id, m.steps_done, tensors(b, m.tensors)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const PlanAck& m) {
     return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error)).Union()};
@@ -133,7 +140,7 @@ StatusOr<Message> decode(std::string_view bytes) {
       if (m->overrides())
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
-                            std::move(overrides)});
+                            std::move(overrides), str(m->resume())});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -143,7 +150,12 @@ StatusOr<Message> decode(std::string_view bytes) {
       auto m = e->message_as_PlanPart();
       std::string plan = m->plan() ? std::string(reinterpret_cast<const char*>(m->plan()->data()), m->plan()->size())
                                    : std::string();
-      return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), std::move(plan), tensors(m->initial_values())});
+      return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), std::move(plan), tensors(m->initial_values()),
+                              tensors(m->initial_state()), m->start_step(), m->snapshot_every()});
+    }
+    case fb::Message::Snapshot: {
+      auto m = e->message_as_Snapshot();
+      return Message(Snapshot{m->job_id(), m->steps_done(), tensors(m->tensors())});
     }
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();

@@ -34,9 +34,20 @@ struct Submit {
   std::string devices;
   int64_t steps = 0;
   std::vector<std::string> overrides;
+  std::string resume;
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
-struct PlanPart { int64_t job_id = 0; int phase = 0; uint64_t tag_base = 0; std::string plan; std::vector<Tensor> initial_values; };
+struct PlanPart {
+  int64_t job_id = 0;
+  int phase = 0;
+  uint64_t tag_base = 0;
+  std::string plan;
+  std::vector<Tensor> initial_values;
+  std::vector<Tensor> initial_state;
+  int64_t start_step = 0;
+  int64_t snapshot_every = 0;
+};
+struct Snapshot { int64_t job_id = 0; int64_t steps_done = 0; std::vector<Tensor> tensors; };
 struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; };
 struct Start { int64_t job_id = 0; int phase = 0; };
 struct Done {
@@ -56,7 +67,7 @@ struct Heartbeat { int node = 0; };
 struct Abort { int64_t job_id = 0; int node = 0; std::string reason; };
 struct Shutdown {};
 
-using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Progress, Result,
+using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
                              StatusRequest, StatusReply, Heartbeat, Abort, Shutdown>;
 
 std::string encode(const Message& message);

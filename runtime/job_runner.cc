@@ -3,11 +3,15 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "compiler/compiler.h"
+#include "runtime/checkpoint.h"
+#include "runtime/checkpoint_collector.h"
 
 namespace rill {
 namespace {
@@ -37,7 +41,11 @@ class Progress {
 
   void on_step(const StepMetrics& m) {
     auto now = Clock::now();
-    if (m.step == 0) last_ = start_ = now;
+    if (first_) {
+      last_ = start_ = now;
+      last_step_ = m.step;
+      first_ = false;
+    }
     step_seconds_.push_back(std::chrono::duration<double>(now - start_).count());
     double loss = std::numeric_limits<double>::quiet_NaN();
     for (size_t i = 0; i < m.names.size(); ++i)
@@ -51,7 +59,7 @@ class Progress {
     int64_t interval = done - last_step_;
     std::string line = fmt::format("step {:>6}/{}", done, steps_);
     for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6g}", m.names[i], m.values[i]);
-    if (seconds > 0 && m.step > 0)
+    if (seconds > 0 && interval > 0)
       line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
                           interval * global_batch_ / seconds);
     if (out_) {
@@ -70,8 +78,37 @@ class Progress {
   JobResult* result_;
   Clock::time_point last_, start_;
   int64_t last_step_ = 0;
+  bool first_ = true;
   std::vector<double> step_seconds_;
 };
+
+// Loads a checkpoint into the run: variables, optimizer state, first step.
+Status resume_from(const graph::Job& job, const std::string& where, JobResult& result, RunOptions& run) {
+  std::string path = where;
+  if (where == "latest") {
+    if (job.checkpoint.dir.empty())
+      return invalid_argument("--resume latest: the job names no checkpoint.dir to look in");
+    path = job.checkpoint.dir;
+  }
+  RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path));
+  std::set<std::string> variables;
+  for (const graph::Variable& v : job.variables) variables.insert(v.name);
+  for (CheckpointTensor& t : checkpoint.tensors) {
+    size_t slash = t.name.rfind('/');
+    if (variables.count(t.name)) run.initial_values[t.name] = std::move(t.values);
+    else if (slash != std::string::npos && variables.count(t.name.substr(0, slash)))
+      run.initial_state[t.name] = std::move(t.values);
+  }
+  for (const std::string& v : variables)
+    if (!run.initial_values.count(v))
+      return invalid_argument("checkpoint {} has no tensor for variable '{}'", path, v);
+  if (checkpoint.step >= result.steps)
+    return invalid_argument("checkpoint {} is at step {}: the job runs {} steps, nothing is left to run", path,
+                            checkpoint.step, result.steps);
+  run.start_step = checkpoint.step;
+  result.start_step = checkpoint.step;
+  return {};
+}
 
 StatusOr<compiler::Cluster> cluster_for(const graph::Job& job, const JobRunOptions& options) {
   return compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, options.num_nodes);
@@ -110,6 +147,19 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
+  if (!options.resume.empty()) {
+    Status resumed = resume_from(job, options.resume, result, run_options);
+    if (!resumed.ok()) {
+      result.status = resumed;
+      return result;
+    }
+  }
+  std::optional<CheckpointCollector> collector;
+  if (!job.checkpoint.dir.empty()) {
+    collector.emplace(job, **verified);
+    run_options.snapshot_every = job.checkpoint.every;
+    run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };
+  }
   PlanExecutor execute = options.executor ? options.executor : PlanExecutor(run_plan);
   RunReport train = execute(*train_plan, run_options);
   if (!train.status.ok()) {
@@ -120,8 +170,16 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     Status traced = write_trace(options.trace_file, train.traces);
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
   }
+  if (collector) {
+    result.checkpoints_written = collector->written();
+    if (!collector->status().ok()) {
+      result.status = collector->status().with_context("checkpoint");
+      return result;
+    }
+  }
   result.train_seconds = train.seconds;
-  result.samples_per_sec = train.seconds > 0 ? result.steps * result.global_batch / train.seconds : 0.0;
+  result.samples_per_sec =
+      train.seconds > 0 ? (result.steps - result.start_step) * result.global_batch / train.seconds : 0.0;
   result.steady_samples_per_sec = progress.steady_samples_per_sec();
   if (!result.loss_curve.empty()) result.final_loss = result.loss_curve.back();
   result.variables = std::move(train.variables);
@@ -165,6 +223,8 @@ std::string result_json(const JobResult& result) {
   j["status"] = result.status.ok() ? "ok" : "error";
   if (!result.status.ok()) j["error"] = result.status.to_string();
   j["steps"] = result.steps;
+  if (result.start_step > 0) j["start_step"] = result.start_step;
+  if (result.checkpoints_written > 0) j["checkpoints_written"] = result.checkpoints_written;
   j["global_batch"] = result.global_batch;
   j["final_loss"] = std::isfinite(result.final_loss) ? nlohmann::ordered_json(result.final_loss) : nullptr;
   // Metrics of the eval pass when there is one, else the last training step's.

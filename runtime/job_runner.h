@@ -28,6 +28,9 @@ struct JobRunOptions {
   int64_t steps = 0;              // > 0 overrides the job's steps
   double stall_timeout_s = 60.0;  // stuck-job detector
   std::string trace_file;         // Chrome-trace JSON of every act, when not empty
+  // Resume from a checkpoint: a step folder, a checkpoint root, or "latest"
+  // (the newest under the job's checkpoint.dir). Empty: start afresh.
+  std::string resume;
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;
@@ -36,7 +39,9 @@ struct JobRunOptions {
 struct JobResult {
   Status status;
   int64_t steps = 0;
+  int64_t start_step = 0;          // > 0 when resumed
   int64_t global_batch = 0;
+  int64_t checkpoints_written = 0;
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> loss_curve;                  // per step
   std::map<std::string, double> train_metrics;     // last step's

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   double join_timeout = 60.0;
   int rank = 0;
   bool follow = false;
+  std::string resume;
 
   CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine (--nodes N: on N local agents)");
   run->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   run->add_option("--set", overrides, "Override a job field, e.g. --set train.steps=100");
   run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act");
   run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds");
+  run->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest' under the job's checkpoint.dir");
   run->add_option("--nodes", nodes, "Start this many agents on 127.0.0.1..N and run the job on them")
       ->check(CLI::Range(1, 254));
   run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   submit->add_option("--devices", devices, "Devices per node (default: the agents')");
   submit->add_option("--steps", steps, "Run this many steps instead of the job's");
   submit->add_option("--set", overrides, "Override a job field");
+  submit->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest'");
 
   CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
   status->add_option("--master", master, "The master's address[:port]")->required();
@@ -104,7 +107,7 @@ int main(int argc, char** argv) {
   if (agent->parsed())
     return rill::agent_command(machines, rank, ctrl_port, devices, join_timeout, stall_timeout, as_version);
   if (submit->parsed())
-    return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides);
+    return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides, resume);
   if (status->parsed()) return rill::status_command(master);
   if (run->parsed() && nodes > 1) {
     rill::ClusterRunArgs args;
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
     args.ctrl_port = ctrl_port;
     args.steps = steps;
     args.overrides = overrides;
+    args.resume = resume;
     args.result_path = result_path;
     args.logdir = logdir;
     args.stall_timeout_s = stall_timeout;
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
   options.steps = steps;
   options.stall_timeout_s = stall_timeout;
   options.trace_file = trace_path;
+  options.resume = resume;
   rill::JobResult result = rill::run_job(*job, options);
   if (!result_path.empty()) {
     Status written = write_file(result_path, rill::result_json(result));

@@ -217,22 +217,54 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
   const plan::RegstDesc* model = regst(task.outputs()->Get(0));
   const TensorView& slot = slots_[model->id()][0];
   std::string var = read_string(model->name());
-  auto it = options_.initial_values.find(var);
-  if (it == options_.initial_values.end()) return body.init(slot, {});
   Shape logical = read_shape(model->logical_shape());
-  if (static_cast<int64_t>(it->second.size()) != num_elements(logical))
-    return invalid_argument("initial values of '{}' hold {} elements, its shape {} needs {}", var, it->second.size(),
-                            shape_string(logical), num_elements(logical));
-  std::vector<float> piece(static_cast<size_t>(slot.size()));
   Shape offset = read_shape(task.variable()->offset());
-  copy_block(logical, offset, slot.shape, const_cast<float*>(it->second.data()), piece.data(), true);
-  return body.init(slot, piece);
+  // This piece of a logical tensor given by the caller, or empty if not given.
+  auto piece_of = [&](const std::map<std::string, std::vector<float>>& values,
+                      const std::string& name) -> StatusOr<std::vector<float>> {
+    auto it = values.find(name);
+    if (it == values.end()) return std::vector<float>{};
+    if (static_cast<int64_t>(it->second.size()) != num_elements(logical))
+      return invalid_argument("initial values of '{}' hold {} elements, its shape {} needs {}", name,
+                              it->second.size(), shape_string(logical), num_elements(logical));
+    std::vector<float> piece(static_cast<size_t>(slot.size()));
+    copy_block(logical, offset, slot.shape, const_cast<float*>(it->second.data()), piece.data(), true);
+    return piece;
+  };
+  RILL_ASSIGN_OR_RETURN(std::vector<float> values, piece_of(options_.initial_values, var));
+  RILL_RETURN_IF_ERROR(body.init(slot, values));
+  const OpDef* update = find_op(read_string(task.variable()->update_op()));
+  std::vector<std::string> state_names;
+  for (int i = 0; update && i < update->num_state; ++i) {
+    state_names.push_back(update->state_names[i] ? update->state_names[i] : fmt::format("state{}", i));
+    RILL_ASSIGN_OR_RETURN(std::vector<float> state, piece_of(options_.initial_state, var + "/" + state_names.back()));
+    if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
+  }
+  // One snapshot per distinct piece: replicas of a broadcast variable agree.
+  bool first_of_piece = true;
+  for (const plan::Task* other : variable_tasks_) {
+    const plan::RegstDesc* other_model = regst(other->outputs()->Get(0));
+    if (read_string(other_model->name()) == var && read_shape(other->variable()->offset()) == offset)
+      first_of_piece = false;
+  }
+  if (options_.on_snapshot && first_of_piece)
+    body.on_snapshot(
+        [this, var, logical, offset, shape = slot.shape, state_names](
+            int64_t done, std::span<const float> model, std::span<const std::vector<float>> state) {
+          VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
+          for (size_t i = 0; i < state.size(); ++i) piece.state.emplace_back(state_names[i], state[i]);
+          options_.on_snapshot(done, std::move(piece));
+        },
+        options_.snapshot_every, plan_->steps());
+  return {};
 }
 
 Status NodeRun::build() {
   auto verified = compiler::verify_plan(bytes_);
   if (!verified.ok()) return verified.status();
   plan_ = *verified;
+  if (options_.start_step < 0 || options_.start_step >= plan_->steps())
+    return invalid_argument("cannot start at step {}: the plan runs {} steps", options_.start_step, plan_->steps());
   RILL_RETURN_IF_ERROR(allocate_regsts());
   const auto& tasks = *plan_->tasks();
   by_index_.assign(static_cast<size_t>(std::max<int64_t>(plan_->num_tasks(), tasks.size())), nullptr);
@@ -262,8 +294,8 @@ Status NodeRun::build() {
       outputs.push_back(std::move(out));
     }
     RILL_ASSIGN_OR_RETURN(Body body, make_body(*task));
-    auto actor = std::make_unique<Actor>(task->id(), name, plan_->steps(), std::move(inputs), std::move(outputs),
-                                         std::move(body));
+    auto actor = std::make_unique<Actor>(task->id(), name, plan_->steps() - options_.start_step, std::move(inputs),
+                                         std::move(outputs), std::move(body), options_.start_step);
     if (task->kind() == plan::TaskKind::Variable) {
       RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
       variable_tasks_.push_back(task);

@@ -37,6 +37,8 @@ struct VariablePiece {
   std::vector<int64_t> offset;
   Shape shape;
   std::vector<float> values;
+  // Optimizer state of this piece, named as checkpoints store it ("momentum").
+  std::vector<std::pair<std::string, std::vector<float>>> state;
 };
 
 struct RunOptions {
@@ -48,8 +50,17 @@ struct RunOptions {
   uint64_t tag_base = 0;
   double stall_timeout_s = 60.0;    // stop and report when no actor acts this long
   bool trace = false;               // record per-act timestamps
-  // Start variables from these logical values instead of their initializers.
+  // Start variables from these logical values instead of their initializers,
+  // and their optimizer state from `initial_state` ("w1/momentum" -> values).
   std::map<std::string, std::vector<float>> initial_values;
+  std::map<std::string, std::vector<float>> initial_state;
+  // The first step to run (a resumed job): sources read on from there and
+  // the run covers steps start_step .. plan steps - 1.
+  int64_t start_step = 0;
+  // Told every variable piece (once per replica group) after each `snapshot_every`-th
+  // step and after the last one, on the variable's thread: checkpoints.
+  int64_t snapshot_every = 0;
+  std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
   SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
   // Fault injection for tests: drops each message between threads for which
   // it returns true (a lost message must end in a stuck-job report).

@@ -145,7 +145,8 @@ const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .infer = momentum_infer,
                                  .sbp = update_sbp,
                                  .cpu = momentum_kernel,
-                                 .num_state = 1};
+                                 .num_state = 1,
+                                 .state_names = {"momentum", nullptr}};
 const OpDef kAdamUpdateOp = {.type = "adam_update",
                              .num_inputs = 2,
                              .num_outputs = 0,
@@ -153,6 +154,7 @@ const OpDef kAdamUpdateOp = {.type = "adam_update",
                              .infer = adam_infer,
                              .sbp = update_sbp,
                              .cpu = adam_kernel,
-                             .num_state = 2};
+                             .num_state = 2,
+                             .state_names = {"adam_m", "adam_v"}};
 
 }  // namespace rill

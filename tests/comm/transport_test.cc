@@ -64,11 +64,12 @@ TEST_CASE("order is kept per sender and tag; tags are independent mailboxes") {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     const int count = 3000;
-    // Two sender threads on rank 0, one tag each; bodies alternate small and large.
+    // Two sender threads on rank 0, one tag each; bodies alternate small and
+    // large (sent without a copy, so `big` outlives their receipt).
+    std::vector<std::byte> big(20000);
     std::vector<std::thread> senders;
     for (uint64_t tag : {1u, 2u}) {
       senders.emplace_back([&, tag] {
-        std::vector<std::byte> big(20000);
         for (int i = 0; i < count; ++i) {
           std::string header = std::to_string(i);
           std::span<const std::byte> body = (i % 7 == 0) ? std::span<const std::byte>(big) : std::span<const std::byte>();

@@ -261,3 +261,28 @@ TEST_CASE("after the start, nodes 1 and 2 talk directly, not through the master"
   // actor arriving at a node is an error that would have failed the job.
   CHECK(traffic[0][0].get<int64_t>() == 0);
 }
+
+TEST_CASE("the master gathers checkpoints from every node, and a cluster run resumes from one") {
+  auto dir = temp_dir() / "ckpt";
+  std::filesystem::remove_all(dir);
+  auto straight = temp_dir() / "straight.json";
+  auto resumed = temp_dir() / "resumed.json";
+  std::string job = root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1 --ctrl-port 19200 --steps 60 ";
+  Ran a = run_rill("run " + job + "--set checkpoint.dir=" + dir.string() +
+                   " --set checkpoint.every=20 --set checkpoint.keep=2 --result " + straight.string());
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  CHECK(std::filesystem::exists(dir / "step-00000060" / "model.safetensors"));
+  CHECK(std::filesystem::exists(dir / "step-00000040"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-00000020"));  // keep = 2
+  Ran b = run_rill("run " + job + "--resume " + (dir / "step-00000040").string() + " --result " + resumed.string());
+  INFO(b.output);
+  REQUIRE(b.code == 0);
+  auto x = read_json(straight)["loss_curve"];
+  auto y = read_json(resumed)["loss_curve"];
+  REQUIRE(y.size() == 20);
+  for (size_t i = 0; i < 20; ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(x[40 + i].get<double>() - y[i].get<double>()) <= 1e-5 * std::abs(x[40 + i].get<double>()));
+  }
+}

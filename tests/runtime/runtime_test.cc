@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
+#include <unistd.h>
 #include <string>
 
 #include "compiler/compiler.h"
@@ -144,6 +146,53 @@ TEST_CASE("a job built in C++ and the same job loaded from its file compile to t
     REQUIRE(lr_file.ok());
     CHECK(*lr_code == *lr_file);
   }
+}
+
+TEST_CASE("a resumed run continues the same loss curve: 100 steps straight = 50 + resume + 50") {
+  auto dir = std::filesystem::temp_directory_path() / ("rill-resume-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  graph::Job job = load_sample("samples/mlp/mlp.json");
+  job.eval.reset();
+  job.optimizer.type = "adam";  // state with a step count: the hardest to resume
+  job.optimizer.lr = 1e-3;
+  job.checkpoint.dir = (dir / "straight").string();
+  job.checkpoint.every = 50;
+  JobResult straight = run(job, "cpu:2", 100);
+  REQUIRE_MESSAGE(straight.status.ok(), straight.status.to_string());
+  CHECK(straight.checkpoints_written == 2);
+
+  job.checkpoint.dir = (dir / "resumed").string();
+  JobRunOptions options;
+  options.devices = "cpu:2";
+  options.steps = 100;
+  options.out = nullptr;
+  options.resume = (dir / "straight" / "step-00000050").string();
+  JobResult resumed = run_job(job, options);
+  REQUIRE_MESSAGE(resumed.status.ok(), resumed.status.to_string());
+  CHECK(resumed.start_step == 50);
+  REQUIRE(resumed.loss_curve.size() == 50);
+  for (size_t i = 0; i < 50; ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(resumed.loss_curve[i] - straight.loss_curve[50 + i]) <= 1e-5 * std::abs(straight.loss_curve[50 + i]));
+  }
+  CHECK(resumed.variables.at("w2").values == straight.variables.at("w2").values);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("resuming from a checkpoint that holds the whole run is an error, not a silent no-op") {
+  auto dir = std::filesystem::temp_directory_path() / ("rill-resume-end-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  graph::Job job = load_sample("samples/linear_regression/linear_regression.json");
+  job.checkpoint.dir = dir.string();
+  JobResult first = run(job, "cpu:1");
+  REQUIRE(first.status.ok());
+  JobRunOptions options;
+  options.out = nullptr;
+  options.resume = "latest";
+  JobResult again = run_job(job, options);
+  CHECK_FALSE(again.status.ok());
+  CHECK(again.status.message().find("nothing is left to run") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("corrupt plan bytes are rejected before any actor is built") {
