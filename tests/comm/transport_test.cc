@@ -187,6 +187,22 @@ TEST_CASE("a lost peer fails recv with kUnavailable long before the deadline") {
   }
 }
 
+TEST_CASE("zmq: a rank that starts late still gets what was sent to it before") {
+  auto endpoints = loopback_endpoints(free_ports(2));
+  auto early = make_zmq_transport(0, endpoints);
+  REQUIRE(early.ok());
+  REQUIRE((*early)->send(1, 1, as_span("sent before the peer existed")).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // several refused connects
+  auto late = make_zmq_transport(1, endpoints);
+  REQUIRE(late.ok());
+  std::vector<std::byte> got;
+  REQUIRE((*late)->recv(0, 1, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "sent before the peer existed");
+  REQUIRE((*late)->send(0, 2, as_span("and back")).ok());
+  REQUIRE((*early)->recv(1, 2, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "and back");
+}
+
 TEST_CASE("bad ranks are invalid arguments") {
   auto transports = make_inproc_transports(2);
   std::vector<std::byte> got;

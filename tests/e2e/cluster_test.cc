@@ -68,7 +68,7 @@ struct Agent {
   Agent(const std::string& args, const std::string& log_file) : log(log_file) {
     pid = fork();
     if (pid == 0) {
-      std::string command = binary() + " agent " + args + " > " + log_file + " 2>&1";
+      std::string command = "exec " + binary() + " agent " + args + " > " + log_file + " 2>&1";
       execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
       std::_Exit(127);
     }
@@ -103,6 +103,11 @@ std::filesystem::path temp_dir() {
   auto dir = std::filesystem::temp_directory_path() / ("rill-cluster-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 nlohmann::json read_json(const std::filesystem::path& path) {
@@ -285,4 +290,32 @@ TEST_CASE("the master gathers checkpoints from every node, and a cluster run res
     CAPTURE(i);
     CHECK(std::abs(x[40 + i].get<double>() - y[i].get<double>()) <= 1e-5 * std::abs(x[40 + i].get<double>()));
   }
+}
+
+TEST_CASE("a node that dies mid-job stops the job with a message naming it") {
+  auto dir = temp_dir();
+  std::string machines = "127.0.0.1:19210,127.0.0.2:19210";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "d0.log").string());
+  Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "d1.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19210", 30);
+  REQUIRE(client.ok());
+  std::thread killer([&] {
+    // Kill node 1 once training runs (the first progress line).
+    for (int i = 0; i < 600 && master.output().find("step") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kill(doomed.pid, SIGKILL);
+  });
+  rill::SubmitOptions options;
+  options.overrides = {"train.log_every=10"};
+  auto start = Clock::now();
+  auto result = (*client)->submit_text(
+      read_text(root() + "/samples/mlp/mlp.json"),
+      "mlp.json", options);
+  killer.join();
+  REQUIRE(result.ok());
+  CHECK_FALSE(result->status.ok());
+  CHECK(result->status.message().find("127.0.0.2") != std::string::npos);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 40);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
 }
