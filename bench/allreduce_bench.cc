@@ -2,8 +2,8 @@
 // TCP, N ranks as N processes on one machine (loopback by default).
 //
 //   allreduce_bench [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
-//                   [--iters N] [--chunk-bytes 1048576] [--address 127.0.0.1]
-//                   [--port P]
+//                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
+//                   [--address 127.0.0.1] [--port P]
 //
 // The process forks ranks 1..N-1 and is rank 0 itself. For each size: warm-up
 // calls (the result is checked once), a barrier, then timed calls. A call's
@@ -39,13 +39,14 @@ struct Args {
   int warmup = 5;
   int iters = 0;  // 0: about 2 GiB of traffic per size, 20..1000 calls
   size_t chunk_bytes = 1u << 20;
+  size_t direct_bytes = CollectiveOptions{}.direct_bytes;
   std::string address = "127.0.0.1";
   int port = 0;   // 0: free ports chosen by the kernel
 };
 
 [[noreturn]] void usage(const char* error) {
   std::fprintf(stderr, "allreduce_bench: %s\nusage: allreduce_bench [--ranks N] [--sizes B,B,...] [--warmup N] "
-                       "[--iters N] [--chunk-bytes B] [--address A] [--port P]\n", error);
+                       "[--iters N] [--chunk-bytes B] [--direct-bytes B] [--address A] [--port P]\n", error);
   std::exit(2);
 }
 
@@ -59,6 +60,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--warmup") args.warmup = std::atoi(value.c_str());
     else if (flag == "--iters") args.iters = std::atoi(value.c_str());
     else if (flag == "--chunk-bytes") args.chunk_bytes = std::strtoull(value.c_str(), nullptr, 10);
+    else if (flag == "--direct-bytes") args.direct_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--address") args.address = value;
     else if (flag == "--port") args.port = std::atoi(value.c_str());
     else if (flag == "--sizes") {
@@ -116,12 +118,13 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
   if (!transport.ok()) return fail(rank, transport.status());
   CollectiveOptions options;
   options.chunk_bytes = args.chunk_bytes;
+  options.direct_bytes = args.direct_bytes;
   options.timeout = std::chrono::milliseconds(120000);
   Collectives collectives(**transport, options);
   const int n = args.ranks;
   if (rank == 0) {
-    std::printf("# rill all_reduce, float32 sum, %d ranks, ZeroMQ TCP %s, chunk %zu B\n", n, args.address.c_str(),
-                args.chunk_bytes);
+    std::printf("# rill all_reduce, float32 sum, %d ranks, ZeroMQ TCP %s, chunk %zu B, direct up to %zu B\n", n,
+                args.address.c_str(), args.chunk_bytes, args.direct_bytes);
     std::printf("# %12s %7s %11s %11s %11s %11s %11s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
                 "algbw_GB/s", "busbw_GB/s");
   }

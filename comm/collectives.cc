@@ -113,7 +113,39 @@ Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, 
                             out.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
+  if (world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes) {
+    return end("all_reduce", tag, all_reduce_direct(in, out, tag));
+  }
   return end("all_reduce", tag, all_reduce_ring(in, out, tag));
+}
+
+// Every rank sends its whole input to every other and adds all of them up in
+// rank order, so each computes the same bits: one message latency instead of
+// the ring's 2(n-1), for (n-1) times the traffic.
+Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag) {
+  const int n = world(), r = rank();
+  const size_t count = in.size();
+  std::span<const float> mine = in;
+  if (in.data() == out.data() && count > 0) {
+    own_.assign(in.begin(), in.end());
+    mine = own_;
+  }
+  for (int k = 1; k < n; ++k) {
+    RILL_RETURN_IF_ERROR(transport_.send(peer(k), tag, {}, bytes_of(mine.data(), count), &tracker_));
+  }
+  for (int q = 0; q < n; ++q) {
+    const std::byte* data = reinterpret_cast<const std::byte*>(mine.data());
+    if (q != r) {
+      RILL_ASSIGN_OR_RETURN(data, recv_chunk(q, count * sizeof(float), tag));
+    }
+    if (q == 0) {
+      if (count > 0) std::memcpy(out.data(), data, count * sizeof(float));
+    } else {
+      add_into(out.data(), out.data(), data, count);
+    }
+    received_.reset();
+  }
+  return Status::ok_status();
 }
 
 Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {

@@ -32,6 +32,8 @@ namespace rill::comm {
 struct CollectiveOptions {
   size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size
   std::chrono::milliseconds timeout{60000};   // each call's deadline, counted from its start
+  size_t direct_bytes = size_t{64} << 10;     // all_reduce of at most this many bytes: one exchange
+                                              // among all ranks (one hop) instead of the ring
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -54,10 +56,11 @@ class Collectives {
   int world() const { return transport_.world(); }
   const CollectiveOptions& options() const { return options_; }
   // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen).
-  size_t scratch_bytes() const { return scratch_.capacity() * sizeof(float); }
+  size_t scratch_bytes() const { return (scratch_.capacity() + own_.capacity()) * sizeof(float); }
 
-  // out = sum over ranks of in. `in` and `out` are the same size and either
-  // the same span (in place) or disjoint. Ring: reduce-scatter, all-gather.
+  // out = sum over ranks of in, the same bits on every rank. `in` and `out`
+  // are the same size and either the same span (in place) or disjoint. Ring
+  // (reduce-scatter, all-gather), or for small tensors a direct exchange.
   Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag);
   // out = this rank's block (block_range) of the sum over ranks of in.
   Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag);
@@ -93,6 +96,7 @@ class Collectives {
   int peer(int offset) const;  // (rank + offset) mod world
 
   Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
+  Status all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag);
   Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
   Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
   Status all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
@@ -104,6 +108,7 @@ class Collectives {
   Received received_;              // the message being consumed
   std::vector<std::byte> joined_;  // a message that arrived in two pieces
   std::vector<float> scratch_;     // partial sums of reduce_scatter and reduce
+  std::vector<float> own_;         // a small in-place all_reduce's input, sent while out changes
   Clock::time_point deadline_;
   bool failed_ = false;
 };

@@ -69,9 +69,16 @@ class InprocTransport final : public Transport {
     return mailbox_.pop(from, tag, deadline, out);
   }
 
+  // Waits for a running handler call, so that after it returns the old
+  // handler is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {
+    std::lock_guard call_lock(call_mu_);
     std::lock_guard lock(mu_);
-    handlers_[tag] = std::move(handler);
+    if (handler) {
+      handlers_[tag] = std::move(handler);
+    } else {
+      handlers_.erase(tag);
+    }
   }
 
   void close() override {
@@ -95,8 +102,8 @@ class InprocTransport final : public Transport {
 
  private:
   struct Pending {
-    int from;
-    uint64_t tag;
+    int from = 0;
+    uint64_t tag = 0;
     std::unique_ptr<VectorHolder> holder;
   };
 
@@ -115,20 +122,34 @@ class InprocTransport final : public Transport {
   }
 
   void handler_loop() {
-    std::unique_lock lock(mu_);
     while (true) {
-      pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-      if (stopping_) return;
-      Pending next = std::move(pending_.front());
-      pending_.pop_front();
-      Handler& handler = handlers_[next.tag];
-      lock.unlock();
+      Pending next;
+      {
+        std::unique_lock lock(mu_);
+        pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+        if (stopping_) return;
+        next = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      // call_mu_ keeps the handler in place during the call; mu_ is not
+      // held, so the handler may send (which takes a peer's mu_).
+      std::lock_guard call_lock(call_mu_);
+      Handler* handler = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        auto it = handlers_.find(next.tag);
+        if (it != handlers_.end()) handler = &it->second;
+      }
+      if (handler == nullptr) {  // removed after the message arrived
+        MessageView view{std::span<const std::byte>(next.holder->bytes), {}};
+        mailbox_.push(next.from, next.tag, Received(std::move(next.holder), view));
+        continue;
+      }
       try {
-        handler(next.from, next.holder->bytes);
+        (*handler)(next.from, next.holder->bytes);
       } catch (const std::exception& e) {
         spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(next.tag), e.what());
       }
-      lock.lock();
     }
   }
 
@@ -136,8 +157,9 @@ class InprocTransport final : public Transport {
   const int rank_;
   const int world_;
   Mailbox mailbox_;
+  std::mutex call_mu_;  // held while a handler runs and while handlers_ changes
   std::mutex mu_;
-  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by mu_; entries never erased
+  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by mu_ (writes also by call_mu_)
   std::deque<Pending> pending_;                     // guarded by mu_
   std::condition_variable pending_cv_;
   bool stopping_ = false;  // guarded by mu_

@@ -114,8 +114,12 @@ class Transport {
   Status recv(int from, uint64_t tag, std::vector<std::byte>* out, Clock::time_point deadline);
 
   // Messages with `tag` are passed to `handler` on the receive thread instead
-  // of the mailbox (actor messages use this). The span is 8-byte aligned and
-  // valid during the call only. Set before traffic with that tag starts.
+  // of the mailbox (actor messages use this), one at a time, in order. The
+  // span is 8-byte aligned and valid during the call only. Set before traffic
+  // with that tag starts, and not from a handler; an empty handler removes
+  // the tag's (later messages go to the mailbox). Once set_handler returns,
+  // the old handler is not running and is not called again. A handler may
+  // send.
   virtual void set_handler(uint64_t tag, Handler handler) = 0;
 
   // Stops the receive thread, wakes every waiting recv with kUnavailable and

@@ -97,9 +97,15 @@ class ZmqTransport final : public Transport {
   Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
+  // Handlers run under handlers_mu_, so after this returns the old handler
+  // is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {
     std::lock_guard lock(handlers_mu_);
-    handlers_[tag] = std::move(handler);
+    if (handler) {
+      handlers_[tag] = std::move(handler);
+    } else {
+      handlers_.erase(tag);
+    }
   }
   void close() override;
 
@@ -121,7 +127,7 @@ class ZmqTransport final : public Transport {
   void drain_data();
   void dispatch(zmq::message_t& first, zmq::message_t* second);
   void drain_monitor(int peer);
-  void report_losses(bool all_pending);
+  void report_losses();
 
   const int rank_;
   const std::vector<Endpoint> endpoints_;
@@ -274,13 +280,13 @@ void ZmqTransport::receive_loop() {
     for (size_t i = 2; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
     }
-    report_losses(false);
+    report_losses();
   }
 }
 
 void ZmqTransport::drain_data() {
   // A bounded batch, so monitor events and close() are not starved.
-  for (int i = 0; i < 256; ++i) {
+  for (int i = 0; i < 256 && !closed_.load(std::memory_order_acquire); ++i) {
     zmq::message_t first;
     if (!pull_.recv(first, zmq::recv_flags::dontwait)) return;
     zmq::message_t second;
@@ -371,11 +377,11 @@ void ZmqTransport::drain_monitor(int peer) {
   }
 }
 
-void ZmqTransport::report_losses(bool all_pending) {
+void ZmqTransport::report_losses() {
   auto now = Clock::now();
   for (int peer = 0; peer < world(); ++peer) {
     Peer& p = *peers_[peer];
-    if (!p.loss_pending || (!all_pending && now < p.lost_at)) continue;
+    if (!p.loss_pending || now < p.lost_at) continue;
     drain_data();  // what the peer sent before it went away comes first
     p.loss_pending = false;
     p.lost.store(true, std::memory_order_release);

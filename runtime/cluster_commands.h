@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/env.h"
+
 namespace rill {
 
 struct ClusterRunArgs {
@@ -29,5 +31,17 @@ int submit_command(const std::string& job_path, const std::string& master, const
                    const std::string& resume);
 int status_command(const std::string& master);
 int run_local_cluster(const ClusterRunArgs& args);
+
+// `rill launch`: the seed launcher's flags (and the usual environment
+// variables). Starts this node's agent; given a job file, node 0 submits it;
+// given a program, starts nproc_per_node copies with WORLD_SIZE, RANK,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (and RILL_*) set.
+struct LaunchArgs {
+  LaunchFlags flags;
+  std::string machines;  // every node's address; default: Slurm's list, or one node
+  std::string target;    // a job file (.json) or a program
+  std::vector<std::string> program_args;
+};
+int launch_command(const LaunchArgs& args);
 
 }  // namespace rill

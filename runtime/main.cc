@@ -102,7 +102,37 @@ int main(int argc, char** argv) {
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
   check->add_option("job", job_path, "Job description file (JSON)")->required();
 
+  rill::LaunchArgs launch_args;
+  int nnodes = 1, node_rank = 0, nproc_per_node = 1, master_port = rill::kDefaultCtrlPort;
+  std::string master_addr, launch_logdir;
+  bool redirect = false;
+  CLI::App* launch = app.add_subcommand("launch", "Start this node's agent and a job file or a program (torchrun-style)");
+  launch->add_option("--nnodes", nnodes, "Nodes in the run");
+  launch->add_option("--node_rank", node_rank, "This node's rank (0 is the master)");
+  launch->add_option("--nproc_per_node", nproc_per_node, "Processes (devices) on this node");
+  launch->add_option("--master_addr", master_addr, "The master's address");
+  launch->add_option("--master_port", master_port, "The master's control port (every node's)");
+  launch->add_option("--machines", launch_args.machines, "Every node's address, addr[:port],...");
+  launch->add_option("--logdir", launch_logdir, "Folder for the processes' logs");
+  launch->add_flag("--redirect_stdout_and_stderr", redirect, "Write each process's output to a file in --logdir");
+  launch->add_option("target", launch_args.target, "A job file (.json) or a program")->required();
+  launch->add_option("args", launch_args.program_args, "The program's arguments");
+  launch->prefix_command();
+
   CLI11_PARSE(app, argc, argv);
+
+  if (launch->parsed()) {
+    // Flags the user gave win over the environment; absent ones fall back to it.
+    auto given = [&](const char* name) { return launch->count(name) > 0; };
+    if (given("--nnodes")) launch_args.flags.nnodes = nnodes;
+    if (given("--node_rank")) launch_args.flags.node_rank = node_rank;
+    if (given("--nproc_per_node")) launch_args.flags.nproc_per_node = nproc_per_node;
+    if (given("--master_addr")) launch_args.flags.master_addr = master_addr;
+    if (given("--master_port")) launch_args.flags.master_port = master_port;
+    if (given("--logdir")) launch_args.flags.logdir = launch_logdir;
+    if (redirect) launch_args.flags.redirect = true;
+    return rill::launch_command(launch_args);
+  }
 
   if (agent->parsed())
     return rill::agent_command(machines, rank, ctrl_port, devices, join_timeout, stall_timeout, as_version);

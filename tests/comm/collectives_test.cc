@@ -132,11 +132,14 @@ TEST_CASE("every collective matches the reference for world 2, 3, 4 and odd size
       CAPTURE(world);
       auto transports = make_world(kind, world);
       auto statuses = run_ranks(world, [&](int rank) -> Status {
-        // 4 KiB chunks: 1024 floats, so 10007 elements are many uneven chunks.
-        Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000)});
-        int salt = 0;
-        for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1031}, size_t{10007}}) {
-          RILL_RETURN_IF_ERROR(run_all(c, count, salt++));
+        // 4 KiB chunks: 1024 floats, so 10007 elements are many uneven
+        // chunks. all_reduce runs as a ring, then (small sizes) direct.
+        for (size_t direct_bytes : {size_t{0}, size_t{8192}}) {
+          Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000), direct_bytes});
+          int salt = 0;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1031}, size_t{10007}}) {
+            RILL_RETURN_IF_ERROR(run_all(c, count, salt++));
+          }
         }
         return Status::ok_status();
       });
@@ -165,21 +168,27 @@ TEST_CASE("world 1: every collective is a local copy") {
   REQUIRE(run_all(c, 37, 3).ok());
 }
 
-TEST_CASE("repeated all_reduce and reduce_scatter keep their scratch and stay correct") {
+TEST_CASE("repeated all_reduce (ring and direct) and reduce_scatter keep their scratch and stay correct") {
   const int world = 3;
   auto transports = make_inproc_transports(world);
   auto statuses = run_ranks(world, [&](int rank) -> Status {
-    Collectives c(*transports[rank], CollectiveOptions{1000, std::chrono::milliseconds(10000)});
+    Collectives ring(*transports[rank], CollectiveOptions{1000, std::chrono::milliseconds(10000), 0});
+    Collectives direct(*transports[rank]);
     const size_t count = 4099;
     auto in = input(rank, count, 1);
-    std::vector<float> out(count), block(block_range(count, world, rank).size);
-    size_t scratch = 0;
+    std::vector<float> out(count), block(block_range(count, world, rank).size), inplace;
+    size_t ring_scratch = 0, direct_scratch = 0;
     for (int i = 0; i < 5; ++i) {
-      RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+      RILL_RETURN_IF_ERROR(ring.all_reduce(in, out, 1));
       RILL_RETURN_IF_ERROR(expect_equal(out, sum(world, count, 1), "all_reduce"));
-      RILL_RETURN_IF_ERROR(c.reduce_scatter(in, block, 2));
-      if (i == 0) scratch = c.scratch_bytes();
-      if (c.scratch_bytes() != scratch) return internal_error("scratch grew on call {}", i);
+      RILL_RETURN_IF_ERROR(ring.reduce_scatter(in, block, 2));
+      inplace = in;
+      RILL_RETURN_IF_ERROR(direct.all_reduce(inplace, inplace, 3));
+      RILL_RETURN_IF_ERROR(expect_equal(inplace, sum(world, count, 1), "direct all_reduce in place"));
+      if (i == 0) ring_scratch = ring.scratch_bytes(), direct_scratch = direct.scratch_bytes();
+      if (ring.scratch_bytes() != ring_scratch || direct.scratch_bytes() != direct_scratch) {
+        return internal_error("scratch grew on call {}", i);
+      }
     }
     return Status::ok_status();
   });
@@ -194,7 +203,7 @@ TEST_CASE("concurrent collectives with distinct tags do not mix") {
     auto statuses = run_ranks(world, [&](int rank) -> Status {
       Status other;
       std::thread second([&] {
-        Collectives c(*transports[rank], CollectiveOptions{512, std::chrono::milliseconds(20000)});
+        Collectives c(*transports[rank], CollectiveOptions{512, std::chrono::milliseconds(20000), 0});
         auto in = input(rank, 3001, 9);
         std::vector<float> out(3001);
         for (int i = 0; i < 10 && other.ok(); ++i) {

@@ -119,16 +119,24 @@ TEST_CASE("a handler takes its tag on the receive thread; other tags still reach
     CHECK(as_string(got) == "mailbox");
     auto deadline = in_ms(10000);
     while (calls.load() < count && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::lock_guard lock(mu);
-    REQUIRE(seen.size() == count);
-    for (int i = 0; i < count; ++i) {
-      size_t size = static_cast<size_t>(i % 13 + 1) + ((i % 5 == 0) ? 50000 : 0);
-      CHECK(seen[i] == fmt::format("0:{}", size));
+    {
+      std::lock_guard lock(mu);
+      REQUIRE(seen.size() == count);
+      for (int i = 0; i < count; ++i) {
+        size_t size = static_cast<size_t>(i % 13 + 1) + ((i % 5 == 0) ? 50000 : 0);
+        CHECK(seen[i] == fmt::format("0:{}", size));
+      }
+      CHECK(handler_thread != std::this_thread::get_id());
     }
     CHECK(misaligned.load() == 0);
-    CHECK(handler_thread != std::this_thread::get_id());
     // Handled messages never reach the mailbox.
     CHECK(transports[1]->recv(0, 99, &got, in_ms(50)).code() == Code::kDeadlineExceeded);
+    // Without a handler the tag's messages go to the mailbox again.
+    transports[1]->set_handler(99, nullptr);
+    REQUIRE(transports[0]->send(1, 99, as_span("unhandled")).ok());
+    REQUIRE(transports[1]->recv(0, 99, &got, in_ms(10000)).ok());
+    CHECK(as_string(got) == "unhandled");
+    CHECK(calls.load() == count);
   }
 }
 

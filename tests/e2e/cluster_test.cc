@@ -319,3 +319,40 @@ TEST_CASE("a node that dies mid-job stops the job with a message naming it") {
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
+
+TEST_CASE("rill launch: a job file from the usual environment variables, a C++ program from the seed's flags") {
+  auto dir = temp_dir();
+  // Node 1 in the background, node 0 in the foreground; WORLD_SIZE counts
+  // processes (nodes x nproc_per_node), as torchrun's does.
+  std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=19220 WORLD_SIZE=2 LOCAL_RANK=0 ";
+  std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  std::string node1 = "RANK=1 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 --logdir " +
+                      (dir / "launch").string() + " " + job + " > " + (dir / "launch1.out").string() + " 2>&1 &";
+  REQUIRE(std::system(node1.c_str()) == 0);
+  std::string node0 = "RANK=0 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 " + job + " 2>&1";
+  Ran ran;
+  {
+    FILE* pipe = popen(node0.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::array<char, 4096> buffer;
+    size_t n;
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
+    ran.code = WEXITSTATUS(pclose(pipe));
+  }
+  INFO(ran.output);
+  CHECK(ran.code == 0);
+  CHECK(ran.output.find("master_addr=127.0.0.1 from env MASTER_ADDR") != std::string::npos);
+  CHECK(ran.output.find("step    500/500") != std::string::npos);
+
+  const char* program = std::getenv("RILL_MLP_PROGRAM");
+  REQUIRE(program != nullptr);
+  std::string flags = " --nnodes 2 --nproc_per_node 1 --master_addr 127.0.0.1 --master_port 19230 --machines "
+                      "127.0.0.1,127.0.0.2 ";
+  std::string program1 = binary() + " launch --node_rank 1" + flags + program + " cpu:1 30 > " +
+                         (dir / "program1.out").string() + " 2>&1 &";
+  REQUIRE(std::system(program1.c_str()) == 0);
+  Ran submitted = run_rill("launch --node_rank 0" + flags + program + " cpu:1 30");
+  INFO(submitted.output);
+  CHECK(submitted.code == 0);
+  CHECK(submitted.output.find("step     30/30") != std::string::npos);
+}

@@ -1,0 +1,118 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/client.h"
+#include "runtime/cluster_commands.h"
+#include "runtime/env.h"
+
+namespace rill {
+namespace {
+
+int fail(const Status& status) {
+  fmt::print(stderr, "rill launch: error: {}\n", status.message());
+  return 1;
+}
+
+// Starts `argv` with extra environment variables; output to `log` when set.
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
+            const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
+  if (!log.empty() && std::freopen(log.c_str(), "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "rill launch: cannot start '%s'\n", args[0]);
+  std::_Exit(127);
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+}  // namespace
+
+int launch_command(const LaunchArgs& args) {
+  auto config = resolve_launch_config(args.flags, current_environment());
+  if (!config.ok()) return fail(config.status());
+  spdlog::info("launch: {}", describe_sources(*config));
+  for (const std::string& note : config->notes) spdlog::warn("launch: {}", note);
+
+  // Every node's address: the flag, else Slurm's node list, else one node.
+  std::string machines = args.machines;
+  if (machines.empty() && !config->machines.empty())
+    for (size_t i = 0; i < config->machines.size(); ++i)
+      machines += fmt::format("{}{}:{}", i ? "," : "", config->machines[i], config->master_port);
+  if (machines.empty()) {
+    if (config->nnodes > 1)
+      return fail(invalid_argument("{} nodes but no node addresses: give --machines (or run under Slurm)",
+                                   config->nnodes));
+    machines = fmt::format("{}:{}", config->master_addr, config->master_port);
+  }
+  std::string master = fmt::format("{}:{}", config->master_addr, config->master_port);
+  std::string logdir = config->logdir;
+  if (!logdir.empty()) std::filesystem::create_directories(logdir);
+  auto log_for = [&](int local) {
+    return config->redirect && !logdir.empty() ? node_log_path(logdir, config->node_rank, local) : std::string();
+  };
+
+  // This node's agent: a cpu device per process slot.
+  std::string devices = fmt::format("cpu:{}", config->nproc_per_node);
+  pid_t agent = spawn({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(config->node_rank),
+                       "--ctrl-port", std::to_string(config->master_port), "--devices", devices},
+                      {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1));
+  int code = 0;
+  bool is_job = args.target.size() > 5 && args.target.substr(args.target.size() - 5) == ".json";
+  if (is_job) {
+    // A job file: node 0 submits it and prints the master's progress.
+    if (config->node_rank == 0) {
+      std::ifstream in(args.target);
+      std::stringstream text;
+      text << in.rdbuf();
+      auto client = Client::connect(master, 120);
+      if (!client.ok()) return fail(client.status());
+      SubmitOptions options;
+      options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
+      auto result = in ? (*client)->submit_text(text.str(), args.target, options)
+                       : StatusOr<SubmitResult>(not_found("{}: cannot open the job file", args.target));
+      if (!result.ok()) code = fail(result.status());
+      else if (!result->status.ok()) code = fail(result->status);
+      (void)(*client)->shutdown();
+    }
+  } else {
+    // A program (built on the job API): one process per slot, told its place
+    // by the usual variables; the program submits its job to the master.
+    std::vector<pid_t> processes;
+    for (int local = 0; local < config->nproc_per_node; ++local) {
+      auto environment = launch_environment(*config, local);
+      std::vector<std::string> argv{args.target};
+      argv.insert(argv.end(), args.program_args.begin(), args.program_args.end());
+      processes.push_back(spawn(argv, environment, log_for(local)));
+    }
+    for (pid_t pid : processes) {
+      int c = wait_for(pid);
+      if (code == 0) code = c;
+    }
+    if (config->node_rank == 0) {
+      auto client = Client::connect(master, 10);
+      if (client.ok()) (void)(*client)->shutdown();
+    }
+  }
+  int agent_code = wait_for(agent);
+  return code != 0 ? code : agent_code;
+}
+
+}  // namespace rill
