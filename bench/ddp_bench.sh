@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Rill on 2 local agents x 1 cpu device vs PyTorch DDP (gloo) with 2 processes
+# on loopback: the MLP of bench/mlp_synthetic.json, global batch 512, one
+# thread per process, 20 warm-up + 200 timed steps, alternating runs. Prints
+# samples/s (median, min, max) and the ratio of medians.
+#   bench/ddp_bench.sh [runs=5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-5}
+rill=build/rill
+[ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }
+openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-pthread
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+echo "runs: $runs; torch BLAS: LD_LIBRARY_PATH=$openblas_dir"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rill_rates=()
+torch_rates=()
+for ((r = 0; r < runs; r++)); do
+  "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port $((19700 + 2 * r)) \
+    --set train.batch_size=512 --result "$tmp/r.json" --logdir "$tmp" > /dev/null
+  rill_rates+=("$(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")")
+  torch_rates+=("$(LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py 20 200 512 $((29500 + r)) |
+    /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])")")
+done
+/usr/bin/python3 - "${rill_rates[*]}" "${torch_rates[*]}" <<'PY'
+import statistics, sys
+rill = [float(x) for x in sys.argv[1].split()]
+torch = [float(x) for x in sys.argv[2].split()]
+def show(name, xs):
+    print(f"{name:10s} median {statistics.median(xs):9.0f} samples/s  min {min(xs):9.0f}  max {max(xs):9.0f}")
+show("rill 2x1", rill)
+show("torch ddp", torch)
+print(f"ratio rill/ddp (medians): {statistics.median(rill) / statistics.median(torch):.2f}x")
+PY
