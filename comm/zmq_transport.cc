@@ -153,6 +153,7 @@ Status ZmqTransport::start(const std::vector<Resolved>& resolved) {
     pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
     pull_.set(zmq::sockopt::linger, 0);
     pull_.set(zmq::sockopt::rcvhwm, 0);
+    if (getenv("RILL_SNDBUF")) pull_.set(zmq::sockopt::rcvbuf, atoi(getenv("RILL_SNDBUF")));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     try {
       pull_.bind(resolved[rank_].url);
@@ -179,6 +180,7 @@ Status ZmqTransport::start(const std::vector<Resolved>& resolved) {
       p.socket = zmq::socket_t(context_, zmq::socket_type::push);
       p.socket.set(zmq::sockopt::linger, 0);
       p.socket.set(zmq::sockopt::sndhwm, 0);
+      if (getenv("RILL_SNDBUF")) p.socket.set(zmq::sockopt::sndbuf, atoi(getenv("RILL_SNDBUF")));
       p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
       p.socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
       p.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));

@@ -189,6 +189,23 @@ TEST_CASE("a job file and a C++ job run on the same cluster one after the other"
   CHECK(j["steps"] == 300);
   CHECK(from_code->job_id > 1);
 
+  // Two jobs at once: the second waits in the queue, then runs.
+  std::vector<int64_t> finished(2, 0);
+  std::vector<std::thread> submitters;
+  for (int k = 0; k < 2; ++k)
+    submitters.emplace_back([&, k] {
+      auto c = rill::Client::connect("127.0.0.1:19130");
+      if (!c.ok()) return;
+      rill::SubmitOptions o;
+      o.steps = 200;
+      auto r = (*c)->submit(rill::samples::make_linear_regression_job(), o);
+      if (r.ok() && r->status.ok()) finished[k] = r->job_id;
+    });
+  for (auto& t : submitters) t.join();
+  CHECK(finished[0] > 0);
+  CHECK(finished[1] > 0);
+  CHECK(finished[0] != finished[1]);
+
   Ran status = run_rill("status --master 127.0.0.1:19130");
   INFO(status.output);
   CHECK(status.code == 0);
