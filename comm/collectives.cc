@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -213,7 +212,7 @@ Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<flo
   return Status::ok_status();
 }
 
-// ---- reduce and broadcast: pipelined chains --------------------------------
+// ---- reduce: a pipelined chain ---------------------------------------------
 
 Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag) {
   if (root < 0 || root >= world()) return invalid_argument("reduce {}: root {} is not a rank", describe_tag(tag), root);
@@ -248,179 +247,6 @@ Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out
     if (r != root) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, bytes_of(destination + at, len), &tracker_));
   }
   return Status::ok_status();
-}
-
-Status Collectives::broadcast(std::span<std::byte> buffer, int root, uint64_t tag) {
-  if (root < 0 || root >= world()) {
-    return invalid_argument("broadcast {}: root {} is not a rank", describe_tag(tag), root);
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  return end("broadcast", tag, broadcast_chain(buffer, root, tag));
-}
-
-Status Collectives::broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag) {
-  const int n = world();
-  if (n == 1) return Status::ok_status();
-  const int position = ((rank() - root) % n + n) % n;
-  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
-  if (position == 0) return send_chunks(peer(1), buffer, chunk, tag);
-  for (size_t at = 0; at < buffer.size(); at += chunk) {
-    const size_t len = std::min(chunk, buffer.size() - at);
-    RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
-    std::memcpy(buffer.data() + at, data, len);
-    received_.reset();
-    if (position < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, buffer.subspan(at, len), &tracker_));
-  }
-  return Status::ok_status();
-}
-
-// ---- data movement ---------------------------------------------------------
-
-Status Collectives::all_gather(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
-  if (out.size() != in.size() * static_cast<size_t>(world())) {
-    return invalid_argument("all_gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(),
-                            world(), in.size());
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  return end("all_gather", tag, all_gather_ring(in, out, tag));
-}
-
-// Step s sends block r-s to the right and receives block r-s-1 from the left.
-Status Collectives::all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
-  const int n = world();
-  const size_t block = in.size(), chunk = std::max<size_t>(1, options_.chunk_bytes);
-  std::byte* own = out.data() + static_cast<size_t>(rank()) * block;
-  if (own != in.data() && block > 0) std::memmove(own, in.data(), block);
-  if (n == 1) return Status::ok_status();
-  RILL_RETURN_IF_ERROR(send_chunks(peer(1), in, chunk, tag));
-  for (int s = 0; s < n - 1; ++s) {
-    std::byte* target = out.data() + static_cast<size_t>(peer(-s - 1)) * block;
-    for (size_t at = 0; at < block; at += chunk) {
-      const size_t len = std::min(chunk, block - at);
-      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
-      std::memcpy(target + at, data, len);
-      received_.reset();
-      if (s + 1 < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, {target + at, len}, &tracker_));
-    }
-  }
-  return Status::ok_status();
-}
-
-Status Collectives::gather(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag) {
-  const int n = world();
-  if (root < 0 || root >= n) return invalid_argument("gather {}: root {} is not a rank", describe_tag(tag), root);
-  const size_t block = in.size();
-  if (rank() == root && out.size() != block * static_cast<size_t>(n)) {
-    return invalid_argument("gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(), n,
-                            block);
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
-  auto run = [&]() -> Status {
-    if (rank() != root) return send_chunks(root, in, chunk, tag);
-    if (block > 0) std::memmove(out.data() + static_cast<size_t>(root) * block, in.data(), block);
-    for (int k = 1; k < n; ++k) {
-      const int from = (root + k) % n;
-      for (size_t at = 0; at < block; at += chunk) {
-        const size_t len = std::min(chunk, block - at);
-        RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
-        std::memcpy(out.data() + static_cast<size_t>(from) * block + at, data, len);
-      }
-    }
-    return Status::ok_status();
-  };
-  return end("gather", tag, run());
-}
-
-Status Collectives::scatter(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag) {
-  const int n = world();
-  if (root < 0 || root >= n) return invalid_argument("scatter {}: root {} is not a rank", describe_tag(tag), root);
-  const size_t block = out.size();
-  if (rank() == root && in.size() != block * static_cast<size_t>(n)) {
-    return invalid_argument("scatter {}: input has {} bytes, expected {} x {}", describe_tag(tag), in.size(), n,
-                            block);
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
-  auto run = [&]() -> Status {
-    if (rank() == root) {
-      for (int k = 1; k < n; ++k) {
-        const int to = (root + k) % n;
-        RILL_RETURN_IF_ERROR(send_chunks(to, in.subspan(static_cast<size_t>(to) * block, block), chunk, tag));
-      }
-      if (block > 0) std::memmove(out.data(), in.data() + static_cast<size_t>(root) * block, block);
-      return Status::ok_status();
-    }
-    for (size_t at = 0; at < block; at += chunk) {
-      const size_t len = std::min(chunk, block - at);
-      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(root, len, tag));
-      std::memcpy(out.data() + at, data, len);
-    }
-    return Status::ok_status();
-  };
-  return end("scatter", tag, run());
-}
-
-Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
-  const int n = world();
-  if (in.size() != out.size() || in.size() % static_cast<size_t>(n) != 0) {
-    return invalid_argument("all_to_all {}: input has {} bytes and output {}; both must be the same multiple of {}",
-                            describe_tag(tag), in.size(), out.size(), n);
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  const size_t block = in.size() / static_cast<size_t>(n), chunk = std::max<size_t>(1, options_.chunk_bytes);
-  auto run = [&]() -> Status {
-    for (int k = 1; k < n; ++k) {
-      const int to = peer(k);
-      RILL_RETURN_IF_ERROR(send_chunks(to, in.subspan(static_cast<size_t>(to) * block, block), chunk, tag));
-    }
-    const size_t own = static_cast<size_t>(rank()) * block;
-    if (block > 0) std::memcpy(out.data() + own, in.data() + own, block);
-    for (int k = 1; k < n; ++k) {
-      const int from = peer(-k);
-      for (size_t at = 0; at < block; at += chunk) {
-        const size_t len = std::min(chunk, block - at);
-        RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
-        std::memcpy(out.data() + static_cast<size_t>(from) * block + at, data, len);
-      }
-    }
-    return Status::ok_status();
-  };
-  return end("all_to_all", tag, run());
-}
-
-Status Collectives::barrier(uint64_t tag) {
-  RILL_RETURN_IF_ERROR(begin(tag));
-  auto run = [&]() -> Status {
-    // Round k talks to rank +-2^k; each ordered pair carries one round only.
-    for (int distance = 1; distance < world(); distance *= 2) {
-      RILL_RETURN_IF_ERROR(transport_.send(peer(distance), tag, {}, {}, &tracker_));
-      RILL_RETURN_IF_ERROR(recv_chunk(peer(-distance), 0, tag).status());
-    }
-    return Status::ok_status();
-  };
-  return end("barrier", tag, run());
-}
-
-Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) {
-  if (to < 0 || to >= world() || to == rank()) {
-    return invalid_argument("send {}: rank {} is not a peer of rank {}", describe_tag(tag), to, rank());
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  return end("send", tag, transport_.send(to, tag, {}, data, &tracker_));
-}
-
-Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {
-  if (from < 0 || from >= world() || from == rank()) {
-    return invalid_argument("recv {}: rank {} is not a peer of rank {}", describe_tag(tag), from, rank());
-  }
-  RILL_RETURN_IF_ERROR(begin(tag));
-  auto run = [&]() -> Status {
-    RILL_ASSIGN_OR_RETURN(const std::byte* bytes, recv_chunk(from, data.size(), tag));
-    if (!data.empty()) std::memcpy(data.data(), bytes, data.size());
-    return Status::ok_status();
-  };
-  return end("recv", tag, run());
 }
 
 }  // namespace rill::comm

@@ -7,11 +7,6 @@
 // Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
 // a connection, or a ZMTP heartbeat timeout), reported after a short grace so
 // that bytes the peer sent before it went away are delivered first.
-#include <arpa/inet.h>
-#include <malloc.h>
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -22,6 +17,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
 #include "comm/transport.h"
 
@@ -43,46 +39,6 @@ struct ZmqHolder final : Received::Holder {
 
 void release_tracked(void* /*data*/, void* hint) { SendTracker::release(hint); }
 
-struct Resolved {
-  std::string url;
-  bool ipv6 = false;
-};
-
-StatusOr<Resolved> resolve(const Endpoint& endpoint, int rank) {
-  if (endpoint.port < 1 || endpoint.port > 65535) {
-    return invalid_argument("rank {}: port {} of address '{}' is not in 1..65535", rank, endpoint.port,
-                            endpoint.address);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = endpoint.address.empty() ? EAI_NONAME : getaddrinfo(endpoint.address.c_str(), nullptr, &hints, &found);
-  if (rc != 0) {
-    return invalid_argument("rank {}: cannot parse or resolve address '{}': {}", rank, endpoint.address,
-                            gai_strerror(rc));
-  }
-  const addrinfo* pick = found;
-  for (const addrinfo* a = found; a; a = a->ai_next) {
-    if (a->ai_family == AF_INET) {
-      pick = a;
-      break;
-    }
-  }
-  char host[INET6_ADDRSTRLEN] = {};
-  Resolved out;
-  if (pick->ai_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(pick->ai_addr)->sin_addr, host, sizeof host);
-    out.url = fmt::format("tcp://{}:{}", host, endpoint.port);
-  } else {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(pick->ai_addr)->sin6_addr, host, sizeof host);
-    out.url = fmt::format("tcp://[{}]:{}", host, endpoint.port);
-    out.ipv6 = true;
-  }
-  freeaddrinfo(found);
-  return out;
-}
-
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
@@ -90,7 +46,7 @@ class ZmqTransport final : public Transport {
         mailbox_(rank, static_cast<int>(endpoints_.size())) {}
   ~ZmqTransport() override { close(); }
 
-  Status start(const std::vector<Resolved>& resolved);
+  Status start(const std::vector<ResolvedEndpoint>& resolved);
 
   int rank() const override { return rank_; }
   int world() const override { return static_cast<int>(endpoints_.size()); }
@@ -146,14 +102,13 @@ class ZmqTransport final : public Transport {
   bool torn_down_ = false;  // guarded by close_mu_
 };
 
-Status ZmqTransport::start(const std::vector<Resolved>& resolved) {
+Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   const Endpoint& own = endpoints_[rank_];
   try {
     context_.set(zmq::ctxopt::io_threads, options_.io_threads);
     pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
     pull_.set(zmq::sockopt::linger, 0);
     pull_.set(zmq::sockopt::rcvhwm, 0);
-    if (getenv("RILL_SNDBUF")) pull_.set(zmq::sockopt::rcvbuf, atoi(getenv("RILL_SNDBUF")));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     try {
       pull_.bind(resolved[rank_].url);
@@ -180,7 +135,6 @@ Status ZmqTransport::start(const std::vector<Resolved>& resolved) {
       p.socket = zmq::socket_t(context_, zmq::socket_type::push);
       p.socket.set(zmq::sockopt::linger, 0);
       p.socket.set(zmq::sockopt::sndhwm, 0);
-      if (getenv("RILL_SNDBUF")) p.socket.set(zmq::sockopt::sndbuf, atoi(getenv("RILL_SNDBUF")));
       p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
       p.socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
       p.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
@@ -425,24 +379,14 @@ void ZmqTransport::close() {
 
 }  // namespace
 
-bool keep_large_buffers_mapped() {
-#ifdef __GLIBC__
-  // Blocks up to 32 MiB (glibc's largest threshold) come from the heap, and
-  // up to 256 MiB of freed heap top stays mapped.
-  return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
-#else
-  return false;
-#endif
-}
-
 StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<Endpoint> endpoints,
                                                         ZmqOptions options) {
   const int world = static_cast<int>(endpoints.size());
   if (world == 0) return invalid_argument("data-plane transport: the endpoint list is empty");
   if (rank < 0 || rank >= world) return invalid_argument("data-plane transport: rank {} is not in 0..{}", rank, world - 1);
-  std::vector<Resolved> resolved;
+  std::vector<ResolvedEndpoint> resolved;
   for (int i = 0; i < world; ++i) {
-    RILL_ASSIGN_OR_RETURN(Resolved r, resolve(endpoints[i], i));
+    RILL_ASSIGN_OR_RETURN(ResolvedEndpoint r, resolve_endpoint(endpoints[i], i));
     resolved.push_back(std::move(r));
   }
   auto transport = std::make_unique<ZmqTransport>(rank, std::move(endpoints), options);

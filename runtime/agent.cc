@@ -153,8 +153,10 @@ Agent::~Agent() {
   if (job_thread_.joinable()) job_thread_.join();
   if (run_thread_.joinable()) run_thread_.join();
   if (transport_) transport_->close();
-  server_.set(zmq::sockopt::linger, 0);
-  master_.set(zmq::sockopt::linger, 0);
+  // Let the last control messages (Shutdown to the nodes, replies) leave,
+  // but never wait long for a peer that is gone.
+  server_.set(zmq::sockopt::linger, 2000);
+  master_.set(zmq::sockopt::linger, 2000);
 }
 
 Status Agent::bind_ctrl() {
@@ -490,6 +492,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
         } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
           for (int r = 1; r < world_; ++r)
             if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
+          send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
           shutdown_ = true;
         }
         // Heartbeats only refresh last_seen_; anything else is not for the master.

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 class ZmqClient : public Client {
  public:
   ZmqClient(Machine master, double answer_timeout_s) : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
-    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::linger, 1000);
     socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
   }
 
@@ -63,8 +63,13 @@ class ZmqClient : public Client {
     return data_loss("the master answered a status request with an unexpected message");
   }
 
+  // Returns once the master has taken the request (so it is not lost when
+  // this client closes right after).
   Status shutdown() override {
     send(ctl::Shutdown{});
+    RILL_ASSIGN_OR_RETURN(ctl::Message reply, receive(answer_timeout_s_));
+    if (!std::holds_alternative<ctl::StatusReply>(reply))
+      return data_loss("the master answered a shutdown with an unexpected message");
     return {};
   }
 

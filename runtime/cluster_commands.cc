@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "comm/transport.h"
 #include "graph/job_file.h"
 #include "runtime/agent.h"
 #include "runtime/client.h"
@@ -72,6 +73,7 @@ int agent_command(const std::string& machines, int rank, int ctrl_port, const st
   options.join_timeout_s = join_timeout_s;
   options.stall_timeout_s = stall_timeout_s;
   options.version = as_version;
+  comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
   Status status = run_agent(options);
   if (!status.ok()) return fail(status);
   return 0;
