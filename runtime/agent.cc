@@ -1,4 +1,5 @@
 #include "runtime/agent.h"
+#include "runtime/agent_impl.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -24,130 +25,7 @@
 #include "runtime/node_runtime.h"
 #include "runtime/plan_reader.h"
 
-namespace rill {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-namespace ctl = control;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::string node_name(const std::vector<Machine>& machines, int rank) {
-  return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
-}
-
-// A control message on its way: to a peer of our ROUTER, or up to the master.
-struct Outgoing {
-  bool to_master = false;
-  std::string identity;
-  std::string bytes;
-};
-
-struct QueuedJob {
-  int64_t id = 0;
-  std::string client;  // ROUTER identity of the submitting client
-  ctl::Submit submit;
-  graph::Job job;
-};
-
-// What the master's job thread waits for while a phase runs on every node.
-struct PhaseState {
-  int64_t job_id = -1;
-  int phase = -1;
-  std::map<int, std::string> acks;   // node -> error ("" = ok)
-  std::map<int, ctl::Done> dones;
-  std::string lost;                  // a lost node's description
-  std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
-};
-
-std::vector<ctl::Tensor> to_tensors(VariablePiece piece) {
-  std::vector<ctl::Tensor> out;
-  for (auto& [state, values] : piece.state)
-    out.push_back(ctl::Tensor{piece.name + "/" + state, piece.logical_shape, piece.offset, piece.shape, std::move(values)});
-  out.insert(out.begin(), ctl::Tensor{piece.name, piece.logical_shape, piece.offset, piece.shape, std::move(piece.values)});
-  return out;
-}
-
-// The inverse of to_tensors: the first tensor is the variable, the rest its state.
-VariablePiece to_piece(std::vector<ctl::Tensor>& tensors, size_t begin, size_t end) {
-  ctl::Tensor& v = tensors[begin];
-  VariablePiece piece{v.name, v.shape, v.offset, v.piece_shape, std::move(v.values), {}};
-  for (size_t i = begin + 1; i < end; ++i)
-    piece.state.emplace_back(tensors[i].name.substr(v.name.size() + 1), std::move(tensors[i].values));
-  return piece;
-}
-
-class Agent {
- public:
-  explicit Agent(AgentOptions options) : options_(std::move(options)), world_(static_cast<int>(options_.machines.size())) {}
-  ~Agent();
-  Status start();
-  Status join();
-  Status serve();
-
- private:
-  bool is_master() const { return options_.rank == 0; }
-  void post(Outgoing out);
-  void post_to_node(int node, const ctl::Message& m);
-  void flush();
-  Status bind_ctrl();
-  void send_router(const std::string& identity, const std::string& bytes);
-  // Loop-thread handlers.
-  void on_server_message(const std::string& identity, const std::string& bytes);
-  void on_master_message(const std::string& bytes);
-  void master_handle(const std::string& identity, ctl::Message message);
-  void worker_handle(ctl::Message message);
-  void check_liveness();
-  std::string status_json();
-  // Master job thread.
-  void run_queued(QueuedJob job);
-  RunReport execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options);
-  void start_next_job();
-
-  AgentOptions options_;
-  int world_;
-  zmq::context_t context_{1};
-  zmq::socket_t server_{context_, zmq::socket_type::router};
-  zmq::socket_t master_{context_, zmq::socket_type::dealer};
-  std::unique_ptr<comm::CountingTransport> transport_;
-  bool shutdown_ = false;
-  Status fatal_;
-
-  std::mutex out_mu_;
-  std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
-
-  // Master (loop thread).
-  std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
-  std::vector<std::string> identity_of_node_;
-  std::vector<Clock::time_point> last_seen_;
-  std::vector<bool> lost_;
-  std::deque<QueuedJob> queue_;
-  int64_t next_job_id_ = 1;
-  std::thread job_thread_;
-  std::atomic<bool> job_running_{false};
-  std::string running_name_;
-  int64_t running_id_ = 0;
-
-  // Shared by the loop thread and the master's job thread.
-  std::mutex phase_mu_;
-  std::condition_variable phase_cv_;
-  PhaseState phase_;                       // GUARDED_BY(phase_mu_)
-  NodeRuntime* local_runtime_ = nullptr;   // GUARDED_BY(phase_mu_)
-
-  // Non-master.
-  Clock::time_point master_seen_ = Clock::now();
-  std::unique_ptr<NodeRuntime> pending_;
-  int64_t pending_job_ = -1;
-  int pending_phase_ = -1;
-  std::thread run_thread_;
-  std::mutex run_mu_;
-  NodeRuntime* running_ = nullptr;  // GUARDED_BY(run_mu_)
-  Clock::time_point last_heartbeat_ = Clock::now();
-};
+namespace rill::agent_internal {
 
 Agent::~Agent() {
   if (job_thread_.joinable()) job_thread_.join();
@@ -371,11 +249,11 @@ void Agent::check_liveness() {
   if (is_master()) {
     for (int r = 1; r < world_; ++r) {
       if (lost_[r] || seconds_since(last_seen_[r]) < options_.dead_after_s) continue;
-      lost_[r] = true;
       std::string reason = fmt::format("{} lost: no heartbeat for {:.0f} s", node_name(options_.machines, r),
                                        options_.dead_after_s);
       spdlog::error("{}", reason);
-      std::lock_guard<std::mutex> lock(phase_mu_);
+      std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
+      lost_[r] = true;
       phase_.lost = reason;
       if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
       phase_cv_.notify_all();
@@ -563,145 +441,12 @@ void Agent::worker_handle(ctl::Message message) {
       message);
 }
 
-void Agent::start_next_job() {
-  if (job_running_ || queue_.empty()) return;
-  if (job_thread_.joinable()) job_thread_.join();
-  QueuedJob job = std::move(queue_.front());
-  queue_.pop_front();
-  job_running_ = true;
-  running_id_ = job.id;
-  running_name_ = job.job.name;
-  job_thread_ = std::thread([this, job = std::move(job)]() mutable { run_queued(std::move(job)); });
-}
+}  // namespace rill::agent_internal
 
-// The master's job thread: compile, run every phase on every node, reply.
-void Agent::run_queued(QueuedJob queued) {
-  std::string client = queued.client;
-  bool follow = queued.submit.follow;
-  JobRunOptions options;
-  options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
-  options.num_nodes = world_;
-  options.steps = queued.submit.steps;
-  options.resume = queued.submit.resume;
-  options.stall_timeout_s = options_.stall_timeout_s;
-  options.out = options_.out;
-  if (follow)
-    options.on_line = [this, client, id = queued.id](const std::string& line) {
-      post(Outgoing{false, client, ctl::encode(ctl::Progress{id, line})});
-    };
-  int phase = 0;
-  options.executor = [this, id = queued.id, &phase](const std::string& plan, const RunOptions& run) {
-    return execute_phase(id, phase++, plan, run);
-  };
-  spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
-  JobResult result = run_job(queued.job, options);
-  if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
-  post(Outgoing{false, client,
-                ctl::encode(ctl::Result{queued.id, result_json(result),
-                                        result.status.ok() ? "" : result.status.message()})});
-  job_running_ = false;
-}
-
-RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options) {
-  RunReport report;
-  uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
-  {
-    std::lock_guard<std::mutex> lock(phase_mu_);
-    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
-    for (int r = 1; r < world_; ++r)
-      if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
-    if (!phase_.lost.empty()) {
-      report.status = Status(Code::kUnavailable, phase_.lost);
-      return report;
-    }
-  }
-  std::vector<ctl::Tensor> initial, state;
-  for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
-  for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
-  int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
-  for (int r = 1; r < world_; ++r) {
-    auto part = compiler::node_plan(plan, r);
-    if (!part.ok()) {
-      report.status = part.status();
-      return report;
-    }
-    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial, state, run_options.start_step,
-                                  snapshot_every});
-  }
-  auto abort_all = [&](const std::string& reason) {
-    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});
-  };
-  RunOptions local = run_options;
-  local.node = 0;
-  local.transport = transport_.get();
-  local.tag_base = tag_base;
-  auto part = compiler::node_plan(plan, 0);
-  auto runtime = part.ok() ? NodeRuntime::build(std::move(*part), local)
-                           : StatusOr<std::unique_ptr<NodeRuntime>>(part.status());
-  // Every node must have built its actors before any starts.
-  std::string failure;
-  {
-    std::unique_lock<std::mutex> lock(phase_mu_);
-    bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
-      return static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
-    });
-    if (!runtime.ok()) failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
-    for (const auto& [node, error] : phase_.acks)
-      if (failure.empty() && !error.empty()) failure = error;
-    if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost;
-    if (failure.empty() && !acked) failure = fmt::format("not every node built its part of the plan within {} s",
-                                                         options_.join_timeout_s);
-    if (failure.empty()) local_runtime_ = runtime->get();
-  }
-  if (!failure.empty()) {
-    abort_all(failure);
-    report.status = Status(Code::kAborted, failure);
-    return report;
-  }
-  transport_->reset();
-  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
-  report = (*runtime)->run();
-  std::vector<int64_t> master_received = transport_->received_from();
-  {
-    std::lock_guard<std::mutex> lock(phase_mu_);
-    local_runtime_ = nullptr;
-  }
-  if (!report.status.ok()) abort_all(report.status.message());
-  // Wait for every node's end; the first failure (theirs or ours) is the cause.
-  std::unique_lock<std::mutex> lock(phase_mu_);
-  bool all = phase_cv_.wait_until(lock, after(options_.stall_timeout_s + 5), [&] {
-    return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
-  });
-  report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
-  for (int from = 0; from < world_; ++from) report.traffic[from][0] = master_received[from];
-  for (auto& [node, done] : phase_.dones) {
-    for (int from = 0; from < world_ && from < static_cast<int>(done.received_from.size()); ++from)
-      report.traffic[from][node] = done.received_from[from];
-    if (!done.error.empty()) {
-      if (report.status.ok() || report.status.code() == Code::kAborted)
-        report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));
-      continue;
-    }
-    for (ctl::Tensor& t : done.variables) {
-      VariableValue& value = report.variables[t.name];
-      if (value.values.empty()) {
-        value.shape = t.shape;
-        value.values.assign(static_cast<size_t>(num_elements(t.shape)), 0.0f);
-      }
-      if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;
-      copy_block(t.shape, t.offset, t.piece_shape, value.values.data(), t.values.data(), false);
-    }
-  }
-  if (report.status.ok() && !phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
-  if (report.status.ok() && !all)
-    report.status = Status(Code::kDeadlineExceeded, "not every node reported the end of the job in time");
-  return report;
-}
-
-}  // namespace
+namespace rill {
 
 Status run_agent(const AgentOptions& options) {
-  Agent agent(options);
+  agent_internal::Agent agent(options);
   RILL_RETURN_IF_ERROR(agent.start());
   RILL_RETURN_IF_ERROR(agent.join());
   return agent.serve();

@@ -215,6 +215,13 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
+  std::string done = fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
+                                 result.steps - result.start_step, result.train_seconds, result.samples_per_sec,
+                                 result.final_loss);
+  if (result.checkpoints_written > 0)
+    done += fmt::format(", {} checkpoint(s) in {}", result.checkpoints_written, job.checkpoint.dir);
+  if (options.out) fmt::print(options.out, "{}\n", done);
+  if (options.on_line) options.on_line(done);
   return result;
 }
 

@@ -1,0 +1,152 @@
+// The agent's internals, shared by runtime/agent.cc (sockets, joining, the
+// control loop) and runtime/agent_jobs.cc (the master's job coordination).
+// Not a public header: use runtime/agent.h.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "comm/counting_transport.h"
+#include "graph/job.h"
+#include "runtime/agent.h"
+#include "runtime/control_codec.h"
+#include "runtime/node_runtime.h"
+
+namespace rill::agent_internal {
+
+using Clock = std::chrono::steady_clock;
+namespace ctl = control;
+
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+inline Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+inline std::string node_name(const std::vector<Machine>& machines, int rank) {
+  return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
+}
+
+// A control message on its way: to a peer of our ROUTER, or up to the master.
+struct Outgoing {
+  bool to_master = false;
+  std::string identity;
+  std::string bytes;
+};
+
+struct QueuedJob {
+  int64_t id = 0;
+  std::string client;  // ROUTER identity of the submitting client
+  ctl::Submit submit;
+  graph::Job job;
+};
+
+// What the master's job thread waits for while a phase runs on every node.
+struct PhaseState {
+  int64_t job_id = -1;
+  int phase = -1;
+  std::map<int, std::string> acks;   // node -> error ("" = ok)
+  std::map<int, ctl::Done> dones;
+  std::string lost;                  // a lost node's description
+  std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
+};
+
+inline std::vector<ctl::Tensor> to_tensors(VariablePiece piece) {
+  std::vector<ctl::Tensor> out;
+  for (auto& [state, values] : piece.state)
+    out.push_back(ctl::Tensor{piece.name + "/" + state, piece.logical_shape, piece.offset, piece.shape, std::move(values)});
+  out.insert(out.begin(), ctl::Tensor{piece.name, piece.logical_shape, piece.offset, piece.shape, std::move(piece.values)});
+  return out;
+}
+
+// The inverse of to_tensors: the first tensor is the variable, the rest its state.
+inline VariablePiece to_piece(std::vector<ctl::Tensor>& tensors, size_t begin, size_t end) {
+  ctl::Tensor& v = tensors[begin];
+  VariablePiece piece{v.name, v.shape, v.offset, v.piece_shape, std::move(v.values), {}};
+  for (size_t i = begin + 1; i < end; ++i)
+    piece.state.emplace_back(tensors[i].name.substr(v.name.size() + 1), std::move(tensors[i].values));
+  return piece;
+}
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options) : options_(std::move(options)), world_(static_cast<int>(options_.machines.size())) {}
+  ~Agent();
+  Status start();
+  Status join();
+  Status serve();
+
+ private:
+  bool is_master() const { return options_.rank == 0; }
+  void post(Outgoing out);
+  void post_to_node(int node, const ctl::Message& m);
+  void flush();
+  Status bind_ctrl();
+  void send_router(const std::string& identity, const std::string& bytes);
+  // Loop-thread handlers.
+  void on_server_message(const std::string& identity, const std::string& bytes);
+  void on_master_message(const std::string& bytes);
+  void master_handle(const std::string& identity, ctl::Message message);
+  void worker_handle(ctl::Message message);
+  void check_liveness();
+  std::string status_json();
+  // Master job thread.
+  void run_queued(QueuedJob job);
+  RunReport execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options);
+  void start_next_job();
+
+  AgentOptions options_;
+  int world_;
+  zmq::context_t context_{1};
+  zmq::socket_t server_{context_, zmq::socket_type::router};
+  zmq::socket_t master_{context_, zmq::socket_type::dealer};
+  std::unique_ptr<comm::CountingTransport> transport_;
+  bool shutdown_ = false;
+  Status fatal_;
+
+  std::mutex out_mu_;
+  std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
+
+  // Master (loop thread).
+  std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
+  std::vector<std::string> identity_of_node_;
+  std::vector<Clock::time_point> last_seen_;
+  std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
+  std::deque<QueuedJob> queue_;
+  int64_t next_job_id_ = 1;
+  std::thread job_thread_;
+  std::atomic<bool> job_running_{false};
+  std::string running_name_;
+  int64_t running_id_ = 0;
+
+  // Shared by the loop thread and the master's job thread.
+  std::mutex phase_mu_;
+  std::condition_variable phase_cv_;
+  PhaseState phase_;                       // GUARDED_BY(phase_mu_)
+  NodeRuntime* local_runtime_ = nullptr;   // GUARDED_BY(phase_mu_)
+
+  // Non-master.
+  Clock::time_point master_seen_ = Clock::now();
+  std::unique_ptr<NodeRuntime> pending_;
+  int64_t pending_job_ = -1;
+  int pending_phase_ = -1;
+  std::thread run_thread_;
+  std::mutex run_mu_;
+  NodeRuntime* running_ = nullptr;  // GUARDED_BY(run_mu_)
+  Clock::time_point last_heartbeat_ = Clock::now();
+};
+
+
+}  // namespace rill::agent_internal

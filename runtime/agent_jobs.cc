@@ -1,0 +1,157 @@
+// The master's side of running a job on the cluster: queue, phases, results.
+#include "runtime/agent_impl.h"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "comm/counting_transport.h"
+#include "compiler/compiler.h"
+#include "runtime/control_codec.h"
+#include "runtime/job_runner.h"
+#include "runtime/node_runtime.h"
+#include "runtime/plan_reader.h"
+
+namespace rill::agent_internal {
+
+void Agent::start_next_job() {
+  if (job_running_ || queue_.empty()) return;
+  if (job_thread_.joinable()) job_thread_.join();
+  QueuedJob job = std::move(queue_.front());
+  queue_.pop_front();
+  job_running_ = true;
+  running_id_ = job.id;
+  running_name_ = job.job.name;
+  job_thread_ = std::thread([this, job = std::move(job)]() mutable { run_queued(std::move(job)); });
+}
+
+// The master's job thread: compile, run every phase on every node, reply.
+void Agent::run_queued(QueuedJob queued) {
+  std::string client = queued.client;
+  bool follow = queued.submit.follow;
+  JobRunOptions options;
+  options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
+  options.num_nodes = world_;
+  options.steps = queued.submit.steps;
+  options.resume = queued.submit.resume;
+  options.stall_timeout_s = options_.stall_timeout_s;
+  options.out = options_.out;
+  if (follow)
+    options.on_line = [this, client, id = queued.id](const std::string& line) {
+      post(Outgoing{false, client, ctl::encode(ctl::Progress{id, line})});
+    };
+  int phase = 0;
+  options.executor = [this, id = queued.id, &phase](const std::string& plan, const RunOptions& run) {
+    return execute_phase(id, phase++, plan, run);
+  };
+  spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
+  JobResult result = run_job(queued.job, options);
+  if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
+  post(Outgoing{false, client,
+                ctl::encode(ctl::Result{queued.id, result_json(result),
+                                        result.status.ok() ? "" : result.status.message()})});
+  job_running_ = false;
+}
+
+RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options) {
+  RunReport report;
+  uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
+    for (int r = 1; r < world_; ++r)
+      if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
+    if (!phase_.lost.empty()) {
+      report.status = Status(Code::kUnavailable, phase_.lost);
+      return report;
+    }
+  }
+  std::vector<ctl::Tensor> initial, state;
+  for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
+  for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
+  int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
+  for (int r = 1; r < world_; ++r) {
+    auto part = compiler::node_plan(plan, r);
+    if (!part.ok()) {
+      report.status = part.status();
+      return report;
+    }
+    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial, state, run_options.start_step,
+                                  snapshot_every});
+  }
+  auto abort_all = [&](const std::string& reason) {
+    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});
+  };
+  RunOptions local = run_options;
+  local.node = 0;
+  local.transport = transport_.get();
+  local.tag_base = tag_base;
+  auto part = compiler::node_plan(plan, 0);
+  auto runtime = part.ok() ? NodeRuntime::build(std::move(*part), local)
+                           : StatusOr<std::unique_ptr<NodeRuntime>>(part.status());
+  // Every node must have built its actors before any starts.
+  std::string failure;
+  {
+    std::unique_lock<std::mutex> lock(phase_mu_);
+    bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
+      return static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
+    });
+    if (!runtime.ok()) failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
+    for (const auto& [node, error] : phase_.acks)
+      if (failure.empty() && !error.empty()) failure = error;
+    if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost;
+    if (failure.empty() && !acked) failure = fmt::format("not every node built its part of the plan within {} s",
+                                                         options_.join_timeout_s);
+    if (failure.empty()) local_runtime_ = runtime->get();
+  }
+  if (!failure.empty()) {
+    abort_all(failure);
+    report.status = Status(Code::kAborted, failure);
+    return report;
+  }
+  transport_->reset();
+  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
+  report = (*runtime)->run();
+  std::vector<int64_t> master_received = transport_->received_from();
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    local_runtime_ = nullptr;
+  }
+  if (!report.status.ok()) abort_all(report.status.message());
+  // Wait for every node's end; the first failure (theirs or ours) is the cause.
+  std::unique_lock<std::mutex> lock(phase_mu_);
+  bool all = phase_cv_.wait_until(lock, after(options_.stall_timeout_s + 5), [&] {
+    return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
+  });
+  report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
+  for (int from = 0; from < world_; ++from) report.traffic[from][0] = master_received[from];
+  for (auto& [node, done] : phase_.dones) {
+    for (int from = 0; from < world_ && from < static_cast<int>(done.received_from.size()); ++from)
+      report.traffic[from][node] = done.received_from[from];
+    if (!done.error.empty()) {
+      if (report.status.ok() || report.status.code() == Code::kAborted)
+        report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));
+      continue;
+    }
+    for (ctl::Tensor& t : done.variables) {
+      VariableValue& value = report.variables[t.name];
+      if (value.values.empty()) {
+        value.shape = t.shape;
+        value.values.assign(static_cast<size_t>(num_elements(t.shape)), 0.0f);
+      }
+      if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;
+      copy_block(t.shape, t.offset, t.piece_shape, value.values.data(), t.values.data(), false);
+    }
+  }
+  if (report.status.ok() && !phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
+  if (report.status.ok() && !all)
+    report.status = Status(Code::kDeadlineExceeded, "not every node reported the end of the job in time");
+  return report;
+}
+
+}  // namespace rill::agent_internal
