@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
     return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides, resume);
   if (status->parsed()) return rill::status_command(master);
   if (run->parsed() && nodes > 1) {
+    if (!trace_path.empty())
+      return fail(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
     rill::ClusterRunArgs args;
     args.job_path = job_path;
     args.nodes = nodes;
