@@ -15,44 +15,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "process_util.h"
+
 namespace {
 
-struct Ran {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using rill::testing::Ran;
+using rill::testing::root;
 
-std::string root() {
-  const char* r = std::getenv("RILL_SOURCE_ROOT");
-  return r ? r : ".";
-}
-
-Ran rill(const std::string& args) {
-  const char* binary = std::getenv("RILL_BINARY");
-  REQUIRE(binary != nullptr);
-  std::string command = std::string(binary) + " " + args + " 2>&1";
-  Ran ran;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return ran;
-}
-
-std::filesystem::path temp_dir() {
-  auto dir = std::filesystem::temp_directory_path() / ("rill-cli-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+using rill::testing::run_rill;
+std::filesystem::path temp_dir() { return ::rill::testing::temp_dir("rill-cli-"); }
 
 }  // namespace
 
 TEST_CASE("rill run trains linear regression on cpu:2 and writes the result") {
   auto result_file = temp_dir() / "result.json";
-  Ran ran = rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --result " +
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --result " +
                  result_file.string());
   INFO(ran.output);
   REQUIRE(ran.code == 0);
@@ -70,7 +47,7 @@ TEST_CASE("rill run trains linear regression on cpu:2 and writes the result") {
 
 TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   auto dot = temp_dir() / "plan.dot";
-  Ran ran = rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
+  Ran ran = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
                  dot.string());
   INFO(ran.output);
   REQUIRE(ran.code == 0);
@@ -82,24 +59,24 @@ TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   text << in.rdbuf();
   CHECK(text.str().find("digraph") != std::string::npos);
   // Deterministic: the same job prints the same plan.
-  Ran again = rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json");
+  Ran again = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json");
   CHECK(again.output == ran.output);
 }
 
 TEST_CASE("rill check accepts the samples and rejects a bad file with its name") {
-  CHECK(rill("check " + root() + "/samples/mlp/mlp.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp.json").code == 0);
   auto bad = temp_dir() / "bad.json";
   std::ofstream(bad) << "{ \"name\": \"x\", \"ops\": [ { \"type\": ";
-  Ran ran = rill("check " + bad.string());
+  Ran ran = run_rill("check " + bad.string());
   CHECK(ran.code == 1);
   CHECK(ran.output.find("bad.json") != std::string::npos);
-  Ran missing = rill("run /nonexistent/job.json");
+  Ran missing = run_rill("run /nonexistent/job.json");
   CHECK(missing.code == 1);
   CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);
 }
 
 TEST_CASE("a bad flag value is an error, not a crash") {
-  Ran ran = rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);
   CHECK(ran.output.find("gpu:x") != std::string::npos);
 }

@@ -22,6 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "process_util.h"
+
 #include "runtime/client.h"
 #include "samples/linear_regression/linear_regression_job.h"
 
@@ -29,37 +31,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Ran {
-  int code = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-std::string root() {
-  const char* r = std::getenv("RILL_SOURCE_ROOT");
-  return r ? r : ".";
-}
-
-std::string binary() {
-  const char* b = std::getenv("RILL_BINARY");
-  REQUIRE(b != nullptr);
-  return b;
-}
-
-Ran run_rill(const std::string& args) {
-  auto start = Clock::now();
-  std::string command = binary() + " " + args + " 2>&1";
-  Ran ran;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  ran.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return ran;
-}
+using rill::testing::binary;
+using rill::testing::Ran;
+using rill::testing::read_text;
+using rill::testing::root;
+using rill::testing::run_rill;
 
 // An agent process in the background, its output in a file.
 struct Agent {
@@ -99,16 +75,7 @@ struct Agent {
   }
 };
 
-std::filesystem::path temp_dir() {
-  auto dir = std::filesystem::temp_directory_path() / ("rill-cluster-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-cluster-"); }
 
 nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -346,16 +313,8 @@ TEST_CASE("rill launch: a job file from the usual environment variables, a C++ p
   std::string node1 = "RANK=1 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 --logdir " +
                       (dir / "launch").string() + " " + job + " > " + (dir / "launch1.out").string() + " 2>&1 &";
   REQUIRE(std::system(node1.c_str()) == 0);
-  std::string node0 = "RANK=0 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 " + job + " 2>&1";
-  Ran ran;
-  {
-    FILE* pipe = popen(node0.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::array<char, 4096> buffer;
-    size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
-    ran.code = WEXITSTATUS(pclose(pipe));
-  }
+  std::string node0 = "RANK=0 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 " + job;
+  Ran ran = rill::testing::run_shell(node0);
   INFO(ran.output);
   CHECK(ran.code == 0);
   CHECK(ran.output.find("master_addr=127.0.0.1 from env MASTER_ADDR") != std::string::npos);

@@ -1,0 +1,68 @@
+// Helpers for end-to-end tests that run real processes: the `rill` binary
+// (RILL_BINARY) on the source tree's samples (RILL_SOURCE_ROOT), shell
+// commands with their output and exit code, and per-test temporary folders.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <doctest/doctest.h>
+
+namespace rill::testing {
+
+struct Ran {
+  int code = -1;
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+};
+
+inline std::string root() {
+  const char* r = std::getenv("RILL_SOURCE_ROOT");
+  return r ? r : ".";
+}
+
+inline std::string binary() {
+  const char* b = std::getenv("RILL_BINARY");
+  REQUIRE(b != nullptr);
+  return b;
+}
+
+// Runs a shell command to its end.
+inline Ran run_shell(const std::string& command) {
+  auto start = std::chrono::steady_clock::now();
+  Ran ran;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  ran.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ran;
+}
+
+// Runs `rill ARGS`.
+inline Ran run_rill(const std::string& args) { return run_shell(binary() + " " + args); }
+
+inline std::filesystem::path temp_dir(const std::string& prefix) {
+  auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace rill::testing
