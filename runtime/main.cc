@@ -1,4 +1,6 @@
 // The `rill` command: run, plan and check jobs on this machine.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
   agent->add_option("--devices", devices, "This node's devices, e.g. cpu:2")->default_val("cpu:1");
   agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form");
   agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds");
-  std::string as_version;
+  std::string as_version, agent_log;
+  agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
   agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
 
   CLI::App* submit = app.add_subcommand("submit", "Submit a job to a cluster's master agent");
@@ -134,6 +137,11 @@ int main(int argc, char** argv) {
     return rill::launch_command(launch_args);
   }
 
+  if (agent->parsed() && !agent_log.empty()) {
+    if (!std::freopen(agent_log.c_str(), "a", stdout))
+      return fail(rill::invalid_argument("cannot write the log file '{}'", agent_log));
+    dup2(fileno(stdout), fileno(stderr));
+  }
   if (agent->parsed())
     return rill::agent_command(machines, rank, ctrl_port, devices, join_timeout, stall_timeout, as_version);
   if (submit->parsed())
