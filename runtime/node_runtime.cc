@@ -336,8 +336,14 @@ void NodeRun::route(const ActorMsg& msg) {
       return;
     }
     std::span<const std::byte> body;
-    if (msg.type == MsgType::kReady) {
-      const TensorView& slot = slots_[msg.regst][msg.slot];
+    if (msg.type == MsgType::kReady) {  // slots_ is read-only while running: find, never insert
+      auto it = slots_.find(msg.regst);
+      if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size())) {
+        fail(internal_error("ready for regst {} slot {}, which node {} does not hold", msg.regst, msg.slot,
+                            options_.node));
+        return;
+      }
+      const TensorView& slot = it->second[msg.slot];
       body = std::span<const std::byte>(static_cast<const std::byte*>(slot.data), slot.bytes());
     }
     thread_local std::vector<std::byte> header;
