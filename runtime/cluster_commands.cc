@@ -143,8 +143,41 @@ int run_local_cluster(const ClusterRunArgs& args) {
                                  fmt::format("{}", args.stall_timeout_s)},
                                 r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r)));
   int code = 0;
-  auto client = Client::connect(fmt::format("127.0.0.1:{}", args.ctrl_port), args.join_timeout_s + 10);
-  if (!client.ok()) {
+  std::string master = fmt::format("127.0.0.1:{}", args.ctrl_port);
+  // Wait for the cluster to form; an agent that exits first (a port in use,
+  // say) has printed why, and there is no point in waiting for the deadline.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(args.join_timeout_s + 5);
+  bool formed = false;
+  while (!formed && std::chrono::steady_clock::now() < give_up) {
+    for (size_t r = 0; r < agents.size(); ++r) {
+      int status = 0;
+      if (agents[r] > 0 && waitpid(agents[r], &status, WNOHANG) == agents[r]) {
+        agents[r] = -1;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        code = 1;
+        if (r > 0) {  // node 0 wrote to our terminal; the others to their logs
+          auto log = read_text(fmt::format("{}/node-{}.log", logdir, r));
+          if (log.ok()) fmt::print(stderr, "{}", *log);
+        }
+      }
+    }
+    if (code != 0) break;
+    auto probe = Client::connect(master, 1.0);
+    auto status = probe.ok() ? (*probe)->status() : StatusOr<std::string>(probe.status());
+    if (status.ok()) {
+      auto j = nlohmann::json::parse(*status, nullptr, false);
+      formed = !j.is_discarded() && j.contains("nodes");
+      if (formed)
+        for (const auto& n : j["nodes"]) formed = formed && n["state"].get<std::string>().rfind("up", 0) == 0;
+    }
+    if (!formed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (code != 0) fmt::print(stderr, "rill: an agent stopped before the cluster formed\n");
+  else if (!formed) code = 1, fmt::print(stderr, "rill: the cluster did not form within {} s\n", args.join_timeout_s + 5);
+  auto client = code != 0 ? StatusOr<std::unique_ptr<Client>>(Status(Code::kAborted, "no cluster"))
+                          : Client::connect(master, args.join_timeout_s + 10);
+  if (code != 0) {
+  } else if (!client.ok()) {
     code = fail(client.status());
   } else {
     SubmitOptions options;
@@ -168,6 +201,8 @@ int run_local_cluster(const ClusterRunArgs& args) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (pid_t pid : agents) {
     int status = 0;
+    if (pid <= 0) continue;
+    if (code != 0) kill(pid, SIGTERM);
     while (waitpid(pid, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {
         kill(pid, SIGKILL);

@@ -332,3 +332,19 @@ TEST_CASE("rill launch: a job file from the usual environment variables, a C++ p
   CHECK(submitted.code == 0);
   CHECK(submitted.output.find("step     30/30") != std::string::npos);
 }
+
+TEST_CASE("rill run --nodes stops at once when an agent cannot start, and says why") {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(19240);
+  inet_pton(AF_INET, "127.0.0.2", &addr.sin_addr);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --ctrl-port 19240");
+  close(fd);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("127.0.0.2:19240 is already in use") != std::string::npos);
+  CHECK(ran.seconds < 15);
+}
