@@ -28,13 +28,4 @@ for ((r = 0; r < runs; r++)); do
   torch_rates+=("$(LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_mlp.py "$threads" 20 200 256 |
     /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])")")
 done
-/usr/bin/python3 - "${rill_rates[*]}" "${torch_rates[*]}" <<'PY'
-import statistics, sys
-rill = [float(x) for x in sys.argv[1].split()]
-torch = [float(x) for x in sys.argv[2].split()]
-def show(name, xs):
-    print(f"{name:8s} median {statistics.median(xs):9.0f} samples/s  min {min(xs):9.0f}  max {max(xs):9.0f}")
-show("rill", rill)
-show("pytorch", torch)
-print(f"ratio rill/pytorch (medians): {statistics.median(rill) / statistics.median(torch):.2f}x")
-PY
+/usr/bin/python3 bench/summarize.py "rill" "${rill_rates[*]}" "pytorch" "${torch_rates[*]}"

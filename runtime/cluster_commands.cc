@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,52 +18,14 @@
 #include "runtime/agent.h"
 #include "runtime/client.h"
 #include "runtime/cluster_config.h"
+#include "runtime/command_util.h"
 
 namespace rill {
-namespace {
-
-int fail(const Status& status) {
-  fmt::print(stderr, "rill: error: {}\n", status.message());
-  return 1;
-}
-
-StatusOr<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found("{}: cannot open the job file", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out || !(out << text)) return invalid_argument("cannot write '{}'", path);
-  return {};
-}
-
-// Starts this binary with `args`; output to `log` when not empty.
-pid_t spawn_self(const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (!log.empty()) {
-    FILE* f = std::freopen(log.c_str(), "w", stdout);
-    if (f) dup2(fileno(stdout), STDERR_FILENO);
-  }
-  std::vector<char*> argv;
-  static std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv("/proc/self/exe", argv.data());
-  std::_Exit(127);
-}
-
-}  // namespace
 
 int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
                   double join_timeout_s, double stall_timeout_s, const std::string& as_version) {
   auto list = parse_machine_list(machines, ctrl_port);
-  if (!list.ok()) return fail(list.status());
+  if (!list.ok()) return fail_command(list.status());
   AgentOptions options;
   options.machines = *list;
   options.rank = rank;
@@ -75,17 +35,17 @@ int agent_command(const std::string& machines, int rank, int ctrl_port, const st
   options.version = as_version;
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
   Status status = run_agent(options);
-  if (!status.ok()) return fail(status);
+  if (!status.ok()) return fail_command(status);
   return 0;
 }
 
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
                    bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides,
                    const std::string& resume) {
-  auto text = read_text(job_path);
-  if (!text.ok()) return fail(text.status());
+  auto text = read_text_file(job_path);
+  if (!text.ok()) return fail_command(text.status());
   auto client = Client::connect(master);
-  if (!client.ok()) return fail(client.status());
+  if (!client.ok()) return fail_command(client.status());
   SubmitOptions options;
   options.devices = devices;
   options.steps = steps;
@@ -93,21 +53,21 @@ int submit_command(const std::string& job_path, const std::string& master, const
   options.resume = resume;
   if (follow) options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
   auto result = (*client)->submit_text(*text, job_path, options);
-  if (!result.ok()) return fail(result.status());
+  if (!result.ok()) return fail_command(result.status());
   if (!result_path.empty()) {
-    Status written = write_text(result_path, result->result_json);
-    if (!written.ok()) return fail(written);
+    Status written = write_text_file(result_path, result->result_json);
+    if (!written.ok()) return fail_command(written);
   }
-  if (!result->status.ok()) return fail(result->status);
+  if (!result->status.ok()) return fail_command(result->status);
   fmt::print("job {} done\n", result->job_id);
   return 0;
 }
 
 int status_command(const std::string& master) {
   auto client = Client::connect(master, 5.0);
-  if (!client.ok()) return fail(client.status());
+  if (!client.ok()) return fail_command(client.status());
   auto status = (*client)->status();
-  if (!status.ok()) return fail(status.status());
+  if (!status.ok()) return fail_command(status.status());
   auto j = nlohmann::json::parse(*status, nullptr, false);
   if (j.is_discarded() || !j.contains("nodes")) {
     fmt::print("{}\n", *status);
@@ -125,11 +85,11 @@ int status_command(const std::string& master) {
 }
 
 int run_local_cluster(const ClusterRunArgs& args) {
-  auto text = read_text(args.job_path);
-  if (!text.ok()) return fail(text.status());
+  auto text = read_text_file(args.job_path);
+  if (!text.ok()) return fail_command(text.status());
   // Check the job here, so a bad file never starts a cluster.
   auto job = graph::parse_job_json(*text, args.job_path, args.overrides);
-  if (!job.ok()) return fail(job.status());
+  if (!job.ok()) return fail_command(job.status());
   std::string devices = args.devices.empty() ? job->train.devices : args.devices;
   std::string logdir = args.logdir.empty() ? fmt::format("/tmp/rill-{}", getpid()) : args.logdir;
   std::error_code ec;
@@ -138,10 +98,10 @@ int run_local_cluster(const ClusterRunArgs& args) {
   for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
   std::vector<pid_t> agents;
   for (int r = 0; r < args.nodes; ++r)
-    agents.push_back(spawn_self({"agent", "--machines", machines, "--rank", std::to_string(r), "--devices", devices,
-                                 "--join-timeout", fmt::format("{}", args.join_timeout_s), "--stall-timeout",
-                                 fmt::format("{}", args.stall_timeout_s)},
-                                r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r)));
+    agents.push_back(spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r),
+                                    "--devices", devices, "--join-timeout", fmt::format("{}", args.join_timeout_s),
+                                    "--stall-timeout", fmt::format("{}", args.stall_timeout_s)},
+                                   {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r)));
   int code = 0;
   std::string master = fmt::format("127.0.0.1:{}", args.ctrl_port);
   // Wait for the cluster to form; an agent that exits first (a port in use,
@@ -156,7 +116,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
         code = 1;
         if (r > 0) {  // node 0 wrote to our terminal; the others to their logs
-          auto log = read_text(fmt::format("{}/node-{}.log", logdir, r));
+          auto log = read_text_file(fmt::format("{}/node-{}.log", logdir, r));
           if (log.ok()) fmt::print(stderr, "{}", *log);
         }
       }
@@ -178,7 +138,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
                           : Client::connect(master, args.join_timeout_s + 10);
   if (code != 0) {
   } else if (!client.ok()) {
-    code = fail(client.status());
+    code = fail_command(client.status());
   } else {
     SubmitOptions options;
     options.devices = devices;
@@ -187,13 +147,13 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.resume = args.resume;
     auto result = (*client)->submit_text(*text, args.job_path, options);
     if (!result.ok()) {
-      code = fail(result.status());
+      code = fail_command(result.status());
     } else {
       if (!args.result_path.empty()) {
-        Status written = write_text(args.result_path, result->result_json);
-        if (!written.ok()) code = fail(written);
+        Status written = write_text_file(args.result_path, result->result_json);
+        if (!written.ok()) code = fail_command(written);
       }
-      if (!result->status.ok()) code = fail(result->status);
+      if (!result->status.ok()) code = fail_command(result->status);
     }
     (void)(*client)->shutdown();
   }

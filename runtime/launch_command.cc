@@ -1,53 +1,21 @@
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "runtime/client.h"
 #include "runtime/cluster_commands.h"
+#include "runtime/command_util.h"
 #include "runtime/env.h"
 
 namespace rill {
-namespace {
-
-int fail(const Status& status) {
-  fmt::print(stderr, "rill launch: error: {}\n", status.message());
-  return 1;
-}
-
-// Starts `argv` with extra environment variables; output to `log` when set.
-pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
-            const std::string& log) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
-  if (!log.empty() && std::freopen(log.c_str(), "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "rill launch: cannot start '%s'\n", args[0]);
-  std::_Exit(127);
-}
-
-int wait_for(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-}  // namespace
 
 int launch_command(const LaunchArgs& args) {
   auto config = resolve_launch_config(args.flags, current_environment());
-  if (!config.ok()) return fail(config.status());
+  if (!config.ok()) return fail_command(config.status());
   spdlog::info("launch: {}", describe_sources(*config));
   for (const std::string& note : config->notes) spdlog::warn("launch: {}", note);
 
@@ -58,7 +26,7 @@ int launch_command(const LaunchArgs& args) {
       machines += fmt::format("{}{}:{}", i ? "," : "", config->machines[i], config->master_port);
   if (machines.empty()) {
     if (config->nnodes > 1)
-      return fail(invalid_argument("{} nodes but no node addresses: give --machines (or run under Slurm)",
+      return fail_command(invalid_argument("{} nodes but no node addresses: give --machines (or run under Slurm)",
                                    config->nnodes));
     machines = fmt::format("{}:{}", config->master_addr, config->master_port);
   }
@@ -69,27 +37,31 @@ int launch_command(const LaunchArgs& args) {
     return config->redirect && !logdir.empty() ? node_log_path(logdir, config->node_rank, local) : std::string();
   };
 
+  bool is_job = args.target.size() > 5 && args.target.substr(args.target.size() - 5) == ".json";
+  std::string job_text;  // read before any agent starts, so a bad path costs nothing
+  if (is_job && config->node_rank == 0) {
+    auto text = read_text_file(args.target);
+    if (!text.ok()) return fail_command(text.status());
+    job_text = std::move(*text);
+  }
+
   // This node's agent: a cpu device per process slot.
   std::string devices = fmt::format("cpu:{}", config->nproc_per_node);
-  pid_t agent = spawn({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(config->node_rank),
-                       "--ctrl-port", std::to_string(config->master_port), "--devices", devices},
+  pid_t agent = spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank",
+                               std::to_string(config->node_rank), "--ctrl-port", std::to_string(config->master_port),
+                               "--devices", devices},
                       {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1));
   int code = 0;
-  bool is_job = args.target.size() > 5 && args.target.substr(args.target.size() - 5) == ".json";
   if (is_job) {
     // A job file: node 0 submits it and prints the master's progress.
     if (config->node_rank == 0) {
-      std::ifstream in(args.target);
-      std::stringstream text;
-      text << in.rdbuf();
       auto client = Client::connect(master, 120);
-      if (!client.ok()) return fail(client.status());
+      if (!client.ok()) return fail_command(client.status());
       SubmitOptions options;
       options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
-      auto result = in ? (*client)->submit_text(text.str(), args.target, options)
-                       : StatusOr<SubmitResult>(not_found("{}: cannot open the job file", args.target));
-      if (!result.ok()) code = fail(result.status());
-      else if (!result->status.ok()) code = fail(result->status);
+      auto result = (*client)->submit_text(job_text, args.target, options);
+      if (!result.ok()) code = fail_command(result.status());
+      else if (!result->status.ok()) code = fail_command(result->status);
       (void)(*client)->shutdown();
     }
   } else {
@@ -100,10 +72,10 @@ int launch_command(const LaunchArgs& args) {
       auto environment = launch_environment(*config, local);
       std::vector<std::string> argv{args.target};
       argv.insert(argv.end(), args.program_args.begin(), args.program_args.end());
-      processes.push_back(spawn(argv, environment, log_for(local)));
+      processes.push_back(spawn_process(argv, environment, log_for(local)));
     }
     for (pid_t pid : processes) {
-      int c = wait_for(pid);
+      int c = wait_process(pid);
       if (code == 0) code = c;
     }
     if (config->node_rank == 0) {
@@ -111,7 +83,7 @@ int launch_command(const LaunchArgs& args) {
       if (client.ok()) (void)(*client)->shutdown();
     }
   }
-  int agent_code = wait_for(agent);
+  int agent_code = wait_process(agent);
   return code != 0 ? code : agent_code;
 }
 

@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/cluster_commands.h"
+#include "runtime/command_util.h"
 #include "runtime/cluster_config.h"
 #include "runtime/job_runner.h"
 
@@ -23,17 +23,6 @@ using rill::StatusOr;
 // Loads a job file, applies --set overrides, then checks; errors name the file.
 StatusOr<rill::graph::Job> load(const std::string& path, const std::vector<std::string>& overrides) {
   return rill::graph::load_job_file(path, overrides);
-}
-
-int fail(const Status& status) {
-  fmt::print(stderr, "rill: error: {}\n", status.message());
-  return 1;
-}
-
-Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out || !(out << text)) return rill::invalid_argument("cannot write '{}'", path);
-  return {};
 }
 
 }  // namespace
@@ -139,7 +128,7 @@ int main(int argc, char** argv) {
 
   if (agent->parsed() && !agent_log.empty()) {
     if (!std::freopen(agent_log.c_str(), "a", stdout))
-      return fail(rill::invalid_argument("cannot write the log file '{}'", agent_log));
+      return rill::fail_command(rill::invalid_argument("cannot write the log file '{}'", agent_log));
     dup2(fileno(stdout), fileno(stderr));
   }
   if (agent->parsed())
@@ -149,7 +138,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return rill::status_command(master);
   if (run->parsed() && nodes > 1) {
     if (!trace_path.empty())
-      return fail(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
+      return rill::fail_command(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
     rill::ClusterRunArgs args;
     args.job_path = job_path;
     args.nodes = nodes;
@@ -166,24 +155,24 @@ int main(int argc, char** argv) {
 
   if (check->parsed()) {
     Status status = rill::graph::check_job_file(job_path);
-    if (!status.ok()) return fail(status);
+    if (!status.ok()) return rill::fail_command(status);
     fmt::print("{}: ok\n", job_path);
     return 0;
   }
 
   auto job = load(job_path, overrides);
-  if (!job.ok()) return fail(job.status());
+  if (!job.ok()) return rill::fail_command(job.status());
 
   if (plan->parsed()) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
-    if (!cluster.ok()) return fail(cluster.status());
+    if (!cluster.ok()) return rill::fail_command(cluster.status());
     auto bytes = rill::compiler::compile(*job, *cluster, {});
-    if (!bytes.ok()) return fail(bytes.status());
+    if (!bytes.ok()) return rill::fail_command(bytes.status());
     auto verified = rill::compiler::verify_plan(*bytes);
-    if (!verified.ok()) return fail(verified.status());
+    if (!verified.ok()) return rill::fail_command(verified.status());
     if (!dot_path.empty()) {
-      Status written = write_file(dot_path, rill::compiler::plan_dot(**verified));
-      if (!written.ok()) return fail(written);
+      Status written = rill::write_text_file(dot_path, rill::compiler::plan_dot(**verified));
+      if (!written.ok()) return rill::fail_command(written);
     }
     if (json || dot_path.empty()) fmt::print("{}\n", rill::compiler::plan_json(**verified));
     return 0;
@@ -197,9 +186,9 @@ int main(int argc, char** argv) {
   options.resume = resume;
   rill::JobResult result = rill::run_job(*job, options);
   if (!result_path.empty()) {
-    Status written = write_file(result_path, rill::result_json(result));
-    if (!written.ok()) return fail(written);
+    Status written = rill::write_text_file(result_path, rill::result_json(result));
+    if (!written.ok()) return rill::fail_command(written);
   }
-  if (!result.status.ok()) return fail(result.status);
+  if (!result.status.ok()) return rill::fail_command(result.status);
   return 0;
 }

@@ -56,12 +56,9 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
       InlineTensor tensor;
       tensor.name = read_string(t->name());
       tensor.shape = read_shape(t->shape());
-      if (t->i32() && t->i32()->size() > 0) {
-        tensor.dtype = DType::kI32;
-        tensor.i32.assign(t->i32()->begin(), t->i32()->end());
-      } else if (t->f32()) {
-        tensor.f32.assign(t->f32()->begin(), t->f32()->end());
-      }
+      tensor.dtype = read_dtype(t->dtype());
+      if (tensor.dtype == DType::kI32 && t->i32()) tensor.i32.assign(t->i32()->begin(), t->i32()->end());
+      if (tensor.dtype == DType::kF32 && t->f32()) tensor.f32.assign(t->f32()->begin(), t->f32()->end());
       spec.tensors.push_back(std::move(tensor));
     }
   }

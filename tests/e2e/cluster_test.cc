@@ -4,10 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <array>
@@ -200,16 +197,11 @@ TEST_CASE("an unreachable master: the agent says so within the deadline") {
 }
 
 TEST_CASE("a port already in use is named") {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(19160);
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(listen(fd, 1) == 0);
-  Ran ran = run_rill("agent --machines 127.0.0.1:19160,127.0.0.2:19160 --rank 0 --join-timeout 2");
-  close(fd);
+  Ran ran;
+  {
+    rill::testing::PortHolder taken("127.0.0.1", 19160);
+    ran = run_rill("agent --machines 127.0.0.1:19160,127.0.0.2:19160 --rank 0 --join-timeout 2");
+  }
   CHECK(ran.code == 1);
   CHECK(ran.output.find("127.0.0.1:19160 is already in use") != std::string::npos);
   CHECK(ran.seconds < 5);
@@ -334,16 +326,11 @@ TEST_CASE("rill launch: a job file from the usual environment variables, a C++ p
 }
 
 TEST_CASE("rill run --nodes stops at once when an agent cannot start, and says why") {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(19240);
-  inet_pton(AF_INET, "127.0.0.2", &addr.sin_addr);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(listen(fd, 1) == 0);
-  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --ctrl-port 19240");
-  close(fd);
+  Ran ran;
+  {
+    rill::testing::PortHolder taken("127.0.0.2", 19240);
+    ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --ctrl-port 19240");
+  }
   CHECK(ran.code == 1);
   CHECK(ran.output.find("127.0.0.2:19240 is already in use") != std::string::npos);
   CHECK(ran.seconds < 15);

@@ -3,6 +3,9 @@
 // commands with their output and exit code, and per-test temporary folders.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,5 +67,26 @@ inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+// Holds a TCP port on `address` (listening) for as long as it lives.
+class PortHolder {
+ public:
+  PortHolder(const char* address, int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, address, &addr.sin_addr);
+    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(listen(fd_, 1) == 0);
+  }
+  ~PortHolder() { close(fd_); }
+  PortHolder(const PortHolder&) = delete;
+  PortHolder& operator=(const PortHolder&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace rill::testing

@@ -1,0 +1,54 @@
+#include "runtime/command_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace rill {
+
+int fail_command(const Status& status) {
+  fmt::print(stderr, "rill: error: {}\n", status.message());
+  return 1;
+}
+
+StatusOr<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("{}: cannot open the file", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Status write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out || !(out << text)) return invalid_argument("cannot write '{}'", path);
+  return {};
+}
+
+pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
+                    const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
+  if (!log.empty() && std::freopen(log.c_str(), "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "rill: cannot start '%s'\n", args[0]);
+  std::_Exit(127);
+}
+
+int wait_process(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+}  // namespace rill

@@ -1,0 +1,30 @@
+// Small helpers shared by the `rill` subcommands (runtime/main.cc,
+// cluster_commands.cc, launch_command.cc): reporting an error as an exit code,
+// reading and writing whole text files, starting and waiting for processes.
+// Called from the command's main thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rill {
+
+// Prints "rill: error: MESSAGE" to stderr; returns the exit code 1.
+int fail_command(const Status& status);
+
+StatusOr<std::string> read_text_file(const std::string& path);
+Status write_text_file(const std::string& path, const std::string& text);
+
+// Starts argv[0] (searched on PATH) with extra environment variables; its
+// output goes to `log` when not empty. "/proc/self/exe" starts this binary.
+pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
+                    const std::string& log = "");
+// Waits for `pid`; its exit code, or 128 + signal.
+int wait_process(pid_t pid);
+
+}  // namespace rill
