@@ -95,25 +95,29 @@ TEST_CASE("linear regression on 2 nodes x 1 device gives w = [2, 3]") {
   CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
 }
 
-TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device for 100 steps") {
+// Over the first 10 steps only, with the bound and its reasons given in
+// tests/runtime/runtime_test.cc ("data parallelism changes nothing but
+// speed"); one step's gradients on 2 nodes are checked against derived float
+// bounds in tests/runtime/numerics_test.cc.
+TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 steps") {
   auto one = temp_dir() / "mlp1.json";
   auto four = temp_dir() / "mlp4.json";
-  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 100 --result " +
+  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 10 --result " +
                one.string());
   INFO(a.output);
   REQUIRE(a.code == 0);
-  Ran b = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19110 --steps 100 "
+  Ran b = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19110 --steps 10 "
                "--result " + four.string());
   INFO(b.output);
   REQUIRE(b.code == 0);
   auto curve1 = read_json(one)["loss_curve"];
   auto curve4 = read_json(four)["loss_curve"];
-  REQUIRE(curve1.size() == 100);
-  REQUIRE(curve4.size() == 100);
-  for (size_t i = 0; i < 100; ++i) {
+  REQUIRE(curve1.size() == 10);
+  REQUIRE(curve4.size() == 10);
+  for (size_t i = 0; i < 10; ++i) {
     CAPTURE(i);
     double x = curve1[i].get<double>(), y = curve4[i].get<double>();
-    CHECK(std::abs(x - y) <= 1e-3 * std::abs(x));
+    CHECK(std::abs(x - y) <= 1e-5 * std::abs(x));
   }
 }
 
@@ -262,9 +266,12 @@ TEST_CASE("the master gathers checkpoints from every node, and a cluster run res
   auto x = read_json(straight)["loss_curve"];
   auto y = read_json(resumed)["loss_curve"];
   REQUIRE(y.size() == 20);
+  // The same kernels in the same order on the same machine: the resumed steps
+  // are the straight run's, up to the order the sink sums 2 partial losses in
+  // (exact for two; the bound allows any order).
   for (size_t i = 0; i < 20; ++i) {
     CAPTURE(i);
-    CHECK(std::abs(x[40 + i].get<double>() - y[i].get<double>()) <= 1e-5 * std::abs(x[40 + i].get<double>()));
+    CHECK(std::abs(x[40 + i].get<double>() - y[i].get<double>()) <= 1e-6 * std::abs(x[40 + i].get<double>()));
   }
 }
 

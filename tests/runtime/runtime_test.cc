@@ -70,18 +70,32 @@ TEST_CASE("linear regression converges to w = [2, 3] on cpu:1 and cpu:2") {
   }
 }
 
-TEST_CASE("data parallelism changes nothing but speed: MLP loss curves of cpu:1 and cpu:2 agree") {
+// The one-step gradient test (numerics_test.cc) proves the layouts compute the
+// same step within derived float bounds. Over many steps the tiny differences
+// of summation order grow (training is chaotic: a ReLU flipping at one step
+// makes the curves jump apart, here from about step 20 on, by up to 0.4% at
+// step 100, and how soon depends on the CPU's GEMM kernel), so only the first
+// steps are compared. Bound: measured differences over steps 0-9 are at most
+// 1.1e-7 relative under OPENBLAS_CORETYPE Zen, Haswell, SkylakeX and
+// Sandybridge (step 0 differs only by GEMM row blocking and the order the
+// sink sums partial losses in: a few u). 1e-5 leaves a factor of 100 for
+// other CPUs, and is still far below what a wrong gradient (a lost shard, a
+// wrong 1/B scale) does to the second step's loss (over 1e-3).
+TEST_CASE("data parallelism changes nothing but speed: MLP loss curves of cpu:1, cpu:2 and cpu:3 agree over 10 steps") {
   graph::Job job = load_sample("samples/mlp/mlp.json");
   job.eval.reset();
-  JobResult one = run(job, "cpu:1", 100);
-  JobResult two = run(job, "cpu:2", 100);
+  JobResult one = run(job, "cpu:1", 10);
   REQUIRE_MESSAGE(one.status.ok(), one.status.to_string());
-  REQUIRE_MESSAGE(two.status.ok(), two.status.to_string());
-  REQUIRE(one.loss_curve.size() == 100);
-  REQUIRE(two.loss_curve.size() == 100);
-  for (size_t i = 0; i < 100; ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(one.loss_curve[i] - two.loss_curve[i]) <= 1e-3 * std::abs(one.loss_curve[i]));
+  REQUIRE(one.loss_curve.size() == 10);
+  for (const char* devices : {"cpu:2", "cpu:3"}) {
+    CAPTURE(devices);
+    JobResult other = run(job, devices, 10);
+    REQUIRE_MESSAGE(other.status.ok(), other.status.to_string());
+    REQUIRE(other.loss_curve.size() == 10);
+    for (size_t i = 0; i < 10; ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(one.loss_curve[i] - other.loss_curve[i]) <= 1e-5 * std::abs(one.loss_curve[i]));
+    }
   }
   CHECK(one.loss_curve.back() < one.loss_curve.front());
 }
@@ -173,11 +187,19 @@ TEST_CASE("a resumed run continues the same loss curve: 100 steps straight = 50 
   REQUIRE_MESSAGE(resumed.status.ok(), resumed.status.to_string());
   CHECK(resumed.start_step == 50);
   REQUIRE(resumed.loss_curve.size() == 50);
+  // Both runs execute the same kernels in the same order on the same machine,
+  // so training is bitwise the same: the variables must be equal. The loss
+  // values are sums of the devices' partial losses in arrival order (two here,
+  // and a + b == b + a exactly), so they are equal too; the bound allows the
+  // (n - 1) u of a sum of n partials in any order.
   for (size_t i = 0; i < 50; ++i) {
     CAPTURE(i);
-    CHECK(std::abs(resumed.loss_curve[i] - straight.loss_curve[50 + i]) <= 1e-5 * std::abs(straight.loss_curve[50 + i]));
+    CHECK(std::abs(resumed.loss_curve[i] - straight.loss_curve[50 + i]) <= 1e-6 * std::abs(straight.loss_curve[50 + i]));
   }
-  CHECK(resumed.variables.at("w2").values == straight.variables.at("w2").values);
+  for (const auto& [name, value] : straight.variables) {
+    CAPTURE(name);
+    CHECK(resumed.variables.at(name).values == value.values);
+  }
   std::filesystem::remove_all(dir);
 }
 
