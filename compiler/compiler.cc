@@ -1,6 +1,8 @@
 // compile(): runs the passes in order; parse_devices(); the number of steps.
 #include "compiler/compiler.h"
 
+#include "base/devices.h"
+
 #include <charconv>
 
 #include "compiler/autograd.h"
@@ -68,29 +70,11 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
 
 StatusOr<Cluster> parse_devices(const std::string& text, int num_nodes) {
   if (num_nodes < 1) return invalid_argument("devices '{}': {} nodes, expected at least 1", text, num_nodes);
+  RILL_ASSIGN_OR_RETURN(DeviceList list, parse_device_list(text));
   Cluster cluster;
   cluster.num_nodes = num_nodes;
-  std::string type = text, count;
-  size_t colon = text.find(':');
-  if (colon != std::string::npos) {
-    type = text.substr(0, colon);
-    count = text.substr(colon + 1);
-  }
-  if (type == "cpu") {
-    cluster.device_type = DeviceType::kCpu;
-  } else if (type == "cuda") {
-    cluster.device_type = DeviceType::kCuda;
-  } else {
-    return invalid_argument("devices '{}': unknown device type '{}' (cpu:N or cuda:N)", text, type);
-  }
-  if (colon == std::string::npos) return cluster;
-  int n = 0;
-  auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), n);
-  if (count.empty() || error != std::errc() || end != count.data() + count.size() || n < 1 ||
-      n >= (1 << ActorId::kDeviceBits))
-    return invalid_argument("devices '{}': '{}' is not a device count from 1 to {}", text, count,
-                            (1 << ActorId::kDeviceBits) - 1);
-  cluster.devices_per_node = n;
+  cluster.device_type = list.type;
+  cluster.devices_per_node = list.count;
   return cluster;
 }
 

@@ -5,24 +5,10 @@
 #include <set>
 
 #include "base/actor_id.h"
+#include "base/devices.h"
 #include "graph/check_util.h"
 
 namespace rill::graph {
-
-bool parse_devices(std::string_view text, int* count) {
-  constexpr std::string_view kPrefix = "cpu:";
-  if (text.substr(0, kPrefix.size()) != kPrefix) return false;
-  std::string_view digits = text.substr(kPrefix.size());
-  if (digits.empty() || digits.size() > 4) return false;
-  int n = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return false;
-    n = n * 10 + (c - '0');
-  }
-  if (n < 1 || n >= (1 << ActorId::kDeviceBits)) return false;
-  *count = n;
-  return true;
-}
 
 namespace check {
 namespace {
@@ -194,9 +180,10 @@ void check_run_config(const Job& job, Issues* issues) {
   check_optimizer(job.optimizer, issues);
   const TrainConfig& t = job.train;
   int devices = 0;
-  if (!parse_devices(t.devices, &devices))
-    issues->add("train.devices", "train.devices '{}' is not valid (expected cpu:N with N in [1, {}])", t.devices,
-                (1 << ActorId::kDeviceBits) - 1);
+  if (auto list = parse_device_list(t.devices); list.ok())
+    devices = list->count;
+  else
+    issues->add("train.devices", "train.{}", list.status().message());
   check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues);
   if (t.steps < 0) issues->add("train.steps", "train.steps must be >= 0, got {}", t.steps);
   if (t.epochs < 0) issues->add("train.epochs", "train.epochs must be >= 0, got {}", t.epochs);

@@ -38,8 +38,4 @@ std::vector<JobIssue> find_job_issues(const Job& job);
 // OK, or InvalidArgument whose message lists every issue, one per line.
 Status check_job(const Job& job);
 
-// Parses a devices string "cpu:N" (N >= 1 worker threads). Returns false on
-// anything else.
-bool parse_devices(std::string_view text, int* count);
-
 }  // namespace rill::graph

@@ -80,3 +80,19 @@ TEST_CASE("a bad flag value is an error, not a crash") {
   CHECK(ran.code == 1);
   CHECK(ran.output.find("gpu:x") != std::string::npos);
 }
+
+TEST_CASE("asking for cuda devices is an error naming them, on rill run, plan and agent, never a silent CPU run") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  for (const std::string& args : {"run " + job + " --devices cuda:1", "plan " + job + " --devices cuda:1",
+                                  "run " + job + " --set train.devices=cuda:1"}) {
+    CAPTURE(args);
+    Ran ran = run_rill(args);
+    INFO(ran.output);
+    CHECK(ran.code != 0);
+    CHECK(ran.output.find("'cuda:1': CUDA devices are not supported yet") != std::string::npos);
+  }
+  Ran agent = run_rill("agent --machines 127.0.0.1:19390 --rank 0 --devices cuda:2");
+  INFO(agent.output);
+  CHECK(agent.code != 0);
+  CHECK(agent.output.find("'cuda:2': CUDA devices are not supported yet") != std::string::npos);
+}
