@@ -125,6 +125,11 @@ StatusOr<Message> decode(std::string_view bytes) {
   flatbuffers::Verifier verifier(data, bytes.size(), 64, 10'000'000);
   if (!fb::VerifyEnvelopeBuffer(verifier)) return data_loss("control message of {} bytes fails verification", bytes.size());
   const fb::Envelope* e = fb::GetEnvelope(data);
+  // The schema marks the message required, and the verifier checks it; this
+  // guard keeps every accessor below safe should that attribute ever go.
+  if (e->message() == nullptr && e->message_type() != fb::Message::NONE)
+    return data_loss("control message of {} bytes names type {} but carries no table", bytes.size(),
+                     static_cast<int>(e->message_type()));
   switch (e->message_type()) {
     case fb::Message::Join: {
       auto m = e->message_as_Join();

@@ -6,6 +6,7 @@
 
 #include "runtime/actor_wire.h"
 #include "runtime/control_codec.h"
+#include "runtime/control_generated.h"
 
 namespace rill {
 
@@ -45,6 +46,22 @@ TEST_CASE("a corrupt or truncated control message is kDataLoss, never a crash") 
     if (!decoded.ok()) CHECK(decoded.status().code() == Code::kDataLoss);
   }
   CHECK(control::decode("not a rill message at all").status().code() == Code::kDataLoss);
+}
+
+TEST_CASE("an envelope that names a message type but carries no table is kDataLoss, for every type") {
+  // 24 bytes any host reaching a control port could send: they once passed the
+  // verifier and were dereferenced as null.
+  for (int type = 1; type <= static_cast<int>(control::fb::Message::MAX); ++type) {
+    CAPTURE(type);
+    flatbuffers::FlatBufferBuilder b;
+    auto start = b.StartTable();
+    b.AddElement<uint8_t>(control::fb::Envelope::VT_MESSAGE_TYPE, static_cast<uint8_t>(type), 0);
+    b.Finish(flatbuffers::Offset<control::fb::Envelope>(b.EndTable(start)), control::fb::EnvelopeIdentifier());
+    std::string bytes(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+    auto decoded = control::decode(bytes);
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().code() == Code::kDataLoss);
+  }
 }
 
 TEST_CASE("actor message headers carry the message and leave the body after them") {
