@@ -1,6 +1,7 @@
 #include "actor/body.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace rill {
 
@@ -26,6 +27,12 @@ Status SinkBody::act(const ActIo& io) {
     if (!partial_[i] && !first_piece_[i]) continue;
     values_[metric_of_input_[i]] += static_cast<double>(io.inputs[i]->f32()[0]);
   }
+  // A NaN or infinite loss means training has diverged: every later step
+  // would be meaningless, so the job stops here, naming the step.
+  for (size_t m = 0; m < names_.size(); ++m)
+    if (names_[m] == "loss" && !std::isfinite(values_[m]))
+      return invalid_argument("the loss is {} at step {}; training diverged or read a non-finite value (lower "
+                              "optimizer.lr, or check the data)", values_[m], io.step);
   if (listener_) listener_(StepMetrics{io.step, names_, values_});
   return {};
 }

@@ -28,7 +28,11 @@ StatusOr<int64_t> num_samples(const graph::Dataset& spec) {
 // options.steps if > 0; else train.steps; else epochs over the smallest
 // dataset read. Eval: one pass over the eval dataset, the remainder dropped.
 StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const CompileOptions& options) {
-  if (options.steps < 0) return invalid_argument("steps is {}, expected >= 0", options.steps);
+  if (options.steps < 0 || options.steps > graph::kMaxSteps)
+    return invalid_argument("steps is {}, expected 0 to {}", options.steps, graph::kMaxSteps);
+  if (options.mode == Mode::kTrain && job.train.steps > graph::kMaxSteps)
+    return invalid_argument("train.steps is {}, more than the most a job may run ({})", job.train.steps,
+                            graph::kMaxSteps);
   if (options.steps > 0) return options.steps;
   if (options.mode == Mode::kTrain && job.train.steps < 0)
     return invalid_argument("train.steps is {}, expected >= 0", job.train.steps);
@@ -45,7 +49,12 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
   if (per_pass == 0)
     return invalid_argument("dataset '{}' has {} samples, fewer than one batch of {}", g.datasets[0].name, samples,
                             g.global_batch);
-  return options.mode == Mode::kEval ? per_pass : job.train.epochs * per_pass;
+  if (options.mode == Mode::kEval) return per_pass;
+  int64_t steps = 0;
+  if (__builtin_mul_overflow(job.train.epochs, per_pass, &steps) || steps > graph::kMaxSteps)
+    return invalid_argument("train.epochs {} x {} steps per epoch is more than the most a job may run ({})",
+                            job.train.epochs, per_pass, graph::kMaxSteps);
+  return steps;
 }
 
 StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {

@@ -34,7 +34,7 @@ void check_inline_tensors(const Dataset& d, const std::string& where, const std:
       continue;
     }
     if (!sane_shape(t.shape)) {
-      issues->add(tensor_path, "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes", what,
+      issues->add(tensor_path, "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes", what,
                   shape_string(t.shape));
       continue;
     }
@@ -77,7 +77,7 @@ void check_datasets(const Job& job, Issues* issues) {
       if (d.num_classes < 1)
         issues->add(path + ".num_classes", "{}: num_classes must be >= 1, got {}", where, d.num_classes);
       if (!sane_shape(d.feature_shape))
-        issues->add(path + ".feature_shape", "{}: feature_shape {}: every dim must be in [1, 2^31), at most 8 axes",
+        issues->add(path + ".feature_shape", "{}: feature_shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes",
                     where, shape_string(d.feature_shape));
     } else if (d.kind == "inline") {
       check_inline_tensors(d, where, path, issues);
@@ -185,8 +185,10 @@ void check_run_config(const Job& job, Issues* issues) {
   else
     issues->add("train.devices", "train.{}", list.status().message());
   check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues);
-  if (t.steps < 0) issues->add("train.steps", "train.steps must be >= 0, got {}", t.steps);
-  if (t.epochs < 0) issues->add("train.epochs", "train.epochs must be >= 0, got {}", t.epochs);
+  if (t.steps < 0 || t.steps > kMaxSteps)
+    issues->add("train.steps", "train.steps must be in [0, {}], got {}", kMaxSteps, t.steps);
+  if (t.epochs < 0 || t.epochs > kMaxSteps)
+    issues->add("train.epochs", "train.epochs must be in [0, {}], got {}", kMaxSteps, t.epochs);
   if (t.steps == 0 && t.epochs == 0)
     issues->add("train", "train: steps and epochs are both 0; set one of them to a positive number");
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);

@@ -64,7 +64,7 @@ bool sane_shape(const Shape& shape) {
   if (shape.size() > 8) return false;
   for (int64_t dim : shape)
     if (dim < 1 || dim >= kLargestDim) return false;
-  return true;
+  return checked_bytes(shape, DType::kF32) >= 0;
 }
 
 std::vector<FieldInfo> dataset_fields(const Dataset& dataset) {

@@ -65,6 +65,10 @@ struct Optimizer {
   bool operator==(const Optimizer&) const = default;
 };
 
+// The most steps a job may run (about 1.1e12: years at a microsecond a step).
+// Larger counts, given or derived from epochs, are refused before anything runs.
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
 struct TrainConfig {
   int64_t steps = 0;          // if 0, derived from epochs
   int64_t epochs = 0;

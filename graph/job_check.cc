@@ -78,7 +78,7 @@ class GraphChecker {
       std::string path = fmt::format("inputs[{}]", i), where = label("inputs", i, in.name);
       bool shape_ok = check::sane_shape(in.shape);
       if (!shape_ok)
-        issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes", where,
+        issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes", where,
                      shape_string(in.shape));
       // A wrong field, dtype or shape is this input's issue alone: its
       // consumers are not checked against a meta known to be wrong.
@@ -91,7 +91,11 @@ class GraphChecker {
       if (shape_ok) {
         Shape shape = in.shape;
         shape.insert(shape.begin(), batch_);
-        meta = TensorMeta{shape, in.dtype};
+        if (checked_bytes(shape, in.dtype) >= 0)
+          meta = TensorMeta{shape, in.dtype};
+        else
+          issues_->add(path + ".shape", "{}: a batch of {} samples of shape {} is over the largest tensor of 2^40 bytes",
+                       where, batch_, shape_string(in.shape));
       }
       define(in.name, path, where, meta, "the input");
     }
@@ -135,7 +139,7 @@ class GraphChecker {
       std::string path = fmt::format("variables[{}]", i), where = label("variables", i, v.name);
       bool shape_ok = check::sane_shape(v.shape);
       if (!shape_ok)
-        issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes", where,
+        issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes", where,
                      shape_string(v.shape));
       if (v.dtype != DType::kF32 && v.trainable)
         issues_->add(path + ".dtype", "{}: an {} variable cannot be trainable (set trainable to false)", where,

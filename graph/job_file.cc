@@ -14,6 +14,7 @@
 #include "graph/job_convert.h"
 #include "graph/job_schema_text.h"
 #include "graph/json_lines.h"
+#include "kernels/data/file_bytes.h"
 
 namespace rill::graph {
 namespace {
@@ -117,12 +118,9 @@ StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name
 }
 
 StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return not_found("{}: cannot open the job file: {}", path, std::strerror(errno));
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return invalid_argument("{}: cannot read the job file", path);
-  std::string text = std::move(contents).str();
+  auto bytes = read_file_bytes(path);
+  if (!bytes.ok()) return bytes.status().with_context("reading the job file");
+  std::string text(bytes->begin(), bytes->end());
   if (text.size() > kMaxJobFileBytes)
     return invalid_argument("{}: {} bytes is too large for a job file (at most {})", path, text.size(),
                             kMaxJobFileBytes);

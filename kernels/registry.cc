@@ -1,5 +1,6 @@
 // The explicit list of every op type. Adding an op: define its OpDef in its own
 // file under kernels/ops/ and list it here.
+#include <cmath>
 #include <algorithm>
 #include <array>
 
@@ -38,11 +39,20 @@ Status infer_op(const OpDef& def, const Attrs& attrs, std::span<const TensorMeta
   if (def.num_inputs >= 0 && n != def.num_inputs)
     return invalid_argument("op '{}' takes {} input(s), got {}", def.type, def.num_inputs, n);
   if (def.num_inputs < 0 && n < 1) return invalid_argument("op '{}' takes at least one input", def.type);
+  // A NaN or infinite constant (an init value, a scale, a learning rate)
+  // would train to a NaN loss; refuse it where it is written.
+  for (const auto& [name, value] : attrs.values())
+    if (const double* f = std::get_if<double>(&value); f && !std::isfinite(*f))
+      return invalid_argument("op '{}': attribute '{}' is {}; it must be finite", def.type, name, *f);
   outputs->clear();
   Status s = def.infer(attrs, inputs, outputs);
   if (!s.ok()) return s.with_context(fmt::format("op '{}'", def.type));
   if (static_cast<int>(outputs->size()) != def.num_outputs)
     return internal_error("op '{}' inferred {} outputs, declares {}", def.type, outputs->size(), def.num_outputs);
+  for (size_t i = 0; i < outputs->size(); ++i)
+    if (checked_bytes((*outputs)[i].shape, (*outputs)[i].dtype) < 0)
+      return invalid_argument("op '{}': output {} of shape {} is over the largest tensor of {} bytes", def.type, i,
+                              shape_string((*outputs)[i].shape), kMaxTensorBytes);
   return {};
 }
 

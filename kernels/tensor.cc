@@ -16,6 +16,13 @@ int64_t num_elements(const Shape& shape) {
   return n;
 }
 
+int64_t checked_bytes(const Shape& shape, DType dtype) {
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > kMaxTensorBytes) return -1;
+  return bytes;
+}
+
 std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::string Sbp::to_string() const {

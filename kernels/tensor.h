@@ -20,6 +20,14 @@ bool parse_dtype(const std::string& text, DType* out);
 using Shape = std::vector<int64_t>;
 
 int64_t num_elements(const Shape& shape);
+
+// The largest tensor a job may hold: 2^40 bytes (1 TiB). Shapes beyond it are
+// refused when checked or compiled, so no size computation can overflow.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
+// Bytes of a tensor of `shape`, or -1 when a dim is negative or the size is
+// over kMaxTensorBytes (computed without overflow).
+int64_t checked_bytes(const Shape& shape, DType dtype);
+
 std::string shape_string(const Shape& shape);  // "[256, 784]"
 
 struct TensorMeta {

@@ -102,10 +102,11 @@ Status sync_directory(const std::string& path) {
 }
 
 StatusOr<std::string> read_small_file(const std::string& path, uint64_t limit) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
   if (fd.get() < 0) return os_error("cannot open " + path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
   if (static_cast<uint64_t>(st.st_size) > limit)
     return data_loss("{}: {} bytes is more than {}", path, st.st_size, limit);
   std::string text(static_cast<size_t>(st.st_size), '\0');
@@ -319,10 +320,11 @@ struct Entry {
 
 // Parses and validates a safetensors file, then reads its tensors in data order.
 Status read_model(const std::string& path, Checkpoint* out) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
   if (fd.get() < 0) return os_error("cannot open " + path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return data_loss("{}: {} bytes, too short for the 8-byte header length", path, size);
   uint64_t header_bytes = 0;
@@ -431,6 +433,17 @@ StatusOr<Checkpoint> read_step_dir(const fs::path& dir) {
 }  // namespace
 
 std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+Status check_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fs_error("checkpoint.dir: cannot create " + dir, ec);
+  const std::string probe = (fs::path(dir) / fmt::format(".rill-write-test-{}", ::getpid())).string();
+  FileDescriptor fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return os_error("checkpoint.dir: cannot write in " + dir, errno);
+  fs::remove(probe, ec);
+  return Status::ok_status();
+}
 
 Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last) {
   if (dir.empty()) return invalid_argument("checkpoint: the directory is empty");

@@ -51,6 +51,11 @@ std::string checkpoint_step_name(int64_t step);
 // failure names the path and the OS error.
 Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last);
 
+// Creates `dir` if needed and proves a file can be written there, so that an
+// unwritable checkpoint directory is an error before the first step, not
+// after the last.
+Status check_checkpoint_dir(const std::string& dir);
+
 // `path` is a step directory, or a checkpoint root, whose latest step is read.
 // Everything read is validated: a corrupt or inconsistent file is kDataLoss
 // naming the file and the problem; a missing checkpoint is kNotFound.

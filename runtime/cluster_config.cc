@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/data/file_bytes.h"
+
 namespace rill {
 namespace {
 
@@ -91,8 +93,9 @@ struct Entry {
 };
 
 StatusOr<std::vector<Entry>> read_machine_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found("cannot read machine file '{}'", path);
+  auto bytes = read_file_bytes(path);
+  if (!bytes.ok()) return bytes.status().with_context("reading the machine file");
+  std::istringstream in(std::string(bytes->begin(), bytes->end()));
   std::vector<Entry> entries;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/data/file_bytes.h"
+
 namespace rill {
 
 int fail_command(const Status& status) {
@@ -18,11 +20,8 @@ int fail_command(const Status& status) {
 }
 
 StatusOr<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found("{}: cannot open the file", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path));
+  return std::string(bytes.begin(), bytes.end());
 }
 
 Status write_text_file(const std::string& path, const std::string& text) {

@@ -1,5 +1,6 @@
 #include "runtime/job_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -26,8 +27,11 @@ class Progress {
       : out_(out),
         on_line_(std::move(on_line)), steps_(steps), global_batch_(global_batch), log_every_(std::max<int64_t>(log_every, 1)),
         result_(result) {
-    result_->loss_curve.reserve(static_cast<size_t>(steps));
-    step_seconds_.reserve(static_cast<size_t>(steps));
+    // Reserved up front so that recording a step allocates nothing, up to a
+    // bound: a long run grows the vectors rarely instead of asking for it all.
+    const auto reserve = static_cast<size_t>(std::clamp<int64_t>(steps, 0, int64_t{1} << 20));
+    result_->loss_curve.reserve(reserve);
+    step_seconds_.reserve(reserve);
   }
 
   // Samples per second after the first steps (warm-up: caches, page faults).
@@ -156,6 +160,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   }
   std::optional<CheckpointCollector> collector;
   if (!job.checkpoint.dir.empty()) {
+    if (Status writable = check_checkpoint_dir(job.checkpoint.dir); !writable.ok()) {
+      result.status = writable;
+      return result;
+    }
     collector.emplace(job, **verified);
     run_options.snapshot_every = job.checkpoint.every;
     run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };

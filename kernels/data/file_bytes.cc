@@ -91,7 +91,9 @@ StatusOr<std::vector<uint8_t>> gunzip_bytes(std::span<const uint8_t> compressed,
 
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   if (path.empty()) return invalid_argument("no file name given");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; what is not a
+  // regular file is refused below (reads of a regular file never block).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     Code code = errno == ENOENT ? Code::kNotFound : Code::kUnavailable;
     return Status(code, fmt::format("'{}': cannot open: {}", path, std::strerror(errno)));
@@ -101,7 +103,9 @@ StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) return invalid_argument("'{}': not a regular file", path);
+  if (!S_ISREG(st.st_mode))
+    return invalid_argument("'{}': not a regular file (a {}); Rill reads data, jobs and checkpoints from regular files only",
+                            path, S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < bytes.size()) {

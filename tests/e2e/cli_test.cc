@@ -2,6 +2,7 @@
 // output and the files it writes.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -95,4 +97,63 @@ TEST_CASE("asking for cuda devices is an error naming them, on rill run, plan an
   INFO(agent.output);
   CHECK(agent.code != 0);
   CHECK(agent.output.find("'cuda:2': CUDA devices are not supported yet") != std::string::npos);
+}
+
+// Bad input that once crashed, hung or passed for success: each is an error
+// naming what and where, with a non-zero exit.
+TEST_CASE("bad input is a clear error: non-finite constants, overflowing step counts, a diverging loss") {
+  const std::string lr = root() + "/samples/linear_regression/linear_regression.json";
+  struct Case {
+    std::string args, expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"check " + lr + " --set optimizer.lr=inf", "optimizer.lr"},
+           {"run " + lr + " --set train.epochs=100000000000000000", "train.epochs must be in [0, 1099511627776]"},
+           {"plan " + root() + "/samples/mlp/mlp.json --set train.epochs=10000000000", "is more than the most a job may run"},
+           {"run " + lr + " --steps 2000000000000", "steps is 2000000000000, expected 0 to 1099511627776"},
+           {"run " + lr + " --set optimizer.lr=1000", "the loss is inf at step"},
+       }) {
+    CAPTURE(c.args);
+    Ran ran = run_rill(c.args);
+    INFO(ran.output);
+    CHECK(ran.code != 0);
+    CHECK(ran.output.find(c.expected) != std::string::npos);
+  }
+  // A NaN written in the job file itself.
+  auto job = temp_dir() / "nan.json";
+  std::ofstream(job) << R"({"name": "nan", "datasets": [{"name": "d", "kind": "synthetic", "num_samples": 64,
+    "feature_shape": [2]}], "inputs": [{"name": "x", "dataset": "d", "field": "features", "shape": [2]}],
+    "variables": [{"name": "w", "shape": [2, 1], "init": {"type": "fill", "value": nan}}],
+    "ops": [{"name": "y", "type": "matmul", "inputs": ["x", "w"]}, {"name": "loss", "type": "reduce_mean", "inputs": ["y"]}],
+    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1}, "train": {"steps": 5, "batch_size": 8}})";
+  Ran ran = run_rill("check " + job.string());
+  INFO(ran.output);
+  CHECK(ran.code != 0);
+  CHECK(ran.output.find("variables[0] (w): init: op 'fill': attribute 'value' is nan; it must be finite") !=
+        std::string::npos);
+}
+
+TEST_CASE("a FIFO as job file or dataset, or an unwritable checkpoint directory, is refused before any step") {
+  auto dir = temp_dir();
+  auto fifo = dir / "fifo";
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  Ran job = run_rill("run " + fifo.string());
+  INFO(job.output);
+  CHECK(job.code != 0);
+  CHECK(job.output.find("not a regular file (a FIFO)") != std::string::npos);
+
+  Ran data = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 1 --set datasets.train.images=" + fifo.string());
+  INFO(data.output);
+  CHECK(data.code != 0);
+  CHECK(data.output.find("not a regular file (a FIFO)") != std::string::npos);
+
+  auto file = dir / "a-file";
+  std::ofstream(file) << "x";
+  Ran ckpt = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --set checkpoint.dir=" +
+                      (file / "ckpt").string());
+  INFO(ckpt.output);
+  CHECK(ckpt.code != 0);
+  CHECK(ckpt.output.find("checkpoint.dir: cannot create") != std::string::npos);
+  CHECK(ckpt.output.find("step ") == std::string::npos);  // no step ran
 }
