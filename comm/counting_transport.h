@@ -51,6 +51,8 @@ class CountingTransport final : public Transport {
       handler(from, message);
     });
   }
+  void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
+  int64_t received_dropped() const override { return inner_->received_dropped(); }
   void close() override { inner_->close(); }
 
  private:

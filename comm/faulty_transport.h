@@ -41,6 +41,8 @@ class FaultyTransport final : public Transport {
               SendTracker* tracker = nullptr) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void set_handler(uint64_t tag, Handler handler) override;
+  void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
+  int64_t received_dropped() const override { return inner_->received_dropped(); }
   void close() override;
 
  private:

@@ -69,6 +69,9 @@ class InprocTransport final : public Transport {
     return mailbox_.pop(from, tag, deadline, out);
   }
 
+  void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  int64_t received_dropped() const override { return mailbox_.dropped(); }
+
   // Waits for a running handler call, so that after it returns the old
   // handler is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {

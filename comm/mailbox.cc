@@ -2,16 +2,51 @@
 
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 namespace rill::comm {
 
 Mailbox::Mailbox(int rank, int world) : rank_(rank), lost_(static_cast<size_t>(world)) {}
 
 void Mailbox::push(int from, uint64_t tag, Received message) {
   std::lock_guard lock(mu_);
+  if (tag < accept_lo_ || tag >= accept_hi_) {
+    // Logged at most every 10 s, so a flood costs a counter, not a log line each.
+    ++dropped_;
+    auto now = Clock::now();
+    if (now - last_drop_log_ >= std::chrono::seconds(10)) {
+      spdlog::warn("rank {}: dropped {} data-plane message(s) with tags outside [{:#x}, {:#x}) (latest from rank {}, "
+                   "{}); {} in all", rank_, dropped_ - dropped_at_last_log_, accept_lo_, accept_hi_, from,
+                   describe_tag(tag), dropped_);
+      last_drop_log_ = now;
+      dropped_at_last_log_ = dropped_;
+    }
+    return;
+  }
   auto& queue = queues_[Key{from, tag}];
   if (!queue) queue = std::make_unique<Queue>();
   queue->messages.push_back(std::move(message));
   if (queue->waiters > 0) queue->ready.notify_one();
+}
+
+void Mailbox::accept_tags(uint64_t lo, uint64_t hi) {
+  std::lock_guard lock(mu_);
+  accept_lo_ = lo;
+  accept_hi_ = hi;
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    bool outside = it->first.tag < lo || it->first.tag >= hi;
+    if (outside && it->second->waiters == 0) {
+      dropped_ += static_cast<int64_t>(it->second->messages.size());
+      it = queues_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+int64_t Mailbox::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
 }
 
 Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received* out) {

@@ -23,7 +23,13 @@ class Mailbox {
  public:
   Mailbox(int rank, int world);
 
+  // Queues the message, or drops it (and counts it) when its tag is outside
+  // the accepted window: a stale job's message, or a peer's garbage.
   void push(int from, uint64_t tag, Received message);
+  // Accepts tags in [lo, hi) only from now on, and frees queued messages
+  // outside it.
+  void accept_tags(uint64_t lo, uint64_t hi);
+  int64_t dropped() const;
   // Waits for the oldest message from `from` with `tag`. Messages queued
   // before a loss or close are still handed out.
   Status pop(int from, uint64_t tag, Clock::time_point deadline, Received* out);
@@ -51,11 +57,15 @@ class Mailbox {
   static constexpr size_t kKeptQueues = 256;
 
   int rank_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<Key, std::unique_ptr<Queue>, KeyHash> queues_;  // guarded by mu_
   std::vector<std::string> lost_;                                    // per rank; guarded by mu_
   std::string closed_;                                               // guarded by mu_
   bool is_closed_ = false;                                           // guarded by mu_
+  uint64_t accept_lo_ = 0, accept_hi_ = UINT64_MAX;                  // guarded by mu_
+  int64_t dropped_ = 0;                                              // guarded by mu_
+  Clock::time_point last_drop_log_{};                                // guarded by mu_
+  int64_t dropped_at_last_log_ = 0;                                  // guarded by mu_
 };
 
 }  // namespace rill::comm

@@ -122,6 +122,14 @@ class Transport {
   // send.
   virtual void set_handler(uint64_t tag, Handler handler) = 0;
 
+  // From now on, messages whose tag is outside [lo, hi) and that no handler
+  // takes are dropped and counted (logged at most every 10 s), and queued ones
+  // outside it are freed: a finished job's stragglers and a peer's garbage
+  // cannot pile up. Default: every tag is accepted.
+  virtual void accept_tags(uint64_t lo, uint64_t hi) = 0;
+  // Messages dropped so far: outside the accepted tags, or malformed.
+  virtual int64_t received_dropped() const = 0;
+
   // Stops the receive thread, wakes every waiting recv with kUnavailable and
   // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at
   // exit). Idempotent.

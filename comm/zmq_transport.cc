@@ -53,6 +53,9 @@ class ZmqTransport final : public Transport {
   Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
+  void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
+
   // Handlers run under handlers_mu_, so after this returns the old handler
   // is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {
@@ -98,6 +101,9 @@ class ZmqTransport final : public Transport {
   std::vector<std::byte> scratch_;                  // receive thread only
   std::thread receiver_;
   std::atomic<bool> closed_{false};
+  std::atomic<int64_t> malformed_{0};        // malformed messages dropped
+  int64_t malformed_at_last_log_ = 0;         // receive thread only
+  Clock::time_point last_malformed_log_{};    // receive thread only
   std::mutex close_mu_;
   bool torn_down_ = false;  // guarded by close_mu_
 };
@@ -261,8 +267,16 @@ void ZmqTransport::drain_data() {
     if (first.size() >= sizeof meta) std::memcpy(&meta, first.data(), sizeof meta);
     if (malformed || first.size() < sizeof meta || meta.magic != kMagic ||
         meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_) {
-      spdlog::warn("rank {}: dropped a malformed data-plane message ({} bytes) on {}:{}", rank_, first.size(),
-                   endpoints_[rank_].address, endpoints_[rank_].port);
+      // Counted; logged at most every 10 s, so a flood costs no log line each.
+      int64_t total = malformed_.fetch_add(1, std::memory_order_relaxed) + 1;
+      auto now = Clock::now();
+      if (now - last_malformed_log_ >= std::chrono::seconds(10)) {
+        spdlog::warn("rank {}: dropped {} malformed data-plane message(s) on {}:{} (latest {} bytes); {} in all", rank_,
+                     total - malformed_at_last_log_, endpoints_[rank_].address, endpoints_[rank_].port, first.size(),
+                     total);
+        last_malformed_log_ = now;
+        malformed_at_last_log_ = total;
+      }
       continue;
     }
     dispatch(first, has_second ? &second : nullptr);

@@ -66,6 +66,7 @@ Status Agent::start() {
   if (!transport.ok())
     return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
   transport_ = std::make_unique<comm::CountingTransport>(std::move(*transport));
+  transport_->accept_tags(0, 0);  // nothing until a run's plan opens its tags
   if (!is_master()) {
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);

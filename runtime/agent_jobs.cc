@@ -60,6 +60,7 @@ void Agent::run_queued(QueuedJob queued) {
 
 RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options) {
   RunReport report;
+  static_assert(kTagsPerRun == uint64_t{1} << 20, "a phase's tags are the 20 bits below the phase");
   uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
   {
     std::lock_guard<std::mutex> lock(phase_mu_);

@@ -260,6 +260,10 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
 }
 
 Status NodeRun::build() {
+  // Before this node acks its plan, so before any peer may send for this run:
+  // a finished run's stragglers and anything else outside the run's tags are
+  // dropped and counted instead of piling up.
+  if (options_.transport) options_.transport->accept_tags(options_.tag_base, options_.tag_base + kTagsPerRun);
   auto verified = compiler::verify_plan(bytes_);
   if (!verified.ok()) return verified.status();
   plan_ = *verified;

@@ -41,6 +41,9 @@ struct VariablePiece {
   std::vector<std::pair<std::string, std::vector<float>>> state;
 };
 
+// The tags one run may use over the transport: [tag_base, tag_base + kTagsPerRun).
+inline constexpr uint64_t kTagsPerRun = uint64_t{1} << 20;
+
 struct RunOptions {
   int node = 0;                     // which node's tasks to run
   // The data plane among nodes (null on one node): actor messages for other
