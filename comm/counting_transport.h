@@ -53,6 +53,7 @@ class CountingTransport final : public Transport {
   }
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
+  bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void close() override { inner_->close(); }
 
  private:

@@ -71,6 +71,10 @@ class InprocTransport final : public Transport {
 
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
   int64_t received_dropped() const override { return mailbox_.dropped(); }
+  bool peer_lost(int rank) const override {
+    std::lock_guard lock(hub_->mu);
+    return rank >= 0 && rank < world_ && rank != rank_ && hub_->ranks[rank] == nullptr;
+  }
 
   // Waits for a running handler call, so that after it returns the old
   // handler is not called any more. An empty handler removes the tag's.

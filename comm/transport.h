@@ -129,6 +129,10 @@ class Transport {
   virtual void accept_tags(uint64_t lo, uint64_t hi) = 0;
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
+  // True once the connection to `rank` is known lost (its process died or
+  // closed its transport): callers may act on it at once instead of waiting
+  // for a heartbeat to time out.
+  virtual bool peer_lost(int rank) const = 0;
 
   // Stops the receive thread, wakes every waiting recv with kUnavailable and
   // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at

@@ -54,6 +54,10 @@ class ZmqTransport final : public Transport {
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  bool peer_lost(int rank) const override {
+    return rank >= 0 && rank < world() && rank != rank_ && peers_[rank] &&
+           peers_[rank]->lost.load(std::memory_order_acquire);
+  }
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
 
   // Handlers run under handlers_mu_, so after this returns the old handler

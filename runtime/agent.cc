@@ -76,6 +76,7 @@ Status Agent::start() {
   identity_of_node_.assign(world_, "");
   last_seen_.assign(world_, Clock::now());
   lost_.assign(world_, false);
+  unreachable_warned_.assign(world_, false);
   return {};
 }
 
@@ -94,7 +95,15 @@ void Agent::send_router(const std::string& identity, const std::string& bytes) {
     server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
-    spdlog::warn("control message to a peer that left: {}", e.what());
+    // Once per node: a peer that left is reported as lost by check_liveness.
+    for (int r = 0; r < world_; ++r)
+      if (identity_of_node_[r] == identity) {
+        if (!unreachable_warned_[r])
+          spdlog::warn("control message to {} not delivered: {}", node_name(options_.machines, r), e.what());
+        unreachable_warned_[r] = true;
+        return;
+      }
+    spdlog::warn("control message to client '{}' not delivered: {}", identity, e.what());
   }
 }
 
@@ -249,9 +258,17 @@ void Agent::check_liveness() {
   }
   if (is_master()) {
     for (int r = 1; r < world_; ++r) {
-      if (lost_[r] || seconds_since(last_seen_[r]) < options_.dead_after_s) continue;
-      std::string reason = fmt::format("{} lost: no heartbeat for {:.0f} s", node_name(options_.machines, r),
-                                       options_.dead_after_s);
+      if (lost_[r]) continue;
+      // A dead process closes its connections: the data plane sees it within
+      // its grace (a fraction of a second). A silent machine misses heartbeats.
+      std::string reason;
+      if (transport_->peer_lost(r))
+        reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
+      else if (seconds_since(last_seen_[r]) >= options_.dead_after_s)
+        reason = fmt::format("{} lost: no heartbeat for {:.0f} s", node_name(options_.machines, r),
+                             options_.dead_after_s);
+      else
+        continue;
       spdlog::error("{}", reason);
       std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
       lost_[r] = true;
@@ -259,10 +276,12 @@ void Agent::check_liveness() {
       if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
       phase_cv_.notify_all();
     }
-  } else if (seconds_since(master_seen_) >= options_.dead_after_s) {
-    fatal_ = Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: no heartbeat for {:.0f} s",
+  } else if (transport_->peer_lost(0) || seconds_since(master_seen_) >= options_.dead_after_s) {
+    std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
+                                               : fmt::format("no heartbeat for {:.0f} s", options_.dead_after_s);
+    fatal_ = Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: {}",
                                                     node_name(options_.machines, options_.rank),
-                                                    node_name(options_.machines, 0), options_.dead_after_s));
+                                                    node_name(options_.machines, 0), why));
     std::lock_guard<std::mutex> lock(run_mu_);
     if (running_) running_->abort(fatal_);
     shutdown_ = true;

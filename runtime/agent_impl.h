@@ -124,6 +124,7 @@ class Agent {
   std::vector<std::string> identity_of_node_;
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
+  std::vector<bool> unreachable_warned_;  // loop thread only
   std::deque<QueuedJob> queue_;
   int64_t next_job_id_ = 1;
   std::thread job_thread_;

@@ -149,7 +149,9 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
       copy_block(t.shape, t.offset, t.piece_shape, value.values.data(), t.values.data(), false);
     }
   }
-  if (report.status.ok() && !phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
+  // A lost node is the first cause: the errors it caused elsewhere (a
+  // collective that lost its peer, an abort) are its consequences.
+  if (!phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
   if (report.status.ok() && !all)
     report.status = Status(Code::kDeadlineExceeded, "not every node reported the end of the job in time");
   return report;
