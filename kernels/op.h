@@ -19,6 +19,8 @@
 
 namespace rill {
 
+struct CudaContext;  // kernels/cuda/cuda_context.h: a device's stream and cuBLAS handle
+
 // One valid combination of input and output SBPs for an op.
 struct SbpSignature {
   std::vector<Sbp> inputs;
@@ -44,6 +46,9 @@ struct KernelContext {
   const Attrs* attrs = nullptr;
   int64_t step = 0;  // 0-based index of the current step (Adam: t = step + 1)
   std::span<std::byte> scratch;
+  // CUDA kernels only: views point into that device's memory, and the kernel
+  // enqueues its work on cuda->stream without waiting for it.
+  CudaContext* cuda = nullptr;
 };
 
 // The compiler's autograd hands a GradBuilder to an op's gradient rule. Tensors

@@ -4,34 +4,16 @@
 // they have no partial-sum signature; the gradient ops are linear in dy.
 #include <cmath>
 
+#include "kernels/ops/activation_math.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
 
-enum class Act { kRelu, kGelu, kTanh, kSigmoid };
-
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-template <Act kAct>
-inline float forward(float x) {
-  if constexpr (kAct == Act::kRelu) return x > 0.0f ? x : 0.0f;
-  else if constexpr (kAct == Act::kGelu) return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-  else if constexpr (kAct == Act::kTanh) return std::tanh(x);
-  else return 1.0f / (1.0f + std::exp(-x));
-}
-
-// dx from t (y, or x for gelu) and dy.
-template <Act kAct>
-inline float backward(float t, float dy) {
-  if constexpr (kAct == Act::kRelu) return t > 0.0f ? dy : 0.0f;
-  else if constexpr (kAct == Act::kGelu)
-    return dy * (0.5f * (1.0f + std::erf(t * kInvSqrt2)) + t * kInvSqrt2Pi * std::exp(-0.5f * t * t));
-  else if constexpr (kAct == Act::kTanh) return dy * (1.0f - t * t);
-  else return dy * t * (1.0f - t);
-}
+using act::Act;
+using act::backward;
+using act::forward;
 
 Status infer_unary(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   if (in[0].dtype != DType::kF32) return invalid_argument("x must be f32, got {}", dtype_name(in[0].dtype));

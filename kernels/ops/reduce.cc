@@ -7,13 +7,14 @@
 #include <algorithm>
 #include <variant>
 
+#include "kernels/ops/axis_runs.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
 
-constexpr int kMaxRank = 16;
+using math::kMaxRank;
 
 Status check_reduce_attrs(const Attrs& attrs, const Shape& shape) {
   RILL_RETURN_IF_ERROR(math::check_ints_attr(attrs, "axes"));
@@ -97,14 +98,9 @@ Status grad_reduce(GradBuilder& g) {
   return {};
 }
 
-// The big (unreduced) tensor's axes merged into runs that are all reduced or
-// all kept; size-1 axes are dropped. Built without allocating.
-struct AxisRuns {
-  int count = 0;
-  int64_t size[kMaxRank];
-  bool reduced[kMaxRank];
-  int64_t small_stride[kMaxRank];  // stride in the reduced tensor; 0 for reduced runs
-};
+}  // namespace
+
+namespace math {
 
 AxisRuns axis_runs(const Shape& big, const Attrs& attrs) {
   const int rank = static_cast<int>(big.size());
@@ -144,6 +140,13 @@ AxisRuns axis_runs(const Shape& big, const Attrs& attrs) {
   return runs;
 }
 
+}  // namespace math
+
+namespace {
+
+using math::AxisRuns;
+using math::axis_runs;
+
 // Walks the big tensor one innermost run at a time, in memory order, calling
 // fn(big_offset, small_offset) for each.
 template <typename Fn>
@@ -165,13 +168,19 @@ void for_each_inner_run(const AxisRuns& runs, Fn fn) {
   }
 }
 
-int64_t logical_count(const Shape& logical, const Attrs& attrs) {
+}  // namespace
+
+int64_t math::logical_count(const Shape& logical, const Attrs& attrs) {
   AxisRuns runs = axis_runs(logical, attrs);
   int64_t n = 1;
   for (int r = 0; r < runs.count; ++r)
     if (runs.reduced[r]) n *= runs.size[r];
   return n;
 }
+
+namespace {
+
+using math::logical_count;
 
 template <bool kMean>
 Status cpu_reduce(KernelContext& ctx) {

@@ -1,0 +1,63 @@
+// The CUDA kernels' launchers, defined in kernels/ops/*.cu. This header and
+// those files hold device code and plain arguments only (pointers, sizes, a
+// stream), nothing of Rill's host headers: nvcc compiles them, and the host
+// side (kernels/ops/cuda_ops.cc, compiled as C++) turns a KernelContext into
+// these calls and their cudaError_t into a Status. Each launcher enqueues on
+// `stream` and returns the launch's error without waiting.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace rill::cuda_launch {
+
+enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
+enum class Binary { kAdd, kSub, kMul };
+
+cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t activation_grad(Activation act, const float* t, const float* dy, float* dx, int64_t n,
+                            cudaStream_t stream);
+// b_stride 1: b shaped like a; 0: b is a scalar.
+cudaError_t binary(Binary op, const float* a, const float* b, int64_t b_stride, float* y, int64_t n,
+                   cudaStream_t stream);
+// y[i] = x[i] + bias[(i / inner) % channels]
+cudaError_t bias_add(const float* x, const float* bias, float* y, int64_t n, int64_t channels, int64_t inner,
+                     cudaStream_t stream);
+cudaError_t scale(const float* x, float* y, float s, int64_t n, cudaStream_t stream);
+cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream);
+
+// One thread per row of `cols` classes. A label outside [0, cols) sets
+// *bad_label to 1 + its row (the first such row wins) and gives NaN.
+cudaError_t softmax_cross_entropy(const float* logits, const int32_t* labels, float* loss, int64_t rows, int64_t cols,
+                                  int64_t* bad_label, cudaStream_t stream);
+cudaError_t softmax_cross_entropy_grad(const float* logits, const int32_t* labels, const float* dloss, float* dlogits,
+                                       int64_t rows, int64_t cols, int64_t* bad_label, cudaStream_t stream);
+// out[0] = correct rows / logical_rows.
+cudaError_t accuracy(const float* logits, const int32_t* labels, float* out, int64_t rows, int64_t cols,
+                     int64_t logical_rows, int64_t* bad_label, cudaStream_t stream);
+
+// A reduction's axes as runs of merged axes (see kernels/ops/axis_runs.h),
+// with the strides the kernels need.
+inline constexpr int kMaxRuns = 16;
+struct ReduceRuns {
+  int count = 0;
+  int64_t size[kMaxRuns];
+  int64_t big_stride[kMaxRuns];    // in the unreduced tensor
+  int64_t small_stride[kMaxRuns];  // in the reduced tensor; 0 for reduced runs
+  bool reduced[kMaxRuns];
+};
+// y[s] = scale * sum of x over the reduced runs (summed in double); n_out outputs.
+cudaError_t reduce(const ReduceRuns& runs, const float* x, float* y, int64_t n_out, int64_t reduced_count,
+                   float scale, bool empty, cudaStream_t stream);
+// dx[i] = dy[small index of i] * scale over n elements of the unreduced shape.
+cudaError_t broadcast_like(const ReduceRuns& runs, const float* dy, float* dx, int64_t n, float scale,
+                           cudaStream_t stream);
+
+cudaError_t sgd(float* w, const float* g, int64_t n, double lr, double decay, cudaStream_t stream);
+cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, double decay, double mu,
+                     cudaStream_t stream);
+cudaError_t adam(float* w, const float* g, float* m, float* v, int64_t n, double step_size, double beta1,
+                 double beta2, double correction2_sqrt, double eps, double decay, cudaStream_t stream);
+
+}  // namespace rill::cuda_launch

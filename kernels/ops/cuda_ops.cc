@@ -1,0 +1,223 @@
+// The host side of the CUDA kernels: each op's KernelContext turned into a
+// launch of its device code (kernels/ops/*.cu) or a cuBLAS call on the
+// context's stream, and every CUDA or cuBLAS result into a Status naming the
+// call and the op. Nothing here waits for the device.
+#include "kernels/ops/cuda_ops.h"
+
+#include "kernels/cuda/cuda_context.h"
+#include <cmath>
+
+#include "kernels/ops/axis_runs.h"
+#include "kernels/ops/cuda_launch.h"
+
+namespace rill::cuda_ops {
+namespace {
+
+using cuda_launch::Activation;
+using cuda_launch::Binary;
+
+Status launched(cudaError_t error, const char* op) { return cuda_status(error, "kernel launch", op); }
+
+template <Activation kAct>
+Status unary(KernelContext& ctx, const char* op) {
+  return launched(cuda_launch::activation(kAct, ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size(),
+                                          ctx.cuda->stream),
+                  op);
+}
+
+template <Activation kAct>
+Status unary_grad(KernelContext& ctx, const char* op) {
+  return launched(cuda_launch::activation_grad(kAct, ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
+                                               ctx.outputs[0].size(), ctx.cuda->stream),
+                  op);
+}
+
+template <Binary kOp>
+Status binary(KernelContext& ctx, const char* op) {
+  // x1 either has x0's shape or is a scalar read at index 0.
+  const int64_t stride = ctx.inputs[1].shape == ctx.inputs[0].shape ? 1 : 0;
+  return launched(cuda_launch::binary(kOp, ctx.inputs[0].f32(), ctx.inputs[1].f32(), stride, ctx.outputs[0].f32(),
+                                      ctx.outputs[0].size(), ctx.cuda->stream),
+                  op);
+}
+
+cuda_launch::ReduceRuns device_runs(const math::AxisRuns& a) {
+  static_assert(cuda_launch::kMaxRuns >= math::kMaxRank);
+  cuda_launch::ReduceRuns r;
+  r.count = a.count;
+  int64_t stride = 1;
+  for (int i = a.count - 1; i >= 0; --i) {
+    r.size[i] = a.size[i];
+    r.reduced[i] = a.reduced[i];
+    r.small_stride[i] = a.small_stride[i];
+    r.big_stride[i] = stride;
+    stride *= a.size[i];
+  }
+  return r;
+}
+
+template <bool kMean>
+Status reduce(KernelContext& ctx, const char* op) {
+  const TensorView& x = ctx.inputs[0];
+  const cuda_launch::ReduceRuns runs = device_runs(math::axis_runs(x.shape, *ctx.attrs));
+  int64_t reduced_count = 1;
+  for (int r = 0; r < runs.count; ++r)
+    if (runs.reduced[r]) reduced_count *= runs.size[r];
+  float scale = 1.0f;
+  if (kMean) {
+    const int64_t count = math::logical_count(ctx.logical_inputs[0], *ctx.attrs);
+    scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  }
+  return launched(cuda_launch::reduce(runs, x.f32(), ctx.outputs[0].f32(), ctx.outputs[0].size(), reduced_count,
+                                      scale, x.size() == 0, ctx.cuda->stream),
+                  op);
+}
+
+Status check_update_views(const KernelContext& ctx, size_t num_state, const char* op) {
+  const int64_t n = ctx.inputs[0].size();
+  bool ok = ctx.inputs[1].size() == n && ctx.state.size() == num_state;
+  for (const TensorView& s : ctx.state) ok = ok && s.size() == n;
+  if (!ok)
+    return internal_error("{}: variable {} with gradient {} and {} state tensor(s) (want {})", op,
+                          shape_string(ctx.inputs[0].shape), shape_string(ctx.inputs[1].shape), ctx.state.size(),
+                          num_state);
+  return {};
+}
+
+}  // namespace
+
+// Rill's tensors are row-major and cuBLAS is column-major, so C = op(A) op(B)
+// is computed as C^T = op(B)^T op(A)^T: a row-major buffer read as
+// column-major is exactly the transpose.
+Status matmul(KernelContext& ctx) {
+  const bool ta = ctx.attrs->get_int("transpose_a", 0) != 0, tb = ctx.attrs->get_int("transpose_b", 0) != 0;
+  const TensorView& a = ctx.inputs[0];
+  const TensorView& b = ctx.inputs[1];
+  TensorView& c = ctx.outputs[0];
+  const int m = static_cast<int>(c.shape[0]), n = static_cast<int>(c.shape[1]);
+  const int k = static_cast<int>(a.shape[ta ? 0 : 1]);
+  if (m == 0 || n == 0) return {};
+  if (k == 0)  // an empty split piece along K contributes zeros
+    return cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), ctx.cuda->stream), "cudaMemsetAsync", "op 'matmul'");
+  const float one = 1.0f, zero = 0.0f;
+  return cublas_status(cublasSgemm(ctx.cuda->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   n, m, k, &one, b.f32(), static_cast<int>(b.shape[1]), a.f32(),
+                                   static_cast<int>(a.shape[1]), &zero, c.f32(), n),
+                       "cublasSgemm", "op 'matmul'");
+}
+
+Status bias_add(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const int axis = static_cast<int>(ctx.attrs->get_int("axis", 1));
+  int64_t inner = 1;
+  for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
+  return launched(cuda_launch::bias_add(x.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), x.size(), x.shape[axis],
+                                        inner, ctx.cuda->stream),
+                  "op 'bias_add'");
+}
+
+Status relu(KernelContext& ctx) { return unary<Activation::kRelu>(ctx, "op 'relu'"); }
+Status gelu(KernelContext& ctx) { return unary<Activation::kGelu>(ctx, "op 'gelu'"); }
+Status tanh(KernelContext& ctx) { return unary<Activation::kTanh>(ctx, "op 'tanh'"); }
+Status sigmoid(KernelContext& ctx) { return unary<Activation::kSigmoid>(ctx, "op 'sigmoid'"); }
+Status relu_grad(KernelContext& ctx) { return unary_grad<Activation::kRelu>(ctx, "op 'relu_grad'"); }
+Status gelu_grad(KernelContext& ctx) { return unary_grad<Activation::kGelu>(ctx, "op 'gelu_grad'"); }
+Status tanh_grad(KernelContext& ctx) { return unary_grad<Activation::kTanh>(ctx, "op 'tanh_grad'"); }
+Status sigmoid_grad(KernelContext& ctx) { return unary_grad<Activation::kSigmoid>(ctx, "op 'sigmoid_grad'"); }
+Status add(KernelContext& ctx) { return binary<Binary::kAdd>(ctx, "op 'add'"); }
+Status sub(KernelContext& ctx) { return binary<Binary::kSub>(ctx, "op 'sub'"); }
+Status mul(KernelContext& ctx) { return binary<Binary::kMul>(ctx, "op 'mul'"); }
+
+Status scale(KernelContext& ctx) {
+  const float s = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  return launched(
+      cuda_launch::scale(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.outputs[0].size(), ctx.cuda->stream),
+      "op 'scale'");
+}
+
+Status ones_like(KernelContext& ctx) {
+  return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), ctx.cuda->stream),
+                  "op 'ones_like'");
+}
+
+Status copy(KernelContext& ctx) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  if (in.bytes() != out.bytes())
+    return internal_error("copy of {} into {}: sizes differ", shape_string(in.shape), shape_string(out.shape));
+  if (in.data == out.data || in.bytes() == 0) return {};
+  return cuda_status(cudaMemcpyAsync(out.data, in.data, in.bytes(), cudaMemcpyDeviceToDevice, ctx.cuda->stream),
+                     "cudaMemcpyAsync", "op 'identity' or 'reshape'");
+}
+
+Status sparse_softmax_cross_entropy(KernelContext& ctx) {
+  const TensorView& logits = ctx.inputs[0];
+  return launched(cuda_launch::softmax_cross_entropy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(),
+                                                     logits.shape[0], logits.shape[1], ctx.cuda->bad_label,
+                                                     ctx.cuda->stream),
+                  "op 'sparse_softmax_cross_entropy'");
+}
+
+Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
+  const TensorView& logits = ctx.inputs[0];
+  return launched(cuda_launch::softmax_cross_entropy_grad(logits.f32(), ctx.inputs[1].i32(), ctx.inputs[2].f32(),
+                                                          ctx.outputs[0].f32(), logits.shape[0], logits.shape[1],
+                                                          ctx.cuda->bad_label, ctx.cuda->stream),
+                  "op 'sparse_softmax_cross_entropy_grad'");
+}
+
+Status accuracy(KernelContext& ctx) {
+  const TensorView& logits = ctx.inputs[0];
+  return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), logits.shape[0],
+                                        logits.shape[1], ctx.logical_inputs[0][0], ctx.cuda->bad_label,
+                                        ctx.cuda->stream),
+                  "op 'accuracy'");
+}
+
+Status reduce_sum(KernelContext& ctx) { return reduce<false>(ctx, "op 'reduce_sum'"); }
+Status reduce_mean(KernelContext& ctx) { return reduce<true>(ctx, "op 'reduce_mean'"); }
+
+Status broadcast_like(KernelContext& ctx) {
+  TensorView& out = ctx.outputs[0];
+  float scale = 1.0f;
+  if (ctx.attrs->get_int("mean", 0) != 0) {
+    const int64_t count = math::logical_count(ctx.logical_inputs[1], *ctx.attrs);
+    scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  }
+  return launched(cuda_launch::broadcast_like(device_runs(math::axis_runs(out.shape, *ctx.attrs)), ctx.inputs[0].f32(),
+                                              out.f32(), out.size(), scale, ctx.cuda->stream),
+                  "op 'broadcast_like'");
+}
+
+Status sgd_update(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
+  return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
+                                   ctx.attrs->get_float("lr", 0.01), ctx.attrs->get_float("weight_decay", 0.0),
+                                   ctx.cuda->stream),
+                  "op 'sgd_update'");
+}
+
+Status momentum_update(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 1, "op 'momentum_update'"));
+  const Attrs& a = *ctx.attrs;
+  return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
+                                        ctx.inputs[0].size(), a.get_float("lr", 0.01), a.get_float("weight_decay", 0.0),
+                                        a.get_float("momentum", 0.9), ctx.cuda->stream),
+                  "op 'momentum_update'");
+}
+
+Status adam_update(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
+  const Attrs& a = *ctx.attrs;
+  const double lr = a.get_float("lr", 0.001), decay = a.get_float("weight_decay", 0.0);
+  const double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
+  const double t = static_cast<double>(ctx.step + 1);
+  const double step_size = lr / (1.0 - std::pow(beta1, t));
+  const double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
+                                    ctx.inputs[0].size(), step_size, beta1, beta2, correction2_sqrt, eps, decay,
+                                    ctx.cuda->stream),
+                  "op 'adam_update'");
+}
+
+}  // namespace rill::cuda_ops
