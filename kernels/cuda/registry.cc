@@ -28,6 +28,10 @@ constexpr Entry kCudaKernels[] = {
     {"accuracy", cuda_ops::accuracy},
     {"reduce_sum", cuda_ops::reduce_sum}, {"reduce_mean", cuda_ops::reduce_mean},
     {"broadcast_like", cuda_ops::broadcast_like},
+    {"softmax", cuda_ops::softmax}, {"softmax_grad", cuda_ops::softmax_grad},
+    {"mse_loss", cuda_ops::mse_loss}, {"mse_loss_grad", cuda_ops::mse_loss_grad},
+    {"transpose", cuda_ops::transpose}, {"slice", cuda_ops::slice}, {"slice_grad", cuda_ops::slice_grad},
+    {"concat", cuda_ops::concat},
 };
 
 }  // namespace

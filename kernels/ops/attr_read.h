@@ -73,6 +73,11 @@ inline std::array<int64_t, kMaxKernelRank> row_major_strides(const Shape& shape)
   return strides;
 }
 
+// A slice's box origin in `big` for a box of shape `small`, from attr
+// `starts` (slice_ops.cc; shared by the CPU and CUDA kernels). An uncut axis
+// starts at 0, which is also the right origin within a split piece of it.
+Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, std::array<int64_t, kMaxKernelRank>* origin);
+
 inline Status check_rank_limit(const Shape& shape, const char* what) {
   if (shape.size() > static_cast<size_t>(kMaxKernelRank))
     return invalid_argument("{} has rank {} (shape {}); at most {} axes are supported", what, shape.size(),

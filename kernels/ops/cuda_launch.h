@@ -54,6 +54,28 @@ cudaError_t reduce(const ReduceRuns& runs, const float* x, float* y, int64_t n_o
 cudaError_t broadcast_like(const ReduceRuns& runs, const float* dy, float* dx, int64_t n, float scale,
                            cudaStream_t stream);
 
+// Softmax over rows of `cols`, and its gradient y * (dy - sum(dy * y)).
+cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, cudaStream_t stream);
+// out[0] = factor * sum((p - t)^2) (summed in double); dp = factor * (p - t).
+cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float factor, cudaStream_t stream);
+cudaError_t mse_grad(const float* p, const float* t, const float* dloss, float* dp, int64_t n, float factor,
+                     cudaStream_t stream);
+
+// Copies a box of 4-byte elements: element i of the box (row-major over
+// `extent`) goes from src[src_offset + sum idx_d src_stride_d] to
+// dst[dst_offset + sum idx_d dst_stride_d]. Serves transpose, slice,
+// slice_grad and concat.
+inline constexpr int kMaxBoxRank = 8;
+struct Box {
+  int rank = 0;
+  int64_t extent[kMaxBoxRank];
+  int64_t src_stride[kMaxBoxRank];
+  int64_t dst_stride[kMaxBoxRank];
+  int64_t src_offset = 0, dst_offset = 0;
+};
+cudaError_t copy_box(const Box& box, const uint32_t* src, uint32_t* dst, cudaStream_t stream);
+
 cudaError_t sgd(float* w, const float* g, int64_t n, double lr, double decay, cudaStream_t stream);
 cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, double decay, double mu,
                      cudaStream_t stream);

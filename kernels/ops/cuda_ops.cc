@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include <cmath>
 
+#include "kernels/ops/attr_read.h"
 #include "kernels/ops/axis_runs.h"
 #include "kernels/ops/cuda_launch.h"
 
@@ -82,6 +83,35 @@ Status check_update_views(const KernelContext& ctx, size_t num_state, const char
                           shape_string(ctx.inputs[0].shape), shape_string(ctx.inputs[1].shape), ctx.state.size(),
                           num_state);
   return {};
+}
+
+float mse_mean_factor(const KernelContext& ctx) {
+  if (ctx.attrs->get_string("reduction", "sum") != "mean") return 1.0f;
+  const int64_t count = num_elements(ctx.logical_inputs[0]);
+  return count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+}
+
+// A box over `extent`, read from `src` at `src_origin` and written to `dst`
+// at `dst_origin`, both row-major.
+cuda_launch::Box box_between(const Shape& extent, const Shape& src, const std::array<int64_t, kMaxKernelRank>& src_origin,
+                             const Shape& dst, const std::array<int64_t, kMaxKernelRank>& dst_origin) {
+  cuda_launch::Box box;
+  box.rank = static_cast<int>(extent.size());
+  const auto src_strides = row_major_strides(src), dst_strides = row_major_strides(dst);
+  for (int d = 0; d < box.rank; ++d) {
+    box.extent[d] = extent[d];
+    box.src_stride[d] = src_strides[d];
+    box.dst_stride[d] = dst_strides[d];
+    box.src_offset += src_origin[d] * src_strides[d];
+    box.dst_offset += dst_origin[d] * dst_strides[d];
+  }
+  return box;
+}
+
+Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src, void* dst, const char* op) {
+  return launched(cuda_launch::copy_box(box, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst),
+                                        ctx.cuda->stream),
+                  op);
 }
 
 }  // namespace
@@ -218,6 +248,93 @@ Status adam_update(KernelContext& ctx) {
                                     ctx.inputs[0].size(), step_size, beta1, beta2, correction2_sqrt, eps, decay,
                                     ctx.cuda->stream),
                   "op 'adam_update'");
+}
+
+Status softmax(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const int64_t cols = x.shape.back();
+  if (cols == 0) return {};
+  return launched(cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, ctx.cuda->stream),
+                  "op 'softmax'");
+}
+
+Status softmax_grad(KernelContext& ctx) {
+  const TensorView& y = ctx.inputs[0];
+  const int64_t cols = y.shape.back();
+  if (cols == 0) return {};
+  return launched(cuda_launch::softmax_grad(y.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), y.size() / cols, cols,
+                                            ctx.cuda->stream),
+                  "op 'softmax_grad'");
+}
+
+Status mse_loss(KernelContext& ctx) {
+  return launched(cuda_launch::mse(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
+                                   mse_mean_factor(ctx), ctx.cuda->stream),
+                  "op 'mse_loss'");
+}
+
+Status mse_loss_grad(KernelContext& ctx) {
+  return launched(cuda_launch::mse_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
+                                        ctx.outputs[0].f32(), ctx.inputs[0].size(), mse_mean_factor(ctx),
+                                        ctx.cuda->stream),
+                  "op 'mse_loss_grad'");
+}
+
+// Walks the output in order; a step along output axis j moves by the input's
+// stride of axis perm[j].
+Status transpose(KernelContext& ctx) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  const std::vector<int64_t>* perm = ints_attr(*ctx.attrs, "perm");
+  const int rank = static_cast<int>(out.shape.size());
+  if (perm == nullptr || static_cast<int>(perm->size()) != rank || in.shape.size() != out.shape.size() ||
+      rank > kMaxKernelRank)
+    return internal_error("op 'transpose' of {} into {}: attr 'perm' does not match", shape_string(in.shape),
+                          shape_string(out.shape));
+  const auto in_strides = row_major_strides(in.shape), out_strides = row_major_strides(out.shape);
+  cuda_launch::Box box;
+  box.rank = rank;
+  for (int j = 0; j < rank; ++j) {
+    box.extent[j] = out.shape[j];
+    box.src_stride[j] = in_strides[(*perm)[j]];
+    box.dst_stride[j] = out_strides[j];
+  }
+  return copy_box(ctx, box, in.data, out.data, "op 'transpose'");
+}
+
+Status slice(KernelContext& ctx) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  std::array<int64_t, kMaxKernelRank> origin{}, zero{};
+  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, in.shape, out.shape, &origin));
+  return copy_box(ctx, box_between(out.shape, in.shape, origin, out.shape, zero), in.data, out.data, "op 'slice'");
+}
+
+Status slice_grad(KernelContext& ctx) {
+  const TensorView& dy = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  std::array<int64_t, kMaxKernelRank> origin{}, zero{};
+  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
+  RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.data, 0, out.bytes(), ctx.cuda->stream), "cudaMemsetAsync",
+                                   "op 'slice_grad'"));
+  return copy_box(ctx, box_between(dy.shape, dy.shape, zero, out.shape, origin), dy.data, out.data, "op 'slice_grad'");
+}
+
+// Each input goes into its box of the output, one after another along the axis.
+Status concat(KernelContext& ctx) {
+  const TensorView& out = ctx.outputs[0];
+  int64_t axis = ctx.attrs->get_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(out.shape.size());
+  if (out.shape.size() > static_cast<size_t>(kMaxKernelRank) || axis < 0 || axis >= static_cast<int64_t>(out.shape.size()))
+    return internal_error("op 'concat' into {}: attr 'axis' does not match", shape_string(out.shape));
+  std::array<int64_t, kMaxKernelRank> origin{}, zero{};
+  for (const TensorView& in : ctx.inputs) {
+    if (in.size() > 0)
+      RILL_RETURN_IF_ERROR(
+          copy_box(ctx, box_between(in.shape, in.shape, zero, out.shape, origin), in.data, out.data, "op 'concat'"));
+    origin[axis] += in.shape[axis];
+  }
+  return {};
 }
 
 }  // namespace rill::cuda_ops

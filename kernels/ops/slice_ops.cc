@@ -90,21 +90,6 @@ std::vector<SbpSignature> slice_signatures(const Attrs& attrs, const Shape& shap
   return sigs;
 }
 
-// Reads the box origin in place. An uncut axis starts at 0, which is also the
-// right origin within a split piece of it.
-Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, Index* origin) {
-  const std::vector<int64_t>* starts = ints_attr(attrs, "starts");
-  if (starts == nullptr || starts->size() != big.size() || small.size() != big.size() ||
-      big.size() > static_cast<size_t>(kMaxKernelRank))
-    return internal_error("slice box {} in {}: attr 'starts' does not match", shape_string(small), shape_string(big));
-  for (size_t d = 0; d < big.size(); ++d) {
-    (*origin)[d] = (*starts)[d];
-    if ((*starts)[d] + small[d] > big[d])
-      return internal_error("slice box {} at {} overruns {}", shape_string(small), shape_string(*starts),
-                            shape_string(big));
-  }
-  return {};
-}
 
 Status slice_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
   RILL_RETURN_IF_ERROR(check_rank_limit(inputs[0].shape, "slice input"));
@@ -259,6 +244,20 @@ Status concat_grad(GradBuilder& b) {
 }
 
 }  // namespace
+
+Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, Index* origin) {
+  const std::vector<int64_t>* starts = ints_attr(attrs, "starts");
+  if (starts == nullptr || starts->size() != big.size() || small.size() != big.size() ||
+      big.size() > static_cast<size_t>(kMaxKernelRank))
+    return internal_error("slice box {} in {}: attr 'starts' does not match", shape_string(small), shape_string(big));
+  for (size_t d = 0; d < big.size(); ++d) {
+    (*origin)[d] = (*starts)[d];
+    if ((*starts)[d] + small[d] > big[d])
+      return internal_error("slice box {} at {} overruns {}", shape_string(small), shape_string(*starts),
+                            shape_string(big));
+  }
+  return {};
+}
 
 const OpDef kSliceOp = {
     .type = "slice", .infer = slice_infer, .sbp = slice_sbp, .grad = slice_grad, .cpu = slice_kernel};

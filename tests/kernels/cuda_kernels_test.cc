@@ -242,6 +242,27 @@ TEST_CASE("reductions and broadcast_like match the CPU within 2 gamma_n sum|x|, 
       }
 }
 
+TEST_CASE("softmax, mse and the layout ops (transpose, slice, slice_grad, concat) match the CPU") {
+  Tensor x = Tensor::uniform({9, 17}, 51, -3.0f, 3.0f);
+  compare("softmax", {x});
+  compare("softmax_grad", {Tensor::uniform({9, 17}, 52, 0.0f, 1.0f), x});
+  Tensor t = Tensor::uniform({9, 17}, 53);
+  compare("mse_loss", {x, t});
+  testing::RunOptions piece;  // a piece of a logical [18, 17]: the mean divides by the logical count
+  piece.logical_inputs = {{18, 17}, {18, 17}};
+  compare("mse_loss", {x, t}, {{"reduction", std::string("mean")}}, piece);
+  compare("mse_loss_grad", {x, t, Tensor::floats({}, {0.5f})}, {{"reduction", std::string("mean")}}, piece);
+  Tensor cube = Tensor::uniform({3, 4, 5}, 54);
+  compare("transpose", {cube}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  compare("transpose", {x}, {{"perm", std::vector<int64_t>{1, 0}}});
+  Attrs box{{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{3, 4, 5}}};
+  compare("slice", {cube}, box);
+  Attrs back = box;
+  back.set("shape", std::vector<int64_t>{3, 4, 5});
+  compare("slice_grad", {Tensor::uniform({2, 4, 3}, 55)}, back);
+  compare("concat", {cube, Tensor::uniform({3, 2, 5}, 56), Tensor::uniform({3, 1, 5}, 57)}, {{"axis", int64_t{1}}});
+}
+
 TEST_CASE("optimizer updates match the CPU: variable and state") {
   Tensor w = Tensor::uniform({300}, 41);
   Tensor g = Tensor::uniform({300}, 42);
@@ -260,6 +281,17 @@ TEST_CASE("optimizer updates match the CPU: variable and state") {
 }  // namespace rill
 
 int main(int argc, char** argv) {
+  // Checked everywhere, GPU or not: every op with a CPU kernel has a CUDA
+  // one, except initializers, which run on the host so that a variable starts
+  // bitwise the same on every device type, and are copied in.
+  std::string missing;
+  for (const rill::OpDef* def : rill::all_ops())
+    if (def->cpu != nullptr && def->role != rill::OpRole::kInitializer && rill::find_cuda_kernel(def->type) == nullptr)
+      missing += std::string(missing.empty() ? "" : ", ") + def->type;
+  if (!missing.empty()) {
+    std::printf("ops with a CPU kernel but no CUDA kernel: %s\n", missing.c_str());
+    return 1;
+  }
   if (rill::cuda_device_count() == 0) {
     std::printf("skipped: no CUDA device here (the CUDA kernels are tested where a GPU is present)\n");
     return 77;  // meson's "skipped"

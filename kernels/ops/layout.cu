@@ -1,0 +1,23 @@
+// The layout ops' one CUDA kernel: a box copy with arbitrary strides on both
+// sides, one thread per element (transpose, slice, slice_grad, concat).
+#include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/launch.cuh"
+
+namespace rill::cuda_launch {
+
+cudaError_t copy_box(const Box& box, const uint32_t* src, uint32_t* dst, cudaStream_t stream) {
+  int64_t n = 1;
+  for (int d = 0; d < box.rank; ++d) n *= box.extent[d];
+  return for_each(n, stream, [=] __device__(int64_t i) {
+    int64_t s = box.src_offset, t = box.dst_offset, rest = i;
+    for (int d = box.rank - 1; d >= 0; --d) {
+      const int64_t idx = rest % box.extent[d];
+      rest /= box.extent[d];
+      s += idx * box.src_stride[d];
+      t += idx * box.dst_stride[d];
+    }
+    dst[t] = src[s];
+  });
+}
+
+}  // namespace rill::cuda_launch
