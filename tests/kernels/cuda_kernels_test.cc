@@ -251,6 +251,7 @@ TEST_CASE("softmax, mse and the layout ops (transpose, slice, slice_grad, concat
   testing::RunOptions piece;  // a piece of a logical [18, 17]: the mean divides by the logical count
   piece.logical_inputs = {{18, 17}, {18, 17}};
   compare("mse_loss", {x, t}, {{"reduction", std::string("mean")}}, piece);
+  piece.logical_inputs.push_back({});  // dloss
   compare("mse_loss_grad", {x, t, Tensor::floats({}, {0.5f})}, {{"reduction", std::string("mean")}}, piece);
   Tensor cube = Tensor::uniform({3, 4, 5}, 54);
   compare("transpose", {cube}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
