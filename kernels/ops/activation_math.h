@@ -4,11 +4,7 @@
 
 #include <math.h>
 
-#ifdef __CUDACC__
-#define RILL_HOST_DEVICE __host__ __device__
-#else
-#define RILL_HOST_DEVICE
-#endif
+#include "kernels/ops/host_device.h"
 
 namespace rill::act {
 

@@ -2,10 +2,10 @@
 // loss_n = logsumexp(logits_n) - logits_n[label_n], computed stably.
 // sparse_softmax_cross_entropy_grad(logits, labels, dloss) -> dlogits[N, C]
 // = (softmax(logits_n) - onehot(label_n)) * dloss_n. Labels get no gradient.
-#include <cmath>
 
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/softmax_math.h"
 
 namespace rill {
 namespace {
@@ -42,28 +42,13 @@ Status grad_ce(GradBuilder& g) {
   return {};
 }
 
-// Max and log-sum-exp shift of one row: logsumexp = max + log(sum).
-inline void row_stats(const float* row, int64_t cols, float* max_out, float* sum_out) {
-  float max = row[0];
-  for (int64_t c = 1; c < cols; ++c) max = std::max(max, row[c]);
-  float sum = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - max);
-  *max_out = max;
-  *sum_out = sum;
-}
-
 Status cpu_ce(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   const int64_t rows = logits.shape[0], cols = logits.shape[1];
   const int32_t* labels = ctx.inputs[1].i32();
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy", labels, rows, cols));
   float* loss = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.f32() + r * cols;
-    float max, sum;
-    row_stats(row, cols, &max, &sum);
-    loss[r] = max + std::log(sum) - row[labels[r]];
-  }
+  for (int64_t r = 0; r < rows; ++r) loss[r] = softmax_math::cross_entropy_row(logits.f32() + r * cols, cols, labels[r]);
   return {};
 }
 
@@ -74,15 +59,8 @@ Status cpu_ce_grad(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy_grad", labels, rows, cols));
   const float* dloss = ctx.inputs[2].f32();
   float* dlogits = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.f32() + r * cols;
-    float* drow = dlogits + r * cols;
-    float max, sum;
-    row_stats(row, cols, &max, &sum);
-    const float scale = dloss[r] / sum;
-    for (int64_t c = 0; c < cols; ++c) drow[c] = std::exp(row[c] - max) * scale;
-    drow[labels[r]] -= dloss[r];
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::cross_entropy_grad_row(logits.f32() + r * cols, cols, labels[r], dloss[r], dlogits + r * cols);
   return {};
 }
 

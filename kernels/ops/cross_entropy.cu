@@ -3,6 +3,7 @@
 // bad-label flag (the first row wins) and its row yields NaN.
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
+#include "kernels/ops/softmax_math.h"
 
 namespace rill::cuda_launch {
 namespace {
@@ -11,16 +12,6 @@ __device__ bool label_ok(int32_t label, int64_t cols, int64_t row, int64_t* bad_
   if (label >= 0 && label < cols) return true;
   atomicCAS(reinterpret_cast<unsigned long long*>(bad_label), 0ull, static_cast<unsigned long long>(row + 1));
   return false;
-}
-
-// Max and log-sum-exp shift of one row, as the CPU kernel computes them.
-__device__ void row_stats(const float* row, int64_t cols, float* max_out, float* sum_out) {
-  float max = row[0];
-  for (int64_t c = 1; c < cols; ++c) max = fmaxf(max, row[c]);
-  float sum = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) sum += expf(row[c] - max);
-  *max_out = max;
-  *sum_out = sum;
 }
 
 __device__ float quiet_nan() { return __int_as_float(0x7fc00000); }
@@ -35,9 +26,7 @@ cudaError_t softmax_cross_entropy(const float* logits, const int32_t* labels, fl
       loss[r] = quiet_nan();
       return;
     }
-    float max, sum;
-    row_stats(row, cols, &max, &sum);
-    loss[r] = max + logf(sum) - row[labels[r]];
+    loss[r] = softmax_math::cross_entropy_row(row, cols, labels[r]);
   });
 }
 
@@ -50,11 +39,7 @@ cudaError_t softmax_cross_entropy_grad(const float* logits, const int32_t* label
       for (int64_t c = 0; c < cols; ++c) drow[c] = quiet_nan();
       return;
     }
-    float max, sum;
-    row_stats(row, cols, &max, &sum);
-    const float s = dloss[r] / sum;
-    for (int64_t c = 0; c < cols; ++c) drow[c] = expf(row[c] - max) * s;
-    drow[labels[r]] -= dloss[r];
+    softmax_math::cross_entropy_grad_row(row, cols, labels[r], dloss[r], drow);
   });
 }
 

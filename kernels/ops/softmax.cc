@@ -1,9 +1,9 @@
 // softmax over the last axis, and softmax_grad(y, dy) = y * (dy - sum(dy * y))
 // per row. A row must be whole on a device, so the last axis is never split.
-#include <cmath>
 
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/softmax_math.h"
 
 namespace rill {
 namespace {
@@ -49,21 +49,7 @@ Status cpu_softmax(KernelContext& ctx) {
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
   const int64_t rows = x.size() / cols;
-  const float* xp = x.f32();
-  float* yp = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * cols;
-    float* yr = yp + r * cols;
-    float max = xr[0];
-    for (int64_t c = 1; c < cols; ++c) max = std::max(max, xr[c]);
-    float sum = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      yr[c] = std::exp(xr[c] - max);
-      sum += yr[c];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-  }
+  for (int64_t r = 0; r < rows; ++r) softmax_math::softmax_row(x.f32() + r * cols, ctx.outputs[0].f32() + r * cols, cols);
   return {};
 }
 
@@ -72,17 +58,9 @@ Status cpu_softmax_grad(KernelContext& ctx) {
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
   const int64_t rows = y.size() / cols;
-  const float* yp = y.f32();
-  const float* dyp = ctx.inputs[1].f32();
-  float* dxp = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* yr = yp + r * cols;
-    const float* dyr = dyp + r * cols;
-    float* dxr = dxp + r * cols;
-    float dot = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) dot += yr[c] * dyr[c];
-    for (int64_t c = 0; c < cols; ++c) dxr[c] = yr[c] * (dyr[c] - dot);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::softmax_grad_row(y.f32() + r * cols, ctx.inputs[1].f32() + r * cols, ctx.outputs[0].f32() + r * cols,
+                                   cols);
   return {};
 }
 

@@ -3,6 +3,7 @@
 // block-wide reduction.
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
+#include "kernels/ops/softmax_math.h"
 
 namespace rill::cuda_launch {
 namespace {
@@ -28,29 +29,12 @@ __global__ void mse_kernel(const float* p, const float* t, float* out, int64_t n
 }  // namespace
 
 cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  return for_each(rows, stream, [=] __device__(int64_t r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    float max = xr[0];
-    for (int64_t c = 1; c < cols; ++c) max = fmaxf(max, xr[c]);
-    float sum = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      yr[c] = expf(xr[c] - max);
-      sum += yr[c];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-  });
+  return for_each(rows, stream, [=] __device__(int64_t r) { softmax_math::softmax_row(x + r * cols, y + r * cols, cols); });
 }
 
 cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   return for_each(rows, stream, [=] __device__(int64_t r) {
-    const float* yr = y + r * cols;
-    const float* dyr = dy + r * cols;
-    float* dxr = dx + r * cols;
-    float dot = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) dot += yr[c] * dyr[c];
-    for (int64_t c = 0; c < cols; ++c) dxr[c] = yr[c] * (dyr[c] - dot);
+    softmax_math::softmax_grad_row(y + r * cols, dy + r * cols, dx + r * cols, cols);
   });
 }
 

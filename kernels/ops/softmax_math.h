@@ -1,0 +1,60 @@
+// One row of softmax, softmax_grad and softmax cross-entropy: the scalar math
+// shared by the CPU kernels (softmax.cc, cross_entropy.cc) and the CUDA
+// kernels (softmax.cu, cross_entropy.cu), so both compute one formula.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/ops/host_device.h"
+
+namespace rill::softmax_math {
+
+// Max and log-sum-exp shift of one row: logsumexp = max + log(sum).
+RILL_HOST_DEVICE inline void row_stats(const float* row, int64_t cols, float* max_out, float* sum_out) {
+  float max = row[0];
+  for (int64_t c = 1; c < cols; ++c) max = max < row[c] ? row[c] : max;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) sum += expf(row[c] - max);
+  *max_out = max;
+  *sum_out = sum;
+}
+
+RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols) {
+  float max = x[0];
+  for (int64_t c = 1; c < cols; ++c) max = max < x[c] ? x[c] : max;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) {
+    y[c] = expf(x[c] - max);
+    sum += y[c];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t c = 0; c < cols; ++c) y[c] *= inv;
+}
+
+// dx = y * (dy - sum(dy * y)).
+RILL_HOST_DEVICE inline void softmax_grad_row(const float* y, const float* dy, float* dx, int64_t cols) {
+  float dot = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) dot += y[c] * dy[c];
+  for (int64_t c = 0; c < cols; ++c) dx[c] = y[c] * (dy[c] - dot);
+}
+
+// loss = logsumexp(row) - row[label]; label already checked.
+RILL_HOST_DEVICE inline float cross_entropy_row(const float* row, int64_t cols, int32_t label) {
+  float max, sum;
+  row_stats(row, cols, &max, &sum);
+  return max + logf(sum) - row[label];
+}
+
+// drow = (softmax(row) - onehot(label)) * dloss; label already checked.
+RILL_HOST_DEVICE inline void cross_entropy_grad_row(const float* row, int64_t cols, int32_t label, float dloss,
+                                                    float* drow) {
+  float max, sum;
+  row_stats(row, cols, &max, &sum);
+  const float scale = dloss / sum;
+  for (int64_t c = 0; c < cols; ++c) drow[c] = expf(row[c] - max) * scale;
+  drow[label] -= dloss;
+}
+
+}  // namespace rill::softmax_math
