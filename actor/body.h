@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "kernels/data/batch_sampler.h"
 #include "kernels/data/dataset.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/op.h"
 
 namespace rill {
@@ -29,11 +30,17 @@ struct ActIo {
 // swaps data pointers.
 class ComputeBody {
  public:
-  ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes);
+  // With `cuda`, runs `kernel` (the op's CUDA kernel) on that device's stream
+  // and returns once it is enqueued: every reader of its outputs is on the
+  // same stream (a copy task stands between it and anything else).
+  ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
+              KernelFn kernel = nullptr, CudaContext* cuda = nullptr);
   Status act(const ActIo& io);
 
  private:
   const OpDef* def_;
+  KernelFn kernel_;
+  CudaContext* cuda_;
   Attrs attrs_;
   std::vector<Shape> logical_inputs_;
   std::vector<std::byte> scratch_;
@@ -66,9 +73,17 @@ class VariableBody {
   bool trained() const { return update_ != nullptr; }
   // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
   Status act(const ActIo& io);
-  std::span<const std::vector<float>> state() const { return state_storage_; }
+  // The optimizer state, in host memory (brought back from the device first
+  // when the variable lives on a GPU).
+  StatusOr<std::span<const std::vector<float>>> state();
   // Replaces optimizer state tensor `index` (resuming from a checkpoint).
   Status load_state(int index, std::span<const float> values);
+  // Places the variable on a GPU: its model slot is device memory, the
+  // optimizer state moves there, and updates run the update op's CUDA
+  // kernel. Call before init.
+  Status use_device(CudaContext* cuda, KernelFn update_kernel);
+  // The model slot's values, in host memory.
+  Status read_model(const TensorView& model, std::vector<float>* out);
 
   // Called on the actor's thread after the update that completes step
   // `steps_done` (1-based count) when it is a multiple of `every` or the last
@@ -88,8 +103,12 @@ class VariableBody {
   std::vector<int64_t> offset_;
   const OpDef* update_;
   Attrs update_attrs_;
-  std::vector<std::vector<float>> state_storage_;
-  std::vector<TensorView> state_views_;
+  std::vector<std::vector<float>> state_storage_;  // host; staging when on a GPU
+  std::vector<TensorView> state_views_;           // what the update reads: host or device memory
+  CudaContext* cuda_ = nullptr;
+  KernelFn update_kernel_ = nullptr;
+  std::vector<DeviceBuffer> device_state_;
+  std::vector<float> model_host_;                 // snapshot staging when on a GPU
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
   int64_t every_ = 0;
@@ -129,9 +148,19 @@ class BoxingBody {
 // Copies its input slot to its output slot: the two ends of a cross-node
 // regst (Send on the producer's node, Recv on the consumer's). The bytes
 // between them travel with the `ready` message (runtime's bus).
+// Copies its input regst to its output: host to host (cross-node transfers),
+// or between host and a GPU on that GPU's stream, waiting for the copy so the
+// host side (a producer's slot, a consumer's read) is safe when it returns.
 class CopyBody {
  public:
+  CopyBody() = default;
+  CopyBody(CudaContext* cuda, CopyKind kind, std::string name) : cuda_(cuda), kind_(kind), name_(std::move(name)) {}
   Status act(const ActIo& io);
+
+ private:
+  CudaContext* cuda_ = nullptr;
+  CopyKind kind_ = CopyKind::kHostToDevice;
+  std::string name_;
 };
 
 // Per-step scalars reported by the sink: one value per metric name.

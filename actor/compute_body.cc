@@ -2,8 +2,14 @@
 
 namespace rill {
 
-ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes)
-    : def_(def), attrs_(std::move(attrs)), logical_inputs_(std::move(logical_inputs)), scratch_(scratch_bytes) {}
+ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
+                         KernelFn kernel, CudaContext* cuda)
+    : def_(def),
+      kernel_(kernel ? kernel : def->cpu),
+      cuda_(cuda),
+      attrs_(std::move(attrs)),
+      logical_inputs_(std::move(logical_inputs)),
+      scratch_(scratch_bytes) {}
 
 Status ComputeBody::act(const ActIo& io) {
   if (!shaped_) {  // first act: copy shapes once; later acts only swap pointers
@@ -22,7 +28,11 @@ Status ComputeBody::act(const ActIo& io) {
   ctx.attrs = &attrs_;
   ctx.step = io.step;
   ctx.scratch = scratch_;
-  return def_->cpu(ctx);
+  if (cuda_) {
+    RILL_RETURN_IF_ERROR(cuda_->activate(def_->type));
+    ctx.cuda = cuda_;
+  }
+  return kernel_(ctx);
 }
 
 }  // namespace rill

@@ -22,21 +22,66 @@ VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_sh
   update_inputs_.resize(2, TensorView{nullptr, meta.shape, meta.dtype});
 }
 
+Status VariableBody::use_device(CudaContext* cuda, KernelFn update_kernel) {
+  if (update_ && !update_kernel) return invalid_argument("update op '{}' has no CUDA kernel", update_->type);
+  cuda_ = cuda;
+  update_kernel_ = update_kernel;
+  for (size_t i = 0; i < state_storage_.size(); ++i) {
+    RILL_ASSIGN_OR_RETURN(void* p, cuda_->allocate(state_storage_[i].size() * sizeof(float), "optimizer state"));
+    device_state_.emplace_back(p, DeviceFree{cuda_});
+    state_views_[i].data = p;  // zeroed, as the host state starts
+  }
+  return {};
+}
+
+// Initializers run on the host, on every device type, so a variable starts
+// bitwise the same on CPUs and GPUs; a GPU's copy is then made from it.
 Status VariableBody::init(const TensorView& model, std::span<const float> initial_values) {
+  if (!initial_values.empty() && static_cast<int64_t>(initial_values.size()) != model.size())
+    return invalid_argument("initial values hold {} elements, the variable piece {}", initial_values.size(),
+                            model.size());
+  std::vector<float> staging;
+  TensorView out = model;
+  if (cuda_) {
+    staging.resize(static_cast<size_t>(model.size()));
+    out.data = staging.data();
+  }
   if (!initial_values.empty()) {
-    if (static_cast<int64_t>(initial_values.size()) != model.size())
-      return invalid_argument("initial values hold {} elements, the variable piece {}", initial_values.size(),
-                              model.size());
-    std::memcpy(model.data, initial_values.data(), model.bytes());
+    std::memcpy(out.data, initial_values.data(), model.bytes());
+  } else {
+    KernelContext ctx;
+    ctx.outputs = std::span<TensorView>(&out, 1);
+    ctx.logical_output = logical_shape_;
+    ctx.output_offset = offset_;
+    ctx.attrs = &init_attrs_;
+    RILL_RETURN_IF_ERROR(init_->cpu(ctx));
+  }
+  if (!cuda_) return {};
+  RILL_RETURN_IF_ERROR(cuda_->copy(model.data, staging.data(), model.bytes(), CopyKind::kHostToDevice, "variable init"));
+  return cuda_->synchronize("variable init");
+}
+
+Status VariableBody::read_model(const TensorView& model, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(model.size()));
+  if (!cuda_) {
+    std::memcpy(out->data(), model.data, model.bytes());
     return {};
   }
-  TensorView out = model;
-  KernelContext ctx;
-  ctx.outputs = std::span<TensorView>(&out, 1);
-  ctx.logical_output = logical_shape_;
-  ctx.output_offset = offset_;
-  ctx.attrs = &init_attrs_;
-  return init_->cpu(ctx);
+  RILL_RETURN_IF_ERROR(cuda_->activate("variable read"));
+  RILL_RETURN_IF_ERROR(cuda_->copy(out->data(), model.data, model.bytes(), CopyKind::kDeviceToHost, "variable read"));
+  return cuda_->synchronize("variable read");
+}
+
+StatusOr<std::span<const std::vector<float>>> VariableBody::state() {
+  if (cuda_) {
+    RILL_RETURN_IF_ERROR(cuda_->activate("optimizer state read"));
+    for (size_t i = 0; i < state_storage_.size(); ++i)
+      RILL_RETURN_IF_ERROR(cuda_->copy(state_storage_[i].data(), device_state_[i].get(),
+                                       state_storage_[i].size() * sizeof(float), CopyKind::kDeviceToHost,
+                                       "optimizer state read"));
+    RILL_RETURN_IF_ERROR(cuda_->synchronize("optimizer state read"));
+  }
+  return std::span<const std::vector<float>>(state_storage_);
 }
 
 Status VariableBody::act(const ActIo& io) {
@@ -47,11 +92,23 @@ Status VariableBody::act(const ActIo& io) {
   ctx.state = state_views_;
   ctx.attrs = &update_attrs_;
   ctx.step = io.step;
-  RILL_RETURN_IF_ERROR(update_->cpu(ctx));
+  if (cuda_) {
+    RILL_RETURN_IF_ERROR(cuda_->activate(update_->type));
+    ctx.cuda = cuda_;
+    RILL_RETURN_IF_ERROR(update_kernel_(ctx));
+  } else {
+    RILL_RETURN_IF_ERROR(update_->cpu(ctx));
+  }
   int64_t done = io.step + 1;
   if (snapshot_ && ((every_ > 0 && done % every_ == 0) || done == total_steps_)) {
     const TensorView& model = *io.outputs[0];
-    snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
+    if (!cuda_) {
+      snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
+    } else {
+      RILL_RETURN_IF_ERROR(read_model(model, &model_host_));
+      RILL_ASSIGN_OR_RETURN(auto state, state());
+      snapshot_(done, model_host_, state);
+    }
   }
   return {};
 }
@@ -63,7 +120,10 @@ Status VariableBody::load_state(int index, std::span<const float> values) {
     return invalid_argument("optimizer state holds {} elements, the checkpoint {}", state_storage_[index].size(),
                             values.size());
   std::copy(values.begin(), values.end(), state_storage_[index].begin());
-  return {};
+  if (!cuda_) return {};
+  RILL_RETURN_IF_ERROR(cuda_->copy(device_state_[index].get(), state_storage_[index].data(), values.size() * sizeof(float),
+                                   CopyKind::kHostToDevice, "optimizer state load"));
+  return cuda_->synchronize("optimizer state load");
 }
 
 }  // namespace rill

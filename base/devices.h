@@ -17,9 +17,9 @@ struct DeviceList {
 
 inline constexpr int kMaxDevicesPerNode = (1 << ActorId::kDeviceBits) - 1;
 
-// "TYPE:N", e.g. "cpu:2". CUDA devices are refused with the reason
-// until the engine runs kernels on GPUs: accepting them would run on CPU
-// without a word.
+// "TYPE:N", e.g. "cpu:2" or "cuda:1". CUDA devices are refused with the
+// reason by a build without CUDA; a build with it checks at run time that the
+// node has that many GPUs.
 inline StatusOr<DeviceList> parse_device_list(std::string_view text) {
   DeviceList list;
   size_t colon = text.find(':');
@@ -34,10 +34,16 @@ inline StatusOr<DeviceList> parse_device_list(std::string_view text) {
                             kMaxDevicesPerNode);
   list.count = n;
   if (type == "cpu") return list;
-  if (type == "cuda")
-    return invalid_argument("devices '{}': CUDA devices are not supported yet; this build runs jobs on cpu devices "
-                         "only (use cpu:{}; see docs/ROADMAP.md)", text, list.count);
-  return invalid_argument("devices '{}': unknown device type '{}' (expected cpu:N)", text, type);
+  if (type == "cuda") {
+#ifdef RILL_WITH_CUDA
+    list.type = DeviceType::kCuda;
+    return list;
+#else
+    return invalid_argument("devices '{}': this build of Rill has no CUDA support (nvcc was not found when it was "
+                            "built); use cpu:{}", text, list.count);
+#endif
+  }
+  return invalid_argument("devices '{}': unknown device type '{}' (expected cpu:N or cuda:N)", text, type);
 }
 
 }  // namespace rill

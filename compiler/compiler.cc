@@ -71,6 +71,7 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
+  RILL_RETURN_IF_ERROR(insert_copies(&tasks));
   RILL_RETURN_IF_ERROR(plan_regsts(options.activation_register_num, &tasks));
   return write_plan(tasks);
 }

@@ -24,7 +24,8 @@
 namespace rill::compiler {
 
 // 2: per-node boxing, Send/Recv tasks, node plans (Plan.node, Plan.num_tasks).
-inline constexpr uint32_t kPlanVersion = 2;
+// 3: Copy tasks between host and device memory; tasks on cuda devices.
+inline constexpr uint32_t kPlanVersion = 3;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.

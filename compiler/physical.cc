@@ -33,9 +33,9 @@ class Expander {
   // (for comm threads, number `comm_thread` of the task's node).
   int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
     uint32_t index = static_cast<uint32_t>(out_.tasks.size());
-    uint32_t device = type == DeviceType::kCpu    ? static_cast<uint32_t>(task.device)
-                      : type == DeviceType::kComm ? comm_thread
-                                                  : 0;
+    uint32_t device = type == DeviceType::kCpu || type == DeviceType::kCuda ? static_cast<uint32_t>(task.device)
+                      : type == DeviceType::kComm                           ? comm_thread
+                                                                            : 0;
     task.id = ActorId::make(static_cast<uint32_t>(task.node), type, device, 0, index);
     out_.tasks.push_back(std::move(task));
     return static_cast<int>(index);
@@ -107,7 +107,7 @@ class Expander {
         task.variable.offset.assign(var.shape.size(), 0);
         if (v.sbp.kind == Sbp::kSplit)
           task.variable.offset[v.sbp.axis] = split_offset(var.shape[v.sbp.axis], parallel_, rank);
-        int t = add_task(std::move(task), DeviceType::kCpu);
+        int t = add_task(std::move(task), g_.cluster.device_type);
         tasks.push_back(t);
         pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, rank, true));
       }
@@ -133,7 +133,7 @@ class Expander {
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
-        int t = add_task(std::move(task), DeviceType::kCpu);
+        int t = add_task(std::move(task), g_.cluster.device_type);
         tasks.push_back(t);
         for (size_t k = 0; k < op.outputs.size(); ++k)
           pieces_[op.outputs[k]].push_back(add_regst(t, op.outputs[k], g_.find(op.outputs[k])->meta,

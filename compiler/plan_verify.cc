@@ -54,6 +54,8 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv: return t->inputs()->size() == 1 && t->outputs()->size() == 1;
+    case plan::TaskKind::Copy:
+      return t->inputs()->size() == 1 && t->outputs()->size() == 1 && ActorId::device_type(t->id()) == DeviceType::kCuda;
     case plan::TaskKind::Compute: return true;
   }
   return false;

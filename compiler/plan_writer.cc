@@ -84,6 +84,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     case plan::TaskKind::Compute:
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv:
+    case plan::TaskKind::Copy:
       break;
   }
   std::vector<int64_t> inputs(t.inputs.begin(), t.inputs.end()), outputs(t.outputs.begin(), t.outputs.end());

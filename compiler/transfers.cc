@@ -66,4 +66,48 @@ Status insert_transfers(TaskGraph* g) {
   return {};
 }
 
+namespace {
+
+// A task's memory zone: -1 for host memory, else the cuda device index.
+int zone_of(const TaskNode& task) {
+  return ActorId::device_type(task.id) == DeviceType::kCuda ? static_cast<int>(ActorId::device(task.id)) : -1;
+}
+
+}  // namespace
+
+Status insert_copies(TaskGraph* g) {
+  std::map<std::pair<int, int>, int> copied;  // (regst, zone) -> the regst holding it there
+  const size_t num_tasks = g->tasks.size();
+  for (size_t t = 0; t < num_tasks; ++t) {
+    const int zone = zone_of(g->tasks[t]);
+    for (size_t k = 0; k < g->tasks[t].inputs.size(); ++k) {
+      const int regst = g->tasks[t].inputs[k];
+      const int producer = g->regsts[regst].producer;
+      const int from = zone_of(g->tasks[producer]);
+      if (from == zone) continue;
+      if (from >= 0 && zone >= 0)
+        return invalid_argument("regst '{}' goes from cuda:{} to cuda:{}: device-to-device copies need NCCL boxing "
+                                "(not yet)", g->regsts[regst].name, from, zone);
+      auto [it, fresh] = copied.try_emplace({regst, zone}, -1);
+      if (fresh) {
+        // On the device's thread: the reader's for host to device, the producer's for device to host.
+        const TaskNode& device_task = g->tasks[zone >= 0 ? static_cast<int>(t) : producer];
+        TaskNode task;
+        task.kind = plan::TaskKind::Copy;
+        task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, regst);
+        task.node = device_task.node;
+        task.device = static_cast<int>(ActorId::device(device_task.id));
+        task.inputs = {regst};
+        const uint32_t index = static_cast<uint32_t>(g->tasks.size());
+        task.id = ActorId::make(static_cast<uint32_t>(task.node), DeviceType::kCuda, ActorId::device(device_task.id), 0,
+                                index);
+        g->tasks.push_back(std::move(task));
+        it->second = add_copy_regst(g, regst, static_cast<int>(index));
+      }
+      g->tasks[t].inputs[k] = it->second;
+    }
+  }
+  return {};
+}
+
 }  // namespace rill::compiler

@@ -16,4 +16,13 @@ namespace rill::compiler {
 
 Status insert_transfers(TaskGraph* graph);
 
+// Memory-zone copies, the pass after insert_transfers: a regst lives where its
+// producer runs (a cuda device's memory, or host memory for cpu, io and comm
+// threads). Every regst read in another zone gets a Copy task on the cuda
+// device's thread (host to device before a cuda reader; device to host after
+// a cuda producer), one per (regst, reading zone), whose output replaces the
+// regst in the inputs of the readers in that zone. Boxing, sources, sinks and
+// cross-node transfers stay on the host: GPU tasks reach them through copies.
+Status insert_copies(TaskGraph* graph);
+
 }  // namespace rill::compiler

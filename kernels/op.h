@@ -19,7 +19,7 @@
 
 namespace rill {
 
-struct CudaContext;  // kernels/cuda/cuda_context.h: a device's stream and cuBLAS handle
+class CudaContext;  // kernels/cuda/cuda_context.h: a device's stream, cuBLAS handle and memory
 
 // One valid combination of input and output SBPs for an op.
 struct SbpSignature {

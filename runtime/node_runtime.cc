@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <memory>
 #include <unordered_map>
 
@@ -14,6 +16,8 @@
 #include "compiler/compiler.h"
 #include "comm/collectives.h"
 #include "comm/transport.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda_kernels.h"
 #include "runtime/actor_wire.h"
 #include "runtime/plan_reader.h"
 #include "runtime/worker.h"
@@ -57,6 +61,8 @@ class NodeRun : public NodeRuntime {
   StatusOr<Body> make_body(const plan::Task& task);
   StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
   Status init_variable(const plan::Task& task, Actor& actor);
+  // The context of the GPU a task runs on, made on first use.
+  StatusOr<CudaContext*> cuda_for(uint64_t actor_id);
   void collect_variables(RunReport& report);
   void fail(const Status& status);
 
@@ -67,6 +73,8 @@ class NodeRun : public NodeRuntime {
   std::vector<std::unique_ptr<TransportCollective>> collectives_;
   std::vector<std::byte> send_header_;
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
+  std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;  // by device index; outlives what is below
+  std::vector<DeviceBuffer> device_memory_;
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   std::vector<std::unique_ptr<Actor>> actors_;
@@ -90,8 +98,13 @@ const plan::RegstDesc* NodeRun::regst(int64_t id) const {
 Status NodeRun::allocate_regsts() {
   for (const plan::RegstDesc* desc : *plan_->regsts()) regst_by_id_[desc->id()] = desc;
   std::vector<int64_t> needed;
+  std::set<int64_t> copied_to_host;  // written on a GPU's thread, into host memory
   for (const plan::Task* task : *plan_->tasks()) {
     if (task->node() != options_.node) continue;
+    if (task->kind() == plan::TaskKind::Copy && task->inputs()->size() == 1 && task->outputs()->size() == 1) {
+      const plan::RegstDesc* in = regst(task->inputs()->Get(0));
+      if (in && ActorId::device_type(in->producer()) == DeviceType::kCuda) copied_to_host.insert(task->outputs()->Get(0));
+    }
     for (int64_t r : *task->inputs()) needed.push_back(r);
     for (int64_t r : *task->outputs()) needed.push_back(r);
   }
@@ -106,6 +119,18 @@ Status NodeRun::allocate_regsts() {
     size_t bytes = (meta.bytes() + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
     auto& views = slots_[id];
+    const uint64_t producer = desc->producer();
+    if (ActorId::device_type(producer) == DeviceType::kCuda &&
+        ActorId::node(producer) == static_cast<uint32_t>(options_.node) && !copied_to_host.count(id)) {
+      // Written on a GPU: the regst lives in that GPU's memory.
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(producer));
+      for (int s = 0; s < desc->register_num(); ++s) {
+        RILL_ASSIGN_OR_RETURN(void* p, cuda->allocate(bytes, read_string(desc->name()).c_str()));
+        device_memory_.emplace_back(p, DeviceFree{cuda});
+        views.push_back(TensorView{p, meta.shape, meta.dtype});
+      }
+      continue;
+    }
     for (int s = 0; s < desc->register_num(); ++s) {
       void* p = std::aligned_alloc(64, bytes);
       if (!p) return Status(Code::kUnavailable, fmt::format("out of memory for regst '{}'", read_string(desc->name())));
@@ -115,6 +140,17 @@ Status NodeRun::allocate_regsts() {
     }
   }
   return {};
+}
+
+StatusOr<CudaContext*> NodeRun::cuda_for(uint64_t actor_id) {
+  const uint32_t device = ActorId::device(actor_id);
+  auto& ctx = cuda_[device];
+  if (!ctx) {
+    auto made = CudaContext::create(static_cast<int>(device));
+    if (!made.ok()) return made.status().with_context(fmt::format("node {}", options_.node));
+    ctx = std::move(*made);
+  }
+  return ctx.get();
 }
 
 StatusOr<std::shared_ptr<const Dataset>> NodeRun::dataset(int index) {
@@ -137,6 +173,13 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       std::vector<Shape> logical;
       if (task.logical_input_shapes())
         for (const plan::Shape* s : *task.logical_input_shapes()) logical.push_back(read_shape(s->dims()));
+      if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+        KernelFn kernel = find_cuda_kernel(def->type);
+        if (!kernel) return invalid_argument("task '{}': no CUDA kernel for op '{}'", name, def->type);
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+        return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
+                    static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
+      }
       return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
                   static_cast<size_t>(task.scratch_bytes()));
     }
@@ -169,9 +212,15 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         if (!update || update->role != OpRole::kUpdate)
           return invalid_argument("task '{}': unknown optimizer update '{}'", name, read_string(conf->update_op()));
       }
-      return Body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()),
-                  read_shape(model->logical_shape()), read_shape(conf->offset()), update,
-                  read_attrs(conf->update_attrs()), TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()),
+                read_shape(model->logical_shape()), read_shape(conf->offset()), update, read_attrs(conf->update_attrs()),
+                TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+        RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update ? find_cuda_kernel(update->type) : nullptr)
+                                 .with_context(fmt::format("task '{}'", name)));
+      }
+      return body;
     }
     case plan::TaskKind::Boxing: {
       const plan::BoxingConf* conf = task.boxing();
@@ -208,6 +257,14 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
         return invalid_argument("task '{}': send/recv needs one input and one output", name);
       return Body(std::in_place_type<CopyBody>);
+    case plan::TaskKind::Copy: {
+      if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
+        return invalid_argument("task '{}': copy needs one input and one output", name);
+      const bool from_device = ActorId::device_type(regst(task.inputs()->Get(0))->producer()) == DeviceType::kCuda;
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+      return Body(std::in_place_type<CopyBody>, cuda, from_device ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice,
+                  "task '" + name + "'");
+    }
   }
   return invalid_argument("task '{}': unknown task kind", name);
 }
@@ -455,13 +512,18 @@ void NodeRun::collect_variables(RunReport& report) {
     }
     const TensorView& slot = slots_[model->id()][0];
     Shape offset = read_shape(task->variable()->offset());
-    copy_block(logical, offset, slot.shape, value.values.data(), slot.f32(), false);
+    std::vector<float> host;
+    Status read = std::get<VariableBody>(by_index_[ActorId::index(task->id())]->body()).read_model(slot, &host);
+    if (!read.ok()) {
+      report.status = read.with_context(fmt::format("reading variable '{}'", var));
+      return;
+    }
+    copy_block(logical, offset, slot.shape, value.values.data(), host.data(), false);
     bool seen = false;  // a broadcast variable's replicas are one piece
     for (const VariablePiece& piece : report.pieces)
       if (piece.name == var && piece.offset == offset) seen = true;
     if (!seen)
-      report.pieces.push_back(VariablePiece{var, logical, offset, slot.shape,
-                                            std::vector<float>(slot.f32(), slot.f32() + slot.size())});
+      report.pieces.push_back(VariablePiece{var, logical, offset, slot.shape, std::move(host)});
   }
 }
 

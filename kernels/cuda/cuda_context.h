@@ -1,28 +1,27 @@
-// CudaContext: what a CUDA kernel needs of its device: the stream it enqueues
-// on, the cuBLAS handle bound to that stream, and a device flag kernels raise
-// on bad data (a label out of range), read when the stream's work is known
-// complete. One per device thread; used by that thread only.
+// CudaContext: what work on one GPU needs: the stream that work is enqueued
+// on, the cuBLAS handle bound to it, device memory and copies, and a device
+// flag kernels raise on bad data (a label out of range), read when the
+// stream's work is known complete. One per device thread; used by that
+// thread only.
 //
-// Errors from CUDA and cuBLAS become Rill errors naming the call and the op.
+// The header names no CUDA type, so every part of Rill can hold one: a build
+// with CUDA implements it in cuda_context.cc, a build without it in none.cc,
+// where create() fails with the reason and cuda_device_count() is 0. CUDA and
+// cuBLAS errors become Rill errors naming the call and what it was for.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 
 #include "base/status.h"
 
 namespace rill {
 
-struct CudaContext {
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t cublas = nullptr;
-  // Device memory: 0, or 1 + the position of the first bad label a kernel met.
-  int64_t* bad_label = nullptr;
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
+class CudaContext {
+ public:
   // allow_tf32: let cuBLAS round matmul inputs to TF32 on tensor cores (about
   // 1e-3 relative error, several times faster); off, results match the CPU's
   // float GEMM within float rounding.
@@ -31,19 +30,41 @@ struct CudaContext {
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
 
+  int device() const { return device_; }
+  void* stream() const { return stream_; }  // a cudaStream_t
+  void* cublas() const { return cublas_; }  // a cublasHandle_t
+  // Device memory: 0, or 1 + the position of the first bad label a kernel met.
+  int64_t* bad_label() const { return bad_label_; }
+
+  // Makes this context's device current on the calling thread.
+  Status activate(const char* what);
   // Waits for the stream, then reports a raised bad-label flag (and clears it).
   Status synchronize(const char* what);
+  StatusOr<void*> allocate(size_t bytes, const char* what);  // device memory, zeroed
+  void release(void* device_memory);
+  // Enqueues a copy on the stream (host memory may be pageable: then the
+  // copy completes before it returns).
+  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what);
 
  private:
   CudaContext() = default;
+  int device_ = 0;
+  void* stream_ = nullptr;
+  void* cublas_ = nullptr;
+  int64_t* bad_label_ = nullptr;
 };
 
-// How many CUDA devices this process can use: 0 where there is no GPU or no
-// driver (never an error: CPU-only machines simply have none).
-int cuda_device_count();
+// Device memory owned by a unique_ptr: released through its context.
+struct DeviceFree {
+  CudaContext* cuda = nullptr;
+  void operator()(void* p) const {
+    if (cuda) cuda->release(p);
+  }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 
-// Rill errors from CUDA and cuBLAS results, naming the call and what it was for.
-Status cuda_status(cudaError_t error, const char* call, const char* what);
-Status cublas_status(cublasStatus_t status, const char* call, const char* what);
+// How many CUDA devices this process can use: 0 where there is no GPU or no
+// driver, and in a build without CUDA (never an error).
+int cuda_device_count();
 
 }  // namespace rill

@@ -5,6 +5,7 @@
 #include "kernels/ops/cuda_ops.h"
 
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_status.h"
 #include <cmath>
 
 #include "kernels/ops/attr_read.h"
@@ -15,6 +16,9 @@ namespace rill::cuda_ops {
 namespace {
 
 using cuda_launch::Activation;
+
+cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.cuda->stream()); }
+cublasHandle_t cublas_of(const KernelContext& ctx) { return static_cast<cublasHandle_t>(ctx.cuda->cublas()); }
 using cuda_launch::Binary;
 
 Status launched(cudaError_t error, const char* op) { return cuda_status(error, "kernel launch", op); }
@@ -22,14 +26,14 @@ Status launched(cudaError_t error, const char* op) { return cuda_status(error, "
 template <Activation kAct>
 Status unary(KernelContext& ctx, const char* op) {
   return launched(cuda_launch::activation(kAct, ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size(),
-                                          ctx.cuda->stream),
+                                          stream_of(ctx)),
                   op);
 }
 
 template <Activation kAct>
 Status unary_grad(KernelContext& ctx, const char* op) {
   return launched(cuda_launch::activation_grad(kAct, ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
-                                               ctx.outputs[0].size(), ctx.cuda->stream),
+                                               ctx.outputs[0].size(), stream_of(ctx)),
                   op);
 }
 
@@ -38,7 +42,7 @@ Status binary(KernelContext& ctx, const char* op) {
   // x1 either has x0's shape or is a scalar read at index 0.
   const int64_t stride = ctx.inputs[1].shape == ctx.inputs[0].shape ? 1 : 0;
   return launched(cuda_launch::binary(kOp, ctx.inputs[0].f32(), ctx.inputs[1].f32(), stride, ctx.outputs[0].f32(),
-                                      ctx.outputs[0].size(), ctx.cuda->stream),
+                                      ctx.outputs[0].size(), stream_of(ctx)),
                   op);
 }
 
@@ -70,7 +74,7 @@ Status reduce(KernelContext& ctx, const char* op) {
     scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   }
   return launched(cuda_launch::reduce(runs, x.f32(), ctx.outputs[0].f32(), ctx.outputs[0].size(), reduced_count,
-                                      scale, x.size() == 0, ctx.cuda->stream),
+                                      scale, x.size() == 0, stream_of(ctx)),
                   op);
 }
 
@@ -110,7 +114,7 @@ cuda_launch::Box box_between(const Shape& extent, const Shape& src, const std::a
 
 Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src, void* dst, const char* op) {
   return launched(cuda_launch::copy_box(box, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst),
-                                        ctx.cuda->stream),
+                                        stream_of(ctx)),
                   op);
 }
 
@@ -128,9 +132,9 @@ Status matmul(KernelContext& ctx) {
   const int k = static_cast<int>(a.shape[ta ? 0 : 1]);
   if (m == 0 || n == 0) return {};
   if (k == 0)  // an empty split piece along K contributes zeros
-    return cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), ctx.cuda->stream), "cudaMemsetAsync", "op 'matmul'");
+    return cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), stream_of(ctx)), "cudaMemsetAsync", "op 'matmul'");
   const float one = 1.0f, zero = 0.0f;
-  return cublas_status(cublasSgemm(ctx.cuda->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  return cublas_status(cublasSgemm(cublas_of(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    n, m, k, &one, b.f32(), static_cast<int>(b.shape[1]), a.f32(),
                                    static_cast<int>(a.shape[1]), &zero, c.f32(), n),
                        "cublasSgemm", "op 'matmul'");
@@ -142,7 +146,7 @@ Status bias_add(KernelContext& ctx) {
   int64_t inner = 1;
   for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
   return launched(cuda_launch::bias_add(x.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), x.size(), x.shape[axis],
-                                        inner, ctx.cuda->stream),
+                                        inner, stream_of(ctx)),
                   "op 'bias_add'");
 }
 
@@ -161,12 +165,12 @@ Status mul(KernelContext& ctx) { return binary<Binary::kMul>(ctx, "op 'mul'"); }
 Status scale(KernelContext& ctx) {
   const float s = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
   return launched(
-      cuda_launch::scale(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.outputs[0].size(), ctx.cuda->stream),
+      cuda_launch::scale(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.outputs[0].size(), stream_of(ctx)),
       "op 'scale'");
 }
 
 Status ones_like(KernelContext& ctx) {
-  return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), ctx.cuda->stream),
+  return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), stream_of(ctx)),
                   "op 'ones_like'");
 }
 
@@ -176,15 +180,15 @@ Status copy(KernelContext& ctx) {
   if (in.bytes() != out.bytes())
     return internal_error("copy of {} into {}: sizes differ", shape_string(in.shape), shape_string(out.shape));
   if (in.data == out.data || in.bytes() == 0) return {};
-  return cuda_status(cudaMemcpyAsync(out.data, in.data, in.bytes(), cudaMemcpyDeviceToDevice, ctx.cuda->stream),
+  return cuda_status(cudaMemcpyAsync(out.data, in.data, in.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)),
                      "cudaMemcpyAsync", "op 'identity' or 'reshape'");
 }
 
 Status sparse_softmax_cross_entropy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(),
-                                                     logits.shape[0], logits.shape[1], ctx.cuda->bad_label,
-                                                     ctx.cuda->stream),
+                                                     logits.shape[0], logits.shape[1], ctx.cuda->bad_label(),
+                                                     stream_of(ctx)),
                   "op 'sparse_softmax_cross_entropy'");
 }
 
@@ -192,15 +196,15 @@ Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy_grad(logits.f32(), ctx.inputs[1].i32(), ctx.inputs[2].f32(),
                                                           ctx.outputs[0].f32(), logits.shape[0], logits.shape[1],
-                                                          ctx.cuda->bad_label, ctx.cuda->stream),
+                                                          ctx.cuda->bad_label(), stream_of(ctx)),
                   "op 'sparse_softmax_cross_entropy_grad'");
 }
 
 Status accuracy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), logits.shape[0],
-                                        logits.shape[1], ctx.logical_inputs[0][0], ctx.cuda->bad_label,
-                                        ctx.cuda->stream),
+                                        logits.shape[1], ctx.logical_inputs[0][0], ctx.cuda->bad_label(),
+                                        stream_of(ctx)),
                   "op 'accuracy'");
 }
 
@@ -215,7 +219,7 @@ Status broadcast_like(KernelContext& ctx) {
     scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   }
   return launched(cuda_launch::broadcast_like(device_runs(math::axis_runs(out.shape, *ctx.attrs)), ctx.inputs[0].f32(),
-                                              out.f32(), out.size(), scale, ctx.cuda->stream),
+                                              out.f32(), out.size(), scale, stream_of(ctx)),
                   "op 'broadcast_like'");
 }
 
@@ -223,7 +227,7 @@ Status sgd_update(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
   return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
                                    ctx.attrs->get_float("lr", 0.01), ctx.attrs->get_float("weight_decay", 0.0),
-                                   ctx.cuda->stream),
+                                   stream_of(ctx)),
                   "op 'sgd_update'");
 }
 
@@ -232,7 +236,7 @@ Status momentum_update(KernelContext& ctx) {
   const Attrs& a = *ctx.attrs;
   return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
                                         ctx.inputs[0].size(), a.get_float("lr", 0.01), a.get_float("weight_decay", 0.0),
-                                        a.get_float("momentum", 0.9), ctx.cuda->stream),
+                                        a.get_float("momentum", 0.9), stream_of(ctx)),
                   "op 'momentum_update'");
 }
 
@@ -246,7 +250,7 @@ Status adam_update(KernelContext& ctx) {
   const double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
                                     ctx.inputs[0].size(), step_size, beta1, beta2, correction2_sqrt, eps, decay,
-                                    ctx.cuda->stream),
+                                    stream_of(ctx)),
                   "op 'adam_update'");
 }
 
@@ -254,7 +258,7 @@ Status softmax(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
-  return launched(cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, ctx.cuda->stream),
+  return launched(cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, stream_of(ctx)),
                   "op 'softmax'");
 }
 
@@ -263,20 +267,20 @@ Status softmax_grad(KernelContext& ctx) {
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
   return launched(cuda_launch::softmax_grad(y.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), y.size() / cols, cols,
-                                            ctx.cuda->stream),
+                                            stream_of(ctx)),
                   "op 'softmax_grad'");
 }
 
 Status mse_loss(KernelContext& ctx) {
   return launched(cuda_launch::mse(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
-                                   mse_mean_factor(ctx), ctx.cuda->stream),
+                                   mse_mean_factor(ctx), stream_of(ctx)),
                   "op 'mse_loss'");
 }
 
 Status mse_loss_grad(KernelContext& ctx) {
   return launched(cuda_launch::mse_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
                                         ctx.outputs[0].f32(), ctx.inputs[0].size(), mse_mean_factor(ctx),
-                                        ctx.cuda->stream),
+                                        stream_of(ctx)),
                   "op 'mse_loss_grad'");
 }
 
@@ -315,7 +319,7 @@ Status slice_grad(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   std::array<int64_t, kMaxKernelRank> origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
-  RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.data, 0, out.bytes(), ctx.cuda->stream), "cudaMemsetAsync",
+  RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.data, 0, out.bytes(), stream_of(ctx)), "cudaMemsetAsync",
                                    "op 'slice_grad'"));
   return copy_box(ctx, box_between(dy.shape, dy.shape, zero, out.shape, origin), dy.data, out.data, "op 'slice_grad'");
 }

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda_kernels.h"
 #include "tests/kernels/grad_check.h"
