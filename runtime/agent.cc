@@ -18,6 +18,7 @@
 
 #include "comm/counting_transport.h"
 #include "comm/transport.h"
+#include "kernels/cuda/cuda_context.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/control_codec.h"
@@ -58,7 +59,9 @@ Status Agent::start() {
   if (options_.rank < 0 || options_.rank >= world_)
     return invalid_argument("rank {} is outside the machine list ({} node(s): ranks 0..{})", options_.rank, world_,
                             world_ - 1);
-  RILL_RETURN_IF_ERROR(compiler::parse_devices(options_.devices, world_).status());
+  RILL_ASSIGN_OR_RETURN(compiler::Cluster cluster, compiler::parse_devices(options_.devices, world_));
+  if (cluster.device_type == DeviceType::kCuda)
+    RILL_RETURN_IF_ERROR(require_cuda_devices(cluster.devices_per_node, node_name(options_.machines, options_.rank)));
   RILL_RETURN_IF_ERROR(bind_ctrl());
   std::vector<comm::Endpoint> endpoints;
   for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});

@@ -63,7 +63,10 @@ int main(int argc, char** argv) {
   agent->add_option("--machines", machines, "Machine list: addr[:port],... or a file with one per line")->required();
   agent->add_option("--rank", rank, "This node's index in the machine list")->required();
   agent->add_option("--ctrl-port", ctrl_port, "Control port where an entry gives none (data port: +1)");
-  agent->add_option("--devices", devices, "This node's devices, e.g. cpu:2")->default_val("cpu:1");
+  // Its own variable: a default here must not become every subcommand's
+  // --devices (rill run would then ignore the job's train.devices).
+  std::string agent_devices = "cpu:1";
+  agent->add_option("--devices", agent_devices, "This node's devices, e.g. cpu:2")->capture_default_str();
   agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form");
   agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds");
   std::string as_version, agent_log;
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
     dup2(fileno(stdout), fileno(stderr));
   }
   if (agent->parsed())
-    return rill::agent_command(machines, rank, ctrl_port, devices, join_timeout, stall_timeout, as_version);
+    return rill::agent_command(machines, rank, ctrl_port, agent_devices, join_timeout, stall_timeout, as_version);
   if (submit->parsed())
     return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides, resume);
   if (status->parsed()) return rill::status_command(master);

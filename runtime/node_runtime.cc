@@ -323,6 +323,11 @@ Status NodeRun::build() {
   if (options_.transport) options_.transport->accept_tags(options_.tag_base, options_.tag_base + kTagsPerRun);
   auto verified = compiler::verify_plan(bytes_);
   if (!verified.ok()) return verified.status();
+  int gpus = 0;  // the GPUs this node's part of the plan runs on
+  for (const plan::Task* task : *(*verified)->tasks())
+    if (task->node() == options_.node && ActorId::device_type(task->id()) == DeviceType::kCuda)
+      gpus = std::max(gpus, static_cast<int>(ActorId::device(task->id())) + 1);
+  if (gpus > 0) RILL_RETURN_IF_ERROR(require_cuda_devices(gpus, fmt::format("node {}", options_.node)));
   plan_ = *verified;
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())
     return invalid_argument("cannot start at step {}: the plan runs {} steps", options_.start_step, plan_->steps());

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "base/status.h"
 
@@ -66,5 +67,14 @@ using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 // How many CUDA devices this process can use: 0 where there is no GPU or no
 // driver, and in a build without CUDA (never an error).
 int cuda_device_count();
+
+// OK when this machine has at least `count` CUDA devices; else an error
+// naming what was asked for ("cuda:2") and what there is.
+inline Status require_cuda_devices(int count, const std::string& where) {
+  const int have = cuda_device_count();
+  if (have >= count) return {};
+  return Status(Code::kUnavailable, fmt::format("{}: cuda:{} asks for {} GPU(s), but this machine has {} CUDA device(s)",
+                                                where, count, count, have));
+}
 
 }  // namespace rill
