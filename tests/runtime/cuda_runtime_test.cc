@@ -15,41 +15,11 @@
 #include "kernels/cuda/cuda_context.h"
 #include "runtime/job_runner.h"
 #include "tests/runtime/numerics_reference.h"
+#include "tests/runtime/sample_jobs.h"
 
 namespace rill {
-namespace {
-
-std::string source_path(const std::string& relative) {
-  const char* root = std::getenv("RILL_SOURCE_ROOT");
-  return std::string(root ? root : ".") + "/" + relative;
-}
-
-// The samples read Fashion-MNIST from its Debian path; RILL_FASHION_MNIST
-// names another folder (a GPU machine without the package).
-graph::Job load_sample(const std::string& relative) {
-  std::vector<std::string> overrides;
-  if (const char* dir = std::getenv("RILL_FASHION_MNIST"); dir && relative.find("mlp") != std::string::npos) {
-    const std::string d(dir);
-    overrides = {"datasets.train.images=" + d + "/train-images-idx3-ubyte.gz",
-                 "datasets.train.labels=" + d + "/train-labels-idx1-ubyte.gz",
-                 "datasets.test.images=" + d + "/t10k-images-idx3-ubyte.gz",
-                 "datasets.test.labels=" + d + "/t10k-labels-idx1-ubyte.gz"};
-  }
-  auto job = graph::load_job_file(source_path(relative), overrides);
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
-}
-
-JobResult run(const graph::Job& job, const std::string& devices, int64_t steps = 0) {
-  JobRunOptions options;
-  options.devices = devices;
-  options.steps = steps;
-  options.out = nullptr;
-  options.stall_timeout_s = 60;
-  return run_job(job, options);
-}
-
-}  // namespace
+using testing::load_sample;
+using testing::run;
 
 // The bound of numerics_test.cc holds for any correct float implementation,
 // cuBLAS's summation orders and CUDA's expf/logf included.

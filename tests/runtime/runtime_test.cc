@@ -13,6 +13,7 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
+#include "tests/runtime/sample_jobs.h"
 #include "runtime/node_runtime.h"
 #include "samples/linear_regression/linear_regression_job.h"
 #include "samples/mlp/mlp_job.h"
@@ -31,29 +32,8 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace rill {
-namespace {
-
-std::string source_path(const std::string& relative) {
-  const char* root = std::getenv("RILL_SOURCE_ROOT");
-  return std::string(root ? root : ".") + "/" + relative;
-}
-
-graph::Job load_sample(const std::string& relative) {
-  auto job = graph::load_job_file(source_path(relative));
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
-}
-
-JobResult run(const graph::Job& job, const std::string& devices, int64_t steps = 0) {
-  JobRunOptions options;
-  options.devices = devices;
-  options.steps = steps;
-  options.out = nullptr;
-  options.stall_timeout_s = 30;
-  return run_job(job, options);
-}
-
-}  // namespace
+using testing::load_sample;
+using testing::run;
 
 TEST_CASE("linear regression converges to w = [2, 3] on cpu:1 and cpu:2") {
   graph::Job job = load_sample("samples/linear_regression/linear_regression.json");

@@ -1,0 +1,48 @@
+// Loading the samples and running a job in one process, for the runtime
+// tests on CPUs and GPUs.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "graph/job_file.h"
+#include "runtime/job_runner.h"
+
+namespace rill::testing {
+
+inline std::string source_path(const std::string& relative) {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  return std::string(root ? root : ".") + "/" + relative;
+}
+
+// The MLP sample reads Fashion-MNIST from its Debian path; RILL_FASHION_MNIST
+// names another folder (a GPU machine without the package).
+inline graph::Job load_sample(const std::string& relative) {
+  std::vector<std::string> overrides;
+  if (const char* dir = std::getenv("RILL_FASHION_MNIST"); dir && relative.find("mlp") != std::string::npos) {
+    const std::string d(dir);
+    overrides = {"datasets.train.images=" + d + "/train-images-idx3-ubyte.gz",
+                 "datasets.train.labels=" + d + "/train-labels-idx1-ubyte.gz",
+                 "datasets.test.images=" + d + "/t10k-images-idx3-ubyte.gz",
+                 "datasets.test.labels=" + d + "/t10k-labels-idx1-ubyte.gz"};
+  }
+  auto job = graph::load_job_file(source_path(relative), overrides);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
+// Runs `job` on this machine, silently; steps > 0 overrides the job's.
+inline JobResult run(const graph::Job& job, const std::string& devices, int64_t steps = 0) {
+  JobRunOptions options;
+  options.devices = devices;
+  options.steps = steps;
+  options.out = nullptr;
+  options.stall_timeout_s = 60;
+  return run_job(job, options);
+}
+
+}  // namespace rill::testing
