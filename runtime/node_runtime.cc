@@ -5,8 +5,8 @@
 #include <cstring>
 #include <cstdlib>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <unordered_map>
 
 #include <cblas.h>
@@ -217,7 +217,8 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
                 TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
         RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
-        RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update ? find_cuda_kernel(update->type) : nullptr)
+        KernelFn update_kernel = update ? find_cuda_kernel(update->type) : nullptr;
+        RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update_kernel)
                                  .with_context(fmt::format("task '{}'", name)));
       }
       return body;
