@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/data/batch_sampler.h"
 #include "kernels/data/dataset.h"
-#include "kernels/cuda/cuda_context.h"
 #include "kernels/op.h"
 
 namespace rill {
@@ -145,11 +145,10 @@ class BoxingBody {
   std::vector<float> whole_;  // the logical tensor, when no output can hold it
 };
 
-// Copies its input slot to its output slot: the two ends of a cross-node
-// regst (Send on the producer's node, Recv on the consumer's). The bytes
-// between them travel with the `ready` message (runtime's bus).
-// Copies its input regst to its output: host to host (cross-node transfers),
-// or between host and a GPU on that GPU's stream, waiting for the copy so the
+// Copies its input slot to its output slot. Host to host: the two ends of a
+// cross-node regst (Send on the producer's node, Recv on the consumer's; the
+// bytes between them travel with the `ready` message, runtime's bus). Or
+// between host and a GPU, on that GPU's stream, waiting for the copy so the
 // host side (a producer's slot, a consumer's read) is safe when it returns.
 class CopyBody {
  public:
@@ -183,6 +182,7 @@ class SinkBody {
   std::vector<bool> first_piece_;
   std::vector<std::string> names_;
   std::vector<double> values_;
+  int loss_metric_ = -1;  // index in names_ of "loss", checked for finiteness
   Listener listener_;
 };
 

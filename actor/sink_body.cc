@@ -18,6 +18,8 @@ SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> parti
     }
   }
   values_.assign(names_.size(), 0.0);
+  auto loss = std::find(names_.begin(), names_.end(), "loss");
+  if (loss != names_.end()) loss_metric_ = static_cast<int>(loss - names_.begin());
 }
 
 Status SinkBody::act(const ActIo& io) {
@@ -29,10 +31,9 @@ Status SinkBody::act(const ActIo& io) {
   }
   // A NaN or infinite loss means training has diverged: every later step
   // would be meaningless, so the job stops here, naming the step.
-  for (size_t m = 0; m < names_.size(); ++m)
-    if (names_[m] == "loss" && !std::isfinite(values_[m]))
-      return invalid_argument("the loss is {} at step {}; training diverged or read a non-finite value (lower "
-                              "optimizer.lr, or check the data)", values_[m], io.step);
+  if (loss_metric_ >= 0 && !std::isfinite(values_[loss_metric_]))
+    return invalid_argument("the loss is {} at step {}; training diverged or read a non-finite value (lower "
+                            "optimizer.lr, or check the data)", values_[loss_metric_], io.step);
   if (listener_) listener_(StepMetrics{io.step, names_, values_});
   return {};
 }

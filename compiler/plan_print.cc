@@ -85,7 +85,8 @@ std::string plan_json(const plan::Plan& p) {
                         {"bytes", r->bytes()},
                         {"shape", vec(r->shape())},
                         {"sbp", sbp_string(r->sbp())},
-                        {"is_model", r->is_model()}});
+                        {"is_model", r->is_model()},
+                        {"device", r->device()}});
     }
   }
   root["regsts"] = std::move(regsts);

@@ -106,6 +106,8 @@ Status check_references(const plan::Plan& p) {
       if (!resolves(c))
         return data_loss("plan: regst {} names consumer {} that is not in the plan", r->id(), ActorId::to_string(c));
     if (r->register_num() < 1) return data_loss("plan: regst {} has register_num {}", r->id(), r->register_num());
+    if (r->device() < -1 || r->device() >= p.devices_per_node())
+      return data_loss("plan: regst {} is on device {} of {}", r->id(), r->device(), p.devices_per_node());
   }
   return {};
 }

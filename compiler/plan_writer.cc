@@ -103,7 +103,7 @@ Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, si
   return plan::CreateRegstDesc(b, static_cast<int64_t>(index), b.CreateString(r.name), g.tasks[r.producer].id,
                                b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),
                                b.CreateVector(r.meta.shape), b.CreateVector(r.logical_shape), &sbp,
-                               static_cast<int64_t>(r.meta.bytes()), r.is_model);
+                               static_cast<int64_t>(r.meta.bytes()), r.is_model, r.device);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ struct RegstNode {
   Shape logical_shape;
   Sbp sbp;
   bool is_model = false;
+  int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
 };
 
 struct SourceInfo {

@@ -103,10 +103,14 @@ Status insert_copies(TaskGraph* g) {
                                 index);
         g->tasks.push_back(std::move(task));
         it->second = add_copy_regst(g, regst, static_cast<int>(index));
+        g->regsts[it->second].device = zone;
       }
       g->tasks[t].inputs[k] = it->second;
     }
   }
+  // Every other regst lives where its producer runs.
+  for (RegstNode& r : g->regsts)
+    if (g->tasks[r.producer].kind != plan::TaskKind::Copy) r.device = zone_of(g->tasks[r.producer]);
   return {};
 }
 

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <set>
 #include <unordered_map>
 
 #include <cblas.h>
@@ -62,7 +61,7 @@ class NodeRun : public NodeRuntime {
   StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
   Status init_variable(const plan::Task& task, Actor& actor);
   // The context of the GPU a task runs on, made on first use.
-  StatusOr<CudaContext*> cuda_for(uint64_t actor_id);
+  StatusOr<CudaContext*> cuda_for(uint32_t device);
   void collect_variables(RunReport& report);
   void fail(const Status& status);
 
@@ -98,13 +97,8 @@ const plan::RegstDesc* NodeRun::regst(int64_t id) const {
 Status NodeRun::allocate_regsts() {
   for (const plan::RegstDesc* desc : *plan_->regsts()) regst_by_id_[desc->id()] = desc;
   std::vector<int64_t> needed;
-  std::set<int64_t> copied_to_host;  // written on a GPU's thread, into host memory
   for (const plan::Task* task : *plan_->tasks()) {
     if (task->node() != options_.node) continue;
-    if (task->kind() == plan::TaskKind::Copy && task->inputs()->size() == 1 && task->outputs()->size() == 1) {
-      const plan::RegstDesc* in = regst(task->inputs()->Get(0));
-      if (in && ActorId::device_type(in->producer()) == DeviceType::kCuda) copied_to_host.insert(task->outputs()->Get(0));
-    }
     for (int64_t r : *task->inputs()) needed.push_back(r);
     for (int64_t r : *task->outputs()) needed.push_back(r);
   }
@@ -119,11 +113,8 @@ Status NodeRun::allocate_regsts() {
     size_t bytes = (meta.bytes() + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
     auto& views = slots_[id];
-    const uint64_t producer = desc->producer();
-    if (ActorId::device_type(producer) == DeviceType::kCuda &&
-        ActorId::node(producer) == static_cast<uint32_t>(options_.node) && !copied_to_host.count(id)) {
-      // Written on a GPU: the regst lives in that GPU's memory.
-      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(producer));
+    if (desc->device() >= 0) {  // the compiler placed it in that GPU's memory
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(desc->device())));
       for (int s = 0; s < desc->register_num(); ++s) {
         RILL_ASSIGN_OR_RETURN(void* p, cuda->allocate(bytes, read_string(desc->name()).c_str()));
         device_memory_.emplace_back(p, DeviceFree{cuda});
@@ -142,8 +133,7 @@ Status NodeRun::allocate_regsts() {
   return {};
 }
 
-StatusOr<CudaContext*> NodeRun::cuda_for(uint64_t actor_id) {
-  const uint32_t device = ActorId::device(actor_id);
+StatusOr<CudaContext*> NodeRun::cuda_for(uint32_t device) {
   auto& ctx = cuda_[device];
   if (!ctx) {
     auto made = CudaContext::create(static_cast<int>(device));
@@ -176,7 +166,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
         KernelFn kernel = find_cuda_kernel(def->type);
         if (!kernel) return invalid_argument("task '{}': no CUDA kernel for op '{}'", name, def->type);
-        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
         return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
                     static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
       }
@@ -216,7 +206,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
                 read_shape(model->logical_shape()), read_shape(conf->offset()), update, read_attrs(conf->update_attrs()),
                 TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
-        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
         KernelFn update_kernel = update ? find_cuda_kernel(update->type) : nullptr;
         RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update_kernel)
                                  .with_context(fmt::format("task '{}'", name)));
@@ -261,8 +251,8 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
     case plan::TaskKind::Copy: {
       if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
         return invalid_argument("task '{}': copy needs one input and one output", name);
-      const bool from_device = ActorId::device_type(regst(task.inputs()->Get(0))->producer()) == DeviceType::kCuda;
-      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(task.id()));
+      const bool from_device = regst(task.inputs()->Get(0))->device() >= 0;
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
       return Body(std::in_place_type<CopyBody>, cuda, from_device ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice,
                   "task '" + name + "'");
     }

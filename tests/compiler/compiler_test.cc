@@ -345,5 +345,42 @@ TEST_CASE("a loss reached only through an op without a gradient rule is an error
   CHECK(result.status().message().find("gradient") != std::string::npos);
 }
 
+#ifdef RILL_WITH_CUDA
+TEST_CASE("cuda:1: compute and variables on the GPU, a copy wherever a regst changes memory, each regst placed") {
+  graph::Job job = testing::linear_regression_job();
+  std::string bytes = compile_ok(job, "cuda:1");
+  const plan::Plan& p = *plan_of(bytes);
+  auto copies = tasks_of_kind(p, plan::TaskKind::Copy);
+  CHECK(copies.size() == 3);  // x and y in, the loss out to the sink
+  for (const plan::Task* t : *p.tasks()) {
+    CAPTURE(t->name()->str());
+    const bool on_gpu = ActorId::device_type(t->id()) == DeviceType::kCuda;
+    switch (t->kind()) {
+      case plan::TaskKind::Compute:
+      case plan::TaskKind::Variable:
+        CHECK(on_gpu);
+        for (int64_t r : *t->inputs()) CHECK(compiler::find_regst(p, r)->device() == 0);
+        for (int64_t r : *t->outputs()) CHECK(compiler::find_regst(p, r)->device() == 0);
+        break;
+      case plan::TaskKind::Copy: {
+        CHECK(on_gpu);  // on the device's thread, whichever way it copies
+        const int from = compiler::find_regst(p, t->inputs()->Get(0))->device();
+        const int to = compiler::find_regst(p, t->outputs()->Get(0))->device();
+        CHECK(((from == -1 && to == 0) || (from == 0 && to == -1)));
+        break;
+      }
+      default:  // sources and the sink stay on the host, reading and writing host memory
+        CHECK_FALSE(on_gpu);
+        for (int64_t r : *t->inputs()) CHECK(compiler::find_regst(p, r)->device() == -1);
+        for (int64_t r : *t->outputs()) CHECK(compiler::find_regst(p, r)->device() == -1);
+    }
+  }
+  // On cpu devices nothing is copied and everything is in host memory.
+  std::string cpu = compile_ok(job, "cpu:2");
+  CHECK(tasks_of_kind(*plan_of(cpu), plan::TaskKind::Copy).empty());
+  for (const plan::RegstDesc* r : *plan_of(cpu)->regsts()) CHECK(r->device() == -1);
+}
+#endif
+
 }  // namespace
 }  // namespace rill
