@@ -41,21 +41,35 @@ Status Collectives::all_gather(std::span<const std::byte> in, std::span<std::byt
                             world(), in.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
+  set_blocks(out.size());
   return end("all_gather", tag, all_gather_ring(in, out, tag));
 }
 
-// Step s sends block r-s to the right and receives block r-s-1 from the left.
+Status Collectives::all_gather_v(std::span<const std::byte> in, std::span<std::byte> out,
+                                 std::span<const size_t> counts, uint64_t tag) {
+  RILL_RETURN_IF_ERROR(set_blocks(counts, out.size(), "all_gather_v", tag));
+  if (in.size() != blocks_[static_cast<size_t>(rank())].size) {
+    return invalid_argument("all_gather_v {}: input has {} bytes, rank {}'s block {}", describe_tag(tag), in.size(),
+                            rank(), blocks_[static_cast<size_t>(rank())].size);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("all_gather_v", tag, all_gather_ring(in, out, tag));
+}
+
+// Over blocks_ (bytes). Step s sends block r-s to the right and receives
+// block r-s-1 from the left.
 Status Collectives::all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
   const int n = world();
-  const size_t block = in.size(), chunk = std::max<size_t>(1, options_.chunk_bytes);
-  std::byte* own = out.data() + static_cast<size_t>(rank()) * block;
-  if (own != in.data() && block > 0) std::memmove(own, in.data(), block);
+  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
+  std::byte* own = out.data() + blocks_[static_cast<size_t>(rank())].begin;
+  if (own != in.data() && !in.empty()) std::memmove(own, in.data(), in.size());
   if (n == 1) return Status::ok_status();
   RILL_RETURN_IF_ERROR(send_chunks(peer(1), in, chunk, tag));
   for (int s = 0; s < n - 1; ++s) {
-    std::byte* target = out.data() + static_cast<size_t>(peer(-s - 1)) * block;
-    for (size_t at = 0; at < block; at += chunk) {
-      const size_t len = std::min(chunk, block - at);
+    const BlockRange block = blocks_[static_cast<size_t>(peer(-s - 1))];
+    std::byte* target = out.data() + block.begin;
+    for (size_t at = 0; at < block.size; at += chunk) {
+      const size_t len = std::min(chunk, block.size - at);
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
       std::memcpy(target + at, data, len);
       received_.reset();
@@ -127,25 +141,46 @@ Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byt
                             describe_tag(tag), in.size(), out.size(), n);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  const size_t block = in.size() / static_cast<size_t>(n), chunk = std::max<size_t>(1, options_.chunk_bytes);
-  auto run = [&]() -> Status {
-    for (int k = 1; k < n; ++k) {
-      const int to = peer(k);
-      RILL_RETURN_IF_ERROR(send_chunks(to, in.subspan(static_cast<size_t>(to) * block, block), chunk, tag));
+  set_blocks(in.size());
+  recv_blocks_ = blocks_;
+  return end("all_to_all", tag, all_to_all_blocks(in, out, tag));
+}
+
+Status Collectives::all_to_all_v(std::span<const std::byte> in, std::span<const size_t> send_counts,
+                                 std::span<std::byte> out, std::span<const size_t> recv_counts, uint64_t tag) {
+  RILL_RETURN_IF_ERROR(set_blocks(recv_counts, out.size(), "all_to_all_v (receive)", tag));
+  recv_blocks_ = blocks_;
+  RILL_RETURN_IF_ERROR(set_blocks(send_counts, in.size(), "all_to_all_v (send)", tag));
+  const size_t own = static_cast<size_t>(rank());
+  if (blocks_[own].size != recv_blocks_[own].size) {
+    return invalid_argument("all_to_all_v {}: rank {} sends itself {} bytes but expects {}", describe_tag(tag), rank(),
+                            blocks_[own].size, recv_blocks_[own].size);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("all_to_all_v", tag, all_to_all_blocks(in, out, tag));
+}
+
+// Sends blocks_[j] of in to rank j and receives recv_blocks_[j] of out from it.
+Status Collectives::all_to_all_blocks(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
+  const int n = world();
+  const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
+  for (int k = 1; k < n; ++k) {
+    const BlockRange block = blocks_[static_cast<size_t>(peer(k))];
+    RILL_RETURN_IF_ERROR(send_chunks(peer(k), in.subspan(block.begin, block.size), chunk, tag));
+  }
+  const BlockRange mine = blocks_[static_cast<size_t>(rank())];
+  if (mine.size > 0) std::memcpy(out.data() + recv_blocks_[static_cast<size_t>(rank())].begin, in.data() + mine.begin, mine.size);
+  for (int k = 1; k < n; ++k) {
+    const int from = peer(-k);
+    const BlockRange block = recv_blocks_[static_cast<size_t>(from)];
+    for (size_t at = 0; at < block.size; at += chunk) {
+      const size_t len = std::min(chunk, block.size - at);
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
+      std::memcpy(out.data() + block.begin + at, data, len);
+      received_.reset();
     }
-    const size_t own = static_cast<size_t>(rank()) * block;
-    if (block > 0) std::memcpy(out.data() + own, in.data() + own, block);
-    for (int k = 1; k < n; ++k) {
-      const int from = peer(-k);
-      for (size_t at = 0; at < block; at += chunk) {
-        const size_t len = std::min(chunk, block - at);
-        RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(from, len, tag));
-        std::memcpy(out.data() + static_cast<size_t>(from) * block + at, data, len);
-      }
-    }
-    return Status::ok_status();
-  };
-  return end("all_to_all", tag, run());
+  }
+  return Status::ok_status();
 }
 
 Status Collectives::barrier(uint64_t tag) {

@@ -54,6 +54,27 @@ Collectives::~Collectives() {
   }
 }
 
+void Collectives::set_blocks(size_t count) {
+  blocks_.resize(static_cast<size_t>(world()));
+  for (int j = 0; j < world(); ++j) blocks_[static_cast<size_t>(j)] = block_range(count, world(), j);
+}
+
+Status Collectives::set_blocks(std::span<const size_t> counts, size_t total, const char* op, uint64_t tag) {
+  if (counts.size() != static_cast<size_t>(world())) {
+    return invalid_argument("{} {}: {} block sizes for {} ranks", op, describe_tag(tag), counts.size(), world());
+  }
+  blocks_.resize(counts.size());
+  size_t at = 0;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    blocks_[j] = BlockRange{at, counts[j]};
+    at += counts[j];
+  }
+  if (at != total) {
+    return invalid_argument("{} {}: block sizes sum to {}, the buffer holds {}", op, describe_tag(tag), at, total);
+  }
+  return Status::ok_status();
+}
+
 int Collectives::peer(int offset) const { return ((rank() + offset) % world() + world()) % world(); }
 
 size_t Collectives::float_chunk() const { return std::max<size_t>(1, options_.chunk_bytes / sizeof(float)); }
@@ -154,12 +175,13 @@ Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> 
     return Status::ok_status();
   }
   const int right = peer(1), left = peer(-1);
-  const size_t count = in.size(), chunk = float_chunk();
-  BlockRange first = block_range(count, n, peer(-1));
+  const size_t chunk = float_chunk();
+  set_blocks(in.size());
+  BlockRange first = blocks_[static_cast<size_t>(peer(-1))];
   RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
   const int steps = 2 * (n - 1);
   for (int s = 0; s < steps; ++s) {
-    BlockRange block = block_range(count, n, peer(-s - 2));
+    BlockRange block = blocks_[static_cast<size_t>(peer(-s - 2))];
     for (size_t offset = 0; offset < block.size; offset += chunk) {
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
@@ -182,23 +204,36 @@ Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> o
                             describe_tag(tag), out.size(), rank(), in.size(), own.size);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
+  set_blocks(in.size());
   return end("reduce_scatter", tag, reduce_scatter_ring(in, out, tag));
 }
 
+Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
+                                     uint64_t tag) {
+  RILL_RETURN_IF_ERROR(set_blocks(counts, in.size(), "reduce_scatter_v", tag));
+  if (out.size() != blocks_[static_cast<size_t>(rank())].size) {
+    return invalid_argument("reduce_scatter_v {}: output has {} elements, rank {}'s block has {}", describe_tag(tag),
+                            out.size(), rank(), blocks_[static_cast<size_t>(rank())].size);
+  }
+  RILL_RETURN_IF_ERROR(begin(tag));
+  return end("reduce_scatter_v", tag, reduce_scatter_ring(in, out, tag));
+}
+
+// Over blocks_ (set by the caller).
 Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {
   const int n = world();
   const size_t count = in.size(), chunk = float_chunk();
-  BlockRange own = block_range(count, n, rank());
+  BlockRange own = blocks_[static_cast<size_t>(rank())];
   if (n == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return Status::ok_status();
   }
   if (scratch_.size() < count) scratch_.resize(count);
   const int right = peer(1), left = peer(-1);
-  BlockRange first = block_range(count, n, peer(-1));
+  BlockRange first = blocks_[static_cast<size_t>(peer(-1))];
   RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
   for (int s = 0; s < n - 1; ++s) {
-    BlockRange block = block_range(count, n, peer(-s - 2));
+    BlockRange block = blocks_[static_cast<size_t>(peer(-s - 2))];
     const bool last = s == n - 2;  // then block is this rank's own
     for (size_t offset = 0; offset < block.size; offset += chunk) {
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;

@@ -1,7 +1,9 @@
 // Collectives: the collective operations among all ranks of a Transport
 // (ZeroMQ or in-process), on the CPU: all_reduce, reduce_scatter, reduce
 // (float32 sum), all_gather, broadcast, gather, scatter, all_to_all (bytes),
-// barrier, and point-to-point send/recv.
+// barrier, and point-to-point send/recv; reduce_scatter, all_gather and
+// all_to_all also with a block size per rank (the _v forms, as MPI's), which
+// boxing uses for uneven splits and for pieces packed by rank.
 //
 // Every rank calls the same operation with the same tag and sizes. Distinct
 // operations that may run at the same time must use distinct tags; calls
@@ -64,11 +66,19 @@ class Collectives {
   Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag);
   // out = this rank's block (block_range) of the sum over ranks of in.
   Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag);
+  // The same with rank j's block counts[j] elements long (blocks contiguous in
+  // rank order, summing to in.size()); out.size() == counts[rank].
+  Status reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
+                          uint64_t tag);
   // out (root only; same size as in) = sum over ranks of in. Chain ending at root.
   Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
   // out = the ranks' `in` blocks in rank order (out.size() == world * in.size()).
   // `in` may be this rank's block of out.
   Status all_gather(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  // The same with rank j's block counts[j] bytes long; in.size() ==
+  // counts[rank], out.size() the sum of counts.
+  Status all_gather_v(std::span<const std::byte> in, std::span<std::byte> out, std::span<const size_t> counts,
+                      uint64_t tag);
   // Every rank's buffer = root's buffer. Pipelined chain from root.
   Status broadcast(std::span<std::byte> buffer, int root, uint64_t tag);
   // Root's out = every rank's in, in rank order (out.size() == world * in.size()).
@@ -78,6 +88,11 @@ class Collectives {
   // Block j of in goes to rank j, arriving as block `rank` of its out. in and
   // out are disjoint, equal in size, a multiple of world.
   Status all_to_all(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  // The same with blocks of any size: in holds send_counts[j] bytes for rank
+  // j, in rank order; out receives recv_counts[j] bytes from rank j, in rank
+  // order. Each rank's recv_counts[j] must equal rank j's send_counts[rank].
+  Status all_to_all_v(std::span<const std::byte> in, std::span<const size_t> send_counts, std::span<std::byte> out,
+                      std::span<const size_t> recv_counts, uint64_t tag);
   // Returns once every rank has entered (dissemination, log2(world) rounds).
   Status barrier(uint64_t tag);
   // Point to point; send returns once `data` may be reused, recv expects
@@ -95,11 +110,15 @@ class Collectives {
   size_t float_chunk() const;
   int peer(int offset) const;  // (rank + offset) mod world
 
+  // blocks_ = rank j's block of a `count`-element tensor, equal or by counts.
+  void set_blocks(size_t count);
+  Status set_blocks(std::span<const size_t> counts, size_t total, const char* op, uint64_t tag);
   Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
   Status all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag);
   Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
   Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
   Status all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
+  Status all_to_all_blocks(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
   Status broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag);
 
   Transport& transport_;
@@ -109,6 +128,8 @@ class Collectives {
   std::vector<std::byte> joined_;  // a message that arrived in two pieces
   std::vector<float> scratch_;     // partial sums of reduce_scatter and reduce
   std::vector<float> own_;         // a small in-place all_reduce's input, sent while out changes
+  std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
+  std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;
   bool failed_ = false;
 };

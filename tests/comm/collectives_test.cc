@@ -112,6 +112,47 @@ Status run_all(Collectives& c, size_t count, int salt) {
   RILL_RETURN_IF_ERROR(c.all_to_all(bytes(a2a_in), writable(a2a_out), 10));
   RILL_RETURN_IF_ERROR(expect_equal(a2a_out, a2a_want, "all_to_all " + at));
 
+  // The _v forms with uneven blocks: rank j's block is (j + 1) * count / n
+  // elements long minus the previous one's end, some empty when count < n.
+  std::vector<size_t> counts(static_cast<size_t>(n)), bytes_counts(static_cast<size_t>(n));
+  size_t begin = 0;
+  for (int j = 0; j < n; ++j) {
+    size_t end = (static_cast<size_t>(j) * j + 1) * count / (static_cast<size_t>(n - 1) * (n - 1) + 1);
+    if (j == n - 1) end = count;
+    counts[static_cast<size_t>(j)] = end - begin;
+    bytes_counts[static_cast<size_t>(j)] = counts[static_cast<size_t>(j)] * sizeof(float);
+    begin = end;
+  }
+  size_t mine_begin = 0;
+  for (int j = 0; j < r; ++j) mine_begin += counts[static_cast<size_t>(j)];
+  const size_t mine = counts[static_cast<size_t>(r)];
+  std::vector<float> block_v(mine, -1.0f);
+  RILL_RETURN_IF_ERROR(c.reduce_scatter_v(in, block_v, counts, 13));
+  RILL_RETURN_IF_ERROR(expect_equal(
+      block_v, std::vector<float>(want.begin() + mine_begin, want.begin() + mine_begin + mine), "reduce_scatter_v " + at));
+  // all_gather_v: rank q contributes elements [begin_q, begin_q + counts[q]) of input(q).
+  std::vector<float> gathered_v(count, -1.0f), want_v(count);
+  for (int q = 0, at_q = 0; q < n; at_q += static_cast<int>(counts[static_cast<size_t>(q)]), ++q) {
+    auto v = input(q, count, salt);
+    std::copy(v.begin() + at_q, v.begin() + at_q + counts[static_cast<size_t>(q)], want_v.begin() + at_q);
+  }
+  RILL_RETURN_IF_ERROR(c.all_gather_v(bytes(in).subspan(mine_begin * 4, mine * 4), writable(gathered_v), bytes_counts, 14));
+  RILL_RETURN_IF_ERROR(expect_equal(gathered_v, want_v, "all_gather_v " + at));
+  // all_to_all_v: rank q sends (q + j) % 3 + (count % 2) elements to rank j,
+  // values value(q, j * 100 + i).
+  auto a2a_len = [&](int q, int j) { return static_cast<size_t>((q + j) % 3) + count % 2; };
+  std::vector<size_t> send_counts, recv_counts;
+  std::vector<float> v_in, v_want;
+  for (int j = 0; j < n; ++j) {
+    send_counts.push_back(a2a_len(r, j) * 4);
+    recv_counts.push_back(a2a_len(j, r) * 4);
+    for (size_t i = 0; i < a2a_len(r, j); ++i) v_in.push_back(value(r, static_cast<size_t>(j) * 100 + i, salt));
+    for (size_t i = 0; i < a2a_len(j, r); ++i) v_want.push_back(value(j, static_cast<size_t>(r) * 100 + i, salt));
+  }
+  std::vector<float> v_out(v_want.size(), -1.0f);
+  RILL_RETURN_IF_ERROR(c.all_to_all_v(bytes(v_in), send_counts, writable(v_out), recv_counts, 15));
+  RILL_RETURN_IF_ERROR(expect_equal(v_out, v_want, "all_to_all_v " + at));
+
   if (n > 1) {
     std::vector<float> p2p(count, -1.0f);
     if (r == 0) RILL_RETURN_IF_ERROR(c.send(n - 1, bytes(in), 11));
@@ -292,6 +333,10 @@ TEST_CASE("size mismatches are invalid arguments and leave the object usable") {
   CHECK(c.all_gather(bytes(a), writable(b), 1).code() == Code::kInvalidArgument);
   std::vector<std::byte> odd(3);
   CHECK(c.all_to_all(odd, odd, 1).code() == Code::kInvalidArgument);
+  const std::vector<size_t> wrong_counts = {1, 1, 1};  // three blocks for two ranks
+  CHECK(c.all_gather_v(bytes(a), writable(b), wrong_counts, 1).code() == Code::kInvalidArgument);
+  const std::vector<size_t> short_counts = {1, 1};  // sums to 2, the buffer is longer
+  CHECK(c.reduce_scatter_v(a, b, short_counts, 1).code() == Code::kInvalidArgument);
   CHECK(c.broadcast(writable(a), 2, 1).code() == Code::kInvalidArgument);
   CHECK(c.send(0, bytes(a), 1).code() == Code::kInvalidArgument);
   std::vector<float> small(2);
