@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "comm/collectives.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/data/batch_sampler.h"
 #include "kernels/data/dataset.h"
@@ -115,34 +116,63 @@ class VariableBody {
   int64_t total_steps_ = 0;
 };
 
-// The inter-node half of a boxing whose pieces span several nodes, provided
-// by the runtime: a collective among the matching boxing tasks of every node.
-class NodeCollective {
- public:
-  virtual ~NodeCollective() = default;
-  // Sums `data` over the nodes, in place. Called from the boxing actor's thread.
-  virtual Status all_reduce(std::span<float> data) = 0;
-};
-
-// Turns `parallel` pieces in one SBP into `parallel` pieces in another: all-
-// reduce (P -> B), all-gather (S -> B), slice (B -> S), reduce-scatter (P -> S),
-// all-to-all (S(a) -> S(b)). On one node it sees every piece. When the pieces
-// span nodes, this node's task sees `local_pieces` of them (global ranks
-// first_rank ...) and `collective` combines the nodes' partial wholes.
+// Turns the `parallel` pieces of a logical tensor from one SBP into another,
+// moving only what the conversion needs, as collectives among the nodes:
+//   P -> B   local sum, all-reduce          P -> S   local sums, reduce-scatter
+//   S -> B   all-gather                     S(a) -> S(b)  all-to-all
+//   B -> S   local slice (no traffic)       B -> P, S -> P  local (zeros elsewhere)
+// Piece k covers piece_region(k) of the logical tensor (uneven splits: the
+// first pieces one larger). This node's task sees `local_pieces` pieces,
+// global ranks first_rank ...; with pieces on other nodes (the same number
+// on each), `collectives` joins the matching boxing task of every node, its
+// rank being the node's index among them. No buffer holds the whole logical
+// tensor unless an output is B. f32 and i32; sums across nodes f32 only.
+// Buffers are sized once; an act allocates nothing.
 class BoxingBody {
  public:
-  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical, int first_rank = 0, int local_pieces = 0,
-             NodeCollective* collective = nullptr);
+  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
+             comm::Collectives* collectives = nullptr, uint64_t tag = 0);
   Status act(const ActIo& io);
 
  private:
-  Sbp in_sbp_, out_sbp_;
+  // A buffer an act reads or writes: an input or output slot, or scratch.
+  struct Ref {
+    enum Kind : uint8_t { kInput, kOutput, kSend, kRecv } kind = kInput;
+    int index = 0;       // slot index (inputs, outputs)
+    size_t offset = 0;   // bytes into the scratch
+  };
+  // copy or add `box` from src (covering src_region) into dst; zero: fill dst.
+  struct Step {
+    enum Op : uint8_t { kCopy, kAdd, kZero } op = kCopy;
+    Ref src, dst;
+    Region src_region, dst_region, box;
+  };
+  enum class Exchange : uint8_t { kNone, kAllReduce, kAllGather, kAllToAll, kReduceScatter };
+
+  void plan_local();
+  void plan_across_nodes();
+  void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
+  std::byte* resolve(const Ref& ref, const ActIo& io);
+  void run(const std::vector<Step>& steps, const ActIo& io);
+  Status exchange(const ActIo& io);
+  int node_of(int rank) const { return rank / local_; }
+  Region in_piece(int rank) const;
+  Region out_piece(int rank) const;
+
+  Sbp in_, out_;
   int parallel_;
   TensorMeta logical_;
-  int first_rank_;
-  int local_pieces_;
-  NodeCollective* collective_;
-  std::vector<float> whole_;  // the logical tensor, when no output can hold it
+  size_t element_;
+  int first_rank_, local_, nodes_;
+  comm::Collectives* collectives_;
+  uint64_t tag_;
+  std::vector<Step> before_, after_;  // around the exchange
+  std::vector<Step>* adding_ = &before_;
+  Exchange exchange_ = Exchange::kNone;
+  Ref exchange_in_, exchange_out_;
+  size_t exchange_in_bytes_ = 0, exchange_out_bytes_ = 0;
+  std::vector<size_t> send_counts_, recv_counts_;  // bytes per node
+  std::vector<std::byte> send_, recv_;
 };
 
 // Copies its input slot to its output slot. Host to host: the two ends of a

@@ -157,9 +157,7 @@ class Expander {
       const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
       std::vector<int>& tasks = boxing_tasks_.emplace_back();
       std::vector<int>& outs = boxed_.emplace_back();
-      if (nodes > 1) RILL_RETURN_IF_ERROR(check_cross_node(box));
-      // Only B -> S(a) is local on every node: it slices what each node holds.
-      const bool collective = nodes > 1 && box.in.kind != Sbp::kBroadcast;
+      const bool collective = boxing_exchanges(box.in, box.out, nodes);
       for (int node = 0; node < nodes; ++node) {
         TaskNode task;
         task.kind = plan::TaskKind::Boxing;
@@ -181,17 +179,6 @@ class Expander {
         for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
     }
     return {};
-  }
-
-  // The conversions a per-node boxing task can do: all-reduce, all-gather, slice.
-  static Status check_cross_node(const BoxingNode& box) {
-    const bool ok = (box.in.kind == Sbp::kPartialSum && box.out.kind == Sbp::kBroadcast) ||
-                    (box.in.kind == Sbp::kSplit && box.out.kind == Sbp::kBroadcast) ||
-                    (box.in.kind == Sbp::kBroadcast && box.out.kind == Sbp::kSplit);
-    if (ok) return {};
-    return invalid_argument(
-        "tensor '{}': boxing {} -> {} is not supported across nodes yet (supported: P -> B, S -> B, B -> S)",
-        box.tensor, box.in.to_string(), box.out.to_string());
   }
 
   void add_sink() {

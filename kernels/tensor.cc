@@ -1,5 +1,8 @@
 #include "kernels/tensor.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace rill {
@@ -56,6 +59,44 @@ Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int ind
     shape[sbp.axis] = split_offset(dim, parallel, index + 1) - split_offset(dim, parallel, index);
   }
   return shape;
+}
+
+bool boxing_exchanges(Sbp in, Sbp out, int num_nodes) {
+  if (num_nodes <= 1 || in == out) return false;
+  return in.kind == Sbp::kPartialSum || (in.kind == Sbp::kSplit && out.kind != Sbp::kPartialSum);
+}
+
+Region whole_region(const Shape& shape) { return Region{Shape(shape.size(), 0), shape}; }
+
+Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index) {
+  Region r = whole_region(logical);
+  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(logical.size())) {
+    const int64_t dim = logical[sbp.axis];
+    r.origin[sbp.axis] = split_offset(dim, parallel, index);
+    r.extent[sbp.axis] = split_offset(dim, parallel, index + 1) - r.origin[sbp.axis];
+  }
+  return r;
+}
+
+Region intersect(const Region& a, const Region& b) {
+  Region r = a;
+  for (size_t i = 0; i < a.origin.size() && i < b.origin.size(); ++i) {
+    const int64_t begin = std::max(a.origin[i], b.origin[i]);
+    const int64_t end = std::min(a.origin[i] + a.extent[i], b.origin[i] + b.extent[i]);
+    r.origin[i] = begin;
+    r.extent[i] = std::max<int64_t>(0, end - begin);
+  }
+  return r;
+}
+
+void copy_region(const void* src, const Region& src_region, void* dst, const Region& dst_region, const Region& box,
+                 size_t element_size) {
+  const auto* from = static_cast<const std::byte*>(src);
+  auto* to = static_cast<std::byte*>(dst);
+  for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
+    std::memcpy(to + d * static_cast<int64_t>(element_size), from + s * static_cast<int64_t>(element_size),
+                static_cast<size_t>(n) * element_size);
+  });
 }
 
 }  // namespace rill

@@ -54,11 +54,60 @@ struct Sbp {
 // Parses "S(0)", "S(1)", "B", "P".
 bool parse_sbp(const std::string& text, Sbp* out);
 
+// Whether boxing `in` -> `out` over pieces on `num_nodes` nodes needs data
+// from other nodes (a collective among them): from P always, from S unless to
+// P. B -> anything, and S -> P, are local to each node.
+bool boxing_exchanges(Sbp in, Sbp out, int num_nodes);
+
 // The physical shape of one of `parallel` pieces of a logical tensor.
 // Split pieces are balanced: the first (dim % parallel) pieces get one more.
 Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int index);
 // Offset of piece `index` along the split axis.
 int64_t split_offset(int64_t dim, int parallel, int index);
+
+// A box of a logical tensor: where it starts and how far it reaches on each
+// axis. A dense buffer "covering" a region holds exactly its elements in
+// row-major order (a piece of an S(axis) tensor covers its slice).
+struct Region {
+  Shape origin;
+  Shape extent;
+  int64_t size() const { return num_elements(extent); }
+  bool operator==(const Region&) const = default;
+};
+// The whole of a tensor of `shape`.
+Region whole_region(const Shape& shape);
+// Piece `index` of `parallel` of a logical tensor in `sbp` (the whole for B and P).
+Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index);
+// The common part of two regions (extent 0 on some axis when they do not meet).
+Region intersect(const Region& a, const Region& b);
+
+// Calls fn(src_offset, dst_offset, count), in elements, for each contiguous
+// row of `box` (a region inside both), where `src` covers src_region and
+// `dst` covers dst_region. Allocates nothing.
+template <typename Fn>
+void for_each_row(const Region& src, const Region& dst, const Region& box, Fn&& fn) {
+  const size_t rank = box.extent.size();
+  if (rank == 0) {
+    fn(int64_t{0}, int64_t{0}, int64_t{1});
+    return;
+  }
+  if (box.size() == 0) return;
+  // s and d: the linear offset of the indices before `axis`, scaled to axis's stride base.
+  auto walk = [&](auto& self, size_t axis, int64_t s, int64_t d) -> void {
+    const int64_t s0 = box.origin[axis] - src.origin[axis], d0 = box.origin[axis] - dst.origin[axis];
+    if (axis + 1 == rank) {
+      fn(s + s0, d + d0, box.extent[axis]);
+      return;
+    }
+    for (int64_t i = 0; i < box.extent[axis]; ++i)
+      self(self, axis + 1, (s + s0 + i) * src.extent[axis + 1], (d + d0 + i) * dst.extent[axis + 1]);
+  };
+  walk(walk, 0, 0, 0);
+}
+
+// Copies `box` from a buffer covering `src_region` to one covering `dst_region`.
+void copy_region(const void* src, const Region& src_region, void* dst, const Region& dst_region, const Region& box,
+                 size_t element_size);
 
 // A non-owning view of one tensor in a regst.
 struct TensorView {

@@ -28,21 +28,6 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// Sums a cross-node boxing's partial wholes over the nodes: a ring
-// all-reduce among the matching boxing tasks of every node.
-class TransportCollective : public NodeCollective {
- public:
-  TransportCollective(comm::Transport* transport, uint64_t tag, double timeout_s)
-      : collectives_(*transport, comm::CollectiveOptions{.timeout = std::chrono::milliseconds(
-                                                             static_cast<int64_t>(timeout_s * 1000))}),
-        tag_(tag) {}
-  Status all_reduce(std::span<float> data) override { return collectives_.all_reduce(data, data, tag_); }
-
- private:
-  comm::Collectives collectives_;
-  uint64_t tag_;
-};
-
 // Everything one node builds from its part of the plan.
 class NodeRun : public NodeRuntime {
  public:
@@ -69,7 +54,7 @@ class NodeRun : public NodeRuntime {
   RunOptions options_;
   const plan::Plan* plan_ = nullptr;
   std::unordered_map<int64_t, const plan::RegstDesc*> regst_by_id_;
-  std::vector<std::unique_ptr<TransportCollective>> collectives_;
+  std::vector<std::unique_ptr<comm::Collectives>> collectives_;  // one per cross-node boxing task
   std::vector<std::byte> send_header_;
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
   std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;  // by device index; outlives what is below
@@ -218,18 +203,26 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (!conf || !task.inputs() || task.inputs()->size() == 0)
         return invalid_argument("task '{}': boxing without its conf", name);
       const plan::RegstDesc* in = regst(task.inputs()->Get(0));
-      if (in->dtype() != plan::DType::F32) return invalid_argument("task '{}': boxing supports f32 only", name);
-      NodeCollective* collective = nullptr;
-      if (conf->num_nodes() > 1 && read_sbp(conf->in_sbp()).kind != Sbp::kBroadcast) {
+      const Sbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
+      const int local = static_cast<int>(task.inputs()->size());
+      if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
+          conf->first_rank() + local > conf->parallel() || !task.outputs() ||
+          static_cast<int>(task.outputs()->size()) != local)
+        return invalid_argument("task '{}': boxing of {} pieces with {} inputs from rank {} and {} outputs", name,
+                                conf->parallel(), local, conf->first_rank(), task.outputs() ? task.outputs()->size() : 0);
+      comm::Collectives* collectives = nullptr;
+      if (boxing_exchanges(in_sbp, out_sbp, conf->num_nodes())) {
         if (!options_.transport)
           return invalid_argument("task '{}': boxing across {} nodes needs a transport", name, conf->num_nodes());
-        collectives_.push_back(std::make_unique<TransportCollective>(
-            options_.transport, options_.tag_base + 1 + conf->collective_tag(), options_.stall_timeout_s));
-        collective = collectives_.back().get();
+        collectives_.push_back(std::make_unique<comm::Collectives>(
+            *options_.transport,
+            comm::CollectiveOptions{.timeout = std::chrono::milliseconds(
+                                        static_cast<int64_t>(options_.stall_timeout_s * 1000))}));
+        collectives = collectives_.back().get();
       }
-      return Body(std::in_place_type<BoxingBody>, read_sbp(conf->in_sbp()), read_sbp(conf->out_sbp()),
-                  conf->parallel(), TensorMeta{read_shape(in->logical_shape()), DType::kF32}, conf->first_rank(),
-                  static_cast<int>(task.inputs()->size()), collective);
+      return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(),
+                  TensorMeta{read_shape(in->logical_shape()), read_dtype(in->dtype())}, conf->first_rank(), local,
+                  collectives, options_.tag_base + 1 + conf->collective_tag());
     }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();

@@ -67,30 +67,11 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
 
 void copy_block(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, float* whole,
                 float* block, bool into_block) {
-  const size_t rank = logical.size();
-  if (rank == 0) {
-    if (into_block) *block = *whole;
-    else *whole = *block;
-    return;
-  }
-  // Walk every row (last axis) of the block; rows are contiguous in both.
-  std::vector<int64_t> index(rank, 0);
-  const int64_t rows = num_elements(piece) / std::max<int64_t>(piece[rank - 1], 1);
-  const size_t row_bytes = static_cast<size_t>(piece[rank - 1]) * sizeof(float);
-  for (int64_t r = 0; r < rows && row_bytes > 0; ++r) {
-    int64_t whole_at = 0, block_at = 0;
-    for (size_t a = 0; a < rank; ++a) {
-      int64_t pos = (a + 1 == rank ? 0 : index[a]);
-      whole_at = whole_at * logical[a] + pos + (a < offset.size() ? offset[a] : 0);
-      block_at = block_at * piece[a] + pos;
-    }
-    if (into_block) std::memcpy(block + block_at, whole + whole_at, row_bytes);
-    else std::memcpy(whole + whole_at, block + block_at, row_bytes);
-    for (int a = static_cast<int>(rank) - 2; a >= 0; --a) {  // next row index
-      if (++index[a] < piece[a]) break;
-      index[a] = 0;
-    }
-  }
+  Region piece_region{Shape(logical.size(), 0), piece};
+  for (size_t a = 0; a < offset.size() && a < logical.size(); ++a) piece_region.origin[a] = offset[a];
+  const Region all = whole_region(logical);
+  if (into_block) copy_region(whole, all, block, piece_region, piece_region, sizeof(float));
+  else copy_region(block, piece_region, whole, all, piece_region, sizeof(float));
 }
 
 }  // namespace rill

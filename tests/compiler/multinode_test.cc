@@ -286,17 +286,20 @@ TEST_CASE("B -> S across nodes is a local slice: a task per node, no peers; one 
   CHECK(tasks_of_kind(*plan_of(one), TaskKind::Send).empty());
 }
 
-TEST_CASE("other conversions across nodes are an error naming the tensor and the SBPs") {
+TEST_CASE("a split variable compiles across nodes: its gradient's P -> S(0) is a collective among the nodes") {
   graph::Job split = testing::linear_regression_job();
   split.variables[0].sbp = Sbp::split(0);  // its gradient needs P -> S(0), a reduce-scatter
-  CHECK(compile_on(split, "cpu:2", 1).ok());
-  auto result = compile_on(split, "cpu:1", 2);
-  REQUIRE(!result.ok());
-  CHECK(result.status().code() == Code::kInvalidArgument);
-  const std::string& message = result.status().message();
-  CHECK(message.find("not supported across nodes yet") != std::string::npos);
-  CHECK(message.find("'grad/predict/matmul'") != std::string::npos);
-  CHECK(message.find("P -> S(0)") != std::string::npos);
+  const std::string bytes = compile_ok(split, "cpu:1", {}, 2);
+  int reduce_scatters = 0;
+  for (const plan::Task* t : tasks_of_kind(*plan_of(bytes), TaskKind::Boxing)) {
+    const plan::BoxingConf* conf = t->boxing();
+    if (conf->in_sbp()->kind() != plan::SbpKind::PartialSum || conf->out_sbp()->kind() != plan::SbpKind::Split) continue;
+    ++reduce_scatters;
+    CHECK(conf->num_nodes() == 2);
+    CHECK(conf->peers()->size() == 2);
+    CHECK(conf->collective_tag() > 0);
+  }
+  CHECK(reduce_scatters == 2);  // one task per node
 }
 
 TEST_CASE("multi-node plans are deterministic and differ from one-node plans") {

@@ -1,0 +1,191 @@
+// Boxing tests: every SBP conversion, element by element against the logical
+// tensor it must equal, for 1, 2 and 3 pieces per node on 1, 2 and 3 nodes
+// (nodes are threads joined by the in-process transport, or by loopback
+// ZeroMQ for a few cases), in f32 and i32, with shapes whose split axes do not
+// divide by the piece count. Values are small integers, so every sum is
+// exact in f32 whatever its order: results compare with ==.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include "actor/body.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace rill;
+using namespace rill::comm::testing;
+
+namespace {
+
+// Element e of the logical tensor, and of P-piece k (pieces sum to the tensor).
+int logical_value(int64_t e) { return static_cast<int>((e * 7 + 3) % 23) - 11; }
+int partial_value(int64_t e, int k, int parallel) {
+  if (k + 1 < parallel) return static_cast<int>((e * 5 + k * 3) % 9) - 4;
+  int rest = logical_value(e);
+  for (int q = 0; q + 1 < parallel; ++q) rest -= partial_value(e, q, parallel);
+  return rest;
+}
+
+// A dense buffer covering one region of the logical tensor, of either dtype.
+struct Piece {
+  Region region;
+  DType dtype;
+  std::vector<int32_t> storage;  // 4-byte elements: f32 or i32 bits
+  TensorView view;
+
+  Piece(Region r, DType d) : region(std::move(r)), dtype(d), storage(static_cast<size_t>(region.size()), -999) {
+    view = TensorView{storage.data(), region.extent, dtype};
+  }
+  void set(size_t i, int v) {
+    if (dtype == DType::kF32) reinterpret_cast<float*>(storage.data())[i] = static_cast<float>(v);
+    else storage[i] = v;
+  }
+  int get(size_t i) const {
+    return dtype == DType::kF32 ? static_cast<int>(reinterpret_cast<const float*>(storage.data())[i]) : storage[i];
+  }
+  // Sets element i (row-major within the region) from its logical index.
+  template <typename Fn>
+  void set_all(Fn&& value_at) {
+    for (int64_t i = 0; i < region.size(); ++i) set(static_cast<size_t>(i), value_at(logical_index(i)));
+  }
+  int64_t logical_index(int64_t i) const { return logical_index_of(i, region); }
+  static int64_t logical_index_of(int64_t i, const Region& r);
+};
+
+Shape g_shape;  // the logical shape of the case being run (one thread per node reads it)
+
+int64_t Piece::logical_index_of(int64_t i, const Region& r) {
+  // i -> coordinates in the region -> linear index in the logical tensor.
+  const size_t rank = r.extent.size();
+  std::vector<int64_t> coord(rank);
+  for (size_t a = rank; a-- > 0;) {
+    coord[a] = i % r.extent[a] + r.origin[a];
+    i /= r.extent[a];
+  }
+  int64_t linear = 0;
+  for (size_t a = 0; a < rank; ++a) linear = linear * g_shape[a] + coord[a];
+  return linear;
+}
+
+// The input pieces of `node`'s task for a tensor in `sbp`.
+std::vector<std::unique_ptr<Piece>> inputs(const Sbp& sbp, DType dtype, int parallel, int first, int local) {
+  std::vector<std::unique_ptr<Piece>> pieces;
+  for (int k = first; k < first + local; ++k) {
+    auto p = std::make_unique<Piece>(piece_region(g_shape, sbp, parallel, k), dtype);
+    if (sbp.kind == Sbp::kPartialSum) p->set_all([&](int64_t e) { return partial_value(e, k, parallel); });
+    else p->set_all(logical_value);
+    pieces.push_back(std::move(p));
+  }
+  return pieces;
+}
+
+// Checks the output pieces of every node: S and B pieces equal their part
+// of the logical tensor; P pieces sum to it.
+Status check_outputs(const Sbp& sbp, int parallel, const std::vector<std::vector<std::unique_ptr<Piece>>>& outs) {
+  const int64_t n = num_elements(g_shape);
+  std::vector<int64_t> sums(static_cast<size_t>(n), 0);
+  for (const auto& node : outs)
+    for (const auto& piece : node) {
+      for (int64_t i = 0; i < piece->region.size(); ++i) {
+        const int64_t e = piece->logical_index(i);
+        const int got = piece->get(static_cast<size_t>(i));
+        if (sbp.kind == Sbp::kPartialSum) sums[static_cast<size_t>(e)] += got;
+        else if (got != logical_value(e))
+          return internal_error("piece at {} element {} (logical {}): {}, expected {}", shape_string(piece->region.origin),
+                                i, e, got, logical_value(e));
+      }
+    }
+  if (sbp.kind == Sbp::kPartialSum)
+    for (int64_t e = 0; e < n; ++e)
+      if (sums[static_cast<size_t>(e)] != logical_value(e))
+        return internal_error("P pieces sum to {} at logical {}, expected {}", sums[static_cast<size_t>(e)], e,
+                              logical_value(e));
+  (void)parallel;
+  return {};
+}
+
+// Runs one conversion of `g_shape` over nodes x local pieces; returns the
+// first failure.
+Status run_case(Kind kind, Sbp in, Sbp out, DType dtype, int nodes, int local) {
+  const int parallel = nodes * local;
+  auto transports = nodes > 1 ? make_world(kind, nodes) : std::vector<std::unique_ptr<comm::Transport>>{};
+  std::vector<std::vector<std::unique_ptr<Piece>>> ins(static_cast<size_t>(nodes)), outs(static_cast<size_t>(nodes));
+  for (int node = 0; node < nodes; ++node) {
+    ins[static_cast<size_t>(node)] = inputs(in, dtype, parallel, node * local, local);
+    for (int k = node * local; k < (node + 1) * local; ++k)
+      outs[static_cast<size_t>(node)].push_back(std::make_unique<Piece>(piece_region(g_shape, out, parallel, k), dtype));
+  }
+  auto statuses = run_ranks(nodes, [&](int node) -> Status {
+    std::unique_ptr<comm::Collectives> collectives;
+    if (nodes > 1) collectives = std::make_unique<comm::Collectives>(*transports[static_cast<size_t>(node)]);
+    BoxingBody body(in, out, parallel, TensorMeta{g_shape, dtype}, node * local, local, collectives.get(), 7);
+    std::vector<const TensorView*> in_views, out_views;
+    for (auto& p : ins[static_cast<size_t>(node)]) in_views.push_back(&p->view);
+    for (auto& p : outs[static_cast<size_t>(node)]) out_views.push_back(&p->view);
+    // Twice: the second act must not depend on what the first left behind.
+    for (int round = 0; round < 2; ++round) {
+      RILL_RETURN_IF_ERROR(body.act(ActIo{round, in_views, out_views}));
+      if (round == 0)
+        for (auto& p : outs[static_cast<size_t>(node)]) p->set_all([](int64_t) { return 555; });
+    }
+    return {};
+  });
+  for (const Status& s : statuses) RILL_RETURN_IF_ERROR(s);
+  return check_outputs(out, parallel, outs);
+}
+
+std::vector<Sbp> all_sbps(size_t rank) {
+  std::vector<Sbp> sbps = {Sbp::broadcast(), Sbp::partial_sum()};
+  for (int a = 0; a < static_cast<int>(rank); ++a) sbps.push_back(Sbp::split(a));
+  return sbps;
+}
+
+}  // namespace
+
+TEST_CASE("every boxing conversion equals the logical tensor: 1-3 nodes x 1-3 pieces, uneven shapes, f32 and i32") {
+  // [5, 7]: neither axis divides by 2, 3, 4, 6, 9. [1, 7, 4]: split along
+  // axis 1 (the pieces are contiguous; all-gather in place) and axis 2 (not).
+  // [2]: fewer elements than pieces for 3 x 3.
+  for (const Shape& shape : {Shape{5, 7}, Shape{1, 7, 4}, Shape{2}}) {
+    g_shape = shape;
+    for (const Sbp& in : all_sbps(shape.size()))
+      for (const Sbp& out : all_sbps(shape.size())) {
+        if (in == out) continue;
+        for (DType dtype : {DType::kF32, DType::kI32})
+          for (int nodes = 1; nodes <= 3; ++nodes)
+            for (int local = 1; local <= 3; ++local) {
+              if (nodes * local == 1) continue;
+              // Sums of i32 across nodes are refused (tested below).
+              if (dtype == DType::kI32 && nodes > 1 && in.kind == Sbp::kPartialSum) continue;
+              CAPTURE(shape_string(shape));
+              CAPTURE(in.to_string());
+              CAPTURE(out.to_string());
+              CAPTURE(dtype_name(dtype));
+              CAPTURE(nodes);
+              CAPTURE(local);
+              Status status = run_case(Kind::kInproc, in, out, dtype, nodes, local);
+              INFO(status.to_string());
+              CHECK(status.ok());
+            }
+      }
+  }
+}
+
+TEST_CASE("boxing across nodes over loopback ZeroMQ: all-reduce, reduce-scatter, all-gather, all-to-all") {
+  g_shape = Shape{9, 11};
+  for (auto [in, out] : {std::pair{Sbp::partial_sum(), Sbp::broadcast()}, std::pair{Sbp::partial_sum(), Sbp::split(1)},
+                         std::pair{Sbp::split(1), Sbp::broadcast()}, std::pair{Sbp::split(0), Sbp::split(1)}}) {
+    CAPTURE(in.to_string());
+    CAPTURE(out.to_string());
+    Status status = run_case(Kind::kZmq, in, out, DType::kF32, 3, 2);
+    INFO(status.to_string());
+    CHECK(status.ok());
+  }
+}
+
+TEST_CASE("a sum of i32 pieces across nodes is an error naming the conversion") {
+  g_shape = Shape{4};
+  Status status = run_case(Kind::kInproc, Sbp::partial_sum(), Sbp::broadcast(), DType::kI32, 2, 1);
+  CHECK(status.code() == Code::kInvalidArgument);
+  CHECK(status.message().find("boxing P -> B across nodes sums; sums across nodes are f32 only, and this tensor is i32") != std::string::npos);
+}
