@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/node_runtime.h"
+#include "runtime/plan_reader.h"
 
 namespace rill::testing {
 
@@ -284,9 +286,17 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
         std::lock_guard lock(mu);
         for (auto& [state, values] : piece.state)
           if (state == "momentum") {
-            CHECK(piece.shape == piece.logical_shape);  // data parallel: whole gradients
-            auto [it, fresh] = out.grads.emplace(piece.name, values);
-            if (!fresh) CHECK(it->second == values);  // every replica holds the same sum
+            // Pieces of a split variable fill their part of the whole; the
+            // replicas of a broadcast one must agree.
+            auto [it, fresh] = out.grads.emplace(
+                piece.name, std::vector<float>(static_cast<size_t>(num_elements(piece.logical_shape)), NAN));
+            std::vector<float> whole(it->second.size(), NAN);
+            copy_block(piece.logical_shape, piece.offset, piece.shape, whole.data(), values.data(), false);
+            for (size_t i = 0; i < whole.size(); ++i) {
+              if (std::isnan(whole[i])) continue;
+              if (!std::isnan(it->second[i])) CHECK(it->second[i] == whole[i]);  // every replica holds the same sum
+              it->second[i] = whole[i];
+            }
           }
       };
       options.on_step = [&](const StepMetrics& m) {
@@ -302,6 +312,16 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
 
 // One step of `problem` on a layout, checked against the exact gradients and
 // loss within 2 E (the derived bound; see numerics_test.cc).
+// The problem's job with SBP hints: variables by name (others B), and the
+// inputs' SBP (the batch split S(0) unless given).
+inline Problem with_sbp(Problem problem, const std::map<std::string, Sbp>& variables, std::optional<Sbp> inputs) {
+  for (graph::Variable& v : problem.job.variables)
+    if (auto it = variables.find(v.name); it != variables.end()) v.sbp = it->second;
+  if (inputs)
+    for (graph::Input& in : problem.job.inputs) in.sbp = *inputs;
+  return problem;
+}
+
 inline void check_one_step(const Problem& problem, const Reference& ref, int nodes, const std::string& devices) {
   OneStep run = run_one_step(problem, nodes, devices);
   CHECK(std::abs(run.loss - ref.loss) <= 2 * ref.loss_err);
@@ -310,6 +330,7 @@ inline void check_one_step(const Problem& problem, const Reference& ref, int nod
     CAPTURE(name);
     const std::vector<float>& got = run.grads.at(name);
     REQUIRE(got.size() == g.v.size());
+    for (float v : got) REQUIRE(!std::isnan(v));  // every element came from some piece
     int outside = 0;
     for (size_t i = 0; i < got.size(); ++i)
       if (!(std::abs(got[i] - g.v[i]) <= 2 * g.e[i])) {

@@ -54,4 +54,33 @@ TEST_CASE("one step's gradients on cpu:1, cpu:2, cpu:3 and 2 nodes x 2 devices a
   }
 }
 
+// Model parallelism changes the order of the sums too, in other places: with
+// w1 split by columns and w2 by rows (the Megatron layout), fc2's inner
+// product is summed in parts on each device, then across them by boxing.
+// The bound above holds for any order, so the same check applies. The data
+// is replicated (inputs B), so every device computes on the whole batch.
+TEST_CASE("model parallel (w1 S(1), b1 S(0), w2 S(0)) and hybrid layouts give the exact gradients within float error bounds") {
+  Problem data = make_problem();
+  Reference ref = reference(data.x, data.y, data.weights);
+  Problem megatron =
+      with_sbp(data, {{"w1", Sbp::split(1)}, {"b1", Sbp::split(0)}, {"w2", Sbp::split(0)}}, Sbp::broadcast());
+  // Every weight split, the batch split too: each device holds a quarter or
+  // a third of each matrix, and every boxing kind appears.
+  Problem all_split = with_sbp(data,
+                               {{"w1", Sbp::split(1)}, {"b1", Sbp::split(0)}, {"w2", Sbp::split(0)},
+                                {"w3", Sbp::split(1)}, {"b3", Sbp::split(0)}},
+                               std::nullopt);
+  struct Layout {
+    int nodes;
+    const char* devices;
+  };
+  for (const Problem* problem : {&megatron, &all_split})
+    for (Layout layout : {Layout{1, "cpu:2"}, Layout{1, "cpu:3"}, Layout{2, "cpu:1"}, Layout{3, "cpu:1"}, Layout{2, "cpu:2"}}) {
+      CAPTURE(problem == &megatron ? "megatron" : "all split");
+      CAPTURE(layout.nodes);
+      CAPTURE(layout.devices);
+      check_one_step(*problem, ref, layout.nodes, layout.devices);
+    }
+}
+
 }  // namespace rill
