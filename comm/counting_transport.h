@@ -1,5 +1,6 @@
-// CountingTransport: wraps a Transport and counts the messages this rank
-// sends to, and receives from, each peer (handler and mailbox alike). The
+// CountingTransport: wraps a Transport and counts the messages (and their
+// bytes) this rank sends to, and receives from, each peer (handler and
+// mailbox alike). The
 // agent wraps its data plane in one, so a job's result can show which node
 // talked to which: after the start, traffic between two nodes goes straight
 // between them, never through the master.
@@ -18,14 +19,17 @@ namespace rill::comm {
 class CountingTransport final : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner)
-      : inner_(std::move(inner)), sent_(inner_->world()), received_(inner_->world()) {}
+      : inner_(std::move(inner)), sent_(inner_->world()), received_(inner_->world()), received_bytes_(inner_->world()) {}
 
   // Messages received from each peer since the last reset (index = rank).
   std::vector<int64_t> received_from() const { return read(received_); }
+  // Bytes of those messages (header and body) from each peer.
+  std::vector<int64_t> received_bytes_from() const { return read(received_bytes_); }
   std::vector<int64_t> sent_to() const { return read(sent_); }
   void reset() {
     for (auto& c : sent_) c.store(0);
     for (auto& c : received_) c.store(0);
+    for (auto& c : received_bytes_) c.store(0);
   }
 
   int rank() const override { return inner_->rank(); }
@@ -38,7 +42,7 @@ class CountingTransport final : public Transport {
   }
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override {
     Status status = inner_->recv_message(from, tag, deadline, out);
-    if (status.ok() && from >= 0 && from < world()) received_[from].fetch_add(1, std::memory_order_relaxed);
+    if (status.ok() && from >= 0 && from < world()) count(from, out->view().size());
     return status;
   }
   void set_handler(uint64_t tag, Handler handler) override {
@@ -47,7 +51,7 @@ class CountingTransport final : public Transport {
       return;
     }
     inner_->set_handler(tag, [this, handler = std::move(handler)](int from, std::span<const std::byte> message) {
-      if (from >= 0 && from < world()) received_[from].fetch_add(1, std::memory_order_relaxed);
+      if (from >= 0 && from < world()) count(from, message.size());
       handler(from, message);
     });
   }
@@ -63,9 +67,15 @@ class CountingTransport final : public Transport {
     return out;
   }
 
+  void count(int from, size_t bytes) {
+    received_[from].fetch_add(1, std::memory_order_relaxed);
+    received_bytes_[from].fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  }
+
   std::unique_ptr<Transport> inner_;
   std::vector<std::atomic<int64_t>> sent_;
   std::vector<std::atomic<int64_t>> received_;
+  std::vector<std::atomic<int64_t>> received_bytes_;
 };
 
 }  // namespace rill::comm

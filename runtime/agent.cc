@@ -446,7 +446,7 @@ void Agent::worker_handle(ctl::Message message) {
             }
             runtime.reset();  // unhooks the transport handler before the next job
             ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
-                           report.seconds, transport_->received_from()};
+                           report.seconds, transport_->received_from(), transport_->received_bytes_from()};
             for (VariablePiece& p : report.pieces)
               done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
             post_to_node(0, done);

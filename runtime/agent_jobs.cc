@@ -119,6 +119,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
   for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
   report = (*runtime)->run();
   std::vector<int64_t> master_received = transport_->received_from();
+  std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
     local_runtime_ = nullptr;
@@ -130,10 +131,16 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
     return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
   });
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
-  for (int from = 0; from < world_; ++from) report.traffic[from][0] = master_received[from];
+  report.traffic_bytes.assign(world_, std::vector<int64_t>(world_, 0));
+  for (int from = 0; from < world_; ++from) {
+    report.traffic[from][0] = master_received[from];
+    report.traffic_bytes[from][0] = master_received_bytes[from];
+  }
   for (auto& [node, done] : phase_.dones) {
     for (int from = 0; from < world_ && from < static_cast<int>(done.received_from.size()); ++from)
       report.traffic[from][node] = done.received_from[from];
+    for (int from = 0; from < world_ && from < static_cast<int>(done.received_bytes_from.size()); ++from)
+      report.traffic_bytes[from][node] = done.received_bytes_from[from];
     if (!done.error.empty()) {
       if (report.status.ok() || report.status.code() == Code::kAborted)
         report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));

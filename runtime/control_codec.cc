@@ -74,7 +74,8 @@ struct Encoder {
   }
   std::pair<fb::Message, Offset<void>> operator()(const Done& m) {
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
-                                              tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from))
+                                              tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
+                                              b.CreateVector(m.received_bytes_from))
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -173,7 +174,7 @@ StatusOr<Message> decode(std::string_view bytes) {
     case fb::Message::Done: {
       auto m = e->message_as_Done();
       return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
-                          vec(m->received_from())});
+                          vec(m->received_from()), vec(m->received_bytes_from())});
     }
     case fb::Message::Progress: {
       auto m = e->message_as_Progress();

@@ -58,6 +58,7 @@ struct Done {
   std::vector<Tensor> variables;
   double seconds = 0;
   std::vector<int64_t> received_from;
+  std::vector<int64_t> received_bytes_from;
 };
 struct Progress { int64_t job_id = 0; std::string line; };
 struct Result { int64_t job_id = 0; std::string result_json, error; };

@@ -192,6 +192,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (!result.loss_curve.empty()) result.final_loss = result.loss_curve.back();
   result.variables = std::move(train.variables);
   result.traffic = std::move(train.traffic);
+  result.traffic_bytes = std::move(train.traffic_bytes);
 
   if (job.eval) {
     compiler::CompileOptions eval_options;
@@ -263,6 +264,7 @@ std::string result_json(const JobResult& result) {
   }
   j["variables"] = variables;
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
+  if (!result.traffic_bytes.empty()) j["traffic_bytes"] = result.traffic_bytes;  // [from][to] bytes
   j["loss_curve"] = result.loss_curve;
   return j.dump(2);
 }

@@ -52,6 +52,7 @@ struct JobResult {
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
+  std::vector<std::vector<int64_t>> traffic_bytes;
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);

@@ -85,6 +85,7 @@ struct RunReport {
   std::vector<ActorTraceRecord> traces;  // when RunOptions::trace
   // traffic[i][j]: data-plane messages node j received from node i (multi-node runs).
   std::vector<std::vector<int64_t>> traffic;
+  std::vector<std::vector<int64_t>> traffic_bytes;  // the same messages' bytes
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the

@@ -122,6 +122,48 @@ TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 step
   }
 }
 
+// Model parallelism (samples/mlp/mlp_model_parallel.json: w1 split by
+// columns, w2 by rows, the batch replicated) changes only the order of float
+// sums, as data parallelism does: the same 1e-5 bound over 10 steps, for the
+// same reasons (tests/runtime/runtime_test.cc); one step's gradients under
+// model parallelism are checked against derived bounds in
+// tests/runtime/numerics_test.cc. Across nodes the activations move (the
+// traffic counts show it), not only gradients.
+TEST_CASE("the model-parallel MLP on 1 node x 2 devices and 2 nodes x 1 device matches data parallelism") {
+  auto data = temp_dir() / "mlp_dp.json";
+  auto local = temp_dir() / "mlp_mp2.json";
+  auto nodes = temp_dir() / "mlp_mp_nodes.json";
+  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 10 --result " + data.string());
+  INFO(a.output);
+  REQUIRE(a.code == 0);
+  Ran b = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --steps 10 --result " + local.string());
+  INFO(b.output);
+  REQUIRE(b.code == 0);
+  Ran c = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 2 --devices cpu:1 --ctrl-port 19130 "
+                   "--steps 10 --result " + nodes.string());
+  INFO(c.output);
+  REQUIRE(c.code == 0);
+  auto want = read_json(data)["loss_curve"];
+  REQUIRE(want.size() == 10);
+  for (const auto& path : {local, nodes}) {
+    auto got = read_json(path)["loss_curve"];
+    REQUIRE(got.size() == 10);
+    for (size_t i = 0; i < 10; ++i) {
+      CAPTURE(path.string());
+      CAPTURE(i);
+      double x = want[i].get<double>(), y = got[i].get<double>();
+      CHECK(std::abs(x - y) <= 1e-5 * std::abs(x));
+    }
+  }
+  // Each step moves at least the forward all-reduce (or reduce-scatter) of
+  // fc2's 256 x 512 partial sums between the two nodes.
+  auto traffic = read_json(nodes)["traffic_bytes"];
+  INFO(traffic.dump());
+  REQUIRE(traffic.size() == 2);
+  CHECK(traffic[0][1].get<double>() >= 10.0 * 256 * 512 * 4 / 2);
+  CHECK(traffic[1][0].get<double>() >= 10.0 * 256 * 512 * 4 / 2);
+}
+
 TEST_CASE("the MLP on 2 nodes x 2 devices reaches the accuracy bar") {
   auto result = temp_dir() / "mlp4full.json";
   Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19120 --result " +
