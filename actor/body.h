@@ -122,8 +122,9 @@ class VariableBody {
 //   S -> B   all-gather                     S(a) -> S(b)  all-to-all
 //   B -> S   local slice (no traffic)       B -> P, S -> P  local (zeros elsewhere)
 // Piece k covers piece_region(k) of the logical tensor (uneven splits: the
-// first pieces one larger). This node's task sees `local_pieces` pieces,
-// global ranks first_rank ...; with pieces on other nodes (the same number
+// first pieces one larger). This node's task reads `local_pieces` pieces,
+// global ranks first_rank ..., and writes as many, or one for B (which every
+// device of the node reads); with pieces on other nodes (the same number
 // on each), `collectives` joins the matching boxing task of every node, its
 // rank being the node's index among them. No buffer holds the whole logical
 // tensor unless an output is B. f32 and i32; sums across nodes f32 only.
@@ -141,10 +142,11 @@ class BoxingBody {
     int index = 0;       // slot index (inputs, outputs)
     size_t offset = 0;   // bytes into the scratch
   };
-  // copy or add `box` from src (covering src_region) into dst; zero: fill dst.
+  // copy or add `box` from src (covering src_region) into dst; sum: dst =
+  // src + src2 (both covering src_region); zero: fill dst.
   struct Step {
-    enum Op : uint8_t { kCopy, kAdd, kZero } op = kCopy;
-    Ref src, dst;
+    enum Op : uint8_t { kCopy, kAdd, kSum, kZero } op = kCopy;
+    Ref src, src2, dst;
     Region src_region, dst_region, box;
   };
   enum class Exchange : uint8_t { kNone, kAllReduce, kAllGather, kAllToAll, kReduceScatter };
@@ -152,6 +154,9 @@ class BoxingBody {
   void plan_local();
   void plan_across_nodes();
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
+  void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,
+            Ref src2);
+  void sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box);
   std::byte* resolve(const Ref& ref, const ActIo& io);
   void run(const std::vector<Step>& steps, const ActIo& io);
   Status exchange(const ActIo& io);
@@ -163,7 +168,7 @@ class BoxingBody {
   int parallel_;
   TensorMeta logical_;
   size_t element_;
-  int first_rank_, local_, nodes_;
+  int first_rank_, local_, nodes_, outputs_;
   comm::Collectives* collectives_;
   uint64_t tag_;
   std::vector<Step> before_, after_;  // around the exchange

@@ -5,6 +5,21 @@
 namespace rill {
 namespace {
 
+// dst = a + b over `box`, where a and b both cover src_region.
+template <typename T>
+void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, std::byte* dst,
+              const Region& dst_region, const Region& box) {
+  const T* x = reinterpret_cast<const T*>(a);
+  const T* y = reinterpret_cast<const T*>(b);
+  T* to = reinterpret_cast<T*>(dst);
+  for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
+    const T* __restrict p = x + s;
+    const T* __restrict q = y + s;
+    T* __restrict r = to + d;
+    for (int64_t k = 0; k < n; ++k) r[k] = p[k] + q[k];
+  });
+}
+
 template <typename T>
 void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, const Region& dst_region,
               const Region& box) {
@@ -37,6 +52,7 @@ BoxingBody::BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical
       first_rank_(first_rank),
       local_(local_pieces > 0 ? local_pieces : parallel),
       nodes_(parallel / (local_pieces > 0 ? local_pieces : parallel)),
+      outputs_(out_sbp.kind == Sbp::kBroadcast ? 1 : local_),
       collectives_(collectives),
       tag_(tag) {
   if (boxing_exchanges(in_, out_, nodes_)) plan_across_nodes();
@@ -48,8 +64,25 @@ Region BoxingBody::out_piece(int rank) const { return piece_region(logical_.shap
 
 void BoxingBody::step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region,
                       const Region& box) {
+  step(op, src, src_region, dst, dst_region, box, Ref{});
+}
+
+void BoxingBody::step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region,
+                      const Region& box, Ref src2) {
   if (op != Step::kZero && box.size() == 0) return;
-  adding_->push_back(Step{op, src, dst, src_region, dst_region, box});
+  adding_->push_back(Step{op, src, src2, dst, src_region, dst_region, box});
+}
+
+// dst[box] = the sum of every input (P pieces, each covering `inputs`), in
+// input order: the first two in one pass, then one pass per further input.
+void BoxingBody::sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box) {
+  const Ref first{Ref::kInput, 0, 0};
+  if (local_ == 1) {
+    step(Step::kCopy, first, inputs, dst, dst_region, box);
+    return;
+  }
+  step(Step::kSum, first, inputs, dst, dst_region, box, Ref{Ref::kInput, 1, 0});
+  for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, i, 0}, inputs, dst, dst_region, box);
 }
 
 // Every conversion that needs no other node: all of them on one node, and
@@ -59,13 +92,8 @@ void BoxingBody::plan_local() {
   auto in = [](int i) { return Ref{Ref::kInput, i, 0}; };
   auto out = [](int j) { return Ref{Ref::kOutput, j, 0}; };
   adding_ = &after_;
-  const bool out_broadcast = out_.kind == Sbp::kBroadcast;
-  for (int j = 0; j < local_; ++j) {
+  for (int j = 0; j < outputs_; ++j) {
     const int rank = first_rank_ + j;
-    if (out_broadcast && j > 0) {  // a replica of output 0
-      step(Step::kCopy, out(0), whole, out(j), whole, whole);
-      continue;
-    }
     const Region target = out_piece(rank);
     switch (in_.kind) {
       case Sbp::kBroadcast:  // to S: slice; to P: rank 0 holds it, the others 0
@@ -84,8 +112,7 @@ void BoxingBody::plan_local() {
         }
         break;
       case Sbp::kPartialSum:  // this piece of the sum of every input
-        step(Step::kCopy, in(0), whole, out(j), target, target);
-        for (int i = 1; i < local_; ++i) step(Step::kAdd, in(i), whole, out(j), target, target);
+        sum_inputs(whole, out(j), target, target);
         break;
     }
   }
@@ -115,19 +142,13 @@ void BoxingBody::plan_across_nodes() {
                                              offsets[static_cast<size_t>(m * local_)];
     return offsets;
   };
-  auto replicate_output_0 = [&] {
-    for (int j = 1; j < local_; ++j) step(Step::kCopy, out(0), whole, out(j), whole, whole);
-  };
 
   if (in_.kind == Sbp::kPartialSum) {
     if (out_.kind == Sbp::kBroadcast) {  // local sum into output 0; all-reduce it
-      step(Step::kCopy, in(0), whole, out(0), whole, whole);
-      for (int i = 1; i < local_; ++i) step(Step::kAdd, in(i), whole, out(0), whole, whole);
+      sum_inputs(whole, out(0), whole, whole);
       exchange_ = Exchange::kAllReduce;
       exchange_in_ = exchange_out_ = out(0);
       exchange_in_bytes_ = exchange_out_bytes_ = whole_bytes;
-      adding_ = &after_;
-      replicate_output_0();
       return;
     }
     // P -> S: every rank's piece of the local sum, packed; reduce-scatter
@@ -136,8 +157,7 @@ void BoxingBody::plan_across_nodes() {
     send_.resize(whole_bytes);
     for (int k = 0; k < parallel_; ++k) {
       const Region r = out_piece(k);
-      step(Step::kCopy, in(0), whole, send(offsets[static_cast<size_t>(k)]), r, r);
-      for (int i = 1; i < local_; ++i) step(Step::kAdd, in(i), whole, send(offsets[static_cast<size_t>(k)]), r, r);
+      sum_inputs(whole, send(offsets[static_cast<size_t>(k)]), r, r);
     }
     const size_t base = offsets[static_cast<size_t>(first_rank_)];
     recv_.resize(send_counts_[static_cast<size_t>(node)]);
@@ -179,7 +199,6 @@ void BoxingBody::plan_across_nodes() {
       for (int k = 0; k < parallel_; ++k)
         step(Step::kCopy, recv(offsets[static_cast<size_t>(k)]), in_piece(k), out(0), whole, in_piece(k));
     }
-    replicate_output_0();
     return;
   }
 
@@ -243,6 +262,11 @@ void BoxingBody::run(const std::vector<Step>& steps, const ActIo& io) {
       case Step::kAdd:
         if (logical_.dtype == DType::kF32) add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box);
         else add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box);
+        break;
+      case Step::kSum:
+        if (logical_.dtype == DType::kF32)
+          sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box);
+        else sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box);
         break;
     }
   }

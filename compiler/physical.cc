@@ -172,8 +172,13 @@ class Expander {
         task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(b) + 1 : 0;
         int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? static_cast<uint32_t>(b) : 0);
         tasks.push_back(t);
+        // A B result is one regst that every device of the node reads.
+        const int shared = box.out.kind == Sbp::kBroadcast
+                               ? add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_)
+                               : -1;
         for (int d = 0; d < per_node_; ++d)
-          outs.push_back(add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_ + d));
+          outs.push_back(shared >= 0 ? shared
+                                     : add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_ + d));
       }
       if (collective)
         for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
@@ -217,6 +222,7 @@ class Expander {
     for (const Reported& r : g_.reported) {
       for (int rank = 0; rank < parallel_; ++rank) {
         int regst = piece(r.tensor, r.boxing, rank);
+        if (rank > 0 && regst == piece(r.tensor, r.boxing, rank - 1)) continue;  // a node's shared B result
         sink.inputs.push_back(regst);
         sink.sink.names.push_back(r.name);
         sink.sink.partial.push_back(out_.regsts[regst].sbp.kind == Sbp::kPartialSum);

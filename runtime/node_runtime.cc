@@ -207,7 +207,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       const int local = static_cast<int>(task.inputs()->size());
       if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
           conf->first_rank() + local > conf->parallel() || !task.outputs() ||
-          static_cast<int>(task.outputs()->size()) != local)
+          static_cast<int>(task.outputs()->size()) != (out_sbp.kind == Sbp::kBroadcast ? 1 : local))
         return invalid_argument("task '{}': boxing of {} pieces with {} inputs from rank {} and {} outputs", name,
                                 conf->parallel(), local, conf->first_rank(), task.outputs() ? task.outputs()->size() : 0);
       comm::Collectives* collectives = nullptr;

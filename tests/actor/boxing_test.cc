@@ -112,7 +112,9 @@ Status run_case(Kind kind, Sbp in, Sbp out, DType dtype, int nodes, int local) {
   std::vector<std::vector<std::unique_ptr<Piece>>> ins(static_cast<size_t>(nodes)), outs(static_cast<size_t>(nodes));
   for (int node = 0; node < nodes; ++node) {
     ins[static_cast<size_t>(node)] = inputs(in, dtype, parallel, node * local, local);
-    for (int k = node * local; k < (node + 1) * local; ++k)
+    // One B output per node (every device reads it); else one per piece.
+    const int outputs = out.kind == Sbp::kBroadcast ? 1 : local;
+    for (int k = node * local; k < node * local + outputs; ++k)
       outs[static_cast<size_t>(node)].push_back(std::make_unique<Piece>(piece_region(g_shape, out, parallel, k), dtype));
   }
   auto statuses = run_ranks(nodes, [&](int node) -> Status {
