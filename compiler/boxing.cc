@@ -1,5 +1,7 @@
 #include "compiler/boxing.h"
 
+#include <string>
+
 namespace rill::compiler {
 
 int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) {
@@ -16,6 +18,21 @@ int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) 
   }  // from B: slicing or zeroing is local
   int64_t written = to.kind == Sbp::kSplit ? whole / p : whole;
   return moved + written;
+}
+
+const char* boxing_collective(const Sbp& from, const Sbp& to, int num_nodes) {
+  if (!boxing_exchanges(from, to, num_nodes)) return "local";
+  if (from.kind == Sbp::kPartialSum) return to.kind == Sbp::kBroadcast ? "all_reduce" : "reduce_scatter";
+  return to.kind == Sbp::kBroadcast ? "all_gather" : "all_to_all";
+}
+
+int64_t boxing_bytes_sent(const Sbp& from, const Sbp& to, int64_t bytes, int num_nodes) {
+  if (!boxing_exchanges(from, to, num_nodes)) return 0;
+  const int64_t n = num_nodes;
+  const std::string kind = boxing_collective(from, to, num_nodes);
+  if (kind == "all_reduce") return 2 * (n - 1) * bytes / n;
+  if (kind == "all_to_all") return (n - 1) * bytes / (n * n);
+  return (n - 1) * bytes / n;
 }
 
 namespace {

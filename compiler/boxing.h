@@ -21,4 +21,15 @@ int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel);
 
 Status insert_boxing(LogicalGraph* graph);
 
+// What a boxing does among `num_nodes` nodes, as `rill plan` names it:
+// "all_reduce" (P -> B), "reduce_scatter" (P -> S), "all_gather" (S -> B),
+// "all_to_all" (S -> S), or "local" (B -> S, B -> P, S -> P, and anything on
+// one node: copies and sums between the node's own pieces).
+const char* boxing_collective(const Sbp& from, const Sbp& to, int num_nodes);
+
+// The bytes one node's boxing task sends to other nodes per step, for a
+// tensor of `bytes` logical bytes split evenly: ring all-reduce 2 (N-1)/N,
+// reduce-scatter and all-gather (N-1)/N, all-to-all (N-1)/N^2 of it.
+int64_t boxing_bytes_sent(const Sbp& from, const Sbp& to, int64_t bytes, int num_nodes);
+
 }  // namespace rill::compiler

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/boxing.h"
 #include "compiler/compiler.h"
 
 namespace rill::compiler {
@@ -16,6 +17,16 @@ std::string sbp_string(const plan::Sbp* sbp) {
     case plan::SbpKind::PartialSum: return "P";
   }
   return "?";
+}
+
+Sbp sbp_of(const plan::Sbp* sbp) {
+  if (sbp == nullptr) return Sbp::broadcast();
+  switch (sbp->kind()) {
+    case plan::SbpKind::Split: return Sbp::split(sbp->axis());
+    case plan::SbpKind::Broadcast: return Sbp::broadcast();
+    case plan::SbpKind::PartialSum: return Sbp::partial_sum();
+  }
+  return Sbp::broadcast();
 }
 
 std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
@@ -61,7 +72,15 @@ std::string plan_json(const plan::Plan& p) {
                    {"thread", t->thread()},
                    {"inputs", vec(t->inputs())},
                    {"outputs", vec(t->outputs())}};
-      if (const plan::BoxingConf* b = t->boxing())
+      if (const plan::BoxingConf* b = t->boxing()) {
+        const Sbp in = sbp_of(b->in_sbp()), out = sbp_of(b->out_sbp());
+        int64_t logical_bytes = 0;
+        if (t->inputs() != nullptr && t->inputs()->size() > 0 && p.regsts() != nullptr)
+          for (const plan::RegstDesc* r : *p.regsts())
+            if (r->id() == t->inputs()->Get(0)) {
+              logical_bytes = static_cast<int64_t>(dtype_size(static_cast<DType>(r->dtype())));
+              for (int64_t d : vec(r->logical_shape())) logical_bytes *= d;
+            }
         task["boxing"] = {{"in", sbp_string(b->in_sbp())},
                           {"out", sbp_string(b->out_sbp())},
                           {"parallel", b->parallel()},
@@ -69,7 +88,11 @@ std::string plan_json(const plan::Plan& p) {
                           {"local_pieces", b->local_pieces()},
                           {"first_rank", b->first_rank()},
                           {"collective_tag", b->collective_tag()},
-                          {"peers", vec(b->peers())}};
+                          {"peers", vec(b->peers())},
+                          {"collective", boxing_collective(in, out, b->num_nodes())},
+                          {"logical_bytes", logical_bytes},
+                          {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes())}};
+      }
       tasks.push_back(std::move(task));
     }
   }

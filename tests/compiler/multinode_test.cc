@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/compiler/test_jobs.h"
 
 namespace rill {
@@ -316,6 +318,29 @@ TEST_CASE("multi-node plans are deterministic and differ from one-node plans") {
     }
   }
   CHECK(compile_ok(testing::mlp_job(), "cpu:1", {}, 2) != compile_ok(testing::mlp_job(), "cpu:2"));
+}
+
+TEST_CASE("rill plan names each boxing's collective and the bytes it sends per step") {
+  graph::Job job = testing::mlp_job(12, 6);
+  for (graph::Variable& v : job.variables)
+    if (v.name == "w1") v.sbp = Sbp::split(1);
+    else if (v.name == "w2") v.sbp = Sbp::split(0);
+  const std::string bytes = compile_ok(job, "cpu:1", {}, 2);
+  const nlohmann::json json = nlohmann::json::parse(compiler::plan_json(*plan_of(bytes)));
+  std::set<std::string> kinds;
+  for (const auto& task : json["tasks"]) {
+    if (task["kind"] != "Boxing") continue;
+    const auto& box = task["boxing"];
+    const std::string kind = box["collective"];
+    kinds.insert(kind);
+    const int64_t logical = box["logical_bytes"], sent = box["bytes_sent_per_step"];
+    CHECK(logical > 0);
+    if (kind == "local") CHECK(sent == 0);
+    if (kind == "all_reduce") CHECK(sent == logical);                          // 2 (N-1)/N, N = 2
+    if (kind == "all_gather" || kind == "reduce_scatter") CHECK(sent == logical / 2);
+  }
+  CHECK(kinds.count("reduce_scatter") == 1);  // the split weights' gradients
+  CHECK(kinds.size() >= 3);
 }
 
 }  // namespace
