@@ -1,5 +1,7 @@
 #include "compiler/sbp_deduction.h"
 
+#include <algorithm>
+
 #include "compiler/boxing.h"
 
 namespace rill::compiler {
@@ -54,12 +56,20 @@ Status deduce_sbp(LogicalGraph* g) {
       if (ok) hinted.push_back(sig);
     }
     if (hinted.empty()) {
+      // Name each hinted output tensor with its hint and what it could be.
       std::vector<std::string> hints, offered;
-      for (size_t k = 0; k < op.outputs.size(); ++k)
-        hints.push_back(op.output_hints[k] ? op.output_hints[k]->to_string() : std::string("any"));
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        if (!op.output_hints[k]) continue;
+        std::vector<std::string> legal;
+        for (const SbpSignature& sig : sigs)
+          if (std::find(legal.begin(), legal.end(), sig.outputs[k].to_string()) == legal.end())
+            legal.push_back(sig.outputs[k].to_string());
+        hints.push_back(fmt::format("'{}' hinted {} (it can be {})", op.outputs[k], op.output_hints[k]->to_string(),
+                                    fmt::join(legal, " or ")));
+      }
       for (const SbpSignature& sig : sigs) offered.push_back(signature_string(sig));
-      return invalid_argument("op '{}' ({}): no SBP signature gives the hinted outputs ({}); it offers {}", op.name,
-                              op.type, fmt::join(hints, ", "), fmt::join(offered, ", "));
+      return invalid_argument("op '{}' ({}): no SBP signature gives {}; the op's signatures (inputs) -> (outputs): {}",
+                              op.name, op.type, fmt::join(hints, ", "), fmt::join(offered, ", "));
     }
     int best = -1;
     int64_t best_cost = 0;

@@ -91,6 +91,18 @@ TEST_CASE("SBP hints: an output hint is honoured, an input hinted B is read whol
   impossible.ops[1].output_sbp = {Sbp::split(0)};  // mse_loss gives a scalar: never split
   result = compiler::compile(impossible, *cluster, {});
   REQUIRE(!result.ok());
+
+  // relu of a partial sum is not a partial sum: P is never legal for its
+  // output. The error names the op, the tensor, its hint and what it can be.
+  graph::Job no_p = testing::mlp_job();
+  no_p.ops[2].output_sbp = {Sbp::partial_sum()};  // act1 (relu) -> a1
+  result = compiler::compile(no_p, *cluster, {});
+  REQUIRE(!result.ok());
+  const std::string& message = result.status().message();
+  INFO(message);
+  CHECK(message.find("op 'act1' (relu)") != std::string::npos);
+  CHECK(message.find("'a1' hinted P (it can be ") != std::string::npos);
+  CHECK(message.find("S(0)") != std::string::npos);
 }
 
 TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {
