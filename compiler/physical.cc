@@ -1,7 +1,13 @@
 #include "compiler/physical.h"
 
+#include <algorithm>
+#include <map>
+
 namespace rill::compiler {
 namespace {
+
+// Comm threads per node that cross-node boxing tasks share.
+constexpr uint32_t kCommThreads = 4;
 
 class Expander {
  public:
@@ -143,15 +149,28 @@ class Expander {
   }
 
   // One boxing on one node: a task over every piece on node 0's comm thread.
-  // Across nodes: one task per node over that node's pieces, on comm thread
-  // number b of each node, so that the collectives of different boxings never
-  // wait on each other behind one thread.
+  // Across nodes: one task per node over that node's pieces, on one of
+  // kCommThreads comm threads, the same on every node (see order_comm_threads).
   Status add_boxings() {
     const int nodes = g_.cluster.num_nodes;
-    constexpr size_t kCommThreads = size_t{1} << ActorId::kDeviceBits;
-    if (nodes > 1 && g_.boxings.size() > kCommThreads)
-      return invalid_argument("{} boxings span {} nodes; at most {} fit the comm threads of a node",
-                              g_.boxings.size(), nodes, kCommThreads);
+    // The order in which boxings can become ready: by the position of the op
+    // making their tensor (ops are in topological order), sources and
+    // variables first. A boxing that depends on another comes after it.
+    std::map<std::string, int> made_by;
+    for (size_t o = 0; o < g_.ops.size(); ++o)
+      for (const std::string& out : g_.ops[o].outputs) made_by[out] = static_cast<int>(o);
+    std::vector<int> order(g_.boxings.size());
+    for (size_t b = 0; b < order.size(); ++b) order[b] = static_cast<int>(b);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      auto key = [&](int x) {
+        auto it = made_by.find(g_.boxings[static_cast<size_t>(x)].tensor);
+        return it == made_by.end() ? -1 : it->second;
+      };
+      return key(a) < key(b);
+    });
+    std::vector<uint32_t> thread_of(g_.boxings.size(), 0);
+    for (size_t position = 0; position < order.size(); ++position)
+      thread_of[static_cast<size_t>(order[position])] = static_cast<uint32_t>(position % kCommThreads);
     for (size_t b = 0; b < g_.boxings.size(); ++b) {
       const BoxingNode& box = g_.boxings[b];
       const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
@@ -170,7 +189,7 @@ class Expander {
         task.boxing.local_pieces = per_node_;
         task.boxing.first_rank = node * per_node_;
         task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(b) + 1 : 0;
-        int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? static_cast<uint32_t>(b) : 0);
+        int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? thread_of[b] : 0);
         tasks.push_back(t);
         // A B result is one regst that every device of the node reads.
         const int shared = box.out.kind == Sbp::kBroadcast
@@ -183,7 +202,40 @@ class Expander {
       if (collective)
         for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
     }
+    if (nodes > 1) order_comm_threads(order);
     return {};
+  }
+
+  // A collective blocks its comm thread until its peers on the other nodes
+  // join it, so the boxings sharing a thread must run in one order on every
+  // node, or two nodes could each wait for a collective the other has queued
+  // behind. Each thread's tasks t_1 .. t_k (in `order`) are chained by
+  // control regsts: t_i writes one that t_i+1 reads; t_1's is read by t_k
+  // too, and it has one slot, so t_1 of the next step waits for t_k of this
+  // one. Every node then runs t_1, ..., t_k, t_1, ... and nothing else.
+  void order_comm_threads(const std::vector<int>& order) {
+    std::map<std::pair<int, uint32_t>, std::vector<int>> chains;  // (node, thread) -> tasks in order
+    for (int b : order)
+      for (int t : boxing_tasks_[static_cast<size_t>(b)])
+        chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
+    for (auto& [where, chain] : chains) {
+      if (chain.size() < 2) continue;
+      int first = -1;
+      for (size_t i = 0; i + 1 < chain.size(); ++i) {
+        RegstNode r;
+        r.name = "ctrl:" + out_.tasks[chain[i]].name;
+        r.producer = chain[i];
+        r.meta = TensorMeta{Shape{}, DType::kF32};
+        r.sbp = Sbp::broadcast();
+        r.ctrl = true;
+        const int id = static_cast<int>(out_.regsts.size());
+        out_.regsts.push_back(std::move(r));
+        out_.tasks[chain[i]].outputs.push_back(id);
+        if (i == 0) first = id;
+        ctrl_inputs_[chain[i + 1]].push_back(id);
+      }
+      if (chain.size() > 2) ctrl_inputs_[chain.back()].push_back(first);
+    }
   }
 
   void add_sink() {
@@ -217,6 +269,8 @@ class Expander {
         TaskNode& task = out_.tasks[t];
         for (int d = 0; d < task.boxing.local_pieces; ++d)
           task.inputs.push_back(pieces_.at(g_.boxings[b].tensor)[task.boxing.first_rank + d]);
+        if (auto it = ctrl_inputs_.find(t); it != ctrl_inputs_.end())  // after the pieces
+          task.inputs.insert(task.inputs.end(), it->second.begin(), it->second.end());
       }
     TaskNode& sink = out_.tasks[sink_task_];
     for (const Reported& r : g_.reported) {
@@ -239,6 +293,7 @@ class Expander {
   std::vector<std::vector<int>> variable_tasks_;
   std::vector<std::vector<int>> op_tasks_;
   std::vector<std::vector<int>> boxing_tasks_;    // boxing node -> its task per node
+  std::map<int, std::vector<int>> ctrl_inputs_;  // boxing task -> control regsts it reads
   int sink_task_ = -1;
 };
 

@@ -9,7 +9,7 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
     return invalid_argument("activation_register_num is {}, expected at least 1", activation_register_num);
   for (RegstNode& r : g->regsts) {
     r.consumers.clear();
-    r.register_num = r.is_model ? 1 : activation_register_num;
+    r.register_num = r.is_model || r.ctrl ? 1 : activation_register_num;
   }
   for (size_t t = 0; t < g->tasks.size(); ++t) {
     for (int regst : g->tasks[t].inputs) {

@@ -25,6 +25,7 @@ struct RegstNode {
   Shape logical_shape;
   Sbp sbp;
   bool is_model = false;
+  bool ctrl = false;  // a control regst: orders its producer before its consumers; its bytes are unused
   int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
 };
 

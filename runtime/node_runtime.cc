@@ -204,10 +204,14 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         return invalid_argument("task '{}': boxing without its conf", name);
       const plan::RegstDesc* in = regst(task.inputs()->Get(0));
       const Sbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
-      const int local = static_cast<int>(task.inputs()->size());
+      // Inputs: the node's pieces, then control regsts (ordering only);
+      // outputs: the pieces (one for B), then at most one control regst.
+      const int local = conf->local_pieces();
+      const int outputs = out_sbp.kind == Sbp::kBroadcast ? 1 : local;
       if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
-          conf->first_rank() + local > conf->parallel() || !task.outputs() ||
-          static_cast<int>(task.outputs()->size()) != (out_sbp.kind == Sbp::kBroadcast ? 1 : local))
+          conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < local ||
+          !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
+          static_cast<int>(task.outputs()->size()) > outputs + 1)
         return invalid_argument("task '{}': boxing of {} pieces with {} inputs from rank {} and {} outputs", name,
                                 conf->parallel(), local, conf->first_rank(), task.outputs() ? task.outputs()->size() : 0);
       comm::Collectives* collectives = nullptr;

@@ -343,5 +343,34 @@ TEST_CASE("rill plan names each boxing's collective and the bytes it sends per s
   CHECK(kinds.size() >= 3);
 }
 
+TEST_CASE("hundreds of cross-node boxings share 4 comm threads per node, chained in one order on every node") {
+  // 330 layers: 661 variables, so 661 gradient boxings on each of 16 nodes
+  // (more than the 256 threads one node could give them one each).
+  const std::string bytes = compile_ok(testing::deep_mlp_job(330, 32, 16), "cpu:1", {}, 16);
+  const plan::Plan& p = *plan_of(bytes);
+  std::map<std::pair<int, uint32_t>, int> per_thread;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
+    CHECK(ActorId::device(t->id()) < 4);
+    ++per_thread[{t->node(), ActorId::device(t->id())}];
+  }
+  CHECK(per_thread.size() == 16 * 4);
+  // Every task but the first on a thread reads a control regst from the one
+  // before it, made on the same node and thread.
+  int controlled = 0;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing))
+    for (uint32_t k = t->boxing()->local_pieces(); k < t->inputs()->size(); ++k) {
+      const plan::Task* before = producer(p, t->inputs()->Get(k));
+      CHECK(before->kind() == TaskKind::Boxing);
+      CHECK(before->node() == t->node());
+      CHECK(ActorId::device(before->id()) == ActorId::device(t->id()));
+      CHECK(regst(p, t->inputs()->Get(k))->register_num() == 1);
+      ++controlled;
+    }
+  // k - 1 links per chain of k, plus the last's read of the first's.
+  int want = 0;
+  for (const auto& [where, k] : per_thread) want += (k - 1) + (k > 2 ? 1 : 0);
+  CHECK(controlled == want);
+}
+
 }  // namespace
 }  // namespace rill

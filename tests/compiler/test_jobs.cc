@@ -99,6 +99,30 @@ graph::Job mlp_job(int64_t num_samples, int64_t batch) {
   return job;
 }
 
+graph::Job deep_mlp_job(int layers, int64_t num_samples, int64_t batch) {
+  graph::Job job = mlp_job(num_samples, batch);
+  job.variables.clear();
+  std::vector<graph::Op> ops;
+  std::string x = "image";
+  int64_t width = 4;
+  for (int l = 0; l < layers; ++l) {
+    const std::string n = std::to_string(l);
+    job.variables.push_back(variable("w" + n, {width, 8}));
+    job.variables.push_back(variable("b" + n, {8}));
+    ops.push_back(op("fc" + n, "matmul", {x, "w" + n}, {"h" + n}));
+    ops.push_back(op("bias" + n, "bias_add", {"h" + n, "b" + n}, {"hb" + n}));
+    ops.push_back(op("act" + n, "relu", {"hb" + n}, {"a" + n}));
+    x = "a" + n;
+    width = 8;
+  }
+  job.variables.push_back(variable("w_out", {width, 3}));
+  ops.push_back(op("fc_out", "matmul", {x, "w_out"}, {"logits"}));
+  for (const graph::Op& o : job.ops)
+    if (o.type == "sparse_softmax_cross_entropy" || o.type == "reduce_mean" || o.type == "accuracy") ops.push_back(o);
+  job.ops = ops;
+  return job;
+}
+
 std::string compile_ok(const graph::Job& job, const std::string& devices, const compiler::CompileOptions& options,
                        int num_nodes) {
   auto cluster = compiler::parse_devices(devices, num_nodes);

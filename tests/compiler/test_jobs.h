@@ -15,6 +15,9 @@ graph::Job linear_regression_job(int64_t num_samples = 8, int64_t batch = 4);
 // x [n, 4] -> matmul w1 [4, 8] -> bias_add b1 -> relu -> matmul w2 [8, 3]
 // -> sparse_softmax_cross_entropy with labels -> reduce_mean = loss; accuracy metric.
 graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
+// mlp_job with `layers` hidden layers of width 8 (matmul, bias_add, relu
+// each): 3 layers + 4 ops per layer, 2 variables per layer.
+graph::Job deep_mlp_job(int layers, int64_t num_samples = 8, int64_t batch = 4);
 
 // Compiles for `num_nodes` nodes of `devices` each and verifies; fails the
 // current test on error.
