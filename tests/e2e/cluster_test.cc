@@ -129,23 +129,28 @@ TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 step
 // model parallelism are checked against derived bounds in
 // tests/runtime/numerics_test.cc. Across nodes the activations move (the
 // traffic counts show it), not only gradients.
-TEST_CASE("the model-parallel MLP on 1 node x 2 devices and 2 nodes x 1 device matches data parallelism") {
+TEST_CASE("the model-parallel MLP on 1 node x 2 devices, 2 and 3 nodes x 1 device matches data parallelism") {
   auto data = temp_dir() / "mlp_dp.json";
   auto local = temp_dir() / "mlp_mp2.json";
   auto nodes = temp_dir() / "mlp_mp_nodes.json";
+  auto three = temp_dir() / "mlp_mp_three.json";  // 512 columns over 3: 171, 171, 170
   Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 10 --result " + data.string());
   INFO(a.output);
   REQUIRE(a.code == 0);
   Ran b = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --steps 10 --result " + local.string());
   INFO(b.output);
   REQUIRE(b.code == 0);
-  Ran c = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 2 --devices cpu:1 --ctrl-port 19130 "
+  Ran c = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 2 --devices cpu:1 --ctrl-port 19260 "
                    "--steps 10 --result " + nodes.string());
   INFO(c.output);
   REQUIRE(c.code == 0);
+  Ran d = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 3 --devices cpu:1 --ctrl-port 19270 "
+                   "--steps 10 --result " + three.string());
+  INFO(d.output);
+  REQUIRE(d.code == 0);
   auto want = read_json(data)["loss_curve"];
   REQUIRE(want.size() == 10);
-  for (const auto& path : {local, nodes}) {
+  for (const auto& path : {local, nodes, three}) {
     auto got = read_json(path)["loss_curve"];
     REQUIRE(got.size() == 10);
     for (size_t i = 0; i < 10; ++i) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <latch>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -273,6 +274,7 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
   std::mutex mu;
   OneStep out;
   std::vector<RunReport> reports(nodes);
+  std::latch built(nodes);
   std::vector<std::thread> threads;
   for (int node = 0; node < nodes; ++node)
     threads.emplace_back([&, node] {
@@ -303,10 +305,22 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
         for (size_t i = 0; i < m.names.size(); ++i)
           if (m.names[i] == "loss") out.loss = m.values[i];
       };
-      reports[node] = run_plan(*plan, options);
+      // Every node builds (and so listens for its peers) before any runs,
+      // as the agents' Start does; a message that came earlier would go to
+      // the transport's mailbox, not to the runtime.
+      auto runtime = NodeRuntime::build(*plan, options);
+      built.arrive_and_wait();
+      if (!runtime.ok()) {
+        reports[node].status = runtime.status();
+        return;
+      }
+      reports[node] = (*runtime)->run();
     });
   for (auto& t : threads) t.join();
-  for (auto& report : reports) REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
+  std::string statuses;
+  for (size_t node = 0; node < reports.size(); ++node)
+    statuses += fmt::format("\nnode {}: {}", node, reports[node].status.to_string());
+  for (auto& report : reports) REQUIRE_MESSAGE(report.status.ok(), statuses);
   return out;
 }
 
