@@ -176,7 +176,7 @@ class BoxingBody {
   Exchange exchange_ = Exchange::kNone;
   Ref exchange_in_, exchange_out_;
   size_t exchange_in_bytes_ = 0, exchange_out_bytes_ = 0;
-  std::vector<size_t> send_counts_, recv_counts_;  // bytes per node
+  std::vector<size_t> send_counts_, recv_counts_;  // bytes per node (reduce-scatter: recv_counts_ in elements)
   std::vector<std::byte> send_, recv_;
 };
 

@@ -161,6 +161,7 @@ void BoxingBody::plan_across_nodes() {
     }
     const size_t base = offsets[static_cast<size_t>(first_rank_)];
     recv_.resize(send_counts_[static_cast<size_t>(node)]);
+    for (size_t m = 0; m < send_counts_.size(); ++m) recv_counts_[m] = send_counts_[m] / element_;  // elements
     exchange_ = Exchange::kReduceScatter;
     exchange_in_ = send(0);
     exchange_out_ = recv(0);
@@ -289,12 +290,9 @@ Status BoxingBody::exchange(const ActIo& io) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
       return collectives_->all_reduce(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_), tag_);
-    case Exchange::kReduceScatter: {
-      // reduce_scatter_v counts elements; send_counts_ holds bytes.
-      for (size_t m = 0; m < send_counts_.size(); ++m) recv_counts_[m] = send_counts_[m] / sizeof(float);
+    case Exchange::kReduceScatter:  // recv_counts_: each node's block in elements
       return collectives_->reduce_scatter_v(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_),
                                             recv_counts_, tag_);
-    }
     case Exchange::kAllGather:
       return collectives_->all_gather_v({in, exchange_in_bytes_}, {out, exchange_out_bytes_}, send_counts_, tag_);
     case Exchange::kAllToAll:

@@ -12,7 +12,8 @@ VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_sh
       logical_shape_(std::move(logical_shape)),
       offset_(std::move(offset)),
       update_(update),
-      update_attrs_(std::move(update_attrs)) {
+      update_attrs_(std::move(update_attrs)),
+      update_kernel_(update ? update->cpu : nullptr) {
   int num_state = update_ ? update_->num_state : 0;
   state_storage_.resize(num_state);
   for (auto& state : state_storage_) {
@@ -92,13 +93,9 @@ Status VariableBody::act(const ActIo& io) {
   ctx.state = state_views_;
   ctx.attrs = &update_attrs_;
   ctx.step = io.step;
-  if (cuda_) {
-    RILL_RETURN_IF_ERROR(cuda_->activate(update_->type));
-    ctx.cuda = cuda_;
-    RILL_RETURN_IF_ERROR(update_kernel_(ctx));
-  } else {
-    RILL_RETURN_IF_ERROR(update_->cpu(ctx));
-  }
+  if (cuda_) RILL_RETURN_IF_ERROR(cuda_->activate(update_->type));
+  ctx.cuda = cuda_;
+  RILL_RETURN_IF_ERROR(update_kernel_(ctx));
   int64_t done = io.step + 1;
   if (snapshot_ && ((every_ > 0 && done % every_ == 0) || done == total_steps_)) {
     const TensorView& model = *io.outputs[0];

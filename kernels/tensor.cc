@@ -89,14 +89,24 @@ Region intersect(const Region& a, const Region& b) {
   return r;
 }
 
+namespace {
+void copy_rows(const void* src, void* dst, size_t element_size, int64_t s, int64_t d, int64_t n) {
+  const auto e = static_cast<int64_t>(element_size);
+  std::memcpy(static_cast<std::byte*>(dst) + d * e, static_cast<const std::byte*>(src) + s * e,
+              static_cast<size_t>(n) * element_size);
+}
+}  // namespace
+
+void copy_box(const void* src, const Shape& src_shape, const int64_t* src_origin, void* dst, const Shape& dst_shape,
+              const int64_t* dst_origin, const Shape& extent, size_t element_size) {
+  for_each_box_row(extent, src_shape, src_origin, dst_shape, dst_origin,
+                   [&](int64_t s, int64_t d, int64_t n) { copy_rows(src, dst, element_size, s, d, n); });
+}
+
 void copy_region(const void* src, const Region& src_region, void* dst, const Region& dst_region, const Region& box,
                  size_t element_size) {
-  const auto* from = static_cast<const std::byte*>(src);
-  auto* to = static_cast<std::byte*>(dst);
-  for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
-    std::memcpy(to + d * static_cast<int64_t>(element_size), from + s * static_cast<int64_t>(element_size),
-                static_cast<size_t>(n) * element_size);
-  });
+  for_each_row(src_region, dst_region, box,
+               [&](int64_t s, int64_t d, int64_t n) { copy_rows(src, dst, element_size, s, d, n); });
 }
 
 }  // namespace rill

@@ -81,29 +81,62 @@ Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int inde
 // The common part of two regions (extent 0 on some axis when they do not meet).
 Region intersect(const Region& a, const Region& b);
 
-// Calls fn(src_offset, dst_offset, count), in elements, for each contiguous
-// row of `box` (a region inside both), where `src` covers src_region and
-// `dst` covers dst_region. Allocates nothing.
+// The most axes a tensor may have (job checks refuse more).
+inline constexpr int kMaxRank = 8;
+
+// Calls fn(src_at, dst_at, count), in elements, for each contiguous row of a
+// box of `extent` read from a row-major tensor of `src_shape` at `src_origin`
+// and written to one of `dst_shape` at `dst_origin` (rank <= kMaxRank; the
+// last axis is contiguous in both). Allocates nothing.
 template <typename Fn>
-void for_each_row(const Region& src, const Region& dst, const Region& box, Fn&& fn) {
-  const size_t rank = box.extent.size();
+void for_each_box_row(const Shape& extent, const Shape& src_shape, const int64_t* src_origin, const Shape& dst_shape,
+                      const int64_t* dst_origin, Fn&& fn) {
+  const int rank = static_cast<int>(extent.size());
+  if (num_elements(extent) == 0) return;
   if (rank == 0) {
     fn(int64_t{0}, int64_t{0}, int64_t{1});
     return;
   }
-  if (box.size() == 0) return;
-  // s and d: the linear offset of the indices before `axis`, scaled to axis's stride base.
-  auto walk = [&](auto& self, size_t axis, int64_t s, int64_t d) -> void {
-    const int64_t s0 = box.origin[axis] - src.origin[axis], d0 = box.origin[axis] - dst.origin[axis];
-    if (axis + 1 == rank) {
-      fn(s + s0, d + d0, box.extent[axis]);
-      return;
+  int64_t src_strides[kMaxRank], dst_strides[kMaxRank], index[kMaxRank] = {};
+  int64_t src_at = 0, dst_at = 0, src_stride = 1, dst_stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    src_strides[d] = src_stride;
+    dst_strides[d] = dst_stride;
+    src_at += src_origin[d] * src_stride;
+    dst_at += dst_origin[d] * dst_stride;
+    src_stride *= src_shape[d];
+    dst_stride *= dst_shape[d];
+  }
+  const int64_t rows = num_elements(extent) / extent[rank - 1];
+  for (int64_t r = 0; r < rows; ++r) {
+    fn(src_at, dst_at, extent[rank - 1]);
+    for (int d = rank - 2; d >= 0; --d) {  // odometer over all but the last axis
+      src_at += src_strides[d];
+      dst_at += dst_strides[d];
+      if (++index[d] < extent[d]) break;
+      src_at -= src_strides[d] * extent[d];
+      dst_at -= dst_strides[d] * extent[d];
+      index[d] = 0;
     }
-    for (int64_t i = 0; i < box.extent[axis]; ++i)
-      self(self, axis + 1, (s + s0 + i) * src.extent[axis + 1], (d + d0 + i) * dst.extent[axis + 1]);
-  };
-  walk(walk, 0, 0, 0);
+  }
 }
+
+// The same for `box` (a region inside both), where `src` covers src_region
+// and `dst` covers dst_region.
+template <typename Fn>
+void for_each_row(const Region& src, const Region& dst, const Region& box, Fn&& fn) {
+  int64_t src_origin[kMaxRank], dst_origin[kMaxRank];
+  for (size_t d = 0; d < box.extent.size(); ++d) {
+    src_origin[d] = box.origin[d] - src.origin[d];
+    dst_origin[d] = box.origin[d] - dst.origin[d];
+  }
+  for_each_box_row(box.extent, src.extent, src_origin, dst.extent, dst_origin, fn);
+}
+
+// Copies a box of `extent` elements of `element_size` bytes between row-major
+// tensors (see for_each_box_row).
+void copy_box(const void* src, const Shape& src_shape, const int64_t* src_origin, void* dst, const Shape& dst_shape,
+              const int64_t* dst_origin, const Shape& extent, size_t element_size);
 
 // Copies `box` from a buffer covering `src_region` to one covering `dst_region`.
 void copy_region(const void* src, const Region& src_region, void* dst, const Region& dst_region, const Region& box,

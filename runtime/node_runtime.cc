@@ -148,15 +148,15 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       std::vector<Shape> logical;
       if (task.logical_input_shapes())
         for (const plan::Shape* s : *task.logical_input_shapes()) logical.push_back(read_shape(s->dims()));
+      KernelFn kernel = nullptr;  // the op's CPU kernel
+      CudaContext* cuda = nullptr;
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
-        KernelFn kernel = find_cuda_kernel(def->type);
+        kernel = find_cuda_kernel(def->type);
         if (!kernel) return invalid_argument("task '{}': no CUDA kernel for op '{}'", name, def->type);
-        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
-        return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
-                    static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
+        RILL_ASSIGN_OR_RETURN(cuda, cuda_for(ActorId::device(task.id())));
       }
       return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
-                  static_cast<size_t>(task.scratch_bytes()));
+                  static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
     }
     case plan::TaskKind::Source: {
       const plan::SourceConf* conf = task.source();
@@ -212,8 +212,13 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
           conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < local ||
           !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
           static_cast<int>(task.outputs()->size()) > outputs + 1)
-        return invalid_argument("task '{}': boxing of {} pieces with {} inputs from rank {} and {} outputs", name,
-                                conf->parallel(), local, conf->first_rank(), task.outputs() ? task.outputs()->size() : 0);
+        return invalid_argument("task '{}': boxing of {} pieces, {} of them from rank {}, with {} inputs and {} outputs",
+                                name, conf->parallel(), local, conf->first_rank(), task.inputs()->size(),
+                                task.outputs() ? task.outputs()->size() : 0);
+      const Shape logical = read_shape(in->logical_shape());
+      if (logical.size() > static_cast<size_t>(kMaxRank))
+        return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name, logical.size(),
+                                kMaxRank);
       comm::Collectives* collectives = nullptr;
       if (boxing_exchanges(in_sbp, out_sbp, conf->num_nodes())) {
         if (!options_.transport)
@@ -225,7 +230,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         collectives = collectives_.back().get();
       }
       return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(),
-                  TensorMeta{read_shape(in->logical_shape()), read_dtype(in->dtype())}, conf->first_rank(), local,
+                  TensorMeta{logical, read_dtype(in->dtype())}, conf->first_rank(), local,
                   collectives, options_.tag_base + 1 + conf->collective_tag());
     }
     case plan::TaskKind::Sink: {

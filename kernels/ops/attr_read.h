@@ -18,7 +18,7 @@
 namespace rill {
 
 // Layout kernels index with fixed-size arrays so they never allocate.
-inline constexpr int kMaxKernelRank = 8;
+inline constexpr int kMaxKernelRank = kMaxRank;
 
 inline StatusOr<std::vector<int64_t>> read_ints(const Attrs& attrs, const std::string& name, bool required) {
   auto it = attrs.values().find(name);

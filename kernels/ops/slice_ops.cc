@@ -13,38 +13,6 @@ namespace {
 
 using Index = std::array<int64_t, kMaxKernelRank>;
 
-// Copies a box of `extent` 4-byte elements from src (at src_offset) to dst (at
-// dst_offset). The last axis is contiguous in both, so it goes by memcpy.
-void copy_box(const uint32_t* src, const Shape& src_shape, const Index& src_offset, uint32_t* dst,
-              const Shape& dst_shape, const Index& dst_offset, const Shape& extent) {
-  int rank = static_cast<int>(extent.size());
-  if (num_elements(extent) == 0) return;
-  if (rank == 0) {
-    *dst = *src;
-    return;
-  }
-  Index src_strides = row_major_strides(src_shape), dst_strides = row_major_strides(dst_shape);
-  int64_t src_pos = 0, dst_pos = 0;
-  for (int d = 0; d < rank; ++d) {
-    src_pos += src_offset[d] * src_strides[d];
-    dst_pos += dst_offset[d] * dst_strides[d];
-  }
-  size_t row_bytes = static_cast<size_t>(extent[rank - 1]) * sizeof(uint32_t);
-  int64_t rows = num_elements(extent) / extent[rank - 1];
-  Index index{};
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + dst_pos, src + src_pos, row_bytes);
-    for (int d = rank - 2; d >= 0; --d) {  // odometer over all but the last axis
-      src_pos += src_strides[d];
-      dst_pos += dst_strides[d];
-      if (++index[d] < extent[d]) break;
-      src_pos -= src_strides[d] * extent[d];
-      dst_pos -= dst_strides[d] * extent[d];
-      index[d] = 0;
-    }
-  }
-}
-
 // --- slice / slice_grad --------------------------------------------------------
 
 struct SliceBounds {
@@ -107,8 +75,7 @@ Status slice_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, in.shape, out.shape, &origin));
-  copy_box(static_cast<const uint32_t*>(in.data), in.shape, origin, static_cast<uint32_t*>(out.data), out.shape, zero,
-           out.shape);
+  copy_box(in.data, in.shape, origin.data(), out.data, out.shape, zero.data(), out.shape, sizeof(uint32_t));
   return {};
 }
 
@@ -147,8 +114,7 @@ Status slice_grad_kernel(KernelContext& ctx) {
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
   std::memset(out.data, 0, out.bytes());
-  copy_box(static_cast<const uint32_t*>(dy.data), dy.shape, zero, static_cast<uint32_t*>(out.data), out.shape, origin,
-           dy.shape);
+  copy_box(dy.data, dy.shape, zero.data(), out.data, out.shape, origin.data(), dy.shape, sizeof(uint32_t));
   return {};
 }
 
@@ -215,8 +181,7 @@ Status concat_kernel(KernelContext& ctx) {
   for (const TensorView& in : ctx.inputs) {
     if (in.shape.size() != out.shape.size() || origin[axis] + in.shape[axis] > out.shape[axis])
       return internal_error("concat of {} overruns output {}", shape_string(in.shape), shape_string(out.shape));
-    copy_box(static_cast<const uint32_t*>(in.data), in.shape, zero, static_cast<uint32_t*>(out.data), out.shape, origin,
-             in.shape);
+    copy_box(in.data, in.shape, zero.data(), out.data, out.shape, origin.data(), in.shape, sizeof(uint32_t));
     origin[axis] += in.shape[axis];
   }
   if (origin[axis] != out.shape[axis])

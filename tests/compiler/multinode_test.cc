@@ -28,12 +28,6 @@ using testing::tasks_of_kind;
 std::vector<int64_t> ints(const flatbuffers::Vector<int64_t>* v) { return {v->begin(), v->end()}; }
 std::vector<uint64_t> ids(const flatbuffers::Vector<uint64_t>* v) { return {v->begin(), v->end()}; }
 
-StatusOr<std::string> compile_on(const graph::Job& job, const std::string& devices, int num_nodes) {
-  auto cluster = compiler::parse_devices(devices, num_nodes);
-  REQUIRE(cluster.ok());
-  return compiler::compile(job, *cluster, {});
-}
-
 // Every regst but a Send's wire regst has its producer and consumers on one
 // node; a wire regst is read by exactly one Recv, on another node.
 void check_locality(const plan::Plan& p) {

@@ -100,26 +100,34 @@ TEST_CASE("linear regression on 2 nodes x 1 device gives w = [2, 3]") {
 // tests/runtime/runtime_test.cc ("data parallelism changes nothing but
 // speed"); one step's gradients on 2 nodes are checked against derived float
 // bounds in tests/runtime/numerics_test.cc.
-TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 steps") {
-  auto one = temp_dir() / "mlp1.json";
-  auto four = temp_dir() / "mlp4.json";
-  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 10 --result " +
-               one.string());
-  INFO(a.output);
-  REQUIRE(a.code == 0);
-  Ran b = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19110 --steps 10 "
-               "--result " + four.string());
-  INFO(b.output);
-  REQUIRE(b.code == 0);
-  auto curve1 = read_json(one)["loss_curve"];
-  auto curve4 = read_json(four)["loss_curve"];
-  REQUIRE(curve1.size() == 10);
-  REQUIRE(curve4.size() == 10);
+namespace {
+
+// Runs `rill run ARGS --steps 10` into `result` and returns the loss curve
+// (fails the test unless the run succeeds with 10 losses).
+nlohmann::json ten_step_curve(const std::string& args, const std::filesystem::path& result) {
+  Ran ran = run_rill("run " + args + " --steps 10 --result " + result.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto curve = read_json(result)["loss_curve"];
+  REQUIRE(curve.size() == 10);
+  return curve;
+}
+
+void check_curves_agree(const nlohmann::json& want, const nlohmann::json& got) {
   for (size_t i = 0; i < 10; ++i) {
     CAPTURE(i);
-    double x = curve1[i].get<double>(), y = curve4[i].get<double>();
+    double x = want[i].get<double>(), y = got[i].get<double>();
     CHECK(std::abs(x - y) <= 1e-5 * std::abs(x));
   }
+}
+
+}  // namespace
+
+TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 steps") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  auto one = ten_step_curve(mlp + " --devices cpu:1", temp_dir() / "mlp1.json");
+  auto four = ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --ctrl-port 19110", temp_dir() / "mlp4.json");
+  check_curves_agree(one, four);
 }
 
 // Model parallelism (samples/mlp/mlp_model_parallel.json: w1 split by
@@ -130,35 +138,21 @@ TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 step
 // tests/runtime/numerics_test.cc. Across nodes the activations move (the
 // traffic counts show it), not only gradients.
 TEST_CASE("the model-parallel MLP on 1 node x 2 devices, 2 and 3 nodes x 1 device matches data parallelism") {
-  auto data = temp_dir() / "mlp_dp.json";
-  auto local = temp_dir() / "mlp_mp2.json";
+  const std::string model_parallel = root() + "/samples/mlp/mlp_model_parallel.json";
+  auto want = ten_step_curve(root() + "/samples/mlp/mlp.json --devices cpu:1", temp_dir() / "mlp_dp.json");
   auto nodes = temp_dir() / "mlp_mp_nodes.json";
-  auto three = temp_dir() / "mlp_mp_three.json";  // 512 columns over 3: 171, 171, 170
-  Ran a = run_rill("run " + root() + "/samples/mlp/mlp.json --devices cpu:1 --steps 10 --result " + data.string());
-  INFO(a.output);
-  REQUIRE(a.code == 0);
-  Ran b = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --steps 10 --result " + local.string());
-  INFO(b.output);
-  REQUIRE(b.code == 0);
-  Ran c = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 2 --devices cpu:1 --ctrl-port 19260 "
-                   "--steps 10 --result " + nodes.string());
-  INFO(c.output);
-  REQUIRE(c.code == 0);
-  Ran d = run_rill("run " + root() + "/samples/mlp/mlp_model_parallel.json --nodes 3 --devices cpu:1 --ctrl-port 19270 "
-                   "--steps 10 --result " + three.string());
-  INFO(d.output);
-  REQUIRE(d.code == 0);
-  auto want = read_json(data)["loss_curve"];
-  REQUIRE(want.size() == 10);
-  for (const auto& path : {local, nodes, three}) {
-    auto got = read_json(path)["loss_curve"];
-    REQUIRE(got.size() == 10);
-    for (size_t i = 0; i < 10; ++i) {
-      CAPTURE(path.string());
-      CAPTURE(i);
-      double x = want[i].get<double>(), y = got[i].get<double>();
-      CHECK(std::abs(x - y) <= 1e-5 * std::abs(x));
-    }
+  {
+    INFO("1 node x cpu:2");
+    check_curves_agree(want, ten_step_curve(model_parallel, temp_dir() / "mlp_mp2.json"));
+  }
+  {
+    INFO("2 nodes x cpu:1");
+    check_curves_agree(want, ten_step_curve(model_parallel + " --nodes 2 --devices cpu:1 --ctrl-port 19260", nodes));
+  }
+  {
+    INFO("3 nodes x cpu:1: 512 columns split 171, 171, 170");
+    check_curves_agree(want, ten_step_curve(model_parallel + " --nodes 3 --devices cpu:1 --ctrl-port 19270",
+                                            temp_dir() / "mlp_mp_three.json"));
   }
   // Each step moves at least the forward all-reduce (or reduce-scatter) of
   // fc2's 256 x 512 partial sums between the two nodes.
