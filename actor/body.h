@@ -121,17 +121,22 @@ class VariableBody {
 //   P -> B   local sum, all-reduce          P -> S   local sums, reduce-scatter
 //   S -> B   all-gather                     S(a) -> S(b)  all-to-all
 //   B -> S   local slice (no traffic)       B -> P, S -> P  local (zeros elsewhere)
+// SBPs are 2-D over [nodes, devices per node] (kernels/tensor.h NdSbp); one
+// task converts what boxing_form allows: 1-D SBPs over all devices, `within`
+// alone (each node between its devices, no traffic), or `across` alone, each
+// device index a lane converted across nodes, every lane in one collective.
 // Piece k covers piece_region(k) of the logical tensor (uneven splits: the
 // first pieces one larger). This node's task reads `local_pieces` pieces,
-// global ranks first_rank ..., and writes as many, or one for B (which every
-// device of the node reads); with pieces on other nodes (the same number
-// on each), `collectives` joins the matching boxing task of every node, its
-// rank being the node's index among them. No buffer holds the whole logical
-// tensor unless an output is B. f32 and i32; sums across nodes f32 only.
+// global ranks first_rank ... (one when they are `within` B: the node's
+// first), and writes as many, or one when `within` is B (every device of
+// the node reads it); with pieces on other nodes (the same number on each),
+// `collectives` joins the matching boxing task of every node, its rank being
+// the node's index among them. No buffer holds the whole logical tensor
+// unless an output is B. f32 and i32; sums across nodes f32 only.
 // Buffers are sized once; an act allocates nothing.
 class BoxingBody {
  public:
-  BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
+  BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
              comm::Collectives* collectives = nullptr, uint64_t tag = 0);
   Status act(const ActIo& io);
 
@@ -151,12 +156,16 @@ class BoxingBody {
   };
   enum class Exchange : uint8_t { kNone, kAllReduce, kAllGather, kAllToAll, kReduceScatter };
 
-  void plan_local();
+  void plan_within_node();
+  void plan_local(bool flat);
   void plan_across_nodes();
+  void plan_lanes();
+  void convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Region& target, bool holder);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,
             Ref src2);
   void sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box);
+  int lane_input(int lane) const { return in_.within.kind == Sbp::kBroadcast ? 0 : lane; }
   std::byte* resolve(const Ref& ref, const ActIo& io);
   void run(const std::vector<Step>& steps, const ActIo& io);
   Status exchange(const ActIo& io);
@@ -164,7 +173,7 @@ class BoxingBody {
   Region in_piece(int rank) const;
   Region out_piece(int rank) const;
 
-  Sbp in_, out_;
+  NdSbp in_, out_;
   int parallel_;
   TensorMeta logical_;
   size_t element_;

@@ -42,8 +42,8 @@ bool pieces_contiguous(const Shape& shape, const Sbp& sbp) {
 
 }  // namespace
 
-BoxingBody::BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
-                       comm::Collectives* collectives, uint64_t tag)
+BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank,
+                       int local_pieces, comm::Collectives* collectives, uint64_t tag)
     : in_(in_sbp),
       out_(out_sbp),
       parallel_(parallel),
@@ -52,15 +52,20 @@ BoxingBody::BoxingBody(Sbp in_sbp, Sbp out_sbp, int parallel, TensorMeta logical
       first_rank_(first_rank),
       local_(local_pieces > 0 ? local_pieces : parallel),
       nodes_(parallel / (local_pieces > 0 ? local_pieces : parallel)),
-      outputs_(out_sbp.kind == Sbp::kBroadcast ? 1 : local_),
+      outputs_(out_sbp.within.kind == Sbp::kBroadcast ? 1 : local_),
       collectives_(collectives),
       tag_(tag) {
-  if (boxing_exchanges(in_, out_, nodes_)) plan_across_nodes();
-  else plan_local();
+  // The runtime refuses kChain before building a body (no task does it).
+  switch (boxing_form(in_, out_, nodes_)) {
+    case BoxingForm::kWithinNode: plan_within_node(); break;
+    case BoxingForm::kFlat: boxing_exchanges(in_, out_, nodes_) ? plan_across_nodes() : plan_local(true); break;
+    case BoxingForm::kLanes: boxing_exchanges(in_, out_, nodes_) ? plan_lanes() : plan_local(false); break;
+    case BoxingForm::kChain: break;
+  }
 }
 
-Region BoxingBody::in_piece(int rank) const { return piece_region(logical_.shape, in_, parallel_, rank); }
-Region BoxingBody::out_piece(int rank) const { return piece_region(logical_.shape, out_, parallel_, rank); }
+Region BoxingBody::in_piece(int rank) const { return piece_region(logical_.shape, in_, nodes_, local_, rank); }
+Region BoxingBody::out_piece(int rank) const { return piece_region(logical_.shape, out_, nodes_, local_, rank); }
 
 void BoxingBody::step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region,
                       const Region& box) {
@@ -85,37 +90,51 @@ void BoxingBody::sum_inputs(const Region& inputs, Ref dst, const Region& dst_reg
   for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, i, 0}, inputs, dst, dst_region, box);
 }
 
-// Every conversion that needs no other node: all of them on one node, and
-// B -> S, B -> P, S -> P on many (each node has what its pieces need).
-void BoxingBody::plan_local() {
-  const Region whole = whole_region(logical_.shape);
+// Output j, covering `target`, from this node's inputs, turning `from` into
+// `to`: input `only`, or all of them when it is -1. B -> P: the holder keeps
+// the value, the other pieces are 0.
+void BoxingBody::convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Region& target, bool holder) {
   auto in = [](int i) { return Ref{Ref::kInput, i, 0}; };
-  auto out = [](int j) { return Ref{Ref::kOutput, j, 0}; };
-  adding_ = &after_;
-  for (int j = 0; j < outputs_; ++j) {
-    const int rank = first_rank_ + j;
-    const Region target = out_piece(rank);
-    switch (in_.kind) {
-      case Sbp::kBroadcast:  // to S: slice; to P: rank 0 holds it, the others 0
-        if (out_.kind == Sbp::kPartialSum && rank != 0) step(Step::kZero, {}, {}, out(j), whole, whole);
-        else step(Step::kCopy, in(0), whole, out(j), target, target);
-        break;
-      case Sbp::kSplit:
-        if (out_.kind == Sbp::kPartialSum) {  // its own piece, zeros around it
-          step(Step::kZero, {}, {}, out(j), whole, whole);
-          step(Step::kCopy, in(j), in_piece(rank), out(j), whole, in_piece(rank));
-        } else {  // to B or S(b): what every piece holds of this one
-          for (int i = 0; i < local_; ++i) {
-            const Region from = in_piece(first_rank_ + i);
-            step(Step::kCopy, in(i), from, out(j), target, intersect(from, target));
-          }
-        }
-        break;
-      case Sbp::kPartialSum:  // this piece of the sum of every input
-        sum_inputs(whole, out(j), target, target);
-        break;
-    }
+  const Ref dst{Ref::kOutput, j, 0};
+  const int begin = only >= 0 ? only : 0, end = only >= 0 ? only + 1 : local_;
+  switch (from) {
+    case Sbp::kBroadcast:  // to S: slice; to P: the holder has it
+      if (to == Sbp::kPartialSum && !holder) step(Step::kZero, {}, {}, dst, target, target);
+      else step(Step::kCopy, in(begin), in_piece(first_rank_ + begin), dst, target, target);
+      break;
+    case Sbp::kSplit:  // to P: its own piece, zeros around; else what each piece holds of target
+      if (to == Sbp::kPartialSum) step(Step::kZero, {}, {}, dst, target, target);
+      for (int i = begin; i < end; ++i) {
+        const Region from_region = in_piece(first_rank_ + i);
+        step(Step::kCopy, in(i), from_region, dst, target, intersect(from_region, target));
+      }
+      break;
+    case Sbp::kPartialSum:  // this piece of the sum of the inputs
+      sum_inputs(in_piece(first_rank_), dst, target, target);
+      break;
   }
+}
+
+// Between the devices of each node (one node, or `across` unchanged): the
+// node's pieces are all it needs.
+void BoxingBody::plan_within_node() {
+  adding_ = &after_;
+  const Sbp::Kind from = in_.within.kind, to = out_.within.kind;
+  for (int j = 0; j < outputs_; ++j) {
+    const int only = from == Sbp::kBroadcast ? 0 : from == Sbp::kSplit && to == Sbp::kPartialSum ? j : -1;
+    convert(from, to, only, j, out_piece(first_rank_ + j), j == 0);
+  }
+}
+
+// B -> S, B -> P and S -> P across nodes: each node has what its pieces
+// need. `flat`: 1-D over all devices (rank 0 holds a B -> P value); else
+// lane by lane (node 0 holds it, each lane its own part).
+void BoxingBody::plan_local(bool flat) {
+  adding_ = &after_;
+  const Sbp::Kind from = in_.across.kind, to = out_.across.kind;
+  const int node = node_of(first_rank_);
+  for (int j = 0; j < outputs_; ++j)
+    convert(from, to, lane_input(j), j, out_piece(first_rank_ + j), flat ? first_rank_ + j == 0 : node == 0);
 }
 
 // Conversions that need the pieces of other nodes. Scratch buffers hold
@@ -131,20 +150,20 @@ void BoxingBody::plan_across_nodes() {
   recv_counts_.assign(static_cast<size_t>(nodes_), 0);
   const size_t whole_bytes = logical_.bytes();
   // Byte offset of each rank's piece when all pieces are packed in rank order.
-  auto packed_offsets = [&](const Sbp& sbp) {
+  auto packed_offsets = [&](const NdSbp& sbp) {
     std::vector<size_t> offsets(static_cast<size_t>(parallel_) + 1, 0);
     for (int k = 0; k < parallel_; ++k)
       offsets[static_cast<size_t>(k) + 1] =
           offsets[static_cast<size_t>(k)] +
-          static_cast<size_t>(piece_region(logical_.shape, sbp, parallel_, k).size()) * element_;
+          static_cast<size_t>(piece_region(logical_.shape, sbp, nodes_, local_, k).size()) * element_;
     for (int m = 0; m < nodes_; ++m)
       send_counts_[static_cast<size_t>(m)] = offsets[static_cast<size_t>((m + 1) * local_)] -
                                              offsets[static_cast<size_t>(m * local_)];
     return offsets;
   };
 
-  if (in_.kind == Sbp::kPartialSum) {
-    if (out_.kind == Sbp::kBroadcast) {  // local sum into output 0; all-reduce it
+  if (in_.across.kind == Sbp::kPartialSum) {
+    if (out_.across.kind == Sbp::kBroadcast) {  // local sum into output 0; all-reduce it
       sum_inputs(whole, out(0), whole, whole);
       exchange_ = Exchange::kAllReduce;
       exchange_in_ = exchange_out_ = out(0);
@@ -176,13 +195,13 @@ void BoxingBody::plan_across_nodes() {
   }
 
   // From S(a).
-  if (out_.kind == Sbp::kBroadcast) {  // all-gather
+  if (out_.across.kind == Sbp::kBroadcast) {  // all-gather
     std::vector<size_t> offsets = packed_offsets(in_);
     const size_t base = offsets[static_cast<size_t>(first_rank_)];
     exchange_ = Exchange::kAllGather;
     exchange_in_bytes_ = send_counts_[static_cast<size_t>(node)];
     exchange_out_bytes_ = whole_bytes;
-    if (pieces_contiguous(logical_.shape, in_)) {  // packed order is the layout: gather into output 0
+    if (pieces_contiguous(logical_.shape, in_.across)) {  // packed order is the layout: gather into output 0
       for (int i = 0; i < local_; ++i) step(Step::kCopy, in(i), in_piece(first_rank_ + i), out(0), whole, in_piece(first_rank_ + i));
       exchange_in_ = Ref{Ref::kOutput, 0, base};
       exchange_out_ = out(0);
@@ -230,6 +249,127 @@ void BoxingBody::plan_across_nodes() {
     for (int i = 0; i < local_; ++i) {
       const Region from = in_piece(first_rank_ + i), target = out_piece(first_rank_ + j);
       step(Step::kCopy, in(i), from, out(j), target, intersect(from, target));
+    }
+  send_.resize(sent);
+  recv_.resize(received);
+  exchange_ = Exchange::kAllToAll;
+  exchange_in_ = send(0);
+  exchange_out_ = recv(0);
+  exchange_in_bytes_ = sent;
+  exchange_out_bytes_ = received;
+}
+
+// `across` changes, `within` stays: lane l (device l of every node, or the
+// one lane of a `within` B tensor) is converted across nodes on its own, and
+// every lane's blocks travel in one collective, lane after lane within each
+// node's block. Lane l reads input lane_input(l) and writes output l.
+void BoxingBody::plan_lanes() {
+  const int node = node_of(first_rank_);
+  const int lanes = outputs_;
+  auto in = [&](int l) { return Ref{Ref::kInput, lane_input(l), 0}; };
+  auto out = [](int l) { return Ref{Ref::kOutput, l, 0}; };
+  auto send = [](size_t offset) { return Ref{Ref::kSend, 0, offset}; };
+  auto recv = [](size_t offset) { return Ref{Ref::kRecv, 0, offset}; };
+  auto rin = [&](int m, int l) { return in_piece(m * local_ + l); };
+  auto rout = [&](int m, int l) { return out_piece(m * local_ + l); };
+  auto bytes = [&](const Region& r) { return static_cast<size_t>(r.size()) * element_; };
+  send_counts_.assign(static_cast<size_t>(nodes_), 0);
+  recv_counts_.assign(static_cast<size_t>(nodes_), 0);
+  size_t sent = 0, received = 0;
+  const Sbp::Kind from = in_.across.kind, to = out_.across.kind;
+
+  if (from == Sbp::kPartialSum && to == Sbp::kBroadcast) {  // all-reduce every lane
+    if (lanes == 1) {  // straight from the input into the output
+      exchange_ = Exchange::kAllReduce;
+      exchange_in_ = in(0);
+      exchange_out_ = out(0);
+      exchange_in_bytes_ = exchange_out_bytes_ = bytes(rin(node, 0));
+      return;
+    }
+    for (int l = 0; l < lanes; ++l) {
+      const Region r = rin(node, l);
+      adding_ = &before_;
+      step(Step::kCopy, in(l), r, send(sent), r, r);
+      adding_ = &after_;
+      step(Step::kCopy, recv(sent), r, out(l), rout(node, l), r);
+      sent += bytes(r);
+    }
+    send_.resize(sent);
+    recv_.resize(sent);
+    exchange_ = Exchange::kAllReduce;
+    exchange_in_ = send(0);
+    exchange_out_ = recv(0);
+    exchange_in_bytes_ = exchange_out_bytes_ = sent;
+    return;
+  }
+
+  if (from == Sbp::kPartialSum) {  // to S: every node's block of every lane, reduce-scatter
+    for (int m = 0; m < nodes_; ++m)
+      for (int l = 0; l < lanes; ++l) {
+        const Region r = rout(m, l);
+        adding_ = &before_;
+        step(Step::kCopy, in(l), rin(node, l), send(sent), r, r);
+        if (m == node) {
+          adding_ = &after_;
+          step(Step::kCopy, recv(received), r, out(l), r, r);
+          received += bytes(r);
+        }
+        recv_counts_[static_cast<size_t>(m)] += static_cast<size_t>(r.size());  // elements
+        sent += bytes(r);
+      }
+    send_.resize(sent);
+    recv_.resize(received);
+    exchange_ = Exchange::kReduceScatter;
+    exchange_in_ = send(0);
+    exchange_out_ = recv(0);
+    exchange_in_bytes_ = sent;
+    exchange_out_bytes_ = received;
+    return;
+  }
+
+  if (to == Sbp::kBroadcast) {  // from S: every node's pieces of every lane, all-gather
+    for (int l = 0; l < lanes; ++l) {
+      const Region r = rin(node, l);
+      adding_ = &before_;
+      step(Step::kCopy, in(l), r, send(sent), r, r);
+      sent += bytes(r);
+    }
+    adding_ = &after_;
+    for (int m = 0; m < nodes_; ++m)
+      for (int l = 0; l < lanes; ++l) {
+        const Region r = rin(m, l), target = rout(node, l);
+        step(Step::kCopy, recv(received), r, out(l), target, intersect(r, target));
+        send_counts_[static_cast<size_t>(m)] += bytes(r);
+        received += bytes(r);
+      }
+    send_.resize(sent);
+    recv_.resize(received);
+    exchange_ = Exchange::kAllGather;
+    exchange_in_ = send(0);
+    exchange_out_ = recv(0);
+    exchange_in_bytes_ = sent;
+    exchange_out_bytes_ = received;
+    return;
+  }
+
+  // S(a) -> S(b): all-to-all of the overlaps, lane by lane; a node's own by copy.
+  for (int m = 0; m < nodes_; ++m)
+    for (int l = 0; l < lanes; ++l) {
+      const Region mine = rin(node, l), target = rout(node, l);
+      if (m == node) {
+        adding_ = &after_;
+        step(Step::kCopy, in(l), mine, out(l), target, intersect(mine, target));
+        continue;
+      }
+      const Region to_m = intersect(mine, rout(m, l)), from_m = intersect(rin(m, l), target);
+      adding_ = &before_;
+      step(Step::kCopy, in(l), mine, send(sent), to_m, to_m);
+      adding_ = &after_;
+      step(Step::kCopy, recv(received), from_m, out(l), target, from_m);
+      send_counts_[static_cast<size_t>(m)] += bytes(to_m);
+      recv_counts_[static_cast<size_t>(m)] += bytes(from_m);
+      sent += bytes(to_m);
+      received += bytes(from_m);
     }
   send_.resize(sent);
   recv_.resize(received);
@@ -303,6 +443,9 @@ Status BoxingBody::exchange(const ActIo& io) {
 }
 
 Status BoxingBody::act(const ActIo& io) {
+  if (boxing_form(in_, out_, nodes_) == BoxingForm::kChain)
+    return internal_error("boxing {} -> {}: no one task does it (the compiler chains it)", in_.to_string(),
+                          out_.to_string());
   run(before_, io);
   RILL_RETURN_IF_ERROR(exchange(io));
   run(after_, io);

@@ -20,19 +20,51 @@ int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) 
   return moved + written;
 }
 
-const char* boxing_collective(const Sbp& from, const Sbp& to, int num_nodes) {
-  if (!boxing_exchanges(from, to, num_nodes)) return "local";
-  if (from.kind == Sbp::kPartialSum) return to.kind == Sbp::kBroadcast ? "all_reduce" : "reduce_scatter";
-  return to.kind == Sbp::kBroadcast ? "all_gather" : "all_to_all";
+int64_t boxing_cost(const NdSbp& from, const NdSbp& to, size_t bytes, int nodes, int per_node) {
+  int64_t cost = 0;
+  for (const auto& [in, out] : boxing_steps(from, to, nodes, per_node)) {
+    switch (boxing_form(in, out, nodes)) {
+      case BoxingForm::kFlat:
+        cost += boxing_cost(in.across, out.across, bytes, nodes * per_node);
+        break;
+      case BoxingForm::kWithinNode: {
+        if (nodes <= 1) {
+          cost += boxing_cost(in.within, out.within, bytes, per_node);
+          break;
+        }
+        const size_t node_bytes = in.across.kind == Sbp::kSplit ? bytes / static_cast<size_t>(nodes) : bytes;
+        cost += nodes * boxing_cost(in.within, out.within, node_bytes, per_node);
+        break;
+      }
+      case BoxingForm::kLanes:
+      case BoxingForm::kChain: {
+        const int lanes = in.within.kind == Sbp::kBroadcast ? 1 : per_node;
+        const size_t lane_bytes = in.within.kind == Sbp::kSplit ? bytes / static_cast<size_t>(per_node) : bytes;
+        cost += lanes * boxing_cost(in.across, out.across, lane_bytes, nodes);
+        break;
+      }
+    }
+  }
+  return cost;
 }
 
-int64_t boxing_bytes_sent(const Sbp& from, const Sbp& to, int64_t bytes, int num_nodes) {
+const char* boxing_collective(const NdSbp& from, const NdSbp& to, int num_nodes) {
+  if (!boxing_exchanges(from, to, num_nodes)) return "local";
+  if (from.across.kind == Sbp::kPartialSum) return to.across.kind == Sbp::kBroadcast ? "all_reduce" : "reduce_scatter";
+  return to.across.kind == Sbp::kBroadcast ? "all_gather" : "all_to_all";
+}
+
+int64_t boxing_bytes_sent(const NdSbp& from, const NdSbp& to, int64_t bytes, int num_nodes, int per_node) {
   if (!boxing_exchanges(from, to, num_nodes)) return 0;
   const int64_t n = num_nodes;
+  // Lanes of partial sums each carry the whole tensor; split or B lanes together carry it once.
+  const int64_t carried =
+      boxing_form(from, to, num_nodes) == BoxingForm::kLanes && from.within.kind == Sbp::kPartialSum ? bytes * per_node
+                                                                                                      : bytes;
   const std::string kind = boxing_collective(from, to, num_nodes);
-  if (kind == "all_reduce") return 2 * (n - 1) * bytes / n;
-  if (kind == "all_to_all") return (n - 1) * bytes / (n * n);
-  return (n - 1) * bytes / n;
+  if (kind == "all_reduce") return 2 * (n - 1) * carried / n;
+  if (kind == "all_to_all") return (n - 1) * carried / (n * n);
+  return (n - 1) * carried / n;
 }
 
 namespace {
@@ -41,17 +73,24 @@ class Inserter {
  public:
   explicit Inserter(LogicalGraph* g) : g_(g) {}
 
-  // The boxing node turning `tensor` into `to`, or -1 when none is needed.
-  int need(const std::string& tensor, const Sbp& to) {
+  // The boxing node turning `tensor` into `to` (the last of a chain), or -1
+  // when none is needed. Chains share their steps: one node per (tensor, SBP).
+  int need(const std::string& tensor, const NdSbp& to) {
     const LogicalTensor* t = g_->find(tensor);
-    if (t->sbp == to) return -1;
-    auto key = std::make_pair(tensor, to.to_string());
-    auto it = index_.find(key);
-    if (it != index_.end()) return it->second;
-    int id = static_cast<int>(g_->boxings.size());
-    g_->boxings.push_back({tensor, t->sbp, to});
-    index_[key] = id;
-    return id;
+    int last = -1;
+    for (const auto& [in, out] : boxing_steps(t->sbp, to, g_->cluster.num_nodes, g_->cluster.devices_per_node)) {
+      auto key = std::make_pair(tensor, out.to_string());
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        last = it->second;
+        continue;
+      }
+      const int id = static_cast<int>(g_->boxings.size());
+      g_->boxings.push_back({tensor, in, out, last});
+      index_[key] = id;
+      last = id;
+    }
+    return last;
   }
 
  private:
@@ -77,7 +116,10 @@ Status insert_boxing(LogicalGraph* g) {
   }
   for (Reported& r : g->reported) {
     r.boxing = -1;
-    if (single || g->find(r.tensor)->sbp.kind != Sbp::kSplit) continue;
+    // The sink adds up P pieces and reads one B piece per node; anything
+    // else (a split, or a 2-D mix) is made B first.
+    const NdSbp& sbp = g->find(r.tensor)->sbp;
+    if (single || (sbp.flat() && sbp.across.kind != Sbp::kSplit)) continue;
     r.boxing = inserter.need(r.tensor, Sbp::broadcast());
   }
   return {};

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "compiler/logical_graph.h"
 
@@ -19,17 +21,23 @@ namespace rill::compiler {
 // conversion is free. 0 when the SBPs are equal or parallel is 1.
 int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel);
 
+// The cost of boxing `from` -> `to`: the sum over boxing_steps (kernels/tensor.h) of each step's
+// boxing_cost, a step within nodes counted once per node over its part of the
+// tensor, a step across nodes once per lane over a lane's part.
+int64_t boxing_cost(const NdSbp& from, const NdSbp& to, size_t bytes, int nodes, int per_node);
+
 Status insert_boxing(LogicalGraph* graph);
 
 // What a boxing does among `num_nodes` nodes, as `rill plan` names it:
 // "all_reduce" (P -> B), "reduce_scatter" (P -> S), "all_gather" (S -> B),
 // "all_to_all" (S -> S), or "local" (B -> S, B -> P, S -> P, and anything on
 // one node: copies and sums between the node's own pieces).
-const char* boxing_collective(const Sbp& from, const Sbp& to, int num_nodes);
+const char* boxing_collective(const NdSbp& from, const NdSbp& to, int num_nodes);
 
 // The bytes one node's boxing task sends to other nodes per step, for a
 // tensor of `bytes` logical bytes split evenly: ring all-reduce 2 (N-1)/N,
-// reduce-scatter and all-gather (N-1)/N, all-to-all (N-1)/N^2 of it.
-int64_t boxing_bytes_sent(const Sbp& from, const Sbp& to, int64_t bytes, int num_nodes);
+// reduce-scatter and all-gather (N-1)/N, all-to-all (N-1)/N^2 of what the
+// collective carries (the whole tensor, or every lane's part of it).
+int64_t boxing_bytes_sent(const NdSbp& from, const NdSbp& to, int64_t bytes, int num_nodes, int per_node);
 
 }  // namespace rill::compiler

@@ -25,7 +25,8 @@ namespace rill::compiler {
 
 // 2: per-node boxing, Send/Recv tasks, node plans (Plan.node, Plan.num_tasks).
 // 3: Copy tasks between host and device memory; tasks on cuda devices.
-inline constexpr uint32_t kPlanVersion = 3;
+// 4: 2-D SBP (NdSbp) on regsts and boxings; sources' sub-shards.
+inline constexpr uint32_t kPlanVersion = 4;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.
@@ -71,6 +72,9 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node);
 // id); a binary search on a node plan, whose vectors are sorted by id.
 const plan::RegstDesc* find_regst(const plan::Plan& plan, int64_t id);
 const plan::Task* find_task(const plan::Plan& plan, uint64_t id);
+
+// The SBP a plan records (B when absent).
+NdSbp read_sbp(const plan::NdSbp* sbp);
 
 // A JSON summary: {"job", "steps", "tasks": [...], "regsts": [...]}.
 std::string plan_json(const plan::Plan& plan);

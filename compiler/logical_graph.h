@@ -26,18 +26,18 @@ struct LogicalTensor {
   TensorOrigin origin = TensorOrigin::kOp;
   int producer = -1;     // index into inputs, variables or ops, by origin
   int output_index = 0;  // kOp: which output of the producer
-  Sbp sbp;               // set by SBP deduction
+  NdSbp sbp;             // set by SBP deduction
 };
 
 struct InputNode {
   graph::Input input;
   std::string dataset;  // the dataset read: the input's own, or the eval dataset
-  Sbp sbp = Sbp::split(0);
+  NdSbp sbp = Sbp::split(0);
 };
 
 struct VariableNode {
   graph::Variable variable;
-  Sbp sbp = Sbp::broadcast();
+  NdSbp sbp = Sbp::broadcast();
   std::string grad;       // train mode, trainable and on a path to the loss: its gradient
   std::string update_op;  // set by the optimizer pass when grad is set
   Attrs update_attrs;
@@ -52,20 +52,23 @@ struct OpNode {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   Attrs attrs;
-  std::vector<std::optional<Sbp>> output_hints;
+  std::vector<std::optional<NdSbp>> output_hints;
   bool backward = false;
   // Set by SBP deduction: the chosen signature.
-  std::vector<Sbp> input_sbp;
-  std::vector<Sbp> output_sbp;
+  std::vector<NdSbp> input_sbp;
+  std::vector<NdSbp> output_sbp;
   // Set by boxing insertion: per input, index into LogicalGraph::boxings or -1.
   std::vector<int> input_boxing;
 };
 
-// Turns every piece of `tensor` from `in` into `out` (one task over all ranks).
+// Turns every piece of `tensor` from `in` into `out` (one task per node).
+// A 2-D conversion that no one task does is a chain of boxings, each reading
+// the one before (`from`).
 struct BoxingNode {
   std::string tensor;
-  Sbp in;
-  Sbp out;
+  NdSbp in;
+  NdSbp out;
+  int from = -1;  // the boxing whose output this one reads; -1: the tensor's producer
 };
 
 // A scalar reported to the sink each step: the loss or a metric.
@@ -93,6 +96,7 @@ struct LogicalGraph {
   std::vector<Reported> reported;
   std::vector<BoxingNode> boxings;
 
+  bool two_d = false;  // some SBP hint differs between its axes: deduction tries 2-D signatures
   int parallel() const { return cluster.parallel(); }
   const LogicalTensor* find(const std::string& name) const {
     auto it = tensors.find(name);

@@ -47,12 +47,16 @@ class Expander {
     return static_cast<int>(index);
   }
 
-  int add_regst(int task, const std::string& name, const TensorMeta& logical, const Sbp& sbp, int rank,
+  Region piece(const Shape& logical, const NdSbp& sbp, int rank) const {
+    return piece_region(logical, sbp, g_.cluster.num_nodes, per_node_, rank);
+  }
+
+  int add_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp, int rank,
                 bool is_model = false) {
     RegstNode r;
     r.name = name;
     r.producer = task;
-    r.meta = TensorMeta{physical_shape(logical.shape, sbp, parallel_, rank), logical.dtype};
+    r.meta = TensorMeta{piece(logical.shape, sbp, rank).extent, logical.dtype};
     r.logical_shape = logical.shape;
     r.sbp = sbp;
     r.is_model = is_model;
@@ -73,15 +77,25 @@ class Expander {
           return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' with different SBPs",
                                   members[0]->input.name, members[0]->sbp.to_string(), in->input.name,
                                   in->sbp.to_string(), dataset.name);
-      const bool split = members[0]->sbp.kind == Sbp::kSplit;
+      const NdSbp& sbp = members[0]->sbp;
       for (int rank = 0; rank < parallel_; ++rank) {
         TaskNode task;
         task.kind = plan::TaskKind::Source;
         task.name = fmt::format("source:{}@{}", dataset.name, rank);
         task.node = node_of(rank);
         task.source.dataset = static_cast<int>(d);
-        task.source.shard = split ? rank : 0;
-        task.source.num_shards = split ? parallel_ : 1;
+        // Rows by node, then by device within the node's rows (NdSbp's
+        // nesting); a split on one level only is that level's shards.
+        const bool by_node = sbp.across.kind == Sbp::kSplit && g_.cluster.num_nodes > 1;
+        const bool by_device = sbp.within.kind == Sbp::kSplit && per_node_ > 1;
+        if (by_node) {
+          task.source.shard = node_of(rank);
+          task.source.num_shards = g_.cluster.num_nodes;
+        }
+        if (by_device) {
+          (by_node ? task.source.sub_shard : task.source.shard) = device_of(rank);
+          (by_node ? task.source.num_sub_shards : task.source.num_shards) = per_node_;
+        }
         for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
         int t = add_task(std::move(task), DeviceType::kIo);
         for (const InputNode* in : members) {
@@ -110,9 +124,7 @@ class Expander {
         task.variable.update_op = v.update_op;
         task.variable.update_attrs = v.update_attrs;
         task.variable.num_state = v.num_state;
-        task.variable.offset.assign(var.shape.size(), 0);
-        if (v.sbp.kind == Sbp::kSplit)
-          task.variable.offset[v.sbp.axis] = split_offset(var.shape[v.sbp.axis], parallel_, rank);
+        task.variable.offset = piece(var.shape, v.sbp, rank).origin;
         int t = add_task(std::move(task), g_.cluster.device_type);
         tasks.push_back(t);
         pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, rank, true));
@@ -135,7 +147,7 @@ class Expander {
         for (size_t k = 0; k < op.inputs.size(); ++k) {
           const TensorMeta& meta = g_.find(op.inputs[k])->meta;
           task.logical_input_shapes.push_back(meta.shape);
-          physical_inputs.push_back({physical_shape(meta.shape, op.input_sbp[k], parallel_, rank), meta.dtype});
+          physical_inputs.push_back({piece(meta.shape, op.input_sbp[k], rank).extent, meta.dtype});
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
@@ -192,7 +204,7 @@ class Expander {
         int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? thread_of[b] : 0);
         tasks.push_back(t);
         // A B result is one regst that every device of the node reads.
-        const int shared = box.out.kind == Sbp::kBroadcast
+        const int shared = box.out.within.kind == Sbp::kBroadcast
                                ? add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_)
                                : -1;
         for (int d = 0; d < per_node_; ++d)
@@ -226,7 +238,7 @@ class Expander {
         r.name = "ctrl:" + out_.tasks[chain[i]].name;
         r.producer = chain[i];
         r.meta = TensorMeta{Shape{}, DType::kF32};
-        r.sbp = Sbp::broadcast();
+        r.sbp = NdSbp(Sbp::broadcast());
         r.ctrl = true;
         const int id = static_cast<int>(out_.regsts.size());
         out_.regsts.push_back(std::move(r));
@@ -247,7 +259,7 @@ class Expander {
   }
 
   // The regst a consumer on `rank` reads for `tensor`, after boxing `boxing`.
-  int piece(const std::string& tensor, int boxing, int rank) const {
+  int read(const std::string& tensor, int boxing, int rank) const {
     return boxing >= 0 ? boxed_[boxing][rank] : pieces_.at(tensor)[rank];
   }
 
@@ -256,30 +268,35 @@ class Expander {
       const VariableNode& var = g_.variables[v];
       if (var.grad.empty()) continue;
       for (int rank = 0; rank < parallel_; ++rank)
-        out_.tasks[variable_tasks_[v][rank]].inputs.push_back(piece(var.grad, var.grad_boxing, rank));
+        out_.tasks[variable_tasks_[v][rank]].inputs.push_back(read(var.grad, var.grad_boxing, rank));
     }
     for (size_t o = 0; o < g_.ops.size(); ++o) {
       const OpNode& op = g_.ops[o];
       for (int rank = 0; rank < parallel_; ++rank)
         for (size_t k = 0; k < op.inputs.size(); ++k)
-          out_.tasks[op_tasks_[o][rank]].inputs.push_back(piece(op.inputs[k], op.input_boxing[k], rank));
+          out_.tasks[op_tasks_[o][rank]].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
     }
     for (size_t b = 0; b < g_.boxings.size(); ++b)
       for (int t : boxing_tasks_[b]) {
         TaskNode& task = out_.tasks[t];
-        for (int d = 0; d < task.boxing.local_pieces; ++d)
-          task.inputs.push_back(pieces_.at(g_.boxings[b].tensor)[task.boxing.first_rank + d]);
+        // The node's pieces (a shared B result once), then control regsts.
+        const BoxingNode& box = g_.boxings[b];
+        for (int d = 0; d < task.boxing.local_pieces; ++d) {
+          const int regst = box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][task.boxing.first_rank + d]
+                                          : pieces_.at(box.tensor)[task.boxing.first_rank + d];
+          if (d == 0 || regst != task.inputs.back()) task.inputs.push_back(regst);
+        }
         if (auto it = ctrl_inputs_.find(t); it != ctrl_inputs_.end())  // after the pieces
           task.inputs.insert(task.inputs.end(), it->second.begin(), it->second.end());
       }
     TaskNode& sink = out_.tasks[sink_task_];
     for (const Reported& r : g_.reported) {
       for (int rank = 0; rank < parallel_; ++rank) {
-        int regst = piece(r.tensor, r.boxing, rank);
-        if (rank > 0 && regst == piece(r.tensor, r.boxing, rank - 1)) continue;  // a node's shared B result
+        int regst = read(r.tensor, r.boxing, rank);
+        if (rank > 0 && regst == read(r.tensor, r.boxing, rank - 1)) continue;  // a node's shared B result
         sink.inputs.push_back(regst);
         sink.sink.names.push_back(r.name);
-        sink.sink.partial.push_back(out_.regsts[regst].sbp.kind == Sbp::kPartialSum);
+        sink.sink.partial.push_back(out_.regsts[regst].sbp == NdSbp(Sbp::partial_sum()));
       }
     }
   }

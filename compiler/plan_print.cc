@@ -9,25 +9,7 @@
 namespace rill::compiler {
 namespace {
 
-std::string sbp_string(const plan::Sbp* sbp) {
-  if (sbp == nullptr) return "?";
-  switch (sbp->kind()) {
-    case plan::SbpKind::Split: return fmt::format("S({})", sbp->axis());
-    case plan::SbpKind::Broadcast: return "B";
-    case plan::SbpKind::PartialSum: return "P";
-  }
-  return "?";
-}
-
-Sbp sbp_of(const plan::Sbp* sbp) {
-  if (sbp == nullptr) return Sbp::broadcast();
-  switch (sbp->kind()) {
-    case plan::SbpKind::Split: return Sbp::split(sbp->axis());
-    case plan::SbpKind::Broadcast: return Sbp::broadcast();
-    case plan::SbpKind::PartialSum: return Sbp::partial_sum();
-  }
-  return Sbp::broadcast();
-}
+std::string sbp_string(const plan::NdSbp* sbp) { return sbp == nullptr ? "?" : read_sbp(sbp).to_string(); }
 
 std::string str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
 
@@ -73,7 +55,7 @@ std::string plan_json(const plan::Plan& p) {
                    {"inputs", vec(t->inputs())},
                    {"outputs", vec(t->outputs())}};
       if (const plan::BoxingConf* b = t->boxing()) {
-        const Sbp in = sbp_of(b->in_sbp()), out = sbp_of(b->out_sbp());
+        const NdSbp in = read_sbp(b->in_sbp()), out = read_sbp(b->out_sbp());
         int64_t logical_bytes = 0;
         if (t->inputs() != nullptr && t->inputs()->size() > 0 && p.regsts() != nullptr)
           for (const plan::RegstDesc* r : *p.regsts())
@@ -91,7 +73,8 @@ std::string plan_json(const plan::Plan& p) {
                           {"peers", vec(b->peers())},
                           {"collective", boxing_collective(in, out, b->num_nodes())},
                           {"logical_bytes", logical_bytes},
-                          {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes())}};
+                          {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes(),
+                                                                           b->local_pieces())}};
       }
       tasks.push_back(std::move(task));
     }

@@ -129,4 +129,17 @@ StatusOr<const plan::Plan*> verify_plan(std::string_view bytes) {
   return p;
 }
 
+NdSbp read_sbp(const plan::NdSbp* sbp) {
+  if (sbp == nullptr) return Sbp::broadcast();
+  auto one = [](const plan::Sbp& s) {
+    switch (s.kind()) {
+      case plan::SbpKind::Split: return Sbp::split(s.axis());
+      case plan::SbpKind::Broadcast: return Sbp::broadcast();
+      case plan::SbpKind::PartialSum: return Sbp::partial_sum();
+    }
+    return Sbp::broadcast();
+  };
+  return NdSbp(one(sbp->across()), one(sbp->within()));
+}
+
 }  // namespace rill::compiler

@@ -14,6 +14,8 @@ plan::Sbp to_plan(const Sbp& sbp) {
   return plan::Sbp(kind, static_cast<int8_t>(sbp.kind == Sbp::kSplit ? sbp.axis : 0));
 }
 
+plan::NdSbp to_plan(const NdSbp& sbp) { return plan::NdSbp(to_plan(sbp.across), to_plan(sbp.within)); }
+
 plan::DType to_plan(DType dtype) { return dtype == DType::kF32 ? plan::DType::F32 : plan::DType::I32; }
 
 Offset<Vector<Offset<plan::Attr>>> write_attrs(FlatBufferBuilder& b, const Attrs& attrs) {
@@ -59,7 +61,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
   switch (t.kind) {
     case plan::TaskKind::Source:
       source = plan::CreateSourceConf(b, t.source.dataset, write_strings(b, t.source.fields), t.source.shard,
-                                      t.source.num_shards, g.global_batch, g.shuffle, g.seed);
+                                      t.source.num_shards, t.source.sub_shard, t.source.num_sub_shards,
+                                      g.global_batch, g.shuffle, g.seed);
       break;
     case plan::TaskKind::Variable:
       variable = plan::CreateVariableConf(b, b.CreateString(t.variable.init_op), write_attrs(b, t.variable.init_attrs),
@@ -73,7 +76,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       break;
     }
     case plan::TaskKind::Boxing: {
-      plan::Sbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
+      plan::NdSbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
       std::vector<uint64_t> peers;
       for (int peer : t.boxing.peers) peers.push_back(g.tasks[peer].id);
       boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
@@ -99,7 +102,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, size_t index, const RegstNode& r) {
   std::vector<uint64_t> consumers;
   for (int c : r.consumers) consumers.push_back(g.tasks[c].id);
-  plan::Sbp sbp = to_plan(r.sbp);
+  plan::NdSbp sbp = to_plan(r.sbp);
   return plan::CreateRegstDesc(b, static_cast<int64_t>(index), b.CreateString(r.name), g.tasks[r.producer].id,
                                b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),
                                b.CreateVector(r.meta.shape), b.CreateVector(r.logical_shape), &sbp,

@@ -11,11 +11,33 @@ bool fits(const Sbp& sbp, const TensorMeta& meta) {
   return sbp.kind != Sbp::kSplit || (sbp.axis >= 0 && sbp.axis < static_cast<int>(meta.shape.size()));
 }
 
-std::string signature_string(const SbpSignature& sig) {
+// A signature per tensor over the hierarchy [nodes, devices per node].
+struct NdSignature {
+  std::vector<NdSbp> inputs;
+  std::vector<NdSbp> outputs;
+  bool operator==(const NdSignature&) const = default;
+};
+
+std::string signature_string(const NdSignature& sig) {
   std::vector<std::string> in, out;
-  for (const Sbp& s : sig.inputs) in.push_back(s.to_string());
-  for (const Sbp& s : sig.outputs) out.push_back(s.to_string());
+  for (const NdSbp& s : sig.inputs) in.push_back(s.to_string());
+  for (const NdSbp& s : sig.outputs) out.push_back(s.to_string());
   return fmt::format("({}) -> ({})", fmt::join(in, ", "), fmt::join(out, ", "));
+}
+
+std::string signature_string(const SbpSignature& sig) {
+  return signature_string(NdSignature{{sig.inputs.begin(), sig.inputs.end()}, {sig.outputs.begin(), sig.outputs.end()}});
+}
+
+// The 2-D signature that runs `across` between nodes and `within` inside
+// each, written canonically for the cluster.
+NdSignature combine(const SbpSignature& across, const SbpSignature& within, const Cluster& c) {
+  NdSignature sig;
+  for (size_t k = 0; k < across.inputs.size(); ++k)
+    sig.inputs.push_back(canonical(NdSbp(across.inputs[k], within.inputs[k]), c.num_nodes, c.devices_per_node));
+  for (size_t k = 0; k < across.outputs.size(); ++k)
+    sig.outputs.push_back(canonical(NdSbp(across.outputs[k], within.outputs[k]), c.num_nodes, c.devices_per_node));
+  return sig;
 }
 
 // The signatures `op` may use: well-formed for its tensors, all-B if none.
@@ -42,14 +64,28 @@ StatusOr<std::vector<SbpSignature>> candidates(const LogicalGraph& g, const OpNo
   return valid;
 }
 
+// 1-D jobs use each signature on both axes; a job with a 2-D hint tries
+// every pair (one signature between nodes, one within), as OneFlow does.
+std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const std::vector<SbpSignature>& sigs) {
+  std::vector<NdSignature> out;
+  for (const SbpSignature& across : sigs)
+    for (const SbpSignature& within : sigs) {
+      if (!g.two_d && !(across == within)) continue;
+      NdSignature sig = combine(across, within, g.cluster);
+      if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(std::move(sig));
+    }
+  return out;
+}
+
 }  // namespace
 
 Status deduce_sbp(LogicalGraph* g) {
-  const int parallel = g->parallel();
+  const int nodes = g->cluster.num_nodes, per_node = g->cluster.devices_per_node;
   for (OpNode& op : g->ops) {
-    RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> sigs, candidates(*g, op));
-    std::vector<SbpSignature> hinted;
-    for (const SbpSignature& sig : sigs) {
+    RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
+    const std::vector<NdSignature> sigs = nd_candidates(*g, flat);
+    std::vector<NdSignature> hinted;
+    for (const NdSignature& sig : sigs) {
       bool ok = true;
       for (size_t k = 0; k < op.outputs.size(); ++k)
         ok = ok && (!op.output_hints[k] || *op.output_hints[k] == sig.outputs[k]);
@@ -61,13 +97,13 @@ Status deduce_sbp(LogicalGraph* g) {
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         if (!op.output_hints[k]) continue;
         std::vector<std::string> legal;
-        for (const SbpSignature& sig : sigs)
+        for (const NdSignature& sig : sigs)
           if (std::find(legal.begin(), legal.end(), sig.outputs[k].to_string()) == legal.end())
             legal.push_back(sig.outputs[k].to_string());
         hints.push_back(fmt::format("'{}' hinted {} (it can be {})", op.outputs[k], op.output_hints[k]->to_string(),
                                     fmt::join(legal, " or ")));
       }
-      for (const SbpSignature& sig : sigs) offered.push_back(signature_string(sig));
+      for (const NdSignature& sig : sigs) offered.push_back(signature_string(sig));
       return invalid_argument("op '{}' ({}): no SBP signature gives {}; the op's signatures (inputs) -> (outputs): {}",
                               op.name, op.type, fmt::join(hints, ", "), fmt::join(offered, ", "));
     }
@@ -77,7 +113,7 @@ Status deduce_sbp(LogicalGraph* g) {
       int64_t cost = 0;
       for (size_t k = 0; k < op.inputs.size(); ++k) {
         const LogicalTensor* t = g->find(op.inputs[k]);
-        cost += boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), parallel);
+        cost += boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), nodes, per_node);
       }
       if (best < 0 || cost < best_cost) {
         best = static_cast<int>(s);

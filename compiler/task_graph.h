@@ -23,7 +23,7 @@ struct RegstNode {
   int register_num = 1;        // set by regst planning
   TensorMeta meta;             // this piece
   Shape logical_shape;
-  Sbp sbp;
+  NdSbp sbp;
   bool is_model = false;
   bool ctrl = false;  // a control regst: orders its producer before its consumers; its bytes are unused
   int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
@@ -32,8 +32,10 @@ struct RegstNode {
 struct SourceInfo {
   int dataset = 0;  // index into TaskGraph::datasets
   std::vector<std::string> fields;
-  int shard = 0;
+  int shard = 0;  // rows: part `shard` of num_shards, then part `sub_shard` of that
   int num_shards = 1;
+  int sub_shard = 0;
+  int num_sub_shards = 1;
 };
 
 struct VariableInfo {
@@ -51,8 +53,8 @@ struct SinkInfo {
 };
 
 struct BoxingInfo {
-  Sbp in;
-  Sbp out;
+  NdSbp in;
+  NdSbp out;
   int parallel = 1;         // pieces over all nodes
   int num_nodes = 1;        // > 1: one task per node, each with its local pieces
   int local_pieces = 1;

@@ -42,9 +42,12 @@ Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<st
     RILL_RETURN_IF_ERROR(check_shape(in.shape, what));
     InputNode node{in, mode == Mode::kEval ? job.eval->dataset : in.dataset, Sbp::split(0)};
     if (in.sbp) {
-      if (!(*in.sbp == Sbp::split(0)) && !(*in.sbp == Sbp::broadcast()))
-        return invalid_argument("{}: SBP {} is not supported for inputs (S(0) or B)", what, in.sbp->to_string());
-      node.sbp = *in.sbp;
+      auto batch_or_b = [](const Sbp& s) { return s == Sbp::split(0) || s == Sbp::broadcast(); };
+      if (!batch_or_b(in.sbp->across) || !batch_or_b(in.sbp->within))
+        return invalid_argument("{}: SBP {} is not supported for inputs (S(0) or B on each axis)", what,
+                                in.sbp->to_string());
+      node.sbp = canonical(*in.sbp, g->cluster.num_nodes, g->cluster.devices_per_node);
+      g->two_d = g->two_d || !node.sbp.flat();
     }
     Shape shape = in.shape;
     shape.insert(shape.begin(), g->global_batch);
@@ -72,10 +75,15 @@ Status add_variables(const graph::Job& job, LogicalGraph* g, std::set<std::strin
       return not_found("{}: unknown initializer '{}'", what, v.init.type);
     VariableNode node{v, Sbp::broadcast(), "", "", {}, 0, -1};
     if (v.sbp) {
-      if (v.sbp->kind == Sbp::kPartialSum) return invalid_argument("{}: SBP P is not allowed for a variable", what);
-      if (v.sbp->kind == Sbp::kSplit && (v.sbp->axis < 0 || v.sbp->axis >= static_cast<int>(v.shape.size())))
-        return invalid_argument("{}: {} splits an axis a {}-d variable lacks", what, v.sbp->to_string(), v.shape.size());
-      node.sbp = *v.sbp;
+      if (v.sbp->has(Sbp::kPartialSum))
+        return invalid_argument("{}: SBP {} is not allowed for a variable: it holds values, not partial sums", what,
+                                v.sbp->to_string());
+      for (const Sbp& s : {v.sbp->across, v.sbp->within})
+        if (s.kind == Sbp::kSplit && (s.axis < 0 || s.axis >= static_cast<int>(v.shape.size())))
+          return invalid_argument("{}: {} splits an axis a {}-d variable lacks", what, v.sbp->to_string(),
+                                  v.shape.size());
+      node.sbp = canonical(*v.sbp, g->cluster.num_nodes, g->cluster.devices_per_node);
+      g->two_d = g->two_d || !node.sbp.flat();
     }
     g->tensors[v.name] =
         LogicalTensor{v.name, TensorMeta{v.shape, v.dtype}, TensorOrigin::kVariable, static_cast<int>(i), 0, node.sbp};
@@ -151,6 +159,11 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     node.attrs = op.attrs;
     node.output_hints = op.output_sbp;
     node.output_hints.resize(op.outputs.size());
+    for (std::optional<NdSbp>& hint : node.output_hints)
+      if (hint) {
+        *hint = canonical(*hint, cluster.num_nodes, cluster.devices_per_node);
+        g.two_d = g.two_d || !hint->flat();
+      }
     RILL_RETURN_IF_ERROR(g.append_op(std::move(node)));
   }
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));

@@ -24,7 +24,7 @@ struct Input {
   std::string field;
   Shape shape;                // per sample (the batch axis is added)
   DType dtype = DType::kF32;
-  std::optional<Sbp> sbp;     // default S(0)
+  std::optional<NdSbp> sbp;   // default S(0)
   bool operator==(const Input&) const = default;
 };
 
@@ -39,7 +39,7 @@ struct Variable {
   Shape shape;
   DType dtype = DType::kF32;
   Initializer init;
-  std::optional<Sbp> sbp;     // default B
+  std::optional<NdSbp> sbp;   // default B
   bool trainable = true;
   bool operator==(const Variable&) const = default;
 };
@@ -50,7 +50,7 @@ struct Op {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   Attrs attrs;
-  std::vector<std::optional<Sbp>> output_sbp;  // hints, per output (may be empty)
+  std::vector<std::optional<NdSbp>> output_sbp;  // hints, per output (may be empty)
   bool operator==(const Op&) const = default;
 };
 

@@ -73,7 +73,7 @@ std::string JobBuilder::fresh_name(const std::string& type, const std::string& r
 void JobBuilder::dataset(graph::Dataset spec) { job_.datasets.push_back(std::move(spec)); }
 
 TensorHandle JobBuilder::input(const std::string& name, const std::string& dataset, const std::string& field,
-                               Shape shape, DType dtype, std::optional<Sbp> sbp) {
+                               Shape shape, DType dtype, std::optional<NdSbp> sbp) {
   used_names_.insert(name);
   job_.inputs.push_back({name, dataset, field, std::move(shape), dtype, sbp});
   return {name};

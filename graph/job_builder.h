@@ -43,13 +43,13 @@ struct TensorHandle {
 // Options every op helper takes last.
 struct OpOptions {
   std::string name;        // the op's name and its output's; "" for "<type>_<n>"
-  std::optional<Sbp> sbp;  // SBP hint for the output
+  std::optional<NdSbp> sbp;  // SBP hint for the output
   Attrs attrs;             // more attributes, e.g. {{"transpose_b", int64_t{1}}}
 };
 
 struct VariableOptions {
   DType dtype = DType::kF32;
-  std::optional<Sbp> sbp;  // default B
+  std::optional<NdSbp> sbp;  // default B
   bool trainable = true;
 };
 
@@ -74,7 +74,7 @@ class JobBuilder {
 
   void dataset(graph::Dataset spec);
   TensorHandle input(const std::string& name, const std::string& dataset, const std::string& field, Shape shape,
-                     DType dtype = DType::kF32, std::optional<Sbp> sbp = std::nullopt);
+                     DType dtype = DType::kF32, std::optional<NdSbp> sbp = std::nullopt);
   TensorHandle variable(const std::string& name, Shape shape, graph::Initializer init,
                         const VariableOptions& options = {});
 

@@ -85,8 +85,10 @@ class GraphChecker {
       size_t before = issues_->size();
       check_input_field(in, path, where);
       shape_ok = shape_ok && issues_->size() == before;
-      if (in.sbp && !(*in.sbp == Sbp::split(0)) && !(*in.sbp == Sbp::broadcast()))
-        issues_->add(path + ".sbp", "{}: SBP {} is not supported for inputs (S(0) or B)", where, in.sbp->to_string());
+      auto batch_or_b = [](const Sbp& s) { return s == Sbp::split(0) || s == Sbp::broadcast(); };
+      if (in.sbp && (!batch_or_b(in.sbp->across) || !batch_or_b(in.sbp->within)))
+        issues_->add(path + ".sbp", "{}: SBP {} is not supported for inputs (S(0) or B on each axis)", where,
+                     in.sbp->to_string());
       std::optional<TensorMeta> meta;
       if (shape_ok) {
         Shape shape = in.shape;
@@ -144,11 +146,11 @@ class GraphChecker {
       if (v.dtype != DType::kF32 && v.trainable)
         issues_->add(path + ".dtype", "{}: an {} variable cannot be trainable (set trainable to false)", where,
                      dtype_name(v.dtype));
-      if (v.sbp && v.sbp->kind == Sbp::kPartialSum)
-        issues_->add(path + ".sbp", "{}: SBP P is not allowed for a variable (S(axis) or B)", where);
-      if (v.sbp && v.sbp->kind == Sbp::kSplit && (v.sbp->axis < 0 || v.sbp->axis >= static_cast<int>(v.shape.size())))
-        issues_->add(path + ".sbp", "{}: {} splits an axis a {}-d variable lacks", where, v.sbp->to_string(),
-                     v.shape.size());
+      if (v.sbp && v.sbp->has(Sbp::kPartialSum))
+        issues_->add(path + ".sbp", "{}: SBP {} is not allowed for a variable: it holds values, not partial sums "
+                     "(S(axis) or B on each axis)", where, v.sbp->to_string());
+      else if (v.sbp)
+        check_hint(*v.sbp, TensorMeta{v.shape, v.dtype}, path, where);
       if (shape_ok) check_initializer(v, path + ".init", where);
       define(v.name, path, where, shape_ok ? std::optional<TensorMeta>(TensorMeta{v.shape, v.dtype}) : std::nullopt,
              "the variable");
@@ -274,10 +276,13 @@ class GraphChecker {
     return def.num_inputs >= 0 ? n == def.num_inputs : n >= 1;
   }
 
-  void check_hint(const Sbp& hint, const TensorMeta& meta, const std::string& path, const std::string& where) {
-    if (hint.kind == Sbp::kSplit && (hint.axis < 0 || hint.axis >= static_cast<int>(meta.shape.size())))
-      issues_->add(path + ".sbp", "{}: SBP hint {} splits an axis the output {} lacks", where, hint.to_string(),
-                   shape_string(meta.shape));
+  void check_hint(const NdSbp& hint, const TensorMeta& meta, const std::string& path, const std::string& where) {
+    for (const Sbp& s : {hint.across, hint.within})
+      if (s.kind == Sbp::kSplit && (s.axis < 0 || s.axis >= static_cast<int>(meta.shape.size()))) {
+        issues_->add(path + ".sbp", "{}: SBP {} splits an axis the tensor {} lacks", where, hint.to_string(),
+                     shape_string(meta.shape));
+        return;
+      }
   }
 
   // The tensor `name` for the loss or a metric, or nullptr after reporting.

@@ -41,11 +41,12 @@ class Converter {
       issues_->add(path, "{}: '{}' is not a dtype (expected f32 or i32)", where, text->str());
   }
 
-  std::optional<Sbp> sbp(const flatbuffers::String* text, const std::string& path, const std::string& where) {
+  std::optional<NdSbp> sbp(const flatbuffers::String* text, const std::string& path, const std::string& where) {
     if (text == nullptr || text->size() == 0) return std::nullopt;
-    Sbp out;
-    if (!parse_sbp(text->str(), &out)) {
-      issues_->add(path, "{}: '{}' is not an SBP (expected S(axis), B or P)", where, text->str());
+    NdSbp out;
+    if (!parse_nd_sbp(text->str(), &out)) {
+      issues_->add(path, "{}: '{}' is not an SBP (expected S(axis), B or P, or a pair such as (S(0), B))", where,
+                   text->str());
       return std::nullopt;
     }
     return out;

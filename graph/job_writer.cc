@@ -233,11 +233,11 @@ class Writer {
     return Node::scalar(fmt::format("\"{}\"", dtype_name(dtype)));
   }
 
-  Node sbp(const std::optional<Sbp>& sbp, const std::string& where) {
+  Node sbp(const std::optional<NdSbp>& sbp, const std::string& where) {
     if (!sbp) return Node::scalar("\"\"");
     std::string text = sbp->to_string();
-    Sbp back;
-    if (!parse_sbp(text, &back) || !(back == *sbp))
+    NdSbp back;
+    if (!parse_nd_sbp(text, &back) || !(back == *sbp))
       fail("{}: SBP {} cannot be written; job files hold S(0) to S(9), B and P", where, text);
     return Node::scalar(fmt::format("\"{}\"", text));
   }
@@ -382,7 +382,7 @@ class Writer {
     }
     if (!op.output_sbp.empty()) {
       Node hints = Node::array();
-      for (const std::optional<Sbp>& hint : op.output_sbp) hints.items.push_back(sbp(hint, where));
+      for (const std::optional<NdSbp>& hint : op.output_sbp) hints.items.push_back(sbp(hint, where));
       out.add("sbp", std::move(hints));
     }
     return out;

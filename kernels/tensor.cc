@@ -47,6 +47,36 @@ bool parse_sbp(const std::string& text, Sbp* out) {
   return false;
 }
 
+std::string NdSbp::to_string() const {
+  if (flat()) return across.to_string();
+  return fmt::format("({}, {})", across.to_string(), within.to_string());
+}
+
+bool parse_nd_sbp(const std::string& text, NdSbp* out) {
+  std::string t;
+  for (char c : text)
+    if (c != ' ') t += c;
+  if (t.size() >= 2 && t.front() == '(' && t.back() == ')') {
+    const std::string inner = t.substr(1, t.size() - 2);  // "A,B"; no SBP holds a comma
+    const size_t comma = inner.find(',');
+    if (comma == std::string::npos) return false;
+    Sbp a, w;
+    if (!parse_sbp(inner.substr(0, comma), &a) || !parse_sbp(inner.substr(comma + 1), &w)) return false;
+    *out = NdSbp(a, w);
+    return true;
+  }
+  Sbp one;
+  if (!parse_sbp(t, &one)) return false;
+  *out = NdSbp(one);
+  return true;
+}
+
+NdSbp canonical(NdSbp sbp, int nodes, int per_node) {
+  if (nodes <= 1) sbp.across = sbp.within;
+  else if (per_node <= 1) sbp.within = sbp.across;
+  return sbp;
+}
+
 int64_t split_offset(int64_t dim, int parallel, int index) {
   int64_t base = dim / parallel, extra = dim % parallel;
   return index * base + std::min<int64_t>(index, extra);
@@ -66,6 +96,33 @@ bool boxing_exchanges(Sbp in, Sbp out, int num_nodes) {
   return in.kind == Sbp::kPartialSum || (in.kind == Sbp::kSplit && out.kind != Sbp::kPartialSum);
 }
 
+BoxingForm boxing_form(const NdSbp& in, const NdSbp& out, int nodes) {
+  if (nodes <= 1 || in.across == out.across) return BoxingForm::kWithinNode;
+  if (in.flat() && out.flat()) return BoxingForm::kFlat;
+  if (!(in.within == out.within)) return BoxingForm::kChain;
+  // A lane must hold the same part of the tensor on every node: a split
+  // within the node may not cut the axis the nodes split.
+  const Sbp& w = in.within;
+  if (w.kind == Sbp::kSplit && (in.across == w || out.across == w)) return BoxingForm::kChain;
+  return BoxingForm::kLanes;
+}
+
+bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes) {
+  return boxing_form(in, out, nodes) != BoxingForm::kWithinNode && boxing_exchanges(in.across, out.across, nodes);
+}
+
+std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp& to, int nodes, int per_node) {
+  const NdSbp a = canonical(from, nodes, per_node), b = canonical(to, nodes, per_node);
+  if (a == b) return {};
+  if (boxing_form(a, b, nodes) != BoxingForm::kChain) return {{a, b}};
+  const NdSbp gathered(a.across, Sbp::broadcast()), moved(b.across, Sbp::broadcast());
+  std::vector<std::pair<NdSbp, NdSbp>> steps;
+  if (!(a == gathered)) steps.push_back({a, gathered});
+  steps.push_back({gathered, moved});
+  if (!(moved == b)) steps.push_back({moved, b});
+  return steps;
+}
+
 Region whole_region(const Shape& shape) { return Region{Shape(shape.size(), 0), shape}; }
 
 Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index) {
@@ -76,6 +133,25 @@ Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int inde
     r.extent[sbp.axis] = split_offset(dim, parallel, index + 1) - r.origin[sbp.axis];
   }
   return r;
+}
+
+Region split_region(const Region& region, const Sbp& sbp, int parts, int index) {
+  Region r = region;
+  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(r.extent.size())) {
+    const int64_t dim = region.extent[sbp.axis];
+    const int64_t begin = split_offset(dim, parts, index);
+    r.origin[sbp.axis] = region.origin[sbp.axis] + begin;
+    r.extent[sbp.axis] = split_offset(dim, parts, index + 1) - begin;
+  }
+  return r;
+}
+
+Region node_region(const Shape& logical, const NdSbp& sbp, int nodes, int node) {
+  return split_region(whole_region(logical), sbp.across, nodes, node);
+}
+
+Region piece_region(const Shape& logical, const NdSbp& sbp, int nodes, int per_node, int rank) {
+  return split_region(node_region(logical, sbp, nodes, rank / per_node), sbp.within, per_node, rank % per_node);
 }
 
 Region intersect(const Region& a, const Region& b) {

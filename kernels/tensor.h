@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rill {
@@ -54,10 +55,55 @@ struct Sbp {
 // Parses "S(0)", "S(1)", "B", "P".
 bool parse_sbp(const std::string& text, Sbp* out);
 
+// 2-D SBP over a cluster seen as the hierarchy [nodes, devices per node]: one
+// Sbp between nodes (`across`) and one between the devices of each node
+// (`within`). Piece (node n, device d) is piece d of `within` of the part n
+// of `across` holds (nested, as OneFlow's 2-D SBP: (S(0), S(1)) gives rows by
+// node and columns by device; (S(0), S(0)) splits each node's rows again).
+// Equal axes are the 1-D SBP over all devices: an Sbp converts to (x, x),
+// and to_string prints it as 1-D. P on an axis: the logical value is the sum
+// over that axis.
+struct NdSbp {
+  Sbp across;
+  Sbp within;
+  NdSbp() = default;
+  NdSbp(Sbp both) : across(both), within(both) {}  // NOLINT: 1-D is 2-D with equal axes
+  NdSbp(Sbp a, Sbp w) : across(a), within(w) {}
+  bool flat() const { return across == within; }
+  bool has(Sbp::Kind kind) const { return across.kind == kind || within.kind == kind; }
+  bool operator==(const NdSbp& o) const { return across == o.across && within == o.within; }
+  std::string to_string() const;  // "S(0)" (flat) or "(S(0), B)"
+};
+// Parses 1-D ("S(1)") or 2-D ("(S(0), B)", spaces optional).
+bool parse_nd_sbp(const std::string& text, NdSbp* out);
+// The same layout written canonically for `nodes` x `per_node` devices: an
+// axis over one part is the same as the other axis (both become equal), so
+// jobs with 2-D SBP run unchanged on one node or one device per node.
+NdSbp canonical(NdSbp sbp, int nodes, int per_node);
+
 // Whether boxing `in` -> `out` over pieces on `num_nodes` nodes needs data
 // from other nodes (a collective among them): from P always, from S unless to
 // P. B -> anything, and S -> P, are local to each node.
 bool boxing_exchanges(Sbp in, Sbp out, int num_nodes);
+
+// How one boxing task per node converts `in` to `out` over `nodes` nodes:
+//   kWithinNode  one node, or the same `across`: each node alone, between its devices
+//   kFlat        both 1-D: over all devices at once
+//   kLanes       the same `within`: across nodes, each device index a lane of
+//                its own (lane d: device d of every node), all lanes in one
+//                collective; `within` B is one lane
+//   kChain       none of these: the compiler chains boxings (compiler/boxing.h)
+enum class BoxingForm : uint8_t { kWithinNode, kFlat, kLanes, kChain };
+BoxingForm boxing_form(const NdSbp& in, const NdSbp& out, int nodes);
+// Whether boxing `in` -> `out` (a form other than kChain) exchanges data
+// between nodes: boxing_exchanges of the `across` SBPs, unless kWithinNode.
+bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
+// The boxing tasks that turn `from` into `to` on `nodes` x `per_node`
+// devices, in order: none when equal, one when a task can (boxing_form),
+// else a chain through (from.across, B) and (to.across, B): gather or sum
+// within each node, convert across nodes as one lane, then split or scatter
+// within each node.
+std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp& to, int nodes, int per_node);
 
 // The physical shape of one of `parallel` pieces of a logical tensor.
 // Split pieces are balanced: the first (dim % parallel) pieces get one more.
@@ -78,6 +124,13 @@ struct Region {
 Region whole_region(const Shape& shape);
 // Piece `index` of `parallel` of a logical tensor in `sbp` (the whole for B and P).
 Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index);
+// Piece `rank` (node rank / per_node, device rank % per_node) of a logical
+// tensor in `sbp` over `nodes` x `per_node` devices, split as NdSbp says.
+Region piece_region(const Shape& logical, const NdSbp& sbp, int nodes, int per_node, int rank);
+// What node `node`'s pieces cover together: its part of `sbp.across`.
+Region node_region(const Shape& logical, const NdSbp& sbp, int nodes, int node);
+// Piece `index` of `parts` of `region` split by `sbp` (the region for B, P).
+Region split_region(const Region& region, const Sbp& sbp, int parts, int index);
 // The common part of two regions (extent 0 on some axis when they do not meet).
 Region intersect(const Region& a, const Region& b);
 

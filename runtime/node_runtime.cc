@@ -169,7 +169,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
           fields.push_back(index);
         }
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
-                           conf->shuffle(), conf->seed());
+                           conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards());
       RILL_RETURN_IF_ERROR(sampler.validate().with_context(fmt::format("dataset '{}'", data->name())));
       return Body(std::in_place_type<SourceBody>, std::move(data), std::move(fields), std::move(sampler));
     }
@@ -203,18 +203,23 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (!conf || !task.inputs() || task.inputs()->size() == 0)
         return invalid_argument("task '{}': boxing without its conf", name);
       const plan::RegstDesc* in = regst(task.inputs()->Get(0));
-      const Sbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
-      // Inputs: the node's pieces, then control regsts (ordering only);
-      // outputs: the pieces (one for B), then at most one control regst.
+      const NdSbp in_sbp = compiler::read_sbp(conf->in_sbp()), out_sbp = compiler::read_sbp(conf->out_sbp());
+      // Inputs: the node's pieces (one when they are `within` B), then
+      // control regsts (ordering only); outputs: the pieces (one for
+      // `within` B), then at most one control regst.
       const int local = conf->local_pieces();
-      const int outputs = out_sbp.kind == Sbp::kBroadcast ? 1 : local;
+      const int inputs = in_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
+      const int outputs = out_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
       if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
-          conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < local ||
+          conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < inputs ||
           !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
           static_cast<int>(task.outputs()->size()) > outputs + 1)
         return invalid_argument("task '{}': boxing of {} pieces, {} of them from rank {}, with {} inputs and {} outputs",
                                 name, conf->parallel(), local, conf->first_rank(), task.inputs()->size(),
                                 task.outputs() ? task.outputs()->size() : 0);
+      if (boxing_form(in_sbp, out_sbp, conf->num_nodes()) == BoxingForm::kChain)
+        return invalid_argument("task '{}': no one boxing task turns {} into {} across {} nodes", name,
+                                in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
       const Shape logical = read_shape(in->logical_shape());
       if (logical.size() > static_cast<size_t>(kMaxRank))
         return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name, logical.size(),

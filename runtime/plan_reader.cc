@@ -23,15 +23,6 @@ Shape read_shape(const flatbuffers::Vector<int64_t>* dims) {
   return dims ? Shape(dims->begin(), dims->end()) : Shape{};
 }
 
-Sbp read_sbp(const plan::Sbp* sbp) {
-  if (!sbp) return Sbp::broadcast();
-  switch (sbp->kind()) {
-    case plan::SbpKind::Split: return Sbp::split(sbp->axis());
-    case plan::SbpKind::Broadcast: return Sbp::broadcast();
-    case plan::SbpKind::PartialSum: return Sbp::partial_sum();
-  }
-  return Sbp::broadcast();
-}
 
 DType read_dtype(plan::DType dtype) { return dtype == plan::DType::I32 ? DType::kI32 : DType::kF32; }
 

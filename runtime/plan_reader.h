@@ -14,7 +14,6 @@ namespace rill {
 
 Attrs read_attrs(const flatbuffers::Vector<flatbuffers::Offset<plan::Attr>>* attrs);
 Shape read_shape(const flatbuffers::Vector<int64_t>* dims);
-Sbp read_sbp(const plan::Sbp* sbp);
 DType read_dtype(plan::DType dtype);
 std::string read_string(const flatbuffers::String* s);
 DatasetSpec read_dataset(const plan::Dataset& dataset);

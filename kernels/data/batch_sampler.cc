@@ -31,16 +31,20 @@ uint64_t uniform_below(std::mt19937_64& gen, uint64_t bound) {
 }  // namespace
 
 BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle,
-                           uint64_t seed)
+                           uint64_t seed, int sub_shard, int num_sub_shards)
     : num_samples_(num_samples),
       global_batch_(global_batch),
       shard_(shard),
       num_shards_(num_shards),
+      sub_shard_(sub_shard),
+      num_sub_shards_(num_sub_shards),
       shuffle_(shuffle),
       seed_(seed) {
   if (!validate().ok()) return;
-  row_begin_ = split_offset(global_batch_, num_shards_, shard_);
-  local_batch_ = split_offset(global_batch_, num_shards_, shard_ + 1) - row_begin_;
+  const int64_t shard_begin = split_offset(global_batch_, num_shards_, shard_);
+  const int64_t shard_rows = split_offset(global_batch_, num_shards_, shard_ + 1) - shard_begin;
+  row_begin_ = shard_begin + split_offset(shard_rows, num_sub_shards_, sub_shard_);
+  local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - split_offset(shard_rows, num_sub_shards_, sub_shard_);
   steps_per_epoch_ = num_samples_ / global_batch_;
   if (shuffle_) permutation_.resize(static_cast<size_t>(num_samples_));
 }
@@ -50,12 +54,15 @@ Status BatchSampler::validate() const {
   if (shard_ < 0 || shard_ >= num_shards_) {
     return invalid_argument("batch sampler: shard {} is out of range [0, {})", shard_, num_shards_);
   }
+  if (num_sub_shards_ <= 0 || sub_shard_ < 0 || sub_shard_ >= num_sub_shards_)
+    return invalid_argument("batch sampler: sub-shard {} is out of range [0, {})", sub_shard_, num_sub_shards_);
   if (num_samples_ <= 0) return invalid_argument("batch sampler: the dataset has {} samples", num_samples_);
   if (global_batch_ <= 0) return invalid_argument("batch sampler: global batch is {}; need at least 1", global_batch_);
-  if (global_batch_ < num_shards_) {
+  // The smallest shard has global_batch / num_shards rows.
+  if (global_batch_ < num_shards_ || global_batch_ / num_shards_ < num_sub_shards_) {
     return invalid_argument("batch sampler: global batch {} is smaller than the {} shards it is split over; "
                             "every shard needs at least one row",
-                            global_batch_, num_shards_);
+                            global_batch_, static_cast<int64_t>(num_shards_) * num_sub_shards_);
   }
   if (global_batch_ > num_samples_) {
     return invalid_argument("batch sampler: global batch {} is larger than the dataset's {} samples, so an epoch "

@@ -3,7 +3,8 @@
 // overlap and together cover each global batch (like PyTorch's
 // DistributedSampler). Shard k gets rows [split_offset(B, n, k),
 // split_offset(B, n, k + 1)) of global batch B, matching the physical pieces
-// of an S(0) tensor.
+// of an S(0) tensor; with sub-shards, sub-shard j of m gets part j of m of
+// those rows (the pieces of a 2-D (S(0), S(0)) tensor: by node, then device).
 //
 // The permutation of epoch e is a Fisher-Yates shuffle driven by an
 // mt19937_64 seeded from (seed, e), with our own bounded draws: every compiler
@@ -27,7 +28,8 @@ class BatchSampler {
   // Never fails or crashes: a configuration that cannot run (for instance a
   // global batch larger than the dataset) yields steps_per_epoch() == 0 and a
   // validate() error explaining why.
-  BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle, uint64_t seed);
+  BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle, uint64_t seed,
+               int sub_shard = 0, int num_sub_shards = 1);
 
   // Ok when every step has samples for every shard; otherwise says what is wrong.
   Status validate() const;
@@ -48,6 +50,8 @@ class BatchSampler {
   int64_t global_batch_;
   int shard_;
   int num_shards_;
+  int sub_shard_;
+  int num_sub_shards_;
   bool shuffle_;
   uint64_t seed_;
   int64_t row_begin_ = 0;  // first row of this shard in a global batch

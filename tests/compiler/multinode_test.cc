@@ -228,8 +228,11 @@ TEST_CASE("MLP on 2 nodes x 2 devices: three gradient boxings per node, each on 
   REQUIRE(sources.size() == 4);
   for (int rank = 0; rank < 4; ++rank) {
     CHECK(sources[rank]->node() == rank / 2);
-    CHECK(sources[rank]->source()->shard() == rank);
-    CHECK(sources[rank]->source()->num_shards() == 4);
+    // Rows by node, then by device within the node's rows.
+    CHECK(sources[rank]->source()->shard() == rank / 2);
+    CHECK(sources[rank]->source()->num_shards() == 2);
+    CHECK(sources[rank]->source()->sub_shard() == rank % 2);
+    CHECK(sources[rank]->source()->num_sub_shards() == 2);
   }
 }
 
@@ -289,7 +292,7 @@ TEST_CASE("a split variable compiles across nodes: its gradient's P -> S(0) is a
   int reduce_scatters = 0;
   for (const plan::Task* t : tasks_of_kind(*plan_of(bytes), TaskKind::Boxing)) {
     const plan::BoxingConf* conf = t->boxing();
-    if (conf->in_sbp()->kind() != plan::SbpKind::PartialSum || conf->out_sbp()->kind() != plan::SbpKind::Split) continue;
+    if (sbp_string(conf->in_sbp()) != "P" || sbp_string(conf->out_sbp()).rfind("S(", 0) != 0) continue;
     ++reduce_scatters;
     CHECK(conf->num_nodes() == 2);
     CHECK(conf->peers()->size() == 2);

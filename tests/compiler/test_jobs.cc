@@ -172,14 +172,9 @@ const plan::Task* producer(const plan::Plan& plan, int64_t regst_id) {
   return task(plan, regst(plan, regst_id)->producer());
 }
 
-std::string sbp_string(const plan::Sbp* sbp) {
+std::string sbp_string(const plan::NdSbp* sbp) {
   REQUIRE(sbp != nullptr);
-  switch (sbp->kind()) {
-    case plan::SbpKind::Split: return "S(" + std::to_string(sbp->axis()) + ")";
-    case plan::SbpKind::Broadcast: return "B";
-    case plan::SbpKind::PartialSum: return "P";
-  }
-  return "?";
+  return compiler::read_sbp(sbp).to_string();
 }
 
 }  // namespace rill::testing

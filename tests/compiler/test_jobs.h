@@ -32,6 +32,6 @@ const plan::Task* task_named(const plan::Plan& plan, const std::string& name);
 const plan::RegstDesc* regst(const plan::Plan& plan, int64_t id);
 const plan::Task* task(const plan::Plan& plan, uint64_t id);
 const plan::Task* producer(const plan::Plan& plan, int64_t regst_id);
-std::string sbp_string(const plan::Sbp* sbp);
+std::string sbp_string(const plan::NdSbp* sbp);
 
 }  // namespace rill::testing

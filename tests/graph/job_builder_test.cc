@@ -56,7 +56,7 @@ TEST_CASE("JobBuilder op helpers set only the attributes they are given") {
   CHECK(ops[7].inputs == std::vector<std::string>{"x", "y"});
   CHECK(ops[8].attrs == Attrs{{"scale", 0.5}});
   CHECK(ops[9].attrs == Attrs{{"transpose_b", int64_t{1}}});
-  CHECK(ops[9].output_sbp == std::vector<std::optional<Sbp>>{Sbp::split(0)});
+  CHECK(ops[9].output_sbp == std::vector<std::optional<NdSbp>>{Sbp::split(0)});
   CHECK(multi == std::vector<TensorHandle>{{"custom_1:0"}, {"custom_1:1"}});
   CHECK(ops[10].outputs == std::vector<std::string>{"custom_1:0", "custom_1:1"});
 }

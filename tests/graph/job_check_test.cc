@@ -135,7 +135,7 @@ TEST_CASE("variables: initializer, its shape, dtype and SBP") {
   CHECK(has(issues, "variables[0] (w1): unknown initializer 'relu' (known: fill, uniform, normal, xavier_uniform"));
   CHECK(has(issues, "variables[2] (w2): init shape [512, 256] does not match the variable's shape [512, 512]"));
   CHECK(has(issues, "variables[4] (w3): SBP P is not allowed for a variable"));
-  CHECK(has(issues, "variables[5] (b3): S(1) splits an axis a 1-d variable lacks"));
+  CHECK(has(issues, "variables[5] (b3): SBP S(1) splits an axis the tensor [10] lacks"));
 
   job = samples::make_mlp_job();
   job.variables[0].shape = {4, 4, 4};  // xavier needs 1-D or 2-D; matmul too
