@@ -328,7 +328,7 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
 // loss within 2 E (the derived bound; see numerics_test.cc).
 // The problem's job with SBP hints: variables by name (others B), and the
 // inputs' SBP (the batch split S(0) unless given).
-inline Problem with_sbp(Problem problem, const std::map<std::string, Sbp>& variables, std::optional<Sbp> inputs) {
+inline Problem with_sbp(Problem problem, const std::map<std::string, NdSbp>& variables, std::optional<NdSbp> inputs) {
   for (graph::Variable& v : problem.job.variables)
     if (auto it = variables.find(v.name); it != variables.end()) v.sbp = it->second;
   if (inputs)

@@ -83,4 +83,26 @@ TEST_CASE("model parallel (w1 S(1), b1 S(0), w2 S(0)) and hybrid layouts give th
     }
 }
 
+// 2-D SBP over [nodes, devices]: the same bound, since only the order and
+// grouping of the sums change. Hybrid: data parallel across nodes, the
+// Megatron layout within each node. Its transpose: data parallel within
+// each node, the matrices split across nodes. On one node, or one device per
+// node, each reduces to a 1-D layout (the SBP of the trivial axis is moot).
+TEST_CASE("2-D SBP layouts (data parallel across nodes, model parallel within, and the reverse) give the exact gradients") {
+  Problem data = make_problem();
+  Reference ref = reference(data.x, data.y, data.weights);
+  const Sbp b = Sbp::broadcast(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  Problem hybrid = with_sbp(data, {{"w1", NdSbp(b, s1)}, {"b1", NdSbp(b, s0)}, {"w2", NdSbp(b, s0)}}, NdSbp(s0, b));
+  Problem reverse = with_sbp(data, {{"w1", NdSbp(s1, b)}, {"b1", NdSbp(s0, b)}, {"w2", NdSbp(s0, b)}, {"w3", NdSbp(s1, s0)}},
+                             NdSbp(b, s0));
+  for (const Problem* problem : {&hybrid, &reverse})
+    for (auto [nodes, devices] : {std::pair{2, "cpu:2"}, std::pair{3, "cpu:2"}, std::pair{2, "cpu:3"}, std::pair{1, "cpu:2"},
+                                  std::pair{2, "cpu:1"}}) {
+      CAPTURE(problem == &hybrid ? "hybrid" : "reverse");
+      CAPTURE(nodes);
+      CAPTURE(devices);
+      check_one_step(*problem, ref, nodes, devices);
+    }
+}
+
 }  // namespace rill
