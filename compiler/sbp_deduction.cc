@@ -1,7 +1,6 @@
 #include "compiler/sbp_deduction.h"
 
 #include <algorithm>
-#include <map>
 
 #include "compiler/boxing.h"
 
@@ -82,11 +81,6 @@ std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const std::vector<
 
 Status deduce_sbp(LogicalGraph* g) {
   const int nodes = g->cluster.num_nodes, per_node = g->cluster.devices_per_node;
-  // A variable's gradient is boxed into the variable's SBP: an op making one
-  // counts that boxing too.
-  std::map<std::string, NdSbp> grad_target;
-  for (const VariableNode& v : g->variables)
-    if (!v.grad.empty()) grad_target[v.grad] = v.sbp;
   for (OpNode& op : g->ops) {
     RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
     const std::vector<NdSignature> sigs = nd_candidates(*g, flat);
@@ -121,9 +115,6 @@ Status deduce_sbp(LogicalGraph* g) {
         const LogicalTensor* t = g->find(op.inputs[k]);
         cost += boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), nodes, per_node);
       }
-      for (size_t k = 0; k < op.outputs.size(); ++k)
-        if (auto it = grad_target.find(op.outputs[k]); it != grad_target.end())
-          cost += boxing_cost(hinted[s].outputs[k], it->second, g->find(op.outputs[k])->meta.bytes(), nodes, per_node);
       if (best < 0 || cost < best_cost) {
         best = static_cast<int>(s);
         best_cost = cost;

@@ -82,15 +82,6 @@ int64_t split_offset(int64_t dim, int parallel, int index) {
   return index * base + std::min<int64_t>(index, extra);
 }
 
-Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int index) {
-  Shape shape = logical;
-  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(shape.size())) {
-    int64_t dim = shape[sbp.axis];
-    shape[sbp.axis] = split_offset(dim, parallel, index + 1) - split_offset(dim, parallel, index);
-  }
-  return shape;
-}
-
 bool boxing_exchanges(Sbp in, Sbp out, int num_nodes) {
   if (num_nodes <= 1 || in == out) return false;
   return in.kind == Sbp::kPartialSum || (in.kind == Sbp::kSplit && out.kind != Sbp::kPartialSum);
@@ -115,6 +106,15 @@ std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp
   const NdSbp a = canonical(from, nodes, per_node), b = canonical(to, nodes, per_node);
   if (a == b) return {};
   if (boxing_form(a, b, nodes) != BoxingForm::kChain) return {{a, b}};
+  // Two steps when the lanes allow: `within` first, so partial sums are
+  // summed (or split) inside the node before anything crosses; `across`
+  // first when the target is partial within (P lanes would each carry the
+  // whole tensor).
+  const NdSbp within_first(a.across, b.within), across_first(b.across, a.within);
+  const bool within_ok = boxing_form(within_first, b, nodes) == BoxingForm::kLanes;
+  const bool across_ok = boxing_form(a, across_first, nodes) == BoxingForm::kLanes;
+  if (within_ok && (b.within.kind != Sbp::kPartialSum || !across_ok)) return {{a, within_first}, {within_first, b}};
+  if (across_ok) return {{a, across_first}, {across_first, b}};
   const NdSbp gathered(a.across, Sbp::broadcast()), moved(b.across, Sbp::broadcast());
   std::vector<std::pair<NdSbp, NdSbp>> steps;
   if (!(a == gathered)) steps.push_back({a, gathered});
@@ -124,16 +124,6 @@ std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp
 }
 
 Region whole_region(const Shape& shape) { return Region{Shape(shape.size(), 0), shape}; }
-
-Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index) {
-  Region r = whole_region(logical);
-  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(logical.size())) {
-    const int64_t dim = logical[sbp.axis];
-    r.origin[sbp.axis] = split_offset(dim, parallel, index);
-    r.extent[sbp.axis] = split_offset(dim, parallel, index + 1) - r.origin[sbp.axis];
-  }
-  return r;
-}
 
 Region split_region(const Region& region, const Sbp& sbp, int parts, int index) {
   Region r = region;

@@ -100,15 +100,14 @@ BoxingForm boxing_form(const NdSbp& in, const NdSbp& out, int nodes);
 bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
 // The boxing tasks that turn `from` into `to` on `nodes` x `per_node`
 // devices, in order: none when equal, one when a task can (boxing_form),
-// else a chain through (from.across, B) and (to.across, B): gather or sum
-// within each node, convert across nodes as one lane, then split or scatter
-// within each node.
+// else two, one per axis, when the lanes allow (`within` first unless the
+// target is P within), else a chain through (from.across, B) and
+// (to.across, B): gather or sum within each node, convert across nodes as
+// one lane, then split or scatter within each node.
 std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp& to, int nodes, int per_node);
 
-// The physical shape of one of `parallel` pieces of a logical tensor.
-// Split pieces are balanced: the first (dim % parallel) pieces get one more.
-Shape physical_shape(const Shape& logical, const Sbp& sbp, int parallel, int index);
-// Offset of piece `index` along the split axis.
+// Offset of piece `index` of `parallel` along a split axis of `dim`. Split
+// pieces are balanced: the first (dim % parallel) pieces get one more.
 int64_t split_offset(int64_t dim, int parallel, int index);
 
 // A box of a logical tensor: where it starts and how far it reaches on each
@@ -122,8 +121,6 @@ struct Region {
 };
 // The whole of a tensor of `shape`.
 Region whole_region(const Shape& shape);
-// Piece `index` of `parallel` of a logical tensor in `sbp` (the whole for B and P).
-Region piece_region(const Shape& logical, const Sbp& sbp, int parallel, int index);
 // Piece `rank` (node rank / per_node, device rank % per_node) of a logical
 // tensor in `sbp` over `nodes` x `per_node` devices, split as NdSbp says.
 Region piece_region(const Shape& logical, const NdSbp& sbp, int nodes, int per_node, int rank);

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "compiler/boxing.h"
 #include "tests/compiler/test_jobs.h"
 
 namespace rill {
@@ -103,6 +104,57 @@ TEST_CASE("SBP hints: an output hint is honoured, an input hinted B is read whol
   CHECK(message.find("op 'act1' (relu)") != std::string::npos);
   CHECK(message.find("'a1' hinted P (it can be ") != std::string::npos);
   CHECK(message.find("S(0)") != std::string::npos);
+}
+
+TEST_CASE("2-D SBP: a hybrid MLP on 2 nodes x 2 devices; the same job on one node; 2-D hints in errors") {
+  const Sbp b = Sbp::broadcast(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  graph::Job job = testing::mlp_job(8, 8);
+  job.inputs[0].sbp = NdSbp(s0, b);  // batch by node, replicated within
+  job.inputs[1].sbp = NdSbp(s0, b);
+  job.variables[0].sbp = NdSbp(b, s1);  // w1 [4, 8]: columns by device
+  job.variables[1].sbp = NdSbp(b, s0);  // b1 [8]
+  std::string bytes = compile_ok(job, "cpu:2", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  // Pieces nest: w1@3 (node 1, device 1) holds columns 4-7, every row.
+  const plan::Task* w1 = task_named(p, "w1@3");
+  REQUIRE(w1 != nullptr);
+  CHECK(ints(w1->variable()->offset()) == std::vector<int64_t>{0, 4});
+  CHECK(ints(regst(p, w1->outputs()->Get(0))->shape()) == std::vector<int64_t>{4, 4});
+  CHECK(sbp_string(regst(p, w1->outputs()->Get(0))->sbp()) == "(B, S(1))");
+  // Sources: rows by node, the same rows on both devices of a node.
+  for (const plan::Task* s : tasks_of_kind(p, plan::TaskKind::Source)) {
+    CHECK(s->source()->shard() == s->node());
+    CHECK(s->source()->num_shards() == 2);
+    CHECK(s->source()->num_sub_shards() == 1);
+  }
+  // Every boxing task is one a task can do (chains are split into them).
+  for (const plan::Task* t : tasks_of_kind(p, plan::TaskKind::Boxing))
+    CHECK(boxing_form(compiler::read_sbp(t->boxing()->in_sbp()), compiler::read_sbp(t->boxing()->out_sbp()), 2) !=
+          BoxingForm::kChain);
+  // w1's gradient reaches w1 as (B, S(1)), from partial sums across nodes
+  // all-reduced lane by lane: each node sends only its devices' columns.
+  CHECK(sbp_string(regst(p, w1->inputs()->Get(0))->sbp()) == "(B, S(1))");
+  const plan::Task* grad_box = producer(p, w1->inputs()->Get(0));
+  REQUIRE(grad_box->kind() == plan::TaskKind::Boxing);
+  CHECK(sbp_string(grad_box->boxing()->in_sbp()) == "(P, S(1))");
+  CHECK(compiler::boxing_collective(compiler::read_sbp(grad_box->boxing()->in_sbp()),
+                                    compiler::read_sbp(grad_box->boxing()->out_sbp()), 2) == std::string("all_reduce"));
+
+  // On one node the node axis is moot: (S(0), B) inputs are B, w1 is S(1).
+  std::string one = compile_ok(job, "cpu:2");
+  const plan::Plan& q = *plan_of(one);
+  CHECK(sbp_string(regst(q, task_named(q, "w1@1")->outputs()->Get(0))->sbp()) == "S(1)");
+  CHECK(tasks_of_kind(q, plan::TaskKind::Source)[0]->source()->num_shards() == 1);
+
+  // An impossible 2-D hint names the 2-D SBPs it could have.
+  graph::Job no_p = job;
+  no_p.ops[2].output_sbp = {NdSbp(s0, Sbp::partial_sum())};  // act1 (relu) -> a1
+  auto cluster = compiler::parse_devices("cpu:2", 2);
+  auto result = compiler::compile(no_p, *cluster, {});
+  REQUIRE(!result.ok());
+  INFO(result.status().message());
+  CHECK(result.status().message().find("'a1' hinted (S(0), P) (it can be ") != std::string::npos);
+  CHECK(result.status().message().find("(S(0), S(1))") != std::string::npos);
 }
 
 TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {

@@ -55,7 +55,7 @@ std::vector<Tensor> partial_pieces(const Tensor& whole, int parallel, uint64_t s
 }  // namespace
 
 Tensor split_piece(const Tensor& whole, int axis, int parallel, int index) {
-  Tensor piece = Tensor::zeros(physical_shape(whole.shape, Sbp::split(axis), parallel, index), whole.dtype);
+  Tensor piece = Tensor::zeros(piece_region(whole.shape, Sbp::split(axis), 1, parallel, index).extent, whole.dtype);
   int64_t outer, inner;
   axis_extents(whole.shape, axis, &outer, &inner);
   const int64_t start = split_offset(whole.shape[axis], parallel, index);

@@ -17,7 +17,7 @@
 namespace rill::testing {
 
 // Piece `index` of `parallel` of a tensor split along `axis` (balanced, as
-// physical_shape() cuts it).
+// piece_region() cuts it).
 Tensor split_piece(const Tensor& whole, int axis, int parallel, int index);
 // Joins pieces along `axis`.
 Tensor concat_pieces(const std::vector<Tensor>& pieces, int axis);

@@ -4,13 +4,57 @@
 
 namespace rill {
 
-TEST_CASE("physical_shape splits balanced pieces that cover the axis") {
+TEST_CASE("piece_region splits balanced pieces that cover the axis") {
   Shape logical{5, 3};
-  CHECK(physical_shape(logical, Sbp::split(0), 2, 0) == Shape{3, 3});
-  CHECK(physical_shape(logical, Sbp::split(0), 2, 1) == Shape{2, 3});
-  CHECK(physical_shape(logical, Sbp::split(1), 3, 2) == Shape{5, 1});
-  CHECK(physical_shape(logical, Sbp::broadcast(), 2, 1) == logical);
+  CHECK(piece_region(logical, Sbp::split(0), 1, 2, 0).extent == Shape{3, 3});
+  CHECK(piece_region(logical, Sbp::split(0), 1, 2, 1).extent == Shape{2, 3});
+  CHECK(piece_region(logical, Sbp::split(0), 1, 2, 1).origin == Shape{3, 0});
+  CHECK(piece_region(logical, Sbp::split(1), 1, 3, 2).extent == Shape{5, 1});
+  CHECK(piece_region(logical, Sbp::broadcast(), 1, 2, 1).extent == logical);
   CHECK(split_offset(5, 2, 1) == 3);
+}
+
+TEST_CASE("2-D pieces nest: by node along `across`, then by device along `within`") {
+  const Shape logical{6, 5};
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  // (S(0), S(1)) on 2 x 2: rows by node, columns by device.
+  CHECK(piece_region(logical, NdSbp(s0, s1), 2, 2, 3) == Region{{3, 3}, {3, 2}});
+  // (S(0), S(0)) nests: node 0 has rows 0-2, split 2 + 1; not the flat 2, 2, 1, 1.
+  CHECK(piece_region(logical, NdSbp(s0), 2, 2, 1) == Region{{2, 0}, {1, 5}});
+  CHECK(piece_region(logical, NdSbp(s0), 2, 2, 2) == Region{{3, 0}, {2, 5}});
+  // B and P cover the node's part.
+  CHECK(piece_region(logical, NdSbp(s1, b), 2, 2, 1) == Region{{0, 0}, {6, 3}});
+  CHECK(piece_region(logical, NdSbp(p, s0), 3, 2, 5) == Region{{3, 0}, {3, 5}});
+  CHECK(node_region(logical, NdSbp(s1, p), 2, 1) == Region{{0, 3}, {6, 2}});
+  // An axis over one part is moot: canonical makes it the other one.
+  CHECK(canonical(NdSbp(s0, b), 1, 4) == NdSbp(b));
+  CHECK(canonical(NdSbp(s0, b), 4, 1) == NdSbp(s0));
+  CHECK(canonical(NdSbp(s0, b), 2, 2) == NdSbp(s0, b));
+}
+
+TEST_CASE("one boxing task per form; the others chain through (across, B)") {
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  CHECK(boxing_form(NdSbp(p, s1), NdSbp(b, s1), 2) == BoxingForm::kLanes);
+  CHECK(boxing_form(NdSbp(s0, p), NdSbp(s0, b), 2) == BoxingForm::kWithinNode);
+  CHECK(boxing_form(NdSbp(p), NdSbp(b), 2) == BoxingForm::kFlat);
+  CHECK(boxing_form(NdSbp(p), NdSbp(b), 1) == BoxingForm::kWithinNode);
+  // A lane may not split the axis the nodes split.
+  CHECK(boxing_form(NdSbp(s0, s0), NdSbp(b, s0), 2) == BoxingForm::kChain);
+  CHECK(boxing_form(NdSbp(s0, b), NdSbp(b, s1), 2) == BoxingForm::kChain);
+  using Steps = std::vector<std::pair<NdSbp, NdSbp>>;
+  // One axis at a time: within first (a local slice, then lanes), ...
+  CHECK(boxing_steps(NdSbp(s0, b), NdSbp(b, s1), 2, 2) ==
+        Steps{{NdSbp(s0, b), NdSbp(s0, s1)}, {NdSbp(s0, s1), NdSbp(b, s1)}});
+  // ... partial sums reduce-scattered in the node before crossing, ...
+  CHECK(boxing_steps(NdSbp(p), NdSbp(b, s0), 2, 2) == Steps{{NdSbp(p), NdSbp(p, s0)}, {NdSbp(p, s0), NdSbp(b, s0)}});
+  // ... across first when the target is P within.
+  CHECK(boxing_steps(NdSbp(s0, b), NdSbp(s1, p), 2, 2) ==
+        Steps{{NdSbp(s0, b), NdSbp(s1, b)}, {NdSbp(s1, b), NdSbp(s1, p)}});
+  CHECK(boxing_steps(NdSbp(s0, s0), NdSbp(b, s0), 2, 2) ==
+        Steps{{NdSbp(s0, s0), NdSbp(s0, b)}, {NdSbp(s0, b), NdSbp(b)}, {NdSbp(b), NdSbp(b, s0)}});
+  CHECK(boxing_steps(NdSbp(p, s1), NdSbp(b, s1), 2, 2) == Steps{{NdSbp(p, s1), NdSbp(b, s1)}});
+  CHECK(boxing_steps(NdSbp(s0, b), NdSbp(b, s1), 1, 2) == Steps{{NdSbp(b), NdSbp(s1)}});
+  CHECK(boxing_steps(NdSbp(s0, b), NdSbp(s0, b), 2, 2).empty());
 }
 
 TEST_CASE("sbp and dtype parse what they print") {
@@ -21,6 +65,20 @@ TEST_CASE("sbp and dtype parse what they print") {
   }
   Sbp bad;
   CHECK_FALSE(parse_sbp("S(x)", &bad));
+  for (const char* text : {"(S(0), B)", "(P,S(1))", "( B , P )"}) {
+    NdSbp nd;
+    REQUIRE(parse_nd_sbp(text, &nd));
+    NdSbp back;
+    REQUIRE(parse_nd_sbp(nd.to_string(), &back));
+    CHECK(back == nd);
+    CHECK_FALSE(nd.flat());
+  }
+  NdSbp nd;
+  REQUIRE(parse_nd_sbp("S(1)", &nd));
+  CHECK(nd == NdSbp(Sbp::split(1), Sbp::split(1)));
+  CHECK(nd.to_string() == "S(1)");
+  CHECK(NdSbp(Sbp::split(0), Sbp::broadcast()).to_string() == "(S(0), B)");
+  for (const char* text : {"(S(0))", "(S(0), B, P)", "S(0), B", "(S(0),)", "()"}) CHECK_FALSE(parse_nd_sbp(text, &nd));
   DType dtype;
   CHECK(parse_dtype("float32", &dtype));
   CHECK(dtype == DType::kF32);
