@@ -138,6 +138,12 @@ class BoxingBody {
  public:
   BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
              comm::Collectives* collectives = nullptr, uint64_t tag = 0);
+  // A bucket: P -> B across nodes of several f32 tensors at once. Each
+  // tensor's local pieces (inputs tensor-major) are summed into one buffer,
+  // one all-reduce runs over it, and each tensor's part is copied to its
+  // output (one per tensor).
+  BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int first_rank, int local_pieces,
+             comm::Collectives* collectives, uint64_t tag);
   Status act(const ActIo& io);
 
  private:
@@ -160,6 +166,7 @@ class BoxingBody {
   void plan_local(bool flat);
   void plan_across_nodes();
   void plan_lanes();
+  void plan_bucket(const std::vector<TensorMeta>& bucket);
   void convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Region& target, bool holder);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,

@@ -64,6 +64,44 @@ BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta log
   }
 }
 
+BoxingBody::BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int first_rank, int local_pieces,
+                       comm::Collectives* collectives, uint64_t tag)
+    : in_(Sbp::partial_sum()),
+      out_(Sbp::broadcast()),
+      parallel_(parallel),
+      logical_(bucket.empty() ? TensorMeta{} : bucket[0]),
+      element_(dtype_size(DType::kF32)),
+      first_rank_(first_rank),
+      local_(local_pieces > 0 ? local_pieces : parallel),
+      nodes_(parallel / (local_pieces > 0 ? local_pieces : parallel)),
+      outputs_(static_cast<int>(bucket.size())),
+      collectives_(collectives),
+      tag_(tag) {
+  plan_bucket(bucket);
+}
+
+// Tensor k's pieces are inputs k * local_ ...; its sum lands at its offset
+// in send_, the all-reduce runs in place, and output k copies its part.
+void BoxingBody::plan_bucket(const std::vector<TensorMeta>& bucket) {
+  size_t offset = 0;
+  for (size_t k = 0; k < bucket.size(); ++k) {
+    const Region whole = whole_region(bucket[k].shape);
+    const int base = static_cast<int>(k) * local_;
+    const Ref at{Ref::kSend, 0, offset};
+    adding_ = &before_;
+    if (local_ == 1) step(Step::kCopy, Ref{Ref::kInput, base, 0}, whole, at, whole, whole);
+    else step(Step::kSum, Ref{Ref::kInput, base, 0}, whole, at, whole, whole, Ref{Ref::kInput, base + 1, 0});
+    for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, base + i, 0}, whole, at, whole, whole);
+    adding_ = &after_;
+    step(Step::kCopy, at, whole, Ref{Ref::kOutput, static_cast<int>(k), 0}, whole, whole);
+    offset += bucket[k].bytes();
+  }
+  send_.resize(offset);
+  exchange_ = Exchange::kAllReduce;
+  exchange_in_ = exchange_out_ = Ref{Ref::kSend, 0, 0};
+  exchange_in_bytes_ = exchange_out_bytes_ = offset;
+}
+
 Region BoxingBody::in_piece(int rank) const { return piece_region(logical_.shape, in_, nodes_, local_, rank); }
 Region BoxingBody::out_piece(int rank) const { return piece_region(logical_.shape, out_, nodes_, local_, rank); }
 

@@ -68,7 +68,7 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   RILL_RETURN_IF_ERROR(deduce_sbp(&g));
   RILL_RETURN_IF_ERROR(insert_boxing(&g));
   RILL_ASSIGN_OR_RETURN(int64_t steps, plan_steps(job, g, options));
-  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g));
+  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, options.bucket_bytes));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));

@@ -11,7 +11,8 @@ constexpr uint32_t kCommThreads = 4;
 
 class Expander {
  public:
-  explicit Expander(const LogicalGraph& g) : g_(g), parallel_(g.parallel()), per_node_(g.cluster.devices_per_node) {}
+  Expander(const LogicalGraph& g, size_t bucket_bytes)
+      : g_(g), parallel_(g.parallel()), per_node_(g.cluster.devices_per_node), bucket_bytes_(bucket_bytes) {}
 
   StatusOr<TaskGraph> run() {
     out_.job_name = g_.job_name;
@@ -160,9 +161,20 @@ class Expander {
     }
   }
 
+  // Whether boxing `b` may join a bucket: a P -> B across nodes of an f32
+  // tensor under bucket_bytes_ whose result no other boxing reads.
+  bool bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
+    const BoxingNode& box = g_.boxings[b];
+    const LogicalTensor* t = g_.find(box.tensor);
+    return g_.cluster.num_nodes > 1 && box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast()) &&
+           t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
+  }
+
   // One boxing on one node: a task over every piece on node 0's comm thread.
   // Across nodes: one task per node over that node's pieces, on one of
   // kCommThreads comm threads, the same on every node (see order_comm_threads).
+  // Small gradients' all-reduces are fused: consecutive bucketable boxings
+  // (in that order) share one task and one all-reduce, up to bucket_bytes_.
   Status add_boxings() {
     const int nodes = g_.cluster.num_nodes;
     // The order in which boxings can become ready: by the position of the op
@@ -180,15 +192,36 @@ class Expander {
       };
       return key(a) < key(b);
     });
-    std::vector<uint32_t> thread_of(g_.boxings.size(), 0);
-    for (size_t position = 0; position < order.size(); ++position)
-      thread_of[static_cast<size_t>(order[position])] = static_cast<uint32_t>(position % kCommThreads);
-    for (size_t b = 0; b < g_.boxings.size(); ++b) {
-      const BoxingNode& box = g_.boxings[b];
-      const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
-      std::vector<int>& tasks = boxing_tasks_.emplace_back();
-      std::vector<int>& outs = boxed_.emplace_back();
-      const bool collective = boxing_exchanges(box.in, box.out, nodes);
+    std::vector<bool> read_by_boxing(g_.boxings.size(), false);
+    for (const BoxingNode& box : g_.boxings)
+      if (box.from >= 0) read_by_boxing[static_cast<size_t>(box.from)] = true;
+    // Units of work in order: one boxing, or a bucket of several.
+    std::vector<std::vector<int>> units;
+    size_t bucket_bytes = 0;
+    bool open = false;  // the last unit is a bucket still taking members
+    for (int b : order) {
+      const size_t bytes = g_.find(g_.boxings[static_cast<size_t>(b)].tensor)->meta.bytes();
+      if (!bucketable(static_cast<size_t>(b), read_by_boxing)) {
+        units.push_back({b});
+        open = false;
+        continue;
+      }
+      if (!open || bucket_bytes + bytes > bucket_bytes_) {
+        units.push_back({});
+        bucket_bytes = 0;
+        open = true;
+      }
+      units.back().push_back(b);
+      bucket_bytes += bytes;
+    }
+    boxed_.assign(g_.boxings.size(), {});
+    for (size_t position = 0; position < units.size(); ++position) {
+      const std::vector<int>& unit = units[position];
+      const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
+      const std::string name =
+          unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1)
+                          : fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+      std::vector<int> tasks;
       for (int node = 0; node < nodes; ++node) {
         TaskNode task;
         task.kind = plan::TaskKind::Boxing;
@@ -200,36 +233,43 @@ class Expander {
         task.boxing.num_nodes = nodes;
         task.boxing.local_pieces = per_node_;
         task.boxing.first_rank = node * per_node_;
-        task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(b) + 1 : 0;
-        int t = add_task(std::move(task), DeviceType::kComm, nodes > 1 ? thread_of[b] : 0);
+        task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
+        task.boxing.tensors = static_cast<int>(unit.size());
+        const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
+        const int t = add_task(std::move(task), DeviceType::kComm, thread);
         tasks.push_back(t);
-        // A B result is one regst that every device of the node reads.
-        const int shared = box.out.within.kind == Sbp::kBroadcast
-                               ? add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_)
-                               : -1;
-        for (int d = 0; d < per_node_; ++d)
-          outs.push_back(shared >= 0 ? shared
-                                     : add_regst(t, box.tensor, g_.find(box.tensor)->meta, box.out, node * per_node_ + d));
+        for (int b : unit) {
+          const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+          const TensorMeta& meta = g_.find(member.tensor)->meta;
+          // A B result is one regst that every device of the node reads.
+          const int shared = member.out.within.kind == Sbp::kBroadcast
+                                 ? add_regst(t, member.tensor, meta, member.out, node * per_node_)
+                                 : -1;
+          for (int d = 0; d < per_node_; ++d)
+            boxed_[static_cast<size_t>(b)].push_back(
+                shared >= 0 ? shared : add_regst(t, member.tensor, meta, member.out, node * per_node_ + d));
+        }
       }
-      if (collective)
+      if (boxing_exchanges(box.in, box.out, nodes))
         for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
+      unit_tasks_.push_back(tasks);
+      unit_boxings_.push_back(unit);
     }
-    if (nodes > 1) order_comm_threads(order);
+    if (nodes > 1) order_comm_threads();
     return {};
   }
 
   // A collective blocks its comm thread until its peers on the other nodes
   // join it, so the boxings sharing a thread must run in one order on every
   // node, or two nodes could each wait for a collective the other has queued
-  // behind. Each thread's tasks t_1 .. t_k (in `order`) are chained by
+  // behind. Each thread's tasks t_1 .. t_k (in unit order) are chained by
   // control regsts: t_i writes one that t_i+1 reads; t_1's is read by t_k
   // too, and it has one slot, so t_1 of the next step waits for t_k of this
   // one. Every node then runs t_1, ..., t_k, t_1, ... and nothing else.
-  void order_comm_threads(const std::vector<int>& order) {
+  void order_comm_threads() {
     std::map<std::pair<int, uint32_t>, std::vector<int>> chains;  // (node, thread) -> tasks in order
-    for (int b : order)
-      for (int t : boxing_tasks_[static_cast<size_t>(b)])
-        chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
+    for (const std::vector<int>& tasks : unit_tasks_)
+      for (int t : tasks) chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
     for (auto& [where, chain] : chains) {
       if (chain.size() < 2) continue;
       int first = -1;
@@ -276,15 +316,17 @@ class Expander {
         for (size_t k = 0; k < op.inputs.size(); ++k)
           out_.tasks[op_tasks_[o][rank]].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
     }
-    for (size_t b = 0; b < g_.boxings.size(); ++b)
-      for (int t : boxing_tasks_[b]) {
+    for (size_t u = 0; u < unit_tasks_.size(); ++u)
+      for (int t : unit_tasks_[u]) {
         TaskNode& task = out_.tasks[t];
-        // The node's pieces (a shared B result once), then control regsts.
-        const BoxingNode& box = g_.boxings[b];
-        for (int d = 0; d < task.boxing.local_pieces; ++d) {
-          const int regst = box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][task.boxing.first_rank + d]
-                                          : pieces_.at(box.tensor)[task.boxing.first_rank + d];
-          if (d == 0 || regst != task.inputs.back()) task.inputs.push_back(regst);
+        // Each member's node pieces (a shared B result once), then control regsts.
+        for (int b : unit_boxings_[u]) {
+          const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+          for (int d = 0; d < task.boxing.local_pieces; ++d) {
+            const int regst = box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][task.boxing.first_rank + d]
+                                            : pieces_.at(box.tensor)[task.boxing.first_rank + d];
+            if (d == 0 || regst != task.inputs.back()) task.inputs.push_back(regst);
+          }
         }
         if (auto it = ctrl_inputs_.find(t); it != ctrl_inputs_.end())  // after the pieces
           task.inputs.insert(task.inputs.end(), it->second.begin(), it->second.end());
@@ -304,18 +346,22 @@ class Expander {
   const LogicalGraph& g_;
   const int parallel_;
   const int per_node_;
+  const size_t bucket_bytes_;
   TaskGraph out_;
   std::map<std::string, std::vector<int>> pieces_;  // tensor -> regst by rank
   std::vector<std::vector<int>> boxed_;             // boxing node -> regst by rank
   std::vector<std::vector<int>> variable_tasks_;
   std::vector<std::vector<int>> op_tasks_;
-  std::vector<std::vector<int>> boxing_tasks_;    // boxing node -> its task per node
+  std::vector<std::vector<int>> unit_tasks_;      // in comm order: a unit's task per node
+  std::vector<std::vector<int>> unit_boxings_;    // the boxing nodes each unit runs
   std::map<int, std::vector<int>> ctrl_inputs_;  // boxing task -> control regsts it reads
   int sink_task_ = -1;
 };
 
 }  // namespace
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph) { return Expander(graph).run(); }
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes) {
+  return Expander(graph, bucket_bytes).run();
+}
 
 }  // namespace rill::compiler

@@ -5,11 +5,13 @@
 // rank), boxing, then the sink (node 0's io thread). Each task output is one
 // regst, in task order. Boxing on one node: one task per boxing node over every
 // piece, on node 0's comm thread 0. Across nodes: one task per boxing node and
-// node over the node's own pieces, on comm thread b (the boxing's ordinal) of
-// each node, peers and collective tag (b + 1) set; only P -> B, S -> B and
-// B -> S are supported there. Regsts still cross nodes afterwards (the sink's
-// inputs); transfers.h turns those into Send/Recv pairs.
-// Pure; any thread.
+// node over the node's own pieces, on one of 4 comm threads of each node,
+// chained in one order by control regsts, peers and collective tag (the
+// boxing's ordinal + 1) set; P -> B boxings of f32 tensors under
+// `bucket_bytes` that come one after another in that order share one task
+// (a bucket, one all-reduce) up to `bucket_bytes`. Regsts still cross nodes
+// afterwards (the sink's inputs); transfers.h turns those into Send/Recv
+// pairs. Pure; any thread.
 #pragma once
 
 #include "compiler/logical_graph.h"
@@ -17,6 +19,6 @@
 
 namespace rill::compiler {
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph);
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes);
 
 }  // namespace rill::compiler

@@ -56,19 +56,23 @@ std::string plan_json(const plan::Plan& p) {
                    {"outputs", vec(t->outputs())}};
       if (const plan::BoxingConf* b = t->boxing()) {
         const NdSbp in = read_sbp(b->in_sbp()), out = read_sbp(b->out_sbp());
+        // Of every tensor it boxes (a bucket's first piece of each).
         int64_t logical_bytes = 0;
-        if (t->inputs() != nullptr && t->inputs()->size() > 0 && p.regsts() != nullptr)
-          for (const plan::RegstDesc* r : *p.regsts())
-            if (r->id() == t->inputs()->Get(0)) {
-              logical_bytes = static_cast<int64_t>(dtype_size(static_cast<DType>(r->dtype())));
-              for (int64_t d : vec(r->logical_shape())) logical_bytes *= d;
-            }
+        for (int k = 0; k < b->tensors() && t->inputs() != nullptr; ++k) {
+          const auto at = static_cast<flatbuffers::uoffset_t>(k * b->local_pieces());
+          const plan::RegstDesc* r = at < t->inputs()->size() ? find_regst(p, t->inputs()->Get(at)) : nullptr;
+          if (r == nullptr) continue;
+          int64_t bytes = static_cast<int64_t>(dtype_size(static_cast<DType>(r->dtype())));
+          for (int64_t d : vec(r->logical_shape())) bytes *= d;
+          logical_bytes += bytes;
+        }
         task["boxing"] = {{"in", sbp_string(b->in_sbp())},
                           {"out", sbp_string(b->out_sbp())},
                           {"parallel", b->parallel()},
                           {"num_nodes", b->num_nodes()},
                           {"local_pieces", b->local_pieces()},
                           {"first_rank", b->first_rank()},
+                          {"tensors", b->tensors()},
                           {"collective_tag", b->collective_tag()},
                           {"peers", vec(b->peers())},
                           {"collective", boxing_collective(in, out, b->num_nodes())},

@@ -61,6 +61,7 @@ struct BoxingInfo {
   int first_rank = 0;
   int64_t collective_tag = 0;   // 0: no collective among nodes
   std::vector<int> peers;       // task indices of the same boxing on every node
+  int tensors = 1;              // > 1: a bucket of P -> B boxings (plan.fbs BoxingConf)
 };
 
 struct TaskNode {

@@ -202,28 +202,42 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       const plan::BoxingConf* conf = task.boxing();
       if (!conf || !task.inputs() || task.inputs()->size() == 0)
         return invalid_argument("task '{}': boxing without its conf", name);
-      const plan::RegstDesc* in = regst(task.inputs()->Get(0));
       const NdSbp in_sbp = compiler::read_sbp(conf->in_sbp()), out_sbp = compiler::read_sbp(conf->out_sbp());
       // Inputs: the node's pieces (one when they are `within` B), then
       // control regsts (ordering only); outputs: the pieces (one for
       // `within` B), then at most one control regst.
       const int local = conf->local_pieces();
-      const int inputs = in_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
-      const int outputs = out_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
+      const int tensors = conf->tensors();
+      const int inputs = tensors > 1 ? tensors * local : in_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
+      const int outputs = tensors > 1 ? tensors : out_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
       if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
           conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < inputs ||
           !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
-          static_cast<int>(task.outputs()->size()) > outputs + 1)
-        return invalid_argument("task '{}': boxing of {} pieces, {} of them from rank {}, with {} inputs and {} outputs",
-                                name, conf->parallel(), local, conf->first_rank(), task.inputs()->size(),
+          static_cast<int>(task.outputs()->size()) > outputs + 1 || tensors < 1)
+        return invalid_argument("task '{}': boxing of {} pieces, {} of them from rank {}, of {} tensors, with {} "
+                                "inputs and {} outputs",
+                                name, conf->parallel(), local, conf->first_rank(), tensors, task.inputs()->size(),
                                 task.outputs() ? task.outputs()->size() : 0);
       if (boxing_form(in_sbp, out_sbp, conf->num_nodes()) == BoxingForm::kChain)
         return invalid_argument("task '{}': no one boxing task turns {} into {} across {} nodes", name,
                                 in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
-      const Shape logical = read_shape(in->logical_shape());
-      if (logical.size() > static_cast<size_t>(kMaxRank))
-        return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name, logical.size(),
-                                kMaxRank);
+      std::vector<TensorMeta> metas;
+      for (int k = 0; k < tensors; ++k) {
+        const plan::RegstDesc* piece = regst(task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k * local)));
+        metas.push_back(TensorMeta{read_shape(piece->logical_shape()), read_dtype(piece->dtype())});
+        if (metas.back().shape.size() > static_cast<size_t>(kMaxRank))
+          return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name,
+                                  metas.back().shape.size(), kMaxRank);
+      }
+      if (tensors > 1) {
+        if (!(in_sbp == NdSbp(Sbp::partial_sum())) || !(out_sbp == NdSbp(Sbp::broadcast())) || conf->num_nodes() < 2)
+          return invalid_argument("task '{}': a bucket of {} tensors boxes P -> B across nodes, not {} -> {} on {}",
+                                  name, tensors, in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
+        for (const TensorMeta& m : metas)
+          if (m.dtype != DType::kF32)
+            return invalid_argument("task '{}': a bucket sums f32 tensors across nodes; one is {}", name,
+                                    dtype_name(m.dtype));
+      }
       comm::Collectives* collectives = nullptr;
       if (boxing_exchanges(in_sbp, out_sbp, conf->num_nodes())) {
         if (!options_.transport)
@@ -234,9 +248,12 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
                                         static_cast<int64_t>(options_.stall_timeout_s * 1000))}));
         collectives = collectives_.back().get();
       }
-      return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(),
-                  TensorMeta{logical, read_dtype(in->dtype())}, conf->first_rank(), local,
-                  collectives, options_.tag_base + 1 + conf->collective_tag());
+      const uint64_t tag = options_.tag_base + 1 + conf->collective_tag();
+      if (tensors > 1)
+        return Body(std::in_place_type<BoxingBody>, metas, conf->parallel(), conf->first_rank(), local, collectives,
+                    tag);
+      return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(), metas[0], conf->first_rank(),
+                  local, collectives, tag);
     }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();

@@ -18,7 +18,8 @@ using namespace rill::comm::testing;
 namespace {
 
 // Element e of the logical tensor, and of P-piece k (pieces sum to the tensor).
-int logical_value(int64_t e) { return static_cast<int>((e * 7 + 3) % 23) - 11; }
+int g_salt = 0;  // tells apart tensors boxed together (a bucket)
+int logical_value(int64_t e) { return static_cast<int>((e * 7 + 3 + g_salt) % 23) - 11; }
 int partial_value(int64_t e, int k, int parallel) {
   if (k + 1 < parallel) return static_cast<int>((e * 5 + k * 3) % 9) - 4;
   int rest = logical_value(e);
@@ -261,6 +262,54 @@ TEST_CASE("boxing across nodes over loopback ZeroMQ: all-reduce, reduce-scatter,
     INFO(status.to_string());
     CHECK(status.ok());
   }
+}
+
+TEST_CASE("a bucket sums several tensors' P pieces across nodes in one all-reduce") {
+  // Three tensors of different shapes (one a scalar), 1-3 pieces per node,
+  // 2 and 3 nodes. Values are small integers: sums are exact in f32.
+  const std::vector<Shape> shapes = {Shape{5, 7}, Shape{}, Shape{3}};
+  for (Kind kind : {Kind::kInproc, Kind::kZmq})
+    for (int nodes = 2; nodes <= 3; ++nodes)
+      for (int local = 1; local <= 3; ++local) {
+        if (kind == Kind::kZmq && local != 2) continue;
+        CAPTURE(nodes);
+        CAPTURE(local);
+        const int parallel = nodes * local;
+        auto transports = make_world(kind, nodes);
+        std::vector<TensorMeta> metas;
+        for (const Shape& s : shapes) metas.push_back({s, DType::kF32});
+        // ins[node]: tensor-major, local pieces each; outs[node]: one B per tensor.
+        std::vector<NodePieces> ins(shapes.size()), outs(shapes.size());
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          g_shape = shapes[k];
+          g_salt = static_cast<int>(k) * 5;
+          ins[k] = inputs(Sbp::partial_sum(), DType::kF32, nodes, local);
+          outs[k].resize(static_cast<size_t>(nodes));
+          for (int node = 0; node < nodes; ++node)
+            outs[k][static_cast<size_t>(node)].push_back(
+                std::make_unique<Piece>(whole_region(shapes[k]), DType::kF32));
+        }
+        auto statuses = run_ranks(nodes, [&](int node) -> Status {
+          comm::Collectives collectives(*transports[static_cast<size_t>(node)]);
+          BoxingBody body(metas, parallel, node * local, local, &collectives, 9);
+          std::vector<const TensorView*> in_views, out_views;
+          for (size_t k = 0; k < shapes.size(); ++k) {
+            for (auto& p : ins[k][static_cast<size_t>(node)]) in_views.push_back(&p->view);
+            out_views.push_back(&outs[k][static_cast<size_t>(node)][0]->view);
+          }
+          return body.act(ActIo{0, in_views, out_views});
+        });
+        for (const Status& s : statuses) REQUIRE(s.ok());
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          g_shape = shapes[k];
+          g_salt = static_cast<int>(k) * 5;
+          // Pieces' logical indices need g_shape set to this tensor's shape.
+          Status status = check_outputs(Sbp::broadcast(), outs[k]);
+          INFO(status.to_string());
+          CHECK(status.ok());
+        }
+      }
+  g_salt = 0;
 }
 
 TEST_CASE("a sum of i32 pieces across nodes is an error naming the conversion") {
