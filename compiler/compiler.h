@@ -46,9 +46,6 @@ struct CompileOptions {
   Mode mode = Mode::kTrain;         // kEval: forward only over job.eval's dataset
   int64_t steps = 0;                // > 0 overrides the job's steps
   int activation_register_num = 2;  // slots of every non-model regst (>= 1)
-  // Small gradients' all-reduces across nodes are fused into buckets of at
-  // most this many bytes (tensors under it join; 0: no buckets).
-  size_t bucket_bytes = size_t{1} << 20;
 };
 
 // Compiles `job` for `cluster`; returns the Plan's bytes (FlatBuffers, "RLPL").

@@ -192,6 +192,8 @@ void check_run_config(const Job& job, Issues* issues) {
   if (t.steps == 0 && t.epochs == 0)
     issues->add("train", "train: steps and epochs are both 0; set one of them to a positive number");
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
+  if (t.bucket_bytes < 0 || t.bucket_bytes > kMaxTensorBytes)
+    issues->add("train.bucket_bytes", "train.bucket_bytes must be in [0, 2^40], got {}", t.bucket_bytes);
   if (job.eval) check_eval(job, devices, issues);
   check_checkpoint(job.checkpoint, issues);
 }

@@ -77,6 +77,7 @@ struct TrainConfig {
   uint64_t seed = 0;          // data shuffling
   bool shuffle = true;
   std::string devices = "cpu:1";  // default when the command line gives none
+  int64_t bucket_bytes = int64_t{1} << 20;  // gradient buckets across nodes (0: none)
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -195,6 +195,7 @@ class Converter {
       integer(t->epochs(), "train.epochs", "train.epochs", &train.epochs);
       integer(t->batch_size(), "train.batch_size", "train.batch_size", &train.batch_size);
       integer(t->log_every(), "train.log_every", "train.log_every", &train.log_every);
+      integer(t->bucket_bytes(), "train.bucket_bytes", "train.bucket_bytes", &train.bucket_bytes);
       integer(t->seed(), "train.seed", "train.seed", &train.seed);
       if (t->shuffle()) train.shuffle = *t->shuffle();
       if (t->devices()) train.devices = t->devices()->str();

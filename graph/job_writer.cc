@@ -408,6 +408,7 @@ class Writer {
         .add("epochs", number(t.epochs))
         .add("batch_size", number(t.batch_size))
         .add("log_every", number(t.log_every))
+        .add("bucket_bytes", number(t.bucket_bytes))
         .add("seed", seed(t.seed, "train.seed"))
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));

@@ -149,8 +149,9 @@ TEST_CASE("linear regression on 2 nodes x 1 device: a boxing task per node, node
 TEST_CASE("MLP on 2 nodes x 2 devices: three gradient boxings per node, each on its own comm thread") {
   compiler::CompileOptions options;
   options.activation_register_num = 3;
-  options.bucket_bytes = 0;  // one boxing per gradient (buckets: below)
-  const std::string bytes = compile_ok(testing::mlp_job(8, 4), "cpu:2", options, 2);
+  graph::Job job = testing::mlp_job(8, 4);
+  job.train.bucket_bytes = 0;  // one boxing per gradient (buckets: below)
+  const std::string bytes = compile_ok(job, "cpu:2", options, 2);
   const plan::Plan& p = *plan_of(bytes);
   auto boxings = tasks_of_kind(p, TaskKind::Boxing);
   CHECK(boxings.size() == 6);
@@ -344,9 +345,9 @@ TEST_CASE("rill plan names each boxing's collective and the bytes it sends per s
 TEST_CASE("hundreds of cross-node boxings share 4 comm threads per node, chained in one order on every node") {
   // 330 layers: 661 variables, so 661 gradient boxings on each of 16 nodes
   // (more than the 256 threads one node could give them one each).
-  compiler::CompileOptions options;
-  options.bucket_bytes = 0;  // one boxing per gradient
-  const std::string bytes = compile_ok(testing::deep_mlp_job(330, 32, 16), "cpu:1", options, 16);
+  graph::Job job = testing::deep_mlp_job(330, 32, 16);
+  job.train.bucket_bytes = 0;  // one boxing per gradient
+  const std::string bytes = compile_ok(job, "cpu:1", {}, 16);
   const plan::Plan& p = *plan_of(bytes);
   std::map<std::pair<int, uint32_t>, int> per_thread;
   for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
@@ -374,11 +375,11 @@ TEST_CASE("hundreds of cross-node boxings share 4 comm threads per node, chained
 
 TEST_CASE("small gradients' all-reduces across nodes share buckets of at most bucket_bytes") {
   // 330 layers of width 8: 661 gradients of 32 to 256 bytes each.
-  for (size_t cap : {size_t{1} << 20, size_t{4096}}) {
+  for (int64_t cap : {int64_t{1} << 20, int64_t{4096}}) {
     CAPTURE(cap);
-    compiler::CompileOptions options;
-    options.bucket_bytes = cap;
-    const std::string bytes = compile_ok(testing::deep_mlp_job(330, 32, 16), "cpu:2", options, 2);
+    graph::Job job = testing::deep_mlp_job(330, 32, 16);
+    job.train.bucket_bytes = cap;
+    const std::string bytes = compile_ok(job, "cpu:2", {}, 2);
     const plan::Plan& p = *plan_of(bytes);
     std::set<std::string> fed;  // variables whose gradient a bucket delivers
     int tensors = 0, tasks = 0;
@@ -406,12 +407,12 @@ TEST_CASE("small gradients' all-reduces across nodes share buckets of at most bu
           fed.insert(var->name()->str().substr(0, var->name()->str().find('@')));
         }
       }
-      CHECK(static_cast<size_t>(bytes_in_bucket) <= cap);
+      CHECK(bytes_in_bucket <= cap);
     }
     CHECK(tensors == 661);
     CHECK(fed.size() == 661);
     // 661 gradients of about 160 KB in all: one bucket, or one per 4 KB.
-    if (cap == size_t{1} << 20) CHECK(tasks == 1);
+    if (cap == int64_t{1} << 20) CHECK(tasks == 1);
     else CHECK(tasks > 661 / 40);
   }
 }
