@@ -136,8 +136,10 @@ class VariableBody {
 // Buffers are sized once; an act allocates nothing.
 class BoxingBody {
  public:
+  // `piece` >= 0 (a conversion within each node to a split or P): this task
+  // makes only that output piece (one task per device, on its thread).
   BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
-             comm::Collectives* collectives = nullptr, uint64_t tag = 0);
+             comm::Collectives* collectives = nullptr, uint64_t tag = 0, int piece = -1);
   // A bucket: P -> B across nodes of several f32 tensors at once. Each
   // tensor's local pieces (inputs tensor-major) are summed into one buffer,
   // one all-reduce runs over it, and each tensor's part is copied to its
@@ -167,7 +169,7 @@ class BoxingBody {
   void plan_across_nodes();
   void plan_lanes();
   void plan_bucket(const std::vector<TensorMeta>& bucket);
-  void convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Region& target, bool holder);
+  void convert(Sbp::Kind from, Sbp::Kind to, int only, int slot, const Region& target, bool holder);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,
             Ref src2);
@@ -187,6 +189,7 @@ class BoxingBody {
   int first_rank_, local_, nodes_, outputs_;
   comm::Collectives* collectives_;
   uint64_t tag_;
+  int piece_ = -1;  // the one output piece this task makes, or -1: all
   std::vector<Step> before_, after_;  // around the exchange
   std::vector<Step>* adding_ = &before_;
   Exchange exchange_ = Exchange::kNone;

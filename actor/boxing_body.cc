@@ -43,7 +43,7 @@ bool pieces_contiguous(const Shape& shape, const Sbp& sbp) {
 }  // namespace
 
 BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank,
-                       int local_pieces, comm::Collectives* collectives, uint64_t tag)
+                       int local_pieces, comm::Collectives* collectives, uint64_t tag, int piece)
     : in_(in_sbp),
       out_(out_sbp),
       parallel_(parallel),
@@ -52,9 +52,10 @@ BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta log
       first_rank_(first_rank),
       local_(local_pieces > 0 ? local_pieces : parallel),
       nodes_(parallel / (local_pieces > 0 ? local_pieces : parallel)),
-      outputs_(out_sbp.within.kind == Sbp::kBroadcast ? 1 : local_),
+      outputs_(piece >= 0 || out_sbp.within.kind == Sbp::kBroadcast ? 1 : local_),
       collectives_(collectives),
-      tag_(tag) {
+      tag_(tag),
+      piece_(piece) {
   // The runtime refuses kChain before building a body (no task does it).
   switch (boxing_form(in_, out_, nodes_)) {
     case BoxingForm::kWithinNode: plan_within_node(); break;
@@ -128,12 +129,12 @@ void BoxingBody::sum_inputs(const Region& inputs, Ref dst, const Region& dst_reg
   for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, i, 0}, inputs, dst, dst_region, box);
 }
 
-// Output j, covering `target`, from this node's inputs, turning `from` into
-// `to`: input `only`, or all of them when it is -1. B -> P: the holder keeps
-// the value, the other pieces are 0.
-void BoxingBody::convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Region& target, bool holder) {
+// Output slot `slot`, covering `target`, from this node's inputs, turning
+// `from` into `to`: input `only`, or all of them when it is -1. B -> P: the
+// holder keeps the value, the other pieces are 0.
+void BoxingBody::convert(Sbp::Kind from, Sbp::Kind to, int only, int slot, const Region& target, bool holder) {
   auto in = [](int i) { return Ref{Ref::kInput, i, 0}; };
-  const Ref dst{Ref::kOutput, j, 0};
+  const Ref dst{Ref::kOutput, slot, 0};
   const int begin = only >= 0 ? only : 0, end = only >= 0 ? only + 1 : local_;
   switch (from) {
     case Sbp::kBroadcast:  // to S: slice; to P: the holder has it
@@ -154,13 +155,14 @@ void BoxingBody::convert(Sbp::Kind from, Sbp::Kind to, int only, int j, const Re
 }
 
 // Between the devices of each node (one node, or `across` unchanged): the
-// node's pieces are all it needs.
+// node's pieces are all it needs. With piece_ set, only that output piece.
 void BoxingBody::plan_within_node() {
   adding_ = &after_;
   const Sbp::Kind from = in_.within.kind, to = out_.within.kind;
-  for (int j = 0; j < outputs_; ++j) {
+  const int begin = piece_ >= 0 ? piece_ : 0, end = piece_ >= 0 ? piece_ + 1 : outputs_;
+  for (int j = begin; j < end; ++j) {
     const int only = from == Sbp::kBroadcast ? 0 : from == Sbp::kSplit && to == Sbp::kPartialSum ? j : -1;
-    convert(from, to, only, j, out_piece(first_rank_ + j), j == 0);
+    convert(from, to, only, j - begin, out_piece(first_rank_ + j), j == 0);
   }
 }
 

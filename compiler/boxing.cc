@@ -78,7 +78,8 @@ class Inserter {
   int need(const std::string& tensor, const NdSbp& to) {
     const LogicalTensor* t = g_->find(tensor);
     int last = -1;
-    for (const auto& [in, out] : boxing_steps(t->sbp, to, g_->cluster.num_nodes, g_->cluster.devices_per_node)) {
+    for (const auto& [in, out] : shared_sums(t->meta, boxing_steps(t->sbp, to, g_->cluster.num_nodes,
+                                                                    g_->cluster.devices_per_node))) {
       auto key = std::make_pair(tensor, out.to_string());
       auto it = index_.find(key);
       if (it != index_.end()) {
@@ -94,6 +95,34 @@ class Inserter {
   }
 
  private:
+  // On CPU devices a sum within a node into B (P -> B within) runs as
+  // P -> S(k), one task per device summing its slice, then S(k) -> B: the
+  // node's device threads share the sums (k: the first axis of at least one
+  // element per device).
+  std::vector<std::pair<NdSbp, NdSbp>> shared_sums(const TensorMeta& meta,
+                                                    std::vector<std::pair<NdSbp, NdSbp>> steps) const {
+    const Cluster& c = g_->cluster;
+    if (c.devices_per_node < 2 || c.device_type != DeviceType::kCpu) return steps;
+    std::vector<std::pair<NdSbp, NdSbp>> out;
+    for (const auto& [in, to] : steps) {
+      int axis = -1;
+      if (boxing_form(in, to, c.num_nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
+          to.within.kind == Sbp::kBroadcast)
+        for (size_t a = 0; a < meta.shape.size() && axis < 0; ++a) {  // the last node's part is the smallest
+          const Region part = node_region(meta.shape, in, c.num_nodes, c.num_nodes - 1);
+          if (part.extent[a] >= c.devices_per_node) axis = static_cast<int>(a);
+        }
+      if (axis < 0) {
+        out.push_back({in, to});
+        continue;
+      }
+      const NdSbp mid = canonical(NdSbp(in.across, Sbp::split(axis)), c.num_nodes, c.devices_per_node);
+      out.push_back({in, mid});
+      out.push_back({mid, to});
+    }
+    return out;
+  }
+
   LogicalGraph* g_;
   std::map<std::pair<std::string, std::string>, int> index_;
 };

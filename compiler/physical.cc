@@ -170,6 +170,39 @@ class Expander {
            t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
   }
 
+  // A conversion within each node to split or P pieces on CPU devices: one
+  // task per device, on its thread, making that device's piece (the sums of
+  // a P -> S are shared by the node's device threads).
+  bool per_device(const BoxingNode& box) const {
+    return per_node_ > 1 && g_.cluster.device_type == DeviceType::kCpu &&
+           boxing_form(box.in, box.out, g_.cluster.num_nodes) == BoxingForm::kWithinNode &&
+           box.out.within.kind != Sbp::kBroadcast;
+  }
+
+  void add_per_device_boxing(int b) {
+    const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+    const TensorMeta& meta = g_.find(box.tensor)->meta;
+    const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+    for (int rank = 0; rank < parallel_; ++rank) {
+      TaskNode task;
+      task.kind = plan::TaskKind::Boxing;
+      task.name = fmt::format("{}@{}", name, rank);
+      task.node = node_of(rank);
+      task.device = device_of(rank);
+      task.boxing.in = box.in;
+      task.boxing.out = box.out;
+      task.boxing.parallel = parallel_;
+      task.boxing.num_nodes = g_.cluster.num_nodes;
+      task.boxing.local_pieces = per_node_;
+      task.boxing.first_rank = task.node * per_node_;
+      task.boxing.piece = device_of(rank);
+      const int t = add_task(std::move(task), DeviceType::kCpu);
+      boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, rank));
+      unit_tasks_.push_back({t});
+      unit_boxings_.push_back({b});
+    }
+  }
+
   // One boxing on one node: a task over every piece on node 0's comm thread.
   // Across nodes: one task per node over that node's pieces, on one of
   // kCommThreads comm threads, the same on every node (see order_comm_threads).
@@ -215,9 +248,14 @@ class Expander {
       bucket_bytes += bytes;
     }
     boxed_.assign(g_.boxings.size(), {});
-    for (size_t position = 0; position < units.size(); ++position) {
-      const std::vector<int>& unit = units[position];
+    uint32_t comm_position = 0;  // comm-thread units so far
+    for (const std::vector<int>& unit : units) {
       const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
+      if (per_device(box)) {
+        add_per_device_boxing(unit[0]);
+        continue;
+      }
+      const size_t position = comm_position++;
       const std::string name =
           unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1)
                           : fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
@@ -269,7 +307,9 @@ class Expander {
   void order_comm_threads() {
     std::map<std::pair<int, uint32_t>, std::vector<int>> chains;  // (node, thread) -> tasks in order
     for (const std::vector<int>& tasks : unit_tasks_)
-      for (int t : tasks) chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
+      for (int t : tasks)
+        if (ActorId::device_type(out_.tasks[t].id) == DeviceType::kComm)
+          chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
     for (auto& [where, chain] : chains) {
       if (chain.size() < 2) continue;
       int first = -1;

@@ -81,7 +81,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       for (int peer : t.boxing.peers) peers.push_back(g.tasks[peer].id);
       boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
                                       t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
-                                      b.CreateVector(peers), t.boxing.tensors);
+                                      b.CreateVector(peers), t.boxing.tensors, t.boxing.piece);
       break;
     }
     case plan::TaskKind::Compute:

@@ -62,6 +62,7 @@ struct BoxingInfo {
   int64_t collective_tag = 0;   // 0: no collective among nodes
   std::vector<int> peers;       // task indices of the same boxing on every node
   int tensors = 1;              // > 1: a bucket of P -> B boxings (plan.fbs BoxingConf)
+  int piece = -1;               // >= 0: this task makes only that output piece (plan.fbs)
 };
 
 struct TaskNode {

@@ -209,7 +209,10 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       const int local = conf->local_pieces();
       const int tensors = conf->tensors();
       const int inputs = tensors > 1 ? tensors * local : in_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
-      const int outputs = tensors > 1 ? tensors : out_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
+      const int piece = conf->piece();
+      const int outputs = tensors > 1 || piece >= 0 ? std::max(tensors, 1)
+                          : out_sbp.within.kind == Sbp::kBroadcast ? 1
+                                                                   : local;
       if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
           conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < inputs ||
           !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
@@ -221,6 +224,11 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (boxing_form(in_sbp, out_sbp, conf->num_nodes()) == BoxingForm::kChain)
         return invalid_argument("task '{}': no one boxing task turns {} into {} across {} nodes", name,
                                 in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
+      if (piece >= 0 && (piece >= local || tensors != 1 || out_sbp.within.kind == Sbp::kBroadcast ||
+                         boxing_form(in_sbp, out_sbp, conf->num_nodes()) != BoxingForm::kWithinNode))
+        return invalid_argument("task '{}': boxing piece {} of {}: one task per piece is for conversions within a "
+                                "node to split or P pieces, not {} -> {}",
+                                name, piece, local, in_sbp.to_string(), out_sbp.to_string());
       std::vector<TensorMeta> metas;
       for (int k = 0; k < tensors; ++k) {
         const plan::RegstDesc* piece = regst(task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k * local)));
@@ -253,7 +261,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         return Body(std::in_place_type<BoxingBody>, metas, conf->parallel(), conf->first_rank(), local, collectives,
                     tag);
       return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(), metas[0], conf->first_rank(),
-                  local, collectives, tag);
+                  local, collectives, tag, piece);
     }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();

@@ -135,7 +135,7 @@ Status check_outputs(const NdSbp& sbp, const NodePieces& outs) {
 // Runs one conversion of `g_shape` over nodes x local pieces, as the chain of
 // boxing tasks the compiler would insert (boxing_steps), each step's outputs
 // the next one's inputs; returns the first failure.
-Status run_case(Kind kind, NdSbp in, NdSbp out, DType dtype, int nodes, int local) {
+Status run_case(Kind kind, NdSbp in, NdSbp out, DType dtype, int nodes, int local, bool per_piece = false) {
   in = canonical(in, nodes, local);
   out = canonical(out, nodes, local);
   const int parallel = nodes * local;
@@ -154,10 +154,18 @@ Status run_case(Kind kind, NdSbp in, NdSbp out, DType dtype, int nodes, int loca
     auto statuses = run_ranks(nodes, [&, from = from, to = to](int node) -> Status {
       std::unique_ptr<comm::Collectives> collectives;
       if (nodes > 1) collectives = std::make_unique<comm::Collectives>(*transports[static_cast<size_t>(node)]);
-      BoxingBody body(from, to, parallel, TensorMeta{g_shape, dtype}, node * local, local, collectives.get(), tag);
       std::vector<const TensorView*> in_views, out_views;
       for (auto& p : current[static_cast<size_t>(node)]) in_views.push_back(&p->view);
       for (auto& p : next[static_cast<size_t>(node)]) out_views.push_back(&p->view);
+      if (per_piece) {  // one body per output piece, as the device threads run them
+        for (int d = 0; d < static_cast<int>(out_views.size()); ++d) {
+          BoxingBody body(from, to, parallel, TensorMeta{g_shape, dtype}, node * local, local, nullptr, tag, d);
+          std::vector<const TensorView*> one = {out_views[static_cast<size_t>(d)]};
+          RILL_RETURN_IF_ERROR(body.act(ActIo{0, in_views, one}));
+        }
+        return {};
+      }
+      BoxingBody body(from, to, parallel, TensorMeta{g_shape, dtype}, node * local, local, collectives.get(), tag);
       // Twice: the second act must not depend on what the first left behind.
       for (int round = 0; round < 2; ++round) {
         RILL_RETURN_IF_ERROR(body.act(ActIo{round, in_views, out_views}));
@@ -234,6 +242,30 @@ TEST_CASE("every 2-D boxing equals the logical tensor: 2-3 nodes x 2-3 devices, 
         CHECK(status.ok());
       }
   CHECK(chains > 0);
+}
+
+TEST_CASE("conversions within a node, one task per output piece, equal the logical tensor") {
+  // What the device threads run: each makes its own piece (P -> S sums only
+  // its slice). Every 2-D pair whose step is within a node, to S or P.
+  for (const Shape& shape : {Shape{5, 7}, Shape{1, 7, 4}}) {
+    g_shape = shape;
+    std::vector<NdSbp> sbps;
+    for (const Sbp& a : all_sbps(shape.size()))
+      for (const Sbp& w : all_sbps(shape.size())) sbps.emplace_back(a, w);
+    for (auto [nodes, local] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 2}, std::pair{3, 2}})
+      for (const NdSbp& in : sbps)
+        for (const NdSbp& out : sbps) {
+          const NdSbp a = canonical(in, nodes, local), b = canonical(out, nodes, local);
+          if (a == b || b.within.kind == Sbp::kBroadcast || boxing_form(a, b, nodes) != BoxingForm::kWithinNode) continue;
+          CAPTURE(in.to_string());
+          CAPTURE(out.to_string());
+          CAPTURE(nodes);
+          CAPTURE(local);
+          Status status = run_case(Kind::kInproc, a, b, DType::kF32, nodes, local, true);
+          INFO(status.to_string());
+          CHECK(status.ok());
+        }
+  }
 }
 
 TEST_CASE("2-D boxing across nodes over loopback ZeroMQ: lanes of partial sums, splits and replicas") {

@@ -168,13 +168,29 @@ TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, re
     CHECK(sbp_string(regst(p, sources[rank]->outputs()->Get(0))->sbp()) == "S(0)");
   }
 
+  // w's gradient is summed by both device threads, each its half (P ->
+  // S(0), one task per device), then gathered into one B (S(0) -> B).
   auto boxings = tasks_of_kind(p, plan::TaskKind::Boxing);
-  REQUIRE(boxings.size() == 1);
-  const plan::Task* box = boxings[0];
+  REQUIRE(boxings.size() == 3);
+  const plan::Task* box = nullptr;
+  for (const plan::Task* t : boxings) {
+    if (t->boxing()->piece() < 0) {
+      box = t;
+      continue;
+    }
+    CHECK(ActorId::device_type(t->id()) == DeviceType::kCpu);
+    CHECK(t->device() == t->boxing()->piece());
+    CHECK(sbp_string(t->boxing()->in_sbp()) == "P");
+    CHECK(sbp_string(t->boxing()->out_sbp()) == "S(0)");
+    REQUIRE(t->inputs()->size() == 2);
+    REQUIRE(t->outputs()->size() == 1);
+    CHECK(ints(regst(p, t->outputs()->Get(0))->shape()) == std::vector<int64_t>{t->device() == 0 ? 2 : 1, 1});
+  }
+  REQUIRE(box != nullptr);
   CHECK(ActorId::device_type(box->id()) == DeviceType::kComm);
   CHECK(box->node() == 0);
   CHECK(box->device() == -1);
-  CHECK(sbp_string(box->boxing()->in_sbp()) == "P");
+  CHECK(sbp_string(box->boxing()->in_sbp()) == "S(0)");
   CHECK(sbp_string(box->boxing()->out_sbp()) == "B");
   CHECK(box->boxing()->parallel() == 2);
   REQUIRE(box->inputs()->size() == 2);
@@ -185,10 +201,13 @@ TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, re
   CHECK(ints(out->shape()) == std::vector<int64_t>{3, 1});
   REQUIRE(out->consumers()->size() == 2);
   for (int rank = 0; rank < 2; ++rank) {
-    const plan::Task* grad = producer(p, box->inputs()->Get(rank));
+    const plan::Task* sum = producer(p, box->inputs()->Get(rank));
+    CHECK(sum->kind() == plan::TaskKind::Boxing);
+    CHECK(sum->boxing()->piece() == rank);
+    const plan::Task* grad = producer(p, sum->inputs()->Get(rank));
     CHECK(grad->op_type()->str() == "matmul");
     CHECK(grad->device() == rank);
-    CHECK(sbp_string(regst(p, box->inputs()->Get(rank))->sbp()) == "P");
+    CHECK(sbp_string(regst(p, sum->inputs()->Get(rank))->sbp()) == "P");
     const plan::Task* w = task_named(p, "w@" + std::to_string(rank));
     REQUIRE(w != nullptr);
     CHECK(w->device() == rank);
