@@ -84,6 +84,10 @@ Status add_variables(const graph::Job& job, LogicalGraph* g, std::set<std::strin
                                   v.shape.size());
       node.sbp = canonical(*v.sbp, g->cluster.num_nodes, g->cluster.devices_per_node);
       g->two_d = g->two_d || !node.sbp.flat();
+    } else if (job.train.zero && v.trainable && !v.shape.empty() && v.shape[0] >= g->parallel()) {
+      // ZeRO: each device keeps and updates its rows (and their optimizer
+      // state); the gradient arrives reduce-scattered, the forward gathers.
+      node.sbp = Sbp::split(0);
     }
     g->tensors[v.name] =
         LogicalTensor{v.name, TensorMeta{v.shape, v.dtype}, TensorOrigin::kVariable, static_cast<int>(i), 0, node.sbp};

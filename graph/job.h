@@ -78,6 +78,7 @@ struct TrainConfig {
   bool shuffle = true;
   std::string devices = "cpu:1";  // default when the command line gives none
   int64_t bucket_bytes = int64_t{1} << 20;  // gradient buckets across nodes (0: none)
+  bool zero = false;  // trainable variables without an SBP hint are split S(0) (ZeRO)
   bool operator==(const TrainConfig&) const = default;
 };
 

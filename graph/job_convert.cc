@@ -198,6 +198,7 @@ class Converter {
       integer(t->bucket_bytes(), "train.bucket_bytes", "train.bucket_bytes", &train.bucket_bytes);
       integer(t->seed(), "train.seed", "train.seed", &train.seed);
       if (t->shuffle()) train.shuffle = *t->shuffle();
+      if (t->zero()) train.zero = *t->zero();
       if (t->devices()) train.devices = t->devices()->str();
     }
     if (const fb::Eval* e = in.eval()) {

@@ -77,6 +77,7 @@ const std::vector<Setting>& settings() {
       {"train.bucket_bytes", [](Job* j, const std::string& v) { return parse_int(v, &j->train.bucket_bytes); }},
       {"train.seed", [](Job* j, const std::string& v) { return parse_uint(v, &j->train.seed); }},
       {"train.shuffle", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.shuffle); }},
+      {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"optimizer.type", [](Job* j, const std::string& v) { j->optimizer.type = v; return Status(); }},
       {"optimizer.lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.lr); }},

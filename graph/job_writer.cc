@@ -411,6 +411,7 @@ class Writer {
         .add("bucket_bytes", number(t.bucket_bytes))
         .add("seed", seed(t.seed, "train.seed"))
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
+        .add("zero", Node::scalar(t.zero ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));
   }
 

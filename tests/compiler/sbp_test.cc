@@ -157,6 +157,31 @@ TEST_CASE("2-D SBP: a hybrid MLP on 2 nodes x 2 devices; the same job on one nod
   CHECK(result.status().message().find("(S(0), S(1))") != std::string::npos);
 }
 
+TEST_CASE("train.zero splits unhinted trainable variables S(0); hinted, frozen and short ones stay") {
+  graph::Job job = testing::mlp_job(8, 8);  // w1 [4, 8], b1 [8], w2 [8, 3]
+  job.train.zero = true;
+  job.variables[2].sbp = Sbp::broadcast();  // w2: hinted
+  std::string bytes = compile_ok(job, "cpu:2");
+  const plan::Plan& p = *plan_of(bytes);
+  auto sbp_of = [&](const char* task) { return sbp_string(regst(p, task_named(p, task)->outputs()->Get(0))->sbp()); };
+  CHECK(sbp_of("w1@0") == "S(0)");
+  CHECK(sbp_of("b1@1") == "S(0)");
+  CHECK(sbp_of("w2@0") == "B");
+  // w1's gradient: each device sums its rows; nothing gathers it.
+  const plan::Task* w1 = task_named(p, "w1@1");
+  const plan::Task* sum = producer(p, w1->inputs()->Get(0));
+  REQUIRE(sum->kind() == plan::TaskKind::Boxing);
+  CHECK(sum->boxing()->piece() == 1);
+  CHECK(sum->device() == 1);
+  CHECK(sbp_string(sum->boxing()->out_sbp()) == "S(0)");
+  // Three devices: w1's 4 rows split 2, 1, 1; b1's 8 rows too.
+  std::string three = compile_ok(job, "cpu:3");
+  CHECK(sbp_string(regst(*plan_of(three), task_named(*plan_of(three), "w1@2")->outputs()->Get(0))->sbp()) == "S(0)");
+  // Five devices: w1 has 4 rows, fewer than the devices: it stays B.
+  std::string five = compile_ok(job, "cpu:5");
+  CHECK(sbp_string(regst(*plan_of(five), task_named(*plan_of(five), "w1@0")->outputs()->Get(0))->sbp()) == "B");
+}
+
 TEST_CASE("MLP on cpu:2: matmuls stay S(0), weight gradients are P and boxed to B") {
   std::string bytes = compile_ok(testing::mlp_job(), "cpu:2");
   const plan::Plan& p = *plan_of(bytes);

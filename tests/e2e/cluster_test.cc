@@ -188,6 +188,17 @@ TEST_CASE("the hybrid MLP (2-D SBP) on 2 nodes x 2 devices and 1 node x 2 device
   CHECK(traffic[1][0].get<double>() >= 10.0 * 512 * 10 * 4 / 2);
 }
 
+// train.zero splits the variables S(0): gradients are reduce-scattered (the
+// device threads sum their slices, then across nodes) and the forward
+// gathers the rows. Only the grouping of float sums changes: the same bound.
+TEST_CASE("the MLP with train.zero on 2 nodes x 2 devices and 1 node x 2 devices matches data parallelism") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  auto want = ten_step_curve(mlp + " --devices cpu:1", temp_dir() / "mlp_zero_1.json");
+  check_curves_agree(want, ten_step_curve(mlp + " --devices cpu:2 --set train.zero=true", temp_dir() / "mlp_zero_2.json"));
+  check_curves_agree(want, ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --set train.zero=true --ctrl-port 19300",
+                                          temp_dir() / "mlp_zero_4.json"));
+}
+
 TEST_CASE("the MLP on 2 nodes x 2 devices reaches the accuracy bar") {
   auto result = temp_dir() / "mlp4full.json";
   Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19120 --result " +

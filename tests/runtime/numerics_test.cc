@@ -88,6 +88,21 @@ TEST_CASE("model parallel (w1 S(1), b1 S(0), w2 S(0)) and hybrid layouts give th
 // Megatron layout within each node. Its transpose: data parallel within
 // each node, the matrices split across nodes. On one node, or one device per
 // node, each reduces to a 1-D layout (the SBP of the trivial axis is moot).
+// ZeRO (train.zero): the variables split S(0), their gradients
+// reduce-scattered and summed by the device threads slice by slice. Only
+// the grouping of the sums changes: the same bound.
+TEST_CASE("train.zero (variables split S(0), gradients reduce-scattered) gives the exact gradients") {
+  Problem data = make_problem();
+  Reference ref = reference(data.x, data.y, data.weights);
+  Problem zero = data;
+  zero.job.train.zero = true;
+  for (auto [nodes, devices] : {std::pair{1, "cpu:2"}, std::pair{1, "cpu:3"}, std::pair{2, "cpu:2"}}) {
+    CAPTURE(nodes);
+    CAPTURE(devices);
+    check_one_step(zero, ref, nodes, devices);
+  }
+}
+
 TEST_CASE("2-D SBP layouts (data parallel across nodes, model parallel within, and the reverse) give the exact gradients") {
   Problem data = make_problem();
   Reference ref = reference(data.x, data.y, data.weights);
