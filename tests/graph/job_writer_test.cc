@@ -117,7 +117,7 @@ Job every_helper_job() {
   TensorHandle y = b.input("y", "d", "label", {}, DType::kI32, Sbp::split(0));
   TensorHandle w = b.variable("w", {4, 4}, init::xavier_uniform(1));
   TensorHandle bias = b.variable("bias", {4}, init::zeros(), {.sbp = Sbp::broadcast()});
-  TensorHandle w2 = b.variable("w2", {4, 3}, init::normal(0, 0.1, 2));
+  TensorHandle w2 = b.variable("w2", {4, 3}, init::normal(0, 0.1, 2), {.sbp = NdSbp(Sbp::broadcast(), Sbp::split(1))});
   TensorHandle u = b.variable("u", {}, init::uniform(-1, 1, 3), {.trainable = false});
   TensorHandle k = b.variable("k", {4, 4}, init::kaiming_uniform(4));
   TensorHandle f = b.variable("f", {}, init::fill(0.25));
@@ -160,7 +160,8 @@ Job small_job_with_op_attrs(Attrs attrs) {
 }  // namespace
 
 TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
-  for (const char* file : {"samples/mlp/mlp.json", "samples/linear_regression/linear_regression.json"}) {
+  for (const char* file : {"samples/mlp/mlp.json", "samples/mlp/mlp_model_parallel.json", "samples/mlp/mlp_hybrid.json",
+                           "samples/linear_regression/linear_regression.json"}) {
     CAPTURE(file);
     StatusOr<Job> loaded = load_job_file(source_path(file));
     REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
