@@ -169,6 +169,7 @@ class BoxingBody {
   void plan_across_nodes();
   void plan_lanes();
   void plan_bucket(const std::vector<TensorMeta>& bucket);
+  void exchange_through_scratch(Exchange kind, size_t sent, size_t received);
   void convert(Sbp::Kind from, Sbp::Kind to, int only, int slot, const Region& target, bool holder);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,

@@ -290,13 +290,7 @@ void BoxingBody::plan_across_nodes() {
       const Region from = in_piece(first_rank_ + i), target = out_piece(first_rank_ + j);
       step(Step::kCopy, in(i), from, out(j), target, intersect(from, target));
     }
-  send_.resize(sent);
-  recv_.resize(received);
-  exchange_ = Exchange::kAllToAll;
-  exchange_in_ = send(0);
-  exchange_out_ = recv(0);
-  exchange_in_bytes_ = sent;
-  exchange_out_bytes_ = received;
+  exchange_through_scratch(Exchange::kAllToAll, sent, received);
 }
 
 // `across` changes, `within` stays: lane l (device l of every node, or the
@@ -334,12 +328,7 @@ void BoxingBody::plan_lanes() {
       step(Step::kCopy, recv(sent), r, out(l), rout(node, l), r);
       sent += bytes(r);
     }
-    send_.resize(sent);
-    recv_.resize(sent);
-    exchange_ = Exchange::kAllReduce;
-    exchange_in_ = send(0);
-    exchange_out_ = recv(0);
-    exchange_in_bytes_ = exchange_out_bytes_ = sent;
+    exchange_through_scratch(Exchange::kAllReduce, sent, sent);
     return;
   }
 
@@ -357,13 +346,7 @@ void BoxingBody::plan_lanes() {
         recv_counts_[static_cast<size_t>(m)] += static_cast<size_t>(r.size());  // elements
         sent += bytes(r);
       }
-    send_.resize(sent);
-    recv_.resize(received);
-    exchange_ = Exchange::kReduceScatter;
-    exchange_in_ = send(0);
-    exchange_out_ = recv(0);
-    exchange_in_bytes_ = sent;
-    exchange_out_bytes_ = received;
+    exchange_through_scratch(Exchange::kReduceScatter, sent, received);
     return;
   }
 
@@ -382,13 +365,7 @@ void BoxingBody::plan_lanes() {
         send_counts_[static_cast<size_t>(m)] += bytes(r);
         received += bytes(r);
       }
-    send_.resize(sent);
-    recv_.resize(received);
-    exchange_ = Exchange::kAllGather;
-    exchange_in_ = send(0);
-    exchange_out_ = recv(0);
-    exchange_in_bytes_ = sent;
-    exchange_out_bytes_ = received;
+    exchange_through_scratch(Exchange::kAllGather, sent, received);
     return;
   }
 
@@ -411,11 +388,16 @@ void BoxingBody::plan_lanes() {
       sent += bytes(to_m);
       received += bytes(from_m);
     }
+  exchange_through_scratch(Exchange::kAllToAll, sent, received);
+}
+
+// The exchange reads `sent` bytes packed in send_ and writes `received` into recv_.
+void BoxingBody::exchange_through_scratch(Exchange kind, size_t sent, size_t received) {
   send_.resize(sent);
   recv_.resize(received);
-  exchange_ = Exchange::kAllToAll;
-  exchange_in_ = send(0);
-  exchange_out_ = recv(0);
+  exchange_ = kind;
+  exchange_in_ = Ref{Ref::kSend, 0, 0};
+  exchange_out_ = Ref{Ref::kRecv, 0, 0};
   exchange_in_bytes_ = sent;
   exchange_out_bytes_ = received;
 }
