@@ -217,18 +217,23 @@ class CopyBody {
   std::string name_;
 };
 
-// Per-step scalars reported by the sink: one value per metric name.
+// Per-step scalars reported by the sink: one value per metric name; and the
+// fetched tensors, whole, viewed in their regsts (valid during the call).
 struct StepMetrics {
   int64_t step = 0;
   std::span<const std::string> names;
   std::span<const double> values;
+  std::span<const std::string> fetch_names;
+  std::span<const TensorView* const> fetched;
 };
 
-// Collects the loss and metrics of each step; sums partial pieces.
+// Collects the loss and metrics of each step; sums partial pieces. Inputs
+// past the reported ones are the fetched tensors, one whole piece each.
 class SinkBody {
  public:
   using Listener = std::function<void(const StepMetrics&)>;
-  SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener);
+  SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener,
+           std::vector<std::string> fetch = {});
   Status act(const ActIo& io);
 
  private:
@@ -239,6 +244,7 @@ class SinkBody {
   std::vector<double> values_;
   int loss_metric_ = -1;  // index in names_ of "loss", checked for finiteness
   Listener listener_;
+  std::vector<std::string> fetch_;
 };
 
 }  // namespace rill

@@ -5,8 +5,9 @@
 
 namespace rill {
 
-SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener)
-    : partial_(std::move(partial)), listener_(std::move(listener)) {
+SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener,
+                   std::vector<std::string> fetch)
+    : partial_(std::move(partial)), listener_(std::move(listener)), fetch_(std::move(fetch)) {
   for (const std::string& name : input_names) {
     auto it = std::find(names_.begin(), names_.end(), name);
     first_piece_.push_back(it == names_.end());
@@ -24,7 +25,8 @@ SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> parti
 
 Status SinkBody::act(const ActIo& io) {
   std::fill(values_.begin(), values_.end(), 0.0);
-  for (size_t i = 0; i < io.inputs.size(); ++i) {
+  const size_t reported = partial_.size();
+  for (size_t i = 0; i < reported && i < io.inputs.size(); ++i) {
     // A partial piece adds to the sum; a broadcast metric is read once.
     if (!partial_[i] && !first_piece_[i]) continue;
     values_[metric_of_input_[i]] += static_cast<double>(io.inputs[i]->f32()[0]);
@@ -34,7 +36,9 @@ Status SinkBody::act(const ActIo& io) {
   if (loss_metric_ >= 0 && !std::isfinite(values_[loss_metric_]))
     return invalid_argument("the loss is {} at step {}; training diverged or read a non-finite value (lower "
                             "optimizer.lr, or check the data)", values_[loss_metric_], io.step);
-  if (listener_) listener_(StepMetrics{io.step, names_, values_});
+  if (listener_)
+    listener_(StepMetrics{io.step, names_, values_, fetch_,
+                          io.inputs.size() > reported ? io.inputs.subspan(reported) : std::span<const TensorView* const>{}});
   return {};
 }
 

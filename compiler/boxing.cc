@@ -143,6 +143,10 @@ Status insert_boxing(LogicalGraph* g) {
     if (single || v.grad.empty()) continue;
     v.grad_boxing = inserter.need(v.grad, v.sbp);
   }
+  for (Reported& f : g->fetched) {  // the sink reads one whole piece
+    f.boxing = -1;
+    if (!single) f.boxing = inserter.need(f.tensor, Sbp::broadcast());
+  }
   for (Reported& r : g->reported) {
     r.boxing = -1;
     // The sink adds up P pieces and reads one B piece per node; anything

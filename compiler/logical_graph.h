@@ -94,6 +94,7 @@ struct LogicalGraph {
   std::map<std::string, LogicalTensor> tensors;
   std::string loss;  // empty in eval plans of jobs without one
   std::vector<Reported> reported;
+  std::vector<Reported> fetched;  // train plans: tensors the sink reads whole (name = tensor), made B first
   std::vector<BoxingNode> boxings;
 
   bool two_d = false;  // some SBP hint differs between its axes: deduction tries 2-D signatures

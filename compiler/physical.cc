@@ -381,6 +381,10 @@ class Expander {
         sink.sink.partial.push_back(out_.regsts[regst].sbp == NdSbp(Sbp::partial_sum()));
       }
     }
+    for (const Reported& f : g_.fetched) {  // rank 0's piece, B (whole)
+      sink.inputs.push_back(read(f.tensor, f.boxing, 0));
+      sink.sink.fetch.push_back(f.tensor);
+    }
   }
 
   const LogicalGraph& g_;

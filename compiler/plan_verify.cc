@@ -40,8 +40,11 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
              static_cast<uint32_t>(t->source()->dataset()) < p.datasets()->size();
     case plan::TaskKind::Variable: return t->variable() != nullptr;
     case plan::TaskKind::Sink:
+      // Inputs: one per reported name, then one per fetched tensor.
       return t->sink() != nullptr && t->sink()->names() != nullptr && t->sink()->partial() != nullptr &&
-             t->sink()->names()->size() == t->inputs()->size() && t->sink()->partial()->size() == t->inputs()->size();
+             t->sink()->partial()->size() == t->sink()->names()->size() &&
+             t->sink()->names()->size() + (t->sink()->fetch() ? t->sink()->fetch()->size() : 0) ==
+                 t->inputs()->size();
     case plan::TaskKind::Boxing: {
       const plan::BoxingConf* c = t->boxing();
       if (c == nullptr || c->in_sbp() == nullptr || c->out_sbp() == nullptr) return false;

@@ -72,7 +72,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       break;
     case plan::TaskKind::Sink: {
       std::vector<uint8_t> partial(t.sink.partial.begin(), t.sink.partial.end());
-      sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial));
+      sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial),
+                                  write_strings(b, t.sink.fetch));
       break;
     }
     case plan::TaskKind::Boxing: {

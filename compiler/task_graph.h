@@ -50,6 +50,7 @@ struct VariableInfo {
 struct SinkInfo {
   std::vector<std::string> names;
   std::vector<bool> partial;
+  std::vector<std::string> fetch;  // after the reported inputs: one whole piece each
 };
 
 struct BoxingInfo {

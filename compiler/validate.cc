@@ -173,6 +173,14 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));
   std::vector<std::string> roots;
   for (const Reported& r : g.reported) roots.push_back(r.tensor);
+  if (mode == Mode::kTrain)
+    for (const std::string& name : job.fetch) {
+      if (g.find(name) == nullptr) return not_found("fetch: unknown tensor '{}'", name);
+      for (const Reported& f : g.fetched)
+        if (f.tensor == name) return invalid_argument("fetch: tensor '{}' is fetched twice", name);
+      g.fetched.push_back({name, name});
+      roots.push_back(name);
+    }
   g.prune(roots);
   return g;
 }

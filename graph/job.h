@@ -111,6 +111,7 @@ struct Job {
   std::vector<Op> ops;
   std::string loss;           // a scalar tensor
   std::vector<Metric> metrics;
+  std::vector<std::string> fetch;  // tensors whose whole (logical) value the result carries, at the last step
   Optimizer optimizer;
   TrainConfig train;
   std::optional<Eval> eval;

@@ -191,6 +191,7 @@ void JobBuilder::minimize(TensorHandle loss, graph::Optimizer optimizer) {
 }
 
 void JobBuilder::metric(const std::string& name, TensorHandle tensor) { job_.metrics.push_back({name, tensor.name}); }
+void JobBuilder::fetch(TensorHandle tensor) { job_.fetch.push_back(tensor.name); }
 
 void JobBuilder::train(graph::TrainConfig config) { job_.train = std::move(config); }
 

@@ -117,6 +117,9 @@ class JobBuilder {
 
   void minimize(TensorHandle loss, graph::Optimizer optimizer);
   void metric(const std::string& name, TensorHandle tensor);
+  // The result carries `tensor`'s whole value at the last step (gathered
+  // from every device onto the master).
+  void fetch(TensorHandle tensor);
   void train(graph::TrainConfig config);
   void eval(graph::Eval eval);
   void checkpoint(graph::CheckpointConfig config);

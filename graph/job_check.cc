@@ -54,6 +54,7 @@ class GraphChecker {
     check_ops();
     check_loss();
     check_metrics();
+    check_fetch();
   }
 
  private:
@@ -322,6 +323,19 @@ class GraphChecker {
       if (find_reported(m.tensor, path + ".tensor", where) != nullptr && !tensors.insert(m.tensor).second)
         issues_->add(path + ".tensor", "{}: tensor '{}' is already reported{}", where, m.tensor,
                      m.tensor == job_.loss ? " as the loss" : "");
+    }
+  }
+
+  void check_fetch() {
+    std::set<std::string> seen;
+    for (size_t i = 0; i < job_.fetch.size(); ++i) {
+      const std::string& name = job_.fetch[i];
+      const std::string path = fmt::format("fetch[{}]", i);
+      if (tensors_.count(name) == 0)
+        issues_->add(path, "{}: tensor '{}' is not defined{} (known: {})", path, name, did_you_mean(name, order_),
+                     name_list(order_));
+      else if (!seen.insert(name).second)
+        issues_->add(path, "{}: tensor '{}' is fetched twice", path, name);
     }
   }
 

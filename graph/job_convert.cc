@@ -235,6 +235,8 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
   for (const fb::Op* op : items(root.ops())) c.op(*op, i++, &job->ops.emplace_back());
   job->loss = str(root.loss());
   for (const fb::Metric* m : items(root.metrics())) job->metrics.push_back({str(m->name()), str(m->tensor())});
+  if (root.fetch() != nullptr)
+    for (const flatbuffers::String* name : *root.fetch()) job->fetch.push_back(name->str());
   c.run_config(root, job);
 }
 

@@ -142,6 +142,11 @@ class Writer {
       }
       root.add("metrics", std::move(metrics));
     }
+    if (!job.fetch.empty()) {
+      Node fetch = Node::array();
+      for (size_t i = 0; i < job.fetch.size(); ++i) fetch.items.push_back(str(job.fetch[i], fmt::format("fetch[{}]", i)));
+      root.add("fetch", std::move(fetch));
+    }
     root.add("optimizer", optimizer(job.optimizer));
     root.add("train", train(job.train));
     if (job.eval)

@@ -56,6 +56,15 @@ class Progress {
       if (m.names[i] == "loss") loss = m.values[i];
     result_->loss_curve.push_back(loss);
     int64_t done = m.step + 1;
+    if (done == steps_)  // the whole fetched tensors, copied out of their regsts once
+      for (size_t i = 0; i < m.fetched.size() && i < m.fetch_names.size(); ++i) {
+        const TensorView& t = *m.fetched[i];
+        VariableValue& v = result_->fetched[m.fetch_names[i]];
+        v.shape = t.shape;
+        v.values.resize(static_cast<size_t>(t.size()));
+        for (size_t k = 0; k < v.values.size(); ++k)
+          v.values[k] = t.dtype == DType::kF32 ? t.f32()[k] : static_cast<float>(t.i32()[k]);
+      }
     if (done % log_every_ != 0 && done != steps_) return;
     for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];
     if (!out_ && !on_line_) return;
@@ -263,6 +272,11 @@ std::string result_json(const JobResult& result) {
     variables[name] = v;
   }
   j["variables"] = variables;
+  if (!result.fetched.empty()) {  // every value, row-major
+    nlohmann::ordered_json fetched = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : result.fetched) fetched[name] = {{"shape", value.shape}, {"values", value.values}};
+    j["fetched"] = fetched;
+  }
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
   if (!result.traffic_bytes.empty()) j["traffic_bytes"] = result.traffic_bytes;  // [from][to] bytes
   j["loss_curve"] = result.loss_curve;

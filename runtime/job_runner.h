@@ -51,14 +51,16 @@ struct JobResult {
   double samples_per_sec = 0.0;         // over the whole training run
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
+  std::map<std::string, VariableValue> fetched;  // job.fetch at the last step (i32 values as floats)
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
   std::vector<std::vector<int64_t>> traffic_bytes;
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);
 
-// The result as JSON: status, steps, final_loss, metrics, samples_per_sec, and
-// every variable's shape with its values when it has at most 64 elements.
+// The result as JSON: status, steps, final_loss, metrics, samples_per_sec,
+// every variable's shape with its values when it has at most 64 elements,
+// and each fetched tensor whole.
 std::string result_json(const JobResult& result);
 
 // Writes act timestamps as Chrome-trace JSON (one track per actor).

@@ -271,9 +271,13 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         for (const flatbuffers::String* n : *conf->names()) names.push_back(n->str());
       if (conf && conf->partial())
         for (uint8_t p : *conf->partial()) partial.push_back(p != 0);
-      if (names.size() != partial.size() || !task.inputs() || names.size() != task.inputs()->size())
-        return invalid_argument("task '{}': sink names, partial flags and inputs disagree", name);
-      return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step);
+      std::vector<std::string> fetch;
+      if (conf && conf->fetch())
+        for (const flatbuffers::String* f : *conf->fetch()) fetch.push_back(f->str());
+      if (names.size() != partial.size() || !task.inputs() || names.size() + fetch.size() != task.inputs()->size())
+        return invalid_argument("task '{}': sink names, partial flags, fetched tensors and inputs disagree", name);
+      return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step,
+                  std::move(fetch));
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv:

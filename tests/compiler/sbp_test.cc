@@ -157,6 +157,32 @@ TEST_CASE("2-D SBP: a hybrid MLP on 2 nodes x 2 devices; the same job on one nod
   CHECK(result.status().message().find("(S(0), S(1))") != std::string::npos);
 }
 
+TEST_CASE("fetch: the sink reads one whole (B) piece of each fetched tensor") {
+  graph::Job job = testing::mlp_job(8, 8);
+  job.fetch = {"h1", "w1"};  // h1: S(0), gathered first; w1: B already
+  std::string bytes = compile_ok(job, "cpu:2", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
+  REQUIRE(sink->sink()->fetch() != nullptr);
+  REQUIRE(sink->sink()->fetch()->size() == 2);
+  const uint32_t reported = sink->sink()->names()->size();
+  REQUIRE(sink->inputs()->size() == reported + 2);
+  for (uint32_t k = 0; k < 2; ++k) {
+    const plan::RegstDesc* r = regst(p, sink->inputs()->Get(reported + k));
+    CHECK(r->name()->str() == sink->sink()->fetch()->Get(k)->str());
+    CHECK(sbp_string(r->sbp()) == "B");
+    CHECK(ints(r->shape()) == ints(r->logical_shape()));
+  }
+  CHECK(producer(p, sink->inputs()->Get(reported))->kind() == plan::TaskKind::Boxing);
+  graph::Job unknown = job;
+  unknown.fetch = {"nope"};
+  auto cluster = compiler::parse_devices("cpu:2", 1);
+  auto result = compiler::compile(unknown, *cluster, {});
+  REQUIRE(!result.ok());
+  INFO(result.status().to_string());
+  CHECK(result.status().message().find("'nope'") != std::string::npos);
+}
+
 TEST_CASE("train.zero splits unhinted trainable variables S(0); hinted, frozen and short ones stay") {
   graph::Job job = testing::mlp_job(8, 8);  // w1 [4, 8], b1 [8], w2 [8, 3]
   job.train.zero = true;

@@ -199,6 +199,43 @@ TEST_CASE("the MLP with train.zero on 2 nodes x 2 devices and 1 node x 2 devices
                                           temp_dir() / "mlp_zero_4.json"));
 }
 
+// `fetch` gathers whole tensors onto the master: the last step's logits
+// (split by batch over 4 devices, gathered) and w3. Data parallelism
+// changes only the order of float sums, so after 3 steps every value is
+// within 1e-5 of the tensor's largest magnitude of cpu:1's (the loss-curve
+// reasoning above; the logits are O(1) sums of O(1) terms).
+TEST_CASE("fetched tensors reach the result whole, on 2 nodes x 2 devices as on 1 device") {
+  nlohmann::json job = read_json(root() + "/samples/mlp/mlp.json");
+  job["fetch"] = {"logits", "w3"};
+  const auto path = temp_dir() / "mlp_fetch.json";
+  std::ofstream(path) << job.dump();
+  auto fetched = [&](const std::string& args, const std::string& name) {
+    const auto result = temp_dir() / name;
+    Ran ran = run_rill("run " + path.string() + " " + args + " --steps 3 --result " + result.string());
+    INFO(ran.output);
+    REQUIRE(ran.code == 0);
+    return read_json(result)["fetched"];
+  };
+  auto one = fetched("--devices cpu:1", "fetch1.json");
+  auto four = fetched("--nodes 2 --devices cpu:2 --ctrl-port 19320", "fetch4.json");
+  for (const char* name : {"logits", "w3"}) {
+    CAPTURE(name);
+    REQUIRE(one.contains(name));
+    REQUIRE(four.contains(name));
+    CHECK(one[name]["shape"] == four[name]["shape"]);
+    const auto& a = one[name]["values"];
+    const auto& b = four[name]["values"];
+    REQUIRE(a.size() == b.size());
+    double scale = 0;
+    for (const auto& v : a) scale = std::max(scale, std::abs(v.get<double>()));
+    CHECK(scale > 0);
+    int outside = 0;
+    for (size_t i = 0; i < a.size(); ++i) outside += std::abs(a[i].get<double>() - b[i].get<double>()) > 1e-5 * scale;
+    CHECK(outside == 0);
+  }
+  CHECK(one["logits"]["shape"] == nlohmann::json{256, 10});
+}
+
 TEST_CASE("the MLP on 2 nodes x 2 devices reaches the accuracy bar") {
   auto result = temp_dir() / "mlp4full.json";
   Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:2 --ctrl-port 19120 --result " +

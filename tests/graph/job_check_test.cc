@@ -149,6 +149,7 @@ TEST_CASE("optimizer, train and eval settings") {
   job.train.devices = "gpu:2";
   job.train.log_every = 0;
   job.train.bucket_bytes = -1;
+  job.fetch = {"logits", "logit", "logits"};
   job.eval->dataset = "tset";
   std::string issues = issues_of(job);
   CHECK(has(issues, "optimizer: unknown type 'adamw' (did you mean 'adam'?)"));
@@ -156,6 +157,8 @@ TEST_CASE("optimizer, train and eval settings") {
   CHECK(has(issues, "train.devices 'gpu:2': unknown device type 'gpu' (expected cpu:N or cuda:N)"));
   CHECK(has(issues, "train.log_every must be > 0, got 0"));
   CHECK(has(issues, "train.bucket_bytes must be in [0, 2^40], got -1"));
+  CHECK(has(issues, "fetch[1]: tensor 'logit' is not defined (did you mean 'logits'?)"));
+  CHECK(has(issues, "fetch[2]: tensor 'logits' is fetched twice"));
   CHECK(has(issues, "eval: unknown dataset 'tset' (did you mean 'test'?) (known: train, test)"));
 
   job = samples::make_mlp_job();
