@@ -362,32 +362,50 @@ TEST_CASE("after the start, nodes 1 and 2 talk directly, not through the master"
   CHECK(traffic[0][0].get<int64_t>() == 0);
 }
 
-TEST_CASE("the master gathers checkpoints from every node, and a cluster run resumes from one") {
-  auto dir = temp_dir() / "ckpt";
+namespace {
+
+// Runs `job` (a job file and its flags) for 60 steps with a checkpoint every
+// 20 (keeping 2), then again from step 40, and checks the resumed steps
+// against the straight run's. The same kernels, the same ring order and the
+// same fixed-order sums on the same machine: the resumed steps are bitwise
+// the straight run's (the result file prints doubles with 17 significant
+// digits).
+void check_resume_bitwise(const std::string& job, const std::string& name) {
+  auto dir = temp_dir() / name;
   std::filesystem::remove_all(dir);
-  auto straight = temp_dir() / "straight.json";
-  auto resumed = temp_dir() / "resumed.json";
-  std::string job = root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1 --ctrl-port 19200 --steps 60 ";
-  Ran a = run_rill("run " + job + "--set checkpoint.dir=" + dir.string() +
+  auto straight = temp_dir() / (name + "_straight.json");
+  auto resumed = temp_dir() / (name + "_resumed.json");
+  Ran a = run_rill("run " + job + " --steps 60 --set checkpoint.dir=" + dir.string() +
                    " --set checkpoint.every=20 --set checkpoint.keep=2 --result " + straight.string());
   INFO(a.output);
   REQUIRE(a.code == 0);
   CHECK(std::filesystem::exists(dir / "step-00000060" / "model.safetensors"));
   CHECK(std::filesystem::exists(dir / "step-00000040"));
   CHECK_FALSE(std::filesystem::exists(dir / "step-00000020"));  // keep = 2
-  Ran b = run_rill("run " + job + "--resume " + (dir / "step-00000040").string() + " --result " + resumed.string());
+  Ran b = run_rill("run " + job + " --steps 60 --resume " + (dir / "step-00000040").string() + " --result " +
+                   resumed.string());
   INFO(b.output);
   REQUIRE(b.code == 0);
   auto x = read_json(straight)["loss_curve"];
   auto y = read_json(resumed)["loss_curve"];
   REQUIRE(y.size() == 20);
-  // The same kernels, the same ring order and the same fixed-order sums on
-  // the same machine: the resumed steps are bitwise the straight run's (the
-  // result file prints doubles with 17 significant digits).
   for (size_t i = 0; i < 20; ++i) {
     CAPTURE(i);
     CHECK(x[40 + i].get<double>() == y[i].get<double>());
   }
+}
+
+}  // namespace
+
+TEST_CASE("the master gathers checkpoints from every node, and a cluster run resumes from one") {
+  check_resume_bitwise(root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1 --ctrl-port 19200", "ckpt");
+}
+
+// 2-D variables: w1, b1, w2 split within each node and the same on both
+// nodes; the checkpoint holds each once, assembled from one node's pieces.
+TEST_CASE("the hybrid job (2-D SBP) on 2 nodes x 2 devices checkpoints and resumes bitwise") {
+  check_resume_bitwise(root() + "/samples/mlp/mlp_hybrid.json --nodes 2 --devices cpu:2 --ctrl-port 19370",
+                       "ckpt_hybrid");
 }
 
 TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the first cause") {
