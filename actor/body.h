@@ -174,7 +174,7 @@ class BoxingBody {
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
   void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,
             Ref src2);
-  void sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box);
+  void sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box, int base = 0);
   int lane_input(int lane) const { return in_.within.kind == Sbp::kBroadcast ? 0 : lane; }
   std::byte* resolve(const Ref& ref, const ActIo& io);
   void run(const std::vector<Step>& steps, const ActIo& io);
@@ -191,6 +191,7 @@ class BoxingBody {
   comm::Collectives* collectives_;
   uint64_t tag_;
   int piece_ = -1;  // the one output piece this task makes, or -1: all
+  bool chain_ = false;  // no one task converts in_ to out_: act fails
   std::vector<Step> before_, after_;  // around the exchange
   std::vector<Step>* adding_ = &before_;
   Exchange exchange_ = Exchange::kNone;

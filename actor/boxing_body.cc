@@ -56,12 +56,13 @@ BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta log
       collectives_(collectives),
       tag_(tag),
       piece_(piece) {
-  // The runtime refuses kChain before building a body (no task does it).
+  // The runtime refuses kChain before building a body (no task does it);
+  // a body built anyway plans nothing and its act fails.
   switch (boxing_form(in_, out_, nodes_)) {
     case BoxingForm::kWithinNode: plan_within_node(); break;
     case BoxingForm::kFlat: boxing_exchanges(in_, out_, nodes_) ? plan_across_nodes() : plan_local(true); break;
     case BoxingForm::kLanes: boxing_exchanges(in_, out_, nodes_) ? plan_lanes() : plan_local(false); break;
-    case BoxingForm::kChain: break;
+    case BoxingForm::kChain: chain_ = true; break;
   }
 }
 
@@ -87,12 +88,9 @@ void BoxingBody::plan_bucket(const std::vector<TensorMeta>& bucket) {
   size_t offset = 0;
   for (size_t k = 0; k < bucket.size(); ++k) {
     const Region whole = whole_region(bucket[k].shape);
-    const int base = static_cast<int>(k) * local_;
     const Ref at{Ref::kSend, 0, offset};
     adding_ = &before_;
-    if (local_ == 1) step(Step::kCopy, Ref{Ref::kInput, base, 0}, whole, at, whole, whole);
-    else step(Step::kSum, Ref{Ref::kInput, base, 0}, whole, at, whole, whole, Ref{Ref::kInput, base + 1, 0});
-    for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, base + i, 0}, whole, at, whole, whole);
+    sum_inputs(whole, at, whole, whole, static_cast<int>(k) * local_);
     adding_ = &after_;
     step(Step::kCopy, at, whole, Ref{Ref::kOutput, static_cast<int>(k), 0}, whole, whole);
     offset += bucket[k].bytes();
@@ -117,16 +115,17 @@ void BoxingBody::step(Step::Op op, Ref src, const Region& src_region, Ref dst, c
   adding_->push_back(Step{op, src, src2, dst, src_region, dst_region, box});
 }
 
-// dst[box] = the sum of every input (P pieces, each covering `inputs`), in
-// input order: the first two in one pass, then one pass per further input.
-void BoxingBody::sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box) {
-  const Ref first{Ref::kInput, 0, 0};
+// dst[box] = the sum of the node's local_ P pieces, inputs base ... (each
+// covering `inputs`), in input order: the first two in one pass, then one
+// pass per further input.
+void BoxingBody::sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box, int base) {
+  auto in = [base](int i) { return Ref{Ref::kInput, base + i, 0}; };
   if (local_ == 1) {
-    step(Step::kCopy, first, inputs, dst, dst_region, box);
+    step(Step::kCopy, in(0), inputs, dst, dst_region, box);
     return;
   }
-  step(Step::kSum, first, inputs, dst, dst_region, box, Ref{Ref::kInput, 1, 0});
-  for (int i = 2; i < local_; ++i) step(Step::kAdd, Ref{Ref::kInput, i, 0}, inputs, dst, dst_region, box);
+  step(Step::kSum, in(0), inputs, dst, dst_region, box, in(1));
+  for (int i = 2; i < local_; ++i) step(Step::kAdd, in(i), inputs, dst, dst_region, box);
 }
 
 // Output slot `slot`, covering `target`, from this node's inputs, turning
@@ -213,19 +212,13 @@ void BoxingBody::plan_across_nodes() {
     // P -> S: every rank's piece of the local sum, packed; reduce-scatter
     // leaves this node's pieces of the global sum.
     std::vector<size_t> offsets = packed_offsets(out_);
-    send_.resize(whole_bytes);
     for (int k = 0; k < parallel_; ++k) {
       const Region r = out_piece(k);
       sum_inputs(whole, send(offsets[static_cast<size_t>(k)]), r, r);
     }
     const size_t base = offsets[static_cast<size_t>(first_rank_)];
-    recv_.resize(send_counts_[static_cast<size_t>(node)]);
     for (size_t m = 0; m < send_counts_.size(); ++m) recv_counts_[m] = send_counts_[m] / element_;  // elements
-    exchange_ = Exchange::kReduceScatter;
-    exchange_in_ = send(0);
-    exchange_out_ = recv(0);
-    exchange_in_bytes_ = whole_bytes;
-    exchange_out_bytes_ = recv_.size();
+    exchange_through_scratch(Exchange::kReduceScatter, whole_bytes, send_counts_[static_cast<size_t>(node)]);
     adding_ = &after_;
     for (int j = 0; j < local_; ++j) {
       const Region r = out_piece(first_rank_ + j);
@@ -238,23 +231,24 @@ void BoxingBody::plan_across_nodes() {
   if (out_.across.kind == Sbp::kBroadcast) {  // all-gather
     std::vector<size_t> offsets = packed_offsets(in_);
     const size_t base = offsets[static_cast<size_t>(first_rank_)];
-    exchange_ = Exchange::kAllGather;
-    exchange_in_bytes_ = send_counts_[static_cast<size_t>(node)];
-    exchange_out_bytes_ = whole_bytes;
+    const size_t mine = send_counts_[static_cast<size_t>(node)];
     if (pieces_contiguous(logical_.shape, in_.across)) {  // packed order is the layout: gather into output 0
-      for (int i = 0; i < local_; ++i) step(Step::kCopy, in(i), in_piece(first_rank_ + i), out(0), whole, in_piece(first_rank_ + i));
+      for (int i = 0; i < local_; ++i) {
+        const Region r = in_piece(first_rank_ + i);
+        step(Step::kCopy, in(i), r, out(0), whole, r);
+      }
+      exchange_ = Exchange::kAllGather;
       exchange_in_ = Ref{Ref::kOutput, 0, base};
       exchange_out_ = out(0);
+      exchange_in_bytes_ = mine;
+      exchange_out_bytes_ = whole_bytes;
       adding_ = &after_;
     } else {
-      send_.resize(exchange_in_bytes_);
-      recv_.resize(whole_bytes);
       for (int i = 0; i < local_; ++i) {
         const Region r = in_piece(first_rank_ + i);
         step(Step::kCopy, in(i), r, send(offsets[static_cast<size_t>(first_rank_ + i)] - base), r, r);
       }
-      exchange_in_ = send(0);
-      exchange_out_ = recv(0);
+      exchange_through_scratch(Exchange::kAllGather, mine, whole_bytes);
       adding_ = &after_;
       for (int k = 0; k < parallel_; ++k)
         step(Step::kCopy, recv(offsets[static_cast<size_t>(k)]), in_piece(k), out(0), whole, in_piece(k));
@@ -437,7 +431,9 @@ void BoxingBody::run(const std::vector<Step>& steps, const ActIo& io) {
 
 Status BoxingBody::exchange(const ActIo& io) {
   if (exchange_ == Exchange::kNone) return {};
-  if (!collectives_) return internal_error("boxing {} -> {} across {} nodes has no collectives", in_.to_string(), out_.to_string(), nodes_);
+  if (!collectives_)
+    return internal_error("boxing {} -> {} across {} nodes has no collectives", in_.to_string(), out_.to_string(),
+                          nodes_);
   if (collectives_->world() != nodes_ || collectives_->rank() != node_of(first_rank_))
     return internal_error("boxing: collectives of rank {} of {}, but this is node {} of {}", collectives_->rank(),
                           collectives_->world(), node_of(first_rank_), nodes_);
@@ -465,7 +461,7 @@ Status BoxingBody::exchange(const ActIo& io) {
 }
 
 Status BoxingBody::act(const ActIo& io) {
-  if (boxing_form(in_, out_, nodes_) == BoxingForm::kChain)
+  if (chain_)
     return internal_error("boxing {} -> {}: no one task does it (the compiler chains it)", in_.to_string(),
                           out_.to_string());
   run(before_, io);

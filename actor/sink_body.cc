@@ -36,9 +36,10 @@ Status SinkBody::act(const ActIo& io) {
   if (loss_metric_ >= 0 && !std::isfinite(values_[loss_metric_]))
     return invalid_argument("the loss is {} at step {}; training diverged or read a non-finite value (lower "
                             "optimizer.lr, or check the data)", values_[loss_metric_], io.step);
-  if (listener_)
-    listener_(StepMetrics{io.step, names_, values_, fetch_,
-                          io.inputs.size() > reported ? io.inputs.subspan(reported) : std::span<const TensorView* const>{}});
+  if (listener_) {
+    const auto fetched = io.inputs.size() > reported ? io.inputs.subspan(reported) : decltype(io.inputs){};
+    listener_(StepMetrics{io.step, names_, values_, fetch_, fetched});
+  }
   return {};
 }
 

@@ -6,15 +6,9 @@
 # train.bucket_bytes at its default (1 MiB) and 0 (one all-reduce per
 # gradient). Prints samples/s (median, min, max) and the ratio of medians.
 #   bench/bucket_bench.sh [runs=3] [layers=40]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 runs=${1:-3}
 layers=${2:-40}
-rill=build/rill
-[ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 /usr/bin/python3 - "$tmp" "$layers" <<'PY'
 import json, sys
 out, layers = sys.argv[1], int(sys.argv[2])
@@ -45,14 +39,13 @@ job["ops"] += [{"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs"
                {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}]
 json.dump(job, open(out + "/deep.json", "w"))
 PY
-rate() { /usr/bin/python3 -c "import json;print(json.load(open('$1'))['steady_samples_per_sec'])"; }
 on=() off=()
 for ((r = 0; r < runs; r++)); do
   "$rill" run "$tmp/deep.json" --nodes 2 --devices cpu:1 --ctrl-port $((19820 + 4 * r)) \
     --result "$tmp/on.json" --logdir "$tmp" > /dev/null
-  on+=("$(rate "$tmp/on.json")")
+  on+=("$(steady_rate "$tmp/on.json")")
   "$rill" run "$tmp/deep.json" --nodes 2 --devices cpu:1 --ctrl-port $((19822 + 4 * r)) \
     --set train.bucket_bytes=0 --result "$tmp/off.json" --logdir "$tmp" > /dev/null
-  off+=("$(rate "$tmp/off.json")")
+  off+=("$(steady_rate "$tmp/off.json")")
 done
 /usr/bin/python3 bench/summarize.py "buckets" "${on[*]}" "none" "${off[*]}"

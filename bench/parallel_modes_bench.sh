@@ -6,14 +6,8 @@
 # (median, min, max), the ratio of medians, and the data-plane bytes each
 # node receives per step (from the result's traffic_bytes).
 #   bench/parallel_modes_bench.sh [runs=3]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 runs=${1:-3}
-rill=build/rill
-[ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 job = json.load(open("bench/mlp_wide_synthetic.json"))
@@ -35,11 +29,11 @@ dp_rates=() mp_rates=() dp_bytes=0 mp_bytes=0
 for ((r = 0; r < runs; r++)); do
   "$rill" run "$tmp/dp.json" --nodes 2 --devices cpu:1 --ctrl-port $((19800 + 4 * r)) \
     --result "$tmp/dp_r.json" --logdir "$tmp" > /dev/null
-  dp_rates+=("$(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/dp_r.json'))['steady_samples_per_sec'])")")
+  dp_rates+=("$(steady_rate "$tmp/dp_r.json")")
   dp_bytes=$(per_step "$tmp/dp_r.json")
   "$rill" run "$tmp/mp.json" --nodes 2 --devices cpu:1 --ctrl-port $((19802 + 4 * r)) \
     --result "$tmp/mp_r.json" --logdir "$tmp" > /dev/null
-  mp_rates+=("$(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/mp_r.json'))['steady_samples_per_sec'])")")
+  mp_rates+=("$(steady_rate "$tmp/mp_r.json")")
   mp_bytes=$(per_step "$tmp/mp_r.json")
 done
 /usr/bin/python3 bench/summarize.py "model par" "${mp_rates[*]}" "data par" "${dp_rates[*]}"

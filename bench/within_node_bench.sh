@@ -5,17 +5,11 @@
 # Runs alternate; prints samples/s (median, min, max) and the ratios of
 # medians against cpu:1.
 #   bench/within_node_bench.sh [runs=5]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 runs=${1:-5}
-rill=build/rill
-[ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 rate() {
   "$rill" run bench/mlp_synthetic.json --steps 60 --result "$tmp/r.json" "$@" > /dev/null
-  /usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])"
+  steady_rate "$tmp/r.json"
 }
 one=() two=() zero=()
 for ((r = 0; r < runs; r++)); do

@@ -1,9 +1,8 @@
 // CountingTransport: wraps a Transport and counts the messages (and their
 // bytes) this rank sends to, and receives from, each peer (handler and
-// mailbox alike). The
-// agent wraps its data plane in one, so a job's result can show which node
-// talked to which: after the start, traffic between two nodes goes straight
-// between them, never through the master.
+// mailbox alike). The agent wraps its data plane in one, so a job's result
+// can show which node talked to which: after the start, traffic between two
+// nodes goes straight between them, never through the master.
 //
 // Threads: as Transport; counters are atomics, read and reset from any thread.
 #pragma once
@@ -19,7 +18,10 @@ namespace rill::comm {
 class CountingTransport final : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner)
-      : inner_(std::move(inner)), sent_(inner_->world()), received_(inner_->world()), received_bytes_(inner_->world()) {}
+      : inner_(std::move(inner)),
+        sent_(inner_->world()),
+        received_(inner_->world()),
+        received_bytes_(inner_->world()) {}
 
   // Messages received from each peer since the last reset (index = rank).
   std::vector<int64_t> received_from() const { return read(received_); }

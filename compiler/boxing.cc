@@ -1,7 +1,5 @@
 #include "compiler/boxing.h"
 
-#include <string>
-
 namespace rill::compiler {
 
 int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) {
@@ -37,7 +35,7 @@ int64_t boxing_cost(const NdSbp& from, const NdSbp& to, size_t bytes, int nodes,
         break;
       }
       case BoxingForm::kLanes:
-      case BoxingForm::kChain: {
+      case BoxingForm::kChain: {  // (boxing_steps never gives a chain step)
         const int lanes = in.within.kind == Sbp::kBroadcast ? 1 : per_node;
         const size_t lane_bytes = in.within.kind == Sbp::kSplit ? bytes / static_cast<size_t>(per_node) : bytes;
         cost += lanes * boxing_cost(in.across, out.across, lane_bytes, nodes);
@@ -58,13 +56,14 @@ int64_t boxing_bytes_sent(const NdSbp& from, const NdSbp& to, int64_t bytes, int
   if (!boxing_exchanges(from, to, num_nodes)) return 0;
   const int64_t n = num_nodes;
   // Lanes of partial sums each carry the whole tensor; split or B lanes together carry it once.
-  const int64_t carried =
-      boxing_form(from, to, num_nodes) == BoxingForm::kLanes && from.within.kind == Sbp::kPartialSum ? bytes * per_node
-                                                                                                      : bytes;
-  const std::string kind = boxing_collective(from, to, num_nodes);
-  if (kind == "all_reduce") return 2 * (n - 1) * carried / n;
-  if (kind == "all_to_all") return (n - 1) * carried / (n * n);
-  return (n - 1) * carried / n;
+  const bool partial_lanes =
+      boxing_form(from, to, num_nodes) == BoxingForm::kLanes && from.within.kind == Sbp::kPartialSum;
+  const int64_t carried = partial_lanes ? bytes * per_node : bytes;
+  const bool sums = from.across.kind == Sbp::kPartialSum;
+  const bool to_b = to.across.kind == Sbp::kBroadcast;
+  if (sums && to_b) return 2 * (n - 1) * carried / n;   // all-reduce
+  if (!sums && !to_b) return (n - 1) * carried / (n * n);  // all-to-all
+  return (n - 1) * carried / n;                            // reduce-scatter, all-gather
 }
 
 namespace {
@@ -107,11 +106,11 @@ class Inserter {
     for (const auto& [in, to] : steps) {
       int axis = -1;
       if (boxing_form(in, to, c.num_nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
-          to.within.kind == Sbp::kBroadcast)
-        for (size_t a = 0; a < meta.shape.size() && axis < 0; ++a) {  // the last node's part is the smallest
-          const Region part = node_region(meta.shape, in, c.num_nodes, c.num_nodes - 1);
+          to.within.kind == Sbp::kBroadcast) {
+        const Region part = node_region(meta.shape, in, c.num_nodes, c.num_nodes - 1);  // the smallest part
+        for (size_t a = 0; a < part.extent.size() && axis < 0; ++a)
           if (part.extent[a] >= c.devices_per_node) axis = static_cast<int>(a);
-        }
+      }
       if (axis < 0) {
         out.push_back({in, to});
         continue;

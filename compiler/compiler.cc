@@ -69,7 +69,8 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   RILL_RETURN_IF_ERROR(deduce_sbp(&g));
   RILL_RETURN_IF_ERROR(insert_boxing(&g));
   RILL_ASSIGN_OR_RETURN(int64_t steps, plan_steps(job, g, options));
-  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, static_cast<size_t>(std::max<int64_t>(0, job.train.bucket_bytes))));
+  const auto bucket_bytes = static_cast<size_t>(std::max<int64_t>(0, job.train.bucket_bytes));
+  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));

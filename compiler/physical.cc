@@ -179,22 +179,31 @@ class Expander {
            box.out.within.kind != Sbp::kBroadcast;
   }
 
+  // A boxing task of `box` over node `node`'s pieces.
+  TaskNode boxing_task(const BoxingNode& box, std::string name, int node) const {
+    TaskNode task;
+    task.kind = plan::TaskKind::Boxing;
+    task.name = std::move(name);
+    task.node = node;
+    task.boxing.in = box.in;
+    task.boxing.out = box.out;
+    task.boxing.parallel = parallel_;
+    task.boxing.num_nodes = g_.cluster.num_nodes;
+    task.boxing.local_pieces = per_node_;
+    task.boxing.first_rank = node * per_node_;
+    return task;
+  }
+
+  static std::string boxing_name(const BoxingNode& box) {
+    return fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+  }
+
   void add_per_device_boxing(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
     const TensorMeta& meta = g_.find(box.tensor)->meta;
-    const std::string name = fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
     for (int rank = 0; rank < parallel_; ++rank) {
-      TaskNode task;
-      task.kind = plan::TaskKind::Boxing;
-      task.name = fmt::format("{}@{}", name, rank);
-      task.node = node_of(rank);
+      TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), node_of(rank));
       task.device = device_of(rank);
-      task.boxing.in = box.in;
-      task.boxing.out = box.out;
-      task.boxing.parallel = parallel_;
-      task.boxing.num_nodes = g_.cluster.num_nodes;
-      task.boxing.local_pieces = per_node_;
-      task.boxing.first_rank = task.node * per_node_;
       task.boxing.piece = device_of(rank);
       const int t = add_task(std::move(task), DeviceType::kCpu);
       boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, rank));
@@ -257,20 +266,10 @@ class Expander {
       }
       const size_t position = comm_position++;
       const std::string name =
-          unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1)
-                          : fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+          unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
       std::vector<int> tasks;
       for (int node = 0; node < nodes; ++node) {
-        TaskNode task;
-        task.kind = plan::TaskKind::Boxing;
-        task.name = nodes > 1 ? fmt::format("{}@node{}", name, node) : name;
-        task.node = node;
-        task.boxing.in = box.in;
-        task.boxing.out = box.out;
-        task.boxing.parallel = parallel_;
-        task.boxing.num_nodes = nodes;
-        task.boxing.local_pieces = per_node_;
-        task.boxing.first_rank = node * per_node_;
+        TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, node);
         task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
         task.boxing.tensors = static_cast<int>(unit.size());
         const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
@@ -396,7 +395,7 @@ class Expander {
   std::vector<std::vector<int>> boxed_;             // boxing node -> regst by rank
   std::vector<std::vector<int>> variable_tasks_;
   std::vector<std::vector<int>> op_tasks_;
-  std::vector<std::vector<int>> unit_tasks_;      // in comm order: a unit's task per node
+  std::vector<std::vector<int>> unit_tasks_;      // in order: a unit's tasks (per node, or one per-device task)
   std::vector<std::vector<int>> unit_boxings_;    // the boxing nodes each unit runs
   std::map<int, std::vector<int>> ctrl_inputs_;  // boxing task -> control regsts it reads
   int sink_task_ = -1;

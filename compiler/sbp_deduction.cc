@@ -26,7 +26,8 @@ std::string signature_string(const NdSignature& sig) {
 }
 
 std::string signature_string(const SbpSignature& sig) {
-  return signature_string(NdSignature{{sig.inputs.begin(), sig.inputs.end()}, {sig.outputs.begin(), sig.outputs.end()}});
+  return signature_string(
+      NdSignature{{sig.inputs.begin(), sig.inputs.end()}, {sig.outputs.begin(), sig.outputs.end()}});
 }
 
 // The 2-D signature that runs `across` between nodes and `within` inside

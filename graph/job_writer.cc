@@ -144,7 +144,8 @@ class Writer {
     }
     if (!job.fetch.empty()) {
       Node fetch = Node::array();
-      for (size_t i = 0; i < job.fetch.size(); ++i) fetch.items.push_back(str(job.fetch[i], fmt::format("fetch[{}]", i)));
+      for (size_t i = 0; i < job.fetch.size(); ++i)
+        fetch.items.push_back(str(job.fetch[i], fmt::format("fetch[{}]", i)));
       root.add("fetch", std::move(fetch));
     }
     root.add("optimizer", optimizer(job.optimizer));

@@ -274,7 +274,8 @@ std::string result_json(const JobResult& result) {
   j["variables"] = variables;
   if (!result.fetched.empty()) {  // every value, row-major
     nlohmann::ordered_json fetched = nlohmann::ordered_json::object();
-    for (const auto& [name, value] : result.fetched) fetched[name] = {{"shape", value.shape}, {"values", value.values}};
+    for (const auto& [name, value] : result.fetched)
+      fetched[name] = {{"shape", value.shape}, {"values", value.values}};
     j["fetched"] = fetched;
   }
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages

@@ -221,11 +221,12 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
                                 "inputs and {} outputs",
                                 name, conf->parallel(), local, conf->first_rank(), tensors, task.inputs()->size(),
                                 task.outputs() ? task.outputs()->size() : 0);
-      if (boxing_form(in_sbp, out_sbp, conf->num_nodes()) == BoxingForm::kChain)
+      const BoxingForm form = boxing_form(in_sbp, out_sbp, conf->num_nodes());
+      if (form == BoxingForm::kChain)
         return invalid_argument("task '{}': no one boxing task turns {} into {} across {} nodes", name,
                                 in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
       if (piece >= 0 && (piece >= local || tensors != 1 || out_sbp.within.kind == Sbp::kBroadcast ||
-                         boxing_form(in_sbp, out_sbp, conf->num_nodes()) != BoxingForm::kWithinNode))
+                         form != BoxingForm::kWithinNode))
         return invalid_argument("task '{}': boxing piece {} of {}: one task per piece is for conversions within a "
                                 "node to split or P pieces, not {} -> {}",
                                 name, piece, local, in_sbp.to_string(), out_sbp.to_string());

@@ -23,7 +23,6 @@ Shape read_shape(const flatbuffers::Vector<int64_t>* dims) {
   return dims ? Shape(dims->begin(), dims->end()) : Shape{};
 }
 
-
 DType read_dtype(plan::DType dtype) { return dtype == plan::DType::I32 ? DType::kI32 : DType::kF32; }
 
 std::string read_string(const flatbuffers::String* s) { return s ? s->str() : std::string(); }

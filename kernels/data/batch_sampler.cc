@@ -43,8 +43,9 @@ BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard,
   if (!validate().ok()) return;
   const int64_t shard_begin = split_offset(global_batch_, num_shards_, shard_);
   const int64_t shard_rows = split_offset(global_batch_, num_shards_, shard_ + 1) - shard_begin;
-  row_begin_ = shard_begin + split_offset(shard_rows, num_sub_shards_, sub_shard_);
-  local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - split_offset(shard_rows, num_sub_shards_, sub_shard_);
+  const int64_t sub_begin = split_offset(shard_rows, num_sub_shards_, sub_shard_);
+  row_begin_ = shard_begin + sub_begin;
+  local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - sub_begin;
   steps_per_epoch_ = num_samples_ / global_batch_;
   if (shuffle_) permutation_.resize(static_cast<size_t>(num_samples_));
 }

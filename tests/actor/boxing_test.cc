@@ -174,7 +174,8 @@ Status run_case(Kind kind, NdSbp in, NdSbp out, DType dtype, int nodes, int loca
       }
       return {};
     });
-    for (const Status& s : statuses) RILL_RETURN_IF_ERROR(s.with_context(fmt::format("step {} -> {}", from.to_string(), to.to_string())));
+    for (const Status& s : statuses)
+      RILL_RETURN_IF_ERROR(s.with_context(fmt::format("step {} -> {}", from.to_string(), to.to_string())));
     current = std::move(next);
     now = to;
     ++tag;
@@ -256,7 +257,8 @@ TEST_CASE("conversions within a node, one task per output piece, equal the logic
       for (const NdSbp& in : sbps)
         for (const NdSbp& out : sbps) {
           const NdSbp a = canonical(in, nodes, local), b = canonical(out, nodes, local);
-          if (a == b || b.within.kind == Sbp::kBroadcast || boxing_form(a, b, nodes) != BoxingForm::kWithinNode) continue;
+          if (a == b || b.within.kind == Sbp::kBroadcast || boxing_form(a, b, nodes) != BoxingForm::kWithinNode)
+            continue;
           CAPTURE(in.to_string());
           CAPTURE(out.to_string());
           CAPTURE(nodes);
@@ -268,26 +270,16 @@ TEST_CASE("conversions within a node, one task per output piece, equal the logic
   }
 }
 
-TEST_CASE("2-D boxing across nodes over loopback ZeroMQ: lanes of partial sums, splits and replicas") {
+TEST_CASE("boxing across nodes over loopback ZeroMQ: each collective, 1-D and lane by lane, and a chain") {
   g_shape = Shape{9, 11};
-  // The hybrid layout's gradient (P, S(1)) -> (B, S(1)), then gathers and
-  // all-to-alls lane by lane, and a chain.
-  for (auto [in, out] : {std::pair{NdSbp(Sbp::partial_sum(), Sbp::split(1)), NdSbp(Sbp::broadcast(), Sbp::split(1))},
-                         std::pair{NdSbp(Sbp::split(0), Sbp::broadcast()), NdSbp(Sbp::broadcast(), Sbp::broadcast())},
-                         std::pair{NdSbp(Sbp::split(0), Sbp::partial_sum()), NdSbp(Sbp::split(1), Sbp::partial_sum())},
-                         std::pair{NdSbp(Sbp::split(0), Sbp::split(0)), NdSbp(Sbp::broadcast(), Sbp::split(1))}}) {
-    CAPTURE(in.to_string());
-    CAPTURE(out.to_string());
-    Status status = run_case(Kind::kZmq, in, out, DType::kF32, 3, 2);
-    INFO(status.to_string());
-    CHECK(status.ok());
-  }
-}
-
-TEST_CASE("boxing across nodes over loopback ZeroMQ: all-reduce, reduce-scatter, all-gather, all-to-all") {
-  g_shape = Shape{9, 11};
-  for (auto [in, out] : {std::pair{Sbp::partial_sum(), Sbp::broadcast()}, std::pair{Sbp::partial_sum(), Sbp::split(1)},
-                         std::pair{Sbp::split(1), Sbp::broadcast()}, std::pair{Sbp::split(0), Sbp::split(1)}}) {
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  // 1-D: all-reduce, reduce-scatter, all-gather, all-to-all. 2-D: the hybrid
+  // layout's gradient (P, S(1)) -> (B, S(1)), a gather and an all-to-all
+  // lane by lane, and a chain.
+  for (auto [in, out] : {std::pair{NdSbp(p), NdSbp(b)}, std::pair{NdSbp(p), NdSbp(s1)}, std::pair{NdSbp(s1), NdSbp(b)},
+                         std::pair{NdSbp(s0), NdSbp(s1)}, std::pair{NdSbp(p, s1), NdSbp(b, s1)},
+                         std::pair{NdSbp(s0, b), NdSbp(b)}, std::pair{NdSbp(s0, p), NdSbp(s1, p)},
+                         std::pair{NdSbp(s0), NdSbp(b, s1)}}) {
     CAPTURE(in.to_string());
     CAPTURE(out.to_string());
     Status status = run_case(Kind::kZmq, in, out, DType::kF32, 3, 2);

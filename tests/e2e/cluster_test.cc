@@ -113,6 +113,16 @@ nlohmann::json ten_step_curve(const std::string& args, const std::filesystem::pa
   return curve;
 }
 
+// Checks that each of 2 nodes received at least `bytes_per_step` from the
+// other in each of a 10-step run's steps (the result's traffic_bytes).
+void check_traffic_each_way(const std::filesystem::path& result, double bytes_per_step) {
+  auto traffic = read_json(result)["traffic_bytes"];
+  INFO(traffic.dump());
+  REQUIRE(traffic.size() == 2);
+  CHECK(traffic[0][1].get<double>() >= 10.0 * bytes_per_step);
+  CHECK(traffic[1][0].get<double>() >= 10.0 * bytes_per_step);
+}
+
 void check_curves_agree(const nlohmann::json& want, const nlohmann::json& got) {
   for (size_t i = 0; i < 10; ++i) {
     CAPTURE(i);
@@ -156,11 +166,7 @@ TEST_CASE("the model-parallel MLP on 1 node x 2 devices, 2 and 3 nodes x 1 devic
   }
   // Each step moves at least the forward all-reduce (or reduce-scatter) of
   // fc2's 256 x 512 partial sums between the two nodes.
-  auto traffic = read_json(nodes)["traffic_bytes"];
-  INFO(traffic.dump());
-  REQUIRE(traffic.size() == 2);
-  CHECK(traffic[0][1].get<double>() >= 10.0 * 256 * 512 * 4 / 2);
-  CHECK(traffic[1][0].get<double>() >= 10.0 * 256 * 512 * 4 / 2);
+  check_traffic_each_way(nodes, 256 * 512 * 4 / 2);
 }
 
 // The hybrid job (samples/mlp/mlp_hybrid.json: 2-D SBP, the batch split
@@ -181,11 +187,7 @@ TEST_CASE("the hybrid MLP (2-D SBP) on 2 nodes x 2 devices and 1 node x 2 device
   }
   // Each step all-reduces at least b1's and w3's gradients across the nodes
   // (w1's and w2's, or the activations they are made from, move as well).
-  auto traffic = read_json(four)["traffic_bytes"];
-  INFO(traffic.dump());
-  REQUIRE(traffic.size() == 2);
-  CHECK(traffic[0][1].get<double>() >= 10.0 * 512 * 10 * 4 / 2);
-  CHECK(traffic[1][0].get<double>() >= 10.0 * 512 * 10 * 4 / 2);
+  check_traffic_each_way(four, 512 * 10 * 4 / 2);
 }
 
 // train.zero splits the variables S(0): gradients are reduce-scattered (the
@@ -194,7 +196,8 @@ TEST_CASE("the hybrid MLP (2-D SBP) on 2 nodes x 2 devices and 1 node x 2 device
 TEST_CASE("the MLP with train.zero on 2 nodes x 2 devices and 1 node x 2 devices matches data parallelism") {
   const std::string mlp = root() + "/samples/mlp/mlp.json";
   auto want = ten_step_curve(mlp + " --devices cpu:1", temp_dir() / "mlp_zero_1.json");
-  check_curves_agree(want, ten_step_curve(mlp + " --devices cpu:2 --set train.zero=true", temp_dir() / "mlp_zero_2.json"));
+  check_curves_agree(want,
+                     ten_step_curve(mlp + " --devices cpu:2 --set train.zero=true", temp_dir() / "mlp_zero_2.json"));
   check_curves_agree(want, ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --set train.zero=true --ctrl-port 19300",
                                           temp_dir() / "mlp_zero_4.json"));
 }
