@@ -146,6 +146,9 @@ class BoxingBody {
   // output (one per tensor).
   BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int first_rank, int local_pieces,
              comm::Collectives* collectives, uint64_t tag);
+  // A move between placements: output 0 holds `output` of the logical
+  // tensor, copied from the parts of the inputs (holding `inputs`) inside it.
+  BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output);
   Status act(const ActIo& io);
 
  private:

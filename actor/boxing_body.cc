@@ -82,6 +82,25 @@ BoxingBody::BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int 
   plan_bucket(bucket);
 }
 
+BoxingBody::BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output)
+    : in_(Sbp::broadcast()),
+      out_(Sbp::broadcast()),
+      parallel_(1),
+      logical_(std::move(logical)),
+      element_(dtype_size(logical_.dtype)),
+      first_rank_(0),
+      local_(1),
+      nodes_(1),
+      outputs_(1),
+      collectives_(nullptr),
+      tag_(0) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Region box = intersect(inputs[k], output);
+    if (box.size() > 0)
+      step(Step::kCopy, Ref{Ref::kInput, static_cast<int>(k), 0}, inputs[k], Ref{Ref::kOutput, 0, 0}, output, box);
+  }
+}
+
 // Tensor k's pieces are inputs k * local_ ...; its sum lands at its offset
 // in send_, the all-reduce runs in place, and output k copies its part.
 void BoxingBody::plan_bucket(const std::vector<TensorMeta>& bucket) {

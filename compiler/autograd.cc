@@ -27,10 +27,12 @@ class Backward {
  public:
   explicit Backward(LogicalGraph* g) : g_(g) {}
 
-  // Appends a backward op; `base` names it ("grad/<forward op>/<type>").
+  // Appends a backward op on `placement`; `base` names it ("grad/<forward op>/<type>").
   StatusOr<std::vector<std::string>> add_op(const std::string& base, const std::string& type,
-                                            std::vector<std::string> inputs, Attrs attrs, int num_outputs) {
+                                            std::vector<std::string> inputs, Attrs attrs, int num_outputs,
+                                            int placement) {
     OpNode op;
+    op.placement = placement;
     op.name = unique_op_name(*g_, base, num_outputs);
     op.type = type;
     op.inputs = std::move(inputs);
@@ -54,14 +56,15 @@ class Backward {
     const OpDef* add = find_op("add");
     if (add == nullptr) return not_found("summing the gradients of '{}' needs op 'add', which is not registered", tensor);
     std::string base = fmt::format("grad/{}/add", tensor);
+    const int placement = g_->find(tensor)->placement;  // where the tensor and its gradient live
     std::string sum;
     if (add->num_inputs < 0) {
-      RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", parts, {}, 1));
+      RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", parts, {}, 1, placement));
       sum = out[0];
     } else {
       sum = parts[0];
       for (size_t i = 1; i < parts.size(); ++i) {
-        RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", {sum, parts[i]}, {}, 1));
+        RILL_ASSIGN_OR_RETURN(std::vector<std::string> out, add_op(base, "add", {sum, parts[i]}, {}, 1, placement));
         sum = out[0];
       }
     }
@@ -104,7 +107,7 @@ class RuleBuilder final : public GradBuilder {
   std::vector<std::string> add_op(const std::string& type, std::vector<std::string> inputs, Attrs attrs,
                                   int num_outputs) override {
     auto out = backward_->add_op(fmt::format("grad/{}/{}", op_.name, type), type, std::move(inputs),
-                                 std::move(attrs), num_outputs);
+                                 std::move(attrs), num_outputs, op_.placement);
     if (out.ok()) return std::move(out).value();
     note(out.status());
     return std::vector<std::string>(std::max(num_outputs, 0), std::string());
@@ -158,7 +161,8 @@ Status build_backward(LogicalGraph* g) {
 
   Backward backward(g);
   RILL_ASSIGN_OR_RETURN(std::vector<std::string> seed,
-                        backward.add_op(fmt::format("grad/{}/ones_like", g->loss), "ones_like", {g->loss}, {}, 1));
+                        backward.add_op(fmt::format("grad/{}/ones_like", g->loss), "ones_like", {g->loss}, {}, 1,
+                                                        g->find(g->loss)->placement));
   backward.contribute(g->loss, seed[0]);
 
   for (size_t i = num_forward; i-- > 0;) {

@@ -1,5 +1,7 @@
 #include "compiler/boxing.h"
 
+#include <tuple>
+
 namespace rill::compiler {
 
 int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) {
@@ -66,56 +68,99 @@ int64_t boxing_bytes_sent(const NdSbp& from, const NdSbp& to, int64_t bytes, int
   return (n - 1) * carried / n;                            // reduce-scatter, all-gather
 }
 
+NdSbp settled(const NdSbp& sbp, const TensorMeta& meta, const graph::Placement& p) {
+  if (p.parallel() == 1) return Sbp::broadcast();  // one piece: the whole value, sums included
+  if (!sbp.has(Sbp::kPartialSum)) return sbp;
+  const bool rows = !meta.shape.empty() && meta.shape[0] >= p.parallel();
+  return canonical(NdSbp(rows ? Sbp::split(0) : Sbp::broadcast()), p.num_nodes(), p.per_node());
+}
+
+NdSbp arrived(const NdSbp& sbp, const graph::Placement& p) {
+  if (p.parallel() == 1) return Sbp::broadcast();
+  auto values = [](const Sbp& s) { return s.kind == Sbp::kPartialSum ? Sbp::broadcast() : s; };
+  return canonical(NdSbp(values(sbp.across), values(sbp.within)), p.num_nodes(), p.per_node());
+}
+
+int64_t move_cost(const NdSbp& from, const graph::Placement& a, const NdSbp& to, const graph::Placement& b,
+                  const TensorMeta& meta) {
+  int64_t cost = a.parallel() == 1
+                     ? 0
+                     : boxing_cost(from, settled(from, meta, a), meta.bytes(), a.num_nodes(), a.per_node());
+  const NdSbp target = arrived(to, b);
+  for (int j = 0; j < b.parallel(); ++j)
+    cost += piece_region(meta.shape, target, b.num_nodes(), b.per_node(), j).size() *
+            static_cast<int64_t>(dtype_size(meta.dtype));
+  return cost;
+}
+
 namespace {
 
 class Inserter {
  public:
   explicit Inserter(LogicalGraph* g) : g_(g) {}
 
-  // The boxing node turning `tensor` into `to` (the last of a chain), or -1
-  // when none is needed. Chains share their steps: one node per (tensor, SBP).
-  int need(const std::string& tensor, const NdSbp& to) {
+  // The boxing node that makes `tensor` `to` on placement `where` (the last
+  // of a chain), or -1 when none is needed. Steps are shared: one node per
+  // (tensor, SBP, placement).
+  int need(const std::string& tensor, const NdSbp& to, int where) {
     const LogicalTensor* t = g_->find(tensor);
-    int last = -1;
-    for (const auto& [in, out] : shared_sums(t->meta, boxing_steps(t->sbp, to, g_->cluster.num_nodes,
-                                                                    g_->cluster.devices_per_node))) {
-      auto key = std::make_pair(tensor, out.to_string());
-      auto it = index_.find(key);
-      if (it != index_.end()) {
-        last = it->second;
-        continue;
-      }
-      const int id = static_cast<int>(g_->boxings.size());
-      g_->boxings.push_back({tensor, in, out, last});
-      index_[key] = id;
-      last = id;
-    }
-    return last;
+    if (t->placement == where) return chain(tensor, t->sbp, -1, to, where);
+    const graph::Placement& a = g_->placement(t->placement);
+    const graph::Placement& b = g_->placement(where);
+    const NdSbp from = settled(t->sbp, t->meta, a);
+    int last = chain(tensor, t->sbp, -1, from, t->placement);
+    const NdSbp landed = arrived(to, b);
+    last = add(tensor, from, landed, last, t->placement, where);
+    return chain(tensor, landed, last, to, where);
   }
 
  private:
+  // The boxing `in` -> `out` of `tensor` reading `from`, from `placement`
+  // to `where` (a move when they differ); shared by key.
+  int add(const std::string& tensor, const NdSbp& in, const NdSbp& out, int from, int placement, int where) {
+    auto key = std::make_tuple(tensor, out.to_string(), where);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    const int id = static_cast<int>(g_->boxings.size());
+    g_->boxings.push_back({tensor, in, out, from, placement, where});
+    index_[key] = id;
+    return id;
+  }
+
+  // `tensor`, made `from_sbp` on `where` by boxing `from` (-1: its
+  // producer), made `to` there one step at a time.
+  int chain(const std::string& tensor, const NdSbp& from_sbp, int from, const NdSbp& to, int where) {
+    const graph::Placement& p = g_->placement(where);
+    if (p.parallel() == 1 || from_sbp == to) return from;
+    int last = from;
+    for (const auto& [in, out] : shared_sums(g_->find(tensor)->meta,
+                                             boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p))
+      last = add(tensor, in, out, last, where, where);
+    return last;
+  }
+
   // On CPU devices a sum within a node into B (P -> B within) runs as
   // P -> S(k), one task per device summing its slice, then S(k) -> B: the
   // node's device threads share the sums (k: the first axis of at least one
   // element per device).
-  std::vector<std::pair<NdSbp, NdSbp>> shared_sums(const TensorMeta& meta,
-                                                    std::vector<std::pair<NdSbp, NdSbp>> steps) const {
-    const Cluster& c = g_->cluster;
-    if (c.devices_per_node < 2 || c.device_type != DeviceType::kCpu) return steps;
+  std::vector<std::pair<NdSbp, NdSbp>> shared_sums(const TensorMeta& meta, std::vector<std::pair<NdSbp, NdSbp>> steps,
+                                                    const graph::Placement& p) const {
+    const int nodes = p.num_nodes(), per_node = p.per_node();
+    if (per_node < 2 || p.type != DeviceType::kCpu) return steps;
     std::vector<std::pair<NdSbp, NdSbp>> out;
     for (const auto& [in, to] : steps) {
       int axis = -1;
-      if (boxing_form(in, to, c.num_nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
+      if (boxing_form(in, to, nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
           to.within.kind == Sbp::kBroadcast) {
-        const Region part = node_region(meta.shape, in, c.num_nodes, c.num_nodes - 1);  // the smallest part
+        const Region part = node_region(meta.shape, in, nodes, nodes - 1);  // the smallest part
         for (size_t a = 0; a < part.extent.size() && axis < 0; ++a)
-          if (part.extent[a] >= c.devices_per_node) axis = static_cast<int>(a);
+          if (part.extent[a] >= per_node) axis = static_cast<int>(a);
       }
       if (axis < 0) {
         out.push_back({in, to});
         continue;
       }
-      const NdSbp mid = canonical(NdSbp(in.across, Sbp::split(axis)), c.num_nodes, c.devices_per_node);
+      const NdSbp mid = canonical(NdSbp(in.across, Sbp::split(axis)), nodes, per_node);
       out.push_back({in, mid});
       out.push_back({mid, to});
     }
@@ -123,36 +168,30 @@ class Inserter {
   }
 
   LogicalGraph* g_;
-  std::map<std::pair<std::string, std::string>, int> index_;
+  std::map<std::tuple<std::string, std::string, int>, int> index_;
 };
 
 }  // namespace
 
 Status insert_boxing(LogicalGraph* g) {
   g->boxings.clear();
-  const bool single = g->parallel() == 1;
   Inserter inserter(g);
   for (OpNode& op : g->ops) {
     op.input_boxing.assign(op.inputs.size(), -1);
-    if (single) continue;
-    for (size_t k = 0; k < op.inputs.size(); ++k) op.input_boxing[k] = inserter.need(op.inputs[k], op.input_sbp[k]);
+    for (size_t k = 0; k < op.inputs.size(); ++k)
+      op.input_boxing[k] = inserter.need(op.inputs[k], op.input_sbp[k], op.placement);
   }
   for (VariableNode& v : g->variables) {
     v.grad_boxing = -1;
-    if (single || v.grad.empty()) continue;
-    v.grad_boxing = inserter.need(v.grad, v.sbp);
+    if (!v.grad.empty()) v.grad_boxing = inserter.need(v.grad, v.sbp, v.placement);
   }
-  for (Reported& f : g->fetched) {  // the sink reads one whole piece
-    f.boxing = -1;
-    if (!single) f.boxing = inserter.need(f.tensor, Sbp::broadcast());
-  }
+  for (Reported& f : g->fetched)  // the sink reads one whole piece
+    f.boxing = inserter.need(f.tensor, Sbp::broadcast(), g->find(f.tensor)->placement);
   for (Reported& r : g->reported) {
-    r.boxing = -1;
     // The sink adds up P pieces and reads one B piece per node; anything
     // else (a split, or a 2-D mix) is made B first.
-    const NdSbp& sbp = g->find(r.tensor)->sbp;
-    if (single || (sbp.flat() && sbp.across.kind != Sbp::kSplit)) continue;
-    r.boxing = inserter.need(r.tensor, Sbp::broadcast());
+    const LogicalTensor* t = g->find(r.tensor);
+    r.boxing = t->sbp.flat() && t->sbp.across.kind != Sbp::kSplit ? -1 : inserter.need(r.tensor, Sbp::broadcast(), t->placement);
   }
   return {};
 }

@@ -26,6 +26,19 @@ int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel);
 // tensor, a step across nodes once per lane over a lane's part.
 int64_t boxing_cost(const NdSbp& from, const NdSbp& to, size_t bytes, int nodes, int per_node);
 
+// A move between placements carries only split or B pieces: the SBP that
+// `sbp` is made on `p` before it leaves (partial sums reduced there: P ->
+// S(0) when the first axis has a row per device, else B).
+NdSbp settled(const NdSbp& sbp, const TensorMeta& meta, const graph::Placement& p);
+// The SBP a move writes on `p` for a target `sbp` (P made from B there, locally).
+NdSbp arrived(const NdSbp& sbp, const graph::Placement& p);
+
+// The cost of making a tensor `from` on placement `a` into `to` on placement
+// `b`: settling its sums on `a` (boxing_cost), then the bytes of every piece
+// written on `b` (each crosses devices), then making P on `b` (local).
+int64_t move_cost(const NdSbp& from, const graph::Placement& a, const NdSbp& to, const graph::Placement& b,
+                  const TensorMeta& meta);
+
 Status insert_boxing(LogicalGraph* graph);
 
 // What a boxing does among `num_nodes` nodes, as `rill plan` names it:

@@ -26,7 +26,8 @@ namespace rill::compiler {
 // 2: per-node boxing, Send/Recv tasks, node plans (Plan.node, Plan.num_tasks).
 // 3: Copy tasks between host and device memory; tasks on cuda devices.
 // 4: 2-D SBP (NdSbp) on regsts and boxings; sources' sub-shards.
-inline constexpr uint32_t kPlanVersion = 4;
+// 5: placements (Plan.placements, Task.placement); moves (BoxingConf.origins).
+inline constexpr uint32_t kPlanVersion = 5;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.

@@ -6,6 +6,13 @@ bool LogicalGraph::has_name(const std::string& name) const {
   return tensors.count(name) != 0 || op_names.count(name) != 0;
 }
 
+int LogicalGraph::place(const graph::Placement& p) {
+  for (size_t i = 0; i < placements.size(); ++i)
+    if (placements[i] == p) return static_cast<int>(i);
+  placements.push_back(p);
+  return static_cast<int>(placements.size()) - 1;
+}
+
 Status LogicalGraph::append_op(OpNode op) {
   if (op.def == nullptr) op.def = find_op(op.type);
   if (op.def == nullptr) return not_found("op '{}': unknown op type '{}'", op.name, op.type);
@@ -27,7 +34,7 @@ Status LogicalGraph::append_op(OpNode op) {
     const std::string& name = op.outputs[i];
     if (name.empty()) return invalid_argument("op '{}' output {} has no name", op.name, i);
     if (tensors.count(name) != 0) return invalid_argument("op '{}' output '{}': tensor name is used twice", op.name, name);
-    tensors[name] = LogicalTensor{name, out_metas[i], TensorOrigin::kOp, index, static_cast<int>(i), {}};
+    tensors[name] = LogicalTensor{name, out_metas[i], TensorOrigin::kOp, index, static_cast<int>(i), {}, op.placement};
   }
   op_names.insert(op.name);
   ops.push_back(std::move(op));

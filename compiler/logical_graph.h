@@ -27,12 +27,14 @@ struct LogicalTensor {
   int producer = -1;     // index into inputs, variables or ops, by origin
   int output_index = 0;  // kOp: which output of the producer
   NdSbp sbp;             // set by SBP deduction
+  int placement = 0;     // its producer's: index into LogicalGraph::placements
 };
 
 struct InputNode {
   graph::Input input;
   std::string dataset;  // the dataset read: the input's own, or the eval dataset
   NdSbp sbp = Sbp::split(0);
+  int placement = 0;
 };
 
 struct VariableNode {
@@ -43,6 +45,7 @@ struct VariableNode {
   Attrs update_attrs;
   int num_state = 0;
   int grad_boxing = -1;   // index into LogicalGraph::boxings, or -1
+  int placement = 0;
 };
 
 struct OpNode {
@@ -54,6 +57,7 @@ struct OpNode {
   Attrs attrs;
   std::vector<std::optional<NdSbp>> output_hints;
   bool backward = false;
+  int placement = 0;  // index into LogicalGraph::placements (a backward op: its forward op's)
   // Set by SBP deduction: the chosen signature.
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;
@@ -63,12 +67,17 @@ struct OpNode {
 
 // Turns every piece of `tensor` from `in` into `out` (one task per node).
 // A 2-D conversion that no one task does is a chain of boxings, each reading
-// the one before (`from`).
+// the one before (`from`). A move (placement != to) copies the pieces of a
+// split or B tensor onto another placement: slices and whole pieces sent
+// where they are needed and assembled there.
 struct BoxingNode {
   std::string tensor;
   NdSbp in;
   NdSbp out;
   int from = -1;  // the boxing whose output this one reads; -1: the tensor's producer
+  int placement = 0;  // where `in` lives (and `out`, unless a move)
+  int to = 0;         // where `out` lives
+  bool move() const { return placement != to; }
 };
 
 // A scalar reported to the sink each step: the loss or a metric.
@@ -98,6 +107,12 @@ struct LogicalGraph {
   std::vector<BoxingNode> boxings;
 
   bool two_d = false;  // some SBP hint differs between its axes: deduction tries 2-D signatures
+  // Where ops, inputs and variables run; [0] is the job's devices (every
+  // device of the cluster), the rest as the job places them, each once.
+  std::vector<graph::Placement> placements;
+  // The index of `p` in placements, added if new.
+  int place(const graph::Placement& p);
+  const graph::Placement& placement(int index) const { return placements[static_cast<size_t>(index)]; }
   int parallel() const { return cluster.parallel(); }
   const LogicalTensor* find(const std::string& name) const {
     auto it = tensors.find(name);

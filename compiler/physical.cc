@@ -6,13 +6,14 @@
 namespace rill::compiler {
 namespace {
 
-// Comm threads per node that cross-node boxing tasks share.
+// Comm threads per node that cross-node boxing tasks share; on GPUs, moves
+// between placements run on one more (comm thread kCommThreads), which never
+// waits for a collective.
 constexpr uint32_t kCommThreads = 4;
 
 class Expander {
  public:
-  Expander(const LogicalGraph& g, size_t bucket_bytes)
-      : g_(g), parallel_(g.parallel()), per_node_(g.cluster.devices_per_node), bucket_bytes_(bucket_bytes) {}
+  Expander(const LogicalGraph& g, size_t bucket_bytes) : g_(g), bucket_bytes_(bucket_bytes) {}
 
   StatusOr<TaskGraph> run() {
     out_.job_name = g_.job_name;
@@ -23,6 +24,7 @@ class Expander {
     out_.num_nodes = g_.cluster.num_nodes;
     out_.devices_per_node = g_.cluster.devices_per_node;
     out_.datasets = g_.datasets;
+    for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
     RILL_RETURN_IF_ERROR(add_sources());
     add_variables();
     add_computes();
@@ -33,8 +35,7 @@ class Expander {
   }
 
  private:
-  int node_of(int rank) const { return rank / per_node_; }
-  int device_of(int rank) const { return rank % per_node_; }
+  const graph::Placement& at(int placement) const { return g_.placement(placement); }
 
   // Appends `task` with the actor id of its position on a thread of `type`
   // (for comm threads, number `comm_thread` of the task's node).
@@ -48,16 +49,22 @@ class Expander {
     return static_cast<int>(index);
   }
 
-  Region piece(const Shape& logical, const NdSbp& sbp, int rank) const {
-    return piece_region(logical, sbp, g_.cluster.num_nodes, per_node_, rank);
+  static Region piece(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int rank) {
+    return piece_region(logical, sbp, p.num_nodes(), p.per_node(), rank);
   }
 
-  int add_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp, int rank,
-                bool is_model = false) {
+  // The regst of piece `rank` (of placement `p`) of a tensor, written by `task`.
+  int add_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                const graph::Placement& p, int rank, bool is_model = false) {
+    return add_region_regst(task, name, logical, sbp, piece(logical.shape, sbp, p, rank), is_model);
+  }
+
+  int add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                       const Region& region, bool is_model = false) {
     RegstNode r;
     r.name = name;
     r.producer = task;
-    r.meta = TensorMeta{piece(logical.shape, sbp, rank).extent, logical.dtype};
+    r.meta = TensorMeta{region.extent, logical.dtype};
     r.logical_shape = logical.shape;
     r.sbp = sbp;
     r.is_model = is_model;
@@ -78,30 +85,37 @@ class Expander {
           return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' with different SBPs",
                                   members[0]->input.name, members[0]->sbp.to_string(), in->input.name,
                                   in->sbp.to_string(), dataset.name);
+      for (const InputNode* in : members)
+        if (in->placement != members[0]->placement)
+          return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' on different placements",
+                                  members[0]->input.name, at(members[0]->placement).to_string(), in->input.name,
+                                  at(in->placement).to_string(), dataset.name);
       const NdSbp& sbp = members[0]->sbp;
-      for (int rank = 0; rank < parallel_; ++rank) {
+      const graph::Placement& p = at(members[0]->placement);
+      for (int rank = 0; rank < p.parallel(); ++rank) {
         TaskNode task;
         task.kind = plan::TaskKind::Source;
         task.name = fmt::format("source:{}@{}", dataset.name, rank);
-        task.node = node_of(rank);
+        task.node = p.node_of(rank);
+        task.placement = members[0]->placement;
         task.source.dataset = static_cast<int>(d);
         // Rows by node, then by device within the node's rows (NdSbp's
         // nesting); a split on one level only is that level's shards.
-        const bool by_node = sbp.across.kind == Sbp::kSplit && g_.cluster.num_nodes > 1;
-        const bool by_device = sbp.within.kind == Sbp::kSplit && per_node_ > 1;
+        const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
+        const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
         if (by_node) {
-          task.source.shard = node_of(rank);
-          task.source.num_shards = g_.cluster.num_nodes;
+          task.source.shard = rank / p.per_node();
+          task.source.num_shards = p.num_nodes();
         }
         if (by_device) {
-          (by_node ? task.source.sub_shard : task.source.shard) = device_of(rank);
-          (by_node ? task.source.num_sub_shards : task.source.num_shards) = per_node_;
+          (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
+          (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
         }
         for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
         int t = add_task(std::move(task), DeviceType::kIo);
         for (const InputNode* in : members) {
           const LogicalTensor* tensor = g_.find(in->input.name);
-          pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, rank));
+          pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, p, rank));
         }
       }
     }
@@ -112,12 +126,14 @@ class Expander {
     for (const VariableNode& v : g_.variables) {
       const graph::Variable& var = v.variable;
       std::vector<int>& tasks = variable_tasks_.emplace_back();
-      for (int rank = 0; rank < parallel_; ++rank) {
+      const graph::Placement& p = at(v.placement);
+      for (int rank = 0; rank < p.parallel(); ++rank) {
         TaskNode task;
         task.kind = plan::TaskKind::Variable;
         task.name = fmt::format("{}@{}", var.name, rank);
-        task.node = node_of(rank);
-        task.device = device_of(rank);
+        task.node = p.node_of(rank);
+        task.device = p.device_of(rank);
+        task.placement = v.placement;
         task.variable.init_op = var.init.type;
         task.variable.init_attrs = var.init.attrs;
         if (!task.variable.init_attrs.has("shape"))
@@ -125,10 +141,10 @@ class Expander {
         task.variable.update_op = v.update_op;
         task.variable.update_attrs = v.update_attrs;
         task.variable.num_state = v.num_state;
-        task.variable.offset = piece(var.shape, v.sbp, rank).origin;
-        int t = add_task(std::move(task), g_.cluster.device_type);
+        task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
+        int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
-        pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, rank, true));
+        pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
       }
     }
   }
@@ -136,27 +152,29 @@ class Expander {
   void add_computes() {
     for (const OpNode& op : g_.ops) {
       std::vector<int>& tasks = op_tasks_.emplace_back();
-      for (int rank = 0; rank < parallel_; ++rank) {
+      const graph::Placement& p = at(op.placement);
+      for (int rank = 0; rank < p.parallel(); ++rank) {
         TaskNode task;
         task.kind = plan::TaskKind::Compute;
         task.name = fmt::format("{}@{}", op.name, rank);
         task.op_type = op.type;
         task.attrs = op.attrs;
-        task.node = node_of(rank);
-        task.device = device_of(rank);
+        task.node = p.node_of(rank);
+        task.device = p.device_of(rank);
+        task.placement = op.placement;
         std::vector<TensorMeta> physical_inputs;
         for (size_t k = 0; k < op.inputs.size(); ++k) {
           const TensorMeta& meta = g_.find(op.inputs[k])->meta;
           task.logical_input_shapes.push_back(meta.shape);
-          physical_inputs.push_back({piece(meta.shape, op.input_sbp[k], rank).extent, meta.dtype});
+          physical_inputs.push_back({piece(meta.shape, op.input_sbp[k], p, rank).extent, meta.dtype});
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
-        int t = add_task(std::move(task), g_.cluster.device_type);
+        int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
         for (size_t k = 0; k < op.outputs.size(); ++k)
           pieces_[op.outputs[k]].push_back(add_regst(t, op.outputs[k], g_.find(op.outputs[k])->meta,
-                                                     op.output_sbp[k], rank));
+                                                     op.output_sbp[k], p, rank));
       }
     }
   }
@@ -166,31 +184,35 @@ class Expander {
   bool bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
     const BoxingNode& box = g_.boxings[b];
     const LogicalTensor* t = g_.find(box.tensor);
-    return g_.cluster.num_nodes > 1 && box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast()) &&
-           t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
+    return !box.move() && at(box.placement).num_nodes() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
+           box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ &&
+           !read_by_boxing[b];
   }
 
   // A conversion within each node to split or P pieces on CPU devices: one
   // task per device, on its thread, making that device's piece (the sums of
   // a P -> S are shared by the node's device threads).
   bool per_device(const BoxingNode& box) const {
-    return per_node_ > 1 && g_.cluster.device_type == DeviceType::kCpu &&
-           boxing_form(box.in, box.out, g_.cluster.num_nodes) == BoxingForm::kWithinNode &&
+    const graph::Placement& p = at(box.placement);
+    return !box.move() && p.per_node() > 1 && p.type == DeviceType::kCpu &&
+           boxing_form(box.in, box.out, p.num_nodes()) == BoxingForm::kWithinNode &&
            box.out.within.kind != Sbp::kBroadcast;
   }
 
-  // A boxing task of `box` over node `node`'s pieces.
-  TaskNode boxing_task(const BoxingNode& box, std::string name, int node) const {
+  // A boxing task of `box` over the pieces on node `index` of its placement.
+  TaskNode boxing_task(const BoxingNode& box, std::string name, int index) const {
+    const graph::Placement& p = at(box.placement);
     TaskNode task;
     task.kind = plan::TaskKind::Boxing;
     task.name = std::move(name);
-    task.node = node;
+    task.node = p.nodes[static_cast<size_t>(index)];
+    task.placement = box.placement;
     task.boxing.in = box.in;
     task.boxing.out = box.out;
-    task.boxing.parallel = parallel_;
-    task.boxing.num_nodes = g_.cluster.num_nodes;
-    task.boxing.local_pieces = per_node_;
-    task.boxing.first_rank = node * per_node_;
+    task.boxing.parallel = p.parallel();
+    task.boxing.num_nodes = p.num_nodes();
+    task.boxing.local_pieces = p.per_node();
+    task.boxing.first_rank = index * p.per_node();
     return task;
   }
 
@@ -198,17 +220,101 @@ class Expander {
     return fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
   }
 
+  // The regst holding piece `rank` (of its placement) of what boxing `b` reads.
+  int boxing_input(const BoxingNode& box, int rank) const {
+    return box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][static_cast<size_t>(rank)]
+                         : pieces_.at(box.tensor)[static_cast<size_t>(rank)];
+  }
+
   void add_per_device_boxing(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+    const graph::Placement& p = at(box.placement);
     const TensorMeta& meta = g_.find(box.tensor)->meta;
-    for (int rank = 0; rank < parallel_; ++rank) {
-      TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), node_of(rank));
-      task.device = device_of(rank);
-      task.boxing.piece = device_of(rank);
+    for (int rank = 0; rank < p.parallel(); ++rank) {
+      TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
+      task.device = p.device_of(rank);
+      task.boxing.piece = rank % p.per_node();
       const int t = add_task(std::move(task), DeviceType::kCpu);
-      boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, rank));
+      boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, p, rank));
       unit_tasks_.push_back({t});
       unit_boxings_.push_back({b});
+    }
+  }
+
+  // A task copying the parts of `sources` (regsts with their logical
+  // regions) that fall in `target` into one regst holding `target`, on
+  // `device` of `node` (on CPU its thread; on GPUs the node's move thread,
+  // which never waits for a collective). Returns the regst.
+  int add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
+                    const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp) {
+    const TensorMeta& meta = g_.find(box.tensor)->meta;
+    TaskNode task;
+    task.kind = plan::TaskKind::Boxing;
+    task.name = std::move(name);
+    task.node = node;
+    task.placement = placement;
+    task.boxing.in = box.in;
+    task.boxing.out = box.out;
+    for (const auto& [regst, region] : sources) {
+      task.inputs.push_back(regst);
+      task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
+    }
+    task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
+    const bool cpu = at(placement).type == DeviceType::kCpu;
+    if (cpu) task.device = device;
+    const int t = add_task(std::move(task), cpu ? DeviceType::kCpu : DeviceType::kComm, kCommThreads);
+    return add_region_regst(t, box.tensor, meta, sbp, target);
+  }
+
+  // A move: each piece on the target placement is made from the source
+  // pieces it overlaps (one replica of each distinct piece, the nearest:
+  // same device, then same node, then spread by target rank). A source
+  // piece that is exactly the target piece is read as it is (no task); one
+  // that only overlaps it and lives on another node is sliced there first,
+  // so only the overlap crosses; the parts are assembled on the target
+  // device, unless the one part is the whole piece.
+  void add_move(int b) {
+    const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+    const graph::Placement& from = at(box.placement);
+    const graph::Placement& to = at(box.to);
+    const Shape& shape = g_.find(box.tensor)->meta.shape;
+    std::vector<Region> held(static_cast<size_t>(from.parallel()));
+    for (int i = 0; i < from.parallel(); ++i) held[static_cast<size_t>(i)] = piece(shape, box.in, from, i);
+    const std::string name = fmt::format("move:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+    for (int j = 0; j < to.parallel(); ++j) {
+      const Region target = piece(shape, box.out, to, j);
+      const int node = to.node_of(j), device = to.device_of(j);
+      // Distinct source regions overlapping the target -> the nearest replica.
+      std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::pair<int, int>> nearest;  // -> (score, rank)
+      for (int i = 0; i < from.parallel(); ++i) {
+        const Region& r = held[static_cast<size_t>(i)];
+        if (intersect(r, target).size() == 0 && !(target.size() == 0 && i == 0)) continue;
+        const int score = (from.node_of(i) == node ? 0 : 2 * from.parallel()) +
+                          (from.node_of(i) == node && from.device_of(i) == device ? 0 : from.parallel()) +
+                          (i - j % from.parallel() + from.parallel()) % from.parallel();
+        auto [it, fresh] = nearest.try_emplace({r.origin, r.extent}, score, i);
+        if (!fresh && score < it->second.first) it->second = {score, i};
+      }
+      std::vector<std::pair<int, Region>> parts;
+      for (const auto& [region, pick] : nearest) {
+        const int i = pick.second;
+        const Region& r = held[static_cast<size_t>(i)];
+        const Region overlap = intersect(r, target);
+        if (r == target || from.node_of(i) == node || overlap == r) {
+          parts.push_back({boxing_input(box, i), r});
+          continue;
+        }
+        const int slice = add_copy_task(box, fmt::format("{}@slice{}to{}", name, i, j), box.placement,
+                                        from.node_of(i), from.device_of(i), {{boxing_input(box, i), r}}, overlap,
+                                        box.out);
+        parts.push_back({slice, overlap});
+      }
+      if (parts.size() == 1 && parts[0].second == target) {
+        boxed_[static_cast<size_t>(b)].push_back(parts[0].first);
+        continue;
+      }
+      boxed_[static_cast<size_t>(b)].push_back(
+          add_copy_task(box, fmt::format("{}@{}", name, j), box.to, node, device, parts, target, box.out));
     }
   }
 
@@ -217,8 +323,8 @@ class Expander {
   // kCommThreads comm threads, the same on every node (see order_comm_threads).
   // Small gradients' all-reduces are fused: consecutive bucketable boxings
   // (in that order) share one task and one all-reduce, up to bucket_bytes_.
+  // Moves between placements are copy tasks outside that order.
   Status add_boxings() {
-    const int nodes = g_.cluster.num_nodes;
     // The order in which boxings can become ready: by the position of the op
     // making their tensor (ops are in topological order), sources and
     // variables first. A boxing that depends on another comes after it.
@@ -237,18 +343,20 @@ class Expander {
     std::vector<bool> read_by_boxing(g_.boxings.size(), false);
     for (const BoxingNode& box : g_.boxings)
       if (box.from >= 0) read_by_boxing[static_cast<size_t>(box.from)] = true;
-    // Units of work in order: one boxing, or a bucket of several.
+    // Units of work in order: one boxing, or a bucket of several on one placement.
     std::vector<std::vector<int>> units;
     size_t bucket_bytes = 0;
     bool open = false;  // the last unit is a bucket still taking members
     for (int b : order) {
-      const size_t bytes = g_.find(g_.boxings[static_cast<size_t>(b)].tensor)->meta.bytes();
+      const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+      const size_t bytes = g_.find(box.tensor)->meta.bytes();
       if (!bucketable(static_cast<size_t>(b), read_by_boxing)) {
         units.push_back({b});
         open = false;
         continue;
       }
-      if (!open || bucket_bytes + bytes > bucket_bytes_) {
+      if (!open || bucket_bytes + bytes > bucket_bytes_ ||
+          g_.boxings[static_cast<size_t>(units.back()[0])].placement != box.placement) {
         units.push_back({});
         bucket_bytes = 0;
         open = true;
@@ -260,16 +368,24 @@ class Expander {
     uint32_t comm_position = 0;  // comm-thread units so far
     for (const std::vector<int>& unit : units) {
       const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
+      if (box.move()) {
+        add_move(unit[0]);
+        continue;
+      }
       if (per_device(box)) {
         add_per_device_boxing(unit[0]);
         continue;
       }
+      const graph::Placement& p = at(box.placement);
+      const int nodes = p.num_nodes();
       const size_t position = comm_position++;
       const std::string name =
           unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
       std::vector<int> tasks;
-      for (int node = 0; node < nodes; ++node) {
-        TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, node);
+      for (int index = 0; index < nodes; ++index) {
+        TaskNode task =
+            boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, p.nodes[static_cast<size_t>(index)]) : name,
+                        index);
         task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
         task.boxing.tensors = static_cast<int>(unit.size());
         const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
@@ -278,13 +394,13 @@ class Expander {
         for (int b : unit) {
           const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
           const TensorMeta& meta = g_.find(member.tensor)->meta;
+          const int first = index * p.per_node();
           // A B result is one regst that every device of the node reads.
-          const int shared = member.out.within.kind == Sbp::kBroadcast
-                                 ? add_regst(t, member.tensor, meta, member.out, node * per_node_)
-                                 : -1;
-          for (int d = 0; d < per_node_; ++d)
+          const int shared =
+              member.out.within.kind == Sbp::kBroadcast ? add_regst(t, member.tensor, meta, member.out, p, first) : -1;
+          for (int d = 0; d < p.per_node(); ++d)
             boxed_[static_cast<size_t>(b)].push_back(
-                shared >= 0 ? shared : add_regst(t, member.tensor, meta, member.out, node * per_node_ + d));
+                shared >= 0 ? shared : add_regst(t, member.tensor, meta, member.out, p, first + d));
         }
       }
       if (boxing_exchanges(box.in, box.out, nodes))
@@ -292,7 +408,7 @@ class Expander {
       unit_tasks_.push_back(tasks);
       unit_boxings_.push_back(unit);
     }
-    if (nodes > 1) order_comm_threads();
+    order_comm_threads();
     return {};
   }
 
@@ -307,7 +423,7 @@ class Expander {
     std::map<std::pair<int, uint32_t>, std::vector<int>> chains;  // (node, thread) -> tasks in order
     for (const std::vector<int>& tasks : unit_tasks_)
       for (int t : tasks)
-        if (ActorId::device_type(out_.tasks[t].id) == DeviceType::kComm)
+        if (ActorId::device_type(out_.tasks[t].id) == DeviceType::kComm && out_.tasks[t].boxing.num_nodes > 1)
           chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
     for (auto& [where, chain] : chains) {
       if (chain.size() < 2) continue;
@@ -334,24 +450,27 @@ class Expander {
     task.kind = plan::TaskKind::Sink;
     task.name = "sink";
     task.node = 0;
+    task.placement = -1;
     sink_task_ = add_task(std::move(task), DeviceType::kIo);
   }
 
-  // The regst a consumer on `rank` reads for `tensor`, after boxing `boxing`.
+  // The regst a consumer on `rank` (of its placement) reads for `tensor`,
+  // after boxing `boxing`.
   int read(const std::string& tensor, int boxing, int rank) const {
-    return boxing >= 0 ? boxed_[boxing][rank] : pieces_.at(tensor)[rank];
+    return boxing >= 0 ? boxed_[static_cast<size_t>(boxing)][static_cast<size_t>(rank)]
+                       : pieces_.at(tensor)[static_cast<size_t>(rank)];
   }
 
   void wire() {
     for (size_t v = 0; v < g_.variables.size(); ++v) {
       const VariableNode& var = g_.variables[v];
       if (var.grad.empty()) continue;
-      for (int rank = 0; rank < parallel_; ++rank)
+      for (int rank = 0; rank < at(var.placement).parallel(); ++rank)
         out_.tasks[variable_tasks_[v][rank]].inputs.push_back(read(var.grad, var.grad_boxing, rank));
     }
     for (size_t o = 0; o < g_.ops.size(); ++o) {
       const OpNode& op = g_.ops[o];
-      for (int rank = 0; rank < parallel_; ++rank)
+      for (int rank = 0; rank < at(op.placement).parallel(); ++rank)
         for (size_t k = 0; k < op.inputs.size(); ++k)
           out_.tasks[op_tasks_[o][rank]].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
     }
@@ -362,8 +481,7 @@ class Expander {
         for (int b : unit_boxings_[u]) {
           const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
           for (int d = 0; d < task.boxing.local_pieces; ++d) {
-            const int regst = box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][task.boxing.first_rank + d]
-                                            : pieces_.at(box.tensor)[task.boxing.first_rank + d];
+            const int regst = boxing_input(box, task.boxing.first_rank + d);
             if (d == 0 || regst != task.inputs.back()) task.inputs.push_back(regst);
           }
         }
@@ -372,7 +490,7 @@ class Expander {
       }
     TaskNode& sink = out_.tasks[sink_task_];
     for (const Reported& r : g_.reported) {
-      for (int rank = 0; rank < parallel_; ++rank) {
+      for (int rank = 0; rank < at(g_.find(r.tensor)->placement).parallel(); ++rank) {
         int regst = read(r.tensor, r.boxing, rank);
         if (rank > 0 && regst == read(r.tensor, r.boxing, rank - 1)) continue;  // a node's shared B result
         sink.inputs.push_back(regst);
@@ -387,8 +505,6 @@ class Expander {
   }
 
   const LogicalGraph& g_;
-  const int parallel_;
-  const int per_node_;
   const size_t bucket_bytes_;
   TaskGraph out_;
   std::map<std::string, std::vector<int>> pieces_;  // tensor -> regst by rank

@@ -82,7 +82,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       for (int peer : t.boxing.peers) peers.push_back(g.tasks[peer].id);
       boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
                                       t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
-                                      b.CreateVector(peers), t.boxing.tensors, t.boxing.piece);
+                                      b.CreateVector(peers), t.boxing.tensors, t.boxing.piece,
+                                      t.boxing.origins.empty() ? 0 : b.CreateVector(t.boxing.origins));
       break;
     }
     case plan::TaskKind::Compute:
@@ -97,7 +98,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
   return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
                           t.node, t.device, ActorId::thread_key(t.id), b.CreateVector(inputs),
                           b.CreateVector(outputs), b.CreateVector(shapes), t.scratch_bytes, source, variable, sink,
-                          boxing);
+                          boxing, t.placement);
 }
 
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, size_t index, const RegstNode& r) {
@@ -122,7 +123,8 @@ std::string write_plan(const TaskGraph& g) {
   for (size_t i = 0; i < g.regsts.size(); ++i) regsts.push_back(write_regst(b, g, i, g.regsts[i]));
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
-                               b.CreateVector(regsts), /*node=*/-1, static_cast<int64_t>(g.tasks.size()));
+                               b.CreateVector(regsts), /*node=*/-1, static_cast<int64_t>(g.tasks.size()),
+                               write_strings(b, g.placements));
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

@@ -31,13 +31,13 @@ std::string signature_string(const SbpSignature& sig) {
 }
 
 // The 2-D signature that runs `across` between nodes and `within` inside
-// each, written canonically for the cluster.
-NdSignature combine(const SbpSignature& across, const SbpSignature& within, const Cluster& c) {
+// each, written canonically for placement `p`.
+NdSignature combine(const SbpSignature& across, const SbpSignature& within, const graph::Placement& p) {
   NdSignature sig;
   for (size_t k = 0; k < across.inputs.size(); ++k)
-    sig.inputs.push_back(canonical(NdSbp(across.inputs[k], within.inputs[k]), c.num_nodes, c.devices_per_node));
+    sig.inputs.push_back(canonical(NdSbp(across.inputs[k], within.inputs[k]), p.num_nodes(), p.per_node()));
   for (size_t k = 0; k < across.outputs.size(); ++k)
-    sig.outputs.push_back(canonical(NdSbp(across.outputs[k], within.outputs[k]), c.num_nodes, c.devices_per_node));
+    sig.outputs.push_back(canonical(NdSbp(across.outputs[k], within.outputs[k]), p.num_nodes(), p.per_node()));
   return sig;
 }
 
@@ -66,13 +66,17 @@ StatusOr<std::vector<SbpSignature>> candidates(const LogicalGraph& g, const OpNo
 }
 
 // 1-D jobs use each signature on both axes; a job with a 2-D hint tries
-// every pair (one signature between nodes, one within), as OneFlow does.
-std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const std::vector<SbpSignature>& sigs) {
+// every pair (one signature between nodes, one within), as OneFlow does: on
+// the job's devices when any hint is 2-D, on a placed op's when its
+// placement is 2-D.
+std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, const std::vector<SbpSignature>& sigs) {
+  const graph::Placement& p = g.placement(op.placement);
+  const bool two_d = op.placement == 0 ? g.two_d : p.two_d;
   std::vector<NdSignature> out;
   for (const SbpSignature& across : sigs)
     for (const SbpSignature& within : sigs) {
-      if (!g.two_d && !(across == within)) continue;
-      NdSignature sig = combine(across, within, g.cluster);
+      if (!two_d && !(across == within)) continue;
+      NdSignature sig = combine(across, within, p);
       if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(std::move(sig));
     }
   return out;
@@ -81,10 +85,10 @@ std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const std::vector<
 }  // namespace
 
 Status deduce_sbp(LogicalGraph* g) {
-  const int nodes = g->cluster.num_nodes, per_node = g->cluster.devices_per_node;
   for (OpNode& op : g->ops) {
+    const graph::Placement& placement = g->placement(op.placement);
     RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
-    const std::vector<NdSignature> sigs = nd_candidates(*g, flat);
+    const std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);
     std::vector<NdSignature> hinted;
     for (const NdSignature& sig : sigs) {
       bool ok = true;
@@ -114,7 +118,10 @@ Status deduce_sbp(LogicalGraph* g) {
       int64_t cost = 0;
       for (size_t k = 0; k < op.inputs.size(); ++k) {
         const LogicalTensor* t = g->find(op.inputs[k]);
-        cost += boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), nodes, per_node);
+        cost += t->placement == op.placement
+                    ? boxing_cost(t->sbp, hinted[s].inputs[k], t->meta.bytes(), placement.num_nodes(),
+                                  placement.per_node())
+                    : move_cost(t->sbp, g->placement(t->placement), hinted[s].inputs[k], placement, t->meta);
       }
       if (best < 0 || cost < best_cost) {
         best = static_cast<int>(s);

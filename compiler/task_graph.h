@@ -64,6 +64,9 @@ struct BoxingInfo {
   std::vector<int> peers;       // task indices of the same boxing on every node
   int tensors = 1;              // > 1: a bucket of P -> B boxings (plan.fbs BoxingConf)
   int piece = -1;               // >= 0: this task makes only that output piece (plan.fbs)
+  // A move (plan.fbs): the logical origin of each input piece, then of the
+  // output piece, rank elements each; the output is copied from the inputs.
+  std::vector<int64_t> origins;
 };
 
 struct TaskNode {
@@ -73,6 +76,7 @@ struct TaskNode {
   Attrs attrs;
   int node = 0;
   int device = -1;  // -1 for io and comm threads
+  int placement = 0;  // index into TaskGraph::placements (-1: none, e.g. the sink)
   uint64_t id = 0;  // actor id
   std::vector<int> inputs;   // regst indices, in op input order
   std::vector<int> outputs;  // regst indices, in op output order
@@ -94,6 +98,7 @@ struct TaskGraph {
   int num_nodes = 1;
   int devices_per_node = 1;
   std::vector<graph::Dataset> datasets;
+  std::vector<std::string> placements;  // as written: [0] is the job's devices
   std::vector<TaskNode> tasks;
   std::vector<RegstNode> regsts;
 };

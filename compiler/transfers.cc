@@ -11,6 +11,7 @@ int add_io_task(TaskGraph* g, plan::TaskKind kind, std::string name, int node, i
   task.kind = kind;
   task.name = std::move(name);
   task.node = node;
+  task.placement = -1;
   task.inputs = {input};
   uint32_t index = static_cast<uint32_t>(g->tasks.size());
   task.id = ActorId::make(static_cast<uint32_t>(node), DeviceType::kIo, 0, 0, index);
@@ -96,6 +97,7 @@ Status insert_copies(TaskGraph* g) {
         task.kind = plan::TaskKind::Copy;
         task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, regst);
         task.node = device_task.node;
+        task.placement = device_task.placement;
         task.device = static_cast<int>(ActorId::device(device_task.id));
         task.inputs = {regst};
         const uint32_t index = static_cast<uint32_t>(g->tasks.size());

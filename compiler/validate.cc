@@ -1,5 +1,6 @@
 #include "compiler/validate.h"
 
+#include <algorithm>
 #include <set>
 
 #include "graph/job_check.h"
@@ -24,6 +25,51 @@ Status check_shape(const Shape& shape, const std::string& what) {
   return {};
 }
 
+const char* type_name(DeviceType t) { return t == DeviceType::kCuda ? "cuda" : "cpu"; }
+
+// The placement of an input, variable or op: its own, else its group's, else
+// the job's devices (index 0). Checked against the cluster.
+StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
+                                const std::optional<graph::Placement>& own, const std::string& what,
+                                LogicalGraph* g) {
+  const graph::Placement* p = own ? &*own : nullptr;
+  std::string source = what;
+  for (const graph::Group& group : job.groups)
+    if (p == nullptr && std::find(group.members.begin(), group.members.end(), name) != group.members.end()) {
+      p = &group.placement;
+      source = fmt::format("{} (group '{}')", what, group.name);
+    }
+  if (p == nullptr) return 0;
+  const Cluster& c = g->cluster;
+  if (p->type != c.device_type)
+    return invalid_argument("{}: placement '{}' is on {} devices, but the job runs on {}:{}", source, p->to_string(),
+                            type_name(p->type), type_name(c.device_type), c.devices_per_node);
+  if (p->nodes.back() >= c.num_nodes)
+    return invalid_argument("{}: placement '{}' names node {}, but the cluster has {} node(s) (0 to {})", source,
+                            p->to_string(), p->nodes.back(), c.num_nodes, c.num_nodes - 1);
+  if (p->devices.back() >= c.devices_per_node)
+    return invalid_argument("{}: placement '{}' names device {}, but each node runs {}:{} (devices 0 to {})", source,
+                            p->to_string(), p->devices.back(), type_name(c.device_type), c.devices_per_node,
+                            c.devices_per_node - 1);
+  // The whole cluster is the default placement, written or not.
+  graph::Placement whole = graph::whole_cluster(c.device_type, c.num_nodes, c.devices_per_node);
+  if (p->same_devices(whole) && !p->two_d) return 0;
+  return g->place(*p);
+}
+
+// `sbp` over placement `p`, canonical for its shape; a 2-D SBP needs a 2-D
+// placement (the job's devices count as one when any hint is 2-D).
+StatusOr<NdSbp> place_sbp(const NdSbp& sbp, int p, const std::string& what, const LogicalGraph& g) {
+  const graph::Placement& placement = g.placement(p);
+  const NdSbp out = canonical(sbp, placement.num_nodes(), placement.per_node());
+  if (p != 0 && !out.flat() && !placement.two_d)
+    return invalid_argument("{}: SBP {} is 2-D, but placement '{}' is 1-D; write it with its hierarchy, e.g. "
+                            "'{} [{},{}] ...'",
+                            what, sbp.to_string(), placement.to_string(), type_name(placement.type),
+                            placement.num_nodes(), placement.per_node());
+  return out;
+}
+
 Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<std::string>* names) {
   std::set<std::string> dataset_names;
   for (const graph::Dataset& d : job.datasets) {
@@ -41,18 +87,23 @@ Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<st
     if (in.field.empty()) return invalid_argument("{}: no dataset field given", what);
     RILL_RETURN_IF_ERROR(check_shape(in.shape, what));
     InputNode node{in, mode == Mode::kEval ? job.eval->dataset : in.dataset, Sbp::split(0)};
+    RILL_ASSIGN_OR_RETURN(node.placement, resolve_placement(job, in.name, in.placement, what, g));
     if (in.sbp) {
       auto batch_or_b = [](const Sbp& s) { return s == Sbp::split(0) || s == Sbp::broadcast(); };
       if (!batch_or_b(in.sbp->across) || !batch_or_b(in.sbp->within))
         return invalid_argument("{}: SBP {} is not supported for inputs (S(0) or B on each axis)", what,
                                 in.sbp->to_string());
-      node.sbp = canonical(*in.sbp, g->cluster.num_nodes, g->cluster.devices_per_node);
+      RILL_ASSIGN_OR_RETURN(node.sbp, place_sbp(*in.sbp, node.placement, what, *g));
       g->two_d = g->two_d || !node.sbp.flat();
     }
+    const int parts = g->placement(node.placement).parallel();
+    if (node.sbp.has(Sbp::kSplit) && g->global_batch < parts)
+      return invalid_argument("{}: the batch of {} is smaller than the {} devices it is split over", what,
+                              g->global_batch, parts);
     Shape shape = in.shape;
     shape.insert(shape.begin(), g->global_batch);
-    g->tensors[in.name] =
-        LogicalTensor{in.name, TensorMeta{shape, in.dtype}, TensorOrigin::kInput, static_cast<int>(i), 0, node.sbp};
+    g->tensors[in.name] = LogicalTensor{
+        in.name, TensorMeta{shape, in.dtype}, TensorOrigin::kInput, static_cast<int>(i), 0, node.sbp, node.placement};
     g->inputs.push_back(std::move(node));
   }
   for (const graph::Dataset& d : job.datasets) {
@@ -74,6 +125,8 @@ Status add_variables(const graph::Job& job, LogicalGraph* g, std::set<std::strin
     if (init == nullptr || init->role != OpRole::kInitializer)
       return not_found("{}: unknown initializer '{}'", what, v.init.type);
     VariableNode node{v, Sbp::broadcast(), "", "", {}, 0, -1};
+    RILL_ASSIGN_OR_RETURN(node.placement, resolve_placement(job, v.name, v.placement, what, g));
+    const graph::Placement& placement = g->placement(node.placement);
     if (v.sbp) {
       if (v.sbp->has(Sbp::kPartialSum))
         return invalid_argument("{}: SBP {} is not allowed for a variable: it holds values, not partial sums", what,
@@ -82,15 +135,15 @@ Status add_variables(const graph::Job& job, LogicalGraph* g, std::set<std::strin
         if (s.kind == Sbp::kSplit && (s.axis < 0 || s.axis >= static_cast<int>(v.shape.size())))
           return invalid_argument("{}: {} splits an axis a {}-d variable lacks", what, v.sbp->to_string(),
                                   v.shape.size());
-      node.sbp = canonical(*v.sbp, g->cluster.num_nodes, g->cluster.devices_per_node);
+      RILL_ASSIGN_OR_RETURN(node.sbp, place_sbp(*v.sbp, node.placement, what, *g));
       g->two_d = g->two_d || !node.sbp.flat();
-    } else if (job.train.zero && v.trainable && !v.shape.empty() && v.shape[0] >= g->parallel()) {
+    } else if (job.train.zero && v.trainable && !v.shape.empty() && v.shape[0] >= placement.parallel()) {
       // ZeRO: each device keeps and updates its rows (and their optimizer
       // state); the gradient arrives reduce-scattered, the forward gathers.
       node.sbp = Sbp::split(0);
     }
-    g->tensors[v.name] =
-        LogicalTensor{v.name, TensorMeta{v.shape, v.dtype}, TensorOrigin::kVariable, static_cast<int>(i), 0, node.sbp};
+    g->tensors[v.name] = LogicalTensor{v.name,    TensorMeta{v.shape, v.dtype}, TensorOrigin::kVariable,
+                                       static_cast<int>(i), 0, node.sbp, node.placement};
     g->variables.push_back(std::move(node));
   }
   return {};
@@ -142,9 +195,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   }
   const char* batch_what = mode == Mode::kEval ? "eval.batch_size" : "train.batch_size";
   if (g.global_batch < 1) return invalid_argument("{} is {}, expected at least 1", batch_what, g.global_batch);
-  if (g.global_batch < cluster.parallel())
-    return invalid_argument("{} {} is smaller than the {} devices it is split over", batch_what, g.global_batch,
-                            cluster.parallel());
+  g.placements = {graph::whole_cluster(cluster.device_type, cluster.num_nodes, cluster.devices_per_node)};
 
   std::set<std::string> names;
   RILL_RETURN_IF_ERROR(add_inputs(job, mode, &g, &names));
@@ -163,9 +214,11 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     node.attrs = op.attrs;
     node.output_hints = op.output_sbp;
     node.output_hints.resize(op.outputs.size());
+    const std::string what = fmt::format("op '{}'", op.name);
+    RILL_ASSIGN_OR_RETURN(node.placement, resolve_placement(job, op.name, op.placement, what, &g));
     for (std::optional<NdSbp>& hint : node.output_hints)
       if (hint) {
-        *hint = canonical(*hint, cluster.num_nodes, cluster.devices_per_node);
+        RILL_ASSIGN_OR_RETURN(*hint, place_sbp(*hint, node.placement, what, g));
         g.two_d = g.two_d || !hint->flat();
       }
     RILL_RETURN_IF_ERROR(g.append_op(std::move(node)));

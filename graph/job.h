@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/placement.h"
 #include "kernels/attrs.h"
 #include "kernels/data/dataset_spec.h"
 #include "kernels/tensor.h"
@@ -25,6 +26,7 @@ struct Input {
   Shape shape;                // per sample (the batch axis is added)
   DType dtype = DType::kF32;
   std::optional<NdSbp> sbp;   // default S(0)
+  std::optional<Placement> placement;  // default: its group's, else the job's devices
   bool operator==(const Input&) const = default;
 };
 
@@ -41,6 +43,7 @@ struct Variable {
   Initializer init;
   std::optional<NdSbp> sbp;   // default B
   bool trainable = true;
+  std::optional<Placement> placement;  // default: its group's, else the job's devices
   bool operator==(const Variable&) const = default;
 };
 
@@ -51,7 +54,16 @@ struct Op {
   std::vector<std::string> outputs;
   Attrs attrs;
   std::vector<std::optional<NdSbp>> output_sbp;  // hints, per output (may be empty)
+  std::optional<Placement> placement;  // default: its group's, else the job's devices
   bool operator==(const Op&) const = default;
+};
+
+// Ops, inputs and variables (by name) that share one placement.
+struct Group {
+  std::string name;
+  Placement placement;
+  std::vector<std::string> members;
+  bool operator==(const Group&) const = default;
 };
 
 struct Optimizer {
@@ -109,6 +121,7 @@ struct Job {
   std::vector<Input> inputs;
   std::vector<Variable> variables;
   std::vector<Op> ops;
+  std::vector<Group> groups;
   std::string loss;           // a scalar tensor
   std::vector<Metric> metrics;
   std::vector<std::string> fetch;  // tensors whose whole (logical) value the result carries, at the last step

@@ -73,16 +73,18 @@ std::string JobBuilder::fresh_name(const std::string& type, const std::string& r
 void JobBuilder::dataset(graph::Dataset spec) { job_.datasets.push_back(std::move(spec)); }
 
 TensorHandle JobBuilder::input(const std::string& name, const std::string& dataset, const std::string& field,
-                               Shape shape, DType dtype, std::optional<NdSbp> sbp) {
+                               Shape shape, DType dtype, std::optional<NdSbp> sbp,
+                               std::optional<graph::Placement> placement) {
   used_names_.insert(name);
-  job_.inputs.push_back({name, dataset, field, std::move(shape), dtype, sbp});
+  job_.inputs.push_back({name, dataset, field, std::move(shape), dtype, sbp, std::move(placement)});
   return {name};
 }
 
 TensorHandle JobBuilder::variable(const std::string& name, Shape shape, graph::Initializer init,
                                   const VariableOptions& options) {
   used_names_.insert(name);
-  job_.variables.push_back({name, std::move(shape), options.dtype, std::move(init), options.sbp, options.trainable});
+  job_.variables.push_back({name, std::move(shape), options.dtype, std::move(init), options.sbp, options.trainable,
+                            options.placement});
   return {name};
 }
 
@@ -95,6 +97,7 @@ TensorHandle JobBuilder::op(const std::string& type, std::vector<TensorHandle> i
   op.outputs = {op.name};
   op.attrs = with(std::move(attrs), options.attrs);
   if (options.sbp) op.output_sbp = {options.sbp};
+  op.placement = options.placement;
   job_.ops.push_back(std::move(op));
   return {job_.ops.back().name};
 }
@@ -114,8 +117,22 @@ std::vector<TensorHandle> JobBuilder::op_outputs(const std::string& type, std::v
   }
   op.attrs = with(std::move(attrs), options.attrs);
   if (options.sbp) op.output_sbp = {options.sbp};
+  op.placement = options.placement;
   job_.ops.push_back(std::move(op));
   return outputs;
+}
+
+void JobBuilder::group(const std::string& name, graph::Placement placement, const std::vector<TensorHandle>& members) {
+  graph::Group g{name, std::move(placement), {}};
+  for (const TensorHandle& m : members) {
+    // An op's output "<op>:<i>" names the op.
+    std::string member = m.name;
+    for (const graph::Op& op : job_.ops)
+      for (const std::string& out : op.outputs)
+        if (out == m.name) member = op.name;
+    g.members.push_back(std::move(member));
+  }
+  job_.groups.push_back(std::move(g));
 }
 
 TensorHandle JobBuilder::matmul(TensorHandle a, TensorHandle b, const OpOptions& options) {

@@ -45,12 +45,14 @@ struct OpOptions {
   std::string name;        // the op's name and its output's; "" for "<type>_<n>"
   std::optional<NdSbp> sbp;  // SBP hint for the output
   Attrs attrs;             // more attributes, e.g. {{"transpose_b", int64_t{1}}}
+  std::optional<graph::Placement> placement;  // default: the job's devices
 };
 
 struct VariableOptions {
   DType dtype = DType::kF32;
   std::optional<NdSbp> sbp;  // default B
   bool trainable = true;
+  std::optional<graph::Placement> placement;  // default: the job's devices
 };
 
 namespace init {
@@ -74,7 +76,8 @@ class JobBuilder {
 
   void dataset(graph::Dataset spec);
   TensorHandle input(const std::string& name, const std::string& dataset, const std::string& field, Shape shape,
-                     DType dtype = DType::kF32, std::optional<NdSbp> sbp = std::nullopt);
+                     DType dtype = DType::kF32, std::optional<NdSbp> sbp = std::nullopt,
+                     std::optional<graph::Placement> placement = std::nullopt);
   TensorHandle variable(const std::string& name, Shape shape, graph::Initializer init,
                         const VariableOptions& options = {});
 
@@ -114,6 +117,10 @@ class JobBuilder {
   TensorHandle concat(std::vector<TensorHandle> xs, int64_t axis, const OpOptions& options = {});
   TensorHandle accuracy(TensorHandle logits, TensorHandle labels, const OpOptions& options = {});
   TensorHandle scale(TensorHandle x, double factor, const OpOptions& options = {});
+
+  // Puts `members` (inputs, variables or ops, by the tensor an op makes or
+  // its name) on `placement`, e.g. graph::parse_placement("cpu 1:0-1").
+  void group(const std::string& name, graph::Placement placement, const std::vector<TensorHandle>& members);
 
   void minimize(TensorHandle loss, graph::Optimizer optimizer);
   void metric(const std::string& name, TensorHandle tensor);

@@ -55,6 +55,7 @@ class GraphChecker {
     check_loss();
     check_metrics();
     check_fetch();
+    check_groups();
   }
 
  private:
@@ -336,6 +337,48 @@ class GraphChecker {
                      name_list(order_));
       else if (!seen.insert(name).second)
         issues_->add(path, "{}: tensor '{}' is fetched twice", path, name);
+    }
+  }
+
+  // Group members are inputs, variables or ops of the job, each in at most
+  // one group and not also placed on its own; group names are distinct.
+  void check_groups() {
+    std::map<std::string, std::string> placed;  // member -> where it is placed
+    std::map<std::string, std::string> kinds;   // name -> "input" | "variable" | "op"
+    for (size_t i = 0; i < job_.inputs.size(); ++i) {
+      kinds[job_.inputs[i].name] = "input";
+      if (job_.inputs[i].placement) placed[job_.inputs[i].name] = label("inputs", i, job_.inputs[i].name);
+    }
+    for (size_t i = 0; i < job_.variables.size(); ++i) {
+      kinds[job_.variables[i].name] = "variable";
+      if (job_.variables[i].placement) placed[job_.variables[i].name] = label("variables", i, job_.variables[i].name);
+    }
+    for (size_t i = 0; i < job_.ops.size(); ++i) {
+      kinds[job_.ops[i].name] = "op";
+      if (job_.ops[i].placement) placed[job_.ops[i].name] = label("ops", i, job_.ops[i].name);
+    }
+    std::vector<std::string> names;
+    for (const auto& [name, kind] : kinds) names.push_back(name);
+    std::set<std::string> group_names;
+    for (size_t i = 0; i < job_.groups.size(); ++i) {
+      const Group& g = job_.groups[i];
+      const std::string path = fmt::format("groups[{}]", i), where = label("groups", i, g.name);
+      if (g.name.empty()) issues_->add(path + ".name", "{}: the group has no name", where);
+      else if (!group_names.insert(g.name).second)
+        issues_->add(path + ".name", "{}: group name '{}' is used twice", where, g.name);
+      if (g.members.empty()) issues_->add(path + ".members", "{}: the group has no members", where);
+      for (size_t k = 0; k < g.members.size(); ++k) {
+        const std::string& m = g.members[k];
+        const std::string mpath = fmt::format("{}.members[{}]", path, k);
+        if (kinds.count(m) == 0) {
+          issues_->add(mpath, "{}: '{}' is not an input, variable or op of the job{}", where, m,
+                       did_you_mean(m, names));
+          continue;
+        }
+        auto [it, fresh] = placed.emplace(m, where);
+        if (!fresh)
+          issues_->add(mpath, "{}: {} '{}' is already placed by {}", where, kinds[m], m, it->second);
+      }
     }
   }
 

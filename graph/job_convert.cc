@@ -52,6 +52,17 @@ class Converter {
     return out;
   }
 
+  std::optional<Placement> placement(const flatbuffers::String* text, const std::string& path,
+                                     const std::string& where) {
+    if (text == nullptr) return std::nullopt;
+    auto p = parse_placement(text->str());
+    if (!p.ok()) {
+      issues_->add(path, "{}: {}", where, p.status().message());
+      return std::nullopt;
+    }
+    return *p;
+  }
+
   template <typename Int>
   void integer(flatbuffers::Optional<int64_t> value, const std::string& path, const std::string& where, Int* out) {
     if (!value) return;
@@ -151,6 +162,7 @@ class Converter {
     out->shape = shape_of(in.shape());
     dtype(in.dtype(), path + ".dtype", where, &out->dtype);
     out->sbp = sbp(in.sbp(), path + ".sbp", where);
+    out->placement = placement(in.placement(), path + ".placement", where);
   }
 
   void variable(const fb::Variable& in, size_t i, Variable* out) {
@@ -163,6 +175,7 @@ class Converter {
       attrs(reinterpret_cast<const flatbuffers::Table*>(in.init()), "Init", "type", path + ".init", &out->init.attrs);
     }
     out->sbp = sbp(in.sbp(), path + ".sbp", where);
+    out->placement = placement(in.placement(), path + ".placement", where);
     if (in.trainable()) out->trainable = *in.trainable();
   }
 
@@ -176,6 +189,14 @@ class Converter {
     attrs(reinterpret_cast<const flatbuffers::Table*>(in.attrs()), "Attrs", "", path + ".attrs", &out->attrs);
     if (in.sbp() != nullptr)
       for (const flatbuffers::String* hint : *in.sbp()) out->output_sbp.push_back(sbp(hint, path + ".sbp", where));
+    out->placement = placement(in.placement(), path + ".placement", where);
+  }
+
+  void group(const fb::Group& in, size_t i, Group* out) {
+    std::string path = fmt::format("groups[{}]", i), where = label("groups", i, str(in.name()));
+    out->name = str(in.name());
+    if (auto p = placement(in.placement(), path + ".placement", where)) out->placement = *p;
+    out->members = strings_of(in.members());
   }
 
   void run_config(const fb::Job& in, Job* out) {
@@ -233,6 +254,8 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
   for (const fb::Variable* v : items(root.variables())) c.variable(*v, i++, &job->variables.emplace_back());
   i = 0;
   for (const fb::Op* op : items(root.ops())) c.op(*op, i++, &job->ops.emplace_back());
+  i = 0;
+  for (const fb::Group* g : items(root.groups())) c.group(*g, i++, &job->groups.emplace_back());
   job->loss = str(root.loss());
   for (const fb::Metric* m : items(root.metrics())) job->metrics.push_back({str(m->name()), str(m->tensor())});
   if (root.fetch() != nullptr)

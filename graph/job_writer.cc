@@ -131,6 +131,11 @@ class Writer {
     for (size_t i = 0; i < job.ops.size(); ++i) ops.items.push_back(op(job.ops[i], i));
     root.add("datasets", std::move(datasets)).add("inputs", std::move(inputs));
     root.add("variables", std::move(variables)).add("ops", std::move(ops));
+    if (!job.groups.empty()) {
+      Node groups = Node::array();
+      for (size_t i = 0; i < job.groups.size(); ++i) groups.items.push_back(group(job.groups[i], i));
+      root.add("groups", std::move(groups));
+    }
     root.add("loss", str(job.loss, "loss"));
     if (!job.metrics.empty()) {
       Node metrics = Node::array();
@@ -353,6 +358,7 @@ class Writer {
     out.add("field", str(in.field, where + ": field")).add("shape", ints(in.shape));
     if (in.dtype != DType::kF32) out.add("dtype", dtype(in.dtype, where));
     if (in.sbp) out.add("sbp", sbp(in.sbp, where));
+    if (in.placement) out.add("placement", placement(*in.placement, where));
     return out;
   }
 
@@ -367,6 +373,7 @@ class Writer {
     out.add("init", std::move(init));
     if (v.sbp) out.add("sbp", sbp(v.sbp, where));
     if (!v.trainable) out.add("trainable", Node::scalar("false"));
+    if (v.placement) out.add("placement", placement(*v.placement, where));
     return out;
   }
 
@@ -391,7 +398,25 @@ class Writer {
       for (const std::optional<NdSbp>& hint : op.output_sbp) hints.items.push_back(sbp(hint, where));
       out.add("sbp", std::move(hints));
     }
+    if (op.placement) out.add("placement", placement(*op.placement, where));
     return out;
+  }
+
+  Node group(const Group& g, size_t i) {
+    std::string where = check::label("groups", i, g.name);
+    Node out = Node::object();
+    out.add("name", str(g.name, where + ": name")).add("placement", placement(g.placement, where));
+    Node members = Node::array();
+    for (const std::string& name : g.members) members.items.push_back(str(name, where + ": member"));
+    out.add("members", std::move(members));
+    return out;
+  }
+
+  Node placement(const Placement& p, const std::string& where) {
+    const std::string text = p.to_string();
+    auto back = parse_placement(text);
+    if (!back.ok() || !(*back == p)) fail("{}: placement {} does not read back", where, text);
+    return str(text, where + ": placement");
   }
 
   Node optimizer(const Optimizer& o) {
