@@ -41,6 +41,10 @@ std::string plan_json(const plan::Plan& p) {
   root["devices_per_node"] = p.devices_per_node();
   root["node"] = p.node();
   root["num_tasks"] = p.num_tasks();
+  std::vector<std::string> placements;
+  if (p.placements() != nullptr)
+    for (const flatbuffers::String* text : *p.placements()) placements.push_back(text->str());
+  root["placements"] = placements;
   Json tasks = Json::array();
   if (p.tasks() != nullptr) {
     for (const plan::Task* t : *p.tasks()) {
@@ -54,7 +58,20 @@ std::string plan_json(const plan::Plan& p) {
                    {"thread", t->thread()},
                    {"inputs", vec(t->inputs())},
                    {"outputs", vec(t->outputs())}};
-      if (const plan::BoxingConf* b = t->boxing()) {
+      const int placement = t->placement();
+      task["placement"] = placement >= 0 && placement < static_cast<int>(placements.size())
+                              ? Json(placements[static_cast<size_t>(placement)])
+                              : Json(nullptr);
+      if (const plan::BoxingConf* b = t->boxing(); b != nullptr && b->origins() != nullptr) {
+        // A move between placements: a slice or an assembly of pieces.
+        const plan::RegstDesc* r =
+            t->outputs() != nullptr && t->outputs()->size() > 0 ? find_regst(p, t->outputs()->Get(0)) : nullptr;
+        task["boxing"] = {{"in", sbp_string(b->in_sbp())},
+                          {"out", sbp_string(b->out_sbp())},
+                          {"collective", "move"},
+                          {"pieces_read", t->inputs() != nullptr ? t->inputs()->size() : 0},
+                          {"piece_bytes", r != nullptr ? r->bytes() : 0}};
+      } else if (const plan::BoxingConf* b = t->boxing()) {
         const NdSbp in = read_sbp(b->in_sbp()), out = read_sbp(b->out_sbp());
         // Of every tensor it boxes (a bucket's first piece of each).
         int64_t logical_bytes = 0;
@@ -103,9 +120,23 @@ std::string plan_json(const plan::Plan& p) {
   return root.dump(2);
 }
 
+// Fill colours of tasks by placement (Plan.placements order), cycling.
+constexpr const char* kPlacementColours[] = {"#dbe9f6", "#fde0c5", "#d9f0d3", "#f2d7ee",
+                                             "#fff3b0", "#d6d6f5", "#f7d6d0", "#cfeee9"};
+
 std::string plan_dot(const plan::Plan& p) {
   std::string out = fmt::format("digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n",
                                 dot_escape(str(p.job_name())));
+  const size_t num_colours = std::size(kPlacementColours);
+  auto colour = [&](int placement) { return kPlacementColours[static_cast<size_t>(placement) % num_colours]; };
+  // A legend: one box per placement in its colour.
+  if (p.placements() != nullptr && p.placements()->size() > 1) {
+    out += "  subgraph cluster_placements {\n    label=\"placements\";\n";
+    for (uint32_t i = 0; i < p.placements()->size(); ++i)
+      out += fmt::format("    placement{} [label=\"{}\", style=filled, fillcolor=\"{}\"];\n", i,
+                         dot_escape(p.placements()->Get(i)->str()), colour(static_cast<int>(i)));
+    out += "  }\n";
+  }
   // Group task positions by node, then by thread; std::map keeps the order fixed.
   // Graph nodes are named by actor id index, which edges can name too (in a
   // node plan, tasks of other nodes appear as bare graph nodes).
@@ -126,8 +157,10 @@ std::string plan_dot(const plan::Plan& p) {
         const plan::Task* t = p.tasks()->Get(i);
         std::string label = dot_escape(str(t->name()));
         if (t->op_type() != nullptr && t->op_type()->size() > 0) label += "\\n" + dot_escape(str(t->op_type()));
-        out += fmt::format("      t{} [label=\"{}\\n{}\"];\n", ActorId::index(t->id()), label,
-                           plan::EnumNameTaskKind(t->kind()));
+        const std::string fill =
+            t->placement() >= 0 ? fmt::format(", style=filled, fillcolor=\"{}\"", colour(t->placement())) : "";
+        out += fmt::format("      t{} [label=\"{}\\n{}\"{}];\n", ActorId::index(t->id()), label,
+                           plan::EnumNameTaskKind(t->kind()), fill);
       }
       out += "    }\n";
     }

@@ -49,11 +49,13 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
       const plan::BoxingConf* c = t->boxing();
       if (c == nullptr || c->in_sbp() == nullptr || c->out_sbp() == nullptr) return false;
       if (c->num_nodes() < 1 || c->num_nodes() > p.num_nodes() || c->node() != t->node()) return false;
-      // Peers, when any: one per node, this task at its own node's place.
+      // Peers, when any: one per node of the placement, this task at its
+      // node's place among them (first_rank / local_pieces).
       const auto* peers = c->peers();
       if (peers == nullptr || peers->size() == 0) return true;
-      return peers->size() == static_cast<uint32_t>(c->num_nodes()) && c->node() < c->num_nodes() &&
-             peers->Get(static_cast<uint32_t>(c->node())) == t->id();
+      const int index = c->local_pieces() > 0 ? c->first_rank() / c->local_pieces() : -1;
+      return peers->size() == static_cast<uint32_t>(c->num_nodes()) && index >= 0 && index < c->num_nodes() &&
+             peers->Get(static_cast<uint32_t>(index)) == t->id();
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv: return t->inputs()->size() == 1 && t->outputs()->size() == 1;

@@ -120,4 +120,57 @@ TEST_CASE("2-D SBP layouts (data parallel across nodes, model parallel within, a
     }
 }
 
+// Placements: the network cut into stages, each on its own devices, the
+// tensors between them moved (sliced, sent, assembled) and each stage's
+// gradients summed among its own devices only. Moves copy values and never
+// add, so only the grouping of the sums changes again: the same bound.
+TEST_CASE("jobs cut into stages on placements of their own give the exact gradients") {
+  Problem data = make_problem();
+  Reference ref = reference(data.x, data.y, data.weights);
+  auto staged = [&](const std::vector<std::pair<std::string, std::vector<std::string>>>& stages,
+                    const std::map<std::string, NdSbp>& variables) {
+    Problem p = with_sbp(data, variables, std::nullopt);
+    for (const auto& [placement, members] : stages) {
+      auto parsed = graph::parse_placement(placement);
+      REQUIRE_MESSAGE(parsed.ok(), parsed.status().to_string());
+      p.job.groups.push_back({placement, *parsed, members});
+    }
+    return p;
+  };
+  const std::vector<std::string> first = {"x", "y", "w1", "b1", "fc1", "z1", "h1"};
+  const std::vector<std::string> second = {"w2", "b2", "fc2", "z2", "h2", "w3", "b3", "fc3", "z3", "xent", "loss"};
+  const Sbp b = Sbp::broadcast(), s1 = Sbp::split(1);
+  struct Case {
+    const char* what;
+    int nodes;
+    const char* devices;
+    Problem problem;
+  };
+  const std::vector<Case> cases = {
+      {"one device per stage, one stage per node", 2, "cpu:1", staged({{"cpu 0:0", first}, {"cpu 1:0", second}}, {})},
+      {"a data-parallel stage, then a one-device stage, on one node", 1, "cpu:3",
+       staged({{"cpu 0:0-1", first}, {"cpu 0:2", second}}, {})},
+      // Stage 0's gradients are summed between nodes 0 and 1 only; stage 1
+      // splits w3 by columns, so h2's gradient is partial there and is
+      // reduced before it moves.
+      {"a data-parallel stage over 2 nodes, then a model-parallel stage", 3, "cpu:2",
+       staged({{"cpu 0-1:0-1", first}, {"cpu 2:0-1", second}}, {{"w3", s1}, {"b3", Sbp::split(0)}})},
+      {"a 2-D stage (data parallel across nodes, Megatron within), then a stage on the third node", 3, "cpu:2",
+       staged({{"cpu [2,2] 0-1:0-1", first}, {"cpu 2:0-1", second}}, {{"w1", NdSbp(b, s1)}, {"b1", NdSbp(b, Sbp::split(0))}})},
+      {"the whole job on nodes 1 and 2 of 3: collectives among those two only", 3, "cpu:2",
+       [&] {
+         std::vector<std::string> all = first;
+         all.insert(all.end(), second.begin(), second.end());
+         return staged({{"cpu 1-2:0-1", all}}, {});
+       }()},
+      {"stages on overlapping devices in reverse order", 2, "cpu:2",
+       staged({{"cpu 1:0-1", first}, {"cpu 0-1:1", second}}, {{"w2", Sbp::split(0)}})},
+  };
+  for (const Case& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    check_one_step(c.problem, ref, c.nodes, c.devices);
+  }
+}
+
 }  // namespace rill

@@ -1,0 +1,195 @@
+// Placements in plans: tasks only on their placement's devices, moves
+// between placements (pieces read as they are, or sliced where they live so
+// only the overlap crosses nodes, then assembled), collectives among a
+// placement's nodes only, placements in `rill plan`, and the errors.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/placement.h"
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using plan::TaskKind;
+using testing::compile_ok;
+using testing::plan_of;
+using testing::producer;
+using testing::regst;
+using testing::task;
+using testing::task_named;
+using testing::tasks_of_kind;
+
+graph::Placement parsed(const std::string& text) {
+  auto p = graph::parse_placement(text);
+  REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+  return *p;
+}
+
+// mlp_job cut after the hidden layer: stage 0 on `first`, stage 1 on `second`.
+graph::Job staged(const std::string& first, const std::string& second) {
+  graph::Job job = testing::mlp_job(8, 4);
+  job.groups.push_back({"stage0", parsed(first), {"image", "label", "w1", "b1", "fc1", "bias1", "act1"}});
+  job.groups.push_back({"stage1", parsed(second), {"w2", "fc2", "xent", "mean", "acc"}});
+  return job;
+}
+
+std::string placement_of(const plan::Plan& p, const plan::Task* t) {
+  return t->placement() < 0 ? "" : p.placements()->Get(static_cast<uint32_t>(t->placement()))->str();
+}
+
+StatusOr<std::string> compile_on(const graph::Job& job, const std::string& devices, int nodes) {
+  auto cluster = compiler::parse_devices(devices, nodes);
+  REQUIRE(cluster.ok());
+  return compiler::compile(job, *cluster, {});
+}
+
+TEST_CASE("a job in two stages: each op's tasks on its stage's devices only, activations sliced before they cross") {
+  const std::string bytes = compile_ok(staged("cpu 0:0", "cpu 1:0-1"), "cpu:2", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  REQUIRE(p.placements() != nullptr);
+  CHECK(p.placements()->size() == 3);  // the job's devices, then each stage
+  std::set<std::string> stage0 = {"fc1", "bias1", "act1", "w1", "b1"};
+  int fc1 = 0, fc2 = 0;
+  for (const plan::Task* t : *p.tasks()) {
+    const std::string name = t->name()->str();
+    const std::string base = name.substr(0, name.find('@'));
+    if (t->kind() != TaskKind::Compute && t->kind() != TaskKind::Variable) continue;
+    CAPTURE(name);
+    const bool backward0 = base.rfind("grad/fc1/", 0) == 0 || base.rfind("grad/bias1/", 0) == 0 ||
+                           base.rfind("grad/act1/", 0) == 0;
+    if (stage0.count(base) != 0 || backward0) {
+      CHECK(t->node() == 0);
+      CHECK(t->device() == 0);
+      CHECK(placement_of(p, t) == "cpu 0:0");
+    } else {
+      CHECK(t->node() == 1);
+      CHECK(placement_of(p, t) == "cpu 1:0-1");
+    }
+    fc1 += base == "fc1";
+    fc2 += base == "fc2";
+  }
+  CHECK(fc1 == 1);
+  CHECK(fc2 == 2);
+  // Stage 0 runs on one device: no boxing of its gradients; stage 1's are
+  // summed on node 1 alone.
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
+    CAPTURE(t->name()->str());
+    if (t->boxing()->origins() == nullptr) {
+      CHECK(t->node() == 1);
+      CHECK(t->boxing()->num_nodes() == 1);
+      CHECK(t->boxing()->peers()->size() == 0);
+    }
+  }
+  // The activation a1 [4, 8] leaves node 0 as two slices of 2 rows, one per
+  // device of stage 1, each cut on node 0 and read by fc2 as it arrives.
+  int slices = 0;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
+    if (t->boxing()->origins() == nullptr || t->name()->str().find("move:a1:") != 0) continue;
+    ++slices;
+    CHECK(t->node() == 0);
+    CHECK(t->device() == 0);
+    const plan::RegstDesc* out = regst(p, t->outputs()->Get(0));
+    CHECK(std::vector<int64_t>(out->shape()->begin(), out->shape()->end()) == std::vector<int64_t>{2, 8});
+    const int64_t row = t->boxing()->origins()->Get(2);  // the output's origin, after the input's
+    CHECK(row == 2 * (slices - 1));
+  }
+  CHECK(slices == 2);
+  for (int d = 0; d < 2; ++d) {
+    const plan::Task* fc2_task = task_named(p, fmt::format("fc2@{}", d));
+    const plan::Task* recv = producer(p, fc2_task->inputs()->Get(0));
+    CHECK(recv->kind() == TaskKind::Recv);
+    CHECK(regst(p, fc2_task->inputs()->Get(0))->bytes() == 2 * 8 * 4);
+  }
+  // The gradient of a1 comes back from two pieces, assembled on node 0.
+  bool assembled = false;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing))
+    if (t->boxing()->origins() != nullptr && t->name()->str().rfind("move:grad/fc2/", 0) == 0) {
+      assembled = true;
+      CHECK(t->node() == 0);
+      CHECK(t->inputs()->size() == 2);
+      for (int64_t in : *t->inputs()) CHECK(producer(p, in)->kind() == TaskKind::Recv);
+    }
+  CHECK(assembled);
+
+  // rill plan: placements by task, moves named as such.
+  auto json = nlohmann::json::parse(compiler::plan_json(p));
+  CHECK(json["placements"] == nlohmann::json({"cpu 0-1:0-1", "cpu 0:0", "cpu 1:0-1"}));
+  bool saw_move = false;
+  for (const auto& t : json["tasks"]) {
+    if (t["name"] == "fc1@0") CHECK(t["placement"] == "cpu 0:0");
+    if (t["kind"] == "Sink") CHECK(t["placement"].is_null());
+    if (t.contains("boxing") && t["boxing"]["collective"] == "move") saw_move = true;
+  }
+  CHECK(saw_move);
+  const std::string dot = compiler::plan_dot(p);
+  CHECK(dot.find("cluster_placements") != std::string::npos);
+  CHECK(dot.find("fillcolor") != std::string::npos);
+}
+
+TEST_CASE("pieces already where they are needed move without a task; matching pieces on another node go as they are") {
+  // Stage 0 data parallel over node 0's 2 devices, stage 1 over node 1's:
+  // S(0) pieces of the same rows, so each crosses as it is.
+  const std::string bytes = compile_ok(staged("cpu 0:0-1", "cpu 1:0-1"), "cpu:2", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) CHECK(t->boxing()->origins() == nullptr);
+  // Overlapping placements: the same devices for both stages but listed
+  // apart; nothing moves at all and no Send/Recv appears.
+  const std::string same = compile_ok(staged("cpu 0:0-1", "cpu [1,2] 0:0-1"), "cpu:2", {}, 2);
+  const plan::Plan& q = *plan_of(same);
+  for (const plan::Task* t : tasks_of_kind(q, TaskKind::Boxing)) CHECK(t->boxing()->origins() == nullptr);
+  CHECK(tasks_of_kind(q, TaskKind::Send).empty());
+}
+
+TEST_CASE("a placement on some nodes sums its gradients among those nodes only") {
+  graph::Job job = testing::mlp_job(12, 6);
+  job.groups.push_back({"all", parsed("cpu 1-2:0"), {"image", "label", "w1", "b1", "w2", "fc1", "bias1", "act1",
+                                                    "fc2", "xent", "mean", "acc"}});
+  const std::string bytes = compile_ok(job, "cpu:1", {}, 3);
+  const plan::Plan& p = *plan_of(bytes);
+  int collectives = 0;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
+    CHECK(t->node() >= 1);
+    const auto* peers = t->boxing()->peers();
+    if (peers == nullptr || peers->size() == 0) continue;
+    ++collectives;
+    REQUIRE(peers->size() == 2);
+    CHECK(ActorId::node(peers->Get(0)) == 1);
+    CHECK(ActorId::node(peers->Get(1)) == 2);
+    CHECK(t->boxing()->num_nodes() == 2);
+  }
+  CHECK(collectives > 0);
+  for (const plan::Task* t : *p.tasks())
+    if (t->kind() != TaskKind::Sink && t->kind() != TaskKind::Recv) CHECK(t->node() != 0);
+}
+
+TEST_CASE("placement errors name the element, the placement and what is wrong") {
+  auto fails_with = [](const graph::Job& job, const std::string& devices, int nodes, const std::string& part) {
+    CAPTURE(part);
+    auto r = compile_on(job, devices, nodes);
+    REQUIRE(!r.ok());
+    CHECK_MESSAGE(r.status().message().find(part) != std::string::npos, r.status().message());
+  };
+  fails_with(staged("cpu 0:0", "cpu 2:0"), "cpu:1", 2,
+             "variable 'w2' (group 'stage1'): placement 'cpu 2:0' names node 2, but the cluster has 2 node(s)");
+  fails_with(staged("cpu 0:0", "cpu 1:0-2"), "cpu:2", 2,
+             "placement 'cpu 1:0-2' names device 2, but each node runs cpu:2 (devices 0 to 1)");
+  fails_with(staged("cpu 0:0", "cuda 1:0"), "cpu:1", 2, "placement 'cuda 1:0' is on cuda devices, but the job runs on cpu:1");
+  graph::Job split_inputs = staged("cpu 0:0", "cpu 1:0");
+  split_inputs.groups[0].members.erase(split_inputs.groups[0].members.begin() + 1);  // label
+  split_inputs.groups[1].members.push_back("label");
+  fails_with(split_inputs, "cpu:1", 2, "read dataset 'digits' on different placements");
+  graph::Job two_d = staged("cpu 0-1:0-1", "cpu 0-1:0-1");
+  two_d.variables[0].sbp = NdSbp(Sbp::broadcast(), Sbp::split(1));
+  fails_with(two_d, "cpu:2", 3,
+             "variable 'w1': SBP (B, S(1)) is 2-D, but placement 'cpu 0-1:0-1' is 1-D; write it with its hierarchy");
+  graph::Job small = staged("cpu 0-1:0-1", "cpu 1:0");
+  small.train.batch_size = 2;
+  fails_with(small, "cpu:2", 2, "input 'image': the batch of 2 is smaller than the 4 devices it is split over");
+}
+
+}  // namespace
+}  // namespace rill
