@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <latch>
 #include <map>
 #include <memory>
@@ -263,16 +264,11 @@ struct OneStep {
   std::map<std::string, std::vector<float>> grads;
 };
 
-// One step of `problem` on `nodes` x `devices` (nodes > 1: one runtime per
-// node, in-process, over in-process transports).
-inline OneStep run_one_step(const Problem& problem, int nodes, const std::string& devices) {
-  auto cluster = compiler::parse_devices(devices, nodes);
-  REQUIRE(cluster.ok());
-  auto plan = compiler::compile(problem.job, *cluster, {.steps = 1});
-  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+// Runs `plan` on `nodes` in-process runtimes over in-process transports
+// (nodes > 1), each with the options `setup` fills; fails the test unless
+// every node ends well.
+inline void run_nodes(const std::string& plan, int nodes, const std::function<void(RunOptions&)>& setup) {
   auto transports = nodes > 1 ? comm::make_inproc_transports(nodes) : std::vector<std::unique_ptr<comm::Transport>>{};
-  std::mutex mu;
-  OneStep out;
   std::vector<RunReport> reports(nodes);
   std::latch built(nodes);
   std::vector<std::thread> threads;
@@ -282,33 +278,11 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
       options.node = node;
       options.transport = nodes > 1 ? transports[node].get() : nullptr;
       options.stall_timeout_s = 30;
-      options.initial_values = problem.initial;
-      options.snapshot_every = 1;
-      options.on_snapshot = [&](int64_t, VariablePiece piece) {
-        std::lock_guard lock(mu);
-        for (auto& [state, values] : piece.state)
-          if (state == "momentum") {
-            // Pieces of a split variable fill their part of the whole; the
-            // replicas of a broadcast one must agree.
-            auto [it, fresh] = out.grads.emplace(
-                piece.name, std::vector<float>(static_cast<size_t>(num_elements(piece.logical_shape)), NAN));
-            std::vector<float> whole(it->second.size(), NAN);
-            copy_block(piece.logical_shape, piece.offset, piece.shape, whole.data(), values.data(), false);
-            for (size_t i = 0; i < whole.size(); ++i) {
-              if (std::isnan(whole[i])) continue;
-              if (!std::isnan(it->second[i])) CHECK(it->second[i] == whole[i]);  // every replica holds the same sum
-              it->second[i] = whole[i];
-            }
-          }
-      };
-      options.on_step = [&](const StepMetrics& m) {
-        for (size_t i = 0; i < m.names.size(); ++i)
-          if (m.names[i] == "loss") out.loss = m.values[i];
-      };
+      setup(options);
       // Every node builds (and so listens for its peers) before any runs,
       // as the agents' Start does; a message that came earlier would go to
       // the transport's mailbox, not to the runtime.
-      auto runtime = NodeRuntime::build(*plan, options);
+      auto runtime = NodeRuntime::build(plan, options);
       built.arrive_and_wait();
       if (!runtime.ok()) {
         reports[node].status = runtime.status();
@@ -321,6 +295,42 @@ inline OneStep run_one_step(const Problem& problem, int nodes, const std::string
   for (size_t node = 0; node < reports.size(); ++node)
     statuses += fmt::format("\nnode {}: {}", node, reports[node].status.to_string());
   for (auto& report : reports) REQUIRE_MESSAGE(report.status.ok(), statuses);
+}
+
+// One step of `problem` on `nodes` x `devices` (nodes > 1: one runtime per
+// node, in-process, over in-process transports).
+inline OneStep run_one_step(const Problem& problem, int nodes, const std::string& devices) {
+  auto cluster = compiler::parse_devices(devices, nodes);
+  REQUIRE(cluster.ok());
+  auto plan = compiler::compile(problem.job, *cluster, {.steps = 1});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  std::mutex mu;
+  OneStep out;
+  run_nodes(*plan, nodes, [&](RunOptions& options) {
+    options.initial_values = problem.initial;
+    options.snapshot_every = 1;
+    options.on_snapshot = [&](int64_t, VariablePiece piece) {
+      std::lock_guard lock(mu);
+      for (auto& [state, values] : piece.state)
+        if (state == "momentum") {
+          // Pieces of a split variable fill their part of the whole; the
+          // replicas of a broadcast one must agree.
+          auto [it, fresh] = out.grads.emplace(
+              piece.name, std::vector<float>(static_cast<size_t>(num_elements(piece.logical_shape)), NAN));
+          std::vector<float> whole(it->second.size(), NAN);
+          copy_block(piece.logical_shape, piece.offset, piece.shape, whole.data(), values.data(), false);
+          for (size_t i = 0; i < whole.size(); ++i) {
+            if (std::isnan(whole[i])) continue;
+            if (!std::isnan(it->second[i])) CHECK(it->second[i] == whole[i]);  // every replica holds the same sum
+            it->second[i] = whole[i];
+          }
+        }
+    };
+    options.on_step = [&](const StepMetrics& m) {
+      for (size_t i = 0; i < m.names.size(); ++i)
+        if (m.names[i] == "loss") out.loss = m.values[i];
+    };
+  });
   return out;
 }
 
