@@ -428,6 +428,9 @@ void Agent::worker_handle(ctl::Message message) {
             pending_ = std::move(*built);
             pending_job_ = m.job_id;
             pending_phase_ = m.phase;
+            // Count this job's traffic from here: the master starts sending
+            // once every node has acked, possibly before our Start arrives.
+            transport_->reset();
           }
           post_to_node(0, ctl::PlanAck{m.job_id, m.phase, options_.rank, error});
         } else if constexpr (std::is_same_v<T, ctl::Start>) {
@@ -438,7 +441,6 @@ void Agent::worker_handle(ctl::Message message) {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();
             }
-            transport_->reset();
             RunReport report = runtime->run();
             {
               std::lock_guard<std::mutex> lock(run_mu_);
