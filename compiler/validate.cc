@@ -41,6 +41,8 @@ StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
     }
   if (p == nullptr) return 0;
   const Cluster& c = g->cluster;
+  if (p->nodes.empty() || p->devices.empty())  // a default-constructed graph::Placement from C++
+    return invalid_argument("{}: the placement names no devices", source);
   if (p->type != c.device_type)
     return invalid_argument("{}: placement '{}' is on {} devices, but the job runs on {}:{}", source, p->to_string(),
                             type_name(p->type), type_name(c.device_type), c.devices_per_node);

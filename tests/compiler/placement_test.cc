@@ -186,6 +186,10 @@ TEST_CASE("placement errors name the element, the placement and what is wrong") 
   two_d.variables[0].sbp = NdSbp(Sbp::broadcast(), Sbp::split(1));
   fails_with(two_d, "cpu:2", 3,
              "variable 'w1': SBP (B, S(1)) is 2-D, but placement 'cpu 0-1:0-1' is 1-D; write it with its hierarchy");
+  graph::Job empty = staged("cpu 0:0", "cpu 1:0");
+  empty.ops[0].placement = graph::Placement{};
+  empty.groups[0].members.erase(empty.groups[0].members.begin() + 4);  // fc1, placed by itself
+  fails_with(empty, "cpu:1", 2, "op 'fc1': the placement names no devices");
   graph::Job small = staged("cpu 0-1:0-1", "cpu 1:0");
   small.train.batch_size = 2;
   fails_with(small, "cpu:2", 2, "input 'image': the batch of 2 is smaller than the 4 devices it is split over");
