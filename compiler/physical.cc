@@ -25,7 +25,7 @@ class Expander {
     out_.devices_per_node = g_.cluster.devices_per_node;
     out_.datasets = g_.datasets;
     for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
-    RILL_RETURN_IF_ERROR(add_sources());
+    add_sources();
     add_variables();
     add_computes();
     RILL_RETURN_IF_ERROR(add_boxings());
@@ -74,52 +74,58 @@ class Expander {
     return id;
   }
 
-  Status add_sources() {
+  // Sources: one set per dataset and (placement, SBP) its inputs are read
+  // in; each reads only its inputs' fields. Every set draws the same rows
+  // for a step (BatchSampler: one seeded order, rows of the global batch),
+  // so labels read where the loss is match the images read elsewhere.
+  void add_sources() {
     for (size_t d = 0; d < g_.datasets.size(); ++d) {
       const graph::Dataset& dataset = g_.datasets[d];
-      std::vector<const InputNode*> members;
-      for (const InputNode& in : g_.inputs)
-        if (in.dataset == dataset.name) members.push_back(&in);
-      for (const InputNode* in : members)
-        if (!(in->sbp == members[0]->sbp))
-          return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' with different SBPs",
-                                  members[0]->input.name, members[0]->sbp.to_string(), in->input.name,
-                                  in->sbp.to_string(), dataset.name);
-      for (const InputNode* in : members)
-        if (in->placement != members[0]->placement)
-          return invalid_argument("inputs '{}' ({}) and '{}' ({}) read dataset '{}' on different placements",
-                                  members[0]->input.name, at(members[0]->placement).to_string(), in->input.name,
-                                  at(in->placement).to_string(), dataset.name);
-      const NdSbp& sbp = members[0]->sbp;
-      const graph::Placement& p = at(members[0]->placement);
-      for (int rank = 0; rank < p.parallel(); ++rank) {
-        TaskNode task;
-        task.kind = plan::TaskKind::Source;
-        task.name = fmt::format("source:{}@{}", dataset.name, rank);
-        task.node = p.node_of(rank);
-        task.placement = members[0]->placement;
-        task.source.dataset = static_cast<int>(d);
-        // Rows by node, then by device within the node's rows (NdSbp's
-        // nesting); a split on one level only is that level's shards.
-        const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
-        const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
-        if (by_node) {
-          task.source.shard = rank / p.per_node();
-          task.source.num_shards = p.num_nodes();
-        }
-        if (by_device) {
-          (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
-          (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
-        }
-        for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
-        int t = add_task(std::move(task), DeviceType::kIo);
-        for (const InputNode* in : members) {
-          const LogicalTensor* tensor = g_.find(in->input.name);
-          pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, p, rank));
-        }
+      std::vector<std::vector<const InputNode*>> sets;
+      for (const InputNode& in : g_.inputs) {
+        if (in.dataset != dataset.name) continue;
+        auto same = [&](const std::vector<const InputNode*>& set) {
+          return set[0]->placement == in.placement && set[0]->sbp == in.sbp;
+        };
+        auto it = std::find_if(sets.begin(), sets.end(), same);
+        if (it == sets.end()) sets.push_back({&in});
+        else it->push_back(&in);
+      }
+      for (size_t k = 0; k < sets.size(); ++k) add_source_set(static_cast<int>(d), k, sets[k]);
+    }
+  }
+
+  void add_source_set(int d, size_t set, const std::vector<const InputNode*>& members) {
+    const graph::Dataset& dataset = g_.datasets[static_cast<size_t>(d)];
+    const std::string name = set == 0 ? dataset.name : fmt::format("{}.{}", dataset.name, set);
+    const NdSbp& sbp = members[0]->sbp;
+    const graph::Placement& p = at(members[0]->placement);
+    for (int rank = 0; rank < p.parallel(); ++rank) {
+      TaskNode task;
+      task.kind = plan::TaskKind::Source;
+      task.name = fmt::format("source:{}@{}", name, rank);
+      task.node = p.node_of(rank);
+      task.placement = members[0]->placement;
+      task.source.dataset = static_cast<int>(d);
+      // Rows by node, then by device within the node's rows (NdSbp's
+      // nesting); a split on one level only is that level's shards.
+      const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
+      const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
+      if (by_node) {
+        task.source.shard = rank / p.per_node();
+        task.source.num_shards = p.num_nodes();
+      }
+      if (by_device) {
+        (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
+        (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
+      }
+      for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
+      int t = add_task(std::move(task), DeviceType::kIo);
+      for (const InputNode* in : members) {
+        const LogicalTensor* tensor = g_.find(in->input.name);
+        pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, p, rank));
       }
     }
-    return {};
   }
 
   void add_variables() {

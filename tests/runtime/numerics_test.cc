@@ -163,6 +163,13 @@ TEST_CASE("jobs cut into stages on placements of their own give the exact gradie
          all.insert(all.end(), second.begin(), second.end());
          return staged({{"cpu 1-2:0-1", all}}, {});
        }()},
+      // The labels read on stage 1, where the loss is: its sources must
+      // draw the same rows as stage 0's images (the batch split 2 ways
+      // there, 4 ways here).
+      {"labels read on the last stage", 3, "cpu:2",
+       staged({{"cpu 0:0-1", {"x", "w1", "b1", "fc1", "z1", "h1"}},
+               {"cpu 1-2:0-1", {"y", "w2", "b2", "fc2", "z2", "h2", "w3", "b3", "fc3", "z3", "xent", "loss"}}},
+              {})},
       {"stages on overlapping devices in reverse order", 2, "cpu:2",
        staged({{"cpu 1:0-1", first}, {"cpu 0-1:1", second}}, {{"w2", Sbp::split(0)}})},
   };
