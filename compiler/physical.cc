@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace rill::compiler {
 namespace {
@@ -274,7 +275,8 @@ class Expander {
 
   // A move: each piece on the target placement is made from the source
   // pieces it overlaps (one replica of each distinct piece, the nearest:
-  // same device, then same node, then spread by target rank). A source
+  // same device, then same node, then spread by target node, so a node
+  // receives each part once). A source
   // piece that is exactly the target piece is read as it is (no task); one
   // that only overlaps it and lives on another node is sliced there first,
   // so only the overlap crosses; the parts are assembled on the target
@@ -287,6 +289,7 @@ class Expander {
     std::vector<Region> held(static_cast<size_t>(from.parallel()));
     for (int i = 0; i < from.parallel(); ++i) held[static_cast<size_t>(i)] = piece(shape, box.in, from, i);
     const std::string name = fmt::format("move:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+    std::map<std::tuple<int, Shape, Shape>, int> slices;  // (source rank, overlap) -> its regst
     for (int j = 0; j < to.parallel(); ++j) {
       const Region target = piece(shape, box.out, to, j);
       const int node = to.node_of(j), device = to.device_of(j);
@@ -297,7 +300,7 @@ class Expander {
         if (intersect(r, target).size() == 0 && !(target.size() == 0 && i == 0)) continue;
         const int score = (from.node_of(i) == node ? 0 : 2 * from.parallel()) +
                           (from.node_of(i) == node && from.device_of(i) == device ? 0 : from.parallel()) +
-                          (i - j % from.parallel() + from.parallel()) % from.parallel();
+                          (i - node % from.parallel() + from.parallel()) % from.parallel();
         auto [it, fresh] = nearest.try_emplace({r.origin, r.extent}, score, i);
         if (!fresh && score < it->second.first) it->second = {score, i};
       }
@@ -310,10 +313,12 @@ class Expander {
           parts.push_back({boxing_input(box, i), r});
           continue;
         }
-        const int slice = add_copy_task(box, fmt::format("{}@slice{}to{}", name, i, j), box.placement,
-                                        from.node_of(i), from.device_of(i), {{boxing_input(box, i), r}}, overlap,
-                                        box.out);
-        parts.push_back({slice, overlap});
+        // Target pieces alike (B on a node's devices) share one slice.
+        auto [it, fresh] = slices.try_emplace({i, overlap.origin, overlap.extent}, -1);
+        if (fresh)
+          it->second = add_copy_task(box, fmt::format("{}@slice{}to{}", name, i, j), box.placement, from.node_of(i),
+                                     from.device_of(i), {{boxing_input(box, i), r}}, overlap, box.out);
+        parts.push_back({it->second, overlap});
       }
       if (parts.size() == 1 && parts[0].second == target) {
         boxed_[static_cast<size_t>(b)].push_back(parts[0].first);

@@ -162,6 +162,41 @@ TEST_CASE("inputs of one dataset on different placements: a source on each, read
   for (const plan::Task* t : tasks_of_kind(p, TaskKind::Send)) CHECK(t->name()->str().find("label") == std::string::npos);
 }
 
+// x [8, 6] made in `in` on `from`, read in `out` on `to` (identity ops).
+graph::Job moved(const std::string& from, const std::string& in, const std::string& to, const std::string& out) {
+  graph::Job job = testing::mlp_job(8, 8);
+  job.inputs.resize(1);  // image [8, 4]
+  job.variables.clear();
+  NdSbp in_sbp, out_sbp;
+  REQUIRE(parse_nd_sbp(in, &in_sbp));
+  REQUIRE(parse_nd_sbp(out, &out_sbp));
+  graph::Op a{"a", "identity", {"image"}, {"a"}, {}, {in_sbp}, parsed(from)};
+  graph::Op b{"b", "identity", {"a"}, {"b"}, {}, {out_sbp}, parsed(to)};
+  graph::Op loss{"loss", "reduce_sum", {"b"}, {"loss"}, {}, {}, parsed(to)};
+  job.ops = {a, b, loss};
+  job.metrics.clear();
+  job.loss = "loss";
+  return job;
+}
+
+TEST_CASE("a move sends each part to a node once: alike target pieces share replicas and slices") {
+  auto count = [](const plan::Plan& p, TaskKind kind, const std::string& part) {
+    int n = 0;
+    for (const plan::Task* t : tasks_of_kind(p, kind)) n += t->name()->str().find(part) != std::string::npos;
+    return n;
+  };
+  // B on node 0's two devices to B on node 1's: one copy crosses, not one per device.
+  const std::string whole = compile_ok(moved("cpu 0:0-1", "B", "cpu 1:0-1", "B"), "cpu:2", {}, 2);
+  CHECK(count(*plan_of(whole), TaskKind::Send, "send:a#") == 1);
+  // Column halves on node 0 to row halves, each replicated on the two
+  // devices of nodes 1 and 2: one slice per (column half, row half), and
+  // each crosses to its node once.
+  const std::string rows = compile_ok(moved("cpu 0:0-1", "S(1)", "cpu [2,2] 1-2:0-1", "(S(0), B)"), "cpu:2", {}, 3);
+  const plan::Plan& p = *plan_of(rows);
+  CHECK(count(p, TaskKind::Boxing, "move:a:S(1)->(S(0), B)@slice") == 4);
+  CHECK(count(p, TaskKind::Send, "send:a#") == 4);
+}
+
 TEST_CASE("a placement on some nodes sums its gradients among those nodes only") {
   graph::Job job = testing::mlp_job(12, 6);
   job.groups.push_back({"all", parsed("cpu 1-2:0"), {"image", "label", "w1", "b1", "w2", "fc1", "bias1", "act1",
