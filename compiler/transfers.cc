@@ -76,39 +76,48 @@ int zone_of(const TaskNode& task) {
 
 }  // namespace
 
+namespace {
+
+// The regst holding `regst`'s bytes in memory zone `zone`, made by a Copy
+// task on first use: on the device's thread, the reader's (`reader`) for
+// host to device, the producer's for device to host. Between two GPUs the
+// bytes go through the host (device to host, then host to device).
+int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst, int zone, int reader) {
+  const int producer = g->regsts[regst].producer;
+  // A Copy's output lives where it copied to; any other regst where its producer runs.
+  const int from =
+      g->tasks[producer].kind == plan::TaskKind::Copy ? g->regsts[regst].device : zone_of(g->tasks[producer]);
+  if (from == zone) return regst;
+  if (from >= 0 && zone >= 0) return copy_to(g, copied, copy_to(g, copied, regst, -1, reader), zone, reader);
+  auto [it, fresh] = copied->try_emplace({regst, zone}, -1);
+  if (!fresh) return it->second;
+  const TaskNode& device_task = g->tasks[zone >= 0 ? reader : producer];
+  TaskNode task;
+  task.kind = plan::TaskKind::Copy;
+  task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, regst);
+  task.node = device_task.node;
+  task.placement = device_task.placement;
+  task.device = static_cast<int>(ActorId::device(device_task.id));
+  task.inputs = {regst};
+  const uint32_t index = static_cast<uint32_t>(g->tasks.size());
+  task.id =
+      ActorId::make(static_cast<uint32_t>(task.node), DeviceType::kCuda, ActorId::device(device_task.id), 0, index);
+  g->tasks.push_back(std::move(task));
+  const int out = add_copy_regst(g, regst, static_cast<int>(index));
+  g->regsts[out].device = zone;
+  (*copied)[{regst, zone}] = out;
+  return out;
+}
+
+}  // namespace
+
 Status insert_copies(TaskGraph* g) {
   std::map<std::pair<int, int>, int> copied;  // (regst, zone) -> the regst holding it there
   const size_t num_tasks = g->tasks.size();
   for (size_t t = 0; t < num_tasks; ++t) {
     const int zone = zone_of(g->tasks[t]);
-    for (size_t k = 0; k < g->tasks[t].inputs.size(); ++k) {
-      const int regst = g->tasks[t].inputs[k];
-      const int producer = g->regsts[regst].producer;
-      const int from = zone_of(g->tasks[producer]);
-      if (from == zone) continue;
-      if (from >= 0 && zone >= 0)
-        return invalid_argument("regst '{}' goes from cuda:{} to cuda:{}: device-to-device copies need NCCL boxing "
-                                "(not yet)", g->regsts[regst].name, from, zone);
-      auto [it, fresh] = copied.try_emplace({regst, zone}, -1);
-      if (fresh) {
-        // On the device's thread: the reader's for host to device, the producer's for device to host.
-        const TaskNode& device_task = g->tasks[zone >= 0 ? static_cast<int>(t) : producer];
-        TaskNode task;
-        task.kind = plan::TaskKind::Copy;
-        task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, regst);
-        task.node = device_task.node;
-        task.placement = device_task.placement;
-        task.device = static_cast<int>(ActorId::device(device_task.id));
-        task.inputs = {regst};
-        const uint32_t index = static_cast<uint32_t>(g->tasks.size());
-        task.id = ActorId::make(static_cast<uint32_t>(task.node), DeviceType::kCuda, ActorId::device(device_task.id), 0,
-                                index);
-        g->tasks.push_back(std::move(task));
-        it->second = add_copy_regst(g, regst, static_cast<int>(index));
-        g->regsts[it->second].device = zone;
-      }
-      g->tasks[t].inputs[k] = it->second;
-    }
+    for (size_t k = 0; k < g->tasks[t].inputs.size(); ++k)
+      g->tasks[t].inputs[k] = copy_to(g, &copied, g->tasks[t].inputs[k], zone, static_cast<int>(t));
   }
   // Every other regst lives where its producer runs.
   for (RegstNode& r : g->regsts)
