@@ -1,6 +1,8 @@
 // verify_plan: the checks a runtime runs before trusting plan bytes.
 #include <flatbuffers/flatbuffers.h>
 
+#include <algorithm>
+
 #include "compiler/compiler.h"
 
 namespace rill::compiler {
@@ -123,7 +125,12 @@ StatusOr<const plan::Plan*> verify_plan(std::string_view bytes) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   if (bytes.size() < 8 || !plan::PlanBufferHasIdentifier(data))
     return data_loss("plan: {} bytes do not hold a plan (no '{}' identifier)", bytes.size(), plan::PlanIdentifier());
-  flatbuffers::Verifier verifier(data, bytes.size(), /*max_depth=*/64, /*max_tables=*/10'000'000);
+  // Every table takes at least 4 bytes (its vtable offset), so bytes / 4
+  // bounds the tables of any well-formed plan: big plans are not refused
+  // for their size alone, and a corrupt one still cannot make the verifier
+  // visit more than its bytes allow.
+  const size_t max_tables = std::max<size_t>(10'000'000, bytes.size() / 4);
+  flatbuffers::Verifier verifier(data, bytes.size(), /*max_depth=*/64, max_tables);
   if (!plan::VerifyPlanBuffer(verifier))
     return data_loss("plan: {} bytes fail FlatBuffers verification (truncated or corrupt)", bytes.size());
   const plan::Plan* p = plan::GetPlan(data);

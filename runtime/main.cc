@@ -1,6 +1,7 @@
 // The `rill` command: run, plan and check jobs on this machine.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   int nodes = 1;
   double stall_timeout = 60.0;
   bool json = false;
+  bool stats = false;
 
   int ctrl_port = rill::kDefaultCtrlPort;
   std::string logdir, machines, master;
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   plan->add_option("--nodes", nodes, "Number of nodes")->check(CLI::Range(1, 4096));
   plan->add_option("--set", overrides, "Override a job field");
   plan->add_flag("--json", json, "Print the plan summary as JSON");
+  plan->add_flag("--stats", stats, "Print only the compile time and the plan's size (tasks, regsts, bytes)");
   plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
 
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
@@ -169,15 +172,23 @@ int main(int argc, char** argv) {
   if (plan->parsed()) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
+    const auto start = std::chrono::steady_clock::now();
     auto bytes = rill::compiler::compile(*job, *cluster, {});
     if (!bytes.ok()) return rill::fail_command(bytes.status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto verified = rill::compiler::verify_plan(*bytes);
     if (!verified.ok()) return rill::fail_command(verified.status());
+    if (stats) {
+      const rill::plan::Plan& p = **verified;
+      fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n",
+                 seconds, p.tasks()->size(), p.regsts()->size(), bytes->size(),
+                 p.placements() ? p.placements()->size() : 0, p.num_nodes(), p.devices_per_node());
+    }
     if (!dot_path.empty()) {
       Status written = rill::write_text_file(dot_path, rill::compiler::plan_dot(**verified));
       if (!written.ok()) return rill::fail_command(written);
     }
-    if (json || dot_path.empty()) fmt::print("{}\n", rill::compiler::plan_json(**verified));
+    if (json || (dot_path.empty() && !stats)) fmt::print("{}\n", rill::compiler::plan_json(**verified));
     return 0;
   }
 

@@ -65,6 +65,16 @@ TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   CHECK(again.output == ran.output);
 }
 
+TEST_CASE("rill plan --stats prints the compile time and the plan's size, not the plan") {
+  Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2 --stats");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.rfind("compiled in ", 0) == 0);
+  CHECK(ran.output.find(" tasks, ") != std::string::npos);
+  CHECK(ran.output.find("3 placement(s) on 2 node(s) x 2") != std::string::npos);
+  CHECK(ran.output.find("\"tasks\"") == std::string::npos);
+}
+
 TEST_CASE("rill check accepts the samples and rejects a bad file with its name") {
   CHECK(run_rill("check " + root() + "/samples/mlp/mlp.json").code == 0);
   CHECK(run_rill("check " + root() + "/samples/mlp/mlp_model_parallel.json").code == 0);
