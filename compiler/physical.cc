@@ -25,6 +25,15 @@ class Expander {
     out_.num_nodes = g_.cluster.num_nodes;
     out_.devices_per_node = g_.cluster.devices_per_node;
     out_.datasets = g_.datasets;
+    // Room for what the ops, variables and boxings make (about; the
+    // transfers add more later): tasks are large, and regrowing the vectors
+    // moved each several times.
+    size_t estimate = 0;
+    for (const OpNode& op : g_.ops) estimate += static_cast<size_t>(at(op.placement).parallel());
+    for (const VariableNode& v : g_.variables) estimate += static_cast<size_t>(at(v.placement).parallel());
+    for (const BoxingNode& b : g_.boxings) estimate += static_cast<size_t>(at(b.to).parallel());
+    out_.tasks.reserve(estimate + estimate / 4);
+    out_.regsts.reserve(estimate + estimate / 2);
     for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
     add_sources();
     add_variables();
