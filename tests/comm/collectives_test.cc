@@ -7,6 +7,7 @@
 
 #include "comm/collectives.h"
 #include "comm/faulty_transport.h"
+#include "comm/group_transport.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace rill;
@@ -234,6 +235,33 @@ TEST_CASE("repeated all_reduce (ring and direct) and reduce_scatter keep their s
     return Status::ok_status();
   });
   check_all_ok(statuses);
+}
+
+// Collectives among some ranks (a placement's nodes): two groups of a world
+// of 4 run at once with the same tag, each summing its own members only.
+TEST_CASE("collectives over a group of ranks: group ranks map to the members, groups with one tag do not mix") {
+  const int world = 4;
+  auto transports = make_inproc_transports(world);
+  const std::vector<std::vector<int>> groups = {{0, 2}, {1, 3}};
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    const std::vector<int>& members = groups[static_cast<size_t>(rank % 2)];
+    GroupTransport group(*transports[rank], members);
+    if (!group.member() || group.world() != 2 || group.rank() != rank / 2)
+      return internal_error("rank {}: group rank {} of {}", rank, group.rank(), group.world());
+    if (group.send(2, 1, {}).ok()) return internal_error("a send outside the group went through");
+    Collectives collectives(group);
+    const size_t count = 1001;
+    std::vector<float> out(count);
+    RILL_RETURN_IF_ERROR(collectives.all_reduce(input(rank, count, 5), out, 7));
+    std::vector<float> want(count, 0.0f);
+    for (int m : members)
+      for (size_t i = 0; i < count; ++i) want[i] += value(m, i, 5);
+    RILL_RETURN_IF_ERROR(expect_equal(out, want, "group all_reduce"));
+    return collectives.barrier(8);
+  });
+  check_all_ok(statuses);
+  GroupTransport outsider(*transports[1], {0, 2});
+  CHECK_FALSE(outsider.member());
 }
 
 TEST_CASE("concurrent collectives with distinct tags do not mix") {
