@@ -86,11 +86,12 @@ int64_t move_cost(const NdSbp& from, const graph::Placement& a, const NdSbp& to,
   int64_t cost = a.parallel() == 1
                      ? 0
                      : boxing_cost(from, settled(from, meta, a), meta.bytes(), a.num_nodes(), a.per_node());
+  // The pieces written on `b` hold the tensor once per replica: splits
+  // partition it, each B axis copies it (canonical: a trivial axis is moot).
   const NdSbp target = arrived(to, b);
-  for (int j = 0; j < b.parallel(); ++j)
-    cost += piece_region(meta.shape, target, b.num_nodes(), b.per_node(), j).size() *
-            static_cast<int64_t>(dtype_size(meta.dtype));
-  return cost;
+  const int64_t replicas = (target.across.kind == Sbp::kBroadcast ? b.num_nodes() : 1) *
+                           (target.within.kind == Sbp::kBroadcast ? b.per_node() : 1);
+  return cost + replicas * static_cast<int64_t>(meta.bytes());
 }
 
 namespace {
@@ -191,7 +192,8 @@ Status insert_boxing(LogicalGraph* g) {
     // The sink adds up P pieces and reads one B piece per node; anything
     // else (a split, or a 2-D mix) is made B first.
     const LogicalTensor* t = g->find(r.tensor);
-    r.boxing = t->sbp.flat() && t->sbp.across.kind != Sbp::kSplit ? -1 : inserter.need(r.tensor, Sbp::broadcast(), t->placement);
+    const bool as_is = t->sbp.flat() && t->sbp.across.kind != Sbp::kSplit;
+    r.boxing = as_is ? -1 : inserter.need(r.tensor, Sbp::broadcast(), t->placement);
   }
   return {};
 }

@@ -113,7 +113,6 @@ struct LogicalGraph {
   // The index of `p` in placements, added if new.
   int place(const graph::Placement& p);
   const graph::Placement& placement(int index) const { return placements[static_cast<size_t>(index)]; }
-  int parallel() const { return cluster.parallel(); }
   const LogicalTensor* find(const std::string& name) const {
     auto it = tensors.find(name);
     return it == tensors.end() ? nullptr : &it->second;

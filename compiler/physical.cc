@@ -285,11 +285,11 @@ class Expander {
   // A move: each piece on the target placement is made from the source
   // pieces it overlaps (one replica of each distinct piece, the nearest:
   // same device, then same node, then spread by target node, so a node
-  // receives each part once). A source
-  // piece that is exactly the target piece is read as it is (no task); one
-  // that only overlaps it and lives on another node is sliced there first,
-  // so only the overlap crosses; the parts are assembled on the target
-  // device, unless the one part is the whole piece.
+  // receives each part once). A source piece that is exactly the target
+  // piece is read as it is (no task); one that only overlaps it and lives
+  // on another node is sliced there first, so only the overlap crosses; the
+  // parts are assembled on the target device, unless the one part is the
+  // whole piece.
   void add_move(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
     const graph::Placement& from = at(box.placement);

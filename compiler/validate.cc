@@ -25,8 +25,6 @@ Status check_shape(const Shape& shape, const std::string& what) {
   return {};
 }
 
-const char* type_name(DeviceType t) { return t == DeviceType::kCuda ? "cuda" : "cpu"; }
-
 // The placement of an input, variable or op: its own, else its group's, else
 // the job's devices (index 0). Checked against the cluster.
 StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
@@ -45,13 +43,13 @@ StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
     return invalid_argument("{}: the placement names no devices", source);
   if (p->type != c.device_type)
     return invalid_argument("{}: placement '{}' is on {} devices, but the job runs on {}:{}", source, p->to_string(),
-                            type_name(p->type), type_name(c.device_type), c.devices_per_node);
+                            device_type_name(p->type), device_type_name(c.device_type), c.devices_per_node);
   if (p->nodes.back() >= c.num_nodes)
     return invalid_argument("{}: placement '{}' names node {}, but the cluster has {} node(s) (0 to {})", source,
                             p->to_string(), p->nodes.back(), c.num_nodes, c.num_nodes - 1);
   if (p->devices.back() >= c.devices_per_node)
     return invalid_argument("{}: placement '{}' names device {}, but each node runs {}:{} (devices 0 to {})", source,
-                            p->to_string(), p->devices.back(), type_name(c.device_type), c.devices_per_node,
+                            p->to_string(), p->devices.back(), device_type_name(c.device_type), c.devices_per_node,
                             c.devices_per_node - 1);
   // The whole cluster is the default placement, written or not.
   graph::Placement whole = graph::whole_cluster(c.device_type, c.num_nodes, c.devices_per_node);
@@ -67,7 +65,7 @@ StatusOr<NdSbp> place_sbp(const NdSbp& sbp, int p, const std::string& what, cons
   if (p != 0 && !out.flat() && !placement.two_d)
     return invalid_argument("{}: SBP {} is 2-D, but placement '{}' is 1-D; write it with its hierarchy, e.g. "
                             "'{} [{},{}] ...'",
-                            what, sbp.to_string(), placement.to_string(), type_name(placement.type),
+                            what, sbp.to_string(), placement.to_string(), device_type_name(placement.type),
                             placement.num_nodes(), placement.per_node());
   return out;
 }

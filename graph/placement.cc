@@ -54,26 +54,18 @@ std::vector<std::string> runs(const std::vector<int>& v) {
 
 }  // namespace
 
-int Placement::rank_of(int node, int device) const {
-  auto n = std::find(nodes.begin(), nodes.end(), node);
-  auto d = std::find(devices.begin(), devices.end(), device);
-  if (n == nodes.end() || d == devices.end()) return -1;
-  return static_cast<int>(n - nodes.begin()) * per_node() + static_cast<int>(d - devices.begin());
-}
-
-bool Placement::contains_node(int node) const { return std::find(nodes.begin(), nodes.end(), node) != nodes.end(); }
-
 std::string Placement::to_string() const {
-  std::string text = type == DeviceType::kCuda ? "cuda" : "cpu";
+  std::string text = device_type_name(type);
   if (two_d) text += fmt::format(" [{},{}]", num_nodes(), per_node());
-  const std::string devs = fmt::format("{}", fmt::join(runs(devices), ","));
+  // NODES:DEVICES entries: node runs when the devices are one run; with gaps
+  // ("0,2" is not one entry's DEVICES), each node with each device run.
+  const std::vector<std::string> device_runs = runs(devices);
   std::vector<std::string> entries;
-  for (const std::string& node_run : runs(nodes)) entries.push_back(node_run + ":" + devs);
-  // A device set with gaps ("0,2") cannot follow one node run; spell each node then.
-  if (devs.find(',') != std::string::npos) {
-    entries.clear();
+  if (device_runs.size() == 1) {
+    for (const std::string& node_run : runs(nodes)) entries.push_back(node_run + ":" + device_runs[0]);
+  } else {
     for (int n : nodes)
-      for (const std::string& d : runs(devices)) entries.push_back(fmt::format("{}:{}", n, d));
+      for (const std::string& d : device_runs) entries.push_back(fmt::format("{}:{}", n, d));
   }
   return fmt::format("{} {}", text, fmt::join(entries, ", "));
 }

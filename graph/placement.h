@@ -32,9 +32,6 @@ struct Placement {
   int parallel() const { return num_nodes() * per_node(); }
   int node_of(int rank) const { return nodes[static_cast<size_t>(rank / per_node())]; }
   int device_of(int rank) const { return devices[static_cast<size_t>(rank % per_node())]; }
-  // The rank of `device` of `node` here, or -1.
-  int rank_of(int node, int device) const;
-  bool contains_node(int node) const;
   // Canonical text: "cpu 0:0-1, 1:0-1", "cpu [2,2] 0-1:0-1" (node runs
   // with the same devices are one entry); parse_placement reads it back.
   std::string to_string() const;

@@ -159,7 +159,8 @@ TEST_CASE("inputs of one dataset on different placements: a source on each, read
   }
   // The labels are read where the loss is: nothing but activations and
   // their gradients crosses, no label move.
-  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Send)) CHECK(t->name()->str().find("label") == std::string::npos);
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Send))
+    CHECK(t->name()->str().find("label") == std::string::npos);
 }
 
 // x [8, 6] made in `in` on `from`, read in `out` on `to` (identity ops).
@@ -258,7 +259,8 @@ TEST_CASE("placement errors name the element, the placement and what is wrong") 
              "variable 'w2' (group 'stage1'): placement 'cpu 2:0' names node 2, but the cluster has 2 node(s)");
   fails_with(staged("cpu 0:0", "cpu 1:0-2"), "cpu:2", 2,
              "placement 'cpu 1:0-2' names device 2, but each node runs cpu:2 (devices 0 to 1)");
-  fails_with(staged("cpu 0:0", "cuda 1:0"), "cpu:1", 2, "placement 'cuda 1:0' is on cuda devices, but the job runs on cpu:1");
+  fails_with(staged("cpu 0:0", "cuda 1:0"), "cpu:1", 2,
+             "placement 'cuda 1:0' is on cuda devices, but the job runs on cpu:1");
   graph::Job two_d = staged("cpu 0-1:0-1", "cpu 0-1:0-1");
   two_d.variables[0].sbp = NdSbp(Sbp::broadcast(), Sbp::split(1));
   fails_with(two_d, "cpu:2", 3,

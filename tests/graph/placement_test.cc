@@ -34,8 +34,6 @@ TEST_CASE("placements parse into nodes x devices, ranks node by node, and read b
   CHECK(p.parallel() == 4);
   CHECK(p.node_of(3) == 1);
   CHECK(p.device_of(3) == 1);
-  CHECK(p.rank_of(1, 0) == 2);
-  CHECK(p.rank_of(2, 0) == -1);
   CHECK(p.to_string() == "cpu 0-1:0-1");
 
   Placement two = parsed("cpu [2,2] 0:0-1, 1:0-1");

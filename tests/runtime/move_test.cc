@@ -38,7 +38,8 @@ graph::Job move_job(const std::string& from, const std::string& in, bool partial
     "fetch": ["y"],
     "train": {{"steps": 1, "batch_size": {0}, "shuffle": false}}
   }})",
-                                       kRows, kCols, testing::json_floats(values), in, from, partial ? "P" : "", out, to);
+                                       kRows, kCols, testing::json_floats(values), in, from, partial ? "P" : "", out,
+                                       to);
   auto job = graph::parse_job_json(text, "move.json");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
   return *job;
