@@ -47,9 +47,16 @@ struct CompileOptions {
   Mode mode = Mode::kTrain;         // kEval: forward only over job.eval's dataset
   int64_t steps = 0;                // > 0 overrides the job's steps
   int activation_register_num = 2;  // slots of every non-model regst (>= 1)
+  // >= 0: compile only this node's plan. Every node can compile its own: the
+  // ids are the whole plan's (tasks of other nodes are numbered, not built),
+  // so the plans agree on everything they share (Send/Recv pairs, peers).
+  // The plan equals node_plan(whole, node) but for the ids of Copy tasks and
+  // their regsts, which are numbered per node after every other id.
+  int node = -1;
 };
 
-// Compiles `job` for `cluster`; returns the Plan's bytes (FlatBuffers, "RLPL").
+// Compiles `job` for `cluster`; returns the Plan's bytes (FlatBuffers, "RLPL"):
+// the whole plan, or one node's (options.node).
 StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options);
 
 // Runs the FlatBuffers verifier over `bytes`, checks the version and the plan's

@@ -14,7 +14,9 @@ constexpr uint32_t kCommThreads = 4;
 
 class Expander {
  public:
-  Expander(const LogicalGraph& g, size_t bucket_bytes) : g_(g), bucket_bytes_(bucket_bytes) {}
+  Expander(const LogicalGraph& g, size_t bucket_bytes, int node) : g_(g), bucket_bytes_(bucket_bytes) {
+    out_.node = node;
+  }
 
   StatusOr<TaskGraph> run() {
     out_.job_name = g_.job_name;
@@ -29,9 +31,9 @@ class Expander {
     // transfers add more later): tasks are large, and regrowing the vectors
     // moved each several times.
     size_t estimate = 0;
-    for (const OpNode& op : g_.ops) estimate += static_cast<size_t>(at(op.placement).parallel());
-    for (const VariableNode& v : g_.variables) estimate += static_cast<size_t>(at(v.placement).parallel());
-    for (const BoxingNode& b : g_.boxings) estimate += static_cast<size_t>(at(b.to).parallel());
+    for (const OpNode& op : g_.ops) estimate += stored_ranks(at(op.placement));
+    for (const VariableNode& v : g_.variables) estimate += stored_ranks(at(v.placement));
+    for (const BoxingNode& b : g_.boxings) estimate += stored_ranks(at(b.to));
     out_.tasks.reserve(estimate + estimate / 4);
     out_.regsts.reserve(estimate + estimate / 2);
     for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
@@ -40,23 +42,63 @@ class Expander {
     add_computes();
     RILL_RETURN_IF_ERROR(add_boxings());
     add_sink();
-    wire();
+    RILL_RETURN_IF_ERROR(wire());
     return std::move(out_);
   }
 
  private:
   const graph::Placement& at(int placement) const { return g_.placement(placement); }
 
+  size_t stored_ranks(const graph::Placement& p) const {
+    if (out_.node < 0) return static_cast<size_t>(p.parallel());
+    return std::find(p.nodes.begin(), p.nodes.end(), out_.node) != p.nodes.end() ? static_cast<size_t>(p.per_node())
+                                                                                  : 0;
+  }
+
   // Appends `task` with the actor id of its position on a thread of `type`
   // (for comm threads, number `comm_thread` of the task's node).
   int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
-    uint32_t index = static_cast<uint32_t>(out_.tasks.size());
-    uint32_t device = type == DeviceType::kCpu || type == DeviceType::kCuda ? static_cast<uint32_t>(task.device)
-                      : type == DeviceType::kComm                           ? comm_thread
-                                                                            : 0;
-    task.id = ActorId::make(static_cast<uint32_t>(task.node), type, device, 0, index);
-    out_.tasks.push_back(std::move(task));
-    return static_cast<int>(index);
+    const uint32_t device = thread_device(task.device, type, comm_thread);
+    return out_.add_task(std::move(task), type, device);
+  }
+
+  static uint32_t thread_device(int device, DeviceType type, uint32_t comm_thread) {
+    return type == DeviceType::kCpu || type == DeviceType::kCuda ? static_cast<uint32_t>(device)
+           : type == DeviceType::kComm                           ? comm_thread
+                                                                 : 0;
+  }
+
+  // A regst of a task another node runs, when the graph is one node's: only
+  // numbered. A reference to a regst is its handle (>= 0) or ~index here.
+  struct Counted {
+    int64_t id;
+    uint64_t producer_id;
+  };
+  int64_t count_regst(uint64_t producer_id) {
+    counted_.push_back({out_.next_regst++, producer_id});
+    return ~static_cast<int64_t>(counted_.size() - 1);
+  }
+
+  // The handle of referenced regst `ref`, piece `rank` (of placement `p`,
+  // in `sbp`) of `tensor`: a counted one is stored on first use, with no
+  // producer task (tasks that read across nodes are stored on every node).
+  int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank) {
+    if (ref >= 0) return static_cast<int>(ref);
+    auto [it, fresh] = stored_.try_emplace(ref, -1);
+    if (!fresh) return it->second;
+    const Counted& c = counted_[static_cast<size_t>(~ref)];
+    const TensorMeta& logical = g_.find(tensor)->meta;
+    RegstNode r;
+    r.name = tensor;
+    r.id = c.id;
+    r.node = static_cast<int>(ActorId::node(c.producer_id));
+    r.producer_id = c.producer_id;
+    r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
+    r.logical_shape = logical.shape;
+    r.sbp = sbp;
+    out_.regsts.push_back(std::move(r));
+    it->second = static_cast<int>(out_.regsts.size() - 1);
+    return it->second;
   }
 
   static Region piece(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int rank) {
@@ -73,15 +115,11 @@ class Expander {
                        const Region& region, bool is_model = false) {
     RegstNode r;
     r.name = name;
-    r.producer = task;
     r.meta = TensorMeta{region.extent, logical.dtype};
     r.logical_shape = logical.shape;
     r.sbp = sbp;
     r.is_model = is_model;
-    int id = static_cast<int>(out_.regsts.size());
-    out_.regsts.push_back(std::move(r));
-    out_.tasks[task].outputs.push_back(id);
-    return id;
+    return out_.add_regst(std::move(r), task);
   }
 
   // Sources: one set per dataset and (placement, SBP) its inputs are read
@@ -110,7 +148,14 @@ class Expander {
     const std::string name = set == 0 ? dataset.name : fmt::format("{}.{}", dataset.name, set);
     const NdSbp& sbp = members[0]->sbp;
     const graph::Placement& p = at(members[0]->placement);
+    std::vector<std::vector<int64_t>*> outs;
+    for (const InputNode* in : members) outs.push_back(&pieces_[in->input.name]);
     for (int rank = 0; rank < p.parallel(); ++rank) {
+      if (!out_.stores(p.node_of(rank))) {
+        const uint64_t id = out_.count_task(p.node_of(rank), DeviceType::kIo, 0);
+        for (std::vector<int64_t>* out : outs) out->push_back(count_regst(id));
+        continue;
+      }
       TaskNode task;
       task.kind = plan::TaskKind::Source;
       task.name = fmt::format("source:{}@{}", name, rank);
@@ -131,9 +176,9 @@ class Expander {
       }
       for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
       int t = add_task(std::move(task), DeviceType::kIo);
-      for (const InputNode* in : members) {
-        const LogicalTensor* tensor = g_.find(in->input.name);
-        pieces_[in->input.name].push_back(add_regst(t, in->input.name, tensor->meta, in->sbp, p, rank));
+      for (size_t k = 0; k < members.size(); ++k) {
+        const InputNode* in = members[k];
+        outs[k]->push_back(add_regst(t, in->input.name, g_.find(in->input.name)->meta, in->sbp, p, rank));
       }
     }
   }
@@ -143,7 +188,14 @@ class Expander {
       const graph::Variable& var = v.variable;
       std::vector<int>& tasks = variable_tasks_.emplace_back();
       const graph::Placement& p = at(v.placement);
+      std::vector<int64_t>& out = pieces_[var.name];
+      const bool everywhere = v.grad_boxing >= 0 && g_.boxings[static_cast<size_t>(v.grad_boxing)].move();
       for (int rank = 0; rank < p.parallel(); ++rank) {
+        if (!out_.stores(p.node_of(rank)) && !everywhere) {
+          out.push_back(count_regst(out_.count_task(p.node_of(rank), p.type, p.device_of(rank))));
+          tasks.push_back(-1);
+          continue;
+        }
         TaskNode task;
         task.kind = plan::TaskKind::Variable;
         task.name = fmt::format("{}@{}", var.name, rank);
@@ -160,7 +212,7 @@ class Expander {
         task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
         int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
-        pieces_[var.name].push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
+        out.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
       }
     }
   }
@@ -169,7 +221,21 @@ class Expander {
     for (const OpNode& op : g_.ops) {
       std::vector<int>& tasks = op_tasks_.emplace_back();
       const graph::Placement& p = at(op.placement);
+      std::vector<std::vector<int64_t>*> outs;
+      std::vector<const TensorMeta*> inputs, outputs;
+      for (const std::string& out : op.outputs) {
+        outs.push_back(&pieces_[out]);
+        outputs.push_back(&g_.find(out)->meta);
+      }
+      for (const std::string& in : op.inputs) inputs.push_back(&g_.find(in)->meta);
+      const bool everywhere = reads_move(op);  // then it may read across nodes
       for (int rank = 0; rank < p.parallel(); ++rank) {
+        if (!out_.stores(p.node_of(rank)) && !everywhere) {
+          const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
+          for (std::vector<int64_t>* out : outs) out->push_back(count_regst(id));
+          tasks.push_back(-1);
+          continue;
+        }
         TaskNode task;
         task.kind = plan::TaskKind::Compute;
         task.name = fmt::format("{}@{}", op.name, rank);
@@ -179,18 +245,16 @@ class Expander {
         task.device = p.device_of(rank);
         task.placement = op.placement;
         std::vector<TensorMeta> physical_inputs;
-        for (size_t k = 0; k < op.inputs.size(); ++k) {
-          const TensorMeta& meta = g_.find(op.inputs[k])->meta;
-          task.logical_input_shapes.push_back(meta.shape);
-          physical_inputs.push_back({piece(meta.shape, op.input_sbp[k], p, rank).extent, meta.dtype});
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          task.logical_input_shapes.push_back(inputs[k]->shape);
+          physical_inputs.push_back({piece(inputs[k]->shape, op.input_sbp[k], p, rank).extent, inputs[k]->dtype});
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
         int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
-        for (size_t k = 0; k < op.outputs.size(); ++k)
-          pieces_[op.outputs[k]].push_back(add_regst(t, op.outputs[k], g_.find(op.outputs[k])->meta,
-                                                     op.output_sbp[k], p, rank));
+        for (size_t k = 0; k < outs.size(); ++k)
+          outs[k]->push_back(add_regst(t, op.outputs[k], *outputs[k], op.output_sbp[k], p, rank));
       }
     }
   }
@@ -236,24 +300,56 @@ class Expander {
     return fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
   }
 
-  // The regst holding piece `rank` (of its placement) of what boxing `b` reads.
-  int boxing_input(const BoxingNode& box, int rank) const {
+  // The regst holding piece `rank` (of its placement) of what boxing `b`
+  // reads: a reference (see handle()).
+  int64_t boxing_input(const BoxingNode& box, int rank) const {
     return box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][static_cast<size_t>(rank)]
                          : pieces_.at(box.tensor)[static_cast<size_t>(rank)];
+  }
+
+  // Whether boxing `b` reads what a move made: pieces read as they are may
+  // live on another node.
+  bool reads_move(int b) const {
+    const int from = g_.boxings[static_cast<size_t>(b)].from;
+    return from >= 0 && g_.boxings[static_cast<size_t>(from)].move();
+  }
+  bool reads_move(const OpNode& op) const {
+    return std::any_of(op.input_boxing.begin(), op.input_boxing.end(),
+                       [&](int b) { return b >= 0 && g_.boxings[static_cast<size_t>(b)].move(); });
+  }
+
+  // The inputs of a task of boxing unit `unit` over pieces first ..
+  // first + count - 1: each member's pieces (a shared B piece once).
+  std::vector<int> boxing_inputs(const std::vector<int>& unit, int first, int count) {
+    std::vector<int> inputs;
+    for (int b : unit) {
+      const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+      for (int d = 0; d < count; ++d) {
+        const int regst = handle(boxing_input(box, first + d), box.tensor, box.in, box.placement, first + d);
+        if (d == 0 || regst != inputs.back()) inputs.push_back(regst);
+      }
+    }
+    return inputs;
   }
 
   void add_per_device_boxing(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
     const graph::Placement& p = at(box.placement);
     const TensorMeta& meta = g_.find(box.tensor)->meta;
+    const bool everywhere = reads_move(b);
     for (int rank = 0; rank < p.parallel(); ++rank) {
+      if (!out_.stores(p.node_of(rank)) && !everywhere) {
+        boxed_[static_cast<size_t>(b)].push_back(
+            count_regst(out_.count_task(p.node_of(rank), DeviceType::kCpu, p.device_of(rank))));
+        continue;
+      }
+      const int first = rank / p.per_node() * p.per_node();
       TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
       task.device = p.device_of(rank);
       task.boxing.piece = rank % p.per_node();
+      task.inputs = boxing_inputs({b}, first, p.per_node());
       const int t = add_task(std::move(task), DeviceType::kCpu);
       boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, p, rank));
-      unit_tasks_.push_back({t});
-      unit_boxings_.push_back({b});
     }
   }
 
@@ -318,15 +414,16 @@ class Expander {
         const int i = pick.second;
         const Region& r = held[static_cast<size_t>(i)];
         const Region overlap = intersect(r, target);
+        const int input = handle(boxing_input(box, i), box.tensor, box.in, box.placement, i);
         if (r == target || from.node_of(i) == node || overlap == r) {
-          parts.push_back({boxing_input(box, i), r});
+          parts.push_back({input, r});
           continue;
         }
         // Target pieces alike (B on a node's devices) share one slice.
         auto [it, fresh] = slices.try_emplace({i, overlap.origin, overlap.extent}, -1);
         if (fresh)
           it->second = add_copy_task(box, fmt::format("{}@slice{}to{}", name, i, j), box.placement, from.node_of(i),
-                                     from.device_of(i), {{boxing_input(box, i), r}}, overlap, box.out);
+                                     from.device_of(i), {{input, r}}, overlap, box.out);
         parts.push_back({it->second, overlap});
       }
       if (parts.size() == 1 && parts[0].second == target) {
@@ -401,20 +498,37 @@ class Expander {
       const size_t position = comm_position++;
       const std::string name =
           unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
+      const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
+      const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
+      std::vector<uint64_t> ids;
       std::vector<int> tasks;
+      std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
       for (int index = 0; index < nodes; ++index) {
-        TaskNode task =
-            boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, p.nodes[static_cast<size_t>(index)]) : name,
-                        index);
+        const int node = p.nodes[static_cast<size_t>(index)];
+        const int first = index * p.per_node();
+        if (!out_.stores(node) && !everywhere) {
+          const uint64_t id = out_.count_task(node, DeviceType::kComm, thread);
+          ids.push_back(id);
+          members.push_back({node, -1});
+          for (int b : unit) {
+            const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+            const int64_t shared = member.out.within.kind == Sbp::kBroadcast ? count_regst(id) : 0;
+            for (int d = 0; d < p.per_node(); ++d)
+              boxed_[static_cast<size_t>(b)].push_back(shared < 0 ? shared : count_regst(id));
+          }
+          continue;
+        }
+        TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
         task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
         task.boxing.tensors = static_cast<int>(unit.size());
-        const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
+        task.inputs = boxing_inputs(unit, first, p.per_node());
         const int t = add_task(std::move(task), DeviceType::kComm, thread);
+        ids.push_back(out_.tasks[t].id);
         tasks.push_back(t);
+        members.push_back({node, t});
         for (int b : unit) {
           const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
           const TensorMeta& meta = g_.find(member.tensor)->meta;
-          const int first = index * p.per_node();
           // A B result is one regst that every device of the node reads.
           const int shared =
               member.out.within.kind == Sbp::kBroadcast ? add_regst(t, member.tensor, meta, member.out, p, first) : -1;
@@ -424,9 +538,8 @@ class Expander {
         }
       }
       if (boxing_exchanges(box.in, box.out, nodes))
-        for (int t : tasks) out_.tasks[t].boxing.peers = tasks;
-      unit_tasks_.push_back(tasks);
-      unit_boxings_.push_back(unit);
+        for (int t : tasks) out_.tasks[t].boxing.peers = ids;
+      if (nodes > 1) chain_units_.push_back({thread, members});
     }
     order_comm_threads();
     return {};
@@ -440,28 +553,28 @@ class Expander {
   // too, and it has one slot, so t_1 of the next step waits for t_k of this
   // one. Every node then runs t_1, ..., t_k, t_1, ... and nothing else.
   void order_comm_threads() {
-    std::map<std::pair<int, uint32_t>, std::vector<int>> chains;  // (node, thread) -> tasks in order
-    for (const std::vector<int>& tasks : unit_tasks_)
-      for (int t : tasks)
-        if (ActorId::device_type(out_.tasks[t].id) == DeviceType::kComm && out_.tasks[t].boxing.num_nodes > 1)
-          chains[{out_.tasks[t].node, ActorId::device(out_.tasks[t].id)}].push_back(t);
+    // (node, thread) -> its tasks in order (handles; -1: another node's, only counted)
+    std::map<std::pair<int, uint32_t>, std::vector<int>> chains;
+    for (const ChainUnit& unit : chain_units_)
+      for (const auto& [node, task] : unit.members) chains[{node, unit.thread}].push_back(task);
     for (auto& [where, chain] : chains) {
       if (chain.size() < 2) continue;
+      if (!out_.stores(where.first)) {
+        out_.next_regst += static_cast<int64_t>(chain.size() - 1);
+        continue;
+      }
       int first = -1;
       for (size_t i = 0; i + 1 < chain.size(); ++i) {
         RegstNode r;
         r.name = "ctrl:" + out_.tasks[chain[i]].name;
-        r.producer = chain[i];
         r.meta = TensorMeta{Shape{}, DType::kF32};
         r.sbp = NdSbp(Sbp::broadcast());
         r.ctrl = true;
-        const int id = static_cast<int>(out_.regsts.size());
-        out_.regsts.push_back(std::move(r));
-        out_.tasks[chain[i]].outputs.push_back(id);
+        const int id = out_.add_regst(std::move(r), chain[i]);
         if (i == 0) first = id;
-        ctrl_inputs_[chain[i + 1]].push_back(id);
+        out_.tasks[chain[i + 1]].inputs.push_back(id);  // after the pieces
       }
-      if (chain.size() > 2) ctrl_inputs_[chain.back()].push_back(first);
+      if (chain.size() > 2) out_.tasks[chain.back()].inputs.push_back(first);
     }
   }
 
@@ -476,38 +589,30 @@ class Expander {
 
   // The regst a consumer on `rank` (of its placement) reads for `tensor`,
   // after boxing `boxing`.
-  int read(const std::string& tensor, int boxing, int rank) const {
-    return boxing >= 0 ? boxed_[static_cast<size_t>(boxing)][static_cast<size_t>(rank)]
-                       : pieces_.at(tensor)[static_cast<size_t>(rank)];
+  int read(const std::string& tensor, int boxing, int rank) {
+    if (boxing >= 0) {
+      const BoxingNode& box = g_.boxings[static_cast<size_t>(boxing)];
+      return handle(boxed_[static_cast<size_t>(boxing)][static_cast<size_t>(rank)], tensor, box.out, box.to, rank);
+    }
+    const LogicalTensor* t = g_.find(tensor);
+    return handle(pieces_.at(tensor)[static_cast<size_t>(rank)], tensor, t->sbp, t->placement, rank);
   }
 
-  void wire() {
+  Status wire() {
     for (size_t v = 0; v < g_.variables.size(); ++v) {
       const VariableNode& var = g_.variables[v];
       if (var.grad.empty()) continue;
       for (int rank = 0; rank < at(var.placement).parallel(); ++rank)
-        out_.tasks[variable_tasks_[v][rank]].inputs.push_back(read(var.grad, var.grad_boxing, rank));
+        if (const int t = variable_tasks_[v][static_cast<size_t>(rank)]; t >= 0)
+          out_.tasks[t].inputs.push_back(read(var.grad, var.grad_boxing, rank));
     }
     for (size_t o = 0; o < g_.ops.size(); ++o) {
       const OpNode& op = g_.ops[o];
       for (int rank = 0; rank < at(op.placement).parallel(); ++rank)
-        for (size_t k = 0; k < op.inputs.size(); ++k)
-          out_.tasks[op_tasks_[o][rank]].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
+        if (const int t = op_tasks_[o][static_cast<size_t>(rank)]; t >= 0)
+          for (size_t k = 0; k < op.inputs.size(); ++k)
+            out_.tasks[t].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
     }
-    for (size_t u = 0; u < unit_tasks_.size(); ++u)
-      for (int t : unit_tasks_[u]) {
-        TaskNode& task = out_.tasks[t];
-        // Each member's node pieces (a shared B result once), then control regsts.
-        for (int b : unit_boxings_[u]) {
-          const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
-          for (int d = 0; d < task.boxing.local_pieces; ++d) {
-            const int regst = boxing_input(box, task.boxing.first_rank + d);
-            if (d == 0 || regst != task.inputs.back()) task.inputs.push_back(regst);
-          }
-        }
-        if (auto it = ctrl_inputs_.find(t); it != ctrl_inputs_.end())  // after the pieces
-          task.inputs.insert(task.inputs.end(), it->second.begin(), it->second.end());
-      }
     TaskNode& sink = out_.tasks[sink_task_];
     for (const Reported& r : g_.reported) {
       for (int rank = 0; rank < at(g_.find(r.tensor)->placement).parallel(); ++rank) {
@@ -522,25 +627,31 @@ class Expander {
       sink.inputs.push_back(read(f.tensor, f.boxing, 0));
       sink.sink.fetch.push_back(f.tensor);
     }
+    return {};
   }
 
   const LogicalGraph& g_;
   const size_t bucket_bytes_;
   TaskGraph out_;
-  std::map<std::string, std::vector<int>> pieces_;  // tensor -> regst by rank
-  std::vector<std::vector<int>> boxed_;             // boxing node -> regst by rank
+  // References (handle() says what they are) by rank.
+  std::map<std::string, std::vector<int64_t>> pieces_;  // tensor -> its pieces
+  std::vector<std::vector<int64_t>> boxed_;             // boxing node -> its output pieces
+  std::vector<Counted> counted_;
+  std::map<int64_t, int> stored_;  // counted reference -> its handle, once stored
   std::vector<std::vector<int>> variable_tasks_;
   std::vector<std::vector<int>> op_tasks_;
-  std::vector<std::vector<int>> unit_tasks_;      // in order: a unit's tasks (per node, or one per-device task)
-  std::vector<std::vector<int>> unit_boxings_;    // the boxing nodes each unit runs
-  std::map<int, std::vector<int>> ctrl_inputs_;  // boxing task -> control regsts it reads
+  struct ChainUnit {  // a boxing unit across nodes, in order
+    uint32_t thread;
+    std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
+  };
+  std::vector<ChainUnit> chain_units_;
   int sink_task_ = -1;
 };
 
 }  // namespace
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes) {
-  return Expander(graph, bucket_bytes).run();
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node) {
+  return Expander(graph, bucket_bytes, node).run();
 }
 
 }  // namespace rill::compiler

@@ -11,7 +11,10 @@
 // `bucket_bytes` that come one after another in that order share one task
 // (a bucket, one all-reduce) up to `bucket_bytes`. Regsts still cross nodes
 // afterwards (the sink's inputs); transfers.h turns those into Send/Recv
-// pairs. Pure; any thread.
+// pairs. With `node` >= 0 only that node's tasks are stored (and every task
+// that may read across nodes: the sink, moves and readers of moves); the
+// rest are numbered alike on every node but not built (task_graph.h).
+// Pure; any thread.
 #pragma once
 
 #include "compiler/logical_graph.h"
@@ -19,6 +22,6 @@
 
 namespace rill::compiler {
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes);
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node = -1);
 
 }  // namespace rill::compiler

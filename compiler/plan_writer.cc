@@ -1,5 +1,7 @@
 #include "compiler/plan_writer.h"
 
+#include <algorithm>
+
 namespace rill::compiler {
 namespace {
 
@@ -78,8 +80,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     }
     case plan::TaskKind::Boxing: {
       plan::NdSbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
-      std::vector<uint64_t> peers;
-      for (int peer : t.boxing.peers) peers.push_back(g.tasks[peer].id);
+      const std::vector<uint64_t>& peers = t.boxing.peers;
       boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
                                       t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
                                       b.CreateVector(peers), t.boxing.tensors, t.boxing.piece,
@@ -92,7 +93,9 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     case plan::TaskKind::Copy:
       break;
   }
-  std::vector<int64_t> inputs(t.inputs.begin(), t.inputs.end()), outputs(t.outputs.begin(), t.outputs.end());
+  std::vector<int64_t> inputs, outputs;
+  for (int r : t.inputs) inputs.push_back(g.regsts[static_cast<size_t>(r)].id);
+  for (int r : t.outputs) outputs.push_back(g.regsts[static_cast<size_t>(r)].id);
   std::vector<Offset<plan::Shape>> shapes;
   for (const Shape& s : t.logical_input_shapes) shapes.push_back(plan::CreateShape(b, b.CreateVector(s)));
   return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
@@ -101,11 +104,11 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
                           boxing, t.placement);
 }
 
-Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, size_t index, const RegstNode& r) {
+Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, const RegstNode& r) {
   std::vector<uint64_t> consumers;
   for (int c : r.consumers) consumers.push_back(g.tasks[c].id);
   plan::NdSbp sbp = to_plan(r.sbp);
-  return plan::CreateRegstDesc(b, static_cast<int64_t>(index), b.CreateString(r.name), g.tasks[r.producer].id,
+  return plan::CreateRegstDesc(b, r.id, b.CreateString(r.name), r.producer_id,
                                b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),
                                b.CreateVector(r.meta.shape), b.CreateVector(r.logical_shape), &sbp,
                                static_cast<int64_t>(r.meta.bytes()), r.is_model, r.device);
@@ -117,13 +120,27 @@ std::string write_plan(const TaskGraph& g) {
   FlatBufferBuilder b(4096);
   std::vector<Offset<plan::Dataset>> datasets;
   for (const graph::Dataset& d : g.datasets) datasets.push_back(write_dataset(b, d));
+  // A node's graph also holds tasks of other nodes (those that read across
+  // nodes) and regsts they read: its plan is its own tasks and the regsts
+  // they touch. Tasks are stored in id order; regsts need not be.
   std::vector<Offset<plan::Task>> tasks;
-  for (const TaskNode& t : g.tasks) tasks.push_back(write_task(b, g, t));
+  std::vector<int> regst_order;
+  std::vector<bool> touched(g.regsts.size(), g.node < 0);
+  for (const TaskNode& t : g.tasks) {
+    if (g.node >= 0 && t.node != g.node) continue;
+    tasks.push_back(write_task(b, g, t));
+    for (int r : t.inputs) touched[static_cast<size_t>(r)] = true;
+    for (int r : t.outputs) touched[static_cast<size_t>(r)] = true;
+  }
+  for (size_t i = 0; i < g.regsts.size(); ++i)
+    if (touched[i]) regst_order.push_back(static_cast<int>(i));
+  std::sort(regst_order.begin(), regst_order.end(),
+            [&](int x, int y) { return g.regsts[static_cast<size_t>(x)].id < g.regsts[static_cast<size_t>(y)].id; });
   std::vector<Offset<plan::RegstDesc>> regsts;
-  for (size_t i = 0; i < g.regsts.size(); ++i) regsts.push_back(write_regst(b, g, i, g.regsts[i]));
+  for (int i : regst_order) regsts.push_back(write_regst(b, g, g.regsts[static_cast<size_t>(i)]));
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
-                               b.CreateVector(regsts), /*node=*/-1, static_cast<int64_t>(g.tasks.size()),
+                               b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
                                write_strings(b, g.placements));
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());

@@ -1,7 +1,11 @@
 // TaskGraph: the physical graph the last passes build and the plan writer
-// emits. Tasks and regsts are addressed by their index, which is also their
-// position in the whole Plan's tasks and regsts (and a regst's global id); a
-// task's actor id carries its index.
+// emits. The passes address tasks and regsts by their position in `tasks` and
+// `regsts` (a handle). Each also has a global number, the same on every node:
+// a task's is the index in its actor id, a regst's is its id. Numbers are
+// handed out in one fixed order over the whole cluster; a graph built for one
+// node (`node` >= 0) stores only what that node runs (plus the few tasks that
+// read across nodes, whose Send/Recv pairs every node must number alike) and
+// only counts the rest, so its ids are the whole plan's.
 // A value owned by one compile() call.
 #pragma once
 
@@ -9,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/actor_id.h"
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "kernels/attrs.h"
@@ -18,8 +23,11 @@ namespace rill::compiler {
 
 struct RegstNode {
   std::string name;            // the logical tensor it holds
-  int producer = -1;           // task index
-  std::vector<int> consumers;  // task indices, sorted (regst planning)
+  int64_t id = -1;             // global
+  int node = 0;                // the producer's
+  int producer = -1;           // task handle; -1: a task of another node (not stored)
+  uint64_t producer_id = 0;    // its actor id
+  std::vector<int> consumers;  // task handles, sorted (regst planning)
   int register_num = 1;        // set by regst planning
   TensorMeta meta;             // this piece
   Shape logical_shape;
@@ -61,7 +69,7 @@ struct BoxingInfo {
   int local_pieces = 1;
   int first_rank = 0;
   int64_t collective_tag = 0;   // 0: no collective among nodes
-  std::vector<int> peers;       // task indices of the same boxing on every node
+  std::vector<uint64_t> peers;  // actor ids of the same boxing on every node
   int tensors = 1;              // > 1: a bucket of P -> B boxings (plan.fbs BoxingConf)
   int piece = -1;               // >= 0: this task makes only that output piece (plan.fbs)
   // A move (plan.fbs): the logical origin of each input piece, then of the
@@ -101,6 +109,36 @@ struct TaskGraph {
   std::vector<std::string> placements;  // as written: [0] is the job's devices
   std::vector<TaskNode> tasks;
   std::vector<RegstNode> regsts;
+  int node = -1;             // >= 0: the graph of that node (see above)
+  uint32_t next_task = 0;    // global numbers handed out so far
+  int64_t next_regst = 0;
+
+  bool stores(int task_node) const { return node < 0 || task_node == node; }
+
+  // Appends `task` with the next global number; its actor id is made of its
+  // node, `type` and `device` (a comm thread's number for comm tasks).
+  // Returns its handle.
+  int add_task(TaskNode task, DeviceType type, uint32_t device) {
+    task.id = ActorId::make(static_cast<uint32_t>(task.node), type, device, 0, next_task++);
+    tasks.push_back(std::move(task));
+    return static_cast<int>(tasks.size() - 1);
+  }
+  // Numbers a task another node runs; returns its actor id.
+  uint64_t count_task(int task_node, DeviceType type, uint32_t device) {
+    return ActorId::make(static_cast<uint32_t>(task_node), type, device, 0, next_task++);
+  }
+  // Appends `r` as an output of task `producer` with the next global id;
+  // returns its handle.
+  int add_regst(RegstNode r, int producer) {
+    r.id = next_regst++;
+    r.producer = producer;
+    r.node = tasks[static_cast<size_t>(producer)].node;
+    r.producer_id = tasks[static_cast<size_t>(producer)].id;
+    regsts.push_back(std::move(r));
+    const int handle = static_cast<int>(regsts.size() - 1);
+    tasks[static_cast<size_t>(producer)].outputs.push_back(handle);
+    return handle;
+  }
 };
 
 }  // namespace rill::compiler

@@ -13,31 +13,24 @@ int add_io_task(TaskGraph* g, plan::TaskKind kind, std::string name, int node, i
   task.node = node;
   task.placement = -1;
   task.inputs = {input};
-  uint32_t index = static_cast<uint32_t>(g->tasks.size());
-  task.id = ActorId::make(static_cast<uint32_t>(node), DeviceType::kIo, 0, 0, index);
-  g->tasks.push_back(std::move(task));
-  return static_cast<int>(index);
+  return g->add_task(std::move(task), DeviceType::kIo, 0);
 }
 
 // A copy of regst `of` (same piece, name and SBP) written by `task`.
 int add_copy_regst(TaskGraph* g, int of, int task) {
   RegstNode r;
   r.name = g->regsts[of].name;
-  r.producer = task;
   r.meta = g->regsts[of].meta;
   r.logical_shape = g->regsts[of].logical_shape;
   r.sbp = g->regsts[of].sbp;
-  int id = static_cast<int>(g->regsts.size());
-  g->regsts.push_back(std::move(r));
-  g->tasks[task].outputs.push_back(id);
-  return id;
+  return g->add_regst(std::move(r), task);
 }
 
 // Adds the Send/Recv pair carrying `regst` to node `to`; returns the regst
 // Recv writes there.
 int add_pair(TaskGraph* g, int regst, int to) {
-  const int from = g->tasks[g->regsts[regst].producer].node;
-  const std::string what = fmt::format("{}#{}@node{}->node{}", g->regsts[regst].name, regst, from, to);
+  const int from = g->regsts[regst].node;
+  const std::string what = fmt::format("{}#{}@node{}->node{}", g->regsts[regst].name, g->regsts[regst].id, from, to);
   int send = add_io_task(g, plan::TaskKind::Send, "send:" + what, from, regst);
   int wire = add_copy_regst(g, regst, send);
   int recv = add_io_task(g, plan::TaskKind::Recv, "recv:" + what, to, wire);
@@ -54,11 +47,8 @@ Status insert_transfers(TaskGraph* g) {
       const int regst = g->tasks[t].inputs[k];
       if (regst < 0 || regst >= static_cast<int>(g->regsts.size()))
         return internal_error("task '{}' reads regst {} of {}", g->tasks[t].name, regst, g->regsts.size());
-      const int producer = g->regsts[regst].producer;
-      if (producer < 0 || producer >= static_cast<int>(num_tasks))
-        return internal_error("regst {} ('{}') has no producer", regst, g->regsts[regst].name);
       const int to = g->tasks[t].node;
-      if (g->tasks[producer].node == to) continue;
+      if (g->regsts[regst].node == to) continue;
       auto [it, fresh] = received.try_emplace({regst, to}, -1);
       if (fresh) it->second = add_pair(g, regst, to);
       g->tasks[t].inputs[k] = it->second;
@@ -94,16 +84,13 @@ int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst,
   const TaskNode& device_task = g->tasks[zone >= 0 ? reader : producer];
   TaskNode task;
   task.kind = plan::TaskKind::Copy;
-  task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, regst);
+  task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, g->regsts[regst].id);
   task.node = device_task.node;
   task.placement = device_task.placement;
   task.device = static_cast<int>(ActorId::device(device_task.id));
   task.inputs = {regst};
-  const uint32_t index = static_cast<uint32_t>(g->tasks.size());
-  task.id =
-      ActorId::make(static_cast<uint32_t>(task.node), DeviceType::kCuda, ActorId::device(device_task.id), 0, index);
-  g->tasks.push_back(std::move(task));
-  const int out = add_copy_regst(g, regst, static_cast<int>(index));
+  const int index = g->add_task(std::move(task), DeviceType::kCuda, ActorId::device(device_task.id));
+  const int out = add_copy_regst(g, regst, index);
   g->regsts[out].device = zone;
   (*copied)[{regst, zone}] = out;
   return out;
@@ -115,13 +102,15 @@ Status insert_copies(TaskGraph* g) {
   std::map<std::pair<int, int>, int> copied;  // (regst, zone) -> the regst holding it there
   const size_t num_tasks = g->tasks.size();
   for (size_t t = 0; t < num_tasks; ++t) {
+    if (!g->stores(g->tasks[t].node)) continue;  // another node's, stored to read across nodes
     const int zone = zone_of(g->tasks[t]);
     for (size_t k = 0; k < g->tasks[t].inputs.size(); ++k)
       g->tasks[t].inputs[k] = copy_to(g, &copied, g->tasks[t].inputs[k], zone, static_cast<int>(t));
   }
   // Every other regst lives where its producer runs.
   for (RegstNode& r : g->regsts)
-    if (g->tasks[r.producer].kind != plan::TaskKind::Copy) r.device = zone_of(g->tasks[r.producer]);
+    if (r.producer >= 0 && g->tasks[r.producer].kind != plan::TaskKind::Copy)
+      r.device = zone_of(g->tasks[r.producer]);
   return {};
 }
 

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   double stall_timeout = 60.0;
   bool json = false;
   bool stats = false;
+  int plan_node = -1;
 
   int ctrl_port = rill::kDefaultCtrlPort;
   std::string logdir, machines, master;
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
   plan->add_option("--nodes", nodes, "Number of nodes")->check(CLI::Range(1, 4096));
   plan->add_option("--set", overrides, "Override a job field");
   plan->add_flag("--json", json, "Print the plan summary as JSON");
+  plan->add_option("--node", plan_node,
+                   "Compile only this node's plan, as its agent does (ids are the whole plan's)")
+      ->check(CLI::Range(0, 4095));
   plan->add_flag("--stats", stats, "Print only the compile time and the plan's size (tasks, regsts, bytes)");
   plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
 
@@ -173,7 +177,9 @@ int main(int argc, char** argv) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
     const auto start = std::chrono::steady_clock::now();
-    auto bytes = rill::compiler::compile(*job, *cluster, {});
+    rill::compiler::CompileOptions plan_options;
+    plan_options.node = plan_node;
+    auto bytes = rill::compiler::compile(*job, *cluster, plan_options);
     if (!bytes.ok()) return rill::fail_command(bytes.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto verified = rill::compiler::verify_plan(*bytes);

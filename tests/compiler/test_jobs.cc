@@ -1,5 +1,9 @@
 #include "tests/compiler/test_jobs.h"
 
+#include <flatbuffers/idl.h>
+
+#include "compiler/plan_bfbs_generated.h"
+
 #include <doctest/doctest.h>
 
 namespace rill::testing {
@@ -131,7 +135,33 @@ std::string compile_ok(const graph::Job& job, const std::string& devices, const 
   REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
   auto verified = compiler::verify_plan(*bytes);
   REQUIRE_MESSAGE(verified.ok(), verified.status().to_string());
+  if (options.node < 0 && num_nodes > 1) check_nodes_compile_alone(job, *cluster, options, *bytes);
   return *bytes;
+}
+
+std::string plan_text(const std::string& bytes) {
+  flatbuffers::Parser parser;
+  REQUIRE(parser.Deserialize(plan::PlanBinarySchema::data(), plan::PlanBinarySchema::size()));
+  std::string text;
+  REQUIRE(flatbuffers::GenerateText(parser, bytes.data(), &text));
+  return text;
+}
+
+void check_nodes_compile_alone(const graph::Job& job, const compiler::Cluster& cluster,
+                               const compiler::CompileOptions& options, const std::string& whole) {
+  for (int node = 0; node < cluster.num_nodes; ++node) {
+    CAPTURE(node);
+    compiler::CompileOptions alone = options;
+    alone.node = node;
+    auto own = compiler::compile(job, cluster, alone);
+    REQUIRE_MESSAGE(own.ok(), own.status().to_string());
+    REQUIRE_MESSAGE(compiler::verify_plan(*own).ok(), compiler::verify_plan(*own).status().to_string());
+    auto cut = compiler::node_plan(whole, node);
+    REQUIRE_MESSAGE(cut.ok(), cut.status().to_string());
+    if (cluster.device_type != DeviceType::kCpu) continue;  // Copy ids are per node (compiler.h)
+    const std::string own_text = plan_text(*own), cut_text = plan_text(*cut);
+    CHECK_MESSAGE(own_text == cut_text, "the plan node ", node, " compiles differs from the one cut from the whole");
+  }
 }
 
 const plan::Plan* plan_of(const std::string& bytes) { return plan::GetPlan(bytes.data()); }

@@ -20,10 +20,17 @@ graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
 graph::Job deep_mlp_job(int layers, int64_t num_samples = 8, int64_t batch = 4);
 
 // Compiles for `num_nodes` nodes of `devices` each and verifies; fails the
-// current test on error.
+// current test on error. A whole plan of several nodes is also compiled node
+// by node (check_nodes_compile_alone).
 std::string compile_ok(const graph::Job& job, const std::string& devices,
                        const compiler::CompileOptions& options = {}, int num_nodes = 1);
 const plan::Plan* plan_of(const std::string& bytes);
+// The plan as FlatBuffers text, every field (by the plan's binary schema).
+std::string plan_text(const std::string& bytes);
+// Each node compiled alone gives a plan that verifies and, on CPU devices,
+// equals the one cut from `whole` field for field.
+void check_nodes_compile_alone(const graph::Job& job, const compiler::Cluster& cluster,
+                               const compiler::CompileOptions& options, const std::string& whole);
 
 std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind);
 std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type);
