@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 
 #include "base/devices.h"
 
@@ -58,15 +59,21 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
   return steps;
 }
 
-StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {
-  if (options.activation_register_num < 1)
-    return invalid_argument("activation_register_num is {}, expected at least 1", options.activation_register_num);
-  RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, options.mode));
-  if (options.mode == Mode::kTrain) {
+// The logical passes, up to SBP deduction.
+StatusOr<LogicalGraph> deduced_graph(const graph::Job& job, const Cluster& cluster, Mode mode) {
+  RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, mode));
+  if (mode == Mode::kTrain) {
     RILL_RETURN_IF_ERROR(build_backward(&g));
     RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));
   }
   RILL_RETURN_IF_ERROR(deduce_sbp(&g));
+  return g;
+}
+
+StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {
+  if (options.activation_register_num < 1)
+    return invalid_argument("activation_register_num is {}, expected at least 1", options.activation_register_num);
+  RILL_ASSIGN_OR_RETURN(LogicalGraph g, deduced_graph(job, cluster, options.mode));
   RILL_RETURN_IF_ERROR(insert_boxing(&g));
   RILL_ASSIGN_OR_RETURN(int64_t steps, plan_steps(job, g, options));
   const auto bucket_bytes = static_cast<size_t>(std::max<int64_t>(0, job.train.bucket_bytes));
@@ -90,6 +97,20 @@ StatusOr<Cluster> parse_devices(const std::string& text, int num_nodes) {
   cluster.device_type = list.type;
   cluster.devices_per_node = list.count;
   return cluster;
+}
+
+StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job, const Cluster& cluster) {
+  auto g = deduced_graph(job, cluster, Mode::kTrain);
+  if (!g.ok()) return g.status().with_context(fmt::format("compiling job '{}'", job.name));
+  std::vector<VariablePieceOrigin> out;
+  for (const VariableNode& v : g->variables) {
+    const graph::Placement& p = g->placement(v.placement);
+    std::set<std::vector<int64_t>> origins;
+    for (int rank = 0; rank < p.parallel(); ++rank)
+      origins.insert(piece_region(v.variable.shape, v.sbp, p.num_nodes(), p.per_node(), rank).origin);
+    for (const std::vector<int64_t>& origin : origins) out.push_back({v.variable.name, origin});
+  }
+  return out;
 }
 
 StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options) {

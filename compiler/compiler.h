@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/actor_id.h"
 #include "base/status.h"
@@ -58,6 +59,14 @@ struct CompileOptions {
 // Compiles `job` for `cluster`; returns the Plan's bytes (FlatBuffers, "RLPL"):
 // the whole plan, or one node's (options.node).
 StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options);
+
+// The distinct pieces of the job's trained variables over the cluster
+// (replicas once): what a checkpoint gathers from every node.
+struct VariablePieceOrigin {
+  std::string name;
+  std::vector<int64_t> offset;  // of the piece in the logical variable
+};
+StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job, const Cluster& cluster);
 
 // Runs the FlatBuffers verifier over `bytes`, checks the version and the plan's
 // internal references, for a whole plan or a node plan: tasks ascending by

@@ -18,9 +18,9 @@
 
 #include "comm/counting_transport.h"
 #include "comm/transport.h"
-#include "kernels/cuda/cuda_context.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
+#include "kernels/cuda/cuda_context.h"
 #include "runtime/control_codec.h"
 #include "runtime/job_runner.h"
 #include "runtime/node_runtime.h"
@@ -401,6 +401,27 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
       message);
 }
 
+namespace {
+
+// This node's plan of a phase, compiled from what the master sent: the ids
+// agree with every other node's plan (compiler::CompileOptions::node).
+StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int world) {
+  auto job = graph::parse_job_json(part.job_text, "the job from the master");
+  if (!job.ok()) return job.status();
+  auto cluster = compiler::parse_devices(part.devices, world);
+  if (!cluster.ok()) return cluster.status();
+  if (part.mode != static_cast<int>(compiler::Mode::kTrain) && part.mode != static_cast<int>(compiler::Mode::kEval))
+    return invalid_argument("the master sent compile mode {}, expected 0 (train) or 1 (eval)", part.mode);
+  compiler::CompileOptions options;
+  options.mode = static_cast<compiler::Mode>(part.mode);
+  options.steps = part.steps;
+  options.activation_register_num = part.activation_register_num;
+  options.node = node;
+  return compiler::compile(*job, *cluster, options);
+}
+
+}  // namespace
+
 // A non-master agent's handling of the master's messages (loop thread).
 void Agent::worker_handle(ctl::Message message) {
   const std::string me = node_name(options_.machines, options_.rank);
@@ -422,7 +443,9 @@ void Agent::worker_handle(ctl::Message message) {
               post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
             };
           }
-          auto built = NodeRuntime::build(std::move(m.plan), std::move(run));
+          auto plan = compile_part(m, options_.rank, world_);
+          auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
+                                 : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
           std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
           if (built.ok()) {
             pending_ = std::move(*built);

@@ -22,6 +22,7 @@
 #include "graph/job.h"
 #include "runtime/agent.h"
 #include "runtime/control_codec.h"
+#include "runtime/job_runner.h"
 #include "runtime/node_runtime.h"
 
 namespace rill::agent_internal {
@@ -104,7 +105,10 @@ class Agent {
   std::string status_json();
   // Master job thread.
   void run_queued(QueuedJob job);
-  RunReport execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options);
+  // Node 0 runs `phase.plan`; every other node compiles its own from
+  // `job_text` and the phase's options.
+  RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
+                          const RunOptions& run_options);
   void start_next_job();
 
   AgentOptions options_;

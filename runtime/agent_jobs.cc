@@ -12,6 +12,7 @@
 
 #include "comm/counting_transport.h"
 #include "compiler/compiler.h"
+#include "graph/job_file.h"
 #include "runtime/control_codec.h"
 #include "runtime/job_runner.h"
 #include "runtime/node_runtime.h"
@@ -46,11 +47,15 @@ void Agent::run_queued(QueuedJob queued) {
       post(Outgoing{false, client, ctl::encode(ctl::Progress{id, line})});
     };
   int phase = 0;
-  options.executor = [this, id = queued.id, &phase](const std::string& plan, const RunOptions& run) {
-    return execute_phase(id, phase++, plan, run);
+  // Each node compiles its own part of every phase's plan from the job.
+  auto job_text = graph::job_to_json(queued.job);
+  options.executor = [this, id = queued.id, &phase, &job_text](const PhasePlan& plan, const RunOptions& run) {
+    return execute_phase(id, phase++, *job_text, plan, run);
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
-  JobResult result = run_job(queued.job, options);
+  JobResult result;
+  if (job_text.ok()) result = run_job(queued.job, options);
+  else result.status = job_text.status().with_context("sending the job to the nodes");
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
@@ -58,7 +63,8 @@ void Agent::run_queued(QueuedJob queued) {
   job_running_ = false;
 }
 
-RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& plan, const RunOptions& run_options) {
+RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
+                               const RunOptions& run_options) {
   RunReport report;
   static_assert(kTagsPerRun == uint64_t{1} << 20, "a phase's tags are the 20 bits below the phase");
   uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
@@ -76,15 +82,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
   for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
   for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
   int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
-  for (int r = 1; r < world_; ++r) {
-    auto part = compiler::node_plan(plan, r);
-    if (!part.ok()) {
-      report.status = part.status();
-      return report;
-    }
-    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, std::move(*part), initial, state, run_options.start_step,
-                                  snapshot_every});
-  }
+  for (int r = 1; r < world_; ++r)
+    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
+                                  plan.compile.steps, plan.compile.activation_register_num, initial, state,
+                                  run_options.start_step, snapshot_every});
   auto abort_all = [&](const std::string& reason) {
     for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});
   };
@@ -92,9 +93,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
   local.node = 0;
   local.transport = transport_.get();
   local.tag_base = tag_base;
-  auto part = compiler::node_plan(plan, 0);
-  auto runtime = part.ok() ? NodeRuntime::build(std::move(*part), local)
-                           : StatusOr<std::unique_ptr<NodeRuntime>>(part.status());
+  auto runtime = NodeRuntime::build(plan.plan, local);
   // Every node must have built its actors before any starts.
   std::string failure;
   {
@@ -106,8 +105,9 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& pla
     for (const auto& [node, error] : phase_.acks)
       if (failure.empty() && !error.empty()) failure = error;
     if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost;
-    if (failure.empty() && !acked) failure = fmt::format("not every node built its part of the plan within {} s",
-                                                         options_.join_timeout_s);
+    if (failure.empty() && !acked)
+      failure = fmt::format("not every node compiled and built its part of the plan within {} s",
+                            options_.join_timeout_s);
     if (failure.empty()) local_runtime_ = runtime->get();
   }
   if (!failure.empty()) {

@@ -6,13 +6,10 @@
 
 namespace rill {
 
-CheckpointCollector::CheckpointCollector(const graph::Job& job, const plan::Plan& plan)
+CheckpointCollector::CheckpointCollector(const graph::Job& job,
+                                         const std::vector<compiler::VariablePieceOrigin>& pieces)
     : config_(job.checkpoint), job_name_(job.name), optimizer_(job.optimizer.type) {
-  for (const plan::Task* task : *plan.tasks()) {
-    if (task->kind() != plan::TaskKind::Variable) continue;
-    const plan::RegstDesc* model = compiler::find_regst(plan, task->outputs()->Get(0));
-    expected_.insert({read_string(model->name()), read_shape(task->variable()->offset())});
-  }
+  for (const compiler::VariablePieceOrigin& piece : pieces) expected_.insert({piece.name, piece.offset});
 }
 
 void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/plan_generated.h"
+#include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/node_runtime.h"
 
@@ -19,8 +19,8 @@ namespace rill {
 
 class CheckpointCollector {
  public:
-  // `plan` is the whole plan: it says which pieces each step needs.
-  CheckpointCollector(const graph::Job& job, const plan::Plan& plan);
+  // `pieces`: every piece a step's checkpoint needs (compiler::variable_pieces).
+  CheckpointCollector(const graph::Job& job, const std::vector<compiler::VariablePieceOrigin>& pieces);
   void add(int64_t steps_done, VariablePiece piece);
   // The first failed write, or ok.
   Status status() const;

@@ -57,10 +57,11 @@ struct Encoder {
             fb::CreateSubmitReply(b, m.job_id, b.CreateString(m.error), m.queued_behind).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const PlanPart& m) {
-    auto plan = b.CreateVector(reinterpret_cast<const uint8_t*>(m.plan.data()), m.plan.size());
     return {fb::Message::PlanPart,
-            fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, plan, tensors(b, m.initial_values),
-                               tensors(b, m.initial_state), m.start_step, m.snapshot_every)
+            fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, b.CreateString(m.job_text),
+                               b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
+                               tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
+                               m.snapshot_every)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Snapshot& m) {
@@ -154,9 +155,8 @@ StatusOr<Message> decode(std::string_view bytes) {
     }
     case fb::Message::PlanPart: {
       auto m = e->message_as_PlanPart();
-      std::string plan = m->plan() ? std::string(reinterpret_cast<const char*>(m->plan()->data()), m->plan()->size())
-                                   : std::string();
-      return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), std::move(plan), tensors(m->initial_values()),
+      return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), str(m->job_text()), str(m->devices()), m->mode(),
+                              m->steps(), m->activation_register_num(), tensors(m->initial_values()),
                               tensors(m->initial_state()), m->start_step(), m->snapshot_every()});
     }
     case fb::Message::Snapshot: {

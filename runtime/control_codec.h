@@ -41,7 +41,12 @@ struct PlanPart {
   int64_t job_id = 0;
   int phase = 0;
   uint64_t tag_base = 0;
-  std::string plan;
+  // The node compiles its own plan from these (compiler::compile).
+  std::string job_text;
+  std::string devices;
+  int mode = 0;  // compiler::Mode
+  int64_t steps = 0;
+  int activation_register_num = 2;
   std::vector<Tensor> initial_values;
   std::vector<Tensor> initial_state;
   int64_t start_step = 0;

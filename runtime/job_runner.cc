@@ -136,8 +136,11 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     result.status = cluster.status();
     return result;
   }
+  // Node 0's plan here; every other node compiles its own (PhasePlan).
+  const std::string devices = options.devices.empty() ? job.train.devices : options.devices;
   compiler::CompileOptions train_options;
   train_options.steps = options.steps;
+  if (options.num_nodes > 1) train_options.node = 0;
   auto train_plan = compiler::compile(job, *cluster, train_options);
   if (!train_plan.ok()) {
     result.status = train_plan.status();
@@ -152,8 +155,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.global_batch = (*verified)->global_batch();
   if (options.out)
     fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
-               result.steps, result.global_batch, options.num_nodes,
-               options.devices.empty() ? job.train.devices : options.devices, (*verified)->tasks()->size());
+               result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());
 
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);
   RunOptions run_options;
@@ -173,12 +175,20 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = writable;
       return result;
     }
-    collector.emplace(job, **verified);
+    auto pieces = compiler::variable_pieces(job, *cluster);
+    if (!pieces.ok()) {
+      result.status = pieces.status();
+      return result;
+    }
+    collector.emplace(job, *pieces);
     run_options.snapshot_every = job.checkpoint.every;
     run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };
   }
-  PlanExecutor execute = options.executor ? options.executor : PlanExecutor(run_plan);
-  RunReport train = execute(*train_plan, run_options);
+  PlanExecutor execute = options.executor ? options.executor : [](const PhasePlan& phase, const RunOptions& run) {
+    return run_plan(phase.plan, run);
+  };
+  train_options.steps = result.steps;
+  RunReport train = execute(PhasePlan{std::move(*train_plan), devices, train_options}, run_options);
   if (!train.status.ok()) {
     result.status = train.status;
     return result;
@@ -206,6 +216,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (job.eval) {
     compiler::CompileOptions eval_options;
     eval_options.mode = compiler::Mode::kEval;
+    if (options.num_nodes > 1) eval_options.node = 0;
     auto eval_plan = compiler::compile(job, *cluster, eval_options);
     if (!eval_plan.ok()) {
       result.status = eval_plan.status().with_context("eval");
@@ -220,13 +231,19 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       for (size_t i = 0; i < m.names.size(); ++i) sums[m.names[i]] += m.values[i];
       ++eval_steps;
     };
-    RunReport eval = execute(*eval_plan, eval_run);
+    auto eval_verified = compiler::verify_plan(*eval_plan);
+    if (!eval_verified.ok()) {
+      result.status = eval_verified.status().with_context("eval");
+      return result;
+    }
+    eval_options.steps = (*eval_verified)->steps();
+    const int64_t eval_batch = (*eval_verified)->global_batch();
+    RunReport eval = execute(PhasePlan{std::move(*eval_plan), devices, eval_options}, eval_run);
     if (!eval.status.ok()) {
       result.status = eval.status.with_context("eval");
       return result;
     }
-    auto eval_verified = compiler::verify_plan(*eval_plan);
-    result.eval_samples = eval_steps * (*eval_verified)->global_batch();
+    result.eval_samples = eval_steps * eval_batch;
     for (const auto& [name, sum] : sums) result.eval_metrics[name] = eval_steps ? sum / eval_steps : 0.0;
     std::string line = fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
     for (const auto& [name, value] : result.eval_metrics) line += fmt::format("  {} {:.4f}", name, value);

@@ -12,14 +12,26 @@
 #include <string>
 #include <vector>
 
+#include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/node_runtime.h"
 
 namespace rill {
 
-// Runs one phase's whole plan and reports (by default run_plan on this
-// machine; the master agent's executor spreads it over the cluster).
-using PlanExecutor = std::function<RunReport(const std::string& plan_bytes, const RunOptions& options)>;
+// One phase of a job (training, eval) as an executor gets it: node 0's plan
+// (on one node, the whole plan) and what every other node compiles its own
+// plan with: the devices and the options, but for the node, which is each
+// node's own; the steps are node 0's plan's.
+struct PhasePlan {
+  std::string plan;
+  std::string devices;
+  compiler::CompileOptions compile;
+};
+
+// Runs one phase and reports (by default run_plan of the plan on this
+// machine; the master agent's executor has every node compile and run its
+// own part).
+using PlanExecutor = std::function<RunReport(const PhasePlan& phase, const RunOptions& options)>;
 
 struct JobRunOptions {
   std::string devices;            // devices per node, e.g. "cpu:2"; empty: the job's train.devices

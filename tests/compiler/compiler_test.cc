@@ -3,6 +3,8 @@
 // planning, eval plans and steps. SBP and boxing: sbp_test.cc.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <algorithm>
 
 #include "tests/compiler/test_jobs.h"
@@ -367,6 +369,28 @@ TEST_CASE("a loss reached only through an op without a gradient rule is an error
   CHECK(result.status().message().find("gradient") != std::string::npos);
 }
 
+TEST_CASE("variable_pieces: the distinct pieces a checkpoint gathers, replicas once") {
+  auto cluster = compiler::parse_devices("cpu:2", 2);
+  REQUIRE(cluster.ok());
+  graph::Job job = testing::mlp_job();
+  auto replicated = compiler::variable_pieces(job, *cluster);
+  REQUIRE(replicated.ok());
+  std::map<std::string, std::vector<std::vector<int64_t>>> by_name;
+  for (const auto& piece : *replicated) by_name[piece.name].push_back(piece.offset);
+  CHECK(by_name.size() == 3);  // w1, b1, w2: data parallel, one whole piece each
+  CHECK(by_name["w1"] == std::vector<std::vector<int64_t>>{{0, 0}});
+  CHECK(by_name["b1"] == std::vector<std::vector<int64_t>>{{0}});
+  job.train.zero = true;  // split S(0) over the 4 devices: w1 [4, 8] in rows, b1 [8] in pairs
+  auto split = compiler::variable_pieces(job, *cluster);
+  REQUIRE(split.ok());
+  by_name.clear();
+  for (const auto& piece : *split) by_name[piece.name].push_back(piece.offset);
+  CHECK(by_name["w1"] == std::vector<std::vector<int64_t>>{{0, 0}, {1, 0}, {2, 0}, {3, 0}});
+  CHECK(by_name["b1"] == std::vector<std::vector<int64_t>>{{0}, {2}, {4}, {6}});
+  job.ops.clear();  // errors are the compiler's, naming the job
+  CHECK_FALSE(compiler::variable_pieces(job, *cluster).ok());
+}
+
 #ifdef RILL_WITH_CUDA
 TEST_CASE("cuda:1: compute and variables on the GPU, a copy wherever a regst changes memory, each regst placed") {
   graph::Job job = testing::linear_regression_job();
@@ -401,6 +425,40 @@ TEST_CASE("cuda:1: compute and variables on the GPU, a copy wherever a regst cha
   std::string cpu = compile_ok(job, "cpu:2");
   CHECK(tasks_of_kind(*plan_of(cpu), plan::TaskKind::Copy).empty());
   for (const plan::RegstDesc* r : *plan_of(cpu)->regsts()) CHECK(r->device() == -1);
+}
+
+TEST_CASE("cuda:2 on 2 nodes: each node compiles its own plan, with its own copies after every other id") {
+  const std::string whole = compile_ok(testing::mlp_job(), "cuda:2", {}, 2);  // and node by node
+  auto cluster = compiler::parse_devices("cuda:2", 2);
+  REQUIRE(cluster.ok());
+  for (int node = 0; node < 2; ++node) {
+    CAPTURE(node);
+    compiler::CompileOptions alone;
+    alone.node = node;
+    auto own = compiler::compile(testing::mlp_job(), *cluster, alone);
+    REQUIRE(own.ok());
+    auto cut = compiler::node_plan(whole, node);
+    REQUIRE(cut.ok());
+    const plan::Plan& mine = *plan_of(*own);
+    const plan::Plan& theirs = *plan_of(*cut);
+    REQUIRE(mine.tasks()->size() == theirs.tasks()->size());
+    int copies = 0;
+    uint32_t last = 0;  // the highest index of the other tasks
+    for (const plan::Task* t : *mine.tasks())
+      if (t->kind() != plan::TaskKind::Copy) last = std::max(last, ActorId::index(t->id()));
+    for (const plan::Task* t : *mine.tasks()) {
+      CAPTURE(t->name()->str());
+      const plan::Task* same = task_named(theirs, t->name()->str());
+      REQUIRE(same != nullptr);
+      if (t->kind() == plan::TaskKind::Copy) {
+        ++copies;
+        CHECK(ActorId::index(t->id()) > last);
+        continue;
+      }
+      CHECK(t->id() == same->id());  // Send/Recv pairs and peers agree across nodes
+    }
+    CHECK(copies > 0);
+  }
 }
 #endif
 

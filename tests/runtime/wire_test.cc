@@ -11,7 +11,8 @@
 namespace rill {
 
 TEST_CASE("control messages survive encoding") {
-  control::PlanPart part{7, 1, 0x1234, std::string("\x00\x01plan", 6), {{"w", {2, 1}, {0, 0}, {2, 1}, {1.5f, -2.f}}},
+  control::PlanPart part{7,  1, 0x1234, R"({"name": "j"})", "cpu:2", 1, 300, 3,
+                         {{"w", {2, 1}, {0, 0}, {2, 1}, {1.5f, -2.f}}},
                          {{"w/momentum", {}, {}, {}, {0.25f, 0.5f}}}, 40, 20};
   auto decoded = control::decode(control::encode(part));
   REQUIRE(decoded.ok());
@@ -19,7 +20,11 @@ TEST_CASE("control messages survive encoding") {
   REQUIRE(p != nullptr);
   CHECK(p->job_id == 7);
   CHECK(p->tag_base == 0x1234);
-  CHECK(p->plan == part.plan);
+  CHECK(p->job_text == part.job_text);
+  CHECK(p->devices == "cpu:2");
+  CHECK(p->mode == 1);
+  CHECK(p->steps == 300);
+  CHECK(p->activation_register_num == 3);
   CHECK(p->initial_values[0].values == std::vector<float>{1.5f, -2.f});
   CHECK(p->initial_state[0].name == "w/momentum");
   CHECK(p->start_step == 40);
