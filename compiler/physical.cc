@@ -30,12 +30,22 @@ class Expander {
     // Room for what the ops, variables and boxings make (about; the
     // transfers add more later): tasks are large, and regrowing the vectors
     // moved each several times.
-    size_t estimate = 0;
-    for (const OpNode& op : g_.ops) estimate += stored_ranks(at(op.placement));
-    for (const VariableNode& v : g_.variables) estimate += stored_ranks(at(v.placement));
-    for (const BoxingNode& b : g_.boxings) estimate += stored_ranks(at(b.to));
+    size_t estimate = 0, counted = 0;
+    for (const OpNode& op : g_.ops) {
+      estimate += stored_ranks(at(op.placement));
+      counted += op.outputs.size() * static_cast<size_t>(at(op.placement).parallel());
+    }
+    for (const VariableNode& v : g_.variables) {
+      estimate += stored_ranks(at(v.placement));
+      counted += static_cast<size_t>(at(v.placement).parallel());
+    }
+    for (const BoxingNode& b : g_.boxings) {
+      estimate += stored_ranks(at(b.to));
+      counted += static_cast<size_t>(at(b.to).parallel());
+    }
     out_.tasks.reserve(estimate + estimate / 4);
     out_.regsts.reserve(estimate + estimate / 2);
+    if (out_.node >= 0) counted_.reserve(counted);
     for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
     add_sources();
     add_variables();
@@ -225,6 +235,7 @@ class Expander {
       std::vector<const TensorMeta*> inputs, outputs;
       for (const std::string& out : op.outputs) {
         outs.push_back(&pieces_[out]);
+        outs.back()->reserve(static_cast<size_t>(p.parallel()));
         outputs.push_back(&g_.find(out)->meta);
       }
       for (const std::string& in : op.inputs) inputs.push_back(&g_.find(in)->meta);

@@ -443,7 +443,12 @@ void Agent::worker_handle(ctl::Message message) {
               post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
             };
           }
+          const auto compile_start = std::chrono::steady_clock::now();
           auto plan = compile_part(m, options_.rank, world_);
+          if (plan.ok())
+            spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", m.job_id, m.phase,
+                         plan->size(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
           auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
                                  : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
           std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
