@@ -362,10 +362,16 @@ TEST_CASE("a peer of another Rill version is refused on every node") {
 
 TEST_CASE("after the start, nodes 1 and 2 talk directly, not through the master") {
   auto result = temp_dir() / "lr3.json";
+  auto logs = temp_dir() / "lr3_logs";
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 3 --devices cpu:1 "
-                     "--ctrl-port 19190 --set train.batch_size=3 --result " + result.string());
+                     "--ctrl-port 19190 --set train.batch_size=3 --logdir " + logs.string() + " --result " +
+                     result.string());
   INFO(ran.output);
   REQUIRE(ran.code == 0);
+  // Nor is the plan the master's to send: each node compiled its own.
+  for (int node = 1; node < 3; ++node)
+    CHECK(read_text((logs / fmt::format("node-{}.log", node)).string()).find("compiled this node's plan") !=
+          std::string::npos);
   auto traffic = read_json(result)["traffic"];  // [from][to]: messages `to` received from `from`
   REQUIRE(traffic.size() == 3);
   // The gradient ring all-reduce runs 0 -> 1 -> 2 -> 0: node 2 hears from
