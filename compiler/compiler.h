@@ -6,8 +6,9 @@
 //   Send/Recv (transfers.h) -> regst planning (regst_planning.h) -> Plan bytes
 //   (plan_writer.h).
 // The plan's bytes are all a runtime needs to build its actors, and the same job
-// always compiles to the same bytes. A whole plan covers every node; node_plan
-// cuts out what one node runs.
+// always compiles to the same bytes. A whole plan covers every node; a node's
+// plan (CompileOptions::node, what each agent compiles for itself) holds what
+// that node runs, the same as node_plan cuts out of the whole plan.
 //
 // Threading: every function here is pure (no shared state); call from any thread.
 #pragma once
