@@ -30,6 +30,7 @@ namespace rill::agent_internal {
 
 Agent::~Agent() {
   if (job_thread_.joinable()) job_thread_.join();
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   if (run_thread_.joinable()) run_thread_.join();
   if (transport_) transport_->close();
   // Let the last control messages (Shutdown to the nodes, replies) leave,
@@ -313,6 +314,7 @@ Status Agent::serve() {
   }
   flush();
   if (job_thread_.joinable()) job_thread_.join();
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   if (run_thread_.joinable()) run_thread_.join();
   return fatal_;
 }
@@ -443,28 +445,42 @@ void Agent::worker_handle(ctl::Message message) {
               post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
             };
           }
-          const auto compile_start = std::chrono::steady_clock::now();
-          auto plan = compile_part(m, options_.rank, world_);
-          if (plan.ok())
-            spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", m.job_id, m.phase,
-                         plan->size(),
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
-          auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
-                                 : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
-          std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
-          if (built.ok()) {
-            pending_ = std::move(*built);
-            pending_job_ = m.job_id;
-            pending_phase_ = m.phase;
-            // Count this job's traffic from here: the master starts sending
-            // once every node has acked, possibly before our Start arrives.
-            transport_->reset();
-          }
-          post_to_node(0, ctl::PlanAck{m.job_id, m.phase, options_.rank, error});
+          // Compiled and built off the loop, which keeps answering
+          // heartbeats meanwhile; the ack goes out when it is done.
+          if (prepare_thread_.joinable()) prepare_thread_.join();
+          prepare_thread_ = std::thread([this, me, part = std::move(m), run = std::move(run)]() mutable {
+            const auto start = std::chrono::steady_clock::now();
+            auto plan = compile_part(part, options_.rank, world_);
+            if (plan.ok())
+              spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
+                           part.phase, plan->size(),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
+                                   : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
+            std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              if (built.ok() && aborted_job_ != part.job_id) {
+                pending_ = std::move(*built);
+                pending_job_ = part.job_id;
+                pending_phase_ = part.phase;
+                // Count this job's traffic from here: the master starts
+                // sending once every node has acked, possibly before our
+                // Start arrives.
+                transport_->reset();
+              }
+            }
+            post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error});
+          });
         } else if constexpr (std::is_same_v<T, ctl::Start>) {
-          if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
+          std::unique_ptr<NodeRuntime> runtime;
+          {
+            std::lock_guard<std::mutex> lock(run_mu_);
+            if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
+            runtime = std::move(pending_);
+          }
           if (run_thread_.joinable()) run_thread_.join();
-          run_thread_ = std::thread([this, job = m.job_id, phase = m.phase, runtime = std::move(pending_)]() mutable {
+          run_thread_ = std::thread([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
             {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();
@@ -482,8 +498,9 @@ void Agent::worker_handle(ctl::Message message) {
             post_to_node(0, done);
           });
         } else if constexpr (std::is_same_v<T, ctl::Abort>) {
-          if (pending_job_ == m.job_id) pending_.reset();
           std::lock_guard<std::mutex> lock(run_mu_);
+          aborted_job_ = m.job_id;  // a plan still being made for it is dropped
+          if (pending_job_ == m.job_id) pending_.reset();
           if (running_) running_->abort(Status(Code::kAborted, m.reason));
         } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
           std::lock_guard<std::mutex> lock(run_mu_);

@@ -144,12 +144,14 @@ class Agent {
 
   // Non-master.
   Clock::time_point master_seen_ = Clock::now();
-  std::unique_ptr<NodeRuntime> pending_;
-  int64_t pending_job_ = -1;
-  int pending_phase_ = -1;
+  std::thread prepare_thread_;  // compiles and builds a phase's plan, then acks
   std::thread run_thread_;
   std::mutex run_mu_;
-  NodeRuntime* running_ = nullptr;  // GUARDED_BY(run_mu_)
+  std::unique_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
+  int64_t pending_job_ = -1;              // GUARDED_BY(run_mu_)
+  int pending_phase_ = -1;                // GUARDED_BY(run_mu_)
+  int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_)
+  NodeRuntime* running_ = nullptr;        // GUARDED_BY(run_mu_)
   Clock::time_point last_heartbeat_ = Clock::now();
 };
 
