@@ -6,11 +6,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <new>
 #include <unistd.h>
+#include <set>
 #include <string>
 
 #include "compiler/compiler.h"
+#include "graph/global_tensor.h"
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
 #include "tests/runtime/sample_jobs.h"
@@ -218,6 +221,54 @@ TEST_CASE("a variable starts from given initial values") {
   RunReport report = run_plan(*plan, options);
   REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
   CHECK(report.variables.at("w").values == std::vector<float>{2.0f, 3.0f});
+}
+
+TEST_CASE("to_global of the pieces the devices hold is the value the runtime gathers; to_local gives them back") {
+  // The Megatron layout on 2 devices: w1 split by columns, w2 by rows, b1
+  // split, b2 replicated. Both sides copy the same floats: exact.
+  graph::Job job = load_sample("samples/mlp/mlp_model_parallel.json");
+  const auto cluster = *compiler::parse_devices("cpu:2", 1);
+  auto bytes = compiler::compile(job, cluster, {.steps = 2});
+  REQUIRE(bytes.ok());
+  RunReport report = run_plan(*bytes, {});
+  REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
+  const plan::Plan& plan = **compiler::verify_plan(*bytes);
+  const graph::Placement devices = graph::whole_cluster(DeviceType::kCpu, 1, 2);
+  std::map<std::string, std::pair<NdSbp, std::vector<InlineTensor>>> locals;  // variable -> (SBP, pieces by rank)
+  std::set<std::string> split;
+  for (const plan::Task* t : *plan.tasks()) {
+    if (t->kind() != plan::TaskKind::Variable) continue;
+    const plan::RegstDesc* model = compiler::find_regst(plan, t->outputs()->Get(0));
+    const std::string name = model->name()->str();
+    const std::vector<int64_t> offset(t->variable()->offset()->begin(), t->variable()->offset()->end());
+    auto& [sbp, pieces] = locals[name];
+    sbp = compiler::read_sbp(model->sbp());
+    if (sbp.has(Sbp::kSplit)) split.insert(name);
+    for (const VariablePiece& piece : report.pieces)
+      if (piece.name == name && piece.offset == offset) {
+        InlineTensor local;
+        local.name = name;
+        local.shape = piece.shape;
+        local.f32 = piece.values;
+        pieces.push_back(local);  // variable tasks go by rank
+        break;
+      }
+  }
+  CHECK(split == std::set<std::string>{"b1", "w1", "w2"});
+  for (const auto& [name, layout] : locals) {
+    CAPTURE(name);
+    const auto& [sbp, pieces] = layout;
+    REQUIRE(pieces.size() == 2);
+    auto global = to_global(pieces, devices, sbp);
+    REQUIRE_MESSAGE(global.ok(), global.status().to_string());
+    CHECK(global->shape == report.variables.at(name).shape);
+    CHECK(global->f32 == report.variables.at(name).values);
+    for (int rank = 0; rank < 2; ++rank) {
+      auto local = to_local(*global, devices, sbp, rank);
+      REQUIRE(local.ok());
+      CHECK(local->f32 == pieces[static_cast<size_t>(rank)].f32);
+    }
+  }
 }
 
 }  // namespace rill
