@@ -45,6 +45,7 @@ struct KernelContext {
   std::vector<int64_t> output_offset;
   const Attrs* attrs = nullptr;
   int64_t step = 0;  // 0-based index of the current step (Adam: t = step + 1)
+  int64_t micro = 0;  // which micro-batch of the step (train.micro_batches; 0 without)
   std::span<std::byte> scratch;
   // CUDA kernels only: views point into that device's memory, and the kernel
   // enqueues its work on cuda->stream without waiting for it.

@@ -15,7 +15,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReshapeOp, &kTransposeOp, &kIdentityOp, &kSliceOp, &kSliceGradOp, &kConcatOp,
     &kFillOp, &kUniformOp, &kNormalOp, &kXavierUniformOp, &kKaimingUniformOp,
     &kSgdUpdateOp, &kMomentumUpdateOp, &kAdamUpdateOp,
-    &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kOnesLikeOp,
+    &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kAccumulateOp, &kOnesLikeOp,
     &kReluOp, &kGeluOp, &kTanhOp, &kSigmoidOp, &kSoftmaxOp,
     &kReluGradOp, &kGeluGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,

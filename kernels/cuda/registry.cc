@@ -19,7 +19,7 @@ constexpr Entry kCudaKernels[] = {
     {"sgd_update", cuda_ops::sgd_update}, {"momentum_update", cuda_ops::momentum_update},
     {"adam_update", cuda_ops::adam_update},
     {"add", cuda_ops::add}, {"sub", cuda_ops::sub}, {"mul", cuda_ops::mul}, {"bias_add", cuda_ops::bias_add},
-    {"scale", cuda_ops::scale}, {"ones_like", cuda_ops::ones_like},
+    {"scale", cuda_ops::scale}, {"accumulate", cuda_ops::accumulate}, {"ones_like", cuda_ops::ones_like},
     {"relu", cuda_ops::relu}, {"gelu", cuda_ops::gelu}, {"tanh", cuda_ops::tanh}, {"sigmoid", cuda_ops::sigmoid},
     {"relu_grad", cuda_ops::relu_grad}, {"gelu_grad", cuda_ops::gelu_grad}, {"tanh_grad", cuda_ops::tanh_grad},
     {"sigmoid_grad", cuda_ops::sigmoid_grad},

@@ -25,6 +25,8 @@ cudaError_t binary(Binary op, const float* a, const float* b, int64_t b_stride, 
 cudaError_t bias_add(const float* x, const float* bias, float* y, int64_t n, int64_t channels, int64_t inner,
                      cudaStream_t stream);
 cudaError_t scale(const float* x, float* y, float s, int64_t n, cudaStream_t stream);
+// y = x * s when `first`, else y += x * s (gradient accumulation).
+cudaError_t accumulate(const float* x, float* y, float s, bool first, int64_t n, cudaStream_t stream);
 cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream);
 
 // One thread per row of `cols` classes. A label outside [0, cols) sets

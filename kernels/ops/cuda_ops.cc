@@ -169,6 +169,13 @@ Status scale(KernelContext& ctx) {
       "op 'scale'");
 }
 
+Status accumulate(KernelContext& ctx) {
+  const float s = 1.0f / static_cast<float>(ctx.attrs->get_int("micro_batches", 1));
+  return launched(cuda_launch::accumulate(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.micro == 0,
+                                          ctx.outputs[0].size(), stream_of(ctx)),
+                  "op 'accumulate'");
+}
+
 Status ones_like(KernelContext& ctx) {
   return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), stream_of(ctx)),
                   "op 'ones_like'");

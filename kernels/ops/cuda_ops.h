@@ -21,6 +21,7 @@ Status add(KernelContext& ctx);
 Status sub(KernelContext& ctx);
 Status mul(KernelContext& ctx);
 Status scale(KernelContext& ctx);
+Status accumulate(KernelContext& ctx);
 Status ones_like(KernelContext& ctx);
 Status copy(KernelContext& ctx);  // identity, reshape
 Status sparse_softmax_cross_entropy(KernelContext& ctx);

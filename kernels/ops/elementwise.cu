@@ -1,5 +1,5 @@
 // The simple elementwise kernels on CUDA, one thread per element: add, sub,
-// mul (b shaped like a, or a scalar), bias_add, scale and fill.
+// mul (b shaped like a, or a scalar), bias_add, scale, accumulate and fill.
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
 
@@ -22,6 +22,11 @@ cudaError_t bias_add(const float* x, const float* bias, float* y, int64_t n, int
 
 cudaError_t scale(const float* x, float* y, float s, int64_t n, cudaStream_t stream) {
   return for_each(n, stream, [=] __device__(int64_t i) { y[i] = x[i] * s; });
+}
+
+cudaError_t accumulate(const float* x, float* y, float s, bool first, int64_t n, cudaStream_t stream) {
+  if (first) return scale(x, y, s, n, stream);
+  return for_each(n, stream, [=] __device__(int64_t i) { y[i] += x[i] * s; });
 }
 
 cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream) {

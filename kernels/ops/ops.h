@@ -10,7 +10,7 @@ extern const OpDef kMatmulOp;
 extern const OpDef kReshapeOp, kTransposeOp, kIdentityOp, kSliceOp, kSliceGradOp, kConcatOp;  // layout
 extern const OpDef kFillOp, kUniformOp, kNormalOp, kXavierUniformOp, kKaimingUniformOp;  // initializers
 extern const OpDef kSgdUpdateOp, kMomentumUpdateOp, kAdamUpdateOp;  // optimizer updates
-extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kOnesLikeOp;  // elementwise math
+extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kAccumulateOp, kOnesLikeOp;  // elementwise math
 extern const OpDef kReluOp, kGeluOp, kTanhOp, kSigmoidOp, kSoftmaxOp;  // activations
 extern const OpDef kReluGradOp, kGeluGradOp, kTanhGradOp, kSigmoidGradOp, kSoftmaxGradOp;  // their gradients
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,

@@ -1,5 +1,10 @@
 // scale: y = x * (float attr `scale`, default 1). Linear, so split, broadcast
 // and partial-sum inputs all pass through unchanged.
+// accumulate: gradient accumulation over the `micro_batches` (int attr, K)
+// micro-batches of a step: its actor acts once per micro-batch on one output
+// slot, y = x / K at micro-batch 0 and y += x / K after, so the step's
+// gradient is the mean of the micro-batches' (the gradient of the whole
+// batch's mean loss). Linear, as scale.
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
@@ -35,7 +40,37 @@ Status cpu_scale(KernelContext& ctx) {
   return {};
 }
 
+Status infer_accumulate(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  if (attrs.get_int("micro_batches", 0) < 1)
+    return invalid_argument("micro_batches is {}, expected at least 1", attrs.get_int("micro_batches", 0));
+  if (in[0].dtype != DType::kF32) return invalid_argument("x must be f32, got {}", dtype_name(in[0].dtype));
+  out->push_back(in[0]);
+  return {};
+}
+
+Status cpu_accumulate(KernelContext& ctx) {
+  const float* __restrict x = ctx.inputs[0].f32();
+  float* __restrict y = ctx.outputs[0].f32();
+  const float s = 1.0f / static_cast<float>(ctx.attrs->get_int("micro_batches", 1));
+  const int64_t n = ctx.outputs[0].size();
+  if (ctx.micro == 0) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i] * s;
+  }
+  return {};
+}
+
 }  // namespace
+
+const OpDef kAccumulateOp = {
+    .type = "accumulate",
+    .num_inputs = 1,
+    .num_outputs = 1,
+    .infer = infer_accumulate,
+    .sbp = sbp_scale,
+    .cpu = cpu_accumulate,
+};
 
 const OpDef kScaleOp = {
     .type = "scale",

@@ -166,6 +166,14 @@ TEST_CASE("scale, ones_like and accuracy signatures; scale gradient") {
   EXPECT_OK(check_sbp_signatures("ones_like", {Tensor::floats({}, {2.5f})}));
   const Tensor logits = Tensor::uniform({5, 3}, 2);
   EXPECT_OK(check_sbp_signatures("accuracy", {logits, Tensor::ints({5}, {0, 1, 2, 1, 0})}));
+  // accumulate: linear like scale; micro-batch 0 writes x / K (later ones add,
+  // tested through actors in tests/runtime).
+  const Attrs four{{"micro_batches", int64_t{4}}};
+  EXPECT_OK(check_sbp_signatures("accumulate", {x}, four));
+  auto y = run_op("accumulate", {x}, four);
+  REQUIRE(y.ok());
+  for (size_t i = 0; i < x.f32.size(); ++i) CHECK((*y)[0].f32[i] == x.f32[i] * 0.25f);
+  CHECK_FALSE(run_op("accumulate", {x}, {{"micro_batches", int64_t{0}}}).ok());
 }
 
 }  // namespace
