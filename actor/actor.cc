@@ -18,11 +18,12 @@ int64_t now_ns() {
 }  // namespace
 
 Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
-             std::vector<OutputPort> outputs, Body body, int64_t first_step)
+             std::vector<OutputPort> outputs, Body body, int64_t first_step, int acts_per_step)
     : id_(id),
       name_(std::move(name)),
-      steps_(steps),
+      steps_(steps * acts_per_step),
       first_step_(first_step),
+      acts_per_step_(acts_per_step),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)),
       body_(std::move(body)) {
@@ -49,12 +50,14 @@ bool Actor::can_act() const {
   for (const InputPort& in : inputs_)
     if (!in.readable()) return false;
   for (const OutputPort& out : outputs_)
-    if (!out.next_free()) return false;
+    if (out.filling == 0 && !out.next_free()) return false;  // a slot being filled is ours
   return true;
 }
 
 void Actor::ready_outputs(Outbox& outbox, int64_t step) {
   for (OutputPort& out : outputs_) {
+    if (++out.filling < out.acts_per_slot) continue;
+    out.filling = 0;
     int slot = out.next_slot();
     out.pending[slot] = static_cast<int>(out.consumers.size());
     ++out.written;
@@ -73,10 +76,10 @@ Status Actor::act(Outbox& outbox) {
   }
   for (size_t i = 0; i < inputs_.size(); ++i) in_now_[i] = &inputs_[i].slots[inputs_[i].front()];
   for (size_t o = 0; o < outputs_.size(); ++o) out_now_[o] = &outputs_[o].slots[outputs_[o].next_slot()];
-  int64_t step = first_step_ + acts_;
+  int64_t step = first_step_ + acts_ / acts_per_step_;
   bool traced = tracing_ && acts_ < steps_;
   if (traced) trace_.begin_ns[acts_] = now_ns();
-  ActIo io{step, in_now_, out_now_};
+  ActIo io{step, in_now_, out_now_, acts_ % acts_per_step_};
   Status status = std::visit([&](auto& body) { return body.act(io); }, body_);
   if (traced) trace_.end_ns[acts_] = now_ns();
   if (!status.ok()) return status.with_context(fmt::format("actor '{}' step {}", name_, step));
@@ -90,6 +93,8 @@ Status Actor::act(Outbox& outbox) {
     ready_outputs(outbox, step);
   }
   for (InputPort& in : inputs_) {
+    if (++in.used < in.acts_per_slot) continue;
+    in.used = 0;
     outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
     in.pop();
   }

@@ -32,8 +32,10 @@ class Actor {
   // variable readies its model that many times; others act once per input step.
   // `first_step`: the global index of the first step (a resumed job starts
   // past 0: sources read on from there, Adam counts on); `steps` counts from it.
+  // `acts_per_step`: the micro-batches of a step when the actor acts once per
+  // micro-batch (ports' acts_per_slot say how its regsts keep pace), else 1.
   Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
-        std::vector<OutputPort> outputs, Body body, int64_t first_step = 0);
+        std::vector<OutputPort> outputs, Body body, int64_t first_step = 0, int acts_per_step = 1);
 
   uint64_t id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -61,8 +63,9 @@ class Actor {
 
   uint64_t id_;
   std::string name_;
-  int64_t steps_;
+  int64_t steps_;  // acts in all: steps x acts_per_step
   int64_t first_step_;
+  int acts_per_step_;
   std::vector<InputPort> inputs_;
   std::vector<OutputPort> outputs_;
   Body body_;

@@ -25,6 +25,7 @@ struct ActIo {
   int64_t step = 0;
   std::span<const TensorView* const> inputs;
   std::span<const TensorView* const> outputs;
+  int64_t micro = 0;  // which micro-batch of the step (0 without micro-batches)
 };
 
 // Runs one op's CPU kernel. Views and scratch are set up once; an act only
@@ -236,8 +237,12 @@ struct StepMetrics {
 class SinkBody {
  public:
   using Listener = std::function<void(const StepMetrics&)>;
+  // With `micro_batches` K > 1 it acts once per micro-batch and reports once
+  // a step: each metric's mean over the K micro-batches (each a mean over
+  // as many rows, so the mean over the batch), fetched tensors as the last
+  // micro-batch sees them.
   SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener,
-           std::vector<std::string> fetch = {});
+           std::vector<std::string> fetch = {}, int64_t micro_batches = 1);
   Status act(const ActIo& io);
 
  private:
@@ -246,9 +251,11 @@ class SinkBody {
   std::vector<bool> first_piece_;
   std::vector<std::string> names_;
   std::vector<double> values_;
+  std::vector<double> sums_;  // over the step's micro-batches so far
   int loss_metric_ = -1;  // index in names_ of "loss", checked for finiteness
   Listener listener_;
   std::vector<std::string> fetch_;
+  int64_t micro_batches_;
 };
 
 }  // namespace rill

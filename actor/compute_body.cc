@@ -27,6 +27,7 @@ Status ComputeBody::act(const ActIo& io) {
   ctx.logical_inputs = logical_inputs_;
   ctx.attrs = &attrs_;
   ctx.step = io.step;
+  ctx.micro = io.micro;
   ctx.scratch = scratch_;
   if (cuda_) {
     RILL_RETURN_IF_ERROR(cuda_->activate(def_->type));

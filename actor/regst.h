@@ -20,7 +20,11 @@ struct OutputPort {
   std::vector<uint64_t> consumers;
   std::vector<TensorView> slots;  // register_num views
   std::vector<int> pending;       // outstanding acks per slot
-  int64_t written = 0;            // acts that wrote this port
+  int64_t written = 0;            // slots readied so far
+  // Acts that write one slot before it is ready (an accumulate op writes
+  // one per micro-batch, readies one a step); `filling` of them done.
+  int acts_per_slot = 1;
+  int filling = 0;
 
   int next_slot() const { return static_cast<int>(written % static_cast<int64_t>(slots.size())); }
   bool next_free() const { return pending[next_slot()] == 0; }
@@ -42,6 +46,10 @@ struct InputPort {
   int head = 0;
   int count = 0;
   bool eord = false;
+  // Acts that read one slot before it is acked (a model regst, ready once a
+  // step, read by each micro-batch); `used` of them done.
+  int acts_per_slot = 1;
+  int used = 0;
 
   bool readable() const { return count > 0; }
   int front() const { return fifo[head]; }

@@ -6,8 +6,11 @@
 namespace rill {
 
 SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener,
-                   std::vector<std::string> fetch)
-    : partial_(std::move(partial)), listener_(std::move(listener)), fetch_(std::move(fetch)) {
+                   std::vector<std::string> fetch, int64_t micro_batches)
+    : partial_(std::move(partial)),
+      listener_(std::move(listener)),
+      fetch_(std::move(fetch)),
+      micro_batches_(std::max<int64_t>(1, micro_batches)) {
   for (const std::string& name : input_names) {
     auto it = std::find(names_.begin(), names_.end(), name);
     first_piece_.push_back(it == names_.end());
@@ -19,6 +22,7 @@ SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> parti
     }
   }
   values_.assign(names_.size(), 0.0);
+  sums_.assign(names_.size(), 0.0);
   auto loss = std::find(names_.begin(), names_.end(), "loss");
   if (loss != names_.end()) loss_metric_ = static_cast<int>(loss - names_.begin());
 }
@@ -30,6 +34,14 @@ Status SinkBody::act(const ActIo& io) {
     // A partial piece adds to the sum; a broadcast metric is read once.
     if (!partial_[i] && !first_piece_[i]) continue;
     values_[metric_of_input_[i]] += static_cast<double>(io.inputs[i]->f32()[0]);
+  }
+  if (micro_batches_ > 1) {
+    for (size_t m = 0; m < values_.size(); ++m) sums_[m] += values_[m];
+    if (io.micro + 1 < micro_batches_) return {};  // the step's mean once its last micro-batch is in
+    for (size_t m = 0; m < values_.size(); ++m) {
+      values_[m] = sums_[m] / static_cast<double>(micro_batches_);
+      sums_[m] = 0.0;
+    }
   }
   // A NaN or infinite loss means training has diverged: every later step
   // would be meaningless, so the job stops here, naming the step.

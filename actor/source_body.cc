@@ -8,7 +8,7 @@ SourceBody::SourceBody(std::shared_ptr<const Dataset> dataset, std::vector<int> 
 }
 
 Status SourceBody::act(const ActIo& io) {
-  sampler_.indices(io.step, indices_);
+  sampler_.indices(io.step, io.micro, indices_);
   for (size_t f = 0; f < fields_.size(); ++f) dataset_->gather(fields_[f], indices_, io.outputs[f]->data);
   return {};
 }

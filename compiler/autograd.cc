@@ -5,24 +5,6 @@
 namespace rill::compiler {
 namespace {
 
-// Output tensor names of an op named `op` with `count` outputs.
-std::vector<std::string> output_names(const std::string& op, int count) {
-  if (count == 1) return {op};
-  std::vector<std::string> names;
-  for (int i = 0; i < count; ++i) names.push_back(fmt::format("{}:{}", op, i));
-  return names;
-}
-
-// An op name, free together with its output names, made from `base`.
-std::string unique_op_name(const LogicalGraph& g, const std::string& base, int num_outputs) {
-  for (int k = 0;; ++k) {
-    std::string name = k == 0 ? base : fmt::format("{}_{}", base, k);
-    bool free = !g.has_name(name);
-    for (const std::string& out : output_names(name, num_outputs)) free = free && !g.has_name(out);
-    if (free) return name;
-  }
-}
-
 class Backward {
  public:
   explicit Backward(LogicalGraph* g) : g_(g) {}
@@ -33,10 +15,10 @@ class Backward {
                                             int placement) {
     OpNode op;
     op.placement = placement;
-    op.name = unique_op_name(*g_, base, num_outputs);
+    op.name = g_->free_op_name(base, num_outputs);
     op.type = type;
     op.inputs = std::move(inputs);
-    op.outputs = output_names(op.name, num_outputs);
+    op.outputs = op_output_names(op.name, num_outputs);
     op.attrs = std::move(attrs);
     op.output_hints.resize(num_outputs);
     op.backward = true;

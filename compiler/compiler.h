@@ -29,7 +29,9 @@ namespace rill::compiler {
 // 3: Copy tasks between host and device memory; tasks on cuda devices.
 // 4: 2-D SBP (NdSbp) on regsts and boxings; sources' sub-shards.
 // 5: placements (Plan.placements, Task.placement); moves (BoxingConf.origins).
-inline constexpr uint32_t kPlanVersion = 5;
+// 6: node plans compiled by each node; micro-batches (Plan.micro_batches,
+//    Task.acts_per_step, RegstDesc.readies_per_step).
+inline constexpr uint32_t kPlanVersion = 6;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.

@@ -2,6 +2,22 @@
 
 namespace rill::compiler {
 
+std::vector<std::string> op_output_names(const std::string& op, int count) {
+  if (count == 1) return {op};
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.push_back(fmt::format("{}:{}", op, i));
+  return names;
+}
+
+std::string LogicalGraph::free_op_name(const std::string& base, int num_outputs) const {
+  for (int k = 0;; ++k) {
+    std::string name = k == 0 ? base : fmt::format("{}_{}", base, k);
+    bool free = !has_name(name);
+    for (const std::string& out : op_output_names(name, num_outputs)) free = free && !has_name(out);
+    if (free) return name;
+  }
+}
+
 bool LogicalGraph::has_name(const std::string& name) const {
   return tensors.count(name) != 0 || op_names.count(name) != 0;
 }

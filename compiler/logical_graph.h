@@ -28,6 +28,10 @@ struct LogicalTensor {
   int output_index = 0;  // kOp: which output of the producer
   NdSbp sbp;             // set by SBP deduction
   int placement = 0;     // its producer's: index into LogicalGraph::placements
+  // Made once per micro-batch (train.micro_batches > 1): what a source reads
+  // and everything computed from it, up to the accumulation of gradients;
+  // variables and what is computed from them alone are made once per step.
+  bool per_micro = false;
 };
 
 struct InputNode {
@@ -87,11 +91,17 @@ struct Reported {
   int boxing = -1;     // set by boxing insertion: a split scalar is gathered first
 };
 
+// The output tensor names of an op named `op` with `count` outputs: the op's
+// own name for one, "op:0", "op:1", ... for more.
+std::vector<std::string> op_output_names(const std::string& op, int count);
+
 struct LogicalGraph {
   std::string job_name;
   Mode mode = Mode::kTrain;
   Cluster cluster;
-  int64_t global_batch = 0;
+  int64_t global_batch = 0;  // rows per step
+  int64_t micro_batches = 1;  // per step (train plans); tensor shapes have micro_batch() rows
+  int64_t micro_batch() const { return global_batch / micro_batches; }
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed
   int64_t log_every = 0;
@@ -122,6 +132,9 @@ struct LogicalGraph {
     return it == tensors.end() ? nullptr : &it->second;
   }
   bool has_name(const std::string& name) const;  // a tensor or an op of that name
+  // An op name made from `base` that is free together with its output names
+  // (op_output_names): `base`, else base_1, base_2, ...
+  std::string free_op_name(const std::string& base, int num_outputs) const;
   // Infers `op`'s outputs, registers them as tensors and appends the op.
   // Errors name the op; output names must be new.
   Status append_op(OpNode op);

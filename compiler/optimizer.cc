@@ -28,8 +28,36 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
     v.update_op = update_op;
     v.update_attrs = attrs;
     v.num_state = def->num_state;
+    if (g->micro_batches > 1) {
+      // Gradient accumulation: the update reads the mean of the step's
+      // micro-batch gradients, summed where they are made (so what crosses
+      // devices afterwards, once a step, is the accumulated gradient).
+      OpNode acc;
+      acc.name = g->free_op_name(fmt::format("accumulate/{}", v.variable.name), 1);
+      acc.type = "accumulate";
+      acc.inputs = {v.grad};
+      acc.outputs = {acc.name};
+      acc.attrs = Attrs{{"micro_batches", g->micro_batches}};
+      acc.output_hints.resize(1);
+      acc.backward = true;
+      acc.placement = g->find(v.grad)->placement;
+      v.grad = acc.name;
+      RILL_RETURN_IF_ERROR(g->append_op(std::move(acc)));
+    }
   }
+  mark_per_micro(g);
   return {};
+}
+
+void mark_per_micro(LogicalGraph* g) {
+  if (g->micro_batches <= 1) return;
+  for (const InputNode& in : g->inputs) g->find(in.input.name)->per_micro = true;
+  for (const OpNode& op : g->ops) {  // in topological order
+    bool micro = false;
+    if (op.type != "accumulate")
+      for (const std::string& in : op.inputs) micro = micro || g->find(in)->per_micro;
+    for (const std::string& out : op.outputs) g->find(out)->per_micro = micro;
+  }
 }
 
 }  // namespace rill::compiler

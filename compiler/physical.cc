@@ -21,6 +21,7 @@ class Expander {
   StatusOr<TaskGraph> run() {
     out_.job_name = g_.job_name;
     out_.global_batch = g_.global_batch;
+    out_.micro_batches = g_.micro_batches;
     out_.log_every = g_.log_every;
     out_.shuffle = g_.shuffle;
     out_.seed = g_.seed;
@@ -106,6 +107,7 @@ class Expander {
     r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
     r.logical_shape = logical.shape;
     r.sbp = sbp;
+    r.readies_per_step = rate(tensor);
     out_.regsts.push_back(std::move(r));
     it->second = static_cast<int>(out_.regsts.size() - 1);
     return it->second;
@@ -129,7 +131,13 @@ class Expander {
     r.logical_shape = logical.shape;
     r.sbp = sbp;
     r.is_model = is_model;
+    r.readies_per_step = rate(name);
     return out_.add_regst(std::move(r), task);
+  }
+
+  // How often `tensor` is made in a step: micro_batches times, or once.
+  int rate(const std::string& tensor) const {
+    return g_.find(tensor)->per_micro ? static_cast<int>(g_.micro_batches) : 1;
   }
 
   // Sources: one set per dataset and (placement, SBP) its inputs are read
@@ -185,6 +193,7 @@ class Expander {
         (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
       }
       for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
+      task.acts_per_step = static_cast<int>(g_.micro_batches);
       int t = add_task(std::move(task), DeviceType::kIo);
       for (size_t k = 0; k < members.size(); ++k) {
         const InputNode* in = members[k];
@@ -240,6 +249,8 @@ class Expander {
       }
       for (const std::string& in : op.inputs) inputs.push_back(&g_.find(in)->meta);
       const bool everywhere = reads_move(op);  // then it may read across nodes
+      int acts = op.type == "accumulate" ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
+      for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
           const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
@@ -262,6 +273,7 @@ class Expander {
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
+        task.acts_per_step = acts;
         int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
         for (size_t k = 0; k < outs.size(); ++k)
@@ -304,6 +316,7 @@ class Expander {
     task.boxing.num_nodes = p.num_nodes();
     task.boxing.local_pieces = p.per_node();
     task.boxing.first_rank = index * p.per_node();
+    task.acts_per_step = rate(box.tensor);
     return task;
   }
 
@@ -383,6 +396,7 @@ class Expander {
       task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
     }
     task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
+    task.acts_per_step = rate(box.tensor);
     const bool cpu = at(placement).type == DeviceType::kCpu;
     if (cpu) task.device = device;
     const int t = add_task(std::move(task), cpu ? DeviceType::kCpu : DeviceType::kComm, kCommThreads);
@@ -484,7 +498,8 @@ class Expander {
         continue;
       }
       if (!open || bucket_bytes + bytes > bucket_bytes_ ||
-          g_.boxings[static_cast<size_t>(units.back()[0])].placement != box.placement) {
+          g_.boxings[static_cast<size_t>(units.back()[0])].placement != box.placement ||
+          rate(g_.boxings[static_cast<size_t>(units.back()[0])].tensor) != rate(box.tensor)) {
         units.push_back({});
         bucket_bytes = 0;
         open = true;
@@ -581,6 +596,10 @@ class Expander {
         r.meta = TensorMeta{Shape{}, DType::kF32};
         r.sbp = NdSbp(Sbp::broadcast());
         r.ctrl = true;
+        // Once per micro-batch only if its writer and every reader act so.
+        auto acts = [&](int t) { return out_.tasks[static_cast<size_t>(t)].acts_per_step; };
+        r.readies_per_step = std::min(acts(chain[i]), acts(chain[i + 1]));
+        if (i == 0 && chain.size() > 2) r.readies_per_step = std::min(r.readies_per_step, acts(chain.back()));
         const int id = out_.add_regst(std::move(r), chain[i]);
         if (i == 0) first = id;
         out_.tasks[chain[i + 1]].inputs.push_back(id);  // after the pieces
@@ -595,6 +614,8 @@ class Expander {
     task.name = "sink";
     task.node = 0;
     task.placement = -1;
+    for (const Reported& r : g_.reported) task.acts_per_step = std::max(task.acts_per_step, rate(r.tensor));
+    for (const Reported& f : g_.fetched) task.acts_per_step = std::max(task.acts_per_step, rate(f.tensor));
     sink_task_ = add_task(std::move(task), DeviceType::kIo);
   }
 

@@ -37,6 +37,7 @@ std::string plan_json(const plan::Plan& p) {
   root["version"] = p.version();
   root["steps"] = p.steps();
   root["global_batch"] = p.global_batch();
+  root["micro_batches"] = p.micro_batches();
   root["num_nodes"] = p.num_nodes();
   root["devices_per_node"] = p.devices_per_node();
   root["node"] = p.node();
@@ -58,6 +59,7 @@ std::string plan_json(const plan::Plan& p) {
                    {"thread", t->thread()},
                    {"inputs", vec(t->inputs())},
                    {"outputs", vec(t->outputs())}};
+      task["acts_per_step"] = t->acts_per_step();
       const int placement = t->placement();
       task["placement"] = placement >= 0 && placement < static_cast<int>(placements.size())
                               ? Json(placements[static_cast<size_t>(placement)])

@@ -76,6 +76,11 @@ Status check_references(const plan::Plan& p) {
   if (p.num_nodes() < 1 || node < -1 || node >= p.num_nodes())
     return data_loss("plan: node {} of a plan over {} nodes", node, p.num_nodes());
   RILL_RETURN_IF_ERROR(check_order(p, whole));
+  // Rates: once a step or once a micro-batch; a task reads or writes a regst
+  // that is ready as often as it acts, or once a step.
+  const int64_t micro = p.micro_batches();
+  if (micro < 1 || micro > p.global_batch()) return data_loss("plan: {} micro-batches a step", micro);
+  auto rate_ok = [&](int64_t r) { return r == 1 || r == micro; };
   // An actor id a regst names: on this plan's node(s) one of its tasks, elsewhere
   // just a plausible id (its task is in another node's plan).
   auto resolves = [&](uint64_t id) {
@@ -91,9 +96,17 @@ Status check_references(const plan::Plan& p) {
                        p.num_nodes(), node);
     if (t->inputs() == nullptr || t->outputs() == nullptr)
       return data_loss("plan: {} lacks inputs or outputs", task_label(t));
+    if (!rate_ok(t->acts_per_step()))
+      return data_loss("plan: {} acts {} times a step with {} micro-batches", task_label(t), t->acts_per_step(), micro);
     for (int64_t r : *t->inputs())
       if (find_regst(p, r) == nullptr)
         return data_loss("plan: {} reads regst {}, which is not in the plan", task_label(t), r);
+    for (const auto* io : {t->inputs(), t->outputs()})
+      for (int64_t r : *io)
+        if (const plan::RegstDesc* regst = find_regst(p, r);
+            regst != nullptr && (!rate_ok(regst->readies_per_step()) || regst->readies_per_step() > t->acts_per_step()))
+          return data_loss("plan: {} acts {} times a step on regst {}, ready {} times a step", task_label(t),
+                           t->acts_per_step(), r, regst->readies_per_step());
     for (int64_t r : *t->outputs()) {
       const plan::RegstDesc* regst = find_regst(p, r);
       if (regst == nullptr) return data_loss("plan: {} writes regst {}, which is not in the plan", task_label(t), r);

@@ -101,7 +101,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
   return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
                           t.node, t.device, ActorId::thread_key(t.id), b.CreateVector(inputs),
                           b.CreateVector(outputs), b.CreateVector(shapes), t.scratch_bytes, source, variable, sink,
-                          boxing, t.placement);
+                          boxing, t.placement, t.acts_per_step);
 }
 
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, const RegstNode& r) {
@@ -111,7 +111,7 @@ Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, co
   return plan::CreateRegstDesc(b, r.id, b.CreateString(r.name), r.producer_id,
                                b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),
                                b.CreateVector(r.meta.shape), b.CreateVector(r.logical_shape), &sbp,
-                               static_cast<int64_t>(r.meta.bytes()), r.is_model, r.device);
+                               static_cast<int64_t>(r.meta.bytes()), r.is_model, r.device, r.readies_per_step);
 }
 
 }  // namespace
@@ -141,7 +141,7 @@ std::string write_plan(const TaskGraph& g) {
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
                                b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
-                               write_strings(b, g.placements));
+                               write_strings(b, g.placements), g.micro_batches);
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

@@ -35,6 +35,7 @@ struct RegstNode {
   bool is_model = false;
   bool ctrl = false;  // a control regst: orders its producer before its consumers; its bytes are unused
   int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
+  int readies_per_step = 1;  // micro_batches for what is made per micro-batch, else 1
 };
 
 struct SourceInfo {
@@ -86,6 +87,9 @@ struct TaskNode {
   int device = -1;  // -1 for io and comm threads
   int placement = 0;  // index into TaskGraph::placements (-1: none, e.g. the sink)
   uint64_t id = 0;  // actor id
+  // micro_batches when it acts once per micro-batch (it reads or makes what
+  // is made per micro-batch; an accumulate op), else 1.
+  int acts_per_step = 1;
   std::vector<int> inputs;   // regst indices, in op input order
   std::vector<int> outputs;  // regst indices, in op output order
   std::vector<Shape> logical_input_shapes;
@@ -100,6 +104,7 @@ struct TaskGraph {
   std::string job_name;
   int64_t steps = 0;
   int64_t global_batch = 0;
+  int64_t micro_batches = 1;
   int64_t log_every = 0;
   bool shuffle = false;
   uint64_t seed = 0;

@@ -9,6 +9,7 @@ namespace {
 int add_io_task(TaskGraph* g, plan::TaskKind kind, std::string name, int node, int input) {
   TaskNode task;
   task.kind = kind;
+  task.acts_per_step = g->regsts[static_cast<size_t>(input)].readies_per_step;
   task.name = std::move(name);
   task.node = node;
   task.placement = -1;
@@ -23,6 +24,7 @@ int add_copy_regst(TaskGraph* g, int of, int task) {
   r.meta = g->regsts[of].meta;
   r.logical_shape = g->regsts[of].logical_shape;
   r.sbp = g->regsts[of].sbp;
+  r.readies_per_step = g->regsts[of].readies_per_step;
   return g->add_regst(std::move(r), task);
 }
 
@@ -89,6 +91,7 @@ int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst,
   task.placement = device_task.placement;
   task.device = static_cast<int>(ActorId::device(device_task.id));
   task.inputs = {regst};
+  task.acts_per_step = g->regsts[static_cast<size_t>(regst)].readies_per_step;
   const int index = g->add_task(std::move(task), DeviceType::kCuda, ActorId::device(device_task.id));
   const int out = add_copy_regst(g, regst, index);
   g->regsts[out].device = zone;

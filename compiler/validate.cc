@@ -97,11 +97,11 @@ Status add_inputs(const graph::Job& job, Mode mode, LogicalGraph* g, std::set<st
       g->two_d = g->two_d || !node.sbp.flat();
     }
     const int parts = g->placement(node.placement).parallel();
-    if (node.sbp.has(Sbp::kSplit) && g->global_batch < parts)
-      return invalid_argument("{}: the batch of {} is smaller than the {} devices it is split over", what,
-                              g->global_batch, parts);
+    if (node.sbp.has(Sbp::kSplit) && g->micro_batch() < parts)
+      return invalid_argument("{}: the {} of {} is smaller than the {} devices it is split over", what,
+                              g->micro_batches > 1 ? "micro-batch" : "batch", g->micro_batch(), parts);
     Shape shape = in.shape;
-    shape.insert(shape.begin(), g->global_batch);
+    shape.insert(shape.begin(), g->micro_batch());
     g->tensors[in.name] = LogicalTensor{
         in.name, TensorMeta{shape, in.dtype}, TensorOrigin::kInput, static_cast<int>(i), 0, node.sbp, node.placement};
     g->inputs.push_back(std::move(node));
@@ -192,9 +192,13 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.global_batch = job.eval->batch_size;
   } else {
     g.global_batch = job.train.batch_size;
+    g.micro_batches = job.train.micro_batches;
   }
   const char* batch_what = mode == Mode::kEval ? "eval.batch_size" : "train.batch_size";
   if (g.global_batch < 1) return invalid_argument("{} is {}, expected at least 1", batch_what, g.global_batch);
+  if (g.micro_batches < 1 || g.global_batch % g.micro_batches != 0)
+    return invalid_argument("train.micro_batches {} does not divide train.batch_size {}", g.micro_batches,
+                            g.global_batch);
   g.placements = {graph::whole_cluster(cluster.device_type, cluster.num_nodes, cluster.devices_per_node)};
 
   std::set<std::string> names;

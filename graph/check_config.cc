@@ -194,6 +194,17 @@ void check_run_config(const Job& job, Issues* issues) {
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
   if (t.bucket_bytes < 0 || t.bucket_bytes > kMaxTensorBytes)
     issues->add("train.bucket_bytes", "train.bucket_bytes must be in [0, 2^40], got {}", t.bucket_bytes);
+  if (t.micro_batches < 1)
+    issues->add("train.micro_batches", "train.micro_batches must be > 0, got {}", t.micro_batches);
+  else if (t.batch_size >= 1 && t.batch_size % t.micro_batches != 0)
+    issues->add("train.micro_batches",
+                "train.micro_batches {} does not divide train.batch_size {}: every micro-batch must have as many rows",
+                t.micro_batches, t.batch_size);
+  else if (t.micro_batches > 1 && devices > 0 && t.batch_size / t.micro_batches < devices)
+    issues->add("train.micro_batches",
+                "a micro-batch of {} rows (train.batch_size {} / train.micro_batches {}) is smaller than the {} "
+                "devices it is split over",
+                t.batch_size / t.micro_batches, t.batch_size, t.micro_batches, devices);
   if (job.eval) check_eval(job, devices, issues);
   check_checkpoint(job.checkpoint, issues);
 }

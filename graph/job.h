@@ -91,6 +91,9 @@ struct TrainConfig {
   std::string devices = "cpu:1";  // default when the command line gives none
   int64_t bucket_bytes = int64_t{1} << 20;  // gradient buckets across nodes (0: none)
   bool zero = false;  // trainable variables without an SBP hint are split S(0) (ZeRO)
+  // Gradient accumulation: a step runs the batch as this many micro-batches
+  // of batch_size / micro_batches rows, sums their gradients, then updates once.
+  int64_t micro_batches = 1;
   bool operator==(const TrainConfig&) const = default;
 };
 

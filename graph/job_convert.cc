@@ -217,6 +217,7 @@ class Converter {
       integer(t->batch_size(), "train.batch_size", "train.batch_size", &train.batch_size);
       integer(t->log_every(), "train.log_every", "train.log_every", &train.log_every);
       integer(t->bucket_bytes(), "train.bucket_bytes", "train.bucket_bytes", &train.bucket_bytes);
+      integer(t->micro_batches(), "train.micro_batches", "train.micro_batches", &train.micro_batches);
       integer(t->seed(), "train.seed", "train.seed", &train.seed);
       if (t->shuffle()) train.shuffle = *t->shuffle();
       if (t->zero()) train.zero = *t->zero();

@@ -75,6 +75,7 @@ const std::vector<Setting>& settings() {
       {"train.batch_size", [](Job* j, const std::string& v) { return parse_int(v, &j->train.batch_size); }},
       {"train.log_every", [](Job* j, const std::string& v) { return parse_int(v, &j->train.log_every); }},
       {"train.bucket_bytes", [](Job* j, const std::string& v) { return parse_int(v, &j->train.bucket_bytes); }},
+      {"train.micro_batches", [](Job* j, const std::string& v) { return parse_int(v, &j->train.micro_batches); }},
       {"train.seed", [](Job* j, const std::string& v) { return parse_uint(v, &j->train.seed); }},
       {"train.shuffle", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.shuffle); }},
       {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},

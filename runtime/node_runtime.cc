@@ -173,7 +173,8 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
           fields.push_back(index);
         }
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
-                           conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards());
+                           conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),
+                           plan_->micro_batches());
       RILL_RETURN_IF_ERROR(sampler.validate().with_context(fmt::format("dataset '{}'", data->name())));
       return Body(std::in_place_type<SourceBody>, std::move(data), std::move(fields), std::move(sampler));
     }
@@ -218,7 +219,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (names.size() != partial.size() || !task.inputs() || names.size() + fetch.size() != task.inputs()->size())
         return invalid_argument("task '{}': sink names, partial flags, fetched tensors and inputs disagree", name);
       return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step,
-                  std::move(fetch));
+                  std::move(fetch), task.acts_per_step());
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv:
@@ -314,6 +315,7 @@ Status NodeRun::build() {
       in.producer = desc->producer();
       in.slots = slots_[r];
       in.fifo.assign(static_cast<size_t>(desc->register_num()), 0);
+      in.acts_per_slot = task->acts_per_step() / desc->readies_per_step();  // verified: divides
       inputs.push_back(std::move(in));
     }
     std::vector<OutputPort> outputs;
@@ -325,11 +327,13 @@ Status NodeRun::build() {
       if (desc->consumers()) out.consumers.assign(desc->consumers()->begin(), desc->consumers()->end());
       out.slots = slots_[r];
       out.pending.assign(out.slots.size(), 0);
+      out.acts_per_slot = task->acts_per_step() / desc->readies_per_step();
       outputs.push_back(std::move(out));
     }
     RILL_ASSIGN_OR_RETURN(Body body, make_body(*task));
     auto actor = std::make_unique<Actor>(task->id(), name, plan_->steps() - options_.start_step, std::move(inputs),
-                                         std::move(outputs), std::move(body), options_.start_step);
+                                         std::move(outputs), std::move(body), options_.start_step,
+                                         task->acts_per_step());
     if (task->kind() == plan::TaskKind::Variable) {
       RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
       variable_tasks_.push_back(task);

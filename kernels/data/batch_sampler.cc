@@ -31,9 +31,10 @@ uint64_t uniform_below(std::mt19937_64& gen, uint64_t bound) {
 }  // namespace
 
 BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle,
-                           uint64_t seed, int sub_shard, int num_sub_shards)
+                           uint64_t seed, int sub_shard, int num_sub_shards, int64_t micro_batches)
     : num_samples_(num_samples),
       global_batch_(global_batch),
+      micro_batches_(micro_batches),
       shard_(shard),
       num_shards_(num_shards),
       sub_shard_(sub_shard),
@@ -41,8 +42,9 @@ BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard,
       shuffle_(shuffle),
       seed_(seed) {
   if (!validate().ok()) return;
-  const int64_t shard_begin = split_offset(global_batch_, num_shards_, shard_);
-  const int64_t shard_rows = split_offset(global_batch_, num_shards_, shard_ + 1) - shard_begin;
+  const int64_t micro_batch = global_batch_ / micro_batches_;
+  const int64_t shard_begin = split_offset(micro_batch, num_shards_, shard_);
+  const int64_t shard_rows = split_offset(micro_batch, num_shards_, shard_ + 1) - shard_begin;
   const int64_t sub_begin = split_offset(shard_rows, num_sub_shards_, sub_shard_);
   row_begin_ = shard_begin + sub_begin;
   local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - sub_begin;
@@ -59,11 +61,16 @@ Status BatchSampler::validate() const {
     return invalid_argument("batch sampler: sub-shard {} is out of range [0, {})", sub_shard_, num_sub_shards_);
   if (num_samples_ <= 0) return invalid_argument("batch sampler: the dataset has {} samples", num_samples_);
   if (global_batch_ <= 0) return invalid_argument("batch sampler: global batch is {}; need at least 1", global_batch_);
-  // The smallest shard has global_batch / num_shards rows.
-  if (global_batch_ < num_shards_ || global_batch_ / num_shards_ < num_sub_shards_) {
-    return invalid_argument("batch sampler: global batch {} is smaller than the {} shards it is split over; "
+  if (micro_batches_ <= 0 || global_batch_ % micro_batches_ != 0)
+    return invalid_argument("batch sampler: {} micro-batches do not divide the global batch of {}", micro_batches_,
+                            global_batch_);
+  // The smallest shard has micro_batch / num_shards rows.
+  const int64_t micro_batch = global_batch_ / micro_batches_;
+  if (micro_batch < num_shards_ || micro_batch / num_shards_ < num_sub_shards_) {
+    return invalid_argument("batch sampler: {} {} is smaller than the {} shards it is split over; "
                             "every shard needs at least one row",
-                            global_batch_, static_cast<int64_t>(num_shards_) * num_sub_shards_);
+                            micro_batches_ > 1 ? "micro-batch" : "global batch", micro_batch,
+                            static_cast<int64_t>(num_shards_) * num_sub_shards_);
   }
   if (global_batch_ > num_samples_) {
     return invalid_argument("batch sampler: global batch {} is larger than the dataset's {} samples, so an epoch "
@@ -82,11 +89,12 @@ void BatchSampler::shuffle_epoch(int64_t epoch) {
   epoch_ = epoch;
 }
 
-void BatchSampler::indices(int64_t step, std::span<int64_t> out) {
+void BatchSampler::indices(int64_t step, int64_t micro, std::span<int64_t> out) {
   assert(steps_per_epoch_ > 0 && step >= 0 && static_cast<int64_t>(out.size()) >= local_batch_);
   if (steps_per_epoch_ == 0 || step < 0) return;  // validate() explains; never divide by zero
   const int64_t epoch = step / steps_per_epoch_;
-  const int64_t first = (step % steps_per_epoch_) * global_batch_ + row_begin_;
+  const int64_t first =
+      (step % steps_per_epoch_) * global_batch_ + micro * (global_batch_ / micro_batches_) + row_begin_;
   const int64_t count = std::min<int64_t>(local_batch_, static_cast<int64_t>(out.size()));
   if (!shuffle_) {
     for (int64_t r = 0; r < count; ++r) out[r] = first + r;

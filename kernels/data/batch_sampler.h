@@ -28,12 +28,14 @@ class BatchSampler {
   // Never fails or crashes: a configuration that cannot run (for instance a
   // global batch larger than the dataset) yields steps_per_epoch() == 0 and a
   // validate() error explaining why.
+  // With `micro_batches` K, each step's global batch is read as K
+  // micro-batches of global_batch / K rows (in order), each split over the shards.
   BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle, uint64_t seed,
-               int sub_shard = 0, int num_sub_shards = 1);
+               int sub_shard = 0, int num_sub_shards = 1, int64_t micro_batches = 1);
 
   // Ok when every step has samples for every shard; otherwise says what is wrong.
   Status validate() const;
-  // This shard's rows of a global batch (balanced split over the shards).
+  // This shard's rows of a (micro-)batch (balanced split over the shards).
   int64_t local_batch() const { return local_batch_; }
   // num_samples / global_batch, the remainder dropped; 0 when validate() fails.
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -41,13 +43,16 @@ class BatchSampler {
   // `step` (0-based, counting across epochs) into out. Allocates nothing; the
   // first step of an epoch recomputes the permutation in place.
   // REQUIRES: validate().ok(), step >= 0, out.size() >= local_batch().
-  void indices(int64_t step, std::span<int64_t> out);
+  // `micro`: which micro-batch of the step (0 without micro-batches).
+  void indices(int64_t step, int64_t micro, std::span<int64_t> out);
+  void indices(int64_t step, std::span<int64_t> out) { indices(step, 0, out); }
 
  private:
   void shuffle_epoch(int64_t epoch);
 
   int64_t num_samples_;
   int64_t global_batch_;
+  int64_t micro_batches_;
   int shard_;
   int num_shards_;
   int sub_shard_;

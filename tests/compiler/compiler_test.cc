@@ -369,6 +369,57 @@ TEST_CASE("a loss reached only through an op without a gradient rule is an error
   CHECK(result.status().message().find("gradient") != std::string::npos);
 }
 
+TEST_CASE("micro-batches: sources, computes and the sink act once per micro-batch, updates once a step") {
+  graph::Job job = testing::mlp_job(16, 8);
+  job.train.micro_batches = 2;
+  const std::string bytes = compile_ok(job, "cpu:2", {}, 2);  // and node by node
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.micro_batches() == 2);
+  CHECK(p.global_batch() == 8);
+  int accumulates = 0;
+  for (const plan::Task* t : *p.tasks()) {
+    CAPTURE(t->name()->str());
+    const std::string op = t->op_type() ? t->op_type()->str() : "";
+    switch (t->kind()) {
+      case plan::TaskKind::Source:
+      case plan::TaskKind::Sink: CHECK(t->acts_per_step() == 2); break;
+      case plan::TaskKind::Variable: CHECK(t->acts_per_step() == 1); break;
+      case plan::TaskKind::Compute:
+        CHECK(t->acts_per_step() == 2);  // every op here reads the batch, or accumulates
+        if (op == "accumulate") {
+          ++accumulates;
+          CHECK(regst(p, t->outputs()->Get(0))->readies_per_step() == 1);
+        }
+        for (int64_t r : *t->inputs())
+          if (regst(p, r)->is_model()) CHECK(regst(p, r)->readies_per_step() == 1);  // read by both micro-batches
+        break;
+      case plan::TaskKind::Boxing:  // the gradients' sums across nodes, once a step, after accumulating
+        CHECK(t->acts_per_step() == 1);
+        break;
+      default: break;
+    }
+  }
+  CHECK(accumulates == 3 * 4);  // w1, b1, w2 on each of 4 devices
+  // A source reads its shard of a micro-batch: 8 rows / 2 micro-batches / 4 devices.
+  const plan::Task* source = tasks_of_kind(p, plan::TaskKind::Source)[0];
+  CHECK(regst(p, source->outputs()->Get(0))->shape()->Get(0) == 1);
+  CHECK(source->source()->global_batch() == 8);
+  CHECK(regst(p, source->outputs()->Get(0))->readies_per_step() == 2);
+
+  auto cluster = compiler::parse_devices("cpu:2", 2);
+  REQUIRE(cluster.ok());
+  job.train.micro_batches = 3;
+  auto uneven = compiler::compile(job, *cluster, {});
+  REQUIRE_FALSE(uneven.ok());
+  CHECK(uneven.status().message().find("train.micro_batches 3 does not divide train.batch_size 8") !=
+        std::string::npos);
+  job.train.micro_batches = 4;  // micro-batches of 2 rows over 4 devices
+  auto small = compiler::compile(job, *cluster, {});
+  REQUIRE_FALSE(small.ok());
+  CHECK(small.status().message().find("input 'image': the micro-batch of 2 is smaller than the 4 devices") !=
+        std::string::npos);
+}
+
 TEST_CASE("variable_pieces: the distinct pieces a checkpoint gathers, replicas once") {
   auto cluster = compiler::parse_devices("cpu:2", 2);
   REQUIRE(cluster.ok());

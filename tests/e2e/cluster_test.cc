@@ -203,6 +203,28 @@ TEST_CASE("the MLP in two stages on placements of their own (2 nodes x 2 devices
   check_traffic_each_way(two, 256 * 512 * 4);
 }
 
+// Gradient accumulation: a step of 256 rows as 4 micro-batches of 64, their
+// gradients averaged, then one update. The loss is a mean over the batch,
+// so the mean of the 4 micro-batch gradients is the batch gradient; only
+// the grouping of float sums changes (64-row means, then a mean of 4, in
+// place of one 256-row mean), as data parallelism changes it: the same
+// bound, for the same reasons. The reported loss is the mean of the
+// micro-batches' losses, the batch's loss by the same argument. Data
+// parallel on 2 agents x cpu:2, and as two stages whose micro-batches
+// stream from node 0 to node 1.
+TEST_CASE("4 micro-batches of 64 match batches of 256, data parallel and in two stages across 2 agents") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  auto want = ten_step_curve(mlp + " --devices cpu:1", temp_dir() / "mlp_micro_want.json");
+  const std::string micro = " --set train.micro_batches=4";
+  check_curves_agree(want, ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --ctrl-port 19430" + micro,
+                                          temp_dir() / "mlp_micro_dp.json"));
+  auto staged = temp_dir() / "mlp_micro_stages.json";
+  check_curves_agree(want, ten_step_curve(root() + "/samples/mlp/mlp_stages.json --nodes 2 --ctrl-port 19440" + micro,
+                                          staged));
+  // h1 crosses once per micro-batch: 4 pieces of 64 x 512 floats a step.
+  check_traffic_each_way(staged, 256 * 512 * 4);
+}
+
 // train.zero splits the variables S(0): gradients are reduce-scattered (the
 // device threads sum their slices, then across nodes) and the forward
 // gathers the rows. Only the grouping of float sums changes: the same bound.

@@ -168,6 +168,16 @@ TEST_CASE("optimizer, train and eval settings") {
   issues = issues_of(job);
   CHECK(has(issues, "train.batch_size 4 is smaller than the 8 devices it is split over"));
   CHECK(has(issues, "eval.batch_size must be > 0, got -1"));
+
+  job = samples::make_mlp_job();  // batch 256 on cpu:1
+  job.train.micro_batches = 0;
+  CHECK(has(issues_of(job), "train.micro_batches must be > 0, got 0"));
+  job.train.micro_batches = 3;
+  CHECK(has(issues_of(job), "train.micro_batches 3 does not divide train.batch_size 256"));
+  job.train.micro_batches = 64;
+  job.train.devices = "cpu:8";
+  CHECK(has(issues_of(job), "a micro-batch of 4 rows (train.batch_size 256 / train.micro_batches 64) is smaller "
+                            "than the 8 devices it is split over"));
 }
 
 TEST_CASE("the job checker reads devices with the one parser: cuda:N where the build has CUDA, else refused with why") {
