@@ -218,8 +218,8 @@ TEST_CASE("4 micro-batches of 64 match batches of 256, data parallel and in two 
   const std::string micro = " --set train.micro_batches=4";
   check_curves_agree(want, ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --ctrl-port 19430" + micro,
                                           temp_dir() / "mlp_micro_dp.json"));
-  auto staged = temp_dir() / "mlp_micro_stages.json";
-  check_curves_agree(want, ten_step_curve(root() + "/samples/mlp/mlp_stages.json --nodes 2 --ctrl-port 19440" + micro,
+  auto staged = temp_dir() / "mlp_micro_stages.json";  // samples/mlp/mlp_pipeline.json: 4 micro-batches
+  check_curves_agree(want, ten_step_curve(root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19440",
                                           staged));
   // h1 crosses once per micro-batch: 4 pieces of 64 x 512 floats a step.
   check_traffic_each_way(staged, 256 * 512 * 4);
@@ -283,6 +283,17 @@ TEST_CASE("the MLP on 2 nodes x 2 devices reaches the accuracy bar") {
   auto j = read_json(result);
   CHECK(j["metrics"]["accuracy"].get<double>() >= 0.84);
   CHECK(j["eval_samples"].get<int64_t>() == 10000);
+}
+
+TEST_CASE("the MLP in two stages with 4 micro-batches streaming through them reaches the accuracy bar") {
+  auto result = temp_dir() / "mlp_pipeline_full.json";
+  Ran ran = run_rill("run " + root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19450 --result " +
+                     result.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto j = read_json(result);
+  CHECK(j["metrics"]["accuracy"].get<double>() >= 0.84);
+  CHECK(j["steps"].get<int64_t>() == 468);  // steps of 256 rows: 60,000 / 256, as without micro-batches
 }
 
 TEST_CASE("a job file and a C++ job run on the same cluster one after the other") {
