@@ -468,6 +468,11 @@ TEST_CASE("the job in two stages on 2 nodes checkpoints and resumes bitwise") {
   check_resume_bitwise(root() + "/samples/mlp/mlp_stages.json --nodes 2 --ctrl-port 19400", "ckpt_stages");
 }
 
+// A resumed run reads on from the first micro-batch of its first step.
+TEST_CASE("the two stages with 4 micro-batches checkpoint and resume bitwise") {
+  check_resume_bitwise(root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19410", "ckpt_pipeline");
+}
+
 TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the first cause") {
   auto dir = temp_dir();
   std::string machines = "127.0.0.1:19210,127.0.0.2:19210";
