@@ -9,7 +9,10 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
     return invalid_argument("activation_register_num is {}, expected at least 1", activation_register_num);
   for (RegstNode& r : g->regsts) {
     r.consumers.clear();
-    r.register_num = r.is_model || r.ctrl ? 1 : activation_register_num;
+    // Made once per micro-batch: a slot for each of the step's micro-batches,
+    // so a stage can run all of a step's forwards before the next stage's
+    // backwards give its slots back (GPipe's flow).
+    r.register_num = r.is_model || r.ctrl ? 1 : std::max(activation_register_num, r.readies_per_step);
   }
   for (size_t t = 0; t < g->tasks.size(); ++t) {
     for (int regst : g->tasks[t].inputs) {
