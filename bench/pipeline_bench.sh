@@ -47,6 +47,7 @@ for ((r = 0; r < runs; r++)); do
   done
 done
 for m in 4 8; do
-  echo "== $m micro-batches vs the stages taking turns (ideal $(/usr/bin/python3 -c "print(f'{2 * $m / ($m + 1):.2f}')")x: twice the work in parallel, less the bubble 1/($m + 1))"
+  ideal=$(/usr/bin/python3 -c "print(f'{2 * $m / ($m + 1):.2f}')")
+  echo "== $m micro-batches vs the stages taking turns (ideal ${ideal}x: the work of 2 stages at once, less the bubble 1/($m + 1))"
   /usr/bin/python3 bench/summarize.py "micro $m" "${rates[$m]}" "micro 1" "${rates[1]}"
 done

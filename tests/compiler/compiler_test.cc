@@ -510,6 +510,11 @@ TEST_CASE("cuda:2 on 2 nodes: each node compiles its own plan, with its own copi
     }
     CHECK(copies > 0);
   }
+  graph::Job micro = testing::mlp_job(16, 8);  // gradient accumulation is refused on GPUs, with why
+  micro.train.micro_batches = 2;
+  auto refused = compiler::compile(micro, *cluster, {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("gradient accumulation runs on cpu devices only") != std::string::npos);
 }
 #endif
 
