@@ -300,6 +300,15 @@ TEST_CASE("the MLP in two stages with 4 micro-batches streaming through them rea
   CHECK(j["steps"].get<int64_t>() == 468);  // steps of 256 rows: 60,000 / 256, as without micro-batches
 }
 
+// Three stages, one per agent, each data parallel over its node's 2
+// devices; its first 10 losses match data parallelism's (the bound and its
+// reasons above).
+TEST_CASE("the MLP in three stages on 3 agents with 4 micro-batches reaches the accuracy bar") {
+  auto want = ten_step_curve(root() + "/samples/mlp/mlp.json --devices cpu:1", temp_dir() / "mlp_dp_p3.json");
+  auto j = full_run_at_bar(root() + "/samples/mlp/mlp_pipeline3.json --nodes 3 --ctrl-port 19460", "mlp_pipeline3");
+  check_curves_agree(want, j["loss_curve"]);
+}
+
 TEST_CASE("a job file and a C++ job run on the same cluster one after the other") {
   auto dir = temp_dir();
   std::string machines = "127.0.0.1:19130,127.0.0.2:19130";
