@@ -192,13 +192,10 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.global_batch = job.eval->batch_size;
   } else {
     g.global_batch = job.train.batch_size;
-    g.micro_batches = job.train.micro_batches;
+    g.micro_batches = job.train.micro_batches;  // check_job: >= 1, divides the batch
   }
   const char* batch_what = mode == Mode::kEval ? "eval.batch_size" : "train.batch_size";
   if (g.global_batch < 1) return invalid_argument("{} is {}, expected at least 1", batch_what, g.global_batch);
-  if (g.micro_batches < 1 || g.global_batch % g.micro_batches != 0)
-    return invalid_argument("train.micro_batches {} does not divide train.batch_size {}", g.micro_batches,
-                            g.global_batch);
   g.placements = {graph::whole_cluster(cluster.device_type, cluster.num_nodes, cluster.devices_per_node)};
 
   std::set<std::string> names;
