@@ -1,6 +1,22 @@
 #include "compiler/optimizer.h"
 
+#include <algorithm>
+
 namespace rill::compiler {
+namespace {
+
+// Whether an op, the loss, a metric or a fetch reads `tensor`.
+bool read_by_any(const LogicalGraph& g, const std::string& tensor) {
+  for (const OpNode& op : g.ops)
+    if (std::find(op.inputs.begin(), op.inputs.end(), tensor) != op.inputs.end()) return true;
+  auto named = [&](const Reported& r) { return r.tensor == tensor; };
+  return g.loss == tensor || std::any_of(g.reported.begin(), g.reported.end(), named) ||
+         std::any_of(g.fetched.begin(), g.fetched.end(), named);
+}
+
+}  // namespace
+
+bool accumulates(const OpNode& op) { return op.attrs.get_int("micro_batches", 0) > 0; }
 
 Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
   std::string update_op;
@@ -31,7 +47,16 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
     if (g->micro_batches > 1) {
       // Gradient accumulation: the update reads the mean of the step's
       // micro-batch gradients, summed where they are made (so what crosses
-      // devices afterwards, once a step, is the accumulated gradient).
+      // devices afterwards, once a step, is the accumulated gradient). A
+      // gradient made by a matmul that nothing else reads is summed by the
+      // matmul itself (C = A B / K + C after the first micro-batch: one pass
+      // over C instead of three); any other gets an accumulate op.
+      LogicalTensor* grad = g->find(v.grad);
+      if (grad->origin == TensorOrigin::kOp && g->ops[static_cast<size_t>(grad->producer)].type == "matmul" &&
+          !read_by_any(*g, v.grad)) {
+        g->ops[static_cast<size_t>(grad->producer)].attrs.set("micro_batches", g->micro_batches);
+        continue;
+      }
       OpNode acc;
       acc.name = g->free_op_name(fmt::format("accumulate/{}", v.variable.name), 1);
       acc.type = "accumulate";
@@ -40,7 +65,7 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
       acc.attrs = Attrs{{"micro_batches", g->micro_batches}};
       acc.output_hints.resize(1);
       acc.backward = true;
-      acc.placement = g->find(v.grad)->placement;
+      acc.placement = grad->placement;
       v.grad = acc.name;
       RILL_RETURN_IF_ERROR(g->append_op(std::move(acc)));
     }
@@ -54,7 +79,7 @@ void mark_per_micro(LogicalGraph* g) {
   for (const InputNode& in : g->inputs) g->find(in.input.name)->per_micro = true;
   for (const OpNode& op : g->ops) {  // in topological order
     bool micro = false;
-    if (op.type != "accumulate")
+    if (!accumulates(op))
       for (const std::string& in : op.inputs) micro = micro || g->find(in)->per_micro;
     for (const std::string& out : op.outputs) g->find(out)->per_micro = micro;
   }

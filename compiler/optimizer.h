@@ -2,8 +2,9 @@
 // update op (sgd_update, momentum_update or adam_update from job.optimizer.type),
 // the update attrs (lr, momentum, beta1, beta2, epsilon, weight_decay) and the
 // number of optimizer state tensors the op keeps. With train.micro_batches
-// K > 1, each gradient first goes through an accumulate op (the mean of the
-// step's K micro-batch gradients), which the update reads instead.
+// K > 1, each gradient is first averaged over the step's K micro-batches: by
+// the matmul that makes it (its micro_batches attr) when nothing else reads
+// it, else by an accumulate op; the update reads the average.
 // Pure; any thread.
 #pragma once
 
@@ -13,8 +14,12 @@ namespace rill::compiler {
 
 Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* graph);
 
+// Whether `op` sums its micro-batches into one output a step (it carries a
+// micro_batches attr: an accumulate op or a weight-gradient matmul).
+bool accumulates(const OpNode& op);
+
 // Sets LogicalTensor::per_micro when the graph runs micro-batches: inputs and
-// what is computed from them, up to each gradient's accumulate op.
+// what is computed from them, up to the ops that accumulate gradients.
 void mark_per_micro(LogicalGraph* graph);
 
 }  // namespace rill::compiler

@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "compiler/optimizer.h"
+
 namespace rill::compiler {
 namespace {
 
@@ -249,7 +251,7 @@ class Expander {
       }
       for (const std::string& in : op.inputs) inputs.push_back(&g_.find(in)->meta);
       const bool everywhere = reads_move(op);  // then it may read across nodes
-      int acts = op.type == "accumulate" ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
+      int acts = accumulates(op) ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
       for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {

@@ -207,6 +207,11 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     if (op.output_sbp.size() > op.outputs.size())
       return invalid_argument("op '{}': {} output SBP hints for {} outputs", op.name, op.output_sbp.size(),
                               op.outputs.size());
+    if (op.attrs.has("micro_batches"))
+      return invalid_argument(
+          "op '{}': attr 'micro_batches' is the compiler's (it marks ops that accumulate gradients); "
+          "set train.micro_batches instead",
+          op.name);
     OpNode node;
     node.name = op.name;
     node.type = op.type;

@@ -131,12 +131,17 @@ Status matmul(KernelContext& ctx) {
   const int m = static_cast<int>(c.shape[0]), n = static_cast<int>(c.shape[1]);
   const int k = static_cast<int>(a.shape[ta ? 0 : 1]);
   if (m == 0 || n == 0) return {};
+  // Accumulating over micro-batches (as the CPU kernel): scaled by 1/K',
+  // added to C after the first.
+  const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
+  const bool add = micro_batches > 1 && ctx.micro > 0;
   if (k == 0)  // an empty split piece along K contributes zeros
-    return cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), stream_of(ctx)), "cudaMemsetAsync", "op 'matmul'");
-  const float one = 1.0f, zero = 0.0f;
+    return add ? Status{}
+               : cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), stream_of(ctx)), "cudaMemsetAsync", "op 'matmul'");
+  const float alpha = 1.0f / static_cast<float>(micro_batches), beta = add ? 1.0f : 0.0f;
   return cublas_status(cublasSgemm(cublas_of(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   n, m, k, &one, b.f32(), static_cast<int>(b.shape[1]), a.f32(),
-                                   static_cast<int>(a.shape[1]), &zero, c.f32(), n),
+                                   n, m, k, &alpha, b.f32(), static_cast<int>(b.shape[1]), a.f32(),
+                                   static_cast<int>(a.shape[1]), &beta, c.f32(), n),
                        "cublasSgemm", "op 'matmul'");
 }
 

@@ -1,6 +1,10 @@
 // matmul: y[M, N] = op(a) x op(b), where op transposes when the int attrs
 // transpose_a / transpose_b are 1. a is [M, K] ([K, M] transposed), b is
 // [K, N] ([N, K] transposed). The CPU kernel is one cblas_sgemm.
+// With the int attr micro_batches (K' >= 1; the compiler sets it on a weight
+// gradient under gradient accumulation) the actor acts once per micro-batch on
+// one output: y = op(a) op(b) / K' at micro-batch 0 and y += op(a) op(b) / K'
+// after, the mean over the step's micro-batches, as the accumulate op.
 #include <cblas.h>
 
 #include <algorithm>
@@ -24,6 +28,8 @@ MatmulAxes matmul_axes(const Attrs& attrs) {
 Status infer_matmul(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "transpose_a"));
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "transpose_b"));
+  if (attrs.has("micro_batches") && attrs.get_int("micro_batches", 0) < 1)
+    return invalid_argument("micro_batches is {}, expected at least 1", attrs.get_int("micro_batches", 0));
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
   if (a.size() != 2 || b.size() != 2)
@@ -93,13 +99,17 @@ Status cpu_matmul(KernelContext& ctx) {
   const int m = static_cast<int>(c.shape[0]), n = static_cast<int>(c.shape[1]);
   const int k = static_cast<int>(a.shape[ax.a_k]);
   if (m == 0 || n == 0) return {};
+  // Accumulating over micro-batches: scaled by 1/K', added after the first.
+  const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
+  const bool add = micro_batches > 1 && ctx.micro > 0;
   if (k == 0) {  // an empty split piece along K contributes zeros
-    std::fill_n(c.f32(), c.size(), 0.0f);
+    if (!add) std::fill_n(c.f32(), c.size(), 0.0f);
     return {};
   }
   const int lda = static_cast<int>(a.shape[1]), ldb = static_cast<int>(b.shape[1]);
   cblas_sgemm(CblasRowMajor, ax.transpose_a ? CblasTrans : CblasNoTrans, ax.transpose_b ? CblasTrans : CblasNoTrans,
-              m, n, k, 1.0f, a.f32(), lda, b.f32(), ldb, 0.0f, c.f32(), n);
+              m, n, k, 1.0f / static_cast<float>(micro_batches), a.f32(), lda, b.f32(), ldb, add ? 1.0f : 0.0f,
+              c.f32(), n);
   return {};
 }
 

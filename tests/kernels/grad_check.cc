@@ -87,7 +87,13 @@ StatusOr<std::vector<Tensor>> run_kernel(const OpDef& def, std::span<Tensor> inp
     return invalid_argument("op '{}': {} logical shapes for {} inputs", def.type, logical.size(), inputs.size());
 
   std::vector<Tensor> outputs;
-  for (const TensorMeta& m : out_metas) outputs.push_back(unset_tensor(m));
+  if (options.outputs != nullptr) {
+    outputs = *options.outputs;
+    if (outputs.size() != out_metas.size())
+      return invalid_argument("op '{}': {} outputs given for {}", def.type, outputs.size(), out_metas.size());
+  } else {
+    for (const TensorMeta& m : out_metas) outputs.push_back(unset_tensor(m));
+  }
 
   std::vector<TensorView> in_views, out_views, state_views;
   for (Tensor& t : inputs) in_views.push_back(t.view());
@@ -112,6 +118,7 @@ StatusOr<std::vector<Tensor>> run_kernel(const OpDef& def, std::span<Tensor> inp
   if (ctx.output_offset.empty()) ctx.output_offset.assign(ctx.logical_output.size(), 0);
   ctx.attrs = &attrs;
   ctx.step = options.step;
+  ctx.micro = options.micro;
   ctx.scratch = scratch;
   RILL_RETURN_IF_ERROR(def.cpu(ctx));
   return outputs;

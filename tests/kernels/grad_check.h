@@ -49,6 +49,10 @@ struct RunOptions {
   Shape logical_output;
   std::vector<int64_t> output_offset;
   int64_t step = 0;
+  int micro = 0;  // the micro-batch of the step (ops that accumulate over them)
+  // When set, the outputs start as these tensors (an accumulating op's
+  // earlier micro-batches) and are returned updated.
+  const std::vector<Tensor>* outputs = nullptr;
   // Optimizer state tensors (OpDef::num_state of them), updated in place.
   std::vector<Tensor>* state = nullptr;
 };

@@ -47,6 +47,41 @@ TEST_CASE("matmul computes all four transpose combinations") {
   check_values(run_ok("matmul", {a_t, b_t}, transposes(1, 1))[0], {2, 2}, want);
 }
 
+// Gradient accumulation's weight gradients: with micro_batches K the kernel
+// writes a b / K at micro-batch 0 and adds a b / K after, into one output.
+// Each term's product is exact in float ((0.5 + i) / 4 products of small
+// halves), so the sums are compared exactly against the same sums in double.
+TEST_CASE("matmul with micro_batches averages its micro-batches' products into one output") {
+  const Attrs four{{"transpose_a", int64_t{1}}, {"micro_batches", int64_t{4}}};
+  std::vector<Tensor> acc;
+  std::vector<double> want(6, 0.0);
+  for (int micro = 0; micro < 4; ++micro) {
+    std::vector<float> av(2 * 3), bv(2 * 2);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = 0.5f + static_cast<float>((i + micro) % 5);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(micro) - 1.5f * static_cast<float>(i);
+    const Tensor a = Tensor::floats({2, 3}, av), b = Tensor::floats({2, 2}, bv);
+    for (int m = 0; m < 3; ++m)
+      for (int n = 0; n < 2; ++n)
+        for (int k = 0; k < 2; ++k) want[m * 2 + n] += double(av[k * 3 + m]) * bv[k * 2 + n] / 4.0;
+    RunOptions options;
+    options.micro = micro;
+    options.outputs = micro == 0 ? nullptr : &acc;  // micro-batch 0 starts from garbage (NaN)
+    acc = run_ok("matmul", {a, b}, four, options);
+  }
+  REQUIRE(acc[0].shape == Shape{3, 2});
+  for (size_t i = 0; i < want.size(); ++i) CHECK(acc[0].f32[i] == want[i]);
+  // An empty piece along K adds nothing after micro-batch 0 and writes zeros at it.
+  const Tensor a0 = Tensor::floats({0, 3}, {}), b0 = Tensor::floats({0, 2}, {});
+  RunOptions later;
+  later.micro = 1;
+  later.outputs = &acc;
+  CHECK(run_ok("matmul", {a0, b0}, four, later)[0].f32 == acc[0].f32);
+  const std::vector<Tensor> zeros = run_ok("matmul", {a0, b0}, four);
+  for (float v : zeros[0].f32) CHECK(v == 0.0f);
+  CHECK(run_status("matmul", {a0, b0}, {{"micro_batches", int64_t{0}}}).message().find("micro_batches is 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("matmul agrees with a reference loop on a non-square product") {
   const Tensor a = Tensor::uniform({7, 13}, 1), b = Tensor::uniform({13, 5}, 2);
   const Tensor c = run_ok("matmul", {a, b})[0];
