@@ -123,15 +123,24 @@ void Actor::finish_if_done(Outbox& outbox) {
   }
 }
 
-Status Actor::act_loop(Outbox& outbox) {
+Status Actor::act_once(Outbox& outbox) {
+  RILL_RETURN_IF_ERROR(act(outbox));
+  finish_if_done(outbox);
+  return {};
+}
+
+Status Actor::start(Outbox& outbox) {
   while (can_act()) RILL_RETURN_IF_ERROR(act(outbox));
   finish_if_done(outbox);
   return {};
 }
 
-Status Actor::start(Outbox& outbox) { return act_loop(outbox); }
-
 Status Actor::handle(const ActorMsg& msg, Outbox& outbox) {
+  RILL_RETURN_IF_ERROR(receive(msg, outbox));
+  return start(outbox);
+}
+
+Status Actor::receive(const ActorMsg& msg, Outbox& outbox) {
   if (msg.type == MsgType::kAck) {
     for (OutputPort& out : outputs_) {
       if (out.regst != msg.regst) continue;
@@ -139,7 +148,8 @@ Status Actor::handle(const ActorMsg& msg, Outbox& outbox) {
         return internal_error("actor '{}': unexpected ack of regst '{}' slot {} from {}", name_, out.name,
                               msg.slot, ActorId::to_string(msg.src));
       --out.pending[msg.slot];
-      return act_loop(outbox);
+      finish_if_done(outbox);
+      return {};
     }
   } else {
     for (InputPort& in : inputs_) {
@@ -150,7 +160,8 @@ Status Actor::handle(const ActorMsg& msg, Outbox& outbox) {
         return internal_error("actor '{}': regst '{}' readied slot {} beyond its {} slots", name_, in.name,
                               msg.slot, in.slots.size());
       }
-      return act_loop(outbox);
+      finish_if_done(outbox);
+      return {};
     }
   }
   return internal_error("actor '{}' got {} for regst {} it does not {}", name_, msg_type_name(msg.type), msg.regst,

@@ -39,12 +39,31 @@ class Actor {
 
   uint64_t id() const { return id_; }
   const std::string& name() const { return name_; }
-  // Acts for as long as it can (sources and variables start without input).
+  // Takes one message addressed to this actor into its state (a readable
+  // slot, a slot back, an end of data) without acting.
+  Status receive(const ActorMsg& msg, Outbox& outbox);
+  // Whether every input has a readable slot and every output a free one.
+  bool can_act() const;
+  // Acts once; call only when can_act().
+  Status act_once(Outbox& outbox);
+  // Sends eord once its work is done and retires once its slots are back;
+  // receive() and act_once() call it, a driver once before the first message.
+  void finish_if_done(Outbox& outbox);
+  // For a driver of a few actors: acts for as long as it can (sources and
+  // variables start without input), and receive() then that.
   Status start(Outbox& outbox);
-  // Handles one message addressed to this actor, then acts while it can.
   Status handle(const ActorMsg& msg, Outbox& outbox);
   bool retired() const { return retired_; }
   int64_t acts() const { return acts_; }
+  int acts_per_step() const { return acts_per_step_; }
+  // Where its next act falls in the run's sequence of micro-batches (step x
+  // `micro_batches` + micro-batch): its act count when it acts once per
+  // micro-batch; for a variable, the first micro-batch of the step its act
+  // readies the model for; for others that act once a step, its last.
+  int64_t next_micro(int micro_batches) const {
+    const int per_act = micro_batches / acts_per_step_;
+    return acts_ * per_act + (is_variable_ ? 0 : per_act - 1);
+  }
   // What this actor waits for, for stuck-job reports: "waits for regst 'h1'
   // (slot from actor 0:cpu0.0#3)" or "waits for ack of regst 'x' slot 1".
   std::string describe_wait() const;
@@ -54,10 +73,7 @@ class Actor {
   const std::vector<OutputPort>& outputs() const { return outputs_; }
 
  private:
-  bool can_act() const;
   Status act(Outbox& outbox);
-  Status act_loop(Outbox& outbox);
-  void finish_if_done(Outbox& outbox);
   void send_eord(Outbox& outbox);
   void ready_outputs(Outbox& outbox, int64_t step);
 

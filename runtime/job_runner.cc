@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/actor_id.h"
 #include "compiler/compiler.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_collector.h"
@@ -307,12 +308,27 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
   for (const auto& t : traces)
     for (int64_t b : t.trace.begin_ns)
       if (b > 0) origin = std::min(origin, b);
-  for (size_t tid = 0; tid < traces.size(); ++tid) {
-    const auto& t = traces[tid];
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", t.name}}}});
+  // One row (tid) per worker thread, as it runs its actors one act at a time;
+  // one process (pid) per node.
+  std::set<uint64_t> threads;
+  for (const auto& t : traces) {
+    const uint64_t thread = ActorId::thread_key(t.id);
+    if (threads.insert(thread).second)
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", ActorId::node(t.id)},
+                        {"tid", thread},
+                        {"args",
+                         {{"name", fmt::format("{}{}.{}", device_type_name(ActorId::device_type(t.id)),
+                                               ActorId::device(t.id), ActorId::stream(t.id))}}}});
     for (size_t s = 0; s < t.trace.begin_ns.size(); ++s) {
       if (t.trace.begin_ns[s] == 0) continue;
-      events.push_back({{"ph", "X"}, {"name", t.name}, {"pid", 0}, {"tid", tid}, {"args", {{"step", s}}},
+      const auto per = static_cast<size_t>(std::max(1, t.acts_per_step));
+      events.push_back({{"ph", "X"},
+                        {"name", t.name},
+                        {"pid", ActorId::node(t.id)},
+                        {"tid", thread},
+                        {"args", {{"step", s / per}, {"micro", s % per}}},
                         {"ts", (t.trace.begin_ns[s] - origin) / 1000.0},
                         {"dur", (t.trace.end_ns[s] - t.trace.begin_ns[s]) / 1000.0}});
     }

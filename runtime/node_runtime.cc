@@ -343,7 +343,7 @@ Status NodeRun::build() {
     Worker*& worker = worker_by_key_[key];
     if (!worker) {
       workers_.push_back(std::make_unique<Worker>(
-          key, [this](const ActorMsg& msg) { route(msg); }, [this](const Status& status) { fail(status); },
+          key, std::max(1, static_cast<int>(plan_->micro_batches())), [this](const ActorMsg& msg) { route(msg); }, [this](const Status& status) { fail(status); },
           &progress_));
       worker = workers_.back().get();
     }
@@ -473,7 +473,7 @@ RunReport NodeRun::run() {
   }
   if (report.status.ok()) collect_variables(report);
   if (options_.trace)
-    for (const auto& actor : actors_) report.traces.push_back({actor->id(), actor->name(), actor->trace()});
+    for (const auto& actor : actors_) report.traces.push_back({actor->id(), actor->name(), actor->trace(), actor->acts_per_step()});
   return report;
 }
 

@@ -73,7 +73,8 @@ struct RunOptions {
 struct ActorTraceRecord {
   uint64_t id = 0;
   std::string name;
-  ActTrace trace;
+  ActTrace trace;  // per act: act i is step i / acts_per_step, micro-batch i % acts_per_step
+  int acts_per_step = 1;
 };
 
 struct RunReport {

@@ -1,5 +1,8 @@
 #include "runtime/worker.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "base/actor_id.h"
 
 namespace rill {
@@ -18,9 +21,9 @@ class Worker::Sender : public Outbox {
   Worker* worker_;
 };
 
-Worker::Worker(uint64_t thread_key, std::function<void(const ActorMsg&)> route,
+Worker::Worker(uint64_t thread_key, int micro_batches, std::function<void(const ActorMsg&)> route,
                std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress)
-    : thread_key_(thread_key), route_(std::move(route)), on_error_(std::move(on_error)), progress_(progress) {
+    : thread_key_(thread_key), micro_batches_(micro_batches), route_(std::move(route)), on_error_(std::move(on_error)), progress_(progress) {
   queue_.reserve(1024);
   batch_.reserve(1024);
   local_.reserve(1024);
@@ -67,41 +70,71 @@ void Worker::dispatch(const ActorMsg& msg, Outbox& outbox) {
   uint32_t index = ActorId::index(msg.dst);
   Actor* actor = index < by_index_->size() ? (*by_index_)[index] : nullptr;
   Status status = actor && actor->id() == msg.dst
-                      ? actor->handle(msg, outbox)
+                      ? actor->receive(msg, outbox)
                       : internal_error("message for unknown actor {}", ActorId::to_string(msg.dst));
   if (!status.ok()) {
     failed_ = true;
     on_error_(status);
+    return;
   }
+  mark_ready(actor);
+}
+
+void Worker::mark_ready(Actor* actor) {
+  const uint32_t index = ActorId::index(actor->id());
+  if (queued_[index] || !actor->can_act()) return;
+  queued_[index] = 1;
+  ready_.emplace_back(actor->next_micro(micro_batches_), index);
+  std::push_heap(ready_.begin(), ready_.end(), std::greater<>());
+}
+
+bool Worker::take_in(Outbox& outbox) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return false;
+    batch_.swap(queue_);
+  }
+  for (const ActorMsg& msg : batch_) dispatch(msg, outbox);
+  batch_.clear();
+  // Then same-thread messages, those the last act sent and those taking in
+  // sent (an end of data); dispatching may add more.
+  for (size_t i = 0; i < local_.size(); ++i) {
+    ActorMsg msg = local_[i];  // dispatch may grow local_
+    dispatch(msg, outbox);
+  }
+  local_.clear();
+  return true;
 }
 
 void Worker::run() {
   Sender sender(this);
+  queued_.assign(by_index_->size(), 0);
+  ready_.reserve(actors_.size());
   for (Actor* actor : actors_) {
-    Status status = actor->start(sender);
-    if (!status.ok()) {
-      failed_ = true;
-      on_error_(status);
-      break;
-    }
+    actor->finish_if_done(sender);
+    mark_ready(actor);
   }
   while (!failed_) {
-    // Drain same-thread messages first; dispatching may add more.
-    for (size_t i = 0; i < local_.size(); ++i) {
-      ActorMsg msg = local_[i];  // dispatch may grow local_
-      dispatch(msg, sender);
+    if (!take_in(sender) || failed_) break;
+    if (!ready_.empty()) {
+      std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
+      Actor* actor = (*by_index_)[ready_.back().second];
+      ready_.pop_back();
+      queued_[ActorId::index(actor->id())] = 0;
+      Status status = actor->act_once(sender);
+      if (!status.ok()) {
+        failed_ = true;
+        on_error_(status);
+        break;
+      }
+      mark_ready(actor);
+      progress_->fetch_add(1, std::memory_order_relaxed);
+      continue;
     }
-    local_.clear();
-    progress_->fetch_add(1, std::memory_order_relaxed);
     if (all_retired()) break;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (stop_) break;
-      batch_.swap(queue_);
-    }
-    for (const ActorMsg& msg : batch_) dispatch(msg, sender);
-    batch_.clear();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) break;
   }
   finished_.store(true);
 }

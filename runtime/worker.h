@@ -3,6 +3,15 @@
 // is swapped out whole, so steady state allocates nothing); messages an actor
 // sends to an actor on the same thread skip the lock.
 //
+// Messages only change actors' state; the worker then acts one act at a time,
+// always for the oldest micro-batch among the actors that can act (ties: the
+// lowest task index, which the compiler hands out in dataflow order). So a
+// thread finishes what it has of micro-batch i (its backward, its output to
+// the next pipeline stage) before it starts on i + 1: micro-batches stream
+// through the stages instead of queueing behind each other, and a stage holds
+// no more of them than the stages after it make it wait for. Between two acts
+// it takes in what other threads sent.
+//
 // push() and stop() may be called from any thread; everything else from the
 // owner (NodeRuntime) before start() or after join().
 #pragma once
@@ -13,6 +22,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "actor/actor.h"
@@ -23,7 +33,8 @@ class Worker {
  public:
   // `route` delivers a message to whichever worker runs its destination.
   // `on_error` is told the first error an actor returns (then the worker stops).
-  Worker(uint64_t thread_key, std::function<void(const ActorMsg&)> route,
+  // `micro_batches`: per step (the plan's), which orders acts.
+  Worker(uint64_t thread_key, int micro_batches, std::function<void(const ActorMsg&)> route,
          std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress);
   ~Worker();
 
@@ -42,8 +53,11 @@ class Worker {
   void run();
   bool all_retired() const;
   void dispatch(const ActorMsg& msg, Outbox& outbox);
+  bool take_in(Outbox& outbox);  // the queue's messages, then same-thread ones; false once stopped
+  void mark_ready(Actor* actor);
 
   uint64_t thread_key_;
+  int micro_batches_;
   std::function<void(const ActorMsg&)> route_;
   std::function<void(const Status&)> on_error_;
   std::atomic<int64_t>* progress_;
@@ -58,6 +72,9 @@ class Worker {
 
   std::vector<ActorMsg> batch_;  // owner thread only
   std::vector<ActorMsg> local_;  // owner thread only: same-thread messages
+  // Owner thread only: the actors that can act, a min-heap on (next_micro, index).
+  std::vector<std::pair<int64_t, uint32_t>> ready_;
+  std::vector<char> queued_;     // owner thread only: by actor index, whether in ready_
   std::atomic<bool> finished_{false};
   bool failed_ = false;
 };

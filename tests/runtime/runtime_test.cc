@@ -2,6 +2,7 @@
 // the node runtime's actors and threads, checked for what they computed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "compiler/compiler.h"
 #include "base/actor_id.h"
@@ -331,6 +333,53 @@ TEST_CASE("micro-batches stream through two stages: stage 0 works on micro-batch
   }
   CHECK(pairs == 9);
   CHECK(overlapped == pairs);
+}
+
+TEST_CASE("a thread acts for its oldest micro-batch first: one device finishes micro-batch i before it starts i + 1") {
+  // One device, 4 micro-batches a step. The source (its own thread) readies
+  // micro-batches ahead, so fc1 could run all four forwards in a row; the
+  // worker instead takes the ready act of the oldest micro-batch, so on the
+  // device thread the micro-batch of successive acts never goes down within
+  // a step. A schedule by arrival order (or an actor acting while it can)
+  // runs fc1 for micro-batch 1 before micro-batch 0's backward.
+  auto job = graph::parse_job_json(R"({
+    "name": "one_device_micro_batches",
+    "datasets": [{"name": "pool", "kind": "synthetic", "num_samples": 256, "num_classes": 10,
+                  "feature_shape": [16], "seed": 3}],
+    "inputs": [{"name": "x", "dataset": "pool", "field": "features", "shape": [16]},
+               {"name": "y", "dataset": "pool", "field": "label", "dtype": "i32"}],
+    "variables": [{"name": "w1", "shape": [16, 64], "init": {"type": "xavier_uniform", "seed": 1}},
+                  {"name": "w2", "shape": [64, 10], "init": {"type": "xavier_uniform", "seed": 2}}],
+    "ops": [{"name": "fc1", "type": "matmul", "inputs": ["x", "w1"]},
+            {"name": "h1", "type": "relu", "inputs": ["fc1"]},
+            {"name": "logits", "type": "matmul", "inputs": ["h1", "w2"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss",
+    "optimizer": {"type": "sgd", "lr": 0.01},
+    "train": {"steps": 3, "batch_size": 64, "micro_batches": 4, "shuffle": false, "devices": "cpu:1"}
+  })", "one_device_micro_batches.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  auto bytes = compiler::compile(*job, *compiler::parse_devices("cpu:1", 1), {});
+  REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
+  RunOptions options;
+  options.trace = true;
+  RunReport report = run_plan(*bytes, options);
+  REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
+  std::vector<std::tuple<int64_t, int64_t, std::string>> acts;  // begin, step x 4 + micro-batch, actor
+  for (const ActorTraceRecord& r : report.traces) {
+    if (ActorId::device_type(r.id) != DeviceType::kCpu || r.acts_per_step != 4) continue;
+    for (size_t i = 0; i < r.trace.begin_ns.size(); ++i)
+      acts.emplace_back(r.trace.begin_ns[i], static_cast<int64_t>(i), r.name);
+  }
+  std::sort(acts.begin(), acts.end());
+  REQUIRE(acts.size() > 3 * 4 * 5);  // forward and backward ops, every micro-batch
+  int64_t last = -1;
+  for (const auto& [begin, micro, name] : acts) {
+    INFO(name, " on micro-batch ", micro % 4, " of step ", micro / 4, " after one on ", last);
+    if (micro / 4 == last / 4) CHECK(micro >= last);
+    last = micro;
+  }
 }
 
 }  // namespace rill
