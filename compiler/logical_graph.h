@@ -32,6 +32,9 @@ struct LogicalTensor {
   // and everything computed from it, up to the accumulation of gradients;
   // variables and what is computed from them alone are made once per step.
   bool per_micro = false;
+  // Made per micro-batch by the forward pass (or read from data): the
+  // pipeline stage that makes it (mark_stages), else -1.
+  int stage = -1;
 };
 
 struct InputNode {
@@ -102,6 +105,8 @@ struct LogicalGraph {
   int64_t global_batch = 0;  // rows per step
   int64_t micro_batches = 1;  // per step (train plans); tensor shapes have micro_batch() rows
   int64_t micro_batch() const { return global_batch / micro_batches; }
+  std::string schedule = "1f1b";  // train.schedule
+  int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed
   int64_t log_every = 0;

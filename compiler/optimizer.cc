@@ -71,6 +71,7 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
     }
   }
   mark_per_micro(g);
+  mark_stages(g);
   return {};
 }
 
@@ -82,6 +83,21 @@ void mark_per_micro(LogicalGraph* g) {
     if (!accumulates(op))
       for (const std::string& in : op.inputs) micro = micro || g->find(in)->per_micro;
     for (const std::string& out : op.outputs) g->find(out)->per_micro = micro;
+  }
+}
+
+void mark_stages(LogicalGraph* g) {
+  g->stages = 1;
+  for (const InputNode& in : g->inputs) g->find(in.input.name)->stage = 0;
+  for (const OpNode& op : g->ops) {  // in topological order
+    if (op.backward) continue;
+    int stage = -1;
+    for (const std::string& name : op.inputs) {
+      const LogicalTensor* in = g->find(name);
+      if (in->stage >= 0) stage = std::max(stage, in->stage + (in->placement != op.placement ? 1 : 0));
+    }
+    for (const std::string& out : op.outputs) g->find(out)->stage = stage;
+    g->stages = std::max(g->stages, stage + 1);
   }
 }
 

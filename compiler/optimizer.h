@@ -22,4 +22,12 @@ bool accumulates(const OpNode& op);
 // what is computed from them, up to the ops that accumulate gradients.
 void mark_per_micro(LogicalGraph* graph);
 
+// Pipeline stages, from placements (after mark_per_micro): data is stage 0;
+// a forward op is at the latest stage of its per-micro-batch inputs, one
+// later for an input made on another placement. So stages count the moves
+// between placements along the forward pass: the placements of a pipeline
+// in order, whether or not the job calls them stages. Sets each forward
+// per-micro tensor's stage and the graph's number of stages.
+void mark_stages(LogicalGraph* graph);
+
 }  // namespace rill::compiler

@@ -24,6 +24,8 @@ class Expander {
     out_.job_name = g_.job_name;
     out_.global_batch = g_.global_batch;
     out_.micro_batches = g_.micro_batches;
+    out_.schedule = g_.schedule;
+    out_.stages = g_.stages;
     out_.log_every = g_.log_every;
     out_.shuffle = g_.shuffle;
     out_.seed = g_.seed;
@@ -110,6 +112,7 @@ class Expander {
     r.logical_shape = logical.shape;
     r.sbp = sbp;
     r.readies_per_step = rate(tensor);
+    r.stage = g_.find(tensor)->stage;
     out_.regsts.push_back(std::move(r));
     it->second = static_cast<int>(out_.regsts.size() - 1);
     return it->second;
@@ -134,6 +137,7 @@ class Expander {
     r.sbp = sbp;
     r.is_model = is_model;
     r.readies_per_step = rate(name);
+    r.stage = g_.find(name)->stage;
     return out_.add_regst(std::move(r), task);
   }
 

@@ -38,6 +38,8 @@ std::string plan_json(const plan::Plan& p) {
   root["steps"] = p.steps();
   root["global_batch"] = p.global_batch();
   root["micro_batches"] = p.micro_batches();
+  root["schedule"] = str(p.schedule());
+  root["stages"] = p.stages();
   root["num_nodes"] = p.num_nodes();
   root["devices_per_node"] = p.devices_per_node();
   root["node"] = p.node();
@@ -111,6 +113,7 @@ std::string plan_json(const plan::Plan& p) {
                         {"producer", r->producer()},
                         {"consumers", vec(r->consumers())},
                         {"register_num", r->register_num()},
+                        {"readies_per_step", r->readies_per_step()},
                         {"bytes", r->bytes()},
                         {"shape", vec(r->shape())},
                         {"sbp", sbp_string(r->sbp())},

@@ -16,7 +16,8 @@ namespace {
 // node plan never silently drops one.
 const std::set<std::string> kPlanFields = {"version",   "job_name",         "steps",    "global_batch", "log_every",
                                            "num_nodes", "devices_per_node", "datasets", "tasks",        "regsts",
-                                           "node",      "num_tasks",        "placements", "micro_batches"};
+                                           "node",      "num_tasks",        "placements", "micro_batches",
+                                           "schedule",  "stages"};
 
 // Binary search for the element of `v` whose key(element) is `key`, in a vector
 // sorted by key; after a direct hit at position `key` (whole plans).
@@ -103,7 +104,8 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
       plan::CreatePlan(b, p.version(), b.CreateString(p.job_name() ? p.job_name()->str() : std::string()), p.steps(),
                        p.global_batch(), p.log_every(), p.num_nodes(), p.devices_per_node(), b.CreateVector(datasets),
                        b.CreateVector(tasks), b.CreateVector(regsts), node, p.num_tasks(), b.CreateVector(placements),
-                       p.micro_batches());
+                       p.micro_batches(), b.CreateString(p.schedule() ? p.schedule()->str() : std::string()),
+                       p.stages());
   plan::FinishPlanBuffer(b, root);
   std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   auto check = verify_plan(out);

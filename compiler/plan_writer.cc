@@ -141,7 +141,8 @@ std::string write_plan(const TaskGraph& g) {
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
                                b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
-                               write_strings(b, g.placements), g.micro_batches);
+                               write_strings(b, g.placements), g.micro_batches, b.CreateString(g.schedule),
+                               g.stages);
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

@@ -36,6 +36,7 @@ struct RegstNode {
   bool ctrl = false;  // a control regst: orders its producer before its consumers; its bytes are unused
   int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
   int readies_per_step = 1;  // micro_batches for what is made per micro-batch, else 1
+  int stage = -1;  // its tensor's pipeline stage (LogicalTensor::stage): the forward pass's, per micro-batch
 };
 
 struct SourceInfo {
@@ -105,6 +106,8 @@ struct TaskGraph {
   int64_t steps = 0;
   int64_t global_batch = 0;
   int64_t micro_batches = 1;
+  std::string schedule = "1f1b";  // train.schedule
+  int stages = 1;                 // pipeline stages of the forward pass
   int64_t log_every = 0;
   bool shuffle = false;
   uint64_t seed = 0;

@@ -25,6 +25,7 @@ int add_copy_regst(TaskGraph* g, int of, int task) {
   r.logical_shape = g->regsts[of].logical_shape;
   r.sbp = g->regsts[of].sbp;
   r.readies_per_step = g->regsts[of].readies_per_step;
+  r.stage = g->regsts[of].stage;
   return g->add_regst(std::move(r), task);
 }
 

@@ -205,6 +205,8 @@ void check_run_config(const Job& job, Issues* issues) {
                 "a micro-batch of {} rows (train.batch_size {} / train.micro_batches {}) is smaller than the {} "
                 "devices it is split over",
                 t.batch_size / t.micro_batches, t.batch_size, t.micro_batches, devices);
+  if (t.schedule != "1f1b" && t.schedule != "gpipe")
+    issues->add("train.schedule", "train.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", t.schedule);
   if (job.eval) check_eval(job, devices, issues);
   check_checkpoint(job.checkpoint, issues);
 }

@@ -94,6 +94,10 @@ struct TrainConfig {
   // Gradient accumulation: a step runs the batch as this many micro-batches
   // of batch_size / micro_batches rows, sums their gradients, then updates once.
   int64_t micro_batches = 1;
+  // How micro-batches flow through pipeline stages (the slots of what a
+  // stage keeps for its backward): "1f1b" holds at most the stages after it
+  // plus one per stage, "gpipe" lets a stage run all of a step's forwards.
+  std::string schedule = "1f1b";
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -222,6 +222,7 @@ class Converter {
       if (t->shuffle()) train.shuffle = *t->shuffle();
       if (t->zero()) train.zero = *t->zero();
       if (t->devices()) train.devices = t->devices()->str();
+      if (t->schedule()) train.schedule = t->schedule()->str();
     }
     if (const fb::Eval* e = in.eval()) {
       Eval eval;

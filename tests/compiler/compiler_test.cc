@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "graph/placement.h"
 #include "tests/compiler/test_jobs.h"
 
 namespace rill {
@@ -517,6 +518,59 @@ TEST_CASE("cuda:2 on 2 nodes: each node compiles its own plan, with its own copi
   CHECK(refused.status().message().find("gradient accumulation runs on cpu devices only") != std::string::npos);
 }
 #endif
+
+// deep_mlp_job with 3 layers, layer l on device l of cpu:4 and the output
+// layer and loss on device 3: 4 stages, 8 micro-batches.
+graph::Job four_stages(const std::string& schedule) {
+  auto on = [](int device) { return *graph::parse_placement(fmt::format("cpu 0:{}", device)); };
+  graph::Job job = testing::deep_mlp_job(3, 64, 64);
+  job.train.micro_batches = 8;
+  job.train.schedule = schedule;
+  for (graph::Op& op : job.ops) {
+    const char last = op.name.back();
+    op.placement = on(last >= '0' && last <= '2' ? last - '0' : 3);
+  }
+  for (graph::Variable& v : job.variables) {
+    const char last = v.name.back();
+    v.placement = on(last >= '0' && last <= '2' ? last - '0' : 3);
+  }
+  for (graph::Input& in : job.inputs) in.placement = on(in.name == "image" ? 0 : 3);
+  return job;
+}
+
+TEST_CASE("micro-batch slots: 1F1B gives stage s of S the S - s it holds, GPipe every micro-batch of a step") {
+  for (const std::string schedule : {"1f1b", "gpipe"}) {
+    CAPTURE(schedule);
+    const std::string bytes = compile_ok(four_stages(schedule), "cpu:4");
+    const plan::Plan& p = *plan_of(bytes);
+    CHECK(p.stages() == 4);
+    CHECK(p.schedule()->str() == schedule);
+    std::map<std::string, int> slots;  // by tensor (every piece alike)
+    for (const plan::RegstDesc* r : *p.regsts()) slots[r->name()->str()] = r->register_num();
+    // The forward tensors of stages 0 to 3 (image is data: stage 0); with
+    // the default activation count 2 as the least.
+    const std::map<std::string, int> want_1f1b = {{"image", 4}, {"h0", 4}, {"a0", 4}, {"h1", 3}, {"a1", 3},
+                                                  {"h2", 2},    {"a2", 2}, {"logits", 2}};
+    for (const auto& [tensor, want] : want_1f1b) {
+      CAPTURE(tensor);
+      CHECK(slots.at(tensor) == (schedule == "1f1b" ? want : 8));
+    }
+    // Gradients flowing back hold a slot only until the stage before reads
+    // them (1F1B); the model and per-step gradients one.
+    CHECK(slots.at("w0") == 1);
+    if (schedule == "1f1b") {
+      for (const auto& [tensor, n] : slots)
+        if (tensor.rfind("grad/", 0) == 0) CHECK(n == 2);
+    }
+  }
+  // Without moves between placements the forward pass is one stage.
+  graph::Job flat = testing::mlp_job(64, 64);
+  flat.train.micro_batches = 8;
+  const std::string flat_bytes = compile_ok(flat, "cpu:2");
+  const plan::Plan& one = *plan_of(flat_bytes);
+  CHECK(one.stages() == 1);
+  for (const plan::RegstDesc* r : *one.regsts()) CHECK(r->register_num() <= 2);
+}
 
 }  // namespace
 }  // namespace rill

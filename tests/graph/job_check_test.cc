@@ -178,6 +178,9 @@ TEST_CASE("optimizer, train and eval settings") {
   job.train.devices = "cpu:8";
   CHECK(has(issues_of(job), "a micro-batch of 4 rows (train.batch_size 256 / train.micro_batches 64) is smaller "
                             "than the 8 devices it is split over"));
+  job = samples::make_mlp_job();
+  job.train.schedule = "interleaved";
+  CHECK(has(issues_of(job), "train.schedule must be \"1f1b\" or \"gpipe\", got \"interleaved\""));
 }
 
 TEST_CASE("the job checker reads devices with the one parser: cuda:N where the build has CUDA, else refused with why") {
