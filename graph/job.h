@@ -66,6 +66,15 @@ struct Group {
   bool operator==(const Group&) const = default;
 };
 
+// Pipeline parallelism (docs/JOB_FORMAT.md, Pipelines): the stages as groups
+// in order, or a number of stages the compiler cuts the ops into.
+struct Pipeline {
+  std::vector<std::string> stages;  // group names, first stage first
+  int64_t num_stages = 0;           // > 0: cut by the compiler instead (stages empty)
+  std::string balance = "params";   // with num_stages: "params" | "flops"
+  bool operator==(const Pipeline&) const = default;
+};
+
 struct Optimizer {
   std::string type = "sgd";  // "sgd" | "momentum" | "adam"
   double lr = 0.01;
@@ -129,6 +138,7 @@ struct Job {
   std::vector<Variable> variables;
   std::vector<Op> ops;
   std::vector<Group> groups;
+  std::optional<Pipeline> pipeline;
   std::string loss;           // a scalar tensor
   std::vector<Metric> metrics;
   std::vector<std::string> fetch;  // tensors whose whole (logical) value the result carries, at the last step

@@ -122,6 +122,14 @@ std::vector<TensorHandle> JobBuilder::op_outputs(const std::string& type, std::v
   return outputs;
 }
 
+void JobBuilder::pipeline(std::vector<std::string> stage_groups) {
+  job_.pipeline = graph::Pipeline{std::move(stage_groups), 0, "params"};
+}
+
+void JobBuilder::pipeline_stages(int64_t n, const std::string& balance) {
+  job_.pipeline = graph::Pipeline{{}, n, balance};
+}
+
 void JobBuilder::group(const std::string& name, graph::Placement placement, const std::vector<TensorHandle>& members) {
   graph::Group g{name, std::move(placement), {}};
   for (const TensorHandle& m : members) {

@@ -121,6 +121,11 @@ class JobBuilder {
   // Puts `members` (inputs, variables or ops, by the tensor an op makes or
   // its name) on `placement`, e.g. graph::parse_placement("cpu 1:0-1").
   void group(const std::string& name, graph::Placement placement, const std::vector<TensorHandle>& members);
+  // Pipeline stages: groups by name, first stage first (every input,
+  // variable and op must be in one); or pipeline_stages(n) to let the
+  // compiler cut the ops into n stages balanced by "params" or "flops".
+  void pipeline(std::vector<std::string> stage_groups);
+  void pipeline_stages(int64_t n, const std::string& balance = "params");
 
   void minimize(TensorHandle loss, graph::Optimizer optimizer);
   void metric(const std::string& name, TensorHandle tensor);

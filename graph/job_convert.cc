@@ -224,6 +224,13 @@ class Converter {
       if (t->devices()) train.devices = t->devices()->str();
       if (t->schedule()) train.schedule = t->schedule()->str();
     }
+    if (const fb::Pipeline* p = in.pipeline()) {
+      Pipeline pipeline;
+      pipeline.stages = strings_of(p->stages());
+      integer(p->num_stages(), "pipeline.num_stages", "pipeline.num_stages", &pipeline.num_stages);
+      if (p->balance()) pipeline.balance = p->balance()->str();
+      out->pipeline = std::move(pipeline);
+    }
     if (const fb::Eval* e = in.eval()) {
       Eval eval;
       eval.dataset = str(e->dataset());

@@ -153,6 +153,18 @@ class Writer {
         fetch.items.push_back(str(job.fetch[i], fmt::format("fetch[{}]", i)));
       root.add("fetch", std::move(fetch));
     }
+    if (job.pipeline) {
+      Node pipeline = Node::object();
+      if (!job.pipeline->stages.empty()) {
+        Node stages = Node::array();
+        for (size_t i = 0; i < job.pipeline->stages.size(); ++i)
+          stages.items.push_back(str(job.pipeline->stages[i], fmt::format("pipeline.stages[{}]", i)));
+        pipeline.add("stages", std::move(stages));
+      }
+      if (job.pipeline->num_stages != 0) pipeline.add("num_stages", number(job.pipeline->num_stages));
+      pipeline.add("balance", str(job.pipeline->balance, "pipeline.balance"));
+      root.add("pipeline", std::move(pipeline));
+    }
     root.add("optimizer", optimizer(job.optimizer));
     root.add("train", train(job.train));
     if (job.eval)

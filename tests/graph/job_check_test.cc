@@ -4,6 +4,7 @@
 #include <random>
 
 #include "graph/job_check.h"
+#include "graph/placement.h"
 #include "kernels/op.h"
 #include "samples/linear_regression/linear_regression_job.h"
 #include "samples/mlp/mlp_job.h"
@@ -245,6 +246,60 @@ TEST_CASE("the checker survives randomly damaged jobs") {
     std::vector<JobIssue> issues = find_job_issues(job);
     for (const JobIssue& issue : issues) CHECK_FALSE(issue.message.empty());
   }
+}
+
+TEST_CASE("pipeline misconfigurations are errors before anything runs, each naming what and where") {
+  // The MLP in two stages, as samples/mlp/mlp_pipeline.json.
+  auto staged = [] {
+    Job job = samples::make_mlp_job();
+    job.train.devices = "cpu:2";
+    job.train.micro_batches = 4;
+    job.groups = {{"stage0", *parse_placement("cpu 0:0"), {"x", "w1", "b1", "fc1", "fc1_bias", "h1"}},
+                  {"stage1", *parse_placement("cpu 0:1"),
+                   {"y", "w2", "b2", "fc2", "fc2_bias", "h2", "w3", "b3", "fc3", "logits", "xent", "loss", "acc"}}};
+    job.pipeline = Pipeline{{"stage0", "stage1"}, 0, "params"};
+    return job;
+  };
+  CHECK(issues_of(staged()).empty());
+
+  Job job = staged();  // an op on no stage
+  job.groups[1].members.pop_back();
+  CHECK(has(issues_of(job), "ops[10] (acc): op 'acc' is on no stage (pipeline.stages: stage0, stage1)"));
+  job = staged();  // a variable on no stage
+  job.groups[0].members.erase(job.groups[0].members.begin() + 1);
+  CHECK(has(issues_of(job), "variables[0] (w1): variable 'w1' is on no stage"));
+  job = staged();  // a stage on two placements: a member placed by the stage and by itself
+  job.ops[3].placement = *parse_placement("cpu 0:0");
+  CHECK(has(issues_of(job), "op 'fc2' is already placed by ops[3] (fc2)"));
+  job = staged();  // a tensor used by an earlier stage than it is made on
+  job.groups[0].members.erase(std::find(job.groups[0].members.begin(), job.groups[0].members.end(), "fc1_bias"));
+  job.groups[1].members.push_back("fc1_bias");  // h1, on stage0, reads it
+  CHECK(has(issues_of(job), "ops[2] (h1): on stage 'stage0' (0), it reads 'fc1_bias', made on the later stage "
+                            "'stage1' (1); stages must follow the forward pass"));
+  job = staged();  // a variable on a later stage than its reader
+  job.groups[0].members.erase(std::find(job.groups[0].members.begin(), job.groups[0].members.end(), "w1"));
+  job.groups[1].members.push_back("w1");
+  CHECK(has(issues_of(job), "ops[0] (fc1): on stage 'stage0' (0), it reads 'w1', made on the later stage"));
+  job = staged();  // stages that are not groups, or a group twice
+  job.pipeline->stages = {"stage0", "stage_1", "stage0"};
+  CHECK(has(issues_of(job), "pipeline.stages[1]: 'stage_1' is not a group of the job (did you mean 'stage1'?)"));
+  CHECK(has(issues_of(job), "pipeline.stages[2]: group 'stage0' is a stage twice"));
+  job = staged();  // stages without micro-batches take turns
+  job.train.micro_batches = 1;
+  CHECK(has(issues_of(job), "pipeline: 2 stages with train.micro_batches 1 take turns"));
+  job = staged();  // both ways of giving stages, or neither
+  job.pipeline->num_stages = 2;
+  CHECK(has(issues_of(job), "pipeline: give stages (groups) or num_stages (the compiler cuts), not both"));
+  job.pipeline->stages.clear();
+  CHECK(has(issues_of(job), "pipeline.num_stages places every op itself; remove the groups"));
+  job.pipeline->num_stages = 0;
+  CHECK(has(issues_of(job), "pipeline: no stages"));
+  job.pipeline->num_stages = 2;
+  job.groups.clear();
+  job.pipeline->balance = "memory";
+  CHECK(has(issues_of(job), "pipeline.balance must be \"params\" or \"flops\", got \"memory\""));
+  job.pipeline->balance = "flops";
+  CHECK(issues_of(job).empty());
 }
 
 }  // namespace rill::graph
