@@ -11,6 +11,7 @@
 #include "compiler/boxing.h"
 #include "compiler/optimizer.h"
 #include "compiler/physical.h"
+#include "compiler/pipeline_cut.h"
 #include "compiler/plan_writer.h"
 #include "compiler/regst_planning.h"
 #include "compiler/sbp_deduction.h"
@@ -60,7 +61,8 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
 }
 
 // The logical passes, up to SBP deduction.
-StatusOr<LogicalGraph> deduced_graph(const graph::Job& job, const Cluster& cluster, Mode mode) {
+StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
+  RILL_ASSIGN_OR_RETURN(const graph::Job job, cut_stages(given, cluster));
   RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, mode));
   if (mode == Mode::kTrain) {
     RILL_RETURN_IF_ERROR(build_backward(&g));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "compiler/optimizer.h"
@@ -85,12 +86,16 @@ class Expander {
 
   // A regst of a task another node runs, when the graph is one node's: only
   // numbered. A reference to a regst is its handle (>= 0) or ~index here.
+  // `sbp`: the producer's, when a reader may name it otherwise (an op's
+  // output in an SBP that is the same pieces on its placement, B or S on
+  // one device): the stored stub keeps the producer's, as the whole plan.
   struct Counted {
     int64_t id;
     uint64_t producer_id;
+    std::optional<NdSbp> sbp;
   };
-  int64_t count_regst(uint64_t producer_id) {
-    counted_.push_back({out_.next_regst++, producer_id});
+  int64_t count_regst(uint64_t producer_id, std::optional<NdSbp> sbp = std::nullopt) {
+    counted_.push_back({out_.next_regst++, producer_id, std::move(sbp)});
     return ~static_cast<int64_t>(counted_.size() - 1);
   }
 
@@ -110,7 +115,7 @@ class Expander {
     r.producer_id = c.producer_id;
     r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
     r.logical_shape = logical.shape;
-    r.sbp = sbp;
+    r.sbp = c.sbp.value_or(sbp);
     r.readies_per_step = rate(tensor);
     r.stage = g_.find(tensor)->stage;
     out_.regsts.push_back(std::move(r));
@@ -260,7 +265,7 @@ class Expander {
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
           const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
-          for (std::vector<int64_t>* out : outs) out->push_back(count_regst(id));
+          for (size_t k = 0; k < outs.size(); ++k) outs[k]->push_back(count_regst(id, op.output_sbp[k]));
           tasks.push_back(-1);
           continue;
         }

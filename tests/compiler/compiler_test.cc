@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "compiler/pipeline_cut.h"
 #include "graph/placement.h"
 #include "tests/compiler/test_jobs.h"
 
@@ -570,6 +571,67 @@ TEST_CASE("micro-batch slots: 1F1B gives stage s of S the S - s it holds, GPipe 
   const plan::Plan& one = *plan_of(flat_bytes);
   CHECK(one.stages() == 1);
   for (const plan::RegstDesc* r : *one.regsts()) CHECK(r->register_num() <= 2);
+}
+
+// The members the cut gives each stage: ops in job order, then inputs and
+// variables (each with its first reader).
+std::vector<std::vector<std::string>> cut_members(const graph::Job& job, const compiler::Cluster& cluster) {
+  auto cut = compiler::cut_stages(job, cluster);
+  REQUIRE_MESSAGE(cut.ok(), cut.status().to_string());
+  std::vector<std::vector<std::string>> out;
+  for (const graph::Group& g : cut->groups) out.push_back(g.members);
+  CHECK(cut->pipeline->num_stages == 0);
+  CHECK(cut->pipeline->stages.size() == out.size());
+  return out;
+}
+
+TEST_CASE("pipeline.num_stages: the compiler cuts the ops into balanced stages, as groups a user could write") {
+  // deep_mlp_job(3): per-op parameter bytes 128 32 0 | 256 32 0 | 256 32 0 96
+  // 0 0 0 (fc0 bias0 act0 | fc1 ... | fc2 bias2 act2 fc_out xent mean acc):
+  // the least largest stage of 3 is 384 bytes, at the layers' boundaries.
+  graph::Job job = testing::deep_mlp_job(3, 64, 64);
+  job.train.micro_batches = 2;
+  job.pipeline = graph::Pipeline{{}, 3, "params"};
+  auto three = *compiler::parse_devices("cpu:1", 3);
+  const std::vector<std::vector<std::string>> want = {
+      {"fc0", "bias0", "act0", "image", "w0", "b0"},
+      {"fc1", "bias1", "act1", "w1", "b1"},
+      {"fc2", "bias2", "act2", "fc_out", "xent", "mean", "acc", "label", "w2", "b2", "w_out"}};
+  CHECK(cut_members(job, three) == want);
+  // The same job with those groups written out compiles to the same plan.
+  const std::string cut_plan = compile_ok(job, "cpu:1", {}, 3);
+  graph::Job written = job;
+  written.pipeline = graph::Pipeline{{"stage0", "stage1", "stage2"}, 0, "params"};
+  for (int s = 0; s < 3; ++s)
+    written.groups.push_back({fmt::format("stage{}", s), *graph::parse_placement(fmt::format("cpu {}:0", s)),
+                              want[static_cast<size_t>(s)]});
+  CHECK(compile_ok(written, "cpu:1", {}, 3) == cut_plan);
+  CHECK(plan_of(cut_plan)->stages() == 3);
+
+  // By FLOPs (2 M N K a matmul, output elements otherwise; 32-row
+  // micro-batches): 2048 256 256 4096 | 256 256 4096 256 256 1536 32 1 1,
+  // the least largest half is 6690, after fc1. Two stages on one node
+  // split its devices.
+  job.pipeline = graph::Pipeline{{}, 2, "flops"};
+  auto one_node = *compiler::parse_devices("cpu:4", 1);
+  auto halves = cut_members(job, one_node);
+  REQUIRE(halves.size() == 2);
+  CHECK(std::vector<std::string>(halves[0].begin(), halves[0].begin() + 4) ==
+        std::vector<std::string>{"fc0", "bias0", "act0", "fc1"});
+  auto cut = compiler::cut_stages(job, one_node);
+  CHECK(cut->groups[0].placement.to_string() == "cpu 0:0-1");
+  CHECK(cut->groups[1].placement.to_string() == "cpu 0:2-3");
+
+  // Stages need equal parts of the cluster, and an op each.
+  job.pipeline = graph::Pipeline{{}, 3, "params"};
+  auto bad = compiler::compile(job, *compiler::parse_devices("cpu:2", 2), {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("pipeline.num_stages 3 divides neither the 2 nodes nor, on one node, its 2 "
+                                    "devices") != std::string::npos);
+  job.pipeline = graph::Pipeline{{}, 20, "params"};
+  auto many = compiler::compile(job, *compiler::parse_devices("cpu:20", 1), {});
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.status().message().find("pipeline.num_stages 20 is more than the job's 13 ops") != std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,147 @@
+#include "compiler/pipeline_cut.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "compiler/validate.h"
+
+namespace rill::compiler {
+namespace {
+
+// Stage i's devices: part i of `stages` equal parts of the cluster.
+StatusOr<std::vector<graph::Placement>> stage_placements(const Cluster& c, int stages) {
+  auto range = [](int first, int count) {
+    std::vector<int> v(static_cast<size_t>(count));
+    std::iota(v.begin(), v.end(), first);
+    return v;
+  };
+  std::vector<graph::Placement> out;
+  for (int s = 0; s < stages; ++s) {
+    graph::Placement p;
+    p.type = c.device_type;
+    if (c.num_nodes % stages == 0) {
+      const int per = c.num_nodes / stages;
+      p.nodes = range(s * per, per);
+      p.devices = range(0, c.devices_per_node);
+    } else if (c.num_nodes == 1 && c.devices_per_node % stages == 0) {
+      const int per = c.devices_per_node / stages;
+      p.nodes = {0};
+      p.devices = range(s * per, per);
+    } else {
+      return invalid_argument(
+          "pipeline.num_stages {} divides neither the {} nodes nor, on one node, its {} devices: each stage needs "
+          "an equal part of the cluster",
+          stages, c.num_nodes, c.devices_per_node);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// The cost of each op of the job, in job order (0 for an op the logical
+// graph pruned).
+StatusOr<std::vector<int64_t>> op_costs(const graph::Job& job, const Cluster& cluster, const std::string& balance) {
+  graph::Job plain = job;
+  plain.pipeline.reset();
+  RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(plain, cluster, Mode::kTrain));
+  std::map<std::string, const OpNode*> by_name;
+  for (const OpNode& op : g.ops) by_name[op.name] = &op;
+  std::map<std::string, int64_t> variable_bytes;
+  for (const VariableNode& v : g.variables)
+    variable_bytes[v.variable.name] =
+        num_elements(v.variable.shape) * static_cast<int64_t>(dtype_size(v.variable.dtype));
+  std::vector<int64_t> costs;
+  for (const graph::Op& op : job.ops) {
+    int64_t cost = 0;
+    auto it = by_name.find(op.name);
+    if (it != by_name.end() && balance == "params") {
+      for (const std::string& in : op.inputs) {
+        auto v = variable_bytes.find(in);
+        if (v == variable_bytes.end()) continue;
+        cost += v->second;
+        variable_bytes.erase(v);  // counted once, at its first reader
+      }
+    } else if (it != by_name.end()) {
+      const OpNode& node = *it->second;
+      for (const std::string& out : node.outputs) cost += num_elements(g.find(out)->meta.shape);
+      if (node.type == "matmul") {
+        const Shape& a = g.find(node.inputs[0])->meta.shape;
+        cost *= 2 * a[node.attrs.get_int("transpose_a", 0) != 0 ? 0 : 1];
+      }
+    }
+    costs.push_back(cost);
+  }
+  return costs;
+}
+
+// Cuts `costs` into `parts` non-empty contiguous runs minimizing the largest
+// run's sum; returns each element's run. The least feasible largest sum is
+// found by bisection, packing greedily; runs short of `parts` are then split
+// (which never raises the largest).
+std::vector<int> partition(const std::vector<int64_t>& costs, int parts) {
+  auto pack = [&](int64_t limit, std::vector<int>* run_of) {
+    int run = 0;
+    int64_t sum = 0;
+    for (size_t i = 0; i < costs.size(); ++i) {
+      if (sum + costs[i] > limit && i > 0 && sum > 0) {
+        ++run;
+        sum = 0;
+      }
+      sum += costs[i];
+      if (run_of) (*run_of)[i] = run;
+    }
+    return run + 1;
+  };
+  int64_t lo = *std::max_element(costs.begin(), costs.end());
+  int64_t hi = std::accumulate(costs.begin(), costs.end(), int64_t{0});
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pack(mid, nullptr) <= parts) hi = mid;
+    else lo = mid + 1;
+  }
+  std::vector<int> run_of(costs.size(), 0);
+  int runs = pack(lo, &run_of);
+  // Too few runs (costs of 0): split the last run of two or more before its
+  // last element, until there are enough (there are at least `parts`).
+  while (runs < parts) {
+    size_t i = costs.size() - 1;
+    while (run_of[i] != run_of[i - 1]) --i;
+    for (size_t j = i; j < costs.size(); ++j) ++run_of[j];
+    ++runs;
+  }
+  return run_of;
+}
+
+}  // namespace
+
+StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster) {
+  if (!job.pipeline || job.pipeline->num_stages <= 0) return job;
+  const int stages = static_cast<int>(job.pipeline->num_stages);
+  if (static_cast<int64_t>(job.ops.size()) < stages)
+    return invalid_argument("pipeline.num_stages {} is more than the job's {} ops", stages, job.ops.size());
+  RILL_ASSIGN_OR_RETURN(std::vector<graph::Placement> placements, stage_placements(cluster, stages));
+  RILL_ASSIGN_OR_RETURN(std::vector<int64_t> costs, op_costs(job, cluster, job.pipeline->balance));
+  const std::vector<int> stage_of_op = partition(costs, stages);
+  graph::Job out = job;
+  out.groups.clear();
+  for (int s = 0; s < stages; ++s)
+    out.groups.push_back({fmt::format("stage{}", s), placements[static_cast<size_t>(s)], {}});
+  std::map<std::string, int> first_reader;  // input or variable -> stage
+  for (size_t i = 0; i < job.ops.size(); ++i) {
+    out.groups[static_cast<size_t>(stage_of_op[i])].members.push_back(job.ops[i].name);
+    for (const std::string& in : job.ops[i].inputs) first_reader.emplace(in, stage_of_op[i]);
+  }
+  auto join = [&](const std::string& name) {
+    auto it = first_reader.find(name);
+    out.groups[static_cast<size_t>(it == first_reader.end() ? 0 : it->second)].members.push_back(name);
+  };
+  for (const graph::Input& in : job.inputs) join(in.name);
+  for (const graph::Variable& v : job.variables) join(v.name);
+  out.pipeline->stages.clear();
+  for (const graph::Group& g : out.groups) out.pipeline->stages.push_back(g.name);
+  out.pipeline->num_stages = 0;
+  return out;
+}
+
+}  // namespace rill::compiler

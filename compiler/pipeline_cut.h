@@ -1,0 +1,19 @@
+// Pipeline cuts: a job whose pipeline gives num_stages N (and places nothing
+// itself) becomes the same job with N groups "stage0" ... "stage<N-1>" named
+// as its pipeline.stages, as a user would write them. The ops, in job order
+// (a topological order), are cut into N contiguous runs that minimize the
+// largest run's cost: "params", the bytes of the variables an op is the
+// first to read; "flops", 2 M N K for a matmul and the output elements for
+// any other op (shapes from the logical graph). Inputs and variables join
+// the stage of the first op that reads them. Stage i runs on the i-th of N
+// equal parts of the cluster: whole nodes when N divides the nodes, else,
+// on one node, its devices. Pure; any thread.
+#pragma once
+
+#include "compiler/compiler.h"
+
+namespace rill::compiler {
+
+StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster);
+
+}  // namespace rill::compiler
