@@ -161,7 +161,8 @@ Job small_job_with_op_attrs(Attrs attrs) {
 
 TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
   for (const char* file : {"samples/mlp/mlp.json", "samples/mlp/mlp_model_parallel.json", "samples/mlp/mlp_hybrid.json",
-                           "samples/mlp/mlp_stages.json", "samples/linear_regression/linear_regression.json"}) {
+                           "samples/mlp/mlp_stages.json", "samples/mlp/mlp_pipeline.json",
+                           "samples/mlp/mlp_pipeline3.json", "samples/linear_regression/linear_regression.json"}) {
     CAPTURE(file);
     StatusOr<Job> loaded = load_job_file(source_path(file));
     REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
@@ -169,6 +170,21 @@ TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
   }
   check_round_trip(samples::make_mlp_job());
   check_round_trip(samples::make_linear_regression_job());
+  // A pipeline cut by the compiler, from C++ (stages named: the samples).
+  JobBuilder b("cut");
+  b.dataset(synthetic("d"));
+  TensorHandle x = b.input("x", "d", "features", {2, 2});
+  b.minimize(b.reduce_mean(b.relu(x), {}, false, {.name = "loss"}), optim::sgd(0.1));
+  b.train({.steps = 1, .batch_size = 4, .micro_batches = 2, .schedule = "gpipe"});
+  b.pipeline_stages(2, "flops");
+  Job cut = b.build();
+  REQUIRE(cut.pipeline);
+  CHECK(*cut.pipeline == Pipeline{{}, 2, "flops"});
+  const std::string text = check_round_trip(cut);
+  CHECK(text.find("\"pipeline\": {\"num_stages\": 2, \"balance\": \"flops\"}") != std::string::npos);
+  CHECK(text.find("\"schedule\": \"gpipe\"") != std::string::npos);
+  b.pipeline({"a", "b"});
+  CHECK(*b.build().pipeline == Pipeline{{"a", "b"}, 0, "params"});
 }
 
 TEST_CASE("job_to_json writes the MLP sample in the sample's layout") {
