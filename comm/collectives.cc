@@ -31,11 +31,52 @@ void add_into(float* dst, const float* a, const std::byte* b, size_t n) {
   }
 }
 
+// dst[i] = f(a[i], b[i]), b read as in add_into.
+template <typename F>
+void combine_with(float* dst, const float* a, const std::byte* b, size_t n, F f) {
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, b + i * sizeof(float), sizeof v);
+    dst[i] = f(a[i], v);
+  }
+}
+
+void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: add_into(dst, a, b, n); return;
+    case ReduceOp::kMax:
+      combine_with(dst, a, b, n, [](float x, float y) { return x > y || x != x ? x : y; });
+      return;
+    case ReduceOp::kMin:
+      combine_with(dst, a, b, n, [](float x, float y) { return x < y || x != x ? x : y; });
+      return;
+    case ReduceOp::kProduct: combine_with(dst, a, b, n, [](float x, float y) { return x * y; }); return;
+  }
+}
+
 std::span<const std::byte> bytes_of(const float* data, size_t count) {
   return {reinterpret_cast<const std::byte*>(data), count * sizeof(float)};
 }
 
 }  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kAverage: return "average";
+  }
+  return "?";
+}
+
+void Collectives::finish(ReduceOp op, std::span<float> out) const {
+  if (op != ReduceOp::kAverage) return;
+  const float n = static_cast<float>(world());
+  for (float& v : out) v /= n;
+}
 
 BlockRange block_range(size_t count, int world, int index) {
   const size_t n = static_cast<size_t>(world), i = static_cast<size_t>(index);
@@ -127,22 +168,24 @@ StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint6
 // blocks around. A chunk is forwarded as soon as it is received, so the
 // steps pipeline around the ring.
 
-Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag) {
+Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
   if (in.size() != out.size()) {
     return invalid_argument("all_reduce {}: input has {} elements, output {}", describe_tag(tag), in.size(),
                             out.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  if (world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes) {
-    return end("all_reduce", tag, all_reduce_direct(in, out, tag));
-  }
-  return end("all_reduce", tag, all_reduce_ring(in, out, tag));
+  Status status = world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes
+                      ? all_reduce_direct(in, out, tag, op)
+                      : all_reduce_ring(in, out, tag, op);
+  status = end("all_reduce", tag, std::move(status));
+  if (status.ok()) finish(op, out);  // after end(): the sends read out until then
+  return status;
 }
 
 // Every rank sends its whole input to every other and adds all of them up in
 // rank order, so each computes the same bits: one message latency instead of
 // the ring's 2(n-1), for (n-1) times the traffic.
-Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag) {
+Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
   const int n = world(), r = rank();
   const size_t count = in.size();
   std::span<const float> mine = in;
@@ -161,14 +204,14 @@ Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float
     if (q == 0) {
       if (count > 0) std::memcpy(out.data(), data, count * sizeof(float));
     } else {
-      add_into(out.data(), out.data(), data, count);
+      combine_into(op, out.data(), out.data(), data, count);
     }
     received_.reset();
   }
   return Status::ok_status();
 }
 
-Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {
+Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
   const int n = world();
   if (n == 1) {
     if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
@@ -186,7 +229,7 @@ Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> 
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
       if (s < n - 1) {
-        add_into(out.data() + at, in.data() + at, data, len);
+        combine_into(op, out.data() + at, in.data() + at, data, len);
       } else {
         std::memcpy(out.data() + at, data, len * sizeof(float));
       }
@@ -197,7 +240,7 @@ Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> 
   return Status::ok_status();
 }
 
-Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag) {
+Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
   BlockRange own = block_range(in.size(), world(), rank());
   if (out.size() != own.size) {
     return invalid_argument("reduce_scatter {}: output has {} elements, rank {}'s block of {} has {}",
@@ -205,22 +248,27 @@ Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> o
   }
   RILL_RETURN_IF_ERROR(begin(tag));
   set_blocks(in.size());
-  return end("reduce_scatter", tag, reduce_scatter_ring(in, out, tag));
+  Status status = end("reduce_scatter", tag, reduce_scatter_ring(in, out, tag, op));
+  if (status.ok()) finish(op, out);
+  return status;
 }
 
 Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
-                                     uint64_t tag) {
+                                     uint64_t tag, ReduceOp op) {
   RILL_RETURN_IF_ERROR(set_blocks(counts, in.size(), "reduce_scatter_v", tag));
   if (out.size() != blocks_[static_cast<size_t>(rank())].size) {
     return invalid_argument("reduce_scatter_v {}: output has {} elements, rank {}'s block has {}", describe_tag(tag),
                             out.size(), rank(), blocks_[static_cast<size_t>(rank())].size);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("reduce_scatter_v", tag, reduce_scatter_ring(in, out, tag));
+  Status status = end("reduce_scatter_v", tag, reduce_scatter_ring(in, out, tag, op));
+  if (status.ok()) finish(op, out);
+  return status;
 }
 
 // Over blocks_ (set by the caller).
-Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag) {
+Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag,
+                                        ReduceOp op) {
   const int n = world();
   const size_t count = in.size(), chunk = float_chunk();
   BlockRange own = blocks_[static_cast<size_t>(rank())];
@@ -239,7 +287,7 @@ Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<flo
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
       float* destination = last ? out.data() + (at - own.begin) : scratch_.data() + at;
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
-      add_into(destination, in.data() + at, data, len);
+      combine_into(op, destination, in.data() + at, data, len);
       received_.reset();
       if (!last) RILL_RETURN_IF_ERROR(transport_.send(right, tag, {}, bytes_of(destination, len), &tracker_));
     }
@@ -249,18 +297,21 @@ Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<flo
 
 // ---- reduce: a pipelined chain ---------------------------------------------
 
-Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag) {
+Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag, ReduceOp op) {
   if (root < 0 || root >= world()) return invalid_argument("reduce {}: root {} is not a rank", describe_tag(tag), root);
   if (rank() == root && out.size() != in.size()) {
     return invalid_argument("reduce {}: output has {} elements, input {}", describe_tag(tag), out.size(), in.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("reduce", tag, reduce_chain(in, out, root, tag));
+  Status status = end("reduce", tag, reduce_chain(in, out, root, tag, op));
+  if (status.ok() && rank() == root) finish(op, out);
+  return status;
 }
 
 // The chain runs root+1, root+2, ..., root: each adds its input to what the
 // previous one sent and passes it on.
-Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag) {
+Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag,
+                                 ReduceOp op) {
   const int n = world(), r = rank();
   const size_t count = in.size(), chunk = float_chunk();
   if (n == 1) {
@@ -277,7 +328,7 @@ Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out
   for (size_t at = 0; at < count; at += chunk) {
     const size_t len = std::min(chunk, count - at);
     RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(float), tag));
-    add_into(destination + at, in.data() + at, data, len);
+    combine_into(op, destination + at, in.data() + at, data, len);
     received_.reset();
     if (r != root) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, bytes_of(destination + at, len), &tracker_));
   }

@@ -1,6 +1,7 @@
 // Collectives: the collective operations among all ranks of a Transport
 // (ZeroMQ or in-process), on the CPU: all_reduce, reduce_scatter, reduce
-// (float32 sum), all_gather, broadcast, gather, scatter, all_to_all (bytes),
+// (float32: sum, max, min, product or average), all_gather, broadcast,
+// gather, scatter, all_to_all (bytes),
 // barrier, and point-to-point send/recv; reduce_scatter, all_gather and
 // all_to_all also with a block size per rank (the _v forms, as MPI's), which
 // boxing uses for uneven splits and for pieces packed by rank.
@@ -30,6 +31,13 @@
 #include "comm/transport.h"
 
 namespace rill::comm {
+
+// How all_reduce, reduce_scatter and reduce combine the ranks' values.
+// Average is the sum divided by the world size once, at the end. Max and min
+// propagate NaN. Every rank combines a block in the same order, so all get
+// the same bits.
+enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProduct, kAverage };
+const char* reduce_op_name(ReduceOp op);
 
 struct CollectiveOptions {
   size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size
@@ -63,15 +71,17 @@ class Collectives {
   // out = sum over ranks of in, the same bits on every rank. `in` and `out`
   // are the same size and either the same span (in place) or disjoint. Ring
   // (reduce-scatter, all-gather), or for small tensors a direct exchange.
-  Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag);
+  // `op` other than the sum: the same with that combination.
+  Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // out = this rank's block (block_range) of the sum over ranks of in.
-  Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag);
+  Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // The same with rank j's block counts[j] elements long (blocks contiguous in
   // rank order, summing to in.size()); out.size() == counts[rank].
   Status reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
-                          uint64_t tag);
+                          uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // out (root only; same size as in) = sum over ranks of in. Chain ending at root.
-  Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
+  Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag,
+                ReduceOp op = ReduceOp::kSum);
   // out = the ranks' `in` blocks in rank order (out.size() == world * in.size()).
   // `in` may be this rank's block of out.
   Status all_gather(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
@@ -113,10 +123,12 @@ class Collectives {
   // blocks_ = rank j's block of a `count`-element tensor, equal or by counts.
   void set_blocks(size_t count);
   Status set_blocks(std::span<const size_t> counts, size_t total, const char* op, uint64_t tag);
-  Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
-  Status all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag);
-  Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag);
-  Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag);
+  Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
+  Status all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
+  Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
+  Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag, ReduceOp op);
+  // The average's division, once the sum is complete.
+  void finish(ReduceOp op, std::span<float> out) const;
   Status all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
   Status all_to_all_blocks(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
   Status broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag);

@@ -2,7 +2,9 @@
 // world 2, 3 and 4 over in-process and loopback ZeroMQ transports, with
 // sizes that divide neither by the world nor by the chunk. Inputs are small
 // integers, so float sums are exact and results compare exactly.
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "comm/collectives.h"
@@ -373,4 +375,75 @@ TEST_CASE("size mismatches are invalid arguments and leave the object usable") {
   Status status = c.recv(1, writable(small), 2);
   CHECK(status.code() == Code::kDataLoss);
   CHECK(status.message().find("has 12 bytes, expected 8") != std::string::npos);
+}
+
+// Each reduce op against a reference combined here. Inputs are small
+// integers (-8..8), so sums and products of up to 3 of them are exact in
+// float whatever the order, max and min are exact, and the average is the
+// exact sum divided once by the world size, as the collectives do: every
+// result compares with ==.
+TEST_CASE("all_reduce, reduce_scatter and reduce with every reduce op, ring and direct, world 1 to 3") {
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct, ReduceOp::kAverage};
+  auto reference = [](ReduceOp op, int world, size_t count, int salt) {
+    std::vector<float> want = input(0, count, salt);
+    for (int r = 1; r < world; ++r)
+      for (size_t i = 0; i < count; ++i) {
+        const float v = value(r, i, salt);
+        switch (op) {
+          case ReduceOp::kSum:
+          case ReduceOp::kAverage: want[i] += v; break;
+          case ReduceOp::kMax: want[i] = std::max(want[i], v); break;
+          case ReduceOp::kMin: want[i] = std::min(want[i], v); break;
+          case ReduceOp::kProduct: want[i] *= v; break;
+        }
+      }
+    if (op == ReduceOp::kAverage)
+      for (float& v : want) v /= static_cast<float>(world);
+    return want;
+  };
+  for (int world : {1, 2, 3}) {
+    CAPTURE(world);
+    auto transports = make_inproc_transports(world);
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      for (size_t direct_bytes : {size_t{0}, size_t{1} << 20}) {
+        Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000), direct_bytes});
+        uint64_t tag = 1;
+        for (size_t count : {size_t{1}, size_t{7}, size_t{3001}}) {
+          for (ReduceOp op : ops) {
+            const std::string at =
+                fmt::format("{} count {} rank {} direct {}", reduce_op_name(op), count, rank, direct_bytes);
+            const int salt = static_cast<int>(count) + static_cast<int>(op);
+            const auto in = input(rank, count, salt);
+            const auto want = reference(op, world, count, salt);
+            std::vector<float> out(count, -1.0f);
+            RILL_RETURN_IF_ERROR(c.all_reduce(in, out, tag++, op));
+            RILL_RETURN_IF_ERROR(expect_equal(out, want, "all_reduce " + at));
+            std::vector<float> inplace = in;
+            RILL_RETURN_IF_ERROR(c.all_reduce(inplace, inplace, tag++, op));
+            RILL_RETURN_IF_ERROR(expect_equal(inplace, want, "all_reduce in place " + at));
+            const BlockRange own = block_range(count, world, rank);
+            std::vector<float> block(own.size, -1.0f);
+            RILL_RETURN_IF_ERROR(c.reduce_scatter(in, block, tag++, op));
+            RILL_RETURN_IF_ERROR(expect_equal(
+                block, std::vector<float>(want.begin() + own.begin, want.begin() + own.begin + own.size),
+                "reduce_scatter " + at));
+            std::vector<float> reduced(rank == world - 1 ? count : 0, -1.0f);
+            RILL_RETURN_IF_ERROR(c.reduce(in, reduced, world - 1, tag++, op));
+            if (rank == world - 1) RILL_RETURN_IF_ERROR(expect_equal(reduced, want, "reduce " + at));
+          }
+        }
+        // Max and min carry a NaN from any rank to every rank.
+        std::vector<float> nan_in(5, static_cast<float>(rank));
+        if (rank == world - 1) nan_in[2] = std::nanf("");
+        for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+          std::vector<float> out(5);
+          RILL_RETURN_IF_ERROR(c.all_reduce(nan_in, out, tag++, op));
+          if (!std::isnan(out[2]) || std::isnan(out[0]))
+            return internal_error("{} of a NaN on rank {}: {} {}", reduce_op_name(op), world - 1, out[0], out[2]);
+        }
+      }
+      return Status::ok_status();
+    });
+    check_all_ok(statuses);
+  }
 }
