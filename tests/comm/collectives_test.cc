@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/async_collectives.h"
 #include "comm/collectives.h"
 #include "comm/faulty_transport.h"
 #include "comm/group_transport.h"
@@ -446,4 +447,61 @@ TEST_CASE("all_reduce, reduce_scatter and reduce with every reduce op, ring and 
     });
     check_all_ok(statuses);
   }
+}
+
+// Asynchronous collectives: the handle is not done while a peer has not
+// joined (rank 1 joins only after rank 0 saw that), the caller works
+// meanwhile, and handles complete in the order queued with the blocking
+// calls' results; a peer that never joins ends the handle at the deadline.
+TEST_CASE("async collectives return handles at once; wait and test see them end, in order, with errors") {
+  const int world = 2;
+  auto transports = make_inproc_transports(world);
+  std::atomic<bool> seen_pending{false};
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    const size_t count = 1031;
+    auto in = input(rank, count, 1);
+    std::vector<float> summed(count), largest(count);
+    std::vector<float> gathered(count * world);
+    if (rank == 0) {
+      AsyncCollectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000)});
+      auto sum_work = c.all_reduce(in, summed, 1);
+      auto max_work = c.all_reduce(in, largest, 2, ReduceOp::kMax);
+      auto gather_work = c.all_gather(bytes(in), writable(gathered), 3);
+      if (sum_work->test() || max_work->test())
+        return internal_error("rank 0: an all_reduce ended before rank 1 joined");
+      seen_pending = true;
+      RILL_RETURN_IF_ERROR(gather_work->wait());  // the last queued: the others ended before it
+      if (!sum_work->test() || !max_work->test()) return internal_error("rank 0: handles ended out of order");
+      RILL_RETURN_IF_ERROR(sum_work->wait());
+      RILL_RETURN_IF_ERROR(max_work->wait());
+    } else {
+      while (!seen_pending) std::this_thread::yield();
+      Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000)});
+      RILL_RETURN_IF_ERROR(c.all_reduce(in, summed, 1));
+      RILL_RETURN_IF_ERROR(c.all_reduce(in, largest, 2, ReduceOp::kMax));
+      RILL_RETURN_IF_ERROR(c.all_gather(bytes(in), writable(gathered), 3));
+    }
+    RILL_RETURN_IF_ERROR(expect_equal(summed, sum(world, count, 1), fmt::format("sum on rank {}", rank)));
+    std::vector<float> want_max(count);
+    for (size_t i = 0; i < count; ++i) want_max[i] = std::max(value(0, i, 1), value(1, i, 1));
+    RILL_RETURN_IF_ERROR(expect_equal(largest, want_max, fmt::format("max on rank {}", rank)));
+    std::vector<float> want_gathered = input(0, count, 1), second = input(1, count, 1);
+    want_gathered.insert(want_gathered.end(), second.begin(), second.end());
+    return expect_equal(gathered, want_gathered, fmt::format("all_gather on rank {}", rank));
+  });
+  check_all_ok(statuses);
+
+  // Rank 1 never joins: rank 0's handle ends with the deadline error naming
+  // the tag, and the object refuses what was queued after it.
+  auto lonely = make_inproc_transports(world);
+  AsyncCollectives c(*lonely[0], CollectiveOptions{4096, std::chrono::milliseconds(200)});
+  std::vector<float> x(16, 1.0f), y(16);
+  auto first = c.all_reduce(x, y, 7);
+  auto second = c.barrier(8);
+  Status failed = first->wait();
+  CHECK_FALSE(failed.ok());
+  CHECK(failed.to_string().find("all_reduce") != std::string::npos);
+  Status refused = second->wait();
+  CHECK(refused.code() == Code::kFailedPrecondition);
+  CHECK(refused.to_string().find("an earlier collective on this object failed") != std::string::npos);
 }
