@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "compiler/validate.h"
 
@@ -75,20 +76,45 @@ StatusOr<std::vector<int64_t>> op_costs(const graph::Job& job, const Cluster& cl
   return costs;
 }
 
+// Where a stage may begin: before an op that starts a layer, one that reads
+// a variable while none of its inputs is made by an op that does (fc2 after
+// relu starts one; the bias_add after a matmul, or a loss, does not).
+std::vector<bool> layer_starts(const graph::Job& job) {
+  std::set<std::string> variables, weighted;  // weighted: outputs of ops reading a variable
+  for (const graph::Variable& v : job.variables) variables.insert(v.name);
+  std::vector<bool> starts;
+  for (const graph::Op& op : job.ops) {
+    bool reads_variable = false, after_weighted = false;
+    for (const std::string& in : op.inputs) {
+      reads_variable = reads_variable || variables.count(in) > 0;
+      after_weighted = after_weighted || weighted.count(in) > 0;
+    }
+    starts.push_back(reads_variable && !after_weighted);
+    if (reads_variable)
+      for (const std::string& out : op.outputs) weighted.insert(out);
+  }
+  return starts;
+}
+
 // Cuts `costs` into `parts` non-empty contiguous runs minimizing the largest
-// run's sum; returns each element's run. The least feasible largest sum is
-// found by bisection, packing greedily; runs short of `parts` are then split
-// (which never raises the largest).
-std::vector<int> partition(const std::vector<int64_t>& costs, int parts) {
+// run's sum, a run beginning only where `may_start` (else anywhere, when
+// there are too few such places); returns each element's run. The least
+// feasible largest sum is found by bisection, packing greedily; runs short
+// of `parts` are then split (which never raises the largest).
+std::vector<int> partition(const std::vector<int64_t>& costs, std::vector<bool> may_start, int parts) {
+  const size_t n = costs.size();
+  if (std::count(may_start.begin() + 1, may_start.end(), true) < parts - 1) may_start.assign(n, true);
+  // The runs packing needs with no run above `limit`; parts + 1 if it cannot.
   auto pack = [&](int64_t limit, std::vector<int>* run_of) {
     int run = 0;
     int64_t sum = 0;
-    for (size_t i = 0; i < costs.size(); ++i) {
-      if (sum + costs[i] > limit && i > 0 && sum > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (sum + costs[i] > limit && i > 0 && may_start[i]) {
         ++run;
         sum = 0;
       }
       sum += costs[i];
+      if (sum > limit) return parts + 1;
       if (run_of) (*run_of)[i] = run;
     }
     return run + 1;
@@ -100,15 +126,18 @@ std::vector<int> partition(const std::vector<int64_t>& costs, int parts) {
     if (pack(mid, nullptr) <= parts) hi = mid;
     else lo = mid + 1;
   }
-  std::vector<int> run_of(costs.size(), 0);
+  std::vector<int> run_of(n, 0);
   int runs = pack(lo, &run_of);
-  // Too few runs (costs of 0): split the last run of two or more before its
-  // last element, until there are enough (there are at least `parts`).
-  while (runs < parts) {
-    size_t i = costs.size() - 1;
-    while (run_of[i] != run_of[i - 1]) --i;
-    for (size_t j = i; j < costs.size(); ++j) ++run_of[j];
-    ++runs;
+  // Too few runs: split the last run that holds a place where one may
+  // begin, there, until there are enough; then, if still short, anywhere.
+  for (bool anywhere : {false, true}) {
+    while (runs < parts) {
+      size_t i = n - 1;
+      while (i > 0 && (run_of[i] != run_of[i - 1] || !(anywhere || may_start[i]))) --i;
+      if (i == 0) break;
+      for (size_t j = i; j < n; ++j) ++run_of[j];
+      ++runs;
+    }
   }
   return run_of;
 }
@@ -122,7 +151,7 @@ StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster) {
     return invalid_argument("pipeline.num_stages {} is more than the job's {} ops", stages, job.ops.size());
   RILL_ASSIGN_OR_RETURN(std::vector<graph::Placement> placements, stage_placements(cluster, stages));
   RILL_ASSIGN_OR_RETURN(std::vector<int64_t> costs, op_costs(job, cluster, job.pipeline->balance));
-  const std::vector<int> stage_of_op = partition(costs, stages);
+  const std::vector<int> stage_of_op = partition(costs, layer_starts(job), stages);
   graph::Job out = job;
   out.groups.clear();
   for (int s = 0; s < stages; ++s)

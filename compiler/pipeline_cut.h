@@ -4,7 +4,10 @@
 // (a topological order), are cut into N contiguous runs that minimize the
 // largest run's cost: "params", the bytes of the variables an op is the
 // first to read; "flops", 2 M N K for a matmul and the output elements for
-// any other op (shapes from the logical graph). Inputs and variables join
+// any other op (shapes from the logical graph). A stage begins where a layer
+// does (an op that reads a variable, after ops that read none: a matmul
+// after a relu, not the bias_add after a matmul), unless the job has too
+// few such places. Inputs and variables join
 // the stage of the first op that reads them. Stage i runs on the i-th of N
 // equal parts of the cluster: whole nodes when N divides the nodes, else,
 // on one node, its devices. Pure; any thread.

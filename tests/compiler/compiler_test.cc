@@ -609,15 +609,16 @@ TEST_CASE("pipeline.num_stages: the compiler cuts the ops into balanced stages, 
   CHECK(plan_of(cut_plan)->stages() == 3);
 
   // By FLOPs (2 M N K a matmul, output elements otherwise; 32-row
-  // micro-batches): 2048 256 256 4096 | 256 256 4096 256 256 1536 32 1 1,
-  // the least largest half is 6690, after fc1. Two stages on one node
-  // split its devices.
+  // micro-batches): 2048 256 256 | 4096 256 256 | 4096 256 256 | 1536 32 1 1.
+  // Anywhere, the least largest half would be 6690, after fc1 (splitting it
+  // from its bias_add); at layer starts it is 7168, before fc2. Two stages
+  // on one node split its devices.
   job.pipeline = graph::Pipeline{{}, 2, "flops"};
   auto one_node = *compiler::parse_devices("cpu:4", 1);
   auto halves = cut_members(job, one_node);
   REQUIRE(halves.size() == 2);
-  CHECK(std::vector<std::string>(halves[0].begin(), halves[0].begin() + 4) ==
-        std::vector<std::string>{"fc0", "bias0", "act0", "fc1"});
+  CHECK(halves[0] == std::vector<std::string>{"fc0", "bias0", "act0", "fc1", "bias1", "act1", "image", "w0", "b0",
+                                              "w1", "b1"});
   auto cut = compiler::cut_stages(job, one_node);
   CHECK(cut->groups[0].placement.to_string() == "cpu 0:0-1");
   CHECK(cut->groups[1].placement.to_string() == "cpu 0:2-3");

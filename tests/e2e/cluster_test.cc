@@ -224,16 +224,17 @@ TEST_CASE("4 micro-batches of 64 match batches of 256, data parallel and in two 
   // h1 crosses once per micro-batch: 4 pieces of 64 x 512 floats a step.
   check_traffic_each_way(staged, 256 * 512 * 4);
   // The same job with pipeline.num_stages 2 in place of its groups: each
-  // agent cuts the ops itself (by parameter bytes: after fc1, whose w1 is
-  // 60% of them), node 0 first, node 1 second; the same bound.
+  // agent cuts the ops itself, by parameter bytes at a layer's start: before
+  // fc2 (w1 is 60% of the bytes), node 0 first, node 1 second. That is the
+  // sample's own cut, so the plan and the losses are the sample's, bit for
+  // bit.
   auto job = read_json(root() + "/samples/mlp/mlp_pipeline.json");
   job.erase("groups");
   job["pipeline"] = {{"num_stages", 2}};
   const auto cut_file = temp_dir() / "mlp_pipeline_cut.json";
   std::ofstream(cut_file) << job.dump();
   auto cut = temp_dir() / "mlp_micro_cut.json";
-  check_curves_agree(want, ten_step_curve(cut_file.string() + " --nodes 2 --ctrl-port 19470", cut));
-  check_traffic_each_way(cut, 256 * 512 * 4);  // fc1's output: 4 pieces of 64 x 512 floats a step
+  CHECK(ten_step_curve(cut_file.string() + " --nodes 2 --ctrl-port 19470", cut) == read_json(staged)["loss_curve"]);
 }
 
 // train.zero splits the variables S(0): gradients are reduce-scattered (the
