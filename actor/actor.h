@@ -58,11 +58,12 @@ class Actor {
   int acts_per_step() const { return acts_per_step_; }
   // Where its next act falls in the run's sequence of micro-batches (step x
   // `micro_batches` + micro-batch): its act count when it acts once per
-  // micro-batch; for a variable, the first micro-batch of the step its act
-  // readies the model for; for others that act once a step, its last.
+  // micro-batch; for others that act once a step, the step's last; for a
+  // variable, whose act n is the update after step n - 1, that step's last
+  // (an update runs as soon as its gradient is in: the next step waits on it).
   int64_t next_micro(int micro_batches) const {
     const int per_act = micro_batches / acts_per_step_;
-    return acts_ * per_act + (is_variable_ ? 0 : per_act - 1);
+    return acts_ * per_act + (is_variable_ ? -1 : per_act - 1);
   }
   // What this actor waits for, for stuck-job reports: "waits for regst 'h1'
   // (slot from actor 0:cpu0.0#3)" or "waits for ack of regst 'x' slot 1".

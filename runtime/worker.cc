@@ -43,6 +43,7 @@ void Worker::push(const ActorMsg& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(msg);
+    incoming_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -51,6 +52,7 @@ void Worker::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
 }
@@ -84,25 +86,27 @@ void Worker::mark_ready(Actor* actor) {
   const uint32_t index = ActorId::index(actor->id());
   if (queued_[index] || !actor->can_act()) return;
   queued_[index] = 1;
-  ready_.emplace_back(actor->next_micro(micro_batches_), index);
+  ready_.push_back({actor->next_micro(micro_batches_), seq_++, index});
   std::push_heap(ready_.begin(), ready_.end(), std::greater<>());
 }
 
-bool Worker::take_in(Outbox& outbox) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return false;
-    batch_.swap(queue_);
-  }
-  for (const ActorMsg& msg : batch_) dispatch(msg, outbox);
-  batch_.clear();
-  // Then same-thread messages, those the last act sent and those taking in
-  // sent (an end of data); dispatching may add more.
+void Worker::drain_local(Outbox& outbox) {
   for (size_t i = 0; i < local_.size(); ++i) {
     ActorMsg msg = local_[i];  // dispatch may grow local_
     dispatch(msg, outbox);
   }
   local_.clear();
+}
+
+bool Worker::take_external(Outbox& outbox) {
+  if (!incoming_.load(std::memory_order_acquire)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch_.swap(queue_);
+    incoming_.store(false, std::memory_order_relaxed);
+  }
+  for (const ActorMsg& msg : batch_) dispatch(msg, outbox);
+  batch_.clear();
   return true;
 }
 
@@ -114,11 +118,14 @@ void Worker::run() {
     actor->finish_if_done(sender);
     mark_ready(actor);
   }
-  while (!failed_) {
-    if (!take_in(sender) || failed_) break;
+  // Same-thread messages first (what the last act sent), then acts while
+  // any actor can act, then other threads' messages; wait when none came.
+  while (!failed_ && !stopping_.load(std::memory_order_relaxed)) {
+    drain_local(sender);
+    if (failed_) break;
     if (!ready_.empty()) {
       std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
-      Actor* actor = (*by_index_)[ready_.back().second];
+      Actor* actor = (*by_index_)[ready_.back().actor];
       ready_.pop_back();
       queued_[ActorId::index(actor->id())] = 0;
       Status status = actor->act_once(sender);
@@ -128,9 +135,17 @@ void Worker::run() {
         break;
       }
       mark_ready(actor);
-      progress_->fetch_add(1, std::memory_order_relaxed);
+      // Published in batches (and before waiting): one shared counter
+      // touched by every act of every thread would bounce between cores.
+      if (++unpublished_ == 64) {
+        progress_->fetch_add(unpublished_, std::memory_order_relaxed);
+        unpublished_ = 0;
+      }
       continue;
     }
+    if (take_external(sender)) continue;
+    progress_->fetch_add(unpublished_, std::memory_order_relaxed);
+    unpublished_ = 0;
     if (all_retired()) break;
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });

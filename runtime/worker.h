@@ -5,12 +5,12 @@
 //
 // Messages only change actors' state; the worker then acts one act at a time,
 // always for the oldest micro-batch among the actors that can act (ties: the
-// lowest task index, which the compiler hands out in dataflow order). So a
+// one that became ready first, as a queue would). So a
 // thread finishes what it has of micro-batch i (its backward, its output to
 // the next pipeline stage) before it starts on i + 1: micro-batches stream
-// through the stages instead of queueing behind each other, and a stage holds
-// no more of them than the stages after it make it wait for. Between two acts
-// it takes in what other threads sent.
+// through the stages instead of queueing behind each other. It takes in what
+// other threads sent when it has nothing to act on (the slots of 1F1B bound
+// how far ahead that lets a stage run).
 //
 // push() and stop() may be called from any thread; everything else from the
 // owner (NodeRuntime) before start() or after join().
@@ -53,7 +53,8 @@ class Worker {
   void run();
   bool all_retired() const;
   void dispatch(const ActorMsg& msg, Outbox& outbox);
-  bool take_in(Outbox& outbox);  // the queue's messages, then same-thread ones; false once stopped
+  void drain_local(Outbox& outbox);    // same-thread messages, and those they lead to
+  bool take_external(Outbox& outbox);  // other threads' messages; false if none came
   void mark_ready(Actor* actor);
 
   uint64_t thread_key_;
@@ -69,11 +70,24 @@ class Worker {
   std::condition_variable cv_;
   std::vector<ActorMsg> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;            // GUARDED_BY(mu_)
+  // Set under mu_ with every push, cleared under mu_ when taken: lets the
+  // owner skip the lock when nothing came.
+  std::atomic<bool> incoming_{false};
+  std::atomic<bool> stopping_{false};  // stop() was called
 
   std::vector<ActorMsg> batch_;  // owner thread only
   std::vector<ActorMsg> local_;  // owner thread only: same-thread messages
-  // Owner thread only: the actors that can act, a min-heap on (next_micro, index).
-  std::vector<std::pair<int64_t, uint32_t>> ready_;
+  // Owner thread only: the actors that can act, a min-heap on (next_micro,
+  // when it became ready).
+  struct Ready {
+    int64_t micro;
+    uint64_t seq;
+    uint32_t actor;  // its index
+    bool operator>(const Ready& o) const { return micro != o.micro ? micro > o.micro : seq > o.seq; }
+  };
+  std::vector<Ready> ready_;
+  int64_t unpublished_ = 0;
+  uint64_t seq_ = 0;  // owner thread only: acts not yet added to *progress_
   std::vector<char> queued_;     // owner thread only: by actor index, whether in ready_
   std::atomic<bool> finished_{false};
   bool failed_ = false;
