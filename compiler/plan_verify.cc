@@ -80,6 +80,9 @@ Status check_references(const plan::Plan& p) {
   // that is ready as often as it acts, or once a step.
   const int64_t micro = p.micro_batches();
   if (micro < 1 || micro > p.global_batch()) return data_loss("plan: {} micro-batches a step", micro);
+  const std::string schedule = p.schedule() ? p.schedule()->str() : "";
+  if (schedule != "1f1b" && schedule != "gpipe") return data_loss("plan: schedule '{}' (1f1b or gpipe)", schedule);
+  if (p.stages() < 1) return data_loss("plan: {} pipeline stages", p.stages());
   auto rate_ok = [&](int64_t r) { return r == 1 || r == micro; };
   // An actor id a regst names: on this plan's node(s) one of its tasks, elsewhere
   // just a plausible id (its task is in another node's plan).

@@ -215,7 +215,7 @@ std::string make_plan(int node, int64_t num_tasks, const std::vector<TaskSpec>& 
                                                  &shape, &sbp, 4));
   std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
   plan::FinishPlanBuffer(b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 2, 1, &datasets, &tasks,
-                                                   &regsts, node, num_tasks));
+                                                   &regsts, node, num_tasks, nullptr, 1, "1f1b"));
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
 

@@ -69,6 +69,21 @@ TEST_CASE("verify_plan accepts compiled plans and rejects bad bytes") {
     REQUIRE(!r.ok());
     CHECK(mentions(r.status(), "version"));
   }
+  SUBCASE("an unknown schedule, or no stages") {
+    for (auto [schedule, stages] : {std::pair<const char*, int>{"zigzag", 1}, {"1f1b", 0}}) {
+      flatbuffers::FlatBufferBuilder b;
+      std::vector<flatbuffers::Offset<plan::Task>> tasks;
+      std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
+      std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
+      plan::FinishPlanBuffer(b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 1, 1, &datasets,
+                                                       &tasks, &regsts, /*node=*/-1, /*num_tasks=*/0, nullptr,
+                                                       /*micro_batches=*/1, schedule, stages));
+      auto r =
+          compiler::verify_plan(std::string_view(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
+      REQUIRE(!r.ok());
+      CHECK(mentions(r.status(), stages == 0 ? "0 pipeline stages" : "schedule 'zigzag'"));
+    }
+  }
   SUBCASE("a task reading a regst that does not exist") {
     flatbuffers::FlatBufferBuilder b;
     std::vector<int64_t> inputs = {3}, outputs;
@@ -79,7 +94,8 @@ TEST_CASE("verify_plan accepts compiled plans and rejects bad bytes") {
     std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
     std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
     plan::FinishPlanBuffer(b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 1, 1, &datasets,
-                                                     &tasks, &regsts, /*node=*/-1, /*num_tasks=*/1));
+                                                     &tasks, &regsts, /*node=*/-1, /*num_tasks=*/1, nullptr,
+                                                     /*micro_batches=*/1, "1f1b"));
     auto r = compiler::verify_plan(std::string_view(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
     REQUIRE(!r.ok());
     CHECK(mentions(r.status(), "regst 3"));
