@@ -296,6 +296,24 @@ StatusOr<ProcessPlace> try_process_place() {
   return place;
 }
 
+StatusOr<comm::Communicator> communicator(std::chrono::milliseconds timeout) {
+  RILL_ASSIGN_OR_RETURN(ProcessPlace place, try_process_place());
+  comm::Endpoint meet{kDefaultMasterAddr, kDefaultCtrlPort + 2};
+  if (place.world_size > 1) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr == nullptr || *addr == '\0' || port == nullptr || *port == '\0')
+      return invalid_argument("RILL_WORLD_SIZE={} processes need MASTER_ADDR and MASTER_PORT to meet (rill launch sets them)",
+                              place.world_size);
+    RILL_ASSIGN_OR_RETURN(int master_port, parse_int(port, "environment variable MASTER_PORT"));
+    if (master_port < 1 || master_port + 3 + place.world_size > 65535)
+      return invalid_argument("MASTER_PORT={} leaves no ports for {} processes above it", master_port,
+                              place.world_size);
+    meet = {addr, master_port + 2};
+  }
+  return comm::connect_world(place.rank, place.world_size, meet, timeout);
+}
+
 int world_size() { return or_default(try_world_size(), 1); }
 int rank() { return or_default(try_rank(), 0); }
 int local_rank() { return or_default(try_local_rank(), 0); }

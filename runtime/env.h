@@ -21,12 +21,14 @@
 // environment: any thread, but not concurrently with setenv.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "comm/rendezvous.h"
 #include "runtime/cluster_config.h"
 
 namespace rill {
@@ -123,6 +125,15 @@ int world_size();
 int rank();
 int local_rank();
 int node_size();
+
+// This process's collectives among the processes of its run, as
+// torch.distributed's env:// gives them: its place from the RILL_* variables,
+// the meeting place from MASTER_ADDR and MASTER_PORT as `rill launch` sets
+// them. The agents hold MASTER_PORT and the next, so the ranks meet at
+// MASTER_PORT + 2 and rank r receives on MASTER_PORT + 3 + r
+// (comm/rendezvous.h). Alone (world size 1) no variable is needed. Errors
+// name the variable or the rank that did not come.
+StatusOr<comm::Communicator> communicator(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace env
 

@@ -11,6 +11,7 @@
 #include "comm/collectives.h"
 #include "comm/faulty_transport.h"
 #include "comm/group_transport.h"
+#include "comm/rendezvous.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace rill;
@@ -504,4 +505,43 @@ TEST_CASE("async collectives return handles at once; wait and test see them end,
   Status refused = second->wait();
   CHECK(refused.code() == Code::kFailedPrecondition);
   CHECK(refused.to_string().find("an earlier collective on this object failed") != std::string::npos);
+}
+
+// The rendezvous: ranks that know only the master's port find each other's
+// data endpoints (rank r's port is the master's + 1 + r) and all-reduce.
+TEST_CASE("connect_world: 3 ranks meet at the master's port and all-reduce; a wrong world or a missing rank is named") {
+  const int base = free_ports(1)[0];  // the data ports after it are tried too: rerun on a clash
+  const Endpoint master{"127.0.0.1", base};
+  const int world = 3;
+  std::vector<Communicator> kept(world);  // closed once every rank is done
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    RILL_ASSIGN_OR_RETURN(kept[rank], connect_world(rank, world, master, std::chrono::seconds(20)));
+    Communicator& c = kept[rank];
+    if (c.collectives->rank() != rank || c.collectives->world() != world)
+      return internal_error("rank {} of {}: the communicator says {} of {}", rank, world, c.collectives->rank(),
+                            c.collectives->world());
+    std::vector<float> x(5, static_cast<float>(rank + 1)), y(5);
+    RILL_RETURN_IF_ERROR(c.collectives->all_reduce(x, y, 1));
+    return expect_equal(y, std::vector<float>(5, 6.0f), fmt::format("all_reduce on rank {}", rank));
+  });
+  check_all_ok(statuses);
+
+  // Rank 2 expects 4 ranks: rank 0 refuses, naming it, and so does every
+  // rank it answers.
+  const Endpoint master2{"127.0.0.1", free_ports(1)[0]};
+  auto wrong = run_ranks(world, [&](int rank) -> Status {
+    return rendezvous(rank, rank == 2 ? 4 : world, master2, 0, Clock::now() + std::chrono::seconds(5)).status();
+  });
+  CHECK(wrong[0].to_string().find("rank 2 expects 4 ranks, rank 0 3") != std::string::npos);
+  CHECK(wrong[2].to_string().find("rank 2 expects 4 ranks, rank 0 3") != std::string::npos);
+
+  // Rank 2 never comes: rank 0 says so at its deadline, and so does rank 1
+  // (waiting a little longer, to hear it).
+  const Endpoint master3{"127.0.0.1", free_ports(1)[0]};
+  auto missing = run_ranks(2, [&](int rank) -> Status {
+    return rendezvous(rank, world, master3, 0, Clock::now() + std::chrono::milliseconds(rank == 0 ? 500 : 3000))
+        .status();
+  });
+  CHECK(missing[0].to_string().find("rank(s) 2 of 3 did not join by the deadline") != std::string::npos);
+  CHECK(missing[1].to_string().find("rank(s) 2 of 3 did not join") != std::string::npos);
 }

@@ -1,0 +1,174 @@
+#include "comm/rendezvous.h"
+
+#include <map>
+#include <zmq.hpp>
+
+#include <fmt/format.h>
+
+#include "comm/rendezvous_generated.h"
+
+namespace rill::comm {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+template <typename... Args>
+Status unavailable(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(Code::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
+}
+
+Bytes hello_message(int rank, int world, int port) {
+  flatbuffers::FlatBufferBuilder b;
+  auto hello = fb::CreateHello(b, kRendezvousVersion, rank, world, port);
+  b.Finish(fb::CreateRendezvousMessage(b, fb::Body::Hello, hello.Union()));
+  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+Bytes peers_message(const std::vector<Endpoint>& endpoints, const std::string& error) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::Endpoint>> list;
+  for (const Endpoint& e : endpoints) list.push_back(fb::CreateEndpointDirect(b, e.address.c_str(), e.port));
+  auto peers = fb::CreatePeersDirect(b, &list, error.c_str());
+  b.Finish(fb::CreateRendezvousMessage(b, fb::Body::Peers, peers.Union()));
+  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+const fb::RendezvousMessage* parse(const zmq::message_t& msg) {
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(msg.data()), msg.size());
+  if (!verifier.VerifyBuffer<fb::RendezvousMessage>(nullptr)) return nullptr;
+  return flatbuffers::GetRoot<fb::RendezvousMessage>(msg.data());
+}
+
+std::string url(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+// Polls `socket` until a message comes or `deadline`; false at the deadline.
+bool wait_readable(zmq::socket_t& socket, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return false;
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, 1, left);
+  return (items[0].revents & ZMQ_POLLIN) != 0;
+}
+
+StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int data_port, Clock::time_point deadline) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 2000);  // the answers go out before close
+  try {
+    router.bind(url("*", master.port));
+  } catch (const zmq::error_t& e) {
+    return e.num() == EADDRINUSE
+               ? unavailable("rendezvous: master port {} is already in use", master.port)
+               : unavailable("rendezvous: cannot listen on port {}: {}", master.port, e.what());
+  }
+  std::vector<Endpoint> endpoints(static_cast<size_t>(world));
+  endpoints[0] = {master.address, data_port};
+  std::map<int, zmq::message_t> identities;  // rank -> its ROUTER identity
+  std::string error;
+  while (static_cast<int>(identities.size()) < world - 1 && error.empty()) {
+    if (!wait_readable(router, deadline)) {
+      std::string missing;
+      for (int r = 1; r < world; ++r)
+        if (identities.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      error = fmt::format("rank(s) {} of {} did not join by the deadline", missing, world);
+      break;
+    }
+    zmq::message_t identity, payload;  // a ROUTER gives the sender's identity first
+    if (!router.recv(identity) || !identity.more() || !router.recv(payload)) continue;
+    const fb::RendezvousMessage* m = parse(payload);
+    const fb::Hello* hello = m ? m->body_as_Hello() : nullptr;
+    std::string problem;
+    if (hello == nullptr) {
+      problem = "a message that is not a rendezvous hello";
+    } else if (hello->version() != kRendezvousVersion) {
+      problem = fmt::format("rank {} speaks rendezvous version {}, this build {}", hello->rank(), hello->version(),
+                            kRendezvousVersion);
+    } else if (hello->world() != world) {
+      problem = fmt::format("rank {} expects {} ranks, rank 0 {}", hello->rank(), hello->world(), world);
+    } else if (hello->rank() < 1 || hello->rank() >= world) {
+      problem = fmt::format("rank {} is not a rank of {} other than 0", hello->rank(), world);
+    } else if (identities.count(hello->rank()) != 0) {
+      problem = fmt::format("rank {} joined twice", hello->rank());
+    }
+    if (!problem.empty()) {
+      error = problem;
+      const Bytes answer = peers_message({}, problem);
+      router.send(identity, zmq::send_flags::sndmore);
+      router.send(zmq::buffer(answer), zmq::send_flags::none);
+      break;
+    }
+    const char* host = payload.gets("Peer-Address");
+    endpoints[static_cast<size_t>(hello->rank())] = {host ? host : "", hello->port()};
+    identities.emplace(hello->rank(), std::move(identity));
+  }
+  const Bytes answer = peers_message(error.empty() ? endpoints : std::vector<Endpoint>{}, error);
+  for (auto& [rank, identity] : identities) {
+    router.send(identity, zmq::send_flags::sndmore);
+    router.send(zmq::buffer(answer), zmq::send_flags::none);
+  }
+  if (!error.empty()) return unavailable("rendezvous at port {}: {}", master.port, error);
+  return endpoints;
+}
+
+StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master, int data_port,
+                                     Clock::time_point deadline) {
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  try {
+    dealer.connect(url(master.address, master.port));
+  } catch (const zmq::error_t& e) {
+    return invalid_argument("rendezvous: master {}:{}: {}", master.address, master.port, e.what());
+  }
+  const Bytes hello = hello_message(rank, world, data_port);
+  dealer.send(zmq::buffer(hello), zmq::send_flags::none);
+  if (!wait_readable(dealer, deadline))
+    return unavailable("rendezvous: rank {} heard nothing from the master {}:{} by the deadline", rank,
+                       master.address, master.port);
+  zmq::message_t payload;
+  if (!dealer.recv(payload)) return unavailable("rendezvous: rank {}: no answer from the master", rank);
+  const fb::RendezvousMessage* m = parse(payload);
+  const fb::Peers* peers = m ? m->body_as_Peers() : nullptr;
+  if (peers == nullptr) return data_loss("rendezvous: rank {}: the master's answer is not a peer list", rank);
+  if (peers->error() != nullptr && peers->error()->size() > 0)
+    return unavailable("rendezvous: the master refused: {}", peers->error()->str());
+  if (peers->endpoints() == nullptr || static_cast<int>(peers->endpoints()->size()) != world)
+    return data_loss("rendezvous: rank {}: the master listed {} ranks, expected {}", rank,
+                     peers->endpoints() ? peers->endpoints()->size() : 0, world);
+  std::vector<Endpoint> endpoints;
+  for (const fb::Endpoint* e : *peers->endpoints())
+    endpoints.push_back({e->host() ? e->host()->str() : "", e->port()});
+  return endpoints;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& master, int data_port,
+                                           Clock::time_point deadline) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return invalid_argument("rendezvous: rank {} of a world of {}", rank, world);
+  if (world == 1) return std::vector<Endpoint>{{master.address, data_port}};
+  return rank == 0 ? serve(world, master, data_port, deadline) : join(rank, world, master, data_port, deadline);
+}
+
+StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master, std::chrono::milliseconds timeout) {
+  if (master.port < 1 || master.port + world > 65535)
+    return invalid_argument("rendezvous: master port {} leaves no data ports for {} ranks", master.port, world);
+  Communicator c;
+  if (world == 1) {  // no one to meet: no sockets
+    c.transport = std::move(make_inproc_transports(1)[0]);
+  } else {
+    RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
+                          rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout));
+    RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints)));
+  }
+  CollectiveOptions options;
+  options.timeout = timeout;
+  c.collectives = std::make_unique<Collectives>(*c.transport, options);
+  return c;
+}
+
+}  // namespace rill::comm
