@@ -96,53 +96,57 @@ std::vector<bool> layer_starts(const graph::Job& job) {
   return starts;
 }
 
-// Cuts `costs` into `parts` non-empty contiguous runs minimizing the largest
-// run's sum, a run beginning only where `may_start` (else anywhere, when
-// there are too few such places); returns each element's run. The least
-// feasible largest sum is found by bisection, packing greedily; runs short
-// of `parts` are then split (which never raises the largest).
-std::vector<int> partition(const std::vector<int64_t>& costs, std::vector<bool> may_start, int parts) {
+
+}  // namespace
+
+std::vector<int> balanced_runs(const std::vector<int64_t>& costs, std::vector<bool> may_start, int parts) {
   const size_t n = costs.size();
   if (std::count(may_start.begin() + 1, may_start.end(), true) < parts - 1) may_start.assign(n, true);
-  // The runs packing needs with no run above `limit`; parts + 1 if it cannot.
-  auto pack = [&](int64_t limit, std::vector<int>* run_of) {
+  std::vector<size_t> first;  // each block's first element
+  std::vector<int64_t> block;  // each block's cost
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || may_start[i]) {
+      first.push_back(i);
+      block.push_back(0);
+    }
+    block.back() += costs[i];
+  }
+  // The runs greedy packing needs with no run above `limit` (>= every block).
+  auto pack = [&](int64_t limit, std::vector<int>* run_of_block) {
     int run = 0;
     int64_t sum = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (sum + costs[i] > limit && i > 0 && may_start[i]) {
+    for (size_t k = 0; k < block.size(); ++k) {
+      if (sum + block[k] > limit && k > 0) {
         ++run;
         sum = 0;
       }
-      sum += costs[i];
-      if (sum > limit) return parts + 1;
-      if (run_of) (*run_of)[i] = run;
+      sum += block[k];
+      if (run_of_block) (*run_of_block)[k] = run;
     }
     return run + 1;
   };
-  int64_t lo = *std::max_element(costs.begin(), costs.end());
-  int64_t hi = std::accumulate(costs.begin(), costs.end(), int64_t{0});
+  int64_t lo = *std::max_element(block.begin(), block.end());
+  int64_t hi = std::accumulate(block.begin(), block.end(), int64_t{0});
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (pack(mid, nullptr) <= parts) hi = mid;
     else lo = mid + 1;
   }
-  std::vector<int> run_of(n, 0);
-  int runs = pack(lo, &run_of);
-  // Too few runs: split the last run that holds a place where one may
-  // begin, there, until there are enough; then, if still short, anywhere.
-  for (bool anywhere : {false, true}) {
-    while (runs < parts) {
-      size_t i = n - 1;
-      while (i > 0 && (run_of[i] != run_of[i - 1] || !(anywhere || may_start[i]))) --i;
-      if (i == 0) break;
-      for (size_t j = i; j < n; ++j) ++run_of[j];
-      ++runs;
-    }
+  std::vector<int> run_of_block(block.size(), 0);
+  int runs = pack(lo, &run_of_block);
+  // Too few runs: split the last run of two or more blocks before its last
+  // block, until there are enough (there are at least `parts` blocks).
+  while (runs < parts) {
+    size_t k = block.size() - 1;
+    while (run_of_block[k] != run_of_block[k - 1]) --k;
+    for (size_t j = k; j < block.size(); ++j) ++run_of_block[j];
+    ++runs;
   }
+  std::vector<int> run_of(n, 0);
+  for (size_t k = 0; k < block.size(); ++k)
+    for (size_t i = first[k]; i < (k + 1 < first.size() ? first[k + 1] : n); ++i) run_of[i] = run_of_block[k];
   return run_of;
 }
-
-}  // namespace
 
 StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster) {
   if (!job.pipeline || job.pipeline->num_stages <= 0) return job;
@@ -151,7 +155,7 @@ StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster) {
     return invalid_argument("pipeline.num_stages {} is more than the job's {} ops", stages, job.ops.size());
   RILL_ASSIGN_OR_RETURN(std::vector<graph::Placement> placements, stage_placements(cluster, stages));
   RILL_ASSIGN_OR_RETURN(std::vector<int64_t> costs, op_costs(job, cluster, job.pipeline->balance));
-  const std::vector<int> stage_of_op = partition(costs, layer_starts(job), stages);
+  const std::vector<int> stage_of_op = balanced_runs(costs, layer_starts(job), stages);
   graph::Job out = job;
   out.groups.clear();
   for (int s = 0; s < stages; ++s)

@@ -13,10 +13,23 @@
 // on one node, its devices. Pure; any thread.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "compiler/compiler.h"
 
 namespace rill::compiler {
 
 StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster);
+
+// Cuts `costs` into `parts` non-empty contiguous runs minimizing the largest
+// run's sum, a run beginning only where `may_start` (anywhere, when there
+// are too few such places); returns each element's run. The elements
+// between two places are a block; the least feasible largest sum is found
+// by bisection, packing whole blocks greedily (as late a cut as fits is
+// never worse); runs short of `parts` are then split at block boundaries
+// (which never raises the largest).
+// REQUIRES: 1 <= parts <= costs.size() == may_start.size().
+std::vector<int> balanced_runs(const std::vector<int64_t>& costs, std::vector<bool> may_start, int parts);
 
 }  // namespace rill::compiler

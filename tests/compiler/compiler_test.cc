@@ -585,6 +585,32 @@ std::vector<std::vector<std::string>> cut_members(const graph::Job& job, const c
   return out;
 }
 
+TEST_CASE("balanced_runs: the least largest run, beginning only where allowed, every run non-empty") {
+  using compiler::balanced_runs;
+  // Runs may not begin at 300: [100] [50 300 10] (largest 360). Packing op
+  // by op would keep 50 with 100, overflow at 300 where no run may begin,
+  // and settle for [100 50 300] [10] (450).
+  CHECK(balanced_runs({100, 50, 300, 10}, {true, true, false, true}, 2) == std::vector<int>{0, 1, 1, 1});
+  // Anywhere: [100 50] [300].
+  CHECK(balanced_runs({100, 50, 300}, {true, true, true}, 2) == std::vector<int>{0, 0, 1});
+  // Too few places for 3 runs: anywhere.
+  CHECK(balanced_runs({1, 1, 1}, {true, false, false}, 3) == std::vector<int>{0, 1, 2});
+  // Zero costs still give 3 non-empty runs, in order.
+  const std::vector<int> zeros = balanced_runs({0, 0, 0, 0, 0}, std::vector<bool>(5, true), 3);
+  CHECK(zeros.front() == 0);
+  CHECK(zeros.back() == 2);
+  for (size_t i = 1; i < zeros.size(); ++i) CHECK(zeros[i] - zeros[i - 1] <= 1);
+  // Equal layers of 3 ops each (a weighted op, then two free ones), 4 runs.
+  std::vector<int64_t> layers;
+  std::vector<bool> starts;
+  for (int l = 0; l < 8; ++l) {
+    layers.insert(layers.end(), {10, 1, 0});
+    starts.insert(starts.end(), {true, false, false});
+  }
+  const std::vector<int> four = balanced_runs(layers, starts, 4);
+  for (size_t i = 0; i < four.size(); ++i) CHECK(four[i] == static_cast<int>(i / 6));
+}
+
 TEST_CASE("pipeline.num_stages: the compiler cuts the ops into balanced stages, as groups a user could write") {
   // deep_mlp_job(3): per-op parameter bytes 128 32 0 | 256 32 0 | 256 32 0 96
   // 0 0 0 (fc0 bias0 act0 | fc1 ... | fc2 bias2 act2 fc_out xent mean acc):
