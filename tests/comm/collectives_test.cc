@@ -545,3 +545,32 @@ TEST_CASE("connect_world: 3 ranks meet at the master's port and all-reduce; a wr
   CHECK(missing[0].to_string().find("rank(s) 2 of 3 did not join by the deadline") != std::string::npos);
   CHECK(missing[1].to_string().find("rank(s) 2 of 3 did not join") != std::string::npos);
 }
+
+// A rank whose process goes away mid-run (its transport closes): the next
+// collective ends on the others by the deadline; the rank that receives from
+// it directly is told at once, naming it.
+TEST_CASE("a rank that dies between collectives ends the next one on the others, naming it") {
+  const int world = 3;
+  auto transports = make_zmq_world(world);
+  auto statuses = run_ranks(world, [&](int rank) -> Status {
+    Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(3000)});
+    std::vector<float> x(100000, 1.0f), y(100000);  // the ring: rank 0 receives from rank 2
+    RILL_RETURN_IF_ERROR(c.all_reduce(x, y, 1));
+    RILL_RETURN_IF_ERROR(expect_equal(y, std::vector<float>(100000, 3.0f), "before"));
+    if (rank == 2) {
+      transports[2]->close();
+      return Status::ok_status();
+    }
+    const auto start = Clock::now();
+    Status lost = c.all_reduce(x, y, 2);
+    const auto took = Clock::now() - start;
+    if (lost.ok()) return internal_error("rank {}: the all_reduce after rank 2 died succeeded", rank);
+    if (took > std::chrono::milliseconds(4500))
+      return internal_error("rank {}: ended after {} ms, past the 3 s deadline", rank,
+                            std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+    if (rank == 0 && (lost.message().find("rank 2") == std::string::npos || took > std::chrono::milliseconds(2500)))
+      return internal_error("rank 0 should hear at once that rank 2 is gone: {}", lost.to_string());
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
+}
