@@ -343,8 +343,8 @@ Status NodeRun::build() {
     Worker*& worker = worker_by_key_[key];
     if (!worker) {
       workers_.push_back(std::make_unique<Worker>(
-          key, std::max(1, static_cast<int>(plan_->micro_batches())), [this](const ActorMsg& msg) { route(msg); }, [this](const Status& status) { fail(status); },
-          &progress_));
+          key, std::max(1, static_cast<int>(plan_->micro_batches())), [this](const ActorMsg& msg) { route(msg); },
+          [this](const Status& status) { fail(status); }, &progress_));
       worker = workers_.back().get();
     }
     worker->add_actor(actor.get());

@@ -23,7 +23,11 @@ class Worker::Sender : public Outbox {
 
 Worker::Worker(uint64_t thread_key, int micro_batches, std::function<void(const ActorMsg&)> route,
                std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress)
-    : thread_key_(thread_key), micro_batches_(micro_batches), route_(std::move(route)), on_error_(std::move(on_error)), progress_(progress) {
+    : thread_key_(thread_key),
+      micro_batches_(micro_batches),
+      route_(std::move(route)),
+      on_error_(std::move(on_error)),
+      progress_(progress) {
   queue_.reserve(1024);
   batch_.reserve(1024);
   local_.reserve(1024);
@@ -51,8 +55,7 @@ void Worker::push(const ActorMsg& msg) {
 void Worker::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    stopping_.store(true, std::memory_order_relaxed);
+    stop_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
 }
@@ -120,7 +123,7 @@ void Worker::run() {
   }
   // Same-thread messages first (what the last act sent), then acts while
   // any actor can act, then other threads' messages; wait when none came.
-  while (!failed_ && !stopping_.load(std::memory_order_relaxed)) {
+  while (!failed_ && !stop_.load(std::memory_order_relaxed)) {
     drain_local(sender);
     if (failed_) break;
     if (!ready_.empty()) {
@@ -148,8 +151,7 @@ void Worker::run() {
     unpublished_ = 0;
     if (all_retired()) break;
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (stop_) break;
+    cv_.wait(lock, [this] { return stop_.load(std::memory_order_relaxed) || !queue_.empty(); });
   }
   finished_.store(true);
 }

@@ -69,11 +69,12 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ActorMsg> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;            // GUARDED_BY(mu_)
+  // Set under mu_ (so a waiting owner cannot miss it); the owner also reads
+  // it between acts, without the lock.
+  std::atomic<bool> stop_{false};
   // Set under mu_ with every push, cleared under mu_ when taken: lets the
   // owner skip the lock when nothing came.
   std::atomic<bool> incoming_{false};
-  std::atomic<bool> stopping_{false};  // stop() was called
 
   std::vector<ActorMsg> batch_;  // owner thread only
   std::vector<ActorMsg> local_;  // owner thread only: same-thread messages
@@ -86,9 +87,9 @@ class Worker {
     bool operator>(const Ready& o) const { return micro != o.micro ? micro > o.micro : seq > o.seq; }
   };
   std::vector<Ready> ready_;
-  int64_t unpublished_ = 0;
-  uint64_t seq_ = 0;  // owner thread only: acts not yet added to *progress_
-  std::vector<char> queued_;     // owner thread only: by actor index, whether in ready_
+  uint64_t seq_ = 0;          // owner thread only: the next Ready::seq
+  std::vector<char> queued_;  // owner thread only: by actor index, whether in ready_
+  int64_t unpublished_ = 0;   // owner thread only: acts not yet added to *progress_
   std::atomic<bool> finished_{false};
   bool failed_ = false;
 };
