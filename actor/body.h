@@ -230,10 +230,17 @@ struct StepMetrics {
   std::span<const double> values;
   std::span<const std::string> fetch_names;
   std::span<const TensorView* const> fetched;
+  // The mirrored view: `ranks` > 0 and rank_values[metric * ranks + rank]
+  // is each rank's own value (values then hold their mean); fetch_names are
+  // "tensor@rank".
+  int ranks = 0;
+  std::span<const double> rank_values;
 };
 
-// Collects the loss and metrics of each step; sums partial pieces. Inputs
-// past the reported ones are the fetched tensors, one whole piece each.
+// Collects the loss and metrics of each step; sums partial pieces (the
+// mirrored view, `ranks` > 0: keeps each rank's piece and reports their
+// mean). Inputs past the reported ones are the fetched tensors, one whole
+// piece each.
 class SinkBody {
  public:
   using Listener = std::function<void(const StepMetrics&)>;
@@ -242,7 +249,7 @@ class SinkBody {
   // as many rows, so the mean over the batch), fetched tensors as the last
   // micro-batch sees them.
   SinkBody(std::vector<std::string> input_names, std::vector<bool> partial, Listener listener,
-           std::vector<std::string> fetch = {}, int64_t micro_batches = 1);
+           std::vector<std::string> fetch = {}, int64_t micro_batches = 1, int ranks = 0);
   Status act(const ActIo& io);
 
  private:
@@ -252,6 +259,9 @@ class SinkBody {
   std::vector<std::string> names_;
   std::vector<double> values_;
   std::vector<double> sums_;  // over the step's micro-batches so far
+  int ranks_ = 0;
+  std::vector<int> rank_of_input_;    // ranks_ > 0: each reported input's rank
+  std::vector<double> rank_values_;   // [metric * ranks_ + rank]
   int loss_metric_ = -1;  // index in names_ of "loss", checked for finiteness
   Listener listener_;
   std::vector<std::string> fetch_;

@@ -145,6 +145,14 @@ Status build_backward(LogicalGraph* g) {
   RILL_ASSIGN_OR_RETURN(std::vector<std::string> seed,
                         backward.add_op(fmt::format("grad/{}/ones_like", g->loss), "ones_like", {g->loss}, {}, 1,
                                                         g->find(g->loss)->placement));
+  if (g->mirrored) {
+    // The objective is the mean of the ranks' losses: each rank's loss
+    // enters with weight 1 / ranks, so summing the ranks' gradients (the
+    // all-reduce of their P pieces) averages them, as DDP does.
+    const int ranks = g->placement(g->find(g->loss)->placement).parallel();
+    RILL_ASSIGN_OR_RETURN(seed, backward.add_op(fmt::format("grad/{}/rank_mean", g->loss), "scale", {seed[0]},
+                                                {{"scale", 1.0 / ranks}}, 1, g->find(g->loss)->placement));
+  }
   backward.contribute(g->loss, seed[0]);
 
   for (size_t i = num_forward; i-- > 0;) {

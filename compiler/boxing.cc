@@ -186,8 +186,8 @@ Status insert_boxing(LogicalGraph* g) {
     v.grad_boxing = -1;
     if (!v.grad.empty()) v.grad_boxing = inserter.need(v.grad, v.sbp, v.placement);
   }
-  for (Reported& f : g->fetched)  // the sink reads one whole piece
-    f.boxing = inserter.need(f.tensor, Sbp::broadcast(), g->find(f.tensor)->placement);
+  for (Reported& f : g->fetched)  // the sink reads one whole piece (mirrored: each rank's own, as it is)
+    f.boxing = g->mirrored ? -1 : inserter.need(f.tensor, Sbp::broadcast(), g->find(f.tensor)->placement);
   for (Reported& r : g->reported) {
     // The sink adds up P pieces and reads one B piece per node; anything
     // else (a split, or a 2-D mix) is made B first.

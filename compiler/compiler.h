@@ -32,7 +32,8 @@ namespace rill::compiler {
 // 6: node plans compiled by each node; micro-batches (Plan.micro_batches,
 //    Task.acts_per_step, RegstDesc.readies_per_step).
 // 7: the micro-batch schedule and pipeline stages (Plan.schedule, Plan.stages).
-inline constexpr uint32_t kPlanVersion = 7;
+// 8: the mirrored view (SinkConf.ranks: metrics and fetched tensors per rank).
+inline constexpr uint32_t kPlanVersion = 8;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.

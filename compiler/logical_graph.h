@@ -107,6 +107,10 @@ struct LogicalGraph {
   int64_t micro_batch() const { return global_batch / micro_batches; }
   std::string schedule = "1f1b";  // train.schedule
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
+  // train.view "mirrored" (train plans): every device a rank with its own
+  // global_batch / devices rows; tasks see their own pieces as the whole
+  // tensors, the loss is the mean of the ranks' losses.
+  bool mirrored = false;
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed
   int64_t log_every = 0;

@@ -279,8 +279,10 @@ class Expander {
         task.placement = op.placement;
         std::vector<TensorMeta> physical_inputs;
         for (size_t k = 0; k < inputs.size(); ++k) {
-          task.logical_input_shapes.push_back(inputs[k]->shape);
-          physical_inputs.push_back({piece(inputs[k]->shape, op.input_sbp[k], p, rank).extent, inputs[k]->dtype});
+          const Shape extent = piece(inputs[k]->shape, op.input_sbp[k], p, rank).extent;
+          // Mirrored: a rank's pieces are its whole tensors (a mean is over its rows).
+          task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
+          physical_inputs.push_back({extent, inputs[k]->dtype});
         }
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
@@ -657,6 +659,7 @@ class Expander {
             out_.tasks[t].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
     }
     TaskNode& sink = out_.tasks[sink_task_];
+    if (g_.mirrored) sink.sink.ranks = at(0).parallel();
     for (const Reported& r : g_.reported) {
       for (int rank = 0; rank < at(g_.find(r.tensor)->placement).parallel(); ++rank) {
         int regst = read(r.tensor, r.boxing, rank);
@@ -666,8 +669,15 @@ class Expander {
         sink.sink.partial.push_back(out_.regsts[regst].sbp == NdSbp(Sbp::partial_sum()));
       }
     }
-    for (const Reported& f : g_.fetched) {  // rank 0's piece, B (whole)
-      sink.inputs.push_back(read(f.tensor, f.boxing, 0));
+    for (const Reported& f : g_.fetched) {
+      if (g_.mirrored) {  // every rank's own piece
+        for (int rank = 0; rank < at(g_.find(f.tensor)->placement).parallel(); ++rank) {
+          sink.inputs.push_back(read(f.tensor, f.boxing, rank));
+          sink.sink.fetch.push_back(fmt::format("{}@{}", f.tensor, rank));
+        }
+        continue;
+      }
+      sink.inputs.push_back(read(f.tensor, f.boxing, 0));  // rank 0's piece, B (whole)
       sink.sink.fetch.push_back(f.tensor);
     }
     return {};

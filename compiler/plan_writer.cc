@@ -75,7 +75,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     case plan::TaskKind::Sink: {
       std::vector<uint8_t> partial(t.sink.partial.begin(), t.sink.partial.end());
       sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial),
-                                  write_strings(b, t.sink.fetch));
+                                  write_strings(b, t.sink.fetch), t.sink.ranks);
       break;
     }
     case plan::TaskKind::Boxing: {

@@ -61,6 +61,7 @@ struct SinkInfo {
   std::vector<std::string> names;
   std::vector<bool> partial;
   std::vector<std::string> fetch;  // after the reported inputs: one whole piece each
+  int ranks = 0;  // the mirrored view: metrics per rank, fetch "tensor@rank" (SinkConf.ranks)
 };
 
 struct BoxingInfo {

@@ -194,6 +194,8 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.global_batch = job.train.batch_size;
     g.micro_batches = job.train.micro_batches;  // check_job: >= 1, divides the batch
     g.schedule = job.train.schedule;
+    g.mirrored = job.train.view == "mirrored";
+    if (g.mirrored) g.global_batch *= cluster.parallel();  // batch_size rows for each rank
   }
   const char* batch_what = mode == Mode::kEval ? "eval.batch_size" : "train.batch_size";
   if (g.global_batch < 1) return invalid_argument("{} is {}, expected at least 1", batch_what, g.global_batch);

@@ -122,18 +122,22 @@ std::vector<const Dataset*> datasets_read(const Job& job) {
 }
 
 // A global batch must cover every device and fit in the dataset.
+// `per_rank`: the batch is each device's (the mirrored view), so a step
+// reads batch x devices rows and is never smaller than the devices.
 void check_batch(const std::string& path, int64_t batch, int devices, const std::vector<const Dataset*>& read,
-                 Issues* issues) {
+                 Issues* issues, bool per_rank = false) {
   if (batch < 1) {
     issues->add(path, "{} must be > 0, got {}", path, batch);
     return;
   }
-  if (devices > 0 && batch < devices)
+  if (!per_rank && devices > 0 && batch < devices)
     issues->add(path, "{} {} is smaller than the {} devices it is split over", path, batch, devices);
+  const int64_t rows = per_rank ? batch * std::max(devices, 1) : batch;
   for (const Dataset* d : read) {
     int64_t samples = known_num_samples(*d);
-    if (samples > 0 && batch > samples)
-      issues->add(path, "{} {} is larger than dataset '{}' ({} samples)", path, batch, d->name, samples);
+    if (samples > 0 && rows > samples)
+      issues->add(path, "{} {}{} is larger than dataset '{}' ({} samples)", path, batch,
+                  per_rank ? fmt::format(" on each of {} devices", devices) : std::string(), d->name, samples);
   }
 }
 
@@ -166,6 +170,35 @@ void check_eval(const Job& job, int devices, Issues* issues) {
   }
 }
 
+// The mirrored view places nothing by hand: every device is a rank running
+// the whole model, inputs split by rank, variables replicated.
+void check_view(const Job& job, Issues* issues) {
+  const TrainConfig& t = job.train;
+  if (t.view != "consistent" && t.view != "mirrored") {
+    issues->add("train.view", "train.view must be \"consistent\" or \"mirrored\", got \"{}\"", t.view);
+    return;
+  }
+  if (t.view != "mirrored") return;
+  const char* why = "under train.view \"mirrored\" every device is a rank running the whole model";
+  for (size_t i = 0; i < job.inputs.size(); ++i)
+    if (job.inputs[i].sbp || job.inputs[i].placement)
+      issues->add(fmt::format("inputs[{}]", i), "{} has an SBP or placement: {} on its own rows; drop it",
+                  label("inputs", i, job.inputs[i].name), why);
+  for (size_t i = 0; i < job.variables.size(); ++i)
+    if (job.variables[i].sbp || job.variables[i].placement)
+      issues->add(fmt::format("variables[{}]", i), "{} has an SBP or placement: {} with a replica of every variable; drop it",
+                  label("variables", i, job.variables[i].name), why);
+  for (size_t i = 0; i < job.ops.size(); ++i)
+    if (job.ops[i].placement || !job.ops[i].output_sbp.empty())
+      issues->add(fmt::format("ops[{}]", i), "{} has an SBP or placement: {}; drop it", label("ops", i, job.ops[i].name),
+                  why);
+  if (!job.groups.empty()) issues->add("groups", "groups place ops by hand: {}; drop them", why);
+  if (job.pipeline) issues->add("pipeline", "a pipeline cuts the model into stages: {}; drop it", why);
+  if (t.zero) issues->add("train.zero", "train.zero splits the variables: {} with a replica of every variable", why);
+  if (t.micro_batches != 1)
+    issues->add("train.micro_batches", "train.micro_batches is not supported under train.view \"mirrored\" yet");
+}
+
 void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
   if (c.every < 0) issues->add("checkpoint.every", "checkpoint.every must be >= 0, got {}", c.every);
   if (c.keep < 1) issues->add("checkpoint.keep", "checkpoint.keep must be >= 1, got {}", c.keep);
@@ -184,7 +217,7 @@ void check_run_config(const Job& job, Issues* issues) {
     devices = list->count;
   else
     issues->add("train.devices", "train.{}", list.status().message());
-  check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues);
+  check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues, t.view == "mirrored");
   if (t.steps < 0 || t.steps > kMaxSteps)
     issues->add("train.steps", "train.steps must be in [0, {}], got {}", kMaxSteps, t.steps);
   if (t.epochs < 0 || t.epochs > kMaxSteps)
@@ -207,6 +240,7 @@ void check_run_config(const Job& job, Issues* issues) {
                 t.batch_size / t.micro_batches, t.batch_size, t.micro_batches, devices);
   if (t.schedule != "1f1b" && t.schedule != "gpipe")
     issues->add("train.schedule", "train.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", t.schedule);
+  check_view(job, issues);
   if (job.eval) check_eval(job, devices, issues);
   check_checkpoint(job.checkpoint, issues);
 }

@@ -107,6 +107,12 @@ struct TrainConfig {
   // stage keeps for its backward): "1f1b" holds at most the stages after it
   // plus one per stage, "gpipe" lets a stage run all of a step's forwards.
   std::string schedule = "1f1b";
+  // "consistent" (default): the job is written for the whole cluster, its
+  // batch_size the global batch. "mirrored": each device (rank) runs its own
+  // copy of the model on its own batch_size rows, as DDP does; every op sees
+  // only its rank's tensors (a mean is over the rank's rows), each rank's loss
+  // is its own, and gradients are averaged over the ranks.
+  std::string view = "consistent";
   bool operator==(const TrainConfig&) const = default;
 };
 

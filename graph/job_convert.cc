@@ -223,6 +223,7 @@ class Converter {
       if (t->zero()) train.zero = *t->zero();
       if (t->devices()) train.devices = t->devices()->str();
       if (t->schedule()) train.schedule = t->schedule()->str();
+      if (t->view()) train.view = t->view()->str();
     }
     if (const fb::Pipeline* p = in.pipeline()) {
       Pipeline pipeline;

@@ -81,6 +81,7 @@ const std::vector<Setting>& settings() {
       {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { j->train.schedule = v; return Status(); }},
+      {"train.view", [](Job* j, const std::string& v) { j->train.view = v; return Status(); }},
       {"optimizer.type", [](Job* j, const std::string& v) { j->optimizer.type = v; return Status(); }},
       {"optimizer.lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.lr); }},
       {"optimizer.momentum", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.momentum); }},

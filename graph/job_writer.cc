@@ -454,6 +454,7 @@ class Writer {
         .add("bucket_bytes", number(t.bucket_bytes))
         .add("micro_batches", number(t.micro_batches))
         .add("schedule", str(t.schedule, "train.schedule"))
+        .add("view", str(t.view, "train.view"))
         .add("seed", seed(t.seed, "train.seed"))
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
         .add("zero", Node::scalar(t.zero ? "true" : "false"))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -68,6 +69,18 @@ class Progress {
       }
     if (done % log_every_ != 0 && done != steps_) return;
     for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];
+    // The mirrored view: each rank's own line first, as a program that
+    // prints on every rank would ("[rank1] 50/500 loss:0.0041").
+    result_->rank_metrics.resize(static_cast<size_t>(m.ranks));
+    for (int r = 0; r < m.ranks; ++r) {
+      std::string line = fmt::format("[rank{}] {}/{}", r, done, steps_);
+      for (size_t i = 0; i < m.names.size(); ++i) {
+        const double value = m.rank_values[i * static_cast<size_t>(m.ranks) + static_cast<size_t>(r)];
+        result_->rank_metrics[static_cast<size_t>(r)][m.names[i]] = value;
+        line += fmt::format(" {}:{}", m.names[i], value);
+      }
+      emit(line);
+    }
     if (!out_ && !on_line_) return;
     double seconds = std::chrono::duration<double>(now - last_).count();
     int64_t interval = done - last_step_;
@@ -76,13 +89,17 @@ class Progress {
     if (seconds > 0 && interval > 0)
       line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
                           interval * global_batch_ / seconds);
+    emit(line);
+    last_ = now;
+    last_step_ = done;
+  }
+
+  void emit(const std::string& line) {
     if (out_) {
       fmt::print(out_, "{}\n", line);
       std::fflush(out_);
     }
     if (on_line_) on_line_(line);
-    last_ = now;
-    last_step_ = done;
   }
 
  private:
@@ -95,6 +112,38 @@ class Progress {
   bool first_ = true;
   std::vector<double> step_seconds_;
 };
+
+// A small tensor's values nested by its shape, 4 decimals: [[2.0000], [3.0000]].
+std::string nested_values(const std::vector<int64_t>& shape, const std::vector<float>& values, size_t dim,
+                          size_t* next) {
+  if (dim == shape.size()) return fmt::format("{:.4f}", values[(*next)++]);
+  std::string out = "[";
+  for (int64_t i = 0; i < shape[dim]; ++i) out += (i ? ", " : "") + nested_values(shape, values, dim + 1, next);
+  return out + "]";
+}
+
+// One line per fetched tensor, as the master prints them after training:
+// "w:[[2.0000], [3.0000]]", a rank's own (mirrored view) "[rank1] w:[...]";
+// a tensor of more than 64 elements by its shape only.
+std::vector<std::string> fetched_lines(const std::map<std::string, VariableValue>& fetched) {
+  std::vector<std::pair<int, std::string>> sorted;  // by rank, then name
+  for (const auto& [name, value] : fetched) {
+    const size_t at = name.rfind('@');
+    const int rank = at == std::string::npos ? -1 : std::atoi(name.c_str() + at + 1);
+    const std::string tensor = at == std::string::npos ? name : name.substr(0, at);
+    std::string line = rank >= 0 ? fmt::format("[rank{}] {}:", rank, tensor) : tensor + ":";
+    size_t next = 0;
+    if (value.values.size() <= 64 && value.values.size() == static_cast<size_t>(num_elements(value.shape)))
+      line += nested_values(value.shape, value.values, 0, &next);
+    else
+      line += fmt::format(" shape {} (every value in the result JSON)", shape_string(value.shape));
+    sorted.emplace_back(rank, std::move(line));
+  }
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> lines;
+  for (auto& [rank, line] : sorted) lines.push_back(std::move(line));
+  return lines;
+}
 
 // Loads a checkpoint into the run: variables, optimizer state, first step.
 Status resume_from(const graph::Job& job, const std::string& where, JobResult& result, RunOptions& run) {
@@ -251,6 +300,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
+  for (const std::string& line : fetched_lines(result.fetched)) {
+    if (options.out) fmt::print(options.out, "{}\n", line);
+    if (options.on_line) options.on_line(line);
+  }
   std::string done = fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
                                  result.steps - result.start_step, result.train_seconds, result.samples_per_sec,
                                  result.final_loss);
@@ -278,6 +331,7 @@ std::string result_json(const JobResult& result) {
   nlohmann::ordered_json train_metrics = nlohmann::ordered_json::object();
   for (const auto& [name, value] : result.train_metrics) train_metrics[name] = value;
   j["train_metrics"] = train_metrics;
+  if (!result.rank_metrics.empty()) j["rank_metrics"] = result.rank_metrics;  // the mirrored view: [rank]{name: value}
   if (result.eval_samples > 0) j["eval_samples"] = result.eval_samples;
   j["train_seconds"] = result.train_seconds;
   j["samples_per_sec"] = result.samples_per_sec;

@@ -57,13 +57,18 @@ struct JobResult {
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> loss_curve;                  // per step
   std::map<std::string, double> train_metrics;     // last step's
+  // The mirrored view: the last logged step's metrics of each rank (train_metrics
+  // holds their means).
+  std::vector<std::map<std::string, double>> rank_metrics;
   std::map<std::string, double> eval_metrics;      // mean over the eval pass
   int64_t eval_samples = 0;
   double train_seconds = 0.0;
   double samples_per_sec = 0.0;         // over the whole training run
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
-  std::map<std::string, VariableValue> fetched;  // job.fetch at the last step (i32 values as floats)
+  // job.fetch at the last step (i32 values as floats); the mirrored view
+  // fetches each rank's own tensor, as "tensor@rank".
+  std::map<std::string, VariableValue> fetched;
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
   std::vector<std::vector<int64_t>> traffic_bytes;
 };

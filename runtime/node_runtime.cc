@@ -218,8 +218,12 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         for (const flatbuffers::String* f : *conf->fetch()) fetch.push_back(f->str());
       if (names.size() != partial.size() || !task.inputs() || names.size() + fetch.size() != task.inputs()->size())
         return invalid_argument("task '{}': sink names, partial flags, fetched tensors and inputs disagree", name);
+      const int ranks = conf ? conf->ranks() : 0;
+      if (ranks < 0 || static_cast<size_t>(ranks) > task.inputs()->size())
+        return invalid_argument("task '{}': sink ranks {} outside [0, {}] (its inputs)", name, ranks,
+                                task.inputs()->size());
       return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step,
-                  std::move(fetch), task.acts_per_step());
+                  std::move(fetch), task.acts_per_step(), ranks);
     }
     case plan::TaskKind::Send:
     case plan::TaskKind::Recv:
