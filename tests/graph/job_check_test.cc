@@ -302,4 +302,40 @@ TEST_CASE("pipeline misconfigurations are errors before anything runs, each nami
   CHECK(issues_of(job).empty());
 }
 
+TEST_CASE("the mirrored view: hand placement, SBP, stages and ZeRO are errors naming what to drop") {
+  auto mirrored = [] {
+    Job job = samples::make_linear_regression_job();  // 4 rows
+    job.train.view = "mirrored";
+    job.train.batch_size = 2;
+    job.train.devices = "cpu:2";
+    return job;
+  };
+  CHECK(issues_of(mirrored()).empty());
+  Job job = mirrored();
+  job.train.view = "local";
+  CHECK(has(issues_of(job), "train.view | train.view must be \"consistent\" or \"mirrored\", got \"local\""));
+  job = mirrored();
+  job.inputs[0].sbp = NdSbp(Sbp::broadcast());
+  CHECK(has(issues_of(job), "inputs[0] | inputs[0] (x) has an SBP or placement"));
+  job = mirrored();
+  job.variables[0].placement = *parse_placement("cpu 0:0");
+  CHECK(has(issues_of(job), "variables[0] | variables[0] (w) has an SBP or placement"));
+  job = mirrored();
+  job.ops[0].output_sbp = {NdSbp(Sbp::split(0))};
+  CHECK(has(issues_of(job), "ops[0] | ops[0] (y_pred) has an SBP or placement"));
+  job = mirrored();
+  job.train.zero = true;
+  CHECK(has(issues_of(job), "train.zero splits the variables"));
+  job = mirrored();
+  job.train.micro_batches = 2;
+  CHECK(has(issues_of(job), "train.micro_batches is not supported under train.view \"mirrored\""));
+  job = mirrored();
+  job.groups = {{"g", *parse_placement("cpu 0:0"), {"w"}}};
+  CHECK(has(issues_of(job), "groups | groups place ops by hand"));
+  // batch_size is each rank's: 2 ranks x 3 rows do not fit in 4 samples.
+  job = mirrored();
+  job.train.batch_size = 3;
+  CHECK(has(issues_of(job), "train.batch_size 3 on each of 2 devices is larger than dataset 'data' (4 samples)"));
+}
+
 }  // namespace rill::graph

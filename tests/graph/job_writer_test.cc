@@ -162,7 +162,8 @@ Job small_job_with_op_attrs(Attrs attrs) {
 TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
   for (const char* file : {"samples/mlp/mlp.json", "samples/mlp/mlp_model_parallel.json", "samples/mlp/mlp_hybrid.json",
                            "samples/mlp/mlp_stages.json", "samples/mlp/mlp_pipeline.json",
-                           "samples/mlp/mlp_pipeline3.json", "samples/linear_regression/linear_regression.json"}) {
+                           "samples/mlp/mlp_pipeline3.json", "samples/linear_regression/linear_regression.json",
+                           "samples/ddp/ddp_train.json"}) {
     CAPTURE(file);
     StatusOr<Job> loaded = load_job_file(source_path(file));
     REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());

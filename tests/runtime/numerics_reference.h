@@ -267,7 +267,8 @@ struct OneStep {
 // Runs `plan` on `nodes` in-process runtimes over in-process transports
 // (nodes > 1), each with the options `setup` fills; fails the test unless
 // every node ends well.
-inline void run_nodes(const std::string& plan, int nodes, const std::function<void(RunOptions&)>& setup) {
+inline std::vector<RunReport> run_nodes(const std::string& plan, int nodes,
+                                        const std::function<void(RunOptions&)>& setup) {
   auto transports = nodes > 1 ? comm::make_inproc_transports(nodes) : std::vector<std::unique_ptr<comm::Transport>>{};
   std::vector<RunReport> reports(nodes);
   std::latch built(nodes);
@@ -295,6 +296,7 @@ inline void run_nodes(const std::string& plan, int nodes, const std::function<vo
   for (size_t node = 0; node < reports.size(); ++node)
     statuses += fmt::format("\nnode {}: {}", node, reports[node].status.to_string());
   for (auto& report : reports) REQUIRE_MESSAGE(report.status.ok(), statuses);
+  return reports;
 }
 
 // One step of `problem` on `nodes` x `devices` (nodes > 1: one runtime per

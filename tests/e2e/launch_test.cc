@@ -1,0 +1,107 @@
+// `rill launch`, one per node as torchrun is: job files, C++ programs on the
+// job API, programs with their own collectives, and the mirrored view (DDP)
+// as the seed's example runs it. Real agent processes on 127.0.0.x.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "process_util.h"
+
+namespace {
+
+using rill::testing::binary;
+using rill::testing::Ran;
+using rill::testing::root;
+using rill::testing::run_rill;
+
+}  // namespace
+
+TEST_CASE("rill launch: a job file from the usual environment variables, a C++ program from the seed's flags") {
+  auto dir = rill::testing::temp_dir("rill-launch-");
+  // Node 1 in the background, node 0 in the foreground; WORLD_SIZE counts
+  // processes (nodes x nproc_per_node), as torchrun's does.
+  std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=19220 WORLD_SIZE=2 LOCAL_RANK=0 ";
+  std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  std::string node1 = "RANK=1 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 --logdir " +
+                      (dir / "launch").string() + " " + job + " > " + (dir / "launch1.out").string() + " 2>&1 &";
+  REQUIRE(std::system(node1.c_str()) == 0);
+  std::string node0 = "RANK=0 " + env + binary() + " launch --machines 127.0.0.1,127.0.0.2 " + job;
+  Ran ran = rill::testing::run_shell(node0);
+  INFO(ran.output);
+  CHECK(ran.code == 0);
+  CHECK(ran.output.find("master_addr=127.0.0.1 from env MASTER_ADDR") != std::string::npos);
+  CHECK(ran.output.find("step    500/500") != std::string::npos);
+
+  const char* program = std::getenv("RILL_MLP_PROGRAM");
+  REQUIRE(program != nullptr);
+  std::string flags = " --nnodes 2 --nproc_per_node 1 --master_addr 127.0.0.1 --master_port 19230 --machines "
+                      "127.0.0.1,127.0.0.2 ";
+  std::string program1 = binary() + " launch --node_rank 1" + flags + program + " cpu:1 30 > " +
+                         (dir / "program1.out").string() + " 2>&1 &";
+  REQUIRE(std::system(program1.c_str()) == 0);
+  Ran submitted = run_rill("launch --node_rank 0" + flags + program + " cpu:1 30");
+  INFO(submitted.output);
+  CHECK(submitted.code == 0);
+  CHECK(submitted.output.find("step     30/30") != std::string::npos);
+}
+
+// A program's own collectives: 2 launchers (127.0.0.1 and 127.0.0.2) x 2
+// processes; each process gets its communicator from the environment
+// rill launch sets (rill::env::communicator: the ranks meet at MASTER_PORT
+// + 2). Rank r holds [r + 1, 2 (r + 1), 3 (r + 1)]: small integers, exact.
+TEST_CASE("rill launch: a program's ranks find each other from the environment and run collectives") {
+  const char* program = std::getenv("RILL_COLLECTIVES_PROGRAM");
+  REQUIRE(program != nullptr);
+  auto dir = rill::testing::temp_dir("rill-launch-");
+  std::string flags = " --nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 19480 --machines "
+                      "127.0.0.1,127.0.0.2 ";
+  const auto out1 = dir / "collectives1.out";
+  std::string node1 = binary() + " launch --node_rank 1" + flags + program + " > " + out1.string() + " 2>&1 &";
+  REQUIRE(std::system(node1.c_str()) == 0);
+  Ran ran = run_rill("launch --node_rank 0" + flags + program);
+  INFO(ran.output);
+  CHECK(ran.code == 0);
+  const std::string all = " of 4: sum [10, 20, 30] max [4, 8, 12] average [2.5, 5, 7.5]";
+  CHECK(ran.output.find("rank 0" + all + " gathered [1, 2, 3, 2, 4, 6, 3, 6, 9, 4, 8, 12]") != std::string::npos);
+  CHECK(ran.output.find("rank 1" + all) != std::string::npos);
+  std::string other;
+  for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(out1);
+    other.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  INFO(other);
+  CHECK(other.find("rank 2" + all) != std::string::npos);
+  CHECK(other.find("rank 3" + all) != std::string::npos);
+}
+
+// The seed's DDP example (samples/ddp/ddp_train.json, train.view
+// "mirrored"): `rill launch --nproc_per_node 2` on one node prints each
+// rank's "N/500 loss:..." lines and its own replica of w. Least squares on
+// exact data, converged: w is [2, 3] far within 1e-3 on any CPU.
+TEST_CASE("rill launch --nproc_per_node 2 runs the seed's DDP example: each rank's losses, then its w = [2, 3]") {
+  Ran ran = run_rill("launch --nproc_per_node 2 --master_port 19500 --logdir " +
+                     rill::testing::temp_dir("rill-launch-").string() + " " + root() + "/samples/ddp/ddp_train.json");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    const std::string prefix = "[rank" + std::to_string(rank) + "] ";
+    for (int step = 50; step <= 500; step += 50)
+      CHECK(ran.output.find(prefix + std::to_string(step) + "/500 loss:") != std::string::npos);
+    std::smatch w;
+    const std::regex pattern("\\[rank" + std::to_string(rank) + "\\] w:\\[\\[([-0-9.]+)\\], \\[([-0-9.]+)\\]\\]");
+    REQUIRE(std::regex_search(ran.output, w, pattern));
+    CHECK(std::abs(std::stod(w[1].str()) - 2.0) < 1e-3);
+    CHECK(std::abs(std::stod(w[2].str()) - 3.0) < 1e-3);
+  }
+  // The model is printed once training is done.
+  CHECK(ran.output.find("[rank0] 500/500 loss:") < ran.output.find("[rank0] w:"));
+}
