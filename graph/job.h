@@ -98,7 +98,7 @@ struct TrainConfig {
   uint64_t seed = 0;          // data shuffling
   bool shuffle = true;
   std::string devices = "cpu:1";  // default when the command line gives none
-  int64_t bucket_bytes = int64_t{1} << 20;  // gradient buckets across nodes (0: none)
+  int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets across nodes (0: none); 25 MiB as DDP
   bool zero = false;  // trainable variables without an SBP hint are split S(0) (ZeRO)
   // Gradient accumulation: a step runs the batch as this many micro-batches
   // of batch_size / micro_batches rows, sums their gradients, then updates once.
