@@ -5,7 +5,9 @@
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
 //                   [--address 127.0.0.1] [--port P]
 //
-// The process forks ranks 1..N-1 and is rank 0 itself. For each size: warm-up
+// The process starts ranks 1..N-1 as processes of their own (fork and exec,
+// as a launcher does, so the kernel places each on the idlest core) and is
+// rank 0 itself. For each size: warm-up
 // calls (the result is checked once), a barrier, then timed calls. A call's
 // time is the slowest rank's; the table gives the median and the 10th/90th
 // percentiles. Metrics, as in nccl-tests' PERFORMANCE.md:
@@ -42,6 +44,8 @@ struct Args {
   size_t direct_bytes = CollectiveOptions{}.direct_bytes;
   std::string address = "127.0.0.1";
   int port = 0;   // 0: free ports chosen by the kernel
+  int as_rank = 0;         // > 0: a started rank (internal)
+  std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
 
 [[noreturn]] void usage(const char* error) {
@@ -63,6 +67,15 @@ Args parse(int argc, char** argv) {
     else if (flag == "--direct-bytes") args.direct_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--address") args.address = value;
     else if (flag == "--port") args.port = std::atoi(value.c_str());
+    else if (flag == "--as-rank") args.as_rank = std::atoi(value.c_str());
+    else if (flag == "--ports") {
+      for (size_t at = 0; at < value.size();) {
+        size_t comma = value.find(',', at);
+        if (comma == std::string::npos) comma = value.size();
+        args.ports.push_back(std::atoi(value.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+    }
     else if (flag == "--sizes") {
       args.sizes.clear();
       for (size_t at = 0; at < value.size();) {
@@ -179,13 +192,16 @@ int main(int argc, char** argv) {
   Args args = parse(argc, argv);
   keep_large_buffers_mapped();
   std::vector<int> ports;
-  if (args.port > 0) {
+  if (!args.ports.empty()) {
+    ports = args.ports;
+  } else if (args.port > 0) {
     for (int r = 0; r < args.ranks; ++r) ports.push_back(args.port + r);
   } else {
     ports = free_ports(args.ranks);
   }
   std::vector<Endpoint> endpoints;
   for (int port : ports) endpoints.push_back(Endpoint{args.address, port});
+  if (args.as_rank > 0) return run_rank(args.as_rank, args, endpoints);
   std::fflush(stdout);
   std::vector<pid_t> children;
   for (int rank = 1; rank < args.ranks; ++rank) {
@@ -194,7 +210,20 @@ int main(int argc, char** argv) {
       std::perror("allreduce_bench: fork");
       return 1;
     }
-    if (pid == 0) _exit(run_rank(rank, args, endpoints));
+    if (pid == 0) {
+      // The same flags, the port chosen and this rank's place.
+      std::vector<std::string> words(argv, argv + argc);
+      std::string list;
+      for (int port : ports) list += (list.empty() ? "" : ",") + std::to_string(port);
+      for (const std::string& w : {std::string("--ports"), list, std::string("--as-rank"), std::to_string(rank)})
+        words.push_back(w);
+      std::vector<char*> exec_argv;
+      for (std::string& w : words) exec_argv.push_back(w.data());
+      exec_argv.push_back(nullptr);
+      execv("/proc/self/exe", exec_argv.data());
+      std::perror("allreduce_bench: exec");
+      _exit(127);
+    }
     children.push_back(pid);
   }
   int result = run_rank(0, args, endpoints);

@@ -49,6 +49,12 @@ int64_t Mailbox::dropped() const {
   return dropped_;
 }
 
+bool Mailbox::has(int from, uint64_t tag) const {
+  std::lock_guard lock(mu_);
+  auto it = queues_.find(Key{from, tag});
+  return it != queues_.end() && !it->second->messages.empty();
+}
+
 Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
   std::unique_lock lock(mu_);
   auto& slot = queues_[Key{from, tag}];

@@ -30,6 +30,8 @@ class Mailbox {
   // outside it.
   void accept_tags(uint64_t lo, uint64_t hi);
   int64_t dropped() const;
+  // Whether a message from `from` with `tag` is queued.
+  bool has(int from, uint64_t tag) const;
   // Waits for the oldest message from `from` with `tag`. Messages queued
   // before a loss or close are still handed out.
   Status pop(int from, uint64_t tag, Clock::time_point deadline, Received* out);

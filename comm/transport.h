@@ -7,7 +7,9 @@
 // wrapper (FaultyTransport, comm/faulty_transport.h).
 //
 // Threads: send, recv and recv_message may be called from any thread, and
-// from several at once. Handlers run on the transport's receive thread.
+// from several at once. Handlers run on the transport's receive threads
+// (ZeroMQ's; the shared-memory lane thread's for peers of the same machine),
+// one at a time.
 // close() may be called from any thread except a handler; after it returns
 // no handler runs and no body handed to send() is read any more.
 #pragma once
@@ -147,6 +149,13 @@ struct ZmqOptions {
   std::chrono::milliseconds peer_lost_grace{300};           // lets bytes already sent arrive before a
                                                             // disconnect is reported
   size_t inline_body_bytes = 16384;                         // smaller bodies are copied into the header frame
+  // Ranks whose endpoints resolve to the same address share a machine and
+  // send through shared memory (comm/shm_lanes.h): rings of this many bytes
+  // (a power of two), polled by a waiting receiver for up to shm_spin
+  // before it sleeps.
+  bool shared_memory = true;
+  size_t shm_ring_bytes = size_t{4} << 20;
+  std::chrono::microseconds shm_spin{200};
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

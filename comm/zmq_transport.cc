@@ -4,10 +4,15 @@
 // frames: [meta | header | small body] and, for a large body, the body itself
 // sent from the caller's memory without a copy.
 //
+// Peers on this machine (the same resolved address) are sent to through
+// shared memory instead (comm/shm_lanes.h); their connections stay, for the
+// monitor.
+//
 // Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
 // a connection, or a ZMTP heartbeat timeout), reported after a short grace so
 // that bytes the peer sent before it went away are delivered first.
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -19,6 +24,7 @@
 
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
+#include "comm/shm_lanes.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -69,6 +75,7 @@ class ZmqTransport final : public Transport {
     } else {
       handlers_.erase(tag);
     }
+    if (lanes_) lanes_->set_eager(!handlers_.empty());  // handlers are called at once
   }
   void close() override;
 
@@ -89,6 +96,11 @@ class ZmqTransport final : public Transport {
   void receive_loop();
   void drain_data();
   void dispatch(zmq::message_t& first, zmq::message_t* second);
+  // Passes a message to its tag's handler; false when the tag has none.
+  bool to_handler(int from, uint64_t tag, std::span<const std::byte> message);
+  // A message from the shared-memory lanes.
+  void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
+  void mark_lost(int peer, const std::string& reason);
   void drain_monitor(int peer);
   void report_losses();
 
@@ -100,6 +112,7 @@ class ZmqTransport final : public Transport {
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;
+  std::unique_ptr<ShmLanes> lanes_;  // null without peers on this machine
   std::mutex handlers_mu_;
   std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
   std::vector<std::byte> scratch_;                  // receive thread only
@@ -161,7 +174,40 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   } catch (const zmq::error_t& e) {
     return Status(Code::kUnavailable, fmt::format("rank {}: ZeroMQ set-up failed: {}", rank_, e.what()));
   }
+  if (options_.shared_memory) {
+    // Same machine: the same resolved address ("tcp://127.0.0.1" of
+    // "tcp://127.0.0.1:9990"). Inboxes are named by address and port, which
+    // the PULL socket bound holds exclusively.
+    auto host = [](const std::string& url) { return url.substr(0, url.rfind(':')); };
+    std::vector<bool> local(endpoints_.size(), false);
+    std::vector<std::string> names;
+    bool any = false;
+    for (size_t r = 0; r < endpoints_.size(); ++r) {
+      local[r] = static_cast<int>(r) != rank_ && host(resolved[r].url) == host(resolved[rank_].url);
+      any = any || local[r];
+      std::string name = "/rill-" + host(resolved[r].url).substr(6) + "-" + std::to_string(endpoints_[r].port);
+      for (size_t i = 1; i < name.size(); ++i)
+        if (!std::isalnum(static_cast<unsigned char>(name[i])) && name[i] != '-') name[i] = '_';
+      names.push_back(std::move(name));
+    }
+    if (any) {
+      auto lanes = ShmLanes::start(
+          rank_, std::move(local), std::move(names), options_,
+          [this](int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep) {
+            deliver(from, tag, bytes, std::move(keep));
+          },
+          [this](int from, const std::string& reason) { mark_lost(from, reason); },
+          [this](int peer) { return peer_lost(peer); },
+          [this](uint64_t tag) {
+            std::lock_guard lock(handlers_mu_);
+            return handlers_.count(tag) != 0;
+          });
+      if (!lanes.ok()) return lanes.status().with_context(fmt::format("rank {}", rank_));
+      lanes_ = std::move(*lanes);
+    }
+  }
   receiver_ = std::thread([this] { receive_loop(); });
+  if (lanes_) lanes_->set_receive_thread(receiver_.get_id());
   return Status::ok_status();
 }
 
@@ -179,6 +225,7 @@ Status ZmqTransport::send(int to, uint64_t tag, std::span<const std::byte> heade
     return Status(Code::kUnavailable, fmt::format("rank {}: send to {} {}: connection lost", rank_, where(to),
                                                   describe_tag(tag)));
   }
+  if (lanes_ && lanes_->is_local(to)) return lanes_->send(to, tag, header, body);  // copied: nothing to track
   const bool inline_body = body.size() <= options_.inline_body_bytes;
   zmq::message_t first(sizeof(FrameMeta) + header.size() + (inline_body ? body.size() : 0));
   auto* bytes = static_cast<std::byte*>(first.data());
@@ -216,7 +263,13 @@ Status ZmqTransport::recv_message(int from, uint64_t tag, Clock::time_point dead
   if (from < 0 || from >= world() || from == rank_) {
     return invalid_argument("rank {}: recv from rank {}: not a peer (world {})", rank_, from, world());
   }
-  return mailbox_.pop(from, tag, deadline, out);
+  if (!lanes_ || !lanes_->is_local(from)) return mailbox_.pop(from, tag, deadline, out);
+  // A local peer's ring is polled here first: no wake-up when it comes soon.
+  lanes_->poll(from, [&] { return mailbox_.has(from, tag); });
+  lanes_->begin_block(from);
+  Status status = mailbox_.pop(from, tag, deadline, out);
+  lanes_->end_block(from);
+  return status;
 }
 
 void ZmqTransport::receive_loop() {
@@ -285,6 +338,34 @@ void ZmqTransport::drain_data() {
     }
     dispatch(first, has_second ? &second : nullptr);
   }
+}
+
+bool ZmqTransport::to_handler(int from, uint64_t tag, std::span<const std::byte> message) {
+  std::lock_guard lock(handlers_mu_);
+  auto it = handlers_.find(tag);
+  if (it == handlers_.end()) return false;
+  try {
+    it->second(from, message);
+  } catch (const std::exception& e) {
+    spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(tag), e.what());
+  }
+  return true;
+}
+
+void ZmqTransport::deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep) {
+  if (to_handler(from, tag, bytes)) return;  // ring bytes are 32-byte aligned, a holder's are new[]'s
+  if (!keep) {
+    keep = std::make_unique<BytesHolder>();
+    keep->bytes.assign(bytes.begin(), bytes.end());
+  }
+  MessageView view{std::span<const std::byte>(keep->bytes), {}};
+  mailbox_.push(from, tag, Received(std::move(keep), view));
+}
+
+void ZmqTransport::mark_lost(int peer, const std::string& reason) {
+  if (peers_[peer]->lost.exchange(true, std::memory_order_acq_rel)) return;
+  spdlog::warn("rank {}: {}", rank_, reason);
+  mailbox_.mark_lost(peer, reason);
 }
 
 void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
@@ -357,11 +438,9 @@ void ZmqTransport::report_losses() {
     Peer& p = *peers_[peer];
     if (!p.loss_pending || now < p.lost_at) continue;
     drain_data();  // what the peer sent before it went away comes first
+    if (lanes_ && lanes_->is_local(peer)) lanes_->drain(peer);
     p.loss_pending = false;
-    p.lost.store(true, std::memory_order_release);
-    std::string reason = fmt::format("connection to {} was lost", where(peer));
-    spdlog::warn("rank {}: {}", rank_, reason);
-    mailbox_.mark_lost(peer, reason);
+    mark_lost(peer, fmt::format("connection to {} was lost", where(peer)));
   }
 }
 
@@ -373,6 +452,7 @@ void ZmqTransport::close() {
   if (receiver_.joinable() && receiver_.get_id() == std::this_thread::get_id()) {
     return;  // called from a handler: the destructor finishes the teardown
   }
+  if (lanes_) lanes_->close();
   if (wake_send_) {
     try {
       zmq::message_t wake;

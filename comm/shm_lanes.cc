@@ -1,0 +1,356 @@
+#include "comm/shm_lanes.h"
+
+#include <sched.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace rill::comm {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Copies message bytes [offset, offset + n) of header ++ body into the two
+// spans a record takes.
+std::pair<std::span<const std::byte>, std::span<const std::byte>> slice(std::span<const std::byte> header,
+                                                                        std::span<const std::byte> body,
+                                                                        uint64_t offset, uint64_t n) {
+  std::span<const std::byte> a, b;
+  if (offset < header.size()) {
+    const uint64_t take = std::min<uint64_t>(n, header.size() - offset);
+    a = header.subspan(offset, take);
+    n -= take;
+    offset = header.size();
+  }
+  if (n > 0) b = body.subspan(offset - header.size(), n);
+  return {a, b};
+}
+
+}  // namespace
+
+ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
+                   Deliver deliver, Broken broken, Lost lost, Handled handled)
+    : rank_(rank),
+      local_(std::move(local)),
+      names_(std::move(names)),
+      options_(options),
+      deliver_(std::move(deliver)),
+      broken_(std::move(broken)),
+      lost_(std::move(lost)),
+      handled_(std::move(handled)) {}
+
+StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::vector<std::string> names,
+                                                    const ZmqOptions& options, Deliver deliver, Broken broken,
+                                                    Lost lost, Handled handled) {
+  std::unique_ptr<ShmLanes> lanes(
+      new ShmLanes(rank, std::move(local), std::move(names), options, std::move(deliver), std::move(broken),
+                   std::move(lost), std::move(handled)));
+  // The machine's ranks in order; a rank's inbox has a ring for each of the
+  // others, so the ring of sender s in rank r's inbox is s's place among
+  // them without r: both sides compute it alike.
+  std::vector<int> machine;
+  for (int r = 0; r < static_cast<int>(lanes->local_.size()); ++r)
+    if (r == rank || lanes->local_[r]) machine.push_back(r);
+  auto slot = [&](int sender, int receiver) {
+    const int at = static_cast<int>(std::find(machine.begin(), machine.end(), sender) - machine.begin());
+    return at - (receiver < sender ? 1 : 0);
+  };
+  lanes->lanes_.resize(lanes->local_.size());
+  for (int peer : machine) {
+    if (peer == rank) continue;
+    auto lane = std::make_unique<Lane>();
+    lane->slot_in = slot(peer, rank);
+    lane->slot_out = slot(rank, peer);
+    lanes->lanes_[peer] = std::move(lane);
+  }
+  if (machine.size() < 2) return lanes;
+  RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->names_[rank], static_cast<int>(machine.size()) - 1,
+                                                        options.shm_ring_bytes));
+  lanes->thread_ = std::thread([p = lanes.get()] { p->loop(); });
+  return lanes;
+}
+
+ShmLanes::~ShmLanes() { close(); }
+
+bool ShmLanes::on_receive_thread() const {
+  const auto self = std::this_thread::get_id();
+  return self == thread_.get_id() || self == zmq_receiver_.load();
+}
+
+bool ShmLanes::open_outbox(int to, Lane& lane) {
+  if (lane.outbox) return true;
+  auto opened = ShmInbox::open(names_[to]);
+  if (opened.ok()) {
+    if (lane.slot_out >= (*opened)->slots()) {
+      broken_(to, fmt::format("the shared memory of rank {} has {} rings, not one for rank {}", to,
+                              (*opened)->slots(), rank_));
+      return false;
+    }
+    lane.outbox = std::move(*opened);
+    lane.outbox->prefault(lane.slot_out);
+    return true;
+  }
+  if (opened.status().code() != Code::kNotFound) broken_(to, opened.status().message());
+  return false;  // not created yet: its transport has not started
+}
+
+bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header,
+                          std::span<const std::byte> body, uint64_t* written) {
+  ShmRing ring = lane.outbox->ring(lane.slot_out);
+  const uint64_t total = header.size() + body.size();
+  const uint64_t max = ring.max_record_bytes();
+  bool wrote = false;
+  do {
+    const uint64_t n = std::min(max, total - *written);
+    RecordHeader record;
+    record.tag = tag;
+    record.total = total;
+    record.offset = *written;
+    record.flags = (*written == 0 ? RecordHeader::kFirst : 0) | (*written + n == total ? RecordHeader::kLast : 0);
+    auto [a, b] = slice(header, body, *written, n);
+    if (!ring.try_write(record, a, b)) break;
+    *written += n;
+    wrote = true;
+  } while (*written < total);
+  if (wrote) lane.outbox->ring_bell(ring);
+  return *written == total;
+}
+
+Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
+  Lane& lane = *lanes_[to];
+  std::unique_lock lock(lane.send_mu);
+  auto fail = [&](const char* why) {
+    return Status(Code::kUnavailable,
+                  fmt::format("rank {}: send to rank {} {}: {}", rank_, to, describe_tag(tag), why));
+  };
+  if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
+  if (lost_(to)) return fail("connection lost");
+  const bool queue = on_receive_thread() || !lane.queued.empty() || !open_outbox(to, lane);
+  uint64_t written = 0;
+  if (!queue) {
+    // Waits for room: the peer's lane thread never blocks, so it drains.
+    for (int spins = 0; !write_some(lane, tag, header, body, &written); ++spins) {
+      if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
+      if (lost_(to)) return fail("connection lost");
+      if (spins < 1000) {
+        cpu_relax();
+      } else if (spins < 1100) {
+        sched_yield();
+      } else {
+        lock.unlock();  // lets the lane thread flush other queued messages meanwhile
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        lock.lock();
+      }
+    }
+    return Status::ok_status();
+  }
+  Outgoing& out = lane.queued.emplace_back();
+  out.tag = tag;
+  out.bytes.resize(header.size() + body.size());
+  if (!header.empty()) std::memcpy(out.bytes.data(), header.data(), header.size());
+  if (!body.empty()) std::memcpy(out.bytes.data() + header.size(), body.data(), body.size());
+  lane.has_queued.store(true, std::memory_order_release);
+  if (inbox_) inbox_->wake();  // the lane thread writes it out
+  return Status::ok_status();
+}
+
+bool ShmLanes::flush_queued(int to, Lane& lane) {
+  std::lock_guard lock(lane.send_mu);
+  while (!lane.queued.empty()) {
+    if (!open_outbox(to, lane)) return false;
+    Outgoing& out = lane.queued.front();
+    if (!write_some(lane, out.tag, out.bytes, {}, &out.written)) return false;
+    lane.queued.pop_front();
+  }
+  lane.has_queued.store(false, std::memory_order_release);
+  return true;
+}
+
+bool ShmLanes::drain_locked(int from, Lane& lane, bool waiter) {
+  if (lane.broken || !inbox_) return false;
+  ShmRing ring = inbox_->ring(lane.slot_in);
+  bool any = false;
+  RecordHeader record;
+  std::span<const std::byte> bytes;
+  while (true) {
+    const ShmRing::Peek peek = ring.peek(&record, &bytes);
+    if (peek == ShmRing::Peek::kEmpty) return any;
+    const bool first = (record.flags & RecordHeader::kFirst) != 0;
+    if (peek == ShmRing::Peek::kRecord) {
+      const bool handled = first ? handled_(record.tag) : lane.partial_handled;
+      if (waiter && handled) {
+        inbox_->wake();  // the lane thread runs the handler
+        return any;
+      }
+      if (first) lane.partial_handled = handled;
+    }
+    any = true;
+    const bool last = (record.flags & RecordHeader::kLast) != 0;
+    const bool whole = first && last && record.offset == 0 && record.total == bytes.size();
+    const bool fits = !first && lane.partial && record.offset + bytes.size() <= lane.partial->bytes.size();
+    if (peek == ShmRing::Peek::kCorrupt || (first && !last && record.offset != 0) || (!first && !fits) ||
+        (first && last && !whole) || (first && record.total > (uint64_t{1} << 40))) {
+      lane.broken = true;
+      lane.partial.reset();
+      broken_(from, fmt::format("the shared-memory ring from rank {} holds a malformed record", from));
+      return any;
+    }
+    if (whole) {
+      deliver_(from, record.tag, bytes, nullptr);  // in place, copied only if the mailbox keeps it
+    } else {
+      if (first) {
+        lane.partial = std::make_unique<BytesHolder>();
+        lane.partial->bytes.resize(record.total);
+      }
+      std::memcpy(lane.partial->bytes.data() + record.offset, bytes.data(), bytes.size());
+      if (last) {
+        std::unique_ptr<BytesHolder> done = std::move(lane.partial);
+        const std::span<const std::byte> message(done->bytes);  // before `done` moves into the call
+        deliver_(from, record.tag, message, std::move(done));
+      }
+    }
+    ring.pop();
+  }
+}
+
+void ShmLanes::poll(int from, const std::function<bool()>& arrived) {
+  Lane* lane = lanes_[from].get();
+  if (lane == nullptr || !inbox_) return;
+  ShmRing ring = inbox_->ring(lane->slot_in);
+  const auto until = Clock::now() + options_.shm_spin;
+  for (int i = 0; !arrived(); ++i) {
+    if (!ring.empty() && lane->consume_mu.try_lock()) {
+      drain_locked(from, *lane, true);
+      lane->consume_mu.unlock();
+      continue;
+    }
+    if ((i & 15) == 0 && Clock::now() >= until) break;
+    // A short pure spin, then yielding: a peer waiting for this core (more
+    // ranks than cores) runs instead of this poll.
+    if (i < 64) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+void ShmLanes::begin_block(int from) {
+  Lane* lane = lanes_[from].get();
+  if (lane == nullptr || !inbox_) return;
+  ShmRing ring = inbox_->ring(lane->slot_in);
+  ring.sleepers().fetch_add(1, std::memory_order_seq_cst);
+  // A sender that wrote before it saw this sleeper rang no bell: what it
+  // wrote is delivered here (or, a handler's, by the lane thread).
+  if (!ring.empty()) {
+    std::lock_guard lock(lane->consume_mu);
+    drain_locked(from, *lane, true);
+  }
+}
+
+void ShmLanes::end_block(int from) {
+  Lane* lane = lanes_[from].get();
+  if (lane == nullptr || !inbox_) return;
+  inbox_->ring(lane->slot_in).sleepers().fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void ShmLanes::set_eager(bool eager) {
+  if (inbox_) inbox_->set_eager(eager);
+}
+
+void ShmLanes::drain(int from) {
+  Lane* lane = lanes_[from].get();
+  if (lane == nullptr) return;
+  std::lock_guard lock(lane->consume_mu);
+  drain_locked(from, *lane, false);
+}
+
+void ShmLanes::check_peers() {
+  for (int peer = 0; peer < static_cast<int>(lanes_.size()); ++peer) {
+    Lane* lane = lanes_[peer].get();
+    if (lane == nullptr || lane->gone) continue;
+    std::string why;
+    {
+      std::lock_guard lock(lane->send_mu);
+      if (!open_outbox(peer, *lane)) continue;  // not started yet
+      const int pid = lane->outbox->owner_pid();
+      if (lane->outbox->owner_closed())
+        why = fmt::format("rank {} (pid {}) closed its transport", peer, pid);
+      else if (kill(pid, 0) != 0 && errno == ESRCH)
+        why = fmt::format("rank {} (pid {}) exited", peer, pid);
+    }
+    if (why.empty()) continue;
+    lane->gone = true;
+    drain(peer);  // what it wrote before it went comes first
+    broken_(peer, why);
+  }
+}
+
+void ShmLanes::loop() {
+  const int world = static_cast<int>(lanes_.size());
+  auto checked = Clock::now();
+  while (!closed_.load(std::memory_order_acquire)) {
+    if (Clock::now() - checked >= std::chrono::milliseconds(50)) {
+      check_peers();
+      checked = Clock::now();
+    }
+    bool any = false, queued = false;
+    for (int peer = 0; peer < world; ++peer) {
+      Lane* lane = lanes_[peer].get();
+      if (lane == nullptr) continue;
+      if (lane->consume_mu.try_lock()) {  // else a waiting thread is draining it
+        any = drain_locked(peer, *lane, false) || any;
+        lane->consume_mu.unlock();
+      }
+      if (lane->has_queued.load(std::memory_order_acquire) && !flush_queued(peer, *lane)) queued = true;
+    }
+    if (any) continue;
+    // Sleep until a sender rings; briefly when messages wait for room or
+    // for a peer's inbox to appear. A record written before `sleeping` was
+    // set rang no bell: one someone needs now is drained first. (A ring a
+    // waiting thread is draining is left to it; one holding only messages
+    // nobody waits for yet is left to their receiver's poll.)
+    const uint32_t seen = inbox_->prepare_sleep();
+    bool again = false;
+    for (int peer = 0; peer < world; ++peer) {
+      Lane* lane = lanes_[peer].get();
+      if (lane == nullptr) continue;
+      ShmRing ring = inbox_->ring(lane->slot_in);
+      if (ring.empty() || !(inbox_->eager() || ring.sleepers().load() > 0 || ring.over_half())) continue;
+      if (!lane->consume_mu.try_lock()) continue;
+      again = drain_locked(peer, *lane, false) || again;
+      lane->consume_mu.unlock();
+    }
+    inbox_->wait(seen, again ? std::chrono::microseconds(0)
+                             : queued ? std::chrono::microseconds(200) : std::chrono::microseconds(50000));
+  }
+}
+
+void ShmLanes::close() {
+  const bool first = !closed_.exchange(true);
+  if (inbox_) {
+    inbox_->mark_closed();  // the peers report this rank gone
+    inbox_->wake();
+  }
+  // From a handler on the lane thread the join waits for the destructor.
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  if (!first) return;
+  for (auto& lane : lanes_) {
+    if (!lane) continue;
+    std::lock_guard lock(lane->send_mu);
+    lane->outbox.reset();
+    lane->queued.clear();
+  }
+  // The inbox stays mapped until destruction: a thread still polling it
+  // (woken by the mailbox's close) reads mapped memory.
+}
+
+}  // namespace rill::comm

@@ -1,0 +1,136 @@
+// The ZeroMQ transport's lanes to the ranks of its own machine (those whose
+// endpoint resolves to the same address): messages go through shared-memory
+// rings (comm/shm_ring.h) instead of TCP, written by the sending thread and
+// read by the receiving one, with no I/O thread between them. ZeroMQ stays
+// the transport between machines, and keeps a connection to every local
+// peer too: its monitor still tells when one dies.
+//
+// Receiving: a lane thread drains the rings and sleeps on the inbox's
+// doorbell when all are empty; a thread waiting for a message from a local
+// peer first polls that peer's ring itself for up to ZmqOptions::shm_spin
+// (as MPI's shared-memory transports do), so a reply a few microseconds away
+// costs no wake-up at all.
+//
+// Sending: a record is written straight into the peer's ring; a message
+// larger than a quarter of the ring is cut into several. A sender waits for
+// room, except on a receive thread (the lane thread, or the ZeroMQ receive
+// thread running a handler): there, and while the peer has not created its
+// inbox yet, the message is copied into a queue that the lane thread writes
+// out in order. So no receiving thread ever blocks on a peer, and two ranks
+// sending to each other cannot deadlock.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/shm_ring.h"
+#include "comm/transport.h"
+
+namespace rill::comm {
+
+// A received message's bytes, owned.
+struct BytesHolder final : Received::Holder {
+  std::vector<std::byte> bytes;
+};
+
+class ShmLanes {
+ public:
+  // Hands over one whole message: `bytes` are valid during the call only;
+  // `keep`, when given, owns them (a message that came in several records).
+  using Deliver =
+      std::function<void(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep)>;
+  // A peer's ring held what no sender writes: the peer is to be reported lost.
+  using Broken = std::function<void(int from, const std::string& reason)>;
+  using Lost = std::function<bool(int rank)>;
+  // Whether messages with `tag` go to a handler: those are left to the lane
+  // thread, so handlers run on the transport's receive threads only.
+  using Handled = std::function<bool(uint64_t tag)>;
+
+  // `local[r]`: rank r shares this rank's machine (false for itself).
+  // `name_of(r)`: the shared-memory name of rank r's inbox. Creates this
+  // rank's inbox and starts the lane thread when there is a local peer.
+  static StatusOr<std::unique_ptr<ShmLanes>> start(int rank, std::vector<bool> local,
+                                                   std::vector<std::string> names, const ZmqOptions& options,
+                                                   Deliver deliver, Broken broken, Lost lost, Handled handled);
+  ~ShmLanes();
+
+  bool is_local(int peer) const { return peer >= 0 && peer < static_cast<int>(local_.size()) && local_[peer]; }
+  // Messages sent from this thread are queued instead of waiting for room.
+  void set_receive_thread(std::thread::id id) { zmq_receiver_.store(id); }
+
+  // Sends header + body (copied into the peer's ring before it returns, or
+  // into the queue). Errors: the lanes are closed, the peer is lost.
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body);
+  // Polls `from`'s ring on this thread until `arrived()` or the spin time
+  // passes (messages it drains are delivered as the lane thread would).
+  void poll(int from, const std::function<bool()>& arrived);
+  // Around blocking for a message from `from`: senders then wake the lane
+  // thread for it (what came before is delivered by begin_block).
+  void begin_block(int from);
+  void end_block(int from);
+  // Whether some tag has a handler: every message is then read at once.
+  void set_eager(bool eager);
+  // Delivers what `from` has written so far (before a loss is reported).
+  void drain(int from);
+  // Stops the lane thread and unmaps everything; later sends fail.
+  void close();
+
+ private:
+  struct Outgoing {
+    uint64_t tag = 0;
+    std::vector<std::byte> bytes;  // queued: header and body, copied
+    uint64_t written = 0;
+  };
+  struct Lane {
+    int slot_in = -1;   // the peer's ring in this rank's inbox
+    int slot_out = -1;  // this rank's ring in the peer's inbox
+    std::mutex send_mu;                 // one producer at a time
+    std::unique_ptr<ShmInbox> outbox;   // the peer's inbox; guarded by send_mu
+    std::deque<Outgoing> queued;        // guarded by send_mu
+    std::atomic<bool> has_queued{false};
+    std::mutex consume_mu;              // one consumer at a time
+    std::unique_ptr<BytesHolder> partial;  // a message arriving in several records; guarded by consume_mu
+    bool partial_handled = false;          // `partial` goes to a handler; guarded by consume_mu
+    bool broken = false;                   // guarded by consume_mu
+    bool gone = false;                     // reported exited or closed; lane thread only
+  };
+
+  ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
+           Deliver deliver, Broken broken, Lost lost, Handled handled);
+  // Delivers what `from` wrote; a waiting thread (`waiter`) stops at a
+  // handler's message and wakes the lane thread. REQUIRES: lane.consume_mu.
+  bool drain_locked(int from, Lane& lane, bool waiter);
+  bool open_outbox(int to, Lane& lane);     // REQUIRES: lane.send_mu held
+  // Writes what fits of a message from message byte `*written` on.
+  bool write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                  uint64_t* written);
+  bool flush_queued(int to, Lane& lane);  // true when nothing is left queued
+  void loop();
+  // Reports local peers whose process exited or closed its transport
+  // (their ZeroMQ connection may never have come up). Lane thread only.
+  void check_peers();
+  bool on_receive_thread() const;
+
+  const int rank_;
+  const std::vector<bool> local_;
+  const std::vector<std::string> names_;
+  const ZmqOptions options_;
+  const Deliver deliver_;
+  const Broken broken_;
+  const Lost lost_;
+  const Handled handled_;
+  std::unique_ptr<ShmInbox> inbox_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; null for ranks of other machines
+  std::thread thread_;
+  std::atomic<std::thread::id> zmq_receiver_{};
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace rill::comm

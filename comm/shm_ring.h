@@ -1,0 +1,124 @@
+// Shared memory between the processes of one machine: the lane through which
+// a rank's local peers send to it without a thread hop (ZeroMQ hands every
+// message to its I/O threads, tens of microseconds each on these machines).
+//
+// A rank that receives owns one segment, its inbox: a doorbell and one
+// single-producer single-consumer byte ring per local peer. A message is one
+// or more records (chunks) in its sender's ring, in order; a record is a
+// 32-byte RecordHeader and its bytes, 8-byte aligned, never wrapping (a wrap
+// marker sends the reader back to the start).
+//
+// Threads and processes: one producer per ring (its sender serializes its
+// threads), one consumer at a time (its receiver serializes its threads).
+// Positions are atomics in the shared mapping; the doorbell is a futex word,
+// shared between processes. Nothing here allocates after creation.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+
+namespace rill::comm {
+
+struct RecordHeader {
+  uint32_t bytes = 0;   // of this record after the header
+  uint32_t flags = 0;   // kFirst, kLast
+  uint64_t tag = 0;     // the message's
+  uint64_t total = 0;   // the message's bytes in all
+  uint64_t offset = 0;  // of this record's bytes within the message
+  static constexpr uint32_t kFirst = 1, kLast = 2;
+};
+static_assert(sizeof(RecordHeader) == 32);
+
+// One direction between two processes: a view into an inbox.
+class ShmRing {
+ public:
+  struct Control;  // in the shared mapping
+  ShmRing(Control* control, std::byte* data, uint64_t capacity) : c_(control), data_(data), capacity_(capacity) {}
+
+  // The largest record's bytes (a quarter of the ring: a message larger than
+  // this is sent as several records).
+  size_t max_record_bytes() const;
+
+  // Producer. Writes one record of `first` then `second` bytes, or returns
+  // false (nothing written) while the ring lacks the room.
+  bool try_write(const RecordHeader& header, std::span<const std::byte> first, std::span<const std::byte> second);
+
+  // Consumer. The oldest record, valid until pop(); kCorrupt when the
+  // positions or a record's size cannot be what a producer wrote.
+  enum class Peek { kEmpty, kRecord, kCorrupt };
+  Peek peek(RecordHeader* header, std::span<const std::byte>* bytes);
+  void pop();  // REQUIRES: peek() gave kRecord
+  bool empty() const;
+
+  // Consumer threads blocked until a message of this ring arrives: a
+  // producer rings the doorbell for them.
+  std::atomic<uint32_t>& sleepers();
+  // More than half of the ring is written and not yet read.
+  bool over_half() const;
+
+ private:
+  Control* c_;
+  std::byte* data_;
+  uint64_t capacity_;
+};
+
+class ShmInbox {
+ public:
+  // The receiving side: creates the segment `name` ("/rill-..."; an old one
+  // of that name, left by a process that died, is replaced) with `slots`
+  // rings of `ring_bytes` (a power of two, at least 64 KiB).
+  static StatusOr<std::unique_ptr<ShmInbox>> create(const std::string& name, int slots, size_t ring_bytes);
+  // A sending side: maps the segment `name`; kNotFound while its receiver has
+  // not created it yet.
+  static StatusOr<std::unique_ptr<ShmInbox>> open(const std::string& name);
+  ~ShmInbox();  // unmaps; the creator also removes the name
+  ShmInbox(const ShmInbox&) = delete;
+  ShmInbox& operator=(const ShmInbox&) = delete;
+
+  int slots() const;
+  ShmRing ring(int slot);
+  // A producer, before its first record: maps the pages of its ring.
+  void prefault(int slot);
+
+  // Producer, after writing to `ring`: wakes the consumer when it sleeps and
+  // someone needs it to read: a thread blocked on the ring, a handler
+  // (eager), or a ring more than half full. A message nobody waits for yet
+  // stays in the ring until a receiver polls it (no wake-up for it).
+  void ring_bell(ShmRing& ring);
+  // Consumer: messages are to be read at once (a handler takes some tags).
+  void set_eager(bool eager);
+  bool eager() const;
+  // Wakes the consumer whether or not it sleeps (closing, queued work).
+  void wake();
+  // Consumer: announces that it will sleep, returning the bell to wait on;
+  // it must look at every ring once more before wait().
+  uint32_t prepare_sleep();
+  // Sleeps until the bell moves past `seen` or `timeout` passes; then no
+  // longer sleeping.
+  void wait(uint32_t seen, std::chrono::microseconds timeout);
+
+  // The creating process, and whether it has closed its inbox: how its
+  // peers tell that it is gone.
+  int owner_pid() const;
+  bool owner_closed() const;
+  void mark_closed();  // by the creator
+
+ private:
+  struct Header;
+  ShmInbox(std::string name, bool owner, void* base, size_t bytes);
+  Header* header() const;
+
+  std::string name_;
+  bool owner_;
+  void* base_;
+  size_t bytes_;
+};
+
+}  // namespace rill::comm
