@@ -172,7 +172,7 @@ Status run_all(Collectives& c, size_t count, int salt) {
 }  // namespace
 
 TEST_CASE("every collective matches the reference for world 2, 3, 4 and odd sizes") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     for (int world : {2, 3, 4}) {
       CAPTURE(kind_name(kind));
       CAPTURE(world);
@@ -195,17 +195,22 @@ TEST_CASE("every collective matches the reference for world 2, 3, 4 and odd size
 }
 
 TEST_CASE("all_reduce of a large tensor over zmq with the default chunk") {
-  const int world = 3;
-  auto transports = make_zmq_world(world);
-  const size_t count = (size_t{3} << 20) + 7;  // 12 MiB, several 1 MiB chunks per block
-  auto statuses = run_ranks(world, [&](int rank) -> Status {
-    Collectives c(*transports[rank]);
-    auto in = input(rank, count, 5);
-    std::vector<float> out(count);
-    RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
-    return expect_equal(out, sum(world, count, 5), fmt::format("rank {}", rank));
-  });
-  check_all_ok(statuses);
+  // Over TCP, and through shared-memory rings (12 MiB: three rings' worth,
+  // so messages wrap around and are cut into several records).
+  for (Kind kind : {Kind::kZmq, Kind::kShm}) {
+    CAPTURE(kind_name(kind));
+    const int world = 3;
+    auto transports = make_world(kind, world);
+    const size_t count = (size_t{3} << 20) + 7;  // 12 MiB, several 1 MiB chunks per block
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      Collectives c(*transports[rank]);
+      auto in = input(rank, count, 5);
+      std::vector<float> out(count);
+      RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+      return expect_equal(out, sum(world, count, 5), fmt::format("rank {}", rank));
+    });
+    check_all_ok(statuses);
+  }
 }
 
 TEST_CASE("world 1: every collective is a local copy") {
@@ -269,7 +274,7 @@ TEST_CASE("collectives over a group of ranks: group ranks map to the members, gr
 }
 
 TEST_CASE("concurrent collectives with distinct tags do not mix") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     const int world = 3;
     auto transports = make_world(kind, world);
@@ -319,7 +324,7 @@ TEST_CASE("barrier holds every rank until all entered") {
 }
 
 TEST_CASE("a rank that never joins: the others fail at the deadline, naming the tag, then refuse") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     const int world = 3;
     auto transports = make_world(kind, world);
@@ -554,30 +559,33 @@ TEST_CASE("connect_world: 3 ranks meet at the master's port and all-reduce; a wr
 // naming it. (Closing sooner can lose what is still queued: the transport
 // closes without lingering, see ROADMAP.)
 TEST_CASE("a rank that dies between collectives ends the next one on the others by the deadline, naming it") {
-  const int world = 3;
-  auto transports = make_zmq_world(world);
-  std::atomic<int> finished_first{0};
-  auto statuses = run_ranks(world, [&](int rank) -> Status {
-    Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(3000)});
-    std::vector<float> x(100000, 1.0f), y(100000);  // the ring: rank 0 receives from rank 2
-    RILL_RETURN_IF_ERROR(c.all_reduce(x, y, 1));
-    RILL_RETURN_IF_ERROR(expect_equal(y, std::vector<float>(100000, 3.0f), "before"));
-    if (rank == 2) {
-      while (finished_first.load() < 2) std::this_thread::yield();
-      transports[2]->close();
+  for (Kind kind : {Kind::kZmq, Kind::kShm}) {
+    CAPTURE(kind_name(kind));
+    const int world = 3;
+    auto transports = make_world(kind, world);
+    std::atomic<int> finished_first{0};
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(3000)});
+      std::vector<float> x(100000, 1.0f), y(100000);  // the ring: rank 0 receives from rank 2
+      RILL_RETURN_IF_ERROR(c.all_reduce(x, y, 1));
+      RILL_RETURN_IF_ERROR(expect_equal(y, std::vector<float>(100000, 3.0f), "before"));
+      if (rank == 2) {
+        while (finished_first.load() < 2) std::this_thread::yield();
+        transports[2]->close();
+        return Status::ok_status();
+      }
+      ++finished_first;
+      const auto start = Clock::now();
+      Status lost = c.all_reduce(x, y, 2);
+      const auto took = Clock::now() - start;
+      if (lost.ok()) return internal_error("rank {}: the all_reduce after rank 2 died succeeded", rank);
+      if (took > std::chrono::milliseconds(4500))
+        return internal_error("rank {}: ended after {} ms, past the 3 s deadline", rank,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+      if (rank == 0 && lost.message().find("rank 2") == std::string::npos)
+        return internal_error("rank 0's error should name rank 2, which it receives from: {}", lost.to_string());
       return Status::ok_status();
-    }
-    ++finished_first;
-    const auto start = Clock::now();
-    Status lost = c.all_reduce(x, y, 2);
-    const auto took = Clock::now() - start;
-    if (lost.ok()) return internal_error("rank {}: the all_reduce after rank 2 died succeeded", rank);
-    if (took > std::chrono::milliseconds(4500))
-      return internal_error("rank {}: ended after {} ms, past the 3 s deadline", rank,
-                            std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
-    if (rank == 0 && lost.message().find("rank 2") == std::string::npos)
-      return internal_error("rank 0's error should name rank 2, which it receives from: {}", lost.to_string());
-    return Status::ok_status();
-  });
-  check_all_ok(statuses);
+    });
+    check_all_ok(statuses);
+  }
 }

@@ -19,9 +19,20 @@
 
 namespace rill::comm::testing {
 
-enum class Kind { kInproc, kZmq };
+// In-process queues; ZeroMQ over TCP; ZeroMQ with shared memory between the
+// ranks of one machine (all of a test's ranks are on 127.0.0.1).
+enum class Kind { kInproc, kZmq, kShm };
+inline constexpr Kind kAllKinds[] = {Kind::kInproc, Kind::kZmq, Kind::kShm};
 
-inline const char* kind_name(Kind kind) { return kind == Kind::kInproc ? "inproc" : "zmq"; }
+inline const char* kind_name(Kind kind) {
+  return kind == Kind::kInproc ? "inproc" : kind == Kind::kZmq ? "zmq tcp" : "zmq shared memory";
+}
+
+inline ZmqOptions tcp_only() {
+  ZmqOptions options;
+  options.shared_memory = false;
+  return options;
+}
 
 // `n` distinct TCP ports that were free a moment ago (bound to port 0, then released).
 inline std::vector<int> free_ports(int n) {
@@ -72,7 +83,8 @@ inline std::vector<std::unique_ptr<Transport>> make_zmq_world(int world, ZmqOpti
 }
 
 inline std::vector<std::unique_ptr<Transport>> make_world(Kind kind, int world) {
-  return kind == Kind::kInproc ? make_inproc_transports(world) : make_zmq_world(world);
+  if (kind == Kind::kInproc) return make_inproc_transports(world);
+  return make_zmq_world(world, kind == Kind::kZmq ? tcp_only() : ZmqOptions{});
 }
 
 // Runs fn(rank) on one thread per rank and returns each rank's Status.

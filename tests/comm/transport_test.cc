@@ -26,7 +26,7 @@ std::vector<std::byte> pattern(size_t size, int seed) {
 }  // namespace
 
 TEST_CASE("every rank reaches every other with header + body, small and large") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     const int world = 3;
     auto transports = make_world(kind, world);
@@ -60,7 +60,7 @@ TEST_CASE("every rank reaches every other with header + body, small and large") 
 }
 
 TEST_CASE("order is kept per sender and tag; tags are independent mailboxes") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     const int count = 3000;
@@ -91,7 +91,7 @@ TEST_CASE("order is kept per sender and tag; tags are independent mailboxes") {
 }
 
 TEST_CASE("a handler takes its tag on the receive thread; other tags still reach recv") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     std::mutex mu;
@@ -141,7 +141,7 @@ TEST_CASE("a handler takes its tag on the receive thread; other tags still reach
 }
 
 TEST_CASE("recv from a peer that never sends ends at the deadline, naming peer and tag") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     std::vector<std::byte> got;
@@ -157,7 +157,7 @@ TEST_CASE("recv from a peer that never sends ends at the deadline, naming peer a
 }
 
 TEST_CASE("close wakes a waiting recv, and later sends fail") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     Status status;
@@ -177,7 +177,7 @@ TEST_CASE("close wakes a waiting recv, and later sends fail") {
 }
 
 TEST_CASE("a lost peer fails recv with kUnavailable long before the deadline") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto transports = make_world(kind, 2);
     // Make sure the connection is up, so that its loss is seen.
@@ -278,7 +278,7 @@ TEST_CASE("zmq: foreign and malformed frames on the data port are dropped, not f
 }
 
 TEST_CASE("messages with tags outside the accepted window are dropped and counted; a moved window frees stale ones") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto world = make_world(kind, 2);
     Transport& sender = *world[0];
@@ -306,7 +306,7 @@ TEST_CASE("messages with tags outside the accepted window are dropped and counte
 }
 
 TEST_CASE("FaultyTransport: dropped messages end the recv at its deadline") {
-  for (Kind kind : {Kind::kInproc, Kind::kZmq}) {
+  for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
     auto inner = make_world(kind, 2);
     FaultyTransport sender(std::move(inner[0]));

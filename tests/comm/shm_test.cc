@@ -1,0 +1,137 @@
+// Shared-memory rings (comm/shm_ring.h) and the ZeroMQ transport's lanes to
+// the ranks of its machine (comm/shm_lanes.h).
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "comm/shm_ring.h"
+#include "tests/comm/comm_test_util.h"
+
+namespace rill::comm {
+namespace {
+
+using testing::as_span;
+using testing::free_ports;
+using testing::in_ms;
+using testing::loopback_endpoints;
+
+std::string test_name(const char* what) { return fmt::format("/rill-test-{}-{}", what, getpid()); }
+
+std::vector<std::byte> pattern(size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + static_cast<size_t>(seed) * 7) & 0xff);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a ring hands over records of any size in order across many wraps, and refuses what does not fit") {
+  auto inbox = ShmInbox::create(test_name("ring"), 1, 64 << 10);
+  REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
+  auto producer = ShmInbox::open(test_name("ring"));
+  REQUIRE_MESSAGE(producer.ok(), producer.status().to_string());
+  ShmRing in = (*inbox)->ring(0), out = (*producer)->ring(0);
+  CHECK(out.max_record_bytes() == (64 << 10) / 4 - sizeof(RecordHeader));
+  std::mt19937 random(7);
+  int written = 0, read = 0;
+  for (int round = 0; round < 2000; ++round) {
+    // Write until full, then read some: positions wrap around the ring.
+    while (true) {
+      const size_t n = random() % out.max_record_bytes();
+      auto bytes = pattern(n, written);
+      RecordHeader h;
+      h.tag = static_cast<uint64_t>(written);
+      const size_t split = n / 3;
+      if (!out.try_write(h, std::span(bytes).first(split), std::span(bytes).subspan(split))) break;
+      ++written;
+    }
+    const int take = static_cast<int>(random() % 5) + 1;
+    for (int k = 0; k < take && read < written; ++k) {
+      RecordHeader h;
+      std::span<const std::byte> bytes;
+      REQUIRE(in.peek(&h, &bytes) == ShmRing::Peek::kRecord);
+      REQUIRE(h.tag == static_cast<uint64_t>(read));
+      auto want = pattern(bytes.size(), read);
+      REQUIRE(std::memcmp(bytes.data(), want.data(), bytes.size()) == 0);
+      in.pop();
+      ++read;
+    }
+  }
+  CHECK(written > 2000);
+  while (read < written) {
+    RecordHeader h;
+    std::span<const std::byte> bytes;
+    REQUIRE(in.peek(&h, &bytes) == ShmRing::Peek::kRecord);
+    CHECK(h.tag == static_cast<uint64_t>(read++));
+    in.pop();
+  }
+  CHECK(in.empty());
+}
+
+TEST_CASE("a ring whose producer wrote garbage is reported corrupt, not read out of bounds") {
+  const std::string name = test_name("corrupt");
+  auto inbox = ShmInbox::create(name, 1, 64 << 10);
+  REQUIRE(inbox.ok());
+  auto producer = ShmInbox::open(name);
+  REQUIRE(producer.ok());
+  ShmRing in = (*inbox)->ring(0), out = (*producer)->ring(0);
+  REQUIRE(out.try_write(RecordHeader{}, as_span("hello"), {}));
+  // Another mapping, as a faulty process would have: the first record lies
+  // after the 256-byte inbox header and the ring's 256-byte positions.
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  void* raw = mmap(nullptr, 512 + (64 << 10), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(raw != MAP_FAILED);
+  auto* record = reinterpret_cast<RecordHeader*>(static_cast<std::byte*>(raw) + 512);
+  REQUIRE(record->bytes == 5);  // the layout assumed above
+  record->bytes = 0x7fffffff;
+  RecordHeader h;
+  std::span<const std::byte> bytes;
+  CHECK(in.peek(&h, &bytes) == ShmRing::Peek::kCorrupt);
+  munmap(raw, 512 + (64 << 10));
+}
+
+TEST_CASE("shared-memory inboxes: a missing one is not found yet, a bad size is refused, a stale one is replaced") {
+  CHECK(ShmInbox::open(test_name("absent")).status().code() == Code::kNotFound);
+  CHECK(!ShmInbox::create(test_name("bad"), 1, 100000).ok());  // not a power of two
+  CHECK(!ShmInbox::create(test_name("bad"), 0, 64 << 10).ok());
+  auto first = ShmInbox::create(test_name("stale"), 1, 64 << 10);
+  REQUIRE(first.ok());
+  auto second = ShmInbox::create(test_name("stale"), 2, 64 << 10);  // as after a crash: the name is taken over
+  REQUIRE(second.ok());
+  auto opened = ShmInbox::open(test_name("stale"));
+  REQUIRE(opened.ok());
+  CHECK((*opened)->slots() == 2);
+  CHECK((*opened)->owner_pid() == getpid());
+}
+
+TEST_CASE("a rank whose ring holds a malformed record is reported lost, by name, on the rank it sends to") {
+  auto ports = free_ports(2);
+  auto endpoints = loopback_endpoints(ports);
+  auto receiver = make_zmq_transport(1, endpoints);
+  REQUIRE(receiver.ok());
+  // Rank 0's ring in rank 1's inbox, written by this test in rank 0's place:
+  // a middle record of a message that never began.
+  auto inbox = ShmInbox::open(fmt::format("/rill-127_0_0_1-{}", ports[1]));
+  REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
+  ShmRing ring = (*inbox)->ring(0);
+  RecordHeader bad;
+  bad.tag = 7;
+  bad.total = 100;
+  bad.offset = 50;
+  REQUIRE(ring.try_write(bad, as_span("garbage"), {}));
+  std::vector<std::byte> got;
+  Status status = (*receiver)->recv(0, 7, &got, in_ms(5000));
+  CHECK(status.code() == Code::kUnavailable);
+  CHECK(status.message().find("the shared-memory ring from rank 0 holds a malformed record") != std::string::npos);
+  CHECK((*receiver)->peer_lost(0));
+}
+
+}  // namespace rill::comm
