@@ -1,9 +1,14 @@
-// allreduce_bench: float32 all_reduce bandwidth of rill::comm over ZeroMQ
-// TCP, N ranks as N processes on one machine (loopback by default).
+// allreduce_bench: float32 collective bandwidth of rill::comm, N ranks as N
+// processes on one machine (loopback by default: the transport's shared
+// memory between them; --tcp for ZeroMQ over TCP).
 //
-//   allreduce_bench [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
+//   allreduce_bench [--op all_reduce] [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
-//                   [--address 127.0.0.1] [--port P]
+//                   [--address 127.0.0.1] [--port P] [--tcp 1]
+//
+// --op: all_reduce, all_gather, reduce_scatter, broadcast (from rank 0),
+// all_to_all. The size is the whole buffer (all_gather's output,
+// reduce_scatter's input, a rank's all_to_all send buffer), as in nccl-tests.
 //
 // The process starts ranks 1..N-1 as processes of their own (fork and exec,
 // as a launcher does, so the kernel places each on the idlest core) and is
@@ -12,8 +17,11 @@
 // time is the slowest rank's; the table gives the median and the 10th/90th
 // percentiles. Metrics, as in nccl-tests' PERFORMANCE.md:
 //   algbw = bytes / time                    (bytes: size of the tensor)
-//   busbw = algbw * 2 (n - 1) / n           (what each link carries; comparable
-//                                            across rank counts and with MPI)
+//   busbw = algbw * 2 (n - 1) / n           (all_reduce: what each link carries;
+//                                            comparable across rank counts and
+//                                            with MPI; (n - 1) / n for all_gather,
+//                                            reduce_scatter and all_to_all, 1 for
+//                                            broadcast)
 // bench/allreduce_mpi.c prints the same table for MPI_Allreduce, and
 // bench/allreduce_vs_mpi.sh runs both side by side.
 #include <netinet/in.h>
@@ -44,6 +52,8 @@ struct Args {
   size_t direct_bytes = CollectiveOptions{}.direct_bytes;
   std::string address = "127.0.0.1";
   int port = 0;   // 0: free ports chosen by the kernel
+  std::string op = "all_reduce";
+  bool tcp = false;
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
@@ -68,6 +78,8 @@ Args parse(int argc, char** argv) {
     else if (flag == "--address") args.address = value;
     else if (flag == "--port") args.port = std::atoi(value.c_str());
     else if (flag == "--as-rank") args.as_rank = std::atoi(value.c_str());
+    else if (flag == "--op") args.op = value;
+    else if (flag == "--tcp") args.tcp = value != "0";
     else if (flag == "--ports") {
       for (size_t at = 0; at < value.size();) {
         size_t comma = value.find(',', at);
@@ -88,6 +100,9 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + flag).c_str());
     }
   }
+  if (args.op != "all_reduce" && args.op != "all_gather" && args.op != "reduce_scatter" && args.op != "broadcast" &&
+      args.op != "all_to_all")
+    usage(("unknown --op " + args.op).c_str());
   if (args.ranks < 1 || args.warmup < 0 || args.iters < 0 || args.chunk_bytes < 4) usage("bad value");
   for (size_t size : args.sizes) {
     if (size == 0 || size % 4 != 0) usage("sizes must be positive multiples of 4 bytes");
@@ -126,8 +141,22 @@ int fail(int rank, const Status& status) {
   return 1;
 }
 
+// One call of the collective: `in` holds count floats, `out` as many.
+Status run_op(Collectives& c, const std::string& op, std::vector<float>& in, std::vector<float>& out, uint64_t tag) {
+  const size_t part = in.size() / static_cast<size_t>(c.world());
+  auto bytes = [](std::span<const float> f) { return std::as_bytes(f); };
+  auto writable = [](std::span<float> f) { return std::as_writable_bytes(f); };
+  if (op == "all_reduce") return c.all_reduce(in, out, tag);
+  if (op == "all_gather") return c.all_gather(bytes(std::span(in).first(part)), writable(out), tag);
+  if (op == "reduce_scatter") return c.reduce_scatter(in, std::span(out).first(part), tag);
+  if (op == "broadcast") return c.broadcast(writable(in), 0, tag);
+  return c.all_to_all(bytes(in), writable(out), tag);
+}
+
 int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints) {
-  auto transport = make_zmq_transport(rank, endpoints);
+  ZmqOptions zmq_options;
+  zmq_options.shared_memory = !args.tcp;
+  auto transport = make_zmq_transport(rank, endpoints, zmq_options);
   if (!transport.ok()) return fail(rank, transport.status());
   CollectiveOptions options;
   options.chunk_bytes = args.chunk_bytes;
@@ -136,23 +165,28 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
   Collectives collectives(**transport, options);
   const int n = args.ranks;
   if (rank == 0) {
-    std::printf("# rill all_reduce, float32 sum, %d ranks, ZeroMQ TCP %s, chunk %zu B, direct up to %zu B\n", n,
-                args.address.c_str(), args.chunk_bytes, args.direct_bytes);
+    std::printf("# rill %s, float32 sum, %d ranks, %s %s, chunk %zu B, direct up to %zu B\n", args.op.c_str(), n,
+                args.tcp ? "ZeroMQ TCP" : "shared memory (ZeroMQ TCP between machines)", args.address.c_str(),
+                args.chunk_bytes, args.direct_bytes);
     std::printf("# %12s %7s %11s %11s %11s %11s %11s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
                 "algbw_GB/s", "busbw_GB/s");
   }
   uint64_t tag = 1;
-  for (size_t bytes : args.sizes) {
-    const size_t count = bytes / sizeof(float);
+  const double factor = args.op == "all_reduce" ? 2.0 * (n - 1) / n
+                        : args.op == "broadcast"  ? 1.0
+                                                  : static_cast<double>(n - 1) / n;
+  for (size_t asked : args.sizes) {
+    // A multiple of the ranks, so every rank's part is whole.
+    const size_t count = std::max<size_t>(asked / sizeof(float) / n * n, n), bytes = count * sizeof(float);
     std::vector<float> in(count, static_cast<float>(rank + 1)), out(count, 0.0f);
     const int iters = args.iters > 0 ? args.iters
                                      : static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / bytes, 20, 1000));
     for (int i = 0; i < std::max(1, args.warmup); ++i) {
-      Status status = collectives.all_reduce(in, out, tag);
+      Status status = run_op(collectives, args.op, in, out, tag);
       if (!status.ok()) return fail(rank, status);
     }
     const float expected = static_cast<float>(n * (n + 1) / 2);
-    if (out.front() != expected || out.back() != expected || out[count / 2] != expected) {
+    if (args.op == "all_reduce" && (out.front() != expected || out.back() != expected || out[count / 2] != expected)) {
       return fail(rank, internal_error("wrong all_reduce result {} (expected {})", out[count / 2], expected));
     }
     std::vector<double> seconds(static_cast<size_t>(iters));
@@ -160,7 +194,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     if (!status.ok()) return fail(rank, status);
     for (int i = 0; i < iters; ++i) {
       auto start = Clock::now();
-      status = collectives.all_reduce(in, out, tag);
+      status = run_op(collectives, args.op, in, out, tag);
       seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
       if (!status.ok()) return fail(rank, status);
     }
@@ -177,7 +211,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     }
     const double median = percentile(slowest, 0.5);
     const double algbw = static_cast<double>(bytes) / median / 1e9;
-    const double busbw = algbw * 2.0 * (n - 1) / n;
+    const double busbw = algbw * factor;
     std::printf("  %12zu %7d %11.2f %11.2f %11.2f %11.3f %11.3f\n", bytes, iters, median * 1e6,
                 percentile(slowest, 0.1) * 1e6, percentile(slowest, 0.9) * 1e6, algbw, busbw);
     std::fflush(stdout);

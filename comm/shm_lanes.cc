@@ -107,8 +107,8 @@ bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> h
   ShmRing ring = lane.outbox->ring(lane.slot_out);
   const uint64_t total = header.size() + body.size();
   const uint64_t max = ring.max_record_bytes();
-  bool wrote = false;
-  do {
+  bool wrote = false, done = false;
+  while (!done) {
     const uint64_t n = std::min(max, total - *written);
     RecordHeader record;
     record.tag = tag;
@@ -119,9 +119,10 @@ bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> h
     if (!ring.try_write(record, a, b)) break;
     *written += n;
     wrote = true;
-  } while (*written < total);
+    done = (record.flags & RecordHeader::kLast) != 0;  // an empty message is one record too
+  }
   if (wrote) lane.outbox->ring_bell(ring);
-  return *written == total;
+  return done;
 }
 
 Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
@@ -140,14 +141,14 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
     for (int spins = 0; !write_some(lane, tag, header, body, &written); ++spins) {
       if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
       if (lost_(to)) return fail("connection lost");
+      // The lock stays held: another record between this message's would
+      // split it.
       if (spins < 1000) {
         cpu_relax();
       } else if (spins < 1100) {
         sched_yield();
       } else {
-        lock.unlock();  // lets the lane thread flush other queued messages meanwhile
         std::this_thread::sleep_for(std::chrono::microseconds(20));
-        lock.lock();
       }
     }
     return Status::ok_status();

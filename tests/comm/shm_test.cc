@@ -134,4 +134,28 @@ TEST_CASE("a rank whose ring holds a malformed record is reported lost, by name,
   CHECK((*receiver)->peer_lost(0));
 }
 
+TEST_CASE("shared memory: messages larger than a ring, and an empty one behind them on a full ring, all arrive") {
+  // 1 MiB messages are two records each in a 4 MiB ring: the sender waits
+  // for room, the ring wraps, and the empty message (one record of no
+  // bytes) must still be written once there is room, not taken as sent.
+  auto transports = testing::make_world(testing::Kind::kShm, 2);
+  std::vector<std::byte> big(1 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
+  std::thread sender([&] {
+    for (int i = 0; i < 8; ++i) CHECK(transports[0]->send(1, 1, {}, big).ok());
+    CHECK(transports[0]->send(1, 2, {}, {}).ok());
+  });
+  for (int i = 0; i < 8; ++i) {
+    std::vector<std::byte> got;
+    Status s = transports[1]->recv(0, 1, &got, in_ms(10000));
+    REQUIRE_MESSAGE(s.ok(), s.to_string());
+    CHECK(got == big);
+  }
+  std::vector<std::byte> got;
+  Status s = transports[1]->recv(0, 2, &got, in_ms(10000));
+  CHECK_MESSAGE(s.ok(), s.to_string());
+  CHECK(got.empty());
+  sender.join();
+}
+
 }  // namespace rill::comm
