@@ -127,20 +127,30 @@ bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> h
 
 Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
   Lane& lane = *lanes_[to];
-  std::unique_lock lock(lane.send_mu);
   auto fail = [&](const char* why) {
     return Status(Code::kUnavailable,
                   fmt::format("rank {}: send to rank {} {}: {}", rank_, to, describe_tag(tag), why));
   };
   if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
   if (lost_(to)) return fail("connection lost");
-  const bool queue = on_receive_thread() || !lane.queued.empty() || !open_outbox(to, lane);
+  // A receive thread never waits for the lane (its holder may be waiting
+  // for a receive thread to drain): it queues.
+  std::unique_lock lock(lane.send_mu, std::defer_lock);
+  bool queue = on_receive_thread();
+  if (!queue) {
+    lock.lock();
+    std::lock_guard queue_lock(lane.queue_mu);
+    queue = !lane.queued.empty() || !open_outbox(to, lane);
+  }
   uint64_t written = 0;
   if (!queue) {
     // Waits for room: the peer's lane thread never blocks, so it drains.
     for (int spins = 0; !write_some(lane, tag, header, body, &written); ++spins) {
       if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
       if (lost_(to)) return fail("connection lost");
+      // The lane thread does not look at a lane while its sender holds it:
+      // the sender looks itself.
+      if (spins % 1024 == 1023 && !gone(*lane.outbox).empty()) return fail("its process is gone");
       // The lock stays held: another record between this message's would
       // split it.
       if (spins < 1000) {
@@ -153,26 +163,39 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
     }
     return Status::ok_status();
   }
-  Outgoing& out = lane.queued.emplace_back();
+  Outgoing out;
   out.tag = tag;
   out.bytes.resize(header.size() + body.size());
   if (!header.empty()) std::memcpy(out.bytes.data(), header.data(), header.size());
   if (!body.empty()) std::memcpy(out.bytes.data() + header.size(), body.data(), body.size());
-  lane.has_queued.store(true, std::memory_order_release);
+  {
+    std::lock_guard queue_lock(lane.queue_mu);
+    lane.queued.push_back(std::move(out));
+    lane.has_queued.store(true, std::memory_order_release);
+  }
   if (inbox_) inbox_->wake();  // the lane thread writes it out
   return Status::ok_status();
 }
 
 bool ShmLanes::flush_queued(int to, Lane& lane) {
-  std::lock_guard lock(lane.send_mu);
-  while (!lane.queued.empty()) {
+  // Never waits for a sender (it may be waiting for this thread to drain).
+  std::unique_lock lock(lane.send_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  while (true) {
+    Outgoing* out = nullptr;
+    {
+      std::lock_guard queue_lock(lane.queue_mu);
+      if (lane.queued.empty()) {
+        lane.has_queued.store(false, std::memory_order_release);
+        return true;
+      }
+      out = &lane.queued.front();  // stays put while others push_back
+    }
     if (!open_outbox(to, lane)) return false;
-    Outgoing& out = lane.queued.front();
-    if (!write_some(lane, out.tag, out.bytes, {}, &out.written)) return false;
+    if (!write_some(lane, out->tag, out->bytes, {}, &out->written)) return false;
+    std::lock_guard queue_lock(lane.queue_mu);
     lane.queued.pop_front();
   }
-  lane.has_queued.store(false, std::memory_order_release);
-  return true;
 }
 
 bool ShmLanes::drain_locked(int from, Lane& lane, bool waiter) {
@@ -274,19 +297,25 @@ void ShmLanes::drain(int from) {
   drain_locked(from, *lane, false);
 }
 
+std::string ShmLanes::gone(const ShmInbox& outbox) {
+  const int pid = outbox.owner_pid();
+  if (outbox.owner_closed()) return fmt::format("(pid {}) closed its transport", pid);
+  if (kill(pid, 0) != 0 && errno == ESRCH) return fmt::format("(pid {}) exited", pid);
+  return {};
+}
+
 void ShmLanes::check_peers() {
   for (int peer = 0; peer < static_cast<int>(lanes_.size()); ++peer) {
     Lane* lane = lanes_[peer].get();
     if (lane == nullptr || lane->gone) continue;
     std::string why;
     {
-      std::lock_guard lock(lane->send_mu);
-      if (!open_outbox(peer, *lane)) continue;  // not started yet
-      const int pid = lane->outbox->owner_pid();
-      if (lane->outbox->owner_closed())
-        why = fmt::format("rank {} (pid {}) closed its transport", peer, pid);
-      else if (kill(pid, 0) != 0 && errno == ESRCH)
-        why = fmt::format("rank {} (pid {}) exited", peer, pid);
+      // A sender holding the lane may be waiting for this thread to drain:
+      // never wait for it (it checks the peer itself meanwhile).
+      std::unique_lock lock(lane->send_mu, std::try_to_lock);
+      if (!lock.owns_lock() || !open_outbox(peer, *lane)) continue;  // busy, or not started yet
+      why = gone(*lane->outbox);
+      if (!why.empty()) why = fmt::format("rank {} {}", peer, why);
     }
     if (why.empty()) continue;
     lane->gone = true;
@@ -346,7 +375,7 @@ void ShmLanes::close() {
   if (!first) return;
   for (auto& lane : lanes_) {
     if (!lane) continue;
-    std::lock_guard lock(lane->send_mu);
+    std::scoped_lock lock(lane->send_mu, lane->queue_mu);
     lane->outbox.reset();
     lane->queued.clear();
   }

@@ -91,9 +91,10 @@ class ShmLanes {
   struct Lane {
     int slot_in = -1;   // the peer's ring in this rank's inbox
     int slot_out = -1;  // this rank's ring in the peer's inbox
-    std::mutex send_mu;                 // one producer at a time
+    std::mutex send_mu;                 // one producer at a time; receive threads never wait for it
     std::unique_ptr<ShmInbox> outbox;   // the peer's inbox; guarded by send_mu
-    std::deque<Outgoing> queued;        // guarded by send_mu
+    std::mutex queue_mu;                // taken after send_mu, or alone
+    std::deque<Outgoing> queued;        // guarded by queue_mu; its front written only under send_mu
     std::atomic<bool> has_queued{false};
     std::mutex consume_mu;              // one consumer at a time
     std::unique_ptr<BytesHolder> partial;  // a message arriving in several records; guarded by consume_mu
@@ -116,6 +117,8 @@ class ShmLanes {
   // Reports local peers whose process exited or closed its transport
   // (their ZeroMQ connection may never have come up). Lane thread only.
   void check_peers();
+  // Why the owner of `outbox` is gone ("(pid 12) exited"), or "".
+  static std::string gone(const ShmInbox& outbox);
   bool on_receive_thread() const;
 
   const int rank_;
