@@ -248,7 +248,10 @@ int main(int argc, char** argv) {
       // The same flags, the port chosen and this rank's place.
       std::vector<std::string> words(argv, argv + argc);
       std::string list;
-      for (int port : ports) list += (list.empty() ? "" : ",") + std::to_string(port);
+      for (int port : ports) {
+        if (!list.empty()) list += ',';
+        list += std::to_string(port);
+      }
       for (const std::string& w : {std::string("--ports"), list, std::string("--as-rank"), std::to_string(rank)})
         words.push_back(w);
       std::vector<char*> exec_argv;

@@ -52,13 +52,14 @@ class CountingTransport final : public Transport {
       inner_->set_handler(tag, nullptr);
       return;
     }
-    inner_->set_handler(tag, [this, handler = std::move(handler)](int from, std::span<const std::byte> message) {
+    inner_->set_handler(tag, [this, handler = std::move(handler)](int from, const MessageView& message) {
       if (from >= 0 && from < world()) count(from, message.size());
       handler(from, message);
     });
   }
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
+  int64_t handler_bytes_copied() const override { return inner_->handler_bytes_copied(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void close() override { inner_->close(); }
 

@@ -74,7 +74,7 @@ Status FaultyTransport::recv_message(int from, uint64_t tag, Clock::time_point d
 
 void FaultyTransport::set_handler(uint64_t tag, Handler handler) {
   if (!handler) return inner_->set_handler(tag, nullptr);
-  inner_->set_handler(tag, [this, handler = std::move(handler)](int from, std::span<const std::byte> message) {
+  inner_->set_handler(tag, [this, handler = std::move(handler)](int from, const MessageView& message) {
     if (is_cut(from)) return;
     handler(from, message);
   });

@@ -153,7 +153,7 @@ class InprocTransport final : public Transport {
         continue;
       }
       try {
-        (*handler)(next.from, next.holder->bytes);
+        (*handler)(next.from, MessageView{std::span<const std::byte>(next.holder->bytes), {}});
       } catch (const std::exception& e) {
         spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(next.tag), e.what());
       }

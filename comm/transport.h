@@ -89,7 +89,11 @@ class Received {
   MessageView view_;
 };
 
-using Handler = std::function<void(int from, std::span<const std::byte> message)>;
+// A handler sees a message as it lies in the transport's buffers: its
+// bytes are message.first then message.second (a large body stays in its
+// own buffer, not copied to join the header). message.first is 8-byte
+// aligned.
+using Handler = std::function<void(int from, const MessageView& message)>;
 
 class Transport {
  public:
@@ -117,7 +121,7 @@ class Transport {
 
   // Messages with `tag` are passed to `handler` on the receive thread instead
   // of the mailbox (actor messages use this), one at a time, in order. The
-  // span is 8-byte aligned and valid during the call only. Set before traffic
+  // view is valid during the call only. Set before traffic
   // with that tag starts, and not from a handler; an empty handler removes
   // the tag's (later messages go to the mailbox). Once set_handler returns,
   // the old handler is not running and is not called again. A handler may
@@ -131,6 +135,9 @@ class Transport {
   virtual void accept_tags(uint64_t lo, uint64_t hi) = 0;
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
+  // Bytes a transport copied to hand messages to handlers (a header moved
+  // to an aligned buffer); 0 where it never copies.
+  virtual int64_t handler_bytes_copied() const { return 0; }
   // True once the connection to `rank` is known lost (its process died or
   // closed its transport): callers may act on it at once instead of waiting
   // for a heartbeat to time out.

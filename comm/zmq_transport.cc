@@ -65,6 +65,7 @@ class ZmqTransport final : public Transport {
            peers_[rank]->lost.load(std::memory_order_acquire);
   }
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
+  int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
 
   // Handlers run under handlers_mu_, so after this returns the old handler
   // is not called any more. An empty handler removes the tag's.
@@ -97,7 +98,7 @@ class ZmqTransport final : public Transport {
   void drain_data();
   void dispatch(zmq::message_t& first, zmq::message_t* second);
   // Passes a message to its tag's handler; false when the tag has none.
-  bool to_handler(int from, uint64_t tag, std::span<const std::byte> message);
+  bool to_handler(int from, uint64_t tag, const MessageView& message);
   // A message from the shared-memory lanes.
   void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
   void mark_lost(int peer, const std::string& reason);
@@ -119,6 +120,7 @@ class ZmqTransport final : public Transport {
   std::thread receiver_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
+  std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
   int64_t malformed_at_last_log_ = 0;         // receive thread only
   Clock::time_point last_malformed_log_{};    // receive thread only
   std::mutex close_mu_;
@@ -340,7 +342,7 @@ void ZmqTransport::drain_data() {
   }
 }
 
-bool ZmqTransport::to_handler(int from, uint64_t tag, std::span<const std::byte> message) {
+bool ZmqTransport::to_handler(int from, uint64_t tag, const MessageView& message) {
   std::lock_guard lock(handlers_mu_);
   auto it = handlers_.find(tag);
   if (it == handlers_.end()) return false;
@@ -353,7 +355,7 @@ bool ZmqTransport::to_handler(int from, uint64_t tag, std::span<const std::byte>
 }
 
 void ZmqTransport::deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep) {
-  if (to_handler(from, tag, bytes)) return;  // ring bytes are 32-byte aligned, a holder's are new[]'s
+  if (to_handler(from, tag, MessageView{bytes, {}})) return;  // ring bytes are 32-byte aligned, a holder's new[]'s
   if (!keep) {
     keep = std::make_unique<BytesHolder>();
     keep->bytes.assign(bytes.begin(), bytes.end());
@@ -378,15 +380,16 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
     if (it != handlers_.end()) {
       std::span<const std::byte> head(static_cast<const std::byte*>(first.data()) + sizeof meta,
                                       first.size() - sizeof meta);
-      std::span<const std::byte> message = head;
-      if (second != nullptr || reinterpret_cast<uintptr_t>(head.data()) % 8 != 0) {
-        // Contiguous and aligned, so the handler can verify a FlatBuffer in place.
-        MessageView view{head, second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()),
-                                                                   second->size())
-                                      : std::span<const std::byte>()};
-        scratch_.resize(view.size());
-        view.copy_to(scratch_.data());
-        message = scratch_;
+      MessageView message{head, second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()),
+                                                                    second->size())
+                                       : std::span<const std::byte>()};
+      if (reinterpret_cast<uintptr_t>(head.data()) % 8 != 0) {
+        // Aligned, so the handler can verify a FlatBuffer in place; only the
+        // first frame (a header, or a small message) moves: a large body
+        // stays in its own frame.
+        scratch_.assign(head.begin(), head.end());
+        message.first = scratch_;
+        handler_copied_.fetch_add(static_cast<int64_t>(head.size()), std::memory_order_relaxed);
       }
       try {
         it->second(from, message);

@@ -44,7 +44,7 @@ class NodeRun : public NodeRuntime {
  private:
   const plan::RegstDesc* regst(int64_t id) const;
   void route(const ActorMsg& msg);
-  void receive(int from, std::span<const std::byte> message);
+  void receive(int from, const comm::MessageView& message);
   Status allocate_regsts();
   StatusOr<Body> make_body(const plan::Task& task);
   StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
@@ -356,7 +356,7 @@ Status NodeRun::build() {
     actors_.push_back(std::move(actor));
   }
   if (options_.transport)
-    options_.transport->set_handler(options_.tag_base, [this](int from, std::span<const std::byte> message) {
+    options_.transport->set_handler(options_.tag_base, [this](int from, const comm::MessageView& message) {
       receive(from, message);
     });
   return {};
@@ -403,10 +403,18 @@ void NodeRun::route(const ActorMsg& msg) {
 }
 
 // An actor message from another node (the transport's receive thread).
-void NodeRun::receive(int from, std::span<const std::byte> message) {
+void NodeRun::receive(int from, const comm::MessageView& message) {
   ActorMsg msg;
   std::span<const std::byte> body;
-  Status decoded = decode_actor_message(message, &msg, &body);
+  // The header is at the start of the first part; the body follows it there
+  // (a small message) or is the second part, read in place.
+  Status decoded = decode_actor_message(message.first, &msg, &body);
+  if (decoded.ok() && !message.second.empty()) {
+    if (!body.empty())
+      decoded = data_loss("actor message body split across buffers ({} + {} bytes)", body.size(),
+                          message.second.size());
+    body = message.second;
+  }
   if (decoded.ok() && static_cast<int>(ActorId::node(msg.dst)) != options_.node)
     decoded = data_loss("message for actor {} arrived at node {}", ActorId::to_string(msg.dst), options_.node);
   if (decoded.ok() && msg.type == MsgType::kReady) {
