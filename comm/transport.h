@@ -159,7 +159,11 @@ struct ZmqOptions {
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin
-  // before it sleeps.
+  // before it sleeps. Every rank of a run must agree on shared_memory, and
+  // ranks of one address must see one /dev/shm (not so for containers with
+  // the host's network but IPC namespaces of their own: turn it off there;
+  // messages to a peer whose inbox never appears wait for it, and the
+  // receiver's deadline names what did not come).
   bool shared_memory = true;
   size_t shm_ring_bytes = size_t{4} << 20;
   std::chrono::microseconds shm_spin{200};
