@@ -220,7 +220,8 @@ bool ShmLanes::drain_locked(int from, Lane& lane, bool waiter) {
     const bool last = (record.flags & RecordHeader::kLast) != 0;
     const bool whole = first && last && record.offset == 0 && record.total == bytes.size();
     const bool fits = !first && lane.partial && record.offset + bytes.size() <= lane.partial->bytes.size();
-    if (peek == ShmRing::Peek::kCorrupt || (first && !last && record.offset != 0) || (!first && !fits) ||
+    const bool starts = first && !last && record.offset == 0 && bytes.size() <= record.total;
+    if (peek == ShmRing::Peek::kCorrupt || (first && !last && !starts) || (!first && !fits) ||
         (first && last && !whole) || (first && record.total > (uint64_t{1} << 40))) {
       lane.broken = true;
       lane.partial.reset();
@@ -252,9 +253,9 @@ void ShmLanes::poll(int from, const std::function<bool()>& arrived) {
   const auto until = Clock::now() + options_.shm_spin;
   for (int i = 0; !arrived(); ++i) {
     if (!ring.empty() && lane->consume_mu.try_lock()) {
-      drain_locked(from, *lane, true);
+      const bool took = drain_locked(from, *lane, true);  // false: a handler's message is first
       lane->consume_mu.unlock();
-      continue;
+      if (took) continue;
     }
     if ((i & 15) == 0 && Clock::now() >= until) break;
     // A short pure spin, then yielding: a peer waiting for this core (more
