@@ -331,6 +331,7 @@ void ShmLanes::loop() {
   while (!closed_.load(std::memory_order_acquire)) {
     if (Clock::now() - checked >= std::chrono::milliseconds(50)) {
       check_peers();
+      if (inbox_->all_attached()) inbox_->remove_name();
       checked = Clock::now();
     }
     bool any = false, queued = false;
@@ -371,8 +372,14 @@ void ShmLanes::close() {
     inbox_->mark_closed();  // the peers report this rank gone
     inbox_->wake();
   }
-  // From a handler on the lane thread the join waits for the destructor.
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  // From a handler on the lane thread the join (and what follows it) waits
+  // for the destructor.
+  const bool on_lane_thread = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
+  if (on_lane_thread) return;
+  if (thread_.joinable()) thread_.join();
+  // While the transport still holds its port: a later run on that port
+  // creates the name anew, and must not lose it to this one.
+  if (inbox_) inbox_->remove_name();
   if (!first) return;
   for (auto& lane : lanes_) {
     if (!lane) continue;

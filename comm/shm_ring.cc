@@ -49,6 +49,7 @@ struct ShmInbox::Header {
   int32_t slots;
   int32_t pid;
   std::atomic<uint32_t> closed;
+  std::atomic<uint32_t> attached;  // producers that have mapped it
   alignas(64) std::atomic<uint32_t> bell;      // futex word: moves when a producer wakes the consumer
   std::atomic<uint32_t> sleeping;              // the consumer sleeps (or is about to)
   std::atomic<uint32_t> eager;                 // wake the consumer for every message
@@ -125,7 +126,7 @@ ShmInbox::ShmInbox(std::string name, bool owner, void* base, size_t bytes)
 
 ShmInbox::~ShmInbox() {
   munmap(base_, bytes_);
-  if (owner_) shm_unlink(name_.c_str());
+  remove_name();
 }
 
 ShmInbox::Header* ShmInbox::header() const {
@@ -203,6 +204,17 @@ void ShmInbox::prefault(int slot) {
                kControlBytes;
   // This producer's own ring, unused yet: writing maps its pages for writing.
   std::memset(data, 0, ring_bytes);
+  header()->attached.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool ShmInbox::all_attached() const {
+  return header()->attached.load(std::memory_order_acquire) >= static_cast<uint32_t>(header()->slots);
+}
+
+void ShmInbox::remove_name() {
+  if (!owner_ || !named_) return;
+  shm_unlink(name_.c_str());
+  named_ = false;
 }
 int ShmInbox::owner_pid() const { return header()->pid; }
 bool ShmInbox::owner_closed() const { return header()->closed.load(std::memory_order_acquire) != 0; }

@@ -84,8 +84,14 @@ class ShmInbox {
 
   int slots() const;
   ShmRing ring(int slot);
-  // A producer, before its first record: maps the pages of its ring.
+  // A producer, before its first record: maps the pages of its ring, and
+  // counts itself attached.
   void prefault(int slot);
+  // The creator: once every producer is attached the name is no longer
+  // needed (the mappings stay), so it is removed then, and a process that
+  // dies leaves nothing in /dev/shm. Idempotent.
+  bool all_attached() const;
+  void remove_name();
 
   // Producer, after writing to `ring`: wakes the consumer when it sleeps and
   // someone needs it to read: a thread blocked on the ring, a handler
@@ -117,6 +123,7 @@ class ShmInbox {
 
   std::string name_;
   bool owner_;
+  bool named_ = true;  // the creator has not removed the name yet
   void* base_;
   size_t bytes_;
 };

@@ -112,6 +112,25 @@ TEST_CASE("shared-memory inboxes: a missing one is not found yet, a bad size is 
   CHECK((*opened)->owner_pid() == getpid());
 }
 
+TEST_CASE("an inbox's name goes once every producer has attached; the mappings stay") {
+  const std::string name = test_name("attached");
+  auto inbox = ShmInbox::create(name, 1, 64 << 10);
+  REQUIRE(inbox.ok());
+  CHECK(!(*inbox)->all_attached());
+  auto producer = ShmInbox::open(name);
+  REQUIRE(producer.ok());
+  (*producer)->prefault(0);
+  CHECK((*inbox)->all_attached());
+  (*inbox)->remove_name();
+  CHECK(ShmInbox::open(name).status().code() == Code::kNotFound);  // nothing left in /dev/shm
+  ShmRing out = (*producer)->ring(0), in = (*inbox)->ring(0);
+  REQUIRE(out.try_write(RecordHeader{}, as_span("still mapped"), {}));
+  RecordHeader h;
+  std::span<const std::byte> bytes;
+  CHECK(in.peek(&h, &bytes) == ShmRing::Peek::kRecord);
+  CHECK(bytes.size() == 12);
+}
+
 TEST_CASE("a rank whose ring holds a malformed record is reported lost, by name, on the rank it sends to") {
   auto ports = free_ports(2);
   auto endpoints = loopback_endpoints(ports);
