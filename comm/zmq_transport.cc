@@ -98,7 +98,7 @@ class ZmqTransport final : public Transport {
   void drain_data();
   void dispatch(zmq::message_t& first, zmq::message_t* second);
   // Passes a message to its tag's handler; false when the tag has none.
-  bool to_handler(int from, uint64_t tag, const MessageView& message);
+  bool to_handler(int from, uint64_t tag, MessageView message);
   // A message from the shared-memory lanes.
   void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
   void mark_lost(int peer, const std::string& reason);
@@ -116,7 +116,7 @@ class ZmqTransport final : public Transport {
   std::unique_ptr<ShmLanes> lanes_;  // null without peers on this machine
   std::mutex handlers_mu_;
   std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
-  std::vector<std::byte> scratch_;                  // receive thread only
+  std::vector<std::byte> scratch_;                  // an aligned first part for handlers; guarded by handlers_mu_
   std::thread receiver_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
@@ -342,10 +342,18 @@ void ZmqTransport::drain_data() {
   }
 }
 
-bool ZmqTransport::to_handler(int from, uint64_t tag, const MessageView& message) {
+bool ZmqTransport::to_handler(int from, uint64_t tag, MessageView message) {
   std::lock_guard lock(handlers_mu_);
   auto it = handlers_.find(tag);
   if (it == handlers_.end()) return false;
+  if (reinterpret_cast<uintptr_t>(message.first.data()) % 8 != 0) {
+    // Aligned, so the handler can verify a FlatBuffer in place; only the
+    // first part (a header, or a small message) moves: a large body stays
+    // in its own frame.
+    scratch_.assign(message.first.begin(), message.first.end());
+    message.first = scratch_;
+    handler_copied_.fetch_add(static_cast<int64_t>(scratch_.size()), std::memory_order_relaxed);
+  }
   try {
     it->second(from, message);
   } catch (const std::exception& e) {
@@ -374,31 +382,11 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   FrameMeta meta;
   std::memcpy(&meta, first.data(), sizeof meta);
   const int from = static_cast<int>(meta.from);
-  {
-    std::lock_guard lock(handlers_mu_);
-    auto it = handlers_.find(meta.tag);
-    if (it != handlers_.end()) {
-      std::span<const std::byte> head(static_cast<const std::byte*>(first.data()) + sizeof meta,
-                                      first.size() - sizeof meta);
-      MessageView message{head, second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()),
-                                                                    second->size())
-                                       : std::span<const std::byte>()};
-      if (reinterpret_cast<uintptr_t>(head.data()) % 8 != 0) {
-        // Aligned, so the handler can verify a FlatBuffer in place; only the
-        // first frame (a header, or a small message) moves: a large body
-        // stays in its own frame.
-        scratch_.assign(head.begin(), head.end());
-        message.first = scratch_;
-        handler_copied_.fetch_add(static_cast<int64_t>(head.size()), std::memory_order_relaxed);
-      }
-      try {
-        it->second(from, message);
-      } catch (const std::exception& e) {
-        spdlog::error("rank {}: handler for {} threw: {}", rank_, describe_tag(meta.tag), e.what());
-      }
-      return;
-    }
-  }
+  const MessageView in_place{
+      std::span<const std::byte>(static_cast<const std::byte*>(first.data()) + sizeof meta, first.size() - sizeof meta),
+      second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()), second->size())
+             : std::span<const std::byte>()};
+  if (to_handler(from, meta.tag, in_place)) return;
   // Views are taken after the frames moved into the holder: a very small
   // frame keeps its bytes inside the message object itself.
   auto holder = std::make_unique<ZmqHolder>();
