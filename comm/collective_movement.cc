@@ -17,12 +17,25 @@ Status Collectives::broadcast(std::span<std::byte> buffer, int root, uint64_t ta
   return end("broadcast", tag, broadcast_chain(buffer, root, tag));
 }
 
+// A broadcast larger than options_.direct_bytes ends with an empty message
+// from the chain's last rank to root: root returns only once every rank has
+// its copy, so a root that broadcasts again and again cannot run ahead and
+// pile its data up in the others' mailboxes (where it would be copied out of
+// the transport instead of received into `buffer`). Small broadcasts stay
+// one-way, as eager sends.
 Status Collectives::broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag) {
   const int n = world();
   if (n == 1) return Status::ok_status();
   const int position = ((rank() - root) % n + n) % n;
   const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
-  if (position == 0) return send_chunks(peer(1), buffer, chunk, tag);
+  const bool acknowledged = buffer.size() > options_.direct_bytes;
+  if (position == 0) {
+    RILL_RETURN_IF_ERROR(send_chunks(peer(1), buffer, chunk, tag));
+    if (!acknowledged) return Status::ok_status();
+    RILL_RETURN_IF_ERROR(recv_chunk(peer(-1), 0, tag).status());
+    received_.reset();
+    return Status::ok_status();
+  }
   for (size_t at = 0; at < buffer.size(); at += chunk) {
     const size_t len = std::min(chunk, buffer.size() - at);
     RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
@@ -30,6 +43,7 @@ Status Collectives::broadcast_chain(std::span<std::byte> buffer, int root, uint6
     received_.reset();
     if (position < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, buffer.subspan(at, len), &tracker_));
   }
+  if (acknowledged && position == n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, {}, &tracker_));
   return Status::ok_status();
 }
 

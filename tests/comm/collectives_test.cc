@@ -213,6 +213,62 @@ TEST_CASE("all_reduce of a large tensor over zmq with the default chunk") {
   }
 }
 
+// 64 MiB tensors, world 2 and 3, over TCP and shared memory: many 1 MiB
+// chunks per ring step and messages far larger than a ring. The element
+// count (2^24 + 5) divides by neither world, so blocks are uneven.
+TEST_CASE("64 MiB: all_reduce, reduce_scatter, all_gather, broadcast and all_to_all over tcp and shared memory") {
+  const size_t count = (size_t{1} << 24) + 5;
+  for (Kind kind : {Kind::kZmq, Kind::kShm}) {
+    for (int world : {2, 3}) {
+      CAPTURE(kind_name(kind));
+      CAPTURE(world);
+      auto transports = make_world(kind, world);
+      const auto want = sum(world, count, 9);
+      auto statuses = run_ranks(world, [&](int rank) -> Status {
+        Collectives c(*transports[rank]);
+        const std::string at = fmt::format("rank {}", rank);
+        auto in = input(rank, count, 9);
+        std::vector<float> out(count, -1.0f);
+        RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
+        RILL_RETURN_IF_ERROR(expect_equal(out, want, "all_reduce " + at));
+
+        const BlockRange own = block_range(count, world, rank);
+        std::vector<float> block(own.size, -1.0f);
+        RILL_RETURN_IF_ERROR(c.reduce_scatter(in, block, 2));
+        RILL_RETURN_IF_ERROR(expect_equal(
+            block, std::vector<float>(want.begin() + own.begin, want.begin() + own.begin + own.size), "reduce_scatter " + at));
+
+        // all_gather of each rank's block of its input: the result is the
+        // blocks of every rank's input side by side (64 MiB in all).
+        std::vector<size_t> block_bytes;
+        std::vector<float> gathered_want(count);
+        for (int q = 0; q < world; ++q) {
+          const BlockRange b = block_range(count, world, q);
+          block_bytes.push_back(b.size * sizeof(float));
+          for (size_t i = 0; i < b.size; ++i) gathered_want[b.begin + i] = value(q, b.begin + i, 9);
+        }
+        std::fill(out.begin(), out.end(), -1.0f);
+        RILL_RETURN_IF_ERROR(c.all_gather_v(bytes(in).subspan(own.begin * 4, own.size * 4), writable(out), block_bytes, 3));
+        RILL_RETURN_IF_ERROR(expect_equal(out, gathered_want, "all_gather " + at));
+
+        std::vector<float> broadcasted = rank == world - 1 ? in : std::vector<float>(count, -1.0f);
+        RILL_RETURN_IF_ERROR(c.broadcast(writable(broadcasted), world - 1, 4));
+        RILL_RETURN_IF_ERROR(expect_equal(broadcasted, input(world - 1, count, 9), "broadcast " + at));
+
+        // all_to_all over whole blocks of 64 MiB / world bytes each.
+        const size_t per = count / static_cast<size_t>(world);
+        std::vector<float> a2a_in(in.begin(), in.begin() + per * world), a2a_out(per * world, -1.0f), a2a_want(per * world);
+        for (int q = 0; q < world; ++q) {
+          for (size_t i = 0; i < per; ++i) a2a_want[q * per + i] = value(q, rank * per + i, 9);
+        }
+        RILL_RETURN_IF_ERROR(c.all_to_all(bytes(a2a_in), writable(a2a_out), 5));
+        return expect_equal(a2a_out, a2a_want, "all_to_all " + at);
+      });
+      check_all_ok(statuses);
+    }
+  }
+}
+
 TEST_CASE("world 1: every collective is a local copy") {
   auto transports = make_inproc_transports(1);
   Collectives c(*transports[0]);
@@ -551,6 +607,49 @@ TEST_CASE("connect_world: 3 ranks meet at the master's port and all-reduce; a wr
   });
   CHECK(missing[0].to_string().find("rank(s) 2 of 3 did not join by the deadline") != std::string::npos);
   CHECK(missing[1].to_string().find("rank(s) 2 of 3 did not join") != std::string::npos);
+}
+
+// A rank that dies in the middle of a collective (after its 20th chunk of
+// a 4 MiB ring all_reduce, its transport closes): the others' all_reduce
+// ends with an error by the deadline, rank 0's (which receives from rank 2)
+// naming rank 2.
+TEST_CASE("a rank that dies mid-collective ends it on the others by the deadline, naming it") {
+  for (Kind kind : {Kind::kZmq, Kind::kShm}) {
+    CAPTURE(kind_name(kind));
+    const int world = 3;
+    auto transports = make_world(kind, world);
+    auto faulty = std::make_unique<FaultyTransport>(std::move(transports[2]));
+    FaultyTransport* dying = faulty.get();
+    transports[2] = std::move(faulty);
+    std::atomic<int> sent_by_2{0};
+    std::atomic<bool> dead{false};
+    dying->set_drop([&](int, uint64_t, std::span<const std::byte>, std::span<const std::byte>) {
+      return sent_by_2.fetch_add(1) >= 20;
+    });
+    std::thread killer([&] {
+      while (sent_by_2.load() < 20) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      dying->close();
+      dead = true;
+    });
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(3000)});
+      std::vector<float> x(size_t{1} << 20, 1.0f), y(size_t{1} << 20);
+      const auto start = Clock::now();
+      Status lost = c.all_reduce(x, y, 1);
+      const auto took = Clock::now() - start;
+      if (rank == 2) return lost.ok() ? internal_error("rank 2 finished although its transport closed") : Status::ok_status();
+      if (lost.ok()) return internal_error("rank {}: the all_reduce finished although rank 2 died in it", rank);
+      if (took > std::chrono::milliseconds(4500))
+        return internal_error("rank {}: ended after {} ms, past the 3 s deadline", rank,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+      if (rank == 0 && lost.message().find("rank 2") == std::string::npos)
+        return internal_error("rank 0's error should name rank 2, which it receives from: {}", lost.to_string());
+      return Status::ok_status();
+    });
+    killer.join();
+    CHECK(dead.load());
+    check_all_ok(statuses);
+  }
 }
 
 // A rank whose process goes away mid-run (its transport closes once the
