@@ -151,6 +151,9 @@ class BoxingBody {
   // tensor, copied from the parts of the inputs (holding `inputs`) inside it.
   BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output);
   Status act(const ActIo& io);
+  // The collective its last act called and its algorithm ("all_reduce
+  // ring"), or "" when it calls none (within a node, a move).
+  std::string collective() const;
 
  private:
   // A buffer an act reads or writes: an input or output slot, or scratch.

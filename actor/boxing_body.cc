@@ -489,4 +489,9 @@ Status BoxingBody::act(const ActIo& io) {
   return {};
 }
 
+std::string BoxingBody::collective() const {
+  if (collectives_ == nullptr || *collectives_->last_op() == '\0') return {};
+  return fmt::format("{} {}", collectives_->last_op(), collectives_->last_algorithm());
+}
+
 }  // namespace rill

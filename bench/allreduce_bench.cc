@@ -168,8 +168,8 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     std::printf("# rill %s, float32 sum, %d ranks, %s %s, chunk %zu B, direct up to %zu B\n", args.op.c_str(), n,
                 args.tcp ? "ZeroMQ TCP" : "shared memory (ZeroMQ TCP between machines)", args.address.c_str(),
                 args.chunk_bytes, args.direct_bytes);
-    std::printf("# %12s %7s %11s %11s %11s %11s %11s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
-                "algbw_GB/s", "busbw_GB/s");
+    std::printf("# %12s %7s %11s %11s %11s %11s %11s  %s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
+                "algbw_GB/s", "busbw_GB/s", "algorithm");
   }
   uint64_t tag = 1;
   const double factor = args.op == "all_reduce" ? 2.0 * (n - 1) / n
@@ -198,6 +198,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
       seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
       if (!status.ok()) return fail(rank, status);
     }
+    const std::string algorithm = collectives.last_algorithm();
     // Each call's time is its slowest rank's.
     std::vector<double> all(rank == 0 ? seconds.size() * static_cast<size_t>(n) : 0);
     status = collectives.gather(std::as_bytes(std::span<const double>(seconds)),
@@ -212,8 +213,8 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     const double median = percentile(slowest, 0.5);
     const double algbw = static_cast<double>(bytes) / median / 1e9;
     const double busbw = algbw * factor;
-    std::printf("  %12zu %7d %11.2f %11.2f %11.2f %11.3f %11.3f\n", bytes, iters, median * 1e6,
-                percentile(slowest, 0.1) * 1e6, percentile(slowest, 0.9) * 1e6, algbw, busbw);
+    std::printf("  %12zu %7d %11.2f %11.2f %11.2f %11.3f %11.3f  %s\n", bytes, iters, median * 1e6,
+                percentile(slowest, 0.1) * 1e6, percentile(slowest, 0.9) * 1e6, algbw, busbw, algorithm.c_str());
     std::fflush(stdout);
   }
   Status status = collectives.barrier(tag);  // nobody closes while a peer still needs it

@@ -64,26 +64,29 @@ for op in $ops; do
   cat "$out/vader.1"
   echo
   echo "== $op, $ranks ranks: median over $rounds rounds of each run's median busbw (GB/s)"
-  # Columns of the tables: bytes iters median_us p10_us p90_us algbw busbw.
+  # Columns of the tables: bytes iters median_us p10_us p90_us algbw busbw (rill's: algorithm).
   awk -v rounds="$rounds" '
     FNR == 1 { split(FILENAME, parts, "/"); split(parts[length(parts)], name, "."); kind = name[1] }
-    /^ *[0-9]/ { values[kind, $1] = values[kind, $1] " " $7; us[kind, $1] = us[kind, $1] " " $3; seen[$1] = 1 }
+    /^ *[0-9]/ {
+      values[kind, $1] = values[kind, $1] " " $7; us[kind, $1] = us[kind, $1] " " $3; seen[$1] = 1
+      if (kind == "rill") { algorithm[$1] = $8; for (k = 9; k <= NF; k++) algorithm[$1] = algorithm[$1] " " $k }
+    }
     function median(list,    n, v, i, j, t) {
       n = split(list, v, " ")
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
       return v[int((n + 1) / 2)]
     }
     END {
-      printf "%12s %10s %10s %10s %12s %12s %10s %10s %10s\n", "bytes", "rill", "mpi_tcp", "mpi_vader", "rill/tcp",
-             "rill/vader", "rill_us", "tcp_us", "vader_us"
+      printf "%12s %10s %10s %10s %12s %12s %10s %10s %10s  %s\n", "bytes", "rill", "mpi_tcp", "mpi_vader", "rill/tcp",
+             "rill/vader", "rill_us", "tcp_us", "vader_us", "rill_algorithm"
       n = 0
       for (b in seen) order[++n] = b + 0
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
       for (i = 1; i <= n; i++) {
         b = order[i]
         r = median(values["rill", b]); t = median(values["tcp", b]); v = median(values["vader", b])
-        printf "%12d %10.3f %10.3f %10.3f %11.2fx %11.2fx %10.2f %10.2f %10.2f\n", b, r, t, v, (t > 0 ? r / t : 0),
-               (v > 0 ? r / v : 0), median(us["rill", b]), median(us["tcp", b]), median(us["vader", b])
+        printf "%12d %10.3f %10.3f %10.3f %11.2fx %11.2fx %10.2f %10.2f %10.2f  %s\n", b, r, t, v, (t > 0 ? r / t : 0),
+               (v > 0 ? r / v : 0), median(us["rill", b]), median(us["tcp", b]), median(us["vader", b]), algorithm[b]
       }
     }' "$out"/rill.* "$out"/tcp.* "$out"/vader.*
   echo

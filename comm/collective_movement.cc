@@ -14,7 +14,7 @@ Status Collectives::broadcast(std::span<std::byte> buffer, int root, uint64_t ta
     return invalid_argument("broadcast {}: root {} is not a rank", describe_tag(tag), root);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("broadcast", tag, broadcast_chain(buffer, root, tag));
+  return end("broadcast", "pipelined chain", tag, broadcast_chain(buffer, root, tag));
 }
 
 // A broadcast larger than options_.direct_bytes ends with an empty message
@@ -56,7 +56,7 @@ Status Collectives::all_gather(std::span<const std::byte> in, std::span<std::byt
   }
   RILL_RETURN_IF_ERROR(begin(tag));
   set_blocks(out.size());
-  return end("all_gather", tag, all_gather_ring(in, out, tag));
+  return end("all_gather", "ring", tag, all_gather_ring(in, out, tag));
 }
 
 Status Collectives::all_gather_v(std::span<const std::byte> in, std::span<std::byte> out,
@@ -67,7 +67,7 @@ Status Collectives::all_gather_v(std::span<const std::byte> in, std::span<std::b
                             rank(), blocks_[static_cast<size_t>(rank())].size);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("all_gather_v", tag, all_gather_ring(in, out, tag));
+  return end("all_gather_v", "ring", tag, all_gather_ring(in, out, tag));
 }
 
 // Over blocks_ (bytes). Step s sends block r-s to the right and receives
@@ -116,7 +116,7 @@ Status Collectives::gather(std::span<const std::byte> in, std::span<std::byte> o
     }
     return Status::ok_status();
   };
-  return end("gather", tag, run());
+  return end("gather", "direct", tag, run());
 }
 
 Status Collectives::scatter(std::span<const std::byte> in, std::span<std::byte> out, int root, uint64_t tag) {
@@ -145,7 +145,7 @@ Status Collectives::scatter(std::span<const std::byte> in, std::span<std::byte> 
     }
     return Status::ok_status();
   };
-  return end("scatter", tag, run());
+  return end("scatter", "direct", tag, run());
 }
 
 Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag) {
@@ -157,7 +157,7 @@ Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byt
   RILL_RETURN_IF_ERROR(begin(tag));
   set_blocks(in.size());
   recv_blocks_ = blocks_;
-  return end("all_to_all", tag, all_to_all_blocks(in, out, tag));
+  return end("all_to_all", "pairwise", tag, all_to_all_blocks(in, out, tag));
 }
 
 Status Collectives::all_to_all_v(std::span<const std::byte> in, std::span<const size_t> send_counts,
@@ -171,7 +171,7 @@ Status Collectives::all_to_all_v(std::span<const std::byte> in, std::span<const 
                             blocks_[own].size, recv_blocks_[own].size);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("all_to_all_v", tag, all_to_all_blocks(in, out, tag));
+  return end("all_to_all_v", "pairwise", tag, all_to_all_blocks(in, out, tag));
 }
 
 // Sends blocks_[j] of in to rank j and receives recv_blocks_[j] of out from it.
@@ -207,7 +207,7 @@ Status Collectives::barrier(uint64_t tag) {
     }
     return Status::ok_status();
   };
-  return end("barrier", tag, run());
+  return end("barrier", "dissemination", tag, run());
 }
 
 Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) {
@@ -215,7 +215,7 @@ Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) 
     return invalid_argument("send {}: rank {} is not a peer of rank {}", describe_tag(tag), to, rank());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("send", tag, transport_.send(to, tag, {}, data, &tracker_));
+  return end("send", "point-to-point", tag, transport_.send(to, tag, {}, data, &tracker_));
 }
 
 Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {
@@ -228,7 +228,7 @@ Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {
     if (!data.empty()) std::memcpy(data.data(), bytes, data.size());
     return Status::ok_status();
   };
-  return end("recv", tag, run());
+  return end("recv", "point-to-point", tag, run());
 }
 
 }  // namespace rill::comm

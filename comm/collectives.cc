@@ -130,8 +130,10 @@ Status Collectives::begin(uint64_t tag) {
   return Status::ok_status();
 }
 
-Status Collectives::end(const char* op, uint64_t tag, Status status) {
+Status Collectives::end(const char* op, const char* algorithm, uint64_t tag, Status status) {
   received_.reset();
+  last_op_ = op;
+  last_algorithm_ = world() == 1 ? "local" : algorithm;
   if (status.ok()) status = tracker_.wait(deadline_);
   if (status.ok()) return status;
   if (status.code() != Code::kInvalidArgument && status.code() != Code::kFailedPrecondition) failed_ = true;
@@ -174,10 +176,9 @@ Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, 
                             out.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  Status status = world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes
-                      ? all_reduce_direct(in, out, tag, op)
-                      : all_reduce_ring(in, out, tag, op);
-  status = end("all_reduce", tag, std::move(status));
+  const bool direct = world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes;
+  Status status = direct ? all_reduce_direct(in, out, tag, op) : all_reduce_ring(in, out, tag, op);
+  status = end("all_reduce", direct ? "direct" : "ring", tag, std::move(status));
   if (status.ok()) finish(op, out);  // after end(): the sends read out until then
   return status;
 }
@@ -248,7 +249,7 @@ Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> o
   }
   RILL_RETURN_IF_ERROR(begin(tag));
   set_blocks(in.size());
-  Status status = end("reduce_scatter", tag, reduce_scatter_ring(in, out, tag, op));
+  Status status = end("reduce_scatter", "ring", tag, reduce_scatter_ring(in, out, tag, op));
   if (status.ok()) finish(op, out);
   return status;
 }
@@ -261,7 +262,7 @@ Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float>
                             out.size(), rank(), blocks_[static_cast<size_t>(rank())].size);
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  Status status = end("reduce_scatter_v", tag, reduce_scatter_ring(in, out, tag, op));
+  Status status = end("reduce_scatter_v", "ring", tag, reduce_scatter_ring(in, out, tag, op));
   if (status.ok()) finish(op, out);
   return status;
 }
@@ -303,7 +304,7 @@ Status Collectives::reduce(std::span<const float> in, std::span<float> out, int 
     return invalid_argument("reduce {}: output has {} elements, input {}", describe_tag(tag), out.size(), in.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  Status status = end("reduce", tag, reduce_chain(in, out, root, tag, op));
+  Status status = end("reduce", "pipelined chain", tag, reduce_chain(in, out, root, tag, op));
   if (status.ok() && rank() == root) finish(op, out);
   return status;
 }

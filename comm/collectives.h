@@ -65,6 +65,12 @@ class Collectives {
   int rank() const { return transport_.rank(); }
   int world() const { return transport_.world(); }
   const CollectiveOptions& options() const { return options_; }
+  // The last call's operation and algorithm ("all_reduce", "ring"): "direct"
+  // (every rank sends to every other, one hop), "ring", "pipelined chain",
+  // "pairwise", "dissemination", "point-to-point", or "local" in a world of
+  // one. Empty strings before the first call.
+  const char* last_op() const { return last_op_; }
+  const char* last_algorithm() const { return last_algorithm_; }
   // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen).
   size_t scratch_bytes() const { return (scratch_.capacity() + own_.capacity()) * sizeof(float); }
 
@@ -112,7 +118,7 @@ class Collectives {
 
  private:
   Status begin(uint64_t tag);
-  Status end(const char* op, uint64_t tag, Status status);
+  Status end(const char* op, const char* algorithm, uint64_t tag, Status status);
   Status send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag);
   // Receives the next message from `from`, which must hold `bytes` bytes;
   // the returned bytes live until the next call (possibly unaligned).
@@ -144,6 +150,8 @@ class Collectives {
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;
   bool failed_ = false;
+  const char* last_op_ = "";
+  const char* last_algorithm_ = "";
 };
 
 }  // namespace rill::comm

@@ -378,11 +378,13 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
     for (size_t s = 0; s < t.trace.begin_ns.size(); ++s) {
       if (t.trace.begin_ns[s] == 0) continue;
       const auto per = static_cast<size_t>(std::max(1, t.acts_per_step));
+      nlohmann::json args = {{"step", s / per}, {"micro", s % per}};
+      if (!t.collective.empty()) args["collective"] = t.collective;
       events.push_back({{"ph", "X"},
                         {"name", t.name},
                         {"pid", ActorId::node(t.id)},
                         {"tid", thread},
-                        {"args", {{"step", s / per}, {"micro", s % per}}},
+                        {"args", std::move(args)},
                         {"ts", (t.trace.begin_ns[s] - origin) / 1000.0},
                         {"dur", (t.trace.end_ns[s] - t.trace.begin_ns[s]) / 1000.0}});
     }

@@ -485,7 +485,11 @@ RunReport NodeRun::run() {
   }
   if (report.status.ok()) collect_variables(report);
   if (options_.trace)
-    for (const auto& actor : actors_) report.traces.push_back({actor->id(), actor->name(), actor->trace(), actor->acts_per_step()});
+    for (const auto& actor : actors_) {
+      const auto* boxing = std::get_if<BoxingBody>(&actor->body());
+      report.traces.push_back({actor->id(), actor->name(), actor->trace(), actor->acts_per_step(),
+                               boxing != nullptr ? boxing->collective() : std::string()});
+    }
   return report;
 }
 

@@ -75,6 +75,7 @@ struct ActorTraceRecord {
   std::string name;
   ActTrace trace;  // per act: act i is step i / acts_per_step, micro-batch i % acts_per_step
   int acts_per_step = 1;
+  std::string collective;  // boxing across nodes: what its last act called ("all_reduce ring")
 };
 
 struct RunReport {

@@ -231,6 +231,8 @@ TEST_CASE("64 MiB: all_reduce, reduce_scatter, all_gather, broadcast and all_to_
         std::vector<float> out(count, -1.0f);
         RILL_RETURN_IF_ERROR(c.all_reduce(in, out, 1));
         RILL_RETURN_IF_ERROR(expect_equal(out, want, "all_reduce " + at));
+        if (std::string(c.last_algorithm()) != "ring")
+          return internal_error("a 64 MiB all_reduce ran as '{}', not the ring", c.last_algorithm());
 
         const BlockRange own = block_range(count, world, rank);
         std::vector<float> block(own.size, -1.0f);
@@ -272,7 +274,32 @@ TEST_CASE("64 MiB: all_reduce, reduce_scatter, all_gather, broadcast and all_to_
 TEST_CASE("world 1: every collective is a local copy") {
   auto transports = make_inproc_transports(1);
   Collectives c(*transports[0]);
+  CHECK(std::string(c.last_op()).empty());
   REQUIRE(run_all(c, 37, 3).ok());
+  CHECK(std::string(c.last_op()) == "barrier");
+  CHECK(std::string(c.last_algorithm()) == "local");
+}
+
+TEST_CASE("each call names its algorithm: all_reduce is one direct exchange up to direct_bytes, then the ring") {
+  auto transports = make_inproc_transports(2);
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(20000), 1024});
+    std::vector<float> small(256, 1.0f), large(257, 1.0f);  // 1024 bytes, then 1028
+    std::vector<std::string> seen;
+    RILL_RETURN_IF_ERROR(c.all_reduce(small, small, 1));
+    seen.push_back(fmt::format("{} {}", c.last_op(), c.last_algorithm()));
+    RILL_RETURN_IF_ERROR(c.all_reduce(large, large, 1));
+    seen.push_back(fmt::format("{} {}", c.last_op(), c.last_algorithm()));
+    RILL_RETURN_IF_ERROR(c.broadcast(writable(large), 0, 2));
+    seen.push_back(fmt::format("{} {}", c.last_op(), c.last_algorithm()));
+    RILL_RETURN_IF_ERROR(c.barrier(3));
+    seen.push_back(fmt::format("{} {}", c.last_op(), c.last_algorithm()));
+    const std::vector<std::string> want = {"all_reduce direct", "all_reduce ring", "broadcast pipelined chain",
+                                           "barrier dissemination"};
+    if (seen != want) return internal_error("rank {} saw {}", rank, fmt::join(seen, ", "));
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
 }
 
 TEST_CASE("repeated all_reduce (ring and direct) and reduce_scatter keep their scratch and stay correct") {

@@ -131,6 +131,7 @@ TEST_CASE("mirrored view on 2 nodes: a gradient bucket's all-reduce starts befor
   for (const RunReport& report : reports) {
     const ActTrace* first_layer = nullptr;  // the gradient of w1
     const ActTrace* last_bucket = nullptr;  // the all-reduce of w4's gradient
+    std::string bucket_collective;
     std::string names;
     for (const ActorTraceRecord& r : report.traces) {
       names += " " + r.name;
@@ -138,8 +139,13 @@ TEST_CASE("mirrored view on 2 nodes: a gradient bucket's all-reduce starts befor
           r.name.find("@") != std::string::npos && r.trace.begin_ns.size() == 4 && first_layer == nullptr)
         first_layer = &r.trace;  // fc1's only gradient is w1's: x needs none
       const bool holds_w4 = r.name.rfind("boxing:grad/logits/", 0) == 0 || r.name.rfind("bucket:grad/logits/", 0) == 0;
-      if (holds_w4 && r.name.find("P->B") != std::string::npos) last_bucket = &r.trace;
+      if (holds_w4 && r.name.find("P->B") != std::string::npos) {
+        last_bucket = &r.trace;
+        bucket_collective = r.collective;
+      }
     }
+    // 256 KiB, past the 64 KiB up to which all_reduce is one direct exchange.
+    CHECK(bucket_collective == "all_reduce ring");
     REQUIRE_MESSAGE(first_layer != nullptr, names);
     REQUIRE_MESSAGE(last_bucket != nullptr, names);
     REQUIRE(last_bucket->begin_ns.size() == 4);
