@@ -31,6 +31,8 @@ Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort
   is_variable_ = std::holds_alternative<VariableBody>(body_);
   in_now_.resize(inputs_.size());
   out_now_.resize(outputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    for (size_t j = 0; j < i && !inputs_[i].repeat; ++j) inputs_[i].repeat = inputs_[j].regst == inputs_[i].regst;
 }
 
 void Actor::enable_trace() {
@@ -95,7 +97,7 @@ Status Actor::act(Outbox& outbox) {
   for (InputPort& in : inputs_) {
     if (++in.used < in.acts_per_slot) continue;
     in.used = 0;
-    outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
+    if (!in.repeat) outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
     in.pop();
   }
   return {};
@@ -152,14 +154,18 @@ Status Actor::receive(const ActorMsg& msg, Outbox& outbox) {
       return {};
     }
   } else {
+    bool read = false;  // every port reading the regst takes the message
     for (InputPort& in : inputs_) {
       if (in.regst != msg.regst) continue;
+      read = true;
       if (msg.type == MsgType::kEord) {
         in.eord = true;
       } else if (msg.slot < 0 || msg.slot >= static_cast<int>(in.slots.size()) || !in.push(msg.slot)) {
         return internal_error("actor '{}': regst '{}' readied slot {} beyond its {} slots", name_, in.name,
                               msg.slot, in.slots.size());
       }
+    }
+    if (read) {
       finish_if_done(outbox);
       return {};
     }

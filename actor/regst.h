@@ -50,6 +50,9 @@ struct InputPort {
   // step, read by each micro-batch); `used` of them done.
   int acts_per_slot = 1;
   int used = 0;
+  // An earlier port of the same actor reads the same regst (an op given one
+  // tensor twice, x * x): both see every ready, only the first acks.
+  bool repeat = false;
 
   bool readable() const { return count > 0; }
   int front() const { return fifo[head]; }

@@ -194,6 +194,7 @@ Status build_backward(LogicalGraph* g) {
 
   std::vector<std::string> roots;
   for (const Reported& r : g->reported) roots.push_back(r.tensor);
+  for (const Reported& f : g->fetched) roots.push_back(f.tensor);  // fetched tensors need not reach the loss
   for (VariableNode& v : g->variables) {
     if (!v.variable.trainable || to_loss.count(v.variable.name) == 0) continue;
     RILL_ASSIGN_OR_RETURN(v.grad, backward.total(v.variable.name));

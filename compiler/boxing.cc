@@ -103,6 +103,20 @@ class Inserter {
   // The boxing node that makes `tensor` `to` on placement `where` (the last
   // of a chain), or -1 when none is needed. Steps are shared: one node per
   // (tensor, SBP, placement).
+  // The boxing that makes collective op `op`'s input what it reads: the
+  // ranks' pieces each taken whole as a part of a sum (P) or as rows of a
+  // concatenation (S(0)), then made op.input_sbp. -1 on one device.
+  int collective(const OpNode& op) {
+    const LogicalTensor* t = g_->find(op.inputs[0]);
+    const TensorMeta& out = g_->find(op.outputs[0])->meta;
+    const graph::Placement& p = g_->placement(op.placement);
+    const bool gathers = op.type == "all_gather";
+    const NdSbp in = canonical(NdSbp(gathers ? Sbp::split(0) : Sbp::partial_sum()), p.num_nodes(), p.per_node());
+    // all_gather: the gathered tensor; else one rank's value (what reduce_scatter's blocks split).
+    const TensorMeta as = gathers ? out : *t->local;
+    return chain(op.inputs[0], in, -1, op.input_sbp[0], op.placement, as);
+  }
+
   int need(const std::string& tensor, const NdSbp& to, int where) {
     const LogicalTensor* t = g_->find(tensor);
     if (t->placement == where) return chain(tensor, t->sbp, -1, to, where);
@@ -118,25 +132,30 @@ class Inserter {
  private:
   // The boxing `in` -> `out` of `tensor` reading `from`, from `placement`
   // to `where` (a move when they differ); shared by key.
-  int add(const std::string& tensor, const NdSbp& in, const NdSbp& out, int from, int placement, int where) {
-    auto key = std::make_tuple(tensor, out.to_string(), where);
+  int add(const std::string& tensor, const NdSbp& in, const NdSbp& out, int from, int placement, int where,
+          const std::optional<TensorMeta>& as = std::nullopt) {
+    // A collective's boxings are its own: the pieces read as another tensor.
+    const std::string reading = as ? fmt::format("{} as {}", shape_string(as->shape), in.to_string()) : "";
+    auto key = std::make_tuple(tensor, out.to_string(), where, reading);
     auto it = index_.find(key);
     if (it != index_.end()) return it->second;
     const int id = static_cast<int>(g_->boxings.size());
-    g_->boxings.push_back({tensor, in, out, from, placement, where});
+    g_->boxings.push_back({tensor, in, out, from, placement, where, as});
     index_[key] = id;
     return id;
   }
 
   // `tensor`, made `from_sbp` on `where` by boxing `from` (-1: its
   // producer), made `to` there one step at a time.
-  int chain(const std::string& tensor, const NdSbp& from_sbp, int from, const NdSbp& to, int where) {
+  // `as`: the pieces read as that tensor (a collective's input).
+  int chain(const std::string& tensor, const NdSbp& from_sbp, int from, const NdSbp& to, int where,
+            const std::optional<TensorMeta>& as = std::nullopt) {
     const graph::Placement& p = g_->placement(where);
     if (p.parallel() == 1 || from_sbp == to) return from;
     int last = from;
-    for (const auto& [in, out] : shared_sums(g_->find(tensor)->meta,
+    for (const auto& [in, out] : shared_sums(as ? *as : g_->find(tensor)->meta,
                                              boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p))
-      last = add(tensor, in, out, last, where, where);
+      last = add(tensor, in, out, last, where, where, as);
     return last;
   }
 
@@ -169,7 +188,8 @@ class Inserter {
   }
 
   LogicalGraph* g_;
-  std::map<std::tuple<std::string, std::string, int>, int> index_;
+  // (tensor, SBP made, placement, how a collective reads the pieces) -> boxing
+  std::map<std::tuple<std::string, std::string, int, std::string>, int> index_;
 };
 
 }  // namespace
@@ -179,6 +199,10 @@ Status insert_boxing(LogicalGraph* g) {
   Inserter inserter(g);
   for (OpNode& op : g->ops) {
     op.input_boxing.assign(op.inputs.size(), -1);
+    if (op.def->role == OpRole::kCollective) {
+      op.input_boxing[0] = inserter.collective(op);
+      continue;
+    }
     for (size_t k = 0; k < op.inputs.size(); ++k)
       op.input_boxing[k] = inserter.need(op.inputs[k], op.input_sbp[k], op.placement);
   }

@@ -29,7 +29,11 @@ int LogicalGraph::place(const graph::Placement& p) {
   return static_cast<int>(placements.size()) - 1;
 }
 
-Status LogicalGraph::append_op(OpNode op) {
+const TensorMeta& boxed_meta(const LogicalGraph& g, const BoxingNode& box) {
+  return box.as ? *box.as : g.find(box.tensor)->meta;
+}
+
+Status LogicalGraph::append_op(OpNode op, const std::vector<TensorMeta>* outputs) {
   if (op.def == nullptr) op.def = find_op(op.type);
   if (op.def == nullptr) return not_found("op '{}': unknown op type '{}'", op.name, op.type);
   if (op_names.count(op.name) != 0) return invalid_argument("op name '{}' is used twice", op.name);
@@ -40,8 +44,12 @@ Status LogicalGraph::append_op(OpNode op) {
     in_metas.push_back(t->meta);
   }
   std::vector<TensorMeta> out_metas;
-  Status s = infer_op(*op.def, op.attrs, in_metas, &out_metas);
-  if (!s.ok()) return s.with_context(fmt::format("op '{}'", op.name));
+  if (outputs != nullptr) {
+    out_metas = *outputs;
+  } else {
+    Status s = infer_op(*op.def, op.attrs, in_metas, &out_metas);
+    if (!s.ok()) return s.with_context(fmt::format("op '{}'", op.name));
+  }
   if (op.outputs.size() != out_metas.size())
     return invalid_argument("op '{}' ({}) names {} output(s), the op has {}", op.name, op.type, op.outputs.size(),
                             out_metas.size());

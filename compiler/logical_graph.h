@@ -35,6 +35,10 @@ struct LogicalTensor {
   // Made per micro-batch by the forward pass (or read from data): the
   // pipeline stage that makes it (mark_stages), else -1.
   int stage = -1;
+  // The mirrored view: the tensor as one rank holds it (its piece, which its
+  // tasks see as the whole), inferred from the ranks' own inputs through the
+  // forward ops; unset where an op infers nothing from them.
+  std::optional<TensorMeta> local;
 };
 
 struct InputNode {
@@ -77,6 +81,8 @@ struct OpNode {
 // the one before (`from`). A move (placement != to) copies the pieces of a
 // split or B tensor onto another placement: slices and whole pieces sent
 // where they are needed and assembled there.
+struct LogicalGraph;
+
 struct BoxingNode {
   std::string tensor;
   NdSbp in;
@@ -84,8 +90,15 @@ struct BoxingNode {
   int from = -1;  // the boxing whose output this one reads; -1: the tensor's producer
   int placement = 0;  // where `in` lives (and `out`, unless a move)
   int to = 0;         // where `out` lives
+  // A collective op's input (the mirrored view): the ranks' pieces of
+  // `tensor`, each read whole as a piece of this tensor in `in` (P: each
+  // rank's value a part of a sum; S(0): rank r's rows r*n .. r*n + n - 1).
+  std::optional<TensorMeta> as;
   bool move() const { return placement != to; }
 };
+
+// The logical tensor boxing `box` turns: its `as`, else its tensor's.
+const TensorMeta& boxed_meta(const LogicalGraph& g, const BoxingNode& box);
 
 // A scalar reported to the sink each step: the loss or a metric.
 struct Reported {
@@ -145,8 +158,9 @@ struct LogicalGraph {
   // (op_output_names): `base`, else base_1, base_2, ...
   std::string free_op_name(const std::string& base, int num_outputs) const;
   // Infers `op`'s outputs, registers them as tensors and appends the op.
-  // Errors name the op; output names must be new.
-  Status append_op(OpNode op);
+  // Errors name the op; output names must be new. `outputs`: their metas,
+  // when the caller has inferred them.
+  Status append_op(OpNode op, const std::vector<TensorMeta>* outputs = nullptr);
   // Drops the ops, inputs and variables no root depends on (roots: tensor
   // names), keeping the order of what stays. Run before boxing insertion.
   void prune(const std::vector<std::string>& roots);

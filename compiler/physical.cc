@@ -102,12 +102,14 @@ class Expander {
   // The handle of referenced regst `ref`, piece `rank` (of placement `p`,
   // in `sbp`) of `tensor`: a counted one is stored on first use, with no
   // producer task (tasks that read across nodes are stored on every node).
-  int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank) {
+  // `as`: the logical tensor it is a piece of, when not `tensor` (a collective's boxing).
+  int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
+             const TensorMeta* as = nullptr) {
     if (ref >= 0) return static_cast<int>(ref);
     auto [it, fresh] = stored_.try_emplace(ref, -1);
     if (!fresh) return it->second;
     const Counted& c = counted_[static_cast<size_t>(~ref)];
-    const TensorMeta& logical = g_.find(tensor)->meta;
+    const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
     RegstNode r;
     r.name = tensor;
     r.id = c.id;
@@ -258,7 +260,11 @@ class Expander {
         outs.back()->reserve(static_cast<size_t>(p.parallel()));
         outputs.push_back(&g_.find(out)->meta);
       }
-      for (const std::string& in : op.inputs) inputs.push_back(&g_.find(in)->meta);
+      // What the op reads: a collective's input as its boxing makes it.
+      for (size_t k = 0; k < op.inputs.size(); ++k) {
+        const int b = op.input_boxing.empty() ? -1 : op.input_boxing[k];
+        inputs.push_back(b >= 0 ? &boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]) : &g_.find(op.inputs[k])->meta);
+      }
       const bool everywhere = reads_move(op);  // then it may read across nodes
       int acts = accumulates(op) ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
       for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
@@ -300,7 +306,7 @@ class Expander {
   bool bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
     const BoxingNode& box = g_.boxings[b];
     const LogicalTensor* t = g_.find(box.tensor);
-    return !box.move() && at(box.placement).num_nodes() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
+    return !box.move() && !box.as && at(box.placement).num_nodes() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
            box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ &&
            !read_by_boxing[b];
   }
@@ -334,7 +340,9 @@ class Expander {
   }
 
   static std::string boxing_name(const BoxingNode& box) {
-    return fmt::format("boxing:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
+    // A collective op's boxing reads the pieces as another tensor: named apart.
+    return fmt::format("{}:{}:{}->{}", box.as ? "collective" : "boxing", box.tensor, box.in.to_string(),
+                       box.out.to_string());
   }
 
   // The regst holding piece `rank` (of its placement) of what boxing `b`
@@ -361,8 +369,12 @@ class Expander {
     std::vector<int> inputs;
     for (int b : unit) {
       const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+      // A collective's first boxing reads the producer's pieces, in the tensor's own layout.
+      const LogicalTensor* t = g_.find(box.tensor);
+      const bool own = box.from < 0 && box.as;
       for (int d = 0; d < count; ++d) {
-        const int regst = handle(boxing_input(box, first + d), box.tensor, box.in, box.placement, first + d);
+        const int regst = handle(boxing_input(box, first + d), box.tensor, own ? t->sbp : box.in, box.placement,
+                                 first + d, own ? &t->meta : &boxed_meta(g_, box));
         if (d == 0 || regst != inputs.back()) inputs.push_back(regst);
       }
     }
@@ -372,7 +384,7 @@ class Expander {
   void add_per_device_boxing(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
     const graph::Placement& p = at(box.placement);
-    const TensorMeta& meta = g_.find(box.tensor)->meta;
+    const TensorMeta& meta = boxed_meta(g_, box);
     const bool everywhere = reads_move(b);
     for (int rank = 0; rank < p.parallel(); ++rank) {
       if (!out_.stores(p.node_of(rank)) && !everywhere) {
@@ -396,7 +408,7 @@ class Expander {
   // which never waits for a collective). Returns the regst.
   int add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
                     const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp) {
-    const TensorMeta& meta = g_.find(box.tensor)->meta;
+    const TensorMeta& meta = boxed_meta(g_, box);
     TaskNode task;
     task.kind = plan::TaskKind::Boxing;
     task.name = std::move(name);
@@ -567,7 +579,7 @@ class Expander {
         members.push_back({node, t});
         for (int b : unit) {
           const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
-          const TensorMeta& meta = g_.find(member.tensor)->meta;
+          const TensorMeta& meta = boxed_meta(g_, member);
           // A B result is one regst that every device of the node reads.
           const int shared =
               member.out.within.kind == Sbp::kBroadcast ? add_regst(t, member.tensor, meta, member.out, p, first) : -1;
@@ -637,7 +649,8 @@ class Expander {
   int read(const std::string& tensor, int boxing, int rank) {
     if (boxing >= 0) {
       const BoxingNode& box = g_.boxings[static_cast<size_t>(boxing)];
-      return handle(boxed_[static_cast<size_t>(boxing)][static_cast<size_t>(rank)], tensor, box.out, box.to, rank);
+      return handle(boxed_[static_cast<size_t>(boxing)][static_cast<size_t>(rank)], tensor, box.out, box.to, rank,
+                    &boxed_meta(g_, box));
     }
     const LogicalTensor* t = g_.find(tensor);
     return handle(pieces_.at(tensor)[static_cast<size_t>(rank)], tensor, t->sbp, t->placement, rank);

@@ -82,10 +82,40 @@ std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, 
   return out;
 }
 
+// A collective op (the mirrored view) reads the ranks' pieces of its input
+// as they are, through a boxing that takes each whole (insert_boxing): its
+// kernel reads what that makes (B, or S(0) blocks for reduce_scatter). What
+// it writes: an all_reduce keeps a split input's layout (each rank's piece
+// then holds the combined value), else B; an all_gather B; a
+// reduce_scatter S(0) blocks.
+Status deduce_collective(LogicalGraph* g, OpNode& op) {
+  const graph::Placement& p = g->placement(op.placement);
+  const LogicalTensor* x = g->find(op.inputs[0]);
+  auto flat = [&](const Sbp& s) { return canonical(NdSbp(s), p.num_nodes(), p.per_node()); };
+  for (int rank = 0; rank < p.parallel(); ++rank) {
+    const Region piece = piece_region(x->meta.shape, x->sbp, p.num_nodes(), p.per_node(), rank);
+    if (!x->local || piece.extent != x->local->shape)
+      return invalid_argument("op '{}' ({}): rank {} holds '{}' as {} ({} over {} ranks), not the {} each rank's "
+                              "ops make; the ranks' values must have one shape",
+                              op.name, op.type, rank, x->name, shape_string(piece.extent), x->sbp.to_string(),
+                              p.parallel(), x->local ? shape_string(x->local->shape) : "?");
+  }
+  op.input_sbp = {flat(op.type == "reduce_scatter" ? Sbp::split(0) : Sbp::broadcast())};
+  NdSbp out = op.input_sbp[0];
+  if (op.type == "all_reduce" && x->sbp.has(Sbp::kSplit)) out = x->sbp;
+  op.output_sbp = {out};
+  g->find(op.outputs[0])->sbp = out;
+  return {};
+}
+
 }  // namespace
 
 Status deduce_sbp(LogicalGraph* g) {
   for (OpNode& op : g->ops) {
+    if (op.def->role == OpRole::kCollective) {
+      RILL_RETURN_IF_ERROR(deduce_collective(g, op));
+      continue;
+    }
     const graph::Placement& placement = g->placement(op.placement);
     RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
     const std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);

@@ -175,6 +175,72 @@ Status add_reported(const graph::Job& job, Mode mode, LogicalGraph* g) {
   return {};
 }
 
+// The mirrored view: a rank's own inputs (its batch_size rows) and variables.
+void set_local_leaves(LogicalGraph* g) {
+  const int64_t ranks = g->placement(0).parallel();
+  for (auto& [name, t] : g->tensors) {
+    t.local = t.meta;
+    if (t.origin == TensorOrigin::kInput && !t.local->shape.empty()) t.local->shape[0] /= ranks;
+  }
+}
+
+// Appends forward op `node`. In the mirrored view it also infers what each
+// rank holds from what it reads (tasks run on their pieces as wholes); a
+// collective op's shapes come from those: a rank's all_reduce has its
+// input's, an all_gather is the same on every rank (B), a reduce_scatter's
+// blocks are S(0) pieces of the rank-local sum.
+Status append_forward_op(OpNode node, LogicalGraph* g) {
+  const std::string what = fmt::format("op '{}' ({})", node.name, node.type);
+  const OpDef* def = find_op(node.type);
+  const bool collective = def != nullptr && def->role == OpRole::kCollective;
+  if (collective && !g->mirrored)
+    return invalid_argument(
+        "{}: collectives are ops of the mirrored view (train.view \"mirrored\"){}", what,
+        g->mode == Mode::kEval ? "; eval plans run in the consistent view (a per-rank eval is not there yet)" : "");
+  if (!g->mirrored) return g->append_op(std::move(node));
+  std::optional<std::vector<TensorMeta>> local_ins(std::in_place);
+  for (const std::string& in : node.inputs) {
+    const LogicalTensor* t = g->find(in);
+    if (t == nullptr || !t->local) {
+      local_ins.reset();
+      break;
+    }
+    local_ins->push_back(*t->local);
+  }
+  std::vector<TensorMeta> local_outs;
+  if (collective) {
+    for (const char* attr : {"ranks", "scale"})
+      if (node.attrs.has(attr)) return invalid_argument("{}: attr '{}' is the compiler's (the job's devices)", what, attr);
+    const int64_t ranks = g->placement(0).parallel();
+    node.attrs.set("ranks", ranks);
+    node.attrs.set("scale", node.attrs.get_string("reduce", "sum") == "mean" ? 1.0 / static_cast<double>(ranks) : 1.0);
+    if (!local_ins) {
+      const LogicalTensor* t = node.inputs.empty() ? nullptr : g->find(node.inputs[0]);
+      return invalid_argument("{}: what each rank holds of '{}' is not known{}", what,
+                              node.inputs.empty() ? "" : node.inputs[0],
+                              t == nullptr ? " (no such tensor)" : ": an op before it infers no shape from a rank's own");
+    }
+    Status s = infer_op(*def, node.attrs, *local_ins, &local_outs);
+    if (!s.ok()) return s.with_context(what);
+    const TensorMeta& x = g->find(node.inputs[0])->meta;
+    // all_reduce: the input's layout (settled by SBP deduction); all_gather:
+    // the gathered tensor whole; reduce_scatter: the sum, split.
+    const std::vector<TensorMeta> logical = {node.type == "all_reduce"   ? x
+                                             : node.type == "all_gather" ? local_outs[0]
+                                                                         : (*local_ins)[0]};
+    const std::vector<std::string> outputs = node.outputs;
+    RILL_RETURN_IF_ERROR(g->append_op(std::move(node), &logical));
+    g->find(outputs[0])->local = local_outs[0];
+    return {};
+  }
+  if (local_ins && !infer_op(*def, node.attrs, *local_ins, &local_outs).ok()) local_ins.reset();
+  const std::vector<std::string> outputs = node.outputs;
+  RILL_RETURN_IF_ERROR(g->append_op(std::move(node)));
+  if (local_ins && local_outs.size() == outputs.size())
+    for (size_t k = 0; k < outputs.size(); ++k) g->find(outputs[k])->local = local_outs[k];
+  return {};
+}
+
 }  // namespace
 
 StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster& cluster, Mode mode) {
@@ -204,6 +270,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   std::set<std::string> names;
   RILL_RETURN_IF_ERROR(add_inputs(job, mode, &g, &names));
   RILL_RETURN_IF_ERROR(add_variables(job, &g, &names));
+  if (g.mirrored) set_local_leaves(&g);
   // Ops are in definition order (check_job requires every input to be defined
   // earlier), which is a topological order.
   for (const graph::Op& op : job.ops) {
@@ -230,7 +297,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
         RILL_ASSIGN_OR_RETURN(*hint, place_sbp(*hint, node.placement, what, g));
         g.two_d = g.two_d || !hint->flat();
       }
-    RILL_RETURN_IF_ERROR(g.append_op(std::move(node)));
+    RILL_RETURN_IF_ERROR(append_forward_op(std::move(node), &g));
   }
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));
   std::vector<std::string> roots;

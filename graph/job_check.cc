@@ -232,6 +232,8 @@ class GraphChecker {
           issues_->add(path, "{}: {}", where, s.message());
           outputs.clear();
         }
+        // A gather's or scatter's shape depends on the ranks, known when compiled.
+        if (def->role == OpRole::kCollective && op.type != "all_reduce") outputs.clear();
       }
       if (op.outputs.empty()) issues_->add(path + ".outputs", "{}: the op has no outputs", where);
       if (op.output_sbp.size() > op.outputs.size())
@@ -263,6 +265,20 @@ class GraphChecker {
       issues_->add(path + ".type", "{}: '{}' is an optimizer update; the optimizer section adds these", where,
                    op.type);
       return nullptr;
+    }
+    if (def->role == OpRole::kCollective) {
+      if (job_.train.view != "mirrored") {
+        issues_->add(path + ".type",
+                     "{}: '{}' is a collective of the mirrored view (train.view \"mirrored\"), where each device "
+                     "holds its own value; in the consistent view a tensor is one value, and SBP hints say how its "
+                     "parts are laid out",
+                     where, op.type);
+        return nullptr;
+      }
+      for (const char* attr : {"ranks", "scale"})
+        if (op.attrs.has(attr))
+          issues_->add(path + ".attrs." + attr, "{}: attr '{}' of '{}' is the compiler's (the job's devices)", where,
+                       attr, op.type);
     }
     int n = static_cast<int>(op.inputs.size());
     if (def->num_inputs >= 0 && n != def->num_inputs)

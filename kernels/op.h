@@ -83,6 +83,7 @@ enum class OpRole : uint8_t {
   kCompute,      // a forward or backward op
   kInitializer,  // no inputs; fills output 0 once (variables)
   kUpdate,       // optimizer: updates input 0 (the variable) in place from input 1 (its gradient)
+  kCollective,   // the mirrored view's collectives: the compiler exchanges the ranks' pieces, the kernel finishes
 };
 
 struct OpDef {

@@ -20,6 +20,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReluGradOp, &kGeluGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
+    &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
     // OP-LIST: keep sorted by group; see kernels/ops/ops.h.
 });
 

@@ -42,9 +42,11 @@ StatusOr<Body> BoxingSetup::body(const plan::Task& task) {
     return invalid_argument("task '{}': boxing piece {} of {}: one task per piece is for conversions within a "
                             "node to split or P pieces, not {} -> {}",
                             name, piece, local, in_sbp.to_string(), out_sbp.to_string());
+  // Each tensor's logical shape, from what the task writes (a collective op's
+  // boxing reads the pieces of its input as parts of another tensor).
   std::vector<TensorMeta> metas;
   for (int k = 0; k < tensors; ++k) {
-    const plan::RegstDesc* piece = regst_(task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k * local)));
+    const plan::RegstDesc* piece = regst_(task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
     metas.push_back(TensorMeta{read_shape(piece->logical_shape()), read_dtype(piece->dtype())});
     if (metas.back().shape.size() > static_cast<size_t>(kMaxRank))
       return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name,

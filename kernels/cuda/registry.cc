@@ -32,6 +32,9 @@ constexpr Entry kCudaKernels[] = {
     {"mse_loss", cuda_ops::mse_loss}, {"mse_loss_grad", cuda_ops::mse_loss_grad},
     {"transpose", cuda_ops::transpose}, {"slice", cuda_ops::slice}, {"slice_grad", cuda_ops::slice_grad},
     {"concat", cuda_ops::concat},
+    // The collectives' finishing step (the exchange is a boxing): the mean's
+    // scale, or a copy (attr `scale` 1).
+    {"all_reduce", cuda_ops::scale}, {"reduce_scatter", cuda_ops::scale}, {"all_gather", cuda_ops::copy},
 };
 
 }  // namespace

@@ -16,6 +16,7 @@ extern const OpDef kReluGradOp, kGeluGradOp, kTanhGradOp, kSigmoidGradOp, kSoftm
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,
     kAccuracyOp;  // losses and metrics
 extern const OpDef kReduceSumOp, kReduceMeanOp, kBroadcastLikeOp;  // reductions
+extern const OpDef kAllReduceOp, kAllGatherOp, kReduceScatterOp;  // collectives (the mirrored view)
 // OP-DECLS
 
 }  // namespace rill

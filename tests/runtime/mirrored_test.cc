@@ -21,6 +21,63 @@ using testing::run;
 
 graph::Job ddp_sample() { return load_sample("samples/ddp/ddp_train.json"); }
 
+// The seed's job with collective ops on its data (rank r reads rows 2r and
+// 2r + 1 of x: the seed's rank 0 rows for even r, rank 1's for odd r), w
+// filled with 1, fetching every result at step 1. All values are small
+// integers, exact in float whatever the order of the sums.
+graph::Job collectives_job(int ranks) {
+  graph::Job job = ddp_sample();
+  job.datasets[0].tensors[0].shape = {2 * ranks, 2};
+  job.datasets[0].tensors[1].shape = {2 * ranks, 1};
+  job.datasets[0].tensors[0].f32.clear();
+  job.datasets[0].tensors[1].f32.clear();
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> x = r % 2 == 0 ? std::vector<float>{1, 2, 2, 3} : std::vector<float>{4, 6, 3, 1};
+    const std::vector<float> y = r % 2 == 0 ? std::vector<float>{8, 13} : std::vector<float>{26, 9};
+    job.datasets[0].tensors[0].f32.insert(job.datasets[0].tensors[0].f32.end(), x.begin(), x.end());
+    job.datasets[0].tensors[1].f32.insert(job.datasets[0].tensors[1].f32.end(), y.begin(), y.end());
+  }
+  job.variables[0].init.attrs.set("value", 1.0);
+  auto op = [&](const std::string& name, const std::string& type, const std::string& input, const char* reduce) {
+    graph::Op o{name, type, {input}, {name}, {}, {}, {}};
+    if (reduce != nullptr) o.attrs.set("reduce", std::string(reduce));
+    job.ops.push_back(o);
+    job.fetch.push_back(name);
+  };
+  op("x_sum", "all_reduce", "x", nullptr);
+  op("x_mean", "all_reduce", "x", "mean");
+  op("x_all", "all_gather", "x", nullptr);
+  op("x_block", "reduce_scatter", "x_all", nullptr);  // B: every rank's gathered rows, so ranks x them
+  op("w_sum", "all_reduce", "w", nullptr);          // B: every rank's w, so ranks * w
+  op("loss_mean", "all_reduce", "loss", "mean");  // P: each rank's own loss
+  job.metrics.push_back({"mean_loss", "loss_mean"});
+  return job;
+}
+
+// What rank r of `ranks` fetches for each of collectives_job's ops.
+std::map<std::string, std::vector<float>> collectives_expected(int ranks, int r) {
+  const std::vector<std::vector<float>> x = {{1, 2, 2, 3}, {4, 6, 3, 1}, {1, 2, 2, 3}, {4, 6, 3, 1}};
+  std::vector<float> sum(4, 0), all;
+  for (int q = 0; q < ranks; ++q) {
+    for (size_t i = 0; i < 4; ++i) sum[i] += x[static_cast<size_t>(q)][i];
+    all.insert(all.end(), x[static_cast<size_t>(q)].begin(), x[static_cast<size_t>(q)].end());
+  }
+  std::vector<float> mean = sum, block = x[static_cast<size_t>(r)];
+  // The mean is the sum times 1/ranks rounded to float (as the kernel does).
+  for (float& v : mean) v *= static_cast<float>(1.0 / ranks);
+  for (float& v : block) v *= static_cast<float>(ranks);  // rank r's rows of ranks x the gathered rows
+  return {{"x_sum", sum}, {"x_mean", mean}, {"x_all", all}, {"x_block", block},
+          {"w_sum", {static_cast<float>(ranks), static_cast<float>(ranks)}}};
+}
+
+// Each rank's summed squared error at w = [1, 1]: rows sum to [3, 5] against
+// [8, 13] (89), [10, 4] against [26, 9] (281).
+double collectives_mean_loss(int ranks) {
+  double sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += r % 2 == 0 ? 89.0 : 281.0;
+  return sum / ranks;
+}
+
 }  // namespace
 
 TEST_CASE("mirrored view: each rank's loss is over its own rows, and the step's loss is their mean") {
@@ -156,6 +213,78 @@ TEST_CASE("mirrored view on 2 nodes: a gradient bucket's all-reduce starts befor
     for (size_t step = 0; step < 4; ++step) early += last_bucket->begin_ns[step] < first_layer->begin_ns[step];
     CHECK(early >= 3);
   }
+}
+
+TEST_CASE("collectives as ops of a mirrored job: all_reduce (sum, mean), all_gather and reduce_scatter") {
+  // One node of 2 and 3 ranks (exchanges within the node), then 2 nodes x
+  // cpu:1 and x cpu:2 (collectives across nodes, sums within). Inputs split
+  // by rank (x), B (w, the gathered rows) and P (each rank's loss).
+  struct Case {
+    int nodes;
+    const char* devices;
+  };
+  for (const Case& c : {Case{1, "cpu:2"}, Case{1, "cpu:3"}, Case{2, "cpu:1"}, Case{2, "cpu:2"}}) {
+    CAPTURE(c.nodes);
+    CAPTURE(c.devices);
+    auto cluster = compiler::parse_devices(c.devices, c.nodes);
+    REQUIRE(cluster.ok());
+    const int ranks = cluster->parallel();
+    auto plan = compiler::compile(collectives_job(ranks), *cluster, {.steps = 1});
+    REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+    std::map<std::string, std::vector<float>> fetched;
+    std::vector<double> mean_loss;
+    testing::run_nodes(*plan, c.nodes, [&](RunOptions& options) {
+      options.on_step = [&](const StepMetrics& m) {
+        for (size_t i = 0; i < m.fetch_names.size(); ++i) {
+          const TensorView& v = *m.fetched[i];
+          fetched[m.fetch_names[i]] = std::vector<float>(v.f32(), v.f32() + v.size());
+        }
+        for (size_t k = 0; k < m.names.size(); ++k)
+          if (m.names[k] == "mean_loss")
+            for (int r = 0; r < m.ranks; ++r) mean_loss.push_back(m.rank_values[k * static_cast<size_t>(m.ranks) + r]);
+      };
+    });
+    for (int r = 0; r < ranks; ++r)
+      for (const auto& [name, want] : collectives_expected(ranks, r)) {
+        INFO(name << "@" << r);
+        REQUIRE(fetched.count(fmt::format("{}@{}", name, r)) == 1);
+        CHECK(fetched.at(fmt::format("{}@{}", name, r)) == want);
+      }
+    REQUIRE(mean_loss.size() == static_cast<size_t>(ranks));
+    for (double v : mean_loss) CHECK(v == collectives_mean_loss(ranks));
+  }
+}
+
+TEST_CASE("collectives in a job: refused in the consistent view, and where the ranks' values differ in shape") {
+  graph::Job job = collectives_job(2);
+  job.train.view = "consistent";
+  job.train.batch_size = 4;
+  auto cluster = compiler::parse_devices("cpu:2", 1);
+  auto plan = compiler::compile(job, *cluster, {.steps = 1});
+  REQUIRE(!plan.ok());
+  CHECK(plan.status().message().find("mirrored view") != std::string::npos);
+
+  // reduce_scatter of x's 2 rows over 3 ranks: no equal blocks.
+  graph::Job uneven = collectives_job(3);
+  uneven.ops.push_back({"bad", "reduce_scatter", {"x"}, {"bad"}, {}, {}, {}});
+  uneven.fetch.push_back("bad");
+  plan = compiler::compile(uneven, *compiler::parse_devices("cpu:3", 1), {.steps = 1});
+  REQUIRE(!plan.ok());
+  CHECK(plan.status().message().find("op 'bad' (reduce_scatter)") != std::string::npos);
+  CHECK(plan.status().message().find("3 equal blocks") != std::string::npos);
+}
+
+TEST_CASE("one tensor read twice by a task (an op's two inputs, a reported and fetched loss) runs") {
+  // Each port reading the regst takes every ready; one of them acks it.
+  graph::Job job = ddp_sample();
+  job.ops.push_back({"x2", "mul", {"x", "x"}, {"x2"}, {}, {}, {}});
+  job.fetch = {"x2", "loss"};
+  JobResult result = run(job, "cpu:2", 2);
+  REQUIRE_MESSAGE(result.status.ok(), result.status.to_string());
+  CHECK(result.fetched.at("x2@0").values == std::vector<float>{1, 4, 4, 9});
+  CHECK(result.fetched.at("x2@1").values == std::vector<float>{16, 36, 9, 1});
+  REQUIRE(result.fetched.at("loss@1").values.size() == 1);
+  CHECK(result.fetched.at("loss@1").values[0] == result.rank_metrics[1].at("loss"));
 }
 
 }  // namespace rill
