@@ -209,6 +209,13 @@ TensorHandle JobBuilder::accuracy(TensorHandle logits, TensorHandle labels, cons
 TensorHandle JobBuilder::scale(TensorHandle x, double factor, const OpOptions& o) {
   return op("scale", {x}, {{"scale", factor}}, o);
 }
+TensorHandle JobBuilder::all_reduce(TensorHandle x, const std::string& reduce, const OpOptions& o) {
+  return op("all_reduce", {x}, {{"reduce", reduce}}, o);
+}
+TensorHandle JobBuilder::all_gather(TensorHandle x, const OpOptions& o) { return op("all_gather", {x}, {}, o); }
+TensorHandle JobBuilder::reduce_scatter(TensorHandle x, const std::string& reduce, const OpOptions& o) {
+  return op("reduce_scatter", {x}, {{"reduce", reduce}}, o);
+}
 
 void JobBuilder::minimize(TensorHandle loss, graph::Optimizer optimizer) {
   job_.loss = loss.name;

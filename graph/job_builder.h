@@ -117,6 +117,12 @@ class JobBuilder {
   TensorHandle concat(std::vector<TensorHandle> xs, int64_t axis, const OpOptions& options = {});
   TensorHandle accuracy(TensorHandle logits, TensorHandle labels, const OpOptions& options = {});
   TensorHandle scale(TensorHandle x, double factor, const OpOptions& options = {});
+  // Collectives over the ranks, for jobs in the mirrored view (TrainConfig::view "mirrored"):
+  // every rank's x combined ("sum" or "mean"), concatenated along axis 0, or
+  // combined and cut into one block of axis 0 per rank.
+  TensorHandle all_reduce(TensorHandle x, const std::string& reduce = "sum", const OpOptions& options = {});
+  TensorHandle all_gather(TensorHandle x, const OpOptions& options = {});
+  TensorHandle reduce_scatter(TensorHandle x, const std::string& reduce = "sum", const OpOptions& options = {});
 
   // Puts `members` (inputs, variables or ops, by the tensor an op makes or
   // its name) on `placement`, e.g. graph::parse_placement("cpu 1:0-1").

@@ -60,4 +60,37 @@ TEST_CASE("mirrored plans: batch_size rows per rank, tasks see their own pieces 
   CHECK(tasks_of_kind(p, plan::TaskKind::Sink)[0]->sink()->ranks() == 0);
 }
 
+TEST_CASE("mirrored plans: a collective op reads its input through a boxing of the ranks' pieces taken whole") {
+  graph::Job job = testing::linear_regression_job(16, 2);
+  job.train.view = "mirrored";
+  job.ops.push_back({"mean_loss", "all_reduce", {"loss"}, {"mean_loss"}, Attrs{{"reduce", std::string("mean")}}, {}, {}});
+  job.ops.push_back({"all_pred", "all_gather", {"pred"}, {"all_pred"}, {}, {}, {}});
+  job.fetch = {"mean_loss", "all_pred"};
+  for (int nodes : {1, 2}) {
+    CAPTURE(nodes);
+    std::string bytes = compile_ok(job, "cpu:1", {}, nodes);
+    const plan::Plan& p = *plan_of(bytes);
+    std::map<std::string, const plan::Task*> by_name;
+    for (const plan::Task* t : *p.tasks()) by_name[t->name()->str()] = t;
+    if (nodes == 1) {  // one rank: nothing to exchange, the op reads the piece as it is
+      for (const auto& [name, t] : by_name) CHECK(name.rfind("collective:", 0) != 0);
+      continue;
+    }
+    // Across 2 nodes: the loss (one scalar per rank) as parts of a sum, the
+    // predictions ([2, 1] per rank) as rows of a [4, 1] tensor.
+    const plan::Task* sum = by_name.at("collective:loss:P->B@node0");
+    const plan::Task* gather = by_name.at("collective:pred:S(0)->B@node0");
+    CHECK(sum->boxing()->peers()->size() == 2);
+    const auto* gathered = compiler::find_regst(p, gather->outputs()->Get(0))->shape();
+    CHECK(std::vector<int64_t>(gathered->begin(), gathered->end()) == std::vector<int64_t>{4, 1});
+    CHECK(compiler::find_regst(p, sum->outputs()->Get(0))->shape()->size() == 0);
+    // The ops read what those make; the mean's 1/ranks is the op's scale.
+    const plan::Task* mean = by_name.at("mean_loss@0");
+    CHECK(mean->inputs()->Get(0) == sum->outputs()->Get(0));
+    CHECK(by_name.at("all_pred@0")->inputs()->Get(0) == gather->outputs()->Get(0));
+    const std::string json = compiler::plan_json(p);
+    CHECK(json.find("\"collective\": \"all_gather\"") != std::string::npos);
+  }
+}
+
 }  // namespace rill

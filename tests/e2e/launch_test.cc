@@ -105,3 +105,28 @@ TEST_CASE("rill launch --nproc_per_node 2 runs the seed's DDP example: each rank
   // The model is printed once training is done.
   CHECK(ran.output.find("[rank0] 500/500 loss:") < ran.output.find("[rank0] w:"));
 }
+
+// Collectives as ops of a mirrored job, across 2 agents (each rank its own
+// process on its own address, the exchanges over ZeroMQ): every rank prints
+// the mean of the ranks' losses (an all_reduce) and the gathered
+// predictions of both ranks (an all_gather), the same on each. Converged
+// least squares: the predictions are the targets far within 1e-3.
+TEST_CASE("collectives as ops of a mirrored job on 2 agents: all_reduce of the losses, all_gather of the predictions") {
+  Ran ran = run_rill("run " + root() + "/samples/ddp/ddp_collectives.json --nodes 2 --devices cpu:1 --ctrl-port 19540");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  std::vector<std::string> means;
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    std::smatch m;
+    const std::regex mean("\\[rank" + std::to_string(rank) + "\\] 500/500 loss:\\S+ mean_loss:(\\S+)");
+    REQUIRE(std::regex_search(ran.output, m, mean));
+    means.push_back(m[1].str());
+    const std::regex gathered("\\[rank" + std::to_string(rank) +
+                              "\\] all_pred:\\[\\[([-0-9.]+)\\], \\[([-0-9.]+)\\], \\[([-0-9.]+)\\], \\[([-0-9.]+)\\]\\]");
+    REQUIRE(std::regex_search(ran.output, m, gathered));
+    const double want[] = {8, 13, 26, 9};
+    for (int i = 0; i < 4; ++i) CHECK(std::abs(std::stod(m[i + 1].str()) - want[i]) < 1e-3);
+  }
+  CHECK(means[0] == means[1]);  // one all-reduced value, printed alike
+}

@@ -59,6 +59,14 @@ TEST_CASE("JobBuilder op helpers set only the attributes they are given") {
   CHECK(ops[9].output_sbp == std::vector<std::optional<NdSbp>>{Sbp::split(0)});
   CHECK(multi == std::vector<TensorHandle>{{"custom_1:0"}, {"custom_1:1"}});
   CHECK(ops[10].outputs == std::vector<std::string>{"custom_1:0", "custom_1:1"});
+  b.all_reduce(x, "mean", {.name = "ar"});
+  b.all_gather(x, {.name = "ag"});
+  b.reduce_scatter(x, "sum", {.name = "rsc"});
+  CHECK(ops[11].type == "all_reduce");
+  CHECK(ops[11].attrs == Attrs{{"reduce", std::string("mean")}});
+  CHECK(ops[12].type == "all_gather");
+  CHECK(ops[12].attrs.values().empty());
+  CHECK(ops[13].attrs == Attrs{{"reduce", std::string("sum")}});
 }
 
 TEST_CASE("build_checked reports mistakes with the job file's messages") {

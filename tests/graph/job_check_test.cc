@@ -338,4 +338,22 @@ TEST_CASE("the mirrored view: hand placement, SBP, stages and ZeRO are errors na
   CHECK(has(issues_of(job), "train.batch_size 3 on each of 2 devices is larger than dataset 'data' (4 samples)"));
 }
 
+TEST_CASE("collective ops: the mirrored view's only, their reduce checked, ranks and scale the compiler's") {
+  Job job = samples::make_linear_regression_job();
+  job.ops.push_back({"total", "all_reduce", {"loss"}, {"total"}, {}, {}, {}});
+  CHECK(has(issues_of(job), "ops[2].type | ops[2] (total): 'all_reduce' is a collective of the mirrored view"));
+  job.train.view = "mirrored";
+  job.train.batch_size = 2;
+  job.train.devices = "cpu:2";
+  CHECK(issues_of(job).empty());
+  job.ops[2].attrs.set("reduce", std::string("max"));
+  CHECK(has(issues_of(job), "reduce is 'max'; expected \"sum\" or \"mean\""));
+  job.ops[2].attrs = Attrs{{"ranks", int64_t{4}}};
+  CHECK(has(issues_of(job), "ops[2].attrs.ranks | ops[2] (total): attr 'ranks' of 'all_reduce' is the compiler's"));
+  // A gather's shape depends on the ranks: what reads it is checked when compiled.
+  job.ops[2] = {"all_y", "all_gather", {"y"}, {"all_y"}, {}, {}, {}};
+  job.ops.push_back({"twice", "add", {"all_y", "all_y"}, {"twice"}, {}, {}, {}});
+  CHECK(issues_of(job).empty());
+}
+
 }  // namespace rill::graph
