@@ -33,6 +33,12 @@ Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort
   out_now_.resize(outputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
     for (size_t j = 0; j < i && !inputs_[i].repeat; ++j) inputs_[i].repeat = inputs_[j].regst == inputs_[i].regst;
+  for (OutputPort& out : outputs_) {
+    out.repeats.assign(out.consumers.size(), false);
+    for (size_t i = 0; i < out.consumers.size(); ++i)
+      for (size_t j = 0; j < i && !out.repeats[i]; ++j)
+        out.repeats[i] = ActorId::node(out.consumers[j]) == ActorId::node(out.consumers[i]);
+  }
 }
 
 void Actor::enable_trace() {
@@ -63,8 +69,8 @@ void Actor::ready_outputs(Outbox& outbox, int64_t step) {
     int slot = out.next_slot();
     out.pending[slot] = static_cast<int>(out.consumers.size());
     ++out.written;
-    for (uint64_t consumer : out.consumers)
-      outbox.send(ActorMsg{id_, consumer, MsgType::kReady, slot, out.regst, step});
+    for (size_t c = 0; c < out.consumers.size(); ++c)
+      outbox.send(ActorMsg{id_, out.consumers[c], MsgType::kReady, slot, out.regst, step, out.repeats[c]});
   }
 }
 

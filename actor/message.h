@@ -29,6 +29,9 @@ struct ActorMsg {
   int32_t slot = 0;
   int64_t regst = 0;
   int64_t step = 0;
+  // A ready to another node whose bytes an earlier ready of the same slot,
+  // to a consumer on that node, already carries: sent without them.
+  bool repeat = false;
 };
 
 // Where an actor puts the messages it sends. The runtime's bus routes them by

@@ -18,6 +18,9 @@ struct OutputPort {
   int64_t regst = 0;
   std::string name;
   std::vector<uint64_t> consumers;
+  // Per consumer: an earlier one is on its node (its ready is a repeat:
+  // the bytes reach that node once).
+  std::vector<bool> repeats;
   std::vector<TensorView> slots;  // register_num views
   std::vector<int> pending;       // outstanding acks per slot
   int64_t written = 0;            // slots readied so far

@@ -93,9 +93,10 @@ class Expander {
     int64_t id;
     uint64_t producer_id;
     std::optional<NdSbp> sbp;
+    bool is_model = false;
   };
-  int64_t count_regst(uint64_t producer_id, std::optional<NdSbp> sbp = std::nullopt) {
-    counted_.push_back({out_.next_regst++, producer_id, std::move(sbp)});
+  int64_t count_regst(uint64_t producer_id, std::optional<NdSbp> sbp = std::nullopt, bool is_model = false) {
+    counted_.push_back({out_.next_regst++, producer_id, std::move(sbp), is_model});
     return ~static_cast<int64_t>(counted_.size() - 1);
   }
 
@@ -118,6 +119,7 @@ class Expander {
     r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
     r.logical_shape = logical.shape;
     r.sbp = c.sbp.value_or(sbp);
+    r.is_model = c.is_model;
     r.readies_per_step = rate(tensor);
     r.stage = g_.find(tensor)->stage;
     out_.regsts.push_back(std::move(r));
@@ -224,7 +226,7 @@ class Expander {
       const bool everywhere = v.grad_boxing >= 0 && g_.boxings[static_cast<size_t>(v.grad_boxing)].move();
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
-          out.push_back(count_regst(out_.count_task(p.node_of(rank), p.type, p.device_of(rank))));
+          out.push_back(count_regst(out_.count_task(p.node_of(rank), p.type, p.device_of(rank)), std::nullopt, true));
           tasks.push_back(-1);
           continue;
         }

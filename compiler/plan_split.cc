@@ -14,6 +14,29 @@ namespace {
 // The Plan fields node_plan writes itself; the others are copied whole by
 // reflection. A Plan field added to the schema but not here is an error, so a
 // node plan never silently drops one.
+// The RegstDesc fields another node's regst is rebuilt with (its consumers
+// cut to the node's own, as a node compiling alone writes it); likewise an
+// error if the schema grows one.
+const std::set<std::string> kRegstFields = {"id",       "name",  "producer",      "consumers", "register_num",
+                                            "dtype",    "shape", "logical_shape", "sbp",       "bytes",
+                                            "is_model", "device", "readies_per_step"};
+
+flatbuffers::Offset<plan::RegstDesc> foreign_regst(flatbuffers::FlatBufferBuilder& b, const plan::RegstDesc& r,
+                                                   int node) {
+  std::vector<uint64_t> consumers;
+  if (r.consumers() != nullptr)
+    for (uint64_t c : *r.consumers())
+      if (static_cast<int>(ActorId::node(c)) == node) consumers.push_back(c);
+  auto longs = [&](const flatbuffers::Vector<int64_t>* v) {
+    return b.CreateVector(v == nullptr ? std::vector<int64_t>() : std::vector<int64_t>(v->begin(), v->end()));
+  };
+  const plan::NdSbp sbp = r.sbp() != nullptr ? *r.sbp() : plan::NdSbp();
+  return plan::CreateRegstDesc(b, r.id(), b.CreateString(r.name() ? r.name()->str() : std::string()), r.producer(),
+                               b.CreateVector(consumers), r.register_num(), r.dtype(), longs(r.shape()),
+                               longs(r.logical_shape()), &sbp, r.bytes(), r.is_model(), r.device(),
+                               r.readies_per_step());
+}
+
 const std::set<std::string> kPlanFields = {"version",   "job_name",         "steps",    "global_batch", "log_every",
                                            "num_nodes", "devices_per_node", "datasets", "tasks",        "regsts",
                                            "node",      "num_tasks",        "placements", "micro_batches",
@@ -75,6 +98,9 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
   for (const reflection::Field* f : *plan_def->fields())
     if (kPlanFields.count(f->name()->str()) == 0)
       return internal_error("node_plan does not know Plan field '{}'", f->name()->str());
+  for (const reflection::Field* f : *regst_def->fields())
+    if (kRegstFields.count(f->name()->str()) == 0)
+      return internal_error("node_plan does not know RegstDesc field '{}'", f->name()->str());
 
   // The regsts this node's tasks touch; in a verified whole plan, id == position.
   std::vector<bool> keep(p.regsts()->size(), false);
@@ -95,8 +121,12 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
   for (const plan::Task* t : *p.tasks())
     if (t->node() == node) tasks.push_back(copy(*task_def, t));
   std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
-  for (uint32_t i = 0; i < p.regsts()->size(); ++i)
-    if (keep[i]) regsts.push_back(copy(*regst_def, p.regsts()->Get(i)));
+  for (uint32_t i = 0; i < p.regsts()->size(); ++i) {
+    if (!keep[i]) continue;
+    const plan::RegstDesc* r = p.regsts()->Get(i);
+    regsts.push_back(static_cast<int>(ActorId::node(r->producer())) == node ? copy(*regst_def, r)
+                                                                            : foreign_regst(b, *r, node));
+  }
   std::vector<flatbuffers::Offset<flatbuffers::String>> placements;
   if (p.placements() != nullptr)
     for (const flatbuffers::String* s : *p.placements()) placements.push_back(b.CreateString(s->str()));

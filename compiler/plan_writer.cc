@@ -105,8 +105,11 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
 }
 
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, const RegstNode& r) {
+  // Another node's regst, read here (a mirror): its consumers on this node.
+  const bool foreign = g.node >= 0 && r.node != g.node;
   std::vector<uint64_t> consumers;
-  for (int c : r.consumers) consumers.push_back(g.tasks[c].id);
+  for (int c : r.consumers)
+    if (!foreign || g.tasks[c].node == g.node) consumers.push_back(g.tasks[c].id);
   plan::NdSbp sbp = to_plan(r.sbp);
   return plan::CreateRegstDesc(b, r.id, b.CreateString(r.name), r.producer_id,
                                b.CreateVector(consumers), r.register_num, to_plan(r.meta.dtype),

@@ -52,6 +52,11 @@ Status insert_transfers(TaskGraph* g) {
         return internal_error("task '{}' reads regst {} of {}", g->tasks[t].name, regst, g->regsts.size());
       const int to = g->tasks[t].node;
       if (g->regsts[regst].node == to) continue;
+      // Host memory on both ends: the task reads the regst where it is made
+      // (its node keeps a mirror of the slots, filled by the `ready` that
+      // carries the bytes, and the ack goes back to the producer).
+      const auto on_gpu = [](uint64_t id) { return ActorId::device_type(id) == DeviceType::kCuda; };
+      if (!on_gpu(g->regsts[regst].producer_id) && !on_gpu(g->tasks[t].id)) continue;
       auto [it, fresh] = received.try_emplace({regst, to}, -1);
       if (fresh) it->second = add_pair(g, regst, to);
       g->tasks[t].inputs[k] = it->second;

@@ -12,7 +12,7 @@ void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out) {
   thread_local flatbuffers::FlatBufferBuilder builder(128);
   builder.Clear();
   auto offset = wire::CreateActorMessage(builder, msg.src, msg.dst, static_cast<uint8_t>(msg.type), msg.slot,
-                                         msg.regst, msg.step);
+                                         msg.regst, msg.step, msg.repeat);
   builder.FinishSizePrefixed(offset);
   out->resize(builder.GetSize());
   std::memcpy(out->data(), builder.GetBufferPointer(), builder.GetSize());
@@ -30,7 +30,7 @@ Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, s
     return data_loss("actor message header fails verification");
   const wire::ActorMessage* m = flatbuffers::GetSizePrefixedRoot<wire::ActorMessage>(data);
   if (m->type() > static_cast<uint8_t>(MsgType::kEord)) return data_loss("actor message of unknown type {}", m->type());
-  *msg = ActorMsg{m->src(), m->dst(), static_cast<MsgType>(m->type()), m->slot(), m->regst(), m->step()};
+  *msg = ActorMsg{m->src(), m->dst(), static_cast<MsgType>(m->type()), m->slot(), m->regst(), m->step(), m->repeat()};
   *body = message.subspan(header);
   return {};
 }

@@ -74,6 +74,7 @@ class NodeRun : public NodeRuntime {
   std::mutex error_mu_;
   Status first_error_;  // GUARDED_BY(error_mu_)
   std::atomic<bool> failed_{false};
+  std::atomic<int64_t> received_bytes_copied_{0};  // into mirror slots
 };
 
 const plan::RegstDesc* NodeRun::regst(int64_t id) const {
@@ -378,7 +379,7 @@ void NodeRun::route(const ActorMsg& msg) {
       return;
     }
     std::span<const std::byte> body;
-    if (msg.type == MsgType::kReady) {  // slots_ is read-only while running: find, never insert
+    if (msg.type == MsgType::kReady && !msg.repeat) {  // slots_ is read-only while running: find, never insert
       auto it = slots_.find(msg.regst);
       if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size())) {
         fail(internal_error("ready for regst {} slot {}, which node {} does not hold", msg.regst, msg.slot,
@@ -418,13 +419,16 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
   if (decoded.ok() && static_cast<int>(ActorId::node(msg.dst)) != options_.node)
     decoded = data_loss("message for actor {} arrived at node {}", ActorId::to_string(msg.dst), options_.node);
   if (decoded.ok() && msg.type == MsgType::kReady) {
+    // The bytes go straight into the mirror slot the consumers read (a
+    // repeat's came with an earlier ready of this slot, in order).
     auto it = slots_.find(msg.regst);
     if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size()) ||
-        it->second[msg.slot].bytes() != body.size()) {
-      decoded = data_loss("ready for regst {} slot {} with {} bytes does not match this node's plan", msg.regst,
-                          msg.slot, body.size());
-    } else {
+        (msg.repeat ? !body.empty() : it->second[msg.slot].bytes() != body.size())) {
+      decoded = data_loss("ready for regst {} slot {} with {} bytes{} does not match this node's plan", msg.regst,
+                          msg.slot, body.size(), msg.repeat ? " (a repeat)" : "");
+    } else if (!msg.repeat && !body.empty()) {
       std::memcpy(it->second[msg.slot].data, body.data(), body.size());
+      received_bytes_copied_.fetch_add(static_cast<int64_t>(body.size()), std::memory_order_relaxed);
     }
   }
   if (!decoded.ok()) {
@@ -484,6 +488,7 @@ RunReport NodeRun::run() {
     report.status = first_error_;
   }
   if (report.status.ok()) collect_variables(report);
+  report.received_bytes_copied = received_bytes_copied_.load();
   if (options_.trace)
     for (const auto& actor : actors_) {
       const auto* boxing = std::get_if<BoxingBody>(&actor->body());

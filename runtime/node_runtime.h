@@ -88,6 +88,10 @@ struct RunReport {
   // traffic[i][j]: data-plane messages node j received from node i (multi-node runs).
   std::vector<std::vector<int64_t>> traffic;
   std::vector<std::vector<int64_t>> traffic_bytes;  // the same messages' bytes
+  // Bytes of other nodes' regsts this node copied in user space: each slot
+  // readied to it is copied once, from the transport's buffer into the
+  // mirror slot its consumers read (the sender copies nothing).
+  int64_t received_bytes_copied = 0;
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the

@@ -93,20 +93,30 @@ void check_node_plans(const std::string& whole_bytes) {
       }
       if (t->kind() == TaskKind::Sink) CHECK(vec(t->sink()->partial()) == vec(original->sink()->partial()));
     }
-    // Exactly the regsts its tasks touch, unchanged, each resolving by id.
+    // Exactly the regsts its tasks touch, each resolving by id: its own
+    // unchanged, another node's (read here) with only this node's consumers.
     std::set<int64_t> held;
     for (const auto& r : json["regsts"]) {
       held.insert(r["id"].get<int64_t>());
-      CHECK(r == whole_regsts.at(r["id"].get<int64_t>()));
+      auto want = whole_regsts.at(r["id"].get<int64_t>());
+      if (ActorId::node(want["producer"].get<uint64_t>()) != static_cast<uint32_t>(node)) {
+        auto& consumers = want["consumers"];
+        consumers = nlohmann::json(std::vector<uint64_t>());
+        for (uint64_t c : whole_regsts.at(r["id"].get<int64_t>())["consumers"])
+          if (ActorId::node(c) == static_cast<uint32_t>(node)) consumers.push_back(c);
+      }
+      CHECK(r == want);
     }
     CHECK(held == touched);
     for (int64_t id : touched) CHECK(compiler::find_regst(p, id) != nullptr);
     for (const plan::RegstDesc* r : *p.regsts()) {
       CHECK(compiler::read_sbp(r->sbp()) == compiler::read_sbp(compiler::find_regst(whole, r->id())->sbp()));
-      // A producer on another node is the Send of a wire regst this node's Recv reads.
+      // A regst of another node: read here where it is made (this node
+      // holds its mirror), never written here.
       if (ActorId::node(r->producer()) != static_cast<uint32_t>(node)) {
         CHECK(compiler::find_task(p, r->producer()) == nullptr);
-        CHECK(compiler::find_task(whole, r->producer())->kind() == TaskKind::Send);
+        CHECK(compiler::find_task(whole, r->producer()) != nullptr);
+        CHECK(r->consumers()->size() > 0);
       }
     }
   }
@@ -117,17 +127,19 @@ void check_node_plans(const std::string& whole_bytes) {
 TEST_CASE("node plans of linear regression on 2 nodes x 1 device partition the tasks") {
   const std::string whole = compile_ok(testing::linear_regression_job(), "cpu:1", {}, 2);
   check_node_plans(whole);
-  // The wire regst of the loss is in both plans: Send writes it on node 1, Recv reads it on node 0.
-  const plan::Task* send = testing::tasks_of_kind(*plan_of(whole), TaskKind::Send)[0];
-  const int64_t wire = send->outputs()->Get(0);
+  // Node 1's loss is in both plans: made on node 1, read by the sink on node 0.
+  const plan::Task* sink = testing::tasks_of_kind(*plan_of(whole), TaskKind::Sink)[0];
+  const int64_t loss1 = sink->inputs()->Get(1);
   for (int node = 0; node < 2; ++node) {
     auto bytes = compiler::node_plan(whole, node);
     REQUIRE(bytes.ok());
     const plan::Plan& p = *plan_of(*bytes);
-    CHECK(compiler::find_regst(p, wire) != nullptr);
+    REQUIRE(compiler::find_regst(p, loss1) != nullptr);
+    CHECK(ActorId::node(compiler::find_regst(p, loss1)->producer()) == 1);
     CHECK(testing::tasks_of_kind(p, TaskKind::Boxing).size() == 1);
     CHECK(testing::tasks_of_kind(p, TaskKind::Sink).size() == (node == 0 ? 1 : 0));
-    CHECK(testing::tasks_of_kind(p, node == 0 ? TaskKind::Recv : TaskKind::Send).size() == 1);
+    CHECK(testing::tasks_of_kind(p, TaskKind::Send).empty());
+    CHECK(testing::tasks_of_kind(p, TaskKind::Recv).empty());
   }
 }
 

@@ -100,8 +100,9 @@ TEST_CASE("a job in two stages: each op's tasks on its stage's devices only, act
   CHECK(slices == 2);
   for (int d = 0; d < 2; ++d) {
     const plan::Task* fc2_task = task_named(p, fmt::format("fc2@{}", d));
-    const plan::Task* recv = producer(p, fc2_task->inputs()->Get(0));
-    CHECK(recv->kind() == TaskKind::Recv);
+    const plan::Task* slice = producer(p, fc2_task->inputs()->Get(0));  // read where it is cut
+    CHECK(slice->kind() == TaskKind::Boxing);
+    CHECK(slice->node() == 0);
     CHECK(regst(p, fc2_task->inputs()->Get(0))->bytes() == 2 * 8 * 4);
   }
   // The gradient of a1 comes back from two pieces, assembled on node 0.
@@ -111,7 +112,7 @@ TEST_CASE("a job in two stages: each op's tasks on its stage's devices only, act
       assembled = true;
       CHECK(t->node() == 0);
       CHECK(t->inputs()->size() == 2);
-      for (int64_t in : *t->inputs()) CHECK(producer(p, in)->kind() == TaskKind::Recv);
+      for (int64_t in : *t->inputs()) CHECK(producer(p, in)->node() == 1);  // read where they are made
     }
   CHECK(assembled);
 
@@ -159,8 +160,9 @@ TEST_CASE("inputs of one dataset on different placements: a source on each, read
   }
   // The labels are read where the loss is: nothing but activations and
   // their gradients crosses, no label move.
-  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Send))
-    CHECK(t->name()->str().find("label") == std::string::npos);
+  for (const plan::RegstDesc* r : *p.regsts())
+    if (r->name()->str() == "label")
+      for (uint64_t c : *r->consumers()) CHECK(ActorId::node(c) == ActorId::node(r->producer()));
 }
 
 // x [8, 6] made in `in` on `from`, read in `out` on `to` (identity ops).
@@ -186,16 +188,26 @@ TEST_CASE("a move sends each part to a node once: alike target pieces share repl
     for (const plan::Task* t : tasks_of_kind(p, kind)) n += t->name()->str().find(part) != std::string::npos;
     return n;
   };
+  // What crosses: (regst of a, node reading it there); the bytes of a slot
+  // reach a node once, however many of its tasks read it.
+  auto crossings = [](const plan::Plan& p) {
+    std::set<std::pair<int64_t, uint32_t>> out;
+    for (const plan::RegstDesc* r : *p.regsts())
+      if (r->name()->str() == "a")
+        for (uint64_t c : *r->consumers())
+          if (ActorId::node(c) != ActorId::node(r->producer())) out.insert({r->id(), ActorId::node(c)});
+    return out.size();
+  };
   // B on node 0's two devices to B on node 1's: one copy crosses, not one per device.
   const std::string whole = compile_ok(moved("cpu 0:0-1", "B", "cpu 1:0-1", "B"), "cpu:2", {}, 2);
-  CHECK(count(*plan_of(whole), TaskKind::Send, "send:a#") == 1);
+  CHECK(crossings(*plan_of(whole)) == 1);
   // Column halves on node 0 to row halves, each replicated on the two
   // devices of nodes 1 and 2: one slice per (column half, row half), and
   // each crosses to its node once.
   const std::string rows = compile_ok(moved("cpu 0:0-1", "S(1)", "cpu [2,2] 1-2:0-1", "(S(0), B)"), "cpu:2", {}, 3);
   const plan::Plan& p = *plan_of(rows);
   CHECK(count(p, TaskKind::Boxing, "move:a:S(1)->(S(0), B)@slice") == 4);
-  CHECK(count(p, TaskKind::Send, "send:a#") == 4);
+  CHECK(crossings(p) == 4);
 }
 
 TEST_CASE("a placement on some nodes sums its gradients among those nodes only") {
@@ -217,7 +229,7 @@ TEST_CASE("a placement on some nodes sums its gradients among those nodes only")
   }
   CHECK(collectives > 0);
   for (const plan::Task* t : *p.tasks())
-    if (t->kind() != TaskKind::Sink && t->kind() != TaskKind::Recv) CHECK(t->node() != 0);
+    if (t->kind() != TaskKind::Sink) CHECK(t->node() != 0);
 }
 
 #ifdef RILL_WITH_CUDA

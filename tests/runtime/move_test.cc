@@ -7,6 +7,7 @@
 // with ==. Runs in-process (tests/runtime/numerics_reference.h run_nodes).
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -98,4 +99,41 @@ TEST_CASE("moves between placements equal the logical tensor: any SBP to any, pa
 }
 
 }  // namespace
+// A tensor crossing nodes is copied once in user space, on the receiving
+// side: from the transport's buffer into the mirror slot its readers read
+// (no Send or Recv task copies it, and a node with several readers of one
+// regst gets its bytes once). Counted on each node against what the plan
+// says crosses: every regst read on another node, once per (regst, node)
+// and time it is readied.
+TEST_CASE("a regst read on another node is copied once there, straight into the slot its readers read") {
+  const int steps = 3;
+  graph::Job job = move_job("cpu 0:0-1", "B", false, "cpu 1:0-1", "B");
+  job.train.steps = steps;
+  auto cluster = compiler::parse_devices("cpu:2", 2);
+  REQUIRE(cluster.ok());
+  auto bytes = compiler::compile(job, *cluster, {});
+  REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
+  const plan::Plan& plan = *compiler::verify_plan(*bytes).value();
+  std::vector<int64_t> expected(2, 0);
+  bool shared = false;  // some node reads a regst of another with two tasks
+  for (const plan::Task* t : *plan.tasks())
+    CHECK((t->kind() != plan::TaskKind::Send && t->kind() != plan::TaskKind::Recv));
+  for (const plan::RegstDesc* r : *plan.regsts()) {
+    std::map<uint32_t, int> readers;  // node -> tasks reading r there
+    for (uint64_t c : *r->consumers())
+      if (ActorId::node(c) != ActorId::node(r->producer())) ++readers[ActorId::node(c)];
+    for (const auto& [node, count] : readers) {
+      expected[node] += r->bytes() * r->readies_per_step() * steps;
+      shared = shared || count > 1;
+    }
+  }
+  CHECK(shared);
+  CHECK(expected[1] >= steps * kRows * kCols * 4);  // p, whole, to node 1's two devices
+  auto reports = testing::run_nodes(*bytes, 2, [](RunOptions&) {});
+  for (int node = 0; node < 2; ++node) {
+    CAPTURE(node);
+    CHECK(reports[node].received_bytes_copied == expected[node]);
+  }
+}
+
 }  // namespace rill
