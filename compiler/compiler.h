@@ -2,9 +2,9 @@
 // for a cluster. The passes, one per file, run in this order:
 //   validate (validate.h) -> autograd (autograd.h) -> optimizer (optimizer.h)
 //   -> SBP deduction (sbp_deduction.h) -> boxing insertion (boxing.h)
-//   -> physical expansion into a task graph (physical.h) -> cross-node
-//   Send/Recv (transfers.h) -> regst planning (regst_planning.h) -> Plan bytes
-//   (plan_writer.h).
+//   -> physical expansion into a task graph (physical.h) -> Send/Recv where
+//   a GPU regst crosses nodes (transfers.h) -> regst planning
+//   (regst_planning.h) -> Plan bytes (plan_writer.h).
 // The plan's bytes are all a runtime needs to build its actors, and the same job
 // always compiles to the same bytes. A whole plan covers every node; a node's
 // plan (CompileOptions::node, what each agent compiles for itself) holds what
@@ -33,7 +33,10 @@ namespace rill::compiler {
 //    Task.acts_per_step, RegstDesc.readies_per_step).
 // 7: the micro-batch schedule and pipeline stages (Plan.schedule, Plan.stages).
 // 8: the mirrored view (SinkConf.ranks: metrics and fetched tensors per rank).
-inline constexpr uint32_t kPlanVersion = 8;
+// 9: host regsts read across nodes directly (no Send/Recv between CPU
+//    devices; a node plan lists another node's regst with its own readers);
+//    collective ops (a boxing's logical shape is its outputs').
+inline constexpr uint32_t kPlanVersion = 9;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.
@@ -83,8 +86,8 @@ StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job
 StatusOr<const plan::Plan*> verify_plan(std::string_view bytes);
 
 // The plan of one node, cut from a whole plan: the tasks on `node` and the
-// regsts they produce or consume (a wire regst of a Send/Recv pair is in both
-// nodes' plans), every id global as in the whole plan, all datasets, node set
+// regsts they produce or consume (another node's regst read here with this
+// node's consumers only), every id global as in the whole plan, all datasets, node set
 // and num_tasks the whole plan's task count. Errors: bytes that do not verify,
 // a plan that is already a node plan, a node out of range.
 StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node);

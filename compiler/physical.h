@@ -10,8 +10,8 @@
 // boxing's ordinal + 1) set; P -> B boxings of f32 tensors under
 // `bucket_bytes` that come one after another in that order share one task
 // (a bucket, one all-reduce) up to `bucket_bytes`. Regsts still cross nodes
-// afterwards (the sink's inputs); transfers.h turns those into Send/Recv
-// pairs. With `node` >= 0 only that node's tasks are stored (and every task
+// afterwards (the sink's inputs): read there directly, or through Send/Recv
+// pairs where a GPU holds an end (transfers.h). With `node` >= 0 only that node's tasks are stored (and every task
 // that may read across nodes: the sink, moves and readers of moves); the
 // rest are numbered alike on every node but not built (task_graph.h).
 // Pure; any thread.

@@ -4,7 +4,8 @@
 // a task's is the index in its actor id, a regst's is its id. Numbers are
 // handed out in one fixed order over the whole cluster; a graph built for one
 // node (`node` >= 0) stores only what that node runs (plus the few tasks that
-// read across nodes, whose Send/Recv pairs every node must number alike) and
+// read across nodes, whose readers every node must know and whose Send/Recv
+// pairs, on GPUs, every node must number alike) and
 // only counts the rest, so its ids are the whole plan's.
 // A value owned by one compile() call.
 #pragma once

@@ -1,12 +1,14 @@
-// Cross-node transfers, the pass after physical expansion: every regst read by
-// a task on another node than its producer's (the sink on node 0 reading the
-// loss pieces of node 1, ...) gets a Send task on the producer's node and a
-// Recv task on the reader's node, one pair per (regst, reading node), both on
-// their node's io thread. Send reads the regst and writes a wire regst whose
-// only reader is the Recv; Recv writes a new regst that replaces the original
-// in the inputs of the readers on its node. Both copy input to output; the
-// runtime ships the wire regst's bytes between the nodes. Afterwards every
-// regst but the wire ones has its producer and consumers on one node.
+// Cross-node transfers, the pass after physical expansion. A regst read by a
+// task on another node than its producer's (the sink on node 0 reading the
+// loss pieces of node 1, ...) is read there directly when both ends are in
+// host memory: the runtime ships a slot's bytes with its `ready` into the
+// reader node's mirror slots. Where a GPU task is either end, the regst gets
+// a Send task on the producer's node and a Recv task on the reader's node,
+// one pair per (regst, reading node), both on their node's io thread, so
+// that the bytes cross in host memory (insert_copies adds the device copies):
+// Send reads the regst and writes a wire regst whose only reader is the
+// Recv; Recv writes a new regst that replaces the original in the inputs of
+// the readers on its node.
 // Run before regst planning (which derives consumers from inputs). Pure; any thread.
 #pragma once
 
