@@ -37,7 +37,8 @@ std::pair<std::span<const std::byte>, std::span<const std::byte>> slice(std::spa
 }  // namespace
 
 ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-                   Deliver deliver, Broken broken, Lost lost, Handled handled)
+                   Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for,
+                   SendTcp send_tcp)
     : rank_(rank),
       local_(std::move(local)),
       names_(std::move(names)),
@@ -45,14 +46,17 @@ ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> n
       deliver_(std::move(deliver)),
       broken_(std::move(broken)),
       lost_(std::move(lost)),
-      handled_(std::move(handled)) {}
+      handled_(std::move(handled)),
+      connected_for_(std::move(connected_for)),
+      send_tcp_(std::move(send_tcp)) {}
 
 StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::vector<std::string> names,
                                                     const ZmqOptions& options, Deliver deliver, Broken broken,
-                                                    Lost lost, Handled handled) {
+                                                    Lost lost, Handled handled, ConnectedFor connected_for,
+                                                    SendTcp send_tcp) {
   std::unique_ptr<ShmLanes> lanes(
       new ShmLanes(rank, std::move(local), std::move(names), options, std::move(deliver), std::move(broken),
-                   std::move(lost), std::move(handled)));
+                   std::move(lost), std::move(handled), std::move(connected_for), std::move(send_tcp)));
   // The machine's ranks in order; a rank's inbox has a ring for each of the
   // others, so the ring of sender s in rank r's inbox is s's place among
   // them without r: both sides compute it alike.
@@ -125,8 +129,14 @@ bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> h
   return done;
 }
 
-Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
+Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                      bool* use_tcp) {
   Lane& lane = *lanes_[to];
+  *use_tcp = false;
+  if (lane.tcp.load(std::memory_order_acquire)) {
+    *use_tcp = true;
+    return Status::ok_status();
+  }
   auto fail = [&](const char* why) {
     return Status(Code::kUnavailable,
                   fmt::format("rank {}: send to rank {} {}: {}", rank_, to, describe_tag(tag), why));
@@ -170,11 +180,32 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
   if (!body.empty()) std::memcpy(out.bytes.data() + header.size(), body.data(), body.size());
   {
     std::lock_guard queue_lock(lane.queue_mu);
+    if (lane.tcp.load(std::memory_order_acquire)) {  // fell back meanwhile, the queue already sent
+      *use_tcp = true;
+      return Status::ok_status();
+    }
     lane.queued.push_back(std::move(out));
     lane.has_queued.store(true, std::memory_order_release);
   }
   if (inbox_) inbox_->wake();  // the lane thread writes it out
   return Status::ok_status();
+}
+
+void ShmLanes::fall_back(int to, Lane& lane) {
+  std::lock_guard queue_lock(lane.queue_mu);
+  spdlog::info("rank {}: the shared memory of rank {} ({}) is not visible here although its TCP connection is up; "
+               "sending to it over TCP",
+               rank_, to, names_[to]);
+  for (const Outgoing& out : lane.queued) {
+    Status sent = send_tcp_(to, out.tag, out.bytes, {});
+    if (!sent.ok()) {
+      spdlog::warn("rank {}: {}", rank_, sent.to_string());
+      break;  // the connection is gone: the loss is reported by the transport
+    }
+  }
+  lane.queued.clear();
+  lane.has_queued.store(false, std::memory_order_release);
+  lane.tcp.store(true, std::memory_order_release);
 }
 
 bool ShmLanes::flush_queued(int to, Lane& lane) {
@@ -191,7 +222,13 @@ bool ShmLanes::flush_queued(int to, Lane& lane) {
       }
       out = &lane.queued.front();  // stays put while others push_back
     }
-    if (!open_outbox(to, lane)) return false;
+    if (!open_outbox(to, lane)) {
+      // Connected over TCP long enough for its inbox to exist: it does,
+      // but not in this /dev/shm.
+      if (out->written > 0 || connected_for_(to) < options_.shm_fallback_after) return false;
+      fall_back(to, lane);
+      return true;
+    }
     if (!write_some(lane, out->tag, out->bytes, {}, &out->written)) return false;
     std::lock_guard queue_lock(lane.queue_mu);
     lane.queued.pop_front();

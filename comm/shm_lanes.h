@@ -52,22 +52,35 @@ class ShmLanes {
   // Whether messages with `tag` go to a handler: those are left to the lane
   // thread, so handlers run on the transport's receive threads only.
   using Handled = std::function<bool(uint64_t tag)>;
+  // How long the TCP connection to `rank` has been up (zero: it is not).
+  using ConnectedFor = std::function<Clock::duration(int rank)>;
+  // Sends over TCP (a lane that fell back).
+  using SendTcp = std::function<Status(int to, uint64_t tag, std::span<const std::byte> header,
+                                       std::span<const std::byte> body)>;
 
   // `local[r]`: rank r shares this rank's machine (false for itself).
   // `name_of(r)`: the shared-memory name of rank r's inbox. Creates this
   // rank's inbox and starts the lane thread when there is a local peer.
   static StatusOr<std::unique_ptr<ShmLanes>> start(int rank, std::vector<bool> local,
                                                    std::vector<std::string> names, const ZmqOptions& options,
-                                                   Deliver deliver, Broken broken, Lost lost, Handled handled);
+                                                   Deliver deliver, Broken broken, Lost lost, Handled handled,
+                                                   ConnectedFor connected_for, SendTcp send_tcp);
   ~ShmLanes();
 
-  bool is_local(int peer) const { return peer >= 0 && peer < static_cast<int>(local_.size()) && local_[peer]; }
+  // Whether messages to `peer` go through shared memory: it shares this
+  // machine, and its inbox has not proved invisible from here.
+  bool is_local(int peer) const {
+    return peer >= 0 && peer < static_cast<int>(local_.size()) && local_[peer] &&
+           !lanes_[peer]->tcp.load(std::memory_order_acquire);
+  }
   // Messages sent from this thread are queued instead of waiting for room.
   void set_receive_thread(std::thread::id id) { zmq_receiver_.store(id); }
 
   // Sends header + body (copied into the peer's ring before it returns, or
-  // into the queue). Errors: the lanes are closed, the peer is lost.
-  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body);
+  // into the queue). Errors: the lanes are closed, the peer is lost. Sets
+  // *use_tcp (and sends nothing) when the lane has fallen back to TCP.
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+              bool* use_tcp);
   // Polls `from`'s ring on this thread until `arrived()` or the spin time
   // passes (messages it drains are delivered as the lane thread would).
   void poll(int from, const std::function<bool()>& arrived);
@@ -101,10 +114,13 @@ class ShmLanes {
     bool partial_handled = false;          // `partial` goes to a handler; guarded by consume_mu
     bool broken = false;                   // guarded by consume_mu
     bool gone = false;                     // reported exited or closed; lane thread only
+    // The peer's inbox is not visible from here: its messages go over TCP.
+    // Set under send_mu and queue_mu, after the queue went out over TCP.
+    std::atomic<bool> tcp{false};
   };
 
   ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-           Deliver deliver, Broken broken, Lost lost, Handled handled);
+           Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);
   // Delivers what `from` wrote; a waiting thread (`waiter`) stops at a
   // handler's message and wakes the lane thread. REQUIRES: lane.consume_mu.
   bool drain_locked(int from, Lane& lane, bool waiter);
@@ -113,6 +129,8 @@ class ShmLanes {
   bool write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
                   uint64_t* written);
   bool flush_queued(int to, Lane& lane);  // true when nothing is left queued
+  // Sends the queue over TCP and routes the lane there. REQUIRES: send_mu.
+  void fall_back(int to, Lane& lane);
   void loop();
   // Reports local peers whose process exited or closed its transport
   // (their ZeroMQ connection may never have come up). Lane thread only.
@@ -129,6 +147,8 @@ class ShmLanes {
   const Broken broken_;
   const Lost lost_;
   const Handled handled_;
+  const ConnectedFor connected_for_;
+  const SendTcp send_tcp_;
   std::unique_ptr<ShmInbox> inbox_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; null for ranks of other machines
   std::thread thread_;

@@ -159,14 +159,18 @@ struct ZmqOptions {
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin
-  // before it sleeps. Every rank of a run must agree on shared_memory, and
-  // ranks of one address must see one /dev/shm (not so for containers with
-  // the host's network but IPC namespaces of their own: turn it off there;
-  // messages to a peer whose inbox never appears wait for it, and the
-  // receiver's deadline names what did not come).
+  // before it sleeps. A rank's inbox is named shm_name_prefix + its address
+  // and port. A local peer whose inbox cannot be found although its TCP
+  // connection has been up for shm_fallback_after (its /dev/shm is not
+  // this one's: a container with the host's network but an IPC namespace
+  // of its own, or another prefix) is sent to over TCP from then on, in
+  // order with what was queued for it. Every rank of a run must agree on
+  // shared_memory.
   bool shared_memory = true;
   size_t shm_ring_bytes = size_t{4} << 20;
   std::chrono::microseconds shm_spin{200};
+  std::string shm_name_prefix = "/rill-";
+  std::chrono::milliseconds shm_fallback_after{1000};
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

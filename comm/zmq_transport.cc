@@ -86,6 +86,7 @@ class ZmqTransport final : public Transport {
     zmq::socket_t socket;   // PUSH to the peer; guarded by mu
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     bool connected = false;       // receive thread only
+    std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};
@@ -94,6 +95,10 @@ class ZmqTransport final : public Transport {
   std::string where(int peer) const {
     return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
   }
+  // The TCP path of send (every peer of another machine, local ones whose
+  // shared memory is not visible here).
+  Status send_tcp(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                  SendTracker* tracker);
   void receive_loop();
   void drain_data();
   void dispatch(zmq::message_t& first, zmq::message_t* second);
@@ -187,7 +192,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     for (size_t r = 0; r < endpoints_.size(); ++r) {
       local[r] = static_cast<int>(r) != rank_ && host(resolved[r].url) == host(resolved[rank_].url);
       any = any || local[r];
-      std::string name = "/rill-" + host(resolved[r].url).substr(6) + "-" + std::to_string(endpoints_[r].port);
+      std::string name =
+          options_.shm_name_prefix + host(resolved[r].url).substr(6) + "-" + std::to_string(endpoints_[r].port);
       for (size_t i = 1; i < name.size(); ++i)
         if (!std::isalnum(static_cast<unsigned char>(name[i])) && name[i] != '-') name[i] = '_';
       names.push_back(std::move(name));
@@ -203,6 +209,13 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
           [this](uint64_t tag) {
             std::lock_guard lock(handlers_mu_);
             return handlers_.count(tag) != 0;
+          },
+          [this](int peer) -> Clock::duration {
+            const int64_t since = peers_[peer]->connected_ns.load(std::memory_order_acquire);
+            return since == 0 ? Clock::duration::zero() : Clock::now() - Clock::time_point(Clock::duration(since));
+          },
+          [this](int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
+            return send_tcp(to, tag, header, body, nullptr);
           });
       if (!lanes.ok()) return lanes.status().with_context(fmt::format("rank {}", rank_));
       lanes_ = std::move(*lanes);
@@ -227,7 +240,17 @@ Status ZmqTransport::send(int to, uint64_t tag, std::span<const std::byte> heade
     return Status(Code::kUnavailable, fmt::format("rank {}: send to {} {}: connection lost", rank_, where(to),
                                                   describe_tag(tag)));
   }
-  if (lanes_ && lanes_->is_local(to)) return lanes_->send(to, tag, header, body);  // copied: nothing to track
+  if (lanes_ && lanes_->is_local(to)) {
+    bool use_tcp = false;
+    Status sent = lanes_->send(to, tag, header, body, &use_tcp);  // copied: nothing to track
+    if (!use_tcp) return sent;
+  }
+  return send_tcp(to, tag, header, body, tracker);
+}
+
+Status ZmqTransport::send_tcp(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                              SendTracker* tracker) {
+  Peer& peer = *peers_[to];
   const bool inline_body = body.size() <= options_.inline_body_bytes;
   zmq::message_t first(sizeof(FrameMeta) + header.size() + (inline_body ? body.size() : 0));
   auto* bytes = static_cast<std::byte*>(first.data());
@@ -415,8 +438,10 @@ void ZmqTransport::drain_monitor(int peer) {
     if (id == ZMQ_EVENT_CONNECTED) {
       p.connected = true;
       p.loss_pending = false;
+      p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
     } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected) {
       p.connected = false;
+      p.connected_ns.store(0, std::memory_order_release);
       p.loss_pending = true;
       p.lost_at = Clock::now() + options_.peer_lost_grace;
     }

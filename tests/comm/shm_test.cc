@@ -177,4 +177,40 @@ TEST_CASE("shared memory: messages larger than a ring, and an empty one behind t
   sender.join();
 }
 
+TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, in order with what was queued") {
+  // Each rank names its inbox with its own prefix, as if each had a /dev/shm
+  // of its own (containers with the host's network, not its IPC
+  // namespace): neither finds the other's. Messages sent before the TCP
+  // connection has been up for shm_fallback_after wait in the queue, then
+  // go over TCP ahead of everything sent later.
+  const auto endpoints = testing::loopback_endpoints(testing::free_ports(2));
+  std::vector<std::unique_ptr<Transport>> transports;
+  for (int rank = 0; rank < 2; ++rank) {
+    ZmqOptions options;
+    options.shm_name_prefix = fmt::format("/rill-test-ns{}-{}-", rank, getpid());
+    options.shm_fallback_after = std::chrono::milliseconds(200);
+    auto t = make_zmq_transport(rank, endpoints, options);
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+    transports.push_back(std::move(t).value());
+  }
+  constexpr int kEarly = 50, kLate = 50;
+  auto payload = [](int from, int i) { return std::string(static_cast<size_t>(100 + i), static_cast<char>('a' + from + i % 20)); };
+  std::vector<std::thread> senders;
+  for (int from = 0; from < 2; ++from)
+    senders.emplace_back([&, from] {
+      for (int i = 0; i < kEarly; ++i) CHECK(transports[from]->send(1 - from, 3, testing::as_span(payload(from, i))).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past the fallback
+      for (int i = kEarly; i < kEarly + kLate; ++i)
+        CHECK(transports[from]->send(1 - from, 3, testing::as_span(payload(from, i))).ok());
+    });
+  for (int to = 0; to < 2; ++to)
+    for (int i = 0; i < kEarly + kLate; ++i) {
+      std::vector<std::byte> got;
+      Status s = transports[to]->recv(1 - to, 3, &got, testing::in_ms(10000));
+      REQUIRE_MESSAGE(s.ok(), s.to_string());
+      CHECK(testing::as_string(got) == payload(1 - to, i));
+    }
+  for (auto& t : senders) t.join();
+}
+
 }  // namespace rill::comm
