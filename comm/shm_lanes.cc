@@ -403,6 +403,15 @@ void ShmLanes::loop() {
   }
 }
 
+void ShmLanes::flush(Clock::time_point deadline) {
+  if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return;
+  for (const auto& lane : lanes_) {
+    while (lane && lane->has_queued.load(std::memory_order_acquire) && Clock::now() < deadline &&
+           !closed_.load(std::memory_order_acquire))
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 void ShmLanes::close() {
   const bool first = !closed_.exchange(true);
   if (inbox_) {

@@ -92,6 +92,9 @@ class ShmLanes {
   void set_eager(bool eager);
   // Delivers what `from` has written so far (before a loss is reported).
   void drain(int from);
+  // Waits until nothing is queued for a peer's inbox (the lane thread writes
+  // it out as room and inboxes appear), or `deadline`.
+  void flush(Clock::time_point deadline);
   // Stops the lane thread and unmaps everything; later sends fail.
   void close();
 

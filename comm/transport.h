@@ -171,6 +171,10 @@ struct ZmqOptions {
   std::chrono::microseconds shm_spin{200};
   std::string shm_name_prefix = "/rill-";
   std::chrono::milliseconds shm_fallback_after{1000};
+  // close() waits up to this long for what was sent to leave (a peer that
+  // is gone or never came holds it that long), so a process that sends and
+  // then exits loses nothing it sent.
+  std::chrono::milliseconds close_linger{1000};
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

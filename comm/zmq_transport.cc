@@ -468,7 +468,10 @@ void ZmqTransport::close() {
   if (receiver_.joinable() && receiver_.get_id() == std::this_thread::get_id()) {
     return;  // called from a handler: the destructor finishes the teardown
   }
-  if (lanes_) lanes_->close();
+  if (lanes_) {
+    lanes_->flush(Clock::now() + options_.close_linger);  // messages queued for a peer's inbox
+    lanes_->close();
+  }
   if (wake_send_) {
     try {
       zmq::message_t wake;
@@ -480,14 +483,20 @@ void ZmqTransport::close() {
   if (receiver_.joinable()) receiver_.join();
   for (auto& peer : peers_) {
     std::lock_guard peer_lock(peer->mu);
-    if (peer->socket) zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
+    if (peer->socket) {
+      zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
+      // What is still queued for the peer leaves before the context ends.
+      peer->socket.set(zmq::sockopt::linger, static_cast<int>(options_.close_linger.count()));
+    }
     peer->socket.close();
     peer->monitor.close();
   }
   pull_.close();
   wake_recv_.close();
   wake_send_.close();
-  context_.close();  // linger 0 everywhere: returns at once, after which no body is read
+  // Returns once every queued message has left, or close_linger has passed;
+  // after it no body is read.
+  context_.close();
   torn_down_ = true;
 }
 
