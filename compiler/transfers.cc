@@ -82,6 +82,9 @@ namespace {
 // bytes go through the host (device to host, then host to device).
 int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst, int zone, int reader) {
   const int producer = g->regsts[regst].producer;
+  // Another node's regst (not stored in a node's graph): read across nodes
+  // only from host memory by a host task (insert_transfers), as it is.
+  if (producer < 0) return regst;
   // A Copy's output lives where it copied to; any other regst where its producer runs.
   const int from =
       g->tasks[producer].kind == plan::TaskKind::Copy ? g->regsts[regst].device : zone_of(g->tasks[producer]);
