@@ -139,8 +139,10 @@ class BoxingBody {
  public:
   // `piece` >= 0 (a conversion within each node to a split or P): this task
   // makes only that output piece (one task per device, on its thread).
+  // `op`: how P pieces combine (a collective op's max, min or product; f32).
   BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
-             comm::Collectives* collectives = nullptr, uint64_t tag = 0, int piece = -1);
+             comm::Collectives* collectives = nullptr, uint64_t tag = 0, int piece = -1,
+             comm::ReduceOp op = comm::ReduceOp::kSum);
   // A bucket: P -> B across nodes of several f32 tensors at once. Each
   // tensor's local pieces (inputs tensor-major) are summed into one buffer,
   // one all-reduce runs over it, and each tensor's part is copied to its
@@ -198,6 +200,7 @@ class BoxingBody {
   comm::Collectives* collectives_;
   uint64_t tag_;
   int piece_ = -1;  // the one output piece this task makes, or -1: all
+  comm::ReduceOp op_ = comm::ReduceOp::kSum;
   bool chain_ = false;  // no one task converts in_ to out_: act fails
   std::vector<Step> before_, after_;  // around the exchange
   std::vector<Step>* adding_ = &before_;

@@ -5,10 +5,26 @@
 namespace rill {
 namespace {
 
-// dst = a + b over `box`, where a and b both cover src_region.
-template <typename T>
+// How partial pieces combine (comm::ReduceOp): the sum, or a collective
+// op's max, min or product. Max and min propagate NaN, as the collectives do.
+struct Plus {
+  template <typename T>
+  T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return a > b || a != a ? a : b; }
+};
+struct Min {
+  float operator()(float a, float b) const { return a < b || a != a ? a : b; }
+};
+struct Times {
+  float operator()(float a, float b) const { return a * b; }
+};
+
+// dst = a op b over `box`, where a and b both cover src_region.
+template <typename T, typename Op>
 void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, std::byte* dst,
-              const Region& dst_region, const Region& box) {
+              const Region& dst_region, const Region& box, Op op) {
   const T* x = reinterpret_cast<const T*>(a);
   const T* y = reinterpret_cast<const T*>(b);
   T* to = reinterpret_cast<T*>(dst);
@@ -16,20 +32,32 @@ void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, 
     const T* __restrict p = x + s;
     const T* __restrict q = y + s;
     T* __restrict r = to + d;
-    for (int64_t k = 0; k < n; ++k) r[k] = p[k] + q[k];
+    for (int64_t k = 0; k < n; ++k) r[k] = op(p[k], q[k]);
   });
 }
 
-template <typename T>
+// dst = dst op src over `box`.
+template <typename T, typename Op>
 void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, const Region& dst_region,
-              const Region& box) {
+              const Region& box, Op op) {
   const T* from = reinterpret_cast<const T*>(src);
   T* to = reinterpret_cast<T*>(dst);
   for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
     const T* __restrict a = from + s;
     T* __restrict b = to + d;
-    for (int64_t k = 0; k < n; ++k) b[k] += a[k];
+    for (int64_t k = 0; k < n; ++k) b[k] = op(b[k], a[k]);
   });
+}
+
+// Calls fn with the functor of `op` (f32 only past the sum).
+template <typename Fn>
+void with_combine(comm::ReduceOp op, Fn fn) {
+  switch (op) {
+    case comm::ReduceOp::kMax: fn(Max{}); break;
+    case comm::ReduceOp::kMin: fn(Min{}); break;
+    case comm::ReduceOp::kProduct: fn(Times{}); break;
+    default: fn(Plus{}); break;
+  }
 }
 
 // Whether the pieces of an S(axis) tensor lie one after another, in rank
@@ -43,7 +71,8 @@ bool pieces_contiguous(const Shape& shape, const Sbp& sbp) {
 }  // namespace
 
 BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank,
-                       int local_pieces, comm::Collectives* collectives, uint64_t tag, int piece)
+                       int local_pieces, comm::Collectives* collectives, uint64_t tag, int piece,
+                       comm::ReduceOp op)
     : in_(in_sbp),
       out_(out_sbp),
       parallel_(parallel),
@@ -55,7 +84,8 @@ BoxingBody::BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta log
       outputs_(piece >= 0 || out_sbp.within.kind == Sbp::kBroadcast ? 1 : local_),
       collectives_(collectives),
       tag_(tag),
-      piece_(piece) {
+      piece_(piece),
+      op_(op) {
   // The runtime refuses kChain before building a body (no task does it);
   // a body built anyway plans nothing and its act fails.
   switch (boxing_form(in_, out_, nodes_)) {
@@ -436,13 +466,22 @@ void BoxingBody::run(const std::vector<Step>& steps, const ActIo& io) {
         copy_region(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, element_);
         break;
       case Step::kAdd:
-        if (logical_.dtype == DType::kF32) add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box);
-        else add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box);
+        if (logical_.dtype == DType::kF32) {
+          with_combine(op_, [&](auto op) {
+            add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op);
+          });
+        } else {
+          add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, Plus{});
+        }
         break;
       case Step::kSum:
-        if (logical_.dtype == DType::kF32)
-          sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box);
-        else sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box);
+        if (logical_.dtype == DType::kF32) {
+          with_combine(op_, [&](auto op) {
+            sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op);
+          });
+        } else {
+          sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, Plus{});
+        }
         break;
     }
   }
@@ -466,10 +505,10 @@ Status BoxingBody::exchange(const ActIo& io) {
   switch (exchange_) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
-      return collectives_->all_reduce(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_), tag_);
+      return collectives_->all_reduce(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_), tag_, op_);
     case Exchange::kReduceScatter:  // recv_counts_: each node's block in elements
       return collectives_->reduce_scatter_v(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_),
-                                            recv_counts_, tag_);
+                                            recv_counts_, tag_, op_);
     case Exchange::kAllGather:
       return collectives_->all_gather_v({in, exchange_in_bytes_}, {out, exchange_out_bytes_}, send_counts_, tag_);
     case Exchange::kAllToAll:

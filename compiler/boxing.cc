@@ -114,7 +114,9 @@ class Inserter {
     const NdSbp in = canonical(NdSbp(gathers ? Sbp::split(0) : Sbp::partial_sum()), p.num_nodes(), p.per_node());
     // all_gather: the gathered tensor; else one rank's value (what reduce_scatter's blocks split).
     const TensorMeta as = gathers ? out : *t->local;
-    return chain(op.inputs[0], in, -1, op.input_sbp[0], op.placement, as);
+    const std::string reduce = op.attrs.get_string("reduce", "sum");
+    const uint8_t code = reduce == "max" ? 1 : reduce == "min" ? 2 : reduce == "prod" ? 3 : 0;  // sum, mean: 0
+    return chain(op.inputs[0], in, -1, op.input_sbp[0], op.placement, as, code);
   }
 
   int need(const std::string& tensor, const NdSbp& to, int where) {
@@ -133,14 +135,15 @@ class Inserter {
   // The boxing `in` -> `out` of `tensor` reading `from`, from `placement`
   // to `where` (a move when they differ); shared by key.
   int add(const std::string& tensor, const NdSbp& in, const NdSbp& out, int from, int placement, int where,
-          const std::optional<TensorMeta>& as = std::nullopt) {
+          const std::optional<TensorMeta>& as = std::nullopt, uint8_t reduce_op = 0) {
     // A collective's boxings are its own: the pieces read as another tensor.
-    const std::string reading = as ? fmt::format("{} as {}", shape_string(as->shape), in.to_string()) : "";
+    const std::string reading =
+        as ? fmt::format("{} as {} by {}", shape_string(as->shape), in.to_string(), reduce_op) : "";
     auto key = std::make_tuple(tensor, out.to_string(), where, reading);
     auto it = index_.find(key);
     if (it != index_.end()) return it->second;
     const int id = static_cast<int>(g_->boxings.size());
-    g_->boxings.push_back({tensor, in, out, from, placement, where, as});
+    g_->boxings.push_back({tensor, in, out, from, placement, where, as, reduce_op});
     index_[key] = id;
     return id;
   }
@@ -149,13 +152,13 @@ class Inserter {
   // producer), made `to` there one step at a time.
   // `as`: the pieces read as that tensor (a collective's input).
   int chain(const std::string& tensor, const NdSbp& from_sbp, int from, const NdSbp& to, int where,
-            const std::optional<TensorMeta>& as = std::nullopt) {
+            const std::optional<TensorMeta>& as = std::nullopt, uint8_t reduce_op = 0) {
     const graph::Placement& p = g_->placement(where);
     if (p.parallel() == 1 || from_sbp == to) return from;
     int last = from;
     for (const auto& [in, out] : shared_sums(as ? *as : g_->find(tensor)->meta,
                                              boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p))
-      last = add(tensor, in, out, last, where, where, as);
+      last = add(tensor, in, out, last, where, where, as, reduce_op);
     return last;
   }
 

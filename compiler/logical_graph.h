@@ -94,6 +94,9 @@ struct BoxingNode {
   // `tensor`, each read whole as a piece of this tensor in `in` (P: each
   // rank's value a part of a sum; S(0): rank r's rows r*n .. r*n + n - 1).
   std::optional<TensorMeta> as;
+  // How a collective's P pieces combine: 0 sum, 1 max, 2 min, 3 product
+  // (the values of comm::ReduceOp, BoxingConf.reduce_op).
+  uint8_t reduce_op = 0;
   bool move() const { return placement != to; }
 };
 

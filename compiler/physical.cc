@@ -337,6 +337,7 @@ class Expander {
     task.boxing.num_nodes = p.num_nodes();
     task.boxing.local_pieces = p.per_node();
     task.boxing.first_rank = index * p.per_node();
+    task.boxing.reduce_op = box.reduce_op;
     task.acts_per_step = rate(box.tensor);
     return task;
   }

@@ -84,7 +84,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
                                       t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
                                       b.CreateVector(peers), t.boxing.tensors, t.boxing.piece,
-                                      t.boxing.origins.empty() ? 0 : b.CreateVector(t.boxing.origins));
+                                      t.boxing.origins.empty() ? 0 : b.CreateVector(t.boxing.origins),
+                                      t.boxing.reduce_op);
       break;
     }
     case plan::TaskKind::Compute:

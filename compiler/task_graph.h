@@ -79,6 +79,7 @@ struct BoxingInfo {
   // A move (plan.fbs): the logical origin of each input piece, then of the
   // output piece, rank elements each; the output is copied from the inputs.
   std::vector<int64_t> origins;
+  uint8_t reduce_op = 0;  // how P pieces combine (plan.fbs BoxingConf)
 };
 
 struct TaskNode {

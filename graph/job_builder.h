@@ -118,7 +118,7 @@ class JobBuilder {
   TensorHandle accuracy(TensorHandle logits, TensorHandle labels, const OpOptions& options = {});
   TensorHandle scale(TensorHandle x, double factor, const OpOptions& options = {});
   // Collectives over the ranks, for jobs in the mirrored view (TrainConfig::view "mirrored"):
-  // every rank's x combined ("sum" or "mean"), concatenated along axis 0, or
+  // every rank's x combined ("sum", "mean", "max", "min" or "prod"), concatenated along axis 0, or
   // combined and cut into one block of axis 0 per rank.
   TensorHandle all_reduce(TensorHandle x, const std::string& reduce = "sum", const OpOptions& options = {});
   TensorHandle all_gather(TensorHandle x, const OpOptions& options = {});

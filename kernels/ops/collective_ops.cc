@@ -2,7 +2,7 @@
 // "mirrored"), where every device is a rank holding its own value of each
 // tensor. Shapes here are a rank's own: what its program sees.
 //   all_reduce      y = the ranks' x combined elementwise; attr `reduce`
-//                   "sum" (default) or "mean"; f32.
+//                   "sum" (default), "mean", "max", "min" or "prod"; f32.
 //   all_gather      y = the ranks' x concatenated along axis 0, in rank
 //                   order ([ranks * n, ...] from [n, ...]); any dtype.
 //   reduce_scatter  y = this rank's block of axis 0 of the ranks' x
@@ -30,8 +30,8 @@ Status check_collective(const Attrs& attrs, const TensorMeta& x, bool reduces) {
   if (!reduces) return {};
   RILL_RETURN_IF_ERROR(math::check_string_attr(attrs, "reduce"));
   const std::string reduce = attrs.get_string("reduce", "sum");
-  if (reduce != "sum" && reduce != "mean")
-    return invalid_argument("reduce is '{}'; expected \"sum\" or \"mean\"", reduce);
+  if (reduce != "sum" && reduce != "mean" && reduce != "max" && reduce != "min" && reduce != "prod")
+    return invalid_argument("reduce is '{}'; expected \"sum\", \"mean\", \"max\", \"min\" or \"prod\"", reduce);
   if (x.dtype != DType::kF32)
     return invalid_argument("x must be f32 to be combined across ranks, got {}", dtype_name(x.dtype));
   return {};

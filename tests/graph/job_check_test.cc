@@ -347,7 +347,9 @@ TEST_CASE("collective ops: the mirrored view's only, their reduce checked, ranks
   job.train.devices = "cpu:2";
   CHECK(issues_of(job).empty());
   job.ops[2].attrs.set("reduce", std::string("max"));
-  CHECK(has(issues_of(job), "reduce is 'max'; expected \"sum\" or \"mean\""));
+  CHECK(issues_of(job).empty());
+  job.ops[2].attrs.set("reduce", std::string("median"));
+  CHECK(has(issues_of(job), "reduce is 'median'; expected \"sum\", \"mean\", \"max\", \"min\" or \"prod\""));
   job.ops[2].attrs = Attrs{{"ranks", int64_t{4}}};
   CHECK(has(issues_of(job), "ops[2].attrs.ranks | ops[2] (total): attr 'ranks' of 'all_reduce' is the compiler's"));
   // A gather's shape depends on the ranks: what reads it is checked when compiled.

@@ -48,6 +48,10 @@ graph::Job collectives_job(int ranks) {
   op("x_mean", "all_reduce", "x", "mean");
   op("x_all", "all_gather", "x", nullptr);
   op("x_block", "reduce_scatter", "x_all", nullptr);  // B: every rank's gathered rows, so ranks x them
+  op("x_max", "all_reduce", "x", "max");
+  op("x_min", "all_reduce", "x", "min");
+  op("x_prod", "all_reduce", "x", "prod");
+  op("x_block_max", "reduce_scatter", "x_all", "max");  // the max of equal values: rank r's rows
   op("w_sum", "all_reduce", "w", nullptr);          // B: every rank's w, so ranks * w
   op("loss_mean", "all_reduce", "loss", "mean");  // P: each rank's own loss
   job.metrics.push_back({"mean_loss", "loss_mean"});
@@ -62,11 +66,19 @@ std::map<std::string, std::vector<float>> collectives_expected(int ranks, int r)
     for (size_t i = 0; i < 4; ++i) sum[i] += x[static_cast<size_t>(q)][i];
     all.insert(all.end(), x[static_cast<size_t>(q)].begin(), x[static_cast<size_t>(q)].end());
   }
+  std::vector<float> max = x[0], min = x[0], prod(4, 1);
+  for (int q = 0; q < ranks; ++q)
+    for (size_t i = 0; i < 4; ++i) {
+      max[i] = std::max(max[i], x[static_cast<size_t>(q)][i]);
+      min[i] = std::min(min[i], x[static_cast<size_t>(q)][i]);
+      prod[i] *= x[static_cast<size_t>(q)][i];  // small integers (at most 144): exact in any order
+    }
   std::vector<float> mean = sum, block = x[static_cast<size_t>(r)];
   // The mean is the sum times 1/ranks rounded to float (as the kernel does).
   for (float& v : mean) v *= static_cast<float>(1.0 / ranks);
   for (float& v : block) v *= static_cast<float>(ranks);  // rank r's rows of ranks x the gathered rows
-  return {{"x_sum", sum}, {"x_mean", mean}, {"x_all", all}, {"x_block", block},
+  return {{"x_sum", sum},   {"x_mean", mean}, {"x_all", all},   {"x_block", block},
+          {"x_max", max},   {"x_min", min},   {"x_prod", prod}, {"x_block_max", x[static_cast<size_t>(r)]},
           {"w_sum", {static_cast<float>(ranks), static_cast<float>(ranks)}}};
 }
 
@@ -215,7 +227,7 @@ TEST_CASE("mirrored view on 2 nodes: a gradient bucket's all-reduce starts befor
   }
 }
 
-TEST_CASE("collectives as ops of a mirrored job: all_reduce (sum, mean), all_gather and reduce_scatter") {
+TEST_CASE("collectives as ops of a mirrored job: all_reduce (sum, mean, max, min, prod), all_gather, reduce_scatter") {
   // One node of 2 and 3 ranks (exchanges within the node), then 2 nodes x
   // cpu:1 and x cpu:2 (collectives across nodes, sums within). Inputs split
   // by rank (x), B (w, the gathered rows) and P (each rank's loss).
