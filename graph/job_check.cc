@@ -58,9 +58,33 @@ class GraphChecker {
     check_fetch();
     check_groups();
     check_pipeline();
+    check_eval_collectives();
   }
 
  private:
+  // The eval pass runs in the consistent view, where a tensor is one value:
+  // a collective op (the mirrored view's) that the loss or a metric reads
+  // cannot run there. (Fetched tensors are train-only.)
+  void check_eval_collectives() {
+    if (!job_.eval || job_.train.view != "mirrored") return;
+    std::set<std::string> needed;
+    if (!job_.loss.empty()) needed.insert(job_.loss);
+    for (const Metric& m : job_.metrics) needed.insert(m.tensor);
+    for (size_t i = job_.ops.size(); i-- > 0;) {
+      const Op& op = job_.ops[i];
+      bool read = false;
+      for (const std::string& out : op.outputs) read = read || needed.count(out) != 0;
+      if (!read) continue;
+      needed.insert(op.inputs.begin(), op.inputs.end());
+      const OpDef* def = find_op(op.type);
+      if (def != nullptr && def->role == OpRole::kCollective)
+        issues_->add(fmt::format("ops[{}].type", i),
+                     "{}: '{}' feeds the loss or a metric, which eval computes in the consistent view (no ranks "
+                     "there); report it from a job without an eval section, or fetch it",
+                     label("ops", i, op.name), op.type);
+    }
+  }
+
   // Records `name` as defined; reports an empty or duplicate name.
   void define(const std::string& name, const std::string& path, const std::string& where,
               std::optional<TensorMeta> meta, const char* what) {

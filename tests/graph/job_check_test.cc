@@ -352,6 +352,17 @@ TEST_CASE("collective ops: the mirrored view's only, their reduce checked, ranks
   CHECK(has(issues_of(job), "reduce is 'median'; expected \"sum\", \"mean\", \"max\", \"min\" or \"prod\""));
   job.ops[2].attrs = Attrs{{"ranks", int64_t{4}}};
   CHECK(has(issues_of(job), "ops[2].attrs.ranks | ops[2] (total): attr 'ranks' of 'all_reduce' is the compiler's"));
+  // Eval runs in the consistent view: a collective the loss or a metric
+  // reads is refused there; one only fetched is not.
+  job.ops[2].attrs = {};
+  job.metrics = {{"total", "total"}};
+  job.eval = Eval{"data", 4};
+  CHECK(has(issues_of(job), "ops[2].type | ops[2] (total): 'all_reduce' feeds the loss or a metric, which eval"));
+  job.metrics.clear();
+  job.fetch = {"total"};
+  CHECK(issues_of(job).empty());
+  job.fetch.clear();
+  job.eval.reset();
   // A gather's shape depends on the ranks: what reads it is checked when compiled.
   job.ops[2] = {"all_y", "all_gather", {"y"}, {"all_y"}, {}, {}, {}};
   job.ops.push_back({"twice", "add", {"all_y", "all_y"}, {"twice"}, {}, {}, {}});
