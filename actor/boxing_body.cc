@@ -1,63 +1,46 @@
 #include <cstring>
+#include <type_traits>
 
 #include "actor/body.h"
 
 namespace rill {
 namespace {
 
-// How partial pieces combine (comm::ReduceOp): the sum, or a collective
-// op's max, min or product. Max and min propagate NaN, as the collectives do.
-struct Plus {
-  template <typename T>
-  T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  float operator()(float a, float b) const { return a > b || a != a ? a : b; }
-};
-struct Min {
-  float operator()(float a, float b) const { return a < b || a != a ? a : b; }
-};
-struct Times {
-  float operator()(float a, float b) const { return a * b; }
-};
-
-// dst = a op b over `box`, where a and b both cover src_region.
-template <typename T, typename Op>
+// dst = a op b over `box`, where a and b both cover src_region (i32: the
+// sum only; f32 by comm's combine, as the collectives across nodes).
+template <typename T>
 void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, std::byte* dst,
-              const Region& dst_region, const Region& box, Op op) {
+              const Region& dst_region, const Region& box, comm::ReduceOp op) {
   const T* x = reinterpret_cast<const T*>(a);
   const T* y = reinterpret_cast<const T*>(b);
   T* to = reinterpret_cast<T*>(dst);
   for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
-    const T* __restrict p = x + s;
-    const T* __restrict q = y + s;
-    T* __restrict r = to + d;
-    for (int64_t k = 0; k < n; ++k) r[k] = op(p[k], q[k]);
+    if constexpr (std::is_same_v<T, float>) {
+      comm::combine_into(op, to + d, x + s, reinterpret_cast<const std::byte*>(y + s), static_cast<size_t>(n));
+    } else {
+      const T* __restrict p = x + s;
+      const T* __restrict q = y + s;
+      T* __restrict r = to + d;
+      for (int64_t k = 0; k < n; ++k) r[k] = p[k] + q[k];
+    }
   });
 }
 
 // dst = dst op src over `box`.
-template <typename T, typename Op>
+template <typename T>
 void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, const Region& dst_region,
-              const Region& box, Op op) {
+              const Region& box, comm::ReduceOp op) {
   const T* from = reinterpret_cast<const T*>(src);
   T* to = reinterpret_cast<T*>(dst);
   for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
-    const T* __restrict a = from + s;
-    T* __restrict b = to + d;
-    for (int64_t k = 0; k < n; ++k) b[k] = op(b[k], a[k]);
+    if constexpr (std::is_same_v<T, float>) {
+      comm::combine_into(op, to + d, to + d, reinterpret_cast<const std::byte*>(from + s), static_cast<size_t>(n));
+    } else {
+      const T* __restrict a = from + s;
+      T* __restrict b = to + d;
+      for (int64_t k = 0; k < n; ++k) b[k] += a[k];
+    }
   });
-}
-
-// Calls fn with the functor of `op` (f32 only past the sum).
-template <typename Fn>
-void with_combine(comm::ReduceOp op, Fn fn) {
-  switch (op) {
-    case comm::ReduceOp::kMax: fn(Max{}); break;
-    case comm::ReduceOp::kMin: fn(Min{}); break;
-    case comm::ReduceOp::kProduct: fn(Times{}); break;
-    default: fn(Plus{}); break;
-  }
 }
 
 // Whether the pieces of an S(axis) tensor lie one after another, in rank
@@ -466,22 +449,13 @@ void BoxingBody::run(const std::vector<Step>& steps, const ActIo& io) {
         copy_region(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, element_);
         break;
       case Step::kAdd:
-        if (logical_.dtype == DType::kF32) {
-          with_combine(op_, [&](auto op) {
-            add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op);
-          });
-        } else {
-          add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, Plus{});
-        }
+        if (logical_.dtype == DType::kF32) add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op_);
+        else add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op_);
         break;
       case Step::kSum:
-        if (logical_.dtype == DType::kF32) {
-          with_combine(op_, [&](auto op) {
-            sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op);
-          });
-        } else {
-          sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, Plus{});
-        }
+        if (logical_.dtype == DType::kF32)
+          sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op_);
+        else sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op_);
         break;
     }
   }

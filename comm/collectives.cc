@@ -41,6 +41,12 @@ void combine_with(float* dst, const float* a, const std::byte* b, size_t n, F f)
   }
 }
 
+std::span<const std::byte> bytes_of(const float* data, size_t count) {
+  return {reinterpret_cast<const std::byte*>(data), count * sizeof(float)};
+}
+
+}  // namespace
+
 void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n) {
   switch (op) {
     case ReduceOp::kSum:
@@ -54,12 +60,6 @@ void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, s
     case ReduceOp::kProduct: combine_with(dst, a, b, n, [](float x, float y) { return x * y; }); return;
   }
 }
-
-std::span<const std::byte> bytes_of(const float* data, size_t count) {
-  return {reinterpret_cast<const std::byte*>(data), count * sizeof(float)};
-}
-
-}  // namespace
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {

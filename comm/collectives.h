@@ -38,6 +38,10 @@ namespace rill::comm {
 // the same bits.
 enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProduct, kAverage };
 const char* reduce_op_name(ReduceOp op);
+// dst[i] = a[i] op b[i] for n elements (the average's sum: the division is
+// the caller's); b may be unaligned, dst may be a. Boxing's partial sums
+// combine with it too.
+void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n);
 
 struct CollectiveOptions {
   size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size

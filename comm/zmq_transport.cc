@@ -85,7 +85,6 @@ class ZmqTransport final : public Transport {
     std::mutex mu;
     zmq::socket_t socket;   // PUSH to the peer; guarded by mu
     zmq::socket_t monitor;  // events of `socket`; receive thread only
-    bool connected = false;       // receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
@@ -436,11 +435,9 @@ void ZmqTransport::drain_monitor(int peer) {
     uint16_t id;
     std::memcpy(&id, event.data(), sizeof id);
     if (id == ZMQ_EVENT_CONNECTED) {
-      p.connected = true;
       p.loss_pending = false;
       p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-    } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected) {
-      p.connected = false;
+    } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected_ns.load(std::memory_order_relaxed) != 0) {
       p.connected_ns.store(0, std::memory_order_release);
       p.loss_pending = true;
       p.lost_at = Clock::now() + options_.peer_lost_grace;

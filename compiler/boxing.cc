@@ -2,6 +2,8 @@
 
 #include <tuple>
 
+#include "kernels/ops/ops.h"
+
 namespace rill::compiler {
 
 int64_t boxing_cost(const Sbp& from, const Sbp& to, size_t bytes, int parallel) {
@@ -114,9 +116,8 @@ class Inserter {
     const NdSbp in = canonical(NdSbp(gathers ? Sbp::split(0) : Sbp::partial_sum()), p.num_nodes(), p.per_node());
     // all_gather: the gathered tensor; else one rank's value (what reduce_scatter's blocks split).
     const TensorMeta as = gathers ? out : *t->local;
-    const std::string reduce = op.attrs.get_string("reduce", "sum");
-    const uint8_t code = reduce == "max" ? 1 : reduce == "min" ? 2 : reduce == "prod" ? 3 : 0;  // sum, mean: 0
-    return chain(op.inputs[0], in, -1, op.input_sbp[0], op.placement, as, code);
+    const int code = collective_reduce_code(op.attrs.get_string("reduce", "sum"));  // checked by its inference
+    return chain(op.inputs[0], in, -1, op.input_sbp[0], op.placement, as, static_cast<uint8_t>(code));
   }
 
   int need(const std::string& tensor, const NdSbp& to, int where) {

@@ -30,7 +30,7 @@ Status check_collective(const Attrs& attrs, const TensorMeta& x, bool reduces) {
   if (!reduces) return {};
   RILL_RETURN_IF_ERROR(math::check_string_attr(attrs, "reduce"));
   const std::string reduce = attrs.get_string("reduce", "sum");
-  if (reduce != "sum" && reduce != "mean" && reduce != "max" && reduce != "min" && reduce != "prod")
+  if (collective_reduce_code(reduce) < 0)
     return invalid_argument("reduce is '{}'; expected \"sum\", \"mean\", \"max\", \"min\" or \"prod\"", reduce);
   if (x.dtype != DType::kF32)
     return invalid_argument("x must be f32 to be combined across ranks, got {}", dtype_name(x.dtype));
@@ -91,6 +91,11 @@ Status cpu_finish(KernelContext& ctx) {
 }
 
 }  // namespace
+
+int collective_reduce_code(const std::string& reduce) {
+  if (reduce == "sum" || reduce == "mean") return 0;
+  return reduce == "max" ? 1 : reduce == "min" ? 2 : reduce == "prod" ? 3 : -1;
+}
 
 const OpDef kAllReduceOp = {
     .type = "all_reduce", .role = OpRole::kCollective, .infer = infer_all_reduce, .sbp = sbp_whole, .cpu = cpu_finish};
