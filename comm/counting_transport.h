@@ -28,6 +28,12 @@ class CountingTransport final : public Transport {
   // Bytes of those messages (header and body) from each peer.
   std::vector<int64_t> received_bytes_from() const { return read(received_bytes_); }
   std::vector<int64_t> sent_to() const { return read(sent_); }
+  // Messages sent to all peers (reading it allocates nothing).
+  int64_t sent_total() const {
+    int64_t n = 0;
+    for (const auto& c : sent_) n += c.load(std::memory_order_relaxed);
+    return n;
+  }
   void reset() {
     for (auto& c : sent_) c.store(0);
     for (auto& c : received_) c.store(0);

@@ -1,5 +1,6 @@
 #include "comm/mailbox.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -7,6 +8,17 @@
 namespace rill::comm {
 
 Mailbox::Mailbox(int rank, int world) : rank_(rank), lost_(static_cast<size_t>(world)) {}
+
+void Mailbox::Ring::push_back(Received message) {
+  if (size_ == slots_.size()) {
+    std::vector<Received> grown(std::max<size_t>(8, 2 * slots_.size()));
+    for (size_t i = 0; i < size_; ++i) grown[i] = std::move(slots_[(head_ + i) % slots_.size()]);
+    slots_ = std::move(grown);
+    head_ = 0;
+  }
+  slots_[(head_ + size_) % slots_.size()] = std::move(message);
+  ++size_;
+}
 
 void Mailbox::push(int from, uint64_t tag, Received message) {
   std::lock_guard lock(mu_);

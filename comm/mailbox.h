@@ -8,7 +8,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,8 +48,27 @@ class Mailbox {
   struct KeyHash {
     size_t operator()(const Key& key) const { return std::hash<uint64_t>()(key.tag * 1000003u + key.from); }
   };
+  // A FIFO in a ring that grows by doubling and never shrinks, so a queue in
+  // steady use allocates nothing (a deque allocates a block every few
+  // messages).
+  class Ring {
+   public:
+    bool empty() const { return size_ == 0; }
+    size_t size() const { return size_; }
+    Received& front() { return slots_[head_]; }
+    void pop_front() {
+      slots_[head_].reset();
+      head_ = (head_ + 1) % slots_.size();
+      --size_;
+    }
+    void push_back(Received message);
+
+   private:
+    std::vector<Received> slots_;
+    size_t head_ = 0, size_ = 0;
+  };
   struct Queue {
-    std::deque<Received> messages;
+    Ring messages;
     std::condition_variable ready;
     int waiters = 0;
   };

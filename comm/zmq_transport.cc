@@ -38,10 +38,54 @@ struct FrameMeta {
 };
 static_assert(sizeof(FrameMeta) == 16);
 
+// A received message's frames, kept while it waits in the mailbox. Holders
+// are recycled through a process-wide free list, so steady traffic through
+// the mailbox (collectives) allocates no holders.
 struct ZmqHolder final : Received::Holder {
   zmq::message_t first;
   zmq::message_t second;
+
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p);
 };
+
+struct HolderFreeList {
+  static constexpr size_t kKept = 1024;  // beyond this many idle holders, freed
+  std::mutex mu;
+  std::vector<void*> free;  // guarded by mu
+  ~HolderFreeList() {
+    for (void* p : free) ::operator delete(p);
+  }
+};
+HolderFreeList& holder_free_list() {
+  static HolderFreeList list;
+  return list;
+}
+
+void* ZmqHolder::operator new(std::size_t size) {
+  HolderFreeList& list = holder_free_list();
+  {
+    std::lock_guard lock(list.mu);
+    if (!list.free.empty()) {
+      void* p = list.free.back();
+      list.free.pop_back();
+      return p;
+    }
+  }
+  return ::operator new(size);
+}
+
+void ZmqHolder::operator delete(void* p) {
+  HolderFreeList& list = holder_free_list();
+  {
+    std::lock_guard lock(list.mu);
+    if (list.free.size() < HolderFreeList::kKept) {
+      list.free.push_back(p);
+      return;
+    }
+  }
+  ::operator delete(p);
+}
 
 void release_tracked(void* /*data*/, void* hint) { SendTracker::release(hint); }
 

@@ -90,6 +90,31 @@ TEST_CASE("order is kept per sender and tag; tags are independent mailboxes") {
   }
 }
 
+TEST_CASE("order is kept while a queue wraps around and grows (the mailbox's ring)") {
+  for (Kind kind : kAllKinds) {
+    CAPTURE(kind_name(kind));
+    auto transports = make_world(kind, 2);
+    int sent = 0, received = 0;
+    std::vector<std::byte> got;
+    // Rounds of sends larger than the receives, so the ring's head moves on
+    // and it grows (8, 16, 32 slots) while its contents wrap around.
+    for (int round = 0; round < 6; ++round) {
+      for (int i = 0; i < 5 + 3 * round; ++i) {
+        std::string header = std::to_string(sent++);
+        REQUIRE(transports[0]->send(1, 7, as_span(header)).ok());
+      }
+      for (int i = 0; i < 3; ++i) {
+        REQUIRE(transports[1]->recv(0, 7, &got, in_ms(10000)).ok());
+        REQUIRE(as_string({got.data(), got.size()}) == std::to_string(received++));
+      }
+    }
+    while (received < sent) {
+      REQUIRE(transports[1]->recv(0, 7, &got, in_ms(10000)).ok());
+      REQUIRE(as_string({got.data(), got.size()}) == std::to_string(received++));
+    }
+  }
+}
+
 TEST_CASE("a handler takes its tag on the receive thread; other tags still reach recv") {
   for (Kind kind : kAllKinds) {
     CAPTURE(kind_name(kind));
