@@ -150,8 +150,9 @@ class BoxingBody {
   BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int first_rank, int local_pieces,
              comm::Collectives* collectives, uint64_t tag);
   // A move between placements: output 0 holds `output` of the logical
-  // tensor, copied from the parts of the inputs (holding `inputs`) inside it.
-  BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output);
+  // tensor, copied from the parts of the inputs (holding `inputs`) inside it;
+  // `sum`: the inputs are partial sums, added up where they overlap (f32).
+  BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output, bool sum = false);
   Status act(const ActIo& io);
   // The collective its last act called and its algorithm ("all_reduce
   // ring"), or "" when it calls none (within a node, a move).

@@ -95,7 +95,7 @@ BoxingBody::BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int 
   plan_bucket(bucket);
 }
 
-BoxingBody::BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output)
+BoxingBody::BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output, bool sum)
     : in_(Sbp::broadcast()),
       out_(Sbp::broadcast()),
       parallel_(1),
@@ -107,10 +107,13 @@ BoxingBody::BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, co
       outputs_(1),
       collectives_(nullptr),
       tag_(0) {
+  bool first = true;  // a sum starts from a copy (inputs of a sum cover the output alike)
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Region box = intersect(inputs[k], output);
-    if (box.size() > 0)
-      step(Step::kCopy, Ref{Ref::kInput, static_cast<int>(k), 0}, inputs[k], Ref{Ref::kOutput, 0, 0}, output, box);
+    if (box.size() == 0) continue;
+    step(sum && !first ? Step::kAdd : Step::kCopy, Ref{Ref::kInput, static_cast<int>(k), 0}, inputs[k],
+         Ref{Ref::kOutput, 0, 0}, output, box);
+    first = false;
   }
 }
 

@@ -125,7 +125,7 @@ class Inserter {
     if (t->placement == where) return chain(tensor, t->sbp, -1, to, where);
     const graph::Placement& a = g_->placement(t->placement);
     const graph::Placement& b = g_->placement(where);
-    const NdSbp from = settled(t->sbp, t->meta, a);
+    const NdSbp from = g_->sum_moved_partials ? t->sbp : settled(t->sbp, t->meta, a);
     int last = chain(tensor, t->sbp, -1, from, t->placement);
     const NdSbp landed = arrived(to, b);
     last = add(tensor, from, landed, last, t->placement, where);

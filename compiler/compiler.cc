@@ -13,6 +13,7 @@
 #include "compiler/physical.h"
 #include "compiler/pipeline_cut.h"
 #include "compiler/plan_writer.h"
+#include "compiler/pserver.h"
 #include "compiler/regst_planning.h"
 #include "compiler/sbp_deduction.h"
 #include "compiler/transfers.h"
@@ -62,8 +63,10 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
 
 // The logical passes, up to SBP deduction.
 StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
-  RILL_ASSIGN_OR_RETURN(const graph::Job job, cut_stages(given, cluster));
+  RILL_ASSIGN_OR_RETURN(const graph::Job transpiled, transpile_pserver(given, cluster));
+  RILL_ASSIGN_OR_RETURN(const graph::Job job, cut_stages(transpiled, cluster));
   RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, mode));
+  g.sum_moved_partials = given.distributed && given.distributed->mode == "pserver";
   if (mode == Mode::kTrain) {
     RILL_RETURN_IF_ERROR(build_backward(&g));
     RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));

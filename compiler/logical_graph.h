@@ -127,6 +127,10 @@ struct LogicalGraph {
   // global_batch / devices rows; tasks see their own pieces as the whole
   // tensors, the loss is the mean of the ranks' losses.
   bool mirrored = false;
+  // Parameter servers (compiler/pserver.h): partial sums moving to another
+  // placement are added up by the reader (a pserver adds the trainers'
+  // gradients), not settled among their makers first.
+  bool sum_moved_partials = false;
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed
   int64_t log_every = 0;

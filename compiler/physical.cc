@@ -244,6 +244,7 @@ class Expander {
         task.variable.update_attrs = v.update_attrs;
         task.variable.num_state = v.num_state;
         task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
+        task.variable.block_of = var.block_of;
         int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
         out.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
@@ -438,7 +439,8 @@ class Expander {
   // piece is read as it is (no task); one that only overlaps it and lives
   // on another node is sliced there first, so only the overlap crosses; the
   // parts are assembled on the target device, unless the one part is the
-  // whole piece.
+  // whole piece. Partial sums (pserver mode) are not replicas: each target
+  // piece adds up its overlap with every source piece.
   void add_move(int b) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
     const graph::Placement& from = at(box.placement);
@@ -448,18 +450,21 @@ class Expander {
     for (int i = 0; i < from.parallel(); ++i) held[static_cast<size_t>(i)] = piece(shape, box.in, from, i);
     const std::string name = fmt::format("move:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
     std::map<std::tuple<int, Shape, Shape>, int> slices;  // (source rank, overlap) -> its regst
+    const bool partial = box.in.has(Sbp::kPartialSum);
     for (int j = 0; j < to.parallel(); ++j) {
       const Region target = piece(shape, box.out, to, j);
       const int node = to.node_of(j), device = to.device_of(j);
-      // Distinct source regions overlapping the target -> the nearest replica.
-      std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::pair<int, int>> nearest;  // -> (score, rank)
+      // Distinct source regions overlapping the target -> the nearest replica
+      // (partial sums: every rank's).
+      std::map<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int>, std::pair<int, int>>
+          nearest;  // -> (score, rank)
       for (int i = 0; i < from.parallel(); ++i) {
         const Region& r = held[static_cast<size_t>(i)];
         if (intersect(r, target).size() == 0 && !(target.size() == 0 && i == 0)) continue;
         const int score = (from.node_of(i) == node ? 0 : 2 * from.parallel()) +
                           (from.node_of(i) == node && from.device_of(i) == device ? 0 : from.parallel()) +
                           (i - node % from.parallel() + from.parallel()) % from.parallel();
-        auto [it, fresh] = nearest.try_emplace({r.origin, r.extent}, score, i);
+        auto [it, fresh] = nearest.try_emplace({r.origin, r.extent, partial ? i : -1}, score, i);
         if (!fresh && score < it->second.first) it->second = {score, i};
       }
       std::vector<std::pair<int, Region>> parts;

@@ -66,12 +66,22 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
                                       t.source.num_shards, t.source.sub_shard, t.source.num_sub_shards,
                                       g.global_batch, g.shuffle, g.seed);
       break;
-    case plan::TaskKind::Variable:
+    case plan::TaskKind::Variable: {
+      Offset<flatbuffers::String> whole = 0;
+      Offset<flatbuffers::Vector<int64_t>> whole_shape = 0, whole_offset = 0;
+      if (const auto& block = t.variable.block_of) {
+        whole = b.CreateString(block->whole);
+        whole_shape = b.CreateVector(std::vector<int64_t>(block->whole_shape));
+        std::vector<int64_t> at(block->whole_shape.size(), 0);
+        at[0] = block->row_offset;
+        whole_offset = b.CreateVector(at);
+      }
       variable = plan::CreateVariableConf(b, b.CreateString(t.variable.init_op), write_attrs(b, t.variable.init_attrs),
                                           b.CreateString(t.variable.update_op),
                                           write_attrs(b, t.variable.update_attrs), t.variable.num_state,
-                                          b.CreateVector(t.variable.offset));
+                                          b.CreateVector(t.variable.offset), whole, whole_shape, whole_offset);
       break;
+    }
     case plan::TaskKind::Sink: {
       std::vector<uint8_t> partial(t.sink.partial.begin(), t.sink.partial.end());
       sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial),

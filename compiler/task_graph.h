@@ -56,6 +56,7 @@ struct VariableInfo {
   Attrs update_attrs;
   int num_state = 0;
   std::vector<int64_t> offset;
+  std::optional<graph::BlockOf> block_of;  // parameter servers: a block of another variable
 };
 
 struct SinkInfo {

@@ -36,6 +36,16 @@ struct Initializer {
   bool operator==(const Initializer&) const = default;
 };
 
+// A variable made by the parameter-server transpile (compiler/pserver.h):
+// rows [row_offset, row_offset + its rows) of variable `whole` (shape
+// `whole_shape`), initialized, saved and restored as those rows of it.
+struct BlockOf {
+  std::string whole;
+  Shape whole_shape;
+  int64_t row_offset = 0;
+  bool operator==(const BlockOf&) const = default;
+};
+
 struct Variable {
   std::string name;
   Shape shape;
@@ -44,6 +54,7 @@ struct Variable {
   std::optional<NdSbp> sbp;   // default B
   bool trainable = true;
   std::optional<Placement> placement;  // default: its group's, else the job's devices
+  std::optional<BlockOf> block_of;     // set by the compiler only (never in a job file)
   bool operator==(const Variable&) const = default;
 };
 
@@ -137,6 +148,26 @@ struct Metric {
   bool operator==(const Metric&) const = default;
 };
 
+// How the job is distributed, in PaddlePaddle Fluid's terms (its
+// DistributeTranspilerConfig; docs/JOB_FORMAT.md, Parameter servers).
+// "pserver": the nodes named by `pservers` hold the trainable variables,
+// sliced into blocks, and their optimizer; the other nodes are the trainers,
+// computing gradients data-parallel. "collective" (alias "nccl2"): every
+// node a trainer, gradients all-reduced (the default without this section).
+struct Distributed {
+  std::string mode = "pserver";
+  std::vector<std::string> pservers;  // node numbers or machine-list entries (host:ctrl_port)
+  int64_t trainers = 0;               // the trainers' count (0: every node not a pserver)
+  bool sync_mode = true;
+  bool slice_var_up = true;           // a variable in blocks over several pservers
+  std::string split_method = "RoundRobin";  // "RoundRobin" | "HashName": which pserver holds a block
+  int64_t min_block_size = 8192;      // elements: no block smaller (unless its variable is)
+  bool enable_dc_asgd = false;        // async only: delay-compensated updates
+  bool print_log = false;             // the master logs the layout
+  int64_t rpc_deadline = 180000;      // ms: the longest a pserver exchange may wait
+  bool operator==(const Distributed&) const = default;
+};
+
 struct Job {
   std::string name = "job";
   std::vector<Dataset> datasets;
@@ -152,6 +183,7 @@ struct Job {
   TrainConfig train;
   std::optional<Eval> eval;
   CheckpointConfig checkpoint;
+  std::optional<Distributed> distributed;
   bool operator==(const Job&) const = default;
 };
 

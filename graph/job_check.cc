@@ -59,9 +59,65 @@ class GraphChecker {
     check_groups();
     check_pipeline();
     check_eval_collectives();
+    check_distributed();
   }
 
  private:
+  // Fluid's transpiler settings (compiler/pserver.h). Whether the nodes
+  // named exist is the compiler's check (it knows the cluster).
+  void check_distributed() {
+    if (!job_.distributed) return;
+    const Distributed& d = *job_.distributed;
+    if (d.mode != "pserver" && d.mode != "collective" && d.mode != "nccl2") {
+      issues_->add("distributed.mode", "distributed.mode must be \"pserver\", \"collective\" or \"nccl2\", got \"{}\"",
+                   d.mode);
+      return;
+    }
+    if (d.trainers < 0) issues_->add("distributed.trainers", "distributed.trainers must be >= 0, got {}", d.trainers);
+    if (d.rpc_deadline <= 0)
+      issues_->add("distributed.rpc_deadline", "distributed.rpc_deadline must be > 0 ms, got {}", d.rpc_deadline);
+    if (d.mode != "pserver") {
+      if (!d.pservers.empty())
+        issues_->add("distributed.pservers", "distributed.pservers: mode \"{}\" has no pservers (trainers only)",
+                     d.mode);
+      return;
+    }
+    if (d.pservers.empty())
+      issues_->add("distributed.pservers", "distributed.pservers: pserver mode needs at least one pserver");
+    if (d.split_method != "RoundRobin" && d.split_method != "HashName")
+      issues_->add("distributed.split_method",
+                   "distributed.split_method must be \"RoundRobin\" or \"HashName\", got \"{}\"", d.split_method);
+    if (d.min_block_size < 1)
+      issues_->add("distributed.min_block_size", "distributed.min_block_size must be >= 1 element, got {}",
+                   d.min_block_size);
+    if (d.enable_dc_asgd && d.sync_mode)
+      issues_->add("distributed.enable_dc_asgd",
+                   "distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false");
+    if (!d.sync_mode)
+      issues_->add("distributed.sync_mode",
+                   "distributed.sync_mode false (asynchronous updates) is not supported yet; use sync_mode true");
+    if (job_.train.view == "mirrored")
+      issues_->add("train.view", "train.view \"mirrored\": pserver mode runs in the consistent view");
+    if (job_.pipeline) issues_->add("pipeline", "pipeline: pserver mode places every op itself; remove the pipeline");
+    if (!job_.groups.empty())
+      issues_->add("groups", "groups: pserver mode places every op itself (trainers) and variable (pservers)");
+    if (job_.train.zero) issues_->add("train.zero", "train.zero: pserver mode slices variables itself");
+    for (size_t i = 0; i < job_.inputs.size(); ++i)
+      if (job_.inputs[i].placement)
+        issues_->add(check::label("inputs", i, job_.inputs[i].name),
+                     "input '{}': pserver mode places inputs on the trainers; remove its placement",
+                     job_.inputs[i].name);
+    for (size_t i = 0; i < job_.variables.size(); ++i)
+      if (job_.variables[i].placement || job_.variables[i].sbp)
+        issues_->add(check::label("variables", i, job_.variables[i].name),
+                     "variable '{}': pserver mode places variables itself; remove its placement and sbp",
+                     job_.variables[i].name);
+    for (size_t i = 0; i < job_.ops.size(); ++i)
+      if (job_.ops[i].placement)
+        issues_->add(check::label("ops", i, job_.ops[i].name),
+                     "op '{}': pserver mode places ops on the trainers; remove its placement", job_.ops[i].name);
+  }
+
   // The eval pass runs in the consistent view, where a tensor is one value:
   // a collective op (the mirrored view's) that the loss or a metric reads
   // cannot run there. (Fetched tensors are train-only.)

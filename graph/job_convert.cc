@@ -238,6 +238,30 @@ class Converter {
       integer(e->batch_size(), "eval.batch_size", "eval.batch_size", &eval.batch_size);
       out->eval = std::move(eval);
     }
+    if (const fb::Distributed* d = in.distributed()) {
+      Distributed dist;
+      if (d->mode()) dist.mode = d->mode()->str();
+      if (d->pservers()) {
+        std::string entry;
+        for (char ch : d->pservers()->str() + ",") {
+          if (ch != ',') {
+            if (ch != ' ') entry += ch;
+            continue;
+          }
+          if (!entry.empty()) dist.pservers.push_back(entry);
+          entry.clear();
+        }
+      }
+      integer(d->trainers(), "distributed.trainers", "distributed.trainers", &dist.trainers);
+      if (d->sync_mode()) dist.sync_mode = *d->sync_mode();
+      if (d->slice_var_up()) dist.slice_var_up = *d->slice_var_up();
+      if (d->split_method()) dist.split_method = d->split_method()->str();
+      integer(d->min_block_size(), "distributed.min_block_size", "distributed.min_block_size", &dist.min_block_size);
+      if (d->enable_dc_asgd()) dist.enable_dc_asgd = *d->enable_dc_asgd();
+      if (d->print_log()) dist.print_log = *d->print_log();
+      integer(d->rpc_deadline(), "distributed.rpc_deadline", "distributed.rpc_deadline", &dist.rpc_deadline);
+      out->distributed = std::move(dist);
+    }
     if (const fb::Checkpoint* c = in.checkpoint()) {
       CheckpointConfig& ckpt = out->checkpoint;
       if (c->dir()) ckpt.dir = c->dir()->str();

@@ -176,6 +176,23 @@ class Writer {
                                  .add("dir", str(job.checkpoint.dir, "checkpoint.dir"))
                                  .add("every", number(job.checkpoint.every))
                                  .add("keep", number(int64_t{job.checkpoint.keep})));
+    if (job.distributed) {
+      const Distributed& d = *job.distributed;
+      auto flag = [](bool b) { return Node::scalar(b ? "true" : "false"); };
+      std::string pservers;
+      for (const std::string& p : d.pservers) pservers += (pservers.empty() ? "" : ",") + p;
+      root.add("distributed", Node::object()
+                                  .add("mode", str(d.mode, "distributed.mode"))
+                                  .add("pservers", str(pservers, "distributed.pservers"))
+                                  .add("trainers", number(d.trainers))
+                                  .add("sync_mode", flag(d.sync_mode))
+                                  .add("slice_var_up", flag(d.slice_var_up))
+                                  .add("split_method", str(d.split_method, "distributed.split_method"))
+                                  .add("min_block_size", number(d.min_block_size))
+                                  .add("enable_dc_asgd", flag(d.enable_dc_asgd))
+                                  .add("print_log", flag(d.print_log))
+                                  .add("rpc_deadline", number(d.rpc_deadline)));
+    }
     return root;
   }
 

@@ -115,7 +115,12 @@ StatusOr<Body> BoxingSetup::move_body(const plan::Task& task, const plan::Boxing
     pieces.push_back(std::move(r));
   }
   RILL_ASSIGN_OR_RETURN(Region target, region(out, inputs));
-  return Body(std::in_place_type<BoxingBody>, logical, pieces, target);
+  // Pieces of a partial sum (pserver mode) are added up where they overlap.
+  const bool sum = compiler::read_sbp(conf.in_sbp()).has(Sbp::kPartialSum);
+  if (sum && logical.dtype != DType::kF32)
+    return invalid_argument("task '{}': a move adding up partial sums of {}; f32 only", name,
+                            dtype_name(logical.dtype));
+  return Body(std::in_place_type<BoxingBody>, logical, pieces, target, sum);
 }
 
 StatusOr<comm::Collectives*> BoxingSetup::collectives_for(const std::string& name, const plan::BoxingConf& conf) {

@@ -29,6 +29,26 @@ struct FreeDeleter {
 };
 
 // Everything one node builds from its part of the plan.
+// What a variable task's piece is a piece of: its own variable, or, for a
+// block on a parameter server, the variable the block was cut from (so it
+// is initialized, restored, saved and reported as those rows of it).
+struct PieceOf {
+  std::string name;
+  Shape logical;
+  Shape offset;
+};
+PieceOf piece_of_variable(const plan::Task& task, const plan::RegstDesc& model) {
+  PieceOf p{read_string(model.name()), read_shape(model.logical_shape()), read_shape(task.variable()->offset())};
+  const plan::VariableConf& conf = *task.variable();
+  if (conf.whole() != nullptr && conf.whole_shape() != nullptr && conf.whole_offset() != nullptr &&
+      conf.whole_offset()->size() == p.offset.size() && conf.whole_shape()->size() == p.offset.size()) {
+    p.name = conf.whole()->str();
+    p.logical = read_shape(conf.whole_shape());
+    for (size_t a = 0; a < p.offset.size(); ++a) p.offset[a] += conf.whole_offset()->Get(static_cast<flatbuffers::uoffset_t>(a));
+  }
+  return p;
+}
+
 class NodeRun : public NodeRuntime {
  public:
   NodeRun(std::string bytes, RunOptions options)
@@ -193,8 +213,9 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         if (!update || update->role != OpRole::kUpdate)
           return invalid_argument("task '{}': unknown optimizer update '{}'", name, read_string(conf->update_op()));
       }
-      Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()),
-                read_shape(model->logical_shape()), read_shape(conf->offset()), update, read_attrs(conf->update_attrs()),
+      PieceOf of = piece_of_variable(task, *model);
+      Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()), std::move(of.logical),
+                std::move(of.offset), update, read_attrs(conf->update_attrs()),
                 TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
         RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
@@ -247,9 +268,7 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
   auto& body = std::get<VariableBody>(actor.body());
   const plan::RegstDesc* model = regst(task.outputs()->Get(0));
   const TensorView& slot = slots_[model->id()][0];
-  std::string var = read_string(model->name());
-  Shape logical = read_shape(model->logical_shape());
-  Shape offset = read_shape(task.variable()->offset());
+  auto [var, logical, offset] = piece_of_variable(task, *model);
   // This piece of a logical tensor given by the caller, or empty if not given.
   auto piece_of = [&](const std::map<std::string, std::vector<float>>& values,
                       const std::string& name) -> StatusOr<std::vector<float>> {
@@ -274,9 +293,8 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
   // One snapshot per distinct piece: replicas of a broadcast variable agree.
   bool first_of_piece = true;
   for (const plan::Task* other : variable_tasks_) {
-    const plan::RegstDesc* other_model = regst(other->outputs()->Get(0));
-    if (read_string(other_model->name()) == var && read_shape(other->variable()->offset()) == offset)
-      first_of_piece = false;
+    const PieceOf o = piece_of_variable(*other, *regst(other->outputs()->Get(0)));
+    if (o.name == var && o.offset == offset) first_of_piece = false;
   }
   if (options_.on_snapshot && first_of_piece)
     body.on_snapshot(
@@ -501,15 +519,13 @@ RunReport NodeRun::run() {
 void NodeRun::collect_variables(RunReport& report) {
   for (const plan::Task* task : variable_tasks_) {
     const plan::RegstDesc* model = regst(task->outputs()->Get(0));
-    std::string var = read_string(model->name());
+    auto [var, logical, offset] = piece_of_variable(*task, *model);
     VariableValue& value = report.variables[var];
-    Shape logical = read_shape(model->logical_shape());
     if (value.values.empty()) {
       value.shape = logical;
       value.values.assign(static_cast<size_t>(num_elements(logical)), 0.0f);
     }
     const TensorView& slot = slots_[model->id()][0];
-    Shape offset = read_shape(task->variable()->offset());
     std::vector<float> host;
     Status read = std::get<VariableBody>(by_index_[ActorId::index(task->id())]->body()).read_model(slot, &host);
     if (!read.ok()) {

@@ -1,0 +1,166 @@
+#include "compiler/pserver.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace rill::compiler {
+namespace {
+
+bool pserver_mode(const graph::Job& job) { return job.distributed && job.distributed->mode == "pserver"; }
+
+// FNV-1a, 64 bits: a hash of a name that is the same on every node and build.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+StatusOr<int> pserver_node(const std::string& entry, int num_nodes) {
+  int node = -1;
+  auto [end, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), node);
+  if (ec != std::errc() || end != entry.data() + entry.size())
+    return invalid_argument(
+        "distributed.pservers: '{}' is not a node number (a machine-list entry is mapped to its node by the agents; "
+        "here give node numbers)",
+        entry);
+  if (node < 0 || node >= num_nodes)
+    return invalid_argument("distributed.pservers: node {} is not in the cluster's nodes 0 to {}", node,
+                            num_nodes - 1);
+  return node;
+}
+
+}  // namespace
+
+StatusOr<PserverLayout> pserver_layout(const graph::Job& job, const Cluster& cluster) {
+  if (!pserver_mode(job)) return invalid_argument("the job is not in pserver mode (distributed.mode)");
+  const graph::Distributed& d = *job.distributed;
+  PserverLayout layout;
+  std::set<int> named;
+  for (const std::string& entry : d.pservers) {
+    RILL_ASSIGN_OR_RETURN(int node, pserver_node(entry, cluster.num_nodes));
+    if (!named.insert(node).second)
+      return invalid_argument("distributed.pservers: node {} is named twice", node);
+    layout.pservers.push_back(node);
+  }
+  if (layout.pservers.empty()) return invalid_argument("distributed.pservers: pserver mode needs at least one pserver");
+  for (int node = 0; node < cluster.num_nodes; ++node)
+    if (named.count(node) == 0) layout.trainers.push_back(node);
+  if (layout.trainers.empty())
+    return invalid_argument("distributed.pservers: all {} nodes are pservers; no node is left to train",
+                            cluster.num_nodes);
+  if (d.trainers != 0 && d.trainers != static_cast<int64_t>(layout.trainers.size()))
+    return invalid_argument(
+        "distributed.trainers is {}, but the cluster's {} nodes less {} pservers leave {} trainers (nodes {})",
+        d.trainers, cluster.num_nodes, layout.pservers.size(), layout.trainers.size(),
+        fmt::join(layout.trainers, ", "));
+  if (d.min_block_size < 1)
+    return invalid_argument("distributed.min_block_size must be >= 1 element, got {}", d.min_block_size);
+
+  const int64_t servers = static_cast<int64_t>(layout.pservers.size());
+  int64_t next = 0;  // RoundRobin's counter, over every block of the job
+  for (const graph::Variable& v : job.variables) {
+    if (!v.trainable) continue;
+    const int64_t elements = num_elements(v.shape);
+    // Whole rows: blocks are cut along axis 0, each a multiple of a row.
+    const int64_t width = v.shape.empty() || v.shape[0] == 0 ? std::max<int64_t>(elements, 1) : elements / v.shape[0];
+    const int64_t rows = v.shape.empty() ? 1 : v.shape[0];
+    int64_t count = d.slice_var_up ? servers : 1;
+    count = std::max<int64_t>(1, std::min(count, elements / d.min_block_size));
+    int64_t block = (elements + count - 1) / count;      // elements per block
+    block = std::max<int64_t>(width, (block + width - 1) / width * width);  // whole rows
+    const int64_t block_rows = block / width;
+    count = (rows + block_rows - 1) / std::max<int64_t>(block_rows, 1);
+    if (v.shape.empty() || count < 1) count = 1;
+    for (int64_t k = 0; k < count; ++k) {
+      PserverBlock b;
+      b.variable = v.name;
+      b.name = count == 1 ? v.name : fmt::format("{}.block{}", v.name, k);
+      b.row_offset = v.shape.empty() ? 0 : k * block_rows;
+      b.rows = v.shape.empty() ? 1 : std::min(block_rows, rows - b.row_offset);
+      b.elements = v.shape.empty() ? elements : b.rows * width;
+      const int64_t pick = d.split_method == "HashName" ? static_cast<int64_t>(fnv1a(b.name) % servers)
+                                                        : next++ % servers;
+      b.pserver = layout.pservers[static_cast<size_t>(pick)];
+      layout.blocks.push_back(std::move(b));
+    }
+  }
+  return layout;
+}
+
+std::string describe_pserver_layout(const PserverLayout& layout, const graph::Job& job) {
+  const graph::Distributed& d = *job.distributed;
+  std::string out = fmt::format("pserver mode ({}, {}, slice_var_up {}, min_block_size {}): pservers nodes {}; "
+                                "trainers nodes {}\n",
+                                d.sync_mode ? "sync" : "async", d.split_method, d.slice_var_up, d.min_block_size,
+                                fmt::join(layout.pservers, ", "), fmt::join(layout.trainers, ", "));
+  for (const PserverBlock& b : layout.blocks) {
+    const auto v = std::find_if(job.variables.begin(), job.variables.end(),
+                                [&](const graph::Variable& x) { return x.name == b.variable; });
+    out += fmt::format("  {:<16} rows {}-{} of {} {}  {} elements  pserver node {}\n", b.name, b.row_offset,
+                       b.row_offset + b.rows - 1, b.variable, shape_string(v->shape), b.elements, b.pserver);
+  }
+  return out;
+}
+
+StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& cluster) {
+  if (!pserver_mode(job)) return job;
+  RILL_ASSIGN_OR_RETURN(PserverLayout layout, pserver_layout(job, cluster));
+  graph::Placement trainers;
+  trainers.type = cluster.device_type;
+  trainers.nodes = layout.trainers;
+  for (int device = 0; device < cluster.devices_per_node; ++device) trainers.devices.push_back(device);
+  auto on_pserver = [&](int node) {
+    graph::Placement p;
+    p.type = cluster.device_type;
+    p.nodes = {node};
+    p.devices = {0};
+    return p;
+  };
+  graph::Job out = job;
+  out.variables.clear();
+  std::vector<graph::Op> concats;
+  for (const graph::Variable& v : job.variables) {
+    if (!v.trainable) {
+      out.variables.push_back(v);
+      out.variables.back().placement = trainers;
+      continue;
+    }
+    std::vector<std::string> blocks;
+    for (const PserverBlock& b : layout.blocks) {
+      if (b.variable != v.name) continue;
+      graph::Variable block = v;
+      block.name = b.name;
+      block.placement = on_pserver(b.pserver);
+      if (b.name != v.name) {
+        block.shape[0] = b.rows;
+        block.block_of = graph::BlockOf{v.name, v.shape, b.row_offset};
+      }
+      out.variables.push_back(std::move(block));
+      blocks.push_back(b.name);
+    }
+    if (blocks.size() > 1) {
+      graph::Op concat;
+      concat.name = v.name;
+      concat.type = "concat";
+      concat.inputs = blocks;
+      concat.outputs = {v.name};
+      concat.attrs.set("axis", int64_t{0});
+      concat.placement = trainers;
+      concats.push_back(std::move(concat));
+    }
+  }
+  for (graph::Input& in : out.inputs) in.placement = trainers;
+  for (graph::Op& op : out.ops) op.placement = trainers;
+  out.ops.insert(out.ops.begin(), concats.begin(), concats.end());
+  out.distributed.reset();  // placed: the checker's rules for a user's pserver job are met by construction
+  return out;
+}
+
+}  // namespace rill::compiler
