@@ -81,7 +81,7 @@ StatusOr<PserverLayout> pserver_layout(const graph::Job& job, const Cluster& clu
     for (int64_t k = 0; k < count; ++k) {
       PserverBlock b;
       b.variable = v.name;
-      b.name = count == 1 ? v.name : fmt::format("{}.block{}", v.name, k);
+      b.name = fmt::format("{}.block{}", v.name, k);
       b.row_offset = v.shape.empty() ? 0 : k * block_rows;
       b.rows = v.shape.empty() ? 1 : std::min(block_rows, rows - b.row_offset);
       b.elements = v.shape.empty() ? elements : b.rows * width;
@@ -138,21 +138,22 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
       graph::Variable block = v;
       block.name = b.name;
       block.placement = on_pserver(b.pserver);
-      if (b.name != v.name) {
-        block.shape[0] = b.rows;
-        block.block_of = graph::BlockOf{v.name, v.shape, b.row_offset};
-      }
+      if (!block.shape.empty()) block.shape[0] = b.rows;
+      block.block_of = graph::BlockOf{v.name, v.shape, b.row_offset};
       out.variables.push_back(std::move(block));
       blocks.push_back(b.name);
     }
-    if (blocks.size() > 1) {
+    {
+      // The trainers' copy of the variable, whole (every trainer reads every
+      // block; the gradient flows back through it to each block).
       graph::Op concat;
       concat.name = v.name;
-      concat.type = "concat";
+      concat.type = blocks.size() > 1 ? "concat" : "identity";
       concat.inputs = blocks;
       concat.outputs = {v.name};
-      concat.attrs.set("axis", int64_t{0});
+      if (blocks.size() > 1) concat.attrs.set("axis", int64_t{0});
       concat.placement = trainers;
+      concat.output_sbp = {NdSbp(Sbp::broadcast())};  // every trainer holds the whole parameter
       concats.push_back(std::move(concat));
     }
   }

@@ -6,11 +6,12 @@
 //   - every trainable variable cut into blocks of whole rows (slice_var_up:
 //     as many as there are pservers, none under min_block_size elements
 //     unless the variable is; otherwise one), each block a variable
-//     "<name>.block<k>" on device 0 of the pserver the split method picks
-//     (RoundRobin: the next pserver, counting over every block of the job in
-//     order; HashName: FNV-1a of the block's name, modulo the pservers), with
-//     its optimizer and state there. A variable in one block keeps its name;
-//   - on the trainers, an op "<name>" = concat of its blocks (axis 0), which
+//     "<name>.block<k>" (k from 0, one block too) on device 0 of the pserver
+//     the split method picks (RoundRobin: the next pserver, counting over
+//     every block of the job in order; HashName: FNV-1a of the block's name,
+//     modulo the pservers), with its optimizer and state there;
+//   - on the trainers, an op "<name>" = concat of its blocks (axis 0; one
+//     block: identity), B (every trainer holds the whole parameter), which
 //     every op reading the variable reads.
 // The trainers read each block from its pserver; the gradient of a block
 // (a slice of the variable's, made on the trainers) moves to its pserver,
@@ -33,7 +34,7 @@ namespace rill::compiler {
 
 struct PserverBlock {
   std::string variable;   // the job's variable
-  std::string name;       // the block's variable: "<variable>.block<k>", or the variable's own
+  std::string name;       // the block's variable: "<variable>.block<k>"
   int64_t row_offset = 0;
   int64_t rows = 0;
   int64_t elements = 0;

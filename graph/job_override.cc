@@ -62,6 +62,11 @@ struct Setting {
   Setter set;
 };
 
+Distributed* dist(Job* job) {
+  if (!job->distributed) job->distributed = Distributed{};
+  return &*job->distributed;
+}
+
 Eval* need_eval(Job* job) { return job->eval ? &*job->eval : nullptr; }
 
 Status no_eval() { return invalid_argument("the job has no eval section; set eval.dataset first"); }
@@ -104,6 +109,34 @@ const std::vector<Setting>& settings() {
       {"checkpoint.dir", [](Job* j, const std::string& v) { j->checkpoint.dir = v; return Status(); }},
       {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},
+      // A distributed section is made by its first setting (mode "pserver").
+      {"distributed.mode", [](Job* j, const std::string& v) { dist(j)->mode = v; return Status(); }},
+      {"distributed.pservers",
+       [](Job* j, const std::string& v) {
+         dist(j)->pservers.clear();
+         std::string entry;
+         for (char c : v + ",") {
+           if (c != ',') {
+             if (c != ' ') entry += c;
+           } else if (!entry.empty()) {
+             dist(j)->pservers.push_back(entry);
+             entry.clear();
+           }
+         }
+         return Status();
+       }},
+      {"distributed.trainers", [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->trainers); }},
+      {"distributed.sync_mode", [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->sync_mode); }},
+      {"distributed.slice_var_up",
+       [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->slice_var_up); }},
+      {"distributed.split_method", [](Job* j, const std::string& v) { dist(j)->split_method = v; return Status(); }},
+      {"distributed.min_block_size",
+       [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->min_block_size); }},
+      {"distributed.enable_dc_asgd",
+       [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->enable_dc_asgd); }},
+      {"distributed.print_log", [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->print_log); }},
+      {"distributed.rpc_deadline",
+       [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->rpc_deadline); }},
   };
   return kSettings;
 }

@@ -1,0 +1,173 @@
+// The parameter-server transpile (compiler/pserver.h): Fluid's block slicing
+// (slice_var_up, min_block_size, rows kept whole), the split methods, the
+// errors for pservers the cluster does not have, and the plans it makes:
+// blocks and their updates on the pservers, the trainers' gradients summed
+// by the pserver's move, no collective among the trainers.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/pserver.h"
+#include "graph/job_file.h"
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using testing::compile_ok;
+using testing::plan_of;
+using testing::tasks_of_kind;
+
+graph::Job mlp_sample(const std::string& overrides_csv = "") {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  std::vector<std::string> overrides;
+  std::string entry;
+  for (char c : overrides_csv + ";") {
+    if (c != ';') {
+      entry += c;
+    } else if (!entry.empty()) {
+      overrides.push_back(entry);
+      entry.clear();
+    }
+  }
+  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/pserver/mlp_pserver.json", overrides);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
+compiler::PserverLayout layout_of(const graph::Job& job, int nodes) {
+  auto cluster = compiler::parse_devices("cpu:1", nodes);
+  REQUIRE(cluster.ok());
+  auto layout = compiler::pserver_layout(job, *cluster);
+  REQUIRE_MESSAGE(layout.ok(), layout.status().to_string());
+  return *layout;
+}
+
+std::string blocks_text(const compiler::PserverLayout& layout) {
+  std::string out;
+  for (const auto& b : layout.blocks)
+    out += fmt::format("{} {}+{} {}@{}; ", b.name, b.row_offset, b.rows, b.elements, b.pserver);
+  return out;
+}
+
+TEST_CASE("pserver layout: blocks of whole rows, none under min_block_size, dealt round robin over every block") {
+  // w1 [784, 512]: 2 blocks of ceil(401408 / 2) = 200704 elements = 392 rows;
+  // b1 [512] (< 8192 elements) and w3 [512, 10] (5120) stay whole; the
+  // counter runs on across variables: w2's first block goes to the pserver
+  // after b1's.
+  const auto layout = layout_of(mlp_sample(), 4);
+  CHECK(layout.pservers == std::vector<int>{0, 1});
+  CHECK(layout.trainers == std::vector<int>{2, 3});
+  CHECK(blocks_text(layout) ==
+        "w1.block0 0+392 200704@0; w1.block1 392+392 200704@1; b1.block0 0+512 512@0; w2.block0 0+256 131072@1; "
+        "w2.block1 256+256 131072@0; b2.block0 0+512 512@1; w3.block0 0+512 5120@0; b3.block0 0+10 10@1; ");
+}
+
+TEST_CASE("pserver layout: pservers listed out of order, blocks rounded up to whole rows, the last one short") {
+  // 3 pservers: w1 in ceil(401408 / 3) = 133803 elements -> 134144 (262
+  // rows of 512); 784 = 262 + 262 + 260. min_block_size 100000: w2
+  // (262144) in 2 blocks, not 3.
+  const auto layout = layout_of(mlp_sample("distributed.pservers=4,0,2;distributed.trainers=2;"
+                                           "distributed.min_block_size=100000"),
+                                5);
+  CHECK(layout.pservers == std::vector<int>{4, 0, 2});
+  CHECK(layout.trainers == std::vector<int>{1, 3});
+  CHECK(blocks_text(layout) ==
+        "w1.block0 0+262 134144@4; w1.block1 262+262 134144@0; w1.block2 524+260 133120@2; b1.block0 0+512 512@4; "
+        "w2.block0 0+256 131072@0; w2.block1 256+256 131072@2; b2.block0 0+512 512@4; w3.block0 0+512 5120@0; "
+        "b3.block0 0+10 10@2; ");
+}
+
+TEST_CASE("pserver layout: slice_var_up false keeps every variable whole; HashName picks by the block's name") {
+  const auto whole = layout_of(mlp_sample("distributed.slice_var_up=false"), 4);
+  CHECK(blocks_text(whole) ==
+        "w1.block0 0+784 401408@0; b1.block0 0+512 512@1; w2.block0 0+512 262144@0; b2.block0 0+512 512@1; "
+        "w3.block0 0+512 5120@0; b3.block0 0+10 10@1; ");
+  // FNV-1a of the name modulo 2: the same on every node and build.
+  const auto hashed = layout_of(mlp_sample("distributed.split_method=HashName"), 4);
+  std::string text = blocks_text(hashed);
+  CHECK(text.find("w1.block0 0+392 200704@") != std::string::npos);
+  const auto again = layout_of(mlp_sample("distributed.split_method=HashName"), 4);
+  CHECK(blocks_text(again) == text);
+  // Not round robin: at least two neighbouring blocks share a pserver.
+  bool shared = false;
+  for (size_t i = 1; i < hashed.blocks.size(); ++i) shared = shared || hashed.blocks[i].pserver == hashed.blocks[i - 1].pserver;
+  CHECK(shared);
+}
+
+TEST_CASE("pserver layout: 20 pservers and 50 trainers, as the seed's example") {
+  std::string pservers;
+  for (int i = 0; i < 20; ++i) pservers += (i ? "," : "") + std::to_string(i);
+  graph::Job job = mlp_sample("distributed.pservers=" + pservers + ";distributed.trainers=50");
+  const auto layout = layout_of(job, 70);
+  CHECK(layout.trainers.size() == 50);
+  // w1: 20 blocks of 40 rows (20071 elements rounded up to 20480), the last 24.
+  int w1_blocks = 0;
+  for (const auto& b : layout.blocks)
+    if (b.variable == "w1") ++w1_blocks;
+  CHECK(w1_blocks == 20);
+  CHECK(layout.blocks[19].rows == 24);
+  CHECK(compiler::describe_pserver_layout(layout, job).find("w1.block19") != std::string::npos);
+  // Node 0's plan (a pserver) and node 69's (a trainer) compile.
+  auto cluster = compiler::parse_devices("cpu:1", 70);
+  REQUIRE(cluster.ok());
+  for (int node : {0, 69}) {
+    auto plan = compiler::compile(job, *cluster, {.steps = 1, .node = node});
+    REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  }
+}
+
+TEST_CASE("pserver layout errors name what is wrong") {
+  auto error = [](const std::string& overrides, int nodes) {
+    auto cluster = compiler::parse_devices("cpu:1", nodes);
+    REQUIRE(cluster.ok());
+    auto layout = compiler::pserver_layout(mlp_sample(overrides), *cluster);
+    REQUIRE(!layout.ok());
+    return layout.status().message();
+  };
+  CHECK(error("distributed.pservers=0,7", 4).find("node 7 is not in the cluster's nodes 0 to 3") != std::string::npos);
+  CHECK(error("distributed.pservers=1,1", 4).find("node 1 is named twice") != std::string::npos);
+  CHECK(error("distributed.pservers=0,1;distributed.trainers=0", 2).find("no node is left to train") !=
+        std::string::npos);
+  CHECK(error("distributed.trainers=3", 4).find("leave 2 trainers (nodes 2, 3)") != std::string::npos);
+  CHECK(error("distributed.pservers=10.0.0.1:9988", 4).find("'10.0.0.1:9988' is not a node number") !=
+        std::string::npos);
+}
+
+TEST_CASE("pserver plans: blocks and their updates on the pservers, the gradient summed there, trainers never meet") {
+  graph::Job job = mlp_sample();
+  job.eval.reset();
+  const std::string bytes = compile_ok(job, "cpu:1", {.steps = 2}, 4);
+  const plan::Plan& plan = *plan_of(bytes);
+  int blocks = 0;
+  for (const plan::Task* t : tasks_of_kind(plan, plan::TaskKind::Variable)) {
+    const std::string name = t->name()->str();
+    CAPTURE(name);
+    CHECK(t->node() < 2);  // every trainable variable lives on a pserver
+    CHECK(!t->variable()->update_op()->str().empty());
+    if (name.rfind("w1.block", 0) == 0) {
+      ++blocks;
+      REQUIRE(t->variable()->whole() != nullptr);
+      CHECK(t->variable()->whole()->str() == "w1");
+      CHECK(t->variable()->whole_offset()->Get(0) == (name == "w1.block0@0" ? 0 : 392));
+    }
+  }
+  CHECK(blocks == 2);
+  int summed = 0;
+  for (const plan::Task* t : tasks_of_kind(plan, plan::TaskKind::Boxing)) {
+    const std::string name = t->name()->str();
+    CAPTURE(name);
+    // No collective: nothing but moves between the placements.
+    CHECK(t->boxing()->origins() != nullptr);
+    CHECK((t->boxing()->peers() == nullptr || t->boxing()->peers()->size() == 0));
+    if (testing::sbp_string(t->boxing()->in_sbp()) == "P" && t->node() < 2) {
+      ++summed;
+      CHECK(t->inputs()->size() == 2);  // one piece from each trainer
+    }
+  }
+  CHECK(summed == 8);  // every block's gradient, on its pserver
+}
+
+}  // namespace
+}  // namespace rill
