@@ -436,6 +436,8 @@ void Agent::worker_handle(ctl::Message message) {
           run.transport = transport_.get();
           run.tag_base = m.tag_base;
           run.stall_timeout_s = options_.stall_timeout_s;
+          if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok())
+            run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
           for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
           for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
           run.start_step = m.start_step;

@@ -12,6 +12,7 @@
 
 #include "comm/counting_transport.h"
 #include "compiler/compiler.h"
+#include "compiler/pserver.h"
 #include "graph/job_file.h"
 #include "runtime/control_codec.h"
 #include "runtime/job_runner.h"
@@ -40,7 +41,9 @@ void Agent::run_queued(QueuedJob queued) {
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
   options.resume = queued.submit.resume;
-  options.stall_timeout_s = options_.stall_timeout_s;
+  // Pservers named by machine become node numbers before the nodes see the job.
+  Status distributed = resolve_distributed(&queued.job, options_.machines);
+  options.stall_timeout_s = job_stall_timeout_s(queued.job, options_.stall_timeout_s);
   options.out = options_.out;
   if (follow)
     options.on_line = [this, client, id = queued.id](const std::string& line) {
@@ -54,7 +57,13 @@ void Agent::run_queued(QueuedJob queued) {
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;
-  if (job_text.ok()) result = run_job(queued.job, options);
+  if (distributed.ok() && queued.job.distributed && queued.job.distributed->print_log) {
+    auto cluster = compiler::parse_devices(options.devices, world_);
+    auto layout = cluster.ok() ? compiler::pserver_layout(queued.job, *cluster) : cluster.status();
+    if (layout.ok()) spdlog::info("job {} layout: {}", queued.id, compiler::describe_pserver_layout(*layout, queued.job));
+  }
+  if (!distributed.ok()) result.status = distributed;
+  else if (job_text.ok()) result = run_job(queued.job, options);
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   post(Outgoing{false, client,

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <cstdlib>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kernels/data/file_bytes.h"
 
@@ -253,6 +256,49 @@ std::string node_log_path(const std::string& logdir, int node_rank, int local_ra
   std::string name = local_rank < 0 ? fmt::format("node{}.log", node_rank)
                                     : fmt::format("node{}.proc{}.log", node_rank, local_rank);
   return (std::filesystem::path(logdir) / name).string();
+}
+
+Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines) {
+  if (!job->distributed || job->distributed->mode != "pserver") return {};
+  graph::Distributed& d = *job->distributed;
+  if (const char* env = std::getenv("FLAGS_rpc_deadline"); env != nullptr && *env != '\0') {
+    auto ms = parse_int(env, "env FLAGS_rpc_deadline");
+    if (!ms.ok()) return ms.status();
+    if (*ms <= 0) return invalid_argument("env FLAGS_rpc_deadline must be > 0 ms, got {}", *ms);
+    d.rpc_deadline = *ms;
+  }
+  for (std::string& entry : d.pservers) {
+    if (entry.find_first_not_of("0123456789") == std::string::npos) continue;  // a node number
+    int found = -1, matches = 0;
+    for (size_t node = 0; node < machines.size(); ++node) {
+      const Machine& m = machines[node];
+      if (format_machine(m) == entry) {
+        found = static_cast<int>(node);
+        matches = 1;
+        break;
+      }
+      if (m.address == entry) {
+        found = static_cast<int>(node);
+        ++matches;
+      }
+    }
+    if (matches != 1) {
+      std::vector<std::string> listed;
+      for (const Machine& m : machines) listed.push_back(format_machine(m));
+      return invalid_argument("distributed.pservers: '{}' {} (the machine list: {})", entry,
+                              matches == 0 ? "is neither a node number nor a machine of the list"
+                                           : "is the address of several machines; add the control port",
+                              fmt::join(listed, ", "));
+    }
+    entry = std::to_string(found);
+  }
+  return {};
+}
+
+double job_stall_timeout_s(const graph::Job& job, double agent_default) {
+  if (job.distributed && job.distributed->mode == "pserver" && job.distributed->rpc_deadline > 0)
+    return static_cast<double>(job.distributed->rpc_deadline) / 1000.0;
+  return agent_default;
 }
 
 }  // namespace rill

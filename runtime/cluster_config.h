@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "graph/job.h"
 
 namespace rill {
 
@@ -37,6 +38,19 @@ StatusOr<std::vector<Machine>> parse_machine_list(const std::string& list_or_fil
 std::string format_machine(const Machine& machine);
 // A ZeroMQ endpoint, "tcp://host:9988" or "tcp://[::1]:9988".
 std::string tcp_endpoint(const std::string& address, int port);
+
+// A pserver-mode job (graph::Job::distributed) as the master sends it to
+// the nodes: each `pservers` entry that names a machine of the list
+// (`address:ctrl_port`, or an address that only one machine has) becomes
+// that machine's node number, and FLAGS_rpc_deadline from the environment,
+// when set, replaces rpc_deadline (as Fluid reads its flags). Errors name an
+// entry that is neither a node number nor a machine of the list. Jobs in
+// other modes are left as they are.
+Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines);
+
+// The stall timeout a job's runs use: in pserver mode its rpc_deadline (the
+// longest a pserver exchange may wait), else `agent_default` seconds.
+double job_stall_timeout_s(const graph::Job& job, double agent_default);
 
 // Expands Slurm's compressed host list: "node[01-04,07]" -> node01 node02 node03
 // node04 node07; "a[1-2],b3" -> a1 a2 b3; "rack[1-2]-n[01-02]" -> the cartesian

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compiler/compiler.h"
+#include "compiler/pserver.h"
 #include "graph/job_file.h"
 #include "runtime/cluster_commands.h"
 #include "runtime/command_util.h"
@@ -176,6 +177,12 @@ int main(int argc, char** argv) {
   if (plan->parsed()) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
+    if (job->distributed && job->distributed->mode == "pserver") {
+      // The layout on stderr, so that the plan on stdout stays JSON.
+      auto layout = rill::compiler::pserver_layout(*job, *cluster);
+      if (!layout.ok()) return rill::fail_command(layout.status());
+      fmt::print(stderr, "{}", rill::compiler::describe_pserver_layout(*layout, *job));
+    }
     const auto start = std::chrono::steady_clock::now();
     rill::compiler::CompileOptions plan_options;
     plan_options.node = plan_node;

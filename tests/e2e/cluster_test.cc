@@ -321,6 +321,14 @@ TEST_CASE("the MLP in three stages on 3 agents with 4 micro-batches reaches the 
   check_curves_agree(want, j["loss_curve"]);
 }
 
+// Parameter servers: nodes 0 and 1 hold the variables' blocks and update
+// them, nodes 2 and 3 train (sync mode). In-process runs show it equals
+// collective mode bit for bit (tests/runtime/pserver_test.cc); here real
+// agents train to the bar.
+TEST_CASE("the MLP with 2 pservers and 2 trainers (sync) reaches the accuracy bar") {
+  full_run_at_bar(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19560", "mlp_pserver");
+}
+
 TEST_CASE("a job file and a C++ job run on the same cluster one after the other") {
   auto dir = temp_dir();
   std::string machines = "127.0.0.1:19130,127.0.0.2:19130";
@@ -496,6 +504,53 @@ TEST_CASE("the job in two stages on 2 nodes checkpoints and resumes bitwise") {
 // A resumed run reads on from the first micro-batch of its first step.
 TEST_CASE("the two stages with 4 micro-batches checkpoint and resume bitwise") {
   check_resume_bitwise(root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19410", "ckpt_pipeline");
+}
+
+// The blocks live on the pservers; the master gathers them into the model's
+// own variables, in the format of every other mode.
+TEST_CASE("pserver mode checkpoints the variables whole (not their blocks) and resumes bitwise") {
+  check_resume_bitwise(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19570", "ckpt_pserver");
+  const auto file = temp_dir() / "ckpt_pserver" / "step-00000060" / "model.safetensors";
+  std::ifstream in(file, std::ios::binary);
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), sizeof header_bytes);
+  REQUIRE(header_bytes < (1u << 20));
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  auto tensors = nlohmann::json::parse(header);
+  REQUIRE(tensors.contains("w1"));
+  CHECK(tensors["w1"]["shape"] == nlohmann::json{784, 512});
+  CHECK_FALSE(tensors.contains("w1.block0"));
+}
+
+TEST_CASE("a pserver that dies mid-job stops the job at once, named as the first cause") {
+  auto dir = temp_dir();
+  std::string machines = "127.0.0.1:19580,127.0.0.2:19580,127.0.0.3:19580";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "p0.log").string());
+  Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "p1.log").string());
+  Agent trainer("--machines " + machines + " --rank 2 --join-timeout 20", (dir / "p2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19580", 30);
+  REQUIRE(client.ok());
+  std::thread killer([&] {
+    for (int i = 0; i < 600 && master.output().find("step") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kill(doomed.pid, SIGKILL);
+  });
+  rill::SubmitOptions options;
+  // The pservers by machine: the master maps them to nodes 0 and 1.
+  options.overrides = {"train.log_every=10", "distributed.pservers=127.0.0.1:19580,127.0.0.2",
+                       "distributed.trainers=1", "distributed.print_log=true"};
+  auto result = (*client)->submit_text(read_text(root() + "/samples/pserver/mlp_pserver.json"), "mlp_pserver.json",
+                                       options);
+  killer.join();
+  REQUIRE(result.ok());
+  CHECK_FALSE(result->status.ok());
+  INFO(result->status.message());
+  CHECK(result->status.message().rfind("node 1 (127.0.0.2", 0) == 0);
+  CHECK(master.output().find("w1.block1        rows 392-783 of w1 [784, 512]  200704 elements  pserver node 1") !=
+        std::string::npos);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
 }
 
 TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the first cause") {
