@@ -110,6 +110,15 @@ std::string describe_pserver_layout(const PserverLayout& layout, const graph::Jo
 }
 
 StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& cluster) {
+  if (job.distributed && !pserver_mode(job)) {
+    // Collective mode: every node trains; gradients are all-reduced (data
+    // parallelism over the cluster, Rill's own collectives on CPU devices).
+    const int64_t trainers = job.distributed->trainers;
+    if (trainers != 0 && trainers != cluster.num_nodes)
+      return invalid_argument("distributed.trainers is {}, but in mode \"{}\" every node trains: the cluster has {}",
+                              trainers, job.distributed->mode, cluster.num_nodes);
+    return job;
+  }
   if (!pserver_mode(job)) return job;
   RILL_ASSIGN_OR_RETURN(PserverLayout layout, pserver_layout(job, cluster));
   graph::Placement trainers;

@@ -135,6 +135,19 @@ TEST_CASE("pserver layout errors name what is wrong") {
         std::string::npos);
 }
 
+TEST_CASE("collective mode (nccl2): every node trains, the plan is plain data parallelism's") {
+  graph::Job job = mlp_sample("distributed.mode=nccl2;distributed.pservers=;distributed.trainers=2");
+  job.eval.reset();
+  graph::Job plain = job;
+  plain.distributed.reset();
+  CHECK(compile_ok(job, "cpu:1", {.steps = 2}, 2) == compile_ok(plain, "cpu:1", {.steps = 2}, 2));
+  auto cluster = compiler::parse_devices("cpu:1", 3);
+  REQUIRE(cluster.ok());
+  auto wrong = compiler::compile(job, *cluster, {.steps = 2});
+  REQUIRE(!wrong.ok());
+  CHECK(wrong.status().message().find("every node trains: the cluster has 3") != std::string::npos);
+}
+
 TEST_CASE("pserver plans: blocks and their updates on the pservers, the gradient summed there, trainers never meet") {
   graph::Job job = mlp_sample();
   job.eval.reset();

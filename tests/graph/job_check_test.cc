@@ -370,3 +370,37 @@ TEST_CASE("collective ops: the mirrored view's only, their reduce checked, ranks
 }
 
 }  // namespace rill::graph
+
+namespace rill::graph {
+
+TEST_CASE("the distributed section: every setting checked, naming the field") {
+  Job job = samples::make_mlp_job();
+  job.distributed = Distributed{};
+  job.distributed->pservers = {"0"};
+  CHECK(check_job(job).ok());
+  job.distributed->split_method = "Random";
+  job.distributed->min_block_size = 0;
+  job.distributed->enable_dc_asgd = true;
+  job.distributed->rpc_deadline = -1;
+  job.variables[0].placement = parse_placement("cpu 0:0").value();
+  std::string issues = issues_of(job);
+  CHECK(has(issues, "distributed.split_method | distributed.split_method must be \"RoundRobin\" or \"HashName\", got \"Random\""));
+  CHECK(has(issues, "distributed.min_block_size | distributed.min_block_size must be >= 1 element, got 0"));
+  CHECK(has(issues, "distributed.enable_dc_asgd | distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false"));
+  CHECK(has(issues, "distributed.rpc_deadline | distributed.rpc_deadline must be > 0 ms, got -1"));
+  CHECK(has(issues, "variable 'w1': pserver mode places variables itself"));
+  // Asynchronous updates are refused, not run as sync.
+  job = samples::make_mlp_job();
+  job.distributed = Distributed{};
+  job.distributed->pservers = {"0"};
+  job.distributed->sync_mode = false;
+  CHECK(has(issues_of(job), "distributed.sync_mode false (asynchronous updates) is not supported yet"));
+  job.distributed->mode = "ring";
+  CHECK(has(issues_of(job), "distributed.mode must be \"pserver\", \"collective\" or \"nccl2\", got \"ring\""));
+  job.distributed->mode = "nccl2";
+  CHECK(has(issues_of(job), "distributed.pservers: mode \"nccl2\" has no pservers"));
+  job.distributed->pservers.clear();
+  CHECK(check_job(job).ok());
+}
+
+}  // namespace rill::graph
