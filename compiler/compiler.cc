@@ -117,7 +117,12 @@ StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job
     std::set<std::vector<int64_t>> origins;
     for (int rank = 0; rank < p.parallel(); ++rank)
       origins.insert(piece_region(v.variable.shape, v.sbp, p.num_nodes(), p.per_node(), rank).origin);
-    for (const std::vector<int64_t>& origin : origins) out.push_back({v.variable.name, origin});
+    // A pserver's block is a piece of the variable it was cut from.
+    const auto& block = v.variable.block_of;
+    for (std::vector<int64_t> origin : origins) {
+      if (block && !origin.empty()) origin[0] += block->row_offset;
+      out.push_back({block ? block->whole : v.variable.name, origin});
+    }
   }
   return out;
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
 #include "tests/compiler/test_jobs.h"
@@ -133,6 +135,16 @@ TEST_CASE("pserver layout errors name what is wrong") {
   CHECK(error("distributed.trainers=3", 4).find("leave 2 trainers (nodes 2, 3)") != std::string::npos);
   CHECK(error("distributed.pservers=10.0.0.1:9988", 4).find("'10.0.0.1:9988' is not a node number") !=
         std::string::npos);
+}
+
+TEST_CASE("a checkpoint gathers the blocks as pieces of their variables") {
+  auto cluster = compiler::parse_devices("cpu:1", 4);
+  REQUIRE(cluster.ok());
+  auto pieces = compiler::variable_pieces(mlp_sample(), *cluster);
+  REQUIRE(pieces.ok());
+  std::string text;
+  for (const auto& p : *pieces) text += fmt::format("{}@{} ", p.name, fmt::join(p.offset, ","));
+  CHECK(text == "w1@0,0 w1@392,0 b1@0 w2@0,0 w2@256,0 b2@0 w3@0,0 b3@0 ");
 }
 
 TEST_CASE("collective mode (nccl2): every node trains, the plan is plain data parallelism's") {

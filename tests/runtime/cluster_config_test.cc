@@ -469,5 +469,35 @@ TEST_CASE("per-node log paths are unique across nodes and processes") {
   CHECK(node_log_path("log", 1, 0) != node_log_path("log", 0, 1));
 }
 
+TEST_CASE("a pserver job's pservers given by machine become node numbers; FLAGS_rpc_deadline replaces its deadline") {
+  auto machines = parse_machine_list("10.0.0.1:9988,10.0.0.2:9988,10.0.0.2:9990,10.0.0.3");
+  REQUIRE(machines.ok());
+  graph::Job job;
+  job.distributed = graph::Distributed{};
+  job.distributed->pservers = {"10.0.0.2:9990", "10.0.0.3", "0"};
+  unsetenv("FLAGS_rpc_deadline");
+  REQUIRE(resolve_distributed(&job, *machines).ok());
+  CHECK(job.distributed->pservers == std::vector<std::string>{"2", "3", "0"});
+  CHECK(job_stall_timeout_s(job, 60) == 180.0);  // the default 180000 ms
+  setenv("FLAGS_rpc_deadline", "5000", 1);
+  REQUIRE(resolve_distributed(&job, *machines).ok());
+  CHECK(job.distributed->rpc_deadline == 5000);
+  CHECK(job_stall_timeout_s(job, 60) == 5.0);
+  setenv("FLAGS_rpc_deadline", "soon", 1);
+  Status bad_flag = resolve_distributed(&job, *machines);
+  CHECK(bad_flag.message().find("env FLAGS_rpc_deadline") != std::string::npos);
+  unsetenv("FLAGS_rpc_deadline");
+  // An address two machines share needs its port; one of no machine is named.
+  job.distributed->pservers = {"10.0.0.2"};
+  CHECK(resolve_distributed(&job, *machines).message().find("'10.0.0.2' is the address of several machines") !=
+        std::string::npos);
+  job.distributed->pservers = {"10.0.0.9:9988"};
+  CHECK(resolve_distributed(&job, *machines).message().find(
+            "'10.0.0.9:9988' is neither a node number nor a machine of the list") != std::string::npos);
+  // Other modes keep their default stall timeout.
+  job.distributed->mode = "collective";
+  CHECK(job_stall_timeout_s(job, 60) == 60.0);
+}
+
 }  // namespace
 }  // namespace rill

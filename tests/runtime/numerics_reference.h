@@ -267,9 +267,13 @@ struct OneStep {
 // Runs `plan` on `nodes` in-process runtimes over in-process transports
 // (nodes > 1), each with the options `setup` fills; fails the test unless
 // every node ends well.
+// `given`: the nodes' transports (default: in-process ones).
 inline std::vector<RunReport> run_nodes(const std::string& plan, int nodes,
-                                        const std::function<void(RunOptions&)>& setup) {
-  auto transports = nodes > 1 ? comm::make_inproc_transports(nodes) : std::vector<std::unique_ptr<comm::Transport>>{};
+                                        const std::function<void(RunOptions&)>& setup,
+                                        std::vector<comm::Transport*> given = {}) {
+  auto owned = nodes > 1 && given.empty() ? comm::make_inproc_transports(nodes)
+                                          : std::vector<std::unique_ptr<comm::Transport>>{};
+  for (auto& t : owned) given.push_back(t.get());
   std::vector<RunReport> reports(nodes);
   std::latch built(nodes);
   std::vector<std::thread> threads;
@@ -277,7 +281,7 @@ inline std::vector<RunReport> run_nodes(const std::string& plan, int nodes,
     threads.emplace_back([&, node] {
       RunOptions options;
       options.node = node;
-      options.transport = nodes > 1 ? transports[node].get() : nullptr;
+      options.transport = nodes > 1 ? given[static_cast<size_t>(node)] : nullptr;
       options.stall_timeout_s = 30;
       setup(options);
       // Every node builds (and so listens for its peers) before any runs,

@@ -12,9 +12,7 @@
 #include <unistd.h>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
-#include <latch>
 
 #include "comm/counting_transport.h"
 #include "comm/transport.h"
@@ -23,6 +21,7 @@
 #include "graph/global_tensor.h"
 #include "graph/job_file.h"
 #include "runtime/job_runner.h"
+#include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
 #include "runtime/node_runtime.h"
 #include "samples/linear_regression/linear_regression_job.h"
@@ -194,29 +193,16 @@ TEST_CASE("steady-state acting across nodes over ZeroMQ allocates nothing in Ril
     return Counts{g_allocations.load(), g_mallocs.load(), transports[0]->sent_total() + transports[1]->sent_total()};
   };
   Counts at_50, at_450;
-  std::vector<RunReport> reports(2);
-  std::latch built(2);
-  std::vector<std::thread> threads;
-  for (int node = 0; node < 2; ++node)
-    threads.emplace_back([&, node] {
-      RunOptions options;
-      options.node = node;
-      options.transport = transports[node].get();
-      if (node == 0)
-        options.on_step = [&](const StepMetrics& m) {
-          if (m.step == 50) at_50 = take();
-          if (m.step == 450) at_450 = take();
-        };
-      auto runtime = NodeRuntime::build(*plan, options);
-      built.arrive_and_wait();
-      if (!runtime.ok()) {
-        reports[node].status = runtime.status();
-        return;
-      }
-      reports[node] = (*runtime)->run();
-    });
-  for (auto& t : threads) t.join();
-  for (auto& r : reports) REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+  testing::run_nodes(
+      *plan, 2,
+      [&](RunOptions& options) {
+        if (options.node == 0)
+          options.on_step = [&](const StepMetrics& m) {
+            if (m.step == 50) at_50 = take();
+            if (m.step == 450) at_450 = take();
+          };
+      },
+      {transports[0].get(), transports[1].get()});
   const int64_t messages = at_450.messages - at_50.messages;
   const int64_t mallocs = at_450.mallocs - at_50.mallocs;
   MESSAGE(messages, " messages between the nodes, ", mallocs, " mallocs (libzmq) in steps 50-450");
