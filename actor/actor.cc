@@ -29,6 +29,8 @@ Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort
       body_(std::move(body)) {
   is_source_ = std::holds_alternative<SourceBody>(body_);
   is_variable_ = std::holds_alternative<VariableBody>(body_);
+  if (is_variable_) lanes_ = std::get<VariableBody>(body_).lanes();
+  if (lanes_ > 1) lane_readied_.assign(static_cast<size_t>(lanes_), 0);
   in_now_.resize(inputs_.size());
   out_now_.resize(outputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
@@ -47,7 +49,52 @@ void Actor::enable_trace() {
   trace_.end_ns.assign(static_cast<size_t>(steps_), 0);
 }
 
+bool Actor::lane_can_act(int lane) const {
+  const int64_t readied = lane_readied_[static_cast<size_t>(lane)];
+  if (!outputs_[static_cast<size_t>(lane)].next_free()) return false;
+  if (readied == 0) return readied < steps_;
+  return inputs_[static_cast<size_t>(lane)].readable();
+}
+
+int Actor::next_ready_lane() const {
+  for (int k = 1; k <= lanes_; ++k) {
+    const int lane = (last_lane_ + k) % lanes_;
+    if (lane_can_act(lane)) return lane;
+  }
+  return -1;
+}
+
+Status Actor::act_lane(int lane, Outbox& outbox) {
+  last_lane_ = lane;
+  auto& body = std::get<VariableBody>(body_);
+  OutputPort& out = outputs_[static_cast<size_t>(lane)];
+  int64_t& readied = lane_readied_[static_cast<size_t>(lane)];
+  if (readied == 0) {  // the lane's first version: the values as they are
+    body.start_lane(out.slots[static_cast<size_t>(out.next_slot())]);
+    ready_output(out, outbox, first_step_);
+    ++readied;
+    return {};
+  }
+  InputPort& in = inputs_[static_cast<size_t>(lane)];
+  in_now_[0] = &in.slots[in.front()];
+  out_now_[0] = &out.slots[out.next_slot()];
+  const int64_t step = first_step_ + readied - 1;  // the step whose gradient this is
+  ActIo io{step, std::span<const TensorView* const>(in_now_.data(), 1),
+           std::span<const TensorView* const>(out_now_.data(), 1), 0, lane};
+  Status status = body.act_lane(io);
+  if (!status.ok()) return status.with_context(fmt::format("actor '{}' lane {} step {}", name_, lane, step));
+  ++acts_;
+  if (readied < steps_) {
+    ready_output(out, outbox, first_step_ + readied);
+    ++readied;
+  }
+  outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
+  in.pop();
+  return {};
+}
+
 bool Actor::can_act() const {
+  if (lanes_ > 1) return next_ready_lane() >= 0;
   if (is_variable_) {
     if (!outputs_[0].next_free()) return false;
     if (inputs_.empty() || readied_ == 0) return readied_ < steps_;
@@ -63,18 +110,21 @@ bool Actor::can_act() const {
 }
 
 void Actor::ready_outputs(Outbox& outbox, int64_t step) {
-  for (OutputPort& out : outputs_) {
-    if (++out.filling < out.acts_per_slot) continue;
-    out.filling = 0;
-    int slot = out.next_slot();
-    out.pending[slot] = static_cast<int>(out.consumers.size());
-    ++out.written;
-    for (size_t c = 0; c < out.consumers.size(); ++c)
-      outbox.send(ActorMsg{id_, out.consumers[c], MsgType::kReady, slot, out.regst, step, out.repeats[c]});
-  }
+  for (OutputPort& out : outputs_) ready_output(out, outbox, step);
+}
+
+void Actor::ready_output(OutputPort& out, Outbox& outbox, int64_t step) {
+  if (++out.filling < out.acts_per_slot) return;
+  out.filling = 0;
+  int slot = out.next_slot();
+  out.pending[slot] = static_cast<int>(out.consumers.size());
+  ++out.written;
+  for (size_t c = 0; c < out.consumers.size(); ++c)
+    outbox.send(ActorMsg{id_, out.consumers[c], MsgType::kReady, slot, out.regst, step, out.repeats[c]});
 }
 
 Status Actor::act(Outbox& outbox) {
+  if (lanes_ > 1) return act_lane(next_ready_lane(), outbox);
   // A variable's first version (and, untrained, every version) needs no work:
   // the model slot already holds the values.
   if (is_variable_ && (inputs_.empty() || readied_ == 0)) {
@@ -121,6 +171,10 @@ void Actor::finish_if_done(Outbox& outbox) {
     if (!in.eord || in.readable()) inputs_done = false;
   if (!eord_sent_) {
     bool done = is_source_ ? acts_ >= steps_ : is_variable_ ? readied_ >= steps_ : inputs_done;
+    if (lanes_ > 1) {
+      done = true;
+      for (int64_t r : lane_readied_) done = done && r >= steps_;
+    }
     if (done) send_eord(outbox);
   }
   if (eord_sent_ && inputs_done) {
@@ -184,8 +238,16 @@ std::string Actor::describe_wait() const {
   if (retired_) return "retired";
   std::string what;
   auto add = [&](const std::string& s) { what += what.empty() ? s : "; " + s; };
-  if (is_variable_ && !inputs_.empty() && readied_ > 0 && !inputs_[0].readable() && !inputs_[0].eord)
+  if (lanes_ > 1) {
+    for (int lane = 0; lane < lanes_; ++lane) {
+      const InputPort& in = inputs_[static_cast<size_t>(lane)];
+      if (lane_readied_[static_cast<size_t>(lane)] > 0 && !in.readable() && !in.eord)
+        add(fmt::format("waits for lane {}'s gradient regst '{}' from {}", lane, in.name,
+                        ActorId::to_string(in.producer)));
+    }
+  } else if (is_variable_ && !inputs_.empty() && readied_ > 0 && !inputs_[0].readable() && !inputs_[0].eord) {
     add(fmt::format("waits for gradient regst '{}' from {}", inputs_[0].name, ActorId::to_string(inputs_[0].producer)));
+  }
   if (!is_variable_) {
     for (const InputPort& in : inputs_)
       if (!in.readable() && !in.eord)

@@ -75,8 +75,13 @@ class Actor {
 
  private:
   Status act(Outbox& outbox);
+  // A variable with lanes: acts for one lane (inputs_[lane], outputs_[lane]).
+  Status act_lane(int lane, Outbox& outbox);
+  bool lane_can_act(int lane) const;
+  int next_ready_lane() const;  // round robin from the lane after the last one; -1: none
   void send_eord(Outbox& outbox);
   void ready_outputs(Outbox& outbox, int64_t step);
+  void ready_output(OutputPort& out, Outbox& outbox, int64_t step);
 
   uint64_t id_;
   std::string name_;
@@ -90,6 +95,11 @@ class Actor {
   bool is_variable_ = false;
   int64_t acts_ = 0;
   int64_t readied_ = 0;  // variables: model versions sent out
+  // A variable with lanes (an async pserver's block): per lane, its versions
+  // sent out; the lane that acted last.
+  int lanes_ = 1;
+  std::vector<int64_t> lane_readied_;
+  int last_lane_ = -1;
   bool eord_sent_ = false;
   bool retired_ = false;
   bool tracing_ = false;

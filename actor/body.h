@@ -26,6 +26,7 @@ struct ActIo {
   std::span<const TensorView* const> inputs;
   std::span<const TensorView* const> outputs;
   int64_t micro = 0;  // which micro-batch of the step (0 without micro-batches)
+  int lane = 0;       // a variable with lanes: whose gradient this is
 };
 
 // Runs one op's CPU kernel. Views and scratch are set up once; an act only
@@ -84,8 +85,23 @@ class VariableBody {
   // optimizer state moves there, and updates run the update op's CUDA
   // kernel. Call before init.
   Status use_device(CudaContext* cuda, KernelFn update_kernel);
-  // The model slot's values, in host memory.
+  // The model slot's values, in host memory (with lanes: the variable's own
+  // values, which no slot holds for long).
   Status read_model(const TensorView& model, std::vector<float>* out);
+
+  // Lanes (a pserver's block in async mode): one gradient input and one
+  // model output per trainer. The variable's values live in the body; a
+  // lane's act applies that trainer's gradient to them and copies them
+  // into the trainer's model slot. `dc_lambda` > 0: delay-compensated
+  // (DC-ASGD): the gradient g becomes g + dc_lambda * g * g * (w - w_sent),
+  // w_sent what the lane's slot still holds (what the trainer computed g
+  // at). Host memory only. Call before init.
+  void set_lanes(int lanes, float dc_lambda);
+  int lanes() const { return lanes_; }
+  // A lane's first version: the values as they are, into its slot.
+  void start_lane(const TensorView& slot);
+  // inputs[0] = the lane's gradient; outputs[0] = the lane's model slot.
+  Status act_lane(const ActIo& io);
 
   // Called on the actor's thread after the update that completes step
   // `steps_done` (1-based count) when it is a multiple of `every` or the last
@@ -115,6 +131,12 @@ class VariableBody {
   SnapshotFn snapshot_;
   int64_t every_ = 0;
   int64_t total_steps_ = 0;
+  int lanes_ = 1;
+  float dc_lambda_ = 0.0f;
+  std::vector<float> values_;        // lanes: the variable's values
+  std::vector<float> compensated_;   // lanes with DC-ASGD: the gradient compensated
+  Status update(const TensorView& model, const TensorView& grad, int64_t step);
+  Status maybe_snapshot(const TensorView& model, int64_t step);
 };
 
 // Turns the `parallel` pieces of a logical tensor from one SBP into another,

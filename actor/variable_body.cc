@@ -57,12 +57,21 @@ Status VariableBody::init(const TensorView& model, std::span<const float> initia
     ctx.attrs = &init_attrs_;
     RILL_RETURN_IF_ERROR(init_->cpu(ctx));
   }
+  if (lanes_ > 1) {  // the values live in the body; each lane's slot gets a copy as it starts
+    if (cuda_) return invalid_argument("a variable with lanes (an async pserver's block) lives in host memory");
+    values_.assign(model.f32(), model.f32() + model.size());
+    if (dc_lambda_ > 0) compensated_.resize(values_.size());
+  }
   if (!cuda_) return {};
   RILL_RETURN_IF_ERROR(cuda_->copy(model.data, staging.data(), model.bytes(), CopyKind::kHostToDevice, "variable init"));
   return cuda_->synchronize("variable init");
 }
 
 Status VariableBody::read_model(const TensorView& model, std::vector<float>* out) {
+  if (lanes_ > 1) {
+    *out = values_;
+    return {};
+  }
   out->resize(static_cast<size_t>(model.size()));
   if (!cuda_) {
     std::memcpy(out->data(), model.data, model.bytes());
@@ -86,19 +95,54 @@ StatusOr<std::span<const std::vector<float>>> VariableBody::state() {
 }
 
 Status VariableBody::act(const ActIo& io) {
-  update_inputs_[0].data = io.outputs[0]->data;  // the model slot, updated in place
-  update_inputs_[1].data = io.inputs[0]->data;   // its gradient
+  RILL_RETURN_IF_ERROR(update(*io.outputs[0], *io.inputs[0], io.step));  // the model slot, updated in place
+  return maybe_snapshot(*io.outputs[0], io.step);
+}
+
+void VariableBody::set_lanes(int lanes, float dc_lambda) {
+  lanes_ = std::max(1, lanes);
+  dc_lambda_ = dc_lambda;
+}
+
+void VariableBody::start_lane(const TensorView& slot) {
+  std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
+}
+
+Status VariableBody::act_lane(const ActIo& io) {
+  const TensorView& slot = *io.outputs[0];
+  TensorView values{values_.data(), slot.shape, slot.dtype};
+  TensorView grad = *io.inputs[0];
+  if (dc_lambda_ > 0) {
+    // Zheng et al. 2017: the gradient was computed at w_sent (the slot's
+    // values, sent to this trainer when it last read); w has moved on since.
+    const float* g = grad.f32();
+    const float* sent = slot.f32();
+    for (size_t i = 0; i < values_.size(); ++i)
+      compensated_[i] = g[i] + dc_lambda_ * g[i] * g[i] * (values_[i] - sent[i]);
+    grad.data = compensated_.data();
+  }
+  RILL_RETURN_IF_ERROR(update(values, grad, io.step));
+  std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
+  // One snapshot per step: lane 0's update of it.
+  return io.lane == 0 ? maybe_snapshot(values, io.step) : Status{};
+}
+
+Status VariableBody::update(const TensorView& model, const TensorView& grad, int64_t step) {
+  update_inputs_[0].data = model.data;
+  update_inputs_[1].data = grad.data;
   KernelContext ctx;
   ctx.inputs = update_inputs_;
   ctx.state = state_views_;
   ctx.attrs = &update_attrs_;
-  ctx.step = io.step;
+  ctx.step = step;
   if (cuda_) RILL_RETURN_IF_ERROR(cuda_->activate(update_->type));
   ctx.cuda = cuda_;
-  RILL_RETURN_IF_ERROR(update_kernel_(ctx));
-  int64_t done = io.step + 1;
+  return update_kernel_(ctx);
+}
+
+Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
+  int64_t done = step + 1;
   if (snapshot_ && ((every_ > 0 && done % every_ == 0) || done == total_steps_)) {
-    const TensorView& model = *io.outputs[0];
     if (!cuda_) {
       snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
     } else {

@@ -131,6 +131,10 @@ struct LogicalGraph {
   // placement are added up by the reader (a pserver adds the trainers'
   // gradients), not settled among their makers first.
   bool sum_moved_partials = false;
+  // Async parameter servers: a block's gradient is not summed but applied
+  // trainer by trainer (lanes, compiler/pserver.h); DC-ASGD's lambda (0: off).
+  bool async_pserver = false;
+  float dc_asgd_lambda = 0;
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed
   int64_t log_every = 0;

@@ -150,6 +150,20 @@ class Expander {
     return out_.add_regst(std::move(r), task);
   }
 
+  // An async pserver's block (one piece, on a pserver, its gradient made on
+  // the trainers): a lane per trainer rank; 1 otherwise.
+  int variable_lanes(const VariableNode& v) const {
+    if (!g_.async_pserver || !v.variable.block_of || v.grad.empty() || at(v.placement).parallel() != 1) return 1;
+    return at(g_.find(v.grad)->placement).parallel();
+  }
+
+  // Whether `tensor` is the gradient of a variable with lanes.
+  bool lane_gradient(const std::string& tensor) const {
+    for (const VariableNode& v : g_.variables)
+      if (v.grad == tensor && variable_lanes(v) > 1) return true;
+    return false;
+  }
+
   // How often `tensor` is made in a step: micro_batches times, or once.
   int rate(const std::string& tensor) const {
     return g_.find(tensor)->per_micro ? static_cast<int>(g_.micro_batches) : 1;
@@ -224,9 +238,14 @@ class Expander {
       const graph::Placement& p = at(v.placement);
       std::vector<int64_t>& out = pieces_[var.name];
       const bool everywhere = v.grad_boxing >= 0 && g_.boxings[static_cast<size_t>(v.grad_boxing)].move();
+      const int lanes = variable_lanes(v);
+      std::vector<int64_t>& lane_regsts = model_lanes_[var.name];
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
-          out.push_back(count_regst(out_.count_task(p.node_of(rank), p.type, p.device_of(rank)), std::nullopt, true));
+          const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
+          out.push_back(count_regst(id, std::nullopt, true));
+          if (lanes > 1) lane_regsts.push_back(out.back());
+          for (int lane = 1; lane < lanes; ++lane) lane_regsts.push_back(count_regst(id, std::nullopt, true));
           tasks.push_back(-1);
           continue;
         }
@@ -245,9 +264,14 @@ class Expander {
         task.variable.num_state = v.num_state;
         task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
         task.variable.block_of = var.block_of;
+        task.variable.lanes = lanes;
+        task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
         int t = add_task(std::move(task), p.type);
         tasks.push_back(t);
         out.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
+        if (lanes > 1) lane_regsts.push_back(out.back());
+        for (int lane = 1; lane < lanes; ++lane)
+          lane_regsts.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
       }
     }
   }
@@ -451,6 +475,22 @@ class Expander {
     const std::string name = fmt::format("move:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
     std::map<std::tuple<int, Shape, Shape>, int> slices;  // (source rank, overlap) -> its regst
     const bool partial = box.in.has(Sbp::kPartialSum);
+    // An async pserver's block: each trainer rank reads its own lane's model;
+    // the variable reads each rank's gradient itself (no sum).
+    if (auto lanes = model_lanes_.find(box.tensor);
+        lanes != model_lanes_.end() && from.parallel() == 1 && static_cast<int>(lanes->second.size()) == to.parallel()) {
+      for (int j = 0; j < to.parallel(); ++j)
+        boxed_[static_cast<size_t>(b)].push_back(
+            handle(lanes->second[static_cast<size_t>(j)], box.tensor, box.in, box.placement, 0));
+      return;
+    }
+    if (partial && to.parallel() == 1 && lane_gradient(box.tensor)) {
+      std::vector<int>& inputs = lane_inputs_[b];
+      for (int i = 0; i < from.parallel(); ++i)
+        inputs.push_back(handle(boxing_input(box, i), box.tensor, box.in, box.placement, i));
+      boxed_[static_cast<size_t>(b)].push_back(inputs[0]);
+      return;
+    }
     for (int j = 0; j < to.parallel(); ++j) {
       const Region target = piece(shape, box.out, to, j);
       const int node = to.node_of(j), device = to.device_of(j);
@@ -668,9 +708,15 @@ class Expander {
     for (size_t v = 0; v < g_.variables.size(); ++v) {
       const VariableNode& var = g_.variables[v];
       if (var.grad.empty()) continue;
-      for (int rank = 0; rank < at(var.placement).parallel(); ++rank)
-        if (const int t = variable_tasks_[v][static_cast<size_t>(rank)]; t >= 0)
-          out_.tasks[t].inputs.push_back(read(var.grad, var.grad_boxing, rank));
+      for (int rank = 0; rank < at(var.placement).parallel(); ++rank) {
+        const int t = variable_tasks_[v][static_cast<size_t>(rank)];
+        if (t < 0) continue;
+        if (auto lanes = lane_inputs_.find(var.grad_boxing); lanes != lane_inputs_.end()) {
+          for (int input : lanes->second) out_.tasks[t].inputs.push_back(input);  // one per lane
+          continue;
+        }
+        out_.tasks[t].inputs.push_back(read(var.grad, var.grad_boxing, rank));
+      }
     }
     for (size_t o = 0; o < g_.ops.size(); ++o) {
       const OpNode& op = g_.ops[o];
@@ -713,6 +759,10 @@ class Expander {
   std::vector<Counted> counted_;
   std::map<int64_t, int> stored_;  // counted reference -> its handle, once stored
   std::vector<std::vector<int>> variable_tasks_;
+  // An async pserver's block: its model regst per lane (trainer rank).
+  std::map<std::string, std::vector<int64_t>> model_lanes_;
+  // A move of an async block's gradient: no task; the pieces of each lane.
+  std::map<int, std::vector<int>> lane_inputs_;
   std::vector<std::vector<int>> op_tasks_;
   struct ChainUnit {  // a boxing unit across nodes, in order
     uint32_t thread;

@@ -79,7 +79,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
       variable = plan::CreateVariableConf(b, b.CreateString(t.variable.init_op), write_attrs(b, t.variable.init_attrs),
                                           b.CreateString(t.variable.update_op),
                                           write_attrs(b, t.variable.update_attrs), t.variable.num_state,
-                                          b.CreateVector(t.variable.offset), whole, whole_shape, whole_offset);
+                                          b.CreateVector(t.variable.offset), whole, whole_shape, whole_offset,
+                                          t.variable.lanes, t.variable.dc_asgd_lambda);
       break;
     }
     case plan::TaskKind::Sink: {

@@ -32,6 +32,9 @@
 
 namespace rill::compiler {
 
+// DC-ASGD's lambda: the value of Zheng et al.'s experiments.
+inline constexpr float kDcAsgdLambda = 0.04f;
+
 struct PserverBlock {
   std::string variable;   // the job's variable
   std::string name;       // the block's variable: "<variable>.block<k>"

@@ -57,6 +57,8 @@ struct VariableInfo {
   int num_state = 0;
   std::vector<int64_t> offset;
   std::optional<graph::BlockOf> block_of;  // parameter servers: a block of another variable
+  int lanes = 1;                           // async pservers: a gradient and a model per trainer rank
+  float dc_asgd_lambda = 0;
 };
 
 struct SinkInfo {

@@ -93,9 +93,6 @@ class GraphChecker {
     if (d.enable_dc_asgd && d.sync_mode)
       issues_->add("distributed.enable_dc_asgd",
                    "distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false");
-    if (!d.sync_mode)
-      issues_->add("distributed.sync_mode",
-                   "distributed.sync_mode false (asynchronous updates) is not supported yet; use sync_mode true");
     if (job_.train.view == "mirrored")
       issues_->add("train.view", "train.view \"mirrored\": pserver mode runs in the consistent view");
     if (job_.pipeline) issues_->add("pipeline", "pipeline: pserver mode places every op itself; remove the pipeline");

@@ -201,8 +201,8 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
     }
     case plan::TaskKind::Variable: {
       const plan::VariableConf* conf = task.variable();
-      if (!conf || !task.outputs() || task.outputs()->size() != 1)
-        return invalid_argument("task '{}': variable without its conf or model regst", name);
+      if (!conf || !task.outputs() || task.outputs()->size() != static_cast<flatbuffers::uoffset_t>(std::max(1, conf->lanes())))
+        return invalid_argument("task '{}': variable without its conf or model regst (one per lane)", name);
       const plan::RegstDesc* model = regst(task.outputs()->Get(0));
       const OpDef* init = find_op(read_string(conf->init_op()));
       if (!init || init->role != OpRole::kInitializer)
@@ -217,6 +217,16 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()), std::move(of.logical),
                 std::move(of.offset), update, read_attrs(conf->update_attrs()),
                 TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      const int lanes = conf->lanes();
+      if (lanes > 1) {
+        // One gradient and one model regst per lane (an async pserver's block).
+        if (static_cast<int>(task.inputs()->size()) != lanes || static_cast<int>(task.outputs()->size()) != lanes ||
+            ActorId::device_type(task.id()) != DeviceType::kCpu || !(conf->dc_asgd_lambda() >= 0))
+          return invalid_argument("task '{}': a variable of {} lanes needs as many gradients and models on a cpu "
+                                  "device (has {} and {}), and a DC-ASGD lambda >= 0",
+                                  name, lanes, task.inputs() ? task.inputs()->size() : 0, task.outputs()->size());
+        std::get<VariableBody>(body).set_lanes(lanes, conf->dc_asgd_lambda());
+      }
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
         RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
         KernelFn update_kernel = update ? find_cuda_kernel(update->type) : nullptr;

@@ -140,3 +140,85 @@ TEST_CASE("a ready for a regst the actor does not read is an error, not a crash"
 }
 
 }  // namespace rill
+
+namespace rill {
+namespace {
+
+// A pserver's block in async mode: two lanes (trainers), each with its own
+// gradient input and model output, applied as each gradient comes. SGD at
+// lr 0.1 on one value starting at 1, DC-ASGD with lambda 0.04. Every value
+// here is a few float operations on short decimals; they are compared to
+// the same operations done here in float.
+TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, delay-compensated") {
+  constexpr uint64_t kVar = ActorId::make(0, DeviceType::kCpu, 0, 0, 5);
+  const uint64_t trainer[2] = {ActorId::make(1, DeviceType::kCpu, 0, 0, 6), ActorId::make(2, DeviceType::kCpu, 0, 0, 7)};
+  std::vector<float> model(2, 0.0f), grad(2, 0.0f);
+  std::vector<InputPort> inputs;
+  std::vector<OutputPort> outputs;
+  for (int lane = 0; lane < 2; ++lane) {
+    InputPort in;
+    in.regst = 10 + lane;
+    in.name = "grad";
+    in.producer = trainer[lane];
+    in.slots = {TensorView{&grad[lane], {1}, DType::kF32}};
+    in.fifo.assign(1, 0);
+    inputs.push_back(in);
+    OutputPort out;
+    out.regst = 20 + lane;
+    out.name = "w.block0";
+    out.consumers = {trainer[lane]};
+    out.slots = {TensorView{&model[lane], {1}, DType::kF32}};
+    out.pending.assign(1, 0);
+    outputs.push_back(out);
+  }
+  Attrs fill, sgd;
+  fill.set("value", 1.0);
+  sgd.set("lr", 0.1);
+  Body body(std::in_place_type<VariableBody>, find_op("fill"), fill, Shape{1}, std::vector<int64_t>{0},
+            find_op("sgd_update"), sgd, TensorMeta{{1}, DType::kF32});
+  const float lambda = 0.04f;
+  std::get<VariableBody>(body).set_lanes(2, lambda);
+  REQUIRE(std::get<VariableBody>(body).init(outputs[0].slots[0], {}).ok());
+  Actor var(kVar, "w.block0@0", 3, std::move(inputs), std::move(outputs), std::move(body));
+  RecordingOutbox outbox;
+  REQUIRE(var.start(outbox).ok());
+  // Both lanes get the first version at once.
+  REQUIRE(outbox.sent.size() == 2);
+  CHECK(outbox.sent[0].dst == trainer[0]);
+  CHECK(outbox.sent[1].dst == trainer[1]);
+  CHECK(model[0] == 1.0f);
+  CHECK(model[1] == 1.0f);
+  outbox.sent.clear();
+  auto ack = [&](int lane) {
+    REQUIRE(var.handle(ActorMsg{trainer[lane], kVar, MsgType::kAck, 0, 20 + lane, 0}, outbox).ok());
+  };
+  auto gradient = [&](int lane, float g) {
+    grad[lane] = g;
+    REQUIRE(var.handle(ActorMsg{trainer[lane], kVar, MsgType::kReady, 0, 10 + lane, 0}, outbox).ok());
+  };
+  // Trainer 1 is first: its gradient 2, computed at w = 1 = what it was sent.
+  ack(1);
+  gradient(1, 2.0f);
+  float w = 1.0f - 0.1f * 2.0f;
+  CHECK(model[1] == w);
+  CHECK(model[0] == 1.0f);  // trainer 0 still reads its version, untouched
+  REQUIRE(outbox.sent.size() == 2);  // the new version to trainer 1, the gradient's ack
+  CHECK(outbox.sent[0].dst == trainer[1]);
+  CHECK(outbox.sent[0].type == MsgType::kReady);
+  CHECK(outbox.sent[1].type == MsgType::kAck);
+  outbox.sent.clear();
+  // Trainer 0's gradient 1 was computed at w_sent = 1, but w has moved on:
+  // DC-ASGD adds lambda * g * g * (w - w_sent).
+  ack(0);
+  gradient(0, 1.0f);
+  const float compensated = 1.0f + lambda * 1.0f * 1.0f * (w - 1.0f);
+  w = static_cast<float>(w - 0.1 * compensated);
+  CHECK(model[0] == w);
+  // The values themselves (what a checkpoint reads) are the latest.
+  std::vector<float> read;
+  REQUIRE(std::get<VariableBody>(var.body()).read_model(TensorView{model.data(), {1}, DType::kF32}, &read).ok());
+  CHECK(read == std::vector<float>{w});
+}
+
+}  // namespace
+}  // namespace rill

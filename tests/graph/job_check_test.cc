@@ -389,12 +389,12 @@ TEST_CASE("the distributed section: every setting checked, naming the field") {
   CHECK(has(issues, "distributed.enable_dc_asgd | distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false"));
   CHECK(has(issues, "distributed.rpc_deadline | distributed.rpc_deadline must be > 0 ms, got -1"));
   CHECK(has(issues, "variable 'w1': pserver mode places variables itself"));
-  // Asynchronous updates are refused, not run as sync.
   job = samples::make_mlp_job();
   job.distributed = Distributed{};
   job.distributed->pservers = {"0"};
   job.distributed->sync_mode = false;
-  CHECK(has(issues_of(job), "distributed.sync_mode false (asynchronous updates) is not supported yet"));
+  job.distributed->enable_dc_asgd = true;
+  CHECK(check_job(job).ok());
   job.distributed->mode = "ring";
   CHECK(has(issues_of(job), "distributed.mode must be \"pserver\", \"collective\" or \"nccl2\", got \"ring\""));
   job.distributed->mode = "nccl2";
