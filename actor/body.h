@@ -93,9 +93,11 @@ class VariableBody {
   // model output per trainer. The variable's values live in the body; a
   // lane's act applies that trainer's gradient to them and copies them
   // into the trainer's model slot. `dc_lambda` > 0: delay-compensated
-  // (DC-ASGD): the gradient g becomes g + dc_lambda * g * g * (w - w_sent),
-  // w_sent what the lane's slot still holds (what the trainer computed g
-  // at). Host memory only. Call before init.
+  // (DC-ASGD-a): the gradient g becomes g + l * g * g * (w - w_sent), w_sent
+  // what the lane's slot still holds (what the trainer computed g at), l =
+  // dc_lambda / sqrt(mean square of g), elementwise, the mean square a
+  // moving average (decay kDcMeanSquareDecay) over every lane's gradients.
+  // Host memory only. Call before init.
   void set_lanes(int lanes, float dc_lambda);
   int lanes() const { return lanes_; }
   // A lane's first version: the values as they are, into its slot.
@@ -135,6 +137,8 @@ class VariableBody {
   float dc_lambda_ = 0.0f;
   std::vector<float> values_;        // lanes: the variable's values
   std::vector<float> compensated_;   // lanes with DC-ASGD: the gradient compensated
+  std::vector<float> mean_square_;   // lanes with DC-ASGD: of the gradients, per element
+  static constexpr float kDcMeanSquareDecay = 0.95f;
   Status update(const TensorView& model, const TensorView& grad, int64_t step);
   Status maybe_snapshot(const TensorView& model, int64_t step);
 };

@@ -1,6 +1,7 @@
 #include "actor/body.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace rill {
@@ -60,7 +61,10 @@ Status VariableBody::init(const TensorView& model, std::span<const float> initia
   if (lanes_ > 1) {  // the values live in the body; each lane's slot gets a copy as it starts
     if (cuda_) return invalid_argument("a variable with lanes (an async pserver's block) lives in host memory");
     values_.assign(model.f32(), model.f32() + model.size());
-    if (dc_lambda_ > 0) compensated_.resize(values_.size());
+    if (dc_lambda_ > 0) {
+      compensated_.resize(values_.size());
+      mean_square_.assign(values_.size(), 0.0f);
+    }
   }
   if (!cuda_) return {};
   RILL_RETURN_IF_ERROR(cuda_->copy(model.data, staging.data(), model.bytes(), CopyKind::kHostToDevice, "variable init"));
@@ -113,12 +117,18 @@ Status VariableBody::act_lane(const ActIo& io) {
   TensorView values{values_.data(), slot.shape, slot.dtype};
   TensorView grad = *io.inputs[0];
   if (dc_lambda_ > 0) {
-    // Zheng et al. 2017: the gradient was computed at w_sent (the slot's
-    // values, sent to this trainer when it last read); w has moved on since.
+    // Zheng et al. 2017, DC-ASGD-a: the gradient was computed at w_sent (the
+    // slot's values, sent to this trainer when it last read); w has moved on
+    // since. lambda adapts per element to the gradients' mean square, so the
+    // term stays a fraction of g however large gradients are (a constant
+    // lambda overshoots and diverges where they are large).
     const float* g = grad.f32();
     const float* sent = slot.f32();
-    for (size_t i = 0; i < values_.size(); ++i)
-      compensated_[i] = g[i] + dc_lambda_ * g[i] * g[i] * (values_[i] - sent[i]);
+    for (size_t i = 0; i < values_.size(); ++i) {
+      mean_square_[i] = kDcMeanSquareDecay * mean_square_[i] + (1.0f - kDcMeanSquareDecay) * g[i] * g[i];
+      const float lambda = mean_square_[i] > 0 ? dc_lambda_ / std::sqrt(mean_square_[i]) : 0.0f;
+      compensated_[i] = g[i] + lambda * g[i] * g[i] * (values_[i] - sent[i]);
+    }
     grad.data = compensated_.data();
   }
   RILL_RETURN_IF_ERROR(update(values, grad, io.step));

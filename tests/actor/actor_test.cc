@@ -3,6 +3,7 @@
 // acts, never by wall time.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <deque>
 #include <map>
 
@@ -208,10 +209,13 @@ TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, de
   CHECK(outbox.sent[1].type == MsgType::kAck);
   outbox.sent.clear();
   // Trainer 0's gradient 1 was computed at w_sent = 1, but w has moved on:
-  // DC-ASGD adds lambda * g * g * (w - w_sent).
+  // DC-ASGD adds l * g * g * (w - w_sent), l = lambda / sqrt(mean square
+  // of the gradients), the mean square 0.05 * 2 * 2 after the first, then
+  // 0.95 of that + 0.05 * 1 * 1.
   ack(0);
   gradient(0, 1.0f);
-  const float compensated = 1.0f + lambda * 1.0f * 1.0f * (w - 1.0f);
+  const float mean_square = 0.95f * (0.05f * 2.0f * 2.0f) + 0.05f * 1.0f * 1.0f;
+  const float compensated = 1.0f + lambda / std::sqrt(mean_square) * 1.0f * 1.0f * (w - 1.0f);
   w = static_cast<float>(w - 0.1 * compensated);
   CHECK(model[0] == w);
   // The values themselves (what a checkpoint reads) are the latest.

@@ -102,3 +102,51 @@ TEST_CASE("pserver sync mode with 3 trainers follows collective mode over 10 ste
 
 }  // namespace
 }  // namespace rill
+
+namespace rill {
+namespace {
+
+// Async mode: each pserver block applies each trainer's gradient as it comes
+// (lanes). The order of updates is the machine's, so values are not
+// compared with sync mode; linear regression on exact data has one optimum
+// (w = [2, 3]) that any order of small enough steps reaches, so the end is
+// checked: within 1e-3, as in the single-device test (runtime_test.cc).
+
+TEST_CASE("async pserver mode (and DC-ASGD) trains linear regression to w = [2, 3], trainers on their own lanes") {
+  for (bool dc : {false, true}) {
+    CAPTURE(dc);
+    graph::Job job = testing::load_sample("samples/linear_regression/linear_regression.json");
+    for (const std::string& o : {std::string("distributed.mode=pserver"), std::string("distributed.pservers=0,1"),
+                                 std::string("distributed.sync_mode=false"),
+                                 std::string("distributed.enable_dc_asgd=") + (dc ? "true" : "false"),
+                                 std::string("distributed.min_block_size=1")}) {
+      Status applied = graph::apply_override(&job, o);
+      REQUIRE_MESSAGE(applied.ok(), applied.to_string());
+    }
+    auto cluster = compiler::parse_devices("cpu:1", 4);
+    REQUIRE(cluster.ok());
+    auto plan = compiler::compile(job, *cluster, {});
+    REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+    // w [2, 1] in 2 blocks of a row, one per pserver, each with a lane per
+    // trainer: 2 gradients read straight from the trainers, 2 models.
+    const plan::Plan& p = **compiler::verify_plan(*plan);
+    int blocks = 0;
+    for (const plan::Task* t : *p.tasks()) {
+      if (t->kind() != plan::TaskKind::Variable) continue;
+      ++blocks;
+      CHECK(t->variable()->lanes() == 2);
+      CHECK(t->inputs()->size() == 2);
+      CHECK(t->outputs()->size() == 2);
+      CHECK(t->variable()->dc_asgd_lambda() == (dc ? 0.04f : 0.0f));
+    }
+    CHECK(blocks == 2);
+    Trained out = train(job, 4, 0);
+    const std::vector<float>& w = out.values.at("w");
+    REQUIRE(w.size() == 2);
+    CHECK(std::abs(w[0] - 2.0f) < 1e-3);
+    CHECK(std::abs(w[1] - 3.0f) < 1e-3);
+  }
+}
+
+}  // namespace
+}  // namespace rill
