@@ -18,6 +18,10 @@
 // which adds up the trainers' pieces (LogicalGraph::sum_moved_partials, set
 // by the compiler for the job it transpiled) and
 // updates it: each step's update uses every trainer's gradient (sync mode).
+// Async mode (sync_mode false): a block's variable has a lane per trainer
+// rank instead (compiler/physical.cc): it reads each rank's gradient piece
+// itself, applies it as it comes, and gives each rank its own model regst
+// (VariableBody lanes; DC-ASGD when enable_dc_asgd).
 // A block is initialized, restored, saved and reported as its rows of the
 // variable (graph::Variable::block_of), so checkpoints are those of any mode.
 // "collective" / "nccl2": the job unchanged (every node a trainer).
