@@ -66,7 +66,9 @@ Status CudaContext::synchronize(const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", what));
   if (flag != 0) {
     RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, stream), "cudaMemsetAsync", what));
-    return invalid_argument("{}: the label at position {} is outside the classes", what, flag - 1);
+    return invalid_argument("{}: the label or id at position {} is out of range (outside the classes, or the rows "
+                            "of the embedding table)",
+                            what, flag - 1);
   }
   return {};
 }

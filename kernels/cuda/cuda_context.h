@@ -34,7 +34,8 @@ class CudaContext {
   int device() const { return device_; }
   void* stream() const { return stream_; }  // a cudaStream_t
   void* cublas() const { return cublas_; }  // a cublasHandle_t
-  // Device memory: 0, or 1 + the position of the first bad label a kernel met.
+  // Device memory: 0, or 1 + the position of the first bad label (or
+  // embedding id) a kernel met.
   int64_t* bad_label() const { return bad_label_; }
 
   // Makes this context's device current on the calling thread.

@@ -212,6 +212,21 @@ Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
                   "op 'sparse_softmax_cross_entropy_grad'");
 }
 
+Status embedding(KernelContext& ctx) {
+  const TensorView& table = ctx.inputs[1];
+  return launched(cuda_launch::embedding(ctx.inputs[0].i32(), table.f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
+                                         table.shape[0], table.shape[1], ctx.cuda->bad_label(), stream_of(ctx)),
+                  "op 'embedding'");
+}
+
+Status embedding_grad(KernelContext& ctx) {
+  const TensorView& dtable = ctx.outputs[0];
+  return launched(cuda_launch::embedding_grad(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
+                                              ctx.inputs[0].size(), dtable.shape[0], dtable.shape[1],
+                                              ctx.cuda->bad_label(), stream_of(ctx)),
+                  "op 'embedding_grad'");
+}
+
 Status accuracy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), logits.shape[0],

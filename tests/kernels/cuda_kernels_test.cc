@@ -219,6 +219,20 @@ TEST_CASE("softmax cross-entropy, its gradient and accuracy match the CPU; a bad
   CHECK(run_cuda("sparse_softmax_cross_entropy", {logits, y}, {}).status.ok());
 }
 
+// The gather copies values exactly; the gradient adds a row's repeats in
+// another order on the GPU (atomic adds), within compare's bound.
+TEST_CASE("embedding and its gradient match the CPU; an id outside the table is named") {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 96; ++i) ids.push_back((i * 13) % 40);
+  const Tensor id_tensor = Tensor::ints({48, 2}, ids);
+  compare("embedding", {id_tensor, Tensor::uniform({40, 16}, 31)});
+  compare("embedding_grad", {id_tensor, Tensor::uniform({48, 2, 16}, 32)}, {{"rows", int64_t{40}}});
+  ids[5] = 40;
+  GpuRun bad = run_cuda("embedding", {Tensor::ints({48, 2}, ids), Tensor::uniform({40, 16}, 31)}, {});
+  REQUIRE_FALSE(bad.status.ok());
+  CHECK(bad.status.message().find("position 5") != std::string::npos);
+}
+
 TEST_CASE("reductions and broadcast_like match the CPU within 2 gamma_n sum|x|, over every axis choice") {
   Tensor x = Tensor::uniform({6, 5, 40}, 31);
   const std::vector<std::vector<int64_t>> axis_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}};

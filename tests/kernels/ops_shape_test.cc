@@ -265,3 +265,50 @@ TEST_CASE("layout ops are registered as differentiable compute ops") {
 }
 
 }  // namespace rill
+
+namespace rill {
+namespace {
+
+// The embedding lookup (kernels/ops/embedding.cc). Values are copies and sums
+// of small integers: exact.
+TEST_CASE("embedding gathers the rows its ids name; its gradient adds the rows back, repeats summed") {
+  Tensor table = Tensor::zeros({4, 3});
+  for (size_t i = 0; i < table.f32.size(); ++i) table.f32[i] = static_cast<float>(i);
+  const Tensor ids = Tensor::ints({2, 2}, {3, 0, 3, 1});
+  const Tensor out = testing::run_op("embedding", {ids, table}, {}).value()[0];
+  CHECK(out.shape == Shape{2, 2, 3});
+  CHECK(out.f32 == std::vector<float>{9, 10, 11, 0, 1, 2, 9, 10, 11, 3, 4, 5});
+  Tensor dout = Tensor::zeros({2, 2, 3});
+  for (size_t i = 0; i < dout.f32.size(); ++i) dout.f32[i] = 1.0f + static_cast<float>(i % 3);
+  const Tensor dtable = testing::run_op("embedding_grad", {ids, dout}, {{"rows", int64_t{4}}}).value()[0];
+  CHECK(dtable.shape == Shape{4, 3});
+  // Row 3 twice, rows 0 and 1 once, row 2 never.
+  CHECK(dtable.f32 == std::vector<float>{1, 2, 3, 1, 2, 3, 0, 0, 0, 2, 4, 6});
+  CHECK(testing::check_gradients("embedding", {ids, Tensor::uniform({4, 3}, 8)}, {}, {1}).ok());
+}
+
+TEST_CASE("embedding: an id outside the table, or a table that is not [rows, dim], is named") {
+  auto bad = testing::run_op("embedding", {Tensor::ints({3}, {0, 4, 1}), Tensor::zeros({4, 2})}, {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(contains(bad.status(), "id 4 at position 1 is outside the table's 4 rows"));
+  auto negative = testing::run_op("embedding_grad", {Tensor::ints({1}, {-1}), Tensor::zeros({1, 2})},
+                                  {{"rows", int64_t{4}}});
+  REQUIRE_FALSE(negative.ok());
+  CHECK(contains(negative.status(), "id -1 at position 0"));
+  CHECK(contains(infer_error("embedding", {{{3}, DType::kF32}, {{4, 2}}}, {}), "ids must be i32"));
+  CHECK(contains(infer_error("embedding", {{{3}, DType::kI32}, {{4}}}, {}), "the table must be f32 [rows, dim]"));
+}
+
+TEST_CASE("every SBP signature of embedding and its gradient holds when run on pieces") {
+  const Tensor ids = Tensor::ints({6, 2}, {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0});
+  for (int parallel : {2, 3}) {
+    Status s = testing::check_sbp_signatures("embedding", {ids, Tensor::uniform({6, 4}, 9)}, {}, parallel);
+    CHECK_MESSAGE(s.ok(), s.to_string());
+    s = testing::check_sbp_signatures("embedding_grad", {ids, Tensor::uniform({6, 2, 4}, 10)}, {{"rows", int64_t{6}}},
+                                      parallel);
+    CHECK_MESSAGE(s.ok(), s.to_string());
+  }
+}
+
+}  // namespace
+}  // namespace rill

@@ -1,0 +1,136 @@
+// embedding(ids, table): ids [...] i32, table [V, D] f32 -> out [..., D],
+// out[i, :] = table[ids[i], :] (a gather of rows). Every id must be a row:
+// an id outside [0, V) is an error naming it and its position.
+// embedding_grad(ids, dout) with attr `rows` (V) -> dtable [V, D], the rows
+// of dout added into the rows their ids name (zeros elsewhere). ids get no
+// gradient.
+//
+// SBP: the ids split on any axis with the table B (each device its rows of
+// the batch), everything B, or the table split on its columns S(1) with the
+// ids B (each device its part of every embedding: out split on its last
+// axis). The gradient follows: split ids and dout give partial sums of the
+// table's gradient (P), split columns a split gradient.
+
+#include <cstring>
+
+#include "kernels/ops/math_util.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+Status check_ids(const TensorMeta& ids, const char* op) {
+  if (ids.dtype != DType::kI32)
+    return invalid_argument("op '{}': ids must be i32, got {} {}", op, dtype_name(ids.dtype), shape_string(ids.shape));
+  return {};
+}
+
+Status infer_embedding(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding"));
+  const TensorMeta& table = in[1];
+  if (table.dtype != DType::kF32 || table.shape.size() != 2)
+    return invalid_argument("op 'embedding': the table must be f32 [rows, dim], got {} {}", dtype_name(table.dtype),
+                            shape_string(table.shape));
+  Shape shape = in[0].shape;
+  shape.push_back(table.shape[1]);
+  out->push_back({shape, DType::kF32});
+  return {};
+}
+
+Status infer_embedding_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding_grad"));
+  const int64_t rows = attrs.get_int("rows", -1);
+  if (rows < 1) return invalid_argument("op 'embedding_grad': attr rows must be >= 1, got {}", rows);
+  const TensorMeta& dout = in[1];
+  if (dout.dtype != DType::kF32 || dout.shape.size() != in[0].shape.size() + 1 ||
+      !std::equal(in[0].shape.begin(), in[0].shape.end(), dout.shape.begin()))
+    return invalid_argument("op 'embedding_grad': dout must be f32 shaped like ids {} plus one axis, got {} {}",
+                            shape_string(in[0].shape), dtype_name(dout.dtype), shape_string(dout.shape));
+  out->push_back({{rows, dout.shape.back()}, DType::kF32});
+  return {};
+}
+
+std::vector<SbpSignature> sbp_embedding(const Attrs&, std::span<const TensorMeta> in) {
+  const Sbp B = Sbp::broadcast();
+  const int rank = static_cast<int>(in[0].shape.size());
+  std::vector<SbpSignature> sigs;
+  for (int a = 0; a < rank; ++a) sigs.push_back({{Sbp::split(a), B}, {Sbp::split(a)}});
+  sigs.push_back({{B, B}, {B}});
+  sigs.push_back({{B, Sbp::split(1)}, {Sbp::split(rank)}});
+  return sigs;
+}
+
+std::vector<SbpSignature> sbp_embedding_grad(const Attrs&, std::span<const TensorMeta> in) {
+  const Sbp B = Sbp::broadcast();
+  const int rank = static_cast<int>(in[0].shape.size());
+  std::vector<SbpSignature> sigs;
+  for (int a = 0; a < rank; ++a) sigs.push_back({{Sbp::split(a), Sbp::split(a)}, {Sbp::partial_sum()}});
+  sigs.push_back({{B, B}, {B}});
+  sigs.push_back({{B, Sbp::split(rank)}, {Sbp::split(1)}});
+  sigs.push_back({{B, Sbp::partial_sum()}, {Sbp::partial_sum()}});  // linear in dout
+  return sigs;
+}
+
+Status grad_embedding(GradBuilder& g) {
+  const std::string dout = g.output_grad(0);
+  if (dout.empty() || !g.needs_input_grad(1)) return {};
+  Attrs attrs;
+  attrs.set("rows", g.meta(g.input(1)).shape[0]);
+  g.set_input_grad(1, g.add_op("embedding_grad", {g.input(0), dout}, std::move(attrs))[0]);
+  return {};
+}
+
+Status bad_id(const char* op, int32_t id, int64_t position, int64_t rows) {
+  return invalid_argument("op '{}': id {} at position {} is outside the table's {} rows", op, id, position, rows);
+}
+
+Status cpu_embedding(KernelContext& ctx) {
+  const TensorView& ids = ctx.inputs[0];
+  const TensorView& table = ctx.inputs[1];
+  const int64_t rows = table.shape[0], dim = table.shape[1], n = ids.size();
+  float* out = ctx.outputs[0].f32();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids.i32()[i];
+    if (id < 0 || id >= rows) return bad_id("embedding", id, i, rows);
+    std::memcpy(out + i * dim, table.f32() + id * dim, static_cast<size_t>(dim) * sizeof(float));
+  }
+  return {};
+}
+
+Status cpu_embedding_grad(KernelContext& ctx) {
+  const TensorView& ids = ctx.inputs[0];
+  const float* dout = ctx.inputs[1].f32();
+  TensorView& dtable = ctx.outputs[0];
+  const int64_t rows = dtable.shape[0], dim = dtable.shape[1], n = ids.size();
+  std::memset(dtable.data, 0, dtable.bytes());
+  float* out = dtable.f32();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids.i32()[i];
+    if (id < 0 || id >= rows) return bad_id("embedding_grad", id, i, rows);
+    for (int64_t d = 0; d < dim; ++d) out[id * dim + d] += dout[i * dim + d];
+  }
+  return {};
+}
+
+}  // namespace
+
+const OpDef kEmbeddingOp = {
+    .type = "embedding",
+    .num_inputs = 2,
+    .num_outputs = 1,
+    .infer = infer_embedding,
+    .sbp = sbp_embedding,
+    .grad = grad_embedding,
+    .cpu = cpu_embedding,
+};
+
+const OpDef kEmbeddingGradOp = {
+    .type = "embedding_grad",
+    .num_inputs = 2,
+    .num_outputs = 1,
+    .infer = infer_embedding_grad,
+    .sbp = sbp_embedding_grad,
+    .cpu = cpu_embedding_grad,
+};
+
+}  // namespace rill

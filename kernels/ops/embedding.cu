@@ -1,0 +1,37 @@
+// embedding and its gradient on CUDA: one thread per output element, the CPU
+// kernels' formulas. An id outside [0, rows) raises the bad-id flag (the
+// context's bad_label: 1 + the first such position) and writes NaN (the
+// gather) or nothing (the gradient); the context's synchronize reports it.
+#include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/launch.cuh"
+
+namespace rill::cuda_launch {
+namespace {
+
+__device__ bool id_ok(int32_t id, int64_t rows, int64_t position, int64_t* bad_id) {
+  if (id >= 0 && id < rows) return true;
+  atomicCAS(reinterpret_cast<unsigned long long*>(bad_id), 0ull, static_cast<unsigned long long>(position + 1));
+  return false;
+}
+
+}  // namespace
+
+cudaError_t embedding(const int32_t* ids, const float* table, float* out, int64_t n, int64_t rows, int64_t dim,
+                      int64_t* bad_id, cudaStream_t stream) {
+  return for_each(n * dim, stream, [=] __device__(int64_t k) {
+    const int64_t i = k / dim, d = k % dim;
+    out[k] = id_ok(ids[i], rows, i, bad_id) ? table[ids[i] * dim + d] : __int_as_float(0x7fc00000);
+  });
+}
+
+cudaError_t embedding_grad(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t rows, int64_t dim,
+                           int64_t* bad_id, cudaStream_t stream) {
+  cudaError_t e = cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(float), stream);
+  if (e != cudaSuccess) return e;
+  return for_each(n * dim, stream, [=] __device__(int64_t k) {
+    const int64_t i = k / dim, d = k % dim;
+    if (id_ok(ids[i], rows, i, bad_id)) atomicAdd(&dtable[ids[i] * dim + d], dout[k]);
+  });
+}
+
+}  // namespace rill::cuda_launch
