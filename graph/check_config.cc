@@ -76,6 +76,10 @@ void check_datasets(const Job& job, Issues* issues) {
                     d.num_samples);
       if (d.num_classes < 1)
         issues->add(path + ".num_classes", "{}: num_classes must be >= 1, got {}", where, d.num_classes);
+      if (d.id_fields < 0 || d.id_fields > 4096)
+        issues->add(path + ".id_fields", "{}: id_fields must be in [0, 4096], got {}", where, d.id_fields);
+      if (d.id_fields > 0 && (d.id_range < 1 || d.id_range > (int64_t{1} << 31) - 1))
+        issues->add(path + ".id_range", "{}: id_range must be in [1, 2^31) with id_fields, got {}", where, d.id_range);
       if (!sane_shape(d.feature_shape))
         issues->add(path + ".feature_shape", "{}: feature_shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes",
                     where, shape_string(d.feature_shape));

@@ -75,7 +75,11 @@ std::vector<FieldInfo> dataset_fields(const Dataset& dataset) {
     if (dataset.label_column >= 0) fields.push_back(label);
     return fields;
   }
-  if (dataset.kind == "synthetic") return {{"features", DType::kF32, dataset.feature_shape}, label};
+  if (dataset.kind == "synthetic") {
+    std::vector<FieldInfo> fields{{"features", DType::kF32, dataset.feature_shape}, label};
+    if (dataset.id_fields > 0) fields.push_back({"ids", DType::kI32, Shape{dataset.id_fields}});
+    return fields;
+  }
   if (dataset.kind == "inline") {
     std::vector<FieldInfo> fields;
     for (const InlineTensor& t : dataset.tensors) {

@@ -127,6 +127,8 @@ class Converter {
     integer(in.num_samples(), path + ".num_samples", where, &out->num_samples);
     integer(in.num_classes(), path + ".num_classes", where, &out->num_classes);
     out->feature_shape = shape_of(in.feature_shape());
+    integer(in.id_fields(), path + ".id_fields", where, &out->id_fields);
+    integer(in.id_range(), path + ".id_range", where, &out->id_range);
     integer(in.seed(), path + ".seed", where, &out->seed);
     if (in.scale()) out->scale = static_cast<float>(*in.scale());
     std::vector<const fb::InlineTensor*> tensors = items(in.tensors());

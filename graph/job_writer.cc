@@ -352,6 +352,8 @@ class Writer {
     if (d.num_samples != defaults.num_samples) out.add("num_samples", number(d.num_samples));
     if (d.num_classes != defaults.num_classes) out.add("num_classes", number(int64_t{d.num_classes}));
     if (!d.feature_shape.empty()) out.add("feature_shape", ints(d.feature_shape));
+    if (d.id_fields != defaults.id_fields) out.add("id_fields", number(d.id_fields));
+    if (d.id_range != defaults.id_range) out.add("id_range", number(d.id_range));
     if (d.seed != defaults.seed) out.add("seed", seed(d.seed, where + ": seed"));
     if (d.scale != defaults.scale) out.add("scale", f32(d.scale));
     if (!d.tensors.empty()) {

@@ -22,7 +22,9 @@ struct InlineTensor {
 // Fields a dataset offers, by kind:
 //   idx:       "image" (f32, pixel * scale), "label" (i32)
 //   csv:       "features" (f32, every column but the label, * scale), "label" (i32)
-//   synthetic: "features" (f32, uniform in [0, 1) * scale), "label" (i32 in [0, num_classes))
+//   synthetic: "features" (f32, uniform in [0, 1) * scale), "label" (i32 in [0, num_classes)),
+//              and with id_fields > 0 "ids" (i32 [id_fields] in [0, id_range): a click
+//              log's categorical features, each id voting for a class)
 //   inline:    one field per tensor, by its name
 struct DatasetSpec {
   std::string name;
@@ -35,6 +37,8 @@ struct DatasetSpec {
   int64_t num_samples = 0;    // synthetic
   int num_classes = 10;       // synthetic
   Shape feature_shape;        // synthetic: per-sample shape of "features"
+  int64_t id_fields = 0;      // synthetic: > 0 adds "ids" [id_fields] i32 in [0, id_range)
+  int64_t id_range = 0;
   uint64_t seed = 0;          // synthetic
   float scale = 1.0f;         // features are multiplied by this
   std::vector<InlineTensor> tensors;  // inline

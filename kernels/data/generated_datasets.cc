@@ -68,6 +68,37 @@ StatusOr<std::shared_ptr<const Dataset>> make_synthetic_dataset(const DatasetSpe
   }
   std::vector<DatasetField> fields;
   fields.push_back(std::move(features));
+  if (spec.id_fields > 0) {
+    // Clicks: each id votes for every class with its own seeded weight, and
+    // the ids' votes outweigh the features' (a model must learn the ids).
+    if (spec.id_range < 1) return invalid_argument("{}: id_range is {}; need at least 1 with id_fields", where, spec.id_range);
+    const uint64_t fields_per = static_cast<uint64_t>(spec.id_fields);
+    if (fields_per > 4096 || n > kMaxSyntheticBytes / 4 / fields_per)
+      return invalid_argument("{}: {} samples of {} ids exceed the limits for synthetic data", where, n, fields_per);
+    DatasetField ids{"ids", TensorMeta{{spec.id_fields}, DType::kI32}, {}, {}};
+    ids.i32.resize(n * fields_per);
+    std::mt19937_64 id_gen(spec.seed ^ 0x1d5c11c4ULL);
+    const uint64_t range = static_cast<uint64_t>(spec.id_range);
+    std::vector<float> votes(static_cast<size_t>(std::min<uint64_t>(range, uint64_t{1} << 20)) * classes);
+    std::mt19937_64 vote_gen(spec.seed ^ 0x707e5ULL);
+    for (float& v : votes) v = 2.0f * unit_float(vote_gen) - 1.0f;
+    const uint64_t voters = votes.size() / classes;
+    for (uint64_t i = 0; i < n; ++i) {
+      std::vector<float> total(classes, 0.0f);
+      for (uint64_t f = 0; f < fields_per; ++f) {
+        const uint64_t id = id_gen() % range;
+        ids.i32[i * fields_per + f] = static_cast<int32_t>(id);
+        for (size_t c = 0; c < classes; ++c) total[c] += votes[(id % voters) * classes + c];
+      }
+      size_t best = 0;
+      for (size_t c = 1; c < classes; ++c)
+        if (total[c] > total[best]) best = c;
+      label.i32[i] = static_cast<int32_t>(best);
+    }
+    fields.push_back(std::move(label));
+    fields.push_back(std::move(ids));
+    return Dataset::from_fields(spec.name, spec.num_samples, std::move(fields));
+  }
   fields.push_back(std::move(label));
   return Dataset::from_fields(spec.name, spec.num_samples, std::move(fields));
 }

@@ -35,14 +35,16 @@ cudaError_t softmax_cross_entropy(const float* logits, const int32_t* labels, fl
                                   int64_t* bad_label, cudaStream_t stream);
 cudaError_t softmax_cross_entropy_grad(const float* logits, const int32_t* labels, const float* dloss, float* dlogits,
                                        int64_t rows, int64_t cols, int64_t* bad_label, cudaStream_t stream);
-// out[i, :] = table[ids[i], :] for n ids; an id outside [0, rows) sets
-// *bad_id to 1 + its position (the first wins) and gives NaN.
+// out[i, :] = table[ids[i] - row_offset, :] for n ids, zeros for ids of
+// rows outside the table (a block at row_offset of total_rows); an id
+// outside [0, total_rows) sets *bad_id to 1 + its position (the first wins)
+// and gives NaN.
 cudaError_t embedding(const int32_t* ids, const float* table, float* out, int64_t n, int64_t rows, int64_t dim,
-                      int64_t* bad_id, cudaStream_t stream);
-// dtable = 0, then dtable[ids[i], :] += dout[i, :] (atomic adds: the order of
-// a row's sums varies).
+                      int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream);
+// dtable = 0, then dtable[ids[i] - row_offset, :] += dout[i, :] for ids in
+// the block (atomic adds: the order of a row's sums varies).
 cudaError_t embedding_grad(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t rows, int64_t dim,
-                           int64_t* bad_id, cudaStream_t stream);
+                           int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream);
 // out[0] = correct rows / logical_rows.
 cudaError_t accuracy(const float* logits, const int32_t* labels, float* out, int64_t rows, int64_t cols,
                      int64_t logical_rows, int64_t* bad_label, cudaStream_t stream);

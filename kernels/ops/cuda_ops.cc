@@ -212,17 +212,27 @@ Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
                   "op 'sparse_softmax_cross_entropy_grad'");
 }
 
+// A block of a larger table: its first row and the whole table's rows
+// (checked by the op's shape inference); a whole table by default.
+std::pair<int64_t, int64_t> table_rows(const KernelContext& ctx, int64_t rows) {
+  const int64_t total = ctx.attrs->get_int("total_rows", 0);
+  return {total > 0 ? total : rows, ctx.attrs->get_int("row_offset", 0)};
+}
+
 Status embedding(KernelContext& ctx) {
   const TensorView& table = ctx.inputs[1];
+  const auto [total, offset] = table_rows(ctx, table.shape[0]);
   return launched(cuda_launch::embedding(ctx.inputs[0].i32(), table.f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
-                                         table.shape[0], table.shape[1], ctx.cuda->bad_label(), stream_of(ctx)),
+                                         table.shape[0], table.shape[1], total, offset, ctx.cuda->bad_label(),
+                                         stream_of(ctx)),
                   "op 'embedding'");
 }
 
 Status embedding_grad(KernelContext& ctx) {
   const TensorView& dtable = ctx.outputs[0];
+  const auto [total, offset] = table_rows(ctx, dtable.shape[0]);
   return launched(cuda_launch::embedding_grad(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
-                                              ctx.inputs[0].size(), dtable.shape[0], dtable.shape[1],
+                                              ctx.inputs[0].size(), dtable.shape[0], dtable.shape[1], total, offset,
                                               ctx.cuda->bad_label(), stream_of(ctx)),
                   "op 'embedding_grad'");
 }

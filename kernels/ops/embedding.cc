@@ -4,6 +4,11 @@
 // embedding_grad(ids, dout) with attr `rows` (V) -> dtable [V, D], the rows
 // of dout added into the rows their ids name (zeros elsewhere). ids get no
 // gradient.
+// A block of a larger table (a distributed lookup table's, on a pserver:
+// compiler/pserver.h): attrs `total_rows` (the whole table's) and
+// `row_offset` (the block's first row). Ids must be in [0, total_rows);
+// those outside the block's rows give zeros (embedding) or nothing
+// (embedding_grad), so the blocks' outputs add up to the whole lookup.
 //
 // SBP: the ids split on any axis with the table B (each device its rows of
 // the batch), everything B, or the table split on its columns S(1) with the
@@ -25,12 +30,27 @@ Status check_ids(const TensorMeta& ids, const char* op) {
   return {};
 }
 
-Status infer_embedding(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+// The rows ids may name and where this table (block) starts in them.
+struct Rows {
+  int64_t total, offset;
+};
+
+StatusOr<Rows> rows_of(const Attrs& attrs, int64_t rows, const char* op) {
+  const int64_t total = attrs.get_int("total_rows", 0), offset = attrs.get_int("row_offset", 0);
+  if (total == 0 && offset == 0) return Rows{rows, 0};
+  if (offset < 0 || total < 1 || offset + rows > total)
+    return invalid_argument("op '{}': a block of {} rows at row_offset {} does not fit in total_rows {}", op, rows,
+                            offset, total);
+  return Rows{total, offset};
+}
+
+Status infer_embedding(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding"));
   const TensorMeta& table = in[1];
   if (table.dtype != DType::kF32 || table.shape.size() != 2)
     return invalid_argument("op 'embedding': the table must be f32 [rows, dim], got {} {}", dtype_name(table.dtype),
                             shape_string(table.shape));
+  RILL_RETURN_IF_ERROR(rows_of(attrs, table.shape[0], "embedding").status());
   Shape shape = in[0].shape;
   shape.push_back(table.shape[1]);
   out->push_back({shape, DType::kF32});
@@ -41,6 +61,7 @@ Status infer_embedding_grad(const Attrs& attrs, std::span<const TensorMeta> in, 
   RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding_grad"));
   const int64_t rows = attrs.get_int("rows", -1);
   if (rows < 1) return invalid_argument("op 'embedding_grad': attr rows must be >= 1, got {}", rows);
+  RILL_RETURN_IF_ERROR(rows_of(attrs, rows, "embedding_grad").status());
   const TensorMeta& dout = in[1];
   if (dout.dtype != DType::kF32 || dout.shape.size() != in[0].shape.size() + 1 ||
       !std::equal(in[0].shape.begin(), in[0].shape.end(), dout.shape.begin()))
@@ -74,7 +95,7 @@ std::vector<SbpSignature> sbp_embedding_grad(const Attrs&, std::span<const Tenso
 Status grad_embedding(GradBuilder& g) {
   const std::string dout = g.output_grad(0);
   if (dout.empty() || !g.needs_input_grad(1)) return {};
-  Attrs attrs;
+  Attrs attrs = g.attrs();  // a block's row_offset and total_rows
   attrs.set("rows", g.meta(g.input(1)).shape[0]);
   g.set_input_grad(1, g.add_op("embedding_grad", {g.input(0), dout}, std::move(attrs))[0]);
   return {};
@@ -88,11 +109,17 @@ Status cpu_embedding(KernelContext& ctx) {
   const TensorView& ids = ctx.inputs[0];
   const TensorView& table = ctx.inputs[1];
   const int64_t rows = table.shape[0], dim = table.shape[1], n = ids.size();
+  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, rows, "embedding"));
   float* out = ctx.outputs[0].f32();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids.i32()[i];
-    if (id < 0 || id >= rows) return bad_id("embedding", id, i, rows);
-    std::memcpy(out + i * dim, table.f32() + id * dim, static_cast<size_t>(dim) * sizeof(float));
+    if (id < 0 || id >= r.total) return bad_id("embedding", id, i, r.total);
+    const int64_t row = id - r.offset;
+    if (row < 0 || row >= rows) {
+      std::memset(out + i * dim, 0, static_cast<size_t>(dim) * sizeof(float));  // another block's row
+      continue;
+    }
+    std::memcpy(out + i * dim, table.f32() + row * dim, static_cast<size_t>(dim) * sizeof(float));
   }
   return {};
 }
@@ -102,12 +129,15 @@ Status cpu_embedding_grad(KernelContext& ctx) {
   const float* dout = ctx.inputs[1].f32();
   TensorView& dtable = ctx.outputs[0];
   const int64_t rows = dtable.shape[0], dim = dtable.shape[1], n = ids.size();
+  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, rows, "embedding_grad"));
   std::memset(dtable.data, 0, dtable.bytes());
   float* out = dtable.f32();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids.i32()[i];
-    if (id < 0 || id >= rows) return bad_id("embedding_grad", id, i, rows);
-    for (int64_t d = 0; d < dim; ++d) out[id * dim + d] += dout[i * dim + d];
+    if (id < 0 || id >= r.total) return bad_id("embedding_grad", id, i, r.total);
+    const int64_t row = id - r.offset;
+    if (row < 0 || row >= rows) continue;  // another block's row
+    for (int64_t d = 0; d < dim; ++d) out[row * dim + d] += dout[i * dim + d];
   }
   return {};
 }

@@ -17,20 +17,27 @@ __device__ bool id_ok(int32_t id, int64_t rows, int64_t position, int64_t* bad_i
 }  // namespace
 
 cudaError_t embedding(const int32_t* ids, const float* table, float* out, int64_t n, int64_t rows, int64_t dim,
-                      int64_t* bad_id, cudaStream_t stream) {
+                      int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream) {
   return for_each(n * dim, stream, [=] __device__(int64_t k) {
     const int64_t i = k / dim, d = k % dim;
-    out[k] = id_ok(ids[i], rows, i, bad_id) ? table[ids[i] * dim + d] : __int_as_float(0x7fc00000);
+    if (!id_ok(ids[i], total_rows, i, bad_id)) {
+      out[k] = __int_as_float(0x7fc00000);
+      return;
+    }
+    const int64_t row = ids[i] - row_offset;
+    out[k] = row >= 0 && row < rows ? table[row * dim + d] : 0.0f;
   });
 }
 
 cudaError_t embedding_grad(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t rows, int64_t dim,
-                           int64_t* bad_id, cudaStream_t stream) {
+                           int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream) {
   cudaError_t e = cudaMemsetAsync(dtable, 0, static_cast<size_t>(rows * dim) * sizeof(float), stream);
   if (e != cudaSuccess) return e;
   return for_each(n * dim, stream, [=] __device__(int64_t k) {
     const int64_t i = k / dim, d = k % dim;
-    if (id_ok(ids[i], rows, i, bad_id)) atomicAdd(&dtable[ids[i] * dim + d], dout[k]);
+    if (!id_ok(ids[i], total_rows, i, bad_id)) return;
+    const int64_t row = ids[i] - row_offset;
+    if (row >= 0 && row < rows) atomicAdd(&dtable[row * dim + d], dout[k]);
   });
 }
 

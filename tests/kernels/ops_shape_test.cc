@@ -287,6 +287,40 @@ TEST_CASE("embedding gathers the rows its ids name; its gradient adds the rows b
   CHECK(testing::check_gradients("embedding", {ids, Tensor::uniform({4, 3}, 8)}, {}, {1}).ok());
 }
 
+// A distributed lookup table's blocks: each gives the rows it holds and
+// zeros for the others, so the blocks' outputs add up to the whole lookup,
+// and each block's gradient is its rows of the whole gradient.
+TEST_CASE("embedding of table blocks (row_offset, total_rows) adds up to the whole table's") {
+  Tensor table = Tensor::zeros({5, 2});
+  for (size_t i = 0; i < table.f32.size(); ++i) table.f32[i] = static_cast<float>(i + 1);
+  const Tensor ids = Tensor::ints({4}, {4, 0, 2, 3});
+  const Tensor whole = testing::run_op("embedding", {ids, table}, {}).value()[0];
+  const Tensor top = piece_of(table, 0, 0, 3), bottom = piece_of(table, 0, 3, 5);
+  const Tensor a = testing::run_op("embedding", {ids, top}, {{"total_rows", int64_t{5}}}).value()[0];
+  const Tensor b =
+      testing::run_op("embedding", {ids, bottom}, {{"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}}).value()[0];
+  std::vector<float> sum(whole.f32.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = a.f32[i] + b.f32[i];
+  CHECK(sum == whole.f32);
+  CHECK(b.f32 == std::vector<float>{9, 10, 0, 0, 0, 0, 7, 8});
+  const Tensor dout = Tensor::uniform({4, 2}, 11);
+  const Tensor dwhole = testing::run_op("embedding_grad", {ids, dout}, {{"rows", int64_t{5}}}).value()[0];
+  const Tensor dbottom =
+      testing::run_op("embedding_grad", {ids, dout},
+                      {{"rows", int64_t{2}}, {"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}})
+          .value()[0];
+  CHECK(dbottom.f32 == std::vector<float>(dwhole.f32.begin() + 6, dwhole.f32.end()));
+  CHECK(testing::check_gradients("embedding", {ids, bottom}, {{"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}},
+                                 {1})
+            .ok());
+  // Ids are checked against the whole table; a block that does not fit is named.
+  auto bad = testing::run_op("embedding", {Tensor::ints({1}, {5}), bottom}, {{"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(contains(bad.status(), "id 5 at position 0 is outside the table's 5 rows"));
+  CHECK(contains(infer_error("embedding", {{{1}, DType::kI32}, {{2, 2}}}, {{"total_rows", int64_t{5}}, {"row_offset", int64_t{4}}}),
+                 "a block of 2 rows at row_offset 4 does not fit in total_rows 5"));
+}
+
 TEST_CASE("embedding: an id outside the table, or a table that is not [rows, dim], is named") {
   auto bad = testing::run_op("embedding", {Tensor::ints({3}, {0, 4, 1}), Tensor::zeros({4, 2})}, {});
   REQUIRE_FALSE(bad.ok());
