@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -109,6 +110,35 @@ std::string describe_pserver_layout(const PserverLayout& layout, const graph::Jo
   return out;
 }
 
+// The distributed lookup tables: trainable variables that only embedding ops
+// with is_distributed read (as their table) -> those ops' indices.
+StatusOr<std::map<std::string, std::vector<size_t>>> lookup_tables(const graph::Job& job) {
+  std::map<std::string, std::vector<size_t>> tables;
+  for (size_t i = 0; i < job.ops.size(); ++i) {
+    const graph::Op& op = job.ops[i];
+    if (op.type == "embedding" && op.attrs.get_int("is_distributed", 0) != 0 && op.inputs.size() == 2)
+      tables[op.inputs[1]].push_back(i);
+  }
+  for (const graph::Op& op : job.ops)
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      auto it = tables.find(op.inputs[k]);
+      if (it == tables.end()) continue;
+      if (op.type != "embedding" || op.attrs.get_int("is_distributed", 0) == 0 || k != 1)
+        return invalid_argument(
+            "op '{}' reads '{}', a distributed lookup table: only embedding ops with is_distributed may read it "
+            "(the trainers never hold the whole table)",
+            op.name, op.inputs[k]);
+    }
+  for (const auto& [name, ops] : tables) {
+    auto v = std::find_if(job.variables.begin(), job.variables.end(),
+                          [&](const graph::Variable& x) { return x.name == name; });
+    if (v == job.variables.end() || !v->trainable)
+      return invalid_argument("op '{}': is_distributed needs its table '{}' to be a trainable variable",
+                              job.ops[ops[0]].name, name);
+  }
+  return tables;
+}
+
 StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& cluster) {
   if (job.distributed && !pserver_mode(job)) {
     // Collective mode: every node trains; gradients are all-reduced (data
@@ -121,6 +151,7 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
   }
   if (!pserver_mode(job)) return job;
   RILL_ASSIGN_OR_RETURN(PserverLayout layout, pserver_layout(job, cluster));
+  RILL_ASSIGN_OR_RETURN(auto tables, lookup_tables(job));
   graph::Placement trainers;
   trainers.type = cluster.device_type;
   trainers.nodes = layout.trainers;
@@ -135,6 +166,7 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
   graph::Job out = job;
   out.variables.clear();
   std::vector<graph::Op> concats;
+  std::map<size_t, std::vector<graph::Op>> lookups;  // a distributed lookup's op -> its ops per block
   for (const graph::Variable& v : job.variables) {
     if (!v.trainable) {
       out.variables.push_back(v);
@@ -142,6 +174,7 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
       continue;
     }
     std::vector<std::string> blocks;
+    std::vector<const PserverBlock*> table_blocks;
     for (const PserverBlock& b : layout.blocks) {
       if (b.variable != v.name) continue;
       graph::Variable block = v;
@@ -151,6 +184,30 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
       block.block_of = graph::BlockOf{v.name, v.shape, b.row_offset};
       out.variables.push_back(std::move(block));
       blocks.push_back(b.name);
+      table_blocks.push_back(&b);
+    }
+    if (tables.count(v.name) != 0) {
+      // A distributed lookup table: no trainer holds it. Each lookup runs
+      // on every block's pserver (the batch's ids gathered there), each
+      // block giving its rows and zeros for the others; the trainers add the
+      // blocks' rows up. Each block's gradient is made on its pserver from
+      // the looked-up rows' gradients: only the batch's rows cross.
+      for (size_t i : tables.at(v.name)) {
+        const graph::Op& lookup = job.ops[i];
+        std::vector<std::string> parts;
+        for (const PserverBlock* b : table_blocks) {
+          graph::Op part = lookup;
+          part.name = fmt::format("{}.{}", lookup.name, b->name.substr(v.name.size() + 1));
+          part.inputs = {lookup.inputs[0], b->name};
+          part.outputs = {part.name};
+          part.attrs.set("row_offset", b->row_offset);
+          part.attrs.set("total_rows", v.shape[0]);
+          part.placement = on_pserver(b->pserver);
+          part.output_sbp = {NdSbp(Sbp::broadcast())};
+          lookups[i].push_back(std::move(part));
+        }
+      }
+      continue;
     }
     {
       // The trainers' copy of the variable, whole (every trainer reads every
@@ -167,8 +224,42 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
     }
   }
   for (graph::Input& in : out.inputs) in.placement = trainers;
-  for (graph::Op& op : out.ops) op.placement = trainers;
-  out.ops.insert(out.ops.begin(), concats.begin(), concats.end());
+  out.ops.clear();
+  out.ops = concats;
+  for (size_t i = 0; i < job.ops.size(); ++i) {
+    auto parts = lookups.find(i);
+    if (parts == lookups.end()) {
+      out.ops.push_back(job.ops[i]);
+      out.ops.back().placement = trainers;
+      continue;
+    }
+    // The blocks' lookups, then their sum on the trainers under the op's name.
+    std::vector<std::string> names;
+    for (graph::Op& part : parts->second) {
+      names.push_back(part.name);
+      out.ops.push_back(std::move(part));
+    }
+    std::string sum = names[0];
+    for (size_t k = 1; k < names.size(); ++k) {
+      graph::Op add;
+      add.name = k + 1 == names.size() ? job.ops[i].name : fmt::format("{}.sum{}", job.ops[i].name, k);
+      add.type = "add";
+      add.inputs = {sum, names[k]};
+      add.outputs = {add.name};
+      add.placement = trainers;
+      out.ops.push_back(add);
+      sum = add.name;
+    }
+    if (names.size() == 1) {
+      graph::Op copy;
+      copy.name = job.ops[i].name;
+      copy.type = "identity";
+      copy.inputs = {sum};
+      copy.outputs = {copy.name};
+      copy.placement = trainers;
+      out.ops.push_back(copy);
+    }
+  }
   out.distributed.reset();  // placed: the checker's rules for a user's pserver job are met by construction
   return out;
 }

@@ -41,6 +41,8 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
   spec.seed = d.seed();
   spec.scale = d.scale();
   spec.feature_shape = read_shape(d.feature_shape());
+  spec.id_fields = d.id_fields();
+  spec.id_range = d.id_range();
   if (d.tensors()) {
     for (const plan::InlineTensor* t : *d.tensors()) {
       InlineTensor tensor;

@@ -69,8 +69,11 @@ StatusOr<std::shared_ptr<const Dataset>> make_synthetic_dataset(const DatasetSpe
   std::vector<DatasetField> fields;
   fields.push_back(std::move(features));
   if (spec.id_fields > 0) {
-    // Clicks: each id votes for every class with its own seeded weight, and
-    // the ids' votes outweigh the features' (a model must learn the ids).
+    // Clicks: each id votes for every class with its own weight, and the
+    // label is the class of the largest total vote over the sample's ids.
+    // The weights do not depend on `seed` (which draws the samples): every
+    // click dataset of one id_range and num_classes follows the same rule,
+    // so a test set is the same spec with another seed.
     if (spec.id_range < 1) return invalid_argument("{}: id_range is {}; need at least 1 with id_fields", where, spec.id_range);
     const uint64_t fields_per = static_cast<uint64_t>(spec.id_fields);
     if (fields_per > 4096 || n > kMaxSyntheticBytes / 4 / fields_per)
@@ -80,7 +83,7 @@ StatusOr<std::shared_ptr<const Dataset>> make_synthetic_dataset(const DatasetSpe
     std::mt19937_64 id_gen(spec.seed ^ 0x1d5c11c4ULL);
     const uint64_t range = static_cast<uint64_t>(spec.id_range);
     std::vector<float> votes(static_cast<size_t>(std::min<uint64_t>(range, uint64_t{1} << 20)) * classes);
-    std::mt19937_64 vote_gen(spec.seed ^ 0x707e5ULL);
+    std::mt19937_64 vote_gen(0x707e5ULL);
     for (float& v : votes) v = 2.0f * unit_float(vote_gen) - 1.0f;
     const uint64_t voters = votes.size() / classes;
     for (uint64_t i = 0; i < n; ++i) {

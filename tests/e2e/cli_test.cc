@@ -80,6 +80,7 @@ TEST_CASE("rill check accepts the samples and rejects a bad file with its name")
   CHECK(run_rill("check " + root() + "/samples/mlp/mlp_model_parallel.json").code == 0);
   CHECK(run_rill("check " + root() + "/samples/mlp/mlp_stages.json").code == 0);
   CHECK(run_rill("check " + root() + "/samples/pserver/mlp_pserver.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/pserver/ctr_lookup.json").code == 0);
   auto bad = temp_dir() / "bad.json";
   std::ofstream(bad) << "{ \"name\": \"x\", \"ops\": [ { \"type\": ";
   Ran ran = run_rill("check " + bad.string());
