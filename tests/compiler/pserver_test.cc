@@ -100,7 +100,7 @@ TEST_CASE("pserver layout: slice_var_up false keeps every variable whole; HashNa
 
 TEST_CASE("pserver layout: 20 pservers and 50 trainers, as the seed's example") {
   std::string pservers;
-  for (int i = 0; i < 20; ++i) pservers += (i ? "," : "") + std::to_string(i);
+  for (int i = 0; i < 20; ++i) pservers += fmt::format("{}{}", i ? "," : "", i);
   graph::Job job = mlp_sample("distributed.pservers=" + pservers + ";distributed.trainers=50");
   const auto layout = layout_of(job, 70);
   CHECK(layout.trainers.size() == 50);
@@ -135,6 +135,33 @@ TEST_CASE("pserver layout errors name what is wrong") {
   CHECK(error("distributed.trainers=3", 4).find("leave 2 trainers (nodes 2, 3)") != std::string::npos);
   CHECK(error("distributed.pservers=10.0.0.1:9988", 4).find("'10.0.0.1:9988' is not a node number") !=
         std::string::npos);
+}
+
+// compile_ok also compiles each node's plan alone and compares it with the
+// whole plan's cut, field for field: the lanes and the lookup's blocks are
+// numbered alike everywhere.
+TEST_CASE("async and lookup-table plans: lanes per trainer rank; every node compiles its own part alike") {
+  graph::Job async = mlp_sample("distributed.sync_mode=false;distributed.enable_dc_asgd=true");
+  async.eval.reset();
+  const std::string bytes = compile_ok(async, "cpu:2", {.steps = 2}, 4);
+  const plan::Plan& plan = *plan_of(bytes);
+  int lanes = 0;
+  for (const plan::Task* t : tasks_of_kind(plan, plan::TaskKind::Variable)) {
+    CAPTURE(t->name()->str());
+    CHECK(t->variable()->lanes() == 4);  // 2 trainer nodes x cpu:2
+    CHECK(t->inputs()->size() == 4);
+    CHECK(t->outputs()->size() == 4);
+    CHECK(t->variable()->dc_asgd_lambda() == compiler::kDcAsgdLambda);
+    ++lanes;
+  }
+  CHECK(lanes == 8);
+  for (const plan::Task* t : tasks_of_kind(plan, plan::TaskKind::Boxing))
+    CHECK(testing::sbp_string(t->boxing()->in_sbp()) != "P");  // no summing move: each lane's gradient is read as is
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto lookup = graph::load_job_file(std::string(root ? root : ".") + "/samples/pserver/ctr_lookup.json");
+  REQUIRE(lookup.ok());
+  lookup->eval.reset();
+  (void)compile_ok(*lookup, "cpu:1", {.steps = 2}, 4);
 }
 
 TEST_CASE("a checkpoint gathers the blocks as pieces of their variables") {

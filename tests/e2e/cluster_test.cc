@@ -532,6 +532,24 @@ TEST_CASE("the two stages with 4 micro-batches checkpoint and resume bitwise") {
   check_resume_bitwise(root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19410", "ckpt_pipeline");
 }
 
+// Every layout of the blocks computes the same numbers as collective mode
+// with 2 trainers (the pserver adds two pieces: a + b = b + a; the reasons
+// in tests/runtime/pserver_test.cc), so on real agents too the loss curves
+// of both split methods, slice_var_up on and off, equal collective mode's
+// bit for bit.
+TEST_CASE("pserver layouts on real agents: HashName and slice_var_up off give collective mode's losses") {
+  const std::string job = root() + "/samples/pserver/mlp_pserver.json";
+  auto want = ten_step_curve(job + " --nodes 2 --set distributed.mode=collective --set distributed.pservers= "
+                                   "--ctrl-port 19620",
+                             temp_dir() / "ps_collective.json");
+  auto hashed = ten_step_curve(job + " --nodes 4 --set distributed.split_method=HashName --ctrl-port 19630",
+                               temp_dir() / "ps_hashed.json");
+  auto whole = ten_step_curve(job + " --nodes 4 --set distributed.slice_var_up=false --ctrl-port 19640",
+                              temp_dir() / "ps_whole.json");
+  CHECK(hashed == want);
+  CHECK(whole == want);
+}
+
 // The blocks live on the pservers; the master gathers them into the model's
 // own variables, in the format of every other mode.
 TEST_CASE("pserver mode checkpoints the variables whole (not their blocks) and resumes bitwise") {
