@@ -8,12 +8,6 @@
 namespace rill::cuda_launch {
 namespace {
 
-__device__ bool label_ok(int32_t label, int64_t cols, int64_t row, int64_t* bad_label) {
-  if (label >= 0 && label < cols) return true;
-  atomicCAS(reinterpret_cast<unsigned long long*>(bad_label), 0ull, static_cast<unsigned long long>(row + 1));
-  return false;
-}
-
 __device__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 }  // namespace
@@ -22,7 +16,7 @@ cudaError_t softmax_cross_entropy(const float* logits, const int32_t* labels, fl
                                   int64_t* bad_label, cudaStream_t stream) {
   return for_each(rows, stream, [=] __device__(int64_t r) {
     const float* row = logits + r * cols;
-    if (!label_ok(labels[r], cols, r, bad_label)) {
+    if (!index_ok(labels[r], cols, r, bad_label)) {
       loss[r] = quiet_nan();
       return;
     }
@@ -35,7 +29,7 @@ cudaError_t softmax_cross_entropy_grad(const float* logits, const int32_t* label
   return for_each(rows, stream, [=] __device__(int64_t r) {
     const float* row = logits + r * cols;
     float* drow = dlogits + r * cols;
-    if (!label_ok(labels[r], cols, r, bad_label)) {
+    if (!index_ok(labels[r], cols, r, bad_label)) {
       for (int64_t c = 0; c < cols; ++c) drow[c] = quiet_nan();
       return;
     }
@@ -50,7 +44,7 @@ cudaError_t accuracy(const float* logits, const int32_t* labels, float* out, int
   cudaError_t e = for_each(1, stream, [=] __device__(int64_t) { out[0] = 0.0f; });
   if (e != cudaSuccess) return e;
   e = for_each(rows, stream, [=] __device__(int64_t r) {
-    if (!label_ok(labels[r], cols, r, bad_label)) return;
+    if (!index_ok(labels[r], cols, r, bad_label)) return;
     const float* row = logits + r * cols;
     int64_t best = 0;
     for (int64_t c = 1; c < cols; ++c)

@@ -6,21 +6,12 @@
 #include "kernels/ops/launch.cuh"
 
 namespace rill::cuda_launch {
-namespace {
-
-__device__ bool id_ok(int32_t id, int64_t rows, int64_t position, int64_t* bad_id) {
-  if (id >= 0 && id < rows) return true;
-  atomicCAS(reinterpret_cast<unsigned long long*>(bad_id), 0ull, static_cast<unsigned long long>(position + 1));
-  return false;
-}
-
-}  // namespace
 
 cudaError_t embedding(const int32_t* ids, const float* table, float* out, int64_t n, int64_t rows, int64_t dim,
                       int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream) {
   return for_each(n * dim, stream, [=] __device__(int64_t k) {
     const int64_t i = k / dim, d = k % dim;
-    if (!id_ok(ids[i], total_rows, i, bad_id)) {
+    if (!index_ok(ids[i], total_rows, i, bad_id)) {
       out[k] = __int_as_float(0x7fc00000);
       return;
     }
@@ -35,7 +26,7 @@ cudaError_t embedding_grad(const int32_t* ids, const float* dout, float* dtable,
   if (e != cudaSuccess) return e;
   return for_each(n * dim, stream, [=] __device__(int64_t k) {
     const int64_t i = k / dim, d = k % dim;
-    if (!id_ok(ids[i], total_rows, i, bad_id)) return;
+    if (!index_ok(ids[i], total_rows, i, bad_id)) return;
     const int64_t row = ids[i] - row_offset;
     if (row >= 0 && row < rows) atomicAdd(&dtable[row * dim + d], dout[k]);
   });
