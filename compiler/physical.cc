@@ -239,7 +239,7 @@ class Expander {
       std::vector<int64_t>& out = pieces_[var.name];
       const bool everywhere = v.grad_boxing >= 0 && g_.boxings[static_cast<size_t>(v.grad_boxing)].move();
       const int lanes = variable_lanes(v);
-      std::vector<int64_t>& lane_regsts = model_lanes_[var.name];
+      std::vector<int64_t> lane_regsts;  // lanes > 1: lane 0's model regst, then the others
       for (int rank = 0; rank < p.parallel(); ++rank) {
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
           const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
@@ -273,6 +273,7 @@ class Expander {
         for (int lane = 1; lane < lanes; ++lane)
           lane_regsts.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
       }
+      if (lanes > 1) model_lanes_[var.name] = std::move(lane_regsts);
     }
   }
 
