@@ -81,7 +81,10 @@ Status Actor::act_lane(int lane, Outbox& outbox) {
   const int64_t step = first_step_ + readied - 1;  // the step whose gradient this is
   ActIo io{step, std::span<const TensorView* const>(in_now_.data(), 1),
            std::span<const TensorView* const>(out_now_.data(), 1), 0, lane};
+  const bool traced = tracing_ && acts_ < steps_;  // the first `steps` updates, whichever lanes
+  if (traced) trace_.begin_ns[acts_] = now_ns();
   Status status = body.act_lane(io);
+  if (traced) trace_.end_ns[acts_] = now_ns();
   if (!status.ok()) return status.with_context(fmt::format("actor '{}' lane {} step {}", name_, lane, step));
   ++acts_;
   if (readied < steps_) {
