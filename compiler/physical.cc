@@ -12,8 +12,11 @@ namespace {
 
 // Comm threads per node that cross-node boxing tasks share; on GPUs, moves
 // between placements run on one more (comm thread kCommThreads), which never
-// waits for a collective.
+// waits for a collective. A pserver's threads serving the trainers follow.
 constexpr uint32_t kCommThreads = 4;
+
+// What a pserver's task does for the trainers (see Expander::thread_of).
+enum class Rpc : uint8_t { kNone, kSend, kGet, kPrefetch };
 
 class Expander {
  public:
@@ -76,6 +79,33 @@ class Expander {
   int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
     const uint32_t device = thread_device(task.device, type, comm_thread);
     return out_.add_task(std::move(task), type, device);
+  }
+
+  struct Thread {
+    DeviceType type;
+    uint32_t device;  // a device's number, or a comm thread's
+  };
+  int add_task(TaskNode task, Thread thread) { return out_.add_task(std::move(task), thread.type, thread.device); }
+
+  // The thread of a task on `device` of `node` (placement `p`) that does
+  // `rpc` for the trainers: on a pserver node, one of the threads it gives
+  // to that service (distributed.rpc_*_thread_num; comm threads after
+  // kCommThreads): the sums of the trainers' gradient pieces and a lookup
+  // table's row gradients (sends), the blocks' variables, whose updated
+  // values the trainers get (gets), and the lookups with their ids in and
+  // rows out (prefetches). Each pool is dealt round-robin in the order the
+  // tasks are made, which every node's compile follows. Elsewhere, and on
+  // GPUs (whose tasks keep their stream), the device's own thread.
+  Thread thread_of(const graph::Placement& p, int node, int device, Rpc rpc) {
+    const auto& pservers = g_.pserver_nodes;
+    if (rpc == Rpc::kNone || p.type != DeviceType::kCpu ||
+        std::find(pservers.begin(), pservers.end(), node) == pservers.end())
+      return {p.type, static_cast<uint32_t>(device)};
+    const int sends = g_.rpc_send_threads, gets = g_.rpc_get_threads, prefetches = g_.rpc_prefetch_threads;
+    const int first = static_cast<int>(kCommThreads) + 1 + (rpc == Rpc::kSend ? 0 : rpc == Rpc::kGet ? sends : sends + gets);
+    const int pool = rpc == Rpc::kSend ? sends : rpc == Rpc::kGet ? gets : prefetches;
+    int& dealt = rpc_dealt_[{node, rpc}];
+    return {DeviceType::kComm, static_cast<uint32_t>(first + dealt++ % pool)};
   }
 
   static uint32_t thread_device(int device, DeviceType type, uint32_t comm_thread) {
@@ -241,8 +271,9 @@ class Expander {
       const int lanes = variable_lanes(v);
       std::vector<int64_t> lane_regsts;  // lanes > 1: lane 0's model regst, then the others
       for (int rank = 0; rank < p.parallel(); ++rank) {
+        const Thread thread = thread_of(p, p.node_of(rank), p.device_of(rank), var.block_of ? Rpc::kGet : Rpc::kNone);
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
-          const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
+          const uint64_t id = out_.count_task(p.node_of(rank), thread.type, thread.device);
           out.push_back(count_regst(id, std::nullopt, true));
           if (lanes > 1) lane_regsts.push_back(out.back());
           for (int lane = 1; lane < lanes; ++lane) lane_regsts.push_back(count_regst(id, std::nullopt, true));
@@ -266,7 +297,7 @@ class Expander {
         task.variable.block_of = var.block_of;
         task.variable.lanes = lanes;
         task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
-        int t = add_task(std::move(task), p.type);
+        int t = add_task(std::move(task), thread);
         tasks.push_back(t);
         out.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
         if (lanes > 1) lane_regsts.push_back(out.back());
@@ -297,8 +328,10 @@ class Expander {
       int acts = accumulates(op) ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
       for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
       for (int rank = 0; rank < p.parallel(); ++rank) {
+        const Thread thread =
+            thread_of(p, p.node_of(rank), p.device_of(rank), op.backward ? Rpc::kSend : Rpc::kPrefetch);
         if (!out_.stores(p.node_of(rank)) && !everywhere) {
-          const uint64_t id = out_.count_task(p.node_of(rank), p.type, p.device_of(rank));
+          const uint64_t id = out_.count_task(p.node_of(rank), thread.type, thread.device);
           for (size_t k = 0; k < outs.size(); ++k) outs[k]->push_back(count_regst(id, op.output_sbp[k]));
           tasks.push_back(-1);
           continue;
@@ -321,7 +354,7 @@ class Expander {
         if (op.def->scratch_bytes != nullptr)
           task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
         task.acts_per_step = acts;
-        int t = add_task(std::move(task), p.type);
+        int t = add_task(std::move(task), thread);
         tasks.push_back(t);
         for (size_t k = 0; k < outs.size(); ++k)
           outs[k]->push_back(add_regst(t, op.outputs[k], *outputs[k], op.output_sbp[k], p, rank));
@@ -436,7 +469,8 @@ class Expander {
   // `device` of `node` (on CPU its thread; on GPUs the node's move thread,
   // which never waits for a collective). Returns the regst.
   int add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
-                    const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp) {
+                    const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp,
+                    Rpc rpc = Rpc::kNone) {
     const TensorMeta& meta = boxed_meta(g_, box);
     TaskNode task;
     task.kind = plan::TaskKind::Boxing;
@@ -453,7 +487,8 @@ class Expander {
     task.acts_per_step = rate(box.tensor);
     const bool cpu = at(placement).type == DeviceType::kCpu;
     if (cpu) task.device = device;
-    const int t = add_task(std::move(task), cpu ? DeviceType::kCpu : DeviceType::kComm, kCommThreads);
+    const int t = cpu ? add_task(std::move(task), thread_of(at(placement), node, device, rpc))
+                      : add_task(std::move(task), DeviceType::kComm, kCommThreads);
     return add_region_regst(t, box.tensor, meta, sbp, target);
   }
 
@@ -476,6 +511,12 @@ class Expander {
     const std::string name = fmt::format("move:{}:{}->{}", box.tensor, box.in.to_string(), box.out.to_string());
     std::map<std::tuple<int, Shape, Shape>, int> slices;  // (source rank, overlap) -> its regst
     const bool partial = box.in.has(Sbp::kPartialSum);
+    // On a pserver: the trainers' gradients come in (sends), a lookup's ids
+    // come in and its rows go out (prefetches).
+    const LogicalTensor* moved = g_.find(box.tensor);
+    const bool gradient = partial || (moved->origin == TensorOrigin::kOp &&
+                                      g_.ops[static_cast<size_t>(moved->producer)].backward);
+    const Rpc rpc = gradient ? Rpc::kSend : Rpc::kPrefetch;
     // An async pserver's block: each trainer rank reads its own lane's model;
     // the variable reads each rank's gradient itself (no sum).
     if (auto lanes = model_lanes_.find(box.tensor);
@@ -522,7 +563,7 @@ class Expander {
         auto [it, fresh] = slices.try_emplace({i, overlap.origin, overlap.extent}, -1);
         if (fresh)
           it->second = add_copy_task(box, fmt::format("{}@slice{}to{}", name, i, j), box.placement, from.node_of(i),
-                                     from.device_of(i), {{input, r}}, overlap, box.out);
+                                     from.device_of(i), {{input, r}}, overlap, box.out, rpc);
         parts.push_back({it->second, overlap});
       }
       if (parts.size() == 1 && parts[0].second == target) {
@@ -530,7 +571,7 @@ class Expander {
         continue;
       }
       boxed_[static_cast<size_t>(b)].push_back(
-          add_copy_task(box, fmt::format("{}@{}", name, j), box.to, node, device, parts, target, box.out));
+          add_copy_task(box, fmt::format("{}@{}", name, j), box.to, node, device, parts, target, box.out, rpc));
     }
   }
 
@@ -764,6 +805,7 @@ class Expander {
   std::map<std::string, std::vector<int64_t>> model_lanes_;
   // A move of an async block's gradient: no task; the pieces of each lane.
   std::map<int, std::vector<int>> lane_inputs_;
+  std::map<std::pair<int, Rpc>, int> rpc_dealt_;  // (pserver node, service) -> tasks dealt to its threads
   std::vector<std::vector<int>> op_tasks_;
   struct ChainUnit {  // a boxing unit across nodes, in order
     uint32_t thread;

@@ -101,6 +101,10 @@ struct Optimizer {
 // Larger counts, given or derived from epochs, are refused before anything runs.
 inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
 
+// The most threads a pserver gives to each of the trainers' sends, gets and
+// prefetches (distributed.rpc_*_thread_num).
+inline constexpr int64_t kMaxRpcThreads = 64;
+
 struct TrainConfig {
   int64_t steps = 0;          // if 0, derived from epochs
   int64_t epochs = 0;
@@ -165,6 +169,11 @@ struct Distributed {
   bool enable_dc_asgd = false;        // async only: delay-compensated updates
   bool print_log = false;             // the master logs the layout
   int64_t rpc_deadline = 180000;      // ms: the longest a pserver exchange may wait
+  // Threads of each pserver serving the trainers: their gradient sends,
+  // their gets of updated blocks, lookup-table prefetches (physical.cc).
+  int64_t rpc_send_thread_num = 1;
+  int64_t rpc_get_thread_num = 1;
+  int64_t rpc_prefetch_thread_num = 1;
   bool operator==(const Distributed&) const = default;
 };
 

@@ -76,6 +76,12 @@ class GraphChecker {
     if (d.trainers < 0) issues_->add("distributed.trainers", "distributed.trainers must be >= 0, got {}", d.trainers);
     if (d.rpc_deadline <= 0)
       issues_->add("distributed.rpc_deadline", "distributed.rpc_deadline must be > 0 ms, got {}", d.rpc_deadline);
+    for (const auto& [field, value] : {std::pair{"rpc_send_thread_num", d.rpc_send_thread_num},
+                                       std::pair{"rpc_get_thread_num", d.rpc_get_thread_num},
+                                       std::pair{"rpc_prefetch_thread_num", d.rpc_prefetch_thread_num}})
+      if (value < 1 || value > kMaxRpcThreads)
+        issues_->add(fmt::format("distributed.{}", field), "distributed.{} must be 1 to {} threads, got {}", field,
+                     kMaxRpcThreads, value);
     if (d.mode != "pserver") {
       if (!d.pservers.empty())
         issues_->add("distributed.pservers", "distributed.pservers: mode \"{}\" has no pservers (trainers only)",

@@ -262,6 +262,12 @@ class Converter {
       if (d->enable_dc_asgd()) dist.enable_dc_asgd = *d->enable_dc_asgd();
       if (d->print_log()) dist.print_log = *d->print_log();
       integer(d->rpc_deadline(), "distributed.rpc_deadline", "distributed.rpc_deadline", &dist.rpc_deadline);
+      integer(d->rpc_send_thread_num(), "distributed.rpc_send_thread_num", "distributed.rpc_send_thread_num",
+              &dist.rpc_send_thread_num);
+      integer(d->rpc_get_thread_num(), "distributed.rpc_get_thread_num", "distributed.rpc_get_thread_num",
+              &dist.rpc_get_thread_num);
+      integer(d->rpc_prefetch_thread_num(), "distributed.rpc_prefetch_thread_num",
+              "distributed.rpc_prefetch_thread_num", &dist.rpc_prefetch_thread_num);
       out->distributed = std::move(dist);
     }
     if (const fb::Checkpoint* c = in.checkpoint()) {

@@ -137,6 +137,12 @@ const std::vector<Setting>& settings() {
       {"distributed.print_log", [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->print_log); }},
       {"distributed.rpc_deadline",
        [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->rpc_deadline); }},
+      {"distributed.rpc_send_thread_num",
+       [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->rpc_send_thread_num); }},
+      {"distributed.rpc_get_thread_num",
+       [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->rpc_get_thread_num); }},
+      {"distributed.rpc_prefetch_thread_num",
+       [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->rpc_prefetch_thread_num); }},
   };
   return kSettings;
 }

@@ -191,7 +191,10 @@ class Writer {
                                   .add("min_block_size", number(d.min_block_size))
                                   .add("enable_dc_asgd", flag(d.enable_dc_asgd))
                                   .add("print_log", flag(d.print_log))
-                                  .add("rpc_deadline", number(d.rpc_deadline)));
+                                  .add("rpc_deadline", number(d.rpc_deadline))
+                                  .add("rpc_send_thread_num", number(d.rpc_send_thread_num))
+                                  .add("rpc_get_thread_num", number(d.rpc_get_thread_num))
+                                  .add("rpc_prefetch_thread_num", number(d.rpc_prefetch_thread_num)));
     }
     return root;
   }

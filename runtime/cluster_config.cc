@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <cstdlib>
 
@@ -261,12 +262,20 @@ std::string node_log_path(const std::string& logdir, int node_rank, int local_ra
 Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines) {
   if (!job->distributed || job->distributed->mode != "pserver") return {};
   graph::Distributed& d = *job->distributed;
-  if (const char* env = std::getenv("FLAGS_rpc_deadline"); env != nullptr && *env != '\0') {
-    auto ms = parse_int(env, "env FLAGS_rpc_deadline");
-    if (!ms.ok()) return ms.status();
-    if (*ms <= 0) return invalid_argument("env FLAGS_rpc_deadline must be > 0 ms, got {}", *ms);
-    d.rpc_deadline = *ms;
-  }
+  // Fluid's flags, read from the environment where set.
+  const auto flag = [](const char* name, int64_t lo, int64_t hi, int64_t* value) -> Status {
+    const char* env = std::getenv(name);
+    if (env == nullptr || *env == '\0') return {};
+    auto parsed = parse_int(env, fmt::format("env {}", name));
+    if (!parsed.ok()) return parsed.status();
+    if (*parsed < lo || *parsed > hi) return invalid_argument("env {} must be {} to {}, got {}", name, lo, hi, *parsed);
+    *value = *parsed;
+    return {};
+  };
+  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_deadline", 1, std::numeric_limits<int64_t>::max(), &d.rpc_deadline));
+  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_send_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_send_thread_num));
+  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_get_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_get_thread_num));
+  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_prefetch_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_prefetch_thread_num));
   for (std::string& entry : d.pservers) {
     if (entry.find_first_not_of("0123456789") == std::string::npos) continue;  // a node number
     int found = -1, matches = 0;

@@ -42,10 +42,11 @@ std::string tcp_endpoint(const std::string& address, int port);
 // A pserver-mode job (graph::Job::distributed) as the master sends it to
 // the nodes: each `pservers` entry that names a machine of the list
 // (`address:ctrl_port`, or an address that only one machine has) becomes
-// that machine's node number, and FLAGS_rpc_deadline from the environment,
-// when set, replaces rpc_deadline (as Fluid reads its flags). Errors name an
-// entry that is neither a node number nor a machine of the list. Jobs in
-// other modes are left as they are.
+// that machine's node number, and FLAGS_rpc_deadline and
+// FLAGS_rpc_{send,get,prefetch}_thread_num from the environment, where set,
+// replace the job's fields (as Fluid reads its flags). Errors name an entry
+// that is neither a node number nor a machine of the list, and a flag out of
+// range. Jobs in other modes are left as they are.
 Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines);
 
 // The stall timeout a job's runs use: in pserver mode its rpc_deadline (the

@@ -178,6 +178,10 @@ int main(int argc, char** argv) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
     if (job->distributed && job->distributed->mode == "pserver") {
+      // Fluid's FLAGS_rpc_* as a run reads them; pservers by node number
+      // (there is no machine list here).
+      if (Status resolved = rill::resolve_distributed(&*job, {}); !resolved.ok())
+        return rill::fail_command(resolved);
       // The layout on stderr, so that the plan on stdout stays JSON.
       auto layout = rill::compiler::pserver_layout(*job, *cluster);
       if (!layout.ok()) return rill::fail_command(layout.status());

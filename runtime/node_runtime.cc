@@ -221,9 +221,9 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       if (lanes > 1) {
         // One gradient and one model regst per lane (an async pserver's block).
         if (static_cast<int>(task.inputs()->size()) != lanes || static_cast<int>(task.outputs()->size()) != lanes ||
-            ActorId::device_type(task.id()) != DeviceType::kCpu || !(conf->dc_asgd_lambda() >= 0))
-          return invalid_argument("task '{}': a variable of {} lanes needs as many gradients and models on a cpu "
-                                  "device (has {} and {}), and a DC-ASGD lambda >= 0",
+            ActorId::device_type(task.id()) == DeviceType::kCuda || !(conf->dc_asgd_lambda() >= 0))
+          return invalid_argument("task '{}': a variable of {} lanes needs as many gradients and models in host "
+                                  "memory (has {} and {}), and a DC-ASGD lambda >= 0",
                                   name, lanes, task.inputs() ? task.inputs()->size() : 0, task.outputs()->size());
         std::get<VariableBody>(body).set_lanes(lanes, conf->dc_asgd_lambda());
       }

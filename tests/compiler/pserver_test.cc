@@ -5,6 +5,8 @@
 // by the pserver's move, no collective among the trainers.
 #include <doctest/doctest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -162,6 +164,47 @@ TEST_CASE("async and lookup-table plans: lanes per trainer rank; every node comp
   REQUIRE(lookup.ok());
   lookup->eval.reset();
   (void)compile_ok(*lookup, "cpu:1", {.steps = 2}, 4);
+}
+
+// What a pserver does for the trainers, by the threads it runs on
+// (distributed.rpc_*_thread_num; thread numbers are comm threads 5 on).
+std::map<std::string, std::set<uint32_t>> rpc_threads(const plan::Plan& plan, int pservers) {
+  std::map<std::string, std::set<uint32_t>> threads;  // service -> (node << 8 | comm thread)
+  for (const plan::Task* t : *plan.tasks()) {
+    if (t->node() >= pservers || t->kind() == plan::TaskKind::Sink) continue;
+    CAPTURE(t->name()->str());
+    REQUIRE(ActorId::device_type(t->id()) == DeviceType::kComm);  // nothing on the device's own thread
+    const std::string name = t->name()->str();
+    const std::string service = t->kind() == plan::TaskKind::Variable                 ? "get"
+                                : name.find("grad") != std::string::npos              ? "send"
+                                                                                      : "prefetch";
+    threads[service].insert(t->node() << 8 | ActorId::device(t->id()));
+  }
+  return threads;
+}
+
+TEST_CASE("a pserver serves sends, gets and prefetches on threads of their own, as many as the flags say") {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto lookup = graph::load_job_file(std::string(root ? root : ".") + "/samples/pserver/ctr_lookup.json",
+                                     {"distributed.rpc_send_thread_num=2", "distributed.rpc_get_thread_num=3",
+                                      "distributed.rpc_prefetch_thread_num=2"});
+  REQUIRE(lookup.ok());
+  lookup->eval.reset();
+  // Every node compiles its own part alike (compile_ok), threads included.
+  const std::string bytes = compile_ok(*lookup, "cpu:1", {.steps = 2}, 4);
+  auto threads = rpc_threads(*plan_of(bytes), 2);
+  // Sends on comm threads 5-6, gets 7-9 (7 blocks: node 0 holds 4, node 1
+  // 3), prefetches 10-11, each pool dealt round-robin on each pserver.
+  CHECK(threads["send"] == std::set<uint32_t>{5, 6, 256 | 5, 256 | 6});
+  CHECK(threads["get"] == std::set<uint32_t>{7, 8, 9, 256 | 7, 256 | 8, 256 | 9});
+  CHECK(threads["prefetch"] == std::set<uint32_t>{10, 11, 256 | 10, 256 | 11});
+  // The defaults: one thread each.
+  lookup->distributed->rpc_send_thread_num = lookup->distributed->rpc_get_thread_num =
+      lookup->distributed->rpc_prefetch_thread_num = 1;
+  threads = rpc_threads(*plan_of(compile_ok(*lookup, "cpu:1", {.steps = 2}, 4)), 2);
+  CHECK(threads["send"] == std::set<uint32_t>{5, 256 | 5});
+  CHECK(threads["get"] == std::set<uint32_t>{6, 256 | 6});
+  CHECK(threads["prefetch"] == std::set<uint32_t>{7, 256 | 7});
 }
 
 TEST_CASE("a checkpoint gathers the blocks as pieces of their variables") {

@@ -382,12 +382,16 @@ TEST_CASE("the distributed section: every setting checked, naming the field") {
   job.distributed->min_block_size = 0;
   job.distributed->enable_dc_asgd = true;
   job.distributed->rpc_deadline = -1;
+  job.distributed->rpc_send_thread_num = 0;
+  job.distributed->rpc_prefetch_thread_num = 65;
   job.variables[0].placement = parse_placement("cpu 0:0").value();
   std::string issues = issues_of(job);
   CHECK(has(issues, "distributed.split_method | distributed.split_method must be \"RoundRobin\" or \"HashName\", got \"Random\""));
   CHECK(has(issues, "distributed.min_block_size | distributed.min_block_size must be >= 1 element, got 0"));
   CHECK(has(issues, "distributed.enable_dc_asgd | distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false"));
   CHECK(has(issues, "distributed.rpc_deadline | distributed.rpc_deadline must be > 0 ms, got -1"));
+  CHECK(has(issues, "distributed.rpc_send_thread_num | distributed.rpc_send_thread_num must be 1 to 64 threads, got 0"));
+  CHECK(has(issues, "distributed.rpc_prefetch_thread_num | distributed.rpc_prefetch_thread_num must be 1 to 64 threads, got 65"));
   CHECK(has(issues, "variable 'w1': pserver mode places variables itself"));
   job = samples::make_mlp_job();
   job.distributed = Distributed{};

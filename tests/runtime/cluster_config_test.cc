@@ -487,6 +487,18 @@ TEST_CASE("a pserver job's pservers given by machine become node numbers; FLAGS_
   Status bad_flag = resolve_distributed(&job, *machines);
   CHECK(bad_flag.message().find("env FLAGS_rpc_deadline") != std::string::npos);
   unsetenv("FLAGS_rpc_deadline");
+  // The RPC thread counts likewise, within 1 to kMaxRpcThreads.
+  setenv("FLAGS_rpc_send_thread_num", "3", 1);
+  setenv("FLAGS_rpc_prefetch_thread_num", "2", 1);
+  REQUIRE(resolve_distributed(&job, *machines).ok());
+  CHECK(job.distributed->rpc_send_thread_num == 3);
+  CHECK(job.distributed->rpc_get_thread_num == 1);
+  CHECK(job.distributed->rpc_prefetch_thread_num == 2);
+  setenv("FLAGS_rpc_get_thread_num", "0", 1);
+  CHECK(resolve_distributed(&job, *machines).message().find("env FLAGS_rpc_get_thread_num must be 1 to 64, got 0") !=
+        std::string::npos);
+  for (const char* name : {"FLAGS_rpc_send_thread_num", "FLAGS_rpc_get_thread_num", "FLAGS_rpc_prefetch_thread_num"})
+    unsetenv(name);
   // An address two machines share needs its port; one of no machine is named.
   job.distributed->pservers = {"10.0.0.2"};
   CHECK(resolve_distributed(&job, *machines).message().find("'10.0.0.2' is the address of several machines") !=
