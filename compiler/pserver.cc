@@ -167,6 +167,7 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
   out.variables.clear();
   std::vector<graph::Op> concats;
   std::map<size_t, std::vector<graph::Op>> lookups;  // a distributed lookup's op -> its ops per block
+  std::map<size_t, std::vector<graph::Op>> masks;    // -> the trainers' masks of each block's rows
   for (const graph::Variable& v : job.variables) {
     if (!v.trainable) {
       out.variables.push_back(v);
@@ -189,9 +190,13 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
     if (tables.count(v.name) != 0) {
       // A distributed lookup table: no trainer holds it. Each lookup runs
       // on every block's pserver (the batch's ids gathered there), each
-      // block giving its rows and zeros for the others; the trainers add the
-      // blocks' rows up. Each block's gradient is made on its pserver from
-      // the looked-up rows' gradients: only the batch's rows cross.
+      // block giving its rows and zeros for the others (which do not cross:
+      // zero rows are left out on the wire); the trainers add the blocks'
+      // rows up. Each block's gradient is made on its pserver from the
+      // looked-up rows' gradients. A trainer masks what it reads of a block
+      // to the block's rows (embedding_mask: the same values), so that the
+      // gradient going back is masked too and only the rows of the block's
+      // ids cross to its pserver.
       for (size_t i : tables.at(v.name)) {
         const graph::Op& lookup = job.ops[i];
         std::vector<std::string> parts;
@@ -204,6 +209,16 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
           part.attrs.set("total_rows", v.shape[0]);
           part.placement = on_pserver(b->pserver);
           part.output_sbp = {NdSbp(Sbp::broadcast())};
+          graph::Op mask;
+          mask.name = part.name + ".rows";
+          mask.type = "embedding_mask";
+          mask.inputs = {lookup.inputs[0], part.name};
+          mask.outputs = {mask.name};
+          mask.attrs.set("row_offset", b->row_offset);
+          mask.attrs.set("rows", b->rows);
+          mask.attrs.set("total_rows", v.shape[0]);
+          mask.placement = trainers;
+          masks[i].push_back(std::move(mask));
           lookups[i].push_back(std::move(part));
         }
       }
@@ -233,11 +248,13 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
       out.ops.back().placement = trainers;
       continue;
     }
-    // The blocks' lookups, then their sum on the trainers under the op's name.
+    // The blocks' lookups, the trainers' masks of them, then their sum on
+    // the trainers under the op's name.
     std::vector<std::string> names;
-    for (graph::Op& part : parts->second) {
-      names.push_back(part.name);
-      out.ops.push_back(std::move(part));
+    for (graph::Op& part : parts->second) out.ops.push_back(std::move(part));
+    for (graph::Op& mask : masks.at(i)) {
+      names.push_back(mask.name);
+      out.ops.push_back(std::move(mask));
     }
     std::string sum = names[0];
     for (size_t k = 1; k < names.size(); ++k) {

@@ -21,7 +21,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
-    &kEmbeddingOp, &kEmbeddingGradOp,
+    &kEmbeddingOp, &kEmbeddingGradOp, &kEmbeddingMaskOp,
     // OP-LIST: keep sorted by group; see kernels/ops/ops.h.
 });
 

@@ -95,6 +95,7 @@ class NodeRun : public NodeRuntime {
   Status first_error_;  // GUARDED_BY(error_mu_)
   std::atomic<bool> failed_{false};
   std::atomic<int64_t> received_bytes_copied_{0};  // into mirror slots
+  std::atomic<int64_t> received_zero_row_readies_{0};
 };
 
 const plan::RegstDesc* NodeRun::regst(int64_t id) const {
@@ -397,7 +398,9 @@ NodeRun::~NodeRun() {
 
 // Delivers a message between threads: to a worker of this node, or over the
 // transport to another node. A `ready` crossing nodes carries its slot's bytes
-// (zero-copy: the slot is not rewritten before the consumer's ack returns).
+// (zero-copy: the slot is not rewritten before the consumer's ack returns),
+// or, where at least a quarter of its rows are zeros, the other rows only
+// (copied after the header; runtime/actor_wire.h).
 void NodeRun::route(const ActorMsg& msg) {
   if (options_.drop_message && options_.drop_message(msg)) return;
   int node = static_cast<int>(ActorId::node(msg.dst));
@@ -407,6 +410,7 @@ void NodeRun::route(const ActorMsg& msg) {
       return;
     }
     std::span<const std::byte> body;
+    int64_t rows = 0;  // the slot's rows: a matrix's may cross with zero rows left out
     if (msg.type == MsgType::kReady && !msg.repeat) {  // slots_ is read-only while running: find, never insert
       auto it = slots_.find(msg.regst);
       if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size())) {
@@ -416,9 +420,16 @@ void NodeRun::route(const ActorMsg& msg) {
       }
       const TensorView& slot = it->second[msg.slot];
       body = std::span<const std::byte>(static_cast<const std::byte*>(slot.data), slot.bytes());
+      rows = zero_row_rows(slot.shape);
     }
     thread_local std::vector<std::byte> header;
-    encode_actor_message(msg, &header);
+    thread_local std::vector<uint8_t> kept;  // the rows that are not zeros
+    const bool zero_rows = rows > 0 && mark_zero_rows(body, rows, &kept);
+    encode_actor_message(msg, &header, zero_rows);
+    if (zero_rows) {
+      append_kept_rows(body, rows, kept, &header);
+      body = {};
+    }
     Status sent = options_.transport->send(node, options_.tag_base, header, body);
     if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
     return;
@@ -435,9 +446,10 @@ void NodeRun::route(const ActorMsg& msg) {
 void NodeRun::receive(int from, const comm::MessageView& message) {
   ActorMsg msg;
   std::span<const std::byte> body;
+  bool zero_rows = false;
   // The header is at the start of the first part; the body follows it there
   // (a small message) or is the second part, read in place.
-  Status decoded = decode_actor_message(message.first, &msg, &body);
+  Status decoded = decode_actor_message(message.first, &msg, &body, &zero_rows);
   if (decoded.ok() && !message.second.empty()) {
     if (!body.empty())
       decoded = data_loss("actor message body split across buffers ({} + {} bytes)", body.size(),
@@ -451,9 +463,18 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
     // repeat's came with an earlier ready of this slot, in order).
     auto it = slots_.find(msg.regst);
     if (it == slots_.end() || msg.slot < 0 || msg.slot >= static_cast<int>(it->second.size()) ||
-        (msg.repeat ? !body.empty() : it->second[msg.slot].bytes() != body.size())) {
+        (msg.repeat ? !body.empty() || zero_rows
+                    : !zero_rows && it->second[msg.slot].bytes() != body.size()) ||
+        (zero_rows && zero_row_rows(it->second[msg.slot].shape) == 0)) {
       decoded = data_loss("ready for regst {} slot {} with {} bytes{} does not match this node's plan", msg.regst,
-                          msg.slot, body.size(), msg.repeat ? " (a repeat)" : "");
+                          msg.slot, body.size(), msg.repeat ? " (a repeat)" : zero_rows ? " (zero rows left out)" : "");
+    } else if (zero_rows) {
+      const TensorView& slot = it->second[msg.slot];
+      decoded = expand_zero_rows(body, zero_row_rows(slot.shape),
+                                 std::span<std::byte>(static_cast<std::byte*>(slot.data), slot.bytes()))
+                    .with_context(fmt::format("ready for regst {} slot {}", msg.regst, msg.slot));
+      received_bytes_copied_.fetch_add(static_cast<int64_t>(body.size()), std::memory_order_relaxed);
+      received_zero_row_readies_.fetch_add(1, std::memory_order_relaxed);
     } else if (!msg.repeat && !body.empty()) {
       std::memcpy(it->second[msg.slot].data, body.data(), body.size());
       received_bytes_copied_.fetch_add(static_cast<int64_t>(body.size()), std::memory_order_relaxed);
@@ -517,6 +538,7 @@ RunReport NodeRun::run() {
   }
   if (report.status.ok()) collect_variables(report);
   report.received_bytes_copied = received_bytes_copied_.load();
+  report.received_zero_row_readies = received_zero_row_readies_.load();
   if (options_.trace)
     for (const auto& actor : actors_) {
       const auto* boxing = std::get_if<BoxingBody>(&actor->body());

@@ -90,8 +90,10 @@ struct RunReport {
   std::vector<std::vector<int64_t>> traffic_bytes;  // the same messages' bytes
   // Bytes of other nodes' regsts this node copied in user space: each slot
   // readied to it is copied once, from the transport's buffer into the
-  // mirror slot its consumers read (the sender copies nothing).
+  // mirror slot its consumers read (the sender copies nothing). A slot that
+  // came with its zero rows left out counts the bytes that came.
   int64_t received_bytes_copied = 0;
+  int64_t received_zero_row_readies = 0;  // readies whose slot came with zero rows left out
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the

@@ -27,6 +27,7 @@ constexpr Entry kCudaKernels[] = {
     {"sparse_softmax_cross_entropy_grad", cuda_ops::sparse_softmax_cross_entropy_grad},
     {"accuracy", cuda_ops::accuracy},
     {"embedding", cuda_ops::embedding}, {"embedding_grad", cuda_ops::embedding_grad},
+    {"embedding_mask", cuda_ops::embedding_mask},
     {"reduce_sum", cuda_ops::reduce_sum}, {"reduce_mean", cuda_ops::reduce_mean},
     {"broadcast_like", cuda_ops::broadcast_like},
     {"softmax", cuda_ops::softmax}, {"softmax_grad", cuda_ops::softmax_grad},

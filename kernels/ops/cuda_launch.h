@@ -45,6 +45,9 @@ cudaError_t embedding(const int32_t* ids, const float* table, float* out, int64_
 // the block (atomic adds: the order of a row's sums varies).
 cudaError_t embedding_grad(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t rows, int64_t dim,
                            int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream);
+// out[i, :] = x[i, :] for ids in the block's `rows` rows, else zeros.
+cudaError_t embedding_mask(const int32_t* ids, const float* x, float* out, int64_t n, int64_t rows, int64_t dim,
+                           int64_t total_rows, int64_t row_offset, int64_t* bad_id, cudaStream_t stream);
 // out[0] = correct rows / logical_rows.
 cudaError_t accuracy(const float* logits, const int32_t* labels, float* out, int64_t rows, int64_t cols,
                      int64_t logical_rows, int64_t* bad_label, cudaStream_t stream);

@@ -237,6 +237,15 @@ Status embedding_grad(KernelContext& ctx) {
                   "op 'embedding_grad'");
 }
 
+Status embedding_mask(KernelContext& ctx) {
+  const int64_t rows = ctx.attrs->get_int("rows", 0);
+  const auto [total, offset] = table_rows(ctx, rows);
+  return launched(cuda_launch::embedding_mask(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
+                                              ctx.inputs[0].size(), rows, ctx.inputs[1].shape.back(), total, offset,
+                                              ctx.cuda->bad_label(), stream_of(ctx)),
+                  "op 'embedding_mask'");
+}
+
 Status accuracy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), logits.shape[0],

@@ -29,6 +29,7 @@ Status sparse_softmax_cross_entropy_grad(KernelContext& ctx);
 Status accuracy(KernelContext& ctx);
 Status embedding(KernelContext& ctx);
 Status embedding_grad(KernelContext& ctx);
+Status embedding_mask(KernelContext& ctx);
 Status reduce_sum(KernelContext& ctx);
 Status reduce_mean(KernelContext& ctx);
 Status broadcast_like(KernelContext& ctx);

@@ -9,6 +9,11 @@
 // `row_offset` (the block's first row). Ids must be in [0, total_rows);
 // those outside the block's rows give zeros (embedding) or nothing
 // (embedding_grad), so the blocks' outputs add up to the whole lookup.
+// embedding_mask(ids, x) with attrs `row_offset`, `rows` (a block's) and
+// `total_rows`: x [..., D] shaped like an embedding of ids; out[i, :] =
+// x[i, :] where ids[i] is one of the block's rows, else zeros. Its gradient
+// is itself: on a trainer it cuts the gradient of a lookup down to the rows
+// one block holds, so only those cross to its pserver (compiler/pserver.cc).
 //
 // SBP: the ids split on any axis with the table B (each device its rows of
 // the batch), everything B, or the table split on its columns S(1) with the
@@ -92,6 +97,40 @@ std::vector<SbpSignature> sbp_embedding_grad(const Attrs&, std::span<const Tenso
   return sigs;
 }
 
+Status infer_embedding_mask(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding_mask"));
+  const int64_t rows = attrs.get_int("rows", -1);
+  if (rows < 1) return invalid_argument("op 'embedding_mask': attr rows must be >= 1, got {}", rows);
+  RILL_RETURN_IF_ERROR(rows_of(attrs, rows, "embedding_mask").status());
+  const TensorMeta& x = in[1];
+  if (x.dtype != DType::kF32 || x.shape.size() != in[0].shape.size() + 1 ||
+      !std::equal(in[0].shape.begin(), in[0].shape.end(), x.shape.begin()))
+    return invalid_argument("op 'embedding_mask': x must be f32 shaped like ids {} plus one axis, got {} {}",
+                            shape_string(in[0].shape), dtype_name(x.dtype), shape_string(x.shape));
+  out->push_back(x);
+  return {};
+}
+
+// Row by row: ids and x split alike on an axis of the ids, or B with x split
+// on its last axis or partial (linear in x).
+std::vector<SbpSignature> sbp_embedding_mask(const Attrs&, std::span<const TensorMeta> in) {
+  const Sbp B = Sbp::broadcast();
+  const int rank = static_cast<int>(in[0].shape.size());
+  std::vector<SbpSignature> sigs;
+  for (int a = 0; a < rank; ++a) sigs.push_back({{Sbp::split(a), Sbp::split(a)}, {Sbp::split(a)}});
+  sigs.push_back({{B, B}, {B}});
+  sigs.push_back({{B, Sbp::split(rank)}, {Sbp::split(rank)}});
+  sigs.push_back({{B, Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return sigs;
+}
+
+Status grad_embedding_mask(GradBuilder& g) {
+  const std::string dout = g.output_grad(0);
+  if (dout.empty() || !g.needs_input_grad(1)) return {};
+  g.set_input_grad(1, g.add_op("embedding_mask", {g.input(0), dout}, g.attrs())[0]);
+  return {};
+}
+
 Status grad_embedding(GradBuilder& g) {
   const std::string dout = g.output_grad(0);
   if (dout.empty() || !g.needs_input_grad(1)) return {};
@@ -142,7 +181,34 @@ Status cpu_embedding_grad(KernelContext& ctx) {
   return {};
 }
 
+Status cpu_embedding_mask(KernelContext& ctx) {
+  const TensorView& ids = ctx.inputs[0];
+  const float* x = ctx.inputs[1].f32();
+  const int64_t n = ids.size(), dim = ctx.inputs[1].shape.back();
+  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, ctx.attrs->get_int("rows", 0), "embedding_mask"));
+  const int64_t rows = ctx.attrs->get_int("rows", 0);
+  float* out = ctx.outputs[0].f32();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids.i32()[i];
+    if (id < 0 || id >= r.total) return bad_id("embedding_mask", id, i, r.total);
+    const int64_t row = id - r.offset;
+    if (row >= 0 && row < rows) std::memcpy(out + i * dim, x + i * dim, static_cast<size_t>(dim) * sizeof(float));
+    else std::memset(out + i * dim, 0, static_cast<size_t>(dim) * sizeof(float));
+  }
+  return {};
+}
+
 }  // namespace
+
+const OpDef kEmbeddingMaskOp = {
+    .type = "embedding_mask",
+    .num_inputs = 2,
+    .num_outputs = 1,
+    .infer = infer_embedding_mask,
+    .sbp = sbp_embedding_mask,
+    .grad = grad_embedding_mask,
+    .cpu = cpu_embedding_mask,
+};
 
 const OpDef kEmbeddingOp = {
     .type = "embedding",

@@ -17,7 +17,7 @@ extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradO
     kAccuracyOp;  // losses and metrics
 extern const OpDef kReduceSumOp, kReduceMeanOp, kBroadcastLikeOp;  // reductions
 extern const OpDef kAllReduceOp, kAllGatherOp, kReduceScatterOp;  // collectives (the mirrored view)
-extern const OpDef kEmbeddingOp, kEmbeddingGradOp;  // lookups
+extern const OpDef kEmbeddingOp, kEmbeddingGradOp, kEmbeddingMaskOp;  // lookups
 // A collective op's `reduce` attr as comm::ReduceOp's value, how its boxing
 // combines the ranks' pieces: 0 for "sum" and "mean" (the mean's division
 // is the kernel's), 1 "max", 2 "min", 3 "prod"; -1 for any other name.

@@ -221,12 +221,14 @@ TEST_CASE("softmax cross-entropy, its gradient and accuracy match the CPU; a bad
 
 // The gather copies values exactly; the gradient adds a row's repeats in
 // another order on the GPU (atomic adds), within compare's bound.
-TEST_CASE("embedding and its gradient match the CPU; an id outside the table is named") {
+TEST_CASE("embedding its gradient and its mask match the CPU; an id outside the table is named") {
   std::vector<int32_t> ids;
   for (int i = 0; i < 96; ++i) ids.push_back((i * 13) % 40);
   const Tensor id_tensor = Tensor::ints({48, 2}, ids);
   compare("embedding", {id_tensor, Tensor::uniform({40, 16}, 31)});
   compare("embedding_grad", {id_tensor, Tensor::uniform({48, 2, 16}, 32)}, {{"rows", int64_t{40}}});
+  compare("embedding_mask", {id_tensor, Tensor::uniform({48, 2, 16}, 33)},
+          {{"rows", int64_t{15}}, {"total_rows", int64_t{40}}, {"row_offset", int64_t{10}}});
   ids[5] = 40;
   GpuRun bad = run_cuda("embedding", {Tensor::ints({48, 2}, ids), Tensor::uniform({40, 16}, 31)}, {});
   REQUIRE_FALSE(bad.status.ok());

@@ -321,6 +321,37 @@ TEST_CASE("embedding of table blocks (row_offset, total_rows) adds up to the who
                  "a block of 2 rows at row_offset 4 does not fit in total_rows 5"));
 }
 
+// A trainer's mask of a block's lookup: the rows of the block's ids kept,
+// the others zero; a block's lookup passes through it unchanged, and its
+// gradient is the mask of the output's gradient (the op itself).
+TEST_CASE("embedding_mask keeps the rows of a block's ids; a block's lookup passes through it unchanged") {
+  Tensor table = Tensor::zeros({5, 2});
+  for (size_t i = 0; i < table.f32.size(); ++i) table.f32[i] = static_cast<float>(i + 1);
+  const Tensor ids = Tensor::ints({2, 2}, {4, 0, 2, 3});
+  const Attrs block = {{"rows", int64_t{2}}, {"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}};
+  const Tensor x = Tensor::uniform({2, 2, 2}, 12);
+  const Tensor masked = testing::run_op("embedding_mask", {ids, x}, block).value()[0];
+  CHECK(masked.shape == Shape{2, 2, 2});
+  CHECK(masked.f32 == std::vector<float>{x.f32[0], x.f32[1], 0, 0, 0, 0, x.f32[6], x.f32[7]});  // ids 4 and 3
+  const Attrs lookup = {{"total_rows", int64_t{5}}, {"row_offset", int64_t{3}}};
+  const Tensor bottom = piece_of(table, 0, 3, 5);
+  const Tensor looked = testing::run_op("embedding", {ids, bottom}, lookup).value()[0];
+  CHECK(testing::run_op("embedding_mask", {ids, looked}, block).value()[0].f32 == looked.f32);
+  CHECK(testing::check_gradients("embedding_mask", {ids, x}, block, {1}).ok());
+  auto bad = testing::run_op("embedding_mask", {Tensor::ints({1}, {7}), Tensor::zeros({1, 2})}, block);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(contains(bad.status(), "op 'embedding_mask': id 7 at position 0 is outside the table's 5 rows"));
+  CHECK(contains(infer_error("embedding_mask", {{{2}, DType::kI32}, {{2, 3, 4}}}, block),
+                 "x must be f32 shaped like ids [2] plus one axis"));
+  CHECK(contains(infer_error("embedding_mask", {{{2}, DType::kI32}, {{2, 4}}}, {}), "attr rows must be >= 1"));
+  const Tensor ids6 = Tensor::ints({6, 2}, {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0});
+  const Attrs middle = {{"rows", int64_t{2}}, {"total_rows", int64_t{6}}, {"row_offset", int64_t{2}}};
+  for (int parallel : {2, 3}) {
+    Status s = testing::check_sbp_signatures("embedding_mask", {ids6, Tensor::uniform({6, 2, 4}, 13)}, middle, parallel);
+    CHECK_MESSAGE(s.ok(), s.to_string());
+  }
+}
+
 TEST_CASE("embedding: an id outside the table, or a table that is not [rows, dim], is named") {
   auto bad = testing::run_op("embedding", {Tensor::ints({3}, {0, 4, 1}), Tensor::zeros({4, 2})}, {});
   REQUIRE_FALSE(bad.ok());

@@ -2,7 +2,10 @@
 // and corrupt or truncated bytes from a peer are errors, never crashes.
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <functional>
 #include <random>
+#include <span>
 
 #include "runtime/actor_wire.h"
 #include "runtime/control_codec.h"
@@ -94,6 +97,100 @@ TEST_CASE("actor message headers carry the message and leave the body after them
     Status s = decode_actor_message(damaged, &out, &body);  // must not crash
     if (!s.ok()) CHECK(s.code() == Code::kDataLoss);
   }
+}
+
+// A slot of `rows` rows of `width` floats, row r zero where zero(r).
+std::vector<float> rows_slot(int rows, int width, const std::function<bool(int)>& zero) {
+  std::vector<float> v(static_cast<size_t>(rows * width));
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < width; ++c) v[static_cast<size_t>(r * width + c)] = zero(r) ? 0.0f : 1.0f + r + 0.01f * c;
+  return v;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span<const float>(v)); }
+
+TEST_CASE("a slot with zero rows crosses as a bitmap and the other rows, and comes back the same") {
+  CHECK(zero_row_rows(std::vector<int64_t>{256, 8, 16}) == 2048);  // a lookup's rows of its dim
+  CHECK(zero_row_rows(std::vector<int64_t>{64, 10}) == 64);
+  CHECK(zero_row_rows(std::vector<int64_t>{512}) == 0);  // vectors and scalars cross whole
+  CHECK(zero_row_rows(std::vector<int64_t>{}) == 0);
+  // 37 rows of 16 floats, every third row non-zero (a block's rows among
+  // three); a row with a single non-zero element and one of -0.0 are not
+  // zero rows (bitwise: -0.0 must come back as -0.0).
+  std::vector<float> slot = rows_slot(37, 16, [](int r) { return r % 3 != 0; });
+  slot[5 * 16 + 15] = 7.0f;
+  slot[7 * 16 + 3] = -0.0f;
+  std::vector<std::byte> out = {std::byte{0xAB}};  // what is there stays
+  REQUIRE(append_zero_rows(bytes_of(slot), 37, &out));
+  CHECK(out[0] == std::byte{0xAB});
+  const size_t kept = 13 + 2;  // rows 0, 3, ..., 36, and rows 5 and 7
+  CHECK(out.size() == 1 + 5 + kept * 16 * sizeof(float));
+  std::vector<float> back(slot.size(), 99.0f);
+  REQUIRE(expand_zero_rows(std::span<const std::byte>(out).subspan(1), 37,
+                           std::as_writable_bytes(std::span<float>(back)))
+              .ok());
+  CHECK(std::memcmp(back.data(), slot.data(), slot.size() * sizeof(float)) == 0);
+  // Every row zero: only the bitmap.
+  std::vector<float> zeros(64 * 4, 0.0f);
+  out.clear();
+  REQUIRE(append_zero_rows(bytes_of(zeros), 64, &out));
+  CHECK(out.size() == 8);
+}
+
+TEST_CASE("zero rows are left out only where it is worth it") {
+  std::vector<std::byte> out;
+  // Fewer than a quarter of the rows zero: the slot crosses whole.
+  std::vector<float> dense = rows_slot(40, 8, [](int r) { return r % 5 == 0; });  // 8 of 40
+  CHECK_FALSE(append_zero_rows(bytes_of(dense), 40, &out));
+  CHECK(out.empty());
+  std::vector<float> quarter = rows_slot(40, 8, [](int r) { return r % 4 == 0; });  // 10 of 40
+  CHECK(append_zero_rows(bytes_of(quarter), 40, &out));
+  // Rows under 16 bytes, fewer than 4 rows, or rows that do not divide the slot: whole.
+  out.clear();
+  std::vector<float> narrow = rows_slot(40, 3, [](int) { return true; });
+  CHECK_FALSE(append_zero_rows(bytes_of(narrow), 40, &out));
+  std::vector<float> few = rows_slot(3, 16, [](int) { return true; });
+  CHECK_FALSE(append_zero_rows(bytes_of(few), 3, &out));
+  std::vector<float> odd = rows_slot(40, 8, [](int) { return true; });
+  CHECK_FALSE(append_zero_rows(bytes_of(odd), 41, &out));
+  CHECK(out.empty());
+}
+
+TEST_CASE("a zero-row body that does not fit its slot is a data loss, never a write past it") {
+  std::vector<float> slot = rows_slot(12, 8, [](int r) { return r % 2 == 0; });
+  std::vector<std::byte> good;
+  REQUIRE(append_zero_rows(bytes_of(slot), 12, &good));
+  std::vector<float> into(slot.size());
+  auto writable = std::as_writable_bytes(std::span<float>(into));
+  auto expand = [&](std::vector<std::byte> body, int64_t rows) { return expand_zero_rows(body, rows, writable); };
+  CHECK(expand(good, 12).ok());
+  std::vector<std::byte> cut(good.begin(), good.end() - 1);
+  CHECK(expand(cut, 12).code() == Code::kDataLoss);
+  std::vector<std::byte> extra = good;
+  extra.push_back(std::byte{0});
+  CHECK(expand(extra, 12).code() == Code::kDataLoss);
+  std::vector<std::byte> marked = good;
+  marked[0] |= std::byte{0x01};  // one more row marked than came
+  CHECK(expand(marked, 12).code() == Code::kDataLoss);
+  std::vector<std::byte> beyond = good;
+  beyond[1] |= std::byte{0x80};  // row 15 of 12
+  Status s = expand(beyond, 12);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("marks row 15 of a slot of 12 rows") != std::string::npos);
+  CHECK(expand({}, 12).code() == Code::kDataLoss);
+  CHECK(expand(good, 5).code() == Code::kDataLoss);  // rows that do not divide the slot
+  // The flag crosses in the header.
+  ActorMsg msg{1, 2, MsgType::kReady, 0, 3, 4};
+  std::vector<std::byte> header;
+  encode_actor_message(msg, &header, true);
+  ActorMsg back;
+  std::span<const std::byte> body;
+  bool zero_rows = false;
+  REQUIRE(decode_actor_message(header, &back, &body, &zero_rows).ok());
+  CHECK(zero_rows);
+  encode_actor_message(msg, &header);
+  REQUIRE(decode_actor_message(header, &back, &body, &zero_rows).ok());
+  CHECK_FALSE(zero_rows);
 }
 
 }  // namespace rill
