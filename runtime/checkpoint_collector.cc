@@ -1,30 +1,62 @@
 #include "runtime/checkpoint_collector.h"
 
 #include "compiler/compiler.h"
-#include "runtime/checkpoint.h"
 #include "runtime/plan_reader.h"
 
 namespace rill {
 
 CheckpointCollector::CheckpointCollector(const graph::Job& job,
-                                         const std::vector<compiler::VariablePieceOrigin>& pieces)
-    : config_(job.checkpoint), job_name_(job.name), optimizer_(job.optimizer.type) {
+                                         const std::vector<compiler::VariablePieceOrigin>& pieces, Writer writer)
+    : config_(job.checkpoint), job_name_(job.name), optimizer_(job.optimizer.type), writer_(std::move(writer)) {
   for (const compiler::VariablePieceOrigin& piece : pieces) expected_.insert({piece.name, piece.offset});
+  if (!writer_)
+    writer_ = [dir = config_.dir, keep = static_cast<int>(config_.keep)](const Checkpoint& checkpoint) {
+      return write_checkpoint(dir, checkpoint, keep);
+    };
+  thread_ = std::thread([this] { write_loop(); });
+}
+
+CheckpointCollector::~CheckpointCollector() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
 }
 
 void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& pieces = pending_[steps_done];
+  std::unique_lock<std::mutex> lock(mu_);
+  Pieces& pieces = pending_[steps_done];
   PieceKey key{piece.name, piece.offset};
   pieces[key] = std::move(piece);
   if (pieces.size() < expected_.size()) return;
-  Status written = write(steps_done, pieces);
-  if (written.ok()) ++written_;
-  else if (status_.ok()) status_ = written;
+  cv_.wait(lock, [this] { return complete_.size() < kMaxWaiting || stopping_; });
+  complete_.emplace_back(steps_done, std::move(pieces));
   pending_.erase(steps_done);
+  cv_.notify_all();
 }
 
-Status CheckpointCollector::write(int64_t steps_done, std::map<PieceKey, VariablePiece>& pieces) {
+void CheckpointCollector::write_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return !complete_.empty() || stopping_; });
+    if (complete_.empty()) return;  // stopping, with nothing left to write
+    auto [steps_done, pieces] = std::move(complete_.front());
+    complete_.pop_front();
+    writing_ = true;
+    cv_.notify_all();  // room for one more waiting step
+    lock.unlock();
+    Status written = writer_(assemble(steps_done, pieces));
+    lock.lock();
+    writing_ = false;
+    if (written.ok()) ++written_;
+    else if (status_.ok()) status_ = written;
+    cv_.notify_all();
+  }
+}
+
+Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) const {
   // Assemble each logical tensor (and each optimizer state) from its pieces.
   std::map<std::string, CheckpointTensor> tensors;
   auto place = [&](const std::string& name, const VariablePiece& piece, std::vector<float>& values) {
@@ -45,7 +77,13 @@ Status CheckpointCollector::write(int64_t steps_done, std::map<PieceKey, Variabl
   checkpoint.job = job_name_;
   checkpoint.metadata["optimizer"] = optimizer_;
   for (auto& [name, tensor] : tensors) checkpoint.tensors.push_back(std::move(tensor));
-  return write_checkpoint(config_.dir, checkpoint, config_.keep);
+  return checkpoint;
+}
+
+Status CheckpointCollector::finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return complete_.empty() && !writing_; });
+  return status_;
 }
 
 Status CheckpointCollector::status() const {

@@ -248,9 +248,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
   }
   if (collector) {
+    Status written = collector->finish();  // the last checkpoints may still be on their way to disk
     result.checkpoints_written = collector->written();
-    if (!collector->status().ok()) {
-      result.status = collector->status().with_context("checkpoint");
+    if (!written.ok()) {
+      result.status = written.with_context("checkpoint");
       return result;
     }
   }
