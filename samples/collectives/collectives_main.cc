@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/env.h"
+#include "runtime/cluster/env.h"
 
 int main() {
   auto communicator = rill::env::communicator();

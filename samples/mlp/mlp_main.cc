@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/client.h"
-#include "runtime/env.h"
-#include "runtime/job_runner.h"
+#include "runtime/cluster/client.h"
+#include "runtime/cluster/env.h"
+#include "runtime/cluster/job_runner.h"
 #include "samples/mlp/mlp_job.h"
 
 int main(int argc, char** argv) {

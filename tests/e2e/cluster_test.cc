@@ -22,7 +22,7 @@
 
 #include "process_util.h"
 
-#include "runtime/client.h"
+#include "runtime/cluster/client.h"
 #include "samples/linear_regression/linear_regression_job.h"
 
 namespace {

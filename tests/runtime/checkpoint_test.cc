@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/checkpoint.h"
+#include "runtime/cluster/checkpoint.h"
 
 namespace rill {
 namespace {

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/checkpoint.h"
-#include "runtime/checkpoint_collector.h"
+#include "runtime/cluster/checkpoint.h"
+#include "runtime/cluster/checkpoint_collector.h"
 
 namespace rill {
 namespace {

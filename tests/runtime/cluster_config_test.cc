@@ -13,8 +13,8 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/cluster_config.h"
-#include "runtime/env.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/env.h"
 
 namespace rill {
 namespace {

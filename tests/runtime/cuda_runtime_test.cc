@@ -13,7 +13,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_context.h"
-#include "runtime/job_runner.h"
+#include "runtime/cluster/job_runner.h"
 #include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
 

@@ -9,7 +9,7 @@
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
-#include "runtime/job_runner.h"
+#include "runtime/cluster/job_runner.h"
 #include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
 

@@ -23,8 +23,8 @@
 #include "comm/transport.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
-#include "runtime/node_runtime.h"
-#include "runtime/plan_reader.h"
+#include "runtime/node/node_runtime.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill::testing {
 

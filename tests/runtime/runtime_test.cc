@@ -20,10 +20,10 @@
 #include "base/actor_id.h"
 #include "graph/global_tensor.h"
 #include "graph/job_file.h"
-#include "runtime/job_runner.h"
+#include "runtime/cluster/job_runner.h"
 #include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
-#include "runtime/node_runtime.h"
+#include "runtime/node/node_runtime.h"
 #include "samples/linear_regression/linear_regression_job.h"
 #include "samples/mlp/mlp_job.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "graph/job_file.h"
-#include "runtime/job_runner.h"
+#include "runtime/cluster/job_runner.h"
 
 namespace rill::testing {
 

@@ -7,9 +7,9 @@
 #include <random>
 #include <span>
 
-#include "runtime/actor_wire.h"
-#include "runtime/control_codec.h"
-#include "runtime/control_generated.h"
+#include "runtime/node/actor_wire.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/control_generated.h"
 
 namespace rill {
 

@@ -1,5 +1,5 @@
 // Encoding of actor messages for the data plane between nodes (FlatBuffers,
-// runtime/actor_message.fbs). Pure functions; any thread.
+// runtime/node/actor_message.fbs). Pure functions; any thread.
 #pragma once
 
 #include <cstddef>

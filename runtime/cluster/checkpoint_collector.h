@@ -26,8 +26,8 @@
 
 #include "compiler/compiler.h"
 #include "graph/job.h"
-#include "runtime/checkpoint.h"
-#include "runtime/node_runtime.h"
+#include "runtime/cluster/checkpoint.h"
+#include "runtime/node/node_runtime.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "runtime/worker.h"
+#include "runtime/node/worker.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,4 +1,4 @@
-// Small helpers shared by the `rill` subcommands (runtime/main.cc,
+// Small helpers shared by the `rill` subcommands (runtime/cli/main.cc,
 // cluster_commands.cc, launch_command.cc): reporting an error as an exit code,
 // reading and writing whole text files, starting and waiting for processes.
 // Called from the command's main thread only.

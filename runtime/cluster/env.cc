@@ -1,4 +1,4 @@
-#include "runtime/env.h"
+#include "runtime/cluster/env.h"
 
 #include <cassert>
 #include <cstdint>

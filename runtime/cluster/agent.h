@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "runtime/cluster_config.h"
+#include "runtime/cluster/cluster_config.h"
 
 namespace rill {
 

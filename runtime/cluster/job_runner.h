@@ -14,7 +14,7 @@
 
 #include "compiler/compiler.h"
 #include "graph/job.h"
-#include "runtime/node_runtime.h"
+#include "runtime/node/node_runtime.h"
 
 namespace rill {
 

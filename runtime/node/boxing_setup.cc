@@ -1,10 +1,10 @@
-#include "runtime/boxing_setup.h"
+#include "runtime/node/boxing_setup.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "compiler/compiler.h"
-#include "runtime/plan_reader.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "runtime/client.h"
+#include "runtime/cluster/client.h"
 
 #include <chrono>
 
@@ -6,8 +6,8 @@
 #include <zmq.hpp>
 
 #include "graph/job_file.h"
-#include "runtime/cluster_config.h"
-#include "runtime/control_codec.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/control_codec.h"
 
 namespace rill {
 namespace {

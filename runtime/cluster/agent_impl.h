@@ -1,5 +1,5 @@
-// The agent's internals, shared by runtime/agent.cc (sockets, joining, the
-// control loop) and runtime/agent_jobs.cc (the master's job coordination).
+// The agent's internals, shared by runtime/cluster/agent.cc (sockets, joining, the
+// control loop) and runtime/cluster/agent_jobs.cc (the master's job coordination).
 // Not a public header: use runtime/agent.h.
 #pragma once
 
@@ -20,10 +20,10 @@
 
 #include "comm/counting_transport.h"
 #include "graph/job.h"
-#include "runtime/agent.h"
-#include "runtime/control_codec.h"
-#include "runtime/job_runner.h"
-#include "runtime/node_runtime.h"
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/job_runner.h"
+#include "runtime/node/node_runtime.h"
 
 namespace rill::agent_internal {
 

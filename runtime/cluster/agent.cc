@@ -1,5 +1,5 @@
-#include "runtime/agent.h"
-#include "runtime/agent_impl.h"
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/agent_impl.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -21,10 +21,10 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "kernels/cuda/cuda_context.h"
-#include "runtime/control_codec.h"
-#include "runtime/job_runner.h"
-#include "runtime/node_runtime.h"
-#include "runtime/plan_reader.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/job_runner.h"
+#include "runtime/node/node_runtime.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill::agent_internal {
 

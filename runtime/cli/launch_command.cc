@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "runtime/client.h"
-#include "runtime/cluster_commands.h"
-#include "runtime/command_util.h"
-#include "runtime/env.h"
+#include "runtime/cluster/client.h"
+#include "runtime/cli/cluster_commands.h"
+#include "runtime/cli/command_util.h"
+#include "runtime/cluster/env.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint.h"
+#include "runtime/cluster/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -12,10 +12,10 @@
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
-#include "runtime/cluster_commands.h"
-#include "runtime/command_util.h"
-#include "runtime/cluster_config.h"
-#include "runtime/job_runner.h"
+#include "runtime/cli/cluster_commands.h"
+#include "runtime/cli/command_util.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/job_runner.h"
 
 namespace {
 

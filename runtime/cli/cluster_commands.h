@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/env.h"
+#include "runtime/cluster/env.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "runtime/plan_reader.h"
+#include "runtime/node/plan_reader.h"
 
 #include <cstring>
 

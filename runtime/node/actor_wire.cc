@@ -1,10 +1,10 @@
-#include "runtime/actor_wire.h"
+#include "runtime/node/actor_wire.h"
 
 #include <cstring>
 
 #include <flatbuffers/flatbuffers.h>
 
-#include "runtime/actor_message_generated.h"
+#include "runtime/node/actor_message_generated.h"
 
 namespace rill {
 

@@ -1,5 +1,5 @@
 // The master's side of running a job on the cluster: queue, phases, results.
-#include "runtime/agent_impl.h"
+#include "runtime/cluster/agent_impl.h"
 
 #include <chrono>
 #include <map>
@@ -14,10 +14,10 @@
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
-#include "runtime/control_codec.h"
-#include "runtime/job_runner.h"
-#include "runtime/node_runtime.h"
-#include "runtime/plan_reader.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/job_runner.h"
+#include "runtime/node/node_runtime.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill::agent_internal {
 

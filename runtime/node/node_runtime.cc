@@ -1,4 +1,4 @@
-#include "runtime/node_runtime.h"
+#include "runtime/node/node_runtime.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,10 +16,10 @@
 #include "comm/transport.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda_kernels.h"
-#include "runtime/actor_wire.h"
-#include "runtime/boxing_setup.h"
-#include "runtime/plan_reader.h"
-#include "runtime/worker.h"
+#include "runtime/node/actor_wire.h"
+#include "runtime/node/boxing_setup.h"
+#include "runtime/node/plan_reader.h"
+#include "runtime/node/worker.h"
 
 namespace rill {
 namespace {
@@ -400,7 +400,7 @@ NodeRun::~NodeRun() {
 // transport to another node. A `ready` crossing nodes carries its slot's bytes
 // (zero-copy: the slot is not rewritten before the consumer's ack returns),
 // or, where at least a quarter of its rows are zeros, the other rows only
-// (copied after the header; runtime/actor_wire.h).
+// (copied after the header; runtime/node/actor_wire.h).
 void NodeRun::route(const ActorMsg& msg) {
   if (options_.drop_message && options_.drop_message(msg)) return;
   int node = static_cast<int>(ActorId::node(msg.dst));

@@ -1,4 +1,4 @@
-// Control-plane messages (runtime/control.fbs) as plain values, and their
+// Control-plane messages (runtime/cluster/control.fbs) as plain values, and their
 // encoding. Decoding verifies the buffer first: a corrupt or foreign message
 // is a kDataLoss Status, never a crash. Pure functions; any thread.
 #pragma once

@@ -1,10 +1,10 @@
-#include "runtime/control_codec.h"
+#include "runtime/cluster/control_codec.h"
 
 #include <flatbuffers/flatbuffers.h>
 
-#include "runtime/control_generated.h"
-#include "runtime/control_schema_text.h"
-#include "runtime/plan_schema_text.h"
+#include "runtime/cluster/control_generated.h"
+#include "runtime/cluster/control_schema_text.h"
+#include "runtime/cluster/plan_schema_text.h"
 
 namespace rill::control {
 namespace {

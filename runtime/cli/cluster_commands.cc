@@ -1,4 +1,4 @@
-#include "runtime/cluster_commands.h"
+#include "runtime/cli/cluster_commands.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,10 +15,10 @@
 
 #include "comm/transport.h"
 #include "graph/job_file.h"
-#include "runtime/agent.h"
-#include "runtime/client.h"
-#include "runtime/cluster_config.h"
-#include "runtime/command_util.h"
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/client.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/cli/command_util.h"
 
 namespace rill {
 

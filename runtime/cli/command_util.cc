@@ -1,4 +1,4 @@
-#include "runtime/command_util.h"
+#include "runtime/cli/command_util.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "runtime/cluster_config.h"
+#include "runtime/cluster/cluster_config.h"
 
 #include <algorithm>
 #include <cctype>

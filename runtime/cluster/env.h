@@ -29,7 +29,7 @@
 
 #include "base/status.h"
 #include "comm/rendezvous.h"
-#include "runtime/cluster_config.h"
+#include "runtime/cluster/cluster_config.h"
 
 namespace rill {
 

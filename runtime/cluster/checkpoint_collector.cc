@@ -1,7 +1,7 @@
-#include "runtime/checkpoint_collector.h"
+#include "runtime/cluster/checkpoint_collector.h"
 
 #include "compiler/compiler.h"
-#include "runtime/plan_reader.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "runtime/job_runner.h"
+#include "runtime/cluster/job_runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,8 +13,8 @@
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
-#include "runtime/checkpoint.h"
-#include "runtime/checkpoint_collector.h"
+#include "runtime/cluster/checkpoint.h"
+#include "runtime/cluster/checkpoint_collector.h"
 
 namespace rill {
 namespace {
