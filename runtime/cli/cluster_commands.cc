@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +21,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/client.h"
 #include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/pace.h"
 #include "runtime/cli/command_util.h"
 
 namespace rill {
@@ -73,11 +77,23 @@ int status_command(const std::string& master) {
     fmt::print("{}\n", *status);
     return 0;
   }
-  fmt::print("{:<6}{:<24}{:<10}{:<14}{}\n", "node", "address", "devices", "state", "heartbeat");
-  for (const auto& n : j["nodes"])
-    fmt::print("{:<6}{:<24}{:<10}{:<14}{:.1f} s ago\n", n["rank"].get<int>(), n["address"].get<std::string>(),
+  fmt::print("{:<6}{:<24}{:<10}{:<14}{:<14}{:<10}{}\n", "node", "address", "devices", "state", "heartbeat", "steps/s",
+             "device ms/step");
+  for (const auto& n : j["nodes"]) {
+    std::string pace;
+    if (n.contains("steps_per_second"))
+      pace = fmt::format("{:<10.1f}{:.2f}{}", n["steps_per_second"].get<double>(), n["busy_ms_per_step"].get<double>(),
+                         n["slow"].get<bool>() ? "  slow" : "");
+    fmt::print("{:<6}{:<24}{:<10}{:<14}{:<14}{}\n", n["rank"].get<int>(), n["address"].get<std::string>(),
                n["devices"].get<std::string>(), n["state"].get<std::string>(),
-               n["seconds_since_heartbeat"].get<double>());
+               fmt::format("{:.1f} s ago", n["seconds_since_heartbeat"].get<double>()), pace);
+  }
+  if (j.contains("slow_nodes") && !j["slow_nodes"].empty()) {
+    std::vector<std::string> named;
+    for (const auto& r : j["slow_nodes"]) named.push_back(std::to_string(r.get<int>()));
+    fmt::print("slow: node {} (device time per step {}x the others' median or more)\n", fmt::join(named, ", node "),
+               kSlowRatio);
+  }
   if (j["running"].is_null()) fmt::print("running: none\n");
   else fmt::print("running: job {} ({})\n", j["running"]["job_id"].get<int64_t>(), j["running"]["name"].get<std::string>());
   fmt::print("queued: {}\n", j["queued"].size());

@@ -81,6 +81,8 @@ Status Agent::start() {
   last_seen_.assign(world_, Clock::now());
   lost_.assign(world_, false);
   unreachable_warned_.assign(world_, false);
+  pace_ = PaceTracker(world_);
+  slow_warned_.assign(world_, false);
   return {};
 }
 
@@ -230,15 +232,31 @@ Status Agent::join() {
   return {};
 }
 
+namespace {
+double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+// A phase of a job (its training, its evaluation) is paced on its own.
+int64_t pace_key(int64_t job, int phase) { return job * 16 + (phase & 0xf); }
+}  // namespace
+
 std::string Agent::status_json() {
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  nlohmann::ordered_json slow = nlohmann::ordered_json::array();
   for (int r = 0; r < world_; ++r) {
     std::string state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
-    nodes.push_back({{"rank", r},
-                     {"address", format_machine(options_.machines[r])},
-                     {"devices", options_.devices},
-                     {"state", state},
-                     {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}});
+    nlohmann::ordered_json node = {{"rank", r},
+                                   {"address", format_machine(options_.machines[r])},
+                                   {"devices", options_.devices},
+                                   {"state", state},
+                                   {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}};
+    // The running job's pace over the last 10 s (runtime/cluster/pace.h).
+    if (pace[r].known) {
+      node["steps_per_second"] = pace[r].steps_per_second;
+      node["busy_ms_per_step"] = pace[r].busy_ms_per_step;
+      node["slow"] = pace[r].slow;
+      if (pace[r].slow) slow.push_back(r);
+    }
+    nodes.push_back(std::move(node));
   }
   nlohmann::ordered_json queued = nlohmann::ordered_json::array();
   for (const QueuedJob& q : queue_) queued.push_back({{"job_id", q.id}, {"name", q.job.name}});
@@ -247,7 +265,32 @@ std::string Agent::status_json() {
   j["running"] = job_running_ ? nlohmann::ordered_json{{"job_id", running_id_}, {"name", running_name_}}
                               : nlohmann::ordered_json(nullptr);
   j["queued"] = queued;
+  j["slow_nodes"] = slow;
   return j.dump();
+}
+
+// The master's own node's pace (the others' come with their heartbeats), and
+// a warning, once per job, naming a node that has become slow.
+void Agent::track_pace() {
+  if (!job_running_) {
+    pace_.clear();
+    slow_warned_.assign(world_, false);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    if (local_runtime_ && phase_.job_id == running_id_) {
+      const NodePace pace = local_runtime_->pace();
+      pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);
+    }
+  }
+  const std::vector<PaceReport> report = pace_.report(steady_seconds());
+  for (int r = 0; r < world_; ++r)
+    if (report[r].slow && !slow_warned_[r]) {
+      slow_warned_[r] = true;
+      spdlog::warn("{} is slow: {:.1f} ms of device time per step, {:.1f}x the other nodes' median",
+                   node_name(options_.machines, r), report[r].busy_ms_per_step, report[r].ratio);
+    }
 }
 
 void Agent::check_liveness() {
@@ -256,8 +299,17 @@ void Agent::check_liveness() {
     if (is_master()) {
       for (int r = 1; r < world_; ++r)
         if (!lost_[r]) post_to_node(r, ctl::Heartbeat{0});
+      track_pace();
     } else {
-      post_to_node(0, ctl::Heartbeat{options_.rank});
+      ctl::Heartbeat beat{options_.rank};
+      {
+        std::lock_guard<std::mutex> lock(run_mu_);
+        if (running_) {
+          const NodePace pace = running_->pace();
+          beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
+        }
+      }
+      post_to_node(0, beat);
     }
   }
   if (is_master()) {
@@ -398,7 +450,11 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
           shutdown_ = true;
         }
-        // Heartbeats only refresh last_seen_; anything else is not for the master.
+        if constexpr (std::is_same_v<T, ctl::Heartbeat>) {
+          if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_)
+            pace_.add(node, pace_key(m.job_id, m.phase), steady_seconds(), m.steps, m.busy_seconds);
+        }
+        // Anything else is not for the master.
       },
       message);
 }
@@ -486,6 +542,8 @@ void Agent::worker_handle(ctl::Message message) {
             {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();
+              running_job_ = job;
+              running_phase_ = phase;
             }
             RunReport report = runtime->run();
             {

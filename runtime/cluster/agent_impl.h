@@ -23,6 +23,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/cluster/pace.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill::agent_internal {
@@ -129,6 +130,9 @@ class Agent {
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> unreachable_warned_;  // loop thread only
+  PaceTracker pace_{1};                   // loop thread only: the running job's pace per node
+  std::vector<bool> slow_warned_;         // loop thread only: for the running job
+  void track_pace();
   std::deque<QueuedJob> queue_;
   int64_t next_job_id_ = 1;
   std::thread job_thread_;
@@ -152,6 +156,8 @@ class Agent {
   int pending_phase_ = -1;                // GUARDED_BY(run_mu_)
   int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_)
   NodeRuntime* running_ = nullptr;        // GUARDED_BY(run_mu_)
+  int64_t running_job_ = -1;              // GUARDED_BY(run_mu_)
+  int running_phase_ = 0;                 // GUARDED_BY(run_mu_)
   Clock::time_point last_heartbeat_ = Clock::now();
 };
 

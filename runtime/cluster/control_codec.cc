@@ -93,7 +93,7 @@ struct Encoder {
     return {fb::Message::StatusReply, fb::CreateStatusReply(b, b.CreateString(m.status_json)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Heartbeat& m) {
-    return {fb::Message::Heartbeat, fb::CreateHeartbeat(b, m.node).Union()};
+    return {fb::Message::Heartbeat, fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
     return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.node, b.CreateString(m.reason)).Union()};
@@ -186,7 +186,10 @@ StatusOr<Message> decode(std::string_view bytes) {
     }
     case fb::Message::StatusRequest: return Message(StatusRequest{});
     case fb::Message::StatusReply: return Message(StatusReply{str(e->message_as_StatusReply()->status_json())});
-    case fb::Message::Heartbeat: return Message(Heartbeat{e->message_as_Heartbeat()->node()});
+    case fb::Message::Heartbeat: {
+      const fb::Heartbeat* h = e->message_as_Heartbeat();
+      return Message(Heartbeat{h->node(), h->job_id(), h->phase(), h->steps(), h->busy_seconds()});
+    }
     case fb::Message::Abort: {
       auto m = e->message_as_Abort();
       return Message(Abort{m->job_id(), m->node(), str(m->reason())});

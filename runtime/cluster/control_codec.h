@@ -69,7 +69,13 @@ struct Progress { int64_t job_id = 0; std::string line; };
 struct Result { int64_t job_id = 0; std::string result_json, error; };
 struct StatusRequest {};
 struct StatusReply { std::string status_json; };
-struct Heartbeat { int node = 0; };
+struct Heartbeat {
+  int node = 0;
+  int64_t job_id = -1;  // the job the node runs, its phase, and how far it is (NodePace); -1: none
+  int phase = 0;
+  double steps = 0;
+  double busy_seconds = 0;
+};
 struct Abort { int64_t job_id = 0; int node = 0; std::string reason; };
 struct Shutdown {};
 

@@ -60,6 +60,12 @@ class NodeRun : public NodeRuntime {
   Status build();
   RunReport run() override;
   void abort(const Status& reason) override { fail(reason); }
+  NodePace pace() const override {
+    NodePace pace;
+    if (acts_per_step_ > 0) pace.steps = static_cast<double>(progress_.load()) / static_cast<double>(acts_per_step_);
+    if (device_threads_ > 0) pace.busy_seconds = static_cast<double>(busy_ns_.load()) * 1e-9 / device_threads_;
+    return pace;
+  }
 
  private:
   const plan::RegstDesc* regst(int64_t id) const;
@@ -91,6 +97,9 @@ class NodeRun : public NodeRuntime {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unordered_map<uint64_t, Worker*> worker_by_key_;
   std::atomic<int64_t> progress_{0};
+  std::atomic<int64_t> busy_ns_{0};  // the device threads' acting time
+  int64_t acts_per_step_ = 0;        // over every actor of the node
+  int device_threads_ = 0;
   std::mutex error_mu_;
   Status first_error_;  // GUARDED_BY(error_mu_)
   std::atomic<bool> failed_{false};
@@ -376,11 +385,15 @@ Status NodeRun::build() {
     uint64_t key = ActorId::thread_key(task->id());
     Worker*& worker = worker_by_key_[key];
     if (!worker) {
+      const DeviceType type = ActorId::device_type(task->id());
+      const bool device = type == DeviceType::kCpu || type == DeviceType::kCuda;
+      device_threads_ += device ? 1 : 0;
       workers_.push_back(std::make_unique<Worker>(
           key, std::max(1, static_cast<int>(plan_->micro_batches())), [this](const ActorMsg& msg) { route(msg); },
-          [this](const Status& status) { fail(status); }, &progress_));
+          [this](const Status& status) { fail(status); }, &progress_, device ? &busy_ns_ : nullptr));
       worker = workers_.back().get();
     }
+    acts_per_step_ += task->acts_per_step();
     worker->add_actor(actor.get());
     by_index_[ActorId::index(task->id())] = actor.get();
     actors_.push_back(std::move(actor));

@@ -96,15 +96,26 @@ struct RunReport {
   int64_t received_zero_row_readies = 0;  // readies whose slot came with zero rows left out
 };
 
+// How far a running node has come, and how hard its devices work for it
+// (the master's straggler report, runtime/cluster/agent.cc).
+struct NodePace {
+  double steps = 0;  // acts done / acts per step, over every actor of the node
+  // Time the node's device threads spent acting (computing; not waiting for
+  // a message or a collective), summed over them, divided by their number.
+  double busy_seconds = 0;
+};
+
 // One node's part of a plan, built and ready to start. build() verifies the
 // bytes and allocates everything; run() starts the workers and returns when
-// the node is done; abort() may be called from any thread while run() runs.
+// the node is done; abort() and pace() may be called from any thread while
+// run() runs.
 class NodeRuntime {
  public:
   static StatusOr<std::unique_ptr<NodeRuntime>> build(std::string plan_bytes, RunOptions options);
   virtual ~NodeRuntime() = default;
   virtual RunReport run() = 0;
   virtual void abort(const Status& reason) = 0;
+  virtual NodePace pace() const = 0;
 };
 
 // build() then run() on one node.

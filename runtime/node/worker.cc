@@ -1,6 +1,7 @@
 #include "runtime/node/worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "base/actor_id.h"
@@ -22,12 +23,14 @@ class Worker::Sender : public Outbox {
 };
 
 Worker::Worker(uint64_t thread_key, int micro_batches, std::function<void(const ActorMsg&)> route,
-               std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress)
+               std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress,
+               std::atomic<int64_t>* busy_ns)
     : thread_key_(thread_key),
       micro_batches_(micro_batches),
       route_(std::move(route)),
       on_error_(std::move(on_error)),
-      progress_(progress) {
+      progress_(progress),
+      busy_ns_(busy_ns) {
   queue_.reserve(1024);
   batch_.reserve(1024);
   local_.reserve(1024);
@@ -113,6 +116,13 @@ bool Worker::take_external(Outbox& outbox) {
   return true;
 }
 
+void Worker::publish() {
+  progress_->fetch_add(unpublished_, std::memory_order_relaxed);
+  unpublished_ = 0;
+  if (busy_ns_) busy_ns_->fetch_add(unpublished_ns_, std::memory_order_relaxed);
+  unpublished_ns_ = 0;
+}
+
 void Worker::run() {
   Sender sender(this);
   queued_.assign(by_index_->size(), 0);
@@ -131,7 +141,10 @@ void Worker::run() {
       Actor* actor = (*by_index_)[ready_.back().actor];
       ready_.pop_back();
       queued_[ActorId::index(actor->id())] = 0;
+      const auto began = busy_ns_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       Status status = actor->act_once(sender);
+      if (busy_ns_)
+        unpublished_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
       if (!status.ok()) {
         failed_ = true;
         on_error_(status);
@@ -140,15 +153,11 @@ void Worker::run() {
       mark_ready(actor);
       // Published in batches (and before waiting): one shared counter
       // touched by every act of every thread would bounce between cores.
-      if (++unpublished_ == 64) {
-        progress_->fetch_add(unpublished_, std::memory_order_relaxed);
-        unpublished_ = 0;
-      }
+      if (++unpublished_ == 64) publish();
       continue;
     }
     if (take_external(sender)) continue;
-    progress_->fetch_add(unpublished_, std::memory_order_relaxed);
-    unpublished_ = 0;
+    publish();
     if (all_retired()) break;
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return stop_.load(std::memory_order_relaxed) || !queue_.empty(); });

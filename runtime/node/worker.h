@@ -34,8 +34,11 @@ class Worker {
   // `route` delivers a message to whichever worker runs its destination.
   // `on_error` is told the first error an actor returns (then the worker stops).
   // `micro_batches`: per step (the plan's), which orders acts.
+  // `progress` counts acts; `busy_ns`, where given, the time spent acting
+  // (both published in batches, and whenever the thread goes idle).
   Worker(uint64_t thread_key, int micro_batches, std::function<void(const ActorMsg&)> route,
-         std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress);
+         std::function<void(const Status&)> on_error, std::atomic<int64_t>* progress,
+         std::atomic<int64_t>* busy_ns = nullptr);
   ~Worker();
 
   uint64_t thread_key() const { return thread_key_; }
@@ -62,6 +65,7 @@ class Worker {
   std::function<void(const ActorMsg&)> route_;
   std::function<void(const Status&)> on_error_;
   std::atomic<int64_t>* progress_;
+  std::atomic<int64_t>* busy_ns_;
   std::vector<Actor*> actors_;
   const std::vector<Actor*>* by_index_ = nullptr;
   std::thread thread_;
@@ -90,6 +94,8 @@ class Worker {
   uint64_t seq_ = 0;          // owner thread only: the next Ready::seq
   std::vector<char> queued_;  // owner thread only: by actor index, whether in ready_
   int64_t unpublished_ = 0;   // owner thread only: acts not yet added to *progress_
+  int64_t unpublished_ns_ = 0;  // owner thread only: acting time not yet added to *busy_ns_
+  void publish();
   std::atomic<bool> finished_{false};
   bool failed_ = false;
 };

@@ -38,6 +38,16 @@ TEST_CASE("control messages survive encoding") {
   REQUIRE(j.ok());
   CHECK(std::get<control::Join>(*j).schema_hash == control::schema_hash());
   CHECK(std::get<control::Join>(*j).devices == "cpu:2");
+
+  auto beat = control::decode(control::encode(control::Heartbeat{2, 9, 1, 123.5, 4.25}));
+  REQUIRE(beat.ok());
+  const auto& h = std::get<control::Heartbeat>(*beat);
+  CHECK(h.node == 2);
+  CHECK(h.job_id == 9);
+  CHECK(h.phase == 1);
+  CHECK(h.steps == 123.5);
+  CHECK(h.busy_seconds == 4.25);
+  CHECK(std::get<control::Heartbeat>(*control::decode(control::encode(control::Heartbeat{1}))).job_id == -1);
 }
 
 TEST_CASE("a corrupt or truncated control message is kDataLoss, never a crash") {
