@@ -7,15 +7,18 @@
 namespace rill::comm {
 
 FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner)
-    : inner_(std::move(inner)), cut_(static_cast<size_t>(inner_->world()), false) {
+    : inner_(std::move(inner)),
+      held_(static_cast<size_t>(inner_->world())),
+      cut_(static_cast<size_t>(inner_->world()), false) {
   delayer_ = std::thread([this] { delay_loop(); });
 }
 
 FaultyTransport::~FaultyTransport() { close(); }
 
-void FaultyTransport::set_drop(DropPredicate predicate) {
+void FaultyTransport::set_fault(Fault fault, DropPredicate pick) {
   std::lock_guard lock(mu_);
-  drop_ = std::move(predicate);
+  fault_ = fault;
+  pick_ = std::move(pick);
 }
 
 void FaultyTransport::set_delay(std::chrono::milliseconds delay) {
@@ -41,9 +44,35 @@ Status FaultyTransport::send(int to, uint64_t tag, std::span<const std::byte> he
     return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: link cut", rank(), to,
                                                   describe_tag(tag)));
   }
-  if (drop_ && drop_(to, tag, header, body)) {
-    dropped_.fetch_add(1);
-    return Status::ok_status();
+  if (pick_ && pick_(to, tag, header, body)) {
+    std::vector<std::byte> copy(header.size() + body.size());
+    if (!header.empty()) std::memcpy(copy.data(), header.data(), header.size());
+    if (!body.empty()) std::memcpy(copy.data() + header.size(), body.data(), body.size());
+    switch (fault_) {
+      case Fault::kDrop:
+        dropped_.fetch_add(1);
+        return Status::ok_status();
+      case Fault::kSwap:
+        held_[to] = {tag, std::move(copy)};  // goes after the next send to `to`
+        return Status::ok_status();
+      case Fault::kDuplicate: {
+        lock.unlock();
+        RILL_RETURN_IF_ERROR(inner_->send(to, tag, copy));
+        return inner_->send(to, tag, copy);
+      }
+      case Fault::kCorrupt: {
+        if (!copy.empty()) copy[body.empty() ? copy.size() - 1 : header.size() + body.size() / 2] ^= std::byte{0x40};
+        lock.unlock();
+        return inner_->send(to, tag, copy);
+      }
+    }
+  }
+  if (!held_[to].second.empty()) {
+    auto [held_tag, swapped] = std::move(held_[to]);
+    held_[to] = {};
+    lock.unlock();
+    RILL_RETURN_IF_ERROR(inner_->send(to, tag, header, body, tracker));
+    return inner_->send(to, held_tag, swapped);
   }
   if (delay_.count() > 0 || !delayed_.empty()) {
     // Copied, so the caller's buffers are free at once; queued behind any

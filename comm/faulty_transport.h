@@ -1,5 +1,6 @@
-// FaultyTransport: wraps a Transport to inject faults in tests: drop the
-// messages a predicate picks, delay every message, or cut the link to a peer.
+// FaultyTransport: wraps a Transport to inject faults in tests: drop,
+// duplicate, swap or corrupt the messages a predicate picks, delay every
+// message, or cut the link to a peer.
 // Faults act on this rank's sends and receives; wrap every rank to fault
 // both directions.
 //
@@ -26,8 +27,17 @@ class FaultyTransport final : public Transport {
   explicit FaultyTransport(std::unique_ptr<Transport> inner);
   ~FaultyTransport() override;
 
-  // Sends for which `predicate` returns true are dropped; send returns ok.
-  void set_drop(DropPredicate predicate);
+  // What a picked send meets.
+  enum class Fault {
+    kDrop,       // not sent (send returns ok)
+    kDuplicate,  // sent twice
+    kSwap,       // held back and sent right after the next send to the same peer
+    kCorrupt,    // sent with one byte flipped: the body's middle one, else the header's last
+  };
+  // Sends for which `pick` returns true meet `fault` (one fault at a time).
+  void set_fault(Fault fault, DropPredicate pick);
+  // set_fault(Fault::kDrop, predicate).
+  void set_drop(DropPredicate predicate) { set_fault(Fault::kDrop, std::move(predicate)); }
   // Each later send reaches the wire `delay` after the call (order kept).
   void set_delay(std::chrono::milliseconds delay);
   // Cuts the link to `peer` both ways: sends to it fail with kUnavailable,
@@ -58,7 +68,10 @@ class FaultyTransport final : public Transport {
 
   std::unique_ptr<Transport> inner_;
   mutable std::mutex mu_;
-  DropPredicate drop_;                      // guarded by mu_
+  Fault fault_ = Fault::kDrop;              // guarded by mu_
+  DropPredicate pick_;                      // guarded by mu_
+  // Guarded by mu_: per peer, a swapped message (its tag; header and body, none: empty).
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> held_;
   std::chrono::milliseconds delay_{0};      // guarded by mu_
   std::vector<bool> cut_;                   // guarded by mu_
   std::deque<Delayed> delayed_;             // guarded by mu_

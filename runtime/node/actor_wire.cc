@@ -8,18 +8,19 @@
 
 namespace rill {
 
-void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out, bool zero_rows) {
+void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out, const WireExtras& extras) {
   thread_local flatbuffers::FlatBufferBuilder builder(128);
   builder.Clear();
   auto offset = wire::CreateActorMessage(builder, msg.src, msg.dst, static_cast<uint8_t>(msg.type), msg.slot,
-                                         msg.regst, msg.step, msg.repeat, zero_rows);
+                                         msg.regst, msg.step, msg.repeat, extras.zero_rows, extras.seq,
+                                         extras.checksum);
   builder.FinishSizePrefixed(offset);
   out->resize(builder.GetSize());
   std::memcpy(out->data(), builder.GetBufferPointer(), builder.GetSize());
 }
 
 Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, std::span<const std::byte>* body,
-                            bool* zero_rows) {
+                            WireExtras* extras) {
   const auto* data = reinterpret_cast<const uint8_t*>(message.data());
   if (message.size() < sizeof(flatbuffers::uoffset_t))
     return data_loss("actor message of {} bytes is shorter than its size prefix", message.size());
@@ -33,7 +34,7 @@ Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, s
   if (m->type() > static_cast<uint8_t>(MsgType::kEord)) return data_loss("actor message of unknown type {}", m->type());
   *msg = ActorMsg{m->src(), m->dst(), static_cast<MsgType>(m->type()), m->slot(), m->regst(), m->step(), m->repeat()};
   *body = message.subspan(header);
-  if (zero_rows) *zero_rows = m->zero_rows();
+  if (extras) *extras = WireExtras{m->zero_rows(), m->seq(), m->checksum()};
   return {};
 }
 

@@ -14,11 +14,16 @@ namespace rill {
 // Writes `msg` as a size-prefixed ActorMessage into `out` (reused, so steady
 // state does not allocate once it has grown). `zero_rows`: the body that
 // follows is a zero-row encoding (below).
-void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out, bool zero_rows = false);
-// Verifies and reads a message; `body` is what follows the header;
-// `zero_rows` (when given) whether it is a zero-row encoding.
+// What a message carries besides the ActorMsg (actor_message.fbs).
+struct WireExtras {
+  bool zero_rows = false;  // the body that follows is a zero-row encoding (below)
+  uint64_t seq = 0;        // its number on its link (from 1)
+  uint64_t checksum = 0;   // XXH3-64 of the slot's bytes (a ready with a body)
+};
+void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out, const WireExtras& extras = {});
+// Verifies and reads a message; `body` is what follows the header.
 Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, std::span<const std::byte>* body,
-                            bool* zero_rows = nullptr);
+                            WireExtras* extras = nullptr);
 
 // Zero rows left out: a slot of `rows` equal rows, most of them all zero
 // bytes (a lookup-table block's rows for the ids other blocks hold), crosses

@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
@@ -105,6 +106,15 @@ class NodeRun : public NodeRuntime {
   std::atomic<bool> failed_{false};
   std::atomic<int64_t> received_bytes_copied_{0};  // into mirror slots
   std::atomic<int64_t> received_zero_row_readies_{0};
+  // Per other node: the numbers of the messages sent to it (under mu, with
+  // the send) and of the last one received from it (the transport's receive
+  // thread, or under the sender's mu on an in-process transport).
+  struct Link {
+    std::mutex mu;
+    uint64_t sent = 0;  // GUARDED_BY(mu)
+    std::atomic<uint64_t> received{0};
+  };
+  std::vector<std::unique_ptr<Link>> links_;
 };
 
 const plan::RegstDesc* NodeRun::regst(int64_t id) const {
@@ -341,6 +351,7 @@ Status NodeRun::build() {
       gpus = std::max(gpus, static_cast<int>(ActorId::device(task->id())) + 1);
   if (gpus > 0) RILL_RETURN_IF_ERROR(require_cuda_devices(gpus, fmt::format("node {}", options_.node)));
   plan_ = *verified;
+  for (int n = 0; n < plan_->num_nodes(); ++n) links_.push_back(std::make_unique<Link>());
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())
     return invalid_argument("cannot start at step {}: the plan runs {} steps", options_.start_step, plan_->steps());
   RILL_RETURN_IF_ERROR(allocate_regsts());
@@ -413,7 +424,9 @@ NodeRun::~NodeRun() {
 // transport to another node. A `ready` crossing nodes carries its slot's bytes
 // (zero-copy: the slot is not rewritten before the consumer's ack returns),
 // or, where at least a quarter of its rows are zeros, the other rows only
-// (copied after the header; runtime/node/actor_wire.h).
+// (copied after the header; runtime/node/actor_wire.h). Each message is
+// numbered on its link, and a slot's bytes carry their checksum (taken
+// before the lock: the slot does not change until the reader acks).
 void NodeRun::route(const ActorMsg& msg) {
   if (options_.drop_message && options_.drop_message(msg)) return;
   int node = static_cast<int>(ActorId::node(msg.dst));
@@ -437,13 +450,22 @@ void NodeRun::route(const ActorMsg& msg) {
     }
     thread_local std::vector<std::byte> header;
     thread_local std::vector<uint8_t> kept;  // the rows that are not zeros
-    const bool zero_rows = rows > 0 && mark_zero_rows(body, rows, &kept);
-    encode_actor_message(msg, &header, zero_rows);
-    if (zero_rows) {
-      append_kept_rows(body, rows, kept, &header);
-      body = {};
+    WireExtras extras;
+    extras.checksum = body.empty() ? 0 : XXH3_64bits(body.data(), body.size());
+    extras.zero_rows = rows > 0 && mark_zero_rows(body, rows, &kept);
+    Status sent;
+    {
+      // Numbered and sent in one go, so the link carries them in order.
+      Link& link = *links_[static_cast<size_t>(node)];
+      std::lock_guard<std::mutex> lock(link.mu);
+      extras.seq = ++link.sent;
+      encode_actor_message(msg, &header, extras);
+      if (extras.zero_rows) {
+        append_kept_rows(body, rows, kept, &header);
+        body = {};
+      }
+      sent = options_.transport->send(node, options_.tag_base, header, body);
     }
-    Status sent = options_.transport->send(node, options_.tag_base, header, body);
     if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
     return;
   }
@@ -459,10 +481,11 @@ void NodeRun::route(const ActorMsg& msg) {
 void NodeRun::receive(int from, const comm::MessageView& message) {
   ActorMsg msg;
   std::span<const std::byte> body;
-  bool zero_rows = false;
+  WireExtras extras;
   // The header is at the start of the first part; the body follows it there
   // (a small message) or is the second part, read in place.
-  Status decoded = decode_actor_message(message.first, &msg, &body, &zero_rows);
+  Status decoded = decode_actor_message(message.first, &msg, &body, &extras);
+  const bool zero_rows = extras.zero_rows;
   if (decoded.ok() && !message.second.empty()) {
     if (!body.empty())
       decoded = data_loss("actor message body split across buffers ({} + {} bytes)", body.size(),
@@ -471,6 +494,20 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
   }
   if (decoded.ok() && static_cast<int>(ActorId::node(msg.dst)) != options_.node)
     decoded = data_loss("message for actor {} arrived at node {}", ActorId::to_string(msg.dst), options_.node);
+  if (decoded.ok() && (from < 0 || from >= static_cast<int>(links_.size()) || from == options_.node))
+    decoded = data_loss("message from node {}, which is not another node of this run", from);
+  if (decoded.ok()) {
+    // One message after the other: a gap, a repeat or a swap is a fault of
+    // the link, never a message to act on.
+    std::atomic<uint64_t>& received = links_[static_cast<size_t>(from)]->received;
+    uint64_t due = received.load(std::memory_order_relaxed) + 1;
+    if (extras.seq != due)
+      decoded = data_loss("the link from node {} to node {}: message {} came where {} was due ({})", from,
+                          options_.node, extras.seq, due,
+                          extras.seq > due ? "a message was lost" : "a message came twice or out of order");
+    else
+      received.store(due, std::memory_order_relaxed);
+  }
   if (decoded.ok() && msg.type == MsgType::kReady) {
     // The bytes go straight into the mirror slot the consumers read (a
     // repeat's came with an earlier ready of this slot, in order).
@@ -491,6 +528,14 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
     } else if (!msg.repeat && !body.empty()) {
       std::memcpy(it->second[msg.slot].data, body.data(), body.size());
       received_bytes_copied_.fetch_add(static_cast<int64_t>(body.size()), std::memory_order_relaxed);
+    }
+    if (decoded.ok() && !msg.repeat) {
+      const TensorView& slot = it->second[msg.slot];
+      const uint64_t sum = slot.bytes() == 0 ? 0 : XXH3_64bits(slot.data, slot.bytes());
+      if (sum != extras.checksum)
+        decoded = data_loss("the link from node {} to node {}: regst {} slot {} arrived corrupted (checksum {:016x}, "
+                            "sent as {:016x})",
+                            from, options_.node, msg.regst, msg.slot, sum, extras.checksum);
     }
   }
   if (!decoded.ok()) {

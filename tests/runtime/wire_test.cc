@@ -192,15 +192,18 @@ TEST_CASE("a zero-row body that does not fit its slot is a data loss, never a wr
   // The flag crosses in the header.
   ActorMsg msg{1, 2, MsgType::kReady, 0, 3, 4};
   std::vector<std::byte> header;
-  encode_actor_message(msg, &header, true);
+  encode_actor_message(msg, &header, WireExtras{true, 17, 0xfeedbeefcafe});
   ActorMsg back;
   std::span<const std::byte> body;
-  bool zero_rows = false;
-  REQUIRE(decode_actor_message(header, &back, &body, &zero_rows).ok());
-  CHECK(zero_rows);
+  WireExtras extras;
+  REQUIRE(decode_actor_message(header, &back, &body, &extras).ok());
+  CHECK(extras.zero_rows);
+  CHECK(extras.seq == 17);
+  CHECK(extras.checksum == 0xfeedbeefcafe);
   encode_actor_message(msg, &header);
-  REQUIRE(decode_actor_message(header, &back, &body, &zero_rows).ok());
-  CHECK_FALSE(zero_rows);
+  REQUIRE(decode_actor_message(header, &back, &body, &extras).ok());
+  CHECK_FALSE(extras.zero_rows);
+  CHECK(extras.seq == 0);
 }
 
 }  // namespace rill
