@@ -62,17 +62,26 @@ Status infer_embedding(const Attrs& attrs, std::span<const TensorMeta> in, std::
   return {};
 }
 
-Status infer_embedding_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
-  RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding_grad"));
+// The inputs of embedding_grad and embedding_mask: ids, and rows of f32 per
+// id (`what`: the second input's name) of a block of attr `rows` rows.
+// Returns those rows.
+StatusOr<int64_t> check_rows_per_id(const Attrs& attrs, std::span<const TensorMeta> in, const char* op,
+                                    const char* what) {
+  RILL_RETURN_IF_ERROR(check_ids(in[0], op));
   const int64_t rows = attrs.get_int("rows", -1);
-  if (rows < 1) return invalid_argument("op 'embedding_grad': attr rows must be >= 1, got {}", rows);
-  RILL_RETURN_IF_ERROR(rows_of(attrs, rows, "embedding_grad").status());
-  const TensorMeta& dout = in[1];
-  if (dout.dtype != DType::kF32 || dout.shape.size() != in[0].shape.size() + 1 ||
-      !std::equal(in[0].shape.begin(), in[0].shape.end(), dout.shape.begin()))
-    return invalid_argument("op 'embedding_grad': dout must be f32 shaped like ids {} plus one axis, got {} {}",
-                            shape_string(in[0].shape), dtype_name(dout.dtype), shape_string(dout.shape));
-  out->push_back({{rows, dout.shape.back()}, DType::kF32});
+  if (rows < 1) return invalid_argument("op '{}': attr rows must be >= 1, got {}", op, rows);
+  RILL_RETURN_IF_ERROR(rows_of(attrs, rows, op).status());
+  const TensorMeta& x = in[1];
+  if (x.dtype != DType::kF32 || x.shape.size() != in[0].shape.size() + 1 ||
+      !std::equal(in[0].shape.begin(), in[0].shape.end(), x.shape.begin()))
+    return invalid_argument("op '{}': {} must be f32 shaped like ids {} plus one axis, got {} {}", op, what,
+                            shape_string(in[0].shape), dtype_name(x.dtype), shape_string(x.shape));
+  return rows;
+}
+
+Status infer_embedding_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_ASSIGN_OR_RETURN(const int64_t rows, check_rows_per_id(attrs, in, "embedding_grad", "dout"));
+  out->push_back({{rows, in[1].shape.back()}, DType::kF32});
   return {};
 }
 
@@ -98,16 +107,8 @@ std::vector<SbpSignature> sbp_embedding_grad(const Attrs&, std::span<const Tenso
 }
 
 Status infer_embedding_mask(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
-  RILL_RETURN_IF_ERROR(check_ids(in[0], "embedding_mask"));
-  const int64_t rows = attrs.get_int("rows", -1);
-  if (rows < 1) return invalid_argument("op 'embedding_mask': attr rows must be >= 1, got {}", rows);
-  RILL_RETURN_IF_ERROR(rows_of(attrs, rows, "embedding_mask").status());
-  const TensorMeta& x = in[1];
-  if (x.dtype != DType::kF32 || x.shape.size() != in[0].shape.size() + 1 ||
-      !std::equal(in[0].shape.begin(), in[0].shape.end(), x.shape.begin()))
-    return invalid_argument("op 'embedding_mask': x must be f32 shaped like ids {} plus one axis, got {} {}",
-                            shape_string(in[0].shape), dtype_name(x.dtype), shape_string(x.shape));
-  out->push_back(x);
+  RILL_RETURN_IF_ERROR(check_rows_per_id(attrs, in, "embedding_mask", "x").status());
+  out->push_back(in[1]);
   return {};
 }
 
