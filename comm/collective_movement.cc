@@ -41,9 +41,9 @@ Status Collectives::broadcast_chain(std::span<std::byte> buffer, int root, uint6
     RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
     std::memcpy(buffer.data() + at, data, len);
     received_.reset();
-    if (position < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, buffer.subspan(at, len), &tracker_));
+    if (position < n - 1) RILL_RETURN_IF_ERROR(send_chunk(peer(1), buffer.subspan(at, len), tag));
   }
-  if (acknowledged && position == n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, {}, &tracker_));
+  if (acknowledged && position == n - 1) RILL_RETURN_IF_ERROR(send_chunk(peer(1), {}, tag));
   return Status::ok_status();
 }
 
@@ -87,7 +87,7 @@ Status Collectives::all_gather_ring(std::span<const std::byte> in, std::span<std
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len, tag));
       std::memcpy(target + at, data, len);
       received_.reset();
-      if (s + 1 < n - 1) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, {target + at, len}, &tracker_));
+      if (s + 1 < n - 1) RILL_RETURN_IF_ERROR(send_chunk(peer(1), {target + at, len}, tag));
     }
   }
   return Status::ok_status();
@@ -202,7 +202,7 @@ Status Collectives::barrier(uint64_t tag) {
   auto run = [&]() -> Status {
     // Round k talks to rank +-2^k; each ordered pair carries one round only.
     for (int distance = 1; distance < world(); distance *= 2) {
-      RILL_RETURN_IF_ERROR(transport_.send(peer(distance), tag, {}, {}, &tracker_));
+      RILL_RETURN_IF_ERROR(send_chunk(peer(distance), {}, tag));
       RILL_RETURN_IF_ERROR(recv_chunk(peer(-distance), 0, tag).status());
     }
     return Status::ok_status();
@@ -215,7 +215,7 @@ Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) 
     return invalid_argument("send {}: rank {} is not a peer of rank {}", describe_tag(tag), to, rank());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  return end("send", "point-to-point", tag, transport_.send(to, tag, {}, data, &tracker_));
+  return end("send", "point-to-point", tag, send_chunk(to, data, tag));
 }
 
 Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 namespace rill::comm {
 namespace {
@@ -127,6 +128,8 @@ Status Collectives::begin(uint64_t tag) {
                               describe_tag(tag)));
   }
   deadline_ = Clock::now() + options_.timeout;
+  sent_.assign(static_cast<size_t>(world()), 0);
+  received_from_.assign(static_cast<size_t>(world()), 0);
   return Status::ok_status();
 }
 
@@ -141,26 +144,67 @@ Status Collectives::end(const char* op, const char* algorithm, uint64_t tag, Sta
 }
 
 Status Collectives::send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag) {
-  for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
-    RILL_RETURN_IF_ERROR(transport_.send(to, tag, {}, bytes.subspan(offset, std::min(chunk, bytes.size() - offset)),
-                                         &tracker_));
-  }
+  for (size_t offset = 0; offset < bytes.size(); offset += chunk)
+    RILL_RETURN_IF_ERROR(send_chunk(to, bytes.subspan(offset, std::min(chunk, bytes.size() - offset)), tag));
   return Status::ok_status();
+}
+
+namespace {
+
+struct ChunkHeader {
+  uint32_t index;   // among this op's messages from the sender to the receiver
+  uint32_t length;  // bytes that follow (low 32 bits)
+  uint64_t checksum;  // XXH3-64 of them
+};
+static_assert(sizeof(ChunkHeader) == 16);
+
+}  // namespace
+
+Status Collectives::send_chunk(int to, std::span<const std::byte> bytes, uint64_t tag) {
+  const ChunkHeader header{sent_[static_cast<size_t>(to)]++, static_cast<uint32_t>(bytes.size()),
+                           XXH3_64bits(bytes.data(), bytes.size())};
+  return transport_.send(to, tag, std::as_bytes(std::span<const ChunkHeader>(&header, 1)), bytes, &tracker_);
 }
 
 StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint64_t tag) {
   received_.reset();
   RILL_RETURN_IF_ERROR(transport_.recv_message(from, tag, deadline_, &received_));
   const MessageView& view = received_.view();
-  if (view.size() != bytes) {
-    return data_loss("message from rank {} with {} has {} bytes, expected {}", from, describe_tag(tag), view.size(),
-                     bytes);
+  constexpr size_t kHeader = sizeof(ChunkHeader);
+  if (view.first.size() < kHeader) {
+    return data_loss("message from rank {} with {} has {} bytes, shorter than the {}-byte header of a collective's",
+                     from, describe_tag(tag), view.size(), kHeader);
   }
-  if (view.second.empty()) return view.first.data();
-  if (view.first.empty()) return view.second.data();
-  joined_.resize(bytes);
-  view.copy_to(joined_.data());
-  return static_cast<const std::byte*>(joined_.data());
+  if (view.size() != kHeader + bytes) {
+    return data_loss("message from rank {} with {} has {} bytes, expected {}", from, describe_tag(tag),
+                     view.size() - kHeader, bytes);
+  }
+  ChunkHeader header;
+  std::memcpy(&header, view.first.data(), kHeader);
+  const std::byte* data = nullptr;
+  if (view.second.empty()) {
+    data = view.first.data() + kHeader;
+  } else if (view.first.size() == kHeader) {
+    data = view.second.data();
+  } else {
+    joined_.resize(bytes);
+    const size_t head = view.first.size() - kHeader;
+    std::memcpy(joined_.data(), view.first.data() + kHeader, head);
+    std::memcpy(joined_.data() + head, view.second.data(), view.second.size());
+    data = joined_.data();
+  }
+  uint32_t& due = received_from_[static_cast<size_t>(from)];
+  if (header.index != due) {
+    return data_loss("the link from rank {} to rank {} ({}): message {} came where {} was due ({})", from, rank(),
+                     describe_tag(tag), header.index, due,
+                     header.index > due ? "a message was lost" : "a message came twice or out of order");
+  }
+  ++due;
+  if (header.length != static_cast<uint32_t>(bytes) || XXH3_64bits(data, bytes) != header.checksum) {
+    return data_loss("the link from rank {} to rank {} ({}): message {} arrived corrupted", from, rank(),
+                     describe_tag(tag), header.index);
+  }
+  return data;
 }
 
 // ---- all_reduce and reduce_scatter: the ring ------------------------------
@@ -195,7 +239,7 @@ Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float
     mine = own_;
   }
   for (int k = 1; k < n; ++k) {
-    RILL_RETURN_IF_ERROR(transport_.send(peer(k), tag, {}, bytes_of(mine.data(), count), &tracker_));
+    RILL_RETURN_IF_ERROR(send_chunk(peer(k), bytes_of(mine.data(), count), tag));
   }
   for (int q = 0; q < n; ++q) {
     const std::byte* data = reinterpret_cast<const std::byte*>(mine.data());
@@ -235,7 +279,7 @@ Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> 
         std::memcpy(out.data() + at, data, len * sizeof(float));
       }
       received_.reset();
-      if (s + 1 < steps) RILL_RETURN_IF_ERROR(transport_.send(right, tag, {}, bytes_of(out.data() + at, len), &tracker_));
+      if (s + 1 < steps) RILL_RETURN_IF_ERROR(send_chunk(right, bytes_of(out.data() + at, len), tag));
     }
   }
   return Status::ok_status();
@@ -290,7 +334,7 @@ Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<flo
       RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
       combine_into(op, destination, in.data() + at, data, len);
       received_.reset();
-      if (!last) RILL_RETURN_IF_ERROR(transport_.send(right, tag, {}, bytes_of(destination, len), &tracker_));
+      if (!last) RILL_RETURN_IF_ERROR(send_chunk(right, bytes_of(destination, len), tag));
     }
   }
   return Status::ok_status();
@@ -331,7 +375,7 @@ Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out
     RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(float), tag));
     combine_into(op, destination + at, in.data() + at, data, len);
     received_.reset();
-    if (r != root) RILL_RETURN_IF_ERROR(transport_.send(peer(1), tag, {}, bytes_of(destination + at, len), &tracker_));
+    if (r != root) RILL_RETURN_IF_ERROR(send_chunk(peer(1), bytes_of(destination + at, len), tag));
   }
   return Status::ok_status();
 }

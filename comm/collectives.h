@@ -124,6 +124,11 @@ class Collectives {
   Status begin(uint64_t tag);
   Status end(const char* op, const char* algorithm, uint64_t tag, Status status);
   Status send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag);
+  // Every message of a collective: a ChunkHeader (its number among this
+  // op's messages to that rank, its length, the XXH3-64 of its bytes), then
+  // the bytes. A message that comes out of turn (lost, repeated, swapped) or
+  // corrupted is a data-loss error naming the link, never data.
+  Status send_chunk(int to, std::span<const std::byte> bytes, uint64_t tag);
   // Receives the next message from `from`, which must hold `bytes` bytes;
   // the returned bytes live until the next call (possibly unaligned).
   StatusOr<const std::byte*> recv_chunk(int from, size_t bytes, uint64_t tag);
@@ -153,6 +158,8 @@ class Collectives {
   std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;
+  std::vector<uint32_t> sent_;      // per rank: messages sent to it in this op
+  std::vector<uint32_t> received_from_;  // per rank: messages received from it in this op
   bool failed_ = false;
   const char* last_op_ = "";
   const char* last_algorithm_ = "";

@@ -461,10 +461,50 @@ TEST_CASE("size mismatches are invalid arguments and leave the object usable") {
   CHECK(c.send(0, bytes(a), 1).code() == Code::kInvalidArgument);
   std::vector<float> small(2);
   std::vector<float> sent = {1.0f, 2.0f, 3.0f};
-  REQUIRE(transports[1]->send(0, 2, {}, bytes(sent)).ok());
+  Collectives c1(*transports[1]);
+  REQUIRE(c1.send(0, bytes(sent), 2).ok());
   Status status = c.recv(1, writable(small), 2);
   CHECK(status.code() == Code::kDataLoss);
   CHECK(status.message().find("has 12 bytes, expected 8") != std::string::npos);
+  // Bytes that are no collective's message at all (a fresh object: the
+  // data loss above ends this one).
+  REQUIRE(transports[1]->send(0, 3, {}, bytes(sent)).ok());
+  Collectives fresh(*transports[0]);
+  status = fresh.recv(1, writable(small), 3);
+  CHECK(status.code() == Code::kDataLoss);
+  CHECK(status.message().find("shorter than the 16-byte header") != std::string::npos);
+}
+
+// Every message of a collective is numbered within its op and carries the
+// checksum of its bytes: rank 1's second message to rank 2 in a ring
+// all-reduce (chunks of 4 KiB, so several messages per step) lost,
+// repeated, swapped with the next or corrupted is an error naming the link
+// on the rank that receives it, never a wrong sum.
+TEST_CASE("a lost, repeated, swapped or corrupted collective message is an error naming the link") {
+  using Fault = FaultyTransport::Fault;
+  for (Fault fault : {Fault::kDrop, Fault::kDuplicate, Fault::kSwap, Fault::kCorrupt}) {
+    CAPTURE(static_cast<int>(fault));
+    const int world = 3;
+    auto inner = make_inproc_transports(world);
+    FaultyTransport rank1(std::move(inner[1]));
+    auto count = std::make_shared<std::atomic<int>>(0);
+    rank1.set_fault(fault, [count](int to, uint64_t, auto, auto) { return to == 2 && ++*count == 2; });
+    Transport* transports[3] = {inner[0].get(), &rank1, inner[2].get()};
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      Collectives c(*transports[rank], CollectiveOptions{4096, std::chrono::milliseconds(2000), 0});
+      std::vector<float> data(12000, static_cast<float>(rank + 1));
+      Status s = c.all_reduce(data, data, 9);
+      if (s.ok())
+        for (float v : data)
+          if (v != 6.0f) return internal_error("a wrong sum: {}", v);
+      return s;
+    });
+    INFO(statuses[2].to_string());
+    CHECK(statuses[2].code() == Code::kDataLoss);
+    CHECK(statuses[2].message().find("the link from rank 1 to rank 2") != std::string::npos);
+    CHECK(statuses[2].message().find(fault == Fault::kCorrupt ? "arrived corrupted" : "was due") != std::string::npos);
+    for (const Status& s : statuses) CHECK(s.code() != Code::kInternal);  // never a wrong result
+  }
 }
 
 // Each reduce op against a reference combined here. Inputs are small
