@@ -1,5 +1,10 @@
 #include "runtime/cluster/checkpoint_collector.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "compiler/compiler.h"
 #include "runtime/node/plan_reader.h"
 
@@ -27,6 +32,9 @@ CheckpointCollector::~CheckpointCollector() {
 
 void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   std::unique_lock<std::mutex> lock(mu_);
+  // A replicated piece comes from every node that holds it; the first copy
+  // of each completes the step, later ones are the same values.
+  if (handed_over_.count(steps_done) != 0) return;
   Pieces& pieces = pending_[steps_done];
   PieceKey key{piece.name, piece.offset};
   pieces[key] = std::move(piece);
@@ -34,6 +42,7 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   cv_.wait(lock, [this] { return complete_.size() < kMaxWaiting || stopping_; });
   complete_.emplace_back(steps_done, std::move(pieces));
   pending_.erase(steps_done);
+  handed_over_.insert(steps_done);
   cv_.notify_all();
 }
 
@@ -83,6 +92,18 @@ Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) con
 Status CheckpointCollector::finish() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return complete_.empty() && !writing_; });
+  // Every node sends its snapshots before it reports the end of the run: a
+  // step still missing pieces now lost them on the way.
+  if (status_.ok() && !pending_.empty()) {
+    const auto& [step, pieces] = *pending_.begin();
+    std::vector<std::string> missing;
+    for (const PieceKey& key : expected_)
+      if (pieces.count(key) == 0) missing.push_back(fmt::format("{} at [{}]", key.first, fmt::join(key.second, ", ")));
+    status_ = data_loss("the checkpoint after step {} was not written: {} of its {} pieces never arrived ({}{})", step,
+                        missing.size(), expected_.size(),
+                        fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 4), "; "),
+                        missing.size() > 4 ? "; ..." : "");
+  }
   return status_;
 }
 

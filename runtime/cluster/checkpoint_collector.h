@@ -46,7 +46,9 @@ class CheckpointCollector {
   CheckpointCollector& operator=(const CheckpointCollector&) = delete;
 
   void add(int64_t steps_done, VariablePiece piece);
-  // Waits until every step handed over is written; the first failed write, or ok.
+  // Waits until every step handed over is written; the first failed write,
+  // or a step whose pieces did not all arrive (call it once every node has
+  // ended: they send their snapshots first), or ok.
   Status finish();
   // The first failed write so far, or ok.
   Status status() const;
@@ -66,6 +68,7 @@ class CheckpointCollector {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<int64_t, Pieces> pending_;                // GUARDED_BY(mu_): steps still missing pieces
+  std::set<int64_t> handed_over_;                    // GUARDED_BY(mu_): steps complete (given to the writer)
   std::deque<std::pair<int64_t, Pieces>> complete_;  // GUARDED_BY(mu_): handed to the writer
   bool writing_ = false;                             // GUARDED_BY(mu_)
   bool stopping_ = false;                            // GUARDED_BY(mu_)

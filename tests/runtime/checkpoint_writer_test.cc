@@ -83,6 +83,24 @@ TEST_CASE("the collector writes a complete step on its own thread: add() returns
   }
 }
 
+TEST_CASE("a checkpoint whose pieces did not all arrive is an error at the end, naming what is missing") {
+  int writes = 0;
+  CheckpointCollector collector(two_piece_job(), kPieces, [&](const Checkpoint&) {
+    ++writes;
+    return Status();
+  });
+  collector.add(10, piece(0, 1.0f));
+  collector.add(10, piece(2, 1.0f));
+  collector.add(10, piece(2, 1.0f));  // a replica of a piece, from another node: the step is written already
+  collector.add(20, piece(2, 2.0f));  // rows 0-1 of step 20's never come (a lost control message)
+  Status s = collector.finish();
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("the checkpoint after step 20 was not written: 1 of its 2 pieces never arrived (w at [0, 0])") !=
+        std::string::npos);
+  CHECK(writes == 1);
+  CHECK(collector.written() == 1);
+}
+
 TEST_CASE("a failed checkpoint write is reported by finish(), naming it") {
   CheckpointCollector collector(two_piece_job(), kPieces, [](const Checkpoint& c) {
     return c.step == 2 ? Status(Code::kUnavailable, "disk full at step 2") : Status();
