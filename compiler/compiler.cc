@@ -70,8 +70,6 @@ StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& clu
   g.async_pserver = g.sum_moved_partials && !given.distributed->sync_mode && mode == Mode::kTrain;
   if (g.async_pserver && given.distributed->enable_dc_asgd) g.dc_asgd_lambda = kDcAsgdLambda;
   if (g.sum_moved_partials) {
-    RILL_ASSIGN_OR_RETURN(const PserverLayout layout, pserver_layout(given, cluster));
-    g.pserver_nodes = layout.pservers;
     g.rpc_send_threads = static_cast<int>(given.distributed->rpc_send_thread_num);
     g.rpc_get_threads = static_cast<int>(given.distributed->rpc_get_thread_num);
     g.rpc_prefetch_threads = static_cast<int>(given.distributed->rpc_prefetch_thread_num);

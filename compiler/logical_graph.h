@@ -135,11 +135,10 @@ struct LogicalGraph {
   // trainer by trainer (lanes, compiler/pserver.h); DC-ASGD's lambda (0: off).
   bool async_pserver = false;
   float dc_asgd_lambda = 0;
-  // Parameter servers: the pserver nodes, and how many threads of its own
-  // each gives to the trainers' gradient sends, their gets of the updated
-  // blocks and lookup-table prefetches (distributed.rpc_*_thread_num;
-  // compiler/physical.cc).
-  std::vector<int> pserver_nodes;
+  // Parameter servers: how many threads of its own each pserver (a node
+  // holding variable blocks) gives to the trainers' gradient sends, their
+  // gets of the updated blocks and lookup-table prefetches
+  // (distributed.rpc_*_thread_num; compiler/physical.cc).
   int rpc_send_threads = 1, rpc_get_threads = 1, rpc_prefetch_threads = 1;
   bool shuffle = true;    // sources shuffle each epoch (never in eval plans)
   uint64_t seed = 0;      // the shuffle's seed

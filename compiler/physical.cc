@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "compiler/optimizer.h"
@@ -22,6 +23,9 @@ class Expander {
  public:
   Expander(const LogicalGraph& g, size_t bucket_bytes, int node) : g_(g), bucket_bytes_(bucket_bytes) {
     out_.node = node;
+    for (const VariableNode& v : g_.variables)  // the pservers: the nodes holding blocks
+      if (v.variable.block_of)
+        for (int n : at(v.placement).nodes) pserver_nodes_.insert(n);
   }
 
   StatusOr<TaskGraph> run() {
@@ -97,9 +101,7 @@ class Expander {
   // tasks are made, which every node's compile follows. Elsewhere, and on
   // GPUs (whose tasks keep their stream), the device's own thread.
   Thread thread_of(const graph::Placement& p, int node, int device, Rpc rpc) {
-    const auto& pservers = g_.pserver_nodes;
-    if (rpc == Rpc::kNone || p.type != DeviceType::kCpu ||
-        std::find(pservers.begin(), pservers.end(), node) == pservers.end())
+    if (rpc == Rpc::kNone || p.type != DeviceType::kCpu || pserver_nodes_.count(node) == 0)
       return {p.type, static_cast<uint32_t>(device)};
     const int sends = g_.rpc_send_threads, gets = g_.rpc_get_threads, prefetches = g_.rpc_prefetch_threads;
     const int first = static_cast<int>(kCommThreads) + 1 + (rpc == Rpc::kSend ? 0 : rpc == Rpc::kGet ? sends : sends + gets);
@@ -805,6 +807,7 @@ class Expander {
   std::map<std::string, std::vector<int64_t>> model_lanes_;
   // A move of an async block's gradient: no task; the pieces of each lane.
   std::map<int, std::vector<int>> lane_inputs_;
+  std::set<int> pserver_nodes_;                    // nodes holding variable blocks
   std::map<std::pair<int, Rpc>, int> rpc_dealt_;  // (pserver node, service) -> tasks dealt to its threads
   std::vector<std::vector<int>> op_tasks_;
   struct ChainUnit {  // a boxing unit across nodes, in order

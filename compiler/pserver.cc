@@ -166,8 +166,9 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
   graph::Job out = job;
   out.variables.clear();
   std::vector<graph::Op> concats;
-  std::map<size_t, std::vector<graph::Op>> lookups;  // a distributed lookup's op -> its ops per block
-  std::map<size_t, std::vector<graph::Op>> masks;    // -> the trainers' masks of each block's rows
+  // A distributed lookup's op -> per block, its lookup on the block's
+  // pserver and the trainers' mask of that block's rows.
+  std::map<size_t, std::vector<std::pair<graph::Op, graph::Op>>> lookups;
   for (const graph::Variable& v : job.variables) {
     if (!v.trainable) {
       out.variables.push_back(v);
@@ -218,8 +219,7 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
           mask.attrs.set("rows", b->rows);
           mask.attrs.set("total_rows", v.shape[0]);
           mask.placement = trainers;
-          masks[i].push_back(std::move(mask));
-          lookups[i].push_back(std::move(part));
+          lookups[i].emplace_back(std::move(part), std::move(mask));
         }
       }
       continue;
@@ -251,8 +251,8 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
     // The blocks' lookups, the trainers' masks of them, then their sum on
     // the trainers under the op's name.
     std::vector<std::string> names;
-    for (graph::Op& part : parts->second) out.ops.push_back(std::move(part));
-    for (graph::Op& mask : masks.at(i)) {
+    for (auto& [part, mask] : parts->second) out.ops.push_back(std::move(part));
+    for (auto& [part, mask] : parts->second) {
       names.push_back(mask.name);
       out.ops.push_back(std::move(mask));
     }

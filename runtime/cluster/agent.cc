@@ -274,8 +274,11 @@ std::string Agent::status_json() {
 void Agent::track_pace() {
   if (!job_running_) {
     pace_.clear();
-    slow_warned_.assign(world_, false);
     return;
+  }
+  if (warned_job_ != running_id_) {  // jobs may follow each other between two calls
+    warned_job_ = running_id_;
+    slow_warned_.assign(world_, false);
   }
   {
     std::lock_guard<std::mutex> lock(phase_mu_);

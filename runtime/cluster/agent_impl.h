@@ -131,7 +131,8 @@ class Agent {
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> unreachable_warned_;  // loop thread only
   PaceTracker pace_{1};                   // loop thread only: the running job's pace per node
-  std::vector<bool> slow_warned_;         // loop thread only: for the running job
+  std::vector<bool> slow_warned_;         // loop thread only: for job warned_job_
+  int64_t warned_job_ = -1;               // loop thread only
   void track_pace();
   std::deque<QueuedJob> queue_;
   int64_t next_job_id_ = 1;

@@ -107,11 +107,6 @@ Status CheckpointCollector::finish() {
   return status_;
 }
 
-Status CheckpointCollector::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
-}
-
 int64_t CheckpointCollector::written() const {
   std::lock_guard<std::mutex> lock(mu_);
   return written_;

@@ -50,8 +50,6 @@ class CheckpointCollector {
   // or a step whose pieces did not all arrive (call it once every node has
   // ended: they send their snapshots first), or ok.
   Status finish();
-  // The first failed write so far, or ok.
-  Status status() const;
   int64_t written() const;
 
  private:

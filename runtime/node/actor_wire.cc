@@ -89,13 +89,6 @@ void append_kept_rows(std::span<const std::byte> slot, int64_t rows, const std::
     }
 }
 
-bool append_zero_rows(std::span<const std::byte> slot, int64_t rows, std::vector<std::byte>* out) {
-  thread_local std::vector<uint8_t> kept;
-  if (!mark_zero_rows(slot, rows, &kept)) return false;
-  append_kept_rows(slot, rows, kept, out);
-  return true;
-}
-
 int64_t zero_row_rows(std::span<const int64_t> shape) {
   if (shape.size() < 2) return 0;
   int64_t rows = 1;

@@ -11,15 +11,14 @@
 
 namespace rill {
 
-// Writes `msg` as a size-prefixed ActorMessage into `out` (reused, so steady
-// state does not allocate once it has grown). `zero_rows`: the body that
-// follows is a zero-row encoding (below).
 // What a message carries besides the ActorMsg (actor_message.fbs).
 struct WireExtras {
   bool zero_rows = false;  // the body that follows is a zero-row encoding (below)
   uint64_t seq = 0;        // its number on its link (from 1)
   uint64_t checksum = 0;   // XXH3-64 of the slot's bytes (a ready with a body)
 };
+// Writes `msg` as a size-prefixed ActorMessage into `out` (reused, so steady
+// state does not allocate once it has grown).
 void encode_actor_message(const ActorMsg& msg, std::vector<std::byte>* out, const WireExtras& extras = {});
 // Verifies and reads a message; `body` is what follows the header.
 Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, std::span<const std::byte>* body,
@@ -31,15 +30,12 @@ Status decode_actor_message(std::span<const std::byte> message, ActorMsg* msg, s
 // rows. Worth it where at least a quarter of the rows are zero and a row
 // is 16 bytes or more; a slot that is not stays one zero-copy body.
 //
-// Appends the encoding of `slot` to `out` and returns true where it is
-// worth it; otherwise leaves `out` as it was and returns false. `out`
-// reserves room for the whole slot, so that a later step with fewer zero
-// rows does not grow it.
-bool append_zero_rows(std::span<const std::byte> slot, int64_t rows, std::vector<std::byte>* out);
-// append_zero_rows in two steps, so that the rows go straight after a
-// header made once it is known whether they are left out: marks in `kept`
-// the rows that are not all zero bytes and returns whether leaving the
-// others out is worth it; then appends the bitmap and the rows it marks.
+// In two steps, so that the rows go straight after a header made once it
+// is known whether they are left out: mark_zero_rows marks in `kept` the
+// rows that are not all zero bytes and returns whether leaving the others
+// out is worth it; append_kept_rows then appends the bitmap and the rows it
+// marks to `out`, reserving room for the whole slot, so that a later step
+// with fewer zero rows does not grow it.
 bool mark_zero_rows(std::span<const std::byte> slot, int64_t rows, std::vector<uint8_t>* kept);
 void append_kept_rows(std::span<const std::byte> slot, int64_t rows, const std::vector<uint8_t>& kept,
                       std::vector<std::byte>* out);

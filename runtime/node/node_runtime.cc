@@ -86,7 +86,6 @@ class NodeRun : public NodeRuntime {
   const plan::Plan* plan_ = nullptr;
   std::unordered_map<int64_t, const plan::RegstDesc*> regst_by_id_;
   BoxingSetup boxing_;  // owns the boxings' collectives: declared before the actors using them
-  std::vector<std::byte> send_header_;
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
   std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;  // by device index; outlives what is below
   std::vector<DeviceBuffer> device_memory_;

@@ -59,6 +59,7 @@ class Worker {
   void drain_local(Outbox& outbox);    // same-thread messages, and those they lead to
   bool take_external(Outbox& outbox);  // other threads' messages; false if none came
   void mark_ready(Actor* actor);
+  void publish();  // adds the acts and acting time counted so far to the shared counters
 
   uint64_t thread_key_;
   int micro_batches_;
@@ -95,7 +96,6 @@ class Worker {
   std::vector<char> queued_;  // owner thread only: by actor index, whether in ready_
   int64_t unpublished_ = 0;   // owner thread only: acts not yet added to *progress_
   int64_t unpublished_ns_ = 0;  // owner thread only: acting time not yet added to *busy_ns_
-  void publish();
   std::atomic<bool> finished_{false};
   bool failed_ = false;
 };

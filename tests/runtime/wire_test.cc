@@ -119,6 +119,14 @@ std::vector<float> rows_slot(int rows, int width, const std::function<bool(int)>
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span<const float>(v)); }
 
+// Both steps of the encoding, as NodeRun::route takes them.
+bool append_zero_rows(std::span<const std::byte> slot, int64_t rows, std::vector<std::byte>* out) {
+  std::vector<uint8_t> kept;
+  if (!mark_zero_rows(slot, rows, &kept)) return false;
+  append_kept_rows(slot, rows, kept, out);
+  return true;
+}
+
 TEST_CASE("a slot with zero rows crosses as a bitmap and the other rows, and comes back the same") {
   CHECK(zero_row_rows(std::vector<int64_t>{256, 8, 16}) == 2048);  // a lookup's rows of its dim
   CHECK(zero_row_rows(std::vector<int64_t>{64, 10}) == 64);
