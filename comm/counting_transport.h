@@ -64,9 +64,13 @@ class CountingTransport final : public Transport {
     });
   }
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
+    inner_->cancel_tags(lo, hi, reason);
+  }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
   int64_t handler_bytes_copied() const override { return inner_->handler_bytes_copied(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
+  void revive(int rank) override { inner_->revive(rank); }
   void close() override { inner_->close(); }
 
  private:

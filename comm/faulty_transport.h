@@ -52,8 +52,12 @@ class FaultyTransport final : public Transport {
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void set_handler(uint64_t tag, Handler handler) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
+    inner_->cancel_tags(lo, hi, reason);
+  }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
+  void revive(int rank) override { inner_->revive(rank); }
   void close() override;
 
  private:

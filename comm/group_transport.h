@@ -37,9 +37,13 @@ class GroupTransport final : public Transport {
   }
   void set_handler(uint64_t, Handler) override {}
   void accept_tags(uint64_t, uint64_t) override {}
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override { inner_.cancel_tags(lo, hi, reason); }
   int64_t received_dropped() const override { return inner_.received_dropped(); }
   bool peer_lost(int rank) const override {
     return rank >= 0 && rank < world() && inner_.peer_lost(members_[static_cast<size_t>(rank)]);
+  }
+  void revive(int rank) override {
+    if (rank >= 0 && rank < world()) inner_.revive(members_[static_cast<size_t>(rank)]);
   }
   void close() override {}
 

@@ -70,6 +70,9 @@ class InprocTransport final : public Transport {
   }
 
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
+    mailbox_.cancel_tags(lo, hi, reason);
+  }
   int64_t received_dropped() const override { return mailbox_.dropped(); }
   bool peer_lost(int rank) const override {
     std::lock_guard lock(hub_->mu);

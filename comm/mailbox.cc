@@ -73,6 +73,10 @@ Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received
   if (!slot) slot = std::make_unique<Queue>();
   Queue* queue = slot.get();
   while (queue->messages.empty()) {
+    for (const Cancelled& c : cancelled_)
+      if (tag >= c.lo && tag < c.hi)
+        return Status(Code::kAborted,
+                      fmt::format("rank {}: recv from rank {} {}: {}", rank_, from, describe_tag(tag), c.reason));
     if (is_closed_) {
       return Status(Code::kUnavailable, fmt::format("rank {}: recv from rank {} {}: {}", rank_, from,
                                                     describe_tag(tag), closed_));
@@ -99,12 +103,38 @@ Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received
   return Status::ok_status();
 }
 
+void Mailbox::cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (cancelled_.size() == kKeptCancelled) cancelled_.erase(cancelled_.begin());
+  cancelled_.push_back(Cancelled{lo, hi, reason});
+  for (auto& [key, queue] : queues_)
+    if (key.tag >= lo && key.tag < hi) queue->ready.notify_all();
+}
+
 void Mailbox::mark_lost(int from, const std::string& reason) {
   std::lock_guard lock(mu_);
   if (!lost_[from].empty()) return;
   lost_[from] = reason;
   for (auto& [key, queue] : queues_) {
     if (key.from == from) queue->ready.notify_all();
+  }
+}
+
+void Mailbox::revive(int from) {
+  std::lock_guard lock(mu_);
+  lost_[from].clear();
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    if (it->first.from != from) {
+      ++it;
+      continue;
+    }
+    dropped_ += static_cast<int64_t>(it->second->messages.size());
+    if (it->second->waiters == 0) {
+      it = queues_.erase(it);
+      continue;
+    }
+    while (!it->second->messages.empty()) it->second->messages.pop_front();
+    ++it;
   }
 }
 

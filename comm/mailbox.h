@@ -29,6 +29,8 @@ class Mailbox {
   // outside it.
   void accept_tags(uint64_t lo, uint64_t hi);
   int64_t dropped() const;
+  // Pops waiting for a tag in [lo, hi), now or later, fail with kAborted.
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason);
   // Whether a message from `from` with `tag` is queued.
   bool has(int from, uint64_t tag) const;
   // Waits for the oldest message from `from` with `tag`. Messages queued
@@ -36,6 +38,9 @@ class Mailbox {
   Status pop(int from, uint64_t tag, Clock::time_point deadline, Received* out);
   // Later pops from `from` that find no message fail with kUnavailable.
   void mark_lost(int from, const std::string& reason);
+  // `from` is back (a restarted process): pops wait for it again, and what
+  // its lost predecessor sent is freed.
+  void revive(int from);
   // Every later pop that finds no message fails with kUnavailable.
   void close(const std::string& reason);
 
@@ -83,6 +88,12 @@ class Mailbox {
   std::string closed_;                                               // guarded by mu_
   bool is_closed_ = false;                                           // guarded by mu_
   uint64_t accept_lo_ = 0, accept_hi_ = UINT64_MAX;                  // guarded by mu_
+  struct Cancelled {
+    uint64_t lo, hi;
+    std::string reason;
+  };
+  static constexpr size_t kKeptCancelled = 16;  // runs are numbered upwards: old ranges are never asked for
+  std::vector<Cancelled> cancelled_;            // guarded by mu_, newest last
   int64_t dropped_ = 0;                                              // guarded by mu_
   Clock::time_point last_drop_log_{};                                // guarded by mu_
   int64_t dropped_at_last_log_ = 0;                                  // guarded by mu_

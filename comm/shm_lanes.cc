@@ -193,8 +193,9 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
 
 void ShmLanes::fall_back(int to, Lane& lane) {
   std::lock_guard queue_lock(lane.queue_mu);
-  spdlog::info("rank {}: the shared memory of rank {} ({}) is not visible here although its TCP connection is up; "
-               "sending to it over TCP",
+  spdlog::info("rank {}: the shared memory of rank {} ({}) cannot be opened here although its TCP connection is up "
+               "(another /dev/shm, or a restarted rank: the name goes once every rank has attached); sending to it "
+               "over TCP",
                rank_, to, names_[to]);
   for (const Outgoing& out : lane.queued) {
     Status sent = send_tcp_(to, out.tag, out.bytes, {});
@@ -410,6 +411,25 @@ void ShmLanes::flush(Clock::time_point deadline) {
            !closed_.load(std::memory_order_acquire))
       std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void ShmLanes::revive(int peer) {
+  Lane* lane = lanes_[peer].get();
+  if (lane == nullptr) return;
+  {
+    std::scoped_lock lock(lane->send_mu, lane->queue_mu);
+    lane->outbox.reset();
+    lane->queued.clear();
+    lane->has_queued.store(false, std::memory_order_release);
+    lane->tcp.store(false, std::memory_order_release);
+  }
+  {
+    std::lock_guard lock(lane->consume_mu);
+    lane->partial.reset();
+    lane->partial_handled = false;
+    lane->broken = false;
+  }
+  lane->gone.store(false, std::memory_order_release);
 }
 
 void ShmLanes::close() {

@@ -92,6 +92,10 @@ class ShmLanes {
   void set_eager(bool eager);
   // Delivers what `from` has written so far (before a loss is reported).
   void drain(int from);
+  // A local peer's process was restarted: its new inbox is opened at the
+  // next send, what was queued for the old one is dropped, and a message it
+  // left half-written in this rank's inbox is thrown away.
+  void revive(int peer);
   // Waits until nothing is queued for a peer's inbox (the lane thread writes
   // it out as room and inboxes appear), or `deadline`.
   void flush(Clock::time_point deadline);
@@ -116,7 +120,7 @@ class ShmLanes {
     std::unique_ptr<BytesHolder> partial;  // a message arriving in several records; guarded by consume_mu
     bool partial_handled = false;          // `partial` goes to a handler; guarded by consume_mu
     bool broken = false;                   // guarded by consume_mu
-    bool gone = false;                     // reported exited or closed; lane thread only
+    std::atomic<bool> gone{false};         // reported exited or closed
     // The peer's inbox is not visible from here: its messages go over TCP.
     // Set under send_mu and queue_mu, after the queue went out over TCP.
     std::atomic<bool> tcp{false};

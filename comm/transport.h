@@ -133,6 +133,10 @@ class Transport {
   // outside it are freed: a finished job's stragglers and a peer's garbage
   // cannot pile up. Default: every tag is accepted.
   virtual void accept_tags(uint64_t lo, uint64_t hi) = 0;
+  // Every recv waiting, or later waiting, for a tag in [lo, hi) fails with
+  // kAborted and `reason` (a run that was aborted: its receives end now, not
+  // at their deadlines).
+  virtual void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) = 0;
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
   // Bytes a transport copied to hand messages to handlers (a header moved
@@ -142,6 +146,13 @@ class Transport {
   // closed its transport): callers may act on it at once instead of waiting
   // for a heartbeat to time out.
   virtual bool peer_lost(int rank) const = 0;
+  // Forgets that `rank` was lost: its process has been restarted and listens
+  // on the same endpoint (an elastic restart). What the lost process sent and
+  // no recv took yet is freed; later sends go to the new process. Call it
+  // once the new process's transport has started, before any message is
+  // exchanged with it. A transport whose ranks cannot come back (in-process)
+  // keeps them lost.
+  virtual void revive(int /*rank*/) {}
 
   // Stops the receive thread, wakes every waiting recv with kUnavailable and
   // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at

@@ -104,10 +104,14 @@ class ZmqTransport final : public Transport {
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
+    mailbox_.cancel_tags(lo, hi, reason);
+  }
   bool peer_lost(int rank) const override {
     return rank >= 0 && rank < world() && rank != rank_ && peers_[rank] &&
            peers_[rank]->lost.load(std::memory_order_acquire);
   }
+  void revive(int rank) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
   int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
 
@@ -133,6 +137,7 @@ class ZmqTransport final : public Transport {
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};
+    std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
   };
 
   std::string where(int peer) const {
@@ -493,12 +498,27 @@ void ZmqTransport::report_losses() {
   auto now = Clock::now();
   for (int peer = 0; peer < world(); ++peer) {
     Peer& p = *peers_[peer];
+    if (p.revived.exchange(false, std::memory_order_acq_rel)) p.loss_pending = false;
     if (!p.loss_pending || now < p.lost_at) continue;
     drain_data();  // what the peer sent before it went away comes first
     if (lanes_ && lanes_->is_local(peer)) lanes_->drain(peer);
     p.loss_pending = false;
     mark_lost(peer, fmt::format("connection to {} was lost", where(peer)));
   }
+}
+
+// The PUSH socket reconnects by itself to the restarted process's endpoint;
+// the monitor sees that as CONNECTED. A disconnect of the old connection
+// reported before is forgotten here; one still to come is cleared by that
+// CONNECTED event within the grace.
+void ZmqTransport::revive(int peer) {
+  if (peer < 0 || peer >= world() || peer == rank_ || closed_.load(std::memory_order_acquire)) return;
+  Peer& p = *peers_[peer];
+  p.revived.store(true, std::memory_order_release);
+  if (lanes_ && lanes_->is_local(peer)) lanes_->revive(peer);
+  mailbox_.revive(peer);
+  if (p.lost.exchange(false, std::memory_order_acq_rel))
+    spdlog::info("rank {}: {} is back", rank_, where(peer));
 }
 
 void ZmqTransport::close() {

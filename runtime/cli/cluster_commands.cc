@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,17 +28,14 @@
 
 namespace rill {
 
-int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
-                  double join_timeout_s, double stall_timeout_s, const std::string& as_version) {
+int agent_command(const std::string& machines, int ctrl_port, AgentOptions options) {
   auto list = parse_machine_list(machines, ctrl_port);
   if (!list.ok()) return fail_command(list.status());
-  AgentOptions options;
   options.machines = *list;
-  options.rank = rank;
-  options.devices = devices;
-  options.join_timeout_s = join_timeout_s;
-  options.stall_timeout_s = stall_timeout_s;
-  options.version = as_version;
+  if (options.heartbeat_s <= 0 || options.dead_after_s <= options.heartbeat_s)
+    return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
+                                         "positive",
+                                         options.dead_after_s, options.heartbeat_s));
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
   Status status = run_agent(options);
   if (!status.ok()) return fail_command(status);
@@ -44,17 +43,12 @@ int agent_command(const std::string& machines, int rank, int ctrl_port, const st
 }
 
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides,
-                   const std::string& resume) {
+                   bool follow, const SubmitOptions& submit) {
   auto text = read_text_file(job_path);
   if (!text.ok()) return fail_command(text.status());
   auto client = Client::connect(master);
   if (!client.ok()) return fail_command(client.status());
-  SubmitOptions options;
-  options.devices = devices;
-  options.steps = steps;
-  options.overrides = overrides;
-  options.resume = resume;
+  SubmitOptions options = submit;
   if (follow) options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
   auto result = (*client)->submit_text(*text, job_path, options);
   if (!result.ok()) return fail_command(result.status());
@@ -112,12 +106,14 @@ int run_local_cluster(const ClusterRunArgs& args) {
   std::filesystem::create_directories(logdir, ec);
   std::string machines;
   for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
+  auto start_agent = [&](int r, bool again) {
+    return spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r), "--devices",
+                          devices, "--join-timeout", fmt::format("{}", args.join_timeout_s), "--stall-timeout",
+                          fmt::format("{}", args.stall_timeout_s)},
+                         {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
+  };
   std::vector<pid_t> agents;
-  for (int r = 0; r < args.nodes; ++r)
-    agents.push_back(spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r),
-                                    "--devices", devices, "--join-timeout", fmt::format("{}", args.join_timeout_s),
-                                    "--stall-timeout", fmt::format("{}", args.stall_timeout_s)},
-                                   {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r)));
+  for (int r = 0; r < args.nodes; ++r) agents.push_back(start_agent(r, false));
   int code = 0;
   std::string master = fmt::format("127.0.0.1:{}", args.ctrl_port);
   // Wait for the cluster to form; an agent that exits first (a port in use,
@@ -161,7 +157,36 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.steps = args.steps;
     options.overrides = args.overrides;
     options.resume = args.resume;
+    options.max_restarts = args.max_restarts;
+    // While the job runs, a non-master agent that dies is started again with
+    // the same rank (its log goes on in the same file); the master takes it
+    // back and resumes the job.
+    std::mutex agents_mu;
+    std::atomic<bool> running{true};
+    std::thread supervisor;
+    if (args.max_restarts > 0)
+      supervisor = std::thread([&] {
+        int left = args.max_restarts;
+        while (running.load()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          std::lock_guard<std::mutex> lock(agents_mu);
+          for (int r = 1; r < args.nodes; ++r) {
+            int status = 0;
+            if (agents[r] <= 0 || waitpid(agents[r], &status, WNOHANG) != agents[r]) continue;
+            agents[r] = -1;
+            if (!failed_exit(status) || left == 0) continue;
+            --left;
+            fmt::print(stderr, "rill: the agent of node {} {}; starting it again ({} restart(s) left)\n", r,
+                       WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
+                                           : fmt::format("exited with code {}", WEXITSTATUS(status)),
+                       left);
+            agents[r] = start_agent(r, true);
+          }
+        }
+      });
     auto result = (*client)->submit_text(*text, args.job_path, options);
+    running = false;
+    if (supervisor.joinable()) supervisor.join();
     if (!result.ok()) {
       code = fail_command(result.status());
     } else {

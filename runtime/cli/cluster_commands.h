@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/client.h"
 #include "runtime/cluster/env.h"
 
 namespace rill {
@@ -22,13 +24,15 @@ struct ClusterRunArgs {
   std::string logdir;   // agents' logs; empty: a fresh folder under /tmp
   double join_timeout_s = 30.0;
   double stall_timeout_s = 60.0;
+  // A non-master agent that dies is started again, and the job resumes
+  // from its newest checkpoint, up to this many times.
+  int max_restarts = 0;
 };
 
-int agent_command(const std::string& machines, int rank, int ctrl_port, const std::string& devices,
-                  double join_timeout_s, double stall_timeout_s, const std::string& as_version = "");
+// `options.machines` is filled from `machines` (entries without a port get `ctrl_port`).
+int agent_command(const std::string& machines, int ctrl_port, AgentOptions options);
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const std::string& devices, int64_t steps, const std::vector<std::string>& overrides,
-                   const std::string& resume);
+                   bool follow, const SubmitOptions& options);
 int status_command(const std::string& master);
 int run_local_cluster(const ClusterRunArgs& args);
 
@@ -41,6 +45,9 @@ struct LaunchArgs {
   std::string machines;  // every node's address; default: Slurm's list, or one node
   std::string target;    // a job file (.json) or a program
   std::vector<std::string> program_args;
+  // This node's agent is started again when it dies, up to this many times;
+  // node 0 submits its job file with as many restarts.
+  int max_restarts = 0;
 };
 int launch_command(const LaunchArgs& args);
 

@@ -31,11 +31,11 @@ Status write_text_file(const std::string& path, const std::string& text) {
 }
 
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
-                    const std::string& log) {
+                    const std::string& log, bool append) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
-  if (!log.empty() && std::freopen(log.c_str(), "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
+  if (!log.empty() && std::freopen(log.c_str(), append ? "a" : "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -49,5 +49,7 @@ int wait_process(pid_t pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
+
+bool failed_exit(int wait_status) { return !WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0; }
 
 }  // namespace rill

@@ -21,10 +21,13 @@ StatusOr<std::string> read_text_file(const std::string& path);
 Status write_text_file(const std::string& path, const std::string& text);
 
 // Starts argv[0] (searched on PATH) with extra environment variables; its
-// output goes to `log` when not empty. "/proc/self/exe" starts this binary.
+// output goes to `log` when not empty (appended to with `append`).
+// "/proc/self/exe" starts this binary.
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
-                    const std::string& log = "");
+                    const std::string& log = "", bool append = false);
 // Waits for `pid`; its exit code, or 128 + signal.
 int wait_process(pid_t pid);
+// Whether a process's wait status is a failure: a non-zero exit or a signal.
+bool failed_exit(int wait_status);
 
 }  // namespace rill

@@ -47,10 +47,13 @@ int launch_command(const LaunchArgs& args) {
 
   // This node's agent: a cpu device per process slot.
   std::string devices = fmt::format("cpu:{}", config->nproc_per_node);
-  pid_t agent = spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank",
-                               std::to_string(config->node_rank), "--ctrl-port", std::to_string(config->master_port),
-                               "--devices", devices},
-                      {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1));
+  auto start_agent = [&](bool again) {
+    return spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank",
+                          std::to_string(config->node_rank), "--ctrl-port", std::to_string(config->master_port),
+                          "--devices", devices},
+                         {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1), again);
+  };
+  pid_t agent = start_agent(false);
   int code = 0;
   if (is_job) {
     // A job file: node 0 submits it and prints the master's progress.
@@ -59,6 +62,7 @@ int launch_command(const LaunchArgs& args) {
       if (!client.ok()) return fail_command(client.status());
       SubmitOptions options;
       options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
+      options.max_restarts = args.max_restarts;
       auto result = (*client)->submit_text(job_text, args.target, options);
       if (!result.ok()) code = fail_command(result.status());
       else if (!result->status.ok()) code = fail_command(result->status);
@@ -83,7 +87,16 @@ int launch_command(const LaunchArgs& args) {
       if (client.ok()) (void)(*client)->shutdown();
     }
   }
+  // A non-master agent that dies is started again with the same rank: the
+  // master takes it back (and resumes a job submitted with restarts). The
+  // master's own agent holds the cluster: when it goes, so does the cluster.
   int agent_code = wait_process(agent);
+  for (int left = args.max_restarts; agent_code != 0 && config->node_rank != 0 && left > 0; --left) {
+    spdlog::warn("launch: the agent of node {} ended with {}; starting it again ({} restart(s) left)",
+                 config->node_rank, agent_code, left - 1);
+    agent = start_agent(true);
+    agent_code = wait_process(agent);
+  }
   return code != 0 ? code : agent_code;
 }
 

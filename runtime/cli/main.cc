@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   bool follow = false;
   std::string resume;
+  int max_restarts = 0;
 
   CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine (--nodes N: on N local agents)");
   run->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 254));
   run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
   run->add_option("--logdir", logdir, "Where the non-master agents write their logs");
+  run->add_option("--max-restarts", max_restarts,
+                  "With --nodes: an agent that dies is started again and the job resumes from its newest checkpoint, "
+                  "up to this many times")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* agent = app.add_subcommand("agent", "Run this node's agent (node 0 is the master)");
   agent->add_option("--machines", machines, "Machine list: addr[:port],... or a file with one per line")->required();
@@ -73,6 +78,11 @@ int main(int argc, char** argv) {
   agent->add_option("--devices", agent_devices, "This node's devices, e.g. cpu:2")->capture_default_str();
   agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form");
   agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds");
+  rill::AgentOptions agent_options;
+  agent->add_option("--heartbeat", agent_options.heartbeat_s, "Seconds between heartbeats")->capture_default_str();
+  agent->add_option("--dead-after", agent_options.dead_after_s,
+                    "The master declares a node lost after this many seconds without a heartbeat")
+      ->capture_default_str();
   std::string as_version, agent_log;
   agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
   agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
@@ -86,6 +96,10 @@ int main(int argc, char** argv) {
   submit->add_option("--steps", steps, "Run this many steps instead of the job's");
   submit->add_option("--set", overrides, "Override a job field");
   submit->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest'");
+  submit->add_option("--max-restarts", max_restarts,
+                     "When a node is lost, run the job again from its newest checkpoint once the node's agent is back, "
+                     "up to this many times")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
   status->add_option("--master", master, "The master's address[:port]")->required();
@@ -118,6 +132,10 @@ int main(int argc, char** argv) {
   launch->add_option("--machines", launch_args.machines, "Every node's address, addr[:port],...");
   launch->add_option("--logdir", launch_logdir, "Folder for the processes' logs");
   launch->add_flag("--redirect_stdout_and_stderr", redirect, "Write each process's output to a file in --logdir");
+  launch->add_option("--max_restarts,--max-restarts", launch_args.max_restarts,
+                     "Start this node's agent again when it dies; node 0 resumes the job from its newest checkpoint, "
+                     "up to this many times")
+      ->check(CLI::NonNegativeNumber);
   launch->add_option("target", launch_args.target, "A job file (.json) or a program")->required();
   launch->add_option("args", launch_args.program_args, "The program's arguments");
   launch->prefix_command();
@@ -142,10 +160,26 @@ int main(int argc, char** argv) {
       return rill::fail_command(rill::invalid_argument("cannot write the log file '{}'", agent_log));
     dup2(fileno(stdout), fileno(stderr));
   }
-  if (agent->parsed())
-    return rill::agent_command(machines, rank, ctrl_port, agent_devices, join_timeout, stall_timeout, as_version);
-  if (submit->parsed())
-    return rill::submit_command(job_path, master, result_path, follow, devices, steps, overrides, resume);
+  if (agent->parsed()) {
+    agent_options.rank = rank;
+    agent_options.devices = agent_devices;
+    agent_options.join_timeout_s = join_timeout;
+    agent_options.stall_timeout_s = stall_timeout;
+    agent_options.version = as_version;
+    return rill::agent_command(machines, ctrl_port, agent_options);
+  }
+  if (submit->parsed()) {
+    rill::SubmitOptions options;
+    options.devices = devices;
+    options.steps = steps;
+    options.overrides = overrides;
+    options.resume = resume;
+    options.max_restarts = max_restarts;
+    return rill::submit_command(job_path, master, result_path, follow, options);
+  }
+  if (run->parsed() && nodes == 1 && max_restarts > 0)
+    return rill::fail_command(rill::invalid_argument(
+        "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)"));
   if (status->parsed()) return rill::status_command(master);
   if (run->parsed() && nodes > 1) {
     if (!trace_path.empty())
@@ -161,6 +195,7 @@ int main(int argc, char** argv) {
     args.result_path = result_path;
     args.logdir = logdir;
     args.stall_timeout_s = stall_timeout;
+    args.max_restarts = max_restarts;
     return rill::run_local_cluster(args);
   }
 

@@ -81,6 +81,7 @@ Status Agent::start() {
   last_seen_.assign(world_, Clock::now());
   lost_.assign(world_, false);
   unreachable_warned_.assign(world_, false);
+  told_to_go_.assign(world_, false);
   pace_ = PaceTracker(world_);
   slow_warned_.assign(world_, false);
   return {};
@@ -123,6 +124,21 @@ void Agent::flush() {
     if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
     else if (!o.identity.empty()) send_router(o.identity, o.bytes);
   }
+}
+
+// Why the master refuses a joining node ("" = it may join).
+std::string Agent::join_error(const ctl::Join& j) const {
+  std::string who = j.rank >= 0 && j.rank < world_ ? node_name(options_.machines, j.rank)
+                                                   : fmt::format("a node claiming rank {}", j.rank);
+  if (j.rank <= 0 || j.rank >= world_) return fmt::format("{} is outside the machine list ({} nodes)", who, world_);
+  if (j.version != ctl::kRillVersion || j.schema_hash != ctl::schema_hash())
+    return fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
+                       "same version on every node",
+                       who, j.version, j.schema_hash, ctl::kRillVersion, ctl::schema_hash());
+  if (j.devices != options_.devices)
+    return fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who, j.devices,
+                       options_.devices);
+  return {};
 }
 
 // Forms the cluster: the master waits for every listed node; the others wait
@@ -190,20 +206,10 @@ Status Agent::join() {
       early_.emplace_back(identity, frames[1].to_string());
       continue;
     }
-    std::string who = j->rank >= 0 && j->rank < world_ ? node_name(options_.machines, j->rank)
-                                                       : fmt::format("a node claiming rank {}", j->rank);
-    std::string error;
-    if (j->rank <= 0 || j->rank >= world_)
-      error = fmt::format("{} is outside the machine list ({} nodes)", who, world_);
-    else if (!identity_of_node_[j->rank].empty())
-      error = fmt::format("{} joined twice (two agents started with rank {}?)", who, j->rank);
-    else if (j->version != ctl::kRillVersion || j->schema_hash != ctl::schema_hash())
-      error = fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
-                          "same version on every node",
-                          who, j->version, j->schema_hash, ctl::kRillVersion, ctl::schema_hash());
-    else if (j->devices != options_.devices)
-      error = fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who,
-                          j->devices, options_.devices);
+    std::string error = join_error(*j);
+    if (error.empty() && !identity_of_node_[j->rank].empty())
+      error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
+                          j->rank);
     if (!error.empty()) {
       send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
       failure = error;
@@ -335,6 +341,7 @@ void Agent::check_liveness() {
       if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
       phase_cv_.notify_all();
     }
+    admit_rejoins();
   } else if (transport_->peer_lost(0) || seconds_since(master_seen_) >= options_.dead_after_s) {
     std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
                                                : fmt::format("no heartbeat for {:.0f} s", options_.dead_after_s);
@@ -344,6 +351,43 @@ void Agent::check_liveness() {
     std::lock_guard<std::mutex> lock(run_mu_);
     if (running_) running_->abort(fatal_);
     shutdown_ = true;
+  }
+}
+
+void Agent::admit_rejoins() {
+  for (auto it = rejoins_.begin(); it != rejoins_.end();) {
+    const int rank = it->first;
+    const std::string name = node_name(options_.machines, rank);
+    if (!lost_[rank]) {
+      // Its predecessor still answers: a dead process is seen within a
+      // fraction of a second, a silent machine after dead_after_s.
+      if (seconds_since(it->second.since) < 2 * options_.dead_after_s) {
+        ++it;
+        continue;
+      }
+      std::string error = fmt::format("{} is up and answering: two agents started with rank {}?", name, rank);
+      spdlog::warn("refused a second agent for {}", name);
+      send_router(it->second.identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+      it = rejoins_.erase(it);
+      continue;
+    }
+    identity_of_node_[rank] = it->second.identity;
+    last_seen_[rank] = Clock::now();
+    unreachable_warned_[rank] = false;
+    told_to_go_[rank] = false;
+    transport_->revive(rank);  // before anything is sent to the new process
+    {
+      std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread waits for this
+      lost_[rank] = false;
+      phase_cv_.notify_all();
+    }
+    send_router(it->second.identity, ctl::encode(ctl::JoinReply{true, "", world_}));
+    // The others forget its lost connection before any later plan reaches them
+    // (one ordered channel to each).
+    for (int r = 1; r < world_; ++r)
+      if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank});
+    spdlog::info("{} joined again", name);
+    it = rejoins_.erase(it);
   }
 }
 
@@ -407,6 +451,27 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
   int node = -1;
   for (int r = 1; r < world_; ++r)
     if (identity_of_node_[r] == identity) node = r;
+  if (auto* j = std::get_if<ctl::Join>(&message)) {  // a restarted agent
+    std::string error = join_error(*j);
+    if (!error.empty()) {
+      spdlog::warn("refused a node: {}", error);
+      send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+      return;
+    }
+    rejoins_[j->rank] = PendingJoin{identity, Clock::now()};
+    admit_rejoins();
+    return;
+  }
+  if (node > 0 && lost_[node]) {
+    // Declared lost (a silent machine that speaks again): it must not take
+    // part in anything; its agent exits, and may be restarted to join again.
+    if (!told_to_go_[node])
+      send_router(identity, ctl::encode(ctl::Shutdown{fmt::format(
+                                "{} was declared lost by the master; restart its agent to join again",
+                                node_name(options_.machines, node))}));
+    told_to_go_[node] = true;
+    return;
+  }
   if (node > 0) last_seen_[node] = Clock::now();
   std::visit(
       [&](auto& m) {
@@ -521,7 +586,7 @@ void Agent::worker_handle(ctl::Message message) {
             std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
             {
               std::lock_guard<std::mutex> lock(run_mu_);
-              if (built.ok() && aborted_job_ != part.job_id) {
+              if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
                 pending_ = std::move(*built);
                 pending_job_ = part.job_id;
                 pending_phase_ = part.phase;
@@ -562,13 +627,21 @@ void Agent::worker_handle(ctl::Message message) {
           });
         } else if constexpr (std::is_same_v<T, ctl::Abort>) {
           std::lock_guard<std::mutex> lock(run_mu_);
-          aborted_job_ = m.job_id;  // a plan still being made for it is dropped
-          if (pending_job_ == m.job_id) pending_.reset();
-          if (running_) running_->abort(Status(Code::kAborted, m.reason));
+          // A plan still being made for it is dropped; a restarted attempt's
+          // later phases are not.
+          aborted_job_ = m.job_id;
+          aborted_phase_ = m.phase;
+          if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset();
+          if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
+            running_->abort(Status(Code::kAborted, m.reason));
         } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
           std::lock_guard<std::mutex> lock(run_mu_);
-          if (running_) running_->abort(Status(Code::kAborted, "the agent is shutting down"));
+          if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
+          if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
           shutdown_ = true;
+        } else if constexpr (std::is_same_v<T, ctl::Rejoined>) {
+          transport_->revive(m.node);
+          spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
         }
       },
       message);

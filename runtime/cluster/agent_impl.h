@@ -103,9 +103,19 @@ class Agent {
   void master_handle(const std::string& identity, ctl::Message message);
   void worker_handle(ctl::Message message);
   void check_liveness();
+  std::string join_error(const ctl::Join& join) const;
+  // A node whose agent was restarted joins again once its predecessor is
+  // known lost; until then its Join waits here (loop thread).
+  void admit_rejoins();
   std::string status_json();
   // Master job thread.
   void run_queued(QueuedJob job);
+  // run_job, again from the newest checkpoint after a restartable failure,
+  // up to the submit's max_restarts; `first_step` is set by the executor.
+  JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step);
+  // Waits until no node is lost, for up to `seconds`; the lost nodes' names
+  // when some still are.
+  std::string wait_for_whole_cluster(double seconds);
   // Node 0 runs `phase.plan`; every other node compiles its own from
   // `job_text` and the phase's options.
   RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
@@ -130,6 +140,12 @@ class Agent {
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> unreachable_warned_;  // loop thread only
+  std::vector<bool> told_to_go_;          // loop thread only: a lost node that still talks was told to exit
+  struct PendingJoin {
+    std::string identity;
+    Clock::time_point since;
+  };
+  std::map<int, PendingJoin> rejoins_;    // loop thread only: by rank
   PaceTracker pace_{1};                   // loop thread only: the running job's pace per node
   std::vector<bool> slow_warned_;         // loop thread only: for job warned_job_
   int64_t warned_job_ = -1;               // loop thread only
@@ -155,7 +171,8 @@ class Agent {
   std::unique_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
   int64_t pending_job_ = -1;              // GUARDED_BY(run_mu_)
   int pending_phase_ = -1;                // GUARDED_BY(run_mu_)
-  int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_)
+  int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_): with its phases up to aborted_phase_
+  int aborted_phase_ = -1;                // GUARDED_BY(run_mu_)
   NodeRuntime* running_ = nullptr;        // GUARDED_BY(run_mu_)
   int64_t running_job_ = -1;              // GUARDED_BY(run_mu_)
   int running_phase_ = 0;                 // GUARDED_BY(run_mu_)

@@ -14,6 +14,7 @@
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
+#include "runtime/cluster/checkpoint.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/node/node_runtime.h"
@@ -49,11 +50,21 @@ void Agent::run_queued(QueuedJob queued) {
     options.on_line = [this, client, id = queued.id](const std::string& line) {
       post(Outgoing{false, client, ctl::encode(ctl::Progress{id, line})});
     };
+  // Phases are numbered across attempts, so a restarted attempt's tags are
+  // new and a stale message of the failed one is dropped.
   int phase = 0;
+  Clock::time_point first_step{};  // of the current attempt
   // Each node compiles its own part of every phase's plan from the job.
   auto job_text = graph::job_to_json(queued.job);
-  options.executor = [this, id = queued.id, &phase, &job_text](const PhasePlan& plan, const RunOptions& run) {
-    return execute_phase(id, phase++, *job_text, plan, run);
+  options.executor = [this, id = queued.id, &phase, &job_text, &first_step](const PhasePlan& plan,
+                                                                            const RunOptions& run) {
+    RunOptions timed = run;
+    if (run.on_step)
+      timed.on_step = [&first_step, inner = run.on_step](const StepMetrics& m) {
+        if (first_step == Clock::time_point{}) first_step = Clock::now();
+        inner(m);
+      };
+    return execute_phase(id, phase++, *job_text, plan, timed);
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;
@@ -63,13 +74,84 @@ void Agent::run_queued(QueuedJob queued) {
     if (layout.ok()) spdlog::info("job {} layout: {}", queued.id, compiler::describe_pserver_layout(*layout, queued.job));
   }
   if (!distributed.ok()) result.status = distributed;
-  else if (job_text.ok()) result = run_job(queued.job, options);
+  else if (job_text.ok()) result = run_with_restarts(queued, options, first_step);
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
                                         result.status.ok() ? "" : result.status.message()})});
   job_running_ = false;
+}
+
+namespace {
+
+// Failures a restart can cure: a lost node, a corrupted or lost message, a
+// stall. A job's own errors (a bad shape, a missing file) would fail again.
+bool restartable(const Status& status) {
+  return status.code() == Code::kUnavailable || status.code() == Code::kDataLoss ||
+         status.code() == Code::kDeadlineExceeded;
+}
+
+}  // namespace
+
+JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step) {
+  auto say = [&](const std::string& line) {
+    spdlog::warn("job {}: {}", queued.id, line);
+    if (options.on_line) options.on_line(line);
+  };
+  const int max_restarts = std::max(0, queued.submit.max_restarts);
+  std::vector<JobRestart> restarts;
+  Clock::time_point whole_at{};
+  for (int attempt = 0;; ++attempt) {
+    first_step = Clock::time_point{};
+    JobResult result = run_job(queued.job, options);
+    if (!restarts.empty()) {
+      restarts.back().resumed_from_step = result.start_step;
+      if (first_step != Clock::time_point{})
+        restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
+    }
+    if (result.status.ok() || attempt >= max_restarts || !restartable(result.status)) {
+      result.restarts = std::move(restarts);
+      return result;
+    }
+    const auto failed_at = Clock::now();
+    JobRestart restart;
+    restart.error = result.status.message();
+    restart.failed_at_step = result.start_step + static_cast<int64_t>(result.loss_curve.size());
+    say(fmt::format("failed at step {}: {}; restart {} of {} once every node is up", restart.failed_at_step,
+                    restart.error, attempt + 1, max_restarts));
+    std::string missing = wait_for_whole_cluster(options_.join_timeout_s);
+    if (!missing.empty()) {
+      result.status = Status(result.status.code(),
+                             fmt::format("{} (not restarted: {} did not come back within {} s)",
+                                         result.status.message(), missing, options_.join_timeout_s));
+      result.restarts = std::move(restarts);
+      return result;
+    }
+    whole_at = Clock::now();
+    restart.seconds_until_whole = std::chrono::duration<double>(whole_at - failed_at).count();
+    // From the newest complete checkpoint, else as first asked.
+    options.resume = queued.submit.resume;
+    if (!queued.job.checkpoint.dir.empty())
+      if (auto latest = latest_checkpoint(queued.job.checkpoint.dir); latest.ok()) options.resume = *latest;
+    say(fmt::format("every node is up after {:.1f} s; restarting from {}", restart.seconds_until_whole,
+                    options.resume.empty() ? std::string("the start") : options.resume));
+    restarts.push_back(std::move(restart));
+  }
+}
+
+std::string Agent::wait_for_whole_cluster(double seconds) {
+  std::unique_lock<std::mutex> lock(phase_mu_);
+  auto whole = [&] {
+    for (int r = 1; r < world_; ++r)
+      if (lost_[r]) return false;
+    return true;
+  };
+  if (phase_cv_.wait_until(lock, after(seconds), whole)) return {};
+  std::string missing;
+  for (int r = 1; r < world_; ++r)
+    if (lost_[r]) missing += (missing.empty() ? "" : ", ") + node_name(options_.machines, r);
+  return missing;
 }
 
 RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
@@ -96,7 +178,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
                                   plan.compile.steps, plan.compile.activation_register_num, initial, state,
                                   run_options.start_step, snapshot_every});
   auto abort_all = [&](const std::string& reason) {
-    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, 0, reason});
+    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
   RunOptions local = run_options;
   local.node = 0;

@@ -25,7 +25,7 @@ class ZmqClient : public Client {
   StatusOr<SubmitResult> submit_text(const std::string& job_text, const std::string& file_name,
                                      const SubmitOptions& options) override {
     send(ctl::Submit{job_text, file_name, static_cast<bool>(options.on_line), options.devices, options.steps,
-                     options.overrides, options.resume});
+                     options.overrides, options.resume, options.max_restarts});
     RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_));
     auto* reply = std::get_if<ctl::SubmitReply>(&first);
     if (!reply) return data_loss("the master answered a submit with an unexpected message");

@@ -19,6 +19,9 @@ struct SubmitOptions {
   int64_t steps = 0;                   // > 0 overrides the job's steps
   std::vector<std::string> overrides;  // section.field=value
   std::string resume;                  // checkpoint folder, root, or "latest"
+  // Runs the job again, from its newest checkpoint (or its start), when a
+  // node is lost, once the node's agent is back: up to this many times.
+  int max_restarts = 0;
   std::function<void(const std::string& line)> on_line;  // progress lines, when set
   double timeout_s = 3600.0;           // for the whole job
 };

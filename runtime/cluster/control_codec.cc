@@ -49,7 +49,7 @@ struct Encoder {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
                              b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
-                             b.CreateString(m.resume))
+                             b.CreateString(m.resume), m.max_restarts)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
@@ -96,10 +96,13 @@ struct Encoder {
     return {fb::Message::Heartbeat, fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
-    return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.node, b.CreateString(m.reason)).Union()};
+    return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.phase, b.CreateString(m.reason)).Union()};
   }
-  std::pair<fb::Message, Offset<void>> operator()(const Shutdown&) {
-    return {fb::Message::Shutdown, fb::CreateShutdown(b).Union()};
+  std::pair<fb::Message, Offset<void>> operator()(const Shutdown& m) {
+    return {fb::Message::Shutdown, fb::CreateShutdown(b, b.CreateString(m.reason)).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Rejoined& m) {
+    return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node).Union()};
   }
 };
 
@@ -147,7 +150,7 @@ StatusOr<Message> decode(std::string_view bytes) {
       if (m->overrides())
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
-                            std::move(overrides), str(m->resume())});
+                            std::move(overrides), str(m->resume()), m->max_restarts()});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -192,9 +195,10 @@ StatusOr<Message> decode(std::string_view bytes) {
     }
     case fb::Message::Abort: {
       auto m = e->message_as_Abort();
-      return Message(Abort{m->job_id(), m->node(), str(m->reason())});
+      return Message(Abort{m->job_id(), m->phase(), str(m->reason())});
     }
-    case fb::Message::Shutdown: return Message(Shutdown{});
+    case fb::Message::Shutdown: return Message(Shutdown{str(e->message_as_Shutdown()->reason())});
+    case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node()});
     case fb::Message::NONE: break;
   }
   return data_loss("control message of unknown type {}", static_cast<int>(e->message_type()));

@@ -35,6 +35,7 @@ struct Submit {
   int64_t steps = 0;
   std::vector<std::string> overrides;
   std::string resume;
+  int max_restarts = 0;
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
 struct PlanPart {
@@ -76,11 +77,12 @@ struct Heartbeat {
   double steps = 0;
   double busy_seconds = 0;
 };
-struct Abort { int64_t job_id = 0; int node = 0; std::string reason; };
-struct Shutdown {};
+struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
+struct Shutdown { std::string reason; };
+struct Rejoined { int node = 0; };
 
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
-                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown>;
+                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined>;
 
 std::string encode(const Message& message);
 StatusOr<Message> decode(std::string_view bytes);

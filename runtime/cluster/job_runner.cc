@@ -353,6 +353,17 @@ std::string result_json(const JobResult& result) {
   }
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
   if (!result.traffic_bytes.empty()) j["traffic_bytes"] = result.traffic_bytes;  // [from][to] bytes
+  if (!result.restarts.empty()) {
+    nlohmann::ordered_json restarts = nlohmann::ordered_json::array();
+    for (const JobRestart& r : result.restarts)
+      restarts.push_back({{"error", r.error},
+                          {"failed_at_step", r.failed_at_step},
+                          {"resumed_from_step", r.resumed_from_step},
+                          {"steps_lost", r.failed_at_step - r.resumed_from_step},
+                          {"seconds_until_whole", r.seconds_until_whole},
+                          {"seconds_to_first_step", r.seconds_to_first_step}});
+    j["restarts"] = restarts;
+  }
   j["loss_curve"] = result.loss_curve;
   return j.dump(2);
 }

@@ -48,6 +48,17 @@ struct JobRunOptions {
   std::function<void(const std::string& line)> on_line;
 };
 
+// One automatic restart of a job (Submit::max_restarts): why the attempt
+// before it failed and how far it had come, where the next one began, and
+// how long training stood still.
+struct JobRestart {
+  std::string error;
+  int64_t failed_at_step = 0;      // steps done when the attempt failed
+  int64_t resumed_from_step = 0;   // the checkpoint the next attempt began from (0: the start)
+  double seconds_until_whole = 0;  // from the failure to every node being up again
+  double seconds_to_first_step = 0;  // from then to the next attempt's first step
+};
+
 struct JobResult {
   Status status;
   int64_t steps = 0;
@@ -71,6 +82,7 @@ struct JobResult {
   std::map<std::string, VariableValue> fetched;
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
   std::vector<std::vector<int64_t>> traffic_bytes;
+  std::vector<JobRestart> restarts;  // automatic restarts before this result, oldest first
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);

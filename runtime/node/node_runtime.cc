@@ -545,12 +545,18 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
 }
 
 void NodeRun::fail(const Status& status) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(error_mu_);
-    if (first_error_.ok()) first_error_ = status;
+    first = first_error_.ok();
+    if (first) first_error_ = status;
   }
   failed_.store(true);
   for (auto& worker : workers_) worker->stop();
+  // Collectives waiting on a peer end now, not at their deadlines.
+  if (first && options_.transport)
+    options_.transport->cancel_tags(options_.tag_base, options_.tag_base + kTagsPerRun,
+                                    "the run was stopped: " + status.message());
 }
 
 RunReport NodeRun::run() {

@@ -251,6 +251,60 @@ TEST_CASE("a lost peer fails recv with kUnavailable long before the deadline") {
   }
 }
 
+// An elastic restart: rank 1's process dies and a new one takes its
+// endpoint; the others revive it and talk to the new one, over TCP and
+// through shared memory, and nothing the dead one left behind is handed out.
+TEST_CASE("zmq: a lost rank restarted on its endpoint is revived, and what the dead one sent is not delivered") {
+  for (Kind kind : {Kind::kZmq, Kind::kShm}) {
+    CAPTURE(kind_name(kind));
+    const ZmqOptions options = kind == Kind::kZmq ? tcp_only() : ZmqOptions{};
+    auto endpoints = loopback_endpoints(free_ports(3));
+    std::vector<std::unique_ptr<Transport>> t;
+    for (int rank = 0; rank < 3; ++rank) {
+      auto made = make_zmq_transport(rank, endpoints, options);
+      REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+      t.push_back(std::move(made).value());
+    }
+    std::vector<std::byte> got;
+    for (int peer : {0, 2}) {
+      REQUIRE(t[1]->send(peer, 1, as_span("up")).ok());
+      REQUIRE(t[peer]->recv(1, 1, &got, in_ms(10000)).ok());
+      REQUIRE(t[peer]->send(1, 1, as_span("up")).ok());
+      REQUIRE(t[1]->recv(peer, 1, &got, in_ms(10000)).ok());
+      REQUIRE(t[1]->send(peer, 9, as_span("from the old process")).ok());  // never received
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    t[1].reset();
+    for (int peer : {0, 2}) {
+      auto until = in_ms(10000);
+      while (!t[peer]->peer_lost(1) && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      REQUIRE(t[peer]->peer_lost(1));
+    }
+    auto restarted = make_zmq_transport(1, endpoints, options);
+    REQUIRE_MESSAGE(restarted.ok(), restarted.status().to_string());
+    t[1] = std::move(restarted).value();
+    t[0]->revive(1);
+    t[2]->revive(1);
+    CHECK_FALSE(t[0]->peer_lost(1));
+    const std::string large(3 << 20, 'x');  // a multi-record message through a ring, a zero-copy frame over TCP
+    for (int peer : {0, 2}) {
+      CAPTURE(peer);
+      REQUIRE(t[1]->send(peer, 9, as_span("from the new process")).ok());
+      Status s = t[peer]->recv(1, 9, &got, in_ms(10000));
+      REQUIRE_MESSAGE(s.ok(), s.to_string());
+      CHECK(as_string(got) == "from the new process");
+      REQUIRE(t[peer]->send(1, 2, as_span(large)).ok());
+      s = t[1]->recv(peer, 2, &got, in_ms(10000));
+      REQUIRE_MESSAGE(s.ok(), s.to_string());
+      CHECK(got.size() == large.size());
+    }
+    // The old connection's end, reported late, does not mark the new one lost.
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    CHECK_FALSE(t[0]->peer_lost(1));
+    CHECK_FALSE(t[2]->peer_lost(1));
+  }
+}
+
 TEST_CASE("zmq: a rank that starts late still gets what was sent to it before") {
   auto endpoints = loopback_endpoints(free_ports(2));
   auto early = make_zmq_transport(0, endpoints);

@@ -48,6 +48,21 @@ TEST_CASE("control messages survive encoding") {
   CHECK(h.steps == 123.5);
   CHECK(h.busy_seconds == 4.25);
   CHECK(std::get<control::Heartbeat>(*control::decode(control::encode(control::Heartbeat{1}))).job_id == -1);
+
+  control::Submit submit;
+  submit.job_text = "{}";
+  submit.resume = "latest";
+  submit.max_restarts = 3;
+  auto sub = control::decode(control::encode(submit));
+  REQUIRE(sub.ok());
+  CHECK(std::get<control::Submit>(*sub).max_restarts == 3);
+  CHECK(std::get<control::Submit>(*sub).resume == "latest");
+  auto bye = control::decode(control::encode(control::Shutdown{"node 2 was declared lost"}));
+  REQUIRE(bye.ok());
+  CHECK(std::get<control::Shutdown>(*bye).reason == "node 2 was declared lost");
+  auto back = control::decode(control::encode(control::Rejoined{2}));
+  REQUIRE(back.ok());
+  CHECK(std::get<control::Rejoined>(*back).node == 2);
 }
 
 TEST_CASE("a corrupt or truncated control message is kDataLoss, never a crash") {
