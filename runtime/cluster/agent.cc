@@ -330,21 +330,15 @@ void Agent::check_liveness() {
       if (transport_->peer_lost(r))
         reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
       else if (seconds_since(last_seen_[r]) >= options_.dead_after_s)
-        reason = fmt::format("{} lost: no heartbeat for {:.0f} s", node_name(options_.machines, r),
+        reason = fmt::format("{} lost: no heartbeat for {:g} s", node_name(options_.machines, r),
                              options_.dead_after_s);
       else
         continue;
-      spdlog::error("{}", reason);
-      std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
-      lost_[r] = true;
-      phase_.lost = reason;
-      if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
-      phase_cv_.notify_all();
+      declare_lost(r, reason);
     }
-    admit_rejoins();
   } else if (transport_->peer_lost(0) || seconds_since(master_seen_) >= options_.dead_after_s) {
     std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
-                                               : fmt::format("no heartbeat for {:.0f} s", options_.dead_after_s);
+                                               : fmt::format("no heartbeat for {:g} s", options_.dead_after_s);
     fatal_ = Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: {}",
                                                     node_name(options_.machines, options_.rank),
                                                     node_name(options_.machines, 0), why));
@@ -354,41 +348,39 @@ void Agent::check_liveness() {
   }
 }
 
-void Agent::admit_rejoins() {
-  for (auto it = rejoins_.begin(); it != rejoins_.end();) {
-    const int rank = it->first;
-    const std::string name = node_name(options_.machines, rank);
-    if (!lost_[rank]) {
-      // Its predecessor still answers: a dead process is seen within a
-      // fraction of a second, a silent machine after dead_after_s.
-      if (seconds_since(it->second.since) < 2 * options_.dead_after_s) {
-        ++it;
-        continue;
-      }
-      std::string error = fmt::format("{} is up and answering: two agents started with rank {}?", name, rank);
-      spdlog::warn("refused a second agent for {}", name);
-      send_router(it->second.identity, ctl::encode(ctl::JoinReply{false, error, world_}));
-      it = rejoins_.erase(it);
-      continue;
-    }
-    identity_of_node_[rank] = it->second.identity;
-    last_seen_[rank] = Clock::now();
-    unreachable_warned_[rank] = false;
-    told_to_go_[rank] = false;
-    transport_->revive(rank);  // before anything is sent to the new process
-    {
-      std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread waits for this
-      lost_[rank] = false;
-      phase_cv_.notify_all();
-    }
-    send_router(it->second.identity, ctl::encode(ctl::JoinReply{true, "", world_}));
-    // The others forget its lost connection before any later plan reaches them
-    // (one ordered channel to each).
-    for (int r = 1; r < world_; ++r)
-      if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank});
-    spdlog::info("{} joined again", name);
-    it = rejoins_.erase(it);
+void Agent::declare_lost(int rank, const std::string& reason) {
+  spdlog::error("{}", reason);
+  std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
+  lost_[rank] = true;
+  phase_.lost = reason;
+  if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  phase_cv_.notify_all();
+}
+
+// A restarted agent's Join. Its predecessor is gone: the control socket takes
+// a second connection with a node's identity only once the first has closed,
+// and an agent joins once, when it starts. So a node still thought up is
+// lost now (its data connection may have come back to the new process
+// before its loss was seen), and the new process takes its place.
+void Agent::rejoin(const std::string& identity, int rank) {
+  const std::string name = node_name(options_.machines, rank);
+  if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent was restarted", name));
+  identity_of_node_[rank] = identity;
+  last_seen_[rank] = Clock::now();
+  unreachable_warned_[rank] = false;
+  told_to_go_[rank] = false;
+  transport_->revive(rank);  // before anything is sent to the new process
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread waits for this
+    lost_[rank] = false;
+    phase_cv_.notify_all();
   }
+  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_}));
+  // The others forget its lost connection before any later plan reaches them
+  // (one ordered channel to each).
+  for (int r = 1; r < world_; ++r)
+    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank});
+  spdlog::info("{} joined again", name);
 }
 
 Status Agent::serve() {
@@ -458,8 +450,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
       send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
       return;
     }
-    rejoins_[j->rank] = PendingJoin{identity, Clock::now()};
-    admit_rejoins();
+    rejoin(identity, j->rank);
     return;
   }
   if (node > 0 && lost_[node]) {

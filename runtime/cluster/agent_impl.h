@@ -104,9 +104,10 @@ class Agent {
   void worker_handle(ctl::Message message);
   void check_liveness();
   std::string join_error(const ctl::Join& join) const;
-  // A node whose agent was restarted joins again once its predecessor is
-  // known lost; until then its Join waits here (loop thread).
-  void admit_rejoins();
+  // Marks a node lost and stops the running phase, naming it (loop thread).
+  void declare_lost(int rank, const std::string& reason);
+  // Takes a restarted agent back in its rank (loop thread).
+  void rejoin(const std::string& identity, int rank);
   std::string status_json();
   // Master job thread.
   void run_queued(QueuedJob job);
@@ -141,11 +142,6 @@ class Agent {
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> unreachable_warned_;  // loop thread only
   std::vector<bool> told_to_go_;          // loop thread only: a lost node that still talks was told to exit
-  struct PendingJoin {
-    std::string identity;
-    Clock::time_point since;
-  };
-  std::map<int, PendingJoin> rejoins_;    // loop thread only: by rank
   PaceTracker pace_{1};                   // loop thread only: the running job's pace per node
   std::vector<bool> slow_warned_;         // loop thread only: for job warned_job_
   int64_t warned_job_ = -1;               // loop thread only

@@ -305,6 +305,27 @@ TEST_CASE("zmq: a lost rank restarted on its endpoint is revived, and what the d
   }
 }
 
+TEST_CASE("cancelled tags end a waiting recv at once with kAborted; other tags are untouched") {
+  for (Kind kind : kAllKinds) {
+    CAPTURE(kind_name(kind));
+    auto transports = make_world(kind, 2);
+    std::vector<std::byte> got;
+    Status waited;
+    auto start = Clock::now();
+    std::thread waiter([&] { waited = transports[0]->recv(1, 0x120005, &got, in_ms(20000)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    transports[0]->cancel_tags(0x120000, 0x130000, "the run was stopped");
+    waiter.join();
+    CHECK(waited.code() == Code::kAborted);
+    CHECK(waited.message().find("the run was stopped") != std::string::npos);
+    CHECK(Clock::now() - start < std::chrono::milliseconds(5000));
+    CHECK(transports[0]->recv(1, 0x120006, &got, in_ms(10)).code() == Code::kAborted);  // later ones too
+    REQUIRE(transports[1]->send(0, 0x130000, as_span("next run")).ok());
+    REQUIRE(transports[0]->recv(1, 0x130000, &got, in_ms(10000)).ok());
+    CHECK(as_string(got) == "next run");
+  }
+}
+
 TEST_CASE("zmq: a rank that starts late still gets what was sent to it before") {
   auto endpoints = loopback_endpoints(free_ports(2));
   auto early = make_zmq_transport(0, endpoints);

@@ -31,50 +31,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+using rill::testing::Agent;
 using rill::testing::binary;
 using rill::testing::Ran;
 using rill::testing::read_text;
 using rill::testing::root;
 using rill::testing::run_rill;
-
-// An agent process in the background, its output in a file.
-struct Agent {
-  pid_t pid = -1;
-  std::string log;
-  // `wrapper`: a command the agent runs under ("taskset -c 1").
-  Agent(const std::string& args, const std::string& log_file, const std::string& wrapper = "") : log(log_file) {
-    pid = fork();
-    if (pid == 0) {
-      std::string command = "exec " + wrapper + " " + binary() + " agent " + args + " > " + log_file + " 2>&1";
-      execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
-      std::_Exit(127);
-    }
-  }
-  // Exit code, or -1 if it did not exit within `seconds`.
-  int wait(double seconds) {
-    auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    int status = 0;
-    while (Clock::now() < deadline) {
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  std::string output() const {
-    std::ifstream in(log);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  ~Agent() {
-    if (pid > 0) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
 
 std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-cluster-"); }
 

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include <doctest/doctest.h>
 
@@ -67,6 +69,45 @@ inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+// An agent process in the background, its output in a file.
+struct Agent {
+  pid_t pid = -1;
+  std::string log;
+  // `wrapper`: a command the agent runs under ("taskset -c 1").
+  Agent(const std::string& args, const std::string& log_file, const std::string& wrapper = "") : log(log_file) {
+    pid = fork();
+    if (pid == 0) {
+      std::string command = "exec " + wrapper + " " + binary() + " agent " + args + " > " + log_file + " 2>&1";
+      execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
+      std::_Exit(127);
+    }
+  }
+  // Exit code, or -1 if it did not exit within `seconds`.
+  int wait(double seconds) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string output() const {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  ~Agent() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
 
 // Holds a TCP port on `address` (listening) for as long as it lives.
 class PortHolder {
