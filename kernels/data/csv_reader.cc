@@ -49,7 +49,7 @@ StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spe
     return invalid_argument("csv dataset '{}': label_column {} is invalid (use -1 for no label)", spec.name,
                             spec.label_column);
   }
-  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(spec.path));
+  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(spec.path, ReadOptions{.pipes = true}));
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::string& path = spec.path;
 

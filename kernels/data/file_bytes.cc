@@ -1,6 +1,7 @@
 #include "kernels/data/file_bytes.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -89,10 +90,48 @@ StatusOr<std::vector<uint8_t>> gunzip_bytes(std::span<const uint8_t> compressed,
   return out;
 }
 
-StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
+namespace {
+
+// A pipe or FIFO, read to its end. Opened without blocking: a FIFO's reader
+// sees no end before a writer has come and gone (Linux), so poll waits for
+// the writer's first bytes; a writer that is silent for `idle_seconds` is
+// an error, so a FIFO nobody writes cannot hold a node forever.
+StatusOr<std::vector<uint8_t>> read_pipe(int fd, const std::string& path, int idle_seconds) {
+  std::vector<uint8_t> bytes;
+  size_t done = 0;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, idle_seconds * 1000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Status(Code::kUnavailable, fmt::format("'{}': poll failed: {}", path, std::strerror(errno)));
+    if (ready == 0)
+      return Status(Code::kDeadlineExceeded,
+                    fmt::format("'{}': a pipe that gave no bytes for {} s ({} read so far): is its writer running?",
+                                path, idle_seconds, done));
+    for (;;) {
+      if (bytes.size() - done < 65536) bytes.resize(std::max<size_t>(2 * bytes.size(), done + 65536));
+      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0) {  // every writer closed: the end
+        bytes.resize(done);
+        return bytes;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;  // the writer is still there: wait for more
+      return Status(Code::kUnavailable, fmt::format("'{}': read failed: {}", path, std::strerror(errno)));
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, const ReadOptions& options) {
   if (path.empty()) return invalid_argument("no file name given");
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; what is not a
-  // regular file is refused below (reads of a regular file never block).
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (read_pipe waits,
+  // bounded); devices, sockets and directories are refused below.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     Code code = errno == ENOENT ? Code::kNotFound : Code::kUnavailable;
@@ -103,9 +142,15 @@ StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
   }
+  if (S_ISFIFO(st.st_mode) && options.pipes) {
+    RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> piped, read_pipe(fd, path, options.pipe_idle_seconds));
+    if (has_gzip_magic(piped)) return gunzip_bytes(piped, path);
+    return piped;
+  }
   if (!S_ISREG(st.st_mode))
-    return invalid_argument("'{}': not a regular file (a {}); Rill reads data, jobs and checkpoints from regular files only",
-                            path, S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
+    return invalid_argument("'{}': not a regular file (a {}); {}", path,
+                            S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket",
+                            options.pipes ? "Rill reads files and pipes only" : "Rill reads this from a regular file only");
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < bytes.size()) {

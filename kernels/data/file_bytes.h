@@ -12,9 +12,19 @@
 
 namespace rill {
 
+struct ReadOptions {
+  // Also read a pipe or FIFO (a shell's <(zcat ...), say) to its end. Off,
+  // such a path is refused: a job file or checkpoint is a file.
+  bool pipes = false;
+  // How long a pipe may stay silent (its writer not yet started, or stalled)
+  // before reading it is an error.
+  int pipe_idle_seconds = 120;
+};
+
 // The (decompressed) contents of `path`. Errors name the file: missing,
-// unreadable, corrupt or truncated gzip stream.
-StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path);
+// unreadable, a directory or device, a silent pipe, a corrupt or truncated
+// gzip stream.
+StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, const ReadOptions& options = {});
 
 // Inflates a gzip stream (one or more members); `path` only names it in errors.
 StatusOr<std::vector<uint8_t>> gunzip_bytes(std::span<const uint8_t> compressed, const std::string& path);

@@ -32,7 +32,7 @@ struct IdxFile {
 // Reads `path`, checks its magic, and checks that the file holds exactly the
 // values its dims promise. `what` is "images" or "labels", for messages.
 StatusOr<IdxFile> read_idx_file(const std::string& path, uint32_t expected_magic, const char* what) {
-  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path));
+  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path, ReadOptions{.pipes = true}));
   const std::string where = fmt::format("idx {} file '{}'", what, path);
   if (bytes.size() < 4) {
     return data_loss("{}: truncated file: expected at least 4 bytes of magic number, found {}", where, bytes.size());

@@ -1,12 +1,18 @@
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/data/dataset.h"
+#include "kernels/data/file_bytes.h"
 #include "tests/kernels/data_test_util.h"
 
 namespace rill {
@@ -73,6 +79,41 @@ TEST_CASE("idx files load, plain and gzip, detected by magic bytes not by name")
       for (int p = 0; p < 6; ++p) CHECK(pixels[i * 6 + p] == static_cast<float>((i * 10 + p) % 256) * 0.5f);
     CHECK(gather_all<int32_t>(d, "label") == std::vector<int32_t>{0, 3, 6, 9, 2});
   }
+}
+
+// A FIFO's writer may start long after the reader opened it (a slow data
+// source): its bytes are read to the end; a FIFO nobody writes is an error
+// after the idle limit; without `pipes` a FIFO is refused at once.
+TEST_CASE("a dataset file may be a FIFO: read to its end once its writer comes, and a silent one is an error") {
+  TempDir dir;
+  const std::string fifo = dir.file("labels.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const Bytes labels = idx_labels(70000);  // several pipe buffers' worth
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    int fd = ::open(fifo.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    size_t done = 0;
+    while (done < labels.size()) {
+      ssize_t n = ::write(fd, labels.data() + done, labels.size() - done);
+      REQUIRE(n > 0);
+      done += static_cast<size_t>(n);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // in pieces
+    }
+    ::close(fd);
+  });
+  auto read = read_file_bytes(fifo, ReadOptions{.pipes = true, .pipe_idle_seconds = 30});
+  writer.join();
+  REQUIRE_MESSAGE(read.ok(), read.status().to_string());
+  CHECK(*read == labels);
+
+  auto silent = read_file_bytes(fifo, ReadOptions{.pipes = true, .pipe_idle_seconds = 1});
+  CHECK(silent.status().code() == Code::kDeadlineExceeded);
+  CHECK(silent.status().message().find("labels.fifo': a pipe that gave no bytes for 1 s") != std::string::npos);
+
+  auto refused = read_file_bytes(fifo);
+  CHECK(refused.status().code() == Code::kInvalidArgument);
+  CHECK(refused.status().message().find("not a regular file (a FIFO)") != std::string::npos);
 }
 
 TEST_CASE("gather copies the requested samples in the requested order") {

@@ -1,10 +1,15 @@
-// Elastic restart on real agents: a node killed mid-job (SIGKILL) comes back
-// when its agent is started again with the same rank, and a job submitted
-// with restarts resumes, from its newest checkpoint or from its start, to
-// the same model as a run that was never interrupted.
+// Failures on real agents. Elastic restart: a node killed mid-job (SIGKILL)
+// comes back when its agent is started again with the same rank, and a job
+// submitted with restarts resumes, from its newest checkpoint or from its
+// start, to the same model as a run that was never interrupted. Liveness: a
+// node that is slow to open its data keeps answering heartbeats; a silent
+// one is declared lost and told to go.
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <atomic>
@@ -248,6 +253,49 @@ TEST_CASE("a node declared lost while silent is told to exit when it speaks agai
                              "again") != std::string::npos);
   auto client = rill::Client::connect("127.0.0.1:19695", 10);
   REQUIRE(client.ok());
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
+// The agent's loop never waits for a plan to be built: a trainer whose data
+// source takes 30 s to open (a FIFO whose writer starts late) keeps answering
+// heartbeats, with the master's default 10 s dead-after, and the job runs.
+TEST_CASE("a data source that takes 30 s to open does not get its node declared lost") {
+  auto dir = temp_dir();
+  auto fifo = dir / "labels.fifo";
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string machines = "127.0.0.1:19698,127.0.0.2:19698";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 90", (dir / "f0.log").string());
+  Agent trainer("--machines " + machines + " --rank 1 --join-timeout 90", (dir / "f1.log").string());
+  const auto start = Clock::now();
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    const std::string labels = read_text("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+    int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd < 0) return;
+    for (size_t done = 0; done < labels.size();) {
+      ssize_t n = ::write(fd, labels.data() + done, labels.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  });
+  auto client = rill::Client::connect("127.0.0.1:19698", 30);
+  REQUIRE(client.ok());
+  // One pserver (node 0) and one trainer (node 1): only the trainer reads the data.
+  rill::SubmitOptions options;
+  options.steps = 20;
+  options.overrides = {"distributed.pservers=0", "distributed.trainers=1", "datasets.train.labels=" + fifo.string()};
+  auto result = (*client)->submit_text(read_text(root() + "/samples/pserver/mlp_pserver.json"), "mlp_pserver.json",
+                                       options);
+  writer.join();
+  REQUIRE(result.ok());
+  INFO(result->result_json);
+  INFO(master.output());
+  CHECK(result->status.ok());
+  CHECK(seconds_between(start, Clock::now()) >= 30);
+  CHECK(master.output().find("lost") == std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
