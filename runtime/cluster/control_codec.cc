@@ -1,5 +1,9 @@
 #include "runtime/cluster/control_codec.h"
 
+#include <xxhash.h>
+
+#include <cstring>
+
 #include <flatbuffers/flatbuffers.h>
 
 #include "runtime/cluster/control_generated.h"
@@ -120,13 +124,24 @@ std::string encode(const Message& message) {
   FlatBufferBuilder b(256);
   auto [type, offset] = std::visit(Encoder{b}, message);
   b.Finish(fb::CreateEnvelope(b, type, offset), fb::EnvelopeIdentifier());
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  const uint64_t sum = XXH3_64bits(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  return out;
 }
 
-StatusOr<Message> decode(std::string_view bytes) {
+StatusOr<Message> decode(std::string_view message) {
+  // The envelope, then the XXH3 of its bytes: a flipped bit anywhere (a
+  // tensor's value included, which verification cannot see) is caught.
+  if (message.size() < 16) return data_loss("control message of {} bytes is too short", message.size());
+  const std::string_view bytes = message.substr(0, message.size() - sizeof(uint64_t));
+  uint64_t sum = 0;
+  std::memcpy(&sum, message.data() + bytes.size(), sizeof sum);
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(data, fb::EnvelopeIdentifier()))
-    return data_loss("control message of {} bytes is not a Rill control envelope", bytes.size());
+  if (!flatbuffers::BufferHasIdentifier(data, fb::EnvelopeIdentifier()))
+    return data_loss("control message of {} bytes is not a Rill control envelope", message.size());
+  if (XXH3_64bits(bytes.data(), bytes.size()) != sum)
+    return data_loss("control message of {} bytes was corrupted on the way (checksum mismatch)", message.size());
   flatbuffers::Verifier verifier(data, bytes.size(), 64, 10'000'000);
   if (!fb::VerifyEnvelopeBuffer(verifier)) return data_loss("control message of {} bytes fails verification", bytes.size());
   const fb::Envelope* e = fb::GetEnvelope(data);
