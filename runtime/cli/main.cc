@@ -14,6 +14,7 @@
 #include "graph/job_file.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
+#include "runtime/cluster/agent.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
 
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
   std::string as_version, agent_log;
   agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
   agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
+  std::string control_fault;
+  agent->add_option("--control-fault", control_fault,
+                    "Inject a fault into this agent's control messages (tests): KIND:MESSAGE[:SECONDS]")
+      ->group("");
 
   CLI::App* submit = app.add_subcommand("submit", "Submit a job to a cluster's master agent");
   submit->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -166,6 +171,9 @@ int main(int argc, char** argv) {
     agent_options.join_timeout_s = join_timeout;
     agent_options.stall_timeout_s = stall_timeout;
     agent_options.version = as_version;
+    auto fault = rill::parse_control_fault(control_fault);
+    if (!fault.ok()) return rill::fail_command(fault.status());
+    agent_options.fault = *fault;
     return rill::agent_command(machines, ctrl_port, agent_options);
   }
   if (submit->parsed()) {

@@ -120,10 +120,55 @@ void Agent::flush() {
     std::lock_guard<std::mutex> lock(out_mu_);
     out.swap(outbox_);
   }
-  for (const Outgoing& o : out) {
-    if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
-    else if (!o.identity.empty()) send_router(o.identity, o.bytes);
+  if (options_.fault.kind != ControlFault::Kind::kNone) {
+    // Delayed messages whose time has come leave first.
+    const auto now = Clock::now();
+    for (auto it = delayed_.begin(); it != delayed_.end();)
+      if (it->first <= now) {
+        send_now(it->second);
+        it = delayed_.erase(it);
+      } else {
+        ++it;
+      }
   }
+  for (Outgoing& o : out)
+    if (options_.fault.kind == ControlFault::Kind::kNone || inject_fault(o)) send_now(o);
+}
+
+void Agent::send_now(const Outgoing& o) {
+  if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
+  else if (!o.identity.empty()) send_router(o.identity, o.bytes);
+}
+
+// Applies options_.fault to a message on its way out; false when it is not
+// to be sent now (dropped, held, or the link is cut).
+bool Agent::inject_fault(Outgoing& o) {
+  const ControlFault& fault = options_.fault;
+  if (link_cut_) return false;
+  if (held_ && held_->to_master == o.to_master && held_->identity == o.identity) {
+    send_now(o);  // the message after the held one goes first
+    send_now(*held_);
+    held_.reset();
+    return false;
+  }
+  if (fault_fired_) return true;
+  if (!fault.message.empty()) {
+    auto decoded = ctl::decode(o.bytes);
+    if (!decoded.ok() || fault.message != ctl::type_name(*decoded)) return true;
+  }
+  fault_fired_ = true;
+  const std::string to = o.to_master ? std::string("the master") : "'" + o.identity + "'";
+  spdlog::warn("{}: injecting a control-plane fault on a message to {}", node_name(options_.machines, options_.rank), to);
+  switch (fault.kind) {
+    case ControlFault::Kind::kDrop: return false;
+    case ControlFault::Kind::kDelay: delayed_.emplace_back(after(fault.seconds), o); return false;
+    case ControlFault::Kind::kDuplicate: send_now(o); return true;
+    case ControlFault::Kind::kCorrupt: o.bytes[o.bytes.size() / 2] ^= 0x5a; return true;
+    case ControlFault::Kind::kReorder: held_ = o; return false;
+    case ControlFault::Kind::kCut: link_cut_ = true; return false;
+    case ControlFault::Kind::kNone: break;
+  }
+  return true;
 }
 
 // Why the master refuses a joining node ("" = it may join).
@@ -357,6 +402,18 @@ void Agent::declare_lost(int rank, const std::string& reason) {
   phase_cv_.notify_all();
 }
 
+// A control message was corrupted on a link (checksum): what it carried is
+// lost, so the running phase stops, with the link as its cause. No node is
+// lost; a job with restarts runs again.
+void Agent::link_failed(const std::string& reason) {
+  spdlog::error("{}", reason);
+  std::lock_guard<std::mutex> lock(phase_mu_);
+  if (!job_running_) return;
+  if (phase_.lost.empty()) phase_.lost = reason;
+  if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  phase_cv_.notify_all();
+}
+
 // A restarted agent's Join. Its predecessor is gone: the control socket takes
 // a second connection with a node's identity only once the first has closed,
 // and an agent joins once, when it starts. So a node still thought up is
@@ -413,8 +470,15 @@ Status Agent::serve() {
 void Agent::on_server_message(const std::string& identity, const std::string& bytes) {
   auto message = ctl::decode(bytes);
   if (!message.ok()) {
-    spdlog::warn("{}: ignoring a corrupt control message: {}", node_name(options_.machines, options_.rank),
-                 message.status().message());
+    int node = -1;
+    for (int r = 1; r < world_ && is_master(); ++r)
+      if (identity_of_node_[r] == identity) node = r;
+    if (node > 0)
+      link_failed(fmt::format("the control link from {} to the master: {}", node_name(options_.machines, node),
+                              message.status().message()));
+    else
+      spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", node_name(options_.machines, options_.rank),
+                   identity, message.status().message());
     return;
   }
   if (std::holds_alternative<ctl::StatusRequest>(*message)) {
@@ -431,8 +495,11 @@ void Agent::on_master_message(const std::string& bytes) {
   master_seen_ = Clock::now();
   auto message = ctl::decode(bytes);
   if (!message.ok()) {
-    spdlog::warn("{}: ignoring a corrupt message from the master: {}", node_name(options_.machines, options_.rank),
-                 message.status().message());
+    // What it said is lost: the master stops the running job, naming the link.
+    std::string reason = fmt::format("the control link from the master to {}: {}",
+                                     node_name(options_.machines, options_.rank), message.status().message());
+    spdlog::error("{}", reason);
+    post_to_node(0, ctl::LinkError{options_.rank, reason});
     return;
   }
   worker_handle(std::move(*message));
@@ -509,6 +576,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
           shutdown_ = true;
         }
+        if constexpr (std::is_same_v<T, ctl::LinkError>) link_failed(m.reason);
         if constexpr (std::is_same_v<T, ctl::Heartbeat>) {
           if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_)
             pace_.add(node, pace_key(m.job_id, m.phase), steady_seconds(), m.steps, m.busy_seconds);
@@ -546,6 +614,13 @@ void Agent::worker_handle(ctl::Message message) {
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, ctl::PlanPart>) {
+          // A repeated message (the master sends each phase once) must not
+          // build a second runtime on the same tags.
+          if (m.job_id == last_part_.first && m.phase == last_part_.second) {
+            spdlog::warn("{}: ignoring a repeated plan of job {} phase {}", me, m.job_id, m.phase);
+            return;
+          }
+          last_part_ = {m.job_id, m.phase};
           RunOptions run;
           run.node = options_.rank;
           run.transport = transport_.get();
@@ -641,6 +716,34 @@ void Agent::worker_handle(ctl::Message message) {
 }  // namespace rill::agent_internal
 
 namespace rill {
+
+StatusOr<ControlFault> parse_control_fault(const std::string& spec) {
+  ControlFault fault;
+  if (spec.empty()) return fault;
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const size_t second = rest.find(':');
+  fault.message = rest.substr(0, second);
+  using K = ControlFault::Kind;
+  static const std::map<std::string, K> kinds = {{"drop", K::kDrop},       {"delay", K::kDelay},
+                                                 {"duplicate", K::kDuplicate}, {"corrupt", K::kCorrupt},
+                                                 {"reorder", K::kReorder}, {"cut", K::kCut}};
+  auto it = kinds.find(kind);
+  if (it == kinds.end())
+    return invalid_argument("control fault '{}': the kind must be drop, delay, duplicate, corrupt, reorder or cut",
+                            spec);
+  fault.kind = it->second;
+  if (fault.kind == K::kDelay) {
+    if (second == std::string::npos) return invalid_argument("control fault '{}': delay:MESSAGE:SECONDS", spec);
+    try {
+      fault.seconds = std::stod(rest.substr(second + 1));
+    } catch (const std::exception&) {
+      return invalid_argument("control fault '{}': the delay is not a number of seconds", spec);
+    }
+  }
+  return fault;
+}
 
 Status run_agent(const AgentOptions& options) {
   agent_internal::Agent agent(options);

@@ -18,6 +18,20 @@
 
 namespace rill {
 
+// A fault this agent injects into the control messages it sends (tests of
+// the control plane): the first message of type `message` ("PlanAck"; empty:
+// any) is dropped, delayed by `seconds`, sent twice, corrupted (one byte
+// flipped), sent after the next message to the same peer (reordered), or is
+// the first of all that are never sent again (the link is cut).
+struct ControlFault {
+  enum class Kind { kNone, kDrop, kDelay, kDuplicate, kCorrupt, kReorder, kCut };
+  Kind kind = Kind::kNone;
+  std::string message;
+  double seconds = 0;
+};
+// "drop:PlanAck", "delay:Done:2", "cut:" ...
+StatusOr<ControlFault> parse_control_fault(const std::string& spec);
+
 struct AgentOptions {
   std::vector<Machine> machines;  // node 0 is the master
   int rank = 0;
@@ -30,6 +44,7 @@ struct AgentOptions {
   // The version this agent announces when it joins; tests set another to
   // check that mismatched peers are refused.
   std::string version = "";       // empty: this build's version
+  ControlFault fault;             // tests only
 };
 
 // Runs the agent until a Shutdown; returns the first fatal error (a failed

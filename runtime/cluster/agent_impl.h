@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,6 +96,8 @@ class Agent {
   void post(Outgoing out);
   void post_to_node(int node, const ctl::Message& m);
   void flush();
+  void send_now(const Outgoing& out);
+  bool inject_fault(Outgoing& out);
   Status bind_ctrl();
   void send_router(const std::string& identity, const std::string& bytes);
   // Loop-thread handlers.
@@ -106,6 +109,7 @@ class Agent {
   std::string join_error(const ctl::Join& join) const;
   // Marks a node lost and stops the running phase, naming it (loop thread).
   void declare_lost(int rank, const std::string& reason);
+  void link_failed(const std::string& reason);
   // Takes a restarted agent back in its rank (loop thread).
   void rejoin(const std::string& identity, int rank);
   std::string status_json();
@@ -131,6 +135,12 @@ class Agent {
   std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;
+
+  // options_.fault's state (loop thread).
+  bool fault_fired_ = false;
+  bool link_cut_ = false;
+  std::optional<Outgoing> held_;
+  std::vector<std::pair<Clock::time_point, Outgoing>> delayed_;
 
   std::mutex out_mu_;
   std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
@@ -162,6 +172,7 @@ class Agent {
   // Non-master.
   Clock::time_point master_seen_ = Clock::now();
   std::thread prepare_thread_;  // compiles and builds a phase's plan, then acks
+  std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
   std::thread run_thread_;
   std::mutex run_mu_;
   std::unique_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start

@@ -187,6 +187,14 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   auto runtime = NodeRuntime::build(plan.plan, local);
   // Every node must have built its actors before any starts.
   std::string failure;
+  Code code = Code::kAborted;
+  // The nodes with no entry in `replies`, named.
+  auto silent = [this](const auto& replies) {
+    std::string names;
+    for (int r = 1; r < world_; ++r)
+      if (replies.count(r) == 0) names += (names.empty() ? "" : ", ") + node_name(options_.machines, r);
+    return names;
+  };
   {
     std::unique_lock<std::mutex> lock(phase_mu_);
     bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
@@ -195,15 +203,16 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
     if (!runtime.ok()) failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
     for (const auto& [node, error] : phase_.acks)
       if (failure.empty() && !error.empty()) failure = error;
-    if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost;
+    if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost, code = Code::kUnavailable;
     if (failure.empty() && !acked)
-      failure = fmt::format("not every node compiled and built its part of the plan within {} s",
-                            options_.join_timeout_s);
+      failure = fmt::format("{} did not report its part of the plan built within {} s", silent(phase_.acks),
+                            options_.join_timeout_s),
+      code = Code::kDeadlineExceeded;
     if (failure.empty()) local_runtime_ = runtime->get();
   }
   if (!failure.empty()) {
     abort_all(failure);
-    report.status = Status(Code::kAborted, failure);
+    report.status = Status(code, failure);
     return report;
   }
   transport_->reset();
@@ -251,7 +260,9 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   // collective that lost its peer, an abort) are its consequences.
   if (!phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
   if (report.status.ok() && !all)
-    report.status = Status(Code::kDeadlineExceeded, "not every node reported the end of the job in time");
+    report.status = Status(Code::kDeadlineExceeded,
+                           fmt::format("{} did not report the end of the run within {} s of the master's", silent(phase_.dones),
+                                       options_.stall_timeout_s + 5));
   return report;
 }
 

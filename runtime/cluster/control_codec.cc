@@ -105,6 +105,9 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Shutdown& m) {
     return {fb::Message::Shutdown, fb::CreateShutdown(b, b.CreateString(m.reason)).Union()};
   }
+  std::pair<fb::Message, Offset<void>> operator()(const LinkError& m) {
+    return {fb::Message::LinkError, fb::CreateLinkError(b, m.node, b.CreateString(m.reason)).Union()};
+  }
   std::pair<fb::Message, Offset<void>> operator()(const Rejoined& m) {
     return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node).Union()};
   }
@@ -128,6 +131,11 @@ std::string encode(const Message& message) {
   const uint64_t sum = XXH3_64bits(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
   return out;
+}
+
+const char* type_name(const Message& message) {
+  // The variant's alternatives are the union's members in order, after NONE.
+  return fb::EnumNameMessage(static_cast<fb::Message>(message.index() + 1));
 }
 
 StatusOr<Message> decode(std::string_view message) {
@@ -214,6 +222,10 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Shutdown: return Message(Shutdown{str(e->message_as_Shutdown()->reason())});
     case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node()});
+    case fb::Message::LinkError: {
+      auto m = e->message_as_LinkError();
+      return Message(LinkError{m->node(), str(m->reason())});
+    }
     case fb::Message::NONE: break;
   }
   return data_loss("control message of unknown type {}", static_cast<int>(e->message_type()));

@@ -80,11 +80,14 @@ struct Heartbeat {
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };
 struct Rejoined { int node = 0; };
+struct LinkError { int node = 0; std::string reason; };
 
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
-                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined>;
+                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError>;
 
 std::string encode(const Message& message);
+// The message's type as the schema names it ("PlanAck").
+const char* type_name(const Message& message);
 StatusOr<Message> decode(std::string_view bytes);
 
 }  // namespace rill::control
