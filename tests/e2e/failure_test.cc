@@ -55,7 +55,8 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
 // The pid of the `rill agent` process with this rank and control port.
 pid_t find_agent(int rank, int port) {
   const std::string rank_arg = std::string("--rank") + '\0' + std::to_string(rank) + '\0';
-  const std::string port_arg = ":" + std::to_string(port);
+  // In the machine list ("127.0.0.1:9988,...") or as --ctrl-port's value.
+  const std::string port_in_list = ":" + std::to_string(port), port_arg = '\0' + std::to_string(port) + '\0';
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return -1;
   pid_t found = -1;
@@ -64,7 +65,7 @@ pid_t find_agent(int rank, int port) {
     if (pid <= 0) continue;
     std::string cmdline = read_text(std::string("/proc/") + entry->d_name + "/cmdline");
     if (cmdline.find(std::string("agent") + '\0') != std::string::npos && cmdline.find(rank_arg) != std::string::npos &&
-        cmdline.find(port_arg) != std::string::npos)
+        (cmdline.find(port_in_list) != std::string::npos || cmdline.find(port_arg) != std::string::npos))
       found = pid;
   }
   closedir(proc);
@@ -387,4 +388,40 @@ TEST_CASE("control-plane faults on either side of a link are tolerated or named,
       CHECK(run.error.find(c.error) != std::string::npos);
     }
   }
+}
+
+// `rill launch --max_restarts`: node 1's launcher starts its killed agent
+// again, and node 0 resumes the job it submitted.
+TEST_CASE("rill launch --max_restarts: a killed agent is started again by its launcher and the job ends") {
+  auto dir = temp_dir() / "launch";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string flags = " --nnodes 2 --master_addr 127.0.0.1 --master_port 19380 --machines 127.0.0.1,127.0.0.2 "
+                            "--max_restarts 1 ";
+  const std::string job = root() + "/samples/mlp/mlp.json";
+  const std::string node1 = rill::testing::binary() + " launch --node_rank 1" + flags + job + " > " +
+                            (dir / "node1.out").string() + " 2>&1 &";
+  REQUIRE(std::system(node1.c_str()) == 0);
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    if (!wait_for([&] { return find_agent(1, 19380) > 0; }, 30)) return;
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // the cluster formed and the job runs
+    pid_t pid = find_agent(1, 19380);
+    if (pid > 0 && kill(pid, SIGKILL) == 0) killed = true;
+  });
+  Ran ran = run_rill("launch --node_rank 0" + flags + job);
+  killer.join();
+  INFO(ran.output);
+  REQUIRE(killed);
+  CHECK(ran.code == 0);
+  CHECK(ran.output.find("restart 1 of 1 once every node is up") != std::string::npos);
+  CHECK(ran.output.find("restarting from the start") != std::string::npos);
+  CHECK(ran.output.find("done: 468 steps") != std::string::npos);
+  std::string other;
+  wait_for([&] {
+    other = read_text((dir / "node1.out").string());
+    return other.find("starting it again") != std::string::npos;
+  }, 10);
+  INFO(other);
+  CHECK(other.find("the agent of node 1 ended with 137; starting it again (0 restart(s) left)") != std::string::npos);
 }
