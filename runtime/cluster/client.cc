@@ -34,12 +34,28 @@ class ZmqClient : public Client {
     result.job_id = reply->job_id;
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(options.timeout_s));
+    // A master that says nothing for a while is asked for its status; one
+    // that does not answer that either is gone (its process died), and the
+    // wait ends instead of lasting the job's whole timeout.
+    bool asked = false;
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0)
         return Status(Code::kDeadlineExceeded, fmt::format("job {} did not finish within {} s", result.job_id,
                                                            options.timeout_s));
-      RILL_ASSIGN_OR_RETURN(ctl::Message message, receive(left));
+      auto received = receive(std::min(left, answer_timeout_s_));
+      if (!received.ok() && received.status().code() == Code::kDeadlineExceeded && left > answer_timeout_s_) {
+        if (asked)
+          return Status(Code::kUnavailable,
+                        fmt::format("the master {} stopped answering while job {} ran (its agent died?)",
+                                    format_machine(master_), result.job_id));
+        send(ctl::StatusRequest{});
+        asked = true;
+        continue;
+      }
+      if (!received.ok()) return received.status();
+      asked = false;
+      ctl::Message& message = *received;
       if (auto* p = std::get_if<ctl::Progress>(&message)) {
         if (options.on_line && p->job_id == result.job_id) options.on_line(p->line);
       } else if (auto* r = std::get_if<ctl::Result>(&message)) {

@@ -425,3 +425,31 @@ TEST_CASE("rill launch --max_restarts: a killed agent is started again by its la
   INFO(other);
   CHECK(other.find("the agent of node 1 ended with 137; starting it again (0 restart(s) left)") != std::string::npos);
 }
+
+// The master holds the cluster: when it dies the other agents exit naming
+// it, and a client waiting for a result is told instead of waiting out the
+// job's timeout.
+TEST_CASE("a master that dies mid-job: the client and the other agents say so, and nothing hangs") {
+  auto dir = temp_dir();
+  const std::string machines = "127.0.0.1:19310,127.0.0.2:19310";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 30", (dir / "m0.log").string());
+  Agent node("--machines " + machines + " --rank 1 --join-timeout 30", (dir / "m1.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19310", 2);
+  REQUIRE(client.ok());
+  std::thread killer([&] {
+    if (wait_for([&] { return master.output().find("step") != std::string::npos; }, 60)) kill(master.pid, SIGKILL);
+  });
+  rill::SubmitOptions options;
+  options.steps = 100000;
+  options.overrides = {"train.log_every=10"};
+  const auto start = Clock::now();
+  auto result = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  killer.join();
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.status().message().find("the master 127.0.0.1:19310 stopped answering while job 1 ran") !=
+        std::string::npos);
+  CHECK(seconds_between(start, Clock::now()) < 60);
+  CHECK(node.wait(30) == 1);
+  INFO(node.output());
+  CHECK(node.output().find("the master node 0 (127.0.0.1:19310) is lost") != std::string::npos);
+}
