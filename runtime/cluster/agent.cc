@@ -30,8 +30,8 @@ namespace rill::agent_internal {
 
 Agent::~Agent() {
   if (job_thread_.joinable()) job_thread_.join();
-  if (prepare_thread_.joinable()) prepare_thread_.join();
-  if (run_thread_.joinable()) run_thread_.join();
+  builder_.reset();
+  runner_.reset();
   if (transport_) transport_->close();
   // Let the last control messages (Shutdown to the nodes, replies) leave,
   // but never wait long for a peer that is gone.
@@ -72,6 +72,8 @@ Status Agent::start() {
   transport_ = std::make_unique<comm::CountingTransport>(std::move(*transport));
   transport_->accept_tags(0, 0);  // nothing until a run's plan opens its tags
   if (!is_master()) {
+    builder_ = std::make_unique<SerialExecutor>();
+    runner_ = std::make_unique<SerialExecutor>();
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);
     master_.set(zmq::sockopt::routing_id, fmt::format("node-{}", options_.rank));
@@ -462,8 +464,8 @@ Status Agent::serve() {
   }
   flush();
   if (job_thread_.joinable()) job_thread_.join();
-  if (prepare_thread_.joinable()) prepare_thread_.join();
-  if (run_thread_.joinable()) run_thread_.join();
+  builder_.reset();  // what is queued runs (a stopped run ends at once)
+  runner_.reset();
   return fatal_;
 }
 
@@ -638,9 +640,9 @@ void Agent::worker_handle(ctl::Message message) {
             };
           }
           // Compiled and built off the loop, which keeps answering
-          // heartbeats meanwhile; the ack goes out when it is done.
-          if (prepare_thread_.joinable()) prepare_thread_.join();
-          prepare_thread_ = std::thread([this, me, part = std::move(m), run = std::move(run)]() mutable {
+          // heartbeats meanwhile (a dataset may take long to read); the ack
+          // goes out when it is done.
+          builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
             const auto start = std::chrono::steady_clock::now();
             auto plan = compile_part(part, options_.rank, world_);
             if (plan.ok())
@@ -671,8 +673,9 @@ void Agent::worker_handle(ctl::Message message) {
             if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
             runtime = std::move(pending_);
           }
-          if (run_thread_.joinable()) run_thread_.join();
-          run_thread_ = std::thread([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
+          // After the previous run has wound down, on the runner's thread.
+          runner_->post([this, job = m.job_id, phase = m.phase,
+                         runtime = std::shared_ptr<NodeRuntime>(std::move(runtime))]() mutable {
             {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();

@@ -25,6 +25,7 @@
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cluster/pace.h"
+#include "runtime/cluster/serial_executor.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill::agent_internal {
@@ -171,9 +172,9 @@ class Agent {
 
   // Non-master.
   Clock::time_point master_seen_ = Clock::now();
-  std::thread prepare_thread_;  // compiles and builds a phase's plan, then acks
+  std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks
   std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
-  std::thread run_thread_;
+  std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
   std::mutex run_mu_;
   std::unique_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
   int64_t pending_job_ = -1;              // GUARDED_BY(run_mu_)
