@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   std::string as_version, agent_log;
   agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
   agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
+  agent->add_option("--http", agent_options.http,
+                    fmt::format("The master's metrics and status over HTTP: ADDRESS:PORT, or off (default {})",
+                                rill::kDefaultHttp));
   std::string control_fault;
   agent->add_option("--control-fault", control_fault,
                     "Inject a fault into this agent's control messages (tests): KIND:MESSAGE[:SECONDS]")

@@ -79,6 +79,7 @@ Status Agent::start() {
     master_.set(zmq::sockopt::routing_id, fmt::format("node-{}", options_.rank));
     master_.connect(tcp_endpoint(m.address, m.ctrl_port));
   }
+  if (is_master()) RILL_RETURN_IF_ERROR(start_http());
   identity_of_node_.assign(world_, "");
   last_seen_.assign(world_, Clock::now());
   lost_.assign(world_, false);
@@ -322,6 +323,52 @@ std::string Agent::status_json() {
   return j.dump();
 }
 
+Status Agent::start_http() {
+  if (options_.http == "off") return {};
+  const std::string spec = options_.http.empty() ? kDefaultHttp : options_.http;
+  const size_t colon = spec.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0) {
+    try {
+      port = std::stoi(spec.substr(colon + 1));
+    } catch (const std::exception&) {
+    }
+  }
+  if (port < 0 || port > 65535)
+    return invalid_argument("--http '{}': expected ADDRESS:PORT (or off)", spec);
+  auto server = HttpServer::start(spec.substr(0, colon), port, board_);
+  if (!server.ok()) {
+    if (!options_.http.empty()) return server.status().with_context(node_name(options_.machines, 0));
+    spdlog::warn("{}: metrics are not served ({}); --http ADDRESS:PORT picks another place",
+                 node_name(options_.machines, 0), server.status().message());
+    return {};
+  }
+  http_ = std::move(*server);
+  spdlog::info("{}: metrics at http://{}:{}/metrics, status at /api/status", node_name(options_.machines, 0),
+               spec.substr(0, colon), http_->port());
+  return {};
+}
+
+void Agent::publish_metrics() {
+  if (!http_ || seconds_since(last_published_) < 0.25) return;
+  last_published_ = Clock::now();
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  std::vector<MetricsBoard::Node> nodes;
+  for (int r = 0; r < world_; ++r) {
+    MetricsBoard::Node n;
+    n.rank = r;
+    n.address = format_machine(options_.machines[r]);
+    n.state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
+    n.seconds_since_heartbeat = r == 0 ? 0.0 : seconds_since(last_seen_[r]);
+    n.paced = pace[r].known;
+    n.steps_per_second = pace[r].steps_per_second;
+    n.device_ms_per_step = pace[r].busy_ms_per_step;
+    n.slow = pace[r].slow;
+    nodes.push_back(std::move(n));
+  }
+  board_.publish_cluster(std::move(nodes), status_json());
+}
+
 // The master's own node's pace (the others' come with their heartbeats), and
 // a warning, once per job, naming a node that has become slow.
 void Agent::track_pace() {
@@ -459,7 +506,10 @@ Status Agent::serve() {
       on_master_message(message.to_string());
     }
     check_liveness();
-    if (is_master()) start_next_job();
+    if (is_master()) {
+      start_next_job();
+      publish_metrics();
+    }
     flush();
   }
   flush();

@@ -45,7 +45,13 @@ struct AgentOptions {
   // check that mismatched peers are refused.
   std::string version = "";       // empty: this build's version
   ControlFault fault;             // tests only
+  // The master's HTTP endpoint (/metrics, /api/status, /api/jobs/ID):
+  // "ADDRESS:PORT", or "off". Empty: kDefaultHttp, and a port in use there
+  // only costs a warning.
+  std::string http;
 };
+
+inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";
 
 // Runs the agent until a Shutdown; returns the first fatal error (a failed
 // join, a port in use, a lost master).

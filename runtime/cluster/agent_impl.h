@@ -23,6 +23,8 @@
 #include "graph/job.h"
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/http_server.h"
+#include "runtime/cluster/metrics_board.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cluster/pace.h"
 #include "runtime/cluster/serial_executor.h"
@@ -157,6 +159,11 @@ class Agent {
   std::vector<bool> slow_warned_;         // loop thread only: for job warned_job_
   int64_t warned_job_ = -1;               // loop thread only
   void track_pace();
+  Status start_http();
+  void publish_metrics();  // the node table, for /metrics and /api (loop thread)
+  MetricsBoard board_;
+  std::unique_ptr<HttpServer> http_;       // after board_: stopped before it goes
+  Clock::time_point last_published_{};     // loop thread only
   std::deque<QueuedJob> queue_;
   int64_t next_job_id_ = 1;
   std::thread job_thread_;

@@ -59,12 +59,18 @@ void Agent::run_queued(QueuedJob queued) {
   options.executor = [this, id = queued.id, &phase, &job_text, &first_step](const PhasePlan& plan,
                                                                             const RunOptions& run) {
     RunOptions timed = run;
+    const bool training = plan.compile.mode == compiler::Mode::kTrain;
     if (run.on_step)
-      timed.on_step = [&first_step, inner = run.on_step](const StepMetrics& m) {
+      timed.on_step = [this, id, training, &first_step, inner = run.on_step](const StepMetrics& m) {
         if (first_step == Clock::time_point{}) first_step = Clock::now();
+        if (training) board_.job_step(id, m.step, m.names, m.values);
         inner(m);
       };
     return execute_phase(id, phase++, *job_text, plan, timed);
+  };
+  options.on_plan = [this, &queued, &job_text](int64_t steps, int64_t global_batch) {
+    board_.job_started(queued.id, queued.job.name, job_text.ok() ? *job_text : queued.submit.job_text, steps,
+                       global_batch);
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;
@@ -77,6 +83,7 @@ void Agent::run_queued(QueuedJob queued) {
   else if (job_text.ok()) result = run_with_restarts(queued, options, first_step);
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
+  board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message());
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
                                         result.status.ok() ? "" : result.status.message()})});
@@ -137,6 +144,7 @@ JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions option
     say(fmt::format("every node is up after {:.1f} s; restarting from {}", restart.seconds_until_whole,
                     options.resume.empty() ? std::string("the start") : options.resume));
     restarts.push_back(std::move(restart));
+    board_.job_restarted(queued.id);
   }
 }
 

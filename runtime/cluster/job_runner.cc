@@ -203,6 +203,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   }
   result.steps = (*verified)->steps();
   result.global_batch = (*verified)->global_batch();
+  if (options.on_plan) options.on_plan(result.steps, result.global_batch);
   if (options.out)
     fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
                result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());

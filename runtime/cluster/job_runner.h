@@ -46,6 +46,8 @@ struct JobRunOptions {
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;
+  // Told the training plan's steps and global batch before it runs.
+  std::function<void(int64_t steps, int64_t global_batch)> on_plan;
 };
 
 // One automatic restart of a job (Submit::max_restarts): why the attempt

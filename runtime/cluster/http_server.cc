@@ -1,0 +1,45 @@
+#include "runtime/cluster/http_server.h"
+
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+namespace rill {
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& address, int port,
+                                                        const MetricsBoard& board) {
+  std::unique_ptr<HttpServer> http(new HttpServer());
+  http->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *http->server_;
+  s.Get("/metrics", [&board](const httplib::Request&, httplib::Response& res) {
+    res.set_content(board.prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/api/status", [&board](const httplib::Request&, httplib::Response& res) {
+    res.set_content(board.status_json(), "application/json");
+  });
+  s.Get(R"(/api/jobs/(\d{1,18}))", [&board](const httplib::Request& req, httplib::Response& res) {
+    const std::string json = board.job_json(std::stoll(req.matches[1].str()));
+    if (json.empty()) {
+      res.status = 404;
+      res.set_content(fmt::format(R"({{"error": "no job {}"}})", req.matches[1].str()), "application/json");
+      return;
+    }
+    res.set_content(json, "application/json");
+  });
+  s.set_payload_max_length(1 << 16);  // it takes no uploads
+  const int bound = port == 0 ? s.bind_to_any_port(address) : (s.bind_to_port(address, port) ? port : -1);
+  if (bound < 0)
+    return Status(Code::kUnavailable, fmt::format("HTTP: cannot listen on {}:{} (in use, or not an address of this "
+                                                  "machine)",
+                                                  address, port));
+  http->port_ = bound;
+  http->thread_ = std::thread([&s] { s.listen_after_bind(); });
+  return http;
+}
+
+HttpServer::~HttpServer() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace rill

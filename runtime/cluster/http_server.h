@@ -1,0 +1,37 @@
+// The master's HTTP endpoint (cpp-httplib), read-only: what a MetricsBoard
+// holds, for Prometheus and for people.
+//   GET /metrics       Prometheus text format
+//   GET /api/status    the cluster (nodes, health, pace) and its jobs, JSON
+//   GET /api/jobs/ID   one job: state, metrics, loss curve, config, JSON
+// Nothing it serves changes the cluster, and it reads no file.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "base/status.h"
+#include "runtime/cluster/metrics_board.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace rill {
+
+class HttpServer {
+ public:
+  // Listens on address:port (port 0: one the kernel picks) on a thread of
+  // its own. Errors name the address (a port in use, say).
+  static StatusOr<std::unique_ptr<HttpServer>> start(const std::string& address, int port, const MetricsBoard& board);
+  ~HttpServer();
+  int port() const { return port_; }
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace rill

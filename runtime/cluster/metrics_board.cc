@@ -1,0 +1,220 @@
+#include "runtime/cluster/metrics_board.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace rill {
+namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A label value in the exposition format: backslash, quote and newline escaped.
+std::string label(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// A sample value: Prometheus spells the non-finite ones NaN, +Inf, -Inf.
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+// Writes one metric family: its HELP, TYPE and samples.
+class Family {
+ public:
+  Family(std::string* out, const char* name, const char* type, const char* help) : out_(out), name_(name) {
+    *out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(const std::string& labels, double value) {
+    *out_ += fmt::format("{}{}{} {}\n", name_, labels.empty() ? "" : "{", labels.empty() ? labels : labels + "}",
+                         number(value));
+  }
+
+ private:
+  std::string* out_;
+  const char* name_;
+};
+
+}  // namespace
+
+void MetricsBoard::publish_cluster(std::vector<Node> nodes, std::string status_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nodes_ = std::move(nodes);
+  status_json_ = std::move(status_json);
+}
+
+MetricsBoard::Job* MetricsBoard::find(int64_t job) {
+  for (Job& j : jobs_)
+    if (j.id == job) return &j;
+  return nullptr;
+}
+
+void MetricsBoard::job_started(int64_t job, const std::string& name, const std::string& job_text, int64_t steps,
+                               int64_t global_batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Job* j = find(job)) {  // a restarted attempt goes on in the same entry
+    j->state = "running";
+    j->steps = steps;
+    j->global_batch = global_batch;
+    return;
+  }
+  if (jobs_.size() == kKeptJobs) jobs_.erase(jobs_.begin());
+  Job j;
+  j.id = job;
+  j.name = name;
+  j.job_text = job_text;
+  j.steps = steps;
+  j.global_batch = global_batch;
+  j.started = j.last_step_at = steady_seconds();
+  jobs_.push_back(std::move(j));
+}
+
+void MetricsBoard::job_step(int64_t job, int64_t step, std::span<const std::string> names,
+                            std::span<const double> values) {
+  const double now = steady_seconds();
+  std::lock_guard<std::mutex> lock(mu_);
+  Job* j = find(job);
+  if (j == nullptr) return;
+  j->step = step + 1;
+  j->step_seconds = now - j->last_step_at;
+  j->last_step_at = now;
+  if (j->step_seconds > 0) {
+    const double rate = static_cast<double>(j->global_batch) / j->step_seconds;
+    j->samples_per_second = j->samples_per_second == 0 ? rate : 0.9 * j->samples_per_second + 0.1 * rate;
+  }
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    j->metrics[names[i]] = values[i];
+    if (names[i] == "loss" && step % j->stride == 0) {
+      j->curve.emplace_back(step + 1, values[i]);
+      if (j->curve.size() >= kCurvePoints) {  // keep every other point, and half as many from now on
+        std::vector<std::pair<int64_t, double>> thinned;
+        for (size_t k = 0; k < j->curve.size(); k += 2) thinned.push_back(j->curve[k]);
+        j->curve = std::move(thinned);
+        j->stride *= 2;
+      }
+    }
+  }
+}
+
+void MetricsBoard::job_restarted(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Job* j = find(job)) ++j->restarts;
+}
+
+void MetricsBoard::job_finished(int64_t job, bool ok, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Job* j = find(job)) {
+    j->state = ok ? "done" : "failed";
+    j->error = error;
+  }
+  ++(ok ? finished_ok_ : finished_failed_);
+}
+
+std::string MetricsBoard::prometheus_text() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  {
+    Family f(&out, "rill_node_up", "gauge", "1 when the node is part of the cluster, 0 when lost or not joined.");
+    for (const Node& n : nodes_)
+      f.sample(fmt::format("node=\"{}\",address=\"{}\"", n.rank, label(n.address)), n.state.rfind("up", 0) == 0);
+  }
+  {
+    Family f(&out, "rill_node_heartbeat_age_seconds", "gauge", "Seconds since the node's last heartbeat.");
+    for (const Node& n : nodes_) f.sample(fmt::format("node=\"{}\"", n.rank), n.seconds_since_heartbeat);
+  }
+  {
+    Family f(&out, "rill_node_steps_per_second", "gauge", "The running job's steps per second on the node (last 10 s).");
+    for (const Node& n : nodes_)
+      if (n.paced) f.sample(fmt::format("node=\"{}\"", n.rank), n.steps_per_second);
+  }
+  {
+    Family f(&out, "rill_node_device_seconds_per_step", "gauge",
+             "Time the node's devices spent computing per step of the running job (last 10 s).");
+    for (const Node& n : nodes_)
+      if (n.paced) f.sample(fmt::format("node=\"{}\"", n.rank), n.device_ms_per_step / 1000.0);
+  }
+  {
+    Family f(&out, "rill_node_slow", "gauge", "1 when the node's device time per step is 1.5x the others' median.");
+    for (const Node& n : nodes_)
+      if (n.paced) f.sample(fmt::format("node=\"{}\"", n.rank), n.slow);
+  }
+  const Job* running = nullptr;
+  for (const Job& j : jobs_)
+    if (j.state == "running") running = &j;
+  {
+    Family f(&out, "rill_jobs_finished_total", "counter", "Jobs that ended, by outcome.");
+    f.sample("outcome=\"ok\"", static_cast<double>(finished_ok_));
+    f.sample("outcome=\"failed\"", static_cast<double>(finished_failed_));
+  }
+  if (running != nullptr) {
+    const std::string job = fmt::format("job=\"{}\",name=\"{}\"", running->id, label(running->name));
+    Family(&out, "rill_job_step", "gauge", "Steps the running job has done.").sample(job, running->step);
+    Family(&out, "rill_job_steps", "gauge", "Steps the running job runs in all.").sample(job, running->steps);
+    Family(&out, "rill_job_step_seconds", "gauge", "Wall time of the running job's last step.")
+        .sample(job, running->step_seconds);
+    Family(&out, "rill_job_samples_per_second", "gauge", "The running job's samples per second (recent steps).")
+        .sample(job, running->samples_per_second);
+    Family(&out, "rill_job_restarts_total", "counter", "Times the running job was restarted after a failure.")
+        .sample(job, static_cast<double>(running->restarts));
+    Family metric(&out, "rill_job_metric", "gauge", "The running job's loss and metrics at its last step.");
+    for (const auto& [name, value] : running->metrics) metric.sample(job + fmt::format(",metric=\"{}\"", label(name)), value);
+  }
+  return out;
+}
+
+std::string MetricsBoard::status_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto j = nlohmann::ordered_json::parse(status_json_.empty() ? "{}" : status_json_, nullptr, false);
+  if (j.is_discarded()) j = nlohmann::ordered_json::object();
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::array();
+  for (const Job& job : jobs_)
+    jobs.push_back({{"job_id", job.id}, {"name", job.name}, {"state", job.state}, {"step", job.step},
+                    {"steps", job.steps}});
+  j["jobs"] = jobs;
+  return j.dump();
+}
+
+std::string MetricsBoard::job_json(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Job& job : jobs_) {
+    if (job.id != id) continue;
+    nlohmann::ordered_json j;
+    j["job_id"] = job.id;
+    j["name"] = job.name;
+    j["state"] = job.state;
+    if (!job.error.empty()) j["error"] = job.error;
+    j["step"] = job.step;
+    j["steps"] = job.steps;
+    j["global_batch"] = job.global_batch;
+    j["restarts"] = job.restarts;
+    j["step_seconds"] = job.step_seconds;
+    j["samples_per_second"] = job.samples_per_second;
+    nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : job.metrics) metrics[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nullptr;
+    j["metrics"] = metrics;
+    nlohmann::ordered_json curve = nlohmann::ordered_json::array();
+    for (const auto& [step, loss] : job.curve)
+      curve.push_back({step, std::isfinite(loss) ? nlohmann::ordered_json(loss) : nullptr});
+    j["loss_curve"] = curve;  // [step, loss] pairs
+    auto config = nlohmann::ordered_json::parse(job.job_text, nullptr, false);
+    j["config"] = config.is_discarded() ? nlohmann::ordered_json(job.job_text) : config;
+    return j.dump();
+  }
+  return {};
+}
+
+}  // namespace rill

@@ -1,0 +1,90 @@
+// The master's HTTP endpoint on real agents: /metrics (checked by Prometheus's
+// own promtool), /api/status and /api/jobs/ID, scraped while a job runs.
+#include <doctest/doctest.h>
+
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "process_util.h"
+
+#include "runtime/cluster/client.h"
+
+namespace {
+
+using rill::testing::Agent;
+using rill::testing::read_text;
+using rill::testing::root;
+
+// rill_job_step's value in a scrape, or -1.
+double job_step(const std::string& metrics) {
+  std::smatch m;
+  static const std::regex step(R"(\nrill_job_step\{[^}]*\} ([0-9.e+]+)\n)");
+  return std::regex_search(metrics, m, step) ? std::stod(m[1].str()) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("the master serves Prometheus metrics and JSON status that move while a job runs") {
+  auto dir = rill::testing::temp_dir("rill-metrics-");
+  const std::string machines = "127.0.0.1:19420,127.0.0.2:19420";
+  Agent master("--machines " + machines + " --rank 0 --http 127.0.0.1:19425", (dir / "h0.log").string());
+  Agent node("--machines " + machines + " --rank 1", (dir / "h1.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19420", 30);
+  REQUIRE(client.ok());
+  std::thread job([&] {
+    rill::SubmitOptions options;
+    options.steps = 1000;
+    auto result = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+    CHECK(result.ok());
+  });
+  httplib::Client http("127.0.0.1", 19425);
+  std::string first;
+  for (int i = 0; i < 300 && job_step(first) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto res = http.Get("/metrics");
+    if (res && res->status == 200) first = res->body;
+  }
+  REQUIRE(job_step(first) >= 1);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto second = http.Get("/metrics");
+  REQUIRE(second);
+  INFO(second->body);
+  CHECK(job_step(second->body) > job_step(first));  // the figures move
+  CHECK(second->body.find("rill_node_up{node=\"0\",address=\"127.0.0.1:19420\"} 1") != std::string::npos);
+  CHECK(second->body.find("rill_node_up{node=\"1\",address=\"127.0.0.2:19420\"} 1") != std::string::npos);
+  CHECK(second->body.find("rill_job_metric{job=\"1\",name=\"mlp\",metric=\"loss\"}") != std::string::npos);
+  CHECK(second->get_header_value("Content-Type").find("text/plain; version=0.0.4") == 0);
+  const auto scraped = dir / "metrics.txt";
+  std::ofstream(scraped) << second->body;
+  auto checked = rill::testing::run_shell("promtool check metrics < " + scraped.string());
+  INFO(checked.output);
+  CHECK(checked.code == 0);
+
+  auto status = http.Get("/api/status");
+  REQUIRE(status);
+  auto s = nlohmann::json::parse(status->body);
+  REQUIRE(s["nodes"].size() == 2);
+  CHECK(s["nodes"][1]["state"] == "up");
+  CHECK(s["running"]["job_id"] == 1);
+  auto detail = http.Get("/api/jobs/1");
+  REQUIRE(detail);
+  auto j = nlohmann::json::parse(detail->body);
+  CHECK(j["name"] == "mlp");
+  CHECK(j["config"]["name"] == "mlp");
+  CHECK(j["loss_curve"].size() >= 1);
+  CHECK(http.Get("/api/jobs/99")->status == 404);
+  job.join();
+  auto done = nlohmann::json::parse(http.Get("/api/jobs/1")->body);
+  CHECK(done["state"] == "done");
+  CHECK(done["step"] == 1000);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
