@@ -107,10 +107,11 @@ int run_local_cluster(const ClusterRunArgs& args) {
   std::string machines;
   for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
   auto start_agent = [&](int r, bool again) {
-    return spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r), "--devices",
-                          devices, "--join-timeout", fmt::format("{}", args.join_timeout_s), "--stall-timeout",
-                          fmt::format("{}", args.stall_timeout_s)},
-                         {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
+    std::vector<std::string> argv = {"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r),
+                                     "--devices", devices, "--join-timeout", fmt::format("{}", args.join_timeout_s),
+                                     "--stall-timeout", fmt::format("{}", args.stall_timeout_s)};
+    if (r == 0) argv.insert(argv.end(), {"--metrics-dir", logdir});  // job-1.jsonl beside the nodes' logs
+    return spawn_process(argv, {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
   };
   std::vector<pid_t> agents;
   for (int r = 0; r < args.nodes; ++r) agents.push_back(start_agent(r, false));

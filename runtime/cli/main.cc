@@ -1,7 +1,9 @@
 // The `rill` command: run, plan and check jobs on this machine.
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/cli/plot_script.h"
 
 namespace {
 
@@ -64,6 +67,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 254));
   run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
   run->add_option("--logdir", logdir, "Where the non-master agents write their logs");
+  std::string metrics_path;
+  run->add_option("--metrics", metrics_path,
+                  "Append the training's metrics to this file as JSON lines (with --nodes: job-1.jsonl in --logdir)");
   run->add_option("--max-restarts", max_restarts,
                   "With --nodes: an agent that dies is started again and the job resumes from its newest checkpoint, "
                   "up to this many times")
@@ -90,6 +96,8 @@ int main(int argc, char** argv) {
   agent->add_option("--http", agent_options.http,
                     fmt::format("The master's metrics and status over HTTP: ADDRESS:PORT, or off (default {})",
                                 rill::kDefaultHttp));
+  agent->add_option("--metrics-dir", agent_options.metrics_dir,
+                    "The master writes each job's metrics here as job-ID.jsonl (JSON lines)");
   std::string control_fault;
   agent->add_option("--control-fault", control_fault,
                     "Inject a fault into this agent's control messages (tests): KIND:MESSAGE[:SECONDS]")
@@ -123,6 +131,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4095));
   plan->add_flag("--stats", stats, "Print only the compile time and the plan's size (tasks, regsts, bytes)");
   plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
+
+  std::string plot_output = "loss.png";
+  CLI::App* plot_cmd = app.add_subcommand("plot", "Draw a run's loss curve to a PNG (Python with matplotlib)");
+  plot_cmd->add_option("input", job_path, "A result JSON (--result) or a metrics file of JSON lines")->required();
+  plot_cmd->add_option("-o,--output", plot_output, "The PNG to write")->capture_default_str();
 
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
   check->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -188,10 +201,19 @@ int main(int argc, char** argv) {
     options.max_restarts = max_restarts;
     return rill::submit_command(job_path, master, result_path, follow, options);
   }
+  if (run->parsed() && nodes > 1 && !metrics_path.empty())
+    return rill::fail_command(rill::invalid_argument(
+        "--metrics names one process's file; with --nodes the master writes job-1.jsonl in --logdir"));
   if (run->parsed() && nodes == 1 && max_restarts > 0)
     return rill::fail_command(rill::invalid_argument(
         "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)"));
   if (status->parsed()) return rill::status_command(master);
+  if (plot_cmd->parsed()) {
+    // Debian's python3 (where python3-matplotlib goes) before whatever is first on PATH.
+    const char* python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    execlp(python, python, "-c", rill::graph::kPlotScript, job_path.c_str(), plot_output.c_str(), nullptr);
+    return rill::fail_command(rill::invalid_argument("rill plot needs Python 3 ({}): {}", python, std::strerror(errno)));
+  }
   if (run->parsed() && nodes > 1) {
     if (!trace_path.empty())
       return rill::fail_command(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
@@ -261,6 +283,7 @@ int main(int argc, char** argv) {
   options.stall_timeout_s = stall_timeout;
   options.trace_file = trace_path;
   options.resume = resume;
+  options.metrics_file = metrics_path;
   rill::JobResult result = rill::run_job(*job, options);
   if (!result_path.empty()) {
     Status written = rill::write_text_file(result_path, rill::result_json(result));

@@ -350,7 +350,7 @@ Status Agent::start_http() {
 }
 
 void Agent::publish_metrics() {
-  if (!http_ || seconds_since(last_published_) < 0.25) return;
+  if (seconds_since(last_published_) < 0.25) return;
   last_published_ = Clock::now();
   const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
   std::vector<MetricsBoard::Node> nodes;

@@ -49,6 +49,8 @@ struct AgentOptions {
   // "ADDRESS:PORT", or "off". Empty: kDefaultHttp, and a port in use there
   // only costs a warning.
   std::string http;
+  // The master writes each job's metrics here as job-ID.jsonl (empty: not).
+  std::string metrics_dir;
 };
 
 inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";

@@ -68,6 +68,18 @@ void Agent::run_queued(QueuedJob queued) {
       };
     return execute_phase(id, phase++, *job_text, plan, timed);
   };
+  if (!options_.metrics_dir.empty()) {
+    options.metrics_file = fmt::format("{}/job-{}.jsonl", options_.metrics_dir, queued.id);
+    options.node_pace = [this] {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const MetricsBoard::Node& n : board_.nodes())
+        if (n.paced)
+          nodes.push_back({{"node", n.rank}, {"steps_per_second", n.steps_per_second},
+                           {"device_ms_per_step", n.device_ms_per_step}, {"slow", n.slow}});
+      return nodes;
+    };
+    spdlog::info("job {}: metrics in {}", queued.id, options.metrics_file);
+  }
   options.on_plan = [this, &queued, &job_text](int64_t steps, int64_t global_batch) {
     board_.job_started(queued.id, queued.job.name, job_text.ok() ? *job_text : queued.submit.job_text, steps,
                        global_batch);

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -81,9 +84,10 @@ class Progress {
       }
       emit(line);
     }
-    if (!out_ && !on_line_) return;
     double seconds = std::chrono::duration<double>(now - last_).count();
     int64_t interval = done - last_step_;
+    if (metrics_) write_metrics(m, done, seconds, interval);
+    if (!out_ && !on_line_) return;
     std::string line = fmt::format("step {:>6}/{}", done, steps_);
     for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6g}", m.names[i], m.values[i]);
     if (seconds > 0 && interval > 0)
@@ -92,6 +96,29 @@ class Progress {
     emit(line);
     last_ = now;
     last_step_ = done;
+  }
+
+  // Metrics as JSON lines, one per logged step (a pandas.read_json(lines=True)
+  // table): step, loss and every metric, lr, ms/step, samples/s, and each
+  // node's pace when the run has nodes.
+  void write_to(std::FILE* metrics, double lr, std::function<nlohmann::json()> nodes) {
+    metrics_ = metrics;
+    lr_ = lr;
+    nodes_ = std::move(nodes);
+  }
+
+  void write_metrics(const StepMetrics& m, int64_t done, double seconds, int64_t interval) {
+    nlohmann::ordered_json j;
+    j["step"] = done;
+    for (size_t i = 0; i < m.names.size(); ++i)
+      j[m.names[i]] = std::isfinite(m.values[i]) ? nlohmann::ordered_json(m.values[i]) : nullptr;
+    j["lr"] = lr_;
+    const bool timed = seconds > 0 && interval > 0;
+    j["ms_per_step"] = timed ? nlohmann::ordered_json(1e3 * seconds / interval) : nullptr;
+    j["samples_per_sec"] = timed ? nlohmann::ordered_json(interval * global_batch_ / seconds) : nullptr;
+    if (nodes_) j["nodes"] = nodes_();
+    fmt::print(metrics_, "{}\n", j.dump());
+    std::fflush(metrics_);
   }
 
   void emit(const std::string& line) {
@@ -111,6 +138,9 @@ class Progress {
   int64_t last_step_ = 0;
   bool first_ = true;
   std::vector<double> step_seconds_;
+  std::FILE* metrics_ = nullptr;
+  double lr_ = 0;
+  std::function<nlohmann::json()> nodes_;
 };
 
 // A small tensor's values nested by its shape, 4 decimals: [[2.0000], [3.0000]].
@@ -209,6 +239,17 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
                result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());
 
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
+  if (!options.metrics_file.empty()) {
+    // Appended to: a restarted job's lines follow its first attempt's.
+    metrics.reset(std::fopen(options.metrics_file.c_str(), "a"));
+    if (!metrics) {
+      result.status = invalid_argument("cannot write the metrics file '{}': {}", options.metrics_file,
+                                       std::strerror(errno));
+      return result;
+    }
+    progress.write_to(metrics.get(), job.optimizer.lr, options.node_pace);
+  }
   RunOptions run_options;
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/node/node_runtime.h"
@@ -46,6 +48,10 @@ struct JobRunOptions {
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;
+  // Where to append the training's metrics as JSON lines (empty: nowhere).
+  std::string metrics_file;
+  // Each node's pace, for the metrics file's lines ([{node, steps_per_second, ...}]).
+  std::function<nlohmann::json()> node_pace;
   // Told the training plan's steps and global batch before it runs.
   std::function<void(int64_t steps, int64_t global_batch)> on_plan;
 };

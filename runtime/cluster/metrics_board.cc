@@ -57,6 +57,11 @@ void MetricsBoard::publish_cluster(std::vector<Node> nodes, std::string status_j
   status_json_ = std::move(status_json);
 }
 
+std::vector<MetricsBoard::Node> MetricsBoard::nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_;
+}
+
 MetricsBoard::Job* MetricsBoard::find(int64_t job) {
   for (Job& j : jobs_)
     if (j.id == job) return &j;

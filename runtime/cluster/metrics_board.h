@@ -41,6 +41,7 @@ class MetricsBoard {
   void job_restarted(int64_t job);
   void job_finished(int64_t job, bool ok, const std::string& error);
 
+  std::vector<Node> nodes() const;
   std::string prometheus_text() const;
   std::string status_json() const;
   // The job's JSON, or "" for a job this board never saw.

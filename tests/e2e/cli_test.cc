@@ -190,3 +190,49 @@ TEST_CASE("rill run honours the job's train.devices when --devices is not given"
   CHECK(ran.code == 0);
   CHECK(ran.output.find("on 1 node(s) x cpu:2") != std::string::npos);
 }
+
+// Metrics as JSON lines (one per logged step, as pandas.read_json(lines=True)
+// reads them), from one process and from a local cluster's master, and
+// `rill plot` drawing them and a result's loss curve.
+TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a result's loss curve to a PNG") {
+  auto dir = temp_dir() / "metrics";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --metrics " +
+                     (dir / "lr.jsonl").string() + " --result " + (dir / "lr.json").string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  std::ifstream in(dir / "lr.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 10);  // 500 steps, logged every 50
+  CHECK(lines[0]["step"] == 50);
+  CHECK(lines[9]["step"] == 500);
+  CHECK(lines[9]["loss"].get<double>() < 1e-6);
+  CHECK(lines[0]["lr"] == 0.01);
+  CHECK(lines[0]["samples_per_sec"].get<double>() > 0);
+
+  Ran cluster = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 "
+                         "--ctrl-port 19330 --logdir " + (dir / "logs").string());
+  INFO(cluster.output);
+  REQUIRE(cluster.code == 0);
+  std::ifstream master(dir / "logs" / "job-1.jsonl");
+  std::string first;
+  REQUIRE(std::getline(master, first));
+  CHECK(nlohmann::json::parse(first)["step"] == 50);
+  CHECK(nlohmann::json::parse(first).contains("nodes"));
+
+  for (const char* input : {"lr.jsonl", "lr.json"}) {
+    CAPTURE(input);
+    const auto png = dir / (std::string(input) + ".png");
+    Ran plot = run_rill("plot " + (dir / input).string() + " -o " + png.string());
+    INFO(plot.output);
+    CHECK(plot.code == 0);
+    const std::string bytes = rill::testing::read_text(png.string());
+    CHECK(bytes.size() > 1000);
+    CHECK(bytes.substr(0, 8) == "\x89PNG\r\n\x1a\n");
+  }
+  Ran bad = run_rill("plot " + root() + "/samples/mlp/mlp.json");
+  CHECK(bad.code == 1);
+  CHECK(bad.output.find("a JSON object without a loss_curve (not a Rill result)") != std::string::npos);
+}

@@ -1,0 +1,75 @@
+"""rill plot: draws a run's loss curve to a PNG.
+
+Usage: plot.py INPUT OUTPUT
+INPUT is a result JSON (rill run --result: its loss_curve, from start_step)
+or a metrics file of JSON lines (rill run --metrics, or job-ID.jsonl from
+the master's --metrics-dir: step and loss on each line).
+"""
+import json
+import sys
+
+
+def read_curve(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict):
+        if "loss_curve" not in whole:
+            raise ValueError(f"{path}: a JSON object without a loss_curve (not a Rill result)")
+        first = int(whole.get("start_step", 0)) + 1
+        losses = whole["loss_curve"]
+        return list(range(first, first + len(losses))), losses
+    steps, losses = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{number}: not a JSON line: {e.msg}") from None
+        if not isinstance(row, dict) or "step" not in row or "loss" not in row:
+            raise ValueError(f"{path}:{number}: a metrics line needs 'step' and 'loss'")
+        steps.append(row["step"])
+        losses.append(row["loss"])
+    if not steps:
+        raise ValueError(f"{path}: no metrics lines")
+    return steps, losses
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    source, output = sys.argv[1:]
+    try:
+        steps, losses = read_curve(source)
+    except (OSError, ValueError) as e:
+        print(f"rill plot: {e}", file=sys.stderr)
+        return 1
+    try:
+        import matplotlib
+    except ImportError:
+        print("rill plot: matplotlib is missing (Debian: apt-get install python3-matplotlib)", file=sys.stderr)
+        return 1
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(steps, [float("nan") if v is None else v for v in losses], linewidth=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    if all(v is not None and v > 0 for v in losses) and max(losses) / min(losses) > 100:
+        ax.set_yscale("log")
+    ax.set_title(source.rsplit("/", 1)[-1])
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(output)
+    print(f"{output}: loss over {len(steps)} points, steps {steps[0]} to {steps[-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
