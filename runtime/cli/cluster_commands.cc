@@ -49,8 +49,20 @@ int submit_command(const std::string& job_path, const std::string& master, const
   auto client = Client::connect(master);
   if (!client.ok()) return fail_command(client.status());
   SubmitOptions options = submit;
-  if (follow) options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
+  // On a terminal the step lines take each other's place (a line redrawn in
+  // place); piped, every line stays.
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  bool step_shown = false;
+  if (follow)
+    options.on_line = [terminal, &step_shown](const std::string& line) {
+      const bool step = terminal && line.rfind("step ", 0) == 0;
+      // The last step line stays when another kind of line follows.
+      fmt::print("{}{}{}", step_shown ? (step ? "\r\033[K" : "\n") : "", line, step ? "" : "\n");
+      std::fflush(stdout);
+      step_shown = step;
+    };
   auto result = (*client)->submit_text(*text, job_path, options);
+  if (step_shown) fmt::print("\n");
   if (!result.ok()) return fail_command(result.status());
   if (!result_path.empty()) {
     Status written = write_text_file(result_path, result->result_json);

@@ -236,3 +236,21 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
   CHECK(bad.code == 1);
   CHECK(bad.output.find("a JSON object without a loss_curve (not a Rill result)") != std::string::npos);
 }
+
+// On a terminal (here a pseudo-terminal from util-linux's `script`) the
+// progress bar is redrawn in place between the logged lines; piped, only
+// the lines are printed.
+TEST_CASE("rill run shows a progress bar on a terminal and plain lines when piped") {
+  const std::string run = rill::testing::binary() + " run " + root() + "/samples/mlp/mlp.json --steps 120";
+  Ran tty = rill::testing::run_shell("script -qec '" + run + "' /dev/null");
+  INFO(tty.output);
+  REQUIRE(tty.code == 0);
+  CHECK(tty.output.find("\r\033[K[") != std::string::npos);
+  CHECK(tty.output.find("/120  ") != std::string::npos);
+  CHECK(tty.output.find("ETA 0:") != std::string::npos);
+  CHECK(tty.output.find("step    120/120") != std::string::npos);
+  Ran piped = rill::testing::run_shell(run + " | cat");
+  CHECK(piped.code == 0);
+  CHECK(piped.output.find("\033[K") == std::string::npos);
+  CHECK(piped.output.find("step     50/120") != std::string::npos);
+}
