@@ -87,6 +87,7 @@ Status Agent::start() {
   told_to_go_.assign(world_, false);
   pace_ = PaceTracker(world_);
   slow_warned_.assign(world_, false);
+  activity_.assign(world_, {});
   return {};
 }
 
@@ -364,6 +365,8 @@ void Agent::publish_metrics() {
     n.steps_per_second = pace[r].steps_per_second;
     n.device_ms_per_step = pace[r].busy_ms_per_step;
     n.slow = pace[r].slow;
+    for (const ctl::Heartbeat::Thread& t : activity_[r].threads) n.threads.push_back({t.name, t.acts, t.busy_seconds});
+    n.received_bytes_from = activity_[r].received_bytes_from;
     nodes.push_back(std::move(n));
   }
   board_.publish_cluster(std::move(nodes), status_json());
@@ -374,6 +377,7 @@ void Agent::publish_metrics() {
 void Agent::track_pace() {
   if (!job_running_) {
     pace_.clear();
+    activity_.assign(world_, {});
     return;
   }
   if (warned_job_ != running_id_) {  // jobs may follow each other between two calls
@@ -385,6 +389,10 @@ void Agent::track_pace() {
     if (local_runtime_ && phase_.job_id == running_id_) {
       const NodePace pace = local_runtime_->pace();
       pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);
+      Activity& own = activity_[0];
+      own.threads.clear();
+      for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds});
+      own.received_bytes_from = transport_->received_bytes_from();
     }
   }
   const std::vector<PaceReport> report = pace_.report(steady_seconds());
@@ -410,6 +418,8 @@ void Agent::check_liveness() {
         if (running_) {
           const NodePace pace = running_->pace();
           beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
+          for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds});
+          beat.received_bytes_from = transport_->received_bytes_from();
         }
       }
       post_to_node(0, beat);
@@ -630,8 +640,10 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
         }
         if constexpr (std::is_same_v<T, ctl::LinkError>) link_failed(m.reason);
         if constexpr (std::is_same_v<T, ctl::Heartbeat>) {
-          if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_)
+          if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
             pace_.add(node, pace_key(m.job_id, m.phase), steady_seconds(), m.steps, m.busy_seconds);
+            activity_[node] = {std::move(m.threads), std::move(m.received_bytes_from)};
+          }
         }
         // Anything else is not for the master.
       },

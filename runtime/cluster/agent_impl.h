@@ -159,6 +159,13 @@ class Agent {
   std::vector<bool> slow_warned_;         // loop thread only: for job warned_job_
   int64_t warned_job_ = -1;               // loop thread only
   void track_pace();
+  // Each node's threads and received bytes in the running phase, from its
+  // heartbeats (node 0's from its own runtime); loop thread only.
+  struct Activity {
+    std::vector<ctl::Heartbeat::Thread> threads;
+    std::vector<int64_t> received_bytes_from;
+  };
+  std::vector<Activity> activity_;
   Status start_http();
   void publish_metrics();  // the node table, for /metrics and /api (loop thread)
   MetricsBoard board_;

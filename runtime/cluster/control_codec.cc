@@ -97,7 +97,13 @@ struct Encoder {
     return {fb::Message::StatusReply, fb::CreateStatusReply(b, b.CreateString(m.status_json)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Heartbeat& m) {
-    return {fb::Message::Heartbeat, fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds).Union()};
+    std::vector<Offset<fb::ThreadPace>> threads;
+    for (const Heartbeat::Thread& t : m.threads)
+      threads.push_back(fb::CreateThreadPace(b, b.CreateString(t.name), t.acts, t.busy_seconds));
+    return {fb::Message::Heartbeat,
+            fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
+                                b.CreateVector(m.received_bytes_from))
+                .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
     return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.phase, b.CreateString(m.reason)).Union()};
@@ -214,7 +220,10 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::StatusReply: return Message(StatusReply{str(e->message_as_StatusReply()->status_json())});
     case fb::Message::Heartbeat: {
       const fb::Heartbeat* h = e->message_as_Heartbeat();
-      return Message(Heartbeat{h->node(), h->job_id(), h->phase(), h->steps(), h->busy_seconds()});
+      Heartbeat beat{h->node(), h->job_id(), h->phase(), h->steps(), h->busy_seconds(), {}, vec(h->received_bytes_from())};
+      if (h->threads())
+        for (const fb::ThreadPace* t : *h->threads()) beat.threads.push_back({str(t->name()), t->acts(), t->busy_seconds()});
+      return Message(std::move(beat));
     }
     case fb::Message::Abort: {
       auto m = e->message_as_Abort();

@@ -76,6 +76,13 @@ struct Heartbeat {
   int phase = 0;
   double steps = 0;
   double busy_seconds = 0;
+  struct Thread {
+    std::string name;
+    int64_t acts = 0;
+    double busy_seconds = 0;
+  };
+  std::vector<Thread> threads;
+  std::vector<int64_t> received_bytes_from;
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };

@@ -157,6 +157,27 @@ std::string MetricsBoard::prometheus_text() const {
     for (const Node& n : nodes_)
       if (n.paced) f.sample(fmt::format("node=\"{}\"", n.rank), n.slow);
   }
+  {
+    Family f(&out, "rill_thread_acts", "gauge", "Acts of each actor thread of a node in the running job's phase.");
+    for (const Node& n : nodes_)
+      for (const Node::Thread& t : n.threads)
+        f.sample(fmt::format("node=\"{}\",thread=\"{}\"", n.rank, label(t.name)), static_cast<double>(t.acts));
+  }
+  {
+    Family f(&out, "rill_thread_busy_seconds", "gauge",
+             "Time each actor thread of a node spent acting in the running job's phase.");
+    for (const Node& n : nodes_)
+      for (const Node::Thread& t : n.threads)
+        f.sample(fmt::format("node=\"{}\",thread=\"{}\"", n.rank, label(t.name)), t.busy_seconds);
+  }
+  {
+    Family f(&out, "rill_node_received_bytes", "gauge",
+             "Data-plane bytes a node received from each other node in the running job's phase.");
+    for (const Node& n : nodes_)
+      for (size_t from = 0; from < n.received_bytes_from.size(); ++from)
+        if (static_cast<int>(from) != n.rank)
+          f.sample(fmt::format("node=\"{}\",from=\"{}\"", n.rank, from), static_cast<double>(n.received_bytes_from[from]));
+  }
   const Job* running = nullptr;
   for (const Job& j : jobs_)
     if (j.state == "running") running = &j;

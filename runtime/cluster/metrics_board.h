@@ -28,6 +28,13 @@ class MetricsBoard {
     double steps_per_second = 0;
     double device_ms_per_step = 0;
     bool slow = false;
+    struct Thread {
+      std::string name;
+      int64_t acts = 0;
+      double busy_seconds = 0;
+    };
+    std::vector<Thread> threads;              // the running phase's, per thread
+    std::vector<int64_t> received_bytes_from;  // the running phase's, per sending node
   };
 
   // The control loop's view: the node table, and the status JSON it answers

@@ -65,6 +65,12 @@ class NodeRun : public NodeRuntime {
     NodePace pace;
     if (acts_per_step_ > 0) pace.steps = static_cast<double>(progress_.load()) / static_cast<double>(acts_per_step_);
     if (device_threads_ > 0) pace.busy_seconds = static_cast<double>(busy_ns_.load()) * 1e-9 / device_threads_;
+    for (const auto& worker : workers_) {
+      const uint64_t id = worker->thread_key() << ActorId::kStreamShift;
+      pace.threads.push_back({fmt::format("{}{}.{}", device_type_name(ActorId::device_type(id)), ActorId::device(id),
+                                          ActorId::stream(id)),
+                              worker->acts(), static_cast<double>(worker->busy_ns()) * 1e-9});
+    }
     return pace;
   }
 

@@ -103,6 +103,14 @@ struct NodePace {
   // Time the node's device threads spent acting (computing; not waiting for
   // a message or a collective), summed over them, divided by their number.
   double busy_seconds = 0;
+  // Each thread of the node (devices and comm threads): "cpu0.0", its acts
+  // so far and the time it spent acting.
+  struct Thread {
+    std::string name;
+    int64_t acts = 0;
+    double busy_seconds = 0;
+  };
+  std::vector<Thread> threads;
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the

@@ -118,8 +118,10 @@ bool Worker::take_external(Outbox& outbox) {
 
 void Worker::publish() {
   progress_->fetch_add(unpublished_, std::memory_order_relaxed);
+  acts_total_.fetch_add(unpublished_, std::memory_order_relaxed);
   unpublished_ = 0;
   if (busy_ns_) busy_ns_->fetch_add(unpublished_ns_, std::memory_order_relaxed);
+  busy_total_ns_.fetch_add(unpublished_ns_, std::memory_order_relaxed);
   unpublished_ns_ = 0;
 }
 
@@ -141,10 +143,9 @@ void Worker::run() {
       Actor* actor = (*by_index_)[ready_.back().actor];
       ready_.pop_back();
       queued_[ActorId::index(actor->id())] = 0;
-      const auto began = busy_ns_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      const auto began = std::chrono::steady_clock::now();
       Status status = actor->act_once(sender);
-      if (busy_ns_)
-        unpublished_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
+      unpublished_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
       if (!status.ok()) {
         failed_ = true;
         on_error_(status);

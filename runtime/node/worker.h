@@ -50,6 +50,9 @@ class Worker {
   void stop();
   void join();
   bool finished() const { return finished_.load(); }
+  // This thread's acts and acting time so far (published in batches).
+  int64_t acts() const { return acts_total_.load(std::memory_order_relaxed); }
+  int64_t busy_ns() const { return busy_total_ns_.load(std::memory_order_relaxed); }
 
  private:
   class Sender;
@@ -67,6 +70,8 @@ class Worker {
   std::function<void(const Status&)> on_error_;
   std::atomic<int64_t>* progress_;
   std::atomic<int64_t>* busy_ns_;
+  std::atomic<int64_t> acts_total_{0};
+  std::atomic<int64_t> busy_total_ns_{0};
   std::vector<Actor*> actors_;
   const std::vector<Actor*>* by_index_ = nullptr;
   std::thread thread_;

@@ -68,6 +68,19 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   INFO(checked.output);
   CHECK(checked.code == 0);
 
+  // Each node's threads and received bytes come with its heartbeats (every second).
+  std::string activity;
+  for (int i = 0; i < 100 && activity.find("rill_thread_acts{node=\"1\",thread=\"cpu0.0\"}") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (auto res = http.Get("/metrics")) activity = res->body;
+  }
+  INFO(activity);
+  CHECK(activity.find("rill_thread_acts{node=\"1\",thread=\"cpu0.0\"}") != std::string::npos);
+  CHECK(activity.find("rill_thread_busy_seconds{node=\"0\",thread=\"cpu0.0\"}") != std::string::npos);
+  std::smatch bytes;
+  REQUIRE(std::regex_search(activity, bytes, std::regex(R"(rill_node_received_bytes\{node="0",from="1"\} ([0-9.e+]+))")));
+  CHECK(std::stod(bytes[1].str()) > 0);  // gradients cross every step
+
   auto status = http.Get("/api/status");
   REQUIRE(status);
   auto s = nlohmann::json::parse(status->body);
