@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "runtime/cluster/chart_js.h"
+#include "runtime/cluster/dashboard_html.h"
+
 namespace rill {
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& address, int port,
@@ -25,6 +28,12 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& addre
       return;
     }
     res.set_content(json, "application/json");
+  });
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(graph::kDashboardHtml, "text/html; charset=utf-8");
+  });
+  s.Get("/static/chart.min.js", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(graph::kChartJs, "application/javascript");
   });
   s.set_payload_max_length(1 << 16);  // it takes no uploads
   const int bound = port == 0 ? s.bind_to_any_port(address) : (s.bind_to_port(address, port) ? port : -1);

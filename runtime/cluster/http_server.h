@@ -3,6 +3,8 @@
 //   GET /metrics       Prometheus text format
 //   GET /api/status    the cluster (nodes, health, pace) and its jobs, JSON
 //   GET /api/jobs/ID   one job: state, metrics, loss curve, config, JSON
+//   GET /              a page drawing those live (runtime/cluster/dashboard.html,
+//                      with Debian's chart.js, both compiled in)
 // Nothing it serves changes the cluster, and it reads no file.
 #pragma once
 

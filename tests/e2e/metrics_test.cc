@@ -1,5 +1,7 @@
 // The master's HTTP endpoint on real agents: /metrics (checked by Prometheus's
-// own promtool), /api/status and /api/jobs/ID, scraped while a job runs.
+// own promtool), /api/status and /api/jobs/ID, scraped while a job runs, and
+// the page at / opened in headless Chromium (a screenshot is left in the
+// build folder as dashboard.png).
 #include <doctest/doctest.h>
 
 #include <httplib.h>
@@ -41,7 +43,7 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   REQUIRE(client.ok());
   std::thread job([&] {
     rill::SubmitOptions options;
-    options.steps = 1000;
+    options.steps = 2000;
     auto result = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
     CHECK(result.ok());
   });
@@ -94,10 +96,30 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(j["config"]["name"] == "mlp");
   CHECK(j["loss_curve"].size() >= 1);
   CHECK(http.Get("/api/jobs/99")->status == 404);
+
+  // The page, in headless Chromium (Debian's), while the job runs: its loss
+  // curve has points, its node table lists both nodes, and no script failed.
+  const std::string chromium = "chromium --headless=new --no-sandbox --disable-gpu --virtual-time-budget=3000 ";
+  auto dom = rill::testing::run_shell(chromium + "--dump-dom http://127.0.0.1:19425/ 2>/dev/null");
+  INFO(dom.output);
+  REQUIRE(dom.code == 0);
+  std::smatch points;
+  REQUIRE(std::regex_search(dom.output, points, std::regex(R"(<div id="points"[^>]*>(\d+)</div>)")));
+  CHECK(std::stoi(points[1].str()) > 0);
+  CHECK(dom.output.find("<td>127.0.0.1:19420</td><td>up (master)</td>") != std::string::npos);
+  CHECK(dom.output.find("<td>127.0.0.2:19420</td><td>up</td>") != std::string::npos);
+  CHECK(dom.output.find("<div id=\"errors\"></div>") != std::string::npos);
+  const auto shot = std::filesystem::path(rill::testing::binary()).parent_path() / "dashboard.png";
+  std::filesystem::remove(shot);
+  auto screenshot = rill::testing::run_shell(chromium + "--window-size=1280,800 --screenshot=" + shot.string() +
+                                             " http://127.0.0.1:19425/ 2>&1");
+  INFO(screenshot.output);
+  CHECK(screenshot.code == 0);
+  CHECK(std::filesystem::file_size(shot) > 10000);
   job.join();
   auto done = nlohmann::json::parse(http.Get("/api/jobs/1")->body);
   CHECK(done["state"] == "done");
-  CHECK(done["step"] == 1000);
+  CHECK(done["step"] == 2000);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
