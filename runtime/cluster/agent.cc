@@ -365,7 +365,7 @@ void Agent::publish_metrics() {
     n.steps_per_second = pace[r].steps_per_second;
     n.device_ms_per_step = pace[r].busy_ms_per_step;
     n.slow = pace[r].slow;
-    for (const ctl::Heartbeat::Thread& t : activity_[r].threads) n.threads.push_back({t.name, t.acts, t.busy_seconds});
+    for (const ctl::Heartbeat::Thread& t : activity_[r].threads) n.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
     n.received_bytes_from = activity_[r].received_bytes_from;
     nodes.push_back(std::move(n));
   }
@@ -391,7 +391,7 @@ void Agent::track_pace() {
       pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);
       Activity& own = activity_[0];
       own.threads.clear();
-      for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds});
+      for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
       own.received_bytes_from = transport_->received_bytes_from();
     }
   }
@@ -418,7 +418,7 @@ void Agent::check_liveness() {
         if (running_) {
           const NodePace pace = running_->pace();
           beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
-          for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds});
+          for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
           beat.received_bytes_from = transport_->received_bytes_from();
         }
       }

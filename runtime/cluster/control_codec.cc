@@ -99,7 +99,7 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Heartbeat& m) {
     std::vector<Offset<fb::ThreadPace>> threads;
     for (const Heartbeat::Thread& t : m.threads)
-      threads.push_back(fb::CreateThreadPace(b, b.CreateString(t.name), t.acts, t.busy_seconds));
+      threads.push_back(fb::CreateThreadPace(b, b.CreateString(t.name), t.acts, t.busy_seconds, t.queued));
     return {fb::Message::Heartbeat,
             fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
                                 b.CreateVector(m.received_bytes_from))
@@ -222,7 +222,7 @@ StatusOr<Message> decode(std::string_view message) {
       const fb::Heartbeat* h = e->message_as_Heartbeat();
       Heartbeat beat{h->node(), h->job_id(), h->phase(), h->steps(), h->busy_seconds(), {}, vec(h->received_bytes_from())};
       if (h->threads())
-        for (const fb::ThreadPace* t : *h->threads()) beat.threads.push_back({str(t->name()), t->acts(), t->busy_seconds()});
+        for (const fb::ThreadPace* t : *h->threads()) beat.threads.push_back({str(t->name()), t->acts(), t->busy_seconds(), t->queued()});
       return Message(std::move(beat));
     }
     case fb::Message::Abort: {

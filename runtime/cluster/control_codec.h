@@ -80,6 +80,7 @@ struct Heartbeat {
     std::string name;
     int64_t acts = 0;
     double busy_seconds = 0;
+    int64_t queued = 0;
   };
   std::vector<Thread> threads;
   std::vector<int64_t> received_bytes_from;

@@ -171,6 +171,13 @@ std::string MetricsBoard::prometheus_text() const {
         f.sample(fmt::format("node=\"{}\",thread=\"{}\"", n.rank, label(t.name)), t.busy_seconds);
   }
   {
+    Family f(&out, "rill_thread_queued_messages", "gauge",
+             "Messages from other threads waiting for each actor thread, at the node's last heartbeat.");
+    for (const Node& n : nodes_)
+      for (const Node::Thread& t : n.threads)
+        f.sample(fmt::format("node=\"{}\",thread=\"{}\"", n.rank, label(t.name)), static_cast<double>(t.queued));
+  }
+  {
     Family f(&out, "rill_node_received_bytes", "gauge",
              "Data-plane bytes a node received from each other node in the running job's phase.");
     for (const Node& n : nodes_)

@@ -32,6 +32,7 @@ class MetricsBoard {
       std::string name;
       int64_t acts = 0;
       double busy_seconds = 0;
+      int64_t queued = 0;
     };
     std::vector<Thread> threads;              // the running phase's, per thread
     std::vector<int64_t> received_bytes_from;  // the running phase's, per sending node

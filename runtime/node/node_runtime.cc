@@ -69,7 +69,7 @@ class NodeRun : public NodeRuntime {
       const uint64_t id = worker->thread_key() << ActorId::kStreamShift;
       pace.threads.push_back({fmt::format("{}{}.{}", device_type_name(ActorId::device_type(id)), ActorId::device(id),
                                           ActorId::stream(id)),
-                              worker->acts(), static_cast<double>(worker->busy_ns()) * 1e-9});
+                              worker->acts(), static_cast<double>(worker->busy_ns()) * 1e-9, worker->queue_depth()});
     }
     return pace;
   }

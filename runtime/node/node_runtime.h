@@ -109,6 +109,7 @@ struct NodePace {
     std::string name;
     int64_t acts = 0;
     double busy_seconds = 0;
+    int64_t queued = 0;  // messages from other threads waiting for it, now
   };
   std::vector<Thread> threads;
 };

@@ -50,6 +50,7 @@ void Worker::push(const ActorMsg& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(msg);
+    depth_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
     incoming_.store(true, std::memory_order_release);
   }
   cv_.notify_one();
@@ -109,6 +110,7 @@ bool Worker::take_external(Outbox& outbox) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch_.swap(queue_);
+    depth_.store(0, std::memory_order_relaxed);
     incoming_.store(false, std::memory_order_relaxed);
   }
   for (const ActorMsg& msg : batch_) dispatch(msg, outbox);

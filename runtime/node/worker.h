@@ -53,6 +53,8 @@ class Worker {
   // This thread's acts and acting time so far (published in batches).
   int64_t acts() const { return acts_total_.load(std::memory_order_relaxed); }
   int64_t busy_ns() const { return busy_total_ns_.load(std::memory_order_relaxed); }
+  // Messages from other threads waiting for this one, now.
+  int64_t queue_depth() const { return depth_.load(std::memory_order_relaxed); }
 
  private:
   class Sender;
@@ -72,6 +74,7 @@ class Worker {
   std::atomic<int64_t>* busy_ns_;
   std::atomic<int64_t> acts_total_{0};
   std::atomic<int64_t> busy_total_ns_{0};
+  std::atomic<int64_t> depth_{0};  // queue_.size(), for queue_depth()
   std::vector<Actor*> actors_;
   const std::vector<Actor*>* by_index_ = nullptr;
   std::thread thread_;

@@ -79,6 +79,7 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   INFO(activity);
   CHECK(activity.find("rill_thread_acts{node=\"1\",thread=\"cpu0.0\"}") != std::string::npos);
   CHECK(activity.find("rill_thread_busy_seconds{node=\"0\",thread=\"cpu0.0\"}") != std::string::npos);
+  CHECK(activity.find("rill_thread_queued_messages{node=\"1\",thread=\"cpu0.0\"}") != std::string::npos);
   std::smatch bytes;
   REQUIRE(std::regex_search(activity, bytes, std::regex(R"(rill_node_received_bytes\{node="0",from="1"\} ([0-9.e+]+))")));
   CHECK(std::stod(bytes[1].str()) > 0);  // gradients cross every step

@@ -51,13 +51,14 @@ TEST_CASE("control messages survive encoding") {
   CHECK(h.busy_seconds == 4.25);
   CHECK(std::get<control::Heartbeat>(*control::decode(control::encode(control::Heartbeat{1}))).job_id == -1);
   control::Heartbeat busy{1, 4, 0, 10, 2};
-  busy.threads = {{"cpu0.0", 120, 1.5}, {"comm5.0", 40, 0.25}};
+  busy.threads = {{"cpu0.0", 120, 1.5, 0}, {"comm5.0", 40, 0.25, 3}};
   busy.received_bytes_from = {4096, 0};
   auto b = std::get<control::Heartbeat>(*control::decode(control::encode(busy)));
   REQUIRE(b.threads.size() == 2);
   CHECK(b.threads[1].name == "comm5.0");
   CHECK(b.threads[1].acts == 40);
   CHECK(b.threads[1].busy_seconds == 0.25);
+  CHECK(b.threads[1].queued == 3);
   CHECK(b.received_bytes_from == std::vector<int64_t>{4096, 0});
 
   control::Submit submit;
