@@ -22,6 +22,25 @@
 
 namespace rill::agent_internal {
 
+namespace {
+
+// The whole training plan as DOT for the dashboard, when it is small enough
+// to compile here in passing and to draw (each node compiles only its own
+// part to run); "" otherwise.
+std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_node, int world) {
+  constexpr int kMaxDevices = 64;
+  constexpr int64_t kMaxTasks = 400;
+  auto cluster = compiler::parse_devices(devices_per_node, world);
+  if (!cluster.ok() || world * cluster->devices_per_node > kMaxDevices) return {};
+  auto bytes = compiler::compile(job, *cluster, compiler::CompileOptions{});
+  if (!bytes.ok()) return {};
+  auto plan = compiler::verify_plan(*bytes);
+  if (!plan.ok() || (*plan)->num_tasks() > kMaxTasks) return {};
+  return compiler::plan_dot(**plan);
+}
+
+}  // namespace
+
 void Agent::start_next_job() {
   if (job_running_ || queue_.empty()) return;
   if (job_thread_.joinable()) job_thread_.join();
@@ -80,9 +99,10 @@ void Agent::run_queued(QueuedJob queued) {
     };
     spdlog::info("job {}: metrics in {}", queued.id, options.metrics_file);
   }
-  options.on_plan = [this, &queued, &job_text](int64_t steps, int64_t global_batch) {
+  options.on_plan = [this, &queued, &job_text, &options](int64_t steps, int64_t global_batch) {
     board_.job_started(queued.id, queued.job.name, job_text.ok() ? *job_text : queued.submit.job_text, steps,
                        global_batch);
+    board_.job_plan(queued.id, plan_to_draw(queued.job, options.devices, world_));
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;

@@ -10,7 +10,7 @@
 namespace rill {
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& address, int port,
-                                                        const MetricsBoard& board) {
+                                                        MetricsBoard& board) {
   std::unique_ptr<HttpServer> http(new HttpServer());
   http->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *http->server_;
@@ -34,6 +34,15 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& addre
   });
   s.Get("/static/chart.min.js", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(graph::kChartJs, "application/javascript");
+  });
+  s.Get(R"(/api/jobs/(\d{1,18})/plan.svg)", [&board](const httplib::Request& req, httplib::Response& res) {
+    auto svg = board.job_plan_svg(std::stoll(req.matches[1].str()));
+    if (!svg.ok()) {
+      res.status = svg.status().code() == Code::kNotFound ? 404 : 503;
+      res.set_content(svg.status().message(), "text/plain; charset=utf-8");
+      return;
+    }
+    res.set_content(*svg, "image/svg+xml");
   });
   s.set_payload_max_length(1 << 16);  // it takes no uploads
   const int bound = port == 0 ? s.bind_to_any_port(address) : (s.bind_to_port(address, port) ? port : -1);

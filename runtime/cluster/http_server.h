@@ -5,7 +5,8 @@
 //   GET /api/jobs/ID   one job: state, metrics, loss curve, config, JSON
 //   GET /              a page drawing those live (runtime/cluster/dashboard.html,
 //                      with Debian's chart.js, both compiled in)
-// Nothing it serves changes the cluster, and it reads no file.
+//   GET /api/jobs/ID/plan.svg  the job's plan, drawn by Graphviz's dot
+// Nothing it serves changes the cluster.
 #pragma once
 
 #include <memory>
@@ -25,7 +26,7 @@ class HttpServer {
  public:
   // Listens on address:port (port 0: one the kernel picks) on a thread of
   // its own. Errors name the address (a port in use, say).
-  static StatusOr<std::unique_ptr<HttpServer>> start(const std::string& address, int port, const MetricsBoard& board);
+  static StatusOr<std::unique_ptr<HttpServer>> start(const std::string& address, int port, MetricsBoard& board);
   ~HttpServer();
   int port() const { return port_; }
 

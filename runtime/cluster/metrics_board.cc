@@ -1,7 +1,11 @@
 #include "runtime/cluster/metrics_board.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -113,6 +117,42 @@ void MetricsBoard::job_step(int64_t job, int64_t step, std::span<const std::stri
       }
     }
   }
+}
+
+void MetricsBoard::job_plan(int64_t job, std::string dot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Job* j = find(job)) j->plan_dot = std::move(dot);
+}
+
+StatusOr<std::string> MetricsBoard::job_plan_svg(int64_t job) {
+  std::string dot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Job* j = find(job);
+    if (j == nullptr) return Status(Code::kNotFound, fmt::format("no job {}", job));
+    if (!j->plan_svg.empty()) return j->plan_svg;
+    if (j->plan_dot.empty()) return Status(Code::kNotFound, fmt::format("job {}'s plan is not kept (too large to draw)", job));
+    dot = j->plan_dot;
+  }
+  // Graphviz reads the DOT from a file of our own and writes SVG to a pipe.
+  char path[] = "/tmp/rill-plan-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status(Code::kUnavailable, "cannot make a temporary file for the plan");
+  const bool written = ::write(fd, dot.data(), dot.size()) == static_cast<ssize_t>(dot.size());
+  ::close(fd);
+  std::string svg;
+  if (written)
+    if (std::FILE* pipe = popen(fmt::format("dot -Tsvg {} 2>/dev/null", path).c_str(), "r")) {
+      char buffer[65536];
+      for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) svg.append(buffer, n);
+      if (pclose(pipe) != 0) svg.clear();
+    }
+  ::unlink(path);
+  if (svg.empty())
+    return Status(Code::kUnavailable, "Graphviz's dot could not draw the plan (Debian: apt-get install graphviz)");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Job* j = find(job)) j->plan_svg = svg;
+  return svg;
 }
 
 void MetricsBoard::job_restarted(int64_t job) {

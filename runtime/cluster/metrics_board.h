@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
+
 namespace rill {
 
 class MetricsBoard {
@@ -47,6 +49,11 @@ class MetricsBoard {
   // A training step's metrics, from the sink's thread: cheap (no I/O).
   void job_step(int64_t job, int64_t step, std::span<const std::string> names, std::span<const double> values);
   void job_restarted(int64_t job);
+  // The job's whole plan as Graphviz DOT (compiler::plan_dot), to be drawn.
+  void job_plan(int64_t job, std::string dot);
+  // The plan drawn as SVG (Graphviz's `dot`, run once per job and kept), or
+  // an error: no such job, no plan kept (too large), dot missing or failing.
+  StatusOr<std::string> job_plan_svg(int64_t job);
   void job_finished(int64_t job, bool ok, const std::string& error);
 
   std::vector<Node> nodes() const;
@@ -74,6 +81,7 @@ class MetricsBoard {
     std::map<std::string, double> metrics;
     // (step, loss), thinned to kCurvePoints by keeping every `stride`-th step.
     std::vector<std::pair<int64_t, double>> curve;
+    std::string plan_dot, plan_svg;
     int64_t stride = 1;
   };
   Job* find(int64_t job);

@@ -97,6 +97,11 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(j["config"]["name"] == "mlp");
   CHECK(j["loss_curve"].size() >= 1);
   CHECK(http.Get("/api/jobs/99")->status == 404);
+  auto plan = http.Get("/api/jobs/1/plan.svg");  // the whole plan, drawn by Graphviz
+  REQUIRE(plan);
+  CHECK(plan->status == 200);
+  CHECK(plan->get_header_value("Content-Type") == "image/svg+xml");
+  CHECK(plan->body.find("<svg") != std::string::npos);
 
   // The page, in headless Chromium (Debian's), while the job runs: its loss
   // curve has points, its node table lists both nodes, and no script failed.
@@ -110,6 +115,8 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(dom.output.find("<td>127.0.0.1:19420</td><td>up (master)</td>") != std::string::npos);
   CHECK(dom.output.find("<td>127.0.0.2:19420</td><td>up</td>") != std::string::npos);
   CHECK(dom.output.find("<div id=\"errors\"></div>") != std::string::npos);
+  CHECK(dom.output.find("<img id=\"plan\" alt=\"\" style=\"max-width: 100%\" src=\"/api/jobs/1/plan.svg\">") !=
+        std::string::npos);
   const auto shot = std::filesystem::path(rill::testing::binary()).parent_path() / "dashboard.png";
   std::filesystem::remove(shot);
   auto screenshot = rill::testing::run_shell(chromium + "--window-size=1280,800 --screenshot=" + shot.string() +
