@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -105,17 +107,24 @@ void MetricsBoard::job_step(int64_t job, int64_t step, std::span<const std::stri
     const double rate = static_cast<double>(j->global_batch) / j->step_seconds;
     j->samples_per_second = j->samples_per_second == 0 ? rate : 0.9 * j->samples_per_second + 0.1 * rate;
   }
-  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
-    j->metrics[names[i]] = values[i];
-    if (names[i] == "loss" && step % j->stride == 0) {
-      j->curve.emplace_back(step + 1, values[i]);
-      if (j->curve.size() >= kCurvePoints) {  // keep every other point, and half as many from now on
-        std::vector<std::pair<int64_t, double>> thinned;
-        for (size_t k = 0; k < j->curve.size(); k += 2) thinned.push_back(j->curve[k]);
-        j->curve = std::move(thinned);
-        j->stride *= 2;
-      }
-    }
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) j->metrics[names[i]] = values[i];
+  if (j->curve_names.empty()) j->curve_names.assign(names.begin(), names.end());
+  if (step % j->stride != 0) return;
+  const size_t row = j->curve_names.size() + 1;
+  j->curve.push_back(static_cast<double>(step + 1));
+  for (const std::string& name : j->curve_names) {
+    double value = std::numeric_limits<double>::quiet_NaN();
+    for (size_t i = 0; i < names.size() && i < values.size(); ++i)
+      if (names[i] == name) value = values[i];
+    j->curve.push_back(value);
+  }
+  if (j->curve.size() / row >= kCurvePoints) {  // keep every other row, and half as many from now on
+    size_t kept = 0;
+    for (size_t r = 0; r < j->curve.size() / row; r += 2, ++kept)
+      std::copy_n(j->curve.begin() + static_cast<std::ptrdiff_t>(r * row), row,
+                  j->curve.begin() + static_cast<std::ptrdiff_t>(kept * row));
+    j->curve.resize(kept * row);
+    j->stride *= 2;
   }
 }
 
@@ -279,10 +288,32 @@ std::string MetricsBoard::job_json(int64_t id) const {
     nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
     for (const auto& [name, value] : job.metrics) metrics[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nullptr;
     j["metrics"] = metrics;
-    nlohmann::ordered_json curve = nlohmann::ordered_json::array();
-    for (const auto& [step, loss] : job.curve)
-      curve.push_back({step, std::isfinite(loss) ? nlohmann::ordered_json(loss) : nullptr});
-    j["loss_curve"] = curve;  // [step, loss] pairs
+    // Every metric's curve: {"names": [...], "points": [[step, v...], ...]},
+    // and the loss's alone as [step, loss] pairs.
+    auto value = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+    const size_t row = job.curve_names.size() + 1;
+    size_t loss_at = 0;
+    for (size_t k = 0; k < job.curve_names.size(); ++k)
+      if (job.curve_names[k] == "loss") loss_at = k + 1;
+    nlohmann::ordered_json points = nlohmann::ordered_json::array(), loss = nlohmann::ordered_json::array();
+    for (size_t r = 0; r < job.curve.size() / row; ++r) {
+      nlohmann::ordered_json p = nlohmann::ordered_json::array({static_cast<int64_t>(job.curve[r * row])});
+      for (size_t k = 1; k < row; ++k) p.push_back(value(job.curve[r * row + k]));
+      if (loss_at > 0) loss.push_back({static_cast<int64_t>(job.curve[r * row]), value(job.curve[r * row + loss_at])});
+      points.push_back(std::move(p));
+    }
+    j["curves"] = {{"names", job.curve_names}, {"points", points}};
+    j["loss_curve"] = loss;  // [step, loss] pairs
+    // Bytes each node received from each other node in the running phase
+    // ([from][to], as the result's traffic_bytes), from the heartbeats.
+    if (job.state == "running" && !nodes_.empty()) {
+      std::vector<std::vector<int64_t>> traffic(nodes_.size(), std::vector<int64_t>(nodes_.size(), 0));
+      for (const Node& n : nodes_)
+        for (size_t from = 0; from < n.received_bytes_from.size() && from < nodes_.size(); ++from)
+          if (n.rank >= 0 && static_cast<size_t>(n.rank) < nodes_.size())
+            traffic[from][static_cast<size_t>(n.rank)] = n.received_bytes_from[from];
+      j["traffic_bytes"] = traffic;
+    }
     auto config = nlohmann::ordered_json::parse(job.job_text, nullptr, false);
     j["config"] = config.is_discarded() ? nlohmann::ordered_json(job.job_text) : config;
     return j.dump();

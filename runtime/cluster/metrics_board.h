@@ -79,8 +79,11 @@ class MetricsBoard {
     double step_seconds = 0;        // of the last step
     double samples_per_second = 0;  // over the last steps (an exponential mean)
     std::map<std::string, double> metrics;
-    // (step, loss), thinned to kCurvePoints by keeping every `stride`-th step.
-    std::vector<std::pair<int64_t, double>> curve;
+    // Each kept step's row: the step, then every metric in curve_names'
+    // order, flat; thinned to kCurvePoints rows by keeping every
+    // `stride`-th step. A row that lacks a metric has NaN there.
+    std::vector<std::string> curve_names;
+    std::vector<double> curve;
     std::string plan_dot, plan_svg;
     int64_t stride = 1;
   };

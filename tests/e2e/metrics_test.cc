@@ -96,6 +96,8 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(j["name"] == "mlp");
   CHECK(j["config"]["name"] == "mlp");
   CHECK(j["loss_curve"].size() >= 1);
+  CHECK(j["curves"]["names"] == nlohmann::json({"loss", "accuracy"}));  // the sink's order
+  CHECK(j["traffic_bytes"].size() == 2);
   CHECK(http.Get("/api/jobs/99")->status == 404);
   auto plan = http.Get("/api/jobs/1/plan.svg");  // the whole plan, drawn by Graphviz
   REQUIRE(plan);

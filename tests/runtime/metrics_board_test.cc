@@ -16,6 +16,8 @@ TEST_CASE("the metrics board serves the node table, the running job's step and m
   MetricsBoard board;
   MetricsBoard::Node up{0, "127.0.0.1:9988", "up (master)", 0.0, true, 80.5, 6.25, false};
   MetricsBoard::Node lost{1, "10.0.0.2:9988", "lost", 12.5, false, 0, 0, false};
+  up.received_bytes_from = {0, 4096};
+  lost.received_bytes_from = {1024, 0};
   board.publish_cluster({up, lost}, R"({"nodes": []})");
   board.job_started(3, "mlp \"quoted\"", R"({"name": "mlp"})", 100, 256);
   const std::vector<std::string> names = {"accuracy", "loss"};
@@ -40,6 +42,9 @@ TEST_CASE("the metrics board serves the node table, the running job's step and m
   REQUIRE(job["loss_curve"].size() == 10);
   CHECK(job["loss_curve"][0][0] == 1);
   CHECK(job["loss_curve"][0][1] == 2.0);
+  CHECK(job["curves"]["names"] == nlohmann::json({"accuracy", "loss"}));
+  CHECK(job["curves"]["points"][0] == nlohmann::json({1, 0.5, 2.0}));
+  CHECK(job["traffic_bytes"] == nlohmann::json({{0, 1024}, {4096, 0}}));  // [from][to]
   CHECK(board.job_json(4).empty());
 
   board.job_finished(3, false, "node 1 lost");
