@@ -1,6 +1,8 @@
 // compile(): runs the passes in order; parse_devices(); the number of steps.
 #include "compiler/compiler.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <charconv>
 #include <set>
@@ -24,6 +26,14 @@ namespace rill::compiler {
 namespace {
 
 StatusOr<int64_t> num_samples(const graph::Dataset& spec) {
+  // Counting a pipe's samples would drain it before the node that reads it.
+  for (const std::string* file : {&spec.images, &spec.labels, &spec.path}) {
+    struct stat st {};
+    if (!file->empty() && ::stat(file->c_str(), &st) == 0 && S_ISFIFO(st.st_mode))
+      return invalid_argument("dataset '{}': '{}' is a pipe, so its samples cannot be counted ahead: give train.steps "
+                              "(or --steps) rather than epochs",
+                              spec.name, *file);
+  }
   auto dataset = Dataset::open(spec);
   if (!dataset.ok()) return dataset.status().with_context(fmt::format("dataset '{}'", spec.name));
   return (*dataset)->num_samples();

@@ -26,13 +26,17 @@ namespace {
 
 // The whole training plan as DOT for the dashboard, when it is small enough
 // to compile here in passing and to draw (each node compiles only its own
-// part to run); "" otherwise.
-std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_node, int world) {
+// part to run); "" otherwise. Compiled for `steps`, the training plan's,
+// so the datasets are not opened to count them (one may be a pipe that only
+// its reader may drain).
+std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_node, int world, int64_t steps) {
   constexpr int kMaxDevices = 64;
   constexpr int64_t kMaxTasks = 400;
   auto cluster = compiler::parse_devices(devices_per_node, world);
   if (!cluster.ok() || world * cluster->devices_per_node > kMaxDevices) return {};
-  auto bytes = compiler::compile(job, *cluster, compiler::CompileOptions{});
+  compiler::CompileOptions options;
+  options.steps = steps;
+  auto bytes = compiler::compile(job, *cluster, options);
   if (!bytes.ok()) return {};
   auto plan = compiler::verify_plan(*bytes);
   if (!plan.ok() || (*plan)->num_tasks() > kMaxTasks) return {};
@@ -102,7 +106,7 @@ void Agent::run_queued(QueuedJob queued) {
   options.on_plan = [this, &queued, &job_text, &options](int64_t steps, int64_t global_batch) {
     board_.job_started(queued.id, queued.job.name, job_text.ok() ? *job_text : queued.submit.job_text, steps,
                        global_batch);
-    board_.job_plan(queued.id, plan_to_draw(queued.job, options.devices, world_));
+    board_.job_plan(queued.id, plan_to_draw(queued.job, options.devices, world_, steps));
   };
   spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;

@@ -173,6 +173,10 @@ TEST_CASE("a FIFO as job file, or an unwritable checkpoint directory, is refused
   INFO(data.output);
   CHECK(data.code == 0);
   CHECK(data.output.find("step      1/1") != std::string::npos);
+  // Without steps, counting the samples of an epoch would drain the pipe.
+  Ran epochs = run_rill("run " + root() + "/samples/mlp/mlp.json --set datasets.train.images=" + fifo.string());
+  CHECK(epochs.code != 0);
+  CHECK(epochs.output.find("is a pipe, so its samples cannot be counted ahead: give train.steps") != std::string::npos);
 
   auto file = dir / "a-file";
   std::ofstream(file) << "x";
