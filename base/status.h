@@ -23,6 +23,7 @@ enum class Code : uint8_t {
   kUnavailable,      // peer or resource not reachable
   kInternal,         // a bug in Rill
   kAborted,
+  kPermissionDenied, // refused: no key, another key, outside the allowed roots
 };
 
 const char* code_name(Code code);
@@ -62,6 +63,7 @@ inline const char* code_name(Code code) {
     case Code::kUnavailable: return "unavailable";
     case Code::kInternal: return "internal";
     case Code::kAborted: return "aborted";
+    case Code::kPermissionDenied: return "permission denied";
   }
   return "unknown";
 }

@@ -27,6 +27,8 @@
 
 namespace rill::comm {
 
+struct ClusterKey;  // comm/cluster_key.h
+
 struct Endpoint {
   std::string address;  // an IPv4/IPv6 literal or a host name
   int port = 0;         // a node's data port
@@ -186,6 +188,13 @@ struct ZmqOptions {
   // is gone or never came holds it that long), so a process that sends and
   // then exits loses nothing it sent.
   std::chrono::milliseconds close_linger{1000};
+  // With a cluster key every TCP connection is CurveZMQ (comm/cluster_key.h):
+  // rank R serves and connects as "node-R", a peer without the key is
+  // refused at the handshake (logged with its address), and a message whose
+  // sender field is not its connection's authenticated rank is dropped as
+  // malformed. Peers on this machine still use shared memory (its inboxes
+  // are open to this user alone, mode 0600). Every rank must agree.
+  std::shared_ptr<const ClusterKey> key;
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

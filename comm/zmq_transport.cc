@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "comm/cluster_key.h"
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
 #include "comm/shm_lanes.h"
@@ -162,7 +163,10 @@ class ZmqTransport final : public Transport {
   const std::vector<Endpoint> endpoints_;
   const ZmqOptions options_;
   zmq::context_t context_;  // one per transport; terminated last
+  std::unique_ptr<ZapAuthenticator> zap_;       // with a key: admits the cluster's nodes
   zmq::socket_t pull_;      // receive thread only (after start)
+  std::unique_ptr<HandshakeWatch> pull_watch_;
+  std::vector<std::string> peer_identity_;      // "node-R" for each rank  // with a key: logs refused peers; receive thread only
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;
@@ -188,6 +192,15 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::linger, 0);
     pull_.set(zmq::sockopt::rcvhwm, 0);
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
+    for (int r = 0; r < world(); ++r) peer_identity_.push_back(node_identity(r));
+    if (options_.key) {
+      auto zap = ZapAuthenticator::start(context_, *options_.key, world(), false, fmt::format("rank {}: data port", rank_));
+      if (!zap.ok()) return zap.status();
+      zap_ = std::move(*zap);
+      curve_server(pull_, *options_.key, rank_);
+      pull_watch_ = std::make_unique<HandshakeWatch>(
+          context_, pull_, fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port), true, true);
+    }
     try {
       pull_.bind(resolved[rank_].url);
     } catch (const zmq::error_t& e) {
@@ -216,6 +229,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
       p.socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
       p.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
+      if (options_.key) curve_client(p.socket, *options_.key, node_identity(rank_), peer);
       std::string monitor_url = fmt::format("inproc://monitor-{}", peer);
       if (zmq_socket_monitor(p.socket.handle(), monitor_url.c_str(),
                              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
@@ -350,6 +364,10 @@ void ZmqTransport::receive_loop() {
   items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({wake_recv_.handle(), 0, ZMQ_POLLIN, 0});
   std::vector<int> item_peer = {-1, -1};
+  if (pull_watch_) {
+    items.push_back({pull_watch_->handle(), 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(-1);
+  }
   for (int peer = 0; peer < world(); ++peer) {
     if (peer == rank_) continue;
     items.push_back({peers_[peer]->monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -370,7 +388,9 @@ void ZmqTransport::receive_loop() {
     if (closed_.load(std::memory_order_acquire)) break;
     if (items[0].revents & ZMQ_POLLIN) drain_data();
     for (size_t i = 2; i < items.size(); ++i) {
-      if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      if (item_peer[i] >= 0) drain_monitor(item_peer[i]);
+      else (void)pull_watch_->poll();
     }
     report_losses();
   }
@@ -396,7 +416,8 @@ void ZmqTransport::drain_data() {
     FrameMeta meta{};
     if (first.size() >= sizeof meta) std::memcpy(&meta, first.data(), sizeof meta);
     if (malformed || first.size() < sizeof meta || meta.magic != kMagic ||
-        meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_) {
+        meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_ ||
+        (options_.key && authenticated_identity(first) != peer_identity_[meta.from])) {
       // Counted; logged at most every 10 s, so a flood costs no log line each.
       int64_t total = malformed_.fetch_add(1, std::memory_order_relaxed) + 1;
       auto now = Clock::now();
@@ -552,11 +573,13 @@ void ZmqTransport::close() {
     peer->socket.close();
     peer->monitor.close();
   }
+  pull_watch_.reset();
   pull_.close();
   wake_recv_.close();
   wake_send_.close();
   // Returns once every queued message has left, or close_linger has passed;
   // after it no body is read.
+  zap_.reset();
   context_.close();
   torn_down_ = true;
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "comm/cluster_key.h"
 #include "comm/transport.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/agent.h"
@@ -36,6 +37,9 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
                                          options.dead_after_s, options.heartbeat_s));
+  auto key = comm::key_from_flag_or_env("");  // --key is in the environment by now
+  if (!key.ok()) return fail_command(key.status());
+  options.key = *key;
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
   Status status = run_agent(options);
   if (!status.ok()) return fail_command(status);
@@ -116,6 +120,15 @@ int run_local_cluster(const ClusterRunArgs& args) {
   std::string logdir = args.logdir.empty() ? fmt::format("/tmp/rill-{}", getpid()) : args.logdir;
   std::error_code ec;
   std::filesystem::create_directories(logdir, ec);
+  // A fresh key for this cluster alone (every connection encrypted, nobody
+  // else let in): its agents and this client read it from the environment.
+  {
+    const std::string key_path = logdir + "/cluster.key";
+    auto key = comm::generate_cluster_key();
+    if (!key.ok()) return fail_command(key.status());
+    if (Status written = comm::write_key_file(key_path, *key, true); !written.ok()) return fail_command(written);
+    ::setenv(comm::kKeyFileEnv, key_path.c_str(), 1);
+  }
   std::string machines;
   for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
   auto start_agent = [&](int r, bool again) {

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/cluster_key.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
@@ -161,7 +163,38 @@ int main(int argc, char** argv) {
   launch->add_option("args", launch_args.program_args, "The program's arguments");
   launch->prefix_command();
 
+  // The cluster key, on every command that talks to agents; it travels to
+  // what they start (agents, launched processes) in the environment.
+  std::string key_file;
+  bool insecure = false;
+  for (CLI::App* command : {agent, submit, status, launch})
+    command->add_option("--key", key_file,
+                        fmt::format("The cluster's key file (`rill keygen` writes one; default: ${})",
+                                    rill::comm::kKeyFileEnv));
+  agent->add_flag("--insecure", insecure,
+                  "Listen on a non-loopback address without a key: anyone who reaches its ports can run jobs");
+  CLI::App* keygen = app.add_subcommand("keygen", "Write a new cluster key file (mode 0600)");
+  std::string keygen_path;
+  bool keygen_force = false;
+  keygen->add_option("file", keygen_path, "Where to write it")->required();
+  keygen->add_flag("--force", keygen_force, "Replace an existing file");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (!key_file.empty()) {
+    std::error_code ec;
+    const std::string absolute = std::filesystem::absolute(key_file, ec).string();
+    ::setenv(rill::comm::kKeyFileEnv, absolute.c_str(), 1);
+  }
+  if (keygen->parsed()) {
+    auto key = rill::comm::generate_cluster_key();
+    if (!key.ok()) return rill::fail_command(key.status());
+    if (Status written = rill::comm::write_key_file(keygen_path, *key, keygen_force); !written.ok())
+      return rill::fail_command(written);
+    fmt::print("wrote the cluster key {}: give it to every agent and client (--key {} or {}={})\n", keygen_path,
+               keygen_path, rill::comm::kKeyFileEnv, keygen_path);
+    return 0;
+  }
 
   if (launch->parsed()) {
     // Flags the user gave win over the environment; absent ones fall back to it.
@@ -187,6 +220,7 @@ int main(int argc, char** argv) {
     agent_options.join_timeout_s = join_timeout;
     agent_options.stall_timeout_s = stall_timeout;
     agent_options.version = as_version;
+    agent_options.insecure = insecure;
     auto fault = rill::parse_control_fault(control_fault);
     if (!fault.ok()) return rill::fail_command(fault.status());
     agent_options.fault = *fault;

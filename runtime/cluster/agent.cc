@@ -41,10 +41,19 @@ Agent::~Agent() {
 
 Status Agent::bind_ctrl() {
   const Machine& me = options_.machines[options_.rank];
+  const std::string name = node_name(options_.machines, options_.rank);
   std::string endpoint = tcp_endpoint(me.address, me.ctrl_port);
   try {
     server_.set(zmq::sockopt::linger, 0);
     server_.set(zmq::sockopt::router_mandatory, 1);
+    if (options_.key) {
+      auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world_, true, name + ": control port");
+      if (!zap.ok()) return zap.status();
+      zap_ = std::move(*zap);
+      comm::curve_server(server_, *options_.key, options_.rank);
+      server_watch_ = std::make_unique<comm::HandshakeWatch>(
+          context_, server_, fmt::format("{}: control port {}", name, format_machine(me)), true, true);
+    }
     server_.bind(endpoint);
   } catch (const zmq::error_t& e) {
     if (e.num() == EADDRINUSE)
@@ -61,12 +70,24 @@ Status Agent::start() {
     return invalid_argument("rank {} is outside the machine list ({} node(s): ranks 0..{})", options_.rank, world_,
                             world_ - 1);
   RILL_ASSIGN_OR_RETURN(compiler::Cluster cluster, compiler::parse_devices(options_.devices, world_));
+  const Machine& self = options_.machines[options_.rank];
+  if (!options_.key && !options_.insecure && !is_loopback_address(self.address))
+    return invalid_argument(
+        "{}: will not listen on {} without a cluster key: anyone who reaches it could run jobs here. Give the key "
+        "file with --key FILE or {} (`rill keygen FILE` writes one; every agent and client needs it), or start "
+        "with --insecure on a trusted network",
+        node_name(options_.machines, options_.rank), format_machine(self), comm::kKeyFileEnv);
+  if (options_.insecure && !options_.key && !is_loopback_address(self.address))
+    spdlog::warn("{}: --insecure: listening on {} without a key; anyone who reaches it can run jobs here",
+                 node_name(options_.machines, options_.rank), format_machine(self));
   if (cluster.device_type == DeviceType::kCuda)
     RILL_RETURN_IF_ERROR(require_cuda_devices(cluster.devices_per_node, node_name(options_.machines, options_.rank)));
   RILL_RETURN_IF_ERROR(bind_ctrl());
   std::vector<comm::Endpoint> endpoints;
   for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
-  auto transport = comm::make_zmq_transport(options_.rank, endpoints);
+  comm::ZmqOptions transport_options;
+  transport_options.key = options_.key;
+  auto transport = comm::make_zmq_transport(options_.rank, endpoints, transport_options);
   if (!transport.ok())
     return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
   transport_ = std::make_unique<comm::CountingTransport>(std::move(*transport));
@@ -76,7 +97,10 @@ Status Agent::start() {
     runner_ = std::make_unique<SerialExecutor>();
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);
-    master_.set(zmq::sockopt::routing_id, fmt::format("node-{}", options_.rank));
+    master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
+    if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
+    master_watch_ = std::make_unique<comm::HandshakeWatch>(
+        context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
     master_.connect(tcp_endpoint(m.address, m.ctrl_port));
   }
   if (is_master()) RILL_RETURN_IF_ERROR(start_http());
@@ -193,6 +217,26 @@ std::string Agent::join_error(const ctl::Join& j) const {
 // Forms the cluster: the master waits for every listed node; the others wait
 // for the master's verdict. Every failure names the node and the cause, on
 // every node that can still be told, within the deadline.
+bool Agent::receive_server(std::string* identity, std::string* bytes) {
+  std::vector<zmq::message_t> frames;
+  (void)zmq::recv_multipart(server_, std::back_inserter(frames));
+  if (frames.size() != 2) return false;
+  *identity = frames[0].to_string();
+  if (options_.key) {
+    // The routing id a peer chose must be what its key says it is: node-R
+    // for the agent of rank R (which sets it so), anything else for clients.
+    const std::string_view user = comm::authenticated_identity(frames[1]);
+    const bool claims_node = identity->rfind("node-", 0) == 0;
+    if (claims_node ? *identity != user : user != comm::kClientIdentity) {
+      spdlog::warn("{}: refused a control message from '{}' authenticated as '{}'",
+                   node_name(options_.machines, options_.rank), *identity, user);
+      return false;
+    }
+  }
+  *bytes = frames[1].to_string();
+  return true;
+}
+
 Status Agent::join() {
   auto deadline = after(options_.join_timeout_s);
   const std::string me = node_name(options_.machines, options_.rank);
@@ -205,13 +249,13 @@ Status Agent::join() {
     while (Clock::now() < deadline) {
       zmq::pollitem_t items[] = {{master_.handle(), 0, ZMQ_POLLIN, 0}, {server_.handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, std::chrono::milliseconds(50));
-      if (items[1].revents & ZMQ_POLLIN) {  // a status query while joining
-        std::vector<zmq::message_t> frames;
-        (void)zmq::recv_multipart(server_, std::back_inserter(frames));
-        if (frames.size() == 2)
-          send_router(frames[0].to_string(),
-                      ctl::encode(ctl::StatusReply{nlohmann::json{{"state", "joining"}, {"rank", options_.rank}}.dump()}));
-      }
+      if (const std::string failure = master_watch_->poll(); !failure.empty())
+        return Status(Code::kPermissionDenied, fmt::format("{}: cannot join: {}", me, failure));
+      if (server_watch_) (void)server_watch_->poll();
+      std::string identity, bytes;
+      if ((items[1].revents & ZMQ_POLLIN) && receive_server(&identity, &bytes))  // a status query while joining
+        send_router(identity,
+                    ctl::encode(ctl::StatusReply{nlohmann::json{{"state", "joining"}, {"rank", options_.rank}}.dump()}));
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
       zmq::message_t reply;
       (void)master_.recv(reply);
@@ -236,12 +280,11 @@ Status Agent::join() {
   while (joined < world_ && failure.empty() && Clock::now() < deadline) {
     zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 1, std::chrono::milliseconds(50));
+    if (server_watch_) (void)server_watch_->poll();
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    std::vector<zmq::message_t> frames;
-    (void)zmq::recv_multipart(server_, std::back_inserter(frames));
-    if (frames.size() != 2) continue;
-    std::string identity = frames[0].to_string();
-    auto message = ctl::decode(frames[1].to_string_view());
+    std::string identity, bytes;
+    if (!receive_server(&identity, &bytes)) continue;
+    auto message = ctl::decode(bytes);
     if (!message.ok()) {
       spdlog::warn("{}: ignoring a corrupt control message: {}", me, message.status().message());
       continue;
@@ -252,10 +295,12 @@ Status Agent::join() {
     }
     auto* j = std::get_if<ctl::Join>(&*message);
     if (!j) {  // a client that came early: served once the cluster is formed
-      early_.emplace_back(identity, frames[1].to_string());
+      early_.emplace_back(identity, std::move(bytes));
       continue;
     }
     std::string error = join_error(*j);
+    if (error.empty() && options_.key && identity != comm::node_identity(j->rank))
+      error = fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j->rank);
     if (error.empty() && !identity_of_node_[j->rank].empty())
       error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
                           j->rank);
@@ -506,10 +551,10 @@ Status Agent::serve() {
     zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, is_master() ? 1 : 2, std::chrono::milliseconds(10));
     if (items[0].revents & ZMQ_POLLIN) {
-      std::vector<zmq::message_t> frames;
-      (void)zmq::recv_multipart(server_, std::back_inserter(frames));
-      if (frames.size() == 2) on_server_message(frames[0].to_string(), frames[1].to_string());
+      std::string identity, bytes;
+      if (receive_server(&identity, &bytes)) on_server_message(identity, bytes);
     }
+    if (server_watch_) (void)server_watch_->poll();
     if (!is_master() && (items[1].revents & ZMQ_POLLIN)) {
       zmq::message_t message;
       (void)master_.recv(message);
@@ -574,6 +619,8 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
     if (identity_of_node_[r] == identity) node = r;
   if (auto* j = std::get_if<ctl::Join>(&message)) {  // a restarted agent
     std::string error = join_error(*j);
+    if (error.empty() && options_.key && identity != comm::node_identity(j->rank))
+      error = fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j->rank);
     if (!error.empty()) {
       spdlog::warn("refused a node: {}", error);
       send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@
 #include "runtime/cluster/cluster_config.h"
 
 namespace rill {
+namespace comm {
+struct ClusterKey;
+}
 
 // A fault this agent injects into the control messages it sends (tests of
 // the control plane): the first message of type `message` ("PlanAck"; empty:
@@ -51,6 +55,12 @@ struct AgentOptions {
   std::string http;
   // The master writes each job's metrics here as job-ID.jsonl (empty: not).
   std::string metrics_dir;
+  // The cluster key (comm/cluster_key.h): with it, every control and data
+  // connection is CurveZMQ and only the cluster's nodes and clients get in.
+  // Without it an agent listens only on loopback addresses, unless
+  // `insecure` (anyone who reaches its ports can then run jobs on it).
+  std::shared_ptr<const comm::ClusterKey> key;
+  bool insecure = false;
 };
 
 inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";

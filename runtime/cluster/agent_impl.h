@@ -23,6 +23,7 @@
 #include "graph/job.h"
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/control_codec.h"
+#include "comm/cluster_key.h"
 #include "runtime/cluster/http_server.h"
 #include "runtime/cluster/metrics_board.h"
 #include "runtime/cluster/job_runner.h"
@@ -135,6 +136,12 @@ class Agent {
   zmq::context_t context_{1};
   zmq::socket_t server_{context_, zmq::socket_type::router};
   zmq::socket_t master_{context_, zmq::socket_type::dealer};
+  // With a key (after the sockets: closed before them, the context last).
+  std::unique_ptr<comm::ZapAuthenticator> zap_;
+  std::unique_ptr<comm::HandshakeWatch> server_watch_, master_watch_;
+  // Receives one message from the control port: false when there was none,
+  // or it was malformed or not authenticated as the identity it claims.
+  bool receive_server(std::string* identity, std::string* bytes);
   std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;

@@ -1,10 +1,12 @@
 #include "runtime/cluster/client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "comm/cluster_key.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/control_codec.h"
@@ -17,8 +19,12 @@ using Clock = std::chrono::steady_clock;
 
 class ZmqClient : public Client {
  public:
-  ZmqClient(Machine master, double answer_timeout_s) : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
+  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClusterKey> key)
+      : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
     socket_.set(zmq::sockopt::linger, 1000);
+    if (key) comm::curve_client(socket_, *key, comm::kClientIdentity, 0);
+    watch_ = std::make_unique<comm::HandshakeWatch>(context_, socket_, fmt::format("the master {}", format_machine(master_)),
+                                                    key != nullptr);
     socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
   }
 
@@ -96,8 +102,16 @@ class ZmqClient : public Client {
   }
 
   StatusOr<ctl::Message> receive(double timeout_s) {
-    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+    // A refused handshake ends the wait at once, saying why.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {watch_->handle(), 0, ZMQ_POLLIN, 0}};
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
+      if (const std::string failure = watch_->poll(); !failure.empty())
+        return Status(Code::kPermissionDenied, failure);
+      if ((items[0].revents & ZMQ_POLLIN) || Clock::now() >= deadline) break;
+    }
     if (!(items[0].revents & ZMQ_POLLIN))
       return Status(Code::kDeadlineExceeded,
                     fmt::format("the master {} did not answer within {} s (is its agent running?)",
@@ -111,6 +125,7 @@ class ZmqClient : public Client {
   double answer_timeout_s_;
   zmq::context_t context_{1};
   zmq::socket_t socket_{context_, zmq::socket_type::dealer};
+  std::unique_ptr<comm::HandshakeWatch> watch_;  // after socket_: closed first
 };
 
 }  // namespace
@@ -118,7 +133,9 @@ class ZmqClient : public Client {
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s) {
   RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
   if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
-  return std::unique_ptr<Client>(std::make_unique<ZmqClient>(machines[0], answer_timeout_s));
+  auto key = comm::key_from_flag_or_env("");
+  if (!key.ok()) return key.status();
+  return std::unique_ptr<Client>(std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key)));
 }
 
 }  // namespace rill

@@ -35,7 +35,9 @@ struct SubmitResult {
 class Client {
  public:
   // `master` is "address[:ctrl_port]" (default port 9988). Connecting never
-  // blocks; the first request fails with a clear error if nobody answers.
+  // blocks; the first request fails with a clear error if nobody answers,
+  // or the master refuses the handshake (kPermissionDenied). The cluster
+  // key is the file $RILL_KEY_FILE names, if set (`rill ... --key` sets it).
   static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0);
   virtual ~Client() = default;
 

@@ -1,5 +1,9 @@
 #include "runtime/cluster/cluster_config.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -175,6 +179,28 @@ StatusOr<std::vector<Machine>> parse_machine_list(const std::string& list_or_fil
 std::string format_machine(const Machine& machine) {
   if (machine.address.find(':') != std::string::npos) return fmt::format("[{}]:{}", machine.address, machine.ctrl_port);
   return fmt::format("{}:{}", machine.address, machine.ctrl_port);
+}
+
+bool is_loopback_address(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool loopback = true;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopback = loopback && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopback = loopback && IN6_IS_ADDR_LOOPBACK(&in->sin6_addr);
+    } else {
+      loopback = false;
+    }
+  }
+  freeaddrinfo(found);
+  return loopback;
 }
 
 std::string tcp_endpoint(const std::string& address, int port) {

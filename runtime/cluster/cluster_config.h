@@ -36,6 +36,10 @@ StatusOr<std::vector<Machine>> parse_machine_list(const std::string& list_or_fil
 
 // "host:9988", "[::1]:9988".
 std::string format_machine(const Machine& machine);
+// True when every address `address` resolves to is a loopback address
+// (127.0.0.0/8, ::1; "localhost"); false for others and for names that do
+// not resolve.
+bool is_loopback_address(const std::string& address);
 // A ZeroMQ endpoint, "tcp://host:9988" or "tcp://[::1]:9988".
 std::string tcp_endpoint(const std::string& address, int port);
 

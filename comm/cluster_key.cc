@@ -1,0 +1,323 @@
+#include "comm/cluster_key.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+#include <zmq_addon.hpp>
+
+namespace rill::comm {
+namespace {
+
+constexpr std::string_view kKeyFileHeader =
+    "# A Rill cluster key: every agent and client of the cluster holds this file. Keep it secret.";
+constexpr std::string_view kDerivationPrefix = "rill-curve-v1/";
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "rill";
+
+std::string z85(const uint8_t* data, size_t size) {
+  std::string out(size * 5 / 4 + 1, '\0');
+  zmq_z85_encode(out.data(), data, size);
+  out.resize(size * 5 / 4);
+  return out;
+}
+
+}  // namespace
+
+StatusOr<ClusterKey> generate_cluster_key() {
+  if (sodium_init() < 0) return Status(Code::kInternal, "libsodium failed to initialise");
+  ClusterKey key;
+  randombytes_buf(key.secret.data(), key.secret.size());
+  return key;
+}
+
+Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
+  std::FILE* f = nullptr;
+  {
+    // Created 0600 from the start: the secret is never readable by others.
+    const int flags = O_WRONLY | O_CREAT | (overwrite ? O_TRUNC : O_EXCL);
+    const int fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0)
+      return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path,
+                                                    errno == EEXIST ? "it exists (remove it first, or --force)"
+                                                                    : std::strerror(errno)));
+    if (overwrite && ::fchmod(fd, 0600) != 0) {
+      ::close(fd);
+      return Status(Code::kUnavailable, fmt::format("cannot make the key file {} private: {}", path, std::strerror(errno)));
+    }
+    f = ::fdopen(fd, "w");
+    if (f == nullptr) {
+      ::close(fd);
+      return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(errno)));
+    }
+  }
+  const std::string text = fmt::format("{}\n{}\n", kKeyFileHeader, z85(key.secret.data(), key.secret.size()));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok)
+    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(errno)));
+  return {};
+}
+
+StatusOr<ClusterKey> read_key_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Status(Code::kNotFound, fmt::format("key file {}: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return invalid_argument("key file {}: not a regular file", path);
+  if ((st.st_mode & 077) != 0)
+    return invalid_argument("key file {} is open to other users (mode {:04o}): run chmod 600 {}", path,
+                            st.st_mode & 07777, path);
+  std::ifstream in(path);
+  if (!in) return Status(Code::kUnavailable, fmt::format("key file {}: cannot read it", path));
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    ClusterKey key;
+    if (line.size() != 40 || zmq_z85_decode(key.secret.data(), line.c_str()) == nullptr)
+      return invalid_argument("key file {}:{}: not a cluster key (40 Z85 characters; `rill keygen` writes one)", path,
+                              number);
+    return key;
+  }
+  return invalid_argument("key file {}: holds no key (`rill keygen` writes one)", path);
+}
+
+StatusOr<std::shared_ptr<const ClusterKey>> key_from_flag_or_env(const std::string& flag) {
+  std::string path = flag, from = "--key";
+  if (path.empty()) {
+    const char* env = std::getenv(kKeyFileEnv);
+    if (env == nullptr || *env == '\0') return std::shared_ptr<const ClusterKey>();
+    path = env;
+    from = kKeyFileEnv;
+  }
+  auto key = read_key_file(path);
+  if (!key.ok()) return key.status().with_context(from);
+  return std::make_shared<const ClusterKey>(*key);
+}
+
+std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
+
+CurveKeyPair derive_key_pair(const ClusterKey& key, std::string_view identity) {
+  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
+  const std::string message = std::string(kDerivationPrefix) + std::string(identity);
+  std::array<uint8_t, crypto_box_SEEDBYTES> seed{};
+  crypto_generichash(seed.data(), seed.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                     key.secret.data(), key.secret.size());
+  CurveKeyPair pair;
+  crypto_box_seed_keypair(pair.public_key.data(), pair.secret_key.data(), seed.data());
+  sodium_memzero(seed.data(), seed.size());
+  return pair;
+}
+
+void curve_server(zmq::socket_t& socket, const ClusterKey& key, int rank) {
+  const CurveKeyPair pair = derive_key_pair(key, node_identity(rank));
+  socket.set(zmq::sockopt::curve_server, 1);
+  socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(pair.secret_key.data(), pair.secret_key.size()));
+  socket.set(zmq::sockopt::zap_domain, kZapDomain);
+}
+
+void curve_client(zmq::socket_t& socket, const ClusterKey& key, std::string_view identity, int server_rank) {
+  const CurveKeyPair own = derive_key_pair(key, identity);
+  const CurveKeyPair server = derive_key_pair(key, node_identity(server_rank));
+  socket.set(zmq::sockopt::curve_serverkey, zmq::const_buffer(server.public_key.data(), server.public_key.size()));
+  socket.set(zmq::sockopt::curve_publickey, zmq::const_buffer(own.public_key.data(), own.public_key.size()));
+  socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(own.secret_key.data(), own.secret_key.size()));
+}
+
+std::string_view authenticated_identity(const zmq::message_t& message) {
+  const char* user = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
+  return user == nullptr ? std::string_view() : std::string_view(user);
+}
+
+StatusOr<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t& context, const ClusterKey& key,
+                                                                     int world, bool admit_clients,
+                                                                     std::string where) {
+  std::unique_ptr<ZapAuthenticator> zap(new ZapAuthenticator());
+  zap->where_ = std::move(where);
+  for (int r = 0; r < world; ++r) zap->known_.emplace_back(derive_key_pair(key, node_identity(r)).public_key, node_identity(r));
+  if (admit_clients)
+    zap->known_.emplace_back(derive_key_pair(key, kClientIdentity).public_key, std::string(kClientIdentity));
+  try {
+    zap->socket_ = zmq::socket_t(context, zmq::socket_type::rep);
+    zap->socket_.set(zmq::sockopt::linger, 0);
+    zap->socket_.bind(kZapEndpoint);
+  } catch (const zmq::error_t& e) {
+    return Status(Code::kInternal, fmt::format("{}: cannot start the authenticator: {}", zap->where_, e.what()));
+  }
+  zap->thread_ = std::thread([z = zap.get()] { z->loop(); });
+  return zap;
+}
+
+ZapAuthenticator::~ZapAuthenticator() {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+}
+
+void ZapAuthenticator::loop() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(50));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    std::vector<zmq::message_t> request;
+    if (!zmq::recv_multipart(socket_, std::back_inserter(request))) continue;
+    // RFC 27: version, request id, domain, address, identity, mechanism,
+    // credentials (for CURVE: the client's 32-byte public key).
+    if (request.size() < 6) continue;  // not ZeroMQ's own request: nothing to answer
+    std::string identity, error;
+    const std::string address = request[3].to_string();
+    if (request[5].to_string_view() != "CURVE" || request.size() != 7 || request[6].size() != 32) {
+      error = fmt::format("it does not use CURVE ({})", request[5].to_string());
+    } else {
+      for (const auto& [public_key, name] : known_)
+        if (std::memcmp(public_key.data(), request[6].data(), 32) == 0) identity = name;
+      if (identity.empty()) error = "its key is not one of this cluster's nodes'";
+    }
+    // Logged with the peer's port by the listener's HandshakeWatch.
+    if (!error.empty()) refused_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back(std::string_view("1.0"));
+    reply.emplace_back(request[1].data(), request[1].size());
+    reply.emplace_back(std::string_view(error.empty() ? "200" : "400"));
+    reply.emplace_back(std::string_view(error.empty() ? "OK" : error));
+    reply.emplace_back(identity.data(), identity.size());
+    reply.emplace_back();
+    (void)zmq::send_multipart(socket_, reply);
+  }
+}
+
+namespace {
+std::string peer_address(int fd) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) return "an unknown address";
+  char text[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    port = ntohs(in->sin_port);
+    return fmt::format("{}:{}", text, port);
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto* in = reinterpret_cast<const sockaddr_in6*>(&address);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
+    port = ntohs(in->sin6_port);
+    return fmt::format("[{}]:{}", text, port);
+  }
+  return "an unknown address";
+}
+}  // namespace
+
+HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
+                               bool server)
+    : peer_(std::move(peer)), keyed_(keyed), server_(server) {
+  static std::atomic<int64_t> next{0};
+  const std::string url = fmt::format("inproc://handshake-{}", next.fetch_add(1));
+  if (zmq_socket_monitor(socket.handle(), url.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    throw zmq::error_t();
+  monitor_ = zmq::socket_t(context, zmq::socket_type::pair);
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(url);
+}
+
+std::string HandshakeWatch::poll() {
+  for (;;) {
+    zmq::message_t event, address;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more()) (void)monitor_.recv(address);
+    if (event.size() < 6) continue;
+    uint16_t kind = 0;
+    uint32_t value = 0;
+    std::memcpy(&kind, event.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+    if (server_) {
+      serve_event(kind, value);
+      continue;
+    }
+    if (!failure_.empty()) continue;
+    switch (kind) {
+      case ZMQ_EVENT_CONNECTED: connected_ = true; break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: succeeded_ = true; break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        failure_ = fmt::format("{} refused this side's key (ZAP status {})", peer_, value);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+          failure_ = keyed_ ? fmt::format("{} holds no cluster key (an agent started with --insecure?) while this "
+                                          "side holds one",
+                                          peer_)
+                            : fmt::format("{} requires the cluster key: name its key file with --key or {}", peer_,
+                                          kKeyFileEnv);
+        else
+          failure_ = fmt::format("the handshake with {} failed (ZeroMQ protocol error {:#x}): another cluster key?",
+                                 peer_, value);
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        failure_ = fmt::format("the handshake with {} failed", peer_);
+        break;
+      case ZMQ_EVENT_DISCONNECTED:
+        // A CURVE server that cannot open this side's hello (derived from
+        // another key) drops the connection without a word.
+        if (keyed_ && connected_ && !succeeded_)
+          failure_ = fmt::format("{} closed the connection during the handshake: its cluster key is not this one", peer_);
+        connected_ = false;
+        break;
+      default: break;
+    }
+  }
+  return failure_;
+}
+
+// A listening socket's events: ACCEPTED(fd), then for a connection that
+// fails its handshake HANDSHAKE_FAILED_*, then DISCONNECTED(fd) from the same
+// engine, back to back. The peer's address is taken when it is accepted.
+void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
+  using Clock = std::chrono::steady_clock;
+  switch (kind) {
+    case ZMQ_EVENT_ACCEPTED: accepted_[static_cast<int>(value)] = peer_address(static_cast<int>(value)); break;
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: pending_.clear(); break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      pending_ = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                     ? (keyed_ ? "it holds no cluster key" : "it holds a cluster key and this agent none (--insecure)")
+                     : "its cluster key is not this one";
+      break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: pending_ = "its key is not one this port admits"; break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+      pending_ = keyed_ ? "its handshake failed (it holds no cluster key, or another)" : "its handshake failed";
+      break;
+    case ZMQ_EVENT_DISCONNECTED: {
+      auto it = accepted_.find(static_cast<int>(value));
+      const std::string address = it == accepted_.end() ? "an unknown address" : it->second;
+      if (it != accepted_.end()) accepted_.erase(it);
+      if (pending_.empty()) break;
+      ++refused_;
+      auto& last = last_logged_[address.substr(0, address.rfind(':'))];
+      if (Clock::now() - last >= std::chrono::seconds(10)) {
+        spdlog::warn("{}: refused a connection from {}: {}", peer_, address, pending_);
+        last = Clock::now();
+      }
+      pending_.clear();
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace rill::comm

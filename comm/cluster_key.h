@@ -1,0 +1,128 @@
+// The cluster key: one 32-byte secret, held in a key file by every agent and
+// client of a cluster, from which every CurveZMQ key pair is derived (libsodium:
+// a keyed BLAKE2b of the identity's name is the seed of its Curve25519 pair).
+// Identities: "node-R" for the agent of rank R (its control and data sockets
+// serve with node-R's pair and connect with it), "client" for `rill submit`,
+// `rill status`, rill::Client and `rill launch`'s rendezvous.
+//
+// A server socket (curve_server) answers only peers that complete the CURVE
+// handshake with its public key, which only a holder of the secret can derive;
+// a ZapAuthenticator on the server's ZeroMQ context then names the peer by its
+// public key (ZeroMQ's User-Id of every message it sends: "node-R" or
+// "client") and refuses any other key. Everything on such a socket is
+// encrypted and authenticated per frame by ZeroMQ (CurveZMQ, RFC 26).
+//
+// Thread-safety: ClusterKey and the functions are values and pure functions;
+// a ZapAuthenticator runs its own thread and is destroyed from one thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "base/status.h"
+
+namespace rill::comm {
+
+struct ClusterKey {
+  std::array<uint8_t, 32> secret{};
+  bool operator==(const ClusterKey&) const = default;
+};
+
+// A fresh key from the operating system's random source.
+StatusOr<ClusterKey> generate_cluster_key();
+// Writes `key` to `path` (mode 0600, replacing no existing file unless
+// `overwrite`): a comment line and the secret in Z85.
+Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite = false);
+// Reads a key file; errors name the file and what is wrong with it (missing,
+// unreadable, not a key, readable by others than its owner).
+StatusOr<ClusterKey> read_key_file(const std::string& path);
+
+// The environment variable that names a key file where no flag does.
+inline constexpr const char* kKeyFileEnv = "RILL_KEY_FILE";
+// The key file named by `flag` if not empty, else by $RILL_KEY_FILE, else
+// none (nullptr); errors are read_key_file's, naming where the path came from.
+StatusOr<std::shared_ptr<const ClusterKey>> key_from_flag_or_env(const std::string& flag);
+
+std::string node_identity(int rank);  // "node-R"
+inline constexpr std::string_view kClientIdentity = "client";
+
+struct CurveKeyPair {
+  std::array<uint8_t, 32> public_key{}, secret_key{};
+};
+CurveKeyPair derive_key_pair(const ClusterKey& key, std::string_view identity);
+
+// Makes `socket` a CURVE server with node `rank`'s pair (before bind).
+void curve_server(zmq::socket_t& socket, const ClusterKey& key, int rank);
+// Makes `socket` a CURVE client as `identity`, of node `server_rank`'s
+// server (before connect).
+void curve_client(zmq::socket_t& socket, const ClusterKey& key, std::string_view identity, int server_rank);
+
+// The authenticated identity of a message's sender on a CURVE socket ("" on
+// a socket without CURVE); valid while `message` lives. Allocates nothing.
+std::string_view authenticated_identity(const zmq::message_t& message);
+
+// Answers ZeroMQ's authentication requests (ZAP) for every server socket of
+// one context: a peer whose public key is that of "node-0".."node-(world-1)"
+// or (if `admit_clients`) of "client" is admitted under that name, any other
+// is refused (counted; the listener's HandshakeWatch logs it).
+// Create it before the context's server sockets bind; destroy it before the
+// context.
+class ZapAuthenticator {
+ public:
+  static StatusOr<std::unique_ptr<ZapAuthenticator>> start(zmq::context_t& context, const ClusterKey& key, int world,
+                                                          bool admit_clients, std::string where);
+  ~ZapAuthenticator();
+  ZapAuthenticator(const ZapAuthenticator&) = delete;
+  ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  ZapAuthenticator() = default;
+  void loop();
+
+  zmq::socket_t socket_;
+  std::vector<std::pair<std::array<uint8_t, 32>, std::string>> known_;  // public key -> identity
+  std::string where_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> refused_{0};
+  std::thread thread_;
+};
+
+// Watches a socket's handshakes (ZeroMQ's socket monitor). On a client
+// socket (`server` false) poll() tells, once a connection was refused (no
+// key, another key, or a peer without one), what went wrong, naming `peer`.
+// On a listening socket (`peer` then names the listener, "node-1: control
+// port") poll() logs each refused connection with its address, at most once
+// per address every 10 s, and counts it. Call poll() from the socket's thread.
+class HandshakeWatch {
+ public:
+  HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed, bool server = false);
+  std::string poll();
+  int64_t refused() const { return refused_; }
+  void* handle() { return monitor_.handle(); }  // readable when events wait
+
+ private:
+  void serve_event(uint16_t kind, uint32_t value);
+
+  zmq::socket_t monitor_;
+  std::string peer_;
+  bool keyed_, server_;
+  bool succeeded_ = false, connected_ = false;
+  std::string failure_;
+  std::map<int, std::string> accepted_;  // server: fd -> the peer's address
+  std::string pending_;                  // server: why the last handshake failed
+  std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;
+  int64_t refused_ = 0;
+};
+
+}  // namespace rill::comm

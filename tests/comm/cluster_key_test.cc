@@ -1,0 +1,156 @@
+// Cluster keys: the key file, the derived CURVE pairs, and the data plane with
+// a key: keyed ranks talk; a peer without the key, or with another, delivers
+// nothing; a key holder connected as one rank cannot send as another.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <zmq.hpp>
+
+#include "comm/cluster_key.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace rill;
+using namespace rill::comm;
+using namespace rill::comm::testing;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("rill-key-test-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+// Keyed transports for every rank, TCP only (no shared memory), so that each
+// message crosses a CURVE connection.
+std::vector<std::unique_ptr<Transport>> keyed_world(const std::vector<Endpoint>& endpoints,
+                                                    std::vector<std::shared_ptr<const ClusterKey>> keys) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (size_t r = 0; r < endpoints.size(); ++r) {
+    ZmqOptions options;
+    options.shared_memory = false;
+    options.key = keys[r];
+    auto t = make_zmq_transport(static_cast<int>(r), endpoints, options);
+    REQUIRE(t.ok());
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+std::shared_ptr<const ClusterKey> fresh_key() {
+  auto key = generate_cluster_key();
+  REQUIRE(key.ok());
+  return std::make_shared<const ClusterKey>(*key);
+}
+
+}  // namespace
+
+TEST_CASE("a key file round-trips, is private, and bad ones are named") {
+  const std::string path = temp_path("cluster.key");
+  std::filesystem::remove(path);
+  auto key = generate_cluster_key();
+  REQUIRE(key.ok());
+  REQUIRE(write_key_file(path, *key).ok());
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  auto back = read_key_file(path);
+  REQUIRE(back.ok());
+  CHECK(*back == *key);
+  // Never replaced by accident.
+  Status again = write_key_file(path, *key);
+  CHECK(again.code() == Code::kUnavailable);
+  CHECK(again.message().find("exists") != std::string::npos);
+
+  ::chmod(path.c_str(), 0644);
+  auto open = read_key_file(path);
+  REQUIRE(!open.ok());
+  CHECK(open.status().message().find("chmod 600") != std::string::npos);
+
+  const std::string bad = temp_path("bad.key");
+  { std::ofstream(bad) << "# comment\nnot-a-key\n"; }
+  ::chmod(bad.c_str(), 0600);
+  auto parsed = read_key_file(bad);
+  REQUIRE(!parsed.ok());
+  CHECK(parsed.status().message().find(bad + ":2") != std::string::npos);
+  CHECK(read_key_file(temp_path("missing.key")).status().code() == Code::kNotFound);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST_CASE("each identity has its own pair, the same from the same secret") {
+  auto key = fresh_key();
+  auto other = fresh_key();
+  CurveKeyPair a = derive_key_pair(*key, "node-0");
+  CHECK(a.public_key == derive_key_pair(*key, "node-0").public_key);
+  CHECK(a.public_key != derive_key_pair(*key, "node-1").public_key);
+  CHECK(a.public_key != derive_key_pair(*key, kClientIdentity).public_key);
+  CHECK(a.public_key != derive_key_pair(*other, "node-0").public_key);
+  CHECK(a.public_key != a.secret_key);
+}
+
+TEST_CASE("keyed ranks exchange messages; authenticated identities are the ranks'") {
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto key = fresh_key();
+  auto transports = keyed_world(endpoints, {key, key, key});
+  auto statuses = run_ranks(3, [&](int rank) -> Status {
+    for (int to = 0; to < 3; ++to)
+      if (to != rank) RILL_RETURN_IF_ERROR(transports[rank]->send(to, 5, as_span(fmt::format("{}->{}", rank, to))));
+    std::vector<std::byte> got;
+    for (int from = 0; from < 3; ++from) {
+      if (from == rank) continue;
+      RILL_RETURN_IF_ERROR(transports[rank]->recv(from, 5, &got, in_ms(10000)));
+      if (as_string(got) != fmt::format("{}->{}", from, rank)) return internal_error("wrong message at {}", rank);
+    }
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
+  for (auto& t : transports) CHECK(t->received_dropped() == 0);
+}
+
+TEST_CASE("a rank with another key, or none, delivers nothing to keyed ranks") {
+  for (bool none : {false, true}) {
+    CAPTURE(none);
+    auto endpoints = loopback_endpoints(free_ports(2));
+    auto key = fresh_key();
+    auto transports = keyed_world(endpoints, {key, none ? nullptr : fresh_key()});
+    (void)transports[1]->send(0, 5, as_span("forged"));
+    std::vector<std::byte> got;
+    // Nothing arrives: the wait ends at its deadline, or earlier once the
+    // failed handshakes have the connection counted as lost.
+    Status status = transports[0]->recv(1, 5, &got, in_ms(1500));
+    CHECK((status.code() == Code::kDeadlineExceeded || status.code() == Code::kUnavailable));
+    CHECK(transports[0]->received_dropped() == 0);
+  }
+}
+
+TEST_CASE("a key holder connected as one rank cannot send as another: the sender field must be its rank") {
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto key = fresh_key();
+  auto transports = keyed_world(endpoints, {key, key, key});
+  // An intruder holding the key connects as node-2 and writes frames that
+  // claim to come from rank 1.
+  zmq::context_t context;
+  zmq::socket_t intruder(context, zmq::socket_type::push);
+  intruder.set(zmq::sockopt::linger, 0);
+  curve_client(intruder, *key, node_identity(2), 0);
+  intruder.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  uint32_t claims_one[4] = {0x5441444c, 1, 9, 0};
+  intruder.send(zmq::buffer(claims_one, sizeof claims_one), zmq::send_flags::none);
+  // The same identity telling the truth is heard.
+  uint32_t truthful[4] = {0x5441444c, 2, 9, 0};
+  intruder.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
+  std::vector<std::byte> got;
+  REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
+  CHECK(transports[0]->recv(1, 9, &got, in_ms(300)).code() == Code::kDeadlineExceeded);
+  CHECK(transports[0]->received_dropped() == 1);
+  // A client's identity is not a node's: refused at the handshake.
+  zmq::socket_t client(context, zmq::socket_type::push);
+  client.set(zmq::sockopt::linger, 0);
+  curve_client(client, *key, kClientIdentity, 0);
+  client.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  client.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
+  CHECK(transports[0]->recv(2, 9, &got, in_ms(500)).code() == Code::kDeadlineExceeded);
+}
