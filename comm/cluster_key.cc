@@ -203,7 +203,8 @@ namespace {
 std::string peer_address(int fd) {
   sockaddr_storage address{};
   socklen_t size = sizeof address;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) return "an unknown address";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0)
+    return "a peer (gone before its address was read)";
   char text[INET6_ADDRSTRLEN] = {};
   int port = 0;
   if (address.ss_family == AF_INET) {
@@ -218,7 +219,7 @@ std::string peer_address(int fd) {
     port = ntohs(in->sin6_port);
     return fmt::format("[{}]:{}", text, port);
   }
-  return "an unknown address";
+  return "a peer of an unknown address family";
 }
 }  // namespace
 
@@ -270,7 +271,11 @@ std::string HandshakeWatch::poll() {
                                  peer_, value);
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        failure_ = fmt::format("the handshake with {} failed", peer_);
+        // What a CURVE client sees when the server cannot open its hello.
+        failure_ = keyed_ ? fmt::format("{} refused the handshake: its cluster key is not this one", peer_)
+                          : fmt::format("{} refused the handshake: it requires the cluster key (name its key file "
+                                        "with --key or {})",
+                                        peer_, kKeyFileEnv);
         break;
       case ZMQ_EVENT_DISCONNECTED:
         // A CURVE server that cannot open this side's hello (derived from
@@ -304,7 +309,8 @@ void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
       break;
     case ZMQ_EVENT_DISCONNECTED: {
       auto it = accepted_.find(static_cast<int>(value));
-      const std::string address = it == accepted_.end() ? "an unknown address" : it->second;
+      // A peer that fails at once may be gone before its address is read.
+      const std::string address = it == accepted_.end() ? "a peer (gone before its address was read)" : it->second;
       if (it != accepted_.end()) accepted_.erase(it);
       if (pending_.empty()) break;
       ++refused_;

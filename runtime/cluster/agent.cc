@@ -217,6 +217,14 @@ std::string Agent::join_error(const ctl::Join& j) const {
 // Forms the cluster: the master waits for every listed node; the others wait
 // for the master's verdict. Every failure names the node and the cause, on
 // every node that can still be told, within the deadline.
+// A process that held a rank before the cluster formed (an agent refused at
+// the handshake, one that exited and was started again) left its data
+// connection lost; every rank now is the one that joined.
+void Agent::forget_stale_losses() {
+  for (int r = 0; r < world_; ++r)
+    if (r != options_.rank && transport_->peer_lost(r)) transport_->revive(r);
+}
+
 bool Agent::receive_server(std::string* identity, std::string* bytes) {
   std::vector<zmq::message_t> frames;
   (void)zmq::recv_multipart(server_, std::back_inserter(frames));
@@ -264,6 +272,7 @@ Status Agent::join() {
       if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
         if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
         master_seen_ = Clock::now();
+        forget_stale_losses();
         spdlog::info("{}: joined a cluster of {} node(s)", me, r->world);
         return {};
       }
@@ -327,6 +336,7 @@ Status Agent::join() {
         send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{false, failure, world_}));
     return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, failure));
   }
+  forget_stale_losses();
   for (int r = 1; r < world_; ++r) send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_}));
   spdlog::info("{}: cluster of {} node(s) formed", me, world_);
   return {};

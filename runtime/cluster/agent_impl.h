@@ -142,6 +142,7 @@ class Agent {
   // Receives one message from the control port: false when there was none,
   // or it was malformed or not authenticated as the identity it claims.
   bool receive_server(std::string* identity, std::string* bytes);
+  void forget_stale_losses();
   std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;

@@ -1,0 +1,154 @@
+// A keyed cluster lets no one in without its key: real agents on loopback,
+// clients and agents without the key or with another one are refused at the
+// handshake with errors naming the address on both sides, a socket that
+// connects to a data port and sends is refused, and agents will not listen
+// beyond loopback without a key.
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "runtime/cluster/client.h"
+#include "tests/e2e/process_util.h"
+
+using namespace rill::testing;
+
+namespace {
+
+std::string keygen(const std::filesystem::path& path) {
+  Ran ran = run_rill("keygen " + path.string());
+  REQUIRE_MESSAGE(ran.code == 0, ran.output);
+  return path.string();
+}
+
+// Polls `rill status` (with `key`) until every node is up.
+void wait_formed(const std::string& master, const std::string& key) {
+  for (int i = 0; i < 200; ++i) {
+    Ran ran = run_rill("status --master " + master + " --key " + key);
+    if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
+        ran.output.find("joining") == std::string::npos)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  FAIL("the cluster did not form");
+}
+
+struct NoKeyInEnvironment {
+  NoKeyInEnvironment() { ::unsetenv("RILL_KEY_FILE"); }
+};
+
+}  // namespace
+
+TEST_CASE("a keyed cluster: clients without its key cannot submit, stat or shut down; with it they can") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-security-");
+  const std::string key = keygen(dir / "cluster.key"), wrong = keygen(dir / "wrong.key");
+  const std::string machines = "127.0.0.1:19250,127.0.0.2:19250", master = "127.0.0.1:19250";
+  Agent node0("--machines " + machines + " --rank 0 --http off --key " + key, (dir / "a0.log").string());
+  Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "a1.log").string());
+  wait_formed(master, key);
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+
+  // No key: refused at the handshake, at once, saying what is missing.
+  for (const std::string& command : {"status --master " + master, "submit " + job + " --master " + master}) {
+    CAPTURE(command);
+    Ran ran = run_rill(command);
+    CAPTURE(ran.output);
+    CHECK(ran.code != 0);
+    CHECK(ran.output.find("the master 127.0.0.1:19250 ") != std::string::npos);
+    CHECK(ran.output.find("requires the cluster key") != std::string::npos);
+    CHECK(ran.seconds < 5);
+  }
+  // Another key: refused, named as such.
+  Ran other = run_rill("status --master " + master + " --key " + wrong);
+  CAPTURE(other.output);
+  CHECK(other.code != 0);
+  CHECK(other.output.find("its cluster key is not this one") != std::string::npos);
+  // A shutdown without the key reaches nobody.
+  {
+    auto client = rill::Client::connect(master, 5);
+    REQUIRE(client.ok());
+    rill::Status down = (*client)->shutdown();
+    CHECK(down.code() == rill::Code::kPermissionDenied);
+  }
+  // The master logged the refusals (with the peer's address where it could
+  // be read: a peer without a key may be gone before it is).
+  CHECK(node0.output().find("control port 127.0.0.1:19250: refused a connection from ") != std::string::npos);
+
+  // With the key, a job runs and the cluster is still whole.
+  Ran ran = run_rill("submit " + job + " --master " + master + " --key " + key + " --steps 50 --result " +
+                     (dir / "r.json").string());
+  REQUIRE_MESSAGE(ran.code == 0, ran.output);
+  auto result = nlohmann::json::parse(read_text((dir / "r.json").string()));
+  CHECK(result["steps"].get<int64_t>() == 50);
+  ::setenv("RILL_KEY_FILE", key.c_str(), 1);  // the C++ client reads it too
+  auto client = rill::Client::connect(master, 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  ::unsetenv("RILL_KEY_FILE");
+  CHECK(node0.wait(15) == 0);
+  CHECK(node1.wait(15) == 0);
+}
+
+TEST_CASE("an agent without the cluster key, or with another, cannot join; a stranger on the data port is refused") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-security-join-");
+  const std::string key = keygen(dir / "cluster.key"), wrong = keygen(dir / "wrong.key");
+  const std::string machines = "127.0.0.1:19280,127.0.0.2:19280";
+  Agent node0("--machines " + machines + " --rank 0 --http off --join-timeout 30 --key " + key,
+              (dir / "b0.log").string());
+  {
+    Agent keyless("--machines " + machines + " --rank 1 --join-timeout 10", (dir / "b1.log").string());
+    CHECK(keyless.wait(10) == 1);
+    CAPTURE(keyless.output());
+    CHECK(keyless.output().find("node 1 (127.0.0.2:19280): cannot join: the master 127.0.0.1:19280 ") !=
+          std::string::npos);
+    CHECK(keyless.output().find("requires the cluster key") != std::string::npos);
+  }
+  {
+    Agent other("--machines " + machines + " --rank 1 --join-timeout 10 --key " + wrong, (dir / "b2.log").string());
+    CHECK(other.wait(10) == 1);
+    CAPTURE(other.output());
+    CHECK(other.output().find("its cluster key is not this one") != std::string::npos);
+  }
+  CAPTURE(node0.output());
+  CHECK(node0.output().find("control port 127.0.0.1:19280: refused a connection from ") != std::string::npos);
+  // A socket that connects to the master's data port and sends: its frame
+  // never reaches the engine (no key: no handshake), and it is logged.
+  {
+    zmq::context_t context;
+    zmq::socket_t forger(context, zmq::socket_type::push);
+    forger.set(zmq::sockopt::linger, 0);
+    forger.connect("tcp://127.0.0.1:19281");
+    uint32_t frame[4] = {0x5441444c, 1, 3, 0};  // the data plane's header, claiming rank 1
+    (void)forger.send(zmq::buffer(frame, sizeof frame), zmq::send_flags::dontwait);
+    for (int i = 0; i < 100 && node0.output().find("data port") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(node0.output().find("rank 0: data port 127.0.0.1:19281: refused a connection from ") != std::string::npos);
+  // The key holder joins, and the job runs.
+  Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "b3.log").string());
+  Ran ran = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master "
+                     "127.0.0.1:19280 --steps 20 --key " + key);
+  CHECK_MESSAGE(ran.code == 0, ran.output);
+  ::setenv("RILL_KEY_FILE", key.c_str(), 1);
+  auto client = rill::Client::connect("127.0.0.1:19280", 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  ::unsetenv("RILL_KEY_FILE");
+  CHECK(node0.wait(15) == 0);
+}
+
+TEST_CASE("an agent will not listen beyond loopback without a key, unless --insecure") {
+  NoKeyInEnvironment clean;
+  // 192.0.2.1 (TEST-NET-1) is no address of this machine: the refusal comes
+  // before any bind.
+  Ran ran = run_rill("agent --machines 192.0.2.1:19290 --rank 0 --http off");
+  CHECK(ran.code != 0);
+  CHECK(ran.output.find("will not listen on 192.0.2.1:19290 without a cluster key") != std::string::npos);
+  CHECK(ran.output.find("--insecure") != std::string::npos);
+  Ran insecure = run_rill("agent --machines 192.0.2.1:19290 --rank 0 --http off --insecure");
+  CHECK(insecure.code != 0);  // now it tries, and the address is not this machine's
+  CHECK(insecure.output.find("will not listen") == std::string::npos);
+  CHECK(insecure.output.find("--insecure: listening on 192.0.2.1:19290 without a key") != std::string::npos);
+}
