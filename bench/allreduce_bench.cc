@@ -4,7 +4,10 @@
 //
 //   allreduce_bench [--op all_reduce] [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
-//                   [--address 127.0.0.1] [--port P] [--tcp 1]
+//                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE]
+//
+// --key: the ranks hold this cluster key (rill keygen): every TCP connection
+// is CurveZMQ (bench/curve_bench.sh compares).
 //
 // --op: all_reduce, all_gather, reduce_scatter, broadcast (from rank 0),
 // all_to_all. The size is the whole buffer (all_gather's output,
@@ -36,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/cluster_key.h"
 #include "comm/collectives.h"
 
 using namespace rill;
@@ -54,6 +58,7 @@ struct Args {
   int port = 0;   // 0: free ports chosen by the kernel
   std::string op = "all_reduce";
   bool tcp = false;
+  std::string key;  // a cluster key file: CurveZMQ on every connection
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
@@ -80,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--as-rank") args.as_rank = std::atoi(value.c_str());
     else if (flag == "--op") args.op = value;
     else if (flag == "--tcp") args.tcp = value != "0";
+    else if (flag == "--key") args.key = value;
     else if (flag == "--ports") {
       for (size_t at = 0; at < value.size();) {
         size_t comma = value.find(',', at);
@@ -156,6 +162,11 @@ Status run_op(Collectives& c, const std::string& op, std::vector<float>& in, std
 int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints) {
   ZmqOptions zmq_options;
   zmq_options.shared_memory = !args.tcp;
+  if (!args.key.empty()) {
+    auto key = read_key_file(args.key);
+    if (!key.ok()) return fail(rank, key.status());
+    zmq_options.key = std::make_shared<const ClusterKey>(*key);
+  }
   auto transport = make_zmq_transport(rank, endpoints, zmq_options);
   if (!transport.ok()) return fail(rank, transport.status());
   CollectiveOptions options;

@@ -1,5 +1,7 @@
 #include "comm/rendezvous.h"
 
+#include "comm/cluster_key.h"
+
 #include <map>
 #include <zmq.hpp>
 
@@ -53,10 +55,20 @@ bool wait_readable(zmq::socket_t& socket, Clock::time_point deadline) {
   return (items[0].revents & ZMQ_POLLIN) != 0;
 }
 
-StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int data_port, Clock::time_point deadline) {
+StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int data_port, Clock::time_point deadline,
+                                      const ClusterKey* key) {
   zmq::context_t context;
+  std::unique_ptr<ZapAuthenticator> zap;
+  if (key) {
+    RILL_ASSIGN_OR_RETURN(zap, ZapAuthenticator::start(context, *key, world, false, "rendezvous"));
+  }
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 2000);  // the answers go out before close
+  std::unique_ptr<HandshakeWatch> watch;
+  if (key) {
+    curve_server(router, *key, 0);
+    watch = std::make_unique<HandshakeWatch>(context, router, fmt::format("rendezvous port {}", master.port), true, true);
+  }
   try {
     router.bind(url("*", master.port));
   } catch (const zmq::error_t& e) {
@@ -69,7 +81,9 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
   std::map<int, zmq::message_t> identities;  // rank -> its ROUTER identity
   std::string error;
   while (static_cast<int>(identities.size()) < world - 1 && error.empty()) {
-    if (!wait_readable(router, deadline)) {
+    if (watch) (void)watch->poll();
+    if (!wait_readable(router, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)))) {
+      if (Clock::now() < deadline) continue;
       std::string missing;
       for (int r = 1; r < world; ++r)
         if (identities.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -92,6 +106,9 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
       problem = fmt::format("rank {} is not a rank of {} other than 0", hello->rank(), world);
     } else if (identities.count(hello->rank()) != 0) {
       problem = fmt::format("rank {} joined twice", hello->rank());
+    } else if (key && authenticated_identity(payload) != node_identity(hello->rank())) {
+      problem = fmt::format("a process holding the key of '{}' said it is rank {}", authenticated_identity(payload),
+                            hello->rank());
     }
     if (!problem.empty()) {
       error = problem;
@@ -114,10 +131,13 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
 }
 
 StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master, int data_port,
-                                     Clock::time_point deadline) {
+                                     Clock::time_point deadline, const ClusterKey* key) {
   zmq::context_t context;
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
+  if (key) curve_client(dealer, *key, node_identity(rank), 0);
+  HandshakeWatch watch(context, dealer, fmt::format("the rendezvous at {}:{}", master.address, master.port),
+                       key != nullptr);
   try {
     dealer.connect(url(master.address, master.port));
   } catch (const zmq::error_t& e) {
@@ -125,7 +145,13 @@ StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master
   }
   const Bytes hello = hello_message(rank, world, data_port);
   dealer.send(zmq::buffer(hello), zmq::send_flags::none);
-  if (!wait_readable(dealer, deadline))
+  bool readable = false;
+  while (!readable && Clock::now() < deadline) {
+    readable = wait_readable(dealer, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (const std::string failure = watch.poll(); !failure.empty())
+      return Status(Code::kPermissionDenied, fmt::format("rendezvous: rank {}: {}", rank, failure));
+  }
+  if (!readable)
     return unavailable("rendezvous: rank {} heard nothing from the master {}:{} by the deadline", rank,
                        master.address, master.port);
   zmq::message_t payload;
@@ -147,11 +173,12 @@ StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master
 }  // namespace
 
 StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& master, int data_port,
-                                           Clock::time_point deadline) {
+                                           Clock::time_point deadline, const ClusterKey* key) {
   if (world < 1 || rank < 0 || rank >= world)
     return invalid_argument("rendezvous: rank {} of a world of {}", rank, world);
   if (world == 1) return std::vector<Endpoint>{{master.address, data_port}};
-  return rank == 0 ? serve(world, master, data_port, deadline) : join(rank, world, master, data_port, deadline);
+  return rank == 0 ? serve(world, master, data_port, deadline, key)
+                   : join(rank, world, master, data_port, deadline, key);
 }
 
 StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master, std::chrono::milliseconds timeout) {
@@ -161,9 +188,12 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
   if (world == 1) {  // no one to meet: no sockets
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
+    RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> key, key_from_flag_or_env(""));
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
-                          rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout));
-    RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints)));
+                          rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get()));
+    ZmqOptions transport_options;
+    transport_options.key = key;
+    RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints), transport_options));
   }
   CollectiveOptions options;
   options.timeout = timeout;

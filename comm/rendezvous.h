@@ -12,6 +12,11 @@
 // collectives over it: rank r's data port is the master's port + 1 + r (a
 // world of one gets an in-process transport, no sockets).
 // Messages are FlatBuffers (comm/rendezvous.fbs). Blocking; any thread.
+//
+// With a cluster key (connect_world: the file $RILL_KEY_FILE names, which
+// `rill launch --key` sets) the rendezvous and the transport are CurveZMQ:
+// rank r is "node-r", a hello must come from the rank it names, and a
+// process without the key is refused at the handshake.
 #pragma once
 
 #include <memory>
@@ -25,7 +30,7 @@ namespace rill::comm {
 inline constexpr uint32_t kRendezvousVersion = 1;
 
 StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& master, int data_port,
-                                           Clock::time_point deadline);
+                                           Clock::time_point deadline, const ClusterKey* key = nullptr);
 
 // A process's collectives among the ranks of its run. More objects over
 // `transport` (an AsyncCollectives, a Collectives over a GroupTransport) may

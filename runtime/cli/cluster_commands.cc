@@ -122,7 +122,9 @@ int run_local_cluster(const ClusterRunArgs& args) {
   std::filesystem::create_directories(logdir, ec);
   // A fresh key for this cluster alone (every connection encrypted, nobody
   // else let in): its agents and this client read it from the environment.
-  {
+  if (!args.keyed) {
+    ::unsetenv(comm::kKeyFileEnv);
+  } else {
     const std::string key_path = logdir + "/cluster.key";
     auto key = comm::generate_cluster_key();
     if (!key.ok()) return fail_command(key.status());
@@ -134,7 +136,10 @@ int run_local_cluster(const ClusterRunArgs& args) {
   auto start_agent = [&](int r, bool again) {
     std::vector<std::string> argv = {"/proc/self/exe", "agent", "--machines", machines, "--rank", std::to_string(r),
                                      "--devices", devices, "--join-timeout", fmt::format("{}", args.join_timeout_s),
-                                     "--stall-timeout", fmt::format("{}", args.stall_timeout_s)};
+                                     "--stall-timeout", fmt::format("{}", args.stall_timeout_s),
+                                     // Only this process (it alone holds the fresh key) submits: the
+                                     // job may read and write wherever its user can.
+                                     "--data-root", "/", "--checkpoint-root", "/"};
     if (r == 0) argv.insert(argv.end(), {"--metrics-dir", logdir});  // job-1.jsonl beside the nodes' logs
     return spawn_process(argv, {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
   };

@@ -27,6 +27,9 @@ struct ClusterRunArgs {
   // A non-master agent that dies is started again, and the job resumes
   // from its newest checkpoint, up to this many times.
   int max_restarts = 0;
+  // The local cluster's own fresh key (false: none, as --insecure; for
+  // measuring what the encryption costs).
+  bool keyed = true;
 };
 
 // `options.machines` is filled from `machines` (entries without a port get `ctrl_port`).

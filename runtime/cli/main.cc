@@ -173,6 +173,13 @@ int main(int argc, char** argv) {
                                     rill::comm::kKeyFileEnv));
   agent->add_flag("--insecure", insecure,
                   "Listen on a non-loopback address without a key: anyone who reaches its ports can run jobs");
+  agent->add_option("--data-root", agent_options.data_roots,
+                    "A folder submitted jobs may read datasets from (repeatable; default: the working folder, "
+                    "/usr/share, /tmp)");
+  agent->add_option("--checkpoint-root", agent_options.checkpoint_roots,
+                    "A folder submitted jobs may write checkpoints to and resume from (repeatable; default: the "
+                    "working folder, /tmp)");
+  run->add_flag("--insecure", insecure, "With --nodes: no key for the local cluster (connections unencrypted)");
   CLI::App* keygen = app.add_subcommand("keygen", "Write a new cluster key file (mode 0600)");
   std::string keygen_path;
   bool keygen_force = false;
@@ -263,6 +270,7 @@ int main(int argc, char** argv) {
     args.logdir = logdir;
     args.stall_timeout_s = stall_timeout;
     args.max_restarts = max_restarts;
+    args.keyed = !insecure;
     return rill::run_local_cluster(args);
   }
 

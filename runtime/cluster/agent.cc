@@ -70,6 +70,7 @@ Status Agent::start() {
     return invalid_argument("rank {} is outside the machine list ({} node(s): ranks 0..{})", options_.rank, world_,
                             world_ - 1);
   RILL_ASSIGN_OR_RETURN(compiler::Cluster cluster, compiler::parse_devices(options_.devices, world_));
+  RILL_ASSIGN_OR_RETURN(roots_, AllowedRoots::make(options_.data_roots, options_.checkpoint_roots));
   const Machine& self = options_.machines[options_.rank];
   if (!options_.key && !options_.insecure && !is_loopback_address(self.address))
     return invalid_argument(
@@ -655,8 +656,10 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, ctl::Submit>) {
           auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
-          if (!job.ok()) {
-            send_router(identity, ctl::encode(ctl::SubmitReply{0, job.status().message(), 0}));
+          Status allowed = job.ok() ? check_job_paths(*job, m.resume, roots_, node_name(options_.machines, 0))
+                                    : job.status();
+          if (!allowed.ok()) {
+            send_router(identity, ctl::encode(ctl::SubmitReply{0, allowed.message(), 0}));
             return;
           }
           QueuedJob q{next_job_id_++, identity, std::move(m), std::move(*job)};
@@ -711,9 +714,11 @@ namespace {
 
 // This node's plan of a phase, compiled from what the master sent: the ids
 // agree with every other node's plan (compiler::CompileOptions::node).
-StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int world) {
+StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int world, const AllowedRoots& roots,
+                                   const std::string& where) {
   auto job = graph::parse_job_json(part.job_text, "the job from the master");
   if (!job.ok()) return job.status();
+  RILL_RETURN_IF_ERROR(check_job_paths(*job, "", roots, where, false));  // this node's own roots
   auto cluster = compiler::parse_devices(part.devices, world);
   if (!cluster.ok()) return cluster.status();
   if (part.mode != static_cast<int>(compiler::Mode::kTrain) && part.mode != static_cast<int>(compiler::Mode::kEval))
@@ -763,7 +768,7 @@ void Agent::worker_handle(ctl::Message message) {
           // goes out when it is done.
           builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
             const auto start = std::chrono::steady_clock::now();
-            auto plan = compile_part(part, options_.rank, world_);
+            auto plan = compile_part(part, options_.rank, world_, roots_, me);
             if (plan.ok())
               spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
                            part.phase, plan->size(),

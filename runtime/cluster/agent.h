@@ -61,6 +61,9 @@ struct AgentOptions {
   // `insecure` (anyone who reaches its ports can then run jobs on it).
   std::shared_ptr<const comm::ClusterKey> key;
   bool insecure = false;
+  // The folders a submitted job may read data from and write checkpoints
+  // to (runtime/cluster/allowed_roots.h; empty: the defaults).
+  std::vector<std::string> data_roots, checkpoint_roots;
 };
 
 inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";

@@ -24,6 +24,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/control_codec.h"
 #include "comm/cluster_key.h"
+#include "runtime/cluster/allowed_roots.h"
 #include "runtime/cluster/http_server.h"
 #include "runtime/cluster/metrics_board.h"
 #include "runtime/cluster/job_runner.h"
@@ -143,6 +144,7 @@ class Agent {
   // or it was malformed or not authenticated as the identity it claims.
   bool receive_server(std::string* identity, std::string* bytes);
   void forget_stale_losses();
+  AllowedRoots roots_;  // set by start(); read-only after
   std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;

@@ -152,3 +152,73 @@ TEST_CASE("an agent will not listen beyond loopback without a key, unless --inse
   CHECK(insecure.output.find("will not listen") == std::string::npos);
   CHECK(insecure.output.find("--insecure: listening on 192.0.2.1:19290 without a key") != std::string::npos);
 }
+
+namespace {
+
+// A classifier reading a CSV file (x1, x2, label).
+std::string csv_job(const std::string& csv) {
+  return R"({"name": "csv_job",
+  "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv + R"(", "label_column": 2}],
+  "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [2]},
+             {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
+  "variables": [{"name": "w", "shape": [2, 2], "init": {"type": "fill", "value": 0}}],
+  "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
+          {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+          {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+  "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
+  "train": {"steps": 5, "batch_size": 4, "shuffle": false}})";
+}
+
+void write(const std::filesystem::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("submitted jobs read data and write checkpoints only under each agent's allowed roots") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-roots-");
+  for (const char* sub : {"data0", "data1", "ckpt", "elsewhere"}) std::filesystem::create_directories(dir / sub);
+  const std::string rows = "1,0,0\n0,1,1\n1,0,0\n0,1,1\n";
+  write(dir / "data0" / "d.csv", rows);
+  write(dir / "elsewhere" / "d.csv", rows);
+  const std::string machines = "127.0.0.1:19340,127.0.0.2:19340";
+  // Node 1 reads from data1 only: data0 is not its own.
+  Agent node0("--machines " + machines + " --rank 0 --http off --data-root " + (dir / "data0").string() +
+                  " --data-root " + (dir / "data1").string() + " --checkpoint-root " + (dir / "ckpt").string(),
+              (dir / "r0.log").string());
+  Agent node1("--machines " + machines + " --rank 1 --data-root " + (dir / "data1").string(),
+              (dir / "r1.log").string());
+  auto submit = [&](const std::string& job_text, const std::string& extra) {
+    write(dir / "job.json", job_text);
+    return run_rill("submit " + (dir / "job.json").string() + " --master 127.0.0.1:19340 " + extra);
+  };
+  // Outside the master's roots: refused at submission, naming field, path and flag.
+  Ran outside = submit(csv_job((dir / "elsewhere" / "d.csv").string()), "");
+  CHECK(outside.code != 0);
+  CHECK(outside.output.find("node 0 (127.0.0.1:19340): dataset 'train' path '" + (dir / "elsewhere" / "d.csv").string() +
+                            "' is outside the folders this agent lets jobs use") != std::string::npos);
+  CHECK(outside.output.find("--data-root") != std::string::npos);
+  // A link inside a root that leads outside it is outside.
+  std::filesystem::create_symlink(dir / "elsewhere" / "d.csv", dir / "data0" / "link.csv");
+  Ran linked = submit(csv_job((dir / "data0" / "link.csv").string()), "");
+  CHECK(linked.output.find("is outside the folders") != std::string::npos);
+  // Checkpoints outside the checkpoint roots, and a resume from outside.
+  Ran ckpt = submit(csv_job((dir / "data1" / "d.csv").string()), "--set checkpoint.dir=" + (dir / "elsewhere").string());
+  CHECK(ckpt.output.find("checkpoint.dir '" + (dir / "elsewhere").string() + "' is outside") != std::string::npos);
+  Ran resume = submit(csv_job((dir / "data1" / "d.csv").string()), "--resume " + (dir / "elsewhere").string());
+  CHECK(resume.output.find("--resume") != std::string::npos);
+  // Within the master's roots but not node 1's: node 1 refuses its part,
+  // named, and nothing runs.
+  Ran node1_refuses = submit(csv_job((dir / "data0" / "d.csv").string()), "");
+  CHECK(node1_refuses.code != 0);
+  CHECK(node1_refuses.output.find("node 1 (127.0.0.2:19340): dataset 'train' path") != std::string::npos);
+  // Within everyone's: it runs, and writes its checkpoint.
+  write(dir / "data1" / "d.csv", rows);
+  Ran ok = submit(csv_job((dir / "data1" / "d.csv").string()),
+                  "--set checkpoint.dir=" + (dir / "ckpt" / "run").string() + " --set checkpoint.every=5");
+  CHECK_MESSAGE(ok.code == 0, ok.output);
+  CHECK(std::filesystem::exists(dir / "ckpt" / "run" / "latest"));
+  auto client = rill::Client::connect("127.0.0.1:19340", 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  CHECK(node0.wait(15) == 0);
+}

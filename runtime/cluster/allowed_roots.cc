@@ -1,0 +1,86 @@
+#include "runtime/cluster/allowed_roots.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace rill {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Absolute, with every link of the part that exists resolved.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (ec) return fs::path(path).lexically_normal();
+  fs::path canonical = fs::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal() : canonical;
+}
+
+StatusOr<std::vector<std::string>> resolve_roots(const std::vector<std::string>& given,
+                                                 const std::vector<std::string>& defaults, const char* flag) {
+  std::vector<std::string> out;
+  for (const std::string& root : given.empty() ? defaults : given) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+      if (!given.empty()) return invalid_argument("{} {}: not a folder", flag, root);
+      continue;  // a default that this machine lacks
+    }
+    out.push_back(resolved(root).string());
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<AllowedRoots> AllowedRoots::make(const std::vector<std::string>& data_roots,
+                                          const std::vector<std::string>& checkpoint_roots) {
+  std::error_code ec;
+  // An agent started in / does not open the whole machine by default.
+  std::vector<std::string> data_defaults = {"/usr/share", "/tmp"}, checkpoint_defaults = {"/tmp"};
+  if (const fs::path here = fs::current_path(ec); !ec && resolved(here.string()) != fs::path("/")) {
+    data_defaults.insert(data_defaults.begin(), here.string());
+    checkpoint_defaults.insert(checkpoint_defaults.begin(), here.string());
+  }
+  AllowedRoots roots;
+  RILL_ASSIGN_OR_RETURN(roots.data, resolve_roots(data_roots, data_defaults, "--data-root"));
+  RILL_ASSIGN_OR_RETURN(roots.checkpoint, resolve_roots(checkpoint_roots, checkpoint_defaults, "--checkpoint-root"));
+  return roots;
+}
+
+bool path_under(const std::string& path, const std::string& root) {
+  const fs::path p = resolved(path), r = resolved(root);
+  auto pi = p.begin();
+  for (auto ri = r.begin(); ri != r.end(); ++ri, ++pi) {
+    if (ri->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *ri) return false;
+  }
+  return true;
+}
+
+Status check_job_paths(const graph::Job& job, const std::string& resume, const AllowedRoots& roots,
+                       const std::string& where, bool checkpoints) {
+  auto check = [&](const std::string& field, const std::string& path,
+                   const std::vector<std::string>& allowed, const char* flag) -> Status {
+    if (path.empty()) return {};
+    for (const std::string& root : allowed)
+      if (path_under(path, root)) return {};
+    return Status(Code::kPermissionDenied,
+                  fmt::format("{}: {} '{}' is outside the folders this agent lets jobs use ({}; set with {})", where,
+                              field, path, allowed.empty() ? "none" : fmt::format("{}", fmt::join(allowed, ", ")),
+                              flag));
+  };
+  for (const graph::Dataset& d : job.datasets) {
+    RILL_RETURN_IF_ERROR(check(fmt::format("dataset '{}' images", d.name), d.images, roots.data, "--data-root"));
+    RILL_RETURN_IF_ERROR(check(fmt::format("dataset '{}' labels", d.name), d.labels, roots.data, "--data-root"));
+    RILL_RETURN_IF_ERROR(check(fmt::format("dataset '{}' path", d.name), d.path, roots.data, "--data-root"));
+  }
+  if (!checkpoints) return {};
+  RILL_RETURN_IF_ERROR(check("checkpoint.dir", job.checkpoint.dir, roots.checkpoint, "--checkpoint-root"));
+  if (resume != "latest") RILL_RETURN_IF_ERROR(check("--resume", resume, roots.checkpoint, "--checkpoint-root"));
+  return {};
+}
+
+}  // namespace rill

@@ -1,0 +1,47 @@
+// Where a submitted job may make an agent read and write: its datasets'
+// files must lie under the agent's data roots, its checkpoint folder (written,
+// and read to resume) under its checkpoint roots. Paths are compared after
+// symbolic links are resolved, so a link inside a root that points outside it
+// is outside. The master checks a job when it is submitted; every other node
+// checks its own roots when it builds its part (its roots may differ).
+//
+// Defaults (an agent without --data-root / --checkpoint-root): data under
+// the agent's working folder, /usr/share (Debian's datasets) and /tmp;
+// checkpoints under the working folder and /tmp (the working folder only if
+// it is not /).
+//
+// A check is a pure function of the job and the file system at that moment:
+// a link replaced between the check and the open is not caught.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/job.h"
+
+namespace rill {
+
+struct AllowedRoots {
+  std::vector<std::string> data;        // absolute, links resolved
+  std::vector<std::string> checkpoint;  // absolute, links resolved
+
+  // The roots given (relative ones against the working folder), or the
+  // defaults where a list is empty. A root that does not exist is an error.
+  static StatusOr<AllowedRoots> make(const std::vector<std::string>& data_roots,
+                                     const std::vector<std::string>& checkpoint_roots);
+};
+
+// True when `path` (relative: against the working folder) is `root` or
+// inside it, links resolved.
+bool path_under(const std::string& path, const std::string& root);
+
+// Every dataset file of `job` under a data root; with `checkpoints` (the
+// master, which writes them and reads them to resume) its checkpoint.dir and
+// `resume` (a folder, or "latest": the checkpoint folder's) under a
+// checkpoint root. The error (kPermissionDenied) names `where` (the node),
+// the field, the path and the roots.
+Status check_job_paths(const graph::Job& job, const std::string& resume, const AllowedRoots& roots,
+                       const std::string& where, bool checkpoints = true);
+
+}  // namespace rill
