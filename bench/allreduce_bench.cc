@@ -4,7 +4,7 @@
 //
 //   allreduce_bench [--op all_reduce] [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
-//                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE]
+//                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE] [--io-threads N]
 //
 // --key: the ranks hold this cluster key (rill keygen): every TCP connection
 // is CurveZMQ (bench/curve_bench.sh compares).
@@ -59,6 +59,7 @@ struct Args {
   std::string op = "all_reduce";
   bool tcp = false;
   std::string key;  // a cluster key file: CurveZMQ on every connection
+  int io_threads = 1;  // ZeroMQ I/O threads per rank (CURVE's crypto runs on them)
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
@@ -86,6 +87,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--op") args.op = value;
     else if (flag == "--tcp") args.tcp = value != "0";
     else if (flag == "--key") args.key = value;
+    else if (flag == "--io-threads") args.io_threads = std::atoi(value.c_str());
     else if (flag == "--ports") {
       for (size_t at = 0; at < value.size();) {
         size_t comma = value.find(',', at);
@@ -162,6 +164,7 @@ Status run_op(Collectives& c, const std::string& op, std::vector<float>& in, std
 int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints) {
   ZmqOptions zmq_options;
   zmq_options.shared_memory = !args.tcp;
+  zmq_options.io_threads = args.io_threads;
   if (!args.key.empty()) {
     auto key = read_key_file(args.key);
     if (!key.ok()) return fail(rank, key.status());

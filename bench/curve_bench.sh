@@ -19,9 +19,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$rill" keygen "$tmp/cluster.key" > /dev/null
 
-allreduce() {  # allreduce [--key FILE]: GB/s (algbw) of the 64 MiB all_reduce
+allreduce() {  # allreduce [--key FILE]: MB/s (algbw) of the 64 MiB all_reduce
   "$bench" --tcp 1 --ranks 2 --sizes 67108864 --warmup 3 --iters 10 "$@" |
-    awk '!/^#/ && NF > 5 { printf "%.4f\n", $1 / ($3 * 1e3) }'
+    awk '!/^#/ && NF > 5 { printf "%.1f\n", $1 / $3 }'
 }
 mlp() {  # mlp PORT [--insecure]: steady samples/s
   "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port "$1" --set train.batch_size=512 \
@@ -36,7 +36,7 @@ for ((r = 0; r < runs; r++)); do
   plain_mlp+=("$(mlp $((19760 + 4 * r)) --insecure)")
   keyed_mlp+=("$(mlp $((19762 + 4 * r)))")
 done
-echo "all_reduce 64 MiB, 2 ranks over TCP (GB/s, algbw):"
-/usr/bin/python3 bench/summarize.py "keyed" "${keyed_ar[*]}" "no key" "${plain_ar[*]}"
+echo "all_reduce 64 MiB, 2 ranks over TCP (algbw):"
+/usr/bin/python3 bench/summarize.py "keyed" "${keyed_ar[*]}" "no key" "${plain_ar[*]}" MB/s
 echo "synthetic MLP, 2 agents x cpu:1, batch 512 (samples/s):"
 /usr/bin/python3 bench/summarize.py "keyed" "${keyed_mlp[*]}" "no key" "${plain_mlp[*]}"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Fuzzes each parser of outside bytes with libFuzzer under ASan and UBSan
+# (clang; Debian's clang package): builds build-fuzz/ with -Dfuzz=true and
+# runs each target for RUNS executions from its corpus (tests/fuzz/corpus/
+# TARGET: the seeds its mutation_driver writes, `--write-seeds`), keeping
+# what libFuzzer finds new in a scratch folder. A finding stops the run
+# and leaves the input as crash-* / leak-* / timeout-* in the working folder.
+#   tests/fuzz/libfuzzer.sh [RUNS=1000000] [TARGET...]   (job_file plan control actor_wire)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${1:-1000000}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(job_file plan control actor_wire)
+dir=build-fuzz
+if [ ! -f "$dir/build.ninja" ]; then
+  CC=clang CXX=clang++ meson setup "$dir" -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined \
+    -Db_lundef=false --buildtype=debugoptimized
+fi
+ninja -C "$dir" $(printf 'tests/fuzz/fuzz_%s ' "${targets[@]}")
+export RILL_SOURCE_ROOT=$PWD
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+for t in "${targets[@]}"; do
+  corpus=tests/fuzz/corpus/$t
+  work=$(mktemp -d)
+  echo "== fuzz_$t: $runs runs"
+  "$dir/tests/fuzz/fuzz_$t" -runs="$runs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$work" "$corpus" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|Done" || true
+  rm -rf "$work"
+done
