@@ -139,7 +139,10 @@ class ZmqTransport final : public Transport {
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};
     std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
+    int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
+    std::atomic<bool> cut_off{false};  // too many malformed: what it sends is dropped until revived
   };
+  static constexpr int64_t kMalformedLimit = 100;
 
   std::string where(int peer) const {
     return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
@@ -420,6 +423,17 @@ void ZmqTransport::drain_data() {
         (options_.key && authenticated_identity(first) != peer_identity_[meta.from])) {
       // Counted; logged at most every 10 s, so a flood costs no log line each.
       int64_t total = malformed_.fetch_add(1, std::memory_order_relaxed) + 1;
+      // With a key the sender is known whatever it wrote: a node that keeps
+      // sending malformed messages is cut off (its messages are dropped
+      // from then on, and whoever waits on it learns it is lost).
+      if (options_.key) {
+        const std::string_view user = authenticated_identity(first);
+        for (int r = 0; r < world(); ++r)
+          if (r != rank_ && user == peer_identity_[r] && ++peers_[r]->malformed == kMalformedLimit) {
+            peers_[r]->cut_off.store(true, std::memory_order_release);
+            mark_lost(r, fmt::format("{} sent {} malformed data-plane messages: cut off", where(r), kMalformedLimit));
+          }
+      }
       auto now = Clock::now();
       if (now - last_malformed_log_ >= std::chrono::seconds(10)) {
         spdlog::warn("rank {}: dropped {} malformed data-plane message(s) on {}:{} (latest {} bytes); {} in all", rank_,
@@ -428,6 +442,10 @@ void ZmqTransport::drain_data() {
         last_malformed_log_ = now;
         malformed_at_last_log_ = total;
       }
+      continue;
+    }
+    if (peers_[meta.from]->cut_off.load(std::memory_order_acquire)) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     dispatch(first, has_second ? &second : nullptr);
@@ -519,7 +537,10 @@ void ZmqTransport::report_losses() {
   auto now = Clock::now();
   for (int peer = 0; peer < world(); ++peer) {
     Peer& p = *peers_[peer];
-    if (p.revived.exchange(false, std::memory_order_acq_rel)) p.loss_pending = false;
+    if (p.revived.exchange(false, std::memory_order_acq_rel)) {
+      p.loss_pending = false;
+      p.malformed = 0;
+    }
     if (!p.loss_pending || now < p.lost_at) continue;
     drain_data();  // what the peer sent before it went away comes first
     if (lanes_ && lanes_->is_local(peer)) lanes_->drain(peer);
@@ -536,6 +557,7 @@ void ZmqTransport::revive(int peer) {
   if (peer < 0 || peer >= world() || peer == rank_ || closed_.load(std::memory_order_acquire)) return;
   Peer& p = *peers_[peer];
   p.revived.store(true, std::memory_order_release);
+  p.cut_off.store(false, std::memory_order_release);
   if (lanes_ && lanes_->is_local(peer)) lanes_->revive(peer);
   mailbox_.revive(peer);
   if (p.lost.exchange(false, std::memory_order_acq_rel))

@@ -154,3 +154,23 @@ TEST_CASE("a key holder connected as one rank cannot send as another: the sender
   client.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
   CHECK(transports[0]->recv(2, 9, &got, in_ms(500)).code() == Code::kDeadlineExceeded);
 }
+
+TEST_CASE("a key holder that keeps sending malformed messages is cut off, named") {
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto key = fresh_key();
+  auto transports = keyed_world(endpoints, {key, key, key});
+  zmq::context_t context;
+  zmq::socket_t noisy(context, zmq::socket_type::push);
+  noisy.set(zmq::sockopt::linger, 0);
+  curve_client(noisy, *key, node_identity(2), 0);
+  noisy.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  for (int i = 0; i < 100; ++i) noisy.send(zmq::buffer(std::string(40, 'x')), zmq::send_flags::none);
+  uint32_t truthful[4] = {0x5441444c, 2, 9, 0};  // well formed, but too late
+  noisy.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
+  std::vector<std::byte> got;
+  Status status = transports[0]->recv(2, 9, &got, in_ms(10000));
+  CHECK(status.code() == Code::kUnavailable);
+  CHECK(status.message().find("sent 100 malformed data-plane messages: cut off") != std::string::npos);
+  CHECK(transports[0]->peer_lost(2));
+  CHECK(!transports[0]->peer_lost(1));
+}
