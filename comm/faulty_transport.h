@@ -52,6 +52,7 @@ class FaultyTransport final : public Transport {
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void set_handler(uint64_t tag, Handler handler) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
+  void limit_message_bytes(size_t bytes) override { inner_->limit_message_bytes(bytes); }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     inner_->cancel_tags(lo, hi, reason);
   }

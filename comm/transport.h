@@ -139,6 +139,10 @@ class Transport {
   // kAborted and `reason` (a run that was aborted: its receives end now, not
   // at their deadlines).
   virtual void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) = 0;
+  // Messages larger than `bytes` (header and body) are dropped as
+  // malformed from now on: a run sets what its plan can send (0: no limit,
+  // the default). Transports that cannot receive from outside ignore it.
+  virtual void limit_message_bytes(size_t /*bytes*/) {}
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
   // Bytes a transport copied to hand messages to handlers (a header moved

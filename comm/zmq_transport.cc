@@ -105,6 +105,7 @@ class ZmqTransport final : public Transport {
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     mailbox_.cancel_tags(lo, hi, reason);
   }
@@ -180,6 +181,7 @@ class ZmqTransport final : public Transport {
   std::thread receiver_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
+  std::atomic<size_t> max_message_bytes_{0};  // 0: no limit
   std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
   int64_t malformed_at_last_log_ = 0;         // receive thread only
   Clock::time_point last_malformed_log_{};    // receive thread only
@@ -418,6 +420,8 @@ void ZmqTransport::drain_data() {
     }
     FrameMeta meta{};
     if (first.size() >= sizeof meta) std::memcpy(&meta, first.data(), sizeof meta);
+    const size_t limit = max_message_bytes_.load(std::memory_order_acquire);
+    if (limit != 0 && first.size() + (has_second ? second.size() : 0) > limit + sizeof meta) malformed = true;
     if (malformed || first.size() < sizeof meta || meta.magic != kMagic ||
         meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_ ||
         (options_.key && authenticated_identity(first) != peer_identity_[meta.from])) {

@@ -25,14 +25,15 @@ struct Node {
   enum Kind : uint8_t { kScalar, kArray, kObject };
   Kind kind = kScalar;
   std::string text;                                   // kScalar: the rendered value
-  std::vector<std::pair<std::string, Node>> members;  // kObject: quoted key, value
-  std::vector<Node> items;                            // kArray
+  std::vector<std::string> keys;  // kObject: quoted keys, the values in `items`
+  std::vector<Node> items;        // kArray: the items; kObject: the values
 
   static Node scalar(std::string text) { return {kScalar, std::move(text), {}, {}}; }
   static Node array() { return {kArray, {}, {}, {}}; }
   static Node object() { return {kObject, {}, {}, {}}; }
   Node& add(std::string_view key, Node value) {
-    members.emplace_back(fmt::format("\"{}\"", key), std::move(value));
+    keys.push_back(fmt::format("\"{}\"", key));
+    items.push_back(std::move(value));
     return *this;
   }
 };
@@ -48,11 +49,8 @@ size_t compact_size(const Node& n, size_t limit) {
     size += compact_size(item, limit) + 2;
     if (size > limit) return size;
   }
-  for (const auto& [key, value] : n.members) {
-    size += key.size() + 2 + compact_size(value, limit) + 2;
-    if (size > limit) return size;
-  }
-  return size - (n.items.empty() && n.members.empty() ? 0 : 2);
+  for (const std::string& key : n.keys) size += key.size() + 2;
+  return size - (n.items.empty() ? 0 : 2);
 }
 
 void write_compact(const Node& n, std::string* out) {
@@ -63,12 +61,8 @@ void write_compact(const Node& n, std::string* out) {
   *out += n.kind == Node::kArray ? '[' : '{';
   for (size_t i = 0; i < n.items.size(); ++i) {
     if (i > 0) *out += ", ";
+    if (n.kind == Node::kObject) *out += n.keys[i] + ": ";
     write_compact(n.items[i], out);
-  }
-  for (size_t i = 0; i < n.members.size(); ++i) {
-    if (i > 0) *out += ", ";
-    *out += n.members[i].first + ": ";
-    write_compact(n.members[i].second, out);
   }
   *out += n.kind == Node::kArray ? ']' : '}';
 }
@@ -83,10 +77,10 @@ void write_node(const Node& n, size_t indent, size_t column, bool expand, std::s
   std::string pad(indent + 2, ' ');
   if (n.kind == Node::kObject) {
     *out += "{\n";
-    for (size_t i = 0; i < n.members.size(); ++i) {
-      *out += pad + n.members[i].first + ": ";
-      write_node(n.members[i].second, indent + 2, indent + 4 + n.members[i].first.size(), false, out);
-      *out += i + 1 < n.members.size() ? ",\n" : "\n";
+    for (size_t i = 0; i < n.items.size(); ++i) {
+      *out += pad + n.keys[i] + ": ";
+      write_node(n.items[i], indent + 2, indent + 4 + n.keys[i].size(), false, out);
+      *out += i + 1 < n.items.size() ? ",\n" : "\n";
     }
     out->append(indent, ' ').append("}");
     return;

@@ -356,6 +356,13 @@ Status NodeRun::build() {
       gpus = std::max(gpus, static_cast<int>(ActorId::device(task->id())) + 1);
   if (gpus > 0) RILL_RETURN_IF_ERROR(require_cuda_devices(gpus, fmt::format("node {}", options_.node)));
   plan_ = *verified;
+  if (options_.transport) {
+    // The largest message this run can receive: a regst's slot (collectives
+    // move pieces of regsts), a zero-row bitmap of it, and a header.
+    int64_t largest = 0;
+    for (const plan::RegstDesc* r : *plan_->regsts()) largest = std::max(largest, r->bytes());
+    options_.transport->limit_message_bytes(static_cast<size_t>(largest + largest / 64 + (int64_t{64} << 10)));
+  }
   for (int n = 0; n < plan_->num_nodes(); ++n) links_.push_back(std::make_unique<Link>());
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())
     return invalid_argument("cannot start at step {}: the plan runs {} steps", options_.start_step, plan_->steps());

@@ -487,3 +487,25 @@ TEST_CASE("FaultyTransport: a cut link fails sends and recvs with kUnavailable")
   REQUIRE(rank0.send(2, 1, as_span("y")).ok());
   REQUIRE(inner[2]->recv(0, 1, &got, in_ms(1000)).ok());
 }
+
+TEST_CASE("zmq: messages over the limit a run set are dropped and counted; the limit can be lifted") {
+  auto endpoints = loopback_endpoints(free_ports(2));
+  ZmqOptions options;
+  options.shared_memory = false;  // the TCP path, where outside bytes arrive
+  auto a = make_zmq_transport(0, endpoints, options);
+  auto b = make_zmq_transport(1, endpoints, options);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  (*b)->limit_message_bytes(1000);
+  std::vector<std::byte> big(5000, std::byte{7}), small(500, std::byte{8});
+  REQUIRE((*a)->send(1, 4, as_span("header"), big).ok());
+  REQUIRE((*a)->send(1, 4, as_span("header"), small).ok());
+  std::vector<std::byte> got;
+  REQUIRE((*b)->recv(0, 4, &got, in_ms(10000)).ok());
+  CHECK(got.size() == 6 + small.size());
+  CHECK((*b)->received_dropped() == 1);
+  (*b)->limit_message_bytes(0);
+  REQUIRE((*a)->send(1, 4, as_span("header"), big).ok());
+  REQUIRE((*b)->recv(0, 4, &got, in_ms(10000)).ok());
+  CHECK(got.size() == 6 + big.size());
+}
