@@ -59,27 +59,39 @@ TEST_CASE("rill launch: a job file from the usual environment variables, a C++ p
 TEST_CASE("rill launch: a program's ranks find each other from the environment and run collectives") {
   const char* program = std::getenv("RILL_COLLECTIVES_PROGRAM");
   REQUIRE(program != nullptr);
-  auto dir = rill::testing::temp_dir("rill-launch-");
-  std::string flags = " --nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 19480 --machines "
-                      "127.0.0.1,127.0.0.2 ";
-  const auto out1 = dir / "collectives1.out";
-  std::string node1 = binary() + " launch --node_rank 1" + flags + program + " > " + out1.string() + " 2>&1 &";
-  REQUIRE(std::system(node1.c_str()) == 0);
-  Ran ran = run_rill("launch --node_rank 0" + flags + program);
-  INFO(ran.output);
-  CHECK(ran.code == 0);
-  const std::string all = " of 4: sum [10, 20, 30] max [4, 8, 12] average [2.5, 5, 7.5]";
-  CHECK(ran.output.find("rank 0" + all + " gathered [1, 2, 3, 2, 4, 6, 3, 6, 9, 4, 8, 12]") != std::string::npos);
-  CHECK(ran.output.find("rank 1" + all) != std::string::npos);
-  std::string other;
-  for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(out1);
-    other.assign(std::istreambuf_iterator<char>(in), {});
+  // Without a key, and with one (--key: the rendezvous and every
+  // connection between the ranks are CurveZMQ).
+  for (bool keyed : {false, true}) {
+    CAPTURE(keyed);
+    auto dir = rill::testing::temp_dir(keyed ? "rill-launch-keyed-" : "rill-launch-");
+    std::string key;
+    if (keyed) {
+      std::filesystem::remove(dir / "cluster.key");
+      Ran made = run_rill("keygen " + (dir / "cluster.key").string());
+      REQUIRE(made.code == 0);
+      key = " --key " + (dir / "cluster.key").string();
+    }
+    std::string flags = " --nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " +
+                        std::string(keyed ? "19490" : "19480") + " --machines 127.0.0.1,127.0.0.2" + key + " ";
+    const auto out1 = dir / "collectives1.out";
+    std::string node1 = binary() + " launch --node_rank 1" + flags + program + " > " + out1.string() + " 2>&1 &";
+    REQUIRE(std::system(node1.c_str()) == 0);
+    Ran ran = run_rill("launch --node_rank 0" + flags + program);
+    INFO(ran.output);
+    CHECK(ran.code == 0);
+    const std::string all = " of 4: sum [10, 20, 30] max [4, 8, 12] average [2.5, 5, 7.5]";
+    CHECK(ran.output.find("rank 0" + all + " gathered [1, 2, 3, 2, 4, 6, 3, 6, 9, 4, 8, 12]") != std::string::npos);
+    CHECK(ran.output.find("rank 1" + all) != std::string::npos);
+    std::string other;
+    for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::ifstream in(out1);
+      other.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    INFO(other);
+    CHECK(other.find("rank 2" + all) != std::string::npos);
+    CHECK(other.find("rank 3" + all) != std::string::npos);
   }
-  INFO(other);
-  CHECK(other.find("rank 2" + all) != std::string::npos);
-  CHECK(other.find("rank 3" + all) != std::string::npos);
 }
 
 // The seed's DDP example (samples/ddp/ddp_train.json, train.view
