@@ -40,6 +40,16 @@ std::vector<std::unique_ptr<Transport>> keyed_world(const std::vector<Endpoint>&
   return out;
 }
 
+// A raw PUSH socket holding `key`, connected as `identity` to rank 0's
+// data port at `port` (what a process of the cluster could do by hand).
+zmq::socket_t connect_as(zmq::context_t& context, const ClusterKey& key, std::string_view identity, int port) {
+  zmq::socket_t socket(context, zmq::socket_type::push);
+  socket.set(zmq::sockopt::linger, 0);
+  curve_client(socket, key, identity, 0);
+  socket.connect(fmt::format("tcp://127.0.0.1:{}", port));
+  return socket;
+}
+
 std::shared_ptr<const ClusterKey> fresh_key() {
   auto key = generate_cluster_key();
   REQUIRE(key.ok());
@@ -133,10 +143,7 @@ TEST_CASE("a key holder connected as one rank cannot send as another: the sender
   // An intruder holding the key connects as node-2 and writes frames that
   // claim to come from rank 1.
   zmq::context_t context;
-  zmq::socket_t intruder(context, zmq::socket_type::push);
-  intruder.set(zmq::sockopt::linger, 0);
-  curve_client(intruder, *key, node_identity(2), 0);
-  intruder.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  zmq::socket_t intruder = connect_as(context, *key, node_identity(2), endpoints[0].port);
   uint32_t claims_one[4] = {0x5441444c, 1, 9, 0};
   intruder.send(zmq::buffer(claims_one, sizeof claims_one), zmq::send_flags::none);
   // The same identity telling the truth is heard.
@@ -147,10 +154,7 @@ TEST_CASE("a key holder connected as one rank cannot send as another: the sender
   CHECK(transports[0]->recv(1, 9, &got, in_ms(300)).code() == Code::kDeadlineExceeded);
   CHECK(transports[0]->received_dropped() == 1);
   // A client's identity is not a node's: refused at the handshake.
-  zmq::socket_t client(context, zmq::socket_type::push);
-  client.set(zmq::sockopt::linger, 0);
-  curve_client(client, *key, kClientIdentity, 0);
-  client.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  zmq::socket_t client = connect_as(context, *key, kClientIdentity, endpoints[0].port);
   client.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
   CHECK(transports[0]->recv(2, 9, &got, in_ms(500)).code() == Code::kDeadlineExceeded);
 }
@@ -160,10 +164,7 @@ TEST_CASE("a key holder that keeps sending malformed messages is cut off, named"
   auto key = fresh_key();
   auto transports = keyed_world(endpoints, {key, key, key});
   zmq::context_t context;
-  zmq::socket_t noisy(context, zmq::socket_type::push);
-  noisy.set(zmq::sockopt::linger, 0);
-  curve_client(noisy, *key, node_identity(2), 0);
-  noisy.connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  zmq::socket_t noisy = connect_as(context, *key, node_identity(2), endpoints[0].port);
   for (int i = 0; i < 100; ++i) noisy.send(zmq::buffer(std::string(40, 'x')), zmq::send_flags::none);
   uint32_t truthful[4] = {0x5441444c, 2, 9, 0};  // well formed, but too late
   noisy.send(zmq::buffer(truthful, sizeof truthful), zmq::send_flags::none);
