@@ -131,7 +131,7 @@ StatusOr<std::map<std::string, std::vector<size_t>>> lookup_tables(const graph::
     }
   for (const auto& [name, ops] : tables) {
     auto v = std::find_if(job.variables.begin(), job.variables.end(),
-                          [&](const graph::Variable& x) { return x.name == name; });
+                          [&table = name](const graph::Variable& x) { return x.name == table; });
     if (v == job.variables.end() || !v->trainable)
       return invalid_argument("op '{}': is_distributed needs its table '{}' to be a trainable variable",
                               job.ops[ops[0]].name, name);

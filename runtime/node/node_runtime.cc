@@ -303,7 +303,10 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
   auto& body = std::get<VariableBody>(actor.body());
   const plan::RegstDesc* model = regst(task.outputs()->Get(0));
   const TensorView& slot = slots_[model->id()][0];
-  auto [var, logical, offset] = piece_of_variable(task, *model);
+  const PieceOf origin = piece_of_variable(task, *model);
+  const std::string& var = origin.name;
+  const Shape& logical = origin.logical;
+  const Shape& offset = origin.offset;
   // This piece of a logical tensor given by the caller, or empty if not given.
   auto piece_of = [&](const std::map<std::string, std::vector<float>>& values,
                       const std::string& name) -> StatusOr<std::vector<float>> {
