@@ -68,6 +68,52 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
   return false;
 }
 
+// FlatBuffers 2.0's verifier checks a vector's length field but not that
+// 8-byte elements are 8-byte aligned; a crafted plan could make every read
+// of them a misaligned load. Every vector of 8-byte elements in the schema
+// is checked here (the builder aligns every one that has elements; an empty
+// one has nothing to read and may sit anywhere).
+template <typename T>
+bool aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) == 0;
+}
+bool aligned_attrs(const flatbuffers::Vector<flatbuffers::Offset<plan::Attr>>* attrs) {
+  if (attrs != nullptr)
+    for (const plan::Attr* a : *attrs)
+      if (!aligned(a->ints())) return false;
+  return true;
+}
+// The first vector of 8-byte values that is not 8-byte aligned, or "".
+std::string misaligned_vector(const plan::Plan& p) {
+  if (p.datasets())
+    for (const plan::Dataset* d : *p.datasets()) {
+      if (!aligned(d->feature_shape())) return "a dataset's feature_shape";
+      if (d->tensors())
+        for (const plan::InlineTensor* t : *d->tensors())
+          if (!aligned(t->shape())) return "an inline tensor's shape";
+    }
+  if (p.regsts())
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      if (!aligned(r->consumers())) return fmt::format("regst {}'s consumers", r->id());
+      if (!aligned(r->shape()) || !aligned(r->logical_shape())) return fmt::format("regst {}'s shape", r->id());
+    }
+  if (p.tasks())
+    for (const plan::Task* t : *p.tasks()) {
+      if (!aligned(t->inputs()) || !aligned(t->outputs())) return task_label(t) + "'s inputs or outputs";
+      if (!aligned_attrs(t->attrs())) return task_label(t) + "'s attrs";
+      if (t->logical_input_shapes())
+        for (const plan::Shape* shape : *t->logical_input_shapes())
+          if (!aligned(shape->dims())) return task_label(t) + "'s logical_input_shapes";
+      if (const plan::VariableConf* v = t->variable())
+        if (!aligned(v->offset()) || !aligned(v->whole_shape()) || !aligned(v->whole_offset()) ||
+            !aligned_attrs(v->init_attrs()) || !aligned_attrs(v->update_attrs()))
+          return task_label(t) + "'s variable";
+      if (const plan::BoxingConf* b = t->boxing())
+        if (!aligned(b->peers()) || !aligned(b->origins())) return task_label(t) + "'s boxing";
+    }
+  return "";
+}
+
 Status check_references(const plan::Plan& p) {
   if (p.tasks() == nullptr || p.regsts() == nullptr || p.datasets() == nullptr)
     return data_loss("plan: tasks, regsts or datasets missing");
@@ -153,6 +199,9 @@ StatusOr<const plan::Plan*> verify_plan(std::string_view bytes) {
   if (p->version() != kPlanVersion)
     return Status(Code::kFailedPrecondition,
                   fmt::format("plan: version {}, this build reads version {}", p->version(), kPlanVersion));
+  if (const std::string field = misaligned_vector(*p); !field.empty())
+    return data_loss("plan: {} bytes: {} is a vector of 8-byte values that is not 8-byte aligned (corrupt)",
+                     bytes.size(), field);
   RILL_RETURN_IF_ERROR(check_references(*p));
   return p;
 }
