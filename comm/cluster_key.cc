@@ -96,16 +96,11 @@ StatusOr<ClusterKey> read_key_file(const std::string& path) {
   return invalid_argument("key file {}: holds no key (`rill keygen` writes one)", path);
 }
 
-StatusOr<std::shared_ptr<const ClusterKey>> key_from_flag_or_env(const std::string& flag) {
-  std::string path = flag, from = "--key";
-  if (path.empty()) {
-    const char* env = std::getenv(kKeyFileEnv);
-    if (env == nullptr || *env == '\0') return std::shared_ptr<const ClusterKey>();
-    path = env;
-    from = kKeyFileEnv;
-  }
+StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment() {
+  const char* path = std::getenv(kKeyFileEnv);
+  if (path == nullptr || *path == '\0') return std::shared_ptr<const ClusterKey>();
   auto key = read_key_file(path);
-  if (!key.ok()) return key.status().with_context(from);
+  if (!key.ok()) return key.status().with_context(kKeyFileEnv);
   return std::make_shared<const ClusterKey>(*key);
 }
 

@@ -49,9 +49,9 @@ StatusOr<ClusterKey> read_key_file(const std::string& path);
 
 // The environment variable that names a key file where no flag does.
 inline constexpr const char* kKeyFileEnv = "RILL_KEY_FILE";
-// The key file named by `flag` if not empty, else by $RILL_KEY_FILE, else
-// none (nullptr); errors are read_key_file's, naming where the path came from.
-StatusOr<std::shared_ptr<const ClusterKey>> key_from_flag_or_env(const std::string& flag);
+// The key file $RILL_KEY_FILE names (`rill ... --key FILE` sets it for the
+// command and what it starts), or none (nullptr); errors are read_key_file's.
+StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment();
 
 std::string node_identity(int rank);  // "node-R"
 inline constexpr std::string_view kClientIdentity = "client";

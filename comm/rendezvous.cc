@@ -58,14 +58,12 @@ bool wait_readable(zmq::socket_t& socket, Clock::time_point deadline) {
 StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int data_port, Clock::time_point deadline,
                                       const ClusterKey* key) {
   zmq::context_t context;
-  std::unique_ptr<ZapAuthenticator> zap;
-  if (key) {
-    RILL_ASSIGN_OR_RETURN(zap, ZapAuthenticator::start(context, *key, world, false, "rendezvous"));
-  }
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 2000);  // the answers go out before close
+  std::unique_ptr<ZapAuthenticator> zap;  // destroyed before the context, after the socket
   std::unique_ptr<HandshakeWatch> watch;
   if (key) {
+    RILL_ASSIGN_OR_RETURN(zap, ZapAuthenticator::start(context, *key, world, false, "rendezvous"));
     curve_server(router, *key, 0);
     watch = std::make_unique<HandshakeWatch>(context, router, fmt::format("rendezvous port {}", master.port), true, true);
   }
@@ -188,7 +186,7 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
   if (world == 1) {  // no one to meet: no sockets
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
-    RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> key, key_from_flag_or_env(""));
+    RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> key, key_from_environment());
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
                           rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get()));
     ZmqOptions transport_options;

@@ -169,8 +169,8 @@ class ZmqTransport final : public Transport {
   zmq::context_t context_;  // one per transport; terminated last
   std::unique_ptr<ZapAuthenticator> zap_;       // with a key: admits the cluster's nodes
   zmq::socket_t pull_;      // receive thread only (after start)
-  std::unique_ptr<HandshakeWatch> pull_watch_;
-  std::vector<std::string> peer_identity_;      // "node-R" for each rank  // with a key: logs refused peers; receive thread only
+  std::unique_ptr<HandshakeWatch> pull_watch_;  // with a key: logs refused peers; receive thread only
+  std::vector<std::string> peer_identity_;      // "node-R" for each rank
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;

@@ -37,7 +37,7 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
                                          options.dead_after_s, options.heartbeat_s));
-  auto key = comm::key_from_flag_or_env("");  // --key is in the environment by now
+  auto key = comm::key_from_environment();  // --key is in the environment by now
   if (!key.ok()) return fail_command(key.status());
   options.key = *key;
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages

@@ -189,6 +189,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!key_file.empty()) {
+    // Read here, so that a bad file is named as the flag's; then everything
+    // this command starts reads it from the environment.
+    if (auto key = rill::comm::read_key_file(key_file); !key.ok())
+      return rill::fail_command(key.status().with_context("--key"));
     std::error_code ec;
     const std::string absolute = std::filesystem::absolute(key_file, ec).string();
     ::setenv(rill::comm::kKeyFileEnv, absolute.c_str(), 1);
@@ -248,6 +252,9 @@ int main(int argc, char** argv) {
   if (run->parsed() && nodes == 1 && max_restarts > 0)
     return rill::fail_command(rill::invalid_argument(
         "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)"));
+  if (run->parsed() && nodes == 1 && insecure)
+    return rill::fail_command(rill::invalid_argument(
+        "--insecure leaves a local cluster without its key: it needs --nodes N (one process has no connections)"));
   if (status->parsed()) return rill::status_command(master);
   if (plot_cmd->parsed()) {
     // Debian's python3 (where python3-matplotlib goes) before whatever is first on PATH.

@@ -72,13 +72,14 @@ Status Agent::start() {
   RILL_ASSIGN_OR_RETURN(compiler::Cluster cluster, compiler::parse_devices(options_.devices, world_));
   RILL_ASSIGN_OR_RETURN(roots_, AllowedRoots::make(options_.data_roots, options_.checkpoint_roots));
   const Machine& self = options_.machines[options_.rank];
-  if (!options_.key && !options_.insecure && !is_loopback_address(self.address))
+  const bool beyond_loopback = !is_loopback_address(self.address);
+  if (!options_.key && !options_.insecure && beyond_loopback)
     return invalid_argument(
         "{}: will not listen on {} without a cluster key: anyone who reaches it could run jobs here. Give the key "
         "file with --key FILE or {} (`rill keygen FILE` writes one; every agent and client needs it), or start "
         "with --insecure on a trusted network",
         node_name(options_.machines, options_.rank), format_machine(self), comm::kKeyFileEnv);
-  if (options_.insecure && !options_.key && !is_loopback_address(self.address))
+  if (options_.insecure && !options_.key && beyond_loopback)
     spdlog::warn("{}: --insecure: listening on {} without a key; anyone who reaches it can run jobs here",
                  node_name(options_.machines, options_.rank), format_machine(self));
   if (cluster.device_type == DeviceType::kCuda)
@@ -201,10 +202,13 @@ bool Agent::inject_fault(Outgoing& o) {
 }
 
 // Why the master refuses a joining node ("" = it may join).
-std::string Agent::join_error(const ctl::Join& j) const {
+std::string Agent::join_error(const ctl::Join& j, const std::string& identity) const {
   std::string who = j.rank >= 0 && j.rank < world_ ? node_name(options_.machines, j.rank)
                                                    : fmt::format("a node claiming rank {}", j.rank);
   if (j.rank <= 0 || j.rank >= world_) return fmt::format("{} is outside the machine list ({} nodes)", who, world_);
+  // With a key, receive_server has checked the identity against the key.
+  if (options_.key && identity != comm::node_identity(j.rank))
+    return fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j.rank);
   if (j.version != ctl::kRillVersion || j.schema_hash != ctl::schema_hash())
     return fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
                        "same version on every node",
@@ -308,9 +312,7 @@ Status Agent::join() {
       early_.emplace_back(identity, std::move(bytes));
       continue;
     }
-    std::string error = join_error(*j);
-    if (error.empty() && options_.key && identity != comm::node_identity(j->rank))
-      error = fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j->rank);
+    std::string error = join_error(*j, identity);
     if (error.empty() && !identity_of_node_[j->rank].empty())
       error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
                           j->rank);
@@ -629,9 +631,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
   for (int r = 1; r < world_; ++r)
     if (identity_of_node_[r] == identity) node = r;
   if (auto* j = std::get_if<ctl::Join>(&message)) {  // a restarted agent
-    std::string error = join_error(*j);
-    if (error.empty() && options_.key && identity != comm::node_identity(j->rank))
-      error = fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j->rank);
+    std::string error = join_error(*j, identity);
     if (!error.empty()) {
       spdlog::warn("refused a node: {}", error);
       send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));

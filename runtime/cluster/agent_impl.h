@@ -111,7 +111,8 @@ class Agent {
   void master_handle(const std::string& identity, ctl::Message message);
   void worker_handle(ctl::Message message);
   void check_liveness();
-  std::string join_error(const ctl::Join& join) const;
+  // Why a Join from the peer with routing id `identity` is refused ("" if not).
+  std::string join_error(const ctl::Join& join, const std::string& identity) const;
   // Marks a node lost and stops the running phase, naming it (loop thread).
   void declare_lost(int rank, const std::string& reason);
   void link_failed(const std::string& reason);

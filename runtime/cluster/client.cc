@@ -133,7 +133,7 @@ class ZmqClient : public Client {
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s) {
   RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
   if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
-  auto key = comm::key_from_flag_or_env("");
+  auto key = comm::key_from_environment();
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key)));
 }
