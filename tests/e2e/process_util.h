@@ -41,23 +41,32 @@ inline std::string binary() {
   return b;
 }
 
-// Runs a shell command to its end.
-inline Ran run_shell(const std::string& command) {
+// Runs a shell command to its end, or for `limit_s` seconds: then it is
+// killed (exit code 124 or 137, and the output says so), so that a command
+// that hangs fails its own check, named, instead of the whole suite's timeout.
+inline Ran run_shell(const std::string& command, int limit_s = 240) {
   auto start = std::chrono::steady_clock::now();
   Ran ran;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  const std::string limited = "timeout -k 10 " + std::to_string(limit_s) + " sh -c '" + [&] {
+    std::string quoted;
+    for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return quoted;
+  }() + "'";
+  FILE* pipe = popen((limited + " 2>&1").c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::array<char, 4096> buffer;
   size_t n;
   while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) ran.output.append(buffer.data(), n);
   int status = pclose(pipe);
   ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (ran.code == 124 || ran.code == 137)
+    ran.output += "\n[killed after " + std::to_string(limit_s) + " s: " + command + "]\n";
   ran.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ran;
 }
 
 // Runs `rill ARGS`.
-inline Ran run_rill(const std::string& args) { return run_shell(binary() + " " + args); }
+inline Ran run_rill(const std::string& args, int limit_s = 240) { return run_shell(binary() + " " + args, limit_s); }
 
 inline std::filesystem::path temp_dir(const std::string& prefix) {
   auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));

@@ -95,7 +95,7 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
   auto dir = temp_dir("rill-security-join-");
   const std::string key = keygen(dir / "cluster.key"), wrong = keygen(dir / "wrong.key");
   const std::string machines = "127.0.0.1:19280,127.0.0.2:19280";
-  Agent node0("--machines " + machines + " --rank 0 --http off --join-timeout 30 --key " + key,
+  Agent node0("--machines " + machines + " --rank 0 --http off --join-timeout 60 --key " + key,
               (dir / "b0.log").string());
   {
     Agent keyless("--machines " + machines + " --rank 1 --join-timeout 10", (dir / "b1.log").string());
@@ -129,8 +129,9 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
   // The key holder joins, and the job runs.
   Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "b3.log").string());
   Ran ran = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master "
-                     "127.0.0.1:19280 --steps 20 --key " + key);
+                     "127.0.0.1:19280 --steps 20 --key " + key, 120);
   CHECK_MESSAGE(ran.code == 0, ran.output);
+  if (ran.code != 0) MESSAGE("node 0:\n" << node0.output() << "\nnode 1:\n" << node1.output());
   ::setenv("RILL_KEY_FILE", key.c_str(), 1);
   auto client = rill::Client::connect("127.0.0.1:19280", 10);
   REQUIRE(client.ok());
