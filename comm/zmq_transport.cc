@@ -134,6 +134,7 @@ class ZmqTransport final : public Transport {
   struct Peer {
     std::mutex mu;
     zmq::socket_t socket;   // PUSH to the peer; guarded by mu
+    std::string url;        // where `socket` connects
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     bool loss_pending = false;    // receive thread only
@@ -141,9 +142,12 @@ class ZmqTransport final : public Transport {
     std::atomic<bool> lost{false};
     std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
     int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
+    bool redial_logged = false;   // receive thread only
+    Clock::time_point redial_at;  // receive thread only: when to dial again ({}: not pending)
     std::atomic<bool> cut_off{false};  // too many malformed: what it sends is dropped until revived
   };
   static constexpr int64_t kMalformedLimit = 100;
+  static constexpr std::chrono::milliseconds kRedialPause{200};
 
   std::string where(int peer) const {
     return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
@@ -161,6 +165,8 @@ class ZmqTransport final : public Transport {
   void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
   void mark_lost(int peer, const std::string& reason);
   void drain_monitor(int peer);
+  // Dials the peers whose handshake failed, once their pause is over.
+  void redial();
   void report_losses();
 
   const int rank_;
@@ -237,13 +243,16 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       if (options_.key) curve_client(p.socket, *options_.key, node_identity(rank_), peer);
       std::string monitor_url = fmt::format("inproc://monitor-{}", peer);
       if (zmq_socket_monitor(p.socket.handle(), monitor_url.c_str(),
-                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                 ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
         throw zmq::error_t();
       }
       p.monitor = zmq::socket_t(context_, zmq::socket_type::pair);
       p.monitor.set(zmq::sockopt::linger, 0);
       p.monitor.connect(monitor_url);
-      p.socket.connect(resolved[peer].url);
+      p.url = resolved[peer].url;
+      p.socket.connect(p.url);
     }
   } catch (const zmq::error_t& e) {
     return Status(Code::kUnavailable, fmt::format("rank {}: ZeroMQ set-up failed: {}", rank_, e.what()));
@@ -336,19 +345,38 @@ Status ZmqTransport::send_tcp(int to, uint64_t tag, std::span<const std::byte> h
       second.rebuild(data, body.size(), nullptr, nullptr);
     }
   }
-  std::lock_guard lock(peer.mu);
-  if (!peer.socket) {
-    return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
-                                                  describe_tag(tag)));
+  // Queued at once while the socket has a connection to queue on (up, or
+  // dialling). It has none only between a failed handshake and the receive
+  // thread's next dial (redial()): then the send waits, the socket unlocked,
+  // for at most the heartbeat timeout.
+  const auto give_up = Clock::now() + options_.heartbeat_timeout;
+  for (;;) {
+    {
+      std::lock_guard lock(peer.mu);
+      if (!peer.socket) {
+        return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
+                                                      describe_tag(tag)));
+      }
+      try {
+        // Once the first part is queued, the second follows it on the same
+        // connection (no high-water mark: it cannot wait).
+        if (peer.socket.send(first, inline_body ? zmq::send_flags::dontwait
+                                                : zmq::send_flags::dontwait | zmq::send_flags::sndmore)) {
+          if (!inline_body) peer.socket.send(second, zmq::send_flags::none);
+          return Status::ok_status();
+        }
+      } catch (const zmq::error_t& e) {
+        return Status(Code::kUnavailable,
+                      fmt::format("rank {}: send to {} {}: {}", rank_, where(to), describe_tag(tag), e.what()));
+      }
+    }
+    if (closed_.load(std::memory_order_acquire) || peer.lost.load(std::memory_order_acquire) ||
+        Clock::now() > give_up)
+      return Status(Code::kUnavailable, fmt::format("rank {}: send to {} {}: no connection to it for {} ms", rank_,
+                                                    where(to), describe_tag(tag),
+                                                    options_.heartbeat_timeout.count()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  try {
-    peer.socket.send(first, inline_body ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    if (!inline_body) peer.socket.send(second, zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    return Status(Code::kUnavailable,
-                  fmt::format("rank {}: send to {} {}: {}", rank_, where(to), describe_tag(tag), e.what()));
-  }
-  return Status::ok_status();
 }
 
 Status ZmqTransport::recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
@@ -381,7 +409,7 @@ void ZmqTransport::receive_loop() {
   while (!closed_.load(std::memory_order_acquire)) {
     std::chrono::milliseconds timeout(1000);
     for (const auto& peer : peers_) {
-      if (peer->loss_pending) timeout = std::chrono::milliseconds(20);
+      if (peer->loss_pending || peer->redial_at != Clock::time_point{}) timeout = std::chrono::milliseconds(20);
     }
     try {
       zmq::poll(items.data(), items.size(), timeout);
@@ -397,6 +425,7 @@ void ZmqTransport::receive_loop() {
       if (item_peer[i] >= 0) drain_monitor(item_peer[i]);
       else (void)pull_watch_->poll();
     }
+    redial();
     report_losses();
   }
 }
@@ -516,6 +545,22 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   mailbox_.push(from, meta.tag, Received(std::move(holder), view));
 }
 
+void ZmqTransport::redial() {
+  const auto now = Clock::now();
+  for (auto& peer : peers_) {
+    Peer& p = *peer;
+    if (p.redial_at == Clock::time_point{} || now < p.redial_at) continue;
+    p.redial_at = {};
+    std::lock_guard lock(p.mu);
+    if (!p.socket) continue;
+    try {
+      p.socket.connect(p.url);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("rank {}: dialling {} again failed: {}", rank_, p.url, e.what());
+    }
+  }
+}
+
 void ZmqTransport::drain_monitor(int peer) {
   Peer& p = *peers_[peer];
   while (true) {
@@ -533,6 +578,28 @@ void ZmqTransport::drain_monitor(int peer) {
       p.connected_ns.store(0, std::memory_order_release);
       p.loss_pending = true;
       p.lost_at = Clock::now() + options_.peer_lost_grace;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+               id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      // ZeroMQ does not dial again after a failed handshake (a process of
+      // another key, or none, held the peer's port): the connection would
+      // stay dead, and sends to the peer would find no connection. Dial
+      // again after a pause (redial()).
+      if (!p.redial_logged)
+        spdlog::warn("rank {}: the handshake with whatever listens at {} failed ({}); dialling again", rank_,
+                     where(peer), id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "not a node of this cluster");
+      p.redial_logged = true;
+      {
+        // Its session is over; the address leaves the socket until redial().
+        std::lock_guard lock(p.mu);
+        try {
+          if (p.socket) p.socket.disconnect(p.url);
+        } catch (const zmq::error_t&) {
+          // Already gone.
+        }
+      }
+      p.redial_at = Clock::now() + kRedialPause;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      p.redial_logged = false;
     }
   }
 }

@@ -175,3 +175,36 @@ TEST_CASE("a key holder that keeps sending malformed messages is cut off, named"
   CHECK(transports[0]->peer_lost(2));
   CHECK(!transports[0]->peer_lost(1));
 }
+
+TEST_CASE("a rank's port first held by a process without the key: once the rank itself listens there, messages flow") {
+  // ZeroMQ gives up on an address after a failed handshake; the transport
+  // dials it again, so a stranger that held the port for a while (an agent
+  // started without the key, then stopped) does not cut the link for good.
+  auto endpoints = loopback_endpoints(free_ports(2));
+  auto key = fresh_key();
+  auto context = std::make_unique<zmq::context_t>();
+  auto impostor = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::pull);
+  impostor->set(zmq::sockopt::linger, 0);
+  impostor->bind(fmt::format("tcp://127.0.0.1:{}", endpoints[1].port));
+  ZmqOptions options;
+  options.shared_memory = false;
+  options.key = key;
+  options.heartbeat_timeout = std::chrono::milliseconds(5000);  // bounds a send that finds no connection
+  auto rank0 = make_zmq_transport(0, endpoints, options);
+  REQUIRE(rank0.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // handshakes with the impostor fail
+  impostor.reset();
+  context.reset();  // waits for the socket to close: the port is free
+  auto rank1 = make_zmq_transport(1, endpoints, options);
+  REQUIRE_MESSAGE(rank1.ok(), rank1.status().message());
+  std::vector<std::byte> got;
+  // Both ways: rank 1 never met the impostor, rank 0 did.
+  REQUIRE((*rank1)->send(0, 7, as_span("from rank 1")).ok());
+  REQUIRE((*rank0)->recv(1, 7, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "from rank 1");
+  Status sent = (*rank0)->send(1, 8, as_span("from rank 0"));
+  REQUIRE_MESSAGE(sent.ok(), sent.message());
+  Status received = (*rank1)->recv(0, 8, &got, in_ms(10000));
+  REQUIRE_MESSAGE(received.ok(), received.message());
+  CHECK(as_string(got) == "from rank 0");
+}
