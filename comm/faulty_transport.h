@@ -53,6 +53,8 @@ class FaultyTransport final : public Transport {
   void set_handler(uint64_t tag, Handler handler) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { inner_->accept_tags(lo, hi); }
   void limit_message_bytes(size_t bytes) override { inner_->limit_message_bytes(bytes); }
+  void limit_unread_bytes(size_t bytes) override { inner_->limit_unread_bytes(bytes); }
+  size_t max_message_bytes() const override { return inner_->max_message_bytes(); }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     inner_->cancel_tags(lo, hi, reason);
   }

@@ -7,7 +7,8 @@
 
 namespace rill::comm {
 
-Mailbox::Mailbox(int rank, int world) : rank_(rank), lost_(static_cast<size_t>(world)) {}
+Mailbox::Mailbox(int rank, int world)
+    : rank_(rank), lost_(static_cast<size_t>(world)), unread_(static_cast<size_t>(world), 0) {}
 
 void Mailbox::Ring::push_back(Received message) {
   if (size_ == slots_.size()) {
@@ -20,7 +21,7 @@ void Mailbox::Ring::push_back(Received message) {
   ++size_;
 }
 
-void Mailbox::push(int from, uint64_t tag, Received message) {
+bool Mailbox::push(int from, uint64_t tag, Received message) {
   std::lock_guard lock(mu_);
   if (tag < accept_lo_ || tag >= accept_hi_) {
     // Logged at most every 10 s, so a flood costs a counter, not a log line each.
@@ -33,12 +34,37 @@ void Mailbox::push(int from, uint64_t tag, Received message) {
       last_drop_log_ = now;
       dropped_at_last_log_ = dropped_;
     }
-    return;
+    return true;
   }
+  const int64_t cost = static_cast<int64_t>(message.size()) + kMessageCost;
+  if (unread_limit_ > 0 && unread_[from] + cost > unread_limit_) {
+    ++dropped_;
+    return false;
+  }
+  unread_[from] += cost;
   auto& queue = queues_[Key{from, tag}];
   if (!queue) queue = std::make_unique<Queue>();
   queue->messages.push_back(std::move(message));
   if (queue->waiters > 0) queue->ready.notify_one();
+  return true;
+}
+
+void Mailbox::limit_unread_bytes(int64_t bytes) {
+  std::lock_guard lock(mu_);
+  unread_limit_ = bytes;
+}
+
+int64_t Mailbox::unread_bytes(int from) const {
+  std::lock_guard lock(mu_);
+  return unread_[from];
+}
+
+void Mailbox::drop_all(int from, Ring& messages) {
+  dropped_ += static_cast<int64_t>(messages.size());
+  while (!messages.empty()) {
+    unread_[from] -= static_cast<int64_t>(messages.front().size()) + kMessageCost;
+    messages.pop_front();
+  }
 }
 
 void Mailbox::accept_tags(uint64_t lo, uint64_t hi) {
@@ -48,7 +74,7 @@ void Mailbox::accept_tags(uint64_t lo, uint64_t hi) {
   for (auto it = queues_.begin(); it != queues_.end();) {
     bool outside = it->first.tag < lo || it->first.tag >= hi;
     if (outside && it->second->waiters == 0) {
-      dropped_ += static_cast<int64_t>(it->second->messages.size());
+      drop_all(it->first.from, it->second->messages);
       it = queues_.erase(it);
     } else {
       ++it;
@@ -97,6 +123,7 @@ Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received
   }
   *out = std::move(queue->messages.front());
   queue->messages.pop_front();
+  unread_[from] -= static_cast<int64_t>(out->size()) + kMessageCost;
   if (queue->messages.empty() && queue->waiters == 0 && queues_.size() > kKeptQueues) {
     queues_.erase(Key{from, tag});
   }
@@ -128,12 +155,11 @@ void Mailbox::revive(int from) {
       ++it;
       continue;
     }
-    dropped_ += static_cast<int64_t>(it->second->messages.size());
+    drop_all(from, it->second->messages);
     if (it->second->waiters == 0) {
       it = queues_.erase(it);
       continue;
     }
-    while (!it->second->messages.empty()) it->second->messages.pop_front();
     ++it;
   }
 }

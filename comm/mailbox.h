@@ -23,8 +23,16 @@ class Mailbox {
   Mailbox(int rank, int world);
 
   // Queues the message, or drops it (and counts it) when its tag is outside
-  // the accepted window: a stale job's message, or a peer's garbage.
-  void push(int from, uint64_t tag, Received message);
+  // the accepted window: a stale job's message, or a peer's garbage. False
+  // when it would take the bytes waiting from `from` past the bound
+  // (limit_unread_bytes): it is dropped, and the caller cuts the peer off.
+  bool push(int from, uint64_t tag, Received message);
+  // At most this many bytes (kMessageCost more per message, for what a
+  // queued message costs beyond its bytes) wait unread from one peer; 0 (the
+  // default): no bound.
+  void limit_unread_bytes(int64_t bytes);
+  static constexpr int64_t kMessageCost = 256;
+  int64_t unread_bytes(int from) const;
   // Accepts tags in [lo, hi) only from now on, and frees queued messages
   // outside it.
   void accept_tags(uint64_t lo, uint64_t hi);
@@ -95,6 +103,10 @@ class Mailbox {
   static constexpr size_t kKeptCancelled = 16;  // runs are numbered upwards: old ranges are never asked for
   std::vector<Cancelled> cancelled_;            // guarded by mu_, newest last
   int64_t dropped_ = 0;                                              // guarded by mu_
+  int64_t unread_limit_ = 0;                                         // guarded by mu_
+  std::vector<int64_t> unread_;  // bytes (and kMessageCost each) queued per rank; guarded by mu_
+  // Drops a queue's messages, counting them.
+  void drop_all(int from, Ring& messages);
   Clock::time_point last_drop_log_{};                                // guarded by mu_
   int64_t dropped_at_last_log_ = 0;                                  // guarded by mu_
 };

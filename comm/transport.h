@@ -143,6 +143,16 @@ class Transport {
   // malformed from now on: a run sets what its plan can send (0: no limit,
   // the default). Transports that cannot receive from outside ignore it.
   virtual void limit_message_bytes(size_t /*bytes*/) {}
+  // At most `bytes` of messages from one peer wait unread (in the mailbox:
+  // taken by no handler, not yet received); a peer that sends past it is
+  // cut off (its later messages dropped) and lost, named, so a flooding
+  // peer cannot grow memory past it. A run sets it from its plan (0: no
+  // bound, the default). Transports that cannot receive from outside ignore
+  // it.
+  virtual void limit_unread_bytes(size_t /*bytes*/) {}
+  // The largest message body the transport can take from a peer (0: no
+  // limit): a run whose plan has a larger regst is refused at build.
+  virtual size_t max_message_bytes() const { return 0; }
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
   // Bytes a transport copied to hand messages to handlers (a header moved
@@ -173,6 +183,13 @@ struct ZmqOptions {
   std::chrono::milliseconds peer_lost_grace{300};           // lets bytes already sent arrive before a
                                                             // disconnect is reported
   size_t inline_body_bytes = 16384;                         // smaller bodies are copied into the header frame
+  // The largest frame the data port takes (ZeroMQ refuses a larger one
+  // before storing it, and drops the connection), and how many messages
+  // ZeroMQ holds per connection before TCP pushes back on the sender: what
+  // a peer can make this process buffer beyond the mailbox's bound
+  // (limit_unread_bytes) is (receive_hwm + 1) x max_message_bytes.
+  size_t max_message_bytes = size_t{1} << 30;
+  int receive_hwm = 32;
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin

@@ -106,6 +106,11 @@ class ZmqTransport final : public Transport {
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
   void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
+  size_t max_message_bytes() const override { return options_.max_message_bytes; }
+  void limit_unread_bytes(size_t bytes) override {
+    unread_limit_.store(bytes, std::memory_order_relaxed);
+    mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes));
+  }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     mailbox_.cancel_tags(lo, hi, reason);
   }
@@ -164,6 +169,9 @@ class ZmqTransport final : public Transport {
   // A message from the shared-memory lanes.
   void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
   void mark_lost(int peer, const std::string& reason);
+  // Queues a message no handler took; a peer past its bound of unread
+  // bytes is cut off.
+  void to_mailbox(int from, uint64_t tag, Received message);
   void drain_monitor(int peer);
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
@@ -188,6 +196,7 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
   std::atomic<size_t> max_message_bytes_{0};  // 0: no limit
+  std::atomic<size_t> unread_limit_{0};       // per peer; 0: no limit (for messages)
   std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
   int64_t malformed_at_last_log_ = 0;         // receive thread only
   Clock::time_point last_malformed_log_{};    // receive thread only
@@ -201,7 +210,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     context_.set(zmq::ctxopt::io_threads, options_.io_threads);
     pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
     pull_.set(zmq::sockopt::linger, 0);
-    pull_.set(zmq::sockopt::rcvhwm, 0);
+    pull_.set(zmq::sockopt::rcvhwm, options_.receive_hwm);
+    pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     for (int r = 0; r < world(); ++r) peer_identity_.push_back(node_identity(r));
     if (options_.key) {
@@ -512,7 +522,16 @@ void ZmqTransport::deliver(int from, uint64_t tag, std::span<const std::byte> by
     keep->bytes.assign(bytes.begin(), bytes.end());
   }
   MessageView view{std::span<const std::byte>(keep->bytes), {}};
-  mailbox_.push(from, tag, Received(std::move(keep), view));
+  to_mailbox(from, tag, Received(std::move(keep), view));
+}
+
+void ZmqTransport::to_mailbox(int from, uint64_t tag, Received message) {
+  const size_t bytes = message.size();
+  if (mailbox_.push(from, tag, std::move(message))) return;
+  peers_[from]->cut_off.store(true, std::memory_order_release);
+  mark_lost(from, fmt::format("{} sent more than {} bytes that wait unread here (this run's bound; the latest message "
+                              "{} bytes, {}): cut off",
+                              where(from), unread_limit_.load(std::memory_order_relaxed), bytes, describe_tag(tag)));
 }
 
 void ZmqTransport::mark_lost(int peer, const std::string& reason) {
@@ -542,7 +561,7 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
     view.second = std::span<const std::byte>(static_cast<const std::byte*>(holder->second.data()),
                                              holder->second.size());
   }
-  mailbox_.push(from, meta.tag, Received(std::move(holder), view));
+  to_mailbox(from, meta.tag, Received(std::move(holder), view));
 }
 
 void ZmqTransport::redial() {

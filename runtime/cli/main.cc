@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
   std::string as_version, agent_log;
   agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
   agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
+  agent->add_option("--max-message-bytes", agent_options.max_message_bytes,
+                    "The largest message taken on the control and data ports (a larger one drops its connection)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{4} << 20, size_t{1} << 40));  // collectives move 1 MiB pieces
   agent->add_option("--http", agent_options.http,
                     fmt::format("The master's metrics and status over HTTP: ADDRESS:PORT, or off (default {})",
                                 rill::kDefaultHttp));

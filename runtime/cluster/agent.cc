@@ -46,6 +46,7 @@ Status Agent::bind_ctrl() {
   try {
     server_.set(zmq::sockopt::linger, 0);
     server_.set(zmq::sockopt::router_mandatory, 1);
+    server_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     if (options_.key) {
       auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world_, true, name + ": control port");
       if (!zap.ok()) return zap.status();
@@ -89,6 +90,7 @@ Status Agent::start() {
   for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
   comm::ZmqOptions transport_options;
   transport_options.key = options_.key;
+  transport_options.max_message_bytes = options_.max_message_bytes;
   auto transport = comm::make_zmq_transport(options_.rank, endpoints, transport_options);
   if (!transport.ok())
     return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
@@ -99,6 +101,7 @@ Status Agent::start() {
     runner_ = std::make_unique<SerialExecutor>();
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);
+    master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
     if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
     master_watch_ = std::make_unique<comm::HandshakeWatch>(
@@ -166,6 +169,13 @@ void Agent::flush() {
 }
 
 void Agent::send_now(const Outgoing& o) {
+  if (o.bytes.size() > options_.max_message_bytes) {
+    // The peer would refuse it and drop the connection.
+    spdlog::error("{}: a control message of {} bytes to {} is larger than --max-message-bytes {}: not sent",
+                  node_name(options_.machines, options_.rank), o.bytes.size(), o.to_master ? "the master" : "a peer",
+                  options_.max_message_bytes);
+    return;
+  }
   if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
   else if (!o.identity.empty()) send_router(o.identity, o.bytes);
 }
@@ -814,8 +824,14 @@ void Agent::worker_handle(ctl::Message message) {
             runtime.reset();  // unhooks the transport handler before the next job
             ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
                            report.seconds, transport_->received_from(), transport_->received_bytes_from()};
-            for (VariablePiece& p : report.pieces)
-              done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
+            size_t bytes = 0;
+            for (const VariablePiece& p : report.pieces) bytes += p.values.size() * sizeof(float);
+            if (bytes + (size_t{64} << 10) > options_.max_message_bytes && done.error.empty())
+              done.error = fmt::format("its variables ({} bytes) do not fit in a control message to the master "
+                                       "(--max-message-bytes {})", bytes, options_.max_message_bytes);
+            if (done.error.empty())
+              for (VariablePiece& p : report.pieces)
+                done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
             post_to_node(0, done);
           });
         } else if constexpr (std::is_same_v<T, ctl::Abort>) {

@@ -64,6 +64,11 @@ struct AgentOptions {
   // The folders a submitted job may read data from and write checkpoints
   // to (runtime/cluster/allowed_roots.h; empty: the defaults).
   std::vector<std::string> data_roots, checkpoint_roots;
+  // The largest message this agent takes on its control and data ports
+  // (ZeroMQ refuses a larger one before storing it and drops the
+  // connection) and sends: a run whose cross-node regst is larger, or whose
+  // node's variables are, fails naming it.
+  size_t max_message_bytes = size_t{1} << 30;
 };
 
 inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";

@@ -93,6 +93,7 @@ class NodeRun : public NodeRuntime {
   std::unordered_map<int64_t, const plan::RegstDesc*> regst_by_id_;
   BoxingSetup boxing_;  // owns the boxings' collectives: declared before the actors using them
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
+  comm::SendTracker sends_;  // slots handed to the transport without a copy
   std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;  // by device index; outlives what is below
   std::vector<DeviceBuffer> device_memory_;
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
@@ -362,9 +363,17 @@ Status NodeRun::build() {
   if (options_.transport) {
     // The largest message this run can receive: a regst's slot (collectives
     // move pieces of regsts), a zero-row bitmap of it, and a header.
-    int64_t largest = 0;
-    for (const plan::RegstDesc* r : *plan_->regsts()) largest = std::max(largest, r->bytes());
+    int64_t largest = 0, all = 0;
+    for (const plan::RegstDesc* r : *plan_->regsts()) {
+      largest = std::max(largest, r->bytes());
+      all += r->bytes() * std::max(1, r->register_num());
+    }
     options_.transport->limit_message_bytes(static_cast<size_t>(largest + largest / 64 + (int64_t{64} << 10)));
+    // What a peer may have sent that waits unread here: collectives'
+    // pieces (actor messages go straight to their handlers), at most every
+    // regst of the plan twice over (a peer runs at most one collective
+    // ahead on each), and 64 MiB of slack.
+    options_.transport->limit_unread_bytes(static_cast<size_t>(2 * all + (int64_t{64} << 20)));
   }
   for (int n = 0; n < plan_->num_nodes(); ++n) links_.push_back(std::make_unique<Link>());
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())
@@ -433,6 +442,18 @@ Status NodeRun::build() {
 
 NodeRun::~NodeRun() {
   if (options_.transport) options_.transport->set_handler(options_.tag_base, nullptr);
+  // A slot sent without a copy is read by the transport until the message
+  // leaves; one queued for a peer that is gone (or whose connection dropped)
+  // may be read after this run ends, when ZeroMQ dials again. Its memory is
+  // then kept, not freed under it.
+  if (sends_.wait(comm::Clock::now() + std::chrono::milliseconds(500)).ok()) return;
+  size_t kept = 0;
+  for (auto& block : memory_) {
+    (void)block.release();
+    ++kept;
+  }
+  spdlog::warn("node {}: {} message(s) to another node still read this run's memory: its {} host buffer(s) are kept",
+               options_.node, sends_.in_flight(), kept);
 }
 
 // Delivers a message between threads: to a worker of this node, or over the
@@ -479,7 +500,17 @@ void NodeRun::route(const ActorMsg& msg) {
         append_kept_rows(body, rows, kept, &header);
         body = {};
       }
-      sent = options_.transport->send(node, options_.tag_base, header, body);
+      const size_t cap = options_.transport->max_message_bytes();
+      if (cap > 0 && std::max(header.size(), body.size()) > cap) {
+        // The peer's ZeroMQ would refuse the frame and drop the connection.
+        const plan::RegstDesc* desc = regst(msg.regst);
+        fail(invalid_argument("regst '{}' ({} bytes) crosses from node {} to node {} in one message, larger than the "
+                              "data plane takes (--max-message-bytes {})",
+                              desc ? read_string(desc->name()) : std::to_string(msg.regst),
+                              std::max(header.size(), body.size()), options_.node, node, cap));
+        return;
+      }
+      sent = options_.transport->send(node, options_.tag_base, header, body, &sends_);
     }
     if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
     return;

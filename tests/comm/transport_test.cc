@@ -8,6 +8,7 @@
 
 #include <zmq.hpp>
 
+#include "comm/mailbox.h"
 #include "comm/faulty_transport.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -508,4 +509,37 @@ TEST_CASE("zmq: messages over the limit a run set are dropped and counted; the l
   REQUIRE((*a)->send(1, 4, as_span("header"), big).ok());
   REQUIRE((*b)->recv(0, 4, &got, in_ms(10000)).ok());
   CHECK(got.size() == 6 + big.size());
+}
+
+TEST_CASE("zmq: a peer that floods what no one reads is cut off at the run's bound, named; memory stays under it") {
+  for (bool shared_memory : {false, true}) {
+    CAPTURE(shared_memory);
+    auto endpoints = loopback_endpoints(free_ports(2));
+    ZmqOptions options;
+    options.shared_memory = shared_memory;  // both paths into the mailbox
+    auto a = make_zmq_transport(0, endpoints, options);
+    auto b = make_zmq_transport(1, endpoints, options);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    constexpr size_t kBound = 1 << 20;
+    (*b)->limit_unread_bytes(kBound);
+    // Read as it comes: a peer within the bound is never cut off, however
+    // much it sends in all.
+    std::vector<std::byte> piece(64 << 10, std::byte{3}), got;
+    for (int i = 0; i < 64; ++i) {
+      REQUIRE((*a)->send(1, 9, piece).ok());
+      REQUIRE((*b)->recv(0, 9, &got, in_ms(10000)).ok());
+    }
+    // Unread: 64 KiB messages on a tag no one reads, 4 MiB in all.
+    for (int i = 0; i < 64; ++i) (void)(*a)->send(1, 10, piece);
+    Status status = (*b)->recv(0, 11, &got, in_ms(10000));
+    CHECK(status.code() == Code::kUnavailable);
+    CHECK(status.message().find("rank 0 (127.0.0.1:" + std::to_string(endpoints[0].port) + ") sent more than " +
+                                std::to_string(kBound) + " bytes that wait unread here") != std::string::npos);
+    // What waits is what came before the bound: at most 1 MiB.
+    int waiting = 0;
+    while ((*b)->recv(0, 10, &got, in_ms(100)).ok()) ++waiting;
+    CHECK(waiting > 0);
+    CHECK(waiting * (piece.size() + comm::Mailbox::kMessageCost) <= kBound);
+  }
 }

@@ -223,3 +223,47 @@ TEST_CASE("submitted jobs read data and write checkpoints only under each agent'
   CHECK((*client)->shutdown().ok());
   CHECK(node0.wait(15) == 0);
 }
+
+TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in one message fails naming them") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-message-bound-");
+  const std::string key = keygen(dir / "cluster.key");
+  const std::string machines = "127.0.0.1:19360,127.0.0.2:19360", master = "127.0.0.1:19360";
+  const std::string flags = " --devices cpu:2 --max-message-bytes 4194304 --key " + key;
+  Agent node0("--machines " + machines + " --rank 0 --http off" + flags, (dir / "m0.log").string());
+  Agent node1("--machines " + machines + " --rank 1" + flags, (dir / "m1.log").string());
+  wait_formed(master, key);
+  auto submit = [&](const std::string& job, const std::string& extra) {
+    return run_rill("submit " + job + " --master " + master + " --key " + key + extra, 120);
+  };
+  // The stages' boundary: 8192 rows x 512 floats a micro-batch, 8 MiB per device.
+  Ran staged = submit(root() + "/samples/mlp/mlp_pipeline.json",
+                      " --steps 1 --set train.batch_size=16384 --set train.micro_batches=2");
+  CHECK(staged.code != 0);
+  CAPTURE(staged.output);
+  CHECK(staged.output.find("in one message, larger than the data plane takes (--max-message-bytes "
+                           "4194304)") != std::string::npos);
+  // A replicated 2 x 1M variable (8 MiB; its gradient crosses in pieces):
+  // node 1's copy cannot go back to the master in one control message.
+  write(dir / "d.csv", "1,0,0\n0,1,1\n1,0,0\n0,1,1\n");
+  std::string wide = csv_job((dir / "d.csv").string());
+  const std::string narrow_w = R"({"name": "w", "shape": [2, 2],)";
+  REQUIRE(wide.find(narrow_w) != std::string::npos);
+  wide.replace(wide.find(narrow_w), narrow_w.size(), R"({"name": "w", "shape": [2, 1048576],)");
+  write(dir / "wide.json", wide);
+  Ran replicas = submit((dir / "wide.json").string(), " --steps 1");
+  CHECK(replicas.code != 0);
+  CAPTURE(replicas.output);
+  CHECK(replicas.output.find("node 1 (127.0.0.2:19360): its variables (") != std::string::npos);
+  CHECK(replicas.output.find("do not fit in a control message to the master (--max-message-bytes 4194304)") !=
+        std::string::npos);
+  // The cluster is whole and runs a job that fits.
+  Ran fits = submit(root() + "/samples/linear_regression/linear_regression.json", " --steps 20");
+  CHECK_MESSAGE(fits.code == 0, fits.output);
+  ::setenv("RILL_KEY_FILE", key.c_str(), 1);
+  auto client = rill::Client::connect(master, 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  ::unsetenv("RILL_KEY_FILE");
+  CHECK(node0.wait(15) == 0);
+}
