@@ -119,6 +119,9 @@ class Collectives {
   // exactly data.size() bytes.
   Status send(int to, std::span<const std::byte> data, uint64_t tag);
   Status recv(int from, std::span<std::byte> data, uint64_t tag);
+  // Bodies handed to the transport that it still reads (a failed call may
+  // leave some, reading the caller's buffers).
+  int64_t sends_in_flight() const { return tracker_.in_flight(); }
 
  private:
   Status begin(uint64_t tag);

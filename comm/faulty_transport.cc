@@ -60,6 +60,12 @@ Status FaultyTransport::send(int to, uint64_t tag, std::span<const std::byte> he
         RILL_RETURN_IF_ERROR(inner_->send(to, tag, copy));
         return inner_->send(to, tag, copy);
       }
+      case Fault::kStuck: {
+        if (tracker != nullptr && !body.empty())
+          stuck_.push_back(Stuck{body, std::vector<std::byte>(body.begin(), body.end()), tracker->acquire()});
+        dropped_.fetch_add(1);
+        return Status::ok_status();
+      }
       case Fault::kCorrupt: {
         if (!copy.empty()) copy[body.empty() ? copy.size() - 1 : header.size() + body.size() / 2] ^= std::byte{0x40};
         lock.unlock();
@@ -109,11 +115,25 @@ void FaultyTransport::set_handler(uint64_t tag, Handler handler) {
   });
 }
 
+bool FaultyTransport::stuck_bodies_intact() const {
+  std::lock_guard lock(mu_);
+  for (const Stuck& s : stuck_)
+    if (std::memcmp(s.body.data(), s.sent.data(), s.sent.size()) != 0) return false;
+  return true;
+}
+
+int64_t FaultyTransport::stuck() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int64_t>(stuck_.size());
+}
+
 void FaultyTransport::close() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
     delayed_cv_.notify_all();
+    for (Stuck& s : stuck_) SendTracker::release(s.token);
+    stuck_.clear();
   }
   if (delayer_.joinable() && delayer_.get_id() != std::this_thread::get_id()) delayer_.join();
   inner_->close();

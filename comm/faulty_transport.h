@@ -33,7 +33,13 @@ class FaultyTransport final : public Transport {
     kDuplicate,  // sent twice
     kSwap,       // held back and sent right after the next send to the same peer
     kCorrupt,    // sent with one byte flipped: the body's middle one, else the header's last
+    kStuck,      // not delivered, and its body stays read by the wire (its tracker held) until
+                 // close(): a message ZeroMQ keeps queued on a connection that dropped
   };
+  // kStuck: whether every stuck body still holds the bytes it was sent with
+  // (false: its buffer was freed or rewritten while the wire read it).
+  bool stuck_bodies_intact() const;
+  int64_t stuck() const;
   // Sends for which `pick` returns true meet `fault` (one fault at a time).
   void set_fault(Fault fault, DropPredicate pick);
   // set_fault(Fault::kDrop, predicate).
@@ -79,6 +85,12 @@ class FaultyTransport final : public Transport {
   DropPredicate pick_;                      // guarded by mu_
   // Guarded by mu_: per peer, a swapped message (its tag; header and body, none: empty).
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> held_;
+  struct Stuck {
+    std::span<const std::byte> body;  // the sender's buffer
+    std::vector<std::byte> sent;      // its bytes when sent
+    void* token;                      // the sender's tracker, released at close()
+  };
+  std::vector<Stuck> stuck_;  // guarded by mu_
   std::chrono::milliseconds delay_{0};      // guarded by mu_
   std::vector<bool> cut_;                   // guarded by mu_
   std::deque<Delayed> delayed_;             // guarded by mu_

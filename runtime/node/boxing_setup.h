@@ -31,6 +31,12 @@ class BoxingSetup {
 
   // The body of boxing task `task`, or an error naming it.
   StatusOr<Body> body(const plan::Task& task);
+  // What its collectives' transports still read of the run's buffers.
+  int64_t sends_in_flight() const {
+    int64_t n = 0;
+    for (const auto& c : collectives_) n += c->sends_in_flight();
+    return n;
+  }
 
  private:
   StatusOr<Body> move_body(const plan::Task& task, const plan::BoxingConf& conf) const;

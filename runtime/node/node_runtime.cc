@@ -442,18 +442,22 @@ Status NodeRun::build() {
 
 NodeRun::~NodeRun() {
   if (options_.transport) options_.transport->set_handler(options_.tag_base, nullptr);
-  // A slot sent without a copy is read by the transport until the message
-  // leaves; one queued for a peer that is gone (or whose connection dropped)
-  // may be read after this run ends, when ZeroMQ dials again. Its memory is
-  // then kept, not freed under it.
-  if (sends_.wait(comm::Clock::now() + std::chrono::milliseconds(500)).ok()) return;
+  // A slot sent without a copy (an actor's ready, a boxing's pieces) is read
+  // by the transport until the message leaves; one queued for a peer that is
+  // gone (or whose connection dropped) may be read after this run ends, when
+  // ZeroMQ dials again. Its memory is then kept, not freed under it.
+  const auto deadline = comm::Clock::now() + std::chrono::milliseconds(500);
+  bool drained = sends_.wait(deadline).ok();
+  while (drained && boxing_.sends_in_flight() > 0 && comm::Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (drained && boxing_.sends_in_flight() == 0) return;
   size_t kept = 0;
   for (auto& block : memory_) {
     (void)block.release();
     ++kept;
   }
   spdlog::warn("node {}: {} message(s) to another node still read this run's memory: its {} host buffer(s) are kept",
-               options_.node, sends_.in_flight(), kept);
+               options_.node, sends_.in_flight() + boxing_.sends_in_flight(), kept);
 }
 
 // Delivers a message between threads: to a worker of this node, or over the
