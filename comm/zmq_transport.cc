@@ -149,7 +149,8 @@ class ZmqTransport final : public Transport {
     int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
     bool redial_logged = false;   // receive thread only
     Clock::time_point redial_at;  // receive thread only: when to dial again ({}: not pending)
-    std::atomic<bool> cut_off{false};  // too many malformed: what it sends is dropped until revived
+    std::atomic<bool> cut_off{false};  // too many malformed, or past its unread bound: what it sends is
+                                       // dropped until revived
   };
   static constexpr int64_t kMalformedLimit = 100;
   static constexpr std::chrono::milliseconds kRedialPause{200};
@@ -516,6 +517,10 @@ bool ZmqTransport::to_handler(int from, uint64_t tag, MessageView message) {
 }
 
 void ZmqTransport::deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep) {
+  if (peers_[from]->cut_off.load(std::memory_order_acquire)) {  // as on the TCP path
+    malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (to_handler(from, tag, MessageView{bytes, {}})) return;  // ring bytes are 32-byte aligned, a holder's new[]'s
   if (!keep) {
     keep = std::make_unique<BytesHolder>();
