@@ -508,13 +508,13 @@ void NodeRun::route(const ActorMsg& msg) {
       if (cap > 0 && std::max(header.size(), body.size()) > cap) {
         // The peer's ZeroMQ would refuse the frame and drop the connection.
         const plan::RegstDesc* desc = regst(msg.regst);
-        fail(invalid_argument("regst '{}' ({} bytes) crosses from node {} to node {} in one message, larger than the "
-                              "data plane takes (--max-message-bytes {})",
-                              desc ? read_string(desc->name()) : std::to_string(msg.regst),
-                              std::max(header.size(), body.size()), options_.node, node, cap));
-        return;
+        sent = invalid_argument("regst '{}' ({} bytes) crosses from node {} to node {} in one message, larger than "
+                                "the data plane takes (--max-message-bytes {})",
+                                desc ? read_string(desc->name()) : std::to_string(msg.regst),
+                                std::max(header.size(), body.size()), options_.node, node, cap);
+      } else {
+        sent = options_.transport->send(node, options_.tag_base, header, body, &sends_);
       }
-      sent = options_.transport->send(node, options_.tag_base, header, body, &sends_);
     }
     if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
     return;
