@@ -54,9 +54,9 @@ void Mailbox::limit_unread_bytes(int64_t bytes) {
   unread_limit_ = bytes;
 }
 
-int64_t Mailbox::unread_bytes(int from) const {
+int64_t Mailbox::unread_limit() const {
   std::lock_guard lock(mu_);
-  return unread_[from];
+  return unread_limit_;
 }
 
 void Mailbox::drop_all(int from, Ring& messages) {

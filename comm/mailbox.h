@@ -32,7 +32,7 @@ class Mailbox {
   // default): no bound.
   void limit_unread_bytes(int64_t bytes);
   static constexpr int64_t kMessageCost = 256;
-  int64_t unread_bytes(int from) const;
+  int64_t unread_limit() const;
   // Accepts tags in [lo, hi) only from now on, and frees queued messages
   // outside it.
   void accept_tags(uint64_t lo, uint64_t hi);
@@ -105,10 +105,11 @@ class Mailbox {
   int64_t dropped_ = 0;                                              // guarded by mu_
   int64_t unread_limit_ = 0;                                         // guarded by mu_
   std::vector<int64_t> unread_;  // bytes (and kMessageCost each) queued per rank; guarded by mu_
-  // Drops a queue's messages, counting them.
-  void drop_all(int from, Ring& messages);
   Clock::time_point last_drop_log_{};                                // guarded by mu_
   int64_t dropped_at_last_log_ = 0;                                  // guarded by mu_
+
+  // Drops a queue's messages, counting them (mu_ held).
+  void drop_all(int from, Ring& messages);
 };
 
 }  // namespace rill::comm

@@ -107,10 +107,7 @@ class ZmqTransport final : public Transport {
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
   void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
   size_t max_message_bytes() const override { return options_.max_message_bytes; }
-  void limit_unread_bytes(size_t bytes) override {
-    unread_limit_.store(bytes, std::memory_order_relaxed);
-    mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes));
-  }
+  void limit_unread_bytes(size_t bytes) override { mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes)); }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     mailbox_.cancel_tags(lo, hi, reason);
   }
@@ -197,7 +194,6 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
   std::atomic<size_t> max_message_bytes_{0};  // 0: no limit
-  std::atomic<size_t> unread_limit_{0};       // per peer; 0: no limit (for messages)
   std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
   int64_t malformed_at_last_log_ = 0;         // receive thread only
   Clock::time_point last_malformed_log_{};    // receive thread only
@@ -536,7 +532,7 @@ void ZmqTransport::to_mailbox(int from, uint64_t tag, Received message) {
   peers_[from]->cut_off.store(true, std::memory_order_release);
   mark_lost(from, fmt::format("{} sent more than {} bytes that wait unread here (this run's bound; the latest message "
                               "{} bytes, {}): cut off",
-                              where(from), unread_limit_.load(std::memory_order_relaxed), bytes, describe_tag(tag)));
+                              where(from), mailbox_.unread_limit(), bytes, describe_tag(tag)));
 }
 
 void ZmqTransport::mark_lost(int peer, const std::string& reason) {
