@@ -767,6 +767,7 @@ void Agent::worker_handle(ctl::Message message) {
           for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
           for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
           run.start_step = m.start_step;
+          run.max_control_message_bytes = options_.max_message_bytes;
           if (m.snapshot_every >= 0) {
             run.snapshot_every = m.snapshot_every;
             run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
@@ -824,11 +825,7 @@ void Agent::worker_handle(ctl::Message message) {
             runtime.reset();  // unhooks the transport handler before the next job
             ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
                            report.seconds, transport_->received_from(), transport_->received_bytes_from()};
-            size_t bytes = 0;
-            for (const VariablePiece& p : report.pieces) bytes += p.values.size() * sizeof(float);
-            if (bytes + (size_t{64} << 10) > options_.max_message_bytes && done.error.empty())
-              done.error = fmt::format("its variables ({} bytes) do not fit in a control message to the master "
-                                       "(--max-message-bytes {})", bytes, options_.max_message_bytes);
+            // They fit: the plan was refused otherwise (max_control_message_bytes).
             if (done.error.empty())
               for (VariablePiece& p : report.pieces)
                 done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});

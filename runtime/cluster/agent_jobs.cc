@@ -217,10 +217,19 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
   for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
   int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
-  for (int r = 1; r < world_; ++r)
-    post_to_node(r, ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
-                                  plan.compile.steps, plan.compile.activation_register_num, initial, state,
-                                  run_options.start_step, snapshot_every});
+  // Every other node gets the same part: the job and what it starts from.
+  const std::string part =
+      ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
+                                plan.compile.steps, plan.compile.activation_register_num, initial, state,
+                                run_options.start_step, snapshot_every});
+  if (world_ > 1 && part.size() > options_.max_message_bytes) {
+    report.status = invalid_argument("the job with the values it starts from ({} bytes: {} variables, {} optimizer "
+                                     "states) does not fit in a control message to the other nodes "
+                                     "(--max-message-bytes {})",
+                                     part.size(), initial.size(), state.size(), options_.max_message_bytes);
+    return report;
+  }
+  for (int r = 1; r < world_; ++r) post(Outgoing{false, identity_of_node_[r], part});
   auto abort_all = [&](const std::string& reason) {
     for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };

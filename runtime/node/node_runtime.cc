@@ -25,6 +25,9 @@
 namespace rill {
 namespace {
 
+// Room for a control message's own fields beside the tensors it carries.
+constexpr size_t kControlHeadroom = size_t{64} << 10;
+
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
@@ -101,6 +104,7 @@ class NodeRun : public NodeRuntime {
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> by_index_;
   std::vector<const plan::Task*> variable_tasks_;
+  size_t variable_bytes_ = 0;  // of this node's distinct variable pieces
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unordered_map<uint64_t, Worker*> worker_by_key_;
   std::atomic<int64_t> progress_{0};
@@ -335,6 +339,15 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
     const PieceOf o = piece_of_variable(*other, *regst(other->outputs()->Get(0)));
     if (o.name == var && o.offset == offset) first_of_piece = false;
   }
+  // What goes back to the master in control messages must fit in one.
+  const size_t cap = options_.max_control_message_bytes;
+  const size_t piece_bytes = static_cast<size_t>(slot.size()) * sizeof(float);
+  if (first_of_piece) variable_bytes_ += piece_bytes;
+  if (cap > 0 && options_.on_snapshot && first_of_piece &&
+      piece_bytes * (1 + state_names.size()) + kControlHeadroom > cap)
+    return invalid_argument("its checkpoint piece ({} bytes with its optimizer state) does not fit in a control "
+                            "message to the master (--max-message-bytes {})",
+                            piece_bytes * (1 + state_names.size()), cap);
   if (options_.on_snapshot && first_of_piece)
     body.on_snapshot(
         [this, var, logical, offset, shape = slot.shape, state_names](
@@ -433,6 +446,10 @@ Status NodeRun::build() {
     by_index_[ActorId::index(task->id())] = actor.get();
     actors_.push_back(std::move(actor));
   }
+  const size_t cap = options_.max_control_message_bytes;
+  if (cap > 0 && variable_bytes_ + kControlHeadroom > cap)
+    return invalid_argument("its variables ({} bytes) do not fit in a control message to the master "
+                            "(--max-message-bytes {})", variable_bytes_, cap);
   if (options_.transport)
     options_.transport->set_handler(options_.tag_base, [this](int from, const comm::MessageView& message) {
       receive(from, message);

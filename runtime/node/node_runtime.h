@@ -64,6 +64,11 @@ struct RunOptions {
   // step and after the last one, on the variable's thread: checkpoints.
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
+  // The largest control message this node may send to the master (0: none is
+  // sent, the master's own run). Its variables go back in one (after the
+  // run) and each checkpoint piece with its optimizer state in one: a plan
+  // whose pieces do not fit fails to build, before anything runs.
+  size_t max_control_message_bytes = 0;
   SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
   // Fault injection for tests: drops each message between threads for which
   // it returns true (a lost message must end in a stuck-job report).
