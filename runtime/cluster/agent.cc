@@ -672,6 +672,18 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
             send_router(identity, ctl::encode(ctl::SubmitReply{0, allowed.message(), 0}));
             return;
           }
+          if (queue_.size() >= kMaxQueuedJobs || queued_bytes_ + m.job_text.size() > options_.max_message_bytes) {
+            send_router(identity,
+                        ctl::encode(ctl::SubmitReply{
+                            0,
+                            fmt::format("the master's queue is full: {} job(s) of {} bytes wait already (it holds at "
+                                        "most {} jobs and --max-message-bytes {} bytes of job files); submit again "
+                                        "when one has run",
+                                        queue_.size(), queued_bytes_, kMaxQueuedJobs, options_.max_message_bytes),
+                            0}));
+            return;
+          }
+          queued_bytes_ += m.job_text.size();
           QueuedJob q{next_job_id_++, identity, std::move(m), std::move(*job)};
           int ahead = static_cast<int>(queue_.size()) + (job_running_ ? 1 : 0);
           send_router(identity, ctl::encode(ctl::SubmitReply{q.id, "", ahead}));
@@ -707,6 +719,11 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
             if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
           send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
           shutdown_ = true;
+          // The job running here ends now, and no later phase starts.
+          std::lock_guard<std::mutex> lock(phase_mu_);
+          stopping_ = true;
+          if (local_runtime_) local_runtime_->abort(Status(Code::kAborted, "the cluster is shutting down"));
+          phase_cv_.notify_all();
         }
         if constexpr (std::is_same_v<T, ctl::LinkError>) link_failed(m.reason);
         if constexpr (std::is_same_v<T, ctl::Heartbeat>) {

@@ -182,7 +182,12 @@ class Agent {
   MetricsBoard board_;
   std::unique_ptr<HttpServer> http_;       // after board_: stopped before it goes
   Clock::time_point last_published_{};     // loop thread only
+  // Jobs waiting their turn: at most kMaxQueuedJobs, and at most
+  // --max-message-bytes of job text in all, so that clients cannot grow the
+  // master's memory by submitting.
+  static constexpr size_t kMaxQueuedJobs = 64;
   std::deque<QueuedJob> queue_;
+  size_t queued_bytes_ = 0;
   int64_t next_job_id_ = 1;
   std::thread job_thread_;
   std::atomic<bool> job_running_{false};
@@ -194,6 +199,7 @@ class Agent {
   std::condition_variable phase_cv_;
   PhaseState phase_;                       // GUARDED_BY(phase_mu_)
   NodeRuntime* local_runtime_ = nullptr;   // GUARDED_BY(phase_mu_)
+  bool stopping_ = false;                  // GUARDED_BY(phase_mu_): told to shut down; no phase starts
 
   // Non-master.
   Clock::time_point master_seen_ = Clock::now();

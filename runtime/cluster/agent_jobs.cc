@@ -50,6 +50,7 @@ void Agent::start_next_job() {
   if (job_thread_.joinable()) job_thread_.join();
   QueuedJob job = std::move(queue_.front());
   queue_.pop_front();
+  queued_bytes_ -= job.submit.job_text.size();
   job_running_ = true;
   running_id_ = job.id;
   running_name_ = job.job.name;
@@ -206,6 +207,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
+    if (stopping_) {
+      report.status = Status(Code::kAborted, "the cluster is shutting down");
+      return report;
+    }
     for (int r = 1; r < world_; ++r)
       if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
     if (!phase_.lost.empty()) {
@@ -261,6 +266,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
       failure = fmt::format("{} did not report its part of the plan built within {} s", silent(phase_.acks),
                             options_.join_timeout_s),
       code = Code::kDeadlineExceeded;
+    if (failure.empty() && stopping_) failure = "the cluster is shutting down";
     if (failure.empty()) local_runtime_ = runtime->get();
   }
   if (!failure.empty()) {

@@ -4,11 +4,14 @@
 // connects to a data port and sends is refused, and agents will not listen
 // beyond loopback without a key.
 #include <cstdlib>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "runtime/cluster/client.h"
+#include "runtime/cluster/control_codec.h"
+#include "comm/cluster_key.h"
 #include "tests/e2e/process_util.h"
 
 using namespace rill::testing;
@@ -222,6 +225,69 @@ TEST_CASE("submitted jobs read data and write checkpoints only under each agent'
   REQUIRE(client.ok());
   CHECK((*client)->shutdown().ok());
   CHECK(node0.wait(15) == 0);
+}
+
+TEST_CASE("the master queues at most 64 jobs and --max-message-bytes of job files; more is refused, named") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-queue-bound-");
+  const std::string key_file = keygen(dir / "cluster.key");
+  Agent master("--machines 127.0.0.1:19550 --rank 0 --http off --devices cpu:1 --max-message-bytes 4194304 --key " +
+                   key_file,
+               (dir / "q0.log").string());
+  wait_formed("127.0.0.1:19550", key_file);
+  auto key = rill::comm::read_key_file(key_file);
+  REQUIRE(key.ok());
+  zmq::context_t context;
+  zmq::socket_t client(context, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.set(zmq::sockopt::rcvtimeo, 20000);
+  rill::comm::curve_client(client, *key, rill::comm::kClientIdentity, 0);
+  client.connect("tcp://127.0.0.1:19550");
+  std::ifstream in(root() + "/samples/linear_regression/linear_regression.json");
+  const std::string job((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Submits without waiting for the job, as many clients would; the reply.
+  auto submit = [&](const std::string& text, int64_t steps) {
+    rill::control::Submit m;
+    m.job_text = text;
+    m.file_name = "linear_regression.json";
+    m.steps = steps;
+    const std::string bytes = rill::control::encode(m);
+    (void)client.send(zmq::buffer(bytes), zmq::send_flags::none);
+    zmq::message_t answer;
+    REQUIRE(client.recv(answer));
+    auto decoded = rill::control::decode(answer.to_string_view());
+    REQUIRE(decoded.ok());
+    auto* reply = std::get_if<rill::control::SubmitReply>(&*decoded);
+    REQUIRE(reply != nullptr);
+    return *reply;
+  };
+  // The first runs (long enough to hold the others back: the master starts
+  // it before it reads the next message); 3 MB of job file waits; 3 MB more
+  // would be over 4 MiB in all.
+  CHECK(submit(job, 100000000).error.empty());
+  const std::string padded = job + std::string(3000000, ' ');
+  CHECK(submit(padded, 10).error.empty());
+  auto over_bytes = submit(padded, 10);
+  CHECK(over_bytes.job_id == 0);
+  CHECK(over_bytes.error ==
+        "the master's queue is full: 1 job(s) of " + std::to_string(padded.size()) +
+            " bytes wait already (it holds at most 64 jobs and --max-message-bytes 4194304 bytes of job files); "
+            "submit again when one has run");
+  for (int i = 1; i < 64; ++i) REQUIRE(submit(job, 10).error.empty());
+  auto over_count = submit(job, 10);
+  CHECK(over_count.job_id == 0);
+  CHECK(over_count.error.find("the master's queue is full: 64 job(s) of ") == 0);
+  ::setenv("RILL_KEY_FILE", key_file.c_str(), 1);
+  auto status = rill::Client::connect("127.0.0.1:19550", 10);
+  REQUIRE(status.ok());
+  auto text = (*status)->status();
+  REQUIRE(text.ok());
+  CHECK(nlohmann::json::parse(*text)["queued"].size() == 64);
+  // Shutting down ends the running job too.
+  CHECK((*status)->shutdown().ok());
+  ::unsetenv("RILL_KEY_FILE");
+  CHECK(master.wait(15) == 0);
+  CHECK(master.output().find("job 1 failed: the cluster is shutting down") != std::string::npos);
 }
 
 TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in one message fails naming them") {
