@@ -106,6 +106,17 @@ StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment() {
 
 std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
 
+std::string http_token(const ClusterKey& key) {
+  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
+  constexpr std::string_view kPurpose = "rill http token v1";
+  std::array<uint8_t, 16> digest{};
+  crypto_generichash(digest.data(), digest.size(), reinterpret_cast<const unsigned char*>(kPurpose.data()),
+                     kPurpose.size(), key.secret.data(), key.secret.size());
+  std::string hex;
+  for (uint8_t b : digest) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
 CurveKeyPair derive_key_pair(const ClusterKey& key, std::string_view identity) {
   if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
   const std::string message = std::string(kDerivationPrefix) + std::string(identity);

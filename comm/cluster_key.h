@@ -56,6 +56,11 @@ StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment();
 std::string node_identity(int rank);  // "node-R"
 inline constexpr std::string_view kClientIdentity = "client";
 
+// The bearer token of the master's HTTP endpoint (dashboard, /metrics,
+// /api) in a keyed cluster: 32 hex digits of a keyed BLAKE2b of the secret,
+// one-way (it gives away no key and no CURVE pair). `rill token` prints it.
+std::string http_token(const ClusterKey& key);
+
 struct CurveKeyPair {
   std::array<uint8_t, 32> public_key{}, secret_key{};
 };

@@ -171,7 +171,12 @@ int main(int argc, char** argv) {
   // what they start (agents, launched processes) in the environment.
   std::string key_file;
   bool insecure = false;
-  for (CLI::App* command : {agent, submit, status, launch})
+  CLI::App* token = app.add_subcommand(
+      "token", "Print the bearer token of a keyed cluster's HTTP endpoint (dashboard, /metrics, /api)");
+  std::string token_http = rill::kDefaultHttp;
+  token->add_option("--http", token_http, "Also print the dashboard's address with it: the master's ADDRESS:PORT")
+      ->capture_default_str();
+  for (CLI::App* command : {agent, submit, status, launch, token})
     command->add_option("--key", key_file,
                         fmt::format("The cluster's key file (`rill keygen` writes one; default: ${})",
                                     rill::comm::kKeyFileEnv));
@@ -208,6 +213,16 @@ int main(int argc, char** argv) {
       return rill::fail_command(written);
     fmt::print("wrote the cluster key {}: give it to every agent and client (--key {} or {}={})\n", keygen_path,
                keygen_path, rill::comm::kKeyFileEnv, keygen_path);
+    return 0;
+  }
+
+  if (token->parsed()) {
+    auto key = rill::comm::key_from_environment();
+    if (!key.ok()) return rill::fail_command(key.status());
+    if (!*key)
+      return rill::fail_command(rill::invalid_argument("no cluster key: give --key FILE or {}", rill::comm::kKeyFileEnv));
+    const std::string value = rill::comm::http_token(**key);
+    fmt::print("{}\nhttp://{}/?token={}\n", value, token_http, value);
     return 0;
   }
 

@@ -405,7 +405,14 @@ Status Agent::start_http() {
   }
   if (port < 0 || port > 65535)
     return invalid_argument("--http '{}': expected ADDRESS:PORT (or off)", spec);
-  auto server = HttpServer::start(spec.substr(0, colon), port, board_);
+  const std::string address = spec.substr(0, colon);
+  if (!options_.key && !options_.insecure && !is_loopback_address(address))
+    return invalid_argument("{}: --http {}: will not serve the cluster's jobs beyond this machine without a cluster "
+                            "key (with one, the endpoint asks for its token); give --key FILE, or --insecure on a "
+                            "trusted network",
+                            node_name(options_.machines, 0), spec);
+  const std::string token = options_.key ? comm::http_token(*options_.key) : "";
+  auto server = HttpServer::start(address, port, board_, token);
   if (!server.ok()) {
     if (!options_.http.empty()) return server.status().with_context(node_name(options_.machines, 0));
     spdlog::warn("{}: metrics are not served ({}); --http ADDRESS:PORT picks another place",
@@ -413,8 +420,14 @@ Status Agent::start_http() {
     return {};
   }
   http_ = std::move(*server);
-  spdlog::info("{}: metrics at http://{}:{}/metrics, status at /api/status", node_name(options_.machines, 0),
-               spec.substr(0, colon), http_->port());
+  if (token.empty())
+    spdlog::info("{}: dashboard at http://{}:{}/, metrics at /metrics, status at /api/status",
+                 node_name(options_.machines, 0), address, http_->port());
+  else
+    spdlog::info("{}: dashboard at http://{}:{}/, metrics at /metrics, status at /api/status, for holders of the "
+                 "token (`rill token --key {} --http {}:{}` prints the address with it)",
+                 node_name(options_.machines, 0), address, http_->port(),
+                 std::getenv(comm::kKeyFileEnv) ? std::getenv(comm::kKeyFileEnv) : "FILE", address, http_->port());
   return {};
 }
 

@@ -8,12 +8,60 @@
 #include "runtime/cluster/dashboard_html.h"
 
 namespace rill {
+namespace {
 
-StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& address, int port,
-                                                        MetricsBoard& board) {
+constexpr std::string_view kCookie = "rill_token";
+
+// Compares in time independent of where they differ (the length is no secret).
+bool same_token(std::string_view given, std::string_view token) {
+  if (given.size() != token.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ token[i]);
+  return diff == 0;
+}
+
+// The value of cookie `name` in a Cookie header ("a=1; rill_token=..."), or "".
+std::string_view cookie(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const size_t end = std::min(header.find(';'), header.size());
+    std::string_view pair = header.substr(0, end);
+    header.remove_prefix(std::min(end + 1, header.size()));
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    if (pair.size() > name.size() && pair.substr(0, name.size()) == name && pair[name.size()] == '=')
+      return pair.substr(name.size() + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& address, int port, MetricsBoard& board,
+                                                        const std::string& token) {
   std::unique_ptr<HttpServer> http(new HttpServer());
   http->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *http->server_;
+  if (!token.empty())
+    s.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+      const std::string authorization = req.get_header_value("Authorization");
+      const bool in_query = req.has_param("token");
+      const std::string cookies = req.get_header_value("Cookie");
+      std::string_view given = cookie(cookies, kCookie);
+      if (authorization.rfind("Bearer ", 0) == 0) given = std::string_view(authorization).substr(7);
+      const std::string query = in_query ? req.get_param_value("token") : std::string();
+      if (in_query) given = query;
+      if (same_token(given, token)) {
+        if (in_query)
+          res.set_header("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict", kCookie, token));
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.status = 401;
+      res.set_header("WWW-Authenticate", R"(Bearer realm="rill")");
+      res.set_content(given.empty() ? "this cluster's HTTP endpoint needs its token: `rill token --key FILE` prints "
+                                      "it; send it as 'Authorization: Bearer TOKEN', or open /?token=TOKEN once\n"
+                                    : "this is not the cluster's token (`rill token --key FILE` prints it)\n",
+                      "text/plain; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    });
   s.Get("/metrics", [&board](const httplib::Request&, httplib::Response& res) {
     res.set_content(board.prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
   });

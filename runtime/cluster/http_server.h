@@ -6,7 +6,11 @@
 //   GET /              a page drawing those live (runtime/cluster/dashboard.html,
 //                      with Debian's chart.js, both compiled in)
 //   GET /api/jobs/ID/plan.svg  the job's plan, drawn by Graphviz's dot
-// Nothing it serves changes the cluster.
+// Nothing it serves changes the cluster. Given a token (a keyed cluster's,
+// comm::http_token), it answers only requests that carry it: as
+// `Authorization: Bearer TOKEN` (Prometheus, curl), as `?token=TOKEN` (a
+// browser's first visit, which then gets it as a cookie for the page's own
+// requests) or as that cookie; anything else gets 401 saying how.
 #pragma once
 
 #include <memory>
@@ -26,7 +30,8 @@ class HttpServer {
  public:
   // Listens on address:port (port 0: one the kernel picks) on a thread of
   // its own. Errors name the address (a port in use, say).
-  static StatusOr<std::unique_ptr<HttpServer>> start(const std::string& address, int port, MetricsBoard& board);
+  static StatusOr<std::unique_ptr<HttpServer>> start(const std::string& address, int port, MetricsBoard& board,
+                                                      const std::string& token = "");
   ~HttpServer();
   int port() const { return port_; }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
@@ -225,6 +226,61 @@ TEST_CASE("submitted jobs read data and write checkpoints only under each agent'
   REQUIRE(client.ok());
   CHECK((*client)->shutdown().ok());
   CHECK(node0.wait(15) == 0);
+}
+
+TEST_CASE("a keyed cluster's HTTP endpoint answers only holders of its token") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-http-token-");
+  const std::string key = keygen(dir / "cluster.key");
+  Agent master("--machines 127.0.0.1:19515 --rank 0 --devices cpu:1 --http 127.0.0.1:19518 --key " + key,
+               (dir / "t0.log").string());
+  wait_formed("127.0.0.1:19515", key);
+  Ran printed = run_rill("token --key " + key + " --http 127.0.0.1:19518");
+  REQUIRE(printed.code == 0);
+  const std::string token = printed.output.substr(0, printed.output.find('\n'));
+  REQUIRE(token.size() == 32);
+  CHECK(printed.output.find("http://127.0.0.1:19518/?token=" + token) != std::string::npos);
+  CHECK(master.output().find("`rill token --key ") != std::string::npos);  // the log says how, not the token
+  CHECK(master.output().find(token) == std::string::npos);
+  httplib::Client http("127.0.0.1", 19518);
+  for (const char* path : {"/metrics", "/api/status", "/", "/api/jobs/1", "/static/chart.min.js"}) {
+    auto res = http.Get(path);
+    REQUIRE(res);
+    CHECK(res->status == 401);
+    CHECK(res->body.find("needs its token: `rill token --key FILE` prints it") != std::string::npos);
+  }
+  auto wrong = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + std::string(32, '0')}});
+  REQUIRE(wrong);
+  CHECK(wrong->status == 401);
+  CHECK(wrong->body.find("this is not the cluster's token") != std::string::npos);
+  // Prometheus and curl send it as a bearer token.
+  auto bearer = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + token}});
+  REQUIRE(bearer);
+  CHECK(bearer->status == 200);
+  CHECK(bearer->body.find("rill_node_heartbeat_age_seconds") != std::string::npos);
+  // A browser opens /?token=... once; the page's requests then carry the cookie.
+  auto page = http.Get("/?token=" + token);
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->get_header_value("Set-Cookie") == "rill_token=" + token + "; Path=/; HttpOnly; SameSite=Strict");
+  auto api = http.Get("/api/status", httplib::Headers{{"Cookie", "theme=dark; rill_token=" + token}});
+  REQUIRE(api);
+  CHECK(api->status == 200);
+  CHECK(api->body.find("\"nodes\"") != std::string::npos);
+  ::setenv("RILL_KEY_FILE", key.c_str(), 1);
+  auto client = rill::Client::connect("127.0.0.1:19515", 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  ::unsetenv("RILL_KEY_FILE");
+  CHECK(master.wait(15) == 0);
+  // Without a key the endpoint stays on this machine unless --insecure.
+  Ran beyond = run_rill("agent --machines 127.0.0.1:19515 --rank 0 --http 192.0.2.1:19518");
+  CHECK(beyond.code != 0);
+  CHECK(beyond.output.find("--http 192.0.2.1:19518: will not serve the cluster's jobs beyond this machine without a "
+                           "cluster key") != std::string::npos);
+  Ran no_key = run_rill("token");
+  CHECK(no_key.code != 0);
+  CHECK(no_key.output.find("no cluster key: give --key FILE or RILL_KEY_FILE") != std::string::npos);
 }
 
 TEST_CASE("the master queues at most 64 jobs and --max-message-bytes of job files; more is refused, named") {
