@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
                                 rill::kDefaultHttp));
   agent->add_option("--metrics-dir", agent_options.metrics_dir,
                     "The master writes each job's metrics here as job-ID.jsonl (JSON lines)");
+  agent->add_option("--control-send-hwm", agent_options.control_send_hwm,
+                    "ZeroMQ's send high-water mark on the control sockets (tests)")
+      ->group("");
   std::string control_fault;
   agent->add_option("--control-fault", control_fault,
                     "Inject a fault into this agent's control messages (tests): KIND:MESSAGE[:SECONDS]")

@@ -47,6 +47,7 @@ Status Agent::bind_ctrl() {
     server_.set(zmq::sockopt::linger, 0);
     server_.set(zmq::sockopt::router_mandatory, 1);
     server_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+    if (options_.control_send_hwm > 0) server_.set(zmq::sockopt::sndhwm, options_.control_send_hwm);
     if (options_.key) {
       auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world_, true, name + ": control port");
       if (!zap.ok()) return zap.status();
@@ -102,6 +103,7 @@ Status Agent::start() {
     const Machine& m = options_.machines[0];
     master_.set(zmq::sockopt::linger, 0);
     master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+    if (options_.control_send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.control_send_hwm);
     master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
     if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
     master_watch_ = std::make_unique<comm::HandshakeWatch>(
@@ -131,9 +133,19 @@ void Agent::post_to_node(int node, const ctl::Message& m) {
 }
 
 void Agent::send_router(const std::string& identity, const std::string& bytes) {
+  deliver(Outgoing{false, identity, bytes});
+}
+
+bool Agent::router_send_now(const std::string& identity, const std::string& bytes) {
   try {
-    server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+    // ZeroMQ takes a message's later frames once it took the first.
+    if (!server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      for (int r = 0; r < world_; ++r)
+        if (identity_of_node_[r] == identity) return false;  // a node's queue is full: kept
+      spdlog::warn("control message to client '{}' not delivered: it does not read its answers", identity);
+      return true;
+    }
+    (void)server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     // Once per node: a peer that left is reported as lost by check_liveness.
     for (int r = 0; r < world_; ++r)
@@ -141,10 +153,17 @@ void Agent::send_router(const std::string& identity, const std::string& bytes) {
         if (!unreachable_warned_[r])
           spdlog::warn("control message to {} not delivered: {}", node_name(options_.machines, r), e.what());
         unreachable_warned_[r] = true;
-        return;
+        return true;
       }
     spdlog::warn("control message to client '{}' not delivered: {}", identity, e.what());
   }
+  return true;
+}
+
+void Agent::deliver(Outgoing o) {
+  bool held = false;
+  for (const Outgoing& h : backlog_) held = held || (h.to_master == o.to_master && h.identity == o.identity);
+  if (held || !send_now(o)) backlog_.push_back(std::move(o));
 }
 
 void Agent::flush() {
@@ -153,31 +172,35 @@ void Agent::flush() {
     std::lock_guard<std::mutex> lock(out_mu_);
     out.swap(outbox_);
   }
+  // What a full queue held back goes first, each peer's in order.
+  std::deque<Outgoing> held;
+  held.swap(backlog_);
+  for (Outgoing& o : held) deliver(std::move(o));
   if (options_.fault.kind != ControlFault::Kind::kNone) {
     // Delayed messages whose time has come leave first.
     const auto now = Clock::now();
     for (auto it = delayed_.begin(); it != delayed_.end();)
       if (it->first <= now) {
-        send_now(it->second);
+        deliver(std::move(it->second));
         it = delayed_.erase(it);
       } else {
         ++it;
       }
   }
   for (Outgoing& o : out)
-    if (options_.fault.kind == ControlFault::Kind::kNone || inject_fault(o)) send_now(o);
+    if (options_.fault.kind == ControlFault::Kind::kNone || inject_fault(o)) deliver(std::move(o));
 }
 
-void Agent::send_now(const Outgoing& o) {
+bool Agent::send_now(const Outgoing& o) {
   if (o.bytes.size() > options_.max_message_bytes) {
     // The peer would refuse it and drop the connection.
     spdlog::error("{}: a control message of {} bytes to {} is larger than --max-message-bytes {}: not sent",
                   node_name(options_.machines, options_.rank), o.bytes.size(), o.to_master ? "the master" : "a peer",
                   options_.max_message_bytes);
-    return;
+    return true;
   }
-  if (o.to_master) master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait);
-  else if (!o.identity.empty()) send_router(o.identity, o.bytes);
+  if (o.to_master) return master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait).has_value();
+  return o.identity.empty() || router_send_now(o.identity, o.bytes);
 }
 
 // Applies options_.fault to a message on its way out; false when it is not
@@ -186,8 +209,8 @@ bool Agent::inject_fault(Outgoing& o) {
   const ControlFault& fault = options_.fault;
   if (link_cut_) return false;
   if (held_ && held_->to_master == o.to_master && held_->identity == o.identity) {
-    send_now(o);  // the message after the held one goes first
-    send_now(*held_);
+    deliver(o);  // the message after the held one goes first
+    deliver(std::move(*held_));
     held_.reset();
     return false;
   }
@@ -202,7 +225,7 @@ bool Agent::inject_fault(Outgoing& o) {
   switch (fault.kind) {
     case ControlFault::Kind::kDrop: return false;
     case ControlFault::Kind::kDelay: delayed_.emplace_back(after(fault.seconds), o); return false;
-    case ControlFault::Kind::kDuplicate: send_now(o); return true;
+    case ControlFault::Kind::kDuplicate: deliver(o); return true;
     case ControlFault::Kind::kCorrupt: o.bytes[o.bytes.size() / 2] ^= 0x5a; return true;
     case ControlFault::Kind::kReorder: held_ = o; return false;
     case ControlFault::Kind::kCut: link_cut_ = true; return false;
@@ -535,6 +558,8 @@ void Agent::check_liveness() {
 
 void Agent::declare_lost(int rank, const std::string& reason) {
   spdlog::error("{}", reason);
+  // What waited for its full queue was for the process that is gone.
+  std::erase_if(backlog_, [&](const Outgoing& o) { return !o.to_master && o.identity == identity_of_node_[rank]; });
   std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
   lost_[rank] = true;
   phase_.lost = reason;

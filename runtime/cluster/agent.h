@@ -49,6 +49,7 @@ struct AgentOptions {
   // check that mismatched peers are refused.
   std::string version = "";       // empty: this build's version
   ControlFault fault;             // tests only
+  int control_send_hwm = 0;       // tests only: ZeroMQ's send high-water mark on control sockets (0: its default)
   // The master's HTTP endpoint (/metrics, /api/status, /api/jobs/ID):
   // "ADDRESS:PORT", or "off". Empty: kDefaultHttp, and a port in use there
   // only costs a warning.

@@ -101,7 +101,15 @@ class Agent {
   void post(Outgoing out);
   void post_to_node(int node, const ctl::Message& m);
   void flush();
-  void send_now(const Outgoing& out);
+  // Sends `out` now; false when its peer's queue is full (ZeroMQ's
+  // high-water mark: nothing was sent). Too large a message, or one to a
+  // client that does not read its answers, is logged and dropped.
+  bool send_now(const Outgoing& out);
+  // Sends, or keeps for the next flush behind what is kept for the same
+  // peer: control messages between agents are never dropped while their peer
+  // lives (a node declared lost loses what was kept for it).
+  void deliver(Outgoing out);
+  bool router_send_now(const std::string& identity, const std::string& bytes);
   bool inject_fault(Outgoing& out);
   Status bind_ctrl();
   void send_router(const std::string& identity, const std::string& bytes);
@@ -158,6 +166,7 @@ class Agent {
 
   std::mutex out_mu_;
   std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
+  std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
 
   // Master (loop thread).
   std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming

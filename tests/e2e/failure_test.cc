@@ -453,3 +453,30 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
   INFO(node.output());
   CHECK(node.output().find("the master node 0 (127.0.0.1:19310) is lost") != std::string::npos);
 }
+
+// ZeroMQ refuses a control message when the peer's queue is full (its
+// high-water mark, here 1 message): the agent keeps it and sends it on a
+// later turn of its loop, in order, instead of dropping it. Node 1 holds the
+// staged MLP's last layers and sends their pieces to the master at every
+// step's checkpoint; a single dropped piece leaves that step's checkpoint
+// incomplete and fails the job.
+TEST_CASE("control messages that meet a full ZeroMQ queue wait for it: a checkpoint of every step completes") {
+  auto dir = rill::testing::temp_dir("rill-control-hwm-");
+  const std::string machines = "127.0.0.1:19535,127.0.0.2:19535";
+  Agent node0("--machines " + machines + " --rank 0 --http off --devices cpu:2 --control-send-hwm 1",
+              (dir / "n0.log").string());
+  Agent node1("--machines " + machines + " --rank 1 --devices cpu:2 --control-send-hwm 1", (dir / "n1.log").string());
+  const std::string ckpt = (dir / "ckpt").string();
+  Ran ran = run_rill("submit " + root() + "/samples/mlp/mlp_stages.json --master 127.0.0.1:19535 --steps 40 --set "
+                     "checkpoint.dir=" + ckpt + " --set checkpoint.every=1 --set checkpoint.keep=50",
+                     120);
+  CHECK_MESSAGE(ran.code == 0, ran.output);
+  int steps = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+    steps += entry.is_directory() && entry.path().filename().string().rfind("step", 0) == 0;
+  CHECK(steps == 40);
+  auto client = rill::Client::connect("127.0.0.1:19535", 10);
+  REQUIRE(client.ok());
+  CHECK((*client)->shutdown().ok());
+  CHECK(node0.wait(15) == 0);
+}
