@@ -4,11 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -189,35 +188,29 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.overrides = args.overrides;
     options.resume = args.resume;
     options.max_restarts = args.max_restarts;
-    // While the job runs, a non-master agent that dies is started again with
-    // the same rank (its log goes on in the same file); the master takes it
-    // back and resumes the job.
-    std::mutex agents_mu;
-    std::atomic<bool> running{true};
-    std::thread supervisor;
-    if (args.max_restarts > 0)
-      supervisor = std::thread([&] {
-        int left = args.max_restarts;
-        while (running.load()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          std::lock_guard<std::mutex> lock(agents_mu);
-          for (int r = 1; r < args.nodes; ++r) {
-            int status = 0;
-            if (agents[r] <= 0 || waitpid(agents[r], &status, WNOHANG) != agents[r]) continue;
-            agents[r] = -1;
-            if (!failed_exit(status) || left == 0) continue;
-            --left;
-            fmt::print(stderr, "rill: the agent of node {} {}; starting it again ({} restart(s) left)\n", r,
-                       WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
-                                           : fmt::format("exited with code {}", WEXITSTATUS(status)),
-                       left);
-            agents[r] = start_agent(r, true);
-          }
-        }
-      });
-    auto result = (*client)->submit_text(*text, args.job_path, options);
-    running = false;
-    if (supervisor.joinable()) supervisor.join();
+    // The job is submitted and followed on a thread of its own; this one,
+    // which started the agents (they end with it), watches them: while the
+    // job runs, a non-master agent that dies is started again with the same
+    // rank (its log goes on in the same file), and the master takes it back
+    // and resumes the job.
+    auto submitted = std::async(std::launch::async,
+                                [&] { return (*client)->submit_text(*text, args.job_path, options); });
+    int left = args.max_restarts;
+    while (submitted.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      for (int r = 1; r < args.nodes && left > 0; ++r) {
+        int status = 0;
+        if (agents[r] <= 0 || waitpid(agents[r], &status, WNOHANG) != agents[r]) continue;
+        agents[r] = -1;
+        if (!failed_exit(status)) continue;
+        --left;
+        fmt::print(stderr, "rill: the agent of node {} {}; starting it again ({} restart(s) left)\n", r,
+                   WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
+                                       : fmt::format("exited with code {}", WEXITSTATUS(status)),
+                   left);
+        agents[r] = start_agent(r, true);
+      }
+    }
+    auto result = submitted.get();
     if (!result.ok()) {
       code = fail_command(result.status());
     } else {

@@ -1,5 +1,7 @@
 #include "runtime/cli/command_util.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,8 +34,13 @@ Status write_text_file(const std::string& path, const std::string& text) {
 
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                     const std::string& log, bool append) {
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
+  // Ends with the thread that started it (SIGTERM), however that one ends:
+  // a killed `rill run --nodes` or launcher leaves no agent holding its ports.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) std::_Exit(1);  // it was gone before the line above
   for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
   if (!log.empty() && std::freopen(log.c_str(), append ? "a" : "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
   std::vector<char*> args;

@@ -22,7 +22,9 @@ Status write_text_file(const std::string& path, const std::string& text);
 
 // Starts argv[0] (searched on PATH) with extra environment variables; its
 // output goes to `log` when not empty (appended to with `append`).
-// "/proc/self/exe" starts this binary.
+// "/proc/self/exe" starts this binary. The process gets SIGTERM when the
+// calling thread ends (Linux's parent-death signal): call it from a thread
+// that lives as long as the process should, the main one.
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
                     const std::string& log = "", bool append = false);
 // Waits for `pid`; its exit code, or 128 + signal.

@@ -480,3 +480,23 @@ TEST_CASE("control messages that meet a full ZeroMQ queue wait for it: a checkpo
   CHECK((*client)->shutdown().ok());
   CHECK(node0.wait(15) == 0);
 }
+
+// `rill run --nodes` killed alone (SIGKILL to its process, not its group, so
+// nothing reaches its agents directly): its agents end with it instead of
+// holding their ports and running the job on.
+TEST_CASE("the agents of a killed rill run --nodes end with it") {
+  auto dir = rill::testing::temp_dir("rill-orphans-");
+  const std::string out = (dir / "run.out").string();
+  const std::string agents = "pgrep -f -- '[a]gent --machines 127.0.0.1:19555,'";  // [a]: not this shell
+  Ran ran = rill::testing::run_shell(
+      rill::testing::binary() + " run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 "
+      "--ctrl-port 19555 --steps 100000000 --logdir " + dir.string() + " > " + out + " 2>&1 & run=$!; "
+      "for i in $(seq 200); do grep -q 'starts on 2 node' " + out + " && break; sleep 0.1; done; "
+      "test $(" + agents + " | wc -l) = 2 || { echo 'agents not running'; exit 2; }; "
+      "kill -9 $run; "
+      "for i in $(seq 100); do " + agents + " > /dev/null || { echo gone; exit 0; }; sleep 0.1; done; "
+      "echo 'agents still running'; pkill -9 -f -- '[a]gent --machines 127.0.0.1:19555,'; exit 1",
+      60);
+  CHECK_MESSAGE(ran.code == 0, ran.output);
+  CHECK(ran.output.find("gone") != std::string::npos);
+}
