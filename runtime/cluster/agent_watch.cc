@@ -1,0 +1,143 @@
+// What the master shows of the cluster: `rill status`'s JSON, the HTTP
+// endpoint and its board, and each node's pace.
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/agent_impl.h"
+
+#include <mutex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "comm/cluster_key.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/http_server.h"
+#include "runtime/node/node_runtime.h"
+
+namespace rill::agent_internal {
+
+std::string Agent::status_json() {
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  nlohmann::ordered_json slow = nlohmann::ordered_json::array();
+  for (int r = 0; r < world_; ++r) {
+    std::string state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
+    nlohmann::ordered_json node = {{"rank", r},
+                                   {"address", format_machine(options_.machines[r])},
+                                   {"devices", options_.devices},
+                                   {"state", state},
+                                   {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}};
+    // The running job's pace over the last 10 s (runtime/cluster/pace.h).
+    if (pace[r].known) {
+      node["steps_per_second"] = pace[r].steps_per_second;
+      node["busy_ms_per_step"] = pace[r].busy_ms_per_step;
+      node["slow"] = pace[r].slow;
+      if (pace[r].slow) slow.push_back(r);
+    }
+    nodes.push_back(std::move(node));
+  }
+  nlohmann::ordered_json queued = nlohmann::ordered_json::array();
+  for (const QueuedJob& q : queue_) queued.push_back({{"job_id", q.id}, {"name", q.job.name}});
+  nlohmann::ordered_json j;
+  j["nodes"] = nodes;
+  j["running"] = job_running_ ? nlohmann::ordered_json{{"job_id", running_id_}, {"name", running_name_}}
+                              : nlohmann::ordered_json(nullptr);
+  j["queued"] = queued;
+  j["slow_nodes"] = slow;
+  return j.dump();
+}
+
+Status Agent::start_http() {
+  if (options_.http == "off") return {};
+  const std::string spec = options_.http.empty() ? kDefaultHttp : options_.http;
+  const size_t colon = spec.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0) {
+    try {
+      port = std::stoi(spec.substr(colon + 1));
+    } catch (const std::exception&) {
+    }
+  }
+  if (port < 0 || port > 65535)
+    return invalid_argument("--http '{}': expected ADDRESS:PORT (or off)", spec);
+  const std::string address = spec.substr(0, colon);
+  if (!options_.key && !options_.insecure && !is_loopback_address(address))
+    return invalid_argument("{}: --http {}: will not serve the cluster's jobs beyond this machine without a cluster "
+                            "key (with one, the endpoint asks for its token); give --key FILE, or --insecure on a "
+                            "trusted network",
+                            node_name(options_.machines, 0), spec);
+  const std::string token = options_.key ? comm::http_token(*options_.key) : "";
+  auto server = HttpServer::start(address, port, board_, token);
+  if (!server.ok()) {
+    if (!options_.http.empty()) return server.status().with_context(node_name(options_.machines, 0));
+    spdlog::warn("{}: metrics are not served ({}); --http ADDRESS:PORT picks another place",
+                 node_name(options_.machines, 0), server.status().message());
+    return {};
+  }
+  http_ = std::move(*server);
+  if (token.empty())
+    spdlog::info("{}: dashboard at http://{}:{}/, metrics at /metrics, status at /api/status",
+                 node_name(options_.machines, 0), address, http_->port());
+  else
+    spdlog::info("{}: dashboard at http://{}:{}/, metrics at /metrics, status at /api/status, for holders of the "
+                 "token (`rill token --key {} --http {}:{}` prints the address with it)",
+                 node_name(options_.machines, 0), address, http_->port(),
+                 std::getenv(comm::kKeyFileEnv) ? std::getenv(comm::kKeyFileEnv) : "FILE", address, http_->port());
+  return {};
+}
+
+void Agent::publish_metrics() {
+  if (seconds_since(last_published_) < 0.25) return;
+  last_published_ = Clock::now();
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  std::vector<MetricsBoard::Node> nodes;
+  for (int r = 0; r < world_; ++r) {
+    MetricsBoard::Node n;
+    n.rank = r;
+    n.address = format_machine(options_.machines[r]);
+    n.state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
+    n.seconds_since_heartbeat = r == 0 ? 0.0 : seconds_since(last_seen_[r]);
+    n.paced = pace[r].known;
+    n.steps_per_second = pace[r].steps_per_second;
+    n.device_ms_per_step = pace[r].busy_ms_per_step;
+    n.slow = pace[r].slow;
+    for (const ctl::Heartbeat::Thread& t : activity_[r].threads) n.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
+    n.received_bytes_from = activity_[r].received_bytes_from;
+    nodes.push_back(std::move(n));
+  }
+  board_.publish_cluster(std::move(nodes), status_json());
+}
+
+// The master's own node's pace (the others' come with their heartbeats), and
+// a warning, once per job, naming a node that has become slow.
+void Agent::track_pace() {
+  if (!job_running_) {
+    pace_.clear();
+    activity_.assign(world_, {});
+    return;
+  }
+  if (warned_job_ != running_id_) {  // jobs may follow each other between two calls
+    warned_job_ = running_id_;
+    slow_warned_.assign(world_, false);
+  }
+  {
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    if (local_runtime_ && phase_.job_id == running_id_) {
+      const NodePace pace = local_runtime_->pace();
+      pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);
+      Activity& own = activity_[0];
+      own.threads.clear();
+      for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
+      own.received_bytes_from = transport_->received_bytes_from();
+    }
+  }
+  const std::vector<PaceReport> report = pace_.report(steady_seconds());
+  for (int r = 0; r < world_; ++r)
+    if (report[r].slow && !slow_warned_[r]) {
+      slow_warned_[r] = true;
+      spdlog::warn("{} is slow: {:.1f} ms of device time per step, {:.1f}x the other nodes' median",
+                   node_name(options_.machines, r), report[r].busy_ms_per_step, report[r].ratio);
+    }
+}
+
+}  // namespace rill::agent_internal

@@ -1,0 +1,153 @@
+// A non-master agent's side of the control plane: the master's messages
+// (plans, starts, aborts, shutdowns, rejoined peers).
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/agent_impl.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "compiler/compiler.h"
+#include "graph/job_file.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/node/node_runtime.h"
+
+namespace rill::agent_internal {
+
+namespace {
+
+// This node's plan of a phase, compiled from what the master sent: the ids
+// agree with every other node's plan (compiler::CompileOptions::node).
+StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int world, const AllowedRoots& roots,
+                                   const std::string& where) {
+  auto job = graph::parse_job_json(part.job_text, "the job from the master");
+  if (!job.ok()) return job.status();
+  RILL_RETURN_IF_ERROR(check_job_paths(*job, "", roots, where, false));  // this node's own roots
+  auto cluster = compiler::parse_devices(part.devices, world);
+  if (!cluster.ok()) return cluster.status();
+  if (part.mode != static_cast<int>(compiler::Mode::kTrain) && part.mode != static_cast<int>(compiler::Mode::kEval))
+    return invalid_argument("the master sent compile mode {}, expected 0 (train) or 1 (eval)", part.mode);
+  compiler::CompileOptions options;
+  options.mode = static_cast<compiler::Mode>(part.mode);
+  options.steps = part.steps;
+  options.activation_register_num = part.activation_register_num;
+  options.node = node;
+  return compiler::compile(*job, *cluster, options);
+}
+
+}  // namespace
+
+// A non-master agent's handling of the master's messages (loop thread).
+void Agent::worker_handle(ctl::Message message) {
+  const std::string me = node_name(options_.machines, options_.rank);
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ctl::PlanPart>) {
+          // A repeated message (the master sends each phase once) must not
+          // build a second runtime on the same tags.
+          if (m.job_id == last_part_.first && m.phase == last_part_.second) {
+            spdlog::warn("{}: ignoring a repeated plan of job {} phase {}", me, m.job_id, m.phase);
+            return;
+          }
+          last_part_ = {m.job_id, m.phase};
+          RunOptions run;
+          run.node = options_.rank;
+          run.transport = transport_.get();
+          run.tag_base = m.tag_base;
+          run.stall_timeout_s = options_.stall_timeout_s;
+          if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok())
+            run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
+          for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
+          for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
+          run.start_step = m.start_step;
+          run.max_control_message_bytes = options_.max_message_bytes;
+          if (m.snapshot_every >= 0) {
+            run.snapshot_every = m.snapshot_every;
+            run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
+              post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
+            };
+          }
+          // Compiled and built off the loop, which keeps answering
+          // heartbeats meanwhile (a dataset may take long to read); the ack
+          // goes out when it is done.
+          builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
+            const auto start = std::chrono::steady_clock::now();
+            auto plan = compile_part(part, options_.rank, world_, roots_, me);
+            if (plan.ok())
+              spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
+                           part.phase, plan->size(),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
+                                   : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
+            std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
+                pending_ = std::move(*built);
+                pending_job_ = part.job_id;
+                pending_phase_ = part.phase;
+                // Count this job's traffic from here: the master starts
+                // sending once every node has acked, possibly before our
+                // Start arrives.
+                transport_->reset();
+              }
+            }
+            post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error});
+          });
+        } else if constexpr (std::is_same_v<T, ctl::Start>) {
+          std::unique_ptr<NodeRuntime> runtime;
+          {
+            std::lock_guard<std::mutex> lock(run_mu_);
+            if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
+            runtime = std::move(pending_);
+          }
+          // After the previous run has wound down, on the runner's thread.
+          runner_->post([this, job = m.job_id, phase = m.phase,
+                         runtime = std::shared_ptr<NodeRuntime>(std::move(runtime))]() mutable {
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              running_ = runtime.get();
+              running_job_ = job;
+              running_phase_ = phase;
+            }
+            RunReport report = runtime->run();
+            {
+              std::lock_guard<std::mutex> lock(run_mu_);
+              running_ = nullptr;
+            }
+            runtime.reset();  // unhooks the transport handler before the next job
+            ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
+                           report.seconds, transport_->received_from(), transport_->received_bytes_from()};
+            // They fit: the plan was refused otherwise (max_control_message_bytes).
+            if (done.error.empty())
+              for (VariablePiece& p : report.pieces)
+                done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
+            post_to_node(0, done);
+          });
+        } else if constexpr (std::is_same_v<T, ctl::Abort>) {
+          std::lock_guard<std::mutex> lock(run_mu_);
+          // A plan still being made for it is dropped; a restarted attempt's
+          // later phases are not.
+          aborted_job_ = m.job_id;
+          aborted_phase_ = m.phase;
+          if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset();
+          if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
+            running_->abort(Status(Code::kAborted, m.reason));
+        } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
+          std::lock_guard<std::mutex> lock(run_mu_);
+          if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
+          if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
+          shutdown_ = true;
+        } else if constexpr (std::is_same_v<T, ctl::Rejoined>) {
+          transport_->revive(m.node);
+          spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
+        }
+      },
+      message);
+}
+
+}  // namespace rill::agent_internal
