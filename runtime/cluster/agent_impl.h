@@ -171,6 +171,8 @@ class Agent {
   std::mutex out_mu_;
   std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
   std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
+  int64_t unread_answers_dropped_ = 0;     // loop thread: since the last warning
+  Clock::time_point unread_answers_warned_{};
 
   // Master (loop thread).
   std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming

@@ -36,7 +36,14 @@ bool Agent::router_send_now(const std::string& identity, const std::string& byte
     if (!server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       for (int r = 0; r < world_; ++r)
         if (identity_of_node_[r] == identity) return false;  // a node's queue is full: kept
-      spdlog::warn("control message to client '{}' not delivered: it does not read its answers", identity);
+      // A client that reads no answers: counted, logged at most every 10 s.
+      ++unread_answers_dropped_;
+      if (seconds_since(unread_answers_warned_) >= 10) {
+        spdlog::warn("{}: dropped {} answer(s) to clients that do not read them",
+                     node_name(options_.machines, options_.rank), unread_answers_dropped_);
+        unread_answers_warned_ = Clock::now();
+        unread_answers_dropped_ = 0;
+      }
       return true;
     }
     (void)server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);

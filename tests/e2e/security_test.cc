@@ -333,6 +333,21 @@ TEST_CASE("the master queues at most 64 jobs and --max-message-bytes of job file
   auto over_count = submit(job, 10);
   CHECK(over_count.job_id == 0);
   CHECK(over_count.error.find("the master's queue is full: 64 job(s) of ") == 0);
+  // A client that asks and never reads the answers fills its queue at the
+  // master: what does not fit is dropped, counted and logged now and then,
+  // and the master serves on.
+  {
+    zmq::socket_t deaf(context, zmq::socket_type::dealer);
+    deaf.set(zmq::sockopt::linger, 0);
+    rill::comm::curve_client(deaf, *key, rill::comm::kClientIdentity, 0);
+    deaf.connect("tcp://127.0.0.1:19550");
+    const std::string ask = rill::control::encode(rill::control::StatusRequest{});
+    for (int i = 0; i < 30000; ++i) (void)deaf.send(zmq::buffer(ask), zmq::send_flags::none);
+    for (int i = 0; i < 100 && master.output().find("answer(s) to clients that do not read them") == std::string::npos;
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(master.output().find("answer(s) to clients that do not read them") != std::string::npos);
   ::setenv("RILL_KEY_FILE", key_file.c_str(), 1);
   auto status = rill::Client::connect("127.0.0.1:19550", 10);
   REQUIRE(status.ok());
