@@ -1,16 +1,5 @@
-// The ZeroMQ transport. Each rank binds one PULL socket on its endpoint and
-// holds one PUSH socket per peer, so every ordered pair of ranks has its own
-// TCP connection and ZeroMQ keeps per-pair order. A message is one or two
-// frames: [meta | header | small body] and, for a large body, the body itself
-// sent from the caller's memory without a copy.
-//
-// Peers on this machine (the same resolved address) are sent to through
-// shared memory instead (comm/shm_lanes.h); their connections stay, for the
-// monitor.
-//
-// Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
-// a connection, or a ZMTP heartbeat timeout), reported after a short grace so
-// that bytes the peer sent before it went away are delivered first.
+// The ZeroMQ transport: sending, receiving and closing (what it is, and the
+// class: zmq_transport_impl.h; each peer's connection: zmq_transport_peers.cc).
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -27,8 +16,9 @@
 #include "comm/mailbox.h"
 #include "comm/shm_lanes.h"
 #include "comm/transport.h"
+#include "comm/zmq_transport_impl.h"
 
-namespace rill::comm {
+namespace rill::comm::zmq_internal {
 namespace {
 
 constexpr uint32_t kMagic = 0x5441444c;  // "LDAT" little-endian: Rill data plane, version 1
@@ -90,116 +80,7 @@ void ZmqHolder::operator delete(void* p) {
 
 void release_tracked(void* /*data*/, void* hint) { SendTracker::release(hint); }
 
-class ZmqTransport final : public Transport {
- public:
-  ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
-      : rank_(rank), endpoints_(std::move(endpoints)), options_(options),
-        mailbox_(rank, static_cast<int>(endpoints_.size())) {}
-  ~ZmqTransport() override { close(); }
-
-  Status start(const std::vector<ResolvedEndpoint>& resolved);
-
-  int rank() const override { return rank_; }
-  int world() const override { return static_cast<int>(endpoints_.size()); }
-  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
-              SendTracker* tracker) override;
-  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
-  void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
-  void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
-  size_t max_message_bytes() const override { return options_.max_message_bytes; }
-  void limit_unread_bytes(size_t bytes) override { mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes)); }
-  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
-    mailbox_.cancel_tags(lo, hi, reason);
-  }
-  bool peer_lost(int rank) const override {
-    return rank >= 0 && rank < world() && rank != rank_ && peers_[rank] &&
-           peers_[rank]->lost.load(std::memory_order_acquire);
-  }
-  void revive(int rank) override;
-  int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
-  int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
-
-  // Handlers run under handlers_mu_, so after this returns the old handler
-  // is not called any more. An empty handler removes the tag's.
-  void set_handler(uint64_t tag, Handler handler) override {
-    std::lock_guard lock(handlers_mu_);
-    if (handler) {
-      handlers_[tag] = std::move(handler);
-    } else {
-      handlers_.erase(tag);
-    }
-    if (lanes_) lanes_->set_eager(!handlers_.empty());  // handlers are called at once
-  }
-  void close() override;
-
- private:
-  struct Peer {
-    std::mutex mu;
-    zmq::socket_t socket;   // PUSH to the peer; guarded by mu
-    std::string url;        // where `socket` connects
-    zmq::socket_t monitor;  // events of `socket`; receive thread only
-    std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
-    bool loss_pending = false;    // receive thread only
-    Clock::time_point lost_at;    // receive thread only
-    std::atomic<bool> lost{false};
-    std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
-    int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
-    bool redial_logged = false;   // receive thread only
-    Clock::time_point redial_at;  // receive thread only: when to dial again ({}: not pending)
-    std::atomic<bool> cut_off{false};  // too many malformed, or past its unread bound: what it sends is
-                                       // dropped until revived
-  };
-  static constexpr int64_t kMalformedLimit = 100;
-  static constexpr std::chrono::milliseconds kRedialPause{200};
-
-  std::string where(int peer) const {
-    return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
-  }
-  // The TCP path of send (every peer of another machine, local ones whose
-  // shared memory is not visible here).
-  Status send_tcp(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
-                  SendTracker* tracker);
-  void receive_loop();
-  void drain_data();
-  void dispatch(zmq::message_t& first, zmq::message_t* second);
-  // Passes a message to its tag's handler; false when the tag has none.
-  bool to_handler(int from, uint64_t tag, MessageView message);
-  // A message from the shared-memory lanes.
-  void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
-  void mark_lost(int peer, const std::string& reason);
-  // Queues a message no handler took; a peer past its bound of unread
-  // bytes is cut off.
-  void to_mailbox(int from, uint64_t tag, Received message);
-  void drain_monitor(int peer);
-  // Dials the peers whose handshake failed, once their pause is over.
-  void redial();
-  void report_losses();
-
-  const int rank_;
-  const std::vector<Endpoint> endpoints_;
-  const ZmqOptions options_;
-  zmq::context_t context_;  // one per transport; terminated last
-  std::unique_ptr<ZapAuthenticator> zap_;       // with a key: admits the cluster's nodes
-  zmq::socket_t pull_;      // receive thread only (after start)
-  std::unique_ptr<HandshakeWatch> pull_watch_;  // with a key: logs refused peers; receive thread only
-  std::vector<std::string> peer_identity_;      // "node-R" for each rank
-  zmq::socket_t wake_recv_, wake_send_;
-  std::vector<std::unique_ptr<Peer>> peers_;
-  Mailbox mailbox_;
-  std::unique_ptr<ShmLanes> lanes_;  // null without peers on this machine
-  std::mutex handlers_mu_;
-  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
-  std::vector<std::byte> scratch_;                  // an aligned first part for handlers; guarded by handlers_mu_
-  std::thread receiver_;
-  std::atomic<bool> closed_{false};
-  std::atomic<int64_t> malformed_{0};        // malformed messages dropped
-  std::atomic<size_t> max_message_bytes_{0};  // 0: no limit
-  std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
-  int64_t malformed_at_last_log_ = 0;         // receive thread only
-  Clock::time_point last_malformed_log_{};    // receive thread only
-  std::mutex close_mu_;
-  bool torn_down_ = false;  // guarded by close_mu_
-};
+}  // namespace
 
 Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   const Endpoint& own = endpoints_[rank_];
@@ -535,12 +416,6 @@ void ZmqTransport::to_mailbox(int from, uint64_t tag, Received message) {
                               where(from), mailbox_.unread_limit(), bytes, describe_tag(tag)));
 }
 
-void ZmqTransport::mark_lost(int peer, const std::string& reason) {
-  if (peers_[peer]->lost.exchange(true, std::memory_order_acq_rel)) return;
-  spdlog::warn("rank {}: {}", rank_, reason);
-  mailbox_.mark_lost(peer, reason);
-}
-
 void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   FrameMeta meta;
   std::memcpy(&meta, first.data(), sizeof meta);
@@ -563,96 +438,6 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
                                              holder->second.size());
   }
   to_mailbox(from, meta.tag, Received(std::move(holder), view));
-}
-
-void ZmqTransport::redial() {
-  const auto now = Clock::now();
-  for (auto& peer : peers_) {
-    Peer& p = *peer;
-    if (p.redial_at == Clock::time_point{} || now < p.redial_at) continue;
-    p.redial_at = {};
-    std::lock_guard lock(p.mu);
-    if (!p.socket) continue;
-    try {
-      p.socket.connect(p.url);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("rank {}: dialling {} again failed: {}", rank_, p.url, e.what());
-    }
-  }
-}
-
-void ZmqTransport::drain_monitor(int peer) {
-  Peer& p = *peers_[peer];
-  while (true) {
-    zmq::message_t event;
-    if (!p.monitor.recv(event, zmq::recv_flags::dontwait)) return;
-    zmq::message_t address;
-    if (event.more()) (void)p.monitor.recv(address, zmq::recv_flags::none);
-    if (event.size() < sizeof(uint16_t)) continue;
-    uint16_t id;
-    std::memcpy(&id, event.data(), sizeof id);
-    if (id == ZMQ_EVENT_CONNECTED) {
-      p.loss_pending = false;
-      p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-    } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected_ns.load(std::memory_order_relaxed) != 0) {
-      p.connected_ns.store(0, std::memory_order_release);
-      p.loss_pending = true;
-      p.lost_at = Clock::now() + options_.peer_lost_grace;
-    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-               id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-      // ZeroMQ does not dial again after a failed handshake (a process of
-      // another key, or none, held the peer's port): the connection would
-      // stay dead, and sends to the peer would find no connection. Dial
-      // again after a pause (redial()).
-      if (!p.redial_logged)
-        spdlog::warn("rank {}: the handshake with whatever listens at {} failed ({}); dialling again", rank_,
-                     where(peer), id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "not a node of this cluster");
-      p.redial_logged = true;
-      {
-        // Its session is over; the address leaves the socket until redial().
-        std::lock_guard lock(p.mu);
-        try {
-          if (p.socket) p.socket.disconnect(p.url);
-        } catch (const zmq::error_t&) {
-          // Already gone.
-        }
-      }
-      p.redial_at = Clock::now() + kRedialPause;
-    } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      p.redial_logged = false;
-    }
-  }
-}
-
-void ZmqTransport::report_losses() {
-  auto now = Clock::now();
-  for (int peer = 0; peer < world(); ++peer) {
-    Peer& p = *peers_[peer];
-    if (p.revived.exchange(false, std::memory_order_acq_rel)) {
-      p.loss_pending = false;
-      p.malformed = 0;
-    }
-    if (!p.loss_pending || now < p.lost_at) continue;
-    drain_data();  // what the peer sent before it went away comes first
-    if (lanes_ && lanes_->is_local(peer)) lanes_->drain(peer);
-    p.loss_pending = false;
-    mark_lost(peer, fmt::format("connection to {} was lost", where(peer)));
-  }
-}
-
-// The PUSH socket reconnects by itself to the restarted process's endpoint;
-// the monitor sees that as CONNECTED. A disconnect of the old connection
-// reported before is forgotten here; one still to come is cleared by that
-// CONNECTED event within the grace.
-void ZmqTransport::revive(int peer) {
-  if (peer < 0 || peer >= world() || peer == rank_ || closed_.load(std::memory_order_acquire)) return;
-  Peer& p = *peers_[peer];
-  p.revived.store(true, std::memory_order_release);
-  p.cut_off.store(false, std::memory_order_release);
-  if (lanes_ && lanes_->is_local(peer)) lanes_->revive(peer);
-  mailbox_.revive(peer);
-  if (p.lost.exchange(false, std::memory_order_acq_rel))
-    spdlog::info("rank {}: {} is back", rank_, where(peer));
 }
 
 void ZmqTransport::close() {
@@ -697,7 +482,9 @@ void ZmqTransport::close() {
   torn_down_ = true;
 }
 
-}  // namespace
+}  // namespace rill::comm::zmq_internal
+
+namespace rill::comm {
 
 StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<Endpoint> endpoints,
                                                         ZmqOptions options) {
@@ -709,7 +496,7 @@ StatusOr<std::unique_ptr<Transport>> make_zmq_transport(int rank, std::vector<En
     RILL_ASSIGN_OR_RETURN(ResolvedEndpoint r, resolve_endpoint(endpoints[i], i));
     resolved.push_back(std::move(r));
   }
-  auto transport = std::make_unique<ZmqTransport>(rank, std::move(endpoints), options);
+  auto transport = std::make_unique<zmq_internal::ZmqTransport>(rank, std::move(endpoints), options);
   RILL_RETURN_IF_ERROR(transport->start(resolved));
   return std::unique_ptr<Transport>(std::move(transport));
 }

@@ -1,0 +1,150 @@
+// The ZeroMQ transport. Each rank binds one PULL socket on its endpoint and
+// holds one PUSH socket per peer, so every ordered pair of ranks has its own
+// TCP connection and ZeroMQ keeps per-pair order. A message is one or two
+// frames: [meta | header | small body] and, for a large body, the body itself
+// sent from the caller's memory without a copy.
+//
+// Peers on this machine (the same resolved address) are sent to through
+// shared memory instead (comm/shm_lanes.h); their connections stay, for the
+// monitor.
+//
+// Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
+// a connection, or a ZMTP heartbeat timeout), reported after a short grace so
+// that bytes the peer sent before it went away are delivered first.
+//
+// The class is shared by zmq_transport.cc (sending, receiving, closing) and
+// zmq_transport_peers.cc (each peer's connection: loss, revival, redial).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "comm/cluster_key.h"
+#include "comm/endpoint_resolve.h"
+#include "comm/mailbox.h"
+#include "comm/shm_lanes.h"
+#include "comm/transport.h"
+
+namespace rill::comm::zmq_internal {
+
+class ZmqTransport final : public Transport {
+ public:
+  ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
+      : rank_(rank), endpoints_(std::move(endpoints)), options_(options),
+        mailbox_(rank, static_cast<int>(endpoints_.size())) {}
+  ~ZmqTransport() override { close(); }
+
+  Status start(const std::vector<ResolvedEndpoint>& resolved);
+
+  int rank() const override { return rank_; }
+  int world() const override { return static_cast<int>(endpoints_.size()); }
+  Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+              SendTracker* tracker) override;
+  Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
+  void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
+  void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
+  size_t max_message_bytes() const override { return options_.max_message_bytes; }
+  void limit_unread_bytes(size_t bytes) override { mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes)); }
+  void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
+    mailbox_.cancel_tags(lo, hi, reason);
+  }
+  bool peer_lost(int rank) const override {
+    return rank >= 0 && rank < world() && rank != rank_ && peers_[rank] &&
+           peers_[rank]->lost.load(std::memory_order_acquire);
+  }
+  void revive(int rank) override;
+  int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
+  int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
+
+  // Handlers run under handlers_mu_, so after this returns the old handler
+  // is not called any more. An empty handler removes the tag's.
+  void set_handler(uint64_t tag, Handler handler) override {
+    std::lock_guard lock(handlers_mu_);
+    if (handler) {
+      handlers_[tag] = std::move(handler);
+    } else {
+      handlers_.erase(tag);
+    }
+    if (lanes_) lanes_->set_eager(!handlers_.empty());  // handlers are called at once
+  }
+  void close() override;
+
+ private:
+  struct Peer {
+    std::mutex mu;
+    zmq::socket_t socket;   // PUSH to the peer; guarded by mu
+    std::string url;        // where `socket` connects
+    zmq::socket_t monitor;  // events of `socket`; receive thread only
+    std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
+    bool loss_pending = false;    // receive thread only
+    Clock::time_point lost_at;    // receive thread only
+    std::atomic<bool> lost{false};
+    std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
+    int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
+    bool redial_logged = false;   // receive thread only
+    Clock::time_point redial_at;  // receive thread only: when to dial again ({}: not pending)
+    std::atomic<bool> cut_off{false};  // too many malformed, or past its unread bound: what it sends is
+                                       // dropped until revived
+  };
+  static constexpr int64_t kMalformedLimit = 100;
+  static constexpr std::chrono::milliseconds kRedialPause{200};
+
+  std::string where(int peer) const {
+    return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
+  }
+  // The TCP path of send (every peer of another machine, local ones whose
+  // shared memory is not visible here).
+  Status send_tcp(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
+                  SendTracker* tracker);
+  void receive_loop();
+  void drain_data();
+  void dispatch(zmq::message_t& first, zmq::message_t* second);
+  // Passes a message to its tag's handler; false when the tag has none.
+  bool to_handler(int from, uint64_t tag, MessageView message);
+  // A message from the shared-memory lanes.
+  void deliver(int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep);
+  void mark_lost(int peer, const std::string& reason);
+  // Queues a message no handler took; a peer past its bound of unread
+  // bytes is cut off.
+  void to_mailbox(int from, uint64_t tag, Received message);
+  void drain_monitor(int peer);
+  // Dials the peers whose handshake failed, once their pause is over.
+  void redial();
+  void report_losses();
+
+  const int rank_;
+  const std::vector<Endpoint> endpoints_;
+  const ZmqOptions options_;
+  zmq::context_t context_;  // one per transport; terminated last
+  std::unique_ptr<ZapAuthenticator> zap_;       // with a key: admits the cluster's nodes
+  zmq::socket_t pull_;      // receive thread only (after start)
+  std::unique_ptr<HandshakeWatch> pull_watch_;  // with a key: logs refused peers; receive thread only
+  std::vector<std::string> peer_identity_;      // "node-R" for each rank
+  zmq::socket_t wake_recv_, wake_send_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  Mailbox mailbox_;
+  std::unique_ptr<ShmLanes> lanes_;  // null without peers on this machine
+  std::mutex handlers_mu_;
+  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
+  std::vector<std::byte> scratch_;                  // an aligned first part for handlers; guarded by handlers_mu_
+  std::thread receiver_;
+  std::atomic<bool> closed_{false};
+  std::atomic<int64_t> malformed_{0};        // malformed messages dropped
+  std::atomic<size_t> max_message_bytes_{0};  // 0: no limit
+  std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
+  int64_t malformed_at_last_log_ = 0;         // receive thread only
+  Clock::time_point last_malformed_log_{};    // receive thread only
+  std::mutex close_mu_;
+  bool torn_down_ = false;  // guarded by close_mu_
+};
+
+}  // namespace rill::comm::zmq_internal

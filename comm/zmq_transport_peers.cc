@@ -1,0 +1,109 @@
+// Each peer's connection of the ZeroMQ transport: its socket monitor's
+// events, loss reported after a grace, revival, and dialling again after a
+// failed handshake.
+#include <cstring>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
+
+#include "comm/zmq_transport_impl.h"
+
+namespace rill::comm::zmq_internal {
+
+void ZmqTransport::mark_lost(int peer, const std::string& reason) {
+  if (peers_[peer]->lost.exchange(true, std::memory_order_acq_rel)) return;
+  spdlog::warn("rank {}: {}", rank_, reason);
+  mailbox_.mark_lost(peer, reason);
+}
+
+void ZmqTransport::redial() {
+  const auto now = Clock::now();
+  for (auto& peer : peers_) {
+    Peer& p = *peer;
+    if (p.redial_at == Clock::time_point{} || now < p.redial_at) continue;
+    p.redial_at = {};
+    std::lock_guard lock(p.mu);
+    if (!p.socket) continue;
+    try {
+      p.socket.connect(p.url);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("rank {}: dialling {} again failed: {}", rank_, p.url, e.what());
+    }
+  }
+}
+
+void ZmqTransport::drain_monitor(int peer) {
+  Peer& p = *peers_[peer];
+  while (true) {
+    zmq::message_t event;
+    if (!p.monitor.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)p.monitor.recv(address, zmq::recv_flags::none);
+    if (event.size() < sizeof(uint16_t)) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    if (id == ZMQ_EVENT_CONNECTED) {
+      p.loss_pending = false;
+      p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected_ns.load(std::memory_order_relaxed) != 0) {
+      p.connected_ns.store(0, std::memory_order_release);
+      p.loss_pending = true;
+      p.lost_at = Clock::now() + options_.peer_lost_grace;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+               id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      // ZeroMQ does not dial again after a failed handshake (a process of
+      // another key, or none, held the peer's port): the connection would
+      // stay dead, and sends to the peer would find no connection. Dial
+      // again after a pause (redial()).
+      if (!p.redial_logged)
+        spdlog::warn("rank {}: the handshake with whatever listens at {} failed ({}); dialling again", rank_,
+                     where(peer), id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "not a node of this cluster");
+      p.redial_logged = true;
+      {
+        // Its session is over; the address leaves the socket until redial().
+        std::lock_guard lock(p.mu);
+        try {
+          if (p.socket) p.socket.disconnect(p.url);
+        } catch (const zmq::error_t&) {
+          // Already gone.
+        }
+      }
+      p.redial_at = Clock::now() + kRedialPause;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      p.redial_logged = false;
+    }
+  }
+}
+
+void ZmqTransport::report_losses() {
+  auto now = Clock::now();
+  for (int peer = 0; peer < world(); ++peer) {
+    Peer& p = *peers_[peer];
+    if (p.revived.exchange(false, std::memory_order_acq_rel)) {
+      p.loss_pending = false;
+      p.malformed = 0;
+    }
+    if (!p.loss_pending || now < p.lost_at) continue;
+    drain_data();  // what the peer sent before it went away comes first
+    if (lanes_ && lanes_->is_local(peer)) lanes_->drain(peer);
+    p.loss_pending = false;
+    mark_lost(peer, fmt::format("connection to {} was lost", where(peer)));
+  }
+}
+
+// The PUSH socket reconnects by itself to the restarted process's endpoint;
+// the monitor sees that as CONNECTED. A disconnect of the old connection
+// reported before is forgotten here; one still to come is cleared by that
+// CONNECTED event within the grace.
+void ZmqTransport::revive(int peer) {
+  if (peer < 0 || peer >= world() || peer == rank_ || closed_.load(std::memory_order_acquire)) return;
+  Peer& p = *peers_[peer];
+  p.revived.store(true, std::memory_order_release);
+  p.cut_off.store(false, std::memory_order_release);
+  if (lanes_ && lanes_->is_local(peer)) lanes_->revive(peer);
+  mailbox_.revive(peer);
+  if (p.lost.exchange(false, std::memory_order_acq_rel))
+    spdlog::info("rank {}: {} is back", rank_, where(peer));
+}
+
+}  // namespace rill::comm::zmq_internal
