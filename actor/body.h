@@ -295,6 +295,7 @@ class SinkBody {
   int ranks_ = 0;
   std::vector<int> rank_of_input_;    // ranks_ > 0: each reported input's rank
   std::vector<double> rank_values_;   // [metric * ranks_ + rank]
+  std::vector<double> rank_sums_;     // the same, over the step's micro-batches so far
   int loss_metric_ = -1;  // index in names_ of "loss", checked for finiteness
   Listener listener_;
   std::vector<std::string> fetch_;

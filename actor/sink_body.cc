@@ -28,6 +28,7 @@ SinkBody::SinkBody(std::vector<std::string> input_names, std::vector<bool> parti
   values_.assign(names_.size(), 0.0);
   sums_.assign(names_.size(), 0.0);
   rank_values_.assign(names_.size() * static_cast<size_t>(ranks_), 0.0);
+  rank_sums_.assign(rank_values_.size(), 0.0);
   auto loss = std::find(names_.begin(), names_.end(), "loss");
   if (loss != names_.end()) loss_metric_ = static_cast<int>(loss - names_.begin());
 }
@@ -56,11 +57,17 @@ Status SinkBody::act(const ActIo& io) {
     values_[metric] += value;
   }
   if (micro_batches_ > 1) {
+    // The step's mean once its last micro-batch is in (each rank's too).
     for (size_t m = 0; m < values_.size(); ++m) sums_[m] += values_[m];
-    if (io.micro + 1 < micro_batches_) return {};  // the step's mean once its last micro-batch is in
+    for (size_t i = 0; i < rank_values_.size(); ++i) rank_sums_[i] += rank_values_[i];
+    if (io.micro + 1 < micro_batches_) return {};
     for (size_t m = 0; m < values_.size(); ++m) {
       values_[m] = sums_[m] / static_cast<double>(micro_batches_);
       sums_[m] = 0.0;
+    }
+    for (size_t i = 0; i < rank_values_.size(); ++i) {
+      rank_values_[i] = rank_sums_[i] / static_cast<double>(micro_batches_);
+      rank_sums_[i] = 0.0;
     }
   }
   // A NaN or infinite loss means training has diverged: every later step

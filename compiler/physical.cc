@@ -36,6 +36,7 @@ class Expander {
     out_.stages = g_.stages;
     out_.log_every = g_.log_every;
     out_.shuffle = g_.shuffle;
+    out_.rows_by_rank = g_.mirrored;
     out_.seed = g_.seed;
     out_.num_nodes = g_.cluster.num_nodes;
     out_.devices_per_node = g_.cluster.devices_per_node;

@@ -116,6 +116,7 @@ struct TaskGraph {
   int stages = 1;                 // pipeline stages of the forward pass
   int64_t log_every = 0;
   bool shuffle = false;
+  bool rows_by_rank = false;  // the mirrored view: sources read each rank's own rows (plan.fbs SourceConf)
   uint64_t seed = 0;
   int num_nodes = 1;
   int devices_per_node = 1;

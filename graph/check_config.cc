@@ -199,8 +199,6 @@ void check_view(const Job& job, Issues* issues) {
   if (!job.groups.empty()) issues->add("groups", "groups place ops by hand: {}; drop them", why);
   if (job.pipeline) issues->add("pipeline", "a pipeline cuts the model into stages: {}; drop it", why);
   if (t.zero) issues->add("train.zero", "train.zero splits the variables: {} with a replica of every variable", why);
-  if (t.micro_batches != 1)
-    issues->add("train.micro_batches", "train.micro_batches is not supported under train.view \"mirrored\" yet");
 }
 
 void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
@@ -237,7 +235,7 @@ void check_run_config(const Job& job, Issues* issues) {
     issues->add("train.micro_batches",
                 "train.micro_batches {} does not divide train.batch_size {}: every micro-batch must have as many rows",
                 t.micro_batches, t.batch_size);
-  else if (t.micro_batches > 1 && devices > 0 && t.batch_size / t.micro_batches < devices)
+  else if (t.micro_batches > 1 && devices > 0 && t.view != "mirrored" && t.batch_size / t.micro_batches < devices)
     issues->add("train.micro_batches",
                 "a micro-batch of {} rows (train.batch_size {} / train.micro_batches {}) is smaller than the {} "
                 "devices it is split over",

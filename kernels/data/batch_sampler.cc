@@ -31,10 +31,11 @@ uint64_t uniform_below(std::mt19937_64& gen, uint64_t bound) {
 }  // namespace
 
 BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle,
-                           uint64_t seed, int sub_shard, int num_sub_shards, int64_t micro_batches)
+                           uint64_t seed, int sub_shard, int num_sub_shards, int64_t micro_batches, bool by_rank)
     : num_samples_(num_samples),
       global_batch_(global_batch),
       micro_batches_(micro_batches),
+      by_rank_(by_rank),
       shard_(shard),
       num_shards_(num_shards),
       sub_shard_(sub_shard),
@@ -42,12 +43,14 @@ BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard,
       shuffle_(shuffle),
       seed_(seed) {
   if (!validate().ok()) return;
-  const int64_t micro_batch = global_batch_ / micro_batches_;
-  const int64_t shard_begin = split_offset(micro_batch, num_shards_, shard_);
-  const int64_t shard_rows = split_offset(micro_batch, num_shards_, shard_ + 1) - shard_begin;
+  // The rows split over the shards: a micro-batch's, or (by rank) the whole batch's.
+  const int64_t split = by_rank_ ? global_batch_ : global_batch_ / micro_batches_;
+  const int64_t shard_begin = split_offset(split, num_shards_, shard_);
+  const int64_t shard_rows = split_offset(split, num_shards_, shard_ + 1) - shard_begin;
   const int64_t sub_begin = split_offset(shard_rows, num_sub_shards_, sub_shard_);
   row_begin_ = shard_begin + sub_begin;
   local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - sub_begin;
+  if (by_rank_) local_batch_ /= micro_batches_;  // validate(): it divides
   steps_per_epoch_ = num_samples_ / global_batch_;
   if (shuffle_) permutation_.resize(static_cast<size_t>(num_samples_));
 }
@@ -72,6 +75,13 @@ Status BatchSampler::validate() const {
                             micro_batches_ > 1 ? "micro-batch" : "global batch", micro_batch,
                             static_cast<int64_t>(num_shards_) * num_sub_shards_);
   }
+  if (by_rank_) {
+    const int64_t shard_rows = split_offset(global_batch_, num_shards_, shard_ + 1) - split_offset(global_batch_, num_shards_, shard_);
+    const int64_t rows = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - split_offset(shard_rows, num_sub_shards_, sub_shard_);
+    if (rows % micro_batches_ != 0 || rows < micro_batches_)
+      return invalid_argument("batch sampler: rank {}.{} reads {} rows of each batch, which {} micro-batches do not "
+                              "divide", shard_, sub_shard_, rows, micro_batches_);
+  }
   if (global_batch_ > num_samples_) {
     return invalid_argument("batch sampler: global batch {} is larger than the dataset's {} samples, so an epoch "
                             "has no full batch; lower the batch size or use more data",
@@ -93,8 +103,10 @@ void BatchSampler::indices(int64_t step, int64_t micro, std::span<int64_t> out) 
   assert(steps_per_epoch_ > 0 && step >= 0 && static_cast<int64_t>(out.size()) >= local_batch_);
   if (steps_per_epoch_ == 0 || step < 0) return;  // validate() explains; never divide by zero
   const int64_t epoch = step / steps_per_epoch_;
-  const int64_t first =
-      (step % steps_per_epoch_) * global_batch_ + micro * (global_batch_ / micro_batches_) + row_begin_;
+  // By rank, micro-batch `micro` is the next local_batch_ of the shard's own
+  // rows; else it is the next global_batch / K rows, split over the shards.
+  const int64_t first = (step % steps_per_epoch_) * global_batch_ + row_begin_ +
+                        micro * (by_rank_ ? local_batch_ : global_batch_ / micro_batches_);
   const int64_t count = std::min<int64_t>(local_batch_, static_cast<int64_t>(out.size()));
   if (!shuffle_) {
     for (int64_t r = 0; r < count; ++r) out[r] = first + r;

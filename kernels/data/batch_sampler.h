@@ -29,9 +29,12 @@ class BatchSampler {
   // global batch larger than the dataset) yields steps_per_epoch() == 0 and a
   // validate() error explaining why.
   // With `micro_batches` K, each step's global batch is read as K
-  // micro-batches of global_batch / K rows (in order), each split over the shards.
+  // micro-batches of global_batch / K rows (in order), each split over the
+  // shards; with `by_rank` (the mirrored view, where each rank owns its rows)
+  // each shard reads its own rows of the global batch, K micro-batches of
+  // them (its rows must divide by K).
   BatchSampler(int64_t num_samples, int64_t global_batch, int shard, int num_shards, bool shuffle, uint64_t seed,
-               int sub_shard = 0, int num_sub_shards = 1, int64_t micro_batches = 1);
+               int sub_shard = 0, int num_sub_shards = 1, int64_t micro_batches = 1, bool by_rank = false);
 
   // Ok when every step has samples for every shard; otherwise says what is wrong.
   Status validate() const;
@@ -53,6 +56,7 @@ class BatchSampler {
   int64_t num_samples_;
   int64_t global_batch_;
   int64_t micro_batches_;
+  bool by_rank_;
   int shard_;
   int num_shards_;
   int sub_shard_;

@@ -225,7 +225,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         }
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
                            conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),
-                           plan_->micro_batches());
+                           plan_->micro_batches(), conf->rows_by_rank());
       RILL_RETURN_IF_ERROR(sampler.validate().with_context(fmt::format("dataset '{}'", data->name())));
       return Body(std::in_place_type<SourceBody>, std::move(data), std::move(fields), std::move(sampler));
     }

@@ -108,6 +108,31 @@ TEST_CASE("the shuffle is a fixed algorithm: pinned output") {
   CHECK(shard_indices(sampler, 0) == std::vector<int64_t>{4, 6, 8, 9, 3, 5, 7, 2, 0, 1});
 }
 
+TEST_CASE("micro-batches: split over the shards in turn, or (by rank) each shard's own rows in turn") {
+  // Global batch 8 over 2 nodes x 2 devices, 2 micro-batches, no shuffle.
+  auto rows = [](bool by_rank, int shard, int sub, int64_t micro) {
+    BatchSampler sampler(64, 8, shard, 2, false, 0, sub, 2, 2, by_rank);
+    REQUIRE(sampler.validate().ok());
+    std::vector<int64_t> out(static_cast<size_t>(sampler.local_batch()), -1);
+    sampler.indices(1, micro, out);
+    return out;
+  };
+  // Micro-batch j is rows [8 + 4j, 12 + 4j) of step 1, one row per device.
+  CHECK(rows(false, 0, 0, 0) == std::vector<int64_t>{8});
+  CHECK(rows(false, 1, 1, 0) == std::vector<int64_t>{11});
+  CHECK(rows(false, 0, 1, 1) == std::vector<int64_t>{13});
+  // By rank: device (n, d) owns rows 8 + 2 (2n + d) and the next; micro-batch
+  // j is the j-th of them, as a rank of a DDP job reads its own batch.
+  CHECK(rows(true, 0, 0, 0) == std::vector<int64_t>{8});
+  CHECK(rows(true, 0, 0, 1) == std::vector<int64_t>{9});
+  CHECK(rows(true, 1, 0, 0) == std::vector<int64_t>{12});
+  CHECK(rows(true, 1, 1, 1) == std::vector<int64_t>{15});
+  // A rank's rows must divide by the micro-batches.
+  BatchSampler odd(64, 12, 0, 2, false, 0, 0, 2, 2, true);  // 3 rows a rank
+  CHECK(odd.validate().message().find("reads 3 rows of each batch, which 2 micro-batches do not divide") !=
+        std::string::npos);
+}
+
 TEST_CASE("batch sampler rejects configurations it cannot serve, without crashing") {
   BatchSampler too_big(5, 8, 0, 2, true, 0);
   CHECK(too_big.steps_per_epoch() == 0);
