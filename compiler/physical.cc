@@ -297,6 +297,11 @@ class Expander {
         task.variable.update_attrs = v.update_attrs;
         task.variable.num_state = v.num_state;
         task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
+        // The lowest rank that could hold the same piece: node 0 of the
+        // placement unless split across nodes, device 0 unless split within.
+        const int first = (v.sbp.across.kind == Sbp::kSplit ? rank / p.per_node() : 0) * p.per_node() +
+                          (v.sbp.within.kind == Sbp::kSplit ? rank % p.per_node() : 0);
+        task.variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == task.variable.offset;
         task.variable.block_of = var.block_of;
         task.variable.lanes = lanes;
         task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;

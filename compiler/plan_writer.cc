@@ -80,7 +80,7 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
                                           b.CreateString(t.variable.update_op),
                                           write_attrs(b, t.variable.update_attrs), t.variable.num_state,
                                           b.CreateVector(t.variable.offset), whole, whole_shape, whole_offset,
-                                          t.variable.lanes, t.variable.dc_asgd_lambda);
+                                          t.variable.lanes, t.variable.dc_asgd_lambda, t.variable.replica);
       break;
     }
     case plan::TaskKind::Sink: {

@@ -59,6 +59,7 @@ struct VariableInfo {
   std::optional<graph::BlockOf> block_of;  // parameter servers: a block of another variable
   int lanes = 1;                           // async pservers: a gradient and a model per trainer rank
   float dc_asgd_lambda = 0;
+  bool replica = false;  // a lower rank holds the same piece (VariableConf.replica)
 };
 
 struct SinkInfo {

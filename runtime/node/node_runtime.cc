@@ -333,8 +333,9 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
     RILL_ASSIGN_OR_RETURN(std::vector<float> state, piece_of(options_.initial_state, var + "/" + state_names.back()));
     if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
   }
-  // One snapshot per distinct piece: replicas of a broadcast variable agree.
-  bool first_of_piece = true;
+  // One snapshot per distinct piece over the cluster: replicas of a
+  // broadcast variable agree, and the lowest rank holding it reports it.
+  bool first_of_piece = !task.variable()->replica();
   for (const plan::Task* other : variable_tasks_) {
     const PieceOf o = piece_of_variable(*other, *regst(other->outputs()->Get(0)));
     if (o.name == var && o.offset == offset) first_of_piece = false;
@@ -696,7 +697,9 @@ void NodeRun::collect_variables(RunReport& report) {
       return;
     }
     copy_block(logical, offset, slot.shape, value.values.data(), host.data(), false);
-    bool seen = false;  // a broadcast variable's replicas are one piece
+    // A broadcast variable's replicas are one piece, reported by the lowest
+    // rank that holds it (the master has it already, or another node sends it).
+    bool seen = task->variable()->replica();
     for (const VariablePiece& piece : report.pieces)
       if (piece.name == var && piece.offset == offset) seen = true;
     if (!seen)

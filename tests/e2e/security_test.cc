@@ -380,8 +380,8 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
   CAPTURE(staged.output);
   CHECK(staged.output.find("in one message, larger than the data plane takes (--max-message-bytes "
                            "4194304)") != std::string::npos);
-  // A replicated 2 x 1M variable (8 MiB; its gradient crosses in pieces):
-  // node 1's copy cannot go back to the master in one control message.
+  // A replicated 2 x 1M variable (8 MiB; its gradient crosses in pieces)
+  // runs: node 1's replica stays there (the master holds the same piece).
   write(dir / "d.csv", "1,0,0\n0,1,1\n1,0,0\n0,1,1\n");
   std::string wide = csv_job((dir / "d.csv").string());
   const std::string narrow_w = R"({"name": "w", "shape": [2, 2],)";
@@ -389,13 +389,20 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
   wide.replace(wide.find(narrow_w), narrow_w.size(), R"({"name": "w", "shape": [2, 1048576],)");
   write(dir / "wide.json", wide);
   Ran replicas = submit((dir / "wide.json").string(), " --steps 1");
-  CHECK(replicas.code != 0);
-  CAPTURE(replicas.output);
-  CHECK(replicas.output.find("node 1 (127.0.0.2:19360): its variables (") != std::string::npos);
-  CHECK(replicas.output.find("do not fit in a control message to the master (--max-message-bytes 4194304)") !=
-        std::string::npos);
-  // Both fail before anything runs: node 1 refused its plan.
-  CHECK(replicas.output.find("step 1/") == std::string::npos);
+  CHECK_MESSAGE(replicas.code == 0, replicas.output);
+  // Split by column over the 4 devices, node 1's own pieces (2 x 2.2 MB)
+  // must go back to the master at the end, and cannot in one message.
+  std::string split = wide;
+  split.replace(split.find(R"({"name": "w", "shape": [2, 1048576],)"), 36,
+                R"J({"name": "w", "shape": [2, 1100000], "sbp": "S(1)",)J");
+  write(dir / "split.json", split);
+  Ran pieces = submit((dir / "split.json").string(), " --steps 1");
+  CHECK(pieces.code != 0);
+  CAPTURE(pieces.output);
+  CHECK(pieces.output.find("node 1 (127.0.0.2:19360): its variables (4400000 bytes) do not fit in a control message "
+                           "to the master (--max-message-bytes 4194304)") != std::string::npos);
+  // It fails before anything runs: node 1 refused its plan.
+  CHECK(pieces.output.find("step 1/") == std::string::npos);
   // Checkpointed with Adam, a 2 x 300k variable's piece on a device (2.4 MB)
   // fits, but not with its two moments (7.2 MB).
   const std::string split_w = R"J({"name": "w", "shape": [2, 1200000], "sbp": "S(1)",)J";

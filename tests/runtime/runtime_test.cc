@@ -2,12 +2,15 @@
 // the node runtime's actors and threads, checked for what they computed.
 #include <doctest/doctest.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <new>
 #include <unistd.h>
 #include <set>
@@ -542,6 +545,52 @@ TEST_CASE("1F1B holds at most S - s micro-batches at stage s; GPipe lets stage 0
     if (schedule == "gpipe") CHECK(held > 4);
     MESSAGE(schedule, ": stage 0 held at most ", held, " micro-batches");
   }
+}
+
+// A variable's piece goes back to the master (each checkpoint's snapshot,
+// the variables at the end) from the lowest rank that holds it only: the
+// replicas of a data-parallel variable on other nodes send nothing, a piece
+// only node 1 holds comes from node 1.
+TEST_CASE("only the lowest rank holding a piece reports it: replicas on other nodes send no snapshot") {
+  auto job = graph::parse_job_json(R"J({
+    "name": "replicas",
+    "datasets": [{"name": "pool", "kind": "synthetic", "num_samples": 512, "num_classes": 4,
+                  "feature_shape": [8], "seed": 5}],
+    "inputs": [{"name": "x", "dataset": "pool", "field": "features", "shape": [8]},
+               {"name": "y", "dataset": "pool", "field": "label", "dtype": "i32"}],
+    "variables": [{"name": "w1", "shape": [8, 6], "init": {"type": "xavier_uniform", "seed": 1}},
+                  {"name": "w2", "shape": [6, 4], "sbp": "S(1)", "init": {"type": "xavier_uniform", "seed": 2}}],
+    "ops": [{"name": "h", "type": "matmul", "inputs": ["x", "w1"]},
+            {"name": "logits", "type": "matmul", "inputs": ["h", "w2"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss",
+    "optimizer": {"type": "momentum", "lr": 0.1},
+    "train": {"steps": 4, "batch_size": 16, "shuffle": false}
+  })J", "replicas.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  auto plan = compiler::compile(*job, *compiler::parse_devices("cpu:2", 2), {});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  std::mutex mu;
+  std::map<int, std::multiset<std::string>> snapshots;  // node -> "variable@offset" per snapshot
+  std::vector<RunReport> reports = testing::run_nodes(*plan, 2, [&](RunOptions& options) {
+    options.snapshot_every = 2;
+    options.on_snapshot = [&, node = options.node](int64_t, VariablePiece piece) {
+      std::lock_guard lock(mu);
+      snapshots[node].insert(fmt::format("{}@{}", piece.name, fmt::join(piece.offset, ",")));
+    };
+  });
+  for (const RunReport& r : reports) REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+  // w1 is B everywhere: node 0's device 0 alone reports it. w2 is split over
+  // the 4 devices by column: each device its own piece.
+  CHECK(snapshots[0] == std::multiset<std::string>{"w1@0,0", "w1@0,0", "w2@0,0", "w2@0,0", "w2@0,1", "w2@0,1"});
+  CHECK(snapshots[1] == std::multiset<std::string>{"w2@0,2", "w2@0,2", "w2@0,3", "w2@0,3"});
+  std::set<std::string> reported1;
+  for (const VariablePiece& piece : reports[1].pieces) reported1.insert(piece.name);
+  CHECK(reported1 == std::set<std::string>{"w2"});
+  CHECK(reports[1].pieces.size() == 2);
+  // Every node still sees its own pieces whole.
+  CHECK(reports[1].variables.count("w1") == 1);
 }
 
 }  // namespace rill
