@@ -34,8 +34,17 @@ double job_step(const std::string& metrics) {
 
 }  // namespace
 
+// A keyed cluster, as `rill run --nodes` makes: the endpoint wants the
+// cluster's token (a bearer header here, the address with it in Chromium).
 TEST_CASE("the master serves Prometheus metrics and JSON status that move while a job runs") {
   auto dir = rill::testing::temp_dir("rill-metrics-");
+  const std::string key = (dir / "cluster.key").string();
+  REQUIRE(rill::testing::run_rill("keygen " + key + " --force").code == 0);
+  ::setenv("RILL_KEY_FILE", key.c_str(), 1);  // the agents, the client and `rill token` read it
+  struct Unset {
+    ~Unset() { ::unsetenv("RILL_KEY_FILE"); }
+  } unset;  // however the test ends
+  const std::string token = rill::testing::run_rill("token").output.substr(0, 32);
   const std::string machines = "127.0.0.1:19420,127.0.0.2:19420";
   Agent master("--machines " + machines + " --rank 0 --http 127.0.0.1:19425", (dir / "h0.log").string());
   Agent node("--machines " + machines + " --rank 1", (dir / "h1.log").string());
@@ -48,6 +57,7 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
     CHECK(result.ok());
   });
   httplib::Client http("127.0.0.1", 19425);
+  http.set_bearer_token_auth(token);
   std::string first;
   for (int i = 0; i < 300 && job_step(first) < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -108,7 +118,9 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   // The page, in headless Chromium (Debian's), while the job runs: its loss
   // curve has points, its node table lists both nodes, and no script failed.
   const std::string chromium = "chromium --headless=new --no-sandbox --disable-gpu --virtual-time-budget=3000 ";
-  auto dom = rill::testing::run_shell(chromium + "--dump-dom http://127.0.0.1:19425/ 2>/dev/null");
+  // Opened with the token once, the page's own requests carry its cookie.
+  const std::string page = "http://127.0.0.1:19425/?token=" + token;
+  auto dom = rill::testing::run_shell(chromium + "--dump-dom " + page + " 2>/dev/null");
   INFO(dom.output);
   REQUIRE(dom.code == 0);
   std::smatch points;
@@ -122,7 +134,7 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   const auto shot = std::filesystem::path(rill::testing::binary()).parent_path() / "dashboard.png";
   std::filesystem::remove(shot);
   auto screenshot = rill::testing::run_shell(chromium + "--window-size=1280,800 --screenshot=" + shot.string() +
-                                             " http://127.0.0.1:19425/ 2>&1");
+                                             " " + page + " 2>&1");
   INFO(screenshot.output);
   CHECK(screenshot.code == 0);
   CHECK(std::filesystem::file_size(shot) > 10000);
@@ -130,6 +142,9 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   auto done = nlohmann::json::parse(http.Get("/api/jobs/1")->body);
   CHECK(done["state"] == "done");
   CHECK(done["step"] == 2000);
+  // Without the token the browser gets the 401 and how to get it.
+  auto refused = rill::testing::run_shell(chromium + "--dump-dom http://127.0.0.1:19425/ 2>/dev/null");
+  CHECK(refused.output.find("needs its token: `rill token --key FILE` prints it") != std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
