@@ -179,8 +179,8 @@ Status Agent::join() {
     std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
     post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
                                                   format_machine(self), options_.devices})});
-    flush();
     while (Clock::now() < deadline) {
+      flush();  // the Join, or what a full queue held back
       zmq::pollitem_t items[] = {{master_.handle(), 0, ZMQ_POLLIN, 0}, {server_.handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, std::chrono::milliseconds(50));
       if (const std::string failure = master_watch_->poll(); !failure.empty())
