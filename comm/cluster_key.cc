@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <span>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -25,6 +26,14 @@ namespace {
 constexpr std::string_view kKeyFileHeader =
     "# A Rill cluster key: every agent and client of the cluster holds this file. Keep it secret.";
 constexpr std::string_view kDerivationPrefix = "rill-curve-v1/";
+
+// A keyed BLAKE2b of `message` under the cluster's secret, filling `out`:
+// what every key and token derived from the secret is.
+void keyed_hash(const ClusterKey& key, std::string_view message, std::span<uint8_t> out) {
+  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                     key.secret.data(), key.secret.size());
+}
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "rill";
 
@@ -107,22 +116,16 @@ StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment() {
 std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
 
 std::string http_token(const ClusterKey& key) {
-  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
-  constexpr std::string_view kPurpose = "rill http token v1";
   std::array<uint8_t, 16> digest{};
-  crypto_generichash(digest.data(), digest.size(), reinterpret_cast<const unsigned char*>(kPurpose.data()),
-                     kPurpose.size(), key.secret.data(), key.secret.size());
+  keyed_hash(key, "rill http token v1", digest);
   std::string hex;
   for (uint8_t b : digest) hex += fmt::format("{:02x}", b);
   return hex;
 }
 
 CurveKeyPair derive_key_pair(const ClusterKey& key, std::string_view identity) {
-  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
-  const std::string message = std::string(kDerivationPrefix) + std::string(identity);
   std::array<uint8_t, crypto_box_SEEDBYTES> seed{};
-  crypto_generichash(seed.data(), seed.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
-                     key.secret.data(), key.secret.size());
+  keyed_hash(key, std::string(kDerivationPrefix) + std::string(identity), seed);
   CurveKeyPair pair;
   crypto_box_seed_keypair(pair.public_key.data(), pair.secret_key.data(), seed.data());
   sodium_memzero(seed.data(), seed.size());

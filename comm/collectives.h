@@ -122,6 +122,7 @@ class Collectives {
   // Bodies handed to the transport that it still reads (a failed call may
   // leave some, reading the caller's buffers).
   int64_t sends_in_flight() const { return tracker_.in_flight(); }
+  Status wait_sends(Clock::time_point deadline) const { return tracker_.wait(deadline); }
 
  private:
   Status begin(uint64_t tag);

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "kernels/tensor.h"
 
@@ -44,15 +46,17 @@ BatchSampler::BatchSampler(int64_t num_samples, int64_t global_batch, int shard,
       seed_(seed) {
   if (!validate().ok()) return;
   // The rows split over the shards: a micro-batch's, or (by rank) the whole batch's.
-  const int64_t split = by_rank_ ? global_batch_ : global_batch_ / micro_batches_;
-  const int64_t shard_begin = split_offset(split, num_shards_, shard_);
-  const int64_t shard_rows = split_offset(split, num_shards_, shard_ + 1) - shard_begin;
-  const int64_t sub_begin = split_offset(shard_rows, num_sub_shards_, sub_shard_);
-  row_begin_ = shard_begin + sub_begin;
-  local_batch_ = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - sub_begin;
+  std::tie(row_begin_, local_batch_) = part_of(by_rank_ ? global_batch_ : global_batch_ / micro_batches_);
   if (by_rank_) local_batch_ /= micro_batches_;  // validate(): it divides
   steps_per_epoch_ = num_samples_ / global_batch_;
   if (shuffle_) permutation_.resize(static_cast<size_t>(num_samples_));
+}
+
+std::pair<int64_t, int64_t> BatchSampler::part_of(int64_t rows) const {
+  const int64_t shard_begin = split_offset(rows, num_shards_, shard_);
+  const int64_t shard_rows = split_offset(rows, num_shards_, shard_ + 1) - shard_begin;
+  const int64_t sub_begin = split_offset(shard_rows, num_sub_shards_, sub_shard_);
+  return {shard_begin + sub_begin, split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - sub_begin};
 }
 
 Status BatchSampler::validate() const {
@@ -76,8 +80,7 @@ Status BatchSampler::validate() const {
                             static_cast<int64_t>(num_shards_) * num_sub_shards_);
   }
   if (by_rank_) {
-    const int64_t shard_rows = split_offset(global_batch_, num_shards_, shard_ + 1) - split_offset(global_batch_, num_shards_, shard_);
-    const int64_t rows = split_offset(shard_rows, num_sub_shards_, sub_shard_ + 1) - split_offset(shard_rows, num_sub_shards_, sub_shard_);
+    const int64_t rows = part_of(global_batch_).second;
     if (rows % micro_batches_ != 0 || rows < micro_batches_)
       return invalid_argument("batch sampler: rank {}.{} reads {} rows of each batch, which {} micro-batches do not "
                               "divide", shard_, sub_shard_, rows, micro_batches_);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -52,6 +53,9 @@ class BatchSampler {
 
  private:
   void shuffle_epoch(int64_t epoch);
+  // This shard's part of `rows` split over the shards, then the sub-shards:
+  // (its first row, its number of rows).
+  std::pair<int64_t, int64_t> part_of(int64_t rows) const;
 
   int64_t num_samples_;
   int64_t global_batch_;

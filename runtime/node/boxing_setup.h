@@ -31,11 +31,17 @@ class BoxingSetup {
 
   // The body of boxing task `task`, or an error naming it.
   StatusOr<Body> body(const plan::Task& task);
-  // What its collectives' transports still read of the run's buffers.
+  // What its collectives' transports still read of the run's buffers, and
+  // waiting (until `deadline`) for that to end.
   int64_t sends_in_flight() const {
     int64_t n = 0;
     for (const auto& c : collectives_) n += c->sends_in_flight();
     return n;
+  }
+  bool wait_sends(comm::Clock::time_point deadline) const {
+    for (const auto& c : collectives_)
+      if (!c->wait_sends(deadline).ok()) return false;
+    return true;
   }
 
  private:

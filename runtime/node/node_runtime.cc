@@ -334,12 +334,9 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
     if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
   }
   // One snapshot per distinct piece over the cluster: replicas of a
-  // broadcast variable agree, and the lowest rank holding it reports it.
-  bool first_of_piece = !task.variable()->replica();
-  for (const plan::Task* other : variable_tasks_) {
-    const PieceOf o = piece_of_variable(*other, *regst(other->outputs()->Get(0)));
-    if (o.name == var && o.offset == offset) first_of_piece = false;
-  }
+  // broadcast variable agree, and the lowest rank holding it (the compiler
+  // marks the others) reports it.
+  const bool first_of_piece = !task.variable()->replica();
   // What goes back to the master in control messages must fit in one.
   const size_t cap = options_.max_control_message_bytes;
   const size_t piece_bytes = static_cast<size_t>(slot.size()) * sizeof(float);
@@ -465,10 +462,7 @@ NodeRun::~NodeRun() {
   // gone (or whose connection dropped) may be read after this run ends, when
   // ZeroMQ dials again. Its memory is then kept, not freed under it.
   const auto deadline = comm::Clock::now() + std::chrono::milliseconds(500);
-  bool drained = sends_.wait(deadline).ok();
-  while (drained && boxing_.sends_in_flight() > 0 && comm::Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (drained && boxing_.sends_in_flight() == 0) return;
+  if (sends_.wait(deadline).ok() && boxing_.wait_sends(deadline)) return;
   size_t kept = 0;
   for (auto& block : memory_) {
     (void)block.release();
@@ -699,10 +693,7 @@ void NodeRun::collect_variables(RunReport& report) {
     copy_block(logical, offset, slot.shape, value.values.data(), host.data(), false);
     // A broadcast variable's replicas are one piece, reported by the lowest
     // rank that holds it (the master has it already, or another node sends it).
-    bool seen = task->variable()->replica();
-    for (const VariablePiece& piece : report.pieces)
-      if (piece.name == var && piece.offset == offset) seen = true;
-    if (!seen)
+    if (!task->variable()->replica())
       report.pieces.push_back(VariablePiece{var, logical, offset, slot.shape, std::move(host)});
   }
 }
