@@ -258,6 +258,19 @@ TEST_CASE("reductions and broadcast_like match the CPU within 2 gamma_n sum|x|, 
         grad_attrs.set("mean", int64_t{std::string(op) == "reduce_mean"});
         compare("broadcast_like", {dy, x}, grad_attrs);
       }
+  // Longer runs than a block has threads or rows, and more outputs than a
+  // block makes: a bias gradient's column sums, row sums, the whole.
+  Tensor wide = Tensor::uniform({700, 130}, 35);
+  for (const auto& axes : std::vector<std::vector<int64_t>>{{0}, {1}, {}}) {
+    CAPTURE(axes.size());
+    Attrs attrs{{"axes", axes}, {"keepdims", int64_t{0}}};
+    auto cpu = testing::run_op("reduce_sum", {wide}, attrs);
+    REQUIRE(cpu.ok());
+    GpuRun gpu = run_cuda("reduce_sum", {wide}, attrs);
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    std::vector<double> bound((*cpu)[0].f32.size(), 2 * gamma(91000) * 91000 + 4 * kU);  // every |x| < 1
+    check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "reduce_sum");
+  }
 }
 
 TEST_CASE("softmax, mse and the layout ops (transpose, slice, slice_grad, concat) match the CPU") {
