@@ -103,10 +103,6 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
     return invalid_argument("node {} is not in the cluster's nodes 0 to {}", options.node, cluster.num_nodes - 1);
   RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes, std::max(-1, options.node)));
   tasks.steps = steps;
-  if (g.micro_batches > 1 && cluster.device_type != DeviceType::kCpu)
-    return invalid_argument(
-        "train.micro_batches {} on {} devices: gradient accumulation runs on cpu devices only so far", g.micro_batches,
-        device_type_name(cluster.device_type));
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));
   RILL_RETURN_IF_ERROR(plan_regsts(options.activation_register_num, &tasks));

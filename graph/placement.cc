@@ -55,11 +55,11 @@ std::vector<std::string> runs(const std::vector<int>& v) {
 }  // namespace
 
 std::string Placement::to_string() const {
-  std::string text = device_type_name(type);
-  if (two_d) text += fmt::format(" [{},{}]", num_nodes(), per_node());
+  std::string text = any_type ? "" : device_type_name(type);
+  if (two_d) text += fmt::format("{}[{},{}]", text.empty() ? "" : " ", num_nodes(), per_node());
   // NODES:DEVICES entries: node runs when the devices are one run; with gaps
   // ("0,2" is not one entry's DEVICES), each node with each device run.
-  const std::vector<std::string> device_runs = runs(devices);
+  const std::vector<std::string> device_runs = all_devices ? std::vector<std::string>{"*"} : runs(devices);
   std::vector<std::string> entries;
   if (device_runs.size() == 1) {
     for (const std::string& node_run : runs(nodes)) entries.push_back(node_run + ":" + device_runs[0]);
@@ -67,22 +67,26 @@ std::string Placement::to_string() const {
     for (int n : nodes)
       for (const std::string& d : device_runs) entries.push_back(fmt::format("{}:{}", n, d));
   }
-  return fmt::format("{} {}", text, fmt::join(entries, ", "));
+  return fmt::format("{}{}{}", text, text.empty() ? "" : " ", fmt::join(entries, ", "));
 }
 
 StatusOr<Placement> parse_placement(std::string_view text) {
   auto bad = [&](std::string_view what) {
-    return invalid_argument("placement '{}': {} (expected e.g. 'cpu 0:0-1, 1:0-1' or 'cpu [2,2] 0:0-1, 1:0-1')", text,
+    return invalid_argument("placement '{}': {} (expected e.g. 'cpu 0:0-1, 1:0-1', 'cpu [2,2] 0:0-1, 1:0-1' or, on the job's devices, '0:0-1, 1:0-1')", text,
                             what);
   };
   std::string_view rest = trim(text);
-  const size_t space = rest.find_first_of(" \t[");
-  if (space == std::string_view::npos) return bad("no devices after the device type");
-  const std::string_view type = rest.substr(0, space);
   Placement p;
-  if (type == "cuda") p.type = DeviceType::kCuda;
-  else if (type != "cpu") return bad(fmt::format("unknown device type '{}' (cpu or cuda)", type));
-  rest = trim(rest.substr(space));
+  if (!rest.empty() && (rest.front() == '[' || (rest.front() >= '0' && rest.front() <= '9'))) {
+    p.any_type = true;  // the job's device type
+  } else {
+    const size_t space = rest.find_first_of(" \t[");
+    if (space == std::string_view::npos) return bad("no devices after the device type");
+    const std::string_view type = rest.substr(0, space);
+    if (type == "cuda") p.type = DeviceType::kCuda;
+    else if (type != "cpu") return bad(fmt::format("unknown device type '{}' (cpu or cuda)", type));
+    rest = trim(rest.substr(space));
+  }
   std::vector<int> hierarchy;
   if (!rest.empty() && rest.front() == '[') {
     const size_t close = rest.find(']');
@@ -110,8 +114,14 @@ StatusOr<Placement> parse_placement(std::string_view text) {
     std::vector<int> nodes, devices;
     if (!parse_range(entry.substr(0, colon), 1 << ActorId::kNodeBits, &nodes))
       return bad(fmt::format("'{}' is not a node or a range of nodes a-b", trim(entry.substr(0, colon))));
-    if (!parse_range(entry.substr(colon + 1), kMaxDevicesPerNode, &devices))
-      return bad(fmt::format("'{}' is not a device or a range of devices a-b", trim(entry.substr(colon + 1))));
+    const bool every = trim(entry.substr(colon + 1)) == "*";
+    if (by_node.empty()) p.all_devices = every;
+    if (every != p.all_devices) return bad("'*' (every device of a node) goes in every entry or in none");
+    if (!every && !parse_range(entry.substr(colon + 1), kMaxDevicesPerNode, &devices))
+      return bad(fmt::format("'{}' is not a device, a range of devices a-b or *", trim(entry.substr(colon + 1))));
+    if (every)
+      for (int n : nodes)
+        if (!by_node.try_emplace(n).second) return bad(fmt::format("node {} is listed twice", n));
     for (int n : nodes)
       for (int d : devices) {
         std::vector<int>& on = by_node[n];
@@ -127,6 +137,10 @@ StatusOr<Placement> parse_placement(std::string_view text) {
     if (devices != p.devices)
       return bad(fmt::format("every node must have the same devices; node {} has {}, node {} has {}", p.nodes[0],
                              fmt::join(runs(p.devices), ","), node, fmt::join(runs(devices), ",")));
+  }
+  if (p.all_devices) {
+    if (!hierarchy.empty()) return bad("a hierarchy needs the devices named, not *");
+    return p;
   }
   if (hierarchy.size() == 1 && hierarchy[0] != p.parallel())
     return bad(fmt::format("hierarchy [{}] over {} devices", hierarchy[0], p.parallel()));

@@ -512,11 +512,30 @@ TEST_CASE("cuda:2 on 2 nodes: each node compiles its own plan, with its own copi
     }
     CHECK(copies > 0);
   }
-  graph::Job micro = testing::mlp_job(16, 8);  // gradient accumulation is refused on GPUs, with why
-  micro.train.micro_batches = 2;
-  auto refused = compiler::compile(micro, *cluster, {});
-  REQUIRE_FALSE(refused.ok());
-  CHECK(refused.status().message().find("gradient accumulation runs on cpu devices only") != std::string::npos);
+}
+
+// Gradient accumulation on GPUs: the weight gradient's matmul accumulates in
+// device memory (beta = 1 after the first micro-batch), so the plan is the
+// CPU's with copies: the sources and the sink act once per micro-batch, so
+// do the copies between them and the GPU, and the variables once a step.
+TEST_CASE("micro-batches on cuda devices: the copies keep the micro-batches' pace") {
+  graph::Job micro = testing::mlp_job(16, 8);
+  micro.train.micro_batches = 4;
+  const std::string bytes = compile_ok(micro, "cuda:1");
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(p.micro_batches() == 4);
+  int copies = 0;
+  for (const plan::Task* t : *p.tasks()) {
+    CAPTURE(t->name()->str());
+    if (t->kind() == plan::TaskKind::Copy) {
+      ++copies;
+      const bool of_model = compiler::find_regst(p, t->inputs()->Get(0))->readies_per_step() == 1;
+      CHECK(t->acts_per_step() == (of_model ? 1 : 4));
+    }
+    if (t->kind() == plan::TaskKind::Variable) CHECK(t->acts_per_step() == 1);
+    if (t->kind() == plan::TaskKind::Source || t->kind() == plan::TaskKind::Sink) CHECK(t->acts_per_step() == 4);
+  }
+  CHECK(copies > 0);
 }
 #endif
 

@@ -53,6 +53,28 @@ TEST_CASE("placements parse into nodes x devices, ranks node by node, and read b
   CHECK(parsed("cpu [4] 0-1:0-1").same_devices(p));
   CHECK(!parsed("cpu [4] 0-1:0-1").two_d);
   CHECK(whole_cluster(DeviceType::kCpu, 2, 2).same_devices(p));
+
+  // Without a type: the job's devices' (the compiler sets it), so one job
+  // file runs on --devices cpu:N and cuda:N alike.
+  Placement any = parsed("0:0-1, 1:0-1");
+  CHECK(any.any_type);
+  CHECK(any.nodes == p.nodes);
+  CHECK(any.devices == p.devices);
+  CHECK(any.to_string() == "0-1:0-1");
+  CHECK(parsed(any.to_string()) == any);
+  Placement any_two = parsed("[2,2] 0-1:0-1");
+  CHECK(any_two.any_type);
+  CHECK(any_two.two_d);
+  CHECK(any_two.to_string() == "[2,2] 0-1:0-1");
+  CHECK(!parsed("cpu 0:0").any_type);
+  Placement every = parsed("0:*, 1:*");  // every device of nodes 0 and 1
+  CHECK(every.any_type);
+  CHECK(every.all_devices);
+  CHECK(every.nodes == std::vector<int>{0, 1});
+  CHECK(every.devices.empty());
+  CHECK(every.to_string() == "0-1:*");
+  CHECK(parsed(every.to_string()) == every);
+  CHECK(parsed("cuda 2:*").to_string() == "cuda 2:*");
 }
 
 TEST_CASE("bad placements are errors naming the text and what is wrong") {
@@ -69,6 +91,9 @@ TEST_CASE("bad placements are errors naming the text and what is wrong") {
   CHECK(has(error_of("cpu [2,2 0-1:0-1"), "'[' without ']'"));
   CHECK(has(error_of("cpu 0:0-70000"), "is not a device"));
   CHECK(has(error_of("cpu 0:0\x01"), "is not a device"));
+  CHECK(has(error_of("0:*, 1:0"), "'*' (every device of a node) goes in every entry or in none"));
+  CHECK(has(error_of("0:*, 0:*"), "node 0 is listed twice"));
+  CHECK(has(error_of("[2] 0-1:*"), "a hierarchy needs the devices named"));
 }
 
 Job staged_mlp() {
