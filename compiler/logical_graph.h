@@ -122,6 +122,7 @@ struct LogicalGraph {
   int64_t micro_batches = 1;  // per step (train plans); tensor shapes have micro_batch() rows
   int64_t micro_batch() const { return global_batch / micro_batches; }
   std::string schedule = "1f1b";  // train.schedule
+  bool allow_tf32 = false;        // train.allow_tf32
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   // train.view "mirrored" (train plans): every device a rank with its own
   // global_batch / devices rows; tasks see their own pieces as the whole

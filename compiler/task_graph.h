@@ -114,6 +114,7 @@ struct TaskGraph {
   int64_t global_batch = 0;
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";  // train.schedule
+  bool allow_tf32 = false;        // train.allow_tf32
   int stages = 1;                 // pipeline stages of the forward pass
   int64_t log_every = 0;
   bool shuffle = false;

@@ -39,6 +39,15 @@ StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
     }
   if (p == nullptr) return 0;
   const Cluster& c = g->cluster;
+  graph::Placement typed;  // written without a type or with `*` devices: the job's devices
+  if (p->any_type || p->all_devices) {
+    typed = *p;
+    if (typed.any_type) typed.type = c.device_type;
+    if (typed.all_devices)
+      for (int d = 0; d < c.devices_per_node; ++d) typed.devices.push_back(d);
+    typed.any_type = typed.all_devices = false;
+    p = &typed;
+  }
   if (p->nodes.empty() || p->devices.empty())  // a default-constructed graph::Placement from C++
     return invalid_argument("{}: the placement names no devices", source);
   if (p->type != c.device_type)
@@ -260,6 +269,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.global_batch = job.train.batch_size;
     g.micro_batches = job.train.micro_batches;  // check_job: >= 1, divides the batch
     g.schedule = job.train.schedule;
+    g.allow_tf32 = job.train.allow_tf32;
     g.mirrored = job.train.view == "mirrored";
     if (g.mirrored) g.global_batch *= cluster.parallel();  // batch_size rows for each rank
   }

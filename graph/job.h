@@ -122,6 +122,11 @@ struct TrainConfig {
   // stage keeps for its backward): "1f1b" holds at most the stages after it
   // plus one per stage, "gpipe" lets a stage run all of a step's forwards.
   std::string schedule = "1f1b";
+  // Matmuls on cuda devices may round their inputs to TF32 on tensor cores
+  // (10 mantissa bits: about 1e-3 relative error per product, several
+  // times the speed); off, they match the CPU's float GEMMs within float
+  // rounding. No effect on cpu devices.
+  bool allow_tf32 = false;
   // "consistent" (default): the job is written for the whole cluster, its
   // batch_size the global batch. "mirrored": each device (rank) runs its own
   // copy of the model on its own batch_size rows, as DDP does; every op sees

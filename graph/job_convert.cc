@@ -223,6 +223,7 @@ class Converter {
       integer(t->seed(), "train.seed", "train.seed", &train.seed);
       if (t->shuffle()) train.shuffle = *t->shuffle();
       if (t->zero()) train.zero = *t->zero();
+      if (t->allow_tf32()) train.allow_tf32 = *t->allow_tf32();
       if (t->devices()) train.devices = t->devices()->str();
       if (t->schedule()) train.schedule = t->schedule()->str();
       if (t->view()) train.view = t->view()->str();

@@ -84,6 +84,7 @@ const std::vector<Setting>& settings() {
       {"train.seed", [](Job* j, const std::string& v) { return parse_uint(v, &j->train.seed); }},
       {"train.shuffle", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.shuffle); }},
       {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},
+      {"train.allow_tf32", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.allow_tf32); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { j->train.schedule = v; return Status(); }},
       {"train.view", [](Job* j, const std::string& v) { j->train.view = v; return Status(); }},

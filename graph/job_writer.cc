@@ -474,6 +474,7 @@ class Writer {
         .add("seed", seed(t.seed, "train.seed"))
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
         .add("zero", Node::scalar(t.zero ? "true" : "false"))
+        .add("allow_tf32", Node::scalar(t.allow_tf32 ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));
   }
 
