@@ -47,6 +47,11 @@ void Actor::enable_trace() {
   tracing_ = true;
   trace_.begin_ns.assign(static_cast<size_t>(steps_), 0);
   trace_.end_ns.assign(static_cast<size_t>(steps_), 0);
+  trace_.done_ns.assign(static_cast<size_t>(steps_), 0);
+}
+
+void Actor::trace_done(int64_t act) {
+  if (tracing_ && act >= 0 && act < steps_) trace_.done_ns[static_cast<size_t>(act)] = now_ns();
 }
 
 bool Actor::lane_can_act(int lane) const {
@@ -212,7 +217,9 @@ Status Actor::receive(const ActorMsg& msg, Outbox& outbox) {
       if (msg.slot < 0 || msg.slot >= static_cast<int>(out.pending.size()) || out.pending[msg.slot] <= 0)
         return internal_error("actor '{}': unexpected ack of regst '{}' slot {} from {}", name_, out.name,
                               msg.slot, ActorId::to_string(msg.src));
-      --out.pending[msg.slot];
+      if (--out.pending[msg.slot] == 0)
+        if (auto* copy = std::get_if<CopyBody>(&body_))  // a GPU copy's next write waits for the readers' work
+          RILL_RETURN_IF_ERROR(copy->slot_back(out.slots[static_cast<size_t>(msg.slot)].data));
       finish_if_done(outbox);
       return {};
     }

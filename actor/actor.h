@@ -20,10 +20,13 @@ namespace rill {
 
 using Body = std::variant<ComputeBody, SourceBody, VariableBody, BoxingBody, SinkBody, CopyBody>;
 
-// Optional per-act timestamps (steady clock, ns), preallocated for `steps` acts.
+// Optional per-act timestamps (steady clock, ns), preallocated for `steps`
+// acts. On a GPU's thread an act only enqueues its work: done_ns is when its
+// thread saw that work complete (its event), 0 elsewhere.
 struct ActTrace {
   std::vector<int64_t> begin_ns;
   std::vector<int64_t> end_ns;
+  std::vector<int64_t> done_ns;
 };
 
 class Actor {
@@ -69,6 +72,9 @@ class Actor {
   // (slot from actor 0:cpu0.0#3)" or "waits for ack of regst 'x' slot 1".
   std::string describe_wait() const;
   void enable_trace();
+  bool tracing() const { return tracing_; }
+  // Act `act`'s work on the device is complete (now).
+  void trace_done(int64_t act);
   const ActTrace& trace() const { return trace_; }
   Body& body() { return body_; }
   const std::vector<OutputPort>& outputs() const { return outputs_; }

@@ -241,18 +241,36 @@ class BoxingBody {
 // Copies its input slot to its output slot. Host to host: the two ends of a
 // cross-node regst (Send on the producer's node, Recv on the consumer's; the
 // bytes between them travel with the `ready` message, runtime's bus). Or
-// between host and a GPU, on that GPU's stream, waiting for the copy so the
-// host side (a producer's slot, a consumer's read) is safe when it returns.
+// between host and a GPU, enqueued on that GPU's copy stream, beside its
+// kernels: its thread tells the host side (the producer of the slot it
+// reads, the readers of the slot it writes) when the copy is complete, never
+// by waiting here. Host to device, a copy into a device slot waits only for
+// the work that last read that slot (an event marked when the slot came
+// back), so the next step's input crosses while this step computes; device
+// to host, it waits for the work enqueued before it (the slot's producer).
+// Either way the kernels enqueued after it wait for the copy.
 class CopyBody {
  public:
   CopyBody() = default;
   CopyBody(CudaContext* cuda, CopyKind kind, std::string name) : cuda_(cuda), kind_(kind), name_(std::move(name)) {}
   Status act(const ActIo& io);
+  // The output slot at `data` is back from its last reader (whose work is
+  // enqueued on the compute stream by now).
+  Status slot_back(const void* data);
 
  private:
+  // Per output slot: the event marked when it last came back.
+  struct Freed {
+    const void* data = nullptr;
+    DeviceEvent event;
+  };
+  StatusOr<void*> event_for(const void* data);
   CudaContext* cuda_ = nullptr;
   CopyKind kind_ = CopyKind::kHostToDevice;
   std::string name_;
+  std::vector<Freed> freed_;   // host to device
+  std::vector<const void*> marked_;  // slots whose event has been marked
+  DeviceEvent produced_;       // device to host: the work before the copy
 };
 
 // Per-step scalars reported by the sink: one value per metric name; and the

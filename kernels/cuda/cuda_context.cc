@@ -1,8 +1,41 @@
 #include "kernels/cuda/cuda_context.h"
 
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <vector>
+
 #include "kernels/cuda/cuda_status.h"
 
 namespace rill {
+namespace {
+
+std::atomic<int64_t> g_synchronizes{0};
+std::atomic<int64_t> g_device_bytes{0};
+std::atomic<int64_t> g_device_peak{0};
+
+}  // namespace
+
+// Events in flight in the order recorded (one stream completes them in that
+// order), and the free ones. Each event has a page-locked word that a copy,
+// enqueued just before the event, fills with the bad-label flag: when the
+// event is complete, the word says whether the work before it raised it.
+struct CudaContext::Events {
+  struct Mark {
+    uint64_t ticket = 0;
+    cudaEvent_t event = nullptr;
+    int64_t* flag = nullptr;  // page-locked
+  };
+  std::deque<Mark> in_flight;
+  std::vector<Mark> free;
+  std::vector<cudaEvent_t> all;
+  std::vector<int64_t*> flag_blocks;  // page-locked, kBlock words each
+  uint64_t recorded = 0;              // the last ticket handed out
+  uint64_t completed = 0;             // every ticket up to this one is complete
+  static constexpr int kBlock = 64;
+};
+
+CudaContext::CudaContext() : events_(std::make_unique<Events>()) {}
 
 Status cuda_status(cudaError_t error, const char* call, const char* what) {
   if (error == cudaSuccess) return {};
@@ -37,6 +70,11 @@ StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allo
   RILL_RETURN_IF_ERROR(
       cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what.c_str()));
   ctx->stream_ = stream;
+  cudaStream_t copy_stream = nullptr;
+  RILL_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking),
+                                   "cudaStreamCreateWithFlags", what.c_str()));
+  ctx->copy_stream_ = copy_stream;
+  RILL_ASSIGN_OR_RETURN(ctx->copied_, ctx->create_event(what.c_str()));
   cublasHandle_t handle = nullptr;
   RILL_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate", what.c_str()));
   ctx->cublas_ = handle;
@@ -51,26 +89,89 @@ StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allo
 
 CudaContext::~CudaContext() {
   if (stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-  if (bad_label_) (void)cudaFree(bad_label_);
+  if (copy_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+  for (cudaEvent_t e : events_->all) (void)cudaEventDestroy(e);
+  if (copied_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  if (copy_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  for (int64_t* block : events_->flag_blocks) (void)cudaFreeHost(block);
+  release(bad_label_);
   if (cublas_) (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
   if (stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
 Status CudaContext::activate(const char* what) { return cuda_status(cudaSetDevice(device_), "cudaSetDevice", what); }
 
+int64_t CudaContext::synchronizes() { return g_synchronizes.load(std::memory_order_relaxed); }
+int64_t CudaContext::device_bytes() { return g_device_bytes.load(std::memory_order_relaxed); }
+int64_t CudaContext::device_bytes_peak() { return g_device_peak.load(std::memory_order_relaxed); }
+
+Status CudaContext::bad_label_error(int64_t flag, const char* what) {
+  RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, static_cast<cudaStream_t>(stream_)),
+                                   "cudaMemsetAsync", what));
+  return invalid_argument("{}: the label or id at position {} is out of range (outside the classes, or the rows "
+                          "of the embedding table)",
+                          what, flag - 1);
+}
+
 Status CudaContext::synchronize(const char* what) {
+  g_synchronizes.fetch_add(1, std::memory_order_relaxed);
   auto stream = static_cast<cudaStream_t>(stream_);
   int64_t flag = 0;
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(&flag, bad_label_, sizeof flag, cudaMemcpyDeviceToHost, stream),
                                    "cudaMemcpyAsync", what));
   RILL_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize", what));
-  if (flag != 0) {
-    RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, stream), "cudaMemsetAsync", what));
-    return invalid_argument("{}: the label or id at position {} is out of range (outside the classes, or the rows "
-                            "of the embedding table)",
-                            what, flag - 1);
+  // Every event recorded so far is complete too.
+  while (!events_->in_flight.empty()) {
+    events_->free.push_back(events_->in_flight.front());
+    events_->in_flight.pop_front();
   }
+  events_->completed = events_->recorded;
+  if (flag != 0) return bad_label_error(flag, what);
   return {};
+}
+
+StatusOr<uint64_t> CudaContext::record(const char* what) {
+  Events& ev = *events_;
+  if (ev.free.empty()) {  // grows to the most marks ever in flight, then stays
+    int64_t* block = nullptr;
+    RILL_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&block), Events::kBlock * sizeof(int64_t),
+                                                   cudaHostAllocDefault),
+                                     "cudaHostAlloc", what));
+    ev.flag_blocks.push_back(block);
+    for (int i = 0; i < Events::kBlock; ++i) {
+      cudaEvent_t e = nullptr;
+      RILL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", what));
+      ev.all.push_back(e);
+      block[i] = 0;
+      ev.free.push_back({0, e, block + i});
+    }
+  }
+  Events::Mark mark = ev.free.back();
+  auto stream = static_cast<cudaStream_t>(stream_);
+  RILL_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(mark.flag, bad_label_, sizeof(int64_t), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync", what));
+  RILL_RETURN_IF_ERROR(cuda_status(cudaEventRecord(mark.event, stream), "cudaEventRecord", what));
+  ev.free.pop_back();
+  mark.ticket = ++ev.recorded;
+  ev.in_flight.push_back(mark);
+  return mark.ticket;
+}
+
+StatusOr<bool> CudaContext::done(uint64_t ticket, const char* what) {
+  Events& ev = *events_;
+  while (ev.completed < ticket) {
+    if (ev.in_flight.empty()) return internal_error("{}: event {} was never recorded (last {})", what, ticket, ev.recorded);
+    Events::Mark& mark = ev.in_flight.front();
+    const cudaError_t state = cudaEventQuery(mark.event);
+    if (state == cudaErrorNotReady) return false;
+    RILL_RETURN_IF_ERROR(cuda_status(state, "cudaEventQuery", what));
+    ev.completed = mark.ticket;
+    const int64_t flag = *mark.flag;
+    ev.free.push_back(mark);
+    ev.in_flight.pop_front();
+    if (flag != 0) return bad_label_error(flag, what);
+  }
+  return true;
 }
 
 StatusOr<void*> CudaContext::allocate(size_t bytes, const char* what) {
@@ -83,11 +184,76 @@ StatusOr<void*> CudaContext::allocate(size_t bytes, const char* what) {
   }
   RILL_RETURN_IF_ERROR(cuda_status(e, "cudaMalloc", what));
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemset(p, 0, bytes), "cudaMemset", what));
+  allocated_[p] = bytes;
+  const int64_t now = g_device_bytes.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
+  int64_t peak = g_device_peak.load();
+  while (now > peak && !g_device_peak.compare_exchange_weak(peak, now)) {
+  }
   return p;
 }
 
 void CudaContext::release(void* device_memory) {
-  if (device_memory) (void)cudaFree(device_memory);
+  if (!device_memory) return;
+  if (auto it = allocated_.find(device_memory); it != allocated_.end()) {
+    g_device_bytes.fetch_sub(static_cast<int64_t>(it->second));
+    allocated_.erase(it);
+  }
+  (void)cudaFree(device_memory);
+}
+
+Status CudaContext::copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
+                                const char* what) {
+  auto copy_stream = static_cast<cudaStream_t>(copy_stream_);
+  if (after)
+    RILL_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(copy_stream, static_cast<cudaEvent_t>(after), 0),
+                                     "cudaStreamWaitEvent", what));
+  if (bytes > 0) {
+    const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                             : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                               : cudaMemcpyDeviceToDevice;
+    RILL_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, bytes, k, copy_stream), "cudaMemcpyAsync", what));
+  }
+  auto copied = static_cast<cudaEvent_t>(copied_);
+  RILL_RETURN_IF_ERROR(cuda_status(cudaEventRecord(copied, copy_stream), "cudaEventRecord", what));
+  return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), copied, 0), "cudaStreamWaitEvent", what);
+}
+
+StatusOr<void*> CudaContext::create_event(const char* what) {
+  RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
+  cudaEvent_t e = nullptr;
+  RILL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", what));
+  return static_cast<void*>(e);
+}
+
+void CudaContext::destroy_event(void* event) {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+Status CudaContext::mark(void* event, const char* what) {
+  return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream_)),
+                     "cudaEventRecord", what);
+}
+
+Status CudaContext::memory_info(size_t* free, size_t* total, const char* what) {
+  RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
+  return cuda_status(cudaMemGetInfo(free, total), "cudaMemGetInfo", what);
+}
+
+StatusOr<void*> CudaContext::allocate_host(size_t bytes, const char* what) {
+  RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return Status(Code::kUnavailable, fmt::format("{}: out of page-locked host memory for {} bytes", what, bytes));
+  }
+  RILL_RETURN_IF_ERROR(cuda_status(e, "cudaHostAlloc", what));
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void CudaContext::release_host(void* host_memory) {
+  if (host_memory) (void)cudaFreeHost(host_memory);
 }
 
 Status CudaContext::copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) {

@@ -1,8 +1,9 @@
 // CudaContext: what work on one GPU needs: the stream that work is enqueued
-// on, the cuBLAS handle bound to it, device memory and copies, and a device
-// flag kernels raise on bad data (a label out of range), read when the
-// stream's work is known complete. One per device thread; used by that
-// thread only.
+// on, the cuBLAS handle bound to it, device and page-locked host memory,
+// copies, events that say when the work enqueued so far is complete, and a
+// device flag kernels raise on bad data (a label out of range), read when
+// the stream's work is known complete. One per device thread; used by that
+// thread only (the count of synchronizes is the process's, any thread).
 //
 // The header names no CUDA type, so every part of Rill can hold one: a build
 // with CUDA implements it in cuda_context.cc, a build without it in none.cc,
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "base/status.h"
 
@@ -41,19 +43,61 @@ class CudaContext {
   // Makes this context's device current on the calling thread.
   Status activate(const char* what);
   // Waits for the stream, then reports a raised bad-label flag (and clears it).
+  // Off the hot path only (set-up, checkpoints, the end of a run): each call
+  // is counted (synchronizes()).
   Status synchronize(const char* what);
   StatusOr<void*> allocate(size_t bytes, const char* what);  // device memory, zeroed
+  // The device's free and total memory now.
+  Status memory_info(size_t* free, size_t* total, const char* what);
   void release(void* device_memory);
+  // Page-locked host memory, zeroed: copies between it and the device run
+  // asynchronously (from pageable memory the driver stages them).
+  StatusOr<void*> allocate_host(size_t bytes, const char* what);
+  void release_host(void* host_memory);
   // Enqueues a copy on the stream (host memory may be pageable: then the
   // copy completes before it returns).
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what);
 
+  // The copy stream: copies between host and device beside the compute
+  // stream's kernels. copy_beside() runs the copy on it after `after` (an
+  // event recorded on the compute stream; null: after nothing) and makes
+  // the compute stream's later work wait for the copy, so what reads the
+  // copy, and every event record() marks later, comes after it.
+  Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after, const char* what);
+  // An event (a cudaEvent_t) to mark the compute stream with.
+  StatusOr<void*> create_event(const char* what);
+  void destroy_event(void* event);
+  // Records `event` on the compute stream: the work enqueued so far.
+  Status mark(void* event, const char* what);
+
+  // Completion by events, never by waiting. record() marks the work enqueued
+  // on the stream so far and returns its ticket (tickets count up from 1);
+  // done() says, without waiting, whether the work up to that ticket is
+  // complete, and then reports a bad-label flag that work raised. Events are
+  // pooled: steady state creates none.
+  StatusOr<uint64_t> record(const char* what);
+  StatusOr<bool> done(uint64_t ticket, const char* what);
+
+  // How many times any context of this process has waited for a stream
+  // (synchronize): a run's steady state adds none.
+  static int64_t synchronizes();
+  // Device memory this process holds through allocate() now, and the most
+  // it held at once (every context, any thread).
+  static int64_t device_bytes();
+  static int64_t device_bytes_peak();
+
  private:
-  CudaContext() = default;
+  struct Events;  // the event pool (cuda_context.cc)
+  CudaContext();
+  Status bad_label_error(int64_t flag, const char* what);
   int device_ = 0;
   void* stream_ = nullptr;
+  void* copy_stream_ = nullptr;
+  void* copied_ = nullptr;  // the last copy_beside's event
   void* cublas_ = nullptr;
   int64_t* bad_label_ = nullptr;
+  std::unique_ptr<Events> events_;
+  std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
 };
 
 // Device memory owned by a unique_ptr: released through its context.
@@ -64,6 +108,15 @@ struct DeviceFree {
   }
 };
 using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+// An event owned by a unique_ptr: destroyed through its context.
+struct EventFree {
+  CudaContext* cuda = nullptr;
+  void operator()(void* e) const {
+    if (cuda) cuda->destroy_event(e);
+  }
+};
+using DeviceEvent = std::unique_ptr<void, EventFree>;
 
 // How many CUDA devices this process can use: 0 where there is no GPU or no
 // driver, and in a build without CUDA (never an error).

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
+#include "kernels/cuda/cuda_context.h"
 #include "runtime/cluster/checkpoint.h"
 #include "runtime/cluster/checkpoint_collector.h"
 
@@ -348,6 +350,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.variables = std::move(train.variables);
   result.traffic = std::move(train.traffic);
   result.traffic_bytes = std::move(train.traffic_bytes);
+  result.device_synchronizes = train.device_synchronizes;
 
   if (job.eval) {
     compiler::CompileOptions eval_options;
@@ -438,6 +441,8 @@ std::string result_json(const JobResult& result) {
   }
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
   if (!result.traffic_bytes.empty()) j["traffic_bytes"] = result.traffic_bytes;  // [from][to] bytes
+  j["device_synchronizes"] = result.device_synchronizes;
+  if (const int64_t peak = CudaContext::device_bytes_peak(); peak > 0) j["peak_device_bytes"] = peak;
   if (!result.restarts.empty()) {
     nlohmann::ordered_json restarts = nlohmann::ordered_json::array();
     for (const JobRestart& r : result.restarts)
@@ -462,6 +467,15 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
   // One row (tid) per worker thread, as it runs its actors one act at a time;
   // one process (pid) per node.
   std::set<uint64_t> threads;
+  // A GPU's acts only enqueue work: per GPU thread, its acts' work on the
+  // stream, each from when it could start (enqueued, and the work before it
+  // done) to when the thread saw it complete, on a row of its own.
+  struct StreamSpan {
+    int64_t enqueued, done;
+    const std::string* name;
+    size_t step;
+  };
+  std::map<uint64_t, std::vector<StreamSpan>> streams;
   for (const auto& t : traces) {
     const uint64_t thread = ActorId::thread_key(t.id);
     if (threads.insert(thread).second)
@@ -477,6 +491,10 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
       const auto per = static_cast<size_t>(std::max(1, t.acts_per_step));
       nlohmann::json args = {{"step", s / per}, {"micro", s % per}};
       if (!t.collective.empty()) args["collective"] = t.collective;
+      if (s < t.trace.done_ns.size() && t.trace.done_ns[s] > 0) {
+        args["done_us"] = (t.trace.done_ns[s] - origin) / 1000.0;
+        streams[thread].push_back({t.trace.end_ns[s], t.trace.done_ns[s], &t.name, s / per});
+      }
       events.push_back({{"ph", "X"},
                         {"name", t.name},
                         {"pid", ActorId::node(t.id)},
@@ -484,6 +502,28 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
                         {"args", std::move(args)},
                         {"ts", (t.trace.begin_ns[s] - origin) / 1000.0},
                         {"dur", (t.trace.end_ns[s] - t.trace.begin_ns[s]) / 1000.0}});
+    }
+  }
+  for (auto& [thread, spans] : streams) {
+    std::stable_sort(spans.begin(), spans.end(), [](const StreamSpan& a, const StreamSpan& b) { return a.done < b.done; });
+    const uint64_t row = thread | (uint64_t{1} << 63);
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", ActorId::node(thread << ActorId::kStreamShift)},
+                      {"tid", row},
+                      {"args", {{"name", fmt::format("cuda{} stream (work complete)",
+                                                     ActorId::device(thread << ActorId::kStreamShift))}}}});
+    int64_t free_at = 0;  // when the work before was done
+    for (const StreamSpan& span : spans) {
+      const int64_t from = std::min(span.done, std::max(span.enqueued, free_at));
+      events.push_back({{"ph", "X"},
+                        {"name", *span.name},
+                        {"pid", ActorId::node(thread << ActorId::kStreamShift)},
+                        {"tid", row},
+                        {"args", {{"step", span.step}}},
+                        {"ts", (from - origin) / 1000.0},
+                        {"dur", (span.done - from) / 1000.0}});
+      free_at = span.done;
     }
   }
   std::ofstream out(path);

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "base/actor_id.h"
 
 namespace rill {
@@ -14,8 +16,16 @@ class Worker::Sender : public Outbox {
  public:
   explicit Sender(Worker* worker) : worker_(worker) {}
   void send(const ActorMsg& msg) override {
-    if (ActorId::thread_key(msg.dst) == worker_->thread_key_) worker_->local_.push_back(msg);
-    else worker_->route_(msg);
+    Worker& w = *worker_;
+    if (ActorId::thread_key(msg.dst) == w.thread_key_) {
+      w.local_.push_back(msg);
+    } else if (w.cuda_ && (w.acting_ || w.holding())) {
+      w.held_.push_back(msg);
+      // Sent between acts: after what is held already, with the last mark.
+      if (!w.acting_) w.marks_.back().end = w.held_.size();
+    } else {
+      w.route_(msg);
+    }
   }
 
  private:
@@ -127,32 +137,92 @@ void Worker::publish() {
   unpublished_ns_ = 0;
 }
 
+bool Worker::mark_held(Actor* actor) {
+  const size_t marked = marks_head_ < marks_.size() ? marks_.back().end : held_head_;
+  if (held_.size() == marked && !tracing_) return true;  // nothing to hold for
+  auto ticket = cuda_->record(actor->name().c_str());
+  if (!ticket.ok()) {
+    failed_ = true;
+    on_error_(ticket.status().with_context(fmt::format("actor '{}' act {}", actor->name(), actor->acts() - 1)));
+    return false;
+  }
+  marks_.push_back({*ticket, held_.size(), actor, actor->acts() - 1});
+  return true;
+}
+
+bool Worker::release_completed() {
+  while (marks_head_ < marks_.size()) {
+    const Mark& mark = marks_[marks_head_];
+    auto done = cuda_->done(mark.ticket, mark.actor->name().c_str());
+    if (!done.ok()) {
+      failed_ = true;
+      on_error_(done.status().with_context(
+          fmt::format("the GPU work of cuda:{} up to actor '{}' act {}", cuda_->device(), mark.actor->name(), mark.act)));
+      return false;
+    }
+    if (!*done) break;
+    if (tracing_) mark.actor->trace_done(mark.act);
+    for (; held_head_ < mark.end; ++held_head_) route_(held_[held_head_]);
+    ++marks_head_;
+  }
+  if (marks_head_ == marks_.size()) {
+    marks_.clear();
+    marks_head_ = 0;
+    held_.clear();
+    held_head_ = 0;
+  } else if (marks_head_ >= 1024 && marks_head_ * 2 >= marks_.size()) {
+    // Never idle long enough to empty: drop what was released (no allocation).
+    for (size_t i = marks_head_; i < marks_.size(); ++i) marks_[i].end -= held_head_;
+    held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(held_head_));
+    held_head_ = 0;
+    marks_.erase(marks_.begin(), marks_.begin() + static_cast<std::ptrdiff_t>(marks_head_));
+    marks_head_ = 0;
+  }
+  return true;
+}
+
 void Worker::run() {
   Sender sender(this);
   queued_.assign(by_index_->size(), 0);
   ready_.reserve(actors_.size());
+  if (cuda_) {
+    held_.reserve(1024);
+    marks_.reserve(1024);
+    for (Actor* actor : actors_) tracing_ = tracing_ || actor->tracing();
+    Status active = cuda_->activate("a device thread");
+    if (!active.ok()) {
+      failed_ = true;
+      on_error_(active);
+    }
+  }
   for (Actor* actor : actors_) {
     actor->finish_if_done(sender);
     mark_ready(actor);
   }
   // Same-thread messages first (what the last act sent), then acts while
   // any actor can act, then other threads' messages; wait when none came.
+  // A GPU's thread also sends what completed work held, and polls for it
+  // rather than sleep while anything is held.
   while (!failed_ && !stop_.load(std::memory_order_relaxed)) {
     drain_local(sender);
     if (failed_) break;
+    if (holding() && !release_completed()) break;
     if (!ready_.empty()) {
       std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
       Actor* actor = (*by_index_)[ready_.back().actor];
       ready_.pop_back();
       queued_[ActorId::index(actor->id())] = 0;
       const auto began = std::chrono::steady_clock::now();
+      acting_ = cuda_ != nullptr;
       Status status = actor->act_once(sender);
+      acting_ = false;
       unpublished_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count();
       if (!status.ok()) {
         failed_ = true;
         on_error_(status);
         break;
       }
+      if (cuda_ && !mark_held(actor)) break;
       mark_ready(actor);
       // Published in batches (and before waiting): one shared counter
       // touched by every act of every thread would bounce between cores.
@@ -161,6 +231,10 @@ void Worker::run() {
     }
     if (take_external(sender)) continue;
     publish();
+    if (holding()) {
+      std::this_thread::yield();
+      continue;
+    }
     if (all_retired()) break;
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return stop_.load(std::memory_order_relaxed) || !queue_.empty(); });

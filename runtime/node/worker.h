@@ -12,6 +12,15 @@
 // other threads sent when it has nothing to act on (the slots of 1F1B bound
 // how far ahead that lets a stage run).
 //
+// A GPU's thread (use_device): an act enqueues its work on the device's
+// stream and returns. Messages to actors of the same thread leave at once
+// (the stream runs their work after it); messages to any other thread (the
+// readies of slots the work writes, the acks of slots it reads, and whatever
+// the thread sends after them, in order) are held until an event recorded
+// after the act says the work is complete. The thread polls its events
+// between acts and, with nothing else to do, instead of sleeping: nothing on
+// this path waits for the stream.
+//
 // push() and stop() may be called from any thread; everything else from the
 // owner (NodeRuntime) before start() or after join().
 #pragma once
@@ -45,6 +54,8 @@ class Worker {
   void add_actor(Actor* actor) { actors_.push_back(actor); }
   const std::vector<Actor*>& actors() const { return actors_; }
 
+  // The thread runs its actors' work on `cuda`'s stream; call before start().
+  void use_device(CudaContext* cuda) { cuda_ = cuda; }
   void start(const std::vector<Actor*>* by_index);
   void push(const ActorMsg& msg);
   void stop();
@@ -65,6 +76,12 @@ class Worker {
   bool take_external(Outbox& outbox);  // other threads' messages; false if none came
   void mark_ready(Actor* actor);
   void publish();  // adds the acts and acting time counted so far to the shared counters
+  // A GPU's thread: marks the messages the act of `actor` held with an event
+  // (every act when tracing, for its completion time); sends those whose
+  // event is complete. false: the device reported an error (failed_ is set).
+  bool mark_held(Actor* actor);
+  bool release_completed();
+  bool holding() const { return marks_head_ < marks_.size(); }
 
   uint64_t thread_key_;
   int micro_batches_;
@@ -106,6 +123,23 @@ class Worker {
   int64_t unpublished_ns_ = 0;  // owner thread only: acting time not yet added to *busy_ns_
   std::atomic<bool> finished_{false};
   bool failed_ = false;
+
+  // A GPU's thread only (owner thread): messages to other threads held until
+  // their event is complete, in the order sent; marks_[i] releases
+  // held_[... marks_[i].end).
+  CudaContext* cuda_ = nullptr;
+  bool acting_ = false;
+  struct Mark {
+    uint64_t ticket;
+    size_t end;     // in held_
+    Actor* actor;   // whose act the event follows
+    int64_t act;    // that act's index
+  };
+  std::vector<ActorMsg> held_;
+  size_t held_head_ = 0;
+  std::vector<Mark> marks_;
+  size_t marks_head_ = 0;
+  bool tracing_ = false;
 };
 
 }  // namespace rill
