@@ -5,6 +5,7 @@
 
 #include "compiler/boxing.h"
 #include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
 
 namespace rill::compiler {
 namespace {
@@ -40,6 +41,7 @@ std::string plan_json(const plan::Plan& p) {
   root["micro_batches"] = p.micro_batches();
   root["schedule"] = str(p.schedule());
   root["stages"] = p.stages();
+  root["allow_tf32"] = p.allow_tf32();
   root["num_nodes"] = p.num_nodes();
   root["devices_per_node"] = p.devices_per_node();
   root["node"] = p.node();
@@ -122,6 +124,26 @@ std::string plan_json(const plan::Plan& p) {
     }
   }
   root["regsts"] = std::move(regsts);
+  // Per node and memory zone (compiler/memory_plan.h): the block its slots
+  // take (its peak: slots are allocated once and live for the run), the sum
+  // of its slots, and what the bodies add (optimizer state, scratch).
+  Json memory = Json::array();
+  for (int node = p.node() >= 0 ? p.node() : 0; node < (p.node() >= 0 ? p.node() + 1 : p.num_nodes()); ++node) {
+    auto planned = plan_memory(p, node);
+    if (!planned.ok()) {
+      memory.push_back({{"node", node}, {"error", planned.status().message()}});
+      continue;
+    }
+    for (const MemoryBlock& b : planned->blocks)
+      memory.push_back({{"node", node},
+                        {"zone", b.zone.to_string()},
+                        {"planned_bytes", b.slot_bytes},
+                        {"slots_bytes", b.slots_summed},
+                        {"optimizer_state_bytes", b.state_bytes},
+                        {"scratch_bytes", b.scratch_bytes},
+                        {"peak_bytes", b.total()}});
+  }
+  root["memory"] = std::move(memory);
   return root.dump(2);
 }
 

@@ -99,6 +99,10 @@ struct RunReport {
   // came with its zero rows left out counts the bytes that came.
   int64_t received_bytes_copied = 0;
   int64_t received_zero_row_readies = 0;  // readies whose slot came with zero rows left out
+  // Waits for a whole GPU stream while the workers ran (any thread of the
+  // process: a checkpoint's read of a variable on a GPU is one); a run's
+  // steady state makes none.
+  int64_t device_synchronizes = 0;
 };
 
 // How far a running node has come, and how hard its devices work for it

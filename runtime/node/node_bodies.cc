@@ -1,0 +1,224 @@
+// What each task of the node does (its actor's body, made from the plan),
+// and its variables' start (initial values, restored state, snapshots) and
+// end (the values reported back).
+#include "runtime/node/node_run.h"
+
+#include <algorithm>
+
+#include "kernels/cuda_kernels.h"
+#include "runtime/node/plan_reader.h"
+
+namespace rill {
+
+PieceOf piece_of_variable(const plan::Task& task, const plan::RegstDesc& model) {
+  PieceOf p{read_string(model.name()), read_shape(model.logical_shape()), read_shape(task.variable()->offset())};
+  const plan::VariableConf& conf = *task.variable();
+  if (conf.whole() != nullptr && conf.whole_shape() != nullptr && conf.whole_offset() != nullptr &&
+      conf.whole_offset()->size() == p.offset.size() && conf.whole_shape()->size() == p.offset.size()) {
+    p.name = conf.whole()->str();
+    p.logical = read_shape(conf.whole_shape());
+    for (size_t a = 0; a < p.offset.size(); ++a) p.offset[a] += conf.whole_offset()->Get(static_cast<flatbuffers::uoffset_t>(a));
+  }
+  return p;
+}
+
+StatusOr<std::shared_ptr<const Dataset>> NodeRun::dataset(int index) {
+  if (!plan_->datasets() || index < 0 || index >= static_cast<int>(plan_->datasets()->size()))
+    return invalid_argument("plan: dataset index {} out of range", index);
+  datasets_.resize(plan_->datasets()->size());
+  if (!datasets_[index]) {
+    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_->datasets()->Get(index))));
+    datasets_[index] = std::move(opened);
+  }
+  return datasets_[index];
+}
+
+StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
+  std::string name = read_string(task.name());
+  switch (task.kind()) {
+    case plan::TaskKind::Compute: {
+      const OpDef* def = find_op(read_string(task.op_type()));
+      if (!def || !def->cpu) return invalid_argument("task '{}': no CPU kernel for op '{}'", name, read_string(task.op_type()));
+      std::vector<Shape> logical;
+      if (task.logical_input_shapes())
+        for (const plan::Shape* s : *task.logical_input_shapes()) logical.push_back(read_shape(s->dims()));
+      KernelFn kernel = nullptr;  // the op's CPU kernel
+      CudaContext* cuda = nullptr;
+      if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+        kernel = find_cuda_kernel(def->type);
+        if (!kernel) return invalid_argument("task '{}': no CUDA kernel for op '{}'", name, def->type);
+        RILL_ASSIGN_OR_RETURN(cuda, cuda_for(ActorId::device(task.id())));
+      }
+      return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
+                  static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
+    }
+    case plan::TaskKind::Source: {
+      const plan::SourceConf* conf = task.source();
+      if (!conf) return invalid_argument("task '{}': source without its conf", name);
+      RILL_ASSIGN_OR_RETURN(auto data, dataset(conf->dataset()));
+      std::vector<int> fields;
+      if (conf->fields())
+        for (const flatbuffers::String* f : *conf->fields()) {
+          RILL_ASSIGN_OR_RETURN(int index, data->field_index(f->str()));
+          fields.push_back(index);
+        }
+      BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
+                           conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),
+                           plan_->micro_batches(), conf->rows_by_rank());
+      RILL_RETURN_IF_ERROR(sampler.validate().with_context(fmt::format("dataset '{}'", data->name())));
+      return Body(std::in_place_type<SourceBody>, std::move(data), std::move(fields), std::move(sampler));
+    }
+    case plan::TaskKind::Variable: {
+      const plan::VariableConf* conf = task.variable();
+      if (!conf || !task.outputs() || task.outputs()->size() != static_cast<flatbuffers::uoffset_t>(std::max(1, conf->lanes())))
+        return invalid_argument("task '{}': variable without its conf or model regst (one per lane)", name);
+      const plan::RegstDesc* model = regst(task.outputs()->Get(0));
+      const OpDef* init = find_op(read_string(conf->init_op()));
+      if (!init || init->role != OpRole::kInitializer)
+        return invalid_argument("task '{}': unknown initializer '{}'", name, read_string(conf->init_op()));
+      const OpDef* update = nullptr;
+      if (!read_string(conf->update_op()).empty()) {
+        update = find_op(read_string(conf->update_op()));
+        if (!update || update->role != OpRole::kUpdate)
+          return invalid_argument("task '{}': unknown optimizer update '{}'", name, read_string(conf->update_op()));
+      }
+      PieceOf of = piece_of_variable(task, *model);
+      Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()), std::move(of.logical),
+                std::move(of.offset), update, read_attrs(conf->update_attrs()),
+                TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      const int lanes = conf->lanes();
+      if (lanes > 1) {
+        // One gradient and one model regst per lane (an async pserver's block).
+        if (static_cast<int>(task.inputs()->size()) != lanes || static_cast<int>(task.outputs()->size()) != lanes ||
+            ActorId::device_type(task.id()) == DeviceType::kCuda || !(conf->dc_asgd_lambda() >= 0))
+          return invalid_argument("task '{}': a variable of {} lanes needs as many gradients and models in host "
+                                  "memory (has {} and {}), and a DC-ASGD lambda >= 0",
+                                  name, lanes, task.inputs() ? task.inputs()->size() : 0, task.outputs()->size());
+        std::get<VariableBody>(body).set_lanes(lanes, conf->dc_asgd_lambda());
+      }
+      if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
+        KernelFn update_kernel = update ? find_cuda_kernel(update->type) : nullptr;
+        RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update_kernel)
+                                 .with_context(fmt::format("task '{}'", name)));
+      }
+      return body;
+    }
+    case plan::TaskKind::Boxing:
+      return boxing_.body(task);
+    case plan::TaskKind::Sink: {
+      const plan::SinkConf* conf = task.sink();
+      std::vector<std::string> names;
+      std::vector<bool> partial;
+      if (conf && conf->names())
+        for (const flatbuffers::String* n : *conf->names()) names.push_back(n->str());
+      if (conf && conf->partial())
+        for (uint8_t p : *conf->partial()) partial.push_back(p != 0);
+      std::vector<std::string> fetch;
+      if (conf && conf->fetch())
+        for (const flatbuffers::String* f : *conf->fetch()) fetch.push_back(f->str());
+      if (names.size() != partial.size() || !task.inputs() || names.size() + fetch.size() != task.inputs()->size())
+        return invalid_argument("task '{}': sink names, partial flags, fetched tensors and inputs disagree", name);
+      const int ranks = conf ? conf->ranks() : 0;
+      if (ranks < 0 || static_cast<size_t>(ranks) > task.inputs()->size())
+        return invalid_argument("task '{}': sink ranks {} outside [0, {}] (its inputs)", name, ranks,
+                                task.inputs()->size());
+      return Body(std::in_place_type<SinkBody>, std::move(names), std::move(partial), options_.on_step,
+                  std::move(fetch), task.acts_per_step(), ranks);
+    }
+    case plan::TaskKind::Send:
+    case plan::TaskKind::Recv:
+      if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
+        return invalid_argument("task '{}': send/recv needs one input and one output", name);
+      return Body(std::in_place_type<CopyBody>);
+    case plan::TaskKind::Copy: {
+      if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
+        return invalid_argument("task '{}': copy needs one input and one output", name);
+      const bool from_device = regst(task.inputs()->Get(0))->device() >= 0;
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
+      return Body(std::in_place_type<CopyBody>, cuda, from_device ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice,
+                  "task '" + name + "'");
+    }
+  }
+  return invalid_argument("task '{}': unknown task kind", name);
+}
+
+Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
+  auto& body = std::get<VariableBody>(actor.body());
+  const plan::RegstDesc* model = regst(task.outputs()->Get(0));
+  const TensorView& slot = slots_[model->id()][0];
+  const PieceOf origin = piece_of_variable(task, *model);
+  const std::string& var = origin.name;
+  const Shape& logical = origin.logical;
+  const Shape& offset = origin.offset;
+  // This piece of a logical tensor given by the caller, or empty if not given.
+  auto piece_of = [&](const std::map<std::string, std::vector<float>>& values,
+                      const std::string& name) -> StatusOr<std::vector<float>> {
+    auto it = values.find(name);
+    if (it == values.end()) return std::vector<float>{};
+    if (static_cast<int64_t>(it->second.size()) != num_elements(logical))
+      return invalid_argument("initial values of '{}' hold {} elements, its shape {} needs {}", name,
+                              it->second.size(), shape_string(logical), num_elements(logical));
+    std::vector<float> piece(static_cast<size_t>(slot.size()));
+    copy_block(logical, offset, slot.shape, const_cast<float*>(it->second.data()), piece.data(), true);
+    return piece;
+  };
+  RILL_ASSIGN_OR_RETURN(std::vector<float> values, piece_of(options_.initial_values, var));
+  RILL_RETURN_IF_ERROR(body.init(slot, values));
+  const OpDef* update = find_op(read_string(task.variable()->update_op()));
+  std::vector<std::string> state_names;
+  for (int i = 0; update && i < update->num_state; ++i) {
+    state_names.push_back(update->state_names[i] ? update->state_names[i] : fmt::format("state{}", i));
+    RILL_ASSIGN_OR_RETURN(std::vector<float> state, piece_of(options_.initial_state, var + "/" + state_names.back()));
+    if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
+  }
+  // One snapshot per distinct piece over the cluster: replicas of a
+  // broadcast variable agree, and the lowest rank holding it (the compiler
+  // marks the others) reports it.
+  const bool first_of_piece = !task.variable()->replica();
+  // What goes back to the master in control messages must fit in one.
+  const size_t cap = options_.max_control_message_bytes;
+  const size_t piece_bytes = static_cast<size_t>(slot.size()) * sizeof(float);
+  if (first_of_piece) variable_bytes_ += piece_bytes;
+  if (cap > 0 && options_.on_snapshot && first_of_piece &&
+      piece_bytes * (1 + state_names.size()) + kControlHeadroom > cap)
+    return invalid_argument("its checkpoint piece ({} bytes with its optimizer state) does not fit in a control "
+                            "message to the master (--max-message-bytes {})",
+                            piece_bytes * (1 + state_names.size()), cap);
+  if (options_.on_snapshot && first_of_piece)
+    body.on_snapshot(
+        [this, var, logical, offset, shape = slot.shape, state_names](
+            int64_t done, std::span<const float> model, std::span<const std::vector<float>> state) {
+          VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
+          for (size_t i = 0; i < state.size(); ++i) piece.state.emplace_back(state_names[i], state[i]);
+          options_.on_snapshot(done, std::move(piece));
+        },
+        options_.snapshot_every, plan_->steps());
+  return {};
+}
+
+void NodeRun::collect_variables(RunReport& report) {
+  for (const plan::Task* task : variable_tasks_) {
+    const plan::RegstDesc* model = regst(task->outputs()->Get(0));
+    auto [var, logical, offset] = piece_of_variable(*task, *model);
+    VariableValue& value = report.variables[var];
+    if (value.values.empty()) {
+      value.shape = logical;
+      value.values.assign(static_cast<size_t>(num_elements(logical)), 0.0f);
+    }
+    const TensorView& slot = slots_[model->id()][0];
+    std::vector<float> host;
+    Status read = std::get<VariableBody>(by_index_[ActorId::index(task->id())]->body()).read_model(slot, &host);
+    if (!read.ok()) {
+      report.status = read.with_context(fmt::format("reading variable '{}'", var));
+      return;
+    }
+    copy_block(logical, offset, slot.shape, value.values.data(), host.data(), false);
+    // A broadcast variable's replicas are one piece, reported by the lowest
+    // rank that holds it (the master has it already, or another node sends it).
+    if (!task->variable()->replica())
+      report.pieces.push_back(VariablePiece{var, logical, offset, slot.shape, std::move(host)});
+  }
+}
+
+}  // namespace rill

@@ -1,0 +1,126 @@
+// Memory planning (compiler/memory_plan.h): every regst a node reads or
+// writes gets its slots in its zone's block, none overlapping; the blocks
+// add up what the plan and the bodies need; a layout that overlaps is
+// caught by the check.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "compiler/memory_plan.h"
+#include "kernels/op.h"
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+using compiler::MemoryPlan;
+using compiler::MemoryZone;
+
+MemoryPlan planned(const plan::Plan& p, int node) {
+  auto memory = compiler::plan_memory(p, node);
+  REQUIRE_MESSAGE(memory.ok(), memory.status().to_string());
+  REQUIRE_MESSAGE(compiler::check_memory_plan(p, *memory).ok(), compiler::check_memory_plan(p, *memory).to_string());
+  return *memory;
+}
+
+// Every regst a task of `node` names, once.
+std::set<int64_t> regsts_of(const plan::Plan& p, int node) {
+  std::set<int64_t> ids;
+  for (const plan::Task* t : *p.tasks())
+    if (t->node() == node) {
+      ids.insert(t->inputs()->begin(), t->inputs()->end());
+      ids.insert(t->outputs()->begin(), t->outputs()->end());
+    }
+  return ids;
+}
+
+TEST_CASE("each node's regsts get slots in one host block, none overlapping, adding up to the block") {
+  graph::Job job = testing::mlp_job(16, 8);
+  job.optimizer.type = "adam";
+  const std::string bytes = testing::compile_ok(job, "cpu:2", {}, 2);
+  const plan::Plan& p = *testing::plan_of(bytes);
+  for (int node = 0; node < 2; ++node) {
+    CAPTURE(node);
+    const MemoryPlan memory = planned(p, node);
+    REQUIRE(memory.blocks.size() == 1);
+    CHECK(memory.blocks[0].zone == MemoryZone{MemoryZone::kHost, -1});
+    const std::set<int64_t> ids = regsts_of(p, node);
+    CHECK(memory.regsts.size() == ids.size());
+    int64_t slots = 0, state = 0;
+    for (int64_t id : ids) {
+      const plan::RegstDesc* r = testing::regst(p, id);
+      const compiler::RegstMemory& m = memory.regsts.at(id);
+      CHECK(m.slots == r->register_num());
+      CHECK(m.slot_size >= r->bytes());
+      CHECK(m.slot_size % 64 == 0);
+      CHECK(m.offset % 64 == 0);
+      slots += m.slot_size * m.slots;
+    }
+    CHECK(memory.blocks[0].slot_bytes == slots);
+    CHECK(memory.blocks[0].slots_summed == slots);
+    // Adam keeps two tensors the size of each variable piece this node updates.
+    for (const plan::Task* t : *p.tasks())
+      if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op())
+        state += 2 * testing::regst(p, t->outputs()->Get(0))->bytes();
+    CHECK(state > 0);
+    CHECK(memory.blocks[0].state_bytes == state);
+    CHECK(memory.blocks[0].total() == slots + state + memory.blocks[0].scratch_bytes);
+  }
+}
+
+TEST_CASE("a layout whose slots overlap or leave their block is refused, naming the regsts") {
+  const std::string bytes = testing::compile_ok(testing::mlp_job(), "cpu:1");
+  const plan::Plan& p = *testing::plan_of(bytes);
+  MemoryPlan memory = planned(p, 0);
+  REQUIRE(memory.regsts.size() >= 2);
+  auto first = memory.regsts.begin();
+  auto second = std::next(first);
+  MemoryPlan overlapping = memory;
+  overlapping.regsts[second->first].offset = first->second.offset;  // two regsts on the same bytes
+  Status refused = compiler::check_memory_plan(p, overlapping);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("overlap") != std::string::npos);
+  MemoryPlan outside = memory;
+  outside.regsts[first->first].offset = memory.blocks[0].slot_bytes;
+  refused = compiler::check_memory_plan(p, outside);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("outside its block") != std::string::npos);
+}
+
+#if RILL_WITH_CUDA
+// On a GPU: what its tasks write lives in its memory (with the optimizer
+// state of its variables); host slots a copy reads or writes are
+// page-locked; the rest (here none: sources and the sink only meet the GPU
+// through copies) is plain host memory.
+TEST_CASE("on cuda:1 the GPU's regsts and optimizer state are its block, the copies' host ends page-locked") {
+  graph::Job job = testing::mlp_job(16, 8);
+  job.optimizer.type = "momentum";
+  const std::string bytes = testing::compile_ok(job, "cuda:1");
+  const plan::Plan& p = *testing::plan_of(bytes);
+  const MemoryPlan memory = planned(p, 0);
+  int device = -1, pinned = -1;
+  for (size_t b = 0; b < memory.blocks.size(); ++b) {
+    if (memory.blocks[b].zone.kind == MemoryZone::kDevice) device = static_cast<int>(b);
+    if (memory.blocks[b].zone.kind == MemoryZone::kPinned) pinned = static_cast<int>(b);
+  }
+  REQUIRE(device >= 0);
+  REQUIRE(pinned >= 0);
+  CHECK(memory.blocks[static_cast<size_t>(device)].zone.device == 0);
+  CHECK(memory.blocks[static_cast<size_t>(device)].state_bytes > 0);  // momentum's velocity
+  for (const auto& [id, m] : memory.regsts) {
+    const plan::RegstDesc* r = testing::regst(p, id);
+    CAPTURE(r->name()->str());
+    if (r->device() >= 0) {
+      CHECK(m.block == device);
+    } else {
+      bool copied = false;  // read or written by a Copy task
+      for (const plan::Task* t : testing::tasks_of_kind(p, plan::TaskKind::Copy))
+        copied = copied || t->inputs()->Get(0) == id || t->outputs()->Get(0) == id;
+      CHECK((m.block == pinned) == copied);
+    }
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace rill
