@@ -8,7 +8,7 @@
 # step's 8 GEMMs alone. 20 warm-up steps, 200 timed, alternating runs
 # (torch.compile once);
 # samples/s median (min-max), ratios, and peak device memory.
-#   bench/gpu_mlp_bench.sh [runs=3] [rill binary=build/rill]
+#   bench/gpu_mlp_bench.sh [runs=3] [rill command=build/rill]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -23,7 +23,7 @@ for shape in "mlp_synthetic 256 512" "mlp_wide_synthetic 1024 4096"; do
   declare -A rates=()
   declare -A peak=()
   for ((r = 0; r < runs; r++)); do
-    "$rill" run "bench/$job.json" --devices cuda:1 --steps 220 --result "$tmp/r.json" > /dev/null
+    $rill run "bench/$job.json" --devices cuda:1 --steps 220 --result "$tmp/r.json" > /dev/null
     rates[rill]+="$(field "$tmp/r.json" steady_samples_per_sec) "
     peak[rill]=$(field "$tmp/r.json" peak_device_bytes)
     modes="eager graph gemm"

@@ -1,11 +1,14 @@
 #include "kernels/cuda/cuda_context.h"
 
 #include <atomic>
+#include <unordered_map>
 #include <cstring>
 #include <deque>
 #include <vector>
 
+#include "kernels/cuda/cuda_module.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda_kernels.h"
 
 namespace rill {
 namespace {
@@ -14,13 +17,53 @@ std::atomic<int64_t> g_synchronizes{0};
 std::atomic<int64_t> g_device_bytes{0};
 std::atomic<int64_t> g_device_peak{0};
 
+// CudaContext on the CUDA runtime and cuBLAS (kernels/cuda/cuda_context.h).
+class DeviceContext final : public CudaContext {
+ public:
+  static StatusOr<std::unique_ptr<CudaContext>> create(int device, bool allow_tf32);
+  ~DeviceContext() override;
+
+  int device() const override { return device_; }
+  void* stream() const override { return stream_; }
+  void* cublas() const override { return cublas_; }
+  int64_t* bad_label() const override { return bad_label_; }
+  Status activate(const char* what) override;
+  Status synchronize(const char* what) override;
+  StatusOr<void*> allocate(size_t bytes, const char* what) override;
+  Status memory_info(size_t* free, size_t* total, const char* what) override;
+  void release(void* device_memory) override;
+  StatusOr<void*> allocate_host(size_t bytes, const char* what) override;
+  void release_host(void* host_memory) override;
+  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) override;
+  Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
+                     const char* what) override;
+  StatusOr<void*> create_event(const char* what) override;
+  void destroy_event(void* event) override;
+  Status mark(void* event, const char* what) override;
+  StatusOr<uint64_t> record(const char* what) override;
+  StatusOr<bool> done(uint64_t ticket, const char* what) override;
+
+ private:
+  struct Events;
+  DeviceContext();
+  Status bad_label_error(int64_t flag, const char* what);
+  int device_ = 0;
+  void* stream_ = nullptr;
+  void* copy_stream_ = nullptr;
+  void* copied_ = nullptr;  // the last copy_beside's event
+  void* cublas_ = nullptr;
+  int64_t* bad_label_ = nullptr;
+  std::unique_ptr<Events> events_;
+  std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
+};
+
 }  // namespace
 
 // Events in flight in the order recorded (one stream completes them in that
 // order), and the free ones. Each event has a page-locked word that a copy,
 // enqueued just before the event, fills with the bad-label flag: when the
 // event is complete, the word says whether the work before it raised it.
-struct CudaContext::Events {
+struct DeviceContext::Events {
   struct Mark {
     uint64_t ticket = 0;
     cudaEvent_t event = nullptr;
@@ -35,7 +78,7 @@ struct CudaContext::Events {
   static constexpr int kBlock = 64;
 };
 
-CudaContext::CudaContext() : events_(std::make_unique<Events>()) {}
+DeviceContext::DeviceContext() : events_(std::make_unique<Events>()) {}
 
 Status cuda_status(cudaError_t error, const char* call, const char* what) {
   if (error == cudaSuccess) return {};
@@ -49,7 +92,7 @@ Status cublas_status(cublasStatus_t status, const char* call, const char* what) 
                                              cublasGetStatusName(status)));
 }
 
-int cuda_device_count() {
+int visible_devices() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();  // no driver or no device: not sticky
@@ -58,11 +101,11 @@ int cuda_device_count() {
   return count;
 }
 
-StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allow_tf32) {
-  std::unique_ptr<CudaContext> ctx(new CudaContext());
+StatusOr<std::unique_ptr<CudaContext>> DeviceContext::create(int device, bool allow_tf32) {
+  std::unique_ptr<DeviceContext> ctx(new DeviceContext());
   ctx->device_ = device;
   const std::string what = fmt::format("cuda:{}", device);
-  const int count = cuda_device_count();
+  const int count = visible_devices();
   if (device < 0 || device >= count)
     return Status(Code::kUnavailable, fmt::format("{}: this machine has {} CUDA device(s)", what, count));
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice", what.c_str()));
@@ -84,10 +127,10 @@ StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allo
       what.c_str()));
   RILL_ASSIGN_OR_RETURN(void* flag, ctx->allocate(sizeof(int64_t), what.c_str()));
   ctx->bad_label_ = static_cast<int64_t*>(flag);
-  return ctx;
+  return std::unique_ptr<CudaContext>(std::move(ctx));
 }
 
-CudaContext::~CudaContext() {
+DeviceContext::~DeviceContext() {
   if (stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (copy_stream_) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
   for (cudaEvent_t e : events_->all) (void)cudaEventDestroy(e);
@@ -99,13 +142,11 @@ CudaContext::~CudaContext() {
   if (stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-Status CudaContext::activate(const char* what) { return cuda_status(cudaSetDevice(device_), "cudaSetDevice", what); }
+Status DeviceContext::activate(const char* what) { return cuda_status(cudaSetDevice(device_), "cudaSetDevice", what); }
 
-int64_t CudaContext::synchronizes() { return g_synchronizes.load(std::memory_order_relaxed); }
-int64_t CudaContext::device_bytes() { return g_device_bytes.load(std::memory_order_relaxed); }
-int64_t CudaContext::device_bytes_peak() { return g_device_peak.load(std::memory_order_relaxed); }
 
-Status CudaContext::bad_label_error(int64_t flag, const char* what) {
+
+Status DeviceContext::bad_label_error(int64_t flag, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, static_cast<cudaStream_t>(stream_)),
                                    "cudaMemsetAsync", what));
   return invalid_argument("{}: the label or id at position {} is out of range (outside the classes, or the rows "
@@ -113,7 +154,7 @@ Status CudaContext::bad_label_error(int64_t flag, const char* what) {
                           what, flag - 1);
 }
 
-Status CudaContext::synchronize(const char* what) {
+Status DeviceContext::synchronize(const char* what) {
   g_synchronizes.fetch_add(1, std::memory_order_relaxed);
   auto stream = static_cast<cudaStream_t>(stream_);
   int64_t flag = 0;
@@ -130,7 +171,7 @@ Status CudaContext::synchronize(const char* what) {
   return {};
 }
 
-StatusOr<uint64_t> CudaContext::record(const char* what) {
+StatusOr<uint64_t> DeviceContext::record(const char* what) {
   Events& ev = *events_;
   if (ev.free.empty()) {  // grows to the most marks ever in flight, then stays
     int64_t* block = nullptr;
@@ -157,7 +198,7 @@ StatusOr<uint64_t> CudaContext::record(const char* what) {
   return mark.ticket;
 }
 
-StatusOr<bool> CudaContext::done(uint64_t ticket, const char* what) {
+StatusOr<bool> DeviceContext::done(uint64_t ticket, const char* what) {
   Events& ev = *events_;
   while (ev.completed < ticket) {
     if (ev.in_flight.empty()) return internal_error("{}: event {} was never recorded (last {})", what, ticket, ev.recorded);
@@ -174,7 +215,7 @@ StatusOr<bool> CudaContext::done(uint64_t ticket, const char* what) {
   return true;
 }
 
-StatusOr<void*> CudaContext::allocate(size_t bytes, const char* what) {
+StatusOr<void*> DeviceContext::allocate(size_t bytes, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
@@ -192,7 +233,7 @@ StatusOr<void*> CudaContext::allocate(size_t bytes, const char* what) {
   return p;
 }
 
-void CudaContext::release(void* device_memory) {
+void DeviceContext::release(void* device_memory) {
   if (!device_memory) return;
   if (auto it = allocated_.find(device_memory); it != allocated_.end()) {
     g_device_bytes.fetch_sub(static_cast<int64_t>(it->second));
@@ -201,7 +242,7 @@ void CudaContext::release(void* device_memory) {
   (void)cudaFree(device_memory);
 }
 
-Status CudaContext::copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
+Status DeviceContext::copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
                                 const char* what) {
   auto copy_stream = static_cast<cudaStream_t>(copy_stream_);
   if (after)
@@ -218,28 +259,28 @@ Status CudaContext::copy_beside(void* dst, const void* src, size_t bytes, CopyKi
   return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), copied, 0), "cudaStreamWaitEvent", what);
 }
 
-StatusOr<void*> CudaContext::create_event(const char* what) {
+StatusOr<void*> DeviceContext::create_event(const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
   cudaEvent_t e = nullptr;
   RILL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", what));
   return static_cast<void*>(e);
 }
 
-void CudaContext::destroy_event(void* event) {
+void DeviceContext::destroy_event(void* event) {
   if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-Status CudaContext::mark(void* event, const char* what) {
+Status DeviceContext::mark(void* event, const char* what) {
   return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream_)),
                      "cudaEventRecord", what);
 }
 
-Status CudaContext::memory_info(size_t* free, size_t* total, const char* what) {
+Status DeviceContext::memory_info(size_t* free, size_t* total, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
   return cuda_status(cudaMemGetInfo(free, total), "cudaMemGetInfo", what);
 }
 
-StatusOr<void*> CudaContext::allocate_host(size_t bytes, const char* what) {
+StatusOr<void*> DeviceContext::allocate_host(size_t bytes, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
   void* p = nullptr;
   const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
@@ -252,11 +293,11 @@ StatusOr<void*> CudaContext::allocate_host(size_t bytes, const char* what) {
   return p;
 }
 
-void CudaContext::release_host(void* host_memory) {
+void DeviceContext::release_host(void* host_memory) {
   if (host_memory) (void)cudaFreeHost(host_memory);
 }
 
-Status CudaContext::copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) {
+Status DeviceContext::copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) {
   if (bytes == 0) return {};
   const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                            : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
@@ -265,3 +306,17 @@ Status CudaContext::copy(void* dst, const void* src, size_t bytes, CopyKind kind
 }
 
 }  // namespace rill
+
+extern "C" const rill::CudaModule* rill_cuda_module() {
+  static const rill::CudaModule module = [] {
+    rill::CudaModule m;
+    m.device_count = rill::visible_devices;
+    m.create_context = rill::DeviceContext::create;
+    m.find_kernel = rill::find_cuda_kernel;
+    m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
+    m.device_bytes = [] { return rill::g_device_bytes.load(std::memory_order_relaxed); };
+    m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
+    return m;
+  }();
+  return &module;
+}

@@ -3,19 +3,22 @@
 // copies, events that say when the work enqueued so far is complete, and a
 // device flag kernels raise on bad data (a label out of range), read when
 // the stream's work is known complete. One per device thread; used by that
-// thread only (the count of synchronizes is the process's, any thread).
+// thread only (the process-wide counts, any thread).
 //
-// The header names no CUDA type, so every part of Rill can hold one: a build
-// with CUDA implements it in cuda_context.cc, a build without it in none.cc,
-// where create() fails with the reason and cuda_device_count() is 0. CUDA and
-// cuBLAS errors become Rill errors naming the call and what it was for.
+// The header names no CUDA type, so every part of Rill can hold one. CUDA
+// lives in a module of its own (librill_cuda.so, kernels/cuda/cuda_module.h:
+// the contexts and every op's CUDA kernel), loaded when a process first
+// asks for a GPU (create(), cuda_device_count(), find_cuda_kernel()), so a
+// process that never does maps no CUDA library. Where there is no module (a
+// build without CUDA) or it cannot load, create() fails with the reason and
+// cuda_device_count() is 0. CUDA and cuBLAS errors become Rill errors naming
+// the call and what it was for.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "base/status.h"
 
@@ -29,75 +32,66 @@ class CudaContext {
   // 1e-3 relative error, several times faster); off, results match the CPU's
   // float GEMM within float rounding.
   static StatusOr<std::unique_ptr<CudaContext>> create(int device, bool allow_tf32 = false);
-  ~CudaContext();
+  virtual ~CudaContext() = default;
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
 
-  int device() const { return device_; }
-  void* stream() const { return stream_; }  // a cudaStream_t
-  void* cublas() const { return cublas_; }  // a cublasHandle_t
+  virtual int device() const = 0;
+  virtual void* stream() const = 0;  // a cudaStream_t
+  virtual void* cublas() const = 0;  // a cublasHandle_t
   // Device memory: 0, or 1 + the position of the first bad label (or
   // embedding id) a kernel met.
-  int64_t* bad_label() const { return bad_label_; }
+  virtual int64_t* bad_label() const = 0;
 
   // Makes this context's device current on the calling thread.
-  Status activate(const char* what);
+  virtual Status activate(const char* what) = 0;
   // Waits for the stream, then reports a raised bad-label flag (and clears it).
   // Off the hot path only (set-up, checkpoints, the end of a run): each call
   // is counted (synchronizes()).
-  Status synchronize(const char* what);
-  StatusOr<void*> allocate(size_t bytes, const char* what);  // device memory, zeroed
+  virtual Status synchronize(const char* what) = 0;
+  virtual StatusOr<void*> allocate(size_t bytes, const char* what) = 0;  // device memory, zeroed
   // The device's free and total memory now.
-  Status memory_info(size_t* free, size_t* total, const char* what);
-  void release(void* device_memory);
+  virtual Status memory_info(size_t* free, size_t* total, const char* what) = 0;
+  virtual void release(void* device_memory) = 0;
   // Page-locked host memory, zeroed: copies between it and the device run
   // asynchronously (from pageable memory the driver stages them).
-  StatusOr<void*> allocate_host(size_t bytes, const char* what);
-  void release_host(void* host_memory);
+  virtual StatusOr<void*> allocate_host(size_t bytes, const char* what) = 0;
+  virtual void release_host(void* host_memory) = 0;
   // Enqueues a copy on the stream (host memory may be pageable: then the
   // copy completes before it returns).
-  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what);
+  virtual Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) = 0;
 
   // The copy stream: copies between host and device beside the compute
   // stream's kernels. copy_beside() runs the copy on it after `after` (an
   // event recorded on the compute stream; null: after nothing) and makes
   // the compute stream's later work wait for the copy, so what reads the
   // copy, and every event record() marks later, comes after it.
-  Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after, const char* what);
+  virtual Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
+                             const char* what) = 0;
   // An event (a cudaEvent_t) to mark the compute stream with.
-  StatusOr<void*> create_event(const char* what);
-  void destroy_event(void* event);
+  virtual StatusOr<void*> create_event(const char* what) = 0;
+  virtual void destroy_event(void* event) = 0;
   // Records `event` on the compute stream: the work enqueued so far.
-  Status mark(void* event, const char* what);
+  virtual Status mark(void* event, const char* what) = 0;
 
   // Completion by events, never by waiting. record() marks the work enqueued
   // on the stream so far and returns its ticket (tickets count up from 1);
   // done() says, without waiting, whether the work up to that ticket is
   // complete, and then reports a bad-label flag that work raised. Events are
   // pooled: steady state creates none.
-  StatusOr<uint64_t> record(const char* what);
-  StatusOr<bool> done(uint64_t ticket, const char* what);
+  virtual StatusOr<uint64_t> record(const char* what) = 0;
+  virtual StatusOr<bool> done(uint64_t ticket, const char* what) = 0;
 
   // How many times any context of this process has waited for a stream
-  // (synchronize): a run's steady state adds none.
+  // (synchronize): a run's steady state adds none. 0 before the module loads.
   static int64_t synchronizes();
   // Device memory this process holds through allocate() now, and the most
   // it held at once (every context, any thread).
   static int64_t device_bytes();
   static int64_t device_bytes_peak();
 
- private:
-  struct Events;  // the event pool (cuda_context.cc)
-  CudaContext();
-  Status bad_label_error(int64_t flag, const char* what);
-  int device_ = 0;
-  void* stream_ = nullptr;
-  void* copy_stream_ = nullptr;
-  void* copied_ = nullptr;  // the last copy_beside's event
-  void* cublas_ = nullptr;
-  int64_t* bad_label_ = nullptr;
-  std::unique_ptr<Events> events_;
-  std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
+ protected:
+  CudaContext() = default;
 };
 
 // Device memory owned by a unique_ptr: released through its context.

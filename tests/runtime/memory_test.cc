@@ -1,13 +1,18 @@
-// Memory planning at run time: a node allocates each memory zone's block
-// once (compiler/memory_plan.h) and refuses a plan that cannot fit before
-// anything is allocated or run.
+// Memory at run time: a node allocates each memory zone's block once
+// (compiler/memory_plan.h) and refuses a plan that cannot fit before
+// anything is allocated or run; a CPU-only process maps no CUDA library.
 #include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
+#include "kernels/cuda/cuda_context.h"
+#include "runtime/cluster/job_runner.h"
 #include "runtime/node/node_runtime.h"
 #include "tests/runtime/sample_jobs.h"
 
@@ -52,6 +57,34 @@ TEST_CASE("a plan that cannot fit this machine's memory is refused before it run
   CHECK(has(message, "regst slots "));
   CHECK(has(message, " are available"));
   for (const char* remedy : {"train.zero", "pipeline.num_stages", "train.micro_batches"}) CHECK(has(message, remedy));
+}
+
+// Whether this process has a CUDA library mapped.
+bool maps_cuda() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (has(line, "libcudart") || has(line, "libcublas") || has(line, "librill_cuda")) return true;
+  return false;
+}
+
+// CUDA lives in a module loaded when a process first asks for a GPU: a
+// CPU-only run, its result and its counts never load it. In a child
+// process, so that no other test of this program has loaded it first.
+TEST_CASE("a job on cpu devices maps no CUDA library") {
+  graph::Job job = testing::load_sample("samples/linear_regression/linear_regression.json");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const bool before = maps_cuda();
+    JobResult result = testing::run(job, "cpu:1", 20);
+    const bool ran = result.status.ok() && result.device_synchronizes == 0 && CudaContext::device_bytes_peak() == 0;
+    _exit(before ? 2 : !ran ? 3 : maps_cuda() ? 4 : 0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK_MESSAGE(WEXITSTATUS(status) == 0, "2: mapped before, 3: the job failed, 4: mapped after the job");
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// Loads the CUDA module (kernels/cuda/cuda_module.h) on first use and
+// forwards to it: CudaContext::create, cuda_device_count, find_cuda_kernel
+// and the process-wide counts. The module is looked for beside the program
+// and in the folders above it (build/kernels/ from build/ and from the test
+// programs under build/tests/), in ../lib/rill/ (an install), or where
+// RILL_CUDA_MODULE names it. Thread-safe: loaded once.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_module.h"
+#include "kernels/cuda_kernels.h"
+
+namespace rill {
+namespace {
+
+constexpr const char* kModuleName = "librill_cuda.so";
+
+// Set once the module is loaded: what the counts read, without loading it.
+std::atomic<const CudaModule*> g_module{nullptr};
+
+struct Loaded {
+  const CudaModule* module = nullptr;
+  std::string why;  // when module is null: why not
+};
+
+std::vector<std::filesystem::path> candidates() {
+  std::vector<std::filesystem::path> out;
+  if (const char* named = std::getenv("RILL_CUDA_MODULE"); named && *named) out.emplace_back(named);
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return out;
+  std::filesystem::path dir = exe.parent_path();
+  for (int up = 0; up < 4 && !dir.empty(); ++up) {
+    out.push_back(dir / kModuleName);
+    out.push_back(dir / "kernels" / kModuleName);
+    out.push_back(dir / "lib" / "rill" / kModuleName);
+    if (dir == dir.parent_path()) break;
+    dir = dir.parent_path();
+  }
+  return out;
+}
+
+const Loaded& loaded() {
+  static Loaded result;
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if !RILL_WITH_CUDA
+    result.why = "this build of Rill has no CUDA support";
+#else
+    std::string tried;
+    for (const std::filesystem::path& path : candidates()) {
+      std::error_code error;
+      if (!std::filesystem::exists(path, error)) continue;
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        const char* why = dlerror();
+        tried += fmt::format("; {}: {}", path.string(), why ? why : "dlopen failed");
+        continue;
+      }
+      using Entry = const CudaModule* (*)();
+      auto entry = reinterpret_cast<Entry>(dlsym(handle, "rill_cuda_module"));
+      const CudaModule* module = entry ? entry() : nullptr;
+      if (module == nullptr || module->version != CudaModule::kVersion) {
+        tried += fmt::format("; {}: not a Rill CUDA module of version {}", path.string(), CudaModule::kVersion);
+        continue;
+      }
+      result.module = module;  // kept loaded for the life of the process
+      g_module.store(module, std::memory_order_release);
+      return;
+    }
+    result.why = tried.empty() ? fmt::format("the CUDA module {} is not beside the program (or RILL_CUDA_MODULE)",
+                                             kModuleName)
+                               : "the CUDA module could not be loaded" + tried;
+#endif
+  });
+  return result;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allow_tf32) {
+  const Loaded& l = loaded();
+  if (l.module == nullptr) return Status(Code::kUnavailable, fmt::format("cuda:{}: {}", device, l.why));
+  return l.module->create_context(device, allow_tf32);
+}
+
+int cuda_device_count() {
+  const Loaded& l = loaded();
+  return l.module ? l.module->device_count() : 0;
+}
+
+KernelFn find_cuda_kernel(std::string_view type) {
+  const Loaded& l = loaded();
+  return l.module ? l.module->find_kernel(type) : nullptr;
+}
+
+// The counts are the module's: a process that has not loaded it (a CPU-only
+// run) has none, and asking does not load it.
+int64_t CudaContext::synchronizes() {
+  const CudaModule* module = g_module.load(std::memory_order_acquire);
+  return module ? module->synchronizes() : 0;
+}
+
+int64_t CudaContext::device_bytes() {
+  const CudaModule* module = g_module.load(std::memory_order_acquire);
+  return module ? module->device_bytes() : 0;
+}
+
+int64_t CudaContext::device_bytes_peak() {
+  const CudaModule* module = g_module.load(std::memory_order_acquire);
+  return module ? module->device_bytes_peak() : 0;
+}
+
+}  // namespace rill

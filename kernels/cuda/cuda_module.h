@@ -1,0 +1,33 @@
+// The CUDA module (librill_cuda.so): the one place Rill links CUDA. A
+// process loads it with dlopen when it first asks for a GPU
+// (kernels/cuda/cuda_loader.cc) and reaches it through the table
+// rill_cuda_module() returns; until then, and in a process that never asks,
+// no CUDA library is mapped. Built from the same sources and compiler as the
+// program, so C++ types cross the boundary as they are.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "base/status.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/op.h"
+
+namespace rill {
+
+struct CudaModule {
+  static constexpr int kVersion = 1;
+  int version = kVersion;  // the table's layout; the loader refuses another
+  int (*device_count)() = nullptr;
+  StatusOr<std::unique_ptr<CudaContext>> (*create_context)(int device, bool allow_tf32) = nullptr;
+  KernelFn (*find_kernel)(std::string_view type) = nullptr;
+  int64_t (*synchronizes)() = nullptr;
+  int64_t (*device_bytes)() = nullptr;
+  int64_t (*device_bytes_peak)() = nullptr;
+};
+
+}  // namespace rill
+
+// The module's one exported symbol.
+extern "C" const rill::CudaModule* rill_cuda_module();
