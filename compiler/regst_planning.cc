@@ -14,6 +14,33 @@ int slots(const TaskGraph& g, const RegstNode& r, int activation_register_num) {
   return std::min(k, std::max(activation_register_num, g.stages - r.stage));
 }
 
+namespace {
+
+// Whether every reader of regst `r` is a variable's update on its node, or a
+// boxing on its node whose every output is such a regst: a gradient on its
+// way to the update. Memoized in `memo` (-1 unknown, 0 no, 1 yes).
+bool feeds_only_updates(const TaskGraph& g, int r, std::vector<int8_t>* memo) {
+  int8_t& known = (*memo)[static_cast<size_t>(r)];
+  if (known >= 0) return known == 1;
+  known = 0;  // a cycle (none in a plan) reads as no
+  const RegstNode& regst = g.regsts[static_cast<size_t>(r)];
+  bool only = regst.producer >= 0 && !regst.consumers.empty();
+  for (int c : regst.consumers) {
+    if (!only) break;
+    const TaskNode& t = g.tasks[static_cast<size_t>(c)];
+    if (t.node != regst.node) only = false;
+    else if (t.kind == plan::TaskKind::Boxing) {
+      for (int out : t.outputs) only = only && feeds_only_updates(g, out, memo);
+    } else {
+      only = t.kind == plan::TaskKind::Variable;
+    }
+  }
+  known = only ? 1 : 0;
+  return only;
+}
+
+}  // namespace
+
 Status plan_regsts(int activation_register_num, TaskGraph* g) {
   if (activation_register_num < 1)
     return invalid_argument("activation_register_num is {}, expected at least 1", activation_register_num);
@@ -32,6 +59,14 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
     std::sort(r.consumers.begin(), r.consumers.end());
     r.consumers.erase(std::unique(r.consumers.begin(), r.consumers.end()), r.consumers.end());
   }
+  // A gradient read only on its way to its variable's update needs one
+  // slot: its producer's next act is in the next step, whose forward needs
+  // the model that update writes (one slot), so a second slot would never
+  // be written before the first came back. Model-sized, so it matters.
+  std::vector<int8_t> memo(g->regsts.size(), -1);
+  for (size_t r = 0; r < g->regsts.size(); ++r)
+    if (g->regsts[r].register_num > 1 && feeds_only_updates(*g, static_cast<int>(r), &memo))
+      g->regsts[r].register_num = 1;
   return {};
 }
 

@@ -1,6 +1,8 @@
 // Regst planning: completes each regst of a TaskGraph with its consumers
 // (sorted, without repeats) and its register_num: 1 for a variable's model
-// regst (so step i+1's forward waits for step i's update), the activation
+// regst (so step i+1's forward waits for step i's update) and for a
+// gradient read only on its way to its update (a variable, or boxings on
+// the same node that lead only to variables), the activation
 // count (>= 1) for everything else, which lets producers run that many steps
 // ahead. A regst made once per micro-batch (K a step) gets its slots from the
 // graph's schedule: under "gpipe" K, so a stage can run all of a step's

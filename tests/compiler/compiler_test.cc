@@ -129,7 +129,7 @@ TEST_CASE("linear regression on cpu:1: one task per op, no boxing") {
   for (uint32_t i = 0; i < p.regsts()->size(); ++i) {
     const plan::RegstDesc* r = p.regsts()->Get(i);
     CHECK(r->id() == i);
-    CHECK(r->register_num() == (r->is_model() ? 1 : 2));
+    CHECK(r->register_num() == (r->is_model() || testing::read_only_by_updates(p, *r) ? 1 : 2));
     const plan::Task* prod = p.tasks()->Get(ActorId::index(r->producer()));
     CHECK(std::count(prod->outputs()->begin(), prod->outputs()->end(), static_cast<int64_t>(i)) == 1);
     std::vector<uint64_t> consumers(r->consumers()->begin(), r->consumers()->end());
@@ -220,7 +220,16 @@ TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, re
     CHECK(out->consumers()->Get(rank) == w->id());
   }
 
-  for (const plan::RegstDesc* r : *p.regsts()) CHECK(r->register_num() == (r->is_model() ? 1 : 2));
+  // The model one slot, and w's gradient on its way to the update (each
+  // piece, and the boxing's sums): step i + 1 makes the next one only after
+  // its forward read the model step i's update wrote. The rest 2.
+  int gradients = 0;
+  for (const plan::RegstDesc* r : *p.regsts()) {
+    const bool to_update = testing::read_only_by_updates(p, *r);
+    gradients += to_update;
+    CHECK(r->register_num() == (r->is_model() || to_update ? 1 : 2));
+  }
+  CHECK(gradients == 5);  // 2 pieces of w's gradient, the half each device sums, their gather
   CHECK(std::count_if(p.regsts()->begin(), p.regsts()->end(), [](auto* r) { return r->is_model(); }) == 2);
 
   const plan::Task* sink = tasks_of_kind(p, plan::TaskKind::Sink)[0];
@@ -355,7 +364,9 @@ TEST_CASE("activation_register_num sets every non-model regst; below 1 is an err
   compiler::CompileOptions options;
   options.activation_register_num = 3;
   const std::string bytes = compile_ok(testing::linear_regression_job(), "cpu:2", options);
-  for (const plan::RegstDesc* r : *plan_of(bytes)->regsts()) CHECK(r->register_num() == (r->is_model() ? 1 : 3));
+  const plan::Plan& p = *plan_of(bytes);
+  for (const plan::RegstDesc* r : *p.regsts())
+    CHECK(r->register_num() == (r->is_model() || testing::read_only_by_updates(p, *r) ? 1 : 3));
   options.activation_register_num = 0;
   auto cluster = compiler::parse_devices("cpu:1", 1);
   CHECK(!compiler::compile(testing::linear_regression_job(), *cluster, options).ok());
@@ -566,7 +577,11 @@ TEST_CASE("micro-batch slots: 1F1B gives stage s of S the S - s it holds, GPipe 
     CHECK(p.stages() == 4);
     CHECK(p.schedule()->str() == schedule);
     std::map<std::string, int> slots;  // by tensor (every piece alike)
-    for (const plan::RegstDesc* r : *p.regsts()) slots[r->name()->str()] = r->register_num();
+    std::map<std::string, bool> to_update;
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      slots[r->name()->str()] = r->register_num();
+      to_update[r->name()->str()] = testing::read_only_by_updates(p, *r);
+    }
     // The forward tensors of stages 0 to 3 (image is data: stage 0); with
     // the default activation count 2 as the least.
     const std::map<std::string, int> want_1f1b = {{"image", 4}, {"h0", 4}, {"a0", 4}, {"h1", 3}, {"a1", 3},
@@ -576,11 +591,15 @@ TEST_CASE("micro-batch slots: 1F1B gives stage s of S the S - s it holds, GPipe 
       CHECK(slots.at(tensor) == (schedule == "1f1b" ? want : 8));
     }
     // Gradients flowing back hold a slot only until the stage before reads
-    // them (1F1B); the model and per-step gradients one.
+    // them (1F1B); the model and the weights' gradients (read only by their
+    // updates) one.
     CHECK(slots.at("w0") == 1);
     if (schedule == "1f1b") {
       for (const auto& [tensor, n] : slots)
-        if (tensor.rfind("grad/", 0) == 0) CHECK(n == 2);
+        if (tensor.rfind("grad/", 0) == 0) {
+          CAPTURE(tensor);
+          CHECK(n == (to_update.at(tensor) ? 1 : 2));
+        }
     }
   }
   // Without moves between placements the forward pass is one stage.

@@ -166,6 +166,19 @@ void check_nodes_compile_alone(const graph::Job& job, const compiler::Cluster& c
 
 const plan::Plan* plan_of(const std::string& bytes) { return plan::GetPlan(bytes.data()); }
 
+bool read_only_by_updates(const plan::Plan& p, const plan::RegstDesc& r) {
+  if (r.consumers() == nullptr || r.consumers()->size() == 0) return false;
+  for (uint64_t c : *r.consumers()) {
+    const plan::Task* t = compiler::find_task(p, c);
+    if (t == nullptr || ActorId::node(c) != ActorId::node(r.producer())) return false;
+    if (t->kind() == plan::TaskKind::Variable) continue;
+    if (t->kind() != plan::TaskKind::Boxing) return false;
+    for (int64_t out : *t->outputs())
+      if (!read_only_by_updates(p, *compiler::find_regst(p, out))) return false;
+  }
+  return true;
+}
+
 std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind) {
   std::vector<const plan::Task*> out;
   for (const plan::Task* t : *plan.tasks())

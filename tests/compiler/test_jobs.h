@@ -33,6 +33,10 @@ void check_nodes_compile_alone(const graph::Job& job, const compiler::Cluster& c
                                const compiler::CompileOptions& options, const std::string& whole);
 
 std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind);
+// Whether every reader of `r` is a variable (its update) or a boxing on r's
+// node whose outputs are all read so: a gradient on its way to its update,
+// which regst planning gives one slot.
+bool read_only_by_updates(const plan::Plan& plan, const plan::RegstDesc& r);
 std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type);
 const plan::Task* task_named(const plan::Plan& plan, const std::string& name);
 // By global id, in a whole or a node plan; fail the current test when absent.
