@@ -33,9 +33,10 @@ struct ActIo {
 // swaps data pointers.
 class ComputeBody {
  public:
-  // With `cuda`, runs `kernel` (the op's CUDA kernel) on that device's stream
-  // and returns once it is enqueued: every reader of its outputs is on the
-  // same stream (a copy task stands between it and anything else).
+  // With `cuda`, runs `kernel` (the op's CUDA kernel) on that device's
+  // compute stream and returns once it is enqueued: every reader of its
+  // outputs is on the same device thread (a copy task stands between it and
+  // anything else), so the stream, or an event for a copy, orders them.
   ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
               KernelFn kernel = nullptr, CudaContext* cuda = nullptr);
   Status act(const ActIo& io);

@@ -53,8 +53,11 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     if (task->node() != node) continue;
     for (int64_t r : *task->inputs()) needed.push_back(r);
     for (int64_t r : *task->outputs()) needed.push_back(r);
-    if (task->kind() == plan::TaskKind::Compute && task->scratch_bytes() > 0)
+    if (task->kind() == plan::TaskKind::Compute && task->scratch_bytes() > 0) {
+      if (task->scratch_bytes() > kMaxBytes - block({MemoryZone::kHost, -1}).scratch_bytes)
+        return invalid_argument("plan: node {}'s compute scratch passes 2^62 bytes", node);
       block({MemoryZone::kHost, -1}).scratch_bytes += task->scratch_bytes();
+    }
     const plan::VariableConf* conf = task->variable();
     if (task->kind() == plan::TaskKind::Variable && conf != nullptr && conf->update_op() != nullptr &&
         task->outputs()->size() > 0) {
@@ -67,7 +70,10 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
         const MemoryZone zone = ActorId::device_type(task->id()) == DeviceType::kCuda
                                     ? MemoryZone{MemoryZone::kDevice, static_cast<int>(ActorId::device(task->id()))}
                                     : MemoryZone{MemoryZone::kHost, -1};
-        block(zone).state_bytes += (update->num_state + lanes_extra) * model->bytes();
+        const int64_t tensors = update->num_state + lanes_extra;
+        if (model->bytes() < 0 || model->bytes() > (kMaxBytes - block(zone).state_bytes) / std::max<int64_t>(1, tensors))
+          return invalid_argument("plan: node {}'s optimizer state passes 2^62 bytes", node);
+        block(zone).state_bytes += tensors * model->bytes();
       }
     }
   }
@@ -90,9 +96,10 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     m.offset = b.slot_bytes;
     m.slot_size = slot_size(r->bytes());
     m.slots = r->register_num();
+    if (m.slot_size * m.slots > kMaxBytes - b.slot_bytes)
+      return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, zone.to_string());
     b.slot_bytes += m.slot_size * m.slots;
     b.slots_summed += m.slot_size * m.slots;
-    if (b.slot_bytes > kMaxBytes) return invalid_argument("plan: node {}'s {} slots pass 2^62 bytes", node, zone.to_string());
     out.regsts[id] = m;
     placed.emplace_back(id, zone);
   }
@@ -105,6 +112,7 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
 }
 
 Status check_memory_plan(const plan::Plan& plan, const MemoryPlan& memory) {
+  auto name = [](const plan::RegstDesc* r) { return r->name() ? r->name()->str() : std::to_string(r->id()); };
   struct Span {
     int64_t begin, end, regst;
   };
@@ -115,11 +123,11 @@ Status check_memory_plan(const plan::Plan& plan, const MemoryPlan& memory) {
     const plan::RegstDesc* r = find_regst(plan, id);
     if (r == nullptr) return internal_error("memory plan: regst {} is not in the plan", id);
     if (m.slot_size < r->bytes() || m.slots != r->register_num())
-      return internal_error("memory plan: regst '{}' has {} slots of {} bytes for {} of {} bytes", r->name()->str(),
+      return internal_error("memory plan: regst '{}' has {} slots of {} bytes for {} of {} bytes", name(r),
                             m.slots, m.slot_size, r->register_num(), r->bytes());
     const int64_t end = m.offset + m.slot_size * m.slots;
     if (m.offset < 0 || end > memory.blocks[static_cast<size_t>(m.block)].slot_bytes)
-      return internal_error("memory plan: regst '{}' at [{}, {}) outside its block of {} bytes", r->name()->str(),
+      return internal_error("memory plan: regst '{}' at [{}, {}) outside its block of {} bytes", name(r),
                             m.offset, end, memory.blocks[static_cast<size_t>(m.block)].slot_bytes);
     by_block[static_cast<size_t>(m.block)].push_back({m.offset, end, id});
   }

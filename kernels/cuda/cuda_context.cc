@@ -47,6 +47,7 @@ class DeviceContext final : public CudaContext {
   struct Events;
   DeviceContext();
   Status bad_label_error(int64_t flag, const char* what);
+  Status grow_events(const char* what);
   int device_ = 0;
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
@@ -76,6 +77,7 @@ struct DeviceContext::Events {
   uint64_t recorded = 0;              // the last ticket handed out
   uint64_t completed = 0;             // every ticket up to this one is complete
   static constexpr int kBlock = 64;
+  static constexpr int kPrepared = 4 * kBlock;  // made with the context
 };
 
 DeviceContext::DeviceContext() : events_(std::make_unique<Events>()) {}
@@ -127,6 +129,7 @@ StatusOr<std::unique_ptr<CudaContext>> DeviceContext::create(int device, bool al
       what.c_str()));
   RILL_ASSIGN_OR_RETURN(void* flag, ctx->allocate(sizeof(int64_t), what.c_str()));
   ctx->bad_label_ = static_cast<int64_t*>(flag);
+  for (int made = 0; made < Events::kPrepared; made += Events::kBlock) RILL_RETURN_IF_ERROR(ctx->grow_events(what.c_str()));
   return std::unique_ptr<CudaContext>(std::move(ctx));
 }
 
@@ -171,22 +174,29 @@ Status DeviceContext::synchronize(const char* what) {
   return {};
 }
 
+// kBlock more events, each with its page-locked flag word.
+Status DeviceContext::grow_events(const char* what) {
+  Events& ev = *events_;
+  int64_t* block = nullptr;
+  RILL_RETURN_IF_ERROR(cuda_status(
+      cudaHostAlloc(reinterpret_cast<void**>(&block), Events::kBlock * sizeof(int64_t), cudaHostAllocDefault),
+      "cudaHostAlloc", what));
+  ev.flag_blocks.push_back(block);
+  for (int i = 0; i < Events::kBlock; ++i) {
+    cudaEvent_t e = nullptr;
+    RILL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", what));
+    ev.all.push_back(e);
+    block[i] = 0;
+    ev.free.push_back({0, e, block + i});
+  }
+  return {};
+}
+
 StatusOr<uint64_t> DeviceContext::record(const char* what) {
   Events& ev = *events_;
-  if (ev.free.empty()) {  // grows to the most marks ever in flight, then stays
-    int64_t* block = nullptr;
-    RILL_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&block), Events::kBlock * sizeof(int64_t),
-                                                   cudaHostAllocDefault),
-                                     "cudaHostAlloc", what));
-    ev.flag_blocks.push_back(block);
-    for (int i = 0; i < Events::kBlock; ++i) {
-      cudaEvent_t e = nullptr;
-      RILL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", what));
-      ev.all.push_back(e);
-      block[i] = 0;
-      ev.free.push_back({0, e, block + i});
-    }
-  }
+  // Made at set-up for kPrepared marks in flight; past that it grows (page-
+  // locked allocation may wait for the device: once, not in steady state).
+  if (ev.free.empty()) RILL_RETURN_IF_ERROR(grow_events(what));
   Events::Mark mark = ev.free.back();
   auto stream = static_cast<cudaStream_t>(stream_);
   RILL_RETURN_IF_ERROR(cuda_status(

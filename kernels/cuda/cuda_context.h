@@ -116,13 +116,19 @@ using DeviceEvent = std::unique_ptr<void, EventFree>;
 // driver, and in a build without CUDA (never an error).
 int cuda_device_count();
 
+// Why this process can use no GPU at all: the CUDA module is missing or
+// would not load (with why), or the build has no CUDA; "" once it loaded.
+std::string cuda_unavailable_reason();
+
 // OK when this machine has at least `count` CUDA devices; else an error
-// naming what was asked for ("cuda:2") and what there is.
+// naming what was asked for ("cuda:2") and what there is (and, with none,
+// why, when the CUDA module could not be loaded).
 inline Status require_cuda_devices(int count, const std::string& where) {
   const int have = cuda_device_count();
   if (have >= count) return {};
-  return Status(Code::kUnavailable, fmt::format("{}: cuda:{} asks for {} GPU(s), but this machine has {} CUDA device(s)",
-                                                where, count, count, have));
+  const std::string why = have == 0 ? cuda_unavailable_reason() : std::string();
+  return Status(Code::kUnavailable, fmt::format("{}: cuda:{} asks for {} GPU(s), but this machine has {} CUDA device(s){}",
+                                                where, count, count, have, why.empty() ? "" : " (" + why + ")"));
 }
 
 }  // namespace rill

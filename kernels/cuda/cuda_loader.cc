@@ -1,10 +1,11 @@
 // Loads the CUDA module (kernels/cuda/cuda_module.h) on first use and
 // forwards to it: CudaContext::create, cuda_device_count, find_cuda_kernel
 // and the process-wide counts. The module is looked for beside the program
-// and in the folders above it (build/kernels/ from build/ and from the test
-// programs under build/tests/), in ../lib/rill/ (an install), or where
-// RILL_CUDA_MODULE names it. Thread-safe: loaded once.
+// and in the build's kernels/ folder (from build/ and from the test
+// programs under build/tests/), where `meson install` put it, or where
+// RILL_CUDA_MODULE names it (candidates() below). Thread-safe: loaded once.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,21 +32,31 @@ struct Loaded {
   std::string why;  // when module is null: why not
 };
 
+// Where the module may be, in order: named by RILL_CUDA_MODULE; beside the
+// program; in kernels/ beside it (build/rill); in ../../kernels/ (the test
+// programs under build/tests/SUITE/); where `meson install` put it.
 std::vector<std::filesystem::path> candidates() {
   std::vector<std::filesystem::path> out;
   if (const char* named = std::getenv("RILL_CUDA_MODULE"); named && *named) out.emplace_back(named);
   std::error_code error;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return out;
-  std::filesystem::path dir = exe.parent_path();
-  for (int up = 0; up < 4 && !dir.empty(); ++up) {
+  if (!error) {
+    const std::filesystem::path dir = exe.parent_path();
     out.push_back(dir / kModuleName);
     out.push_back(dir / "kernels" / kModuleName);
-    out.push_back(dir / "lib" / "rill" / kModuleName);
-    if (dir == dir.parent_path()) break;
-    dir = dir.parent_path();
+    out.push_back(dir.parent_path().parent_path() / "kernels" / kModuleName);
   }
+#ifdef RILL_CUDA_INSTALL_DIR
+  out.push_back(std::filesystem::path(RILL_CUDA_INSTALL_DIR) / kModuleName);
+#endif
   return out;
+}
+
+// A folder anyone may write to (without the sticky bit's protection either)
+// is no place to load code from.
+bool writable_by_anyone(const std::filesystem::path& file) {
+  struct stat st {};
+  return ::stat(file.parent_path().c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0;
 }
 
 const Loaded& loaded() {
@@ -59,6 +70,10 @@ const Loaded& loaded() {
     for (const std::filesystem::path& path : candidates()) {
       std::error_code error;
       if (!std::filesystem::exists(path, error)) continue;
+      if (writable_by_anyone(path)) {
+        tried += fmt::format("; {}: its folder is writable by anyone, not loaded", path.string());
+        continue;
+      }
       void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle == nullptr) {
         const char* why = dlerror();
@@ -68,8 +83,8 @@ const Loaded& loaded() {
       using Entry = const CudaModule* (*)();
       auto entry = reinterpret_cast<Entry>(dlsym(handle, "rill_cuda_module"));
       const CudaModule* module = entry ? entry() : nullptr;
-      if (module == nullptr || module->version != CudaModule::kVersion) {
-        tried += fmt::format("; {}: not a Rill CUDA module of version {}", path.string(), CudaModule::kVersion);
+      if (module == nullptr || module->abi != cuda_module_abi()) {
+        tried += fmt::format("; {}: not this build's CUDA module", path.string());
         continue;
       }
       result.module = module;  // kept loaded for the life of the process
@@ -100,6 +115,11 @@ int cuda_device_count() {
 KernelFn find_cuda_kernel(std::string_view type) {
   const Loaded& l = loaded();
   return l.module ? l.module->find_kernel(type) : nullptr;
+}
+
+std::string cuda_unavailable_reason() {
+  const Loaded& l = loaded();
+  return l.module ? std::string() : l.why;
 }
 
 // The counts are the module's: a process that has not loaded it (a CPU-only

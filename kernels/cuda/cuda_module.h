@@ -16,9 +16,15 @@
 
 namespace rill {
 
+// What both sides must agree on: the table's layout and the sizes of the
+// types that cross (a module left from another build differs in them).
+constexpr uint64_t cuda_module_abi() {
+  return (uint64_t{1} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+         (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
+}
+
 struct CudaModule {
-  static constexpr int kVersion = 1;
-  int version = kVersion;  // the table's layout; the loader refuses another
+  uint64_t abi = cuda_module_abi();  // the loader refuses another
   int (*device_count)() = nullptr;
   StatusOr<std::unique_ptr<CudaContext>> (*create_context)(int device, bool allow_tf32) = nullptr;
   KernelFn (*find_kernel)(std::string_view type) = nullptr;

@@ -19,7 +19,8 @@ __global__ void for_each_kernel(int64_t n, F f) {
 
 // Whether `index` (a class label, an embedding id) is in [0, limit); if
 // not, raises the context's bad-index flag: 1 + `position`, the first such
-// position winning (CudaContext::synchronize reports it).
+// position winning (reported when the next completion event is seen,
+// CudaContext::done, or by CudaContext::synchronize).
 __device__ inline bool index_ok(int32_t index, int64_t limit, int64_t position, int64_t* flag) {
   if (index >= 0 && index < limit) return true;
   atomicCAS(reinterpret_cast<unsigned long long*>(flag), 0ull, static_cast<unsigned long long>(position + 1));

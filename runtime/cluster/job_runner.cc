@@ -506,7 +506,9 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
   }
   for (auto& [thread, spans] : streams) {
     std::stable_sort(spans.begin(), spans.end(), [](const StreamSpan& a, const StreamSpan& b) { return a.done < b.done; });
-    const uint64_t row = thread | (uint64_t{1} << 63);
+    // The thread key with the stream bits all set (device threads are
+    // stream 0): a tid of 32 bits, as trace viewers take them.
+    const uint64_t row = thread | ((uint64_t{1} << ActorId::kStreamBits) - 1);
     events.push_back({{"ph", "M"},
                       {"name", "thread_name"},
                       {"pid", ActorId::node(thread << ActorId::kStreamShift)},

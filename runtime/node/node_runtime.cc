@@ -128,6 +128,10 @@ NodeRun::~NodeRun() {
     (void)block.release();
     ++kept;
   }
+  for (auto& block : pinned_memory_) {  // page-locked host slots may cross nodes too
+    (void)block.release();
+    ++kept;
+  }
   spdlog::warn("node {}: {} message(s) to another node still read this run's memory: its {} host buffer(s) are kept",
                options_.node, sends_.in_flight() + boxing_.sends_in_flight(), kept);
 }

@@ -122,6 +122,26 @@ TEST_CASE("cuda devices where there is no GPU: an error naming them, never a sil
   CHECK(agent.output.find("cuda:2") != std::string::npos);
 }
 
+// CUDA is a module the program loads when it first asks for a GPU: a copy
+// of the program without the module beside it says so when asked for one,
+// and still runs CPU jobs.
+TEST_CASE("a program without its CUDA module says why it has no GPU, and runs CPU jobs") {
+  const auto lonely = temp_dir() / "lonely";
+  std::filesystem::create_directories(lonely);
+  std::filesystem::copy_file(rill::testing::binary(), lonely / "rill",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  Ran ran = rill::testing::run_shell("RILL_CUDA_MODULE= " + (lonely / "rill").string() + " run " + job +
+                                     " --devices cuda:1");
+  INFO(ran.output);
+  CHECK(ran.code != 0);
+  CHECK((ran.output.find("the CUDA module librill_cuda.so is not beside the program") != std::string::npos ||
+         ran.output.find("has no CUDA support") != std::string::npos));
+  Ran cpu = rill::testing::run_shell((lonely / "rill").string() + " run " + job + " --devices cpu:1 --steps 20");
+  INFO(cpu.output);
+  CHECK(cpu.code == 0);
+}
+
 // Bad input that once crashed, hung or passed for success: each is an error
 // naming what and where, with a non-zero exit.
 TEST_CASE("bad input is a clear error: non-finite constants, overflowing step counts, a diverging loss") {
