@@ -266,6 +266,25 @@ TEST_CASE("a plan that does not fit the GPU is refused before it runs, naming cu
   CHECK(report.status.message().find("train.zero") != std::string::npos);
 }
 
+// A label out of range, found by a kernel on the GPU, is reported when the
+// event after it completes (no thread waits for the stream), naming the
+// position and the work it was found in: the synthetic MLP's labels go to
+// 10 classes, its logits here to 5.
+TEST_CASE("a bad label on cuda:1 stops the run with its position, found by the completion events") {
+  auto loaded = graph::load_job_file(testing::source_path("bench/mlp_synthetic.json"));
+  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
+  graph::Job job = *loaded;
+  for (graph::Variable& v : job.variables)
+    for (int64_t& d : v.shape)
+      if (d == 10) d = 5;
+  job.train.steps = 20;
+  JobResult result = run(job, "cuda:1");
+  REQUIRE_FALSE(result.status.ok());
+  INFO(result.status.message());
+  CHECK(result.status.message().find("out of range") != std::string::npos);
+  CHECK(result.status.message().find("the label or id at position") != std::string::npos);
+}
+
 TEST_CASE("asking for more GPUs than the node has is an error naming them") {
   const int count = cuda_device_count();
   JobResult result = run(load_sample("samples/linear_regression/linear_regression.json"),
