@@ -9,6 +9,16 @@
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
+namespace {
+
+// " (images 'a', labels 'b')", " (file 'c')" or "" (data made in memory).
+std::string dataset_files(const DatasetSpec& spec) {
+  if (spec.kind == "idx") return fmt::format(" (images '{}', labels '{}')", spec.images, spec.labels);
+  if (spec.kind == "csv") return fmt::format(" (file '{}')", spec.path);
+  return "";
+}
+
+}  // namespace
 
 PieceOf piece_of_variable(const plan::Task& task, const plan::RegstDesc& model) {
   PieceOf p{read_string(model.name()), read_shape(model.logical_shape()), read_shape(task.variable()->offset())};
@@ -62,6 +72,24 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
           RILL_ASSIGN_OR_RETURN(int index, data->field_index(f->str()));
           fields.push_back(index);
         }
+      // What the data holds per sample must be what the job declared: a
+      // sample of another size would be copied past its slot, or shift the
+      // rows after it.
+      if (fields.size() != task.outputs()->size())
+        return invalid_argument("task '{}': {} fields for {} outputs", name, fields.size(), task.outputs()->size());
+      for (size_t f = 0; f < fields.size(); ++f) {
+        const plan::RegstDesc* out = regst(task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(f)));
+        const Shape slot = read_shape(out->shape());
+        const Shape declared(slot.begin() + (slot.empty() ? 0 : 1), slot.end());  // the rows axis off
+        const TensorMeta& held = data->field_meta(fields[static_cast<size_t>(f)]);
+        if (num_elements(declared) != num_elements(held.shape) || read_dtype(out->dtype()) != held.dtype)
+          return invalid_argument(
+              "input '{}' reads field '{}' of dataset '{}'{}: the job declares {} {} per sample, the data holds {} {}",
+              read_string(out->name()), conf->fields()->Get(static_cast<flatbuffers::uoffset_t>(f))->str(),
+              data->name(), dataset_files(read_dataset(*plan_->datasets()->Get(conf->dataset()))),
+              shape_string(declared), dtype_name(read_dtype(out->dtype())), shape_string(held.shape),
+              dtype_name(held.dtype));
+      }
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
                            conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),
                            plan_->micro_batches(), conf->rows_by_rank());

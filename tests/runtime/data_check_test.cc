@@ -1,0 +1,71 @@
+// Data that disagrees with the job is refused before the first step, on
+// every node that reads it, naming the input, the field, the dataset, its
+// files and both shapes: never copied past a slot (a crash) or shifted
+// into the next sample (silent garbage).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "graph/job_file.h"
+#include "runtime/cluster/job_runner.h"
+#include "tests/runtime/sample_jobs.h"
+
+namespace rill {
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST_CASE("an idx input declared with another size per sample than its images is refused, naming both") {
+  // Fashion-MNIST's images hold [784] floats per sample (the job checker
+  // cannot know: it reads no files); declared [700] (fewer: before, copied
+  // past the slot, a crash) and [800] (more: before, rows shifted), each
+  // with a first weight that agrees, so the job itself checks. On one
+  // device and on two (a source per device).
+  for (const auto& [declared, devices] : {std::pair<int64_t, const char*>{700, "cpu:1"}, {800, "cpu:2"}}) {
+    CAPTURE(declared);
+    graph::Job job = testing::load_sample("samples/mlp/mlp.json");
+    for (graph::Input& in : job.inputs)
+      if (in.name == "x") in.shape = {declared};
+    for (graph::Variable& v : job.variables)
+      if (v.name == "w1") v.shape[0] = declared;
+    JobResult result = testing::run(job, devices, 3);
+    REQUIRE_FALSE(result.status.ok());
+    const std::string& message = result.status.message();
+    INFO(message);
+    CHECK(has(message, "input 'x' reads field 'image' of dataset 'train' (images '"));
+    CHECK(has(message, "train-images-idx3-ubyte"));
+    CHECK(has(message, fmt::format("the job declares [{}] f32 per sample, the data holds [784] f32", declared)));
+  }
+}
+
+TEST_CASE("a CSV input declared with more features than the file's columns is refused, naming the file") {
+  const auto dir = std::filesystem::temp_directory_path() / ("rill-csv-check-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto csv = dir / "rows.csv";
+  std::ofstream(csv) << "1,0,0\n0,1,1\n1,0,0\n0,1,1\n";  // 2 features and a label
+  const std::string text = R"({"name": "csv_job",
+    "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv.string() + R"(", "label_column": 2}],
+    "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [3]},
+               {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
+    "variables": [{"name": "w", "shape": [3, 2], "init": {"type": "fill", "value": 0}}],
+    "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
+    "train": {"steps": 3, "batch_size": 4, "shuffle": false}})";
+  auto job = graph::parse_job_json(text, "csv_job.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  JobResult result = testing::run(*job, "cpu:1");
+  REQUIRE_FALSE(result.status.ok());
+  INFO(result.status.message());
+  CHECK(has(result.status.message(), "(file '" + csv.string() + "')"));
+  CHECK(has(result.status.message(), "the job declares [3] f32 per sample, the data holds [2] f32"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rill
