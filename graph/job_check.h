@@ -38,4 +38,12 @@ std::vector<JobIssue> find_job_issues(const Job& job);
 // OK, or InvalidArgument whose message lists every issue, one per line.
 Status check_job(const Job& job);
 
+// Compares each input's declared per-sample shape and dtype with what its
+// dataset's files hold, read from their heads (graph/data_check.cc; idx and
+// CSV: the other kinds' shapes are in the job, which check_job covers). The
+// first disagreement is the error, naming the input, field, dataset, files
+// and both shapes. A file that cannot be read here is not an error (the run
+// checks where it runs): `unreadable` gets a line for each.
+Status check_job_data(const Job& job, std::vector<std::string>* unreadable);
+
 }  // namespace rill::graph

@@ -6,19 +6,10 @@
 #include <algorithm>
 
 #include "kernels/cuda_kernels.h"
+#include "kernels/data/dataset_peek.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
-namespace {
-
-// " (images 'a', labels 'b')", " (file 'c')" or "" (data made in memory).
-std::string dataset_files(const DatasetSpec& spec) {
-  if (spec.kind == "idx") return fmt::format(" (images '{}', labels '{}')", spec.images, spec.labels);
-  if (spec.kind == "csv") return fmt::format(" (file '{}')", spec.path);
-  return "";
-}
-
-}  // namespace
 
 PieceOf piece_of_variable(const plan::Task& task, const plan::RegstDesc& model) {
   PieceOf p{read_string(model.name()), read_shape(model.logical_shape()), read_shape(task.variable()->offset())};
@@ -82,13 +73,10 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         const Shape slot = read_shape(out->shape());
         const Shape declared(slot.begin() + (slot.empty() ? 0 : 1), slot.end());  // the rows axis off
         const TensorMeta& held = data->field_meta(fields[static_cast<size_t>(f)]);
-        if (num_elements(declared) != num_elements(held.shape) || read_dtype(out->dtype()) != held.dtype)
-          return invalid_argument(
-              "input '{}' reads field '{}' of dataset '{}'{}: the job declares {} {} per sample, the data holds {} {}",
-              read_string(out->name()), conf->fields()->Get(static_cast<flatbuffers::uoffset_t>(f))->str(),
-              data->name(), dataset_files(read_dataset(*plan_->datasets()->Get(conf->dataset()))),
-              shape_string(declared), dtype_name(read_dtype(out->dtype())), shape_string(held.shape),
-              dtype_name(held.dtype));
+        const TensorMeta wanted{declared, read_dtype(out->dtype())};
+        if (!data_agrees(wanted, held))
+          return data_mismatch(read_string(out->name()), conf->fields()->Get(static_cast<flatbuffers::uoffset_t>(f))->str(),
+                               read_dataset(*plan_->datasets()->Get(conf->dataset())), wanted, held);
       }
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
                            conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),

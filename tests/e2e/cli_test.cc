@@ -91,6 +91,31 @@ TEST_CASE("rill check accepts the samples and rejects a bad file with its name")
   CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);
 }
 
+// rill check reads the heads of the data files: an input declared with
+// another size than the images hold is refused before any run; a file it
+// cannot read here is a note, not an error (the run checks where it runs).
+TEST_CASE("rill check compares the inputs with what the data files hold") {
+  nlohmann::json job = nlohmann::json::parse(std::ifstream(root() + "/samples/mlp/mlp.json"));
+  for (auto& in : job["inputs"])
+    if (in["name"] == "x") in["shape"] = {700};
+  for (auto& v : job["variables"])
+    if (v["name"] == "w1") v["shape"] = {700, 512};
+  const auto narrow = temp_dir() / "narrow.json";
+  std::ofstream(narrow) << job.dump();
+  Ran ran = run_rill("check " + narrow.string());
+  INFO(ran.output);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("input 'x' reads field 'image' of dataset 'train'") != std::string::npos);
+  CHECK(ran.output.find("the job declares [700] f32 per sample, the data holds [784] f32") != std::string::npos);
+  job["datasets"][0]["images"] = "/nonexistent/images.gz";
+  const auto absent = temp_dir() / "absent.json";
+  std::ofstream(absent) << job.dump();
+  Ran noted = run_rill("check " + absent.string());
+  INFO(noted.output);
+  CHECK(noted.code == 0);
+  CHECK(noted.output.find("note: dataset 'train': cannot open '/nonexistent/images.gz'") != std::string::npos);
+}
+
 TEST_CASE("a bad flag value is an error, not a crash") {
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);

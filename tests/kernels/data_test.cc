@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/data/dataset.h"
+#include "kernels/data/dataset_peek.h"
 #include "kernels/data/file_bytes.h"
 #include "tests/kernels/data_test_util.h"
 
@@ -246,6 +247,67 @@ TEST_CASE("Fashion-MNIST loads from the Debian package") {
   REQUIRE_MESSAGE(test.ok(), test.status().to_string());
   CHECK((*test)->num_samples() == 10000);
   for (int32_t label : gather_all<int32_t>(**test, "label")) REQUIRE((label >= 0 && label <= 9));
+}
+
+// peek_dataset_fields: what a dataset's files hold per sample, from their
+// heads, as loading them would say (rill check); and the mismatch message.
+TEST_CASE("the heads of idx and CSV files give the fields a load gives, plain and gzip") {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    CAPTURE(gzip);
+    const std::string images = dir.file("images"), labels = dir.file("labels");
+    (gzip ? write_gzip : write_file)(images, idx_images(5, 2, 3));
+    (gzip ? write_gzip : write_file)(labels, idx_labels(5));
+    const DatasetSpec spec = idx_spec(images, labels);
+    auto peeked = peek_dataset_fields(spec);
+    REQUIRE_MESSAGE(peeked.ok(), peeked.status().to_string());
+    REQUIRE(peeked->has_value());
+    auto loaded = Dataset::open(spec);
+    REQUIRE(loaded.ok());
+    REQUIRE((*peeked)->size() == 2);
+    for (const PeekedField& f : **peeked) {
+      CAPTURE(f.name);
+      CHECK(f.meta == (*loaded)->field_meta(*(*loaded)->field_index(f.name)));
+    }
+  }
+  DatasetSpec csv;
+  csv.name = "rows";
+  csv.kind = "csv";
+  csv.path = dir.file("rows.csv");
+  csv.header = true;
+  csv.label_column = 0;
+  write_text(csv.path, "label,a,b,c\n1,0.5,0.25,2\n0,1,2,3\n");
+  auto peeked = peek_dataset_fields(csv);
+  REQUIRE_MESSAGE(peeked.ok(), peeked.status().to_string());
+  REQUIRE(peeked->has_value());
+  auto loaded = Dataset::open(csv);
+  REQUIRE(loaded.ok());
+  for (const PeekedField& f : **peeked) CHECK(f.meta == (*loaded)->field_meta(*(*loaded)->field_index(f.name)));
+  CHECK((**peeked)[0].meta.shape == Shape{3});
+}
+
+TEST_CASE("peeking names a file that is missing or not of its kind; spec-made kinds are not peeked") {
+  TempDir dir;
+  DatasetSpec spec = idx_spec(dir.file("absent"), dir.file("absent2"));
+  auto missing = peek_dataset_fields(spec);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(contains(missing.status(), "absent"));
+  write_file(dir.file("labels"), idx_labels(20));
+  spec.images = dir.file("labels");  // a labels file where the images go
+  auto wrong = peek_dataset_fields(spec);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(contains(wrong.status(), "not an idx images file"));
+  DatasetSpec synthetic;
+  synthetic.kind = "synthetic";
+  auto none = peek_dataset_fields(synthetic);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  Status mismatch = data_mismatch("x", "image", idx_spec("i.gz", "l.gz"), {{700}, DType::kF32}, {{784}, DType::kF32});
+  CHECK(mismatch.message() ==
+        "input 'x' reads field 'image' of dataset 'digits' (images 'i.gz', labels 'l.gz'): the job declares [700] f32 "
+        "per sample, the data holds [784] f32");
+  CHECK(data_agrees({{28, 28}, DType::kF32}, {{784}, DType::kF32}));
+  CHECK_FALSE(data_agrees({{784}, DType::kI32}, {{784}, DType::kF32}));
 }
 
 }  // TEST_SUITE

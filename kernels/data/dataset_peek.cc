@@ -1,0 +1,75 @@
+#include "kernels/data/dataset_peek.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+namespace rill {
+namespace {
+
+struct GzClose {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+using Gz = std::unique_ptr<gzFile_s, GzClose>;
+
+// Opens a plain or gzip file (zlib reads either).
+StatusOr<Gz> open_file(const std::string& path, const std::string& dataset) {
+  Gz file(gzopen(path.c_str(), "rb"));
+  if (!file) return invalid_argument("dataset '{}': cannot open '{}'", dataset, path);
+  return file;
+}
+
+}  // namespace
+
+Status data_mismatch(const std::string& input, const std::string& field, const DatasetSpec& spec,
+                     const TensorMeta& declared, const TensorMeta& held) {
+  std::string files;
+  if (spec.kind == "idx") files = fmt::format(" (images '{}', labels '{}')", spec.images, spec.labels);
+  if (spec.kind == "csv") files = fmt::format(" (file '{}')", spec.path);
+  return invalid_argument("input '{}' reads field '{}' of dataset '{}'{}: the job declares {} {} per sample, the data "
+                          "holds {} {}",
+                          input, field, spec.name, files, shape_string(declared.shape), dtype_name(declared.dtype),
+                          shape_string(held.shape), dtype_name(held.dtype));
+}
+
+StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec) {
+  if (spec.kind == "idx") {
+    RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.images, spec.name));
+    unsigned char head[16];
+    if (gzread(file.get(), head, sizeof head) != static_cast<int>(sizeof head))
+      return data_loss("dataset '{}': '{}' is shorter than an idx images header (16 bytes)", spec.name, spec.images);
+    auto be32 = [&](int at) {
+      return (uint32_t{head[at]} << 24) | (uint32_t{head[at + 1]} << 16) | (uint32_t{head[at + 2]} << 8) | head[at + 3];
+    };
+    if (be32(0) != 0x00000803)
+      return data_loss("dataset '{}': '{}' is not an idx images file (magic 0x{:08x}, expected 0x00000803)", spec.name,
+                       spec.images, be32(0));
+    const int64_t pixels = int64_t{be32(8)} * int64_t{be32(12)};
+    return std::optional<std::vector<PeekedField>>(
+        std::vector<PeekedField>{{"image", {{pixels}, DType::kF32}}, {"label", {{}, DType::kI32}}});
+  }
+  if (spec.kind == "csv") {
+    RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.path, spec.name));
+    std::string line;
+    for (int row = 0; row < (spec.header ? 2 : 1); ++row) {
+      line.clear();
+      char buffer[1 << 16];
+      while (gzgets(file.get(), buffer, sizeof buffer) != nullptr) {
+        line += buffer;
+        if (!line.empty() && line.back() == '\n') break;
+      }
+    }
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.empty()) return data_loss("dataset '{}': '{}' has no row to read", spec.name, spec.path);
+    const int64_t columns = 1 + std::count(line.begin(), line.end(), ',');
+    const int64_t features = columns - (spec.label_column >= 0 ? 1 : 0);
+    std::vector<PeekedField> fields{{"features", {{features}, DType::kF32}}};
+    if (spec.label_column >= 0) fields.push_back({"label", {{}, DType::kI32}});
+    return std::optional<std::vector<PeekedField>>(std::move(fields));
+  }
+  return std::optional<std::vector<PeekedField>>();
+}
+
+}  // namespace rill

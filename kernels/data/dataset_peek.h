@@ -1,0 +1,40 @@
+// What a dataset's files hold per sample, read from their heads without
+// loading them: the idx images file's header, the CSV file's first row.
+// `rill check` compares it with what the job declares (the run compares
+// again with what it loaded). Any thread; reads at most the first row.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/data/dataset_spec.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+struct PeekedField {
+  std::string name;
+  TensorMeta meta;  // per sample
+};
+
+// The fields of `spec` with their per-sample meta, for the kinds whose
+// shapes live in files (idx, csv); nullopt for those the spec itself gives
+// (synthetic, inline). Errors: a file that cannot be opened or is not of
+// its kind, naming it.
+StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec);
+
+// The error for input `input` reading `field` of `spec`, declared `declared`
+// per sample where the data holds `held`: names the input, the field, the
+// dataset, its files and both shapes. Used wherever the two are compared
+// (`rill check`, a source before its first step).
+Status data_mismatch(const std::string& input, const std::string& field, const DatasetSpec& spec,
+                     const TensorMeta& declared, const TensorMeta& held);
+// Whether `declared` per sample can be read from `held`: as many elements,
+// the same dtype (a [28, 28] input may read [784] pixels).
+inline bool data_agrees(const TensorMeta& declared, const TensorMeta& held) {
+  return num_elements(declared.shape) == num_elements(held.shape) && declared.dtype == held.dtype;
+}
+
+}  // namespace rill
