@@ -248,17 +248,7 @@ TEST_CASE("a plan that does not fit the GPU is refused before it runs, naming cu
   REQUIRE((*cuda)->memory_info(&free, &total, "test").ok());
   // w2 holds width^2 floats: twice the device's memory.
   const auto width = static_cast<int64_t>(std::sqrt(2.0 * static_cast<double>(total) / 4.0)) + 1;
-  auto loaded = graph::load_job_file(testing::source_path("bench/mlp_wide_synthetic.json"));
-  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
-  graph::Job job = *loaded;
-  for (graph::Variable& v : job.variables)
-    for (int64_t& d : v.shape)
-      if (d == 4096) d = width;
-  auto cluster = compiler::parse_devices("cuda:1", 1);
-  REQUIRE(cluster.ok());
-  auto plan = compiler::compile(job, *cluster, {});
-  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
-  RunReport report = run_plan(*plan, {});
+  RunReport report = testing::run_wide_mlp(width, "cuda:1");
   REQUIRE_FALSE(report.status.ok());
   INFO(report.status.message());
   CHECK(report.status.code() == Code::kFailedPrecondition);

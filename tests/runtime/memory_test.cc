@@ -38,17 +38,7 @@ TEST_CASE("a plan that cannot fit this machine's memory is refused before it run
   REQUIRE(available > 0);
   int64_t width = 80000;
   while (width * width * 4 < 2 * available) width += 10000;
-  auto loaded = graph::load_job_file(testing::source_path("bench/mlp_wide_synthetic.json"));
-  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
-  graph::Job job = *loaded;
-  for (graph::Variable& v : job.variables)
-    for (int64_t& d : v.shape)
-      if (d == 4096) d = width;
-  auto cluster = compiler::parse_devices("cpu:1", 1);
-  REQUIRE(cluster.ok());
-  auto plan = compiler::compile(job, *cluster, {});
-  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
-  RunReport report = run_plan(*plan, {});
+  RunReport report = testing::run_wide_mlp(width, "cpu:1");
   REQUIRE_FALSE(report.status.ok());
   const std::string& message = report.status.message();
   INFO(message);

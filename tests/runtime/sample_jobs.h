@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/node/node_runtime.h"
 
 namespace rill::testing {
 
@@ -33,6 +35,23 @@ inline graph::Job load_sample(const std::string& relative) {
   auto job = graph::load_job_file(source_path(relative), overrides);
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
   return *job;
+}
+
+// bench/mlp_wide_synthetic.json (784-4096-4096-10) with `width` for 4096,
+// compiled for one node of `devices` and built: what a node makes of a plan
+// of that size (the tests make it too big to fit).
+inline RunReport run_wide_mlp(int64_t width, const std::string& devices) {
+  auto loaded = graph::load_job_file(source_path("bench/mlp_wide_synthetic.json"));
+  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
+  graph::Job job = *loaded;
+  for (graph::Variable& v : job.variables)
+    for (int64_t& d : v.shape)
+      if (d == 4096) d = width;
+  auto cluster = compiler::parse_devices(devices, 1);
+  REQUIRE(cluster.ok());
+  auto plan = compiler::compile(job, *cluster, {});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  return run_plan(*plan, {});
 }
 
 // Runs `job` on this machine, silently; steps > 0 overrides the job's.
