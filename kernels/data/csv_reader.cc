@@ -5,18 +5,15 @@
 #include <cmath>
 #include <string_view>
 
+#include "kernels/data/csv_cells.h"
 #include "kernels/data/dataset_readers.h"
 #include "kernels/data/file_bytes.h"
 
 namespace rill {
 namespace {
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
-  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') text = text.substr(1, text.size() - 2);
-  return text;
-}
+using csv::split_cells;
+using csv::trim;
 
 // Parses one whole cell as a finite number; false if anything is left over.
 bool parse_number(std::string_view cell, double* out) {
@@ -24,21 +21,6 @@ bool parse_number(std::string_view cell, double* out) {
   if (cell.empty()) return false;
   auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), *out);
   return ec == std::errc() && end == cell.data() + cell.size() && std::isfinite(*out);
-}
-
-// Splits `line` at commas into `cells` (reused across lines to save allocations).
-void split_cells(std::string_view line, std::vector<std::string_view>* cells) {
-  cells->clear();
-  size_t start = 0;
-  while (true) {
-    size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      cells->push_back(trim(line.substr(start)));
-      return;
-    }
-    cells->push_back(trim(line.substr(start, comma - start)));
-    start = comma + 1;
-  }
 }
 
 }  // namespace

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kernels/data/csv_cells.h"
 
 namespace rill {
 namespace {
@@ -51,19 +55,32 @@ StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const Data
         std::vector<PeekedField>{{"image", {{pixels}, DType::kF32}}, {"label", {{}, DType::kI32}}});
   }
   if (spec.kind == "csv") {
+    // The first line that is not blank fixes the columns (a header too), as
+    // the reader counts them: read until it has ended.
     RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.path, spec.name));
-    std::string line;
-    for (int row = 0; row < (spec.header ? 2 : 1); ++row) {
-      line.clear();
-      char buffer[1 << 16];
-      while (gzgets(file.get(), buffer, sizeof buffer) != nullptr) {
-        line += buffer;
-        if (!line.empty() && line.back() == '\n') break;
+    std::string head;
+    std::vector<std::string_view> cells;
+    size_t scanned = 0;  // lines before this are blank
+    for (;;) {
+      const size_t newline = head.find('\n', scanned);
+      if (newline != std::string::npos || gzeof(file.get())) {
+        const std::string_view line(head.data() + scanned, (newline == std::string::npos ? head.size() : newline) - scanned);
+        if (!csv::trim(line).empty()) {
+          csv::split_cells(line, &cells);
+          break;
+        }
+        if (newline == std::string::npos) break;  // the file ended blank
+        scanned = newline + 1;
+        continue;
       }
+      char chunk[1 << 16];
+      const int got = gzread(file.get(), chunk, sizeof chunk);
+      if (got < 0) return data_loss("dataset '{}': cannot read '{}'", spec.name, spec.path);
+      head.append(chunk, static_cast<size_t>(got));
+      if (got == 0 && !gzeof(file.get())) return data_loss("dataset '{}': cannot read '{}'", spec.name, spec.path);
     }
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    if (line.empty()) return data_loss("dataset '{}': '{}' has no row to read", spec.name, spec.path);
-    const int64_t columns = 1 + std::count(line.begin(), line.end(), ',');
+    if (cells.empty()) return data_loss("dataset '{}': '{}' has no line to read", spec.name, spec.path);
+    const int64_t columns = static_cast<int64_t>(cells.size());
     const int64_t features = columns - (spec.label_column >= 0 ? 1 : 0);
     std::vector<PeekedField> fields{{"features", {{features}, DType::kF32}}};
     if (spec.label_column >= 0) fields.push_back({"label", {{}, DType::kI32}});

@@ -6,13 +6,13 @@
 # what libFuzzer finds new in a scratch folder. A finding stops the run
 # and leaves the input as crash-* / leak-* / timeout-* in the working folder;
 # the script then exits non-zero.
-#   tests/fuzz/libfuzzer.sh [RUNS=1000000] [TARGET...]   (job_file plan control actor_wire)
+#   tests/fuzz/libfuzzer.sh [RUNS=1000000] [TARGET...]   (job_file plan control actor_wire datasets)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(job_file plan control actor_wire)
+[ ${#targets[@]} -eq 0 ] && targets=(job_file plan control actor_wire datasets)
 dir=build-fuzz
 if [ ! -f "$dir/build.ninja" ]; then
   CC=clang CXX=clang++ meson setup "$dir" -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined \
