@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
 
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
   check->add_option("job", job_path, "Job description file (JSON)")->required();
+  check->add_option("--set", overrides, "Override a job field, as rill run takes it");
 
   rill::LaunchArgs launch_args;
   int nnodes = 1, node_rank = 0, nproc_per_node = 1, master_port = rill::kDefaultCtrlPort;
@@ -305,10 +306,9 @@ int main(int argc, char** argv) {
   }
 
   if (check->parsed()) {
-    Status status = rill::graph::check_job_file(job_path);
-    if (!status.ok()) return rill::fail_command(status);
-    // The inputs against what the data files hold, where they can be read.
-    auto checked = load(job_path, {});
+    // The job as rill run would take it (overrides applied, then checked),
+    // then its inputs against what the data files hold, where they can be read.
+    auto checked = load(job_path, overrides);
     if (!checked.ok()) return rill::fail_command(checked.status());
     std::vector<std::string> unreadable;
     if (Status data = rill::graph::check_job_data(*checked, &unreadable); !data.ok())

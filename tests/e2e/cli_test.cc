@@ -86,6 +86,11 @@ TEST_CASE("rill check accepts the samples and rejects a bad file with its name")
   Ran ran = run_rill("check " + bad.string());
   CHECK(ran.code == 1);
   CHECK(ran.output.find("bad.json") != std::string::npos);
+  // --set as rill run takes it: applied, then checked.
+  Ran zero = run_rill("check " + root() + "/samples/mlp/mlp.json --set train.batch_size=0");
+  CHECK(zero.code == 1);
+  CHECK(zero.output.find("train.batch_size must be > 0, got 0") != std::string::npos);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp.json --set train.steps=5").code == 0);
   Ran missing = run_rill("run /nonexistent/job.json");
   CHECK(missing.code == 1);
   CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "graph/job_file.h"
 #include "samples/linear_regression/linear_regression_job.h"
@@ -234,4 +235,54 @@ TEST_CASE("the example in docs/JOB_FORMAT.md is the MLP sample") {
   CHECK(*job == samples::make_mlp_job());
 }
 
+}  // namespace rill::graph
+
+namespace rill::graph {
+namespace {
+
+// Every key `--set` takes is in docs/JOB_FORMAT.md's Overrides section, and
+// every key listed there is taken: the doc's list is the CLI's.
+TEST_CASE("the documented --set keys are exactly the ones the CLI takes") {
+  std::ifstream in(testing::source_path("docs/JOB_FORMAT.md"));
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t from = doc.find("## Overrides");
+  REQUIRE(from != std::string::npos);
+  const std::string section = doc.substr(from, doc.find("\n## ", from + 1) - from);
+  // `a.b`, `a.{b,c}` (each), and the datasets entry as one key.
+  std::set<std::string> documented;
+  for (size_t open = section.find('`'); open != std::string::npos; open = section.find('`', open + 1)) {
+    const size_t close = section.find('`', open + 1);
+    REQUIRE(close != std::string::npos);
+    const std::string token = section.substr(open + 1, close - open - 1);
+    open = close;
+    if (token.find(' ') != std::string::npos || token.find('=') != std::string::npos) continue;  // prose, commands
+    const size_t brace = token.find('{');
+    if (brace == std::string::npos || token.find("NAME") != std::string::npos) {
+      documented.insert(token);
+      continue;
+    }
+    const std::string prefix = token.substr(0, brace);
+    std::string field;
+    for (char c : token.substr(brace + 1)) {
+      if (c == ',' || c == '}') {
+        documented.insert(prefix + field);
+        field.clear();
+      } else {
+        field += c;
+      }
+    }
+  }
+  const std::vector<std::string> keys = override_keys();
+  const std::set<std::string> taken(keys.begin(), keys.end());
+  for (const std::string& key : taken) {
+    CAPTURE(key);
+    CHECK(documented.count(key) == 1);
+  }
+  for (const std::string& key : documented) {
+    CAPTURE(key);
+    CHECK(taken.count(key) == 1);
+  }
+}
+
+}  // namespace
 }  // namespace rill::graph
