@@ -389,7 +389,16 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
-  for (const std::string& line : fetched_lines(result.fetched)) {
+  // A small model's learned values too, as the seeds' examples print w
+  // (at most kSmallVariable elements each; the result JSON has them all).
+  constexpr size_t kSmallVariable = 8;
+  std::map<std::string, VariableValue> shown = result.fetched;
+  for (const auto& [name, value] : result.variables) {
+    bool fetched = false;
+    for (const auto& [tensor, v] : result.fetched) fetched = fetched || tensor == name || tensor.rfind(name + "@", 0) == 0;
+    if (!fetched && !value.values.empty() && value.values.size() <= kSmallVariable) shown[name] = value;
+  }
+  for (const std::string& line : fetched_lines(shown)) {
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
