@@ -56,13 +56,16 @@ StatusOr<ClusterKey> generate_cluster_key() {
 Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
   std::FILE* f = nullptr;
   {
-    // Created 0600 from the start: the secret is never readable by others.
-    const int flags = O_WRONLY | O_CREAT | (overwrite ? O_TRUNC : O_EXCL);
+    // Created 0600 from the start: the secret is never readable by others;
+    // never through a link (one planted there would take the secret, or
+    // have it overwrite a file of the link's choosing).
+    const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | (overwrite ? O_TRUNC : O_EXCL);
     const int fd = ::open(path.c_str(), flags, 0600);
     if (fd < 0)
       return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path,
                                                     errno == EEXIST ? "it exists (remove it first, or --force)"
-                                                                    : std::strerror(errno)));
+                                                    : errno == ELOOP ? "it is a symbolic link (not followed)"
+                                                                     : std::strerror(errno)));
     if (overwrite && ::fchmod(fd, 0600) != 0) {
       ::close(fd);
       return Status(Code::kUnavailable, fmt::format("cannot make the key file {} private: {}", path, std::strerror(errno)));

@@ -4,6 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -116,11 +120,28 @@ int run_local_cluster(const ClusterRunArgs& args) {
   auto job = graph::parse_job_json(*text, args.job_path, args.overrides);
   if (!job.ok()) return fail_command(job.status());
   std::string devices = args.devices.empty() ? job->train.devices : args.devices;
-  std::string logdir = args.logdir.empty() ? fmt::format("/tmp/rill-{}", getpid()) : args.logdir;
-  std::error_code ec;
-  std::filesystem::create_directories(logdir, ec);
+  // The nodes' logs: --logdir, or a fresh private folder (mkdtemp: made
+  // here, 0700, never one another user planted in /tmp).
+  std::string logdir = args.logdir;
+  if (logdir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "rill-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      return fail_command(Status(Code::kUnavailable, fmt::format("cannot make a folder {} for the nodes' logs: {}",
+                                                                 pattern, std::strerror(errno))));
+    logdir = pattern;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(logdir, ec);
+  }
   // A fresh key for this cluster alone (every connection encrypted, nobody
   // else let in): its agents and this client read it from the environment.
+  // It is removed when the command ends (the agents end with it).
+  struct RemoveOnExit {
+    std::string path;
+    ~RemoveOnExit() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } key_file;
   if (!args.keyed) {
     ::unsetenv(comm::kKeyFileEnv);
   } else {
@@ -128,6 +149,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     auto key = comm::generate_cluster_key();
     if (!key.ok()) return fail_command(key.status());
     if (Status written = comm::write_key_file(key_path, *key, true); !written.ok()) return fail_command(written);
+    key_file.path = key_path;
     ::setenv(comm::kKeyFileEnv, key_path.c_str(), 1);
   }
   std::string machines;

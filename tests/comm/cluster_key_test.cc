@@ -87,6 +87,22 @@ TEST_CASE("a key file round-trips, is private, and bad ones are named") {
   REQUIRE(!parsed.ok());
   CHECK(parsed.status().message().find(bad + ":2") != std::string::npos);
   CHECK(read_key_file(temp_path("missing.key")).status().code() == Code::kNotFound);
+
+  // A link where the key goes (planted by someone else) is never followed,
+  // replacing or not: the file it names keeps its contents.
+  const std::string victim = temp_path("victim.txt"), link = temp_path("planted.key");
+  { std::ofstream(victim) << "mine\n"; }
+  std::filesystem::create_symlink(victim, link);
+  for (bool overwrite : {false, true}) {
+    CAPTURE(overwrite);
+    Status refused = write_key_file(link, *key, overwrite);
+    CHECK(refused.code() == Code::kUnavailable);
+    CHECK(refused.message().find(overwrite ? "symbolic link" : "exists") != std::string::npos);
+  }
+  std::ifstream kept(victim);
+  std::string line;
+  std::getline(kept, line);
+  CHECK(line == "mine");
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 

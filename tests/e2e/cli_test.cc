@@ -51,6 +51,36 @@ TEST_CASE("rill run trains linear regression on cpu:2 and writes the result") {
   CHECK(result["samples_per_sec"].get<double>() > 0);
 }
 
+// rill run --nodes keeps its nodes' logs in a fresh private folder (or
+// --logdir) and leaves no copy of the cluster key it made behind.
+TEST_CASE("rill run --nodes leaves its logs and no cluster key behind") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  const auto logs = temp_dir() / "nodes-logs";
+  std::filesystem::remove_all(logs);
+  Ran given = run_rill("run " + job + " --nodes 2 --ctrl-port 19740 --logdir " + logs.string());
+  INFO(given.output);
+  REQUIRE(given.code == 0);
+  CHECK(std::filesystem::exists(logs / "node-1.log"));
+  CHECK_FALSE(std::filesystem::exists(logs / "cluster.key"));
+  // The default folder: made by mkdtemp (0700), its key gone at the end.
+  const auto before = std::filesystem::file_time_type::clock::now();
+  Ran fresh = run_rill("run " + job + " --nodes 2 --ctrl-port 19750");
+  INFO(fresh.output);
+  REQUIRE(fresh.code == 0);
+  int made = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rill-", 0) != 0 || name.size() != 11 || !entry.is_directory() ||
+        std::filesystem::last_write_time(entry.path()) < before || !std::filesystem::exists(entry.path() / "node-1.log"))
+      continue;
+    ++made;
+    CHECK_FALSE(std::filesystem::exists(entry.path() / "cluster.key"));
+    CHECK((std::filesystem::status(entry.path()).permissions() & std::filesystem::perms::others_all) ==
+          std::filesystem::perms::none);
+  }
+  CHECK(made >= 1);
+}
+
 TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   auto dot = temp_dir() / "plan.dot";
   Ran ran = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
