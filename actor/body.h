@@ -260,17 +260,16 @@ class CopyBody {
   Status slot_back(const void* data);
 
  private:
-  // Per output slot: the event marked when it last came back.
+  // Per output slot that has come back: the event marked when it last did.
   struct Freed {
     const void* data = nullptr;
     DeviceEvent event;
   };
-  StatusOr<void*> event_for(const void* data);
+  void* freed_event(const void* data) const;  // null: the slot never came back
   CudaContext* cuda_ = nullptr;
   CopyKind kind_ = CopyKind::kHostToDevice;
   std::string name_;
   std::vector<Freed> freed_;   // host to device
-  std::vector<const void*> marked_;  // slots whose event has been marked
   DeviceEvent produced_;       // device to host: the work before the copy
 };
 

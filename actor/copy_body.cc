@@ -1,24 +1,23 @@
-#include <algorithm>
 #include <cstring>
 
 #include "actor/body.h"
 
 namespace rill {
 
-StatusOr<void*> CopyBody::event_for(const void* data) {
-  for (Freed& f : freed_)
+void* CopyBody::freed_event(const void* data) const {
+  for (const Freed& f : freed_)
     if (f.data == data) return f.event.get();
-  RILL_ASSIGN_OR_RETURN(void* event, cuda_->create_event(name_.c_str()));  // once per slot
-  freed_.push_back({data, DeviceEvent(event, EventFree{cuda_})});
-  return event;
+  return nullptr;
 }
 
 Status CopyBody::slot_back(const void* data) {
   if (!cuda_ || kind_ != CopyKind::kHostToDevice) return {};
-  RILL_ASSIGN_OR_RETURN(void* event, event_for(data));
-  RILL_RETURN_IF_ERROR(cuda_->mark(event, name_.c_str()));
-  if (std::find(marked_.begin(), marked_.end(), data) == marked_.end()) marked_.push_back(data);
-  return {};
+  void* event = freed_event(data);
+  if (event == nullptr) {  // the slot's first return: its event, once
+    RILL_ASSIGN_OR_RETURN(event, cuda_->create_event(name_.c_str()));
+    freed_.push_back({data, DeviceEvent(event, EventFree{cuda_})});
+  }
+  return cuda_->mark(event, name_.c_str());
 }
 
 Status CopyBody::act(const ActIo& io) {
@@ -34,11 +33,7 @@ Status CopyBody::act(const ActIo& io) {
   // device thread holds those messages until its event; runtime/node/worker.h).
   void* after = nullptr;
   if (kind_ == CopyKind::kHostToDevice) {
-    // The slot's last reader; a slot never written before has none.
-    const void* slot = io.outputs[0]->data;
-    if (std::find(marked_.begin(), marked_.end(), slot) != marked_.end()) {
-      RILL_ASSIGN_OR_RETURN(after, event_for(slot));
-    }
+    after = freed_event(io.outputs[0]->data);  // the slot's last readers (none before its first return)
   } else {
     if (!produced_) {
       RILL_ASSIGN_OR_RETURN(void* event, cuda_->create_event(name_.c_str()));

@@ -99,7 +99,6 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     if (m.slot_size * m.slots > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, zone.to_string());
     b.slot_bytes += m.slot_size * m.slots;
-    b.slots_summed += m.slot_size * m.slots;
     out.regsts[id] = m;
     placed.emplace_back(id, zone);
   }

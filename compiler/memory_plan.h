@@ -39,7 +39,6 @@ struct MemoryZone {
 struct MemoryBlock {
   MemoryZone zone;
   int64_t slot_bytes = 0;     // the block: every slot placed in it
-  int64_t slots_summed = 0;   // the sum of its slots' sizes (equal while nothing shares)
   int64_t state_bytes = 0;    // optimizer state of the variables in this zone
   int64_t scratch_bytes = 0;  // compute scratch (always host memory)
   int64_t total() const { return slot_bytes + state_bytes + scratch_bytes; }
@@ -56,6 +55,14 @@ struct RegstMemory {
 struct MemoryPlan {
   std::vector<MemoryBlock> blocks;                  // in zone order: host, page-locked, cuda:0, cuda:1, ...
   std::unordered_map<int64_t, RegstMemory> regsts;  // by regst id
+  // The sum of block `block`'s slots' sizes: its slot_bytes while no two
+  // slots share bytes, more once slots live at one offset by turns.
+  int64_t slots_sum(int block) const {
+    int64_t sum = 0;
+    for (const auto& [id, m] : regsts)
+      if (m.block == block) sum += m.slot_size * m.slots;
+    return sum;
+  }
 };
 
 // The memory of node `node`'s part of a verified plan (whole or node plan).

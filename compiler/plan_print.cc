@@ -134,14 +134,16 @@ std::string plan_json(const plan::Plan& p) {
       memory.push_back({{"node", node}, {"error", planned.status().message()}});
       continue;
     }
-    for (const MemoryBlock& b : planned->blocks)
+    for (size_t i = 0; i < planned->blocks.size(); ++i) {
+      const MemoryBlock& b = planned->blocks[i];
       memory.push_back({{"node", node},
                         {"zone", b.zone.to_string()},
                         {"planned_bytes", b.slot_bytes},
-                        {"slots_bytes", b.slots_summed},
+                        {"slots_bytes", planned->slots_sum(static_cast<int>(i))},
                         {"optimizer_state_bytes", b.state_bytes},
                         {"scratch_bytes", b.scratch_bytes},
                         {"peak_bytes", b.total()}});
+    }
   }
   root["memory"] = std::move(memory);
   return root.dump(2);

@@ -14,6 +14,15 @@ namespace rill {
 namespace {
 
 std::atomic<int64_t> g_synchronizes{0};
+
+cudaMemcpyKind memcpy_kind(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice: return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost: return cudaMemcpyDeviceToHost;
+    case CopyKind::kDeviceToDevice: return cudaMemcpyDeviceToDevice;
+  }
+  return cudaMemcpyDefault;
+}
 std::atomic<int64_t> g_device_bytes{0};
 std::atomic<int64_t> g_device_peak{0};
 
@@ -147,8 +156,6 @@ DeviceContext::~DeviceContext() {
 
 Status DeviceContext::activate(const char* what) { return cuda_status(cudaSetDevice(device_), "cudaSetDevice", what); }
 
-
-
 Status DeviceContext::bad_label_error(int64_t flag, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, static_cast<cudaStream_t>(stream_)),
                                    "cudaMemsetAsync", what));
@@ -258,12 +265,9 @@ Status DeviceContext::copy_beside(void* dst, const void* src, size_t bytes, Copy
   if (after)
     RILL_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(copy_stream, static_cast<cudaEvent_t>(after), 0),
                                      "cudaStreamWaitEvent", what));
-  if (bytes > 0) {
-    const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                             : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                                               : cudaMemcpyDeviceToDevice;
-    RILL_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, bytes, k, copy_stream), "cudaMemcpyAsync", what));
-  }
+  if (bytes > 0)
+    RILL_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), copy_stream), "cudaMemcpyAsync", what));
   auto copied = static_cast<cudaEvent_t>(copied_);
   RILL_RETURN_IF_ERROR(cuda_status(cudaEventRecord(copied, copy_stream), "cudaEventRecord", what));
   return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), copied, 0), "cudaStreamWaitEvent", what);
@@ -309,10 +313,8 @@ void DeviceContext::release_host(void* host_memory) {
 
 Status DeviceContext::copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) {
   if (bytes == 0) return {};
-  const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                           : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                                             : cudaMemcpyDeviceToDevice;
-  return cuda_status(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream_)), "cudaMemcpyAsync", what);
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), static_cast<cudaStream_t>(stream_)),
+                     "cudaMemcpyAsync", what);
 }
 
 }  // namespace rill
@@ -324,7 +326,6 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.create_context = rill::DeviceContext::create;
     m.find_kernel = rill::find_cuda_kernel;
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
-    m.device_bytes = [] { return rill::g_device_bytes.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
     return m;
   }();

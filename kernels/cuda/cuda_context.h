@@ -85,9 +85,8 @@ class CudaContext {
   // How many times any context of this process has waited for a stream
   // (synchronize): a run's steady state adds none. 0 before the module loads.
   static int64_t synchronizes();
-  // Device memory this process holds through allocate() now, and the most
-  // it held at once (every context, any thread).
-  static int64_t device_bytes();
+  // The most device memory this process held through allocate() at once
+  // (every context, any thread).
   static int64_t device_bytes_peak();
 
  protected:

@@ -24,13 +24,10 @@ namespace {
 
 constexpr const char* kModuleName = "librill_cuda.so";
 
-// Set once the module is loaded: what the counts read, without loading it.
+// Set once the module is loaded (the counts read it without loading it);
+// g_why says why not when the load failed.
 std::atomic<const CudaModule*> g_module{nullptr};
-
-struct Loaded {
-  const CudaModule* module = nullptr;
-  std::string why;  // when module is null: why not
-};
+std::string g_why;  // written once, under the once flag
 
 // Where the module may be, in order: named by RILL_CUDA_MODULE; beside the
 // program; in kernels/ beside it (build/rill); in ../../kernels/ (the test
@@ -59,12 +56,12 @@ bool writable_by_anyone(const std::filesystem::path& file) {
   return ::stat(file.parent_path().c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0;
 }
 
-const Loaded& loaded() {
-  static Loaded result;
+// The module, loaded on the first call; null when it cannot be (g_why).
+const CudaModule* module() {
   static std::once_flag once;
   std::call_once(once, [] {
 #if !RILL_WITH_CUDA
-    result.why = "this build of Rill has no CUDA support";
+    g_why = "this build of Rill has no CUDA support";
 #else
     std::string tried;
     for (const std::filesystem::path& path : candidates()) {
@@ -82,61 +79,52 @@ const Loaded& loaded() {
       }
       using Entry = const CudaModule* (*)();
       auto entry = reinterpret_cast<Entry>(dlsym(handle, "rill_cuda_module"));
-      const CudaModule* module = entry ? entry() : nullptr;
-      if (module == nullptr || module->abi != cuda_module_abi()) {
+      const CudaModule* loaded = entry ? entry() : nullptr;
+      if (loaded == nullptr || loaded->abi != cuda_module_abi()) {
         tried += fmt::format("; {}: not this build's CUDA module", path.string());
         continue;
       }
-      result.module = module;  // kept loaded for the life of the process
-      g_module.store(module, std::memory_order_release);
+      g_module.store(loaded, std::memory_order_release);  // kept loaded for the life of the process
       return;
     }
-    result.why = tried.empty() ? fmt::format("the CUDA module {} is not beside the program (or RILL_CUDA_MODULE)",
+    g_why = tried.empty() ? fmt::format("the CUDA module {} is not beside the program (or RILL_CUDA_MODULE)",
                                              kModuleName)
                                : "the CUDA module could not be loaded" + tried;
 #endif
   });
-  return result;
+  return g_module.load(std::memory_order_acquire);
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<CudaContext>> CudaContext::create(int device, bool allow_tf32) {
-  const Loaded& l = loaded();
-  if (l.module == nullptr) return Status(Code::kUnavailable, fmt::format("cuda:{}: {}", device, l.why));
-  return l.module->create_context(device, allow_tf32);
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("cuda:{}: {}", device, g_why));
+  return m->create_context(device, allow_tf32);
 }
 
 int cuda_device_count() {
-  const Loaded& l = loaded();
-  return l.module ? l.module->device_count() : 0;
+  const CudaModule* m = module();
+  return m ? m->device_count() : 0;
 }
 
 KernelFn find_cuda_kernel(std::string_view type) {
-  const Loaded& l = loaded();
-  return l.module ? l.module->find_kernel(type) : nullptr;
+  const CudaModule* m = module();
+  return m ? m->find_kernel(type) : nullptr;
 }
 
-std::string cuda_unavailable_reason() {
-  const Loaded& l = loaded();
-  return l.module ? std::string() : l.why;
-}
+std::string cuda_unavailable_reason() { return module() ? std::string() : g_why; }
 
-// The counts are the module's: a process that has not loaded it (a CPU-only
+// The count is the module's: a process that has not loaded it (a CPU-only
 // run) has none, and asking does not load it.
 int64_t CudaContext::synchronizes() {
-  const CudaModule* module = g_module.load(std::memory_order_acquire);
-  return module ? module->synchronizes() : 0;
-}
-
-int64_t CudaContext::device_bytes() {
-  const CudaModule* module = g_module.load(std::memory_order_acquire);
-  return module ? module->device_bytes() : 0;
+  const CudaModule* m = g_module.load(std::memory_order_acquire);
+  return m ? m->synchronizes() : 0;
 }
 
 int64_t CudaContext::device_bytes_peak() {
-  const CudaModule* module = g_module.load(std::memory_order_acquire);
-  return module ? module->device_bytes_peak() : 0;
+  const CudaModule* m = g_module.load(std::memory_order_acquire);
+  return m ? m->device_bytes_peak() : 0;
 }
 
 }  // namespace rill

@@ -29,7 +29,6 @@ struct CudaModule {
   StatusOr<std::unique_ptr<CudaContext>> (*create_context)(int device, bool allow_tf32) = nullptr;
   KernelFn (*find_kernel)(std::string_view type) = nullptr;
   int64_t (*synchronizes)() = nullptr;
-  int64_t (*device_bytes)() = nullptr;
   int64_t (*device_bytes_peak)() = nullptr;
 };
 

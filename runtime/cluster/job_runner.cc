@@ -518,18 +518,18 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
     // The thread key with the stream bits all set (device threads are
     // stream 0): a tid of 32 bits, as trace viewers take them.
     const uint64_t row = thread | ((uint64_t{1} << ActorId::kStreamBits) - 1);
+    const uint64_t id = thread << ActorId::kStreamShift;  // its actors' node and device
     events.push_back({{"ph", "M"},
                       {"name", "thread_name"},
-                      {"pid", ActorId::node(thread << ActorId::kStreamShift)},
+                      {"pid", ActorId::node(id)},
                       {"tid", row},
-                      {"args", {{"name", fmt::format("cuda{} stream (work complete)",
-                                                     ActorId::device(thread << ActorId::kStreamShift))}}}});
+                      {"args", {{"name", fmt::format("cuda{} stream (work complete)", ActorId::device(id))}}}});
     int64_t free_at = 0;  // when the work before was done
     for (const StreamSpan& span : spans) {
       const int64_t from = std::min(span.done, std::max(span.enqueued, free_at));
       events.push_back({{"ph", "X"},
                         {"name", *span.name},
-                        {"pid", ActorId::node(thread << ActorId::kStreamShift)},
+                        {"pid", ActorId::node(id)},
                         {"tid", row},
                         {"args", {{"step", span.step}}},
                         {"ts", (from - origin) / 1000.0},

@@ -57,7 +57,7 @@ TEST_CASE("each node's regsts get slots in one host block, none overlapping, add
       slots += m.slot_size * m.slots;
     }
     CHECK(memory.blocks[0].slot_bytes == slots);
-    CHECK(memory.blocks[0].slots_summed == slots);
+    CHECK(memory.slots_sum(0) == slots);
     // Adam keeps two tensors the size of each variable piece this node updates.
     for (const plan::Task* t : *p.tasks())
       if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op())
