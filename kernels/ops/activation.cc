@@ -1,6 +1,7 @@
-// relu, gelu (erf form), tanh, sigmoid and their gradient ops. Each gradient
+// relu, gelu (erf form), gelu_tanh (GPT-2's tanh form, PyTorch's
+// approximate='tanh'), tanh, sigmoid and their gradient ops. Each gradient
 // op takes (t, dy) and returns dx: relu/tanh/sigmoid take the forward output
-// y as t, gelu takes the forward input x. The forward ops are not linear, so
+// y as t, the gelus take the forward input x. The forward ops are not linear, so
 // they have no partial-sum signature; the gradient ops are linear in dy.
 #include <cmath>
 
@@ -45,8 +46,9 @@ template <Act kAct>
 Status grad_unary(GradBuilder& g) {
   const std::string dy = g.output_grad(0);
   if (dy.empty() || !g.needs_input_grad(0)) return {};
-  static constexpr const char* kGradType[] = {"relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad"};
-  const std::string& t = kAct == Act::kGelu ? g.input(0) : g.output(0);
+  static constexpr const char* kGradType[] = {"relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad",
+                                              "gelu_tanh_grad"};
+  const std::string& t = kAct == Act::kGelu || kAct == Act::kGeluTanh ? g.input(0) : g.output(0);
   g.set_input_grad(0, g.add_op(kGradType[static_cast<int>(kAct)], {t, dy})[0]);
   return {};
 }
@@ -86,10 +88,12 @@ constexpr OpDef unary_grad_op(const char* type) {
 
 const OpDef kReluOp = unary_op<Act::kRelu>("relu");
 const OpDef kGeluOp = unary_op<Act::kGelu>("gelu");
+const OpDef kGeluTanhOp = unary_op<Act::kGeluTanh>("gelu_tanh");
 const OpDef kTanhOp = unary_op<Act::kTanh>("tanh");
 const OpDef kSigmoidOp = unary_op<Act::kSigmoid>("sigmoid");
 const OpDef kReluGradOp = unary_grad_op<Act::kRelu>("relu_grad");
 const OpDef kGeluGradOp = unary_grad_op<Act::kGelu>("gelu_grad");
+const OpDef kGeluTanhGradOp = unary_grad_op<Act::kGeluTanh>("gelu_tanh_grad");
 const OpDef kTanhGradOp = unary_grad_op<Act::kTanh>("tanh_grad");
 const OpDef kSigmoidGradOp = unary_grad_op<Act::kSigmoid>("sigmoid_grad");
 

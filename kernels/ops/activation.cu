@@ -1,4 +1,4 @@
-// relu, gelu, tanh, sigmoid and their gradients on CUDA: the same scalar
+// relu, gelu, gelu_tanh, tanh, sigmoid and their gradients on CUDA: the same scalar
 // formulas as the CPU kernels (activation_math.h), one thread per element.
 #include "kernels/ops/activation_math.h"
 #include "kernels/ops/cuda_launch.h"
@@ -25,6 +25,7 @@ cudaError_t activation(Activation a, const float* x, float* y, int64_t n, cudaSt
     case Activation::kGelu: return forward_all<act::Act::kGelu>(x, y, n, stream);
     case Activation::kTanh: return forward_all<act::Act::kTanh>(x, y, n, stream);
     case Activation::kSigmoid: return forward_all<act::Act::kSigmoid>(x, y, n, stream);
+    case Activation::kGeluTanh: return forward_all<act::Act::kGeluTanh>(x, y, n, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -36,6 +37,7 @@ cudaError_t activation_grad(Activation a, const float* t, const float* dy, float
     case Activation::kGelu: return backward_all<act::Act::kGelu>(t, dy, dx, n, stream);
     case Activation::kTanh: return backward_all<act::Act::kTanh>(t, dy, dx, n, stream);
     case Activation::kSigmoid: return backward_all<act::Act::kSigmoid>(t, dy, dx, n, stream);
+    case Activation::kGeluTanh: return backward_all<act::Act::kGeluTanh>(t, dy, dx, n, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,10 +1,17 @@
-// bias_add: y = x + b broadcast along every axis but `axis` (int attr,
-// default 1): x[N, C] + b[C]. b's gradient sums dy over the other axes.
+// bias_add: y = x + b, b broadcast along the axes of x it does not cover. b
+// covers the axes [axis, axis + rank(b)) of x; the int attr `axis` defaults
+// to the last rank(b) axes: x [N, C] + b [C], x [B, T, C] + b [C], and a
+// position table x [B, T, C] + wpe [T, C]. b's gradient sums dy over the
+// axes it does not cover.
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
+
+int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b) {
+  return attrs.get_int("axis", static_cast<int64_t>(x.size()) - static_cast<int64_t>(b.size()));
+}
 
 Status infer_bias_add(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(math::check_int_attr(attrs, "axis"));
@@ -12,23 +19,25 @@ Status infer_bias_add(const Attrs& attrs, std::span<const TensorMeta> in, std::v
   const Shape& b = in[1].shape;
   if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
     return invalid_argument("x and b must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
-  const int64_t axis = attrs.get_int("axis", 1);
-  if (axis < 0 || axis >= static_cast<int64_t>(x.size()))
-    return invalid_argument("axis {} is out of range for x {}", axis, shape_string(x));
-  if (b.size() != 1 || b[0] != x[axis])
-    return invalid_argument("b {} must be [{}], the size of axis {} of x {}", shape_string(b), x[axis], axis,
-                            shape_string(x));
+  if (b.empty()) return invalid_argument("b {} must have at least one axis", shape_string(b));
+  const int64_t axis = bias_axis(attrs, x, b);
+  const int64_t end = axis + static_cast<int64_t>(b.size());
+  if (axis < 0 || end > static_cast<int64_t>(x.size()))
+    return invalid_argument("b {} at axis {} does not fit in x {}", shape_string(b), axis, shape_string(x));
+  if (!std::equal(b.begin(), b.end(), x.begin() + axis))
+    return invalid_argument("b {} must be {}, the axes {} to {} of x {}", shape_string(b),
+                            shape_string(Shape(x.begin() + axis, x.begin() + end)), axis, end - 1, shape_string(x));
   out->push_back({x, DType::kF32});
   return {};
 }
 
 std::vector<SbpSignature> sbp_bias_add(const Attrs& attrs, std::span<const TensorMeta> in) {
-  const int axis = static_cast<int>(attrs.get_int("axis", 1));
-  const int rank = static_cast<int>(in[0].shape.size());
+  const int axis = static_cast<int>(bias_axis(attrs, in[0].shape, in[1].shape));
+  const int rank = static_cast<int>(in[0].shape.size()), b_rank = static_cast<int>(in[1].shape.size());
   const Sbp B = Sbp::broadcast(), P = Sbp::partial_sum();
   std::vector<SbpSignature> sigs;
   for (int i = 0; i < rank; ++i) {
-    if (i == axis) sigs.push_back({{Sbp::split(i), Sbp::split(0)}, {Sbp::split(i)}});
+    if (i >= axis && i < axis + b_rank) sigs.push_back({{Sbp::split(i), Sbp::split(i - axis)}, {Sbp::split(i)}});
     else sigs.push_back({{Sbp::split(i), B}, {Sbp::split(i)}});
   }
   sigs.push_back(math::uniform_signature(B, 2));
@@ -41,35 +50,38 @@ Status grad_bias_add(GradBuilder& g) {
   if (dy.empty()) return {};
   if (g.needs_input_grad(0)) g.set_input_grad(0, dy);
   if (g.needs_input_grad(1)) {
-    const int64_t axis = g.attrs().get_int("axis", 1);
+    const Shape& x = g.meta(g.input(0)).shape;
+    const Shape& b = g.meta(g.input(1)).shape;
+    const int64_t axis = bias_axis(g.attrs(), x, b), end = axis + static_cast<int64_t>(b.size());
     std::vector<int64_t> axes;
-    for (int64_t i = 0; i < static_cast<int64_t>(g.meta(g.input(0)).shape.size()); ++i)
-      if (i != axis) axes.push_back(i);
-    g.set_input_grad(1, g.add_op("reduce_sum", {dy}, {{"axes", axes}, {"keepdims", int64_t{0}}})[0]);
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
+      if (i < axis || i >= end) axes.push_back(i);
+    g.set_input_grad(1, axes.empty() ? dy : g.add_op("reduce_sum", {dy}, {{"axes", axes}, {"keepdims", int64_t{0}}})[0]);
   }
   return {};
 }
 
 Status cpu_bias_add(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
-  const int axis = static_cast<int>(ctx.attrs->get_int("axis", 1));
+  const TensorView& bias = ctx.inputs[1];
+  const int64_t axis = bias_axis(*ctx.attrs, x.shape, bias.shape);
+  const int64_t c = bias.size();  // b's elements, one run of x's covered axes
   int64_t outer = 1, inner = 1;
-  const int64_t c = x.shape[axis];
-  for (int i = 0; i < axis; ++i) outer *= x.shape[i];
-  for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
+  for (int64_t i = 0; i < axis; ++i) outer *= x.shape[i];
+  for (size_t i = axis + bias.shape.size(); i < x.shape.size(); ++i) inner *= x.shape[i];
   const float* __restrict xp = x.f32();
-  const float* __restrict bp = ctx.inputs[1].f32();
+  const float* __restrict bp = bias.f32();
   float* __restrict yp = ctx.outputs[0].f32();
-  if (inner == 1) {  // the common [N, C] case: one contiguous row add per sample
+  if (inner == 1) {  // b covers the trailing axes: one contiguous add per row
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t j = 0; j < c; ++j) yp[o * c + j] = xp[o * c + j] + bp[j];
     return {};
   }
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t j = 0; j < c; ++j) {
-      const float bias = bp[j];
+      const float value = bp[j];
       const int64_t base = (o * c + j) * inner;
-      for (int64_t i = 0; i < inner; ++i) yp[base + i] = xp[base + i] + bias;
+      for (int64_t i = 0; i < inner; ++i) yp[base + i] = xp[base + i] + value;
     }
   }
   return {};

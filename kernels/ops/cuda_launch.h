@@ -12,7 +12,7 @@
 
 namespace rill::cuda_launch {
 
-enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
+enum class Activation { kRelu, kGelu, kTanh, kSigmoid, kGeluTanh };
 enum class Binary { kAdd, kSub, kMul };
 
 cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);
@@ -69,9 +69,18 @@ cudaError_t reduce(const ReduceRuns& runs, const float* x, float* y, int64_t n_o
 cudaError_t broadcast_like(const ReduceRuns& runs, const float* dy, float* dx, int64_t n, float scale,
                            cudaStream_t stream);
 
-// Softmax over rows of `cols`, and its gradient y * (dy - sum(dy * y)).
-cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
-cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, cudaStream_t stream);
+// Softmax of scale * x over rows of `cols` (causal: row r sees columns
+// 0..r % cols, the rest 0), and its gradient scale * y * (dy - sum(dy * y)).
+cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale,
+                    cudaStream_t stream);
+cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+                         cudaStream_t stream);
+// layer_norm over rows of `cols`: y, and each row's mean and rstd; its
+// gradient dx, and dgamma and dbeta summed over the rows.
+cudaError_t layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+cudaError_t layer_norm_grad(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
+                            float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, cudaStream_t stream);
 // out[0] = factor * sum((p - t)^2) (summed in double); dp = factor * (p - t).
 cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float factor, cudaStream_t stream);
 cudaError_t mse_grad(const float* p, const float* t, const float* dloss, float* dp, int64_t n, float factor,

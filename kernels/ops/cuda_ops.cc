@@ -11,6 +11,7 @@
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/axis_runs.h"
 #include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/matmul_shape.h"
 
 namespace rill::cuda_ops {
 namespace {
@@ -128,39 +129,51 @@ Status matmul(KernelContext& ctx) {
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
-  const int m = static_cast<int>(c.shape[0]), n = static_cast<int>(c.shape[1]);
-  const int k = static_cast<int>(a.shape[ta ? 0 : 1]);
-  if (m == 0 || n == 0) return {};
+  const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, ta, tb);
+  if (c.size() == 0) return {};
   // Accumulating over micro-batches (as the CPU kernel): scaled by 1/K',
   // added to C after the first.
   const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
   const bool add = micro_batches > 1 && ctx.micro > 0;
-  if (k == 0)  // an empty split piece along K contributes zeros
+  if (s.k == 0)  // an empty split piece along K contributes zeros
     return add ? Status{}
                : cuda_status(cudaMemsetAsync(c.data, 0, c.bytes(), stream_of(ctx)), "cudaMemsetAsync", "op 'matmul'");
   const float alpha = 1.0f / static_cast<float>(micro_batches), beta = add ? 1.0f : 0.0f;
-  return cublas_status(cublasSgemm(cublas_of(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   n, m, k, &alpha, b.f32(), static_cast<int>(b.shape[1]), a.f32(),
-                                   static_cast<int>(a.shape[1]), &beta, c.f32(), n),
-                       "cublasSgemm", "op 'matmul'");
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  if (s.batch == 1)
+    return cublas_status(cublasSgemm(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.f32(), static_cast<int>(s.ldb),
+                                     a.f32(), static_cast<int>(s.lda), &beta, c.f32(), static_cast<int>(s.ldc)),
+                         "cublasSgemm", "op 'matmul'");
+  return cublas_status(cublasSgemmStridedBatched(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.f32(),
+                                                 static_cast<int>(s.ldb), s.stride_b, a.f32(), static_cast<int>(s.lda),
+                                                 s.stride_a, &beta, c.f32(), static_cast<int>(s.ldc), s.stride_c,
+                                                 static_cast<int>(s.batch)),
+                       "cublasSgemmStridedBatched", "op 'matmul'");
 }
 
 Status bias_add(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
-  const int axis = static_cast<int>(ctx.attrs->get_int("axis", 1));
+  const TensorView& bias = ctx.inputs[1];
+  // b covers x's axes [axis, axis + rank(b)): channels are b's elements.
+  const int64_t axis =
+      ctx.attrs->get_int("axis", static_cast<int64_t>(x.shape.size()) - static_cast<int64_t>(bias.shape.size()));
   int64_t inner = 1;
-  for (size_t i = axis + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
-  return launched(cuda_launch::bias_add(x.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), x.size(), x.shape[axis],
-                                        inner, stream_of(ctx)),
+  for (size_t i = axis + bias.shape.size(); i < x.shape.size(); ++i) inner *= x.shape[i];
+  return launched(cuda_launch::bias_add(x.f32(), bias.f32(), ctx.outputs[0].f32(), x.size(), bias.size(), inner,
+                                        stream_of(ctx)),
                   "op 'bias_add'");
 }
 
 Status relu(KernelContext& ctx) { return unary<Activation::kRelu>(ctx, "op 'relu'"); }
 Status gelu(KernelContext& ctx) { return unary<Activation::kGelu>(ctx, "op 'gelu'"); }
+Status gelu_tanh(KernelContext& ctx) { return unary<Activation::kGeluTanh>(ctx, "op 'gelu_tanh'"); }
 Status tanh(KernelContext& ctx) { return unary<Activation::kTanh>(ctx, "op 'tanh'"); }
 Status sigmoid(KernelContext& ctx) { return unary<Activation::kSigmoid>(ctx, "op 'sigmoid'"); }
 Status relu_grad(KernelContext& ctx) { return unary_grad<Activation::kRelu>(ctx, "op 'relu_grad'"); }
 Status gelu_grad(KernelContext& ctx) { return unary_grad<Activation::kGelu>(ctx, "op 'gelu_grad'"); }
+Status gelu_tanh_grad(KernelContext& ctx) { return unary_grad<Activation::kGeluTanh>(ctx, "op 'gelu_tanh_grad'"); }
 Status tanh_grad(KernelContext& ctx) { return unary_grad<Activation::kTanh>(ctx, "op 'tanh_grad'"); }
 Status sigmoid_grad(KernelContext& ctx) { return unary_grad<Activation::kSigmoid>(ctx, "op 'sigmoid_grad'"); }
 Status add(KernelContext& ctx) { return binary<Binary::kAdd>(ctx, "op 'add'"); }
@@ -304,16 +317,20 @@ Status softmax(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
-  return launched(cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, stream_of(ctx)),
-                  "op 'softmax'");
+  const bool causal = ctx.attrs->get_int("causal", 0) != 0;
+  const float scale = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  return launched(
+      cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, causal, scale, stream_of(ctx)),
+      "op 'softmax'");
 }
 
 Status softmax_grad(KernelContext& ctx) {
   const TensorView& y = ctx.inputs[0];
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
+  const float scale = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
   return launched(cuda_launch::softmax_grad(y.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), y.size() / cols, cols,
-                                            stream_of(ctx)),
+                                            scale, stream_of(ctx)),
                   "op 'softmax_grad'");
 }
 

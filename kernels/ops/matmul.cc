@@ -1,28 +1,37 @@
-// matmul: y[M, N] = op(a) x op(b), where op transposes when the int attrs
-// transpose_a / transpose_b are 1. a is [M, K] ([K, M] transposed), b is
-// [K, N] ([N, K] transposed). The CPU kernel is one cblas_sgemm.
-// With the int attr micro_batches (K' >= 1; the compiler sets it on a weight
-// gradient under gradient accumulation) the actor acts once per micro-batch on
-// one output: y = op(a) op(b) / K' at micro-batch 0 and y += op(a) op(b) / K'
-// after, the mean over the step's micro-batches, as the accumulate op.
+// matmul: C = op(A) op(B), where op transposes the last two axes when the int
+// attrs transpose_a / transpose_b are 1. Three layouts (math::matmul_shape):
+//   a [M, K] x b [K, N] -> [M, N];
+//   a [..., M, K] x b [K, N] -> [..., M, N]: b shared over a's leading axes
+//     (a linear layer on [B, T, C] activations), one GEMM over folded rows;
+//   a [..., M, K] x b [..., K, N] -> [..., M, N], equal leading axes (batched
+//     matmul: attention's [B, H, T, D] products).
+// The CPU kernel is one cblas_sgemm per GEMM (OpenBLAS 0.3.21 has no batched
+// call). With the int attr micro_batches (K' >= 1; the compiler sets it on a
+// weight gradient under gradient accumulation) the actor acts once per
+// micro-batch on one output: C = op(A) op(B) / K' at micro-batch 0 and
+// C += op(A) op(B) / K' after, the mean over the step's micro-batches, as the
+// accumulate op.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/matmul_shape.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
 
-struct MatmulAxes {
-  bool transpose_a, transpose_b;
-  int a_m, a_k, b_k, b_n;  // which axis of a / b holds M, K, N
+struct Flags {
+  bool ta, tb;
 };
 
-MatmulAxes matmul_axes(const Attrs& attrs) {
-  bool ta = attrs.get_int("transpose_a", 0) != 0, tb = attrs.get_int("transpose_b", 0) != 0;
-  return {ta, tb, ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1};
+Flags flags(const Attrs& attrs) {
+  return {attrs.get_int("transpose_a", 0) != 0, attrs.get_int("transpose_b", 0) != 0};
+}
+
+std::string transposes_note(Flags f) {
+  return f.ta || f.tb ? fmt::format(" with transpose_a={} transpose_b={}", int(f.ta), int(f.tb)) : std::string();
 }
 
 Status infer_matmul(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
@@ -32,84 +41,109 @@ Status infer_matmul(const Attrs& attrs, std::span<const TensorMeta> in, std::vec
     return invalid_argument("micro_batches is {}, expected at least 1", attrs.get_int("micro_batches", 0));
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
-  if (a.size() != 2 || b.size() != 2)
-    return invalid_argument("a {} and b {} must both be 2-D", shape_string(a), shape_string(b));
   if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
     return invalid_argument("a and b must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
-  MatmulAxes ax = matmul_axes(attrs);
-  if (a[ax.a_k] != b[ax.b_k])
-    return invalid_argument("a {} and b {} do not agree on K ({} vs {}){}", shape_string(a), shape_string(b),
-                            a[ax.a_k], b[ax.b_k],
-                            ax.transpose_a || ax.transpose_b
-                                ? fmt::format(" with transpose_a={} transpose_b={}", int(ax.transpose_a),
-                                              int(ax.transpose_b))
-                                : std::string());
-  out->push_back({{a[ax.a_m], b[ax.b_n]}, DType::kF32});
+  const Flags f = flags(attrs);
+  if (a.size() < 2 || b.size() < 2 || (b.size() > 2 && b.size() != a.size()))
+    return invalid_argument(
+        "a {} and b {}: a must have 2 or more axes, and b 2 (a weight shared over a's leading axes) or as many as a",
+        shape_string(a), shape_string(b));
+  if (b.size() > 2 && !std::equal(a.begin(), a.end() - 2, b.begin()))
+    return invalid_argument("a {} and b {} differ in their leading (batch) axes", shape_string(a), shape_string(b));
+  if (b.size() == 2 && a.size() > 2 && f.ta)
+    return invalid_argument("a {} with transpose_a=1 and a 2-D b {}: transpose_a on a batch needs a batched b",
+                            shape_string(a), shape_string(b));
+  const math::MatmulShape s = math::matmul_shape(a, b, f.ta, f.tb);
+  const int64_t b_k = f.tb ? b[b.size() - 1] : b[b.size() - 2];
+  if (s.k != b_k)
+    return invalid_argument("a {} and b {} do not agree on K ({} vs {}){}", shape_string(a), shape_string(b), s.k,
+                            b_k, transposes_note(f));
+  Shape c(a.begin(), a.end() - 2);
+  c.push_back(f.ta ? a[a.size() - 1] : a[a.size() - 2]);
+  c.push_back(s.n);
+  out->push_back({std::move(c), DType::kF32});
   return {};
 }
 
-std::vector<SbpSignature> sbp_matmul(const Attrs& attrs, std::span<const TensorMeta>) {
-  MatmulAxes ax = matmul_axes(attrs);
+std::vector<SbpSignature> sbp_matmul(const Attrs& attrs, std::span<const TensorMeta> in) {
+  const Flags f = flags(attrs);
+  const int ra = static_cast<int>(in[0].shape.size()), rb = static_cast<int>(in[1].shape.size());
+  const int nb = ra - 2;  // leading axes of a (and of c)
+  const int a_m = nb + (f.ta ? 1 : 0), a_k = nb + (f.ta ? 0 : 1);
+  const int b_k = rb - 2 + (f.tb ? 1 : 0), b_n = rb - 2 + (f.tb ? 0 : 1);
   const Sbp B = Sbp::broadcast(), P = Sbp::partial_sum();
-  return {
-      {{Sbp::split(ax.a_m), B}, {Sbp::split(0)}},
-      {{B, Sbp::split(ax.b_n)}, {Sbp::split(1)}},
-      {{Sbp::split(ax.a_k), Sbp::split(ax.b_k)}, {P}},
-      {{P, B}, {P}},
-      {{B, P}, {P}},
-      {{B, B}, {B}},
-  };
+  std::vector<SbpSignature> sigs;
+  // A leading axis splits a (and b, when batched) and c alike.
+  for (int i = 0; i < nb; ++i) sigs.push_back({{Sbp::split(i), rb > 2 ? Sbp::split(i) : B}, {Sbp::split(i)}});
+  sigs.push_back({{Sbp::split(a_m), B}, {Sbp::split(nb)}});
+  sigs.push_back({{B, Sbp::split(b_n)}, {Sbp::split(nb + 1)}});
+  sigs.push_back({{Sbp::split(a_k), Sbp::split(b_k)}, {P}});
+  sigs.push_back({{P, B}, {P}});
+  sigs.push_back({{B, P}, {P}});
+  sigs.push_back({{B, B}, {B}});
+  return sigs;
 }
 
 std::string matmul(GradBuilder& g, const std::string& x, const std::string& y, int ta, int tb) {
   return g.add_op("matmul", {x, y}, {{"transpose_a", int64_t{ta}}, {"transpose_b", int64_t{tb}}})[0];
 }
 
-// With C = op(A) op(B):
+// `t` with its leading axes folded into rows: [..., X] -> [prod(...), X].
+std::string rows_of(GradBuilder& g, const std::string& t) {
+  const Shape& s = g.meta(t).shape;
+  return g.add_op("reshape", {t}, {{"shape", std::vector<int64_t>{-1, s.back()}}})[0];
+}
+
+// With C = op(A) op(B) (per batch when batched):
 //   (A, B)     dA = dC B^T        dB = A^T dC
 //   (A, B^T)   dA = dC B          dB = dC^T A
 //   (A^T, B)   dA = B dC^T        dB = A dC
 //   (A^T, B^T) dA = B^T dC^T      dB = dC^T A^T
+// A b shared over a's leading axes gets the sum over them: the same
+// products with a and dC folded into rows, one GEMM.
 Status grad_matmul(GradBuilder& g) {
   const std::string dc = g.output_grad(0);
   if (dc.empty()) return {};
-  MatmulAxes ax = matmul_axes(g.attrs());
+  const Flags f = flags(g.attrs());
   const std::string& a = g.input(0);
   const std::string& b = g.input(1);
   if (g.needs_input_grad(0)) {
     std::string da;
-    if (!ax.transpose_a) da = ax.transpose_b ? matmul(g, dc, b, 0, 0) : matmul(g, dc, b, 0, 1);
-    else da = ax.transpose_b ? matmul(g, b, dc, 1, 1) : matmul(g, b, dc, 0, 1);
+    if (!f.ta) da = f.tb ? matmul(g, dc, b, 0, 0) : matmul(g, dc, b, 0, 1);
+    else da = f.tb ? matmul(g, b, dc, 1, 1) : matmul(g, b, dc, 0, 1);
     g.set_input_grad(0, da);
   }
   if (g.needs_input_grad(1)) {
+    const bool shared = g.meta(b).shape.size() == 2 && g.meta(a).shape.size() > 2;
+    const std::string a2 = shared ? rows_of(g, a) : a, dc2 = shared ? rows_of(g, dc) : dc;
     std::string db;
-    if (!ax.transpose_a) db = ax.transpose_b ? matmul(g, dc, a, 1, 0) : matmul(g, a, dc, 1, 0);
-    else db = ax.transpose_b ? matmul(g, dc, a, 1, 1) : matmul(g, a, dc, 0, 0);
+    if (!f.ta) db = f.tb ? matmul(g, dc2, a2, 1, 0) : matmul(g, a2, dc2, 1, 0);
+    else db = f.tb ? matmul(g, dc2, a2, 1, 1) : matmul(g, a2, dc2, 0, 0);
     g.set_input_grad(1, db);
   }
   return {};
 }
 
 Status cpu_matmul(KernelContext& ctx) {
-  MatmulAxes ax = matmul_axes(*ctx.attrs);
+  const Flags f = flags(*ctx.attrs);
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
-  const int m = static_cast<int>(c.shape[0]), n = static_cast<int>(c.shape[1]);
-  const int k = static_cast<int>(a.shape[ax.a_k]);
-  if (m == 0 || n == 0) return {};
+  const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, f.ta, f.tb);
+  if (c.size() == 0) return {};
   // Accumulating over micro-batches: scaled by 1/K', added after the first.
   const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
   const bool add = micro_batches > 1 && ctx.micro > 0;
-  if (k == 0) {  // an empty split piece along K contributes zeros
+  if (s.k == 0) {  // an empty split piece along K contributes zeros
     if (!add) std::fill_n(c.f32(), c.size(), 0.0f);
     return {};
   }
-  const int lda = static_cast<int>(a.shape[1]), ldb = static_cast<int>(b.shape[1]);
-  cblas_sgemm(CblasRowMajor, ax.transpose_a ? CblasTrans : CblasNoTrans, ax.transpose_b ? CblasTrans : CblasNoTrans,
-              m, n, k, 1.0f / static_cast<float>(micro_batches), a.f32(), lda, b.f32(), ldb, add ? 1.0f : 0.0f,
-              c.f32(), n);
+  const float alpha = 1.0f / static_cast<float>(micro_batches), beta = add ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < s.batch; ++i)
+    cblas_sgemm(CblasRowMajor, f.ta ? CblasTrans : CblasNoTrans, f.tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), alpha,
+                a.f32() + i * s.stride_a, static_cast<int>(s.lda), b.f32() + i * s.stride_b,
+                static_cast<int>(s.ldb), beta, c.f32() + i * s.stride_c, static_cast<int>(s.ldc));
   return {};
 }
 

@@ -11,10 +11,11 @@ extern const OpDef kReshapeOp, kTransposeOp, kIdentityOp, kSliceOp, kSliceGradOp
 extern const OpDef kFillOp, kUniformOp, kNormalOp, kXavierUniformOp, kKaimingUniformOp;  // initializers
 extern const OpDef kSgdUpdateOp, kMomentumUpdateOp, kAdamUpdateOp;  // optimizer updates
 extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kAccumulateOp, kOnesLikeOp;  // elementwise math
-extern const OpDef kReluOp, kGeluOp, kTanhOp, kSigmoidOp, kSoftmaxOp;  // activations
-extern const OpDef kReluGradOp, kGeluGradOp, kTanhGradOp, kSigmoidGradOp, kSoftmaxGradOp;  // their gradients
+extern const OpDef kReluOp, kGeluOp, kGeluTanhOp, kTanhOp, kSigmoidOp, kSoftmaxOp;  // activations
+extern const OpDef kReluGradOp, kGeluGradOp, kGeluTanhGradOp, kTanhGradOp, kSigmoidGradOp, kSoftmaxGradOp;  // their gradients
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,
     kAccuracyOp;  // losses and metrics
+extern const OpDef kLayerNormOp, kLayerNormGradOp;  // normalization
 extern const OpDef kReduceSumOp, kReduceMeanOp, kBroadcastLikeOp;  // reductions
 extern const OpDef kAllReduceOp, kAllGatherOp, kReduceScatterOp;  // collectives (the mirrored view)
 extern const OpDef kEmbeddingOp, kEmbeddingGradOp, kEmbeddingMaskOp;  // lookups

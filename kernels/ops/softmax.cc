@@ -1,6 +1,10 @@
-// softmax over the last axis, and softmax_grad(y, dy) = y * (dy - sum(dy * y))
-// per row. A row must be whole on a device, so the last axis is never split.
-
+// softmax over the last axis, y = softmax(scale * x), and softmax_grad(y, dy)
+// = scale * y * (dy - sum(dy * y)) per row. A row must be whole on a device,
+// so the last axis is never split. Attrs: `scale` (a float > 0, default 1:
+// attention's 1 / sqrt(head size)) and `causal` (0 or 1): x [..., T, T] is
+// a stack of attention score matrices and row q sees only columns 0..q (the
+// rest of y is 0), so the query axis is not split either.
+#include "kernels/ops/attr_read.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/softmax_math.h"
@@ -8,31 +12,53 @@
 namespace rill {
 namespace {
 
-Status infer_softmax(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+bool causal(const Attrs& attrs) { return attrs.get_int("causal", 0) != 0; }
+float scale_of(const Attrs& attrs) { return static_cast<float>(attrs.get_float("scale", 1.0)); }
+
+Status check_attrs(const Attrs& attrs, const Shape& x) {
+  RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "causal"));
+  RILL_ASSIGN_OR_RETURN(double scale, read_float(attrs, "scale", 1.0));
+  if (!(scale > 0)) return invalid_argument("attr 'scale' is {}; it must be > 0", scale);
+  if (causal(attrs) && (x.size() < 2 || x[x.size() - 1] != x[x.size() - 2]))
+    return invalid_argument("causal: x {} must end in a square [T, T] (queries by keys)", shape_string(x));
+  return {};
+}
+
+Status infer_softmax(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   if (in[0].dtype != DType::kF32) return invalid_argument("x must be f32, got {}", dtype_name(in[0].dtype));
   if (in[0].shape.empty()) return invalid_argument("x {} must have at least one axis", shape_string(in[0].shape));
+  RILL_RETURN_IF_ERROR(check_attrs(attrs, in[0].shape));
   out->push_back(in[0]);
   return {};
 }
 
-Status infer_softmax_grad(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+Status infer_softmax_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
     return invalid_argument("y and dy must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
   if (in[0].shape != in[1].shape || in[0].shape.empty())
     return invalid_argument("y {} and dy {} must have the same shape, with at least one axis",
                             shape_string(in[0].shape), shape_string(in[1].shape));
+  RILL_RETURN_IF_ERROR(check_attrs(attrs, in[0].shape));
   out->push_back(in[1]);
   return {};
 }
 
-std::vector<SbpSignature> sbp_softmax(const Attrs&, std::span<const TensorMeta> in) {
-  const int rank = static_cast<int>(in[0].shape.size());
-  return math::split_or_broadcast(rank, 1, rank - 1);
+// Splits on every axis but the row's (and, causal, the query axis, whose
+// index picks the row's columns).
+std::vector<SbpSignature> row_signatures(const Attrs& attrs, int rank, int num_inputs) {
+  std::vector<SbpSignature> sigs;
+  const int whole_from = causal(attrs) ? rank - 2 : rank - 1;
+  for (int a = 0; a < whole_from; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), num_inputs));
+  sigs.push_back(math::uniform_signature(Sbp::broadcast(), num_inputs));
+  return sigs;
 }
 
-std::vector<SbpSignature> sbp_softmax_grad(const Attrs&, std::span<const TensorMeta> in) {
-  const int rank = static_cast<int>(in[0].shape.size());
-  auto sigs = math::split_or_broadcast(rank, 2, rank - 1);
+std::vector<SbpSignature> sbp_softmax(const Attrs& attrs, std::span<const TensorMeta> in) {
+  return row_signatures(attrs, static_cast<int>(in[0].shape.size()), 1);
+}
+
+std::vector<SbpSignature> sbp_softmax_grad(const Attrs& attrs, std::span<const TensorMeta> in) {
+  auto sigs = row_signatures(attrs, static_cast<int>(in[0].shape.size()), 2);
   sigs.push_back({{Sbp::broadcast(), Sbp::partial_sum()}, {Sbp::partial_sum()}});  // linear in dy
   return sigs;
 }
@@ -40,7 +66,9 @@ std::vector<SbpSignature> sbp_softmax_grad(const Attrs&, std::span<const TensorM
 Status grad_softmax(GradBuilder& g) {
   const std::string dy = g.output_grad(0);
   if (dy.empty() || !g.needs_input_grad(0)) return {};
-  g.set_input_grad(0, g.add_op("softmax_grad", {g.output(0), dy})[0]);
+  Attrs attrs;
+  if (g.attrs().has("scale")) attrs.set("scale", g.attrs().get_float("scale", 1.0));
+  g.set_input_grad(0, g.add_op("softmax_grad", {g.output(0), dy}, attrs)[0]);
   return {};
 }
 
@@ -49,7 +77,11 @@ Status cpu_softmax(KernelContext& ctx) {
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
   const int64_t rows = x.size() / cols;
-  for (int64_t r = 0; r < rows; ++r) softmax_math::softmax_row(x.f32() + r * cols, ctx.outputs[0].f32() + r * cols, cols);
+  const bool is_causal = causal(*ctx.attrs);
+  const float scale = scale_of(*ctx.attrs);
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::softmax_row(x.f32() + r * cols, ctx.outputs[0].f32() + r * cols, cols,
+                              is_causal ? r % cols + 1 : cols, scale);
   return {};
 }
 
@@ -58,9 +90,10 @@ Status cpu_softmax_grad(KernelContext& ctx) {
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
   const int64_t rows = y.size() / cols;
+  const float scale = scale_of(*ctx.attrs);
   for (int64_t r = 0; r < rows; ++r)
     softmax_math::softmax_grad_row(y.f32() + r * cols, ctx.inputs[1].f32() + r * cols, ctx.outputs[0].f32() + r * cols,
-                                   cols);
+                                   cols, scale);
   return {};
 }
 

@@ -28,13 +28,17 @@ __global__ void mse_kernel(const float* p, const float* t, float* out, int64_t n
 
 }  // namespace
 
-cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  return for_each(rows, stream, [=] __device__(int64_t r) { softmax_math::softmax_row(x + r * cols, y + r * cols, cols); });
+cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale,
+                    cudaStream_t stream) {
+  return for_each(rows, stream, [=] __device__(int64_t r) {
+    softmax_math::softmax_row(x + r * cols, y + r * cols, cols, causal ? r % cols + 1 : cols, scale);
+  });
 }
 
-cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+                         cudaStream_t stream) {
   return for_each(rows, stream, [=] __device__(int64_t r) {
-    softmax_math::softmax_grad_row(y + r * cols, dy + r * cols, dx + r * cols, cols);
+    softmax_math::softmax_grad_row(y + r * cols, dy + r * cols, dx + r * cols, cols, scale);
   });
 }
 

@@ -21,23 +21,29 @@ RILL_HOST_DEVICE inline void row_stats(const float* row, int64_t cols, float* ma
   *sum_out = sum;
 }
 
-RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols) {
+// y = softmax(scale * x[0, valid)), zeros in [valid, cols): a causal row
+// sees only its first `valid` columns. valid >= 1.
+RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols, int64_t valid = -1,
+                                         float scale = 1.0f) {
+  if (valid < 0) valid = cols;
   float max = x[0];
-  for (int64_t c = 1; c < cols; ++c) max = max < x[c] ? x[c] : max;
+  for (int64_t c = 1; c < valid; ++c) max = max < x[c] ? x[c] : max;
   float sum = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) {
-    y[c] = expf(x[c] - max);
+  for (int64_t c = 0; c < valid; ++c) {
+    y[c] = expf(scale * (x[c] - max));
     sum += y[c];
   }
   const float inv = 1.0f / sum;
-  for (int64_t c = 0; c < cols; ++c) y[c] *= inv;
+  for (int64_t c = 0; c < valid; ++c) y[c] *= inv;
+  for (int64_t c = valid; c < cols; ++c) y[c] = 0.0f;
 }
 
-// dx = y * (dy - sum(dy * y)).
-RILL_HOST_DEVICE inline void softmax_grad_row(const float* y, const float* dy, float* dx, int64_t cols) {
+// dx = scale * y * (dy - sum(dy * y)); masked columns have y = 0, so dx = 0.
+RILL_HOST_DEVICE inline void softmax_grad_row(const float* y, const float* dy, float* dx, int64_t cols,
+                                              float scale = 1.0f) {
   float dot = 0.0f;
   for (int64_t c = 0; c < cols; ++c) dot += y[c] * dy[c];
-  for (int64_t c = 0; c < cols; ++c) dx[c] = y[c] * (dy[c] - dot);
+  for (int64_t c = 0; c < cols; ++c) dx[c] = scale * y[c] * (dy[c] - dot);
 }
 
 // loss = logsumexp(row) - row[label]; label already checked.

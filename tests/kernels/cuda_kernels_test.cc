@@ -295,6 +295,50 @@ TEST_CASE("softmax, mse and the layout ops (transpose, slice, slice_grad, concat
   compare("concat", {cube, Tensor::uniform({3, 2, 5}, 56), Tensor::uniform({3, 1, 5}, 57)}, {{"axis", int64_t{1}}});
 }
 
+// Every output here is a sum of at most n = 40 terms, each below M in
+// magnitude (|x| <= 3, |xhat| <= sqrt(40), gamma <= 1.5, |dy| <= 1), so
+// CUDA's and the CPU's summation orders differ by at most 2 gamma_n n M.
+TEST_CASE("the transformer's kernels match the CPU: batched matmul, causal softmax, gelu_tanh, layer_norm") {
+  const int64_t c = 40, rows = 12;
+  Tensor q = Tensor::uniform({2, 3, 8, 5}, 61), k = Tensor::uniform({2, 3, 8, 5}, 62);
+  const double m = 3.0 * 7 * 1.5 + 1;
+  std::vector<double> bound(2 * 3 * 8 * 8, 2 * gamma(c) * c * m);
+  for (int tb = 0; tb < 2; ++tb) {
+    Attrs attrs{{"transpose_b", int64_t{tb}}};
+    Tensor kk = tb ? k : Tensor::uniform({2, 3, 5, 8}, 63);
+    auto cpu = testing::run_op("matmul", {q, kk}, attrs);
+    REQUIRE(cpu.ok());
+    GpuRun gpu = run_cuda("matmul", {q, kk}, attrs);
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "batched matmul");
+  }
+  Tensor x = Tensor::uniform({2, 3, 8, 8}, 64, -3.0f, 3.0f);
+  compare("softmax", {x}, {{"causal", int64_t{1}}, {"scale", 0.4}});
+  compare("softmax_grad", {Tensor::uniform(x.shape, 65, 0.0f, 1.0f), x}, {{"scale", 0.4}});
+  compare("gelu_tanh", {x});
+  compare("gelu_tanh_grad", {x, Tensor::uniform(x.shape, 66)});
+  compare("bias_add", {x, Tensor::uniform({8, 8}, 67)});
+  Tensor h = Tensor::uniform({3, 4, c}, 68, -3.0f, 3.0f);
+  Tensor gamma_ = Tensor::uniform({c}, 69, 0.5f, 1.5f), beta = Tensor::uniform({c}, 70);
+  auto cpu = testing::run_op("layer_norm", {h, gamma_, beta});
+  REQUIRE(cpu.ok());
+  GpuRun gpu = run_cuda("layer_norm", {h, gamma_, beta}, {});
+  REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+  for (size_t o = 0; o < 3; ++o) {
+    std::vector<double> b((*cpu)[o].f32.size(), 2 * gamma(c) * c * m);
+    check_close(gpu.outputs[o].f32, (*cpu)[o].f32, &b, "layer_norm output " + std::to_string(o));
+  }
+  std::vector<Tensor> grad_in = {Tensor::uniform(h.shape, 71), h, (*cpu)[1], (*cpu)[2], gamma_};
+  auto cpu_grad = testing::run_op("layer_norm_grad", grad_in);
+  REQUIRE(cpu_grad.ok());
+  GpuRun gpu_grad = run_cuda("layer_norm_grad", grad_in, {});
+  REQUIRE_MESSAGE(gpu_grad.status.ok(), gpu_grad.status.to_string());
+  for (size_t o = 0; o < 3; ++o) {
+    std::vector<double> b((*cpu_grad)[o].f32.size(), 2 * gamma(std::max(c, rows)) * std::max(c, rows) * m);
+    check_close(gpu_grad.outputs[o].f32, (*cpu_grad)[o].f32, &b, "layer_norm_grad output " + std::to_string(o));
+  }
+}
+
 TEST_CASE("optimizer updates match the CPU: variable and state") {
   Tensor w = Tensor::uniform({300}, 41);
   Tensor g = Tensor::uniform({300}, 42);

@@ -244,7 +244,7 @@ Status check_gradients(const std::string& type, const std::vector<Tensor>& input
   std::vector<std::optional<Tensor>> cotangents;
   for (size_t k = 0; k < outputs->size(); ++k) {
     const Tensor& out = (*outputs)[k];
-    if (out.dtype != DType::kF32) cotangents.emplace_back();
+    if (out.dtype != DType::kF32 || static_cast<int>(k) >= options.differentiable_outputs) cotangents.emplace_back();
     else cotangents.push_back(Tensor::uniform(out.shape, options.seed + k));
   }
 

@@ -116,6 +116,9 @@ struct GradCheckOptions {
   double tolerance = 1e-2;  // |analytic - numeric| <= tolerance * max(1, |numeric|)
   uint64_t seed = 7;        // for the random output cotangents
   int max_reported = 8;     // mismatches listed in the error message
+  // Outputs from this index on get no cotangent: values the gradient reads
+  // but nothing differentiates (layer_norm's saved mean and rstd).
+  int differentiable_outputs = 1 << 30;
 };
 
 // Checks the gradient rule of `type` for the inputs listed in `which_inputs`

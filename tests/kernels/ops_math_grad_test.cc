@@ -87,7 +87,7 @@ TEST_CASE("bias_add gradients and signatures") {
   const Tensor x3 = Tensor::uniform({2, 3, 4}, 3), b0 = Tensor::uniform({2}, 4);
   EXPECT_OK(check_gradients("bias_add", {x3, b0}, {{"axis", int64_t{0}}}, {0, 1}));
   EXPECT_OK(check_sbp_signatures("bias_add", {x3, b0}, {{"axis", int64_t{0}}}));
-  EXPECT_OK(check_sbp_signatures("bias_add", {x3, Tensor::uniform({3}, 5)}, {}, 3));
+  EXPECT_OK(check_sbp_signatures("bias_add", {x3, Tensor::uniform({3}, 5)}, {{"axis", int64_t{1}}}, 3));
 }
 
 TEST_CASE("activation gradients and signatures") {

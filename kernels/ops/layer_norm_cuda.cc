@@ -1,0 +1,30 @@
+// The host side of layer_norm's CUDA kernels (layer_norm.cu): the views and
+// attrs of a KernelContext turned into launches on the device's stream.
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/cuda_ops.h"
+
+namespace rill::cuda_ops {
+
+Status layer_norm(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const int64_t cols = x.shape.back();
+  const float eps = static_cast<float>(ctx.attrs->get_float("eps", 1e-5));
+  return cuda_status(cuda_launch::layer_norm(x.f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.outputs[0].f32(),
+                                             ctx.outputs[1].f32(), ctx.outputs[2].f32(), x.size() / cols, cols, eps,
+                                             static_cast<cudaStream_t>(ctx.cuda->stream())),
+                     "kernel launch", "op 'layer_norm'");
+}
+
+Status layer_norm_grad(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[1];
+  const int64_t cols = x.shape.back();
+  return cuda_status(cuda_launch::layer_norm_grad(ctx.inputs[0].f32(), x.f32(), ctx.inputs[2].f32(),
+                                                  ctx.inputs[3].f32(), ctx.inputs[4].f32(), ctx.outputs[0].f32(),
+                                                  ctx.outputs[1].f32(), ctx.outputs[2].f32(), x.size() / cols, cols,
+                                                  static_cast<cudaStream_t>(ctx.cuda->stream())),
+                     "kernel launch", "op 'layer_norm_grad'");
+}
+
+}  // namespace rill::cuda_ops
