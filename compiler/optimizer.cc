@@ -1,5 +1,7 @@
 #include "compiler/optimizer.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 
 namespace rill::compiler {
@@ -24,10 +26,10 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
     update_op = "sgd_update";
   } else if (optimizer.type == "momentum") {
     update_op = "momentum_update";
-  } else if (optimizer.type == "adam") {
+  } else if (optimizer.type == "adam" || optimizer.type == "adamw") {
     update_op = "adam_update";
   } else {
-    return invalid_argument("optimizer: unknown type '{}' (sgd, momentum or adam)", optimizer.type);
+    return invalid_argument("optimizer: unknown type '{}' (sgd, momentum, adam or adamw)", optimizer.type);
   }
   const OpDef* def = find_op(update_op);
   if (def == nullptr || def->role != OpRole::kUpdate)
@@ -39,10 +41,18 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
               {"beta2", optimizer.beta2},
               {"epsilon", optimizer.epsilon},
               {"weight_decay", optimizer.weight_decay}};
+  if (optimizer.type == "adamw") attrs.set("decoupled", int64_t{1});
+  if (optimizer.warmup_steps > 0) attrs.set("warmup_steps", optimizer.warmup_steps);
+  if (optimizer.decay_steps > 0) {
+    attrs.set("decay_steps", optimizer.decay_steps);
+    attrs.set("min_lr", optimizer.min_lr);
+  }
   for (VariableNode& v : g->variables) {
     if (v.grad.empty()) continue;
     v.update_op = update_op;
     v.update_attrs = attrs;
+    for (const std::string& pattern : optimizer.no_decay)
+      if (fnmatch(pattern.c_str(), v.variable.name.c_str(), 0) == 0) v.update_attrs.set("weight_decay", 0.0);
     v.num_state = def->num_state;
     if (g->micro_batches > 1) {
       // Gradient accumulation: the update reads the mean of the step's

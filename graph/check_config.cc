@@ -14,7 +14,7 @@ namespace check {
 namespace {
 
 const std::vector<std::string> kDatasetKinds = {"idx", "csv", "synthetic", "inline"};
-const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam"};
+const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam", "adamw"};
 
 void check_inline_tensors(const Dataset& d, const std::string& where, const std::string& path, Issues* issues) {
   if (d.tensors.empty()) {
@@ -98,14 +98,21 @@ void check_optimizer(const Optimizer& o, Issues* issues) {
   bool known = false;
   for (const std::string& type : kOptimizers) known = known || o.type == type;
   if (!known)
-    issues->add("optimizer.type", "optimizer: unknown type '{}'{} (expected sgd, momentum or adam)", o.type,
+    issues->add("optimizer.type", "optimizer: unknown type '{}'{} (expected sgd, momentum, adam or adamw)", o.type,
                 did_you_mean(o.type, kOptimizers));
   if (!(o.lr > 0) || !std::isfinite(o.lr)) issues->add("optimizer.lr", "optimizer.lr must be > 0, got {}", o.lr);
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay))
     issues->add("optimizer.weight_decay", "optimizer.weight_decay must be >= 0, got {}", o.weight_decay);
   if (o.type == "momentum" && !(o.momentum >= 0 && o.momentum < 1))
     issues->add("optimizer.momentum", "optimizer.momentum must be in [0, 1), got {}", o.momentum);
-  if (o.type == "adam") {
+  if (o.warmup_steps < 0)
+    issues->add("optimizer.warmup_steps", "optimizer.warmup_steps must be >= 0, got {}", o.warmup_steps);
+  if (o.decay_steps != 0 && o.decay_steps <= o.warmup_steps)
+    issues->add("optimizer.decay_steps", "optimizer.decay_steps {} must be past warmup_steps {} (or 0: no decay)",
+                o.decay_steps, o.warmup_steps);
+  if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
+    issues->add("optimizer.min_lr", "optimizer.min_lr must be in [0, lr = {}], got {}", o.lr, o.min_lr);
+  if (o.type == "adam" || o.type == "adamw") {
     if (!(o.beta1 >= 0 && o.beta1 < 1))
       issues->add("optimizer.beta1", "optimizer.beta1 must be in [0, 1), got {}", o.beta1);
     if (!(o.beta2 >= 0 && o.beta2 < 1))

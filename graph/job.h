@@ -87,13 +87,19 @@ struct Pipeline {
 };
 
 struct Optimizer {
-  std::string type = "sgd";  // "sgd" | "momentum" | "adam"
+  std::string type = "sgd";  // "sgd" | "momentum" | "adam" | "adamw" (decoupled weight decay)
   double lr = 0.01;
   double momentum = 0.9;     // momentum
   double beta1 = 0.9;        // adam
   double beta2 = 0.999;      // adam
   double epsilon = 1e-8;     // adam
   double weight_decay = 0.0;
+  std::vector<std::string> no_decay;  // glob patterns: variables that take no weight decay
+  // The schedule of lr (kernels/ops/lr_schedule.h): linear warmup over
+  // warmup_steps, then a cosine down to min_lr at decay_steps (0: no decay).
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;
+  double min_lr = 0.0;
   bool operator==(const Optimizer&) const = default;
 };
 

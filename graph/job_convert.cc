@@ -211,6 +211,10 @@ class Converter {
       if (o->beta2()) opt.beta2 = *o->beta2();
       if (o->epsilon()) opt.epsilon = *o->epsilon();
       if (o->weight_decay()) opt.weight_decay = *o->weight_decay();
+      opt.no_decay = strings_of(o->no_decay());
+      integer(o->warmup_steps(), "optimizer.warmup_steps", "optimizer.warmup_steps", &opt.warmup_steps);
+      integer(o->decay_steps(), "optimizer.decay_steps", "optimizer.decay_steps", &opt.decay_steps);
+      if (o->min_lr()) opt.min_lr = *o->min_lr();
     }
     if (const fb::Train* t = in.train()) {
       TrainConfig& train = out->train;

@@ -96,6 +96,10 @@ const std::vector<Setting>& settings() {
       {"optimizer.epsilon", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.epsilon); }},
       {"optimizer.weight_decay",
        [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.weight_decay); }},
+      {"optimizer.warmup_steps",
+       [](Job* j, const std::string& v) { return parse_int(v, &j->optimizer.warmup_steps); }},
+      {"optimizer.decay_steps", [](Job* j, const std::string& v) { return parse_int(v, &j->optimizer.decay_steps); }},
+      {"optimizer.min_lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.min_lr); }},
       {"eval.dataset",
        [](Job* j, const std::string& v) {
          if (!j->eval) j->eval = Eval{};

@@ -453,11 +453,20 @@ class Writer {
     out.add("type", str(o.type, "optimizer.type")).add("lr", number(o.lr));
     // The parameters of the named type are written even at their defaults.
     if (o.type == "momentum" || o.momentum != defaults.momentum) out.add("momentum", number(o.momentum));
-    bool adam = o.type == "adam";
+    bool adam = o.type == "adam" || o.type == "adamw";
     if (adam || o.beta1 != defaults.beta1) out.add("beta1", number(o.beta1));
     if (adam || o.beta2 != defaults.beta2) out.add("beta2", number(o.beta2));
     if (adam || o.epsilon != defaults.epsilon) out.add("epsilon", number(o.epsilon));
     if (o.weight_decay != defaults.weight_decay) out.add("weight_decay", number(o.weight_decay));
+    if (!o.no_decay.empty()) {
+      Node patterns = Node::array();
+      for (size_t i = 0; i < o.no_decay.size(); ++i)
+        patterns.items.push_back(str(o.no_decay[i], fmt::format("optimizer.no_decay[{}]", i)));
+      out.add("no_decay", std::move(patterns));
+    }
+    if (o.warmup_steps != defaults.warmup_steps) out.add("warmup_steps", number(o.warmup_steps));
+    if (o.decay_steps != defaults.decay_steps) out.add("decay_steps", number(o.decay_steps));
+    if (o.min_lr != defaults.min_lr) out.add("min_lr", number(o.min_lr));
     return out;
   }
 

@@ -1,7 +1,9 @@
-// sparse_softmax_cross_entropy: logits[N, C] f32, labels[N] i32 -> loss[N],
-// loss_n = logsumexp(logits_n) - logits_n[label_n], computed stably.
-// sparse_softmax_cross_entropy_grad(logits, labels, dloss) -> dlogits[N, C]
-// = (softmax(logits_n) - onehot(label_n)) * dloss_n. Labels get no gradient.
+// sparse_softmax_cross_entropy: logits [..., C] f32, labels [...] i32 ->
+// loss [...], per row loss_n = logsumexp(logits_n) - logits_n[label_n],
+// computed stably ([N, C] rows, or a language model's [B, T, V]).
+// sparse_softmax_cross_entropy_grad(logits, labels, dloss) -> dlogits, per row
+// (softmax(logits_n) - onehot(label_n)) * dloss_n, recomputed from the logits:
+// no probabilities are kept between the two. Labels get no gradient.
 
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
@@ -12,7 +14,7 @@ namespace {
 
 Status infer_ce(const Attrs&, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(math::check_logits_labels(in[0], in[1]));
-  out->push_back({{in[0].shape[0]}, DType::kF32});
+  out->push_back({in[1].shape, DType::kF32});
   return {};
 }
 
@@ -25,14 +27,16 @@ Status infer_ce_grad(const Attrs&, std::span<const TensorMeta> in, std::vector<T
   return {};
 }
 
-std::vector<SbpSignature> sbp_ce(const Attrs&, std::span<const TensorMeta>) {
-  return {math::uniform_signature(Sbp::split(0), 2), math::uniform_signature(Sbp::broadcast(), 2)};
+// Rows split on any of the labels' axes.
+std::vector<SbpSignature> sbp_ce(const Attrs&, std::span<const TensorMeta> in) {
+  return math::split_or_broadcast(static_cast<int>(in[1].shape.size()), 2);
 }
 
-std::vector<SbpSignature> sbp_ce_grad(const Attrs&, std::span<const TensorMeta>) {
+std::vector<SbpSignature> sbp_ce_grad(const Attrs&, std::span<const TensorMeta> in) {
   const Sbp B = Sbp::broadcast(), P = Sbp::partial_sum();
-  return {math::uniform_signature(Sbp::split(0), 3), math::uniform_signature(B, 3),
-          {{B, B, P}, {P}}};  // linear in dloss
+  auto sigs = math::split_or_broadcast(static_cast<int>(in[1].shape.size()), 3);
+  sigs.push_back({{B, B, P}, {P}});  // linear in dloss
+  return sigs;
 }
 
 Status grad_ce(GradBuilder& g) {
@@ -44,7 +48,7 @@ Status grad_ce(GradBuilder& g) {
 
 Status cpu_ce(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
-  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  const int64_t rows = ctx.inputs[1].size(), cols = logits.shape.back();
   const int32_t* labels = ctx.inputs[1].i32();
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy", labels, rows, cols));
   float* loss = ctx.outputs[0].f32();
@@ -54,7 +58,7 @@ Status cpu_ce(KernelContext& ctx) {
 
 Status cpu_ce_grad(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
-  const int64_t rows = logits.shape[0], cols = logits.shape[1];
+  const int64_t rows = ctx.inputs[1].size(), cols = logits.shape.back();
   const int32_t* labels = ctx.inputs[1].i32();
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy_grad", labels, rows, cols));
   const float* dloss = ctx.inputs[2].f32();

@@ -104,6 +104,7 @@ cudaError_t sgd(float* w, const float* g, int64_t n, double lr, double decay, cu
 cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, double decay, double mu,
                      cudaStream_t stream);
 cudaError_t adam(float* w, const float* g, float* m, float* v, int64_t n, double step_size, double beta1,
-                 double beta2, double correction2_sqrt, double eps, double decay, cudaStream_t stream);
+                 double beta2, double correction2_sqrt, double eps, double decay, double shrink,
+                 cudaStream_t stream);
 
 }  // namespace rill::cuda_launch

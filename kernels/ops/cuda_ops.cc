@@ -11,6 +11,7 @@
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/axis_runs.h"
 #include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/lr_schedule.h"
 #include "kernels/ops/matmul_shape.h"
 
 namespace rill::cuda_ops {
@@ -212,7 +213,7 @@ Status copy(KernelContext& ctx) {
 Status sparse_softmax_cross_entropy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(),
-                                                     logits.shape[0], logits.shape[1], ctx.cuda->bad_label(),
+                                                     ctx.inputs[1].size(), logits.shape.back(), ctx.cuda->bad_label(),
                                                      stream_of(ctx)),
                   "op 'sparse_softmax_cross_entropy'");
 }
@@ -220,7 +221,7 @@ Status sparse_softmax_cross_entropy(KernelContext& ctx) {
 Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy_grad(logits.f32(), ctx.inputs[1].i32(), ctx.inputs[2].f32(),
-                                                          ctx.outputs[0].f32(), logits.shape[0], logits.shape[1],
+                                                          ctx.outputs[0].f32(), ctx.inputs[1].size(), logits.shape.back(),
                                                           ctx.cuda->bad_label(), stream_of(ctx)),
                   "op 'sparse_softmax_cross_entropy_grad'");
 }
@@ -261,8 +262,8 @@ Status embedding_mask(KernelContext& ctx) {
 
 Status accuracy(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
-  return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), logits.shape[0],
-                                        logits.shape[1], ctx.logical_inputs[0][0], ctx.cuda->bad_label(),
+  return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), ctx.inputs[1].size(),
+                                        logits.shape.back(), num_elements(ctx.logical_inputs[1]), ctx.cuda->bad_label(),
                                         stream_of(ctx)),
                   "op 'accuracy'");
 }
@@ -285,7 +286,7 @@ Status broadcast_like(KernelContext& ctx) {
 Status sgd_update(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
   return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
-                                   ctx.attrs->get_float("lr", 0.01), ctx.attrs->get_float("weight_decay", 0.0),
+                                   step_lr(*ctx.attrs, 0.01, ctx.step), ctx.attrs->get_float("weight_decay", 0.0),
                                    stream_of(ctx)),
                   "op 'sgd_update'");
 }
@@ -294,7 +295,7 @@ Status momentum_update(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1, "op 'momentum_update'"));
   const Attrs& a = *ctx.attrs;
   return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
-                                        ctx.inputs[0].size(), a.get_float("lr", 0.01), a.get_float("weight_decay", 0.0),
+                                        ctx.inputs[0].size(), step_lr(a, 0.01, ctx.step), a.get_float("weight_decay", 0.0),
                                         a.get_float("momentum", 0.9), stream_of(ctx)),
                   "op 'momentum_update'");
 }
@@ -302,14 +303,16 @@ Status momentum_update(KernelContext& ctx) {
 Status adam_update(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
   const Attrs& a = *ctx.attrs;
-  const double lr = a.get_float("lr", 0.001), decay = a.get_float("weight_decay", 0.0);
+  const double lr = step_lr(a, 0.001, ctx.step), weight_decay = a.get_float("weight_decay", 0.0);
+  const bool decoupled = a.get_int("decoupled", 0) != 0;  // AdamW
+  const double decay = decoupled ? 0.0 : weight_decay, shrink = decoupled ? 1.0 - lr * weight_decay : 1.0;
   const double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
   const double t = static_cast<double>(ctx.step + 1);
   const double step_size = lr / (1.0 - std::pow(beta1, t));
   const double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
                                     ctx.inputs[0].size(), step_size, beta1, beta2, correction2_sqrt, eps, decay,
-                                    stream_of(ctx)),
+                                    shrink, stream_of(ctx)),
                   "op 'adam_update'");
 }
 

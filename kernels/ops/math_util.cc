@@ -99,9 +99,10 @@ Status check_logits_labels(const TensorMeta& logits, const TensorMeta& labels) {
   if (logits.dtype != DType::kF32 || labels.dtype != DType::kI32)
     return invalid_argument("logits must be f32 and labels i32, got {} and {}", dtype_name(logits.dtype),
                             dtype_name(labels.dtype));
-  if (logits.shape.size() != 2 || labels.shape.size() != 1 || labels.shape[0] != logits.shape[0])
-    return invalid_argument("logits {} must be [N, C] and labels {} must be [N]", shape_string(logits.shape),
-                            shape_string(labels.shape));
+  const Shape& l = logits.shape;
+  if (l.size() < 2 || labels.shape != Shape(l.begin(), l.end() - 1))
+    return invalid_argument("logits {} must be [..., C] and labels {} the leading axes [...] (as [N, C] and [N])",
+                            shape_string(l), shape_string(labels.shape));
   return {};
 }
 

@@ -39,7 +39,7 @@ std::vector<SbpSignature> split_or_broadcast(int rank, int num_inputs, int skip_
 // True for a shape that holds one element and has rank 0 or 1: [] or [1].
 bool is_scalar_shape(const Shape& shape);
 
-// Checks that logits [N, C] and labels [N] (i32) fit together.
+// Checks that logits [..., C] and labels [...] (i32) fit together.
 Status check_logits_labels(const TensorMeta& logits, const TensorMeta& labels);
 // Kernel-side check of class labels: each must be in [0, num_classes). The
 // error names the first bad label and its position (bad data must not crash).

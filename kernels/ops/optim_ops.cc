@@ -3,11 +3,16 @@
 // (momentum buffer, Adam's m and v) live in KernelContext::state, shaped like
 // the variable and zeroed by the runtime before step 0. Formulas follow
 // PyTorch's torch.optim (SGD without dampening or Nesterov; Adam without
-// amsgrad), with weight decay added to the gradient (L2, not AdamW).
+// amsgrad), with weight decay added to the gradient (L2), except that
+// adam_update with the int attr `decoupled` 1 is AdamW: the variable shrinks
+// by lr * weight_decay before the step, the gradient untouched. Every update
+// takes its step's rate from the schedule in its attrs (lr_schedule.h).
 // Updates are elementwise, so a variable split on any axis updates piecewise.
 #include <cmath>
 
 #include "kernels/ops/attr_read.h"
+#include "kernels/ops/lr_schedule.h"
+#include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -37,8 +42,17 @@ Status update_infer_common(std::span<const TensorMeta> inputs) {
   return {};
 }
 
+Status check_schedule(const Attrs& attrs) {
+  RILL_RETURN_IF_ERROR(check_range(attrs, "min_lr", 0.0, 0, kUnbounded, false));
+  RILL_ASSIGN_OR_RETURN(int64_t warmup, read_int(attrs, "warmup_steps", 0));
+  RILL_ASSIGN_OR_RETURN(int64_t decay, read_int(attrs, "decay_steps", 0));
+  if (warmup < 0 || decay < 0) return invalid_argument("warmup_steps {} and decay_steps {} must be >= 0", warmup, decay);
+  return {};
+}
+
 Status sgd_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>*) {
   RILL_RETURN_IF_ERROR(update_infer_common(inputs));
+  RILL_RETURN_IF_ERROR(check_schedule(attrs));
   RILL_RETURN_IF_ERROR(check_range(attrs, "lr", 0.01, 0, kUnbounded, false));
   return check_range(attrs, "weight_decay", 0.0, 0, kUnbounded, false);
 }
@@ -50,6 +64,8 @@ Status momentum_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, st
 
 Status adam_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::vector<TensorMeta>* outputs) {
   RILL_RETURN_IF_ERROR(update_infer_common(inputs));
+  RILL_RETURN_IF_ERROR(check_schedule(attrs));
+  RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "decoupled"));
   RILL_RETURN_IF_ERROR(check_range(attrs, "lr", 0.001, 0, kUnbounded, false));
   RILL_RETURN_IF_ERROR(check_range(attrs, "weight_decay", 0.0, 0, kUnbounded, false));
   RILL_RETURN_IF_ERROR(check_range(attrs, "beta1", 0.9, 0, 1, true));
@@ -81,7 +97,7 @@ Status check_update_views(const KernelContext& ctx, size_t num_state) {
 
 Status sgd_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0));
-  double lr = ctx.attrs->get_float("lr", 0.01), decay = ctx.attrs->get_float("weight_decay", 0.0);
+  double lr = step_lr(*ctx.attrs, 0.01, ctx.step), decay = ctx.attrs->get_float("weight_decay", 0.0);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i)
@@ -92,7 +108,7 @@ Status sgd_kernel(KernelContext& ctx) {
 Status momentum_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1));
   const Attrs& a = *ctx.attrs;
-  double lr = a.get_float("lr", 0.01), decay = a.get_float("weight_decay", 0.0), mu = a.get_float("momentum", 0.9);
+  double lr = step_lr(a, 0.01, ctx.step), decay = a.get_float("weight_decay", 0.0), mu = a.get_float("momentum", 0.9);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   float* v = ctx.state[0].f32();
@@ -108,7 +124,10 @@ Status momentum_kernel(KernelContext& ctx) {
 Status adam_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
   const Attrs& a = *ctx.attrs;
-  double lr = a.get_float("lr", 0.001), decay = a.get_float("weight_decay", 0.0);
+  const double lr = step_lr(a, 0.001, ctx.step), weight_decay = a.get_float("weight_decay", 0.0);
+  // AdamW shrinks the variable; Adam adds the decay to the gradient.
+  const bool decoupled = a.get_int("decoupled", 0) != 0;
+  const double decay = decoupled ? 0.0 : weight_decay, shrink = decoupled ? 1.0 - lr * weight_decay : 1.0;
   double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
   double t = static_cast<double>(ctx.step + 1);
   double step_size = lr / (1.0 - std::pow(beta1, t));
@@ -118,12 +137,13 @@ Status adam_kernel(KernelContext& ctx) {
   float* m = ctx.state[0].f32();
   float* v = ctx.state[1].f32();
   for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) {
-    double grad = g[i] + decay * w[i];
+    const double w_i = shrink * w[i];
+    double grad = g[i] + decay * w_i;
     double m_i = beta1 * m[i] + (1.0 - beta1) * grad;
     double v_i = beta2 * v[i] + (1.0 - beta2) * grad * grad;
     m[i] = static_cast<float>(m_i);
     v[i] = static_cast<float>(v_i);
-    w[i] = static_cast<float>(w[i] - step_size * m_i / (std::sqrt(v_i) / correction2_sqrt + eps));
+    w[i] = static_cast<float>(w_i - step_size * m_i / (std::sqrt(v_i) / correction2_sqrt + eps));
   }
   return {};
 }

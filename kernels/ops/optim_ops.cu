@@ -19,14 +19,16 @@ cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, d
 }
 
 cudaError_t adam(float* w, const float* g, float* m, float* v, int64_t n, double step_size, double beta1,
-                 double beta2, double correction2_sqrt, double eps, double decay, cudaStream_t stream) {
+                 double beta2, double correction2_sqrt, double eps, double decay, double shrink,
+                 cudaStream_t stream) {
   return for_each(n, stream, [=] __device__(int64_t i) {
-    const double grad = g[i] + decay * w[i];
+    const double w_i = shrink * w[i];  // AdamW's decoupled decay (1 for Adam)
+    const double grad = g[i] + decay * w_i;
     const double m_i = beta1 * m[i] + (1.0 - beta1) * grad;
     const double v_i = beta2 * v[i] + (1.0 - beta2) * grad * grad;
     m[i] = static_cast<float>(m_i);
     v[i] = static_cast<float>(v_i);
-    w[i] = static_cast<float>(w[i] - step_size * m_i / (sqrt(v_i) / correction2_sqrt + eps));
+    w[i] = static_cast<float>(w_i - step_size * m_i / (sqrt(v_i) / correction2_sqrt + eps));
   });
 }
 

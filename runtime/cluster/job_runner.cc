@@ -21,6 +21,7 @@
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/ops/lr_schedule.h"
 #include "runtime/cluster/checkpoint.h"
 #include "runtime/cluster/checkpoint_collector.h"
 
@@ -99,6 +100,8 @@ class Progress {
     if (!out_ && !on_line_) return;
     std::string line = fmt::format("step {:>6}/{}", done, steps_);
     for (size_t i = 0; i < m.names.size(); ++i) line += fmt::format("  {} {:.6g}", m.names[i], m.values[i]);
+    // A scheduled rate is shown as the last step done applied it.
+    if (lr_.warmup_steps > 0 || lr_.decay_steps > 0) line += fmt::format("  lr {:.4g}", lr_at(lr_, done - 1));
     if (seconds > 0 && interval > 0)
       line += fmt::format("  {:.1f} ms/step  {:.0f} samples/s", 1e3 * seconds / interval,
                           interval * global_batch_ / seconds);
@@ -140,18 +143,19 @@ class Progress {
   // Metrics as JSON lines, one per logged step (a pandas.read_json(lines=True)
   // table): step, loss and every metric, lr, ms/step, samples/s, and each
   // node's pace when the run has nodes.
-  void write_to(std::FILE* metrics, double lr, std::function<nlohmann::json()> nodes) {
+  void write_to(std::FILE* metrics, std::function<nlohmann::json()> nodes) {
     metrics_ = metrics;
-    lr_ = lr;
     nodes_ = std::move(nodes);
   }
+
+  void schedule_lr(const LrSchedule& schedule) { lr_ = schedule; }
 
   void write_metrics(const StepMetrics& m, int64_t done, double seconds, int64_t interval) {
     nlohmann::ordered_json j;
     j["step"] = done;
     for (size_t i = 0; i < m.names.size(); ++i)
       j[m.names[i]] = std::isfinite(m.values[i]) ? nlohmann::ordered_json(m.values[i]) : nullptr;
-    j["lr"] = lr_;
+    j["lr"] = lr_at(lr_, done - 1);
     const bool timed = seconds > 0 && interval > 0;
     j["ms_per_step"] = timed ? nlohmann::ordered_json(1e3 * seconds / interval) : nullptr;
     j["samples_per_sec"] = timed ? nlohmann::ordered_json(interval * global_batch_ / seconds) : nullptr;
@@ -183,7 +187,7 @@ class Progress {
   bool bar_shown_ = false;   // the bar is on the current line
   Clock::time_point last_draw_{};
   std::FILE* metrics_ = nullptr;
-  double lr_ = 0;
+  LrSchedule lr_;
   std::function<nlohmann::json()> nodes_;
 };
 
@@ -292,8 +296,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
                                        std::strerror(errno));
       return result;
     }
-    progress.write_to(metrics.get(), job.optimizer.lr, options.node_pace);
+    progress.write_to(metrics.get(), options.node_pace);
   }
+  const graph::Optimizer& opt = job.optimizer;
+  progress.schedule_lr({opt.lr, opt.warmup_steps, opt.decay_steps, opt.min_lr});
   RunOptions run_options;
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/op.h"
+#include "kernels/ops/lr_schedule.h"
 #include "tests/kernels/grad_check.h"
 
 namespace rill {
@@ -123,6 +124,39 @@ TEST_CASE("adam_update follows torch.optim.Adam with bias correction") {
     }
     check_close(history[k], w);
   }
+}
+
+// AdamW as torch.optim.AdamW: param.mul_(1 - lr * weight_decay), then the
+// Adam step on the untouched gradient; here under a warmup-then-cosine
+// schedule, the rate of step k being lr_at(k) (kernels/ops/lr_schedule.h).
+TEST_CASE("adam_update with decoupled decay follows torch.optim.AdamW under a scheduled rate") {
+  const double lr = 0.05, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, decay = 0.1, min_lr = 0.005;
+  const Attrs attrs{{"lr", lr},          {"beta1", beta1},         {"beta2", beta2},
+                    {"epsilon", eps},    {"weight_decay", decay},  {"decoupled", int64_t{1}},
+                    {"warmup_steps", int64_t{2}}, {"decay_steps", int64_t{5}}, {"min_lr", min_lr}};
+  auto history = run_steps("adam_update", attrs, 7);
+  const LrSchedule schedule{lr, 2, 5, min_lr};
+  // The schedule itself: warmup 1/2, 2/2, then cosine over steps 2..5, floor after.
+  const double want_lr[] = {lr / 2, lr, lr, min_lr + 0.5 * (1 + std::cos(M_PI / 3)) * (lr - min_lr),
+                            min_lr + 0.5 * (1 + std::cos(2 * M_PI / 3)) * (lr - min_lr), min_lr, min_lr};
+  std::vector<float> w = kStart, m(w.size()), v(w.size());
+  for (int k = 0; k < 7; ++k) {
+    CHECK(lr_at(schedule, k) == doctest::Approx(want_lr[k]).epsilon(1e-12));
+    const double lr_k = want_lr[k];
+    std::vector<float> g = gradient_at(k, w.size());
+    const int t = k + 1;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double shrunk = w[i] * (1 - lr_k * decay);
+      m[i] = static_cast<float>(beta1 * m[i] + (1 - beta1) * g[i]);
+      v[i] = static_cast<float>(beta2 * v[i] + (1 - beta2) * double(g[i]) * g[i]);
+      const double denom = std::sqrt(double(v[i])) / std::sqrt(1 - std::pow(beta2, t)) + eps;
+      w[i] = static_cast<float>(shrunk - lr_k / (1 - std::pow(beta1, t)) * m[i] / denom);
+    }
+    check_close(history[k], w);
+  }
+  CHECK_FALSE(testing::run_op("adam_update", {Tensor::zeros({2}), Tensor::zeros({2})},
+                              {{"warmup_steps", int64_t{-1}}})
+                  .ok());
 }
 
 TEST_CASE("adam's first step moves each weight by lr against the gradient's sign") {

@@ -176,5 +176,23 @@ TEST_CASE("layer_norm: normalized rows with scale and shift, statistics out, gra
   CHECK(s.message().find("attr 'eps' is 0; it must be > 0") != std::string::npos);
 }
 
+TEST_CASE("cross-entropy and accuracy take a language model's [B, T, V] logits and [B, T] targets") {
+  const Tensor logits = Tensor::uniform({2, 3, 5}, 19, -2, 2);
+  const Tensor labels = Tensor::ints({2, 3}, {0, 4, 2, 1, 3, 3});
+  const Tensor loss = run_ok("sparse_softmax_cross_entropy", {logits, labels})[0];
+  REQUIRE(loss.shape == Shape{2, 3});
+  Tensor rows = logits, flat = labels;
+  rows.shape = {6, 5};
+  flat.shape = {6};
+  CHECK(loss.f32 == run_ok("sparse_softmax_cross_entropy", {rows, flat})[0].f32);  // row by row, the same math
+  CHECK(run_ok("accuracy", {logits, labels})[0].f32 == run_ok("accuracy", {rows, flat})[0].f32);
+  EXPECT_OK(check_gradients("sparse_softmax_cross_entropy", {logits, labels}, {}, {0}));
+  check_sbp_2_and_3("sparse_softmax_cross_entropy", {logits, labels});
+  check_sbp_2_and_3("sparse_softmax_cross_entropy_grad", {logits, labels, Tensor::uniform({2, 3}, 20)});
+  check_sbp_2_and_3("accuracy", {logits, labels});
+  Status s = run_op("sparse_softmax_cross_entropy", {logits, Tensor::ints({6}, {0, 0, 0, 0, 0, 0})}).status();
+  CHECK(s.message().find("logits [2, 3, 5] must be [..., C] and labels [6] the leading axes") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace rill::testing
