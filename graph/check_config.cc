@@ -13,7 +13,7 @@ namespace rill::graph {
 namespace check {
 namespace {
 
-const std::vector<std::string> kDatasetKinds = {"idx", "csv", "synthetic", "inline"};
+const std::vector<std::string> kDatasetKinds = {"idx", "csv", "synthetic", "inline", "text", "tokens"};
 const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam", "adamw"};
 
 void check_inline_tensors(const Dataset& d, const std::string& where, const std::string& path, Issues* issues) {
@@ -83,10 +83,19 @@ void check_datasets(const Job& job, Issues* issues) {
       if (!sane_shape(d.feature_shape))
         issues->add(path + ".feature_shape", "{}: feature_shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes",
                     where, shape_string(d.feature_shape));
+    } else if (d.kind == "text" || d.kind == "tokens") {
+      if (d.path.empty()) issues->add(path, "{}: a {} dataset needs 'path'", where, d.kind);
+      if (d.context < 1)
+        issues->add(path + ".context", "{}: a {} dataset needs context >= 1 (tokens per sample), got {}", where,
+                    d.kind, d.context);
+      if (!(d.split_from >= 0 && d.split_from < d.split_to && d.split_to <= 1))
+        issues->add(path + ".split", "{}: split [{}, {}] must be fractions with 0 <= from < to <= 1", where,
+                    d.split_from, d.split_to);
     } else if (d.kind == "inline") {
       check_inline_tensors(d, where, path, issues);
     } else {
-      issues->add(path + ".kind", "{}: unknown kind '{}'{} (expected idx, csv, synthetic or inline)", where, d.kind,
+      issues->add(path + ".kind", "{}: unknown kind '{}'{} (expected idx, csv, synthetic, inline, text or tokens)",
+                  where, d.kind,
                   did_you_mean(d.kind, kDatasetKinds));
     }
   }

@@ -131,6 +131,15 @@ class Converter {
     integer(in.id_range(), path + ".id_range", where, &out->id_range);
     integer(in.seed(), path + ".seed", where, &out->seed);
     if (in.scale()) out->scale = static_cast<float>(*in.scale());
+    integer(in.context(), path + ".context", where, &out->context);
+    if (in.split()) {
+      if (in.split()->size() != 2)
+        issues_->add(path + ".split", "{}: split has {} numbers; it is [from, to]", where, in.split()->size());
+      else {
+        out->split_from = in.split()->Get(0);
+        out->split_to = in.split()->Get(1);
+      }
+    }
     std::vector<const fb::InlineTensor*> tensors = items(in.tensors());
     for (size_t t = 0; t < tensors.size(); ++t)
       inline_tensor(*tensors[t], fmt::format("{}.tensors[{}]", path, t),

@@ -353,6 +353,13 @@ class Writer {
     if (d.id_range != defaults.id_range) out.add("id_range", number(d.id_range));
     if (d.seed != defaults.seed) out.add("seed", seed(d.seed, where + ": seed"));
     if (d.scale != defaults.scale) out.add("scale", f32(d.scale));
+    if (d.context != defaults.context) out.add("context", number(d.context));
+    if (d.split_from != defaults.split_from || d.split_to != defaults.split_to) {
+      Node split = Node::array();
+      split.items.push_back(number(d.split_from));
+      split.items.push_back(number(d.split_to));
+      out.add("split", std::move(split));
+    }
     if (!d.tensors.empty()) {
       Node tensors = Node::array();
       for (size_t t = 0; t < d.tensors.size(); ++t) {

@@ -12,7 +12,9 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec) 
   if (spec.kind == "csv") return read_csv_dataset(spec);
   if (spec.kind == "synthetic") return make_synthetic_dataset(spec);
   if (spec.kind == "inline") return make_inline_dataset(spec);
-  return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic or inline)", spec.name,
+  if (spec.kind == "text" || spec.kind == "tokens") return read_token_dataset(spec);
+  return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic, inline, text or tokens)",
+                          spec.name,
                           spec.kind);
 }
 
@@ -31,6 +33,15 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
         return invalid_argument("dataset '{}': field '{}' has per-sample shape {}: every dim must be positive", name,
                                 field.name, shape_string(field.meta.shape));
       }
+    }
+    if (field.windows) {
+      const int64_t last = (num_samples - 1) * field.window_stride + field.window_offset + num_elements(field.meta.shape);
+      if (field.meta.dtype != DType::kI32 || !field.f32.empty() || !field.i32.empty() || field.window_stride < 0 ||
+          field.window_offset < 0 || last > static_cast<int64_t>(field.windows->size()))
+        return internal_error("dataset '{}': window field '{}' reaches element {} of {}", name, field.name, last,
+                              field.windows->size());
+      dataset->field_names_.push_back(field.name);
+      continue;
     }
     const bool f32 = field.meta.dtype == DType::kF32;
     const size_t held = f32 ? field.f32.size() : field.i32.size();
@@ -61,9 +72,17 @@ void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) con
   assert(field >= 0 && field < num_fields());
   const DatasetField& f = fields_[field];
   const size_t sample_bytes = f.meta.bytes();
+  auto* out = static_cast<std::byte*>(dst);
+  if (f.windows) {
+    for (int64_t index : indices) {
+      assert(index >= 0 && index < num_samples_);
+      std::memcpy(out, f.windows->data() + index * f.window_stride + f.window_offset, sample_bytes);
+      out += sample_bytes;
+    }
+    return;
+  }
   const auto* src = f.meta.dtype == DType::kF32 ? reinterpret_cast<const std::byte*>(f.f32.data())
                                                  : reinterpret_cast<const std::byte*>(f.i32.data());
-  auto* out = static_cast<std::byte*>(dst);
   for (int64_t index : indices) {
     assert(index >= 0 && index < num_samples_);
     std::memcpy(out, src + static_cast<size_t>(index) * sample_bytes, sample_bytes);

@@ -20,12 +20,17 @@
 namespace rill {
 
 // One field while a dataset is being built: per-sample meta plus the values of
-// every sample. Exactly one of f32 / i32 is used, matching meta.dtype.
+// every sample. Exactly one of f32 / i32 is used, matching meta.dtype; or,
+// for a window field, neither: sample i is the meta's elements of `windows`
+// from i * window_stride + window_offset (a token stream's overlapping
+// inputs and targets share one copy of the stream).
 struct DatasetField {
   std::string name;
   TensorMeta meta;  // per sample: shape without the batch axis
   std::vector<float> f32;
   std::vector<int32_t> i32;
+  std::shared_ptr<const std::vector<int32_t>> windows;  // i32 window fields only
+  int64_t window_stride = 0, window_offset = 0;
 };
 
 class Dataset {

@@ -31,7 +31,7 @@ Status data_mismatch(const std::string& input, const std::string& field, const D
                      const TensorMeta& declared, const TensorMeta& held) {
   std::string files;
   if (spec.kind == "idx") files = fmt::format(" (images '{}', labels '{}')", spec.images, spec.labels);
-  if (spec.kind == "csv") files = fmt::format(" (file '{}')", spec.path);
+  if (spec.kind == "csv" || spec.kind == "text" || spec.kind == "tokens") files = fmt::format(" (file '{}')", spec.path);
   return invalid_argument("input '{}' reads field '{}' of dataset '{}'{}: the job declares {} {} per sample, the data "
                           "holds {} {}",
                           input, field, spec.name, files, shape_string(declared.shape), dtype_name(declared.dtype),
@@ -85,6 +85,19 @@ StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const Data
     std::vector<PeekedField> fields{{"features", {{features}, DType::kF32}}};
     if (spec.label_column >= 0) fields.push_back({"label", {{}, DType::kI32}});
     return std::optional<std::vector<PeekedField>>(std::move(fields));
+  }
+  if (spec.kind == "text" || spec.kind == "tokens") {
+    // The fields are the spec's; the file must open (and a token file start
+    // with llm.c's magic).
+    RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.path, spec.name));
+    if (spec.kind == "tokens") {
+      int32_t magic = 0;
+      if (gzread(file.get(), &magic, sizeof magic) != static_cast<int>(sizeof magic) || magic != 20240520)
+        return data_loss("dataset '{}': '{}' is not an llm.c token file (magic {}, expected 20240520)", spec.name,
+                         spec.path, magic);
+    }
+    const TensorMeta window{{spec.context}, DType::kI32};
+    return std::optional<std::vector<PeekedField>>(std::vector<PeekedField>{{"tokens", window}, {"targets", window}});
   }
   return std::optional<std::vector<PeekedField>>();
 }

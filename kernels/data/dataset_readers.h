@@ -17,6 +17,12 @@ StatusOr<std::shared_ptr<const Dataset>> read_idx_dataset(const DatasetSpec& spe
 StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spec);
 // Seeded random "features" in [0, 1) * scale and "label" in [0, num_classes).
 StatusOr<std::shared_ptr<const Dataset>> make_synthetic_dataset(const DatasetSpec& spec);
+// A token stream cut into windows of context + 1 tokens: "tokens" i32
+// [context] and "targets" i32 [context], the same tokens one on. "text": a
+// file's bytes are the tokens (vocabulary 256); "tokens": llm.c's token files
+// (a 1,024-byte header, then uint16 ids). spec.split keeps a fraction of the
+// stream (a validation split).
+StatusOr<std::shared_ptr<const Dataset>> read_token_dataset(const DatasetSpec& spec);
 // One field per spec.tensors entry; axis 0 indexes samples.
 StatusOr<std::shared_ptr<const Dataset>> make_inline_dataset(const DatasetSpec& spec);
 

@@ -26,12 +26,14 @@ struct InlineTensor {
 //              and with id_fields > 0 "ids" (i32 [id_fields] in [0, id_range): a click
 //              log's categorical features, each id voting for a class)
 //   inline:    one field per tensor, by its name
+//   text, tokens: "tokens" and "targets" (i32 [context]): windows of a token
+//              stream, the targets one token on (kernels/data/token_dataset.cc)
 struct DatasetSpec {
   std::string name;
-  std::string kind;           // "idx" | "csv" | "synthetic" | "inline"
+  std::string kind;           // "idx" | "csv" | "synthetic" | "inline" | "text" | "tokens"
   std::string images;         // idx: images file, plain or .gz
   std::string labels;         // idx: labels file, plain or .gz
-  std::string path;           // csv
+  std::string path;           // csv, text, tokens
   int label_column = -1;      // csv: -1 means no label column
   bool header = false;        // csv: skip the first line
   int64_t num_samples = 0;    // synthetic
@@ -42,6 +44,8 @@ struct DatasetSpec {
   uint64_t seed = 0;          // synthetic
   float scale = 1.0f;         // features are multiplied by this
   std::vector<InlineTensor> tensors;  // inline
+  int64_t context = 0;        // text, tokens: tokens per sample
+  double split_from = 0.0, split_to = 1.0;  // text, tokens: the fraction of the stream kept
   bool operator==(const DatasetSpec&) const = default;
 };
 
