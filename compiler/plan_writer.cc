@@ -52,7 +52,8 @@ Offset<plan::Dataset> write_dataset(FlatBufferBuilder& b, const graph::Dataset& 
   return plan::CreateDataset(b, b.CreateString(d.name), b.CreateString(d.kind), b.CreateString(d.images),
                              b.CreateString(d.labels), b.CreateString(d.path), d.label_column, d.header,
                              d.num_samples, d.num_classes, d.seed, b.CreateVector(d.feature_shape), d.scale,
-                             b.CreateVector(tensors), d.id_fields, d.id_range);
+                             b.CreateVector(tensors), d.id_fields, d.id_range, d.context, d.split_from,
+                             d.split_to);
 }
 
 Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const TaskNode& t) {

@@ -80,6 +80,10 @@ std::vector<FieldInfo> dataset_fields(const Dataset& dataset) {
     if (dataset.id_fields > 0) fields.push_back({"ids", DType::kI32, Shape{dataset.id_fields}});
     return fields;
   }
+  if (dataset.kind == "text" || dataset.kind == "tokens") {
+    const Shape window{dataset.context};
+    return {{"tokens", DType::kI32, window}, {"targets", DType::kI32, window}};
+  }
   if (dataset.kind == "inline") {
     std::vector<FieldInfo> fields;
     for (const InlineTensor& t : dataset.tensors) {

@@ -176,8 +176,8 @@ class Converter {
     out->placement = placement(in.placement(), path + ".placement", where);
   }
 
-  void variable(const fb::Variable& in, size_t i, Variable* out) {
-    std::string path = fmt::format("variables[{}]", i), where = label("variables", i, str(in.name()));
+  void variable(const fb::Variable& in, const std::string& section, size_t i, Variable* out) {
+    std::string path = fmt::format("{}[{}]", section, i), where = label(section, i, str(in.name()));
     out->name = str(in.name());
     out->shape = shape_of(in.shape());
     dtype(in.dtype(), path + ".dtype", where, &out->dtype);
@@ -190,8 +190,8 @@ class Converter {
     if (in.trainable()) out->trainable = *in.trainable();
   }
 
-  void op(const fb::Op& in, size_t i, Op* out) {
-    std::string path = fmt::format("ops[{}]", i), where = label("ops", i, str(in.name()));
+  void op(const fb::Op& in, const std::string& section, size_t i, Op* out) {
+    std::string path = fmt::format("{}[{}]", section, i), where = label(section, i, str(in.name()));
     out->name = str(in.name());
     out->type = str(in.type());
     out->inputs = strings_of(in.inputs());
@@ -299,7 +299,7 @@ class Converter {
 
 }  // namespace
 
-void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* job, Issues* issues) {
+void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* job, Issues* issues, Origins* origins) {
   Converter c(parser, issues);
   if (root.name()) job->name = root.name()->str();
   size_t i = 0;
@@ -307,9 +307,25 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
   i = 0;
   for (const fb::Input* in : items(root.inputs())) c.input(*in, i++, &job->inputs.emplace_back());
   i = 0;
-  for (const fb::Variable* v : items(root.variables())) c.variable(*v, i++, &job->variables.emplace_back());
+  for (const fb::Variable* v : items(root.variables())) c.variable(*v, "variables", i++, &job->variables.emplace_back());
   i = 0;
-  for (const fb::Op* op : items(root.ops())) c.op(*op, i++, &job->ops.emplace_back());
+  for (const fb::Op* op : items(root.ops())) c.op(*op, "ops", i++, &job->ops.emplace_back());
+  std::vector<Block> blocks;
+  i = 0;
+  for (const fb::Block* b : items(root.blocks())) {
+    Block& block = blocks.emplace_back();
+    const std::string path = fmt::format("blocks[{}]", i++);
+    block.name = str(b->name());
+    if (b->repeat()) block.repeat = *b->repeat();
+    block.input = str(b->input());
+    block.output = str(b->output());
+    block.as = str(b->as());
+    size_t k = 0;
+    for (const fb::Variable* v : items(b->variables())) c.variable(*v, path + ".variables", k++, &block.variables.emplace_back());
+    k = 0;
+    for (const fb::Op* op : items(b->ops())) c.op(*op, path + ".ops", k++, &block.ops.emplace_back());
+  }
+  if (issues->size() == 0) expand_blocks(blocks, job, issues, origins);
   i = 0;
   for (const fb::Group* g : items(root.groups())) c.group(*g, i++, &job->groups.emplace_back());
   job->loss = str(root.loss());

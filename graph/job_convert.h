@@ -7,6 +7,7 @@
 #include <flatbuffers/idl.h>
 
 #include "graph/check_util.h"
+#include "graph/job_blocks.h"
 #include "graph/job.h"
 #include "graph/job_generated.h"
 
@@ -14,6 +15,9 @@ namespace rill::graph {
 
 // `parser` is the one that parsed `root` (its schema gives the attribute
 // tables' fields). Fields absent from the file keep graph::Job's defaults.
-void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* job, check::Issues* issues);
+// Repeated blocks are expanded (job_blocks.h); `origins` says where the
+// expanded job's entries were written.
+void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* job, check::Issues* issues,
+                 Origins* origins);
 
 }  // namespace rill::graph

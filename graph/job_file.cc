@@ -78,9 +78,29 @@ Status syntax_error(const std::string& parser_error, std::string_view text, cons
   return Status(Code::kInvalidArgument, message);
 }
 
-Status issues_status(const std::vector<JobIssue>& issues, const JsonLines& lines, const std::string& file_name) {
+// An issue about an entry a repeated block made points at where the block
+// wrote it, and names the layer.
+JobIssue as_written(JobIssue issue, const Origins& origins) {
+  const size_t close = issue.path.find(']');
+  if (close == std::string::npos) return issue;
+  const std::string key = issue.path.substr(0, close + 1);
+  const auto it = origins.find(key);
+  if (it == origins.end()) return issue;
+  issue.path = it->second.path + issue.path.substr(close + 1);
+  for (size_t at = issue.message.find(key); at != std::string::npos; at = issue.message.find(key, at + 1))
+    if (at == 0 || issue.message[at - 1] != '.') {  // not inside a longer path
+      issue.message.replace(at, key.size(), it->second.path);
+      break;
+    }
+  if (!it->second.layer.empty()) issue.message += fmt::format(" (in {})", it->second.layer);
+  return issue;
+}
+
+Status issues_status(const std::vector<JobIssue>& issues, const JsonLines& lines, const std::string& file_name,
+                     const Origins& origins = {}) {
   std::string message;
-  for (const JobIssue& issue : issues) {
+  for (const JobIssue& written : issues) {
+    const JobIssue issue = as_written(written, origins);
     if (!message.empty()) message += "\n";
     int line = lines.line_of(issue.path);
     message += line > 0 ? fmt::format("{}:{}: {}", file_name, line, issue.message)
@@ -107,13 +127,15 @@ StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name
 
   Job job;
   check::Issues conversion;
-  convert_job(*flatbuffers::GetRoot<fb::Job>(parser.builder_.GetBufferPointer()), parser, &job, &conversion);
+  Origins origins;
+  convert_job(*flatbuffers::GetRoot<fb::Job>(parser.builder_.GetBufferPointer()), parser, &job, &conversion,
+              &origins);
   JsonLines lines(text);
   if (conversion.size() > 0) return issues_status(conversion.take(), lines, file_name);
   for (const std::string& assignment : overrides)
     RILL_RETURN_IF_ERROR(apply_override(&job, assignment).with_context("--set " + assignment));
   std::vector<JobIssue> issues = find_job_issues(job);
-  if (!issues.empty()) return issues_status(issues, lines, file_name);
+  if (!issues.empty()) return issues_status(issues, lines, file_name, origins);
   return job;
 }
 

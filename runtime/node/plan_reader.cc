@@ -43,6 +43,9 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
   spec.feature_shape = read_shape(d.feature_shape());
   spec.id_fields = d.id_fields();
   spec.id_range = d.id_range();
+  spec.context = d.context();
+  spec.split_from = d.split_from();
+  spec.split_to = d.split_to();
   if (d.tensors()) {
     for (const plan::InlineTensor* t : *d.tensors()) {
       InlineTensor tensor;
