@@ -87,6 +87,17 @@ const std::vector<Setting>& settings() {
       {"train.allow_tf32", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.allow_tf32); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { j->train.schedule = v; return Status(); }},
+      {"pipeline.num_stages",
+       [](Job* j, const std::string& v) {
+         if (!j->pipeline) j->pipeline.emplace();
+         return parse_int(v, &j->pipeline->num_stages);
+       }},
+      {"pipeline.balance",
+       [](Job* j, const std::string& v) {
+         if (!j->pipeline) j->pipeline.emplace();
+         j->pipeline->balance = v;
+         return Status();
+       }},
       {"train.view", [](Job* j, const std::string& v) { j->train.view = v; return Status(); }},
       {"optimizer.type", [](Job* j, const std::string& v) { j->optimizer.type = v; return Status(); }},
       {"optimizer.lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.lr); }},

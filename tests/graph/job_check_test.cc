@@ -145,15 +145,20 @@ TEST_CASE("variables: initializer, its shape, dtype and SBP") {
 
 TEST_CASE("optimizer, train and eval settings") {
   Job job = samples::make_mlp_job();
-  job.optimizer.type = "adamw";
+  job.optimizer.type = "adamx";
   job.optimizer.lr = 0;
+  job.optimizer.warmup_steps = 5;
+  job.optimizer.decay_steps = 4;
+  job.optimizer.min_lr = -1;
   job.train.devices = "gpu:2";
   job.train.log_every = 0;
   job.train.bucket_bytes = -1;
   job.fetch = {"logits", "logit", "logits"};
   job.eval->dataset = "tset";
   std::string issues = issues_of(job);
-  CHECK(has(issues, "optimizer: unknown type 'adamw' (did you mean 'adam'?)"));
+  CHECK(has(issues, "optimizer: unknown type 'adamx' (did you mean 'adam'?)"));
+  CHECK(has(issues, "optimizer.decay_steps 4 must be past warmup_steps 5 (or 0: no decay)"));
+  CHECK(has(issues, "optimizer.min_lr must be in [0, lr = 0], got -1"));
   CHECK(has(issues, "optimizer.lr must be > 0, got 0"));
   CHECK(has(issues, "train.devices 'gpu:2': unknown device type 'gpu' (expected cpu:N or cuda:N)"));
   CHECK(has(issues, "train.log_every must be > 0, got 0"));
