@@ -103,6 +103,34 @@ void check_datasets(const Job& job, Issues* issues) {
 
 namespace {
 
+// Generation reads bytes into an i32 [context] input of a text dataset.
+void check_generate(const Job& job, Issues* issues) {
+  const Generate& g = *job.generate;
+  const Input* input = nullptr;
+  for (const Input& in : job.inputs)
+    if (in.name == g.input) input = &in;
+  if (input == nullptr) {
+    issues->add("generate.input", "generate: '{}' is not an input", g.input);
+  } else {
+    const Dataset* d = nullptr;
+    for (const Dataset& dataset : job.datasets)
+      if (dataset.name == input->dataset) d = &dataset;
+    if (d == nullptr || d->kind != "text" || input->shape.size() != 1 || input->dtype != DType::kI32)
+      issues->add("generate.input",
+                  "generate: input '{}' must read the tokens of a text dataset (bytes are its tokens), i32 [context]",
+                  g.input);
+  }
+  bool made = false;
+  for (const Op& op : job.ops)
+    for (const std::string& out : op.outputs) made = made || out == g.logits;
+  if (!made) issues->add("generate.logits", "generate: no op makes '{}'", g.logits);
+  if (g.tokens < 1 || g.tokens > 1000000)
+    issues->add("generate.tokens", "generate.tokens must be in [1, 1000000], got {}", g.tokens);
+  if (!(g.temperature >= 0) || !std::isfinite(g.temperature))
+    issues->add("generate.temperature", "generate.temperature must be >= 0, got {}", g.temperature);
+  if (g.top_k < 0) issues->add("generate.top_k", "generate.top_k must be >= 0, got {}", g.top_k);
+}
+
 void check_optimizer(const Optimizer& o, Issues* issues) {
   bool known = false;
   for (const std::string& type : kOptimizers) known = known || o.type == type;
@@ -260,6 +288,7 @@ void check_run_config(const Job& job, Issues* issues) {
     issues->add("train.schedule", "train.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", t.schedule);
   check_view(job, issues);
   if (job.eval) check_eval(job, devices, issues);
+  if (job.generate) check_generate(job, issues);
   check_checkpoint(job.checkpoint, issues);
 }
 

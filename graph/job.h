@@ -149,6 +149,18 @@ struct Eval {
   bool operator==(const Eval&) const = default;
 };
 
+// Text sampled by the master after training (runtime/eager/generate.h).
+struct Generate {
+  std::string input;          // the i32 [context] input the bytes go to
+  std::string logits;         // the [batch, context, 256] logits
+  std::string prompt;         // "" : a newline
+  int64_t tokens = 200;
+  double temperature = 1.0;   // 0: the most likely byte each time
+  int64_t top_k = 0;          // 0: every byte
+  int64_t seed = 1;
+  bool operator==(const Generate&) const = default;
+};
+
 // Where and how often the master saves the model (docs/CHECKPOINT_FORMAT.md).
 struct CheckpointConfig {
   std::string dir;        // empty: no checkpoints
@@ -202,6 +214,7 @@ struct Job {
   Optimizer optimizer;
   TrainConfig train;
   std::optional<Eval> eval;
+  std::optional<Generate> generate;
   CheckpointConfig checkpoint;
   std::optional<Distributed> distributed;
   bool operator==(const Job&) const = default;

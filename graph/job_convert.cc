@@ -254,6 +254,17 @@ class Converter {
       integer(e->batch_size(), "eval.batch_size", "eval.batch_size", &eval.batch_size);
       out->eval = std::move(eval);
     }
+    if (const fb::Generate* g = in.generate()) {
+      Generate gen;
+      gen.input = str(g->input());
+      gen.logits = str(g->logits());
+      gen.prompt = str(g->prompt());
+      integer(g->tokens(), "generate.tokens", "generate.tokens", &gen.tokens);
+      if (g->temperature()) gen.temperature = *g->temperature();
+      integer(g->top_k(), "generate.top_k", "generate.top_k", &gen.top_k);
+      integer(g->seed(), "generate.seed", "generate.seed", &gen.seed);
+      out->generate = std::move(gen);
+    }
     if (const fb::Distributed* d = in.distributed()) {
       Distributed dist;
       if (d->mode()) dist.mode = d->mode()->str();

@@ -165,6 +165,15 @@ class Writer {
       root.add("eval", Node::object()
                            .add("dataset", str(job.eval->dataset, "eval.dataset"))
                            .add("batch_size", number(job.eval->batch_size)));
+    if (job.generate) {
+      const Generate& g = *job.generate;
+      Node gen = Node::object();
+      gen.add("input", str(g.input, "generate.input")).add("logits", str(g.logits, "generate.logits"));
+      if (!g.prompt.empty()) gen.add("prompt", str(g.prompt, "generate.prompt"));
+      gen.add("tokens", number(g.tokens)).add("temperature", number(g.temperature)).add("top_k", number(g.top_k));
+      gen.add("seed", number(g.seed));
+      root.add("generate", std::move(gen));
+    }
     if (job.checkpoint != CheckpointConfig{})  // absent from a job that saves nothing
       root.add("checkpoint", Node::object()
                                  .add("dir", str(job.checkpoint.dir, "checkpoint.dir"))

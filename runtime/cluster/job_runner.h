@@ -92,6 +92,7 @@ struct JobResult {
   std::vector<std::vector<int64_t>> traffic_bytes;
   std::vector<JobRestart> restarts;  // automatic restarts before this result, oldest first
   int64_t device_synchronizes = 0;   // of the training phase, see RunReport
+  std::string generated;             // job.generate's text: the prompt and what the model wrote
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);

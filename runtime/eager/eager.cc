@@ -1,0 +1,77 @@
+#include "runtime/eager/eager.h"
+
+#include <cstring>
+#include <set>
+
+#include "kernels/op.h"
+
+namespace rill::eager {
+
+HostTensor HostTensor::of(TensorMeta meta) {
+  HostTensor t;
+  t.bytes.assign(meta.bytes(), std::byte{0});
+  t.meta = std::move(meta);
+  return t;
+}
+
+HostTensor HostTensor::floats(Shape shape, const std::vector<float>& values) {
+  HostTensor t = of({std::move(shape), DType::kF32});
+  std::memcpy(t.bytes.data(), values.data(), std::min(t.bytes.size(), values.size() * sizeof(float)));
+  return t;
+}
+
+TensorView HostTensor::view() { return TensorView{bytes.data(), meta.shape, meta.dtype}; }
+
+StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::vector<std::string>& wanted) {
+  // The ops `wanted` depends on: walk back from it over the ops' inputs.
+  std::map<std::string, size_t> maker;
+  for (size_t i = 0; i < job.ops.size(); ++i)
+    for (const std::string& out : job.ops[i].outputs) maker[out] = i;
+  std::vector<bool> needed(job.ops.size(), false);
+  std::vector<std::string> todo = wanted;
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (given.count(name)) continue;
+    const auto it = maker.find(name);
+    if (it == maker.end()) return invalid_argument("tensor '{}' is neither given nor made by an op", name);
+    if (needed[it->second]) continue;
+    needed[it->second] = true;
+    for (const std::string& in : job.ops[it->second].inputs) todo.push_back(in);
+  }
+  std::vector<std::byte> scratch;
+  for (size_t i = 0; i < job.ops.size(); ++i) {  // definition order is a topological order
+    if (!needed[i]) continue;
+    const graph::Op& op = job.ops[i];
+    const OpDef* def = find_op(op.type);
+    if (def == nullptr || def->cpu == nullptr) return invalid_argument("op '{}': no CPU kernel for '{}'", op.name, op.type);
+    std::vector<TensorMeta> metas;
+    std::vector<TensorView> inputs;
+    std::vector<Shape> shapes;
+    for (const std::string& in : op.inputs) {
+      auto it = given.find(in);
+      if (it == given.end()) return internal_error("op '{}': input '{}' was not made", op.name, in);
+      metas.push_back(it->second.meta);
+      inputs.push_back(it->second.view());
+      shapes.push_back(it->second.meta.shape);
+    }
+    std::vector<TensorMeta> out_metas;
+    RILL_RETURN_IF_ERROR(infer_op(*def, op.attrs, metas, &out_metas).with_context(fmt::format("op '{}'", op.name)));
+    std::vector<HostTensor> made;
+    for (const TensorMeta& m : out_metas) made.push_back(HostTensor::of(m));
+    std::vector<TensorView> outputs;
+    for (HostTensor& t : made) outputs.push_back(t.view());
+    scratch.assign(def->scratch_bytes ? def->scratch_bytes(op.attrs, metas) : 0, std::byte{0});
+    KernelContext ctx;
+    ctx.inputs = inputs;
+    ctx.outputs = outputs;
+    ctx.logical_inputs = shapes;
+    ctx.attrs = &op.attrs;
+    ctx.scratch = scratch;
+    RILL_RETURN_IF_ERROR(def->cpu(ctx).with_context(fmt::format("op '{}'", op.name)));
+    for (size_t k = 0; k < made.size() && k < op.outputs.size(); ++k) given[op.outputs[k]] = std::move(made[k]);
+  }
+  return given;
+}
+
+}  // namespace rill::eager

@@ -1,0 +1,94 @@
+// Eager evaluation of a job's forward on the host, and text generation from
+// it: windows of the last `context` bytes, the next byte read at the
+// window's last position, temperature 0 taking the most likely byte.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "graph/job_file.h"
+#include "runtime/eager/generate.h"
+
+namespace rill {
+namespace {
+
+// logits = embedding(idx, table) + b: with table row i = 10 one-hot(i + 1),
+// the most likely byte after byte i is i + 1.
+const char* kShiftJob = R"({
+  "name": "shift",
+  "datasets": [{"name": "t", "kind": "text", "path": "unused.txt", "context": 4}],
+  "inputs": [
+    {"name": "idx", "dataset": "t", "field": "tokens", "shape": [4], "dtype": "i32"},
+    {"name": "targets", "dataset": "t", "field": "targets", "shape": [4], "dtype": "i32"}
+  ],
+  "variables": [{"name": "table", "shape": [256, 256]}, {"name": "b", "shape": [256]}],
+  "ops": [
+    {"name": "emb", "type": "embedding", "inputs": ["idx", "table"]},
+    {"name": "logits", "type": "bias_add", "inputs": ["emb", "b"]},
+    {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "targets"]},
+    {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}
+  ],
+  "loss": "loss",
+  "train": {"steps": 1, "batch_size": 1},
+  "generate": {"input": "idx", "logits": "logits", "prompt": "a", "tokens": 6, "temperature": 0}
+})";
+
+eager::Tensors shift_variables() {
+  std::vector<float> table(256 * 256, 0.0f), b(256, 0.0f);
+  for (int i = 0; i < 255; ++i) table[i * 256 + i + 1] = 10.0f;
+  eager::Tensors v;
+  v["table"] = eager::HostTensor::floats({256, 256}, table);
+  v["b"] = eager::HostTensor::floats({256}, b);
+  return v;
+}
+
+TEST_CASE("the forward runs only what the wanted tensor needs, with the CPU kernels") {
+  auto job = graph::parse_job_json(kShiftJob, "shift.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  eager::Tensors given = shift_variables();
+  eager::HostTensor ids = eager::HostTensor::of({{1, 4}, DType::kI32});
+  for (int k = 0; k < 4; ++k) ids.i32()[k] = 'w' + k;
+  given["idx"] = std::move(ids);
+  auto made = eager::run_forward(*job, given, {"logits"});
+  REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+  CHECK(made->count("loss") == 0);  // the targets were not given: the loss is not needed
+  const eager::HostTensor& logits = made->at("logits");
+  REQUIRE(logits.meta.shape == Shape{1, 4, 256});
+  CHECK(logits.f32()[2 * 256 + 'y' + 1] == 10.0f);  // position 2 holds 'y'
+  CHECK(logits.f32()[2 * 256 + 'y'] == 0.0f);
+  // Asking for the loss without the targets names what is missing.
+  auto missing = eager::run_forward(*job, given, {"loss"});
+  CHECK(missing.status().message().find("'targets'") != std::string::npos);
+}
+
+TEST_CASE("generation reads each next byte at the window's last position, sliding past the context") {
+  auto job = graph::parse_job_json(kShiftJob, "shift.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  auto text = eager::generate_text(*job, shift_variables(), *job->generate);
+  REQUIRE_MESSAGE(text.ok(), text.status().to_string());
+  CHECK(*text == "abcdefg");  // 6 bytes after the prompt; the window of 4 slides from the fifth
+  // Sampling at a temperature draws from the softmax: with logits 10 apart
+  // the likely byte wins almost always, and the draw is the seed's.
+  graph::Generate warm = *job->generate;
+  warm.temperature = 1.0;
+  auto first = eager::generate_text(*job, shift_variables(), warm), second = eager::generate_text(*job, shift_variables(), warm);
+  REQUIRE(first.ok());
+  CHECK(*first == *second);
+  CHECK(first->size() == 7);
+}
+
+TEST_CASE("generation refuses logits that are not bytes, and a job file's section is checked") {
+  auto job = graph::parse_job_json(kShiftJob, "shift.json");
+  REQUIRE(job.ok());
+  graph::Generate bad = *job->generate;
+  bad.logits = "idx";
+  auto text = eager::generate_text(*job, shift_variables(), bad);
+  CHECK(text.status().message().find("logits 'idx' are [1, 4]") != std::string::npos);
+  std::string wrong = kShiftJob;
+  wrong.replace(wrong.find(R"("logits": "logits", "prompt")"), 18, R"("logits": "logit")");
+  auto checked = graph::parse_job_json(wrong, "shift.json");
+  REQUIRE_FALSE(checked.ok());
+  CHECK(checked.status().message().find("generate: no op makes 'logit'") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace rill
