@@ -1,5 +1,7 @@
 #include "compiler/optimizer.h"
 
+#include "compiler/grad_clip.h"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -80,6 +82,7 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
       RILL_RETURN_IF_ERROR(g->append_op(std::move(acc)));
     }
   }
+  if (optimizer.clip_grad_norm > 0) RILL_RETURN_IF_ERROR(clip_gradients(optimizer.clip_grad_norm, g));
   mark_per_micro(g);
   mark_stages(g);
   return {};

@@ -1,5 +1,7 @@
 #include "compiler/physical.h"
 
+#include "compiler/boxing_units.h"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -591,46 +593,13 @@ class Expander {
   // (in that order) share one task and one all-reduce, up to bucket_bytes_.
   // Moves between placements are copy tasks outside that order.
   Status add_boxings() {
-    // The order in which boxings can become ready: by the position of the op
-    // making their tensor (ops are in topological order), sources and
-    // variables first. A boxing that depends on another comes after it.
-    std::map<std::string, int> made_by;
-    for (size_t o = 0; o < g_.ops.size(); ++o)
-      for (const std::string& out : g_.ops[o].outputs) made_by[out] = static_cast<int>(o);
-    std::vector<int> order(g_.boxings.size());
-    for (size_t b = 0; b < order.size(); ++b) order[b] = static_cast<int>(b);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      auto key = [&](int x) {
-        auto it = made_by.find(g_.boxings[static_cast<size_t>(x)].tensor);
-        return it == made_by.end() ? -1 : it->second;
-      };
-      return key(a) < key(b);
-    });
     std::vector<bool> read_by_boxing(g_.boxings.size(), false);
     for (const BoxingNode& box : g_.boxings)
       if (box.from >= 0) read_by_boxing[static_cast<size_t>(box.from)] = true;
     // Units of work in order: one boxing, or a bucket of several on one placement.
-    std::vector<std::vector<int>> units;
-    size_t bucket_bytes = 0;
-    bool open = false;  // the last unit is a bucket still taking members
-    for (int b : order) {
-      const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
-      const size_t bytes = g_.find(box.tensor)->meta.bytes();
-      if (!bucketable(static_cast<size_t>(b), read_by_boxing)) {
-        units.push_back({b});
-        open = false;
-        continue;
-      }
-      if (!open || bucket_bytes + bytes > bucket_bytes_ ||
-          g_.boxings[static_cast<size_t>(units.back()[0])].placement != box.placement ||
-          rate(g_.boxings[static_cast<size_t>(units.back()[0])].tensor) != rate(box.tensor)) {
-        units.push_back({});
-        bucket_bytes = 0;
-        open = true;
-      }
-      units.back().push_back(b);
-      bucket_bytes += bytes;
-    }
+    const std::vector<std::vector<int>> units = boxing_units(
+        g_, bucket_bytes_, [&](size_t b) { return bucketable(b, read_by_boxing); },
+        [&](const std::string& tensor) { return rate(tensor); });
     boxed_.assign(g_.boxings.size(), {});
     uint32_t comm_position = 0;  // comm-thread units so far
     for (const std::vector<int>& unit : units) {

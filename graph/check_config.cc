@@ -142,6 +142,9 @@ void check_optimizer(const Optimizer& o, Issues* issues) {
     issues->add("optimizer.weight_decay", "optimizer.weight_decay must be >= 0, got {}", o.weight_decay);
   if (o.type == "momentum" && !(o.momentum >= 0 && o.momentum < 1))
     issues->add("optimizer.momentum", "optimizer.momentum must be in [0, 1), got {}", o.momentum);
+  if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
+    issues->add("optimizer.clip_grad_norm", "optimizer.clip_grad_norm must be >= 0 (0: no clipping), got {}",
+                o.clip_grad_norm);
   if (o.warmup_steps < 0)
     issues->add("optimizer.warmup_steps", "optimizer.warmup_steps must be >= 0, got {}", o.warmup_steps);
   if (o.decay_steps != 0 && o.decay_steps <= o.warmup_steps)
@@ -257,6 +260,12 @@ void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
 
 void check_run_config(const Job& job, Issues* issues) {
   check_optimizer(job.optimizer, issues);
+  if (job.optimizer.clip_grad_norm > 0 && (job.train.view == "mirrored" || (job.distributed && job.distributed->mode == "pserver")))
+    issues->add("optimizer.clip_grad_norm",
+                "optimizer.clip_grad_norm: clipping by the global norm needs every gradient in one view; the {} has "
+                "none (each {} updates on its own)",
+                job.train.view == "mirrored" ? "mirrored view" : "parameter-server mode",
+                job.train.view == "mirrored" ? "rank" : "pserver");
   const TrainConfig& t = job.train;
   int devices = 0;
   if (auto list = parse_device_list(t.devices); list.ok())

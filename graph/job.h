@@ -97,6 +97,7 @@ struct Optimizer {
   std::vector<std::string> no_decay;  // glob patterns: variables that take no weight decay
   // The schedule of lr (kernels/ops/lr_schedule.h): linear warmup over
   // warmup_steps, then a cosine down to min_lr at decay_steps (0: no decay).
+  double clip_grad_norm = 0.0;  // > 0: gradients scaled so their global L2 norm is at most this
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;
   double min_lr = 0.0;

@@ -221,6 +221,7 @@ class Converter {
       if (o->epsilon()) opt.epsilon = *o->epsilon();
       if (o->weight_decay()) opt.weight_decay = *o->weight_decay();
       opt.no_decay = strings_of(o->no_decay());
+      if (o->clip_grad_norm()) opt.clip_grad_norm = *o->clip_grad_norm();
       integer(o->warmup_steps(), "optimizer.warmup_steps", "optimizer.warmup_steps", &opt.warmup_steps);
       integer(o->decay_steps(), "optimizer.decay_steps", "optimizer.decay_steps", &opt.decay_steps);
       if (o->min_lr()) opt.min_lr = *o->min_lr();

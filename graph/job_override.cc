@@ -107,6 +107,8 @@ const std::vector<Setting>& settings() {
       {"optimizer.epsilon", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.epsilon); }},
       {"optimizer.weight_decay",
        [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.weight_decay); }},
+      {"optimizer.clip_grad_norm",
+       [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.clip_grad_norm); }},
       {"optimizer.warmup_steps",
        [](Job* j, const std::string& v) { return parse_int(v, &j->optimizer.warmup_steps); }},
       {"optimizer.decay_steps", [](Job* j, const std::string& v) { return parse_int(v, &j->optimizer.decay_steps); }},

@@ -480,6 +480,7 @@ class Writer {
         patterns.items.push_back(str(o.no_decay[i], fmt::format("optimizer.no_decay[{}]", i)));
       out.add("no_decay", std::move(patterns));
     }
+    if (o.clip_grad_norm != defaults.clip_grad_norm) out.add("clip_grad_norm", number(o.clip_grad_norm));
     if (o.warmup_steps != defaults.warmup_steps) out.add("warmup_steps", number(o.warmup_steps));
     if (o.decay_steps != defaults.decay_steps) out.add("decay_steps", number(o.decay_steps));
     if (o.min_lr != defaults.min_lr) out.add("min_lr", number(o.min_lr));

@@ -20,6 +20,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReluGradOp, &kGeluGradOp, &kGeluTanhGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
     &kLayerNormOp, &kLayerNormGradOp,
+    &kSumSquaresOp, &kAddNOp, &kClipFactorOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
     &kEmbeddingOp, &kEmbeddingGradOp, &kEmbeddingMaskOp,

@@ -81,6 +81,9 @@ cudaError_t layer_norm(const float* x, const float* gamma, const float* beta, fl
                        int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 cudaError_t layer_norm_grad(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, cudaStream_t stream);
+// out[0] = the sum of x's squares (in double); clip_factor from that total.
+cudaError_t sum_squares(const float* x, float* out, int64_t n, cudaStream_t stream);
+cudaError_t clip_factor(const float* total, float* factor, float* norm, double max_norm, cudaStream_t stream);
 // out[0] = factor * sum((p - t)^2) (summed in double); dp = factor * (p - t).
 cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float factor, cudaStream_t stream);
 cudaError_t mse_grad(const float* p, const float* t, const float* dloss, float* dp, int64_t n, float factor,

@@ -130,7 +130,8 @@ Status matmul(KernelContext& ctx) {
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
-  const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, ta, tb);
+  const math::MatmulShape s =
+      math::matmul_shape(a.shape, b.shape, ta, tb, ctx.attrs->get_int("fold_batch", 0) != 0);
   if (c.size() == 0) return {};
   // Accumulating over micro-batches (as the CPU kernel): scaled by 1/K',
   // added to C after the first.

@@ -37,6 +37,9 @@ Status reduce_mean(KernelContext& ctx);
 Status broadcast_like(KernelContext& ctx);
 Status layer_norm(KernelContext& ctx);  // layer_norm_cuda.cc
 Status layer_norm_grad(KernelContext& ctx);
+Status sum_squares(KernelContext& ctx);  // clip_ops_cuda.cc
+Status add_n(KernelContext& ctx);
+Status clip_factor(KernelContext& ctx);
 Status softmax(KernelContext& ctx);
 Status softmax_grad(KernelContext& ctx);
 Status mse_loss(KernelContext& ctx);

@@ -5,6 +5,11 @@
 //     (a linear layer on [B, T, C] activations), one GEMM over folded rows;
 //   a [..., M, K] x b [..., K, N] -> [..., M, N], equal leading axes (batched
 //     matmul: attention's [B, H, T, D] products).
+// With the int attr fold_batch 1 (transpose_a 1, a [..., K, M] and b
+// [..., K, N] of one shape but the last axis) every axis but the last is
+// summed over: C [M, N] = sum over the leading indices of A_i^T B_i, one GEMM
+// over the folded rows; the gradient of a weight shared over a batch, split
+// batches giving partial sums.
 // The CPU kernel is one cblas_sgemm per GEMM (OpenBLAS 0.3.21 has no batched
 // call). With the int attr micro_batches (K' >= 1; the compiler sets it on a
 // weight gradient under gradient accumulation) the actor acts once per
@@ -23,11 +28,21 @@ namespace rill {
 namespace {
 
 struct Flags {
-  bool ta, tb;
+  bool ta, tb, fold;
 };
 
 Flags flags(const Attrs& attrs) {
-  return {attrs.get_int("transpose_a", 0) != 0, attrs.get_int("transpose_b", 0) != 0};
+  return {attrs.get_int("transpose_a", 0) != 0, attrs.get_int("transpose_b", 0) != 0,
+          attrs.get_int("fold_batch", 0) != 0};
+}
+
+Status infer_folded(Flags f, const Shape& a, const Shape& b, std::vector<TensorMeta>* out) {
+  if (!f.ta || f.tb || a.size() < 2 || a.size() != b.size() || !std::equal(a.begin(), a.end() - 1, b.begin()))
+    return invalid_argument(
+        "fold_batch: a {} and b {} must be [..., K, M] and [..., K, N] with transpose_a=1 and transpose_b=0",
+        shape_string(a), shape_string(b));
+  out->push_back({{a.back(), b.back()}, DType::kF32});
+  return {};
 }
 
 std::string transposes_note(Flags f) {
@@ -44,6 +59,8 @@ Status infer_matmul(const Attrs& attrs, std::span<const TensorMeta> in, std::vec
   if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
     return invalid_argument("a and b must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
   const Flags f = flags(attrs);
+  RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "fold_batch"));
+  if (f.fold) return infer_folded(f, a, b, out);
   if (a.size() < 2 || b.size() < 2 || (b.size() > 2 && b.size() != a.size()))
     return invalid_argument(
         "a {} and b {}: a must have 2 or more axes, and b 2 (a weight shared over a's leading axes) or as many as a",
@@ -73,6 +90,15 @@ std::vector<SbpSignature> sbp_matmul(const Attrs& attrs, std::span<const TensorM
   const int b_k = rb - 2 + (f.tb ? 1 : 0), b_n = rb - 2 + (f.tb ? 0 : 1);
   const Sbp B = Sbp::broadcast(), P = Sbp::partial_sum();
   std::vector<SbpSignature> sigs;
+  if (f.fold) {  // every axis but the last is summed over: split alike, partial sums
+    for (int i = 0; i + 1 < ra; ++i) sigs.push_back({{Sbp::split(i), Sbp::split(i)}, {P}});
+    sigs.push_back({{Sbp::split(ra - 1), B}, {Sbp::split(0)}});
+    sigs.push_back({{B, Sbp::split(rb - 1)}, {Sbp::split(1)}});
+    sigs.push_back({{P, B}, {P}});
+    sigs.push_back({{B, P}, {P}});
+    sigs.push_back({{B, B}, {B}});
+    return sigs;
+  }
   // A leading axis splits a (and b, when batched) and c alike.
   for (int i = 0; i < nb; ++i) sigs.push_back({{Sbp::split(i), rb > 2 ? Sbp::split(i) : B}, {Sbp::split(i)}});
   sigs.push_back({{Sbp::split(a_m), B}, {Sbp::split(nb)}});
@@ -88,10 +114,10 @@ std::string matmul(GradBuilder& g, const std::string& x, const std::string& y, i
   return g.add_op("matmul", {x, y}, {{"transpose_a", int64_t{ta}}, {"transpose_b", int64_t{tb}}})[0];
 }
 
-// `t` with its leading axes folded into rows: [..., X] -> [prod(...), X].
-std::string rows_of(GradBuilder& g, const std::string& t) {
-  const Shape& s = g.meta(t).shape;
-  return g.add_op("reshape", {t}, {{"shape", std::vector<int64_t>{-1, s.back()}}})[0];
+// x^T y summed over every axis but the last (fold_batch).
+std::string folded(GradBuilder& g, const std::string& x, const std::string& y) {
+  return g.add_op("matmul", {x, y},
+                  {{"transpose_a", int64_t{1}}, {"transpose_b", int64_t{0}}, {"fold_batch", int64_t{1}}})[0];
 }
 
 // With C = op(A) op(B) (per batch when batched):
@@ -99,12 +125,13 @@ std::string rows_of(GradBuilder& g, const std::string& t) {
 //   (A, B^T)   dA = dC B          dB = dC^T A
 //   (A^T, B)   dA = B dC^T        dB = A dC
 //   (A^T, B^T) dA = B^T dC^T      dB = dC^T A^T
-// A b shared over a's leading axes gets the sum over them: the same
-// products with a and dC folded into rows, one GEMM.
+// A b shared over a's leading axes gets the sum over them: a fold_batch
+// matmul, one GEMM over the folded rows (split rows: partial sums).
 Status grad_matmul(GradBuilder& g) {
   const std::string dc = g.output_grad(0);
   if (dc.empty()) return {};
   const Flags f = flags(g.attrs());
+  if (f.fold) return invalid_argument("matmul with fold_batch has no gradient rule (it is a gradient)");
   const std::string& a = g.input(0);
   const std::string& b = g.input(1);
   if (g.needs_input_grad(0)) {
@@ -114,11 +141,11 @@ Status grad_matmul(GradBuilder& g) {
     g.set_input_grad(0, da);
   }
   if (g.needs_input_grad(1)) {
-    const bool shared = g.meta(b).shape.size() == 2 && g.meta(a).shape.size() > 2;
-    const std::string a2 = shared ? rows_of(g, a) : a, dc2 = shared ? rows_of(g, dc) : dc;
+    const bool shared = g.meta(b).shape.size() == 2 && g.meta(a).shape.size() > 2;  // then !f.ta
     std::string db;
-    if (!f.ta) db = f.tb ? matmul(g, dc2, a2, 1, 0) : matmul(g, a2, dc2, 1, 0);
-    else db = f.tb ? matmul(g, dc2, a2, 1, 1) : matmul(g, a2, dc2, 0, 0);
+    if (shared) db = f.tb ? folded(g, dc, a) : folded(g, a, dc);
+    else if (!f.ta) db = f.tb ? matmul(g, dc, a, 1, 0) : matmul(g, a, dc, 1, 0);
+    else db = f.tb ? matmul(g, dc, a, 1, 1) : matmul(g, a, dc, 0, 0);
     g.set_input_grad(1, db);
   }
   return {};
@@ -129,7 +156,7 @@ Status cpu_matmul(KernelContext& ctx) {
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
-  const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, f.ta, f.tb);
+  const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, f.ta, f.tb, f.fold);
   if (c.size() == 0) return {};
   // Accumulating over micro-batches: scaled by 1/K', added after the first.
   const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);

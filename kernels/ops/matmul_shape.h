@@ -19,14 +19,28 @@ struct MatmulShape {
 };
 
 // The layouts matmul accepts (infer has checked them):
+//   fold_batch: a [..., K, M] and b [..., K, N] (transpose_a), every axis but
+//     the last summed over: one GEMM of [prod(...) K, M]^T x [prod(...) K, N]
+//     (a shared weight's gradient);
 //   a [..., M, K], b [K, N]: b shared; without transpose_a the batch axes of
 //     a fold into M, one GEMM of [prod(...) M, K] x [K, N];
 //   a [..., M, K], b [..., K, N] with equal batch axes: one GEMM per batch.
-inline MatmulShape matmul_shape(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b) {
+inline MatmulShape matmul_shape(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b,
+                                bool fold_batch = false) {
   MatmulShape s;
   s.transpose_a = transpose_a;
   s.transpose_b = transpose_b;
   const size_t ra = a.size(), rb = b.size();
+  if (fold_batch) {
+    s.m = a[ra - 1];
+    s.n = b[rb - 1];
+    s.k = 1;
+    for (size_t i = 0; i + 1 < ra; ++i) s.k *= a[i];
+    s.lda = s.m;
+    s.ldb = s.n;
+    s.ldc = s.n;
+    return s;
+  }
   const int64_t a_rows = a[ra - 2], a_cols = a[ra - 1];
   const int64_t b_rows = b[rb - 2], b_cols = b[rb - 1];
   s.m = transpose_a ? a_cols : a_rows;

@@ -1,6 +1,7 @@
 // softmax, softmax_grad, mse_loss and mse_loss_grad on CUDA: the CPU kernels'
-// formulas. Softmax runs one thread per row; mse sums in double with one
-// block-wide reduction.
+// formulas. Softmax runs one block per row (block_rows.cuh); mse sums in
+// double with one block-wide reduction.
+#include "kernels/ops/block_rows.cuh"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
 #include "kernels/ops/softmax_math.h"
@@ -26,20 +27,51 @@ __global__ void mse_kernel(const float* p, const float* t, float* out, int64_t n
   if (threadIdx.x == 0) out[0] = static_cast<float>(partial[0] * factor);
 }
 
+// y = softmax(scale x) over the row's first `valid` columns (causal: row r
+// of a [T, T] matrix sees r % T + 1), zeros after, as softmax_math's row.
+__global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    const int64_t valid = causal ? r % cols + 1 : cols;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) m = fmaxf(m, xr[c]);
+    m = block_reduce(m, true, shared);
+    float s = 0.0f;
+    for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) s += expf(scale * (xr[c] - m));
+    const float inv = 1.0f / block_reduce(s, false, shared);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = c < valid ? expf(scale * (xr[c] - m)) * inv : 0.0f;
+  }
+}
+
+__global__ void softmax_grad_kernel(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                                    float scale) {
+  __shared__ float shared[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* yr = y + r * cols;
+    const float* dyr = dy + r * cols;
+    float dot = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dot += yr[c] * dyr[c];
+    dot = block_reduce(dot, false, shared);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dx[r * cols + c] = scale * yr[c] * (dyr[c] - dot);
+  }
+}
+
 }  // namespace
 
 cudaError_t softmax(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale,
                     cudaStream_t stream) {
-  return for_each(rows, stream, [=] __device__(int64_t r) {
-    softmax_math::softmax_row(x + r * cols, y + r * cols, cols, causal ? r % cols + 1 : cols, scale);
-  });
+  if (rows <= 0) return cudaSuccess;
+  softmax_kernel<<<row_grid(rows), kRowThreads, 0, stream>>>(x, y, rows, cols, causal, scale);
+  return cudaGetLastError();
 }
 
 cudaError_t softmax_grad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
                          cudaStream_t stream) {
-  return for_each(rows, stream, [=] __device__(int64_t r) {
-    softmax_math::softmax_grad_row(y + r * cols, dy + r * cols, dx + r * cols, cols, scale);
-  });
+  if (rows <= 0) return cudaSuccess;
+  softmax_grad_kernel<<<row_grid(rows), kRowThreads, 0, stream>>>(y, dy, dx, rows, cols, scale);
+  return cudaGetLastError();
 }
 
 cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float factor, cudaStream_t stream) {

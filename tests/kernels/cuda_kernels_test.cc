@@ -339,6 +339,21 @@ TEST_CASE("the transformer's kernels match the CPU: batched matmul, causal softm
   }
 }
 
+TEST_CASE("clipping's kernels and the folded matmul match the CPU") {
+  Tensor g = Tensor::uniform({37, 11}, 81);
+  compare("sum_squares", {g});
+  compare("add_n", {g, Tensor::uniform({37, 11}, 82), Tensor::uniform({37, 11}, 83)});
+  compare("clip_factor", {Tensor::floats({}, {30.0f})}, {{"max_norm", 1.5}});
+  Tensor a = Tensor::uniform({2, 9, 6}, 84), b = Tensor::uniform({2, 9, 7}, 85);
+  Attrs fold{{"transpose_a", int64_t{1}}, {"fold_batch", int64_t{1}}};
+  auto cpu = testing::run_op("matmul", {a, b}, fold);
+  REQUIRE(cpu.ok());
+  GpuRun gpu = run_cuda("matmul", {a, b}, fold);
+  REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+  std::vector<double> bound((*cpu)[0].f32.size(), 2 * gamma(18) * 18);  // 18 products of values in [-1, 1)
+  check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "folded matmul");
+}
+
 TEST_CASE("optimizer updates match the CPU: variable and state") {
   Tensor w = Tensor::uniform({300}, 41);
   Tensor g = Tensor::uniform({300}, 42);

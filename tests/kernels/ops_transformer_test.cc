@@ -76,6 +76,28 @@ TEST_CASE("a weight shared over leading axes: [B, T, C] x [C, N] is the matmul o
   }
 }
 
+// The shared weight's gradient: one GEMM over the folded rows, never a
+// reshape (a reshape that merges a split batch axis would have to gather it).
+TEST_CASE("fold_batch sums a^T b over every axis but the last, and splits of the rows give partial sums") {
+  const Tensor a = Tensor::uniform({2, 3, 4}, 21), b = Tensor::uniform({2, 3, 5}, 22);
+  const Attrs fold{{"transpose_a", int64_t{1}}, {"fold_batch", int64_t{1}}};
+  const Tensor c = run_ok("matmul", {a, b}, fold)[0];
+  REQUIRE(c.shape == Shape{4, 5});
+  Tensor a2 = a, b2 = b;
+  a2.shape = {6, 4};
+  b2.shape = {6, 5};
+  CHECK(c.f32 == run_ok("matmul", {a2, b2}, transposes(1, 0))[0].f32);
+  check_sbp_2_and_3("matmul", {a, b}, fold);
+  CHECK_FALSE(run_op("matmul", {a, b}, {{"fold_batch", int64_t{1}}}).ok());  // needs transpose_a
+  // The shared weight's gradient rule uses it, and no reshape.
+  const Tensor x = Tensor::uniform({2, 3, 4}, 23), w = Tensor::uniform({4, 5}, 24);
+  auto y = run_op("matmul", {x, w});
+  REQUIRE(y.ok());
+  EagerGradBuilder builder("matmul", {}, {x, w}, *y, {Tensor::uniform({2, 3, 5}, 25)}, {true, true});
+  REQUIRE(find_op("matmul")->grad(builder).ok());
+  CHECK(builder.added_ops() == std::vector<std::string>{"matmul", "matmul"});
+}
+
 TEST_CASE("batched matmul refuses what it cannot compute, naming both shapes") {
   auto status = [](Shape a, Shape b, const Attrs& attrs = {}) {
     return run_op("matmul", {Tensor::zeros(std::move(a)), Tensor::zeros(std::move(b))}, attrs).status();
@@ -192,6 +214,30 @@ TEST_CASE("cross-entropy and accuracy take a language model's [B, T, V] logits a
   check_sbp_2_and_3("accuracy", {logits, labels});
   Status s = run_op("sparse_softmax_cross_entropy", {logits, Tensor::ints({6}, {0, 0, 0, 0, 0, 0})}).status();
   CHECK(s.message().find("logits [2, 3, 5] must be [..., C] and labels [6] the leading axes") != std::string::npos);
+}
+
+// Sums of at most 12 squares of values in [-1, 1), in double: exact to far
+// below the 1e-6 compared.
+TEST_CASE("clipping by the global norm: sum_squares, add_n, clip_factor") {
+  const Tensor x = Tensor::uniform({3, 4}, 26);
+  double want = 0;
+  for (float v : x.f32) want += double(v) * v;
+  CHECK(run_ok("sum_squares", {x})[0].f32[0] == doctest::Approx(want).epsilon(1e-6));
+  check_sbp_2_and_3("sum_squares", {x});
+  const Tensor y = Tensor::uniform({3, 4}, 27), z = Tensor::uniform({3, 4}, 28);
+  const Tensor sum = run_ok("add_n", {x, y, z})[0];
+  for (size_t i = 0; i < sum.f32.size(); ++i) CHECK(sum.f32[i] == (x.f32[i] + y.f32[i]) + z.f32[i]);
+  check_sbp_2_and_3("add_n", {x, y, z});
+  EXPECT_OK(check_gradients("add_n", {x, y}, {}, {0, 1}));
+  // norm 5 over max_norm 2: every gradient scaled by 2 / 5; under the limit, by 1.
+  std::vector<Tensor> out = run_ok("clip_factor", {Tensor::floats({}, {25.0f})}, {{"max_norm", 2.0}});
+  CHECK(out[0].f32[0] == doctest::Approx(2.0 / (5.0 + 1e-6)).epsilon(1e-7));
+  CHECK(out[1].f32[0] == 5.0f);
+  CHECK(run_ok("clip_factor", {Tensor::floats({}, {1.0f})}, {{"max_norm", 2.0}})[0].f32[0] == 1.0f);
+  CHECK(run_op("clip_factor", {Tensor::floats({}, {1.0f})}).status().message().find("max_norm") !=
+        std::string::npos);
+  CHECK(run_op("add_n", {x, Tensor::zeros({4, 3})}).status().message().find("input 1 is f32 [4, 3]") !=
+        std::string::npos);
 }
 
 }  // namespace

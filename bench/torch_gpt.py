@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""PyTorch's side of bench/gpt2_bench.sh: the GPT of a Rill job file (the
+architecture samples/gpt/gpt_moby.json writes: separate q, k, v matmuls,
+tanh-GELU MLP, tied token embedding, weights [in, out] used as x @ w), built
+from the job's shapes, trained with AdamW on random tokens in float32 (TF32
+off), eager. Prints one JSON line: tokens per second over the timed steps and
+the peak device memory.
+
+    torch_gpt.py JOB DEVICE WARMUP STEPS
+"""
+import json
+import math
+import sys
+import time
+
+import torch
+
+
+def block_shapes(job):
+    block = job["blocks"][0]
+    shapes = {v["name"]: v["shape"] for v in job["variables"]}
+    for i in range(block["repeat"]):
+        for v in block["variables"]:
+            shapes[v["name"].replace("{i}", str(i))] = v["shape"]
+    heads = next(op["attrs"]["shape"][2] for op in block["ops"] if op["type"] == "reshape" and len(op["attrs"]["shape"]) == 4)
+    return shapes, block["repeat"], heads
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, shapes, layers, heads):
+        super().__init__()
+        self.p = torch.nn.ParameterDict({n.replace(".", "__"): torch.nn.Parameter(0.02 * torch.randn(s)) for n, s in shapes.items()})
+        self.layers, self.heads = layers, heads
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def forward(self, idx, targets):
+        b, t = idx.shape
+        x = self.w("wte")[idx] + self.w("wpe")[:t]
+        c = x.shape[-1]
+        hd = c // self.heads
+        ln = lambda h, n: torch.nn.functional.layer_norm(h, (c,), self.w(n + ".g"), self.w(n + ".b"), 1e-5)
+        lin = lambda h, n: h @ self.w(n + ".w") + self.w(n + ".b")
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=idx.device))
+        for i in range(self.layers):
+            p = f"h{i}"
+            h = ln(x, p + ".ln1")
+            split = lambda y: y.view(b, t, self.heads, hd).transpose(1, 2)
+            q, k, v = split(lin(h, p + ".attn.q")), split(lin(h, p + ".attn.k")), split(lin(h, p + ".attn.v"))
+            att = torch.softmax(((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf")), dim=-1)
+            x = x + lin((att @ v).transpose(1, 2).reshape(b, t, c), p + ".attn.proj")
+            x = x + lin(torch.nn.functional.gelu(lin(ln(x, p + ".ln2"), p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
+        logits = ln(x, "lnf") @ self.w("wte").t()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    job_path, device, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    with open(job_path) as f:
+        job = json.load(f)
+    shapes, layers, heads = block_shapes(job)
+    batch, context = job["train"]["batch_size"], job["inputs"][0]["shape"][0]
+    vocab = shapes["wte"][0]
+    torch.manual_seed(0)
+    model = Gpt(shapes, layers, heads).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=job["optimizer"]["lr"], betas=(0.9, 0.95), weight_decay=0.1)
+    data = torch.randint(0, min(vocab, 50257), (batch, context + 1), device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(data[:, :-1], data[:, 1:])
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    loss.item()
+    seconds = time.perf_counter() - start
+    params = sum(p.numel() for p in model.parameters())
+    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
+    print(json.dumps({"tokens_per_sec": batch * context * steps / seconds, "params": params, "peak_device_bytes": peak,
+                      "loss": loss.item()}))
+
+
+if __name__ == "__main__":
+    main()

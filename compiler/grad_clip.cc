@@ -1,0 +1,64 @@
+#include "compiler/grad_clip.h"
+
+#include <map>
+
+namespace rill::compiler {
+namespace {
+
+// Appends a backward op of `type` on `placement`; returns its outputs.
+StatusOr<std::vector<std::string>> add(LogicalGraph* g, const std::string& base, const std::string& type,
+                                       std::vector<std::string> inputs, int placement, Attrs attrs = {},
+                                       int num_outputs = 1, bool broadcast = false) {
+  OpNode op;
+  op.name = g->free_op_name(base, num_outputs);
+  op.type = type;
+  op.inputs = std::move(inputs);
+  op.outputs = op_output_names(op.name, num_outputs);
+  op.attrs = std::move(attrs);
+  op.output_hints.resize(static_cast<size_t>(num_outputs));
+  if (broadcast) op.output_hints[0] = NdSbp(Sbp::broadcast());
+  op.backward = true;
+  op.placement = placement;
+  std::vector<std::string> outputs = op.outputs;
+  RILL_RETURN_IF_ERROR(g->append_op(std::move(op)));
+  return outputs;
+}
+
+}  // namespace
+
+Status clip_gradients(double max_norm, LogicalGraph* g) {
+  std::map<int, std::vector<size_t>> by_placement;  // trained variables by their gradient's placement
+  for (size_t v = 0; v < g->variables.size(); ++v)
+    if (!g->variables[v].grad.empty() && !g->variables[v].update_op.empty())
+      by_placement[g->find(g->variables[v].grad)->placement].push_back(v);
+  if (by_placement.empty()) return {};
+  std::vector<std::string> totals;
+  for (const auto& [placement, vars] : by_placement) {
+    std::vector<std::string> squares;
+    for (size_t v : vars) {
+      RILL_ASSIGN_OR_RETURN(auto sq, add(g, fmt::format("clip/{}/sum_squares", g->variables[v].variable.name),
+                                         "sum_squares", {g->variables[v].grad}, placement));
+      squares.push_back(sq[0]);
+    }
+    RILL_ASSIGN_OR_RETURN(auto total, add(g, fmt::format("clip/total{}", placement), "add_n", squares, placement, {},
+                                          1, /*broadcast=*/true));
+    totals.push_back(total[0]);
+  }
+  const int first = by_placement.begin()->first;
+  std::string total = totals[0];
+  if (totals.size() > 1) {
+    RILL_ASSIGN_OR_RETURN(auto sum, add(g, "clip/total", "add_n", totals, first, {}, 1, /*broadcast=*/true));
+    total = sum[0];
+  }
+  RILL_ASSIGN_OR_RETURN(auto factor, add(g, "clip/factor", "clip_factor", {total}, first, {{"max_norm", max_norm}}, 2));
+  for (const auto& [placement, vars] : by_placement)
+    for (size_t v : vars) {
+      VariableNode& var = g->variables[v];
+      RILL_ASSIGN_OR_RETURN(auto clipped, add(g, fmt::format("clip/{}", var.variable.name), "mul",
+                                              {var.grad, factor[0]}, placement));
+      var.grad = clipped[0];
+    }
+  return {};
+}
+
+}  // namespace rill::compiler

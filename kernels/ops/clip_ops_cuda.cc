@@ -1,0 +1,39 @@
+// The host side of the clipping ops' CUDA kernels (clip_ops.cu); add_n is a
+// copy and then one elementwise add per further input.
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/cuda_ops.h"
+
+namespace rill::cuda_ops {
+namespace {
+
+cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream_t>(ctx.cuda->stream()); }
+
+}  // namespace
+
+Status sum_squares(KernelContext& ctx) {
+  return cuda_status(cuda_launch::sum_squares(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
+                                              stream_of(ctx)),
+                     "kernel launch", "op 'sum_squares'");
+}
+
+Status add_n(KernelContext& ctx) {
+  TensorView& y = ctx.outputs[0];
+  RILL_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(y.data, ctx.inputs[0].data, y.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)),
+      "cudaMemcpyAsync", "op 'add_n'"));
+  for (size_t k = 1; k < ctx.inputs.size(); ++k)
+    RILL_RETURN_IF_ERROR(cuda_status(cuda_launch::binary(cuda_launch::Binary::kAdd, y.f32(), ctx.inputs[k].f32(), 1,
+                                                         y.f32(), y.size(), stream_of(ctx)),
+                                     "kernel launch", "op 'add_n'"));
+  return {};
+}
+
+Status clip_factor(KernelContext& ctx) {
+  return cuda_status(cuda_launch::clip_factor(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
+                                              ctx.attrs->get_float("max_norm", 1.0), stream_of(ctx)),
+                     "kernel launch", "op 'clip_factor'");
+}
+
+}  // namespace rill::cuda_ops
