@@ -6,7 +6,7 @@ from the job's shapes, trained with AdamW on random tokens in float32 (TF32
 off), eager. Prints one JSON line: tokens per second over the timed steps and
 the peak device memory.
 
-    torch_gpt.py JOB DEVICE WARMUP STEPS
+    torch_gpt.py JOB DEVICE WARMUP STEPS [THREADS]
 """
 import json
 import math
@@ -57,6 +57,8 @@ class Gpt(torch.nn.Module):
 
 def main():
     job_path, device, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 5:
+        torch.set_num_threads(int(sys.argv[5]))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     with open(job_path) as f:

@@ -1,8 +1,10 @@
 // Gradient clipping by the global norm, a compile pass after the optimizer's
 // (compiler/optimizer.cc): every trained variable's gradient is multiplied
 // by min(1, max_norm / (norm + 1e-6)), norm the L2 norm of all gradients
-// together, as torch.nn.utils.clip_grad_norm_. Each gradient's sum of
-// squares is made where the gradient is (split gradients give partial sums);
+// together, as torch.nn.utils.clip_grad_norm_. Each gradient is first summed
+// across devices into the SBP its variable has (an identity hinted so: the
+// all-reduce buckets as without clipping), and its sum of squares made
+// there (split gradients give partial sums);
 // each placement adds its sums up and reduces that one scalar (a hint B:
 // one all-reduce of 4 bytes per placement), the placements' totals meet in
 // one scalar, and its factor goes back to every gradient's placement.

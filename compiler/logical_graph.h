@@ -35,6 +35,9 @@ struct LogicalTensor {
   // Made per micro-batch by the forward pass (or read from data): the
   // pipeline stage that makes it (mark_stages), else -1.
   int stage = -1;
+  // Made from a trained variable's model, through ops: made for step n + 1
+  // only after step n's updates (regst planning gives such regsts one slot).
+  bool after_updates = false;
   // The mirrored view: the tensor as one rank holds it (its piece, which its
   // tasks see as the whole), inferred from the ranks' own inputs through the
   // forward ops; unset where an op infers nothing from them.

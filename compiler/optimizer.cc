@@ -85,7 +85,18 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
   if (optimizer.clip_grad_norm > 0) RILL_RETURN_IF_ERROR(clip_gradients(optimizer.clip_grad_norm, g));
   mark_per_micro(g);
   mark_stages(g);
+  mark_after_updates(g);
   return {};
+}
+
+void mark_after_updates(LogicalGraph* g) {
+  for (const VariableNode& v : g->variables)
+    if (!v.update_op.empty()) g->find(v.variable.name)->after_updates = true;
+  for (const OpNode& op : g->ops) {  // in topological order
+    bool after = false;
+    for (const std::string& in : op.inputs) after = after || g->find(in)->after_updates;
+    for (const std::string& out : op.outputs) g->find(out)->after_updates = after;
+  }
 }
 
 void mark_per_micro(LogicalGraph* g) {

@@ -29,5 +29,8 @@ void mark_per_micro(LogicalGraph* graph);
 // in order, whether or not the job calls them stages. Sets each forward
 // per-micro tensor's stage and the graph's number of stages.
 void mark_stages(LogicalGraph* graph);
+// Marks the tensors made, through ops, from a trained variable's model
+// (LogicalTensor::after_updates), and those models.
+void mark_after_updates(LogicalGraph* graph);
 
 }  // namespace rill::compiler

@@ -158,6 +158,7 @@ class Expander {
     r.is_model = c.is_model;
     r.readies_per_step = rate(tensor);
     r.stage = g_.find(tensor)->stage;
+    r.after_updates = g_.find(tensor)->after_updates;
     out_.regsts.push_back(std::move(r));
     it->second = static_cast<int>(out_.regsts.size() - 1);
     return it->second;
@@ -183,6 +184,7 @@ class Expander {
     r.is_model = is_model;
     r.readies_per_step = rate(name);
     r.stage = g_.find(name)->stage;
+    r.after_updates = g_.find(name)->after_updates;
     return out_.add_regst(std::move(r), task);
   }
 

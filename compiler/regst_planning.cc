@@ -39,28 +39,6 @@ bool feeds_only_updates(const TaskGraph& g, int r, std::vector<int8_t>* memo) {
   return only;
 }
 
-// Whether task `t` acts after this step's updates of variables it reads,
-// directly or through the tasks before it on its node: it cannot act for
-// step n + 1 before every update it depends on has applied step n's
-// gradient. Memoized in `memo` (-1 unknown, 0 no, 1 yes, 2 being visited).
-bool after_updates(const TaskGraph& g, int t, std::vector<int8_t>* memo) {
-  int8_t& known = (*memo)[static_cast<size_t>(t)];
-  if (known == 0 || known == 1) return known == 1;
-  if (known == 2) return false;  // a cycle (none in a plan) reads as no
-  known = 2;
-  bool after = false;
-  for (int r : g.tasks[static_cast<size_t>(t)].inputs) {
-    const RegstNode& regst = g.regsts[static_cast<size_t>(r)];
-    if (regst.producer < 0) continue;  // made on another node
-    const TaskNode& p = g.tasks[static_cast<size_t>(regst.producer)];
-    if (p.kind == plan::TaskKind::Variable) after = after || (regst.is_model && !p.inputs.empty());
-    else after = after || after_updates(g, regst.producer, memo);
-    if (after) break;
-  }
-  known = after ? 1 : 0;
-  return after;
-}
-
 }  // namespace
 
 Status plan_regsts(int activation_register_num, TaskGraph* g) {
@@ -89,19 +67,16 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
   for (size_t r = 0; r < g->regsts.size(); ++r)
     if (g->regsts[r].register_num > 1 && feeds_only_updates(*g, static_cast<int>(r), &memo))
       g->regsts[r].register_num = 1;
-  // Made once a step by a task that acts after the step's updates (a
-  // forward activation downstream of a trained variable, its gradients): the
-  // task's next act waits for the next step's model, which waits for the
-  // updates, which wait for this step's backward, so a second slot would be
-  // written only once the readers of the first are (nearly) done with it.
-  // One slot halves the activations' memory (a transformer's are most of
-  // it); the inputs ahead of the model keep theirs, to read the next batch
-  // while this one trains.
-  std::vector<int8_t> after(g->tasks.size(), -1);
+  // Made once a step from a trained variable's model (a forward activation
+  // downstream of it, its gradients; LogicalTensor::after_updates, the same
+  // on every node): its producer's next act waits for the next step's
+  // model, which waits for the updates, which wait for this step's
+  // backward, so a second slot would be written only once the readers of
+  // the first are (nearly) done with it. One slot halves the activations'
+  // memory (a transformer's are most of it); the inputs ahead of the model
+  // keep theirs, to read the next batch while this one trains.
   for (RegstNode& r : g->regsts)
-    if (r.register_num > 1 && r.readies_per_step <= 1 && !r.is_model && !r.ctrl && r.producer >= 0 &&
-        g->tasks[static_cast<size_t>(r.producer)].kind != plan::TaskKind::Variable &&
-        after_updates(*g, r.producer, &after))
+    if (r.register_num > 1 && r.readies_per_step <= 1 && !r.is_model && !r.ctrl && r.after_updates)
       r.register_num = 1;
   return {};
 }

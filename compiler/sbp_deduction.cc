@@ -18,6 +18,19 @@ struct NdSignature {
   bool operator==(const NdSignature&) const = default;
 };
 
+// For an op whose kernel copies its input's bytes as they lie (reshape):
+// whether every device's input piece holds as many elements as its output
+// piece, so that they are the same elements. A split that cuts the output's
+// axis unevenly where the input's is cut evenly does not (4 heads of 32
+// channels split 3 ways: 43 channels in, 2 heads out).
+bool pieces_line_up(const NdSignature& sig, const graph::Placement& p, const Shape& in, const Shape& out) {
+  for (int rank = 0; rank < p.parallel(); ++rank)
+    if (piece_region(in, sig.inputs[0], p.num_nodes(), p.per_node(), rank).size() !=
+        piece_region(out, sig.outputs[0], p.num_nodes(), p.per_node(), rank).size())
+      return false;
+  return true;
+}
+
 std::string signature_string(const NdSignature& sig) {
   std::vector<std::string> in, out;
   for (const NdSbp& s : sig.inputs) in.push_back(s.to_string());
@@ -118,7 +131,28 @@ Status deduce_sbp(LogicalGraph* g) {
     }
     const graph::Placement& placement = g->placement(op.placement);
     RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
-    const std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);
+    std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);
+    if (op.def->copies_bytes) {
+      const LogicalTensor* in = g->find(op.inputs[0]);
+      const Shape& out = g->find(op.outputs[0])->meta.shape;
+      for (auto it = sigs.begin(); it != sigs.end();) {
+        if (pieces_line_up(*it, placement, in->meta.shape, out)) {
+          ++it;
+          continue;
+        }
+        // The input already lies so (a tensor-parallel layout's split of
+        // channels into heads, say): gathering it here would be a silent
+        // cost of the layout, so say what does not divide.
+        if (in->placement == op.placement && in->sbp == it->inputs[0])
+          return invalid_argument(
+              "op '{}' ({} {} -> {}): its input is split {} over {} devices, whose pieces are not whole parts of "
+              "the output {} split {}; use a device count that divides the split axis of both (heads, say), or "
+              "split another axis",
+              op.name, op.type, shape_string(in->meta.shape), shape_string(out), in->sbp.to_string(),
+              placement.parallel(), shape_string(out), it->outputs[0].to_string());
+        it = sigs.erase(it);
+      }
+    }
     std::vector<NdSignature> hinted;
     for (const NdSignature& sig : sigs) {
       bool ok = true;

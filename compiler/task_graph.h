@@ -38,6 +38,7 @@ struct RegstNode {
   int device = -1;  // the cuda device whose memory holds it; -1: host (set by insert_copies)
   int readies_per_step = 1;  // micro_batches for what is made per micro-batch, else 1
   int stage = -1;  // its tensor's pipeline stage (LogicalTensor::stage): the forward pass's, per micro-batch
+  bool after_updates = false;  // its tensor's LogicalTensor::after_updates
 };
 
 struct SourceInfo {

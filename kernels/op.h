@@ -99,6 +99,10 @@ struct OpDef {
   // kUpdate: the state tensors' names, as checkpoints store them ("<variable>/<name>").
   std::array<const char*, 2> state_names = {nullptr, nullptr};
   ScratchFn scratch_bytes = nullptr;  // nullptr: no scratch
+  // The kernel copies input 0's bytes as they lie into output 0 (reshape):
+  // a split of one is the split of the other only where every device's
+  // pieces hold as many elements, which SBP deduction checks per placement.
+  bool copies_bytes = false;
 };
 
 // The op with this type, or nullptr.

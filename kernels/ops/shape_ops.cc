@@ -45,15 +45,39 @@ Status reshape_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std
   return {};
 }
 
+// Whether `whole` is `head` times a product of axes of `rest` from its
+// start: [C] and [H, D] with C = H D, or [T] and [T].
+bool starts_with_factor(int64_t whole, int64_t head, const Shape& rest, size_t from) {
+  int64_t product = head;
+  for (size_t k = from; product < whole && k < rest.size(); ++k) product *= rest[k];
+  return product == whole;
+}
+
+// Row-major order keeps what comes before an axis together: input axis i
+// and output axis j hold the same elements in the same order when the axes
+// before them hold as many elements, and one of the two is the other times
+// the axes that follow it ([B, T, C] axis 2 and [B, T, H, D] axis 2: C = H D,
+// heads split as the channels are). A split of one is then the split of
+// the other, as long as each device's piece is whole (a device count that
+// divides H): SBP deduction checks that once the count is known
+// (OpDef::copies_bytes).
 std::vector<SbpSignature> reshape_sbp(const Attrs& attrs, std::span<const TensorMeta> inputs) {
   std::vector<SbpSignature> sigs = {{{Sbp::broadcast()}, {Sbp::broadcast()}},
                                     {{Sbp::partial_sum()}, {Sbp::partial_sum()}}};
   auto target = reshape_target(attrs, inputs[0].shape);
+  if (!target.ok()) return sigs;
   const Shape& in = inputs[0].shape;
-  // Row-major order keeps rows together, so a split of an unchanged first
-  // axis gives every device the same rows before and after.
-  if (target.ok() && !in.empty() && !target->empty() && (*target)[0] == in[0])
-    sigs.push_back({{Sbp::split(0)}, {Sbp::split(0)}});
+  const Shape& out = *target;
+  int64_t before_in = 1;
+  for (size_t i = 0; i < in.size(); before_in *= in[i], ++i) {
+    int64_t before_out = 1;
+    for (size_t j = 0; j < out.size() && before_out <= before_in; before_out *= out[j], ++j) {
+      if (before_out != before_in) continue;
+      if (starts_with_factor(in[i], out[j], out, j + 1) || starts_with_factor(out[j], in[i], in, i + 1))
+        sigs.push_back({{Sbp::split(static_cast<int>(i))}, {Sbp::split(static_cast<int>(j))}});
+      break;
+    }
+  }
   return sigs;
 }
 
@@ -178,7 +202,8 @@ Status identity_grad(GradBuilder& b) {
 }  // namespace
 
 const OpDef kReshapeOp = {
-    .type = "reshape", .infer = reshape_infer, .sbp = reshape_sbp, .grad = reshape_grad, .cpu = copy_kernel};
+    .type = "reshape", .infer = reshape_infer, .sbp = reshape_sbp, .grad = reshape_grad, .cpu = copy_kernel,
+    .copies_bytes = true};
 const OpDef kTransposeOp = {.type = "transpose",
                             .infer = transpose_infer,
                             .sbp = transpose_sbp,

@@ -128,7 +128,7 @@ TEST_CASE("linear regression on cpu:1: one task per op, no boxing") {
   for (uint32_t i = 0; i < p.regsts()->size(); ++i) {
     const plan::RegstDesc* r = p.regsts()->Get(i);
     CHECK(r->id() == i);
-    CHECK(r->register_num() == (r->is_model() || testing::read_only_by_updates(p, *r) ? 1 : 2));
+    CHECK(r->register_num() == (testing::one_slot(p, *r) ? 1 : 2));
     const plan::Task* prod = p.tasks()->Get(ActorId::index(r->producer()));
     CHECK(std::count(prod->outputs()->begin(), prod->outputs()->end(), static_cast<int64_t>(i)) == 1);
     std::vector<uint64_t> consumers(r->consumers()->begin(), r->consumers()->end());
@@ -221,12 +221,12 @@ TEST_CASE("linear regression on cpu:2: shards, a P->B boxing of w's gradient, re
 
   // The model one slot, and w's gradient on its way to the update (each
   // piece, and the boxing's sums): step i + 1 makes the next one only after
-  // its forward read the model step i's update wrote. The rest 2.
+  // its forward read the model step i's update wrote; what is made after
+  // the updates (the forward from the model on) likewise. The rest 2.
   int gradients = 0;
   for (const plan::RegstDesc* r : *p.regsts()) {
-    const bool to_update = testing::read_only_by_updates(p, *r);
-    gradients += to_update;
-    CHECK(r->register_num() == (r->is_model() || to_update ? 1 : 2));
+    gradients += testing::read_only_by_updates(p, *r);
+    CHECK(r->register_num() == (testing::one_slot(p, *r) ? 1 : 2));
   }
   CHECK(gradients == 5);  // 2 pieces of w's gradient, the half each device sums, their gather
   CHECK(std::count_if(p.regsts()->begin(), p.regsts()->end(), [](auto* r) { return r->is_model(); }) == 2);
@@ -365,7 +365,7 @@ TEST_CASE("activation_register_num sets every non-model regst; below 1 is an err
   const std::string bytes = compile_ok(testing::linear_regression_job(), "cpu:2", options);
   const plan::Plan& p = *plan_of(bytes);
   for (const plan::RegstDesc* r : *p.regsts())
-    CHECK(r->register_num() == (r->is_model() || testing::read_only_by_updates(p, *r) ? 1 : 3));
+    CHECK(r->register_num() == (testing::one_slot(p, *r) ? 1 : 3));
   options.activation_register_num = 0;
   auto cluster = compiler::parse_devices("cpu:1", 1);
   CHECK(!compiler::compile(testing::linear_regression_job(), *cluster, options).ok());

@@ -2,6 +2,8 @@
 
 #include <flatbuffers/idl.h>
 
+#include <set>
+
 #include "compiler/plan_bfbs_generated.h"
 
 #include <doctest/doctest.h>
@@ -177,6 +179,34 @@ bool read_only_by_updates(const plan::Plan& p, const plan::RegstDesc& r) {
       if (!read_only_by_updates(p, *compiler::find_regst(p, out))) return false;
   }
   return true;
+}
+
+namespace {
+
+bool acts_after_updates(const plan::Plan& p, const plan::Task& t, std::set<uint64_t>* seen) {
+  if (!seen->insert(t.id()).second) return false;
+  for (int64_t in : *t.inputs()) {
+    const plan::RegstDesc* r = compiler::find_regst(p, in);
+    const plan::Task* producer = r == nullptr ? nullptr : compiler::find_task(p, r->producer());
+    if (producer == nullptr || ActorId::node(producer->id()) != ActorId::node(t.id())) continue;
+    if (producer->kind() == plan::TaskKind::Variable) {
+      if (r->is_model() && producer->inputs() != nullptr && producer->inputs()->size() > 0) return true;
+    } else if (acts_after_updates(p, *producer, seen)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool one_slot(const plan::Plan& p, const plan::RegstDesc& r) {
+  if (r.is_model() || read_only_by_updates(p, r)) return true;
+  if (r.readies_per_step() > 1 || r.name()->str().rfind("ctrl:", 0) == 0) return false;
+  const plan::Task* producer = compiler::find_task(p, r.producer());
+  if (producer == nullptr || producer->kind() == plan::TaskKind::Variable) return false;
+  std::set<uint64_t> seen;
+  return acts_after_updates(p, *producer, &seen);
 }
 
 std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskKind kind) {

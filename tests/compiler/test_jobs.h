@@ -37,6 +37,11 @@ std::vector<const plan::Task*> tasks_of_kind(const plan::Plan& plan, plan::TaskK
 // node whose outputs are all read so: a gradient on its way to its update,
 // which regst planning gives one slot.
 bool read_only_by_updates(const plan::Plan& plan, const plan::RegstDesc& r);
+// Whether regst planning gives `r` one slot whatever the activation count:
+// a model, a gradient on its way to its update, or a regst made once a
+// step by a task that acts after the step's updates (it reads a trained
+// variable's model, directly or through tasks on its node).
+bool one_slot(const plan::Plan& plan, const plan::RegstDesc& r);
 std::vector<const plan::Task*> computes_of_type(const plan::Plan& plan, const std::string& op_type);
 const plan::Task* task_named(const plan::Plan& plan, const std::string& name);
 // By global id, in a whole or a node plan; fail the current test when absent.

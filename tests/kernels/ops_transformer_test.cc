@@ -5,6 +5,7 @@
 // result on 2 and 3 pieces.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops/ops.h"
@@ -113,6 +114,28 @@ TEST_CASE("batched matmul refuses what it cannot compute, naming both shapes") {
   CHECK(s.message().find("a must have 2 or more axes") != std::string::npos);
   s = status({2, 3}, {2, 3, 4});
   CHECK(s.code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("reshape splits heads as it splits channels: [B, T, C] S(2) is [B, T, H, D] S(2)") {
+  const Tensor x = Tensor::uniform({2, 3, 8}, 29);
+  const Attrs heads{{"shape", std::vector<int64_t>{-1, 3, 4, 2}}};
+  std::vector<SbpSignature> sigs = find_op("reshape")->sbp(heads, std::vector<TensorMeta>{x.meta()});
+  auto offers = [&](int in, int out) {
+    return std::count(sigs.begin(), sigs.end(), SbpSignature{{Sbp::split(in)}, {Sbp::split(out)}}) == 1;
+  };
+  CHECK(offers(0, 0));
+  CHECK(offers(1, 1));
+  CHECK(offers(2, 2));
+  CHECK_FALSE(offers(2, 3));
+  // Every signature moves each device's elements as they are (on 3 devices
+  // the channel split does not line up with 4 heads: the compiler refuses it,
+  // tests/compiler/gpt_plan_test.cc).
+  check_sbp_2_and_3("reshape", {x}, heads);
+  const Attrs merge{{"shape", std::vector<int64_t>{-1, 3, 8}}};
+  const Tensor y = Tensor::uniform({2, 3, 4, 2}, 30);
+  sigs = find_op("reshape")->sbp(merge, std::vector<TensorMeta>{y.meta()});
+  CHECK(offers(2, 2));
+  check_sbp_2_and_3("reshape", {y}, merge);
 }
 
 TEST_CASE("bias_add covers trailing axes by default: a [T, C] position table over [B, T, C]") {

@@ -131,6 +131,25 @@ Status check_sbp_signatures(const std::string& type, const std::vector<Tensor>& 
         else pieces[k].push_back(addends[k]);
       }
     }
+    if (def->copies_bytes) {
+      // The kernel copies bytes (reshape): device k's output piece is its
+      // input piece's values. Splits whose pieces differ in size for this
+      // count are refused by the compiler (sbp_deduction.cc), so skipped.
+      const Tensor& want = (*single)[0];
+      const Sbp& out_sbp = sig.outputs[0];
+      bool sizes_agree = true;
+      for (int k = 0; k < parallel && out_sbp.kind == Sbp::kSplit; ++k)
+        sizes_agree = sizes_agree && split_piece(want, out_sbp.axis, parallel, k).size() == pieces[k][0].size();
+      if (!sizes_agree) continue;
+      for (int k = 0; k < parallel; ++k) {
+        const Tensor expected = out_sbp.kind == Sbp::kSplit ? split_piece(want, out_sbp.axis, parallel, k) : want;
+        const Tensor& got = pieces[k][0];
+        if (sig.inputs[0].kind == Sbp::kPartialSum) continue;  // addends: linear, nothing to compare per piece
+        if (got.f32 != expected.f32 || got.i32 != expected.i32)
+          return internal_error("{}: device {}'s input piece is not its output piece", where, k);
+      }
+      continue;
+    }
     // outs[k][o]: device k's piece of output o.
     std::vector<std::vector<Tensor>> outs;
     RunOptions options;

@@ -28,7 +28,8 @@ decay rule moves the loss by 1e-3 or more within 3 steps.
 
     gpt_torch_check.py RILL SOURCE_ROOT LAYOUT...
 LAYOUT: "cpu:1", "cpu:2" (data parallel over 2 devices), "nodes:2" (2 agents),
-"stages:2" (2 pipeline stages on 2 agents, 2 micro-batches).
+"stages:2" (2 pipeline stages on 2 agents, 2 micro-batches), "tp:2" (Megatron
+tensor parallelism over 2 devices: samples/gpt/gpt_moby_tp.json).
 """
 import fnmatch
 import json
@@ -109,11 +110,10 @@ class Gpt(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def write_checkpoint(model, directory, job_name):
+def write_checkpoint(initial, directory, job_name):
     """Step 0 in docs/CHECKPOINT_FORMAT.md's layout: every variable, zero moments."""
     tensors = []
-    for name in model.names:
-        value = model.w(name).detach().contiguous()
+    for name, value in initial.items():
         tensors += [(name, value), (name + "/adam_m", torch.zeros_like(value)), (name + "/adam_v", torch.zeros_like(value))]
     header, offset, blobs = {}, 0, []
     for name, value in tensors:
@@ -182,15 +182,19 @@ def torch_losses(job, model, root):
     return losses
 
 
-def rill_losses(rill, root, work, layout, resume):
+def rill_losses(rill, root, work, layout, initial):
     metrics = os.path.join(work, f"metrics-{layout.replace(':', '')}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    args = [rill, "run", os.path.join(root, "samples/gpt/gpt_moby.json"), "--resume", resume]
+    kind, count = layout.split(":")
+    job_file = "samples/gpt/gpt_moby_tp.json" if kind == "tp" else "samples/gpt/gpt_moby.json"
+    with open(os.path.join(root, job_file)) as f:
+        name = json.load(f)["name"]
+    resume = write_checkpoint(initial, os.path.join(work, "ckpt-" + layout.replace(":", "")), name)
+    args = [rill, "run", os.path.join(root, job_file), "--resume", resume]
     for o in OVERRIDES:
         args += ["--set", o]
-    kind, count = layout.split(":")
-    if kind != "cpu":  # the master of a cluster writes job-1.jsonl in its log folder
+    if kind not in ("cpu", "tp"):  # the master of a cluster writes job-1.jsonl in its log folder
         logdir = os.path.join(work, "logs-" + layout.replace(":", ""))
         os.makedirs(logdir, exist_ok=True)
         metrics = os.path.join(logdir, "job-1.jsonl")
@@ -199,8 +203,8 @@ def rill_losses(rill, root, work, layout, resume):
         args += ["--logdir", logdir]
     else:
         args += ["--metrics", metrics]
-    if kind == "cpu":
-        args += ["--devices", layout]
+    if kind in ("cpu", "tp"):
+        args += ["--devices", "cpu:" + count]
     elif kind == "nodes":
         args += ["--nodes", count, "--devices", "cpu:1"]
     elif kind == "stages":
@@ -230,12 +234,12 @@ def check(rill, root, work, layouts):
     block = job["blocks"][0]
     heads = 4
     model = Gpt(shapes, block["repeat"], heads)
-    resume = write_checkpoint(model, os.path.join(work, "ckpt"), job["name"])
+    initial = {name: model.w(name).detach().clone().contiguous() for name in model.names}
     want = torch_losses(job, model, root)
     print("torch   ", " ".join(f"{x:.6f}" for x in want))
     worst = 0.0
     for layout in layouts:
-        got = rill_losses(rill, root, work, layout, resume)
+        got = rill_losses(rill, root, work, layout, initial)
         if len(got) != STEPS:
             sys.exit(f"{layout}: {len(got)} losses, expected {STEPS}")
         rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPT sample (samples/gpt/gpt_moby.json: 4 layers, 4 heads, 128 wide,
+# context 128, batch 16) on CPU threads: Rill on cpu:T against the same model
+# in PyTorch (bench/torch_gpt.py, Debian's python3-torch over the same
+# OpenBLAS) on T threads, alternating runs. Tokens/s over the steady steps,
+# median (min-max), and the ratio per thread count.
+#   bench/gpt_cpu_bench.sh [runs=3] [steps=60] [threads="1 2"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-3}
+steps=${2:-60}
+threads=${3:-1 2}
+python=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for t in $threads; do
+  rill_rates="" torch_rates=""
+  for ((r = 0; r < runs; r++)); do
+    OPENBLAS_NUM_THREADS=1 build/rill run samples/gpt/gpt_moby.json --devices "cpu:$t" --steps "$steps" \
+      --result "$tmp/r.json" > /dev/null
+    rill_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*128)" "$tmp/r.json") "
+    OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t $python bench/torch_gpt.py samples/gpt/gpt_moby.json cpu 5 "$steps" "$t" > "$tmp/t.json"
+    torch_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['tokens_per_sec'])" "$tmp/t.json") "
+  done
+  $python - "$t" "$rill_rates" "$torch_rates" <<'PY'
+import statistics, sys
+t, rill, torch = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+print(f"== {t} thread(s)")
+for name, r in (("rill", rill), ("torch", torch)):
+    print(f"  {name:6s} median {statistics.median(r):8.0f} tokens/s ({min(r):.0f}-{max(r):.0f})")
+print(f"  ratio rill/torch (medians): {statistics.median(rill) / statistics.median(torch):.2f}x")
+PY
+done

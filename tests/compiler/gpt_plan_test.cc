@@ -1,0 +1,58 @@
+// The GPT sample's plans: data parallel across nodes with one bucket of
+// gradients and no gathered activations; tensor parallel (Megatron) with the
+// heads split, and a device count that does not divide the heads refused,
+// naming the reshape that would cut a head.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include "graph/job_file.h"
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+graph::Job gpt_sample(const std::string& file) {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/gpt/" + file);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
+int boxings_named(const plan::Plan& p, const std::string& part) {
+  int n = 0;
+  for (const plan::Task* t : testing::tasks_of_kind(p, plan::TaskKind::Boxing)) n += t->name()->str().find(part) != std::string::npos;
+  return n;
+}
+
+TEST_CASE("GPT data parallel on 2 nodes: every gradient in one all-reduce bucket, no activation gathered") {
+  const std::string bytes = testing::compile_ok(gpt_sample("gpt_moby.json"), "cpu:1", {}, 2);
+  const plan::Plan& p = *testing::plan_of(bytes);
+  // With clipping on (the sample's 1.0) too: the gradients are summed as
+  // their variables lie (B) before their squares are, so the square sums
+  // need no reduction of their own. One task per node; nothing else crosses.
+  CHECK(boxings_named(p, "bucket:") == 2);
+  CHECK(testing::tasks_of_kind(p, plan::TaskKind::Boxing).size() == 2);
+}
+
+TEST_CASE("GPT tensor parallel on 2 devices: heads split; 3 devices cannot split 4 heads") {
+  const std::string bytes = testing::compile_ok(gpt_sample("gpt_moby_tp.json"), "cpu:2");
+  const plan::Plan& p = *testing::plan_of(bytes);
+  // Each device computes its half of the heads' scores: [16, 2, 128, 128].
+  for (const plan::Task* t : testing::computes_of_type(p, "softmax")) {
+    const plan::RegstDesc* out = compiler::find_regst(p, t->outputs()->Get(0));
+    REQUIRE(out != nullptr);
+    CHECK(out->shape()->Get(1) == 2);
+  }
+  auto cluster = compiler::parse_devices("cpu:3", 1);
+  REQUIRE(cluster.ok());
+  auto three = compiler::compile(gpt_sample("gpt_moby_tp.json"), *cluster, {});
+  REQUIRE_FALSE(three.ok());
+  const std::string message = three.status().message();
+  INFO(message);
+  CHECK(message.find("op 'h0.q2' (reshape [16, 128, 128] -> [16, 128, 4, 32]): its input is split S(2) over 3 devices") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace rill
