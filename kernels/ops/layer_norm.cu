@@ -1,7 +1,9 @@
 // layer_norm and layer_norm_grad on CUDA: one warp per row (lanes stride over
 // the columns and add up with shuffles), the same two-pass f32 statistics and
-// formulas as the CPU kernels (layer_norm_math.h); dgamma and dbeta by one
-// thread per column summing over the rows.
+// formulas as the CPU kernels (layer_norm_math.h); dgamma and dbeta by a
+// block per 32 columns, 32 lanes of rows each summing a stride of the rows,
+// then the lanes added in order (deterministic, and coalesced: a warp reads
+// 32 adjacent columns of a row).
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
 
@@ -56,6 +58,29 @@ __global__ void layer_norm_dx_kernel(const float* dy, const float* x, const floa
   for (int64_t c = lane; c < cols; c += kWarp) dxr[c] = s * (dyr[c] * gamma[c] - mg - (xr[c] - m) * s * mgx);
 }
 
+__global__ void layer_norm_params_grad_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
+                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols) {
+  __shared__ float sum_g[kWarp][kWarp + 1], sum_b[kWarp][kWarp + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
+  float g = 0.0f, b = 0.0f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kWarp) {
+      const float d = dy[r * cols + c];
+      g += d * (x[r * cols + c] - mean[r]) * rstd[r];
+      b += d;
+    }
+  sum_g[threadIdx.y][threadIdx.x] = g;
+  sum_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  for (int lane = 1; lane < kWarp; ++lane) {
+    g += sum_g[lane][threadIdx.x];
+    b += sum_b[lane][threadIdx.x];
+  }
+  dgamma[c] = g;
+  dbeta[c] = b;
+}
+
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 }  // namespace
@@ -72,16 +97,10 @@ cudaError_t layer_norm_grad(const float* dy, const float* x, const float* mean, 
   if (rows > 0)
     layer_norm_dx_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, mean, rstd, gamma, dx, rows, cols);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  return for_each(cols, stream, [=] __device__(int64_t c) {
-    float g = 0.0f, b = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float d = dy[r * cols + c];
-      g += d * (x[r * cols + c] - mean[r]) * rstd[r];
-      b += d;
-    }
-    dgamma[c] = g;
-    dbeta[c] = b;
-  });
+  if (cols <= 0) return cudaSuccess;
+  const auto tiles = static_cast<unsigned>((cols + kWarp - 1) / kWarp);
+  layer_norm_params_grad_kernel<<<tiles, dim3(kWarp, kWarp), 0, stream>>>(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
+  return cudaGetLastError();
 }
 
 }  // namespace rill::cuda_launch
