@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/ops/activation_math.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
 #include "tests/kernels/sbp_check.h"
@@ -149,6 +150,19 @@ TEST_CASE("bias_add covers trailing axes by default: a [T, C] position table ove
   check_sbp_2_and_3("bias_add", {x, Tensor::uniform({2, 3}, 10)}, {{"axis", int64_t{0}}});
   Status s = run_op("bias_add", {x, Tensor::zeros({4, 4})}).status();
   CHECK(s.message().find("b [4, 4] must be [3, 4], the axes 1 to 2 of x [2, 3, 4]") != std::string::npos);
+}
+
+TEST_CASE("gelu_tanh's tanh is a rational function within 4e-7 relative of tanh, odd, and +-1 in the tails") {
+  double worst = 0;
+  for (double x = -20; x <= 20; x += 1e-3) {
+    const float xf = static_cast<float>(x);
+    const double want = std::tanh(static_cast<double>(xf));
+    if (std::fabs(want) > 1e-30) worst = std::max(worst, std::fabs(act::rational_tanh(xf) - want) / std::fabs(want));
+    CHECK(act::rational_tanh(-xf) == -act::rational_tanh(xf));
+  }
+  CHECK(worst < 4e-7);
+  CHECK(act::rational_tanh(30.0f) == doctest::Approx(1.0).epsilon(1e-7));
+  CHECK(act::rational_tanh(0.0f) == 0.0f);
 }
 
 TEST_CASE("gelu_tanh is GPT-2's tanh form, and its gradient checks") {
