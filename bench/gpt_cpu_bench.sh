@@ -3,7 +3,9 @@
 # context 128, batch 16) on CPU threads: Rill on cpu:T against the same model
 # in PyTorch (bench/torch_gpt.py, Debian's python3-torch over the same
 # OpenBLAS) on T threads, alternating runs. Tokens/s over the steady steps,
-# median (min-max), and the ratio per thread count.
+# median (min-max), and the ratio per thread count. PyTorch runs as it is
+# fastest here: its own ops on one thread, OpenBLAS's GEMMs on T (T threads
+# of each oversubscribe the cores: 4.9k tokens/s at T = 2, against 13.6k).
 #   bench/gpt_cpu_bench.sh [runs=3] [steps=60] [threads="1 2"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ for t in $threads; do
     OPENBLAS_NUM_THREADS=1 build/rill run samples/gpt/gpt_moby.json --devices "cpu:$t" --steps "$steps" \
       --result "$tmp/r.json" > /dev/null
     rill_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*128)" "$tmp/r.json") "
-    OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t $python bench/torch_gpt.py samples/gpt/gpt_moby.json cpu 5 "$steps" "$t" > "$tmp/t.json"
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=$t $python bench/torch_gpt.py samples/gpt/gpt_moby.json cpu 5 "$steps" 1 > "$tmp/t.json"
     torch_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['tokens_per_sec'])" "$tmp/t.json") "
   done
   $python - "$t" "$rill_rates" "$torch_rates" <<'PY'
