@@ -3,7 +3,7 @@
 # context 1024, vocabulary 50304, batch 16) in float32, Rill against PyTorch
 # eager (bench/torch_gpt.py, the same architecture, TF32 off) on one GPU, on
 # random tokens (an llm.c token file made here). Alternating runs; tokens/s
-# median (min-max), the ratio, MFU (6 N + 6 L T C flops per token of
+# median (min-max), the ratio, MFU (6 N + 12 L T C flops per token of
 # N params at 989 TFLOPS, an H100's dense bf16 peak; f32 runs far below it
 # by design) and peak device memory.
 #   bench/gpt2_bench.sh [runs=2] [rill command=build/rill] [steps=30]
@@ -43,7 +43,7 @@ import statistics, sys
 rill = [float(x) for x in sys.argv[1].split()]
 torch = [float(x) for x in sys.argv[2].split()]
 params, rill_peak, torch_peak = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-flops = 6 * params + 6 * 12 * 1024 * 768  # per token: the matmuls and the attention's
+flops = 6 * params + 12 * 12 * 1024 * 768  # per token: the matmuls (6 N) and attention's (12 L T C, PaLM's count)
 for name, r in (("rill", rill), ("torch eager", torch)):
     m = statistics.median(r)
     print(f"  {name:12s} median {m:9.0f} tokens/s ({min(r):.0f}-{max(r):.0f})  MFU {100 * m * flops / 989e12:.1f}%")

@@ -140,10 +140,14 @@ Status deduce_sbp(LogicalGraph* g) {
           ++it;
           continue;
         }
-        // The input already lies so (a tensor-parallel layout's split of
-        // channels into heads, say): gathering it here would be a silent
-        // cost of the layout, so say what does not divide.
-        if (in->placement == op.placement && in->sbp == it->inputs[0])
+        // The input already lies so, split off the batch axis (a tensor-
+        // parallel layout's channels split into heads, say): gathering it
+        // here would be a silent cost of the layout, so say what does not
+        // divide. A batch split that does not line up (an uneven batch
+        // merged with its sequence) is gathered instead, as data
+        // parallelism has always been.
+        const bool off_batch = !in->sbp.flat() || in->sbp.within.kind != Sbp::kSplit || in->sbp.within.axis != 0;
+        if (in->placement == op.placement && in->sbp == it->inputs[0] && off_batch)
           return invalid_argument(
               "op '{}' ({} {} -> {}): its input is split {} over {} devices, whose pieces are not whole parts of "
               "the output {} split {}; use a device count that divides the split axis of both (heads, say), or "

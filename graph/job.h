@@ -95,9 +95,9 @@ struct Optimizer {
   double epsilon = 1e-8;     // adam
   double weight_decay = 0.0;
   std::vector<std::string> no_decay;  // glob patterns: variables that take no weight decay
+  double clip_grad_norm = 0.0;  // > 0: gradients scaled so their global L2 norm is at most this
   // The schedule of lr (kernels/ops/lr_schedule.h): linear warmup over
   // warmup_steps, then a cosine down to min_lr at decay_steps (0: no decay).
-  double clip_grad_norm = 0.0;  // > 0: gradients scaled so their global L2 norm is at most this
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;
   double min_lr = 0.0;

@@ -22,8 +22,8 @@ struct Layer {
 Variable layer_variable(const Variable& v, const Layer& at, int64_t i) {
   Variable out = v;
   out.name = at(v.name);
-  if (out.init.attrs.has("seed"))
-    out.init.attrs.set("seed", out.init.attrs.get_int("seed", 0) + kSeedStridePerLayer * i);
+  // Layers start apart whether or not the seed is written (unwritten: 0).
+  if (out.init.type != "fill") out.init.attrs.set("seed", out.init.attrs.get_int("seed", 0) + kSeedStridePerLayer * i);
   return out;
 }
 
@@ -86,6 +86,7 @@ void expand_blocks(const std::vector<Block>& blocks, Job* job, check::Issues* is
       for (Op& op : ops) {
         if (op.name == input) op.name = block.as;
         std::replace(op.outputs.begin(), op.outputs.end(), input, block.as);
+        std::replace(op.inputs.begin(), op.inputs.end(), input, block.as);
       }
     // After the last op that makes a tensor the block reads from outside.
     size_t at = 0;

@@ -1,11 +1,12 @@
 // Repeated blocks of a job file: layers written once (job.fbs Block) and
 // expanded into the job's variables and ops, N times, before the job is
-// checked. In a block's names, inputs, outputs and placements "{i}" is the
+// checked. In a block's names, inputs and outputs "{i}" is the
 // layer's index and "{input}" what the layer reads: the block's `input` for
 // layer 0, the previous layer's `output` after. The last layer's output is
 // renamed to the block's `as`, so what follows the block reads one name
-// however many layers there are. Initializer seeds advance by 1000 per layer
-// (layer i of a variable with seed s gets s + 1000 i), so layers start apart.
+// however many layers there are. Random initializers' seeds advance by 1000
+// per layer (layer i of a variable with seed s, 0 when unwritten, gets
+// s + 1000 i), so layers start apart.
 // Internal to graph/; any thread.
 #pragma once
 

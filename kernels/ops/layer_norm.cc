@@ -44,8 +44,9 @@ Status infer_layer_norm(const Attrs& attrs, std::span<const TensorMeta> in, std:
 Status infer_layer_norm_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(check_eps(attrs));
   const Shape& x = in[1].shape;
-  if (in[0].shape != x || in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32 || x.empty())
-    return invalid_argument("dy {} and x {} must be f32 of one shape", shape_string(in[0].shape), shape_string(x));
+  if (in[0].shape != x || in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32 || x.empty() || x.back() == 0)
+    return invalid_argument("dy {} and x {} must be f32 of one shape with a non-empty last axis",
+                            shape_string(in[0].shape), shape_string(x));
   const Shape rows(x.begin(), x.end() - 1);
   if (in[2].shape != rows || in[3].shape != rows)
     return invalid_argument("mean {} and rstd {} must be {}", shape_string(in[2].shape), shape_string(in[3].shape),

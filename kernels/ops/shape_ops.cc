@@ -72,7 +72,7 @@ std::vector<SbpSignature> reshape_sbp(const Attrs& attrs, std::span<const Tensor
   for (size_t i = 0; i < in.size(); before_in *= in[i], ++i) {
     int64_t before_out = 1;
     for (size_t j = 0; j < out.size() && before_out <= before_in; before_out *= out[j], ++j) {
-      if (before_out != before_in) continue;
+      if (before_out != before_in || (out[j] == 1 && in[i] != 1)) continue;  // not a size-1 axis beside it
       if (starts_with_factor(in[i], out[j], out, j + 1) || starts_with_factor(out[j], in[i], in, i + 1))
         sigs.push_back({{Sbp::split(static_cast<int>(i))}, {Sbp::split(static_cast<int>(j))}});
       break;

@@ -54,5 +54,23 @@ TEST_CASE("GPT tensor parallel on 2 devices: heads split; 3 devices cannot split
         std::string::npos);
 }
 
+TEST_CASE("a batch that does not split evenly into merged rows is gathered, not refused") {
+  // [16, 128, 256] -> [2048, 256] on 3 devices: 6/5/5 batch rows are not
+  // 683/683/682 merged rows, so the reshape reads its input whole.
+  graph::Job job = gpt_sample("gpt_moby.json");
+  for (graph::Op& op : job.ops)
+    if (op.name == "xent") {
+      graph::Op rows{"flat", "reshape", {"logits"}, {"flat"}, {{"shape", std::vector<int64_t>{-1, 256}}}, {}};
+      graph::Op labels{"flat_targets", "reshape", {"targets"}, {"flat_targets"}, {{"shape", std::vector<int64_t>{-1}}}, {}};
+      op.inputs = {"flat", "flat_targets"};
+      job.ops.insert(job.ops.begin() + (&op - job.ops.data()), {rows, labels});
+      break;
+    }
+  auto cluster = compiler::parse_devices("cpu:3", 1);
+  REQUIRE(cluster.ok());
+  auto plan = compiler::compile(job, *cluster, {});
+  CHECK_MESSAGE(plan.ok(), plan.status().to_string());
+}
+
 }  // namespace
 }  // namespace rill

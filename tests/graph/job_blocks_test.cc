@@ -68,6 +68,11 @@ TEST_CASE("a block repeats its variables and ops per layer, each reading the lay
   CHECK(job->variables[0].init.attrs.get_int("seed") == 7);
   CHECK(job->variables[2].init.attrs.get_int("seed") == 1007);
   CHECK(job->variables[4].init.attrs.get_int("seed") == 2007);
+  // Unwritten seeds advance too (from 0): layers never start alike.
+  auto unseeded = parse_job_json(edit(kBlockJob, R"(, "seed": 7})", "}"), "deep.json");
+  REQUIRE_MESSAGE(unseeded.ok(), unseeded.status().to_string());
+  CHECK(unseeded->variables[2].init.attrs.get_int("seed", -1) == 1000);
+  CHECK_FALSE(unseeded->variables[3].init.attrs.has("seed"));  // a fill has none
   // Written back out, the job is its expanded form, and reads back the same.
   auto text = job_to_json(*job);
   REQUIRE(text.ok());

@@ -339,6 +339,18 @@ TEST_CASE("the transformer's kernels match the CPU: batched matmul, causal softm
   }
 }
 
+TEST_CASE("cross-entropy and accuracy over a language model's [B, T, V] logits match the CPU") {
+  Tensor logits = Tensor::uniform({3, 5, 301}, 86, -4.0f, 4.0f);
+  std::vector<int32_t> ids(15);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37) % 301);
+  Tensor labels = Tensor::ints({3, 5}, ids);
+  compare("sparse_softmax_cross_entropy", {logits, labels});
+  compare("sparse_softmax_cross_entropy_grad", {logits, labels, Tensor::uniform({3, 5}, 87)});
+  testing::RunOptions piece;  // a piece of a logical [6, 5, 301]: accuracy divides by the logical rows
+  piece.logical_inputs = {{6, 5, 301}, {6, 5}};
+  compare("accuracy", {logits, labels}, {}, piece);
+}
+
 TEST_CASE("clipping's kernels and the folded matmul match the CPU") {
   Tensor g = Tensor::uniform({37, 11}, 81);
   compare("sum_squares", {g});

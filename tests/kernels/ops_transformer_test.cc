@@ -132,6 +132,12 @@ TEST_CASE("reshape splits heads as it splits channels: [B, T, C] S(2) is [B, T, 
   // the channel split does not line up with 4 heads: the compiler refuses it,
   // tests/compiler/gpt_plan_test.cc).
   check_sbp_2_and_3("reshape", {x}, heads);
+  // A size-1 axis beside a split one is not its partner: [2, 3, 8] -> [2, 1, 3, 8].
+  const Attrs unit{{"shape", std::vector<int64_t>{2, 1, 3, 8}}};
+  sigs = find_op("reshape")->sbp(unit, std::vector<TensorMeta>{x.meta()});
+  CHECK(offers(1, 2));
+  CHECK_FALSE(offers(1, 1));
+  check_sbp_2_and_3("reshape", {x}, unit);
   const Attrs merge{{"shape", std::vector<int64_t>{-1, 3, 8}}};
   const Tensor y = Tensor::uniform({2, 3, 4, 2}, 30);
   sigs = find_op("reshape")->sbp(merge, std::vector<TensorMeta>{y.meta()});

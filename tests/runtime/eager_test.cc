@@ -66,14 +66,26 @@ TEST_CASE("generation reads each next byte at the window's last position, slidin
   auto text = eager::generate_text(*job, shift_variables(), *job->generate);
   REQUIRE_MESSAGE(text.ok(), text.status().to_string());
   CHECK(*text == "abcdefg");  // 6 bytes after the prompt; the window of 4 slides from the fifth
-  // Sampling at a temperature draws from the softmax: with logits 10 apart
-  // the likely byte wins almost always, and the draw is the seed's.
-  graph::Generate warm = *job->generate;
-  warm.temperature = 1.0;
-  auto first = eager::generate_text(*job, shift_variables(), warm), second = eager::generate_text(*job, shift_variables(), warm);
+  // Sampling draws from softmax(logits / temperature) over the top_k bytes:
+  // top_k 1 is the most likely byte whatever the temperature; at a
+  // temperature of 1000 the logits 10 apart are nearly even over 256 bytes,
+  // so 6 draws all following the shift would be a 1 in 10^14 chance; the
+  // draws are the seed's.
+  graph::Generate top1 = *job->generate;
+  top1.temperature = 1000.0;
+  top1.top_k = 1;
+  auto greedy = eager::generate_text(*job, shift_variables(), top1);
+  REQUIRE(greedy.ok());
+  CHECK(*greedy == "abcdefg");
+  graph::Generate hot = top1;
+  hot.top_k = 0;
+  auto first = eager::generate_text(*job, shift_variables(), hot), second = eager::generate_text(*job, shift_variables(), hot);
   REQUIRE(first.ok());
-  CHECK(*first == *second);
   CHECK(first->size() == 7);
+  CHECK(*first != "abcdefg");
+  CHECK(*first == *second);
+  hot.seed = 2;
+  CHECK(*eager::generate_text(*job, shift_variables(), hot) != *first);
 }
 
 TEST_CASE("generation refuses logits that are not bytes, and a job file's section is checked") {
