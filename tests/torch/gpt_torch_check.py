@@ -219,6 +219,14 @@ def rill_losses(rill, root, work, layout, initial):
         sys.exit(f"{layout}: rill run failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
     with open(metrics) as f:
         lines = [json.loads(line) for line in f if line.strip()]
+    # The progress line and the metrics show the rate each step used.
+    opt = load_job(root)["optimizer"]
+    for line in lines:
+        if abs(line["lr"] - lr_at(opt, line["step"] - 1)) > 1e-12:
+            sys.exit(f"{layout}: step {line['step']}'s lr is {line['lr']}, the schedule's {lr_at(opt, line['step'] - 1)}")
+    want_line = f"lr {lr_at(opt, 0):.4g}"
+    if kind in ("cpu", "tp") and want_line not in run.stdout:
+        sys.exit(f"{layout}: no '{want_line}' in the progress lines:\n{run.stdout}")
     return [line["loss"] for line in lines]
 
 
