@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch's side of bench/gpt2_bench.sh: the GPT of a Rill job file (the
+"""The GPT of a Rill job file in PyTorch, for bench/gpt2_bench.sh,
+bench/gpt_cpu_bench.sh and tests/torch/gpt_torch_check.py (the
 architecture samples/gpt/gpt_moby.json writes: separate q, k, v matmuls,
 tanh-GELU MLP, tied token embedding, weights [in, out] used as x @ w), built
 from the job's shapes, trained with AdamW on random tokens in float32 (TF32
@@ -27,9 +28,17 @@ def block_shapes(job):
 
 
 class Gpt(torch.nn.Module):
+    """GPT-2 as the job writes it: weights [in, out] used as x @ w; norm
+    weights (`.g`) about 1, every other value N(0, 0.02), from seed 0."""
+
     def __init__(self, shapes, layers, heads):
         super().__init__()
-        self.p = torch.nn.ParameterDict({n.replace(".", "__"): torch.nn.Parameter(0.02 * torch.randn(s)) for n, s in shapes.items()})
+        torch.manual_seed(0)
+        self.names = list(shapes)
+        self.p = torch.nn.ParameterDict()
+        for name, shape in shapes.items():
+            value = 1.0 + 0.1 * torch.randn(shape) if name.endswith(".g") else 0.02 * torch.randn(shape)
+            self.p[name.replace(".", "__")] = torch.nn.Parameter(value)
         self.layers, self.heads = layers, heads
 
     def w(self, name):
@@ -66,7 +75,6 @@ def main():
     shapes, layers, heads = block_shapes(job)
     batch, context = job["train"]["batch_size"], job["inputs"][0]["shape"][0]
     vocab = shapes["wte"][0]
-    torch.manual_seed(0)
     model = Gpt(shapes, layers, heads).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=job["optimizer"]["lr"], betas=(0.9, 0.95), weight_decay=0.1)
     data = torch.randint(0, min(vocab, 50257), (batch, context + 1), device=device)

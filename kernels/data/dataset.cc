@@ -14,8 +14,7 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec) 
   if (spec.kind == "inline") return make_inline_dataset(spec);
   if (spec.kind == "text" || spec.kind == "tokens") return read_token_dataset(spec);
   return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic, inline, text or tokens)",
-                          spec.name,
-                          spec.kind);
+                          spec.name, spec.kind);
 }
 
 StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, int64_t num_samples,

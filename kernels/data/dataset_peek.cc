@@ -92,9 +92,9 @@ StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const Data
     RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.path, spec.name));
     if (spec.kind == "tokens") {
       int32_t magic = 0;
-      if (gzread(file.get(), &magic, sizeof magic) != static_cast<int>(sizeof magic) || magic != 20240520)
-        return data_loss("dataset '{}': '{}' is not an llm.c token file (magic {}, expected 20240520)", spec.name,
-                         spec.path, magic);
+      if (gzread(file.get(), &magic, sizeof magic) != static_cast<int>(sizeof magic) || magic != kTokenFileMagic)
+        return data_loss("dataset '{}': '{}' is not an llm.c token file (magic {}, expected {})", spec.name,
+                         spec.path, magic, kTokenFileMagic);
     }
     const TensorMeta window{{spec.context}, DType::kI32};
     return std::optional<std::vector<PeekedField>>(std::vector<PeekedField>{{"tokens", window}, {"targets", window}});

@@ -21,8 +21,9 @@ struct PeekedField {
 
 // The fields of `spec` with their per-sample meta, for the kinds read from
 // files (idx, csv: from their heads; text, tokens: from the spec, once the
-// file opens); nullopt for those the spec itself makes (synthetic, inline). Errors: a file that cannot be opened or is not of
-// its kind, naming it.
+// file opens); nullopt for those the spec itself makes (synthetic,
+// inline). Errors: a file that cannot be opened or is not of its kind,
+// naming it.
 StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec);
 
 // The error for input `input` reading `field` of `spec`, declared `declared`

@@ -28,6 +28,9 @@ struct InlineTensor {
 //   inline:    one field per tensor, by its name
 //   text, tokens: "tokens" and "targets" (i32 [context]): windows of a token
 //              stream, the targets one token on (kernels/data/token_dataset.cc)
+// The first int32 of an llm.c token file (a "tokens" dataset).
+inline constexpr int32_t kTokenFileMagic = 20240520;
+
 struct DatasetSpec {
   std::string name;
   std::string kind;           // "idx" | "csv" | "synthetic" | "inline" | "text" | "tokens"

@@ -14,7 +14,6 @@ namespace {
 
 // llm.c's token file header: 256 int32, [0] the magic, [1] the version
 // (1: uint16 ids, 2: uint32), [2] the token count.
-constexpr int32_t kTokenMagic = 20240520;
 constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
 
 StatusOr<std::vector<int32_t>> tokens_of_file(const DatasetSpec& spec, const std::vector<uint8_t>& bytes) {
@@ -23,8 +22,8 @@ StatusOr<std::vector<int32_t>> tokens_of_file(const DatasetSpec& spec, const std
     return invalid_argument("{}: {} bytes, shorter than the 1024-byte header", where, bytes.size());
   int32_t header[3];
   std::memcpy(header, bytes.data(), sizeof(header));
-  if (header[0] != kTokenMagic)
-    return invalid_argument("{}: magic {} is not llm.c's {} (is it a token file?)", where, header[0], kTokenMagic);
+  if (header[0] != kTokenFileMagic)
+    return invalid_argument("{}: magic {} is not llm.c's {} (is it a token file?)", where, header[0], kTokenFileMagic);
   if (header[1] != 1 && header[1] != 2)
     return invalid_argument("{}: version {} (expected 1, uint16 ids, or 2, uint32)", where, header[1]);
   const size_t width = header[1] == 1 ? 2 : 4;

@@ -9,9 +9,7 @@
 namespace rill {
 namespace {
 
-int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b) {
-  return attrs.get_int("axis", static_cast<int64_t>(x.size()) - static_cast<int64_t>(b.size()));
-}
+using math::bias_axis;
 
 Status infer_bias_add(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(math::check_int_attr(attrs, "axis"));
@@ -64,11 +62,7 @@ Status grad_bias_add(GradBuilder& g) {
 Status cpu_bias_add(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& bias = ctx.inputs[1];
-  const int64_t axis = bias_axis(*ctx.attrs, x.shape, bias.shape);
-  const int64_t c = bias.size();  // b's elements, one run of x's covered axes
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.shape[i];
-  for (size_t i = axis + bias.shape.size(); i < x.shape.size(); ++i) inner *= x.shape[i];
+  const auto [outer, c, inner] = math::bias_layout(*ctx.attrs, x.shape, bias.shape);
   const float* __restrict xp = x.f32();
   const float* __restrict bp = bias.f32();
   float* __restrict yp = ctx.outputs[0].f32();

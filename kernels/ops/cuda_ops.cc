@@ -11,7 +11,8 @@
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/axis_runs.h"
 #include "kernels/ops/cuda_launch.h"
-#include "kernels/ops/lr_schedule.h"
+#include "kernels/ops/adam_step.h"
+#include "kernels/ops/math_util.h"
 #include "kernels/ops/matmul_shape.h"
 
 namespace rill::cuda_ops {
@@ -158,13 +159,9 @@ Status matmul(KernelContext& ctx) {
 Status bias_add(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& bias = ctx.inputs[1];
-  // b covers x's axes [axis, axis + rank(b)): channels are b's elements.
-  const int64_t axis =
-      ctx.attrs->get_int("axis", static_cast<int64_t>(x.shape.size()) - static_cast<int64_t>(bias.shape.size()));
-  int64_t inner = 1;
-  for (size_t i = axis + bias.shape.size(); i < x.shape.size(); ++i) inner *= x.shape[i];
-  return launched(cuda_launch::bias_add(x.f32(), bias.f32(), ctx.outputs[0].f32(), x.size(), bias.size(), inner,
-                                        stream_of(ctx)),
+  const math::BiasLayout layout = math::bias_layout(*ctx.attrs, x.shape, bias.shape);
+  return launched(cuda_launch::bias_add(x.f32(), bias.f32(), ctx.outputs[0].f32(), x.size(), layout.channels,
+                                        layout.inner, stream_of(ctx)),
                   "op 'bias_add'");
 }
 
@@ -303,17 +300,10 @@ Status momentum_update(KernelContext& ctx) {
 
 Status adam_update(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
-  const Attrs& a = *ctx.attrs;
-  const double lr = step_lr(a, 0.001, ctx.step), weight_decay = a.get_float("weight_decay", 0.0);
-  const bool decoupled = a.get_int("decoupled", 0) != 0;  // AdamW
-  const double decay = decoupled ? 0.0 : weight_decay, shrink = decoupled ? 1.0 - lr * weight_decay : 1.0;
-  const double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
-  const double t = static_cast<double>(ctx.step + 1);
-  const double step_size = lr / (1.0 - std::pow(beta1, t));
-  const double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  const AdamStep s = adam_step(*ctx.attrs, ctx.step);
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
-                                    ctx.inputs[0].size(), step_size, beta1, beta2, correction2_sqrt, eps, decay,
-                                    shrink, stream_of(ctx)),
+                                    ctx.inputs[0].size(), s.step_size, s.beta1, s.beta2, s.correction2_sqrt, s.eps,
+                                    s.decay, s.shrink, stream_of(ctx)),
                   "op 'adam_update'");
 }
 

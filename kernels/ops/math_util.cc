@@ -93,6 +93,19 @@ std::vector<SbpSignature> split_or_broadcast(int rank, int num_inputs, int skip_
   return out;
 }
 
+int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b) {
+  return attrs.get_int("axis", static_cast<int64_t>(x.size()) - static_cast<int64_t>(b.size()));
+}
+
+BiasLayout bias_layout(const Attrs& attrs, const Shape& x, const Shape& b) {
+  const int64_t axis = bias_axis(attrs, x, b);
+  BiasLayout layout;
+  layout.channels = num_elements(b);
+  for (int64_t i = 0; i < axis; ++i) layout.outer *= x[static_cast<size_t>(i)];
+  for (size_t i = static_cast<size_t>(axis) + b.size(); i < x.size(); ++i) layout.inner *= x[i];
+  return layout;
+}
+
 bool is_scalar_shape(const Shape& shape) { return shape.size() <= 1 && num_elements(shape) == 1; }
 
 Status check_logits_labels(const TensorMeta& logits, const TensorMeta& labels) {

@@ -36,6 +36,15 @@ SbpSignature uniform_signature(Sbp sbp, int num_inputs, int num_outputs = 1);
 // uniform_signature(S(i)) for each axis i of `rank` except `skip_axis`, then B.
 std::vector<SbpSignature> split_or_broadcast(int rank, int num_inputs, int skip_axis = -1);
 
+// bias_add's layout: b covers x's axes [axis, axis + rank(b)), axis the int
+// attr `axis` or, absent, the last rank(b) axes. x is [outer, channels,
+// inner] with channels b's elements. For the CPU and CUDA kernels alike.
+int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b);
+struct BiasLayout {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+BiasLayout bias_layout(const Attrs& attrs, const Shape& x, const Shape& b);
+
 // True for a shape that holds one element and has rank 0 or 1: [] or [1].
 bool is_scalar_shape(const Shape& shape);
 

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "kernels/ops/attr_read.h"
-#include "kernels/ops/lr_schedule.h"
+#include "kernels/ops/adam_step.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
@@ -123,27 +123,19 @@ Status momentum_kernel(KernelContext& ctx) {
 
 Status adam_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
-  const Attrs& a = *ctx.attrs;
-  const double lr = step_lr(a, 0.001, ctx.step), weight_decay = a.get_float("weight_decay", 0.0);
-  // AdamW shrinks the variable; Adam adds the decay to the gradient.
-  const bool decoupled = a.get_int("decoupled", 0) != 0;
-  const double decay = decoupled ? 0.0 : weight_decay, shrink = decoupled ? 1.0 - lr * weight_decay : 1.0;
-  double beta1 = a.get_float("beta1", 0.9), beta2 = a.get_float("beta2", 0.999), eps = a.get_float("epsilon", 1e-8);
-  double t = static_cast<double>(ctx.step + 1);
-  double step_size = lr / (1.0 - std::pow(beta1, t));
-  double correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, t));
+  const AdamStep s = adam_step(*ctx.attrs, ctx.step);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   float* m = ctx.state[0].f32();
   float* v = ctx.state[1].f32();
   for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) {
-    const double w_i = shrink * w[i];
-    double grad = g[i] + decay * w_i;
-    double m_i = beta1 * m[i] + (1.0 - beta1) * grad;
-    double v_i = beta2 * v[i] + (1.0 - beta2) * grad * grad;
+    const double w_i = s.shrink * w[i];  // AdamW shrinks the variable; Adam adds the decay to the gradient
+    const double grad = g[i] + s.decay * w_i;
+    const double m_i = s.beta1 * m[i] + (1.0 - s.beta1) * grad;
+    const double v_i = s.beta2 * v[i] + (1.0 - s.beta2) * grad * grad;
     m[i] = static_cast<float>(m_i);
     v[i] = static_cast<float>(v_i);
-    w[i] = static_cast<float>(w_i - step_size * m_i / (std::sqrt(v_i) / correction2_sqrt + eps));
+    w[i] = static_cast<float>(w_i - s.step_size * m_i / (std::sqrt(v_i) / s.correction2_sqrt + s.eps));
   }
   return {};
 }

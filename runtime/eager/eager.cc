@@ -1,7 +1,6 @@
 #include "runtime/eager/eager.h"
 
 #include <cstring>
-#include <set>
 
 #include "kernels/op.h"
 
@@ -20,9 +19,11 @@ HostTensor HostTensor::floats(Shape shape, const std::vector<float>& values) {
   return t;
 }
 
-TensorView HostTensor::view() { return TensorView{bytes.data(), meta.shape, meta.dtype}; }
+TensorView HostTensor::view() const {
+  return TensorView{const_cast<std::byte*>(bytes.data()), meta.shape, meta.dtype};
+}
 
-StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::vector<std::string>& wanted) {
+StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted) {
   // The ops `wanted` depends on: walk back from it over the ops' inputs.
   std::map<std::string, size_t> maker;
   for (size_t i = 0; i < job.ops.size(); ++i)
@@ -39,6 +40,7 @@ StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::v
     needed[it->second] = true;
     for (const std::string& in : job.ops[it->second].inputs) todo.push_back(in);
   }
+  Tensors made;
   std::vector<std::byte> scratch;
   for (size_t i = 0; i < job.ops.size(); ++i) {  // definition order is a topological order
     if (!needed[i]) continue;
@@ -49,18 +51,20 @@ StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::v
     std::vector<TensorView> inputs;
     std::vector<Shape> shapes;
     for (const std::string& in : op.inputs) {
-      auto it = given.find(in);
-      if (it == given.end()) return internal_error("op '{}': input '{}' was not made", op.name, in);
-      metas.push_back(it->second.meta);
-      inputs.push_back(it->second.view());
-      shapes.push_back(it->second.meta.shape);
+      const auto it = made.find(in);
+      const auto old = given.find(in);
+      const HostTensor* t = it != made.end() ? &it->second : old != given.end() ? &old->second : nullptr;
+      if (t == nullptr) return internal_error("op '{}': input '{}' was not made", op.name, in);
+      metas.push_back(t->meta);
+      inputs.push_back(t->view());  // kernels read inputs only
+      shapes.push_back(t->meta.shape);
     }
     std::vector<TensorMeta> out_metas;
     RILL_RETURN_IF_ERROR(infer_op(*def, op.attrs, metas, &out_metas).with_context(fmt::format("op '{}'", op.name)));
-    std::vector<HostTensor> made;
-    for (const TensorMeta& m : out_metas) made.push_back(HostTensor::of(m));
+    std::vector<HostTensor> results;
+    for (const TensorMeta& m : out_metas) results.push_back(HostTensor::of(m));
     std::vector<TensorView> outputs;
-    for (HostTensor& t : made) outputs.push_back(t.view());
+    for (HostTensor& t : results) outputs.push_back(t.view());
     scratch.assign(def->scratch_bytes ? def->scratch_bytes(op.attrs, metas) : 0, std::byte{0});
     KernelContext ctx;
     ctx.inputs = inputs;
@@ -69,9 +73,9 @@ StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::v
     ctx.attrs = &op.attrs;
     ctx.scratch = scratch;
     RILL_RETURN_IF_ERROR(def->cpu(ctx).with_context(fmt::format("op '{}'", op.name)));
-    for (size_t k = 0; k < made.size() && k < op.outputs.size(); ++k) given[op.outputs[k]] = std::move(made[k]);
+    for (size_t k = 0; k < results.size() && k < op.outputs.size(); ++k) made[op.outputs[k]] = std::move(results[k]);
   }
-  return given;
+  return made;
 }
 
 }  // namespace rill::eager

@@ -23,7 +23,7 @@ struct HostTensor {
 
   static HostTensor of(TensorMeta meta);  // zeroed
   static HostTensor floats(Shape shape, const std::vector<float>& values);
-  TensorView view();
+  TensorView view() const;  // writable through it: the tensor's owner decides
   const float* f32() const { return reinterpret_cast<const float*>(bytes.data()); }
   int32_t* i32() { return reinterpret_cast<int32_t*>(bytes.data()); }
 };
@@ -31,9 +31,8 @@ struct HostTensor {
 using Tensors = std::map<std::string, HostTensor>;
 
 // Runs the ops of `job` that `wanted` depends on, reading `given` (every
-// input and variable they read) and returning `given` with every tensor
-// made. Errors name the op: an unknown type, a shape that does not infer, a
+// input and variable they read), and returns every tensor they made. Errors name the op: an unknown type, a shape that does not infer, a
 // tensor neither given nor made, a kernel's error (a bad id or label).
-StatusOr<Tensors> run_forward(const graph::Job& job, Tensors given, const std::vector<std::string>& wanted);
+StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted);
 
 }  // namespace rill::eager

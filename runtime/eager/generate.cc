@@ -33,15 +33,16 @@ StatusOr<std::string> generate_text(const graph::Job& job, const Tensors& variab
   const int64_t context = input->shape[0];
   std::string text = config.prompt.empty() ? std::string("\n") : config.prompt;
   std::mt19937_64 rng(config.seed);
+  Tensors given = variables;  // and the window, replaced each step
   for (int64_t n = 0; n < config.tokens; ++n) {
     const size_t window = std::min<size_t>(text.size(), static_cast<size_t>(context));
     HostTensor ids = HostTensor::of({{1, context}, DType::kI32});
     for (size_t k = 0; k < window; ++k)
       ids.i32()[k] = static_cast<unsigned char>(text[text.size() - window + k]);
-    Tensors given = variables;
     given[config.input] = std::move(ids);
-    RILL_ASSIGN_OR_RETURN(Tensors made, run_forward(job, std::move(given), {config.logits}));
-    const HostTensor& logits = made[config.logits];
+    RILL_ASSIGN_OR_RETURN(Tensors made, run_forward(job, given, {config.logits}));
+    const auto it = made.find(config.logits);
+    const HostTensor& logits = it != made.end() ? it->second : given.at(config.logits);
     const Shape& s = logits.meta.shape;
     if (logits.meta.dtype != DType::kF32 || s.size() != 3 || s[0] != 1 || s[1] != context || s[2] < 1)
       return invalid_argument("generate: logits '{}' are {}; expected f32 [1, {}, vocabulary] for one window",

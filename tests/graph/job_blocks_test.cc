@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "graph/job_file.h"
+#include "tests/graph/job_text.h"
 #include "tests/graph/test_paths.h"
 
 namespace rill::graph {
@@ -41,11 +42,7 @@ const char* kBlockJob = R"({
   "train": {"steps": 10, "batch_size": 8}
 })";
 
-std::string edit(std::string text, const std::string& old, const std::string& replacement) {
-  size_t at = text.find(old);
-  REQUIRE_MESSAGE(at != std::string::npos, "no '" << old << "' in the text");
-  return text.replace(at, old.size(), replacement);
-}
+using testing::edit;
 
 std::vector<std::string> op_names(const Job& job) {
   std::vector<std::string> names;

@@ -8,6 +8,7 @@
 #include "graph/job_file.h"
 #include "samples/linear_regression/linear_regression_job.h"
 #include "samples/mlp/mlp_job.h"
+#include "tests/graph/job_text.h"
 #include "tests/graph/test_paths.h"
 
 namespace rill::graph {
@@ -33,12 +34,7 @@ const char* kSmallJob = R"({
   "train": {"steps": 10, "batch_size": 8}
 })";
 
-// `text` with the first `old` replaced; the test fails if there is none.
-std::string edit(std::string text, const std::string& old, const std::string& replacement) {
-  size_t at = text.find(old);
-  REQUIRE_MESSAGE(at != std::string::npos, "no '" << old << "' in the text");
-  return text.replace(at, old.size(), replacement);
-}
+using testing::edit;
 
 }  // namespace
 

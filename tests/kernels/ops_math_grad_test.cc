@@ -8,13 +8,6 @@
 namespace rill::testing {
 namespace {
 
-// Checks a Status at the caller's line, printing it when it is an error.
-#define EXPECT_OK(expr)                                \
-  do {                                                 \
-    const ::rill::Status status_ = (expr);             \
-    CHECK_MESSAGE(status_.ok(), status_.to_string());  \
-  } while (0)
-
 Attrs transposes(int a, int b) { return {{"transpose_a", int64_t{a}}, {"transpose_b", int64_t{b}}}; }
 Attrs axes(std::vector<int64_t> list, int keepdims = 0) {
   return {{"axes", std::move(list)}, {"keepdims", int64_t{keepdims}}};

@@ -16,12 +16,6 @@
 namespace rill::testing {
 namespace {
 
-#define EXPECT_OK(expr)                                \
-  do {                                                 \
-    const ::rill::Status status_ = (expr);             \
-    CHECK_MESSAGE(status_.ok(), status_.to_string());  \
-  } while (0)
-
 std::vector<Tensor> run_ok(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
   auto out = run_op(type, std::move(inputs), attrs);
   INFO(type, ": ", out.status().to_string());

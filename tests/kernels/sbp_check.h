@@ -6,6 +6,8 @@
 // Test-only code; single-threaded.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <string>
 #include <vector>
 
@@ -13,6 +15,13 @@
 #include "kernels/attrs.h"
 #include "kernels/op.h"
 #include "tests/kernels/grad_check.h"
+
+// Checks a Status at the caller's line, printing it when it is an error.
+#define EXPECT_OK(expr)                                \
+  do {                                                 \
+    const ::rill::Status status_ = (expr);             \
+    CHECK_MESSAGE(status_.ok(), status_.to_string());  \
+  } while (0)
 
 namespace rill::testing {
 

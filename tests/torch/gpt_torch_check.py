@@ -60,60 +60,6 @@ def load_job(root):
         return json.load(f)
 
 
-def shapes_of(job):
-    shapes = {v["name"]: v["shape"] for v in job["variables"]}
-    for block in job.get("blocks", []):
-        for i in range(block.get("repeat", 1)):
-            for v in block["variables"]:
-                shapes[v["name"].replace("{i}", str(i))] = v["shape"]
-    return shapes
-
-
-class Gpt(torch.nn.Module):
-    """GPT-2 as the sample writes it: weights [in, out] used as x @ w."""
-
-    def __init__(self, shapes, layers, heads):
-        super().__init__()
-        torch.manual_seed(0)
-        self.names = list(shapes)
-        self.p = torch.nn.ParameterDict()
-        for name, shape in shapes.items():
-            key = name.replace(".", "__")
-            if name.endswith(".g"):
-                value = 1.0 + 0.1 * torch.randn(shape)
-            elif name.endswith(".b"):
-                value = 0.02 * torch.randn(shape)
-            else:
-                value = 0.02 * torch.randn(shape)
-            self.p[key] = torch.nn.Parameter(value)
-        self.layers, self.heads = layers, heads
-
-    def w(self, name):
-        return self.p[name.replace(".", "__")]
-
-    def forward(self, idx, targets):
-        b, t = idx.shape
-        x = self.w("wte")[idx] + self.w("wpe")[:t]
-        c = x.shape[-1]
-        hd = c // self.heads
-        ln = lambda h, n: torch.nn.functional.layer_norm(h, (c,), self.w(n + ".g"), self.w(n + ".b"), 1e-5)
-        lin = lambda h, n: h @ self.w(n + ".w") + self.w(n + ".b")
-        for i in range(self.layers):
-            p = f"h{i}"
-            h = ln(x, p + ".ln1")
-            split = lambda y: y.view(b, t, self.heads, hd).transpose(1, 2)
-            q, k, v = split(lin(h, p + ".attn.q")), split(lin(h, p + ".attn.k")), split(lin(h, p + ".attn.v"))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-            att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(b, t, c)
-            x = x + lin(y, p + ".attn.proj")
-            h = ln(x, p + ".ln2")
-            x = x + lin(torch.nn.functional.gelu(lin(h, p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
-        logits = ln(x, "lnf") @ self.w("wte").t()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
 def write_checkpoint(initial, directory, job_name):
     """Step 0 in docs/CHECKPOINT_FORMAT.md's layout: every variable, zero moments."""
     tensors = []
@@ -244,11 +190,11 @@ def main():
 
 def check(rill, root, work, layouts):
     torch.set_num_threads(1)
+    sys.path.insert(0, os.path.join(root, "bench"))
+    from torch_gpt import Gpt, block_shapes  # the one PyTorch model of the job's GPT
     job = load_job(root)
-    shapes = shapes_of(job)
-    block = job["blocks"][0]
-    heads = 4
-    model = Gpt(shapes, block["repeat"], heads)
+    shapes, layers, heads = block_shapes(job)
+    model = Gpt(shapes, layers, heads)
     initial = {name: model.w(name).detach().clone().contiguous() for name in model.names}
     want = torch_losses(job, model, root)
     print("torch   ", " ".join(f"{x:.6f}" for x in want))

@@ -1,0 +1,37 @@
+// The scalars of one Adam or AdamW step, worked out from the update op's
+// attrs and the step once, for the CPU kernel (optim_ops.cc) and the CUDA
+// kernel (cuda_ops.cc) alike. Pure; any thread.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attrs.h"
+#include "kernels/ops/lr_schedule.h"
+
+namespace rill {
+
+struct AdamStep {
+  double beta1, beta2, eps;
+  double step_size;         // the step's rate / (1 - beta1^t), t = step + 1
+  double correction2_sqrt;  // sqrt(1 - beta2^t)
+  double decay;             // added to the gradient as decay * w (Adam's L2; 0 for AdamW)
+  double shrink;            // w is first multiplied by this (AdamW: 1 - rate * weight_decay; Adam: 1)
+};
+
+inline AdamStep adam_step(const Attrs& a, int64_t step) {
+  const double lr = step_lr(a, 0.001, step), weight_decay = a.get_float("weight_decay", 0.0);
+  const bool decoupled = a.get_int("decoupled", 0) != 0;
+  AdamStep s;
+  s.beta1 = a.get_float("beta1", 0.9);
+  s.beta2 = a.get_float("beta2", 0.999);
+  s.eps = a.get_float("epsilon", 1e-8);
+  const double t = static_cast<double>(step + 1);
+  s.step_size = lr / (1.0 - std::pow(s.beta1, t));
+  s.correction2_sqrt = std::sqrt(1.0 - std::pow(s.beta2, t));
+  s.decay = decoupled ? 0.0 : weight_decay;
+  s.shrink = decoupled ? 1.0 - lr * weight_decay : 1.0;
+  return s;
+}
+
+}  // namespace rill
