@@ -1,0 +1,307 @@
+// The physical expander's one class, shared by the files that build its
+// parts (compiler/physical.h says what expansion makes): physical.cc the
+// tasks of sources, variables, ops and the sink and their wiring,
+// physical_boxing.cc boxing tasks, buckets and the comm threads' order,
+// physical_moves.cc moves between placements. Internal to the compiler.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/logical_graph.h"
+#include "compiler/task_graph.h"
+
+namespace rill::compiler {
+
+// Comm threads per node that cross-node boxing tasks share; on GPUs, moves
+// between placements run on one more (comm thread kCommThreads), which never
+// waits for a collective. A pserver's threads serving the trainers follow.
+constexpr uint32_t kCommThreads = 4;
+
+// What a pserver's task does for the trainers (see Expander::thread_of).
+enum class Rpc : uint8_t { kNone, kSend, kGet, kPrefetch };
+
+class Expander {
+ public:
+  Expander(const LogicalGraph& g, size_t bucket_bytes, int node) : g_(g), bucket_bytes_(bucket_bytes) {
+    out_.node = node;
+    for (const VariableNode& v : g_.variables)  // the pservers: the nodes holding blocks
+      if (v.variable.block_of)
+        for (int n : at(v.placement).nodes) pserver_nodes_.insert(n);
+  }
+
+  StatusOr<TaskGraph> run();
+
+ private:
+  const graph::Placement& at(int placement) const { return g_.placement(placement); }
+
+  size_t stored_ranks(const graph::Placement& p) const {
+    if (out_.node < 0) return static_cast<size_t>(p.parallel());
+    return std::find(p.nodes.begin(), p.nodes.end(), out_.node) != p.nodes.end() ? static_cast<size_t>(p.per_node())
+                                                                                  : 0;
+  }
+
+  // Appends `task` with the actor id of its position on a thread of `type`
+  // (for comm threads, number `comm_thread` of the task's node).
+  int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
+    const uint32_t device = thread_device(task.device, type, comm_thread);
+    return out_.add_task(std::move(task), type, device);
+  }
+
+  struct Thread {
+    DeviceType type;
+    uint32_t device;  // a device's number, or a comm thread's
+  };
+  int add_task(TaskNode task, Thread thread) { return out_.add_task(std::move(task), thread.type, thread.device); }
+
+  // The thread of a task on `device` of `node` (placement `p`) that does
+  // `rpc` for the trainers: on a pserver node, one of the threads it gives
+  // to that service (distributed.rpc_*_thread_num; comm threads after
+  // kCommThreads): the sums of the trainers' gradient pieces and a lookup
+  // table's row gradients (sends), the blocks' variables, whose updated
+  // values the trainers get (gets), and the lookups with their ids in and
+  // rows out (prefetches). Each pool is dealt round-robin in the order the
+  // tasks are made, which every node's compile follows. Elsewhere, and on
+  // GPUs (whose tasks keep their stream), the device's own thread.
+  Thread thread_of(const graph::Placement& p, int node, int device, Rpc rpc);
+
+  static uint32_t thread_device(int device, DeviceType type, uint32_t comm_thread) {
+    return type == DeviceType::kCpu || type == DeviceType::kCuda ? static_cast<uint32_t>(device)
+           : type == DeviceType::kComm                           ? comm_thread
+                                                                 : 0;
+  }
+
+  // A regst of a task another node runs, when the graph is one node's: only
+  // numbered. A reference to a regst is its handle (>= 0) or ~index here.
+  // `sbp`: the producer's, when a reader may name it otherwise (an op's
+  // output in an SBP that is the same pieces on its placement, B or S on
+  // one device): the stored stub keeps the producer's, as the whole plan.
+  struct Counted {
+    int64_t id;
+    uint64_t producer_id;
+    std::optional<NdSbp> sbp;
+    bool is_model = false;
+  };
+  int64_t count_regst(uint64_t producer_id, std::optional<NdSbp> sbp = std::nullopt, bool is_model = false) {
+    counted_.push_back({out_.next_regst++, producer_id, std::move(sbp), is_model});
+    return ~static_cast<int64_t>(counted_.size() - 1);
+  }
+
+  // The handle of referenced regst `ref`, piece `rank` (of placement `p`,
+  // in `sbp`) of `tensor`: a counted one is stored on first use, with no
+  // producer task (tasks that read across nodes are stored on every node).
+  // `as`: the logical tensor it is a piece of, when not `tensor` (a collective's boxing).
+  int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
+             const TensorMeta* as = nullptr) {
+    if (ref >= 0) return static_cast<int>(ref);
+    auto [it, fresh] = stored_.try_emplace(ref, -1);
+    if (!fresh) return it->second;
+    const Counted& c = counted_[static_cast<size_t>(~ref)];
+    const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
+    RegstNode r;
+    r.name = tensor;
+    r.id = c.id;
+    r.node = static_cast<int>(ActorId::node(c.producer_id));
+    r.producer_id = c.producer_id;
+    r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
+    r.logical_shape = logical.shape;
+    r.sbp = c.sbp.value_or(sbp);
+    r.is_model = c.is_model;
+    r.readies_per_step = rate(tensor);
+    r.stage = g_.find(tensor)->stage;
+    r.after_updates = g_.find(tensor)->after_updates;
+    out_.regsts.push_back(std::move(r));
+    it->second = static_cast<int>(out_.regsts.size() - 1);
+    return it->second;
+  }
+
+  static Region piece(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int rank) {
+    return piece_region(logical, sbp, p.num_nodes(), p.per_node(), rank);
+  }
+
+  // The regst of piece `rank` (of placement `p`) of a tensor, written by `task`.
+  int add_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                const graph::Placement& p, int rank, bool is_model = false) {
+    return add_region_regst(task, name, logical, sbp, piece(logical.shape, sbp, p, rank), is_model);
+  }
+
+  int add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                       const Region& region, bool is_model = false) {
+    RegstNode r;
+    r.name = name;
+    r.meta = TensorMeta{region.extent, logical.dtype};
+    r.logical_shape = logical.shape;
+    r.sbp = sbp;
+    r.is_model = is_model;
+    r.readies_per_step = rate(name);
+    r.stage = g_.find(name)->stage;
+    r.after_updates = g_.find(name)->after_updates;
+    return out_.add_regst(std::move(r), task);
+  }
+
+  // An async pserver's block (one piece, on a pserver, its gradient made on
+  // the trainers): a lane per trainer rank; 1 otherwise.
+  int variable_lanes(const VariableNode& v) const {
+    if (!g_.async_pserver || !v.variable.block_of || v.grad.empty() || at(v.placement).parallel() != 1) return 1;
+    return at(g_.find(v.grad)->placement).parallel();
+  }
+
+  // Whether `tensor` is the gradient of a variable with lanes.
+  bool lane_gradient(const std::string& tensor) const {
+    for (const VariableNode& v : g_.variables)
+      if (v.grad == tensor && variable_lanes(v) > 1) return true;
+    return false;
+  }
+
+  // How often `tensor` is made in a step: micro_batches times, or once.
+  int rate(const std::string& tensor) const {
+    return g_.find(tensor)->per_micro ? static_cast<int>(g_.micro_batches) : 1;
+  }
+
+  // Sources: one set per dataset and (placement, SBP) its inputs are read
+  // in; each reads only its inputs' fields. Every set draws the same rows
+  // for a step (BatchSampler: one seeded order, rows of the global batch),
+  // so labels read where the loss is match the images read elsewhere.
+  void add_sources();
+
+  void add_source_set(int d, size_t set, const std::vector<const InputNode*>& members);
+
+  void add_variables();
+
+  void add_computes();
+
+  // Whether boxing `b` may join a bucket: a P -> B across nodes of an f32
+  // tensor under bucket_bytes_ whose result no other boxing reads.
+  bool bucketable(size_t b, const std::vector<bool>& read_by_boxing) const;
+
+  // A conversion within each node to split or P pieces on CPU devices: one
+  // task per device, on its thread, making that device's piece (the sums of
+  // a P -> S are shared by the node's device threads).
+  bool per_device(const BoxingNode& box) const;
+
+  // A boxing task of `box` over the pieces on node `index` of its placement.
+  TaskNode boxing_task(const BoxingNode& box, std::string name, int index) const;
+
+  static std::string boxing_name(const BoxingNode& box) {
+    // A collective op's boxing reads the pieces as another tensor: named apart.
+    return fmt::format("{}:{}:{}->{}", box.as ? "collective" : "boxing", box.tensor, box.in.to_string(),
+                       box.out.to_string());
+  }
+
+  // The regst holding piece `rank` (of its placement) of what boxing `b`
+  // reads: a reference (see handle()).
+  int64_t boxing_input(const BoxingNode& box, int rank) const {
+    return box.from >= 0 ? boxed_[static_cast<size_t>(box.from)][static_cast<size_t>(rank)]
+                         : pieces_.at(box.tensor)[static_cast<size_t>(rank)];
+  }
+
+  // Whether boxing `b` reads what a move made: pieces read as they are may
+  // live on another node.
+  bool reads_move(int b) const {
+    const int from = g_.boxings[static_cast<size_t>(b)].from;
+    return from >= 0 && g_.boxings[static_cast<size_t>(from)].move();
+  }
+  bool reads_move(const OpNode& op) const {
+    return std::any_of(op.input_boxing.begin(), op.input_boxing.end(),
+                       [&](int b) { return b >= 0 && g_.boxings[static_cast<size_t>(b)].move(); });
+  }
+
+  // The inputs of a task of boxing unit `unit` over pieces first ..
+  // first + count - 1: each member's pieces (a shared B piece once).
+  std::vector<int> boxing_inputs(const std::vector<int>& unit, int first, int count);
+
+  void add_per_device_boxing(int b);
+
+  // A task copying the parts of `sources` (regsts with their logical
+  // regions) that fall in `target` into one regst holding `target`, on
+  // `device` of `node` (on CPU its thread; on GPUs the node's move thread,
+  // which never waits for a collective). Returns the regst.
+  int add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
+                    const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp,
+                    Rpc rpc = Rpc::kNone) {
+    const TensorMeta& meta = boxed_meta(g_, box);
+    TaskNode task;
+    task.kind = plan::TaskKind::Boxing;
+    task.name = std::move(name);
+    task.node = node;
+    task.placement = placement;
+    task.boxing.in = box.in;
+    task.boxing.out = box.out;
+    for (const auto& [regst, region] : sources) {
+      task.inputs.push_back(regst);
+      task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
+    }
+    task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
+    task.acts_per_step = rate(box.tensor);
+    const bool cpu = at(placement).type == DeviceType::kCpu;
+    if (cpu) task.device = device;
+    const int t = cpu ? add_task(std::move(task), thread_of(at(placement), node, device, rpc))
+                      : add_task(std::move(task), DeviceType::kComm, kCommThreads);
+    return add_region_regst(t, box.tensor, meta, sbp, target);
+  }
+
+  // A move: each piece on the target placement is made from the source
+  // pieces it overlaps (one replica of each distinct piece, the nearest:
+  // same device, then same node, then spread by target node, so a node
+  // receives each part once). A source piece that is exactly the target
+  // piece is read as it is (no task); one that only overlaps it and lives
+  // on another node is sliced there first, so only the overlap crosses; the
+  // parts are assembled on the target device, unless the one part is the
+  // whole piece. Partial sums (pserver mode) are not replicas: each target
+  // piece adds up its overlap with every source piece.
+  void add_move(int b);
+
+  // One boxing on one node: a task over every piece on node 0's comm thread.
+  // Across nodes: one task per node over that node's pieces, on one of
+  // kCommThreads comm threads, the same on every node (see order_comm_threads).
+  // Small gradients' all-reduces are fused: consecutive bucketable boxings
+  // (in that order) share one task and one all-reduce, up to bucket_bytes_.
+  // Moves between placements are copy tasks outside that order.
+  Status add_boxings();
+
+  // A collective blocks its comm thread until its peers on the other nodes
+  // join it, so the boxings sharing a thread must run in one order on every
+  // node, or two nodes could each wait for a collective the other has queued
+  // behind. Each thread's tasks t_1 .. t_k (in unit order) are chained by
+  // control regsts: t_i writes one that t_i+1 reads; t_1's is read by t_k
+  // too, and it has one slot, so t_1 of the next step waits for t_k of this
+  // one. Every node then runs t_1, ..., t_k, t_1, ... and nothing else.
+  void order_comm_threads();
+
+  void add_sink();
+
+  // The regst a consumer on `rank` (of its placement) reads for `tensor`,
+  // after boxing `boxing`.
+  int read(const std::string& tensor, int boxing, int rank);
+
+  Status wire();
+
+  const LogicalGraph& g_;
+  const size_t bucket_bytes_;
+  TaskGraph out_;
+  // References (handle() says what they are) by rank.
+  std::map<std::string, std::vector<int64_t>> pieces_;  // tensor -> its pieces
+  std::vector<std::vector<int64_t>> boxed_;             // boxing node -> its output pieces
+  std::vector<Counted> counted_;
+  std::map<int64_t, int> stored_;  // counted reference -> its handle, once stored
+  std::vector<std::vector<int>> variable_tasks_;
+  // An async pserver's block: its model regst per lane (trainer rank).
+  std::map<std::string, std::vector<int64_t>> model_lanes_;
+  // A move of an async block's gradient: no task; the pieces of each lane.
+  std::map<int, std::vector<int>> lane_inputs_;
+  std::set<int> pserver_nodes_;                    // nodes holding variable blocks
+  std::map<std::pair<int, Rpc>, int> rpc_dealt_;  // (pserver node, service) -> tasks dealt to its threads
+  std::vector<std::vector<int>> op_tasks_;
+  struct ChainUnit {  // a boxing unit across nodes, in order
+    uint32_t thread;
+    std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
+  };
+  std::vector<ChainUnit> chain_units_;
+  int sink_task_ = -1;
+};
+
+}  // namespace rill::compiler

@@ -1,0 +1,180 @@
+// Boxing tasks: per device, per node over its pieces, buckets of small
+// gradients, and the one order of each comm thread's collectives.
+#include "compiler/boxing_units.h"
+#include "compiler/expander.h"
+
+namespace rill::compiler {
+
+bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
+  const BoxingNode& box = g_.boxings[b];
+  const LogicalTensor* t = g_.find(box.tensor);
+  return !box.move() && !box.as && at(box.placement).num_nodes() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
+         box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ &&
+         !read_by_boxing[b];
+}
+
+bool Expander::per_device(const BoxingNode& box) const {
+  const graph::Placement& p = at(box.placement);
+  return !box.move() && p.per_node() > 1 && p.type == DeviceType::kCpu &&
+         boxing_form(box.in, box.out, p.num_nodes()) == BoxingForm::kWithinNode &&
+         box.out.within.kind != Sbp::kBroadcast;
+}
+
+TaskNode Expander::boxing_task(const BoxingNode& box, std::string name, int index) const {
+  const graph::Placement& p = at(box.placement);
+  TaskNode task;
+  task.kind = plan::TaskKind::Boxing;
+  task.name = std::move(name);
+  task.node = p.nodes[static_cast<size_t>(index)];
+  task.placement = box.placement;
+  task.boxing.in = box.in;
+  task.boxing.out = box.out;
+  task.boxing.parallel = p.parallel();
+  task.boxing.num_nodes = p.num_nodes();
+  task.boxing.local_pieces = p.per_node();
+  task.boxing.first_rank = index * p.per_node();
+  task.boxing.reduce_op = box.reduce_op;
+  task.acts_per_step = rate(box.tensor);
+  return task;
+}
+
+std::vector<int> Expander::boxing_inputs(const std::vector<int>& unit, int first, int count) {
+  std::vector<int> inputs;
+  for (int b : unit) {
+    const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+    // A collective's first boxing reads the producer's pieces, in the tensor's own layout.
+    const LogicalTensor* t = g_.find(box.tensor);
+    const bool own = box.from < 0 && box.as;
+    for (int d = 0; d < count; ++d) {
+      const int regst = handle(boxing_input(box, first + d), box.tensor, own ? t->sbp : box.in, box.placement,
+                               first + d, own ? &t->meta : &boxed_meta(g_, box));
+      if (d == 0 || regst != inputs.back()) inputs.push_back(regst);
+    }
+  }
+  return inputs;
+}
+
+void Expander::add_per_device_boxing(int b) {
+  const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+  const graph::Placement& p = at(box.placement);
+  const TensorMeta& meta = boxed_meta(g_, box);
+  const bool everywhere = reads_move(b);
+  for (int rank = 0; rank < p.parallel(); ++rank) {
+    if (!out_.stores(p.node_of(rank)) && !everywhere) {
+      boxed_[static_cast<size_t>(b)].push_back(
+          count_regst(out_.count_task(p.node_of(rank), DeviceType::kCpu, p.device_of(rank))));
+      continue;
+    }
+    const int first = rank / p.per_node() * p.per_node();
+    TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
+    task.device = p.device_of(rank);
+    task.boxing.piece = rank % p.per_node();
+    task.inputs = boxing_inputs({b}, first, p.per_node());
+    const int t = add_task(std::move(task), DeviceType::kCpu);
+    boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, p, rank));
+  }
+}
+
+Status Expander::add_boxings() {
+  std::vector<bool> read_by_boxing(g_.boxings.size(), false);
+  for (const BoxingNode& box : g_.boxings)
+    if (box.from >= 0) read_by_boxing[static_cast<size_t>(box.from)] = true;
+  // Units of work in order: one boxing, or a bucket of several on one placement.
+  const std::vector<std::vector<int>> units = boxing_units(
+      g_, bucket_bytes_, [&](size_t b) { return bucketable(b, read_by_boxing); },
+      [&](const std::string& tensor) { return rate(tensor); });
+  boxed_.assign(g_.boxings.size(), {});
+  uint32_t comm_position = 0;  // comm-thread units so far
+  for (const std::vector<int>& unit : units) {
+    const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
+    if (box.move()) {
+      add_move(unit[0]);
+      continue;
+    }
+    if (per_device(box)) {
+      add_per_device_boxing(unit[0]);
+      continue;
+    }
+    const graph::Placement& p = at(box.placement);
+    const int nodes = p.num_nodes();
+    const size_t position = comm_position++;
+    const std::string name =
+        unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
+    const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
+    const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
+    std::vector<uint64_t> ids;
+    std::vector<int> tasks;
+    std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
+    for (int index = 0; index < nodes; ++index) {
+      const int node = p.nodes[static_cast<size_t>(index)];
+      const int first = index * p.per_node();
+      if (!out_.stores(node) && !everywhere) {
+        const uint64_t id = out_.count_task(node, DeviceType::kComm, thread);
+        ids.push_back(id);
+        members.push_back({node, -1});
+        for (int b : unit) {
+          const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+          const int64_t shared = member.out.within.kind == Sbp::kBroadcast ? count_regst(id) : 0;
+          for (int d = 0; d < p.per_node(); ++d)
+            boxed_[static_cast<size_t>(b)].push_back(shared < 0 ? shared : count_regst(id));
+        }
+        continue;
+      }
+      TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
+      task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
+      task.boxing.tensors = static_cast<int>(unit.size());
+      task.inputs = boxing_inputs(unit, first, p.per_node());
+      const int t = add_task(std::move(task), DeviceType::kComm, thread);
+      ids.push_back(out_.tasks[t].id);
+      tasks.push_back(t);
+      members.push_back({node, t});
+      for (int b : unit) {
+        const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+        const TensorMeta& meta = boxed_meta(g_, member);
+        // A B result is one regst that every device of the node reads.
+        const int shared =
+            member.out.within.kind == Sbp::kBroadcast ? add_regst(t, member.tensor, meta, member.out, p, first) : -1;
+        for (int d = 0; d < p.per_node(); ++d)
+          boxed_[static_cast<size_t>(b)].push_back(
+              shared >= 0 ? shared : add_regst(t, member.tensor, meta, member.out, p, first + d));
+      }
+    }
+    if (boxing_exchanges(box.in, box.out, nodes))
+      for (int t : tasks) out_.tasks[t].boxing.peers = ids;
+    if (nodes > 1) chain_units_.push_back({thread, members});
+  }
+  order_comm_threads();
+  return {};
+}
+
+void Expander::order_comm_threads() {
+  // (node, thread) -> its tasks in order (handles; -1: another node's, only counted)
+  std::map<std::pair<int, uint32_t>, std::vector<int>> chains;
+  for (const ChainUnit& unit : chain_units_)
+    for (const auto& [node, task] : unit.members) chains[{node, unit.thread}].push_back(task);
+  for (auto& [where, chain] : chains) {
+    if (chain.size() < 2) continue;
+    if (!out_.stores(where.first)) {
+      out_.next_regst += static_cast<int64_t>(chain.size() - 1);
+      continue;
+    }
+    int first = -1;
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      RegstNode r;
+      r.name = "ctrl:" + out_.tasks[chain[i]].name;
+      r.meta = TensorMeta{Shape{}, DType::kF32};
+      r.sbp = NdSbp(Sbp::broadcast());
+      r.ctrl = true;
+      // Once per micro-batch only if its writer and every reader act so.
+      auto acts = [&](int t) { return out_.tasks[static_cast<size_t>(t)].acts_per_step; };
+      r.readies_per_step = std::min(acts(chain[i]), acts(chain[i + 1]));
+      if (i == 0 && chain.size() > 2) r.readies_per_step = std::min(r.readies_per_step, acts(chain.back()));
+      const int id = out_.add_regst(std::move(r), chain[i]);
+      if (i == 0) first = id;
+      out_.tasks[chain[i + 1]].inputs.push_back(id);  // after the pieces
+    }
+    if (chain.size() > 2) out_.tasks[chain.back()].inputs.push_back(first);
+  }
+}
+
+}  // namespace rill::compiler
