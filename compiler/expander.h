@@ -170,6 +170,14 @@ class Expander {
 
   void add_source_set(int d, size_t set, const std::vector<const InputNode*>& members);
 
+  // The least OpDef::index_bound of the ops reading `tensor` (0: none), and
+  // the op whose it is.
+  struct IndexBound {
+    int64_t bound = 0;
+    std::string reader;
+  };
+  IndexBound index_bound(const std::string& tensor) const;
+
   void add_variables();
 
   void add_computes();

@@ -106,7 +106,12 @@ void Expander::add_source_set(int d, size_t set, const std::vector<const InputNo
       (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
       (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
     }
-    for (const InputNode* in : members) task.source.fields.push_back(in->input.field);
+    for (const InputNode* in : members) {
+    task.source.fields.push_back(in->input.field);
+    const IndexBound bound = index_bound(in->input.name);
+    task.source.index_bounds.push_back(bound.bound);
+    task.source.index_readers.push_back(bound.reader);
+  }
     task.acts_per_step = static_cast<int>(g_.micro_batches);
     int t = add_task(std::move(task), DeviceType::kIo);
     for (size_t k = 0; k < members.size(); ++k) {
@@ -114,6 +119,22 @@ void Expander::add_source_set(int d, size_t set, const std::vector<const InputNo
       outs[k]->push_back(add_regst(t, in->input.name, g_.find(in->input.name)->meta, in->sbp, p, rank));
     }
   }
+}
+
+Expander::IndexBound Expander::index_bound(const std::string& tensor) const {
+  IndexBound least;
+  for (const OpNode& op : g_.ops) {
+    if (op.def->index_bound == nullptr) continue;
+    std::vector<TensorMeta> inputs;
+    for (const std::string& in : op.inputs) inputs.push_back(g_.find(in)->meta);
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k] != tensor) continue;
+      const int64_t bound = op.def->index_bound(op.attrs, inputs, static_cast<int>(k));
+      if (bound > 0 && (least.bound == 0 || bound < least.bound))
+        least = {bound, fmt::format("{} ({})", op.name, op.type)};
+    }
+  }
+  return least;
 }
 
 void Expander::add_variables() {

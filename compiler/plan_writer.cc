@@ -65,7 +65,8 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
     case plan::TaskKind::Source:
       source = plan::CreateSourceConf(b, t.source.dataset, write_strings(b, t.source.fields), t.source.shard,
                                       t.source.num_shards, t.source.sub_shard, t.source.num_sub_shards,
-                                      g.global_batch, g.shuffle, g.seed, g.rows_by_rank);
+                                      g.global_batch, g.shuffle, g.seed, g.rows_by_rank,
+                                      b.CreateVector(t.source.index_bounds), write_strings(b, t.source.index_readers));
       break;
     case plan::TaskKind::Variable: {
       Offset<flatbuffers::String> whole = 0;

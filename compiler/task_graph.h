@@ -48,6 +48,10 @@ struct SourceInfo {
   int num_shards = 1;
   int sub_shard = 0;
   int num_sub_shards = 1;
+  // Per field: the bound its values must lie under (0: none) and the op
+  // whose bound it is (SourceConf.index_bounds).
+  std::vector<int64_t> index_bounds;
+  std::vector<std::string> index_readers;
 };
 
 struct VariableInfo {

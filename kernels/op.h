@@ -78,6 +78,7 @@ using SbpFn = std::vector<SbpSignature> (*)(const Attrs& attrs, std::span<const 
 using GradFn = Status (*)(GradBuilder& builder);
 using KernelFn = Status (*)(KernelContext& ctx);
 using ScratchFn = size_t (*)(const Attrs& attrs, std::span<const TensorMeta> physical_inputs);
+using IndexBoundFn = int64_t (*)(const Attrs& attrs, std::span<const TensorMeta> logical_inputs, int input);
 
 enum class OpRole : uint8_t {
   kCompute,      // a forward or backward op
@@ -103,6 +104,12 @@ struct OpDef {
   // a split of one is the split of the other only where every device's
   // pieces hold as many elements, which SBP deduction checks per placement.
   bool copies_bytes = false;
+  // Inputs holding indices (embedding ids, class labels): the bound their
+  // values must lie under ([0, bound)) for input `input`, or 0 where that
+  // input is not an index. A source checks the data it reads against the
+  // bounds of the ops reading it before the first step, naming the value
+  // and where it lies in the data (runtime/node/node_bodies.cc).
+  IndexBoundFn index_bound = nullptr;
 };
 
 // The op with this type, or nullptr.

@@ -89,4 +89,18 @@ void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) con
   }
 }
 
+std::optional<OutsideValue> Dataset::find_outside(int field, int64_t bound) const {
+  assert(field >= 0 && field < num_fields() && fields_[field].meta.dtype == DType::kI32);
+  const DatasetField& f = fields_[field];
+  const int64_t per_sample = num_elements(f.meta.shape);
+  for (int64_t s = 0; s < num_samples_; ++s) {
+    const int64_t first = f.windows ? s * f.window_stride + f.window_offset : s * per_sample;
+    const int32_t* values = (f.windows ? f.windows->data() : f.i32.data()) + first;
+    for (int64_t e = 0; e < per_sample; ++e)
+      if (values[e] < 0 || values[e] >= bound)
+        return OutsideValue{s, e, values[e], f.windows ? f.window_origin + first + e : -1};
+  }
+  return std::nullopt;
+}
+
 }  // namespace rill

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,15 @@ struct DatasetField {
   std::vector<int32_t> i32;
   std::shared_ptr<const std::vector<int32_t>> windows;  // i32 window fields only
   int64_t window_stride = 0, window_offset = 0;
+  int64_t window_origin = 0;  // where windows[0] lies in the file's token stream
+};
+
+// A value of an index field outside the bound its readers set
+// (Dataset::find_outside).
+struct OutsideValue {
+  int64_t sample = 0, element = 0;  // which sample, which element of it (row-major)
+  int32_t value = 0;
+  int64_t stream_position = -1;  // window fields: the token's position in the file's stream; else -1
 };
 
 class Dataset {
@@ -54,6 +64,10 @@ class Dataset {
   // indices.size() * field_meta(field).bytes(). Allocates nothing.
   // REQUIRES: 0 <= field < num_fields(), every index in [0, num_samples()).
   void gather(int field, std::span<const int64_t> indices, void* dst) const;
+  // The first value of i32 field `field` outside [0, bound), in sample
+  // order, or nullopt. Reads every sample once (a source's check before its
+  // first step). REQUIRES: field_meta(field).dtype is i32.
+  std::optional<OutsideValue> find_outside(int field, int64_t bound) const;
 
  private:
   Dataset() = default;

@@ -38,6 +38,17 @@ Status data_mismatch(const std::string& input, const std::string& field, const D
                           shape_string(held.shape), dtype_name(held.dtype));
 }
 
+Status index_outside(const std::string& input, const std::string& field, const DatasetSpec& spec,
+                     const OutsideValue& outside, int64_t bound, const std::string& reader) {
+  const std::string where =
+      outside.stream_position >= 0
+          ? fmt::format("at token {} of '{}'", outside.stream_position, spec.path)
+          : fmt::format("in sample {}, element {}", outside.sample, outside.element);
+  return invalid_argument("input '{}' reads field '{}' of dataset '{}': value {} {} is not in [0, {}), the "
+                          "indices op {} reads",
+                          input, field, spec.name, outside.value, where, bound, reader);
+}
+
 StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec) {
   if (spec.kind == "idx") {
     RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.images, spec.name));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/data/dataset.h"
 #include "kernels/data/dataset_spec.h"
 #include "kernels/tensor.h"
 
@@ -32,6 +33,12 @@ StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const Data
 // (`rill check`, a source before its first step).
 Status data_mismatch(const std::string& input, const std::string& field, const DatasetSpec& spec,
                      const TensorMeta& declared, const TensorMeta& held);
+// The error for input `input` reading `field` of `spec` where a value lies
+// outside [0, bound), the bound of op `reader`: names the value, where it
+// lies (the token's position in the file, or the sample and element) and
+// the op.
+Status index_outside(const std::string& input, const std::string& field, const DatasetSpec& spec,
+                     const OutsideValue& outside, int64_t bound, const std::string& reader);
 // Whether `declared` per sample can be read from `held`: as many elements,
 // the same dtype (a [28, 28] input may read [784] pixels).
 inline bool data_agrees(const TensorMeta& declared, const TensorMeta& held) {

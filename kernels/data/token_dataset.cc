@@ -81,6 +81,7 @@ StatusOr<std::shared_ptr<const Dataset>> read_token_dataset(const DatasetSpec& s
     fields[f].windows = shared;
     fields[f].window_stride = spec.context;
     fields[f].window_offset = f;
+    fields[f].window_origin = begin;
   }
   return Dataset::from_fields(spec.name, windows, std::move(fields));
 }

@@ -78,6 +78,7 @@ const OpDef kSparseSoftmaxCrossEntropyOp = {
     .sbp = sbp_ce,
     .grad = grad_ce,
     .cpu = cpu_ce,
+    .index_bound = math::labels_bound,
 };
 
 const OpDef kSparseSoftmaxCrossEntropyGradOp = {
@@ -87,6 +88,7 @@ const OpDef kSparseSoftmaxCrossEntropyGradOp = {
     .infer = infer_ce_grad,
     .sbp = sbp_ce_grad,
     .cpu = cpu_ce_grad,
+    .index_bound = math::labels_bound,
 };
 
 }  // namespace rill

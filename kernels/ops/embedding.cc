@@ -199,6 +199,20 @@ Status cpu_embedding_mask(KernelContext& ctx) {
   return {};
 }
 
+// Ids (input 0) name rows of the whole table.
+int64_t ids_bound(const Attrs& attrs, std::span<const TensorMeta> in, int input) {
+  if (input != 0 || in[1].shape.empty()) return 0;
+  const int64_t total = attrs.get_int("total_rows", 0);
+  return total > 0 ? total : in[1].shape[0];
+}
+
+// embedding_grad reads the table's rows as its attr `rows` (or total_rows).
+int64_t grad_ids_bound(const Attrs& attrs, std::span<const TensorMeta>, int input) {
+  if (input != 0) return 0;
+  const int64_t total = attrs.get_int("total_rows", 0);
+  return total > 0 ? total : attrs.get_int("rows", 0);
+}
+
 }  // namespace
 
 const OpDef kEmbeddingMaskOp = {
@@ -209,6 +223,7 @@ const OpDef kEmbeddingMaskOp = {
     .sbp = sbp_embedding_mask,
     .grad = grad_embedding_mask,
     .cpu = cpu_embedding_mask,
+    .index_bound = grad_ids_bound,
 };
 
 const OpDef kEmbeddingOp = {
@@ -219,6 +234,7 @@ const OpDef kEmbeddingOp = {
     .sbp = sbp_embedding,
     .grad = grad_embedding,
     .cpu = cpu_embedding,
+    .index_bound = ids_bound,
 };
 
 const OpDef kEmbeddingGradOp = {
@@ -228,6 +244,7 @@ const OpDef kEmbeddingGradOp = {
     .infer = infer_embedding_grad,
     .sbp = sbp_embedding_grad,
     .cpu = cpu_embedding_grad,
+    .index_bound = grad_ids_bound,
 };
 
 }  // namespace rill

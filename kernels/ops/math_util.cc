@@ -126,6 +126,10 @@ Status check_labels(const char* op, const int32_t* labels, int64_t n, int64_t nu
   return {};
 }
 
+int64_t labels_bound(const Attrs&, std::span<const TensorMeta> in, int input) {
+  return input == 1 && !in[0].shape.empty() ? in[0].shape.back() : 0;
+}
+
 std::string sum_to_scalar_like(GradBuilder& builder, const std::string& grad, const std::string& like) {
   Attrs all{{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}};
   std::string sum = builder.add_op("reduce_sum", {grad}, all)[0];  // shape []

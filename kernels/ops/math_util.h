@@ -53,6 +53,9 @@ Status check_logits_labels(const TensorMeta& logits, const TensorMeta& labels);
 // Kernel-side check of class labels: each must be in [0, num_classes). The
 // error names the first bad label and its position (bad data must not crash).
 Status check_labels(const char* op, const int32_t* labels, int64_t n, int64_t num_classes);
+// OpDef::index_bound of ops reading logits [..., C] (input 0) and labels
+// (input 1): labels lie in [0, C).
+int64_t labels_bound(const Attrs& attrs, std::span<const TensorMeta> logical_inputs, int input);
 
 // Gradient-rule helper: adds ops that sum `grad` over every axis into a
 // tensor shaped like `like`, a scalar ([] or [1]); returns its name. For a

@@ -12,8 +12,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -104,6 +106,8 @@ class NodeRun : public NodeRuntime {
   std::vector<std::unique_ptr<void, HostFree>> pinned_memory_;
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
   std::vector<std::shared_ptr<const Dataset>> datasets_;
+  // (dataset, field, bound) already checked by a source (SourceConf.index_bounds).
+  std::set<std::tuple<int, int, int64_t>> checked_bounds_;
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> by_index_;
   std::vector<const plan::Task*> variable_tasks_;

@@ -67,5 +67,55 @@ TEST_CASE("a CSV input declared with more features than the file's columns is re
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("an index outside what its reader takes is refused before the first step, naming the value and where") {
+  // A label of class 2 for a loss over 2 classes (sample 3 of 4), and a
+  // text's bytes for an embedding of 100 rows ('e' is 101): the sources
+  // check every value against the least bound of the ops reading it.
+  const auto dir = std::filesystem::temp_directory_path() / ("rill-index-check-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto csv = dir / "rows.csv", text = dir / "text.txt";
+  std::ofstream(csv) << "1,0,0\n0,1,1\n1,0,2\n0,1,1\n";
+  std::ofstream(text) << "abcdefgh abcdefgh abcdefgh";  // 'a' is 97; 'd' (100) is the first outside
+  const std::string csv_job = R"({"name": "csv_job",
+    "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv.string() + R"(", "label_column": 2}],
+    "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [2]},
+               {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
+    "variables": [{"name": "w", "shape": [2, 2], "init": {"type": "fill", "value": 0}}],
+    "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
+    "train": {"steps": 3, "batch_size": 4, "shuffle": false}})";
+  const std::string text_job = R"({"name": "text_job",
+    "datasets": [{"name": "book", "kind": "text", "path": ")" + text.string() + R"(", "context": 4}],
+    "inputs": [{"name": "idx", "dataset": "book", "field": "tokens", "shape": [4], "dtype": "i32"},
+               {"name": "next", "dataset": "book", "field": "targets", "shape": [4], "dtype": "i32"}],
+    "variables": [{"name": "wte", "shape": [100, 8], "init": {"type": "normal", "std": 0.02, "seed": 1}},
+                  {"name": "head", "shape": [8, 256], "init": {"type": "fill", "value": 0}}],
+    "ops": [{"name": "tok", "type": "embedding", "inputs": ["idx", "wte"]},
+            {"name": "logits", "type": "matmul", "inputs": ["tok", "head"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "next"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
+    "train": {"steps": 3, "batch_size": 2, "shuffle": false}})";
+  const std::pair<std::string, std::string> cases[] = {
+      {csv_job, "input 'y' reads field 'label' of dataset 'train': value 2 in sample 2, element 0 is not in [0, 2), "
+                "the indices op xent (sparse_softmax_cross_entropy) reads"},
+      {text_job, "input 'idx' reads field 'tokens' of dataset 'book': value 100 at token 3 of '" + text.string() +
+                     "' is not in [0, 100), the indices op tok (embedding) reads"}};
+  for (const auto& [source, expected] : cases)
+    for (const char* devices : {"cpu:1", "cpu:2"}) {
+      CAPTURE(devices);
+      auto job = graph::parse_job_json(source, "index_job.json");
+      REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+      JobResult result = testing::run(*job, devices);
+      REQUIRE_FALSE(result.status.ok());
+      INFO(result.status.message());
+      CHECK(has(result.status.message(), expected));
+      CHECK(result.loss_curve.empty());  // nothing ran
+    }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rill
