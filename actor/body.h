@@ -38,7 +38,7 @@ class ComputeBody {
   // outputs is on the same device thread (a copy task stands between it and
   // anything else), so the stream, or an event for a copy, orders them.
   ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
-              KernelFn kernel = nullptr, CudaContext* cuda = nullptr);
+              KernelFn kernel = nullptr, CudaContext* cuda = nullptr, std::vector<Shape> input_offsets = {});
   Status act(const ActIo& io);
 
  private:
@@ -47,6 +47,7 @@ class ComputeBody {
   CudaContext* cuda_;
   Attrs attrs_;
   std::vector<Shape> logical_inputs_;
+  std::vector<Shape> input_offsets_;
   std::vector<std::byte> scratch_;
   std::vector<TensorView> in_views_;
   std::vector<TensorView> out_views_;

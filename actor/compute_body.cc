@@ -3,12 +3,13 @@
 namespace rill {
 
 ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
-                         KernelFn kernel, CudaContext* cuda)
+                         KernelFn kernel, CudaContext* cuda, std::vector<Shape> input_offsets)
     : def_(def),
       kernel_(kernel ? kernel : def->cpu),
       cuda_(cuda),
       attrs_(std::move(attrs)),
       logical_inputs_(std::move(logical_inputs)),
+      input_offsets_(std::move(input_offsets)),
       scratch_(scratch_bytes) {}
 
 Status ComputeBody::act(const ActIo& io) {
@@ -25,6 +26,7 @@ Status ComputeBody::act(const ActIo& io) {
   ctx.inputs = in_views_;
   ctx.outputs = out_views_;
   ctx.logical_inputs = logical_inputs_;
+  ctx.input_offsets = input_offsets_;
   ctx.attrs = &attrs_;
   ctx.step = io.step;
   ctx.micro = io.micro;

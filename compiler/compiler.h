@@ -36,7 +36,10 @@ namespace rill::compiler {
 // 9: host regsts read across nodes directly (no Send/Recv between CPU
 //    devices; a node plan lists another node's regst with its own readers);
 //    collective ops (a boxing's logical shape is its outputs').
-inline constexpr uint32_t kPlanVersion = 9;
+// 10: sources check indices against their readers' bounds
+//     (SourceConf.index_bounds); compute tasks know where their input
+//     pieces lie (Task.input_offsets: dropout's mask).
+inline constexpr uint32_t kPlanVersion = 10;
 
 // The devices a job runs on: num_nodes nodes with devices_per_node devices each.
 // A device's rank is node * devices_per_node + device.

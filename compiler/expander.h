@@ -96,28 +96,7 @@ class Expander {
   // producer task (tasks that read across nodes are stored on every node).
   // `as`: the logical tensor it is a piece of, when not `tensor` (a collective's boxing).
   int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
-             const TensorMeta* as = nullptr) {
-    if (ref >= 0) return static_cast<int>(ref);
-    auto [it, fresh] = stored_.try_emplace(ref, -1);
-    if (!fresh) return it->second;
-    const Counted& c = counted_[static_cast<size_t>(~ref)];
-    const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
-    RegstNode r;
-    r.name = tensor;
-    r.id = c.id;
-    r.node = static_cast<int>(ActorId::node(c.producer_id));
-    r.producer_id = c.producer_id;
-    r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
-    r.logical_shape = logical.shape;
-    r.sbp = c.sbp.value_or(sbp);
-    r.is_model = c.is_model;
-    r.readies_per_step = rate(tensor);
-    r.stage = g_.find(tensor)->stage;
-    r.after_updates = g_.find(tensor)->after_updates;
-    out_.regsts.push_back(std::move(r));
-    it->second = static_cast<int>(out_.regsts.size() - 1);
-    return it->second;
-  }
+             const TensorMeta* as = nullptr);
 
   static Region piece(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int rank) {
     return piece_region(logical, sbp, p.num_nodes(), p.per_node(), rank);
@@ -130,18 +109,7 @@ class Expander {
   }
 
   int add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
-                       const Region& region, bool is_model = false) {
-    RegstNode r;
-    r.name = name;
-    r.meta = TensorMeta{region.extent, logical.dtype};
-    r.logical_shape = logical.shape;
-    r.sbp = sbp;
-    r.is_model = is_model;
-    r.readies_per_step = rate(name);
-    r.stage = g_.find(name)->stage;
-    r.after_updates = g_.find(name)->after_updates;
-    return out_.add_regst(std::move(r), task);
-  }
+                       const Region& region, bool is_model = false);
 
   // An async pserver's block (one piece, on a pserver, its gradient made on
   // the trainers): a lane per trainer rank; 1 otherwise.
@@ -230,27 +198,7 @@ class Expander {
   // which never waits for a collective). Returns the regst.
   int add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
                     const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp,
-                    Rpc rpc = Rpc::kNone) {
-    const TensorMeta& meta = boxed_meta(g_, box);
-    TaskNode task;
-    task.kind = plan::TaskKind::Boxing;
-    task.name = std::move(name);
-    task.node = node;
-    task.placement = placement;
-    task.boxing.in = box.in;
-    task.boxing.out = box.out;
-    for (const auto& [regst, region] : sources) {
-      task.inputs.push_back(regst);
-      task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
-    }
-    task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
-    task.acts_per_step = rate(box.tensor);
-    const bool cpu = at(placement).type == DeviceType::kCpu;
-    if (cpu) task.device = device;
-    const int t = cpu ? add_task(std::move(task), thread_of(at(placement), node, device, rpc))
-                      : add_task(std::move(task), DeviceType::kComm, kCommThreads);
-    return add_region_regst(t, box.tensor, meta, sbp, target);
-  }
+                    Rpc rpc = Rpc::kNone);
 
   // A move: each piece on the target placement is made from the source
   // pieces it overlaps (one replica of each distinct piece, the nearest:

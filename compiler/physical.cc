@@ -5,6 +5,44 @@
 
 namespace rill::compiler {
 
+int Expander::handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
+           const TensorMeta* as) {
+  if (ref >= 0) return static_cast<int>(ref);
+  auto [it, fresh] = stored_.try_emplace(ref, -1);
+  if (!fresh) return it->second;
+  const Counted& c = counted_[static_cast<size_t>(~ref)];
+  const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
+  RegstNode r;
+  r.name = tensor;
+  r.id = c.id;
+  r.node = static_cast<int>(ActorId::node(c.producer_id));
+  r.producer_id = c.producer_id;
+  r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
+  r.logical_shape = logical.shape;
+  r.sbp = c.sbp.value_or(sbp);
+  r.is_model = c.is_model;
+  r.readies_per_step = rate(tensor);
+  r.stage = g_.find(tensor)->stage;
+  r.after_updates = g_.find(tensor)->after_updates;
+  out_.regsts.push_back(std::move(r));
+  it->second = static_cast<int>(out_.regsts.size() - 1);
+  return it->second;
+}
+
+int Expander::add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                     const Region& region, bool is_model) {
+  RegstNode r;
+  r.name = name;
+  r.meta = TensorMeta{region.extent, logical.dtype};
+  r.logical_shape = logical.shape;
+  r.sbp = sbp;
+  r.is_model = is_model;
+  r.readies_per_step = rate(name);
+  r.stage = g_.find(name)->stage;
+  r.after_updates = g_.find(name)->after_updates;
+  return out_.add_regst(std::move(r), task);
+}
+
 StatusOr<TaskGraph> Expander::run() {
   out_.job_name = g_.job_name;
   out_.global_batch = g_.global_batch;
@@ -227,9 +265,15 @@ void Expander::add_computes() {
       task.placement = op.placement;
       std::vector<TensorMeta> physical_inputs;
       for (size_t k = 0; k < inputs.size(); ++k) {
-        const Shape extent = piece(inputs[k]->shape, op.input_sbp[k], p, rank).extent;
-        // Mirrored: a rank's pieces are its whole tensors (a mean is over its rows).
+        const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, rank);
+        const Shape& extent = region.extent;
+        // Mirrored: a rank's pieces are its whole tensors (a mean is over its
+        // rows); they lie at the origin, but for the rank's rows as if
+        // stacked, so that ranks' places differ.
         task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
+        Shape offset = region.origin;
+        if (g_.mirrored && !offset.empty()) offset[0] = rank * extent[0];
+        task.input_offsets.push_back(std::move(offset));
         physical_inputs.push_back({extent, inputs[k]->dtype});
       }
       if (op.def->scratch_bytes != nullptr)

@@ -104,6 +104,9 @@ std::string misaligned_vector(const plan::Plan& p) {
       if (t->logical_input_shapes())
         for (const plan::Shape* shape : *t->logical_input_shapes())
           if (!aligned(shape->dims())) return task_label(t) + "'s logical_input_shapes";
+      if (t->input_offsets())
+        for (const plan::Shape* offset : *t->input_offsets())
+          if (!aligned(offset->dims())) return task_label(t) + "'s input_offsets";
       if (const plan::VariableConf* v = t->variable())
         if (!aligned(v->offset()) || !aligned(v->whole_shape()) || !aligned(v->whole_offset()) ||
             !aligned_attrs(v->init_attrs()) || !aligned_attrs(v->update_attrs()))

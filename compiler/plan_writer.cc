@@ -112,10 +112,12 @@ Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const Ta
   for (int r : t.outputs) outputs.push_back(g.regsts[static_cast<size_t>(r)].id);
   std::vector<Offset<plan::Shape>> shapes;
   for (const Shape& s : t.logical_input_shapes) shapes.push_back(plan::CreateShape(b, b.CreateVector(s)));
+  std::vector<Offset<plan::Shape>> offsets;
+  for (const Shape& s : t.input_offsets) offsets.push_back(plan::CreateShape(b, b.CreateVector(s)));
   return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
                           t.node, t.device, ActorId::thread_key(t.id), b.CreateVector(inputs),
                           b.CreateVector(outputs), b.CreateVector(shapes), t.scratch_bytes, source, variable, sink,
-                          boxing, t.placement, t.acts_per_step);
+                          boxing, t.placement, t.acts_per_step, offsets.empty() ? 0 : b.CreateVector(offsets));
 }
 
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, const RegstNode& r) {

@@ -106,6 +106,7 @@ struct TaskNode {
   std::vector<int> inputs;   // regst indices, in op input order
   std::vector<int> outputs;  // regst indices, in op output order
   std::vector<Shape> logical_input_shapes;
+  std::vector<Shape> input_offsets;  // compute tasks: of each input piece in its logical tensor
   int64_t scratch_bytes = 0;
   SourceInfo source;
   VariableInfo variable;

@@ -298,6 +298,10 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     node.inputs = op.inputs;
     node.outputs = op.outputs;
     node.attrs = op.attrs;
+    if (const OpDef* def = find_op(op.type); mode == Mode::kEval && def != nullptr && def->identity_in_eval) {
+      node.type = "identity";  // dropout: training only
+      node.attrs = {};
+    }
     node.output_hints = op.output_sbp;
     node.output_hints.resize(op.outputs.size());
     const std::string what = fmt::format("op '{}'", op.name);

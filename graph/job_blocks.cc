@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "kernels/op.h"
+
 namespace rill::graph {
 namespace {
 
@@ -27,9 +29,11 @@ Variable layer_variable(const Variable& v, const Layer& at, int64_t i) {
   return out;
 }
 
-Op layer_op(const Op& op, const Layer& at) {
+Op layer_op(const Op& op, const Layer& at, int64_t i) {
   Op out = op;
   out.name = at(op.name);
+  if (const OpDef* def = find_op(op.type); def != nullptr && def->seeded)
+    out.attrs.set("seed", out.attrs.get_int("seed", 0) + kSeedStridePerLayer * i);
   for (std::string& s : out.inputs) s = at(s);
   for (std::string& s : out.outputs) s = at(s);
   return out;
@@ -75,7 +79,7 @@ void expand_blocks(const std::vector<Block>& blocks, Job* job, check::Issues* is
             fmt::format("{}.variables[{}]", path, k), layer};
       }
       for (size_t k = 0; k < block.ops.size(); ++k) {
-        ops.push_back(layer_op(block.ops[k], at));
+        ops.push_back(layer_op(block.ops[k], at, i));
         for (const std::string& out : ops.back().outputs) made.insert(out);
         from.push_back({fmt::format("{}.ops[{}]", path, k), layer});
       }

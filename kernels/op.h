@@ -38,6 +38,11 @@ struct KernelContext {
   // Optimizer state tensors (momentum, Adam's m and v), each shaped like input 0.
   std::span<TensorView> state;
   std::span<const Shape> logical_inputs;
+  // Where each input piece lies in its logical tensor (one entry per axis;
+  // empty: at the origin). Ops whose values depend on an element's place in
+  // the whole tensor (dropout's mask) read it, so pieces agree with one
+  // device's result however the tensor is split.
+  std::span<const Shape> input_offsets;
   // For initializers: the logical shape of output 0 and the offset of this
   // piece in it (one entry per axis), so a split variable's pieces together
   // equal the logical tensor a single device would have made.
@@ -110,6 +115,12 @@ struct OpDef {
   // bounds of the ops reading it before the first step, naming the value
   // and where it lies in the data (runtime/node/node_bodies.cc).
   IndexBoundFn index_bound = nullptr;
+  // Training only (dropout): eval plans and eager forward runs (generation)
+  // run it as identity.
+  bool identity_in_eval = false;
+  // Reads attr `seed` (default 0): a repeated block's layers get seeds
+  // apart (graph/job_blocks.cc), written or not, as variables' initializers do.
+  bool seeded = false;
 };
 
 // The op with this type, or nullptr.

@@ -32,6 +32,7 @@ constexpr Entry kCudaKernels[] = {
     {"reduce_sum", cuda_ops::reduce_sum}, {"reduce_mean", cuda_ops::reduce_mean},
     {"broadcast_like", cuda_ops::broadcast_like},
     {"layer_norm", cuda_ops::layer_norm}, {"layer_norm_grad", cuda_ops::layer_norm_grad},
+    {"dropout", cuda_ops::dropout},
     {"sum_squares", cuda_ops::sum_squares}, {"add_n", cuda_ops::add_n}, {"clip_factor", cuda_ops::clip_factor},
     {"softmax", cuda_ops::softmax}, {"softmax_grad", cuda_ops::softmax_grad},
     {"mse_loss", cuda_ops::mse_loss}, {"mse_loss_grad", cuda_ops::mse_loss_grad},

@@ -81,6 +81,18 @@ cudaError_t layer_norm(const float* x, const float* gamma, const float* beta, fl
                        int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 cudaError_t layer_norm_grad(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, cudaStream_t stream);
+// dropout over a piece of `rank` axes (extent) at `offset` in a logical
+// tensor of `logical` (kMaxBoxRank axes at most): y = x * scale where
+// dropout_math::keep(key, first + the element's logical place, threshold),
+// else 0.
+struct DropoutPlace {
+  int rank = 0;
+  int64_t extent[8];
+  int64_t offset[8];
+  int64_t logical_stride[8];
+};
+cudaError_t dropout(const float* x, float* y, int64_t n, const DropoutPlace& place, uint64_t key, uint64_t first,
+                    uint32_t threshold, float scale, cudaStream_t stream);
 // out[0] = the sum of x's squares (in double); clip_factor from that total.
 cudaError_t sum_squares(const float* x, float* out, int64_t n, cudaStream_t stream);
 cudaError_t clip_factor(const float* total, float* factor, float* norm, double max_norm, cudaStream_t stream);

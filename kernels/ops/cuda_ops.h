@@ -37,6 +37,7 @@ Status reduce_mean(KernelContext& ctx);
 Status broadcast_like(KernelContext& ctx);
 Status layer_norm(KernelContext& ctx);  // layer_norm_cuda.cc
 Status layer_norm_grad(KernelContext& ctx);
+Status dropout(KernelContext& ctx);  // dropout_cuda.cc
 Status sum_squares(KernelContext& ctx);  // clip_ops_cuda.cc
 Status add_n(KernelContext& ctx);
 Status clip_factor(KernelContext& ctx);

@@ -43,6 +43,9 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       std::vector<Shape> logical;
       if (task.logical_input_shapes())
         for (const plan::Shape* s : *task.logical_input_shapes()) logical.push_back(read_shape(s->dims()));
+      std::vector<Shape> offsets;
+      if (task.input_offsets())
+        for (const plan::Shape* s : *task.input_offsets()) offsets.push_back(read_shape(s->dims()));
       KernelFn kernel = nullptr;  // the op's CPU kernel
       CudaContext* cuda = nullptr;
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
@@ -51,7 +54,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         RILL_ASSIGN_OR_RETURN(cuda, cuda_for(ActorId::device(task.id())));
       }
       return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
-                  static_cast<size_t>(task.scratch_bytes()), kernel, cuda);
+                  static_cast<size_t>(task.scratch_bytes()), kernel, cuda, std::move(offsets));
     }
     case plan::TaskKind::Source: {
       const plan::SourceConf* conf = task.source();

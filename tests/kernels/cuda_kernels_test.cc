@@ -106,8 +106,10 @@ GpuRun run_cuda(const std::string& type, std::vector<Tensor> inputs, const Attrs
   ctx.outputs = out.views;
   ctx.state = st.views;
   ctx.logical_inputs = logical;
+  ctx.input_offsets = options.input_offsets;
   ctx.attrs = &attrs;
   ctx.step = options.step;
+  ctx.micro = options.micro;
   ctx.cuda = &context();
   run.status = kernel(ctx);
   Status synced = context().synchronize(type.c_str());
@@ -364,6 +366,20 @@ TEST_CASE("clipping's kernels and the folded matmul match the CPU") {
   REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
   std::vector<double> bound((*cpu)[0].f32.size(), 2 * gamma(18) * 18);  // 18 products of values in [-1, 1)
   check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "folded matmul");
+}
+
+TEST_CASE("dropout drops the CPU's elements: a whole tensor, and a piece of one in a later micro-batch") {
+  // The mask is a hash of place, step and seed on both (dropout_math.h);
+  // kept values are one float product: equal.
+  const Attrs attrs{{"rate", 0.25}, {"seed", int64_t{5}}};
+  testing::RunOptions whole;
+  whole.step = 7;
+  compare("dropout", {Tensor::uniform({6, 33, 10}, 86)}, attrs, whole);
+  testing::RunOptions piece = whole;  // rows 2..3 and columns 4..9 of a [4, 3, 10] micro-batch, the second
+  piece.micro = 1;
+  piece.logical_inputs = {{4, 3, 10}};
+  piece.input_offsets = {{2, 0, 4}};
+  compare("dropout", {Tensor::uniform({2, 3, 6}, 87)}, attrs, piece);
 }
 
 TEST_CASE("optimizer updates match the CPU: variable and state") {

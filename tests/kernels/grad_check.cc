@@ -112,6 +112,7 @@ StatusOr<std::vector<Tensor>> run_kernel(const OpDef& def, std::span<Tensor> inp
   ctx.outputs = out_views;
   ctx.state = state_views;
   ctx.logical_inputs = logical;
+  ctx.input_offsets = options.input_offsets;
   ctx.logical_output = options.logical_output;
   if (ctx.logical_output.empty() && !out_metas.empty()) ctx.logical_output = out_metas[0].shape;
   ctx.output_offset = options.output_offset;

@@ -45,6 +45,8 @@ struct Tensor {
 struct RunOptions {
   // Logical shape of each input; empty means "the same as the physical shape".
   std::vector<Shape> logical_inputs;
+  // Where each input piece lies in its logical tensor; empty: at the origin.
+  std::vector<Shape> input_offsets;
   // Initializers: logical shape of output 0 and this piece's offset in it.
   Shape logical_output;
   std::vector<int64_t> output_offset;

@@ -155,6 +155,14 @@ Status check_sbp_signatures(const std::string& type, const std::vector<Tensor>& 
     RunOptions options;
     options.logical_inputs = logical;
     for (int k = 0; k < parallel; ++k) {
+      // Each piece's place in its logical tensor: a split's earlier pieces before it.
+      options.input_offsets.clear();
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        Shape offset(inputs[i].shape.size(), 0);
+        if (const Sbp& sbp = sig.inputs[i]; sbp.kind == Sbp::kSplit)
+          for (int j = 0; j < k; ++j) offset[static_cast<size_t>(sbp.axis)] += pieces[j][i].shape[static_cast<size_t>(sbp.axis)];
+        options.input_offsets.push_back(std::move(offset));
+      }
       auto out = run_kernel(*def, pieces[k], attrs, options);
       if (!out.ok()) return out.status().with_context(fmt::format("{} device {}", where, k));
       outs.push_back(std::move(*out));

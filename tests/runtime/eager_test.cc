@@ -60,6 +60,21 @@ TEST_CASE("the forward runs only what the wanted tensor needs, with the CPU kern
   CHECK(missing.status().message().find("'targets'") != std::string::npos);
 }
 
+TEST_CASE("a forward run is inference: dropout passes its input through") {
+  // The shift job with a dropout of rate 0.9 between the lookup and the
+  // bias: training would drop 9 in 10 of the logits' terms.
+  std::string text = kShiftJob;
+  const std::string lookup = R"({"name": "emb", "type": "embedding", "inputs": ["idx", "table"]},)";
+  text.replace(text.find(lookup), lookup.size(),
+               R"({"name": "emb0", "type": "embedding", "inputs": ["idx", "table"]},
+                  {"name": "emb", "type": "dropout", "inputs": ["emb0"], "attrs": {"rate": 0.9}},)");
+  auto job = graph::parse_job_json(text, "shift_dropout.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  auto made = eager::generate_text(*job, shift_variables(), *job->generate);
+  REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+  CHECK(*made == "abcdefg");
+}
+
 TEST_CASE("generation reads each next byte at the window's last position, sliding past the context") {
   auto job = graph::parse_job_json(kShiftJob, "shift.json");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());

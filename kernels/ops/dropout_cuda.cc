@@ -1,0 +1,41 @@
+// The host side of dropout's CUDA kernel (dropout.cu): the piece's place in
+// its logical tensor, the step's key and the rate, from the KernelContext.
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/ops/cuda_launch.h"
+#include "kernels/ops/cuda_ops.h"
+#include "kernels/ops/dropout_math.h"
+
+namespace rill::cuda_ops {
+
+Status dropout(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const auto stream = static_cast<cudaStream_t>(ctx.cuda->stream());
+  const double rate = ctx.attrs->get_float("rate", 0.1);
+  if (rate == 0.0)
+    return cuda_status(cudaMemcpyAsync(ctx.outputs[0].data, x.data, x.bytes(), cudaMemcpyDeviceToDevice, stream),
+                       "copy", "op 'dropout'");
+  const Shape& logical = ctx.logical_inputs.empty() ? x.shape : ctx.logical_inputs[0];
+  const Shape offset = ctx.input_offsets.empty() ? Shape(x.shape.size(), 0) : ctx.input_offsets[0];
+  cuda_launch::DropoutPlace place;
+  place.rank = static_cast<int>(x.shape.size());
+  if (place.rank > 8 || logical.size() != x.shape.size() || offset.size() != x.shape.size())
+    return invalid_argument("op 'dropout': piece {} of logical {} at {} (at most 8 axes, one rank)",
+                            shape_string(x.shape), shape_string(logical), shape_string(offset));
+  int64_t stride = 1;
+  for (int a = place.rank - 1; a >= 0; --a) {
+    const auto u = static_cast<size_t>(a);
+    place.extent[a] = x.shape[u];
+    place.offset[a] = offset[u];
+    place.logical_stride[a] = stride;
+    stride *= logical[u];
+  }
+  return cuda_status(
+      cuda_launch::dropout(x.f32(), ctx.outputs[0].f32(), x.size(), place,
+                           dropout_math::step_key(ctx.attrs->get_int("seed", 0), ctx.step),
+                           static_cast<uint64_t>(ctx.micro * num_elements(logical)), dropout_math::threshold(rate),
+                           static_cast<float>(1.0 / (1.0 - rate)), stream),
+      "kernel launch", "op 'dropout'");
+}
+
+}  // namespace rill::cuda_ops
