@@ -1,7 +1,7 @@
 // The GPT sample's plans: data parallel across nodes with one bucket of
 // gradients and no gathered activations; tensor parallel (Megatron) with the
 // heads split, and a device count that does not divide the heads refused,
-// naming the reshape that would cut a head.
+// naming the reshape that would cut a head; the 2-D hybrid of the two.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -52,6 +52,21 @@ TEST_CASE("GPT tensor parallel on 2 devices: heads split; 3 devices cannot split
   INFO(message);
   CHECK(message.find("op 'h0.q2' (reshape [16, 128, 128] -> [16, 128, 4, 32]): its input is split S(2) over 3 devices") !=
         std::string::npos);
+}
+
+TEST_CASE("GPT 2-D hybrid on 2 nodes x 2 devices: the batch split by node, the heads by device") {
+  const std::string bytes = testing::compile_ok(gpt_sample("gpt_moby_hybrid.json"), "cpu:2", {}, 2);
+  const plan::Plan& p = *testing::plan_of(bytes);
+  // Each device computes its node's 8 rows and its 2 of the 4 heads: [8, 2, 128, 128].
+  int softmaxes = 0;
+  for (const plan::Task* t : testing::computes_of_type(p, "softmax")) {
+    const plan::RegstDesc* out = compiler::find_regst(p, t->outputs()->Get(0));
+    REQUIRE(out != nullptr);
+    CHECK(out->shape()->Get(0) == 8);
+    CHECK(out->shape()->Get(1) == 2);
+    ++softmaxes;
+  }
+  CHECK(softmaxes == 4 * 4);  // 4 layers on 4 devices
 }
 
 TEST_CASE("a batch that does not split evenly into merged rows is gathered, not refused") {

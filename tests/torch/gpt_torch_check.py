@@ -29,7 +29,9 @@ decay rule moves the loss by 1e-3 or more within 3 steps.
     gpt_torch_check.py RILL SOURCE_ROOT LAYOUT...
 LAYOUT: "cpu:1", "cpu:2" (data parallel over 2 devices), "nodes:2" (2 agents),
 "stages:2" (2 pipeline stages on 2 agents, 2 micro-batches), "tp:2" (Megatron
-tensor parallelism over 2 devices: samples/gpt/gpt_moby_tp.json).
+tensor parallelism over 2 devices: samples/gpt/gpt_moby_tp.json), "hybrid:2"
+(data parallel across 2 agents, Megatron over each one's 2 devices:
+samples/gpt/gpt_moby_hybrid.json).
 """
 import fnmatch
 import json
@@ -137,7 +139,8 @@ def rill_losses(rill, root, work, layout, initial):
     if os.path.exists(metrics):
         os.remove(metrics)
     kind, count = layout.split(":")
-    job_file = "samples/gpt/gpt_moby_tp.json" if kind == "tp" else "samples/gpt/gpt_moby.json"
+    job_file = {"tp": "samples/gpt/gpt_moby_tp.json", "hybrid": "samples/gpt/gpt_moby_hybrid.json"}.get(
+        kind, "samples/gpt/gpt_moby.json")
     with open(os.path.join(root, job_file)) as f:
         name = json.load(f)["name"]
     resume = write_checkpoint(initial, os.path.join(work, "ckpt-" + layout.replace(":", "")), name)
@@ -157,6 +160,8 @@ def rill_losses(rill, root, work, layout, initial):
         args += ["--devices", "cpu:" + count]
     elif kind == "nodes":
         args += ["--nodes", count, "--devices", "cpu:1"]
+    elif kind == "hybrid":
+        args += ["--nodes", count, "--devices", "cpu:2"]
     elif kind == "stages":
         args += ["--nodes", count, "--devices", "cpu:1", "--set", f"pipeline.num_stages={count}",
                  "--set", "train.micro_batches=2"]
