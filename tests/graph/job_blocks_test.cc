@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "graph/job_file.h"
 #include "tests/graph/job_text.h"
@@ -137,6 +139,28 @@ TEST_CASE("the GPT sample's block makes 4 layers of 16 variables and 28 ops") {
   CHECK(std::count_if(job->ops.begin(), job->ops.end(), [](const Op& op) { return op.name == "hidden"; }) == 1);
   CHECK(std::any_of(job->variables.begin(), job->variables.end(),
                     [](const Variable& v) { return v.name == "h3.mlp.proj.w"; }));
+}
+
+TEST_CASE("the GPT sample refuses, before anything runs, a context past its position table and heads that cut the width") {
+  std::ifstream file(testing::source_path("samples/gpt/gpt_moby.json"));
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  REQUIRE_FALSE(text.empty());
+  // A window of 256 bytes over a [128, 128] position table.
+  std::string longer = text;
+  for (int k = 0; k < 2; ++k) longer = edit(longer, R"("context": 128)", R"("context": 256)");
+  for (int k = 0; k < 2; ++k) longer = edit(longer, R"("shape": [128], "dtype")", R"("shape": [256], "dtype")");
+  auto context = parse_job_json(longer, "gpt.json");
+  REQUIRE_FALSE(context.ok());
+  CHECK(context.status().message().find("ops[1] (x0): op 'bias_add': b [128, 128] must be [256, 128], the axes 1 to 2 of x "
+                               "[16, 256, 128]") != std::string::npos);
+  // 3 heads of 42 do not make 128 channels: named in layer 0 of the block.
+  std::string heads = text;
+  for (int k = 0; k < 3; ++k) heads = edit(heads, "[-1, 128, 4, 32]", "[-1, 128, 3, 42]");
+  auto three = parse_job_json(heads, "gpt.json");
+  REQUIRE_FALSE(three.ok());
+  CHECK(three.status().message().find("blocks[0].ops[3] (h0.q2): op 'reshape': attr 'shape' = [-1, 128, 3, 42] "
+                                      "cannot hold the 262144 elements of input shape [16, 128, 128] (in layer 0 of "
+                                      "block 'h')") != std::string::npos);
 }
 
 }  // namespace
