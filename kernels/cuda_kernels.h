@@ -1,6 +1,7 @@
-// The CUDA kernels of the ops, looked up by op type. Built when meson finds
-// nvcc (-Dcuda=auto); in a build without CUDA every lookup returns nullptr.
-// The ops with a CUDA kernel are listed in kernels/cuda/registry.cu.
+// The CUDA kernels of the ops, looked up by op type: each OpDef names its
+// kernel (OpDef::cuda), which the CUDA module exports (RILL_CUDA_KERNEL,
+// kernels/cuda/cuda_kernel.h). Built when meson finds nvcc (-Dcuda=auto);
+// in a build without CUDA every lookup returns nullptr.
 #pragma once
 
 #include <string_view>

@@ -1,5 +1,6 @@
 // OpDef: everything Rill knows about one op type, in one value: arity, shape and
-// dtype inference, SBP signatures, gradient rule, and CPU kernel. Op types are
+// dtype inference, SBP signatures, gradient rule, CPU kernel and the name of
+// its CUDA kernel. Op types are
 // listed explicitly in kernels/registry.cc (no static registration).
 //
 // Threading: OpDefs are immutable globals; any thread may read them. A kernel
@@ -101,6 +102,12 @@ struct OpDef {
   SbpFn sbp = nullptr;
   GradFn grad = nullptr;  // nullptr: not differentiable
   KernelFn cpu = nullptr;
+  // Its CUDA kernel: the name the CUDA module exports it under
+  // (RILL_CUDA_KERNEL(name) in kernels/ops/*_cuda.cc, beside its .cu), found
+  // when the module loads; nullptr for initializers, which run on the host
+  // so that a variable starts bitwise alike on every device type. Every
+  // other op names one (checked in every build: tests/kernels/ops_math_test.cc).
+  const char* cuda = nullptr;
   int num_state = 0;  // kUpdate: optimizer state tensors shaped like the variable
   // kUpdate: the state tensors' names, as checkpoints store them ("<variable>/<name>").
   std::array<const char*, 2> state_names = {nullptr, nullptr};

@@ -324,7 +324,6 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     rill::CudaModule m;
     m.device_count = rill::visible_devices;
     m.create_context = rill::DeviceContext::create;
-    m.find_kernel = rill::find_cuda_kernel;
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
     return m;

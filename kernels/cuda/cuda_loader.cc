@@ -1,6 +1,7 @@
 // Loads the CUDA module (kernels/cuda/cuda_module.h) on first use and
 // forwards to it: CudaContext::create, cuda_device_count, find_cuda_kernel
-// and the process-wide counts. The module is looked for beside the program
+// (each op's kernel, found by the name its OpDef gives when the module
+// loads) and the process-wide counts. The module is looked for beside the program
 // and in the build's kernels/ folder (from build/ and from the test
 // programs under build/tests/), where `meson install` put it, or where
 // RILL_CUDA_MODULE names it (candidates() below). Thread-safe: loaded once.
@@ -28,6 +29,26 @@ constexpr const char* kModuleName = "librill_cuda.so";
 // g_why says why not when the load failed.
 std::atomic<const CudaModule*> g_module{nullptr};
 std::string g_why;  // written once, under the once flag
+// Each op's CUDA kernel, in all_ops() order (nullptr: an initializer),
+// found in the module by OpDef::cuda when it loads; written once, before
+// g_module is.
+std::vector<KernelFn> g_kernels;
+
+// The module's kernel for every op that names one, or the first op whose
+// kernel it lacks (a module from another build of the ops).
+StatusOr<std::vector<KernelFn>> find_kernels(void* handle) {
+  std::vector<KernelFn> kernels;
+  for (const OpDef* def : all_ops()) {
+    KernelFn kernel = nullptr;
+    if (def->cuda != nullptr) {
+      const std::string symbol = std::string("rill_cuda_") + def->cuda;
+      kernel = reinterpret_cast<KernelFn>(dlsym(handle, symbol.c_str()));
+      if (kernel == nullptr) return not_found("op '{}' names CUDA kernel {}, which the module lacks", def->type, symbol);
+    }
+    kernels.push_back(kernel);
+  }
+  return kernels;
+}
 
 // Where the module may be, in order: named by RILL_CUDA_MODULE; beside the
 // program; in kernels/ beside it (build/rill); in ../../kernels/ (the test
@@ -84,6 +105,12 @@ const CudaModule* module() {
         tried += fmt::format("; {}: not this build's CUDA module", path.string());
         continue;
       }
+      auto kernels = find_kernels(handle);
+      if (!kernels.ok()) {
+        tried += fmt::format("; {}: {}", path.string(), kernels.status().message());
+        continue;
+      }
+      g_kernels = std::move(*kernels);
       g_module.store(loaded, std::memory_order_release);  // kept loaded for the life of the process
       return;
     }
@@ -109,8 +136,11 @@ int cuda_device_count() {
 }
 
 KernelFn find_cuda_kernel(std::string_view type) {
-  const CudaModule* m = module();
-  return m ? m->find_kernel(type) : nullptr;
+  if (module() == nullptr) return nullptr;
+  const auto ops = all_ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (type == ops[i]->type) return g_kernels[i];
+  return nullptr;
 }
 
 std::string cuda_unavailable_reason() { return module() ? std::string() : g_why; }

@@ -49,6 +49,7 @@ const OpDef kAccuracyOp = {
     .infer = infer_accuracy,
     .sbp = sbp_accuracy,
     .cpu = cpu_accuracy,
+    .cuda = "accuracy",
     .index_bound = math::labels_bound,
 };
 

@@ -75,13 +75,13 @@ Status cpu_unary_grad(KernelContext& ctx) {
 template <Act kAct>
 constexpr OpDef unary_op(const char* type) {
   return OpDef{.type = type, .num_inputs = 1, .num_outputs = 1, .infer = infer_unary, .sbp = sbp_unary,
-               .grad = grad_unary<kAct>, .cpu = cpu_unary<kAct>};
+               .grad = grad_unary<kAct>, .cpu = cpu_unary<kAct>, .cuda = type};
 }
 
 template <Act kAct>
 constexpr OpDef unary_grad_op(const char* type) {
   return OpDef{.type = type, .num_inputs = 2, .num_outputs = 1, .infer = infer_unary_grad,
-               .sbp = sbp_unary_grad, .cpu = cpu_unary_grad<kAct>};
+               .sbp = sbp_unary_grad, .cpu = cpu_unary_grad<kAct>, .cuda = type};
 }
 
 }  // namespace

@@ -91,6 +91,7 @@ const OpDef kBiasAddOp = {
     .sbp = sbp_bias_add,
     .grad = grad_bias_add,
     .cpu = cpu_bias_add,
+    .cuda = "bias_add",
 };
 
 }  // namespace rill

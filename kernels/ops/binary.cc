@@ -94,6 +94,7 @@ constexpr OpDef binary_op(const char* type) {
       .sbp = sbp_binary<kKind>,
       .grad = grad_binary<kKind>,
       .cpu = cpu_binary<kKind>,
+      .cuda = type,
   };
 }
 

@@ -99,10 +99,10 @@ Status cpu_clip_factor(KernelContext& ctx) {
 }  // namespace
 
 const OpDef kSumSquaresOp = {.type = "sum_squares", .num_inputs = 1, .num_outputs = 1, .infer = infer_sum_squares,
-                             .sbp = sbp_sum_squares, .cpu = cpu_sum_squares};
+                             .sbp = sbp_sum_squares, .cpu = cpu_sum_squares, .cuda = "sum_squares"};
 const OpDef kAddNOp = {.type = "add_n", .num_inputs = -1, .num_outputs = 1, .infer = infer_add_n,
-                       .sbp = sbp_add_n, .grad = grad_add_n, .cpu = cpu_add_n};
+                       .sbp = sbp_add_n, .grad = grad_add_n, .cpu = cpu_add_n, .cuda = "add_n"};
 const OpDef kClipFactorOp = {.type = "clip_factor", .num_inputs = 1, .num_outputs = 2, .infer = infer_clip_factor,
-                             .sbp = sbp_clip_factor, .cpu = cpu_clip_factor};
+                             .sbp = sbp_clip_factor, .cpu = cpu_clip_factor, .cuda = "clip_factor"};
 
 }  // namespace rill

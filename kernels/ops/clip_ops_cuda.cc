@@ -3,7 +3,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
-#include "kernels/ops/cuda_ops.h"
+#include "kernels/cuda/cuda_kernel.h"
 
 namespace rill::cuda_ops {
 namespace {
@@ -12,13 +12,13 @@ cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream
 
 }  // namespace
 
-Status sum_squares(KernelContext& ctx) {
+RILL_CUDA_KERNEL(sum_squares) {
   return cuda_status(cuda_launch::sum_squares(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
                                               stream_of(ctx)),
                      "kernel launch", "op 'sum_squares'");
 }
 
-Status add_n(KernelContext& ctx) {
+RILL_CUDA_KERNEL(add_n) {
   TensorView& y = ctx.outputs[0];
   RILL_RETURN_IF_ERROR(cuda_status(
       cudaMemcpyAsync(y.data, ctx.inputs[0].data, y.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)),
@@ -30,7 +30,7 @@ Status add_n(KernelContext& ctx) {
   return {};
 }
 
-Status clip_factor(KernelContext& ctx) {
+RILL_CUDA_KERNEL(clip_factor) {
   return cuda_status(cuda_launch::clip_factor(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
                                               ctx.attrs->get_float("max_norm", 1.0), stream_of(ctx)),
                      "kernel launch", "op 'clip_factor'");

@@ -98,13 +98,15 @@ int collective_reduce_code(const std::string& reduce) {
 }
 
 const OpDef kAllReduceOp = {
-    .type = "all_reduce", .role = OpRole::kCollective, .infer = infer_all_reduce, .sbp = sbp_whole, .cpu = cpu_finish};
+    .type = "all_reduce", .role = OpRole::kCollective, .infer = infer_all_reduce, .sbp = sbp_whole,
+    .cpu = cpu_finish, .cuda = "scale"};
 const OpDef kAllGatherOp = {
-    .type = "all_gather", .role = OpRole::kCollective, .infer = infer_all_gather, .sbp = sbp_whole, .cpu = cpu_finish};
+    .type = "all_gather", .role = OpRole::kCollective, .infer = infer_all_gather, .sbp = sbp_whole,
+    .cpu = cpu_finish, .cuda = "copy"};
 const OpDef kReduceScatterOp = {.type = "reduce_scatter",
                                 .role = OpRole::kCollective,
                                 .infer = infer_reduce_scatter,
                                 .sbp = sbp_blocks,
-                                .cpu = cpu_finish};
+                                .cpu = cpu_finish, .cuda = "scale"};
 
 }  // namespace rill

@@ -78,6 +78,7 @@ const OpDef kSparseSoftmaxCrossEntropyOp = {
     .sbp = sbp_ce,
     .grad = grad_ce,
     .cpu = cpu_ce,
+    .cuda = "sparse_softmax_cross_entropy",
     .index_bound = math::labels_bound,
 };
 
@@ -88,6 +89,7 @@ const OpDef kSparseSoftmaxCrossEntropyGradOp = {
     .infer = infer_ce_grad,
     .sbp = sbp_ce_grad,
     .cpu = cpu_ce_grad,
+    .cuda = "sparse_softmax_cross_entropy_grad",
     .index_bound = math::labels_bound,
 };
 

@@ -1,7 +1,7 @@
 // The CUDA kernels' launchers, defined in kernels/ops/*.cu. This header and
 // those files hold device code and plain arguments only (pointers, sizes, a
 // stream), nothing of Rill's host headers: nvcc compiles them, and the host
-// side (kernels/ops/cuda_ops.cc, compiled as C++) turns a KernelContext into
+// side (kernels/ops/cuda_ops.cc and *_cuda.cc, compiled as C++) turns a KernelContext into
 // these calls and their cudaError_t into a Status. Each launcher enqueues on
 // `stream` and returns the launch's error without waiting.
 #pragma once

@@ -2,7 +2,7 @@
 // launch of its device code (kernels/ops/*.cu) or a cuBLAS call on the
 // context's stream, and every CUDA or cuBLAS result into a Status naming the
 // call and the op. Nothing here waits for the device.
-#include "kernels/ops/cuda_ops.h"
+#include "kernels/cuda/cuda_kernel.h"
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
@@ -126,7 +126,7 @@ Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src
 // Rill's tensors are row-major and cuBLAS is column-major, so C = op(A) op(B)
 // is computed as C^T = op(B)^T op(A)^T: a row-major buffer read as
 // column-major is exactly the transpose.
-Status matmul(KernelContext& ctx) {
+RILL_CUDA_KERNEL(matmul) {
   const bool ta = ctx.attrs->get_int("transpose_a", 0) != 0, tb = ctx.attrs->get_int("transpose_b", 0) != 0;
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
@@ -156,7 +156,7 @@ Status matmul(KernelContext& ctx) {
                        "cublasSgemmStridedBatched", "op 'matmul'");
 }
 
-Status bias_add(KernelContext& ctx) {
+RILL_CUDA_KERNEL(bias_add) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& bias = ctx.inputs[1];
   const math::BiasLayout layout = math::bias_layout(*ctx.attrs, x.shape, bias.shape);
@@ -165,40 +165,40 @@ Status bias_add(KernelContext& ctx) {
                   "op 'bias_add'");
 }
 
-Status relu(KernelContext& ctx) { return unary<Activation::kRelu>(ctx, "op 'relu'"); }
-Status gelu(KernelContext& ctx) { return unary<Activation::kGelu>(ctx, "op 'gelu'"); }
-Status gelu_tanh(KernelContext& ctx) { return unary<Activation::kGeluTanh>(ctx, "op 'gelu_tanh'"); }
-Status tanh(KernelContext& ctx) { return unary<Activation::kTanh>(ctx, "op 'tanh'"); }
-Status sigmoid(KernelContext& ctx) { return unary<Activation::kSigmoid>(ctx, "op 'sigmoid'"); }
-Status relu_grad(KernelContext& ctx) { return unary_grad<Activation::kRelu>(ctx, "op 'relu_grad'"); }
-Status gelu_grad(KernelContext& ctx) { return unary_grad<Activation::kGelu>(ctx, "op 'gelu_grad'"); }
-Status gelu_tanh_grad(KernelContext& ctx) { return unary_grad<Activation::kGeluTanh>(ctx, "op 'gelu_tanh_grad'"); }
-Status tanh_grad(KernelContext& ctx) { return unary_grad<Activation::kTanh>(ctx, "op 'tanh_grad'"); }
-Status sigmoid_grad(KernelContext& ctx) { return unary_grad<Activation::kSigmoid>(ctx, "op 'sigmoid_grad'"); }
-Status add(KernelContext& ctx) { return binary<Binary::kAdd>(ctx, "op 'add'"); }
-Status sub(KernelContext& ctx) { return binary<Binary::kSub>(ctx, "op 'sub'"); }
-Status mul(KernelContext& ctx) { return binary<Binary::kMul>(ctx, "op 'mul'"); }
+RILL_CUDA_KERNEL(relu) { return unary<Activation::kRelu>(ctx, "op 'relu'"); }
+RILL_CUDA_KERNEL(gelu) { return unary<Activation::kGelu>(ctx, "op 'gelu'"); }
+RILL_CUDA_KERNEL(gelu_tanh) { return unary<Activation::kGeluTanh>(ctx, "op 'gelu_tanh'"); }
+RILL_CUDA_KERNEL(tanh) { return unary<Activation::kTanh>(ctx, "op 'tanh'"); }
+RILL_CUDA_KERNEL(sigmoid) { return unary<Activation::kSigmoid>(ctx, "op 'sigmoid'"); }
+RILL_CUDA_KERNEL(relu_grad) { return unary_grad<Activation::kRelu>(ctx, "op 'relu_grad'"); }
+RILL_CUDA_KERNEL(gelu_grad) { return unary_grad<Activation::kGelu>(ctx, "op 'gelu_grad'"); }
+RILL_CUDA_KERNEL(gelu_tanh_grad) { return unary_grad<Activation::kGeluTanh>(ctx, "op 'gelu_tanh_grad'"); }
+RILL_CUDA_KERNEL(tanh_grad) { return unary_grad<Activation::kTanh>(ctx, "op 'tanh_grad'"); }
+RILL_CUDA_KERNEL(sigmoid_grad) { return unary_grad<Activation::kSigmoid>(ctx, "op 'sigmoid_grad'"); }
+RILL_CUDA_KERNEL(add) { return binary<Binary::kAdd>(ctx, "op 'add'"); }
+RILL_CUDA_KERNEL(sub) { return binary<Binary::kSub>(ctx, "op 'sub'"); }
+RILL_CUDA_KERNEL(mul) { return binary<Binary::kMul>(ctx, "op 'mul'"); }
 
-Status scale(KernelContext& ctx) {
+RILL_CUDA_KERNEL(scale) {
   const float s = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
   return launched(
       cuda_launch::scale(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.outputs[0].size(), stream_of(ctx)),
       "op 'scale'");
 }
 
-Status accumulate(KernelContext& ctx) {
+RILL_CUDA_KERNEL(accumulate) {
   const float s = 1.0f / static_cast<float>(ctx.attrs->get_int("micro_batches", 1));
   return launched(cuda_launch::accumulate(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.micro == 0,
                                           ctx.outputs[0].size(), stream_of(ctx)),
                   "op 'accumulate'");
 }
 
-Status ones_like(KernelContext& ctx) {
+RILL_CUDA_KERNEL(ones_like) {
   return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), stream_of(ctx)),
                   "op 'ones_like'");
 }
 
-Status copy(KernelContext& ctx) {
+RILL_CUDA_KERNEL(copy) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   if (in.bytes() != out.bytes())
@@ -208,7 +208,7 @@ Status copy(KernelContext& ctx) {
                      "cudaMemcpyAsync", "op 'identity' or 'reshape'");
 }
 
-Status sparse_softmax_cross_entropy(KernelContext& ctx) {
+RILL_CUDA_KERNEL(sparse_softmax_cross_entropy) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(),
                                                      ctx.inputs[1].size(), logits.shape.back(), ctx.cuda->bad_label(),
@@ -216,7 +216,7 @@ Status sparse_softmax_cross_entropy(KernelContext& ctx) {
                   "op 'sparse_softmax_cross_entropy'");
 }
 
-Status sparse_softmax_cross_entropy_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(sparse_softmax_cross_entropy_grad) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::softmax_cross_entropy_grad(logits.f32(), ctx.inputs[1].i32(), ctx.inputs[2].f32(),
                                                           ctx.outputs[0].f32(), ctx.inputs[1].size(), logits.shape.back(),
@@ -231,7 +231,7 @@ std::pair<int64_t, int64_t> table_rows(const KernelContext& ctx, int64_t rows) {
   return {total > 0 ? total : rows, ctx.attrs->get_int("row_offset", 0)};
 }
 
-Status embedding(KernelContext& ctx) {
+RILL_CUDA_KERNEL(embedding) {
   const TensorView& table = ctx.inputs[1];
   const auto [total, offset] = table_rows(ctx, table.shape[0]);
   return launched(cuda_launch::embedding(ctx.inputs[0].i32(), table.f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
@@ -240,7 +240,7 @@ Status embedding(KernelContext& ctx) {
                   "op 'embedding'");
 }
 
-Status embedding_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(embedding_grad) {
   const TensorView& dtable = ctx.outputs[0];
   const auto [total, offset] = table_rows(ctx, dtable.shape[0]);
   return launched(cuda_launch::embedding_grad(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
@@ -249,7 +249,7 @@ Status embedding_grad(KernelContext& ctx) {
                   "op 'embedding_grad'");
 }
 
-Status embedding_mask(KernelContext& ctx) {
+RILL_CUDA_KERNEL(embedding_mask) {
   const int64_t rows = ctx.attrs->get_int("rows", 0);
   const auto [total, offset] = table_rows(ctx, rows);
   return launched(cuda_launch::embedding_mask(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
@@ -258,7 +258,7 @@ Status embedding_mask(KernelContext& ctx) {
                   "op 'embedding_mask'");
 }
 
-Status accuracy(KernelContext& ctx) {
+RILL_CUDA_KERNEL(accuracy) {
   const TensorView& logits = ctx.inputs[0];
   return launched(cuda_launch::accuracy(logits.f32(), ctx.inputs[1].i32(), ctx.outputs[0].f32(), ctx.inputs[1].size(),
                                         logits.shape.back(), num_elements(ctx.logical_inputs[1]), ctx.cuda->bad_label(),
@@ -266,10 +266,10 @@ Status accuracy(KernelContext& ctx) {
                   "op 'accuracy'");
 }
 
-Status reduce_sum(KernelContext& ctx) { return reduce<false>(ctx, "op 'reduce_sum'"); }
-Status reduce_mean(KernelContext& ctx) { return reduce<true>(ctx, "op 'reduce_mean'"); }
+RILL_CUDA_KERNEL(reduce_sum) { return reduce<false>(ctx, "op 'reduce_sum'"); }
+RILL_CUDA_KERNEL(reduce_mean) { return reduce<true>(ctx, "op 'reduce_mean'"); }
 
-Status broadcast_like(KernelContext& ctx) {
+RILL_CUDA_KERNEL(broadcast_like) {
   TensorView& out = ctx.outputs[0];
   float scale = 1.0f;
   if (ctx.attrs->get_int("mean", 0) != 0) {
@@ -281,7 +281,7 @@ Status broadcast_like(KernelContext& ctx) {
                   "op 'broadcast_like'");
 }
 
-Status sgd_update(KernelContext& ctx) {
+RILL_CUDA_KERNEL(sgd_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
   return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
                                    step_lr(*ctx.attrs, 0.01, ctx.step), ctx.attrs->get_float("weight_decay", 0.0),
@@ -289,7 +289,7 @@ Status sgd_update(KernelContext& ctx) {
                   "op 'sgd_update'");
 }
 
-Status momentum_update(KernelContext& ctx) {
+RILL_CUDA_KERNEL(momentum_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1, "op 'momentum_update'"));
   const Attrs& a = *ctx.attrs;
   return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
@@ -298,7 +298,7 @@ Status momentum_update(KernelContext& ctx) {
                   "op 'momentum_update'");
 }
 
-Status adam_update(KernelContext& ctx) {
+RILL_CUDA_KERNEL(adam_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
   const AdamStep s = adam_step(*ctx.attrs, ctx.step);
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
@@ -307,7 +307,7 @@ Status adam_update(KernelContext& ctx) {
                   "op 'adam_update'");
 }
 
-Status softmax(KernelContext& ctx) {
+RILL_CUDA_KERNEL(softmax) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
@@ -318,7 +318,7 @@ Status softmax(KernelContext& ctx) {
       "op 'softmax'");
 }
 
-Status softmax_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(softmax_grad) {
   const TensorView& y = ctx.inputs[0];
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
@@ -328,13 +328,13 @@ Status softmax_grad(KernelContext& ctx) {
                   "op 'softmax_grad'");
 }
 
-Status mse_loss(KernelContext& ctx) {
+RILL_CUDA_KERNEL(mse_loss) {
   return launched(cuda_launch::mse(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
                                    mse_mean_factor(ctx), stream_of(ctx)),
                   "op 'mse_loss'");
 }
 
-Status mse_loss_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(mse_loss_grad) {
   return launched(cuda_launch::mse_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
                                         ctx.outputs[0].f32(), ctx.inputs[0].size(), mse_mean_factor(ctx),
                                         stream_of(ctx)),
@@ -343,7 +343,7 @@ Status mse_loss_grad(KernelContext& ctx) {
 
 // Walks the output in order; a step along output axis j moves by the input's
 // stride of axis perm[j].
-Status transpose(KernelContext& ctx) {
+RILL_CUDA_KERNEL(transpose) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   const std::vector<int64_t>* perm = ints_attr(*ctx.attrs, "perm");
@@ -363,7 +363,7 @@ Status transpose(KernelContext& ctx) {
   return copy_box(ctx, box, in.data, out.data, "op 'transpose'");
 }
 
-Status slice(KernelContext& ctx) {
+RILL_CUDA_KERNEL(slice) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   std::array<int64_t, kMaxKernelRank> origin{}, zero{};
@@ -371,7 +371,7 @@ Status slice(KernelContext& ctx) {
   return copy_box(ctx, box_between(out.shape, in.shape, origin, out.shape, zero), in.data, out.data, "op 'slice'");
 }
 
-Status slice_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(slice_grad) {
   const TensorView& dy = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   std::array<int64_t, kMaxKernelRank> origin{}, zero{};
@@ -382,7 +382,7 @@ Status slice_grad(KernelContext& ctx) {
 }
 
 // Each input goes into its box of the output, one after another along the axis.
-Status concat(KernelContext& ctx) {
+RILL_CUDA_KERNEL(concat) {
   const TensorView& out = ctx.outputs[0];
   int64_t axis = ctx.attrs->get_int("axis", 0);
   if (axis < 0) axis += static_cast<int64_t>(out.shape.size());

@@ -92,6 +92,7 @@ const OpDef kDropoutOp = {
     .sbp = sbp_dropout,
     .grad = grad_dropout,
     .cpu = cpu_dropout,
+    .cuda = "dropout",
     .identity_in_eval = true,
     .seeded = true,
 };

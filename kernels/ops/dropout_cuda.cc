@@ -3,12 +3,12 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
-#include "kernels/ops/cuda_ops.h"
+#include "kernels/cuda/cuda_kernel.h"
 #include "kernels/ops/dropout_math.h"
 
 namespace rill::cuda_ops {
 
-Status dropout(KernelContext& ctx) {
+RILL_CUDA_KERNEL(dropout) {
   const TensorView& x = ctx.inputs[0];
   const auto stream = static_cast<cudaStream_t>(ctx.cuda->stream());
   const double rate = ctx.attrs->get_float("rate", 0.1);

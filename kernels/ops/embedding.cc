@@ -223,6 +223,7 @@ const OpDef kEmbeddingMaskOp = {
     .sbp = sbp_embedding_mask,
     .grad = grad_embedding_mask,
     .cpu = cpu_embedding_mask,
+    .cuda = "embedding_mask",
     .index_bound = grad_ids_bound,
 };
 
@@ -234,6 +235,7 @@ const OpDef kEmbeddingOp = {
     .sbp = sbp_embedding,
     .grad = grad_embedding,
     .cpu = cpu_embedding,
+    .cuda = "embedding",
     .index_bound = ids_bound,
 };
 
@@ -244,6 +246,7 @@ const OpDef kEmbeddingGradOp = {
     .infer = infer_embedding_grad,
     .sbp = sbp_embedding_grad,
     .cpu = cpu_embedding_grad,
+    .cuda = "embedding_grad",
     .index_bound = grad_ids_bound,
 };
 

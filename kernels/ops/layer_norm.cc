@@ -150,6 +150,7 @@ const OpDef kLayerNormOp = {
     .sbp = sbp_layer_norm,
     .grad = grad_layer_norm,
     .cpu = cpu_layer_norm,
+    .cuda = "layer_norm",
 };
 
 const OpDef kLayerNormGradOp = {
@@ -159,6 +160,7 @@ const OpDef kLayerNormGradOp = {
     .infer = infer_layer_norm_grad,
     .sbp = sbp_layer_norm_grad,
     .cpu = cpu_layer_norm_grad,
+    .cuda = "layer_norm_grad",
 };
 
 }  // namespace rill

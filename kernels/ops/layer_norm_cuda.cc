@@ -3,11 +3,11 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
-#include "kernels/ops/cuda_ops.h"
+#include "kernels/cuda/cuda_kernel.h"
 
 namespace rill::cuda_ops {
 
-Status layer_norm(KernelContext& ctx) {
+RILL_CUDA_KERNEL(layer_norm) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   const float eps = static_cast<float>(ctx.attrs->get_float("eps", 1e-5));
@@ -17,7 +17,7 @@ Status layer_norm(KernelContext& ctx) {
                      "kernel launch", "op 'layer_norm'");
 }
 
-Status layer_norm_grad(KernelContext& ctx) {
+RILL_CUDA_KERNEL(layer_norm_grad) {
   const TensorView& x = ctx.inputs[1];
   const int64_t cols = x.shape.back();
   return cuda_status(cuda_launch::layer_norm_grad(ctx.inputs[0].f32(), x.f32(), ctx.inputs[2].f32(),

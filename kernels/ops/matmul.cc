@@ -184,6 +184,7 @@ const OpDef kMatmulOp = {
     .sbp = sbp_matmul,
     .grad = grad_matmul,
     .cpu = cpu_matmul,
+    .cuda = "matmul",
 };
 
 }  // namespace rill

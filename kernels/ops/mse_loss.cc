@@ -111,6 +111,7 @@ const OpDef kMseLossOp = {
     .sbp = sbp_mse,
     .grad = grad_mse,
     .cpu = cpu_mse,
+    .cuda = "mse_loss",
 };
 
 const OpDef kMseLossGradOp = {
@@ -120,6 +121,7 @@ const OpDef kMseLossGradOp = {
     .infer = infer_mse_grad,
     .sbp = sbp_mse_grad,
     .cpu = cpu_mse_grad,
+    .cuda = "mse_loss_grad",
 };
 
 }  // namespace rill

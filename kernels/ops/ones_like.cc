@@ -36,6 +36,7 @@ const OpDef kOnesLikeOp = {
     .infer = infer_ones_like,
     .sbp = sbp_ones_like,
     .cpu = cpu_ones_like,
+    .cuda = "ones_like",
 };
 
 }  // namespace rill

@@ -149,6 +149,7 @@ const OpDef kSgdUpdateOp = {.type = "sgd_update",
                             .infer = sgd_infer,
                             .sbp = update_sbp,
                             .cpu = sgd_kernel,
+                            .cuda = "sgd_update",
                             .num_state = 0};
 const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .num_inputs = 2,
@@ -157,6 +158,7 @@ const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .infer = momentum_infer,
                                  .sbp = update_sbp,
                                  .cpu = momentum_kernel,
+                                 .cuda = "momentum_update",
                                  .num_state = 1,
                                  .state_names = {"momentum", nullptr}};
 const OpDef kAdamUpdateOp = {.type = "adam_update",
@@ -166,6 +168,7 @@ const OpDef kAdamUpdateOp = {.type = "adam_update",
                              .infer = adam_infer,
                              .sbp = update_sbp,
                              .cpu = adam_kernel,
+                             .cuda = "adam_update",
                              .num_state = 2,
                              .state_names = {"adam_m", "adam_v"}};
 

@@ -242,6 +242,7 @@ const OpDef kReduceSumOp = {
     .sbp = sbp_reduce,
     .grad = grad_reduce<false>,
     .cpu = cpu_reduce<false>,
+    .cuda = "reduce_sum",
 };
 
 const OpDef kReduceMeanOp = {
@@ -252,6 +253,7 @@ const OpDef kReduceMeanOp = {
     .sbp = sbp_reduce,
     .grad = grad_reduce<true>,
     .cpu = cpu_reduce<true>,
+    .cuda = "reduce_mean",
 };
 
 const OpDef kBroadcastLikeOp = {
@@ -261,6 +263,7 @@ const OpDef kBroadcastLikeOp = {
     .infer = infer_broadcast_like,
     .sbp = sbp_broadcast_like,
     .cpu = cpu_broadcast_like,
+    .cuda = "broadcast_like",
 };
 
 }  // namespace rill

@@ -70,6 +70,7 @@ const OpDef kAccumulateOp = {
     .infer = infer_accumulate,
     .sbp = sbp_scale,
     .cpu = cpu_accumulate,
+    .cuda = "accumulate",
 };
 
 const OpDef kScaleOp = {
@@ -80,6 +81,7 @@ const OpDef kScaleOp = {
     .sbp = sbp_scale,
     .grad = grad_scale,
     .cpu = cpu_scale,
+    .cuda = "scale",
 };
 
 }  // namespace rill

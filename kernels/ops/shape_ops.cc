@@ -202,14 +202,16 @@ Status identity_grad(GradBuilder& b) {
 }  // namespace
 
 const OpDef kReshapeOp = {
-    .type = "reshape", .infer = reshape_infer, .sbp = reshape_sbp, .grad = reshape_grad, .cpu = copy_kernel,
+    .type = "reshape", .infer = reshape_infer, .sbp = reshape_sbp, .grad = reshape_grad,
+    .cpu = copy_kernel, .cuda = "copy",
     .copies_bytes = true};
 const OpDef kTransposeOp = {.type = "transpose",
                             .infer = transpose_infer,
                             .sbp = transpose_sbp,
                             .grad = transpose_grad,
-                            .cpu = transpose_kernel};
+                            .cpu = transpose_kernel, .cuda = "transpose"};
 const OpDef kIdentityOp = {
-    .type = "identity", .infer = identity_infer, .sbp = identity_sbp, .grad = identity_grad, .cpu = copy_kernel};
+    .type = "identity", .infer = identity_infer, .sbp = identity_sbp, .grad = identity_grad,
+    .cpu = copy_kernel, .cuda = "copy"};
 
 }  // namespace rill

@@ -225,17 +225,17 @@ Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, Inde
 }
 
 const OpDef kSliceOp = {
-    .type = "slice", .infer = slice_infer, .sbp = slice_sbp, .grad = slice_grad, .cpu = slice_kernel};
+    .type = "slice", .infer = slice_infer, .sbp = slice_sbp, .grad = slice_grad, .cpu = slice_kernel, .cuda = "slice"};
 const OpDef kSliceGradOp = {.type = "slice_grad",
                             .infer = slice_grad_infer,
                             .sbp = slice_grad_sbp,
                             .grad = slice_grad_grad,
-                            .cpu = slice_grad_kernel};
+                            .cpu = slice_grad_kernel, .cuda = "slice_grad"};
 const OpDef kConcatOp = {.type = "concat",
                          .num_inputs = -1,
                          .infer = concat_infer,
                          .sbp = concat_sbp,
                          .grad = concat_grad,
-                         .cpu = concat_kernel};
+                         .cpu = concat_kernel, .cuda = "concat"};
 
 }  // namespace rill

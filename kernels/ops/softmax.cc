@@ -107,6 +107,7 @@ const OpDef kSoftmaxOp = {
     .sbp = sbp_softmax,
     .grad = grad_softmax,
     .cpu = cpu_softmax,
+    .cuda = "softmax",
 };
 
 const OpDef kSoftmaxGradOp = {
@@ -116,6 +117,7 @@ const OpDef kSoftmaxGradOp = {
     .infer = infer_softmax_grad,
     .sbp = sbp_softmax_grad,
     .cpu = cpu_softmax_grad,
+    .cuda = "softmax_grad",
 };
 
 }  // namespace rill

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "kernels/cuda_kernels.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
 
@@ -278,6 +279,18 @@ TEST_CASE("every registered op is complete and its signatures have the op's arit
     CHECK((def->infer != nullptr));
     CHECK((def->sbp != nullptr));
     CHECK((def->cpu != nullptr));
+    // Every op but the initializers (which run on the host, so that a
+    // variable starts bitwise alike on every device type) names its CUDA
+    // kernel; where this build made the CUDA module, the module has it
+    // (the loader refuses a module lacking one).
+    if (def->role == OpRole::kInitializer) {
+      CHECK((def->cuda == nullptr));
+      continue;
+    }
+    CHECK((def->cuda != nullptr));
+#if RILL_WITH_CUDA
+    CHECK((find_cuda_kernel(def->type) != nullptr));
+#endif
   }
   // Arity of each signature, on inputs each op accepts.
   struct Sample {
