@@ -23,6 +23,7 @@
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cli/plot_script.h"
+#include "runtime/node/index_check.h"
 
 namespace {
 
@@ -150,6 +151,9 @@ int main(int argc, char** argv) {
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
   check->add_option("job", job_path, "Job description file (JSON)")->required();
   check->add_option("--set", overrides, "Override a job field, as rill run takes it");
+  check->add_option("--nodes", nodes, "Check the plan for this many nodes (placements on other nodes, pservers)")
+      ->check(CLI::Range(1, 4096));
+  check->add_option("--devices", devices, "Devices per node, e.g. cpu:2");
 
   rill::LaunchArgs launch_args;
   int nnodes = 1, node_rank = 0, nproc_per_node = 1, master_port = rill::kDefaultCtrlPort;
@@ -315,6 +319,24 @@ int main(int argc, char** argv) {
       return rill::fail_command(data.with_context(job_path));
     for (const std::string& why : unreadable)
       fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", job_path, why);
+    // Indices (token ids, labels) against the ops reading them, over the
+    // data that can be read here: the job's plan on one device says which
+    // fields each op bounds, as the sources check before their first step.
+    auto cluster = rill::compiler::parse_devices(devices.empty() ? checked->train.devices : devices, nodes);
+    if (!cluster.ok()) return rill::fail_command(cluster.status());
+    if (checked->distributed && checked->distributed->mode == "pserver")
+      if (Status resolved = rill::resolve_distributed(&*checked, {}); !resolved.ok()) return rill::fail_command(resolved);
+    for (const rill::compiler::Mode mode : {rill::compiler::Mode::kTrain, rill::compiler::Mode::kEval}) {
+      if (mode == rill::compiler::Mode::kEval && !checked->eval) continue;
+      auto plan = rill::compiler::compile(*checked, *cluster, {.mode = mode, .steps = 1});
+      if (!plan.ok()) {  // a layout these nodes cannot hold (placements on other nodes, pservers)
+        fmt::print("{}: note: indices are checked where the job runs, or here with --nodes ({})\n", job_path,
+                   plan.status().message());
+        break;
+      }
+      if (Status indices = rill::check_plan_indices(*rill::plan::GetPlan(plan->data())); !indices.ok())
+        return rill::fail_command(indices.with_context(job_path));
+    }
     fmt::print("{}: ok\n", job_path);
     return 0;
   }

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/data/dataset_peek.h"
+#include "runtime/node/index_check.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
@@ -83,21 +84,11 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       }
       // Indices (token ids, labels) must lie where the ops reading them
       // look: a value outside would be a wrong lookup or an error mid-run.
-      if (conf->index_bounds() && conf->index_bounds()->size() == fields.size())
-        for (size_t f = 0; f < fields.size(); ++f) {
-          const auto at = static_cast<flatbuffers::uoffset_t>(f);
-          const int64_t bound = conf->index_bounds()->Get(at);
-          if (bound <= 0 || data->field_meta(fields[f]).dtype != DType::kI32 ||
-              !checked_bounds_.insert({conf->dataset(), fields[f], bound}).second)
-            continue;
-          if (auto outside = data->find_outside(fields[f], bound)) {
-            const std::string reader = conf->index_readers() && conf->index_readers()->size() > at
-                                           ? conf->index_readers()->Get(at)->str()
-                                           : std::string("an op");
-            return index_outside(read_string(regst(task.outputs()->Get(at))->name()), conf->fields()->Get(at)->str(),
-                                 read_dataset(*plan_->datasets()->Get(conf->dataset())), *outside, bound, reader);
-          }
-        }
+      std::vector<std::string> inputs;
+      for (size_t f = 0; f < fields.size(); ++f)
+        inputs.push_back(read_string(regst(task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(f)))->name()));
+      RILL_RETURN_IF_ERROR(check_source_indices(*conf, *data, read_dataset(*plan_->datasets()->Get(conf->dataset())),
+                                                fields, inputs, &checked_bounds_));
       BatchSampler sampler(data->num_samples(), conf->global_batch(), conf->shard(), conf->num_shards(),
                            conf->shuffle(), conf->seed(), conf->sub_shard(), conf->num_sub_shards(),
                            plan_->micro_batches(), conf->rows_by_rank());

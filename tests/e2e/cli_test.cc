@@ -155,6 +155,24 @@ TEST_CASE("rill check compares the inputs with what the data files hold") {
   CHECK(noted.output.find("note: dataset 'train': cannot open '/nonexistent/images.gz'") != std::string::npos);
 }
 
+// Labels are indices: rill check runs the sources' check on the job's plan
+// over the data it can read, and a label past the classes is named with
+// its sample (Fashion-MNIST's labels 0-9 against a 5-class head).
+TEST_CASE("rill check names a label outside the classes, before any run") {
+  nlohmann::json job = nlohmann::json::parse(std::ifstream(root() + "/samples/mlp/mlp.json"));
+  for (auto& v : job["variables"]) {
+    if (v["name"] == "w3") v["shape"] = {512, 5};
+    if (v["name"] == "b3") v["shape"] = {5};
+  }
+  const auto five = temp_dir() / "five.json";
+  std::ofstream(five) << job.dump();
+  Ran ran = run_rill("check " + five.string());
+  INFO(ran.output);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("input 'y' reads field 'label' of dataset 'train': value ") != std::string::npos);
+  CHECK(ran.output.find(", element 0 is not in [0, 5), the indices op ") != std::string::npos);
+}
+
 TEST_CASE("a bad flag value is an error, not a crash") {
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);
