@@ -31,7 +31,9 @@ StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spe
     return invalid_argument("csv dataset '{}': label_column {} is invalid (use -1 for no label)", spec.name,
                             spec.label_column);
   }
-  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(spec.path, ReadOptions{.pipes = true}));
+  auto read = read_file_bytes(spec.path, ReadOptions{.pipes = true});
+  if (!read.ok()) return read.status().with_context(fmt::format("dataset '{}' (path)", spec.name));
+  std::vector<uint8_t> bytes = std::move(*read);
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::string& path = spec.path;
 
@@ -69,8 +71,12 @@ StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spe
     for (size_t c = 0; c < cells.size(); ++c) {
       double value = 0;
       if (!parse_number(cells[c], &value)) {
-        return invalid_argument("csv file '{}': line {}, column {}: cannot parse '{}' as a finite number", path,
-                                line_number, c + 1, cells[c]);
+        // The first row in words is a header the dataset did not declare.
+        const bool header_like = features.empty() && labels.empty() && !spec.header;
+        return invalid_argument("csv file '{}' (dataset '{}'): line {}, column {}: cannot parse '{}' as a finite "
+                                "number{}",
+                                path, spec.name, line_number, c + 1, cells[c],
+                                header_like ? " (is line 1 a header? set \"header\": true on the dataset)" : "");
       }
       if (static_cast<int>(c) != spec.label_column) {
         features.push_back(static_cast<float>(value) * spec.scale);

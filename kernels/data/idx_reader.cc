@@ -87,8 +87,15 @@ StatusOr<IdxFile> read_idx_file(const std::string& path, uint32_t expected_magic
 StatusOr<std::shared_ptr<const Dataset>> read_idx_dataset(const DatasetSpec& spec) {
   if (spec.images.empty()) return invalid_argument("idx dataset '{}': no images file given", spec.name);
   if (spec.labels.empty()) return invalid_argument("idx dataset '{}': no labels file given", spec.name);
-  RILL_ASSIGN_OR_RETURN(IdxFile images, read_idx_file(spec.images, kImagesMagic, "images"));
-  RILL_ASSIGN_OR_RETURN(IdxFile labels, read_idx_file(spec.labels, kLabelsMagic, "labels"));
+  // Errors name the dataset and which of its files (a path alone does not
+  // say which setting to fix).
+  auto read = [&](const std::string& path, uint32_t magic, const char* what) -> StatusOr<IdxFile> {
+    auto file = read_idx_file(path, magic, what);
+    if (!file.ok()) return file.status().with_context(fmt::format("dataset '{}' ({})", spec.name, what));
+    return file;
+  };
+  RILL_ASSIGN_OR_RETURN(IdxFile images, read(spec.images, kImagesMagic, "images"));
+  RILL_ASSIGN_OR_RETURN(IdxFile labels, read(spec.labels, kLabelsMagic, "labels"));
   const uint64_t n = images.dims[0];
   if (n != labels.dims[0]) {
     return invalid_argument("idx dataset '{}': images file '{}' has {} images but labels file '{}' has {} labels",

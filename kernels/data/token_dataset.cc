@@ -58,7 +58,9 @@ StatusOr<std::shared_ptr<const Dataset>> read_token_dataset(const DatasetSpec& s
   if (!(spec.split_from >= 0 && spec.split_from < spec.split_to && spec.split_to <= 1))
     return invalid_argument("{}: split [{}, {}] must be fractions with 0 <= from < to <= 1", where, spec.split_from,
                             spec.split_to);
-  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(spec.path));
+  auto read = read_file_bytes(spec.path);
+  if (!read.ok()) return read.status().with_context(fmt::format("dataset '{}' (path)", spec.name));
+  std::vector<uint8_t> bytes = std::move(*read);
   std::vector<int32_t> stream;
   if (spec.kind == "text") {
     stream.assign(bytes.begin(), bytes.end());

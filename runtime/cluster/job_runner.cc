@@ -224,8 +224,10 @@ std::vector<std::string> fetched_lines(const std::map<std::string, VariableValue
   return lines;
 }
 
-// Loads a checkpoint into the run: variables, optimizer state, first step.
-Status resume_from(const graph::Job& job, const std::string& where, JobResult& result, RunOptions& run) {
+// Loads a checkpoint into the run: variables (each checked against the
+// job's shape), optimizer state, first step; says where it resumes on `out`.
+Status resume_from(const graph::Job& job, const std::string& where, JobResult& result, RunOptions& run,
+                   std::FILE* out) {
   std::string path = where;
   if (where == "latest") {
     if (job.checkpoint.dir.empty())
@@ -233,15 +235,20 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     path = job.checkpoint.dir;
   }
   RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path));
-  std::set<std::string> variables;
-  for (const graph::Variable& v : job.variables) variables.insert(v.name);
+  std::map<std::string, const graph::Variable*> variables;
+  for (const graph::Variable& v : job.variables) variables[v.name] = &v;
   for (CheckpointTensor& t : checkpoint.tensors) {
     size_t slash = t.name.rfind('/');
-    if (variables.count(t.name)) run.initial_values[t.name] = std::move(t.values);
+    if (auto it = variables.find(t.name); it != variables.end()) {
+      if (t.shape != it->second->shape)
+        return invalid_argument("checkpoint {}: variable '{}' is {} there; the job declares {}", path, t.name,
+                                shape_string(t.shape), shape_string(it->second->shape));
+      run.initial_values[t.name] = std::move(t.values);
+    }
     else if (slash != std::string::npos && variables.count(t.name.substr(0, slash)))
       run.initial_state[t.name] = std::move(t.values);
   }
-  for (const std::string& v : variables)
+  for (const auto& [v, declared] : variables)
     if (!run.initial_values.count(v))
       return invalid_argument("checkpoint {} has no tensor for variable '{}'", path, v);
   if (checkpoint.step >= result.steps)
@@ -249,6 +256,15 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
                             checkpoint.step, result.steps);
   run.start_step = checkpoint.step;
   result.start_step = checkpoint.step;
+  if (out) {
+    const std::string step_dir = checkpoint_step_name(checkpoint.step);
+    const std::string from = path.find(step_dir) == std::string::npos ? path + "/" + step_dir : path;
+    fmt::print(out,
+               "resuming at step {} from {} ({} variable(s); a checkpoint holds whole tensors, so any layout "
+               "resumes it)\n",
+               checkpoint.step, from, variables.size());
+    std::fflush(out);
+  }
   return {};
 }
 
@@ -286,6 +302,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (options.out)
     fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
                result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());
+  // Out before anything that may fail on stderr: piped, stdout is buffered
+  // and the error would come first.
+  if (options.out) std::fflush(options.out);
 
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
@@ -306,7 +325,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   run_options.trace = !options.trace_file.empty();
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   if (!options.resume.empty()) {
-    Status resumed = resume_from(job, options.resume, result, run_options);
+    Status resumed = resume_from(job, options.resume, result, run_options, options.out);
     if (!resumed.ok()) {
       result.status = resumed;
       return result;

@@ -173,6 +173,37 @@ TEST_CASE("rill check names a label outside the classes, before any run") {
   CHECK(ran.output.find(", element 0 is not in [0, 5), the indices op ") != std::string::npos);
 }
 
+// A resumed run says where it resumes; a checkpoint whose variable has
+// another shape than the job's is refused naming both.
+TEST_CASE("--resume says the step and folder it resumes from, and refuses a variable of another shape") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  const auto dir = temp_dir() / "resume-ckpt";
+  std::filesystem::remove_all(dir);
+  Ran first = run_rill("run " + job + " --steps 20 --set checkpoint.dir=" + dir.string());
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  Ran resumed = run_rill("run " + job + " --steps 30 --resume latest --set checkpoint.dir=" + dir.string());
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.output.find("resuming at step 20 from " + dir.string() + "/step-00000020 (1 variable(s); a "
+                            "checkpoint holds whole tensors, so any layout resumes it)") != std::string::npos);
+  nlohmann::json wide = nlohmann::json::parse(std::ifstream(job));
+  for (auto& v : wide["variables"]) v["shape"] = {3, 1};  // three features: x gets a column of ones
+  for (auto& in : wide["inputs"])
+    if (in["name"] == "x") in["shape"] = {3};
+  for (auto& t : wide["datasets"][0]["tensors"])
+    if (t["name"] == "x") {
+      t["shape"] = {4, 3};
+      t["data"] = {1, 2, 1, 2, 3, 1, 4, 6, 1, 3, 1, 1};
+    }
+  const auto wide_job = temp_dir() / "wide.json";
+  std::ofstream(wide_job) << wide.dump();
+  Ran refused = run_rill("run " + wide_job.string() + " --steps 30 --resume " + dir.string());
+  INFO(refused.output);
+  CHECK(refused.code == 1);
+  CHECK(refused.output.find("variable 'w' is [2, 1] there; the job declares [3, 1]") != std::string::npos);
+}
+
 TEST_CASE("a bad flag value is an error, not a crash") {
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);

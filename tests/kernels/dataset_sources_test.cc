@@ -63,6 +63,18 @@ TEST_CASE("bad csv gives errors naming file, line and column") {
   CHECK(contains(status, path));
   CHECK(contains(status, "line 3, column 2: cannot parse 'abc'"));
 
+  CHECK_FALSE(contains(status, "header"));  // a word in the third row is no header
+
+  // A header the dataset did not declare: the message says how to declare it.
+  write_text(path, "label,x,y\n4,5,6\n");
+  CHECK(contains(open_error(spec), "(dataset 'table'): line 1, column 1: cannot parse 'label' as a finite number "
+                                   "(is line 1 a header? set \"header\": true on the dataset)"));
+
+  // A file that is not there: the dataset and which setting names it.
+  spec.path = dir.file("absent.csv");
+  CHECK(contains(open_error(spec), "dataset 'table' (path): '" + spec.path + "': cannot open"));
+  spec.path = path;
+
   write_text(path, "1,2,3\n4,5\n");
   CHECK(contains(open_error(spec), "line 2: expected 3 columns, found 2"));
 
