@@ -37,7 +37,8 @@ class ComputeBody {
   // compute stream and returns once it is enqueued: every reader of its
   // outputs is on the same device thread (a copy task stands between it and
   // anything else), so the stream, or an event for a copy, orders them.
-  ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
+  // `params`: `attrs` parsed for the op's kernels (parse_params).
+  ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs, size_t scratch_bytes,
               KernelFn kernel = nullptr, CudaContext* cuda = nullptr, std::vector<Shape> input_offsets = {});
   Status act(const ActIo& io);
 
@@ -46,6 +47,7 @@ class ComputeBody {
   KernelFn kernel_;
   CudaContext* cuda_;
   Attrs attrs_;
+  OpParams params_;
   std::vector<Shape> logical_inputs_;
   std::vector<Shape> input_offsets_;
   std::vector<std::byte> scratch_;
@@ -71,8 +73,9 @@ class SourceBody {
 // (init) and applies one update per gradient it reads (act).
 class VariableBody {
  public:
+  // `update_params`: the update op's attrs parsed for its kernels (parse_params).
   VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
-               const OpDef* update, Attrs update_attrs, TensorMeta meta);
+               const OpDef* update, OpParams update_params, TensorMeta meta);
   // Fills `model` by the initializer, or with `initial_values` when not empty.
   Status init(const TensorView& model, std::span<const float> initial_values);
   bool trained() const { return update_ != nullptr; }
@@ -124,7 +127,7 @@ class VariableBody {
   Shape logical_shape_;
   std::vector<int64_t> offset_;
   const OpDef* update_;
-  Attrs update_attrs_;
+  OpParams update_params_;
   std::vector<std::vector<float>> state_storage_;  // host; staging when on a GPU
   std::vector<TensorView> state_views_;           // what the update reads: host or device memory
   CudaContext* cuda_ = nullptr;

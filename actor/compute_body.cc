@@ -2,12 +2,14 @@
 
 namespace rill {
 
-ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, std::vector<Shape> logical_inputs, size_t scratch_bytes,
+ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs,
+                         size_t scratch_bytes,
                          KernelFn kernel, CudaContext* cuda, std::vector<Shape> input_offsets)
     : def_(def),
       kernel_(kernel ? kernel : def->cpu),
       cuda_(cuda),
       attrs_(std::move(attrs)),
+      params_(std::move(params)),
       logical_inputs_(std::move(logical_inputs)),
       input_offsets_(std::move(input_offsets)),
       scratch_(scratch_bytes) {}
@@ -28,6 +30,7 @@ Status ComputeBody::act(const ActIo& io) {
   ctx.logical_inputs = logical_inputs_;
   ctx.input_offsets = input_offsets_;
   ctx.attrs = &attrs_;
+  ctx.params = params_.get();
   ctx.step = io.step;
   ctx.micro = io.micro;
   ctx.scratch = scratch_;

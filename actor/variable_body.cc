@@ -7,13 +7,13 @@
 namespace rill {
 
 VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
-                           const OpDef* update, Attrs update_attrs, TensorMeta meta)
+                           const OpDef* update, OpParams update_params, TensorMeta meta)
     : init_(init),
       init_attrs_(std::move(init_attrs)),
       logical_shape_(std::move(logical_shape)),
       offset_(std::move(offset)),
       update_(update),
-      update_attrs_(std::move(update_attrs)),
+      update_params_(std::move(update_params)),
       update_kernel_(update ? update->cpu : nullptr) {
   int num_state = update_ ? update_->num_state : 0;
   state_storage_.resize(num_state);
@@ -143,7 +143,7 @@ Status VariableBody::update(const TensorView& model, const TensorView& grad, int
   KernelContext ctx;
   ctx.inputs = update_inputs_;
   ctx.state = state_views_;
-  ctx.attrs = &update_attrs_;
+  ctx.params = update_params_.get();
   ctx.step = step;
   if (cuda_) RILL_RETURN_IF_ERROR(cuda_->activate(update_->type));
   ctx.cuda = cuda_;

@@ -1,7 +1,7 @@
 // OpDef: everything Rill knows about one op type, in one value: arity, shape and
-// dtype inference, SBP signatures, gradient rule, CPU kernel and the name of
-// its CUDA kernel. Op types are
-// listed explicitly in kernels/registry.cc (no static registration).
+// dtype inference, SBP signatures, gradient rule, CPU kernel, the name of its
+// CUDA kernel, and how its attributes are parsed for those kernels. Op types
+// are listed explicitly in kernels/registry.cc (no static registration).
 //
 // Threading: OpDefs are immutable globals; any thread may read them. A kernel
 // runs on its actor's thread only and must not allocate in steady state
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -21,6 +22,11 @@
 namespace rill {
 
 class CudaContext;  // kernels/cuda/cuda_context.h: a device's stream, cuBLAS handle and memory
+
+// An op's attributes as its kernels read them (kernels/ops/op_params.h):
+// parsed once, when its task is built (OpDef::parse), so that an act reads
+// fields rather than looking attributes up by name.
+using OpParams = std::shared_ptr<const void>;
 
 // One valid combination of input and output SBPs for an op.
 struct SbpSignature {
@@ -49,7 +55,8 @@ struct KernelContext {
   // equal the logical tensor a single device would have made.
   Shape logical_output;
   std::vector<int64_t> output_offset;
-  const Attrs* attrs = nullptr;
+  const Attrs* attrs = nullptr;  // initializers read these; other kernels their params
+  const void* params = nullptr;   // OpDef::parse's result (params_of<T>, kernels/ops/op_params.h)
   int64_t step = 0;  // 0-based index of the current step (Adam: t = step + 1)
   int64_t micro = 0;  // which micro-batch of the step (train.micro_batches; 0 without)
   std::span<std::byte> scratch;
@@ -84,6 +91,7 @@ using SbpFn = std::vector<SbpSignature> (*)(const Attrs& attrs, std::span<const 
 using GradFn = Status (*)(GradBuilder& builder);
 using KernelFn = Status (*)(KernelContext& ctx);
 using ScratchFn = size_t (*)(const Attrs& attrs, std::span<const TensorMeta> physical_inputs);
+using ParseFn = StatusOr<OpParams> (*)(const Attrs& attrs);
 using IndexBoundFn = int64_t (*)(const Attrs& attrs, std::span<const TensorMeta> logical_inputs, int input);
 
 enum class OpRole : uint8_t {
@@ -112,6 +120,7 @@ struct OpDef {
   // kUpdate: the state tensors' names, as checkpoints store them ("<variable>/<name>").
   std::array<const char*, 2> state_names = {nullptr, nullptr};
   ScratchFn scratch_bytes = nullptr;  // nullptr: no scratch
+  ParseFn parse = nullptr;            // nullptr: its kernels read no attributes
   // The kernel copies input 0's bytes as they lie into output 0 (reshape):
   // a split of one is the split of the other only where every device's
   // pieces hold as many elements, which SBP deduction checks per placement.
@@ -134,6 +143,10 @@ struct OpDef {
 const OpDef* find_op(std::string_view type);
 // Every op type, in a fixed order.
 std::span<const OpDef* const> all_ops();
+
+// `attrs` parsed for `def`'s kernels (null params where it reads none);
+// errors name the op type.
+StatusOr<OpParams> parse_params(const OpDef& def, const Attrs& attrs);
 
 // Runs `def.infer`, first checking the number of inputs; errors name the op type.
 Status infer_op(const OpDef& def, const Attrs& attrs, std::span<const TensorMeta> inputs,

@@ -37,6 +37,13 @@ const OpDef* find_op(std::string_view type) {
 
 std::span<const OpDef* const> all_ops() { return kAllOps; }
 
+StatusOr<OpParams> parse_params(const OpDef& def, const Attrs& attrs) {
+  if (def.parse == nullptr) return OpParams();
+  auto parsed = def.parse(attrs);
+  if (!parsed.ok()) return parsed.status().with_context(fmt::format("op '{}'", def.type));
+  return parsed;
+}
+
 Status infer_op(const OpDef& def, const Attrs& attrs, std::span<const TensorMeta> inputs,
                 std::vector<TensorMeta>* outputs) {
   int n = static_cast<int>(inputs.size());

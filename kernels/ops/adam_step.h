@@ -1,5 +1,5 @@
 // The scalars of one Adam or AdamW step, worked out from the update op's
-// attrs and the step once, for the CPU kernel (optim_ops.cc) and the CUDA
+// params and the step once, for the CPU kernel (optim_ops.cc) and the CUDA
 // kernel (cuda_ops.cc) alike. Pure; any thread.
 #pragma once
 
@@ -8,6 +8,7 @@
 
 #include "kernels/attrs.h"
 #include "kernels/ops/lr_schedule.h"
+#include "kernels/ops/op_params.h"
 
 namespace rill {
 
@@ -19,13 +20,13 @@ struct AdamStep {
   double shrink;            // w is first multiplied by this (AdamW: 1 - rate * weight_decay; Adam: 1)
 };
 
-inline AdamStep adam_step(const Attrs& a, int64_t step) {
-  const double lr = step_lr(a, 0.001, step), weight_decay = a.get_float("weight_decay", 0.0);
-  const bool decoupled = a.get_int("decoupled", 0) != 0;
+inline AdamStep adam_step(const AdamParams& p, int64_t step) {
+  const double lr = lr_at(p.lr, step), weight_decay = p.weight_decay;
+  const bool decoupled = p.decoupled;
   AdamStep s;
-  s.beta1 = a.get_float("beta1", 0.9);
-  s.beta2 = a.get_float("beta2", 0.999);
-  s.eps = a.get_float("epsilon", 1e-8);
+  s.beta1 = p.beta1;
+  s.beta2 = p.beta2;
+  s.eps = p.eps;
   const double t = static_cast<double>(step + 1);
   s.step_size = lr / (1.0 - std::pow(s.beta1, t));
   s.correction2_sqrt = std::sqrt(1.0 - std::pow(s.beta2, t));

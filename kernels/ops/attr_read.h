@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -46,14 +47,6 @@ inline StatusOr<double> read_float(const Attrs& attrs, const std::string& name, 
   return invalid_argument("attr '{}' must be a number", name);
 }
 
-// An ints attr already checked by infer, read in a kernel without copying
-// (kernels must not allocate). Null if absent or of another type.
-inline const std::vector<int64_t>* ints_attr(const Attrs& attrs, const std::string& name) {
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return nullptr;
-  return std::get_if<std::vector<int64_t>>(&it->second);
-}
-
 // Maps axis in [-rank, rank) to [0, rank); errors name the attr and the shape.
 inline StatusOr<int> normalize_axis(int64_t axis, const Shape& shape, const char* attr) {
   int64_t rank = static_cast<int64_t>(shape.size());
@@ -73,10 +66,11 @@ inline std::array<int64_t, kMaxKernelRank> row_major_strides(const Shape& shape)
   return strides;
 }
 
-// A slice's box origin in `big` for a box of shape `small`, from attr
+// A slice's box origin in `big` for a box of shape `small`, from its
 // `starts` (slice_ops.cc; shared by the CPU and CUDA kernels). An uncut axis
 // starts at 0, which is also the right origin within a split piece of it.
-Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, std::array<int64_t, kMaxKernelRank>* origin);
+Status box_origin(std::span<const int64_t> starts, const Shape& big, const Shape& small,
+                  std::array<int64_t, kMaxKernelRank>* origin);
 
 inline Status check_rank_limit(const Shape& shape, const char* what) {
   if (shape.size() > static_cast<size_t>(kMaxKernelRank))

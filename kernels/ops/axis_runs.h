@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/attrs.h"
 #include "kernels/tensor.h"
@@ -20,9 +21,9 @@ struct AxisRuns {
   int64_t small_stride[kMaxRank];  // stride in the reduced tensor; 0 for reduced runs
 };
 
-AxisRuns axis_runs(const Shape& big, const Attrs& attrs);
+AxisRuns axis_runs(const Shape& big, std::span<const int64_t> axes);
 
-// Elements of `logical` reduced over the attrs' axes (a mean divides by it).
-int64_t logical_count(const Shape& logical, const Attrs& attrs);
+// Elements of `logical` reduced over `axes` (empty: all; a mean divides by it).
+int64_t logical_count(const Shape& logical, std::span<const int64_t> axes);
 
 }  // namespace rill::math

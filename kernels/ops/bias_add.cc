@@ -4,6 +4,7 @@
 // position table x [B, T, C] + wpe [T, C]. b's gradient sums dy over the
 // axes it does not cover.
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -62,7 +63,8 @@ Status grad_bias_add(GradBuilder& g) {
 Status cpu_bias_add(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& bias = ctx.inputs[1];
-  const auto [outer, c, inner] = math::bias_layout(*ctx.attrs, x.shape, bias.shape);
+  const auto [outer, c, inner] =
+      math::bias_layout(params_of<BiasAddParams>(ctx).axis_for(x.shape, bias.shape), x.shape, bias.shape);
   const float* __restrict xp = x.f32();
   const float* __restrict bp = bias.f32();
   float* __restrict yp = ctx.outputs[0].f32();
@@ -92,6 +94,7 @@ const OpDef kBiasAddOp = {
     .grad = grad_bias_add,
     .cpu = cpu_bias_add,
     .cuda = "bias_add",
+    .parse = parse_as<BiasAddParams>,
 };
 
 }  // namespace rill

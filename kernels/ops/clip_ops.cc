@@ -11,6 +11,7 @@
 
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -90,7 +91,7 @@ std::vector<SbpSignature> sbp_clip_factor(const Attrs&, std::span<const TensorMe
 
 Status cpu_clip_factor(KernelContext& ctx) {
   const double norm = std::sqrt(static_cast<double>(ctx.inputs[0].f32()[0]));
-  const double max_norm = ctx.attrs->get_float("max_norm", 1.0);
+  const double max_norm = params_of<ClipFactorParams>(ctx).max_norm;
   ctx.outputs[0].f32()[0] = static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
   ctx.outputs[1].f32()[0] = static_cast<float>(norm);
   return {};
@@ -103,6 +104,7 @@ const OpDef kSumSquaresOp = {.type = "sum_squares", .num_inputs = 1, .num_output
 const OpDef kAddNOp = {.type = "add_n", .num_inputs = -1, .num_outputs = 1, .infer = infer_add_n,
                        .sbp = sbp_add_n, .grad = grad_add_n, .cpu = cpu_add_n, .cuda = "add_n"};
 const OpDef kClipFactorOp = {.type = "clip_factor", .num_inputs = 1, .num_outputs = 2, .infer = infer_clip_factor,
-                             .sbp = sbp_clip_factor, .cpu = cpu_clip_factor, .cuda = "clip_factor"};
+                             .sbp = sbp_clip_factor, .cpu = cpu_clip_factor, .cuda = "clip_factor",
+                             .parse = parse_as<ClipFactorParams>};
 
 }  // namespace rill

@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/cuda/cuda_kernel.h"
+#include "kernels/ops/op_params.h"
 
 namespace rill::cuda_ops {
 namespace {
@@ -32,7 +33,7 @@ RILL_CUDA_KERNEL(add_n) {
 
 RILL_CUDA_KERNEL(clip_factor) {
   return cuda_status(cuda_launch::clip_factor(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
-                                              ctx.attrs->get_float("max_norm", 1.0), stream_of(ctx)),
+                                              params_of<ClipFactorParams>(ctx).max_norm, stream_of(ctx)),
                      "kernel launch", "op 'clip_factor'");
 }
 

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -78,7 +79,7 @@ Status cpu_finish(KernelContext& ctx) {
   TensorView& y = ctx.outputs[0];
   if (x.bytes() != y.bytes())
     return internal_error("collective of {} into {}: sizes differ", shape_string(x.shape), shape_string(y.shape));
-  const double scale = ctx.attrs->get_float("scale", 1.0);
+  const double scale = params_of<ScaleParams>(ctx).scale;
   if (scale == 1.0 || x.dtype != DType::kF32) {
     if (x.data != y.data && x.bytes() > 0) std::memcpy(y.data, x.data, x.bytes());
     return {};
@@ -99,14 +100,14 @@ int collective_reduce_code(const std::string& reduce) {
 
 const OpDef kAllReduceOp = {
     .type = "all_reduce", .role = OpRole::kCollective, .infer = infer_all_reduce, .sbp = sbp_whole,
-    .cpu = cpu_finish, .cuda = "scale"};
+    .cpu = cpu_finish, .cuda = "scale", .parse = parse_as<ScaleParams>};
 const OpDef kAllGatherOp = {
     .type = "all_gather", .role = OpRole::kCollective, .infer = infer_all_gather, .sbp = sbp_whole,
-    .cpu = cpu_finish, .cuda = "copy"};
+    .cpu = cpu_finish, .cuda = "copy", .parse = parse_as<ScaleParams>};
 const OpDef kReduceScatterOp = {.type = "reduce_scatter",
                                 .role = OpRole::kCollective,
                                 .infer = infer_reduce_scatter,
                                 .sbp = sbp_blocks,
-                                .cpu = cpu_finish, .cuda = "scale"};
+                                .cpu = cpu_finish, .cuda = "scale", .parse = parse_as<ScaleParams>};
 
 }  // namespace rill

@@ -3,6 +3,7 @@
 // context's stream, and every CUDA or cuBLAS result into a Status naming the
 // call and the op. Nothing here waits for the device.
 #include "kernels/cuda/cuda_kernel.h"
+#include "kernels/ops/op_params.h"
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
@@ -67,13 +68,14 @@ cuda_launch::ReduceRuns device_runs(const math::AxisRuns& a) {
 template <bool kMean>
 Status reduce(KernelContext& ctx, const char* op) {
   const TensorView& x = ctx.inputs[0];
-  const cuda_launch::ReduceRuns runs = device_runs(math::axis_runs(x.shape, *ctx.attrs));
+  const ReduceParams& p = params_of<ReduceParams>(ctx);
+  const cuda_launch::ReduceRuns runs = device_runs(math::axis_runs(x.shape, p.axes));
   int64_t reduced_count = 1;
   for (int r = 0; r < runs.count; ++r)
     if (runs.reduced[r]) reduced_count *= runs.size[r];
   float scale = 1.0f;
   if (kMean) {
-    const int64_t count = math::logical_count(ctx.logical_inputs[0], *ctx.attrs);
+    const int64_t count = math::logical_count(ctx.logical_inputs[0], p.axes);
     scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   }
   return launched(cuda_launch::reduce(runs, x.f32(), ctx.outputs[0].f32(), ctx.outputs[0].size(), reduced_count,
@@ -93,7 +95,7 @@ Status check_update_views(const KernelContext& ctx, size_t num_state, const char
 }
 
 float mse_mean_factor(const KernelContext& ctx) {
-  if (ctx.attrs->get_string("reduction", "sum") != "mean") return 1.0f;
+  if (!params_of<MseParams>(ctx).mean) return 1.0f;
   const int64_t count = num_elements(ctx.logical_inputs[0]);
   return count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
 }
@@ -127,16 +129,17 @@ Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src
 // is computed as C^T = op(B)^T op(A)^T: a row-major buffer read as
 // column-major is exactly the transpose.
 RILL_CUDA_KERNEL(matmul) {
-  const bool ta = ctx.attrs->get_int("transpose_a", 0) != 0, tb = ctx.attrs->get_int("transpose_b", 0) != 0;
+  const MatmulParams& p = params_of<MatmulParams>(ctx);
+  const bool ta = p.transpose_a, tb = p.transpose_b;
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
   const math::MatmulShape s =
-      math::matmul_shape(a.shape, b.shape, ta, tb, ctx.attrs->get_int("fold_batch", 0) != 0);
+      math::matmul_shape(a.shape, b.shape, ta, tb, p.fold_batch);
   if (c.size() == 0) return {};
   // Accumulating over micro-batches (as the CPU kernel): scaled by 1/K',
   // added to C after the first.
-  const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
+  const int64_t micro_batches = p.micro_batches;
   const bool add = micro_batches > 1 && ctx.micro > 0;
   if (s.k == 0)  // an empty split piece along K contributes zeros
     return add ? Status{}
@@ -159,7 +162,8 @@ RILL_CUDA_KERNEL(matmul) {
 RILL_CUDA_KERNEL(bias_add) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& bias = ctx.inputs[1];
-  const math::BiasLayout layout = math::bias_layout(*ctx.attrs, x.shape, bias.shape);
+  const math::BiasLayout layout =
+      math::bias_layout(params_of<BiasAddParams>(ctx).axis_for(x.shape, bias.shape), x.shape, bias.shape);
   return launched(cuda_launch::bias_add(x.f32(), bias.f32(), ctx.outputs[0].f32(), x.size(), layout.channels,
                                         layout.inner, stream_of(ctx)),
                   "op 'bias_add'");
@@ -180,14 +184,14 @@ RILL_CUDA_KERNEL(sub) { return binary<Binary::kSub>(ctx, "op 'sub'"); }
 RILL_CUDA_KERNEL(mul) { return binary<Binary::kMul>(ctx, "op 'mul'"); }
 
 RILL_CUDA_KERNEL(scale) {
-  const float s = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  const float s = static_cast<float>(params_of<ScaleParams>(ctx).scale);
   return launched(
       cuda_launch::scale(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.outputs[0].size(), stream_of(ctx)),
       "op 'scale'");
 }
 
 RILL_CUDA_KERNEL(accumulate) {
-  const float s = 1.0f / static_cast<float>(ctx.attrs->get_int("micro_batches", 1));
+  const float s = 1.0f / static_cast<float>(params_of<AccumulateParams>(ctx).micro_batches);
   return launched(cuda_launch::accumulate(ctx.inputs[0].f32(), ctx.outputs[0].f32(), s, ctx.micro == 0,
                                           ctx.outputs[0].size(), stream_of(ctx)),
                   "op 'accumulate'");
@@ -227,8 +231,8 @@ RILL_CUDA_KERNEL(sparse_softmax_cross_entropy_grad) {
 // A block of a larger table: its first row and the whole table's rows
 // (checked by the op's shape inference); a whole table by default.
 std::pair<int64_t, int64_t> table_rows(const KernelContext& ctx, int64_t rows) {
-  const int64_t total = ctx.attrs->get_int("total_rows", 0);
-  return {total > 0 ? total : rows, ctx.attrs->get_int("row_offset", 0)};
+  const EmbeddingParams& p = params_of<EmbeddingParams>(ctx);
+  return {p.total_for(rows), p.row_offset};
 }
 
 RILL_CUDA_KERNEL(embedding) {
@@ -250,7 +254,7 @@ RILL_CUDA_KERNEL(embedding_grad) {
 }
 
 RILL_CUDA_KERNEL(embedding_mask) {
-  const int64_t rows = ctx.attrs->get_int("rows", 0);
+  const int64_t rows = params_of<EmbeddingParams>(ctx).rows;
   const auto [total, offset] = table_rows(ctx, rows);
   return launched(cuda_launch::embedding_mask(ctx.inputs[0].i32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
                                               ctx.inputs[0].size(), rows, ctx.inputs[1].shape.back(), total, offset,
@@ -272,35 +276,36 @@ RILL_CUDA_KERNEL(reduce_mean) { return reduce<true>(ctx, "op 'reduce_mean'"); }
 RILL_CUDA_KERNEL(broadcast_like) {
   TensorView& out = ctx.outputs[0];
   float scale = 1.0f;
-  if (ctx.attrs->get_int("mean", 0) != 0) {
-    const int64_t count = math::logical_count(ctx.logical_inputs[1], *ctx.attrs);
+  const ReduceParams& p = params_of<ReduceParams>(ctx);
+  if (p.mean) {
+    const int64_t count = math::logical_count(ctx.logical_inputs[1], p.axes);
     scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   }
-  return launched(cuda_launch::broadcast_like(device_runs(math::axis_runs(out.shape, *ctx.attrs)), ctx.inputs[0].f32(),
+  return launched(cuda_launch::broadcast_like(device_runs(math::axis_runs(out.shape, p.axes)), ctx.inputs[0].f32(),
                                               out.f32(), out.size(), scale, stream_of(ctx)),
                   "op 'broadcast_like'");
 }
 
 RILL_CUDA_KERNEL(sgd_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
+  const SgdParams& p = params_of<SgdParams>(ctx);
   return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
-                                   step_lr(*ctx.attrs, 0.01, ctx.step), ctx.attrs->get_float("weight_decay", 0.0),
-                                   stream_of(ctx)),
+                                   lr_at(p.lr, ctx.step), p.weight_decay, stream_of(ctx)),
                   "op 'sgd_update'");
 }
 
 RILL_CUDA_KERNEL(momentum_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1, "op 'momentum_update'"));
-  const Attrs& a = *ctx.attrs;
+  const SgdParams& p = params_of<SgdParams>(ctx);
   return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
-                                        ctx.inputs[0].size(), step_lr(a, 0.01, ctx.step), a.get_float("weight_decay", 0.0),
-                                        a.get_float("momentum", 0.9), stream_of(ctx)),
+                                        ctx.inputs[0].size(), lr_at(p.lr, ctx.step), p.weight_decay, p.momentum,
+                                        stream_of(ctx)),
                   "op 'momentum_update'");
 }
 
 RILL_CUDA_KERNEL(adam_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
-  const AdamStep s = adam_step(*ctx.attrs, ctx.step);
+  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step);
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
                                     ctx.inputs[0].size(), s.step_size, s.beta1, s.beta2, s.correction2_sqrt, s.eps,
                                     s.decay, s.shrink, stream_of(ctx)),
@@ -311,8 +316,9 @@ RILL_CUDA_KERNEL(softmax) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
-  const bool causal = ctx.attrs->get_int("causal", 0) != 0;
-  const float scale = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  const SoftmaxParams& p = params_of<SoftmaxParams>(ctx);
+  const bool causal = p.causal;
+  const float scale = p.scale;
   return launched(
       cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, causal, scale, stream_of(ctx)),
       "op 'softmax'");
@@ -322,7 +328,7 @@ RILL_CUDA_KERNEL(softmax_grad) {
   const TensorView& y = ctx.inputs[0];
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
-  const float scale = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  const float scale = params_of<SoftmaxParams>(ctx).scale;
   return launched(cuda_launch::softmax_grad(y.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), y.size() / cols, cols,
                                             scale, stream_of(ctx)),
                   "op 'softmax_grad'");
@@ -346,7 +352,7 @@ RILL_CUDA_KERNEL(mse_loss_grad) {
 RILL_CUDA_KERNEL(transpose) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
-  const std::vector<int64_t>* perm = ints_attr(*ctx.attrs, "perm");
+  const std::vector<int64_t>* perm = &params_of<TransposeParams>(ctx).perm;
   const int rank = static_cast<int>(out.shape.size());
   if (perm == nullptr || static_cast<int>(perm->size()) != rank || in.shape.size() != out.shape.size() ||
       rank > kMaxKernelRank)
@@ -367,7 +373,7 @@ RILL_CUDA_KERNEL(slice) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   std::array<int64_t, kMaxKernelRank> origin{}, zero{};
-  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, in.shape, out.shape, &origin));
+  RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, in.shape, out.shape, &origin));
   return copy_box(ctx, box_between(out.shape, in.shape, origin, out.shape, zero), in.data, out.data, "op 'slice'");
 }
 
@@ -375,7 +381,7 @@ RILL_CUDA_KERNEL(slice_grad) {
   const TensorView& dy = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   std::array<int64_t, kMaxKernelRank> origin{}, zero{};
-  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
+  RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, out.shape, dy.shape, &origin));
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.data, 0, out.bytes(), stream_of(ctx)), "cudaMemsetAsync",
                                    "op 'slice_grad'"));
   return copy_box(ctx, box_between(dy.shape, dy.shape, zero, out.shape, origin), dy.data, out.data, "op 'slice_grad'");
@@ -384,7 +390,7 @@ RILL_CUDA_KERNEL(slice_grad) {
 // Each input goes into its box of the output, one after another along the axis.
 RILL_CUDA_KERNEL(concat) {
   const TensorView& out = ctx.outputs[0];
-  int64_t axis = ctx.attrs->get_int("axis", 0);
+  int64_t axis = params_of<ConcatParams>(ctx).axis;
   if (axis < 0) axis += static_cast<int64_t>(out.shape.size());
   if (out.shape.size() > static_cast<size_t>(kMaxKernelRank) || axis < 0 || axis >= static_cast<int64_t>(out.shape.size()))
     return internal_error("op 'concat' into {}: attr 'axis' does not match", shape_string(out.shape));

@@ -8,12 +8,13 @@
 // identity (OpDef::identity_in_eval).
 #include "kernels/ops/dropout_math.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
 
-constexpr double kDefaultRate = 0.1;
+constexpr double kDefaultRate = DropoutParams::kDefaultRate;
 
 Status infer_dropout(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
   RILL_RETURN_IF_ERROR(math::check_float_attr(attrs, "rate"));
@@ -44,7 +45,8 @@ Status cpu_dropout(KernelContext& ctx) {
   const float* __restrict in = x.f32();
   float* __restrict y = ctx.outputs[0].f32();
   const int64_t n = x.size();
-  const double rate = ctx.attrs->get_float("rate", kDefaultRate);
+  const DropoutParams& p = params_of<DropoutParams>(ctx);
+  const double rate = p.rate;
   if (rate == 0.0) {
     for (int64_t i = 0; i < n; ++i) y[i] = in[i];
     return {};
@@ -55,7 +57,7 @@ Status cpu_dropout(KernelContext& ctx) {
   if (logical.size() != x.shape.size() || offset.size() != x.shape.size())
     return internal_error("dropout: piece {} of logical {} at offset {} disagree in rank", shape_string(x.shape),
                           shape_string(logical), shape_string(offset));
-  const uint64_t key = dropout_math::step_key(ctx.attrs->get_int("seed", 0), ctx.step);
+  const uint64_t key = dropout_math::step_key(p.seed, ctx.step);
   const uint32_t threshold = dropout_math::threshold(rate);
   const float scale = static_cast<float>(1.0 / (1.0 - rate));
   const auto first = static_cast<uint64_t>(ctx.micro * num_elements(logical));  // the micro-batch's place in the step
@@ -93,6 +95,7 @@ const OpDef kDropoutOp = {
     .grad = grad_dropout,
     .cpu = cpu_dropout,
     .cuda = "dropout",
+    .parse = parse_as<DropoutParams>,
     .identity_in_eval = true,
     .seeded = true,
 };

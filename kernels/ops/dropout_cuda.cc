@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/cuda/cuda_kernel.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/dropout_math.h"
 
 namespace rill::cuda_ops {
@@ -11,7 +12,8 @@ namespace rill::cuda_ops {
 RILL_CUDA_KERNEL(dropout) {
   const TensorView& x = ctx.inputs[0];
   const auto stream = static_cast<cudaStream_t>(ctx.cuda->stream());
-  const double rate = ctx.attrs->get_float("rate", 0.1);
+  const DropoutParams& p = params_of<DropoutParams>(ctx);
+  const double rate = p.rate;
   if (rate == 0.0)
     return cuda_status(cudaMemcpyAsync(ctx.outputs[0].data, x.data, x.bytes(), cudaMemcpyDeviceToDevice, stream),
                        "copy", "op 'dropout'");
@@ -32,7 +34,7 @@ RILL_CUDA_KERNEL(dropout) {
   }
   return cuda_status(
       cuda_launch::dropout(x.f32(), ctx.outputs[0].f32(), x.size(), place,
-                           dropout_math::step_key(ctx.attrs->get_int("seed", 0), ctx.step),
+                           dropout_math::step_key(p.seed, ctx.step),
                            static_cast<uint64_t>(ctx.micro * num_elements(logical)), dropout_math::threshold(rate),
                            static_cast<float>(1.0 / (1.0 - rate)), stream),
       "kernel launch", "op 'dropout'");

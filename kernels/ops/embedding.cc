@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -149,7 +150,8 @@ Status cpu_embedding(KernelContext& ctx) {
   const TensorView& ids = ctx.inputs[0];
   const TensorView& table = ctx.inputs[1];
   const int64_t rows = table.shape[0], dim = table.shape[1], n = ids.size();
-  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, rows, "embedding"));
+  const EmbeddingParams& p = params_of<EmbeddingParams>(ctx);
+  const Rows r{p.total_for(rows), p.row_offset};
   float* out = ctx.outputs[0].f32();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids.i32()[i];
@@ -169,7 +171,8 @@ Status cpu_embedding_grad(KernelContext& ctx) {
   const float* dout = ctx.inputs[1].f32();
   TensorView& dtable = ctx.outputs[0];
   const int64_t rows = dtable.shape[0], dim = dtable.shape[1], n = ids.size();
-  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, rows, "embedding_grad"));
+  const EmbeddingParams& p = params_of<EmbeddingParams>(ctx);
+  const Rows r{p.total_for(rows), p.row_offset};
   std::memset(dtable.data, 0, dtable.bytes());
   float* out = dtable.f32();
   for (int64_t i = 0; i < n; ++i) {
@@ -186,8 +189,9 @@ Status cpu_embedding_mask(KernelContext& ctx) {
   const TensorView& ids = ctx.inputs[0];
   const float* x = ctx.inputs[1].f32();
   const int64_t n = ids.size(), dim = ctx.inputs[1].shape.back();
-  RILL_ASSIGN_OR_RETURN(Rows r, rows_of(*ctx.attrs, ctx.attrs->get_int("rows", 0), "embedding_mask"));
-  const int64_t rows = ctx.attrs->get_int("rows", 0);
+  const EmbeddingParams& p = params_of<EmbeddingParams>(ctx);
+  const int64_t rows = p.rows;
+  const Rows r{p.total_for(rows), p.row_offset};
   float* out = ctx.outputs[0].f32();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids.i32()[i];
@@ -224,6 +228,7 @@ const OpDef kEmbeddingMaskOp = {
     .grad = grad_embedding_mask,
     .cpu = cpu_embedding_mask,
     .cuda = "embedding_mask",
+    .parse = parse_as<EmbeddingParams>,
     .index_bound = grad_ids_bound,
 };
 
@@ -236,6 +241,7 @@ const OpDef kEmbeddingOp = {
     .grad = grad_embedding,
     .cpu = cpu_embedding,
     .cuda = "embedding",
+    .parse = parse_as<EmbeddingParams>,
     .index_bound = ids_bound,
 };
 
@@ -247,6 +253,7 @@ const OpDef kEmbeddingGradOp = {
     .sbp = sbp_embedding_grad,
     .cpu = cpu_embedding_grad,
     .cuda = "embedding_grad",
+    .parse = parse_as<EmbeddingParams>,
     .index_bound = grad_ids_bound,
 };
 

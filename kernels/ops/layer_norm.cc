@@ -8,6 +8,7 @@
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/layer_norm_math.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -98,7 +99,7 @@ Status cpu_layer_norm(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   const int64_t rows = x.size() / cols;
-  const float eps = static_cast<float>(ctx.attrs->get_float("eps", 1e-5));
+  const float eps = params_of<LayerNormParams>(ctx).eps;
   const float* gamma = ctx.inputs[1].f32();
   const float* beta = ctx.inputs[2].f32();
   float* y = ctx.outputs[0].f32();
@@ -151,6 +152,7 @@ const OpDef kLayerNormOp = {
     .grad = grad_layer_norm,
     .cpu = cpu_layer_norm,
     .cuda = "layer_norm",
+    .parse = parse_as<LayerNormParams>,
 };
 
 const OpDef kLayerNormGradOp = {

@@ -4,13 +4,14 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/cuda/cuda_kernel.h"
+#include "kernels/ops/op_params.h"
 
 namespace rill::cuda_ops {
 
 RILL_CUDA_KERNEL(layer_norm) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
-  const float eps = static_cast<float>(ctx.attrs->get_float("eps", 1e-5));
+  const float eps = params_of<LayerNormParams>(ctx).eps;
   return cuda_status(cuda_launch::layer_norm(x.f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.outputs[0].f32(),
                                              ctx.outputs[1].f32(), ctx.outputs[2].f32(), x.size() / cols, cols, eps,
                                              static_cast<cudaStream_t>(ctx.cuda->stream())),

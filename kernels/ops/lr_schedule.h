@@ -1,8 +1,8 @@
 // The learning rate of a step: linear warmup, then cosine decay to a floor,
 // as llm.c and nanoGPT schedule GPT training. Read from an update op's attrs
-// (lr, warmup_steps, decay_steps, min_lr) by every optimizer kernel, CPU and
-// CUDA, and by the master for the progress line and the metrics. Pure; any
-// thread.
+// (lr, warmup_steps, decay_steps, min_lr) into every optimizer kernel's
+// params (op_params.h), CPU and CUDA, and by the master for the progress
+// line and the metrics. Pure; any thread.
 #pragma once
 
 #include <cmath>
@@ -31,11 +31,6 @@ inline double lr_at(const LrSchedule& s, int64_t step) {
 inline LrSchedule lr_schedule(const Attrs& attrs, double default_lr) {
   return {attrs.get_float("lr", default_lr), attrs.get_int("warmup_steps", 0), attrs.get_int("decay_steps", 0),
           attrs.get_float("min_lr", 0.0)};
-}
-
-// The rate an update op applies at `step`.
-inline double step_lr(const Attrs& attrs, double default_lr, int64_t step) {
-  return lr_at(lr_schedule(attrs, default_lr), step);
 }
 
 }  // namespace rill

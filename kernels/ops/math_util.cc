@@ -97,8 +97,7 @@ int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b) {
   return attrs.get_int("axis", static_cast<int64_t>(x.size()) - static_cast<int64_t>(b.size()));
 }
 
-BiasLayout bias_layout(const Attrs& attrs, const Shape& x, const Shape& b) {
-  const int64_t axis = bias_axis(attrs, x, b);
+BiasLayout bias_layout(int64_t axis, const Shape& x, const Shape& b) {
   BiasLayout layout;
   layout.channels = num_elements(b);
   for (int64_t i = 0; i < axis; ++i) layout.outer *= x[static_cast<size_t>(i)];

@@ -43,7 +43,7 @@ int64_t bias_axis(const Attrs& attrs, const Shape& x, const Shape& b);
 struct BiasLayout {
   int64_t outer = 1, channels = 1, inner = 1;
 };
-BiasLayout bias_layout(const Attrs& attrs, const Shape& x, const Shape& b);
+BiasLayout bias_layout(int64_t axis, const Shape& x, const Shape& b);
 
 // True for a shape that holds one element and has rank 0 or 1: [] or [1].
 bool is_scalar_shape(const Shape& shape);

@@ -22,6 +22,7 @@
 
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/matmul_shape.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -152,14 +153,15 @@ Status grad_matmul(GradBuilder& g) {
 }
 
 Status cpu_matmul(KernelContext& ctx) {
-  const Flags f = flags(*ctx.attrs);
+  const MatmulParams& p = params_of<MatmulParams>(ctx);
+  const Flags f{p.transpose_a, p.transpose_b, p.fold_batch};
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   TensorView& c = ctx.outputs[0];
   const math::MatmulShape s = math::matmul_shape(a.shape, b.shape, f.ta, f.tb, f.fold);
   if (c.size() == 0) return {};
   // Accumulating over micro-batches: scaled by 1/K', added after the first.
-  const int64_t micro_batches = ctx.attrs->get_int("micro_batches", 1);
+  const int64_t micro_batches = p.micro_batches;
   const bool add = micro_batches > 1 && ctx.micro > 0;
   if (s.k == 0) {  // an empty split piece along K contributes zeros
     if (!add) std::fill_n(c.f32(), c.size(), 0.0f);
@@ -185,6 +187,7 @@ const OpDef kMatmulOp = {
     .grad = grad_matmul,
     .cpu = cpu_matmul,
     .cuda = "matmul",
+    .parse = parse_as<MatmulParams>,
 };
 
 }  // namespace rill

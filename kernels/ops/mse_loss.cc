@@ -3,6 +3,7 @@
 // "mean" (default "sum"), so S(i) pieces give partial sums (P) that add up to
 // the single-device value. mse_loss_grad(pred, target, dloss) -> dpred.
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -73,7 +74,7 @@ Status grad_mse(GradBuilder& g) {
 
 // 1 for "sum", 1 / logical count for "mean".
 float mean_factor(const KernelContext& ctx) {
-  if (ctx.attrs->get_string("reduction", "sum") != "mean") return 1.0f;
+  if (!params_of<MseParams>(ctx).mean) return 1.0f;
   const int64_t count = num_elements(ctx.logical_inputs[0]);
   return count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
 }
@@ -112,6 +113,7 @@ const OpDef kMseLossOp = {
     .grad = grad_mse,
     .cpu = cpu_mse,
     .cuda = "mse_loss",
+    .parse = parse_as<MseParams>,
 };
 
 const OpDef kMseLossGradOp = {
@@ -122,6 +124,7 @@ const OpDef kMseLossGradOp = {
     .sbp = sbp_mse_grad,
     .cpu = cpu_mse_grad,
     .cuda = "mse_loss_grad",
+    .parse = parse_as<MseParams>,
 };
 
 }  // namespace rill

@@ -13,6 +13,7 @@
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/adam_step.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -97,7 +98,8 @@ Status check_update_views(const KernelContext& ctx, size_t num_state) {
 
 Status sgd_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0));
-  double lr = step_lr(*ctx.attrs, 0.01, ctx.step), decay = ctx.attrs->get_float("weight_decay", 0.0);
+  const SgdParams& p = params_of<SgdParams>(ctx);
+  const double lr = lr_at(p.lr, ctx.step), decay = p.weight_decay;
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i)
@@ -107,8 +109,8 @@ Status sgd_kernel(KernelContext& ctx) {
 
 Status momentum_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1));
-  const Attrs& a = *ctx.attrs;
-  double lr = step_lr(a, 0.01, ctx.step), decay = a.get_float("weight_decay", 0.0), mu = a.get_float("momentum", 0.9);
+  const SgdParams& p = params_of<SgdParams>(ctx);
+  const double lr = lr_at(p.lr, ctx.step), decay = p.weight_decay, mu = p.momentum;
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   float* v = ctx.state[0].f32();
@@ -123,7 +125,7 @@ Status momentum_kernel(KernelContext& ctx) {
 
 Status adam_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
-  const AdamStep s = adam_step(*ctx.attrs, ctx.step);
+  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   float* m = ctx.state[0].f32();
@@ -150,7 +152,8 @@ const OpDef kSgdUpdateOp = {.type = "sgd_update",
                             .sbp = update_sbp,
                             .cpu = sgd_kernel,
                             .cuda = "sgd_update",
-                            .num_state = 0};
+                            .num_state = 0,
+                            .parse = parse_as<SgdParams>};
 const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .num_inputs = 2,
                                  .num_outputs = 0,
@@ -160,7 +163,8 @@ const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .cpu = momentum_kernel,
                                  .cuda = "momentum_update",
                                  .num_state = 1,
-                                 .state_names = {"momentum", nullptr}};
+                                 .state_names = {"momentum", nullptr},
+                                 .parse = parse_as<SgdParams>};
 const OpDef kAdamUpdateOp = {.type = "adam_update",
                              .num_inputs = 2,
                              .num_outputs = 0,
@@ -170,6 +174,7 @@ const OpDef kAdamUpdateOp = {.type = "adam_update",
                              .cpu = adam_kernel,
                              .cuda = "adam_update",
                              .num_state = 2,
-                             .state_names = {"adam_m", "adam_v"}};
+                             .state_names = {"adam_m", "adam_v"},
+                             .parse = parse_as<AdamParams>};
 
 }  // namespace rill

@@ -9,6 +9,7 @@
 
 #include "kernels/ops/axis_runs.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -102,20 +103,11 @@ Status grad_reduce(GradBuilder& g) {
 
 namespace math {
 
-AxisRuns axis_runs(const Shape& big, const Attrs& attrs) {
+AxisRuns axis_runs(const Shape& big, std::span<const int64_t> axes) {
   const int rank = static_cast<int>(big.size());
   bool mask[kMaxRank] = {};
-  const auto& values = attrs.values();
-  auto it = values.find("axes");
-  const std::vector<int64_t>* list = it == values.end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
-  const int64_t* single = it == values.end() ? nullptr : std::get_if<int64_t>(&it->second);
-  if ((list == nullptr || list->empty()) && single == nullptr) {
-    std::fill_n(mask, rank, true);
-  } else if (single != nullptr) {
-    mask[*single < 0 ? *single + rank : *single] = true;
-  } else {
-    for (int64_t a : *list) mask[a < 0 ? a + rank : a] = true;
-  }
+  if (axes.empty()) std::fill_n(mask, rank, true);
+  for (int64_t a : axes) mask[a < 0 ? a + rank : a] = true;
   AxisRuns runs;
   for (int a = 0; a < rank; ++a) {
     if (big[a] == 1) continue;
@@ -170,8 +162,8 @@ void for_each_inner_run(const AxisRuns& runs, Fn fn) {
 
 }  // namespace
 
-int64_t math::logical_count(const Shape& logical, const Attrs& attrs) {
-  AxisRuns runs = axis_runs(logical, attrs);
+int64_t math::logical_count(const Shape& logical, std::span<const int64_t> axes) {
+  AxisRuns runs = axis_runs(logical, axes);
   int64_t n = 1;
   for (int r = 0; r < runs.count; ++r)
     if (runs.reduced[r]) n *= runs.size[r];
@@ -188,7 +180,8 @@ Status cpu_reduce(KernelContext& ctx) {
   float* __restrict y = ctx.outputs[0].f32();
   std::fill_n(y, ctx.outputs[0].size(), 0.0f);
   if (x.size() == 0) return {};
-  const AxisRuns runs = axis_runs(x.shape, *ctx.attrs);
+  const ReduceParams& p = params_of<ReduceParams>(ctx);
+  const AxisRuns runs = axis_runs(x.shape, p.axes);
   const float* __restrict xp = x.f32();
   const int64_t inner = runs.size[runs.count - 1];
   if (runs.reduced[runs.count - 1]) {
@@ -203,7 +196,7 @@ Status cpu_reduce(KernelContext& ctx) {
     });
   }
   if (kMean) {
-    const int64_t count = logical_count(ctx.logical_inputs[0], *ctx.attrs);
+    const int64_t count = logical_count(ctx.logical_inputs[0], p.axes);
     const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
     for (int64_t i = 0; i < ctx.outputs[0].size(); ++i) y[i] *= scale;
   }
@@ -216,11 +209,12 @@ Status cpu_broadcast_like(KernelContext& ctx) {
   float* __restrict dx = out.f32();
   if (out.size() == 0) return {};
   float scale = 1.0f;
-  if (ctx.attrs->get_int("mean", 0) != 0) {
-    const int64_t count = logical_count(ctx.logical_inputs[1], *ctx.attrs);
+  const ReduceParams& p = params_of<ReduceParams>(ctx);
+  if (p.mean) {
+    const int64_t count = logical_count(ctx.logical_inputs[1], p.axes);
     scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   }
-  const AxisRuns runs = axis_runs(out.shape, *ctx.attrs);
+  const AxisRuns runs = axis_runs(out.shape, p.axes);
   const int64_t inner = runs.size[runs.count - 1];
   if (runs.reduced[runs.count - 1]) {
     for_each_inner_run(runs, [&](int64_t big, int64_t small) { std::fill_n(dx + big, inner, dy[small] * scale); });
@@ -243,6 +237,7 @@ const OpDef kReduceSumOp = {
     .grad = grad_reduce<false>,
     .cpu = cpu_reduce<false>,
     .cuda = "reduce_sum",
+    .parse = parse_as<ReduceParams>,
 };
 
 const OpDef kReduceMeanOp = {
@@ -254,6 +249,7 @@ const OpDef kReduceMeanOp = {
     .grad = grad_reduce<true>,
     .cpu = cpu_reduce<true>,
     .cuda = "reduce_mean",
+    .parse = parse_as<ReduceParams>,
 };
 
 const OpDef kBroadcastLikeOp = {
@@ -264,6 +260,7 @@ const OpDef kBroadcastLikeOp = {
     .sbp = sbp_broadcast_like,
     .cpu = cpu_broadcast_like,
     .cuda = "broadcast_like",
+    .parse = parse_as<ReduceParams>,
 };
 
 }  // namespace rill

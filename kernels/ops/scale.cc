@@ -6,6 +6,7 @@
 // gradient is the mean of the micro-batches' (the gradient of the whole
 // batch's mean loss). Linear, as scale.
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -34,7 +35,7 @@ Status grad_scale(GradBuilder& g) {
 Status cpu_scale(KernelContext& ctx) {
   const float* __restrict x = ctx.inputs[0].f32();
   float* __restrict y = ctx.outputs[0].f32();
-  const float s = static_cast<float>(ctx.attrs->get_float("scale", 1.0));
+  const float s = static_cast<float>(params_of<ScaleParams>(ctx).scale);
   const int64_t n = ctx.outputs[0].size();
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
   return {};
@@ -51,7 +52,7 @@ Status infer_accumulate(const Attrs& attrs, std::span<const TensorMeta> in, std:
 Status cpu_accumulate(KernelContext& ctx) {
   const float* __restrict x = ctx.inputs[0].f32();
   float* __restrict y = ctx.outputs[0].f32();
-  const float s = 1.0f / static_cast<float>(ctx.attrs->get_int("micro_batches", 1));
+  const float s = 1.0f / static_cast<float>(params_of<AccumulateParams>(ctx).micro_batches);
   const int64_t n = ctx.outputs[0].size();
   if (ctx.micro == 0) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
@@ -71,6 +72,7 @@ const OpDef kAccumulateOp = {
     .sbp = sbp_scale,
     .cpu = cpu_accumulate,
     .cuda = "accumulate",
+    .parse = parse_as<AccumulateParams>,
 };
 
 const OpDef kScaleOp = {
@@ -82,6 +84,7 @@ const OpDef kScaleOp = {
     .grad = grad_scale,
     .cpu = cpu_scale,
     .cuda = "scale",
+    .parse = parse_as<ScaleParams>,
 };
 
 }  // namespace rill

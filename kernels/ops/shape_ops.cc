@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/ops/attr_read.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -139,7 +140,7 @@ std::vector<SbpSignature> transpose_sbp(const Attrs& attrs, std::span<const Tens
 Status transpose_kernel(KernelContext& ctx) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
-  const std::vector<int64_t>* perm_attr = ints_attr(*ctx.attrs, "perm");
+  const std::vector<int64_t>* perm_attr = &params_of<TransposeParams>(ctx).perm;
   int rank = static_cast<int>(out.shape.size());
   if (perm_attr == nullptr || static_cast<int>(perm_attr->size()) != rank || in.shape.size() != out.shape.size() ||
       rank > kMaxKernelRank)
@@ -209,7 +210,7 @@ const OpDef kTransposeOp = {.type = "transpose",
                             .infer = transpose_infer,
                             .sbp = transpose_sbp,
                             .grad = transpose_grad,
-                            .cpu = transpose_kernel, .cuda = "transpose"};
+                            .cpu = transpose_kernel, .cuda = "transpose", .parse = parse_as<TransposeParams>};
 const OpDef kIdentityOp = {
     .type = "identity", .infer = identity_infer, .sbp = identity_sbp, .grad = identity_grad,
     .cpu = copy_kernel, .cuda = "copy"};

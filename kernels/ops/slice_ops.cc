@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/ops/attr_read.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
 namespace rill {
@@ -74,7 +75,7 @@ Status slice_kernel(KernelContext& ctx) {
   const TensorView& in = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   Index origin{}, zero{};
-  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, in.shape, out.shape, &origin));
+  RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, in.shape, out.shape, &origin));
   copy_box(in.data, in.shape, origin.data(), out.data, out.shape, zero.data(), out.shape, sizeof(uint32_t));
   return {};
 }
@@ -112,7 +113,7 @@ Status slice_grad_kernel(KernelContext& ctx) {
   const TensorView& dy = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   Index origin{}, zero{};
-  RILL_RETURN_IF_ERROR(box_origin(*ctx.attrs, out.shape, dy.shape, &origin));
+  RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, out.shape, dy.shape, &origin));
   std::memset(out.data, 0, out.bytes());
   copy_box(dy.data, dy.shape, zero.data(), out.data, out.shape, origin.data(), dy.shape, sizeof(uint32_t));
   return {};
@@ -172,7 +173,7 @@ std::vector<SbpSignature> concat_sbp(const Attrs& attrs, std::span<const TensorM
 
 Status concat_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
-  int64_t axis = ctx.attrs->get_int("axis", 0);
+  int64_t axis = params_of<ConcatParams>(ctx).axis;
   int rank = static_cast<int>(out.shape.size());
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank || rank > kMaxKernelRank)
@@ -210,32 +211,30 @@ Status concat_grad(GradBuilder& b) {
 
 }  // namespace
 
-Status box_origin(const Attrs& attrs, const Shape& big, const Shape& small, Index* origin) {
-  const std::vector<int64_t>* starts = ints_attr(attrs, "starts");
-  if (starts == nullptr || starts->size() != big.size() || small.size() != big.size() ||
-      big.size() > static_cast<size_t>(kMaxKernelRank))
+Status box_origin(std::span<const int64_t> starts, const Shape& big, const Shape& small, Index* origin) {
+  if (starts.size() != big.size() || small.size() != big.size() || big.size() > static_cast<size_t>(kMaxKernelRank))
     return internal_error("slice box {} in {}: attr 'starts' does not match", shape_string(small), shape_string(big));
   for (size_t d = 0; d < big.size(); ++d) {
-    (*origin)[d] = (*starts)[d];
-    if ((*starts)[d] + small[d] > big[d])
-      return internal_error("slice box {} at {} overruns {}", shape_string(small), shape_string(*starts),
-                            shape_string(big));
+    (*origin)[d] = starts[d];
+    if (starts[d] + small[d] > big[d])
+      return internal_error("slice box {} at {} overruns {}", shape_string(small),
+                            shape_string(Shape(starts.begin(), starts.end())), shape_string(big));
   }
   return {};
 }
 
 const OpDef kSliceOp = {
-    .type = "slice", .infer = slice_infer, .sbp = slice_sbp, .grad = slice_grad, .cpu = slice_kernel, .cuda = "slice"};
+    .type = "slice", .infer = slice_infer, .sbp = slice_sbp, .grad = slice_grad, .cpu = slice_kernel, .cuda = "slice", .parse = parse_as<SliceParams>};
 const OpDef kSliceGradOp = {.type = "slice_grad",
                             .infer = slice_grad_infer,
                             .sbp = slice_grad_sbp,
                             .grad = slice_grad_grad,
-                            .cpu = slice_grad_kernel, .cuda = "slice_grad"};
+                            .cpu = slice_grad_kernel, .cuda = "slice_grad", .parse = parse_as<SliceParams>};
 const OpDef kConcatOp = {.type = "concat",
                          .num_inputs = -1,
                          .infer = concat_infer,
                          .sbp = concat_sbp,
                          .grad = concat_grad,
-                         .cpu = concat_kernel, .cuda = "concat"};
+                         .cpu = concat_kernel, .cuda = "concat", .parse = parse_as<ConcatParams>};
 
 }  // namespace rill

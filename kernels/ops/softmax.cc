@@ -6,6 +6,7 @@
 // rest of y is 0), so the query axis is not split either.
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/softmax_math.h"
 
@@ -13,7 +14,6 @@ namespace rill {
 namespace {
 
 bool causal(const Attrs& attrs) { return attrs.get_int("causal", 0) != 0; }
-float scale_of(const Attrs& attrs) { return static_cast<float>(attrs.get_float("scale", 1.0)); }
 
 Status check_attrs(const Attrs& attrs, const Shape& x) {
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "causal"));
@@ -77,8 +77,9 @@ Status cpu_softmax(KernelContext& ctx) {
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
   const int64_t rows = x.size() / cols;
-  const bool is_causal = causal(*ctx.attrs);
-  const float scale = scale_of(*ctx.attrs);
+  const SoftmaxParams& p = params_of<SoftmaxParams>(ctx);
+  const bool is_causal = p.causal;
+  const float scale = p.scale;
   for (int64_t r = 0; r < rows; ++r)
     softmax_math::softmax_row(x.f32() + r * cols, ctx.outputs[0].f32() + r * cols, cols,
                               is_causal ? r % cols + 1 : cols, scale);
@@ -90,7 +91,7 @@ Status cpu_softmax_grad(KernelContext& ctx) {
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
   const int64_t rows = y.size() / cols;
-  const float scale = scale_of(*ctx.attrs);
+  const float scale = params_of<SoftmaxParams>(ctx).scale;
   for (int64_t r = 0; r < rows; ++r)
     softmax_math::softmax_grad_row(y.f32() + r * cols, ctx.inputs[1].f32() + r * cols, ctx.outputs[0].f32() + r * cols,
                                    cols, scale);
@@ -108,6 +109,7 @@ const OpDef kSoftmaxOp = {
     .grad = grad_softmax,
     .cpu = cpu_softmax,
     .cuda = "softmax",
+    .parse = parse_as<SoftmaxParams>,
 };
 
 const OpDef kSoftmaxGradOp = {
@@ -118,6 +120,7 @@ const OpDef kSoftmaxGradOp = {
     .sbp = sbp_softmax_grad,
     .cpu = cpu_softmax_grad,
     .cuda = "softmax_grad",
+    .parse = parse_as<SoftmaxParams>,
 };
 
 }  // namespace rill

@@ -72,6 +72,9 @@ StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const
     ctx.outputs = outputs;
     ctx.logical_inputs = shapes;
     ctx.attrs = &op.attrs;
+    auto params = parse_params(*def, op.attrs);
+    if (!params.ok()) return params.status().with_context(fmt::format("op '{}'", op.name));
+    ctx.params = params->get();
     ctx.scratch = scratch;
     RILL_RETURN_IF_ERROR(def->cpu(ctx).with_context(fmt::format("op '{}'", op.name)));
     for (size_t k = 0; k < results.size() && k < op.outputs.size(); ++k) made[op.outputs[k]] = std::move(results[k]);

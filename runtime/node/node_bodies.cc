@@ -54,7 +54,10 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         if (!kernel) return invalid_argument("task '{}': no CUDA kernel for op '{}'", name, def->type);
         RILL_ASSIGN_OR_RETURN(cuda, cuda_for(ActorId::device(task.id())));
       }
-      return Body(std::in_place_type<ComputeBody>, def, read_attrs(task.attrs()), std::move(logical),
+      Attrs attrs = read_attrs(task.attrs());
+      auto params = parse_params(*def, attrs);
+      if (!params.ok()) return params.status().with_context(fmt::format("task '{}'", name));
+      return Body(std::in_place_type<ComputeBody>, def, std::move(attrs), std::move(*params), std::move(logical),
                   static_cast<size_t>(task.scratch_bytes()), kernel, cuda, std::move(offsets));
     }
     case plan::TaskKind::Source: {
@@ -109,9 +112,15 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         if (!update || update->role != OpRole::kUpdate)
           return invalid_argument("task '{}': unknown optimizer update '{}'", name, read_string(conf->update_op()));
       }
+      OpParams update_params;
+      if (update) {
+        auto parsed = parse_params(*update, read_attrs(conf->update_attrs()));
+        if (!parsed.ok()) return parsed.status().with_context(fmt::format("task '{}'", name));
+        update_params = std::move(*parsed);
+      }
       PieceOf of = piece_of_variable(task, *model);
       Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()), std::move(of.logical),
-                std::move(of.offset), update, read_attrs(conf->update_attrs()),
+                std::move(of.offset), update, std::move(update_params),
                 TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
       const int lanes = conf->lanes();
       if (lanes > 1) {

@@ -176,7 +176,7 @@ TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, de
   fill.set("value", 1.0);
   sgd.set("lr", 0.1);
   Body body(std::in_place_type<VariableBody>, find_op("fill"), fill, Shape{1}, std::vector<int64_t>{0},
-            find_op("sgd_update"), sgd, TensorMeta{{1}, DType::kF32});
+            find_op("sgd_update"), parse_params(*find_op("sgd_update"), sgd).value(), TensorMeta{{1}, DType::kF32});
   const float lambda = 0.04f;
   std::get<VariableBody>(body).set_lanes(2, lambda);
   REQUIRE(std::get<VariableBody>(body).init(outputs[0].slots[0], {}).ok());

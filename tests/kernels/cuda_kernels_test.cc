@@ -107,7 +107,9 @@ GpuRun run_cuda(const std::string& type, std::vector<Tensor> inputs, const Attrs
   ctx.state = st.views;
   ctx.logical_inputs = logical;
   ctx.input_offsets = options.input_offsets;
-  ctx.attrs = &attrs;
+  auto params = parse_params(*def, attrs);
+  REQUIRE(params.ok());
+  ctx.params = params->get();
   ctx.step = options.step;
   ctx.micro = options.micro;
   ctx.cuda = &context();

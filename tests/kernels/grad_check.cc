@@ -117,7 +117,15 @@ StatusOr<std::vector<Tensor>> run_kernel(const OpDef& def, std::span<Tensor> inp
   if (ctx.logical_output.empty() && !out_metas.empty()) ctx.logical_output = out_metas[0].shape;
   ctx.output_offset = options.output_offset;
   if (ctx.output_offset.empty()) ctx.output_offset.assign(ctx.logical_output.size(), 0);
-  ctx.attrs = &attrs;
+  // Kernels read their params, parsed once here as a task does; only
+  // initializers (which act once) read attrs, so the others get none: a
+  // kernel that looked an attribute up by name would compute with its
+  // default and fail its test.
+  static const Attrs kNoAttrs;
+  auto params = parse_params(def, attrs);
+  if (!params.ok()) return params.status();
+  ctx.attrs = def.role == OpRole::kInitializer ? &attrs : &kNoAttrs;
+  ctx.params = params->get();
   ctx.step = options.step;
   ctx.micro = options.micro;
   ctx.scratch = scratch;

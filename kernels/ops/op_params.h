@@ -1,0 +1,153 @@
+// The ops' attributes as their kernels read them, for the CPU and CUDA
+// kernels alike: each struct's `read` takes an op's Attrs, already checked
+// by the op's infer, and is run once, when the op's task is built
+// (OpDef::parse, parse_as below); an act reads fields, never a map by name.
+// Initializers read their Attrs directly: they act once.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/attrs.h"
+#include "kernels/op.h"
+#include "kernels/ops/lr_schedule.h"
+
+namespace rill {
+
+// OpDef::parse of an op whose kernels read `T`.
+template <typename T>
+StatusOr<OpParams> parse_as(const Attrs& attrs) {
+  return OpParams(std::make_shared<const T>(T::read(attrs)));
+}
+
+// The params of the op a kernel runs for (its OpDef::parse's `T`).
+template <typename T>
+const T& params_of(const KernelContext& ctx) {
+  return *static_cast<const T*>(ctx.params);
+}
+
+// An ints attr that is a list, or one int (as a one-element list), or absent.
+inline std::vector<int64_t> ints_or_one(const Attrs& attrs, const std::string& name) {
+  const auto& values = attrs.values();
+  const auto it = values.find(name);
+  if (it == values.end()) return {};
+  if (const auto* list = std::get_if<std::vector<int64_t>>(&it->second)) return *list;
+  if (const auto* one = std::get_if<int64_t>(&it->second)) return {*one};
+  return {};
+}
+
+struct MatmulParams {
+  bool transpose_a = false, transpose_b = false, fold_batch = false;
+  int64_t micro_batches = 1;  // > 1: the weight gradient's mean over the step's micro-batches
+  static MatmulParams read(const Attrs& a) {
+    return {a.get_int("transpose_a", 0) != 0, a.get_int("transpose_b", 0) != 0, a.get_int("fold_batch", 0) != 0,
+            a.get_int("micro_batches", 1)};
+  }
+};
+
+struct BiasAddParams {
+  bool has_axis = false;  // else the last rank(bias) axes
+  int64_t axis = 0;
+  static BiasAddParams read(const Attrs& a) { return {a.has("axis"), a.get_int("axis", 0)}; }
+  int64_t axis_for(const Shape& x, const Shape& b) const {
+    return has_axis ? axis : static_cast<int64_t>(x.size()) - static_cast<int64_t>(b.size());
+  }
+};
+
+// scale's factor; the collectives' finishing scale (the mean's 1 / ranks).
+struct ScaleParams {
+  double scale = 1.0;
+  static ScaleParams read(const Attrs& a) { return {a.get_float("scale", 1.0)}; }
+};
+
+struct AccumulateParams {
+  int64_t micro_batches = 1;
+  static AccumulateParams read(const Attrs& a) { return {a.get_int("micro_batches", 1)}; }
+};
+
+// reduce_sum, reduce_mean and broadcast_like: the axes (empty: all).
+struct ReduceParams {
+  std::vector<int64_t> axes;
+  bool mean = false;  // broadcast_like: the gradient of a mean
+  static ReduceParams read(const Attrs& a) { return {ints_or_one(a, "axes"), a.get_int("mean", 0) != 0}; }
+};
+
+struct SoftmaxParams {
+  bool causal = false;
+  float scale = 1.0f;
+  static SoftmaxParams read(const Attrs& a) {
+    return {a.get_int("causal", 0) != 0, static_cast<float>(a.get_float("scale", 1.0))};
+  }
+};
+
+struct LayerNormParams {
+  float eps = 1e-5f;
+  static LayerNormParams read(const Attrs& a) { return {static_cast<float>(a.get_float("eps", 1e-5))}; }
+};
+
+struct DropoutParams {
+  static constexpr double kDefaultRate = 0.1;
+  double rate = kDefaultRate;
+  int64_t seed = 0;
+  static DropoutParams read(const Attrs& a) { return {a.get_float("rate", kDefaultRate), a.get_int("seed", 0)}; }
+};
+
+struct MseParams {
+  bool mean = false;  // reduction "mean": divided by the logical element count
+  static MseParams read(const Attrs& a) { return {a.get_string("reduction", "sum") == "mean"}; }
+};
+
+struct ClipFactorParams {
+  double max_norm = 1.0;
+  static ClipFactorParams read(const Attrs& a) { return {a.get_float("max_norm", 1.0)}; }
+};
+
+// embedding, embedding_grad, embedding_mask: a block of a larger table.
+struct EmbeddingParams {
+  int64_t total_rows = 0, row_offset = 0;  // 0, 0: the whole table
+  int64_t rows = 0;                        // embedding_grad, embedding_mask: the block's (table's) rows
+  static EmbeddingParams read(const Attrs& a) {
+    return {a.get_int("total_rows", 0), a.get_int("row_offset", 0), a.get_int("rows", 0)};
+  }
+  // The rows ids may name: the whole table's (a block's total_rows).
+  int64_t total_for(int64_t table_rows) const { return total_rows > 0 ? total_rows : table_rows; }
+};
+
+struct TransposeParams {
+  std::vector<int64_t> perm;
+  static TransposeParams read(const Attrs& a) { return {ints_or_one(a, "perm")}; }
+};
+
+// slice and slice_grad: where the box starts.
+struct SliceParams {
+  std::vector<int64_t> starts;
+  static SliceParams read(const Attrs& a) { return {ints_or_one(a, "starts")}; }
+};
+
+struct ConcatParams {
+  int64_t axis = 0;
+  static ConcatParams read(const Attrs& a) { return {a.get_int("axis", 0)}; }
+};
+
+// sgd_update, momentum_update, adam_update.
+struct UpdateParams {
+  LrSchedule lr;
+  double weight_decay = 0.0;
+  double momentum = 0.9;                          // momentum_update
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam_update
+  bool decoupled = false;                         // AdamW
+  template <double kDefaultLr>
+  static UpdateParams read_with(const Attrs& a) {
+    return {lr_schedule(a, kDefaultLr), a.get_float("weight_decay", 0.0), a.get_float("momentum", 0.9),
+            a.get_float("beta1", 0.9),  a.get_float("beta2", 0.999),     a.get_float("epsilon", 1e-8),
+            a.get_int("decoupled", 0) != 0};
+  }
+};
+struct SgdParams : UpdateParams {
+  static SgdParams read(const Attrs& a) { return {read_with<0.01>(a)}; }
+};
+struct AdamParams : UpdateParams {
+  static AdamParams read(const Attrs& a) { return {read_with<0.001>(a)}; }
+};
+
+}  // namespace rill
