@@ -13,6 +13,7 @@
 #include "runtime/cluster/client.h"
 #include "runtime/cluster/control_codec.h"
 #include "comm/cluster_key.h"
+#include "tests/common/csv_job.h"
 #include "tests/e2e/process_util.h"
 
 using namespace rill::testing;
@@ -161,18 +162,7 @@ TEST_CASE("an agent will not listen beyond loopback without a key, unless --inse
 namespace {
 
 // A classifier reading a CSV file (x1, x2, label).
-std::string csv_job(const std::string& csv) {
-  return R"({"name": "csv_job",
-  "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv + R"(", "label_column": 2}],
-  "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [2]},
-             {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
-  "variables": [{"name": "w", "shape": [2, 2], "init": {"type": "fill", "value": 0}}],
-  "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
-          {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
-          {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
-  "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
-  "train": {"steps": 5, "batch_size": 4, "shuffle": false}})";
-}
+std::string csv_job(const std::string& csv) { return csv_classifier_job(csv); }
 
 void write(const std::filesystem::path& path, const std::string& text) { std::ofstream(path) << text; }
 

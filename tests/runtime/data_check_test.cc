@@ -12,6 +12,7 @@
 
 #include "graph/job_file.h"
 #include "runtime/cluster/job_runner.h"
+#include "tests/common/csv_job.h"
 #include "tests/runtime/sample_jobs.h"
 
 namespace rill {
@@ -47,17 +48,7 @@ TEST_CASE("a CSV input declared with more features than the file's columns is re
   std::filesystem::create_directories(dir);
   const auto csv = dir / "rows.csv";
   std::ofstream(csv) << "1,0,0\n0,1,1\n1,0,0\n0,1,1\n";  // 2 features and a label
-  const std::string text = R"({"name": "csv_job",
-    "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv.string() + R"(", "label_column": 2}],
-    "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [3]},
-               {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
-    "variables": [{"name": "w", "shape": [3, 2], "init": {"type": "fill", "value": 0}}],
-    "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
-            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
-            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
-    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
-    "train": {"steps": 3, "batch_size": 4, "shuffle": false}})";
-  auto job = graph::parse_job_json(text, "csv_job.json");
+  auto job = graph::parse_job_json(testing::csv_classifier_job(csv.string(), 3, 2, 3), "csv_job.json");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
   JobResult result = testing::run(*job, "cpu:1");
   REQUIRE_FALSE(result.status.ok());
@@ -76,16 +67,7 @@ TEST_CASE("an index outside what its reader takes is refused before the first st
   const auto csv = dir / "rows.csv", text = dir / "text.txt";
   std::ofstream(csv) << "1,0,0\n0,1,1\n1,0,2\n0,1,1\n";
   std::ofstream(text) << "abcdefgh abcdefgh abcdefgh";  // 'a' is 97; 'd' (100) is the first outside
-  const std::string csv_job = R"({"name": "csv_job",
-    "datasets": [{"name": "train", "kind": "csv", "path": ")" + csv.string() + R"(", "label_column": 2}],
-    "inputs": [{"name": "x", "dataset": "train", "field": "features", "shape": [2]},
-               {"name": "y", "dataset": "train", "field": "label", "shape": [], "dtype": "i32"}],
-    "variables": [{"name": "w", "shape": [2, 2], "init": {"type": "fill", "value": 0}}],
-    "ops": [{"name": "logits", "type": "matmul", "inputs": ["x", "w"]},
-            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
-            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
-    "loss": "loss", "optimizer": {"type": "sgd", "lr": 0.1},
-    "train": {"steps": 3, "batch_size": 4, "shuffle": false}})";
+  const std::string csv_job = testing::csv_classifier_job(csv.string(), 2, 2, 3);
   const std::string text_job = R"({"name": "text_job",
     "datasets": [{"name": "book", "kind": "text", "path": ")" + text.string() + R"(", "context": 4}],
     "inputs": [{"name": "idx", "dataset": "book", "field": "tokens", "shape": [4], "dtype": "i32"},
