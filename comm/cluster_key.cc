@@ -236,14 +236,14 @@ std::string peer_address(int fd) {
 }  // namespace
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
-                               bool server)
-    : peer_(std::move(peer)), keyed_(keyed), server_(server) {
+                               bool server, bool refused_is_final)
+    : peer_(std::move(peer)), keyed_(keyed), server_(server), refused_is_final_(refused_is_final) {
   static std::atomic<int64_t> next{0};
   const std::string url = fmt::format("inproc://handshake-{}", next.fetch_add(1));
   if (zmq_socket_monitor(socket.handle(), url.c_str(),
                          ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
                              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | (refused_is_final ? ZMQ_EVENT_CONNECT_RETRIED : 0)) != 0)
     throw zmq::error_t();
   monitor_ = zmq::socket_t(context, zmq::socket_type::pair);
   monitor_.set(zmq::sockopt::linger, 0);
@@ -267,6 +267,11 @@ std::string HandshakeWatch::poll() {
     if (!failure_.empty()) continue;
     switch (kind) {
       case ZMQ_EVENT_CONNECTED: connected_ = true; break;
+      case ZMQ_EVENT_CONNECT_RETRIED:
+        // Retried before it ever connected: the host answered, refusing.
+        if (refused_is_final_ && !connected_)
+          failure_ = fmt::format("{} refused the connection: nothing listens there (is its agent running?)", peer_);
+        break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: succeeded_ = true; break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
         failure_ = fmt::format("{} refused this side's key (ZAP status {})", peer_, value);

@@ -108,10 +108,15 @@ class ZapAuthenticator {
 // key, another key, or a peer without one), what went wrong, naming `peer`.
 // On a listening socket (`peer` then names the listener, "node-1: control
 // port") poll() logs each refused connection with its address, at most once
-// per address every 10 s, and counts it. Call poll() from the socket's thread.
+// per address every 10 s, and counts it. With `refused_is_final` (a client
+// asking a running agent, not one waiting for a peer to start), a TCP
+// connection the peer's host refuses (nothing listens there) is the failure
+// at once, instead of ZeroMQ retrying it quietly. Call poll() from the
+// socket's thread.
 class HandshakeWatch {
  public:
-  HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed, bool server = false);
+  HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed, bool server = false,
+                 bool refused_is_final = false);
   std::string poll();
   int64_t refused() const { return refused_; }
   void* handle() { return monitor_.handle(); }  // readable when events wait
@@ -121,7 +126,7 @@ class HandshakeWatch {
 
   zmq::socket_t monitor_;
   std::string peer_;
-  bool keyed_, server_;
+  bool keyed_, server_, refused_is_final_;
   bool succeeded_ = false, connected_ = false;
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address

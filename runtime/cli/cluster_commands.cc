@@ -53,7 +53,7 @@ int submit_command(const std::string& job_path, const std::string& master, const
                    bool follow, const SubmitOptions& submit) {
   auto text = read_text_file(job_path);
   if (!text.ok()) return fail_command(text.status());
-  auto client = Client::connect(master);
+  auto client = Client::connect(master, 10.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
   SubmitOptions options = submit;
   // On a terminal the step lines take each other's place (a line redrawn in
@@ -81,7 +81,7 @@ int submit_command(const std::string& job_path, const std::string& master, const
 }
 
 int status_command(const std::string& master) {
-  auto client = Client::connect(master, 5.0);
+  auto client = Client::connect(master, 5.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
   auto status = (*client)->status();
   if (!status.ok()) return fail_command(status.status());

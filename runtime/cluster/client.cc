@@ -19,12 +19,12 @@ using Clock = std::chrono::steady_clock;
 
 class ZmqClient : public Client {
  public:
-  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClusterKey> key)
+  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClusterKey> key, bool running)
       : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
     socket_.set(zmq::sockopt::linger, 1000);
     if (key) comm::curve_client(socket_, *key, comm::kClientIdentity, 0);
     watch_ = std::make_unique<comm::HandshakeWatch>(context_, socket_, fmt::format("the master {}", format_machine(master_)),
-                                                    key != nullptr);
+                                                    key != nullptr, false, /*refused_is_final=*/running);
     socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
   }
 
@@ -102,14 +102,16 @@ class ZmqClient : public Client {
   }
 
   StatusOr<ctl::Message> receive(double timeout_s) {
-    // A refused handshake ends the wait at once, saying why.
+    // A refused connection or handshake ends the wait at once, saying why.
     const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {watch_->handle(), 0, ZMQ_POLLIN, 0}};
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
-      if (const std::string failure = watch_->poll(); !failure.empty())
+      if (const std::string failure = watch_->poll(); !failure.empty()) {
+        socket_.set(zmq::sockopt::linger, 0);  // nothing queued can reach it: closing need not wait
         return Status(Code::kPermissionDenied, failure);
+      }
       if ((items[0].revents & ZMQ_POLLIN) || Clock::now() >= deadline) break;
     }
     if (!(items[0].revents & ZMQ_POLLIN))
@@ -130,12 +132,14 @@ class ZmqClient : public Client {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s) {
+StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s,
+                                                  bool running) {
   RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
   if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
   auto key = comm::key_from_environment();
   if (!key.ok()) return key.status();
-  return std::unique_ptr<Client>(std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key)));
+  return std::unique_ptr<Client>(
+      std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running));
 }
 
 }  // namespace rill

@@ -36,9 +36,14 @@ class Client {
  public:
   // `master` is "address[:ctrl_port]" (default port 9988). Connecting never
   // blocks; the first request fails with a clear error if nobody answers,
-  // or the master refuses the handshake (kPermissionDenied). The cluster
-  // key is the file $RILL_KEY_FILE names, if set (`rill ... --key` sets it).
-  static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0);
+  // or the master refuses the handshake (kPermissionDenied). With `running`
+  // (rill submit, rill status: the master should be up already) a refused
+  // connection, nothing listening there, is that error at once; without it
+  // (a master still starting, as under rill launch) it is tried again until
+  // the answer timeout. The cluster key is the file $RILL_KEY_FILE names, if
+  // set (`rill ... --key` sets it).
+  static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0,
+                                                   bool running = false);
   virtual ~Client() = default;
 
   // Submits job file text; `file_name` names it in error messages.

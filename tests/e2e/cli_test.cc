@@ -204,6 +204,21 @@ TEST_CASE("--resume says the step and folder it resumes from, and refuses a vari
   CHECK(refused.output.find("variable 'w' is [2, 1] there; the job declares [3, 1]") != std::string::npos);
 }
 
+// Nothing listens at the address: rill submit and rill status say so at
+// once, rather than waiting out their answer timeouts (10 s and 5 s) as
+// for a master that is silent.
+TEST_CASE("rill submit and rill status to an address where nothing listens say so at once") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  for (const std::string& args :
+       {std::string("status --master 127.0.0.1:19899"), "submit " + job + " --master 127.0.0.1:19899"}) {
+    CAPTURE(args);
+    Ran ran = run_rill(args);
+    CHECK(ran.code == 1);
+    CHECK(ran.output.find("the master 127.0.0.1:19899 refused the connection: nothing listens there (is its agent "
+                          "running?)") != std::string::npos);
+  }
+}
+
 TEST_CASE("a bad flag value is an error, not a crash") {
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);
