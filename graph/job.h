@@ -167,6 +167,9 @@ struct CheckpointConfig {
   std::string dir;        // empty: no checkpoints
   int64_t every = 0;      // save after every this many steps (0: only at the end)
   int keep = 3;           // keep the newest this many
+  // A dir holding another run's steps is refused unless the run resumes;
+  // true replaces them.
+  bool overwrite = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -301,6 +301,7 @@ class Converter {
       if (c->dir()) ckpt.dir = c->dir()->str();
       integer(c->every(), "checkpoint.every", "checkpoint.every", &ckpt.every);
       integer(c->keep(), "checkpoint.keep", "checkpoint.keep", &ckpt.keep);
+      if (c->overwrite()) ckpt.overwrite = *c->overwrite();
     }
   }
 

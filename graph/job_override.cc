@@ -127,6 +127,7 @@ const std::vector<Setting>& settings() {
       {"checkpoint.dir", [](Job* j, const std::string& v) { j->checkpoint.dir = v; return Status(); }},
       {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},
+      {"checkpoint.overwrite", [](Job* j, const std::string& v) { return parse_bool(v, &j->checkpoint.overwrite); }},
       // A distributed section is made by its first setting (mode "pserver").
       {"distributed.mode", [](Job* j, const std::string& v) { dist(j)->mode = v; return Status(); }},
       {"distributed.pservers",

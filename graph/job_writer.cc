@@ -174,11 +174,14 @@ class Writer {
       gen.add("seed", number(g.seed));
       root.add("generate", std::move(gen));
     }
-    if (job.checkpoint != CheckpointConfig{})  // absent from a job that saves nothing
-      root.add("checkpoint", Node::object()
-                                 .add("dir", str(job.checkpoint.dir, "checkpoint.dir"))
-                                 .add("every", number(job.checkpoint.every))
-                                 .add("keep", number(int64_t{job.checkpoint.keep})));
+    if (job.checkpoint != CheckpointConfig{}) {  // absent from a job that saves nothing
+      Node checkpoint = Node::object()
+                            .add("dir", str(job.checkpoint.dir, "checkpoint.dir"))
+                            .add("every", number(job.checkpoint.every))
+                            .add("keep", number(int64_t{job.checkpoint.keep}));
+      if (job.checkpoint.overwrite) checkpoint.add("overwrite", Node::scalar("true"));
+      root.add("checkpoint", std::move(checkpoint));
+    }
     if (job.distributed) {
       const Distributed& d = *job.distributed;
       auto flag = [](bool b) { return Node::scalar(b ? "true" : "false"); };

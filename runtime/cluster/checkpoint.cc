@@ -445,6 +445,32 @@ Status check_checkpoint_dir(const std::string& dir) {
   return Status::ok_status();
 }
 
+std::vector<int64_t> checkpoint_steps(const std::string& root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return steps;
+  for (const auto& [step, name] : list_step_dirs(root)) steps.push_back(step);
+  return steps;
+}
+
+Status claim_checkpoint_dir(const std::string& dir, bool resuming, bool overwrite) {
+  const std::vector<int64_t> steps = checkpoint_steps(dir);
+  if (steps.empty() || resuming) return {};
+  if (!overwrite)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("checkpoint.dir '{}' holds step(s) {} of a run before this one: resume it (--resume "
+                              "latest), name another dir, or --set checkpoint.overwrite=true to replace them",
+                              dir, fmt::join(steps, ", ")));
+  std::error_code ec;
+  for (int64_t step : steps) {
+    fs::remove_all(fs::path(dir) / checkpoint_step_name(step), ec);
+    if (ec) return fs_error("checkpoint.overwrite: cannot remove " + checkpoint_step_name(step) + " in " + dir, ec);
+  }
+  fs::remove(fs::path(dir) / kLatestFile, ec);
+  if (ec) return fs_error("checkpoint.overwrite: cannot remove latest in " + dir, ec);
+  return {};
+}
+
 Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last) {
   if (dir.empty()) return invalid_argument("checkpoint: the directory is empty");
   RILL_RETURN_IF_ERROR(check_for_write(checkpoint, keep_last));

@@ -56,6 +56,15 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
 // after the last.
 Status check_checkpoint_dir(const std::string& dir);
 
+// The complete step directories under `root`, by step (none if it is absent).
+std::vector<int64_t> checkpoint_steps(const std::string& root);
+
+// Before a run writes into `dir`: steps a run before it left there are an
+// error naming them (a resumed run continues them; mixing two runs' steps
+// would resume the wrong one), unless `overwrite`, which removes them and
+// `latest`.
+Status claim_checkpoint_dir(const std::string& dir, bool resuming, bool overwrite);
+
 // `path` is a step directory, or a checkpoint root, whose latest step is read.
 // Everything read is validated: a corrupt or inconsistent file is kDataLoss
 // naming the file and the problem; a missing checkpoint is kNotFound.

@@ -337,6 +337,11 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = writable;
       return result;
     }
+    if (Status claimed = claim_checkpoint_dir(job.checkpoint.dir, !options.resume.empty(), job.checkpoint.overwrite);
+        !claimed.ok()) {
+      result.status = claimed;
+      return result;
+    }
     auto pieces = compiler::variable_pieces(job, *cluster);
     if (!pieces.ok()) {
       result.status = pieces.status();
@@ -445,8 +450,11 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   std::string done = fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
                                  result.steps - result.start_step, result.train_seconds, result.samples_per_sec,
                                  result.final_loss);
-  if (result.checkpoints_written > 0)
-    done += fmt::format(", {} checkpoint(s) in {}", result.checkpoints_written, job.checkpoint.dir);
+  if (result.checkpoints_written > 0) {
+    // What is there now (keep removed the older ones), not how many were written.
+    const std::vector<int64_t> kept = checkpoint_steps(job.checkpoint.dir);
+    done += fmt::format(", checkpoint step(s) {} kept in {}", fmt::join(kept, ", "), job.checkpoint.dir);
+  }
   if (options.out) fmt::print(options.out, "{}\n", done);
   if (options.on_line) options.on_line(done);
   return result;

@@ -204,6 +204,29 @@ TEST_CASE("--resume says the step and folder it resumes from, and refuses a vari
   CHECK(refused.output.find("variable 'w' is [2, 1] there; the job declares [3, 1]") != std::string::npos);
 }
 
+// A checkpoint dir holding another run's steps is not mixed into: refused
+// unless resuming or told to overwrite; the last line lists what is kept.
+TEST_CASE("a checkpoint dir holding a run before this one is refused unless resuming or overwriting") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  const auto dir = temp_dir() / "mixed-ckpt";
+  std::filesystem::remove_all(dir);
+  const std::string keep = " --set checkpoint.dir=" + dir.string() + " --set checkpoint.every=10 --set checkpoint.keep=2";
+  Ran first = run_rill("run " + job + " --steps 30" + keep);
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  CHECK(first.output.find("checkpoint step(s) 20, 30 kept in " + dir.string()) != std::string::npos);
+  Ran again = run_rill("run " + job + " --steps 30" + keep);
+  INFO(again.output);
+  CHECK(again.code == 1);
+  CHECK(again.output.find("checkpoint.dir '" + dir.string() + "' holds step(s) 20, 30 of a run before this one: "
+                          "resume it (--resume latest), name another dir, or --set checkpoint.overwrite=true") !=
+        std::string::npos);
+  Ran replaced = run_rill("run " + job + " --steps 10" + keep + " --set checkpoint.overwrite=true");
+  INFO(replaced.output);
+  CHECK(replaced.code == 0);
+  CHECK(replaced.output.find("checkpoint step(s) 10 kept in " + dir.string()) != std::string::npos);
+}
+
 // Nothing listens at the address: rill submit and rill status say so at
 // once, rather than waiting out their answer timeouts (10 s and 5 s) as
 // for a master that is silent.

@@ -65,16 +65,20 @@ std::vector<std::string> checkpoint_issues(const Job& job) {
 }  // namespace
 
 TEST_CASE("the checkpoint section is read as written") {
-  auto job = parse(R"("checkpoint": {"dir": "/runs/ckpt", "every": 250, "keep": 5})");
+  auto job = parse(R"("checkpoint": {"dir": "/runs/ckpt", "every": 250, "keep": 5, "overwrite": true})");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
   CHECK(job->checkpoint.dir == "/runs/ckpt");
   CHECK(job->checkpoint.every == 250);
   CHECK(job->checkpoint.keep == 5);
-  CHECK(job->checkpoint == CheckpointConfig{"/runs/ckpt", 250, 5});
+  CHECK(job->checkpoint == CheckpointConfig{"/runs/ckpt", 250, 5, true});
+  // Written back out, it reads back the same.
+  auto again = parse_job_json(*job_to_json(*job), "again.json");
+  REQUIRE_MESSAGE(again.ok(), again.status().to_string());
+  CHECK(again->checkpoint == job->checkpoint);
 }
 
 TEST_CASE("an absent checkpoint section or field keeps graph::Job's defaults") {
-  CHECK(CheckpointConfig{} == CheckpointConfig{"", 0, 3});
+  CHECK(CheckpointConfig{} == CheckpointConfig{"", 0, 3, false});
   auto none = parse("");
   REQUIRE_MESSAGE(none.ok(), none.status().to_string());
   CHECK(none->checkpoint == CheckpointConfig{});
@@ -119,6 +123,8 @@ TEST_CASE("checkpoint overrides") {
   REQUIRE(apply_override(&job, "checkpoint.every=50").ok());
   REQUIRE(apply_override(&job, "checkpoint.keep=2").ok());
   CHECK(job.checkpoint == CheckpointConfig{"/runs/mlp", 50, 2});
+  REQUIRE(apply_override(&job, "checkpoint.overwrite=true").ok());
+  CHECK(job.checkpoint == CheckpointConfig{"/runs/mlp", 50, 2, true});
   CHECK(check_job(job).ok());
 
   CHECK(apply_override(&job, "checkpoint.every=often").message() == "checkpoint.every: 'often' is not an integer");
@@ -130,7 +136,7 @@ TEST_CASE("checkpoint overrides") {
   CHECK(job.train.steps == samples::make_mlp_job().train.steps);
   CHECK(apply_override(&job, "checkpoint.kep=1").message().find("(did you mean 'checkpoint.keep'?)") !=
         std::string::npos);
-  CHECK(job.checkpoint == CheckpointConfig{"/runs/mlp", 50, 2});  // failed overrides change nothing
+  CHECK(job.checkpoint == CheckpointConfig{"/runs/mlp", 50, 2, true});  // failed overrides change nothing
   REQUIRE(apply_override(&job, "checkpoint.dir=").ok());
   CHECK(job.checkpoint.dir.empty());
 
