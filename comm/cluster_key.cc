@@ -266,11 +266,17 @@ std::string HandshakeWatch::poll() {
     }
     if (!failure_.empty()) continue;
     switch (kind) {
-      case ZMQ_EVENT_CONNECTED: connected_ = true; break;
+      case ZMQ_EVENT_CONNECTED: connected_ = ever_connected_ = true; break;
       case ZMQ_EVENT_CONNECT_RETRIED:
-        // Retried before it ever connected: the host answered, refusing.
-        if (refused_is_final_ && !connected_)
-          failure_ = fmt::format("{} refused the connection: nothing listens there (is its agent running?)", peer_);
+        // Retried before it ever connected: the TCP connection failed at
+        // once (refused, or no route), unlike a silent host's. A link that
+        // worked and dropped is left to ZeroMQ's reconnects.
+        if (refused_is_final_ && !ever_connected_) {
+          failure_ = fmt::format("{} cannot be reached: the connection was refused or has no route (is its agent "
+                                 "running, on this address?)",
+                                 peer_);
+          unreachable_ = true;
+        }
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: succeeded_ = true; break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:

@@ -119,6 +119,8 @@ class HandshakeWatch {
                  bool refused_is_final = false);
   std::string poll();
   int64_t refused() const { return refused_; }
+  // poll()'s failure is that the peer could not be reached (refused_is_final).
+  bool unreachable() const { return unreachable_; }
   void* handle() { return monitor_.handle(); }  // readable when events wait
 
  private:
@@ -127,7 +129,7 @@ class HandshakeWatch {
   zmq::socket_t monitor_;
   std::string peer_;
   bool keyed_, server_, refused_is_final_;
-  bool succeeded_ = false, connected_ = false;
+  bool succeeded_ = false, connected_ = false, ever_connected_ = false, unreachable_ = false;
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address
   std::string pending_;                  // server: why the last handshake failed

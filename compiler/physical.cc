@@ -268,11 +268,12 @@ void Expander::add_computes() {
         const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, rank);
         const Shape& extent = region.extent;
         // Mirrored: a rank's pieces are its whole tensors (a mean is over its
-        // rows); they lie at the origin, but for the rank's rows as if
-        // stacked, so that ranks' places differ.
+        // rows); they lie at the origin, but for the rank's rows of the step
+        // (all its micro-batches) stacked after the ranks before it, so that
+        // no two ranks' or micro-batches' places meet.
         task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
         Shape offset = region.origin;
-        if (g_.mirrored && !offset.empty()) offset[0] = rank * extent[0];
+        if (g_.mirrored && !offset.empty()) offset[0] = rank * static_cast<int64_t>(g_.micro_batches) * extent[0];
         task.input_offsets.push_back(std::move(offset));
         physical_inputs.push_back({extent, inputs[k]->dtype});
       }

@@ -8,6 +8,13 @@
 namespace rill::compiler {
 namespace {
 
+// FNV-1a of a name, as a non-negative seed: the same on every machine.
+int64_t name_seed(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return static_cast<int64_t>(h >> 2);
+}
+
 Status check_cluster(const Cluster& cluster) {
   if (cluster.num_nodes < 1 || cluster.num_nodes >= (1 << ActorId::kNodeBits))
     return invalid_argument("cluster: {} nodes, expected 1 to {}", cluster.num_nodes, (1 << ActorId::kNodeBits) - 1);
@@ -301,6 +308,10 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     if (const OpDef* def = find_op(op.type); mode == Mode::kEval && def != nullptr && def->identity_in_eval) {
       node.type = "identity";  // dropout: training only
       node.attrs = {};
+    } else if (def != nullptr && def->seeded && !node.attrs.has("seed")) {
+      // An unwritten seed from the op's name: two dropouts of a layer draw
+      // apart, and every node, run and layout draws alike.
+      node.attrs.set("seed", static_cast<int64_t>(name_seed(op.name)));
     }
     node.output_hints = op.output_sbp;
     node.output_hints.resize(op.outputs.size());

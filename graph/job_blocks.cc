@@ -32,7 +32,9 @@ Variable layer_variable(const Variable& v, const Layer& at, int64_t i) {
 Op layer_op(const Op& op, const Layer& at, int64_t i) {
   Op out = op;
   out.name = at(op.name);
-  if (const OpDef* def = find_op(op.type); def != nullptr && def->seeded)
+  // A written seed advances a layer at a time; an unwritten one comes from
+  // the op's name (compiler/validate.cc), which differs per layer already.
+  if (const OpDef* def = find_op(op.type); def != nullptr && def->seeded && op.attrs.has("seed"))
     out.attrs.set("seed", out.attrs.get_int("seed", 0) + kSeedStridePerLayer * i);
   for (std::string& s : out.inputs) s = at(s);
   for (std::string& s : out.outputs) s = at(s);

@@ -110,6 +110,10 @@ int status_command(const std::string& master) {
   if (j["running"].is_null()) fmt::print("running: none\n");
   else fmt::print("running: job {} ({})\n", j["running"]["job_id"].get<int64_t>(), j["running"]["name"].get<std::string>());
   fmt::print("queued: {}\n", j["queued"].size());
+  if (j.contains("finished"))
+    for (const auto& f : j["finished"])
+      fmt::print("finished: job {} ({}) {}: {}\n", f["job_id"].get<int64_t>(), f["name"].get<std::string>(),
+                 f["ok"].get<bool>() ? "ok" : "failed", f["line"].get<std::string>());
   return 0;
 }
 

@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
     for (const std::string& why : unreadable)
       fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", job_path, why);
     // Indices (token ids, labels) against the ops reading them, over the
-    // data that can be read here: the job's plan on one device says which
-    // fields each op bounds, as the sources check before their first step.
+    // data that can be read here: the job's plan (for --nodes x --devices,
+    // or its train.devices) says which fields each op bounds, as the
+    // sources check before their first step.
     auto cluster = rill::compiler::parse_devices(devices.empty() ? checked->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
     if (checked->distributed && checked->distributed->mode == "pserver")
@@ -374,6 +375,8 @@ int main(int argc, char** argv) {
     if (!dot_path.empty()) {
       Status written = rill::write_text_file(dot_path, rill::compiler::plan_dot(**verified));
       if (!written.ok()) return rill::fail_command(written);
+      if (!json)  // with --json, the output is the JSON alone
+        fmt::print("plan drawn as Graphviz DOT in {} (render: dot -Tsvg {} -o plan.svg)\n", dot_path, dot_path);
     }
     if (json || (dot_path.empty() && !stats)) fmt::print("{}\n", rill::compiler::plan_json(**verified));
     return 0;

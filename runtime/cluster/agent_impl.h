@@ -208,6 +208,17 @@ class Agent {
   std::atomic<bool> job_running_{false};
   std::string running_name_;
   int64_t running_id_ = 0;
+  // The last kFinishedShown jobs to end, newest last, with their result
+  // line or error (rill status). The job thread adds; the loop thread reads.
+  struct FinishedJob {
+    int64_t id = 0;
+    std::string name;
+    bool ok = false;
+    std::string line;
+  };
+  static constexpr size_t kFinishedShown = 20;
+  std::mutex finished_mu_;
+  std::deque<FinishedJob> finished_;  // GUARDED_BY(finished_mu_)
 
   // Shared by the loop thread and the master's job thread.
   std::mutex phase_mu_;

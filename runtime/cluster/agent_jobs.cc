@@ -121,6 +121,12 @@ void Agent::run_queued(QueuedJob queued) {
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message());
+  {
+    std::lock_guard lock(finished_mu_);
+    finished_.push_back({queued.id, queued.job.name, result.status.ok(),
+                         result.status.ok() ? result.summary : result.status.message()});
+    if (finished_.size() > kFinishedShown) finished_.pop_front();
+  }
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
                                         result.status.ok() ? "" : result.status.message()})});

@@ -43,6 +43,13 @@ std::string Agent::status_json() {
   j["running"] = job_running_ ? nlohmann::ordered_json{{"job_id", running_id_}, {"name", running_name_}}
                               : nlohmann::ordered_json(nullptr);
   j["queued"] = queued;
+  nlohmann::ordered_json finished = nlohmann::ordered_json::array();
+  {
+    std::lock_guard lock(finished_mu_);
+    for (const FinishedJob& f : finished_)
+      finished.push_back({{"job_id", f.id}, {"name", f.name}, {"ok", f.ok}, {"line", f.line}});
+  }
+  j["finished"] = finished;
   j["slow_nodes"] = slow;
   return j.dump();
 }

@@ -453,9 +453,14 @@ std::vector<int64_t> checkpoint_steps(const std::string& root) {
   return steps;
 }
 
-Status claim_checkpoint_dir(const std::string& dir, bool resuming, bool overwrite) {
+Status claim_checkpoint_dir(const std::string& dir, const std::string& resume, bool overwrite) {
   const std::vector<int64_t> steps = checkpoint_steps(dir);
-  if (steps.empty() || resuming) return {};
+  if (steps.empty()) return {};
+  if (!resume.empty()) {
+    std::error_code ec;
+    const std::string root = fs::weakly_canonical(dir, ec).string(), from = fs::weakly_canonical(resume, ec).string();
+    if (resume == "latest" || from == root || from.rfind(root + "/", 0) == 0) return {};  // continuing them
+  }
   if (!overwrite)
     return Status(Code::kFailedPrecondition,
                   fmt::format("checkpoint.dir '{}' holds step(s) {} of a run before this one: resume it (--resume "

@@ -60,10 +60,10 @@ Status check_checkpoint_dir(const std::string& dir);
 std::vector<int64_t> checkpoint_steps(const std::string& root);
 
 // Before a run writes into `dir`: steps a run before it left there are an
-// error naming them (a resumed run continues them; mixing two runs' steps
-// would resume the wrong one), unless `overwrite`, which removes them and
-// `latest`.
-Status claim_checkpoint_dir(const std::string& dir, bool resuming, bool overwrite);
+// error naming them (mixing two runs' steps would resume the wrong one),
+// unless the run resumes from them (`resume` is "latest" or a path inside
+// `dir`; empty: no resume) or `overwrite`, which removes them and `latest`.
+Status claim_checkpoint_dir(const std::string& dir, const std::string& resume, bool overwrite);
 
 // `path` is a step directory, or a checkpoint root, whose latest step is read.
 // Everything read is validated: a corrupt or inconsistent file is kDataLoss

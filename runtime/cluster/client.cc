@@ -110,7 +110,7 @@ class ZmqClient : public Client {
       zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
       if (const std::string failure = watch_->poll(); !failure.empty()) {
         socket_.set(zmq::sockopt::linger, 0);  // nothing queued can reach it: closing need not wait
-        return Status(Code::kPermissionDenied, failure);
+        return Status(watch_->unreachable() ? Code::kUnavailable : Code::kPermissionDenied, failure);
       }
       if ((items[0].revents & ZMQ_POLLIN) || Clock::now() >= deadline) break;
     }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <fstream>
 #include <map>
@@ -257,8 +258,10 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
   run.start_step = checkpoint.step;
   result.start_step = checkpoint.step;
   if (out) {
-    const std::string step_dir = checkpoint_step_name(checkpoint.step);
-    const std::string from = path.find(step_dir) == std::string::npos ? path + "/" + step_dir : path;
+    // The step folder read: under a root, or the path itself.
+    const std::string step_dir = path + "/" + checkpoint_step_name(checkpoint.step);
+    std::error_code ec;
+    const std::string from = std::filesystem::is_directory(step_dir, ec) ? step_dir : path;
     fmt::print(out,
                "resuming at step {} from {} ({} variable(s); a checkpoint holds whole tensors, so any layout "
                "resumes it)\n",
@@ -302,9 +305,30 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (options.out)
     fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
                result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());
-  // Out before anything that may fail on stderr: piped, stdout is buffered
-  // and the error would come first.
-  if (options.out) std::fflush(options.out);
+  if (options.out) {
+    const plan::Plan& p = **verified;
+    // How the step is cut, where it is (stages, micro-batches, schedule).
+    if (p.micro_batches() > 1 || p.stages() > 1)
+      fmt::print(options.out, "{} stage(s), {} micro-batch(es) of {} rows per step, schedule {}\n", p.stages(),
+                 p.micro_batches(), p.global_batch() / std::max<int64_t>(1, p.micro_batches()),
+                 p.schedule() ? p.schedule()->str() : "1f1b");
+    // What is read from files, which the first step waits for (a large
+    // dataset takes seconds to load).
+    std::vector<std::string> files;
+    if (p.datasets())
+      for (const plan::Dataset* d : *p.datasets()) {
+        const std::string kind = d->kind() ? d->kind()->str() : "";
+        if (kind == "idx")
+          files.push_back(fmt::format("'{}' (images {}, labels {})", d->name()->str(), d->images()->str(),
+                                      d->labels()->str()));
+        else if (kind == "csv" || kind == "text" || kind == "tokens")
+          files.push_back(fmt::format("'{}' ({} {})", d->name()->str(), kind, d->path()->str()));
+      }
+    if (!files.empty()) fmt::print(options.out, "reading dataset(s) {}\n", fmt::join(files, ", "));
+    // Out before anything that may fail on stderr: piped, stdout is buffered
+    // and the error would come first.
+    std::fflush(options.out);
+  }
 
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
@@ -337,7 +361,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = writable;
       return result;
     }
-    if (Status claimed = claim_checkpoint_dir(job.checkpoint.dir, !options.resume.empty(), job.checkpoint.overwrite);
+    if (Status claimed = claim_checkpoint_dir(job.checkpoint.dir, options.resume, job.checkpoint.overwrite);
         !claimed.ok()) {
       result.status = claimed;
       return result;
@@ -364,6 +388,8 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (run_options.trace) {
     Status traced = write_trace(options.trace_file, train.traces);
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
+    else if (options.out) fmt::print(options.out, "trace of {} act(s) written to {}\n", train.traces.size(),
+                                     options.trace_file);
   }
   if (collector) {
     Status written = collector->finish();  // the last checkpoints may still be on their way to disk
@@ -457,6 +483,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   }
   if (options.out) fmt::print(options.out, "{}\n", done);
   if (options.on_line) options.on_line(done);
+  result.summary = std::move(done);
   return result;
 }
 

@@ -93,6 +93,7 @@ struct JobResult {
   std::vector<JobRestart> restarts;  // automatic restarts before this result, oldest first
   int64_t device_synchronizes = 0;   // of the training phase, see RunReport
   std::string generated;             // job.generate's text: the prompt and what the model wrote
+  std::string summary;               // the last line: "done: N steps in ...", the checkpoints kept
 };
 
 JobResult run_job(const graph::Job& job, const JobRunOptions& options);

@@ -225,6 +225,28 @@ TEST_CASE("a checkpoint dir holding a run before this one is refused unless resu
   INFO(replaced.output);
   CHECK(replaced.code == 0);
   CHECK(replaced.output.find("checkpoint step(s) 10 kept in " + dir.string()) != std::string::npos);
+  // Resuming from another run's folder does not make this one's steps its own.
+  const auto other = temp_dir() / "other-ckpt";
+  std::filesystem::remove_all(other);
+  REQUIRE(run_rill("run " + job + " --steps 10 --set checkpoint.dir=" + other.string()).code == 0);
+  Ran crossed = run_rill("run " + job + " --steps 20 --resume " + dir.string() + " --set checkpoint.dir=" + other.string());
+  INFO(crossed.output);
+  CHECK(crossed.code == 1);
+  CHECK(crossed.output.find("checkpoint.dir '" + other.string() + "' holds step(s) 10 of a run before this one") !=
+        std::string::npos);
+}
+
+// What a run is about to do that takes time or shapes it gets a line each:
+// the micro-batches and schedule, the files it reads, the trace it writes.
+TEST_CASE("rill run says how the step is cut, which files it reads and where the trace went") {
+  const auto trace = temp_dir() / "trace.json";
+  Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 --set train.micro_batches=2 --trace " +
+                     trace.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("1 stage(s), 2 micro-batch(es) of 128 rows per step, schedule 1f1b") != std::string::npos);
+  CHECK(ran.output.find("reading dataset(s) 'train' (images ") != std::string::npos);
+  CHECK(ran.output.find(" act(s) written to " + trace.string()) != std::string::npos);
 }
 
 // Nothing listens at the address: rill submit and rill status say so at
@@ -237,8 +259,8 @@ TEST_CASE("rill submit and rill status to an address where nothing listens say s
     CAPTURE(args);
     Ran ran = run_rill(args);
     CHECK(ran.code == 1);
-    CHECK(ran.output.find("the master 127.0.0.1:19899 refused the connection: nothing listens there (is its agent "
-                          "running?)") != std::string::npos);
+    CHECK(ran.output.find("the master 127.0.0.1:19899 cannot be reached: the connection was refused or has no route "
+                          "(is its agent running, on this address?)") != std::string::npos);
   }
 }
 

@@ -367,6 +367,10 @@ TEST_CASE("a job file and a C++ job run on the same cluster one after the other"
   INFO(status.output);
   CHECK(status.code == 0);
   CHECK(status.output.find("127.0.0.2:19130") != std::string::npos);
+  // The jobs that ended, each with its last line.
+  CHECK(status.output.find("finished: job 1 (linear_regression) ok: done: 500 steps in ") != std::string::npos);
+  CHECK(status.output.find("finished: job " + std::to_string(finished[1]) + " (linear_regression) ok: done: 200 steps") !=
+        std::string::npos);
   REQUIRE((*client)->shutdown().ok());
   CHECK(master.wait(10) == 0);
   CHECK(worker.wait(10) == 0);

@@ -72,17 +72,20 @@ TEST_CASE("a block repeats its variables and ops per layer, each reading the lay
   REQUIRE_MESSAGE(unseeded.ok(), unseeded.status().to_string());
   CHECK(unseeded->variables[2].init.attrs.get_int("seed", -1) == 1000);
   CHECK_FALSE(unseeded->variables[3].init.attrs.has("seed"));  // a fill has none
-  // So do the seeds of ops that draw (dropout), written or not; others get none.
+  // So does a written seed of an op that draws (dropout); an unwritten one
+  // stays unwritten (the compiler draws it from the op's name, which
+  // differs per layer); other ops get none.
   auto dropped = parse_job_json(edit(kBlockJob, R"({"name": "l{i}.h", "type": "relu", "inputs": ["l{i}.z"]})",
                                      R"({"name": "l{i}.r", "type": "relu", "inputs": ["l{i}.z"]},
-                                        {"name": "l{i}.h", "type": "dropout", "inputs": ["l{i}.r"]})"),
+                                        {"name": "l{i}.h", "type": "dropout", "inputs": ["l{i}.r"], "attrs": {"seed": 5}},
+                                        {"name": "l{i}.u", "type": "dropout", "inputs": ["l{i}.r"]})"),
                                 "deep.json");
   REQUIRE_MESSAGE(dropped.ok(), dropped.status().to_string());
   std::vector<int64_t> seeds;
   for (const Op& op : dropped->ops)
     if (op.type == "dropout") seeds.push_back(op.attrs.get_int("seed", -1));
     else CHECK_FALSE(op.attrs.has("seed"));
-  CHECK(seeds == std::vector<int64_t>{0, 1000, 2000});
+  CHECK(seeds == std::vector<int64_t>{5, -1, 1005, -1, 2005, -1});
   // Written back out, the job is its expanded form, and reads back the same.
   auto text = job_to_json(*job);
   REQUIRE(text.ok());

@@ -99,6 +99,21 @@ TEST_CASE("dropout trains alike on 1, 2 and 3 devices, split by columns, in micr
     CHECK(worst_difference(one.variables, node.variables) < 1e-5);
 }
 
+TEST_CASE("dropout in the mirrored view: 2 micro-batches per rank drop as the rank's whole batch does") {
+  // Each rank reads its own rows; its micro-batches continue its count
+  // after the ranks before it, so the masks are those of the run without
+  // micro-batches (and no rank's micro-batch repeats another's mask).
+  graph::Job whole = dropout_mlp();
+  whole.train.view = "mirrored";
+  whole.train.batch_size = 32;  // rows per rank
+  graph::Job micro = whole;
+  micro.train.micro_batches = 2;
+  const JobResult a = testing::run(whole, "cpu:2"), b = testing::run(micro, "cpu:2");
+  REQUIRE_MESSAGE(a.status.ok(), a.status.to_string());
+  REQUIRE_MESSAGE(b.status.ok(), b.status.to_string());
+  CHECK(worst_difference(a.variables, b.variables) < 1e-5);
+}
+
 TEST_CASE("an eval plan runs dropout as identity") {
   graph::Job job = dropout_mlp();
   auto cluster = compiler::parse_devices("cpu:1", 1);
