@@ -166,6 +166,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
                                      // job may read and write wherever its user can.
                                      "--data-root", "/", "--checkpoint-root", "/"};
     if (r == 0) argv.insert(argv.end(), {"--metrics-dir", logdir});  // job-1.jsonl beside the nodes' logs
+    if (r == 0 && !args.http.empty()) argv.insert(argv.end(), {"--http", args.http});
     return spawn_process(argv, {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
   };
   std::vector<pid_t> agents;

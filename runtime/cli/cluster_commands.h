@@ -30,6 +30,7 @@ struct ClusterRunArgs {
   // The local cluster's own fresh key (false: none, as --insecure; for
   // measuring what the encryption costs).
   bool keyed = true;
+  std::string http;  // the master agent's --http (empty: its default)
 };
 
 // `options.machines` is filled from `machines` (entries without a port get `ctrl_port`).
@@ -51,6 +52,7 @@ struct LaunchArgs {
   // This node's agent is started again when it dies, up to this many times;
   // node 0 submits its job file with as many restarts.
   int max_restarts = 0;
+  std::string http;  // this node's agent's --http (the master's serves; empty: its default)
 };
 int launch_command(const LaunchArgs& args);
 

@@ -48,10 +48,11 @@ int launch_command(const LaunchArgs& args) {
   // This node's agent: a cpu device per process slot.
   std::string devices = fmt::format("cpu:{}", config->nproc_per_node);
   auto start_agent = [&](bool again) {
-    return spawn_process({"/proc/self/exe", "agent", "--machines", machines, "--rank",
-                          std::to_string(config->node_rank), "--ctrl-port", std::to_string(config->master_port),
-                          "--devices", devices},
-                         {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1), again);
+    std::vector<std::string> argv = {"/proc/self/exe", "agent", "--machines", machines, "--rank",
+                                     std::to_string(config->node_rank), "--ctrl-port",
+                                     std::to_string(config->master_port), "--devices", devices};
+    if (!args.http.empty()) argv.insert(argv.end(), {"--http", args.http});
+    return spawn_process(argv, {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1), again);
   };
   pid_t agent = start_agent(false);
   int code = 0;

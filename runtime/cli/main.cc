@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "comm/cluster_key.h"
 #include "compiler/compiler.h"
@@ -23,6 +24,7 @@
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cli/plot_script.h"
+#include "runtime/cluster/client.h"
 #include "runtime/node/index_check.h"
 
 namespace {
@@ -71,6 +73,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 254));
   run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
   run->add_option("--logdir", logdir, "Where the non-master agents write their logs");
+  std::string run_http;
+  run->add_option("--http", run_http,
+                  fmt::format("With --nodes: where the master agent serves its dashboard, /metrics and /api, "
+                              "ADDRESS:PORT or off (default {})",
+                              rill::kDefaultHttp));
   std::string metrics_path;
   run->add_option("--metrics", metrics_path,
                   "Append the training's metrics to this file as JSON lines (with --nodes: job-1.jsonl in --logdir)");
@@ -172,6 +179,10 @@ int main(int argc, char** argv) {
                      "Start this node's agent again when it dies; node 0 resumes the job from its newest checkpoint, "
                      "up to this many times")
       ->check(CLI::NonNegativeNumber);
+  launch->add_option("--http", launch_args.http,
+                     fmt::format("Where node 0's agent serves its dashboard, /metrics and /api, ADDRESS:PORT or off "
+                                 "(default {})",
+                                 rill::kDefaultHttp));
   launch->add_option("target", launch_args.target, "A job file (.json) or a program")->required();
   launch->add_option("args", launch_args.program_args, "The program's arguments");
   launch->prefix_command();
@@ -182,9 +193,11 @@ int main(int argc, char** argv) {
   bool insecure = false;
   CLI::App* token = app.add_subcommand(
       "token", "Print the bearer token of a keyed cluster's HTTP endpoint (dashboard, /metrics, /api)");
-  std::string token_http = rill::kDefaultHttp;
+  std::string token_http = rill::kDefaultHttp, token_master;
   token->add_option("--http", token_http, "Also print the dashboard's address with it: the master's ADDRESS:PORT")
       ->capture_default_str();
+  token->add_option("--master", token_master,
+                    "Ask this master (address[:port]) where it serves, instead of assuming --http");
   for (CLI::App* command : {agent, submit, status, launch, token})
     command->add_option("--key", key_file,
                         fmt::format("The cluster's key file (`rill keygen` writes one; default: ${})",
@@ -231,6 +244,18 @@ int main(int argc, char** argv) {
     if (!*key)
       return rill::fail_command(rill::invalid_argument("no cluster key: give --key FILE or {}", rill::comm::kKeyFileEnv));
     const std::string value = rill::comm::http_token(**key);
+    if (!token_master.empty()) {  // where it really serves, if it does
+      auto client = rill::Client::connect(token_master, 5.0, /*running=*/true);
+      auto status = client.ok() ? (*client)->status() : rill::StatusOr<std::string>(client.status());
+      if (!status.ok()) return rill::fail_command(status.status());
+      auto j = nlohmann::json::parse(*status, nullptr, false);
+      if (j.is_discarded() || !j.contains("http") || !j["http"].is_string())
+        return rill::fail_command(rill::Status(rill::Code::kUnavailable,
+                                               fmt::format("the master {} serves no HTTP endpoint (--http off, or its "
+                                                           "port was taken)",
+                                                           token_master)));
+      token_http = j["http"].get<std::string>();
+    }
     fmt::print("{}\nhttp://{}/?token={}\n", value, token_http, value);
     return 0;
   }
@@ -290,6 +315,9 @@ int main(int argc, char** argv) {
     execlp(python, python, "-c", rill::graph::kPlotScript, job_path.c_str(), plot_output.c_str(), nullptr);
     return rill::fail_command(rill::invalid_argument("rill plot needs Python 3 ({}): {}", python, std::strerror(errno)));
   }
+  if (run->parsed() && !run_http.empty() && nodes <= 1)
+    return rill::fail_command(rill::invalid_argument(
+        "--http places the local cluster's dashboard: it needs --nodes N (one process serves none)"));
   if (run->parsed() && nodes > 1) {
     if (!trace_path.empty())
       return rill::fail_command(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
@@ -306,6 +334,7 @@ int main(int argc, char** argv) {
     args.stall_timeout_s = stall_timeout;
     args.max_restarts = max_restarts;
     args.keyed = !insecure;
+    args.http = run_http;
     return rill::run_local_cluster(args);
   }
 

@@ -196,6 +196,7 @@ class Agent {
   void publish_metrics();  // the node table, for /metrics and /api (loop thread)
   MetricsBoard board_;
   std::unique_ptr<HttpServer> http_;       // after board_: stopped before it goes
+  std::string http_address_;               // where http_ serves, ADDRESS:PORT (set before the loop runs)
   Clock::time_point last_published_{};     // loop thread only
   // Jobs waiting their turn: at most kMaxQueuedJobs, and at most
   // --max-message-bytes of job text in all, so that clients cannot grow the

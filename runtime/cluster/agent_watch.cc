@@ -51,6 +51,8 @@ std::string Agent::status_json() {
   }
   j["finished"] = finished;
   j["slow_nodes"] = slow;
+  // Where the dashboard, /metrics and /api are served (null: nowhere).
+  j["http"] = http_address_.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(http_address_);
   return j.dump();
 }
 
@@ -82,6 +84,7 @@ Status Agent::start_http() {
     return {};
   }
   http_ = std::move(*server);
+  http_address_ = fmt::format("{}:{}", address, http_->port());
   if (token.empty())
     spdlog::info("{}: dashboard at http://{}:{}/, metrics at /metrics, status at /api/status",
                  node_name(options_.machines, 0), address, http_->port());

@@ -57,9 +57,14 @@ TEST_CASE("rill run --nodes leaves its logs and no cluster key behind") {
   const std::string job = root() + "/samples/linear_regression/linear_regression.json";
   const auto logs = temp_dir() / "nodes-logs";
   std::filesystem::remove_all(logs);
-  Ran given = run_rill("run " + job + " --nodes 2 --ctrl-port 19740 --logdir " + logs.string());
+  Ran given = run_rill("run " + job + " --nodes 2 --ctrl-port 19740 --http 127.0.0.1:19745 --logdir " + logs.string());
   INFO(given.output);
   REQUIRE(given.code == 0);
+  // --http places the master's dashboard; without --nodes there is none to place.
+  CHECK(given.output.find("dashboard at http://127.0.0.1:19745/") != std::string::npos);
+  Ran alone = run_rill("run " + job + " --http 127.0.0.1:19746");
+  CHECK(alone.code == 1);
+  CHECK(alone.output.find("--http places the local cluster's dashboard: it needs --nodes N") != std::string::npos);
   CHECK(std::filesystem::exists(logs / "node-1.log"));
   CHECK_FALSE(std::filesystem::exists(logs / "cluster.key"));
   // The default folder: made by mkdtemp (0700), its key gone at the end.

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "process_util.h"
+#include "runtime/cluster/cluster_config.h"
 
 namespace {
 
@@ -99,10 +100,15 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
 // rank's "N/500 loss:..." lines and its own replica of w. Least squares on
 // exact data, converged: w is [2, 3] far within 1e-3 on any CPU.
 TEST_CASE("rill launch --nproc_per_node 2 runs the seed's DDP example: each rank's losses, then its w = [2, 3]") {
-  Ran ran = run_rill("launch --nproc_per_node 2 --master_port 19500 --logdir " +
-                     rill::testing::temp_dir("rill-launch-").string() + " " + root() + "/samples/ddp/ddp_train.json");
+  const auto logdir = rill::testing::temp_dir("rill-launch-");
+  Ran ran = run_rill("launch --nproc_per_node 2 --master_port 19500 --http 127.0.0.1:19505 --logdir " +
+                     logdir.string() + " " + root() + "/samples/ddp/ddp_train.json");
   INFO(ran.output);
   REQUIRE(ran.code == 0);
+  // --http places node 0's dashboard (its agent's log says where).
+  std::ifstream agent_log(rill::node_log_path(logdir.string(), 0, -1));
+  const std::string log((std::istreambuf_iterator<char>(agent_log)), std::istreambuf_iterator<char>());
+  CHECK(log.find("dashboard at http://127.0.0.1:19505/") != std::string::npos);
   for (int rank : {0, 1}) {
     CAPTURE(rank);
     const std::string prefix = "[rank" + std::to_string(rank) + "] ";

@@ -58,6 +58,10 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   });
   httplib::Client http("127.0.0.1", 19425);
   http.set_bearer_token_auth(token);
+  // Asked, the master says where it serves (not the default 8265).
+  const rill::testing::Ran where = rill::testing::run_rill("token --master 127.0.0.1:19420");
+  INFO(where.output);
+  CHECK(where.output.find("http://127.0.0.1:19425/?token=" + token) != std::string::npos);
   std::string first;
   for (int i = 0; i < 300 && job_step(first) < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
