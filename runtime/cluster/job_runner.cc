@@ -21,6 +21,7 @@
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
+#include "compiler/pserver.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/ops/lr_schedule.h"
 #include "runtime/cluster/checkpoint.h"
@@ -150,6 +151,14 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       fmt::print(options.out, "{} stage(s), {} micro-batch(es) of {} rows per step, schedule {}\n", p.stages(),
                  p.micro_batches(), p.global_batch() / std::max<int64_t>(1, p.micro_batches()),
                  p.schedule() ? p.schedule()->str() : "1f1b");
+    // Parameter servers: who holds the blocks, who trains (the blocks
+    // themselves: rill plan, or the master's log with print_log).
+    if (job.distributed && job.distributed->mode == "pserver")
+      if (auto layout = compiler::pserver_layout(job, *cluster); layout.ok()) {
+        const std::string described = compiler::describe_pserver_layout(*layout, job);
+        fmt::print(options.out, "{}; {} block(s)\n", described.substr(0, described.find('\n')),
+                   layout->blocks.size());
+      }
     // What is read from files, which the first step waits for (a large
     // dataset takes seconds to load).
     std::vector<std::string> files;

@@ -254,12 +254,14 @@ TEST_CASE("fetched tensors reach the result whole, on 2 nodes x 2 devices as on 
 namespace {
 
 // Runs `rill run ARGS` to the end (2 epochs) and returns the result, after
-// checking the test accuracy against the bar on all 10,000 test images.
-nlohmann::json full_run_at_bar(const std::string& args, const std::string& name) {
+// checking the test accuracy against the bar on all 10,000 test images (and
+// that the output holds `line`, if given).
+nlohmann::json full_run_at_bar(const std::string& args, const std::string& name, const std::string& line = "") {
   auto result = temp_dir() / (name + ".json");
   Ran ran = run_rill("run " + args + " --result " + result.string());
   INFO(ran.output);
   REQUIRE(ran.code == 0);
+  if (!line.empty()) CHECK(ran.output.find(line) != std::string::npos);
   auto j = read_json(result);
   CHECK(j["metrics"]["accuracy"].get<double>() >= 0.84);
   CHECK(j["eval_samples"].get<int64_t>() == 10000);
@@ -291,7 +293,10 @@ TEST_CASE("the MLP in three stages on 3 agents with 4 micro-batches reaches the 
 // collective mode bit for bit (tests/runtime/pserver_test.cc); here real
 // agents train to the bar.
 TEST_CASE("the MLP with 2 pservers and 2 trainers (sync) reaches the accuracy bar") {
-  full_run_at_bar(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19560", "mlp_pserver");
+  // The run says who holds the blocks and who trains.
+  full_run_at_bar(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19560", "mlp_pserver",
+                  "pserver mode (sync, RoundRobin, slice_var_up true, min_block_size 8192): pservers nodes 0, 1; "
+                  "trainers nodes 2, 3; 8 block(s)");
 }
 
 // Async mode applies each trainer's gradient as it comes: the order, and so
