@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/cluster/chart_js.h"
 #include "runtime/cluster/dashboard_html.h"
@@ -31,6 +32,25 @@ std::string_view cookie(std::string_view header, std::string_view name) {
       return pair.substr(name.size() + 1);
   }
   return {};
+}
+
+// The dashboard with the board's state in it ({"status": ..., "job": the
+// last job's}), so that its first render needs no poll. "</" in the JSON is
+// written "<\/" (the same JSON), so nothing in it ends the script element.
+std::string dashboard_page(const MetricsBoard& board) {
+  const std::string status = board.status_json();
+  std::string job = "null";
+  const auto parsed = nlohmann::json::parse(status, nullptr, false);
+  if (!parsed.is_discarded() && parsed.contains("jobs") && parsed["jobs"].is_array() && !parsed["jobs"].empty()) {
+    const std::string last = board.job_json(parsed["jobs"].back()["job_id"].get<int64_t>());
+    if (!last.empty()) job = last;
+  }
+  std::string state = "{\"status\": " + status + ", \"job\": " + job + "}";
+  for (size_t at = state.find("</"); at != std::string::npos; at = state.find("</", at + 3)) state.insert(at + 1, "\\");
+  std::string page(graph::kDashboardHtml);
+  constexpr std::string_view kSlot = "RILL_INITIAL_STATE";
+  if (const size_t at = page.find(kSlot); at != std::string::npos) page.replace(at, kSlot.size(), state);
+  return page;
 }
 
 }  // namespace
@@ -77,8 +97,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& addre
     }
     res.set_content(json, "application/json");
   });
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(graph::kDashboardHtml, "text/html; charset=utf-8");
+  s.Get("/", [&board](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dashboard_page(board), "text/html; charset=utf-8");
   });
   s.Get("/static/chart.min.js", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(graph::kChartJs, "application/javascript");

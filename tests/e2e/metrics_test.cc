@@ -133,6 +133,13 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(dom.output.find("<td>127.0.0.1:19420</td><td>up (master)</td>") != std::string::npos);
   CHECK(dom.output.find("<td>127.0.0.2:19420</td><td>up</td>") != std::string::npos);
   CHECK(dom.output.find("<div id=\"errors\"></div>") != std::string::npos);
+  // The page came with the master's state and drew it before any poll.
+  CHECK(dom.output.find("data-first-render=\"embedded\"") != std::string::npos);
+  auto served = http.Get("/");
+  REQUIRE(served);
+  CHECK(served->body.find("RILL_INITIAL_STATE") == std::string::npos);
+  CHECK(served->body.find("\"address\":\"127.0.0.2:19420\"") != std::string::npos);
+  CHECK(served->body.find("\"job\": {\"job_id\":1,") != std::string::npos);
   CHECK(dom.output.find("<img id=\"plan\" alt=\"\" style=\"max-width: 100%\" src=\"/api/jobs/1/plan.svg\">") !=
         std::string::npos);
   const auto shot = std::filesystem::path(rill::testing::binary()).parent_path() / "dashboard.png";
