@@ -313,12 +313,8 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
     }
     for (ctl::Tensor& t : done.variables) {
       VariableValue& value = report.variables[t.name];
-      if (value.values.empty()) {
-        value.shape = t.shape;
-        value.values.assign(static_cast<size_t>(num_elements(t.shape)), 0.0f);
-      }
       if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;
-      copy_block(t.shape, t.offset, t.piece_shape, value.values.data(), t.values.data(), false);
+      place_piece(t.shape, t.offset, t.piece_shape, t.values, &value.shape, &value.values);
     }
   }
   // A lost node is the first cause: the errors it caused elsewhere (a

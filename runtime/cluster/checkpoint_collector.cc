@@ -70,12 +70,8 @@ Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) con
   std::map<std::string, CheckpointTensor> tensors;
   auto place = [&](const std::string& name, const VariablePiece& piece, std::vector<float>& values) {
     CheckpointTensor& t = tensors[name];
-    if (t.values.empty()) {
-      t.name = name;
-      t.shape = piece.logical_shape;
-      t.values.assign(static_cast<size_t>(num_elements(piece.logical_shape)), 0.0f);
-    }
-    copy_block(piece.logical_shape, piece.offset, piece.shape, t.values.data(), values.data(), false);
+    t.name = name;
+    place_piece(piece.logical_shape, piece.offset, piece.shape, values, &t.shape, &t.values);
   };
   for (auto& [key, piece] : pieces) {
     place(piece.name, piece, piece.values);

@@ -238,10 +238,6 @@ void NodeRun::collect_variables(RunReport& report) {
     const plan::RegstDesc* model = regst(task->outputs()->Get(0));
     auto [var, logical, offset] = piece_of_variable(*task, *model);
     VariableValue& value = report.variables[var];
-    if (value.values.empty()) {
-      value.shape = logical;
-      value.values.assign(static_cast<size_t>(num_elements(logical)), 0.0f);
-    }
     const TensorView& slot = slots_[model->id()][0];
     std::vector<float> host;
     Status read = std::get<VariableBody>(by_index_[ActorId::index(task->id())]->body()).read_model(slot, &host);
@@ -249,7 +245,7 @@ void NodeRun::collect_variables(RunReport& report) {
       report.status = read.with_context(fmt::format("reading variable '{}'", var));
       return;
     }
-    copy_block(logical, offset, slot.shape, value.values.data(), host.data(), false);
+    place_piece(logical, offset, slot.shape, host, &value.shape, &value.values);
     // A broadcast variable's replicas are one piece, reported by the lowest
     // rank that holds it (the master has it already, or another node sends it).
     if (!task->variable()->replica())

@@ -60,6 +60,15 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
   return spec;
 }
 
+void place_piece(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, std::span<float> values,
+                 Shape* whole_shape, std::vector<float>* whole) {
+  if (whole->empty()) {
+    *whole_shape = logical;
+    whole->assign(static_cast<size_t>(num_elements(logical)), 0.0f);
+  }
+  copy_block(logical, offset, piece, whole->data(), values.data(), false);
+}
+
 void copy_block(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, float* whole,
                 float* block, bool into_block) {
   Region piece_region{Shape(logical.size(), 0), piece};

@@ -22,4 +22,12 @@ DatasetSpec read_dataset(const plan::Dataset& dataset);
 void copy_block(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, float* whole,
                 float* block, bool into_block);
 
+// Places a variable's piece (`piece` shaped, at `offset`) into the whole
+// logical tensor being assembled: `whole` and `whole_shape` start empty
+// (the first piece sizes them, zeros elsewhere). The one way pieces become
+// a variable: a node's report, the master's gather of every node's, a
+// checkpoint's tensors.
+void place_piece(const Shape& logical, std::span<const int64_t> offset, const Shape& piece, std::span<float> values,
+                 Shape* whole_shape, std::vector<float>* whole);
+
 }  // namespace rill
