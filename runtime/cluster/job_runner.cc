@@ -162,14 +162,14 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     // What is read from files, which the first step waits for (a large
     // dataset takes seconds to load).
     std::vector<std::string> files;
+    auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
     if (p.datasets())
       for (const plan::Dataset* d : *p.datasets()) {
-        const std::string kind = d->kind() ? d->kind()->str() : "";
+        const std::string kind = str(d->kind());
         if (kind == "idx")
-          files.push_back(fmt::format("'{}' (images {}, labels {})", d->name()->str(), d->images()->str(),
-                                      d->labels()->str()));
+          files.push_back(fmt::format("'{}' (images {}, labels {})", str(d->name()), str(d->images()), str(d->labels())));
         else if (kind == "csv" || kind == "text" || kind == "tokens")
-          files.push_back(fmt::format("'{}' ({} {})", d->name()->str(), kind, d->path()->str()));
+          files.push_back(fmt::format("'{}' ({} {})", str(d->name()), kind, str(d->path())));
       }
     if (!files.empty()) fmt::print(options.out, "reading dataset(s) {}\n", fmt::join(files, ", "));
     // Out before anything that may fail on stderr: piped, stdout is buffered
