@@ -6,6 +6,9 @@
 // the same attrs (the same mask, the same scale). Linear in x: any split,
 // B, or P passes through. Eval plans and eager forward runs take it as
 // identity (OpDef::identity_in_eval).
+#include <array>
+
+#include "kernels/ops/attr_read.h"
 #include "kernels/ops/dropout_math.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
@@ -51,12 +54,15 @@ Status cpu_dropout(KernelContext& ctx) {
     for (int64_t i = 0; i < n; ++i) y[i] = in[i];
     return {};
   }
+  // Fixed-size index arrays: an act allocates nothing.
   const Shape& logical = ctx.logical_inputs.empty() ? x.shape : ctx.logical_inputs[0];
-  const Shape offset = ctx.input_offsets.empty() ? Shape(x.shape.size(), 0) : ctx.input_offsets[0];
+  const int64_t* offset = ctx.input_offsets.empty() ? nullptr : ctx.input_offsets[0].data();
   const int rank = static_cast<int>(x.shape.size());
-  if (logical.size() != x.shape.size() || offset.size() != x.shape.size())
-    return internal_error("dropout: piece {} of logical {} at offset {} disagree in rank", shape_string(x.shape),
-                          shape_string(logical), shape_string(offset));
+  if (logical.size() != x.shape.size() || (offset && ctx.input_offsets[0].size() != x.shape.size()) ||
+      rank > kMaxKernelRank)
+    return internal_error("dropout: piece {} of logical {} disagree in rank (at most {} axes)", shape_string(x.shape),
+                          shape_string(logical), kMaxKernelRank);
+  auto origin = [&](int a) { return offset ? offset[a] : 0; };
   const uint64_t key = dropout_math::step_key(p.seed, ctx.step);
   const uint32_t threshold = dropout_math::threshold(rate);
   const float scale = static_cast<float>(1.0 / (1.0 - rate));
@@ -65,20 +71,18 @@ Status cpu_dropout(KernelContext& ctx) {
   // logical tensor, from the row's index over the leading axes.
   const int64_t cols = rank == 0 ? 1 : x.shape.back();
   const int64_t rows = cols == 0 ? 0 : n / cols;
-  std::vector<int64_t> strides(static_cast<size_t>(rank), 1);
-  for (int a = rank - 2; a >= 0; --a) strides[static_cast<size_t>(a)] = strides[static_cast<size_t>(a) + 1] * logical[static_cast<size_t>(a) + 1];
-  std::vector<int64_t> at(static_cast<size_t>(std::max(rank - 1, 0)), 0);  // the row's index per leading axis
+  const std::array<int64_t, kMaxKernelRank> strides = row_major_strides(logical);
+  std::array<int64_t, kMaxKernelRank> at{};  // the row's index per leading axis
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t base = rank == 0 ? 0 : offset.back();
-    for (int a = 0; a + 1 < rank; ++a)
-      base += (offset[static_cast<size_t>(a)] + at[static_cast<size_t>(a)]) * strides[static_cast<size_t>(a)];
+    int64_t base = rank == 0 ? 0 : origin(rank - 1);
+    for (int a = 0; a + 1 < rank; ++a) base += (origin(a) + at[a]) * strides[a];
     const float* xr = in + r * cols;
     float* yr = y + r * cols;
     for (int64_t c = 0; c < cols; ++c)
       yr[c] = dropout_math::keep(key, first + static_cast<uint64_t>(base + c), threshold) ? xr[c] * scale : 0.0f;
     for (int a = rank - 2; a >= 0; --a) {  // the next row
-      if (++at[static_cast<size_t>(a)] < x.shape[static_cast<size_t>(a)]) break;
-      at[static_cast<size_t>(a)] = 0;
+      if (++at[a] < x.shape[static_cast<size_t>(a)]) break;
+      at[a] = 0;
     }
   }
   return {};

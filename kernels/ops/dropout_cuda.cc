@@ -18,17 +18,17 @@ RILL_CUDA_KERNEL(dropout) {
     return cuda_status(cudaMemcpyAsync(ctx.outputs[0].data, x.data, x.bytes(), cudaMemcpyDeviceToDevice, stream),
                        "copy", "op 'dropout'");
   const Shape& logical = ctx.logical_inputs.empty() ? x.shape : ctx.logical_inputs[0];
-  const Shape offset = ctx.input_offsets.empty() ? Shape(x.shape.size(), 0) : ctx.input_offsets[0];
+  const int64_t* offset = ctx.input_offsets.empty() ? nullptr : ctx.input_offsets[0].data();
   cuda_launch::DropoutPlace place;
   place.rank = static_cast<int>(x.shape.size());
-  if (place.rank > 8 || logical.size() != x.shape.size() || offset.size() != x.shape.size())
-    return invalid_argument("op 'dropout': piece {} of logical {} at {} (at most 8 axes, one rank)",
-                            shape_string(x.shape), shape_string(logical), shape_string(offset));
+  if (place.rank > 8 || logical.size() != x.shape.size() || (offset && ctx.input_offsets[0].size() != x.shape.size()))
+    return invalid_argument("op 'dropout': piece {} of logical {} (at most 8 axes, one rank)", shape_string(x.shape),
+                            shape_string(logical));
   int64_t stride = 1;
   for (int a = place.rank - 1; a >= 0; --a) {
     const auto u = static_cast<size_t>(a);
     place.extent[a] = x.shape[u];
-    place.offset[a] = offset[u];
+    place.offset[a] = offset ? offset[u] : 0;
     place.logical_stride[a] = stride;
     stride *= logical[u];
   }
