@@ -267,17 +267,23 @@ std::string HandshakeWatch::poll() {
     if (!failure_.empty()) continue;
     switch (kind) {
       case ZMQ_EVENT_CONNECTED: connected_ = ever_connected_ = true; break;
-      case ZMQ_EVENT_CONNECT_RETRIED:
+      case ZMQ_EVENT_CONNECT_RETRIED: {
         // Retried before it ever connected: the TCP connection failed at
-        // once (refused, or no route), unlike a silent host's. A link that
+        // once (refused, or no route), unlike a silent host's. Only after
+        // kRefusedGrace of that, so an agent started just before (a script's
+        // `rill agent &` then `rill submit`) is waited for. A link that
         // worked and dropped is left to ZeroMQ's reconnects.
-        if (refused_is_final_ && !ever_connected_) {
-          failure_ = fmt::format("{} cannot be reached: the connection was refused or has no route (is its agent "
-                                 "running, on this address?)",
-                                 peer_);
+        if (!refused_is_final_ || ever_connected_) break;
+        const auto now = std::chrono::steady_clock::now();
+        if (first_refused_ == std::chrono::steady_clock::time_point{}) first_refused_ = now;
+        if (now - first_refused_ >= kRefusedGrace) {
+          failure_ = fmt::format("{} cannot be reached: the connection was refused or had no route for {} s (is its "
+                                 "agent running, on this address?)",
+                                 peer_, std::chrono::duration_cast<std::chrono::seconds>(kRefusedGrace).count());
           unreachable_ = true;
         }
         break;
+      }
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: succeeded_ = true; break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
         failure_ = fmt::format("{} refused this side's key (ZAP status {})", peer_, value);

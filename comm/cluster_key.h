@@ -110,8 +110,8 @@ class ZapAuthenticator {
 // port") poll() logs each refused connection with its address, at most once
 // per address every 10 s, and counts it. With `refused_is_final` (a client
 // asking a running agent, not one waiting for a peer to start), a TCP
-// connection the peer's host refuses (nothing listens there) is the failure
-// at once, instead of ZeroMQ retrying it quietly. Call poll() from the
+// connection the peer's host keeps refusing (nothing listens there) for 3 s
+// is the failure, instead of ZeroMQ retrying it quietly to the timeout. Call poll() from the
 // socket's thread.
 class HandshakeWatch {
  public:
@@ -130,6 +130,8 @@ class HandshakeWatch {
   std::string peer_;
   bool keyed_, server_, refused_is_final_;
   bool succeeded_ = false, connected_ = false, ever_connected_ = false, unreachable_ = false;
+  static constexpr std::chrono::seconds kRefusedGrace{3};
+  std::chrono::steady_clock::time_point first_refused_{};
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address
   std::string pending_;                  // server: why the last handshake failed

@@ -38,8 +38,8 @@ class Client {
   // blocks; the first request fails with a clear error if nobody answers,
   // or the master refuses the handshake (kPermissionDenied). With `running`
   // (rill submit, rill status: the master should be up already) a first
-  // connection refused (nothing listens there) or without a route is an
-  // error at once (kUnavailable); without it
+  // connection refused (nothing listens there) or without a route for 3 s
+  // is an error (kUnavailable); without it
   // (a master still starting, as under rill launch) it is tried again until
   // the answer timeout. The cluster key is the file $RILL_KEY_FILE names, if
   // set (`rill ... --key` sets it).
