@@ -57,8 +57,9 @@ void Actor::trace_done(int64_t act) {
 bool Actor::lane_can_act(int lane) const {
   const int64_t readied = lane_readied_[static_cast<size_t>(lane)];
   if (!outputs_[static_cast<size_t>(lane)].next_free()) return false;
-  if (readied == 0) return readied < steps_;
-  return inputs_[static_cast<size_t>(lane)].readable();
+  if (readied == 0) return readied < limit() && may_begin(first_step_);
+  // An update that readies the next version begins that step.
+  return inputs_[static_cast<size_t>(lane)].readable() && (readied >= limit() || may_begin(first_step_ + readied));
 }
 
 int Actor::next_ready_lane() const {
@@ -92,7 +93,7 @@ Status Actor::act_lane(int lane, Outbox& outbox) {
   if (traced) trace_.end_ns[acts_] = now_ns();
   if (!status.ok()) return status.with_context(fmt::format("actor '{}' lane {} step {}", name_, lane, step));
   ++acts_;
-  if (readied < steps_) {
+  if (readied < limit()) {
     ready_output(out, outbox, first_step_ + readied);
     ++readied;
   }
@@ -105,11 +106,12 @@ bool Actor::can_act() const {
   if (lanes_ > 1) return next_ready_lane() >= 0;
   if (is_variable_) {
     if (!outputs_[0].next_free()) return false;
-    if (inputs_.empty() || readied_ == 0) return readied_ < steps_;
-    return inputs_[0].readable();
+    if (inputs_.empty() || readied_ == 0) return readied_ < limit() && may_begin(first_step_ + readied_);
+    // An update that readies the next version begins that step.
+    return inputs_[0].readable() && (readied_ >= limit() || may_begin(first_step_ + readied_));
   }
   if (eord_sent_) return false;
-  if (is_source_ && acts_ >= steps_) return false;
+  if (is_source_ && (acts_ >= limit() || !may_begin(first_step_ + acts_ / acts_per_step_))) return false;
   for (const InputPort& in : inputs_)
     if (!in.readable()) return false;
   for (const OutputPort& out : outputs_)
@@ -151,7 +153,7 @@ Status Actor::act(Outbox& outbox) {
   if (!status.ok()) return status.with_context(fmt::format("actor '{}' step {}", name_, step));
   ++acts_;
   if (is_variable_) {
-    if (readied_ < steps_) {
+    if (readied_ < limit()) {
       ready_outputs(outbox, first_step_ + readied_);
       ++readied_;
     }
@@ -178,10 +180,11 @@ void Actor::finish_if_done(Outbox& outbox) {
   for (const InputPort& in : inputs_)
     if (!in.eord || in.readable()) inputs_done = false;
   if (!eord_sent_) {
-    bool done = is_source_ ? acts_ >= steps_ : is_variable_ ? readied_ >= steps_ : inputs_done;
+    const int64_t limit = this->limit();
+    bool done = is_source_ ? acts_ >= limit : is_variable_ ? readied_ >= limit : inputs_done;
     if (lanes_ > 1) {
       done = true;
-      for (int64_t r : lane_readied_) done = done && r >= steps_;
+      for (int64_t r : lane_readied_) done = done && r >= limit;
     }
     if (done) send_eord(outbox);
   }
@@ -211,6 +214,10 @@ Status Actor::handle(const ActorMsg& msg, Outbox& outbox) {
 }
 
 Status Actor::receive(const ActorMsg& msg, Outbox& outbox) {
+  if (msg.type == MsgType::kWake) {  // the run's end moved: perhaps done now
+    finish_if_done(outbox);
+    return {};
+  }
   if (msg.type == MsgType::kAck) {
     for (OutputPort& out : outputs_) {
       if (out.regst != msg.regst) continue;

@@ -7,6 +7,7 @@
 // handling of a message allocates nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -15,6 +16,7 @@
 #include "actor/body.h"
 #include "actor/message.h"
 #include "actor/regst.h"
+#include "actor/run_end.h"
 
 namespace rill {
 
@@ -39,6 +41,12 @@ class Actor {
   // micro-batch (ports' acts_per_slot say how its regsts keep pace), else 1.
   Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
         std::vector<OutputPort> outputs, Body body, int64_t first_step = 0, int acts_per_step = 1);
+
+  // Sources and variables begin no step at or past `end`'s end, and none
+  // while it holds (actor/run_end.h); without one, every step runs. Call
+  // before the first message.
+  void set_end(RunEnd* end) { end_ = end; }
+  bool begins_steps() const { return is_source_ || is_variable_; }
 
   uint64_t id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -86,6 +94,13 @@ class Actor {
   bool lane_can_act(int lane) const;
   int next_ready_lane() const;  // round robin from the lane after the last one; -1: none
   void send_eord(Outbox& outbox);
+  // Acts in all (sources) or versions in all (variables): steps_, or fewer
+  // when the run's end was lowered.
+  int64_t limit() const {
+    return end_ ? std::min(steps_, (end_->end() - first_step_) * acts_per_step_) : steps_;
+  }
+  // Whether `step` may begin now (it is published to the run's end).
+  bool may_begin(int64_t step) const { return !end_ || end_->may_begin(step); }
   void ready_outputs(Outbox& outbox, int64_t step);
   void ready_output(OutputPort& out, Outbox& outbox, int64_t step);
 
@@ -94,6 +109,7 @@ class Actor {
   int64_t steps_;  // acts in all: steps x acts_per_step
   int64_t first_step_;
   int acts_per_step_;
+  RunEnd* end_ = nullptr;
   std::vector<InputPort> inputs_;
   std::vector<OutputPort> outputs_;
   Body body_;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/run_end.h"
 #include "base/status.h"
 #include "comm/collectives.h"
 #include "kernels/cuda/cuda_context.h"
@@ -111,14 +112,15 @@ class VariableBody {
   Status act_lane(const ActIo& io);
 
   // Called on the actor's thread after the update that completes step
-  // `steps_done` (1-based count) when it is a multiple of `every` or the last
-  // step: the model piece and the optimizer state, for a checkpoint.
+  // `steps_done` (1-based count) when it is a multiple of `every` or the
+  // run's last (`end`'s end, which a stop may lower): the model piece and
+  // the optimizer state, for a checkpoint.
   using SnapshotFn = std::function<void(int64_t steps_done, std::span<const float> model,
                                         std::span<const std::vector<float>> state)>;
-  void on_snapshot(SnapshotFn fn, int64_t every, int64_t total_steps) {
+  void on_snapshot(SnapshotFn fn, int64_t every, const RunEnd* end) {
     snapshot_ = std::move(fn);
     every_ = every;
-    total_steps_ = total_steps;
+    end_ = end;
   }
 
  private:
@@ -137,7 +139,7 @@ class VariableBody {
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
   int64_t every_ = 0;
-  int64_t total_steps_ = 0;
+  const RunEnd* end_ = nullptr;
   int lanes_ = 1;
   float dc_lambda_ = 0.0f;
   std::vector<float> values_;        // lanes: the variable's values

@@ -11,6 +11,9 @@ enum class MsgType : uint8_t {
   kReady = 0,  // producer -> consumer: slot `slot` of regst `regst` holds step `step`
   kAck = 1,    // consumer -> producer: done reading slot `slot` of regst `regst`
   kEord = 2,   // producer -> consumer: regst `regst` will carry no more steps
+  // The runtime -> a source or variable: its run's end moved (actor/run_end.h);
+  // look again whether it can act or is done. Never crosses nodes.
+  kWake = 3,
 };
 
 inline const char* msg_type_name(MsgType type) {
@@ -18,6 +21,7 @@ inline const char* msg_type_name(MsgType type) {
     case MsgType::kReady: return "ready";
     case MsgType::kAck: return "ack";
     case MsgType::kEord: return "eord";
+    case MsgType::kWake: return "wake";
   }
   return "?";
 }

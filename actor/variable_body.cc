@@ -152,7 +152,7 @@ Status VariableBody::update(const TensorView& model, const TensorView& grad, int
 
 Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
   int64_t done = step + 1;
-  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || done == total_steps_)) {
+  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end()))) {
     if (!cuda_) {
       snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
     } else {

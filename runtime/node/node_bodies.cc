@@ -229,7 +229,7 @@ Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
           for (size_t i = 0; i < state.size(); ++i) piece.state.emplace_back(state_names[i], state[i]);
           options_.on_snapshot(done, std::move(piece));
         },
-        options_.snapshot_every, plan_->steps());
+        options_.snapshot_every, end_.get());
   return {};
 }
 

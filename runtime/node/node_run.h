@@ -67,6 +67,8 @@ class NodeRun : public NodeRuntime {
   Status build();
   RunReport run() override;
   void abort(const Status& reason) override { fail(reason); }
+  int64_t hold() override;
+  void end_at(int64_t end) override;
   NodePace pace() const override {
     NodePace pace;
     if (acts_per_step_ > 0) pace.steps = static_cast<double>(progress_.load()) / static_cast<double>(acts_per_step_);
@@ -108,6 +110,7 @@ class NodeRun : public NodeRuntime {
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   // (dataset, field, bound) already checked by a source (SourceConf.index_bounds).
   std::set<std::tuple<int, int, int64_t>> checked_bounds_;
+  std::unique_ptr<RunEnd> end_;  // the actors' end: made before them
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> by_index_;
   std::vector<const plan::Task*> variable_tasks_;

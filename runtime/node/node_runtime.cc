@@ -45,6 +45,7 @@ Status NodeRun::build() {
   for (int n = 0; n < plan_->num_nodes(); ++n) links_.push_back(std::make_unique<Link>());
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())
     return invalid_argument("cannot start at step {}: the plan runs {} steps", options_.start_step, plan_->steps());
+  end_ = std::make_unique<RunEnd>(options_.start_step, plan_->steps());
   RILL_RETURN_IF_ERROR(allocate_regsts());
   const auto& tasks = *plan_->tasks();
   by_index_.assign(static_cast<size_t>(std::max<int64_t>(plan_->num_tasks(), tasks.size())), nullptr);
@@ -79,6 +80,7 @@ Status NodeRun::build() {
     auto actor = std::make_unique<Actor>(task->id(), name, plan_->steps() - options_.start_step, std::move(inputs),
                                          std::move(outputs), std::move(body), options_.start_step,
                                          task->acts_per_step());
+    actor->set_end(end_.get());
     if (task->kind() == plan::TaskKind::Variable) {
       RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
       variable_tasks_.push_back(task);
@@ -163,12 +165,19 @@ RunReport NodeRun::run() {
   int64_t last_progress = -1;
   auto last_change = Clock::now();
   bool stalled = false;
+  bool stop_taken = false;
   for (;;) {
     bool all_done = true;
     for (auto& worker : workers_)
       if (!worker->finished()) all_done = false;
     if (all_done || failed_.load()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Alone, the node agrees its end with itself; across nodes the master
+    // agrees it with every node (runtime/cluster) and calls hold and end_at.
+    if (options_.stop && !options_.transport && !stop_taken && options_.stop->load()) {
+      stop_taken = true;
+      end_at(RunEnd::agreed_end(end_->first(), plan_->steps(), hold()));
+    }
     int64_t now_progress = progress_.load();
     if (now_progress != last_progress) {
       last_progress = now_progress;
@@ -181,6 +190,7 @@ RunReport NodeRun::run() {
   }
   for (auto& worker : workers_) worker->join();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  report.steps = end_->end();
   report.device_synchronizes = CudaContext::synchronizes() - synchronizes_before;
   if (stalled) {
     std::string waiting;
@@ -203,6 +213,16 @@ RunReport NodeRun::run() {
                                boxing != nullptr ? boxing->collective() : std::string()});
     }
   return report;
+}
+
+int64_t NodeRun::hold() { return end_->hold(); }
+
+void NodeRun::end_at(int64_t end) {
+  end_->release(end);
+  // Sources and variables held, or done at the new end, look again.
+  for (auto& worker : workers_)
+    for (Actor* actor : worker->actors())
+      if (actor->begins_steps()) worker->push(ActorMsg{0, actor->id(), MsgType::kWake, 0, 0, 0});
 }
 
 StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::build(std::string plan_bytes, RunOptions options) {

@@ -8,6 +8,7 @@
 // sink's thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,6 +71,11 @@ struct RunOptions {
   // whose pieces do not fit fails to build, before anything runs.
   size_t max_control_message_bytes = 0;
   SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
+  // A stop asked for (an interrupted job): when it turns true, a node running
+  // alone (no transport) ends after the steps it has begun, as if the plan
+  // ended there (its last snapshot included). Across nodes it is not read:
+  // the master agrees the step with every node through hold() and end_at().
+  const std::atomic<bool>* stop = nullptr;
   // Fault injection for tests: drops each message between threads for which
   // it returns true (a lost message must end in a stuck-job report).
   std::function<bool(const ActorMsg&)> drop_message;
@@ -85,7 +91,7 @@ struct ActorTraceRecord {
 
 struct RunReport {
   Status status;
-  int64_t steps = 0;
+  int64_t steps = 0;                // where the run ended: the plan's steps, or fewer when stopped
   double seconds = 0.0;             // from the first act to the last retirement
   std::map<std::string, VariableValue> variables;  // this node's pieces assembled
   std::vector<VariablePiece> pieces;               // this node's pieces, one per variable
@@ -134,6 +140,12 @@ class NodeRuntime {
   virtual RunReport run() = 0;
   virtual void abort(const Status& reason) = 0;
   virtual NodePace pace() const = 0;
+  // Ending early at a step every node agrees on (actor/run_end.h): hold()
+  // stops sources and variables from beginning steps and returns the last
+  // step begun here; end_at(E) lets them run on to E (never past the plan's
+  // end), and the run ends there. Any thread, before or while run() runs.
+  virtual int64_t hold() = 0;
+  virtual void end_at(int64_t end) = 0;
 };
 
 // build() then run() on one node.
