@@ -29,6 +29,7 @@
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/pace.h"
 #include "runtime/cli/command_util.h"
+#include "runtime/cli/interrupts.h"
 
 namespace rill {
 
@@ -167,8 +168,13 @@ int run_local_cluster(const ClusterRunArgs& args) {
                                      "--data-root", "/", "--checkpoint-root", "/"};
     if (r == 0) argv.insert(argv.end(), {"--metrics-dir", logdir});  // job-1.jsonl beside the nodes' logs
     if (r == 0 && !args.http.empty()) argv.insert(argv.end(), {"--http", args.http});
-    return spawn_process(argv, {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again);
+    return spawn_process(argv, {}, r == 0 ? "" : fmt::format("{}/node-{}.log", logdir, r), again,
+                         /*own_group=*/true);
   };
+  // Ctrl-C or SIGTERM: the master stops the job at a step boundary on every
+  // node (a second time: at once; a third ends this process, and the agents
+  // with it).
+  interrupts::install(3);
   std::vector<pid_t> agents;
   for (int r = 0; r < args.nodes; ++r) agents.push_back(start_agent(r, false));
   int code = 0;
@@ -205,6 +211,8 @@ int run_local_cluster(const ClusterRunArgs& args) {
   else if (!formed) code = 1, fmt::print(stderr, "rill: the cluster did not form within {} s\n", args.join_timeout_s + 5);
   auto client = code != 0 ? StatusOr<std::unique_ptr<Client>>(Status(Code::kAborted, "no cluster"))
                           : Client::connect(master, args.join_timeout_s + 10);
+  if (code == 0 && interrupts::count() > 0) code = interrupts::exit_code();  // before the job began
+  int stopped = 0;  // the job ended early, as asked: the agents end as after a whole one
   if (code != 0) {
   } else if (!client.ok()) {
     code = fail_command(client.status());
@@ -215,6 +223,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.overrides = args.overrides;
     options.resume = args.resume;
     options.max_restarts = args.max_restarts;
+    options.interrupts = &interrupts::counter();
     // The job is submitted and followed on a thread of its own; this one,
     // which started the agents (they end with it), watches them: while the
     // job runs, a non-master agent that dies is started again with the same
@@ -246,6 +255,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
         if (!written.ok()) code = fail_command(written);
       }
       if (!result->status.ok()) code = fail_command(result->status);
+      else if (interrupts::count() > 0) stopped = interrupts::exit_code();  // stopped early, as asked
     }
     (void)(*client)->shutdown();
   }
@@ -266,7 +276,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     if (code == 0 && WIFEXITED(status) && WEXITSTATUS(status) != 0) code = WEXITSTATUS(status);
   }
   if (code != 0 && args.nodes > 1) fmt::print(stderr, "rill: the other nodes' logs are in {}\n", logdir);
-  return code;
+  return code != 0 ? code : stopped;
 }
 
 }  // namespace rill

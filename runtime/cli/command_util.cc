@@ -33,7 +33,7 @@ Status write_text_file(const std::string& path, const std::string& text) {
 }
 
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
-                    const std::string& log, bool append) {
+                    const std::string& log, bool append, bool own_group) {
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
@@ -41,6 +41,7 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::st
   // a killed `rill run --nodes` or launcher leaves no agent holding its ports.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) std::_Exit(1);  // it was gone before the line above
+  if (own_group) setpgid(0, 0);
   for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
   if (!log.empty() && std::freopen(log.c_str(), append ? "a" : "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
   std::vector<char*> args;

@@ -24,9 +24,11 @@ Status write_text_file(const std::string& path, const std::string& text);
 // output goes to `log` when not empty (appended to with `append`).
 // "/proc/self/exe" starts this binary. The process gets SIGTERM when the
 // calling thread ends (Linux's parent-death signal): call it from a thread
-// that lives as long as the process should, the main one.
+// that lives as long as the process should, the main one. `own_group`: in a
+// process group of its own, so that Ctrl-C at the terminal reaches only the
+// caller (which stops the job through the master: an agent).
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
-                    const std::string& log = "", bool append = false);
+                    const std::string& log = "", bool append = false, bool own_group = false);
 // Waits for `pid`; its exit code, or 128 + signal.
 int wait_process(pid_t pid);
 // Whether a process's wait status is a failure: a non-zero exit or a signal.

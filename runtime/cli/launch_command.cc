@@ -9,6 +9,7 @@
 #include "runtime/cluster/client.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
+#include "runtime/cli/interrupts.h"
 #include "runtime/cluster/env.h"
 
 namespace rill {
@@ -52,8 +53,12 @@ int launch_command(const LaunchArgs& args) {
                                      std::to_string(config->node_rank), "--ctrl-port",
                                      std::to_string(config->master_port), "--devices", devices};
     if (!args.http.empty()) argv.insert(argv.end(), {"--http", args.http});
-    return spawn_process(argv, {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1), again);
+    return spawn_process(argv, {}, logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1), again,
+                         /*own_group=*/is_job && config->node_rank == 0);
   };
+  // Node 0 of a job file: Ctrl-C or SIGTERM has the master stop the job at
+  // a step boundary (a second time: at once; a third ends the launcher).
+  if (is_job && config->node_rank == 0) interrupts::install(3);
   pid_t agent = start_agent(false);
   int code = 0;
   if (is_job) {
@@ -64,9 +69,11 @@ int launch_command(const LaunchArgs& args) {
       SubmitOptions options;
       options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
       options.max_restarts = args.max_restarts;
+      options.interrupts = &interrupts::counter();
       auto result = (*client)->submit_text(job_text, args.target, options);
       if (!result.ok()) code = fail_command(result.status());
       else if (!result->status.ok()) code = fail_command(result->status);
+      else if (interrupts::count() > 0) code = interrupts::exit_code();
       (void)(*client)->shutdown();
     }
   } else {

@@ -20,6 +20,7 @@
 #include "graph/job_file.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
+#include "runtime/cli/interrupts.h"
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
@@ -418,11 +419,15 @@ int main(int argc, char** argv) {
   options.trace_file = trace_path;
   options.resume = resume;
   options.metrics_file = metrics_path;
+  // Ctrl-C or SIGTERM: the job stops at a step boundary and says what it
+  // kept; a second one stops the process at once.
+  rill::interrupts::install(2);
+  options.stop = &rill::interrupts::stop_requested();
   rill::JobResult result = rill::run_job(*job, options);
   if (!result_path.empty()) {
     Status written = rill::write_text_file(result_path, rill::result_json(result));
     if (!written.ok()) return rill::fail_command(written);
   }
   if (!result.status.ok()) return rill::fail_command(result.status);
-  return 0;
+  return result.interrupted ? rill::interrupts::exit_code() : 0;
 }

@@ -521,6 +521,27 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           if (local_runtime_) local_runtime_->abort(Status(Code::kAborted, "the cluster is shutting down"));
           phase_cv_.notify_all();
         }
+        if constexpr (std::is_same_v<T, ctl::Stop>) {
+          // From a client (Ctrl-C on rill run --nodes, rill launch, rill submit --follow).
+          if (!job_running_ || (m.job_id != 0 && m.job_id != running_id_)) {
+            spdlog::warn("a stop for job {}, which is not running, is ignored", m.job_id);
+            return;
+          }
+          spdlog::warn("job {}: a client asks it to stop {}", running_id_,
+                       m.now ? "at once" : "at the next step boundary");
+          stop_job_ = true;
+          std::lock_guard<std::mutex> lock(phase_mu_);
+          if (m.now && local_runtime_)
+            local_runtime_->abort(Status(Code::kAborted, "interrupted again: stopped at once"));
+          else if (!m.now)
+            begin_stop_locked();
+        } else if constexpr (std::is_same_v<T, ctl::Held>) {
+          std::lock_guard<std::mutex> lock(phase_mu_);
+          if (phase_.holding && m.job_id == phase_.job_id && m.phase == phase_.phase && node == m.node) {
+            phase_.held[m.node] = m.last_begun;
+            end_when_held_locked();
+          }
+        }
         if constexpr (std::is_same_v<T, ctl::LinkError>) link_failed(m.reason);
         if constexpr (std::is_same_v<T, ctl::Heartbeat>) {
           if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {

@@ -73,6 +73,14 @@ struct PhaseState {
   std::map<int, ctl::Done> dones;
   std::string lost;                  // a lost node's description
   std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
+  // Stopping early at a step every node agrees on (actor/run_end.h): the
+  // phase's steps, whether the nodes were told to hold, each node's last
+  // step begun (node 0's too), and the end sent (-1: none yet).
+  int64_t first_step = 0;
+  int64_t plan_steps = 0;
+  bool holding = false;
+  std::map<int, int64_t> held;
+  int64_t end = -1;
 };
 
 inline std::vector<ctl::Tensor> to_tensors(VariablePiece piece) {
@@ -144,6 +152,11 @@ class Agent {
   RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
                           const RunOptions& run_options);
   void start_next_job();
+  // Stopping the running phase at a step boundary (phase_mu_ held): holds
+  // every node once the phase runs; ends them all once each has said where
+  // it is.
+  void begin_stop_locked();
+  void end_when_held_locked();
 
   AgentOptions options_;
   int world_;
@@ -207,6 +220,7 @@ class Agent {
   int64_t next_job_id_ = 1;
   std::thread job_thread_;
   std::atomic<bool> job_running_{false};
+  std::atomic<bool> stop_job_{false};  // a client asked the running job to stop (JobRunOptions::stop)
   std::string running_name_;
   int64_t running_id_ = 0;
   // The last kFinishedShown jobs to end, newest last, with their result
@@ -234,7 +248,14 @@ class Agent {
   std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
   std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
   std::mutex run_mu_;
-  std::unique_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
+  std::shared_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
+  // The last phase started here, while it lives (the master's Hold and
+  // EndAt reach it before its run begins too).
+  std::weak_ptr<NodeRuntime> started_;    // GUARDED_BY(run_mu_)
+  int64_t started_job_ = -1;              // GUARDED_BY(run_mu_)
+  int started_phase_ = -1;                // GUARDED_BY(run_mu_)
+  // This node's runtime of (job, phase): pending or started; null if none.
+  std::shared_ptr<NodeRuntime> runtime_of_locked(int64_t job, int phase);
   int64_t pending_job_ = -1;              // GUARDED_BY(run_mu_)
   int pending_phase_ = -1;                // GUARDED_BY(run_mu_)
   int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_): with its phases up to aborted_phase_

@@ -62,6 +62,8 @@ void Agent::run_queued(QueuedJob queued) {
   std::string client = queued.client;
   bool follow = queued.submit.follow;
   JobRunOptions options;
+  stop_job_ = false;
+  options.stop = &stop_job_;
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
@@ -191,6 +193,25 @@ JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions option
   }
 }
 
+void Agent::begin_stop_locked() {
+  // Before the phase runs, execute_phase begins it after its Start.
+  if (phase_.holding || !local_runtime_) return;
+  phase_.holding = true;
+  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Hold{phase_.job_id, phase_.phase});
+  phase_.held[0] = local_runtime_->hold();
+  end_when_held_locked();
+}
+
+void Agent::end_when_held_locked() {
+  if (phase_.end >= 0 || static_cast<int>(phase_.held.size()) < world_) return;
+  int64_t last = phase_.first_step - 1;
+  for (const auto& [node, begun] : phase_.held) last = std::max(last, begun);
+  phase_.end = RunEnd::agreed_end(phase_.first_step, phase_.plan_steps, last);
+  spdlog::warn("job {} phase {}: every node stops at step {}", phase_.job_id, phase_.phase, phase_.end);
+  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::EndAt{phase_.job_id, phase_.phase, phase_.end});
+  if (local_runtime_) local_runtime_->end_at(phase_.end);
+}
+
 std::string Agent::wait_for_whole_cluster(double seconds) {
   std::unique_lock<std::mutex> lock(phase_mu_);
   auto whole = [&] {
@@ -213,6 +234,8 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
+    phase_.first_step = run_options.start_step;
+    phase_.plan_steps = plan.compile.steps;
     if (stopping_) {
       report.status = Status(Code::kAborted, "the cluster is shutting down");
       return report;
@@ -282,6 +305,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   }
   transport_->reset();
   for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
+  if (stop_job_) {  // asked for before the phase ran
+    std::lock_guard<std::mutex> lock(phase_mu_);
+    begin_stop_locked();
+  }
   report = (*runtime)->run();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();

@@ -4,6 +4,7 @@
 #include "runtime/cluster/agent_impl.h"
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -99,15 +100,17 @@ void Agent::worker_handle(ctl::Message message) {
             post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error});
           });
         } else if constexpr (std::is_same_v<T, ctl::Start>) {
-          std::unique_ptr<NodeRuntime> runtime;
+          std::shared_ptr<NodeRuntime> runtime;
           {
             std::lock_guard<std::mutex> lock(run_mu_);
             if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
             runtime = std::move(pending_);
+            started_ = runtime;
+            started_job_ = m.job_id;
+            started_phase_ = m.phase;
           }
           // After the previous run has wound down, on the runner's thread.
-          runner_->post([this, job = m.job_id, phase = m.phase,
-                         runtime = std::shared_ptr<NodeRuntime>(std::move(runtime))]() mutable {
+          runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
             {
               std::lock_guard<std::mutex> lock(run_mu_);
               running_ = runtime.get();
@@ -142,12 +145,36 @@ void Agent::worker_handle(ctl::Message message) {
           if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
           if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
           shutdown_ = true;
+        } else if constexpr (std::is_same_v<T, ctl::Hold>) {
+          // Where this node is; a phase that ended here already does not
+          // hold the others back (the master keeps the end within the plan).
+          std::shared_ptr<NodeRuntime> runtime;
+          {
+            std::lock_guard<std::mutex> lock(run_mu_);
+            runtime = runtime_of_locked(m.job_id, m.phase);
+          }
+          const int64_t last = runtime ? runtime->hold() : std::numeric_limits<int64_t>::max() / 2;
+          post_to_node(0, ctl::Held{m.job_id, m.phase, options_.rank, last});
+        } else if constexpr (std::is_same_v<T, ctl::EndAt>) {
+          std::shared_ptr<NodeRuntime> runtime;
+          {
+            std::lock_guard<std::mutex> lock(run_mu_);
+            runtime = runtime_of_locked(m.job_id, m.phase);
+          }
+          if (runtime) runtime->end_at(m.end);
+          spdlog::info("{}: job {} phase {} ends at step {} (a stop was asked for)", me, m.job_id, m.phase, m.end);
         } else if constexpr (std::is_same_v<T, ctl::Rejoined>) {
           transport_->revive(m.node);
           spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
         }
       },
       message);
+}
+
+std::shared_ptr<NodeRuntime> Agent::runtime_of_locked(int64_t job, int phase) {
+  if (pending_ && pending_job_ == job && pending_phase_ == phase) return pending_;
+  if (started_job_ == job && started_phase_ == phase) return started_.lock();
+  return nullptr;
 }
 
 }  // namespace rill::agent_internal

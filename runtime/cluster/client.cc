@@ -44,23 +44,34 @@ class ZmqClient : public Client {
     // that does not answer that either is gone (its process died), and the
     // wait ends instead of lasting the job's whole timeout.
     bool asked = false;
+    int stops_sent = 0;
+    auto quiet_since = Clock::now();
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0)
         return Status(Code::kDeadlineExceeded, fmt::format("job {} did not finish within {} s", result.job_id,
                                                            options.timeout_s));
-      auto received = receive(std::min(left, answer_timeout_s_));
-      if (!received.ok() && received.status().code() == Code::kDeadlineExceeded && left > answer_timeout_s_) {
+      const int interrupts = options.interrupts ? std::min(options.interrupts->load(), 2) : 0;
+      for (; stops_sent < interrupts; ++stops_sent) send(ctl::Stop{result.job_id, stops_sent == 1});
+      const double quiet = std::chrono::duration<double>(Clock::now() - quiet_since).count();
+      if (quiet >= answer_timeout_s_ && left > answer_timeout_s_) {
         if (asked)
           return Status(Code::kUnavailable,
                         fmt::format("the master {} stopped answering while job {} ran (its agent died?)",
                                     format_machine(master_), result.job_id));
         send(ctl::StatusRequest{});
         asked = true;
+        quiet_since = Clock::now();
         continue;
       }
+      // With interrupts to pass on, they are looked at every 50 ms.
+      double wait = quiet < answer_timeout_s_ ? std::min(left, answer_timeout_s_ - quiet) : left;
+      if (options.interrupts) wait = std::min(wait, 0.05);
+      auto received = receive(std::max(wait, 0.0));
+      if (!received.ok() && received.status().code() == Code::kDeadlineExceeded) continue;
       if (!received.ok()) return received.status();
       asked = false;
+      quiet_since = Clock::now();
       ctl::Message& message = *received;
       if (auto* p = std::get_if<ctl::Progress>(&message)) {
         if (options.on_line && p->job_id == result.job_id) options.on_line(p->line);

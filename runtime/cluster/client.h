@@ -4,6 +4,7 @@
 // status; shuts the cluster down. One Client per thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,10 @@ struct SubmitOptions {
   int max_restarts = 0;
   std::function<void(const std::string& line)> on_line;  // progress lines, when set
   double timeout_s = 3600.0;           // for the whole job
+  // Interrupts so far (Ctrl-C; runtime/cli/interrupts.h), read while the job
+  // runs: at the first the master is asked to stop the job at the next step
+  // boundary (with its last checkpoint there), at the second at once.
+  const std::atomic<int>* interrupts = nullptr;
 };
 
 struct SubmitResult {

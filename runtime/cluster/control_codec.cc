@@ -117,6 +117,18 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Rejoined& m) {
     return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node).Union()};
   }
+  std::pair<fb::Message, Offset<void>> operator()(const Stop& m) {
+    return {fb::Message::Stop, fb::CreateStop(b, m.job_id, m.now).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Hold& m) {
+    return {fb::Message::Hold, fb::CreateHold(b, m.job_id, m.phase).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Held& m) {
+    return {fb::Message::Held, fb::CreateHeld(b, m.job_id, m.phase, m.node, m.last_begun).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const EndAt& m) {
+    return {fb::Message::EndAt, fb::CreateEndAt(b, m.job_id, m.phase, m.end).Union()};
+  }
 };
 
 }  // namespace
@@ -234,6 +246,22 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::LinkError: {
       auto m = e->message_as_LinkError();
       return Message(LinkError{m->node(), str(m->reason())});
+    }
+    case fb::Message::Stop: {
+      auto m = e->message_as_Stop();
+      return Message(Stop{m->job_id(), m->now()});
+    }
+    case fb::Message::Hold: {
+      auto m = e->message_as_Hold();
+      return Message(Hold{m->job_id(), m->phase()});
+    }
+    case fb::Message::Held: {
+      auto m = e->message_as_Held();
+      return Message(Held{m->job_id(), m->phase(), m->node(), m->last_begun()});
+    }
+    case fb::Message::EndAt: {
+      auto m = e->message_as_EndAt();
+      return Message(EndAt{m->job_id(), m->phase(), m->end()});
     }
     case fb::Message::NONE: break;
   }

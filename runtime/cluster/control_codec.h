@@ -89,9 +89,14 @@ struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };
 struct Rejoined { int node = 0; };
 struct LinkError { int node = 0; std::string reason; };
+struct Stop { int64_t job_id = 0; bool now = false; };
+struct Hold { int64_t job_id = 0; int phase = 0; };
+struct Held { int64_t job_id = 0; int phase = 0; int node = 0; int64_t last_begun = 0; };
+struct EndAt { int64_t job_id = 0; int phase = 0; int64_t end = 0; };
 
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
-                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError>;
+                             StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError, Stop, Hold,
+                             Held, EndAt>;
 
 std::string encode(const Message& message);
 // The message's type as the schema names it ("PlanAck").

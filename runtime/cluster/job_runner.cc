@@ -139,6 +139,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     return result;
   }
   result.steps = (*verified)->steps();
+  result.planned_steps = result.steps;
   result.global_batch = (*verified)->global_batch();
   if (options.on_plan) options.on_plan(result.steps, result.global_batch);
   if (options.out)
@@ -195,6 +196,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
+  run_options.stop = options.stop;
   if (!options.resume.empty()) {
     Status resumed = resume_from(job, options.resume, result, run_options, options.out);
     if (!resumed.ok()) {
@@ -232,6 +234,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     result.status = train.status;
     return result;
   }
+  const auto stopped = [&options] { return options.stop && options.stop->load(); };
+  if (train.steps < result.steps) result.steps = train.steps;
+  result.interrupted = train.steps < result.planned_steps || stopped();
   if (run_options.trace) {
     Status traced = write_trace(options.trace_file, train.traces);
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
@@ -256,7 +261,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.traffic_bytes = std::move(train.traffic_bytes);
   result.device_synchronizes = train.device_synchronizes;
 
-  if (job.eval) {
+  if (job.eval && !stopped()) {
     compiler::CompileOptions eval_options;
     eval_options.mode = compiler::Mode::kEval;
     if (options.num_nodes > 1) eval_options.node = 0;
@@ -267,6 +272,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     }
     RunOptions eval_run;
     eval_run.stall_timeout_s = options.stall_timeout_s;
+    eval_run.stop = options.stop;
     for (const auto& [name, value] : result.variables) eval_run.initial_values[name] = value.values;
     std::map<std::string, double> sums;
     int64_t eval_steps = 0;
@@ -288,12 +294,17 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     }
     result.eval_samples = eval_steps * eval_batch;
     for (const auto& [name, sum] : sums) result.eval_metrics[name] = eval_steps ? sum / eval_steps : 0.0;
-    std::string line = fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
+    // Stopped while it ran: the metrics are over the samples it saw.
+    const bool cut = eval.steps < eval_options.steps;
+    result.interrupted = result.interrupted || cut;
+    std::string line = cut ? fmt::format("eval on '{}' (interrupted: {} of {} samples):", job.eval->dataset,
+                                         result.eval_samples, eval_options.steps * eval_batch)
+                           : fmt::format("eval on '{}' ({} samples):", job.eval->dataset, result.eval_samples);
     for (const auto& [name, value] : result.eval_metrics) line += fmt::format("  {} {:.4f}", name, value);
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
-  if (job.generate) {
+  if (job.generate && !stopped()) {
     // Text from the trained model, sampled on the master from its variables.
     eager::Tensors variables;
     for (const auto& [name, value] : result.variables) variables[name] = eager::HostTensor::floats(value.shape, value.values);
@@ -320,15 +331,27 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }
-  std::string done = fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
-                                 result.steps - result.start_step, result.train_seconds, result.samples_per_sec,
-                                 result.final_loss);
+  std::string done = result.interrupted
+                         ? fmt::format("interrupted at step {} of {}: {} steps in {:.2f} s, {:.0f} samples/s, final "
+                                       "loss {:.6g}",
+                                       result.steps, result.planned_steps, result.steps - result.start_step,
+                                       result.train_seconds, result.samples_per_sec, result.final_loss)
+                         : fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
+                                       result.steps - result.start_step, result.train_seconds,
+                                       result.samples_per_sec, result.final_loss);
   if (result.checkpoints_written > 0) {
     // What is there now (keep removed the older ones), not how many were written.
     const std::vector<int64_t> kept = checkpoint_steps(job.checkpoint.dir);
     done += fmt::format(", checkpoint step(s) {} kept in {}", fmt::join(kept, ", "), job.checkpoint.dir);
+    if (result.interrupted)
+      done += fmt::format(" (resume: --resume latest)");
+  } else if (result.interrupted) {
+    done += "; nothing saved: the job names no checkpoint.dir (the result JSON holds the variables)";
   }
-  if (options.out) fmt::print(options.out, "{}\n", done);
+  if (options.out) {
+    fmt::print(options.out, "{}\n", done);
+    std::fflush(options.out);
+  }
   if (options.on_line) options.on_line(done);
   result.summary = std::move(done);
   return result;
@@ -339,6 +362,10 @@ std::string result_json(const JobResult& result) {
   j["status"] = result.status.ok() ? "ok" : "error";
   if (!result.status.ok()) j["error"] = result.status.to_string();
   j["steps"] = result.steps;
+  if (result.interrupted) {
+    j["interrupted"] = true;
+    j["planned_steps"] = result.planned_steps;
+  }
   if (result.start_step > 0) j["start_step"] = result.start_step;
   if (result.checkpoints_written > 0) j["checkpoints_written"] = result.checkpoints_written;
   j["global_batch"] = result.global_batch;

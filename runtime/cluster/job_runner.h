@@ -4,6 +4,7 @@
 // step. Called from one thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -54,6 +55,10 @@ struct JobRunOptions {
   std::function<nlohmann::json()> node_pace;
   // Told the training plan's steps and global batch before it runs.
   std::function<void(int64_t steps, int64_t global_batch)> on_plan;
+  // A stop asked for (Ctrl-C): when it turns true, the running phase ends at
+  // a step boundary (the executor agrees it with every node), with the
+  // job's last checkpoint there, and no later phase (eval, generate) runs.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // One automatic restart of a job (Submit::max_restarts): why the attempt
@@ -69,7 +74,9 @@ struct JobRestart {
 
 struct JobResult {
   Status status;
-  int64_t steps = 0;
+  int64_t steps = 0;               // where training ended: the plan's steps, or fewer when stopped
+  int64_t planned_steps = 0;       // the plan's
+  bool interrupted = false;        // stopped early (JobRunOptions::stop)
   int64_t start_step = 0;          // > 0 when resumed
   int64_t global_batch = 0;
   int64_t checkpoints_written = 0;

@@ -5,6 +5,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -137,6 +139,76 @@ class PortHolder {
 
  private:
   int fd_ = -1;
+};
+
+// A command on a pseudo-terminal of its own, as a user runs it: it is the
+// terminal's foreground process group, so a typed Ctrl-C reaches it as
+// SIGINT from the terminal driver.
+class Terminal {
+ public:
+  explicit Terminal(const std::string& command) {
+    pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
+      std::_Exit(127);
+    }
+  }
+  ~Terminal() {
+    if (pid_ > 0) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  Terminal(const Terminal&) = delete;
+  Terminal& operator=(const Terminal&) = delete;
+
+  // Reads until the output holds `text` (after `from`) or `seconds` pass.
+  bool wait_for(const std::string& text, double seconds, size_t from = 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (output_.find(text, from) == std::string::npos) {
+      if (std::chrono::steady_clock::now() >= deadline || !read_some(50)) return false;
+    }
+    return true;
+  }
+  void type(const std::string& keys) { REQUIRE(write(fd_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size())); }
+  // Reads to the end and reaps the command: its exit code, or -1 when it
+  // did not end within `seconds`.
+  int finish(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const bool open = read_some(50);
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        while (read_some(0)) {
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (!open) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  const std::string& output() const { return output_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  // false at the end of the output (the terminal's other side closed).
+  bool read_some(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return (p.revents & (POLLHUP | POLLERR)) == 0;
+    char buffer[4096];
+    const ssize_t n = read(fd_, buffer, sizeof buffer);
+    if (n <= 0) return false;
+    output_.append(buffer, static_cast<size_t>(n));
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string output_;
 };
 
 }  // namespace rill::testing

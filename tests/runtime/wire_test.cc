@@ -75,6 +75,20 @@ TEST_CASE("control messages survive encoding") {
   auto back = control::decode(control::encode(control::Rejoined{2}));
   REQUIRE(back.ok());
   CHECK(std::get<control::Rejoined>(*back).node == 2);
+  auto stop = control::decode(control::encode(control::Stop{7, true}));
+  REQUIRE(stop.ok());
+  CHECK(std::get<control::Stop>(*stop).job_id == 7);
+  CHECK(std::get<control::Stop>(*stop).now);
+  auto hold = control::decode(control::encode(control::Hold{7, 2}));
+  REQUIRE(hold.ok());
+  CHECK(std::get<control::Hold>(*hold).phase == 2);
+  auto held = control::decode(control::encode(control::Held{7, 2, 3, 93}));
+  REQUIRE(held.ok());
+  CHECK(std::get<control::Held>(*held).node == 3);
+  CHECK(std::get<control::Held>(*held).last_begun == 93);
+  auto end = control::decode(control::encode(control::EndAt{7, 2, 94}));
+  REQUIRE(end.ok());
+  CHECK(std::get<control::EndAt>(*end).end == 94);
 }
 
 TEST_CASE("a corrupt or truncated control message is kDataLoss, never a crash") {

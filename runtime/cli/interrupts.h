@@ -1,0 +1,26 @@
+// Ctrl-C (SIGINT) and SIGTERM while a command runs a job: the first asks the
+// job to stop at the next step boundary (it ends there on every node, with a
+// checkpoint when it has a checkpoint dir, and says what was kept); a later
+// one, the `exit_at`-th, ends the process at once. The handler only stores,
+// writes a line to stderr and, at the last, calls _exit: async-signal-safe.
+// install() from the main thread; the rest from any thread.
+#pragma once
+
+#include <atomic>
+
+namespace rill::interrupts {
+
+// Takes SIGINT and SIGTERM from now on; the `exit_at`-th ends the process
+// with 128 + its number (>= 2).
+void install(int exit_at);
+// Set by the first: what JobRunOptions::stop reads.
+const std::atomic<bool>& stop_requested();
+// How many came so far (what SubmitOptions::interrupts reads), and the
+// number of the first (0: none).
+const std::atomic<int>& counter();
+inline int count() { return counter().load(); }
+int first_signal();
+// The exit code of a command whose job was stopped: 128 + the signal.
+inline int exit_code() { return 128 + first_signal(); }
+
+}  // namespace rill::interrupts

@@ -1,0 +1,142 @@
+// Interrupting a run as a user does: Ctrl-C typed on the terminal the run
+// owns (or SIGTERM) stops the job at a step boundary on every node, writes
+// its checkpoint there, says what it kept, and exits 128 + the signal; the
+// run resumes from it. A second Ctrl-C stops at once.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "process_util.h"
+#include "run_results.h"
+
+namespace {
+
+using rill::testing::binary;
+using rill::testing::Ran;
+using rill::testing::read_json;
+using rill::testing::root;
+using rill::testing::run_rill;
+using rill::testing::run_shell;
+using rill::testing::Terminal;
+
+std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-interrupt-"); }
+
+// The linear regression for as many steps as it could want: only a stop ends it.
+std::string endless(const std::filesystem::path& dir) {
+  return root() + "/samples/linear_regression/linear_regression.json --steps 100000000 --set train.log_every=1000000 " +
+         "--set checkpoint.dir=" + dir.string() + " --set checkpoint.every=1000000";
+}
+
+// The step the run says it stopped at ("interrupted at step N of M").
+int64_t stopped_at(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex("interrupted at step (\\d+) of 100000000")));
+  return std::stoll(m[1]);
+}
+
+std::string step_folder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// What every stopped run must show: the step it stopped at is a checkpoint
+// (the last one: `latest` names it), the result says so, and a resumed run
+// begins there.
+void check_stopped(const std::string& output, const std::filesystem::path& dir, const std::filesystem::path& result,
+                   const std::string& resume_args) {
+  const int64_t step = stopped_at(output);
+  CHECK(step > 0);
+  CHECK(output.find("checkpoint step(s) " + std::to_string(step) + " kept in " + dir.string()) != std::string::npos);
+  CHECK(std::filesystem::exists(dir / step_folder(step) / "model.safetensors"));
+  CHECK(rill::testing::read_text((dir / "latest").string()).find(step_folder(step)) != std::string::npos);
+  auto j = read_json(result);
+  CHECK(j["interrupted"] == true);
+  CHECK(j["steps"] == step);
+  CHECK(j["planned_steps"] == 100000000);
+  Ran resumed = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --steps " +
+                         std::to_string(step + 5) + " --set checkpoint.dir=" + dir.string() + " --resume latest" +
+                         resume_args);
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.output.find("resuming at step " + std::to_string(step)) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("Ctrl-C on rill run stops at a step boundary with a checkpoint there, says so, exits 130") {
+  auto dir = temp_dir() / "one";
+  std::filesystem::remove_all(dir);
+  auto result = temp_dir() / "one.json";
+  Terminal run(binary() + " run " + endless(dir) + " --result " + result.string());
+  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // well into its steps
+  run.type("\x03");
+  const int code = run.finish(60);
+  INFO(run.output());
+  CHECK(code == 130);
+  CHECK(run.output().find("interrupted: stopping the job after the step under way") != std::string::npos);
+  check_stopped(run.output(), dir, result, "");
+}
+
+TEST_CASE("SIGTERM stops rill run the same way, and exits 143") {
+  auto dir = temp_dir() / "term";
+  std::filesystem::remove_all(dir);
+  auto result = temp_dir() / "term.json";
+  Terminal run(binary() + " run " + endless(dir) + " --result " + result.string());
+  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(run.pid(), SIGTERM);
+  const int code = run.finish(60);
+  INFO(run.output());
+  CHECK(code == 143);
+  check_stopped(run.output(), dir, result, "");
+}
+
+TEST_CASE("Ctrl-C on rill run --nodes 2 stops every node at one step, saves it, and the agents go with the run") {
+  auto dir = temp_dir() / "nodes";
+  std::filesystem::remove_all(dir);
+  auto result = temp_dir() / "nodes.json";
+  Terminal run(binary() + " run " + endless(dir) + " --nodes 2 --devices cpu:1 --ctrl-port 9941 --http 127.0.0.1:0" +
+               " --result " + result.string());
+  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  run.type("\x03");
+  const int code = run.finish(60);
+  INFO(run.output());
+  CHECK(code == 130);
+  CHECK(run.output().find("every node stops at step " + std::to_string(stopped_at(run.output()))) !=
+        std::string::npos);
+  // The agents ended with the run (they were not killed by the terminal's
+  // signal: they saw the job to its end).
+  Ran left = run_shell("pgrep -af 'agent --machines 127[.]0[.]0[.]1:9941' || true");
+  CHECK(left.output.empty());
+  // A checkpoint from 2 nodes resumes on one: it holds whole tensors.
+  check_stopped(run.output(), dir, result, "");
+}
+
+TEST_CASE("a second Ctrl-C stops at once, even where no step boundary comes (data that never arrives)") {
+  auto dir = temp_dir() / "stuck";
+  std::filesystem::create_directories(dir);
+  const auto fifo = dir / "never.csv";
+  std::filesystem::remove(fifo);
+  REQUIRE(run_shell("mkfifo " + fifo.string()).code == 0);
+  // Kept open for writing by nobody: the run waits for its data forever.
+  Terminal run(binary() + " run " + root() + "/samples/mlp/mlp.json --steps 10 --set datasets.train.images=" +
+               fifo.string());
+  REQUIRE_MESSAGE(run.wait_for("reading dataset", 60), run.output());
+  run.type("\x03");
+  REQUIRE_MESSAGE(run.wait_for("interrupted: stopping", 10), run.output());
+  const auto typed = std::chrono::steady_clock::now();
+  run.type("\x03");
+  const int code = run.finish(10);
+  INFO(run.output());
+  CHECK(code == 130);
+  CHECK(run.output().find("stopped at once") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - typed < std::chrono::seconds(5));
+}
