@@ -77,7 +77,12 @@ int submit_command(const std::string& job_path, const std::string& master, const
     if (!written.ok()) return fail_command(written);
   }
   if (!result->status.ok()) return fail_command(result->status);
-  fmt::print("job {} done\n", result->job_id);
+  auto j = nlohmann::json::parse(result->result_json, nullptr, false);
+  if (!j.is_discarded() && j.value("interrupted", false))
+    fmt::print("job {} stopped at step {} of {} (rill stop)\n", result->job_id, j["steps"].get<int64_t>(),
+               j["planned_steps"].get<int64_t>());
+  else
+    fmt::print("job {} done\n", result->job_id);
   return 0;
 }
 
@@ -115,6 +120,23 @@ int status_command(const std::string& master) {
     for (const auto& f : j["finished"])
       fmt::print("finished: job {} ({}) {}: {}\n", f["job_id"].get<int64_t>(), f["name"].get<std::string>(),
                  f["ok"].get<bool>() ? "ok" : "failed", f["line"].get<std::string>());
+  return 0;
+}
+
+int stop_command(const std::string& master, int64_t job_id, bool now) {
+  auto client = Client::connect(master, 5.0, /*running=*/true);
+  if (!client.ok()) return fail_command(client.status());
+  auto stopping = (*client)->stop(job_id, now);
+  if (!stopping.ok()) return fail_command(stopping.status());
+  fmt::print("{}\n", *stopping);
+  return 0;
+}
+
+int shutdown_command(const std::string& master) {
+  auto client = Client::connect(master, 5.0, /*running=*/true);
+  if (!client.ok()) return fail_command(client.status());
+  if (Status down = (*client)->shutdown(); !down.ok()) return fail_command(down);
+  fmt::print("the cluster of {} is shutting down: every agent exits\n", master);
   return 0;
 }
 

@@ -38,6 +38,10 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
                    bool follow, const SubmitOptions& options);
 int status_command(const std::string& master);
+// `rill stop`: the job (0: the running one) stops at a step boundary, or at once.
+int stop_command(const std::string& master, int64_t job_id, bool now);
+// `rill shutdown`: every agent of the cluster exits.
+int shutdown_command(const std::string& master);
 int run_local_cluster(const ClusterRunArgs& args);
 
 // `rill launch`: the seed launcher's flags (and the usual environment

@@ -139,6 +139,16 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
   status->add_option("--master", master, "The master's address[:port]")->required();
 
+  CLI::App* stop = app.add_subcommand(
+      "stop", "Stop a cluster's running job at the next step boundary, with its last checkpoint there");
+  stop->add_option("--master", master, "The master's address[:port]")->required();
+  int64_t stop_job = 0;
+  bool stop_now = false;
+  stop->add_option("--job", stop_job, "The job's id (default: the running one)");
+  stop->add_flag("--now", stop_now, "Stop it at once, not at a step boundary");
+  CLI::App* shutdown = app.add_subcommand("shutdown", "Stop every agent of a cluster (a running job ends at once)");
+  shutdown->add_option("--master", master, "The master's address[:port]")->required();
+
   CLI::App* plan = app.add_subcommand("plan", "Compile a job and print its physical plan");
   plan->add_option("job", job_path, "Job description file (JSON)")->required();
   plan->add_option("--devices", devices, "Devices per node, e.g. cpu:2");
@@ -199,7 +209,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   token->add_option("--master", token_master,
                     "Ask this master (address[:port]) where it serves, instead of assuming --http");
-  for (CLI::App* command : {agent, submit, status, launch, token})
+  for (CLI::App* command : {agent, submit, status, stop, shutdown, launch, token})
     command->add_option("--key", key_file,
                         fmt::format("The cluster's key file (`rill keygen` writes one; default: ${})",
                                     rill::comm::kKeyFileEnv));
@@ -310,6 +320,8 @@ int main(int argc, char** argv) {
     return rill::fail_command(rill::invalid_argument(
         "--insecure leaves a local cluster without its key: it needs --nodes N (one process has no connections)"));
   if (status->parsed()) return rill::status_command(master);
+  if (stop->parsed()) return rill::stop_command(master, stop_job, stop_now);
+  if (shutdown->parsed()) return rill::shutdown_command(master);
   if (plot_cmd->parsed()) {
     // Debian's python3 (where python3-matplotlib goes) before whatever is first on PATH.
     const char* python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";

@@ -523,12 +523,20 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
         }
         if constexpr (std::is_same_v<T, ctl::Stop>) {
           // From a client (Ctrl-C on rill run --nodes, rill launch, rill submit --follow).
+          // The client is told what was done (a following client reads
+          // past the answer).
           if (!job_running_ || (m.job_id != 0 && m.job_id != running_id_)) {
-            spdlog::warn("a stop for job {}, which is not running, is ignored", m.job_id);
+            const std::string error = m.job_id == 0 ? std::string("no job is running")
+                                                    : fmt::format("job {} is not running", m.job_id);
+            send_router(identity, ctl::encode(ctl::StatusReply{nlohmann::json{{"error", error}}.dump()}));
             return;
           }
-          spdlog::warn("job {}: a client asks it to stop {}", running_id_,
-                       m.now ? "at once" : "at the next step boundary");
+          const std::string how = m.now ? "at once" : "at the next step boundary, with its last checkpoint there";
+          spdlog::warn("job {}: a client asks it to stop {}", running_id_, how);
+          send_router(identity, ctl::encode(ctl::StatusReply{
+                                    nlohmann::json{{"stopping", fmt::format("job {} ('{}') stops {}", running_id_,
+                                                                            running_name_, how)}}
+                                        .dump()}));
           stop_job_ = true;
           std::lock_guard<std::mutex> lock(phase_mu_);
           if (m.now && local_runtime_)

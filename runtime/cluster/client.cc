@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "comm/cluster_key.h"
@@ -94,6 +95,18 @@ class ZmqClient : public Client {
     RILL_ASSIGN_OR_RETURN(ctl::Message message, receive(answer_timeout_s_));
     if (auto* s = std::get_if<ctl::StatusReply>(&message)) return s->status_json;
     return data_loss("the master answered a status request with an unexpected message");
+  }
+
+  StatusOr<std::string> stop(int64_t job_id, bool now) override {
+    send(ctl::Stop{job_id, now});
+    RILL_ASSIGN_OR_RETURN(ctl::Message message, receive(answer_timeout_s_));
+    auto* reply = std::get_if<ctl::StatusReply>(&message);
+    if (!reply) return data_loss("the master answered a stop with an unexpected message");
+    auto j = nlohmann::json::parse(reply->status_json, nullptr, false);
+    if (j.is_discarded() || !j.contains("stopping"))
+      return Status(Code::kNotFound, j.is_object() && j.contains("error") ? j["error"].get<std::string>()
+                                                                          : reply->status_json);
+    return j["stopping"].get<std::string>();
   }
 
   // Returns once the master has taken the request (so it is not lost when

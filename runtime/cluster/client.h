@@ -59,6 +59,10 @@ class Client {
   virtual StatusOr<SubmitResult> submit(const graph::Job& job, const SubmitOptions& options) = 0;
   // The cluster as JSON: nodes, devices, state, running and queued jobs.
   virtual StatusOr<std::string> status() = 0;
+  // Asks the master to stop job `job_id` (0: the running one) at the next
+  // step boundary on every node, with its last checkpoint there (`now`: at
+  // once). What the master did, as a line; an error when no such job runs.
+  virtual StatusOr<std::string> stop(int64_t job_id, bool now) = 0;
   // Stops every agent of the cluster.
   virtual Status shutdown() = 0;
 };

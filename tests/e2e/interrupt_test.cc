@@ -140,3 +140,33 @@ TEST_CASE("a second Ctrl-C stops at once, even where no step boundary comes (dat
   CHECK(run.output().find("stopped at once") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - typed < std::chrono::seconds(5));
 }
+
+TEST_CASE("rill stop ends a submitted job at a step boundary on every node; rill shutdown ends the agents") {
+  auto dir = temp_dir() / "submitted";
+  std::filesystem::remove_all(dir);
+  const std::string machines = " --machines 127.0.0.1:9943,127.0.0.2:9943 --devices cpu:1";
+  rill::testing::Agent node0(machines + " --rank 0 --http 127.0.0.1:0", (temp_dir() / "node0.log").string());
+  rill::testing::Agent node1(machines + " --rank 1", (temp_dir() / "node1.log").string());
+  Ran idle = run_rill("stop --master 127.0.0.1:9943", 30);
+  CHECK(idle.code == 1);
+  CHECK(idle.output.find("no job is running") != std::string::npos);
+  Terminal submit(binary() + " submit " + endless(dir) + " --master 127.0.0.1:9943 --result " +
+                  (temp_dir() / "submitted.json").string());
+  // Running on both nodes: its checkpoint dir is claimed once it starts.
+  REQUIRE_MESSAGE(rill::testing::Terminal::poll_until([&] { return std::filesystem::exists(dir); }, 60), submit.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Ran stop = run_rill("stop --master 127.0.0.1:9943", 30);
+  INFO(stop.output);
+  CHECK(stop.code == 0);
+  CHECK(stop.output.find("job 1 ('linear_regression') stops at the next step boundary") != std::string::npos);
+  CHECK(submit.finish(60) == 0);
+  INFO(submit.output());
+  CHECK(submit.output().find("job 1 stopped at step") != std::string::npos);
+  Ran status = run_rill("status --master 127.0.0.1:9943", 30);
+  CHECK(status.output.find("finished: job 1 (linear_regression) ok: interrupted at step") != std::string::npos);
+  check_stopped(status.output, dir, temp_dir() / "submitted.json", "");
+  Ran down = run_rill("shutdown --master 127.0.0.1:9943", 30);
+  CHECK(down.code == 0);
+  CHECK(node0.wait(15) == 0);
+  CHECK(node1.wait(15) == 0);
+}

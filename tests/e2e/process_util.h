@@ -193,6 +193,16 @@ class Terminal {
   }
   const std::string& output() const { return output_; }
   pid_t pid() const { return pid_; }
+  // Whether `done` turned true within `seconds` (polled every 20 ms).
+  template <typename Done>
+  static bool poll_until(Done done, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
 
  private:
   // false at the end of the output (the terminal's other side closed).
