@@ -1,6 +1,8 @@
 #include "runtime/cli/cluster_commands.h"
 
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,11 +134,52 @@ int stop_command(const std::string& master, int64_t job_id, bool now) {
   return 0;
 }
 
+namespace {
+
+// Whether something listens on address:port (a TCP connection is accepted).
+bool accepts_connections(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool accepted = false;
+  for (addrinfo* a = found; a && !accepted; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    accepted = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return accepted;
+}
+
+}  // namespace
+
 int shutdown_command(const std::string& master) {
   auto client = Client::connect(master, 5.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
+  // Every node's control address, to see each go.
+  auto status = (*client)->status();
+  if (!status.ok()) return fail_command(status.status());
+  std::vector<Machine> nodes;
+  auto j = nlohmann::json::parse(*status, nullptr, false);
+  if (!j.is_discarded() && j.contains("nodes"))
+    for (const auto& n : j["nodes"])
+      if (auto m = parse_machine_list(n.value("address", "")); m.ok() && m->size() == 1) nodes.push_back((*m)[0]);
   if (Status down = (*client)->shutdown(); !down.ok()) return fail_command(down);
-  fmt::print("the cluster of {} is shutting down: every agent exits\n", master);
+  // Returns once no node's control port takes connections any more, so that
+  // a cluster started next on the same ports finds them free.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (const Machine& node : nodes)
+    while (accepts_connections(node.address, node.ctrl_port)) {
+      if (std::chrono::steady_clock::now() > give_up)
+        return fail_command(Status(Code::kDeadlineExceeded,
+                                   fmt::format("{} took the shutdown but its agent still listens after 15 s",
+                                               format_machine(node))));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  fmt::print("the cluster of {} is shut down: its {} agent(s) exited\n", master, nodes.size());
   return 0;
 }
 

@@ -1,3 +1,4 @@
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -75,6 +76,9 @@ int launch_command(const LaunchArgs& args) {
       else if (!result->status.ok()) code = fail_command(result->status);
       else if (interrupts::count() > 0) code = interrupts::exit_code();
       (void)(*client)->shutdown();
+      // A job that never ran (the master refused it, or was another
+      // cluster's) leaves our agent waiting for its peers: it goes now.
+      if (!result.ok()) kill(agent, SIGTERM);
     }
   } else {
     // A program (built on the job API): one process per slot, told its place

@@ -16,7 +16,8 @@ def read_curve(path):
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None
-    if isinstance(whole, dict):
+    # A metrics file of one line is one JSON object too: a metrics line.
+    if isinstance(whole, dict) and not ("step" in whole and "loss" in whole):
         if "loss_curve" not in whole:
             raise ValueError(f"{path}: a JSON object without a loss_curve (not a Rill result)")
         first = int(whole.get("start_step", 0)) + 1

@@ -525,9 +525,14 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           // From a client (Ctrl-C on rill run --nodes, rill launch, rill submit --follow).
           // The client is told what was done (a following client reads
           // past the answer).
+          if (!job_running_ && m.job_id == 0) {
+            send_router(identity,
+                        ctl::encode(ctl::StatusReply{nlohmann::json{{"stopping", "no job is running: nothing to stop"}}.dump()}));
+            return;
+          }
           if (!job_running_ || (m.job_id != 0 && m.job_id != running_id_)) {
-            const std::string error = m.job_id == 0 ? std::string("no job is running")
-                                                    : fmt::format("job {} is not running", m.job_id);
+            const std::string error = fmt::format("job {} is not running{}", m.job_id,
+                                                  job_running_ ? fmt::format(" (job {} is)", running_id_) : "");
             send_router(identity, ctl::encode(ctl::StatusReply{nlohmann::json{{"error", error}}.dump()}));
             return;
           }

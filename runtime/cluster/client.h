@@ -61,7 +61,8 @@ class Client {
   virtual StatusOr<std::string> status() = 0;
   // Asks the master to stop job `job_id` (0: the running one) at the next
   // step boundary on every node, with its last checkpoint there (`now`: at
-  // once). What the master did, as a line; an error when no such job runs.
+  // once). What the master did, as a line ("nothing to stop" when no job
+  // runs); an error (kNotFound) when job `job_id` is not the running one.
   virtual StatusOr<std::string> stop(int64_t job_id, bool now) = 0;
   // Stops every agent of the cluster.
   virtual Status shutdown() = 0;

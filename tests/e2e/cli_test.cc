@@ -425,7 +425,12 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
   CHECK(nlohmann::json::parse(first)["step"] == 50);
   CHECK(nlohmann::json::parse(first).contains("nodes"));
 
-  for (const char* input : {"lr.jsonl", "lr.json"}) {
+  // A run shorter than log_every logs one line: a file that is one JSON object.
+  {
+    std::ofstream one(dir / "one.jsonl");
+    one << lines[0].dump() << "\n";
+  }
+  for (const char* input : {"lr.jsonl", "lr.json", "one.jsonl"}) {
     CAPTURE(input);
     const auto png = dir / (std::string(input) + ".png");
     Ran plot = run_rill("plot " + (dir / input).string() + " -o " + png.string());
