@@ -30,7 +30,8 @@ std::vector<std::string> rill_fuzz_seeds() {
       ctl::encode(ctl::Join{1, "0.1", ctl::schema_hash(), "127.0.0.2:9988", "cpu:1"}),
       ctl::encode(ctl::Submit{"{}", "job.json", true, "cpu:2", 10, {"train.steps=1"}, "latest", 2}),
       ctl::encode(beat), ctl::encode(ctl::StatusRequest{}), ctl::encode(ctl::Shutdown{"bye"}),
-      ctl::encode(ctl::LinkError{1, "broken"})};
+      ctl::encode(ctl::LinkError{1, "broken"}), ctl::encode(ctl::Stop{3, false}), ctl::encode(ctl::Hold{3, 1}),
+      ctl::encode(ctl::Held{3, 1, 2, 93}), ctl::encode(ctl::EndAt{3, 1, 94})};
   for (std::string& s : seeds) s.resize(s.size() - sizeof(uint64_t));  // the target appends the checksum
   return seeds;
 }
