@@ -9,8 +9,8 @@
 //   1. hold() on every node: from then on no source or variable begins a
 //      step (may_begin() is false); hold() returns the last step the node's
 //      sources and variables began.
-//   2. E = the largest of those over the nodes, plus one (at least one step
-//      past the start; at most the plan's end).
+//   2. E = the largest of those over the nodes, plus one (at most the plan's
+//      end; the start itself when no node began any step: nothing runs).
 //   3. release(E) on every node: they run on to E, and the run ends there as
 //      it would have at the plan's end (eord, last snapshot at step E).
 // Why no node has begun a step >= E: may_begin() publishes the step before
@@ -54,9 +54,9 @@ class RunEnd {
     return begun_.load();
   }
 
-  // The end agreed over the nodes, from what each hold() returned.
+  // The end agreed over the nodes, from the largest that hold() returned.
   static int64_t agreed_end(int64_t first, int64_t plan_end, int64_t last_begun) {
-    return std::clamp(last_begun + 1, std::min(first + 1, plan_end), plan_end);
+    return std::clamp(last_begun + 1, first, plan_end);
   }
 
   // Ends the run before `end` (never past the plan's end, never raised) and

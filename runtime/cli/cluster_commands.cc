@@ -319,8 +319,12 @@ int run_local_cluster(const ClusterRunArgs& args) {
         Status written = write_text_file(args.result_path, result->result_json);
         if (!written.ok()) code = fail_command(written);
       }
-      if (!result->status.ok()) code = fail_command(result->status);
-      else if (interrupts::count() > 0) stopped = interrupts::exit_code();  // stopped early, as asked
+      if (!result->status.ok()) {
+        code = fail_command(result->status);
+        if (interrupts::count() > 1) code = interrupts::exit_code();  // stopped at once, as asked
+      } else if (interrupts::count() > 0) {
+        stopped = interrupts::exit_code();  // stopped early, as asked
+      }
     }
     (void)(*client)->shutdown();
   }

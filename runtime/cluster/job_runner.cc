@@ -346,7 +346,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (result.interrupted)
       done += fmt::format(" (resume: --resume latest)");
   } else if (result.interrupted) {
-    done += "; nothing saved: the job names no checkpoint.dir (the result JSON holds the variables)";
+    done += job.checkpoint.dir.empty()
+                ? "; nothing saved: the job names no checkpoint.dir (the result JSON holds the variables)"
+                : "; no checkpoint: no step ran";
   }
   if (options.out) {
     fmt::print(options.out, "{}\n", done);

@@ -161,23 +161,28 @@ RunReport NodeRun::run() {
   openblas_set_num_threads(1);
   auto start = Clock::now();
   const int64_t synchronizes_before = CudaContext::synchronizes();
-  for (auto& worker : workers_) worker->start(&by_index_);
   int64_t last_progress = -1;
   auto last_change = Clock::now();
   bool stalled = false;
+  // Alone, the node agrees its end with itself (a stop asked for before
+  // the workers start runs no step); across nodes the master agrees it with
+  // every node (runtime/cluster) and calls hold and end_at.
   bool stop_taken = false;
+  auto take_stop = [&] {
+    if (options_.stop && !options_.transport && !stop_taken && options_.stop->load()) {
+      stop_taken = true;
+      end_at(RunEnd::agreed_end(end_->first(), plan_->steps(), hold()));
+    }
+  };
+  take_stop();
+  for (auto& worker : workers_) worker->start(&by_index_);
   for (;;) {
     bool all_done = true;
     for (auto& worker : workers_)
       if (!worker->finished()) all_done = false;
     if (all_done || failed_.load()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    // Alone, the node agrees its end with itself; across nodes the master
-    // agrees it with every node (runtime/cluster) and calls hold and end_at.
-    if (options_.stop && !options_.transport && !stop_taken && options_.stop->load()) {
-      stop_taken = true;
-      end_at(RunEnd::agreed_end(end_->first(), plan_->steps(), hold()));
-    }
+    take_stop();
     int64_t now_progress = progress_.load();
     if (now_progress != last_progress) {
       last_progress = now_progress;

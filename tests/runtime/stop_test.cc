@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <fstream>
-#include <latch>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/node/node_runtime.h"
+#include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
 
 namespace rill {
@@ -96,26 +96,6 @@ Stopped run_and_stop(const std::string& plan, int nodes, int64_t plan_steps, int
   return out;
 }
 
-// A run planned for `steps`, as the reference.
-std::vector<RunReport> run_planned(const std::string& plan, int nodes) {
-  auto transports = nodes > 1 ? comm::make_inproc_transports(nodes) : std::vector<std::unique_ptr<comm::Transport>>{};
-  std::vector<RunReport> reports(static_cast<size_t>(nodes));
-  std::latch built(nodes);
-  std::vector<std::thread> threads;
-  for (int node = 0; node < nodes; ++node)
-    threads.emplace_back([&, node] {
-      RunOptions options;
-      options.node = node;
-      options.transport = nodes > 1 ? transports[static_cast<size_t>(node)].get() : nullptr;
-      auto runtime = NodeRuntime::build(plan, options);
-      built.arrive_and_wait();
-      if (runtime.ok()) reports[static_cast<size_t>(node)] = (*runtime)->run();
-      else reports[static_cast<size_t>(node)].status = runtime.status();
-    });
-  for (auto& t : threads) t.join();
-  return reports;
-}
-
 // Stops `job` on `nodes` x `devices` at step `at` of `steps`, then checks the
 // run against one planned for the steps it ran: every node ended at the same
 // step, the last snapshot came there, and the variables are bitwise those of
@@ -130,9 +110,8 @@ void check_stop(const graph::Job& job, const std::string& devices, int nodes, in
   for (const RunReport& r : stopped.reports) CHECK(r.steps == end);
   REQUIRE_FALSE(stopped.snapshot_steps.empty());
   for (int64_t s : stopped.snapshot_steps) CHECK(s == end);
-  std::vector<RunReport> planned = run_planned(compiled(job, devices, nodes, end), nodes);
+  std::vector<RunReport> planned = testing::run_nodes(compiled(job, devices, nodes, end), nodes, [](RunOptions&) {});
   for (size_t node = 0; node < planned.size(); ++node) {
-    REQUIRE_MESSAGE(planned[node].status.ok(), planned[node].status.to_string());
     for (const auto& [name, value] : planned[node].variables) {
       CAPTURE(name);
       CHECK(stopped.reports[node].variables.at(name).values == value.values);
@@ -157,10 +136,10 @@ TEST_CASE("RunEnd: a step published before the hold is counted; none begins whil
   CHECK_FALSE(end.may_begin(14));
   end.release(50);  // never raised
   CHECK(end.end() == 14);
-  // At least one step past the start; never past the plan.
-  CHECK(RunEnd::agreed_end(10, 100, 9) == 11);
+  // Never past the plan; no step at all when none began anywhere.
+  CHECK(RunEnd::agreed_end(10, 100, 9) == 10);
   CHECK(RunEnd::agreed_end(10, 100, 200) == 100);
-  CHECK(RunEnd::agreed_end(99, 100, 98) == 100);
+  CHECK(RunEnd::agreed_end(99, 100, 98) == 99);
 }
 
 TEST_CASE("a run stopped on one node ends at a step boundary as a run planned for those steps") {
@@ -190,6 +169,24 @@ TEST_CASE("RunOptions::stop ends a node running alone after the steps it began")
   REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
   CHECK(report.steps > 20);
   CHECK(report.steps < 100000);
+}
+
+TEST_CASE("a stop asked for before a run begins runs no step: the variables keep their initial values") {
+  graph::Job job = load_sample("samples/linear_regression/linear_regression.json");
+  for (const std::string devices : {"cpu:1", "cpu:2"}) {
+    CAPTURE(devices);
+    std::atomic<bool> stop{true};
+    RunOptions options;
+    options.stop = &stop;
+    options.initial_values["w"] = {0.5f, -1.5f};
+    int64_t steps_seen = 0;
+    options.on_step = [&](const StepMetrics&) { ++steps_seen; };
+    RunReport report = run_plan(compiled(job, devices, 1, 1000), options);
+    REQUIRE_MESSAGE(report.status.ok(), report.status.to_string());
+    CHECK(report.steps == 0);
+    CHECK(steps_seen == 0);
+    CHECK(report.variables.at("w").values == std::vector<float>{0.5f, -1.5f});
+  }
 }
 
 }  // namespace rill
