@@ -29,11 +29,22 @@ Status NodeRun::build() {
   plan_ = *verified;
   if (options_.transport) {
     // The largest message this run can receive: a regst's slot (collectives
-    // move pieces of regsts), a zero-row bitmap of it, and a header.
+    // move pieces of regsts), or a bucket's tensors together (one
+    // all-reduce for them all, its messages pieces of their concatenation),
+    // a zero-row bitmap of it, and a header.
     int64_t largest = 0, all = 0;
+    std::unordered_map<int64_t, int64_t> bytes_of;
     for (const plan::RegstDesc* r : *plan_->regsts()) {
       largest = std::max(largest, r->bytes());
       all += r->bytes() * std::max(1, r->register_num());
+      bytes_of[r->id()] = r->bytes();
+    }
+    for (const plan::Task* task : *plan_->tasks()) {
+      if (task->node() != options_.node || !task->boxing() || task->boxing()->tensors() <= 1) continue;
+      int64_t in = 0, out = 0;
+      for (int64_t r : *task->inputs()) in += bytes_of[r];
+      for (int64_t r : *task->outputs()) out += bytes_of[r];
+      largest = std::max({largest, in, out});
     }
     options_.transport->limit_message_bytes(static_cast<size_t>(largest + largest / 64 + (int64_t{64} << 10)));
     // What a peer may have sent that waits unread here: collectives'
