@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   agent->add_option("--control-send-hwm", agent_options.control_send_hwm,
                     "ZeroMQ's send high-water mark on the control sockets (tests)")
       ->group("");
+  agent->add_option("--checkpoint-write-delay", agent_options.checkpoint_write_delay_s,
+                    "Make every checkpoint write this many seconds slower (tests: a slow disk)")
+      ->group("");
   std::string control_fault;
   agent->add_option("--control-fault", control_fault,
                     "Inject a fault into this agent's control messages (tests): KIND:MESSAGE[:SECONDS]")

@@ -50,6 +50,7 @@ struct AgentOptions {
   std::string version = "";       // empty: this build's version
   ControlFault fault;             // tests only
   int control_send_hwm = 0;       // tests only: ZeroMQ's send high-water mark on control sockets (0: its default)
+  double checkpoint_write_delay_s = 0;  // tests only: the master's checkpoint writes take this much longer
   // The master's HTTP endpoint (/metrics, /api/status, /api/jobs/ID):
   // "ADDRESS:PORT", or "off". Empty: kDefaultHttp, and a port in use there
   // only costs a warning.

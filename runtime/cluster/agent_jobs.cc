@@ -65,6 +65,7 @@ void Agent::run_queued(QueuedJob queued) {
   stop_job_ = false;
   options.stop = &stop_job_;
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
+  options.checkpoint_write_delay_s = options_.checkpoint_write_delay_s;
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
   options.resume = queued.submit.resume;
@@ -233,7 +234,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
-    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_snapshot};
+    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
     phase_.first_step = run_options.start_step;
     phase_.plan_steps = plan.compile.steps;
     if (stopping_) {

@@ -30,8 +30,9 @@ CheckpointCollector::~CheckpointCollector() {
   thread_.join();
 }
 
-void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
+void CheckpointCollector::add(int64_t steps_done, VariablePiece piece, bool may_wait) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (may_wait) cv_.wait(lock, [this] { return complete_.size() < kMaxWaiting || stopping_; });
   // A replicated piece comes from every node that holds it; the first copy
   // of each completes the step, later ones are the same values.
   if (handed_over_.count(steps_done) != 0) return;
@@ -39,8 +40,7 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   PieceKey key{piece.name, piece.offset};
   pieces[key] = std::move(piece);
   if (pieces.size() < expected_.size()) return;
-  cv_.wait(lock, [this] { return complete_.size() < kMaxWaiting || stopping_; });
-  complete_.emplace_back(steps_done, std::move(pieces));
+  complete_.emplace(steps_done, std::move(pieces));
   pending_.erase(steps_done);
   handed_over_.insert(steps_done);
   cv_.notify_all();
@@ -51,8 +51,9 @@ void CheckpointCollector::write_loop() {
   for (;;) {
     cv_.wait(lock, [this] { return !complete_.empty() || stopping_; });
     if (complete_.empty()) return;  // stopping, with nothing left to write
-    auto [steps_done, pieces] = std::move(complete_.front());
-    complete_.pop_front();
+    auto node = complete_.extract(complete_.begin());
+    const int64_t steps_done = node.key();
+    Pieces pieces = std::move(node.mapped());
     writing_ = true;
     cv_.notify_all();  // room for one more waiting step
     lock.unlock();

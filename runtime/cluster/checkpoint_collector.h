@@ -4,17 +4,20 @@
 // owns one per training run.
 //
 // Writing is the collector's own thread's work: add() only stores the piece
-// (and, for the last piece of a step, hands the step over), so neither the
-// variable actor that snapshots (training) nor the agent's control loop
-// (heartbeats) waits for the disk. At most kMaxWaiting complete steps wait
-// for the writer; a writer slower than that makes add() wait for it (training
-// slows to the disk's pace rather than holding ever more snapshots in
-// memory). add() may be called from any thread.
+// (and, for the last piece of a step, hands the step over). Back-pressure
+// falls on training, never on the agent's control loop: while kMaxWaiting
+// complete steps wait for a writer slower than training, add() from a
+// variable actor (training) waits for room before it stores its piece, so
+// training slows to the disk's pace rather than holding ever more snapshots
+// in memory; add() with `may_wait` false (the master's control loop, storing
+// other nodes' pieces) never waits, so heartbeats go on however slow the
+// disk. Other nodes run at most a step or two ahead of the master's
+// variables (a synchronous job needs them every step), so what waits stays
+// bounded. add() may be called from any thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -45,7 +48,7 @@ class CheckpointCollector {
   CheckpointCollector(const CheckpointCollector&) = delete;
   CheckpointCollector& operator=(const CheckpointCollector&) = delete;
 
-  void add(int64_t steps_done, VariablePiece piece);
+  void add(int64_t steps_done, VariablePiece piece, bool may_wait = true);
   // Waits until every step handed over is written; the first failed write,
   // or a step whose pieces did not all arrive (call it once every node has
   // ended: they send their snapshots first), or ok.
@@ -67,7 +70,10 @@ class CheckpointCollector {
   std::condition_variable cv_;
   std::map<int64_t, Pieces> pending_;                // GUARDED_BY(mu_): steps still missing pieces
   std::set<int64_t> handed_over_;                    // GUARDED_BY(mu_): steps complete (given to the writer)
-  std::deque<std::pair<int64_t, Pieces>> complete_;  // GUARDED_BY(mu_): handed to the writer
+  // GUARDED_BY(mu_): handed to the writer, written lowest step first (a step
+  // the control loop completed while training waited for room with an
+  // earlier one is written after it, so `latest` never goes back).
+  std::map<int64_t, Pieces> complete_;
   bool writing_ = false;                             // GUARDED_BY(mu_)
   bool stopping_ = false;                            // GUARDED_BY(mu_)
   Status status_;                                    // GUARDED_BY(mu_)

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string_view>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -220,9 +221,19 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = pieces.status();
       return result;
     }
-    collector.emplace(job, *pieces);
+    CheckpointCollector::Writer writer;
+    if (options.checkpoint_write_delay_s > 0)
+      writer = [dir = job.checkpoint.dir, keep = static_cast<int>(job.checkpoint.keep),
+                delay = options.checkpoint_write_delay_s](const Checkpoint& checkpoint) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        return write_checkpoint(dir, checkpoint, keep);
+      };
+    collector.emplace(job, *pieces, std::move(writer));
     run_options.snapshot_every = job.checkpoint.every;
     run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };
+    run_options.on_remote_snapshot = [&collector](int64_t done, VariablePiece piece) {
+      collector->add(done, std::move(piece), /*may_wait=*/false);
+    };
   }
   PlanExecutor execute = options.executor ? options.executor : [](const PhasePlan& phase, const RunOptions& run) {
     return run_plan(phase.plan, run);

@@ -59,6 +59,8 @@ struct JobRunOptions {
   // a step boundary (the executor agrees it with every node), with the
   // job's last checkpoint there, and no later phase (eval, generate) runs.
   const std::atomic<bool>* stop = nullptr;
+  // Tests: every checkpoint write takes this many seconds longer (a slow disk).
+  double checkpoint_write_delay_s = 0;
 };
 
 // One automatic restart of a job (Submit::max_restarts): why the attempt

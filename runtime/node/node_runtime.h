@@ -65,6 +65,10 @@ struct RunOptions {
   // step and after the last one, on the variable's thread: checkpoints.
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
+  // The master's executor only: where other nodes' snapshots go, told on its
+  // control loop, which must not wait (on_snapshot, on a variable's thread,
+  // may wait for the disk).
+  std::function<void(int64_t steps_done, VariablePiece piece)> on_remote_snapshot;
   // The largest control message this node may send to the master (0: none is
   // sent, the master's own run). Its variables go back in one (after the
   // run) and each checkpoint piece with its optimizer state in one: a plan

@@ -1,6 +1,6 @@
 // Checkpoints off the training path: the collector hands a complete step to
-// its own writer thread (add() never waits for the disk unless the writer
-// falls kMaxWaiting steps behind), and a writer killed at any moment never
+// its own writer thread (training's add() waits for the disk only when the
+// writer falls kMaxWaiting steps behind; the control loop's never), and a writer killed at any moment never
 // leaves `latest` naming a partial checkpoint.
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -55,25 +55,37 @@ TEST_CASE("the collector writes a complete step on its own thread: add() returns
   for (int i = 0; i < 200 && started.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(started.load() == 1);
   CHECK(collector.written() == 0);  // still writing, and add() returned
-  // The writer falls behind: kMaxWaiting more steps wait for it, and the
-  // add() that completes one more waits too (a bounded memory).
+  // The writer falls behind: kMaxWaiting more steps wait for it.
   collector.add(20, piece(0, 3.0f));
   collector.add(20, piece(2, 4.0f));
   collector.add(30, piece(0, 5.0f));
   collector.add(30, piece(2, 6.0f));
-  collector.add(40, piece(0, 7.0f));
+  // Another node's piece, stored by the master's control loop: at once,
+  // however far behind the disk is (the loop sends the heartbeats).
+  const auto before = std::chrono::steady_clock::now();
+  collector.add(40, piece(2, 8.0f), /*may_wait=*/false);
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::milliseconds(100));
+  // The master's own piece, from training: it waits for room (training
+  // slows to the disk's pace; the memory stays bounded).
   std::atomic<bool> fourth_done{false};
   std::thread fourth([&] {
-    collector.add(40, piece(2, 8.0f));
+    collector.add(40, piece(0, 7.0f));
     fourth_done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK_FALSE(fourth_done.load());
+  // A whole step from the control loop is handed over without waiting too.
+  collector.add(50, piece(0, 9.0f), false);
+  collector.add(50, piece(2, 10.0f), false);
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::milliseconds(400));
   release.set_value();
   fourth.join();
   REQUIRE(collector.finish().ok());
-  CHECK(collector.written() == 4);
-  REQUIRE(written.size() == 4);
+  CHECK(collector.written() == 5);
+  REQUIRE(written.size() == 5);
+  // Lowest step first: step 50, handed over while training waited for room
+  // with step 40, is written after it.
+  CHECK(written[4].step == 50);
   for (size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     CHECK(written[i].step == static_cast<int64_t>(10 * (i + 1)));
