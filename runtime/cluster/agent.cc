@@ -486,14 +486,13 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           queue_.push_back(std::move(q));
         } else if constexpr (std::is_same_v<T, ctl::PlanAck>) {
           std::lock_guard<std::mutex> lock(phase_mu_);
-          if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = m.error;
+          if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
           phase_cv_.notify_all();
         } else if constexpr (std::is_same_v<T, ctl::Done>) {
           std::lock_guard<std::mutex> lock(phase_mu_);
           if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
             if (!m.error.empty() && local_runtime_)
-              local_runtime_->abort(Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, m.node),
-                                                                       m.error)));
+              local_runtime_->abort(ctl::node_error(m.code, node_name(options_.machines, m.node), m.error));
             phase_.dones[m.node] = std::move(m);
           }
           phase_cv_.notify_all();

@@ -69,7 +69,7 @@ struct QueuedJob {
 struct PhaseState {
   int64_t job_id = -1;
   int phase = -1;
-  std::map<int, std::string> acks;   // node -> error ("" = ok)
+  std::map<int, ctl::PlanAck> acks;  // node -> its ack (error "" = ok)
   std::map<int, ctl::Done> dones;
   std::string lost;                  // a lost node's description
   std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector

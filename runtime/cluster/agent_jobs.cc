@@ -132,7 +132,7 @@ void Agent::run_queued(QueuedJob queued) {
   }
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
-                                        result.status.ok() ? "" : result.status.message()})});
+                                        result.status.ok() ? "" : result.status.message(), result.status.code()})});
   job_running_ = false;
 }
 
@@ -288,9 +288,12 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
     bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
       return static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
     });
-    if (!runtime.ok()) failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
-    for (const auto& [node, error] : phase_.acks)
-      if (failure.empty() && !error.empty()) failure = error;
+    if (!runtime.ok()) {
+      failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
+      code = runtime.status().code();
+    }
+    for (const auto& [node, ack] : phase_.acks)
+      if (failure.empty() && !ack.error.empty()) failure = ack.error, code = ack.code == Code::kOk ? Code::kAborted : ack.code;
     if (failure.empty() && !phase_.lost.empty()) failure = phase_.lost, code = Code::kUnavailable;
     if (failure.empty() && !acked)
       failure = fmt::format("{} did not report its part of the plan built within {} s", silent(phase_.acks),
@@ -335,8 +338,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
     for (int from = 0; from < world_ && from < static_cast<int>(done.received_bytes_from.size()); ++from)
       report.traffic_bytes[from][node] = done.received_bytes_from[from];
     if (!done.error.empty()) {
+      // A node's own failure, with its code (restarts decide by it), takes
+      // the place of ours when ours only followed from it (an abort).
       if (report.status.ok() || report.status.code() == Code::kAborted)
-        report.status = Status(Code::kAborted, fmt::format("{}: {}", node_name(options_.machines, node), done.error));
+        report.status = ctl::node_error(done.code, node_name(options_.machines, node), done.error);
       continue;
     }
     for (ctl::Tensor& t : done.variables) {

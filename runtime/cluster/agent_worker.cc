@@ -97,7 +97,8 @@ void Agent::worker_handle(ctl::Message message) {
                 transport_->reset();
               }
             }
-            post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error});
+            post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
+                                         built.ok() ? Code::kOk : built.status().code()});
           });
         } else if constexpr (std::is_same_v<T, ctl::Start>) {
           std::shared_ptr<NodeRuntime> runtime;
@@ -123,8 +124,15 @@ void Agent::worker_handle(ctl::Message message) {
               running_ = nullptr;
             }
             runtime.reset();  // unhooks the transport handler before the next job
-            ctl::Done done{job, phase, options_.rank, report.status.ok() ? "" : report.status.message(), {},
-                           report.seconds, transport_->received_from(), transport_->received_bytes_from()};
+            ctl::Done done{job,
+                           phase,
+                           options_.rank,
+                           report.status.ok() ? "" : report.status.message(),
+                           {},
+                           report.seconds,
+                           transport_->received_from(),
+                           transport_->received_bytes_from(),
+                           report.status.code()};
             // They fit: the plan was refused otherwise (max_control_message_bytes).
             if (done.error.empty())
               for (VariablePiece& p : report.pieces)

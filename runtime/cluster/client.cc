@@ -79,7 +79,7 @@ class ZmqClient : public Client {
       } else if (auto* r = std::get_if<ctl::Result>(&message)) {
         if (r->job_id != result.job_id) continue;
         result.result_json = r->result_json;
-        if (!r->error.empty()) result.status = Status(Code::kAborted, r->error);
+        if (!r->error.empty()) result.status = Status(r->code == Code::kOk ? Code::kAborted : r->code, r->error);
         return result;
       }
     }

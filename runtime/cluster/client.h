@@ -34,7 +34,7 @@ struct SubmitOptions {
 struct SubmitResult {
   int64_t job_id = 0;
   std::string result_json;             // the same JSON as `rill run --result`
-  Status status;                       // the job's own status
+  Status status;                       // the job's own status, with the code of the node's error that ended it
 };
 
 class Client {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
 
 #include "runtime/cluster/control_generated.h"
 #include "runtime/cluster/control_schema_text.h"
@@ -18,6 +19,11 @@ using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
 
 std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+// A code off the wire: one this build does not know is kInternal.
+Code code_of(uint8_t wire) {
+  return wire <= static_cast<uint8_t>(Code::kPermissionDenied) ? static_cast<Code>(wire) : Code::kInternal;
+}
 
 template <typename T>
 std::vector<T> vec(const flatbuffers::Vector<T>* v) {
@@ -72,7 +78,9 @@ struct Encoder {
     return {fb::Message::Snapshot, fb::CreateSnapshot(b, m.job_id, m.steps_done, tensors(b, m.tensors)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const PlanAck& m) {
-    return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error)).Union()};
+    return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
+                                                    static_cast<uint8_t>(m.code))
+                                      .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Start& m) {
     return {fb::Message::Start, fb::CreateStart(b, m.job_id, m.phase).Union()};
@@ -80,7 +88,7 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Done& m) {
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
                                               tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
-                                              b.CreateVector(m.received_bytes_from))
+                                              b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code))
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -88,7 +96,9 @@ struct Encoder {
   }
   std::pair<fb::Message, Offset<void>> operator()(const Result& m) {
     return {fb::Message::Result,
-            fb::CreateResult(b, m.job_id, b.CreateString(m.result_json), b.CreateString(m.error)).Union()};
+            fb::CreateResult(b, m.job_id, b.CreateString(m.result_json), b.CreateString(m.error),
+                             static_cast<uint8_t>(m.code))
+                .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const StatusRequest&) {
     return {fb::Message::StatusRequest, fb::CreateStatusRequest(b).Union()};
@@ -132,6 +142,10 @@ struct Encoder {
 };
 
 }  // namespace
+
+Status node_error(Code code, const std::string& node, const std::string& error) {
+  return Status(code == Code::kOk ? Code::kInternal : code, fmt::format("{}: {}", node, error));
+}
 
 uint64_t schema_hash() {
   // FNV-1a over the schema texts: any change to either schema changes it.
@@ -209,7 +223,7 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();
-      return Message(PlanAck{m->job_id(), m->phase(), m->node(), str(m->error())});
+      return Message(PlanAck{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code())});
     }
     case fb::Message::Start: {
       auto m = e->message_as_Start();
@@ -218,7 +232,7 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::Done: {
       auto m = e->message_as_Done();
       return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
-                          vec(m->received_from()), vec(m->received_bytes_from())});
+                          vec(m->received_from()), vec(m->received_bytes_from()), code_of(m->code())});
     }
     case fb::Message::Progress: {
       auto m = e->message_as_Progress();
@@ -226,7 +240,7 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Result: {
       auto m = e->message_as_Result();
-      return Message(Result{m->job_id(), str(m->result_json()), str(m->error())});
+      return Message(Result{m->job_id(), str(m->result_json()), str(m->error()), code_of(m->code())});
     }
     case fb::Message::StatusRequest: return Message(StatusRequest{});
     case fb::Message::StatusReply: return Message(StatusReply{str(e->message_as_StatusReply()->status_json())});

@@ -54,7 +54,7 @@ struct PlanPart {
   int64_t snapshot_every = 0;
 };
 struct Snapshot { int64_t job_id = 0; int64_t steps_done = 0; std::vector<Tensor> tensors; };
-struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; };
+struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; Code code = Code::kOk; };
 struct Start { int64_t job_id = 0; int phase = 0; };
 struct Done {
   int64_t job_id = 0;
@@ -65,9 +65,10 @@ struct Done {
   double seconds = 0;
   std::vector<int64_t> received_from;
   std::vector<int64_t> received_bytes_from;
+  Code code = Code::kOk;  // the error's
 };
 struct Progress { int64_t job_id = 0; std::string line; };
-struct Result { int64_t job_id = 0; std::string result_json, error; };
+struct Result { int64_t job_id = 0; std::string result_json, error; Code code = Code::kOk; };
 struct StatusRequest {};
 struct StatusReply { std::string status_json; };
 struct Heartbeat {
@@ -97,6 +98,10 @@ struct EndAt { int64_t job_id = 0; int phase = 0; int64_t end = 0; };
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
                              StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError, Stop, Hold,
                              Held, EndAt>;
+
+// A node's error as the master takes it: its code (one this build does not
+// know is kInternal) and its message, named by the node it came from.
+Status node_error(Code code, const std::string& node, const std::string& error);
 
 std::string encode(const Message& message);
 // The message's type as the schema names it ("PlanAck").

@@ -261,6 +261,37 @@ TEST_CASE("a node declared lost while silent is told to exit when it speaks agai
 // The agent's loop never waits for a plan to be built: a trainer whose data
 // source takes 30 s to open (a FIFO whose writer starts late) keeps answering
 // heartbeats, with the master's default 10 s dead-after, and the job runs.
+// A node's error reaches the master and the client as a value with its code,
+// not as a generic abort: restarts (--max-restarts) decide by the code, and
+// an error only one node saw must count as what it is.
+TEST_CASE("an error seen only on node 1 keeps its code on the way to the master and the client") {
+  auto dir = temp_dir();
+  const std::string whole = read_text("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+  const auto truncated = dir / "labels-truncated.gz";
+  {
+    std::ofstream out(truncated, std::ios::binary);
+    out.write(whole.data(), static_cast<std::streamsize>(whole.size() / 2));
+  }
+  const std::string machines = "127.0.0.1:19694,127.0.0.2:19694";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 30", (dir / "k0.log").string());
+  Agent trainer("--machines " + machines + " --rank 1 --join-timeout 30", (dir / "k1.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19694", 30);
+  REQUIRE(client.ok());
+  // One pserver (node 0) and one trainer (node 1): only the trainer reads the labels.
+  rill::SubmitOptions options;
+  options.steps = 5;
+  options.overrides = {"distributed.pservers=0", "distributed.trainers=1", "datasets.train.labels=" + truncated.string()};
+  auto result = (*client)->submit_text(read_text(root() + "/samples/pserver/mlp_pserver.json"), "mlp_pserver.json",
+                                       options);
+  REQUIRE(result.ok());
+  INFO(result->status.to_string());
+  CHECK(result->status.code() == rill::Code::kDataLoss);
+  CHECK(result->status.message().find("node 1 (127.0.0.2:19694)") != std::string::npos);
+  CHECK(result->status.message().find("truncated gzip stream") != std::string::npos);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
 TEST_CASE("a data source that takes 30 s to open does not get its node declared lost") {
   auto dir = temp_dir();
   auto fifo = dir / "labels.fifo";

@@ -89,6 +89,22 @@ TEST_CASE("control messages survive encoding") {
   auto end = control::decode(control::encode(control::EndAt{7, 2, 94}));
   REQUIRE(end.ok());
   CHECK(std::get<control::EndAt>(*end).end == 94);
+  // A node's error crosses with its code (restarts decide by it).
+  control::Done done;
+  done.error = "stuck";
+  done.code = Code::kDeadlineExceeded;
+  auto back_done = control::decode(control::encode(done));
+  REQUIRE(back_done.ok());
+  CHECK(std::get<control::Done>(*back_done).code == Code::kDeadlineExceeded);
+  auto ack = control::decode(control::encode(control::PlanAck{7, 0, 1, "corrupt", Code::kDataLoss}));
+  REQUIRE(ack.ok());
+  CHECK(std::get<control::PlanAck>(*ack).code == Code::kDataLoss);
+  auto result = control::decode(control::encode(control::Result{7, "{}", "gone", Code::kUnavailable}));
+  REQUIRE(result.ok());
+  CHECK(std::get<control::Result>(*result).code == Code::kUnavailable);
+  // A code this build does not know, or an error without one, is never taken for success.
+  CHECK(control::node_error(Code::kOk, "node 1", "odd").code() == Code::kInternal);
+  CHECK(control::node_error(Code::kDataLoss, "node 1", "bad").message() == "node 1: bad");
 }
 
 TEST_CASE("a corrupt or truncated control message is kDataLoss, never a crash") {
