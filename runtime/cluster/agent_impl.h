@@ -41,7 +41,7 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 
 inline double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 // A phase of a job (its training, its evaluation) is paced on its own.
-inline int64_t pace_key(int64_t job, int phase) { return job * 16 + (phase & 0xf); }
+inline int64_t pace_key(int64_t job, int phase) { return (job << kPhaseBits) | phase; }
 
 inline Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));

@@ -230,8 +230,12 @@ std::string Agent::wait_for_whole_cluster(double seconds) {
 RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
                                const RunOptions& run_options) {
   RunReport report;
-  static_assert(kTagsPerRun == uint64_t{1} << 20, "a phase's tags are the 20 bits below the phase");
-  uint64_t tag_base = (static_cast<uint64_t>(job_id) << 24) | (static_cast<uint64_t>(phase & 0xf) << 20);
+  auto tags = run_tag_base(job_id, phase);
+  if (!tags.ok()) {
+    report.status = tags.status();
+    return report;
+  }
+  const uint64_t tag_base = *tags;
   {
     std::lock_guard<std::mutex> lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
@@ -323,7 +327,8 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   if (!report.status.ok()) abort_all(report.status.message());
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
   std::unique_lock<std::mutex> lock(phase_mu_);
-  bool all = phase_cv_.wait_until(lock, after(options_.stall_timeout_s + 5), [&] {
+  // As long as the job lets a node go without a word (its rpc_deadline).
+  bool all = phase_cv_.wait_until(lock, after(run_options.stall_timeout_s + 5), [&] {
     return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
   });
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
@@ -356,7 +361,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   if (report.status.ok() && !all)
     report.status = Status(Code::kDeadlineExceeded,
                            fmt::format("{} did not report the end of the run within {} s of the master's", silent(phase_.dones),
-                                       options_.stall_timeout_s + 5));
+                                       run_options.stall_timeout_s + 5));
   return report;
 }
 

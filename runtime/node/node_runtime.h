@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "actor/actor.h"
 #include "base/status.h"
 
@@ -44,6 +46,19 @@ struct VariablePiece {
 
 // The tags one run may use over the transport: [tag_base, tag_base + kTagsPerRun).
 inline constexpr uint64_t kTagsPerRun = uint64_t{1} << 20;
+// Where the tags of phase `phase` of job `job` begin: a range of its own for
+// every (job, phase) there can be (jobs below 2^24, phases below 2^20 each:
+// a job restarted a million times is refused), so no run ever reuses the
+// range of a run that may still be draining.
+inline constexpr int kJobBits = 24, kPhaseBits = 20;
+inline StatusOr<uint64_t> run_tag_base(int64_t job, int phase) {
+  if (job < 0 || job >= (int64_t{1} << kJobBits) || phase < 0 || phase >= (1 << kPhaseBits))
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("job {} phase {} has no tags of its own left (at most {} jobs of {} phases each)", job,
+                              phase, int64_t{1} << kJobBits, 1 << kPhaseBits));
+  static_assert(kJobBits + kPhaseBits + 20 == 64 && kTagsPerRun == uint64_t{1} << 20);
+  return (static_cast<uint64_t>(job) << (kPhaseBits + 20)) | (static_cast<uint64_t>(phase) << 20);
+}
 
 struct RunOptions {
   int node = 0;                     // which node's tasks to run

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <set>
 #include <span>
 
 #include "runtime/node/actor_wire.h"
+#include "runtime/node/node_runtime.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/control_generated.h"
 
@@ -274,6 +276,24 @@ TEST_CASE("a zero-row body that does not fit its slot is a data loss, never a wr
   REQUIRE(decode_actor_message(header, &back, &body, &extras).ok());
   CHECK_FALSE(extras.zero_rows);
   CHECK(extras.seq == 0);
+}
+
+
+TEST_CASE("every phase of every job has a tag range of its own; past the last, a phase is refused") {
+  // Phases 0 and 16 once shared a range (the phase's low 4 bits): a job
+  // restarted often, with evaluation, could reuse a draining run's tags.
+  std::set<uint64_t> bases;
+  for (int64_t job : {int64_t{1}, int64_t{2}, int64_t{3}, (int64_t{1} << 24) - 1})
+    for (int phase : {0, 1, 15, 16, 17, 31, 32, 1000, (1 << 20) - 1}) {
+      auto base = run_tag_base(job, phase);
+      REQUIRE(base.ok());
+      CHECK(*base % kTagsPerRun == 0);
+      CHECK(bases.insert(*base).second);
+    }
+  // Ranges of kTagsPerRun from distinct bases never overlap: bases are multiples of it.
+  CHECK(run_tag_base(1, 1 << 20).status().code() == Code::kFailedPrecondition);
+  CHECK_FALSE(run_tag_base(int64_t{1} << 24, 0).ok());
+  CHECK_FALSE(run_tag_base(1, -1).ok());
 }
 
 }  // namespace rill
