@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 
+#include "compiler/logical_graph.h"
 #include "compiler/validate.h"
 
 namespace rill::compiler {
@@ -175,6 +176,31 @@ StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster) {
   for (const graph::Group& g : out.groups) out.pipeline->stages.push_back(g.name);
   out.pipeline->num_stages = 0;
   return out;
+}
+
+Status check_stage_devices(const graph::Job& job, const LogicalGraph& g) {
+  if (!job.pipeline || job.pipeline->stages.size() < 2) return {};
+  // A member's placement (index into g.placements), by name.
+  std::map<std::string, int> placed;
+  for (const InputNode& in : g.inputs) placed[in.input.name] = in.placement;
+  for (const VariableNode& v : g.variables) placed[v.variable.name] = v.placement;
+  for (const OpNode& op : g.ops) placed[op.name] = op.placement;
+  std::map<int, std::string> stage_on;  // placement -> the first stage group on it
+  for (const std::string& stage : job.pipeline->stages) {
+    auto group = std::find_if(job.groups.begin(), job.groups.end(), [&](const graph::Group& x) { return x.name == stage; });
+    if (group == job.groups.end()) continue;  // the job check names it
+    for (const std::string& member : group->members) {
+      auto it = placed.find(member);
+      if (it == placed.end()) continue;
+      auto [first, fresh] = stage_on.emplace(it->second, stage);
+      if (!fresh && first->second != stage)
+        return invalid_argument("pipeline.stages: '{}' and '{}' are placed on the same devices ({}): each stage "
+                                "needs devices of its own",
+                                first->second, stage, g.placement(it->second).to_string());
+      break;  // a group's members share its placement
+    }
+  }
+  return {};
 }
 
 }  // namespace rill::compiler

@@ -22,6 +22,13 @@ namespace rill::compiler {
 
 StatusOr<graph::Job> cut_stages(const graph::Job& job, const Cluster& cluster);
 
+// Every stage of pipeline.stages on devices of its own: two stage groups
+// placed on the same devices would count as one stage (stages are counted
+// from moves between placements) and get the wrong 1F1B slots, so that is
+// an error naming both groups and their devices.
+struct LogicalGraph;
+Status check_stage_devices(const graph::Job& job, const LogicalGraph& g);
+
 // Cuts `costs` into `parts` non-empty contiguous runs minimizing the largest
 // run's sum, a run beginning only where `may_start` (anywhere, when there
 // are too few such places); returns each element's run. The elements

@@ -136,6 +136,18 @@ TEST_CASE("pipeline.num_stages: the compiler cuts the ops into balanced stages, 
                               want[static_cast<size_t>(s)]});
   CHECK(compile_ok(written, "cpu:1", {}, 3) == cut_plan);
   CHECK(plan_of(cut_plan)->stages() == 3);
+  // Two stage groups on the same devices would count as one stage (and get
+  // one stage's 1F1B slots): refused, naming both, written alike or not.
+  for (const char* same : {"cpu 1:0", "1:*"}) {
+    CAPTURE(same);
+    graph::Job doubled = written;
+    doubled.groups[2].placement = *graph::parse_placement(same);
+    auto refused = compiler::compile(doubled, *compiler::parse_devices("cpu:1", 3), {});
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message() ==
+          "compiling job 'mlp': pipeline.stages: 'stage1' and 'stage2' are placed on the same devices (cpu 1:0): "
+          "each stage needs devices of its own");
+  }
 
   // By FLOPs (2 M N K a matmul, output elements otherwise; 32-row
   // micro-batches): 2048 256 256 | 4096 256 256 | 4096 256 256 | 1536 32 1 1.
