@@ -319,6 +319,11 @@ int main(int argc, char** argv) {
   if (run->parsed() && nodes == 1 && max_restarts > 0)
     return rill::fail_command(rill::invalid_argument(
         "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)"));
+  // Flags of the local cluster do nothing in one process: refused, not ignored.
+  for (const char* flag : {"--logdir", "--ctrl-port"})
+    if (run->parsed() && nodes == 1 && run->count(flag) > 0)
+      return rill::fail_command(rill::invalid_argument(
+          "{} places the local cluster's agents: it needs --nodes N (one process starts none)", flag));
   if (run->parsed() && nodes == 1 && insecure)
     return rill::fail_command(rill::invalid_argument(
         "--insecure leaves a local cluster without its key: it needs --nodes N (one process has no connections)"));

@@ -65,6 +65,7 @@ void Agent::run_queued(QueuedJob queued) {
   stop_job_ = false;
   options.stop = &stop_job_;
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
+  options.devices_from = queued.submit.devices.empty() ? "the agents' --devices" : "the submit's --devices";
   options.checkpoint_write_delay_s = options_.checkpoint_write_delay_s;
   options.num_nodes = world_;
   options.steps = queued.submit.steps;

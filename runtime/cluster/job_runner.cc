@@ -143,9 +143,15 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.planned_steps = result.steps;
   result.global_batch = (*verified)->global_batch();
   if (options.on_plan) options.on_plan(result.steps, result.global_batch);
-  if (options.out)
-    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks)\n", job.name,
-               result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks());
+  if (options.out) {
+    // Devices other than the job's own are named with who chose them.
+    const std::string chosen = devices == job.train.devices
+                                   ? std::string()
+                                   : fmt::format(", devices from {}; the job's train.devices is {}",
+                                                 options.devices_from, job.train.devices);
+    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks{})\n", job.name,
+               result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks(), chosen);
+  }
   if (options.out) {
     const plan::Plan& p = **verified;
     // How the step is cut, where it is (stages, micro-batches, schedule).

@@ -38,6 +38,8 @@ using PlanExecutor = std::function<RunReport(const PhasePlan& phase, const RunOp
 
 struct JobRunOptions {
   std::string devices;            // devices per node, e.g. "cpu:2"; empty: the job's train.devices
+  // Who chose `devices` over the job's own, as the first line says it.
+  std::string devices_from = "--devices";
   int num_nodes = 1;              // nodes the plan spans
   PlanExecutor executor;          // empty: run_plan
   int64_t steps = 0;              // > 0 overrides the job's steps

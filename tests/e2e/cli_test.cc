@@ -392,6 +392,25 @@ TEST_CASE("rill run honours the job's train.devices when --devices is not given"
   INFO(ran.output);
   CHECK(ran.code == 0);
   CHECK(ran.output.find("on 1 node(s) x cpu:2") != std::string::npos);
+  CHECK(ran.output.find("devices from") == std::string::npos);  // the job's own: nothing to say
+  // Devices other than the job's are named with who chose them.
+  Ran flag = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2");
+  CHECK(flag.output.find("x cpu:2 (18 tasks, devices from --devices; the job's train.devices is cpu:1)") !=
+        std::string::npos);
+  Ran agents = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 "
+                        "--devices cpu:2 --ctrl-port 19340 --http 127.0.0.1:0 --set train.devices=cpu:1");
+  INFO(agents.output);
+  CHECK(agents.output.find("devices from the submit's --devices; the job's train.devices is cpu:1") !=
+        std::string::npos);
+}
+
+TEST_CASE("the local cluster's flags without --nodes are refused, not ignored") {
+  for (const char* flag : {"--logdir /tmp/unused", "--ctrl-port 19999"}) {
+    CAPTURE(flag);
+    Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json " + flag);
+    CHECK(ran.code == 1);
+    CHECK(ran.output.find("places the local cluster's agents: it needs --nodes N") != std::string::npos);
+  }
 }
 
 // Metrics as JSON lines (one per logged step, as pandas.read_json(lines=True)
