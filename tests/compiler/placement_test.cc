@@ -136,12 +136,18 @@ TEST_CASE("pieces already where they are needed move without a task; matching pi
   // S(0) pieces of the same rows, so each crosses as it is.
   const std::string bytes = compile_ok(staged("cpu 0:0-1", "cpu 1:0-1"), "cpu:2", {}, 2);
   const plan::Plan& p = *plan_of(bytes);
-  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) CHECK(t->boxing()->origins() == nullptr);
+  // The boxings there are the gradients' sums within each stage, none a move
+  // (counted first: a loop over none would pass).
+  const auto boxings = tasks_of_kind(p, TaskKind::Boxing);
+  REQUIRE(boxings.size() == 9);
+  for (const plan::Task* t : boxings) CHECK(t->boxing()->origins() == nullptr);
   // Overlapping placements: the same devices for both stages but listed
   // apart; nothing moves at all and no Send/Recv appears.
   const std::string same = compile_ok(staged("cpu 0:0-1", "cpu [1,2] 0:0-1"), "cpu:2", {}, 2);
   const plan::Plan& q = *plan_of(same);
-  for (const plan::Task* t : tasks_of_kind(q, TaskKind::Boxing)) CHECK(t->boxing()->origins() == nullptr);
+  const auto same_boxings = tasks_of_kind(q, TaskKind::Boxing);
+  REQUIRE(same_boxings.size() == 9);
+  for (const plan::Task* t : same_boxings) CHECK(t->boxing()->origins() == nullptr);
   CHECK(tasks_of_kind(q, TaskKind::Send).empty());
 }
 

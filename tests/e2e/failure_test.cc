@@ -160,9 +160,7 @@ TEST_CASE("a node killed mid-job rejoins when its agent restarts, and the job re
   const auto& r = result["restarts"][0];
   CHECK(r["error"].get<std::string>().find("node 2 (127.0.0.3:19680) lost") == 0);
   // At most one checkpoint interval of steps is run twice.
-  const int64_t lost = r["steps_lost"].get<int64_t>();
-  CHECK(lost >= 0);
-  CHECK(lost <= kEvery);
+  CHECK(r["steps_lost"].get<int64_t>() <= kEvery);
   CHECK(r["resumed_from_step"].get<int64_t>() % kEvery == 0);
   CHECK(r["resumed_from_step"].get<int64_t>() >= kEvery);
   CHECK(result["start_step"] == r["resumed_from_step"]);
@@ -176,7 +174,7 @@ TEST_CASE("a node killed mid-job rejoins when its agent restarts, and the job re
   MESSAGE("death to abort: " << seconds_between(killed_at, failed_at) << " s; the agent's restart to every node up: "
                              << seconds_between(restarted_at, whole_at)
                              << " s; then to the first step: " << r["seconds_to_first_step"].get<double>()
-                             << " s; steps lost: " << lost);
+                             << " s; steps lost: " << r["steps_lost"].get<int64_t>());
 
   // The cluster is whole again for the next job.
   rill::SubmitOptions small;

@@ -237,7 +237,7 @@ TEST_CASE("job_to_json round-trips a JobBuilder job using every op helper") {
   check_round_trip(job);
 }
 
-TEST_CASE("job_to_json is deterministic and keeps lines within 100 columns") {
+TEST_CASE("job_to_json round-trips a large inline dataset and keeps lines within 100 columns") {
   Job job = every_field_job();
   Dataset big;
   big.name = "big";
@@ -247,7 +247,6 @@ TEST_CASE("job_to_json is deterministic and keeps lines within 100 columns") {
   big.tensors.push_back(t);
   job.datasets.push_back(big);
   std::string first = check_round_trip(job);
-  CHECK(*job_to_json(every_field_job()) == *job_to_json(every_field_job()));
   CHECK(first == *job_to_json(job));
   std::istringstream lines(first);
   size_t longest = 0, count = 0;
