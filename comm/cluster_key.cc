@@ -100,6 +100,10 @@ StatusOr<ClusterKey> read_key_file(const std::string& path) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     ClusterKey key;
+    if (line.rfind("client ", 0) == 0)
+      return invalid_argument("key file {} is a client key: it submits and watches jobs, and agents (rill agent, "
+                              "rill launch) need the cluster key it was made from",
+                              path);
     if (line.size() != 40 || zmq_z85_decode(key.secret.data(), line.c_str()) == nullptr)
       return invalid_argument("key file {}:{}: not a cluster key (40 Z85 characters; `rill keygen` writes one)", path,
                               number);

@@ -63,6 +63,7 @@ std::string http_token(const ClusterKey& key);
 
 struct CurveKeyPair {
   std::array<uint8_t, 32> public_key{}, secret_key{};
+  bool operator==(const CurveKeyPair&) const = default;
 };
 CurveKeyPair derive_key_pair(const ClusterKey& key, std::string_view identity);
 

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/client_key.h"
 #include "comm/cluster_key.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
@@ -225,39 +226,71 @@ int main(int argc, char** argv) {
                     "A folder submitted jobs may write checkpoints to and resume from (repeatable; default: the "
                     "working folder, /tmp)");
   run->add_flag("--insecure", insecure, "With --nodes: no key for the local cluster (connections unencrypted)");
-  CLI::App* keygen = app.add_subcommand("keygen", "Write a new cluster key file (mode 0600)");
-  std::string keygen_path;
+  CLI::App* keygen = app.add_subcommand("keygen", "Write a new cluster key file, and its client key (mode 0600)");
+  std::string keygen_path, keygen_client;
   bool keygen_force = false;
-  keygen->add_option("file", keygen_path, "Where to write it")->required();
-  keygen->add_flag("--force", keygen_force, "Replace an existing file");
+  keygen->add_option("file", keygen_path, "Where to write a new cluster key (for the agents)");
+  keygen->add_option("--client", keygen_client,
+                     "Also write its client key here: it submits, watches and stops jobs and cannot act as a node "
+                     "(without FILE: the client key of the cluster key --key names)");
+  keygen->add_option("--key", key_file, "With --client alone: the existing cluster key to make the client key of");
+  keygen->add_flag("--force", keygen_force, "Replace existing files");
 
   CLI11_PARSE(app, argc, argv);
 
   if (!key_file.empty()) {
     // Read here, so that a bad file is named as the flag's; then everything
-    // this command starts reads it from the environment.
-    if (auto key = rill::comm::read_key_file(key_file); !key.ok())
-      return rill::fail_command(key.status().with_context("--key"));
+    // this command starts reads it from the environment. A client key does
+    // for commands that talk to a master; agents need the cluster key.
     std::error_code ec;
     const std::string absolute = std::filesystem::absolute(key_file, ec).string();
     ::setenv(rill::comm::kKeyFileEnv, absolute.c_str(), 1);
+    const bool client_key = rill::comm::is_client_key_file(key_file) && !agent->parsed() && !launch->parsed() &&
+                            !keygen->parsed();
+    if (auto key = client_key ? rill::comm::client_key_from_environment().status()
+                              : rill::comm::read_key_file(key_file).status();
+        !key.ok())
+      return rill::fail_command(key.with_context("--key"));
   }
   if (keygen->parsed()) {
-    auto key = rill::comm::generate_cluster_key();
-    if (!key.ok()) return rill::fail_command(key.status());
-    if (Status written = rill::comm::write_key_file(keygen_path, *key, keygen_force); !written.ok())
-      return rill::fail_command(written);
-    fmt::print("wrote the cluster key {}: give it to every agent and client (--key {} or {}={})\n", keygen_path,
-               keygen_path, rill::comm::kKeyFileEnv, keygen_path);
+    if (keygen_path.empty() && keygen_client.empty())
+      return rill::fail_command(rill::invalid_argument(
+          "rill keygen FILE writes a new cluster key; --client CLIENT_FILE also (or, with --key, only) its client key"));
+    rill::comm::ClusterKey key;
+    if (!keygen_path.empty()) {
+      auto fresh = rill::comm::generate_cluster_key();
+      if (!fresh.ok()) return rill::fail_command(fresh.status());
+      key = *fresh;
+      if (Status written = rill::comm::write_key_file(keygen_path, key, keygen_force); !written.ok())
+        return rill::fail_command(written);
+      fmt::print("wrote the cluster key {}: give it to every agent (--key {} or {}={})\n", keygen_path, keygen_path,
+                 rill::comm::kKeyFileEnv, keygen_path);
+    } else {
+      auto existing = rill::comm::key_from_environment();
+      if (!existing.ok()) return rill::fail_command(existing.status());
+      if (!*existing)
+        return rill::fail_command(rill::invalid_argument(
+            "--client alone makes the client key of an existing cluster key: name it with --key FILE"));
+      key = **existing;
+    }
+    if (!keygen_client.empty()) {
+      if (Status written =
+              rill::comm::write_client_key_file(keygen_client, rill::comm::client_key_of(key), keygen_force);
+          !written.ok())
+        return rill::fail_command(written);
+      fmt::print("wrote its client key {}: give it to those who submit, watch and stop jobs (it cannot act as a "
+                 "node)\n",
+                 keygen_client);
+    }
     return 0;
   }
 
   if (token->parsed()) {
-    auto key = rill::comm::key_from_environment();
+    auto key = rill::comm::client_key_from_environment();
     if (!key.ok()) return rill::fail_command(key.status());
     if (!*key)
       return rill::fail_command(rill::invalid_argument("no cluster key: give --key FILE or {}", rill::comm::kKeyFileEnv));
-    const std::string value = rill::comm::http_token(**key);
+    const std::string value = (*key)->http_token;
     if (!token_master.empty()) {  // where it really serves, if it does
       auto client = rill::Client::connect(token_master, 5.0, /*running=*/true);
       auto status = client.ok() ? (*client)->status() : rill::StatusOr<std::string>(client.status());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "comm/client_key.h"
 #include "comm/cluster_key.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/cluster_config.h"
@@ -20,10 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 class ZmqClient : public Client {
  public:
-  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClusterKey> key, bool running)
+  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClientKey> key, bool running)
       : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
     socket_.set(zmq::sockopt::linger, 1000);
-    if (key) comm::curve_client(socket_, *key, comm::kClientIdentity, 0);
+    if (key) comm::curve_client(socket_, *key);
     watch_ = std::make_unique<comm::HandshakeWatch>(context_, socket_, fmt::format("the master {}", format_machine(master_)),
                                                     key != nullptr, false, /*refused_is_final=*/running);
     socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
@@ -160,7 +161,7 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, dou
                                                   bool running) {
   RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
   if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
-  auto key = comm::key_from_environment();
+  auto key = comm::client_key_from_environment();  // a client key file, or the cluster key's
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(
       std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running));

@@ -9,6 +9,7 @@
 
 #include <zmq.hpp>
 
+#include "comm/client_key.h"
 #include "comm/cluster_key.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -115,6 +116,50 @@ TEST_CASE("each identity has its own pair, the same from the same secret") {
   CHECK(a.public_key != derive_key_pair(*key, kClientIdentity).public_key);
   CHECK(a.public_key != derive_key_pair(*other, "node-0").public_key);
   CHECK(a.public_key != a.secret_key);
+}
+
+TEST_CASE("a client key: the clients' pair, the master's public key and the token, and nothing that makes a node") {
+  auto key = fresh_key();
+  const ClientKey client = client_key_of(*key);
+  CHECK(client.pair.public_key == derive_key_pair(*key, kClientIdentity).public_key);
+  CHECK(client.master_public == derive_key_pair(*key, node_identity(0)).public_key);
+  CHECK(client.http_token == http_token(*key));
+  const std::string path = temp_path("client.key");
+  std::filesystem::remove(path);
+  REQUIRE(write_client_key_file(path, client).ok());
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(is_client_key_file(path));
+  ::setenv(kKeyFileEnv, path.c_str(), 1);
+  auto back = client_key_from_environment();
+  REQUIRE(back.ok());
+  CHECK(**back == client);
+  // A cluster key file serves a client too, as its client key.
+  const std::string cluster_path = temp_path("cluster-for-client.key");
+  std::filesystem::remove(cluster_path);
+  REQUIRE(write_key_file(cluster_path, *key).ok());
+  CHECK_FALSE(is_client_key_file(cluster_path));
+  ::setenv(kKeyFileEnv, cluster_path.c_str(), 1);
+  auto derived = client_key_from_environment();
+  REQUIRE(derived.ok());
+  CHECK(**derived == client);
+  ::unsetenv(kKeyFileEnv);
+  // The file holds neither the secret nor any node's secret key.
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  auto z85_of = [](const std::array<uint8_t, 32>& bytes) {
+    std::string out(41, '\0');
+    zmq_z85_encode(out.data(), bytes.data(), bytes.size());
+    out.resize(40);
+    return out;
+  };
+  CHECK(text.find(z85_of(key->secret)) == std::string::npos);
+  for (int r = 0; r < 4; ++r) CHECK(text.find(z85_of(derive_key_pair(*key, node_identity(r)).secret_key)) == std::string::npos);
+  // An agent cannot take it for the cluster key.
+  auto as_cluster = read_key_file(path);
+  REQUIRE_FALSE(as_cluster.ok());
+  CHECK(as_cluster.status().message().find("is a client key") != std::string::npos);
 }
 
 TEST_CASE("keyed ranks exchange messages; authenticated identities are the ranks'") {

@@ -95,6 +95,45 @@ TEST_CASE("a keyed cluster: clients without its key cannot submit, stat or shut 
   CHECK(node1.wait(15) == 0);
 }
 
+// A client key (rill keygen --client) submits, watches, stops and shuts
+// down, and reads the token; it holds no node's key, so an agent cannot
+// start with it (tests/comm/cluster_key_test.cc checks it holds no secret).
+TEST_CASE("a client key does what a client does and nothing an agent does") {
+  NoKeyInEnvironment clean;
+  auto dir = temp_dir("rill-client-key-");
+  std::filesystem::remove(dir / "cluster.key");
+  std::filesystem::remove(dir / "client.key");
+  Ran made = run_rill("keygen " + (dir / "cluster.key").string() + " --client " + (dir / "client.key").string());
+  REQUIRE_MESSAGE(made.code == 0, made.output);
+  const std::string key = (dir / "cluster.key").string(), client = (dir / "client.key").string();
+  const std::string machines = "127.0.0.1:19260,127.0.0.2:19260", master = "127.0.0.1:19260";
+  Agent node0("--machines " + machines + " --rank 0 --http off --key " + key, (dir / "c0.log").string());
+  Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "c1.log").string());
+  wait_formed(master, client);
+  Ran submitted = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master " +
+                           master + " --key " + client + " --steps 20");
+  CHECK_MESSAGE(submitted.code == 0, submitted.output);
+  Ran token = run_rill("token --key " + client), same = run_rill("token --key " + key);
+  CHECK(token.code == 0);
+  CHECK(token.output == same.output);
+  Ran stop = run_rill("stop --master " + master + " --key " + client);
+  CHECK_MESSAGE(stop.code == 0, stop.output);
+  // An agent with it is refused before it starts, saying what it needs.
+  Ran agent = run_rill("agent --machines 127.0.0.1:19262 --rank 0 --key " + client);
+  CHECK(agent.code == 1);
+  CHECK(agent.output.find("is a client key: it submits and watches jobs, and agents (rill agent, rill launch) need "
+                          "the cluster key it was made from") != std::string::npos);
+  // A client key made later from the cluster key is the same.
+  std::filesystem::remove(dir / "again.key");
+  Ran again = run_rill("keygen --client " + (dir / "again.key").string() + " --key " + key);
+  REQUIRE_MESSAGE(again.code == 0, again.output);
+  CHECK(read_text(client) == read_text((dir / "again.key").string()));
+  Ran down = run_rill("shutdown --master " + master + " --key " + client);
+  CHECK_MESSAGE(down.code == 0, down.output);
+  CHECK(node0.wait(15) == 0);
+  CHECK(node1.wait(15) == 0);
+}
+
 TEST_CASE("an agent without the cluster key, or with another, cannot join; a stranger on the data port is refused") {
   NoKeyInEnvironment clean;
   auto dir = temp_dir("rill-security-join-");
