@@ -1,8 +1,6 @@
 #include "comm/client_key.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -89,22 +87,11 @@ ClientKey client_key_of(const ClusterKey& key) {
 }
 
 Status write_client_key_file(const std::string& path, const ClientKey& key, bool overwrite) {
-  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | (overwrite ? O_TRUNC : O_EXCL);
-  const int fd = ::open(path.c_str(), flags, 0600);
-  if (fd < 0)
-    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path,
-                                                  errno == EEXIST ? "it exists (remove it first, or --force)"
-                                                  : errno == ELOOP ? "it is a symbolic link (not followed)"
-                                                                   : std::strerror(errno)));
-  const std::string text =
+  return write_private_file(
+      path,
       fmt::format("{}\nclient {}\nclient-public {}\nmaster {}\ntoken {}\n", kClientKeyHeader,
-                  z85_of(key.pair.secret_key), z85_of(key.pair.public_key), z85_of(key.master_public), key.http_token);
-  const bool written = (!overwrite || ::fchmod(fd, 0600) == 0) &&
-                       ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  if (::close(fd) != 0 || !written)
-    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(saved)));
-  return {};
+                  z85_of(key.pair.secret_key), z85_of(key.pair.public_key), z85_of(key.master_public), key.http_token),
+      overwrite);
 }
 
 bool is_client_key_file(const std::string& path) {

@@ -53,34 +53,32 @@ StatusOr<ClusterKey> generate_cluster_key() {
   return key;
 }
 
-Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
-  std::FILE* f = nullptr;
-  {
-    // Created 0600 from the start: the secret is never readable by others;
-    // never through a link (one planted there would take the secret, or
-    // have it overwrite a file of the link's choosing).
-    const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | (overwrite ? O_TRUNC : O_EXCL);
-    const int fd = ::open(path.c_str(), flags, 0600);
-    if (fd < 0)
-      return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path,
-                                                    errno == EEXIST ? "it exists (remove it first, or --force)"
-                                                    : errno == ELOOP ? "it is a symbolic link (not followed)"
-                                                                     : std::strerror(errno)));
-    if (overwrite && ::fchmod(fd, 0600) != 0) {
-      ::close(fd);
-      return Status(Code::kUnavailable, fmt::format("cannot make the key file {} private: {}", path, std::strerror(errno)));
-    }
-    f = ::fdopen(fd, "w");
-    if (f == nullptr) {
-      ::close(fd);
-      return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(errno)));
-    }
+Status write_private_file(const std::string& path, const std::string& text, bool overwrite) {
+  // Created 0600 from the start: never readable by others; never through a
+  // link (one planted there would take the secret, or have it overwrite a
+  // file of the link's choosing).
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | (overwrite ? O_TRUNC : O_EXCL);
+  const int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0)
+    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path,
+                                                  errno == EEXIST ? "it exists (remove it first, or --force)"
+                                                  : errno == ELOOP ? "it is a symbolic link (not followed)"
+                                                                   : std::strerror(errno)));
+  if (overwrite && ::fchmod(fd, 0600) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    return Status(Code::kUnavailable, fmt::format("cannot make the key file {} private: {}", path, std::strerror(saved)));
   }
-  const std::string text = fmt::format("{}\n{}\n", kKeyFileHeader, z85(key.secret.data(), key.secret.size()));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok)
-    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(errno)));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  if (::close(fd) != 0 || !written)
+    return Status(Code::kUnavailable, fmt::format("cannot write the key file {}: {}", path, std::strerror(saved)));
   return {};
+}
+
+Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
+  return write_private_file(path, fmt::format("{}\n{}\n", kKeyFileHeader, z85(key.secret.data(), key.secret.size())),
+                            overwrite);
 }
 
 StatusOr<ClusterKey> read_key_file(const std::string& path) {

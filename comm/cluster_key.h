@@ -43,6 +43,9 @@ StatusOr<ClusterKey> generate_cluster_key();
 // Writes `key` to `path` (mode 0600, replacing no existing file unless
 // `overwrite`): a comment line and the secret in Z85.
 Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite = false);
+// Writes `text` to a file of `path` only its owner can read (created 0600,
+// never through a symbolic link, replacing no file unless `overwrite`).
+Status write_private_file(const std::string& path, const std::string& text, bool overwrite);
 // Reads a key file; errors name the file and what is wrong with it (missing,
 // unreadable, not a key, readable by others than its owner).
 StatusOr<ClusterKey> read_key_file(const std::string& path);

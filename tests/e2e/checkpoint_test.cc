@@ -24,11 +24,6 @@ using rill::testing::ten_step_curve;
 
 std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-checkpoint-"); }
 
-std::string fmt_step(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return name;
-}
 
 }  // namespace
 
@@ -192,7 +187,7 @@ TEST_CASE("a slow checkpoint disk slows the job but the cluster stays whole") {
   INFO(node0.output());
   INFO(node1.output());
   CHECK(ran.code == 0);
-  for (int step = 1; step <= 4; ++step) CHECK(std::filesystem::exists(dir / fmt_step(step) / "model.safetensors"));
+  for (int step = 1; step <= 4; ++step) CHECK(std::filesystem::exists(dir / rill::testing::step_folder(step) / "model.safetensors"));
   CHECK(node0.output().find("lost") == std::string::npos);
   CHECK(node1.output().find("lost") == std::string::npos);
   Ran down = run_rill("shutdown --master 127.0.0.1:19380");

@@ -22,6 +22,7 @@ using rill::testing::read_json;
 using rill::testing::root;
 using rill::testing::run_rill;
 using rill::testing::run_shell;
+using rill::testing::step_folder;
 using rill::testing::Terminal;
 
 std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-interrupt-"); }
@@ -37,12 +38,6 @@ int64_t stopped_at(const std::string& output) {
   std::smatch m;
   REQUIRE(std::regex_search(output, m, std::regex("interrupted at step (\\d+) of 100000000")));
   return std::stoll(m[1]);
-}
-
-std::string step_folder(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return name;
 }
 
 // What every stopped run must show: the step it stopped at is a checkpoint

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +14,13 @@
 #include "process_util.h"
 
 namespace rill::testing {
+
+// A checkpoint's step folder: "step-00000040".
+inline std::string step_folder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
 
 inline nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
