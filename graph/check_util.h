@@ -64,5 +64,8 @@ std::vector<std::string> dataset_names(const Job& job);
 // checkpoint.
 void check_datasets(const Job& job, Issues* issues);
 void check_run_config(const Job& job, Issues* issues);
+// Groups and pipeline stages (check_layout.cc).
+void check_groups(const Job& job, Issues* issues);
+void check_pipeline(const Job& job, Issues* issues);
 
 }  // namespace rill::graph::check

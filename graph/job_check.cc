@@ -1,5 +1,6 @@
 // The checks of a job's graph sections (inputs, variables, ops, loss,
-// metrics) and the entry points. Tensors are defined in file order: inputs,
+// metrics, fetch) and the entry points; groups and pipeline stages are
+// check_layout.cc's. Tensors are defined in file order: inputs,
 // variables, then each op's outputs. A tensor whose shape is unknown (its
 // producer had an error) is still defined, so one mistake yields one issue.
 #include "graph/job_check.h"
@@ -56,8 +57,8 @@ class GraphChecker {
     check_loss();
     check_metrics();
     check_fetch();
-    check_groups();
-    check_pipeline();
+    check::check_groups(job_, issues_);
+    check::check_pipeline(job_, issues_);
     check_eval_collectives();
     check_distributed();
   }
@@ -440,141 +441,6 @@ class GraphChecker {
         issues_->add(path, "{}: tensor '{}' is fetched twice", path, name);
     }
   }
-
-  // Pipeline stages are groups, each once; every input, variable and op is
-  // on a stage, and no op reads what a later stage makes (stages follow the
-  // forward pass). A pipeline needs micro-batches to stream. Or num_stages
-  // (the compiler cuts the ops itself), with no groups of its own to place.
-  void check_pipeline() {
-    if (!job_.pipeline) return;
-    const Pipeline& p = *job_.pipeline;
-    if (!p.stages.empty() && p.num_stages != 0) {
-      issues_->add("pipeline", "pipeline: give stages (groups) or num_stages (the compiler cuts), not both");
-      return;
-    }
-    if (p.stages.empty() && p.num_stages < 0) {
-      issues_->add("pipeline.num_stages", "pipeline.num_stages must be > 0, got {}", p.num_stages);
-      return;
-    }
-    if (p.stages.empty() && p.num_stages == 0) {
-      issues_->add("pipeline", "pipeline: no stages (name the groups in order, or set num_stages)");
-      return;
-    }
-    if (p.balance != "params" && p.balance != "flops")
-      issues_->add("pipeline.balance", "pipeline.balance must be \"params\" or \"flops\", got \"{}\"", p.balance);
-    const int64_t count = p.num_stages > 0 ? p.num_stages : static_cast<int64_t>(p.stages.size());
-    if (count > 1 && job_.train.micro_batches == 1)
-      issues_->add("train.micro_batches",
-                   "pipeline: {} stages with train.micro_batches 1 take turns; set train.micro_batches (at least {}) "
-                   "so micro-batches stream through them",
-                   count, count);
-    if (p.num_stages > 0) {
-      for (size_t i = 0; i < job_.ops.size(); ++i)
-        if (job_.ops[i].placement)
-          issues_->add(fmt::format("ops[{}].placement", i),
-                       "{}: pipeline.num_stages places every op itself; remove the op's placement (or name the "
-                       "stages as groups)",
-                       label("ops", i, job_.ops[i].name));
-      if (!job_.groups.empty())
-        issues_->add("groups",
-                     "pipeline.num_stages places every op itself; remove the groups (or name them as the stages)");
-      return;
-    }
-    std::map<std::string, size_t> stage_of;  // member -> stage index
-    std::vector<std::string> group_names;
-    for (const Group& g : job_.groups) group_names.push_back(g.name);
-    for (size_t s = 0; s < p.stages.size(); ++s) {
-      const std::string path = fmt::format("pipeline.stages[{}]", s);
-      auto g = std::find_if(job_.groups.begin(), job_.groups.end(),
-                            [&](const Group& group) { return group.name == p.stages[s]; });
-      if (g == job_.groups.end()) {
-        issues_->add(path, "{}: '{}' is not a group of the job{}", path, p.stages[s],
-                     did_you_mean(p.stages[s], group_names));
-        continue;
-      }
-      if (std::find(p.stages.begin(), p.stages.begin() + static_cast<std::ptrdiff_t>(s), p.stages[s]) !=
-          p.stages.begin() + static_cast<std::ptrdiff_t>(s)) {
-        issues_->add(path, "{}: group '{}' is a stage twice", path, p.stages[s]);
-        continue;
-      }
-      for (const std::string& m : g->members) stage_of.emplace(m, s);
-    }
-    auto on_no_stage = [&](const std::string& path, const std::string& where, const char* kind,
-                           const std::string& name) {
-      if (stage_of.count(name) == 0)
-        issues_->add(path, "{}: {} '{}' is on no stage (pipeline.stages: {})", where, kind, name,
-                     fmt::join(p.stages, ", "));
-    };
-    for (size_t i = 0; i < job_.inputs.size(); ++i)
-      on_no_stage(fmt::format("inputs[{}]", i), label("inputs", i, job_.inputs[i].name), "input", job_.inputs[i].name);
-    for (size_t i = 0; i < job_.variables.size(); ++i)
-      on_no_stage(fmt::format("variables[{}]", i), label("variables", i, job_.variables[i].name), "variable",
-                  job_.variables[i].name);
-    std::map<std::string, std::string> maker;  // tensor -> the input, variable or op that makes it
-    for (const Input& in : job_.inputs) maker[in.name] = in.name;
-    for (const Variable& v : job_.variables) maker[v.name] = v.name;
-    for (size_t i = 0; i < job_.ops.size(); ++i) {
-      const Op& op = job_.ops[i];
-      const std::string where = label("ops", i, op.name);
-      on_no_stage(fmt::format("ops[{}]", i), where, "op", op.name);
-      for (const std::string& out : op.outputs) maker[out] = op.name;
-      auto mine = stage_of.find(op.name);
-      if (mine == stage_of.end()) continue;
-      for (const std::string& in : op.inputs) {
-        auto m = maker.find(in);
-        if (m == maker.end()) continue;
-        auto theirs = stage_of.find(m->second);
-        if (theirs != stage_of.end() && theirs->second > mine->second)
-          issues_->add(fmt::format("ops[{}].inputs", i),
-                       "{}: on stage '{}' ({}), it reads '{}', made on the later stage '{}' ({}); stages must follow "
-                       "the forward pass",
-                       where, p.stages[mine->second], mine->second, in, p.stages[theirs->second], theirs->second);
-      }
-    }
-  }
-
-  // Group members are inputs, variables or ops of the job, each in at most
-  // one group and not also placed on its own; group names are distinct.
-  void check_groups() {
-    std::map<std::string, std::string> placed;  // member -> where it is placed
-    std::map<std::string, std::string> kinds;   // name -> "input" | "variable" | "op"
-    for (size_t i = 0; i < job_.inputs.size(); ++i) {
-      kinds[job_.inputs[i].name] = "input";
-      if (job_.inputs[i].placement) placed[job_.inputs[i].name] = label("inputs", i, job_.inputs[i].name);
-    }
-    for (size_t i = 0; i < job_.variables.size(); ++i) {
-      kinds[job_.variables[i].name] = "variable";
-      if (job_.variables[i].placement) placed[job_.variables[i].name] = label("variables", i, job_.variables[i].name);
-    }
-    for (size_t i = 0; i < job_.ops.size(); ++i) {
-      kinds[job_.ops[i].name] = "op";
-      if (job_.ops[i].placement) placed[job_.ops[i].name] = label("ops", i, job_.ops[i].name);
-    }
-    std::vector<std::string> names;
-    for (const auto& [name, kind] : kinds) names.push_back(name);
-    std::set<std::string> group_names;
-    for (size_t i = 0; i < job_.groups.size(); ++i) {
-      const Group& g = job_.groups[i];
-      const std::string path = fmt::format("groups[{}]", i), where = label("groups", i, g.name);
-      if (g.name.empty()) issues_->add(path + ".name", "{}: the group has no name", where);
-      else if (!group_names.insert(g.name).second)
-        issues_->add(path + ".name", "{}: group name '{}' is used twice", where, g.name);
-      if (g.members.empty()) issues_->add(path + ".members", "{}: the group has no members", where);
-      for (size_t k = 0; k < g.members.size(); ++k) {
-        const std::string& m = g.members[k];
-        const std::string mpath = fmt::format("{}.members[{}]", path, k);
-        if (kinds.count(m) == 0) {
-          issues_->add(mpath, "{}: '{}' is not an input, variable or op of the job{}", where, m,
-                       did_you_mean(m, names));
-          continue;
-        }
-        auto [it, fresh] = placed.emplace(m, where);
-        if (!fresh)
-          issues_->add(mpath, "{}: {} '{}' is already placed by {}", where, kinds[m], m, it->second);
-      }
-    }
-  }
-
   const Job& job_;
   int64_t batch_;
   Issues* issues_;
