@@ -220,6 +220,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     if (!key.ok()) return fail_command(key.status());
     if (Status written = comm::write_key_file(key_path, *key, true); !written.ok()) return fail_command(written);
     key_file.path = key_path;
+    interrupts::remove_when_ended(key_path);  // also when a third Ctrl-C ends this process at once
     ::setenv(comm::kKeyFileEnv, key_path.c_str(), 1);
   }
   std::string machines;

@@ -12,6 +12,7 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_count{0};
 std::atomic<int> g_first{0};
 int g_exit_at = 2;
+char g_remove[4096] = {};  // remove_when_ended's path ("" for none)
 
 void say(const char* text) { (void)!::write(STDERR_FILENO, text, std::strlen(text)); }
 
@@ -24,6 +25,7 @@ void on_signal(int signal) {
                           : "\nrill: interrupted: stopping the job after the step under way (Ctrl-C again: at once)\n");
   } else if (n >= g_exit_at) {
     say("\nrill: interrupted again: stopped at once\n");
+    if (g_remove[0] != '\0') ::unlink(g_remove);
     ::_exit(128 + g_first.load());
   } else {
     say("\nrill: interrupted again: stopping at once\n");
@@ -42,6 +44,10 @@ void install(int exit_at) {
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+}
+
+void remove_when_ended(const std::string& path) {
+  if (path.size() < sizeof g_remove) std::memcpy(g_remove, path.c_str(), path.size() + 1);
 }
 
 const std::atomic<bool>& stop_requested() { return g_stop; }

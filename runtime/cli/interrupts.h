@@ -7,12 +7,16 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 
 namespace rill::interrupts {
 
 // Takes SIGINT and SIGTERM from now on; the `exit_at`-th ends the process
 // with 128 + its number (>= 2).
 void install(int exit_at);
+// A file the process removes even when an interrupt ends it at once (the
+// cluster key `rill run --nodes` made): at most one, set before install.
+void remove_when_ended(const std::string& path);
 // Set by the first: what JobRunOptions::stop reads.
 const std::atomic<bool>& stop_requested();
 // How many came so far (what SubmitOptions::interrupts reads), and the

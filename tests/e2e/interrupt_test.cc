@@ -168,3 +168,34 @@ TEST_CASE("rill stop ends a submitted job at a step boundary on every node; rill
   CHECK(node0.wait(15) == 0);
   CHECK(node1.wait(15) == 0);
 }
+
+TEST_CASE("a third Ctrl-C ends rill run --nodes at once, its agents with it, and its cluster key is gone") {
+  auto dir = temp_dir() / "third";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto fifo = dir / "never.gz";
+  REQUIRE(run_shell("mkfifo " + fifo.string()).code == 0);
+  // The data never comes: the run never begins, so no step boundary comes.
+  Terminal run(binary() + " run " + root() + "/samples/mlp/mlp.json --steps 10 --nodes 2 --devices cpu:1 " +
+               "--ctrl-port 9945 --http 127.0.0.1:0 --logdir " + (dir / "logs").string() +
+               " --set datasets.train.images=" + fifo.string());
+  REQUIRE_MESSAGE(run.wait_for("reading dataset", 60), run.output());
+  REQUIRE(std::filesystem::exists(dir / "logs" / "cluster.key"));
+  for (const char* said : {"interrupted: stopping", "interrupted again: stopping at once"}) {
+    const size_t from = run.output().size();
+    run.type("\x03");
+    REQUIRE_MESSAGE(run.wait_for(said, 10, from), run.output());
+  }
+  run.type("\x03");
+  const int code = run.finish(10);
+  INFO(run.output());
+  CHECK(code == 130);
+  CHECK(run.output().find("interrupted again: stopped at once") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "logs" / "cluster.key"));
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = run_shell("pgrep -af 'agent --machines 127[.]0[.]0[.]1:9945' || true").output.empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(gone);
+}
