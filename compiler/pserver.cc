@@ -8,20 +8,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/fnv1a.h"
+
 namespace rill::compiler {
 namespace {
 
 bool pserver_mode(const graph::Job& job) { return job.distributed && job.distributed->mode == "pserver"; }
-
-// FNV-1a, 64 bits: a hash of a name that is the same on every node and build.
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 StatusOr<int> pserver_node(const std::string& entry, int num_nodes) {
   int node = -1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/fnv1a.h"
 #include "graph/job_check.h"
 
 namespace rill::compiler {
@@ -10,9 +11,7 @@ namespace {
 
 // FNV-1a of a name, as a non-negative seed: the same on every machine.
 int64_t name_seed(std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  return static_cast<int64_t>(h >> 2);
+  return static_cast<int64_t>(fnv1a(name) >> 2);
 }
 
 Status check_cluster(const Cluster& cluster) {

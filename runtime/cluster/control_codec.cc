@@ -7,6 +7,7 @@
 #include <flatbuffers/flatbuffers.h>
 #include <fmt/format.h>
 
+#include "base/fnv1a.h"
 #include "runtime/cluster/control_generated.h"
 #include "runtime/cluster/control_schema_text.h"
 #include "runtime/cluster/plan_schema_text.h"
@@ -149,10 +150,7 @@ Status node_error(Code code, const std::string& node, const std::string& error) 
 
 uint64_t schema_hash() {
   // FNV-1a over the schema texts: any change to either schema changes it.
-  uint64_t h = 1469598103934665603ull;
-  for (std::string_view text : {graph::kPlanSchemaText, graph::kControlSchemaText})
-    for (char c : text) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return h;
+  return fnv1a(graph::kControlSchemaText, fnv1a(graph::kPlanSchemaText));
 }
 
 std::string encode(const Message& message) {

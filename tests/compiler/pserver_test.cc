@@ -93,6 +93,14 @@ TEST_CASE("pserver layout: slice_var_up false keeps every variable whole; HashNa
   // w1.block0 0, w1.block1 1, b1.block0 1, w2.block0 1, w2.block1 0,
   // b2.block0 0, w3.block0 0, b3.block0 1.
   const auto hashed = layout_of(mlp_sample("distributed.split_method=HashName"), 4);
+  // Over 3 pservers, where the hash's basis shows (modulo 2 it does not):
+  // w1.block0 2, w1.block1 0, w1.block2 0, b1.block0 0, w2.block0 0,
+  // w2.block1 2, w2.block2 1, b2.block0 2, w3.block0 1, b3.block0 2.
+  CHECK(blocks_text(layout_of(
+            mlp_sample("distributed.split_method=HashName;distributed.pservers=0,1,2;distributed.trainers=3"), 6)) ==
+        "w1.block0 0+262 134144@2; w1.block1 262+262 134144@0; w1.block2 524+260 133120@0; b1.block0 0+512 512@0; "
+        "w2.block0 0+171 87552@0; w2.block1 171+171 87552@2; w2.block2 342+170 87040@1; b2.block0 0+512 512@2; "
+        "w3.block0 0+512 5120@1; b3.block0 0+10 10@2; ");
   CHECK(blocks_text(hashed) ==
         "w1.block0 0+392 200704@0; w1.block1 392+392 200704@1; b1.block0 0+512 512@1; w2.block0 0+256 131072@1; "
         "w2.block1 256+256 131072@0; b2.block0 0+512 512@0; w3.block0 0+512 5120@0; b3.block0 0+10 10@1; ");
