@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <limits>
 
 namespace rill {
 
@@ -35,7 +34,6 @@ class RunEnd {
 
   int64_t first() const { return first_; }
   int64_t end() const { return end_.load(); }
-  bool lowered() const { return end() < plan_end_; }
 
   // Whether a source or variable may begin (act for) `step` now. False at
   // or past the end, and while held (the actor is woken on release).

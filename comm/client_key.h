@@ -32,8 +32,8 @@ struct ClientKey {
 ClientKey client_key_of(const ClusterKey& key);
 
 // Writes `key` to `path` (0600, never through a link, replacing no file
-// unless `overwrite`): a comment line, then "client", "master" and "token"
-// lines.
+// unless `overwrite`): a comment line, then "client" (the secret half of
+// the pair; the public half follows from it), "master" and "token" lines.
 Status write_client_key_file(const std::string& path, const ClientKey& key, bool overwrite = false);
 
 // Whether `path` holds a client key (else, if anything, a cluster key).

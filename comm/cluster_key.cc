@@ -77,11 +77,11 @@ Status write_private_file(const std::string& path, const std::string& text, bool
 }
 
 Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
-  return write_private_file(path, fmt::format("{}\n{}\n", kKeyFileHeader, z85(key.secret.data(), key.secret.size())),
+  return write_private_file(path, fmt::format("{}\n{}\n", kKeyFileHeader, z85_key(key.secret)),
                             overwrite);
 }
 
-StatusOr<ClusterKey> read_key_file(const std::string& path) {
+StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     return Status(Code::kNotFound, fmt::format("key file {}: {}", path, std::strerror(errno)));
@@ -91,23 +91,34 @@ StatusOr<ClusterKey> read_key_file(const std::string& path) {
                             st.st_mode & 07777, path);
   std::ifstream in(path);
   if (!in) return Status(Code::kUnavailable, fmt::format("key file {}: cannot read it", path));
+  std::vector<KeyLine> lines;
   std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
+  for (int number = 1; std::getline(in, line); ++number) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    ClusterKey key;
-    if (line.rfind("client ", 0) == 0)
-      return invalid_argument("key file {} is a client key: it submits and watches jobs, and agents (rill agent, "
-                              "rill launch) need the cluster key it was made from",
-                              path);
-    if (line.size() != 40 || zmq_z85_decode(key.secret.data(), line.c_str()) == nullptr)
-      return invalid_argument("key file {}:{}: not a cluster key (40 Z85 characters; `rill keygen` writes one)", path,
-                              number);
-    return key;
+    if (!line.empty() && line[0] != '#') lines.push_back({number, line});
   }
-  return invalid_argument("key file {}: holds no key (`rill keygen` writes one)", path);
+  return lines;
+}
+
+std::string z85_key(const std::array<uint8_t, 32>& bytes) { return z85(bytes.data(), bytes.size()); }
+
+bool z85_key(std::string_view text, std::array<uint8_t, 32>* out) {
+  return text.size() == 40 && zmq_z85_decode(out->data(), std::string(text).c_str()) != nullptr;
+}
+
+StatusOr<ClusterKey> read_key_file(const std::string& path) {
+  RILL_ASSIGN_OR_RETURN(std::vector<KeyLine> lines, read_key_lines(path));
+  if (lines.empty()) return invalid_argument("key file {}: holds no key (`rill keygen` writes one)", path);
+  const KeyLine& first = lines.front();
+  if (first.text.rfind("client ", 0) == 0)
+    return invalid_argument("key file {} is a client key: it submits and watches jobs, and agents (rill agent, "
+                            "rill launch) need the cluster key it was made from",
+                            path);
+  ClusterKey key;
+  if (!z85_key(first.text, &key.secret))
+    return invalid_argument("key file {}:{}: not a cluster key (40 Z85 characters; `rill keygen` writes one)", path,
+                            first.number);
+  return key;
 }
 
 StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment() {

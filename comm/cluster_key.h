@@ -46,6 +46,18 @@ Status write_key_file(const std::string& path, const ClusterKey& key, bool overw
 // Writes `text` to a file of `path` only its owner can read (created 0600,
 // never through a symbolic link, replacing no file unless `overwrite`).
 Status write_private_file(const std::string& path, const std::string& text, bool overwrite);
+// The lines of a key file (cluster or client key) that are not comments,
+// trimmed, with their numbers; errors name the file (missing, not a regular
+// file, readable by others than its owner, unreadable).
+struct KeyLine {
+  int number = 0;
+  std::string text;
+};
+StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path);
+// 32 key bytes as the 40 Z85 characters key files hold, and back (false:
+// not such a text).
+std::string z85_key(const std::array<uint8_t, 32>& bytes);
+bool z85_key(std::string_view text, std::array<uint8_t, 32>* out);
 // Reads a key file; errors name the file and what is wrong with it (missing,
 // unreadable, not a key, readable by others than its owner).
 StatusOr<ClusterKey> read_key_file(const std::string& path);

@@ -521,9 +521,9 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           phase_cv_.notify_all();
         }
         if constexpr (std::is_same_v<T, ctl::Stop>) {
-          // From a client (Ctrl-C on rill run --nodes, rill launch, rill submit --follow).
-          // The client is told what was done (a following client reads
-          // past the answer).
+          // From a client: rill stop, or Ctrl-C on rill run --nodes and rill
+          // launch. The client is told what was done (a following client
+          // reads past the answer).
           if (!job_running_ && m.job_id == 0) {
             send_router(identity,
                         ctl::encode(ctl::StatusReply{nlohmann::json{{"stopping", "no job is running: nothing to stop"}}.dump()}));
@@ -549,7 +549,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
             begin_stop_locked();
         } else if constexpr (std::is_same_v<T, ctl::Held>) {
           std::lock_guard<std::mutex> lock(phase_mu_);
-          if (phase_.holding && m.job_id == phase_.job_id && m.phase == phase_.phase && node == m.node) {
+          if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && node == m.node) {
             phase_.held[m.node] = m.last_begun;
             end_when_held_locked();
           }

@@ -74,11 +74,11 @@ struct PhaseState {
   std::string lost;                  // a lost node's description
   std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
   // Stopping early at a step every node agrees on (actor/run_end.h): the
-  // phase's steps, whether the nodes were told to hold, each node's last
-  // step begun (node 0's too), and the end sent (-1: none yet).
+  // phase's steps, each node's last step begun (node 0's from when the
+  // nodes were told to hold: empty until then), and the end sent (-1: none
+  // yet).
   int64_t first_step = 0;
   int64_t plan_steps = 0;
-  bool holding = false;
   std::map<int, int64_t> held;
   int64_t end = -1;
 };

@@ -197,10 +197,9 @@ JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions option
 
 void Agent::begin_stop_locked() {
   // Before the phase runs, execute_phase begins it after its Start.
-  if (phase_.holding || !local_runtime_) return;
-  phase_.holding = true;
-  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Hold{phase_.job_id, phase_.phase});
+  if (!phase_.held.empty() || !local_runtime_) return;
   phase_.held[0] = local_runtime_->hold();
+  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Hold{phase_.job_id, phase_.phase});
   end_when_held_locked();
 }
 

@@ -361,7 +361,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     const std::vector<int64_t> kept = checkpoint_steps(job.checkpoint.dir);
     done += fmt::format(", checkpoint step(s) {} kept in {}", fmt::join(kept, ", "), job.checkpoint.dir);
     if (result.interrupted)
-      done += fmt::format(" (resume: --resume latest)");
+      done += " (resume: --resume latest)";
   } else if (result.interrupted) {
     done += job.checkpoint.dir.empty()
                 ? "; nothing saved: the job names no checkpoint.dir (the result JSON holds the variables)"

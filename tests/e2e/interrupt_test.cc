@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -43,8 +44,7 @@ int64_t stopped_at(const std::string& output) {
 // What every stopped run must show: the step it stopped at is a checkpoint
 // (the last one: `latest` names it), the result says so, and a resumed run
 // begins there.
-void check_stopped(const std::string& output, const std::filesystem::path& dir, const std::filesystem::path& result,
-                   const std::string& resume_args) {
+void check_stopped(const std::string& output, const std::filesystem::path& dir, const std::filesystem::path& result) {
   const int64_t step = stopped_at(output);
   CHECK(step > 0);
   CHECK(output.find("checkpoint step(s) " + std::to_string(step) + " kept in " + dir.string()) != std::string::npos);
@@ -55,64 +55,54 @@ void check_stopped(const std::string& output, const std::filesystem::path& dir, 
   CHECK(j["steps"] == step);
   CHECK(j["planned_steps"] == 100000000);
   Ran resumed = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --steps " +
-                         std::to_string(step + 5) + " --set checkpoint.dir=" + dir.string() + " --resume latest" +
-                         resume_args);
+                         std::to_string(step + 5) + " --set checkpoint.dir=" + dir.string() + " --resume latest");
   INFO(resumed.output);
   CHECK(resumed.code == 0);
   CHECK(resumed.output.find("resuming at step " + std::to_string(step)) != std::string::npos);
 }
 
+// `rill run` of the endless job (with `flags`) on a terminal of its own,
+// stopped by `interrupt` once well into its steps: its exit code must be
+// `code`, and it must have kept what check_stopped checks. Its output.
+std::string run_and_interrupt(const std::string& name, const std::string& flags,
+                              const std::function<void(Terminal&)>& interrupt, int code) {
+  auto dir = temp_dir() / name;
+  std::filesystem::remove_all(dir);
+  auto result = temp_dir() / (name + ".json");
+  Terminal run(binary() + " run " + endless(dir) + flags + " --result " + result.string());
+  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // well into its steps
+  interrupt(run);
+  const int ended = run.finish(60);
+  INFO(run.output());
+  CHECK(ended == code);
+  check_stopped(run.output(), dir, result);
+  return run.output();
+}
+
+void type_ctrl_c(Terminal& run) { run.type("\x03"); }
+
 }  // namespace
 
 TEST_CASE("Ctrl-C on rill run stops at a step boundary with a checkpoint there, says so, exits 130") {
-  auto dir = temp_dir() / "one";
-  std::filesystem::remove_all(dir);
-  auto result = temp_dir() / "one.json";
-  Terminal run(binary() + " run " + endless(dir) + " --result " + result.string());
-  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // well into its steps
-  run.type("\x03");
-  const int code = run.finish(60);
-  INFO(run.output());
-  CHECK(code == 130);
-  CHECK(run.output().find("interrupted: stopping the job after the step under way") != std::string::npos);
-  check_stopped(run.output(), dir, result, "");
+  const std::string output = run_and_interrupt("one", "", type_ctrl_c, 130);
+  CHECK(output.find("interrupted: stopping the job after the step under way") != std::string::npos);
 }
 
 TEST_CASE("SIGTERM stops rill run the same way, and exits 143") {
-  auto dir = temp_dir() / "term";
-  std::filesystem::remove_all(dir);
-  auto result = temp_dir() / "term.json";
-  Terminal run(binary() + " run " + endless(dir) + " --result " + result.string());
-  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  kill(run.pid(), SIGTERM);
-  const int code = run.finish(60);
-  INFO(run.output());
-  CHECK(code == 143);
-  check_stopped(run.output(), dir, result, "");
+  run_and_interrupt("term", "", [](Terminal& run) { kill(run.pid(), SIGTERM); }, 143);
 }
 
+// A checkpoint from 2 nodes resumes on one (check_stopped): it holds whole tensors.
 TEST_CASE("Ctrl-C on rill run --nodes 2 stops every node at one step, saves it, and the agents go with the run") {
-  auto dir = temp_dir() / "nodes";
-  std::filesystem::remove_all(dir);
-  auto result = temp_dir() / "nodes.json";
-  Terminal run(binary() + " run " + endless(dir) + " --nodes 2 --devices cpu:1 --ctrl-port 9941 --http 127.0.0.1:0" +
-               " --result " + result.string());
-  REQUIRE_MESSAGE(run.wait_for("job 'linear_regression'", 60), run.output());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  run.type("\x03");
-  const int code = run.finish(60);
-  INFO(run.output());
-  CHECK(code == 130);
-  CHECK(run.output().find("every node stops at step " + std::to_string(stopped_at(run.output()))) !=
-        std::string::npos);
+  const std::string output =
+      run_and_interrupt("nodes", " --nodes 2 --devices cpu:1 --ctrl-port 9941 --http 127.0.0.1:0", type_ctrl_c, 130);
+  INFO(output);
+  CHECK(output.find("every node stops at step " + std::to_string(stopped_at(output))) != std::string::npos);
   // The agents ended with the run (they were not killed by the terminal's
   // signal: they saw the job to its end).
   Ran left = run_shell("pgrep -af 'agent --machines 127[.]0[.]0[.]1:9941' || true");
   CHECK(left.output.empty());
-  // A checkpoint from 2 nodes resumes on one: it holds whole tensors.
-  check_stopped(run.output(), dir, result, "");
 }
 
 TEST_CASE("a second Ctrl-C stops at once, even where no step boundary comes (data that never arrives)") {
@@ -162,7 +152,7 @@ TEST_CASE("rill stop ends a submitted job at a step boundary on every node; rill
   CHECK(submit.output().find("job 1 stopped at step") != std::string::npos);
   Ran status = run_rill("status --master 127.0.0.1:9943", 30);
   CHECK(status.output.find("finished: job 1 (linear_regression) ok: interrupted at step") != std::string::npos);
-  check_stopped(status.output, dir, temp_dir() / "submitted.json", "");
+  check_stopped(status.output, dir, temp_dir() / "submitted.json");
   Ran down = run_rill("shutdown --master 127.0.0.1:9943", 30);
   CHECK(down.code == 0);
   CHECK(node0.wait(15) == 0);
