@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compiler/logical_graph.h"
+#include "compiler/numbering.h"
 #include "compiler/task_graph.h"
 
 namespace rill::compiler {
@@ -45,18 +46,17 @@ class Expander {
                                                                                   : 0;
   }
 
-  // Appends `task` with the actor id of its position on a thread of `type`
-  // (for comm threads, number `comm_thread` of the task's node).
-  int add_task(TaskNode task, DeviceType type, uint32_t comm_thread = 0) {
-    const uint32_t device = thread_device(task.device, type, comm_thread);
-    return out_.add_task(std::move(task), type, device);
-  }
-
   struct Thread {
     DeviceType type;
     uint32_t device;  // a device's number, or a comm thread's
   };
-  int add_task(TaskNode task, Thread thread) { return out_.add_task(std::move(task), thread.type, thread.device); }
+
+  // Numbers a task of `node` on `thread` (stored as `build()` makes it where
+  // the numbering keeps it; see compiler/numbering.h).
+  template <typename Build>
+  Numbering::Task add_task(int node, Thread thread, bool everywhere, Build&& build) {
+    return num_.task(node, thread.type, thread.device, everywhere, std::forward<Build>(build));
+  }
 
   // The thread of a task on `device` of `node` (placement `p`) that does
   // `rpc` for the trainers: on a pserver node, one of the threads it gives
@@ -69,32 +69,11 @@ class Expander {
   // GPUs (whose tasks keep their stream), the device's own thread.
   Thread thread_of(const graph::Placement& p, int node, int device, Rpc rpc);
 
-  static uint32_t thread_device(int device, DeviceType type, uint32_t comm_thread) {
-    return type == DeviceType::kCpu || type == DeviceType::kCuda ? static_cast<uint32_t>(device)
-           : type == DeviceType::kComm                           ? comm_thread
-                                                                 : 0;
-  }
-
-  // A regst of a task another node runs, when the graph is one node's: only
-  // numbered. A reference to a regst is its handle (>= 0) or ~index here.
-  // `sbp`: the producer's, when a reader may name it otherwise (an op's
-  // output in an SBP that is the same pieces on its placement, B or S on
-  // one device): the stored stub keeps the producer's, as the whole plan.
-  struct Counted {
-    int64_t id;
-    uint64_t producer_id;
-    std::optional<NdSbp> sbp;
-    bool is_model = false;
-  };
-  int64_t count_regst(uint64_t producer_id, std::optional<NdSbp> sbp = std::nullopt, bool is_model = false) {
-    counted_.push_back({out_.next_regst++, producer_id, std::move(sbp), is_model});
-    return ~static_cast<int64_t>(counted_.size() - 1);
-  }
-
-  // The handle of referenced regst `ref`, piece `rank` (of placement `p`,
-  // in `sbp`) of `tensor`: a counted one is stored on first use, with no
-  // producer task (tasks that read across nodes are stored on every node).
-  // `as`: the logical tensor it is a piece of, when not `tensor` (a collective's boxing).
+  // The handle of referenced regst `ref` (Numbering::regst), piece `rank`
+  // (of placement `p`, in `sbp`) of `tensor`: a counted one is stored on
+  // first use, with no producer task (tasks that read across nodes are
+  // stored on every node). `as`: the logical tensor it is a piece of, when
+  // not `tensor` (a collective's boxing).
   int handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
              const TensorMeta* as = nullptr);
 
@@ -102,14 +81,17 @@ class Expander {
     return piece_region(logical, sbp, p.num_nodes(), p.per_node(), rank);
   }
 
-  // The regst of piece `rank` (of placement `p`) of a tensor, written by `task`.
-  int add_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
-                const graph::Placement& p, int rank, bool is_model = false) {
-    return add_region_regst(task, name, logical, sbp, piece(logical.shape, sbp, p, rank), is_model);
+  // The regst of piece `rank` (of placement `p`) of a tensor, written by
+  // `task`: its reference (see handle()).
+  int64_t add_regst(const Numbering::Task& task, const std::string& name, const TensorMeta& logical,
+                    const NdSbp& sbp, const graph::Placement& p, int rank, bool is_model = false) {
+    return num_.regst(task, sbp, is_model, [&] {
+      return region_regst(name, logical, sbp, piece(logical.shape, sbp, p, rank), is_model);
+    });
   }
 
-  int add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
-                       const Region& region, bool is_model = false);
+  RegstNode region_regst(const std::string& name, const TensorMeta& logical, const NdSbp& sbp, const Region& region,
+                         bool is_model = false) const;
 
   // An async pserver's block (one piece, on a pserver, its gradient made on
   // the trainers): a lane per trainer rank; 1 otherwise.
@@ -242,8 +224,7 @@ class Expander {
   // References (handle() says what they are) by rank.
   std::map<std::string, std::vector<int64_t>> pieces_;  // tensor -> its pieces
   std::vector<std::vector<int64_t>> boxed_;             // boxing node -> its output pieces
-  std::vector<Counted> counted_;
-  std::map<int64_t, int> stored_;  // counted reference -> its handle, once stored
+  Numbering num_{out_};
   std::vector<std::vector<int>> variable_tasks_;
   // An async pserver's block: its model regst per lane (trainer rank).
   std::map<std::string, std::vector<int64_t>> model_lanes_;
@@ -254,7 +235,7 @@ class Expander {
   std::vector<std::vector<int>> op_tasks_;
   struct ChainUnit {  // a boxing unit across nodes, in order
     uint32_t thread;
-    std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
+    std::vector<std::pair<int, Numbering::Task>> members;  // (node, its task)
   };
   std::vector<ChainUnit> chain_units_;
   int sink_task_ = -1;

@@ -6,31 +6,15 @@
 namespace rill::compiler {
 
 int Expander::handle(int64_t ref, const std::string& tensor, const NdSbp& sbp, int placement, int rank,
-           const TensorMeta* as) {
-  if (ref >= 0) return static_cast<int>(ref);
-  auto [it, fresh] = stored_.try_emplace(ref, -1);
-  if (!fresh) return it->second;
-  const Counted& c = counted_[static_cast<size_t>(~ref)];
-  const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
-  RegstNode r;
-  r.name = tensor;
-  r.id = c.id;
-  r.node = static_cast<int>(ActorId::node(c.producer_id));
-  r.producer_id = c.producer_id;
-  r.meta = TensorMeta{piece(logical.shape, sbp, at(placement), rank).extent, logical.dtype};
-  r.logical_shape = logical.shape;
-  r.sbp = c.sbp.value_or(sbp);
-  r.is_model = c.is_model;
-  r.readies_per_step = rate(tensor);
-  r.stage = g_.find(tensor)->stage;
-  r.after_updates = g_.find(tensor)->after_updates;
-  out_.regsts.push_back(std::move(r));
-  it->second = static_cast<int>(out_.regsts.size() - 1);
-  return it->second;
+                     const TensorMeta* as) {
+  return num_.resolve(ref, [&] {
+    const TensorMeta& logical = as != nullptr ? *as : g_.find(tensor)->meta;
+    return region_regst(tensor, logical, sbp, piece(logical.shape, sbp, at(placement), rank));
+  });
 }
 
-int Expander::add_region_regst(int task, const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
-                     const Region& region, bool is_model) {
+RegstNode Expander::region_regst(const std::string& name, const TensorMeta& logical, const NdSbp& sbp,
+                                 const Region& region, bool is_model) const {
   RegstNode r;
   r.name = name;
   r.meta = TensorMeta{region.extent, logical.dtype};
@@ -40,7 +24,7 @@ int Expander::add_region_regst(int task, const std::string& name, const TensorMe
   r.readies_per_step = rate(name);
   r.stage = g_.find(name)->stage;
   r.after_updates = g_.find(name)->after_updates;
-  return out_.add_regst(std::move(r), task);
+  return r;
 }
 
 StatusOr<TaskGraph> Expander::run() {
@@ -75,7 +59,7 @@ StatusOr<TaskGraph> Expander::run() {
   }
   out_.tasks.reserve(estimate + estimate / 4);
   out_.regsts.reserve(estimate + estimate / 2);
-  if (out_.node >= 0) counted_.reserve(counted);
+  num_.reserve_counted(counted);
   for (const graph::Placement& p : g_.placements) out_.placements.push_back(p.to_string());
   add_sources();
   add_variables();
@@ -121,37 +105,33 @@ void Expander::add_source_set(int d, size_t set, const std::vector<const InputNo
   std::vector<std::vector<int64_t>*> outs;
   for (const InputNode* in : members) outs.push_back(&pieces_[in->input.name]);
   for (int rank = 0; rank < p.parallel(); ++rank) {
-    if (!out_.stores(p.node_of(rank))) {
-      const uint64_t id = out_.count_task(p.node_of(rank), DeviceType::kIo, 0);
-      for (std::vector<int64_t>* out : outs) out->push_back(count_regst(id));
-      continue;
-    }
-    TaskNode task;
-    task.kind = plan::TaskKind::Source;
-    task.name = fmt::format("source:{}@{}", name, rank);
-    task.node = p.node_of(rank);
-    task.placement = members[0]->placement;
-    task.source.dataset = static_cast<int>(d);
-    // Rows by node, then by device within the node's rows (NdSbp's
-    // nesting); a split on one level only is that level's shards.
-    const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
-    const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
-    if (by_node) {
-      task.source.shard = rank / p.per_node();
-      task.source.num_shards = p.num_nodes();
-    }
-    if (by_device) {
-      (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
-      (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
-    }
-    for (const InputNode* in : members) {
-    task.source.fields.push_back(in->input.field);
-    const IndexBound bound = index_bound(in->input.name);
-    task.source.index_bounds.push_back(bound.bound);
-    task.source.index_readers.push_back(bound.reader);
-  }
-    task.acts_per_step = static_cast<int>(g_.micro_batches);
-    int t = add_task(std::move(task), DeviceType::kIo);
+    const Numbering::Task t = add_task(p.node_of(rank), {DeviceType::kIo, 0}, false, [&] {
+      TaskNode task;
+      task.kind = plan::TaskKind::Source;
+      task.name = fmt::format("source:{}@{}", name, rank);
+      task.placement = members[0]->placement;
+      task.source.dataset = d;
+      // Rows by node, then by device within the node's rows (NdSbp's
+      // nesting); a split on one level only is that level's shards.
+      const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
+      const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
+      if (by_node) {
+        task.source.shard = rank / p.per_node();
+        task.source.num_shards = p.num_nodes();
+      }
+      if (by_device) {
+        (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
+        (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
+      }
+      for (const InputNode* in : members) {
+        task.source.fields.push_back(in->input.field);
+        const IndexBound bound = index_bound(in->input.name);
+        task.source.index_bounds.push_back(bound.bound);
+        task.source.index_readers.push_back(bound.reader);
+      }
+      task.acts_per_step = static_cast<int>(g_.micro_batches);
+      return task;
+    });
     for (size_t k = 0; k < members.size(); ++k) {
       const InputNode* in = members[k];
       outs[k]->push_back(add_regst(t, in->input.name, g_.find(in->input.name)->meta, in->sbp, p, rank));
@@ -186,38 +166,31 @@ void Expander::add_variables() {
     std::vector<int64_t> lane_regsts;  // lanes > 1: lane 0's model regst, then the others
     for (int rank = 0; rank < p.parallel(); ++rank) {
       const Thread thread = thread_of(p, p.node_of(rank), p.device_of(rank), var.block_of ? Rpc::kGet : Rpc::kNone);
-      if (!out_.stores(p.node_of(rank)) && !everywhere) {
-        const uint64_t id = out_.count_task(p.node_of(rank), thread.type, thread.device);
-        out.push_back(count_regst(id, std::nullopt, true));
-        if (lanes > 1) lane_regsts.push_back(out.back());
-        for (int lane = 1; lane < lanes; ++lane) lane_regsts.push_back(count_regst(id, std::nullopt, true));
-        tasks.push_back(-1);
-        continue;
-      }
-      TaskNode task;
-      task.kind = plan::TaskKind::Variable;
-      task.name = fmt::format("{}@{}", var.name, rank);
-      task.node = p.node_of(rank);
-      task.device = p.device_of(rank);
-      task.placement = v.placement;
-      task.variable.init_op = var.init.type;
-      task.variable.init_attrs = var.init.attrs;
-      if (!task.variable.init_attrs.has("shape"))
-        task.variable.init_attrs.set("shape", std::vector<int64_t>(var.shape));
-      task.variable.update_op = v.update_op;
-      task.variable.update_attrs = v.update_attrs;
-      task.variable.num_state = v.num_state;
-      task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
-      // The lowest rank that could hold the same piece: node 0 of the
-      // placement unless split across nodes, device 0 unless split within.
-      const int first = (v.sbp.across.kind == Sbp::kSplit ? rank / p.per_node() : 0) * p.per_node() +
-                        (v.sbp.within.kind == Sbp::kSplit ? rank % p.per_node() : 0);
-      task.variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == task.variable.offset;
-      task.variable.block_of = var.block_of;
-      task.variable.lanes = lanes;
-      task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
-      int t = add_task(std::move(task), thread);
-      tasks.push_back(t);
+      const Numbering::Task t = add_task(p.node_of(rank), thread, everywhere, [&] {
+        TaskNode task;
+        task.kind = plan::TaskKind::Variable;
+        task.name = fmt::format("{}@{}", var.name, rank);
+        task.device = p.device_of(rank);
+        task.placement = v.placement;
+        task.variable.init_op = var.init.type;
+        task.variable.init_attrs = var.init.attrs;
+        if (!task.variable.init_attrs.has("shape"))
+          task.variable.init_attrs.set("shape", std::vector<int64_t>(var.shape));
+        task.variable.update_op = v.update_op;
+        task.variable.update_attrs = v.update_attrs;
+        task.variable.num_state = v.num_state;
+        task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
+        // The lowest rank that could hold the same piece: node 0 of the
+        // placement unless split across nodes, device 0 unless split within.
+        const int first = (v.sbp.across.kind == Sbp::kSplit ? rank / p.per_node() : 0) * p.per_node() +
+                          (v.sbp.within.kind == Sbp::kSplit ? rank % p.per_node() : 0);
+        task.variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == task.variable.offset;
+        task.variable.block_of = var.block_of;
+        task.variable.lanes = lanes;
+        task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
+        return task;
+      });
+      tasks.push_back(t.handle);
       out.push_back(add_regst(t, var.name, g_.find(var.name)->meta, v.sbp, p, rank, true));
       if (lanes > 1) lane_regsts.push_back(out.back());
       for (int lane = 1; lane < lanes; ++lane)
@@ -249,39 +222,34 @@ void Expander::add_computes() {
     for (int rank = 0; rank < p.parallel(); ++rank) {
       const Thread thread =
           thread_of(p, p.node_of(rank), p.device_of(rank), op.backward ? Rpc::kSend : Rpc::kPrefetch);
-      if (!out_.stores(p.node_of(rank)) && !everywhere) {
-        const uint64_t id = out_.count_task(p.node_of(rank), thread.type, thread.device);
-        for (size_t k = 0; k < outs.size(); ++k) outs[k]->push_back(count_regst(id, op.output_sbp[k]));
-        tasks.push_back(-1);
-        continue;
-      }
-      TaskNode task;
-      task.kind = plan::TaskKind::Compute;
-      task.name = fmt::format("{}@{}", op.name, rank);
-      task.op_type = op.type;
-      task.attrs = op.attrs;
-      task.node = p.node_of(rank);
-      task.device = p.device_of(rank);
-      task.placement = op.placement;
-      std::vector<TensorMeta> physical_inputs;
-      for (size_t k = 0; k < inputs.size(); ++k) {
-        const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, rank);
-        const Shape& extent = region.extent;
-        // Mirrored: a rank's pieces are its whole tensors (a mean is over its
-        // rows); they lie at the origin, but for the rank's rows of the step
-        // (all its micro-batches) stacked after the ranks before it, so that
-        // no two ranks' or micro-batches' places meet.
-        task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
-        Shape offset = region.origin;
-        if (g_.mirrored && !offset.empty()) offset[0] = rank * static_cast<int64_t>(g_.micro_batches) * extent[0];
-        task.input_offsets.push_back(std::move(offset));
-        physical_inputs.push_back({extent, inputs[k]->dtype});
-      }
-      if (op.def->scratch_bytes != nullptr)
-        task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
-      task.acts_per_step = acts;
-      int t = add_task(std::move(task), thread);
-      tasks.push_back(t);
+      const Numbering::Task t = add_task(p.node_of(rank), thread, everywhere, [&] {
+        TaskNode task;
+        task.kind = plan::TaskKind::Compute;
+        task.name = fmt::format("{}@{}", op.name, rank);
+        task.op_type = op.type;
+        task.attrs = op.attrs;
+        task.device = p.device_of(rank);
+        task.placement = op.placement;
+        std::vector<TensorMeta> physical_inputs;
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, rank);
+          const Shape& extent = region.extent;
+          // Mirrored: a rank's pieces are its whole tensors (a mean is over
+          // its rows); they lie at the origin, but for the rank's rows of the
+          // step (all its micro-batches) stacked after the ranks before it,
+          // so that no two ranks' or micro-batches' places meet.
+          task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
+          Shape offset = region.origin;
+          if (g_.mirrored && !offset.empty()) offset[0] = rank * static_cast<int64_t>(g_.micro_batches) * extent[0];
+          task.input_offsets.push_back(std::move(offset));
+          physical_inputs.push_back({extent, inputs[k]->dtype});
+        }
+        if (op.def->scratch_bytes != nullptr)
+          task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
+        task.acts_per_step = acts;
+        return task;
+      });
+      tasks.push_back(t.handle);
       for (size_t k = 0; k < outs.size(); ++k)
         outs[k]->push_back(add_regst(t, op.outputs[k], *outputs[k], op.output_sbp[k], p, rank));
     }
@@ -289,14 +257,17 @@ void Expander::add_computes() {
 }
 
 void Expander::add_sink() {
-  TaskNode task;
-  task.kind = plan::TaskKind::Sink;
-  task.name = "sink";
-  task.node = 0;
-  task.placement = -1;
-  for (const Reported& r : g_.reported) task.acts_per_step = std::max(task.acts_per_step, rate(r.tensor));
-  for (const Reported& f : g_.fetched) task.acts_per_step = std::max(task.acts_per_step, rate(f.tensor));
-  sink_task_ = add_task(std::move(task), DeviceType::kIo);
+  sink_task_ = add_task(0, {DeviceType::kIo, 0}, true, [&] {
+                 TaskNode task;
+                 task.kind = plan::TaskKind::Sink;
+                 task.name = "sink";
+                 task.placement = -1;
+                 for (const Reported& r : g_.reported)
+                   task.acts_per_step = std::max(task.acts_per_step, rate(r.tensor));
+                 for (const Reported& f : g_.fetched)
+                   task.acts_per_step = std::max(task.acts_per_step, rate(f.tensor));
+                 return task;
+               }).handle;
 }
 
 int Expander::read(const std::string& tensor, int boxing, int rank) {

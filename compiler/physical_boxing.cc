@@ -60,17 +60,15 @@ void Expander::add_per_device_boxing(int b) {
   const TensorMeta& meta = boxed_meta(g_, box);
   const bool everywhere = reads_move(b);
   for (int rank = 0; rank < p.parallel(); ++rank) {
-    if (!out_.stores(p.node_of(rank)) && !everywhere) {
-      boxed_[static_cast<size_t>(b)].push_back(
-          count_regst(out_.count_task(p.node_of(rank), DeviceType::kCpu, p.device_of(rank))));
-      continue;
-    }
     const int first = rank / p.per_node() * p.per_node();
-    TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
-    task.device = p.device_of(rank);
-    task.boxing.piece = rank % p.per_node();
-    task.inputs = boxing_inputs({b}, first, p.per_node());
-    const int t = add_task(std::move(task), DeviceType::kCpu);
+    const Numbering::Task t =
+        add_task(p.node_of(rank), {DeviceType::kCpu, static_cast<uint32_t>(p.device_of(rank))}, everywhere, [&] {
+          TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
+          task.device = p.device_of(rank);
+          task.boxing.piece = rank % p.per_node();
+          task.inputs = boxing_inputs({b}, first, p.per_node());
+          return task;
+        });
     boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, p, rank));
   }
 }
@@ -104,39 +102,29 @@ Status Expander::add_boxings() {
     const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
     std::vector<uint64_t> ids;
     std::vector<int> tasks;
-    std::vector<std::pair<int, int>> members;  // (node, task handle or -1)
+    std::vector<std::pair<int, Numbering::Task>> members;  // (node, its task)
     for (int index = 0; index < nodes; ++index) {
       const int node = p.nodes[static_cast<size_t>(index)];
       const int first = index * p.per_node();
-      if (!out_.stores(node) && !everywhere) {
-        const uint64_t id = out_.count_task(node, DeviceType::kComm, thread);
-        ids.push_back(id);
-        members.push_back({node, -1});
-        for (int b : unit) {
-          const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
-          const int64_t shared = member.out.within.kind == Sbp::kBroadcast ? count_regst(id) : 0;
-          for (int d = 0; d < p.per_node(); ++d)
-            boxed_[static_cast<size_t>(b)].push_back(shared < 0 ? shared : count_regst(id));
-        }
-        continue;
-      }
-      TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
-      task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
-      task.boxing.tensors = static_cast<int>(unit.size());
-      task.inputs = boxing_inputs(unit, first, p.per_node());
-      const int t = add_task(std::move(task), DeviceType::kComm, thread);
-      ids.push_back(out_.tasks[t].id);
-      tasks.push_back(t);
+      const Numbering::Task t = add_task(node, {DeviceType::kComm, thread}, everywhere, [&] {
+        TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
+        task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
+        task.boxing.tensors = static_cast<int>(unit.size());
+        task.inputs = boxing_inputs(unit, first, p.per_node());
+        return task;
+      });
+      ids.push_back(t.id);
+      if (t.stored()) tasks.push_back(t.handle);
       members.push_back({node, t});
       for (int b : unit) {
         const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
         const TensorMeta& meta = boxed_meta(g_, member);
         // A B result is one regst that every device of the node reads.
-        const int shared =
-            member.out.within.kind == Sbp::kBroadcast ? add_regst(t, member.tensor, meta, member.out, p, first) : -1;
+        const bool shared = member.out.within.kind == Sbp::kBroadcast;
+        const int64_t one = shared ? add_regst(t, member.tensor, meta, member.out, p, first) : 0;
         for (int d = 0; d < p.per_node(); ++d)
           boxed_[static_cast<size_t>(b)].push_back(
-              shared >= 0 ? shared : add_regst(t, member.tensor, meta, member.out, p, first + d));
+              shared ? one : add_regst(t, member.tensor, meta, member.out, p, first + d));
       }
     }
     if (boxing_exchanges(box.in, box.out, nodes))
@@ -148,32 +136,31 @@ Status Expander::add_boxings() {
 }
 
 void Expander::order_comm_threads() {
-  // (node, thread) -> its tasks in order (handles; -1: another node's, only counted)
-  std::map<std::pair<int, uint32_t>, std::vector<int>> chains;
+  // (node, thread) -> its tasks in order
+  std::map<std::pair<int, uint32_t>, std::vector<Numbering::Task>> chains;
   for (const ChainUnit& unit : chain_units_)
     for (const auto& [node, task] : unit.members) chains[{node, unit.thread}].push_back(task);
   for (auto& [where, chain] : chains) {
     if (chain.size() < 2) continue;
-    if (!out_.stores(where.first)) {
-      out_.next_regst += static_cast<int64_t>(chain.size() - 1);
-      continue;
-    }
     int first = -1;
     for (size_t i = 0; i + 1 < chain.size(); ++i) {
-      RegstNode r;
-      r.name = "ctrl:" + out_.tasks[chain[i]].name;
-      r.meta = TensorMeta{Shape{}, DType::kF32};
-      r.sbp = NdSbp(Sbp::broadcast());
-      r.ctrl = true;
-      // Once per micro-batch only if its writer and every reader act so.
-      auto acts = [&](int t) { return out_.tasks[static_cast<size_t>(t)].acts_per_step; };
-      r.readies_per_step = std::min(acts(chain[i]), acts(chain[i + 1]));
-      if (i == 0 && chain.size() > 2) r.readies_per_step = std::min(r.readies_per_step, acts(chain.back()));
-      const int id = out_.add_regst(std::move(r), chain[i]);
+      const int id = num_.ctrl_regst(chain[i], [&] {
+        // Once per micro-batch only if its writer and every reader act so.
+        auto acts = [&](const Numbering::Task& t) { return out_.tasks[static_cast<size_t>(t.handle)].acts_per_step; };
+        RegstNode r;
+        r.name = "ctrl:" + out_.tasks[static_cast<size_t>(chain[i].handle)].name;
+        r.meta = TensorMeta{Shape{}, DType::kF32};
+        r.sbp = NdSbp(Sbp::broadcast());
+        r.ctrl = true;
+        r.readies_per_step = std::min(acts(chain[i]), acts(chain[i + 1]));
+        if (i == 0 && chain.size() > 2) r.readies_per_step = std::min(r.readies_per_step, acts(chain.back()));
+        return r;
+      });
+      if (id < 0) continue;  // another node's chain: only counted
       if (i == 0) first = id;
-      out_.tasks[chain[i + 1]].inputs.push_back(id);  // after the pieces
+      out_.tasks[static_cast<size_t>(chain[i + 1].handle)].inputs.push_back(id);  // after the pieces
     }
-    if (chain.size() > 2) out_.tasks[chain.back()].inputs.push_back(first);
+    if (first >= 0 && chain.size() > 2) out_.tasks[static_cast<size_t>(chain.back().handle)].inputs.push_back(first);
   }
 }
 

@@ -9,25 +9,26 @@ namespace rill::compiler {
 int Expander::add_copy_task(const BoxingNode& box, std::string name, int placement, int node, int device,
                   const std::vector<std::pair<int, Region>>& sources, const Region& target, const NdSbp& sbp,
                   Rpc rpc) {
-  const TensorMeta& meta = boxed_meta(g_, box);
-  TaskNode task;
-  task.kind = plan::TaskKind::Boxing;
-  task.name = std::move(name);
-  task.node = node;
-  task.placement = placement;
-  task.boxing.in = box.in;
-  task.boxing.out = box.out;
-  for (const auto& [regst, region] : sources) {
-    task.inputs.push_back(regst);
-    task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
-  }
-  task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
-  task.acts_per_step = rate(box.tensor);
   const bool cpu = at(placement).type == DeviceType::kCpu;
-  if (cpu) task.device = device;
-  const int t = cpu ? add_task(std::move(task), thread_of(at(placement), node, device, rpc))
-                    : add_task(std::move(task), DeviceType::kComm, kCommThreads);
-  return add_region_regst(t, box.tensor, meta, sbp, target);
+  const Thread thread = cpu ? thread_of(at(placement), node, device, rpc) : Thread{DeviceType::kComm, kCommThreads};
+  // Moves read across nodes: stored on every node.
+  const Numbering::Task t = add_task(node, thread, true, [&] {
+    TaskNode task;
+    task.kind = plan::TaskKind::Boxing;
+    task.name = std::move(name);
+    task.placement = placement;
+    task.boxing.in = box.in;
+    task.boxing.out = box.out;
+    for (const auto& [regst, region] : sources) {
+      task.inputs.push_back(regst);
+      task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
+    }
+    task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
+    task.acts_per_step = rate(box.tensor);
+    if (cpu) task.device = device;
+    return task;
+  });
+  return static_cast<int>(num_.regst(t, sbp, false, [&] { return region_regst(box.tensor, boxed_meta(g_, box), sbp, target); }));
 }
 
 void Expander::add_move(int b) {
