@@ -77,7 +77,7 @@ StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& clu
   RILL_ASSIGN_OR_RETURN(const graph::Job job, cut_stages(transpiled, cluster));
   RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, mode));
   RILL_RETURN_IF_ERROR(check_stage_devices(job, g));
-  g.sum_moved_partials = given.distributed && given.distributed->mode == "pserver";
+  g.sum_moved_partials = given.pserver_mode();
   g.async_pserver = g.sum_moved_partials && !given.distributed->sync_mode && mode == Mode::kTrain;
   if (g.async_pserver && given.distributed->enable_dc_asgd) g.dc_asgd_lambda = kDcAsgdLambda;
   if (g.sum_moved_partials) {

@@ -124,7 +124,7 @@ struct LogicalGraph {
   int64_t global_batch = 0;  // rows per step
   int64_t micro_batches = 1;  // per step (train plans); tensor shapes have micro_batch() rows
   int64_t micro_batch() const { return global_batch / micro_batches; }
-  std::string schedule = "1f1b";  // train.schedule
+  graph::Schedule schedule = graph::Schedule::k1f1b;  // train.schedule
   bool allow_tf32 = false;        // train.allow_tf32
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   // train.view "mirrored" (train plans): every device a rank with its own

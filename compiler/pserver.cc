@@ -13,7 +13,6 @@
 namespace rill::compiler {
 namespace {
 
-bool pserver_mode(const graph::Job& job) { return job.distributed && job.distributed->mode == "pserver"; }
 
 StatusOr<int> pserver_node(const std::string& entry, int num_nodes) {
   int node = -1;
@@ -32,7 +31,7 @@ StatusOr<int> pserver_node(const std::string& entry, int num_nodes) {
 }  // namespace
 
 StatusOr<PserverLayout> pserver_layout(const graph::Job& job, const Cluster& cluster) {
-  if (!pserver_mode(job)) return invalid_argument("the job is not in pserver mode (distributed.mode)");
+  if (!job.pserver_mode()) return invalid_argument("the job is not in pserver mode (distributed.mode)");
   const graph::Distributed& d = *job.distributed;
   PserverLayout layout;
   std::set<int> named;
@@ -78,7 +77,7 @@ StatusOr<PserverLayout> pserver_layout(const graph::Job& job, const Cluster& clu
       b.row_offset = v.shape.empty() ? 0 : k * block_rows;
       b.rows = v.shape.empty() ? 1 : std::min(block_rows, rows - b.row_offset);
       b.elements = v.shape.empty() ? elements : b.rows * width;
-      const int64_t pick = d.split_method == "HashName" ? static_cast<int64_t>(fnv1a(b.name) % servers)
+      const int64_t pick = d.split_method == graph::SplitMethod::kHashName ? static_cast<int64_t>(fnv1a(b.name) % servers)
                                                         : next++ % servers;
       b.pserver = layout.pservers[static_cast<size_t>(pick)];
       layout.blocks.push_back(std::move(b));
@@ -91,7 +90,7 @@ std::string describe_pserver_layout(const PserverLayout& layout, const graph::Jo
   const graph::Distributed& d = *job.distributed;
   std::string out = fmt::format("pserver mode ({}, {}, slice_var_up {}, min_block_size {}): pservers nodes {}; "
                                 "trainers nodes {}\n",
-                                d.sync_mode ? "sync" : "async", d.split_method, d.slice_var_up, d.min_block_size,
+                                d.sync_mode ? "sync" : "async", graph::to_string(d.split_method), d.slice_var_up, d.min_block_size,
                                 fmt::join(layout.pservers, ", "), fmt::join(layout.trainers, ", "));
   for (const PserverBlock& b : layout.blocks) {
     const auto v = std::find_if(job.variables.begin(), job.variables.end(),
@@ -132,16 +131,16 @@ StatusOr<std::map<std::string, std::vector<size_t>>> lookup_tables(const graph::
 }
 
 StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& cluster) {
-  if (job.distributed && !pserver_mode(job)) {
+  if (job.distributed && !job.pserver_mode()) {
     // Collective mode: every node trains; gradients are all-reduced (data
     // parallelism over the cluster, Rill's own collectives on CPU devices).
     const int64_t trainers = job.distributed->trainers;
     if (trainers != 0 && trainers != cluster.num_nodes)
       return invalid_argument("distributed.trainers is {}, but in mode \"{}\" every node trains: the cluster has {}",
-                              trainers, job.distributed->mode, cluster.num_nodes);
+                              trainers, graph::to_string(job.distributed->mode), cluster.num_nodes);
     return job;
   }
-  if (!pserver_mode(job)) return job;
+  if (!job.pserver_mode()) return job;
   RILL_ASSIGN_OR_RETURN(PserverLayout layout, pserver_layout(job, cluster));
   RILL_ASSIGN_OR_RETURN(auto tables, lookup_tables(job));
   graph::Placement trainers;

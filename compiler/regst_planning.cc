@@ -7,7 +7,7 @@ namespace rill::compiler {
 int slots(const TaskGraph& g, const RegstNode& r, int activation_register_num) {
   const int k = r.readies_per_step;
   if (k <= 1) return activation_register_num;
-  if (g.schedule == "gpipe") return std::max(activation_register_num, k);
+  if (g.schedule == graph::Schedule::kGpipe) return std::max(activation_register_num, k);
   // 1F1B: the forward pass's tensors at stage s wait for their backward
   // while the S - s - 1 stages after it work on later micro-batches.
   if (r.stage < 0) return activation_register_num;

@@ -119,7 +119,7 @@ struct TaskGraph {
   int64_t steps = 0;
   int64_t global_batch = 0;
   int64_t micro_batches = 1;
-  std::string schedule = "1f1b";  // train.schedule
+  graph::Schedule schedule = graph::Schedule::k1f1b;  // train.schedule
   bool allow_tf32 = false;        // train.allow_tf32
   int stages = 1;                 // pipeline stages of the forward pass
   int64_t log_every = 0;

@@ -225,11 +225,7 @@ void check_eval(const Job& job, int devices, Issues* issues) {
 // the whole model, inputs split by rank, variables replicated.
 void check_view(const Job& job, Issues* issues) {
   const TrainConfig& t = job.train;
-  if (t.view != "consistent" && t.view != "mirrored") {
-    issues->add("train.view", "train.view must be \"consistent\" or \"mirrored\", got \"{}\"", t.view);
-    return;
-  }
-  if (t.view != "mirrored") return;
+  if (!job.mirrored()) return;
   const char* why = "under train.view \"mirrored\" every device is a rank running the whole model";
   for (size_t i = 0; i < job.inputs.size(); ++i)
     if (job.inputs[i].sbp || job.inputs[i].placement)
@@ -260,19 +256,19 @@ void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
 
 void check_run_config(const Job& job, Issues* issues) {
   check_optimizer(job.optimizer, issues);
-  if (job.optimizer.clip_grad_norm > 0 && (job.train.view == "mirrored" || (job.distributed && job.distributed->mode == "pserver")))
+  if (job.optimizer.clip_grad_norm > 0 && (job.mirrored() || job.pserver_mode()))
     issues->add("optimizer.clip_grad_norm",
                 "optimizer.clip_grad_norm: clipping by the global norm needs every gradient in one view; the {} has "
                 "none (each {} updates on its own)",
-                job.train.view == "mirrored" ? "mirrored view" : "parameter-server mode",
-                job.train.view == "mirrored" ? "rank" : "pserver");
+                job.mirrored() ? "mirrored view" : "parameter-server mode",
+                job.mirrored() ? "rank" : "pserver");
   const TrainConfig& t = job.train;
   int devices = 0;
   if (auto list = parse_device_list(t.devices); list.ok())
     devices = list->count;
   else
     issues->add("train.devices", "train.{}", list.status().message());
-  check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues, t.view == "mirrored");
+  check_batch("train.batch_size", t.batch_size, devices, datasets_read(job), issues, job.mirrored());
   if (t.steps < 0 || t.steps > kMaxSteps)
     issues->add("train.steps", "train.steps must be in [0, {}], got {}", kMaxSteps, t.steps);
   if (t.epochs < 0 || t.epochs > kMaxSteps)
@@ -288,13 +284,11 @@ void check_run_config(const Job& job, Issues* issues) {
     issues->add("train.micro_batches",
                 "train.micro_batches {} does not divide train.batch_size {}: every micro-batch must have as many rows",
                 t.micro_batches, t.batch_size);
-  else if (t.micro_batches > 1 && devices > 0 && t.view != "mirrored" && t.batch_size / t.micro_batches < devices)
+  else if (t.micro_batches > 1 && devices > 0 && !job.mirrored() && t.batch_size / t.micro_batches < devices)
     issues->add("train.micro_batches",
                 "a micro-batch of {} rows (train.batch_size {} / train.micro_batches {}) is smaller than the {} "
                 "devices it is split over",
                 t.batch_size / t.micro_batches, t.batch_size, t.micro_batches, devices);
-  if (t.schedule != "1f1b" && t.schedule != "gpipe")
-    issues->add("train.schedule", "train.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", t.schedule);
   check_view(job, issues);
   if (job.eval) check_eval(job, devices, issues);
   if (job.generate) check_generate(job, issues);

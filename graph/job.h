@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/job_modes.h"
 #include "graph/placement.h"
 #include "kernels/attrs.h"
 #include "kernels/data/dataset_spec.h"
@@ -128,7 +129,7 @@ struct TrainConfig {
   // How micro-batches flow through pipeline stages (the slots of what a
   // stage keeps for its backward): "1f1b" holds at most the stages after it
   // plus one per stage, "gpipe" lets a stage run all of a step's forwards.
-  std::string schedule = "1f1b";
+  Schedule schedule = Schedule::k1f1b;
   // Matmuls on cuda devices may round their inputs to TF32 on tensor cores
   // (10 mantissa bits: about 1e-3 relative error per product, several
   // times the speed); off, they match the CPU's float GEMMs within float
@@ -139,7 +140,7 @@ struct TrainConfig {
   // copy of the model on its own batch_size rows, as DDP does; every op sees
   // only its rank's tensors (a mean is over the rank's rows), each rank's loss
   // is its own, and gradients are averaged over the ranks.
-  std::string view = "consistent";
+  View view = View::kConsistent;
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -186,12 +187,12 @@ struct Metric {
 // computing gradients data-parallel. "collective" (alias "nccl2"): every
 // node a trainer, gradients all-reduced (the default without this section).
 struct Distributed {
-  std::string mode = "pserver";
+  DistMode mode = DistMode::kPserver;
   std::vector<std::string> pservers;  // node numbers or machine-list entries (host:ctrl_port)
   int64_t trainers = 0;               // the trainers' count (0: every node not a pserver)
   bool sync_mode = true;
   bool slice_var_up = true;           // a variable in blocks over several pservers
-  std::string split_method = "RoundRobin";  // "RoundRobin" | "HashName": which pserver holds a block
+  SplitMethod split_method = SplitMethod::kRoundRobin;  // which pserver holds a block
   int64_t min_block_size = 8192;      // elements: no block smaller (unless its variable is)
   bool enable_dc_asgd = false;        // async only: delay-compensated updates
   bool print_log = false;             // the master logs the layout
@@ -222,6 +223,10 @@ struct Job {
   CheckpointConfig checkpoint;
   std::optional<Distributed> distributed;
   bool operator==(const Job&) const = default;
+
+  // distributed.mode "pserver": parameter servers (compiler/pserver.h).
+  bool pserver_mode() const { return distributed && distributed->mode == DistMode::kPserver; }
+  bool mirrored() const { return train.view == View::kMirrored; }
 };
 
 }  // namespace rill::graph

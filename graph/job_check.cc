@@ -69,11 +69,6 @@ class GraphChecker {
   void check_distributed() {
     if (!job_.distributed) return;
     const Distributed& d = *job_.distributed;
-    if (d.mode != "pserver" && d.mode != "collective" && d.mode != "nccl2") {
-      issues_->add("distributed.mode", "distributed.mode must be \"pserver\", \"collective\" or \"nccl2\", got \"{}\"",
-                   d.mode);
-      return;
-    }
     if (d.trainers < 0) issues_->add("distributed.trainers", "distributed.trainers must be >= 0, got {}", d.trainers);
     if (d.rpc_deadline <= 0)
       issues_->add("distributed.rpc_deadline", "distributed.rpc_deadline must be > 0 ms, got {}", d.rpc_deadline);
@@ -83,24 +78,21 @@ class GraphChecker {
       if (value < 1 || value > kMaxRpcThreads)
         issues_->add(fmt::format("distributed.{}", field), "distributed.{} must be 1 to {} threads, got {}", field,
                      kMaxRpcThreads, value);
-    if (d.mode != "pserver") {
+    if (!job_.pserver_mode()) {
       if (!d.pservers.empty())
         issues_->add("distributed.pservers", "distributed.pservers: mode \"{}\" has no pservers (trainers only)",
-                     d.mode);
+                     to_string(d.mode));
       return;
     }
     if (d.pservers.empty())
       issues_->add("distributed.pservers", "distributed.pservers: pserver mode needs at least one pserver");
-    if (d.split_method != "RoundRobin" && d.split_method != "HashName")
-      issues_->add("distributed.split_method",
-                   "distributed.split_method must be \"RoundRobin\" or \"HashName\", got \"{}\"", d.split_method);
     if (d.min_block_size < 1)
       issues_->add("distributed.min_block_size", "distributed.min_block_size must be >= 1 element, got {}",
                    d.min_block_size);
     if (d.enable_dc_asgd && d.sync_mode)
       issues_->add("distributed.enable_dc_asgd",
                    "distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false");
-    if (job_.train.view == "mirrored")
+    if (job_.mirrored())
       issues_->add("train.view", "train.view \"mirrored\": pserver mode runs in the consistent view");
     if (job_.pipeline) issues_->add("pipeline", "pipeline: pserver mode places every op itself; remove the pipeline");
     if (!job_.groups.empty())
@@ -126,7 +118,7 @@ class GraphChecker {
   // a collective op (the mirrored view's) that the loss or a metric reads
   // cannot run there. (Fetched tensors are train-only.)
   void check_eval_collectives() {
-    if (!job_.eval || job_.train.view != "mirrored") return;
+    if (!job_.eval || !job_.mirrored()) return;
     std::set<std::string> needed;
     if (!job_.loss.empty()) needed.insert(job_.loss);
     for (const Metric& m : job_.metrics) needed.insert(m.tensor);
@@ -351,7 +343,7 @@ class GraphChecker {
       return nullptr;
     }
     if (def->role == OpRole::kCollective) {
-      if (job_.train.view != "mirrored") {
+      if (!job_.mirrored()) {
         issues_->add(path + ".type",
                      "{}: '{}' is a collective of the mirrored view (train.view \"mirrored\"), where each device "
                      "holds its own value; in the consistent view a tensor is one value, and SBP hints say how its "

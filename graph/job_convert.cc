@@ -41,6 +41,14 @@ class Converter {
       issues_->add(path, "{}: '{}' is not a dtype (expected f32 or i32)", where, text->str());
   }
 
+  // A mode's word (graph/job_modes.h).
+  template <typename E>
+  void mode(const flatbuffers::String* text, const std::string& path, E* out) {
+    if (text == nullptr) return;
+    if (!parse_mode(text->str(), out))
+      issues_->add(path, "{} must be {}, got \"{}\"", path, mode_choices<E>(), text->str());
+  }
+
   std::optional<NdSbp> sbp(const flatbuffers::String* text, const std::string& path, const std::string& where) {
     if (text == nullptr || text->size() == 0) return std::nullopt;
     NdSbp out;
@@ -239,8 +247,8 @@ class Converter {
       if (t->zero()) train.zero = *t->zero();
       if (t->allow_tf32()) train.allow_tf32 = *t->allow_tf32();
       if (t->devices()) train.devices = t->devices()->str();
-      if (t->schedule()) train.schedule = t->schedule()->str();
-      if (t->view()) train.view = t->view()->str();
+      mode(t->schedule(), "train.schedule", &train.schedule);
+      mode(t->view(), "train.view", &train.view);
     }
     if (const fb::Pipeline* p = in.pipeline()) {
       Pipeline pipeline;
@@ -268,7 +276,7 @@ class Converter {
     }
     if (const fb::Distributed* d = in.distributed()) {
       Distributed dist;
-      if (d->mode()) dist.mode = d->mode()->str();
+      mode(d->mode(), "distributed.mode", &dist.mode);
       if (d->pservers()) {
         std::string entry;
         for (char ch : d->pservers()->str() + ",") {
@@ -283,7 +291,7 @@ class Converter {
       integer(d->trainers(), "distributed.trainers", "distributed.trainers", &dist.trainers);
       if (d->sync_mode()) dist.sync_mode = *d->sync_mode();
       if (d->slice_var_up()) dist.slice_var_up = *d->slice_var_up();
-      if (d->split_method()) dist.split_method = d->split_method()->str();
+      mode(d->split_method(), "distributed.split_method", &dist.split_method);
       integer(d->min_block_size(), "distributed.min_block_size", "distributed.min_block_size", &dist.min_block_size);
       if (d->enable_dc_asgd()) dist.enable_dc_asgd = *d->enable_dc_asgd();
       if (d->print_log()) dist.print_log = *d->print_log();

@@ -55,6 +55,12 @@ Status parse_bool(const std::string& text, bool* out) {
   return {};
 }
 
+template <typename E>
+Status parse_choice(const std::string& text, E* out) {
+  if (!parse_mode(text, out)) return invalid_argument("'{}' is not one of {}", text, mode_choices<E>());
+  return {};
+}
+
 using Setter = std::function<Status(Job*, const std::string&)>;
 
 struct Setting {
@@ -86,7 +92,7 @@ const std::vector<Setting>& settings() {
       {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},
       {"train.allow_tf32", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.allow_tf32); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
-      {"train.schedule", [](Job* j, const std::string& v) { j->train.schedule = v; return Status(); }},
+      {"train.schedule", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.schedule); }},
       {"pipeline.num_stages",
        [](Job* j, const std::string& v) {
          if (!j->pipeline) j->pipeline.emplace();
@@ -98,7 +104,7 @@ const std::vector<Setting>& settings() {
          j->pipeline->balance = v;
          return Status();
        }},
-      {"train.view", [](Job* j, const std::string& v) { j->train.view = v; return Status(); }},
+      {"train.view", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.view); }},
       {"optimizer.type", [](Job* j, const std::string& v) { j->optimizer.type = v; return Status(); }},
       {"optimizer.lr", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.lr); }},
       {"optimizer.momentum", [](Job* j, const std::string& v) { return parse_float(v, &j->optimizer.momentum); }},
@@ -129,7 +135,7 @@ const std::vector<Setting>& settings() {
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},
       {"checkpoint.overwrite", [](Job* j, const std::string& v) { return parse_bool(v, &j->checkpoint.overwrite); }},
       // A distributed section is made by its first setting (mode "pserver").
-      {"distributed.mode", [](Job* j, const std::string& v) { dist(j)->mode = v; return Status(); }},
+      {"distributed.mode", [](Job* j, const std::string& v) { return parse_choice(v, &dist(j)->mode); }},
       {"distributed.pservers",
        [](Job* j, const std::string& v) {
          dist(j)->pservers.clear();
@@ -148,7 +154,7 @@ const std::vector<Setting>& settings() {
       {"distributed.sync_mode", [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->sync_mode); }},
       {"distributed.slice_var_up",
        [](Job* j, const std::string& v) { return parse_bool(v, &dist(j)->slice_var_up); }},
-      {"distributed.split_method", [](Job* j, const std::string& v) { dist(j)->split_method = v; return Status(); }},
+      {"distributed.split_method", [](Job* j, const std::string& v) { return parse_choice(v, &dist(j)->split_method); }},
       {"distributed.min_block_size",
        [](Job* j, const std::string& v) { return parse_int(v, &dist(j)->min_block_size); }},
       {"distributed.enable_dc_asgd",

@@ -188,12 +188,12 @@ class Writer {
       std::string pservers;
       for (const std::string& p : d.pservers) pservers += (pservers.empty() ? "" : ",") + p;
       root.add("distributed", Node::object()
-                                  .add("mode", str(d.mode, "distributed.mode"))
+                                  .add("mode", word(d.mode))
                                   .add("pservers", str(pservers, "distributed.pservers"))
                                   .add("trainers", number(d.trainers))
                                   .add("sync_mode", flag(d.sync_mode))
                                   .add("slice_var_up", flag(d.slice_var_up))
-                                  .add("split_method", str(d.split_method, "distributed.split_method"))
+                                  .add("split_method", word(d.split_method))
                                   .add("min_block_size", number(d.min_block_size))
                                   .add("enable_dc_asgd", flag(d.enable_dc_asgd))
                                   .add("print_log", flag(d.print_log))
@@ -250,6 +250,12 @@ class Writer {
   }
 
   // A JSON string; the parser accepts only UTF-8 text.
+  // A mode's word (graph/job_modes.h).
+  template <typename E>
+  static Node word(E mode) {
+    return Node::scalar(fmt::format("\"{}\"", to_string(mode)));
+  }
+
   Node str(const std::string& s, const std::string& where) {
     for (const char* p = s.c_str(); p < s.c_str() + s.size();) {
       if (flatbuffers::FromUTF8(&p) < 0) {
@@ -498,8 +504,8 @@ class Writer {
         .add("log_every", number(t.log_every))
         .add("bucket_bytes", number(t.bucket_bytes))
         .add("micro_batches", number(t.micro_batches))
-        .add("schedule", str(t.schedule, "train.schedule"))
-        .add("view", str(t.view, "train.view"))
+        .add("schedule", word(t.schedule))
+        .add("view", word(t.view))
         .add("seed", seed(t.seed, "train.seed"))
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
         .add("zero", Node::scalar(t.zero ? "true" : "false"))

@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
     // sources check before their first step.
     auto cluster = rill::compiler::parse_devices(devices.empty() ? checked->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
-    if (checked->distributed && checked->distributed->mode == "pserver")
+    if (checked->pserver_mode())
       if (Status resolved = rill::resolve_distributed(&*checked, {}); !resolved.ok()) return rill::fail_command(resolved);
     for (const rill::compiler::Mode mode : {rill::compiler::Mode::kTrain, rill::compiler::Mode::kEval}) {
       if (mode == rill::compiler::Mode::kEval && !checked->eval) continue;
@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
   if (plan->parsed()) {
     auto cluster = rill::compiler::parse_devices(devices.empty() ? job->train.devices : devices, nodes);
     if (!cluster.ok()) return rill::fail_command(cluster.status());
-    if (job->distributed && job->distributed->mode == "pserver") {
+    if (job->pserver_mode()) {
       // Fluid's FLAGS_rpc_* as a run reads them; pservers by node number
       // (there is no machine list here).
       if (Status resolved = rill::resolve_distributed(&*job, {}); !resolved.ok())

@@ -286,7 +286,7 @@ std::string node_log_path(const std::string& logdir, int node_rank, int local_ra
 }
 
 Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines) {
-  if (!job->distributed || job->distributed->mode != "pserver") return {};
+  if (!job->pserver_mode()) return {};
   graph::Distributed& d = *job->distributed;
   // Fluid's flags, read from the environment where set.
   const auto flag = [](const char* name, int64_t lo, int64_t hi, int64_t* value) -> Status {
@@ -331,7 +331,7 @@ Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines
 }
 
 double job_stall_timeout_s(const graph::Job& job, double agent_default) {
-  if (job.distributed && job.distributed->mode == "pserver" && job.distributed->rpc_deadline > 0)
+  if (job.pserver_mode() && job.distributed->rpc_deadline > 0)
     return static_cast<double>(job.distributed->rpc_deadline) / 1000.0;
   return agent_default;
 }

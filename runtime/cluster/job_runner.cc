@@ -161,7 +161,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
                  p.schedule() ? p.schedule()->str() : "1f1b");
     // Parameter servers: who holds the blocks, who trains (the blocks
     // themselves: rill plan, or the master's log with print_log).
-    if (job.distributed && job.distributed->mode == "pserver")
+    if (job.pserver_mode())
       if (auto layout = compiler::pserver_layout(job, *cluster); layout.ok()) {
         const std::string described = compiler::describe_pserver_layout(*layout, job);
         fmt::print(options.out, "{}; {} block(s)\n", described.substr(0, described.find('\n')),

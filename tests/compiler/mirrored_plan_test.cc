@@ -16,7 +16,7 @@ std::vector<int64_t> dims(const plan::Shape* s) { return {s->dims()->begin(), s-
 
 TEST_CASE("mirrored plans: batch_size rows per rank, tasks see their own pieces whole, a sink per rank") {
   graph::Job job = testing::linear_regression_job(16, 2);  // 2 rows a rank
-  job.train.view = "mirrored";
+  job.train.view = graph::View::kMirrored;
   job.fetch = {"w", "pred"};
   for (int nodes : {1, 2}) {
     CAPTURE(nodes);
@@ -52,7 +52,7 @@ TEST_CASE("mirrored plans: batch_size rows per rank, tasks see their own pieces 
   }
   // The consistent view of the same job: the global batch as written, the
   // logical tensors whole, and no per-rank sink.
-  job.train.view = "consistent";
+  job.train.view = graph::View::kConsistent;
   job.train.batch_size = 4;
   const std::string bytes = compile_ok(job, "cpu:2");
   const plan::Plan& p = *plan_of(bytes);
@@ -62,7 +62,7 @@ TEST_CASE("mirrored plans: batch_size rows per rank, tasks see their own pieces 
 
 TEST_CASE("mirrored plans: a collective op reads its input through a boxing of the ranks' pieces taken whole") {
   graph::Job job = testing::linear_regression_job(16, 2);
-  job.train.view = "mirrored";
+  job.train.view = graph::View::kMirrored;
   job.ops.push_back({"mean_loss", "all_reduce", {"loss"}, {"mean_loss"}, Attrs{{"reduce", std::string("mean")}}, {}, {}});
   job.ops.push_back({"all_pred", "all_gather", {"pred"}, {"all_pred"}, {}, {}, {}});
   job.fetch = {"mean_loss", "all_pred"};

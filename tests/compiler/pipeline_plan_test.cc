@@ -21,7 +21,7 @@ graph::Job four_stages(const std::string& schedule) {
   auto on = [](int device) { return *graph::parse_placement(fmt::format("cpu 0:{}", device)); };
   graph::Job job = testing::deep_mlp_job(3, 64, 64);
   job.train.micro_batches = 8;
-  job.train.schedule = schedule;
+  REQUIRE(graph::parse_mode(schedule, &job.train.schedule));
   for (graph::Op& op : job.ops) {
     const char last = op.name.back();
     op.placement = on(last >= '0' && last <= '2' ? last - '0' : 3);

@@ -152,6 +152,38 @@ TEST_CASE("several independent errors are all reported, one per line") {
   CHECK(std::count(m.begin(), m.end(), '\n') == 1);
 }
 
+TEST_CASE("modes are words checked where they are read, in the file and by --set, naming the line and the choices") {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("train": {"steps": 10, "batch_size": 8, "schedule": "interleaved"})",
+       "small.json:15: train.schedule must be \"1f1b\" or \"gpipe\", got \"interleaved\""},
+      {R"("train": {"steps": 10, "batch_size": 8, "view": "local"})",
+       "small.json:15: train.view must be \"consistent\" or \"mirrored\", got \"local\""},
+      {R"("train": {"steps": 10, "batch_size": 8}, "distributed": {"mode": "ring"})",
+       "small.json:15: distributed.mode must be \"pserver\", \"collective\" or \"nccl2\", got \"ring\""},
+      {R"("train": {"steps": 10, "batch_size": 8}, "distributed": {"pservers": "0", "split_method": "Random"})",
+       "small.json:15: distributed.split_method must be \"RoundRobin\" or \"HashName\", got \"Random\""},
+  };
+  for (const auto& [train, error] : cases) {
+    CAPTURE(train);
+    auto job = parse_job_json(edit(kSmallJob, R"("train": {"steps": 10, "batch_size": 8})", train), "small.json");
+    REQUIRE_FALSE(job.ok());
+    CHECK(job.status().message().find(error) != std::string::npos);
+  }
+  auto job = parse_job_json(kSmallJob, "small.json",
+                            {"train.schedule=gpipe", "train.view=mirrored", "distributed.mode=nccl2"});
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  CHECK(job->train.schedule == Schedule::kGpipe);
+  CHECK(job->mirrored());
+  CHECK(job->distributed->mode == DistMode::kNccl2);
+  CHECK_FALSE(job->pserver_mode());
+  Job mlp = samples::make_mlp_job();
+  CHECK(apply_override(&mlp, "train.schedule=interleaved").message() ==
+        "train.schedule: 'interleaved' is not one of \"1f1b\" or \"gpipe\"");
+  CHECK(apply_override(&mlp, "distributed.split_method=Random").message().find("\"RoundRobin\" or \"HashName\"") !=
+        std::string::npos);
+  CHECK(mlp.train.schedule == Schedule::k1f1b);  // failed overrides change nothing
+}
+
 TEST_CASE("load_job_file names a missing file") {
   auto job = load_job_file("/nonexistent/job.json");
   REQUIRE_FALSE(job.ok());

@@ -176,7 +176,7 @@ TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
   b.dataset(synthetic("d"));
   TensorHandle x = b.input("x", "d", "features", {2, 2});
   b.minimize(b.reduce_mean(b.relu(x), {}, false, {.name = "loss"}), optim::sgd(0.1));
-  b.train({.steps = 1, .batch_size = 4, .micro_batches = 2, .schedule = "gpipe"});
+  b.train({.steps = 1, .batch_size = 4, .micro_batches = 2, .schedule = graph::Schedule::kGpipe});
   b.pipeline_stages(2, "flops");
   Job cut = b.build();
   REQUIRE(cut.pipeline);

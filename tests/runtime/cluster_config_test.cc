@@ -507,7 +507,7 @@ TEST_CASE("a pserver job's pservers given by machine become node numbers; FLAGS_
   CHECK(resolve_distributed(&job, *machines).message().find(
             "'10.0.0.9:9988' is neither a node number nor a machine of the list") != std::string::npos);
   // Other modes keep their default stall timeout.
-  job.distributed->mode = "collective";
+  job.distributed->mode = graph::DistMode::kCollective;
   CHECK(job_stall_timeout_s(job, 60) == 60.0);
 }
 

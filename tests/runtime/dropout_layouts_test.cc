@@ -104,7 +104,7 @@ TEST_CASE("dropout in the mirrored view: 2 micro-batches per rank drop as the ra
   // after the ranks before it, so the masks are those of the run without
   // micro-batches (and no rank's micro-batch repeats another's mask).
   graph::Job whole = dropout_mlp();
-  whole.train.view = "mirrored";
+  whole.train.view = graph::View::kMirrored;
   whole.train.batch_size = 32;  // rows per rank
   graph::Job micro = whole;
   micro.train.micro_batches = 2;

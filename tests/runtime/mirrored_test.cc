@@ -147,7 +147,7 @@ TEST_CASE("mirrored view averages the ranks' gradients: 2 ranks at lr follow one
   // grows them over 10 steps: 1e-5 is a factor of 10 above that.
   graph::Job mirrored = ddp_sample();
   graph::Job consistent = ddp_sample();
-  consistent.train.view = "consistent";
+  consistent.train.view = graph::View::kConsistent;
   consistent.train.batch_size = 4;
   consistent.optimizer.lr = mirrored.optimizer.lr / 2;
   JobResult a = run(mirrored, "cpu:2", 10);
@@ -269,7 +269,7 @@ TEST_CASE("collectives as ops of a mirrored job: all_reduce (sum, mean, max, min
 
 TEST_CASE("collectives in a job: refused in the consistent view, and where the ranks' values differ in shape") {
   graph::Job job = collectives_job(2);
-  job.train.view = "consistent";
+  job.train.view = graph::View::kConsistent;
   job.train.batch_size = 4;
   auto cluster = compiler::parse_devices("cpu:2", 1);
   auto plan = compiler::compile(job, *cluster, {.steps = 1});
