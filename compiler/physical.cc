@@ -107,27 +107,27 @@ void Expander::add_source_set(int d, size_t set, const std::vector<const InputNo
   for (int rank = 0; rank < p.parallel(); ++rank) {
     const Numbering::Task t = add_task(p.node_of(rank), {DeviceType::kIo, 0}, false, [&] {
       TaskNode task;
-      task.kind = plan::TaskKind::Source;
+      SourceInfo& source = task.info.emplace<SourceInfo>();
       task.name = fmt::format("source:{}@{}", name, rank);
       task.placement = members[0]->placement;
-      task.source.dataset = d;
+      source.dataset = d;
       // Rows by node, then by device within the node's rows (NdSbp's
       // nesting); a split on one level only is that level's shards.
       const bool by_node = sbp.across.kind == Sbp::kSplit && p.num_nodes() > 1;
       const bool by_device = sbp.within.kind == Sbp::kSplit && p.per_node() > 1;
       if (by_node) {
-        task.source.shard = rank / p.per_node();
-        task.source.num_shards = p.num_nodes();
+        source.shard = rank / p.per_node();
+        source.num_shards = p.num_nodes();
       }
       if (by_device) {
-        (by_node ? task.source.sub_shard : task.source.shard) = rank % p.per_node();
-        (by_node ? task.source.num_sub_shards : task.source.num_shards) = p.per_node();
+        (by_node ? source.sub_shard : source.shard) = rank % p.per_node();
+        (by_node ? source.num_sub_shards : source.num_shards) = p.per_node();
       }
       for (const InputNode* in : members) {
-        task.source.fields.push_back(in->input.field);
+        source.fields.push_back(in->input.field);
         const IndexBound bound = index_bound(in->input.name);
-        task.source.index_bounds.push_back(bound.bound);
-        task.source.index_readers.push_back(bound.reader);
+        source.index_bounds.push_back(bound.bound);
+        source.index_readers.push_back(bound.reader);
       }
       task.acts_per_step = static_cast<int>(g_.micro_batches);
       return task;
@@ -168,26 +168,26 @@ void Expander::add_variables() {
       const Thread thread = thread_of(p, p.node_of(rank), p.device_of(rank), var.block_of ? Rpc::kGet : Rpc::kNone);
       const Numbering::Task t = add_task(p.node_of(rank), thread, everywhere, [&] {
         TaskNode task;
-        task.kind = plan::TaskKind::Variable;
+        VariableInfo& variable = task.info.emplace<VariableInfo>();
         task.name = fmt::format("{}@{}", var.name, rank);
         task.device = p.device_of(rank);
         task.placement = v.placement;
-        task.variable.init_op = var.init.type;
-        task.variable.init_attrs = var.init.attrs;
-        if (!task.variable.init_attrs.has("shape"))
-          task.variable.init_attrs.set("shape", std::vector<int64_t>(var.shape));
-        task.variable.update_op = v.update_op;
-        task.variable.update_attrs = v.update_attrs;
-        task.variable.num_state = v.num_state;
-        task.variable.offset = piece(var.shape, v.sbp, p, rank).origin;
+        variable.init_op = var.init.type;
+        variable.init_attrs = var.init.attrs;
+        if (!variable.init_attrs.has("shape"))
+          variable.init_attrs.set("shape", std::vector<int64_t>(var.shape));
+        variable.update_op = v.update_op;
+        variable.update_attrs = v.update_attrs;
+        variable.num_state = v.num_state;
+        variable.offset = piece(var.shape, v.sbp, p, rank).origin;
         // The lowest rank that could hold the same piece: node 0 of the
         // placement unless split across nodes, device 0 unless split within.
         const int first = (v.sbp.across.kind == Sbp::kSplit ? rank / p.per_node() : 0) * p.per_node() +
                           (v.sbp.within.kind == Sbp::kSplit ? rank % p.per_node() : 0);
-        task.variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == task.variable.offset;
-        task.variable.block_of = var.block_of;
-        task.variable.lanes = lanes;
-        task.variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
+        variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == variable.offset;
+        variable.block_of = var.block_of;
+        variable.lanes = lanes;
+        variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;
         return task;
       });
       tasks.push_back(t.handle);
@@ -224,10 +224,10 @@ void Expander::add_computes() {
           thread_of(p, p.node_of(rank), p.device_of(rank), op.backward ? Rpc::kSend : Rpc::kPrefetch);
       const Numbering::Task t = add_task(p.node_of(rank), thread, everywhere, [&] {
         TaskNode task;
-        task.kind = plan::TaskKind::Compute;
+        ComputeInfo& compute = task.info.emplace<ComputeInfo>();
         task.name = fmt::format("{}@{}", op.name, rank);
-        task.op_type = op.type;
-        task.attrs = op.attrs;
+        compute.op_type = op.type;
+        compute.attrs = op.attrs;
         task.device = p.device_of(rank);
         task.placement = op.placement;
         std::vector<TensorMeta> physical_inputs;
@@ -238,14 +238,14 @@ void Expander::add_computes() {
           // its rows); they lie at the origin, but for the rank's rows of the
           // step (all its micro-batches) stacked after the ranks before it,
           // so that no two ranks' or micro-batches' places meet.
-          task.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
+          compute.logical_input_shapes.push_back(g_.mirrored ? extent : inputs[k]->shape);
           Shape offset = region.origin;
           if (g_.mirrored && !offset.empty()) offset[0] = rank * static_cast<int64_t>(g_.micro_batches) * extent[0];
-          task.input_offsets.push_back(std::move(offset));
+          compute.input_offsets.push_back(std::move(offset));
           physical_inputs.push_back({extent, inputs[k]->dtype});
         }
         if (op.def->scratch_bytes != nullptr)
-          task.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
+          compute.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
         task.acts_per_step = acts;
         return task;
       });
@@ -259,7 +259,7 @@ void Expander::add_computes() {
 void Expander::add_sink() {
   sink_task_ = add_task(0, {DeviceType::kIo, 0}, true, [&] {
                  TaskNode task;
-                 task.kind = plan::TaskKind::Sink;
+                 task.info = SinkInfo{};
                  task.name = "sink";
                  task.placement = -1;
                  for (const Reported& r : g_.reported)
@@ -301,27 +301,28 @@ Status Expander::wire() {
         for (size_t k = 0; k < op.inputs.size(); ++k)
           out_.tasks[t].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
   }
-  TaskNode& sink = out_.tasks[sink_task_];
-  if (g_.mirrored) sink.sink.ranks = at(0).parallel();
+  TaskNode& sink_task = out_.tasks[sink_task_];
+  SinkInfo& sink = sink_task.sink();
+  if (g_.mirrored) sink.ranks = at(0).parallel();
   for (const Reported& r : g_.reported) {
     for (int rank = 0; rank < at(g_.find(r.tensor)->placement).parallel(); ++rank) {
       int regst = read(r.tensor, r.boxing, rank);
       if (rank > 0 && regst == read(r.tensor, r.boxing, rank - 1)) continue;  // a node's shared B result
-      sink.inputs.push_back(regst);
-      sink.sink.names.push_back(r.name);
-      sink.sink.partial.push_back(out_.regsts[regst].sbp == NdSbp(Sbp::partial_sum()));
+      sink_task.inputs.push_back(regst);
+      sink.names.push_back(r.name);
+      sink.partial.push_back(out_.regsts[regst].sbp == NdSbp(Sbp::partial_sum()));
     }
   }
   for (const Reported& f : g_.fetched) {
     if (g_.mirrored) {  // every rank's own piece
       for (int rank = 0; rank < at(g_.find(f.tensor)->placement).parallel(); ++rank) {
-        sink.inputs.push_back(read(f.tensor, f.boxing, rank));
-        sink.sink.fetch.push_back(fmt::format("{}@{}", f.tensor, rank));
+        sink_task.inputs.push_back(read(f.tensor, f.boxing, rank));
+        sink.fetch.push_back(fmt::format("{}@{}", f.tensor, rank));
       }
       continue;
     }
-    sink.inputs.push_back(read(f.tensor, f.boxing, 0));  // rank 0's piece, B (whole)
-    sink.sink.fetch.push_back(f.tensor);
+    sink_task.inputs.push_back(read(f.tensor, f.boxing, 0));  // rank 0's piece, B (whole)
+    sink.fetch.push_back(f.tensor);
   }
   return {};
 }

@@ -23,17 +23,17 @@ bool Expander::per_device(const BoxingNode& box) const {
 TaskNode Expander::boxing_task(const BoxingNode& box, std::string name, int index) const {
   const graph::Placement& p = at(box.placement);
   TaskNode task;
-  task.kind = plan::TaskKind::Boxing;
+  BoxingInfo& boxing = task.info.emplace<BoxingInfo>();
   task.name = std::move(name);
   task.node = p.nodes[static_cast<size_t>(index)];
   task.placement = box.placement;
-  task.boxing.in = box.in;
-  task.boxing.out = box.out;
-  task.boxing.parallel = p.parallel();
-  task.boxing.num_nodes = p.num_nodes();
-  task.boxing.local_pieces = p.per_node();
-  task.boxing.first_rank = index * p.per_node();
-  task.boxing.reduce_op = box.reduce_op;
+  boxing.in = box.in;
+  boxing.out = box.out;
+  boxing.parallel = p.parallel();
+  boxing.num_nodes = p.num_nodes();
+  boxing.local_pieces = p.per_node();
+  boxing.first_rank = index * p.per_node();
+  boxing.reduce_op = box.reduce_op;
   task.acts_per_step = rate(box.tensor);
   return task;
 }
@@ -65,7 +65,7 @@ void Expander::add_per_device_boxing(int b) {
         add_task(p.node_of(rank), {DeviceType::kCpu, static_cast<uint32_t>(p.device_of(rank))}, everywhere, [&] {
           TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
           task.device = p.device_of(rank);
-          task.boxing.piece = rank % p.per_node();
+          task.boxing().piece = rank % p.per_node();
           task.inputs = boxing_inputs({b}, first, p.per_node());
           return task;
         });
@@ -108,8 +108,8 @@ Status Expander::add_boxings() {
       const int first = index * p.per_node();
       const Numbering::Task t = add_task(node, {DeviceType::kComm, thread}, everywhere, [&] {
         TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
-        task.boxing.collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
-        task.boxing.tensors = static_cast<int>(unit.size());
+        task.boxing().collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
+        task.boxing().tensors = static_cast<int>(unit.size());
         task.inputs = boxing_inputs(unit, first, p.per_node());
         return task;
       });
@@ -128,7 +128,7 @@ Status Expander::add_boxings() {
       }
     }
     if (boxing_exchanges(box.in, box.out, nodes))
-      for (int t : tasks) out_.tasks[t].boxing.peers = ids;
+      for (int t : tasks) out_.tasks[t].boxing().peers = ids;
     if (nodes > 1) chain_units_.push_back({thread, members});
   }
   order_comm_threads();

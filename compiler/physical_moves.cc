@@ -14,16 +14,16 @@ int Expander::add_copy_task(const BoxingNode& box, std::string name, int placeme
   // Moves read across nodes: stored on every node.
   const Numbering::Task t = add_task(node, thread, true, [&] {
     TaskNode task;
-    task.kind = plan::TaskKind::Boxing;
+    BoxingInfo& boxing = task.info.emplace<BoxingInfo>();
     task.name = std::move(name);
     task.placement = placement;
-    task.boxing.in = box.in;
-    task.boxing.out = box.out;
+    boxing.in = box.in;
+    boxing.out = box.out;
     for (const auto& [regst, region] : sources) {
       task.inputs.push_back(regst);
-      task.boxing.origins.insert(task.boxing.origins.end(), region.origin.begin(), region.origin.end());
+      boxing.origins.insert(boxing.origins.end(), region.origin.begin(), region.origin.end());
     }
-    task.boxing.origins.insert(task.boxing.origins.end(), target.origin.begin(), target.origin.end());
+    boxing.origins.insert(boxing.origins.end(), target.origin.begin(), target.origin.end());
     task.acts_per_step = rate(box.tensor);
     if (cpu) task.device = device;
     return task;

@@ -56,68 +56,77 @@ Offset<plan::Dataset> write_dataset(FlatBufferBuilder& b, const graph::Dataset& 
                              d.split_to);
 }
 
-Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const TaskNode& t) {
+// A task's conf tables, by kind: one of them at most is set.
+struct TaskConfs {
   Offset<plan::SourceConf> source = 0;
   Offset<plan::VariableConf> variable = 0;
   Offset<plan::SinkConf> sink = 0;
   Offset<plan::BoxingConf> boxing = 0;
-  switch (t.kind) {
-    case plan::TaskKind::Source:
-      source = plan::CreateSourceConf(b, t.source.dataset, write_strings(b, t.source.fields), t.source.shard,
-                                      t.source.num_shards, t.source.sub_shard, t.source.num_sub_shards,
-                                      g.global_batch, g.shuffle, g.seed, g.rows_by_rank,
-                                      b.CreateVector(t.source.index_bounds), write_strings(b, t.source.index_readers));
-      break;
-    case plan::TaskKind::Variable: {
-      Offset<flatbuffers::String> whole = 0;
-      Offset<flatbuffers::Vector<int64_t>> whole_shape = 0, whole_offset = 0;
-      if (const auto& block = t.variable.block_of) {
-        whole = b.CreateString(block->whole);
-        whole_shape = b.CreateVector(std::vector<int64_t>(block->whole_shape));
-        std::vector<int64_t> at(block->whole_shape.size(), 0);
-        at[0] = block->row_offset;
-        whole_offset = b.CreateVector(at);
-      }
-      variable = plan::CreateVariableConf(b, b.CreateString(t.variable.init_op), write_attrs(b, t.variable.init_attrs),
-                                          b.CreateString(t.variable.update_op),
-                                          write_attrs(b, t.variable.update_attrs), t.variable.num_state,
-                                          b.CreateVector(t.variable.offset), whole, whole_shape, whole_offset,
-                                          t.variable.lanes, t.variable.dc_asgd_lambda, t.variable.replica);
-      break;
-    }
-    case plan::TaskKind::Sink: {
-      std::vector<uint8_t> partial(t.sink.partial.begin(), t.sink.partial.end());
-      sink = plan::CreateSinkConf(b, write_strings(b, t.sink.names), b.CreateVector(partial),
-                                  write_strings(b, t.sink.fetch), t.sink.ranks);
-      break;
-    }
-    case plan::TaskKind::Boxing: {
-      plan::NdSbp in = to_plan(t.boxing.in), out = to_plan(t.boxing.out);
-      const std::vector<uint64_t>& peers = t.boxing.peers;
-      boxing = plan::CreateBoxingConf(b, &in, &out, t.boxing.parallel, t.boxing.num_nodes, t.node,
-                                      t.boxing.local_pieces, t.boxing.first_rank, t.boxing.collective_tag,
-                                      b.CreateVector(peers), t.boxing.tensors, t.boxing.piece,
-                                      t.boxing.origins.empty() ? 0 : b.CreateVector(t.boxing.origins),
-                                      t.boxing.reduce_op);
-      break;
-    }
-    case plan::TaskKind::Compute:
-    case plan::TaskKind::Send:
-    case plan::TaskKind::Recv:
-    case plan::TaskKind::Copy:
-      break;
+};
+
+// One overload per kind of task (no catch-all): a new kind fails to
+// compile here until the plan says what it carries.
+struct ConfWriter {
+  FlatBufferBuilder& b;
+  const TaskGraph& g;
+  const TaskNode& t;
+
+  TaskConfs operator()(const SourceInfo& s) const {
+    return {.source = plan::CreateSourceConf(b, s.dataset, write_strings(b, s.fields), s.shard, s.num_shards,
+                                             s.sub_shard, s.num_sub_shards, g.global_batch, g.shuffle, g.seed,
+                                             g.rows_by_rank, b.CreateVector(s.index_bounds),
+                                             write_strings(b, s.index_readers))};
   }
+  TaskConfs operator()(const VariableInfo& v) const {
+    Offset<flatbuffers::String> whole = 0;
+    Offset<flatbuffers::Vector<int64_t>> whole_shape = 0, whole_offset = 0;
+    if (const auto& block = v.block_of) {
+      whole = b.CreateString(block->whole);
+      whole_shape = b.CreateVector(std::vector<int64_t>(block->whole_shape));
+      std::vector<int64_t> at(block->whole_shape.size(), 0);
+      at[0] = block->row_offset;
+      whole_offset = b.CreateVector(at);
+    }
+    return {.variable = plan::CreateVariableConf(b, b.CreateString(v.init_op), write_attrs(b, v.init_attrs),
+                                                 b.CreateString(v.update_op), write_attrs(b, v.update_attrs),
+                                                 v.num_state, b.CreateVector(v.offset), whole, whole_shape,
+                                                 whole_offset, v.lanes, v.dc_asgd_lambda, v.replica)};
+  }
+  TaskConfs operator()(const SinkInfo& s) const {
+    std::vector<uint8_t> partial(s.partial.begin(), s.partial.end());
+    return {.sink = plan::CreateSinkConf(b, write_strings(b, s.names), b.CreateVector(partial),
+                                         write_strings(b, s.fetch), s.ranks)};
+  }
+  TaskConfs operator()(const BoxingInfo& x) const {
+    plan::NdSbp in = to_plan(x.in), out = to_plan(x.out);
+    return {.boxing = plan::CreateBoxingConf(b, &in, &out, x.parallel, x.num_nodes, t.node, x.local_pieces,
+                                             x.first_rank, x.collective_tag, b.CreateVector(x.peers), x.tensors,
+                                             x.piece, x.origins.empty() ? 0 : b.CreateVector(x.origins),
+                                             x.reduce_op)};
+  }
+  TaskConfs operator()(const ComputeInfo&) const { return {}; }  // in the task itself
+  TaskConfs operator()(const SendInfo&) const { return {}; }
+  TaskConfs operator()(const RecvInfo&) const { return {}; }
+  TaskConfs operator()(const CopyInfo&) const { return {}; }
+};
+
+Offset<plan::Task> write_task(FlatBufferBuilder& b, const TaskGraph& g, const TaskNode& t) {
+  const TaskConfs confs = std::visit(ConfWriter{b, g, t}, t.info);
+  static const ComputeInfo kNone;
+  const ComputeInfo* compute = std::get_if<ComputeInfo>(&t.info);
+  if (compute == nullptr) compute = &kNone;
   std::vector<int64_t> inputs, outputs;
   for (int r : t.inputs) inputs.push_back(g.regsts[static_cast<size_t>(r)].id);
   for (int r : t.outputs) outputs.push_back(g.regsts[static_cast<size_t>(r)].id);
   std::vector<Offset<plan::Shape>> shapes;
-  for (const Shape& s : t.logical_input_shapes) shapes.push_back(plan::CreateShape(b, b.CreateVector(s)));
+  for (const Shape& s : compute->logical_input_shapes) shapes.push_back(plan::CreateShape(b, b.CreateVector(s)));
   std::vector<Offset<plan::Shape>> offsets;
-  for (const Shape& s : t.input_offsets) offsets.push_back(plan::CreateShape(b, b.CreateVector(s)));
-  return plan::CreateTask(b, t.id, t.kind, b.CreateString(t.name), b.CreateString(t.op_type), write_attrs(b, t.attrs),
-                          t.node, t.device, ActorId::thread_key(t.id), b.CreateVector(inputs),
-                          b.CreateVector(outputs), b.CreateVector(shapes), t.scratch_bytes, source, variable, sink,
-                          boxing, t.placement, t.acts_per_step, offsets.empty() ? 0 : b.CreateVector(offsets));
+  for (const Shape& s : compute->input_offsets) offsets.push_back(plan::CreateShape(b, b.CreateVector(s)));
+  return plan::CreateTask(b, t.id, t.kind(), b.CreateString(t.name), b.CreateString(compute->op_type),
+                          write_attrs(b, compute->attrs), t.node, t.device, ActorId::thread_key(t.id),
+                          b.CreateVector(inputs), b.CreateVector(outputs), b.CreateVector(shapes),
+                          compute->scratch_bytes, confs.source, confs.variable, confs.sink, confs.boxing, t.placement,
+                          t.acts_per_step, offsets.empty() ? 0 : b.CreateVector(offsets));
 }
 
 Offset<plan::RegstDesc> write_regst(FlatBufferBuilder& b, const TaskGraph& g, const RegstNode& r) {

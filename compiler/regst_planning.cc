@@ -29,10 +29,10 @@ bool feeds_only_updates(const TaskGraph& g, int r, std::vector<int8_t>* memo) {
     if (!only) break;
     const TaskNode& t = g.tasks[static_cast<size_t>(c)];
     if (t.node != regst.node) only = false;
-    else if (t.kind == plan::TaskKind::Boxing) {
+    else if (t.is<BoxingInfo>()) {
       for (int out : t.outputs) only = only && feeds_only_updates(g, out, memo);
     } else {
-      only = t.kind == plan::TaskKind::Variable;
+      only = t.is<VariableInfo>();
     }
   }
   known = only ? 1 : 0;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "base/actor_id.h"
@@ -41,7 +42,21 @@ struct RegstNode {
   bool after_updates = false;  // its tensor's LogicalTensor::after_updates
 };
 
+// What a task does, by kind: one of these, each naming its plan::TaskKind.
+// A new kind is a new alternative of TaskInfo, and every pass that visits
+// it (the plan writer first) fails to compile until it handles it.
+
+struct ComputeInfo {  // an op's kernel
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Compute;
+  std::string op_type;
+  Attrs attrs;
+  std::vector<Shape> logical_input_shapes;
+  std::vector<Shape> input_offsets;  // of each input piece in its logical tensor
+  int64_t scratch_bytes = 0;
+};
+
 struct SourceInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Source;
   int dataset = 0;  // index into TaskGraph::datasets
   std::vector<std::string> fields;
   int shard = 0;  // rows: part `shard` of num_shards, then part `sub_shard` of that
@@ -55,6 +70,7 @@ struct SourceInfo {
 };
 
 struct VariableInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Variable;
   std::string init_op;
   Attrs init_attrs;
   std::string update_op;  // empty: not trained
@@ -68,6 +84,7 @@ struct VariableInfo {
 };
 
 struct SinkInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Sink;
   std::vector<std::string> names;
   std::vector<bool> partial;
   std::vector<std::string> fetch;  // after the reported inputs: one whole piece each
@@ -75,6 +92,7 @@ struct SinkInfo {
 };
 
 struct BoxingInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Boxing;
   NdSbp in;
   NdSbp out;
   int parallel = 1;         // pieces over all nodes
@@ -91,11 +109,24 @@ struct BoxingInfo {
   uint8_t reduce_op = 0;  // how P pieces combine (plan.fbs BoxingConf)
 };
 
+// Regsts crossing nodes through host memory where a GPU holds an end
+// (compiler/transfers.h), and copies between a GPU and the host.
+struct SendInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Send;
+};
+struct RecvInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Recv;
+};
+struct CopyInfo {
+  static constexpr plan::TaskKind kKind = plan::TaskKind::Copy;
+};
+
+using TaskInfo =
+    std::variant<ComputeInfo, SourceInfo, VariableInfo, SinkInfo, BoxingInfo, SendInfo, RecvInfo, CopyInfo>;
+
 struct TaskNode {
-  plan::TaskKind kind = plan::TaskKind::Compute;
+  TaskInfo info;
   std::string name;
-  std::string op_type;
-  Attrs attrs;
   int node = 0;
   int device = -1;  // -1 for io and comm threads
   int placement = 0;  // index into TaskGraph::placements (-1: none, e.g. the sink)
@@ -105,13 +136,21 @@ struct TaskNode {
   int acts_per_step = 1;
   std::vector<int> inputs;   // regst indices, in op input order
   std::vector<int> outputs;  // regst indices, in op output order
-  std::vector<Shape> logical_input_shapes;
-  std::vector<Shape> input_offsets;  // compute tasks: of each input piece in its logical tensor
-  int64_t scratch_bytes = 0;
-  SourceInfo source;
-  VariableInfo variable;
-  SinkInfo sink;
-  BoxingInfo boxing;
+
+  plan::TaskKind kind() const {
+    return std::visit([](const auto& i) { return std::decay_t<decltype(i)>::kKind; }, info);
+  }
+  template <typename Info>
+  bool is() const {
+    return std::holds_alternative<Info>(info);
+  }
+  // The task's info of its kind (std::get: a wrong kind throws).
+  ComputeInfo& compute() { return std::get<ComputeInfo>(info); }
+  SourceInfo& source() { return std::get<SourceInfo>(info); }
+  VariableInfo& variable() { return std::get<VariableInfo>(info); }
+  SinkInfo& sink() { return std::get<SinkInfo>(info); }
+  BoxingInfo& boxing() { return std::get<BoxingInfo>(info); }
+  const BoxingInfo& boxing() const { return std::get<BoxingInfo>(info); }
 };
 
 struct TaskGraph {

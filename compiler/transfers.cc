@@ -6,9 +6,9 @@
 namespace rill::compiler {
 namespace {
 
-int add_io_task(TaskGraph* g, plan::TaskKind kind, std::string name, int node, int input) {
+int add_io_task(TaskGraph* g, TaskInfo kind, std::string name, int node, int input) {
   TaskNode task;
-  task.kind = kind;
+  task.info = kind;
   task.acts_per_step = g->regsts[static_cast<size_t>(input)].readies_per_step;
   task.name = std::move(name);
   task.node = node;
@@ -34,9 +34,9 @@ int add_copy_regst(TaskGraph* g, int of, int task) {
 int add_pair(TaskGraph* g, int regst, int to) {
   const int from = g->regsts[regst].node;
   const std::string what = fmt::format("{}#{}@node{}->node{}", g->regsts[regst].name, g->regsts[regst].id, from, to);
-  int send = add_io_task(g, plan::TaskKind::Send, "send:" + what, from, regst);
+  int send = add_io_task(g, SendInfo{}, "send:" + what, from, regst);
   int wire = add_copy_regst(g, regst, send);
-  int recv = add_io_task(g, plan::TaskKind::Recv, "recv:" + what, to, wire);
+  int recv = add_io_task(g, RecvInfo{}, "recv:" + what, to, wire);
   return add_copy_regst(g, regst, recv);
 }
 
@@ -87,14 +87,14 @@ int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst,
   if (producer < 0) return regst;
   // A Copy's output lives where it copied to; any other regst where its producer runs.
   const int from =
-      g->tasks[producer].kind == plan::TaskKind::Copy ? g->regsts[regst].device : zone_of(g->tasks[producer]);
+      g->tasks[producer].is<CopyInfo>() ? g->regsts[regst].device : zone_of(g->tasks[producer]);
   if (from == zone) return regst;
   if (from >= 0 && zone >= 0) return copy_to(g, copied, copy_to(g, copied, regst, -1, reader), zone, reader);
   auto [it, fresh] = copied->try_emplace({regst, zone}, -1);
   if (!fresh) return it->second;
   const TaskNode& device_task = g->tasks[zone >= 0 ? reader : producer];
   TaskNode task;
-  task.kind = plan::TaskKind::Copy;
+  task.info = CopyInfo{};
   task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, g->regsts[regst].id);
   task.node = device_task.node;
   task.placement = device_task.placement;
@@ -121,7 +121,7 @@ Status insert_copies(TaskGraph* g) {
   }
   // Every other regst lives where its producer runs.
   for (RegstNode& r : g->regsts)
-    if (r.producer >= 0 && g->tasks[r.producer].kind != plan::TaskKind::Copy)
+    if (r.producer >= 0 && !g->tasks[r.producer].is<CopyInfo>())
       r.device = zone_of(g->tasks[r.producer]);
   return {};
 }
