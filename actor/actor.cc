@@ -15,6 +15,22 @@ int64_t now_ns() {
       .count();
 }
 
+// The body's port sets (body.h): its own, or one of every port.
+std::vector<PortSetSpec> port_sets_of(const Body& body, size_t inputs, size_t outputs) {
+  return std::visit(
+      [&](const auto& b) -> std::vector<PortSetSpec> {
+        if constexpr (requires { b.port_sets(inputs, outputs); }) {
+          return b.port_sets(inputs, outputs);
+        } else {
+          PortSetSpec all;
+          for (size_t i = 0; i < inputs; ++i) all.inputs.push_back(static_cast<int>(i));
+          for (size_t o = 0; o < outputs; ++o) all.outputs.push_back(static_cast<int>(o));
+          return {all};
+        }
+      },
+      body);
+}
+
 }  // namespace
 
 Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort> inputs,
@@ -28,9 +44,14 @@ Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort
       outputs_(std::move(outputs)),
       body_(std::move(body)) {
   is_source_ = std::holds_alternative<SourceBody>(body_);
-  is_variable_ = std::holds_alternative<VariableBody>(body_);
-  if (is_variable_) lanes_ = std::get<VariableBody>(body_).lanes();
-  if (lanes_ > 1) lane_readied_.assign(static_cast<size_t>(lanes_), 0);
+  is_variable_ = std::visit(
+      [](const auto& b) {
+        if constexpr (requires { std::decay_t<decltype(b)>::kVersions; }) return std::decay_t<decltype(b)>::kVersions;
+        return false;
+      },
+      body_);
+  for (PortSetSpec& spec : port_sets_of(body_, inputs_.size(), outputs_.size()))
+    sets_.push_back(PortSet{std::move(spec.inputs), std::move(spec.outputs)});
   in_now_.resize(inputs_.size());
   out_now_.resize(outputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
@@ -54,73 +75,40 @@ void Actor::trace_done(int64_t act) {
   if (tracing_ && act >= 0 && act < steps_) trace_.done_ns[static_cast<size_t>(act)] = now_ns();
 }
 
-bool Actor::lane_can_act(int lane) const {
-  const int64_t readied = lane_readied_[static_cast<size_t>(lane)];
-  if (!outputs_[static_cast<size_t>(lane)].next_free()) return false;
-  if (readied == 0) return readied < limit() && may_begin(first_step_);
-  // An update that readies the next version begins that step.
-  return inputs_[static_cast<size_t>(lane)].readable() && (readied >= limit() || may_begin(first_step_ + readied));
+bool Actor::set_can_act(const PortSet& set) const {
+  if (is_variable_) {
+    for (int o : set.outputs)
+      if (!outputs_[static_cast<size_t>(o)].next_free()) return false;
+    // The first version, or (untrained) every one, needs no input.
+    if (set.inputs.empty() || set.versions == 0) return set.versions < limit() && may_begin(first_step_ + set.versions);
+    // An update that readies the next version begins that step.
+    return inputs_[static_cast<size_t>(set.inputs[0])].readable() &&
+           (set.versions >= limit() || may_begin(first_step_ + set.versions));
+  }
+  if (eord_sent_) return false;
+  if (is_source_ && (acts_ >= limit() || !may_begin(first_step_ + acts_ / acts_per_step_))) return false;
+  for (int i : set.inputs)
+    if (!inputs_[static_cast<size_t>(i)].readable()) return false;
+  for (int o : set.outputs) {
+    const OutputPort& out = outputs_[static_cast<size_t>(o)];
+    if (out.filling == 0 && !out.next_free()) return false;  // a slot being filled is ours
+  }
+  return true;
 }
 
-int Actor::next_ready_lane() const {
-  for (int k = 1; k <= lanes_; ++k) {
-    const int lane = (last_lane_ + k) % lanes_;
-    if (lane_can_act(lane)) return lane;
+int Actor::next_set() const {
+  const int n = static_cast<int>(sets_.size());
+  for (int k = 1; k <= n; ++k) {
+    const int s = (last_set_ + k) % n;
+    if (set_can_act(sets_[static_cast<size_t>(s)])) return s;
   }
   return -1;
 }
 
-Status Actor::act_lane(int lane, Outbox& outbox) {
-  last_lane_ = lane;
-  auto& body = std::get<VariableBody>(body_);
-  OutputPort& out = outputs_[static_cast<size_t>(lane)];
-  int64_t& readied = lane_readied_[static_cast<size_t>(lane)];
-  if (readied == 0) {  // the lane's first version: the values as they are
-    body.start_lane(out.slots[static_cast<size_t>(out.next_slot())]);
-    ready_output(out, outbox, first_step_);
-    ++readied;
-    return {};
-  }
-  InputPort& in = inputs_[static_cast<size_t>(lane)];
-  in_now_[0] = &in.slots[in.front()];
-  out_now_[0] = &out.slots[out.next_slot()];
-  const int64_t step = first_step_ + readied - 1;  // the step whose gradient this is
-  ActIo io{step, std::span<const TensorView* const>(in_now_.data(), 1),
-           std::span<const TensorView* const>(out_now_.data(), 1), 0, lane};
-  const bool traced = tracing_ && acts_ < steps_;  // the first `steps` updates, whichever lanes
-  if (traced) trace_.begin_ns[acts_] = now_ns();
-  Status status = body.act_lane(io);
-  if (traced) trace_.end_ns[acts_] = now_ns();
-  if (!status.ok()) return status.with_context(fmt::format("actor '{}' lane {} step {}", name_, lane, step));
-  ++acts_;
-  if (readied < limit()) {
-    ready_output(out, outbox, first_step_ + readied);
-    ++readied;
-  }
-  outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
-  in.pop();
-  return {};
-}
+bool Actor::can_act() const { return next_set() >= 0; }
 
-bool Actor::can_act() const {
-  if (lanes_ > 1) return next_ready_lane() >= 0;
-  if (is_variable_) {
-    if (!outputs_[0].next_free()) return false;
-    if (inputs_.empty() || readied_ == 0) return readied_ < limit() && may_begin(first_step_ + readied_);
-    // An update that readies the next version begins that step.
-    return inputs_[0].readable() && (readied_ >= limit() || may_begin(first_step_ + readied_));
-  }
-  if (eord_sent_) return false;
-  if (is_source_ && (acts_ >= limit() || !may_begin(first_step_ + acts_ / acts_per_step_))) return false;
-  for (const InputPort& in : inputs_)
-    if (!in.readable()) return false;
-  for (const OutputPort& out : outputs_)
-    if (out.filling == 0 && !out.next_free()) return false;  // a slot being filled is ours
-  return true;
-}
-
-void Actor::ready_outputs(Outbox& outbox, int64_t step) {
-  for (OutputPort& out : outputs_) ready_output(out, outbox, step);
+void Actor::ready_outputs(const PortSet& set, Outbox& outbox, int64_t step) {
+  for (int o : set.outputs) ready_output(outputs_[static_cast<size_t>(o)], outbox, step);
 }
 
 void Actor::ready_output(OutputPort& out, Outbox& outbox, int64_t step) {
@@ -134,33 +122,57 @@ void Actor::ready_output(OutputPort& out, Outbox& outbox, int64_t step) {
 }
 
 Status Actor::act(Outbox& outbox) {
-  if (lanes_ > 1) return act_lane(next_ready_lane(), outbox);
-  // A variable's first version (and, untrained, every version) needs no work:
-  // the model slot already holds the values.
-  if (is_variable_ && (inputs_.empty() || readied_ == 0)) {
-    ready_outputs(outbox, first_step_ + readied_);
-    ++readied_;
+  last_set_ = next_set();
+  PortSet& set = sets_[static_cast<size_t>(last_set_)];
+  size_t outs = 0;
+  for (int o : set.outputs) {
+    const OutputPort& out = outputs_[static_cast<size_t>(o)];
+    out_now_[outs++] = &out.slots[out.next_slot()];
+  }
+  const std::span<const TensorView* const> outputs(out_now_.data(), outs);
+  if (is_variable_ && (set.inputs.empty() || set.versions == 0)) {
+    // A version that needs no update: the first (the model as init left
+    // it), or, untrained, every one.
+    const ActIo io{first_step_ + set.versions, {}, outputs, 0, last_set_};
+    Status status = std::visit(
+        [&](auto& body) -> Status {
+          if constexpr (requires { body.first_version(io); }) return body.first_version(io);
+          return internal_error("a body without versions acted as a variable");
+        },
+        body_);
+    if (!status.ok()) return status.with_context(fmt::format("actor '{}'", name_));
+    ready_outputs(set, outbox, first_step_ + set.versions);
+    ++set.versions;
     return {};
   }
-  for (size_t i = 0; i < inputs_.size(); ++i) in_now_[i] = &inputs_[i].slots[inputs_[i].front()];
-  for (size_t o = 0; o < outputs_.size(); ++o) out_now_[o] = &outputs_[o].slots[outputs_[o].next_slot()];
-  int64_t step = first_step_ + acts_ / acts_per_step_;
-  bool traced = tracing_ && acts_ < steps_;
+  size_t ins = 0;
+  for (int i : set.inputs) {
+    const InputPort& in = inputs_[static_cast<size_t>(i)];
+    in_now_[ins++] = &in.slots[in.front()];
+  }
+  // A variable's act n is the update after step n - 1 (per set of ports).
+  const int64_t step = is_variable_ ? first_step_ + set.versions - 1 : first_step_ + acts_ / acts_per_step_;
+  const ActIo io{step, std::span<const TensorView* const>(in_now_.data(), ins), outputs, acts_ % acts_per_step_,
+                 last_set_};
+  const bool named_set = sets_.size() > 1;
+  const bool traced = tracing_ && acts_ < steps_;
   if (traced) trace_.begin_ns[acts_] = now_ns();
-  ActIo io{step, in_now_, out_now_, acts_ % acts_per_step_};
   Status status = std::visit([&](auto& body) { return body.act(io); }, body_);
   if (traced) trace_.end_ns[acts_] = now_ns();
-  if (!status.ok()) return status.with_context(fmt::format("actor '{}' step {}", name_, step));
+  if (!status.ok())
+    return status.with_context(named_set ? fmt::format("actor '{}' port set {} step {}", name_, last_set_, step)
+                                         : fmt::format("actor '{}' step {}", name_, step));
   ++acts_;
   if (is_variable_) {
-    if (readied_ < limit()) {
-      ready_outputs(outbox, first_step_ + readied_);
-      ++readied_;
+    if (set.versions < limit()) {
+      ready_outputs(set, outbox, first_step_ + set.versions);
+      ++set.versions;
     }
   } else {
-    ready_outputs(outbox, step);
+    ready_outputs(set, outbox, step);
   }
-  for (InputPort& in : inputs_) {
+  for (int i : set.inputs) {
+    InputPort& in = inputs_[static_cast<size_t>(i)];
     if (++in.used < in.acts_per_slot) continue;
     in.used = 0;
     if (!in.repeat) outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
@@ -181,10 +193,10 @@ void Actor::finish_if_done(Outbox& outbox) {
     if (!in.eord || in.readable()) inputs_done = false;
   if (!eord_sent_) {
     const int64_t limit = this->limit();
-    bool done = is_source_ ? acts_ >= limit : is_variable_ ? readied_ >= limit : inputs_done;
-    if (lanes_ > 1) {
+    bool done = is_source_ ? acts_ >= limit : inputs_done;
+    if (is_variable_) {
       done = true;
-      for (int64_t r : lane_readied_) done = done && r >= limit;
+      for (const PortSet& set : sets_) done = done && set.versions >= limit;
     }
     if (done) send_eord(outbox);
   }
@@ -255,17 +267,14 @@ std::string Actor::describe_wait() const {
   if (retired_) return "retired";
   std::string what;
   auto add = [&](const std::string& s) { what += what.empty() ? s : "; " + s; };
-  if (lanes_ > 1) {
-    for (int lane = 0; lane < lanes_; ++lane) {
-      const InputPort& in = inputs_[static_cast<size_t>(lane)];
-      if (lane_readied_[static_cast<size_t>(lane)] > 0 && !in.readable() && !in.eord)
-        add(fmt::format("waits for lane {}'s gradient regst '{}' from {}", lane, in.name,
-                        ActorId::to_string(in.producer)));
+  if (is_variable_) {
+    for (const PortSet& set : sets_) {
+      if (set.inputs.empty() || set.versions == 0) continue;
+      const InputPort& in = inputs_[static_cast<size_t>(set.inputs[0])];
+      if (!in.readable() && !in.eord)
+        add(fmt::format("waits for gradient regst '{}' from {}", in.name, ActorId::to_string(in.producer)));
     }
-  } else if (is_variable_ && !inputs_.empty() && readied_ > 0 && !inputs_[0].readable() && !inputs_[0].eord) {
-    add(fmt::format("waits for gradient regst '{}' from {}", inputs_[0].name, ActorId::to_string(inputs_[0].producer)));
-  }
-  if (!is_variable_) {
+  } else {
     for (const InputPort& in : inputs_)
       if (!in.readable() && !in.eord)
         add(fmt::format("waits for regst '{}' from {}", in.name, ActorId::to_string(in.producer)));

@@ -20,7 +20,7 @@
 
 namespace rill {
 
-using Body = std::variant<ComputeBody, SourceBody, VariableBody, BoxingBody, SinkBody, CopyBody>;
+using Body = std::variant<ComputeBody, SourceBody, VariableBody, LanedVariableBody, BoxingBody, SinkBody, CopyBody>;
 
 // Optional per-act timestamps (steady clock, ns), preallocated for `steps`
 // acts. On a GPU's thread an act only enqueues its work: done_ns is when its
@@ -88,11 +88,18 @@ class Actor {
   const std::vector<OutputPort>& outputs() const { return outputs_; }
 
  private:
+  // The ports of one act: every port (one set), or the sets its body names
+  // (body.h PortSets: a laned variable's per lane). An act uses one set, the
+  // first able to act after the one that acted last. A variable's sets each
+  // ready their own model versions.
+  struct PortSet {
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+    int64_t versions = 0;  // variables: model versions this set readied
+  };
   Status act(Outbox& outbox);
-  // A variable with lanes: acts for one lane (inputs_[lane], outputs_[lane]).
-  Status act_lane(int lane, Outbox& outbox);
-  bool lane_can_act(int lane) const;
-  int next_ready_lane() const;  // round robin from the lane after the last one; -1: none
+  bool set_can_act(const PortSet& set) const;
+  int next_set() const;  // -1: none can act
   void send_eord(Outbox& outbox);
   // Acts in all (sources) or versions in all (variables): steps_, or fewer
   // when the run's end was lowered.
@@ -101,7 +108,7 @@ class Actor {
   }
   // Whether `step` may begin now (it is published to the run's end).
   bool may_begin(int64_t step) const { return !end_ || end_->may_begin(step); }
-  void ready_outputs(Outbox& outbox, int64_t step);
+  void ready_outputs(const PortSet& set, Outbox& outbox, int64_t step);
   void ready_output(OutputPort& out, Outbox& outbox, int64_t step);
 
   uint64_t id_;
@@ -114,14 +121,10 @@ class Actor {
   std::vector<OutputPort> outputs_;
   Body body_;
   bool is_source_ = false;
-  bool is_variable_ = false;
+  bool is_variable_ = false;  // its body readies model versions (body.h kVersions)
   int64_t acts_ = 0;
-  int64_t readied_ = 0;  // variables: model versions sent out
-  // A variable with lanes (an async pserver's block): per lane, its versions
-  // sent out; the lane that acted last.
-  int lanes_ = 1;
-  std::vector<int64_t> lane_readied_;
-  int last_lane_ = -1;
+  std::vector<PortSet> sets_;
+  int last_set_ = -1;
   bool eord_sent_ = false;
   bool retired_ = false;
   bool tracing_ = false;

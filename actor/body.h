@@ -27,8 +27,19 @@ struct ActIo {
   std::span<const TensorView* const> inputs;
   std::span<const TensorView* const> outputs;
   int64_t micro = 0;  // which micro-batch of the step (0 without micro-batches)
-  int lane = 0;       // a variable with lanes: whose gradient this is
+  int set = 0;        // the port set acted for (a laned variable: the lane)
 };
+
+// The ports of each act (actor.h): a body reads every input and writes
+// every output, unless it names sets of them, `port_sets(inputs, outputs)`,
+// each act then using one set (which the actor picks among those able).
+struct PortSetSpec {
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+};
+// Bodies with `static constexpr bool kVersions = true` ready versions of a
+// model (variables): the first with no input (`first_version`), then one
+// per input read, as many as the run has steps.
 
 // Runs one op's CPU kernel. Views and scratch are set up once; an act only
 // swaps data pointers.
@@ -74,12 +85,15 @@ class SourceBody {
 // (init) and applies one update per gradient it reads (act).
 class VariableBody {
  public:
+  static constexpr bool kVersions = true;
   // `update_params`: the update op's attrs parsed for its kernels (parse_params).
   VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
                const OpDef* update, OpParams update_params, TensorMeta meta);
   // Fills `model` by the initializer, or with `initial_values` when not empty.
   Status init(const TensorView& model, std::span<const float> initial_values);
   bool trained() const { return update_ != nullptr; }
+  // The first version is the model slot as init left it: nothing to do.
+  Status first_version(const ActIo&) { return {}; }
   // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
   Status act(const ActIo& io);
   // The optimizer state, in host memory (brought back from the device first
@@ -91,25 +105,14 @@ class VariableBody {
   // optimizer state moves there, and updates run the update op's CUDA
   // kernel. Call before init.
   Status use_device(CudaContext* cuda, KernelFn update_kernel);
-  // The model slot's values, in host memory (with lanes: the variable's own
-  // values, which no slot holds for long).
+  // The model slot's values, in host memory.
   Status read_model(const TensorView& model, std::vector<float>* out);
-
-  // Lanes (a pserver's block in async mode): one gradient input and one
-  // model output per trainer. The variable's values live in the body; a
-  // lane's act applies that trainer's gradient to them and copies them
-  // into the trainer's model slot. `dc_lambda` > 0: delay-compensated
-  // (DC-ASGD-a): the gradient g becomes g + l * g * g * (w - w_sent), w_sent
-  // what the lane's slot still holds (what the trainer computed g at), l =
-  // dc_lambda / sqrt(mean square of g), elementwise, the mean square a
-  // moving average (decay kDcMeanSquareDecay) over every lane's gradients.
-  // Host memory only. Call before init.
-  void set_lanes(int lanes, float dc_lambda);
-  int lanes() const { return lanes_; }
-  // A lane's first version: the values as they are, into its slot.
-  void start_lane(const TensorView& slot);
-  // inputs[0] = the lane's gradient; outputs[0] = the lane's model slot.
-  Status act_lane(const ActIo& io);
+  // Applies one update of `model` (host or device memory, as the variable
+  // lives) by `grad`, the update of step `step`.
+  Status update(const TensorView& model, const TensorView& grad, int64_t step);
+  // Reports `model` and the optimizer state to on_snapshot's function when
+  // step `step` completes a checkpoint interval or the run.
+  Status maybe_snapshot(const TensorView& model, int64_t step);
 
   // Called on the actor's thread after the update that completes step
   // `steps_done` (1-based count) when it is a multiple of `every` or the
@@ -140,14 +143,43 @@ class VariableBody {
   SnapshotFn snapshot_;
   int64_t every_ = 0;
   const RunEnd* end_ = nullptr;
-  int lanes_ = 1;
-  float dc_lambda_ = 0.0f;
-  std::vector<float> values_;        // lanes: the variable's values
-  std::vector<float> compensated_;   // lanes with DC-ASGD: the gradient compensated
-  std::vector<float> mean_square_;   // lanes with DC-ASGD: of the gradients, per element
+};
+
+// A variable of several lanes (a pserver's block in async mode): one
+// gradient input and one model output per trainer, port set `lane` being
+// input `lane` and output `lane`. The variable's values live in the body; a
+// lane's act applies that trainer's gradient to them and copies them into
+// the trainer's model slot. `dc_lambda` > 0: delay-compensated (DC-ASGD-a):
+// the gradient g becomes g + l * g * g * (w - w_sent), w_sent what the
+// lane's slot still holds (what the trainer computed g at), l = dc_lambda /
+// sqrt(mean square of g), elementwise, the mean square a moving average
+// (decay kDcMeanSquareDecay) over every lane's gradients. Host memory only.
+class LanedVariableBody {
+ public:
+  static constexpr bool kVersions = true;
+  LanedVariableBody(VariableBody variable, int lanes, float dc_lambda);
+  std::vector<PortSetSpec> port_sets(size_t inputs, size_t outputs) const;
+  // Fills `model` (lane 0's slot) as VariableBody::init does, and keeps its values.
+  Status init(const TensorView& model, std::span<const float> initial_values);
+  // A lane's first version: the values as they are, into its slot.
+  Status first_version(const ActIo& io);
+  // inputs[0] = the lane's gradient; outputs[0] = the lane's model slot.
+  Status act(const ActIo& io);
+  Status load_state(int index, std::span<const float> values) { return variable_.load_state(index, values); }
+  void on_snapshot(VariableBody::SnapshotFn fn, int64_t every, const RunEnd* end) {
+    variable_.on_snapshot(std::move(fn), every, end);
+  }
+  // The variable's values (no slot holds them for long).
+  Status read_model(const TensorView& model, std::vector<float>* out);
+
+ private:
+  VariableBody variable_;
+  int lanes_;
+  float dc_lambda_;
+  std::vector<float> values_;        // the variable's values
+  std::vector<float> compensated_;   // DC-ASGD: the gradient compensated
+  std::vector<float> mean_square_;   // DC-ASGD: of the gradients, per element
   static constexpr float kDcMeanSquareDecay = 0.95f;
-  Status update(const TensorView& model, const TensorView& grad, int64_t step);
-  Status maybe_snapshot(const TensorView& model, int64_t step);
 };
 
 // Turns the `parallel` pieces of a logical tensor from one SBP into another,

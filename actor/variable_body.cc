@@ -58,24 +58,12 @@ Status VariableBody::init(const TensorView& model, std::span<const float> initia
     ctx.attrs = &init_attrs_;
     RILL_RETURN_IF_ERROR(init_->cpu(ctx));
   }
-  if (lanes_ > 1) {  // the values live in the body; each lane's slot gets a copy as it starts
-    if (cuda_) return invalid_argument("a variable with lanes (an async pserver's block) lives in host memory");
-    values_.assign(model.f32(), model.f32() + model.size());
-    if (dc_lambda_ > 0) {
-      compensated_.resize(values_.size());
-      mean_square_.assign(values_.size(), 0.0f);
-    }
-  }
   if (!cuda_) return {};
   RILL_RETURN_IF_ERROR(cuda_->copy(model.data, staging.data(), model.bytes(), CopyKind::kHostToDevice, "variable init"));
   return cuda_->synchronize("variable init");
 }
 
 Status VariableBody::read_model(const TensorView& model, std::vector<float>* out) {
-  if (lanes_ > 1) {
-    *out = values_;
-    return {};
-  }
   out->resize(static_cast<size_t>(model.size()));
   if (!cuda_) {
     std::memcpy(out->data(), model.data, model.bytes());
@@ -101,40 +89,6 @@ StatusOr<std::span<const std::vector<float>>> VariableBody::state() {
 Status VariableBody::act(const ActIo& io) {
   RILL_RETURN_IF_ERROR(update(*io.outputs[0], *io.inputs[0], io.step));  // the model slot, updated in place
   return maybe_snapshot(*io.outputs[0], io.step);
-}
-
-void VariableBody::set_lanes(int lanes, float dc_lambda) {
-  lanes_ = std::max(1, lanes);
-  dc_lambda_ = dc_lambda;
-}
-
-void VariableBody::start_lane(const TensorView& slot) {
-  std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
-}
-
-Status VariableBody::act_lane(const ActIo& io) {
-  const TensorView& slot = *io.outputs[0];
-  TensorView values{values_.data(), slot.shape, slot.dtype};
-  TensorView grad = *io.inputs[0];
-  if (dc_lambda_ > 0) {
-    // Zheng et al. 2017, DC-ASGD-a: the gradient was computed at w_sent (the
-    // slot's values, sent to this trainer when it last read); w has moved on
-    // since. lambda adapts per element to the gradients' mean square, so the
-    // term stays a fraction of g however large gradients are (a constant
-    // lambda overshoots and diverges where they are large).
-    const float* g = grad.f32();
-    const float* sent = slot.f32();
-    for (size_t i = 0; i < values_.size(); ++i) {
-      mean_square_[i] = kDcMeanSquareDecay * mean_square_[i] + (1.0f - kDcMeanSquareDecay) * g[i] * g[i];
-      const float lambda = mean_square_[i] > 0 ? dc_lambda_ / std::sqrt(mean_square_[i]) : 0.0f;
-      compensated_[i] = g[i] + lambda * g[i] * g[i] * (values_[i] - sent[i]);
-    }
-    grad.data = compensated_.data();
-  }
-  RILL_RETURN_IF_ERROR(update(values, grad, io.step));
-  std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
-  // One snapshot per step: lane 0's update of it.
-  return io.lane == 0 ? maybe_snapshot(values, io.step) : Status{};
 }
 
 Status VariableBody::update(const TensorView& model, const TensorView& grad, int64_t step) {

@@ -21,7 +21,7 @@
 // Async mode (sync_mode false): a block's variable has a lane per trainer
 // rank instead (compiler/physical.cc): it reads each rank's gradient piece
 // itself, applies it as it comes, and gives each rank its own model regst
-// (VariableBody lanes; DC-ASGD when enable_dc_asgd).
+// (actor/body.h LanedVariableBody; DC-ASGD when enable_dc_asgd).
 // A block is initialized, restored, saved and reported as its rows of the
 // variable (graph::Variable::block_of), so checkpoints are those of any mode.
 // "collective" / "nccl2": the job unchanged (every node a trainer).

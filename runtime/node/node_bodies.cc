@@ -119,9 +119,9 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         update_params = std::move(*parsed);
       }
       PieceOf of = piece_of_variable(task, *model);
-      Body body(std::in_place_type<VariableBody>, init, read_attrs(conf->init_attrs()), std::move(of.logical),
-                std::move(of.offset), update, std::move(update_params),
-                TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      VariableBody variable(init, read_attrs(conf->init_attrs()), std::move(of.logical), std::move(of.offset), update,
+                            std::move(update_params),
+                            TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
       const int lanes = conf->lanes();
       if (lanes > 1) {
         // One gradient and one model regst per lane (an async pserver's block).
@@ -130,15 +130,14 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
           return invalid_argument("task '{}': a variable of {} lanes needs as many gradients and models in host "
                                   "memory (has {} and {}), and a DC-ASGD lambda >= 0",
                                   name, lanes, task.inputs() ? task.inputs()->size() : 0, task.outputs()->size());
-        std::get<VariableBody>(body).set_lanes(lanes, conf->dc_asgd_lambda());
+        return Body(std::in_place_type<LanedVariableBody>, std::move(variable), lanes, conf->dc_asgd_lambda());
       }
       if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
         RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
         KernelFn update_kernel = update ? find_cuda_kernel(update->type) : nullptr;
-        RILL_RETURN_IF_ERROR(std::get<VariableBody>(body).use_device(cuda, update_kernel)
-                                 .with_context(fmt::format("task '{}'", name)));
+        RILL_RETURN_IF_ERROR(variable.use_device(cuda, update_kernel).with_context(fmt::format("task '{}'", name)));
       }
-      return body;
+      return Body(std::in_place_type<VariableBody>, std::move(variable));
     }
     case plan::TaskKind::Boxing:
       return boxing_.body(task);
@@ -179,8 +178,23 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
   return invalid_argument("task '{}': unknown task kind", name);
 }
 
+namespace {
+
+// `f` of a variable's body, laned or not.
+template <typename F>
+auto with_variable(Body& body, F&& f) {
+  if (auto* laned = std::get_if<LanedVariableBody>(&body)) return f(*laned);
+  return f(std::get<VariableBody>(body));
+}
+
+}  // namespace
+
 Status NodeRun::init_variable(const plan::Task& task, Actor& actor) {
-  auto& body = std::get<VariableBody>(actor.body());
+  return with_variable(actor.body(), [&](auto& body) { return init_variable(task, body); });
+}
+
+template <typename VariableLike>
+Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
   const plan::RegstDesc* model = regst(task.outputs()->Get(0));
   const TensorView& slot = slots_[model->id()][0];
   const PieceOf origin = piece_of_variable(task, *model);
@@ -240,7 +254,8 @@ void NodeRun::collect_variables(RunReport& report) {
     VariableValue& value = report.variables[var];
     const TensorView& slot = slots_[model->id()][0];
     std::vector<float> host;
-    Status read = std::get<VariableBody>(by_index_[ActorId::index(task->id())]->body()).read_model(slot, &host);
+    Status read = with_variable(by_index_[ActorId::index(task->id())]->body(),
+                                [&](auto& body) { return body.read_model(slot, &host); });
     if (!read.ok()) {
       report.status = read.with_context(fmt::format("reading variable '{}'", var));
       return;

@@ -91,6 +91,9 @@ class NodeRun : public NodeRuntime {
   StatusOr<Body> make_body(const plan::Task& task);
   StatusOr<std::shared_ptr<const Dataset>> dataset(int index);
   Status init_variable(const plan::Task& task, Actor& actor);
+  // Its body's part: a VariableBody or a LanedVariableBody.
+  template <typename VariableLike>
+  Status init_variable(const plan::Task& task, VariableLike& body);
   // The context of the GPU a task runs on, made on first use.
   StatusOr<CudaContext*> cuda_for(uint32_t device);
   void collect_variables(RunReport& report);

@@ -175,11 +175,12 @@ TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, de
   Attrs fill, sgd;
   fill.set("value", 1.0);
   sgd.set("lr", 0.1);
-  Body body(std::in_place_type<VariableBody>, find_op("fill"), fill, Shape{1}, std::vector<int64_t>{0},
-            find_op("sgd_update"), parse_params(*find_op("sgd_update"), sgd).value(), TensorMeta{{1}, DType::kF32});
   const float lambda = 0.04f;
-  std::get<VariableBody>(body).set_lanes(2, lambda);
-  REQUIRE(std::get<VariableBody>(body).init(outputs[0].slots[0], {}).ok());
+  Body body(std::in_place_type<LanedVariableBody>,
+            VariableBody(find_op("fill"), fill, Shape{1}, std::vector<int64_t>{0}, find_op("sgd_update"),
+                         parse_params(*find_op("sgd_update"), sgd).value(), TensorMeta{{1}, DType::kF32}),
+            2, lambda);
+  REQUIRE(std::get<LanedVariableBody>(body).init(outputs[0].slots[0], {}).ok());
   Actor var(kVar, "w.block0@0", 3, std::move(inputs), std::move(outputs), std::move(body));
   RecordingOutbox outbox;
   REQUIRE(var.start(outbox).ok());
@@ -220,7 +221,7 @@ TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, de
   CHECK(model[0] == w);
   // The values themselves (what a checkpoint reads) are the latest.
   std::vector<float> read;
-  REQUIRE(std::get<VariableBody>(var.body()).read_model(TensorView{model.data(), {1}, DType::kF32}, &read).ok());
+  REQUIRE(std::get<LanedVariableBody>(var.body()).read_model(TensorView{model.data(), {1}, DType::kF32}, &read).ok());
   CHECK(read == std::vector<float>{w});
 }
 
