@@ -29,7 +29,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/client.h"
 #include "runtime/cluster/cluster_config.h"
-#include "runtime/cluster/pace.h"
+#include "runtime/watch/pace.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cli/interrupts.h"
 

@@ -1,10 +1,11 @@
 // The per-node daemon. Every machine runs one agent, started with the machine
 // list and its rank; node 0 is the master. Agents join the master (version and
 // schema checked, with a deadline), then serve jobs until told to shut down.
-// The master accepts jobs from clients (queued, one runs at a time), compiles
-// each for the whole cluster, sends every node its part of the plan, starts
-// all nodes together after every node has built its actors, and gathers the
-// result. After the start, actors talk peer to peer over the data plane.
+// The master accepts jobs from clients (queued, one runs at a time), sends
+// every node the job and its compile options, and each node compiles its own
+// part of the plan (the master node 0's); the master starts all nodes
+// together after every node has built its actors, and gathers the result.
+// After the start, actors talk peer to peer over the data plane.
 //
 // run_agent() blocks on the calling thread; it owns its sockets.
 #pragma once

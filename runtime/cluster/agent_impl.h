@@ -25,10 +25,10 @@
 #include "runtime/cluster/control_codec.h"
 #include "comm/cluster_key.h"
 #include "runtime/cluster/allowed_roots.h"
-#include "runtime/cluster/http_server.h"
-#include "runtime/cluster/metrics_board.h"
+#include "runtime/watch/http_server.h"
+#include "runtime/watch/metrics_board.h"
 #include "runtime/cluster/job_runner.h"
-#include "runtime/cluster/pace.h"
+#include "runtime/watch/pace.h"
 #include "runtime/cluster/serial_executor.h"
 #include "runtime/node/node_runtime.h"
 

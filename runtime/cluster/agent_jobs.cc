@@ -14,7 +14,7 @@
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
-#include "runtime/cluster/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/node/node_runtime.h"

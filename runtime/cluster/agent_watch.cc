@@ -11,7 +11,7 @@
 
 #include "comm/cluster_key.h"
 #include "runtime/cluster/cluster_config.h"
-#include "runtime/cluster/http_server.h"
+#include "runtime/watch/http_server.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill::agent_internal {
@@ -27,7 +27,7 @@ std::string Agent::status_json() {
                                    {"devices", options_.devices},
                                    {"state", state},
                                    {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}};
-    // The running job's pace over the last 10 s (runtime/cluster/pace.h).
+    // The running job's pace over the last 10 s (runtime/watch/pace.h).
     if (pace[r].known) {
       node["steps_per_second"] = pace[r].steps_per_second;
       node["busy_ms_per_step"] = pace[r].busy_ms_per_step;

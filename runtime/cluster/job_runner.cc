@@ -25,9 +25,9 @@
 #include "compiler/pserver.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/ops/lr_schedule.h"
-#include "runtime/cluster/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/eager/generate.h"
-#include "runtime/cluster/checkpoint_collector.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/cluster/progress.h"
 
 namespace rill {

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cluster/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace rill {
 namespace {

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cluster/checkpoint.h"
-#include "runtime/cluster/checkpoint_collector.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
 
 namespace rill {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cluster/metrics_board.h"
+#include "runtime/watch/metrics_board.h"
 
 namespace rill {
 

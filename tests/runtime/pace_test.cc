@@ -1,8 +1,8 @@
-// The master's straggler report (runtime/cluster/pace.h): step rates and
+// The master's straggler report (runtime/watch/pace.h): step rates and
 // device time per step over a sliding window, and which node is slow.
 #include <doctest/doctest.h>
 
-#include "runtime/cluster/pace.h"
+#include "runtime/watch/pace.h"
 
 namespace rill {
 namespace {

@@ -29,7 +29,7 @@
 
 #include "compiler/compiler.h"
 #include "graph/job.h"
-#include "runtime/cluster/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {

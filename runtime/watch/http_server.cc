@@ -1,12 +1,12 @@
-#include "runtime/cluster/http_server.h"
+#include "runtime/watch/http_server.h"
 
 #include <httplib.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/cluster/chart_js.h"
-#include "runtime/cluster/dashboard_html.h"
+#include "runtime/watch/chart_js.h"
+#include "runtime/watch/dashboard_html.h"
 
 namespace rill {
 namespace {

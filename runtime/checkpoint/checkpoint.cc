@@ -1,4 +1,4 @@
-#include "runtime/cluster/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

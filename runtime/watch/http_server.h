@@ -3,7 +3,7 @@
 //   GET /metrics       Prometheus text format
 //   GET /api/status    the cluster (nodes, health, pace) and its jobs, JSON
 //   GET /api/jobs/ID   one job: state, metrics, loss curve, config, JSON
-//   GET /              a page drawing those live (runtime/cluster/dashboard.html,
+//   GET /              a page drawing those live (runtime/watch/dashboard.html,
 //                      with Debian's chart.js, both compiled in)
 //   GET /api/jobs/ID/plan.svg  the job's plan, drawn by Graphviz's dot
 // Nothing it serves changes the cluster. Given a token (a keyed cluster's,
@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "base/status.h"
-#include "runtime/cluster/metrics_board.h"
+#include "runtime/watch/metrics_board.h"
 
 namespace httplib {
 class Server;

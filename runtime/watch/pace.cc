@@ -1,4 +1,4 @@
-#include "runtime/cluster/pace.h"
+#include "runtime/watch/pace.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/cluster/checkpoint_collector.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/cluster/metrics_board.h"
+#include "runtime/watch/metrics_board.h"
 
 #include <unistd.h>
 
