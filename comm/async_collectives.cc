@@ -3,19 +3,19 @@
 namespace rill::comm {
 
 bool Work::test() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return done_;
 }
 
 Status Work::wait() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  MutexLock lock(mu_);
+  while (!done_) cv_.wait(mu_);
   return status_;
 }
 
 void Work::complete(Status status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     status_ = std::move(status);
     done_ = true;
   }
@@ -27,7 +27,7 @@ AsyncCollectives::AsyncCollectives(Transport& transport, CollectiveOptions optio
 
 AsyncCollectives::~AsyncCollectives() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -37,7 +37,7 @@ AsyncCollectives::~AsyncCollectives() {
 std::shared_ptr<Work> AsyncCollectives::enqueue(Op op) {
   auto work = std::make_shared<Work>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queue_.emplace_back(std::move(op), work);
   }
   cv_.notify_all();
@@ -48,8 +48,8 @@ void AsyncCollectives::run() {
   for (;;) {
     std::pair<Op, std::shared_ptr<Work>> next;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.wait(mu_);
       if (queue_.empty()) return;  // stopping, and everything queued has run
       next = std::move(queue_.front());
       queue_.pop_front();

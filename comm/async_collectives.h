@@ -14,13 +14,12 @@
 // Threads: calls and Work's methods from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "base/mutex.h"
 #include "comm/collectives.h"
 
 namespace rill::comm {
@@ -36,10 +35,10 @@ class Work {
   friend class AsyncCollectives;
   void complete(Status status);
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
-  Status status_;      // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
 };
 
 class AsyncCollectives {
@@ -75,10 +74,10 @@ class AsyncCollectives {
 
   Transport& transport_;
   Collectives collectives_;  // the thread's only
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<Op, std::shared_ptr<Work>>> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;                                    // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::pair<Op, std::shared_ptr<Work>>> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

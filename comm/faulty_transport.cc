@@ -16,30 +16,30 @@ FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner)
 FaultyTransport::~FaultyTransport() { close(); }
 
 void FaultyTransport::set_fault(Fault fault, DropPredicate pick) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   fault_ = fault;
   pick_ = std::move(pick);
 }
 
 void FaultyTransport::set_delay(std::chrono::milliseconds delay) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   delay_ = delay;
 }
 
 void FaultyTransport::cut(int peer) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (peer >= 0 && peer < static_cast<int>(cut_.size())) cut_[peer] = true;
 }
 
 bool FaultyTransport::is_cut(int peer) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return peer >= 0 && peer < static_cast<int>(cut_.size()) && cut_[peer];
 }
 
 Status FaultyTransport::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
                              SendTracker* tracker) {
   if (to < 0 || to >= world() || to == rank()) return inner_->send(to, tag, header, body, tracker);  // its error
-  std::unique_lock lock(mu_);
+  UniqueLock lock(mu_);
   if (cut_[to]) {
     return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: link cut", rank(), to,
                                                   describe_tag(tag)));
@@ -116,20 +116,20 @@ void FaultyTransport::set_handler(uint64_t tag, Handler handler) {
 }
 
 bool FaultyTransport::stuck_bodies_intact() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const Stuck& s : stuck_)
     if (std::memcmp(s.body.data(), s.sent.data(), s.sent.size()) != 0) return false;
   return true;
 }
 
 int64_t FaultyTransport::stuck() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int64_t>(stuck_.size());
 }
 
 void FaultyTransport::close() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     delayed_cv_.notify_all();
     for (Stuck& s : stuck_) SendTracker::release(s.token);
@@ -140,26 +140,26 @@ void FaultyTransport::close() {
 }
 
 void FaultyTransport::delay_loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
     if (delayed_.empty()) {
-      delayed_cv_.wait(lock);
+      delayed_cv_.wait(mu_);
       continue;
     }
     if (Clock::now() < delayed_.front().due) {
-      delayed_cv_.wait_until(lock, delayed_.front().due);
+      delayed_cv_.wait_until(mu_, delayed_.front().due);
       continue;
     }
     Delayed d = std::move(delayed_.front());
     delayed_.pop_front();
     bool cut = cut_[d.to];
-    lock.unlock();
+    mu_.unlock();  // sent without the lock
     if (!cut) {
       // The bytes go as the header, which every transport copies.
       Status status = inner_->send(d.to, d.tag, d.bytes);
       if (!status.ok()) spdlog::warn("delayed send failed: {}", status.to_string());
     }
-    lock.lock();
+    mu_.lock();
   }
 }
 

@@ -9,12 +9,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -80,22 +79,22 @@ class FaultyTransport final : public Transport {
   void delay_loop();
 
   std::unique_ptr<Transport> inner_;
-  mutable std::mutex mu_;
-  Fault fault_ = Fault::kDrop;              // guarded by mu_
-  DropPredicate pick_;                      // guarded by mu_
-  // Guarded by mu_: per peer, a swapped message (its tag; header and body, none: empty).
-  std::vector<std::pair<uint64_t, std::vector<std::byte>>> held_;
+  mutable Mutex mu_;
+  Fault fault_ GUARDED_BY(mu_) = Fault::kDrop;
+  DropPredicate pick_ GUARDED_BY(mu_);
+  // Per peer, a swapped message (its tag; header and body, none: empty).
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> held_ GUARDED_BY(mu_);
   struct Stuck {
     std::span<const std::byte> body;  // the sender's buffer
     std::vector<std::byte> sent;      // its bytes when sent
     void* token;                      // the sender's tracker, released at close()
   };
-  std::vector<Stuck> stuck_;  // guarded by mu_
-  std::chrono::milliseconds delay_{0};      // guarded by mu_
-  std::vector<bool> cut_;                   // guarded by mu_
-  std::deque<Delayed> delayed_;             // guarded by mu_
-  std::condition_variable delayed_cv_;
-  bool stopping_ = false;                   // guarded by mu_
+  std::vector<Stuck> stuck_ GUARDED_BY(mu_);
+  std::chrono::milliseconds delay_ GUARDED_BY(mu_){0};
+  std::vector<bool> cut_ GUARDED_BY(mu_);
+  std::deque<Delayed> delayed_ GUARDED_BY(mu_);
+  CondVar delayed_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::atomic<int64_t> dropped_{0};
   std::thread delayer_;
 };

@@ -23,7 +23,7 @@ CheckpointCollector::CheckpointCollector(const graph::Job& job,
 
 CheckpointCollector::~CheckpointCollector() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -31,8 +31,8 @@ CheckpointCollector::~CheckpointCollector() {
 }
 
 void CheckpointCollector::add(int64_t steps_done, VariablePiece piece, bool may_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (may_wait) cv_.wait(lock, [this] { return complete_.size() < kMaxWaiting || stopping_; });
+  MutexLock lock(mu_);
+  while (may_wait && complete_.size() >= kMaxWaiting && !stopping_) cv_.wait(mu_);
   // A replicated piece comes from every node that holds it; the first copy
   // of each completes the step, later ones are the same values.
   if (handed_over_.count(steps_done) != 0) return;
@@ -47,18 +47,18 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece, bool may_
 }
 
 void CheckpointCollector::write_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return !complete_.empty() || stopping_; });
+    while (complete_.empty() && !stopping_) cv_.wait(mu_);
     if (complete_.empty()) return;  // stopping, with nothing left to write
     auto node = complete_.extract(complete_.begin());
     const int64_t steps_done = node.key();
     Pieces pieces = std::move(node.mapped());
     writing_ = true;
     cv_.notify_all();  // room for one more waiting step
-    lock.unlock();
+    mu_.unlock();  // the disk is written without the lock
     Status written = writer_(assemble(steps_done, pieces));
-    lock.lock();
+    mu_.lock();
     writing_ = false;
     if (written.ok()) ++written_;
     else if (status_.ok()) status_ = written;
@@ -87,8 +87,8 @@ Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) con
 }
 
 Status CheckpointCollector::finish() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return complete_.empty() && !writing_; });
+  MutexLock lock(mu_);
+  while (!complete_.empty() || writing_) cv_.wait(mu_);
   // Every node sends its snapshots before it reports the end of the run: a
   // step still missing pieces now lost them on the way.
   if (status_.ok() && !pending_.empty()) {
@@ -105,7 +105,7 @@ Status CheckpointCollector::finish() {
 }
 
 int64_t CheckpointCollector::written() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return written_;
 }
 

@@ -16,7 +16,6 @@
 // bounded. add() may be called from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -66,18 +66,18 @@ class CheckpointCollector {
   std::string optimizer_;
   std::set<PieceKey> expected_;
   Writer writer_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int64_t, Pieces> pending_;                // GUARDED_BY(mu_): steps still missing pieces
-  std::set<int64_t> handed_over_;                    // GUARDED_BY(mu_): steps complete (given to the writer)
-  // GUARDED_BY(mu_): handed to the writer, written lowest step first (a step
-  // the control loop completed while training waited for room with an
-  // earlier one is written after it, so `latest` never goes back).
-  std::map<int64_t, Pieces> complete_;
-  bool writing_ = false;                             // GUARDED_BY(mu_)
-  bool stopping_ = false;                            // GUARDED_BY(mu_)
-  Status status_;                                    // GUARDED_BY(mu_)
-  int64_t written_ = 0;                              // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::map<int64_t, Pieces> pending_ GUARDED_BY(mu_);  // steps still missing pieces
+  std::set<int64_t> handed_over_ GUARDED_BY(mu_);      // steps complete (given to the writer)
+  // Handed to the writer, written lowest step first (a step the control
+  // loop completed while training waited for room with an earlier one is
+  // written after it, so `latest` never goes back).
+  std::map<int64_t, Pieces> complete_ GUARDED_BY(mu_);
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
+  int64_t written_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts once the rest is made
 };
 

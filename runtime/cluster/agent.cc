@@ -276,7 +276,7 @@ void Agent::check_liveness() {
     } else {
       ctl::Heartbeat beat{options_.rank};
       {
-        std::lock_guard<std::mutex> lock(run_mu_);
+        MutexLock lock(run_mu_);
         if (running_) {
           const NodePace pace = running_->pace();
           beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
@@ -308,7 +308,7 @@ void Agent::check_liveness() {
     fatal_ = Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: {}",
                                                     node_name(options_.machines, options_.rank),
                                                     node_name(options_.machines, 0), why));
-    std::lock_guard<std::mutex> lock(run_mu_);
+    MutexLock lock(run_mu_);
     if (running_) running_->abort(fatal_);
     shutdown_ = true;
   }
@@ -318,7 +318,7 @@ void Agent::declare_lost(int rank, const std::string& reason) {
   spdlog::error("{}", reason);
   // What waited for its full queue was for the process that is gone.
   std::erase_if(backlog_, [&](const Outgoing& o) { return !o.to_master && o.identity == identity_of_node_[rank]; });
-  std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread reads lost_ under it
+  MutexLock lock(phase_mu_);  // the job thread reads lost_ under it
   lost_[rank] = true;
   phase_.lost = reason;
   if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
@@ -330,7 +330,7 @@ void Agent::declare_lost(int rank, const std::string& reason) {
 // lost; a job with restarts runs again.
 void Agent::link_failed(const std::string& reason) {
   spdlog::error("{}", reason);
-  std::lock_guard<std::mutex> lock(phase_mu_);
+  MutexLock lock(phase_mu_);
   if (!job_running_) return;
   if (phase_.lost.empty()) phase_.lost = reason;
   if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
@@ -351,7 +351,7 @@ void Agent::rejoin(const std::string& identity, int rank) {
   told_to_go_[rank] = false;
   transport_->revive(rank);  // before anything is sent to the new process
   {
-    std::lock_guard<std::mutex> lock(phase_mu_);  // the job thread waits for this
+    MutexLock lock(phase_mu_);  // the job thread waits for this
     lost_[rank] = false;
     phase_cv_.notify_all();
   }
@@ -485,11 +485,11 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           send_router(identity, ctl::encode(ctl::SubmitReply{q.id, "", ahead}));
           queue_.push_back(std::move(q));
         } else if constexpr (std::is_same_v<T, ctl::PlanAck>) {
-          std::lock_guard<std::mutex> lock(phase_mu_);
+          MutexLock lock(phase_mu_);
           if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
           phase_cv_.notify_all();
         } else if constexpr (std::is_same_v<T, ctl::Done>) {
-          std::lock_guard<std::mutex> lock(phase_mu_);
+          MutexLock lock(phase_mu_);
           if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
             if (!m.error.empty() && local_runtime_)
               local_runtime_->abort(ctl::node_error(m.code, node_name(options_.machines, m.node), m.error));
@@ -499,7 +499,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
         } else if constexpr (std::is_same_v<T, ctl::Snapshot>) {
           std::function<void(int64_t, VariablePiece)> collect;
           {
-            std::lock_guard<std::mutex> lock(phase_mu_);
+            MutexLock lock(phase_mu_);
             if (m.job_id == phase_.job_id) collect = phase_.on_snapshot;
           }
           // Pieces follow each other: a variable, then its state tensors.
@@ -515,7 +515,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
           send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
           shutdown_ = true;
           // The job running here ends now, and no later phase starts.
-          std::lock_guard<std::mutex> lock(phase_mu_);
+          MutexLock lock(phase_mu_);
           stopping_ = true;
           if (local_runtime_) local_runtime_->abort(Status(Code::kAborted, "the cluster is shutting down"));
           phase_cv_.notify_all();
@@ -542,13 +542,13 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
                                                                             running_name_, how)}}
                                         .dump()}));
           stop_job_ = true;
-          std::lock_guard<std::mutex> lock(phase_mu_);
+          MutexLock lock(phase_mu_);
           if (m.now && local_runtime_)
             local_runtime_->abort(Status(Code::kAborted, "interrupted again: stopped at once"));
           else if (!m.now)
             begin_stop_locked();
         } else if constexpr (std::is_same_v<T, ctl::Held>) {
-          std::lock_guard<std::mutex> lock(phase_mu_);
+          MutexLock lock(phase_mu_);
           if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && node == m.node) {
             phase_.held[m.node] = m.last_begun;
             end_when_held_locked();

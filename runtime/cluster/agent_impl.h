@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -19,6 +18,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "base/mutex.h"
 #include "comm/counting_transport.h"
 #include "graph/job.h"
 #include "runtime/cluster/agent.h"
@@ -155,8 +155,8 @@ class Agent {
   // Stopping the running phase at a step boundary (phase_mu_ held): holds
   // every node once the phase runs; ends them all once each has said where
   // it is.
-  void begin_stop_locked();
-  void end_when_held_locked();
+  void begin_stop_locked() REQUIRES(phase_mu_);
+  void end_when_held_locked() REQUIRES(phase_mu_);
 
   AgentOptions options_;
   int world_;
@@ -181,8 +181,8 @@ class Agent {
   std::optional<Outgoing> held_;
   std::vector<std::pair<Clock::time_point, Outgoing>> delayed_;
 
-  std::mutex out_mu_;
-  std::vector<Outgoing> outbox_;  // GUARDED_BY(out_mu_)
+  Mutex out_mu_;
+  std::vector<Outgoing> outbox_ GUARDED_BY(out_mu_);
   std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
   int64_t unread_answers_dropped_ = 0;     // loop thread: since the last warning
   Clock::time_point unread_answers_warned_{};
@@ -232,37 +232,37 @@ class Agent {
     std::string line;
   };
   static constexpr size_t kFinishedShown = 20;
-  std::mutex finished_mu_;
-  std::deque<FinishedJob> finished_;  // GUARDED_BY(finished_mu_)
+  Mutex finished_mu_;
+  std::deque<FinishedJob> finished_ GUARDED_BY(finished_mu_);
 
   // Shared by the loop thread and the master's job thread.
-  std::mutex phase_mu_;
-  std::condition_variable phase_cv_;
-  PhaseState phase_;                       // GUARDED_BY(phase_mu_)
-  NodeRuntime* local_runtime_ = nullptr;   // GUARDED_BY(phase_mu_)
-  bool stopping_ = false;                  // GUARDED_BY(phase_mu_): told to shut down; no phase starts
+  Mutex phase_mu_;
+  CondVar phase_cv_;
+  PhaseState phase_ GUARDED_BY(phase_mu_);
+  NodeRuntime* local_runtime_ GUARDED_BY(phase_mu_) = nullptr;
+  bool stopping_ GUARDED_BY(phase_mu_) = false;  // told to shut down; no phase starts
 
   // Non-master.
   Clock::time_point master_seen_ = Clock::now();
   std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks
   std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
   std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
-  std::mutex run_mu_;
-  std::shared_ptr<NodeRuntime> pending_;  // GUARDED_BY(run_mu_): built, waiting for Start
+  Mutex run_mu_;
+  std::shared_ptr<NodeRuntime> pending_ GUARDED_BY(run_mu_);  // built, waiting for Start
   // The last phase started here, while it lives (the master's Hold and
   // EndAt reach it before its run begins too).
-  std::weak_ptr<NodeRuntime> started_;    // GUARDED_BY(run_mu_)
-  int64_t started_job_ = -1;              // GUARDED_BY(run_mu_)
-  int started_phase_ = -1;                // GUARDED_BY(run_mu_)
+  std::weak_ptr<NodeRuntime> started_ GUARDED_BY(run_mu_);
+  int64_t started_job_ GUARDED_BY(run_mu_) = -1;
+  int started_phase_ GUARDED_BY(run_mu_) = -1;
   // This node's runtime of (job, phase): pending or started; null if none.
-  std::shared_ptr<NodeRuntime> runtime_of_locked(int64_t job, int phase);
-  int64_t pending_job_ = -1;              // GUARDED_BY(run_mu_)
-  int pending_phase_ = -1;                // GUARDED_BY(run_mu_)
-  int64_t aborted_job_ = -1;              // GUARDED_BY(run_mu_): with its phases up to aborted_phase_
-  int aborted_phase_ = -1;                // GUARDED_BY(run_mu_)
-  NodeRuntime* running_ = nullptr;        // GUARDED_BY(run_mu_)
-  int64_t running_job_ = -1;              // GUARDED_BY(run_mu_)
-  int running_phase_ = 0;                 // GUARDED_BY(run_mu_)
+  std::shared_ptr<NodeRuntime> runtime_of_locked(int64_t job, int phase) REQUIRES(run_mu_);
+  int64_t pending_job_ GUARDED_BY(run_mu_) = -1;
+  int pending_phase_ GUARDED_BY(run_mu_) = -1;
+  int64_t aborted_job_ GUARDED_BY(run_mu_) = -1;  // with its phases up to aborted_phase_
+  int aborted_phase_ GUARDED_BY(run_mu_) = -1;
+  NodeRuntime* running_ GUARDED_BY(run_mu_) = nullptr;
+  int64_t running_job_ GUARDED_BY(run_mu_) = -1;
+  int running_phase_ GUARDED_BY(run_mu_) = 0;
   Clock::time_point last_heartbeat_ = Clock::now();
 };
 

@@ -126,7 +126,7 @@ void Agent::run_queued(QueuedJob queued) {
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message());
   {
-    std::lock_guard lock(finished_mu_);
+    MutexLock lock(finished_mu_);
     finished_.push_back({queued.id, queued.job.name, result.status.ok(),
                          result.status.ok() ? result.summary : result.status.message()});
     if (finished_.size() > kFinishedShown) finished_.pop_front();
@@ -214,13 +214,13 @@ void Agent::end_when_held_locked() {
 }
 
 std::string Agent::wait_for_whole_cluster(double seconds) {
-  std::unique_lock<std::mutex> lock(phase_mu_);
-  auto whole = [&] {
-    for (int r = 1; r < world_; ++r)
-      if (lost_[r]) return false;
-    return true;
-  };
-  if (phase_cv_.wait_until(lock, after(seconds), whole)) return {};
+  MutexLock lock(phase_mu_);
+  const auto deadline = after(seconds);
+  for (;;) {
+    const bool whole = std::none_of(lost_.begin() + 1, lost_.end(), [](bool lost) { return lost; });
+    if (whole) return {};
+    if (!phase_cv_.wait_until(phase_mu_, deadline)) break;
+  }
   std::string missing;
   for (int r = 1; r < world_; ++r)
     if (lost_[r]) missing += (missing.empty() ? "" : ", ") + node_name(options_.machines, r);
@@ -237,7 +237,7 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   }
   const uint64_t tag_base = *tags;
   {
-    std::lock_guard<std::mutex> lock(phase_mu_);
+    MutexLock lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
     phase_.first_step = run_options.start_step;
     phase_.plan_steps = plan.compile.steps;
@@ -288,10 +288,12 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
     return names;
   };
   {
-    std::unique_lock<std::mutex> lock(phase_mu_);
-    bool acked = phase_cv_.wait_until(lock, after(options_.join_timeout_s), [&] {
-      return static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
-    });
+    MutexLock lock(phase_mu_);
+    const auto deadline = after(options_.join_timeout_s);
+    bool acked = true;
+    while (acked && static_cast<int>(phase_.acks.size()) < world_ - 1 && phase_.lost.empty())
+      acked = phase_cv_.wait_until(phase_mu_, deadline);
+    acked = static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
     if (!runtime.ok()) {
       failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
       code = runtime.status().code();
@@ -314,23 +316,25 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   transport_->reset();
   for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
   if (stop_job_) {  // asked for before the phase ran
-    std::lock_guard<std::mutex> lock(phase_mu_);
+    MutexLock lock(phase_mu_);
     begin_stop_locked();
   }
   report = (*runtime)->run();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();
   {
-    std::lock_guard<std::mutex> lock(phase_mu_);
+    MutexLock lock(phase_mu_);
     local_runtime_ = nullptr;
   }
   if (!report.status.ok()) abort_all(report.status.message());
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
-  std::unique_lock<std::mutex> lock(phase_mu_);
+  MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline).
-  bool all = phase_cv_.wait_until(lock, after(run_options.stall_timeout_s + 5), [&] {
-    return static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
-  });
+  const auto deadline = after(run_options.stall_timeout_s + 5);
+  bool all = true;
+  while (all && static_cast<int>(phase_.dones.size()) < world_ - 1 && phase_.lost.empty())
+    all = phase_cv_.wait_until(phase_mu_, deadline);
+  all = static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
   report.traffic_bytes.assign(world_, std::vector<int64_t>(world_, 0));
   for (int from = 0; from < world_; ++from) {

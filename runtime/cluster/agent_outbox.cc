@@ -17,7 +17,7 @@
 namespace rill::agent_internal {
 
 void Agent::post(Outgoing out) {
-  std::lock_guard<std::mutex> lock(out_mu_);
+  MutexLock lock(out_mu_);
   outbox_.push_back(std::move(out));
 }
 
@@ -70,7 +70,7 @@ void Agent::deliver(Outgoing o) {
 void Agent::flush() {
   std::vector<Outgoing> out;
   {
-    std::lock_guard<std::mutex> lock(out_mu_);
+    MutexLock lock(out_mu_);
     out.swap(outbox_);
   }
   // What a full queue held back goes first, each peer's in order.

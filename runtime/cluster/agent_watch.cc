@@ -45,7 +45,7 @@ std::string Agent::status_json() {
   j["queued"] = queued;
   nlohmann::ordered_json finished = nlohmann::ordered_json::array();
   {
-    std::lock_guard lock(finished_mu_);
+    MutexLock lock(finished_mu_);
     for (const FinishedJob& f : finished_)
       finished.push_back({{"job_id", f.id}, {"name", f.name}, {"ok", f.ok}, {"line", f.line}});
   }
@@ -131,7 +131,7 @@ void Agent::track_pace() {
     slow_warned_.assign(world_, false);
   }
   {
-    std::lock_guard<std::mutex> lock(phase_mu_);
+    MutexLock lock(phase_mu_);
     if (local_runtime_ && phase_.job_id == running_id_) {
       const NodePace pace = local_runtime_->pace();
       pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);

@@ -86,7 +86,7 @@ void Agent::worker_handle(ctl::Message message) {
                                    : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
             std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
             {
-              std::lock_guard<std::mutex> lock(run_mu_);
+              MutexLock lock(run_mu_);
               if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
                 pending_ = std::move(*built);
                 pending_job_ = part.job_id;
@@ -103,7 +103,7 @@ void Agent::worker_handle(ctl::Message message) {
         } else if constexpr (std::is_same_v<T, ctl::Start>) {
           std::shared_ptr<NodeRuntime> runtime;
           {
-            std::lock_guard<std::mutex> lock(run_mu_);
+            MutexLock lock(run_mu_);
             if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
             runtime = std::move(pending_);
             started_ = runtime;
@@ -113,14 +113,14 @@ void Agent::worker_handle(ctl::Message message) {
           // After the previous run has wound down, on the runner's thread.
           runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
             {
-              std::lock_guard<std::mutex> lock(run_mu_);
+              MutexLock lock(run_mu_);
               running_ = runtime.get();
               running_job_ = job;
               running_phase_ = phase;
             }
             RunReport report = runtime->run();
             {
-              std::lock_guard<std::mutex> lock(run_mu_);
+              MutexLock lock(run_mu_);
               running_ = nullptr;
             }
             runtime.reset();  // unhooks the transport handler before the next job
@@ -140,7 +140,7 @@ void Agent::worker_handle(ctl::Message message) {
             post_to_node(0, done);
           });
         } else if constexpr (std::is_same_v<T, ctl::Abort>) {
-          std::lock_guard<std::mutex> lock(run_mu_);
+          MutexLock lock(run_mu_);
           // A plan still being made for it is dropped; a restarted attempt's
           // later phases are not.
           aborted_job_ = m.job_id;
@@ -149,7 +149,7 @@ void Agent::worker_handle(ctl::Message message) {
           if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
             running_->abort(Status(Code::kAborted, m.reason));
         } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
-          std::lock_guard<std::mutex> lock(run_mu_);
+          MutexLock lock(run_mu_);
           if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
           if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
           shutdown_ = true;
@@ -158,7 +158,7 @@ void Agent::worker_handle(ctl::Message message) {
           // hold the others back (the master keeps the end within the plan).
           std::shared_ptr<NodeRuntime> runtime;
           {
-            std::lock_guard<std::mutex> lock(run_mu_);
+            MutexLock lock(run_mu_);
             runtime = runtime_of_locked(m.job_id, m.phase);
           }
           const int64_t last = runtime ? runtime->hold() : std::numeric_limits<int64_t>::max() / 2;
@@ -166,7 +166,7 @@ void Agent::worker_handle(ctl::Message message) {
         } else if constexpr (std::is_same_v<T, ctl::EndAt>) {
           std::shared_ptr<NodeRuntime> runtime;
           {
-            std::lock_guard<std::mutex> lock(run_mu_);
+            MutexLock lock(run_mu_);
             runtime = runtime_of_locked(m.job_id, m.phase);
           }
           if (runtime) runtime->end_at(m.end);

@@ -4,11 +4,11 @@
 // destructor runs what is queued, then joins.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "base/mutex.h"
 
 namespace rill {
 
@@ -17,7 +17,7 @@ class SerialExecutor {
   SerialExecutor() : thread_([this] { loop(); }) {}
   ~SerialExecutor() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -28,7 +28,7 @@ class SerialExecutor {
 
   void post(std::function<void()> task) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       tasks_.push_back(std::move(task));
     }
     cv_.notify_all();
@@ -36,22 +36,22 @@ class SerialExecutor {
 
  private:
   void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      while (!stopping_ && tasks_.empty()) cv_.wait(mu_);
       if (tasks_.empty()) return;  // stopping, nothing left
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
-      lock.unlock();
+      mu_.unlock();  // the task runs without the lock
       task();
-      lock.lock();
+      mu_.lock();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;                       // last: starts after the rest is built
 };
 

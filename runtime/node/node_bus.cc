@@ -47,7 +47,7 @@ void NodeRun::route(const ActorMsg& msg) {
     {
       // Numbered and sent in one go, so the link carries them in order.
       Link& link = *links_[static_cast<size_t>(node)];
-      std::lock_guard<std::mutex> lock(link.mu);
+      MutexLock lock(link.mu);
       extras.seq = ++link.sent;
       encode_actor_message(msg, &header, extras);
       if (extras.zero_rows) {

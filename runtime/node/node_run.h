@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -21,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "base/actor_id.h"
+#include "base/mutex.h"
 #include "comm/transport.h"
 #include "compiler/memory_plan.h"
 #include "compiler/plan_generated.h"
@@ -124,8 +124,8 @@ class NodeRun : public NodeRuntime {
   std::atomic<int64_t> busy_ns_{0};  // the device threads' acting time
   int64_t acts_per_step_ = 0;        // over every actor of the node
   int device_threads_ = 0;
-  std::mutex error_mu_;
-  Status first_error_;  // GUARDED_BY(error_mu_)
+  Mutex error_mu_;
+  Status first_error_ GUARDED_BY(error_mu_);
   std::atomic<bool> failed_{false};
   std::atomic<int64_t> received_bytes_copied_{0};  // into mirror slots
   std::atomic<int64_t> received_zero_row_readies_{0};
@@ -133,8 +133,8 @@ class NodeRun : public NodeRuntime {
   // the send) and of the last one received from it (the transport's receive
   // thread, or under the sender's mu on an in-process transport).
   struct Link {
-    std::mutex mu;
-    uint64_t sent = 0;  // GUARDED_BY(mu)
+    Mutex mu;
+    uint64_t sent GUARDED_BY(mu) = 0;
     std::atomic<uint64_t> received{0};
   };
   std::vector<std::unique_ptr<Link>> links_;

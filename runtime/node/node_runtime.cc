@@ -152,7 +152,7 @@ NodeRun::~NodeRun() {
 void NodeRun::fail(const Status& status) {
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    MutexLock lock(error_mu_);
     first = first_error_.ok();
     if (first) first_error_ = status;
   }
@@ -216,7 +216,7 @@ RunReport NodeRun::run() {
                            fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}",
                                        options_.stall_timeout_s, waiting));
   } else {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    MutexLock lock(error_mu_);
     report.status = first_error_;
   }
   if (report.status.ok()) collect_variables(report);

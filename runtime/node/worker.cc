@@ -58,7 +58,7 @@ void Worker::start(const std::vector<Actor*>* by_index) {
 
 void Worker::push(const ActorMsg& msg) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(msg);
     depth_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
     incoming_.store(true, std::memory_order_release);
@@ -68,7 +68,7 @@ void Worker::push(const ActorMsg& msg) {
 
 void Worker::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
@@ -118,7 +118,7 @@ void Worker::drain_local(Outbox& outbox) {
 bool Worker::take_external(Outbox& outbox) {
   if (!incoming_.load(std::memory_order_acquire)) return false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     batch_.swap(queue_);
     depth_.store(0, std::memory_order_relaxed);
     incoming_.store(false, std::memory_order_relaxed);
@@ -236,8 +236,8 @@ void Worker::run() {
       continue;
     }
     if (all_retired()) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return stop_.load(std::memory_order_relaxed) || !queue_.empty(); });
+    MutexLock lock(mu_);
+    while (!stop_.load(std::memory_order_relaxed) && queue_.empty()) cv_.wait(mu_);
   }
   finished_.store(true);
 }

@@ -26,15 +26,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "actor/actor.h"
+#include "base/mutex.h"
 
 namespace rill {
 
@@ -96,9 +95,9 @@ class Worker {
   const std::vector<Actor*>* by_index_ = nullptr;
   std::thread thread_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ActorMsg> queue_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<ActorMsg> queue_ GUARDED_BY(mu_);
   // Set under mu_ (so a waiting owner cannot miss it); the owner also reads
   // it between acts, without the lock.
   std::atomic<bool> stop_{false};

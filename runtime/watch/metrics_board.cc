@@ -58,13 +58,13 @@ class Family {
 }  // namespace
 
 void MetricsBoard::publish_cluster(std::vector<Node> nodes, std::string status_json) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   nodes_ = std::move(nodes);
   status_json_ = std::move(status_json);
 }
 
 std::vector<MetricsBoard::Node> MetricsBoard::nodes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return nodes_;
 }
 
@@ -76,7 +76,7 @@ MetricsBoard::Job* MetricsBoard::find(int64_t job) {
 
 void MetricsBoard::job_started(int64_t job, const std::string& name, const std::string& job_text, int64_t steps,
                                int64_t global_batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Job* j = find(job)) {  // a restarted attempt goes on in the same entry
     j->state = "running";
     j->steps = steps;
@@ -97,7 +97,7 @@ void MetricsBoard::job_started(int64_t job, const std::string& name, const std::
 void MetricsBoard::job_step(int64_t job, int64_t step, std::span<const std::string> names,
                             std::span<const double> values) {
   const double now = steady_seconds();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Job* j = find(job);
   if (j == nullptr) return;
   j->step = step + 1;
@@ -129,14 +129,14 @@ void MetricsBoard::job_step(int64_t job, int64_t step, std::span<const std::stri
 }
 
 void MetricsBoard::job_plan(int64_t job, std::string dot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Job* j = find(job)) j->plan_dot = std::move(dot);
 }
 
 StatusOr<std::string> MetricsBoard::job_plan_svg(int64_t job) {
   std::string dot;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Job* j = find(job);
     if (j == nullptr) return Status(Code::kNotFound, fmt::format("no job {}", job));
     if (!j->plan_svg.empty()) return j->plan_svg;
@@ -159,18 +159,18 @@ StatusOr<std::string> MetricsBoard::job_plan_svg(int64_t job) {
   ::unlink(path);
   if (svg.empty())
     return Status(Code::kUnavailable, "Graphviz's dot could not draw the plan (Debian: apt-get install graphviz)");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Job* j = find(job)) j->plan_svg = svg;
   return svg;
 }
 
 void MetricsBoard::job_restarted(int64_t job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Job* j = find(job)) ++j->restarts;
 }
 
 void MetricsBoard::job_finished(int64_t job, bool ok, const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Job* j = find(job)) {
     j->state = ok ? "done" : "failed";
     j->error = error;
@@ -179,7 +179,7 @@ void MetricsBoard::job_finished(int64_t job, bool ok, const std::string& error) 
 }
 
 std::string MetricsBoard::prometheus_text() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string out;
   {
     Family f(&out, "rill_node_up", "gauge", "1 when the node is part of the cluster, 0 when lost or not joined.");
@@ -259,7 +259,7 @@ std::string MetricsBoard::prometheus_text() const {
 }
 
 std::string MetricsBoard::status_json() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto j = nlohmann::ordered_json::parse(status_json_.empty() ? "{}" : status_json_, nullptr, false);
   if (j.is_discarded()) j = nlohmann::ordered_json::object();
   nlohmann::ordered_json jobs = nlohmann::ordered_json::array();
@@ -271,7 +271,7 @@ std::string MetricsBoard::status_json() const {
 }
 
 std::string MetricsBoard::job_json(int64_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const Job& job : jobs_) {
     if (job.id != id) continue;
     nlohmann::ordered_json j;

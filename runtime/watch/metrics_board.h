@@ -7,13 +7,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace rill {
@@ -87,13 +87,14 @@ class MetricsBoard {
     std::string plan_dot, plan_svg;
     int64_t stride = 1;
   };
-  Job* find(int64_t job);
+  Job* find(int64_t job) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::vector<Node> nodes_;    // guarded by mu_
-  std::string status_json_;    // guarded by mu_
-  std::vector<Job> jobs_;      // guarded by mu_, oldest first
-  int64_t finished_ok_ = 0, finished_failed_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Node> nodes_ GUARDED_BY(mu_);
+  std::string status_json_ GUARDED_BY(mu_);
+  std::vector<Job> jobs_ GUARDED_BY(mu_);  // oldest first
+  int64_t finished_ok_ GUARDED_BY(mu_) = 0;
+  int64_t finished_failed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rill
