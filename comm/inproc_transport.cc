@@ -2,15 +2,14 @@
 // send copies the message and puts it straight into the receiver's mailbox,
 // or, for a tag with a handler, on the receiver's handler queue, which its
 // own receive thread serves (as the ZeroMQ transport's receive thread does).
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
+#include "base/mutex.h"
 #include "comm/mailbox.h"
 #include "comm/transport.h"
 
@@ -24,8 +23,8 @@ struct VectorHolder final : Received::Holder {
 class InprocTransport;
 
 struct Hub {
-  std::mutex mu;
-  std::vector<InprocTransport*> ranks;  // guarded by mu; null once closed
+  Mutex mu;
+  std::vector<InprocTransport*> ranks GUARDED_BY(mu);  // null once closed
 };
 
 class InprocTransport final : public Transport {
@@ -48,7 +47,7 @@ class InprocTransport final : public Transport {
     holder->bytes.resize(header.size() + body.size());
     if (!header.empty()) std::memcpy(holder->bytes.data(), header.data(), header.size());
     if (!body.empty()) std::memcpy(holder->bytes.data() + header.size(), body.data(), body.size());
-    std::lock_guard lock(hub_->mu);
+    MutexLock lock(hub_->mu);
     if (hub_->ranks[rank_] == nullptr) {
       return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
                                                     describe_tag(tag)));
@@ -75,15 +74,15 @@ class InprocTransport final : public Transport {
   }
   int64_t received_dropped() const override { return mailbox_.dropped(); }
   bool peer_lost(int rank) const override {
-    std::lock_guard lock(hub_->mu);
+    MutexLock lock(hub_->mu);
     return rank >= 0 && rank < world_ && rank != rank_ && hub_->ranks[rank] == nullptr;
   }
 
   // Waits for a running handler call, so that after it returns the old
   // handler is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {
-    std::lock_guard call_lock(call_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock call_lock(call_mu_);
+    MutexLock lock(mu_);
     if (handler) {
       handlers_[tag] = std::move(handler);
     } else {
@@ -93,7 +92,7 @@ class InprocTransport final : public Transport {
 
   void close() override {
     {
-      std::lock_guard lock(hub_->mu);
+      MutexLock lock(hub_->mu);
       if (hub_->ranks[rank_] != nullptr) {
         hub_->ranks[rank_] = nullptr;
         for (InprocTransport* peer : hub_->ranks) {
@@ -103,7 +102,7 @@ class InprocTransport final : public Transport {
     }
     mailbox_.close("transport closed");
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
       pending_cv_.notify_all();
     }
@@ -120,7 +119,7 @@ class InprocTransport final : public Transport {
   // Called with the hub lock held, so this transport is not closing under it.
   void deliver(int from, uint64_t tag, std::unique_ptr<VectorHolder> holder) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (handlers_.count(tag) != 0) {
         pending_.push_back(Pending{from, tag, std::move(holder)});
         pending_cv_.notify_one();
@@ -135,18 +134,18 @@ class InprocTransport final : public Transport {
     while (true) {
       Pending next;
       {
-        std::unique_lock lock(mu_);
-        pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+        MutexLock lock(mu_);
+        while (!stopping_ && pending_.empty()) pending_cv_.wait(mu_);
         if (stopping_) return;
         next = std::move(pending_.front());
         pending_.pop_front();
       }
       // call_mu_ keeps the handler in place during the call; mu_ is not
       // held, so the handler may send (which takes a peer's mu_).
-      std::lock_guard call_lock(call_mu_);
+      MutexLock call_lock(call_mu_);
       Handler* handler = nullptr;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         auto it = handlers_.find(next.tag);
         if (it != handlers_.end()) handler = &it->second;
       }
@@ -167,12 +166,12 @@ class InprocTransport final : public Transport {
   const int rank_;
   const int world_;
   Mailbox mailbox_;
-  std::mutex call_mu_;  // held while a handler runs and while handlers_ changes
-  std::mutex mu_;
-  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by mu_ (writes also by call_mu_)
-  std::deque<Pending> pending_;                     // guarded by mu_
-  std::condition_variable pending_cv_;
-  bool stopping_ = false;  // guarded by mu_
+  Mutex call_mu_;  // held while a handler runs and while handlers_ changes
+  Mutex mu_;
+  std::unordered_map<uint64_t, Handler> handlers_ GUARDED_BY(mu_);  // written under call_mu_ too
+  std::deque<Pending> pending_ GUARDED_BY(mu_);
+  CondVar pending_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread receiver_;
 };
 
@@ -180,6 +179,7 @@ class InprocTransport final : public Transport {
 
 std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world) {
   auto hub = std::make_shared<Hub>();
+  MutexLock lock(hub->mu);
   hub->ranks.resize(static_cast<size_t>(world));
   std::vector<std::unique_ptr<Transport>> out;
   for (int rank = 0; rank < world; ++rank) {

@@ -22,7 +22,7 @@ void Mailbox::Ring::push_back(Received message) {
 }
 
 bool Mailbox::push(int from, uint64_t tag, Received message) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (tag < accept_lo_ || tag >= accept_hi_) {
     // Logged at most every 10 s, so a flood costs a counter, not a log line each.
     ++dropped_;
@@ -50,12 +50,12 @@ bool Mailbox::push(int from, uint64_t tag, Received message) {
 }
 
 void Mailbox::limit_unread_bytes(int64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   unread_limit_ = bytes;
 }
 
 int64_t Mailbox::unread_limit() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return unread_limit_;
 }
 
@@ -68,7 +68,7 @@ void Mailbox::drop_all(int from, Ring& messages) {
 }
 
 void Mailbox::accept_tags(uint64_t lo, uint64_t hi) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   accept_lo_ = lo;
   accept_hi_ = hi;
   for (auto it = queues_.begin(); it != queues_.end();) {
@@ -83,18 +83,18 @@ void Mailbox::accept_tags(uint64_t lo, uint64_t hi) {
 }
 
 int64_t Mailbox::dropped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return dropped_;
 }
 
 bool Mailbox::has(int from, uint64_t tag) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = queues_.find(Key{from, tag});
   return it != queues_.end() && !it->second->messages.empty();
 }
 
 Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received* out) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = queues_[Key{from, tag}];
   if (!slot) slot = std::make_unique<Queue>();
   Queue* queue = slot.get();
@@ -118,7 +118,7 @@ Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received
                                 describe_tag(tag)));
     }
     ++queue->waiters;
-    queue->ready.wait_until(lock, deadline);
+    queue->ready.wait_until(mu_, deadline);
     --queue->waiters;
   }
   *out = std::move(queue->messages.front());
@@ -131,7 +131,7 @@ Status Mailbox::pop(int from, uint64_t tag, Clock::time_point deadline, Received
 }
 
 void Mailbox::cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (cancelled_.size() == kKeptCancelled) cancelled_.erase(cancelled_.begin());
   cancelled_.push_back(Cancelled{lo, hi, reason});
   for (auto& [key, queue] : queues_)
@@ -139,7 +139,7 @@ void Mailbox::cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) {
 }
 
 void Mailbox::mark_lost(int from, const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!lost_[from].empty()) return;
   lost_[from] = reason;
   for (auto& [key, queue] : queues_) {
@@ -148,7 +148,7 @@ void Mailbox::mark_lost(int from, const std::string& reason) {
 }
 
 void Mailbox::revive(int from) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   lost_[from].clear();
   for (auto it = queues_.begin(); it != queues_.end();) {
     if (it->first.from != from) {
@@ -165,7 +165,7 @@ void Mailbox::revive(int from) {
 }
 
 void Mailbox::close(const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (is_closed_) return;
   is_closed_ = true;
   closed_ = reason;

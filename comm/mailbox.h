@@ -6,14 +6,13 @@
 // threads waiting for it.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -82,7 +81,7 @@ class Mailbox {
   };
   struct Queue {
     Ring messages;
-    std::condition_variable ready;
+    CondVar ready;
     int waiters = 0;
   };
   // Idle queues beyond this many are freed; below it they are kept so that a
@@ -90,26 +89,27 @@ class Mailbox {
   static constexpr size_t kKeptQueues = 256;
 
   int rank_;
-  mutable std::mutex mu_;
-  std::unordered_map<Key, std::unique_ptr<Queue>, KeyHash> queues_;  // guarded by mu_
-  std::vector<std::string> lost_;                                    // per rank; guarded by mu_
-  std::string closed_;                                               // guarded by mu_
-  bool is_closed_ = false;                                           // guarded by mu_
-  uint64_t accept_lo_ = 0, accept_hi_ = UINT64_MAX;                  // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<Key, std::unique_ptr<Queue>, KeyHash> queues_ GUARDED_BY(mu_);
+  std::vector<std::string> lost_ GUARDED_BY(mu_);  // per rank
+  std::string closed_ GUARDED_BY(mu_);
+  bool is_closed_ GUARDED_BY(mu_) = false;
+  uint64_t accept_lo_ GUARDED_BY(mu_) = 0;
+  uint64_t accept_hi_ GUARDED_BY(mu_) = UINT64_MAX;
   struct Cancelled {
     uint64_t lo, hi;
     std::string reason;
   };
   static constexpr size_t kKeptCancelled = 16;  // runs are numbered upwards: old ranges are never asked for
-  std::vector<Cancelled> cancelled_;            // guarded by mu_, newest last
-  int64_t dropped_ = 0;                                              // guarded by mu_
-  int64_t unread_limit_ = 0;                                         // guarded by mu_
-  std::vector<int64_t> unread_;  // bytes (and kMessageCost each) queued per rank; guarded by mu_
-  Clock::time_point last_drop_log_{};                                // guarded by mu_
-  int64_t dropped_at_last_log_ = 0;                                  // guarded by mu_
+  std::vector<Cancelled> cancelled_ GUARDED_BY(mu_);  // newest last
+  int64_t dropped_ GUARDED_BY(mu_) = 0;
+  int64_t unread_limit_ GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> unread_ GUARDED_BY(mu_);  // bytes (and kMessageCost each) queued per rank
+  Clock::time_point last_drop_log_ GUARDED_BY(mu_);
+  int64_t dropped_at_last_log_ GUARDED_BY(mu_) = 0;
 
-  // Drops a queue's messages, counting them (mu_ held).
-  void drop_all(int from, Ring& messages);
+  // Drops a queue's messages, counting them.
+  void drop_all(int from, Ring& messages) REQUIRES(mu_);
 };
 
 }  // namespace rill::comm

@@ -1,18 +1,18 @@
 #include "comm/transport.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
+
+#include "base/mutex.h"
 
 namespace rill::comm {
 
 // One reference for the tracker itself plus one per body in flight, so that a
 // release after the tracker was destroyed still finds live state.
 struct SendTracker::State {
-  std::mutex mu;
-  std::condition_variable drained;
-  int64_t in_flight = 0;  // guarded by mu
+  Mutex mu;
+  CondVar drained;
+  int64_t in_flight GUARDED_BY(mu) = 0;
   std::atomic<int64_t> references{1};
 
   void unref() {
@@ -26,7 +26,7 @@ SendTracker::~SendTracker() { state_->unref(); }
 
 void* SendTracker::acquire() {
   state_->references.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   ++state_->in_flight;
   return state_;
 }
@@ -34,20 +34,22 @@ void* SendTracker::acquire() {
 void SendTracker::release(void* token) {
   auto* state = static_cast<State*>(token);
   {
-    std::lock_guard lock(state->mu);
+    MutexLock lock(state->mu);
     if (--state->in_flight == 0) state->drained.notify_all();
   }
   state->unref();
 }
 
 int64_t SendTracker::in_flight() const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->in_flight;
 }
 
 Status SendTracker::wait(Clock::time_point deadline) const {
-  std::unique_lock lock(state_->mu);
-  if (!state_->drained.wait_until(lock, deadline, [&] { return state_->in_flight == 0; })) {
+  MutexLock lock(state_->mu);
+  while (state_->in_flight > 0)
+    if (!state_->drained.wait_until(state_->mu, deadline)) break;
+  if (state_->in_flight > 0) {
     return Status(Code::kDeadlineExceeded,
                   fmt::format("{} sent message bodies still unsent at the deadline", state_->in_flight));
   }

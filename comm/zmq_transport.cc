@@ -4,13 +4,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "base/mutex.h"
 #include "comm/cluster_key.h"
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
@@ -42,8 +42,8 @@ struct ZmqHolder final : Received::Holder {
 
 struct HolderFreeList {
   static constexpr size_t kKept = 1024;  // beyond this many idle holders, freed
-  std::mutex mu;
-  std::vector<void*> free;  // guarded by mu
+  Mutex mu;
+  std::vector<void*> free GUARDED_BY(mu);
   ~HolderFreeList() {
     for (void* p : free) ::operator delete(p);
   }
@@ -56,7 +56,7 @@ HolderFreeList& holder_free_list() {
 void* ZmqHolder::operator new(std::size_t size) {
   HolderFreeList& list = holder_free_list();
   {
-    std::lock_guard lock(list.mu);
+    MutexLock lock(list.mu);
     if (!list.free.empty()) {
       void* p = list.free.back();
       list.free.pop_back();
@@ -69,7 +69,7 @@ void* ZmqHolder::operator new(std::size_t size) {
 void ZmqHolder::operator delete(void* p) {
   HolderFreeList& list = holder_free_list();
   {
-    std::lock_guard lock(list.mu);
+    MutexLock lock(list.mu);
     if (list.free.size() < HolderFreeList::kKept) {
       list.free.push_back(p);
       return;
@@ -122,6 +122,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       peers_.push_back(std::make_unique<Peer>());
       if (peer == rank_) continue;
       Peer& p = *peers_.back();
+      MutexLock lock(p.mu);  // no other thread sees it yet
       p.socket = zmq::socket_t(context_, zmq::socket_type::push);
       p.socket.set(zmq::sockopt::linger, 0);
       p.socket.set(zmq::sockopt::sndhwm, 0);
@@ -171,7 +172,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
           [this](int from, const std::string& reason) { mark_lost(from, reason); },
           [this](int peer) { return peer_lost(peer); },
           [this](uint64_t tag) {
-            std::lock_guard lock(handlers_mu_);
+            MutexLock lock(handlers_mu_);
             return handlers_.count(tag) != 0;
           },
           [this](int peer) -> Clock::duration {
@@ -240,7 +241,7 @@ Status ZmqTransport::send_tcp(int to, uint64_t tag, std::span<const std::byte> h
   const auto give_up = Clock::now() + options_.heartbeat_timeout;
   for (;;) {
     {
-      std::lock_guard lock(peer.mu);
+      MutexLock lock(peer.mu);
       if (!peer.socket) {
         return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
                                                       describe_tag(tag)));
@@ -374,7 +375,7 @@ void ZmqTransport::drain_data() {
 }
 
 bool ZmqTransport::to_handler(int from, uint64_t tag, MessageView message) {
-  std::lock_guard lock(handlers_mu_);
+  MutexLock lock(handlers_mu_);
   auto it = handlers_.find(tag);
   if (it == handlers_.end()) return false;
   if (reinterpret_cast<uintptr_t>(message.first.data()) % 8 != 0) {
@@ -441,7 +442,7 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
 }
 
 void ZmqTransport::close() {
-  std::lock_guard lock(close_mu_);
+  MutexLock lock(close_mu_);
   closed_.store(true, std::memory_order_release);
   mailbox_.close("transport closed");
   if (torn_down_) return;
@@ -462,7 +463,7 @@ void ZmqTransport::close() {
   }
   if (receiver_.joinable()) receiver_.join();
   for (auto& peer : peers_) {
-    std::lock_guard peer_lock(peer->mu);
+    MutexLock peer_lock(peer->mu);
     if (peer->socket) {
       zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
       // What is still queued for the peer leaves before the context ends.

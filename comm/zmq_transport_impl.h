@@ -19,7 +19,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -28,6 +27,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "base/mutex.h"
 #include "comm/cluster_key.h"
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
@@ -68,7 +68,7 @@ class ZmqTransport final : public Transport {
   // Handlers run under handlers_mu_, so after this returns the old handler
   // is not called any more. An empty handler removes the tag's.
   void set_handler(uint64_t tag, Handler handler) override {
-    std::lock_guard lock(handlers_mu_);
+    MutexLock lock(handlers_mu_);
     if (handler) {
       handlers_[tag] = std::move(handler);
     } else {
@@ -80,8 +80,8 @@ class ZmqTransport final : public Transport {
 
  private:
   struct Peer {
-    std::mutex mu;
-    zmq::socket_t socket;   // PUSH to the peer; guarded by mu
+    Mutex mu;
+    zmq::socket_t socket GUARDED_BY(mu);  // PUSH to the peer
     std::string url;        // where `socket` connects
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
@@ -133,9 +133,9 @@ class ZmqTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;
   std::unique_ptr<ShmLanes> lanes_;  // null without peers on this machine
-  std::mutex handlers_mu_;
-  std::unordered_map<uint64_t, Handler> handlers_;  // guarded by handlers_mu_
-  std::vector<std::byte> scratch_;                  // an aligned first part for handlers; guarded by handlers_mu_
+  Mutex handlers_mu_;
+  std::unordered_map<uint64_t, Handler> handlers_ GUARDED_BY(handlers_mu_);
+  std::vector<std::byte> scratch_ GUARDED_BY(handlers_mu_);  // an aligned first part for handlers
   std::thread receiver_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> malformed_{0};        // malformed messages dropped
@@ -143,8 +143,8 @@ class ZmqTransport final : public Transport {
   std::atomic<int64_t> handler_copied_{0};   // bytes moved to scratch_ for handlers
   int64_t malformed_at_last_log_ = 0;         // receive thread only
   Clock::time_point last_malformed_log_{};    // receive thread only
-  std::mutex close_mu_;
-  bool torn_down_ = false;  // guarded by close_mu_
+  Mutex close_mu_;
+  bool torn_down_ GUARDED_BY(close_mu_) = false;
 };
 
 }  // namespace rill::comm::zmq_internal

@@ -2,7 +2,6 @@
 // events, loss reported after a grace, revival, and dialling again after a
 // failed handshake.
 #include <cstring>
-#include <mutex>
 
 #include <spdlog/spdlog.h>
 
@@ -22,7 +21,7 @@ void ZmqTransport::redial() {
     Peer& p = *peer;
     if (p.redial_at == Clock::time_point{} || now < p.redial_at) continue;
     p.redial_at = {};
-    std::lock_guard lock(p.mu);
+    MutexLock lock(p.mu);
     if (!p.socket) continue;
     try {
       p.socket.connect(p.url);
@@ -61,7 +60,7 @@ void ZmqTransport::drain_monitor(int peer) {
       p.redial_logged = true;
       {
         // Its session is over; the address leaves the socket until redial().
-        std::lock_guard lock(p.mu);
+        MutexLock lock(p.mu);
         try {
           if (p.socket) p.socket.disconnect(p.url);
         } catch (const zmq::error_t&) {
