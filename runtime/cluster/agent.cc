@@ -13,8 +13,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "comm/counting_transport.h"
 #include "comm/transport.h"
@@ -22,48 +20,48 @@
 #include "graph/job_file.h"
 #include "kernels/cuda/cuda_context.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/faulty_control_channel.h"
+#include "runtime/cluster/zmq_control_channel.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill::agent_internal {
 
+namespace {
+
+class SteadyClock final : public AgentClock {
+ public:
+  std::chrono::steady_clock::time_point now() const override { return std::chrono::steady_clock::now(); }
+};
+
+}  // namespace
+
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      world_(static_cast<int>(options_.machines.size())),
+      clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()) {}
+
 Agent::~Agent() {
   if (job_thread_.joinable()) job_thread_.join();
   builder_.reset();
   runner_.reset();
   if (transport_) transport_->close();
-  // Let the last control messages (Shutdown to the nodes, replies) leave,
-  // but never wait long for a peer that is gone.
-  server_.set(zmq::sockopt::linger, 2000);
-  master_.set(zmq::sockopt::linger, 2000);
 }
 
-Status Agent::bind_ctrl() {
-  const Machine& me = options_.machines[options_.rank];
-  const std::string name = node_name(options_.machines, options_.rank);
-  std::string endpoint = tcp_endpoint(me.address, me.ctrl_port);
-  try {
-    server_.set(zmq::sockopt::linger, 0);
-    server_.set(zmq::sockopt::router_mandatory, 1);
-    server_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
-    if (options_.control_send_hwm > 0) server_.set(zmq::sockopt::sndhwm, options_.control_send_hwm);
-    if (options_.key) {
-      auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world_, true, name + ": control port");
-      if (!zap.ok()) return zap.status();
-      zap_ = std::move(*zap);
-      comm::curve_server(server_, *options_.key, options_.rank);
-      server_watch_ = std::make_unique<comm::HandshakeWatch>(
-          context_, server_, fmt::format("{}: control port {}", name, format_machine(me)), true, true);
-    }
-    server_.bind(endpoint);
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EADDRINUSE)
-      return Status(Code::kUnavailable, fmt::format("{}: control port {} is already in use (another agent?)",
-                                                    node_name(options_.machines, options_.rank), format_machine(me)));
-    return Status(Code::kUnavailable, fmt::format("{}: cannot listen on {}: {}", node_name(options_.machines, options_.rank),
-                                                  endpoint, e.what()));
+Status Agent::open_channel() {
+  std::unique_ptr<ControlChannel> channel;
+  if (options_.control_channel) {
+    channel = options_.control_channel();
+  } else {
+    ZmqControlOptions zmq_options{options_.machines, options_.rank, options_.key, options_.max_message_bytes,
+                                  options_.control_send_hwm};
+    RILL_ASSIGN_OR_RETURN(channel, make_zmq_control_channel(zmq_options));
   }
+  if (options_.fault.kind != ControlFault::Kind::kNone)
+    channel = std::make_unique<FaultyControlChannel>(std::move(channel), options_.fault,
+                                                     node_name(options_.machines, options_.rank));
+  channel_ = std::move(channel);
   return {};
 }
 
@@ -86,33 +84,32 @@ Status Agent::start() {
                  node_name(options_.machines, options_.rank), format_machine(self));
   if (cluster.device_type == DeviceType::kCuda)
     RILL_RETURN_IF_ERROR(require_cuda_devices(cluster.devices_per_node, node_name(options_.machines, options_.rank)));
-  RILL_RETURN_IF_ERROR(bind_ctrl());
-  std::vector<comm::Endpoint> endpoints;
-  for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
-  comm::ZmqOptions transport_options;
-  transport_options.key = options_.key;
-  transport_options.max_message_bytes = options_.max_message_bytes;
-  auto transport = comm::make_zmq_transport(options_.rank, endpoints, transport_options);
-  if (!transport.ok())
-    return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
-  transport_ = std::make_unique<comm::CountingTransport>(std::move(*transport));
+  RILL_RETURN_IF_ERROR(open_channel());
+  std::unique_ptr<comm::Transport> data;
+  if (options_.data_transport) {
+    data = options_.data_transport();
+  } else {
+    std::vector<comm::Endpoint> endpoints;
+    for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
+    comm::ZmqOptions transport_options;
+    transport_options.key = options_.key;
+    transport_options.max_message_bytes = options_.max_message_bytes;
+    auto transport = comm::make_zmq_transport(options_.rank, endpoints, transport_options);
+    if (!transport.ok())
+      return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));
+    data = std::move(*transport);
+  }
+  transport_ = std::make_unique<comm::CountingTransport>(std::move(data));
   transport_->accept_tags(0, 0);  // nothing until a run's plan opens its tags
   if (!is_master()) {
     builder_ = std::make_unique<SerialExecutor>();
     runner_ = std::make_unique<SerialExecutor>();
-    const Machine& m = options_.machines[0];
-    master_.set(zmq::sockopt::linger, 0);
-    master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
-    if (options_.control_send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.control_send_hwm);
-    master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
-    if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
-    master_watch_ = std::make_unique<comm::HandshakeWatch>(
-        context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
-    master_.connect(tcp_endpoint(m.address, m.ctrl_port));
   }
   if (is_master()) RILL_RETURN_IF_ERROR(start_http());
   identity_of_node_.assign(world_, "");
-  last_seen_.assign(world_, Clock::now());
+  last_seen_.assign(world_, now());
+  master_seen_ = now();
+  last_heartbeat_ = now();
   lost_.assign(world_, false);
   unreachable_warned_.assign(world_, false);
   told_to_go_.assign(world_, false);
@@ -151,53 +148,31 @@ void Agent::forget_stale_losses() {
     if (r != options_.rank && transport_->peer_lost(r)) transport_->revive(r);
 }
 
-bool Agent::receive_server(std::string* identity, std::string* bytes) {
-  std::vector<zmq::message_t> frames;
-  (void)zmq::recv_multipart(server_, std::back_inserter(frames));
-  if (frames.size() != 2) return false;
-  *identity = frames[0].to_string();
-  if (options_.key) {
-    // The routing id a peer chose must be what its key says it is: node-R
-    // for the agent of rank R (which sets it so), anything else for clients.
-    const std::string_view user = comm::authenticated_identity(frames[1]);
-    const bool claims_node = identity->rfind("node-", 0) == 0;
-    if (claims_node ? *identity != user : user != comm::kClientIdentity) {
-      spdlog::warn("{}: refused a control message from '{}' authenticated as '{}'",
-                   node_name(options_.machines, options_.rank), *identity, user);
-      return false;
-    }
-  }
-  *bytes = frames[1].to_string();
-  return true;
-}
-
 Status Agent::join() {
-  auto deadline = after(options_.join_timeout_s);
+  const auto deadline = now() + seconds_of(options_.join_timeout_s);
   const std::string me = node_name(options_.machines, options_.rank);
   if (!is_master()) {
     const Machine& self = options_.machines[options_.rank];
     std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
     post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
                                                   format_machine(self), options_.devices})});
-    while (Clock::now() < deadline) {
+    while (now() < deadline) {
       flush();  // the Join, or what a full queue held back
-      zmq::pollitem_t items[] = {{master_.handle(), 0, ZMQ_POLLIN, 0}, {server_.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::chrono::milliseconds(50));
-      if (const std::string failure = master_watch_->poll(); !failure.empty())
+      ControlChannel::Incoming in;
+      const bool got = channel_->receive(std::chrono::milliseconds(50), &in);
+      if (const std::string failure = channel_->master_failure(); !failure.empty())
         return Status(Code::kPermissionDenied, fmt::format("{}: cannot join: {}", me, failure));
-      if (server_watch_) (void)server_watch_->poll();
-      std::string identity, bytes;
-      if ((items[1].revents & ZMQ_POLLIN) && receive_server(&identity, &bytes))  // a status query while joining
-        send_router(identity,
+      if (!got) continue;
+      if (!in.from_master) {  // a status query while joining
+        send_router(in.identity,
                     ctl::encode(ctl::StatusReply{nlohmann::json{{"state", "joining"}, {"rank", options_.rank}}.dump()}));
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      zmq::message_t reply;
-      (void)master_.recv(reply);
-      auto message = ctl::decode(reply.to_string_view());
+        continue;
+      }
+      auto message = ctl::decode(in.bytes);
       if (!message.ok()) return message.status().with_context(me + ": from the master");
       if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
         if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
-        master_seen_ = Clock::now();
+        master_seen_ = now();
         forget_stale_losses();
         spdlog::info("{}: joined a cluster of {} node(s)", me, r->world);
         return {};
@@ -212,13 +187,11 @@ Status Agent::join() {
   int joined = 1;
   std::vector<ctl::Join> joins(world_);
   std::string failure;
-  while (joined < world_ && failure.empty() && Clock::now() < deadline) {
-    zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(50));
-    if (server_watch_) (void)server_watch_->poll();
-    if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    std::string identity, bytes;
-    if (!receive_server(&identity, &bytes)) continue;
+  while (joined < world_ && failure.empty() && now() < deadline) {
+    ControlChannel::Incoming in;
+    if (!channel_->receive(std::chrono::milliseconds(50), &in) || in.from_master) continue;
+    const std::string& identity = in.identity;
+    std::string& bytes = in.bytes;
     auto message = ctl::decode(bytes);
     if (!message.ok()) {
       spdlog::warn("{}: ignoring a corrupt control message: {}", me, message.status().message());
@@ -243,7 +216,7 @@ Status Agent::join() {
       break;
     }
     identity_of_node_[j->rank] = identity;
-    last_seen_[j->rank] = Clock::now();
+    last_seen_[j->rank] = now();
     joins[j->rank] = *j;
     ++joined;
   }
@@ -268,7 +241,7 @@ Status Agent::join() {
 
 void Agent::check_liveness() {
   if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
-    last_heartbeat_ = Clock::now();
+    last_heartbeat_ = now();
     if (is_master()) {
       for (int r = 1; r < world_; ++r)
         if (!lost_[r]) post_to_node(r, ctl::Heartbeat{0});
@@ -346,7 +319,7 @@ void Agent::rejoin(const std::string& identity, int rank) {
   const std::string name = node_name(options_.machines, rank);
   if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent was restarted", name));
   identity_of_node_[rank] = identity;
-  last_seen_[rank] = Clock::now();
+  last_seen_[rank] = now();
   unreachable_warned_[rank] = false;
   told_to_go_[rank] = false;
   transport_->revive(rank);  // before anything is sent to the new process
@@ -367,18 +340,17 @@ Status Agent::serve() {
   for (auto& [identity, bytes] : early_) on_server_message(identity, bytes);
   early_.clear();
   while (!shutdown_) {
-    zmq::pollitem_t items[] = {{server_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, is_master() ? 1 : 2, std::chrono::milliseconds(10));
-    if (items[0].revents & ZMQ_POLLIN) {
-      std::string identity, bytes;
-      if (receive_server(&identity, &bytes)) on_server_message(identity, bytes);
+    // What has come is handled before liveness is judged: a master that
+    // said Shutdown and closed is not lost (a bounded batch, so a flood
+    // cannot starve the heartbeats).
+    ControlChannel::Incoming in;
+    auto wait = std::chrono::milliseconds(10);
+    for (int n = 0; n < kMessagesPerTurn && !shutdown_ && channel_->receive(wait, &in); ++n) {
+      wait = std::chrono::milliseconds(0);
+      if (in.from_master) on_master_message(in.bytes);
+      else on_server_message(in.identity, in.bytes);
     }
-    if (server_watch_) (void)server_watch_->poll();
-    if (!is_master() && (items[1].revents & ZMQ_POLLIN)) {
-      zmq::message_t message;
-      (void)master_.recv(message);
-      on_master_message(message.to_string());
-    }
+    if (shutdown_) break;  // told to go: a master gone since is not lost
     check_liveness();
     if (is_master()) {
       start_next_job();
@@ -407,18 +379,16 @@ void Agent::on_server_message(const std::string& identity, const std::string& by
                    identity, message.status().message());
     return;
   }
+  if (is_master()) return master_handle(identity, std::move(*message));
   if (std::holds_alternative<ctl::StatusRequest>(*message)) {
-    std::string reply = is_master() ? status_json()
-                                    : nlohmann::json{{"state", "up"}, {"rank", options_.rank},
-                                                     {"master", format_machine(options_.machines[0])}}.dump();
+    const std::string reply = nlohmann::json{{"state", "up"}, {"rank", options_.rank},
+                                             {"master", format_machine(options_.machines[0])}}.dump();
     send_router(identity, ctl::encode(ctl::StatusReply{reply}));
-    return;
   }
-  if (is_master()) master_handle(identity, std::move(*message));
 }
 
 void Agent::on_master_message(const std::string& bytes) {
-  master_seen_ = Clock::now();
+  master_seen_ = now();
   auto message = ctl::decode(bytes);
   if (!message.ok()) {
     // What it said is lost: the master stops the running job, naming the link.
@@ -429,141 +399,6 @@ void Agent::on_master_message(const std::string& bytes) {
     return;
   }
   worker_handle(std::move(*message));
-}
-
-// The master's handling of agents and clients (loop thread).
-void Agent::master_handle(const std::string& identity, ctl::Message message) {
-  int node = -1;
-  for (int r = 1; r < world_; ++r)
-    if (identity_of_node_[r] == identity) node = r;
-  if (auto* j = std::get_if<ctl::Join>(&message)) {  // a restarted agent
-    std::string error = join_error(*j, identity);
-    if (!error.empty()) {
-      spdlog::warn("refused a node: {}", error);
-      send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
-      return;
-    }
-    rejoin(identity, j->rank);
-    return;
-  }
-  if (node > 0 && lost_[node]) {
-    // Declared lost (a silent machine that speaks again): it must not take
-    // part in anything; its agent exits, and may be restarted to join again.
-    if (!told_to_go_[node])
-      send_router(identity, ctl::encode(ctl::Shutdown{fmt::format(
-                                "{} was declared lost by the master; restart its agent to join again",
-                                node_name(options_.machines, node))}));
-    told_to_go_[node] = true;
-    return;
-  }
-  if (node > 0) last_seen_[node] = Clock::now();
-  std::visit(
-      [&](auto& m) {
-        using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, ctl::Submit>) {
-          auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
-          Status allowed = job.ok() ? check_job_paths(*job, m.resume, roots_, node_name(options_.machines, 0))
-                                    : job.status();
-          if (!allowed.ok()) {
-            send_router(identity, ctl::encode(ctl::SubmitReply{0, allowed.message(), 0}));
-            return;
-          }
-          if (queue_.size() >= kMaxQueuedJobs || queued_bytes_ + m.job_text.size() > options_.max_message_bytes) {
-            send_router(identity,
-                        ctl::encode(ctl::SubmitReply{
-                            0,
-                            fmt::format("the master's queue is full: {} job(s) of {} bytes wait already (it holds at "
-                                        "most {} jobs and --max-message-bytes {} bytes of job files); submit again "
-                                        "when one has run",
-                                        queue_.size(), queued_bytes_, kMaxQueuedJobs, options_.max_message_bytes),
-                            0}));
-            return;
-          }
-          queued_bytes_ += m.job_text.size();
-          QueuedJob q{next_job_id_++, identity, std::move(m), std::move(*job)};
-          int ahead = static_cast<int>(queue_.size()) + (job_running_ ? 1 : 0);
-          send_router(identity, ctl::encode(ctl::SubmitReply{q.id, "", ahead}));
-          queue_.push_back(std::move(q));
-        } else if constexpr (std::is_same_v<T, ctl::PlanAck>) {
-          MutexLock lock(phase_mu_);
-          if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
-          phase_cv_.notify_all();
-        } else if constexpr (std::is_same_v<T, ctl::Done>) {
-          MutexLock lock(phase_mu_);
-          if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
-            if (!m.error.empty() && local_runtime_)
-              local_runtime_->abort(ctl::node_error(m.code, node_name(options_.machines, m.node), m.error));
-            phase_.dones[m.node] = std::move(m);
-          }
-          phase_cv_.notify_all();
-        } else if constexpr (std::is_same_v<T, ctl::Snapshot>) {
-          std::function<void(int64_t, VariablePiece)> collect;
-          {
-            MutexLock lock(phase_mu_);
-            if (m.job_id == phase_.job_id) collect = phase_.on_snapshot;
-          }
-          // Pieces follow each other: a variable, then its state tensors.
-          for (size_t begin = 0; collect && begin < m.tensors.size();) {
-            size_t end = begin + 1;
-            while (end < m.tensors.size() && m.tensors[end].name.rfind(m.tensors[begin].name + "/", 0) == 0) ++end;
-            collect(m.steps_done, to_piece(m.tensors, begin, end));
-            begin = end;
-          }
-        } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
-          for (int r = 1; r < world_; ++r)
-            if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
-          send_router(identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
-          shutdown_ = true;
-          // The job running here ends now, and no later phase starts.
-          MutexLock lock(phase_mu_);
-          stopping_ = true;
-          if (local_runtime_) local_runtime_->abort(Status(Code::kAborted, "the cluster is shutting down"));
-          phase_cv_.notify_all();
-        }
-        if constexpr (std::is_same_v<T, ctl::Stop>) {
-          // From a client: rill stop, or Ctrl-C on rill run --nodes and rill
-          // launch. The client is told what was done (a following client
-          // reads past the answer).
-          if (!job_running_ && m.job_id == 0) {
-            send_router(identity,
-                        ctl::encode(ctl::StatusReply{nlohmann::json{{"stopping", "no job is running: nothing to stop"}}.dump()}));
-            return;
-          }
-          if (!job_running_ || (m.job_id != 0 && m.job_id != running_id_)) {
-            const std::string error = fmt::format("job {} is not running{}", m.job_id,
-                                                  job_running_ ? fmt::format(" (job {} is)", running_id_) : "");
-            send_router(identity, ctl::encode(ctl::StatusReply{nlohmann::json{{"error", error}}.dump()}));
-            return;
-          }
-          const std::string how = m.now ? "at once" : "at the next step boundary, with its last checkpoint there";
-          spdlog::warn("job {}: a client asks it to stop {}", running_id_, how);
-          send_router(identity, ctl::encode(ctl::StatusReply{
-                                    nlohmann::json{{"stopping", fmt::format("job {} ('{}') stops {}", running_id_,
-                                                                            running_name_, how)}}
-                                        .dump()}));
-          stop_job_ = true;
-          MutexLock lock(phase_mu_);
-          if (m.now && local_runtime_)
-            local_runtime_->abort(Status(Code::kAborted, "interrupted again: stopped at once"));
-          else if (!m.now)
-            begin_stop_locked();
-        } else if constexpr (std::is_same_v<T, ctl::Held>) {
-          MutexLock lock(phase_mu_);
-          if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && node == m.node) {
-            phase_.held[m.node] = m.last_begun;
-            end_when_held_locked();
-          }
-        }
-        if constexpr (std::is_same_v<T, ctl::LinkError>) link_failed(m.reason);
-        if constexpr (std::is_same_v<T, ctl::Heartbeat>) {
-          if (node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
-            pace_.add(node, pace_key(m.job_id, m.phase), steady_seconds(), m.steps, m.busy_seconds);
-            activity_[node] = {std::move(m.threads), std::move(m.received_bytes_from)};
-          }
-        }
-        // Anything else is not for the master.
-      },
-      message);
 }
 
 }  // namespace rill::agent_internal

@@ -10,7 +10,9 @@
 // run_agent() blocks on the calling thread; it owns its sockets.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +23,9 @@
 namespace rill {
 namespace comm {
 struct ClusterKey;
+class Transport;
 }
+class ControlChannel;
 
 // A fault this agent injects into the control messages it sends (tests of
 // the control plane): the first message of type `message` ("PlanAck"; empty:
@@ -36,6 +40,16 @@ struct ControlFault {
 };
 // "drop:PlanAck", "delay:Done:2", "cut:" ...
 StatusOr<ControlFault> parse_control_fault(const std::string& spec);
+
+// The time an agent's loop goes by: when it sends heartbeats, when a
+// silent peer is lost, the join deadline. Steady time, unless a test gives
+// its own to let time pass without waiting (a job's own timeouts are
+// always steady time).
+class AgentClock {
+ public:
+  virtual ~AgentClock() = default;
+  virtual std::chrono::steady_clock::time_point now() const = 0;
+};
 
 struct AgentOptions {
   std::vector<Machine> machines;  // node 0 is the master
@@ -72,6 +86,12 @@ struct AgentOptions {
   // connection) and sends: a run whose cross-node regst is larger, or whose
   // node's variables are, fails naming it.
   size_t max_message_bytes = size_t{1} << 30;
+  // Tests: the control channel and the data plane to use instead of
+  // ZeroMQ's (agents of one process: runtime/cluster/
+  // inproc_control_channel.h, comm::make_inproc_transports).
+  std::function<std::unique_ptr<ControlChannel>()> control_channel;
+  std::function<std::unique_ptr<comm::Transport>()> data_transport;
+  std::shared_ptr<const AgentClock> clock;  // null: steady time
 };
 
 inline constexpr const char* kDefaultHttp = "127.0.0.1:8265";

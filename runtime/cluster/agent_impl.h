@@ -16,12 +16,12 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <zmq.hpp>
 
 #include "base/mutex.h"
 #include "comm/counting_transport.h"
 #include "graph/job.h"
 #include "runtime/cluster/agent.h"
+#include "runtime/cluster/control_channel.h"
 #include "runtime/cluster/control_codec.h"
 #include "comm/cluster_key.h"
 #include "runtime/cluster/allowed_roots.h"
@@ -37,15 +37,14 @@ namespace rill::agent_internal {
 using Clock = std::chrono::steady_clock;
 namespace ctl = control;
 
-inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-inline double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 // A phase of a job (its training, its evaluation) is paced on its own.
 inline int64_t pace_key(int64_t job, int phase) { return (job << kPhaseBits) | phase; }
 
-inline Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+inline Clock::duration seconds_of(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
+// A deadline `seconds` from now in steady time (the job thread's waits).
+inline Clock::time_point after(double seconds) { return Clock::now() + seconds_of(seconds); }
 
 inline std::string node_name(const std::vector<Machine>& machines, int rank) {
   return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
@@ -102,7 +101,7 @@ inline VariablePiece to_piece(std::vector<ctl::Tensor>& tensors, size_t begin, s
 
 class Agent {
  public:
-  explicit Agent(AgentOptions options) : options_(std::move(options)), world_(static_cast<int>(options_.machines.size())) {}
+  explicit Agent(AgentOptions options);
   ~Agent();
   Status start();
   Status join();
@@ -110,6 +109,10 @@ class Agent {
 
  private:
   bool is_master() const { return options_.rank == 0; }
+  // The loop's time (AgentOptions::clock).
+  Clock::time_point now() const { return clock_->now(); }
+  double seconds_since(Clock::time_point t) const { return std::chrono::duration<double>(now() - t).count(); }
+  double clock_seconds() const { return std::chrono::duration<double>(now().time_since_epoch()).count(); }
   void post(Outgoing out);
   void post_to_node(int node, const ctl::Message& m);
   void flush();
@@ -122,14 +125,72 @@ class Agent {
   // lives (a node declared lost loses what was kept for it).
   void deliver(Outgoing out);
   bool router_send_now(const std::string& identity, const std::string& bytes);
-  bool inject_fault(Outgoing& out);
-  Status bind_ctrl();
+  // The control channel: options_.control_channel's, or ZeroMQ's; with
+  // options_.fault, wrapped to inject it.
+  Status open_channel();
   void send_router(const std::string& identity, const std::string& bytes);
   // Loop-thread handlers.
   void on_server_message(const std::string& identity, const std::string& bytes);
   void on_master_message(const std::string& bytes);
   void master_handle(const std::string& identity, ctl::Message message);
+  // Who sent a message to the master: its routing identity, and its node
+  // (-1: a client).
+  struct From {
+    const std::string& identity;
+    int node = -1;
+  };
+  // The master's handling of each message type (agent_master.cc): one
+  // overload per type and no catch-all, so a new type fails to compile
+  // until the master says what it does with it.
+  void master_on(const From& from, ctl::Join& m);
+  void master_on(const From& from, ctl::Submit& m);
+  void master_on(const From& from, ctl::PlanAck& m);
+  void master_on(const From& from, ctl::Done& m);
+  void master_on(const From& from, ctl::Snapshot& m);
+  void master_on(const From& from, ctl::Shutdown& m);
+  void master_on(const From& from, ctl::Stop& m);
+  void master_on(const From& from, ctl::Held& m);
+  void master_on(const From& from, ctl::LinkError& m);
+  void master_on(const From& from, ctl::Heartbeat& m);
+  void master_on(const From& from, ctl::StatusRequest& m);
+  void master_on(const From& from, ctl::JoinReply& m);
+  void master_on(const From& from, ctl::SubmitReply& m);
+  void master_on(const From& from, ctl::PlanPart& m);
+  void master_on(const From& from, ctl::Start& m);
+  void master_on(const From& from, ctl::Progress& m);
+  void master_on(const From& from, ctl::Result& m);
+  void master_on(const From& from, ctl::StatusReply& m);
+  void master_on(const From& from, ctl::Abort& m);
+  void master_on(const From& from, ctl::Rejoined& m);
+  void master_on(const From& from, ctl::Hold& m);
+  void master_on(const From& from, ctl::EndAt& m);
+  void not_for_master(const From& from, const char* type);
   void worker_handle(ctl::Message message);
+  // A non-master agent's handling of each message type from the master
+  // (agent_worker.cc), exhaustive as master_on.
+  void worker_on(ctl::PlanPart& m);
+  void worker_on(ctl::Start& m);
+  void worker_on(ctl::Abort& m);
+  void worker_on(ctl::Shutdown& m);
+  void worker_on(ctl::Hold& m);
+  void worker_on(ctl::EndAt& m);
+  void worker_on(ctl::Rejoined& m);
+  void worker_on(ctl::Heartbeat& m);
+  void worker_on(ctl::JoinReply& m);
+  void worker_on(ctl::Join& m);
+  void worker_on(ctl::Submit& m);
+  void worker_on(ctl::SubmitReply& m);
+  void worker_on(ctl::PlanAck& m);
+  void worker_on(ctl::Done& m);
+  void worker_on(ctl::Snapshot& m);
+  void worker_on(ctl::Progress& m);
+  void worker_on(ctl::Result& m);
+  void worker_on(ctl::StatusRequest& m);
+  void worker_on(ctl::StatusReply& m);
+  void worker_on(ctl::LinkError& m);
+  void worker_on(ctl::Stop& m);
+  void worker_on(ctl::Held& m);
+  void not_for_node(const char* type);
   void check_liveness();
   // Why a Join from the peer with routing id `identity` is refused ("" if not).
   std::string join_error(const ctl::Join& join, const std::string& identity) const;
@@ -160,26 +221,13 @@ class Agent {
 
   AgentOptions options_;
   int world_;
-  zmq::context_t context_{1};
-  zmq::socket_t server_{context_, zmq::socket_type::router};
-  zmq::socket_t master_{context_, zmq::socket_type::dealer};
-  // With a key (after the sockets: closed before them, the context last).
-  std::unique_ptr<comm::ZapAuthenticator> zap_;
-  std::unique_ptr<comm::HandshakeWatch> server_watch_, master_watch_;
-  // Receives one message from the control port: false when there was none,
-  // or it was malformed or not authenticated as the identity it claims.
-  bool receive_server(std::string* identity, std::string* bytes);
+  std::shared_ptr<const AgentClock> clock_;
+  std::unique_ptr<ControlChannel> channel_;
   void forget_stale_losses();
   AllowedRoots roots_;  // set by start(); read-only after
   std::unique_ptr<comm::CountingTransport> transport_;
   bool shutdown_ = false;
   Status fatal_;
-
-  // options_.fault's state (loop thread).
-  bool fault_fired_ = false;
-  bool link_cut_ = false;
-  std::optional<Outgoing> held_;
-  std::vector<std::pair<Clock::time_point, Outgoing>> delayed_;
 
   Mutex out_mu_;
   std::vector<Outgoing> outbox_ GUARDED_BY(out_mu_);
@@ -215,6 +263,9 @@ class Agent {
   // --max-message-bytes of job text in all, so that clients cannot grow the
   // master's memory by submitting.
   static constexpr size_t kMaxQueuedJobs = 64;
+  // Control messages the loop handles in one turn, at most, before it looks
+  // at liveness, jobs and what it has to send.
+  static constexpr int kMessagesPerTurn = 64;
   std::deque<QueuedJob> queue_;
   size_t queued_bytes_ = 0;
   int64_t next_job_id_ = 1;
@@ -243,7 +294,7 @@ class Agent {
   bool stopping_ GUARDED_BY(phase_mu_) = false;  // told to shut down; no phase starts
 
   // Non-master.
-  Clock::time_point master_seen_ = Clock::now();
+  Clock::time_point master_seen_{};  // set by start()
   std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks
   std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
   std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
@@ -263,7 +314,7 @@ class Agent {
   NodeRuntime* running_ GUARDED_BY(run_mu_) = nullptr;
   int64_t running_job_ GUARDED_BY(run_mu_) = -1;
   int running_phase_ GUARDED_BY(run_mu_) = 0;
-  Clock::time_point last_heartbeat_ = Clock::now();
+  Clock::time_point last_heartbeat_{};  // set by start()
 };
 
 

@@ -1,6 +1,7 @@
 // The agent's outgoing control messages: what threads post, the loop sends
-// without blocking, keeping what a full queue refuses; and the faults tests
-// inject into them (--control-fault).
+// without blocking, keeping what a full queue refuses; and the parsing of
+// the faults tests inject into them (--control-fault,
+// runtime/cluster/faulty_control_channel.h).
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/agent_impl.h"
 
@@ -10,7 +11,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <zmq.hpp>
 
 #include "runtime/cluster/control_codec.h"
 
@@ -31,32 +31,33 @@ void Agent::send_router(const std::string& identity, const std::string& bytes) {
 }
 
 bool Agent::router_send_now(const std::string& identity, const std::string& bytes) {
-  try {
-    // ZeroMQ takes a message's later frames once it took the first.
-    if (!server_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      for (int r = 0; r < world_; ++r)
-        if (identity_of_node_[r] == identity) return false;  // a node's queue is full: kept
+  int node = -1;
+  for (int r = 0; r < world_; ++r)
+    if (identity_of_node_[r] == identity) node = r;
+  switch (channel_->send_to(identity, bytes)) {
+    case ControlChannel::Sent::kSent:
+      return true;
+    case ControlChannel::Sent::kFull:
+      if (node >= 0) return false;  // a node's queue is full: kept
       // A client that reads no answers: counted, logged at most every 10 s.
       ++unread_answers_dropped_;
       if (seconds_since(unread_answers_warned_) >= 10) {
         spdlog::warn("{}: dropped {} answer(s) to clients that do not read them",
                      node_name(options_.machines, options_.rank), unread_answers_dropped_);
-        unread_answers_warned_ = Clock::now();
+        unread_answers_warned_ = now();
         unread_answers_dropped_ = 0;
       }
       return true;
-    }
-    (void)server_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
-  } catch (const zmq::error_t& e) {
-    // Once per node: a peer that left is reported as lost by check_liveness.
-    for (int r = 0; r < world_; ++r)
-      if (identity_of_node_[r] == identity) {
-        if (!unreachable_warned_[r])
-          spdlog::warn("control message to {} not delivered: {}", node_name(options_.machines, r), e.what());
-        unreachable_warned_[r] = true;
-        return true;
+    case ControlChannel::Sent::kUnreachable:
+      // Once per node: a peer that left is reported as lost by check_liveness.
+      if (node >= 0) {
+        if (!unreachable_warned_[node])
+          spdlog::warn("control message to {} not delivered: it is not connected", node_name(options_.machines, node));
+        unreachable_warned_[node] = true;
+      } else {
+        spdlog::warn("control message to client '{}' not delivered: it is not connected", identity);
       }
-    spdlog::warn("control message to client '{}' not delivered: {}", identity, e.what());
+      return true;
   }
   return true;
 }
@@ -77,19 +78,7 @@ void Agent::flush() {
   std::deque<Outgoing> held;
   held.swap(backlog_);
   for (Outgoing& o : held) deliver(std::move(o));
-  if (options_.fault.kind != ControlFault::Kind::kNone) {
-    // Delayed messages whose time has come leave first.
-    const auto now = Clock::now();
-    for (auto it = delayed_.begin(); it != delayed_.end();)
-      if (it->first <= now) {
-        deliver(std::move(it->second));
-        it = delayed_.erase(it);
-      } else {
-        ++it;
-      }
-  }
-  for (Outgoing& o : out)
-    if (options_.fault.kind == ControlFault::Kind::kNone || inject_fault(o)) deliver(std::move(o));
+  for (Outgoing& o : out) deliver(std::move(o));
 }
 
 bool Agent::send_now(const Outgoing& o) {
@@ -100,39 +89,8 @@ bool Agent::send_now(const Outgoing& o) {
                   options_.max_message_bytes);
     return true;
   }
-  if (o.to_master) return master_.send(zmq::buffer(o.bytes), zmq::send_flags::dontwait).has_value();
+  if (o.to_master) return channel_->send_to_master(o.bytes) != ControlChannel::Sent::kFull;
   return o.identity.empty() || router_send_now(o.identity, o.bytes);
-}
-
-// Applies options_.fault to a message on its way out; false when it is not
-// to be sent now (dropped, held, or the link is cut).
-bool Agent::inject_fault(Outgoing& o) {
-  const ControlFault& fault = options_.fault;
-  if (link_cut_) return false;
-  if (held_ && held_->to_master == o.to_master && held_->identity == o.identity) {
-    deliver(o);  // the message after the held one goes first
-    deliver(std::move(*held_));
-    held_.reset();
-    return false;
-  }
-  if (fault_fired_) return true;
-  if (!fault.message.empty()) {
-    auto decoded = ctl::decode(o.bytes);
-    if (!decoded.ok() || fault.message != ctl::type_name(*decoded)) return true;
-  }
-  fault_fired_ = true;
-  const std::string to = o.to_master ? std::string("the master") : "'" + o.identity + "'";
-  spdlog::warn("{}: injecting a control-plane fault on a message to {}", node_name(options_.machines, options_.rank), to);
-  switch (fault.kind) {
-    case ControlFault::Kind::kDrop: return false;
-    case ControlFault::Kind::kDelay: delayed_.emplace_back(after(fault.seconds), o); return false;
-    case ControlFault::Kind::kDuplicate: deliver(o); return true;
-    case ControlFault::Kind::kCorrupt: o.bytes[o.bytes.size() / 2] ^= 0x5a; return true;
-    case ControlFault::Kind::kReorder: held_ = o; return false;
-    case ControlFault::Kind::kCut: link_cut_ = true; return false;
-    case ControlFault::Kind::kNone: break;
-  }
-  return true;
 }
 
 }  // namespace rill::agent_internal

@@ -18,7 +18,7 @@ namespace rill::agent_internal {
 
 std::string Agent::status_json() {
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
-  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
   nlohmann::ordered_json slow = nlohmann::ordered_json::array();
   for (int r = 0; r < world_; ++r) {
     std::string state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
@@ -98,8 +98,8 @@ Status Agent::start_http() {
 
 void Agent::publish_metrics() {
   if (seconds_since(last_published_) < 0.25) return;
-  last_published_ = Clock::now();
-  const std::vector<PaceReport> pace = job_running_ ? pace_.report(steady_seconds()) : std::vector<PaceReport>(world_);
+  last_published_ = now();
+  const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
   std::vector<MetricsBoard::Node> nodes;
   for (int r = 0; r < world_; ++r) {
     MetricsBoard::Node n;
@@ -134,14 +134,14 @@ void Agent::track_pace() {
     MutexLock lock(phase_mu_);
     if (local_runtime_ && phase_.job_id == running_id_) {
       const NodePace pace = local_runtime_->pace();
-      pace_.add(0, pace_key(running_id_, phase_.phase), steady_seconds(), pace.steps, pace.busy_seconds);
+      pace_.add(0, pace_key(running_id_, phase_.phase), clock_seconds(), pace.steps, pace.busy_seconds);
       Activity& own = activity_[0];
       own.threads.clear();
       for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
       own.received_bytes_from = transport_->received_bytes_from();
     }
   }
-  const std::vector<PaceReport> report = pace_.report(steady_seconds());
+  const std::vector<PaceReport> report = pace_.report(clock_seconds());
   for (int r = 0; r < world_; ++r)
     if (report[r].slow && !slow_warned_[r]) {
       slow_warned_[r] = true;

@@ -43,140 +43,179 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
 
 // A non-master agent's handling of the master's messages (loop thread).
 void Agent::worker_handle(ctl::Message message) {
+  std::visit([&](auto& m) { worker_on(m); }, message);
+}
+
+void Agent::worker_on(ctl::PlanPart& m) {
   const std::string me = node_name(options_.machines, options_.rank);
-  std::visit(
-      [&](auto& m) {
-        using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, ctl::PlanPart>) {
-          // A repeated message (the master sends each phase once) must not
-          // build a second runtime on the same tags.
-          if (m.job_id == last_part_.first && m.phase == last_part_.second) {
-            spdlog::warn("{}: ignoring a repeated plan of job {} phase {}", me, m.job_id, m.phase);
-            return;
-          }
-          last_part_ = {m.job_id, m.phase};
-          RunOptions run;
-          run.node = options_.rank;
-          run.transport = transport_.get();
-          run.tag_base = m.tag_base;
-          run.stall_timeout_s = options_.stall_timeout_s;
-          if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok())
-            run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
-          for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
-          for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
-          run.start_step = m.start_step;
-          run.max_control_message_bytes = options_.max_message_bytes;
-          if (m.snapshot_every >= 0) {
-            run.snapshot_every = m.snapshot_every;
-            run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
-              post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
-            };
-          }
-          // Compiled and built off the loop, which keeps answering
-          // heartbeats meanwhile (a dataset may take long to read); the ack
-          // goes out when it is done.
-          builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
-            const auto start = std::chrono::steady_clock::now();
-            auto plan = compile_part(part, options_.rank, world_, roots_, me);
-            if (plan.ok())
-              spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
-                           part.phase, plan->size(),
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-            auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
-                                   : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
-            std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
-            {
-              MutexLock lock(run_mu_);
-              if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
-                pending_ = std::move(*built);
-                pending_job_ = part.job_id;
-                pending_phase_ = part.phase;
-                // Count this job's traffic from here: the master starts
-                // sending once every node has acked, possibly before our
-                // Start arrives.
-                transport_->reset();
-              }
-            }
-            post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
-                                         built.ok() ? Code::kOk : built.status().code()});
-          });
-        } else if constexpr (std::is_same_v<T, ctl::Start>) {
-          std::shared_ptr<NodeRuntime> runtime;
-          {
-            MutexLock lock(run_mu_);
-            if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
-            runtime = std::move(pending_);
-            started_ = runtime;
-            started_job_ = m.job_id;
-            started_phase_ = m.phase;
-          }
-          // After the previous run has wound down, on the runner's thread.
-          runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
-            {
-              MutexLock lock(run_mu_);
-              running_ = runtime.get();
-              running_job_ = job;
-              running_phase_ = phase;
-            }
-            RunReport report = runtime->run();
-            {
-              MutexLock lock(run_mu_);
-              running_ = nullptr;
-            }
-            runtime.reset();  // unhooks the transport handler before the next job
-            ctl::Done done{job,
-                           phase,
-                           options_.rank,
-                           report.status.ok() ? "" : report.status.message(),
-                           {},
-                           report.seconds,
-                           transport_->received_from(),
-                           transport_->received_bytes_from(),
-                           report.status.code()};
-            // They fit: the plan was refused otherwise (max_control_message_bytes).
-            if (done.error.empty())
-              for (VariablePiece& p : report.pieces)
-                done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
-            post_to_node(0, done);
-          });
-        } else if constexpr (std::is_same_v<T, ctl::Abort>) {
-          MutexLock lock(run_mu_);
-          // A plan still being made for it is dropped; a restarted attempt's
-          // later phases are not.
-          aborted_job_ = m.job_id;
-          aborted_phase_ = m.phase;
-          if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset();
-          if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
-            running_->abort(Status(Code::kAborted, m.reason));
-        } else if constexpr (std::is_same_v<T, ctl::Shutdown>) {
-          MutexLock lock(run_mu_);
-          if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
-          if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
-          shutdown_ = true;
-        } else if constexpr (std::is_same_v<T, ctl::Hold>) {
-          // Where this node is; a phase that ended here already does not
-          // hold the others back (the master keeps the end within the plan).
-          std::shared_ptr<NodeRuntime> runtime;
-          {
-            MutexLock lock(run_mu_);
-            runtime = runtime_of_locked(m.job_id, m.phase);
-          }
-          const int64_t last = runtime ? runtime->hold() : std::numeric_limits<int64_t>::max() / 2;
-          post_to_node(0, ctl::Held{m.job_id, m.phase, options_.rank, last});
-        } else if constexpr (std::is_same_v<T, ctl::EndAt>) {
-          std::shared_ptr<NodeRuntime> runtime;
-          {
-            MutexLock lock(run_mu_);
-            runtime = runtime_of_locked(m.job_id, m.phase);
-          }
-          if (runtime) runtime->end_at(m.end);
-          spdlog::info("{}: job {} phase {} ends at step {} (a stop was asked for)", me, m.job_id, m.phase, m.end);
-        } else if constexpr (std::is_same_v<T, ctl::Rejoined>) {
-          transport_->revive(m.node);
-          spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
-        }
-      },
-      message);
+  // A repeated message (the master sends each phase once) must not
+  // build a second runtime on the same tags.
+  if (m.job_id == last_part_.first && m.phase == last_part_.second) {
+    spdlog::warn("{}: ignoring a repeated plan of job {} phase {}", me, m.job_id, m.phase);
+    return;
+  }
+  last_part_ = {m.job_id, m.phase};
+  RunOptions run;
+  run.node = options_.rank;
+  run.transport = transport_.get();
+  run.tag_base = m.tag_base;
+  run.stall_timeout_s = options_.stall_timeout_s;
+  if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok())
+    run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
+  for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
+  for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
+  run.start_step = m.start_step;
+  run.max_control_message_bytes = options_.max_message_bytes;
+  if (m.snapshot_every >= 0) {
+    run.snapshot_every = m.snapshot_every;
+    run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
+      post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
+    };
+  }
+  // Compiled and built off the loop, which keeps answering
+  // heartbeats meanwhile (a dataset may take long to read); the ack
+  // goes out when it is done.
+  builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
+    const auto start = std::chrono::steady_clock::now();
+    auto plan = compile_part(part, options_.rank, world_, roots_, me);
+    if (plan.ok())
+      spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
+                   part.phase, plan->size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
+                           : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
+    std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
+    {
+      MutexLock lock(run_mu_);
+      if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
+        pending_ = std::move(*built);
+        pending_job_ = part.job_id;
+        pending_phase_ = part.phase;
+        // Count this job's traffic from here: the master starts
+        // sending once every node has acked, possibly before our
+        // Start arrives.
+        transport_->reset();
+      }
+    }
+    post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
+                                 built.ok() ? Code::kOk : built.status().code()});
+  });
+}
+
+void Agent::worker_on(ctl::Start& m) {
+  std::shared_ptr<NodeRuntime> runtime;
+  {
+    MutexLock lock(run_mu_);
+    if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
+    runtime = std::move(pending_);
+    started_ = runtime;
+    started_job_ = m.job_id;
+    started_phase_ = m.phase;
+  }
+  // After the previous run has wound down, on the runner's thread.
+  runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
+    {
+      MutexLock lock(run_mu_);
+      running_ = runtime.get();
+      running_job_ = job;
+      running_phase_ = phase;
+    }
+    RunReport report = runtime->run();
+    {
+      MutexLock lock(run_mu_);
+      running_ = nullptr;
+    }
+    runtime.reset();  // unhooks the transport handler before the next job
+    ctl::Done done{job,
+                   phase,
+                   options_.rank,
+                   report.status.ok() ? "" : report.status.message(),
+                   {},
+                   report.seconds,
+                   transport_->received_from(),
+                   transport_->received_bytes_from(),
+                   report.status.code()};
+    // They fit: the plan was refused otherwise (max_control_message_bytes).
+    if (done.error.empty())
+      for (VariablePiece& p : report.pieces)
+        done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
+    post_to_node(0, done);
+  });
+}
+
+void Agent::worker_on(ctl::Abort& m) {
+  MutexLock lock(run_mu_);
+  // A plan still being made for it is dropped; a restarted attempt's
+  // later phases are not.
+  aborted_job_ = m.job_id;
+  aborted_phase_ = m.phase;
+  if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset();
+  if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
+    running_->abort(Status(Code::kAborted, m.reason));
+}
+
+void Agent::worker_on(ctl::Shutdown& m) {
+  const std::string me = node_name(options_.machines, options_.rank);
+  MutexLock lock(run_mu_);
+  if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
+  if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
+  shutdown_ = true;
+}
+
+void Agent::worker_on(ctl::Hold& m) {
+  // Where this node is; a phase that ended here already does not
+  // hold the others back (the master keeps the end within the plan).
+  std::shared_ptr<NodeRuntime> runtime;
+  {
+    MutexLock lock(run_mu_);
+    runtime = runtime_of_locked(m.job_id, m.phase);
+  }
+  const int64_t last = runtime ? runtime->hold() : std::numeric_limits<int64_t>::max() / 2;
+  post_to_node(0, ctl::Held{m.job_id, m.phase, options_.rank, last});
+}
+
+void Agent::worker_on(ctl::EndAt& m) {
+  const std::string me = node_name(options_.machines, options_.rank);
+  std::shared_ptr<NodeRuntime> runtime;
+  {
+    MutexLock lock(run_mu_);
+    runtime = runtime_of_locked(m.job_id, m.phase);
+  }
+  if (runtime) runtime->end_at(m.end);
+  spdlog::info("{}: job {} phase {} ends at step {} (a stop was asked for)", me, m.job_id, m.phase, m.end);
+}
+
+void Agent::worker_on(ctl::Rejoined& m) {
+  const std::string me = node_name(options_.machines, options_.rank);
+  transport_->revive(m.node);
+  spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
+}
+
+// The master's heartbeat: on_master_message noted that it is alive.
+void Agent::worker_on(ctl::Heartbeat&) {}
+
+// The cluster formed in join(); another answer to the Join is stale.
+void Agent::worker_on(ctl::JoinReply&) {}
+
+// What nodes and clients send and only the master takes: the master never
+// sends one, so one arriving here is logged and dropped.
+void Agent::worker_on(ctl::Join&) { not_for_node("Join"); }
+void Agent::worker_on(ctl::Submit&) { not_for_node("Submit"); }
+void Agent::worker_on(ctl::SubmitReply&) { not_for_node("SubmitReply"); }
+void Agent::worker_on(ctl::PlanAck&) { not_for_node("PlanAck"); }
+void Agent::worker_on(ctl::Done&) { not_for_node("Done"); }
+void Agent::worker_on(ctl::Snapshot&) { not_for_node("Snapshot"); }
+void Agent::worker_on(ctl::Progress&) { not_for_node("Progress"); }
+void Agent::worker_on(ctl::Result&) { not_for_node("Result"); }
+void Agent::worker_on(ctl::StatusRequest&) { not_for_node("StatusRequest"); }
+void Agent::worker_on(ctl::StatusReply&) { not_for_node("StatusReply"); }
+void Agent::worker_on(ctl::LinkError&) { not_for_node("LinkError"); }
+void Agent::worker_on(ctl::Stop&) { not_for_node("Stop"); }
+void Agent::worker_on(ctl::Held&) { not_for_node("Held"); }
+
+void Agent::not_for_node(const char* type) {
+  spdlog::warn("{}: dropped a {} from the master: only nodes and clients send it",
+               node_name(options_.machines, options_.rank), type);
 }
 
 std::shared_ptr<NodeRuntime> Agent::runtime_of_locked(int64_t job, int phase) {

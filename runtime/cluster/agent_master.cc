@@ -1,0 +1,184 @@
+// The master's side of the control plane: what it does with each control
+// message from a node or a client (loop thread). One overload of
+// master_on per message type and no catch-all, so a new message type fails
+// to compile until the master says what it does with it.
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/agent_impl.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "graph/job_file.h"
+#include "runtime/cluster/control_codec.h"
+
+namespace rill::agent_internal {
+
+void Agent::master_handle(const std::string& identity, ctl::Message message) {
+  int node = -1;
+  for (int r = 1; r < world_; ++r)
+    if (identity_of_node_[r] == identity) node = r;
+  const From from{identity, node};
+  if (auto* join = std::get_if<ctl::Join>(&message)) return master_on(from, *join);
+  if (node > 0 && lost_[node]) {
+    // Declared lost (a silent machine that speaks again): it must not take
+    // part in anything; its agent exits, and may be restarted to join again.
+    if (!told_to_go_[node])
+      send_router(identity, ctl::encode(ctl::Shutdown{fmt::format(
+                                "{} was declared lost by the master; restart its agent to join again",
+                                node_name(options_.machines, node))}));
+    told_to_go_[node] = true;
+    return;
+  }
+  if (node > 0) last_seen_[node] = now();
+  std::visit([&](auto& m) { master_on(from, m); }, message);
+}
+
+// A restarted agent (the first join of each is handled by join()).
+void Agent::master_on(const From& from, ctl::Join& m) {
+  std::string error = join_error(m, from.identity);
+  if (!error.empty()) {
+    spdlog::warn("refused a node: {}", error);
+    send_router(from.identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+    return;
+  }
+  rejoin(from.identity, m.rank);
+}
+
+void Agent::master_on(const From& from, ctl::Submit& m) {
+  auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
+  Status allowed = job.ok() ? check_job_paths(*job, m.resume, roots_, node_name(options_.machines, 0)) : job.status();
+  if (!allowed.ok()) {
+    send_router(from.identity, ctl::encode(ctl::SubmitReply{0, allowed.message(), 0}));
+    return;
+  }
+  if (queue_.size() >= kMaxQueuedJobs || queued_bytes_ + m.job_text.size() > options_.max_message_bytes) {
+    send_router(from.identity,
+                ctl::encode(ctl::SubmitReply{
+                    0,
+                    fmt::format("the master's queue is full: {} job(s) of {} bytes wait already (it holds at most {} "
+                                "jobs and --max-message-bytes {} bytes of job files); submit again when one has run",
+                                queue_.size(), queued_bytes_, kMaxQueuedJobs, options_.max_message_bytes),
+                    0}));
+    return;
+  }
+  queued_bytes_ += m.job_text.size();
+  QueuedJob q{next_job_id_++, from.identity, std::move(m), std::move(*job)};
+  int ahead = static_cast<int>(queue_.size()) + (job_running_ ? 1 : 0);
+  send_router(from.identity, ctl::encode(ctl::SubmitReply{q.id, "", ahead}));
+  queue_.push_back(std::move(q));
+}
+
+void Agent::master_on(const From&, ctl::PlanAck& m) {
+  MutexLock lock(phase_mu_);
+  if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
+  phase_cv_.notify_all();
+}
+
+void Agent::master_on(const From&, ctl::Done& m) {
+  MutexLock lock(phase_mu_);
+  if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
+    if (!m.error.empty() && local_runtime_)
+      local_runtime_->abort(ctl::node_error(m.code, node_name(options_.machines, m.node), m.error));
+    phase_.dones[m.node] = std::move(m);
+  }
+  phase_cv_.notify_all();
+}
+
+void Agent::master_on(const From&, ctl::Snapshot& m) {
+  std::function<void(int64_t, VariablePiece)> collect;
+  {
+    MutexLock lock(phase_mu_);
+    if (m.job_id == phase_.job_id) collect = phase_.on_snapshot;
+  }
+  // Pieces follow each other: a variable, then its state tensors.
+  for (size_t begin = 0; collect && begin < m.tensors.size();) {
+    size_t end = begin + 1;
+    while (end < m.tensors.size() && m.tensors[end].name.rfind(m.tensors[begin].name + "/", 0) == 0) ++end;
+    collect(m.steps_done, to_piece(m.tensors, begin, end));
+    begin = end;
+  }
+}
+
+void Agent::master_on(const From& from, ctl::Shutdown&) {
+  for (int r = 1; r < world_; ++r)
+    if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
+  send_router(from.identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
+  shutdown_ = true;
+  // The job running here ends now, and no later phase starts.
+  MutexLock lock(phase_mu_);
+  stopping_ = true;
+  if (local_runtime_) local_runtime_->abort(Status(Code::kAborted, "the cluster is shutting down"));
+  phase_cv_.notify_all();
+}
+
+// From a client: rill stop, or Ctrl-C on rill run --nodes and rill launch.
+// The client is told what was done (a following client reads past the
+// answer).
+void Agent::master_on(const From& from, ctl::Stop& m) {
+  if (!job_running_ && m.job_id == 0) {
+    send_router(from.identity, ctl::encode(ctl::StatusReply{
+                                   nlohmann::json{{"stopping", "no job is running: nothing to stop"}}.dump()}));
+    return;
+  }
+  if (!job_running_ || (m.job_id != 0 && m.job_id != running_id_)) {
+    const std::string error = fmt::format("job {} is not running{}", m.job_id,
+                                          job_running_ ? fmt::format(" (job {} is)", running_id_) : "");
+    send_router(from.identity, ctl::encode(ctl::StatusReply{nlohmann::json{{"error", error}}.dump()}));
+    return;
+  }
+  const std::string how = m.now ? "at once" : "at the next step boundary, with its last checkpoint there";
+  spdlog::warn("job {}: a client asks it to stop {}", running_id_, how);
+  send_router(from.identity,
+              ctl::encode(ctl::StatusReply{
+                  nlohmann::json{{"stopping", fmt::format("job {} ('{}') stops {}", running_id_, running_name_, how)}}
+                      .dump()}));
+  stop_job_ = true;
+  MutexLock lock(phase_mu_);
+  if (m.now && local_runtime_)
+    local_runtime_->abort(Status(Code::kAborted, "interrupted again: stopped at once"));
+  else if (!m.now)
+    begin_stop_locked();
+}
+
+void Agent::master_on(const From& from, ctl::Held& m) {
+  MutexLock lock(phase_mu_);
+  if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && from.node == m.node) {
+    phase_.held[m.node] = m.last_begun;
+    end_when_held_locked();
+  }
+}
+
+void Agent::master_on(const From&, ctl::LinkError& m) { link_failed(m.reason); }
+
+void Agent::master_on(const From& from, ctl::Heartbeat& m) {
+  if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
+    pace_.add(from.node, pace_key(m.job_id, m.phase), clock_seconds(), m.steps, m.busy_seconds);
+    activity_[from.node] = {std::move(m.threads), std::move(m.received_bytes_from)};
+  }
+}
+
+void Agent::master_on(const From& from, ctl::StatusRequest&) {
+  send_router(from.identity, ctl::encode(ctl::StatusReply{status_json()}));
+}
+
+// What the master sends and never receives: a peer that sends one is
+// confused or hostile; it is logged and dropped.
+void Agent::master_on(const From& from, ctl::JoinReply&) { not_for_master(from, "JoinReply"); }
+void Agent::master_on(const From& from, ctl::SubmitReply&) { not_for_master(from, "SubmitReply"); }
+void Agent::master_on(const From& from, ctl::PlanPart&) { not_for_master(from, "PlanPart"); }
+void Agent::master_on(const From& from, ctl::Start&) { not_for_master(from, "Start"); }
+void Agent::master_on(const From& from, ctl::Progress&) { not_for_master(from, "Progress"); }
+void Agent::master_on(const From& from, ctl::Result&) { not_for_master(from, "Result"); }
+void Agent::master_on(const From& from, ctl::StatusReply&) { not_for_master(from, "StatusReply"); }
+void Agent::master_on(const From& from, ctl::Abort&) { not_for_master(from, "Abort"); }
+void Agent::master_on(const From& from, ctl::Rejoined&) { not_for_master(from, "Rejoined"); }
+void Agent::master_on(const From& from, ctl::Hold&) { not_for_master(from, "Hold"); }
+void Agent::master_on(const From& from, ctl::EndAt&) { not_for_master(from, "EndAt"); }
+
+void Agent::not_for_master(const From& from, const char* type) {
+  spdlog::warn("{}: dropped a {} from {}: only the master sends it", node_name(options_.machines, 0), type,
+               from.node > 0 ? node_name(options_.machines, from.node) : fmt::format("client '{}'", from.identity));
+}
+
+}  // namespace rill::agent_internal

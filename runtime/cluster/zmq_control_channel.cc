@@ -1,0 +1,139 @@
+#include "runtime/cluster/zmq_control_channel.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "comm/cluster_key.h"
+
+namespace rill {
+namespace {
+
+std::string node_name(const std::vector<Machine>& machines, int rank) {
+  return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
+}
+
+class ZmqControlChannel final : public ControlChannel {
+ public:
+  explicit ZmqControlChannel(ZmqControlOptions options) : options_(std::move(options)) {}
+
+  ~ZmqControlChannel() override {
+    // Let the last control messages (Shutdown to the nodes, replies) leave,
+    // but never wait long for a peer that is gone.
+    port_.set(zmq::sockopt::linger, 2000);
+    master_.set(zmq::sockopt::linger, 2000);
+  }
+
+  Status open() {
+    const int world = static_cast<int>(options_.machines.size());
+    const Machine& me = options_.machines[options_.rank];
+    const std::string name = node_name(options_.machines, options_.rank);
+    const std::string endpoint = tcp_endpoint(me.address, me.ctrl_port);
+    try {
+      port_.set(zmq::sockopt::linger, 0);
+      port_.set(zmq::sockopt::router_mandatory, 1);
+      port_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+      if (options_.send_hwm > 0) port_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+      if (options_.key) {
+        auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world, true, name + ": control port");
+        if (!zap.ok()) return zap.status();
+        zap_ = std::move(*zap);
+        comm::curve_server(port_, *options_.key, options_.rank);
+        port_watch_ = std::make_unique<comm::HandshakeWatch>(
+            context_, port_, fmt::format("{}: control port {}", name, format_machine(me)), true, true);
+      }
+      port_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EADDRINUSE)
+        return Status(Code::kUnavailable,
+                      fmt::format("{}: control port {} is already in use (another agent?)", name, format_machine(me)));
+      return Status(Code::kUnavailable, fmt::format("{}: cannot listen on {}: {}", name, endpoint, e.what()));
+    }
+    if (options_.rank == 0) return {};
+    const Machine& m = options_.machines[0];
+    master_.set(zmq::sockopt::linger, 0);
+    master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+    if (options_.send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+    master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
+    if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
+    master_watch_ = std::make_unique<comm::HandshakeWatch>(
+        context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
+    master_.connect(tcp_endpoint(m.address, m.ctrl_port));
+    return {};
+  }
+
+  bool receive(std::chrono::milliseconds timeout, Incoming* out) override {
+    const bool master = options_.rank != 0;
+    zmq::pollitem_t items[] = {{port_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, master ? 2 : 1, timeout);
+    if (port_watch_) (void)port_watch_->poll();
+    if (items[0].revents & ZMQ_POLLIN) return receive_port(out);
+    if (master && (items[1].revents & ZMQ_POLLIN)) {
+      zmq::message_t message;
+      (void)master_.recv(message);
+      out->from_master = true;
+      out->identity.clear();
+      out->bytes = message.to_string();
+      return true;
+    }
+    return false;
+  }
+
+  Sent send_to_master(const std::string& bytes) override {
+    return master_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value() ? Sent::kSent : Sent::kFull;
+  }
+
+  Sent send_to(const std::string& identity, const std::string& bytes) override {
+    try {
+      // ZeroMQ takes a message's later frames once it took the first.
+      if (!port_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return Sent::kFull;
+      (void)port_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+      return Sent::kSent;
+    } catch (const zmq::error_t&) {
+      return Sent::kUnreachable;  // router_mandatory: no such peer
+    }
+  }
+
+  std::string master_failure() override { return master_watch_ ? master_watch_->poll() : std::string(); }
+
+ private:
+  bool receive_port(Incoming* out) {
+    std::vector<zmq::message_t> frames;
+    (void)zmq::recv_multipart(port_, std::back_inserter(frames));
+    if (frames.size() != 2) return false;
+    out->from_master = false;
+    out->identity = frames[0].to_string();
+    if (options_.key) {
+      // The routing id a peer chose must be what its key says it is: node-R
+      // for the agent of rank R (which sets it so), anything else for clients.
+      const std::string_view user = comm::authenticated_identity(frames[1]);
+      const bool claims_node = out->identity.rfind("node-", 0) == 0;
+      if (claims_node ? out->identity != user : user != comm::kClientIdentity) {
+        spdlog::warn("{}: refused a control message from '{}' authenticated as '{}'",
+                     node_name(options_.machines, options_.rank), out->identity, user);
+        return false;
+      }
+    }
+    out->bytes = frames[1].to_string();
+    return true;
+  }
+
+  ZmqControlOptions options_;
+  zmq::context_t context_{1};
+  zmq::socket_t port_{context_, zmq::socket_type::router};
+  zmq::socket_t master_{context_, zmq::socket_type::dealer};
+  // With a key (after the sockets: closed before them, the context last).
+  std::unique_ptr<comm::ZapAuthenticator> zap_;
+  std::unique_ptr<comm::HandshakeWatch> port_watch_, master_watch_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ControlChannel>> make_zmq_control_channel(const ZmqControlOptions& options) {
+  auto channel = std::make_unique<ZmqControlChannel>(options);
+  RILL_RETURN_IF_ERROR(channel->open());
+  return std::unique_ptr<ControlChannel>(std::move(channel));
+}
+
+}  // namespace rill

@@ -1,0 +1,328 @@
+// The control plane in one process: agents over in-process control channels
+// (runtime/cluster/inproc_control_channel.h) and data transports, each on a
+// clock of its own that only the test moves. Joins, liveness, a job's
+// phases, full queues and faults on the control links are checked without
+// processes, ports or sleeps standing in for time; tests/e2e keeps the end
+// to end runs of real agents.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "comm/transport.h"
+#include "runtime/cluster/agent.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/inproc_control_channel.h"
+#include "tests/runtime/sample_jobs.h"
+
+namespace rill {
+namespace {
+
+namespace ctl = control;
+using namespace std::chrono_literals;
+
+// Time that passes only when the test says so.
+class FakeClock final : public AgentClock {
+ public:
+  std::chrono::steady_clock::time_point now() const override {
+    return start_ + std::chrono::nanoseconds(offset_ns_.load());
+  }
+  void advance(double seconds) { offset_ns_ += static_cast<int64_t>(seconds * 1e9); }
+
+ private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::atomic<int64_t> offset_ns_{0};
+};
+
+// `world` agents of one process, each on its own thread and clock.
+class Cluster {
+ public:
+  explicit Cluster(int world, size_t queue_capacity = 0)
+      : hub_(std::make_shared<InprocControlHub>(queue_capacity)), data_(comm::make_inproc_transports(world)) {
+    for (int r = 0; r < world; ++r) {
+      clocks_.push_back(std::make_shared<FakeClock>());
+      AgentOptions o;
+      for (int m = 0; m < world; ++m) o.machines.push_back({"127.0.0.1", 19900 + 10 * m});
+      o.rank = r;
+      o.http = "off";
+      o.heartbeat_s = 1;
+      o.dead_after_s = 10;
+      o.join_timeout_s = 30;
+      o.control_channel = [hub = hub_, r] { return hub->channel(r); };
+      o.data_transport = [this, r] { return std::move(data_[static_cast<size_t>(r)]); };
+      o.clock = clocks_.back();
+      options_.push_back(std::move(o));
+    }
+    results_.resize(static_cast<size_t>(world));
+  }
+  ~Cluster() { join(); }
+
+  AgentOptions& options(int rank) { return options_[static_cast<size_t>(rank)]; }
+  FakeClock& clock(int rank) { return *clocks_[static_cast<size_t>(rank)]; }
+  InprocControlHub& hub() { return *hub_; }
+
+  void start(int rank) {
+    threads_.emplace_back([this, rank] {
+      results_[static_cast<size_t>(rank)] = run_agent(options_[static_cast<size_t>(rank)]);
+      done_ += 1;
+    });
+  }
+  void start_all() {
+    for (int r = 0; r < static_cast<int>(options_.size()); ++r) start(r);
+  }
+  // Waits (real time, bounded) for `count` agents to have returned.
+  bool wait_for_ended(int count, std::chrono::seconds limit = 60s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (done_.load() < count && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    return done_.load() >= count;
+  }
+  void join() {
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  const Status& result(int rank) const { return results_[static_cast<size_t>(rank)]; }
+  // One second on every agent's clock (heartbeats go out, nobody is late).
+  void tick() {
+    for (auto& clock : clocks_) clock->advance(1);
+  }
+
+ private:
+  std::shared_ptr<InprocControlHub> hub_;
+  std::vector<std::unique_ptr<comm::Transport>> data_;
+  std::vector<std::shared_ptr<FakeClock>> clocks_;
+  std::vector<AgentOptions> options_;
+  std::vector<Status> results_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> done_{0};
+};
+
+// A client of the master: sends a message and reads the answers.
+class TestClient {
+ public:
+  TestClient(InprocControlHub& hub, const std::string& name) : client_(hub.client(0, name)) {}
+  void send(const ctl::Message& m) { REQUIRE(client_.send(ctl::encode(m)) == ControlChannel::Sent::kSent); }
+  // The next answer, within `limit` of real time.
+  std::optional<ctl::Message> next(std::chrono::milliseconds limit = 60000ms) {
+    std::string bytes;
+    if (!client_.receive(limit, &bytes)) return std::nullopt;
+    auto m = ctl::decode(bytes);
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    return *m;
+  }
+  // The master's status JSON (answered once the cluster formed).
+  nlohmann::json status() {
+    send(ctl::StatusRequest{});
+    for (;;) {
+      auto m = next();
+      REQUIRE(m.has_value());
+      if (auto* r = std::get_if<ctl::StatusReply>(&*m)) return nlohmann::json::parse(r->status_json);
+    }
+  }
+
+ private:
+  InprocControlHub::Client client_;
+};
+
+std::string node_state(TestClient& client, int rank) {
+  return client.status()["nodes"][static_cast<size_t>(rank)]["state"].get<std::string>();
+}
+
+// Waits (real time, bounded) until every node has joined: the master
+// answers status requests while the cluster forms too.
+void wait_formed(TestClient& client, int world) {
+  for (int attempt = 0; attempt < 6000; ++attempt) {
+    const nlohmann::json status = client.status();
+    bool all = true;
+    for (int r = 1; r < world; ++r) all = all && status["nodes"][static_cast<size_t>(r)]["state"] == "up";
+    if (all) return;
+    std::this_thread::sleep_for(10ms);
+  }
+  FAIL("the cluster did not form");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs the linear regression sample through the master and returns its
+// result JSON (an error fails the test).
+nlohmann::json run_linear_regression(TestClient& client, const std::vector<std::string>& overrides = {}) {
+  ctl::Submit submit;
+  submit.job_text = read_text(testing::source_path("samples/linear_regression/linear_regression.json"));
+  submit.file_name = "linear_regression.json";
+  submit.overrides = overrides;
+  client.send(submit);
+  for (;;) {
+    auto m = client.next();
+    REQUIRE_MESSAGE(m.has_value(), "no answer from the master");
+    if (auto* r = std::get_if<ctl::SubmitReply>(&*m)) REQUIRE_MESSAGE(r->error.empty(), r->error);
+    if (auto* r = std::get_if<ctl::Result>(&*m)) {
+      REQUIRE_MESSAGE(r->error.empty(), r->error);
+      return nlohmann::json::parse(r->result_json);
+    }
+  }
+}
+
+void shut_down(Cluster& cluster, TestClient& client, int world) {
+  client.send(ctl::Shutdown{});
+  REQUIRE(cluster.wait_for_ended(world));
+  cluster.join();
+}
+
+}  // namespace
+
+TEST_CASE("control plane in one process: 3 agents form a cluster, run a job over it, and shut down") {
+  Cluster cluster(3);
+  cluster.start_all();
+  TestClient client(cluster.hub(), "client-1");
+  wait_formed(client, 3);
+  const nlohmann::json result = run_linear_regression(client);
+  auto w = result["variables"]["w"]["values"];
+  REQUIRE(w.size() == 2);
+  CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
+  CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
+  // A second job on the same cluster, after the first.
+  CHECK(run_linear_regression(client, {"train.steps=10"})["steps"] == 10);
+  shut_down(cluster, client, 3);
+  for (int r = 0; r < 3; ++r) CHECK_MESSAGE(cluster.result(r).ok(), cluster.result(r).to_string());
+}
+
+TEST_CASE("control plane in one process: a node of another version is refused, on the master and on the node") {
+  Cluster cluster(2);
+  cluster.options(1).version = "0.0.1-other";
+  cluster.start_all();
+  REQUIRE(cluster.wait_for_ended(2));
+  cluster.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(cluster.result(r).code() == Code::kAborted);
+    CHECK(cluster.result(r).message().find("runs Rill 0.0.1-other") != std::string::npos);
+    CHECK(cluster.result(r).message().find("run the same version on every node") != std::string::npos);
+  }
+}
+
+TEST_CASE("control plane in one process: devices that differ between nodes are refused, naming both") {
+  Cluster cluster(2);
+  cluster.options(1).devices = "cpu:2";
+  cluster.start_all();
+  REQUIRE(cluster.wait_for_ended(2));
+  cluster.join();
+  CHECK(cluster.result(0).message().find("node 1 (127.0.0.1:19910) has devices cpu:2 but the master has cpu:1") !=
+        std::string::npos);
+  CHECK(cluster.result(1).code() == Code::kAborted);
+}
+
+TEST_CASE("control plane in one process: a node that never joins is named when the master's join deadline passes") {
+  Cluster cluster(3);
+  cluster.start(0);
+  cluster.start(1);  // node 2 never starts
+  // Nothing happens while no time passes on the master's clock...
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(cluster.wait_for_ended(1, 0s));
+  // ...and the deadline is the master's clock's.
+  cluster.clock(0).advance(31);
+  REQUIRE(cluster.wait_for_ended(2));
+  cluster.join();
+  CHECK(cluster.result(0).message().find("node 2 (127.0.0.1:19920) did not join within 30 s") != std::string::npos);
+  // Node 1 joined and is told why the cluster did not form.
+  CHECK(cluster.result(1).message().find("the cluster did not form: node 2") != std::string::npos);
+}
+
+TEST_CASE("control plane in one process: a silent node is lost after dead_after, and told to exit when it speaks again") {
+  Cluster cluster(2);
+  cluster.start_all();
+  TestClient client(cluster.hub(), "client-1");
+  wait_formed(client, 2);
+  // The master's time passes, node 1's does not: node 1 sends no heartbeat.
+  for (int s = 0; s < 11; ++s) {
+    cluster.clock(0).advance(1);
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(node_state(client, 1) == "lost");
+  CHECK_FALSE(cluster.wait_for_ended(1, 0s));
+  // Node 1's next heartbeat: the master tells it to go.
+  cluster.clock(1).advance(1);
+  REQUIRE(cluster.wait_for_ended(1));
+  shut_down(cluster, client, 2);
+  CHECK(cluster.result(1).message().find("node 1 (127.0.0.1:19910) was declared lost by the master") !=
+        std::string::npos);
+}
+
+TEST_CASE("control plane in one process: queues that hold one message delay the control plane, never lose from it") {
+  // Every control inbox holds at most one message: a sender meets a full
+  // queue at almost every send and keeps the message for a later turn.
+  Cluster cluster(2, 1);
+  cluster.start_all();
+  TestClient client(cluster.hub(), "client-1");
+  const auto dir = std::filesystem::temp_directory_path() / ("rill-control-plane-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const nlohmann::json result = run_linear_regression(
+      client, {"train.steps=20", "checkpoint.dir=" + dir.string(), "checkpoint.every=1", "checkpoint.keep=40"});
+  CHECK(result["checkpoints_written"] == 20);
+  shut_down(cluster, client, 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("control plane in one process: a fault on each control message is tolerated or named, never a hang") {
+  // On node 1's messages to the master. A dropped or cut PlanAck, Done or
+  // Heartbeat is found by a deadline (in real time: the job's); those are
+  // the process tests' (tests/e2e/failure_test.cc). Here: what must go
+  // through with the same result, and a corrupt message named.
+  struct Case {
+    const char* fault;
+    bool ok;
+    const char* error;  // when not ok
+  };
+  const Case cases[] = {
+      {"duplicate:PlanAck", true, ""},
+      {"duplicate:Done", true, ""},
+      {"reorder:PlanAck", true, ""},
+      {"delay:Done:0.2", true, ""},
+      {"corrupt:Done", false, "the control link from node 1 (127.0.0.1:19910) to the master"},
+  };
+  for (const Case& c : cases) {
+    const std::string fault_spec = c.fault;
+    CAPTURE(fault_spec);
+    Cluster cluster(2);
+    auto fault = parse_control_fault(c.fault);
+    REQUIRE(fault.ok());
+    cluster.options(1).fault = *fault;
+    cluster.start_all();
+    TestClient client(cluster.hub(), "client-1");
+    ctl::Submit submit;
+    submit.job_text = read_text(testing::source_path("samples/linear_regression/linear_regression.json"));
+    submit.overrides = {"train.steps=30"};
+    client.send(submit);
+    // Time passes for every agent alike (a reordered message goes out
+    // behind the next heartbeat), in steps the test makes.
+    std::optional<ctl::Result> result;
+    for (int turn = 0; !result && turn < 3000; ++turn) {
+      cluster.tick();
+      auto m = client.next(20ms);
+      if (!m) continue;
+      if (auto* r = std::get_if<ctl::Result>(&*m)) result = *r;
+    }
+    REQUIRE_MESSAGE(result.has_value(), "no result: the job hangs");
+    if (c.ok) {
+      CHECK_MESSAGE(result->error.empty(), result->error);
+      auto w = nlohmann::json::parse(result->result_json)["variables"]["w"]["values"];
+      REQUIRE(w.size() == 2);
+    } else {
+      CHECK(result->error.find(c.error) != std::string::npos);
+    }
+    shut_down(cluster, client, 2);
+  }
+}
+
+}  // namespace rill
