@@ -103,9 +103,8 @@ int main(int argc, char** argv) {
   agent->add_option("--dead-after", agent_options.dead_after_s,
                     "The master declares a node lost after this many seconds without a heartbeat")
       ->capture_default_str();
-  std::string as_version, agent_log;
+  std::string agent_log;
   agent->add_option("--log", agent_log, "Write this agent's output to this file instead of the terminal");
-  agent->add_option("--as-version", as_version, "Announce this version when joining (tests)")->group("");
   agent->add_option("--max-message-bytes", agent_options.max_message_bytes,
                     "The largest message taken on the control and data ports (a larger one drops its connection)")
       ->capture_default_str()
@@ -330,7 +329,6 @@ int main(int argc, char** argv) {
     agent_options.devices = agent_devices;
     agent_options.join_timeout_s = join_timeout;
     agent_options.stall_timeout_s = stall_timeout;
-    agent_options.version = as_version;
     agent_options.insecure = insecure;
     auto fault = rill::parse_control_fault(control_fault);
     if (!fault.ok()) return rill::fail_command(fault.status());

@@ -43,8 +43,6 @@ inline int64_t pace_key(int64_t job, int phase) { return (job << kPhaseBits) | p
 inline Clock::duration seconds_of(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
-// A deadline `seconds` from now in steady time (the job thread's waits).
-inline Clock::time_point after(double seconds) { return Clock::now() + seconds_of(seconds); }
 
 inline std::string node_name(const std::vector<Machine>& machines, int rank) {
   return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
@@ -208,6 +206,10 @@ class Agent {
   // Waits until no node is lost, for up to `seconds`; the lost nodes' names
   // when some still are.
   std::string wait_for_whole_cluster(double seconds);
+  // Waits on phase_cv_ for a notification, or briefly; false (at once) once
+  // `deadline` on the agent's clock has passed. Callers loop on their
+  // condition.
+  bool wait_phase_until(Clock::time_point deadline) REQUIRES(phase_mu_);
   // Node 0 runs `phase.plan`; every other node compiles its own from
   // `job_text` and the phase's options.
   RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,

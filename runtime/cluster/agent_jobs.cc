@@ -213,13 +213,22 @@ void Agent::end_when_held_locked() {
   if (local_runtime_) local_runtime_->end_at(phase_.end);
 }
 
+bool Agent::wait_phase_until(Clock::time_point deadline) {
+  if (now() >= deadline) return false;
+  // On the agent's clock, which may not be steady time (a test's): woken by
+  // a notification, or to look at the clock again.
+  const auto wake = Clock::now() + std::chrono::milliseconds(20);
+  (void)phase_cv_.wait_until(phase_mu_, std::min(wake, Clock::now() + (deadline - now())));
+  return true;
+}
+
 std::string Agent::wait_for_whole_cluster(double seconds) {
   MutexLock lock(phase_mu_);
-  const auto deadline = after(seconds);
+  const auto deadline = now() + seconds_of(seconds);
   for (;;) {
     const bool whole = std::none_of(lost_.begin() + 1, lost_.end(), [](bool lost) { return lost; });
     if (whole) return {};
-    if (!phase_cv_.wait_until(phase_mu_, deadline)) break;
+    if (!wait_phase_until(deadline)) break;
   }
   std::string missing;
   for (int r = 1; r < world_; ++r)
@@ -289,10 +298,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   };
   {
     MutexLock lock(phase_mu_);
-    const auto deadline = after(options_.join_timeout_s);
+    const auto deadline = now() + seconds_of(options_.join_timeout_s);
     bool acked = true;
     while (acked && static_cast<int>(phase_.acks.size()) < world_ - 1 && phase_.lost.empty())
-      acked = phase_cv_.wait_until(phase_mu_, deadline);
+      acked = wait_phase_until(deadline);
     acked = static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
     if (!runtime.ok()) {
       failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
@@ -330,10 +339,10 @@ RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
   MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline).
-  const auto deadline = after(run_options.stall_timeout_s + 5);
+  const auto deadline = now() + seconds_of(run_options.stall_timeout_s + 5);
   bool all = true;
   while (all && static_cast<int>(phase_.dones.size()) < world_ - 1 && phase_.lost.empty())
-    all = phase_cv_.wait_until(phase_mu_, deadline);
+    all = wait_phase_until(deadline);
   all = static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
   report.traffic_bytes.assign(world_, std::vector<int64_t>(world_, 0));

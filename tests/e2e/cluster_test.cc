@@ -462,17 +462,8 @@ TEST_CASE("a rank outside the machine list is named") {
   CHECK(ran.output.find("rank 5 is outside the machine list (2 node(s)") != std::string::npos);
 }
 
-TEST_CASE("a peer of another Rill version is refused on every node") {
-  auto dir = temp_dir();
-  std::string machines = "127.0.0.1:19180,127.0.0.2:19180";
-  Agent master("--machines " + machines + " --rank 0 --join-timeout 5", (dir / "v0.log").string());
-  Agent other("--machines " + machines + " --rank 1 --join-timeout 5 --as-version 0.0.1-other",
-              (dir / "v1.log").string());
-  CHECK(master.wait(10) == 1);
-  CHECK(other.wait(10) == 1);
-  CHECK(master.output().find("runs Rill 0.0.1-other") != std::string::npos);
-  CHECK(other.output().find("runs Rill 0.0.1-other") != std::string::npos);
-}
+// A peer of another version, or other devices: tests/runtime/
+// control_plane_test.cc, with agents in one process.
 
 TEST_CASE("after the start, nodes 1 and 2 talk directly, not through the master") {
   auto result = temp_dir() / "lr3.json";

@@ -372,51 +372,23 @@ FaultRun run_with_control_fault(int faulty, const std::string& fault) {
 
 }  // namespace
 
-// Every control-plane fault is tolerated (the same w as without it, bit for
-// bit: the same computation ran) or ends the job with an error naming the
-// node or link, within the limits set (5 s to build, 3 s stall, 2 s without
-// a heartbeat): never a wrong result, never a hang.
-TEST_CASE("control-plane faults on either side of a link are tolerated or named, never a wrong result or a hang") {
+// The agent's --control-fault over real agents and ZeroMQ: a tolerated
+// fault gives the same w bit for bit, a corrupted message is named by its
+// link. The whole matrix of faults on either side of a link is
+// tests/runtime/control_plane_test.cc's, in one process.
+TEST_CASE("control-plane faults on real agents: tolerated or named, never a wrong result or a hang") {
   const FaultRun clean = run_with_control_fault(-1, "");
   REQUIRE(clean.ok);
   REQUIRE(clean.w.size() == 2);
-  struct Case {
-    int faulty;
-    std::string fault;
-    std::string error;  // "" = tolerated
-  };
-  const std::string node1 = "node 1 (127.0.0.2:19350)";
-  const std::vector<Case> cases = {
-      {1, "duplicate:PlanAck", ""},
-      {1, "duplicate:Done", ""},
-      {0, "duplicate:PlanPart", ""},
-      {0, "duplicate:Start", ""},
-      {1, "delay:PlanAck:1", ""},
-      {0, "delay:Start:1", ""},
-      {1, "reorder:PlanAck", ""},
-      {0, "reorder:PlanPart", ""},
-      {1, "drop:Heartbeat", ""},
-      {1, "drop:PlanAck", node1 + " did not report its part of the plan built within 5 s"},
-      {1, "drop:Done", node1 + " did not report the end of the run"},
-      {1, "corrupt:PlanAck", "the control link from " + node1 + " to the master: control message"},
-      {0, "corrupt:PlanPart", "the control link from the master to " + node1},
-      {0, "corrupt:Start", "the control link from the master to " + node1},
-      {1, "cut:PlanAck", node1 + " lost: no heartbeat for 2 s"},
-  };
-  for (const Case& c : cases) {
-    CAPTURE(c.faulty);
-    CAPTURE(c.fault);
-    const FaultRun run = run_with_control_fault(c.faulty, c.fault);
-    INFO(run.error);
-    CHECK(run.seconds < 30);
-    if (c.error.empty()) {
-      CHECK(run.ok);
-      CHECK(run.w == clean.w);
-    } else {
-      CHECK_FALSE(run.ok);
-      CHECK(run.error.find(c.error) != std::string::npos);
-    }
-  }
+  const FaultRun duplicated = run_with_control_fault(0, "duplicate:Start");
+  CHECK(duplicated.ok);
+  CHECK(duplicated.w == clean.w);
+  const FaultRun corrupted = run_with_control_fault(1, "corrupt:PlanAck");
+  INFO(corrupted.error);
+  CHECK(corrupted.seconds < 30);
+  CHECK_FALSE(corrupted.ok);
+  CHECK(corrupted.error.find("the control link from node 1 (127.0.0.2:19350) to the master: control message") !=
+        std::string::npos);
 }
 
 // `rill launch --max_restarts`: node 1's launcher starts its killed agent
