@@ -21,19 +21,12 @@ void Agent::post(Outgoing out) {
   outbox_.push_back(std::move(out));
 }
 
-void Agent::post_to_node(int node, const ctl::Message& m) {
-  if (node == 0 && !is_master()) post(Outgoing{true, "", ctl::encode(m)});
-  else post(Outgoing{false, identity_of_node_[node], ctl::encode(m)});
-}
-
 void Agent::send_router(const std::string& identity, const std::string& bytes) {
   deliver(Outgoing{false, identity, bytes});
 }
 
 bool Agent::router_send_now(const std::string& identity, const std::string& bytes) {
-  int node = -1;
-  for (int r = 0; r < world_; ++r)
-    if (identity_of_node_[r] == identity) node = r;
+  const int node = node_of(identity);
   switch (channel_->send_to(identity, bytes)) {
     case ControlChannel::Sent::kSent:
       return true;

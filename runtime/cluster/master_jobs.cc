@@ -1,5 +1,5 @@
 // The master's side of running a job on the cluster: queue, phases, results.
-#include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/master.h"
 
 #include <chrono>
 #include <map>
@@ -45,7 +45,7 @@ std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_n
 
 }  // namespace
 
-void Agent::start_next_job() {
+void Master::start_next_job() {
   if (job_running_ || queue_.empty()) return;
   if (job_thread_.joinable()) job_thread_.join();
   QueuedJob job = std::move(queue_.front());
@@ -58,7 +58,7 @@ void Agent::start_next_job() {
 }
 
 // The master's job thread: compile, run every phase on every node, reply.
-void Agent::run_queued(QueuedJob queued) {
+void Master::run_queued(QueuedJob queued) {
   std::string client = queued.client;
   bool follow = queued.submit.follow;
   JobRunOptions options;
@@ -148,7 +148,7 @@ bool restartable(const Status& status) {
 
 }  // namespace
 
-JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step) {
+JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step) {
   auto say = [&](const std::string& line) {
     spdlog::warn("job {}: {}", queued.id, line);
     if (options.on_line) options.on_line(line);
@@ -195,7 +195,7 @@ JobResult Agent::run_with_restarts(const QueuedJob& queued, JobRunOptions option
   }
 }
 
-void Agent::begin_stop_locked() {
+void Master::begin_stop_locked() {
   // Before the phase runs, execute_phase begins it after its Start.
   if (!phase_.held.empty() || !local_runtime_) return;
   phase_.held[0] = local_runtime_->hold();
@@ -203,7 +203,7 @@ void Agent::begin_stop_locked() {
   end_when_held_locked();
 }
 
-void Agent::end_when_held_locked() {
+void Master::end_when_held_locked() {
   if (phase_.end >= 0 || static_cast<int>(phase_.held.size()) < world_) return;
   int64_t last = phase_.first_step - 1;
   for (const auto& [node, begun] : phase_.held) last = std::max(last, begun);
@@ -213,7 +213,7 @@ void Agent::end_when_held_locked() {
   if (local_runtime_) local_runtime_->end_at(phase_.end);
 }
 
-bool Agent::wait_phase_until(Clock::time_point deadline) {
+bool Master::wait_phase_until(Clock::time_point deadline) {
   if (now() >= deadline) return false;
   // On the agent's clock, which may not be steady time (a test's): woken by
   // a notification, or to look at the clock again.
@@ -222,7 +222,7 @@ bool Agent::wait_phase_until(Clock::time_point deadline) {
   return true;
 }
 
-std::string Agent::wait_for_whole_cluster(double seconds) {
+std::string Master::wait_for_whole_cluster(double seconds) {
   MutexLock lock(phase_mu_);
   const auto deadline = now() + seconds_of(seconds);
   for (;;) {
@@ -236,7 +236,7 @@ std::string Agent::wait_for_whole_cluster(double seconds) {
   return missing;
 }
 
-RunReport Agent::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
+RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
                                const RunOptions& run_options) {
   RunReport report;
   auto tags = run_tag_base(job_id, phase);

@@ -1,7 +1,7 @@
 // What the master shows of the cluster: `rill status`'s JSON, the HTTP
 // endpoint and its board, and each node's pace.
 #include "runtime/cluster/agent.h"
-#include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/master.h"
 
 #include <mutex>
 
@@ -16,7 +16,7 @@
 
 namespace rill::agent_internal {
 
-std::string Agent::status_json() {
+std::string Master::status_json() {
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
   const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
   nlohmann::ordered_json slow = nlohmann::ordered_json::array();
@@ -56,7 +56,7 @@ std::string Agent::status_json() {
   return j.dump();
 }
 
-Status Agent::start_http() {
+Status Master::start_http() {
   if (options_.http == "off") return {};
   const std::string spec = options_.http.empty() ? kDefaultHttp : options_.http;
   const size_t colon = spec.rfind(':');
@@ -96,7 +96,7 @@ Status Agent::start_http() {
   return {};
 }
 
-void Agent::publish_metrics() {
+void Master::publish_metrics() {
   if (seconds_since(last_published_) < 0.25) return;
   last_published_ = now();
   const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
@@ -120,7 +120,7 @@ void Agent::publish_metrics() {
 
 // The master's own node's pace (the others' come with their heartbeats), and
 // a warning, once per job, naming a node that has become slow.
-void Agent::track_pace() {
+void Master::track_pace() {
   if (!job_running_) {
     pace_.clear();
     activity_.assign(world_, {});

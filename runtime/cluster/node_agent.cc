@@ -1,7 +1,8 @@
-// A non-master agent's side of the control plane: the master's messages
-// (plans, starts, aborts, shutdowns, rejoined peers).
+// A node's agent (runtime/cluster/node_agent.h): joining, heartbeats, the
+// master's liveness, and the master's messages (plans, starts, aborts,
+// holds, ends, shutdowns, rejoined peers).
 #include "runtime/cluster/agent.h"
-#include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/node_agent.h"
 
 #include <chrono>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "compiler/compiler.h"
@@ -41,12 +43,117 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
 
 }  // namespace
 
-// A non-master agent's handling of the master's messages (loop thread).
-void Agent::worker_handle(ctl::Message message) {
-  std::visit([&](auto& m) { worker_on(m); }, message);
+NodeAgent::~NodeAgent() {
+  builder_.reset();  // what is queued runs (a stopped run ends at once)
+  runner_.reset();
 }
 
-void Agent::worker_on(ctl::PlanPart& m) {
+Status NodeAgent::start_kind() {
+  builder_ = std::make_unique<SerialExecutor>();
+  runner_ = std::make_unique<SerialExecutor>();
+  master_seen_ = now();
+  last_heartbeat_ = now();
+  return {};
+}
+
+void NodeAgent::finish() {
+  builder_.reset();  // what is queued runs (a stopped run ends at once)
+  runner_.reset();
+}
+
+void NodeAgent::post_to_master(const ctl::Message& m) { post(Outgoing{true, "", ctl::encode(m)}); }
+
+// Joins the cluster: sends its Join and waits for the master's verdict, by
+// the deadline (on the agent's clock).
+Status NodeAgent::join() {
+  const auto deadline = now() + seconds_of(options_.join_timeout_s);
+  const std::string me = this->me();
+  const Machine& self = options_.machines[options_.rank];
+  std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
+  post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
+                                                format_machine(self), options_.devices})});
+  while (now() < deadline) {
+    flush();  // the Join, or what a full queue held back
+    ControlChannel::Incoming in;
+    const bool got = channel_->receive(std::chrono::milliseconds(50), &in);
+    if (const std::string failure = channel_->master_failure(); !failure.empty())
+      return Status(Code::kPermissionDenied, fmt::format("{}: cannot join: {}", me, failure));
+    if (!got) continue;
+    if (!in.from_master) {  // a status query while joining
+      send_router(in.identity,
+                  ctl::encode(ctl::StatusReply{nlohmann::json{{"state", "joining"}, {"rank", options_.rank}}.dump()}));
+      continue;
+    }
+    auto message = ctl::decode(in.bytes);
+    if (!message.ok()) return message.status().with_context(me + ": from the master");
+    if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
+      if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
+      master_seen_ = now();
+      forget_stale_losses();
+      spdlog::info("{}: joined a cluster of {} node(s)", me, r->world);
+      return {};
+    }
+  }
+  return Status(Code::kDeadlineExceeded,
+                fmt::format("{}: the master {} did not form the cluster within {} s (is it running and reachable, "
+                            "and does it list this node?)",
+                            me, node_name(options_.machines, 0), options_.join_timeout_s));
+}
+
+// Heartbeats to the master, with the running phase's pace, and the master's
+// liveness.
+void NodeAgent::tick() {
+  if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
+    last_heartbeat_ = now();
+    ctl::Heartbeat beat{options_.rank};
+    {
+      MutexLock lock(run_mu_);
+      if (running_) {
+        const NodePace pace = running_->pace();
+        beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
+        for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
+        beat.received_bytes_from = transport_->received_bytes_from();
+      }
+    }
+    post_to_master(beat);
+  }
+  if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
+  const std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
+                                                   : fmt::format("no heartbeat for {:g} s", options_.dead_after_s);
+  fatal_ = Status(Code::kUnavailable,
+                  fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0), why));
+  MutexLock lock(run_mu_);
+  if (running_) running_->abort(fatal_);
+  shutdown_ = true;
+}
+
+// Nodes and clients reach a node's port only to ask its status.
+void NodeAgent::on_port_message(const std::string& identity, const std::string& bytes) {
+  auto message = ctl::decode(bytes);
+  if (!message.ok()) {
+    spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), identity, message.status().message());
+    return;
+  }
+  if (!std::holds_alternative<ctl::StatusRequest>(*message)) return;
+  const std::string reply = nlohmann::json{{"state", "up"}, {"rank", options_.rank},
+                                           {"master", format_machine(options_.machines[0])}}.dump();
+  send_router(identity, ctl::encode(ctl::StatusReply{reply}));
+}
+
+void NodeAgent::on_master_message(const std::string& bytes) {
+  master_seen_ = now();
+  auto message = ctl::decode(bytes);
+  if (!message.ok()) {
+    // What it said is lost: the master stops the running job, naming the link.
+    std::string reason = fmt::format("the control link from the master to {}: {}", me(), message.status().message());
+    spdlog::error("{}", reason);
+    post_to_master(ctl::LinkError{options_.rank, reason});
+    return;
+  }
+  std::visit([&](auto& m) { worker_on(m); }, *message);
+}
+
+void NodeAgent::worker_on(ctl::PlanPart& m) {
   const std::string me = node_name(options_.machines, options_.rank);
   // A repeated message (the master sends each phase once) must not
   // build a second runtime on the same tags.
@@ -69,7 +176,7 @@ void Agent::worker_on(ctl::PlanPart& m) {
   if (m.snapshot_every >= 0) {
     run.snapshot_every = m.snapshot_every;
     run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
-      post_to_node(0, ctl::Snapshot{job, done, to_tensors(std::move(piece))});
+      post_to_master(ctl::Snapshot{job, done, to_tensors(std::move(piece))});
     };
   }
   // Compiled and built off the loop, which keeps answering
@@ -97,12 +204,12 @@ void Agent::worker_on(ctl::PlanPart& m) {
         transport_->reset();
       }
     }
-    post_to_node(0, ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
+    post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
                                  built.ok() ? Code::kOk : built.status().code()});
   });
 }
 
-void Agent::worker_on(ctl::Start& m) {
+void NodeAgent::worker_on(ctl::Start& m) {
   std::shared_ptr<NodeRuntime> runtime;
   {
     MutexLock lock(run_mu_);
@@ -139,11 +246,11 @@ void Agent::worker_on(ctl::Start& m) {
     if (done.error.empty())
       for (VariablePiece& p : report.pieces)
         done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
-    post_to_node(0, done);
+    post_to_master(done);
   });
 }
 
-void Agent::worker_on(ctl::Abort& m) {
+void NodeAgent::worker_on(ctl::Abort& m) {
   MutexLock lock(run_mu_);
   // A plan still being made for it is dropped; a restarted attempt's
   // later phases are not.
@@ -154,7 +261,7 @@ void Agent::worker_on(ctl::Abort& m) {
     running_->abort(Status(Code::kAborted, m.reason));
 }
 
-void Agent::worker_on(ctl::Shutdown& m) {
+void NodeAgent::worker_on(ctl::Shutdown& m) {
   const std::string me = node_name(options_.machines, options_.rank);
   MutexLock lock(run_mu_);
   if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
@@ -162,7 +269,7 @@ void Agent::worker_on(ctl::Shutdown& m) {
   shutdown_ = true;
 }
 
-void Agent::worker_on(ctl::Hold& m) {
+void NodeAgent::worker_on(ctl::Hold& m) {
   // Where this node is; a phase that ended here already does not
   // hold the others back (the master keeps the end within the plan).
   std::shared_ptr<NodeRuntime> runtime;
@@ -171,10 +278,10 @@ void Agent::worker_on(ctl::Hold& m) {
     runtime = runtime_of_locked(m.job_id, m.phase);
   }
   const int64_t last = runtime ? runtime->hold() : std::numeric_limits<int64_t>::max() / 2;
-  post_to_node(0, ctl::Held{m.job_id, m.phase, options_.rank, last});
+  post_to_master(ctl::Held{m.job_id, m.phase, options_.rank, last});
 }
 
-void Agent::worker_on(ctl::EndAt& m) {
+void NodeAgent::worker_on(ctl::EndAt& m) {
   const std::string me = node_name(options_.machines, options_.rank);
   std::shared_ptr<NodeRuntime> runtime;
   {
@@ -185,40 +292,40 @@ void Agent::worker_on(ctl::EndAt& m) {
   spdlog::info("{}: job {} phase {} ends at step {} (a stop was asked for)", me, m.job_id, m.phase, m.end);
 }
 
-void Agent::worker_on(ctl::Rejoined& m) {
+void NodeAgent::worker_on(ctl::Rejoined& m) {
   const std::string me = node_name(options_.machines, options_.rank);
   transport_->revive(m.node);
   spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
 }
 
 // The master's heartbeat: on_master_message noted that it is alive.
-void Agent::worker_on(ctl::Heartbeat&) {}
+void NodeAgent::worker_on(ctl::Heartbeat&) {}
 
 // The cluster formed in join(); another answer to the Join is stale.
-void Agent::worker_on(ctl::JoinReply&) {}
+void NodeAgent::worker_on(ctl::JoinReply&) {}
 
 // What nodes and clients send and only the master takes: the master never
 // sends one, so one arriving here is logged and dropped.
-void Agent::worker_on(ctl::Join&) { not_for_node("Join"); }
-void Agent::worker_on(ctl::Submit&) { not_for_node("Submit"); }
-void Agent::worker_on(ctl::SubmitReply&) { not_for_node("SubmitReply"); }
-void Agent::worker_on(ctl::PlanAck&) { not_for_node("PlanAck"); }
-void Agent::worker_on(ctl::Done&) { not_for_node("Done"); }
-void Agent::worker_on(ctl::Snapshot&) { not_for_node("Snapshot"); }
-void Agent::worker_on(ctl::Progress&) { not_for_node("Progress"); }
-void Agent::worker_on(ctl::Result&) { not_for_node("Result"); }
-void Agent::worker_on(ctl::StatusRequest&) { not_for_node("StatusRequest"); }
-void Agent::worker_on(ctl::StatusReply&) { not_for_node("StatusReply"); }
-void Agent::worker_on(ctl::LinkError&) { not_for_node("LinkError"); }
-void Agent::worker_on(ctl::Stop&) { not_for_node("Stop"); }
-void Agent::worker_on(ctl::Held&) { not_for_node("Held"); }
+void NodeAgent::worker_on(ctl::Join&) { not_for_node("Join"); }
+void NodeAgent::worker_on(ctl::Submit&) { not_for_node("Submit"); }
+void NodeAgent::worker_on(ctl::SubmitReply&) { not_for_node("SubmitReply"); }
+void NodeAgent::worker_on(ctl::PlanAck&) { not_for_node("PlanAck"); }
+void NodeAgent::worker_on(ctl::Done&) { not_for_node("Done"); }
+void NodeAgent::worker_on(ctl::Snapshot&) { not_for_node("Snapshot"); }
+void NodeAgent::worker_on(ctl::Progress&) { not_for_node("Progress"); }
+void NodeAgent::worker_on(ctl::Result&) { not_for_node("Result"); }
+void NodeAgent::worker_on(ctl::StatusRequest&) { not_for_node("StatusRequest"); }
+void NodeAgent::worker_on(ctl::StatusReply&) { not_for_node("StatusReply"); }
+void NodeAgent::worker_on(ctl::LinkError&) { not_for_node("LinkError"); }
+void NodeAgent::worker_on(ctl::Stop&) { not_for_node("Stop"); }
+void NodeAgent::worker_on(ctl::Held&) { not_for_node("Held"); }
 
-void Agent::not_for_node(const char* type) {
+void NodeAgent::not_for_node(const char* type) {
   spdlog::warn("{}: dropped a {} from the master: only nodes and clients send it",
                node_name(options_.machines, options_.rank), type);
 }
 
-std::shared_ptr<NodeRuntime> Agent::runtime_of_locked(int64_t job, int phase) {
+std::shared_ptr<NodeRuntime> NodeAgent::runtime_of_locked(int64_t job, int phase) {
   if (pending_ && pending_job_ == job && pending_phase_ == phase) return pending_;
   if (started_job_ == job && started_phase_ == phase) return started_.lock();
   return nullptr;

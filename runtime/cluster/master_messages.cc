@@ -3,7 +3,7 @@
 // master_on per message type and no catch-all, so a new message type fails
 // to compile until the master says what it does with it.
 #include "runtime/cluster/agent.h"
-#include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/master.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,7 +14,7 @@
 
 namespace rill::agent_internal {
 
-void Agent::master_handle(const std::string& identity, ctl::Message message) {
+void Master::master_handle(const std::string& identity, ctl::Message message) {
   int node = -1;
   for (int r = 1; r < world_; ++r)
     if (identity_of_node_[r] == identity) node = r;
@@ -35,7 +35,7 @@ void Agent::master_handle(const std::string& identity, ctl::Message message) {
 }
 
 // A restarted agent (the first join of each is handled by join()).
-void Agent::master_on(const From& from, ctl::Join& m) {
+void Master::master_on(const From& from, ctl::Join& m) {
   std::string error = join_error(m, from.identity);
   if (!error.empty()) {
     spdlog::warn("refused a node: {}", error);
@@ -45,7 +45,7 @@ void Agent::master_on(const From& from, ctl::Join& m) {
   rejoin(from.identity, m.rank);
 }
 
-void Agent::master_on(const From& from, ctl::Submit& m) {
+void Master::master_on(const From& from, ctl::Submit& m) {
   auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
   Status allowed = job.ok() ? check_job_paths(*job, m.resume, roots_, node_name(options_.machines, 0)) : job.status();
   if (!allowed.ok()) {
@@ -69,13 +69,13 @@ void Agent::master_on(const From& from, ctl::Submit& m) {
   queue_.push_back(std::move(q));
 }
 
-void Agent::master_on(const From&, ctl::PlanAck& m) {
+void Master::master_on(const From&, ctl::PlanAck& m) {
   MutexLock lock(phase_mu_);
   if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
   phase_cv_.notify_all();
 }
 
-void Agent::master_on(const From&, ctl::Done& m) {
+void Master::master_on(const From&, ctl::Done& m) {
   MutexLock lock(phase_mu_);
   if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
     if (!m.error.empty() && local_runtime_)
@@ -85,7 +85,7 @@ void Agent::master_on(const From&, ctl::Done& m) {
   phase_cv_.notify_all();
 }
 
-void Agent::master_on(const From&, ctl::Snapshot& m) {
+void Master::master_on(const From&, ctl::Snapshot& m) {
   std::function<void(int64_t, VariablePiece)> collect;
   {
     MutexLock lock(phase_mu_);
@@ -100,7 +100,7 @@ void Agent::master_on(const From&, ctl::Snapshot& m) {
   }
 }
 
-void Agent::master_on(const From& from, ctl::Shutdown&) {
+void Master::master_on(const From& from, ctl::Shutdown&) {
   for (int r = 1; r < world_; ++r)
     if (!identity_of_node_[r].empty()) send_router(identity_of_node_[r], ctl::encode(ctl::Shutdown{}));
   send_router(from.identity, ctl::encode(ctl::StatusReply{R"({"state": "shutting down"})"}));
@@ -115,7 +115,7 @@ void Agent::master_on(const From& from, ctl::Shutdown&) {
 // From a client: rill stop, or Ctrl-C on rill run --nodes and rill launch.
 // The client is told what was done (a following client reads past the
 // answer).
-void Agent::master_on(const From& from, ctl::Stop& m) {
+void Master::master_on(const From& from, ctl::Stop& m) {
   if (!job_running_ && m.job_id == 0) {
     send_router(from.identity, ctl::encode(ctl::StatusReply{
                                    nlohmann::json{{"stopping", "no job is running: nothing to stop"}}.dump()}));
@@ -141,7 +141,7 @@ void Agent::master_on(const From& from, ctl::Stop& m) {
     begin_stop_locked();
 }
 
-void Agent::master_on(const From& from, ctl::Held& m) {
+void Master::master_on(const From& from, ctl::Held& m) {
   MutexLock lock(phase_mu_);
   if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && from.node == m.node) {
     phase_.held[m.node] = m.last_begun;
@@ -149,34 +149,34 @@ void Agent::master_on(const From& from, ctl::Held& m) {
   }
 }
 
-void Agent::master_on(const From&, ctl::LinkError& m) { link_failed(m.reason); }
+void Master::master_on(const From&, ctl::LinkError& m) { link_failed(m.reason); }
 
-void Agent::master_on(const From& from, ctl::Heartbeat& m) {
+void Master::master_on(const From& from, ctl::Heartbeat& m) {
   if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
     pace_.add(from.node, pace_key(m.job_id, m.phase), clock_seconds(), m.steps, m.busy_seconds);
     activity_[from.node] = {std::move(m.threads), std::move(m.received_bytes_from)};
   }
 }
 
-void Agent::master_on(const From& from, ctl::StatusRequest&) {
+void Master::master_on(const From& from, ctl::StatusRequest&) {
   send_router(from.identity, ctl::encode(ctl::StatusReply{status_json()}));
 }
 
 // What the master sends and never receives: a peer that sends one is
 // confused or hostile; it is logged and dropped.
-void Agent::master_on(const From& from, ctl::JoinReply&) { not_for_master(from, "JoinReply"); }
-void Agent::master_on(const From& from, ctl::SubmitReply&) { not_for_master(from, "SubmitReply"); }
-void Agent::master_on(const From& from, ctl::PlanPart&) { not_for_master(from, "PlanPart"); }
-void Agent::master_on(const From& from, ctl::Start&) { not_for_master(from, "Start"); }
-void Agent::master_on(const From& from, ctl::Progress&) { not_for_master(from, "Progress"); }
-void Agent::master_on(const From& from, ctl::Result&) { not_for_master(from, "Result"); }
-void Agent::master_on(const From& from, ctl::StatusReply&) { not_for_master(from, "StatusReply"); }
-void Agent::master_on(const From& from, ctl::Abort&) { not_for_master(from, "Abort"); }
-void Agent::master_on(const From& from, ctl::Rejoined&) { not_for_master(from, "Rejoined"); }
-void Agent::master_on(const From& from, ctl::Hold&) { not_for_master(from, "Hold"); }
-void Agent::master_on(const From& from, ctl::EndAt&) { not_for_master(from, "EndAt"); }
+void Master::master_on(const From& from, ctl::JoinReply&) { not_for_master(from, "JoinReply"); }
+void Master::master_on(const From& from, ctl::SubmitReply&) { not_for_master(from, "SubmitReply"); }
+void Master::master_on(const From& from, ctl::PlanPart&) { not_for_master(from, "PlanPart"); }
+void Master::master_on(const From& from, ctl::Start&) { not_for_master(from, "Start"); }
+void Master::master_on(const From& from, ctl::Progress&) { not_for_master(from, "Progress"); }
+void Master::master_on(const From& from, ctl::Result&) { not_for_master(from, "Result"); }
+void Master::master_on(const From& from, ctl::StatusReply&) { not_for_master(from, "StatusReply"); }
+void Master::master_on(const From& from, ctl::Abort&) { not_for_master(from, "Abort"); }
+void Master::master_on(const From& from, ctl::Rejoined&) { not_for_master(from, "Rejoined"); }
+void Master::master_on(const From& from, ctl::Hold&) { not_for_master(from, "Hold"); }
+void Master::master_on(const From& from, ctl::EndAt&) { not_for_master(from, "EndAt"); }
 
-void Agent::not_for_master(const From& from, const char* type) {
+void Master::not_for_master(const From& from, const char* type) {
   spdlog::warn("{}: dropped a {} from {}: only the master sends it", node_name(options_.machines, 0), type,
                from.node > 0 ? node_name(options_.machines, from.node) : fmt::format("client '{}'", from.identity));
 }

@@ -1,0 +1,219 @@
+// The master's agent: forming the cluster, the nodes' liveness, losing and
+// taking back nodes (runtime/cluster/master.h).
+#include "runtime/cluster/master.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "runtime/cluster/control_codec.h"
+
+namespace rill::agent_internal {
+
+Master::~Master() {
+  if (job_thread_.joinable()) job_thread_.join();
+}
+
+Status Master::start_kind() {
+  RILL_RETURN_IF_ERROR(start_http());
+  identity_of_node_.assign(world_, "");
+  last_seen_.assign(world_, now());
+  last_heartbeat_ = now();
+  lost_.assign(world_, false);
+  told_to_go_.assign(world_, false);
+  pace_ = PaceTracker(world_);
+  slow_warned_.assign(world_, false);
+  activity_.assign(world_, {});
+  return {};
+}
+
+void Master::tick() {
+  check_liveness();
+  start_next_job();
+  publish_metrics();
+}
+
+void Master::finish() {
+  if (job_thread_.joinable()) job_thread_.join();
+}
+
+// Why the master refuses a joining node ("" = it may join).
+std::string Master::join_error(const ctl::Join& j, const std::string& identity) const {
+  std::string who = j.rank >= 0 && j.rank < world_ ? node_name(options_.machines, j.rank)
+                                                   : fmt::format("a node claiming rank {}", j.rank);
+  if (j.rank <= 0 || j.rank >= world_) return fmt::format("{} is outside the machine list ({} nodes)", who, world_);
+  // With a key, receive_server has checked the identity against the key.
+  if (options_.key && identity != comm::node_identity(j.rank))
+    return fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j.rank);
+  if (j.version != ctl::kRillVersion || j.schema_hash != ctl::schema_hash())
+    return fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
+                       "same version on every node",
+                       who, j.version, j.schema_hash, ctl::kRillVersion, ctl::schema_hash());
+  if (j.devices != options_.devices)
+    return fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who, j.devices,
+                       options_.devices);
+  return {};
+}
+
+// Forms the cluster: waits for every listed node. Every failure names the
+// node and the cause, on every node that can still be told, within the
+// deadline (on the agent's clock).
+Status Master::join() {
+  const auto deadline = now() + seconds_of(options_.join_timeout_s);
+  const std::string me = this->me();
+  int joined = 1;
+  std::vector<ctl::Join> joins(world_);
+  std::string failure;
+  while (joined < world_ && failure.empty() && now() < deadline) {
+    ControlChannel::Incoming in;
+    if (!channel_->receive(std::chrono::milliseconds(50), &in) || in.from_master) continue;
+    const std::string& identity = in.identity;
+    std::string& bytes = in.bytes;
+    auto message = ctl::decode(bytes);
+    if (!message.ok()) {
+      spdlog::warn("{}: ignoring a corrupt control message: {}", me, message.status().message());
+      continue;
+    }
+    if (std::holds_alternative<ctl::StatusRequest>(*message)) {
+      send_router(identity, ctl::encode(ctl::StatusReply{status_json()}));
+      continue;
+    }
+    auto* j = std::get_if<ctl::Join>(&*message);
+    if (!j) {  // a client that came early: served once the cluster is formed
+      early_.emplace_back(identity, std::move(bytes));
+      continue;
+    }
+    std::string error = join_error(*j, identity);
+    if (error.empty() && !identity_of_node_[j->rank].empty())
+      error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
+                          j->rank);
+    if (!error.empty()) {
+      send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+      failure = error;
+      break;
+    }
+    identity_of_node_[j->rank] = identity;
+    last_seen_[j->rank] = now();
+    joins[j->rank] = *j;
+    ++joined;
+  }
+  if (failure.empty() && joined < world_) {
+    std::string missing;
+    for (int r = 1; r < world_; ++r)
+      if (identity_of_node_[r].empty()) missing += (missing.empty() ? "" : ", ") + node_name(options_.machines, r);
+    failure = fmt::format("{} did not join within {} s (not started, unreachable, or its port is taken)", missing,
+                          options_.join_timeout_s);
+  }
+  if (!failure.empty()) {
+    for (int r = 1; r < world_; ++r)
+      if (!identity_of_node_[r].empty())
+        send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{false, failure, world_}));
+    return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, failure));
+  }
+  forget_stale_losses();
+  for (int r = 1; r < world_; ++r) send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_}));
+  spdlog::info("{}: cluster of {} node(s) formed", me, world_);
+  // A client that came early is served now.
+  for (auto& [identity, bytes] : early_) on_port_message(identity, bytes);
+  early_.clear();
+  return {};
+}
+
+
+void Master::check_liveness() {
+  if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
+    last_heartbeat_ = now();
+    for (int r = 1; r < world_; ++r)
+      if (!lost_[r]) post_to_node(r, ctl::Heartbeat{0});
+    track_pace();
+  }
+  for (int r = 1; r < world_; ++r) {
+    if (lost_[r]) continue;
+    // A dead process closes its connections: the data plane sees it within
+    // its grace (a fraction of a second). A silent machine misses heartbeats.
+    std::string reason;
+    if (transport_->peer_lost(r))
+      reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
+    else if (seconds_since(last_seen_[r]) >= options_.dead_after_s)
+      reason = fmt::format("{} lost: no heartbeat for {:g} s", node_name(options_.machines, r), options_.dead_after_s);
+    else
+      continue;
+    declare_lost(r, reason);
+  }
+}
+
+void Master::declare_lost(int rank, const std::string& reason) {
+  spdlog::error("{}", reason);
+  // What waited for its full queue was for the process that is gone.
+  std::erase_if(backlog_, [&](const Outgoing& o) { return !o.to_master && o.identity == identity_of_node_[rank]; });
+  MutexLock lock(phase_mu_);  // the job thread reads lost_ under it
+  lost_[rank] = true;
+  phase_.lost = reason;
+  if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  phase_cv_.notify_all();
+}
+
+// A control message was corrupted on a link (checksum): what it carried is
+// lost, so the running phase stops, with the link as its cause. No node is
+// lost; a job with restarts runs again.
+void Master::link_failed(const std::string& reason) {
+  spdlog::error("{}", reason);
+  MutexLock lock(phase_mu_);
+  if (!job_running_) return;
+  if (phase_.lost.empty()) phase_.lost = reason;
+  if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  phase_cv_.notify_all();
+}
+
+// A restarted agent's Join. Its predecessor is gone: the control socket takes
+// a second connection with a node's identity only once the first has closed,
+// and an agent joins once, when it starts. So a node still thought up is
+// lost now (its data connection may have come back to the new process
+// before its loss was seen), and the new process takes its place.
+void Master::rejoin(const std::string& identity, int rank) {
+  const std::string name = node_name(options_.machines, rank);
+  if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent was restarted", name));
+  identity_of_node_[rank] = identity;
+  last_seen_[rank] = now();
+  unreachable_warned_[rank] = false;
+  told_to_go_[rank] = false;
+  transport_->revive(rank);  // before anything is sent to the new process
+  {
+    MutexLock lock(phase_mu_);  // the job thread waits for this
+    lost_[rank] = false;
+    phase_cv_.notify_all();
+  }
+  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_}));
+  // The others forget its lost connection before any later plan reaches them
+  // (one ordered channel to each).
+  for (int r = 1; r < world_; ++r)
+    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank});
+  spdlog::info("{} joined again", name);
+}
+
+void Master::on_port_message(const std::string& identity, const std::string& bytes) {
+  auto message = ctl::decode(bytes);
+  if (!message.ok()) {
+    const int node = node_of(identity);
+    if (node > 0)
+      link_failed(fmt::format("the control link from {} to the master: {}", node_name(options_.machines, node),
+                              message.status().message()));
+    else
+      spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), identity, message.status().message());
+    return;
+  }
+  master_handle(identity, std::move(*message));
+}
+
+// The master has no link up to a master.
+void Master::on_master_message(const std::string&) {}
+
+int Master::node_of(const std::string& identity) const {
+  for (int r = 1; r < world_; ++r)
+    if (identity_of_node_[r] == identity) return r;
+  return -1;
+}
+
+void Master::post_to_node(int node, const ctl::Message& m) { post(Outgoing{false, identity_of_node_[node], ctl::encode(m)}); }
+
+}  // namespace rill::agent_internal

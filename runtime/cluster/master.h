@@ -1,0 +1,188 @@
+// The master: the agent of node 0. It forms the cluster (every listed node
+// joins, version, schema and devices checked, by the deadline), watches the
+// nodes' liveness, takes jobs from clients (queued, one runs at a time),
+// runs each job's phases on every node (runtime/cluster/master_jobs.cc),
+// answers status and serves /metrics and the page (master_watch.cc), and
+// handles every control message a node or a client sends
+// (master_messages.cc). Its loop thread handles messages; a job thread runs
+// the job; they share the phase's state under phase_mu_.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/cluster/agent_impl.h"
+#include "runtime/watch/http_server.h"
+#include "runtime/watch/metrics_board.h"
+#include "runtime/watch/pace.h"
+
+namespace rill::agent_internal {
+
+struct QueuedJob {
+  int64_t id = 0;
+  std::string client;  // ROUTER identity of the submitting client
+  ctl::Submit submit;
+  graph::Job job;
+};
+
+// What the master's job thread waits for while a phase runs on every node.
+struct PhaseState {
+  int64_t job_id = -1;
+  int phase = -1;
+  std::map<int, ctl::PlanAck> acks;  // node -> its ack (error "" = ok)
+  std::map<int, ctl::Done> dones;
+  std::string lost;                  // a lost node's description
+  std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
+  // Stopping early at a step every node agrees on (actor/run_end.h): the
+  // phase's steps, each node's last step begun (node 0's from when the
+  // nodes were told to hold: empty until then), and the end sent (-1: none
+  // yet).
+  int64_t first_step = 0;
+  int64_t plan_steps = 0;
+  std::map<int, int64_t> held;
+  int64_t end = -1;
+};
+
+
+class Master final : public Agent {
+ public:
+  explicit Master(AgentOptions options) : Agent(std::move(options)) {}
+  ~Master() override;
+  Status join() override;
+
+ private:
+  Status start_kind() override;
+  void on_port_message(const std::string& identity, const std::string& bytes) override;
+  void on_master_message(const std::string& bytes) override;
+  void tick() override;
+  int node_of(const std::string& identity) const override;
+  void finish() override;
+
+  void post_to_node(int node, const ctl::Message& m);
+  void master_handle(const std::string& identity, ctl::Message message);
+  // Who sent a message to the master: its routing identity, and its node
+  // (-1: a client).
+  struct From {
+    const std::string& identity;
+    int node = -1;
+  };
+  // The handling of each message type (master_messages.cc): one overload
+  // per type and no catch-all, so a new type fails to compile until the
+  // master says what it does with it.
+  void master_on(const From& from, ctl::Join& m);
+  void master_on(const From& from, ctl::Submit& m);
+  void master_on(const From& from, ctl::PlanAck& m);
+  void master_on(const From& from, ctl::Done& m);
+  void master_on(const From& from, ctl::Snapshot& m);
+  void master_on(const From& from, ctl::Shutdown& m);
+  void master_on(const From& from, ctl::Stop& m);
+  void master_on(const From& from, ctl::Held& m);
+  void master_on(const From& from, ctl::LinkError& m);
+  void master_on(const From& from, ctl::Heartbeat& m);
+  void master_on(const From& from, ctl::StatusRequest& m);
+  void master_on(const From& from, ctl::JoinReply& m);
+  void master_on(const From& from, ctl::SubmitReply& m);
+  void master_on(const From& from, ctl::PlanPart& m);
+  void master_on(const From& from, ctl::Start& m);
+  void master_on(const From& from, ctl::Progress& m);
+  void master_on(const From& from, ctl::Result& m);
+  void master_on(const From& from, ctl::StatusReply& m);
+  void master_on(const From& from, ctl::Abort& m);
+  void master_on(const From& from, ctl::Rejoined& m);
+  void master_on(const From& from, ctl::Hold& m);
+  void master_on(const From& from, ctl::EndAt& m);
+  void not_for_master(const From& from, const char* type);
+  // Heartbeats to the nodes, and each node's liveness.
+  void check_liveness();
+  // Why a Join from the peer with routing id `identity` is refused ("" if not).
+  std::string join_error(const ctl::Join& join, const std::string& identity) const;
+  // Marks a node lost and stops the running phase, naming it (loop thread).
+  void declare_lost(int rank, const std::string& reason);
+  void link_failed(const std::string& reason);
+  // Takes a restarted agent back in its rank (loop thread).
+  void rejoin(const std::string& identity, int rank);
+  std::string status_json();
+  // Master job thread.
+  void run_queued(QueuedJob job);
+  // run_job, again from the newest checkpoint after a restartable failure,
+  // up to the submit's max_restarts; `first_step` is set by the executor.
+  JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step);
+  // Waits until no node is lost, for up to `seconds`; the lost nodes' names
+  // when some still are.
+  std::string wait_for_whole_cluster(double seconds);
+  // Waits on phase_cv_ for a notification, or briefly; false (at once) once
+  // `deadline` on the agent's clock has passed. Callers loop on their
+  // condition.
+  bool wait_phase_until(Clock::time_point deadline) REQUIRES(phase_mu_);
+  // Node 0 runs `phase.plan`; every other node compiles its own from
+  // `job_text` and the phase's options.
+  RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
+                          const RunOptions& run_options);
+  void start_next_job();
+  // Stopping the running phase at a step boundary (phase_mu_ held): holds
+  // every node once the phase runs; ends them all once each has said where
+  // it is.
+  void begin_stop_locked() REQUIRES(phase_mu_);
+  void end_when_held_locked() REQUIRES(phase_mu_);
+
+  // Loop thread.
+  std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
+  std::vector<std::string> identity_of_node_;
+  std::vector<Clock::time_point> last_seen_;
+  std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
+  std::vector<bool> told_to_go_;          // a lost node that still talks was told to exit
+  Clock::time_point last_heartbeat_{};    // set by start_kind()
+  PaceTracker pace_{1};                   // the running job's pace per node
+  std::vector<bool> slow_warned_;         // for job warned_job_
+  int64_t warned_job_ = -1;
+  void track_pace();
+  // Each node's threads and received bytes in the running phase, from its
+  // heartbeats (node 0's from its own runtime).
+  struct Activity {
+    std::vector<ctl::Heartbeat::Thread> threads;
+    std::vector<int64_t> received_bytes_from;
+  };
+  std::vector<Activity> activity_;
+  Status start_http();
+  void publish_metrics();  // the node table, for /metrics and /api (loop thread)
+  MetricsBoard board_;
+  std::unique_ptr<HttpServer> http_;       // after board_: stopped before it goes
+  std::string http_address_;               // where http_ serves, ADDRESS:PORT (set before the loop runs)
+  Clock::time_point last_published_{};
+  // Jobs waiting their turn: at most kMaxQueuedJobs, and at most
+  // --max-message-bytes of job text in all, so that clients cannot grow the
+  // master's memory by submitting.
+  static constexpr size_t kMaxQueuedJobs = 64;
+  std::deque<QueuedJob> queue_;
+  size_t queued_bytes_ = 0;
+  int64_t next_job_id_ = 1;
+  std::thread job_thread_;
+  std::atomic<bool> job_running_{false};
+  std::atomic<bool> stop_job_{false};  // a client asked the running job to stop (JobRunOptions::stop)
+  std::string running_name_;
+  int64_t running_id_ = 0;
+  // The last kFinishedShown jobs to end, newest last, with their result
+  // line or error (rill status). The job thread adds; the loop thread reads.
+  struct FinishedJob {
+    int64_t id = 0;
+    std::string name;
+    bool ok = false;
+    std::string line;
+  };
+  static constexpr size_t kFinishedShown = 20;
+  Mutex finished_mu_;
+  std::deque<FinishedJob> finished_ GUARDED_BY(finished_mu_);
+
+  // Shared by the loop thread and the job thread.
+  Mutex phase_mu_;
+  CondVar phase_cv_;
+  PhaseState phase_ GUARDED_BY(phase_mu_);
+  NodeRuntime* local_runtime_ GUARDED_BY(phase_mu_) = nullptr;
+  bool stopping_ GUARDED_BY(phase_mu_) = false;  // told to shut down; no phase starts
+};
+
+}  // namespace rill::agent_internal
