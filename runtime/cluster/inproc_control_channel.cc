@@ -42,9 +42,16 @@ class InprocControlChannel final : public ControlChannel {
 
 std::unique_ptr<ControlChannel> InprocControlHub::channel(int rank) {
   {
+    // A fresh connection: what waited for an agent of this rank before (one
+    // that has gone) is not for this one.
     MutexLock lock(mu_);
-    ports_[rank];
-    if (rank != 0) links_[{0, fmt::format("node-{}", rank)}];
+    const bool again = !opened_.insert(rank).second;
+    Inbox& port = ports_[rank];
+    if (again) port.clear();
+    if (rank != 0) {
+      Inbox& link = links_[{0, fmt::format("node-{}", rank)}];  // the master reaches it from now on
+      if (again) link.clear();
+    }
   }
   return std::make_unique<InprocControlChannel>(shared_from_this(), rank);
 }

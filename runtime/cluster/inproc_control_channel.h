@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -24,7 +25,8 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   // full (0: no bound), as a ZeroMQ high-water mark does.
   explicit InprocControlHub(size_t capacity = 0) : capacity_(capacity) {}
 
-  // The channel of agent `rank` (rank 0 the master).
+  // The channel of agent `rank` (rank 0 the master); a second call for a
+  // rank is an agent started again, whose inboxes start empty.
   std::unique_ptr<ControlChannel> channel(int rank);
 
   // A client of agent `port`'s control port, named `identity`.
@@ -67,6 +69,7 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   std::map<int, Inbox> ports_ GUARDED_BY(mu_);
   std::map<std::pair<int, std::string>, Inbox> links_ GUARDED_BY(mu_);  // (port, identity) -> what the port sent it
   int64_t sent_ GUARDED_BY(mu_) = 0;
+  std::set<int> opened_ GUARDED_BY(mu_);  // ranks that have had a channel
 };
 
 }  // namespace rill
