@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/safe_files.h"
+
 namespace rill {
 namespace {
 
@@ -436,8 +438,10 @@ std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}
 
 Status check_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
+  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));  // before it is made too: not through a link
   fs::create_directories(dir, ec);
   if (ec) return fs_error("checkpoint.dir: cannot create " + dir, ec);
+  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));
   const std::string probe = (fs::path(dir) / fmt::format(".rill-write-test-{}", ::getpid())).string();
   FileDescriptor fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return os_error("checkpoint.dir: cannot write in " + dir, errno);

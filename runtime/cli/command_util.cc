@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/safe_files.h"
 #include "kernels/data/file_bytes.h"
 
 namespace rill {
@@ -26,11 +27,7 @@ StatusOr<std::string> read_text_file(const std::string& path) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-Status write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out || !(out << text)) return invalid_argument("cannot write '{}'", path);
-  return {};
-}
+Status write_text_file(const std::string& path, const std::string& text) { return write_file(path, text, "the file"); }
 
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                     const std::string& log, bool append, bool own_group) {
@@ -43,7 +40,16 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::st
   if (getppid() != parent) std::_Exit(1);  // it was gone before the line above
   if (own_group) setpgid(0, 0);
   for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
-  if (!log.empty() && std::freopen(log.c_str(), append ? "a" : "w", stdout)) dup2(fileno(stdout), STDERR_FILENO);
+  if (!log.empty()) {
+    auto fd = open_for_write(log, append, "the log");
+    if (!fd.ok()) {
+      std::fprintf(stderr, "rill: %s\n", fd.status().message().c_str());
+      std::_Exit(1);
+    }
+    dup2(*fd, STDOUT_FILENO);
+    dup2(*fd, STDERR_FILENO);
+    ::close(*fd);
+  }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/safe_files.h"
 #include "comm/client_key.h"
 #include "comm/cluster_key.h"
 #include "compiler/compiler.h"
@@ -320,9 +321,12 @@ int main(int argc, char** argv) {
   }
 
   if (agent->parsed() && !agent_log.empty()) {
-    if (!std::freopen(agent_log.c_str(), "a", stdout))
-      return rill::fail_command(rill::invalid_argument("cannot write the log file '{}'", agent_log));
-    dup2(fileno(stdout), fileno(stderr));
+    auto log = rill::open_for_write(agent_log, true, "the log file");
+    if (!log.ok()) return rill::fail_command(log.status());
+    std::fflush(stdout);
+    dup2(*log, STDOUT_FILENO);
+    dup2(*log, STDERR_FILENO);
+    ::close(*log);
   }
   if (agent->parsed()) {
     agent_options.rank = rank;

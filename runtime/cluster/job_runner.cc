@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/safe_files.h"
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
@@ -189,10 +190,13 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
   if (!options.metrics_file.empty()) {
     // Appended to: a restarted job's lines follow its first attempt's.
-    metrics.reset(std::fopen(options.metrics_file.c_str(), "a"));
+    auto fd = open_for_write(options.metrics_file, true, "the metrics file");
+    if (fd.ok()) metrics.reset(::fdopen(*fd, "a"));
     if (!metrics) {
-      result.status = invalid_argument("cannot write the metrics file '{}': {}", options.metrics_file,
-                                       std::strerror(errno));
+      if (fd.ok()) ::close(*fd);
+      result.status = fd.ok() ? invalid_argument("cannot write the metrics file '{}': {}", options.metrics_file,
+                                                 std::strerror(errno))
+                              : fd.status();
       return result;
     }
     progress.write_to(metrics.get(), options.node_pace);
@@ -507,10 +511,7 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
       free_at = span.done;
     }
   }
-  std::ofstream out(path);
-  if (!out) return invalid_argument("cannot write trace file '{}'", path);
-  out << nlohmann::json{{"traceEvents", events}}.dump();
-  return {};
+  return write_file(path, nlohmann::json{{"traceEvents", events}}.dump(), "the trace file");
 }
 
 }  // namespace rill

@@ -2,9 +2,12 @@
 // clients and agents without the key or with another one are refused at the
 // handshake with errors naming the address on both sides, a socket that
 // connects to a data port and sends is refused, and agents will not listen
-// beyond loopback without a key.
+// beyond loopback without a key. Files rill writes in folders every user may
+// write are never written through a link another user planted.
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -489,4 +492,26 @@ TEST_CASE("a deep MLP whose gradient bucket is larger than any regst trains on 2
   CHECK(ran.output.find("done: 3 steps") != std::string::npos);
   CHECK(ran.output.find("malformed") == std::string::npos);
   CHECK(read_text((dir / "logs" / "node-1.log").string()).find("malformed") == std::string::npos);
+}
+
+TEST_CASE("files rill writes in a folder every user may write are never written through a planted link") {
+  // A folder like /tmp (mode 1777): another user plants links named as the
+  // result and metrics files a user is about to ask for.
+  const auto dir = temp_dir("rill-planted-");
+  const auto shared = dir / "shared";
+  std::filesystem::create_directories(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  const auto precious = dir / "precious";
+  std::ofstream(precious) << "keep";
+  for (const char* name : {"result.json", "metrics.jsonl"}) std::filesystem::create_symlink(precious, shared / name);
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json --set train.steps=5";
+  Ran result = run_rill("run " + job + " --result " + (shared / "result.json").string());
+  CHECK(result.code != 0);
+  CHECK(result.output.find("is a symbolic link in " + shared.string()) != std::string::npos);
+  Ran metrics = run_rill("run " + job + " --metrics " + (shared / "metrics.jsonl").string());
+  CHECK(metrics.code != 0);
+  CHECK(metrics.output.find("the metrics file '" + (shared / "metrics.jsonl").string() + "' is a symbolic link") !=
+        std::string::npos);
+  std::ifstream in(precious);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) == "keep");
 }
