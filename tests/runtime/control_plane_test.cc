@@ -187,6 +187,18 @@ nlohmann::json run_linear_regression(TestClient& client, const std::vector<std::
   }
 }
 
+// The job's Result, while every agent's clock moves 1 s per `turn` of real
+// time (at most 3000 turns); none when it never came.
+std::optional<ctl::Result> await_result(Cluster& cluster, TestClient& client, std::chrono::milliseconds turn) {
+  for (int n = 0; n < 3000; ++n) {
+    cluster.tick();
+    auto m = client.next(turn);
+    if (!m) continue;
+    if (auto* r = std::get_if<ctl::Result>(&*m)) return *r;
+  }
+  return std::nullopt;
+}
+
 void shut_down(Cluster& cluster, TestClient& client, int world) {
   client.send(ctl::Shutdown{});
   REQUIRE(cluster.wait_for_ended(world));
@@ -335,13 +347,7 @@ TEST_CASE("control plane in one process: a node lost mid-job comes back and the 
   REQUIRE(cluster.wait_for_ended(1, 0s));
   CHECK(cluster.result(1).message().find("was declared lost by the master") != std::string::npos);
   cluster.restart(1);
-  std::optional<ctl::Result> result;
-  for (int turn = 0; !result && turn < 6000; ++turn) {
-    cluster.tick();
-    auto m = client.next(10ms);
-    if (!m) continue;
-    if (auto* r = std::get_if<ctl::Result>(&*m)) result = *r;
-  }
+  const std::optional<ctl::Result> result = await_result(cluster, client, 10ms);
   REQUIRE_MESSAGE(result.has_value(), "no result after the restart");
   REQUIRE_MESSAGE(result->error.empty(), result->error);
   const nlohmann::json restarted = nlohmann::json::parse(result->result_json);
@@ -376,13 +382,7 @@ ctl::Result run_with_control_fault(int faulty, const std::string& fault) {
   submit.job_text = read_text(testing::source_path("samples/linear_regression/linear_regression.json"));
   submit.overrides = {"train.steps=30"};
   client.send(submit);
-  std::optional<ctl::Result> result;
-  for (int turn = 0; !result && turn < 3000; ++turn) {
-    cluster.tick();
-    auto m = client.next(20ms);
-    if (!m) continue;
-    if (auto* r = std::get_if<ctl::Result>(&*m)) result = *r;
-  }
+  const std::optional<ctl::Result> result = await_result(cluster, client, 20ms);
   REQUIRE_MESSAGE(result.has_value(), "no result: the job hangs");
   client.send(ctl::Shutdown{});
   // A node cut off from the master leaves by its own liveness check.
