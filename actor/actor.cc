@@ -105,7 +105,10 @@ int Actor::next_set() const {
   return -1;
 }
 
-bool Actor::can_act() const { return next_set() >= 0; }
+bool Actor::can_act() const {
+  ready_set_ = next_set();
+  return ready_set_ >= 0;
+}
 
 void Actor::ready_outputs(const PortSet& set, Outbox& outbox, int64_t step) {
   for (int o : set.outputs) ready_output(outputs_[static_cast<size_t>(o)], outbox, step);
@@ -122,7 +125,12 @@ void Actor::ready_output(OutputPort& out, Outbox& outbox, int64_t step) {
 }
 
 Status Actor::act(Outbox& outbox) {
-  last_set_ = next_set();
+  // The set can_act() found: whether a step may begin can change meanwhile
+  // (another thread holds the run's end), but the step it let begin is
+  // counted as begun, so the act goes ahead.
+  last_set_ = ready_set_;
+  ready_set_ = -1;
+  if (last_set_ < 0) return internal_error("actor '{}' acted without can_act()", name_);
   PortSet& set = sets_[static_cast<size_t>(last_set_)];
   size_t outs = 0;
   for (int o : set.outputs) {

@@ -125,6 +125,7 @@ class Actor {
   int64_t acts_ = 0;
   std::vector<PortSet> sets_;
   int last_set_ = -1;
+  mutable int ready_set_ = -1;  // what the last can_act() found (-1: none), for act()
   bool eord_sent_ = false;
   bool retired_ = false;
   bool tracing_ = false;

@@ -23,9 +23,15 @@
 
 namespace rill {
 
+// `path` without trailing slashes ("/ckpt/" is "/ckpt": its folder is /).
+inline std::string without_trailing_slash(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 // The folder that holds `path` ("." for a bare name).
 inline std::string parent_folder(const std::string& path) {
-  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const std::string parent = std::filesystem::path(without_trailing_slash(path)).parent_path().string();
   return parent.empty() ? "." : parent;
 }
 
@@ -48,11 +54,14 @@ inline std::string foreign_owner(const struct stat& st, const std::string& path,
 
 // Opens `path` for writing (created 0644 if missing; `append`, else
 // truncated) and returns its descriptor. In a folder others may write, a
-// symbolic link or a file of another user is refused, naming `what` and
-// the path. The caller closes the descriptor.
+// symbolic link, a file of another user, anything but a plain file (a
+// planted FIFO would block the open) and a file with other names (a hard
+// link to one of the user's files) are refused, naming `what` and the
+// path. The caller closes the descriptor.
 inline StatusOr<int> open_for_write(const std::string& path, bool append, const std::string& what) {
   const bool shared = others_may_write(parent_folder(path));
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0) | (shared ? O_NOFOLLOW : 0);
+  const int flags =
+      O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0) | (shared ? O_NOFOLLOW | O_NONBLOCK : 0);
   const int fd = ::open(path.c_str(), flags, 0644);
   if (fd < 0) {
     const int error = errno;
@@ -67,6 +76,11 @@ inline StatusOr<int> open_for_write(const std::string& path, bool append, const 
     struct stat st{};
     std::string refused = ::fstat(fd, &st) != 0 ? fmt::format("cannot inspect {} '{}'", what, path)
                                                 : foreign_owner(st, path, what);
+    if (refused.empty() && (!S_ISREG(st.st_mode) || st.st_nlink > 1))
+      refused = fmt::format("{} '{}' in {}, a folder other users can write, is {}: refusing to write there", what,
+                            path, parent_folder(path),
+                            S_ISREG(st.st_mode) ? "a file with other names (a hard link)" : "not a plain file");
+    if (refused.empty()) (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if (!refused.empty()) {
       ::close(fd);
       return Status(Code::kPermissionDenied, refused);
@@ -101,7 +115,8 @@ inline Status write_file(const std::string& path, const std::string& text, const
 // A folder Rill writes files in (a checkpoint folder), after it was made:
 // in a folder others may write, not a link and not another user's; and not
 // one any user may write itself.
-inline Status check_own_folder(const std::string& dir, const std::string& what) {
+inline Status check_own_folder(const std::string& given, const std::string& what) {
+  const std::string dir = without_trailing_slash(given);
   struct stat st{};
   if (others_may_write(parent_folder(dir))) {
     if (::lstat(dir.c_str(), &st) != 0) return {};  // not there: whoever makes it owns it

@@ -48,7 +48,7 @@ class InprocTransport final : public Transport {
     if (!header.empty()) std::memcpy(holder->bytes.data(), header.data(), header.size());
     if (!body.empty()) std::memcpy(holder->bytes.data() + header.size(), body.data(), body.size());
     MutexLock lock(hub_->mu);
-    if (hub_->ranks[rank_] == nullptr) {
+    if (hub_->ranks[rank_] != this) {  // closed (its rank may have been reopened since)
       return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
                                                     describe_tag(tag)));
     }
@@ -101,7 +101,7 @@ class InprocTransport final : public Transport {
   void close() override {
     {
       MutexLock lock(hub_->mu);
-      if (hub_->ranks[rank_] != nullptr) {
+      if (hub_->ranks[rank_] == this) {  // not a rank reopened since
         hub_->ranks[rank_] = nullptr;
         for (InprocTransport* peer : hub_->ranks) {
           if (peer != nullptr) peer->mailbox_.mark_lost(rank_, fmt::format("rank {} closed its transport", rank_));

@@ -32,23 +32,30 @@ Status write_text_file(const std::string& path, const std::string& text) { retur
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                     const std::string& log, bool append, bool own_group) {
   const pid_t parent = getpid();
+  // The log is opened here: the child of a threaded process may only make
+  // async-signal-safe calls before exec. Not writable: the child's output
+  // stays on this terminal, with the reason said first.
+  int log_fd = -1;
+  if (!log.empty()) {
+    auto opened = open_for_write(log, append, "the log");
+    if (opened.ok()) log_fd = *opened;
+    else std::fprintf(stderr, "rill: %s\n", opened.status().message().c_str());
+  }
   pid_t pid = fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    if (log_fd >= 0) ::close(log_fd);
+    return pid;
+  }
   // Ends with the thread that started it (SIGTERM), however that one ends:
   // a killed `rill run --nodes` or launcher leaves no agent holding its ports.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) std::_Exit(1);  // it was gone before the line above
   if (own_group) setpgid(0, 0);
   for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
-  if (!log.empty()) {
-    auto fd = open_for_write(log, append, "the log");
-    if (!fd.ok()) {
-      std::fprintf(stderr, "rill: %s\n", fd.status().message().c_str());
-      std::_Exit(1);
-    }
-    dup2(*fd, STDOUT_FILENO);
-    dup2(*fd, STDERR_FILENO);
-    ::close(*fd);
+  if (log_fd >= 0) {
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    ::close(log_fd);
   }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));

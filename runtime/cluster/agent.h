@@ -41,10 +41,11 @@ struct ControlFault {
 // "drop:PlanAck", "delay:Done:2", "cut:" ...
 StatusOr<ControlFault> parse_control_fault(const std::string& spec);
 
-// The time an agent's loop goes by: when it sends heartbeats, when a
-// silent peer is lost, the join deadline. Steady time, unless a test gives
-// its own to let time pass without waiting (a job's own timeouts are
-// always steady time).
+// The time an agent goes by: when it sends heartbeats, when a silent peer
+// is lost, the join deadline, and how long the master waits for the nodes'
+// acks and ends of a phase. Steady time, unless a test gives its own to let
+// time pass without waiting (a clock that stops holds those waits; the
+// runtime's own stall timeout is always steady time).
 class AgentClock {
  public:
   virtual ~AgentClock() = default;

@@ -50,6 +50,9 @@ struct Outgoing {
   bool to_master = false;
   std::string identity;
   std::string bytes;
+  // >= 0: to that node, whose identity the loop thread looks up when it
+  // sends (threads other than the loop never read the master's table).
+  int node = -1;
 };
 
 inline std::vector<ctl::Tensor> to_tensors(VariablePiece piece) {
@@ -101,8 +104,10 @@ class Agent {
   // Once a turn of the loop, after what came was handled: heartbeats,
   // liveness, jobs.
   virtual void tick() = 0;
-  // The node whose agent has routing identity `identity` (-1: a client).
+  // The node whose agent has routing identity `identity` (-1: a client),
+  // and the other way (loop thread).
   virtual int node_of(const std::string& identity) const = 0;
+  virtual std::string identity_of(int node) const = 0;
   // After the loop: the threads the kind runs end.
   virtual void finish() = 0;
 

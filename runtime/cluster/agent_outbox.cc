@@ -71,7 +71,10 @@ void Agent::flush() {
   std::deque<Outgoing> held;
   held.swap(backlog_);
   for (Outgoing& o : held) deliver(std::move(o));
-  for (Outgoing& o : out) deliver(std::move(o));
+  for (Outgoing& o : out) {
+    if (o.node >= 0) o.identity = identity_of(o.node);
+    deliver(std::move(o));
+  }
 }
 
 bool Agent::send_now(const Outgoing& o) {

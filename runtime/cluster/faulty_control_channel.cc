@@ -38,8 +38,7 @@ ControlChannel::Sent FaultyControlChannel::send(Message m) {
   if (held_ && held_->to_master == m.to_master && held_->identity == m.identity) {
     const Sent sent = pass(m);  // the message after the held one goes first
     if (sent != Sent::kSent) return sent;
-    (void)pass(*held_);
-    held_.reset();
+    if (pass(*held_) != Sent::kFull) held_.reset();  // a full queue: it goes after the next one
     return Sent::kSent;
   }
   if (fired_ || fault_.kind == ControlFault::Kind::kNone) return pass(m);

@@ -74,22 +74,24 @@ bool InprocControlHub::pop(int rank, const std::string& identity, int port, std:
                            Message* out, bool* from_identity) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   MutexLock lock(mu_);
+  // Turns between the two inboxes when both have messages, as ZeroMQ's
+  // channel takes them.
+  const bool link_first = (++pops_ % 2) == 0;
   for (;;) {
     Inbox* own = rank >= 0 ? &ports_[rank] : nullptr;
-    if (own && !own->empty()) {
+    Inbox* link = identity.empty() ? nullptr : &links_[{port, identity}];
+    const bool own_ready = own && !own->empty(), link_ready = link && !link->empty();
+    if (own_ready && !(link_ready && link_first)) {
       *out = std::move(own->front());
       own->pop_front();
       *from_identity = false;
       return true;
     }
-    if (!identity.empty()) {
-      Inbox& link = links_[{port, identity}];
-      if (!link.empty()) {
-        *out = std::move(link.front());
-        link.pop_front();
-        *from_identity = true;
-        return true;
-      }
+    if (link_ready) {
+      *out = std::move(link->front());
+      link->pop_front();
+      *from_identity = true;
+      return true;
     }
     if (!arrived_.wait_until(mu_, deadline)) return false;
   }

@@ -70,6 +70,7 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   std::map<std::pair<int, std::string>, Inbox> links_ GUARDED_BY(mu_);  // (port, identity) -> what the port sent it
   int64_t sent_ GUARDED_BY(mu_) = 0;
   std::set<int> opened_ GUARDED_BY(mu_);  // ranks that have had a channel
+  uint64_t pops_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rill

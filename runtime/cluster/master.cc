@@ -214,6 +214,8 @@ int Master::node_of(const std::string& identity) const {
   return -1;
 }
 
-void Master::post_to_node(int node, const ctl::Message& m) { post(Outgoing{false, identity_of_node_[node], ctl::encode(m)}); }
+std::string Master::identity_of(int node) const { return identity_of_node_[node]; }
+
+void Master::post_to_node(int node, const ctl::Message& m) { post(Outgoing{false, "", ctl::encode(m), node}); }
 
 }  // namespace rill::agent_internal

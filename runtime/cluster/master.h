@@ -60,6 +60,7 @@ class Master final : public Agent {
   void on_master_message(const std::string& bytes) override;
   void tick() override;
   int node_of(const std::string& identity) const override;
+  std::string identity_of(int node) const override;
   void finish() override;
 
   void post_to_node(int node, const ctl::Message& m);
@@ -131,7 +132,7 @@ class Master final : public Agent {
 
   // Loop thread.
   std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
-  std::vector<std::string> identity_of_node_;
+  std::vector<std::string> identity_of_node_;  // loop thread only (others post to nodes by number)
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> told_to_go_;          // a lost node that still talks was told to exit

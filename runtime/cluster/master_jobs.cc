@@ -277,7 +277,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                                      part.size(), initial.size(), state.size(), options_.max_message_bytes);
     return report;
   }
-  for (int r = 1; r < world_; ++r) post(Outgoing{false, identity_of_node_[r], part});
+  for (int r = 1; r < world_; ++r) post(Outgoing{false, "", part, r});
   auto abort_all = [&](const std::string& reason) {
     for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };

@@ -26,6 +26,7 @@ class NodeAgent final : public Agent {
   void on_master_message(const std::string& bytes) override;
   void tick() override;
   int node_of(const std::string&) const override { return -1; }
+  std::string identity_of(int) const override { return {}; }
   void finish() override;
 
   void post_to_master(const ctl::Message& m);

@@ -68,8 +68,13 @@ class ZmqControlChannel final : public ControlChannel {
     zmq::pollitem_t items[] = {{port_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, master ? 2 : 1, timeout);
     if (port_watch_) (void)port_watch_->poll();
-    if (items[0].revents & ZMQ_POLLIN) return receive_port(out);
-    if (master && (items[1].revents & ZMQ_POLLIN)) {
+    const bool port_ready = (items[0].revents & ZMQ_POLLIN) != 0;
+    const bool master_ready = master && (items[1].revents & ZMQ_POLLIN) != 0;
+    // Turns when both have messages: a stream on the port (clients) cannot
+    // keep the master's messages, heartbeats among them, waiting.
+    master_first_ = !master_first_;
+    if (port_ready && !(master_ready && master_first_)) return receive_port(out);
+    if (master_ready) {
       zmq::message_t message;
       (void)master_.recv(message);
       out->from_master = true;
@@ -126,6 +131,7 @@ class ZmqControlChannel final : public ControlChannel {
   // With a key (after the sockets: closed before them, the context last).
   std::unique_ptr<comm::ZapAuthenticator> zap_;
   std::unique_ptr<comm::HandshakeWatch> port_watch_, master_watch_;
+  bool master_first_ = false;  // which link receive() reads first when both have messages
 };
 
 }  // namespace

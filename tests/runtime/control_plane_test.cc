@@ -66,7 +66,20 @@ class Cluster {
     }
     results_.resize(static_cast<size_t>(world));
   }
-  ~Cluster() { join(); }
+  // A test that stopped half way (a failed REQUIRE) still ends its agents:
+  // asked to shut down, and time passing for the ones the master cannot
+  // reach, so their liveness checks end them.
+  ~Cluster() {
+    if (done_.load() < static_cast<int>(threads_.size())) {
+      InprocControlHub::Client cleanup = hub_->client(0, "cleanup");
+      (void)cleanup.send(control::encode(control::Shutdown{}));
+      for (int turn = 0; turn < 2000 && done_.load() < static_cast<int>(threads_.size()); ++turn) {
+        tick(100);
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    join();
+  }
 
   AgentOptions& options(int rank) { return options_[static_cast<size_t>(rank)]; }
   FakeClock& clock(int rank) { return *clocks_[static_cast<size_t>(rank)]; }
@@ -103,9 +116,9 @@ class Cluster {
       if (t.joinable()) t.join();
   }
   const Status& result(int rank) const { return results_[static_cast<size_t>(rank)]; }
-  // One second on every agent's clock (heartbeats go out, nobody is late).
-  void tick() {
-    for (auto& clock : clocks_) clock->advance(1);
+  // Time on every agent's clock (heartbeats go out, nobody is late).
+  void tick(double seconds = 1) {
+    for (auto& clock : clocks_) clock->advance(seconds);
   }
 
  private:
