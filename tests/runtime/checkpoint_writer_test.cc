@@ -10,7 +10,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -40,16 +39,20 @@ VariablePiece piece(int64_t row, float value) {
 }
 
 TEST_CASE("the collector writes a complete step on its own thread: add() returns while the disk is busy") {
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> started{0};
+  // The disk, as slow as the test likes: write n (1-based) begins, then
+  // waits until the test has allowed n writes.
+  std::atomic<int> started{0}, allowed{0};
   std::vector<Checkpoint> written;
   CheckpointCollector collector(two_piece_job(), kPieces, [&](const Checkpoint& c) {
-    ++started;
-    released.wait();  // the disk, as slow as the test likes
+    const int n = ++started;
+    while (allowed.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     written.push_back(c);
     return Status();
   });
+  auto wait_started = [&](int n) {
+    for (int i = 0; i < 2000 && started.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(started.load() >= n);
+  };
   collector.add(10, piece(0, 1.0f));
   collector.add(10, piece(2, 2.0f));  // step 10 complete: handed over, not written here
   for (int i = 0; i < 200 && started.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -78,8 +81,17 @@ TEST_CASE("the collector writes a complete step on its own thread: add() returns
   collector.add(50, piece(0, 9.0f), false);
   collector.add(50, piece(2, 10.0f), false);
   CHECK(std::chrono::steady_clock::now() - before < std::chrono::milliseconds(400));
-  release.set_value();
+  // Step 10 written, then step 20 taken: 30 and 50 still wait, no room yet.
+  allowed = 1;
+  wait_started(2);
+  CHECK_FALSE(fourth_done.load());
+  // Step 20 written, step 30 taken: room for the training's step 40, which
+  // is complete before the writer chooses again (it is held in step 30's
+  // write until the test has seen step 40 go in).
+  allowed = 2;
+  wait_started(3);
   fourth.join();
+  allowed = 5;
   REQUIRE(collector.finish().ok());
   CHECK(collector.written() == 5);
   REQUIRE(written.size() == 5);
