@@ -42,7 +42,7 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
   std::string who = j.rank >= 0 && j.rank < world_ ? node_name(options_.machines, j.rank)
                                                    : fmt::format("a node claiming rank {}", j.rank);
   if (j.rank <= 0 || j.rank >= world_) return fmt::format("{} is outside the machine list ({} nodes)", who, world_);
-  // With a key, receive_server has checked the identity against the key.
+  // With a key, the channel has checked the identity against the key (zmq_control_channel.cc).
   if (options_.key && identity != comm::node_identity(j.rank))
     return fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j.rank);
   if (j.version != ctl::kRillVersion || j.schema_hash != ctl::schema_hash())
