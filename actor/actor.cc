@@ -52,8 +52,6 @@ Actor::Actor(uint64_t id, std::string name, int64_t steps, std::vector<InputPort
       body_);
   for (PortSetSpec& spec : port_sets_of(body_, inputs_.size(), outputs_.size()))
     sets_.push_back(PortSet{std::move(spec.inputs), std::move(spec.outputs)});
-  all_ports_ = sets_.size() == 1 && sets_[0].inputs.size() == inputs_.size() &&
-               sets_[0].outputs.size() == outputs_.size();
   in_now_.resize(inputs_.size());
   out_now_.resize(outputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
@@ -89,25 +87,17 @@ bool Actor::set_can_act(const PortSet& set) const {
   }
   if (eord_sent_) return false;
   if (is_source_ && (acts_ >= limit() || !may_begin(first_step_ + acts_ / acts_per_step_))) return false;
-  // A slot being filled is ours.
-  auto output_ready = [](const OutputPort& out) { return out.filling != 0 || out.next_free(); };
-  if (all_ports_) {  // the one set of every port: no indirection on this path
-    for (const InputPort& in : inputs_)
-      if (!in.readable()) return false;
-    for (const OutputPort& out : outputs_)
-      if (!output_ready(out)) return false;
-    return true;
-  }
   for (int i : set.inputs)
     if (!inputs_[static_cast<size_t>(i)].readable()) return false;
-  for (int o : set.outputs)
-    if (!output_ready(outputs_[static_cast<size_t>(o)])) return false;
+  for (int o : set.outputs) {
+    const OutputPort& out = outputs_[static_cast<size_t>(o)];
+    if (out.filling == 0 && !out.next_free()) return false;  // a slot being filled is ours
+  }
   return true;
 }
 
 int Actor::next_set() const {
   const int n = static_cast<int>(sets_.size());
-  if (n == 1) return set_can_act(sets_[0]) ? 0 : -1;  // every actor but a laned variable
   for (int k = 1; k <= n; ++k) {
     const int s = (last_set_ + k) % n;
     if (set_can_act(sets_[static_cast<size_t>(s)])) return s;
@@ -121,10 +111,6 @@ bool Actor::can_act() const {
 }
 
 void Actor::ready_outputs(const PortSet& set, Outbox& outbox, int64_t step) {
-  if (all_ports_) {
-    for (OutputPort& out : outputs_) ready_output(out, outbox, step);
-    return;
-  }
   for (int o : set.outputs) ready_output(outputs_[static_cast<size_t>(o)], outbox, step);
 }
 
@@ -147,13 +133,9 @@ Status Actor::act(Outbox& outbox) {
   if (last_set_ < 0) return internal_error("actor '{}' acted without can_act()", name_);
   PortSet& set = sets_[static_cast<size_t>(last_set_)];
   size_t outs = 0;
-  if (all_ports_) {
-    for (const OutputPort& out : outputs_) out_now_[outs++] = &out.slots[out.next_slot()];
-  } else {
-    for (int o : set.outputs) {
-      const OutputPort& out = outputs_[static_cast<size_t>(o)];
-      out_now_[outs++] = &out.slots[out.next_slot()];
-    }
+  for (int o : set.outputs) {
+    const OutputPort& out = outputs_[static_cast<size_t>(o)];
+    out_now_[outs++] = &out.slots[out.next_slot()];
   }
   const std::span<const TensorView* const> outputs(out_now_.data(), outs);
   if (is_variable_ && (set.inputs.empty() || set.versions == 0)) {
@@ -172,13 +154,9 @@ Status Actor::act(Outbox& outbox) {
     return {};
   }
   size_t ins = 0;
-  if (all_ports_) {
-    for (const InputPort& in : inputs_) in_now_[ins++] = &in.slots[in.front()];
-  } else {
-    for (int i : set.inputs) {
-      const InputPort& in = inputs_[static_cast<size_t>(i)];
-      in_now_[ins++] = &in.slots[in.front()];
-    }
+  for (int i : set.inputs) {
+    const InputPort& in = inputs_[static_cast<size_t>(i)];
+    in_now_[ins++] = &in.slots[in.front()];
   }
   // A variable's act n is the update after step n - 1 (per set of ports).
   const int64_t step = is_variable_ ? first_step_ + set.versions - 1 : first_step_ + acts_ / acts_per_step_;
@@ -201,16 +179,12 @@ Status Actor::act(Outbox& outbox) {
   } else {
     ready_outputs(set, outbox, step);
   }
-  auto release = [&](InputPort& in) {
-    if (++in.used < in.acts_per_slot) return;
+  for (int i : set.inputs) {
+    InputPort& in = inputs_[static_cast<size_t>(i)];
+    if (++in.used < in.acts_per_slot) continue;
     in.used = 0;
     if (!in.repeat) outbox.send(ActorMsg{id_, in.producer, MsgType::kAck, in.front(), in.regst, step});
     in.pop();
-  };
-  if (all_ports_) {
-    for (InputPort& in : inputs_) release(in);
-  } else {
-    for (int i : set.inputs) release(inputs_[static_cast<size_t>(i)]);
   }
   return {};
 }

@@ -126,7 +126,6 @@ class Actor {
   std::vector<PortSet> sets_;
   int last_set_ = -1;
   mutable int ready_set_ = -1;  // what the last can_act() found (-1: none), for act()
-  bool all_ports_ = false;      // one set of every port, in order (every actor but a laned variable)
   bool eord_sent_ = false;
   bool retired_ = false;
   bool tracing_ = false;
