@@ -98,6 +98,7 @@ bool Actor::set_can_act(const PortSet& set) const {
 
 int Actor::next_set() const {
   const int n = static_cast<int>(sets_.size());
+  if (n == 1) return set_can_act(sets_[0]) ? 0 : -1;  // every actor but a laned variable
   for (int k = 1; k <= n; ++k) {
     const int s = (last_set_ + k) % n;
     if (set_can_act(sets_[static_cast<size_t>(s)])) return s;

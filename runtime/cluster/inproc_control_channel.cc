@@ -65,7 +65,6 @@ InprocControlHub::Client InprocControlHub::client(int port, const std::string& i
 ControlChannel::Sent InprocControlHub::push(Inbox& inbox, Message message) {
   if (capacity_ > 0 && inbox.size() >= capacity_) return ControlChannel::Sent::kFull;
   inbox.push_back(std::move(message));
-  ++sent_;
   arrived_.notify_all();
   return ControlChannel::Sent::kSent;
 }
@@ -95,11 +94,6 @@ bool InprocControlHub::pop(int rank, const std::string& identity, int port, std:
     }
     if (!arrived_.wait_until(mu_, deadline)) return false;
   }
-}
-
-int64_t InprocControlHub::sent() const {
-  MutexLock lock(mu_);
-  return sent_;
 }
 
 ControlChannel::Sent InprocControlHub::Client::send(const std::string& bytes) {

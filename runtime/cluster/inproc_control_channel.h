@@ -46,9 +46,6 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   };
   Client client(int port, const std::string& identity);
 
-  // Messages sent so far (to ports and to identities), for tests.
-  int64_t sent() const;
-
  private:
   friend class InprocControlChannel;
   struct Message {
@@ -68,7 +65,6 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   CondVar arrived_;
   std::map<int, Inbox> ports_ GUARDED_BY(mu_);
   std::map<std::pair<int, std::string>, Inbox> links_ GUARDED_BY(mu_);  // (port, identity) -> what the port sent it
-  int64_t sent_ GUARDED_BY(mu_) = 0;
   std::set<int> opened_ GUARDED_BY(mu_);  // ranks that have had a channel
   uint64_t pops_ GUARDED_BY(mu_) = 0;
 };
