@@ -109,18 +109,21 @@ void Agent::forget_stale_losses() {
     if (r != options_.rank && transport_->peer_lost(r)) transport_->revive(r);
 }
 
+void Agent::handle_incoming(std::chrono::milliseconds wait) {
+  ControlChannel::Incoming in;
+  for (int n = 0; n < kMessagesPerTurn && !shutdown_ && channel_->receive(wait, &in); ++n) {
+    wait = std::chrono::milliseconds(0);
+    if (in.from_master) on_master_message(in.bytes);
+    else on_port_message(in.identity, in.bytes);
+  }
+}
+
 Status Agent::serve() {
   while (!shutdown_) {
     // What has come is handled before liveness is judged: a master that
     // said Shutdown and closed is not lost (a bounded batch, so a flood
     // cannot starve the heartbeats).
-    ControlChannel::Incoming in;
-    auto wait = std::chrono::milliseconds(10);
-    for (int n = 0; n < kMessagesPerTurn && !shutdown_ && channel_->receive(wait, &in); ++n) {
-      wait = std::chrono::milliseconds(0);
-      if (in.from_master) on_master_message(in.bytes);
-      else on_port_message(in.identity, in.bytes);
-    }
+    handle_incoming(std::chrono::milliseconds(10));
     if (shutdown_) break;  // told to go: a master gone since is not lost
     tick();
     flush();

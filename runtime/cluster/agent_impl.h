@@ -111,6 +111,9 @@ class Agent {
   // After the loop: the threads the kind runs end.
   virtual void finish() = 0;
 
+  // Handles what has come, up to kMessagesPerTurn messages, waiting up to
+  // `wait` for the first (loop thread).
+  void handle_incoming(std::chrono::milliseconds wait);
   void post(Outgoing out);
   void flush();
   // Sends `out` now; false when its peer's queue is full (ZeroMQ's

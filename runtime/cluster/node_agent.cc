@@ -118,6 +118,10 @@ void NodeAgent::tick() {
     post_to_master(beat);
   }
   if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
+  // What the master said before its connection closed comes first: a
+  // Shutdown, then the close, is not a lost master.
+  handle_incoming(std::chrono::milliseconds(0));
+  if (shutdown_) return;
   const std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
                                                    : fmt::format("no heartbeat for {:g} s", options_.dead_after_s);
   fatal_ = Status(Code::kUnavailable,
