@@ -6,8 +6,10 @@
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
 //                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE] [--io-threads N]
 //
-// --key: the ranks hold this cluster key (rill keygen): every TCP connection
-// is CurveZMQ (bench/curve_bench.sh compares).
+// --key: the ranks hold this cluster key (rill keygen): every message over
+// TCP is sealed (AES-256-GCM, comm/data_cipher.h; bench/curve_bench.sh
+// compares). Rank 0 makes every rank's session id and hands them to the
+// ranks it starts (a rank started by hand needs --sessions).
 //
 // --op: all_reduce, all_gather, reduce_scatter, broadcast (from rank 0),
 // all_to_all. The size is the whole buffer (all_gather's output,
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "comm/cluster_key.h"
+#include "comm/data_cipher.h"
 #include "comm/collectives.h"
 
 using namespace rill;
@@ -58,8 +61,9 @@ struct Args {
   int port = 0;   // 0: free ports chosen by the kernel
   std::string op = "all_reduce";
   bool tcp = false;
-  std::string key;  // a cluster key file: CurveZMQ on every connection
-  int io_threads = 1;  // ZeroMQ I/O threads per rank (CURVE's crypto runs on them)
+  std::string key;  // a cluster key file: every TCP message sealed
+  int io_threads = 1;  // ZeroMQ I/O threads per rank
+  std::string sessions;  // with a key: every rank's session id, hex, comma-separated (internal, with as_rank)
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
@@ -88,6 +92,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--tcp") args.tcp = value != "0";
     else if (flag == "--key") args.key = value;
     else if (flag == "--io-threads") args.io_threads = std::atoi(value.c_str());
+    else if (flag == "--sessions") args.sessions = value;
     else if (flag == "--ports") {
       for (size_t at = 0; at < value.size();) {
         size_t comma = value.find(',', at);
@@ -170,8 +175,24 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     if (!key.ok()) return fail(rank, key.status());
     zmq_options.key = std::make_shared<const ClusterKey>(*key);
   }
+  std::vector<SessionId> sessions;
+  if (zmq_options.key) {
+    for (size_t at = 0; at < args.sessions.size();) {
+      size_t comma = std::min(args.sessions.find(',', at), args.sessions.size());
+      SessionId id{};
+      for (size_t i = 0; i < id.size() && at + 2 * i + 1 < comma; ++i)
+        id[i] = static_cast<uint8_t>(std::stoul(args.sessions.substr(at + 2 * i, 2), nullptr, 16));
+      sessions.push_back(id);
+      at = comma + 1;
+    }
+    if (static_cast<int>(sessions.size()) != args.ranks)
+      return fail(rank, invalid_argument("--key needs every rank's --sessions ({} given, {} ranks)", sessions.size(),
+                                         args.ranks));
+    zmq_options.session = sessions[static_cast<size_t>(rank)];
+  }
   auto transport = make_zmq_transport(rank, endpoints, zmq_options);
   if (!transport.ok()) return fail(rank, transport.status());
+  for (int r = 0; r < static_cast<int>(sessions.size()); ++r) (*transport)->set_peer_session(r, sessions[r]);
   CollectiveOptions options;
   options.chunk_bytes = args.chunk_bytes;
   options.direct_bytes = args.direct_bytes;
@@ -239,6 +260,12 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
+  if (!args.key.empty() && args.sessions.empty() && args.as_rank == 0) {
+    for (int r = 0; r < args.ranks; ++r) {  // made here, handed to the ranks started below
+      for (uint8_t byte : new_session_id()) args.sessions += fmt::format("{:02x}", byte);
+      if (r + 1 < args.ranks) args.sessions += ',';
+    }
+  }
   keep_large_buffers_mapped();
   std::vector<int> ports;
   if (!args.ports.empty()) {
@@ -269,6 +296,10 @@ int main(int argc, char** argv) {
       }
       for (const std::string& w : {std::string("--ports"), list, std::string("--as-rank"), std::to_string(rank)})
         words.push_back(w);
+      if (!args.key.empty()) {
+        words.push_back("--sessions");
+        words.push_back(args.sessions);
+      }
       std::vector<char*> exec_argv;
       for (std::string& w : words) exec_argv.push_back(w.data());
       exec_argv.push_back(nullptr);

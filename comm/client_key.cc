@@ -61,14 +61,14 @@ bool is_client_key_file(const std::string& path) {
 
 StatusOr<std::shared_ptr<const ClientKey>> client_key_from_environment() {
   const char* path = std::getenv(kKeyFileEnv);
-  if (path == nullptr || *path == '\0') return std::shared_ptr<const ClientKey>();
-  if (is_client_key_file(path)) {
+  if (path != nullptr && *path != '\0' && is_client_key_file(path)) {
     auto key = read_client_key_file(path);
     if (!key.ok()) return key.status().with_context(kKeyFileEnv);
     return std::make_shared<const ClientKey>(*key);
   }
-  auto cluster = key_from_environment();
+  auto cluster = key_from_environment();  // the named cluster key, or the default one
   if (!cluster.ok()) return cluster.status();
+  if (!*cluster) return std::shared_ptr<const ClientKey>();
   return std::make_shared<const ClientKey>(client_key_of(**cluster));
 }
 

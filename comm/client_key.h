@@ -40,8 +40,10 @@ Status write_client_key_file(const std::string& path, const ClientKey& key, bool
 bool is_client_key_file(const std::string& path);
 
 // The client key of the file $RILL_KEY_FILE names, a client key file or a
-// cluster key file (whose client key is derived), or none (nullptr); errors
-// name the file and what is wrong with it.
+// cluster key file (whose client key is derived); else, as
+// key_from_environment, none under $RILL_INSECURE, or the client key of the
+// user's default cluster key if it exists; or none (nullptr). Errors name
+// the file and what is wrong with it.
 StatusOr<std::shared_ptr<const ClientKey>> client_key_from_environment();
 
 // Makes `socket` a CURVE client of the master as "client" (before connect).

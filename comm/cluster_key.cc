@@ -121,14 +121,6 @@ StatusOr<ClusterKey> read_key_file(const std::string& path) {
   return key;
 }
 
-StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment() {
-  const char* path = std::getenv(kKeyFileEnv);
-  if (path == nullptr || *path == '\0') return std::shared_ptr<const ClusterKey>();
-  auto key = read_key_file(path);
-  if (!key.ok()) return key.status().with_context(kKeyFileEnv);
-  return std::make_shared<const ClusterKey>(*key);
-}
-
 std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
 
 std::string http_token(const ClusterKey& key) {

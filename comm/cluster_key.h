@@ -1,9 +1,11 @@
 // The cluster key: one 32-byte secret, held in a key file by every agent and
 // client of a cluster, from which every CurveZMQ key pair is derived (libsodium:
 // a keyed BLAKE2b of the identity's name is the seed of its Curve25519 pair).
-// Identities: "node-R" for the agent of rank R (its control and data sockets
-// serve with node-R's pair and connect with it), "client" for `rill submit`,
-// `rill status`, rill::Client and `rill launch`'s rendezvous.
+// Identities: "node-R" for the agent of rank R (its control socket serves
+// with node-R's pair and it connects with it; the launcher's rendezvous
+// likewise), "client" for `rill submit`, `rill status` and rill::Client. The
+// data plane seals its messages under keys of its own, also made from the
+// secret (comm/data_cipher.h).
 //
 // A server socket (curve_server) answers only peers that complete the CURVE
 // handshake with its public key, which only a holder of the secret can derive;
@@ -64,8 +66,10 @@ StatusOr<ClusterKey> read_key_file(const std::string& path);
 
 // The environment variable that names a key file where no flag does.
 inline constexpr const char* kKeyFileEnv = "RILL_KEY_FILE";
-// The key file $RILL_KEY_FILE names (`rill ... --key FILE` sets it for the
-// command and what it starts), or none (nullptr); errors are read_key_file's.
+// The key a command uses (comm/default_key.h): the file $RILL_KEY_FILE names
+// (`rill ... --key FILE` sets it for the command and what it starts), none
+// under $RILL_INSECURE, else the user's default key if it exists; nullptr
+// for none. Errors are read_key_file's. (Defined in default_key.cc.)
 StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment();
 
 std::string node_identity(int rank);  // "node-R"

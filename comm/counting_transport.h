@@ -74,6 +74,8 @@ class CountingTransport final : public Transport {
   int64_t handler_bytes_copied() const override { return inner_->handler_bytes_copied(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
+  const SessionId* session() const override { return inner_->session(); }
+  void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
   void close() override { inner_->close(); }
 
  private:

@@ -66,6 +66,8 @@ class FaultyTransport final : public Transport {
   int64_t received_dropped() const override { return inner_->received_dropped(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
+  const SessionId* session() const override { return inner_->session(); }
+  void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
   void close() override;
 
  private:

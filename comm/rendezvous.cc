@@ -1,6 +1,7 @@
 #include "comm/rendezvous.h"
 
 #include "comm/cluster_key.h"
+#include "comm/data_cipher.h"
 
 #include <map>
 #include <zmq.hpp>
@@ -19,17 +20,21 @@ Status unavailable(fmt::format_string<Args...> f, Args&&... args) {
   return Status(Code::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
 }
 
-Bytes hello_message(int rank, int world, int port) {
+Bytes hello_message(int rank, int world, int port, const SessionId& session) {
   flatbuffers::FlatBufferBuilder b;
-  auto hello = fb::CreateHello(b, kRendezvousVersion, rank, world, port);
+  auto hello = fb::CreateHello(b, kRendezvousVersion, rank, world, port, b.CreateVector(session.data(), session.size()));
   b.Finish(fb::CreateRendezvousMessage(b, fb::Body::Hello, hello.Union()));
   return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
-Bytes peers_message(const std::vector<Endpoint>& endpoints, const std::string& error) {
+Bytes peers_message(const std::vector<Endpoint>& endpoints, const std::vector<SessionId>& sessions,
+                    const std::string& error) {
   flatbuffers::FlatBufferBuilder b;
   std::vector<flatbuffers::Offset<fb::Endpoint>> list;
-  for (const Endpoint& e : endpoints) list.push_back(fb::CreateEndpointDirect(b, e.address.c_str(), e.port));
+  for (size_t r = 0; r < endpoints.size(); ++r) {
+    const std::vector<uint8_t> session(sessions[r].begin(), sessions[r].end());
+    list.push_back(fb::CreateEndpointDirect(b, endpoints[r].address.c_str(), endpoints[r].port, &session));
+  }
   auto peers = fb::CreatePeersDirect(b, &list, error.c_str());
   b.Finish(fb::CreateRendezvousMessage(b, fb::Body::Peers, peers.Union()));
   return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
@@ -56,7 +61,8 @@ bool wait_readable(zmq::socket_t& socket, Clock::time_point deadline) {
 }
 
 StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int data_port, Clock::time_point deadline,
-                                      const ClusterKey* key) {
+                                      const ClusterKey* key, const SessionId& session,
+                                      std::vector<SessionId>* sessions) {
   zmq::context_t context;
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 2000);  // the answers go out before close
@@ -76,6 +82,8 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
   }
   std::vector<Endpoint> endpoints(static_cast<size_t>(world));
   endpoints[0] = {master.address, data_port};
+  std::vector<SessionId> ids(static_cast<size_t>(world));
+  ids[0] = session;
   std::map<int, zmq::message_t> identities;  // rank -> its ROUTER identity
   std::string error;
   while (static_cast<int>(identities.size()) < world - 1 && error.empty()) {
@@ -102,6 +110,8 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
       problem = fmt::format("rank {} expects {} ranks, rank 0 {}", hello->rank(), hello->world(), world);
     } else if (hello->rank() < 1 || hello->rank() >= world) {
       problem = fmt::format("rank {} is not a rank of {} other than 0", hello->rank(), world);
+    } else if (hello->session() != nullptr && hello->session()->size() != sizeof(SessionId)) {
+      problem = fmt::format("rank {} sent a session id of {} bytes", hello->rank(), hello->session()->size());
     } else if (identities.count(hello->rank()) != 0) {
       problem = fmt::format("rank {} joined twice", hello->rank());
     } else if (key && authenticated_identity(payload) != node_identity(hello->rank())) {
@@ -110,26 +120,30 @@ StatusOr<std::vector<Endpoint>> serve(int world, const Endpoint& master, int dat
     }
     if (!problem.empty()) {
       error = problem;
-      const Bytes answer = peers_message({}, problem);
+      const Bytes answer = peers_message({}, {}, problem);
       router.send(identity, zmq::send_flags::sndmore);
       router.send(zmq::buffer(answer), zmq::send_flags::none);
       break;
     }
     const char* host = payload.gets("Peer-Address");
     endpoints[static_cast<size_t>(hello->rank())] = {host ? host : "", hello->port()};
+    if (hello->session() != nullptr)
+      std::copy(hello->session()->begin(), hello->session()->end(), ids[static_cast<size_t>(hello->rank())].begin());
     identities.emplace(hello->rank(), std::move(identity));
   }
-  const Bytes answer = peers_message(error.empty() ? endpoints : std::vector<Endpoint>{}, error);
+  const Bytes answer = peers_message(error.empty() ? endpoints : std::vector<Endpoint>{}, ids, error);
   for (auto& [rank, identity] : identities) {
     router.send(identity, zmq::send_flags::sndmore);
     router.send(zmq::buffer(answer), zmq::send_flags::none);
   }
   if (!error.empty()) return unavailable("rendezvous at port {}: {}", master.port, error);
+  if (sessions) *sessions = std::move(ids);
   return endpoints;
 }
 
 StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master, int data_port,
-                                     Clock::time_point deadline, const ClusterKey* key) {
+                                     Clock::time_point deadline, const ClusterKey* key, const SessionId& session,
+                                     std::vector<SessionId>* sessions) {
   zmq::context_t context;
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
@@ -141,7 +155,7 @@ StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master
   } catch (const zmq::error_t& e) {
     return invalid_argument("rendezvous: master {}:{}: {}", master.address, master.port, e.what());
   }
-  const Bytes hello = hello_message(rank, world, data_port);
+  const Bytes hello = hello_message(rank, world, data_port, session);
   dealer.send(zmq::buffer(hello), zmq::send_flags::none);
   bool readable = false;
   while (!readable && Clock::now() < deadline) {
@@ -163,20 +177,28 @@ StatusOr<std::vector<Endpoint>> join(int rank, int world, const Endpoint& master
     return data_loss("rendezvous: rank {}: the master listed {} ranks, expected {}", rank,
                      peers->endpoints() ? peers->endpoints()->size() : 0, world);
   std::vector<Endpoint> endpoints;
-  for (const fb::Endpoint* e : *peers->endpoints())
+  std::vector<SessionId> ids;
+  for (const fb::Endpoint* e : *peers->endpoints()) {
     endpoints.push_back({e->host() ? e->host()->str() : "", e->port()});
+    SessionId id{};
+    if (e->session() != nullptr && e->session()->size() == id.size())
+      std::copy(e->session()->begin(), e->session()->end(), id.begin());
+    ids.push_back(id);
+  }
+  if (sessions) *sessions = std::move(ids);
   return endpoints;
 }
 
 }  // namespace
 
 StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& master, int data_port,
-                                           Clock::time_point deadline, const ClusterKey* key) {
+                                           Clock::time_point deadline, const ClusterKey* key,
+                                           const SessionId& session, std::vector<SessionId>* sessions) {
   if (world < 1 || rank < 0 || rank >= world)
     return invalid_argument("rendezvous: rank {} of a world of {}", rank, world);
   if (world == 1) return std::vector<Endpoint>{{master.address, data_port}};
-  return rank == 0 ? serve(world, master, data_port, deadline, key)
-                   : join(rank, world, master, data_port, deadline, key);
+  return rank == 0 ? serve(world, master, data_port, deadline, key, session, sessions)
+                   : join(rank, world, master, data_port, deadline, key, session, sessions);
 }
 
 StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master, std::chrono::milliseconds timeout) {
@@ -187,11 +209,17 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
     RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> key, key_from_environment());
+    const SessionId session = key ? new_session_id() : SessionId{};
+    std::vector<SessionId> sessions;
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
-                          rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get()));
+                          rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get(),
+                                     session, &sessions));
     ZmqOptions transport_options;
     transport_options.key = key;
+    transport_options.session = session;
     RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints), transport_options));
+    if (key)
+      for (int r = 0; r < world; ++r) c.transport->set_peer_session(r, sessions[static_cast<size_t>(r)]);
   }
   CollectiveOptions options;
   options.timeout = timeout;

@@ -16,7 +16,9 @@
 // With a cluster key (connect_world: the file $RILL_KEY_FILE names, which
 // `rill launch --key` sets) the rendezvous and the transport are CurveZMQ:
 // rank r is "node-r", a hello must come from the rank it names, and a
-// process without the key is refused at the handshake.
+// process without the key is refused at the handshake. Each rank's hello
+// carries its data-plane session id, and the answer every rank's, so the
+// keyed data plane (comm/data_cipher.h) learns them over CURVE.
 #pragma once
 
 #include <memory>
@@ -29,8 +31,11 @@ namespace rill::comm {
 
 inline constexpr uint32_t kRendezvousVersion = 1;
 
+// `session`: this rank's session id; `sessions` (if given) receives every
+// rank's, by rank.
 StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& master, int data_port,
-                                           Clock::time_point deadline, const ClusterKey* key = nullptr);
+                                           Clock::time_point deadline, const ClusterKey* key = nullptr,
+                                           const SessionId& session = {}, std::vector<SessionId>* sessions = nullptr);
 
 // A process's collectives among the ranks of its run. More objects over
 // `transport` (an AsyncCollectives, a Collectives over a GroupTransport) may

@@ -14,6 +14,7 @@
 // no handler runs and no body handed to send() is read any more.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,8 @@
 namespace rill::comm {
 
 struct ClusterKey;  // comm/cluster_key.h
+// A transport's session id in a keyed cluster (comm/data_cipher.h).
+using SessionId = std::array<uint8_t, 32>;
 
 struct Endpoint {
   std::string address;  // an IPv4/IPv6 literal or a host name
@@ -169,6 +172,15 @@ class Transport {
   // exchanged with it. (In-process: a rank reopened on the hub.)
   virtual void revive(int /*rank*/) {}
 
+  // In a keyed cluster (comm/data_cipher.h): this rank's session id, which
+  // every other rank must be given, and each other rank's. Messages to or
+  // from a rank whose session id this transport was not given are refused
+  // (a send fails naming it; what it sends is dropped). A restarted rank's
+  // new id is set before revive(); setting the id a rank has changes
+  // nothing. Without a key: no id, nothing to set.
+  virtual const SessionId* session() const { return nullptr; }
+  virtual void set_peer_session(int /*rank*/, const SessionId& /*session*/) {}
+
   // Stops the receive thread, wakes every waiting recv with kUnavailable and
   // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at
   // exit). Idempotent.
@@ -208,13 +220,17 @@ struct ZmqOptions {
   // is gone or never came holds it that long), so a process that sends and
   // then exits loses nothing it sent.
   std::chrono::milliseconds close_linger{1000};
-  // With a cluster key every TCP connection is CurveZMQ (comm/cluster_key.h):
-  // rank R serves and connects as "node-R", a peer without the key is
-  // refused at the handshake (logged with its address), and a message whose
-  // sender field is not its connection's authenticated rank is dropped as
-  // malformed. Peers on this machine still use shared memory (its inboxes
-  // are open to this user alone, mode 0600). Every rank must agree.
+  // With a cluster key every message over TCP is sealed with AES-256-GCM
+  // under its link's key (comm/data_cipher.h): only a holder of the key can
+  // send a message a rank accepts, and a message sealed for one link, or for
+  // an earlier incarnation of either end, or replayed, is dropped as
+  // malformed. The sockets themselves are plain ZMTP (NULL mechanism): a
+  // stranger may connect, and what it sends is dropped and counted. Peers on
+  // this machine use shared memory (its inboxes are open to this user alone,
+  // mode 0600). Every rank must agree. `session`: this rank's session id
+  // (all zeros: the transport makes one at start).
   std::shared_ptr<const ClusterKey> key;
+  SessionId session{};
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

@@ -21,13 +21,26 @@
 namespace rill::comm::zmq_internal {
 namespace {
 
-constexpr uint32_t kMagic = 0x5441444c;  // "LDAT" little-endian: Rill data plane, version 1
+constexpr uint32_t kMagic = 0x5441444c;        // "LDAT" little-endian: Rill data plane, version 1
+constexpr uint32_t kSealedMagic = 0x5345444c;  // "LDES": the same, sealed (a keyed cluster)
 struct FrameMeta {
   uint32_t magic;
   uint32_t from;
   uint64_t tag;
 };
 static_assert(sizeof(FrameMeta) == 16);
+// A sealed frame's clear part (authenticated, not encrypted): the meta, the
+// link's message counter and the tag of the whole message (first frame
+// after this, then the second frame). 40 bytes: what follows stays 8-byte
+// aligned.
+struct SealedMeta {
+  FrameMeta meta;
+  uint64_t counter;
+  uint8_t tag[kSealTagBytes];
+};
+static_assert(sizeof(SealedMeta) == 40);
+// What the tag covers in the clear: the meta and the counter.
+constexpr size_t kSealedClearBytes = offsetof(SealedMeta, tag);
 
 // A received message's frames, kept while it waits in the mailbox. Holders
 // are recycled through a process-wide free list, so steady traffic through
@@ -91,15 +104,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::rcvhwm, options_.receive_hwm);
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
-    for (int r = 0; r < world(); ++r) peer_identity_.push_back(node_identity(r));
-    if (options_.key) {
-      auto zap = ZapAuthenticator::start(context_, *options_.key, world(), false, fmt::format("rank {}: data port", rank_));
-      if (!zap.ok()) return zap.status();
-      zap_ = std::move(*zap);
-      curve_server(pull_, *options_.key, rank_);
-      pull_watch_ = std::make_unique<HandshakeWatch>(
-          context_, pull_, fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port), true, true);
-    }
+    meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
+    if (options_.key) session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
     try {
       pull_.bind(resolved[rank_].url);
     } catch (const zmq::error_t& e) {
@@ -129,7 +135,6 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
       p.socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
       p.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options_.heartbeat_timeout.count()));
-      if (options_.key) curve_client(p.socket, *options_.key, node_identity(rank_), peer);
       std::string monitor_url = fmt::format("inproc://monitor-{}", peer);
       if (zmq_socket_monitor(p.socket.handle(), monitor_url.c_str(),
                              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
@@ -217,21 +222,28 @@ Status ZmqTransport::send_tcp(int to, uint64_t tag, std::span<const std::byte> h
                               SendTracker* tracker) {
   Peer& peer = *peers_[to];
   const bool inline_body = body.size() <= options_.inline_body_bytes;
-  zmq::message_t first(sizeof(FrameMeta) + header.size() + (inline_body ? body.size() : 0));
+  const bool sealed = options_.key != nullptr;
+  const size_t first_bytes = header.size() + (inline_body ? body.size() : 0);
+  // The clear parts of the message. Sealed, they are encrypted into the
+  // frames under the link's lock (in counter order) instead of copied.
+  zmq::message_t first(meta_bytes_ + first_bytes);
   auto* bytes = static_cast<std::byte*>(first.data());
-  FrameMeta meta{kMagic, static_cast<uint32_t>(rank_), tag};
+  FrameMeta meta{sealed ? kSealedMagic : kMagic, static_cast<uint32_t>(rank_), tag};
   std::memcpy(bytes, &meta, sizeof meta);
-  if (!header.empty()) std::memcpy(bytes + sizeof meta, header.data(), header.size());
-  if (inline_body && !body.empty()) std::memcpy(bytes + sizeof meta + header.size(), body.data(), body.size());
   zmq::message_t second;
+  if (!sealed) {
+    if (!header.empty()) std::memcpy(bytes + sizeof meta, header.data(), header.size());
+    if (inline_body && !body.empty()) std::memcpy(bytes + sizeof meta + header.size(), body.data(), body.size());
+  }
   if (!inline_body) {
-    // Constant message (no free function) unless a tracker wants to know
-    // when ZeroMQ is done with the bytes.
-    auto* data = const_cast<std::byte*>(body.data());
-    if (tracker != nullptr) {
-      second.rebuild(data, body.size(), &release_tracked, tracker->acquire());
+    if (sealed) {
+      second.rebuild(body.size());  // the body is sealed into it: nothing of the caller's is kept
+    } else if (tracker != nullptr) {
+      // Constant message (no free function) unless a tracker wants to know
+      // when ZeroMQ is done with the bytes.
+      second.rebuild(const_cast<std::byte*>(body.data()), body.size(), &release_tracked, tracker->acquire());
     } else {
-      second.rebuild(data, body.size(), nullptr, nullptr);
+      second.rebuild(const_cast<std::byte*>(body.data()), body.size(), nullptr, nullptr);
     }
   }
   // Queued at once while the socket has a connection to queue on (up, or
@@ -245,6 +257,29 @@ Status ZmqTransport::send_tcp(int to, uint64_t tag, std::span<const std::byte> h
       if (!peer.socket) {
         return Status(Code::kUnavailable, fmt::format("rank {}: send to rank {} {}: transport closed", rank_, to,
                                                       describe_tag(tag)));
+      }
+      if (sealed) {
+        // Sealed on each try: a message that could not be queued leaves a
+        // gap in the counters, never a later one overtaken by an earlier.
+        if (!peer.sealer)
+          return Status(Code::kUnavailable,
+                        fmt::format("rank {}: send to {} {}: no session with it yet (its session id was not given)",
+                                    rank_, where(to), describe_tag(tag)));
+        // Header then body, as one stream: the body right after the header
+        // in the first frame, or in the second.
+        SealedMeta sealed_meta{};
+        sealed_meta.meta = meta;
+        sealed_meta.counter = peer.sealer->next_counter();
+        auto* out = static_cast<std::byte*>(first.data());
+        std::memcpy(out, &sealed_meta, sizeof sealed_meta);
+        std::byte* body_out =
+            inline_body ? out + sizeof(SealedMeta) + header.size() : static_cast<std::byte*>(second.data());
+        uint8_t mac[kSealTagBytes];
+        if (!peer.sealer->seal(sealed_meta.counter, std::span<const std::byte>(out, kSealedClearBytes), header,
+                               out + sizeof(SealedMeta), body, body_out, mac))
+          return Status(Code::kInternal, fmt::format("rank {}: send to {} {}: sealing failed", rank_, where(to),
+                                                     describe_tag(tag)));
+        std::memcpy(out + offsetof(SealedMeta, tag), mac, sizeof mac);
       }
       try {
         // Once the first part is queued, the second follows it on the same
@@ -286,10 +321,6 @@ void ZmqTransport::receive_loop() {
   items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({wake_recv_.handle(), 0, ZMQ_POLLIN, 0});
   std::vector<int> item_peer = {-1, -1};
-  if (pull_watch_) {
-    items.push_back({pull_watch_->handle(), 0, ZMQ_POLLIN, 0});
-    item_peer.push_back(-1);
-  }
   for (int peer = 0; peer < world(); ++peer) {
     if (peer == rank_) continue;
     items.push_back({peers_[peer]->monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -310,9 +341,7 @@ void ZmqTransport::receive_loop() {
     if (closed_.load(std::memory_order_acquire)) break;
     if (items[0].revents & ZMQ_POLLIN) drain_data();
     for (size_t i = 2; i < items.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      if (item_peer[i] >= 0) drain_monitor(item_peer[i]);
-      else (void)pull_watch_->poll();
+      if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
     }
     redial();
     report_losses();
@@ -339,28 +368,19 @@ void ZmqTransport::drain_data() {
     FrameMeta meta{};
     if (first.size() >= sizeof meta) std::memcpy(&meta, first.data(), sizeof meta);
     const size_t limit = max_message_bytes_.load(std::memory_order_acquire);
-    if (limit != 0 && first.size() + (has_second ? second.size() : 0) > limit + sizeof meta) malformed = true;
-    if (malformed || first.size() < sizeof meta || meta.magic != kMagic ||
+    if (limit != 0 && first.size() + (has_second ? second.size() : 0) > limit + meta_bytes_) malformed = true;
+    // Sealed, a message counts as its sender's only once it opens: what a
+    // stranger writes in the sender field is never held against that rank.
+    if (malformed || first.size() < meta_bytes_ || meta.magic != (options_.key ? kSealedMagic : kMagic) ||
         meta.from >= static_cast<uint32_t>(world()) || static_cast<int>(meta.from) == rank_ ||
-        (options_.key && authenticated_identity(first) != peer_identity_[meta.from])) {
+        (options_.key && !open_sealed(static_cast<int>(meta.from), first, has_second ? &second : nullptr))) {
       // Counted; logged at most every 10 s, so a flood costs no log line each.
       int64_t total = malformed_.fetch_add(1, std::memory_order_relaxed) + 1;
-      // With a key the sender is known whatever it wrote: a node that keeps
-      // sending malformed messages is cut off (its messages are dropped
-      // from then on, and whoever waits on it learns it is lost).
-      if (options_.key) {
-        const std::string_view user = authenticated_identity(first);
-        for (int r = 0; r < world(); ++r)
-          if (r != rank_ && user == peer_identity_[r] && ++peers_[r]->malformed == kMalformedLimit) {
-            peers_[r]->cut_off.store(true, std::memory_order_release);
-            mark_lost(r, fmt::format("{} sent {} malformed data-plane messages: cut off", where(r), kMalformedLimit));
-          }
-      }
       auto now = Clock::now();
       if (now - last_malformed_log_ >= std::chrono::seconds(10)) {
-        spdlog::warn("rank {}: dropped {} malformed data-plane message(s) on {}:{} (latest {} bytes); {} in all", rank_,
+        spdlog::warn("rank {}: dropped {} malformed data-plane message(s) on {}:{} (latest {} bytes{}); {} in all", rank_,
                      total - malformed_at_last_log_, endpoints_[rank_].address, endpoints_[rank_].port, first.size(),
-                     total);
+                     options_.key ? ", not sealed for this cluster's link from the rank it names" : "", total);
         last_malformed_log_ = now;
         malformed_at_last_log_ = total;
       }
@@ -372,6 +392,35 @@ void ZmqTransport::drain_data() {
     }
     dispatch(first, has_second ? &second : nullptr);
   }
+}
+
+bool ZmqTransport::open_sealed(int from, zmq::message_t& first, zmq::message_t* second) {
+  Peer& peer = *peers_[from];
+  SealedMeta sealed;
+  std::memcpy(&sealed, first.data(), sizeof sealed);
+  auto* bytes = static_cast<std::byte*>(first.data());
+  MutexLock lock(peer.open_mu);
+  if (!peer.opener) return false;  // its session id is not known here yet
+  return peer.opener->open(
+      std::span<const std::byte>(bytes, kSealedClearBytes), sealed.counter,
+      std::span<std::byte>(bytes + sizeof sealed, first.size() - sizeof sealed),
+      second ? std::span<std::byte>(static_cast<std::byte*>(second->data()), second->size()) : std::span<std::byte>(),
+      sealed.tag);
+}
+
+void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
+  if (!options_.key || rank < 0 || rank >= world() || rank == rank_) return;
+  Peer& peer = *peers_[rank];
+  {
+    MutexLock lock(peer.mu);
+    // The same session again changes nothing: new keys would restart the
+    // counters, and the peer would take what follows for replays.
+    if (peer.sealer && peer.session == session) return;
+    peer.session = session;
+    peer.sealer = std::make_unique<Sealer>(link_key(*options_.key, rank_, rank, session_, session));
+  }
+  MutexLock lock(peer.open_mu);
+  peer.opener = std::make_unique<Opener>(link_key(*options_.key, rank, rank_, session, session_));
 }
 
 bool ZmqTransport::to_handler(int from, uint64_t tag, MessageView message) {
@@ -422,7 +471,7 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   std::memcpy(&meta, first.data(), sizeof meta);
   const int from = static_cast<int>(meta.from);
   const MessageView in_place{
-      std::span<const std::byte>(static_cast<const std::byte*>(first.data()) + sizeof meta, first.size() - sizeof meta),
+      std::span<const std::byte>(static_cast<const std::byte*>(first.data()) + meta_bytes_, first.size() - meta_bytes_),
       second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()), second->size())
              : std::span<const std::byte>()};
   if (to_handler(from, meta.tag, in_place)) return;
@@ -432,8 +481,8 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   holder->first = std::move(first);
   if (second != nullptr) holder->second = std::move(*second);
   MessageView view;
-  view.first = std::span<const std::byte>(static_cast<const std::byte*>(holder->first.data()) + sizeof meta,
-                                          holder->first.size() - sizeof meta);
+  view.first = std::span<const std::byte>(static_cast<const std::byte*>(holder->first.data()) + meta_bytes_,
+                                          holder->first.size() - meta_bytes_);
   if (second != nullptr) {
     view.second = std::span<const std::byte>(static_cast<const std::byte*>(holder->second.data()),
                                              holder->second.size());
@@ -472,13 +521,11 @@ void ZmqTransport::close() {
     peer->socket.close();
     peer->monitor.close();
   }
-  pull_watch_.reset();
   pull_.close();
   wake_recv_.close();
   wake_send_.close();
   // Returns once every queued message has left, or close_linger has passed;
   // after it no body is read.
-  zap_.reset();
   context_.close();
   torn_down_ = true;
 }

@@ -8,6 +8,10 @@
 // shared memory instead (comm/shm_lanes.h); their connections stay, for the
 // monitor.
 //
+// With a cluster key every message over TCP is sealed (comm/data_cipher.h):
+// the sender seals under the link's send lock, so counters leave in order;
+// the receive thread opens in place before anything reads the message.
+//
 // Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
 // a connection, or a ZMTP heartbeat timeout), reported after a short grace so
 // that bytes the peer sent before it went away are delivered first.
@@ -29,6 +33,7 @@
 
 #include "base/mutex.h"
 #include "comm/cluster_key.h"
+#include "comm/data_cipher.h"
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
 #include "comm/shm_lanes.h"
@@ -62,6 +67,8 @@ class ZmqTransport final : public Transport {
            peers_[rank]->lost.load(std::memory_order_acquire);
   }
   void revive(int rank) override;
+  const SessionId* session() const override { return options_.key ? &session_ : nullptr; }
+  void set_peer_session(int rank, const SessionId& session) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
   int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
 
@@ -89,13 +96,16 @@ class ZmqTransport final : public Transport {
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};
     std::atomic<bool> revived{false};  // a pending loss report is void: the receive thread clears it
-    int64_t malformed = 0;        // receive thread only: malformed messages it sent (known with a key)
+    // With a key, once the peer's session id is known: the link's sealer
+    // (used under mu, so counters leave in order) and opener.
+    std::unique_ptr<Sealer> sealer GUARDED_BY(mu);
+    SessionId session GUARDED_BY(mu){};  // the peer's, which `sealer` and `opener` are for
+    Mutex open_mu;
+    std::unique_ptr<Opener> opener GUARDED_BY(open_mu);
     bool redial_logged = false;   // receive thread only
     Clock::time_point redial_at;  // receive thread only: when to dial again ({}: not pending)
-    std::atomic<bool> cut_off{false};  // too many malformed, or past its unread bound: what it sends is
-                                       // dropped until revived
+    std::atomic<bool> cut_off{false};  // past its unread bound: what it sends is dropped until revived
   };
-  static constexpr int64_t kMalformedLimit = 100;
   static constexpr std::chrono::milliseconds kRedialPause{200};
 
   std::string where(int peer) const {
@@ -107,6 +117,9 @@ class ZmqTransport final : public Transport {
                   SendTracker* tracker);
   void receive_loop();
   void drain_data();
+  // Opens a sealed message from `from` in place; false: not sealed for
+  // this link (or replayed), drop it.
+  bool open_sealed(int from, zmq::message_t& first, zmq::message_t* second);
   void dispatch(zmq::message_t& first, zmq::message_t* second);
   // Passes a message to its tag's handler; false when the tag has none.
   bool to_handler(int from, uint64_t tag, MessageView message);
@@ -125,10 +138,9 @@ class ZmqTransport final : public Transport {
   const std::vector<Endpoint> endpoints_;
   const ZmqOptions options_;
   zmq::context_t context_;  // one per transport; terminated last
-  std::unique_ptr<ZapAuthenticator> zap_;       // with a key: admits the cluster's nodes
+  SessionId session_{};     // with a key: this rank's session id
+  size_t meta_bytes_ = 0;   // the clear part that begins each TCP frame
   zmq::socket_t pull_;      // receive thread only (after start)
-  std::unique_ptr<HandshakeWatch> pull_watch_;  // with a key: logs refused peers; receive thread only
-  std::vector<std::string> peer_identity_;      // "node-R" for each rank
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;

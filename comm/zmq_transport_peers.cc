@@ -80,7 +80,6 @@ void ZmqTransport::report_losses() {
     Peer& p = *peers_[peer];
     if (p.revived.exchange(false, std::memory_order_acq_rel)) {
       p.loss_pending = false;
-      p.malformed = 0;
     }
     if (!p.loss_pending || now < p.lost_at) continue;
     drain_data();  // what the peer sent before it went away comes first

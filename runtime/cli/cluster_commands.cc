@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/cluster_key.h"
+#include "comm/default_key.h"
 #include "comm/transport.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/agent.h"
@@ -43,7 +44,12 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
                                          options.dead_after_s, options.heartbeat_s));
-  auto key = comm::key_from_environment();  // --key is in the environment by now
+  // --key and --insecure are in the environment by now; a loopback agent
+  // without either makes (or reads) the user's default key.
+  const Machine& self = options.rank >= 0 && options.rank < static_cast<int>(options.machines.size())
+                            ? options.machines[options.rank]
+                            : options.machines[0];
+  auto key = comm::agent_key(is_loopback_address(self.address));
   if (!key.ok()) return fail_command(key.status());
   options.key = *key;
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
@@ -214,7 +220,9 @@ int run_local_cluster(const ClusterRunArgs& args) {
   } key_file;
   if (!args.keyed) {
     ::unsetenv(comm::kKeyFileEnv);
+    ::setenv(comm::kInsecureEnv, "1", 1);  // its agents and this client: no key, not even the default one
   } else {
+    ::unsetenv(comm::kInsecureEnv);
     const std::string key_path = logdir + "/cluster.key";
     auto key = comm::generate_cluster_key();
     if (!key.ok()) return fail_command(key.status());

@@ -2,12 +2,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "comm/default_key.h"
 #include "runtime/cluster/client.h"
+#include "runtime/cluster/cluster_config.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cli/interrupts.h"
@@ -33,6 +36,22 @@ int launch_command(const LaunchArgs& args) {
     machines = fmt::format("{}:{}", config->master_addr, config->master_port);
   }
   std::string master = fmt::format("{}:{}", config->master_addr, config->master_port);
+  // The key, settled before anything starts, so that this node's agent and
+  // processes hold the same one: a loopback node without --key or
+  // --insecure makes (or reads) the user's default key and names it to them.
+  if (std::getenv(comm::kKeyFileEnv) == nullptr && !comm::insecure_from_environment()) {
+    auto list = parse_machine_list(machines, config->master_port);
+    if (!list.ok()) return fail_command(list.status());
+    const bool loopback = config->node_rank >= 0 && config->node_rank < static_cast<int>(list->size()) &&
+                          is_loopback_address((*list)[config->node_rank].address);
+    auto key = comm::agent_key(loopback);
+    if (!key.ok()) return fail_command(key.status());
+    if (*key) {
+      auto path = comm::default_key_path();
+      if (!path.ok()) return fail_command(path.status());
+      ::setenv(comm::kKeyFileEnv, path->c_str(), 1);
+    }
+  }
   std::string logdir = config->logdir;
   if (!logdir.empty()) std::filesystem::create_directories(logdir);
   auto log_for = [&](int local) {

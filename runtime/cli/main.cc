@@ -16,6 +16,7 @@
 #include "base/safe_files.h"
 #include "comm/client_key.h"
 #include "comm/cluster_key.h"
+#include "comm/default_key.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_check.h"
@@ -218,7 +219,9 @@ int main(int argc, char** argv) {
                         fmt::format("The cluster's key file (`rill keygen` writes one; default: ${})",
                                     rill::comm::kKeyFileEnv));
   agent->add_flag("--insecure", insecure,
-                  "Listen on a non-loopback address without a key: anyone who reaches its ports can run jobs");
+                  "Run without a cluster key (none is made or read): anyone who reaches its ports can run jobs");
+  for (CLI::App* command : {submit, status, stop, shutdown, launch})
+    command->add_flag("--insecure", insecure, "Connect without a key (to agents started with --insecure)");
   agent->add_option("--data-root", agent_options.data_roots,
                     "A folder submitted jobs may read datasets from (repeatable; default: the working folder, "
                     "/usr/share, /tmp)");
@@ -238,6 +241,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
+  // No key, said once for everything this command starts (comm/default_key.h).
+  if (insecure && !run->parsed()) ::setenv(rill::comm::kInsecureEnv, "1", 1);
   if (!key_file.empty()) {
     // Read here, so that a bad file is named as the flag's; then everything
     // this command starts reads it from the environment. A client key does
@@ -333,7 +338,7 @@ int main(int argc, char** argv) {
     agent_options.devices = agent_devices;
     agent_options.join_timeout_s = join_timeout;
     agent_options.stall_timeout_s = stall_timeout;
-    agent_options.insecure = insecure;
+    agent_options.insecure = rill::comm::insecure_from_environment();
     auto fault = rill::parse_control_fault(control_fault);
     if (!fault.ok()) return rill::fail_command(fault.status());
     agent_options.fault = *fault;

@@ -4,6 +4,7 @@
 #include "runtime/cluster/node_agent.h"
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -17,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/counting_transport.h"
+#include "comm/default_key.h"
 #include "comm/transport.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
@@ -75,9 +77,10 @@ Status Agent::start() {
   if (!options_.key && !options_.insecure && beyond_loopback)
     return invalid_argument(
         "{}: will not listen on {} without a cluster key: anyone who reaches it could run jobs here. Give the key "
-        "file with --key FILE or {} (`rill keygen FILE` writes one; every agent and client needs it), or start "
-        "with --insecure on a trusted network",
-        node_name(options_.machines, options_.rank), format_machine(self), comm::kKeyFileEnv);
+        "file with --key FILE or {}, or put it at {} (`rill keygen FILE` writes one; every agent and client needs "
+        "the same), or start with --insecure on a trusted network",
+        node_name(options_.machines, options_.rank), format_machine(self), comm::kKeyFileEnv,
+        comm::default_key_path().ok() ? *comm::default_key_path() : std::string("~/.config/rill/cluster.key"));
   if (options_.insecure && !options_.key && beyond_loopback)
     spdlog::warn("{}: --insecure: listening on {} without a key; anyone who reaches it can run jobs here",
                  node_name(options_.machines, options_.rank), format_machine(self));
@@ -107,6 +110,27 @@ Status Agent::start() {
 void Agent::forget_stale_losses() {
   for (int r = 0; r < world_; ++r)
     if (r != options_.rank && transport_->peer_lost(r)) transport_->revive(r);
+}
+
+std::string Agent::own_session() const {
+  const comm::SessionId* id = transport_->session();
+  return id ? std::string(reinterpret_cast<const char*>(id->data()), id->size()) : std::string();
+}
+
+void Agent::set_sessions(const std::string& all) {
+  comm::SessionId id;
+  if (all.size() != id.size() * static_cast<size_t>(world_)) return;
+  for (int r = 0; r < world_; ++r) {
+    if (r == options_.rank) continue;
+    std::memcpy(id.data(), all.data() + id.size() * static_cast<size_t>(r), id.size());
+    transport_->set_peer_session(r, id);
+  }
+}
+
+std::string Agent::session_error(const std::string& session) const {
+  const size_t expected = transport_->session() ? sizeof(comm::SessionId) : 0;
+  if (session.size() == expected) return {};
+  return fmt::format("its data-plane session id has {} bytes, not {}", session.size(), expected);
 }
 
 void Agent::handle_incoming(std::chrono::milliseconds wait) {

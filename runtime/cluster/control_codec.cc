@@ -20,6 +20,12 @@ using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
 
 std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+std::string raw(const flatbuffers::Vector<uint8_t>* v) {
+  return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
+}
+Offset<flatbuffers::Vector<uint8_t>> raw(FlatBufferBuilder& b, const std::string& bytes) {
+  return b.CreateVector(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
 
 // A code off the wire: one this build does not know is kInternal.
 Code code_of(uint8_t wire) {
@@ -51,10 +57,12 @@ struct Encoder {
   FlatBufferBuilder& b;
   std::pair<fb::Message, Offset<void>> operator()(const Join& m) {
     return {fb::Message::Join, fb::CreateJoin(b, m.rank, b.CreateString(m.version), m.schema_hash,
-                                              b.CreateString(m.address), b.CreateString(m.devices)).Union()};
+                                              b.CreateString(m.address), b.CreateString(m.devices),
+                                              raw(b, m.data_session))
+                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const JoinReply& m) {
-    return {fb::Message::JoinReply, fb::CreateJoinReply(b, m.ok, b.CreateString(m.error), m.world).Union()};
+    return {fb::Message::JoinReply, fb::CreateJoinReply(b, m.ok, b.CreateString(m.error), m.world, raw(b, m.data_sessions)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Submit& m) {
     return {fb::Message::Submit,
@@ -126,7 +134,7 @@ struct Encoder {
     return {fb::Message::LinkError, fb::CreateLinkError(b, m.node, b.CreateString(m.reason)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Rejoined& m) {
-    return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node).Union()};
+    return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node, raw(b, m.data_session)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Stop& m) {
     return {fb::Message::Stop, fb::CreateStop(b, m.job_id, m.now).Union()};
@@ -191,11 +199,12 @@ StatusOr<Message> decode(std::string_view message) {
   switch (e->message_type()) {
     case fb::Message::Join: {
       auto m = e->message_as_Join();
-      return Message(Join{m->rank(), str(m->version()), m->schema_hash(), str(m->address()), str(m->devices())});
+      return Message(Join{m->rank(), str(m->version()), m->schema_hash(), str(m->address()), str(m->devices()),
+                          raw(m->data_session())});
     }
     case fb::Message::JoinReply: {
       auto m = e->message_as_JoinReply();
-      return Message(JoinReply{m->ok(), str(m->error()), m->world()});
+      return Message(JoinReply{m->ok(), str(m->error()), m->world(), raw(m->data_sessions())});
     }
     case fb::Message::Submit: {
       auto m = e->message_as_Submit();
@@ -254,7 +263,7 @@ StatusOr<Message> decode(std::string_view message) {
       return Message(Abort{m->job_id(), m->phase(), str(m->reason())});
     }
     case fb::Message::Shutdown: return Message(Shutdown{str(e->message_as_Shutdown()->reason())});
-    case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node()});
+    case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node(), raw(e->message_as_Rejoined()->data_session())});
     case fb::Message::LinkError: {
       auto m = e->message_as_LinkError();
       return Message(LinkError{m->node(), str(m->reason())});

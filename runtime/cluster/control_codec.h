@@ -26,8 +26,15 @@ struct Tensor {
   std::vector<float> values;
 };
 
-struct Join { int rank = 0; std::string version; uint64_t schema_hash = 0; std::string address, devices; };
-struct JoinReply { bool ok = false; std::string error; int world = 0; };
+// Session ids (comm/data_cipher.h) as raw bytes: 32 per node, empty without a key.
+struct Join {
+  int rank = 0;
+  std::string version;
+  uint64_t schema_hash = 0;
+  std::string address, devices;
+  std::string data_session;
+};
+struct JoinReply { bool ok = false; std::string error; int world = 0; std::string data_sessions; };
 struct Submit {
   std::string job_text, file_name;
   bool follow = false;
@@ -88,7 +95,7 @@ struct Heartbeat {
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };
-struct Rejoined { int node = 0; };
+struct Rejoined { int node = 0; std::string data_session; };
 struct LinkError { int node = 0; std::string reason; };
 struct Stop { int64_t job_id = 0; bool now = false; };
 struct Hold { int64_t job_id = 0; int phase = 0; };

@@ -52,6 +52,7 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
   if (j.devices != options_.devices)
     return fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who, j.devices,
                        options_.devices);
+  if (std::string error = session_error(j.data_session); !error.empty()) return fmt::format("{}: {}", who, error);
   return {};
 }
 
@@ -111,7 +112,13 @@ Status Master::join() {
     return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, failure));
   }
   forget_stale_losses();
-  for (int r = 1; r < world_; ++r) send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_}));
+  if (!own_session().empty()) {
+    sessions_ = own_session();
+    for (int r = 1; r < world_; ++r) sessions_ += joins[r].data_session;
+    set_sessions(sessions_);
+  }
+  for (int r = 1; r < world_; ++r)
+    send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_, sessions_}));
   spdlog::info("{}: cluster of {} node(s) formed", me, world_);
   // A client that came early is served now.
   for (auto& [identity, bytes] : early_) on_port_message(identity, bytes);
@@ -170,24 +177,30 @@ void Master::link_failed(const std::string& reason) {
 // and an agent joins once, when it starts. So a node still thought up is
 // lost now (its data connection may have come back to the new process
 // before its loss was seen), and the new process takes its place.
-void Master::rejoin(const std::string& identity, int rank) {
+void Master::rejoin(const std::string& identity, int rank, const std::string& session) {
   const std::string name = node_name(options_.machines, rank);
   if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent was restarted", name));
   identity_of_node_[rank] = identity;
   last_seen_[rank] = now();
   unreachable_warned_[rank] = false;
   told_to_go_[rank] = false;
-  transport_->revive(rank);  // before anything is sent to the new process
+  // The new process's session: what it sends opens, what is sent to it is
+  // sealed for it, before anything is sent to it.
+  if (!sessions_.empty()) {
+    sessions_.replace(session.size() * static_cast<size_t>(rank), session.size(), session);
+    set_sessions(sessions_);  // only this rank's changed
+  }
+  transport_->revive(rank);
   {
     MutexLock lock(phase_mu_);  // the job thread waits for this
     lost_[rank] = false;
     phase_cv_.notify_all();
   }
-  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_}));
-  // The others forget its lost connection before any later plan reaches them
-  // (one ordered channel to each).
+  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_, sessions_}));
+  // The others take its session and forget its lost connection before any
+  // later plan reaches them (one ordered channel to each).
   for (int r = 1; r < world_; ++r)
-    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank});
+    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank, session});
   spdlog::info("{} joined again", name);
 }
 

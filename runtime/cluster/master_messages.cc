@@ -42,7 +42,7 @@ void Master::master_on(const From& from, ctl::Join& m) {
     send_router(from.identity, ctl::encode(ctl::JoinReply{false, error, world_}));
     return;
   }
-  rejoin(from.identity, m.rank);
+  rejoin(from.identity, m.rank, m.data_session);
 }
 
 void Master::master_on(const From& from, ctl::Submit& m) {

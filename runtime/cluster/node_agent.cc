@@ -5,6 +5,7 @@
 #include "runtime/cluster/node_agent.h"
 
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -71,7 +72,7 @@ Status NodeAgent::join() {
   const Machine& self = options_.machines[options_.rank];
   std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
   post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
-                                                format_machine(self), options_.devices})});
+                                                format_machine(self), options_.devices, own_session()})});
   while (now() < deadline) {
     flush();  // the Join, or what a full queue held back
     ControlChannel::Incoming in;
@@ -88,6 +89,11 @@ Status NodeAgent::join() {
     if (!message.ok()) return message.status().with_context(me + ": from the master");
     if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
       if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
+      if (r->data_sessions.size() != own_session().size() * static_cast<size_t>(world_))
+        return Status(Code::kDataLoss, fmt::format("{}: the master's answer carries {} bytes of data-plane session "
+                                                   "ids, not {}",
+                                                   me, r->data_sessions.size(), own_session().size() * world_));
+      set_sessions(r->data_sessions);
       master_seen_ = now();
       forget_stale_losses();
       spdlog::info("{}: joined a cluster of {} node(s)", me, r->world);
@@ -298,6 +304,16 @@ void NodeAgent::worker_on(ctl::EndAt& m) {
 
 void NodeAgent::worker_on(ctl::Rejoined& m) {
   const std::string me = node_name(options_.machines, options_.rank);
+  if (!own_session().empty()) {
+    if (m.data_session.size() != own_session().size()) {
+      spdlog::error("{}: the master says {} joined again, with a data-plane session id of {} bytes: ignored", me,
+                    node_name(options_.machines, m.node), m.data_session.size());
+      return;
+    }
+    comm::SessionId id;
+    std::memcpy(id.data(), m.data_session.data(), id.size());
+    transport_->set_peer_session(m.node, id);
+  }
   transport_->revive(m.node);
   spdlog::info("{}: {} joined again", me, node_name(options_.machines, m.node));
 }

@@ -76,7 +76,13 @@ inline std::vector<std::unique_ptr<Transport>> make_zmq_world(int world, ZmqOpti
       }
       out.push_back(std::move(transport).value());
     }
-    if (!retry) return out;
+    if (retry) continue;
+    // Keyed: every rank learns every other's session id (what the agents'
+    // control plane does).
+    for (auto& t : out)
+      for (auto& peer : out)
+        if (peer->session() != nullptr) t->set_peer_session(peer->rank(), *peer->session());
+    return out;
   }
   FAIL("no free ports after 5 attempts");
   return {};

@@ -1,8 +1,8 @@
 // A keyed cluster lets no one in without its key: real agents on loopback,
 // clients and agents without the key or with another one are refused at the
 // handshake with errors naming the address on both sides, a socket that
-// connects to a data port and sends is refused, and agents will not listen
-// beyond loopback without a key. Files rill writes in folders every user may
+// connects to a data port and sends is not heard (its frame is not sealed),
+// and agents will not listen beyond loopback without a key. Files rill writes in folders every user may
 // write are never written through a link another user planted.
 #include <cstdlib>
 #include <filesystem>
@@ -41,8 +41,24 @@ void wait_formed(const std::string& master, const std::string& key) {
   FAIL("the cluster did not form");
 }
 
+// No key named, no --insecure, and a config folder of the test's own with no
+// default key in it yet (comm/default_key.h), for the test's length.
 struct NoKeyInEnvironment {
-  NoKeyInEnvironment() { ::unsetenv("RILL_KEY_FILE"); }
+  std::filesystem::path config = temp_dir("rill-security-config-");
+  NoKeyInEnvironment() {
+    ::unsetenv("RILL_KEY_FILE");
+    ::unsetenv("RILL_INSECURE");
+    std::filesystem::remove_all(config / "rill");
+    previous_ = std::getenv("XDG_CONFIG_HOME") ? std::getenv("XDG_CONFIG_HOME") : "";
+    ::setenv("XDG_CONFIG_HOME", config.c_str(), 1);
+  }
+  ~NoKeyInEnvironment() {
+    if (previous_.empty()) ::unsetenv("XDG_CONFIG_HOME");
+    else ::setenv("XDG_CONFIG_HOME", previous_.c_str(), 1);
+  }
+
+ private:
+  std::string previous_;
 };
 
 }  // namespace
@@ -137,7 +153,7 @@ TEST_CASE("a client key does what a client does and nothing an agent does") {
   CHECK(node1.wait(15) == 0);
 }
 
-TEST_CASE("an agent without the cluster key, or with another, cannot join; a stranger on the data port is refused") {
+TEST_CASE("an agent without the cluster key, or with another, cannot join; a stranger on the data port is not heard") {
   NoKeyInEnvironment clean;
   auto dir = temp_dir("rill-security-join-");
   const std::string key = keygen(dir / "cluster.key"), wrong = keygen(dir / "wrong.key");
@@ -145,7 +161,7 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
   Agent node0("--machines " + machines + " --rank 0 --http off --join-timeout 60 --key " + key,
               (dir / "b0.log").string());
   {
-    Agent keyless("--machines " + machines + " --rank 1 --join-timeout 10", (dir / "b1.log").string());
+    Agent keyless("--machines " + machines + " --rank 1 --join-timeout 10 --insecure", (dir / "b1.log").string());
     CHECK(keyless.wait(10) == 1);
     CAPTURE(keyless.output());
     CHECK(keyless.output().find("node 1 (127.0.0.2:19280): cannot join: the master 127.0.0.1:19280 ") !=
@@ -161,18 +177,20 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
   CAPTURE(node0.output());
   CHECK(node0.output().find("control port 127.0.0.1:19280: refused a connection from ") != std::string::npos);
   // A socket that connects to the master's data port and sends: its frame
-  // never reaches the engine (no key: no handshake), and it is logged.
+  // is not sealed for the cluster, so it never reaches the engine; it is
+  // counted and logged.
   {
     zmq::context_t context;
     zmq::socket_t forger(context, zmq::socket_type::push);
-    forger.set(zmq::sockopt::linger, 0);
+    forger.set(zmq::sockopt::linger, 1000);
     forger.connect("tcp://127.0.0.1:19281");
-    uint32_t frame[4] = {0x5441444c, 1, 3, 0};  // the data plane's header, claiming rank 1
+    uint32_t frame[4] = {0x5441444c, 1, 3, 0};  // the unkeyed data plane's header, claiming rank 1
     (void)forger.send(zmq::buffer(frame, sizeof frame), zmq::send_flags::dontwait);
-    for (int i = 0; i < 100 && node0.output().find("data port") == std::string::npos; ++i)
+    for (int i = 0; i < 100 && node0.output().find("data-plane message") == std::string::npos; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  CHECK(node0.output().find("rank 0: data port 127.0.0.1:19281: refused a connection from ") != std::string::npos);
+  CHECK(node0.output().find("rank 0: dropped 1 malformed data-plane message(s) on 127.0.0.1:19281") !=
+        std::string::npos);
   // The key holder joins, and the job runs.
   Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "b3.log").string());
   Ran ran = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master "
@@ -305,14 +323,32 @@ TEST_CASE("a keyed cluster's HTTP endpoint answers only holders of its token") {
   CHECK((*client)->shutdown().ok());
   ::unsetenv("RILL_KEY_FILE");
   CHECK(master.wait(15) == 0);
-  // Without a key the endpoint stays on this machine unless --insecure.
-  Ran beyond = run_rill("agent --machines 127.0.0.1:19515 --rank 0 --http 192.0.2.1:19518");
-  CHECK(beyond.code != 0);
-  CHECK(beyond.output.find("--http 192.0.2.1:19518: will not serve the cluster's jobs beyond this machine without a "
-                           "cluster key") != std::string::npos);
-  Ran no_key = run_rill("token");
-  CHECK(no_key.code != 0);
-  CHECK(no_key.output.find("no cluster key: give --key FILE or RILL_KEY_FILE") != std::string::npos);
+  // Without --key, a loopback agent makes this user's default key on first
+  // use: its endpoint asks for that key's token, which `rill token` prints.
+  Ran none_yet = run_rill("token");
+  CHECK(none_yet.code != 0);
+  CHECK(none_yet.output.find("no cluster key: give --key FILE or RILL_KEY_FILE") != std::string::npos);
+  Agent plain("--machines 127.0.0.1:19515 --rank 0 --devices cpu:1 --http 127.0.0.1:19518", (dir / "t1.log").string());
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    up = run_rill("status --master 127.0.0.1:19515").code == 0;  // the client finds the default key
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(up, plain.output());
+  CHECK(plain.output().find("made a cluster key for this user's agents and clients on this machine: " +
+                            (clean.config / "rill" / "cluster.key").string()) != std::string::npos);
+  auto refused = http.Get("/metrics");
+  REQUIRE(refused);
+  CHECK(refused->status == 401);
+  Ran default_token = run_rill("token --http 127.0.0.1:19518");
+  REQUIRE_MESSAGE(default_token.code == 0, default_token.output);
+  const std::string made_token = default_token.output.substr(0, default_token.output.find('\n'));
+  CHECK(made_token != token);
+  auto served = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + made_token}});
+  REQUIRE(served);
+  CHECK(served->status == 200);
+  CHECK(run_rill("shutdown --master 127.0.0.1:19515").code == 0);
+  CHECK(plain.wait(15) == 0);
 }
 
 TEST_CASE("the master queues at most 64 jobs and --max-message-bytes of job files; more is refused, named") {

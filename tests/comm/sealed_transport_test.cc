@@ -1,0 +1,290 @@
+// The keyed data plane (comm/data_cipher.h): ranks holding the cluster key
+// and each other's session ids exchange messages and run collectives; a rank
+// with another key, or none, delivers nothing; a sealed frame counts only on
+// its own link, once, under the current sessions; garbage that names a rank
+// never costs that rank its link.
+#include <cstring>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "comm/cluster_key.h"
+#include "comm/collectives.h"
+#include "comm/data_cipher.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace rill;
+using namespace rill::comm;
+using namespace rill::comm::testing;
+
+namespace {
+
+std::shared_ptr<const ClusterKey> fresh_key() {
+  auto key = generate_cluster_key();
+  REQUIRE(key.ok());
+  return std::make_shared<const ClusterKey>(*key);
+}
+
+ZmqOptions keyed(std::shared_ptr<const ClusterKey> key) {
+  ZmqOptions options = tcp_only();  // every message crosses TCP, sealed
+  options.key = std::move(key);
+  return options;
+}
+
+// A sealed frame as a rank writes it (comm/zmq_transport.cc): the clear part
+// (magic "LDES", sender, tag, counter), the tag of the message, then the
+// sealed bytes.
+struct SealedHeader {
+  uint32_t magic = 0x5345444c;
+  uint32_t from = 0;
+  uint64_t tag = 0;
+  uint64_t counter = 0;
+  uint8_t mac[kSealTagBytes] = {};
+};
+static_assert(sizeof(SealedHeader) == 40);
+
+std::string sealed_frame(Sealer& sealer, uint32_t from, uint64_t tag, const std::string& payload) {
+  SealedHeader header;
+  header.from = from;
+  header.tag = tag;
+  header.counter = sealer.next_counter();
+  std::string frame(sizeof header + payload.size(), '\0');
+  auto* out = reinterpret_cast<std::byte*>(frame.data());
+  std::memcpy(out, &header, sizeof header);
+  REQUIRE(sealer.seal(header.counter, std::span<const std::byte>(out, offsetof(SealedHeader, mac)), as_span(payload),
+                      out + sizeof header, {}, nullptr, header.mac));
+  std::memcpy(out + offsetof(SealedHeader, mac), header.mac, sizeof header.mac);
+  return frame;
+}
+
+// Sealed transports on `endpoints`, each given the others' session ids.
+std::vector<std::unique_ptr<Transport>> sealed_world(const std::vector<Endpoint>& endpoints,
+                                                     std::shared_ptr<const ClusterKey> key) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (size_t r = 0; r < endpoints.size(); ++r) {
+    auto t = make_zmq_transport(static_cast<int>(r), endpoints, keyed(key));
+    REQUIRE(t.ok());
+    out.push_back(std::move(*t));
+  }
+  for (auto& t : out)
+    for (auto& peer : out) t->set_peer_session(peer->rank(), *peer->session());
+  return out;
+}
+
+zmq::socket_t raw_push(zmq::context_t& context, int port) {
+  zmq::socket_t socket(context, zmq::socket_type::push);
+  socket.set(zmq::sockopt::linger, 1000);
+  socket.connect(fmt::format("tcp://127.0.0.1:{}", port));
+  return socket;
+}
+
+// Waits up to 5 s for `transport` to have dropped `n` messages.
+bool dropped_at_least(const Transport& transport, int64_t n) {
+  for (int i = 0; i < 500 && transport.received_dropped() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return transport.received_dropped() >= n;
+}
+
+}  // namespace
+
+TEST_CASE("sealed ranks exchange small and large messages, and collectives over them are exact") {
+  auto transports = make_zmq_world(3, keyed(fresh_key()));
+  for (auto& t : transports) REQUIRE(t->session() != nullptr);
+  CHECK(*transports[0]->session() != *transports[1]->session());
+  // A body past the inline size travels in a frame of its own, sealed into
+  // a buffer of the transport's.
+  std::string large(300000, '\0');
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<char>(i * 131 + 7);
+  auto statuses = run_ranks(3, [&](int rank) -> Status {
+    for (int to = 0; to < 3; ++to) {
+      if (to == rank) continue;
+      RILL_RETURN_IF_ERROR(transports[rank]->send(to, 5, as_span(fmt::format("{}->{}", rank, to))));
+      RILL_RETURN_IF_ERROR(transports[rank]->send(to, 6, as_span("head"), as_span(large)));
+    }
+    std::vector<std::byte> got;
+    for (int from = 0; from < 3; ++from) {
+      if (from == rank) continue;
+      RILL_RETURN_IF_ERROR(transports[rank]->recv(from, 5, &got, in_ms(10000)));
+      if (as_string(got) != fmt::format("{}->{}", from, rank)) return internal_error("wrong message at {}", rank);
+      RILL_RETURN_IF_ERROR(transports[rank]->recv(from, 6, &got, in_ms(10000)));
+      if (as_string(got) != "head" + large) return internal_error("wrong large message at {}", rank);
+    }
+    // A 3 MiB all-reduce in 1 MiB chunks: sums of small integers are exact
+    // in float, whatever the order.
+    Collectives collectives(*transports[rank], CollectiveOptions{});
+    std::vector<float> in(3 << 18), out(in.size());
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i % 97) * (rank + 1));
+    RILL_RETURN_IF_ERROR(collectives.all_reduce(in, out, 100));
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<float>((i % 97) * 6)) return internal_error("rank {}: element {} is {}", rank, i, out[i]);
+    return Status::ok_status();
+  });
+  check_all_ok(statuses);
+  for (auto& t : transports) CHECK(t->received_dropped() == 0);
+}
+
+TEST_CASE("a rank with another key, or none, delivers nothing to sealed ranks") {
+  for (bool none : {false, true}) {
+    CAPTURE(none);
+    auto endpoints = loopback_endpoints(free_ports(2));
+    auto rank0 = make_zmq_transport(0, endpoints, keyed(fresh_key()));
+    REQUIRE(rank0.ok());
+    auto rank1 = make_zmq_transport(1, endpoints, none ? tcp_only() : keyed(fresh_key()));
+    REQUIRE(rank1.ok());
+    if (!none) {
+      (*rank0)->set_peer_session(1, *(*rank1)->session());
+      (*rank1)->set_peer_session(0, *(*rank0)->session());
+    }
+    REQUIRE((*rank1)->send(0, 5, as_span("forged")).ok());
+    std::vector<std::byte> got;
+    CHECK((*rank0)->recv(1, 5, &got, in_ms(1000)).code() == Code::kDeadlineExceeded);
+    CHECK(dropped_at_least(**rank0, 1));
+    CHECK_FALSE((*rank0)->peer_lost(1));
+  }
+}
+
+TEST_CASE("a rank sends to none whose session it was not given") {
+  auto endpoints = loopback_endpoints(free_ports(2));
+  auto key = fresh_key();
+  auto rank0 = make_zmq_transport(0, endpoints, keyed(key));
+  REQUIRE(rank0.ok());
+  Status sent = (*rank0)->send(1, 5, as_span("too early"));
+  CHECK(sent.code() == Code::kUnavailable);
+  CHECK(sent.message().find("no session with it yet") != std::string::npos);
+}
+
+TEST_CASE("a sealed frame counts on its own link only, once, under the current sessions") {
+  auto key = fresh_key();
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto transports = sealed_world(endpoints, key);
+  const SessionId s0 = *transports[0]->session(), s2 = *transports[2]->session();
+  // What only a holder of the key can make, written by hand to rank 0's
+  // data port: frames sealed for the link from rank 2 to rank 0.
+  zmq::context_t context;
+  zmq::socket_t writer = raw_push(context, endpoints[0].port);
+  Sealer link20(link_key(*key, 2, 0, s2, s0));
+  const std::string truthful = sealed_frame(link20, 2, 9, "from rank 2");
+  const std::string claims_one = sealed_frame(link20, 1, 9, "claims rank 1");  // sealed for 2 -> 0
+  Sealer stale(link_key(*key, 2, 0, s2, new_session_id()));                  // for another rank 0 process
+  const std::string old_session = sealed_frame(stale, 2, 9, "for another incarnation");
+  for (const std::string* frame : {&truthful, &truthful, &claims_one, &old_session})
+    REQUIRE(writer.send(zmq::buffer(*frame), zmq::send_flags::none));
+  std::vector<std::byte> got;
+  REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "from rank 2");
+  CHECK(dropped_at_least(*transports[0], 3));  // the replay, the false sender, the other session
+  CHECK(transports[0]->recv(2, 9, &got, in_ms(300)).code() == Code::kDeadlineExceeded);
+  CHECK(transports[0]->recv(1, 9, &got, in_ms(300)).code() == Code::kDeadlineExceeded);
+  CHECK(transports[0]->received_dropped() == 3);
+  // Rank 2 itself goes on: its counters are its own, above the hand-made one.
+  REQUIRE(transports[2]->send(0, 9, as_span("rank 2 itself")).ok());
+  // The transport's first counter (1) was used by the hand-made frame: its
+  // first message is refused as a replay, its second arrives.
+  REQUIRE(transports[2]->send(0, 9, as_span("rank 2 again")).ok());
+  REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "rank 2 again");
+}
+
+TEST_CASE("garbage that names a rank is dropped and never costs that rank its link") {
+  auto key = fresh_key();
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto transports = sealed_world(endpoints, key);
+  zmq::context_t context;
+  zmq::socket_t noisy = raw_push(context, endpoints[0].port);
+  SealedHeader garbage;
+  garbage.from = 2;
+  garbage.tag = 9;
+  for (int i = 0; i < 150; ++i) {
+    garbage.counter = static_cast<uint64_t>(i + 1);
+    std::string frame(reinterpret_cast<const char*>(&garbage), sizeof garbage);
+    frame += std::string(64, 'x');
+    REQUIRE(noisy.send(zmq::buffer(frame), zmq::send_flags::none));
+  }
+  CHECK(dropped_at_least(*transports[0], 150));
+  REQUIRE(transports[2]->send(0, 9, as_span("still heard")).ok());
+  std::vector<std::byte> got;
+  REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "still heard");
+  CHECK_FALSE(transports[0]->peer_lost(2));
+}
+
+TEST_CASE("a rank's port first held by a process without the key: once the rank itself listens there, messages flow") {
+  // A stranger that held the port for a while (an agent started without the
+  // key, then stopped) does not cut the link for good: the transport dials
+  // it again.
+  auto endpoints = loopback_endpoints(free_ports(2));
+  auto key = fresh_key();
+  auto context = std::make_unique<zmq::context_t>();
+  auto impostor = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::pull);
+  impostor->set(zmq::sockopt::linger, 0);
+  impostor->bind(fmt::format("tcp://127.0.0.1:{}", endpoints[1].port));
+  ZmqOptions options = keyed(key);
+  options.heartbeat_timeout = std::chrono::milliseconds(5000);  // bounds a send that finds no connection
+  auto rank0 = make_zmq_transport(0, endpoints, options);
+  REQUIRE(rank0.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  impostor.reset();
+  context.reset();  // waits for the socket to close: the port is free
+  auto rank1 = make_zmq_transport(1, endpoints, options);
+  REQUIRE_MESSAGE(rank1.ok(), rank1.status().message());
+  (*rank0)->set_peer_session(1, *(*rank1)->session());
+  (*rank1)->set_peer_session(0, *(*rank0)->session());
+  std::vector<std::byte> got;
+  // Both ways: rank 1 never met the impostor, rank 0 did.
+  REQUIRE((*rank1)->send(0, 7, as_span("from rank 1")).ok());
+  REQUIRE((*rank0)->recv(1, 7, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "from rank 1");
+  Status sent = (*rank0)->send(1, 8, as_span("from rank 0"));
+  REQUIRE_MESSAGE(sent.ok(), sent.message());
+  Status received = (*rank1)->recv(0, 8, &got, in_ms(10000));
+  REQUIRE_MESSAGE(received.ok(), received.message());
+  CHECK(as_string(got) == "from rank 0");
+}
+
+TEST_CASE("a restarted rank's new session: the others take it and talk to the new process; the same session again "
+          "changes nothing") {
+  auto key = fresh_key();
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto transports = sealed_world(endpoints, key);
+  std::vector<std::byte> got;
+  REQUIRE(transports[1]->send(0, 3, as_span("before")).ok());
+  REQUIRE(transports[0]->recv(1, 3, &got, in_ms(10000)).ok());
+  REQUIRE(transports[0]->send(1, 3, as_span("before")).ok());
+  REQUIRE(transports[1]->recv(0, 3, &got, in_ms(10000)).ok());
+  // Given again on rank 0 alone (as a master does for every rank when one
+  // rejoins), rank 1's own session leaves the link's counters where they
+  // are, both ways.
+  transports[0]->set_peer_session(1, *transports[1]->session());
+  REQUIRE(transports[1]->send(0, 3, as_span("after the same session")).ok());
+  REQUIRE(transports[0]->recv(1, 3, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "after the same session");
+  REQUIRE(transports[0]->send(1, 3, as_span("to rank 1")).ok());
+  REQUIRE(transports[1]->recv(0, 3, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "to rank 1");
+  // Rank 2's process is replaced by a new one on the same endpoint.
+  transports[2]->close();
+  transports[2].reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto again = make_zmq_transport(2, endpoints, keyed(key));
+  REQUIRE(again.ok());
+  transports[2] = std::move(*again);
+  for (int r : {0, 1}) {
+    transports[2]->set_peer_session(r, *transports[r]->session());
+    transports[r]->set_peer_session(2, *transports[2]->session());
+    transports[r]->revive(2);
+  }
+  for (int r : {0, 1}) {
+    REQUIRE(transports[r]->send(2, 4, as_span(fmt::format("{} to the new rank 2", r))).ok());
+    REQUIRE(transports[2]->send(r, 4, as_span(fmt::format("the new rank 2 to {}", r))).ok());
+  }
+  for (int r : {0, 1}) {
+    REQUIRE(transports[2]->recv(r, 4, &got, in_ms(10000)).ok());
+    CHECK(as_string(got) == fmt::format("{} to the new rank 2", r));
+    REQUIRE(transports[r]->recv(2, 4, &got, in_ms(10000)).ok());
+    CHECK(as_string(got) == fmt::format("the new rank 2 to {}", r));
+  }
+  // And 0 and 1 still talk as before.
+  REQUIRE(transports[0]->send(1, 5, as_span("still")).ok());
+  REQUIRE(transports[1]->recv(0, 5, &got, in_ms(10000)).ok());
+  for (int r : {0, 1, 2}) CHECK(transports[r]->received_dropped() == 0);
+}
