@@ -152,17 +152,23 @@ Status Collectives::send_chunks(int to, std::span<const std::byte> bytes, size_t
 namespace {
 
 struct ChunkHeader {
-  uint32_t index;   // among this op's messages from the sender to the receiver
+  uint32_t index;   // among this op's messages from the sender to the receiver; kSealedLink set: no checksum
   uint32_t length;  // bytes that follow (low 32 bits)
   uint64_t checksum;  // XXH3-64 of them
 };
 static_assert(sizeof(ChunkHeader) == 16);
+// A chunk sent over a sealed link (Transport::seals) carries no checksum:
+// the link's tag checks it. A receiver takes that only from a message that
+// came sealed.
+constexpr uint32_t kSealedLink = 1u << 31;
 
 }  // namespace
 
 Status Collectives::send_chunk(int to, std::span<const std::byte> bytes, uint64_t tag) {
-  const ChunkHeader header{sent_[static_cast<size_t>(to)]++, static_cast<uint32_t>(bytes.size()),
-                           XXH3_64bits(bytes.data(), bytes.size())};
+  const bool sealed = transport_.seals(to);
+  const uint32_t index = sent_[static_cast<size_t>(to)]++ & ~kSealedLink;
+  const ChunkHeader header{sealed ? index | kSealedLink : index, static_cast<uint32_t>(bytes.size()),
+                           sealed ? 0 : XXH3_64bits(bytes.data(), bytes.size())};
   return transport_.send(to, tag, std::as_bytes(std::span<const ChunkHeader>(&header, 1)), bytes, &tracker_);
 }
 
@@ -193,16 +199,21 @@ StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint6
     std::memcpy(joined_.data() + head, view.second.data(), view.second.size());
     data = joined_.data();
   }
+  const bool unchecked = (header.index & kSealedLink) != 0;
+  const uint32_t index = header.index & ~kSealedLink;
   uint32_t& due = received_from_[static_cast<size_t>(from)];
-  if (header.index != due) {
+  if (index != due) {
     return data_loss("the link from rank {} to rank {} ({}): message {} came where {} was due ({})", from, rank(),
-                     describe_tag(tag), header.index, due,
-                     header.index > due ? "a message was lost" : "a message came twice or out of order");
+                     describe_tag(tag), index, due,
+                     index > due ? "a message was lost" : "a message came twice or out of order");
   }
-  ++due;
-  if (header.length != static_cast<uint32_t>(bytes) || XXH3_64bits(data, bytes) != header.checksum) {
+  due = (due + 1) & ~kSealedLink;
+  if (unchecked && !view.sealed)
+    return data_loss("the link from rank {} to rank {} ({}): message {} came without a checksum, and not sealed",
+                     from, rank(), describe_tag(tag), index);
+  if (header.length != static_cast<uint32_t>(bytes) || (!unchecked && XXH3_64bits(data, bytes) != header.checksum)) {
     return data_loss("the link from rank {} to rank {} ({}): message {} arrived corrupted", from, rank(),
-                     describe_tag(tag), header.index);
+                     describe_tag(tag), index);
   }
   return data;
 }

@@ -15,7 +15,7 @@
 
 namespace rill::comm {
 
-class CountingTransport final : public Transport {
+class CountingTransport : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner)
       : inner_(std::move(inner)),
@@ -75,6 +75,7 @@ class CountingTransport final : public Transport {
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
   const SessionId* session() const override { return inner_->session(); }
+  bool seals(int peer) const override { return inner_->seals(peer); }
   void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
   void close() override { inner_->close(); }
 

@@ -1,11 +1,9 @@
 #include "comm/data_cipher.h"
 
-#include <algorithm>
-#include <climits>
 #include <cstring>
 #include <string>
 
-#include <openssl/evp.h>
+#include <gcrypt.h>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
@@ -22,51 +20,44 @@ std::array<unsigned char, 12> nonce(uint64_t counter) {
   return iv;
 }
 
-EVP_CIPHER_CTX* keyed_context(const std::array<uint8_t, 32>& key, bool encrypt) {
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  if (ctx == nullptr) return nullptr;
-  const int ok = encrypt ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
-                         : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nullptr);
-  if (ok != 1) {
-    EVP_CIPHER_CTX_free(ctx);
+// libgcrypt is ready once per process (no secure memory: the keys live in
+// ordinary memory, as the rest of the process's data does).
+bool gcrypt_ready() {
+  static const bool ready = [] {
+    if (gcry_check_version(GCRYPT_VERSION) == nullptr) return false;
+    gcry_control(GCRYCTL_DISABLE_SECMEM, 0);
+    gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
+    return true;
+  }();
+  return ready;
+}
+
+gcry_cipher_hd_t keyed_handle(const std::array<uint8_t, 32>& key) {
+  gcry_cipher_hd_t handle = nullptr;
+  if (!gcrypt_ready() || gcry_cipher_open(&handle, GCRY_CIPHER_AES256, GCRY_CIPHER_MODE_GCM, 0) != 0) return nullptr;
+  if (gcry_cipher_setkey(handle, key.data(), key.size()) != 0) {
+    gcry_cipher_close(handle);
     return nullptr;
   }
-  return ctx;
+  return handle;
 }
 
-// Runs `in` through the context into `out` in pieces OpenSSL's int lengths
-// can hold.
-bool update(EVP_CIPHER_CTX* ctx, bool encrypt, const std::byte* in, std::byte* out, size_t size) {
-  constexpr size_t kPiece = size_t{1} << 30;
-  for (size_t done = 0; done < size;) {
-    const int n = static_cast<int>(std::min(kPiece, size - done));
-    int written = 0;
-    auto* o = reinterpret_cast<unsigned char*>(out + done);
-    const auto* i = reinterpret_cast<const unsigned char*>(in + done);
-    const int ok = encrypt ? EVP_EncryptUpdate(ctx, o, &written, i, n) : EVP_DecryptUpdate(ctx, o, &written, i, n);
-    if (ok != 1 || written != n) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool add_clear(EVP_CIPHER_CTX* ctx, bool encrypt, std::span<const std::byte> clear) {
-  int written = 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(clear.data());
-  const int n = static_cast<int>(clear.size());
-  return (encrypt ? EVP_EncryptUpdate(ctx, nullptr, &written, p, n) : EVP_DecryptUpdate(ctx, nullptr, &written, p, n)) ==
-         1;
+// Starts message `counter`: its nonce, then the clear bytes the tag covers.
+bool begin(gcry_cipher_hd_t handle, uint64_t counter, std::span<const std::byte> clear) {
+  const auto iv = nonce(counter);
+  return gcry_cipher_setiv(handle, iv.data(), iv.size()) == 0 &&
+         gcry_cipher_authenticate(handle, clear.data(), clear.size()) == 0;
 }
 
 }  // namespace
 
 struct Sealer::Context {
-  EVP_CIPHER_CTX* ctx = nullptr;
-  ~Context() { EVP_CIPHER_CTX_free(ctx); }
+  gcry_cipher_hd_t handle = nullptr;
+  ~Context() { gcry_cipher_close(handle); }
 };
 struct Opener::Context {
-  EVP_CIPHER_CTX* ctx = nullptr;
-  ~Context() { EVP_CIPHER_CTX_free(ctx); }
+  gcry_cipher_hd_t handle = nullptr;
+  ~Context() { gcry_cipher_close(handle); }
 };
 
 SessionId new_session_id() {
@@ -91,42 +82,37 @@ std::array<uint8_t, 32> link_key(const ClusterKey& key, int from, int to, const 
 }
 
 Sealer::Sealer(const std::array<uint8_t, 32>& key) : context_(std::make_unique<Context>()) {
-  context_->ctx = keyed_context(key, true);
+  context_->handle = keyed_handle(key);
 }
 Sealer::~Sealer() = default;
 
 bool Sealer::seal(uint64_t counter, std::span<const std::byte> clear, std::span<const std::byte> a, std::byte* a_out,
                   std::span<const std::byte> b, std::byte* b_out, uint8_t tag[kSealTagBytes]) {
-  EVP_CIPHER_CTX* ctx = context_->ctx;
-  if (ctx == nullptr || last_ == UINT64_MAX || counter != last_ + 1) return false;
-  const auto iv = nonce(counter);
-  int final_bytes = 0;
-  if (EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv.data()) != 1 || !add_clear(ctx, true, clear) ||
-      !update(ctx, true, a.data(), a_out, a.size()) || !update(ctx, true, b.data(), b_out, b.size()) ||
-      EVP_EncryptFinal_ex(ctx, nullptr, &final_bytes) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealTagBytes), tag) != 1)
+  gcry_cipher_hd_t handle = context_->handle;
+  if (handle == nullptr || last_ == UINT64_MAX || counter != last_ + 1) return false;
+  // Header then body as one stream (GCM takes pieces of any length).
+  if (!begin(handle, counter, clear) ||
+      (!a.empty() && gcry_cipher_encrypt(handle, a_out, a.size(), a.data(), a.size()) != 0) ||
+      (!b.empty() && gcry_cipher_encrypt(handle, b_out, b.size(), b.data(), b.size()) != 0) ||
+      gcry_cipher_gettag(handle, tag, kSealTagBytes) != 0)
     return false;
   last_ = counter;
   return true;
 }
 
 Opener::Opener(const std::array<uint8_t, 32>& key) : context_(std::make_unique<Context>()) {
-  context_->ctx = keyed_context(key, false);
+  context_->handle = keyed_handle(key);
 }
 Opener::~Opener() = default;
 
 bool Opener::open(std::span<const std::byte> clear, uint64_t counter, std::span<std::byte> a, std::span<std::byte> b,
                   const uint8_t tag[kSealTagBytes]) {
-  EVP_CIPHER_CTX* ctx = context_->ctx;
-  if (ctx == nullptr || counter <= last_) return false;
-  const auto iv = nonce(counter);
-  uint8_t expected[kSealTagBytes];
-  std::memcpy(expected, tag, kSealTagBytes);
-  int final_bytes = 0;
-  if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, iv.data()) != 1 || !add_clear(ctx, false, clear) ||
-      !update(ctx, false, a.data(), a.data(), a.size()) || !update(ctx, false, b.data(), b.data(), b.size()) ||
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kSealTagBytes), expected) != 1 ||
-      EVP_DecryptFinal_ex(ctx, nullptr, &final_bytes) != 1)
+  gcry_cipher_hd_t handle = context_->handle;
+  if (handle == nullptr || counter <= last_) return false;
+  if (!begin(handle, counter, clear) ||
+      (!a.empty() && gcry_cipher_decrypt(handle, a.data(), a.size(), nullptr, 0) != 0) ||
+      (!b.empty() && gcry_cipher_decrypt(handle, b.data(), b.size(), nullptr, 0) != 0) ||
+      gcry_cipher_checktag(handle, tag, kSealTagBytes) != 0)
     return false;
   last_ = counter;
   return true;

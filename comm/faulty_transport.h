@@ -67,6 +67,7 @@ class FaultyTransport final : public Transport {
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
   const SessionId* session() const override { return inner_->session(); }
+  // seals() stays false: the faults it injects come before the sealing.
   void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
   void close() override;
 

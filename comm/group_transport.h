@@ -45,6 +45,9 @@ class GroupTransport final : public Transport {
   void revive(int rank) override {
     if (rank >= 0 && rank < world()) inner_.revive(members_[static_cast<size_t>(rank)]);
   }
+  bool seals(int peer) const override {
+    return peer >= 0 && peer < world() && inner_.seals(members_[static_cast<size_t>(peer)]);
+  }
   void close() override {}
 
  private:

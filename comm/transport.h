@@ -69,6 +69,8 @@ class SendTracker {
 struct MessageView {
   std::span<const std::byte> first;
   std::span<const std::byte> second;
+  // It came sealed (comm/data_cipher.h): its integrity is checked already.
+  bool sealed = false;
   size_t size() const { return first.size() + second.size(); }
   void copy_to(std::byte* destination) const;
 };
@@ -179,6 +181,9 @@ class Transport {
   // new id is set before revive(); setting the id a rank has changes
   // nothing. Without a key: no id, nothing to set.
   virtual const SessionId* session() const { return nullptr; }
+  // Whether every message to `peer` goes sealed, so the receiver sees it
+  // with MessageView::sealed and a checksum of its own adds nothing.
+  virtual bool seals(int /*peer*/) const { return false; }
   virtual void set_peer_session(int /*rank*/, const SessionId& /*session*/) {}
 
   // Stops the receive thread, wakes every waiting recv with kUnavailable and

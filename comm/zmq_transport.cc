@@ -473,7 +473,8 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   const MessageView in_place{
       std::span<const std::byte>(static_cast<const std::byte*>(first.data()) + meta_bytes_, first.size() - meta_bytes_),
       second ? std::span<const std::byte>(static_cast<const std::byte*>(second->data()), second->size())
-             : std::span<const std::byte>()};
+             : std::span<const std::byte>(),
+      options_.key != nullptr};
   if (to_handler(from, meta.tag, in_place)) return;
   // Views are taken after the frames moved into the holder: a very small
   // frame keeps its bytes inside the message object itself.
@@ -481,6 +482,7 @@ void ZmqTransport::dispatch(zmq::message_t& first, zmq::message_t* second) {
   holder->first = std::move(first);
   if (second != nullptr) holder->second = std::move(*second);
   MessageView view;
+  view.sealed = options_.key != nullptr;
   view.first = std::span<const std::byte>(static_cast<const std::byte*>(holder->first.data()) + meta_bytes_,
                                           holder->first.size() - meta_bytes_);
   if (second != nullptr) {

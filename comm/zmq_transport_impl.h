@@ -68,6 +68,7 @@ class ZmqTransport final : public Transport {
   }
   void revive(int rank) override;
   const SessionId* session() const override { return options_.key ? &session_ : nullptr; }
+  bool seals(int peer) const override { return options_.key && !(lanes_ && lanes_->is_local(peer)); }
   void set_peer_session(int rank, const SessionId& session) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
   int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }

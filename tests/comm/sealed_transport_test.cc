@@ -2,7 +2,8 @@
 // and each other's session ids exchange messages and run collectives; a rank
 // with another key, or none, delivers nothing; a sealed frame counts only on
 // its own link, once, under the current sessions; garbage that names a rank
-// never costs that rank its link.
+// never costs that rank its link; collectives leave their checksum to a
+// sealed link, and only to one.
 #include <cstring>
 #include <thread>
 
@@ -10,6 +11,7 @@
 
 #include "comm/cluster_key.h"
 #include "comm/collectives.h"
+#include "comm/counting_transport.h"
 #include "comm/data_cipher.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -287,4 +289,43 @@ TEST_CASE("a restarted rank's new session: the others take it and talk to the ne
   REQUIRE(transports[0]->send(1, 5, as_span("still")).ok());
   REQUIRE(transports[1]->recv(0, 5, &got, in_ms(10000)).ok());
   for (int r : {0, 1, 2}) CHECK(transports[r]->received_dropped() == 0);
+}
+
+namespace {
+
+// A transport that says its links are sealed when they are not (what a
+// sender must never do): its collectives send chunks without checksums.
+class ClaimsSealed final : public CountingTransport {
+ public:
+  using CountingTransport::CountingTransport;
+  bool seals(int) const override { return true; }
+};
+
+}  // namespace
+
+TEST_CASE("collectives send no checksum over sealed links, and take none missing from a message that was not sealed") {
+  // Sealed: the ranks of a keyed world (TCP) say so, locally shared memory
+  // does not.
+  auto sealed = make_zmq_world(2, keyed(fresh_key()));
+  CHECK(sealed[0]->seals(1));
+  ZmqOptions shared = keyed(fresh_key());
+  shared.shared_memory = true;
+  auto local = make_zmq_world(2, shared);
+  CHECK_FALSE(local[0]->seals(1));
+  CHECK_FALSE(make_inproc_transports(2)[0]->seals(1));
+
+  // Rank 1 claims a sealed link over in-process queues: rank 0 refuses its
+  // chunks rather than take them unchecked.
+  auto plain = make_inproc_transports(2);
+  ClaimsSealed liar(std::move(plain[1]));
+  Transport* ranks[2] = {plain[0].get(), &liar};
+  auto statuses = run_ranks(2, [&](int rank) -> Status {
+    CollectiveOptions options;
+    options.timeout = std::chrono::milliseconds(3000);
+    Collectives collectives(*ranks[rank], options);
+    std::vector<float> in(1024, 1.0f), out(in.size());
+    return collectives.all_reduce(in, out, 7);
+  });
+  CHECK(statuses[0].code() == Code::kDataLoss);
+  CHECK(statuses[0].message().find("came without a checksum, and not sealed") != std::string::npos);
 }
