@@ -452,13 +452,14 @@ void BoxingBody::run(const std::vector<Step>& steps, const ActIo& io) {
         copy_region(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, element_);
         break;
       case Step::kAdd:
-        if (logical_.dtype == DType::kF32) add_rows<float>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op_);
-        else add_rows<int32_t>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op_);
+        visit_dtype(logical_.dtype, [&]<typename T>(std::type_identity<T>) {
+          add_rows<T>(resolve(s.src, io), s.src_region, dst, s.dst_region, s.box, op_);
+        });
         break;
       case Step::kSum:
-        if (logical_.dtype == DType::kF32)
-          sum_rows<float>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op_);
-        else sum_rows<int32_t>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op_);
+        visit_dtype(logical_.dtype, [&]<typename T>(std::type_identity<T>) {
+          sum_rows<T>(resolve(s.src, io), resolve(s.src2, io), s.src_region, dst, s.dst_region, s.box, op_);
+        });
         break;
     }
   }

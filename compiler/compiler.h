@@ -103,6 +103,8 @@ const plan::Task* find_task(const plan::Plan& plan, uint64_t id);
 
 // The SBP a plan records (B when absent).
 NdSbp read_sbp(const plan::NdSbp* sbp);
+// A verified plan's dtype (verify_plan refuses a value this build does not know).
+DType read_dtype(plan::DType dtype);
 
 // A JSON summary: {"job", "steps", "tasks": [...], "regsts": [...]}.
 std::string plan_json(const plan::Plan& plan);

@@ -85,7 +85,7 @@ std::string plan_json(const plan::Plan& p) {
           const auto at = static_cast<flatbuffers::uoffset_t>(k * b->local_pieces());
           const plan::RegstDesc* r = at < t->inputs()->size() ? find_regst(p, t->inputs()->Get(at)) : nullptr;
           if (r == nullptr) continue;
-          int64_t bytes = static_cast<int64_t>(dtype_size(static_cast<DType>(r->dtype())));
+          int64_t bytes = static_cast<int64_t>(dtype_size(read_dtype(r->dtype())));
           for (int64_t d : vec(r->logical_shape())) bytes *= d;
           logical_bytes += bytes;
         }

@@ -117,6 +117,17 @@ std::string misaligned_vector(const plan::Plan& p) {
   return "";
 }
 
+// FlatBuffers' verifier does not check an enum's range: a dtype this build
+// does not know is refused here, so nothing branches on it later.
+bool known(plan::DType dtype) {
+  switch (dtype) {
+    case plan::DType::F32:
+    case plan::DType::I32:
+      return true;
+  }
+  return false;
+}
+
 Status check_references(const plan::Plan& p) {
   if (p.tasks() == nullptr || p.regsts() == nullptr || p.datasets() == nullptr)
     return data_loss("plan: tasks, regsts or datasets missing");
@@ -178,9 +189,18 @@ Status check_references(const plan::Plan& p) {
       if (!resolves(c))
         return data_loss("plan: regst {} names consumer {} that is not in the plan", r->id(), ActorId::to_string(c));
     if (r->register_num() < 1) return data_loss("plan: regst {} has register_num {}", r->id(), r->register_num());
+    if (!known(r->dtype()))
+      return data_loss("plan: regst {} has dtype {}, which this build does not know", r->id(),
+                       static_cast<int>(r->dtype()));
     if (r->device() < -1 || r->device() >= p.devices_per_node())
       return data_loss("plan: regst {} is on device {} of {}", r->id(), r->device(), p.devices_per_node());
   }
+  for (const plan::Dataset* d : *p.datasets())
+    if (d->tensors() != nullptr)
+      for (const plan::InlineTensor* t : *d->tensors())
+        if (!known(t->dtype()))
+          return data_loss("plan: an inline tensor of a dataset has dtype {}, which this build does not know",
+                           static_cast<int>(t->dtype()));
   return {};
 }
 
@@ -207,6 +227,14 @@ StatusOr<const plan::Plan*> verify_plan(std::string_view bytes) {
                      bytes.size(), field);
   RILL_RETURN_IF_ERROR(check_references(*p));
   return p;
+}
+
+DType read_dtype(plan::DType dtype) {
+  switch (dtype) {
+    case plan::DType::F32: return DType::kF32;
+    case plan::DType::I32: return DType::kI32;
+  }
+  std::abort();  // verify_plan refused it
 }
 
 NdSbp read_sbp(const plan::NdSbp* sbp) {

@@ -18,7 +18,13 @@ plan::Sbp to_plan(const Sbp& sbp) {
 
 plan::NdSbp to_plan(const NdSbp& sbp) { return plan::NdSbp(to_plan(sbp.across), to_plan(sbp.within)); }
 
-plan::DType to_plan(DType dtype) { return dtype == DType::kF32 ? plan::DType::F32 : plan::DType::I32; }
+plan::DType to_plan(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return plan::DType::F32;
+    case DType::kI32: return plan::DType::I32;
+  }
+  std::abort();  // not a DType
+}
 
 Offset<Vector<Offset<plan::Attr>>> write_attrs(FlatBufferBuilder& b, const Attrs& attrs) {
   std::vector<Offset<plan::Attr>> out;

@@ -41,8 +41,7 @@ void check_inline_tensors(const Dataset& d, const std::string& where, const std:
     if (samples < 0) samples = t.shape[0];
     else if (t.shape[0] != samples)
       issues->add(tensor_path, "{}: {} samples on axis 0, but tensors[0] has {}", what, t.shape[0], samples);
-    size_t given = t.dtype == DType::kF32 ? t.f32.size() : t.i32.size();
-    size_t other = t.dtype == DType::kF32 ? t.i32.size() : t.f32.size();
+    const size_t given = t.held(), other = t.held_by_other_dtypes();
     if (static_cast<int64_t>(given) != num_elements(t.shape))
       issues->add(tensor_path, "{}: shape {} needs {} values, found {}", what, shape_string(t.shape),
                   num_elements(t.shape), given);

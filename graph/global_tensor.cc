@@ -25,7 +25,7 @@ Status check_layout(const graph::Placement& p, const NdSbp& sbp, size_t rank_of_
   return {};
 }
 
-size_t size_of(const InlineTensor& t) { return t.dtype == DType::kF32 ? t.f32.size() : t.i32.size(); }
+size_t size_of(const InlineTensor& t) { return t.held(); }
 
 Status check_values(const InlineTensor& t, const std::string& what) {
   const int64_t n = num_elements(t.shape);
@@ -101,8 +101,7 @@ StatusOr<InlineTensor> to_global(const std::vector<InlineTensor>& locals, const 
           shape_string(region.extent));
   }
   const size_t total = static_cast<size_t>(num_elements(global.shape));
-  if (global.dtype == DType::kF32) global.f32.assign(total, 0.0f);
-  else global.i32.assign(total, 0);
+  visit_dtype(global.dtype, [&]<typename T>(std::type_identity<T>) { global.values<T>().assign(total, T{0}); });
   // B replicas: one counts (index 0 on every B axis), the others must equal
   // it. P: every index counts, summed. S: each part is its own box.
   for (int r = 0; r < n; ++r) {
@@ -112,17 +111,20 @@ StatusOr<InlineTensor> to_global(const std::vector<InlineTensor>& locals, const 
     const InlineTensor& piece = locals[static_cast<size_t>(r)];
     if (rep != r) {
       const InlineTensor& kept = locals[static_cast<size_t>(rep)];
-      const bool equal = piece.dtype == DType::kF32
-                             ? std::memcmp(piece.f32.data(), kept.f32.data(), piece.f32.size() * sizeof(float)) == 0
-                             : piece.i32 == kept.i32;
+      // Bit for bit (a float's NaN is not equal to itself, but its replica's is the same).
+      const bool equal = visit_dtype(piece.dtype, [&]<typename T>(std::type_identity<T>) {
+        return piece.values<T>().size() == kept.values<T>().size() &&
+               std::memcmp(piece.values<T>().data(), kept.values<T>().data(), piece.values<T>().size() * sizeof(T)) == 0;
+      });
       if (!equal)
         return invalid_argument("to_global: in {} devices {} and {} hold one replica (B), but their pieces differ",
                                 sbp.to_string(), rep, r);
       continue;
     }
     const Region region = piece_region(global.shape, sbp, placement.num_nodes(), placement.per_node(), r);
-    if (global.dtype == DType::kF32) add_box(region, piece.f32, global.f32, global.shape);
-    else add_box(region, piece.i32, global.i32, global.shape);
+    visit_dtype(global.dtype, [&]<typename T>(std::type_identity<T>) {
+      add_box(region, piece.values<T>(), global.values<T>(), global.shape);
+    });
   }
   return global;
 }
@@ -143,13 +145,10 @@ StatusOr<InlineTensor> to_local(const InlineTensor& global, const graph::Placeme
   // A P axis keeps the value on its index 0 and zeros elsewhere.
   const bool zero = (sbp.across.kind == Sbp::kPartialSum && axis_index(placement, true, rank) != 0) ||
                     (sbp.within.kind == Sbp::kPartialSum && axis_index(placement, false, rank) != 0);
-  if (piece.dtype == DType::kF32) {
-    piece.f32.assign(count, 0.0f);
-    if (!zero) read_box(region, global.f32, global.shape, piece.f32);
-  } else {
-    piece.i32.assign(count, 0);
-    if (!zero) read_box(region, global.i32, global.shape, piece.i32);
-  }
+  visit_dtype(piece.dtype, [&]<typename T>(std::type_identity<T>) {
+    piece.values<T>().assign(count, T{0});
+    if (!zero) read_box(region, global.values<T>(), global.shape, piece.values<T>());
+  });
   return piece;
 }
 

@@ -161,14 +161,18 @@ class Converter {
     if (in.data() == nullptr) return;
     for (flatbuffers::uoffset_t k = 0; k < in.data()->size(); ++k) {
       double v = in.data()->Get(k);
-      if (out->dtype == DType::kF32) {
-        out->f32.push_back(static_cast<float>(v));
-      } else if (v == std::trunc(v) && v >= std::numeric_limits<int32_t>::min() &&
-                 v <= std::numeric_limits<int32_t>::max()) {
-        out->i32.push_back(static_cast<int32_t>(v));
-      } else {
-        issues_->add(path + ".data", "{}: data[{}] = {} is not an i32", where, k, v);
-        return;
+      switch (out->dtype) {
+        case DType::kF32:
+          out->f32.push_back(static_cast<float>(v));
+          break;
+        case DType::kI32:
+          if (v != std::trunc(v) || v < std::numeric_limits<int32_t>::min() ||
+              v > std::numeric_limits<int32_t>::max()) {
+            issues_->add(path + ".data", "{}: data[{}] = {} is not an i32", where, k, v);
+            return;
+          }
+          out->i32.push_back(static_cast<int32_t>(v));
+          break;
       }
     }
   }

@@ -394,12 +394,16 @@ class Writer {
     out.add("name", str(t.name, where + ": name")).add("shape", ints(t.shape));
     if (t.dtype != DType::kF32) out.add("dtype", dtype(t.dtype, where));
     Node data = Node::array();
-    if (t.dtype == DType::kF32) {
-      if (!t.i32.empty()) fail("{}: holds i32 values but its dtype is f32", where);
-      for (float v : t.f32) data.items.push_back(f32(v));
-    } else {
-      if (!t.f32.empty()) fail("{}: holds f32 values but its dtype is {}", where, dtype_name(t.dtype));
-      for (int32_t v : t.i32) data.items.push_back(number(int64_t{v}));
+    if (t.held_by_other_dtypes() != 0)
+      fail("{}: its dtype is {}, but it holds values of another dtype ({} of them)", where, dtype_name(t.dtype),
+           t.held_by_other_dtypes());
+    switch (t.dtype) {
+      case DType::kF32:
+        for (float v : t.f32) data.items.push_back(f32(v));
+        break;
+      case DType::kI32:
+        for (int32_t v : t.i32) data.items.push_back(number(int64_t{v}));
+        break;
     }
     return out.add("data", std::move(data));
   }

@@ -5,16 +5,41 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace rill {
 
+// A branch on a dtype is a switch with a case for each and no default (or
+// visit_dtype), so a dtype added here compiles nowhere until every branch
+// handles it (-Werror=switch). A value outside the enum is refused where it
+// enters (job files, plans, checkpoints), never branched on.
 enum class DType : uint8_t { kF32 = 0, kI32 = 1 };
+inline constexpr DType kDTypes[] = {DType::kF32, DType::kI32};
 
-inline size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 4; }
-inline const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "f32" : "i32"; }
+// Calls f(std::type_identity<T>{}) with T the C++ type of `dtype`'s elements.
+template <typename F>
+decltype(auto) visit_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(std::type_identity<float>{});
+    case DType::kI32: return f(std::type_identity<int32_t>{});
+  }
+  std::abort();  // not a DType: refused where it entered
+}
+
+inline size_t dtype_size(DType dtype) {
+  return visit_dtype(dtype, []<typename T>(std::type_identity<T>) { return sizeof(T); });
+}
+inline const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kI32: return "i32";
+  }
+  return "?";
+}
 // Parses "f32"/"float32"/"i32"/"int32"; returns false on anything else.
 bool parse_dtype(const std::string& text, DType* out);
 

@@ -42,9 +42,12 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
       dataset->field_names_.push_back(field.name);
       continue;
     }
-    const bool f32 = field.meta.dtype == DType::kF32;
-    const size_t held = f32 ? field.f32.size() : field.i32.size();
-    const size_t other = f32 ? field.i32.size() : field.f32.size();
+    size_t held = 0;
+    switch (field.meta.dtype) {
+      case DType::kF32: held = field.f32.size(); break;
+      case DType::kI32: held = field.i32.size(); break;
+    }
+    const size_t other = field.f32.size() + field.i32.size() - held;
     const size_t expected = static_cast<size_t>(num_samples) * static_cast<size_t>(num_elements(field.meta.shape));
     if (held != expected || other != 0) {
       return internal_error("dataset '{}': field '{}' ({} {} x {}) holds {} {} values and {} of the other dtype; "
@@ -80,8 +83,11 @@ void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) con
     }
     return;
   }
-  const auto* src = f.meta.dtype == DType::kF32 ? reinterpret_cast<const std::byte*>(f.f32.data())
-                                                 : reinterpret_cast<const std::byte*>(f.i32.data());
+  const std::byte* src = nullptr;
+  switch (f.meta.dtype) {
+    case DType::kF32: src = reinterpret_cast<const std::byte*>(f.f32.data()); break;
+    case DType::kI32: src = reinterpret_cast<const std::byte*>(f.i32.data()); break;
+  }
   for (int64_t index : indices) {
     assert(index >= 0 && index < num_samples_);
     std::memcpy(out, src + static_cast<size_t>(index) * sample_bytes, sample_bytes);

@@ -17,6 +17,27 @@ struct InlineTensor {
   std::vector<float> f32;    // when dtype is f32
   std::vector<int32_t> i32;  // when dtype is i32
   bool operator==(const InlineTensor&) const = default;
+
+  // The vector of element type T.
+  template <typename T>
+  std::vector<T>& values() {
+    if constexpr (std::is_same_v<T, float>) {
+      return f32;
+    } else {
+      static_assert(std::is_same_v<T, int32_t>, "no vector of this element type");
+      return i32;
+    }
+  }
+  template <typename T>
+  const std::vector<T>& values() const {
+    return const_cast<InlineTensor*>(this)->values<T>();
+  }
+  // How many values the dtype's vector holds, and how many the others do
+  // (none in a well-formed tensor).
+  size_t held() const {
+    return visit_dtype(dtype, [&]<typename T>(std::type_identity<T>) { return values<T>().size(); });
+  }
+  size_t held_by_other_dtypes() const { return f32.size() + i32.size() - held(); }
 };
 
 // Fields a dataset offers, by kind:

@@ -128,9 +128,7 @@ StatusOr<std::shared_ptr<const Dataset>> make_inline_dataset(const DatasetSpec& 
                               shape_string(tensor.shape), tensor.shape[0], spec.tensors[0].name, num_samples);
     }
     num_samples = tensor.shape[0];
-    const bool f32 = tensor.dtype == DType::kF32;
-    const size_t held = f32 ? tensor.f32.size() : tensor.i32.size();
-    const size_t other = f32 ? tensor.i32.size() : tensor.f32.size();
+    const size_t held = tensor.held(), other = tensor.held_by_other_dtypes();
     const int64_t expected = num_elements(tensor.shape);
     if (held != static_cast<size_t>(expected)) {
       return invalid_argument("{}: shape {} needs {} values, found {}", what, shape_string(tensor.shape), expected,

@@ -6,6 +6,7 @@
 // position) rather than a stateful engine. A device holding one piece of a
 // split variable therefore produces exactly that piece of the tensor a single
 // device would have made, and no device needs to generate what it discards.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -128,13 +129,9 @@ Status fill_infer(const Attrs& attrs, std::span<const TensorMeta>, std::vector<T
 Status fill_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   double value = ctx.attrs->get_float("value", 0.0);
-  if (out.dtype == DType::kI32) {
-    int32_t v = static_cast<int32_t>(value);
-    for (int64_t i = 0; i < out.size(); ++i) out.i32()[i] = v;
-  } else {
-    float v = static_cast<float>(value);
-    for (int64_t i = 0; i < out.size(); ++i) out.f32()[i] = v;
-  }
+  visit_dtype(out.dtype, [&]<typename T>(std::type_identity<T>) {
+    std::fill_n(static_cast<T*>(out.data), out.size(), static_cast<T>(value));
+  });
   return {};
 }
 

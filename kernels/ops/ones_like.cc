@@ -22,8 +22,7 @@ std::vector<SbpSignature> sbp_ones_like(const Attrs&, std::span<const TensorMeta
 
 Status cpu_ones_like(KernelContext& ctx) {
   TensorView& y = ctx.outputs[0];
-  if (y.dtype == DType::kF32) std::fill_n(y.f32(), y.size(), 1.0f);
-  else std::fill_n(y.i32(), y.size(), 1);
+  visit_dtype(y.dtype, [&]<typename T>(std::type_identity<T>) { std::fill_n(static_cast<T*>(y.data), y.size(), T{1}); });
   return {};
 }
 

@@ -74,8 +74,10 @@ class Progress {
         VariableValue& v = result_->fetched[m.fetch_names[i]];
         v.shape = t.shape;
         v.values.resize(static_cast<size_t>(t.size()));
-        for (size_t k = 0; k < v.values.size(); ++k)
-          v.values[k] = t.dtype == DType::kF32 ? t.f32()[k] : static_cast<float>(t.i32()[k]);
+        visit_dtype(t.dtype, [&]<typename T>(std::type_identity<T>) {
+          const T* values = static_cast<const T*>(t.data);
+          for (size_t k = 0; k < v.values.size(); ++k) v.values[k] = static_cast<float>(values[k]);
+        });
       }
     if (done % log_every_ != 0 && done != steps_) return;
     for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];

@@ -23,7 +23,6 @@ Shape read_shape(const flatbuffers::Vector<int64_t>* dims) {
   return dims ? Shape(dims->begin(), dims->end()) : Shape{};
 }
 
-DType read_dtype(plan::DType dtype) { return dtype == plan::DType::I32 ? DType::kI32 : DType::kF32; }
 
 std::string read_string(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 
@@ -52,8 +51,14 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
       tensor.name = read_string(t->name());
       tensor.shape = read_shape(t->shape());
       tensor.dtype = read_dtype(t->dtype());
-      if (tensor.dtype == DType::kI32 && t->i32()) tensor.i32.assign(t->i32()->begin(), t->i32()->end());
-      if (tensor.dtype == DType::kF32 && t->f32()) tensor.f32.assign(t->f32()->begin(), t->f32()->end());
+      switch (tensor.dtype) {
+        case DType::kF32:
+          if (t->f32()) tensor.f32.assign(t->f32()->begin(), t->f32()->end());
+          break;
+        case DType::kI32:
+          if (t->i32()) tensor.i32.assign(t->i32()->begin(), t->i32()->end());
+          break;
+      }
       spec.tensors.push_back(std::move(tensor));
     }
   }

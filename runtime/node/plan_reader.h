@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/compiler.h"
 #include "compiler/plan_generated.h"
 #include "kernels/attrs.h"
 #include "kernels/data/dataset_spec.h"
@@ -14,7 +15,7 @@ namespace rill {
 
 Attrs read_attrs(const flatbuffers::Vector<flatbuffers::Offset<plan::Attr>>* attrs);
 Shape read_shape(const flatbuffers::Vector<int64_t>* dims);
-DType read_dtype(plan::DType dtype);
+using compiler::read_dtype;
 std::string read_string(const flatbuffers::String* s);
 DatasetSpec read_dataset(const plan::Dataset& dataset);
 

@@ -208,6 +208,7 @@ struct RegstSpec {
   int64_t id;
   uint64_t producer;
   std::vector<uint64_t> consumers;
+  plan::DType dtype = plan::DType::F32;
 };
 
 std::string make_plan(int node, int64_t num_tasks, const std::vector<TaskSpec>& task_specs,
@@ -223,7 +224,7 @@ std::string make_plan(int node, int64_t num_tasks, const std::vector<TaskSpec>& 
   const plan::Sbp b_axis(plan::SbpKind::Broadcast, 0);
   const plan::NdSbp sbp(b_axis, b_axis);
   for (const RegstSpec& r : regst_specs)
-    regsts.push_back(plan::CreateRegstDescDirect(b, r.id, "r", r.producer, &r.consumers, 1, plan::DType::F32, &shape,
+    regsts.push_back(plan::CreateRegstDescDirect(b, r.id, "r", r.producer, &r.consumers, 1, r.dtype, &shape,
                                                  &shape, &sbp, 4));
   std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
   plan::FinishPlanBuffer(b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, 2, 1, &datasets, &tasks,
@@ -273,6 +274,11 @@ TEST_CASE("verify_plan checks node plans: nodes, order, ids below num_tasks, pro
     std::vector<RegstSpec> bad = regsts;
     bad[1].consumers.push_back(cpu(1, 0));
     fails(make_plan(1, 5, tasks, bad), "consumer");
+  }
+  SUBCASE("a dtype this build does not know (FlatBuffers' verifier does not check an enum's range)") {
+    std::vector<RegstSpec> bad = regsts;
+    bad[1].dtype = static_cast<plan::DType>(7);
+    fails(make_plan(1, 5, tasks, bad), "regst 9 has dtype 7, which this build does not know");
   }
   SUBCASE("a whole plan must hold every task at its index") {
     fails(make_plan(-1, 5, tasks, regsts), "num_tasks");

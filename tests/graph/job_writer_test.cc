@@ -293,8 +293,8 @@ TEST_CASE("job_to_json reports what a job file cannot hold, naming the element")
   SUBCASE("inline data that does not match its dtype") {
     Job job = small_job_with_op_attrs({});
     job.datasets.push_back({.name = "m", .kind = "inline", .tensors = {{"t", {1}, DType::kF32, {}, {1}}}});
-    CHECK(error_of(job).find("datasets[1] (m): tensors[0] (t): holds i32 values but its dtype is f32") !=
-          std::string::npos);
+    CHECK(error_of(job).find("datasets[1] (m): tensors[0] (t): its dtype is f32, but it holds values of another "
+                             "dtype (1 of them)") != std::string::npos);
   }
 }
 

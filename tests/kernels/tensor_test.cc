@@ -57,6 +57,20 @@ TEST_CASE("one boxing task per form; the others chain through (across, B)") {
   CHECK(boxing_steps(NdSbp(s0, b), NdSbp(s0, b), 2, 2).empty());
 }
 
+TEST_CASE("every dtype has a name that parses back, a size, and its C++ element type") {
+  for (DType dtype : kDTypes) {
+    CAPTURE(dtype_name(dtype));
+    DType parsed{};
+    REQUIRE(parse_dtype(dtype_name(dtype), &parsed));
+    CHECK(parsed == dtype);
+    const size_t size = visit_dtype(dtype, []<typename T>(std::type_identity<T>) { return sizeof(T); });
+    CHECK(dtype_size(dtype) == size);
+    CHECK(TensorMeta{{3, 5}, dtype}.bytes() == 15 * size);
+  }
+  CHECK(visit_dtype(DType::kF32, []<typename T>(std::type_identity<T>) { return std::is_same_v<T, float>; }));
+  CHECK(visit_dtype(DType::kI32, []<typename T>(std::type_identity<T>) { return std::is_same_v<T, int32_t>; }));
+}
+
 TEST_CASE("sbp and dtype parse what they print") {
   for (Sbp sbp : {Sbp::split(0), Sbp::split(1), Sbp::broadcast(), Sbp::partial_sum()}) {
     Sbp parsed;
