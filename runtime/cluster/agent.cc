@@ -4,8 +4,8 @@
 #include "runtime/cluster/node_agent.h"
 
 #include <chrono>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
