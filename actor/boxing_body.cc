@@ -475,18 +475,22 @@ Status BoxingBody::exchange(const ActIo& io) {
                           collectives_->world(), node_of(first_rank_), nodes_);
   std::byte* in = resolve(exchange_in_, io);
   std::byte* out = resolve(exchange_out_, io);
-  const bool sums = exchange_ == Exchange::kAllReduce || exchange_ == Exchange::kReduceScatter;
-  if (sums && logical_.dtype != DType::kF32)
-    return invalid_argument("boxing {} -> {} across nodes sums; sums across nodes are f32 only, and this tensor is {}",
-                            in_.to_string(), out_.to_string(), dtype_name(logical_.dtype));
-  auto floats = [](std::byte* p, size_t bytes) { return std::span<float>(reinterpret_cast<float*>(p), bytes / 4); };
+  // The elements of the logical tensor's dtype, for the reductions.
+  auto elements = [&]<typename T>(std::type_identity<T>, std::byte* p, size_t bytes) {
+    return std::span<T>(reinterpret_cast<T*>(p), bytes / sizeof(T));
+  };
   switch (exchange_) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
-      return collectives_->all_reduce(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_), tag_, op_);
+      return visit_dtype(logical_.dtype, [&]<typename T>(std::type_identity<T> t) {
+        return collectives_->all_reduce(std::span<const T>(elements(t, in, exchange_in_bytes_)),
+                                        elements(t, out, exchange_out_bytes_), tag_, op_);
+      });
     case Exchange::kReduceScatter:  // recv_counts_: each node's block in elements
-      return collectives_->reduce_scatter_v(floats(in, exchange_in_bytes_), floats(out, exchange_out_bytes_),
-                                            recv_counts_, tag_, op_);
+      return visit_dtype(logical_.dtype, [&]<typename T>(std::type_identity<T> t) {
+        return collectives_->reduce_scatter_v(std::span<const T>(elements(t, in, exchange_in_bytes_)),
+                                              elements(t, out, exchange_out_bytes_), recv_counts_, tag_, op_);
+      });
     case Exchange::kAllGather:
       return collectives_->all_gather_v({in, exchange_in_bytes_}, {out, exchange_out_bytes_}, send_counts_, tag_);
     case Exchange::kAllToAll:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -9,57 +10,90 @@
 namespace rill::comm {
 namespace {
 
+// Sums and products of i32 wrap around (two's complement, as NCCL's and
+// PyTorch's integer reductions): computed unsigned, never undefined.
+template <typename T>
+T plus(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) + static_cast<std::make_unsigned_t<T>>(y));
+  } else {
+    return x + y;
+  }
+}
+template <typename T>
+T times(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) * static_cast<std::make_unsigned_t<T>>(y));
+  } else {
+    return x * y;
+  }
+}
+
 // dst[i] = a[i] + b[i]. `b` is a transport buffer and may be unaligned, so it
 // is read through memcpy (vectorized into unaligned loads).
-void add_into(float* dst, const float* a, const std::byte* b, size_t n) {
+template <typename T>
+void add_into(T* dst, const T* a, const std::byte* b, size_t n) {
   if (dst == a) {
-    float* __restrict d = dst;
+    T* __restrict d = dst;
     const std::byte* __restrict s = b;
     for (size_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, s + i * sizeof(float), sizeof v);
-      d[i] += v;
+      T v;
+      std::memcpy(&v, s + i * sizeof(T), sizeof v);
+      d[i] = plus(d[i], v);
     }
   } else {
-    float* __restrict d = dst;
-    const float* __restrict x = a;
+    T* __restrict d = dst;
+    const T* __restrict x = a;
     const std::byte* __restrict s = b;
     for (size_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, s + i * sizeof(float), sizeof v);
-      d[i] = x[i] + v;
+      T v;
+      std::memcpy(&v, s + i * sizeof(T), sizeof v);
+      d[i] = plus(x[i], v);
     }
   }
 }
 
 // dst[i] = f(a[i], b[i]), b read as in add_into.
-template <typename F>
-void combine_with(float* dst, const float* a, const std::byte* b, size_t n, F f) {
+template <typename T, typename F>
+void combine_with(T* dst, const T* a, const std::byte* b, size_t n, F f) {
   for (size_t i = 0; i < n; ++i) {
-    float v;
-    std::memcpy(&v, b + i * sizeof(float), sizeof v);
+    T v;
+    std::memcpy(&v, b + i * sizeof(T), sizeof v);
     dst[i] = f(a[i], v);
   }
 }
 
-std::span<const std::byte> bytes_of(const float* data, size_t count) {
-  return {reinterpret_cast<const std::byte*>(data), count * sizeof(float)};
+template <typename T>
+void combine_typed(ReduceOp op, T* dst, const T* a, const std::byte* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: add_into(dst, a, b, n); return;
+    case ReduceOp::kMax: combine_with(dst, a, b, n, [](T x, T y) { return x > y || x != x ? x : y; }); return;
+    case ReduceOp::kMin: combine_with(dst, a, b, n, [](T x, T y) { return x < y || x != x ? x : y; }); return;
+    case ReduceOp::kProduct: combine_with(dst, a, b, n, [](T x, T y) { return times(x, y); }); return;
+  }
+}
+
+template <typename T>
+std::span<const std::byte> bytes_of(const T* data, size_t count) {
+  return {reinterpret_cast<const std::byte*>(data), count * sizeof(T)};
+}
+
+// Scratch of `count` elements of T in a byte buffer (operator new's
+// alignment suits every element type).
+template <typename T>
+T* typed(std::vector<std::byte>& buffer, size_t count) {
+  if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
+  return reinterpret_cast<T*>(buffer.data());
 }
 
 }  // namespace
 
 void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAverage: add_into(dst, a, b, n); return;
-    case ReduceOp::kMax:
-      combine_with(dst, a, b, n, [](float x, float y) { return x > y || x != x ? x : y; });
-      return;
-    case ReduceOp::kMin:
-      combine_with(dst, a, b, n, [](float x, float y) { return x < y || x != x ? x : y; });
-      return;
-    case ReduceOp::kProduct: combine_with(dst, a, b, n, [](float x, float y) { return x * y; }); return;
-  }
+  combine_typed(op, dst, a, b, n);
+}
+void combine_into(ReduceOp op, int32_t* dst, const int32_t* a, const std::byte* b, size_t n) {
+  combine_typed(op, dst, a, b, n);
 }
 
 const char* reduce_op_name(ReduceOp op) {
@@ -73,10 +107,13 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-void Collectives::finish(ReduceOp op, std::span<float> out) const {
-  if (op != ReduceOp::kAverage) return;
-  const float n = static_cast<float>(world());
-  for (float& v : out) v /= n;
+template <typename T>
+void Collectives::finish(ReduceOp op, std::span<T> out) const {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op != ReduceOp::kAverage) return;
+    const T n = static_cast<T>(world());
+    for (T& v : out) v /= n;
+  }  // an integer average is refused before it begins
 }
 
 BlockRange block_range(size_t count, int world, int index) {
@@ -92,7 +129,7 @@ Collectives::~Collectives() {
   // outlive them (see the header), so it is given up rather than freed.
   if (tracker_.in_flight() > 0 && !scratch_.empty()) {
     spdlog::warn("rank {}: collectives destroyed with sends in flight; keeping their buffer", rank());
-    new std::vector<float>(std::move(scratch_));
+    new std::vector<std::byte>(std::move(scratch_));
   }
 }
 
@@ -119,7 +156,10 @@ Status Collectives::set_blocks(std::span<const size_t> counts, size_t total, con
 
 int Collectives::peer(int offset) const { return ((rank() + offset) % world() + world()) % world(); }
 
-size_t Collectives::float_chunk() const { return std::max<size_t>(1, options_.chunk_bytes / sizeof(float)); }
+template <typename T>
+size_t Collectives::chunk_elements() const {
+  return std::max<size_t>(1, options_.chunk_bytes / sizeof(T));
+}
 
 Status Collectives::begin(uint64_t tag) {
   if (failed_) {
@@ -225,13 +265,24 @@ StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint6
 // blocks around. A chunk is forwarded as soon as it is received, so the
 // steps pipeline around the ring.
 
-Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+// An average of integers is not an integer: refused, as NCCL does.
+template <typename T>
+Status integer_average_refused(ReduceOp op, const char* name, uint64_t tag) {
+  if (std::is_integral_v<T> && op == ReduceOp::kAverage)
+    return invalid_argument("{} {}: the average of i32 values is not an i32 (sum, then divide)", name,
+                            describe_tag(tag));
+  return Status::ok_status();
+}
+
+template <typename T>
+Status Collectives::all_reduce_t(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
+  RILL_RETURN_IF_ERROR(integer_average_refused<T>(op, "all_reduce", tag));
   if (in.size() != out.size()) {
     return invalid_argument("all_reduce {}: input has {} elements, output {}", describe_tag(tag), in.size(),
                             out.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  const bool direct = world() > 1 && in.size() * sizeof(float) <= options_.direct_bytes;
+  const bool direct = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
   Status status = direct ? all_reduce_direct(in, out, tag, op) : all_reduce_ring(in, out, tag, op);
   status = end("all_reduce", direct ? "direct" : "ring", tag, std::move(status));
   if (status.ok()) finish(op, out);  // after end(): the sends read out until then
@@ -241,13 +292,15 @@ Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, 
 // Every rank sends its whole input to every other and adds all of them up in
 // rank order, so each computes the same bits: one message latency instead of
 // the ring's 2(n-1), for (n-1) times the traffic.
-Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+template <typename T>
+Status Collectives::all_reduce_direct(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
   const int n = world(), r = rank();
   const size_t count = in.size();
-  std::span<const float> mine = in;
+  std::span<const T> mine = in;
   if (in.data() == out.data() && count > 0) {
-    own_.assign(in.begin(), in.end());
-    mine = own_;
+    T* own = typed<T>(own_, count);
+    std::copy(in.begin(), in.end(), own);
+    mine = std::span<const T>(own, count);
   }
   for (int k = 1; k < n; ++k) {
     RILL_RETURN_IF_ERROR(send_chunk(peer(k), bytes_of(mine.data(), count), tag));
@@ -255,39 +308,40 @@ Status Collectives::all_reduce_direct(std::span<const float> in, std::span<float
   for (int q = 0; q < n; ++q) {
     const std::byte* data = reinterpret_cast<const std::byte*>(mine.data());
     if (q != r) {
-      RILL_ASSIGN_OR_RETURN(data, recv_chunk(q, count * sizeof(float), tag));
+      RILL_ASSIGN_OR_RETURN(data, recv_chunk(q, count * sizeof(T), tag));
     }
     if (q == 0) {
-      if (count > 0) std::memcpy(out.data(), data, count * sizeof(float));
+      if (count > 0) std::memcpy(out.data(), data, count * sizeof(T));
     } else {
-      combine_into(op, out.data(), out.data(), data, count);
+      combine_typed(op, out.data(), out.data(), data, count);
     }
     received_.reset();
   }
   return Status::ok_status();
 }
 
-Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+template <typename T>
+Status Collectives::all_reduce_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
   const int n = world();
   if (n == 1) {
     if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
     return Status::ok_status();
   }
   const int right = peer(1), left = peer(-1);
-  const size_t chunk = float_chunk();
+  const size_t chunk = chunk_elements<T>();
   set_blocks(in.size());
   BlockRange first = blocks_[static_cast<size_t>(peer(-1))];
-  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
+  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(T), tag));
   const int steps = 2 * (n - 1);
   for (int s = 0; s < steps; ++s) {
     BlockRange block = blocks_[static_cast<size_t>(peer(-s - 2))];
     for (size_t offset = 0; offset < block.size; offset += chunk) {
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
-      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(T), tag));
       if (s < n - 1) {
-        combine_into(op, out.data() + at, in.data() + at, data, len);
+        combine_typed(op, out.data() + at, in.data() + at, data, len);
       } else {
-        std::memcpy(out.data() + at, data, len * sizeof(float));
+        std::memcpy(out.data() + at, data, len * sizeof(T));
       }
       received_.reset();
       if (s + 1 < steps) RILL_RETURN_IF_ERROR(send_chunk(right, bytes_of(out.data() + at, len), tag));
@@ -296,7 +350,9 @@ Status Collectives::all_reduce_ring(std::span<const float> in, std::span<float> 
   return Status::ok_status();
 }
 
-Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+template <typename T>
+Status Collectives::reduce_scatter_t(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
+  RILL_RETURN_IF_ERROR(integer_average_refused<T>(op, "reduce_scatter", tag));
   BlockRange own = block_range(in.size(), world(), rank());
   if (out.size() != own.size) {
     return invalid_argument("reduce_scatter {}: output has {} elements, rank {}'s block of {} has {}",
@@ -309,8 +365,10 @@ Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> o
   return status;
 }
 
-Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
+template <typename T>
+Status Collectives::reduce_scatter_v_t(std::span<const T> in, std::span<T> out, std::span<const size_t> counts,
                                      uint64_t tag, ReduceOp op) {
+  RILL_RETURN_IF_ERROR(integer_average_refused<T>(op, "reduce_scatter_v", tag));
   RILL_RETURN_IF_ERROR(set_blocks(counts, in.size(), "reduce_scatter_v", tag));
   if (out.size() != blocks_[static_cast<size_t>(rank())].size) {
     return invalid_argument("reduce_scatter_v {}: output has {} elements, rank {}'s block has {}", describe_tag(tag),
@@ -323,27 +381,28 @@ Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float>
 }
 
 // Over blocks_ (set by the caller).
-Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag,
+template <typename T>
+Status Collectives::reduce_scatter_ring(std::span<const T> in, std::span<T> out, uint64_t tag,
                                         ReduceOp op) {
   const int n = world();
-  const size_t count = in.size(), chunk = float_chunk();
+  const size_t count = in.size(), chunk = chunk_elements<T>();
   BlockRange own = blocks_[static_cast<size_t>(rank())];
   if (n == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return Status::ok_status();
   }
-  if (scratch_.size() < count) scratch_.resize(count);
+  T* scratch = typed<T>(scratch_, count);
   const int right = peer(1), left = peer(-1);
   BlockRange first = blocks_[static_cast<size_t>(peer(-1))];
-  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(float), tag));
+  RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(T), tag));
   for (int s = 0; s < n - 1; ++s) {
     BlockRange block = blocks_[static_cast<size_t>(peer(-s - 2))];
     const bool last = s == n - 2;  // then block is this rank's own
     for (size_t offset = 0; offset < block.size; offset += chunk) {
       const size_t len = std::min(chunk, block.size - offset), at = block.begin + offset;
-      float* destination = last ? out.data() + (at - own.begin) : scratch_.data() + at;
-      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(float), tag));
-      combine_into(op, destination, in.data() + at, data, len);
+      T* destination = last ? out.data() + (at - own.begin) : scratch + at;
+      RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(left, len * sizeof(T), tag));
+      combine_typed(op, destination, in.data() + at, data, len);
       received_.reset();
       if (!last) RILL_RETURN_IF_ERROR(send_chunk(right, bytes_of(destination, len), tag));
     }
@@ -353,7 +412,9 @@ Status Collectives::reduce_scatter_ring(std::span<const float> in, std::span<flo
 
 // ---- reduce: a pipelined chain ---------------------------------------------
 
-Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag, ReduceOp op) {
+template <typename T>
+Status Collectives::reduce_t(std::span<const T> in, std::span<T> out, int root, uint64_t tag, ReduceOp op) {
+  RILL_RETURN_IF_ERROR(integer_average_refused<T>(op, "reduce", tag));
   if (root < 0 || root >= world()) return invalid_argument("reduce {}: root {} is not a rank", describe_tag(tag), root);
   if (rank() == root && out.size() != in.size()) {
     return invalid_argument("reduce {}: output has {} elements, input {}", describe_tag(tag), out.size(), in.size());
@@ -366,29 +427,56 @@ Status Collectives::reduce(std::span<const float> in, std::span<float> out, int 
 
 // The chain runs root+1, root+2, ..., root: each adds its input to what the
 // previous one sent and passes it on.
-Status Collectives::reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag,
+template <typename T>
+Status Collectives::reduce_chain(std::span<const T> in, std::span<T> out, int root, uint64_t tag,
                                  ReduceOp op) {
   const int n = world(), r = rank();
-  const size_t count = in.size(), chunk = float_chunk();
+  const size_t count = in.size(), chunk = chunk_elements<T>();
   if (n == 1) {
     std::copy(in.begin(), in.end(), out.begin());
     return Status::ok_status();
   }
   const int position = ((r - root - 1) % n + n) % n;
-  if (position == 0) return send_chunks(peer(1), bytes_of(in.data(), count), chunk * sizeof(float), tag);
-  float* destination = out.data();
-  if (r != root) {
-    if (scratch_.size() < count) scratch_.resize(count);
-    destination = scratch_.data();
-  }
+  if (position == 0) return send_chunks(peer(1), bytes_of(in.data(), count), chunk * sizeof(T), tag);
+  T* destination = out.data();
+  if (r != root) destination = typed<T>(scratch_, count);
   for (size_t at = 0; at < count; at += chunk) {
     const size_t len = std::min(chunk, count - at);
-    RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(float), tag));
-    combine_into(op, destination + at, in.data() + at, data, len);
+    RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(T), tag));
+    combine_typed(op, destination + at, in.data() + at, data, len);
     received_.reset();
     if (r != root) RILL_RETURN_IF_ERROR(send_chunk(peer(1), bytes_of(destination + at, len), tag));
   }
   return Status::ok_status();
+}
+
+// The element types the reductions take.
+Status Collectives::all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+  return all_reduce_t(in, out, tag, op);
+}
+Status Collectives::all_reduce(std::span<const int32_t> in, std::span<int32_t> out, uint64_t tag, ReduceOp op) {
+  return all_reduce_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter(std::span<const int32_t> in, std::span<int32_t> out, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
+                                     uint64_t tag, ReduceOp op) {
+  return reduce_scatter_v_t(in, out, counts, tag, op);
+}
+Status Collectives::reduce_scatter_v(std::span<const int32_t> in, std::span<int32_t> out,
+                                     std::span<const size_t> counts, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_v_t(in, out, counts, tag, op);
+}
+Status Collectives::reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag, ReduceOp op) {
+  return reduce_t(in, out, root, tag, op);
+}
+Status Collectives::reduce(std::span<const int32_t> in, std::span<int32_t> out, int root, uint64_t tag,
+                           ReduceOp op) {
+  return reduce_t(in, out, root, tag, op);
 }
 
 }  // namespace rill::comm

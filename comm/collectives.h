@@ -1,6 +1,7 @@
 // Collectives: the collective operations among all ranks of a Transport
 // (ZeroMQ or in-process), on the CPU: all_reduce, reduce_scatter, reduce
-// (float32: sum, max, min, product or average), all_gather, broadcast,
+// (f32 and i32: sum, max, min, product, or for f32 average; i32 sums and
+// products wrap around), all_gather, broadcast,
 // gather, scatter, all_to_all (bytes),
 // barrier, and point-to-point send/recv; reduce_scatter, all_gather and
 // all_to_all also with a block size per rank (the _v forms, as MPI's), which
@@ -42,6 +43,7 @@ const char* reduce_op_name(ReduceOp op);
 // the caller's); b may be unaligned, dst may be a. Boxing's partial sums
 // combine with it too.
 void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n);
+void combine_into(ReduceOp op, int32_t* dst, const int32_t* a, const std::byte* b, size_t n);
 
 struct CollectiveOptions {
   size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size
@@ -76,21 +78,29 @@ class Collectives {
   const char* last_op() const { return last_op_; }
   const char* last_algorithm() const { return last_algorithm_; }
   // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen).
-  size_t scratch_bytes() const { return (scratch_.capacity() + own_.capacity()) * sizeof(float); }
+  size_t scratch_bytes() const { return scratch_.capacity() + own_.capacity(); }
 
   // out = sum over ranks of in, the same bits on every rank. `in` and `out`
   // are the same size and either the same span (in place) or disjoint. Ring
   // (reduce-scatter, all-gather), or for small tensors a direct exchange.
   // `op` other than the sum: the same with that combination.
+  // Each reduction takes f32 or i32 elements.
   Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status all_reduce(std::span<const int32_t> in, std::span<int32_t> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // out = this rank's block (block_range) of the sum over ranks of in.
   Status reduce_scatter(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter(std::span<const int32_t> in, std::span<int32_t> out, uint64_t tag,
+                        ReduceOp op = ReduceOp::kSum);
   // The same with rank j's block counts[j] elements long (blocks contiguous in
   // rank order, summing to in.size()); out.size() == counts[rank].
   Status reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const size_t> counts,
                           uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter_v(std::span<const int32_t> in, std::span<int32_t> out, std::span<const size_t> counts,
+                          uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // out (root only; same size as in) = sum over ranks of in. Chain ending at root.
   Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag,
+                ReduceOp op = ReduceOp::kSum);
+  Status reduce(std::span<const int32_t> in, std::span<int32_t> out, int root, uint64_t tag,
                 ReduceOp op = ReduceOp::kSum);
   // out = the ranks' `in` blocks in rank order (out.size() == world * in.size()).
   // `in` may be this rank's block of out.
@@ -136,18 +146,34 @@ class Collectives {
   // Receives the next message from `from`, which must hold `bytes` bytes;
   // the returned bytes live until the next call (possibly unaligned).
   StatusOr<const std::byte*> recv_chunk(int from, size_t bytes, uint64_t tag);
-  size_t float_chunk() const;
+  template <typename T>
+  size_t chunk_elements() const;
   int peer(int offset) const;  // (rank + offset) mod world
 
   // blocks_ = rank j's block of a `count`-element tensor, equal or by counts.
   void set_blocks(size_t count);
   Status set_blocks(std::span<const size_t> counts, size_t total, const char* op, uint64_t tag);
-  Status all_reduce_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
-  Status all_reduce_direct(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
-  Status reduce_scatter_ring(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op);
-  Status reduce_chain(std::span<const float> in, std::span<float> out, int root, uint64_t tag, ReduceOp op);
+  // The reductions, for each element type (collectives.cc).
+  template <typename T>
+  Status all_reduce_t(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status reduce_scatter_t(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status reduce_scatter_v_t(std::span<const T> in, std::span<T> out, std::span<const size_t> counts, uint64_t tag,
+                            ReduceOp op);
+  template <typename T>
+  Status reduce_t(std::span<const T> in, std::span<T> out, int root, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status all_reduce_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status all_reduce_direct(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status reduce_scatter_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status reduce_chain(std::span<const T> in, std::span<T> out, int root, uint64_t tag, ReduceOp op);
   // The average's division, once the sum is complete.
-  void finish(ReduceOp op, std::span<float> out) const;
+  template <typename T>
+  void finish(ReduceOp op, std::span<T> out) const;
   Status all_gather_ring(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
   Status all_to_all_blocks(std::span<const std::byte> in, std::span<std::byte> out, uint64_t tag);
   Status broadcast_chain(std::span<std::byte> buffer, int root, uint64_t tag);
@@ -157,8 +183,8 @@ class Collectives {
   SendTracker tracker_;
   Received received_;              // the message being consumed
   std::vector<std::byte> joined_;  // a message that arrived in two pieces
-  std::vector<float> scratch_;     // partial sums of reduce_scatter and reduce
-  std::vector<float> own_;         // a small in-place all_reduce's input, sent while out changes
+  std::vector<std::byte> scratch_;  // partial sums of reduce_scatter and reduce
+  std::vector<std::byte> own_;      // a small in-place all_reduce's input, sent while out changes
   std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;

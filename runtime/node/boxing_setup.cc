@@ -69,10 +69,9 @@ StatusOr<Body> BoxingSetup::body(const plan::Task& task) {
   if (tensors > 1)
     return Body(std::in_place_type<BoxingBody>, metas, conf->parallel(), conf->first_rank(), local, collectives,
                 tag);
-  if (conf->reduce_op() > static_cast<uint8_t>(comm::ReduceOp::kProduct) ||
-      (conf->reduce_op() != 0 && (tensors > 1 || metas[0].dtype != DType::kF32)))
+  if (conf->reduce_op() > static_cast<uint8_t>(comm::ReduceOp::kProduct) || (conf->reduce_op() != 0 && tensors > 1))
     return invalid_argument("task '{}': boxing combines pieces by reduce op {} (0 sum, 1 max, 2 min, 3 product; "
-                            "past the sum for one f32 tensor only)",
+                            "past the sum for one tensor only)",
                             name, conf->reduce_op());
   return Body(std::in_place_type<BoxingBody>, in_sbp, out_sbp, conf->parallel(), metas[0], conf->first_rank(),
               local, collectives, tag, piece, static_cast<comm::ReduceOp>(conf->reduce_op()));
