@@ -6,8 +6,8 @@
 namespace rill {
 namespace {
 
-// dst = a op b over `box`, where a and b both cover src_region (i32: the
-// sum only; f32 by comm's combine, as the collectives across nodes).
+// dst = a op b over `box`, where a and b both cover src_region (comm's
+// combine, as the collectives across nodes: i32 sums wrap around).
 template <typename T>
 void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, std::byte* dst,
               const Region& dst_region, const Region& box, comm::ReduceOp op) {
@@ -15,14 +15,7 @@ void sum_rows(const std::byte* a, const std::byte* b, const Region& src_region, 
   const T* y = reinterpret_cast<const T*>(b);
   T* to = reinterpret_cast<T*>(dst);
   for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
-    if constexpr (std::is_same_v<T, float>) {
-      comm::combine_into(op, to + d, x + s, reinterpret_cast<const std::byte*>(y + s), static_cast<size_t>(n));
-    } else {
-      const T* __restrict p = x + s;
-      const T* __restrict q = y + s;
-      T* __restrict r = to + d;
-      for (int64_t k = 0; k < n; ++k) r[k] = p[k] + q[k];
-    }
+    comm::combine_into(op, to + d, x + s, reinterpret_cast<const std::byte*>(y + s), static_cast<size_t>(n));
   });
 }
 
@@ -33,13 +26,7 @@ void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, co
   const T* from = reinterpret_cast<const T*>(src);
   T* to = reinterpret_cast<T*>(dst);
   for_each_row(src_region, dst_region, box, [&](int64_t s, int64_t d, int64_t n) {
-    if constexpr (std::is_same_v<T, float>) {
-      comm::combine_into(op, to + d, to + d, reinterpret_cast<const std::byte*>(from + s), static_cast<size_t>(n));
-    } else {
-      const T* __restrict a = from + s;
-      T* __restrict b = to + d;
-      for (int64_t k = 0; k < n; ++k) b[k] += a[k];
-    }
+    comm::combine_into(op, to + d, to + d, reinterpret_cast<const std::byte*>(from + s), static_cast<size_t>(n));
   });
 }
 

@@ -51,13 +51,10 @@ bool begin(gcry_cipher_hd_t handle, uint64_t counter, std::span<const std::byte>
 
 }  // namespace
 
-struct Sealer::Context {
-  gcry_cipher_hd_t handle = nullptr;
-  ~Context() { gcry_cipher_close(handle); }
-};
-struct Opener::Context {
-  gcry_cipher_hd_t handle = nullptr;
-  ~Context() { gcry_cipher_close(handle); }
+struct GcmHandle {
+  gcry_cipher_hd_t handle = nullptr;  // null: the cipher could not be set up (every seal and open fails)
+  explicit GcmHandle(const std::array<uint8_t, 32>& key) : handle(keyed_handle(key)) {}
+  ~GcmHandle() { gcry_cipher_close(handle); }
 };
 
 SessionId new_session_id() {
@@ -81,14 +78,12 @@ std::array<uint8_t, 32> link_key(const ClusterKey& key, int from, int to, const 
   return out;
 }
 
-Sealer::Sealer(const std::array<uint8_t, 32>& key) : context_(std::make_unique<Context>()) {
-  context_->handle = keyed_handle(key);
-}
+Sealer::Sealer(const std::array<uint8_t, 32>& key) : gcm_(std::make_unique<GcmHandle>(key)) {}
 Sealer::~Sealer() = default;
 
 bool Sealer::seal(uint64_t counter, std::span<const std::byte> clear, std::span<const std::byte> a, std::byte* a_out,
                   std::span<const std::byte> b, std::byte* b_out, uint8_t tag[kSealTagBytes]) {
-  gcry_cipher_hd_t handle = context_->handle;
+  gcry_cipher_hd_t handle = gcm_->handle;
   if (handle == nullptr || last_ == UINT64_MAX || counter != last_ + 1) return false;
   // Header then body as one stream (GCM takes pieces of any length).
   if (!begin(handle, counter, clear) ||
@@ -100,14 +95,12 @@ bool Sealer::seal(uint64_t counter, std::span<const std::byte> clear, std::span<
   return true;
 }
 
-Opener::Opener(const std::array<uint8_t, 32>& key) : context_(std::make_unique<Context>()) {
-  context_->handle = keyed_handle(key);
-}
+Opener::Opener(const std::array<uint8_t, 32>& key) : gcm_(std::make_unique<GcmHandle>(key)) {}
 Opener::~Opener() = default;
 
 bool Opener::open(std::span<const std::byte> clear, uint64_t counter, std::span<std::byte> a, std::span<std::byte> b,
                   const uint8_t tag[kSealTagBytes]) {
-  gcry_cipher_hd_t handle = context_->handle;
+  gcry_cipher_hd_t handle = gcm_->handle;
   if (handle == nullptr || counter <= last_) return false;
   if (!begin(handle, counter, clear) ||
       (!a.empty() && gcry_cipher_decrypt(handle, a.data(), a.size(), nullptr, 0) != 0) ||

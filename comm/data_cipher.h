@@ -41,6 +41,7 @@ using SessionId = std::array<uint8_t, 32>;
 SessionId new_session_id();
 
 inline constexpr size_t kSealTagBytes = 16;
+struct GcmHandle;  // a keyed AES-256-GCM context (data_cipher.cc)
 
 // The key of the link from rank `from` to rank `to`.
 std::array<uint8_t, 32> link_key(const ClusterKey& key, int from, int to, const SessionId& from_session,
@@ -65,8 +66,7 @@ class Sealer {
             std::span<const std::byte> b, std::byte* b_out, uint8_t tag[kSealTagBytes]);
 
  private:
-  struct Context;
-  std::unique_ptr<Context> context_;
+  std::unique_ptr<GcmHandle> gcm_;
   uint64_t last_ = 0;
 };
 
@@ -86,8 +86,7 @@ class Opener {
             const uint8_t tag[kSealTagBytes]);
 
  private:
-  struct Context;
-  std::unique_ptr<Context> context_;
+  std::unique_ptr<GcmHandle> gcm_;
   uint64_t last_ = 0;
 };
 

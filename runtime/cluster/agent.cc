@@ -74,13 +74,15 @@ Status Agent::start() {
   RILL_ASSIGN_OR_RETURN(roots_, AllowedRoots::make(options_.data_roots, options_.checkpoint_roots));
   const Machine& self = options_.machines[options_.rank];
   const bool beyond_loopback = !is_loopback_address(self.address);
-  if (!options_.key && !options_.insecure && beyond_loopback)
+  if (!options_.key && !options_.insecure && beyond_loopback) {
+    auto default_path = comm::default_key_path();
     return invalid_argument(
         "{}: will not listen on {} without a cluster key: anyone who reaches it could run jobs here. Give the key "
         "file with --key FILE or {}, or put it at {} (`rill keygen FILE` writes one; every agent and client needs "
         "the same), or start with --insecure on a trusted network",
         node_name(options_.machines, options_.rank), format_machine(self), comm::kKeyFileEnv,
-        comm::default_key_path().ok() ? *comm::default_key_path() : std::string("~/.config/rill/cluster.key"));
+        default_path.ok() ? *default_path : std::string("~/.config/rill/cluster.key"));
+  }
   if (options_.insecure && !options_.key && beyond_loopback)
     spdlog::warn("{}: --insecure: listening on {} without a key; anyone who reaches it can run jobs here",
                  node_name(options_.machines, options_.rank), format_machine(self));
