@@ -8,9 +8,15 @@ off), eager. Prints one JSON line: tokens per second over the timed steps and
 the peak device memory.
 
     torch_gpt.py JOB DEVICE WARMUP STEPS [THREADS]
+
+With ATTENTION=sdpa, attention is PyTorch's fused
+scaled_dot_product_attention (causal; in float32 its memory-efficient
+kernel, which never writes the [T, T] scores) as nanoGPT writes it; else
+the separate matmuls and masked softmax Rill's job computes.
 """
 import json
 import math
+import os
 import sys
 import time
 
@@ -40,6 +46,7 @@ class Gpt(torch.nn.Module):
             value = 1.0 + 0.1 * torch.randn(shape) if name.endswith(".g") else 0.02 * torch.randn(shape)
             self.p[name.replace(".", "__")] = torch.nn.Parameter(value)
         self.layers, self.heads = layers, heads
+        self.sdpa = os.environ.get("ATTENTION") == "sdpa"
 
     def w(self, name):
         return self.p[name.replace(".", "__")]
@@ -57,8 +64,12 @@ class Gpt(torch.nn.Module):
             h = ln(x, p + ".ln1")
             split = lambda y: y.view(b, t, self.heads, hd).transpose(1, 2)
             q, k, v = split(lin(h, p + ".attn.q")), split(lin(h, p + ".attn.k")), split(lin(h, p + ".attn.v"))
-            att = torch.softmax(((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf")), dim=-1)
-            x = x + lin((att @ v).transpose(1, 2).reshape(b, t, c), p + ".attn.proj")
+            if self.sdpa:
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = torch.softmax(((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf")), dim=-1)
+                y = att @ v
+            x = x + lin(y.transpose(1, 2).reshape(b, t, c), p + ".attn.proj")
             x = x + lin(torch.nn.functional.gelu(lin(ln(x, p + ".ln2"), p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
         logits = ln(x, "lnf") @ self.w("wte").t()
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

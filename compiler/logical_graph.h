@@ -126,6 +126,7 @@ struct LogicalGraph {
   int64_t micro_batch() const { return global_batch / micro_batches; }
   graph::Schedule schedule = graph::Schedule::k1f1b;  // train.schedule
   bool allow_tf32 = false;        // train.allow_tf32
+  bool reuse_memory = true;       // train.reuse_memory
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   // train.view "mirrored" (train plans): every device a rank with its own
   // global_batch / devices rows; tasks see their own pieces as the whole

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
+#include "compiler/regst_lifetimes.h"
 #include "kernels/op.h"
 
 namespace rill::compiler {
@@ -79,9 +81,13 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   }
   std::sort(needed.begin(), needed.end());
   needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+  const RegstLifetimes lifetimes = plan.reuse_memory() ? RegstLifetimes::analyze(plan, node) : RegstLifetimes{};
   MemoryPlan out;
   std::map<int, int> index_of;  // zone rank -> position in out.blocks, set below
   std::vector<std::pair<int64_t, MemoryZone>> placed;
+  // Regsts that may share bytes, by (zone rank, thread): placed after the
+  // zone's other slots, group by group.
+  std::map<std::pair<int, uint64_t>, std::vector<int64_t>> shared;
   for (int64_t id : needed) {
     const plan::RegstDesc* r = find_regst(plan, id);
     if (r == nullptr) return invalid_argument("plan: a task of node {} names regst {}, which the plan lacks", node, id);
@@ -91,16 +97,53 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
       return invalid_argument("plan: regst '{}' of {} bytes x {} slots", r->name() ? r->name()->str() : "", r->bytes(),
                               r->register_num());
     const MemoryZone zone = zone_of(*r, node);
-    MemoryBlock& b = block(zone);
-    RegstMemory m;
-    m.offset = b.slot_bytes;
+    placed.emplace_back(id, zone);
+    RegstMemory& m = out.regsts[id];
     m.slot_size = slot_size(r->bytes());
     m.slots = r->register_num();
+    if (lifetimes.shareable(id)) {
+      block(zone);
+      shared[{zone_rank(zone), lifetimes.thread_of(id)}].push_back(id);
+      continue;
+    }
+    MemoryBlock& b = block(zone);
+    m.offset = b.slot_bytes;
     if (m.slot_size * m.slots > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, zone.to_string());
     b.slot_bytes += m.slot_size * m.slots;
-    out.regsts[id] = m;
-    placed.emplace_back(id, zone);
+  }
+  // Each group packed from its zone's end: largest first, each at the
+  // lowest offset clear of every placed member it may be live with.
+  for (auto& [key, ids] : shared) {
+    MemoryBlock& b = blocks[key.first];
+    std::sort(ids.begin(), ids.end(), [&](int64_t x, int64_t y) {
+      const int64_t sx = out.regsts[x].slot_size, sy = out.regsts[y].slot_size;
+      return sx != sy ? sx > sy : x < y;
+    });
+    struct Span {
+      int64_t begin, end;
+    };
+    std::vector<std::pair<int64_t, Span>> group;  // member, its bytes from the group's start
+    std::vector<Span> taken;
+    int64_t extent = 0;
+    for (int64_t id : ids) {
+      const int64_t size = out.regsts[id].slot_size;
+      taken.clear();
+      for (const auto& [other, span] : group)
+        if (!lifetimes.apart(id, other)) taken.push_back(span);
+      std::sort(taken.begin(), taken.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
+      int64_t at = 0;
+      for (const Span& t : taken) {
+        if (t.begin >= at + size) break;
+        at = std::max(at, t.end);
+      }
+      group.push_back({id, {at, at + size}});
+      extent = std::max(extent, at + size);
+    }
+    if (extent > kMaxBytes - b.slot_bytes)
+      return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, b.zone.to_string());
+    for (const auto& [id, span] : group) out.regsts[id].offset = b.slot_bytes + span.begin;
+    b.slot_bytes += extent;
   }
   for (auto& [rank, b] : blocks) {
     index_of[rank] = static_cast<int>(out.blocks.size());
@@ -110,7 +153,7 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   return out;
 }
 
-Status check_memory_plan(const plan::Plan& plan, const MemoryPlan& memory) {
+Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory) {
   auto name = [](const plan::RegstDesc* r) { return r->name() ? r->name()->str() : std::to_string(r->id()); };
   struct Span {
     int64_t begin, end, regst;
@@ -130,12 +173,22 @@ Status check_memory_plan(const plan::Plan& plan, const MemoryPlan& memory) {
                             m.offset, end, memory.blocks[static_cast<size_t>(m.block)].slot_bytes);
     by_block[static_cast<size_t>(m.block)].push_back({m.offset, end, id});
   }
+  // Slots may overlap only where the lifetimes say the two regsts are
+  // never live at once.
+  std::optional<RegstLifetimes> lifetimes;
   for (auto& spans : by_block) {
     std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < spans.size(); ++i)
-      if (spans[i].begin < spans[i - 1].end)
-        return internal_error("memory plan: regsts {} and {} overlap ([{}, {}) and [{}, {}))", spans[i - 1].regst,
-                              spans[i].regst, spans[i - 1].begin, spans[i - 1].end, spans[i].begin, spans[i].end);
+    std::vector<Span> open;  // spans that began before and have not ended
+    for (const Span& s : spans) {
+      std::erase_if(open, [&](const Span& o) { return o.end <= s.begin; });
+      for (const Span& o : open) {
+        if (!lifetimes) lifetimes = RegstLifetimes::analyze(plan, node);
+        if (!plan.reuse_memory() || !lifetimes->apart(o.regst, s.regst))
+          return internal_error("memory plan: regsts {} and {} overlap ([{}, {}) and [{}, {})) but may be live at once",
+                                o.regst, s.regst, o.begin, o.end, s.begin, s.end);
+      }
+      open.push_back(s);
+    }
   }
   return {};
 }

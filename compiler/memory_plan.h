@@ -7,10 +7,12 @@
 // copies run asynchronously), and each GPU's memory. Every regst the node's
 // tasks write or read (mirror slots of another node's regsts included) gets
 // an offset in its zone's block: register_num slots of its slot size (the
-// regst's bytes rounded up to 64), one after the other. Slots do not share
-// bytes yet (every slot is live for the whole run as far as this planner
-// knows); a lifetime analysis will let slots that are never live together
-// overlap, and check_memory_plan states what must then hold.
+// regst's bytes rounded up to 64), one after the other. With the plan's
+// reuse_memory (train.reuse_memory, on by default), regsts that are never
+// live at once share bytes (compiler/regst_lifetimes.h): each thread's
+// shareable regsts are packed after the zone's other slots, largest first,
+// each at the lowest offset clear of every member it may be live with.
+// check_memory_plan states what must hold.
 //
 // Beside the slots, each zone counts what the node's bodies allocate
 // themselves: optimizer state (the update op's state tensors, one per
@@ -55,8 +57,8 @@ struct RegstMemory {
 struct MemoryPlan {
   std::vector<MemoryBlock> blocks;                  // in zone order: host, page-locked, cuda:0, cuda:1, ...
   std::unordered_map<int64_t, RegstMemory> regsts;  // by regst id
-  // The sum of block `block`'s slots' sizes: its slot_bytes while no two
-  // slots share bytes, more once slots live at one offset by turns.
+  // The sum of block `block`'s slots' sizes: its slot_bytes where no two
+  // slots share bytes, more where slots live at one offset by turns.
   int64_t slots_sum(int block) const {
     int64_t sum = 0;
     for (const auto& [id, m] : regsts)
@@ -70,9 +72,10 @@ struct MemoryPlan {
 // sizes past 2^62 bytes.
 StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node);
 
-// OK when every regst's slots lie inside its block and no two regsts' slots
-// overlap; else an error naming both.
-Status check_memory_plan(const plan::Plan& plan, const MemoryPlan& memory);
+// OK when every regst's slots lie inside its block and two regsts' slots
+// overlap only where the plan reuses memory and the regsts are never live
+// at once (RegstLifetimes::apart); else an error naming both.
+Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory);
 
 // Slot bytes of a regst of `bytes` bytes: rounded up to 64 (at least 64).
 inline int64_t slot_size(int64_t bytes) { return bytes <= 0 ? 64 : (bytes + 63) / 64 * 64; }

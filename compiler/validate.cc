@@ -276,6 +276,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.micro_batches = job.train.micro_batches;  // check_job: >= 1, divides the batch
     g.schedule = job.train.schedule;
     g.allow_tf32 = job.train.allow_tf32;
+    g.reuse_memory = job.train.reuse_memory;
     g.mirrored = job.mirrored();
     if (g.mirrored) g.global_batch *= cluster.parallel();  // batch_size rows for each rank
   }

@@ -135,6 +135,10 @@ struct TrainConfig {
   // times the speed); off, they match the CPU's float GEMMs within float
   // rounding. No effect on cpu devices.
   bool allow_tf32 = false;
+  // Regsts that are never live at once share bytes (compiler/
+  // regst_lifetimes.h), as OneFlow's enable_reuse_mem; off, every slot has
+  // bytes of its own (to rule sharing out when chasing a wrong result).
+  bool reuse_memory = true;
   // "consistent" (default): the job is written for the whole cluster, its
   // batch_size the global batch. "mirrored": each device (rank) runs its own
   // copy of the model on its own batch_size rows, as DDP does; every op sees

@@ -250,6 +250,7 @@ class Converter {
       if (t->shuffle()) train.shuffle = *t->shuffle();
       if (t->zero()) train.zero = *t->zero();
       if (t->allow_tf32()) train.allow_tf32 = *t->allow_tf32();
+      if (t->reuse_memory()) train.reuse_memory = *t->reuse_memory();
       if (t->devices()) train.devices = t->devices()->str();
       mode(t->schedule(), "train.schedule", &train.schedule);
       mode(t->view(), "train.view", &train.view);

@@ -76,7 +76,7 @@ Status NodeRun::check_fits(const compiler::MemoryPlan& memory) {
 Status NodeRun::allocate_regsts() {
   for (const plan::RegstDesc* desc : *plan_->regsts()) regst_by_id_[desc->id()] = desc;
   RILL_ASSIGN_OR_RETURN(compiler::MemoryPlan memory, compiler::plan_memory(*plan_, options_.node));
-  RILL_RETURN_IF_ERROR(compiler::check_memory_plan(*plan_, memory));
+  RILL_RETURN_IF_ERROR(compiler::check_memory_plan(*plan_, options_.node, memory));
   RILL_RETURN_IF_ERROR(check_fits(memory));
   // Page-locked memory is made through a context of one of the node's GPUs.
   int first_gpu = -1;

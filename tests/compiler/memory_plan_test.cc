@@ -19,7 +19,7 @@ using compiler::MemoryZone;
 MemoryPlan planned(const plan::Plan& p, int node) {
   auto memory = compiler::plan_memory(p, node);
   REQUIRE_MESSAGE(memory.ok(), memory.status().to_string());
-  REQUIRE_MESSAGE(compiler::check_memory_plan(p, *memory).ok(), compiler::check_memory_plan(p, *memory).to_string());
+  REQUIRE_MESSAGE(compiler::check_memory_plan(p, node, *memory).ok(), compiler::check_memory_plan(p, node, *memory).to_string());
   return *memory;
 }
 
@@ -37,6 +37,7 @@ std::set<int64_t> regsts_of(const plan::Plan& p, int node) {
 TEST_CASE("each node's regsts get slots in one host block, none overlapping, adding up to the block") {
   graph::Job job = testing::mlp_job(16, 8);
   job.optimizer.type = "adam";
+  job.train.reuse_memory = false;  // every slot its own bytes (sharing: tests/compiler/regst_lifetimes_test.cc)
   const std::string bytes = testing::compile_ok(job, "cpu:2", {}, 2);
   const plan::Plan& p = *testing::plan_of(bytes);
   for (int node = 0; node < 2; ++node) {
@@ -77,12 +78,12 @@ TEST_CASE("a layout whose slots overlap or leave their block is refused, naming 
   auto second = std::next(first);
   MemoryPlan overlapping = memory;
   overlapping.regsts[second->first].offset = first->second.offset;  // two regsts on the same bytes
-  Status refused = compiler::check_memory_plan(p, overlapping);
+  Status refused = compiler::check_memory_plan(p, 0, overlapping);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("overlap") != std::string::npos);
   MemoryPlan outside = memory;
   outside.regsts[first->first].offset = memory.blocks[0].slot_bytes;
-  refused = compiler::check_memory_plan(p, outside);
+  refused = compiler::check_memory_plan(p, 0, outside);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("outside its block") != std::string::npos);
 }

@@ -49,6 +49,42 @@ TEST_CASE("a plan that cannot fit this machine's memory is refused before it run
   for (const char* remedy : {"train.zero", "pipeline.num_stages", "train.micro_batches"}) CHECK(has(message, remedy));
 }
 
+// Regsts that share bytes (train.reuse_memory, on by default) change no
+// result: were any two of them live at once, one would overwrite the
+// other's values and the losses would differ. Bitwise, since both runs do
+// the same arithmetic in the same order; on two devices the threads race,
+// so the schedules differ from run to run and from the one-device case.
+TEST_CASE("regsts sharing bytes change no result: the same losses and variables bit for bit") {
+  struct Layout {
+    const char* file;
+    const char* devices;
+    int64_t steps;
+  };
+  for (const Layout& layout : {Layout{"samples/gpt/gpt_moby.json", "cpu:1", 6},
+                               Layout{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6},
+                               Layout{"samples/mlp/mlp.json", "cpu:2", 30}}) {
+    CAPTURE(layout.file);
+    CAPTURE(layout.devices);
+    graph::Job job = testing::load_sample(layout.file);
+    job.eval.reset();
+    job.generate.reset();
+    for (DatasetSpec& d : job.datasets)  // the GPT samples' text, relative to the source folder
+      if (!d.path.empty() && d.path[0] != '/') d.path = testing::source_path(d.path);
+    JobResult shared = testing::run(job, layout.devices, layout.steps);
+    job.train.reuse_memory = false;
+    JobResult separate = testing::run(job, layout.devices, layout.steps);
+    REQUIRE_MESSAGE(shared.status.ok(), shared.status.to_string());
+    REQUIRE_MESSAGE(separate.status.ok(), separate.status.to_string());
+    REQUIRE(shared.loss_curve.size() == static_cast<size_t>(layout.steps));
+    CHECK(shared.loss_curve == separate.loss_curve);
+    REQUIRE(shared.variables.size() == separate.variables.size());
+    for (const auto& [name, value] : shared.variables) {
+      CAPTURE(name);
+      CHECK(value.values == separate.variables.at(name).values);
+    }
+  }
+}
+
 // Whether this process has a CUDA library mapped.
 bool maps_cuda() {
   std::ifstream maps("/proc/self/maps");

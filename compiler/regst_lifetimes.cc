@@ -1,0 +1,238 @@
+#include "compiler/regst_lifetimes.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "base/actor_id.h"
+#include "compiler/compiler.h"
+
+namespace rill::compiler {
+namespace {
+
+constexpr int kSteps = 3;              // steps unrolled
+constexpr int kCheckedSteps = 2;       // steps whose productions are chained
+constexpr size_t kChunkWords = 64;     // targets per reachability pass: 4,096
+
+// One act of one of the node's tasks in the unrolled graph.
+using Event = uint32_t;
+
+struct TaskActs {
+  const plan::Task* task = nullptr;
+  Event base = 0;   // its act a is event base + a
+  int acts = 0;     // acts in the unrolled steps
+  bool modeled = false;
+};
+
+bool is_variable(const plan::Task& t) { return t.kind() == plan::TaskKind::Variable; }
+
+// A laned variable picks one of its port sets per act: none of the plain
+// orders hold for it.
+bool plain(const plan::Task& t) {
+  if (!is_variable(t)) return true;
+  return t.variable() == nullptr || t.variable()->lanes() <= 1;
+}
+
+}  // namespace
+
+RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
+  RegstLifetimes out;
+  if (plan.tasks() == nullptr || plan.regsts() == nullptr) return out;
+  std::vector<TaskActs> acts;
+  std::unordered_map<uint64_t, size_t> local;  // actor id -> index in acts
+  Event events = 0;
+  for (const plan::Task* t : *plan.tasks()) {
+    if (t->node() != node) continue;
+    local[t->id()] = acts.size();
+    const int per_step = std::max(1, t->acts_per_step());
+    acts.push_back({t, events, per_step * kSteps, plain(*t)});
+    events += static_cast<Event>(per_step * kSteps);
+  }
+  auto event = [&](size_t t, int act) -> Event { return acts[t].base + static_cast<Event>(act); };
+  std::vector<std::pair<Event, Event>> edges;
+  for (size_t t = 0; t < acts.size(); ++t)
+    if (acts[t].modeled)
+      for (int a = 0; a + 1 < acts[t].acts; ++a) edges.emplace_back(event(t, a), event(t, a + 1));
+
+  // How a regst's productions map to its producer's and a reader's acts:
+  // production n is written by acts [n q, n q + q) of a task acting q times
+  // per production, and read by the reader's acts [n q, n q + q), one later
+  // for a variable (its act n + 1 is the update after step n).
+  struct Reader {
+    size_t task;
+    int per;    // acts per production
+    int shift;  // 1 for a variable
+  };
+  auto per_production = [](const plan::Task& t, int readies) {
+    const int a = std::max(1, t.acts_per_step());
+    return readies > 0 && a % readies == 0 ? a / readies : 0;
+  };
+  // Regsts written here whose orders hold: producer, per, readers.
+  struct Written {
+    const plan::RegstDesc* regst;
+    size_t producer;
+    int per;
+    std::vector<Reader> readers;
+    bool all_local_plain = true;  // every consumer is a plain task of this node
+  };
+  std::vector<Written> written;
+  for (size_t t = 0; t < acts.size(); ++t) {
+    const plan::Task& task = *acts[t].task;
+    if (!acts[t].modeled || task.outputs() == nullptr) continue;
+    for (int64_t id : *task.outputs()) {
+      const plan::RegstDesc* r = find_regst(plan, id);
+      if (r == nullptr || r->producer() != task.id()) continue;
+      const int readies = r->readies_per_step();
+      Written w{r, t, per_production(task, readies), {}, true};
+      if (w.per == 0) continue;
+      if (r->consumers() != nullptr)
+        for (uint64_t c : *r->consumers()) {
+          auto it = local.find(c);
+          const int per = it == local.end() ? 0 : per_production(*acts[it->second].task, readies);
+          if (it == local.end() || !acts[it->second].modeled || it->second == t || per == 0) {
+            w.all_local_plain = false;
+            continue;
+          }
+          if (std::any_of(w.readers.begin(), w.readers.end(), [&](const Reader& x) { return x.task == it->second; }))
+            continue;  // one task reading a regst twice (x * x) acks it once
+          w.readers.push_back({it->second, per, is_variable(*acts[it->second].task) ? 1 : 0});
+        }
+      const int productions = readies * kSteps;
+      for (int n = 0; n < productions; ++n) {
+        const int last_write = n * w.per + w.per - 1;
+        for (const Reader& c : w.readers) {
+          const int first_read = n * c.per + c.shift, last_read = first_read + c.per - 1;
+          if (first_read < acts[c.task].acts) edges.emplace_back(event(t, last_write), event(c.task, first_read));
+          const int next = n + std::max(1, r->register_num());  // the production that reuses this slot
+          if (next < productions && last_read < acts[c.task].acts)
+            edges.emplace_back(event(c.task, last_read), event(t, next * w.per));
+        }
+      }
+      written.push_back(std::move(w));
+    }
+  }
+
+  // Successor lists and a topological order; a cycle (a plan that could
+  // not run) leaves nothing shareable.
+  std::vector<uint32_t> first(events + 1, 0);
+  for (const auto& [from, to] : edges) ++first[from + 1];
+  for (Event e = 0; e < events; ++e) first[e + 1] += first[e];
+  std::vector<Event> succ(edges.size());
+  {
+    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& [from, to] : edges) succ[fill[from]++] = to;
+  }
+  std::vector<uint32_t> indegree(events, 0);
+  for (Event s : succ) ++indegree[s];
+  std::vector<Event> order;
+  order.reserve(events);
+  for (Event e = 0; e < events; ++e)
+    if (indegree[e] == 0) order.push_back(e);
+  for (size_t i = 0; i < order.size(); ++i)
+    for (uint32_t k = first[order[i]]; k < first[order[i] + 1]; ++k)
+      if (--indegree[succ[k]] == 0) order.push_back(succ[k]);
+  if (order.size() != events) return out;
+
+  // Shareable regsts, by thread.
+  std::map<uint64_t, std::vector<const Written*>> by_thread;
+  for (const Written& w : written) {
+    const plan::RegstDesc& r = *w.regst;
+    const plan::Task& producer = *acts[w.producer].task;
+    if (r.register_num() != 1 || r.is_model() || r.bytes() <= 0 || producer.kind() != plan::TaskKind::Compute ||
+        !w.all_local_plain || w.readers.empty())
+      continue;
+    const uint64_t thread = ActorId::thread_key(producer.id());
+    bool ok = true;
+    for (const Reader& c : w.readers) {
+      const plan::Task& reader = *acts[c.task].task;
+      ok = ok && (reader.kind() == plan::TaskKind::Compute || is_variable(reader)) &&
+           ActorId::thread_key(reader.id()) == thread;
+    }
+    if (ok) by_thread[thread].push_back(&w);
+  }
+
+  std::vector<uint32_t> target_of(events, UINT32_MAX), row_of(events, UINT32_MAX);
+  for (const auto& [thread, regsts] : by_thread) {
+    std::vector<Event> targets, rows;
+    for (const Written* w : regsts) {
+      Info info{thread, {}};
+      const int checked = w->regst->readies_per_step() * kCheckedSteps;
+      for (int n = 0; n < checked; ++n) {
+        Production p;
+        const Event start = event(w->producer, n * w->per);
+        if (target_of[start] == UINT32_MAX) {
+          target_of[start] = static_cast<uint32_t>(targets.size());
+          targets.push_back(start);
+        }
+        p.start = target_of[start];
+        for (const Reader& c : w->readers) {
+          const Event end = event(c.task, n * c.per + c.shift + c.per - 1);  // within the three steps
+          if (row_of[end] == UINT32_MAX) {
+            row_of[end] = static_cast<uint32_t>(rows.size());
+            rows.push_back(end);
+          }
+          p.ends.push_back(row_of[end]);
+        }
+        info.productions.push_back(std::move(p));
+      }
+      out.info_[w->regst->id()] = std::move(info);
+    }
+    // What each end event precedes, a chunk of targets at a time: the
+    // union over its successors of each successor and what it precedes.
+    Reach& reach = out.reach_[thread];
+    reach.words = (targets.size() + 63) / 64;
+    reach.bits.assign(rows.size() * reach.words, 0);
+    for (size_t w0 = 0; w0 < reach.words; w0 += kChunkWords) {
+      const size_t cw = std::min(kChunkWords, reach.words - w0);
+      std::vector<uint64_t> below(static_cast<size_t>(events) * cw, 0);
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        uint64_t* mine = &below[static_cast<size_t>(*it) * cw];
+        for (uint32_t k = first[*it]; k < first[*it + 1]; ++k) {
+          const Event s = succ[k];
+          const uint64_t* theirs = &below[static_cast<size_t>(s) * cw];
+          for (size_t i = 0; i < cw; ++i) mine[i] |= theirs[i];
+          const uint32_t t = target_of[s];
+          if (t != UINT32_MAX && t / 64 >= w0 && t / 64 < w0 + cw) mine[t / 64 - w0] |= uint64_t{1} << (t % 64);
+        }
+      }
+      for (size_t r = 0; r < rows.size(); ++r)
+        std::copy_n(&below[static_cast<size_t>(rows[r]) * cw], cw, &reach.bits[r * reach.words + w0]);
+    }
+    for (Event e : targets) target_of[e] = UINT32_MAX;
+    for (Event e : rows) row_of[e] = UINT32_MAX;
+  }
+  return out;
+}
+
+bool RegstLifetimes::before(const Reach& reach, const Production& a, const Production& b) const {
+  for (uint32_t row : a.ends)
+    if (!reach.precedes(row, b.start)) return false;
+  return true;
+}
+
+bool RegstLifetimes::apart(int64_t a, int64_t b) const {
+  if (a == b) return false;
+  auto ia = info_.find(a), ib = info_.find(b);
+  if (ia == info_.end() || ib == info_.end() || ia->second.thread != ib->second.thread) return false;
+  const Reach& reach = reach_.at(ia->second.thread);
+  const std::vector<Production>& pa = ia->second.productions;
+  const std::vector<Production>& pb = ib->second.productions;
+  // Merge the two chains: the next of either must be acked before the
+  // other's next begins (both at once cannot hold: the graph has no cycle).
+  // A regst's own productions follow each other (one slot). The merged
+  // chain crosses from step 0 into step 1, so the crossing into every
+  // later step holds too.
+  size_t i = 0, j = 0;
+  while (i < pa.size() || j < pb.size()) {
+    if (i < pa.size() && (j == pb.size() || before(reach, pa[i], pb[j]))) {
+      ++i;
+    } else if (j < pb.size() && (i == pa.size() || before(reach, pb[j], pa[i]))) {
+      ++j;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace rill::compiler
