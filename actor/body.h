@@ -96,14 +96,18 @@ class VariableBody {
   Status first_version(const ActIo&) { return {}; }
   // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
   Status act(const ActIo& io);
-  // The optimizer state, in host memory (brought back from the device first
-  // when the variable lives on a GPU).
-  StatusOr<std::span<const std::vector<float>>> state();
+  // Where the optimizer state lives: one zeroed tensor per state of the
+  // update op (the node's memory plan: host memory, or the GPU's when the
+  // variable lives there). Call before the first update.
+  Status place_state(std::span<std::byte* const> tensors);
+  // The optimizer state in host memory: views of it, or copies brought back
+  // from the device (held until the next call of state() or release_staging()).
+  StatusOr<std::vector<std::span<const float>>> state();
   // Replaces optimizer state tensor `index` (resuming from a checkpoint).
   Status load_state(int index, std::span<const float> values);
-  // Places the variable on a GPU: its model slot is device memory, the
-  // optimizer state moves there, and updates run the update op's CUDA
-  // kernel. Call before init.
+  // Places the variable on a GPU: its model slot and optimizer state are
+  // device memory, and updates run the update op's CUDA kernel. Call
+  // before init.
   Status use_device(CudaContext* cuda, KernelFn update_kernel);
   // The model slot's values, in host memory.
   Status read_model(const TensorView& model, std::vector<float>* out);
@@ -119,7 +123,7 @@ class VariableBody {
   // run's last (`end`'s end, which a stop may lower): the model piece and
   // the optimizer state, for a checkpoint.
   using SnapshotFn = std::function<void(int64_t steps_done, std::span<const float> model,
-                                        std::span<const std::vector<float>> state)>;
+                                        std::span<const std::span<const float>> state)>;
   void on_snapshot(SnapshotFn fn, int64_t every, const RunEnd* end) {
     snapshot_ = std::move(fn);
     every_ = every;
@@ -133,12 +137,12 @@ class VariableBody {
   std::vector<int64_t> offset_;
   const OpDef* update_;
   OpParams update_params_;
-  std::vector<std::vector<float>> state_storage_;  // host; staging when on a GPU
-  std::vector<TensorView> state_views_;           // what the update reads: host or device memory
+  std::vector<TensorView> state_views_;  // what the update reads: the plan's host or device memory
   CudaContext* cuda_ = nullptr;
   KernelFn update_kernel_ = nullptr;
-  std::vector<DeviceBuffer> device_state_;
-  std::vector<float> model_host_;                 // snapshot staging when on a GPU
+  // On a GPU, host copies for a checkpoint, dropped once it is taken.
+  std::vector<std::vector<float>> state_host_;
+  std::vector<float> model_host_;
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
   int64_t every_ = 0;

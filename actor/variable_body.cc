@@ -15,24 +15,22 @@ VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_sh
       update_(update),
       update_params_(std::move(update_params)),
       update_kernel_(update ? update->cpu : nullptr) {
-  int num_state = update_ ? update_->num_state : 0;
-  state_storage_.resize(num_state);
-  for (auto& state : state_storage_) {
-    state.assign(static_cast<size_t>(num_elements(meta.shape)), 0.0f);
-    state_views_.push_back(TensorView{state.data(), meta.shape, meta.dtype});
-  }
+  const int num_state = update_ ? update_->num_state : 0;
+  state_views_.assign(static_cast<size_t>(num_state), TensorView{nullptr, meta.shape, meta.dtype});
   update_inputs_.resize(2, TensorView{nullptr, meta.shape, meta.dtype});
+}
+
+Status VariableBody::place_state(std::span<std::byte* const> tensors) {
+  if (tensors.size() != state_views_.size())
+    return internal_error("optimizer state: {} tensors placed for an update of {}", tensors.size(), state_views_.size());
+  for (size_t i = 0; i < tensors.size(); ++i) state_views_[i].data = tensors[i];
+  return {};
 }
 
 Status VariableBody::use_device(CudaContext* cuda, KernelFn update_kernel) {
   if (update_ && !update_kernel) return invalid_argument("update op '{}' has no CUDA kernel", update_->type);
   cuda_ = cuda;
   update_kernel_ = update_kernel;
-  for (size_t i = 0; i < state_storage_.size(); ++i) {
-    RILL_ASSIGN_OR_RETURN(void* p, cuda_->allocate(state_storage_[i].size() * sizeof(float), "optimizer state"));
-    device_state_.emplace_back(p, DeviceFree{cuda_});
-    state_views_[i].data = p;  // zeroed, as the host state starts
-  }
   return {};
 }
 
@@ -74,16 +72,24 @@ Status VariableBody::read_model(const TensorView& model, std::vector<float>* out
   return cuda_->synchronize("variable read");
 }
 
-StatusOr<std::span<const std::vector<float>>> VariableBody::state() {
-  if (cuda_) {
-    RILL_RETURN_IF_ERROR(cuda_->activate("optimizer state read"));
-    for (size_t i = 0; i < state_storage_.size(); ++i)
-      RILL_RETURN_IF_ERROR(cuda_->copy(state_storage_[i].data(), device_state_[i].get(),
-                                       state_storage_[i].size() * sizeof(float), CopyKind::kDeviceToHost,
-                                       "optimizer state read"));
-    RILL_RETURN_IF_ERROR(cuda_->synchronize("optimizer state read"));
+StatusOr<std::vector<std::span<const float>>> VariableBody::state() {
+  std::vector<std::span<const float>> out;
+  for (const TensorView& v : state_views_)
+    if (v.data == nullptr) return internal_error("optimizer state read before it was placed");
+  if (!cuda_) {
+    for (const TensorView& v : state_views_) out.emplace_back(v.f32(), static_cast<size_t>(v.size()));
+    return out;
   }
-  return std::span<const std::vector<float>>(state_storage_);
+  RILL_RETURN_IF_ERROR(cuda_->activate("optimizer state read"));
+  state_host_.resize(state_views_.size());
+  for (size_t i = 0; i < state_views_.size(); ++i) {
+    state_host_[i].resize(static_cast<size_t>(state_views_[i].size()));
+    RILL_RETURN_IF_ERROR(cuda_->copy(state_host_[i].data(), state_views_[i].data, state_views_[i].bytes(),
+                                     CopyKind::kDeviceToHost, "optimizer state read"));
+  }
+  RILL_RETURN_IF_ERROR(cuda_->synchronize("optimizer state read"));
+  for (const std::vector<float>& host : state_host_) out.emplace_back(host);
+  return out;
 }
 
 Status VariableBody::act(const ActIo& io) {
@@ -94,6 +100,8 @@ Status VariableBody::act(const ActIo& io) {
 Status VariableBody::update(const TensorView& model, const TensorView& grad, int64_t step) {
   update_inputs_[0].data = model.data;
   update_inputs_[1].data = grad.data;
+  for (const TensorView& v : state_views_)
+    if (v.data == nullptr) return internal_error("update '{}' before its optimizer state was placed", update_->type);
   KernelContext ctx;
   ctx.inputs = update_inputs_;
   ctx.state = state_views_;
@@ -107,27 +115,33 @@ Status VariableBody::update(const TensorView& model, const TensorView& grad, int
 Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
   int64_t done = step + 1;
   if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end()))) {
+    RILL_ASSIGN_OR_RETURN(std::vector<std::span<const float>> state, state());
     if (!cuda_) {
-      snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state_storage_);
+      snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state);
     } else {
       RILL_RETURN_IF_ERROR(read_model(model, &model_host_));
-      RILL_ASSIGN_OR_RETURN(auto state, state());
       snapshot_(done, model_host_, state);
+      // The host copies live for the checkpoint only.
+      std::vector<std::vector<float>>().swap(state_host_);
+      std::vector<float>().swap(model_host_);
     }
   }
   return {};
 }
 
 Status VariableBody::load_state(int index, std::span<const float> values) {
-  if (index < 0 || index >= static_cast<int>(state_storage_.size()))
-    return invalid_argument("optimizer state {} does not exist ({} state tensors)", index, state_storage_.size());
-  if (values.size() != state_storage_[index].size())
-    return invalid_argument("optimizer state holds {} elements, the checkpoint {}", state_storage_[index].size(),
-                            values.size());
-  std::copy(values.begin(), values.end(), state_storage_[index].begin());
-  if (!cuda_) return {};
-  RILL_RETURN_IF_ERROR(cuda_->copy(device_state_[index].get(), state_storage_[index].data(), values.size() * sizeof(float),
-                                   CopyKind::kHostToDevice, "optimizer state load"));
+  if (index < 0 || index >= static_cast<int>(state_views_.size()))
+    return invalid_argument("optimizer state {} does not exist ({} state tensors)", index, state_views_.size());
+  const TensorView& to = state_views_[static_cast<size_t>(index)];
+  if (static_cast<int64_t>(values.size()) != to.size())
+    return invalid_argument("optimizer state holds {} elements, the checkpoint {}", to.size(), values.size());
+  if (to.data == nullptr) return internal_error("optimizer state loaded before it was placed");
+  if (!cuda_) {
+    std::copy(values.begin(), values.end(), static_cast<float*>(to.data));
+    return {};
+  }
+  RILL_RETURN_IF_ERROR(cuda_->activate("optimizer state load"));
+  RILL_RETURN_IF_ERROR(cuda_->copy(to.data, values.data(), to.bytes(), CopyKind::kHostToDevice, "optimizer state load"));
   return cuda_->synchronize("optimizer state load");
 }
 

@@ -51,6 +51,13 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     return b;
   };
   std::vector<int64_t> needed;
+  struct State {
+    uint64_t task;
+    MemoryZone zone;
+    int64_t tensor_bytes;
+    int tensors;
+  };
+  std::vector<State> states;  // variables' optimizer state, in task order
   for (const plan::Task* task : *plan.tasks()) {
     if (task->node() != node) continue;
     for (int64_t r : *task->inputs()) needed.push_back(r);
@@ -66,16 +73,17 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
       const OpDef* update = find_op(conf->update_op()->str());
       const plan::RegstDesc* model = find_regst(plan, task->outputs()->Get(0));
       if (update != nullptr && model != nullptr) {
-        // A variable with lanes keeps its values in the body too, and with
-        // DC-ASGD two more tensors of its size.
-        const int lanes_extra = conf->lanes() > 1 ? 1 + (conf->dc_asgd_lambda() > 0 ? 2 : 0) : 0;
         const MemoryZone zone = ActorId::device_type(task->id()) == DeviceType::kCuda
                                     ? MemoryZone{MemoryZone::kDevice, static_cast<int>(ActorId::device(task->id()))}
                                     : MemoryZone{MemoryZone::kHost, -1};
+        // A variable with lanes keeps its values in the body too, and with
+        // DC-ASGD two more tensors of its size.
+        const int lanes_extra = conf->lanes() > 1 ? 1 + (conf->dc_asgd_lambda() > 0 ? 2 : 0) : 0;
         const int64_t tensors = update->num_state + lanes_extra;
-        if (model->bytes() < 0 || model->bytes() > (kMaxBytes - block(zone).state_bytes) / std::max<int64_t>(1, tensors))
+        if (model->bytes() < 0 || model->bytes() > kMaxBytes / 8 / std::max<int64_t>(1, tensors))
           return invalid_argument("plan: node {}'s optimizer state passes 2^62 bytes", node);
-        block(zone).state_bytes += tensors * model->bytes();
+        if (update->num_state > 0) states.push_back({task->id(), zone, slot_size(model->bytes()), update->num_state});
+        block(zone).held_bytes += lanes_extra * model->bytes();
       }
     }
   }
@@ -145,11 +153,21 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     for (const auto& [id, span] : group) out.regsts[id].offset = b.slot_bytes + span.begin;
     b.slot_bytes += extent;
   }
+  // Each variable's optimizer state after its zone's slots, tensor after tensor.
+  for (const State& st : states) {
+    MemoryBlock& b = block(st.zone);
+    const int64_t bytes = st.tensor_bytes * st.tensors;
+    if (bytes > kMaxBytes - b.slot_bytes - b.state_bytes)
+      return invalid_argument("plan: node {}'s optimizer state in {} passes 2^62 bytes", node, st.zone.to_string());
+    out.states[st.task] = {0, b.slot_bytes + b.state_bytes, st.tensor_bytes, st.tensors};
+    b.state_bytes += bytes;
+  }
   for (auto& [rank, b] : blocks) {
     index_of[rank] = static_cast<int>(out.blocks.size());
     out.blocks.push_back(b);
   }
   for (const auto& [id, zone] : placed) out.regsts[id].block = index_of[zone_rank(zone)];
+  for (const State& st : states) out.states[st.task].block = index_of[zone_rank(st.zone)];
   return out;
 }
 
@@ -172,6 +190,26 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
       return internal_error("memory plan: regst '{}' at [{}, {}) outside its block of {} bytes", name(r),
                             m.offset, end, memory.blocks[static_cast<size_t>(m.block)].slot_bytes);
     by_block[static_cast<size_t>(m.block)].push_back({m.offset, end, id});
+  }
+  // Optimizer state: inside its block's state region, apart from the others.
+  std::vector<std::vector<Span>> states(memory.blocks.size());
+  for (const auto& [task, st] : memory.states) {
+    if (st.block < 0 || st.block >= static_cast<int>(memory.blocks.size()))
+      return internal_error("memory plan: optimizer state of task {} in block {} of {}", task, st.block,
+                            memory.blocks.size());
+    const MemoryBlock& b = memory.blocks[static_cast<size_t>(st.block)];
+    const int64_t end = st.offset + st.tensor_bytes * st.tensors;
+    if (st.tensors < 1 || st.tensor_bytes < 0 || st.offset < b.slot_bytes || end > b.slot_bytes + b.state_bytes)
+      return internal_error("memory plan: optimizer state of task {} at [{}, {}) outside its block's state region "
+                            "[{}, {})", task, st.offset, end, b.slot_bytes, b.slot_bytes + b.state_bytes);
+    states[static_cast<size_t>(st.block)].push_back({st.offset, end, static_cast<int64_t>(task)});
+  }
+  for (auto& spans : states) {
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].begin < spans[i - 1].end)
+        return internal_error("memory plan: the optimizer states of tasks {} and {} overlap", spans[i - 1].regst,
+                              spans[i].regst);
   }
   // Slots may overlap only where the lifetimes say the two regsts are
   // never live at once.

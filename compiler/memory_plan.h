@@ -14,9 +14,12 @@
 // each at the lowest offset clear of every member it may be live with.
 // check_memory_plan states what must hold.
 //
-// Beside the slots, each zone counts what the node's bodies allocate
-// themselves: optimizer state (the update op's state tensors, one per
-// variable piece) and compute scratch. Boxing buffers and the comm
+// After the slots, each zone's block holds the optimizer state of the
+// variables there (the update op's state tensors, one per variable piece):
+// the runtime allocates slots and state as one block, and GPU variables keep
+// no host copy of their state (a checkpoint stages it for the moment it
+// takes). Beside the block each zone counts what bodies hold themselves (a
+// laned variable's values) and compute scratch. Boxing buffers and the comm
 // library's scratch are not counted yet.
 // Pure functions; any thread.
 #pragma once
@@ -38,12 +41,17 @@ struct MemoryZone {
   std::string to_string() const;  // "host", "host (page-locked)", "cuda:0"
 };
 
+// A zone's block is [0, slot_bytes) of slots, then [slot_bytes, block_bytes())
+// of the variables' optimizer state; the runtime allocates block_bytes()
+// once. What bodies still hold themselves is counted beside it.
 struct MemoryBlock {
   MemoryZone zone;
-  int64_t slot_bytes = 0;     // the block: every slot placed in it
-  int64_t state_bytes = 0;    // optimizer state of the variables in this zone
+  int64_t slot_bytes = 0;     // every slot placed in the block
+  int64_t state_bytes = 0;    // optimizer state of the variables in this zone, after the slots
+  int64_t held_bytes = 0;     // kept by bodies themselves: a laned variable's values (and DC-ASGD's)
   int64_t scratch_bytes = 0;  // compute scratch (always host memory)
-  int64_t total() const { return slot_bytes + state_bytes + scratch_bytes; }
+  int64_t block_bytes() const { return slot_bytes + state_bytes; }
+  int64_t total() const { return slot_bytes + state_bytes + held_bytes + scratch_bytes; }
 };
 
 // One regst's slots: slot s at offset + s * slot_size in block `block`.
@@ -54,9 +62,19 @@ struct RegstMemory {
   int slots = 0;
 };
 
+// A variable's optimizer state: its update op's num_state tensors, tensor i
+// at offset + i * tensor_bytes in block `block` (zeroed when allocated).
+struct StateMemory {
+  int block = 0;
+  int64_t offset = 0;
+  int64_t tensor_bytes = 0;
+  int tensors = 0;
+};
+
 struct MemoryPlan {
   std::vector<MemoryBlock> blocks;                  // in zone order: host, page-locked, cuda:0, cuda:1, ...
   std::unordered_map<int64_t, RegstMemory> regsts;  // by regst id
+  std::unordered_map<uint64_t, StateMemory> states;  // by variable task id (trained variables)
   // The sum of block `block`'s slots' sizes: its slot_bytes where no two
   // slots share bytes, more where slots live at one offset by turns.
   int64_t slots_sum(int block) const {

@@ -125,9 +125,11 @@ std::string plan_json(const plan::Plan& p) {
     }
   }
   root["regsts"] = std::move(regsts);
-  // Per node and memory zone (compiler/memory_plan.h): the block its slots
-  // take (its peak: slots are allocated once and live for the run), the sum
-  // of its slots, and what the bodies add (optimizer state, scratch).
+  // Per node and memory zone (compiler/memory_plan.h): the bytes its slots
+  // take in the block (less than the sum of the slots where regsts share
+  // bytes), the sum of the slots, the optimizer state after them in the
+  // block, what bodies hold themselves, scratch, and the peak (all of it:
+  // the block and the rest are allocated once and kept for the run).
   Json memory = Json::array();
   for (int node = p.node() >= 0 ? p.node() : 0; node < (p.node() >= 0 ? p.node() + 1 : p.num_nodes()); ++node) {
     auto planned = plan_memory(p, node);
@@ -142,6 +144,8 @@ std::string plan_json(const plan::Plan& p) {
                         {"planned_bytes", b.slot_bytes},
                         {"slots_bytes", planned->slots_sum(static_cast<int>(i))},
                         {"optimizer_state_bytes", b.state_bytes},
+                        {"block_bytes", b.block_bytes()},
+                        {"held_bytes", b.held_bytes},
                         {"scratch_bytes", b.scratch_bytes},
                         {"peak_bytes", b.total()}});
     }

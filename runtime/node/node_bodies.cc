@@ -122,6 +122,12 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       VariableBody variable(init, read_attrs(conf->init_attrs()), std::move(of.logical), std::move(of.offset), update,
                             std::move(update_params),
                             TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+      if (update && update->num_state > 0) {
+        auto state = state_memory_.find(task.id());
+        if (state == state_memory_.end())
+          return internal_error("task '{}': the memory plan gave its optimizer state no place", name);
+        RILL_RETURN_IF_ERROR(variable.place_state(state->second).with_context(fmt::format("task '{}'", name)));
+      }
       const int lanes = conf->lanes();
       if (lanes > 1) {
         // One gradient and one model regst per lane (an async pserver's block).
@@ -238,9 +244,10 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
   if (options_.on_snapshot && first_of_piece)
     body.on_snapshot(
         [this, var, logical, offset, shape = slot.shape, state_names](
-            int64_t done, std::span<const float> model, std::span<const std::vector<float>> state) {
+            int64_t done, std::span<const float> model, std::span<const std::span<const float>> state) {
           VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
-          for (size_t i = 0; i < state.size(); ++i) piece.state.emplace_back(state_names[i], state[i]);
+          for (size_t i = 0; i < state.size(); ++i)
+            piece.state.emplace_back(state_names[i], std::vector<float>(state[i].begin(), state[i].end()));
           options_.on_snapshot(done, std::move(piece));
         },
         options_.snapshot_every, end_.get());

@@ -1,6 +1,6 @@
 // Regst slots: every regst this node's tasks write or read, in host memory,
-// page-locked host memory (a GPU copies from or into it) or a GPU's memory;
-// the GPUs' contexts.
+// page-locked host memory (a GPU copies from or into it) or a GPU's memory,
+// and after them the variables' optimizer state; the GPUs' contexts.
 #include "runtime/node/node_run.h"
 
 #include <algorithm>
@@ -52,13 +52,13 @@ Status NodeRun::check_fits(const compiler::MemoryPlan& memory) {
                       fmt::format("node {}: the plan does not fit {}: it needs {} (regst slots {}, optimizer state "
                                   "{}), and {} of its {} are free; {}",
                                   options_.node, b.zone.to_string(), gb(b.total()), gb(b.slot_bytes),
-                                  gb(b.state_bytes), gb(static_cast<int64_t>(free)), gb(static_cast<int64_t>(total)),
+                                  gb(b.state_bytes + b.held_bytes), gb(static_cast<int64_t>(free)), gb(static_cast<int64_t>(total)),
                                   shrink));
       continue;
     }
     host += b.total();
     slots += b.slot_bytes;
-    state += b.state_bytes;
+    state += b.state_bytes + b.held_bytes;  // a laned variable's values with its state
     scratch += b.scratch_bytes;
   }
   const int64_t available = host_memory_available();
@@ -87,7 +87,7 @@ Status NodeRun::allocate_regsts() {
   std::vector<std::byte*> base(memory.blocks.size(), nullptr);
   for (size_t i = 0; i < memory.blocks.size(); ++i) {
     const compiler::MemoryBlock& block = memory.blocks[i];
-    const size_t bytes = static_cast<size_t>(compiler::slot_size(block.slot_bytes));
+    const size_t bytes = static_cast<size_t>(compiler::slot_size(block.block_bytes()));
     const std::string what = fmt::format("node {}'s regsts in {}", options_.node, block.zone.to_string());
     void* p = nullptr;
     switch (block.zone.kind) {
@@ -114,6 +114,9 @@ Status NodeRun::allocate_regsts() {
     }
     base[i] = static_cast<std::byte*>(p);
   }
+  for (const auto& [task, st] : memory.states)
+    for (int i = 0; i < st.tensors; ++i)
+      state_memory_[task].push_back(base[static_cast<size_t>(st.block)] + st.offset + i * st.tensor_bytes);
   for (const auto& [id, m] : memory.regsts) {
     const plan::RegstDesc* desc = regst(id);
     TensorMeta meta{read_shape(desc->shape()), read_dtype(desc->dtype())};

@@ -110,6 +110,8 @@ class NodeRun : public NodeRuntime {
   std::vector<DeviceBuffer> device_memory_;
   std::vector<std::unique_ptr<void, HostFree>> pinned_memory_;
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
+  // By variable task id: its optimizer state tensors, in the plan's blocks (zeroed).
+  std::unordered_map<uint64_t, std::vector<std::byte*>> state_memory_;
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   // (dataset, field, bound) already checked by a source (SourceConf.index_bounds).
   std::set<std::tuple<int, int, int64_t>> checked_bounds_;

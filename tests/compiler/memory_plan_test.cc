@@ -4,6 +4,7 @@
 // caught by the check.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "compiler/memory_plan.h"
@@ -59,18 +60,36 @@ TEST_CASE("each node's regsts get slots in one host block, none overlapping, add
     }
     CHECK(memory.blocks[0].slot_bytes == slots);
     CHECK(memory.slots_sum(0) == slots);
-    // Adam keeps two tensors the size of each variable piece this node updates.
+    // Adam keeps two tensors the size of each variable piece this node
+    // updates, after the slots in the same block, one region per variable.
+    std::vector<std::pair<int64_t, int64_t>> regions;
     for (const plan::Task* t : *p.tasks())
-      if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op())
-        state += 2 * testing::regst(p, t->outputs()->Get(0))->bytes();
+      if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op()) {
+        const int64_t tensor = compiler::slot_size(testing::regst(p, t->outputs()->Get(0))->bytes());
+        state += 2 * tensor;
+        REQUIRE(memory.states.count(t->id()) == 1);
+        const compiler::StateMemory& st = memory.states.at(t->id());
+        CHECK(st.block == 0);
+        CHECK(st.tensors == 2);
+        CHECK(st.tensor_bytes == tensor);
+        CHECK(st.offset >= slots);
+        regions.emplace_back(st.offset, st.offset + 2 * tensor);
+      }
     CHECK(state > 0);
+    CHECK(memory.states.size() == regions.size());
+    std::sort(regions.begin(), regions.end());
+    for (size_t i = 1; i < regions.size(); ++i) CHECK(regions[i].first >= regions[i - 1].second);
+    CHECK(regions.back().second == memory.blocks[0].block_bytes());
     CHECK(memory.blocks[0].state_bytes == state);
+    CHECK(memory.blocks[0].held_bytes == 0);
     CHECK(memory.blocks[0].total() == slots + state + memory.blocks[0].scratch_bytes);
   }
 }
 
 TEST_CASE("a layout whose slots overlap or leave their block is refused, naming the regsts") {
-  const std::string bytes = testing::compile_ok(testing::mlp_job(), "cpu:1");
+  graph::Job job = testing::mlp_job();
+  job.optimizer.type = "adam";
+  const std::string bytes = testing::compile_ok(job, "cpu:1");
   const plan::Plan& p = *testing::plan_of(bytes);
   MemoryPlan memory = planned(p, 0);
   REQUIRE(memory.regsts.size() >= 2);
@@ -86,6 +105,18 @@ TEST_CASE("a layout whose slots overlap or leave their block is refused, naming 
   refused = compiler::check_memory_plan(p, 0, outside);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("outside its block") != std::string::npos);
+  // Optimizer state on the slots, or two variables' state on the same bytes.
+  REQUIRE(memory.states.size() >= 2);
+  MemoryPlan on_slots = memory;
+  on_slots.states.begin()->second.offset = 0;
+  refused = compiler::check_memory_plan(p, 0, on_slots);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("outside its block's state region") != std::string::npos);
+  MemoryPlan shared_state = memory;
+  std::next(shared_state.states.begin())->second.offset = shared_state.states.begin()->second.offset;
+  refused = compiler::check_memory_plan(p, 0, shared_state);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("optimizer states of tasks") != std::string::npos);
 }
 
 #if RILL_WITH_CUDA
