@@ -42,7 +42,9 @@ struct PortSetSpec {
 // per input read, as many as the run has steps.
 
 // Runs one op's CPU kernel. Views and scratch are set up once; an act only
-// swaps data pointers.
+// swaps data pointers. On a GPU every read and write of its slots is on the
+// device's compute stream: regsts share bytes on that ground
+// (compiler/regst_lifetimes.h).
 class ComputeBody {
  public:
   // With `cuda`, runs `kernel` (the op's CUDA kernel) on that device's

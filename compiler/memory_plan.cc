@@ -93,9 +93,10 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   MemoryPlan out;
   std::map<int, int> index_of;  // zone rank -> position in out.blocks, set below
   std::vector<std::pair<int64_t, MemoryZone>> placed;
-  // Regsts that may share bytes, by (zone rank, thread): placed after the
+  // Slots that may share bytes, by (zone rank, thread): placed after the
   // zone's other slots, group by group.
-  std::map<std::pair<int, uint64_t>, std::vector<int64_t>> shared;
+  using Unit = std::pair<int64_t, int>;  // (regst, slot)
+  std::map<std::pair<int, uint64_t>, std::vector<Unit>> shared;
   for (int64_t id : needed) {
     const plan::RegstDesc* r = find_regst(plan, id);
     if (r == nullptr) return invalid_argument("plan: a task of node {} names regst {}, which the plan lacks", node, id);
@@ -109,48 +110,50 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     RegstMemory& m = out.regsts[id];
     m.slot_size = slot_size(r->bytes());
     m.slots = r->register_num();
+    m.offsets.assign(static_cast<size_t>(m.slots), 0);
     if (lifetimes.shareable(id)) {
       block(zone);
-      shared[{zone_rank(zone), lifetimes.thread_of(id)}].push_back(id);
+      for (int slot = 0; slot < m.slots; ++slot) shared[{zone_rank(zone), lifetimes.thread_of(id)}].push_back({id, slot});
       continue;
     }
     MemoryBlock& b = block(zone);
-    m.offset = b.slot_bytes;
     if (m.slot_size * m.slots > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, zone.to_string());
+    for (int slot = 0; slot < m.slots; ++slot) m.offsets[static_cast<size_t>(slot)] = b.slot_bytes + slot * m.slot_size;
     b.slot_bytes += m.slot_size * m.slots;
   }
-  // Each group packed from its zone's end: largest first, each at the
-  // lowest offset clear of every placed member it may be live with.
-  for (auto& [key, ids] : shared) {
+  // Each group's slots packed from its zone's end: largest first, each at
+  // the lowest offset clear of every placed slot it may be live with.
+  for (auto& [key, units] : shared) {
     MemoryBlock& b = blocks[key.first];
-    std::sort(ids.begin(), ids.end(), [&](int64_t x, int64_t y) {
-      const int64_t sx = out.regsts[x].slot_size, sy = out.regsts[y].slot_size;
+    std::sort(units.begin(), units.end(), [&](const Unit& x, const Unit& y) {
+      const int64_t sx = out.regsts[x.first].slot_size, sy = out.regsts[y.first].slot_size;
       return sx != sy ? sx > sy : x < y;
     });
     struct Span {
       int64_t begin, end;
     };
-    std::vector<std::pair<int64_t, Span>> group;  // member, its bytes from the group's start
+    std::vector<std::pair<Unit, Span>> group;  // member, its bytes from the group's start
     std::vector<Span> taken;
     int64_t extent = 0;
-    for (int64_t id : ids) {
-      const int64_t size = out.regsts[id].slot_size;
+    for (const Unit& unit : units) {
+      const int64_t size = out.regsts[unit.first].slot_size;
       taken.clear();
       for (const auto& [other, span] : group)
-        if (!lifetimes.apart(id, other)) taken.push_back(span);
+        if (!lifetimes.apart(unit.first, unit.second, other.first, other.second)) taken.push_back(span);
       std::sort(taken.begin(), taken.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
       int64_t at = 0;
       for (const Span& t : taken) {
         if (t.begin >= at + size) break;
         at = std::max(at, t.end);
       }
-      group.push_back({id, {at, at + size}});
+      group.push_back({unit, {at, at + size}});
       extent = std::max(extent, at + size);
     }
     if (extent > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, b.zone.to_string());
-    for (const auto& [id, span] : group) out.regsts[id].offset = b.slot_bytes + span.begin;
+    for (const auto& [unit, span] : group)
+      out.regsts[unit.first].offsets[static_cast<size_t>(unit.second)] = b.slot_bytes + span.begin;
     b.slot_bytes += extent;
   }
   // Each variable's optimizer state after its zone's slots, tensor after tensor.
@@ -175,6 +178,7 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
   auto name = [](const plan::RegstDesc* r) { return r->name() ? r->name()->str() : std::to_string(r->id()); };
   struct Span {
     int64_t begin, end, regst;
+    int slot;
   };
   std::vector<std::vector<Span>> by_block(memory.blocks.size());
   for (const auto& [id, m] : memory.regsts) {
@@ -182,14 +186,16 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
       return internal_error("memory plan: regst {} in block {} of {}", id, m.block, memory.blocks.size());
     const plan::RegstDesc* r = find_regst(plan, id);
     if (r == nullptr) return internal_error("memory plan: regst {} is not in the plan", id);
-    if (m.slot_size < r->bytes() || m.slots != r->register_num())
-      return internal_error("memory plan: regst '{}' has {} slots of {} bytes for {} of {} bytes", name(r),
-                            m.slots, m.slot_size, r->register_num(), r->bytes());
-    const int64_t end = m.offset + m.slot_size * m.slots;
-    if (m.offset < 0 || end > memory.blocks[static_cast<size_t>(m.block)].slot_bytes)
-      return internal_error("memory plan: regst '{}' at [{}, {}) outside its block of {} bytes", name(r),
-                            m.offset, end, memory.blocks[static_cast<size_t>(m.block)].slot_bytes);
-    by_block[static_cast<size_t>(m.block)].push_back({m.offset, end, id});
+    if (m.slot_size < r->bytes() || m.slots != r->register_num() || m.offsets.size() != static_cast<size_t>(m.slots))
+      return internal_error("memory plan: regst '{}' has {} slots ({} placed) of {} bytes for {} of {} bytes", name(r),
+                            m.slots, m.offsets.size(), m.slot_size, r->register_num(), r->bytes());
+    for (int slot = 0; slot < m.slots; ++slot) {
+      const int64_t begin = m.offsets[static_cast<size_t>(slot)], end = begin + m.slot_size;
+      if (begin < 0 || end > memory.blocks[static_cast<size_t>(m.block)].slot_bytes)
+        return internal_error("memory plan: regst '{}' slot {} at [{}, {}) outside its block of {} bytes", name(r),
+                              slot, begin, end, memory.blocks[static_cast<size_t>(m.block)].slot_bytes);
+      by_block[static_cast<size_t>(m.block)].push_back({begin, end, id, slot});
+    }
   }
   // Optimizer state: inside its block's state region, apart from the others.
   std::vector<std::vector<Span>> states(memory.blocks.size());
@@ -202,7 +208,7 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
     if (st.tensors < 1 || st.tensor_bytes < 0 || st.offset < b.slot_bytes || end > b.slot_bytes + b.state_bytes)
       return internal_error("memory plan: optimizer state of task {} at [{}, {}) outside its block's state region "
                             "[{}, {})", task, st.offset, end, b.slot_bytes, b.slot_bytes + b.state_bytes);
-    states[static_cast<size_t>(st.block)].push_back({st.offset, end, static_cast<int64_t>(task)});
+    states[static_cast<size_t>(st.block)].push_back({st.offset, end, static_cast<int64_t>(task), 0});
   }
   for (auto& spans : states) {
     std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
@@ -211,8 +217,8 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
         return internal_error("memory plan: the optimizer states of tasks {} and {} overlap", spans[i - 1].regst,
                               spans[i].regst);
   }
-  // Slots may overlap only where the lifetimes say the two regsts are
-  // never live at once.
+  // Slots may overlap only where the lifetimes say they are never live at
+  // once.
   std::optional<RegstLifetimes> lifetimes;
   for (auto& spans : by_block) {
     std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
@@ -221,9 +227,10 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
       std::erase_if(open, [&](const Span& o) { return o.end <= s.begin; });
       for (const Span& o : open) {
         if (!lifetimes) lifetimes = RegstLifetimes::analyze(plan, node);
-        if (!plan.reuse_memory() || !lifetimes->apart(o.regst, s.regst))
-          return internal_error("memory plan: regsts {} and {} overlap ([{}, {}) and [{}, {})) but may be live at once",
-                                o.regst, s.regst, o.begin, o.end, s.begin, s.end);
+        if (!plan.reuse_memory() || !lifetimes->apart(o.regst, o.slot, s.regst, s.slot))
+          return internal_error(
+              "memory plan: regsts {} (slot {}) and {} (slot {}) overlap ([{}, {}) and [{}, {})) but may be live at once",
+              o.regst, o.slot, s.regst, s.slot, o.begin, o.end, s.begin, s.end);
       }
       open.push_back(s);
     }

@@ -8,10 +8,10 @@
 // tasks write or read (mirror slots of another node's regsts included) gets
 // an offset in its zone's block: register_num slots of its slot size (the
 // regst's bytes rounded up to 64), one after the other. With the plan's
-// reuse_memory (train.reuse_memory, on by default), regsts that are never
+// reuse_memory (train.reuse_memory, on by default), slots that are never
 // live at once share bytes (compiler/regst_lifetimes.h): each thread's
-// shareable regsts are packed after the zone's other slots, largest first,
-// each at the lowest offset clear of every member it may be live with.
+// shareable slots are packed after the zone's other slots, largest first,
+// each at the lowest offset clear of every slot it may be live with.
 // check_memory_plan states what must hold.
 //
 // After the slots, each zone's block holds the optimizer state of the
@@ -54,10 +54,11 @@ struct MemoryBlock {
   int64_t total() const { return slot_bytes + state_bytes + held_bytes + scratch_bytes; }
 };
 
-// One regst's slots: slot s at offset + s * slot_size in block `block`.
+// One regst's slots: slot s at offsets[s] in block `block` (one after
+// another, unless slots share bytes with other regsts' by turns).
 struct RegstMemory {
   int block = 0;
-  int64_t offset = 0;
+  std::vector<int64_t> offsets;
   int64_t slot_size = 0;
   int slots = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "base/actor_id.h"
@@ -10,28 +11,47 @@
 namespace rill::compiler {
 namespace {
 
-constexpr int kSteps = 3;              // steps unrolled
-constexpr int kCheckedSteps = 2;       // steps whose productions are chained
-constexpr size_t kChunkWords = 64;     // targets per reachability pass: 4,096
+constexpr int kMaxPeriod = 4;       // steps after which a regst's slots repeat, at most
+constexpr size_t kChunkWords = 64;  // targets per reachability pass: 4,096
 
 // One act of one of the node's tasks in the unrolled graph.
 using Event = uint32_t;
 
 struct TaskActs {
   const plan::Task* task = nullptr;
-  Event base = 0;   // its act a is event base + a
-  int acts = 0;     // acts in the unrolled steps
+  int per_step = 1;  // acts a step
+  Event base = 0;    // its act a is event base + a
+  int acts = 0;      // acts in the unrolled steps
   bool modeled = false;
 };
 
 bool is_variable(const plan::Task& t) { return t.kind() == plan::TaskKind::Variable; }
 
 // A laned variable picks one of its port sets per act: none of the plain
-// orders hold for it.
+// orders hold for it. A plain variable reads one gradient (its act waits
+// on input 0 alone): one of more inputs is not modeled either.
 bool plain(const plan::Task& t) {
   if (!is_variable(t)) return true;
-  return t.variable() == nullptr || t.variable()->lanes() <= 1;
+  return (t.variable() == nullptr || t.variable()->lanes() <= 1) && (t.inputs() == nullptr || t.inputs()->size() <= 1);
 }
+
+// How a regst's productions map to acts: production n is written by the
+// producer's acts [n q, n q + q) (q acts a production), and read by a
+// reader's acts [n q', n q' + q'), one later for a variable (its act n + 1
+// is the update after step n).
+struct Reader {
+  size_t task;
+  int per;    // acts per production
+  int shift;  // 1 for a variable
+};
+
+struct Written {
+  const plan::RegstDesc* regst;
+  size_t producer;
+  int per;
+  std::vector<Reader> readers;
+  bool all_local_plain = true;  // every consumer is a plain task of this node
+};
 
 }  // namespace
 
@@ -40,55 +60,30 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
   if (plan.tasks() == nullptr || plan.regsts() == nullptr) return out;
   std::vector<TaskActs> acts;
   std::unordered_map<uint64_t, size_t> local;  // actor id -> index in acts
-  Event events = 0;
   for (const plan::Task* t : *plan.tasks()) {
     if (t->node() != node) continue;
     local[t->id()] = acts.size();
-    const int per_step = std::max(1, t->acts_per_step());
-    acts.push_back({t, events, per_step * kSteps, plain(*t)});
-    events += static_cast<Event>(per_step * kSteps);
+    acts.push_back({t, std::max(1, t->acts_per_step()), 0, 0, plain(*t)});
   }
-  auto event = [&](size_t t, int act) -> Event { return acts[t].base + static_cast<Event>(act); };
-  std::vector<std::pair<Event, Event>> edges;
-  for (size_t t = 0; t < acts.size(); ++t)
-    if (acts[t].modeled)
-      for (int a = 0; a + 1 < acts[t].acts; ++a) edges.emplace_back(event(t, a), event(t, a + 1));
+  auto per_production = [](const TaskActs& t, int readies) {
+    return readies > 0 && t.per_step % readies == 0 ? t.per_step / readies : 0;
+  };
 
-  // How a regst's productions map to its producer's and a reader's acts:
-  // production n is written by acts [n q, n q + q) of a task acting q times
-  // per production, and read by the reader's acts [n q, n q + q), one later
-  // for a variable (its act n + 1 is the update after step n).
-  struct Reader {
-    size_t task;
-    int per;    // acts per production
-    int shift;  // 1 for a variable
-  };
-  auto per_production = [](const plan::Task& t, int readies) {
-    const int a = std::max(1, t.acts_per_step());
-    return readies > 0 && a % readies == 0 ? a / readies : 0;
-  };
-  // Regsts written here whose orders hold: producer, per, readers.
-  struct Written {
-    const plan::RegstDesc* regst;
-    size_t producer;
-    int per;
-    std::vector<Reader> readers;
-    bool all_local_plain = true;  // every consumer is a plain task of this node
-  };
+  // The regsts written here whose orders hold, with their readers.
   std::vector<Written> written;
   for (size_t t = 0; t < acts.size(); ++t) {
     const plan::Task& task = *acts[t].task;
     if (!acts[t].modeled || task.outputs() == nullptr) continue;
     for (int64_t id : *task.outputs()) {
       const plan::RegstDesc* r = find_regst(plan, id);
-      if (r == nullptr || r->producer() != task.id()) continue;
+      if (r == nullptr || r->producer() != task.id() || r->register_num() < 1) continue;
       const int readies = r->readies_per_step();
-      Written w{r, t, per_production(task, readies), {}, true};
+      Written w{r, t, per_production(acts[t], readies), {}, true};
       if (w.per == 0) continue;
       if (r->consumers() != nullptr)
         for (uint64_t c : *r->consumers()) {
           auto it = local.find(c);
-          const int per = it == local.end() ? 0 : per_production(*acts[it->second].task, readies);
+          const int per = it == local.end() ? 0 : per_production(acts[it->second], readies);
           if (it == local.end() || !acts[it->second].modeled || it->second == t || per == 0) {
             w.all_local_plain = false;
             continue;
@@ -97,18 +92,63 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
             continue;  // one task reading a regst twice (x * x) acks it once
           w.readers.push_back({it->second, per, is_variable(*acts[it->second].task) ? 1 : 0});
         }
-      const int productions = readies * kSteps;
-      for (int n = 0; n < productions; ++n) {
-        const int last_write = n * w.per + w.per - 1;
-        for (const Reader& c : w.readers) {
-          const int first_read = n * c.per + c.shift, last_read = first_read + c.per - 1;
-          if (first_read < acts[c.task].acts) edges.emplace_back(event(t, last_write), event(c.task, first_read));
-          const int next = n + std::max(1, r->register_num());  // the production that reuses this slot
-          if (next < productions && last_read < acts[c.task].acts)
-            edges.emplace_back(event(c.task, last_read), event(t, next * w.per));
-        }
-      }
       written.push_back(std::move(w));
+    }
+  }
+
+  // Shareable regsts, by thread; the period after which every one's slots
+  // repeat (slot n % register_num holds production n).
+  auto period_of = [](const plan::RegstDesc& r) {
+    const int readies = std::max(1, r.readies_per_step());
+    return std::lcm(r.register_num(), readies) / readies;
+  };
+  std::map<uint64_t, std::vector<const Written*>> by_thread;
+  int period = 1;
+  for (const Written& w : written) {
+    const plan::RegstDesc& r = *w.regst;
+    const plan::Task& producer = *acts[w.producer].task;
+    const int p = period_of(r);
+    if (r.is_model() || r.bytes() <= 0 || producer.kind() != plan::TaskKind::Compute || !w.all_local_plain ||
+        w.readers.empty() || kMaxPeriod % p != 0)
+      continue;
+    const uint64_t thread = ActorId::thread_key(producer.id());
+    bool ok = true;
+    for (const Reader& c : w.readers) {
+      const plan::Task& reader = *acts[c.task].task;
+      ok = ok && (reader.kind() == plan::TaskKind::Compute || is_variable(reader)) &&
+           ActorId::thread_key(reader.id()) == thread;
+    }
+    if (!ok) continue;
+    by_thread[thread].push_back(&w);
+    period = std::max(period, p);  // all divide kMaxPeriod, a power of two
+  }
+  if (by_thread.empty()) return out;
+
+  // The graph over 2 periods and a step (a chain's pairs from one period
+  // and their successors, a variable's read one step on).
+  const int checked_steps = 2 * period, steps = checked_steps + 1;
+  Event events = 0;
+  for (TaskActs& t : acts) {
+    t.base = events;
+    t.acts = t.per_step * steps;
+    events += static_cast<Event>(t.acts);
+  }
+  auto event = [&](size_t t, int act) -> Event { return acts[t].base + static_cast<Event>(act); };
+  std::vector<std::pair<Event, Event>> edges;
+  for (size_t t = 0; t < acts.size(); ++t)
+    if (acts[t].modeled)
+      for (int a = 0; a + 1 < acts[t].acts; ++a) edges.emplace_back(event(t, a), event(t, a + 1));
+  for (const Written& w : written) {
+    const int productions = w.regst->readies_per_step() * steps;
+    for (int n = 0; n < productions; ++n) {
+      const int last_write = n * w.per + w.per - 1;
+      for (const Reader& c : w.readers) {
+        const int first_read = n * c.per + c.shift, last_read = first_read + c.per - 1;
+        if (first_read < acts[c.task].acts) edges.emplace_back(event(w.producer, last_write), event(c.task, first_read));
+        const int next = n + w.regst->register_num();  // the production that reuses this slot
+        if (next < productions && last_read < acts[c.task].acts)
+          edges.emplace_back(event(c.task, last_read), event(w.producer, next * w.per));
+      }
     }
   }
 
@@ -133,30 +173,13 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
       if (--indegree[succ[k]] == 0) order.push_back(succ[k]);
   if (order.size() != events) return out;
 
-  // Shareable regsts, by thread.
-  std::map<uint64_t, std::vector<const Written*>> by_thread;
-  for (const Written& w : written) {
-    const plan::RegstDesc& r = *w.regst;
-    const plan::Task& producer = *acts[w.producer].task;
-    if (r.register_num() != 1 || r.is_model() || r.bytes() <= 0 || producer.kind() != plan::TaskKind::Compute ||
-        !w.all_local_plain || w.readers.empty())
-      continue;
-    const uint64_t thread = ActorId::thread_key(producer.id());
-    bool ok = true;
-    for (const Reader& c : w.readers) {
-      const plan::Task& reader = *acts[c.task].task;
-      ok = ok && (reader.kind() == plan::TaskKind::Compute || is_variable(reader)) &&
-           ActorId::thread_key(reader.id()) == thread;
-    }
-    if (ok) by_thread[thread].push_back(&w);
-  }
-
   std::vector<uint32_t> target_of(events, UINT32_MAX), row_of(events, UINT32_MAX);
   for (const auto& [thread, regsts] : by_thread) {
     std::vector<Event> targets, rows;
     for (const Written* w : regsts) {
-      Info info{thread, {}};
-      const int checked = w->regst->readies_per_step() * kCheckedSteps;
+      const int slots = w->regst->register_num();
+      Info info{thread, std::vector<std::vector<Production>>(static_cast<size_t>(slots))};
+      const int checked = w->regst->readies_per_step() * checked_steps;
       for (int n = 0; n < checked; ++n) {
         Production p;
         const Event start = event(w->producer, n * w->per);
@@ -166,14 +189,14 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
         }
         p.start = target_of[start];
         for (const Reader& c : w->readers) {
-          const Event end = event(c.task, n * c.per + c.shift + c.per - 1);  // within the three steps
+          const Event end = event(c.task, n * c.per + c.shift + c.per - 1);  // within the unrolled steps
           if (row_of[end] == UINT32_MAX) {
             row_of[end] = static_cast<uint32_t>(rows.size());
             rows.push_back(end);
           }
           p.ends.push_back(row_of[end]);
         }
-        info.productions.push_back(std::move(p));
+        info.slots[static_cast<size_t>(n % slots)].push_back(std::move(p));
       }
       out.info_[w->regst->id()] = std::move(info);
     }
@@ -204,24 +227,32 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
   return out;
 }
 
+int RegstLifetimes::slots(int64_t regst) const {
+  auto it = info_.find(regst);
+  return it == info_.end() ? 0 : static_cast<int>(it->second.slots.size());
+}
+
 bool RegstLifetimes::before(const Reach& reach, const Production& a, const Production& b) const {
   for (uint32_t row : a.ends)
     if (!reach.precedes(row, b.start)) return false;
   return true;
 }
 
-bool RegstLifetimes::apart(int64_t a, int64_t b) const {
-  if (a == b) return false;
+bool RegstLifetimes::apart(int64_t a, int slot_a, int64_t b, int slot_b) const {
+  if (a == b && slot_a == slot_b) return false;
   auto ia = info_.find(a), ib = info_.find(b);
   if (ia == info_.end() || ib == info_.end() || ia->second.thread != ib->second.thread) return false;
+  if (slot_a < 0 || slot_a >= static_cast<int>(ia->second.slots.size()) || slot_b < 0 ||
+      slot_b >= static_cast<int>(ib->second.slots.size()))
+    return false;
   const Reach& reach = reach_.at(ia->second.thread);
-  const std::vector<Production>& pa = ia->second.productions;
-  const std::vector<Production>& pb = ib->second.productions;
+  const std::vector<Production>& pa = ia->second.slots[static_cast<size_t>(slot_a)];
+  const std::vector<Production>& pb = ib->second.slots[static_cast<size_t>(slot_b)];
   // Merge the two chains: the next of either must be acked before the
   // other's next begins (both at once cannot hold: the graph has no cycle).
-  // A regst's own productions follow each other (one slot). The merged
-  // chain crosses from step 0 into step 1, so the crossing into every
-  // later step holds too.
+  // A slot's own productions follow each other (its readers ack it before
+  // it is written again). The productions of two periods give every pair
+  // that starts in the first and its successor, which repeat every period.
   size_t i = 0, j = 0;
   while (i < pa.size() || j < pb.size()) {
     if (i < pa.size() && (j == pb.size() || before(reach, pa[i], pb[j]))) {

@@ -12,21 +12,30 @@
 //     variable's act n + 1 reads production n of its gradient);
 //   - a producer's act after every consumer acked the slot it is about to
 //     write: production n's slot is production n - register_num's.
-// The analysis unrolls the node's acts over three steps into a graph of
-// those orders and calls two regsts apart when all their productions in the
-// first two steps form one chain: each slot acked by every reader before the
-// next production's first write begins. That is enough for every step: no
-// edge goes back a step, so a path between acts of steps s and s + 2 stays
-// within them, and the graph over those steps is the same for every s.
+// A regst of r slots writes production n into slot n % r, so its slots
+// repeat every P = lcm(r, readies per step) / (readies per step) steps; the
+// unit that may share bytes is one slot. The analysis unrolls the node's
+// acts over 2 P + 1 steps (P the largest period of a shareable regst) into
+// a graph of those orders, and calls two slots apart when all their
+// productions in the first 2 P steps form one chain: each acked by every
+// reader before the next production's first write begins. That holds for
+// every step: no edge goes back a step and every edge between steps s and
+// s' exists for every s >= 0, so the graph over a window starting later
+// holds the first window's orders (and perhaps more), and the chain's pairs
+// repeat every P steps.
 //
 // On a GPU's thread an act enqueues work; the same relation orders the work
-// itself (one compute stream; copies ordered with it by events; messages to
-// other threads held until the work is done: runtime/node/worker.h).
+// itself, because every compute and variable body of a device thread reads
+// and writes its slots only on that device's compute stream (copies run on
+// the copy stream, and the compute stream waits for each; messages to other
+// threads are held until the work is done: runtime/node/worker.h). A body
+// that touched its slots on another stream, or from the host, would break
+// sharing: keep that invariant (actor/body.h).
 //
-// Only regsts of one slot, written by a compute task and read only by
-// compute or variable tasks of the producer's thread, may share. A model
-// regst (the variable between steps) and what crosses threads, nodes or a
-// copy keep bytes of their own. Tasks outside the actor protocol's plain
+// Only regsts written by a compute task and read only by compute or
+// variable tasks of the producer's thread, whose slots repeat within 4
+// steps, may share. A model regst (the variable between steps) and what
+// crosses threads, nodes or a copy keep bytes of their own. Tasks outside the actor protocol's plain
 // form (a laned variable picks its port sets itself) add no order.
 //
 // Pure; the analysis of a node plan and of the whole plan for that node
@@ -47,12 +56,17 @@ class RegstLifetimes {
   // Node `node`'s regsts in a verified plan (whole or node plan).
   static RegstLifetimes analyze(const plan::Plan& plan, int node);
 
-  // Whether `regst` may share bytes with another regst of its thread.
+  // Whether `regst`'s slots may share bytes with other slots of its thread.
   bool shareable(int64_t regst) const { return info_.contains(regst); }
+  // A shareable regst's slots (0 for others).
+  int slots(int64_t regst) const;
   // The device thread of a shareable regst (its producer's ActorId thread key).
   uint64_t thread_of(int64_t regst) const { return info_.at(regst).thread; }
-  // Whether two shareable regsts of one thread are never live at once.
-  bool apart(int64_t a, int64_t b) const;
+  // Whether slot `slot_a` of regst `a` and slot `slot_b` of regst `b`
+  // (shareable, of one thread) are never live at once.
+  bool apart(int64_t a, int slot_a, int64_t b, int slot_b) const;
+  // Regsts of one slot.
+  bool apart(int64_t a, int64_t b) const { return apart(a, 0, b, 0); }
 
  private:
   struct Production {
@@ -61,7 +75,7 @@ class RegstLifetimes {
   };
   struct Info {
     uint64_t thread = 0;
-    std::vector<Production> productions;  // those of the first two steps, in order
+    std::vector<std::vector<Production>> slots;  // by slot: its productions of two periods, in order
   };
   // Per thread: for each end event (row), the targets it precedes, as bits.
   struct Reach {

@@ -122,7 +122,7 @@ Status NodeRun::allocate_regsts() {
     TensorMeta meta{read_shape(desc->shape()), read_dtype(desc->dtype())};
     auto& views = slots_[id];
     for (int s = 0; s < m.slots; ++s)
-      views.push_back(TensorView{base[static_cast<size_t>(m.block)] + m.offset + s * m.slot_size, meta.shape, meta.dtype});
+      views.push_back(TensorView{base[static_cast<size_t>(m.block)] + m.offsets[static_cast<size_t>(s)], meta.shape, meta.dtype});
   }
   return {};
 }

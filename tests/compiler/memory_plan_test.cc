@@ -55,7 +55,7 @@ TEST_CASE("each node's regsts get slots in one host block, none overlapping, add
       CHECK(m.slots == r->register_num());
       CHECK(m.slot_size >= r->bytes());
       CHECK(m.slot_size % 64 == 0);
-      CHECK(m.offset % 64 == 0);
+      for (int64_t offset : m.offsets) CHECK(offset % 64 == 0);
       slots += m.slot_size * m.slots;
     }
     CHECK(memory.blocks[0].slot_bytes == slots);
@@ -96,12 +96,12 @@ TEST_CASE("a layout whose slots overlap or leave their block is refused, naming 
   auto first = memory.regsts.begin();
   auto second = std::next(first);
   MemoryPlan overlapping = memory;
-  overlapping.regsts[second->first].offset = first->second.offset;  // two regsts on the same bytes
+  overlapping.regsts[second->first].offsets[0] = first->second.offsets[0];  // two regsts on the same bytes
   Status refused = compiler::check_memory_plan(p, 0, overlapping);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("overlap") != std::string::npos);
   MemoryPlan outside = memory;
-  outside.regsts[first->first].offset = memory.blocks[0].slot_bytes;
+  outside.regsts[first->first].offsets[0] = memory.blocks[0].slot_bytes;
   refused = compiler::check_memory_plan(p, 0, outside);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("outside its block") != std::string::npos);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -123,46 +124,66 @@ Simulated simulate(const plan::Plan& p, int steps, std::mt19937& rng) {
   return out;
 }
 
-// Every pair the analysis calls apart, never live at once in `runs` random
-// schedules; and the analysis finds some (or the check says nothing).
-void check_apart_never_overlap(const graph::Job& job, const std::string& devices, int runs) {
+// Every pair of slots the analysis calls apart, never live at once in
+// `runs` random schedules; and the analysis finds some (or the check says
+// nothing). Returns the pairs found.
+size_t check_apart_never_overlap(const graph::Job& job, const std::string& devices, int runs) {
   const std::string bytes = testing::compile_ok(job, devices);
   const plan::Plan& p = *testing::plan_of(bytes);
   const RegstLifetimes lifetimes = RegstLifetimes::analyze(p, 0);
-  std::vector<int64_t> shareable;
+  using Unit = std::pair<int64_t, int>;  // (regst, slot)
+  std::vector<Unit> units;
   for (const plan::RegstDesc* r : *p.regsts())
-    if (lifetimes.shareable(r->id())) shareable.push_back(r->id());
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  for (size_t i = 0; i < shareable.size(); ++i)
-    for (size_t j = i + 1; j < shareable.size(); ++j)
-      if (lifetimes.apart(shareable[i], shareable[j])) pairs.emplace_back(shareable[i], shareable[j]);
+    for (int slot = 0; slot < lifetimes.slots(r->id()); ++slot) units.push_back({r->id(), slot});
+  std::vector<std::pair<Unit, Unit>> pairs;
+  for (size_t i = 0; i < units.size(); ++i)
+    for (size_t j = i + 1; j < units.size(); ++j)
+      if (lifetimes.apart(units[i].first, units[i].second, units[j].first, units[j].second))
+        pairs.emplace_back(units[i], units[j]);
   CAPTURE(devices);
   REQUIRE(!pairs.empty());
   std::mt19937 rng(7);
   for (int run = 0; run < runs; ++run) {
-    const Simulated sim = simulate(p, 4, rng);
+    const Simulated sim = simulate(p, 6, rng);
     for (const auto& [a, b] : pairs) {
-      const auto& la = sim.live.at(a);
-      const auto& lb = sim.live.at(b);
-      for (const auto& x : la)
-        for (const auto& y : lb) {
-          const bool overlap = x.first <= y.second && y.first <= x.second;
+      // Production n lives in slot n % register_num.
+      const auto& la = sim.live.at(a.first);
+      const auto& lb = sim.live.at(b.first);
+      const size_t ra = static_cast<size_t>(testing::regst(p, a.first)->register_num());
+      const size_t rb = static_cast<size_t>(testing::regst(p, b.first)->register_num());
+      for (size_t x = static_cast<size_t>(a.second); x < la.size(); x += ra)
+        for (size_t y = static_cast<size_t>(b.second); y < lb.size(); y += rb) {
+          const bool overlap = la[x].first <= lb[y].second && lb[y].first <= la[x].second;
           if (overlap)
-            FAIL_CHECK("regsts '" << testing::regst(p, a)->name()->str() << "' and '" << testing::regst(p, b)->name()->str()
-                                  << "' were live at once: [" << x.first << ", " << x.second << "] and [" << y.first
-                                  << ", " << y.second << "]");
+            FAIL_CHECK("regsts '" << testing::regst(p, a.first)->name()->str() << "' slot " << a.second << " and '"
+                                  << testing::regst(p, b.first)->name()->str() << "' slot " << b.second
+                                  << " were live at once: [" << la[x].first << ", " << la[x].second << "] and ["
+                                  << lb[y].first << ", " << lb[y].second << "]");
         }
     }
   }
+  return pairs.size();
 }
 
-TEST_CASE("regsts called apart are never live at once in random schedules of the actor protocol") {
+TEST_CASE("slots called apart are never live at once in random schedules of the actor protocol") {
   SUBCASE("the GPT sample on one device") { check_apart_never_overlap(sample("samples/gpt/gpt_moby.json"), "cpu:1", 20); }
   SUBCASE("a deep MLP data parallel on two devices") {
     check_apart_never_overlap(testing::deep_mlp_job(3, 16, 8), "cpu:2", 50);
   }
   SUBCASE("the GPT sample tensor parallel on two devices") {
     check_apart_never_overlap(sample("samples/gpt/gpt_moby_tp.json"), "cpu:2", 10);
+  }
+  SUBCASE("the GPT sample with 4 micro-batches: regsts of two slots, gradients written over a step's acts") {
+    graph::Job job = sample("samples/gpt/gpt_moby.json");
+    job.train.micro_batches = 4;
+    check_apart_never_overlap(job, "cpu:1", 20);
+  }
+  SUBCASE("a deep MLP as 2 pipeline stages of 4 micro-batches (1F1B: stage 0's forward holds 2 slots)") {
+    graph::Job job = testing::deep_mlp_job(4, 16, 8);
+    job.train.micro_batches = 4;
+    job.pipeline = graph::Pipeline{};
+    job.pipeline->num_stages = 2;
+    check_apart_never_overlap(job, "cpu:2", 50);
   }
 }
 
@@ -191,7 +212,7 @@ TEST_CASE("the GPT sample's forward temporaries share bytes; what backward reads
   // Two regsts that may be live at once on the same bytes are refused; so
   // is any overlap where the plan does not reuse memory.
   compiler::MemoryPlan wrong = *memory;
-  wrong.regsts.at(att0).offset = m1.offset;
+  wrong.regsts.at(att0).offsets[0] = m1.offsets[0];
   Status refused = compiler::check_memory_plan(p, 0, wrong);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("may be live at once") != std::string::npos);
@@ -206,27 +227,44 @@ TEST_CASE("the GPT sample's forward temporaries share bytes; what backward reads
   CHECK_FALSE(compiler::check_memory_plan(q, 0, *memory).ok());  // the shared layout, on a plan that reuses nothing
 }
 
-TEST_CASE("only one-slot regsts a compute task writes for readers of its own thread may share") {
-  const std::string bytes = testing::compile_ok(sample("samples/gpt/gpt_moby_tp.json"), "cpu:2");
-  const plan::Plan& p = *testing::plan_of(bytes);
-  const RegstLifetimes lifetimes = RegstLifetimes::analyze(p, 0);
-  int shared = 0, kept = 0;
-  for (const plan::RegstDesc* r : *p.regsts()) {
-    const plan::Task* producer = testing::task(p, r->producer());
-    bool own_thread = r->consumers()->size() > 0;
-    for (uint64_t c : *r->consumers()) {
-      const plan::Task* reader = testing::task(p, c);
-      own_thread = own_thread && ActorId::thread_key(c) == ActorId::thread_key(r->producer()) &&
-                   (reader->kind() == plan::TaskKind::Compute || reader->kind() == plan::TaskKind::Variable);
+// Slots repeat every lcm(register_num, readies) / readies steps; shared
+// only where that divides 4.
+TEST_CASE("only regsts a compute task writes for readers of its own thread, their slots repeating soon, may share") {
+  for (int64_t micro_batches : {1, 4}) {
+    CAPTURE(micro_batches);
+    graph::Job job = sample("samples/gpt/gpt_moby_tp.json");
+    job.train.micro_batches = micro_batches;
+    const std::string bytes = testing::compile_ok(job, "cpu:2");
+    const plan::Plan& p = *testing::plan_of(bytes);
+    const RegstLifetimes lifetimes = RegstLifetimes::analyze(p, 0);
+    int shared = 0, kept = 0, several = 0;
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      const plan::Task* producer = testing::task(p, r->producer());
+      bool own_thread = r->consumers()->size() > 0;
+      for (uint64_t c : *r->consumers()) {
+        const plan::Task* reader = testing::task(p, c);
+        own_thread = own_thread && ActorId::thread_key(c) == ActorId::thread_key(r->producer()) &&
+                     (reader->kind() == plan::TaskKind::Compute || reader->kind() == plan::TaskKind::Variable);
+      }
+      const int readies = r->readies_per_step();
+      const int period = std::lcm(r->register_num(), readies) / readies;
+      const bool may = 4 % period == 0 && !r->is_model() && producer->kind() == plan::TaskKind::Compute &&
+                       own_thread && r->bytes() > 0;
+      CAPTURE(r->name()->str());
+      if (!may) CHECK_FALSE(lifetimes.shareable(r->id()));
+      if (lifetimes.shareable(r->id())) {
+        CHECK(lifetimes.slots(r->id()) == r->register_num());
+        ++shared;
+        several += r->register_num() > 1;
+      } else {
+        CHECK(lifetimes.slots(r->id()) == 0);
+        ++kept;
+      }
     }
-    const bool may = r->register_num() == 1 && !r->is_model() && producer->kind() == plan::TaskKind::Compute &&
-                     own_thread && r->bytes() > 0;
-    CAPTURE(r->name()->str());
-    if (!may) CHECK_FALSE(lifetimes.shareable(r->id()));
-    (lifetimes.shareable(r->id()) ? shared : kept) += 1;
+    CHECK(shared > 0);
+    CHECK(kept > 0);  // the boxings' regsts, the models, what sources write
+    if (micro_batches > 1) CHECK(several > 0);  // per micro-batch regsts of two slots
   }
-  CHECK(shared > 0);
-  CHECK(kept > 0);  // the boxings' regsts, the models, what sources write
 }
 
 }  // namespace

@@ -59,13 +59,17 @@ TEST_CASE("regsts sharing bytes change no result: the same losses and variables 
     const char* file;
     const char* devices;
     int64_t steps;
+    int64_t micro_batches;  // 4: per micro-batch regsts of two slots share too
   };
-  for (const Layout& layout : {Layout{"samples/gpt/gpt_moby.json", "cpu:1", 6},
-                               Layout{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6},
-                               Layout{"samples/mlp/mlp.json", "cpu:2", 30}}) {
+  for (const Layout& layout : {Layout{"samples/gpt/gpt_moby.json", "cpu:1", 6, 1},
+                               Layout{"samples/gpt/gpt_moby.json", "cpu:1", 4, 4},
+                               Layout{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6, 1},
+                               Layout{"samples/mlp/mlp.json", "cpu:2", 30, 1}}) {
     CAPTURE(layout.file);
     CAPTURE(layout.devices);
+    CAPTURE(layout.micro_batches);
     graph::Job job = testing::load_sample(layout.file);
+    job.train.micro_batches = layout.micro_batches;
     job.eval.reset();
     job.generate.reset();
     for (DatasetSpec& d : job.datasets)  // the GPT samples' text, relative to the source folder
