@@ -234,14 +234,21 @@ TEST_CASE("embedding its gradient and its mask match the CPU; an id outside the 
   compare("embedding_grad", {id_tensor, Tensor::uniform({48, 2, 16}, 32)}, {{"rows", int64_t{40}}});
   compare("embedding_mask", {id_tensor, Tensor::uniform({48, 2, 16}, 33)},
           {{"rows", int64_t{15}}, {"total_rows", int64_t{40}}, {"row_offset", int64_t{10}}});
+  // Many ids (several chunks of a block's 256), few rows: long runs of
+  // repeats, summed in position order on both sides.
+  std::vector<int32_t> many;
+  for (int i = 0; i < 1000; ++i) many.push_back((i * 7 + i / 13) % 40);
   for (const Attrs& attrs : {Attrs{{"rows", int64_t{40}}},
                              Attrs{{"rows", int64_t{15}}, {"total_rows", int64_t{40}}, {"row_offset", int64_t{10}}}}) {
-    const std::vector<Tensor> in = {id_tensor, Tensor::uniform({48, 2, 300}, 34)};  // rows wider than a block's threads
-    auto cpu = testing::run_op("embedding_grad", in, attrs);
-    REQUIRE(cpu.ok());
-    GpuRun gpu = run_cuda("embedding_grad", in, attrs);
-    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
-    CHECK(gpu.outputs[0].f32 == (*cpu)[0].f32);
+    for (const std::vector<Tensor>& in :
+         {std::vector<Tensor>{id_tensor, Tensor::uniform({48, 2, 300}, 34)},  // rows wider than a block's threads
+          std::vector<Tensor>{Tensor::ints({500, 2}, many), Tensor::uniform({500, 2, 24}, 35)}}) {
+      auto cpu = testing::run_op("embedding_grad", in, attrs);
+      REQUIRE(cpu.ok());
+      GpuRun gpu = run_cuda("embedding_grad", in, attrs);
+      REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+      CHECK(gpu.outputs[0].f32 == (*cpu)[0].f32);
+    }
   }
   ids[5] = 40;
   GpuRun bad = run_cuda("embedding", {Tensor::ints({48, 2}, ids), Tensor::uniform({40, 16}, 31)}, {});
