@@ -133,27 +133,33 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     struct Span {
       int64_t begin, end;
     };
-    std::vector<std::pair<Unit, Span>> group;  // member, its bytes from the group's start
+    struct Member {
+      Unit unit;
+      int index;  // the regst's in lifetimes
+      Span span;  // its bytes from the group's start
+    };
+    std::vector<Member> group;
     std::vector<Span> taken;
     int64_t extent = 0;
     for (const Unit& unit : units) {
       const int64_t size = out.regsts[unit.first].slot_size;
+      const int index = lifetimes.index(unit.first);
       taken.clear();
-      for (const auto& [other, span] : group)
-        if (!lifetimes.apart(unit.first, unit.second, other.first, other.second)) taken.push_back(span);
+      for (const Member& other : group)
+        if (!lifetimes.apart_at(index, unit.second, other.index, other.unit.second)) taken.push_back(other.span);
       std::sort(taken.begin(), taken.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
       int64_t at = 0;
       for (const Span& t : taken) {
         if (t.begin >= at + size) break;
         at = std::max(at, t.end);
       }
-      group.push_back({unit, {at, at + size}});
+      group.push_back({unit, index, {at, at + size}});
       extent = std::max(extent, at + size);
     }
     if (extent > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, b.zone.to_string());
-    for (const auto& [unit, span] : group)
-      out.regsts[unit.first].offsets[static_cast<size_t>(unit.second)] = b.slot_bytes + span.begin;
+    for (const Member& m : group)
+      out.regsts[m.unit.first].offsets[static_cast<size_t>(m.unit.second)] = b.slot_bytes + m.span.begin;
     b.slot_bytes += extent;
   }
   // Each variable's optimizer state after its zone's slots, tensor after tensor.

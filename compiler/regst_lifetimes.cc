@@ -198,11 +198,13 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
         }
         info.slots[static_cast<size_t>(n % slots)].push_back(std::move(p));
       }
-      out.info_[w->regst->id()] = std::move(info);
+      out.index_[w->regst->id()] = static_cast<int>(out.infos_.size());
+      out.infos_.push_back(std::move(info));
     }
     // What each end event precedes, a chunk of targets at a time: the
     // union over its successors of each successor and what it precedes.
-    Reach& reach = out.reach_[thread];
+    Reach& reach = out.reach_[thread];  // unordered_map: stays where it is
+    for (const Written* w : regsts) out.infos_[static_cast<size_t>(out.index_.at(w->regst->id()))].reach = &reach;
     reach.words = (targets.size() + 63) / 64;
     reach.bits.assign(rows.size() * reach.words, 0);
     for (size_t w0 = 0; w0 < reach.words; w0 += kChunkWords) {
@@ -228,8 +230,8 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
 }
 
 int RegstLifetimes::slots(int64_t regst) const {
-  auto it = info_.find(regst);
-  return it == info_.end() ? 0 : static_cast<int>(it->second.slots.size());
+  const int i = index(regst);
+  return i < 0 ? 0 : static_cast<int>(infos_[static_cast<size_t>(i)].slots.size());
 }
 
 bool RegstLifetimes::before(const Reach& reach, const Production& a, const Production& b) const {
@@ -239,15 +241,19 @@ bool RegstLifetimes::before(const Reach& reach, const Production& a, const Produ
 }
 
 bool RegstLifetimes::apart(int64_t a, int slot_a, int64_t b, int slot_b) const {
-  if (a == b && slot_a == slot_b) return false;
-  auto ia = info_.find(a), ib = info_.find(b);
-  if (ia == info_.end() || ib == info_.end() || ia->second.thread != ib->second.thread) return false;
-  if (slot_a < 0 || slot_a >= static_cast<int>(ia->second.slots.size()) || slot_b < 0 ||
-      slot_b >= static_cast<int>(ib->second.slots.size()))
+  return apart_at(index(a), slot_a, index(b), slot_b);
+}
+
+bool RegstLifetimes::apart_at(int a, int slot_a, int b, int slot_b) const {
+  if (a < 0 || b < 0 || (a == b && slot_a == slot_b)) return false;
+  const Info& ia = infos_[static_cast<size_t>(a)];
+  const Info& ib = infos_[static_cast<size_t>(b)];
+  if (ia.thread != ib.thread || slot_a < 0 || slot_a >= static_cast<int>(ia.slots.size()) || slot_b < 0 ||
+      slot_b >= static_cast<int>(ib.slots.size()))
     return false;
-  const Reach& reach = reach_.at(ia->second.thread);
-  const std::vector<Production>& pa = ia->second.slots[static_cast<size_t>(slot_a)];
-  const std::vector<Production>& pb = ib->second.slots[static_cast<size_t>(slot_b)];
+  const Reach& reach = *ia.reach;
+  const std::vector<Production>& pa = ia.slots[static_cast<size_t>(slot_a)];
+  const std::vector<Production>& pb = ib.slots[static_cast<size_t>(slot_b)];
   // Merge the two chains: the next of either must be acked before the
   // other's next begins (both at once cannot hold: the graph has no cycle).
   // A slot's own productions follow each other (its readers ack it before

@@ -55,27 +55,42 @@ class RegstLifetimes {
  public:
   // Node `node`'s regsts in a verified plan (whole or node plan).
   static RegstLifetimes analyze(const plan::Plan& plan, int node);
+  RegstLifetimes() = default;
+  // Moves keep each Info's pointer into reach_ (a map's nodes stay put); a copy would not.
+  RegstLifetimes(RegstLifetimes&&) = default;
+  RegstLifetimes& operator=(RegstLifetimes&&) = default;
+  RegstLifetimes(const RegstLifetimes&) = delete;
+  RegstLifetimes& operator=(const RegstLifetimes&) = delete;
 
   // Whether `regst`'s slots may share bytes with other slots of its thread.
-  bool shareable(int64_t regst) const { return info_.contains(regst); }
+  bool shareable(int64_t regst) const { return index_.contains(regst); }
   // A shareable regst's slots (0 for others).
   int slots(int64_t regst) const;
   // The device thread of a shareable regst (its producer's ActorId thread key).
-  uint64_t thread_of(int64_t regst) const { return info_.at(regst).thread; }
+  uint64_t thread_of(int64_t regst) const { return infos_[static_cast<size_t>(index_.at(regst))].thread; }
   // Whether slot `slot_a` of regst `a` and slot `slot_b` of regst `b`
   // (shareable, of one thread) are never live at once.
   bool apart(int64_t a, int slot_a, int64_t b, int slot_b) const;
   // Regsts of one slot.
   bool apart(int64_t a, int64_t b) const { return apart(a, 0, b, 0); }
+  // The same by a shareable regst's index (-1 for others), for callers that
+  // ask about many pairs.
+  int index(int64_t regst) const {
+    auto it = index_.find(regst);
+    return it == index_.end() ? -1 : it->second;
+  }
+  bool apart_at(int a, int slot_a, int b, int slot_b) const;
 
  private:
   struct Production {
     uint32_t start = 0;          // its first write: a target of its thread
     std::vector<uint32_t> ends;  // each reader's last read: rows of its thread
   };
+  struct Reach;
   struct Info {
     uint64_t thread = 0;
     std::vector<std::vector<Production>> slots;  // by slot: its productions of two periods, in order
+    const Reach* reach = nullptr;                // its thread's
   };
   // Per thread: for each end event (row), the targets it precedes, as bits.
   struct Reach {
@@ -87,7 +102,8 @@ class RegstLifetimes {
   };
   bool before(const Reach& reach, const Production& a, const Production& b) const;
 
-  std::unordered_map<int64_t, Info> info_;
+  std::vector<Info> infos_;
+  std::unordered_map<int64_t, int> index_;  // regst id -> position in infos_
   std::unordered_map<uint64_t, Reach> reach_;
 };
 
