@@ -2,7 +2,9 @@
 # The GPT-2 124M shape (bench/gpt2_124m.json: 12 layers, 12 heads, 768 wide,
 # context 1024, vocabulary 50304, batch 16) in float32, Rill against PyTorch
 # eager (bench/torch_gpt.py, the same architecture, TF32 off; and with
-# PyTorch's fused attention, ATTENTION=sdpa, as nanoGPT writes it) on one GPU, on
+# PyTorch's fused attention, ATTENTION=sdpa, as nanoGPT writes it) on one
+# GPU, Rill both with attention composed (matmul, causal softmax, matmul)
+# and as its fused attention op, on
 # random tokens (an llm.c token file made here). Alternating runs; tokens/s
 # median (min-max), the ratio, MFU (6 N + 12 L T C flops per token of
 # N params at 989 TFLOPS, an H100's dense bf16 peak; f32 runs far below it
@@ -26,13 +28,36 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack(f"<{n}H", *[random.randrange(50257) for _ in range(n)]))
 PY
+# The same job with each layer's matmul, causal softmax and matmul as one
+# attention op (kernels/ops/attention.cc).
+$python - bench/gpt2_124m.json "$tmp/fused.json" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+block = job["blocks"][0]
+ops = []
+for op in block["ops"]:
+    if op["name"].endswith(".scores") or op["name"].endswith(".y0"):
+        continue
+    if op["name"].endswith(".att"):
+        ops.append({"name": "h{i}.y0", "type": "attention", "inputs": ["h{i}.q", "h{i}.k", "h{i}.v"],
+                    "outputs": ["h{i}.y0", "h{i}.lse"], "attrs": {"causal": True, "scale": op["attrs"]["scale"]}})
+        continue
+    ops.append(op)
+block["ops"] = ops
+json.dump(job, open(sys.argv[2], "w"))
+PY
 field() { $python -c "import json,sys;print(json.load(open(sys.argv[1])).get(sys.argv[2], 0))" "$@"; }
-rill_rates="" torch_rates="" sdpa_rates=""
+rate() { $python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*1024)" "$1"; }
+rill_rates="" fused_rates="" torch_rates="" sdpa_rates=""
 for ((r = 0; r < runs; r++)); do
   $rill run bench/gpt2_124m.json --devices cuda:1 --steps "$steps" --set "datasets.train.path=$tmp/tokens.bin" \
     --result "$tmp/r.json" > "$tmp/rill.txt" 2>&1 || { tail -20 "$tmp/rill.txt"; exit 1; }
-  rill_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*1024)" "$tmp/r.json") "
+  rill_rates+="$(rate "$tmp/r.json") "
   rill_peak=$(field "$tmp/r.json" peak_device_bytes)
+  $rill run "$tmp/fused.json" --devices cuda:1 --steps "$steps" --set "datasets.train.path=$tmp/tokens.bin" \
+    --result "$tmp/f.json" > "$tmp/fused.txt" 2>&1 || { tail -20 "$tmp/fused.txt"; exit 1; }
+  fused_rates+="$(rate "$tmp/f.json") "
+  fused_peak=$(field "$tmp/f.json" peak_device_bytes)
   $python bench/torch_gpt.py bench/gpt2_124m.json cuda 5 "$steps" > "$tmp/t.json"
   torch_rates+="$(field "$tmp/t.json" tokens_per_sec) "
   torch_peak=$(field "$tmp/t.json" peak_device_bytes)
@@ -41,17 +66,20 @@ for ((r = 0; r < runs; r++)); do
   sdpa_rates+="$(field "$tmp/s.json" tokens_per_sec) "
   sdpa_peak=$(field "$tmp/s.json" peak_device_bytes)
 done
-tail -3 "$tmp/rill.txt"
-$python - "$rill_rates" "$torch_rates" "$sdpa_rates" "$params" "$rill_peak" "$torch_peak" "$sdpa_peak" <<'PY'
+tail -2 "$tmp/rill.txt"
+tail -2 "$tmp/fused.txt"
+$python - "$rill_rates" "$fused_rates" "$torch_rates" "$sdpa_rates" "$params" "$rill_peak" "$fused_peak" \
+  "$torch_peak" "$sdpa_peak" <<'PY'
 import statistics, sys
-rill, torch, sdpa = ([float(x) for x in a.split()] for a in sys.argv[1:4])
-params, rill_peak, torch_peak, sdpa_peak = (int(a) for a in sys.argv[4:8])
+rill, fused, torch, sdpa = ([float(x) for x in a.split()] for a in sys.argv[1:5])
+params, rill_peak, fused_peak, torch_peak, sdpa_peak = (int(a) for a in sys.argv[5:10])
 flops = 6 * params + 12 * 12 * 1024 * 768  # per token: the matmuls (6 N) and attention's (12 L T C, PaLM's count)
-for name, r in (("rill", rill), ("torch eager", torch), ("torch sdpa", sdpa)):
+for name, r in (("rill", rill), ("rill fused", fused), ("torch eager", torch), ("torch sdpa", sdpa)):
     m = statistics.median(r)
     print(f"  {name:12s} median {m:9.0f} tokens/s ({min(r):.0f}-{max(r):.0f})  MFU {100 * m * flops / 989e12:.1f}%")
-print(f"ratio rill/eager (medians): {statistics.median(rill) / statistics.median(torch):.2f}x, "
-      f"rill/eager with fused attention: {statistics.median(rill) / statistics.median(sdpa):.2f}x")
-print(f"peak device memory: rill {rill_peak / 2**30:.1f} GiB, torch eager {torch_peak / 2**30:.1f} GiB, "
-      f"with fused attention {sdpa_peak / 2**30:.1f} GiB")
+med = statistics.median
+print(f"ratios (medians): rill/eager {med(rill) / med(torch):.2f}x, rill/sdpa {med(rill) / med(sdpa):.2f}x; "
+      f"with fused attention on both sides: rill fused/sdpa {med(fused) / med(sdpa):.2f}x")
+print(f"peak device memory: rill {rill_peak / 2**30:.1f} GiB, rill fused {fused_peak / 2**30:.1f} GiB, "
+      f"torch eager {torch_peak / 2**30:.1f} GiB, torch sdpa {sdpa_peak / 2**30:.1f} GiB")
 PY

@@ -19,7 +19,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReluOp, &kGeluOp, &kGeluTanhOp, &kTanhOp, &kSigmoidOp, &kSoftmaxOp,
     &kReluGradOp, &kGeluGradOp, &kGeluTanhGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
-    &kLayerNormOp, &kLayerNormGradOp, &kDropoutOp,
+    &kLayerNormOp, &kLayerNormGradOp, &kAttentionOp, &kAttentionGradOp, &kDropoutOp,
     &kSumSquaresOp, &kAddNOp, &kClipFactorOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,

@@ -81,6 +81,15 @@ cudaError_t layer_norm(const float* x, const float* gamma, const float* beta, fl
                        int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 cudaError_t layer_norm_grad(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, cudaStream_t stream);
+// attention over `heads` stacks (the leading axes) of q [t, d] and k, v
+// [s, d] (d <= kAttentionMaxHead), never holding a [t, s] matrix: y and each
+// row's log-sum-exp; its gradient dq, dk, dv from y, lse and dy.
+inline constexpr int kAttentionMaxHead = 128;
+cudaError_t attention(const float* q, const float* k, const float* v, float* y, float* lse, int64_t heads, int64_t t,
+                      int64_t s, int d, float scale, bool causal, cudaStream_t stream);
+cudaError_t attention_grad(const float* q, const float* k, const float* v, const float* y, const float* lse,
+                           const float* dy, float* dq, float* dk, float* dv, int64_t heads, int64_t t, int64_t s, int d,
+                           float scale, bool causal, cudaStream_t stream);
 // dropout over a piece of `rank` axes (extent) at `offset` in a logical
 // tensor of `logical` (kMaxBoxRank axes at most): y = x * scale where
 // dropout_math::keep(key, first + the element's logical place, threshold),

@@ -5,6 +5,7 @@
 // Initializers read their Attrs directly: they act once.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -77,6 +78,18 @@ struct SoftmaxParams {
   float scale = 1.0f;
   static SoftmaxParams read(const Attrs& a) {
     return {a.get_int("causal", 0) != 0, static_cast<float>(a.get_float("scale", 1.0))};
+  }
+};
+
+// attention: `scale` 0 means 1 / sqrt(head size), the usual.
+struct AttentionParams {
+  bool causal = false;
+  float scale = 0.0f;
+  static AttentionParams read(const Attrs& a) {
+    return {a.get_int("causal", 0) != 0, static_cast<float>(a.get_float("scale", 0.0))};
+  }
+  float scale_for(int64_t head_size) const {
+    return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(head_size));
   }
 };
 

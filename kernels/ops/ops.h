@@ -16,6 +16,7 @@ extern const OpDef kReluGradOp, kGeluGradOp, kGeluTanhGradOp, kTanhGradOp, kSigm
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,
     kAccuracyOp;  // losses and metrics
 extern const OpDef kLayerNormOp, kLayerNormGradOp;  // normalization
+extern const OpDef kAttentionOp, kAttentionGradOp;  // fused scaled dot-product attention
 extern const OpDef kDropoutOp;                      // regularization
 extern const OpDef kSumSquaresOp, kAddNOp, kClipFactorOp;  // clipping by the global norm
 extern const OpDef kReduceSumOp, kReduceMeanOp, kBroadcastLikeOp;  // reductions

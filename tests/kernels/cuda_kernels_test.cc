@@ -256,6 +256,50 @@ TEST_CASE("embedding its gradient and its mask match the CPU; an id outside the 
   CHECK(bad.status.message().find("position 5") != std::string::npos);
 }
 
+// Fused attention: the GPU sums each row's scores and products in another
+// order than the CPU (an online softmax, tiles of 32 keys), each output a
+// convex mix or a sum of at most 100 terms of values below 2 in magnitude:
+// within 2e-4 of the CPU's (relative above 1). The same bits on a second run.
+TEST_CASE("attention and its gradient match the CPU, causal or not, heads up to 128; the same bits twice") {
+  struct Case {
+    Shape q, kv;
+    Attrs attrs;
+  };
+  for (const Case& c : {Case{{2, 3, 70, 24}, {2, 3, 70, 24}, {{"causal", int64_t{1}}}},
+                        Case{{2, 2, 45, 64}, {2, 2, 100, 64}, {{"scale", 0.2}}},
+                        Case{{1, 2, 40, 128}, {1, 2, 40, 128}, {{"causal", int64_t{1}}}}}) {
+    CAPTURE(shape_string(c.q));
+    const std::vector<Tensor> in = {Tensor::uniform(c.q, 91), Tensor::uniform(c.kv, 92), Tensor::uniform(c.kv, 93)};
+    auto cpu = testing::run_op("attention", in, c.attrs);
+    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+    GpuRun gpu = run_cuda("attention", in, c.attrs);
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    std::vector<double> bound;
+    auto bound_for = [&bound](const std::vector<float>& cpu_values) {
+      bound.clear();
+      for (float x : cpu_values) bound.push_back(2e-4 * std::max(1.0, std::abs(static_cast<double>(x))));
+      return &bound;
+    };
+    for (size_t o = 0; o < 2; ++o)
+      check_close(gpu.outputs[o].f32, (*cpu)[o].f32, bound_for((*cpu)[o].f32), "attention output " + std::to_string(o));
+    const std::vector<Tensor> grad_in = {in[0], in[1], in[2], (*cpu)[0], (*cpu)[1], Tensor::uniform(c.q, 94)};
+    auto cpu_grad = testing::run_op("attention_grad", grad_in, c.attrs);
+    REQUIRE_MESSAGE(cpu_grad.ok(), cpu_grad.status().to_string());
+    GpuRun gpu_grad = run_cuda("attention_grad", grad_in, c.attrs);
+    REQUIRE_MESSAGE(gpu_grad.status.ok(), gpu_grad.status.to_string());
+    for (size_t o = 0; o < 3; ++o)
+      check_close(gpu_grad.outputs[o].f32, (*cpu_grad)[o].f32, bound_for((*cpu_grad)[o].f32),
+                  "attention_grad output " + std::to_string(o));
+    GpuRun again = run_cuda("attention_grad", grad_in, c.attrs);
+    REQUIRE(again.status.ok());
+    for (size_t o = 0; o < 3; ++o) CHECK(again.outputs[o].f32 == gpu_grad.outputs[o].f32);
+  }
+  GpuRun wide = run_cuda("attention", {Tensor::uniform({1, 4, 130}, 95), Tensor::uniform({1, 4, 130}, 96),
+                                       Tensor::uniform({1, 4, 130}, 97)}, {});
+  REQUIRE_FALSE(wide.status.ok());
+  CHECK(wide.status.message().find("heads of at most 128 values, got 130") != std::string::npos);
+}
+
 TEST_CASE("reductions and broadcast_like match the CPU within 2 gamma_n sum|x|, over every axis choice") {
   Tensor x = Tensor::uniform({6, 5, 40}, 31);
   const std::vector<std::vector<int64_t>> axis_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}};

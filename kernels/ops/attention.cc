@@ -1,0 +1,219 @@
+// attention(q, k, v) -> (y, lse): scaled dot-product attention in one op,
+// each query row's softmax over the keys taken a row at a time, so no
+// buffer ever holds a [T, S] matrix of scores (the composed form, matmul +
+// softmax + matmul, writes two). q [..., T, D], k and v [..., S, D] with the
+// same leading axes (batch, heads); y [..., T, D]; lse [..., T] is each
+// row's log-sum-exp of its scaled scores, saved for the gradient. Attrs:
+// `scale` (> 0; default 1 / sqrt(D)) and `causal` (0 or 1; S == T, row i
+// sees keys 0..i). attention_grad(q, k, v, y, lse, dy) -> (dq, dk, dv)
+// recomputes each row's probabilities from lse (FlashAttention's backward):
+// with P = softmax(scale q k^T), dv = P^T dy, dP = dy v^T, dS = P * (dP -
+// rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q. The leading axes
+// split; T, S and D stay whole (a row needs every key).
+#include <vector>
+
+#include "kernels/ops/attr_read.h"
+#include "kernels/ops/math_util.h"
+#include "kernels/ops/op_params.h"
+#include "kernels/ops/ops.h"
+
+namespace rill {
+namespace {
+
+Status check_attrs(const Attrs& attrs) {
+  RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "causal"));
+  if (attrs.has("scale")) {
+    RILL_ASSIGN_OR_RETURN(double scale, read_float(attrs, "scale", 0.0));
+    if (!(scale > 0)) return invalid_argument("attr 'scale' is {}; it must be > 0", scale);
+  }
+  return {};
+}
+
+// q [..., T, D], k and v [..., S, D], the same leading axes; causal: S == T.
+Status check_qkv(const Attrs& attrs, const TensorMeta& q, const TensorMeta& k, const TensorMeta& v) {
+  for (const TensorMeta* m : {&q, &k, &v})
+    if (m->dtype != DType::kF32 || m->shape.size() < 2)
+      return invalid_argument("q {}, k {} and v {} must be f32 with at least 2 axes ([..., T, D])",
+                              shape_string(q.shape), shape_string(k.shape), shape_string(v.shape));
+  const size_t r = q.shape.size();
+  const Shape lead(q.shape.begin(), q.shape.end() - 2);
+  const bool same = k.shape.size() == r && v.shape == k.shape && Shape(k.shape.begin(), k.shape.end() - 2) == lead &&
+                    k.shape[r - 1] == q.shape[r - 1];
+  if (!same)
+    return invalid_argument("k {} and v {} must be [..., S, D] with q {}'s leading axes and D", shape_string(k.shape),
+                            shape_string(v.shape), shape_string(q.shape));
+  if (attrs.get_int("causal", 0) != 0 && k.shape[r - 2] != q.shape[r - 2])
+    return invalid_argument("causal: q {} and k {} must have as many keys as queries", shape_string(q.shape),
+                            shape_string(k.shape));
+  return check_attrs(attrs);
+}
+
+Status infer_attention(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(check_qkv(attrs, in[0], in[1], in[2]));
+  out->push_back(in[0]);
+  out->push_back({Shape(in[0].shape.begin(), in[0].shape.end() - 1), DType::kF32});
+  return {};
+}
+
+Status infer_attention_grad(const Attrs& attrs, std::span<const TensorMeta> in, std::vector<TensorMeta>* out) {
+  RILL_RETURN_IF_ERROR(check_qkv(attrs, in[0], in[1], in[2]));
+  const Shape rows(in[0].shape.begin(), in[0].shape.end() - 1);
+  if (in[3].shape != in[0].shape || in[5].shape != in[0].shape || in[4].shape != rows || in[3].dtype != DType::kF32 ||
+      in[4].dtype != DType::kF32 || in[5].dtype != DType::kF32)
+    return invalid_argument("y {} and dy {} must be f32 like q {}, lse {} f32 {}", shape_string(in[3].shape),
+                            shape_string(in[5].shape), shape_string(in[0].shape), shape_string(in[4].shape),
+                            shape_string(rows));
+  out->push_back(in[0]);
+  out->push_back(in[1]);
+  out->push_back(in[2]);
+  return {};
+}
+
+// Splits on each leading axis, or every tensor whole.
+std::vector<SbpSignature> leading_splits(int rank, int inputs, int outputs) {
+  std::vector<SbpSignature> sigs;
+  for (int a = 0; a + 2 < rank; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), inputs, outputs));
+  sigs.push_back(math::uniform_signature(Sbp::broadcast(), inputs, outputs));
+  return sigs;
+}
+
+std::vector<SbpSignature> sbp_attention(const Attrs&, std::span<const TensorMeta> in) {
+  return leading_splits(static_cast<int>(in[0].shape.size()), 3, 2);
+}
+
+std::vector<SbpSignature> sbp_attention_grad(const Attrs&, std::span<const TensorMeta> in) {
+  auto sigs = leading_splits(static_cast<int>(in[0].shape.size()), 6, 3);
+  // Linear in dy once y and lse are fixed.
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum();
+  sigs.push_back({{b, b, b, b, b, p}, {p, p, p}});
+  return sigs;
+}
+
+Status grad_attention(GradBuilder& g) {
+  const std::string dy = g.output_grad(0);
+  if (dy.empty()) return {};
+  Attrs attrs;
+  attrs.set("causal", g.attrs().get_int("causal", 0));
+  if (g.attrs().has("scale")) attrs.set("scale", g.attrs().get_float("scale", 0.0));
+  const auto grads =
+      g.add_op("attention_grad", {g.input(0), g.input(1), g.input(2), g.output(0), g.output(1), dy}, attrs, 3);
+  for (int i = 0; i < 3; ++i)
+    if (g.needs_input_grad(i)) g.set_input_grad(i, grads[static_cast<size_t>(i)]);
+  return {};
+}
+
+struct Dims {
+  int64_t heads;  // the product of the leading axes
+  int64_t t, s, d;
+};
+
+Dims dims_of(const TensorView& q, const TensorView& k) {
+  const size_t r = q.shape.size();
+  const int64_t t = q.shape[r - 2], d = q.shape[r - 1], s = k.shape[r - 2];
+  return {t * d == 0 ? 0 : q.size() / (t * d), t, s, d};
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Row i's scaled scores against keys [0, n) into `scores`; returns their max.
+float row_scores(const float* q, const float* k, int64_t n, int64_t d, float scale, float* scores) {
+  float top = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = scale * dot(q, k + j * d, d);
+    top = std::max(top, scores[j]);
+  }
+  return top;
+}
+
+Status cpu_attention(KernelContext& ctx) {
+  const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
+  const Dims n = dims_of(q, k);
+  const AttentionParams& p = params_of<AttentionParams>(ctx);
+  const float scale = p.scale_for(n.d);
+  std::vector<float> scores(static_cast<size_t>(n.s));
+  for (int64_t h = 0; h < n.heads; ++h) {
+    const float* kh = k.f32() + h * n.s * n.d;
+    const float* vh = v.f32() + h * n.s * n.d;
+    for (int64_t i = 0; i < n.t; ++i) {
+      const int64_t keys = p.causal ? i + 1 : n.s;
+      const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores.data());
+      float sum = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) sum += scores[j] = std::exp(scores[j] - top);
+      float* y = ctx.outputs[0].f32() + (h * n.t + i) * n.d;
+      std::fill_n(y, n.d, 0.0f);
+      for (int64_t j = 0; j < keys; ++j)
+        for (int64_t c = 0; c < n.d; ++c) y[c] += scores[j] * vh[j * n.d + c];
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < n.d; ++c) y[c] *= inv;
+      ctx.outputs[1].f32()[h * n.t + i] = top + std::log(sum);
+    }
+  }
+  return {};
+}
+
+Status cpu_attention_grad(KernelContext& ctx) {
+  const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
+  const Dims n = dims_of(q, k);
+  const AttentionParams& p = params_of<AttentionParams>(ctx);
+  const float scale = p.scale_for(n.d);
+  std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
+  std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
+  std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);
+  std::vector<float> probs(static_cast<size_t>(n.s));
+  for (int64_t h = 0; h < n.heads; ++h) {
+    const float* kh = k.f32() + h * n.s * n.d;
+    const float* vh = v.f32() + h * n.s * n.d;
+    float* dk = ctx.outputs[1].f32() + h * n.s * n.d;
+    float* dv = ctx.outputs[2].f32() + h * n.s * n.d;
+    for (int64_t i = 0; i < n.t; ++i) {
+      const int64_t row = h * n.t + i, keys = p.causal ? i + 1 : n.s;
+      const float* qi = q.f32() + row * n.d;
+      const float* dy = ctx.inputs[5].f32() + row * n.d;
+      const float lse = ctx.inputs[4].f32()[row];
+      const float delta = dot(dy, ctx.inputs[3].f32() + row * n.d, n.d);
+      row_scores(qi, kh, keys, n.d, scale, probs.data());
+      float* dq = ctx.outputs[0].f32() + row * n.d;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float pj = std::exp(probs[j] - lse);
+        const float ds = pj * (dot(dy, vh + j * n.d, n.d) - delta);
+        for (int64_t c = 0; c < n.d; ++c) {
+          dq[c] += scale * ds * kh[j * n.d + c];
+          dk[j * n.d + c] += scale * ds * qi[c];
+          dv[j * n.d + c] += pj * dy[c];
+        }
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+const OpDef kAttentionOp = {
+    .type = "attention",
+    .num_inputs = 3,
+    .num_outputs = 2,
+    .infer = infer_attention,
+    .sbp = sbp_attention,
+    .grad = grad_attention,
+    .cpu = cpu_attention,
+    .cuda = "attention",
+    .parse = parse_as<AttentionParams>,
+};
+
+const OpDef kAttentionGradOp = {
+    .type = "attention_grad",
+    .num_inputs = 6,
+    .num_outputs = 3,
+    .infer = infer_attention_grad,
+    .sbp = sbp_attention_grad,
+    .cpu = cpu_attention_grad,
+    .cuda = "attention_grad",
+    .parse = parse_as<AttentionParams>,
+};
+
+}  // namespace rill
