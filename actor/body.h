@@ -14,6 +14,7 @@
 #include "actor/run_end.h"
 #include "base/status.h"
 #include "comm/collectives.h"
+#include "kernels/boxing_plan.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/data/batch_sampler.h"
 #include "kernels/data/dataset.h"
@@ -205,82 +206,47 @@ class LanedVariableBody {
 // `collectives` joins the matching boxing task of every node, its rank being
 // the node's index among them. No buffer holds the whole logical tensor
 // unless an output is B. f32 and i32; sums across nodes f32 only.
-// Buffers are sized once; an act allocates nothing.
+// Buffers are sized once, by the plan; an act allocates nothing.
 class BoxingBody {
  public:
-  // `piece` >= 0 (a conversion within each node to a split or P): this task
-  // makes only that output piece (one task per device, on its thread).
-  // `op`: how P pieces combine (a collective op's max, min or product; f32).
+  // Runs `plan` (kernels/boxing_plan.h); `collectives` joins the matching
+  // boxing task of every node when the plan exchanges (`tag`), and `op` is
+  // how P pieces combine (a collective op's max, min or product; f32).
+  // `scratch`: plan.scratch_bytes() bytes that outlive the body (the node's
+  // memory plan), or null: the body allocates them.
+  BoxingBody(BoxingPlan plan, comm::Collectives* collectives = nullptr, uint64_t tag = 0,
+             comm::ReduceOp op = comm::ReduceOp::kSum, std::byte* scratch = nullptr);
+  // Shorthands for plan_boxing, plan_boxing_bucket and plan_boxing_move.
   BoxingBody(NdSbp in_sbp, NdSbp out_sbp, int parallel, TensorMeta logical, int first_rank, int local_pieces,
              comm::Collectives* collectives = nullptr, uint64_t tag = 0, int piece = -1,
-             comm::ReduceOp op = comm::ReduceOp::kSum);
-  // A bucket: P -> B across nodes of several f32 tensors at once. Each
-  // tensor's local pieces (inputs tensor-major) are summed into one buffer,
-  // one all-reduce runs over it, and each tensor's part is copied to its
-  // output (one per tensor).
+             comm::ReduceOp op = comm::ReduceOp::kSum)
+      : BoxingBody(plan_boxing(in_sbp, out_sbp, parallel, std::move(logical), first_rank, local_pieces, piece),
+                   collectives, tag, op) {}
   BoxingBody(const std::vector<TensorMeta>& bucket, int parallel, int first_rank, int local_pieces,
-             comm::Collectives* collectives, uint64_t tag);
-  // A move between placements: output 0 holds `output` of the logical
-  // tensor, copied from the parts of the inputs (holding `inputs`) inside it;
-  // `sum`: the inputs are partial sums, added up where they overlap (f32).
-  BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output, bool sum = false);
+             comm::Collectives* collectives, uint64_t tag)
+      : BoxingBody(plan_boxing_bucket(bucket, parallel, first_rank, local_pieces), collectives, tag) {}
+  BoxingBody(TensorMeta logical, const std::vector<Region>& inputs, const Region& output, bool sum = false)
+      : BoxingBody(plan_boxing_move(std::move(logical), inputs, output, sum)) {}
   Status act(const ActIo& io);
   // The collective its last act called and its algorithm ("all_reduce
   // ring"), or "" when it calls none (within a node, a move).
   std::string collective() const;
 
  private:
-  // A buffer an act reads or writes: an input or output slot, or scratch.
-  struct Ref {
-    enum Kind : uint8_t { kInput, kOutput, kSend, kRecv } kind = kInput;
-    int index = 0;       // slot index (inputs, outputs)
-    size_t offset = 0;   // bytes into the scratch
-  };
-  // copy or add `box` from src (covering src_region) into dst; sum: dst =
-  // src + src2 (both covering src_region); zero: fill dst.
-  struct Step {
-    enum Op : uint8_t { kCopy, kAdd, kSum, kZero } op = kCopy;
-    Ref src, src2, dst;
-    Region src_region, dst_region, box;
-  };
-  enum class Exchange : uint8_t { kNone, kAllReduce, kAllGather, kAllToAll, kReduceScatter };
-
-  void plan_within_node();
-  void plan_local(bool flat);
-  void plan_across_nodes();
-  void plan_lanes();
-  void plan_bucket(const std::vector<TensorMeta>& bucket);
-  void exchange_through_scratch(Exchange kind, size_t sent, size_t received);
-  void convert(Sbp::Kind from, Sbp::Kind to, int only, int slot, const Region& target, bool holder);
-  void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box);
-  void step(Step::Op op, Ref src, const Region& src_region, Ref dst, const Region& dst_region, const Region& box,
-            Ref src2);
-  void sum_inputs(const Region& inputs, Ref dst, const Region& dst_region, const Region& box, int base = 0);
-  int lane_input(int lane) const { return in_.within.kind == Sbp::kBroadcast ? 0 : lane; }
+  using Ref = BoxingPlan::Ref;
+  using Step = BoxingPlan::Step;
+  using Exchange = BoxingPlan::Exchange;
   std::byte* resolve(const Ref& ref, const ActIo& io);
   void run(const std::vector<Step>& steps, const ActIo& io);
   Status exchange(const ActIo& io);
-  int node_of(int rank) const { return rank / local_; }
-  Region in_piece(int rank) const;
-  Region out_piece(int rank) const;
 
-  NdSbp in_, out_;
-  int parallel_;
-  TensorMeta logical_;
-  size_t element_;
-  int first_rank_, local_, nodes_, outputs_;
+  BoxingPlan p_;
   comm::Collectives* collectives_;
   uint64_t tag_;
-  int piece_ = -1;  // the one output piece this task makes, or -1: all
-  comm::ReduceOp op_ = comm::ReduceOp::kSum;
-  bool chain_ = false;  // no one task converts in_ to out_: act fails
-  std::vector<Step> before_, after_;  // around the exchange
-  std::vector<Step>* adding_ = &before_;
-  Exchange exchange_ = Exchange::kNone;
-  Ref exchange_in_, exchange_out_;
-  size_t exchange_in_bytes_ = 0, exchange_out_bytes_ = 0;
-  std::vector<size_t> send_counts_, recv_counts_;  // bytes per node (reduce-scatter: recv_counts_ in elements)
-  std::vector<std::byte> send_, recv_;
+  comm::ReduceOp op_;
+  std::vector<std::byte> own_scratch_;  // when no scratch was given
+  std::byte* send_ = nullptr;           // p_.send_bytes, then
+  std::byte* recv_ = nullptr;           // p_.recv_bytes
 };
 
 // Copies its input slot to its output slot. Host to host: the two ends of a
