@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/actor_id.h"
+#include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
 #include "compiler/regst_lifetimes.h"
 #include "kernels/op.h"
@@ -57,9 +58,16 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     int64_t tensor_bytes;
     int tensors;
   };
-  std::vector<State> states;  // variables' optimizer state, in task order
+  std::vector<State> states;                              // variables' optimizer state, in task order
+  std::vector<std::pair<uint64_t, int64_t>> boxing_scratch;  // (boxing task, bytes), in task order
   for (const plan::Task* task : *plan.tasks()) {
     if (task->node() != node) continue;
+    if (task->kind() == plan::TaskKind::Boxing) {
+      RILL_ASSIGN_OR_RETURN(BoxingTask work, boxing_task(plan, *task));
+      const auto bytes = static_cast<int64_t>(work.plan.scratch_bytes());
+      if (bytes > kMaxBytes / 4) return invalid_argument("plan: node {}'s boxing scratch passes 2^62 bytes", node);
+      if (bytes > 0) boxing_scratch.emplace_back(task->id(), bytes);
+    }
     for (int64_t r : *task->inputs()) needed.push_back(r);
     for (int64_t r : *task->outputs()) needed.push_back(r);
     if (task->kind() == plan::TaskKind::Compute && task->scratch_bytes() > 0) {
@@ -171,10 +179,21 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     out.states[st.task] = {0, b.slot_bytes + b.state_bytes, st.tensor_bytes, st.tensors};
     b.state_bytes += bytes;
   }
+  // Each boxing task's scratch after the host block's state.
+  const MemoryZone host{MemoryZone::kHost, -1};
+  for (const auto& [task, bytes] : boxing_scratch) {
+    MemoryBlock& b = block(host);
+    const int64_t size = slot_size(bytes);
+    if (size > kMaxBytes - b.block_bytes())
+      return invalid_argument("plan: node {}'s boxing scratch passes 2^62 bytes", node);
+    out.boxing[task] = {0, b.block_bytes(), bytes};
+    b.boxing_bytes += size;
+  }
   for (auto& [rank, b] : blocks) {
     index_of[rank] = static_cast<int>(out.blocks.size());
     out.blocks.push_back(b);
   }
+  for (auto& [task, scratch] : out.boxing) scratch.block = index_of[zone_rank(host)];
   for (const auto& [id, zone] : placed) out.regsts[id].block = index_of[zone_rank(zone)];
   for (const State& st : states) out.states[st.task].block = index_of[zone_rank(st.zone)];
   return out;
@@ -221,6 +240,26 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
     for (size_t i = 1; i < spans.size(); ++i)
       if (spans[i].begin < spans[i - 1].end)
         return internal_error("memory plan: the optimizer states of tasks {} and {} overlap", spans[i - 1].regst,
+                              spans[i].regst);
+  }
+  // Boxing scratch: inside its block's boxing region, apart from the others.
+  std::vector<std::vector<Span>> scratch(memory.blocks.size());
+  for (const auto& [task, sc] : memory.boxing) {
+    if (sc.block < 0 || sc.block >= static_cast<int>(memory.blocks.size()))
+      return internal_error("memory plan: boxing scratch of task {} in block {} of {}", task, sc.block,
+                            memory.blocks.size());
+    const MemoryBlock& b = memory.blocks[static_cast<size_t>(sc.block)];
+    const int64_t begin = b.slot_bytes + b.state_bytes, end = sc.offset + sc.bytes;
+    if (sc.bytes < 0 || sc.offset < begin || end > b.block_bytes())
+      return internal_error("memory plan: boxing scratch of task {} at [{}, {}) outside its block's boxing region "
+                            "[{}, {})", task, sc.offset, end, begin, b.block_bytes());
+    scratch[static_cast<size_t>(sc.block)].push_back({sc.offset, end, static_cast<int64_t>(task), 0});
+  }
+  for (auto& spans : scratch) {
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].begin < spans[i - 1].end)
+        return internal_error("memory plan: the boxing scratch of tasks {} and {} overlap", spans[i - 1].regst,
                               spans[i].regst);
   }
   // Slots may overlap only where the lifetimes say they are never live at

@@ -146,7 +146,10 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       return Body(std::in_place_type<VariableBody>, std::move(variable));
     }
     case plan::TaskKind::Boxing:
-      return boxing_.body(task);
+    {
+      auto scratch = boxing_memory_.find(task.id());
+      return boxing_.body(*plan_, task, scratch == boxing_memory_.end() ? nullptr : scratch->second);
+    }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();
       std::vector<std::string> names;

@@ -1,6 +1,7 @@
 // Regst slots: every regst this node's tasks write or read, in host memory,
 // page-locked host memory (a GPU copies from or into it) or a GPU's memory,
-// and after them the variables' optimizer state; the GPUs' contexts.
+// and after them the variables' optimizer state and the boxings' scratch;
+// the GPUs' contexts.
 #include "runtime/node/node_run.h"
 
 #include <algorithm>
@@ -41,7 +42,7 @@ Status NodeRun::check_fits(const compiler::MemoryPlan& memory) {
       "what would shrink it: more devices or nodes to split tensors over (an SBP split, train.zero for the "
       "variables and their optimizer state), pipeline stages on other nodes (pipeline.num_stages), or "
       "train.micro_batches (activations of a micro-batch at a time)";
-  int64_t host = 0, slots = 0, state = 0, scratch = 0;
+  int64_t host = 0, slots = 0, state = 0, boxing = 0, scratch = 0;
   for (const compiler::MemoryBlock& b : memory.blocks) {
     if (b.zone.kind == compiler::MemoryZone::kDevice) {
       RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(b.zone.device)));
@@ -59,14 +60,16 @@ Status NodeRun::check_fits(const compiler::MemoryPlan& memory) {
     host += b.total();
     slots += b.slot_bytes;
     state += b.state_bytes + b.held_bytes;  // a laned variable's values with its state
+    boxing += b.boxing_bytes;
     scratch += b.scratch_bytes;
   }
   const int64_t available = host_memory_available();
   if (available >= 0 && host > available)
     return Status(Code::kFailedPrecondition,
                   fmt::format("node {}: the plan does not fit host memory: it needs {} (regst slots {}, optimizer "
-                              "state {}, compute scratch {}), and {} are available; {}",
-                              options_.node, gb(host), gb(slots), gb(state), gb(scratch), gb(available), shrink));
+                              "state {}, boxing buffers {}, compute scratch {}), and {} are available; {}",
+                              options_.node, gb(host), gb(slots), gb(state), gb(boxing), gb(scratch), gb(available),
+                              shrink));
   return {};
 }
 
@@ -114,6 +117,8 @@ Status NodeRun::allocate_regsts() {
     }
     base[i] = static_cast<std::byte*>(p);
   }
+  for (const auto& [task, sc] : memory.boxing)
+    boxing_memory_[task] = base[static_cast<size_t>(sc.block)] + sc.offset;
   for (const auto& [task, st] : memory.states)
     for (int i = 0; i < st.tensors; ++i)
       state_memory_[task].push_back(base[static_cast<size_t>(st.block)] + st.offset + i * st.tensor_bytes);

@@ -61,8 +61,7 @@ class NodeRun : public NodeRuntime {
   NodeRun(std::string bytes, RunOptions options)
       : bytes_(std::move(bytes)),
         options_(std::move(options)),
-        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base,
-                [this](int64_t id) { return regst(id); }) {}
+        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base) {}
   ~NodeRun() override;
   Status build();
   RunReport run() override;
@@ -112,6 +111,8 @@ class NodeRun : public NodeRuntime {
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
   // By variable task id: its optimizer state tensors, in the plan's blocks (zeroed).
   std::unordered_map<uint64_t, std::vector<std::byte*>> state_memory_;
+  // By boxing task id: its scratch in the plan's host block.
+  std::unordered_map<uint64_t, std::byte*> boxing_memory_;
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   // (dataset, field, bound) already checked by a source (SourceConf.index_bounds).
   std::set<std::tuple<int, int, int64_t>> checked_bounds_;

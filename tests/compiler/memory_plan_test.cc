@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 
+#include "compiler/boxing_task.h"
 #include "compiler/memory_plan.h"
 #include "kernels/op.h"
 #include "tests/compiler/test_jobs.h"
@@ -79,10 +80,31 @@ TEST_CASE("each node's regsts get slots in one host block, none overlapping, add
     CHECK(memory.states.size() == regions.size());
     std::sort(regions.begin(), regions.end());
     for (size_t i = 1; i < regions.size(); ++i) CHECK(regions[i].first >= regions[i - 1].second);
-    CHECK(regions.back().second == memory.blocks[0].block_bytes());
+    CHECK(regions.back().second == slots + state);
     CHECK(memory.blocks[0].state_bytes == state);
     CHECK(memory.blocks[0].held_bytes == 0);
-    CHECK(memory.blocks[0].total() == slots + state + memory.blocks[0].scratch_bytes);
+    // Then each boxing task's scratch, as big as the plan it runs needs
+    // (across the 2 nodes: the gradients' all-reduce buffers).
+    int64_t boxing = 0;
+    for (const plan::Task* t : *p.tasks())
+      if (t->node() == node && t->kind() == plan::TaskKind::Boxing) {
+        auto work = compiler::boxing_task(p, *t);
+        REQUIRE(work.ok());
+        const auto bytes = static_cast<int64_t>(work->plan.scratch_bytes());
+        if (bytes == 0) {
+          CHECK(memory.boxing.count(t->id()) == 0);
+          continue;
+        }
+        REQUIRE(memory.boxing.count(t->id()) == 1);
+        const compiler::ScratchMemory& sc = memory.boxing.at(t->id());
+        CHECK(sc.bytes == bytes);
+        CHECK(sc.offset >= slots + state);
+        boxing += compiler::slot_size(bytes);
+      }
+    CHECK(boxing > 0);
+    CHECK(memory.blocks[0].boxing_bytes == boxing);
+    CHECK(memory.blocks[0].block_bytes() == slots + state + boxing);
+    CHECK(memory.blocks[0].total() == slots + state + boxing + memory.blocks[0].scratch_bytes);
   }
 }
 

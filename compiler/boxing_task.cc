@@ -1,0 +1,130 @@
+#include "compiler/boxing_task.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "compiler/compiler.h"
+
+namespace rill::compiler {
+namespace {
+
+std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+Shape shape(const flatbuffers::Vector<int64_t>* dims) { return dims ? Shape(dims->begin(), dims->end()) : Shape{}; }
+
+// A move between placements: the input pieces' and the output's regions
+// (origins from the conf, extents from the regsts) must lie in the logical
+// tensor, in one dtype.
+StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, const plan::BoxingConf& conf) {
+  const std::string name = str(task.name());
+  if (!task.outputs() || task.outputs()->size() != 1)
+    return invalid_argument("task '{}': a move makes one piece, not {}", name,
+                            task.outputs() ? task.outputs()->size() : 0);
+  const plan::RegstDesc* out = find_regst(plan, task.outputs()->Get(0));
+  if (out == nullptr) return invalid_argument("task '{}': its output regst is not in the plan", name);
+  const TensorMeta logical{shape(out->logical_shape()), read_dtype(out->dtype())};
+  const size_t rank = logical.shape.size();
+  const size_t inputs = task.inputs()->size();
+  if (rank > static_cast<size_t>(kMaxRank))
+    return invalid_argument("task '{}': a move of a tensor of rank {}; at most {} axes", name, rank, kMaxRank);
+  if (conf.origins()->size() != (inputs + 1) * rank)
+    return invalid_argument("task '{}': a move of a rank-{} tensor from {} pieces has {} origin numbers, expected {}",
+                            name, rank, inputs, conf.origins()->size(), (inputs + 1) * rank);
+  auto region = [&](const plan::RegstDesc* r, size_t k) -> StatusOr<Region> {
+    if (r == nullptr) return invalid_argument("task '{}': a regst it reads is not in the plan", name);
+    Region out{Shape(conf.origins()->begin() + static_cast<long>(k * rank),
+                     conf.origins()->begin() + static_cast<long>((k + 1) * rank)),
+               shape(r->shape())};
+    if (out.extent.size() != rank || read_dtype(r->dtype()) != logical.dtype ||
+        !(shape(r->logical_shape()) == logical.shape))
+      return invalid_argument("task '{}': move piece '{}' is not a piece of a {} {} tensor", name, str(r->name()),
+                              dtype_name(logical.dtype), shape_string(logical.shape));
+    for (size_t a = 0; a < rank; ++a)
+      if (out.origin[a] < 0 || out.extent[a] < 0 || out.origin[a] + out.extent[a] > logical.shape[a])
+        return invalid_argument("task '{}': move piece at {} of extent {} lies outside the tensor {}", name,
+                                shape_string(out.origin), shape_string(out.extent), shape_string(logical.shape));
+    return out;
+  };
+  std::vector<Region> pieces;
+  for (size_t k = 0; k < inputs; ++k) {
+    RILL_ASSIGN_OR_RETURN(Region r,
+                          region(find_regst(plan, task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k))), k));
+    pieces.push_back(std::move(r));
+  }
+  RILL_ASSIGN_OR_RETURN(Region target, region(out, inputs));
+  // Pieces of a partial sum (pserver mode) are added up where they overlap.
+  const bool sum = read_sbp(conf.in_sbp()).has(Sbp::kPartialSum);
+  if (sum && logical.dtype != DType::kF32)
+    return invalid_argument("task '{}': a move adding up partial sums of {}; f32 only", name,
+                            dtype_name(logical.dtype));
+  return BoxingTask{plan_boxing_move(logical, pieces, target, sum), false, 0};
+}
+
+}  // namespace
+
+StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task) {
+  const std::string name = str(task.name());
+  const plan::BoxingConf* conf = task.boxing();
+  if (!conf || !task.inputs() || task.inputs()->size() == 0)
+    return invalid_argument("task '{}': boxing without its conf", name);
+  if (conf->origins() != nullptr) return move_task(plan, task, *conf);
+  const NdSbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
+  // Inputs: the node's pieces (one when they are `within` B), then
+  // control regsts (ordering only); outputs: the pieces (one for
+  // `within` B), then at most one control regst.
+  const int local = conf->local_pieces();
+  const int tensors = conf->tensors();
+  const int inputs = tensors > 1 ? tensors * local : in_sbp.within.kind == Sbp::kBroadcast ? 1 : local;
+  const int piece = conf->piece();
+  const int outputs = tensors > 1 || piece >= 0 ? std::max(tensors, 1)
+                      : out_sbp.within.kind == Sbp::kBroadcast ? 1
+                                                               : local;
+  if (conf->parallel() < 1 || local < 1 || conf->parallel() % local != 0 || conf->first_rank() % local != 0 ||
+      conf->first_rank() + local > conf->parallel() || static_cast<int>(task.inputs()->size()) < inputs ||
+      !task.outputs() || static_cast<int>(task.outputs()->size()) < outputs ||
+      static_cast<int>(task.outputs()->size()) > outputs + 1 || tensors < 1)
+    return invalid_argument("task '{}': boxing of {} pieces, {} of them from rank {}, of {} tensors, with {} "
+                            "inputs and {} outputs",
+                            name, conf->parallel(), local, conf->first_rank(), tensors, task.inputs()->size(),
+                            task.outputs() ? task.outputs()->size() : 0);
+  const BoxingForm form = boxing_form(in_sbp, out_sbp, conf->num_nodes());
+  if (form == BoxingForm::kChain)
+    return invalid_argument("task '{}': no one boxing task turns {} into {} across {} nodes", name,
+                            in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
+  if (piece >= 0 && (piece >= local || tensors != 1 || out_sbp.within.kind == Sbp::kBroadcast ||
+                     form != BoxingForm::kWithinNode))
+    return invalid_argument("task '{}': boxing piece {} of {}: one task per piece is for conversions within a "
+                            "node to split or P pieces, not {} -> {}",
+                            name, piece, local, in_sbp.to_string(), out_sbp.to_string());
+  // Each tensor's logical shape, from what the task writes (a collective op's
+  // boxing reads the pieces of its input as parts of another tensor).
+  std::vector<TensorMeta> metas;
+  for (int k = 0; k < tensors; ++k) {
+    const plan::RegstDesc* written = find_regst(plan, task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
+    if (written == nullptr) return invalid_argument("task '{}': its output regst {} is not in the plan", name, k);
+    metas.push_back(TensorMeta{shape(written->logical_shape()), read_dtype(written->dtype())});
+    if (metas.back().shape.size() > static_cast<size_t>(kMaxRank))
+      return invalid_argument("task '{}': boxing of a tensor of rank {}; at most {} axes", name,
+                              metas.back().shape.size(), kMaxRank);
+  }
+  const bool exchanges = boxing_exchanges(in_sbp, out_sbp, conf->num_nodes());
+  if (tensors > 1) {
+    if (!(in_sbp == NdSbp(Sbp::partial_sum())) || !(out_sbp == NdSbp(Sbp::broadcast())) || conf->num_nodes() < 2)
+      return invalid_argument("task '{}': a bucket of {} tensors boxes P -> B across nodes, not {} -> {} on {}",
+                              name, tensors, in_sbp.to_string(), out_sbp.to_string(), conf->num_nodes());
+    for (const TensorMeta& m : metas)
+      if (m.dtype != DType::kF32)
+        return invalid_argument("task '{}': a bucket sums f32 tensors across nodes; one is {}", name,
+                                dtype_name(m.dtype));
+  }
+  if (conf->reduce_op() > 3 || (conf->reduce_op() != 0 && tensors > 1))
+    return invalid_argument("task '{}': boxing combines pieces by reduce op {} (0 sum, 1 max, 2 min, 3 product; "
+                            "past the sum for one tensor only)",
+                            name, conf->reduce_op());
+  if (tensors > 1)
+    return BoxingTask{plan_boxing_bucket(metas, conf->parallel(), conf->first_rank(), local), exchanges, 0};
+  return BoxingTask{plan_boxing(in_sbp, out_sbp, conf->parallel(), metas[0], conf->first_rank(), local, piece),
+                    exchanges, conf->reduce_op()};
+}
+
+}  // namespace rill::compiler

@@ -1,0 +1,26 @@
+// The work of a boxing task of a plan: its BoxingPlan (kernels/
+// boxing_plan.h), made from its conf and the regsts it reads and writes,
+// checked against them. The node that runs the task (runtime/node/
+// boxing_setup.h) and the memory plan that places its scratch both take it
+// from here, so they agree. Pure; any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "compiler/plan_generated.h"
+#include "kernels/boxing_plan.h"
+
+namespace rill::compiler {
+
+struct BoxingTask {
+  BoxingPlan plan;
+  bool exchanges = false;  // a collective among nodes (the conf's peers)
+  uint8_t reduce_op = 0;   // how P pieces combine: comm::ReduceOp's value (0 sum, 1 max, 2 min, 3 product)
+};
+
+// Boxing task `task` of a verified plan (whole or node plan), or an error
+// naming the task and what its conf and regsts disagree on.
+StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task);
+
+}  // namespace rill::compiler
