@@ -199,6 +199,39 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   return out;
 }
 
+namespace {
+
+// What a body is given in a block: `bytes` at `offset` (bytes < 0: malformed).
+struct BodyRegion {
+  int block;
+  int64_t offset, bytes;
+  uint64_t task;
+};
+
+// Each region inside [from(b), to(b)) of its block b, none overlapping another.
+Status check_regions(const MemoryPlan& memory, std::vector<BodyRegion> regions, const char* what, const char* where,
+                     int64_t (*from)(const MemoryBlock&), int64_t (*to)(const MemoryBlock&)) {
+  for (const BodyRegion& r : regions) {
+    if (r.block < 0 || r.block >= static_cast<int>(memory.blocks.size()))
+      return internal_error("memory plan: {} of task {} in block {} of {}", what, r.task, r.block,
+                            memory.blocks.size());
+    const MemoryBlock& b = memory.blocks[static_cast<size_t>(r.block)];
+    if (r.bytes < 0 || r.offset < from(b) || r.offset + r.bytes > to(b))
+      return internal_error("memory plan: {} of task {} at [{}, {}) outside its block's {} region [{}, {})", what,
+                            r.task, r.offset, r.offset + r.bytes, where, from(b), to(b));
+  }
+  std::sort(regions.begin(), regions.end(), [](const BodyRegion& a, const BodyRegion& b) {
+    return a.block != b.block ? a.block < b.block : a.offset < b.offset;
+  });
+  for (size_t i = 1; i < regions.size(); ++i)
+    if (regions[i].block == regions[i - 1].block && regions[i].offset < regions[i - 1].offset + regions[i - 1].bytes)
+      return internal_error("memory plan: the {} of tasks {} and {} overlap", what, regions[i - 1].task,
+                            regions[i].task);
+  return {};
+}
+
+}  // namespace
+
 Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory) {
   auto name = [](const plan::RegstDesc* r) { return r->name() ? r->name()->str() : std::to_string(r->id()); };
   struct Span {
@@ -222,46 +255,18 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
       by_block[static_cast<size_t>(m.block)].push_back({begin, end, id, slot});
     }
   }
-  // Optimizer state: inside its block's state region, apart from the others.
-  std::vector<std::vector<Span>> states(memory.blocks.size());
-  for (const auto& [task, st] : memory.states) {
-    if (st.block < 0 || st.block >= static_cast<int>(memory.blocks.size()))
-      return internal_error("memory plan: optimizer state of task {} in block {} of {}", task, st.block,
-                            memory.blocks.size());
-    const MemoryBlock& b = memory.blocks[static_cast<size_t>(st.block)];
-    const int64_t end = st.offset + st.tensor_bytes * st.tensors;
-    if (st.tensors < 1 || st.tensor_bytes < 0 || st.offset < b.slot_bytes || end > b.slot_bytes + b.state_bytes)
-      return internal_error("memory plan: optimizer state of task {} at [{}, {}) outside its block's state region "
-                            "[{}, {})", task, st.offset, end, b.slot_bytes, b.slot_bytes + b.state_bytes);
-    states[static_cast<size_t>(st.block)].push_back({st.offset, end, static_cast<int64_t>(task), 0});
-  }
-  for (auto& spans : states) {
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < spans.size(); ++i)
-      if (spans[i].begin < spans[i - 1].end)
-        return internal_error("memory plan: the optimizer states of tasks {} and {} overlap", spans[i - 1].regst,
-                              spans[i].regst);
-  }
-  // Boxing scratch: inside its block's boxing region, apart from the others.
-  std::vector<std::vector<Span>> scratch(memory.blocks.size());
-  for (const auto& [task, sc] : memory.boxing) {
-    if (sc.block < 0 || sc.block >= static_cast<int>(memory.blocks.size()))
-      return internal_error("memory plan: boxing scratch of task {} in block {} of {}", task, sc.block,
-                            memory.blocks.size());
-    const MemoryBlock& b = memory.blocks[static_cast<size_t>(sc.block)];
-    const int64_t begin = b.slot_bytes + b.state_bytes, end = sc.offset + sc.bytes;
-    if (sc.bytes < 0 || sc.offset < begin || end > b.block_bytes())
-      return internal_error("memory plan: boxing scratch of task {} at [{}, {}) outside its block's boxing region "
-                            "[{}, {})", task, sc.offset, end, begin, b.block_bytes());
-    scratch[static_cast<size_t>(sc.block)].push_back({sc.offset, end, static_cast<int64_t>(task), 0});
-  }
-  for (auto& spans : scratch) {
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < spans.size(); ++i)
-      if (spans[i].begin < spans[i - 1].end)
-        return internal_error("memory plan: the boxing scratch of tasks {} and {} overlap", spans[i - 1].regst,
-                              spans[i].regst);
-  }
+  // Optimizer state, then boxing scratch: each inside its region of its
+  // block, apart from the others.
+  std::vector<BodyRegion> states, scratch;
+  for (const auto& [task, st] : memory.states)
+    states.push_back({st.block, st.offset, st.tensors < 1 || st.tensor_bytes < 0 ? -1 : st.tensor_bytes * st.tensors, task});
+  for (const auto& [task, sc] : memory.boxing) scratch.push_back({sc.block, sc.offset, sc.bytes, task});
+  RILL_RETURN_IF_ERROR(check_regions(memory, std::move(states), "optimizer state", "state",
+                                     [](const MemoryBlock& b) { return b.slot_bytes; },
+                                     [](const MemoryBlock& b) { return b.slot_bytes + b.state_bytes; }));
+  RILL_RETURN_IF_ERROR(check_regions(memory, std::move(scratch), "boxing scratch", "boxing",
+                                     [](const MemoryBlock& b) { return b.slot_bytes + b.state_bytes; },
+                                     [](const MemoryBlock& b) { return b.block_bytes(); }));
   // Slots may overlap only where the lifetimes say they are never live at
   // once.
   std::optional<RegstLifetimes> lifetimes;

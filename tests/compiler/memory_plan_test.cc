@@ -138,7 +138,7 @@ TEST_CASE("a layout whose slots overlap or leave their block is refused, naming 
   std::next(shared_state.states.begin())->second.offset = shared_state.states.begin()->second.offset;
   refused = compiler::check_memory_plan(p, 0, shared_state);
   REQUIRE_FALSE(refused.ok());
-  CHECK(refused.message().find("optimizer states of tasks") != std::string::npos);
+  CHECK(refused.message().find("the optimizer state of tasks") != std::string::npos);
 }
 
 #if RILL_WITH_CUDA
