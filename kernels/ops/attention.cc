@@ -102,15 +102,14 @@ Status grad_attention(GradBuilder& g) {
   return {};
 }
 
-struct Dims {
-  int64_t heads;  // the product of the leading axes
-  int64_t t, s, d;
-};
+// A row of scores: S floats of compute scratch (an act allocates nothing).
+size_t scratch_attention(const Attrs&, std::span<const TensorMeta> in) {
+  return static_cast<size_t>(in[1].shape[in[1].shape.size() - 2]) * sizeof(float);
+}
 
-Dims dims_of(const TensorView& q, const TensorView& k) {
-  const size_t r = q.shape.size();
-  const int64_t t = q.shape[r - 2], d = q.shape[r - 1], s = k.shape[r - 2];
-  return {t * d == 0 ? 0 : q.size() / (t * d), t, s, d};
+float* row_buffer(const KernelContext& ctx, int64_t s) {
+  return ctx.scratch.size() >= static_cast<size_t>(s) * sizeof(float) ? reinterpret_cast<float*>(ctx.scratch.data())
+                                                                       : nullptr;
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -131,16 +130,17 @@ float row_scores(const float* q, const float* k, int64_t n, int64_t d, float sca
 
 Status cpu_attention(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
-  const Dims n = dims_of(q, k);
+  const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
-  std::vector<float> scores(static_cast<size_t>(n.s));
+  float* scores = row_buffer(ctx, n.s);
+  if (scores == nullptr) return internal_error("attention: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
     const float* kh = k.f32() + h * n.s * n.d;
     const float* vh = v.f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
       const int64_t keys = p.causal ? i + 1 : n.s;
-      const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores.data());
+      const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores);
       float sum = 0.0f;
       for (int64_t j = 0; j < keys; ++j) sum += scores[j] = std::exp(scores[j] - top);
       float* y = ctx.outputs[0].f32() + (h * n.t + i) * n.d;
@@ -157,13 +157,14 @@ Status cpu_attention(KernelContext& ctx) {
 
 Status cpu_attention_grad(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
-  const Dims n = dims_of(q, k);
+  const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
   std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
   std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
   std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);
-  std::vector<float> probs(static_cast<size_t>(n.s));
+  float* probs = row_buffer(ctx, n.s);
+  if (probs == nullptr) return internal_error("attention_grad: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
     const float* kh = k.f32() + h * n.s * n.d;
     const float* vh = v.f32() + h * n.s * n.d;
@@ -175,7 +176,7 @@ Status cpu_attention_grad(KernelContext& ctx) {
       const float* dy = ctx.inputs[5].f32() + row * n.d;
       const float lse = ctx.inputs[4].f32()[row];
       const float delta = dot(dy, ctx.inputs[3].f32() + row * n.d, n.d);
-      row_scores(qi, kh, keys, n.d, scale, probs.data());
+      row_scores(qi, kh, keys, n.d, scale, probs);
       float* dq = ctx.outputs[0].f32() + row * n.d;
       for (int64_t j = 0; j < keys; ++j) {
         const float pj = std::exp(probs[j] - lse);
@@ -202,6 +203,7 @@ const OpDef kAttentionOp = {
     .grad = grad_attention,
     .cpu = cpu_attention,
     .cuda = "attention",
+    .scratch_bytes = scratch_attention,
     .parse = parse_as<AttentionParams>,
 };
 
@@ -213,6 +215,7 @@ const OpDef kAttentionGradOp = {
     .sbp = sbp_attention_grad,
     .cpu = cpu_attention_grad,
     .cuda = "attention_grad",
+    .scratch_bytes = scratch_attention,
     .parse = parse_as<AttentionParams>,
 };
 

@@ -211,8 +211,8 @@ dim3 grid(int64_t heads, int64_t rows) {
 
 cudaError_t attention(const float* q, const float* k, const float* v, float* y, float* lse, int64_t heads, int64_t t,
                       int64_t s, int d, float scale, bool causal, cudaStream_t stream) {
-  if (heads <= 0 || t <= 0) return cudaSuccess;
-  if (d <= 0 || d > kMaxD || s <= 0) return cudaErrorInvalidValue;
+  if (heads <= 0 || t <= 0 || d <= 0) return cudaSuccess;
+  if (d > kMaxD || s <= 0) return cudaErrorInvalidValue;
   attention_kernel<<<grid(heads, t), kRows * kWarp, 0, stream>>>(q, k, v, y, lse, t, s, d, scale, causal);
   return cudaGetLastError();
 }
@@ -220,8 +220,8 @@ cudaError_t attention(const float* q, const float* k, const float* v, float* y, 
 cudaError_t attention_grad(const float* q, const float* k, const float* v, const float* y, const float* lse,
                            const float* dy, float* dq, float* dk, float* dv, int64_t heads, int64_t t, int64_t s, int d,
                            float scale, bool causal, cudaStream_t stream) {
-  if (heads <= 0 || t <= 0 || s <= 0) return cudaSuccess;
-  if (d <= 0 || d > kMaxD) return cudaErrorInvalidValue;
+  if (heads <= 0 || t <= 0 || s <= 0 || d <= 0) return cudaSuccess;
+  if (d > kMaxD) return cudaErrorInvalidValue;
   attention_dq_kernel<<<grid(heads, t), kRows * kWarp, 0, stream>>>(q, k, v, y, lse, dy, dq, t, s, d, scale, causal);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

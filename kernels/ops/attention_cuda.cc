@@ -9,38 +9,32 @@
 namespace rill::cuda_ops {
 namespace {
 
-struct Dims {
-  int64_t heads, t, s;
-  int d;
-};
-
-StatusOr<Dims> dims_of(const TensorView& q, const TensorView& k, const char* op) {
-  const size_t r = q.shape.size();
-  const int64_t t = q.shape[r - 2], d = q.shape[r - 1], s = k.shape[r - 2];
-  if (d > cuda_launch::kAttentionMaxHead)
+StatusOr<AttentionShape> shape_of(const TensorView& q, const TensorView& k, const char* op) {
+  const AttentionShape n = AttentionShape::of(q.shape, k.shape);
+  if (n.d > cuda_launch::kAttentionMaxHead)
     return invalid_argument("op '{}' on a GPU takes heads of at most {} values, got {}", op,
-                            cuda_launch::kAttentionMaxHead, d);
-  return Dims{t * d == 0 ? 0 : q.size() / (t * d), t, s, static_cast<int>(d)};
+                            cuda_launch::kAttentionMaxHead, n.d);
+  return n;
 }
 
 }  // namespace
 
 RILL_CUDA_KERNEL(attention) {
-  RILL_ASSIGN_OR_RETURN(Dims n, dims_of(ctx.inputs[0], ctx.inputs[1], "attention"));
+  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx.inputs[0], ctx.inputs[1], "attention"));
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   return cuda_status(cuda_launch::attention(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
-                                            ctx.outputs[0].f32(), ctx.outputs[1].f32(), n.heads, n.t, n.s, n.d,
+                                            ctx.outputs[0].f32(), ctx.outputs[1].f32(), n.heads, n.t, n.s, static_cast<int>(n.d),
                                             p.scale_for(n.d), p.causal, static_cast<cudaStream_t>(ctx.cuda->stream())),
                      "kernel launch", "op 'attention'");
 }
 
 RILL_CUDA_KERNEL(attention_grad) {
-  RILL_ASSIGN_OR_RETURN(Dims n, dims_of(ctx.inputs[0], ctx.inputs[1], "attention_grad"));
+  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx.inputs[0], ctx.inputs[1], "attention_grad"));
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   return cuda_status(cuda_launch::attention_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
                                                  ctx.inputs[3].f32(), ctx.inputs[4].f32(), ctx.inputs[5].f32(),
                                                  ctx.outputs[0].f32(), ctx.outputs[1].f32(), ctx.outputs[2].f32(),
-                                                 n.heads, n.t, n.s, n.d, p.scale_for(n.d), p.causal,
+                                                 n.heads, n.t, n.s, static_cast<int>(n.d), p.scale_for(n.d), p.causal,
                                                  static_cast<cudaStream_t>(ctx.cuda->stream())),
                      "kernel launch", "op 'attention_grad'");
 }

@@ -93,6 +93,19 @@ struct AttentionParams {
   }
 };
 
+// attention's q [..., T, D] and k [..., S, D]: the stacks (the leading
+// axes' product), T, S and D, as its CPU and CUDA kernels read them.
+struct AttentionShape {
+  int64_t heads, t, s, d;
+  static AttentionShape of(const Shape& q, const Shape& k) {
+    const size_t r = q.size();
+    const int64_t t = q[r - 2], d = q[r - 1];
+    int64_t heads = 1;
+    for (size_t a = 0; a + 2 < r; ++a) heads *= q[a];
+    return {heads, t, k[r - 2], d};
+  }
+};
+
 struct LayerNormParams {
   float eps = 1e-5f;
   static LayerNormParams read(const Attrs& a) { return {static_cast<float>(a.get_float("eps", 1e-5))}; }

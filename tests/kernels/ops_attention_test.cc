@@ -8,17 +8,11 @@
 
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
+#include "tests/kernels/run_ok.h"
 #include "tests/kernels/sbp_check.h"
 
 namespace rill::testing {
 namespace {
-
-std::vector<Tensor> run_ok(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
-  auto out = run_op(type, std::move(inputs), attrs);
-  INFO(type, ": ", out.status().to_string());
-  REQUIRE(out.ok());
-  return std::move(out).value();
-}
 
 // softmax(scale q k^T) v per leading index, in double, and each row's
 // log-sum-exp.

@@ -8,17 +8,10 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
+#include "tests/kernels/run_ok.h"
 
 namespace rill::testing {
 namespace {
-
-std::vector<Tensor> run_ok(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {},
-                           const RunOptions& options = {}) {
-  auto out = run_op(type, std::move(inputs), attrs, options);
-  INFO(type, ": ", out.status().to_string());
-  REQUIRE(out.ok());
-  return std::move(out).value();
-}
 
 Status run_status(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
   return run_op(type, std::move(inputs), attrs).status();
