@@ -53,8 +53,11 @@ class ComputeBody {
   // outputs is on the same device thread (a copy task stands between it and
   // anything else), so the stream, or an event for a copy, orders them.
   // `params`: `attrs` parsed for the op's kernels (parse_params).
-  ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs, size_t scratch_bytes,
-              KernelFn kernel = nullptr, CudaContext* cuda = nullptr, std::vector<Shape> input_offsets = {});
+  // `scratch`: the op's scratch (OpDef::scratch_bytes; its thread's region
+  // of the node's memory plan, shared with the thread's other tasks).
+  ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs,
+              std::span<std::byte> scratch, KernelFn kernel = nullptr, CudaContext* cuda = nullptr,
+              std::vector<Shape> input_offsets = {});
   Status act(const ActIo& io);
 
  private:
@@ -65,7 +68,7 @@ class ComputeBody {
   OpParams params_;
   std::vector<Shape> logical_inputs_;
   std::vector<Shape> input_offsets_;
-  std::vector<std::byte> scratch_;
+  std::span<std::byte> scratch_;
   std::vector<TensorView> in_views_;
   std::vector<TensorView> out_views_;
   bool shaped_ = false;
@@ -213,7 +216,8 @@ class BoxingBody {
   // boxing task of every node when the plan exchanges (`tag`), and `op` is
   // how P pieces combine (a collective op's max, min or product; f32).
   // `scratch`: plan.scratch_bytes() bytes that outlive the body (the node's
-  // memory plan), or null: the body allocates them.
+  // memory plan), or null: the body allocates them. The collectives (one
+  // per body, of default sizes) draw their own scratch from it too.
   BoxingBody(BoxingPlan plan, comm::Collectives* collectives = nullptr, uint64_t tag = 0,
              comm::ReduceOp op = comm::ReduceOp::kSum, std::byte* scratch = nullptr);
   // Shorthands for plan_boxing, plan_boxing_bucket and plan_boxing_move.

@@ -42,6 +42,10 @@ BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t
   }
   send_ = scratch;
   recv_ = scratch == nullptr ? nullptr : scratch + p_.send_bytes;
+  // The collectives take their scratch from the same place: sized for
+  // their default direct size, which their owner gives them.
+  if (collectives_ != nullptr && p_.exchange_scratch_bytes() > 0)
+    collectives_->use_scratch({scratch + p_.exchange_offset(), p_.exchange_scratch_bytes()});
 }
 
 std::byte* BoxingBody::resolve(const Ref& ref, const ActIo& io) {

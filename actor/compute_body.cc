@@ -3,8 +3,8 @@
 namespace rill {
 
 ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs,
-                         size_t scratch_bytes,
-                         KernelFn kernel, CudaContext* cuda, std::vector<Shape> input_offsets)
+                         std::span<std::byte> scratch, KernelFn kernel, CudaContext* cuda,
+                         std::vector<Shape> input_offsets)
     : def_(def),
       kernel_(kernel ? kernel : def->cpu),
       cuda_(cuda),
@@ -12,7 +12,7 @@ ComputeBody::ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::ve
       params_(std::move(params)),
       logical_inputs_(std::move(logical_inputs)),
       input_offsets_(std::move(input_offsets)),
-      scratch_(scratch_bytes) {}
+      scratch_(scratch) {}
 
 Status ComputeBody::act(const ActIo& io) {
   if (!shaped_) {  // first act: copy shapes once; later acts only swap pointers

@@ -79,14 +79,6 @@ std::span<const std::byte> bytes_of(const T* data, size_t count) {
   return {reinterpret_cast<const std::byte*>(data), count * sizeof(T)};
 }
 
-// Scratch of `count` elements of T in a byte buffer (operator new's
-// alignment suits every element type).
-template <typename T>
-T* typed(std::vector<std::byte>& buffer, size_t count) {
-  if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
-  return reinterpret_cast<T*>(buffer.data());
-}
-
 }  // namespace
 
 void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n) {
@@ -127,10 +119,25 @@ Collectives::Collectives(Transport& transport, CollectiveOptions options) : tran
 Collectives::~Collectives() {
   // A failed call may have left bodies in flight from the scratch; it must
   // outlive them (see the header), so it is given up rather than freed.
-  if (tracker_.in_flight() > 0 && !scratch_.empty()) {
+  // Given scratch is its owner's to keep.
+  if (tracker_.in_flight() > 0 && !work_.empty()) {
     spdlog::warn("rank {}: collectives destroyed with sends in flight; keeping their buffer", rank());
-    new std::vector<std::byte>(std::move(scratch_));
+    new std::vector<std::byte>(std::move(work_));
   }
+}
+
+// Operator new's alignment, and the given scratch's 64 bytes, suit every
+// element type.
+template <typename T>
+StatusOr<T*> Collectives::work(size_t count, const char* op, uint64_t tag) {
+  const size_t bytes = count * sizeof(T);
+  if (!given_) {
+    if (work_.size() < bytes) work_.resize(bytes);
+    return reinterpret_cast<T*>(work_.data());
+  }
+  if (bytes > scratch_.size())
+    return internal_error("{} {}: needs {} bytes of scratch, {} given", op, describe_tag(tag), bytes, scratch_.size());
+  return reinterpret_cast<T*>(scratch_.data());
 }
 
 void Collectives::set_blocks(size_t count) {
@@ -298,7 +305,7 @@ Status Collectives::all_reduce_direct(std::span<const T> in, std::span<T> out, u
   const size_t count = in.size();
   std::span<const T> mine = in;
   if (in.data() == out.data() && count > 0) {
-    T* own = typed<T>(own_, count);
+    RILL_ASSIGN_OR_RETURN(T * own, work<T>(count, "all_reduce", tag));
     std::copy(in.begin(), in.end(), own);
     mine = std::span<const T>(own, count);
   }
@@ -391,7 +398,7 @@ Status Collectives::reduce_scatter_ring(std::span<const T> in, std::span<T> out,
     std::copy(in.begin(), in.end(), out.begin());
     return Status::ok_status();
   }
-  T* scratch = typed<T>(scratch_, count);
+  RILL_ASSIGN_OR_RETURN(T * scratch, work<T>(count, "reduce_scatter", tag));
   const int right = peer(1), left = peer(-1);
   BlockRange first = blocks_[static_cast<size_t>(peer(-1))];
   RILL_RETURN_IF_ERROR(send_chunks(right, bytes_of(in.data() + first.begin, first.size), chunk * sizeof(T), tag));
@@ -439,7 +446,9 @@ Status Collectives::reduce_chain(std::span<const T> in, std::span<T> out, int ro
   const int position = ((r - root - 1) % n + n) % n;
   if (position == 0) return send_chunks(peer(1), bytes_of(in.data(), count), chunk * sizeof(T), tag);
   T* destination = out.data();
-  if (r != root) destination = typed<T>(scratch_, count);
+  if (r != root) {
+    RILL_ASSIGN_OR_RETURN(destination, work<T>(count, "reduce", tag));
+  }
   for (size_t at = 0; at < count; at += chunk) {
     const size_t len = std::min(chunk, count - at);
     RILL_ASSIGN_OR_RETURN(const std::byte* data, recv_chunk(peer(-1), len * sizeof(T), tag));

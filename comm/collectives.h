@@ -14,7 +14,9 @@
 //
 // Set up once, run many times: scratch is kept between calls, so repeated
 // calls of the same size allocate nothing here (the transport's own receive
-// buffers are its business). Buffers are sent without a copy; every call
+// buffers are its business). Or the caller gives the scratch once
+// (use_scratch), sized by base/collective_scratch.h: then nothing here
+// allocates at all (boxing draws it from the node's memory plan). Buffers are sent without a copy; every call
 // returns only once the transport no longer reads them. After an error the
 // object refuses further calls (the ranks no longer agree on what was sent),
 // and the buffers of the failed call must stay alive until the transport is
@@ -29,6 +31,7 @@
 #include <span>
 #include <vector>
 
+#include "base/collective_scratch.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -46,10 +49,10 @@ void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, s
 void combine_into(ReduceOp op, int32_t* dst, const int32_t* a, const std::byte* b, size_t n);
 
 struct CollectiveOptions {
-  size_t chunk_bytes = size_t{1} << 20;       // ring and chain steps pipeline in chunks of this size
-  std::chrono::milliseconds timeout{60000};   // each call's deadline, counted from its start
-  size_t direct_bytes = size_t{64} << 10;     // all_reduce of at most this many bytes: one exchange
-                                              // among all ranks (one hop) instead of the ring
+  size_t chunk_bytes = size_t{1} << 20;          // ring and chain steps pipeline in chunks of this size
+  std::chrono::milliseconds timeout{60000};      // each call's deadline, counted from its start
+  size_t direct_bytes = kCollectiveDirectBytes;  // all_reduce of at most this many bytes: one exchange
+                                                 // among all ranks (one hop) instead of the ring
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -77,8 +80,20 @@ class Collectives {
   // one. Empty strings before the first call.
   const char* last_op() const { return last_op_; }
   const char* last_algorithm() const { return last_algorithm_; }
-  // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen).
-  size_t scratch_bytes() const { return scratch_.capacity() + own_.capacity(); }
+  // Bytes of scratch held (grows to the largest reduce_scatter/reduce seen;
+  // with use_scratch, the given span's size), and a joined message's room.
+  size_t scratch_bytes() const { return (given_ ? scratch_.size() : work_.capacity()) + joined_.capacity(); }
+  // From now on every call takes its scratch from `scratch` (which must
+  // outlive this object's calls and, after a failed call, the transport's
+  // reads) and allocates none for it; a call that needs more than
+  // collective_scratch_bytes fails (an internal error naming the need). A
+  // message a transport hands over in two pieces with data in both is
+  // still joined in a buffer of the object's own; no transport here does
+  // (ZeroMQ's header and body frames arrive apart, or a small message whole).
+  void use_scratch(std::span<std::byte> scratch) {
+    scratch_ = scratch;
+    given_ = true;
+  }
 
   // out = sum over ranks of in, the same bits on every rank. `in` and `out`
   // are the same size and either the same span (in place) or disjoint. Ring
@@ -136,6 +151,10 @@ class Collectives {
 
  private:
   Status begin(uint64_t tag);
+  // Scratch for this call's partial sums or own copy: `count` elements of T
+  // (the given scratch's start, or the object's own, grown as needed).
+  template <typename T>
+  StatusOr<T*> work(size_t count, const char* op, uint64_t tag);
   Status end(const char* op, const char* algorithm, uint64_t tag, Status status);
   Status send_chunks(int to, std::span<const std::byte> bytes, size_t chunk, uint64_t tag);
   // Every message of a collective: a ChunkHeader (its number among this
@@ -182,9 +201,12 @@ class Collectives {
   const CollectiveOptions options_;
   SendTracker tracker_;
   Received received_;              // the message being consumed
-  std::vector<std::byte> joined_;  // a message that arrived in two pieces
-  std::vector<std::byte> scratch_;  // partial sums of reduce_scatter and reduce
-  std::vector<std::byte> own_;      // a small in-place all_reduce's input, sent while out changes
+  // Partial sums of reduce_scatter and reduce, or a small in-place
+  // all_reduce's input (sent while out changes), unless given; a message
+  // that arrived in two pieces.
+  std::vector<std::byte> work_, joined_;
+  std::span<std::byte> scratch_;  // given by use_scratch (base/collective_scratch.h), used for work_
+  bool given_ = false;
   std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;

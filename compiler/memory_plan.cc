@@ -60,6 +60,9 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   };
   std::vector<State> states;                              // variables' optimizer state, in task order
   std::vector<std::pair<uint64_t, int64_t>> boxing_scratch;  // (boxing task, bytes), in task order
+  // Compute scratch by thread: the most any of its tasks needs, and the
+  // tasks (a thread acts one at a time, so they take turns with it).
+  std::map<uint64_t, std::pair<int64_t, std::vector<uint64_t>>> compute_scratch;
   for (const plan::Task* task : *plan.tasks()) {
     if (task->node() != node) continue;
     if (task->kind() == plan::TaskKind::Boxing) {
@@ -71,9 +74,11 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     for (int64_t r : *task->inputs()) needed.push_back(r);
     for (int64_t r : *task->outputs()) needed.push_back(r);
     if (task->kind() == plan::TaskKind::Compute && task->scratch_bytes() > 0) {
-      if (task->scratch_bytes() > kMaxBytes - block({MemoryZone::kHost, -1}).scratch_bytes)
+      if (task->scratch_bytes() > kMaxBytes / 4)
         return invalid_argument("plan: node {}'s compute scratch passes 2^62 bytes", node);
-      block({MemoryZone::kHost, -1}).scratch_bytes += task->scratch_bytes();
+      auto& [most, tasks] = compute_scratch[ActorId::thread_key(task->id())];
+      most = std::max(most, task->scratch_bytes());
+      tasks.push_back(task->id());
     }
     const plan::VariableConf* conf = task->variable();
     if (task->kind() == plan::TaskKind::Variable && conf != nullptr && conf->update_op() != nullptr &&
@@ -189,11 +194,21 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     out.boxing[task] = {0, b.block_bytes(), bytes};
     b.boxing_bytes += size;
   }
+  // Then one region of compute scratch per thread (CPU kernels only).
+  for (const auto& [thread, need] : compute_scratch) {
+    MemoryBlock& b = block(host);
+    const int64_t size = slot_size(need.first);
+    if (size > kMaxBytes - b.block_bytes())
+      return invalid_argument("plan: node {}'s compute scratch passes 2^62 bytes", node);
+    for (uint64_t task : need.second) out.compute[task] = {0, b.block_bytes(), need.first};
+    b.scratch_bytes += size;
+  }
   for (auto& [rank, b] : blocks) {
     index_of[rank] = static_cast<int>(out.blocks.size());
     out.blocks.push_back(b);
   }
   for (auto& [task, scratch] : out.boxing) scratch.block = index_of[zone_rank(host)];
+  for (auto& [task, scratch] : out.compute) scratch.block = index_of[zone_rank(host)];
   for (const auto& [id, zone] : placed) out.regsts[id].block = index_of[zone_rank(zone)];
   for (const State& st : states) out.states[st.task].block = index_of[zone_rank(st.zone)];
   return out;
@@ -266,6 +281,21 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
                                      [](const MemoryBlock& b) { return b.slot_bytes + b.state_bytes; }));
   RILL_RETURN_IF_ERROR(check_regions(memory, std::move(scratch), "boxing scratch", "boxing",
                                      [](const MemoryBlock& b) { return b.slot_bytes + b.state_bytes; },
+                                     [](const MemoryBlock& b) { return b.block_bytes() - b.scratch_bytes; }));
+  // Compute scratch: one region per thread, which only its tasks share.
+  std::map<uint64_t, BodyRegion> by_thread;
+  for (const auto& [task, sc] : memory.compute) {
+    if (sc.bytes < 0) return internal_error("memory plan: compute scratch of task {} of {} bytes", task, sc.bytes);
+    auto [r, added] = by_thread.try_emplace(ActorId::thread_key(task), BodyRegion{sc.block, sc.offset, sc.bytes, task});
+    if (r->second.block != sc.block || r->second.offset != sc.offset)
+      return internal_error("memory plan: tasks {} and {} of one thread have compute scratch at two places",
+                            r->second.task, task);
+    r->second.bytes = std::max(r->second.bytes, sc.bytes);
+  }
+  std::vector<BodyRegion> compute;
+  for (const auto& [thread, r] : by_thread) compute.push_back(r);
+  RILL_RETURN_IF_ERROR(check_regions(memory, std::move(compute), "compute scratch", "compute scratch",
+                                     [](const MemoryBlock& b) { return b.block_bytes() - b.scratch_bytes; },
                                      [](const MemoryBlock& b) { return b.block_bytes(); }));
   // Slots may overlap only where the lifetimes say they are never live at
   // once.

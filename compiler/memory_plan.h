@@ -19,11 +19,12 @@
 // and the host block the boxing tasks' scratch (sized by
 // compiler/boxing_task.h as the tasks run it): the runtime allocates each
 // block once, and GPU variables keep no host copy of their state (a
-// checkpoint stages it for the moment it takes). Beside the block each zone
-// counts what bodies hold themselves (a laned variable's values) and
-// compute scratch. The comm library's own scratch (a message that arrived
-// in two pieces, partial sums of a reduce-scatter) is not counted yet.
-// Pure functions; any thread.
+// checkpoint stages it for the moment it takes). A boxing task's scratch
+// holds its collectives' too (partial sums of a reduce-scatter: base/
+// collective_scratch.h). Last, the host block holds each thread's compute
+// scratch (CPU kernels'), one region per thread that its tasks take in
+// turn. Beside the block each zone counts what bodies hold themselves (a
+// laned variable's values). Pure functions; any thread.
 #pragma once
 
 #include <cstdint>
@@ -44,17 +45,18 @@ struct MemoryZone {
 };
 
 // A zone's block is [0, slot_bytes) of slots, then the variables' optimizer
-// state, then the boxings' scratch; the runtime allocates block_bytes()
-// once. What bodies still hold themselves is counted beside it.
+// state, then the boxings' scratch, then compute scratch; the runtime
+// allocates block_bytes() once. What bodies still hold themselves is
+// counted beside it.
 struct MemoryBlock {
   MemoryZone zone;
   int64_t slot_bytes = 0;     // every slot placed in the block
   int64_t state_bytes = 0;    // optimizer state of the variables in this zone, after the slots
-  int64_t boxing_bytes = 0;   // boxing tasks' send and receive buffers (host memory), after the state
+  int64_t boxing_bytes = 0;   // boxing tasks' buffers and collectives' scratch (host memory), after the state
+  int64_t scratch_bytes = 0;  // compute scratch (host memory), one region per thread, after the boxings'
   int64_t held_bytes = 0;     // kept by bodies themselves: a laned variable's values (and DC-ASGD's)
-  int64_t scratch_bytes = 0;  // compute scratch (always host memory), kept by the compute bodies
-  int64_t block_bytes() const { return slot_bytes + state_bytes + boxing_bytes; }
-  int64_t total() const { return block_bytes() + held_bytes + scratch_bytes; }
+  int64_t block_bytes() const { return slot_bytes + state_bytes + boxing_bytes + scratch_bytes; }
+  int64_t total() const { return block_bytes() + held_bytes; }
 };
 
 // One regst's slots: slot s at offsets[s] in block `block` (one after
@@ -75,7 +77,9 @@ struct StateMemory {
   int tensors = 0;
 };
 
-// A boxing task's scratch (kernels/boxing_plan.h: send, then receive buffer).
+// A boxing task's scratch (kernels/boxing_plan.h: send, then receive
+// buffer, then its collectives'), or a compute task's (its thread's region;
+// `bytes` what the task needs of it).
 struct ScratchMemory {
   int block = 0;
   int64_t offset = 0;
@@ -87,6 +91,7 @@ struct MemoryPlan {
   std::unordered_map<int64_t, RegstMemory> regsts;  // by regst id
   std::unordered_map<uint64_t, StateMemory> states;  // by variable task id (trained variables)
   std::unordered_map<uint64_t, ScratchMemory> boxing;  // by boxing task id (those with scratch)
+  std::unordered_map<uint64_t, ScratchMemory> compute;  // by compute task id (those with scratch)
   // The sum of block `block`'s slots' sizes: its slot_bytes where no two
   // slots share bytes, more where slots live at one offset by turns.
   int64_t slots_sum(int block) const {

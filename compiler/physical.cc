@@ -245,7 +245,7 @@ void Expander::add_computes() {
           compute.input_offsets.push_back(std::move(offset));
           physical_inputs.push_back({extent, inputs[k]->dtype});
         }
-        if (op.def->scratch_bytes != nullptr)
+        if (op.def->scratch_bytes != nullptr && p.type == DeviceType::kCpu)  // CUDA kernels take none
           compute.scratch_bytes = static_cast<int64_t>(op.def->scratch_bytes(op.attrs, physical_inputs));
         task.acts_per_step = acts;
         return task;

@@ -127,10 +127,10 @@ std::string plan_json(const plan::Plan& p) {
   root["regsts"] = std::move(regsts);
   // Per node and memory zone (compiler/memory_plan.h): the bytes its slots
   // take in the block (less than the sum of the slots where regsts share
-  // bytes), the sum of the slots, the optimizer state and the boxings'
-  // scratch after them in the block, what bodies hold themselves, compute
-  // scratch, and the peak (all of it:
-  // the block and the rest are allocated once and kept for the run).
+  // bytes), the sum of the slots, the optimizer state, the boxings' scratch
+  // (their collectives' with it) and compute scratch after them in the
+  // block, what bodies hold themselves, and the peak (all of it: the block
+  // and the rest are allocated once and kept for the run).
   Json memory = Json::array();
   for (int node = p.node() >= 0 ? p.node() : 0; node < (p.node() >= 0 ? p.node() + 1 : p.num_nodes()); ++node) {
     auto planned = plan_memory(p, node);
@@ -146,9 +146,9 @@ std::string plan_json(const plan::Plan& p) {
                         {"slots_bytes", planned->slots_sum(static_cast<int>(i))},
                         {"optimizer_state_bytes", b.state_bytes},
                         {"boxing_bytes", b.boxing_bytes},
+                        {"scratch_bytes", b.scratch_bytes},
                         {"block_bytes", b.block_bytes()},
                         {"held_bytes", b.held_bytes},
-                        {"scratch_bytes", b.scratch_bytes},
                         {"peak_bytes", b.total()}});
     }
   }

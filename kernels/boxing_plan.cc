@@ -360,6 +360,22 @@ void Planner::exchange_through_scratch(Exchange kind, size_t sent, size_t receiv
 
 }  // namespace
 
+CollectiveCall BoxingPlan::exchange_call() const {
+  switch (exchange) {
+    case Exchange::kNone: return CollectiveCall::kOther;
+    case Exchange::kAllReduce: return CollectiveCall::kAllReduce;
+    case Exchange::kAllGather: return CollectiveCall::kAllGather;
+    case Exchange::kAllToAll: return CollectiveCall::kAllToAll;
+    case Exchange::kReduceScatter: return CollectiveCall::kReduceScatter;
+  }
+  return CollectiveCall::kOther;
+}
+
+size_t BoxingPlan::exchange_scratch_bytes() const {
+  if (exchange == Exchange::kNone) return 0;
+  return collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes);
+}
+
 BoxingPlan plan_boxing(NdSbp in, NdSbp out, int parallel, TensorMeta logical, int first_rank, int local_pieces,
                        int piece) {
   BoxingPlan p;

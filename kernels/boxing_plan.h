@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/collective_scratch.h"
 #include "kernels/tensor.h"
 
 namespace rill {
@@ -22,6 +23,7 @@ struct BoxingPlan {
     enum Kind : uint8_t { kInput, kOutput, kSend, kRecv } kind = kInput;
     int index = 0;      // slot index (inputs, outputs)
     size_t offset = 0;  // bytes into the scratch
+    bool operator==(const Ref&) const = default;
   };
   // copy or add `box` from src (covering src_region) into dst; sum: dst =
   // src + src2 (both covering src_region); zero: fill dst.
@@ -47,7 +49,16 @@ struct BoxingPlan {
   size_t send_bytes = 0, recv_bytes = 0;         // the scratch: send buffer, then receive buffer
 
   int node_of(int rank) const { return rank / local; }
-  size_t scratch_bytes() const { return send_bytes + recv_bytes; }
+  // The exchange's collective and the scratch it needs in the collectives
+  // (base/collective_scratch.h, at their default direct size), which the
+  // task's scratch holds after the two buffers, at exchange_offset().
+  CollectiveCall exchange_call() const;
+  size_t exchange_scratch_bytes() const;
+  size_t exchange_offset() const { return (send_bytes + recv_bytes + 63) / 64 * 64; }
+  size_t scratch_bytes() const {
+    const size_t collective = exchange_scratch_bytes();
+    return collective == 0 ? send_bytes + recv_bytes : exchange_offset() + collective;
+  }
 };
 
 // A conversion from `in` to `out` of a `logical` tensor of `parallel`

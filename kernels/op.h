@@ -119,7 +119,7 @@ struct OpDef {
   int num_state = 0;  // kUpdate: optimizer state tensors shaped like the variable
   // kUpdate: the state tensors' names, as checkpoints store them ("<variable>/<name>").
   std::array<const char*, 2> state_names = {nullptr, nullptr};
-  ScratchFn scratch_bytes = nullptr;  // nullptr: no scratch
+  ScratchFn scratch_bytes = nullptr;  // its CPU kernel's scratch (nullptr: none; CUDA kernels take none)
   ParseFn parse = nullptr;            // nullptr: its kernels read no attributes
   // The kernel copies input 0's bytes as they lie into output 0 (reshape):
   // a split of one is the split of the other only where every device's

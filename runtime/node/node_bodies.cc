@@ -57,8 +57,13 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
       Attrs attrs = read_attrs(task.attrs());
       auto params = parse_params(*def, attrs);
       if (!params.ok()) return params.status().with_context(fmt::format("task '{}'", name));
+      std::span<std::byte> scratch;
+      if (auto at = compute_memory_.find(task.id()); at != compute_memory_.end()) scratch = at->second;
+      if (scratch.size() < static_cast<size_t>(std::max<int64_t>(0, task.scratch_bytes())))
+        return internal_error("task '{}': {} bytes of compute scratch planned, it needs {}", name, scratch.size(),
+                              task.scratch_bytes());
       return Body(std::in_place_type<ComputeBody>, def, std::move(attrs), std::move(*params), std::move(logical),
-                  static_cast<size_t>(task.scratch_bytes()), kernel, cuda, std::move(offsets));
+                  scratch, kernel, cuda, std::move(offsets));
     }
     case plan::TaskKind::Source: {
       const plan::SourceConf* conf = task.source();

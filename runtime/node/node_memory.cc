@@ -1,7 +1,7 @@
 // Regst slots: every regst this node's tasks write or read, in host memory,
 // page-locked host memory (a GPU copies from or into it) or a GPU's memory,
-// and after them the variables' optimizer state and the boxings' scratch;
-// the GPUs' contexts.
+// and after them the variables' optimizer state, the boxings' scratch and
+// the threads' compute scratch; the GPUs' contexts.
 #include "runtime/node/node_run.h"
 
 #include <algorithm>
@@ -119,6 +119,8 @@ Status NodeRun::allocate_regsts() {
   }
   for (const auto& [task, sc] : memory.boxing)
     boxing_memory_[task] = base[static_cast<size_t>(sc.block)] + sc.offset;
+  for (const auto& [task, sc] : memory.compute)
+    compute_memory_[task] = {base[static_cast<size_t>(sc.block)] + sc.offset, static_cast<size_t>(sc.bytes)};
   for (const auto& [task, st] : memory.states)
     for (int i = 0; i < st.tensors; ++i)
       state_memory_[task].push_back(base[static_cast<size_t>(st.block)] + st.offset + i * st.tensor_bytes);

@@ -111,8 +111,10 @@ class NodeRun : public NodeRuntime {
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot
   // By variable task id: its optimizer state tensors, in the plan's blocks (zeroed).
   std::unordered_map<uint64_t, std::vector<std::byte*>> state_memory_;
-  // By boxing task id: its scratch in the plan's host block.
+  // By boxing task id: its scratch in the plan's host block; by compute
+  // task id, its thread's compute scratch there.
   std::unordered_map<uint64_t, std::byte*> boxing_memory_;
+  std::unordered_map<uint64_t, std::span<std::byte>> compute_memory_;
   std::vector<std::shared_ptr<const Dataset>> datasets_;
   // (dataset, field, bound) already checked by a source (SourceConf.index_bounds).
   std::set<std::tuple<int, int, int64_t>> checked_bounds_;

@@ -37,74 +37,91 @@ std::set<int64_t> regsts_of(const plan::Plan& p, int node) {
 }
 
 TEST_CASE("each node's regsts get slots in one host block, none overlapping, adding up to the block") {
-  graph::Job job = testing::mlp_job(16, 8);
-  job.optimizer.type = "adam";
-  job.train.reuse_memory = false;  // every slot its own bytes (sharing: tests/compiler/regst_lifetimes_test.cc)
-  const std::string bytes = testing::compile_ok(job, "cpu:2", {}, 2);
-  const plan::Plan& p = *testing::plan_of(bytes);
-  for (int node = 0; node < 2; ++node) {
-    CAPTURE(node);
-    const MemoryPlan memory = planned(p, node);
-    REQUIRE(memory.blocks.size() == 1);
-    CHECK(memory.blocks[0].zone == MemoryZone{MemoryZone::kHost, -1});
-    const std::set<int64_t> ids = regsts_of(p, node);
-    CHECK(memory.regsts.size() == ids.size());
-    int64_t slots = 0, state = 0;
-    for (int64_t id : ids) {
-      const plan::RegstDesc* r = testing::regst(p, id);
-      const compiler::RegstMemory& m = memory.regsts.at(id);
-      CHECK(m.slots == r->register_num());
-      CHECK(m.slot_size >= r->bytes());
-      CHECK(m.slot_size % 64 == 0);
-      for (int64_t offset : m.offsets) CHECK(offset % 64 == 0);
-      slots += m.slot_size * m.slots;
-    }
-    CHECK(memory.blocks[0].slot_bytes == slots);
-    CHECK(memory.slots_sum(0) == slots);
-    // Adam keeps two tensors the size of each variable piece this node
-    // updates, after the slots in the same block, one region per variable.
-    std::vector<std::pair<int64_t, int64_t>> regions;
-    for (const plan::Task* t : *p.tasks())
-      if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op()) {
-        const int64_t tensor = compiler::slot_size(testing::regst(p, t->outputs()->Get(0))->bytes());
-        state += 2 * tensor;
-        REQUIRE(memory.states.count(t->id()) == 1);
-        const compiler::StateMemory& st = memory.states.at(t->id());
-        CHECK(st.block == 0);
-        CHECK(st.tensors == 2);
-        CHECK(st.tensor_bytes == tensor);
-        CHECK(st.offset >= slots);
-        regions.emplace_back(st.offset, st.offset + 2 * tensor);
+  // With zero, the gradients are reduce-scattered across the nodes: their
+  // collectives keep partial sums, in the boxing's scratch.
+  for (bool zero : {false, true}) {
+    CAPTURE(zero);
+    graph::Job job = testing::mlp_job(16, 8);
+    job.optimizer.type = "adam";
+    job.train.reuse_memory = false;  // every slot its own bytes (sharing: tests/compiler/regst_lifetimes_test.cc)
+    job.train.zero = zero;
+    const std::string bytes = testing::compile_ok(job, "cpu:2", {}, 2);
+    const plan::Plan& p = *testing::plan_of(bytes);
+    int reduce_scatters = 0;
+    for (int node = 0; node < 2; ++node) {
+      CAPTURE(node);
+      const MemoryPlan memory = planned(p, node);
+      REQUIRE(memory.blocks.size() == 1);
+      CHECK(memory.blocks[0].zone == MemoryZone{MemoryZone::kHost, -1});
+      const std::set<int64_t> ids = regsts_of(p, node);
+      CHECK(memory.regsts.size() == ids.size());
+      int64_t slots = 0, state = 0;
+      for (int64_t id : ids) {
+        const plan::RegstDesc* r = testing::regst(p, id);
+        const compiler::RegstMemory& m = memory.regsts.at(id);
+        CHECK(m.slots == r->register_num());
+        CHECK(m.slot_size >= r->bytes());
+        CHECK(m.slot_size % 64 == 0);
+        for (int64_t offset : m.offsets) CHECK(offset % 64 == 0);
+        slots += m.slot_size * m.slots;
       }
-    CHECK(state > 0);
-    CHECK(memory.states.size() == regions.size());
-    std::sort(regions.begin(), regions.end());
-    for (size_t i = 1; i < regions.size(); ++i) CHECK(regions[i].first >= regions[i - 1].second);
-    CHECK(regions.back().second == slots + state);
-    CHECK(memory.blocks[0].state_bytes == state);
-    CHECK(memory.blocks[0].held_bytes == 0);
-    // Then each boxing task's scratch, as big as the plan it runs needs
-    // (across the 2 nodes: the gradients' all-reduce buffers).
-    int64_t boxing = 0;
-    for (const plan::Task* t : *p.tasks())
-      if (t->node() == node && t->kind() == plan::TaskKind::Boxing) {
-        auto work = compiler::boxing_task(p, *t);
-        REQUIRE(work.ok());
-        const auto bytes = static_cast<int64_t>(work->plan.scratch_bytes());
-        if (bytes == 0) {
-          CHECK(memory.boxing.count(t->id()) == 0);
-          continue;
+      CHECK(memory.blocks[0].slot_bytes == slots);
+      CHECK(memory.slots_sum(0) == slots);
+      // Adam keeps two tensors the size of each variable piece this node
+      // updates, after the slots in the same block, one region per variable.
+      std::vector<std::pair<int64_t, int64_t>> regions;
+      for (const plan::Task* t : *p.tasks())
+        if (t->node() == node && t->kind() == plan::TaskKind::Variable && t->variable()->update_op()) {
+          const int64_t tensor = compiler::slot_size(testing::regst(p, t->outputs()->Get(0))->bytes());
+          state += 2 * tensor;
+          REQUIRE(memory.states.count(t->id()) == 1);
+          const compiler::StateMemory& st = memory.states.at(t->id());
+          CHECK(st.block == 0);
+          CHECK(st.tensors == 2);
+          CHECK(st.tensor_bytes == tensor);
+          CHECK(st.offset >= slots);
+          regions.emplace_back(st.offset, st.offset + 2 * tensor);
         }
-        REQUIRE(memory.boxing.count(t->id()) == 1);
-        const compiler::ScratchMemory& sc = memory.boxing.at(t->id());
-        CHECK(sc.bytes == bytes);
-        CHECK(sc.offset >= slots + state);
-        boxing += compiler::slot_size(bytes);
-      }
-    CHECK(boxing > 0);
-    CHECK(memory.blocks[0].boxing_bytes == boxing);
-    CHECK(memory.blocks[0].block_bytes() == slots + state + boxing);
-    CHECK(memory.blocks[0].total() == slots + state + boxing + memory.blocks[0].scratch_bytes);
+      CHECK(state > 0);
+      CHECK(memory.states.size() == regions.size());
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 1; i < regions.size(); ++i) CHECK(regions[i].first >= regions[i - 1].second);
+      CHECK(regions.back().second == slots + state);
+      CHECK(memory.blocks[0].state_bytes == state);
+      CHECK(memory.blocks[0].held_bytes == 0);
+      // Then each boxing task's scratch, as big as the plan it runs needs
+      // (across the 2 nodes: the gradients' all-reduce buffers).
+      int64_t boxing = 0;
+      for (const plan::Task* t : *p.tasks())
+        if (t->node() == node && t->kind() == plan::TaskKind::Boxing) {
+          auto work = compiler::boxing_task(p, *t);
+          REQUIRE(work.ok());
+          const auto bytes = static_cast<int64_t>(work->plan.scratch_bytes());
+          if (bytes == 0) {
+            CHECK(memory.boxing.count(t->id()) == 0);
+            continue;
+          }
+          REQUIRE(memory.boxing.count(t->id()) == 1);
+          const compiler::ScratchMemory& sc = memory.boxing.at(t->id());
+          CHECK(sc.bytes == bytes);
+          // A reduce-scatter's partial sums of its whole input follow the
+          // task's buffers (base/collective_scratch.h).
+          if (work->plan.exchange == BoxingPlan::Exchange::kReduceScatter) {
+            ++reduce_scatters;
+            CHECK(work->plan.exchange_scratch_bytes() == work->plan.exchange_in_bytes);
+            CHECK(sc.bytes >= static_cast<int64_t>(work->plan.send_bytes + work->plan.recv_bytes +
+                                                   work->plan.exchange_in_bytes));
+          }
+          CHECK(sc.offset >= slots + state);
+          boxing += compiler::slot_size(bytes);
+        }
+      CHECK(boxing > 0);
+      CHECK(memory.blocks[0].boxing_bytes == boxing);
+      CHECK(memory.blocks[0].scratch_bytes == 0);  // an MLP's CPU kernels take no scratch
+      CHECK(memory.blocks[0].block_bytes() == slots + state + boxing);
+      CHECK(memory.blocks[0].total() == slots + state + boxing);
+    }
+    CHECK((reduce_scatters > 0) == zero);
   }
 }
 

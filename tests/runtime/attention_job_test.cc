@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
@@ -84,6 +86,56 @@ TEST_CASE("the GPT sample with fused attention follows the composed form over 10
     const bool square = shape && shape->size() >= 2 && shape->Get(shape->size() - 1) == 128 &&
                         shape->Get(shape->size() - 2) == 128 && shape->size() == 4;
     CHECK_MESSAGE(!square, r->name()->str());
+  }
+}
+
+// Its CPU kernels take a row of scores (T floats) of compute scratch: one
+// region per thread in the host block, which the thread's attention and
+// attention_grad tasks take in turn; two threads' regions never meet.
+TEST_CASE("the fused attention's compute scratch: one region per thread in the plan's host block") {
+  for (const auto& [file, devices, threads] : {std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 1},
+                                               std::tuple{"samples/gpt/gpt_moby_tp.json", "cpu:2", 2}}) {
+    CAPTURE(file);
+    auto cluster = compiler::parse_devices(devices, 1);
+    REQUIRE(cluster.ok());
+    auto bytes = compiler::compile(fused(sample(file)), *cluster, {});
+    REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
+    const plan::Plan& plan = *plan::GetPlan(bytes->data());
+    auto memory = compiler::plan_memory(plan, 0);
+    REQUIRE_MESSAGE(memory.ok(), memory.status().to_string());
+    REQUIRE(compiler::check_memory_plan(plan, 0, *memory).ok());
+    std::set<std::pair<uint64_t, int64_t>> regions;  // (thread, offset)
+    int tasks = 0;
+    for (const plan::Task* t : *plan.tasks()) {
+      if (t->kind() != plan::TaskKind::Compute || t->scratch_bytes() == 0) continue;
+      const std::string op = t->op_type()->str();
+      CHECK((op == "attention" || op == "attention_grad"));
+      CHECK(t->scratch_bytes() == 128 * 4);  // a row of T = 128 scores
+      REQUIRE(memory->compute.count(t->id()) == 1);
+      const compiler::ScratchMemory& sc = memory->compute.at(t->id());
+      CHECK(sc.bytes == t->scratch_bytes());
+      regions.insert({ActorId::thread_key(t->id()), sc.offset});
+      ++tasks;
+    }
+    CHECK(tasks == 2 * 4 * threads);  // forward and gradient of 4 layers on each device
+    CHECK(regions.size() == static_cast<size_t>(threads));
+    const compiler::MemoryBlock& host = memory->blocks[0];
+    CHECK(host.scratch_bytes == threads * 128 * 4);
+    CHECK(host.block_bytes() == host.slot_bytes + host.state_bytes + host.boxing_bytes + host.scratch_bytes);
+    for (const auto& [thread, offset] : regions) CHECK(offset >= host.block_bytes() - host.scratch_bytes);
+    if (threads == 2) {
+      // One thread's task put on the other's region is refused.
+      compiler::MemoryPlan moved = *memory;
+      auto a = moved.compute.begin();
+      auto b = std::find_if(moved.compute.begin(), moved.compute.end(), [&](const auto& e) {
+        return ActorId::thread_key(e.first) != ActorId::thread_key(a->first);
+      });
+      REQUIRE(b != moved.compute.end());
+      a->second.offset = b->second.offset;
+      const Status refused = compiler::check_memory_plan(plan, 0, moved);
+      REQUIRE_FALSE(refused.ok());
+      CHECK(refused.message().find("compute scratch") != std::string::npos);
+    }
   }
 }
 
