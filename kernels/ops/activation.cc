@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/ops/activation_math.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 
@@ -54,21 +55,25 @@ Status grad_unary(GradBuilder& g) {
 }
 
 template <Act kAct>
-Status cpu_unary(KernelContext& ctx) {
-  const float* __restrict x = ctx.inputs[0].f32();
-  float* __restrict y = ctx.outputs[0].f32();
-  const int64_t n = ctx.outputs[0].size();
+RILL_CPU_CLONES void forward_loop(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = forward<kAct>(x[i]);
+}
+
+template <Act kAct>
+RILL_CPU_CLONES void backward_loop(const float* __restrict t, const float* __restrict dy, float* __restrict dx,
+                                   int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = backward<kAct>(t[i], dy[i]);
+}
+
+template <Act kAct>
+Status cpu_unary(KernelContext& ctx) {
+  forward_loop<kAct>(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size());
   return {};
 }
 
 template <Act kAct>
 Status cpu_unary_grad(KernelContext& ctx) {
-  const float* __restrict t = ctx.inputs[0].f32();
-  const float* __restrict dy = ctx.inputs[1].f32();
-  float* __restrict dx = ctx.outputs[0].f32();
-  const int64_t n = ctx.outputs[0].size();
-  for (int64_t i = 0; i < n; ++i) dx[i] = backward<kAct>(t[i], dy[i]);
+  backward_loop<kAct>(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size());
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kernels/cuda_kernels.h"
+#include "kernels/ops/activation_math.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
 #include "tests/kernels/run_ok.h"
@@ -143,6 +144,39 @@ TEST_CASE("activations match their formulas") {
   check_values(run_ok("tanh", {x})[0], {4}, tanh_);
   check_values(run_ok("sigmoid", {x})[0], {4}, sigmoid);
   CHECK(run_ok("gelu", {Tensor::floats({1}, {1})})[0].f32[0] == doctest::Approx(0.8413447));
+}
+
+// The activation loops run as the copy compiled for this CPU (AVX-512,
+// AVX2 or the baseline: kernels/ops/cpu_clones.h); each element must be the
+// bits of the scalar formula, computed here one call at a time in the
+// baseline's code, whatever the CPU: a copy that fused a multiply and an
+// add, or reordered the math, would differ in the last bits somewhere in
+// 100,003 values spread over GELU's range (an odd count: the vector loops'
+// tails too).
+TEST_CASE("the activation kernels give the scalar formula's bits on every CPU") {
+  const int64_t n = 100003;
+  std::vector<float> xs(static_cast<size_t>(n)), dys(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    xs[static_cast<size_t>(i)] = -9.0f + 18.0f * static_cast<float>(i) / static_cast<float>(n);
+    dys[static_cast<size_t>(i)] = 0.25f + static_cast<float>(i % 7) * 0.125f;
+  }
+  const Tensor x = Tensor::floats({n}, xs), dy = Tensor::floats({n}, dys);
+  auto check = [&]<act::Act kAct>(const char* op, const char* grad) {
+    CAPTURE(op);
+    const Tensor y = run_ok(op, {x})[0];
+    const Tensor dx = run_ok(grad, {x, dy})[0];
+    int64_t forward_wrong = 0, backward_wrong = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<size_t>(i);
+      forward_wrong += y.f32[k] != act::forward<kAct>(xs[k]);
+      backward_wrong += dx.f32[k] != act::backward<kAct>(xs[k], dys[k]);
+    }
+    CHECK(forward_wrong == 0);
+    CHECK(backward_wrong == 0);
+  };
+  check.operator()<act::Act::kGeluTanh>("gelu_tanh", "gelu_tanh_grad");
+  check.operator()<act::Act::kRelu>("relu", "relu_grad");
+  check.operator()<act::Act::kTanh>("tanh", "tanh_grad");
 }
 
 TEST_CASE("softmax rows sum to one and survive large logits") {
