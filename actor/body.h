@@ -45,7 +45,13 @@ struct PortSetSpec {
 // Runs one op's CPU kernel. Views and scratch are set up once; an act only
 // swaps data pointers. On a GPU every read and write of its slots is on the
 // device's compute stream: regsts share bytes on that ground
-// (compiler/regst_lifetimes.h).
+// (compiler/regst_lifetimes.h). There, with `graphs`, the first act with a
+// given set of slots (and micro-batch index) captures the kernel's work as
+// a CUDA graph, and every later act with that set replays it: the same
+// kernels with the same arguments, for one launch's host time (a cuBLAS
+// GEMM's launch costs the host 14 us, a graph's 2 us). Ops whose kernels
+// read the step (OpDef::reads_step), or whose work a capture cannot hold,
+// launch directly.
 class ComputeBody {
  public:
   // With `cuda`, runs `kernel` (the op's CUDA kernel) on that device's
@@ -57,13 +63,25 @@ class ComputeBody {
   // of the node's memory plan, shared with the thread's other tasks).
   ComputeBody(const OpDef* def, Attrs attrs, OpParams params, std::vector<Shape> logical_inputs,
               std::span<std::byte> scratch, KernelFn kernel = nullptr, CudaContext* cuda = nullptr,
-              std::vector<Shape> input_offsets = {});
+              std::vector<Shape> input_offsets = {}, bool graphs = false);
   Status act(const ActIo& io);
 
  private:
+  // A captured act: the slots it read and wrote, its micro-batch index.
+  struct Graph {
+    std::vector<void*> buffers;
+    int64_t micro = 0;
+    std::unique_ptr<void, GraphFree> exec;
+  };
+  static constexpr size_t kMaxGraphs = 64;  // past this many sets of slots, launch directly
+  Status launch(KernelContext& ctx);
+
   const OpDef* def_;
   KernelFn kernel_;
   CudaContext* cuda_;
+  bool graphs_ = false;
+  std::vector<Graph> captured_;
+  std::vector<void*> buffers_;  // this act's, to look up
   Attrs attrs_;
   OpParams params_;
   std::vector<Shape> logical_inputs_;

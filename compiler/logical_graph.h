@@ -127,6 +127,7 @@ struct LogicalGraph {
   graph::Schedule schedule = graph::Schedule::k1f1b;  // train.schedule
   bool allow_tf32 = false;        // train.allow_tf32
   bool reuse_memory = true;       // train.reuse_memory
+  bool cuda_graphs = true;        // train.cuda_graphs
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   // train.view "mirrored" (train plans): every device a rank with its own
   // global_batch / devices rows; tasks see their own pieces as the whole

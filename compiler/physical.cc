@@ -34,6 +34,7 @@ StatusOr<TaskGraph> Expander::run() {
   out_.schedule = g_.schedule;
   out_.allow_tf32 = g_.allow_tf32;
   out_.reuse_memory = g_.reuse_memory;
+  out_.cuda_graphs = g_.cuda_graphs;
   out_.stages = g_.stages;
   out_.log_every = g_.log_every;
   out_.shuffle = g_.shuffle;

@@ -43,6 +43,7 @@ std::string plan_json(const plan::Plan& p) {
   root["stages"] = p.stages();
   root["allow_tf32"] = p.allow_tf32();
   root["reuse_memory"] = p.reuse_memory();
+  root["cuda_graphs"] = p.cuda_graphs();
   root["num_nodes"] = p.num_nodes();
   root["devices_per_node"] = p.devices_per_node();
   root["node"] = p.node();

@@ -40,7 +40,8 @@ flatbuffers::Offset<plan::RegstDesc> foreign_regst(flatbuffers::FlatBufferBuilde
 const std::set<std::string> kPlanFields = {"version",   "job_name",         "steps",    "global_batch", "log_every",
                                            "num_nodes", "devices_per_node", "datasets", "tasks",        "regsts",
                                            "node",      "num_tasks",        "placements", "micro_batches",
-                                           "schedule",  "stages",           "allow_tf32", "reuse_memory"};
+                                           "schedule",  "stages",           "allow_tf32", "reuse_memory",
+                                           "cuda_graphs"};
 
 // Binary search for the element of `v` whose key(element) is `key`, in a vector
 // sorted by key; after a direct hit at position `key` (whole plans).
@@ -135,7 +136,7 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
                        p.global_batch(), p.log_every(), p.num_nodes(), p.devices_per_node(), b.CreateVector(datasets),
                        b.CreateVector(tasks), b.CreateVector(regsts), node, p.num_tasks(), b.CreateVector(placements),
                        p.micro_batches(), b.CreateString(p.schedule() ? p.schedule()->str() : std::string()),
-                       p.stages(), p.allow_tf32(), p.reuse_memory());
+                       p.stages(), p.allow_tf32(), p.reuse_memory(), p.cuda_graphs());
   plan::FinishPlanBuffer(b, root);
   std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   auto check = verify_plan(out);

@@ -176,7 +176,7 @@ std::string write_plan(const TaskGraph& g) {
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
                                b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
                                write_strings(b, g.placements), g.micro_batches, b.CreateString(std::string(graph::to_string(g.schedule))),
-                               g.stages, g.allow_tf32, g.reuse_memory);
+                               g.stages, g.allow_tf32, g.reuse_memory, g.cuda_graphs);
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

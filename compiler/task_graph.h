@@ -161,6 +161,7 @@ struct TaskGraph {
   graph::Schedule schedule = graph::Schedule::k1f1b;  // train.schedule
   bool allow_tf32 = false;        // train.allow_tf32
   bool reuse_memory = true;       // train.reuse_memory
+  bool cuda_graphs = true;        // train.cuda_graphs
   int stages = 1;                 // pipeline stages of the forward pass
   int64_t log_every = 0;
   bool shuffle = false;

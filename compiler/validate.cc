@@ -277,6 +277,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.schedule = job.train.schedule;
     g.allow_tf32 = job.train.allow_tf32;
     g.reuse_memory = job.train.reuse_memory;
+    g.cuda_graphs = job.train.cuda_graphs;
     g.mirrored = job.mirrored();
     if (g.mirrored) g.global_batch *= cluster.parallel();  // batch_size rows for each rank
   }

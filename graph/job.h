@@ -139,6 +139,10 @@ struct TrainConfig {
   // regst_lifetimes.h), as OneFlow's enable_reuse_mem; off, every slot has
   // bytes of its own (to rule sharing out when chasing a wrong result).
   bool reuse_memory = true;
+  // On cuda devices an act's kernels are captured once as a CUDA graph per
+  // set of slots and replayed (actor/compute_body.cc): bitwise the same work
+  // for less host time a launch.
+  bool cuda_graphs = true;
   // "consistent" (default): the job is written for the whole cluster, its
   // batch_size the global batch. "mirrored": each device (rank) runs its own
   // copy of the model on its own batch_size rows, as DDP does; every op sees

@@ -92,6 +92,7 @@ const std::vector<Setting>& settings() {
       {"train.zero", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.zero); }},
       {"train.allow_tf32", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.allow_tf32); }},
       {"train.reuse_memory", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.reuse_memory); }},
+      {"train.cuda_graphs", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.cuda_graphs); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.schedule); }},
       {"pipeline.num_stages",

@@ -515,6 +515,7 @@ class Writer {
         .add("zero", Node::scalar(t.zero ? "true" : "false"))
         .add("allow_tf32", Node::scalar(t.allow_tf32 ? "true" : "false"))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))
+        .add("cuda_graphs", Node::scalar(t.cuda_graphs ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));
   }
 

@@ -137,6 +137,10 @@ struct OpDef {
   // Reads attr `seed` (default 0): a repeated block's layers get seeds
   // apart (graph/job_blocks.cc), written or not, as variables' initializers do.
   bool seeded = false;
+  // Its kernels read KernelContext::step (dropout's mask is new each step),
+  // so its work on a GPU is never replayed from a captured graph
+  // (actor/compute_body.cc), which would repeat the first step's.
+  bool reads_step = false;
 };
 
 // The op with this type, or nullptr.

@@ -14,6 +14,10 @@ namespace rill {
 namespace {
 
 std::atomic<int64_t> g_synchronizes{0};
+std::atomic<int64_t> g_graph_replays{0};
+// cuBLAS's workspace, given explicitly so that a GEMM captured in a graph
+// allocates nothing (cuBLAS's own default on Hopper is as large).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 cudaMemcpyKind memcpy_kind(CopyKind kind) {
   switch (kind) {
@@ -51,6 +55,9 @@ class DeviceContext final : public CudaContext {
   Status mark(void* event, const char* what) override;
   StatusOr<uint64_t> record(const char* what) override;
   StatusOr<bool> done(uint64_t ticket, const char* what) override;
+  StatusOr<void*> capture(const std::function<Status()>& enqueue, const char* what) override;
+  Status replay(void* graph, const char* what) override;
+  void destroy_graph(void* graph) override;
 
  private:
   struct Events;
@@ -63,6 +70,7 @@ class DeviceContext final : public CudaContext {
   void* copied_ = nullptr;  // the last copy_beside's event
   void* cublas_ = nullptr;
   int64_t* bad_label_ = nullptr;
+  void* workspace_ = nullptr;  // cuBLAS's
   std::unique_ptr<Events> events_;
   std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
 };
@@ -133,6 +141,9 @@ StatusOr<std::unique_ptr<CudaContext>> DeviceContext::create(int device, bool al
   RILL_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate", what.c_str()));
   ctx->cublas_ = handle;
   RILL_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream", what.c_str()));
+  RILL_ASSIGN_OR_RETURN(ctx->workspace_, ctx->allocate(kCublasWorkspaceBytes, what.c_str()));
+  RILL_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(handle, ctx->workspace_, kCublasWorkspaceBytes),
+                                     "cublasSetWorkspace", what.c_str()));
   RILL_RETURN_IF_ERROR(cublas_status(
       cublasSetMathMode(handle, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH), "cublasSetMathMode",
       what.c_str()));
@@ -151,6 +162,7 @@ DeviceContext::~DeviceContext() {
   for (int64_t* block : events_->flag_blocks) (void)cudaFreeHost(block);
   release(bad_label_);
   if (cublas_) (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  release(workspace_);
   if (stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -230,6 +242,44 @@ StatusOr<bool> DeviceContext::done(uint64_t ticket, const char* what) {
     if (flag != 0) return bad_label_error(flag, what);
   }
   return true;
+}
+
+StatusOr<void*> DeviceContext::capture(const std::function<Status()>& enqueue, const char* what) {
+  auto stream = static_cast<cudaStream_t>(stream_);
+  // Thread-local: a call of this thread that a capture cannot hold (a
+  // synchronous copy, a wait) ends it invalid rather than running.
+  RILL_RETURN_IF_ERROR(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                   "cudaStreamBeginCapture", what));
+  Status enqueued = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!enqueued.ok()) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    return enqueued;
+  }
+  if (ended == cudaErrorStreamCaptureInvalidated || ended == cudaErrorStreamCaptureUnsupported) {
+    (void)cudaGetLastError();  // not sticky: the stream is out of capture
+    if (graph) (void)cudaGraphDestroy(graph);
+    return Status(Code::kFailedPrecondition, fmt::format("{}: its work cannot be captured in a graph ({})", what,
+                                                    cudaGetErrorName(ended)));
+  }
+  RILL_RETURN_IF_ERROR(cuda_status(ended, "cudaStreamEndCapture", what));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  RILL_RETURN_IF_ERROR(cuda_status(made, "cudaGraphInstantiate", what));
+  return static_cast<void*>(exec);
+}
+
+Status DeviceContext::replay(void* graph, const char* what) {
+  g_graph_replays.fetch_add(1, std::memory_order_relaxed);
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream_)),
+                     "cudaGraphLaunch", what);
+}
+
+void DeviceContext::destroy_graph(void* graph) {
+  if (graph) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
 StatusOr<void*> DeviceContext::allocate(size_t bytes, const char* what) {
@@ -325,6 +375,7 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.device_count = rill::visible_devices;
     m.create_context = rill::DeviceContext::create;
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
+    m.graph_replays = [] { return rill::g_graph_replays.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
     return m;
   }();

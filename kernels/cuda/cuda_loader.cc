@@ -152,6 +152,11 @@ int64_t CudaContext::synchronizes() {
   return m ? m->synchronizes() : 0;
 }
 
+int64_t CudaContext::graph_replays() {
+  const CudaModule* m = g_module.load(std::memory_order_acquire);
+  return m ? m->graph_replays() : 0;
+}
+
 int64_t CudaContext::device_bytes_peak() {
   const CudaModule* m = g_module.load(std::memory_order_acquire);
   return m ? m->device_bytes_peak() : 0;

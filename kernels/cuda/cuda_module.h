@@ -19,7 +19,7 @@ namespace rill {
 // What both sides must agree on: the table's layout and the sizes of the
 // types that cross (a module left from another build differs in them).
 constexpr uint64_t cuda_module_abi() {
-  return (uint64_t{2} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+  return (uint64_t{3} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
          (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
 }
 
@@ -28,6 +28,7 @@ struct CudaModule {
   int (*device_count)() = nullptr;
   StatusOr<std::unique_ptr<CudaContext>> (*create_context)(int device, bool allow_tf32) = nullptr;
   int64_t (*synchronizes)() = nullptr;
+  int64_t (*graph_replays)() = nullptr;
   int64_t (*device_bytes_peak)() = nullptr;
 };
 

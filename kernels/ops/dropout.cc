@@ -102,6 +102,7 @@ const OpDef kDropoutOp = {
     .parse = parse_as<DropoutParams>,
     .identity_in_eval = true,
     .seeded = true,
+    .reads_step = true,
 };
 
 }  // namespace rill

@@ -63,7 +63,7 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         return internal_error("task '{}': {} bytes of compute scratch planned, it needs {}", name, scratch.size(),
                               task.scratch_bytes());
       return Body(std::in_place_type<ComputeBody>, def, std::move(attrs), std::move(*params), std::move(logical),
-                  scratch, kernel, cuda, std::move(offsets));
+                  scratch, kernel, cuda, std::move(offsets), plan_->cuda_graphs());
     }
     case plan::TaskKind::Source: {
       const plan::SourceConf* conf = task.source();

@@ -113,6 +113,36 @@ TEST_CASE("100 steps of the MLP on cuda:1 never wait for the stream") {
   CHECK(result.device_synchronizes == 0);
 }
 
+// Graphs of acts (train.cuda_graphs, on by default): a compute act replays
+// the graph captured at the first act with its slots and micro-batch index,
+// the same kernels with the same arguments, so 30 steps give bitwise the
+// losses and variables of launching each kernel; with micro-batches too
+// (the weight gradients' matmuls add into their outputs after the first).
+TEST_CASE("graphs of acts on cuda:1 change nothing but host time: bitwise the run that launches every kernel") {
+  for (int64_t micro : {int64_t{1}, int64_t{4}}) {
+    CAPTURE(micro);
+    graph::Job job = load_sample("samples/mlp/mlp.json");
+    job.eval.reset();
+    job.train.micro_batches = micro;
+    const int64_t before = CudaContext::graph_replays();
+    JobResult graphed = run(job, "cuda:1", 30);
+    const int64_t replays = CudaContext::graph_replays() - before;
+    job.train.cuda_graphs = false;
+    JobResult direct = run(job, "cuda:1", 30);
+    REQUIRE_MESSAGE(graphed.status.ok(), graphed.status.to_string());
+    REQUIRE_MESSAGE(direct.status.ok(), direct.status.to_string());
+    CHECK(CudaContext::graph_replays() - before == replays);  // none launched directly
+    CHECK(replays >= 30 * 10 * micro);  // the MLP's 10-odd forward and backward ops each micro-batch
+    CHECK(graphed.loss_curve == direct.loss_curve);
+    REQUIRE(graphed.variables.size() == direct.variables.size());
+    for (const auto& [name, v] : direct.variables) {
+      CAPTURE(name);
+      CHECK(graphed.variables.at(name).values == v.values);
+    }
+    CHECK(graphed.device_synchronizes == 0);
+  }
+}
+
 // Gradient accumulation on a GPU: the same bound and reasons as "4
 // micro-batches of 64 match batches of 256" in tests/e2e/cluster_test.cc.
 // The loss is a mean over the batch, so the mean of the 4 micro-batch
