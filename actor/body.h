@@ -46,8 +46,9 @@ struct PortSetSpec {
 // swaps data pointers. On a GPU every read and write of its slots is on the
 // device's compute stream: regsts share bytes on that ground
 // (compiler/regst_lifetimes.h). There, with `graphs`, the first act with a
-// given set of slots (and micro-batch index) captures the kernel's work as
-// a CUDA graph, and every later act with that set replays it: the same
+// given set of slots (and micro-batch index) after the body's very first
+// act captures the kernel's work as a CUDA graph, and every later act with
+// that set replays it: the same
 // kernels with the same arguments, for one launch's host time (a cuBLAS
 // GEMM's launch costs the host 14 us, a graph's 2 us). Ops whose kernels
 // read the step (OpDef::reads_step), or whose work a capture cannot hold,
@@ -80,6 +81,7 @@ class ComputeBody {
   KernelFn kernel_;
   CudaContext* cuda_;
   bool graphs_ = false;
+  bool launched_ = false;  // the first act ran directly
   std::vector<Graph> captured_;
   std::vector<void*> buffers_;  // this act's, to look up
   Attrs attrs_;
@@ -266,6 +268,7 @@ class BoxingBody {
   comm::Collectives* collectives_;
   uint64_t tag_;
   comm::ReduceOp op_;
+  Status setup_;                        // an error found when built, returned by every act
   std::vector<std::byte> own_scratch_;  // when no scratch was given
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes

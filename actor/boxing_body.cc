@@ -42,9 +42,21 @@ BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t
   }
   send_ = scratch;
   recv_ = scratch == nullptr ? nullptr : scratch + p_.send_bytes;
-  // The collectives take their scratch from the same place: sized for
-  // their default direct size, which their owner gives them.
-  if (collectives_ != nullptr && p_.exchange_scratch_bytes() > 0)
+  // The collectives take their scratch from the same place, sized for
+  // their default direct size: collectives set up with another need what
+  // their own options say, which the plan may not have.
+  if (collectives_ == nullptr || p_.exchange == Exchange::kNone) return;
+  const size_t need =
+      collective_scratch_bytes(p_.exchange_call(), p_.exchange_in_bytes, p_.exchange_in == p_.exchange_out, p_.nodes,
+                               collectives_->options().direct_bytes);
+  if (need > p_.exchange_scratch_bytes()) {
+    setup_ = internal_error("boxing {} -> {}: its collectives need {} bytes of scratch (direct_bytes {}), the plan "
+                            "gives {}",
+                            p_.in.to_string(), p_.out.to_string(), need, collectives_->options().direct_bytes,
+                            p_.exchange_scratch_bytes());
+    return;
+  }
+  if (p_.exchange_scratch_bytes() > 0)
     collectives_->use_scratch({scratch + p_.exchange_offset(), p_.exchange_scratch_bytes()});
 }
 
@@ -118,6 +130,7 @@ Status BoxingBody::exchange(const ActIo& io) {
 }
 
 Status BoxingBody::act(const ActIo& io) {
+  RILL_RETURN_IF_ERROR(setup_);
   if (p_.chain)
     return internal_error("boxing {} -> {}: no one task does it (the compiler chains it)", p_.in.to_string(),
                           p_.out.to_string());

@@ -52,6 +52,12 @@ Status ComputeBody::launch(KernelContext& ctx) {
   for (const TensorView& v : out_views_) buffers_.push_back(v.data);
   for (const Graph& g : captured_)
     if (g.micro == ctx.micro && g.buffers == buffers_) return cuda_->replay(g.exec.get(), def_->type);
+  // The first act launches directly, so whatever a library sets up on first
+  // use (cuBLAS) is done outside any capture.
+  if (!launched_) {
+    launched_ = true;
+    return kernel_(ctx);
+  }
   if (captured_.size() == kMaxGraphs) return kernel_(ctx);
   auto made = cuda_->capture([&] { return kernel_(ctx); }, def_->type);
   if (!made.ok()) {

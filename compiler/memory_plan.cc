@@ -270,6 +270,30 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
       by_block[static_cast<size_t>(m.block)].push_back({begin, end, id, slot});
     }
   }
+  // Every boxing and compute task that needs scratch has at least that
+  // much, in the host block.
+  auto has = [&](const std::unordered_map<uint64_t, ScratchMemory>& regions, const plan::Task& task, int64_t need,
+                 const char* what) -> Status {
+    auto at = regions.find(task.id());
+    if (at == regions.end())
+      return internal_error("memory plan: task '{}' needs {} bytes of {} and has none", task.name()->str(), need, what);
+    const ScratchMemory& sc = at->second;
+    if (sc.block < 0 || sc.block >= static_cast<int>(memory.blocks.size()) ||
+        memory.blocks[static_cast<size_t>(sc.block)].zone.kind != MemoryZone::kHost || sc.bytes < need)
+      return internal_error("memory plan: task '{}' has {} bytes of {} in block {}, it needs {} in host memory",
+                            task.name()->str(), sc.bytes, what, sc.block, need);
+    return {};
+  };
+  for (const plan::Task* task : *plan.tasks()) {
+    if (task->node() != node) continue;
+    if (task->kind() == plan::TaskKind::Boxing) {
+      RILL_ASSIGN_OR_RETURN(BoxingTask work, boxing_task(plan, *task));
+      const auto need = static_cast<int64_t>(work.plan.scratch_bytes());
+      if (need > 0) RILL_RETURN_IF_ERROR(has(memory.boxing, *task, need, "boxing scratch"));
+    } else if (task->kind() == plan::TaskKind::Compute && task->scratch_bytes() > 0) {
+      RILL_RETURN_IF_ERROR(has(memory.compute, *task, task->scratch_bytes(), "compute scratch"));
+    }
+  }
   // Optimizer state, then boxing scratch: each inside its region of its
   // block, apart from the others.
   std::vector<BodyRegion> states, scratch;

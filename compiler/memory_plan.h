@@ -78,8 +78,8 @@ struct StateMemory {
 };
 
 // A boxing task's scratch (kernels/boxing_plan.h: send, then receive
-// buffer, then its collectives'), or a compute task's (its thread's region;
-// `bytes` what the task needs of it).
+// buffer, then its collectives'), or a compute task's (its thread's region,
+// `bytes` long: the most the thread's tasks need).
 struct ScratchMemory {
   int block = 0;
   int64_t offset = 0;
@@ -109,7 +109,10 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node);
 
 // OK when every regst's slots lie inside its block and two regsts' slots
 // overlap only where the plan reuses memory and the regsts are never live
-// at once (RegstLifetimes::apart); else an error naming both.
+// at once (RegstLifetimes::apart); every boxing and compute task that needs
+// scratch has at least that much in the host block (one region per thread
+// for compute, which only its tasks share), optimizer state and scratch
+// each in their own region; else an error naming what.
 Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory);
 
 // Slot bytes of a regst of `bytes` bytes: rounded up to 64 (at least 64).

@@ -253,18 +253,20 @@ StatusOr<void*> DeviceContext::capture(const std::function<Status()>& enqueue, c
   Status enqueued = enqueue();
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-  if (!enqueued.ok()) {
+  if (ended != cudaSuccess || !enqueued.ok()) {
     if (graph) (void)cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    return enqueued;
+    // A call the capture could not hold fails (the kernel's error) and ends
+    // the capture invalid: that is no error of the work's, which then runs
+    // directly. Capture errors are not sticky: the stream is out of capture.
+    if (ended == cudaErrorStreamCaptureInvalidated || ended == cudaErrorStreamCaptureUnsupported ||
+        ended == cudaErrorStreamCaptureUnjoined) {
+      (void)cudaGetLastError();
+      return Status(Code::kFailedPrecondition, fmt::format("{}: its work cannot be captured in a graph ({})", what,
+                                                           cudaGetErrorName(ended)));
+    }
+    if (!enqueued.ok()) return enqueued;
+    return cuda_status(ended, "cudaStreamEndCapture", what);
   }
-  if (ended == cudaErrorStreamCaptureInvalidated || ended == cudaErrorStreamCaptureUnsupported) {
-    (void)cudaGetLastError();  // not sticky: the stream is out of capture
-    if (graph) (void)cudaGraphDestroy(graph);
-    return Status(Code::kFailedPrecondition, fmt::format("{}: its work cannot be captured in a graph ({})", what,
-                                                    cudaGetErrorName(ended)));
-  }
-  RILL_RETURN_IF_ERROR(cuda_status(ended, "cudaStreamEndCapture", what));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   (void)cudaGraphDestroy(graph);

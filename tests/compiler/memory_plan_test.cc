@@ -116,6 +116,12 @@ TEST_CASE("each node's regsts get slots in one host block, none overlapping, add
           boxing += compiler::slot_size(bytes);
         }
       CHECK(boxing > 0);
+    // A boxing task given one byte less scratch than it runs with is refused.
+    MemoryPlan short_scratch = memory;
+    short_scratch.boxing.begin()->second.bytes -= 1;
+    const Status refused = compiler::check_memory_plan(p, node, short_scratch);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.message().find("boxing scratch") != std::string::npos);
       CHECK(memory.blocks[0].boxing_bytes == boxing);
       CHECK(memory.blocks[0].scratch_bytes == 0);  // an MLP's CPU kernels take no scratch
       CHECK(memory.blocks[0].block_bytes() == slots + state + boxing);

@@ -147,13 +147,13 @@ TEST_CASE("activations match their formulas") {
 }
 
 // The activation loops run as the copy compiled for this CPU (AVX-512,
-// AVX2 or the baseline: kernels/ops/cpu_clones.h); each element must be the
-// bits of the scalar formula, computed here one call at a time in the
-// baseline's code, whatever the CPU: a copy that fused a multiply and an
-// add, or reordered the math, would differ in the last bits somewhere in
-// 100,003 values spread over GELU's range (an odd count: the vector loops'
-// tails too).
-TEST_CASE("the activation kernels give the scalar formula's bits on every CPU") {
+// AVX2 or the baseline: kernels/ops/cpu_clones.h; the CI machine and the GPU
+// hosts run the AVX-512 one); each element must be the bits of the scalar
+// formula, computed here one call at a time in the baseline's code: a copy
+// that fused a multiply and an add, or reordered the math, would differ in
+// the last bits somewhere in 100,003 values spread over GELU's range (an
+// odd count: the vector loops' tails too).
+TEST_CASE("the activation kernels give the scalar formula's bits in the copy this CPU runs") {
   const int64_t n = 100003;
   std::vector<float> xs(static_cast<size_t>(n)), dys(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -175,8 +175,10 @@ TEST_CASE("the activation kernels give the scalar formula's bits on every CPU") 
     CHECK(backward_wrong == 0);
   };
   check.operator()<act::Act::kGeluTanh>("gelu_tanh", "gelu_tanh_grad");
+  check.operator()<act::Act::kGelu>("gelu", "gelu_grad");
   check.operator()<act::Act::kRelu>("relu", "relu_grad");
   check.operator()<act::Act::kTanh>("tanh", "tanh_grad");
+  check.operator()<act::Act::kSigmoid>("sigmoid", "sigmoid_grad");
 }
 
 TEST_CASE("softmax rows sum to one and survive large logits") {

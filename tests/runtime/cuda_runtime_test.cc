@@ -131,7 +131,7 @@ TEST_CASE("graphs of acts on cuda:1 change nothing but host time: bitwise the ru
     JobResult direct = run(job, "cuda:1", 30);
     REQUIRE_MESSAGE(graphed.status.ok(), graphed.status.to_string());
     REQUIRE_MESSAGE(direct.status.ok(), direct.status.to_string());
-    CHECK(CudaContext::graph_replays() - before == replays);  // none launched directly
+    CHECK(CudaContext::graph_replays() - before == replays);  // the run without graphs replays none
     CHECK(replays >= 30 * 10 * micro);  // the MLP's 10-odd forward and backward ops each micro-batch
     CHECK(graphed.loss_curve == direct.loss_curve);
     REQUIRE(graphed.variables.size() == direct.variables.size());
