@@ -3,7 +3,8 @@
 # (784-512-512-10, batch 256) and a wide one (bench/mlp_wide_synthetic.json,
 # 784-4096-4096-10, batch 1024), SGD, TF32 off on every side. Rill and
 # PyTorch eager read synthetic data from host memory each step and the loss
-# back; the anchors beside them (bench/torch_mlp.py): torch.compile, the
+# back; Rill also with train.cuda_graphs off (every kernel launched by its
+# act, no graphs of acts); the anchors beside them (bench/torch_mlp.py): torch.compile, the
 # whole step as one CUDA graph with the data already on the GPU, and the
 # step's 8 GEMMs alone. 20 warm-up steps, 200 timed, alternating runs
 # (torch.compile once);
@@ -26,6 +27,9 @@ for shape in "mlp_synthetic 256 512" "mlp_wide_synthetic 1024 4096"; do
     $rill run "bench/$job.json" --devices cuda:1 --steps 220 --result "$tmp/r.json" > /dev/null
     rates[rill]+="$(field "$tmp/r.json" steady_samples_per_sec) "
     peak[rill]=$(field "$tmp/r.json" peak_device_bytes)
+    # Rill launching every kernel itself (no graphs of acts), beside it.
+    $rill run "bench/$job.json" --devices cuda:1 --steps 220 --set train.cuda_graphs=false --result "$tmp/r.json" > /dev/null
+    rates[direct]+="$(field "$tmp/r.json" steady_samples_per_sec) "
     modes="eager graph gemm"
     # compiling takes long, and one run says enough (COMPILE=0: none)
     [ "$r" = 0 ] && [ "${COMPILE:-1}" = 1 ] && modes="$modes compile"
@@ -40,9 +44,9 @@ for shape in "mlp_synthetic 256 512" "mlp_wide_synthetic 1024 4096"; do
     [ -n "${rates[$mode]:-}" ] || continue
     $python bench/summarize.py "rill" "${rates[rill]}" "$mode" "${rates[$mode]}" | tail -1
   done
-  $python - "${rates[rill]}" "${rates[eager]}" "${rates[compile]:-}" "${rates[graph]}" "${rates[gemm]}" <<'PY'
+  $python - "${rates[rill]}" "${rates[direct]}" "${rates[eager]}" "${rates[compile]:-}" "${rates[graph]}" "${rates[gemm]}" <<'PY'
 import statistics, sys
-names = ["rill", "torch eager", "torch.compile", "CUDA graph", "GEMMs alone"]
+names = ["rill", "rill, no graphs", "torch eager", "torch.compile", "CUDA graph", "GEMMs alone"]
 for name, values in zip(names, sys.argv[1:]):
     xs = [float(v) for v in values.split()]
     if not xs:
