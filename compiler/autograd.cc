@@ -1,5 +1,7 @@
 #include "compiler/autograd.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace rill::compiler {
@@ -118,6 +120,117 @@ class RuleBuilder final : public GradBuilder {
   mutable Status status_;
 };
 
+// Activation recompute (graph/job.h Op::recompute). For each group, the
+// group's values that its own ops' gradient rules read (`rule_ops`: the
+// backward ops each forward op's rule added) are made again: the group's
+// ops that make them are cloned into the backward, reading the group's
+// outside inputs through `depend` ops that wait for the gradient of the
+// group's output, and the rules' ops read the clones. What the group hands
+// on (a tensor an op outside it reads: the layer's output) is kept, so no
+// gradient waits on itself. A clone has its op's attributes (a dropout's
+// resolved seed: the same mask), SBP hints and placement, so it computes
+// the same bits.
+Status recompute_groups(LogicalGraph* g, Backward& backward, size_t num_forward,
+                        std::vector<std::pair<size_t, size_t>> rule_ops) {
+  std::map<std::string, std::vector<size_t>> groups;  // by name: forward op indices, in order
+  for (size_t i = 0; i < num_forward; ++i)
+    if (!g->ops[i].recompute.empty()) groups[g->ops[i].recompute].push_back(i);
+  std::set<std::string> variables;
+  for (const VariableNode& v : g->variables) variables.insert(v.variable.name);
+  for (const auto& [name, members] : groups) {
+    const std::set<size_t> in_group(members.begin(), members.end());
+    std::set<std::string> made, kept;
+    for (size_t i : members) made.insert(g->ops[i].outputs.begin(), g->ops[i].outputs.end());
+    for (size_t i = 0; i < num_forward; ++i)
+      if (!in_group.count(i))
+        for (const std::string& in : g->ops[i].inputs)
+          if (made.count(in)) kept.insert(in);
+    if (made.count(g->loss)) kept.insert(g->loss);
+    for (const Reported& r : g->reported) kept.insert(r.tensor);
+    for (const Reported& f : g->fetched) kept.insert(f.tensor);
+    // What the group's rules read of its values, and the group's ops that
+    // make it (and what they read of the group's), latest first.
+    std::set<std::string> wanted;
+    for (size_t i : members)
+      for (size_t b = rule_ops[i].first; b < rule_ops[i].second; ++b)
+        for (const std::string& in : g->ops[b].inputs)
+          if (made.count(in) && !kept.count(in)) wanted.insert(in);
+    if (wanted.empty()) continue;
+    std::vector<bool> clone(g->ops.size(), false);
+    for (auto it = members.rbegin(); it != members.rend(); ++it) {
+      const OpNode& op = g->ops[*it];
+      bool needed = false;
+      for (const std::string& out : op.outputs) needed = needed || wanted.count(out) != 0;
+      if (!needed) continue;
+      clone[*it] = true;
+      for (const std::string& in : op.inputs)
+        if (made.count(in) && !kept.count(in)) wanted.insert(in);
+    }
+    // The gradient of what the group hands on: once it has come, the
+    // group's backward is next.
+    std::string after;
+    for (const std::string& out : kept) {
+      if (!made.count(out)) continue;
+      RILL_ASSIGN_OR_RETURN(std::string grad, backward.total(out));
+      if (!grad.empty()) {
+        after = grad;
+        break;
+      }
+    }
+    if (after.empty()) continue;  // no gradient reaches the group
+    std::map<std::string, std::string> again;  // a group value -> its clone's
+    std::map<std::string, std::string> waited;  // an outside input -> its copy after `after`
+    const size_t appended = g->ops.size();
+    for (size_t i : members) {
+      if (!clone[i]) continue;
+      const OpNode op = g->ops[i];  // a copy: g->ops grows
+      std::vector<std::string> inputs;
+      for (const std::string& in : op.inputs) {
+        if (auto a = again.find(in); a != again.end()) {
+          inputs.push_back(a->second);
+        } else if (made.count(in) || variables.count(in)) {
+          inputs.push_back(in);  // kept by the group, or a variable's value
+        } else {
+          auto [w, fresh] = waited.try_emplace(in);
+          if (fresh) {
+            RILL_ASSIGN_OR_RETURN(std::vector<std::string> copy,
+                                  backward.add_op(fmt::format("recompute/{}/depend", in), "depend", {in, after}, {}, 1,
+                                                  op.placement));
+            w->second = copy[0];
+          }
+          inputs.push_back(w->second);
+        }
+      }
+      RILL_ASSIGN_OR_RETURN(std::vector<std::string> outs,
+                            backward.add_op(fmt::format("recompute/{}", op.name), op.type, std::move(inputs), op.attrs,
+                                            static_cast<int>(op.outputs.size()), op.placement));
+      g->ops.back().output_hints = op.output_hints;
+      for (size_t k = 0; k < outs.size(); ++k) again[op.outputs[k]] = outs[k];
+    }
+    // Ops stay in topological order: the clones go right before the
+    // group's first rule op (after the gradient they wait for, which the
+    // rules of the group's last op read too), and what moved is renumbered.
+    size_t at = g->ops.size();
+    for (size_t i : members)
+      if (rule_ops[i].first < rule_ops[i].second) at = std::min(at, rule_ops[i].first);
+    const size_t added = g->ops.size() - appended;
+    std::rotate(g->ops.begin() + static_cast<std::ptrdiff_t>(at), g->ops.begin() + static_cast<std::ptrdiff_t>(appended),
+                g->ops.end());
+    for (size_t k = at; k < g->ops.size(); ++k)
+      for (const std::string& out : g->ops[k].outputs) g->find(out)->producer = static_cast<int>(k);
+    for (auto& range : rule_ops)
+      if (range.first >= at && range.first < range.second) {
+        range.first += added;
+        range.second += added;
+      }
+    for (size_t i : members)
+      for (size_t b = rule_ops[i].first; b < rule_ops[i].second; ++b)
+        for (std::string& in : g->ops[b].inputs)
+          if (auto a = again.find(in); a != again.end()) in = a->second;
+  }
+  return {};
+}
+
 }  // namespace
 
 Status build_backward(LogicalGraph* g) {
@@ -155,6 +268,7 @@ Status build_backward(LogicalGraph* g) {
   }
   backward.contribute(g->loss, seed[0]);
 
+  std::vector<std::pair<size_t, size_t>> rule_ops(num_forward);  // the backward ops each rule added
   for (size_t i = num_forward; i-- > 0;) {
     OpNode op = g->ops[i];  // a copy: rules append to g->ops
     std::vector<bool> needs(op.inputs.size());
@@ -176,7 +290,9 @@ Status build_backward(LogicalGraph* g) {
       return invalid_argument("op '{}' ({}) lies between a trainable variable and the loss but has no gradient rule",
                               op.name, op.type);
     RuleBuilder rule(&backward, op, output_grads, needs);
+    const size_t first = g->ops.size();
     Status s = op.def->grad(rule);
+    rule_ops[i] = {first, g->ops.size()};
     if (s.ok()) s = rule.status();
     if (!s.ok()) return s.with_context(fmt::format("gradient of op '{}' ({})", op.name, op.type));
     for (size_t k = 0; k < op.inputs.size(); ++k) {
@@ -192,6 +308,7 @@ Status build_backward(LogicalGraph* g) {
     }
   }
 
+  RILL_RETURN_IF_ERROR(recompute_groups(g, backward, num_forward, rule_ops));
   std::vector<std::string> roots;
   for (const Reported& r : g->reported) roots.push_back(r.tensor);
   for (const Reported& f : g->fetched) roots.push_back(f.tensor);  // fetched tensors need not reach the loss

@@ -72,6 +72,7 @@ struct OpNode {
   std::vector<std::optional<NdSbp>> output_hints;
   bool backward = false;
   int placement = 0;  // index into LogicalGraph::placements (a backward op: its forward op's)
+  std::string recompute;  // a forward op's recompute group (graph/job.h Op); "": none
   // Set by SBP deduction: the chosen signature.
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;

@@ -306,6 +306,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     node.inputs = op.inputs;
     node.outputs = op.outputs;
     node.attrs = op.attrs;
+    node.recompute = op.recompute;
     if (const OpDef* def = find_op(op.type); mode == Mode::kEval && def != nullptr && def->identity_in_eval) {
       node.type = "identity";  // dropout: training only
       node.attrs = {};

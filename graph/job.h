@@ -67,6 +67,12 @@ struct Op {
   Attrs attrs;
   std::vector<std::optional<NdSbp>> output_sbp;  // hints, per output (may be empty)
   std::optional<Placement> placement;  // default: its group's, else the job's devices
+  // Activation recompute: ops naming one group (a repeated block's layer:
+  // "<block>.<i>") have the values their backward reads made again in the
+  // backward, from the group's inputs, once the gradient of the group's
+  // output has come (compiler/autograd.cc), instead of kept from the
+  // forward. "": none.
+  std::string recompute;
   bool operator==(const Op&) const = default;
 };
 

@@ -82,6 +82,7 @@ void expand_blocks(const std::vector<Block>& blocks, Job* job, check::Issues* is
       }
       for (size_t k = 0; k < block.ops.size(); ++k) {
         ops.push_back(layer_op(block.ops[k], at, i));
+        if (block.recompute) ops.back().recompute = fmt::format("{}.{}", block.name, i);
         for (const std::string& out : ops.back().outputs) made.insert(out);
         from.push_back({fmt::format("{}.ops[{}]", path, k), layer});
       }

@@ -213,6 +213,7 @@ class Converter {
     if (in.sbp() != nullptr)
       for (const flatbuffers::String* hint : *in.sbp()) out->output_sbp.push_back(sbp(hint, path + ".sbp", where));
     out->placement = placement(in.placement(), path + ".placement", where);
+    out->recompute = str(in.recompute());
   }
 
   void group(const fb::Group& in, size_t i, Group* out) {
@@ -347,6 +348,7 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
     block.input = str(b->input());
     block.output = str(b->output());
     block.as = str(b->as());
+    if (b->recompute()) block.recompute = *b->recompute();
     size_t k = 0;
     for (const fb::Variable* v : items(b->variables())) c.variable(*v, path + ".variables", k++, &block.variables.emplace_back());
     k = 0;

@@ -456,6 +456,7 @@ class Writer {
       out.add("sbp", std::move(hints));
     }
     if (op.placement) out.add("placement", placement(*op.placement, where));
+    if (!op.recompute.empty()) out.add("recompute", str(op.recompute, where + ": recompute"));
     return out;
   }
 

@@ -194,6 +194,22 @@ std::vector<SbpSignature> identity_sbp(const Attrs&, std::span<const TensorMeta>
   return sigs;
 }
 
+// --- depend: input 0, once input 1 is there ----------------------------------
+
+// Input 0 as it is split (or partial), input 1 any way at all: it only
+// orders the copy after it.
+std::vector<SbpSignature> depend_sbp(const Attrs&, std::span<const TensorMeta> inputs) {
+  auto kinds = [](const TensorMeta& t) {
+    std::vector<Sbp> out = {Sbp::broadcast(), Sbp::partial_sum()};
+    for (size_t a = 0; a < t.shape.size(); ++a) out.push_back(Sbp::split(static_cast<int>(a)));
+    return out;
+  };
+  std::vector<SbpSignature> sigs;
+  for (const Sbp& x : kinds(inputs[0]))
+    for (const Sbp& after : kinds(inputs[1])) sigs.push_back({{x, after}, {x}});
+  return sigs;
+}
+
 Status identity_grad(GradBuilder& b) {
   std::string dy = b.output_grad(0);
   if (!dy.empty() && b.needs_input_grad(0)) b.set_input_grad(0, dy);
@@ -214,5 +230,11 @@ const OpDef kTransposeOp = {.type = "transpose",
 const OpDef kIdentityOp = {
     .type = "identity", .infer = identity_infer, .sbp = identity_sbp, .grad = identity_grad,
     .cpu = copy_kernel, .cuda = "copy"};
+// A copy of input 0 made once input 1 is ready: activation recompute
+// (compiler/autograd.cc) starts a group's forward again from its inputs
+// only when the gradient of its output has come. No gradient: it is made in
+// the backward.
+const OpDef kDependOp = {.type = "depend", .num_inputs = 2, .infer = identity_infer, .sbp = depend_sbp,
+                         .cpu = copy_kernel, .cuda = "copy"};
 
 }  // namespace rill

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <iterator>
 
@@ -92,6 +93,23 @@ TEST_CASE("a block repeats its variables and ops per layer, each reading the lay
   auto again = parse_job_json(*text, "again.json");
   REQUIRE_MESSAGE(again.ok(), again.status().to_string());
   CHECK(*again == *job);
+}
+
+// "recompute" on a block: each layer's ops are one group, named by the
+// block and the layer; the job writes them back op by op.
+TEST_CASE("a block with recompute groups each layer's ops, and the job file written back keeps the groups") {
+  auto job = parse_job_json(edit(kBlockJob, R"("as": "top",)", R"("as": "top", "recompute": true,)"), "re.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  for (const Op& op : job->ops) {
+    CAPTURE(op.name);
+    const bool in_block = (op.name[0] == 'l' && std::isdigit(static_cast<unsigned char>(op.name[1]))) || op.name == "top";
+    CHECK(op.recompute == (!in_block ? "" : op.name == "top" ? "layer.2" : "layer." + op.name.substr(1, 1)));
+  }
+  auto text = job_to_json(*job);
+  REQUIRE_MESSAGE(text.ok(), text.status().to_string());
+  auto back = parse_job_json(*text, "written.json");
+  REQUIRE_MESSAGE(back.ok(), back.status().to_string());
+  CHECK(back->ops == job->ops);
 }
 
 TEST_CASE("one layer, or no 'as': the block's names are kept") {

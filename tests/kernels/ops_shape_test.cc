@@ -133,6 +133,18 @@ TEST_CASE("identity copies any dtype and passes every SBP through") {
   CHECK(testing::check_gradients("identity", {Tensor::uniform({4}, 3)}, {}, {0}).ok());
 }
 
+// depend (activation recompute's copies, compiler/autograd.cc): input 0
+// whatever input 1 holds or how it is split; no gradient.
+TEST_CASE("depend copies input 0 once input 1 is there, any SBP of input 1 alongside") {
+  CHECK(run1("depend", {Tensor::floats({3}, {7, 8, 9}), Tensor::floats({2, 2}, {1, 2, 3, 4})}, {}).f32 ==
+        std::vector<float>{7, 8, 9});
+  auto sigs = sbp_of("depend", {{{2, 3}}, {{4}}}, {});
+  for (Sbp x : {Sbp::split(0), Sbp::split(1), Sbp::broadcast(), Sbp::partial_sum()})
+    for (Sbp after : {Sbp::split(0), Sbp::broadcast(), Sbp::partial_sum()}) CHECK(has_sig(sigs, {{x, after}, {x}}));
+  CHECK(sigs.size() == 4 * 3);
+  CHECK((find_op("depend")->grad == nullptr));
+}
+
 TEST_CASE("slice takes a box; -1 ends at the axis' end") {
   Tensor x = iota({3, 4});
   Tensor out = run1("slice", {x}, {{"starts", Ints{1, 1}}, {"ends", Ints{3, -1}}});
@@ -248,6 +260,7 @@ TEST_CASE("every SBP signature of the layout ops holds when run on pieces") {
   check("reshape", {Tensor::uniform({7, 4}, 1)}, {{"shape", Ints{4, 7}}});
   check("transpose", {Tensor::uniform({3, 4, 5}, 2)}, {{"perm", Ints{2, 0, 1}}});
   check("identity", {Tensor::uniform({5, 3}, 3)}, {});
+  check("depend", {Tensor::uniform({5, 3}, 3), Tensor::uniform({4, 2}, 8)}, {});
   check("slice", {Tensor::uniform({4, 5, 3}, 4)}, {{"starts", Ints{1, 0, 0}}, {"ends", Ints{3, -1, -1}}});
   check("concat", {Tensor::uniform({5, 1}, 5), Tensor::uniform({5, 2}, 6), Tensor::uniform({5, 3}, 7)},
         {{"axis", int64_t{1}}});

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
@@ -85,6 +87,44 @@ TEST_CASE("regsts sharing bytes change no result: the same losses and variables 
     for (const auto& [name, value] : shared.variables) {
       CAPTURE(name);
       CHECK(value.values == separate.variables.at(name).values);
+    }
+  }
+}
+
+// Activation recompute (a repeated block's "recompute": graph/job.h Op)
+// changes nothing but memory and time: the clones compute the same ops on
+// the same values in the same layout, so the losses and variables are
+// bitwise those of keeping the forward's values; with micro-batches and
+// tensor parallel (heads split over 2 devices) too.
+TEST_CASE("recompute changes no result: the same losses and variables bit for bit") {
+  for (const auto& [file, devices, steps, micro] : {std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 6, 1},
+                                                    std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 4, 4},
+                                                    std::tuple{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6, 1}}) {
+    CAPTURE(file);
+    CAPTURE(micro);
+    graph::Job job = testing::load_sample(file);
+    job.train.micro_batches = micro;
+    job.eval.reset();
+    job.generate.reset();
+    for (DatasetSpec& d : job.datasets)
+      if (!d.path.empty() && d.path[0] != '/') d.path = testing::source_path(d.path);
+    JobResult kept = testing::run(job, devices, steps);
+    int grouped = 0;
+    for (graph::Op& op : job.ops)  // as the block's "recompute" groups them: one group a layer
+      if (op.name.size() > 2 && op.name[0] == 'h' && std::isdigit(static_cast<unsigned char>(op.name[1]))) {
+        op.recompute = "h." + op.name.substr(1, op.name.find('.') - 1);
+        ++grouped;
+      }
+    REQUIRE(grouped > 40);
+    JobResult again = testing::run(job, devices, steps);
+    REQUIRE_MESSAGE(kept.status.ok(), kept.status.to_string());
+    REQUIRE_MESSAGE(again.status.ok(), again.status.to_string());
+    REQUIRE(kept.loss_curve.size() == static_cast<size_t>(steps));
+    CHECK(again.loss_curve == kept.loss_curve);
+    REQUIRE(again.variables.size() == kept.variables.size());
+    for (const auto& [name, value] : kept.variables) {
+      CAPTURE(name);
+      CHECK(value.values == again.variables.at(name).values);
     }
   }
 }
