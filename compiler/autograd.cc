@@ -140,7 +140,12 @@ Status recompute_groups(LogicalGraph* g, Backward& backward, size_t num_forward,
   for (const auto& [name, members] : groups) {
     const std::set<size_t> in_group(members.begin(), members.end());
     std::set<std::string> made, kept;
-    for (size_t i : members) made.insert(g->ops[i].outputs.begin(), g->ops[i].outputs.end());
+    for (size_t i : members) {
+      made.insert(g->ops[i].outputs.begin(), g->ops[i].outputs.end());
+      // A mirrored job's collectives are made with the ranks' local shapes
+      // (validate.cc): kept, never cloned.
+      if (g->ops[i].def->role == OpRole::kCollective) kept.insert(g->ops[i].outputs.begin(), g->ops[i].outputs.end());
+    }
     for (size_t i = 0; i < num_forward; ++i)
       if (!in_group.count(i))
         for (const std::string& in : g->ops[i].inputs)
@@ -166,18 +171,27 @@ Status recompute_groups(LogicalGraph* g, Backward& backward, size_t num_forward,
       for (const std::string& in : op.inputs)
         if (made.count(in) && !kept.count(in)) wanted.insert(in);
     }
-    // The gradient of what the group hands on: once it has come, the
-    // group's backward is next.
+    // Where the group's backward begins: its first rule op (the rules of
+    // its last op, the first the reverse walk reached).
+    size_t at = g->ops.size();
+    for (size_t i : members)
+      if (rule_ops[i].first < rule_ops[i].second) at = std::min(at, rule_ops[i].first);
+    // The copies wait for the gradient of what the group hands on that
+    // comes last before its backward begins (the layer's output's): one made
+    // later would wait on the group's own backward.
     std::string after;
+    int after_at = -1;
     for (const std::string& out : kept) {
       if (!made.count(out)) continue;
       RILL_ASSIGN_OR_RETURN(std::string grad, backward.total(out));
-      if (!grad.empty()) {
+      const LogicalTensor* t = grad.empty() ? nullptr : g->find(grad);
+      if (t == nullptr || t->origin != TensorOrigin::kOp) continue;
+      if (t->producer < static_cast<int>(at) && t->producer > after_at) {
         after = grad;
-        break;
+        after_at = t->producer;
       }
     }
-    if (after.empty()) continue;  // no gradient reaches the group
+    if (after.empty()) continue;  // no gradient comes before the group's backward: its values are kept
     std::map<std::string, std::string> again;  // a group value -> its clone's
     std::map<std::string, std::string> waited;  // an outside input -> its copy after `after`
     const size_t appended = g->ops.size();
@@ -208,11 +222,8 @@ Status recompute_groups(LogicalGraph* g, Backward& backward, size_t num_forward,
       for (size_t k = 0; k < outs.size(); ++k) again[op.outputs[k]] = outs[k];
     }
     // Ops stay in topological order: the clones go right before the
-    // group's first rule op (after the gradient they wait for, which the
-    // rules of the group's last op read too), and what moved is renumbered.
-    size_t at = g->ops.size();
-    for (size_t i : members)
-      if (rule_ops[i].first < rule_ops[i].second) at = std::min(at, rule_ops[i].first);
+    // group's first rule op (after the gradient they wait for), and what
+    // moved is renumbered.
     const size_t added = g->ops.size() - appended;
     std::rotate(g->ops.begin() + static_cast<std::ptrdiff_t>(at), g->ops.begin() + static_cast<std::ptrdiff_t>(appended),
                 g->ops.end());

@@ -38,6 +38,7 @@ Op layer_op(const Op& op, const Layer& at, int64_t i) {
     out.attrs.set("seed", out.attrs.get_int("seed", 0) + kSeedStridePerLayer * i);
   for (std::string& s : out.inputs) s = at(s);
   for (std::string& s : out.outputs) s = at(s);
+  out.recompute = at(op.recompute);
   return out;
 }
 
@@ -82,7 +83,7 @@ void expand_blocks(const std::vector<Block>& blocks, Job* job, check::Issues* is
       }
       for (size_t k = 0; k < block.ops.size(); ++k) {
         ops.push_back(layer_op(block.ops[k], at, i));
-        if (block.recompute) ops.back().recompute = fmt::format("{}.{}", block.name, i);
+        if (block.recompute && ops.back().recompute.empty()) ops.back().recompute = fmt::format("{}.{}", block.name, i);
         for (const std::string& out : ops.back().outputs) made.insert(out);
         from.push_back({fmt::format("{}.ops[{}]", path, k), layer});
       }

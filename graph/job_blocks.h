@@ -26,7 +26,7 @@ struct Block {
   std::string input;   // {input} of layer 0
   std::string output;  // each layer's output ({input} of the next)
   std::string as;      // the last layer's output is renamed to this ("": kept)
-  bool recompute = false;  // each layer's ops recompute as one group, "<name>.<i>" (graph/job.h Op)
+  bool recompute = false;  // each layer's ops recompute as one group, "<name>.<i>" (graph/job.h Op), unless an op names its own
   std::vector<Variable> variables;
   std::vector<Op> ops;
 };

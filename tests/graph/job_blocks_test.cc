@@ -110,6 +110,15 @@ TEST_CASE("a block with recompute groups each layer's ops, and the job file writ
   auto back = parse_job_json(*text, "written.json");
   REQUIRE_MESSAGE(back.ok(), back.status().to_string());
   CHECK(back->ops == job->ops);
+  // An op's own group, {i} expanded per layer, stays its own.
+  auto own = parse_job_json(edit(edit(kBlockJob, R"("as": "top",)", R"("as": "top", "recompute": true,)"),
+                                 R"("inputs": ["l{i}.mm", "l{i}.b"]})",
+                                 R"("inputs": ["l{i}.mm", "l{i}.b"], "recompute": "bias{i}"})"),
+                            "own.json");
+  REQUIRE_MESSAGE(own.ok(), own.status().to_string());
+  for (const Op& op : own->ops)
+    if (op.name == "l1.z") CHECK(op.recompute == "bias1");
+    else if (op.name == "l1.mm") CHECK(op.recompute == "layer.1");
 }
 
 TEST_CASE("one layer, or no 'as': the block's names are kept") {

@@ -116,6 +116,20 @@ TEST_CASE("recompute changes no result: the same losses and variables bit for bi
         ++grouped;
       }
     REQUIRE(grouped > 40);
+    // Its plan recomputes: clones of each layer's ops, and copies of each
+    // layer's input that wait for its output's gradient.
+    auto cluster = compiler::parse_devices(devices, 1);
+    REQUIRE(cluster.ok());
+    auto plan = compiler::compile(job, *cluster, {});
+    REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+    int clones = 0, depends = 0;
+    for (const plan::Task* t : *plan::GetPlan(plan->data())->tasks()) {
+      const std::string name = t->name()->str();
+      depends += name.rfind("recompute/", 0) == 0 && name.find("/depend") != std::string::npos;
+      clones += name.rfind("recompute/h", 0) == 0 && name.find("/depend") == std::string::npos;
+    }
+    CHECK(depends >= 4);
+    CHECK(clones >= 4 * 10);
     JobResult again = testing::run(job, devices, steps);
     REQUIRE_MESSAGE(kept.status.ok(), kept.status.to_string());
     REQUIRE_MESSAGE(again.status.ok(), again.status.to_string());
