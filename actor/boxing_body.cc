@@ -46,9 +46,7 @@ BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t
   // their default direct size: collectives set up with another need what
   // their own options say, which the plan may not have.
   if (collectives_ == nullptr || p_.exchange == Exchange::kNone) return;
-  const size_t need =
-      collective_scratch_bytes(p_.exchange_call(), p_.exchange_in_bytes, p_.exchange_in == p_.exchange_out, p_.nodes,
-                               collectives_->options().direct_bytes);
+  const size_t need = p_.exchange_scratch_bytes(collectives_->options().direct_bytes);
   if (need > p_.exchange_scratch_bytes()) {
     setup_ = internal_error("boxing {} -> {}: its collectives need {} bytes of scratch (direct_bytes {}), the plan "
                             "gives {}",

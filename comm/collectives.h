@@ -16,8 +16,9 @@
 // calls of the same size allocate nothing here (the transport's own receive
 // buffers are its business). Or the caller gives the scratch once
 // (use_scratch), sized by base/collective_scratch.h: then nothing here
-// allocates at all (boxing draws it from the node's memory plan). Buffers are sent without a copy; every call
-// returns only once the transport no longer reads them. After an error the
+// allocates it (boxing draws it from the node's memory plan). Buffers are
+// sent without a copy; every call returns only once the transport no
+// longer reads them. After an error the
 // object refuses further calls (the ranks no longer agree on what was sent),
 // and the buffers of the failed call must stay alive until the transport is
 // closed.

@@ -371,9 +371,10 @@ CollectiveCall BoxingPlan::exchange_call() const {
   return CollectiveCall::kOther;
 }
 
-size_t BoxingPlan::exchange_scratch_bytes() const {
+size_t BoxingPlan::exchange_scratch_bytes(size_t direct_bytes) const {
   if (exchange == Exchange::kNone) return 0;
-  return collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes);
+  return collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes,
+                                  direct_bytes);
 }
 
 BoxingPlan plan_boxing(NdSbp in, NdSbp out, int parallel, TensorMeta logical, int first_rank, int local_pieces,

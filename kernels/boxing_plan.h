@@ -49,11 +49,12 @@ struct BoxingPlan {
   size_t send_bytes = 0, recv_bytes = 0;         // the scratch: send buffer, then receive buffer
 
   int node_of(int rank) const { return rank / local; }
-  // The exchange's collective and the scratch it needs in the collectives
-  // (base/collective_scratch.h, at their default direct size), which the
-  // task's scratch holds after the two buffers, at exchange_offset().
+  // The exchange's collective and the scratch it needs in collectives of
+  // that direct size (base/collective_scratch.h; the plan sizes it at the
+  // default), which the task's scratch holds after the two buffers, at
+  // exchange_offset().
   CollectiveCall exchange_call() const;
-  size_t exchange_scratch_bytes() const;
+  size_t exchange_scratch_bytes(size_t direct_bytes = kCollectiveDirectBytes) const;
   size_t exchange_offset() const { return (send_bytes + recv_bytes + 63) / 64 * 64; }
   size_t scratch_bytes() const {
     const size_t collective = exchange_scratch_bytes();

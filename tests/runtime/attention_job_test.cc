@@ -41,12 +41,8 @@ graph::Job fused(graph::Job job) {
 }
 
 graph::Job sample(const char* file) {
-  graph::Job job = testing::load_sample(file);
-  job.eval.reset();
-  job.generate.reset();
+  graph::Job job = testing::training_sample(file);
   job.train.shuffle = false;
-  for (DatasetSpec& d : job.datasets)
-    if (!d.path.empty() && d.path[0] != '/') d.path = testing::source_path(d.path);
   return job;
 }
 

@@ -70,12 +70,8 @@ TEST_CASE("regsts sharing bytes change no result: the same losses and variables 
     CAPTURE(layout.file);
     CAPTURE(layout.devices);
     CAPTURE(layout.micro_batches);
-    graph::Job job = testing::load_sample(layout.file);
+    graph::Job job = testing::training_sample(layout.file);
     job.train.micro_batches = layout.micro_batches;
-    job.eval.reset();
-    job.generate.reset();
-    for (DatasetSpec& d : job.datasets)  // the GPT samples' text, relative to the source folder
-      if (!d.path.empty() && d.path[0] != '/') d.path = testing::source_path(d.path);
     JobResult shared = testing::run(job, layout.devices, layout.steps);
     job.train.reuse_memory = false;
     JobResult separate = testing::run(job, layout.devices, layout.steps);
@@ -102,12 +98,8 @@ TEST_CASE("recompute changes no result: the same losses and variables bit for bi
                                                     std::tuple{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6, 1}}) {
     CAPTURE(file);
     CAPTURE(micro);
-    graph::Job job = testing::load_sample(file);
+    graph::Job job = testing::training_sample(file);
     job.train.micro_batches = micro;
-    job.eval.reset();
-    job.generate.reset();
-    for (DatasetSpec& d : job.datasets)
-      if (!d.path.empty() && d.path[0] != '/') d.path = testing::source_path(d.path);
     JobResult kept = testing::run(job, devices, steps);
     int grouped = 0;
     for (graph::Op& op : job.ops)  // as the block's "recompute" groups them: one group a layer

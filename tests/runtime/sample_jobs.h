@@ -37,6 +37,17 @@ inline graph::Job load_sample(const std::string& relative) {
   return *job;
 }
 
+// A sample to train only (no eval pass, no generated text), its datasets'
+// relative paths (the GPT samples' text) taken from the source folder.
+inline graph::Job training_sample(const std::string& relative) {
+  graph::Job job = load_sample(relative);
+  job.eval.reset();
+  job.generate.reset();
+  for (DatasetSpec& d : job.datasets)
+    if (!d.path.empty() && d.path[0] != '/') d.path = source_path(d.path);
+  return job;
+}
+
 // bench/mlp_wide_synthetic.json (784-4096-4096-10) with `width` for 4096,
 // compiled for one node of `devices` and built: what a node makes of a plan
 // of that size (the tests make it too big to fit).
