@@ -1,5 +1,8 @@
 // attention and attention_grad on CUDA: the formulas of the CPU kernels
-// (attention.cc), FlashAttention's way. A block of 8 warps takes 8 rows
+// (attention.cc), FlashAttention's way. On GPUs of compute capability 8.0
+// and up the tensor-core kernels of attention_mma.cu run instead (unless
+// RILL_CUDA_ATTENTION=simt asks for these, as the tests do to check both);
+// these serve every GPU. A block of 8 warps takes 8 rows
 // (queries; for dk and dv, keys), a warp one row; tiles of 32 keys (or
 // queries) are staged in shared memory and each lane scores one of them, so
 // no [t, s] matrix is ever written. The forward keeps a running maximum and
@@ -8,7 +11,10 @@
 // summed by one warp in a fixed order (no atomics: the same bits every
 // run). Sums run in another order than the CPU's, within float rounding.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
+#include "kernels/ops/attention_mma.cuh"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
 
@@ -207,12 +213,19 @@ dim3 grid(int64_t heads, int64_t rows) {
   return dim3(static_cast<unsigned>(heads), static_cast<unsigned>((rows + kRows - 1) / kRows));
 }
 
+// Whether this launch takes the tensor-core kernels.
+bool use_mma() {
+  const char* choice = std::getenv("RILL_CUDA_ATTENTION");
+  return !(choice && std::strcmp(choice, "simt") == 0) && attention_mma_available();
+}
+
 }  // namespace
 
 cudaError_t attention(const float* q, const float* k, const float* v, float* y, float* lse, int64_t heads, int64_t t,
                       int64_t s, int d, float scale, bool causal, cudaStream_t stream) {
   if (heads <= 0 || t <= 0 || d <= 0) return cudaSuccess;
   if (d > kMaxD || s <= 0) return cudaErrorInvalidValue;
+  if (use_mma()) return attention_mma(q, k, v, y, lse, heads, t, s, d, scale, causal, stream);
   attention_kernel<<<grid(heads, t), kRows * kWarp, 0, stream>>>(q, k, v, y, lse, t, s, d, scale, causal);
   return cudaGetLastError();
 }
@@ -222,6 +235,7 @@ cudaError_t attention_grad(const float* q, const float* k, const float* v, const
                            float scale, bool causal, cudaStream_t stream) {
   if (heads <= 0 || t <= 0 || s <= 0 || d <= 0) return cudaSuccess;
   if (d > kMaxD) return cudaErrorInvalidValue;
+  if (use_mma()) return attention_grad_mma(q, k, v, y, lse, dy, dq, dk, dv, heads, t, s, d, scale, causal, stream);
   attention_dq_kernel<<<grid(heads, t), kRows * kWarp, 0, stream>>>(q, k, v, y, lse, dy, dq, t, s, d, scale, causal);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -257,18 +258,31 @@ TEST_CASE("embedding its gradient and its mask match the CPU; an id outside the 
 }
 
 // Fused attention: the GPU sums each row's scores and products in another
-// order than the CPU (an online softmax, tiles of 32 keys), each output a
-// convex mix or a sum of at most 100 terms of values below 2 in magnitude:
-// within 2e-4 of the CPU's (relative above 1). The same bits on a second run.
+// order than the CPU (an online softmax over tiles of keys), each output a
+// convex mix or a sum of at most 200 terms of values below 2 in magnitude,
+// and the tensor-core kernels make each product of floats as three TF32
+// products (relative error about 2^-21 each, against float's 2^-24): within
+// 2e-4 of the CPU's (relative above 1). Both kernels (the tensor cores' where
+// the GPU has them, and those for any GPU); the same bits on a second run.
 TEST_CASE("attention and its gradient match the CPU, causal or not, heads up to 128; the same bits twice") {
   struct Case {
     Shape q, kv;
     Attrs attrs;
   };
+  // Heads of each width the tensor-core kernels are built for (up to 32,
+  // 64, 128), several tiles of 64 rows and part tiles, fewer queries than
+  // keys and more.
+  for (const char* kernels : {"", "simt"})
   for (const Case& c : {Case{{2, 3, 70, 24}, {2, 3, 70, 24}, {{"causal", int64_t{1}}}},
                         Case{{2, 2, 45, 64}, {2, 2, 100, 64}, {{"scale", 0.2}}},
-                        Case{{1, 2, 40, 128}, {1, 2, 40, 128}, {{"causal", int64_t{1}}}}}) {
+                        Case{{1, 2, 200, 64}, {1, 2, 200, 64}, {{"causal", int64_t{1}}}},
+                        Case{{1, 3, 150, 40}, {1, 3, 90, 40}, {}},
+                        Case{{1, 2, 40, 128}, {1, 2, 40, 128}, {{"causal", int64_t{1}}}},
+                        Case{{1, 1, 130, 100}, {1, 1, 130, 100}, {{"causal", int64_t{1}}}}}) {
+    CAPTURE(kernels);
     CAPTURE(shape_string(c.q));
+    CAPTURE(shape_string(c.kv));
+    ::setenv("RILL_CUDA_ATTENTION", kernels, 1);
     const std::vector<Tensor> in = {Tensor::uniform(c.q, 91), Tensor::uniform(c.kv, 92), Tensor::uniform(c.kv, 93)};
     auto cpu = testing::run_op("attention", in, c.attrs);
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
@@ -294,6 +308,7 @@ TEST_CASE("attention and its gradient match the CPU, causal or not, heads up to 
     REQUIRE(again.status.ok());
     for (size_t o = 0; o < 3; ++o) CHECK(again.outputs[o].f32 == gpu_grad.outputs[o].f32);
   }
+  ::unsetenv("RILL_CUDA_ATTENTION");
   GpuRun wide = run_cuda("attention", {Tensor::uniform({1, 4, 130}, 95), Tensor::uniform({1, 4, 130}, 96),
                                        Tensor::uniform({1, 4, 130}, 97)}, {});
   REQUIRE_FALSE(wide.status.ok());
