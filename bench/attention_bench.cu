@@ -153,10 +153,10 @@ int main() {
 #define DKDV(QB, MINB)                                                                                       \
   report("dk dv query tile " #QB ", " #MINB " blocks/SM",                                                    \
          time_ms([&] {                                                                                       \
-           return backward_dkdv<kD, QB, MINB>(b.q, b.k, b.v, b.y, b.lse, b.dy, b.dk, b.dv, kHeads, kT, kT, kD, \
-                                              kScale, true, true, st);                                       \
+           return backward_dkdv<kD, QB, MINB>(b.q, b.k, b.v, b.y, b.lse, b.dy, b.dq, b.dk, b.dv, kHeads, kT, kT, \
+                                              kD, kScale, true, true, st);                                   \
          }),                                                                                                 \
          4, {{"dk", max_diff(host_copy(b.dk, n), dk)}, {"dv", max_diff(host_copy(b.dv, n), dv)}});
-  DKDV(8, 1) DKDV(8, 2) DKDV(8, 3) DKDV(16, 1) DKDV(16, 2) DKDV(16, 3)
+  DKDV(16, 1) DKDV(16, 2) DKDV(16, 3) DKDV(32, 1) DKDV(32, 2) DKDV(32, 3)
   return 0;
 }

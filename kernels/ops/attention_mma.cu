@@ -337,21 +337,42 @@ __global__ void __launch_bounds__(kThreads, MINB) dq_kernel(const float* q, cons
   store_rows<D>(acc, dq + h * t * d, w0, t, d, factor, g, c);
 }
 
+// Each query row's delta = dy . y, 8 lanes a row in a fixed order, into
+// `delta` [heads * t].
+__global__ void delta_kernel(const float* y, const float* dy, float* delta, int64_t rows, int d) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 8;
+  const int part = threadIdx.x % 8;
+  float sum = 0.0f;
+  if (row < rows)
+    for (int col = part; col < d; col += 8) sum += dy[row * d + col] * y[row * d + col];
+  sum += __shfl_xor_sync(kAll, sum, 1);
+  sum += __shfl_xor_sync(kAll, sum, 2);
+  sum += __shfl_xor_sync(kAll, sum, 4);
+  if (part == 0 && row < rows) delta[row] = sum;
+}
+
+// Starts copying n floats at `from` (zeros past `valid`) into `to`.
+template <int N>
+__device__ __forceinline__ void stage_floats(float* to, const float* from, int64_t valid) {
+  for (int e = threadIdx.x; e < N; e += kThreads) copy_async(to + e, e < valid ? from + e : from, e < valid, false);
+}
+
 // dk and dv by key rows: a block takes 64 keys of one head, tiles of QB
-// queries; dv = P^T dy, dk = scale dS^T q.
+// queries; dv = P^T dy, dk = scale dS^T q. Each query's delta comes from
+// delta_kernel.
 template <int D, int QB, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) dkdv_kernel(const float* q, const float* k, const float* v,
-                                                               const float* y, const float* lse, const float* dy,
-                                                               float* dk, float* dv, int64_t t, int64_t s, int d,
-                                                               float scale, bool causal, bool wide) {
-  static_assert(QB * 4 <= kThreads, "four threads a query for its delta");
-  __shared__ __align__(16) Tile<D> qs[2][QB], dys[2][QB], ys[2][QB];
-  __shared__ float lse2s[QB], deltas[QB];
+                                                               const float* lse, const float* dy,
+                                                               const float* delta, float* dk, float* dv,
+                                                               int64_t t, int64_t s, int d, float scale, bool causal,
+                                                               bool wide) {
+  __shared__ __align__(16) Tile<D> qs[2][QB], dys[2][QB];
+  __shared__ float lses[2][QB], deltas[2][QB];
   const int64_t h = blockIdx.x;
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;  // causal: the keys most queries see first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t w0 = k0 + warp * 16;
-  const float *qh = q + h * t * d, *dyh = dy + h * t * d, *yh = y + h * t * d;
+  const float *qh = q + h * t * d, *dyh = dy + h * t * d;
   float kf[D / 8][4], vf[D / 8][4];
   load_rows<D>(kf, k + h * s * d, w0, s, d, g, c);
   load_rows<D>(vf, v + h * s * d, w0, s, d, g, c);
@@ -360,21 +381,10 @@ __global__ void __launch_bounds__(kThreads, MINB) dkdv_kernel(const float* q, co
   const auto stage_queries = [&](int b, int64_t i0) {
     stage<QB, D>(qs[b], qh, i0, t, d, wide);
     stage<QB, D>(dys[b], dyh, i0, t, d, wide);
-    stage<QB, D>(ys[b], yh, i0, t, d, wide);
+    stage_floats<QB>(lses[b], lse + h * t + i0, t - i0);
+    stage_floats<QB>(deltas[b], delta + h * t + i0, t - i0);
   };
   pipeline(causal ? k0 / QB * QB : 0, t, QB, stage_queries, [&](int b, int64_t i0) {
-    {  // each query's delta (dy . y, four threads a query in a fixed order) and log-sum-exp
-      const int r = min(static_cast<int>(threadIdx.x) / 4, QB - 1), quarter = threadIdx.x % 4;
-      float part = 0.0f;
-#pragma unroll
-      for (int col = quarter; col < D; col += 4) part += dys[b][r][col] * ys[b][r][col];
-      part = quad_sum(part);
-      if (quarter == 0 && static_cast<int>(threadIdx.x) / 4 < QB) {
-        deltas[r] = part;
-        lse2s[r] = i0 + r < t ? lse[h * t + i0 + r] * kLog2e : 0.0f;
-      }
-    }
-    __syncthreads();
     if (w0 >= s || (causal && i0 + QB - 1 < w0)) return;  // no key of the warp is seen by this tile
     float st[QB / 8][4] = {}, dpt[QB / 8][4] = {};
 #pragma unroll
@@ -388,9 +398,9 @@ __global__ void __launch_bounds__(kThreads, MINB) dkdv_kernel(const float* q, co
       for (int e = 0; e < 4; ++e) {
         const int r = n * 8 + 2 * c + (e & 1);
         const int64_t i = i0 + r, j = w0 + g + (e >> 1) * 8;
-        const float p = i < t && j < s && (!causal || j <= i) ? exp2f(st[n][e] * sl - lse2s[r]) : 0.0f;
+        const float p = i < t && j < s && (!causal || j <= i) ? exp2f(st[n][e] * sl - lses[b][r] * kLog2e) : 0.0f;
         st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - deltas[r]);
+        dpt[n][e] = p * (dpt[n][e] - deltas[b][r]);
       }
 #pragma unroll
     for (int kk = 0; kk < QB / 8; ++kk) {
@@ -412,7 +422,7 @@ dim3 grid(int64_t heads, int64_t rows) {
 template <int D>
 constexpr int key_tile() { return D <= 32 ? 64 : D <= 64 ? 32 : 16; }  // forward and dq
 template <int D>
-constexpr int query_tile() { return D <= 32 ? 32 : D <= 64 ? 16 : 8; }  // dk and dv
+constexpr int query_tile() { return D <= 64 ? 32 : 16; }  // dk and dv
 template <int D>
 constexpr int forward_blocks() { return D <= 64 ? 3 : 1; }  // more would spill registers
 constexpr int kDqBlocks = 1, kDkdvBlocks = 1;
@@ -433,22 +443,28 @@ cudaError_t backward_dq(const float* q, const float* k, const float* v, const fl
   return cudaGetLastError();
 }
 
+// dk and dv, with each query's delta made first into `delta` [heads * t].
 template <int D, int QB = query_tile<D>(), int MINB = kDkdvBlocks>
 cudaError_t backward_dkdv(const float* q, const float* k, const float* v, const float* y, const float* lse,
-                          const float* dy, float* dk, float* dv, int64_t heads, int64_t t, int64_t s, int d,
-                          float scale, bool causal, bool wide, cudaStream_t stream) {
-  dkdv_kernel<D, QB, MINB><<<grid(heads, s), kThreads, 0, stream>>>(q, k, v, y, lse, dy, dk, dv, t, s, d, scale,
-                                                                    causal, wide);
+                          const float* dy, float* delta, float* dk, float* dv, int64_t heads, int64_t t, int64_t s,
+                          int d, float scale, bool causal, bool wide, cudaStream_t stream) {
+  const int64_t rows = heads * t;
+  delta_kernel<<<static_cast<unsigned>((rows * 8 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(y, dy, delta,
+                                                                                                     rows, d);
+  dkdv_kernel<D, QB, MINB><<<grid(heads, s), kThreads, 0, stream>>>(q, k, v, lse, dy, delta, dk, dv, t, s, d,
+                                                                    scale, causal, wide);
   return cudaGetLastError();
 }
 
+// dk and dv first, their deltas held in dq's bytes (heads * t floats of
+// heads * t * d), then dq over them: one stream orders the three.
 template <int D>
 cudaError_t backward(const float* q, const float* k, const float* v, const float* y, const float* lse,
                      const float* dy, float* dq, float* dk, float* dv, int64_t heads, int64_t t, int64_t s, int d,
                      float scale, bool causal, bool wide, cudaStream_t stream) {
-  const cudaError_t e = backward_dq<D>(q, k, v, y, lse, dy, dq, heads, t, s, d, scale, causal, wide, stream);
+  const cudaError_t e = backward_dkdv<D>(q, k, v, y, lse, dy, dq, dk, dv, heads, t, s, d, scale, causal, wide, stream);
   if (e != cudaSuccess) return e;
-  return backward_dkdv<D>(q, k, v, y, lse, dy, dk, dv, heads, t, s, d, scale, causal, wide, stream);
+  return backward_dq<D>(q, k, v, y, lse, dy, dq, heads, t, s, d, scale, causal, wide, stream);
 }
 
 // Whether tiles may be copied 16 bytes at a time: rows of whole 16-byte
