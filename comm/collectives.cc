@@ -10,12 +10,18 @@
 namespace rill::comm {
 namespace {
 
+template <typename T>
+constexpr bool kHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
+
 // Sums and products of i32 wrap around (two's complement, as NCCL's and
-// PyTorch's integer reductions): computed unsigned, never undefined.
+// PyTorch's integer reductions): computed unsigned, never undefined. 16-bit
+// floats combine in float and round once per step (as NCCL's).
 template <typename T>
 T plus(T x, T y) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) + static_cast<std::make_unsigned_t<T>>(y));
+  } else if constexpr (kHalf<T>) {
+    return T::from_float(x.to_float() + y.to_float());
   } else {
     return x + y;
   }
@@ -24,9 +30,19 @@ template <typename T>
 T times(T x, T y) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) * static_cast<std::make_unsigned_t<T>>(y));
+  } else if constexpr (kHalf<T>) {
+    return T::from_float(x.to_float() * y.to_float());
   } else {
     return x * y;
   }
+}
+// The value max and min compare: a 16-bit float as float.
+template <typename T>
+auto compared(T x) {
+  if constexpr (kHalf<T>)
+    return x.to_float();
+  else
+    return x;
 }
 
 // dst[i] = a[i] + b[i]. `b` is a transport buffer and may be unaligned, so it
@@ -68,8 +84,18 @@ void combine_typed(ReduceOp op, T* dst, const T* a, const std::byte* b, size_t n
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage: add_into(dst, a, b, n); return;
-    case ReduceOp::kMax: combine_with(dst, a, b, n, [](T x, T y) { return x > y || x != x ? x : y; }); return;
-    case ReduceOp::kMin: combine_with(dst, a, b, n, [](T x, T y) { return x < y || x != x ? x : y; }); return;
+    case ReduceOp::kMax:
+      combine_with(dst, a, b, n, [](T x, T y) {
+        const auto u = compared(x), v = compared(y);
+        return u > v || u != u ? x : y;
+      });
+      return;
+    case ReduceOp::kMin:
+      combine_with(dst, a, b, n, [](T x, T y) {
+        const auto u = compared(x), v = compared(y);
+        return u < v || u != u ? x : y;
+      });
+      return;
     case ReduceOp::kProduct: combine_with(dst, a, b, n, [](T x, T y) { return times(x, y); }); return;
   }
 }
@@ -85,6 +111,12 @@ void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, s
   combine_typed(op, dst, a, b, n);
 }
 void combine_into(ReduceOp op, int32_t* dst, const int32_t* a, const std::byte* b, size_t n) {
+  combine_typed(op, dst, a, b, n);
+}
+void combine_into(ReduceOp op, BFloat16* dst, const BFloat16* a, const std::byte* b, size_t n) {
+  combine_typed(op, dst, a, b, n);
+}
+void combine_into(ReduceOp op, Float16* dst, const Float16* a, const std::byte* b, size_t n) {
   combine_typed(op, dst, a, b, n);
 }
 
@@ -105,6 +137,10 @@ void Collectives::finish(ReduceOp op, std::span<T> out) const {
     if (op != ReduceOp::kAverage) return;
     const T n = static_cast<T>(world());
     for (T& v : out) v /= n;
+  } else if constexpr (kHalf<T>) {
+    if (op != ReduceOp::kAverage) return;
+    const float n = static_cast<float>(world());
+    for (T& v : out) v = T::from_float(v.to_float() / n);
   }  // an integer average is refused before it begins
 }
 
@@ -484,6 +520,35 @@ Status Collectives::reduce(std::span<const float> in, std::span<float> out, int 
   return reduce_t(in, out, root, tag, op);
 }
 Status Collectives::reduce(std::span<const int32_t> in, std::span<int32_t> out, int root, uint64_t tag,
+                           ReduceOp op) {
+  return reduce_t(in, out, root, tag, op);
+}
+Status Collectives::all_reduce(std::span<const BFloat16> in, std::span<BFloat16> out, uint64_t tag, ReduceOp op) {
+  return all_reduce_t(in, out, tag, op);
+}
+Status Collectives::all_reduce(std::span<const Float16> in, std::span<Float16> out, uint64_t tag, ReduceOp op) {
+  return all_reduce_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter(std::span<const BFloat16> in, std::span<BFloat16> out, uint64_t tag,
+                                   ReduceOp op) {
+  return reduce_scatter_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter(std::span<const Float16> in, std::span<Float16> out, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_t(in, out, tag, op);
+}
+Status Collectives::reduce_scatter_v(std::span<const BFloat16> in, std::span<BFloat16> out,
+                                     std::span<const size_t> counts, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_v_t(in, out, counts, tag, op);
+}
+Status Collectives::reduce_scatter_v(std::span<const Float16> in, std::span<Float16> out,
+                                     std::span<const size_t> counts, uint64_t tag, ReduceOp op) {
+  return reduce_scatter_v_t(in, out, counts, tag, op);
+}
+Status Collectives::reduce(std::span<const BFloat16> in, std::span<BFloat16> out, int root, uint64_t tag,
+                           ReduceOp op) {
+  return reduce_t(in, out, root, tag, op);
+}
+Status Collectives::reduce(std::span<const Float16> in, std::span<Float16> out, int root, uint64_t tag,
                            ReduceOp op) {
   return reduce_t(in, out, root, tag, op);
 }

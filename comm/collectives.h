@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/collective_scratch.h"
+#include "base/half.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -48,6 +49,8 @@ const char* reduce_op_name(ReduceOp op);
 // combine with it too.
 void combine_into(ReduceOp op, float* dst, const float* a, const std::byte* b, size_t n);
 void combine_into(ReduceOp op, int32_t* dst, const int32_t* a, const std::byte* b, size_t n);
+void combine_into(ReduceOp op, BFloat16* dst, const BFloat16* a, const std::byte* b, size_t n);
+void combine_into(ReduceOp op, Float16* dst, const Float16* a, const std::byte* b, size_t n);
 
 struct CollectiveOptions {
   size_t chunk_bytes = size_t{1} << 20;          // ring and chain steps pipeline in chunks of this size
@@ -100,7 +103,8 @@ class Collectives {
   // are the same size and either the same span (in place) or disjoint. Ring
   // (reduce-scatter, all-gather), or for small tensors a direct exchange.
   // `op` other than the sum: the same with that combination.
-  // Each reduction takes f32 or i32 elements.
+  // Each reduction takes f32, i32, bf16 or f16 elements (16-bit floats
+  // combine in float, rounding once a step).
   Status all_reduce(std::span<const float> in, std::span<float> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
   Status all_reduce(std::span<const int32_t> in, std::span<int32_t> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
   // out = this rank's block (block_range) of the sum over ranks of in.
@@ -117,6 +121,20 @@ class Collectives {
   Status reduce(std::span<const float> in, std::span<float> out, int root, uint64_t tag,
                 ReduceOp op = ReduceOp::kSum);
   Status reduce(std::span<const int32_t> in, std::span<int32_t> out, int root, uint64_t tag,
+                ReduceOp op = ReduceOp::kSum);
+  Status all_reduce(std::span<const BFloat16> in, std::span<BFloat16> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status all_reduce(std::span<const Float16> in, std::span<Float16> out, uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter(std::span<const BFloat16> in, std::span<BFloat16> out, uint64_t tag,
+                        ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter(std::span<const Float16> in, std::span<Float16> out, uint64_t tag,
+                        ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter_v(std::span<const BFloat16> in, std::span<BFloat16> out, std::span<const size_t> counts,
+                          uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status reduce_scatter_v(std::span<const Float16> in, std::span<Float16> out, std::span<const size_t> counts,
+                          uint64_t tag, ReduceOp op = ReduceOp::kSum);
+  Status reduce(std::span<const BFloat16> in, std::span<BFloat16> out, int root, uint64_t tag,
+                ReduceOp op = ReduceOp::kSum);
+  Status reduce(std::span<const Float16> in, std::span<Float16> out, int root, uint64_t tag,
                 ReduceOp op = ReduceOp::kSum);
   // out = the ranks' `in` blocks in rank order (out.size() == world * in.size()).
   // `in` may be this rank's block of out.

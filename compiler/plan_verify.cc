@@ -123,6 +123,8 @@ bool known(plan::DType dtype) {
   switch (dtype) {
     case plan::DType::F32:
     case plan::DType::I32:
+    case plan::DType::BF16:
+    case plan::DType::F16:
       return true;
   }
   return false;
@@ -233,6 +235,8 @@ DType read_dtype(plan::DType dtype) {
   switch (dtype) {
     case plan::DType::F32: return DType::kF32;
     case plan::DType::I32: return DType::kI32;
+    case plan::DType::BF16: return DType::kBF16;
+    case plan::DType::F16: return DType::kF16;
   }
   std::abort();  // verify_plan refused it
 }

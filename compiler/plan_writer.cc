@@ -22,6 +22,8 @@ plan::DType to_plan(DType dtype) {
   switch (dtype) {
     case DType::kF32: return plan::DType::F32;
     case DType::kI32: return plan::DType::I32;
+    case DType::kBF16: return plan::DType::BF16;
+    case DType::kF16: return plan::DType::F16;
   }
   std::abort();  // not a DType
 }

@@ -41,7 +41,7 @@ void add_box(const Region& region, const std::vector<T>& piece, std::vector<T>& 
   const Shape zero(region.extent.size(), 0);
   for_each_box_row(region.extent, region.extent, zero.data(), whole_shape, region.origin.data(),
                    [&](int64_t src, int64_t dst, int64_t count) {
-                     for (int64_t i = 0; i < count; ++i) whole[dst + i] += piece[src + i];
+                     for (int64_t i = 0; i < count; ++i) whole[dst + i] = add_elements(whole[dst + i], piece[src + i]);
                    });
 }
 
@@ -101,7 +101,7 @@ StatusOr<InlineTensor> to_global(const std::vector<InlineTensor>& locals, const 
           shape_string(region.extent));
   }
   const size_t total = static_cast<size_t>(num_elements(global.shape));
-  visit_dtype(global.dtype, [&]<typename T>(std::type_identity<T>) { global.values<T>().assign(total, T{0}); });
+  visit_dtype(global.dtype, [&]<typename T>(std::type_identity<T>) { global.values<T>().assign(total, element_from<T>(0.0)); });
   // B replicas: one counts (index 0 on every B axis), the others must equal
   // it. P: every index counts, summed. S: each part is its own box.
   for (int r = 0; r < n; ++r) {
@@ -146,7 +146,7 @@ StatusOr<InlineTensor> to_local(const InlineTensor& global, const graph::Placeme
   const bool zero = (sbp.across.kind == Sbp::kPartialSum && axis_index(placement, true, rank) != 0) ||
                     (sbp.within.kind == Sbp::kPartialSum && axis_index(placement, false, rank) != 0);
   visit_dtype(piece.dtype, [&]<typename T>(std::type_identity<T>) {
-    piece.values<T>().assign(count, T{0});
+    piece.values<T>().assign(count, element_from<T>(0.0));
     if (!zero) read_box(region, global.values<T>(), global.shape, piece.values<T>());
   });
   return piece;

@@ -223,7 +223,10 @@ class GraphChecker {
       if (!shape_ok)
         issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes", where,
                      shape_string(v.shape));
-      if (v.dtype != DType::kF32 && v.trainable)
+      if (v.dtype == DType::kBF16 || v.dtype == DType::kF16)
+        issues_->add(path + ".dtype", "{}: a variable is f32 or i32, not {} (a cast op makes bf16 and f16 values "
+                     "from it)", where, dtype_name(v.dtype));
+      else if (v.dtype != DType::kF32 && v.trainable)
         issues_->add(path + ".dtype", "{}: an {} variable cannot be trainable (set trainable to false)", where,
                      dtype_name(v.dtype));
       if (v.sbp && v.sbp->has(Sbp::kPartialSum))

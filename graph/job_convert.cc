@@ -173,6 +173,11 @@ class Converter {
           }
           out->i32.push_back(static_cast<int32_t>(v));
           break;
+        case DType::kBF16:
+        case DType::kF16:
+          issues_->add(path + ".dtype", "{}: an inline tensor holds f32 or i32 values, not {} (a cast op in the job "
+                       "makes other dtypes)", where, dtype_name(out->dtype));
+          return;
       }
     }
   }

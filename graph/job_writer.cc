@@ -404,6 +404,9 @@ class Writer {
       case DType::kI32:
         for (int32_t v : t.i32) data.items.push_back(number(int64_t{v}));
         break;
+      case DType::kBF16:
+      case DType::kF16:
+        fail("{}: an inline tensor holds f32 or i32 values, not {}", where, dtype_name(t.dtype));
     }
     return out.add("data", std::move(data));
   }

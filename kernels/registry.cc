@@ -15,7 +15,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReshapeOp, &kTransposeOp, &kIdentityOp, &kDependOp, &kSliceOp, &kSliceGradOp, &kConcatOp,
     &kFillOp, &kUniformOp, &kNormalOp, &kXavierUniformOp, &kKaimingUniformOp,
     &kSgdUpdateOp, &kMomentumUpdateOp, &kAdamUpdateOp,
-    &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kAccumulateOp, &kOnesLikeOp,
+    &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kAccumulateOp, &kOnesLikeOp, &kCastOp,
     &kReluOp, &kGeluOp, &kGeluTanhOp, &kTanhOp, &kSigmoidOp, &kSoftmaxOp,
     &kReluGradOp, &kGeluGradOp, &kGeluTanhGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,

@@ -10,6 +10,8 @@ namespace rill {
 bool parse_dtype(const std::string& text, DType* out) {
   if (text == "f32" || text == "float32" || text == "float") { *out = DType::kF32; return true; }
   if (text == "i32" || text == "int32" || text == "int") { *out = DType::kI32; return true; }
+  if (text == "bf16" || text == "bfloat16") { *out = DType::kBF16; return true; }
+  if (text == "f16" || text == "float16" || text == "half") { *out = DType::kF16; return true; }
   return false;
 }
 

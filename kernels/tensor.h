@@ -11,14 +11,19 @@
 #include <utility>
 #include <vector>
 
+#include "base/half.h"
+
 namespace rill {
 
 // A branch on a dtype is a switch with a case for each and no default (or
 // visit_dtype), so a dtype added here compiles nowhere until every branch
 // handles it (-Werror=switch). A value outside the enum is refused where it
 // enters (job files, plans, checkpoints), never branched on.
-enum class DType : uint8_t { kF32 = 0, kI32 = 1 };
-inline constexpr DType kDTypes[] = {DType::kF32, DType::kI32};
+//
+// bf16 and f16 (base/half.h) are stored as 16-bit floats; kernels compute
+// in float.
+enum class DType : uint8_t { kF32 = 0, kI32 = 1, kBF16 = 2, kF16 = 3 };
+inline constexpr DType kDTypes[] = {DType::kF32, DType::kI32, DType::kBF16, DType::kF16};
 
 // Calls f(std::type_identity<T>{}) with T the C++ type of `dtype`'s elements.
 template <typename F>
@@ -26,8 +31,43 @@ decltype(auto) visit_dtype(DType dtype, F&& f) {
   switch (dtype) {
     case DType::kF32: return f(std::type_identity<float>{});
     case DType::kI32: return f(std::type_identity<int32_t>{});
+    case DType::kBF16: return f(std::type_identity<BFloat16>{});
+    case DType::kF16: return f(std::type_identity<Float16>{});
   }
   std::abort();  // not a DType: refused where it entered
+}
+
+// Whether T is a 16-bit float (base/half.h): stored, never computed in.
+template <typename T>
+inline constexpr bool kIsHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
+
+// a + b for an element type of visit_dtype: 16-bit floats add in float and
+// round once.
+template <typename T>
+T add_elements(T a, T b) {
+  if constexpr (kIsHalf<T>)
+    return T::from_float(a.to_float() + b.to_float());
+  else
+    return a + b;
+}
+
+// The element of type T nearest `v` (a 16-bit float rounds from float; an
+// i32 converts as static_cast does).
+template <typename T>
+T element_from(double v) {
+  if constexpr (kIsHalf<T>)
+    return T::from_float(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
+
+// An element as float (an i32 rounded to the nearest float).
+template <typename T>
+float float_of(T v) {
+  if constexpr (kIsHalf<T>)
+    return v.to_float();
+  else
+    return static_cast<float>(v);
 }
 
 inline size_t dtype_size(DType dtype) {
@@ -37,10 +77,23 @@ inline const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";
     case DType::kI32: return "i32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
   }
   return "?";
 }
-// Parses "f32"/"float32"/"i32"/"int32"; returns false on anything else.
+// Whether `dtype` holds floating-point values.
+inline bool is_float(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16: return true;
+    case DType::kI32: return false;
+  }
+  return false;
+}
+// Parses "f32"/"float32", "i32"/"int32", "bf16"/"bfloat16",
+// "f16"/"float16"/"half"; returns false on anything else.
 bool parse_dtype(const std::string& text, DType* out);
 
 using Shape = std::vector<int64_t>;

@@ -1,6 +1,7 @@
 #include "kernels/data/dataset.h"
 
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/data/dataset_readers.h"
@@ -46,6 +47,11 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
     switch (field.meta.dtype) {
       case DType::kF32: held = field.f32.size(); break;
       case DType::kI32: held = field.i32.size(); break;
+      case DType::kBF16:
+      case DType::kF16:
+        return invalid_argument("dataset '{}': field '{}' is {}; a dataset gives f32 and i32 fields (a cast op in "
+                                "the job makes other dtypes)",
+                                name, field.name, dtype_name(field.meta.dtype));
     }
     const size_t other = field.f32.size() + field.i32.size() - held;
     const size_t expected = static_cast<size_t>(num_samples) * static_cast<size_t>(num_elements(field.meta.shape));
@@ -87,6 +93,8 @@ void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) con
   switch (f.meta.dtype) {
     case DType::kF32: src = reinterpret_cast<const std::byte*>(f.f32.data()); break;
     case DType::kI32: src = reinterpret_cast<const std::byte*>(f.i32.data()); break;
+    case DType::kBF16:
+    case DType::kF16: std::abort();  // refused by Dataset::create
   }
   for (int64_t index : indices) {
     assert(index >= 0 && index < num_samples_);

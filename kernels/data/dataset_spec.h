@@ -14,8 +14,10 @@ struct InlineTensor {
   std::string name;
   Shape shape;               // axis 0 indexes samples
   DType dtype = DType::kF32;
-  std::vector<float> f32;    // when dtype is f32
-  std::vector<int32_t> i32;  // when dtype is i32
+  std::vector<float> f32;      // when dtype is f32
+  std::vector<int32_t> i32;    // when dtype is i32
+  std::vector<BFloat16> bf16;  // when dtype is bf16 (a fetched tensor; datasets hold f32 and i32)
+  std::vector<Float16> f16;    // when dtype is f16 (likewise)
   bool operator==(const InlineTensor&) const = default;
 
   // The vector of element type T.
@@ -23,9 +25,13 @@ struct InlineTensor {
   std::vector<T>& values() {
     if constexpr (std::is_same_v<T, float>) {
       return f32;
-    } else {
-      static_assert(std::is_same_v<T, int32_t>, "no vector of this element type");
+    } else if constexpr (std::is_same_v<T, int32_t>) {
       return i32;
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      return bf16;
+    } else {
+      static_assert(std::is_same_v<T, Float16>, "no vector of this element type");
+      return f16;
     }
   }
   template <typename T>
@@ -37,7 +43,7 @@ struct InlineTensor {
   size_t held() const {
     return visit_dtype(dtype, [&]<typename T>(std::type_identity<T>) { return values<T>().size(); });
   }
-  size_t held_by_other_dtypes() const { return f32.size() + i32.size() - held(); }
+  size_t held_by_other_dtypes() const { return f32.size() + i32.size() + bf16.size() + f16.size() - held(); }
 };
 
 // Fields a dataset offers, by kind:

@@ -28,6 +28,10 @@ cudaError_t scale(const float* x, float* y, float s, int64_t n, cudaStream_t str
 // y = x * s when `first`, else y += x * s (gradient accumulation).
 cudaError_t accumulate(const float* x, float* y, float s, bool first, int64_t n, cudaStream_t stream);
 cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream);
+// y = x converted, n elements, each a float type: the conversions of
+// base/half.h, the same bits as the CPU's.
+enum class FloatType { kF32, kBF16, kF16 };
+cudaError_t cast(const void* x, FloatType from, void* y, FloatType to, int64_t n, cudaStream_t stream);
 
 // One thread per row of `cols` classes. A label outside [0, cols) sets
 // *bad_label to 1 + its row (the first such row wins) and gives NaN.
@@ -110,7 +114,7 @@ cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float fac
 cudaError_t mse_grad(const float* p, const float* t, const float* dloss, float* dp, int64_t n, float factor,
                      cudaStream_t stream);
 
-// Copies a box of 4-byte elements: element i of the box (row-major over
+// Copies a box of `element_bytes` (2 or 4) elements: element i of the box (row-major over
 // `extent`) goes from src[src_offset + sum idx_d src_stride_d] to
 // dst[dst_offset + sum idx_d dst_stride_d]. Serves transpose, slice,
 // slice_grad and concat.
@@ -122,7 +126,7 @@ struct Box {
   int64_t dst_stride[kMaxBoxRank];
   int64_t src_offset = 0, dst_offset = 0;
 };
-cudaError_t copy_box(const Box& box, const uint32_t* src, uint32_t* dst, cudaStream_t stream);
+cudaError_t copy_box(const Box& box, const void* src, void* dst, int element_bytes, cudaStream_t stream);
 
 cudaError_t sgd(float* w, const float* g, int64_t n, double lr, double decay, cudaStream_t stream);
 cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, double decay, double mu,

@@ -118,7 +118,7 @@ cuda_launch::Box box_between(const Shape& extent, const Shape& src, const std::a
 }
 
 Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src, void* dst, const char* op) {
-  return launched(cuda_launch::copy_box(box, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst),
+  return launched(cuda_launch::copy_box(box, src, dst, static_cast<int>(dtype_size(ctx.outputs[0].dtype)),
                                         stream_of(ctx)),
                   op);
 }

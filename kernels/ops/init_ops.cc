@@ -130,7 +130,7 @@ Status fill_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   double value = ctx.attrs->get_float("value", 0.0);
   visit_dtype(out.dtype, [&]<typename T>(std::type_identity<T>) {
-    std::fill_n(static_cast<T*>(out.data), out.size(), static_cast<T>(value));
+    std::fill_n(static_cast<T*>(out.data), out.size(), element_from<T>(value));
   });
   return {};
 }

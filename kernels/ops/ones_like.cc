@@ -22,7 +22,7 @@ std::vector<SbpSignature> sbp_ones_like(const Attrs&, std::span<const TensorMeta
 
 Status cpu_ones_like(KernelContext& ctx) {
   TensorView& y = ctx.outputs[0];
-  visit_dtype(y.dtype, [&]<typename T>(std::type_identity<T>) { std::fill_n(static_cast<T*>(y.data), y.size(), T{1}); });
+  visit_dtype(y.dtype, [&]<typename T>(std::type_identity<T>) { std::fill_n(static_cast<T*>(y.data), y.size(), element_from<T>(1.0)); });
   return {};
 }
 

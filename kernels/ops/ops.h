@@ -11,6 +11,7 @@ extern const OpDef kReshapeOp, kTransposeOp, kIdentityOp, kDependOp, kSliceOp, k
 extern const OpDef kFillOp, kUniformOp, kNormalOp, kXavierUniformOp, kKaimingUniformOp;  // initializers
 extern const OpDef kSgdUpdateOp, kMomentumUpdateOp, kAdamUpdateOp;  // optimizer updates
 extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kAccumulateOp, kOnesLikeOp;  // elementwise math
+extern const OpDef kCastOp;  // between float dtypes (f32, bf16, f16)
 extern const OpDef kReluOp, kGeluOp, kGeluTanhOp, kTanhOp, kSigmoidOp, kSoftmaxOp;  // activations
 extern const OpDef kReluGradOp, kGeluGradOp, kGeluTanhGradOp, kTanhGradOp, kSigmoidGradOp, kSoftmaxGradOp;  // their gradients
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,

@@ -151,19 +151,26 @@ Status transpose_kernel(KernelContext& ctx) {
   // Stride in the input of one step along each output axis.
   std::array<int64_t, kMaxKernelRank> step{};
   for (int j = 0; j < rank; ++j) step[j] = in_strides[perm[j]];
-  const uint32_t* src = static_cast<const uint32_t*>(in.data);
-  uint32_t* dst = static_cast<uint32_t*>(out.data);
-  std::array<int64_t, kMaxKernelRank> index{};
-  int64_t offset = 0, count = out.size();
-  for (int64_t i = 0; i < count; ++i) {
-    dst[i] = src[offset];
-    for (int j = rank - 1; j >= 0; --j) {  // odometer over the output index
-      offset += step[j];
-      if (++index[j] < out.shape[j]) break;
-      offset -= step[j] * out.shape[j];
-      index[j] = 0;
+  // Elements as unsigned words of their size: the values are moved, never read.
+  auto move = [&]<typename W>(std::type_identity<W>) {
+    const W* src = static_cast<const W*>(in.data);
+    W* dst = static_cast<W*>(out.data);
+    std::array<int64_t, kMaxKernelRank> index{};
+    int64_t offset = 0, count = out.size();
+    for (int64_t i = 0; i < count; ++i) {
+      dst[i] = src[offset];
+      for (int j = rank - 1; j >= 0; --j) {  // odometer over the output index
+        offset += step[j];
+        if (++index[j] < out.shape[j]) break;
+        offset -= step[j] * out.shape[j];
+        index[j] = 0;
+      }
     }
-  }
+  };
+  if (dtype_size(out.dtype) == 2)
+    move(std::type_identity<uint16_t>{});
+  else
+    move(std::type_identity<uint32_t>{});
   return {};
 }
 

@@ -76,7 +76,7 @@ Status slice_kernel(KernelContext& ctx) {
   const TensorView& out = ctx.outputs[0];
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, in.shape, out.shape, &origin));
-  copy_box(in.data, in.shape, origin.data(), out.data, out.shape, zero.data(), out.shape, sizeof(uint32_t));
+  copy_box(in.data, in.shape, origin.data(), out.data, out.shape, zero.data(), out.shape, dtype_size(out.dtype));
   return {};
 }
 
@@ -115,7 +115,7 @@ Status slice_grad_kernel(KernelContext& ctx) {
   Index origin{}, zero{};
   RILL_RETURN_IF_ERROR(box_origin(params_of<SliceParams>(ctx).starts, out.shape, dy.shape, &origin));
   std::memset(out.data, 0, out.bytes());
-  copy_box(dy.data, dy.shape, zero.data(), out.data, out.shape, origin.data(), dy.shape, sizeof(uint32_t));
+  copy_box(dy.data, dy.shape, zero.data(), out.data, out.shape, origin.data(), dy.shape, dtype_size(out.dtype));
   return {};
 }
 
@@ -182,7 +182,7 @@ Status concat_kernel(KernelContext& ctx) {
   for (const TensorView& in : ctx.inputs) {
     if (in.shape.size() != out.shape.size() || origin[axis] + in.shape[axis] > out.shape[axis])
       return internal_error("concat of {} overruns output {}", shape_string(in.shape), shape_string(out.shape));
-    copy_box(in.data, in.shape, zero.data(), out.data, out.shape, origin.data(), in.shape, sizeof(uint32_t));
+    copy_box(in.data, in.shape, zero.data(), out.data, out.shape, origin.data(), in.shape, dtype_size(out.dtype));
     origin[axis] += in.shape[axis];
   }
   if (origin[axis] != out.shape[axis])

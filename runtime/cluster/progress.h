@@ -76,7 +76,7 @@ class Progress {
         v.values.resize(static_cast<size_t>(t.size()));
         visit_dtype(t.dtype, [&]<typename T>(std::type_identity<T>) {
           const T* values = static_cast<const T*>(t.data);
-          for (size_t k = 0; k < v.values.size(); ++k) v.values[k] = static_cast<float>(values[k]);
+          for (size_t k = 0; k < v.values.size(); ++k) v.values[k] = float_of(values[k]);
         });
       }
     if (done % log_every_ != 0 && done != steps_) return;

@@ -58,6 +58,8 @@ DatasetSpec read_dataset(const plan::Dataset& d) {
         case DType::kI32:
           if (t->i32()) tensor.i32.assign(t->i32()->begin(), t->i32()->end());
           break;
+        case DType::kBF16:
+        case DType::kF16: break;  // a plan holds none: the dataset refuses the field
       }
       spec.tensors.push_back(std::move(tensor));
     }

@@ -1,9 +1,10 @@
 // Boxing tests: every SBP conversion, element by element against the logical
 // tensor it must equal, for 1, 2 and 3 pieces per node on 1, 2 and 3 nodes
 // (nodes are threads joined by the in-process transport, or by loopback
-// ZeroMQ for a few cases), in f32 and i32, with shapes whose split axes do not
-// divide by the piece count. Values are small integers, so every sum is
-// exact in f32 whatever its order: results compare with ==.
+// ZeroMQ for a few cases), in each dtype (f32, i32, bf16, f16), with shapes
+// whose split axes do not divide by the piece count. Values are small
+// integers, so every sum is exact in each dtype whatever its order: results
+// compare with ==.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -31,19 +32,32 @@ int partial_value(int64_t e, int k, int parallel) {
 struct Piece {
   Region region;
   DType dtype;
-  std::vector<int32_t> storage;  // 4-byte elements: f32 or i32 bits
+  std::vector<int32_t> storage;  // room for 4-byte elements: f32 or i32 bits, or bf16 / f16 in its first half
   TensorView view;
 
   Piece(Region r, DType d) : region(std::move(r)), dtype(d), storage(static_cast<size_t>(region.size()), -999) {
     view = TensorView{storage.data(), region.extent, dtype};
   }
+  // Values are small integers (|v| < 256): exact in every dtype, and so
+  // are their sums.
   void set(size_t i, int v) {
-    if (dtype == DType::kF32) reinterpret_cast<float*>(storage.data())[i] = static_cast<float>(v);
-    else storage[i] = v;
+    switch (dtype) {
+      case DType::kF32: reinterpret_cast<float*>(storage.data())[i] = static_cast<float>(v); break;
+      case DType::kI32: storage[i] = v; break;
+      case DType::kBF16: halves()[i] = BFloat16::from_float(static_cast<float>(v)).bits; break;
+      case DType::kF16: halves()[i] = Float16::from_float(static_cast<float>(v)).bits; break;
+    }
   }
   int get(size_t i) const {
-    return dtype == DType::kF32 ? static_cast<int>(reinterpret_cast<const float*>(storage.data())[i]) : storage[i];
+    switch (dtype) {
+      case DType::kF32: return static_cast<int>(reinterpret_cast<const float*>(storage.data())[i]);
+      case DType::kI32: return storage[i];
+      case DType::kBF16: return static_cast<int>(BFloat16::from_bits(halves()[i]).to_float());
+      case DType::kF16: return static_cast<int>(Float16::from_bits(halves()[i]).to_float());
+    }
+    return 0;
   }
+  uint16_t* halves() const { return reinterpret_cast<uint16_t*>(const_cast<int32_t*>(storage.data())); }
   // Sets element i (row-major within the region) from its logical index.
   template <typename Fn>
   void set_all(Fn&& value_at) {
@@ -191,7 +205,7 @@ std::vector<Sbp> all_sbps(size_t rank) {
 
 }  // namespace
 
-TEST_CASE("every boxing conversion equals the logical tensor: 1-3 nodes x 1-3 pieces, uneven shapes, f32 and i32") {
+TEST_CASE("every boxing conversion equals the logical tensor: 1-3 nodes x 1-3 pieces, uneven shapes, each dtype") {
   // [5, 7]: neither axis divides by 2, 3, 4, 6, 9. [1, 7, 4]: split along
   // axis 1 (the pieces are contiguous; all-gather in place) and axis 2 (not).
   // [2]: fewer elements than pieces for 3 x 3.
@@ -200,7 +214,7 @@ TEST_CASE("every boxing conversion equals the logical tensor: 1-3 nodes x 1-3 pi
     for (const Sbp& in : all_sbps(shape.size()))
       for (const Sbp& out : all_sbps(shape.size())) {
         if (in == out) continue;
-        for (DType dtype : {DType::kF32, DType::kI32})
+        for (DType dtype : kDTypes)
           for (int nodes = 1; nodes <= 3; ++nodes)
             for (int local = 1; local <= 3; ++local) {
               if (nodes * local == 1) continue;

@@ -48,13 +48,13 @@ CudaContext& context() {
 struct DeviceTensors {
   std::vector<void*> buffers;
   std::vector<TensorView> views;
-  DeviceTensors(const std::vector<Tensor>& tensors) {
-    for (const Tensor& t : tensors) {
+  DeviceTensors(std::vector<Tensor> tensors) {
+    for (Tensor& t : tensors) {
       TensorView v;
       v.shape = t.shape;
       v.dtype = t.dtype;
       REQUIRE(cudaMalloc(&v.data, std::max<size_t>(v.bytes(), 4)) == cudaSuccess);
-      const void* host = t.dtype == DType::kF32 ? static_cast<const void*>(t.f32.data()) : t.i32.data();
+      const void* host = t.view().data;
       if (v.bytes() > 0) REQUIRE(cudaMemcpy(v.data, host, v.bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
       buffers.push_back(v.data);
       views.push_back(v);
@@ -66,7 +66,7 @@ struct DeviceTensors {
   void copy_back(std::vector<Tensor>* tensors) const {
     for (size_t i = 0; i < tensors->size(); ++i) {
       Tensor& t = (*tensors)[i];
-      void* host = t.dtype == DType::kF32 ? static_cast<void*>(t.f32.data()) : t.i32.data();
+      void* host = t.view().data;
       if (views[i].bytes() > 0)
         REQUIRE(cudaMemcpy(host, views[i].data, views[i].bytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
     }
@@ -96,6 +96,7 @@ GpuRun run_cuda(const std::string& type, std::vector<Tensor> inputs, const Attrs
   for (const TensorMeta& m : out_metas) {
     Tensor t = Tensor::zeros(m.shape, m.dtype);
     for (float& f : t.f32) f = std::nanf("");
+    for (uint16_t& h : t.h16) h = 0xffff;  // NaN in bf16 and f16
     run.outputs.push_back(t);
   }
   std::vector<Tensor> state = options.state ? *options.state : std::vector<Tensor>{};
@@ -473,6 +474,50 @@ TEST_CASE("optimizer updates match the CPU: variable and state") {
   with_adam.state = &adam;
   with_adam.step = 6;
   compare("adam_update", {w, g}, {{"lr", 0.01}, {"weight_decay", 0.02}}, with_adam);
+}
+
+// cast converts with base/half.h's code on both sides, and the layout ops
+// move 2-byte elements: the CPU's bits exactly, NaN, infinities, overflow
+// and subnormals included.
+TEST_CASE("cast between f32, bf16 and f16 and the layout ops on bf16 give the CPU's bits") {
+  Tensor x = Tensor::uniform({5, 37}, 61, -300.0f, 300.0f);
+  const float specials[] = {std::nanf(""), INFINITY, -INFINITY, 65520.0f, 1e-8f, -3e-6f, 0.0f, -0.0f, 1e30f};
+  for (size_t i = 0; i < std::size(specials); ++i) x.f32[i * 3] = specials[i];
+  for (const char* to : {"bf16", "f16"}) {
+    CAPTURE(to);
+    auto cpu = testing::run_op("cast", {x}, {{"dtype", std::string(to)}});
+    REQUIRE(cpu.ok());
+    GpuRun gpu = run_cuda("cast", {x}, {{"dtype", std::string(to)}});
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    CHECK(gpu.outputs[0].h16 == (*cpu)[0].h16);
+    for (const char* next : {"f32", "bf16", "f16"}) {
+      CAPTURE(next);
+      auto cpu2 = testing::run_op("cast", {(*cpu)[0]}, {{"dtype", std::string(next)}});
+      REQUIRE(cpu2.ok());
+      GpuRun gpu2 = run_cuda("cast", {(*cpu)[0]}, {{"dtype", std::string(next)}});
+      REQUIRE_MESSAGE(gpu2.status.ok(), gpu2.status.to_string());
+      CHECK(gpu2.outputs[0].h16 == (*cpu2)[0].h16);
+      const std::vector<float> a = gpu2.outputs[0].f32, b = (*cpu2)[0].f32;
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) CHECK((a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))));
+    }
+  }
+  const Tensor h = Tensor::halves({3, 4, 5}, DType::kBF16, Tensor::uniform({3, 4, 5}, 62).f32);
+  struct Case {
+    const char* op;
+    std::vector<Tensor> in;
+    Attrs attrs;
+  };
+  for (const Case& c : {Case{"transpose", {h}, {{"perm", std::vector<int64_t>{2, 0, 1}}}},
+                        Case{"slice", {h}, {{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{3, 3, 4}}}},
+                        Case{"concat", {h, h}, {{"axis", int64_t{2}}}}}) {
+    CAPTURE(c.op);
+    auto cpu = testing::run_op(c.op, c.in, c.attrs);
+    REQUIRE(cpu.ok());
+    GpuRun gpu = run_cuda(c.op, c.in, c.attrs);
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    CHECK(gpu.outputs[0].h16 == (*cpu)[0].h16);
+  }
 }
 
 }  // namespace rill

@@ -23,13 +23,39 @@ Tensor Tensor::ints(Shape shape, std::vector<int32_t> values) {
   return t;
 }
 
+Tensor Tensor::halves(Shape shape, DType dtype, const std::vector<float>& values) {
+  Tensor t = zeros(std::move(shape), dtype);
+  for (size_t i = 0; i < values.size() && i < t.h16.size(); ++i)
+    t.h16[i] = dtype == DType::kBF16 ? BFloat16::from_float(values[i]).bits : Float16::from_float(values[i]).bits;
+  return t;
+}
+
+std::vector<float> Tensor::as_floats() const {
+  switch (dtype) {
+    case DType::kF32: return f32;
+    case DType::kI32: return std::vector<float>(i32.begin(), i32.end());
+    case DType::kBF16:
+    case DType::kF16: {
+      std::vector<float> out;
+      for (uint16_t b : h16)
+        out.push_back(dtype == DType::kBF16 ? BFloat16::from_bits(b).to_float() : Float16::from_bits(b).to_float());
+      return out;
+    }
+  }
+  return {};
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype) {
   Tensor t;
   t.dtype = dtype;
   auto n = static_cast<size_t>(num_elements(shape));
   t.shape = std::move(shape);
-  if (dtype == DType::kF32) t.f32.assign(n, 0.0f);
-  else t.i32.assign(n, 0);
+  switch (dtype) {
+    case DType::kF32: t.f32.assign(n, 0.0f); break;
+    case DType::kI32: t.i32.assign(n, 0); break;
+    case DType::kBF16:
+    case DType::kF16: t.h16.assign(n, 0); break;
+  }
   return t;
 }
 
@@ -45,14 +71,25 @@ TensorView Tensor::view() {
   TensorView v;
   v.shape = shape;
   v.dtype = dtype;
-  v.data = dtype == DType::kF32 ? static_cast<void*>(f32.data()) : static_cast<void*>(i32.data());
+  switch (dtype) {
+    case DType::kF32: v.data = f32.data(); break;
+    case DType::kI32: v.data = i32.data(); break;
+    case DType::kBF16:
+    case DType::kF16: v.data = h16.data(); break;
+  }
   return v;
 }
 
 namespace {
 
 Status check_storage(const Tensor& t, const std::string& what) {
-  size_t have = t.dtype == DType::kF32 ? t.f32.size() : t.i32.size();
+  size_t have = 0;
+  switch (t.dtype) {
+    case DType::kF32: have = t.f32.size(); break;
+    case DType::kI32: have = t.i32.size(); break;
+    case DType::kBF16:
+    case DType::kF16: have = t.h16.size(); break;
+  }
   if (have != static_cast<size_t>(t.size()))
     return invalid_argument("{}: shape {} needs {} values, the tensor holds {}", what, shape_string(t.shape),
                             t.size(), have);
@@ -64,6 +101,7 @@ Tensor unset_tensor(const TensorMeta& meta) {
   // NaN / a sentinel: a kernel must write every element of its outputs.
   std::fill(t.f32.begin(), t.f32.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(t.i32.begin(), t.i32.end(), INT32_MIN + 12345);
+  std::fill(t.h16.begin(), t.h16.end(), uint16_t{0xffff});  // NaN in bf16 and f16
   return t;
 }
 

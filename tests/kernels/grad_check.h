@@ -24,15 +24,21 @@
 
 namespace rill::testing {
 
-// A host tensor that owns its data: `f32` for DType::kF32, `i32` for kI32.
+// A host tensor that owns its data: `f32` for DType::kF32, `i32` for kI32,
+// `h16` (bit patterns) for bf16 and f16.
 struct Tensor {
   Shape shape;
   DType dtype = DType::kF32;
   std::vector<float> f32;
   std::vector<int32_t> i32;
+  std::vector<uint16_t> h16;
 
   static Tensor floats(Shape shape, std::vector<float> values);
   static Tensor ints(Shape shape, std::vector<int32_t> values);
+  // A bf16 or f16 tensor of `values`, each rounded to the nearest.
+  static Tensor halves(Shape shape, DType dtype, const std::vector<float>& values);
+  // Every element as float (a float tensor's).
+  std::vector<float> as_floats() const;
   static Tensor zeros(Shape shape, DType dtype = DType::kF32);
   // Uniform in [low, high), deterministic for a seed.
   static Tensor uniform(Shape shape, uint64_t seed, float low = -1.0f, float high = 1.0f);

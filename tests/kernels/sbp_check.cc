@@ -30,12 +30,12 @@ Status compare(const Tensor& got, const Tensor& want, double tolerance, const st
   if (got.shape != want.shape || got.dtype != want.dtype)
     return internal_error("{}: got {} {}, want {} {}", what, shape_string(got.shape), dtype_name(got.dtype),
                           shape_string(want.shape), dtype_name(want.dtype));
+  // Integers compare exactly, floats (as float) within the tolerance.
+  const std::vector<float> g = got.as_floats(), w = want.as_floats();
+  const bool exact = !is_float(want.dtype);
   for (int64_t j = 0; j < want.size(); ++j) {
-    bool ok = want.dtype == DType::kF32 ? close(got.f32[j], want.f32[j], tolerance) : got.i32[j] == want.i32[j];
-    if (!ok)
-      return internal_error("{}: element {} is {}, want {}", what, j,
-                            want.dtype == DType::kF32 ? got.f32[j] : got.i32[j],
-                            want.dtype == DType::kF32 ? want.f32[j] : want.i32[j]);
+    const bool ok = exact ? got.i32[j] == want.i32[j] : close(g[j], w[j], tolerance);
+    if (!ok) return internal_error("{}: element {} is {}, want {}", what, j, g[j], w[j]);
   }
   return {};
 }
@@ -60,10 +60,12 @@ Tensor split_piece(const Tensor& whole, int axis, int parallel, int index) {
   axis_extents(whole.shape, axis, &outer, &inner);
   const int64_t start = split_offset(whole.shape[axis], parallel, index);
   const int64_t rows = piece.shape[axis];
-  if (whole.dtype == DType::kF32)
-    copy_rows(whole.f32, whole.shape[axis], start, &piece.f32, rows, 0, rows, outer, inner);
-  else
-    copy_rows(whole.i32, whole.shape[axis], start, &piece.i32, rows, 0, rows, outer, inner);
+  switch (whole.dtype) {
+    case DType::kF32: copy_rows(whole.f32, whole.shape[axis], start, &piece.f32, rows, 0, rows, outer, inner); break;
+    case DType::kI32: copy_rows(whole.i32, whole.shape[axis], start, &piece.i32, rows, 0, rows, outer, inner); break;
+    case DType::kBF16:
+    case DType::kF16: copy_rows(whole.h16, whole.shape[axis], start, &piece.h16, rows, 0, rows, outer, inner); break;
+  }
   return piece;
 }
 
@@ -77,8 +79,12 @@ Tensor concat_pieces(const std::vector<Tensor>& pieces, int axis) {
   int64_t start = 0;
   for (const Tensor& p : pieces) {
     const int64_t rows = p.shape[axis];
-    if (whole.dtype == DType::kF32) copy_rows(p.f32, rows, 0, &whole.f32, shape[axis], start, rows, outer, inner);
-    else copy_rows(p.i32, rows, 0, &whole.i32, shape[axis], start, rows, outer, inner);
+    switch (whole.dtype) {
+      case DType::kF32: copy_rows(p.f32, rows, 0, &whole.f32, shape[axis], start, rows, outer, inner); break;
+      case DType::kI32: copy_rows(p.i32, rows, 0, &whole.i32, shape[axis], start, rows, outer, inner); break;
+      case DType::kBF16:
+      case DType::kF16: copy_rows(p.h16, rows, 0, &whole.h16, shape[axis], start, rows, outer, inner); break;
+    }
     start += rows;
   }
   return whole;

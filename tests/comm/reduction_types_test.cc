@@ -1,11 +1,14 @@
-// Reductions of i32 elements (comm/collectives.h): every op on the direct
-// exchange and on the ring, reduce_scatter_v and reduce, sums and products
-// wrapping around as two's complement, and the average refused. Exact
-// integers: results compare with ==.
+// Reductions of elements other than f32 (comm/collectives.h): i32 with
+// every op on the direct exchange and on the ring, reduce_scatter_v and
+// reduce, sums and products wrapping around as two's complement, and the
+// average refused; bf16 and f16 likewise, combining in float. Exact
+// integers (and 16-bit floats holding small integers): results compare
+// with ==.
 #include <climits>
 #include <cstdint>
 #include <vector>
 
+#include "base/half.h"
 #include "comm/collectives.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -96,4 +99,56 @@ TEST_CASE("i32 sums wrap around as two's complement; an i32 average is refused")
     return Status::ok_status();
   });
   check_all_ok(statuses);
+}
+
+// Small integers, their sums and maxima (|v| < 256) are exact in bf16 and
+// f16, so the ring's and the direct exchange's results equal the exact ones
+// whatever the order; the average of 4 ranks divides by a power of two:
+// exact too.
+template <typename H>
+void check_half_reductions() {
+  constexpr int kWorld = 4;
+  auto v = [](int r, size_t i) { return static_cast<float>(static_cast<int>((i * 5 + 1) % 13) - 6 + r * 2); };
+  for (size_t count : {size_t{40}, size_t{50000}}) {
+    CAPTURE(count);
+    auto transports = make_inproc_transports(kWorld);
+    auto statuses = run_ranks(kWorld, [&](int rank) -> Status {
+      CollectiveOptions options;
+      options.chunk_bytes = 16384;
+      Collectives c(*transports[rank], options);
+      std::vector<H> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = H::from_float(v(rank, i));
+      uint64_t tag = 1;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAverage}) {
+        RILL_RETURN_IF_ERROR(c.all_reduce(in, out, tag++, op));
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0, hi = -1e9f;
+          for (int r = 0; r < kWorld; ++r) {
+            sum += v(r, i);
+            hi = std::max(hi, v(r, i));
+          }
+          const float want = op == ReduceOp::kSum ? sum : op == ReduceOp::kMax ? hi : sum / kWorld;
+          if (out[i].to_float() != want)
+            return internal_error("all_reduce {} element {}: {} not {}", reduce_op_name(op), i, out[i].to_float(), want);
+        }
+      }
+      const std::vector<size_t> counts = {1, count - 4, 2, 1};
+      size_t begin = 0;
+      for (int r = 0; r < rank; ++r) begin += counts[r];
+      std::vector<H> block(counts[rank]);
+      RILL_RETURN_IF_ERROR(c.reduce_scatter_v(in, block, counts, tag++));
+      for (size_t i = 0; i < block.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < kWorld; ++r) sum += v(r, begin + i);
+        if (block[i].to_float() != sum) return internal_error("reduce_scatter_v element {}", begin + i);
+      }
+      return Status::ok_status();
+    });
+    check_all_ok(statuses);
+  }
+}
+
+TEST_CASE("bf16 and f16 all_reduce and reduce_scatter_v: sum, max and average, direct and ring, exact") {
+  check_half_reductions<BFloat16>();
+  check_half_reductions<Float16>();
 }
