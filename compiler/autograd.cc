@@ -312,9 +312,14 @@ Status build_backward(LogicalGraph* g) {
       const LogicalTensor* gt = g->find(grad);
       const LogicalTensor* xt = g->find(op.inputs[k]);
       if (gt == nullptr) return internal_error("gradient of op '{}' input {} names unknown tensor '{}'", op.name, k, grad);
-      if (!(gt->meta == xt->meta))
-        return internal_error("gradient of op '{}' ({}) input {} has shape {}, the input has {}", op.name, op.type, k,
-                              shape_string(gt->meta.shape), shape_string(xt->meta.shape));
+      // A gradient has its input's shape and dtype, but one of a 16-bit
+      // float is f32 (mixed precision: products of 16-bit values give f32,
+      // and gradients stay in it).
+      const bool widened = gt->meta.dtype == DType::kF32 && is_float(xt->meta.dtype);
+      if (gt->meta.shape != xt->meta.shape || (gt->meta.dtype != xt->meta.dtype && !widened))
+        return internal_error("gradient of op '{}' ({}) input {} is {} {}, the input {} {}", op.name, op.type, k,
+                              dtype_name(gt->meta.dtype), shape_string(gt->meta.shape), dtype_name(xt->meta.dtype),
+                              shape_string(xt->meta.shape));
       backward.contribute(op.inputs[k], grad);
     }
   }

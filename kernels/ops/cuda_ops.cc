@@ -148,6 +148,21 @@ RILL_CUDA_KERNEL(matmul) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  if (a.dtype != DType::kF32) {
+    // 16-bit inputs on tensor cores, f32 accumulation and output.
+    const cudaDataType_t in = a.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (s.batch == 1)
+      return cublas_status(cublasGemmEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in,
+                                        static_cast<int>(s.ldb), a.data, in, static_cast<int>(s.lda), &beta, c.data,
+                                        CUDA_R_32F, static_cast<int>(s.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx", "op 'matmul'");
+    return cublas_status(
+        cublasGemmStridedBatchedEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in, static_cast<int>(s.ldb),
+                                   s.stride_b, a.data, in, static_cast<int>(s.lda), s.stride_a, &beta, c.data,
+                                   CUDA_R_32F, static_cast<int>(s.ldc), s.stride_c, static_cast<int>(s.batch),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx", "op 'matmul'");
+  }
   if (s.batch == 1)
     return cublas_status(cublasSgemm(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.f32(), static_cast<int>(s.ldb),
                                      a.f32(), static_cast<int>(s.lda), &beta, c.f32(), static_cast<int>(s.ldc)),

@@ -57,8 +57,9 @@ Status infer_matmul(const Attrs& attrs, std::span<const TensorMeta> in, std::vec
     return invalid_argument("micro_batches is {}, expected at least 1", attrs.get_int("micro_batches", 0));
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
-  if (in[0].dtype != DType::kF32 || in[1].dtype != DType::kF32)
-    return invalid_argument("a and b must be f32, got {} and {}", dtype_name(in[0].dtype), dtype_name(in[1].dtype));
+  if (in[0].dtype != in[1].dtype || !is_float(in[0].dtype))
+    return invalid_argument("a and b must be both f32, both bf16 or both f16, got {} and {}", dtype_name(in[0].dtype),
+                            dtype_name(in[1].dtype));
   const Flags f = flags(attrs);
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "fold_batch"));
   if (f.fold) return infer_folded(f, a, b, out);
@@ -111,6 +112,13 @@ std::vector<SbpSignature> sbp_matmul(const Attrs& attrs, std::span<const TensorM
   return sigs;
 }
 
+// `x` in `dtype`: the f32 gradient cast to the 16-bit dtype of the forward's
+// inputs (a product takes both operands in one dtype).
+std::string in_dtype(GradBuilder& g, const std::string& x, DType dtype) {
+  if (g.meta(x).dtype == dtype) return x;
+  return g.add_op("cast", {x}, {{"dtype", std::string(dtype_name(dtype))}})[0];
+}
+
 std::string matmul(GradBuilder& g, const std::string& x, const std::string& y, int ta, int tb) {
   return g.add_op("matmul", {x, y}, {{"transpose_a", int64_t{ta}}, {"transpose_b", int64_t{tb}}})[0];
 }
@@ -127,10 +135,14 @@ std::string folded(GradBuilder& g, const std::string& x, const std::string& y) {
 //   (A^T, B)   dA = B dC^T        dB = A dC
 //   (A^T, B^T) dA = B^T dC^T      dB = dC^T A^T
 // A b shared over a's leading axes gets the sum over them: a fold_batch
-// matmul, one GEMM over the folded rows (split rows: partial sums).
+// matmul, one GEMM over the folded rows (split rows: partial sums). With
+// 16-bit inputs dC is cast to their dtype and the gradients come out f32,
+// as every product's output (mixed precision: the cast ops before the
+// forward's inputs pass them back as they are).
 Status grad_matmul(GradBuilder& g) {
-  const std::string dc = g.output_grad(0);
+  std::string dc = g.output_grad(0);
   if (dc.empty()) return {};
+  dc = in_dtype(g, dc, g.meta(g.input(0)).dtype);
   const Flags f = flags(g.attrs());
   if (f.fold) return invalid_argument("matmul with fold_batch has no gradient rule (it is a gradient)");
   const std::string& a = g.input(0);
@@ -168,12 +180,33 @@ Status cpu_matmul(KernelContext& ctx) {
     return {};
   }
   const float alpha = 1.0f / static_cast<float>(micro_batches), beta = add ? 1.0f : 0.0f;
+  // 16-bit inputs are widened into the scratch first (exact), then
+  // multiplied in f32 as f32 inputs are.
+  const float* av = a.f32();
+  const float* bv = b.f32();
+  if (a.dtype != DType::kF32) {
+    float* wide = reinterpret_cast<float*>(ctx.scratch.data());
+    visit_dtype(a.dtype, [&]<typename T>(std::type_identity<T>) {
+      const T* x = static_cast<const T*>(a.data);
+      for (int64_t i = 0; i < a.size(); ++i) wide[i] = float_of(x[i]);
+      const T* y = static_cast<const T*>(b.data);
+      for (int64_t i = 0; i < b.size(); ++i) wide[a.size() + i] = float_of(y[i]);
+    });
+    av = wide;
+    bv = wide + a.size();
+  }
   for (int64_t i = 0; i < s.batch; ++i)
     cblas_sgemm(CblasRowMajor, f.ta ? CblasTrans : CblasNoTrans, f.tb ? CblasTrans : CblasNoTrans,
-                static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), alpha,
-                a.f32() + i * s.stride_a, static_cast<int>(s.lda), b.f32() + i * s.stride_b,
-                static_cast<int>(s.ldb), beta, c.f32() + i * s.stride_c, static_cast<int>(s.ldc));
+                static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), alpha, av + i * s.stride_a,
+                static_cast<int>(s.lda), bv + i * s.stride_b, static_cast<int>(s.ldb), beta,
+                c.f32() + i * s.stride_c, static_cast<int>(s.ldc));
   return {};
+}
+
+// 16-bit inputs: room for both as f32.
+size_t scratch_matmul(const Attrs&, std::span<const TensorMeta> in) {
+  if (in[0].dtype == DType::kF32) return 0;
+  return static_cast<size_t>(num_elements(in[0].shape) + num_elements(in[1].shape)) * sizeof(float);
 }
 
 }  // namespace
@@ -187,6 +220,7 @@ const OpDef kMatmulOp = {
     .grad = grad_matmul,
     .cpu = cpu_matmul,
     .cuda = "matmul",
+    .scratch_bytes = scratch_matmul,
     .parse = parse_as<MatmulParams>,
 };
 

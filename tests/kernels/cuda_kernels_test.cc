@@ -190,6 +190,37 @@ TEST_CASE("matmul: cuBLAS against OpenBLAS within 2 gamma_K sum|a b|, every tran
     }
 }
 
+// bf16 and f16 inputs: both sides multiply the same 16-bit values, whose
+// products are exact in float (8 or 11 significant bits each), and sum them
+// in float in their own orders (cuBLAS on tensor cores): the f32 bound.
+TEST_CASE("matmul of bf16 and f16 inputs: cuBLAS on tensor cores against the CPU within 2 gamma_K sum|a b|") {
+  const int64_t m = 37, k = 129, n = 53;
+  for (DType dtype : {DType::kBF16, DType::kF16})
+    for (int tb = 0; tb < 2; ++tb) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(tb);
+      const Tensor a = Tensor::halves({2, m, k}, dtype, Tensor::uniform({2, m, k}, 21).f32);
+      const Tensor b = Tensor::halves(tb ? Shape{2, n, k} : Shape{2, k, n}, dtype, Tensor::uniform({2, k, n}, 22).f32);
+      Attrs attrs{{"transpose_b", int64_t{tb}}};
+      auto cpu = testing::run_op("matmul", {a, b}, attrs);
+      REQUIRE(cpu.ok());
+      GpuRun gpu = run_cuda("matmul", {a, b}, attrs);
+      REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+      REQUIRE(gpu.outputs[0].dtype == DType::kF32);
+      const std::vector<float> av = a.as_floats(), bv = b.as_floats();
+      std::vector<double> bound(2 * m * n);
+      for (int64_t q = 0; q < 2; ++q)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double abs_sum = 0;
+            for (int64_t p = 0; p < k; ++p)
+              abs_sum += std::abs(av[(q * m + i) * k + p]) * std::abs(bv[q * k * n + (tb ? j * k + p : p * n + j)]);
+            bound[(q * m + i) * n + j] = 2 * gamma(k) * abs_sum;
+          }
+      check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "matmul");
+    }
+}
+
 TEST_CASE("elementwise ops, activations and their gradients match the CPU") {
   Tensor x = Tensor::uniform({7, 33}, 11, -3.0f, 3.0f);
   Tensor y = Tensor::uniform({7, 33}, 12, -3.0f, 3.0f);

@@ -178,3 +178,32 @@ TEST_CASE("transpose, slice, concat and slice_grad move 2-byte elements as they 
   check_same("slice", {xr}, {xh}, {{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{3, 3, 4}}});
   check_same("concat", {xr, xr}, {xh, xh}, {{"axis", int64_t{1}}});
 }
+
+// The CPU widens 16-bit inputs to f32 exactly and multiplies as for f32
+// inputs: the same bits as the f32 matmul of the rounded values.
+TEST_CASE("matmul of bf16 or f16 inputs gives f32, the f32 product of the rounded values; its gradient casts dC") {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const Tensor a32 = Tensor::uniform({2, 5, 7}, 31), b32 = Tensor::uniform({2, 7, 3}, 32);
+    const Tensor a = Tensor::halves(a32.shape, dtype, a32.f32), b = Tensor::halves(b32.shape, dtype, b32.f32);
+    const Tensor ar = Tensor::floats(a.shape, a.as_floats()), br = Tensor::floats(b.shape, b.as_floats());
+    auto c = testing::run_ok("matmul", {a, b});
+    REQUIRE(c[0].dtype == DType::kF32);
+    CHECK(c[0].f32 == testing::run_ok("matmul", {ar, br})[0].f32);
+    auto shared = testing::run_ok("matmul", {a, Tensor::halves({7, 3}, dtype, Tensor::uniform({7, 3}, 33).f32)});
+    CHECK(shared[0].shape == Shape{2, 5, 3});
+    // Mixed operands are refused.
+    auto mixed = testing::run_op("matmul", {a, br});
+    REQUIRE_FALSE(mixed.ok());
+    CHECK(mixed.status().message().find("a and b must be both f32, both bf16 or both f16") != std::string::npos);
+    // dA = cast(dC) B^T and dB = A^T cast(dC), f32.
+    const Tensor dc = Tensor::uniform({2, 5, 3}, 34);
+    testing::EagerGradBuilder g("matmul", {}, {a, b}, c, {dc}, {true, true});
+    REQUIRE(find_op("matmul")->grad(g).ok());
+    REQUIRE_MESSAGE(g.status().ok(), g.status().to_string());
+    const Tensor dcr = Tensor::floats(dc.shape, Tensor::halves(dc.shape, dtype, dc.f32).as_floats());
+    CHECK(g.input_grad(0)->dtype == DType::kF32);
+    CHECK(g.input_grad(0)->f32 == testing::run_ok("matmul", {dcr, br}, {{"transpose_b", int64_t{1}}})[0].f32);
+    CHECK(g.input_grad(1)->f32 == testing::run_ok("matmul", {ar, dcr}, {{"transpose_a", int64_t{1}}})[0].f32);
+  }
+}

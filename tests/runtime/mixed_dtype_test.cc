@@ -36,7 +36,54 @@ graph::Job through(graph::Job job, const std::string& tensor, DType dtype) {
   return job;
 }
 
+// Op `name` (a matmul) multiplies its inputs cast to `dtype`: mixed
+// precision for one layer, its f32 output and f32 weight untouched.
+graph::Job multiplied_in(graph::Job job, const std::string& name, DType dtype) {
+  std::vector<graph::Op> ops;
+  for (graph::Op op : job.ops) {
+    if (op.name == name) {
+      for (std::string& in : op.inputs) {
+        const std::string narrow = in + "." + dtype_name(dtype);
+        graph::Op cast{narrow, "cast", {in}, {narrow}, {}, {}, {}};
+        cast.attrs.set("dtype", std::string(dtype_name(dtype)));
+        ops.push_back(cast);
+        in = narrow;
+      }
+    }
+    ops.push_back(op);
+  }
+  job.ops = std::move(ops);
+  return job;
+}
+
 }  // namespace
+
+// A matmul of 16-bit inputs: each product is of the rounded values (2^-9
+// or 2^-12 relative each), summed in f32; its gradients multiply dC rounded
+// alike. Measured as above: at most 6.2e-4 (bf16) and 6.0e-5 (f16) relative
+// over 10 steps; asserted at 5e-3 and 1e-3.
+TEST_CASE("the MLP with fc2 multiplied in bf16 or f16 (its inputs cast, its output f32) trains near f32") {
+  for (const auto& [file, devices] : {std::pair{"samples/mlp/mlp.json", "cpu:1"},
+                                      std::pair{"samples/mlp/mlp_model_parallel.json", "cpu:2"}}) {
+    CAPTURE(std::string(file));
+    graph::Job base = testing::training_sample(file);
+    base.train.shuffle = false;
+    JobResult f32 = testing::run(base, devices, 10);
+    REQUIRE_MESSAGE(f32.status.ok(), f32.status.to_string());
+    for (const auto& [dtype, bound] : {std::pair{DType::kBF16, 5e-3}, std::pair{DType::kF16, 1e-3}}) {
+      CAPTURE(std::string(dtype_name(dtype)));
+      JobResult r = testing::run(multiplied_in(base, "fc2", dtype), devices, 10);
+      REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+      REQUIRE(r.loss_curve.size() == 10);
+      double worst = 0;
+      for (size_t i = 0; i < 10; ++i)
+        worst = std::max(worst, std::abs(r.loss_curve[i] - f32.loss_curve[i]) / std::abs(f32.loss_curve[i]));
+      MESSAGE(std::string(file) << " " << std::string(dtype_name(dtype)) << ": worst relative loss difference " << worst);
+      CHECK(worst <= bound);
+      CHECK(worst > 0);
+    }
+  }
+}
 
 // The bound: the cast rounds each of fc2's values to 8 (bf16) or 11 (f16)
 // significant bits, a relative change of at most 2^-9 or 2^-12 per value;
