@@ -406,18 +406,18 @@ TEST_CASE("the distributed section: every setting checked, naming the field") {
   CHECK(check_job(job).ok());
 }
 
-TEST_CASE("16-bit floats: a variable is refused in them, an op reading one where it wants f32 is named") {
+TEST_CASE("16-bit floats: a variable is refused in them, an op handed the wrong dtypes is named") {
   Job job = samples::make_mlp_job();
   job.variables[2].dtype = DType::kBF16;
   CHECK(has(issues_of(job), "variables[2].dtype | variables[2] (w2): a variable is f32 or i32, not bf16 (a cast op "
                             "makes bf16 and f16 values from it)"));
-  // h1 cast to f16 feeds fc2's matmul, which computes in f32 only.
+  // h1 cast to f16 feeds fc2's matmul beside an f32 weight.
   job = samples::make_mlp_job();
   Op cast{"h1.f16", "cast", {"h1"}, {"h1.f16"}, {}, {}, {}};
   cast.attrs.set("dtype", std::string("f16"));
   job.ops.insert(job.ops.begin() + 3, cast);
   job.ops[4].inputs[0] = "h1.f16";
-  CHECK(has(issues_of(job), "ops[4] (fc2): op 'matmul': a and b must be f32, got f16 and f32"));
+  CHECK(has(issues_of(job), "ops[4] (fc2): op 'matmul': a and b must be both f32, both bf16 or both f16, got f16 and f32"));
 }
 
 }  // namespace rill::graph
