@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define RILL_HOST_DEVICE __host__ __device__
-#else
-#define RILL_HOST_DEVICE
-#endif
+#include "base/host_device.h"
 
 namespace rill {
 

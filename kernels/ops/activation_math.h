@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "kernels/ops/host_device.h"
+#include "base/host_device.h"
 
 namespace rill::act {
 

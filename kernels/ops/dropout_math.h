@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "kernels/ops/host_device.h"
+#include "base/host_device.h"
 
 namespace rill::dropout_math {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/ops/host_device.h"
+#include "base/host_device.h"
 
 namespace rill::layer_norm_math {
 

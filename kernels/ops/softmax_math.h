@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/ops/host_device.h"
+#include "base/host_device.h"
 
 namespace rill::softmax_math {
 

@@ -56,6 +56,14 @@ graph::Job multiplied_in(graph::Job job, const std::string& name, DType dtype) {
   return job;
 }
 
+// The largest relative difference of b's losses from a's.
+double worst_relative(const JobResult& a, const JobResult& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.loss_curve.size() && i < b.loss_curve.size(); ++i)
+    worst = std::max(worst, std::abs(b.loss_curve[i] - a.loss_curve[i]) / std::abs(a.loss_curve[i]));
+  return worst;
+}
+
 }  // namespace
 
 // A matmul of 16-bit inputs: each product is of the rounded values (2^-9
@@ -75,9 +83,7 @@ TEST_CASE("the MLP with fc2 multiplied in bf16 or f16 (its inputs cast, its outp
       JobResult r = testing::run(multiplied_in(base, "fc2", dtype), devices, 10);
       REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
       REQUIRE(r.loss_curve.size() == 10);
-      double worst = 0;
-      for (size_t i = 0; i < 10; ++i)
-        worst = std::max(worst, std::abs(r.loss_curve[i] - f32.loss_curve[i]) / std::abs(f32.loss_curve[i]));
+      const double worst = worst_relative(f32, r);
       MESSAGE(std::string(file) << " " << std::string(dtype_name(dtype)) << ": worst relative loss difference " << worst);
       CHECK(worst <= bound);
       CHECK(worst > 0);
@@ -125,9 +131,7 @@ TEST_CASE("the MLP with fc2 stored in bf16 or f16: regsts and boxing of that dty
       JobResult r = testing::run(job, devices, 10);
       REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
       REQUIRE(r.loss_curve.size() == 10);
-      double worst = 0;
-      for (size_t i = 0; i < 10; ++i)
-        worst = std::max(worst, std::abs(r.loss_curve[i] - f32.loss_curve[i]) / std::abs(f32.loss_curve[i]));
+      const double worst = worst_relative(f32, r);
       MESSAGE(std::string(file) << " " << std::string(dtype_name(dtype)) << ": worst relative loss difference " << worst << ", "
                    << narrow_boxings << " boxings of it");
       CHECK(worst <= bound);
