@@ -37,7 +37,10 @@ Status SinkBody::act(const ActIo& io) {
   std::fill(values_.begin(), values_.end(), 0.0);
   const size_t reported = partial_.size();
   for (size_t i = 0; i < reported && i < io.inputs.size(); ++i) {
-    const double value = static_cast<double>(io.inputs[i]->f32()[0]);
+    const TensorView& metric_value = *io.inputs[i];
+    const double value = visit_dtype(metric_value.dtype, [&]<typename T>(std::type_identity<T>) {
+      return static_cast<double>(float_of(*static_cast<const T*>(metric_value.data)));
+    });
     const auto metric = static_cast<size_t>(metric_of_input_[i]);
     if (ranks_ > 0) {
       // Mirrored: a partial metric's inputs are the ranks' own values; a

@@ -489,7 +489,7 @@ bool attention_mma_available() {
     cudaFuncAttributes attrs{};
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
                     major >= 8 && cudaFuncGetAttributes(&attrs, forward_kernel<64, key_tile<64>(), forward_blocks<64>()>) == cudaSuccess &&
-                    attrs.binaryVersion >= 80;
+                    attrs.ptxVersion >= 80 && attrs.binaryVersion >= 80;  // not JIT from older PTX
     state = ok ? 2 : 1;
     known[device].store(state, std::memory_order_relaxed);
   }

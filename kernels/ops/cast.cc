@@ -1,7 +1,7 @@
 // cast: x as another floating dtype (attr `dtype`: f32, bf16 or f16), each
 // value rounded to the nearest of the new dtype, ties to even (as CUDA's
 // conversions and PyTorch's .to()). Mixed precision's seam: a matmul's
-// inputs cast to bf16, its gradient cast back. Elementwise, so every layout
+// inputs cast to bf16, its gradient passed back in f32. Elementwise, so every layout
 // passes through; a partial sum's pieces round one by one.
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
@@ -34,11 +34,13 @@ std::vector<SbpSignature> sbp_cast(const Attrs&, std::span<const TensorMeta> in)
   return sigs;
 }
 
+// Gradients of float tensors are f32 (compiler/autograd.cc): an f32 dy
+// passes through as it is, unrounded; a 16-bit one is cast to x's dtype.
 Status grad_cast(GradBuilder& g) {
   const std::string dy = g.output_grad(0);
   if (dy.empty() || !g.needs_input_grad(0)) return {};
   const DType from = g.meta(g.input(0)).dtype;
-  if (g.meta(dy).dtype == from) {
+  if (g.meta(dy).dtype == from || g.meta(dy).dtype == DType::kF32) {
     g.set_input_grad(0, dy);
     return {};
   }

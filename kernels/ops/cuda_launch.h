@@ -28,6 +28,9 @@ cudaError_t scale(const float* x, float* y, float s, int64_t n, cudaStream_t str
 // y = x * s when `first`, else y += x * s (gradient accumulation).
 cudaError_t accumulate(const float* x, float* y, float s, bool first, int64_t n, cudaStream_t stream);
 cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream);
+// Every element of y = `bits`, elements of 2 or 4 bytes (a value's pattern
+// in any dtype).
+cudaError_t fill_bits(void* y, uint32_t bits, int element_bytes, int64_t n, cudaStream_t stream);
 // y = x converted, n elements, each a float type: the conversions of
 // base/half.h, the same bits as the CPU's.
 enum class FloatType { kF32, kBF16, kF16 };

@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_status.h"
 #include <cmath>
+#include <cstring>
 
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/axis_runs.h"
@@ -212,8 +213,16 @@ RILL_CUDA_KERNEL(accumulate) {
                   "op 'accumulate'");
 }
 
+// 1 in the output's dtype: its bit pattern, written as the host makes it.
 RILL_CUDA_KERNEL(ones_like) {
-  return launched(cuda_launch::fill(ctx.outputs[0].f32(), 1.0f, ctx.outputs[0].size(), stream_of(ctx)),
+  const TensorView& y = ctx.outputs[0];
+  const uint32_t one = visit_dtype(y.dtype, [&]<typename T>(std::type_identity<T>) {
+    const T value = element_from<T>(1.0);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof value);
+    return bits;
+  });
+  return launched(cuda_launch::fill_bits(y.data, one, static_cast<int>(dtype_size(y.dtype)), y.size(), stream_of(ctx)),
                   "op 'ones_like'");
 }
 

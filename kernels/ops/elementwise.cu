@@ -33,4 +33,19 @@ cudaError_t fill(float* y, float value, int64_t n, cudaStream_t stream) {
   return for_each(n, stream, [=] __device__(int64_t i) { y[i] = value; });
 }
 
+cudaError_t fill_bits(void* y, uint32_t bits, int element_bytes, int64_t n, cudaStream_t stream) {
+  switch (element_bytes) {
+    case 2: {
+      uint16_t* out = static_cast<uint16_t*>(y);
+      const auto pattern = static_cast<uint16_t>(bits);
+      return for_each(n, stream, [=] __device__(int64_t i) { out[i] = pattern; });
+    }
+    case 4: {
+      uint32_t* out = static_cast<uint32_t*>(y);
+      return for_each(n, stream, [=] __device__(int64_t i) { out[i] = bits; });
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace rill::cuda_launch

@@ -104,9 +104,9 @@ Status init_infer_common(const Attrs& attrs, bool random_only_f32, std::vector<T
   DType dtype = DType::kF32;
   if (attrs.has("dtype")) {
     const auto* text_attr = std::get_if<std::string>(&attrs.values().at("dtype"));
-    if (text_attr == nullptr) return invalid_argument("attr 'dtype' must be a string (f32 or i32)");
+    if (text_attr == nullptr) return invalid_argument("attr 'dtype' must be a string (f32, i32, bf16 or f16)");
     const std::string& text = *text_attr;
-    if (!parse_dtype(text, &dtype)) return invalid_argument("attr 'dtype' = '{}' is not a dtype (f32 or i32)", text);
+    if (!parse_dtype(text, &dtype)) return invalid_argument("attr 'dtype' = '{}' is not a dtype (f32, i32, bf16 or f16)", text);
   }
   if (random_only_f32 && dtype != DType::kF32)
     return invalid_argument("attr 'dtype' = '{}': random initializers make f32 only", dtype_name(dtype));

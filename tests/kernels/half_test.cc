@@ -151,6 +151,15 @@ TEST_CASE("cast's gradient casts back to the input's dtype; its SBP signatures h
   REQUIRE(dx != nullptr);
   CHECK(dx->dtype == DType::kF32);
   CHECK(dx->f32 == dy.as_floats());  // widening is exact
+  // Back from bf16 to f32: an f32 gradient passes through unrounded (a
+  // 16-bit value's gradient is f32).
+  auto back = testing::run_ok("cast", {y[0]}, {{"dtype", std::string("f32")}});
+  const Tensor dz = Tensor::uniform({3, 5}, 7);
+  testing::EagerGradBuilder g2("cast", {{"dtype", std::string("f32")}}, {y[0]}, {back[0]}, {dz}, {true});
+  REQUIRE(find_op("cast")->grad(g2).ok());
+  REQUIRE(g2.input_grad(0) != nullptr);
+  CHECK(g2.input_grad(0)->f32 == dz.f32);
+  CHECK(g2.added_ops().empty());
   // The signatures (S on each axis, B, P) as an f32 -> f32 cast, which moves
   // values unchanged: the layouts are the same for every dtype pair. P's
   // pieces are random addends of x: their sum is x within float rounding

@@ -140,4 +140,22 @@ TEST_CASE("the MLP with fc2 stored in bf16 or f16: regsts and boxing of that dty
   }
 }
 
+// A metric read in its own dtype: the accuracy reported as bf16 is the f32
+// accuracy rounded to bf16 (a multiple of 1/256 of the batch is exact: the
+// batch is 256 rows), not its bytes read as a float.
+TEST_CASE("a metric of bf16 is reported as its value") {
+  graph::Job job = testing::training_sample("samples/mlp/mlp.json");
+  job.train.shuffle = false;
+  graph::Op cast{"acc.bf16", "cast", {"acc"}, {"acc.bf16"}, {}, {}, {}};
+  cast.attrs.set("dtype", std::string("bf16"));
+  job.ops.push_back(cast);
+  job.metrics.push_back({"accuracy16", "acc.bf16"});
+  JobResult r = testing::run(job, "cpu:1", 3);
+  REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+  REQUIRE(r.train_metrics.count("accuracy16") == 1);
+  const double want = BFloat16::from_float(static_cast<float>(r.train_metrics.at("accuracy"))).to_float();
+  CHECK(r.train_metrics.at("accuracy16") == want);
+  CHECK(r.train_metrics.at("accuracy16") > 0.0);
+}
+
 }  // namespace rill
