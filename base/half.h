@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "base/host_device.h"
 
@@ -97,5 +98,9 @@ struct Float16 {
   }
   bool operator==(const Float16&) const = default;
 };
+
+// Whether T is one of these 16-bit floats: stored, never computed in.
+template <typename T>
+inline constexpr bool kIsHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
 
 }  // namespace rill

@@ -10,9 +10,6 @@
 namespace rill::comm {
 namespace {
 
-template <typename T>
-constexpr bool kHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
-
 // Sums and products of i32 wrap around (two's complement, as NCCL's and
 // PyTorch's integer reductions): computed unsigned, never undefined. 16-bit
 // floats combine in float and round once per step (as NCCL's).
@@ -20,7 +17,7 @@ template <typename T>
 T plus(T x, T y) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) + static_cast<std::make_unsigned_t<T>>(y));
-  } else if constexpr (kHalf<T>) {
+  } else if constexpr (kIsHalf<T>) {
     return T::from_float(x.to_float() + y.to_float());
   } else {
     return x + y;
@@ -30,7 +27,7 @@ template <typename T>
 T times(T x, T y) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) * static_cast<std::make_unsigned_t<T>>(y));
-  } else if constexpr (kHalf<T>) {
+  } else if constexpr (kIsHalf<T>) {
     return T::from_float(x.to_float() * y.to_float());
   } else {
     return x * y;
@@ -39,7 +36,7 @@ T times(T x, T y) {
 // The value max and min compare: a 16-bit float as float.
 template <typename T>
 auto compared(T x) {
-  if constexpr (kHalf<T>)
+  if constexpr (kIsHalf<T>)
     return x.to_float();
   else
     return x;
@@ -137,7 +134,7 @@ void Collectives::finish(ReduceOp op, std::span<T> out) const {
     if (op != ReduceOp::kAverage) return;
     const T n = static_cast<T>(world());
     for (T& v : out) v /= n;
-  } else if constexpr (kHalf<T>) {
+  } else if constexpr (kIsHalf<T>) {
     if (op != ReduceOp::kAverage) return;
     const float n = static_cast<float>(world());
     for (T& v : out) v = T::from_float(v.to_float() / n);

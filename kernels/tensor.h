@@ -37,10 +37,6 @@ decltype(auto) visit_dtype(DType dtype, F&& f) {
   std::abort();  // not a DType: refused where it entered
 }
 
-// Whether T is a 16-bit float (base/half.h): stored, never computed in.
-template <typename T>
-inline constexpr bool kIsHalf = std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
-
 // a + b for an element type of visit_dtype: 16-bit floats add in float and
 // round once.
 template <typename T>
