@@ -81,9 +81,11 @@ bool Actor::set_can_act(const PortSet& set) const {
       if (!outputs_[static_cast<size_t>(o)].next_free()) return false;
     // The first version, or (untrained) every one, needs no input.
     if (set.inputs.empty() || set.versions == 0) return set.versions < limit() && may_begin(first_step_ + set.versions);
-    // An update that readies the next version begins that step.
-    return inputs_[static_cast<size_t>(set.inputs[0])].readable() &&
-           (set.versions >= limit() || may_begin(first_step_ + set.versions));
+    // An update (its gradient, and any gate, read) that readies the next
+    // version begins that step.
+    for (int i : set.inputs)
+      if (!inputs_[static_cast<size_t>(i)].readable()) return false;
+    return set.versions >= limit() || may_begin(first_step_ + set.versions);
   }
   if (eord_sent_) return false;
   if (is_source_ && (acts_ >= limit() || !may_begin(first_step_ + acts_ / acts_per_step_))) return false;

@@ -112,15 +112,18 @@ class SourceBody {
 class VariableBody {
  public:
   static constexpr bool kVersions = true;
-  // `update_params`: the update op's attrs parsed for its kernels (parse_params).
+  // `update_params`: the update op's attrs parsed for its kernels
+  // (parse_params); `update_inputs`: what the update reads besides the
+  // model, as the task's input regsts hold it (the gradient, and under
+  // loss scaling the step's gate).
   VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
-               const OpDef* update, OpParams update_params, TensorMeta meta);
+               const OpDef* update, OpParams update_params, TensorMeta meta, std::vector<TensorMeta> update_inputs);
   // Fills `model` by the initializer, or with `initial_values` when not empty.
   Status init(const TensorView& model, std::span<const float> initial_values);
   bool trained() const { return update_ != nullptr; }
   // The first version is the model slot as init left it: nothing to do.
   Status first_version(const ActIo&) { return {}; }
-  // inputs[0] = the gradient; outputs[0] = the model slot, updated in place.
+  // inputs = the gradient (and the gate); outputs[0] = the model slot, updated in place.
   Status act(const ActIo& io);
   // Where the optimizer state lives: one zeroed tensor per state of the
   // update op (the node's memory plan: host memory, or the GPU's when the
@@ -138,8 +141,8 @@ class VariableBody {
   // The model slot's values, in host memory.
   Status read_model(const TensorView& model, std::vector<float>* out);
   // Applies one update of `model` (host or device memory, as the variable
-  // lives) by `grad`, the update of step `step`.
-  Status update(const TensorView& model, const TensorView& grad, int64_t step);
+  // lives) by `inputs` (the gradient, and the gate), the update of step `step`.
+  Status update(const TensorView& model, std::span<const TensorView* const> inputs, int64_t step);
   // Reports `model` and the optimizer state to on_snapshot's function when
   // step `step` completes a checkpoint interval or the run.
   Status maybe_snapshot(const TensorView& model, int64_t step);

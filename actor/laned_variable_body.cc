@@ -51,7 +51,8 @@ Status LanedVariableBody::act(const ActIo& io) {
     }
     grad.data = compensated_.data();
   }
-  RILL_RETURN_IF_ERROR(variable_.update(values, grad, io.step));
+  const TensorView* inputs[] = {&grad};
+  RILL_RETURN_IF_ERROR(variable_.update(values, inputs, io.step));
   std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
   // One snapshot per step: lane 0's update of it.
   return io.set == 0 ? variable_.maybe_snapshot(values, io.step) : Status{};

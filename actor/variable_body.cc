@@ -7,7 +7,8 @@
 namespace rill {
 
 VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_shape, std::vector<int64_t> offset,
-                           const OpDef* update, OpParams update_params, TensorMeta meta)
+                           const OpDef* update, OpParams update_params, TensorMeta meta,
+                           std::vector<TensorMeta> update_inputs)
     : init_(init),
       init_attrs_(std::move(init_attrs)),
       logical_shape_(std::move(logical_shape)),
@@ -17,7 +18,8 @@ VariableBody::VariableBody(const OpDef* init, Attrs init_attrs, Shape logical_sh
       update_kernel_(update ? update->cpu : nullptr) {
   const int num_state = update_ ? update_->num_state : 0;
   state_views_.assign(static_cast<size_t>(num_state), TensorView{nullptr, meta.shape, meta.dtype});
-  update_inputs_.resize(2, TensorView{nullptr, meta.shape, meta.dtype});
+  update_inputs_.push_back(TensorView{nullptr, meta.shape, meta.dtype});
+  for (const TensorMeta& in : update_inputs) update_inputs_.push_back(TensorView{nullptr, in.shape, in.dtype});
 }
 
 Status VariableBody::place_state(std::span<std::byte* const> tensors) {
@@ -93,13 +95,16 @@ StatusOr<std::vector<std::span<const float>>> VariableBody::state() {
 }
 
 Status VariableBody::act(const ActIo& io) {
-  RILL_RETURN_IF_ERROR(update(*io.outputs[0], *io.inputs[0], io.step));  // the model slot, updated in place
+  RILL_RETURN_IF_ERROR(update(*io.outputs[0], io.inputs, io.step));  // the model slot, updated in place
   return maybe_snapshot(*io.outputs[0], io.step);
 }
 
-Status VariableBody::update(const TensorView& model, const TensorView& grad, int64_t step) {
+Status VariableBody::update(const TensorView& model, std::span<const TensorView* const> inputs, int64_t step) {
+  if (inputs.size() + 1 != update_inputs_.size())
+    return internal_error("update '{}' read {} inputs, its task has {}", update_->type, inputs.size(),
+                          update_inputs_.size() - 1);
   update_inputs_[0].data = model.data;
-  update_inputs_[1].data = grad.data;
+  for (size_t i = 0; i < inputs.size(); ++i) update_inputs_[i + 1].data = inputs[i]->data;
   for (const TensorView& v : state_views_)
     if (v.data == nullptr) return internal_error("update '{}' before its optimizer state was placed", update_->type);
   KernelContext ctx;

@@ -277,6 +277,16 @@ Status build_backward(LogicalGraph* g) {
     RILL_ASSIGN_OR_RETURN(seed, backward.add_op(fmt::format("grad/{}/rank_mean", g->loss), "scale", {seed[0]},
                                                 {{"scale", 1.0 / ranks}}, 1, g->find(g->loss)->placement));
   }
+  if (!g->loss_scale_state.empty()) {
+    // Loss scaling (compiler/gradient_norm.h): the gradient starts at the scale.
+    const int placement = g->find(g->loss)->placement;
+    RILL_ASSIGN_OR_RETURN(std::vector<std::string> scale,
+                          backward.add_op("loss_scale/scale", "loss_scale", {g->loss_scale_state},
+                                          {{"scale", g->loss_scale_initial}}, 1, placement));
+    g->loss_scale = scale[0];
+    RILL_ASSIGN_OR_RETURN(seed, backward.add_op(fmt::format("grad/{}/scaled", g->loss), "mul", {seed[0], scale[0]},
+                                                {}, 1, placement));
+  }
   backward.contribute(g->loss, seed[0]);
 
   std::vector<std::pair<size_t, size_t>> rule_ops(num_forward);  // the backward ops each rule added

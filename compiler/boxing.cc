@@ -213,6 +213,8 @@ Status insert_boxing(LogicalGraph* g) {
   for (VariableNode& v : g->variables) {
     v.grad_boxing = -1;
     if (!v.grad.empty()) v.grad_boxing = inserter.need(v.grad, v.sbp, v.placement);
+    v.gate_boxing = -1;
+    if (!v.gate.empty()) v.gate_boxing = inserter.need(v.gate, Sbp::broadcast(), v.placement);
   }
   for (Reported& f : g->fetched)  // the sink reads one whole piece (mirrored: each rank's own, as it is)
     f.boxing = g->mirrored ? -1 : inserter.need(f.tensor, Sbp::broadcast(), g->find(f.tensor)->placement);

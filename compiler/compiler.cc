@@ -11,6 +11,7 @@
 
 #include "compiler/autograd.h"
 #include "compiler/boxing.h"
+#include "compiler/gradient_norm.h"
 #include "compiler/optimizer.h"
 #include "compiler/physical.h"
 #include "compiler/pipeline_cut.h"
@@ -86,6 +87,7 @@ StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& clu
     g.rpc_prefetch_threads = static_cast<int>(given.distributed->rpc_prefetch_thread_num);
   }
   if (mode == Mode::kTrain) {
+    RILL_RETURN_IF_ERROR(add_loss_scale_state(job.train, &g));
     RILL_RETURN_IF_ERROR(build_backward(&g));
     RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));
   }

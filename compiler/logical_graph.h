@@ -60,6 +60,10 @@ struct VariableNode {
   int num_state = 0;
   int grad_boxing = -1;   // index into LogicalGraph::boxings, or -1
   int placement = 0;
+  // Loss scaling (compiler/gradient_norm.h): the step's gate, an i32 scalar
+  // the update reads as its third input ("": none), and its boxing.
+  std::string gate;
+  int gate_boxing = -1;
 };
 
 struct OpNode {
@@ -157,6 +161,13 @@ struct LogicalGraph {
   std::set<std::string> op_names;
   std::map<std::string, LogicalTensor> tensors;
   std::string loss;  // empty in eval plans of jobs without one
+  // Loss scaling (compiler/gradient_norm.h): the state variable ("": off),
+  // the first scale and the window; `loss_scale` the scale tensor autograd
+  // starts the loss's gradient at.
+  std::string loss_scale_state;
+  double loss_scale_initial = 0;
+  int64_t loss_scale_window = 0;
+  std::string loss_scale;
   std::vector<Reported> reported;
   std::vector<Reported> fetched;  // train plans: tensors the sink reads whole (name = tensor), made B first
   std::vector<BoxingNode> boxings;

@@ -1,6 +1,6 @@
 #include "compiler/optimizer.h"
 
-#include "compiler/grad_clip.h"
+#include "compiler/gradient_norm.h"
 
 #include <fnmatch.h>
 
@@ -82,7 +82,7 @@ Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
       RILL_RETURN_IF_ERROR(g->append_op(std::move(acc)));
     }
   }
-  if (optimizer.clip_grad_norm > 0) RILL_RETURN_IF_ERROR(clip_gradients(optimizer.clip_grad_norm, g));
+  RILL_RETURN_IF_ERROR(finish_gradients(optimizer.clip_grad_norm, g));
   mark_per_micro(g);
   mark_stages(g);
   mark_after_updates(g);

@@ -294,6 +294,7 @@ Status Expander::wire() {
         continue;
       }
       out_.tasks[t].inputs.push_back(read(var.grad, var.grad_boxing, rank));
+      if (!var.gate.empty()) out_.tasks[t].inputs.push_back(read(var.gate, var.gate_boxing, rank));
     }
   }
   for (size_t o = 0; o < g_.ops.size(); ++o) {

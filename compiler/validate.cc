@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/fnv1a.h"
+#include "compiler/autocast.h"
 #include "graph/job_check.h"
 
 namespace rill::compiler {
@@ -275,7 +276,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.global_batch = job.train.batch_size;
     g.micro_batches = job.train.micro_batches;  // check_job: >= 1, divides the batch
     g.schedule = job.train.schedule;
-    g.allow_tf32 = job.train.allow_tf32;
+    g.allow_tf32 = job.train.allow_tf32 || job.train.precision == graph::Precision::kTF32;
     g.reuse_memory = job.train.reuse_memory;
     g.cuda_graphs = job.train.cuda_graphs;
     g.mirrored = job.mirrored();
@@ -289,6 +290,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   RILL_RETURN_IF_ERROR(add_inputs(job, mode, &g, &names));
   RILL_RETURN_IF_ERROR(add_variables(job, &g, &names));
   if (g.mirrored) set_local_leaves(&g);
+  Autocast autocast(job.train.precision);
   // Ops are in definition order (check_job requires every input to be defined
   // earlier), which is a topological order.
   for (const graph::Op& op : job.ops) {
@@ -324,6 +326,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
         RILL_ASSIGN_OR_RETURN(*hint, place_sbp(*hint, node.placement, what, g));
         g.two_d = g.two_d || !hint->flat();
       }
+    for (OpNode& cast : autocast.casts_for(&node, g)) RILL_RETURN_IF_ERROR(append_forward_op(std::move(cast), &g));
     RILL_RETURN_IF_ERROR(append_forward_op(std::move(node), &g));
   }
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));

@@ -253,6 +253,25 @@ void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
 
 }  // namespace
 
+// train.loss_scale: a power of two an f32 holds (2^0 to 2^127); scaling
+// decides for all gradients at once, so it needs them in one view (as
+// clipping does).
+void check_loss_scale(const Job& job, Issues* issues) {
+  const TrainConfig& t = job.train;
+  int exponent = 0;
+  if (t.loss_scale != 0 && (!std::isfinite(t.loss_scale) || std::frexp(t.loss_scale, &exponent) != 0.5 ||
+                            exponent < 1 || exponent > 128))
+    issues->add("train.loss_scale", "train.loss_scale must be a power of two from 1 to 2^127 (or 0: 65536 under f16), "
+                                    "got {}", t.loss_scale);
+  if (t.loss_scale_window < 1)
+    issues->add("train.loss_scale_window", "train.loss_scale_window must be > 0, got {}", t.loss_scale_window);
+  if ((t.precision == Precision::kF16 || t.loss_scale != 0) && (job.mirrored() || job.pserver_mode()))
+    issues->add(t.loss_scale != 0 ? "train.loss_scale" : "train.precision",
+                "loss scaling (train.precision \"f16\" or train.loss_scale) skips a step for every gradient at once; "
+                "the {} has no one view of them (each {} updates on its own)",
+                job.mirrored() ? "mirrored view" : "parameter-server mode", job.mirrored() ? "rank" : "pserver");
+}
+
 void check_run_config(const Job& job, Issues* issues) {
   check_optimizer(job.optimizer, issues);
   if (job.optimizer.clip_grad_norm > 0 && (job.mirrored() || job.pserver_mode()))
@@ -288,6 +307,7 @@ void check_run_config(const Job& job, Issues* issues) {
                 "a micro-batch of {} rows (train.batch_size {} / train.micro_batches {}) is smaller than the {} "
                 "devices it is split over",
                 t.batch_size / t.micro_batches, t.batch_size, t.micro_batches, devices);
+  check_loss_scale(job, issues);
   check_view(job, issues);
   if (job.eval) check_eval(job, devices, issues);
   if (job.generate) check_generate(job, issues);

@@ -141,6 +141,17 @@ struct TrainConfig {
   // times the speed); off, they match the CPU's float GEMMs within float
   // rounding. No effect on cpu devices.
   bool allow_tf32 = false;
+  // What matmuls multiply in (compiler/autocast.h): "bf16" and "f16" cast
+  // every f32 matmul's inputs to 16 bits (f32 products, f32 everything
+  // else); "tf32" is allow_tf32.
+  Precision precision = Precision::kF32;
+  // Dynamic loss scaling (compiler/loss_scale.h), as PyTorch's GradScaler:
+  // the loss's gradient starts at this scale (a power of two) and every
+  // gradient is divided by it before the update; a step whose gradients
+  // overflow is skipped and halves the scale, loss_scale_window steps
+  // without one double it. 0: 65536 under f16, none otherwise.
+  double loss_scale = 0;
+  int64_t loss_scale_window = 2000;
   // Regsts that are never live at once share bytes (compiler/
   // regst_lifetimes.h), as OneFlow's enable_reuse_mem; off, every slot has
   // bytes of its own (to rule sharing out when chasing a wrong result).

@@ -261,6 +261,9 @@ class Converter {
       if (t->devices()) train.devices = t->devices()->str();
       mode(t->schedule(), "train.schedule", &train.schedule);
       mode(t->view(), "train.view", &train.view);
+      mode(t->precision(), "train.precision", &train.precision);
+      if (t->loss_scale()) train.loss_scale = *t->loss_scale();
+      integer(t->loss_scale_window(), "train.loss_scale_window", "train.loss_scale_window", &train.loss_scale_window);
     }
     if (const fb::Pipeline* p = in.pipeline()) {
       Pipeline pipeline;

@@ -17,6 +17,10 @@ namespace rill::graph {
 enum class Schedule : uint8_t { k1f1b, kGpipe };
 // train.view: the job written for the whole cluster, or per device (DDP).
 enum class View : uint8_t { kConsistent, kMirrored };
+// train.precision: what matmuls multiply in. kBF16 and kF16 are automatic
+// mixed precision (compiler/autocast.h): variables, optimizer state and
+// every other op stay f32; kTF32 lets cuda matmuls round f32 inputs to TF32.
+enum class Precision : uint8_t { kF32, kTF32, kBF16, kF16 };
 // distributed.mode (PaddlePaddle Fluid's): "nccl2" is "collective" by
 // another name, kept apart only so a job is written back as it was read.
 enum class DistMode : uint8_t { kPserver, kCollective, kNccl2 };
@@ -33,6 +37,10 @@ struct ModeWords<Schedule> {
 template <>
 struct ModeWords<View> {
   static constexpr std::array<std::string_view, 2> words{"consistent", "mirrored"};
+};
+template <>
+struct ModeWords<Precision> {
+  static constexpr std::array<std::string_view, 4> words{"f32", "tf32", "bf16", "f16"};
 };
 template <>
 struct ModeWords<DistMode> {

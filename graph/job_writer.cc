@@ -518,6 +518,9 @@ class Writer {
         .add("shuffle", Node::scalar(t.shuffle ? "true" : "false"))
         .add("zero", Node::scalar(t.zero ? "true" : "false"))
         .add("allow_tf32", Node::scalar(t.allow_tf32 ? "true" : "false"))
+        .add("precision", word(t.precision))
+        .add("loss_scale", number(t.loss_scale))
+        .add("loss_scale_window", number(t.loss_scale_window))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))
         .add("cuda_graphs", Node::scalar(t.cuda_graphs ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));

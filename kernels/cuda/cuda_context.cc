@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_module.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda_kernels.h"
+#include "kernels/ops/ops.h"
 
 namespace rill {
 namespace {
@@ -171,6 +172,7 @@ Status DeviceContext::activate(const char* what) { return cuda_status(cudaSetDev
 Status DeviceContext::bad_label_error(int64_t flag, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad_label_, 0, sizeof flag, static_cast<cudaStream_t>(stream_)),
                                    "cudaMemsetAsync", what));
+  if (flag < 0) return loss_scale_fell(-flag - 1);  // loss_scale_update's
   return invalid_argument("{}: the label or id at position {} is out of range (outside the classes, or the rows "
                           "of the embedding table)",
                           what, flag - 1);

@@ -41,7 +41,8 @@ class CudaContext {
   virtual void* stream() const = 0;  // a cudaStream_t
   virtual void* cublas() const = 0;  // a cublasHandle_t
   // Device memory: 0, or 1 + the position of the first bad label (or
-  // embedding id) a kernel met.
+  // embedding id) a kernel met, or -(1 + step) where a loss scale fell
+  // below 1 (loss_scale_update).
   virtual int64_t* bad_label() const = 0;
 
   // Makes this context's device current on the calling thread.

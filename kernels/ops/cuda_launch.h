@@ -112,6 +112,13 @@ cudaError_t dropout(const float* x, float* y, int64_t n, const DropoutPlace& pla
 // out[0] = the sum of x's squares (in double); clip_factor from that total.
 cudaError_t sum_squares(const float* x, float* out, int64_t n, cudaStream_t stream);
 cudaError_t clip_factor(const float* total, float* factor, float* norm, double max_norm, cudaStream_t stream);
+// The loss_scale ops (loss_scale_math.h); loss_scale_update sets *flag to
+// -(step + 1) when the scale falls below 1 (the first such step wins).
+cudaError_t loss_scale_value(const float* state, float* scale, int exponent, cudaStream_t stream);
+cudaError_t loss_scale_check(const float* total, const float* state, float* unscale, float* unscaled_total,
+                             int32_t* gate, float* skipped, int exponent, int64_t step, cudaStream_t stream);
+cudaError_t loss_scale_update(float* state, const float* total, int exponent, int64_t window, int64_t step,
+                              int64_t* flag, cudaStream_t stream);
 // out[0] = factor * sum((p - t)^2) (summed in double); dp = factor * (p - t).
 cudaError_t mse(const float* p, const float* t, float* out, int64_t n, float factor, cudaStream_t stream);
 cudaError_t mse_grad(const float* p, const float* t, const float* dloss, float* dp, int64_t n, float factor,
@@ -131,11 +138,17 @@ struct Box {
 };
 cudaError_t copy_box(const Box& box, const void* src, void* dst, int element_bytes, cudaStream_t stream);
 
-cudaError_t sgd(float* w, const float* g, int64_t n, double lr, double decay, cudaStream_t stream);
-cudaError_t momentum(float* w, const float* g, float* v, int64_t n, double lr, double decay, double mu,
-                     cudaStream_t stream);
-cudaError_t adam(float* w, const float* g, float* m, float* v, int64_t n, double step_size, double beta1,
-                 double beta2, double correction2_sqrt, double eps, double decay, double shrink,
+// The updates. `gate`: null, or an i32 in device memory (loss scaling,
+// loss_scale_check): 0 skips the update, else it is the update's number t
+// for Adam's bias corrections (lr then the step's rate, undivided).
+cudaError_t sgd(float* w, const float* g, const int32_t* gate, int64_t n, double lr, double decay,
+                cudaStream_t stream);
+cudaError_t momentum(float* w, const float* g, float* v, const int32_t* gate, int64_t n, double lr, double decay,
+                     double mu, cudaStream_t stream);
+struct AdamScalars {
+  double lr, step_size, beta1, beta2, correction2_sqrt, eps, decay, shrink;
+};
+cudaError_t adam(float* w, const float* g, float* m, float* v, const int32_t* gate, int64_t n, const AdamScalars& s,
                  cudaStream_t stream);
 
 }  // namespace rill::cuda_launch

@@ -86,7 +86,8 @@ Status reduce(KernelContext& ctx, const char* op) {
 
 Status check_update_views(const KernelContext& ctx, size_t num_state, const char* op) {
   const int64_t n = ctx.inputs[0].size();
-  bool ok = ctx.inputs[1].size() == n && ctx.state.size() == num_state;
+  bool ok = ctx.inputs[1].size() == n && ctx.state.size() == num_state &&
+            (ctx.inputs.size() == 2 || (ctx.inputs[2].dtype == DType::kI32 && ctx.inputs[2].size() == 1));
   for (const TensorView& s : ctx.state) ok = ok && s.size() == n;
   if (!ok)
     return internal_error("{}: variable {} with gradient {} and {} state tensor(s) (want {})", op,
@@ -310,10 +311,13 @@ RILL_CUDA_KERNEL(broadcast_like) {
                   "op 'broadcast_like'");
 }
 
+// Loss scaling's gate (input 2, device memory), or null.
+const int32_t* gate_of(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].i32() : nullptr; }
+
 RILL_CUDA_KERNEL(sgd_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0, "op 'sgd_update'"));
   const SgdParams& p = params_of<SgdParams>(ctx);
-  return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[0].size(),
+  return launched(cuda_launch::sgd(ctx.inputs[0].f32(), ctx.inputs[1].f32(), gate_of(ctx), ctx.inputs[0].size(),
                                    lr_at(p.lr, ctx.step), p.weight_decay, stream_of(ctx)),
                   "op 'sgd_update'");
 }
@@ -321,18 +325,20 @@ RILL_CUDA_KERNEL(sgd_update) {
 RILL_CUDA_KERNEL(momentum_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1, "op 'momentum_update'"));
   const SgdParams& p = params_of<SgdParams>(ctx);
-  return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(),
+  return launched(cuda_launch::momentum(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), gate_of(ctx),
                                         ctx.inputs[0].size(), lr_at(p.lr, ctx.step), p.weight_decay, p.momentum,
                                         stream_of(ctx)),
                   "op 'momentum_update'");
 }
 
+// With a gate, the kernel makes t's corrections from it on the device.
 RILL_CUDA_KERNEL(adam_update) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2, "op 'adam_update'"));
-  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step);
+  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step, ctx.step + 1);
+  const cuda_launch::AdamScalars scalars{s.lr,   s.step_size, s.beta1, s.beta2, s.correction2_sqrt,
+                                         s.eps, s.decay,     s.shrink};
   return launched(cuda_launch::adam(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.state[0].f32(), ctx.state[1].f32(),
-                                    ctx.inputs[0].size(), s.step_size, s.beta1, s.beta2, s.correction2_sqrt, s.eps,
-                                    s.decay, s.shrink, stream_of(ctx)),
+                                    gate_of(ctx), ctx.inputs[0].size(), scalars, stream_of(ctx)),
                   "op 'adam_update'");
 }
 

@@ -61,6 +61,18 @@ struct ScaleParams {
   static ScaleParams read(const Attrs& a) { return {a.get_float("scale", 1.0)}; }
 };
 
+// The loss_scale ops: the first scale's exponent (attr `scale` = 2^exponent)
+// and the update's window.
+struct LossScaleParams {
+  int exponent = 0;
+  int64_t window = 2000;
+  static LossScaleParams read(const Attrs& a) {
+    int e = 1;
+    std::frexp(a.get_float("scale", 1.0), &e);
+    return {e - 1, a.get_int("window", 2000)};
+  }
+};
+
 struct AccumulateParams {
   int64_t micro_batches = 1;
   static AccumulateParams read(const Attrs& a) { return {a.get_int("micro_batches", 1)}; }

@@ -20,6 +20,9 @@ extern const OpDef kLayerNormOp, kLayerNormGradOp;  // normalization
 extern const OpDef kAttentionOp, kAttentionGradOp;  // fused scaled dot-product attention
 extern const OpDef kDropoutOp;                      // regularization
 extern const OpDef kSumSquaresOp, kAddNOp, kClipFactorOp;  // clipping by the global norm
+extern const OpDef kLossScaleOp, kLossScaleCheckOp, kLossScaleUpdateOp;  // dynamic loss scaling
+// The error of a loss scale that fell below 1 at `step` (its CPU and CUDA kernels).
+Status loss_scale_fell(int64_t step);
 extern const OpDef kReduceSumOp, kReduceMeanOp, kBroadcastLikeOp;  // reductions
 extern const OpDef kAllReduceOp, kAllGatherOp, kReduceScatterOp;  // collectives (the mirrored view)
 extern const OpDef kEmbeddingOp, kEmbeddingGradOp, kEmbeddingMaskOp;  // lookups

@@ -8,6 +8,9 @@
 // by lr * weight_decay before the step, the gradient untouched. Every update
 // takes its step's rate from the schedule in its attrs (lr_schedule.h).
 // Updates are elementwise, so a variable split on any axis updates piecewise.
+// Under loss scaling (compiler/loss_scale.h) an update has a third input,
+// the step's gate (i32 []): 0 skips the update (an overflowed step),
+// else it is the update's number, Adam's t in its bias corrections.
 #include <cmath>
 
 #include "kernels/ops/attr_read.h"
@@ -96,8 +99,14 @@ Status check_update_views(const KernelContext& ctx, size_t num_state) {
   return {};
 }
 
+// The update's number (Adam's t): the gate's, or step + 1 without one; 0 skips it.
+int64_t update_number(const KernelContext& ctx) {
+  return ctx.inputs.size() > 2 ? ctx.inputs[2].i32()[0] : ctx.step + 1;
+}
+
 Status sgd_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 0));
+  if (update_number(ctx) == 0) return {};
   const SgdParams& p = params_of<SgdParams>(ctx);
   const double lr = lr_at(p.lr, ctx.step), decay = p.weight_decay;
   float* w = ctx.inputs[0].f32();
@@ -109,6 +118,7 @@ Status sgd_kernel(KernelContext& ctx) {
 
 Status momentum_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 1));
+  if (update_number(ctx) == 0) return {};
   const SgdParams& p = params_of<SgdParams>(ctx);
   const double lr = lr_at(p.lr, ctx.step), decay = p.weight_decay, mu = p.momentum;
   float* w = ctx.inputs[0].f32();
@@ -125,7 +135,9 @@ Status momentum_kernel(KernelContext& ctx) {
 
 Status adam_kernel(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
-  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step);
+  const int64_t t = update_number(ctx);
+  if (t == 0) return {};
+  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step, t);
   float* w = ctx.inputs[0].f32();
   const float* g = ctx.inputs[1].f32();
   float* m = ctx.state[0].f32();

@@ -121,9 +121,22 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
         update_params = std::move(*parsed);
       }
       PieceOf of = piece_of_variable(task, *model);
+      // A laned variable's inputs are one gradient per lane; a plain one's
+      // the gradient and, under loss scaling, the gate.
+      std::vector<TensorMeta> update_inputs;
+      const int update_reads = conf->lanes() > 1 ? 1 : (task.inputs() ? static_cast<int>(task.inputs()->size()) : 0);
+      for (int i = 0; update && i < update_reads; ++i) {
+        const plan::RegstDesc* in = regst(task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(i)));
+        if (in == nullptr) return invalid_argument("task '{}': its input {} is no regst of the plan", name, i);
+        update_inputs.push_back(TensorMeta{read_shape(in->shape()), read_dtype(in->dtype())});
+      }
+      if (update && (update_inputs.empty() || update_inputs.size() > 2))
+        return invalid_argument("task '{}': an update reads the gradient and at most a gate, not {} inputs", name,
+                                update_inputs.size());
       VariableBody variable(init, read_attrs(conf->init_attrs()), std::move(of.logical), std::move(of.offset), update,
                             std::move(update_params),
-                            TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())});
+                            TensorMeta{read_shape(model->shape()), read_dtype(model->dtype())},
+                            std::move(update_inputs));
       if (update && update->num_state > 0) {
         auto state = state_memory_.find(task.id());
         if (state == state_memory_.end())

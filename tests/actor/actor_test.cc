@@ -178,7 +178,8 @@ TEST_CASE("a variable with lanes applies each trainer's gradient as it comes, de
   const float lambda = 0.04f;
   Body body(std::in_place_type<LanedVariableBody>,
             VariableBody(find_op("fill"), fill, Shape{1}, std::vector<int64_t>{0}, find_op("sgd_update"),
-                         parse_params(*find_op("sgd_update"), sgd).value(), TensorMeta{{1}, DType::kF32}),
+                         parse_params(*find_op("sgd_update"), sgd).value(), TensorMeta{{1}, DType::kF32},
+                         {TensorMeta{{1}, DType::kF32}}),
             2, lambda);
   REQUIRE(std::get<LanedVariableBody>(body).init(outputs[0].slots[0], {}).ok());
   Actor var(kVar, "w.block0@0", 3, std::move(inputs), std::move(outputs), std::move(body));
