@@ -40,15 +40,25 @@ Status report(LogicalGraph* g, const std::string& name, const std::string& tenso
 
 }  // namespace
 
-Status add_loss_scale_state(const graph::TrainConfig& train, LogicalGraph* g) {
-  if (train.precision != graph::Precision::kF16 && train.loss_scale == 0) return {};
-  if (g->loss.empty()) return {};
+std::optional<graph::Variable> loss_scale_variable(const graph::TrainConfig& train) {
+  if (train.precision != graph::Precision::kF16 && train.loss_scale == 0) return std::nullopt;
   graph::Variable state;
-  state.name = g->free_op_name("loss_scale_state", 1);
+  state.name = "loss_scale_state";
   state.shape = {3};
   state.init.type = "fill";
   state.init.attrs.set("value", 0.0);
   state.trainable = false;
+  return state;
+}
+
+Status add_loss_scale_state(const graph::TrainConfig& train, LogicalGraph* g) {
+  std::optional<graph::Variable> made = loss_scale_variable(train);
+  if (!made || g->loss.empty()) return {};
+  const graph::Variable& state = *made;
+  if (g->has_name(state.name))
+    return invalid_argument("the name '{}' is loss scaling's (train.precision \"f16\" or train.loss_scale): name "
+                            "the job's tensor or op otherwise",
+                            state.name);
   const int placement = g->find(g->loss)->placement;
   g->tensors[state.name] = LogicalTensor{state.name,  TensorMeta{state.shape, DType::kF32}, TensorOrigin::kVariable,
                                          static_cast<int>(g->variables.size()), 0, NdSbp(Sbp::broadcast()),

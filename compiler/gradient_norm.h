@@ -26,14 +26,20 @@
 // `skipped_steps`. With clipping too, the norm is the unscaled one.
 #pragma once
 
+#include <optional>
+
 #include "base/status.h"
 #include "compiler/logical_graph.h"
 #include "graph/job.h"
 
 namespace rill::compiler {
 
-// The state variable of loss scaling, where the job asks for it (before
-// autograd, which reads it). Sets g->loss_scale_*.
+// The state variable of loss scaling (`loss_scale_state`, f32 [3], zeros),
+// when `train` asks for scaling: checkpoints hold it as any variable.
+std::optional<graph::Variable> loss_scale_variable(const graph::TrainConfig& train);
+
+// Adds that variable where the job asks for it (before autograd, which
+// reads it). Sets g->loss_scale_*.
 Status add_loss_scale_state(const graph::TrainConfig& train, LogicalGraph* g);
 
 // Adds the ops of clipping (max_norm > 0) and loss scaling (when the state

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "compiler/gradient_norm.h"
 #include "base/safe_files.h"
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
@@ -79,6 +80,11 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
   RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path));
   std::map<std::string, const graph::Variable*> variables;
   for (const graph::Variable& v : job.variables) variables[v.name] = &v;
+  // Loss scaling's state, when the job scales (compiler/gradient_norm.h):
+  // restored where the checkpoint has it, else it starts afresh (a job
+  // resumed in f16 from an f32 checkpoint).
+  const std::optional<graph::Variable> scale_state = compiler::loss_scale_variable(job.train);
+  if (scale_state) variables[scale_state->name] = &*scale_state;
   for (CheckpointTensor& t : checkpoint.tensors) {
     size_t slash = t.name.rfind('/');
     if (auto it = variables.find(t.name); it != variables.end()) {
@@ -91,7 +97,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
       run.initial_state[t.name] = std::move(t.values);
   }
   for (const auto& [v, declared] : variables)
-    if (!run.initial_values.count(v))
+    if (!run.initial_values.count(v) && !(scale_state && v == scale_state->name))
       return invalid_argument("checkpoint {} has no tensor for variable '{}'", path, v);
   if (checkpoint.step >= result.steps)
     return invalid_argument("checkpoint {} is at step {}: the job runs {} steps, nothing is left to run", path,
