@@ -97,7 +97,7 @@ using IndexBoundFn = int64_t (*)(const Attrs& attrs, std::span<const TensorMeta>
 enum class OpRole : uint8_t {
   kCompute,      // a forward or backward op
   kInitializer,  // no inputs; fills output 0 once (variables)
-  kUpdate,       // optimizer: updates input 0 (the variable) in place from input 1 (its gradient)
+  kUpdate,       // optimizer: updates input 0 (the variable) in place from input 1 (its gradient; input 2, a gate, under loss scaling)
   kCollective,   // the mirrored view's collectives: the compiler exchanges the ranks' pieces, the kernel finishes
 };
 

@@ -35,6 +35,12 @@ Status check_range(const Attrs& attrs, const std::string& name, double fallback,
 constexpr double kUnbounded = HUGE_VAL;
 
 Status update_infer_common(std::span<const TensorMeta> inputs) {
+  if (inputs.size() != 2 && inputs.size() != 3)
+    return invalid_argument("an update reads the variable, its gradient and at most a gate, got {} inputs",
+                            inputs.size());
+  if (inputs.size() == 3 && (inputs[2].dtype != DType::kI32 || !math::is_scalar_shape(inputs[2].shape)))
+    return invalid_argument("the gate must be an i32 scalar, got {} {}", dtype_name(inputs[2].dtype),
+                            shape_string(inputs[2].shape));
   const TensorMeta& var = inputs[0];
   const TensorMeta& grad = inputs[1];
   if (var.shape != grad.shape)
@@ -77,13 +83,17 @@ Status adam_infer(const Attrs& attrs, std::span<const TensorMeta> inputs, std::v
   return check_range(attrs, "epsilon", 1e-8, 0, kUnbounded, false);
 }
 
-// The variable and its gradient always share one SBP: B, or S(a) on any axis.
+// The variable and its gradient always share one SBP: B, or S(a) on any
+// axis; a gate is whole everywhere.
 std::vector<SbpSignature> update_sbp(const Attrs&, std::span<const TensorMeta> inputs) {
-  std::vector<SbpSignature> sigs = {{{Sbp::broadcast(), Sbp::broadcast()}, {}}};
-  for (size_t a = 0; a < inputs[0].shape.size(); ++a) {
-    Sbp s = Sbp::split(static_cast<int>(a));
-    sigs.push_back({{s, s}, {}});
-  }
+  const bool gated = inputs.size() > 2;
+  auto signature = [&](Sbp s) {
+    SbpSignature sig{{s, s}, {}};
+    if (gated) sig.inputs.push_back(Sbp::broadcast());
+    return sig;
+  };
+  std::vector<SbpSignature> sigs = {signature(Sbp::broadcast())};
+  for (size_t a = 0; a < inputs[0].shape.size(); ++a) sigs.push_back(signature(Sbp::split(static_cast<int>(a))));
   return sigs;
 }
 
@@ -157,7 +167,7 @@ Status adam_kernel(KernelContext& ctx) {
 }  // namespace
 
 const OpDef kSgdUpdateOp = {.type = "sgd_update",
-                            .num_inputs = 2,
+                            .num_inputs = -1,
                             .num_outputs = 0,
                             .role = OpRole::kUpdate,
                             .infer = sgd_infer,
@@ -167,7 +177,7 @@ const OpDef kSgdUpdateOp = {.type = "sgd_update",
                             .num_state = 0,
                             .parse = parse_as<SgdParams>};
 const OpDef kMomentumUpdateOp = {.type = "momentum_update",
-                                 .num_inputs = 2,
+                                 .num_inputs = -1,
                                  .num_outputs = 0,
                                  .role = OpRole::kUpdate,
                                  .infer = momentum_infer,
@@ -178,7 +188,7 @@ const OpDef kMomentumUpdateOp = {.type = "momentum_update",
                                  .state_names = {"momentum", nullptr},
                                  .parse = parse_as<SgdParams>};
 const OpDef kAdamUpdateOp = {.type = "adam_update",
-                             .num_inputs = 2,
+                             .num_inputs = -1,
                              .num_outputs = 0,
                              .role = OpRole::kUpdate,
                              .infer = adam_infer,

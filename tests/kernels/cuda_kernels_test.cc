@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -154,7 +155,10 @@ void compare(const std::string& type, const std::vector<Tensor>& inputs, const A
   REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
   GpuRun gpu = run_cuda(type, inputs, attrs, options);
   REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
-  for (size_t o = 0; o < cpu->size(); ++o) check_close(gpu.outputs[o].f32, (*cpu)[o].f32, nullptr, type + " output");
+  for (size_t o = 0; o < cpu->size(); ++o) {
+    check_close(gpu.outputs[o].f32, (*cpu)[o].f32, nullptr, type + " output");
+    CHECK(gpu.outputs[o].i32 == (*cpu)[o].i32);
+  }
   if (def->role == OpRole::kUpdate) {
     check_close(gpu.inputs[0].f32, cpu_inputs[0].f32, nullptr, type + " variable");
     for (size_t s = 0; s < cpu_state.size(); ++s) check_close(gpu.state[s].f32, cpu_state[s].f32, nullptr, type + " state");
@@ -505,6 +509,43 @@ TEST_CASE("optimizer updates match the CPU: variable and state") {
   with_adam.state = &adam;
   with_adam.step = 6;
   compare("adam_update", {w, g}, {{"lr", 0.01}, {"weight_decay", 0.02}}, with_adam);
+}
+
+// Loss scaling (kernels/ops/loss_scale_math.h on both sides): its ops, and
+// the updates reading a gate: 0 leaves variable and state as they were, t
+// is Adam's t. A scale falling below 1 raises the context's flag, reported
+// when the stream's work is seen complete, naming the step.
+TEST_CASE("loss scaling's kernels and gated updates match the CPU; a scale below 1 is named with its step") {
+  const Attrs attrs{{"scale", 65536.0}, {"window", int64_t{2}}};
+  const Tensor state = Tensor::floats({3}, {-3, 1, 5});
+  compare("loss_scale", {state}, attrs);
+  testing::RunOptions at_step;
+  at_step.step = 11;
+  for (float total : {4.0f, std::numeric_limits<float>::infinity(), std::nanf("")})
+    compare("loss_scale_check", {Tensor::floats({}, {total}), state}, attrs, at_step);
+  for (float total : {4.0f, std::nanf("")}) compare("loss_scale_update", {state, Tensor::floats({}, {total})}, attrs);
+  Tensor w = Tensor::uniform({300}, 51);
+  Tensor g = Tensor::uniform({300}, 52);
+  for (int32_t gate : {0, 1, 4}) {
+    CAPTURE(gate);
+    compare("sgd_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.1}});
+    std::vector<Tensor> momentum = {Tensor::uniform({300}, 53)};
+    testing::RunOptions with_momentum;
+    with_momentum.state = &momentum;
+    compare("momentum_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.1}}, with_momentum);
+    std::vector<Tensor> adam = {Tensor::uniform({300}, 54), Tensor::uniform({300}, 55, 0.0f, 1.0f)};
+    testing::RunOptions with_adam;
+    with_adam.state = &adam;
+    with_adam.step = 6;
+    compare("adam_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.01}, {"weight_decay", 0.02}}, with_adam);
+  }
+  testing::RunOptions at_nine;
+  at_nine.step = 9;
+  GpuRun fell = run_cuda("loss_scale_update", {Tensor::zeros({3}), Tensor::floats({}, {std::nanf("")})},
+                         {{"scale", 1.0}}, at_nine);
+  REQUIRE_FALSE(fell.status.ok());
+  CHECK(fell.status.message().find("the loss scale fell below 1 at step 9") != std::string::npos);
+  CHECK(context().synchronize("after").ok());  // the flag was cleared
 }
 
 // cast converts with base/half.h's code on both sides, and the layout ops

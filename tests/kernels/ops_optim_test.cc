@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/op.h"
 #include "kernels/ops/lr_schedule.h"
@@ -202,7 +203,7 @@ TEST_CASE("update SBP: variable and gradient share B or one split") {
     const OpDef* def = find_op(type);
     REQUIRE_MESSAGE(def != nullptr, type);
     CHECK(def->role == OpRole::kUpdate);
-    CHECK(def->num_inputs == 2);
+    CHECK(def->num_inputs == -1);  // the variable, its gradient and a gate under loss scaling
     CHECK(def->num_outputs == 0);
     CHECK((def->grad == nullptr));
   }
@@ -223,7 +224,96 @@ TEST_CASE("update errors name the shapes and the attrs") {
   CHECK(contains(infer_status("adam_update", {{{2}}, {{2}}}, {{"beta1", 1.0}}), "'beta1' = 1"));
   CHECK(contains(infer_status("adam_update", {{{2}}, {{2}}}, {{"epsilon", std::string("small")}}), "'epsilon'"));
   CHECK(contains(infer_status("sgd_update", {{{2}, DType::kI32}, {{2}, DType::kI32}}, {}), "f32"));
-  CHECK(contains(infer_status("sgd_update", {{{2}}}, {}), "takes 2 input(s)"));
+  CHECK(contains(infer_status("sgd_update", {{{2}}}, {}), "got 1 inputs"));
+  CHECK(infer_status("sgd_update", {{{2}}, {{2}}, {{}, DType::kI32}}, {}).ok());
+  CHECK(contains(infer_status("sgd_update", {{{2}}, {{2}}, {{}, DType::kF32}}, {}), "gate must be an i32 scalar"));
+}
+
+// Loss scaling's gate (compiler/gradient_norm.h): 0 skips the update, so
+// the variable and its state stay bitwise as they were; t > 0 is the
+// update's number, Adam's t, so t = 1 at step 5 (two steps skipped before,
+// say) is the first step's update, with the step's rate (constant here).
+TEST_CASE("a gate of 0 skips any update; a gate of t is Adam's t") {
+  for (const char* type : {"sgd_update", "momentum_update", "adam_update"}) {
+    CAPTURE(std::string(type));
+    const OpDef& def = *find_op(type);
+    std::vector<Tensor> state(def.num_state, Tensor::uniform({2, 3}, 3, 0.0f, 1.0f));
+    const std::vector<Tensor> state_before = state;
+    std::vector<Tensor> io = {Tensor::floats({2, 3}, kStart), Tensor::floats({2, 3}, gradient_at(0, 6)),
+                              Tensor::ints({}, {0})};
+    testing::RunOptions options;
+    options.step = 4;
+    options.state = &state;
+    REQUIRE(testing::run_kernel(def, io, {{"lr", 0.1}}, options).ok());
+    CHECK(io[0].f32 == kStart);
+    for (size_t k = 0; k < state.size(); ++k) CHECK(state[k].f32 == state_before[k].f32);
+  }
+  const OpDef& adam = *find_op("adam_update");
+  const Attrs attrs{{"lr", 0.01}, {"beta1", 0.8}, {"beta2", 0.95}};
+  auto first = run_steps("adam_update", attrs, 1);
+  std::vector<Tensor> state(2, Tensor::zeros({2, 3}));
+  std::vector<Tensor> io = {Tensor::floats({2, 3}, kStart), Tensor::floats({2, 3}, gradient_at(0, 6)),
+                            Tensor::ints({}, {1})};
+  testing::RunOptions options;
+  options.step = 5;
+  options.state = &state;
+  REQUIRE(testing::run_kernel(adam, io, attrs, options).ok());
+  CHECK(io[0].f32 == first[0]);
+}
+
+// The loss_scale ops (kernels/ops/loss_scale.cc): the scale is 2^(e0 +
+// shift); a finite total counts a good step and after `window` of them
+// doubles the scale (never past 2^127); a non-finite one halves it and
+// counts a skipped step; the gate is step + 1 - skipped, 0 when skipped.
+TEST_CASE("loss scaling's ops: the scale, the check of a step, the state's update") {
+  const Attrs attrs{{"scale", 65536.0}, {"window", int64_t{2}}};
+  Tensor state = Tensor::zeros({3});
+  auto run = [&](const char* type, std::vector<Tensor> inputs, int64_t step) {
+    testing::RunOptions options;
+    options.step = step;
+    auto out = testing::run_kernel(*find_op(type), inputs, attrs, options);
+    REQUIRE_MESSAGE(out.ok(), out.status().to_string());
+    if (std::string(type) == "loss_scale_update") state = inputs[0];
+    return *out;
+  };
+  CHECK(run("loss_scale", {state}, 0)[0].f32[0] == 65536.0f);
+  auto check = run("loss_scale_check", {Tensor::floats({}, {4.0f}), state}, 7);
+  CHECK(check[0].f32[0] == std::ldexp(1.0f, -16));
+  CHECK(check[1].f32[0] == std::ldexp(4.0f, -32));
+  CHECK(check[2].i32[0] == 8);
+  CHECK(check[3].f32[0] == 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  check = run("loss_scale_check", {Tensor::floats({}, {inf}), state}, 7);
+  CHECK(check[2].i32[0] == 0);
+  CHECK(check[3].f32[0] == 1.0f);
+  run("loss_scale_update", {state, Tensor::floats({}, {4.0f})}, 0);
+  CHECK(state.f32 == std::vector<float>{0, 1, 0});
+  run("loss_scale_update", {state, Tensor::floats({}, {4.0f})}, 1);  // the window: doubled
+  CHECK(state.f32 == std::vector<float>{1, 0, 0});
+  CHECK(run("loss_scale", {state}, 2)[0].f32[0] == 131072.0f);
+  run("loss_scale_update", {state, Tensor::floats({}, {std::nanf("")})}, 2);  // overflow: halved, counted
+  CHECK(state.f32 == std::vector<float>{0, 0, 1});
+  check = run("loss_scale_check", {Tensor::floats({}, {1.0f}), state}, 3);
+  CHECK(check[2].i32[0] == 3);  // steps 0, 1 and 3 applied
+  // Down from 1: the update fails, naming the step.
+  Tensor one = Tensor::zeros({3});
+  std::vector<Tensor> inputs = {one, Tensor::floats({}, {inf})};
+  testing::RunOptions options;
+  options.step = 9;
+  Status fell = testing::run_kernel(*find_op("loss_scale_update"), inputs, {{"scale", 1.0}}, options).status();
+  CHECK(contains(fell, "the loss scale fell below 1 at step 9"));
+  // Up to 2^127 and no further.
+  inputs = {Tensor::zeros({3}), Tensor::floats({}, {1.0f})};
+  REQUIRE(testing::run_kernel(*find_op("loss_scale_update"), inputs,
+                              {{"scale", std::ldexp(1.0, 127)}, {"window", int64_t{1}}}, {})
+              .ok());
+  CHECK(inputs[0].f32[0] == 0.0f);
+  // Attrs and shapes are checked.
+  CHECK(contains(infer_status("loss_scale", {{{3}}}, {{"scale", 3.0}}), "power of two"));
+  CHECK(contains(infer_status("loss_scale", {{{3}}}, {{"scale", 0.5}}), "power of two"));
+  CHECK(contains(infer_status("loss_scale", {{{2}}}, {{"scale", 2.0}}), "f32 [3]"));
+  CHECK(contains(infer_status("loss_scale_update", {{{3}}, {{}}}, {{"scale", 2.0}, {"window", int64_t{0}}}),
+                 "'window'"));
 }
 
 }  // namespace rill
