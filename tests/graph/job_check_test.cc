@@ -186,6 +186,27 @@ TEST_CASE("optimizer, train and eval settings") {
                             "than the 8 devices it is split over"));
 }
 
+TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a window, a view without one gradient set") {
+  Job job = samples::make_mlp_job();
+  job.train.precision = Precision::kF16;
+  CHECK(issues_of(job).empty());
+  for (double bad : {3.0, 0.5, -4.0, 1e300}) {
+    CAPTURE(bad);
+    job.train.loss_scale = bad;
+    CHECK(has(issues_of(job), "train.loss_scale | train.loss_scale must be a power of two from 1 to 2^127"));
+  }
+  job.train.loss_scale = 1;
+  job.train.loss_scale_window = 0;
+  CHECK(has(issues_of(job), "train.loss_scale_window must be > 0, got 0"));
+  job.train.loss_scale_window = 2000;
+  job.train.loss_scale = 0;
+  job.train.view = View::kMirrored;
+  CHECK(has(issues_of(job), "train.precision | loss scaling (train.precision \"f16\" or train.loss_scale) skips a "
+                            "step for every gradient at once; the mirrored view has no one view of them"));
+  job.train.precision = Precision::kBF16;  // no scaling: a mirrored bf16 job is fine
+  CHECK(!has(issues_of(job), "loss scaling"));
+}
+
 TEST_CASE("the job checker reads devices with the one parser: cuda:N where the build has CUDA, else refused with why") {
   auto job = samples::make_mlp_job();
   job.train.devices = "cuda:1";
