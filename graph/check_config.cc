@@ -246,6 +246,8 @@ void check_view(const Job& job, Issues* issues) {
 void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
   if (c.every < 0) issues->add("checkpoint.every", "checkpoint.every must be >= 0, got {}", c.every);
   if (c.keep < 1) issues->add("checkpoint.keep", "checkpoint.keep must be >= 1, got {}", c.keep);
+  if (!is_float(c.dtype))
+    issues->add("checkpoint.dtype", "checkpoint.dtype must be f32, bf16 or f16, got {}", dtype_name(c.dtype));
   if (c.every > 0 && c.dir.empty())
     issues->add("checkpoint.every", "checkpoint.every is {} but checkpoint.dir is empty; set the directory to save in",
                 c.every);

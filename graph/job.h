@@ -196,6 +196,10 @@ struct CheckpointConfig {
   // A dir holding another run's steps is refused unless the run resumes;
   // true replaces them.
   bool overwrite = false;
+  // How the job's f32 variables are stored: f32, or rounded to bf16 or f16
+  // (a model to hand on: half the bytes); optimizer state, loss scaling's
+  // state and i32 variables keep their own dtype.
+  DType dtype = DType::kF32;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -38,7 +38,7 @@ class Converter {
   void dtype(const flatbuffers::String* text, const std::string& path, const std::string& where, DType* out) {
     if (text == nullptr) return;
     if (!parse_dtype(text->str(), out))
-      issues_->add(path, "{}: '{}' is not a dtype (expected f32 or i32)", where, text->str());
+      issues_->add(path, "{}: '{}' is not a dtype (expected f32, i32, bf16 or f16)", where, text->str());
   }
 
   // A mode's word (graph/job_modes.h).
@@ -325,6 +325,7 @@ class Converter {
       integer(c->every(), "checkpoint.every", "checkpoint.every", &ckpt.every);
       integer(c->keep(), "checkpoint.keep", "checkpoint.keep", &ckpt.keep);
       if (c->overwrite()) ckpt.overwrite = *c->overwrite();
+      dtype(c->dtype(), "checkpoint.dtype", "checkpoint", &ckpt.dtype);
     }
   }
 

@@ -140,6 +140,12 @@ const std::vector<Setting>& settings() {
       {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},
       {"checkpoint.overwrite", [](Job* j, const std::string& v) { return parse_bool(v, &j->checkpoint.overwrite); }},
+      {"checkpoint.dtype",
+       [](Job* j, const std::string& v) {
+         if (!parse_dtype(v, &j->checkpoint.dtype))
+           return invalid_argument("checkpoint.dtype: '{}' is not a dtype (f32, bf16 or f16)", v);
+         return Status();
+       }},
       // A distributed section is made by its first setting (mode "pserver").
       {"distributed.mode", [](Job* j, const std::string& v) { return parse_choice(v, &dist(j)->mode); }},
       {"distributed.pservers",

@@ -180,6 +180,7 @@ class Writer {
                             .add("every", number(job.checkpoint.every))
                             .add("keep", number(int64_t{job.checkpoint.keep}));
       if (job.checkpoint.overwrite) checkpoint.add("overwrite", Node::scalar("true"));
+      if (job.checkpoint.dtype != DType::kF32) checkpoint.add("dtype", str(dtype_name(job.checkpoint.dtype), "checkpoint.dtype"));
       root.add("checkpoint", std::move(checkpoint));
     }
     if (job.distributed) {

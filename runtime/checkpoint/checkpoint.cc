@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/safe_files.h"
+#include "runtime/checkpoint/checkpoint_dtypes.h"
 
 namespace rill {
 namespace {
@@ -186,8 +187,10 @@ std::string safetensors_header(const Checkpoint& checkpoint) {
   json header = json::object();
   uint64_t offset = 0;
   for (const CheckpointTensor& t : checkpoint.tensors) {
-    uint64_t bytes = t.values.size() * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", json::array({offset, offset + bytes})}};
+    uint64_t bytes = t.values.size() * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", safetensors_dtype(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", json::array({offset, offset + bytes})}};
     offset += bytes;
   }
   if (!checkpoint.metadata.empty()) header[kMetadataKey] = checkpoint.metadata;
@@ -204,7 +207,7 @@ std::string meta_json(const Checkpoint& checkpoint) {
   for (const CheckpointTensor& t : checkpoint.tensors) {
     std::string state = state_of(t.name, names);
     if (!state.empty()) states.insert(state);
-    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", "F32"},
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", safetensors_dtype(t.dtype)},
                        {"role", state.empty() ? "variable" : "optimizer_state"}});
   }
   json optimizer = {{"states", states}};
@@ -318,6 +321,7 @@ struct Entry {
   std::string name;
   Shape shape;
   uint64_t begin = 0, end = 0;
+  DType dtype = DType::kF32;
 };
 
 // Parses and validates a safetensors file, then reads its tensors in data order.
@@ -351,12 +355,12 @@ Status read_model(const std::string& path, Checkpoint* out) {
       }
       continue;
     }
-    Entry e{name, {}, 0, 0};
+    Entry e{name, {}, 0, 0, DType::kF32};
     if (!value.is_object()) return data_loss("{}: tensor {} is not an object", path, name);
     auto dtype = value.find("dtype");
     if (dtype == value.end() || !dtype->is_string()) return data_loss("{}: tensor {} has no dtype", path, name);
-    if (*dtype != "F32")
-      return data_loss("{}: tensor {} has dtype {}; only F32 is supported", path, name, dtype->dump());
+    if (!parse_safetensors_dtype(dtype->get<std::string>(), &e.dtype))
+      return data_loss("{}: tensor {} has dtype {}; F32, I32, BF16 and F16 are read", path, name, dtype->dump());
     auto shape = value.find("shape");
     if (shape == value.end() || !read_dims(*shape, &e.shape))
       return data_loss("{}: tensor {} needs a shape of non-negative integers", path, name);
@@ -369,10 +373,11 @@ Status read_model(const std::string& path, Checkpoint* out) {
     if (e.begin > e.end || e.end > data_bytes)
       return data_loss("{}: tensor {} data_offsets [{}, {}] lie outside the {} data bytes", path, name, e.begin, e.end,
                        data_bytes);
-    if (e.begin % sizeof(float) != 0)
+    const uint64_t element = dtype_size(e.dtype);
+    if (e.begin % element != 0)
       return data_loss("{}: tensor {} begins at misaligned offset {}", path, name, e.begin);
     uint64_t n;
-    if (!checked_elements(e.shape, &n) || n * sizeof(float) != e.end - e.begin)
+    if (!checked_elements(e.shape, &n) || n * element != e.end - e.begin)
       return data_loss("{}: tensor {} has shape {} but {} data bytes", path, name, shape_string(e.shape),
                        e.end - e.begin);
     entries.push_back(std::move(e));
@@ -391,10 +396,10 @@ Status read_model(const std::string& path, Checkpoint* out) {
   if (covered != data_bytes) return data_loss("{}: {} data bytes but tensors cover {}", path, data_bytes, covered);
 
   for (Entry& e : entries) {
-    CheckpointTensor t{std::move(e.name), std::move(e.shape), {}};
-    t.values.resize((e.end - e.begin) / sizeof(float));
-    RILL_RETURN_IF_ERROR(read_at(fd.get(), t.values.data(), e.end - e.begin, data_start + e.begin, path));
-    out->tensors.push_back(std::move(t));
+    std::vector<std::byte> bytes(e.end - e.begin);
+    RILL_RETURN_IF_ERROR(read_at(fd.get(), bytes.data(), bytes.size(), data_start + e.begin, path));
+    const size_t count = bytes.size() / dtype_size(e.dtype);
+    out->tensors.push_back({std::move(e.name), std::move(e.shape), decode_values(bytes.data(), count, e.dtype), e.dtype});
   }
   return Status::ok_status();
 }
@@ -502,8 +507,16 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
 
   const uint64_t header_bytes = header.size();
   std::vector<std::pair<const void*, size_t>> pieces = {{&header_bytes, 8}, {header.data(), header.size()}};
-  for (const CheckpointTensor& t : checkpoint.tensors)
-    pieces.emplace_back(t.values.data(), t.values.size() * sizeof(float));
+  std::vector<std::vector<std::byte>> encoded;  // the 16-bit tensors' bytes
+  encoded.reserve(checkpoint.tensors.size());
+  for (const CheckpointTensor& t : checkpoint.tensors) {
+    if (dtype_size(t.dtype) == sizeof(float)) {
+      pieces.emplace_back(t.values.data(), t.values.size() * sizeof(float));
+      continue;
+    }
+    encoded.push_back(encode_values(t.values, t.dtype));
+    pieces.emplace_back(encoded.back().data(), encoded.back().size());
+  }
   Status status = write_file_synced((tmp / kModelFile).string(), pieces);
   if (status.ok()) status = write_file_synced((tmp / kMetaFile).string(), {{meta.data(), meta.size()}});
   if (status.ok()) status = sync_directory(tmp.string());

@@ -2,7 +2,7 @@
 // loaded from disk in a format any safetensors reader understands.
 //
 // Layout under a checkpoint root (docs/CHECKPOINT_FORMAT.md has the details):
-//   <root>/step-00000120/model.safetensors   every tensor, F32, little-endian
+//   <root>/step-00000120/model.safetensors   every tensor (F32, I32, BF16 or F16), little-endian
 //   <root>/step-00000120/meta.json           step, job, format, tensor list
 //   <root>/latest                            "step-00000120\n"
 // A step directory is built under a temporary name and renamed into place, so
@@ -25,11 +25,15 @@
 namespace rill {
 
 // One tensor: a variable ("w1") or an optimizer state of one ("w1/momentum",
-// "w1/adam_m", "w1/adam_v"). values holds num_elements(shape) floats, row-major.
+// "w1/adam_m", "w1/adam_v"). values holds num_elements(shape) elements,
+// row-major, each as 4 bytes (an f32's value; an i32 variable's int, bit for
+// bit); `dtype` is how they lie on disk (checkpoint_dtypes.h): F32 and I32
+// as they are, BF16 and F16 rounded from f32 values (read back widened).
 struct CheckpointTensor {
   std::string name;
   Shape shape;
   std::vector<float> values;
+  DType dtype = DType::kF32;
 };
 
 struct Checkpoint {

@@ -14,6 +14,7 @@ CheckpointCollector::CheckpointCollector(const graph::Job& job,
                                          const std::vector<compiler::VariablePieceOrigin>& pieces, Writer writer)
     : config_(job.checkpoint), job_name_(job.name), optimizer_(job.optimizer.type), writer_(std::move(writer)) {
   for (const compiler::VariablePieceOrigin& piece : pieces) expected_.insert({piece.name, piece.offset});
+  for (const graph::Variable& v : job.variables) stored_[v.name] = is_float(v.dtype) ? config_.dtype : v.dtype;
   if (!writer_)
     writer_ = [dir = config_.dir, keep = static_cast<int>(config_.keep)](const Checkpoint& checkpoint) {
       return write_checkpoint(dir, checkpoint, keep);
@@ -76,6 +77,8 @@ Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) con
   };
   for (auto& [key, piece] : pieces) {
     place(piece.name, piece, piece.values);
+    // Optimizer state and the compiler's variables (loss scaling's) stay f32.
+    if (auto it = stored_.find(piece.name); it != stored_.end()) tensors[piece.name].dtype = it->second;
     for (auto& [state_name, values] : piece.state) place(piece.name + "/" + state_name, piece, values);
   }
   Checkpoint checkpoint;

@@ -65,6 +65,7 @@ class CheckpointCollector {
   std::string job_name_;
   std::string optimizer_;
   std::set<PieceKey> expected_;
+  std::map<std::string, DType> stored_;  // the job's variables as stored (checkpoint.dtype; i32 as they are)
   Writer writer_;
   mutable Mutex mu_;
   CondVar cv_;

@@ -78,6 +78,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     path = job.checkpoint.dir;
   }
   RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path));
+  int rounded = 0;  // variables stored in 16 bits
   std::map<std::string, const graph::Variable*> variables;
   for (const graph::Variable& v : job.variables) variables[v.name] = &v;
   // Loss scaling's state, when the job scales (compiler/gradient_norm.h):
@@ -91,6 +92,12 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
       if (t.shape != it->second->shape)
         return invalid_argument("checkpoint {}: variable '{}' is {} there; the job declares {}", path, t.name,
                                 shape_string(t.shape), shape_string(it->second->shape));
+      // A 16-bit tensor (checkpoint.dtype) resumes an f32 variable, widened
+      // exactly: training goes on from the rounded values.
+      if (is_float(t.dtype) != is_float(it->second->dtype))
+        return invalid_argument("checkpoint {}: variable '{}' is {} there; the job declares {}", path, t.name,
+                                dtype_name(t.dtype), dtype_name(it->second->dtype));
+      if (t.dtype != it->second->dtype) ++rounded;
       run.initial_values[t.name] = std::move(t.values);
     }
     else if (slash != std::string::npos && variables.count(t.name.substr(0, slash)))
@@ -110,9 +117,10 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     std::error_code ec;
     const std::string from = std::filesystem::is_directory(step_dir, ec) ? step_dir : path;
     fmt::print(out,
-               "resuming at step {} from {} ({} variable(s); a checkpoint holds whole tensors, so any layout "
+               "resuming at step {} from {} ({} variable(s){}; a checkpoint holds whole tensors, so any layout "
                "resumes it)\n",
-               checkpoint.step, from, variables.size());
+               checkpoint.step, from, variables.size(),
+               rounded > 0 ? fmt::format(", {} of them stored in 16 bits and widened", rounded) : "");
     std::fflush(out);
   }
   return {};

@@ -1,6 +1,8 @@
 // The checkpoint store: round trips, atomic replacement, `latest`, pruning,
 // validation of corrupt files (hand-made and fuzzed) and a numpy-only reader.
 #include <doctest/doctest.h>
+
+#include <bit>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/half.h"
 #include "runtime/checkpoint/checkpoint.h"
 
 namespace rill {
@@ -250,8 +253,11 @@ TEST_CASE("checkpoint read rejects corrupt model files with kDataLoss naming fil
       {"huge header length", model_file("{}", 0, std::numeric_limits<int64_t>::max()), "runs past the end"},
       {"bad JSON", model_file(R"({"a": {"dtype")", 20), "not a JSON object"},
       {"JSON array", model_file("[1, 2]", 20), "not a JSON object"},
-      {"dtype F16", model_file(two_tensors(R"({"dtype":"F16","shape":[2],"data_offsets":[0,8]})", b_ok), 20),
-       "only F32"},
+      {"dtype F64", model_file(two_tensors(R"({"dtype":"F64","shape":[2],"data_offsets":[0,8]})", b_ok), 20),
+       "F32, I32, BF16 and F16 are read"},
+      {"F16 of the wrong size",
+       model_file(two_tensors(R"({"dtype":"F16","shape":[2],"data_offsets":[0,8]})", b_ok), 20),
+       "has shape [2] but 8 data bytes"},
       {"no dtype", model_file(two_tensors(R"({"shape":[2],"data_offsets":[0,8]})", b_ok), 20), "no dtype"},
       {"negative dim", model_file(two_tensors(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})", b_ok), 20),
        "non-negative"},
@@ -387,7 +393,15 @@ TEST_CASE("checkpoint files are readable with numpy alone") {
   c.tensors[1].values[2] = std::numeric_limits<float>::quiet_NaN();
   c.tensors[1].values[3] = -std::numeric_limits<float>::infinity();
   c.tensors[1].values[4] = std::numeric_limits<float>::denorm_min();
+  // The other dtypes: I32 as its ints, BF16 and F16 rounded (what Rill reads back).
+  c.tensors.push_back({"steps", {2}, {}, DType::kI32});
+  for (int32_t v : {-7, 1 << 30}) c.tensors.back().values.push_back(std::bit_cast<float>(v));
+  c.tensors.push_back({"w_bf16", {3}, {1.0f / 3, -65504.0f, 1e-30f}, DType::kBF16});
+  c.tensors.push_back({"w_f16", {3}, {1.0f / 3, -65504.0f, 1e-6f}, DType::kF16});
   REQUIRE(write_checkpoint(dir.path, c, 1).ok());
+  auto back = read_checkpoint(dir.path);
+  REQUIRE(back.ok());
+  c = *back;
 
   int status = 0;
   std::string out = run_command("/usr/bin/python3 " + script + " " + step_dir(dir.path, 11) + "/model.safetensors",
@@ -407,12 +421,17 @@ TEST_CASE("checkpoint files are readable with numpy alone") {
       continue;
     }
     REQUIRE(kind == "tensor");
-    words >> shape_text;  // "[2,3]", "[]" for a scalar
+    std::string dtype;
+    words >> dtype >> shape_text;  // "F32", "[2,3]" ("[]" for a scalar)
     REQUIRE(shape_text.size() >= 2);
-    CheckpointTensor t{name, {}, {}};
+    CheckpointTensor t{name, {}, {}, dtype == "I32" ? DType::kI32 : DType::kF32};
     std::istringstream dims(shape_text.substr(1, shape_text.size() - 2));
     for (std::string d; std::getline(dims, d, ',');) t.shape.push_back(std::stoll(d));
-    for (std::string v; words >> v;) t.values.push_back(static_cast<float>(std::strtod(v.c_str(), nullptr)));
+    for (std::string v; words >> v;)
+      t.values.push_back(dtype == "I32" ? std::bit_cast<float>(static_cast<int32_t>(std::stoll(v)))
+                                        : static_cast<float>(std::strtod(v.c_str(), nullptr)));
+    if (name == "w_bf16") CHECK(dtype == "BF16");
+    if (name == "w_f16") CHECK(dtype == "F16");
     seen[name] = t;
   }
   CHECK(metadata == c.metadata);
@@ -427,6 +446,47 @@ TEST_CASE("checkpoint files are readable with numpy alone") {
       else CHECK(std::memcmp(&got.values[i], &want.values[i], sizeof(float)) == 0);
     }
   }
+}
+
+// checkpoint.dtype's tensors: an I32 tensor's ints bit for bit; BF16 and
+// F16 hold each f32 value rounded to nearest even (base/half.h), 2 bytes an
+// element, and read back as those rounded values; the header and meta.json
+// name the dtypes.
+TEST_CASE("checkpoint tensors in I32, BF16 and F16: the file says so, 16-bit values rounded") {
+  TempDir dir;
+  Checkpoint c;
+  c.step = 4;
+  c.job = "dtypes";
+  const std::vector<float> values = {1.0f / 3, -2.5f, 70000.0f, 1e-8f};
+  c.tensors = {{"f32", {4}, values, DType::kF32},
+               {"bf16", {2, 2}, values, DType::kBF16},
+               {"f16", {4}, values, DType::kF16},
+               {"i32", {2}, {std::bit_cast<float>(int32_t{-3}), std::bit_cast<float>(int32_t{1 << 29})}, DType::kI32}};
+  REQUIRE(write_checkpoint(dir.path, c, 1).ok());
+  auto got = read_checkpoint(dir.path);
+  REQUIRE_MESSAGE(got.ok(), got.status().to_string());
+  REQUIRE(got->tensors.size() == 4);
+  CHECK(same_bits(got->tensors[0].values, values));
+  CHECK(got->tensors[1].dtype == DType::kBF16);
+  CHECK(got->tensors[1].shape == Shape{2, 2});
+  for (size_t i = 0; i < values.size(); ++i) {
+    CHECK(got->tensors[1].values[i] == BFloat16::from_float(values[i]).to_float());
+    CHECK(got->tensors[2].values[i] == Float16::from_float(values[i]).to_float());
+  }
+  CHECK(std::isinf(got->tensors[2].values[2]));  // beyond f16's 65504
+  CHECK(got->tensors[3].dtype == DType::kI32);
+  CHECK(same_bits(got->tensors[3].values, c.tensors[3].values));
+  const std::string step = step_dir(dir.path, 4);
+  std::string model = read_text(step + "/model.safetensors");
+  uint64_t header_bytes;
+  std::memcpy(&header_bytes, model.data(), 8);
+  CHECK(model.size() == 8 + header_bytes + 4 * 4 + 4 * 2 + 4 * 2 + 2 * 4);
+  auto header = nlohmann::json::parse(model.substr(8, header_bytes));
+  CHECK(header["bf16"]["dtype"] == "BF16");
+  CHECK(header["f16"]["dtype"] == "F16");
+  CHECK(header["i32"]["dtype"] == "I32");
+  auto meta = nlohmann::json::parse(read_text(step + "/meta.json"));
+  CHECK(meta["tensors"][1]["dtype"] == "BF16");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads a Rill checkpoint's model.safetensors with numpy alone, parsing the
-header by hand, and prints one line per tensor:
-    tensor <name> <shape as [d0,d1,...]> <values, space-separated, repr of float>
+header by hand (F32, I32, F16, and BF16 as the high half of a float32), and
+prints one line per tensor:
+    tensor <name> <dtype> <shape as [d0,d1,...]> <values, space-separated, repr>
 and one line per metadata entry:
     metadata <key> <value>
 checkpoint_test.cc compares this output with what it wrote, which shows the
@@ -21,18 +22,23 @@ def load(path):
     metadata = header.pop("__metadata__", {})
     tensors = {}
     for name, info in header.items():
-        assert info["dtype"] == "F32", name
         begin, end = info["data_offsets"]
-        tensors[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(info["shape"])
+        raw = data[begin:end]
+        dtype = info["dtype"]
+        if dtype == "BF16":
+            values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            values = np.frombuffer(raw, dtype={"F32": "<f4", "I32": "<i4", "F16": "<f2"}[dtype])
+        tensors[name] = (dtype, values.reshape(info["shape"]))
     return tensors, metadata
 
 
 def main():
     tensors, metadata = load(sys.argv[1])
-    for name, array in tensors.items():
+    for name, (dtype, array) in tensors.items():
         shape = "[" + ",".join(str(d) for d in array.shape) + "]"
-        values = " ".join(repr(float(v)) for v in array.reshape(-1))
-        print(f"tensor {name} {shape} {values}".rstrip())
+        values = " ".join(repr(int(v) if dtype == "I32" else float(v)) for v in array.reshape(-1))
+        print(f"tensor {name} {dtype} {shape} {values}".rstrip())
     for key, value in metadata.items():
         print(f"metadata {key} {value}")
 
