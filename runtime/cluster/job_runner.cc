@@ -354,10 +354,13 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     if (options.on_line) options.on_line(line);
   }
   // A small model's learned values too, as the seeds' examples print w
-  // (at most kSmallVariable elements each; the result JSON has them all).
+  // (at most kSmallVariable elements each, the job's own variables: not
+  // loss scaling's state; the result JSON has them all).
   constexpr size_t kSmallVariable = 8;
   std::map<std::string, VariableValue> shown = result.fetched;
   for (const auto& [name, value] : result.variables) {
+    if (std::none_of(job.variables.begin(), job.variables.end(), [&](const graph::Variable& v) { return v.name == name; }))
+      continue;
     bool fetched = false;
     for (const auto& [tensor, v] : result.fetched) fetched = fetched || tensor == name || tensor.rfind(name + "@", 0) == 0;
     if (!fetched && !value.values.empty() && value.values.size() <= kSmallVariable) shown[name] = value;
