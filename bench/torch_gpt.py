@@ -13,6 +13,11 @@ With ATTENTION=sdpa, attention is PyTorch's fused
 scaled_dot_product_attention (causal; in float32 its memory-efficient
 kernel, which never writes the [T, T] scores) as nanoGPT writes it; else
 the separate matmuls and masked softmax Rill's job computes.
+
+With PRECISION=bf16 (or f16) the forward runs under torch.autocast in that
+dtype, as nanoGPT and llm.c's PyTorch reference train on GPUs, and AdamW is
+the fused one (f16 adds a GradScaler); with COMPILE=1 the model is
+torch.compile'd too. The JSON line says which ran.
 """
 import json
 import math
@@ -87,14 +92,29 @@ def main():
     batch, context = job["train"]["batch_size"], job["inputs"][0]["shape"][0]
     vocab = shapes["wte"][0]
     model = Gpt(shapes, layers, heads).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=job["optimizer"]["lr"], betas=(0.9, 0.95), weight_decay=0.1)
+    precision = os.environ.get("PRECISION", "f32")
+    amp = {"bf16": torch.bfloat16, "f16": torch.float16}.get(precision)
+    fused = amp is not None and device.startswith("cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=job["optimizer"]["lr"], betas=(0.9, 0.95), weight_decay=0.1,
+                            **({"fused": True} if fused else {}))
+    scaler = torch.amp.GradScaler("cuda") if precision == "f16" else None
+    forward = torch.compile(model) if os.environ.get("COMPILE") == "1" else model
     data = torch.randint(0, min(vocab, 50257), (batch, context + 1), device=device)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(data[:, :-1], data[:, 1:])
-        loss.backward()
-        opt.step()
+        if amp is None:
+            loss = forward(data[:, :-1], data[:, 1:])
+        else:
+            with torch.autocast(device_type=device.split(":")[0], dtype=amp):
+                loss = forward(data[:, :-1], data[:, 1:])
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss
 
     for _ in range(warmup):
@@ -110,7 +130,7 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
     print(json.dumps({"tokens_per_sec": batch * context * steps / seconds, "params": params, "peak_device_bytes": peak,
-                      "loss": loss.item()}))
+                      "loss": loss.item(), "precision": precision, "compiled": os.environ.get("COMPILE") == "1"}))
 
 
 if __name__ == "__main__":
