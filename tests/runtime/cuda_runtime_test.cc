@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -309,6 +310,71 @@ TEST_CASE("a bad label on cuda:1 stops the run with its position, found by the c
   INFO(result.status.message());
   CHECK(result.status.message().find("out of range") != std::string::npos);
   CHECK(result.status.message().find("the label or id at position") != std::string::npos);
+}
+
+// Mixed precision on a GPU: the same 16-bit values multiplied on tensor
+// cores (cuBLAS GemmEx, f32 sums) as the CPU multiplies them widened, so
+// step 0's loss differs by f32 summation order only; later steps also see a
+// cast round a slightly different f32 value the other way now and then (one
+// 16-bit ulp, 2^-9 relative for bf16, on that value), which AdamW steps
+// carry on. 20 steps of the GPT sample (batch 4) stay within 1e-2 relative
+// of the CPU's in the same precision; a cast that wrote the wrong dtype or
+// a lost gradient moves the loss by more than 0.1 within 5 steps.
+TEST_CASE("the GPT sample in bf16 and f16 on cuda:1 follows cpu:1 in the same precision over 20 steps") {
+  graph::Job job = testing::training_sample("samples/gpt/gpt_moby.json");
+  job.train.shuffle = false;
+  job.train.batch_size = 4;
+  for (graph::Precision precision : {graph::Precision::kBF16, graph::Precision::kF16}) {
+    CAPTURE(std::string(graph::to_string(precision)));
+    job.train.precision = precision;
+    JobResult gpu = run(job, "cuda:1", 20);
+    REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+    JobResult cpu = run(job, "cpu:1", 20);
+    REQUIRE_MESSAGE(cpu.status.ok(), cpu.status.to_string());
+    double worst = 0;
+    for (size_t i = 0; i < 20; ++i)
+      worst = std::max(worst, std::abs(gpu.loss_curve[i] - cpu.loss_curve[i]) / std::abs(cpu.loss_curve[i]));
+    MESSAGE(graph::to_string(precision) << " on cuda:1 against cpu:1: worst relative loss difference " << worst);
+    CHECK(std::abs(gpu.loss_curve[0] - cpu.loss_curve[0]) <= 1e-5 * std::abs(cpu.loss_curve[0]));
+    CHECK(worst <= 1e-2);
+  }
+}
+
+// Loss scaling's kernels on the GPU, end to end: an overflowing first scale
+// is halved step by step, each skipped step counted (the scale of the last
+// step is exactly 2^(40 - skipped)), and training goes on; a scale below 1
+// stops the run naming the step (the flag the update kernel raises, found
+// with the step's completion); and an f32 MLP scaled by 1024 trains bit for
+// bit as without (its kernels are deterministic and every product scales
+// exactly).
+TEST_CASE("loss scaling on cuda:1: overflows skipped and counted, a scale below 1 named, an exact scale changes nothing") {
+  graph::Job job = load_sample("samples/mlp/mlp.json");
+  job.eval.reset();
+  job.train.shuffle = false;
+  job.train.precision = graph::Precision::kF16;
+  job.train.loss_scale = std::ldexp(1.0, 40);
+  JobResult scaled = run(job, "cuda:1", 60);
+  REQUIRE_MESSAGE(scaled.status.ok(), scaled.status.to_string());
+  const double skipped = scaled.train_metrics.at("skipped_steps");
+  CHECK(skipped >= 10);
+  CHECK(scaled.train_metrics.at("loss_scale") == std::ldexp(1.0, 40 - static_cast<int>(skipped)));
+  CHECK(scaled.final_loss < scaled.loss_curve.front() * 0.6);
+
+  graph::Job huge = testing::huge_targets_job();
+  huge.train.loss_scale = 4;
+  JobResult fell = run(huge, "cuda:1", 10);
+  REQUIRE_FALSE(fell.status.ok());
+  INFO(fell.status.message());
+  CHECK(fell.status.message().find("the loss scale fell below 1 at step 2") != std::string::npos);
+
+  job.train.precision = graph::Precision::kF32;
+  job.train.loss_scale = 0;
+  JobResult plain = run(job, "cuda:1", 10);
+  REQUIRE_MESSAGE(plain.status.ok(), plain.status.to_string());
+  job.train.loss_scale = 1024;
+  JobResult exact = run(job, "cuda:1", 10);
+  REQUIRE_MESSAGE(exact.status.ok(), exact.status.to_string());
+  CHECK(exact.loss_curve == plain.loss_curve);
 }
 
 TEST_CASE("asking for more GPUs than the node has is an error naming them") {

@@ -136,30 +136,7 @@ TEST_CASE("a skipped step changes no variable") {
 // at any scale of 1 or more, so every step overflows: from 4, the scale
 // falls to 2, 1, then below 1 at step 2, and the job stops there, naming it.
 TEST_CASE("a loss scale that would fall below 1 stops the job, naming the step") {
-  graph::Job job;
-  job.name = "huge_targets";
-  graph::Dataset data;
-  data.name = "points";
-  data.kind = "inline";
-  InlineTensor x{"x", {8, 3}, {}, {}}, y{"y", {8, 1}, {}, {}};
-  for (int i = 0; i < 24; ++i) x.f32.push_back(static_cast<float>(i % 5) * 0.5f);
-  for (int i = 0; i < 8; ++i) y.f32.push_back(1e6f);
-  data.tensors = {x, y};
-  job.datasets = {data};
-  job.inputs = {{"x", "points", "x", {3}, DType::kF32, {}, {}}, {"y", "points", "y", {1}, DType::kF32, {}, {}}};
-  graph::Variable w;
-  w.name = "w";
-  w.shape = {3, 1};
-  w.init.attrs.set("value", 0.0);
-  job.variables = {w};
-  graph::Op predict{"pred", "matmul", {"x", "w"}, {"pred"}, {}, {}, {}};
-  graph::Op mse{"loss", "mse_loss", {"pred", "y"}, {"loss"}, {}, {}, {}};
-  mse.attrs.set("reduction", std::string("mean"));
-  job.ops = {predict, mse};
-  job.loss = "loss";
-  job.train.batch_size = 8;
-  job.train.steps = 10;
-  job.train.precision = graph::Precision::kF16;
+  graph::Job job = testing::huge_targets_job();
   job.train.loss_scale = 4;
   JobResult r = testing::run(job, "cpu:1", 10);
   REQUIRE_FALSE(r.status.ok());

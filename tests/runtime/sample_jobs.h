@@ -65,6 +65,38 @@ inline RunReport run_wide_mlp(int64_t width, const std::string& devices) {
   return run_plan(*plan, {});
 }
 
+// Linear regression on targets of 10^6 in f16 (tests of loss scaling): the
+// loss (f32, about 10^12) is finite, but d loss / d pred is about 10^5 per
+// sample, beyond f16's 65504 at any scale of 1 or more, so every step
+// overflows.
+inline graph::Job huge_targets_job() {
+  graph::Job job;
+  job.name = "huge_targets";
+  graph::Dataset data;
+  data.name = "points";
+  data.kind = "inline";
+  InlineTensor x{"x", {8, 3}, {}, {}}, y{"y", {8, 1}, {}, {}};
+  for (int i = 0; i < 24; ++i) x.f32.push_back(static_cast<float>(i % 5) * 0.5f);
+  for (int i = 0; i < 8; ++i) y.f32.push_back(1e6f);
+  data.tensors = {x, y};
+  job.datasets = {data};
+  job.inputs = {{"x", "points", "x", {3}, DType::kF32, {}, {}}, {"y", "points", "y", {1}, DType::kF32, {}, {}}};
+  graph::Variable w;
+  w.name = "w";
+  w.shape = {3, 1};
+  w.init.attrs.set("value", 0.0);
+  job.variables = {w};
+  graph::Op predict{"pred", "matmul", {"x", "w"}, {"pred"}, {}, {}, {}};
+  graph::Op mse{"loss", "mse_loss", {"pred", "y"}, {"loss"}, {}, {}, {}};
+  mse.attrs.set("reduction", std::string("mean"));
+  job.ops = {predict, mse};
+  job.loss = "loss";
+  job.train.batch_size = 8;
+  job.train.steps = 10;
+  job.train.precision = graph::Precision::kF16;
+  return job;
+}
+
 // Runs `job` on this machine, silently; steps > 0 overrides the job's.
 inline JobResult run(const graph::Job& job, const std::string& devices, int64_t steps = 0) {
   JobRunOptions options;
