@@ -74,6 +74,9 @@ struct OpNode {
   std::vector<std::string> outputs;
   Attrs attrs;
   std::vector<std::optional<NdSbp>> output_hints;
+  // What an input must be as the op reads it (train.zero's gathered
+  // weights), boxed to it if it lies otherwise; empty or unset: any.
+  std::vector<std::optional<NdSbp>> input_hints;
   bool backward = false;
   int placement = 0;  // index into LogicalGraph::placements (a backward op: its forward op's)
   std::string recompute;  // a forward op's recompute group (graph/job.h Op); "": none

@@ -162,11 +162,16 @@ Status deduce_sbp(LogicalGraph* g) {
       bool ok = true;
       for (size_t k = 0; k < op.outputs.size(); ++k)
         ok = ok && (!op.output_hints[k] || *op.output_hints[k] == sig.outputs[k]);
+      for (size_t k = 0; k < op.input_hints.size() && k < sig.inputs.size(); ++k)
+        ok = ok && (!op.input_hints[k] || canonical(*op.input_hints[k], placement.num_nodes(), placement.per_node()) ==
+                                              sig.inputs[k]);
       if (ok) hinted.push_back(sig);
     }
     if (hinted.empty()) {
       // Name each hinted output tensor with its hint and what it could be.
       std::vector<std::string> hints, offered;
+      for (size_t k = 0; k < op.input_hints.size(); ++k)
+        if (op.input_hints[k]) hints.push_back(fmt::format("input '{}' read as {}", op.inputs[k], op.input_hints[k]->to_string()));
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         if (!op.output_hints[k]) continue;
         std::vector<std::string> legal;

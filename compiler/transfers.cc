@@ -26,6 +26,7 @@ int add_copy_regst(TaskGraph* g, int of, int task) {
   r.sbp = g->regsts[of].sbp;
   r.readies_per_step = g->regsts[of].readies_per_step;
   r.stage = g->regsts[of].stage;
+  r.after_updates = g->regsts[of].after_updates;  // made once a step after the updates too: one slot
   return g->add_regst(std::move(r), task);
 }
 

@@ -291,6 +291,18 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
   RILL_RETURN_IF_ERROR(add_variables(job, &g, &names));
   if (g.mirrored) set_local_leaves(&g);
   Autocast autocast(job.train.precision);
+  // ZeRO (train.zero): a variable the job did not place by hand, split S(0)
+  // so that each device keeps and updates its rows, is read whole by the
+  // ops of the job (an input hint B: one all-gather a step, which its
+  // readers share), so its gradient arrives reduce-scattered. Left to
+  // deduction, a greedy choice may keep the weight split and split a far
+  // larger activation instead (the logits of a tied embedding: 3 GiB more
+  // a device on GPT-2 124M). A cast autocast puts before a matmul reads
+  // the rows as they lie, and the matmul gathers the 16-bit copy: half the
+  // bytes.
+  std::set<std::string> zero_split;
+  for (const VariableNode& v : g.variables)
+    if (job.train.zero && !v.variable.sbp && v.sbp.has(Sbp::kSplit)) zero_split.insert(v.variable.name);
   // Ops are in definition order (check_job requires every input to be defined
   // earlier), which is a topological order.
   for (const graph::Op& op : job.ops) {
@@ -326,6 +338,9 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
         RILL_ASSIGN_OR_RETURN(*hint, place_sbp(*hint, node.placement, what, g));
         g.two_d = g.two_d || !hint->flat();
       }
+    node.input_hints.resize(node.inputs.size());
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (zero_split.count(node.inputs[k]) != 0) node.input_hints[k] = NdSbp(Sbp::broadcast());
     for (OpNode& cast : autocast.casts_for(&node, g)) RILL_RETURN_IF_ERROR(append_forward_op(std::move(cast), &g));
     RILL_RETURN_IF_ERROR(append_forward_op(std::move(node), &g));
   }
