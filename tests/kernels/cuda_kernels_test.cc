@@ -16,158 +16,26 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <limits>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
+#include <limits>
 #include <string>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda_kernels.h"
+#include "tests/kernels/cuda_compare.h"
 #include "tests/kernels/grad_check.h"
 
 namespace rill {
-namespace {
 
+using cuda_test::check_close;
+using cuda_test::compare;
+using cuda_test::context;
+using cuda_test::gamma;
+using cuda_test::GpuRun;
+using cuda_test::run_cuda;
 using testing::Tensor;
-
-constexpr double kU = 1.0 / (1 << 24);
-
-CudaContext& context() {
-  static std::unique_ptr<CudaContext> ctx = [] {
-    auto made = CudaContext::create(0);
-    REQUIRE_MESSAGE(made.ok(), made.status().to_string());
-    return std::move(*made);
-  }();
-  return *ctx;
-}
-
-// Device copies of host tensors, freed with the object.
-struct DeviceTensors {
-  std::vector<void*> buffers;
-  std::vector<TensorView> views;
-  DeviceTensors(std::vector<Tensor> tensors) {
-    for (Tensor& t : tensors) {
-      TensorView v;
-      v.shape = t.shape;
-      v.dtype = t.dtype;
-      REQUIRE(cudaMalloc(&v.data, std::max<size_t>(v.bytes(), 4)) == cudaSuccess);
-      const void* host = t.view().data;
-      if (v.bytes() > 0) REQUIRE(cudaMemcpy(v.data, host, v.bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
-      buffers.push_back(v.data);
-      views.push_back(v);
-    }
-  }
-  ~DeviceTensors() {
-    for (void* p : buffers) (void)cudaFree(p);
-  }
-  void copy_back(std::vector<Tensor>* tensors) const {
-    for (size_t i = 0; i < tensors->size(); ++i) {
-      Tensor& t = (*tensors)[i];
-      void* host = t.view().data;
-      if (views[i].bytes() > 0)
-        REQUIRE(cudaMemcpy(host, views[i].data, views[i].bytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
-    }
-  }
-};
-
-struct GpuRun {
-  Status status;
-  std::vector<Tensor> outputs;
-  std::vector<Tensor> inputs;  // after the kernel (updates write input 0)
-  std::vector<Tensor> state;
-};
-
-// Runs the CUDA kernel of `type` as an actor would: outputs shaped by the
-// op's inference (and filled with NaN first, so unwritten elements show).
-GpuRun run_cuda(const std::string& type, std::vector<Tensor> inputs, const Attrs& attrs,
-                const testing::RunOptions& options = {}) {
-  GpuRun run;
-  const OpDef* def = find_op(type);
-  REQUIRE(def);
-  KernelFn kernel = find_cuda_kernel(type);
-  const bool has_kernel = kernel != nullptr;
-  REQUIRE_MESSAGE(has_kernel, "no CUDA kernel for " << type);
-  std::vector<TensorMeta> metas, out_metas;
-  for (const Tensor& t : inputs) metas.push_back(t.meta());
-  REQUIRE(infer_op(*def, attrs, metas, &out_metas).ok());
-  for (const TensorMeta& m : out_metas) {
-    Tensor t = Tensor::zeros(m.shape, m.dtype);
-    for (float& f : t.f32) f = std::nanf("");
-    for (uint16_t& h : t.h16) h = 0xffff;  // NaN in bf16 and f16
-    run.outputs.push_back(t);
-  }
-  std::vector<Tensor> state = options.state ? *options.state : std::vector<Tensor>{};
-  DeviceTensors in(inputs), out(run.outputs), st(state);
-  std::vector<Shape> logical = options.logical_inputs;
-  for (size_t i = logical.size(); i < inputs.size(); ++i) logical.push_back(inputs[i].shape);
-  KernelContext ctx;
-  ctx.inputs = in.views;
-  ctx.outputs = out.views;
-  ctx.state = st.views;
-  ctx.logical_inputs = logical;
-  ctx.input_offsets = options.input_offsets;
-  auto params = parse_params(*def, attrs);
-  REQUIRE(params.ok());
-  ctx.params = params->get();
-  ctx.step = options.step;
-  ctx.micro = options.micro;
-  ctx.cuda = &context();
-  run.status = kernel(ctx);
-  Status synced = context().synchronize(type.c_str());
-  if (run.status.ok()) run.status = synced;
-  out.copy_back(&run.outputs);
-  in.copy_back(&inputs);
-  st.copy_back(&state);
-  run.inputs = std::move(inputs);
-  run.state = std::move(state);
-  return run;
-}
-
-void check_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const std::vector<double>* bound,
-                 const std::string& what) {
-  REQUIRE(gpu.size() == cpu.size());
-  int bad = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const double limit = bound ? (*bound)[i] : 1e-5 * std::max(1.0, std::abs(static_cast<double>(cpu[i])));
-    const bool both_nan = std::isnan(gpu[i]) && std::isnan(cpu[i]);
-    if (!both_nan && !(std::abs(static_cast<double>(gpu[i]) - cpu[i]) <= limit) && ++bad <= 3)
-      FAIL_CHECK(what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i] << ", bound " << limit);
-  }
-  CHECK_MESSAGE(bad == 0, what);
-}
-
-// CPU and CUDA kernels of `type` on the same inputs; outputs (and, for
-// updates, input 0 and the state) must agree within the elementwise bound.
-void compare(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs = {},
-             testing::RunOptions options = {}) {
-  CAPTURE(type);
-  std::vector<Tensor> cpu_state = options.state ? *options.state : std::vector<Tensor>{};
-  testing::RunOptions cpu_options = options;
-  cpu_options.state = options.state ? &cpu_state : nullptr;
-  std::vector<Tensor> cpu_inputs = inputs;
-  const OpDef* def = find_op(type);
-  REQUIRE(def != nullptr);
-  auto cpu = testing::run_kernel(*def, cpu_inputs, attrs, cpu_options);
-  REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-  GpuRun gpu = run_cuda(type, inputs, attrs, options);
-  REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
-  for (size_t o = 0; o < cpu->size(); ++o) {
-    check_close(gpu.outputs[o].f32, (*cpu)[o].f32, nullptr, type + " output");
-    CHECK(gpu.outputs[o].i32 == (*cpu)[o].i32);
-  }
-  if (def->role == OpRole::kUpdate) {
-    check_close(gpu.inputs[0].f32, cpu_inputs[0].f32, nullptr, type + " variable");
-    for (size_t s = 0; s < cpu_state.size(); ++s) check_close(gpu.state[s].f32, cpu_state[s].f32, nullptr, type + " state");
-  }
-}
-
-double gamma(int64_t n) { return n * kU / (1 - n * kU); }
-
-}  // namespace
+using cuda_test::kU;
 
 TEST_CASE("matmul: cuBLAS against OpenBLAS within 2 gamma_K sum|a b|, every transpose") {
   const int64_t m = 37, k = 129, n = 53;  // not multiples of any tile
@@ -467,90 +335,6 @@ TEST_CASE("cross-entropy and accuracy over a language model's [B, T, V] logits m
   compare("accuracy", {logits, labels}, {}, piece);
 }
 
-TEST_CASE("clipping's kernels and the folded matmul match the CPU") {
-  Tensor g = Tensor::uniform({37, 11}, 81);
-  compare("sum_squares", {g});
-  compare("add_n", {g, Tensor::uniform({37, 11}, 82), Tensor::uniform({37, 11}, 83)});
-  compare("clip_factor", {Tensor::floats({}, {30.0f})}, {{"max_norm", 1.5}});
-  Tensor a = Tensor::uniform({2, 9, 6}, 84), b = Tensor::uniform({2, 9, 7}, 85);
-  Attrs fold{{"transpose_a", int64_t{1}}, {"fold_batch", int64_t{1}}};
-  auto cpu = testing::run_op("matmul", {a, b}, fold);
-  REQUIRE(cpu.ok());
-  GpuRun gpu = run_cuda("matmul", {a, b}, fold);
-  REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
-  std::vector<double> bound((*cpu)[0].f32.size(), 2 * gamma(18) * 18);  // 18 products of values in [-1, 1)
-  check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "folded matmul");
-}
-
-TEST_CASE("dropout drops the CPU's elements: a whole tensor, and a piece of one in a later micro-batch") {
-  // The mask is a hash of place, step and seed on both (dropout_math.h);
-  // kept values are one float product: equal.
-  const Attrs attrs{{"rate", 0.25}, {"seed", int64_t{5}}};
-  testing::RunOptions whole;
-  whole.step = 7;
-  compare("dropout", {Tensor::uniform({6, 33, 10}, 86)}, attrs, whole);
-  testing::RunOptions piece = whole;  // rows 2..3 and columns 4..9 of a [4, 3, 10] micro-batch, the second
-  piece.micro = 1;
-  piece.logical_inputs = {{4, 3, 10}};
-  piece.input_offsets = {{2, 0, 4}};
-  compare("dropout", {Tensor::uniform({2, 3, 6}, 87)}, attrs, piece);
-}
-
-TEST_CASE("optimizer updates match the CPU: variable and state") {
-  Tensor w = Tensor::uniform({300}, 41);
-  Tensor g = Tensor::uniform({300}, 42);
-  compare("sgd_update", {w, g}, {{"lr", 0.1}, {"weight_decay", 0.01}});
-  std::vector<Tensor> momentum = {Tensor::uniform({300}, 43)};
-  testing::RunOptions with_momentum;
-  with_momentum.state = &momentum;
-  compare("momentum_update", {w, g}, {{"lr", 0.1}, {"momentum", 0.9}}, with_momentum);
-  std::vector<Tensor> adam = {Tensor::uniform({300}, 44), Tensor::uniform({300}, 45, 0.0f, 1.0f)};
-  testing::RunOptions with_adam;
-  with_adam.state = &adam;
-  with_adam.step = 6;
-  compare("adam_update", {w, g}, {{"lr", 0.01}, {"weight_decay", 0.02}}, with_adam);
-}
-
-// Loss scaling (kernels/ops/loss_scale_math.h on both sides): its ops, and
-// the updates reading a gate: 0 leaves variable and state as they were, t
-// is Adam's t. A scale falling below 1 raises the context's flag, reported
-// when the stream's work is seen complete, naming the step.
-TEST_CASE("loss scaling's kernels and gated updates match the CPU; a scale below 1 is named with its step") {
-  const Attrs attrs{{"scale", 65536.0}, {"window", int64_t{2}}};
-  const Tensor state = Tensor::floats({3}, {-3, 1, 5});
-  compare("loss_scale", {state}, attrs);
-  testing::RunOptions at_step;
-  at_step.step = 11;
-  for (float total : {4.0f, std::numeric_limits<float>::infinity(), std::nanf("")})
-    compare("loss_scale_check", {Tensor::floats({}, {total}), state}, attrs, at_step);
-  for (float total : {4.0f, std::nanf("")}) compare("loss_scale_update", {state, Tensor::floats({}, {total})}, attrs);
-  Tensor w = Tensor::uniform({300}, 51);
-  Tensor g = Tensor::uniform({300}, 52);
-  for (int32_t gate : {0, 1, 4}) {
-    CAPTURE(gate);
-    compare("sgd_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.1}});
-    std::vector<Tensor> momentum = {Tensor::uniform({300}, 53)};
-    testing::RunOptions with_momentum;
-    with_momentum.state = &momentum;
-    compare("momentum_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.1}}, with_momentum);
-    std::vector<Tensor> adam = {Tensor::uniform({300}, 54), Tensor::uniform({300}, 55, 0.0f, 1.0f)};
-    testing::RunOptions with_adam;
-    with_adam.state = &adam;
-    with_adam.step = 6;
-    compare("adam_update", {w, g, Tensor::ints({}, {gate})}, {{"lr", 0.01}, {"weight_decay", 0.02}}, with_adam);
-  }
-  testing::RunOptions at_nine;
-  at_nine.step = 9;
-  GpuRun fell = run_cuda("loss_scale_update", {Tensor::zeros({3}), Tensor::floats({}, {std::nanf("")})},
-                         {{"scale", 1.0}}, at_nine);
-  REQUIRE_FALSE(fell.status.ok());
-  CHECK(fell.status.message().find("the loss scale fell below 1 at step 9") != std::string::npos);
-  CHECK(context().synchronize("after").ok());  // the flag was cleared
-}
-
-// cast converts with base/half.h's code on both sides, and the layout ops
-// move 2-byte elements: the CPU's bits exactly, NaN, infinities, overflow
-// and subnormals included.
 TEST_CASE("cast between f32, bf16 and f16 and the layout ops on bf16 give the CPU's bits") {
   Tensor x = Tensor::uniform({5, 37}, 61, -300.0f, 300.0f);
   const float specials[] = {std::nanf(""), INFINITY, -INFINITY, 65520.0f, 1e-8f, -3e-6f, 0.0f, -0.0f, 1e30f};
