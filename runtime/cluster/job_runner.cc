@@ -359,8 +359,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   constexpr size_t kSmallVariable = 8;
   std::map<std::string, VariableValue> shown = result.fetched;
   for (const auto& [name, value] : result.variables) {
-    if (std::none_of(job.variables.begin(), job.variables.end(), [&](const graph::Variable& v) { return v.name == name; }))
-      continue;
+    bool own = false;
+    for (const graph::Variable& v : job.variables) own = own || v.name == name;
+    if (!own) continue;
     bool fetched = false;
     for (const auto& [tensor, v] : result.fetched) fetched = fetched || tensor == name || tensor.rfind(name + "@", 0) == 0;
     if (!fetched && !value.values.empty() && value.values.size() <= kSmallVariable) shown[name] = value;
