@@ -257,7 +257,8 @@ void check_checkpoint(const CheckpointConfig& c, Issues* issues) {
 
 // train.loss_scale: a power of two an f32 holds (2^0 to 2^127); scaling
 // decides for all gradients at once, so it needs them in one view (as
-// clipping does).
+// clipping does): the consistent view, or the mirrored one, whose ranks
+// all hold the averaged gradients; not parameter servers.
 void check_loss_scale(const Job& job, Issues* issues) {
   const TrainConfig& t = job.train;
   int exponent = 0;
@@ -267,21 +268,18 @@ void check_loss_scale(const Job& job, Issues* issues) {
                                     "got {}", t.loss_scale);
   if (t.loss_scale_window < 1)
     issues->add("train.loss_scale_window", "train.loss_scale_window must be > 0, got {}", t.loss_scale_window);
-  if ((t.precision == Precision::kF16 || t.loss_scale != 0) && (job.mirrored() || job.pserver_mode()))
+  if ((t.precision == Precision::kF16 || t.loss_scale != 0) && job.pserver_mode())
     issues->add(t.loss_scale != 0 ? "train.loss_scale" : "train.precision",
                 "loss scaling (train.precision \"f16\" or train.loss_scale) skips a step for every gradient at once; "
-                "the {} has no one view of them (each {} updates on its own)",
-                job.mirrored() ? "mirrored view" : "parameter-server mode", job.mirrored() ? "rank" : "pserver");
+                "parameter-server mode has no one view of them (each pserver updates on its own)");
 }
 
 void check_run_config(const Job& job, Issues* issues) {
   check_optimizer(job.optimizer, issues);
-  if (job.optimizer.clip_grad_norm > 0 && (job.mirrored() || job.pserver_mode()))
+  if (job.optimizer.clip_grad_norm > 0 && job.pserver_mode())
     issues->add("optimizer.clip_grad_norm",
-                "optimizer.clip_grad_norm: clipping by the global norm needs every gradient in one view; the {} has "
-                "none (each {} updates on its own)",
-                job.mirrored() ? "mirrored view" : "parameter-server mode",
-                job.mirrored() ? "rank" : "pserver");
+                "optimizer.clip_grad_norm: clipping by the global norm needs every gradient in one view; "
+                "parameter-server mode has none (each pserver updates on its own)");
   const TrainConfig& t = job.train;
   int devices = 0;
   if (auto list = parse_device_list(t.devices); list.ok())

@@ -190,6 +190,7 @@ TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a 
   Job job = samples::make_mlp_job();
   job.train.precision = Precision::kF16;
   CHECK(issues_of(job).empty());
+  std::string issues;
   for (double bad : {3.0, 0.5, -4.0, 1e300}) {
     CAPTURE(bad);
     job.train.loss_scale = bad;
@@ -200,10 +201,17 @@ TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a 
   CHECK(has(issues_of(job), "train.loss_scale_window must be > 0, got 0"));
   job.train.loss_scale_window = 2000;
   job.train.loss_scale = 0;
-  job.train.view = View::kMirrored;
-  CHECK(has(issues_of(job), "train.precision | loss scaling (train.precision \"f16\" or train.loss_scale) skips a "
-                            "step for every gradient at once; the mirrored view has no one view of them"));
-  job.train.precision = Precision::kBF16;  // no scaling: a mirrored bf16 job is fine
+  job.train.view = View::kMirrored;  // every rank holds the averaged gradients: one view of them
+  job.optimizer.clip_grad_norm = 1;
+  CHECK(issues_of(job).empty());
+  job.train.view = View::kConsistent;
+  job.distributed = Distributed{};
+  job.distributed->pservers = {"0"};
+  issues = issues_of(job);
+  CHECK(has(issues, "train.precision | loss scaling (train.precision \"f16\" or train.loss_scale) skips a step for "
+                    "every gradient at once; parameter-server mode has no one view of them"));
+  CHECK(has(issues, "optimizer.clip_grad_norm: clipping by the global norm needs every gradient in one view"));
+  job.train.precision = Precision::kBF16;  // no scaling: a pserver bf16 job is fine
   CHECK(!has(issues_of(job), "loss scaling"));
 }
 
