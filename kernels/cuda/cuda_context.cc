@@ -41,6 +41,7 @@ class DeviceContext final : public CudaContext {
   void* stream() const override { return stream_; }
   void* cublas() const override { return cublas_; }
   int64_t* bad_label() const override { return bad_label_; }
+  double* reduction_partials() const override { return partials_; }
   Status activate(const char* what) override;
   Status synchronize(const char* what) override;
   StatusOr<void*> allocate(size_t bytes, const char* what) override;
@@ -71,6 +72,7 @@ class DeviceContext final : public CudaContext {
   void* copied_ = nullptr;  // the last copy_beside's event
   void* cublas_ = nullptr;
   int64_t* bad_label_ = nullptr;
+  double* partials_ = nullptr;  // reduction_partials()
   void* workspace_ = nullptr;  // cuBLAS's
   std::unique_ptr<Events> events_;
   std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
@@ -150,6 +152,8 @@ StatusOr<std::unique_ptr<CudaContext>> DeviceContext::create(int device, bool al
       what.c_str()));
   RILL_ASSIGN_OR_RETURN(void* flag, ctx->allocate(sizeof(int64_t), what.c_str()));
   ctx->bad_label_ = static_cast<int64_t*>(flag);
+  RILL_ASSIGN_OR_RETURN(void* partials, ctx->allocate(kReductionBlocks * sizeof(double), what.c_str()));
+  ctx->partials_ = static_cast<double*>(partials);
   for (int made = 0; made < Events::kPrepared; made += Events::kBlock) RILL_RETURN_IF_ERROR(ctx->grow_events(what.c_str()));
   return std::unique_ptr<CudaContext>(std::move(ctx));
 }
@@ -162,6 +166,7 @@ DeviceContext::~DeviceContext() {
   if (copy_stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
   for (int64_t* block : events_->flag_blocks) (void)cudaFreeHost(block);
   release(bad_label_);
+  release(partials_);
   if (cublas_) (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
   release(workspace_);
   if (stream_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));

@@ -45,6 +45,13 @@ class CudaContext {
   // below 1 (loss_scale_update).
   virtual int64_t* bad_label() const = 0;
 
+  // Device memory for kReductionBlocks partial sums (doubles): a reduction
+  // over many blocks writes one per block, then a second kernel sums them
+  // in a fixed order, so the result is the same bits every time. Kernels
+  // run in the stream's order, so one area serves every kernel of it.
+  static constexpr int kReductionBlocks = 1024;
+  virtual double* reduction_partials() const = 0;
+
   // Makes this context's device current on the calling thread.
   virtual Status activate(const char* what) = 0;
   // Waits for the stream, then reports a raised bad-label flag (and clears it).

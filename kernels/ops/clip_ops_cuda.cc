@@ -15,6 +15,7 @@ cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cudaStream
 
 RILL_CUDA_KERNEL(sum_squares) {
   return cuda_status(cuda_launch::sum_squares(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size(),
+                                              ctx.cuda->reduction_partials(), CudaContext::kReductionBlocks,
                                               stream_of(ctx)),
                      "kernel launch", "op 'sum_squares'");
 }

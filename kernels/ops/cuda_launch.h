@@ -109,8 +109,11 @@ struct DropoutPlace {
 };
 cudaError_t dropout(const float* x, float* y, int64_t n, const DropoutPlace& place, uint64_t key, uint64_t first,
                     uint32_t threshold, float scale, cudaStream_t stream);
-// out[0] = the sum of x's squares (in double); clip_factor from that total.
-cudaError_t sum_squares(const float* x, float* out, int64_t n, cudaStream_t stream);
+// out[0] = the sum of x's squares (in double, over at most max_blocks blocks
+// whose partial sums go to `partials`, then summed in order); clip_factor
+// from that total.
+cudaError_t sum_squares(const float* x, float* out, int64_t n, double* partials, int max_blocks,
+                        cudaStream_t stream);
 cudaError_t clip_factor(const float* total, float* factor, float* norm, double max_norm, cudaStream_t stream);
 // The loss_scale ops (loss_scale_math.h); loss_scale_update sets *flag to
 // -(step + 1) when the scale falls below 1 (the first such step wins).

@@ -25,6 +25,7 @@ class RecordingContext final : public CudaContext {
   void* stream() const override { return nullptr; }
   void* cublas() const override { return nullptr; }
   int64_t* bad_label() const override { return nullptr; }
+  double* reduction_partials() const override { return nullptr; }
   Status activate(const char*) override { return {}; }
   Status synchronize(const char*) override { return {}; }
   StatusOr<void*> allocate(size_t, const char*) override { return internal_error("not here"); }

@@ -27,6 +27,10 @@ using testing::Tensor;
 TEST_CASE("clipping's kernels and the folded matmul match the CPU") {
   Tensor g = Tensor::uniform({37, 11}, 81);
   compare("sum_squares", {g});
+  // Many blocks (300,000 elements: 147 of them), summed twice to the same bits.
+  const Tensor big = Tensor::uniform({600, 500}, 86);
+  compare("sum_squares", {big});
+  CHECK(run_cuda("sum_squares", {big}, {}).outputs[0].f32 == run_cuda("sum_squares", {big}, {}).outputs[0].f32);
   compare("add_n", {g, Tensor::uniform({37, 11}, 82), Tensor::uniform({37, 11}, 83)});
   compare("clip_factor", {Tensor::floats({}, {30.0f})}, {{"max_norm", 1.5}});
   Tensor a = Tensor::uniform({2, 9, 6}, 84), b = Tensor::uniform({2, 9, 7}, 85);
