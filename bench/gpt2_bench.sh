@@ -19,33 +19,10 @@ python=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-# 16 x 1024 x 8 + 1 random GPT-2 token ids in llm.c's format.
-$python - "$tmp/tokens.bin" <<'PY'
-import random, struct, sys
-n = 16 * 1024 * 8 + 1
-random.seed(0)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *[random.randrange(50257) for _ in range(n)]))
-PY
-# The same job with each layer's matmul, causal softmax and matmul as one
-# attention op (kernels/ops/attention.cc).
-$python - bench/gpt2_124m.json "$tmp/fused.json" <<'PY'
-import json, sys
-job = json.load(open(sys.argv[1]))
-block = job["blocks"][0]
-ops = []
-for op in block["ops"]:
-    if op["name"].endswith(".scores") or op["name"].endswith(".y0"):
-        continue
-    if op["name"].endswith(".att"):
-        ops.append({"name": "h{i}.y0", "type": "attention", "inputs": ["h{i}.q", "h{i}.k", "h{i}.v"],
-                    "outputs": ["h{i}.y0", "h{i}.lse"], "attrs": {"causal": True, "scale": op["attrs"]["scale"]}})
-        continue
-    ops.append(op)
-block["ops"] = ops
-json.dump(job, open(sys.argv[2], "w"))
-PY
+# Random GPT-2 tokens, and the job with its attention fused (bench/gpt2_jobs.sh).
+. bench/gpt2_jobs.sh
+gpt2_tokens "$tmp/tokens.bin"
+gpt2_fused_job bench/gpt2_124m.json "$tmp/fused.json"
 field() { $python -c "import json,sys;print(json.load(open(sys.argv[1])).get(sys.argv[2], 0))" "$@"; }
 rate() { $python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*1024)" "$1"; }
 rill_rates="" fused_rates="" torch_rates="" sdpa_rates=""

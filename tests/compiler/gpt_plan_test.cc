@@ -19,12 +19,7 @@
 namespace rill {
 namespace {
 
-graph::Job gpt_sample(const std::string& file) {
-  const char* root = std::getenv("RILL_SOURCE_ROOT");
-  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/gpt/" + file);
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
-}
+using testing::gpt_sample;
 
 int boxings_named(const plan::Plan& p, const std::string& part) {
   int n = 0;
@@ -92,42 +87,6 @@ TEST_CASE("a batch that does not split evenly into merged rows is gathered, not 
   REQUIRE(cluster.ok());
   auto plan = compiler::compile(job, *cluster, {});
   CHECK_MESSAGE(plan.ok(), plan.status().to_string());
-}
-
-// train.zero on GPUs across nodes (GPT-2 124M, 2 nodes x cuda:1): each
-// device holds half the AdamW moments and updates half the rows; every
-// weight is read whole (gathered once a step), so the tied embedding's
-// logits stay split by the batch, as without zero, not by the vocabulary.
-// The plan says what it saves: the device block (slots, then optimizer
-// state) is smaller by at least the moments' half, 475 MB.
-TEST_CASE("train.zero on 2 nodes x cuda:1: GPT-2 124M's optimizer state halves and its device block shrinks") {
-  auto cluster = compiler::parse_devices("cuda:1", 2);
-  REQUIRE(cluster.ok());
-  int64_t state[2] = {0, 0}, block[2] = {0, 0};
-  for (int zero = 0; zero < 2; ++zero) {
-    const char* root = std::getenv("RILL_SOURCE_ROOT");
-    graph::Job job = *graph::load_job_file(std::string(root ? root : ".") + "/bench/gpt2_124m.json");
-    job.train.zero = zero == 1;
-    compiler::CompileOptions options;
-    options.node = 0;
-    auto bytes = compiler::compile(job, *cluster, options);
-    REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
-    const plan::Plan& p = *plan::GetPlan(bytes->data());
-    auto memory = compiler::plan_memory(p, 0);
-    REQUIRE(memory.ok());
-    for (const compiler::MemoryBlock& b : memory->blocks)
-      if (b.zone.kind == compiler::MemoryZone::kDevice) {
-        state[zero] = b.state_bytes;
-        block[zero] = b.block_bytes();
-      }
-    const plan::Task* logits = testing::task_named(p, "logits@0");
-    REQUIRE(logits != nullptr);
-    CHECK(testing::regst(p, logits->outputs()->Get(0))->shape()->Get(0) == 8);  // half the batch of 16
-    CHECK(testing::regst(p, logits->outputs()->Get(0))->shape()->Get(2) == 50304);
-  }
-  MESSAGE("device block without zero " << block[0] << " bytes, with " << block[1]);
-  CHECK(state[1] * 2 == state[0]);
-  CHECK(block[0] - block[1] >= state[0] / 2);
 }
 
 }  // namespace

@@ -15,12 +15,7 @@
 namespace rill {
 namespace {
 
-graph::Job gpt_sample(const std::string& file) {
-  const char* root = std::getenv("RILL_SOURCE_ROOT");
-  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/gpt/" + file);
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
-}
+using testing::gpt_sample;
 
 const plan::RegstDesc& input_regst(const plan::Plan& p, const plan::Task* t, int k) {
   return *testing::regst(p, t->inputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));

@@ -2,9 +2,11 @@
 
 #include <flatbuffers/idl.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "compiler/plan_bfbs_generated.h"
+#include "graph/job_file.h"
 
 #include <doctest/doctest.h>
 
@@ -127,6 +129,13 @@ graph::Job deep_mlp_job(int layers, int64_t num_samples, int64_t batch) {
     if (o.type == "sparse_softmax_cross_entropy" || o.type == "reduce_mean" || o.type == "accuracy") ops.push_back(o);
   job.ops = ops;
   return job;
+}
+
+graph::Job gpt_sample(const std::string& file) {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/gpt/" + file);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
 }
 
 std::string compile_ok(const graph::Job& job, const std::string& devices, const compiler::CompileOptions& options,

@@ -19,6 +19,9 @@ graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
 // each): 3 layers + 4 ops per layer, 2 variables per layer.
 graph::Job deep_mlp_job(int layers, int64_t num_samples = 8, int64_t batch = 4);
 
+// samples/gpt/<file> as written (RILL_SOURCE_ROOT names the source tree).
+graph::Job gpt_sample(const std::string& file);
+
 // Compiles for `num_nodes` nodes of `devices` each and verifies; fails the
 // current test on error. A whole plan of several nodes is also compiled node
 // by node (check_nodes_compile_alone).

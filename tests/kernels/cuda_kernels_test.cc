@@ -28,14 +28,9 @@
 
 namespace rill {
 
-using cuda_test::check_close;
-using cuda_test::compare;
-using cuda_test::context;
-using cuda_test::gamma;
-using cuda_test::GpuRun;
-using cuda_test::run_cuda;
+using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 using testing::Tensor;
-using cuda_test::kU;
+using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 
 TEST_CASE("matmul: cuBLAS against OpenBLAS within 2 gamma_K sum|a b|, every transpose") {
   const int64_t m = 37, k = 129, n = 53;  // not multiples of any tile

@@ -16,12 +16,7 @@
 
 namespace rill {
 
-using cuda_test::check_close;
-using cuda_test::compare;
-using cuda_test::context;
-using cuda_test::gamma;
-using cuda_test::GpuRun;
-using cuda_test::run_cuda;
+using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 using testing::Tensor;
 
 TEST_CASE("clipping's kernels and the folded matmul match the CPU") {

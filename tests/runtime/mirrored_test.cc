@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/job_runner.h"
@@ -58,6 +60,37 @@ graph::Job collectives_job(int ranks) {
   return job;
 }
 
+// A small MLP on synthetic data in the mirrored view, 2 ranks of 64 rows,
+// 10 steps of SGD (fetching w2); `optimizer` and `train`, when given,
+// replace or add those sections' fields.
+graph::Job ddp_mlp(const nlohmann::json& optimizer = {}, const nlohmann::json& train = {}) {
+  nlohmann::json text = nlohmann::json::parse(R"({
+    "name": "ddp_mlp",
+    "datasets": [{"name": "pool", "kind": "synthetic", "num_samples": 2048, "num_classes": 10,
+                  "feature_shape": [32], "seed": 5}],
+    "inputs": [{"name": "x", "dataset": "pool", "field": "features", "shape": [32]},
+               {"name": "y", "dataset": "pool", "field": "label", "dtype": "i32"}],
+    "variables": [{"name": "w1", "shape": [32, 48], "init": {"type": "xavier_uniform", "seed": 1}},
+                  {"name": "b1", "shape": [48]},
+                  {"name": "w2", "shape": [48, 10], "init": {"type": "xavier_uniform", "seed": 2}}],
+    "ops": [{"name": "fc1", "type": "matmul", "inputs": ["x", "w1"]},
+            {"name": "fc1_b", "type": "bias_add", "inputs": ["fc1", "b1"]},
+            {"name": "h1", "type": "relu", "inputs": ["fc1_b"]},
+            {"name": "logits", "type": "matmul", "inputs": ["h1", "w2"]},
+            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
+    "loss": "loss",
+    "fetch": ["w2"],
+    "optimizer": {"type": "sgd", "lr": 0.5},
+    "train": {"view": "mirrored", "steps": 10, "batch_size": 64, "shuffle": false, "devices": "cpu:2"}
+  })");
+  for (const auto& [key, value] : optimizer.items()) text["optimizer"][key] = value;
+  for (const auto& [key, value] : train.items()) text["train"][key] = value;
+  auto job = graph::parse_job_json(text.dump(), "ddp_mlp.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
 // What rank r of `ranks` fetches for each of collectives_job's ops.
 std::map<std::string, std::vector<float>> collectives_expected(int ranks, int r) {
   const std::vector<std::vector<float>> x = {{1, 2, 2, 3}, {4, 6, 3, 1}, {1, 2, 2, 3}, {4, 6, 3, 1}};
@@ -103,32 +136,10 @@ double collectives_mean_loss(int ranks) {
 // Haswell, Zen and SkylakeX kernels). A first scale of 2^40 makes every
 // rank skip the same steps (17).
 TEST_CASE("mirrored view with clipping and f16 loss scaling follows the consistent view, replicas equal") {
-  const char* text = R"({
-    "name": "ddp_amp",
-    "datasets": [{"name": "pool", "kind": "synthetic", "num_samples": 2048, "num_classes": 10,
-                  "feature_shape": [32], "seed": 5}],
-    "inputs": [{"name": "x", "dataset": "pool", "field": "features", "shape": [32]},
-               {"name": "y", "dataset": "pool", "field": "label", "dtype": "i32"}],
-    "variables": [{"name": "w1", "shape": [32, 48], "init": {"type": "xavier_uniform", "seed": 1}},
-                  {"name": "b1", "shape": [48]},
-                  {"name": "w2", "shape": [48, 10], "init": {"type": "xavier_uniform", "seed": 2}}],
-    "ops": [{"name": "fc1", "type": "matmul", "inputs": ["x", "w1"]},
-            {"name": "fc1_b", "type": "bias_add", "inputs": ["fc1", "b1"]},
-            {"name": "h1", "type": "relu", "inputs": ["fc1_b"]},
-            {"name": "logits", "type": "matmul", "inputs": ["h1", "w2"]},
-            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
-            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
-    "loss": "loss",
-    "fetch": ["w2"],
-    "optimizer": {"type": "adamw", "lr": 0.01, "clip_grad_norm": 0.5},
-    "train": {"view": "mirrored", "steps": 10, "batch_size": 64, "shuffle": false, "devices": "cpu:2",
-              "precision": "f16"}
-  })";
-  auto job = graph::parse_job_json(text, "ddp_amp.json");
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  JobResult mirrored = testing::run(*job, "cpu:2");
+  const graph::Job job = ddp_mlp({{"type", "adamw"}, {"lr", 0.01}, {"clip_grad_norm", 0.5}}, {{"precision", "f16"}});
+  JobResult mirrored = testing::run(job, "cpu:2");
   REQUIRE_MESSAGE(mirrored.status.ok(), mirrored.status.to_string());
-  graph::Job consistent = *job;
+  graph::Job consistent = job;
   consistent.train.view = graph::View::kConsistent;
   consistent.train.batch_size = 128;
   JobResult dp = testing::run(consistent, "cpu:2");
@@ -142,7 +153,7 @@ TEST_CASE("mirrored view with clipping and f16 loss scaling follows the consiste
   CHECK(worst <= 1e-5);
   CHECK(mirrored.loss_curve.back() < mirrored.loss_curve.front());
   CHECK(mirrored.fetched.at("w2@0").values == mirrored.fetched.at("w2@1").values);
-  graph::Job overflow = *job;
+  graph::Job overflow = job;
   overflow.train.loss_scale = std::ldexp(1.0, 40);
   overflow.train.steps = 40;
   JobResult skipped = testing::run(overflow, "cpu:2");
@@ -379,30 +390,10 @@ namespace rill {
 // far below 1e-5 of the weights (|w| < 1) on any CPU, as in the consistent
 // view's micro-batch test (tests/e2e/cluster_test.cc).
 TEST_CASE("mirrored view with micro-batches: 4 micro-batches of 16 rows per rank follow batches of 64, on 1 and 2 nodes") {
-  auto job = graph::parse_job_json(R"({
-    "name": "ddp_micro",
-    "datasets": [{"name": "pool", "kind": "synthetic", "num_samples": 2048, "num_classes": 10,
-                  "feature_shape": [32], "seed": 5}],
-    "inputs": [{"name": "x", "dataset": "pool", "field": "features", "shape": [32]},
-               {"name": "y", "dataset": "pool", "field": "label", "dtype": "i32"}],
-    "variables": [{"name": "w1", "shape": [32, 48], "init": {"type": "xavier_uniform", "seed": 1}},
-                  {"name": "b1", "shape": [48]},
-                  {"name": "w2", "shape": [48, 10], "init": {"type": "xavier_uniform", "seed": 2}}],
-    "ops": [{"name": "fc1", "type": "matmul", "inputs": ["x", "w1"]},
-            {"name": "fc1_b", "type": "bias_add", "inputs": ["fc1", "b1"]},
-            {"name": "h1", "type": "relu", "inputs": ["fc1_b"]},
-            {"name": "logits", "type": "matmul", "inputs": ["h1", "w2"]},
-            {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
-            {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}],
-    "loss": "loss",
-    "fetch": ["w2"],
-    "optimizer": {"type": "sgd", "lr": 0.5},
-    "train": {"view": "mirrored", "steps": 10, "batch_size": 64, "shuffle": false, "devices": "cpu:2"}
-  })", "ddp_micro.json");
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  JobResult whole = testing::run(*job, "cpu:2");
+  graph::Job job = ddp_mlp();
+  JobResult whole = testing::run(job, "cpu:2");
   REQUIRE_MESSAGE(whole.status.ok(), whole.status.to_string());
-  graph::Job micro = *job;
+  graph::Job micro = job;
   micro.train.micro_batches = 4;
   JobResult split = testing::run(micro, "cpu:2");
   REQUIRE_MESSAGE(split.status.ok(), split.status.to_string());
@@ -430,7 +421,7 @@ TEST_CASE("mirrored view with micro-batches: 4 micro-batches of 16 rows per rank
   CHECK(split.fetched.at("w2@0").values == split.fetched.at("w2@1").values);
   // On 2 nodes x 2 ranks (the all-reduce across nodes, in-process) the same
   // 4 ranks of 64 rows, 4 micro-batches each, follow one node's 4 ranks.
-  auto four = *job;
+  auto four = job;
   four.train.devices = "cpu:4";
   JobResult one_node = testing::run(four, "cpu:4");
   REQUIRE_MESSAGE(one_node.status.ok(), one_node.status.to_string());
