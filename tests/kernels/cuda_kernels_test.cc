@@ -30,7 +30,6 @@ namespace rill {
 
 using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 using testing::Tensor;
-using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 
 TEST_CASE("matmul: cuBLAS against OpenBLAS within 2 gamma_K sum|a b|, every transpose") {
   const int64_t m = 37, k = 129, n = 53;  // not multiples of any tile
