@@ -163,7 +163,10 @@ void Expander::add_variables() {
     std::vector<int>& tasks = variable_tasks_.emplace_back();
     const graph::Placement& p = at(v.placement);
     std::vector<int64_t>& out = pieces_[var.name];
-    const bool everywhere = v.grad_boxing >= 0 && g_.boxings[static_cast<size_t>(v.grad_boxing)].move();
+    // Read across placements (a gradient, or loss scaling's gate, moved in):
+    // every node builds the task, so the producer's node knows its readers.
+    auto moved = [&](int boxing) { return boxing >= 0 && g_.boxings[static_cast<size_t>(boxing)].move(); };
+    const bool everywhere = moved(v.grad_boxing) || moved(v.gate_boxing);
     const int lanes = variable_lanes(v);
     std::vector<int64_t> lane_regsts;  // lanes > 1: lane 0's model regst, then the others
     for (int rank = 0; rank < p.parallel(); ++rank) {

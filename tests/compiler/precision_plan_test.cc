@@ -141,4 +141,17 @@ TEST_CASE("precision tf32 is allow_tf32") {
   CHECK(testing::computes_of_type(*testing::plan_of(bytes), "cast").empty());
 }
 
+// Loss scaling across pipeline stages on 2 nodes: the state lives with the
+// loss (the last stage), the check with the first placement's gradients,
+// and each node, compiling its own plan, makes what the whole plan cuts
+// for it (compile_ok compares them field for field).
+TEST_CASE("loss scaling on 2 pipeline stages: every node's own plan is its cut of the whole") {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/mlp/mlp_pipeline.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  job->train.steps = 3;
+  job->train.loss_scale = 1024;
+  testing::compile_ok(*job, "cpu:2", {}, 2);
+}
+
 }  // namespace rill

@@ -189,6 +189,25 @@ TEST_CASE("4 micro-batches of 64 match batches of 256, data parallel and in two 
   CHECK(ten_step_curve(cut_file.string() + " --nodes 2 --ctrl-port 19470", cut) == read_json(staged)["loss_curve"]);
 }
 
+// Loss scaling across agents, as two pipeline stages (the state with the
+// loss on node 1, the check and its gate on node 0, read by node 1's
+// updates): an f32 job scaled by 1024 trains bit for bit as without (a
+// power of two scales every gradient exactly), and an f16 job whose first
+// scale (2^30) overflows skips steps on both nodes alike and trains on.
+TEST_CASE("loss scaling on two pipeline stages across 2 agents: an exact scale changes nothing, overflows are skipped") {
+  const std::string staged = root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --ctrl-port 19480";
+  auto plain = ten_step_curve(staged, temp_dir() / "mlp_stages_plain.json");
+  CHECK(ten_step_curve(staged + " --set train.loss_scale=1024", temp_dir() / "mlp_stages_scaled.json") == plain);
+  const auto overflow = temp_dir() / "mlp_stages_f16.json";
+  ten_step_curve(staged + " --set train.precision=f16 --set train.loss_scale=1073741824", overflow);
+  const auto metrics = read_json(overflow)["train_metrics"];
+  INFO(metrics.dump());
+  const double skipped = metrics["skipped_steps"].get<double>();
+  CHECK(skipped >= 3);
+  CHECK(skipped <= 9);  // the last step trained: its scale is 2^30 halved once per skip
+  CHECK(metrics["loss_scale"].get<double>() == std::ldexp(1.0, 30 - static_cast<int>(skipped)));
+}
+
 // train.zero splits the variables S(0): gradients are reduce-scattered (the
 // device threads sum their slices, then across nodes) and the forward
 // gathers the rows. Only the grouping of float sums changes: the same bound.

@@ -170,6 +170,30 @@ TEST_CASE("an f32 job with a loss scale trains bit for bit as without one") {
   }
 }
 
+// With micro-batches the sink reads each micro-batch's loss and, from the
+// step's first act on, the skipped steps made after the step's backward:
+// the losses' slots hold a whole step (regst planning), else the forward
+// waits for the sink and the sink for the backward. An exact scale changes
+// nothing; an overflowing one is skipped and counted as without them.
+TEST_CASE("loss scaling with 4 micro-batches: an exact scale changes nothing, overflows are skipped") {
+  graph::Job job = mlp_sample();
+  job.train.micro_batches = 4;
+  JobResult plain = testing::run(job, "cpu:2", 10);
+  REQUIRE_MESSAGE(plain.status.ok(), plain.status.to_string());
+  job.train.loss_scale = 1024;
+  JobResult scaled = testing::run(job, "cpu:2", 10);
+  REQUIRE_MESSAGE(scaled.status.ok(), scaled.status.to_string());
+  CHECK(same_bits(plain.loss_curve, scaled.loss_curve));
+  job.train.precision = graph::Precision::kF16;
+  job.train.loss_scale = std::ldexp(1.0, 40);
+  JobResult r = testing::run(job, "cpu:2", 40);
+  REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+  const double skipped = r.train_metrics.at("skipped_steps");
+  CHECK(skipped >= 10);
+  CHECK(skipped <= 35);
+  CHECK(r.train_metrics.at("loss_scale") == std::ldexp(1.0, 40 - static_cast<int>(skipped)));
+}
+
 // The scale's state is a variable: saved at step 6 (two overflows then
 // four good steps, a window of 3 doubling once), resumed, and the rest of
 // the run is bitwise the uninterrupted one, scale and skipped steps too.
