@@ -78,16 +78,23 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
   for (RegstNode& r : g->regsts)
     if (r.register_num > 1 && r.readies_per_step <= 1 && !r.is_model && !r.ctrl && r.after_updates)
       r.register_num = 1;
-  // The sink acts once per micro-batch, reading each metric's piece; a
-  // metric made once a step after the backward (loss scaling's skipped
-  // steps) is read from the step's first act on, so the micro-batches'
-  // losses must all fit while it is made, else their producers wait for
-  // the sink, the backward for them, and the metric for the backward. A
-  // metric is a scalar: a slot for each micro-batch costs nothing.
-  for (RegstNode& r : g->regsts) {
-    if (r.readies_per_step <= 1 || r.register_num >= r.readies_per_step || num_elements(r.meta.shape) != 1) continue;
-    for (int c : r.consumers)
-      if (g->tasks[static_cast<size_t>(c)].is<SinkInfo>()) r.register_num = static_cast<int>(r.readies_per_step);
+  // The sink acts once per micro-batch, reading each metric's piece. A
+  // metric made once a step (loss scaling's skipped steps, made after the
+  // backward) is read from the step's first act on, so then the micro-
+  // batches' metrics must all fit while it is made, else their producers
+  // wait for the sink, the backward for them, and that metric for the
+  // backward. A metric is a scalar: a slot for each micro-batch costs
+  // nothing.
+  for (const TaskNode& sink : g->tasks) {
+    if (!sink.is<SinkInfo>()) continue;
+    bool per_step = false;
+    for (int in : sink.inputs) per_step = per_step || g->regsts[static_cast<size_t>(in)].readies_per_step == 1;
+    if (!per_step || sink.acts_per_step <= 1) continue;
+    for (int in : sink.inputs) {
+      RegstNode& r = g->regsts[static_cast<size_t>(in)];
+      if (r.readies_per_step > 1 && num_elements(r.meta.shape) == 1)
+        r.register_num = std::max(r.register_num, static_cast<int>(r.readies_per_step));
+    }
   }
   return {};
 }

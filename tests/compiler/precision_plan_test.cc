@@ -154,4 +154,27 @@ TEST_CASE("loss scaling on 2 pipeline stages: every node's own plan is its cut o
   testing::compile_ok(*job, "cpu:2", {}, 2);
 }
 
+// With micro-batches the sink reads loss scaling's skipped steps (made once
+// a step, after the backward) from the step's first act, so the metrics it
+// reads per micro-batch get a slot for each: without them the forward
+// waited for the sink and the job stalled. Without a per-step metric they
+// keep the usual slots (tests/compiler/pipeline_plan_test.cc).
+TEST_CASE("loss scaling with 4 micro-batches: the sink's per-micro-batch metrics hold a whole step") {
+  graph::Job job = testing::mlp_job(64, 64);
+  job.train.micro_batches = 4;
+  job.train.loss_scale = 1024;
+  const std::string bytes = testing::compile_ok(job, "cpu:2");
+  const plan::Plan& p = *testing::plan_of(bytes);
+  int metrics = 0;
+  for (const plan::Task* sink : testing::tasks_of_kind(p, plan::TaskKind::Sink))
+    for (int64_t id : *sink->inputs()) {
+      const plan::RegstDesc* r = testing::regst(p, id);
+      if (r->name()->str() == "loss" || r->name()->str() == "accuracy") {
+        CHECK(r->register_num() == 4);
+        ++metrics;
+      }
+    }
+  CHECK(metrics == 4);  // the loss and the accuracy from each of 2 devices
+}
+
 }  // namespace rill
