@@ -6,9 +6,6 @@
 namespace rill::compiler {
 namespace {
 
-// The first scale when the job gives none: PyTorch's GradScaler's.
-constexpr double kDefaultLossScale = 65536;
-
 // Appends a backward op of `type` on `placement`; returns its outputs.
 StatusOr<std::vector<std::string>> add(LogicalGraph* g, const std::string& base, const std::string& type,
                                        std::vector<std::string> inputs, int placement, Attrs attrs = {},
@@ -40,6 +37,8 @@ Status report(LogicalGraph* g, const std::string& name, const std::string& tenso
 
 }  // namespace
 
+double first_loss_scale(const graph::TrainConfig& train) { return train.loss_scale != 0 ? train.loss_scale : 65536.0; }
+
 std::optional<graph::Variable> loss_scale_variable(const graph::TrainConfig& train) {
   if (train.precision != graph::Precision::kF16 && train.loss_scale == 0) return std::nullopt;
   graph::Variable state;
@@ -68,7 +67,7 @@ Status add_loss_scale_state(const graph::TrainConfig& train, LogicalGraph* g) {
   node.placement = placement;
   g->variables.push_back(std::move(node));
   g->loss_scale_state = state.name;
-  g->loss_scale_initial = train.loss_scale != 0 ? train.loss_scale : kDefaultLossScale;
+  g->loss_scale_initial = first_loss_scale(train);
   g->loss_scale_window = train.loss_scale_window;
   return {};
 }

@@ -34,6 +34,9 @@
 
 namespace rill::compiler {
 
+// The first loss scale: train.loss_scale, or 65536 (PyTorch's GradScaler's).
+double first_loss_scale(const graph::TrainConfig& train);
+
 // The state variable of loss scaling (`loss_scale_state`, f32 [3], zeros),
 // when `train` asks for scaling: checkpoints hold it as any variable.
 std::optional<graph::Variable> loss_scale_variable(const graph::TrainConfig& train);

@@ -174,6 +174,23 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       fmt::print(options.out, "{} stage(s), {} micro-batch(es) of {} rows per step, schedule {}\n", p.stages(),
                  p.micro_batches(), p.global_batch() / std::max<int64_t>(1, p.micro_batches()),
                  p.schedule() ? p.schedule()->str() : "1f1b");
+    // Mixed precision: how many casts the compiler put in, and the scale.
+    if (job.train.precision == graph::Precision::kBF16 || job.train.precision == graph::Precision::kF16) {
+      std::set<std::string> casts;  // the forward's cast ops, by name (not their tasks per device)
+      for (const plan::Task* t : *p.tasks()) {
+        const std::string name = t->name()->str();
+        if (t->kind() == plan::TaskKind::Compute && t->op_type() && t->op_type()->str() == "cast" &&
+            name.rfind("grad/", 0) != 0 && name.rfind("recompute/", 0) != 0)
+          casts.insert(name.substr(0, name.rfind('@')));
+      }
+      fmt::print(options.out, "mixed precision: matmuls multiply {} copies of their inputs ({} casts); weights, "
+                 "optimizer state and every other op stay f32\n",
+                 graph::to_string(job.train.precision), casts.size());
+    }
+    if (compiler::loss_scale_variable(job.train))
+      fmt::print(options.out, "loss scaling: from {:g}, halved on an overflow (the step skipped), doubled after {} "
+                 "good steps\n",
+                 compiler::first_loss_scale(job.train), job.train.loss_scale_window);
     // Parameter servers: who holds the blocks, who trains (the blocks
     // themselves: rill plan, or the master's log with print_log).
     if (job.pserver_mode())

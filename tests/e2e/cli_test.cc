@@ -242,7 +242,8 @@ TEST_CASE("a checkpoint dir holding a run before this one is refused unless resu
 }
 
 // What a run is about to do that takes time or shapes it gets a line each:
-// the micro-batches and schedule, the files it reads, the trace it writes.
+// the micro-batches and schedule, the files it reads, the trace it writes,
+// mixed precision and loss scaling.
 TEST_CASE("rill run says how the step is cut, which files it reads and where the trace went") {
   const auto trace = temp_dir() / "trace.json";
   Ran ran = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 --set train.micro_batches=2 --trace " +
@@ -252,6 +253,15 @@ TEST_CASE("rill run says how the step is cut, which files it reads and where the
   CHECK(ran.output.find("1 stage(s), 2 micro-batch(es) of 128 rows per step, schedule 1f1b") != std::string::npos);
   CHECK(ran.output.find("reading dataset(s) 'train' (images ") != std::string::npos);
   CHECK(ran.output.find(" act(s) written to " + trace.string()) != std::string::npos);
+  // Mixed precision says what it cast and how it scales: the MLP's 3
+  // matmuls read x, h1, h2 and w1, w2, w3 through casts.
+  ran = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 --set train.precision=f16");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("mixed precision: matmuls multiply f16 copies of their inputs (6 casts)") != std::string::npos);
+  CHECK(ran.output.find("loss scaling: from 65536, halved on an overflow (the step skipped), doubled after 2000 good "
+                        "steps") != std::string::npos);
+  CHECK(ran.output.find("loss_scale 65536  skipped_steps 0") != std::string::npos);
 }
 
 // Nothing listens at the address: rill submit and rill status say so after
