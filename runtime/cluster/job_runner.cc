@@ -184,8 +184,12 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
           casts.insert(name.substr(0, name.rfind('@')));
       }
       fmt::print(options.out, "mixed precision: matmuls multiply {} copies of their inputs ({} casts); weights, "
-                 "optimizer state and every other op stay f32\n",
-                 graph::to_string(job.train.precision), casts.size());
+                 "optimizer state and every other op stay f32{}\n",
+                 graph::to_string(job.train.precision), casts.size(),
+                 cluster->device_type == DeviceType::kCpu
+                     ? " (on cpu devices a 16-bit matmul widens its inputs and multiplies in f32: the 16-bit "
+                       "values, not the speed)"
+                     : "");
     }
     if (compiler::loss_scale_variable(job.train))
       fmt::print(options.out, "loss scaling: from {:g}, halved on an overflow (the step skipped), doubled after {} "
