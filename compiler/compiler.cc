@@ -11,6 +11,7 @@
 
 #include "compiler/autograd.h"
 #include "compiler/boxing.h"
+#include "compiler/fusion.h"
 #include "compiler/gradient_norm.h"
 #include "compiler/optimizer.h"
 #include "compiler/physical.h"
@@ -75,7 +76,8 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
 // The logical passes, up to SBP deduction.
 StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
   RILL_ASSIGN_OR_RETURN(const graph::Job transpiled, transpile_pserver(given, cluster));
-  RILL_ASSIGN_OR_RETURN(const graph::Job job, cut_stages(transpiled, cluster));
+  RILL_ASSIGN_OR_RETURN(const graph::Job cut, cut_stages(transpiled, cluster));
+  const graph::Job job = fuse_ops(cut);
   RILL_ASSIGN_OR_RETURN(LogicalGraph g, build_logical_graph(job, cluster, mode));
   RILL_RETURN_IF_ERROR(check_stage_devices(job, g));
   g.sum_moved_partials = given.pserver_mode();

@@ -20,7 +20,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReluGradOp, &kGeluGradOp, &kGeluTanhGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
     &kLayerNormOp, &kLayerNormGradOp, &kAttentionOp, &kAttentionGradOp, &kDropoutOp,
-    &kSumSquaresOp, &kAddNOp, &kClipFactorOp, &kLossScaleOp, &kLossScaleCheckOp, &kLossScaleUpdateOp,
+    &kBiasGeluTanhOp, &kBiasGeluTanhGradOp, &kSumSquaresOp, &kAddNOp, &kClipFactorOp, &kLossScaleOp, &kLossScaleCheckOp, &kLossScaleUpdateOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
     &kEmbeddingOp, &kEmbeddingGradOp, &kEmbeddingMaskOp,

@@ -18,6 +18,10 @@ enum class Binary { kAdd, kSub, kMul };
 cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);
 cudaError_t activation_grad(Activation act, const float* t, const float* dy, float* dx, int64_t n,
                             cudaStream_t stream);
+// y = gelu_tanh(x + b[i % n]) over `size` elements; its gradient dx.
+cudaError_t bias_gelu_tanh(const float* x, const float* b, float* y, int64_t size, int64_t n, cudaStream_t stream);
+cudaError_t bias_gelu_tanh_grad(const float* x, const float* b, const float* dy, float* dx, int64_t size, int64_t n,
+                                cudaStream_t stream);
 // b_stride 1: b shaped like a; 0: b is a scalar.
 cudaError_t binary(Binary op, const float* a, const float* b, int64_t b_stride, float* y, int64_t n,
                    cudaStream_t stream);

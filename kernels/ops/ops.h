@@ -13,6 +13,7 @@ extern const OpDef kSgdUpdateOp, kMomentumUpdateOp, kAdamUpdateOp;  // optimizer
 extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kAccumulateOp, kOnesLikeOp;  // elementwise math
 extern const OpDef kCastOp;  // between float dtypes (f32, bf16, f16)
 extern const OpDef kReluOp, kGeluOp, kGeluTanhOp, kTanhOp, kSigmoidOp, kSoftmaxOp;  // activations
+extern const OpDef kBiasGeluTanhOp, kBiasGeluTanhGradOp;  // bias_add and gelu_tanh fused (compiler/fusion.h)
 extern const OpDef kReluGradOp, kGeluGradOp, kGeluTanhGradOp, kTanhGradOp, kSigmoidGradOp, kSoftmaxGradOp;  // their gradients
 extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradOp, kMseLossOp, kMseLossGradOp,
     kAccuracyOp;  // losses and metrics

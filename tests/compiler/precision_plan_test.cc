@@ -177,4 +177,26 @@ TEST_CASE("loss scaling with 4 micro-batches: the sink's per-micro-batch metrics
   CHECK(metrics == 4);  // the loss and the accuracy from each of 2 devices
 }
 
+// Op fusion (compiler/fusion.h): each layer's bias_add + gelu_tanh of the
+// GPT sample is one bias_gelu_tanh op, tensor parallel too (x split by
+// columns, b with it); a sum something else reads (a fetch) stays apart.
+TEST_CASE("bias_add then gelu_tanh is one bias_gelu_tanh op where nothing else reads the sum") {
+  for (const auto& [file, devices, tasks] :
+       {std::tuple{"gpt_moby.json", "cpu:1", 4}, std::tuple{"gpt_moby_tp.json", "cpu:2", 8}}) {  // 4 layers a device
+    CAPTURE(std::string(file));
+    graph::Job job = gpt_sample(file);
+    const std::string bytes = testing::compile_ok(job, devices);
+    const plan::Plan& p = *testing::plan_of(bytes);
+    CHECK(testing::computes_of_type(p, "gelu_tanh").empty());
+    const auto fused = testing::computes_of_type(p, "bias_gelu_tanh");
+    CHECK(fused.size() == static_cast<size_t>(tasks));
+    for (const plan::Task* t : fused) CHECK(t->name()->str().find(".gelu@") != std::string::npos);
+    if (std::string(devices) == "cpu:2")
+      for (const plan::Task* t : fused) CHECK(testing::sbp_string(input_regst(p, t, 0).sbp()) == "S(2)");
+    job.fetch = {"h1.fc"};
+    const std::string fetched = testing::compile_ok(job, devices);
+    CHECK(testing::computes_of_type(*testing::plan_of(fetched), "bias_gelu_tanh").size() == fused.size() * 3 / 4);
+  }
+}
+
 }  // namespace rill

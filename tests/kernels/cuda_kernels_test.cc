@@ -295,6 +295,10 @@ TEST_CASE("the transformer's kernels match the CPU: batched matmul, causal softm
   compare("softmax_grad", {Tensor::uniform(x.shape, 65, 0.0f, 1.0f), x}, {{"scale", 0.4}});
   compare("gelu_tanh", {x});
   compare("gelu_tanh_grad", {x, Tensor::uniform(x.shape, 66)});
+  // bias_add and gelu_tanh fused: the same formula on x + b, b by the last axis.
+  const Tensor b = Tensor::uniform({x.shape.back()}, 67);
+  compare("bias_gelu_tanh", {x, b});
+  compare("bias_gelu_tanh_grad", {x, b, Tensor::uniform(x.shape, 68)});
   compare("bias_add", {x, Tensor::uniform({8, 8}, 67)});
   Tensor h = Tensor::uniform({3, 4, c}, 68, -3.0f, 3.0f);
   Tensor gamma_ = Tensor::uniform({c}, 69, 0.5f, 1.5f), beta = Tensor::uniform({c}, 70);

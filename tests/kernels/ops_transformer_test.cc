@@ -271,5 +271,36 @@ TEST_CASE("clipping by the global norm: sum_squares, add_n, clip_factor") {
         std::string::npos);
 }
 
+
+// The fused bias_add + gelu_tanh (compiler/fusion.h makes it): each element
+// is the same float operations in the same order, so bit for bit the pair's
+// values and gradients; its own gradient against finite differences; every
+// SBP signature (x split on any axis, b whole or split with x's last axis)
+// against the whole on 2 and 3 pieces.
+TEST_CASE("bias_gelu_tanh is bias_add then gelu_tanh, bit for bit, and its gradient checks") {
+  const Tensor x = Tensor::uniform({2, 5, 6}, 41, -3.0f, 3.0f);
+  const Tensor b = Tensor::uniform({6}, 42);
+  auto fused = run_op("bias_gelu_tanh", {x, b});
+  REQUIRE(fused.ok());
+  auto sum = run_op("bias_add", {x, b});
+  REQUIRE(sum.ok());
+  auto pair = run_op("gelu_tanh", {(*sum)[0]});
+  REQUIRE(pair.ok());
+  CHECK((*fused)[0].f32 == (*pair)[0].f32);
+  const Tensor dy = Tensor::uniform({2, 5, 6}, 43);
+  auto dx = run_op("bias_gelu_tanh_grad", {x, b, dy});
+  REQUIRE(dx.ok());
+  auto pair_dx = run_op("gelu_tanh_grad", {(*sum)[0], dy});
+  REQUIRE(pair_dx.ok());
+  CHECK((*dx)[0].f32 == (*pair_dx)[0].f32);
+  EXPECT_OK(check_gradients("bias_gelu_tanh", {x, b}, {}, {0, 1}));
+  check_sbp_2_and_3("bias_gelu_tanh", {x, b});
+  check_sbp_2_and_3("bias_gelu_tanh_grad", {x, b, dy});
+  // b covers exactly the last axis.
+  std::vector<TensorMeta> out;
+  Status wrong = infer_op(*find_op("bias_gelu_tanh"), {}, std::vector<TensorMeta>{{{2, 6}}, {{5}}}, &out);
+  CHECK(wrong.message().find("b [5] must be [N], the last axis of x [2, 6]") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace rill::testing
