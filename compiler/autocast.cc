@@ -1,5 +1,7 @@
 #include "compiler/autocast.h"
 
+#include <algorithm>
+
 namespace rill::compiler {
 
 Autocast::Autocast(graph::Precision precision) {
