@@ -13,19 +13,8 @@ set -u
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/rill-amp-check}
 run=${2:-}
-mkdir -p "$out"
-rill=build/rill
-[ -n "$run" ] && rill="$run rill"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-t0=$(date +%s)
-step() { echo "$1 rc=$2 $(( $(date +%s) - t0 ))s" | tee -a "$out/summary.txt"; }
-$run build/tests/kernels/cuda_kernels_test > "$out/cuda_kernels.txt" 2>&1; step kernels $?
-grep -B3 -A10 "ERROR" "$out/cuda_kernels.txt" | head -60
-tail -3 "$out/cuda_kernels.txt"
-$run build/tests/runtime/cuda_runtime_test > "$out/cuda_runtime.txt" 2>&1; step runtime $?
-grep -B3 -A12 "ERROR" "$out/cuda_runtime.txt" | head -60
-grep "MESSAGE" "$out/cuda_runtime.txt" | head -10
-tail -3 "$out/cuda_runtime.txt"
+. bench/gpu_suites.sh
+gpu_suites
 . bench/gpt2_jobs.sh
 python=${PYTHON:-python3}
 gpt2_tokens "$out/tokens.bin"

@@ -14,17 +14,8 @@ set -u
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/rill-gpu-check}
 run=${2:-}
-mkdir -p "$out"
-rill=build/rill
-[ -n "$run" ] && rill="$run rill"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-t0=$(date +%s)
-step() { echo "$1 rc=$2 $(( $(date +%s) - t0 ))s" | tee -a "$out/summary.txt"; }
-$run build/tests/kernels/cuda_kernels_test > "$out/cuda_kernels.txt" 2>&1; step kernels $?
-tail -3 "$out/cuda_kernels.txt"
-$run build/tests/runtime/cuda_runtime_test > "$out/cuda_runtime.txt" 2>&1; step runtime $?
-grep -B3 -A12 "ERROR" "$out/cuda_runtime.txt" | head -60
-tail -4 "$out/cuda_runtime.txt"
+. bench/gpu_suites.sh
+gpu_suites
 $rill run bench/mlp_wide_synthetic.json --devices cuda:1 --result "$out/wide.json" > "$out/wide.txt" 2>&1; step wide $?
 grep -o '"steady_samples_per_sec": [0-9.]*\|"peak_device_bytes": [0-9]*\|"device_synchronizes": [0-9]*' "$out/wide.json"
 timeout 300 bash bench/gpu_mlp_bench.sh "${RUNS:-3}" "$rill" > "$out/bench.txt" 2>&1; step bench $?
