@@ -185,15 +185,16 @@ Status cpu_matmul(KernelContext& ctx) {
   const float* av = a.f32();
   const float* bv = b.f32();
   if (a.dtype != DType::kF32) {
-    float* wide = reinterpret_cast<float*>(ctx.scratch.data());
+    float* __restrict wide = reinterpret_cast<float*>(ctx.scratch.data());
+    const int64_t na = a.size(), nb = b.size();  // counted once: the loops below vectorize
     visit_dtype(a.dtype, [&]<typename T>(std::type_identity<T>) {
-      const T* x = static_cast<const T*>(a.data);
-      for (int64_t i = 0; i < a.size(); ++i) wide[i] = float_of(x[i]);
-      const T* y = static_cast<const T*>(b.data);
-      for (int64_t i = 0; i < b.size(); ++i) wide[a.size() + i] = float_of(y[i]);
+      const T* __restrict x = static_cast<const T*>(a.data);
+      for (int64_t i = 0; i < na; ++i) wide[i] = float_of(x[i]);
+      const T* __restrict y = static_cast<const T*>(b.data);
+      for (int64_t i = 0; i < nb; ++i) wide[na + i] = float_of(y[i]);
     });
     av = wide;
-    bv = wide + a.size();
+    bv = wide + na;
   }
   for (int64_t i = 0; i < s.batch; ++i)
     cblas_sgemm(CblasRowMajor, f.ta ? CblasTrans : CblasNoTrans, f.tb ? CblasTrans : CblasNoTrans,
