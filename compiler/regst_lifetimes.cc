@@ -28,11 +28,12 @@ struct TaskActs {
 bool is_variable(const plan::Task& t) { return t.kind() == plan::TaskKind::Variable; }
 
 // A laned variable picks one of its port sets per act: none of the plain
-// orders hold for it. A plain variable reads one gradient (its act waits
-// on input 0 alone): one of more inputs is not modeled either.
+// orders hold for it. A plain variable's act waits for every input (its
+// gradient and, under loss scaling, the step's gate: actor/actor.cc), each
+// production read by the act one on.
 bool plain(const plan::Task& t) {
   if (!is_variable(t)) return true;
-  return (t.variable() == nullptr || t.variable()->lanes() <= 1) && (t.inputs() == nullptr || t.inputs()->size() <= 1);
+  return t.variable() == nullptr || t.variable()->lanes() <= 1;
 }
 
 // How a regst's productions map to acts: production n is written by the

@@ -78,13 +78,13 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
   for (RegstNode& r : g->regsts)
     if (r.register_num > 1 && r.readies_per_step <= 1 && !r.is_model && !r.ctrl && r.after_updates)
       r.register_num = 1;
-  // The sink acts once per micro-batch, reading each metric's piece. A
-  // metric made once a step (loss scaling's skipped steps, made after the
-  // backward) is read from the step's first act on, so then the micro-
-  // batches' metrics must all fit while it is made, else their producers
-  // wait for the sink, the backward for them, and that metric for the
-  // backward. A metric is a scalar: a slot for each micro-batch costs
-  // nothing.
+  // The sink acts once per micro-batch, reading each metric's piece (and
+  // each fetched tensor's). A metric made once a step (loss scaling's
+  // skipped steps, made after the backward) is read from the step's first
+  // act on, so then what it reads per micro-batch must all fit while that
+  // metric is made, else their producers wait for the sink, the backward
+  // for them, and the metric for the backward. A metric is a scalar; a
+  // fetched activation costs its bytes once per micro-batch.
   for (const TaskNode& sink : g->tasks) {
     if (!sink.is<SinkInfo>()) continue;
     bool per_step = false;
@@ -92,8 +92,7 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
     if (!per_step || sink.acts_per_step <= 1) continue;
     for (int in : sink.inputs) {
       RegstNode& r = g->regsts[static_cast<size_t>(in)];
-      if (r.readies_per_step > 1 && num_elements(r.meta.shape) == 1)
-        r.register_num = std::max(r.register_num, static_cast<int>(r.readies_per_step));
+      if (r.readies_per_step > 1) r.register_num = std::max(r.register_num, static_cast<int>(r.readies_per_step));
     }
   }
   return {};

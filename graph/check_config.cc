@@ -266,8 +266,9 @@ void check_loss_scale(const Job& job, Issues* issues) {
                             exponent < 1 || exponent > 128))
     issues->add("train.loss_scale", "train.loss_scale must be a power of two from 1 to 2^127 (or 0: 65536 under f16), "
                                     "got {}", t.loss_scale);
-  if (t.loss_scale_window < 1)
-    issues->add("train.loss_scale_window", "train.loss_scale_window must be > 0, got {}", t.loss_scale_window);
+  if (t.loss_scale_window < 1 || t.loss_scale_window > (int64_t{1} << 24))
+    issues->add("train.loss_scale_window", "train.loss_scale_window must be in [1, 2^24], got {}",
+                t.loss_scale_window);
   if ((t.precision == Precision::kF16 || t.loss_scale != 0) && job.pserver_mode())
     issues->add(t.loss_scale != 0 ? "train.loss_scale" : "train.precision",
                 "loss scaling (train.precision \"f16\" or train.loss_scale) skips a step for every gradient at once; "

@@ -145,7 +145,7 @@ struct TrainConfig {
   // every f32 matmul's inputs to 16 bits (f32 products, f32 everything
   // else); "tf32" is allow_tf32.
   Precision precision = Precision::kF32;
-  // Dynamic loss scaling (compiler/loss_scale.h), as PyTorch's GradScaler:
+  // Dynamic loss scaling (compiler/gradient_norm.h), as PyTorch's GradScaler:
   // the loss's gradient starts at this scale (a power of two) and every
   // gradient is divided by it before the update; a step whose gradients
   // overflow is skipped and halves the scale, loss_scale_window steps

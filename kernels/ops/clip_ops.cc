@@ -1,4 +1,4 @@
-// The ops of gradient clipping by the global norm (compiler/grad_clip.cc):
+// The ops of gradient clipping by the global norm (compiler/gradient_norm.cc):
 //   sum_squares(x) -> [] f32: the sum of x's squares (in double). A split x
 //     gives partial sums (S -> P); P in is not allowed (a square of a sum).
 //   add_n(x0, x1, ...) -> the elementwise sum of one or more tensors of one

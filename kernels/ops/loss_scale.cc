@@ -1,4 +1,4 @@
-// The ops of dynamic loss scaling (compiler/loss_scale.h; the arithmetic in
+// The ops of dynamic loss scaling (compiler/gradient_norm.h; the arithmetic in
 // loss_scale_math.h). `state` is the f32 [3] variable the update keeps;
 // attrs `scale` (the first scale, a power of two from 1 to 2^127) and, for
 // the update, `window` (good steps before the scale doubles).

@@ -3,11 +3,12 @@
 // GradScaler: the scale is a power of two, 2^(initial exponent + shift);
 // a step whose gradients' sum of squares is finite counts towards `window`
 // good steps, after which the scale doubles; one that is not is skipped
-// and halves it. The state is an f32 [3] variable (compiler/loss_scale.h):
+// and halves it. The state is an f32 [3] variable (compiler/gradient_norm.h):
 // the shift, the good steps since the last change and the steps skipped so
-// far, all small integers f32 holds exactly (the window is at most 2^24;
-// skipped steps past 2^24 would stop counting, at a scale of 2^-16M, long
-// after the job stopped for a scale below 1).
+// far, integers f32 holds exactly up to 2^24: the window is at most 2^24
+// (train.loss_scale_window is checked so), and the skipped count would
+// stop counting past 2^24 skipped steps (16.7 million), leaving Adam's t
+// (step + 1 - skipped) to drift; no job skips that many.
 #pragma once
 
 #include <math.h>

@@ -8,7 +8,7 @@
 // by lr * weight_decay before the step, the gradient untouched. Every update
 // takes its step's rate from the schedule in its attrs (lr_schedule.h).
 // Updates are elementwise, so a variable split on any axis updates piecewise.
-// Under loss scaling (compiler/loss_scale.h) an update has a third input,
+// Under loss scaling (compiler/gradient_norm.h) an update has a third input,
 // the step's gate (i32 []): 0 skips the update (an overflowed step),
 // else it is the update's number, Adam's t in its bias corrections.
 #include <cmath>

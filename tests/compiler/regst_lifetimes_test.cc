@@ -178,6 +178,17 @@ TEST_CASE("slots called apart are never live at once in random schedules of the 
     job.train.micro_batches = 4;
     check_apart_never_overlap(job, "cpu:1", 20);
   }
+  SUBCASE("the GPT sample in f16: every update reads its gradient and loss scaling's gate") {
+    graph::Job job = sample("samples/gpt/gpt_moby.json");
+    job.train.precision = graph::Precision::kF16;
+    check_apart_never_overlap(job, "cpu:1", 20);
+  }
+  SUBCASE("a deep MLP with loss scaling and 4 micro-batches on two devices") {
+    graph::Job job = testing::deep_mlp_job(3, 16, 8);
+    job.train.micro_batches = 4;
+    job.train.loss_scale = 1024;
+    check_apart_never_overlap(job, "cpu:2", 50);
+  }
   SUBCASE("a deep MLP as 2 pipeline stages of 4 micro-batches (1F1B: stage 0's forward holds 2 slots)") {
     graph::Job job = testing::deep_mlp_job(4, 16, 8);
     job.train.micro_batches = 4;

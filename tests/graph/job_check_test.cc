@@ -198,7 +198,9 @@ TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a 
   }
   job.train.loss_scale = 1;
   job.train.loss_scale_window = 0;
-  CHECK(has(issues_of(job), "train.loss_scale_window must be > 0, got 0"));
+  CHECK(has(issues_of(job), "train.loss_scale_window must be in [1, 2^24], got 0"));
+  job.train.loss_scale_window = (int64_t{1} << 24) + 3;  // its good steps, counted in f32, would never reach it
+  CHECK(has(issues_of(job), "train.loss_scale_window must be in [1, 2^24], got 16777219"));
   job.train.loss_scale_window = 2000;
   job.train.loss_scale = 0;
   job.train.view = View::kMirrored;  // every rank holds the averaged gradients: one view of them

@@ -62,16 +62,22 @@ TEST_CASE("regsts sharing bytes change no result: the same losses and variables 
     const char* devices;
     int64_t steps;
     int64_t micro_batches;  // 4: per micro-batch regsts of two slots share too
+    // f16: loss scaling's updates read the gradient and the step's gate,
+    // and the finished gradients share bytes too.
+    graph::Precision precision = graph::Precision::kF32;
   };
   for (const Layout& layout : {Layout{"samples/gpt/gpt_moby.json", "cpu:1", 6, 1},
                                Layout{"samples/gpt/gpt_moby.json", "cpu:1", 4, 4},
                                Layout{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6, 1},
+                               Layout{"samples/gpt/gpt_moby.json", "cpu:1", 6, 1, graph::Precision::kF16},
                                Layout{"samples/mlp/mlp.json", "cpu:2", 30, 1}}) {
     CAPTURE(layout.file);
     CAPTURE(layout.devices);
     CAPTURE(layout.micro_batches);
+    CAPTURE(std::string(graph::to_string(layout.precision)));
     graph::Job job = testing::training_sample(layout.file);
     job.train.micro_batches = layout.micro_batches;
+    job.train.precision = layout.precision;
     JobResult shared = testing::run(job, layout.devices, layout.steps);
     job.train.reuse_memory = false;
     JobResult separate = testing::run(job, layout.devices, layout.steps);

@@ -170,10 +170,11 @@ TEST_CASE("an f32 job with a loss scale trains bit for bit as without one") {
   }
 }
 
-// With micro-batches the sink reads each micro-batch's loss and, from the
-// step's first act on, the skipped steps made after the step's backward:
-// the losses' slots hold a whole step (regst planning), else the forward
-// waits for the sink and the sink for the backward. An exact scale changes
+// With micro-batches the sink reads each micro-batch's loss (and fetched
+// tensors) and, from the step's first act on, the skipped steps made after
+// the step's backward: what it reads per micro-batch holds a whole step
+// (regst planning), else the forward waits for the sink and the sink for
+// the backward. An exact scale changes
 // nothing; an overflowing one is skipped and counted as without them.
 TEST_CASE("loss scaling with 4 micro-batches: an exact scale changes nothing, overflows are skipped") {
   graph::Job job = mlp_sample();
@@ -186,6 +187,7 @@ TEST_CASE("loss scaling with 4 micro-batches: an exact scale changes nothing, ov
   CHECK(same_bits(plain.loss_curve, scaled.loss_curve));
   job.train.precision = graph::Precision::kF16;
   job.train.loss_scale = std::ldexp(1.0, 40);
+  job.fetch = {"logits"};  // a fetched activation is read per micro-batch too
   JobResult r = testing::run(job, "cpu:2", 40);
   REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
   const double skipped = r.train_metrics.at("skipped_steps");
