@@ -84,7 +84,7 @@ struct Group {
   bool operator==(const Group&) const = default;
 };
 
-// Pipeline parallelism (docs/JOB_FORMAT.md, Pipelines): the stages as groups
+// Pipeline parallelism (docs/LAYOUTS.md, Pipelines): the stages as groups
 // in order, or a number of stages the compiler cuts the ops into.
 struct Pipeline {
   std::vector<std::string> stages;  // group names, first stage first
@@ -210,7 +210,7 @@ struct Metric {
 };
 
 // How the job is distributed, in PaddlePaddle Fluid's terms (its
-// DistributeTranspilerConfig; docs/JOB_FORMAT.md, Parameter servers).
+// DistributeTranspilerConfig; docs/LAYOUTS.md, Parameter servers).
 // "pserver": the nodes named by `pservers` hold the trainable variables,
 // sliced into blocks, and their optimizer; the other nodes are the trainers,
 // computing gradients data-parallel. "collective" (alias "nccl2"): every
