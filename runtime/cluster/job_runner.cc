@@ -20,10 +20,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "compiler/gradient_norm.h"
 #include "base/safe_files.h"
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
+#include "compiler/gradient_norm.h"
 #include "compiler/pserver.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/ops/lr_schedule.h"
@@ -119,7 +119,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     fmt::print(out,
                "resuming at step {} from {} ({} variable(s){}; a checkpoint holds whole tensors, so any layout "
                "resumes it)\n",
-               checkpoint.step, from, variables.size(),
+               checkpoint.step, from, run.initial_values.size(),
                rounded > 0 ? fmt::format(", {} of them stored in 16 bits and widened", rounded) : "");
     std::fflush(out);
   }
