@@ -60,6 +60,56 @@ StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, c
   return BoxingTask{plan_boxing_move(logical, pieces, target, sum), false, 0};
 }
 
+// A device collective: one rank's all-reduce of each input into its output
+// (whole tensors, P -> B), among the ranks of a communicator the plan has.
+StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::Task& task,
+                                            const plan::BoxingConf& conf) {
+  const std::string name = str(task.name());
+  const int group = conf.comm_group();
+  const plan::CommGroup* g = plan.comm_groups() != nullptr && static_cast<uint32_t>(group) < plan.comm_groups()->size()
+                                 ? plan.comm_groups()->Get(static_cast<uint32_t>(group))
+                                 : nullptr;
+  if (g == nullptr || g->nodes() == nullptr || g->devices() == nullptr)
+    return invalid_argument("task '{}': device collective of communicator {}, which the plan does not have", name,
+                            group);
+  const int ranks = static_cast<int>(g->nodes()->size());
+  const int rank = conf.first_rank();
+  if (!(read_sbp(conf.in_sbp()) == NdSbp(Sbp::partial_sum())) || !(read_sbp(conf.out_sbp()) == NdSbp(Sbp::broadcast())) ||
+      conf.local_pieces() != 1 || conf.num_nodes() != ranks || conf.parallel() != ranks || rank < 0 ||
+      rank >= ranks || g->nodes()->Get(static_cast<uint32_t>(rank)) != task.node() ||
+      g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
+      ActorId::device_type(task.id()) != DeviceType::kCuda)
+    return invalid_argument("task '{}': a device collective is one cuda device's all-reduce (P -> B, one piece) "
+                            "as its rank of communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
+                            name, group, ranks, read_sbp(conf.in_sbp()).to_string(),
+                            read_sbp(conf.out_sbp()).to_string(), rank, task.node(), task.device());
+  const int tensors = conf.tensors();
+  if (tensors < 1 || !task.outputs() || static_cast<int>(task.inputs()->size()) < tensors ||
+      static_cast<int>(task.outputs()->size()) < tensors || static_cast<int>(task.outputs()->size()) > tensors + 1 ||
+      conf.reduce_op() > 3 || (tensors > 1 && conf.reduce_op() != 0))
+    return invalid_argument("task '{}': a device collective of {} tensors with {} inputs, {} outputs, reduce op {}",
+                            name, tensors, task.inputs()->size(), task.outputs() ? task.outputs()->size() : 0,
+                            conf.reduce_op());
+  BoxingTask work;
+  work.exchanges = true;
+  work.reduce_op = conf.reduce_op();
+  work.comm_group = group;
+  for (int k = 0; k < tensors; ++k) {
+    const plan::RegstDesc* in = find_regst(plan, task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
+    const plan::RegstDesc* out = find_regst(plan, task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
+    if (in == nullptr || out == nullptr)
+      return invalid_argument("task '{}': tensor {}'s regsts are not in the plan", name, k);
+    const TensorMeta meta{shape(out->logical_shape()), read_dtype(out->dtype())};
+    if (!(shape(in->shape()) == meta.shape) || !(shape(out->shape()) == meta.shape) ||
+        read_dtype(in->dtype()) != meta.dtype || in->device() != task.device() || out->device() != task.device())
+      return invalid_argument("task '{}': tensor {} is all-reduced whole on device {}: its regsts '{}' and '{}' "
+                              "disagree on shape, dtype or device",
+                              name, k, task.device(), str(in->name()), str(out->name()));
+    work.tensors.push_back(meta);
+  }
+  return work;
+}
+
 }  // namespace
 
 StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task) {
@@ -68,6 +118,7 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
   if (!conf || !task.inputs() || task.inputs()->size() == 0)
     return invalid_argument("task '{}': boxing without its conf", name);
   if (conf->origins() != nullptr) return move_task(plan, task, *conf);
+  if (conf->comm_group() >= 0) return device_collective_task(plan, task, *conf);
   const NdSbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
   // Inputs: the node's pieces (one when they are `within` B), then
   // control regsts (ordering only); outputs: the pieces (one for

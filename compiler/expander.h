@@ -132,8 +132,9 @@ class Expander {
 
   void add_computes();
 
-  // Whether boxing `b` may join a bucket: a P -> B across nodes of an f32
-  // tensor under bucket_bytes_ whose result no other boxing reads.
+  // Whether boxing `b` may join a bucket: a P -> B across nodes (or a
+  // device collective) of an f32 tensor under bucket_bytes_ whose result no
+  // other boxing reads.
   bool bucketable(size_t b, const std::vector<bool>& read_by_boxing) const;
 
   // A conversion within each node to split or P pieces on CPU devices: one
@@ -174,6 +175,15 @@ class Expander {
 
   void add_per_device_boxing(int b);
 
+  // A P -> B of a cuda placement when the job asks for NCCL (train.nccl):
+  // a device collective, one task per device on its thread, all-reducing
+  // that device's piece (or a bucket's pieces) among every device of the
+  // placement; its communicator is Plan.comm_groups[comm_group(p)].
+  bool device_collective(const BoxingNode& box) const;
+  void add_device_collective(const std::vector<int>& unit, const std::string& name);
+  // The index of the communicator of placement `p`'s devices (made on first use).
+  int comm_group(const graph::Placement& p);
+
   // A task copying the parts of `sources` (regsts with their logical
   // regions) that fall in `target` into one regst holding `target`, on
   // `device` of `node` (on CPU its thread; on GPUs the node's move thread,
@@ -208,6 +218,9 @@ class Expander {
   // control regsts: t_i writes one that t_i+1 reads; t_1's is read by t_k
   // too, and it has one slot, so t_1 of the next step waits for t_k of this
   // one. Every node then runs t_1, ..., t_k, t_1, ... and nothing else.
+  // A device collective blocks its device's stream alike: each device
+  // thread's collective tasks are chained the same way, in the same unit
+  // order, so every rank of a communicator enqueues its calls in one order.
   void order_comm_threads();
 
   void add_sink();
@@ -233,11 +246,12 @@ class Expander {
   std::set<int> pserver_nodes_;                    // nodes holding variable blocks
   std::map<std::pair<int, Rpc>, int> rpc_dealt_;  // (pserver node, service) -> tasks dealt to its threads
   std::vector<std::vector<int>> op_tasks_;
-  struct ChainUnit {  // a boxing unit across nodes, in order
-    uint32_t thread;
-    std::vector<std::pair<int, Numbering::Task>> members;  // (node, its task)
+  struct ChainMember {  // a task of a boxing unit, on `thread` of `node`
+    int node;
+    Thread thread;
+    Numbering::Task task;
   };
-  std::vector<ChainUnit> chain_units_;
+  std::vector<std::vector<ChainMember>> chain_units_;  // boxing units with a collective, in order
   int sink_task_ = -1;
 };
 

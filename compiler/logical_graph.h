@@ -136,6 +136,7 @@ struct LogicalGraph {
   bool allow_tf32 = false;        // train.allow_tf32
   bool reuse_memory = true;       // train.reuse_memory
   bool cuda_graphs = true;        // train.cuda_graphs
+  bool nccl = false;              // train.nccl: P -> B of cuda placements as device collectives
   int stages = 1;  // pipeline stages of the forward pass (mark_stages)
   // train.view "mirrored" (train plans): every device a rank with its own
   // global_batch / devices rows; tasks see their own pieces as the whole

@@ -1,5 +1,8 @@
-// Boxing tasks: per device, per node over its pieces, buckets of small
-// gradients, and the one order of each comm thread's collectives.
+// Boxing tasks: per device, per node over its pieces, device collectives,
+// buckets of small gradients, and the one order of each comm thread's (and
+// device thread's) collectives.
+#include <tuple>
+
 #include "compiler/boxing_units.h"
 #include "compiler/expander.h"
 
@@ -8,9 +11,65 @@ namespace rill::compiler {
 bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
   const BoxingNode& box = g_.boxings[b];
   const LogicalTensor* t = g_.find(box.tensor);
-  return !box.move() && !box.as && at(box.placement).num_nodes() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
-         box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 && t->meta.bytes() < bucket_bytes_ &&
-         !read_by_boxing[b];
+  return !box.move() && !box.as && (at(box.placement).num_nodes() > 1 || device_collective(box)) &&
+         box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 &&
+         t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
+}
+
+bool Expander::device_collective(const BoxingNode& box) const {
+  const graph::Placement& p = at(box.placement);
+  return g_.nccl && !box.move() && p.type == DeviceType::kCuda && p.parallel() > 1 &&
+         box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast());
+}
+
+int Expander::comm_group(const graph::Placement& p) {
+  std::vector<std::pair<int, int>> ranks;
+  for (int rank = 0; rank < p.parallel(); ++rank) ranks.emplace_back(p.node_of(rank), p.device_of(rank));
+  for (size_t g = 0; g < out_.comm_groups.size(); ++g)
+    if (out_.comm_groups[g].ranks == ranks) return static_cast<int>(g);
+  out_.comm_groups.push_back({std::move(ranks), {}});
+  return static_cast<int>(out_.comm_groups.size() - 1);
+}
+
+void Expander::add_device_collective(const std::vector<int>& unit, const std::string& name) {
+  const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
+  const graph::Placement& p = at(box.placement);
+  const int group = comm_group(p);
+  const int64_t tag = static_cast<int64_t>(unit[0]) + 1;
+  const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
+  std::vector<uint64_t> ids;
+  std::vector<int> tasks;
+  std::vector<ChainMember> members;
+  for (int rank = 0; rank < p.parallel(); ++rank) {
+    const int node = p.node_of(rank);
+    const Thread thread{DeviceType::kCuda, static_cast<uint32_t>(p.device_of(rank))};
+    const Numbering::Task t = add_task(node, thread, everywhere, [&] {
+      TaskNode task = boxing_task(box, fmt::format("{}@{}", name, rank), rank / p.per_node());
+      task.device = p.device_of(rank);
+      BoxingInfo& b = task.boxing();
+      b.num_nodes = p.parallel();  // the collective's ranks: every device
+      b.local_pieces = 1;
+      b.first_rank = rank;
+      b.collective_tag = tag;
+      b.tensors = static_cast<int>(unit.size());
+      b.comm_group = group;
+      task.inputs = boxing_inputs(unit, rank, 1);
+      return task;
+    });
+    ids.push_back(t.id);
+    if (t.stored()) tasks.push_back(t.handle);
+    members.push_back({node, thread, t});
+    for (int b : unit) {
+      const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+      boxed_[static_cast<size_t>(b)].push_back(
+          add_regst(t, member.tensor, boxed_meta(g_, member), member.out, p, rank));
+    }
+  }
+  for (int t : tasks) out_.tasks[static_cast<size_t>(t)].boxing().peers = ids;
+  CommCall call{name, tag, static_cast<int>(unit.size()), 0};
+  for (int b : unit) call.bytes += boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]).bytes();
+  out_.comm_groups[static_cast<size_t>(group)].calls.push_back(std::move(call));
+  chain_units_.push_back(std::move(members));
 }
 
 bool Expander::per_device(const BoxingNode& box) const {
@@ -93,16 +152,20 @@ Status Expander::add_boxings() {
       add_per_device_boxing(unit[0]);
       continue;
     }
+    const std::string name =
+        unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
+    if (device_collective(box)) {
+      add_device_collective(unit, name);
+      continue;
+    }
     const graph::Placement& p = at(box.placement);
     const int nodes = p.num_nodes();
     const size_t position = comm_position++;
-    const std::string name =
-        unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
     const uint32_t thread = nodes > 1 ? static_cast<uint32_t>(position % kCommThreads) : 0;
     const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
     std::vector<uint64_t> ids;
     std::vector<int> tasks;
-    std::vector<std::pair<int, Numbering::Task>> members;  // (node, its task)
+    std::vector<ChainMember> members;
     for (int index = 0; index < nodes; ++index) {
       const int node = p.nodes[static_cast<size_t>(index)];
       const int first = index * p.per_node();
@@ -115,7 +178,7 @@ Status Expander::add_boxings() {
       });
       ids.push_back(t.id);
       if (t.stored()) tasks.push_back(t.handle);
-      members.push_back({node, t});
+      members.push_back({node, {DeviceType::kComm, thread}, t});
       for (int b : unit) {
         const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
         const TensorMeta& meta = boxed_meta(g_, member);
@@ -129,7 +192,7 @@ Status Expander::add_boxings() {
     }
     if (boxing_exchanges(box.in, box.out, nodes))
       for (int t : tasks) out_.tasks[t].boxing().peers = ids;
-    if (nodes > 1) chain_units_.push_back({thread, members});
+    if (nodes > 1) chain_units_.push_back(std::move(members));
   }
   order_comm_threads();
   return {};
@@ -137,9 +200,9 @@ Status Expander::add_boxings() {
 
 void Expander::order_comm_threads() {
   // (node, thread) -> its tasks in order
-  std::map<std::pair<int, uint32_t>, std::vector<Numbering::Task>> chains;
-  for (const ChainUnit& unit : chain_units_)
-    for (const auto& [node, task] : unit.members) chains[{node, unit.thread}].push_back(task);
+  std::map<std::tuple<int, DeviceType, uint32_t>, std::vector<Numbering::Task>> chains;
+  for (const std::vector<ChainMember>& unit : chain_units_)
+    for (const ChainMember& m : unit) chains[{m.node, m.thread.type, m.thread.device}].push_back(m.task);
   for (auto& [where, chain] : chains) {
     if (chain.size() < 2) continue;
     int first = -1;

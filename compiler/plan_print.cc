@@ -104,11 +104,37 @@ std::string plan_json(const plan::Plan& p) {
                           {"logical_bytes", logical_bytes},
                           {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes(),
                                                                            b->local_pieces())}};
+        if (b->comm_group() >= 0) {
+          task["boxing"]["comm_group"] = b->comm_group();
+          task["boxing"]["transport"] = "nccl";
+        } else if (ActorId::device_type(t->id()) == DeviceType::kComm && b->num_nodes() > 1) {
+          task["boxing"]["transport"] = "host";
+        }
       }
       tasks.push_back(std::move(task));
     }
   }
   root["tasks"] = std::move(tasks);
+  // The device collectives' communicators, each with its calls in the
+  // order every rank makes them.
+  Json groups = Json::array();
+  if (p.comm_groups() != nullptr) {
+    for (const plan::CommGroup* g : *p.comm_groups()) {
+      Json ranks = Json::array(), calls = Json::array();
+      const std::vector<int32_t> nodes = vec(g->nodes()), devices = vec(g->devices());
+      for (size_t r = 0; r < nodes.size() && r < devices.size(); ++r)
+        ranks.push_back({{"node", nodes[r]}, {"device", devices[r]}});
+      if (g->calls() != nullptr)
+        for (const plan::CommCall* c : *g->calls())
+          calls.push_back({{"name", str(c->name())},
+                           {"op", str(c->op())},
+                           {"tag", c->tag()},
+                           {"tensors", c->tensors()},
+                           {"bytes", c->bytes()}});
+      groups.push_back({{"backend", "nccl"}, {"ranks", std::move(ranks)}, {"calls", std::move(calls)}});
+    }
+  }
+  root["comm_groups"] = std::move(groups);
   Json regsts = Json::array();
   if (p.regsts() != nullptr) {
     for (const plan::RegstDesc* r : *p.regsts()) {

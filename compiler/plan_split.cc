@@ -41,7 +41,7 @@ const std::set<std::string> kPlanFields = {"version",   "job_name",         "ste
                                            "num_nodes", "devices_per_node", "datasets", "tasks",        "regsts",
                                            "node",      "num_tasks",        "placements", "micro_batches",
                                            "schedule",  "stages",           "allow_tf32", "reuse_memory",
-                                           "cuda_graphs"};
+                                           "cuda_graphs", "comm_groups"};
 
 // Binary search for the element of `v` whose key(element) is `key`, in a vector
 // sorted by key; after a direct hit at position `key` (whole plans).
@@ -96,6 +96,7 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
   RILL_ASSIGN_OR_RETURN(const reflection::Object* task_def, object(*schema, "rill.plan.Task"));
   RILL_ASSIGN_OR_RETURN(const reflection::Object* regst_def, object(*schema, "rill.plan.RegstDesc"));
   RILL_ASSIGN_OR_RETURN(const reflection::Object* dataset_def, object(*schema, "rill.plan.Dataset"));
+  RILL_ASSIGN_OR_RETURN(const reflection::Object* group_def, object(*schema, "rill.plan.CommGroup"));
   for (const reflection::Field* f : *plan_def->fields())
     if (kPlanFields.count(f->name()->str()) == 0)
       return internal_error("node_plan does not know Plan field '{}'", f->name()->str());
@@ -128,6 +129,10 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
     regsts.push_back(static_cast<int>(ActorId::node(r->producer())) == node ? copy(*regst_def, r)
                                                                             : foreign_regst(b, *r, node));
   }
+  // Communicators whole: every node knows the order its peers follow.
+  std::vector<flatbuffers::Offset<plan::CommGroup>> groups;
+  if (p.comm_groups() != nullptr)
+    for (const plan::CommGroup* g : *p.comm_groups()) groups.push_back(copy(*group_def, g));
   std::vector<flatbuffers::Offset<flatbuffers::String>> placements;
   if (p.placements() != nullptr)
     for (const flatbuffers::String* s : *p.placements()) placements.push_back(b.CreateString(s->str()));
@@ -136,7 +141,8 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
                        p.global_batch(), p.log_every(), p.num_nodes(), p.devices_per_node(), b.CreateVector(datasets),
                        b.CreateVector(tasks), b.CreateVector(regsts), node, p.num_tasks(), b.CreateVector(placements),
                        p.micro_batches(), b.CreateString(p.schedule() ? p.schedule()->str() : std::string()),
-                       p.stages(), p.allow_tf32(), p.reuse_memory(), p.cuda_graphs());
+                       p.stages(), p.allow_tf32(), p.reuse_memory(), p.cuda_graphs(),
+                       groups.empty() ? 0 : b.CreateVector(groups));
   plan::FinishPlanBuffer(b, root);
   std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   auto check = verify_plan(out);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "base/devices.h"
 #include "compiler/compiler.h"
 
 namespace rill::compiler {
@@ -35,6 +36,42 @@ Status check_order(const plan::Plan& p, bool whole) {
   return {};
 }
 
+// A communicator's ranks, or -1 when its lists are missing or disagree.
+int comm_group_ranks(const plan::CommGroup& g) {
+  if (g.nodes() == nullptr || g.devices() == nullptr || g.calls() == nullptr ||
+      g.nodes()->size() != g.devices()->size())
+    return -1;
+  return static_cast<int>(g.nodes()->size());
+}
+
+// Each communicator: at least two ranks, each a distinct device of a node
+// of the plan; its calls with distinct tags.
+Status check_comm_groups(const plan::Plan& p) {
+  if (p.comm_groups() == nullptr) return {};
+  for (uint32_t i = 0; i < p.comm_groups()->size(); ++i) {
+    const plan::CommGroup& g = *p.comm_groups()->Get(i);
+    const int ranks = comm_group_ranks(g);
+    if (ranks < 2) return data_loss("plan: communicator {} has {} ranks (its lists missing or unequal)", i, ranks);
+    std::vector<std::pair<int, int>> seen;
+    for (int r = 0; r < ranks; ++r) {
+      const int node = g.nodes()->Get(static_cast<uint32_t>(r)), device = g.devices()->Get(static_cast<uint32_t>(r));
+      if (node < 0 || node >= p.num_nodes() || device < 0 || device >= kMaxDevicesPerNode)
+        return data_loss("plan: communicator {}'s rank {} is device {} of node {}, outside the plan's {} nodes", i, r,
+                         device, node, p.num_nodes());
+      seen.emplace_back(node, device);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+      return data_loss("plan: communicator {} names one device twice", i);
+    std::vector<int64_t> tags;
+    for (const plan::CommCall* c : *g.calls()) tags.push_back(c->tag());
+    std::sort(tags.begin(), tags.end());
+    if (std::adjacent_find(tags.begin(), tags.end()) != tags.end() || (!tags.empty() && tags[0] < 1))
+      return data_loss("plan: communicator {}'s calls have repeated or non-positive tags", i);
+  }
+  return {};
+}
+
 bool conf_ok(const plan::Plan& p, const plan::Task* t) {
   switch (t->kind()) {
     case plan::TaskKind::Source:
@@ -50,7 +87,12 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
     case plan::TaskKind::Boxing: {
       const plan::BoxingConf* c = t->boxing();
       if (c == nullptr || c->in_sbp() == nullptr || c->out_sbp() == nullptr) return false;
-      if (c->num_nodes() < 1 || c->num_nodes() > p.num_nodes() || c->node() != t->node()) return false;
+      // A device collective's ranks are its communicator's (devices), else nodes.
+      const int ranks = c->comm_group() < 0 ? p.num_nodes()
+                        : p.comm_groups() != nullptr && static_cast<uint32_t>(c->comm_group()) < p.comm_groups()->size()
+                            ? comm_group_ranks(*p.comm_groups()->Get(static_cast<uint32_t>(c->comm_group())))
+                            : -1;
+      if (c->num_nodes() < 1 || c->num_nodes() > ranks || c->node() != t->node()) return false;
       // Peers, when any: one per node of the placement, this task at its
       // node's place among them (first_rank / local_pieces).
       const auto* peers = c->peers();
@@ -138,6 +180,7 @@ Status check_references(const plan::Plan& p) {
   if (p.num_nodes() < 1 || node < -1 || node >= p.num_nodes())
     return data_loss("plan: node {} of a plan over {} nodes", node, p.num_nodes());
   RILL_RETURN_IF_ERROR(check_order(p, whole));
+  RILL_RETURN_IF_ERROR(check_comm_groups(p));
   // Rates: once a step or once a micro-batch; a task reads or writes a regst
   // that is ready as often as it acts, or once a step.
   const int64_t micro = p.micro_batches();

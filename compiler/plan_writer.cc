@@ -110,7 +110,7 @@ struct ConfWriter {
     return {.boxing = plan::CreateBoxingConf(b, &in, &out, x.parallel, x.num_nodes, t.node, x.local_pieces,
                                              x.first_rank, x.collective_tag, b.CreateVector(x.peers), x.tensors,
                                              x.piece, x.origins.empty() ? 0 : b.CreateVector(x.origins),
-                                             x.reduce_op)};
+                                             x.reduce_op, x.comm_group)};
   }
   TaskConfs operator()(const ComputeInfo&) const { return {}; }  // in the task itself
   TaskConfs operator()(const SendInfo&) const { return {}; }
@@ -174,11 +174,25 @@ std::string write_plan(const TaskGraph& g) {
             [&](int x, int y) { return g.regsts[static_cast<size_t>(x)].id < g.regsts[static_cast<size_t>(y)].id; });
   std::vector<Offset<plan::RegstDesc>> regsts;
   for (int i : regst_order) regsts.push_back(write_regst(b, g, g.regsts[static_cast<size_t>(i)]));
+  std::vector<Offset<plan::CommGroup>> groups;
+  for (const CommGroup& group : g.comm_groups) {
+    std::vector<int32_t> nodes, devices;
+    for (const auto& [node, device] : group.ranks) {
+      nodes.push_back(node);
+      devices.push_back(device);
+    }
+    std::vector<Offset<plan::CommCall>> calls;
+    for (const CommCall& c : group.calls)
+      calls.push_back(plan::CreateCommCall(b, b.CreateString(c.name), c.tag, b.CreateString("all_reduce"), c.tensors,
+                                           c.bytes));
+    groups.push_back(plan::CreateCommGroup(b, b.CreateVector(nodes), b.CreateVector(devices), b.CreateVector(calls)));
+  }
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),
                                b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
                                write_strings(b, g.placements), g.micro_batches, b.CreateString(std::string(graph::to_string(g.schedule))),
-                               g.stages, g.allow_tf32, g.reuse_memory, g.cuda_graphs);
+                               g.stages, g.allow_tf32, g.reuse_memory, g.cuda_graphs,
+                               groups.empty() ? 0 : b.CreateVector(groups));
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

@@ -107,6 +107,20 @@ struct BoxingInfo {
   // output piece, rank elements each; the output is copied from the inputs.
   std::vector<int64_t> origins;
   uint8_t reduce_op = 0;  // how P pieces combine (plan.fbs BoxingConf)
+  int comm_group = -1;    // >= 0: one rank of a device collective (plan.fbs BoxingConf)
+};
+
+// A device collective's communicator and its calls in order (plan.fbs
+// CommGroup): every node's graph holds every group whole.
+struct CommCall {
+  std::string name;
+  int64_t tag = 0;
+  int tensors = 1;
+  int64_t bytes = 0;
+};
+struct CommGroup {
+  std::vector<std::pair<int, int>> ranks;  // (node, device)
+  std::vector<CommCall> calls;
 };
 
 // Regsts crossing nodes through host memory where a GPU holds an end
@@ -173,6 +187,7 @@ struct TaskGraph {
   std::vector<std::string> placements;  // as written: [0] is the job's devices
   std::vector<TaskNode> tasks;
   std::vector<RegstNode> regsts;
+  std::vector<CommGroup> comm_groups;
   int node = -1;             // >= 0: the graph of that node (see above)
   uint32_t next_task = 0;    // global numbers handed out so far
   int64_t next_regst = 0;

@@ -279,6 +279,7 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     g.allow_tf32 = job.train.allow_tf32 || job.train.precision == graph::Precision::kTF32;
     g.reuse_memory = job.train.reuse_memory;
     g.cuda_graphs = job.train.cuda_graphs;
+    g.nccl = job.train.nccl;
     g.mirrored = job.mirrored();
     if (g.mirrored) g.global_batch *= cluster.parallel();  // batch_size rows for each rank
   }

@@ -160,6 +160,11 @@ struct TrainConfig {
   // set of slots and replayed (actor/compute_body.cc): bitwise the same work
   // for less host time a launch.
   bool cuda_graphs = true;
+  // Gradients (and every P -> B) of cuda placements are all-reduced in
+  // device memory by NCCL, one task per device on its thread, in one order
+  // on every rank (compiler/physical_boxing.cc); off, they cross through
+  // host memory (copies to the host, the host's collectives, copies back).
+  bool nccl = false;
   // "consistent" (default): the job is written for the whole cluster, its
   // batch_size the global batch. "mirrored": each device (rank) runs its own
   // copy of the model on its own batch_size rows, as DDP does; every op sees

@@ -258,6 +258,7 @@ class Converter {
       if (t->allow_tf32()) train.allow_tf32 = *t->allow_tf32();
       if (t->reuse_memory()) train.reuse_memory = *t->reuse_memory();
       if (t->cuda_graphs()) train.cuda_graphs = *t->cuda_graphs();
+      if (t->nccl()) train.nccl = *t->nccl();
       if (t->devices()) train.devices = t->devices()->str();
       mode(t->schedule(), "train.schedule", &train.schedule);
       mode(t->view(), "train.view", &train.view);

@@ -97,6 +97,7 @@ const std::vector<Setting>& settings() {
        [](Job* j, const std::string& v) { return parse_int(v, &j->train.loss_scale_window); }},
       {"train.reuse_memory", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.reuse_memory); }},
       {"train.cuda_graphs", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.cuda_graphs); }},
+      {"train.nccl", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.nccl); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.schedule); }},
       {"pipeline.num_stages",

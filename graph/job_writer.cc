@@ -524,6 +524,7 @@ class Writer {
         .add("loss_scale_window", number(t.loss_scale_window))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))
         .add("cuda_graphs", Node::scalar(t.cuda_graphs ? "true" : "false"))
+        .add("nccl", Node::scalar(t.nccl ? "true" : "false"))
         .add("devices", str(t.devices, "train.devices"));
   }
 

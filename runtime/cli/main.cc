@@ -461,6 +461,15 @@ int main(int argc, char** argv) {
       fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n",
                  seconds, p.tasks()->size(), p.regsts()->size(), bytes->size(),
                  p.placements() ? p.placements()->size() : 0, p.num_nodes(), p.devices_per_node());
+      // Device collectives (train.nccl): each communicator and what it sums a step.
+      if (p.comm_groups() != nullptr)
+        for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {
+          const rill::plan::CommGroup& group = *p.comm_groups()->Get(g);
+          int64_t bytes = 0;
+          for (const rill::plan::CommCall* c : *group.calls()) bytes += c->bytes();
+          fmt::print("communicator {} (nccl): {} ranks, {} all-reduce(s) in one order, {} bytes each rank\n", g,
+                     group.nodes()->size(), group.calls()->size(), bytes);
+        }
     }
     if (!dot_path.empty()) {
       Status written = rill::write_text_file(dot_path, rill::compiler::plan_dot(**verified));

@@ -11,6 +11,15 @@ namespace rill {
 
 StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task, std::byte* scratch) {
   RILL_ASSIGN_OR_RETURN(compiler::BoxingTask work, compiler::boxing_task(plan, task));
+  // The plan's device collectives (train.nccl) are compiled, ordered and
+  // verified, but the node does not run them on NCCL yet: refused here, so
+  // no gradient is left unsummed.
+  if (work.comm_group >= 0)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("task '{}': a device collective of communicator {} (train.nccl): this build plans NCCL "
+                              "all-reduces but does not run them yet; set train.nccl to false to sum through host "
+                              "memory",
+                              read_string(task.name()), work.comm_group));
   comm::Collectives* collectives = nullptr;
   if (work.exchanges) {
     RILL_ASSIGN_OR_RETURN(collectives, collectives_for(read_string(task.name()), *task.boxing()));

@@ -112,6 +112,14 @@ TEST_CASE("rill plan --stats prints the compile time and the plan's size, not th
   CHECK(ran.output.find(" tasks, ") != std::string::npos);
   CHECK(ran.output.find("3 placement(s) on 2 node(s) x 2") != std::string::npos);
   CHECK(ran.output.find("\"tasks\"") == std::string::npos);
+#ifdef RILL_WITH_CUDA
+  // Planned anywhere, with or without a GPU: train.nccl's communicators.
+  Ran nccl = run_rill("plan " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cuda:2 --set train.nccl=true --set "
+                      "train.bucket_bytes=0 --stats");
+  INFO(nccl.output);
+  REQUIRE(nccl.code == 0);
+  CHECK(nccl.output.find("communicator 0 (nccl): 4 ranks, ") != std::string::npos);
+#endif
 }
 
 TEST_CASE("rill check accepts the samples and rejects a bad file with its name") {

@@ -1,0 +1,182 @@
+// Device collectives (train.nccl): a P -> B of a cuda placement becomes one
+// task per device, on that device's thread, reading and writing its memory,
+// one rank of a communicator the plan lists (Plan.comm_groups) with its calls
+// in one order; each device thread's collective tasks are chained in that
+// order, and every node's plan carries the same communicators and order.
+// Built where nvcc is (a build without CUDA refuses cuda devices).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/compiler/test_jobs.h"
+
+namespace rill {
+namespace {
+
+#ifdef RILL_WITH_CUDA
+
+using testing::compile_ok;
+using testing::plan_of;
+using testing::tasks_of_kind;
+
+graph::Job with_nccl(graph::Job job, int64_t bucket_bytes = int64_t{25} << 20) {
+  job.train.nccl = true;
+  job.train.bucket_bytes = bucket_bytes;
+  return job;
+}
+
+bool device_collective(const plan::Task* t) {
+  return t->kind() == plan::TaskKind::Boxing && t->boxing()->comm_group() >= 0;
+}
+
+// The communicators as text: ranks, then each call's name, tag and size.
+std::string groups_text(const plan::Plan& p) {
+  std::string text;
+  if (p.comm_groups() == nullptr) return text;
+  for (const plan::CommGroup* g : *p.comm_groups()) {
+    text += "group";
+    for (uint32_t r = 0; r < g->nodes()->size(); ++r)
+      text += fmt::format(" {}:{}", g->nodes()->Get(r), g->devices()->Get(r));
+    text += "\n";
+    for (const plan::CommCall* c : *g->calls())
+      text += fmt::format("  {} {} {} {} {}\n", c->name()->str(), c->tag(), c->op()->str(), c->tensors(), c->bytes());
+  }
+  return text;
+}
+
+// What a plan's device collectives must be: each a rank of its group on its
+// own device, its pieces in that device's memory; its peers the group's
+// tasks in rank order; each device thread's collectives in the order of
+// their groups' calls, each after the one before it (a control regst).
+// Returns how many there are.
+int check_device_collectives(const plan::Plan& p) {
+  REQUIRE(p.comm_groups() != nullptr);
+  std::map<uint64_t, std::vector<const plan::Task*>> by_thread;
+  int count = 0;
+  for (const plan::Task* t : *p.tasks()) {
+    if (!device_collective(t)) continue;
+    ++count;
+    CAPTURE(t->name()->str());
+    const plan::BoxingConf& b = *t->boxing();
+    const plan::CommGroup& g = *p.comm_groups()->Get(static_cast<uint32_t>(b.comm_group()));
+    const auto rank = static_cast<uint32_t>(b.first_rank());
+    REQUIRE(rank < g.nodes()->size());
+    CHECK(ActorId::device_type(t->id()) == DeviceType::kCuda);
+    CHECK(g.nodes()->Get(rank) == t->node());
+    CHECK(g.devices()->Get(rank) == t->device());
+    CHECK(b.num_nodes() == static_cast<int>(g.nodes()->size()));
+    REQUIRE(b.peers() != nullptr);
+    CHECK(b.peers()->size() == g.nodes()->size());
+    CHECK(b.peers()->Get(rank) == t->id());
+    for (uint32_t k = 0; k < static_cast<uint32_t>(b.tensors()); ++k) {
+      CHECK(compiler::find_regst(p, t->inputs()->Get(k))->device() == t->device());
+      CHECK(compiler::find_regst(p, t->outputs()->Get(k))->device() == t->device());
+    }
+    by_thread[t->thread()].push_back(t);
+  }
+  for (const auto& [thread, tasks] : by_thread) {
+    // Per group, this thread's tags in task order are the group's calls' tags.
+    std::map<int, std::vector<int64_t>> tags;
+    for (const plan::Task* t : tasks) tags[t->boxing()->comm_group()].push_back(t->boxing()->collective_tag());
+    for (const auto& [group, seen] : tags) {
+      std::vector<int64_t> calls;
+      for (const plan::CommCall* c : *p.comm_groups()->Get(static_cast<uint32_t>(group))->calls())
+        calls.push_back(c->tag());
+      CHECK(seen == calls);
+    }
+    // Each reads a control regst the one before it writes.
+    for (size_t i = 1; i < tasks.size(); ++i) {
+      CAPTURE(tasks[i]->name()->str());
+      bool after = false;
+      for (int64_t r : *tasks[i]->inputs()) after = after || compiler::find_regst(p, r)->producer() == tasks[i - 1]->id();
+      CHECK(after);
+    }
+  }
+  return count;
+}
+
+TEST_CASE("train.nccl on cuda:2: gradients all-reduced in device memory, one task per device, in one order") {
+  const plan::Plan* p = nullptr;
+  const std::string host = compile_ok(testing::mlp_job(), "cuda:2");
+  const std::string nccl = compile_ok(with_nccl(testing::mlp_job()), "cuda:2");
+  p = plan_of(nccl);
+  // Every boxing is a device collective: nothing crosses through the host
+  // but the batches in and the loss out.
+  for (const plan::Task* t : tasks_of_kind(*p, plan::TaskKind::Boxing)) {
+    CAPTURE(t->name()->str());
+    CHECK(device_collective(t));
+  }
+  CHECK(tasks_of_kind(*p, plan::TaskKind::Copy).size() < tasks_of_kind(*plan_of(host), plan::TaskKind::Copy).size());
+  CHECK(plan_of(host)->comm_groups() == nullptr);
+  REQUIRE(p->comm_groups() != nullptr);
+  REQUIRE(p->comm_groups()->size() == 1);
+  CHECK(groups_text(*p).starts_with("group 0:0 0:1\n"));
+  // The small gradients share one bucket: one call of every variable's gradient.
+  const auto* calls = p->comm_groups()->Get(0)->calls();
+  REQUIRE(calls->size() == 1);
+  const size_t variables = tasks_of_kind(*p, plan::TaskKind::Variable).size() / 2;
+  CHECK(static_cast<size_t>(calls->Get(0)->tensors()) == variables);
+  CHECK(check_device_collectives(*p) == 2);
+
+  // Without buckets, a call per gradient, chained in one order on both devices.
+  const std::string apart = compile_ok(with_nccl(testing::mlp_job(), 0), "cuda:2");
+  CHECK(plan_of(apart)->comm_groups()->Get(0)->calls()->size() == variables);
+  CHECK(check_device_collectives(*plan_of(apart)) == static_cast<int>(2 * variables));
+  // rill plan --json says it.
+  const auto json = nlohmann::json::parse(compiler::plan_json(*plan_of(apart)));
+  REQUIRE(json["comm_groups"].size() == 1);
+  CHECK(json["comm_groups"][0]["backend"] == "nccl");
+  CHECK(json["comm_groups"][0]["ranks"].size() == 2);
+  CHECK(json["comm_groups"][0]["calls"].size() == variables);
+  int nccl_tasks = 0;
+  for (const auto& t : json["tasks"])
+    if (t.contains("boxing") && t["boxing"].value("transport", "") == "nccl") ++nccl_tasks;
+  CHECK(nccl_tasks == static_cast<int>(2 * variables));
+}
+
+TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the same communicators in one order") {
+  CHECK(check_device_collectives(*plan_of(compile_ok(with_nccl(testing::mlp_job(16, 16), 0), "cuda:8"))) > 0);
+  const graph::Job job = with_nccl(testing::mlp_job(64, 64), 0);
+  const std::string whole = compile_ok(job, "cuda:8", {}, 4);  // and node by node
+  const std::string order = groups_text(*plan_of(whole));
+  CHECK(order.starts_with("group 0:0 0:1 0:2 0:3 0:4 0:5 0:6 0:7 1:0"));
+  CHECK(check_device_collectives(*plan_of(whole)) > 0);
+  auto cluster = compiler::parse_devices("cuda:8", 4);
+  REQUIRE(cluster.ok());
+  for (int node = 0; node < 4; ++node) {
+    CAPTURE(node);
+    compiler::CompileOptions alone;
+    alone.node = node;
+    auto own = compiler::compile(job, *cluster, alone);
+    REQUIRE(own.ok());
+    auto cut = compiler::node_plan(whole, node);
+    REQUIRE(cut.ok());
+    CHECK(groups_text(*plan_of(*own)) == order);
+    CHECK(groups_text(*plan_of(*cut)) == order);
+    // This node's 8 device threads each hold one rank of every call.
+    CHECK(check_device_collectives(*plan_of(*own)) ==
+          8 * static_cast<int>(plan_of(whole)->comm_groups()->Get(0)->calls()->size()));
+  }
+}
+
+TEST_CASE("train.nccl with tensor parallel GPT on cuda:2: forward and backward all-reduces are device collectives") {
+  const std::string bytes = compile_ok(with_nccl(testing::gpt_sample("gpt_moby_tp.json")), "cuda:2");
+  const plan::Plan& p = *plan_of(bytes);
+  const int count = check_device_collectives(p);
+  // Two all-reduces a layer forward (attention and MLP projections), their
+  // input gradients' in backward, and the gradients' buckets.
+  CHECK(count > 2 * 4 * 2);
+  // The 2-D hybrid keeps its lane boxings on the host's comm threads.
+  const std::string hybrid = compile_ok(with_nccl(testing::gpt_sample("gpt_moby_hybrid.json")), "cuda:2", {}, 2);
+  check_device_collectives(*plan_of(hybrid));
+}
+
+#endif  // RILL_WITH_CUDA
+
+}  // namespace
+}  // namespace rill
