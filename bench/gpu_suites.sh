@@ -2,7 +2,7 @@
 # bench/gpu_amp_check.sh, with $out, the results folder, and $run, the
 # prefix of every program, set): $rill, step NAME RC (a line of the
 # summary with the seconds so far), and gpu_suites, which runs the CUDA
-# kernel and runtime suites and shows their failures.
+# kernel, runtime and NCCL suites and shows their failures.
 mkdir -p "$out"
 rill=build/rill
 [ -n "$run" ] && rill="$run rill"
@@ -17,4 +17,7 @@ gpu_suites() {
   grep -B3 -A12 "ERROR" "$out/cuda_runtime.txt" | head -60
   grep "MESSAGE" "$out/cuda_runtime.txt" | head -10
   tail -4 "$out/cuda_runtime.txt"
+  $run build/tests/runtime/cuda_nccl_test > "$out/cuda_nccl.txt" 2>&1; step nccl $?
+  grep -B3 -A12 "ERROR" "$out/cuda_nccl.txt" | head -40
+  tail -3 "$out/cuda_nccl.txt"
 }

@@ -166,7 +166,8 @@ class Inserter {
   // On CPU devices a sum within a node into B (P -> B within) runs as
   // P -> S(k), one task per device summing its slice, then S(k) -> B: the
   // node's device threads share the sums (k: the first axis of at least one
-  // element per device).
+  // element per device). Not a whole P -> B under train.nccl: that is one
+  // device collective (physical_boxing.cc).
   std::vector<std::pair<NdSbp, NdSbp>> shared_sums(const TensorMeta& meta, std::vector<std::pair<NdSbp, NdSbp>> steps,
                                                     const graph::Placement& p) const {
     const int nodes = p.num_nodes(), per_node = p.per_node();
@@ -174,7 +175,8 @@ class Inserter {
     std::vector<std::pair<NdSbp, NdSbp>> out;
     for (const auto& [in, to] : steps) {
       int axis = -1;
-      if (boxing_form(in, to, nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
+      const bool device_collective = g_->nccl && in == NdSbp(Sbp::partial_sum()) && to == NdSbp(Sbp::broadcast());
+      if (!device_collective && boxing_form(in, to, nodes) == BoxingForm::kWithinNode && in.within.kind == Sbp::kPartialSum &&
           to.within.kind == Sbp::kBroadcast) {
         const Region part = node_region(meta.shape, in, nodes, nodes - 1);  // the smallest part
         for (size_t a = 0; a < part.extent.size() && axis < 0; ++a)

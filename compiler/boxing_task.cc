@@ -78,8 +78,8 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
       conf.local_pieces() != 1 || conf.num_nodes() != ranks || conf.parallel() != ranks || rank < 0 ||
       rank >= ranks || g->nodes()->Get(static_cast<uint32_t>(rank)) != task.node() ||
       g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
-      ActorId::device_type(task.id()) != DeviceType::kCuda)
-    return invalid_argument("task '{}': a device collective is one cuda device's all-reduce (P -> B, one piece) "
+      ActorId::device_type(task.id()) == DeviceType::kComm)
+    return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B, one piece) "
                             "as its rank of communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
                             name, group, ranks, read_sbp(conf.in_sbp()).to_string(),
                             read_sbp(conf.out_sbp()).to_string(), rank, task.node(), task.device());
@@ -94,6 +94,8 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
   work.exchanges = true;
   work.reduce_op = conf.reduce_op();
   work.comm_group = group;
+  // Its pieces in its device's memory (cuda), or the host's (cpu).
+  const int zone = ActorId::device_type(task.id()) == DeviceType::kCuda ? task.device() : -1;
   for (int k = 0; k < tensors; ++k) {
     const plan::RegstDesc* in = find_regst(plan, task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
     const plan::RegstDesc* out = find_regst(plan, task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
@@ -101,9 +103,9 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
       return invalid_argument("task '{}': tensor {}'s regsts are not in the plan", name, k);
     const TensorMeta meta{shape(out->logical_shape()), read_dtype(out->dtype())};
     if (!(shape(in->shape()) == meta.shape) || !(shape(out->shape()) == meta.shape) ||
-        read_dtype(in->dtype()) != meta.dtype || in->device() != task.device() || out->device() != task.device())
+        read_dtype(in->dtype()) != meta.dtype || in->device() != zone || out->device() != zone)
       return invalid_argument("task '{}': tensor {} is all-reduced whole on device {}: its regsts '{}' and '{}' "
-                              "disagree on shape, dtype or device",
+                              "disagree on shape, dtype or memory",
                               name, k, task.device(), str(in->name()), str(out->name()));
     work.tensors.push_back(meta);
   }

@@ -18,8 +18,8 @@ bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) con
 
 bool Expander::device_collective(const BoxingNode& box) const {
   const graph::Placement& p = at(box.placement);
-  return g_.nccl && !box.move() && p.type == DeviceType::kCuda && p.parallel() > 1 &&
-         box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast());
+  return g_.nccl && !box.move() && p.parallel() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
+         box.out == NdSbp(Sbp::broadcast());
 }
 
 int Expander::comm_group(const graph::Placement& p) {
@@ -42,7 +42,7 @@ void Expander::add_device_collective(const std::vector<int>& unit, const std::st
   std::vector<ChainMember> members;
   for (int rank = 0; rank < p.parallel(); ++rank) {
     const int node = p.node_of(rank);
-    const Thread thread{DeviceType::kCuda, static_cast<uint32_t>(p.device_of(rank))};
+    const Thread thread{p.type, static_cast<uint32_t>(p.device_of(rank))};
     const Numbering::Task t = add_task(node, thread, everywhere, [&] {
       TaskNode task = boxing_task(box, fmt::format("{}@{}", name, rank), rank / p.per_node());
       task.device = p.device_of(rank);

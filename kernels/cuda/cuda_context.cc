@@ -386,6 +386,8 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
     m.graph_replays = [] { return rill::g_graph_replays.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
+    m.nccl_unique_id = rill::nccl::make_id;
+    m.nccl_init = rill::nccl::init;
     return m;
   }();
   return &module;

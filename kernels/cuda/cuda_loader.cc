@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_module.h"
+#include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda_kernels.h"
 
 namespace rill {
@@ -144,6 +145,20 @@ KernelFn find_cuda_kernel(std::string_view type) {
 }
 
 std::string cuda_unavailable_reason() { return module() ? std::string() : g_why; }
+
+StatusOr<NcclComm::Id> nccl_unique_id() {
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
+  return m->nccl_unique_id();
+}
+
+StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& id, int world,
+                                                          std::span<const int> ranks, std::span<const int> devices,
+                                                          std::chrono::milliseconds timeout) {
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
+  return m->nccl_init(id, world, ranks, devices, timeout);
+}
 
 // The count is the module's: a process that has not loaded it (a CPU-only
 // run) has none, and asking does not load it.

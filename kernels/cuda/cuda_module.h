@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/nccl_comm.h"
 #include "kernels/op.h"
 
 namespace rill {
@@ -19,7 +20,7 @@ namespace rill {
 // What both sides must agree on: the table's layout and the sizes of the
 // types that cross (a module left from another build differs in them).
 constexpr uint64_t cuda_module_abi() {
-  return (uint64_t{3} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+  return (uint64_t{4} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
          (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
 }
 
@@ -30,6 +31,11 @@ struct CudaModule {
   int64_t (*synchronizes)() = nullptr;
   int64_t (*graph_replays)() = nullptr;
   int64_t (*device_bytes_peak)() = nullptr;
+  StatusOr<NcclComm::Id> (*nccl_unique_id)() = nullptr;
+  StatusOr<std::vector<std::unique_ptr<NcclComm>>> (*nccl_init)(const NcclComm::Id& id, int world,
+                                                                std::span<const int> ranks,
+                                                                std::span<const int> devices,
+                                                                std::chrono::milliseconds timeout) = nullptr;
 };
 
 }  // namespace rill

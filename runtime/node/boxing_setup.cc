@@ -9,17 +9,35 @@
 
 namespace rill {
 
-StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task, std::byte* scratch) {
+namespace {
+
+// A device collective's rank on a GPU: its NCCL communicator, enqueueing on
+// its device's compute stream.
+class NcclRank final : public DeviceCommunicator {
+ public:
+  NcclRank(NcclComm* comm, CudaContext* cuda, std::chrono::milliseconds timeout)
+      : comm_(comm), cuda_(cuda), timeout_(timeout) {}
+  int rank() const override { return comm_->rank(); }
+  int world() const override { return comm_->world(); }
+  const char* backend() const override { return "nccl"; }
+  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
+    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
+    return comm_->all_reduce(inputs, outputs, elements, dtype, static_cast<int>(op), *cuda_, timeout_, what.c_str());
+  }
+
+ private:
+  NcclComm* comm_;
+  CudaContext* cuda_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task, std::byte* scratch,
+                                 const CudaFor& cuda_for) {
   RILL_ASSIGN_OR_RETURN(compiler::BoxingTask work, compiler::boxing_task(plan, task));
-  // The plan's device collectives (train.nccl) are compiled, ordered and
-  // verified, but the node does not run them on NCCL yet: refused here, so
-  // no gradient is left unsummed.
-  if (work.comm_group >= 0)
-    return Status(Code::kFailedPrecondition,
-                  fmt::format("task '{}': a device collective of communicator {} (train.nccl): this build plans NCCL "
-                              "all-reduces but does not run them yet; set train.nccl to false to sum through host "
-                              "memory",
-                              read_string(task.name()), work.comm_group));
+  if (work.comm_group >= 0) return device_collective(plan, task, std::move(work), cuda_for);
   comm::Collectives* collectives = nullptr;
   if (work.exchanges) {
     RILL_ASSIGN_OR_RETURN(collectives, collectives_for(read_string(task.name()), *task.boxing()));
@@ -29,12 +47,83 @@ StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task,
               static_cast<comm::ReduceOp>(work.reduce_op), scratch);
 }
 
+StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan::Task& task,
+                                               compiler::BoxingTask work, const CudaFor& cuda_for) {
+  const std::string name = read_string(task.name());
+  const plan::CommGroup& group = *plan.comm_groups()->Get(static_cast<uint32_t>(work.comm_group));
+  const int node = task.node();
+  const bool gpu = ActorId::device_type(task.id()) == DeviceType::kCuda;
+  const uint64_t tag = tag_base_ + 1 + task.boxing()->collective_tag();
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000));
+  // This node's ranks (contiguous: a placement's ranks are node-major), and
+  // the communicator's nodes.
+  std::vector<int> devices, nodes;
+  int first = -1;
+  for (uint32_t r = 0; r < group.nodes()->size(); ++r) {
+    const int n = group.nodes()->Get(r);
+    if (nodes.empty() || nodes.back() != n) nodes.push_back(n);
+    if (n != node) continue;
+    if (first < 0) first = static_cast<int>(r);
+    if (first + static_cast<int>(devices.size()) != static_cast<int>(r))
+      return invalid_argument("task '{}': communicator {} has node {}'s ranks apart", name, work.comm_group, node);
+    devices.push_back(group.devices()->Get(r));
+  }
+  const int index = task.boxing()->first_rank() - first;
+  if (first < 0 || index < 0 || index >= static_cast<int>(devices.size()))
+    return invalid_argument("task '{}': rank {} of communicator {} is not on node {}", name,
+                            task.boxing()->first_rank(), work.comm_group, node);
+  DeviceCommunicator* rank = nullptr;
+  if (gpu) {
+    if (nccl_groups_.count(work.comm_group) == 0)
+      RILL_RETURN_IF_ERROR(make_nccl(name, group, work.comm_group, tag, first, devices, nodes));
+    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
+    nccl_ranks_.push_back(std::make_unique<NcclRank>(
+        nccl_groups_[work.comm_group][static_cast<size_t>(index)].get(), cuda, timeout));
+    rank = nccl_ranks_.back().get();
+  } else {
+    auto& local = local_groups_[work.comm_group];
+    if (!local) {
+      comm::Collectives* across = nullptr;
+      if (nodes.size() > 1) {
+        RILL_ASSIGN_OR_RETURN(across, collectives_among(name, nodes));
+      }
+      local = std::make_unique<LocalCollective>(devices, first, static_cast<int>(group.nodes()->size()), across,
+                                                timeout);
+    }
+    rank = local->rank(index);
+  }
+  return Body(std::in_place_type<DeviceCollectiveBody>, rank, std::move(work.tensors),
+              static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
+}
+
+Status BoxingSetup::make_nccl(const std::string& name, const plan::CommGroup& group, int index, uint64_t tag,
+                              int first_rank, const std::vector<int>& devices, const std::vector<int>& nodes) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000));
+  // The id: made by the communicator's first node, broadcast to the others
+  // over the data plane (sealed where the cluster is keyed).
+  NcclComm::Id id{};
+  if (transport_ == nullptr || nodes.front() == transport_->rank()) {
+    RILL_ASSIGN_OR_RETURN(id, nccl_unique_id());
+  }
+  if (nodes.size() > 1) {
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(name, nodes));
+    RILL_RETURN_IF_ERROR(across->broadcast(id, 0, tag).with_context(
+        fmt::format("task '{}': sending communicator {}'s NCCL id", name, index)));
+  }
+  std::vector<int> ranks;
+  for (size_t i = 0; i < devices.size(); ++i) ranks.push_back(first_rank + static_cast<int>(i));
+  auto comms = nccl_init(id, static_cast<int>(group.nodes()->size()), ranks, devices, timeout);
+  if (!comms.ok())
+    return comms.status().with_context(fmt::format("task '{}': making communicator {} (NCCL)", name, index));
+  nccl_groups_[index] = std::move(*comms);
+  return {};
+}
+
 StatusOr<comm::Collectives*> BoxingSetup::collectives_for(const std::string& name, const plan::BoxingConf& conf) {
   if (transport_ == nullptr)
     return invalid_argument("task '{}': boxing across {} nodes needs a transport", name, conf.num_nodes());
   // Among the nodes of its peers (its placement's), which need not be every
   // node of the cluster.
-  comm::Transport* transport = transport_;
   std::vector<int> nodes;
   if (conf.peers() != nullptr)
     for (uint64_t peer : *conf.peers()) nodes.push_back(static_cast<int>(ActorId::node(peer)));
@@ -42,10 +131,17 @@ StatusOr<comm::Collectives*> BoxingSetup::collectives_for(const std::string& nam
       !std::is_sorted(nodes.begin(), nodes.end()) || std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end())
     return invalid_argument("task '{}': boxing across {} nodes with peers on {} nodes ({})", name, conf.num_nodes(),
                             nodes.size(), fmt::join(nodes, ", "));
+  return collectives_among(name, nodes);
+}
+
+StatusOr<comm::Collectives*> BoxingSetup::collectives_among(const std::string& name, const std::vector<int>& nodes) {
+  if (transport_ == nullptr)
+    return invalid_argument("task '{}': a collective across {} nodes needs a transport", name, nodes.size());
+  comm::Transport* transport = transport_;
   if (nodes.back() >= transport->world())
     return invalid_argument("task '{}': boxing with node {}, but the cluster has {} nodes", name, nodes.back(),
                             transport->world());
-  if (conf.num_nodes() != transport->world()) {
+  if (static_cast<int>(nodes.size()) != transport->world()) {
     groups_.push_back(std::make_unique<comm::GroupTransport>(*transport, nodes));
     if (!groups_.back()->member())
       return invalid_argument("task '{}': boxing among nodes {} runs on node {}", name, fmt::join(nodes, ", "),

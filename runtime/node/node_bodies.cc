@@ -163,7 +163,8 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
     case plan::TaskKind::Boxing:
     {
       auto scratch = boxing_memory_.find(task.id());
-      return boxing_.body(*plan_, task, scratch == boxing_memory_.end() ? nullptr : scratch->second);
+      return boxing_.body(*plan_, task, scratch == boxing_memory_.end() ? nullptr : scratch->second,
+                          [this](uint32_t device) { return cuda_for(device); });
     }
     case plan::TaskKind::Sink: {
       const plan::SinkConf* conf = task.sink();

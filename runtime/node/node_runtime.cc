@@ -158,6 +158,7 @@ void NodeRun::fail(const Status& status) {
   }
   failed_.store(true);
   for (auto& worker : workers_) worker->stop();
+  if (first) boxing_.cancel("the run was stopped: " + status.message());
   // Collectives waiting on a peer end now, not at their deadlines.
   if (first && options_.transport)
     options_.transport->cancel_tags(options_.tag_base, options_.tag_base + kTagsPerRun,
@@ -225,8 +226,11 @@ RunReport NodeRun::run() {
   if (options_.trace)
     for (const auto& actor : actors_) {
       const auto* boxing = std::get_if<BoxingBody>(&actor->body());
+      const auto* device = std::get_if<DeviceCollectiveBody>(&actor->body());
       report.traces.push_back({actor->id(), actor->name(), actor->trace(), actor->acts_per_step(),
-                               boxing != nullptr ? boxing->collective() : std::string()});
+                               boxing != nullptr   ? boxing->collective()
+                               : device != nullptr ? device->collective()
+                                                   : std::string()});
     }
   return report;
 }

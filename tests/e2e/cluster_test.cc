@@ -90,6 +90,13 @@ TEST_CASE("the MLP on 2 nodes x 2 devices matches 1 node x 1 device over 10 step
   auto one = ten_step_curve(mlp + " --devices cpu:1", temp_dir() / "mlp1.json");
   auto four = ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --ctrl-port 19110", temp_dir() / "mlp4.json");
   check_curves_agree(one, four);
+  // Device collectives (train.nccl; on cpu devices each device a rank, a
+  // node's ranks summed in the process, then across agents): the same float
+  // sums in the same order as the node's boxing tasks, so the same curve,
+  // bit for bit (tests/runtime/device_collective_test.cc).
+  auto ranks = ten_step_curve(mlp + " --nodes 2 --devices cpu:2 --ctrl-port 19110 --set train.nccl=true",
+                              temp_dir() / "mlp4nccl.json");
+  CHECK(ranks == four);
 }
 
 // Model parallelism (samples/mlp/mlp_model_parallel.json: w1 split by
@@ -539,11 +546,18 @@ TEST_CASE("a pserver that dies mid-job stops the job at once, named as the first
 }
 
 TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the first cause") {
-  auto dir = temp_dir();
-  std::string machines = "127.0.0.1:19210,127.0.0.2:19210";
+  // Its boxing tasks' collectives, or its devices' (train.nccl): either way.
+  bool nccl = false;
+  SUBCASE("through its boxing tasks") { nccl = false; }
+  SUBCASE("through its devices' collectives") { nccl = true; }
+  CAPTURE(nccl);
+  // Logs of their own: the killer must not read the other subcase's "step".
+  auto dir = temp_dir() / (nccl ? "nccl" : "host");
+  std::filesystem::create_directories(dir);
+  std::string machines = nccl ? "127.0.0.1:19214,127.0.0.2:19214" : "127.0.0.1:19210,127.0.0.2:19210";
   Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "d0.log").string());
   Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "d1.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19210", 30);
+  auto client = rill::Client::connect(nccl ? "127.0.0.1:19214" : "127.0.0.1:19210", 30);
   REQUIRE(client.ok());
   std::atomic<int64_t> killed_at{0};
   std::thread killer([&] {
@@ -554,13 +568,13 @@ TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the 
     killed_at = Clock::now().time_since_epoch().count();
   });
   rill::SubmitOptions options;
-  options.overrides = {"train.log_every=10"};
+  options.overrides = {"train.log_every=10", nccl ? "train.nccl=true" : "train.nccl=false"};
   auto result = (*client)->submit_text(
       read_text(root() + "/samples/mlp/mlp.json"),
       "mlp.json", options);
   auto ended = Clock::now();
   killer.join();
-  REQUIRE(result.ok());
+  REQUIRE_MESSAGE(result.ok(), result.status().to_string());
   CHECK_FALSE(result->status.ok());
   // The cause the user reads is the lost node, not the collective or the
   // actor that noticed it first.

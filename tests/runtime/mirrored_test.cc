@@ -312,14 +312,21 @@ TEST_CASE("collectives as ops of a mirrored job: all_reduce (sum, mean, max, min
     int nodes;
     const char* devices;
   };
+  // And as device collectives (train.nccl): the all_reduces each device's
+  // rank of one, sums (and max, min, products) in rank order.
+  for (const bool nccl : {false, true})
   for (const Case& c : {Case{1, "cpu:2"}, Case{1, "cpu:3"}, Case{2, "cpu:1"}, Case{2, "cpu:2"}}) {
+    CAPTURE(nccl);
     CAPTURE(c.nodes);
     CAPTURE(c.devices);
     auto cluster = compiler::parse_devices(c.devices, c.nodes);
     REQUIRE(cluster.ok());
     const int ranks = cluster->parallel();
-    auto plan = compiler::compile(collectives_job(ranks), *cluster, {.steps = 1});
+    graph::Job job = collectives_job(ranks);
+    job.train.nccl = nccl;
+    auto plan = compiler::compile(job, *cluster, {.steps = 1});
     REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+    CHECK((plan::GetPlan(plan->data())->comm_groups() != nullptr) == nccl);
     std::map<std::string, std::vector<float>> fetched;
     std::vector<double> mean_loss;
     testing::run_nodes(*plan, c.nodes, [&](RunOptions& options) {

@@ -356,7 +356,8 @@ inline void check_one_step(const Problem& problem, const Reference& ref, int nod
   OneStep run = run_one_step(problem, nodes, devices);
   CHECK(std::abs(run.loss - ref.loss) <= 2 * ref.loss_err);
   REQUIRE(run.grads.size() == 6);
-  for (const auto& [name, g] : ref.grads) {
+  for (const auto& [tensor, g] : ref.grads) {
+    const std::string& name = tensor;  // a structured binding cannot be captured (C++20, clang)
     CAPTURE(name);
     const std::vector<float>& got = run.grads.at(name);
     REQUIRE(got.size() == g.v.size());

@@ -1,0 +1,62 @@
+// A device collective (plan.fbs BoxingConf.comm_group, train.nccl): one
+// device's rank of a communicator among every device of a placement. Each
+// act all-reduces its input slots into its output slots (a bucket's
+// gradients in one call), in the one order the plan chains on every rank.
+//
+// DeviceCommunicator is the rank's side of the communicator: on cuda devices
+// NCCL's (the node's runtime makes them), on cpu devices the host's (a
+// node's ranks meet in the process, their sum crosses nodes by the host's
+// collectives: runtime/node/local_collective.h). The body knows neither.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actor/body.h"
+#include "base/status.h"
+#include "comm/collectives.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+class DeviceCommunicator {
+ public:
+  virtual ~DeviceCommunicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // "nccl" or "host".
+  virtual const char* backend() const = 0;
+  // For every k: outputs[k] = inputs[k] combined by `op` over the ranks (the
+  // same bits on every rank), elements[k] elements of `dtype` each; one call
+  // of every rank with the same `tag`, sizes and order. On a GPU it is
+  // enqueued on the device's stream (the body returns before it completes);
+  // on the host it is done when it returns. inputs[k] may be outputs[k].
+  virtual Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                            std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) = 0;
+};
+
+class DeviceCollectiveBody {
+ public:
+  // `communicator` outlives the body (the node's runtime owns it); `tensors`
+  // what each input k holds (and output k gets).
+  DeviceCollectiveBody(DeviceCommunicator* communicator, std::vector<TensorMeta> tensors, comm::ReduceOp op,
+                       uint64_t tag, std::string name);
+  Status act(const ActIo& io);
+  // "all_reduce nccl" or "all_reduce host".
+  std::string collective() const;
+
+ private:
+  DeviceCommunicator* communicator_;
+  std::vector<TensorMeta> tensors_;
+  comm::ReduceOp op_;
+  uint64_t tag_;
+  std::string name_;
+  std::vector<size_t> elements_;
+  std::vector<const void*> in_;  // per act, sized once
+  std::vector<void*> out_;
+};
+
+}  // namespace rill

@@ -1,0 +1,165 @@
+// The CUDA module's NCCL: communicators made non-blocking, all-reduces
+// enqueued on a context's compute stream (kernels/cuda/nccl_comm.h).
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/nccl_comm.h"
+
+namespace rill::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status nccl_status(ncclResult_t result, const char* call, const char* what) {
+  if (result == ncclSuccess || result == ncclInProgress) return {};
+  const char* last = ncclGetLastError(nullptr);
+  return Status(result == ncclRemoteError || result == ncclSystemError ? Code::kUnavailable : Code::kInternal,
+                fmt::format("{} ({}): {}{}{}", call, what, ncclGetErrorString(result),
+                            last != nullptr && *last != '\0' ? ": " : "", last != nullptr ? last : ""));
+}
+
+// Waits until `comm`'s pending work is taken (a non-blocking communicator's
+// state leaves ncclInProgress), or fails at `deadline` naming the call.
+Status settle(ncclComm_t comm, Clock::time_point deadline, const char* call, const char* what) {
+  for (int spins = 0;; ++spins) {
+    ncclResult_t state = ncclSuccess;
+    RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", what));
+    if (state != ncclInProgress) return nccl_status(state, call, what);
+    if (Clock::now() >= deadline)
+      return Status(Code::kDeadlineExceeded, fmt::format("{} ({}): NCCL did not finish it within its deadline "
+                                                         "(a rank that never joined, or a peer gone)",
+                                                         call, what));
+    if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+StatusOr<ncclDataType_t> nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kI32: return ncclInt32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+  }
+  return invalid_argument("NCCL: no type for dtype {}", static_cast<int>(dtype));
+}
+
+StatusOr<ncclRedOp_t> nccl_op(int op) {
+  switch (op) {
+    case 0: return ncclSum;
+    case 1: return ncclMax;
+    case 2: return ncclMin;
+    case 3: return ncclProd;
+    default: return invalid_argument("NCCL: no reduction for op {} (0 sum, 1 max, 2 min, 3 product)", op);
+  }
+}
+
+class Comm final : public NcclComm {
+ public:
+  Comm(ncclComm_t comm, int rank, int world, int device) : comm_(comm), rank_(rank), world_(world), device_(device) {}
+  ~Comm() override { abort(); }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                    std::span<const size_t> elements, DType dtype, int op, CudaContext& cuda,
+                    std::chrono::milliseconds timeout, const char* what) override {
+    if (aborted_.load()) return Status(Code::kAborted, fmt::format("ncclAllReduce ({}): the communicator was aborted", what));
+    if (inputs.size() != outputs.size() || inputs.size() != elements.size())
+      return internal_error("ncclAllReduce ({}): {} inputs, {} outputs, {} sizes", what, inputs.size(),
+                            outputs.size(), elements.size());
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
+    RILL_RETURN_IF_ERROR(check(what));
+    const auto stream = static_cast<cudaStream_t>(cuda.stream());
+    const auto deadline = Clock::now() + timeout;
+    RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      Status s = nccl_status(ncclAllReduce(inputs[k], outputs[k], elements[k], type, reduce, comm_, stream),
+                             "ncclAllReduce", what);
+      if (!s.ok()) {
+        (void)ncclGroupEnd();
+        return s;
+      }
+    }
+    RILL_RETURN_IF_ERROR(nccl_status(ncclGroupEnd(), "ncclGroupEnd", what));
+    return settle(comm_, deadline, "ncclAllReduce", what);
+  }
+
+  Status check(const char* what) override {
+    ncclResult_t state = ncclSuccess;
+    RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
+    return nccl_status(state, "NCCL (an earlier call)", what);
+  }
+
+  void abort() override {
+    if (aborted_.exchange(true)) return;
+    (void)cudaSetDevice(device_);
+    (void)ncclCommAbort(comm_);
+  }
+
+ private:
+  ncclComm_t comm_;
+  const int rank_, world_, device_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace
+
+StatusOr<NcclComm::Id> make_id() {
+  ncclUniqueId id;
+  RILL_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId", "a communicator's id"));
+  NcclComm::Id out;
+  static_assert(sizeof(id) == NcclComm::kIdBytes);
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
+                                                     std::span<const int> devices,
+                                                     std::chrono::milliseconds timeout) {
+  if (ranks.size() != devices.size() || ranks.empty() || world < 1)
+    return invalid_argument("ncclCommInitRankConfig: {} ranks on {} devices of a {}-rank communicator", ranks.size(),
+                            devices.size(), world);
+  ncclUniqueId unique;
+  std::memcpy(&unique, id.data(), sizeof(unique));
+  const auto deadline = Clock::now() + timeout;
+  const std::string what = fmt::format("ranks {} of {} on cuda:{}", fmt::join(ranks, ","), world,
+                                       fmt::join(devices, ",cuda:"));
+  std::vector<ncclComm_t> comms(ranks.size(), nullptr);
+  auto abort_all = [&] {
+    for (size_t i = 0; i < comms.size(); ++i)
+      if (comms[i] != nullptr) {
+        (void)cudaSetDevice(devices[i]);
+        (void)ncclCommAbort(comms[i]);
+      }
+  };
+  Status status = nccl_status(ncclGroupStart(), "ncclGroupStart", what.c_str());
+  for (size_t i = 0; status.ok() && i < ranks.size(); ++i) {
+    status = cuda_status(cudaSetDevice(devices[i]), "cudaSetDevice", what.c_str());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    if (status.ok())
+      status = nccl_status(ncclCommInitRankConfig(&comms[i], world, unique, ranks[i], &config),
+                           "ncclCommInitRankConfig", what.c_str());
+  }
+  Status ended = nccl_status(ncclGroupEnd(), "ncclGroupEnd", what.c_str());
+  if (status.ok()) status = ended;
+  for (size_t i = 0; status.ok() && i < comms.size(); ++i)
+    status = settle(comms[i], deadline, "ncclCommInitRankConfig", what.c_str());
+  if (!status.ok()) {
+    abort_all();
+    return status;
+  }
+  std::vector<std::unique_ptr<NcclComm>> out;
+  for (size_t i = 0; i < comms.size(); ++i) out.push_back(std::make_unique<Comm>(comms[i], ranks[i], world, devices[i]));
+  return out;
+}
+
+}  // namespace rill::nccl

@@ -1,0 +1,67 @@
+// NcclComm: one rank's NCCL communicator, for a device collective's ranks on
+// GPUs (train.nccl; the runtime's side is runtime/node/boxing_setup.cc).
+// The header names no NCCL type; NCCL lives in the CUDA module with the rest
+// of CUDA (kernels/cuda/cuda_module.h), so a process that never asks for a
+// GPU maps no NCCL either. NCCL's errors become Rill errors naming the call,
+// what it was for and NCCL's own last words.
+//
+// Communicators are made non-blocking: nothing here waits past the deadline
+// it is given (a peer that never comes, a hung call), and abort() may come
+// from any thread while another waits on the communicator.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+class NcclComm {
+ public:
+  static constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+  using Id = std::array<std::byte, kIdBytes>;
+
+  virtual ~NcclComm() = default;  // ncclCommAbort: never waits for a peer
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // For every k: outputs[k] = inputs[k] combined over the ranks by `op`
+  // (0 sum, 1 max, 2 min, 3 product: comm::ReduceOp's values), elements[k]
+  // elements of `dtype`, enqueued on `cuda`'s compute stream in one NCCL
+  // group (one launch for a bucket), waiting at most `timeout` for NCCL to
+  // take it.
+  virtual Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                            std::span<const size_t> elements, DType dtype, int op, CudaContext& cuda,
+                            std::chrono::milliseconds timeout, const char* what) = 0;
+  // An error NCCL met since (a peer gone, a network failure), without waiting.
+  virtual Status check(const char* what) = 0;
+  // Ends every call on the communicator now (ncclCommAbort); later calls fail.
+  virtual void abort() = 0;
+};
+
+// A new communicator's id, made by its first rank and sent to the others.
+StatusOr<NcclComm::Id> nccl_unique_id();
+
+// This process's ranks `ranks` (on GPUs `devices`, one each) of a
+// `world`-rank communicator `id`, made together in one NCCL group, within
+// `timeout` (every rank of every process must call it).
+StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& id, int world,
+                                                          std::span<const int> ranks, std::span<const int> devices,
+                                                          std::chrono::milliseconds timeout);
+
+// The module's own (nccl_comm.cc), which the two above reach through its
+// table (cuda_module.h).
+namespace nccl {
+StatusOr<NcclComm::Id> make_id();
+StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
+                                                     std::span<const int> devices,
+                                                     std::chrono::milliseconds timeout);
+}  // namespace nccl
+
+}  // namespace rill

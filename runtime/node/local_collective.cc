@@ -1,0 +1,150 @@
+#include "runtime/node/local_collective.h"
+
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/ranges.h>
+
+namespace rill {
+
+class LocalCollective::Rank final : public DeviceCommunicator {
+ public:
+  Rank(LocalCollective& group, int local) : group_(group), local_(local) {}
+  int rank() const override { return group_.first_rank_ + local_; }
+  int world() const override { return group_.world_; }
+  const char* backend() const override { return "host"; }
+  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
+    if (inputs.size() != outputs.size() || inputs.size() != elements.size() || inputs.empty())
+      return internal_error("all_reduce of {} inputs, {} outputs, {} sizes", inputs.size(), outputs.size(),
+                            elements.size());
+    return group_.meet(local_, Arrival{inputs, outputs, elements, dtype, op, tag});
+  }
+
+ private:
+  LocalCollective& group_;
+  const int local_;
+};
+
+LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
+                                 std::chrono::milliseconds timeout)
+    : devices_(std::move(devices)), first_rank_(first_rank), world_(world), across_(across), timeout_(timeout) {
+  for (size_t i = 0; i < devices_.size(); ++i) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<int>(i)));
+  MutexLock lock(mu_);
+  arrivals_.resize(devices_.size());
+  present_.assign(devices_.size(), false);
+}
+
+LocalCollective::~LocalCollective() = default;
+
+DeviceCommunicator* LocalCollective::rank(int local) { return ranks_[static_cast<size_t>(local)].get(); }
+
+void LocalCollective::cancel(const std::string& reason) {
+  MutexLock lock(mu_);
+  if (cancelled_.ok()) cancelled_ = Status(Code::kAborted, reason);
+  cv_.notify_all();
+}
+
+Status LocalCollective::meet(int local, const Arrival& arrival) {
+  const auto deadline = comm::Clock::now() + timeout_;
+  UniqueLock lock(mu_);
+  if (!cancelled_.ok()) return cancelled_;
+  if (present_[static_cast<size_t>(local)])
+    return internal_error("device {} called a collective (tag {}) twice before the others came",
+                          devices_[static_cast<size_t>(local)], arrival.tag);
+  const uint64_t generation = generation_;
+  arrivals_[static_cast<size_t>(local)] = arrival;
+  present_[static_cast<size_t>(local)] = true;
+  if (++arrived_ < static_cast<int>(devices_.size())) {
+    while (generation_ == generation && cancelled_.ok()) {
+      if (working_) {  // the sum is under way: its collective has its own deadline
+        cv_.wait(mu_);
+        continue;
+      }
+      if (!cv_.wait_until(mu_, deadline) && generation_ == generation && !working_ && cancelled_.ok()) {
+        std::vector<int> missing;
+        for (size_t i = 0; i < devices_.size(); ++i)
+          if (!present_[i]) missing.push_back(devices_[i]);
+        return Status(Code::kDeadlineExceeded,
+                      fmt::format("device {} waited {} ms in collective tag {} for device(s) {} of its node",
+                                  devices_[static_cast<size_t>(local)], timeout_.count(), arrival.tag,
+                                  fmt::join(missing, ", ")));
+      }
+    }
+    return generation_ != generation ? result_ : cancelled_;
+  }
+  // The last one in: every rank must be making the same call.
+  Status status;
+  for (const Arrival& a : arrivals_) {
+    const Arrival& first = arrivals_[0];
+    bool same = a.tag == first.tag && a.dtype == first.dtype && a.op == first.op &&
+                a.elements.size() == first.elements.size();
+    for (size_t k = 0; same && k < a.elements.size(); ++k) same = a.elements[k] == first.elements[k];
+    if (!same) {
+      status = internal_error("the devices of node's communicator rank {} disagree on the collective: tag {} vs {}",
+                              first_rank_, first.tag, a.tag);
+      break;
+    }
+  }
+  working_ = true;
+  sums_ = arrivals_;
+  lock.unlock();
+  if (status.ok()) status = combine();
+  lock.lock();
+  working_ = false;
+  result_ = status;
+  arrived_ = 0;
+  present_.assign(devices_.size(), false);
+  ++generation_;
+  cv_.notify_all();
+  return status;
+}
+
+Status LocalCollective::combine() {
+  const Arrival& first = sums_[0];
+  const size_t tensors = first.elements.size();
+  return visit_dtype(first.dtype, [&]<typename T>(std::type_identity<T>) -> Status {
+    // Where the sum lands: one tensor in rank 0's output; a bucket's
+    // tensors packed one after another (a host boxing's bucket layout).
+    size_t total = 0;
+    for (size_t n : first.elements) total += n;
+    T* packed = nullptr;
+    if (tensors > 1) {
+      packed_.resize(total * sizeof(T));
+      packed = reinterpret_cast<T*>(packed_.data());
+    }
+    size_t offset = 0;
+    for (size_t k = 0; k < tensors; ++k) {
+      const size_t n = first.elements[k];
+      T* dst = tensors > 1 ? packed + offset : static_cast<T*>(first.outputs[k]);
+      auto in = [&](size_t r) { return static_cast<const T*>(sums_[r].inputs[k]); };
+      if (sums_.size() == 1) {
+        if (dst != in(0)) std::memmove(dst, in(0), n * sizeof(T));
+      } else {  // the first two in one pass, then one pass per further rank
+        comm::combine_into(first.op, dst, in(0), reinterpret_cast<const std::byte*>(in(1)), n);
+        for (size_t r = 2; r < sums_.size(); ++r)
+          comm::combine_into(first.op, dst, dst, reinterpret_cast<const std::byte*>(in(r)), n);
+      }
+      offset += n;
+    }
+    T* sum = tensors > 1 ? packed : static_cast<T*>(first.outputs[0]);
+    if (across_ != nullptr) {
+      std::span<T> all(sum, total);
+      RILL_RETURN_IF_ERROR(across_->all_reduce(std::span<const T>(all), all, first.tag, first.op));
+    }
+    // Every output gets the sum (rank 0's holds it already, one tensor).
+    offset = 0;
+    for (size_t k = 0; k < tensors; ++k) {
+      const size_t n = first.elements[k];
+      for (size_t r = 0; r < sums_.size(); ++r) {
+        T* out = static_cast<T*>(sums_[r].outputs[k]);
+        if (out != sum + offset) std::memcpy(out, sum + offset, n * sizeof(T));
+      }
+      offset += n;
+    }
+    return Status();
+  });
+}
+
+}  // namespace rill

@@ -1,0 +1,82 @@
+// LocalCollective: the host's side of a device collective's communicator
+// (train.nccl on cpu devices) on one node. The node's ranks (its device
+// threads) meet in the process: the last to arrive sums their inputs in rank
+// order, all-reduces that sum with the other nodes' (the host's collectives
+// among the communicator's nodes, one call per meeting, a bucket's tensors
+// packed in one buffer) and writes it to every rank's outputs. Those are a
+// host boxing's sums in a host boxing's order (the node's pieces in order,
+// then across nodes), so a job gives the same bits either way; it is how the
+// plan NCCL runs is exercised where there is no GPU.
+//
+// A rank waits for its node's others until the deadline (the run's stall
+// timeout), then fails naming the devices it waited for; once all are in,
+// until the sum is done (whose collective has its own deadline). cancel()
+// wakes every waiting rank. Threads: one call per rank at a time, from that
+// rank's thread; cancel() from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actor/device_collective_body.h"
+#include "base/mutex.h"
+#include "comm/collectives.h"
+
+namespace rill {
+
+class LocalCollective {
+ public:
+  // `devices`: the node's ranks' devices, in rank order; `across`: the
+  // collectives among the communicator's nodes (null: it is on one node),
+  // which outlive this object.
+  LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
+                  std::chrono::milliseconds timeout);
+  ~LocalCollective();
+  LocalCollective(const LocalCollective&) = delete;
+  LocalCollective& operator=(const LocalCollective&) = delete;
+
+  int first_rank() const { return first_rank_; }
+  int local_ranks() const { return static_cast<int>(devices_.size()); }
+  // Local rank `local`'s communicator (owned here).
+  DeviceCommunicator* rank(int local);
+  void cancel(const std::string& reason);
+
+ private:
+  class Rank;
+  struct Arrival {
+    std::span<const void* const> inputs;
+    std::span<void* const> outputs;
+    std::span<const size_t> elements;
+    DType dtype = DType::kF32;
+    comm::ReduceOp op = comm::ReduceOp::kSum;
+    uint64_t tag = 0;
+  };
+  Status meet(int local, const Arrival& arrival);
+  // The last to arrive: the sum of `sums_`, across nodes, into every output.
+  Status combine();
+
+  const std::vector<int> devices_;
+  const int first_rank_, world_;
+  comm::Collectives* across_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Arrival> arrivals_ GUARDED_BY(mu_);
+  std::vector<bool> present_ GUARDED_BY(mu_);
+  int arrived_ GUARDED_BY(mu_) = 0;
+  bool working_ GUARDED_BY(mu_) = false;  // all are in; the last one sums
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  Status result_ GUARDED_BY(mu_);
+  Status cancelled_ GUARDED_BY(mu_);
+  // The last to arrive's, while working (the others wait): the arrivals it
+  // sums, copied under the lock, and a bucket's sum, packed.
+  std::vector<Arrival> sums_;
+  std::vector<std::byte> packed_;
+};
+
+}  // namespace rill

@@ -1,0 +1,130 @@
+// NCCL on the GPU: a communicator of one rank (the GPU machine has one GPU,
+// and NCCL refuses two ranks on one), and a job whose device collectives
+// (train.nccl) NCCL cannot make. Without a GPU the suite reports itself
+// skipped (exit 77).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/half.h"
+#include "compiler/compiler.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/nccl_comm.h"
+#include "runtime/node/node_runtime.h"
+#include "tests/runtime/sample_jobs.h"
+
+namespace rill {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{20000};
+
+// `values` on the device, all-reduced alone (world 1) by `op`, back on the host.
+template <typename T>
+std::vector<T> all_reduce_alone(NcclComm& comm, CudaContext& cuda, const std::vector<T>& values, DType dtype, int op,
+                                bool in_place) {
+  const size_t bytes = values.size() * sizeof(T);
+  auto in = cuda.allocate(bytes, "test input");
+  auto out = cuda.allocate(bytes, "test output");
+  REQUIRE(in.ok());
+  REQUIRE(out.ok());
+  REQUIRE(cuda.copy(*in, values.data(), bytes, CopyKind::kHostToDevice, "test").ok());
+  const void* inputs[] = {*in};
+  void* outputs[] = {in_place ? *in : *out};
+  const size_t elements[] = {values.size()};
+  Status status = comm.all_reduce(inputs, outputs, elements, dtype, op, cuda, kTimeout, "test");
+  REQUIRE_MESSAGE(status.ok(), status.to_string());
+  std::vector<T> back(values.size());
+  REQUIRE(cuda.copy(back.data(), outputs[0], bytes, CopyKind::kDeviceToHost, "test").ok());
+  REQUIRE(cuda.synchronize("test").ok());
+  cuda.release(*in);
+  cuda.release(*out);
+  return back;
+}
+
+TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its input back; an aborted one refuses") {
+  auto cuda = CudaContext::create(0);
+  REQUIRE_MESSAGE(cuda.ok(), cuda.status().to_string());
+  auto id = nccl_unique_id();
+  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
+  const int ranks[] = {0}, devices[] = {0};
+  auto comms = nccl_init(*id, 1, ranks, devices, kTimeout);
+  REQUIRE_MESSAGE(comms.ok(), comms.status().to_string());
+  REQUIRE(comms->size() == 1);
+  NcclComm& comm = *(*comms)[0];
+  CHECK(comm.rank() == 0);
+  CHECK(comm.world() == 1);
+  const std::vector<float> f32{1.5f, -2.0f, 3.25f, 1e-30f};
+  for (int op = 0; op < 4; ++op) {
+    CAPTURE(op);
+    CHECK(all_reduce_alone(comm, **cuda, f32, DType::kF32, op, false) == f32);
+    CHECK(all_reduce_alone(comm, **cuda, f32, DType::kF32, op, true) == f32);
+  }
+  const std::vector<int32_t> i32{7, -3, 1 << 30};
+  CHECK(all_reduce_alone(comm, **cuda, i32, DType::kI32, 3, false) == i32);
+  std::vector<BFloat16> bf16;
+  for (float v : f32) bf16.push_back(BFloat16::from_float(v));
+  const std::vector<BFloat16> bf16_back = all_reduce_alone(comm, **cuda, bf16, DType::kBF16, 0, false);
+  CHECK(std::memcmp(bf16_back.data(), bf16.data(), bf16.size() * sizeof(BFloat16)) == 0);
+  CHECK(comm.check("test").ok());
+  CHECK(comm.all_reduce({}, {}, {}, DType::kF32, 9, **cuda, kTimeout, "test").code() == Code::kInvalidArgument);
+
+  comm.abort();
+  const void* inputs[] = {nullptr};
+  void* outputs[] = {nullptr};
+  const size_t elements[] = {1};
+  const Status aborted = comm.all_reduce(inputs, outputs, elements, DType::kF32, 0, **cuda, kTimeout, "test");
+  CHECK(aborted.code() == Code::kAborted);
+}
+
+// Two nodes' ranks on the one GPU: NCCL refuses them ("Duplicate GPU"), and
+// the run says so naming the communicator's NCCL call, within its deadline,
+// on both nodes; it never hangs.
+TEST_CASE("train.nccl on 2 nodes sharing cuda:0: NCCL's refusal is each node's error, named, within the deadline") {
+  graph::Job job = testing::training_sample("samples/mlp/mlp.json");
+  job.train.nccl = true;
+  job.train.steps = 2;
+  auto cluster = compiler::parse_devices("cuda:1", 2);
+  REQUIRE(cluster.ok());
+  auto plan = compiler::compile(job, *cluster, {});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  auto transports = comm::make_inproc_transports(2);
+  std::vector<Status> built(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node)
+    threads.emplace_back([&, node] {
+      RunOptions options;
+      options.node = node;
+      options.transport = transports[static_cast<size_t>(node)].get();
+      options.stall_timeout_s = 10;
+      auto runtime = NodeRuntime::build(*plan, options);
+      built[static_cast<size_t>(node)] = runtime.ok() ? (*runtime)->run().status : runtime.status();
+    });
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const Status& s : built) {
+    INFO(s.to_string());
+    CHECK_FALSE(s.ok());
+    CHECK(s.message().find("NCCL") != std::string::npos);
+  }
+  CHECK(seconds < 30);
+}
+
+}  // namespace
+}  // namespace rill
+
+int main(int argc, char** argv) {
+  if (rill::cuda_device_count() == 0) {
+    std::printf("skipped: no CUDA device here (NCCL is tested where a GPU is present)\n");
+    return 77;  // meson's "skipped"
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}

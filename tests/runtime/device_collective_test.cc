@@ -1,0 +1,138 @@
+// Device collectives (train.nccl) on cpu devices: each device a rank of its
+// placement's communicator, the node's ranks meeting in the process, their
+// sum crossing nodes by the host's collectives (runtime/node/
+// local_collective.h). The plan NCCL runs, run where there is no GPU.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/compiler.h"
+#include "runtime/node/local_collective.h"
+#include "tests/runtime/numerics_reference.h"
+#include "tests/runtime/sample_jobs.h"
+
+namespace rill {
+namespace {
+
+using testing::training_sample;
+
+// Every step's loss of `job` on `nodes` x `devices` (in-process runtimes).
+std::vector<double> losses(graph::Job job, int nodes, const std::string& devices, bool nccl) {
+  job.train.nccl = nccl;
+  auto cluster = compiler::parse_devices(devices, nodes);
+  REQUIRE(cluster.ok());
+  auto plan = compiler::compile(job, *cluster, {});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  const plan::Plan& p = *plan::GetPlan(plan->data());
+  // Device collectives exactly when asked for: every P -> B of the job's
+  // placement is one (the MLP's gradients, a GPT's tensor parallel sums).
+  CHECK((p.comm_groups() != nullptr && p.comm_groups()->size() > 0) == nccl);
+  std::vector<double> out;
+  std::mutex mu;
+  testing::run_nodes(*plan, nodes, [&](RunOptions& options) {
+    options.on_step = [&](const StepMetrics& m) {
+      std::lock_guard lock(mu);
+      for (size_t k = 0; k < m.names.size(); ++k)
+        if (m.names[k] == "loss") out.push_back(m.values[k]);
+    };
+  });
+  return out;
+}
+
+// Why bitwise: a device collective sums a node's pieces in rank order, the
+// first two in one pass, then across nodes by the same collective on the
+// same bytes (a bucket packed the same way) as a host boxing, and writes the
+// sum to every device; a host boxing does those float operations in that
+// order (on one node, P -> S then S -> B: each element's sum still in rank
+// order). The same float operations give the same bits on any CPU.
+TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing through the node's boxing tasks") {
+  struct Case {
+    const char* sample;
+    int nodes;
+    const char* devices;
+    int64_t bucket_bytes;
+    int64_t micro_batches;
+  };
+  for (const Case& c : {Case{"samples/mlp/mlp.json", 1, "cpu:2", 25 << 20, 1},
+                        Case{"samples/mlp/mlp.json", 1, "cpu:3", 0, 2},
+                        Case{"samples/mlp/mlp.json", 2, "cpu:2", 25 << 20, 1},
+                        Case{"samples/mlp/mlp.json", 3, "cpu:1", 0, 1},
+                        Case{"samples/mlp/mlp_hybrid.json", 2, "cpu:2", 25 << 20, 1},
+                        Case{"samples/mlp/mlp_pipeline.json", 2, "cpu:2", 0, 4},
+                        Case{"samples/gpt/gpt_moby_tp.json", 1, "cpu:2", 25 << 20, 1}}) {
+    CAPTURE(c.sample);
+    CAPTURE(c.nodes);
+    CAPTURE(c.devices);
+    CAPTURE(c.bucket_bytes);
+    graph::Job job = training_sample(c.sample);
+    job.train.steps = 3;
+    job.train.log_every = 1;
+    job.train.bucket_bytes = c.bucket_bytes;
+    job.train.micro_batches = c.micro_batches;
+    const std::vector<double> host = losses(job, c.nodes, c.devices, false);
+    const std::vector<double> device = losses(job, c.nodes, c.devices, true);
+    REQUIRE(host.size() == 3);
+    CHECK(device == host);
+  }
+}
+
+// Two ranks of one node whose calls run on threads of their own.
+struct Pair {
+  LocalCollective group{{0, 1}, 0, 2, nullptr, std::chrono::milliseconds(300)};
+  std::vector<float> a{1, 2, 3}, b{10, 20, 30}, out_a{0, 0, 0}, out_b{0, 0, 0};
+  Status call(int local, std::vector<float>& in, std::vector<float>& out, uint64_t tag,
+              comm::ReduceOp op = comm::ReduceOp::kSum) {
+    const void* inputs[] = {in.data()};
+    void* outputs[] = {out.data()};
+    const size_t elements[] = {in.size()};
+    return group.rank(local)->all_reduce(inputs, outputs, elements, DType::kF32, op, tag);
+  }
+};
+
+TEST_CASE("a node's ranks meet: the sum (or max) in every output, a rank left alone fails naming whom it waited for") {
+  Pair p;
+  auto other = std::async(std::launch::async, [&] { return p.call(1, p.b, p.out_b, 7); });
+  REQUIRE(p.call(0, p.a, p.out_a, 7).ok());
+  REQUIRE(other.get().ok());
+  CHECK(p.out_a == std::vector<float>{11, 22, 33});
+  CHECK(p.out_b == p.out_a);
+  other = std::async(std::launch::async, [&] { return p.call(1, p.b, p.b, 8, comm::ReduceOp::kMax); });
+  REQUIRE(p.call(0, p.a, p.a, 8, comm::ReduceOp::kMax).ok());  // in place
+  REQUIRE(other.get().ok());
+  CHECK(p.a == std::vector<float>{10, 20, 30});
+  CHECK(p.b == p.a);
+  CHECK(std::string(p.group.rank(1)->backend()) == "host");
+  CHECK(p.group.rank(1)->rank() == 1);
+  CHECK(p.group.rank(1)->world() == 2);
+
+  // Rank 1 never comes: rank 0 fails at its deadline, naming device 1.
+  Status alone = p.call(0, p.a, p.out_a, 9);
+  CHECK(alone.code() == Code::kDeadlineExceeded);
+  CHECK(alone.message().find("device 0 waited 300 ms in collective tag 9 for device(s) 1") != std::string::npos);
+}
+
+TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes a waiting rank") {
+  Pair p;
+  auto other = std::async(std::launch::async, [&] { return p.call(1, p.b, p.out_b, 5); });
+  const Status mine = p.call(0, p.a, p.out_a, 6);
+  const Status theirs = other.get();
+  CHECK(mine.code() == Code::kInternal);
+  CHECK(theirs.code() == Code::kInternal);
+  CHECK(mine.message().find("disagree") != std::string::npos);
+
+  Pair q;
+  auto waiting = std::async(std::launch::async, [&] { return q.call(0, q.a, q.out_a, 1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  q.group.cancel("the run was stopped: node 1 is gone");
+  const Status woken = waiting.get();
+  CHECK(woken.code() == Code::kAborted);
+  CHECK(woken.message().find("node 1 is gone") != std::string::npos);
+  CHECK(q.call(1, q.b, q.out_b, 1).code() == Code::kAborted);  // and later calls fail with it
+}
+
+}  // namespace
+}  // namespace rill
