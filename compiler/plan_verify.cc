@@ -93,6 +93,9 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
                             ? comm_group_ranks(*p.comm_groups()->Get(static_cast<uint32_t>(c->comm_group())))
                             : -1;
       if (c->num_nodes() < 1 || c->num_nodes() > ranks || c->node() != t->node()) return false;
+      // Collective tags below 2^19: the rest of a run's 2^20 tags are the
+      // device collectives' set-up (runtime/node/boxing_setup.h).
+      if (c->collective_tag() < 0 || c->collective_tag() >= (int64_t{1} << 19)) return false;
       // Peers, when any: one per node of the placement, this task at its
       // node's place among them (first_rank / local_pieces).
       const auto* peers = c->peers();

@@ -46,6 +46,7 @@ class DeviceContext final : public CudaContext {
   Status synchronize(const char* what) override;
   StatusOr<void*> allocate(size_t bytes, const char* what) override;
   Status memory_info(size_t* free, size_t* total, const char* what) override;
+  StatusOr<std::array<uint8_t, 16>> uuid(const char* what) override;
   void release(void* device_memory) override;
   StatusOr<void*> allocate_host(size_t bytes, const char* what) override;
   void release_host(void* host_memory) override;
@@ -351,6 +352,15 @@ Status DeviceContext::mark(void* event, const char* what) {
 Status DeviceContext::memory_info(size_t* free, size_t* total, const char* what) {
   RILL_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice", what));
   return cuda_status(cudaMemGetInfo(free, total), "cudaMemGetInfo", what);
+}
+
+StatusOr<std::array<uint8_t, 16>> DeviceContext::uuid(const char* what) {
+  cudaDeviceProp properties{};
+  RILL_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&properties, device_), "cudaGetDeviceProperties", what));
+  std::array<uint8_t, 16> out{};
+  static_assert(sizeof(properties.uuid.bytes) == 16);
+  std::memcpy(out.data(), properties.uuid.bytes, out.size());
+  return out;
 }
 
 StatusOr<void*> DeviceContext::allocate_host(size_t bytes, const char* what) {

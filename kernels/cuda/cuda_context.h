@@ -15,6 +15,7 @@
 // the call and what it was for.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,8 @@ class CudaContext {
   virtual StatusOr<void*> allocate(size_t bytes, const char* what) = 0;  // device memory, zeroed
   // The device's free and total memory now.
   virtual Status memory_info(size_t* free, size_t* total, const char* what) = 0;
+  // The GPU's UUID: two processes' contexts on one physical GPU have the same.
+  virtual StatusOr<std::array<uint8_t, 16>> uuid(const char* what) = 0;
   virtual void release(void* device_memory) = 0;
   // Page-locked host memory, zeroed: copies between it and the device run
   // asynchronously (from pageable memory the driver stages them).

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+
+#include <spdlog/spdlog.h>
 
 #include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
@@ -30,6 +33,46 @@ class NcclRank final : public DeviceCommunicator {
   NcclComm* comm_;
   CudaContext* cuda_;
   std::chrono::milliseconds timeout_;
+};
+
+// A device collective's rank on a GPU that another rank of its communicator
+// shares (agents on one machine's one GPU), which NCCL refuses: its pieces
+// cross through host memory, summed by the node's LocalCollective. A copy
+// from the device into pageable memory returns once done (after the work
+// before it on the stream), and one back once it has read the host bytes,
+// so the host buffers are free again when a call returns.
+class StagedRank final : public DeviceCommunicator {
+ public:
+  StagedRank(DeviceCommunicator* host, CudaContext* cuda) : host_(host), cuda_(cuda) {}
+  int rank() const override { return host_->rank(); }
+  int world() const override { return host_->world(); }
+  const char* backend() const override { return "staged"; }
+  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
+    const std::string what = fmt::format("collective tag {} on cuda:{} through host memory", tag, cuda_->device());
+    staged_.resize(inputs.size());
+    in_.resize(inputs.size());
+    out_.resize(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      staged_[k].resize(elements[k] * dtype_size(dtype));
+      RILL_RETURN_IF_ERROR(
+          cuda_->copy(staged_[k].data(), inputs[k], staged_[k].size(), CopyKind::kDeviceToHost, what.c_str()));
+      in_[k] = staged_[k].data();
+      out_[k] = staged_[k].data();
+    }
+    RILL_RETURN_IF_ERROR(host_->all_reduce(in_, out_, elements, dtype, op, tag));
+    for (size_t k = 0; k < outputs.size(); ++k)
+      RILL_RETURN_IF_ERROR(
+          cuda_->copy(outputs[k], staged_[k].data(), staged_[k].size(), CopyKind::kHostToDevice, what.c_str()));
+    return {};
+  }
+
+ private:
+  DeviceCommunicator* host_;
+  CudaContext* cuda_;
+  std::vector<std::vector<std::byte>> staged_;  // pageable on purpose (see above); sized once
+  std::vector<const void*> in_;
+  std::vector<void*> out_;
 };
 
 }  // namespace
@@ -72,28 +115,72 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
   if (first < 0 || index < 0 || index >= static_cast<int>(devices.size()))
     return invalid_argument("task '{}': rank {} of communicator {} is not on node {}", name,
                             task.boxing()->first_rank(), work.comm_group, node);
-  DeviceCommunicator* rank = nullptr;
+  // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
+  // through the host, as on cpu devices.
+  bool staged = false;
   if (gpu) {
+    if (auto at = shared_gpu_.find(work.comm_group); at != shared_gpu_.end()) {
+      staged = at->second;
+    } else {
+      RILL_ASSIGN_OR_RETURN(staged, shares_gpu(name, setup_tag(work.comm_group, 0), devices, nodes, cuda_for));
+      shared_gpu_[work.comm_group] = staged;
+      if (staged)
+        spdlog::info("task '{}': communicator {} has ranks on one GPU, which NCCL refuses: its all-reduces cross "
+                     "through host memory",
+                     name, work.comm_group);
+    }
+  }
+  DeviceCommunicator* rank = nullptr;
+  if (gpu && !staged) {
     if (nccl_groups_.count(work.comm_group) == 0)
-      RILL_RETURN_IF_ERROR(make_nccl(name, group, work.comm_group, tag, first, devices, nodes));
+      RILL_RETURN_IF_ERROR(make_nccl(name, group, work.comm_group, setup_tag(work.comm_group, 1), first, devices,
+                                     nodes));
     RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
     nccl_ranks_.push_back(std::make_unique<NcclRank>(
         nccl_groups_[work.comm_group][static_cast<size_t>(index)].get(), cuda, timeout));
-    rank = nccl_ranks_.back().get();
-  } else {
-    auto& local = local_groups_[work.comm_group];
-    if (!local) {
-      comm::Collectives* across = nullptr;
-      if (nodes.size() > 1) {
-        RILL_ASSIGN_OR_RETURN(across, collectives_among(name, nodes));
-      }
-      local = std::make_unique<LocalCollective>(devices, first, static_cast<int>(group.nodes()->size()), across,
-                                                timeout);
+    return Body(std::in_place_type<DeviceCollectiveBody>, nccl_ranks_.back().get(), std::move(work.tensors),
+                static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
+  }
+  auto& local = local_groups_[work.comm_group];
+  if (!local) {
+    comm::Collectives* across = nullptr;
+    if (nodes.size() > 1) {
+      RILL_ASSIGN_OR_RETURN(across, collectives_among(name, nodes));
     }
-    rank = local->rank(index);
+    local = std::make_unique<LocalCollective>(devices, first, static_cast<int>(group.nodes()->size()), across,
+                                              timeout);
+  }
+  rank = local->rank(index);
+  if (staged) {
+    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
+    nccl_ranks_.push_back(std::make_unique<StagedRank>(rank, cuda));
+    rank = nccl_ranks_.back().get();
   }
   return Body(std::in_place_type<DeviceCollectiveBody>, rank, std::move(work.tensors),
               static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
+}
+
+StatusOr<bool> BoxingSetup::shares_gpu(const std::string& name, uint64_t tag, const std::vector<int>& devices,
+                                       const std::vector<int>& nodes, const CudaFor& cuda_for) {
+  // Every rank's GPU UUID, node by node (each node has as many ranks).
+  std::vector<std::byte> mine;
+  for (int device : devices) {
+    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(device)));
+    RILL_ASSIGN_OR_RETURN(auto uuid, cuda->uuid("a device collective's GPU"));
+    for (uint8_t b : uuid) mine.push_back(static_cast<std::byte>(b));
+  }
+  std::vector<std::byte> all = mine;
+  if (nodes.size() > 1) {
+    all.resize(mine.size() * nodes.size());
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(name, nodes));
+    RILL_RETURN_IF_ERROR(across->all_gather(mine, all, tag).with_context(
+        fmt::format("task '{}': gathering its communicator's GPUs", name)));
+  }
+  std::set<std::vector<std::byte>> seen;
+  for (size_t at = 0; at + 16 <= all.size(); at += 16)
+    if (!seen.insert(std::vector<std::byte>(all.begin() + static_cast<long>(at), all.begin() + static_cast<long>(at) + 16)).second)
+      return true;
+  return false;
 }
 
 Status BoxingSetup::make_nccl(const std::string& name, const plan::CommGroup& group, int index, uint64_t tag,

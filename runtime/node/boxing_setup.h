@@ -8,7 +8,9 @@
 // communicator's first task here: on cpu devices the node's LocalCollective
 // of it, with Collectives among the communicator's nodes; on cuda devices
 // NCCL's (the id made by the communicator's first node and broadcast to the
-// others over the data plane, this node's ranks made in one NCCL group). It
+// others over the data plane, this node's ranks made in one NCCL group), or,
+// where two ranks share a GPU (which NCCL refuses), the LocalCollective's
+// with each rank's pieces copied through host memory. It
 // owns those, so it must outlive the actors built with its bodies. One per
 // NodeRun; the build thread only, but cancel() from any thread.
 #pragma once
@@ -70,6 +72,16 @@ class BoxingSetup {
   StatusOr<comm::Collectives*> collectives_among(const std::string& name, const std::vector<int>& nodes);
   StatusOr<Body> device_collective(const plan::Plan& plan, const plan::Task& task, compiler::BoxingTask work,
                                    const CudaFor& cuda_for);
+  // The tags of a communicator's set-up exchanges (step 0: its GPUs, 1: its
+  // NCCL id), apart from every collective's (tag_base + 1 + its ordinal).
+  uint64_t setup_tag(int group, int step) const {
+    return tag_base_ + (uint64_t{1} << 19) + 2 * static_cast<uint64_t>(group) + static_cast<uint64_t>(step);
+  }
+  // Whether two ranks of a communicator (this node's on `devices`, the
+  // others' gathered from `nodes`) are on one GPU, by the GPUs' UUIDs: every
+  // node gets the same answer.
+  StatusOr<bool> shares_gpu(const std::string& name, uint64_t tag, const std::vector<int>& devices,
+                            const std::vector<int>& nodes, const CudaFor& cuda_for);
   // This node's NCCL communicators of communicator `group` (its ranks
   // first_rank ... on `devices`), made with the other nodes of `nodes`.
   Status make_nccl(const std::string& name, const plan::CommGroup& group, int index, uint64_t tag, int first_rank,
@@ -82,7 +94,8 @@ class BoxingSetup {
   std::vector<std::unique_ptr<comm::Collectives>> collectives_;  // one per cross-node boxing task
   std::map<int, std::unique_ptr<LocalCollective>> local_groups_;  // by communicator: its ranks on this node
   std::map<int, std::vector<std::unique_ptr<NcclComm>>> nccl_groups_;   // by communicator: its ranks on this node
-  std::vector<std::unique_ptr<DeviceCommunicator>> nccl_ranks_;        // the bodies' views of them
+  std::vector<std::unique_ptr<DeviceCommunicator>> nccl_ranks_;        // the bodies' GPU ranks (NCCL's or staged)
+  std::map<int, bool> shared_gpu_;  // by communicator: whether ranks share a GPU (then staged through the host)
 };
 
 }  // namespace rill

@@ -30,6 +30,7 @@ class RecordingContext final : public CudaContext {
   Status synchronize(const char*) override { return {}; }
   StatusOr<void*> allocate(size_t, const char*) override { return internal_error("not here"); }
   Status memory_info(size_t*, size_t*, const char*) override { return internal_error("not here"); }
+  StatusOr<std::array<uint8_t, 16>> uuid(const char*) override { return internal_error("not here"); }
   void release(void*) override {}
   StatusOr<void*> allocate_host(size_t, const char*) override { return internal_error("not here"); }
   void release_host(void*) override {}
