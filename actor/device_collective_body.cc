@@ -1,12 +1,19 @@
 #include "actor/device_collective_body.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace rill {
 
-DeviceCollectiveBody::DeviceCollectiveBody(DeviceCommunicator* communicator, std::vector<TensorMeta> tensors,
-                                           comm::ReduceOp op, uint64_t tag, std::string name)
-    : communicator_(communicator), tensors_(std::move(tensors)), op_(op), tag_(tag), name_(std::move(name)) {
+DeviceCollectiveBody::DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call,
+                                           std::vector<TensorMeta> tensors, comm::ReduceOp op, uint64_t tag,
+                                           std::string name)
+    : communicator_(communicator),
+      call_(call),
+      tensors_(std::move(tensors)),
+      op_(op),
+      tag_(tag),
+      name_(std::move(name)) {
   for (const TensorMeta& t : tensors_) elements_.push_back(static_cast<size_t>(num_elements(t.shape)));
   in_.resize(tensors_.size());
   out_.resize(tensors_.size());
@@ -16,7 +23,8 @@ Status DeviceCollectiveBody::act(const ActIo& io) {
   const size_t n = tensors_.size();
   // Inputs: the tensors, then control regsts (order only); outputs: the
   // tensors, then at most one control regst.
-  if (communicator_ == nullptr || n == 0 || io.inputs.size() < n || io.outputs.size() < n)
+  if (communicator_ == nullptr || n == 0 || io.inputs.size() < n || io.outputs.size() < n ||
+      (call_ != CollectiveCall::kAllReduce && n != 1))
     return internal_error("device collective '{}': {} tensors, {} inputs, {} outputs{}", name_, n, io.inputs.size(),
                           io.outputs.size(), communicator_ == nullptr ? ", no communicator" : "");
   const DType dtype = tensors_[0].dtype;
@@ -27,16 +35,33 @@ Status DeviceCollectiveBody::act(const ActIo& io) {
     in_[k] = io.inputs[k]->data;
     out_[k] = io.outputs[k]->data;
   }
-  Status status = communicator_->all_reduce(in_, out_, elements_, dtype, op_, tag_);
+  // A reduce-scatter's or all-gather's block: the logical tensor over the ranks.
+  const size_t world = static_cast<size_t>(std::max(1, communicator_->world()));
+  Status status;
+  switch (call_) {
+    case CollectiveCall::kAllReduce: status = communicator_->all_reduce(in_, out_, elements_, dtype, op_, tag_); break;
+    case CollectiveCall::kReduceScatter:
+      status = communicator_->reduce_scatter(in_[0], out_[0], elements_[0] / world, dtype, op_, tag_);
+      break;
+    case CollectiveCall::kAllGather:
+      status = communicator_->all_gather(in_[0], out_[0], elements_[0] / world, dtype, tag_);
+      break;
+    case CollectiveCall::kReduce:
+    case CollectiveCall::kAllToAll:
+    case CollectiveCall::kOther:
+      status = internal_error("not a device collective's call: {}", collective_call_name(call_));
+      break;
+  }
   if (!status.ok())
-    return status.with_context(fmt::format("device collective '{}' (all_reduce {}, rank {} of {})", name_,
-                                           communicator_->backend(), communicator_->rank(),
-                                           communicator_->world()));
+    return status.with_context(fmt::format("device collective '{}' ({} {}, rank {} of {})", name_,
+                                           collective_call_name(call_), communicator_->backend(),
+                                           communicator_->rank(), communicator_->world()));
   return {};
 }
 
 std::string DeviceCollectiveBody::collective() const {
-  return communicator_ == nullptr ? std::string() : fmt::format("all_reduce {}", communicator_->backend());
+  return communicator_ == nullptr ? std::string()
+                                  : fmt::format("{} {}", collective_call_name(call_), communicator_->backend());
 }
 
 }  // namespace rill

@@ -1,7 +1,8 @@
 // A device collective (plan.fbs BoxingConf.comm_group, train.nccl): one
 // device's rank of a communicator among every device of a placement. Each
 // act all-reduces its input slots into its output slots (a bucket's
-// gradients in one call), in the one order the plan chains on every rank.
+// gradients in one call), or reduce-scatters or all-gathers equal row
+// blocks, in the one order the plan chains on every rank.
 //
 // DeviceCommunicator is the rank's side of the communicator: on cuda devices
 // NCCL's (the node's runtime makes them), on cpu devices the host's (a
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "actor/body.h"
+#include "base/collective_scratch.h"
 #include "base/status.h"
 #include "comm/collectives.h"
 #include "kernels/tensor.h"
@@ -36,20 +38,29 @@ class DeviceCommunicator {
   // on the host it is done when it returns. inputs[k] may be outputs[k].
   virtual Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                             std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) = 0;
+  // output = rank()'s block of `block` elements of input (world() blocks)
+  // combined over the ranks.
+  virtual Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+                                uint64_t tag) = 0;
+  // output = every rank's input (`block` elements each), in rank order.
+  virtual Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) = 0;
 };
 
 class DeviceCollectiveBody {
  public:
-  // `communicator` outlives the body (the node's runtime owns it); `tensors`
-  // what each input k holds (and output k gets).
-  DeviceCollectiveBody(DeviceCommunicator* communicator, std::vector<TensorMeta> tensors, comm::ReduceOp op,
-                       uint64_t tag, std::string name);
+  // `communicator` outlives the body (the node's runtime owns it); `call`
+  // what it does (kAllReduce, kReduceScatter or kAllGather); `tensors` the
+  // logical tensors (an all-reduce's inputs k and outputs k hold them whole;
+  // one tensor split by rows on one side for the others).
+  DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call, std::vector<TensorMeta> tensors,
+                       comm::ReduceOp op, uint64_t tag, std::string name);
   Status act(const ActIo& io);
-  // "all_reduce nccl" or "all_reduce host".
+  // "all_reduce nccl", "all_gather host", ...
   std::string collective() const;
 
  private:
   DeviceCommunicator* communicator_;
+  CollectiveCall call_;
   std::vector<TensorMeta> tensors_;
   comm::ReduceOp op_;
   uint64_t tag_;

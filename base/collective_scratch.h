@@ -18,6 +18,19 @@ namespace rill {
 
 enum class CollectiveCall : uint8_t { kAllReduce, kReduceScatter, kReduce, kAllGather, kAllToAll, kOther };
 
+// "all_reduce", "reduce_scatter", ... (a plan's device collectives name theirs).
+constexpr const char* collective_call_name(CollectiveCall call) {
+  switch (call) {
+    case CollectiveCall::kAllReduce: return "all_reduce";
+    case CollectiveCall::kReduceScatter: return "reduce_scatter";
+    case CollectiveCall::kReduce: return "reduce";
+    case CollectiveCall::kAllGather: return "all_gather";
+    case CollectiveCall::kAllToAll: return "all_to_all";
+    case CollectiveCall::kOther: return "other";
+  }
+  return "?";
+}
+
 // comm::CollectiveOptions::direct_bytes by default: an all-reduce of at
 // most this many bytes among several ranks is one direct exchange (every
 // rank sends every other its input), not the ring.

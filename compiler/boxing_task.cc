@@ -61,7 +61,8 @@ StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, c
 }
 
 // A device collective: one rank's all-reduce of each input into its output
-// (whole tensors, P -> B), among the ranks of a communicator the plan has.
+// (whole tensors, P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) ->
+// B) of equal row blocks, among the ranks of a communicator the plan has.
 StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::Task& task,
                                             const plan::BoxingConf& conf) {
   const std::string name = str(task.name());
@@ -74,17 +75,24 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
                             group);
   const int ranks = static_cast<int>(g->nodes()->size());
   const int rank = conf.first_rank();
-  if (!(read_sbp(conf.in_sbp()) == NdSbp(Sbp::partial_sum())) || !(read_sbp(conf.out_sbp()) == NdSbp(Sbp::broadcast())) ||
-      conf.local_pieces() != 1 || conf.num_nodes() != ranks || conf.parallel() != ranks || rank < 0 ||
+  const NdSbp in_sbp = read_sbp(conf.in_sbp()), out_sbp = read_sbp(conf.out_sbp());
+  const NdSbp partial(Sbp::partial_sum()), whole(Sbp::broadcast()), rows(Sbp::split(0));
+  const CollectiveCall call = in_sbp == partial && out_sbp == whole  ? CollectiveCall::kAllReduce
+                              : in_sbp == partial && out_sbp == rows ? CollectiveCall::kReduceScatter
+                              : in_sbp == rows && out_sbp == whole   ? CollectiveCall::kAllGather
+                                                                     : CollectiveCall::kOther;
+  if (call == CollectiveCall::kOther || conf.local_pieces() != 1 || conf.num_nodes() != ranks || conf.parallel() != ranks || rank < 0 ||
       rank >= ranks || g->nodes()->Get(static_cast<uint32_t>(rank)) != task.node() ||
       g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
       ActorId::device_type(task.id()) == DeviceType::kComm)
-    return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B, one piece) "
-                            "as its rank of communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
-                            name, group, ranks, read_sbp(conf.in_sbp()).to_string(),
-                            read_sbp(conf.out_sbp()).to_string(), rank, task.node(), task.device());
+    return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B), reduce-scatter "
+                            "(P -> S(0)) or all-gather (S(0) -> B) as its rank of communicator {} ({} ranks), not "
+                            "{} -> {} of rank {} on node {} device {}",
+                            name, group, ranks, in_sbp.to_string(), out_sbp.to_string(), rank, task.node(),
+                            task.device());
   const int tensors = conf.tensors();
-  if (tensors < 1 || !task.outputs() || static_cast<int>(task.inputs()->size()) < tensors ||
+  if (tensors < 1 || (tensors > 1 && call != CollectiveCall::kAllReduce) || !task.outputs() ||
+      static_cast<int>(task.inputs()->size()) < tensors ||
       static_cast<int>(task.outputs()->size()) < tensors || static_cast<int>(task.outputs()->size()) > tensors + 1 ||
       conf.reduce_op() > 3 || (tensors > 1 && conf.reduce_op() != 0))
     return invalid_argument("task '{}': a device collective of {} tensors with {} inputs, {} outputs, reduce op {}",
@@ -94,6 +102,7 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
   work.exchanges = true;
   work.reduce_op = conf.reduce_op();
   work.comm_group = group;
+  work.call = call;
   // Its pieces in its device's memory (cuda), or the host's (cpu).
   const int zone = ActorId::device_type(task.id()) == DeviceType::kCuda ? task.device() : -1;
   for (int k = 0; k < tensors; ++k) {
@@ -102,11 +111,22 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
     if (in == nullptr || out == nullptr)
       return invalid_argument("task '{}': tensor {}'s regsts are not in the plan", name, k);
     const TensorMeta meta{shape(out->logical_shape()), read_dtype(out->dtype())};
-    if (!(shape(in->shape()) == meta.shape) || !(shape(out->shape()) == meta.shape) ||
+    // Whole, or (the split side) rank `rank`'s block of rows.
+    Shape block = meta.shape;
+    if (call != CollectiveCall::kAllReduce) {
+      if (block.empty() || block[0] % ranks != 0)
+        return invalid_argument("task '{}': {} rows of '{}' do not split evenly over {} ranks", name,
+                                block.empty() ? 0 : block[0], str(out->name()), ranks);
+      block[0] /= ranks;
+    }
+    const Shape& want_in = call == CollectiveCall::kAllGather ? block : meta.shape;
+    const Shape& want_out = call == CollectiveCall::kReduceScatter ? block : meta.shape;
+    if (!(shape(in->shape()) == want_in) || !(shape(out->shape()) == want_out) ||
         read_dtype(in->dtype()) != meta.dtype || in->device() != zone || out->device() != zone)
-      return invalid_argument("task '{}': tensor {} is all-reduced whole on device {}: its regsts '{}' and '{}' "
-                              "disagree on shape, dtype or memory",
-                              name, k, task.device(), str(in->name()), str(out->name()));
+      return invalid_argument("task '{}': tensor {} ({} {}) on device {}: its regsts '{}' and '{}' disagree with "
+                              "its {} on shape, dtype or memory",
+                              name, k, dtype_name(meta.dtype), shape_string(meta.shape), task.device(),
+                              str(in->name()), str(out->name()), collective_call_name(call));
     work.tensors.push_back(meta);
   }
   return work;

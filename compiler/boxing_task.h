@@ -19,10 +19,12 @@ struct BoxingTask {
   bool exchanges = false;  // a collective among nodes (the conf's peers)
   uint8_t reduce_op = 0;   // how P pieces combine: comm::ReduceOp's value (0 sum, 1 max, 2 min, 3 product)
   // >= 0: a device collective (plan.fbs BoxingConf.comm_group): input k is
-  // all-reduced among the group's ranks into output k, in device memory, by
-  // the group's communicator; `plan` is then empty (no steps, no scratch).
+  // all-reduced among the group's ranks into output k (or its rows
+  // reduce-scattered, or gathered), in its device's memory, by the group's
+  // communicator; `plan` is then empty (no steps, no scratch).
   int comm_group = -1;
-  std::vector<TensorMeta> tensors;  // a device collective's, in input order
+  CollectiveCall call = CollectiveCall::kAllReduce;  // a device collective's (all-reduce, reduce-scatter, all-gather)
+  std::vector<TensorMeta> tensors;  // a device collective's logical tensors, in input order
 };
 
 // Boxing task `task` of a verified plan (whole or node plan), or an error

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/collective_scratch.h"
 #include "compiler/logical_graph.h"
 #include "compiler/numbering.h"
 #include "compiler/task_graph.h"
@@ -175,12 +176,13 @@ class Expander {
 
   void add_per_device_boxing(int b);
 
-  // A P -> B of a cuda placement when the job asks for NCCL (train.nccl):
-  // a device collective, one task per device on its thread, all-reducing
-  // that device's piece (or a bucket's pieces) among every device of the
-  // placement; its communicator is Plan.comm_groups[comm_group(p)].
-  bool device_collective(const BoxingNode& box) const;
-  void add_device_collective(const std::vector<int>& unit, const std::string& name);
+  // Under train.nccl, what device collective does `box`, if one does: one
+  // task per device on its thread, one rank of a communicator among every
+  // device of the placement (Plan.comm_groups[comm_group(p)]): P -> B an
+  // all-reduce (of a bucket's pieces too), P -> S(0) a reduce-scatter and
+  // S(0) -> B an all-gather when the rows split evenly over the devices.
+  std::optional<CollectiveCall> device_collective(const BoxingNode& box) const;
+  void add_device_collective(const std::vector<int>& unit, const std::string& name, CollectiveCall call);
   // The index of the communicator of placement `p`'s devices (made on first use).
   int comm_group(const graph::Placement& p);
 

@@ -11,15 +11,23 @@ namespace rill::compiler {
 bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) const {
   const BoxingNode& box = g_.boxings[b];
   const LogicalTensor* t = g_.find(box.tensor);
-  return !box.move() && !box.as && (at(box.placement).num_nodes() > 1 || device_collective(box)) &&
+  return !box.move() && !box.as &&
+         (at(box.placement).num_nodes() > 1 || device_collective(box) == CollectiveCall::kAllReduce) &&
          box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 &&
          t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
 }
 
-bool Expander::device_collective(const BoxingNode& box) const {
+std::optional<CollectiveCall> Expander::device_collective(const BoxingNode& box) const {
   const graph::Placement& p = at(box.placement);
-  return g_.nccl && !box.move() && p.parallel() > 1 && box.in == NdSbp(Sbp::partial_sum()) &&
-         box.out == NdSbp(Sbp::broadcast());
+  if (!g_.nccl || box.move() || p.parallel() < 2) return std::nullopt;
+  const NdSbp partial(Sbp::partial_sum()), whole(Sbp::broadcast()), rows(Sbp::split(0));
+  if (box.in == partial && box.out == whole) return CollectiveCall::kAllReduce;
+  // Row blocks of equal size, rank r's the r-th: the communicator's blocks.
+  const Shape& shape = boxed_meta(g_, box).shape;
+  if (shape.empty() || shape[0] % p.parallel() != 0) return std::nullopt;
+  if (box.in == partial && box.out == rows) return CollectiveCall::kReduceScatter;
+  if (box.in == rows && box.out == whole) return CollectiveCall::kAllGather;
+  return std::nullopt;
 }
 
 int Expander::comm_group(const graph::Placement& p) {
@@ -31,7 +39,7 @@ int Expander::comm_group(const graph::Placement& p) {
   return static_cast<int>(out_.comm_groups.size() - 1);
 }
 
-void Expander::add_device_collective(const std::vector<int>& unit, const std::string& name) {
+void Expander::add_device_collective(const std::vector<int>& unit, const std::string& name, CollectiveCall call) {
   const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
   const graph::Placement& p = at(box.placement);
   const int group = comm_group(p);
@@ -66,9 +74,9 @@ void Expander::add_device_collective(const std::vector<int>& unit, const std::st
     }
   }
   for (int t : tasks) out_.tasks[static_cast<size_t>(t)].boxing().peers = ids;
-  CommCall call{name, tag, static_cast<int>(unit.size()), 0};
-  for (int b : unit) call.bytes += boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]).bytes();
-  out_.comm_groups[static_cast<size_t>(group)].calls.push_back(std::move(call));
+  CommCall made{name, tag, call, static_cast<int>(unit.size()), 0};
+  for (int b : unit) made.bytes += boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]).bytes();
+  out_.comm_groups[static_cast<size_t>(group)].calls.push_back(std::move(made));
   chain_units_.push_back(std::move(members));
 }
 
@@ -148,14 +156,14 @@ Status Expander::add_boxings() {
       add_move(unit[0]);
       continue;
     }
-    if (per_device(box)) {
-      add_per_device_boxing(unit[0]);
-      continue;
-    }
     const std::string name =
         unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
-    if (device_collective(box)) {
-      add_device_collective(unit, name);
+    if (const std::optional<CollectiveCall> call = device_collective(box)) {
+      add_device_collective(unit, name, *call);
+      continue;
+    }
+    if (per_device(box)) {
+      add_per_device_boxing(unit[0]);
       continue;
     }
     const graph::Placement& p = at(box.placement);

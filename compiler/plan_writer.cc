@@ -183,8 +183,8 @@ std::string write_plan(const TaskGraph& g) {
     }
     std::vector<Offset<plan::CommCall>> calls;
     for (const CommCall& c : group.calls)
-      calls.push_back(plan::CreateCommCall(b, b.CreateString(c.name), c.tag, b.CreateString("all_reduce"), c.tensors,
-                                           c.bytes));
+      calls.push_back(plan::CreateCommCall(b, b.CreateString(c.name), c.tag, b.CreateString(collective_call_name(c.op)),
+                                           c.tensors, c.bytes));
     groups.push_back(plan::CreateCommGroup(b, b.CreateVector(nodes), b.CreateVector(devices), b.CreateVector(calls)));
   }
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,

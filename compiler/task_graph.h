@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/actor_id.h"
+#include "base/collective_scratch.h"
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "kernels/attrs.h"
@@ -115,6 +116,7 @@ struct BoxingInfo {
 struct CommCall {
   std::string name;
   int64_t tag = 0;
+  CollectiveCall op = CollectiveCall::kAllReduce;
   int tensors = 1;
   int64_t bytes = 0;
 };

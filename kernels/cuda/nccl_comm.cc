@@ -70,13 +70,12 @@ class Comm final : public NcclComm {
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, int op, CudaContext& cuda,
                     std::chrono::milliseconds timeout, const char* what) override {
-    if (aborted_.load()) return Status(Code::kAborted, fmt::format("ncclAllReduce ({}): the communicator was aborted", what));
     if (inputs.size() != outputs.size() || inputs.size() != elements.size())
       return internal_error("ncclAllReduce ({}): {} inputs, {} outputs, {} sizes", what, inputs.size(),
                             outputs.size(), elements.size());
+    RILL_RETURN_IF_ERROR(usable(what));
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
     RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
-    RILL_RETURN_IF_ERROR(check(what));
     const auto stream = static_cast<cudaStream_t>(cuda.stream());
     const auto deadline = Clock::now() + timeout;
     RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
@@ -92,10 +91,39 @@ class Comm final : public NcclComm {
     return settle(comm_, deadline, "ncclAllReduce", what);
   }
 
+  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, int op, CudaContext& cuda,
+                        std::chrono::milliseconds timeout, const char* what) override {
+    RILL_RETURN_IF_ERROR(usable(what));
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
+    const auto deadline = Clock::now() + timeout;
+    RILL_RETURN_IF_ERROR(nccl_status(ncclReduceScatter(input, output, block, type, reduce, comm_,
+                                                       static_cast<cudaStream_t>(cuda.stream())),
+                                     "ncclReduceScatter", what));
+    return settle(comm_, deadline, "ncclReduceScatter", what);
+  }
+
+  Status all_gather(const void* input, void* output, size_t block, DType dtype, CudaContext& cuda,
+                    std::chrono::milliseconds timeout, const char* what) override {
+    RILL_RETURN_IF_ERROR(usable(what));
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    const auto deadline = Clock::now() + timeout;
+    RILL_RETURN_IF_ERROR(nccl_status(
+        ncclAllGather(input, output, block, type, comm_, static_cast<cudaStream_t>(cuda.stream())), "ncclAllGather",
+        what));
+    return settle(comm_, deadline, "ncclAllGather", what);
+  }
+
   Status check(const char* what) override {
     ncclResult_t state = ncclSuccess;
     RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
     return nccl_status(state, "NCCL (an earlier call)", what);
+  }
+
+  // Not aborted, and no error NCCL met before.
+  Status usable(const char* what) {
+    if (aborted_.load()) return Status(Code::kAborted, fmt::format("NCCL ({}): the communicator was aborted", what));
+    return check(what);
   }
 
   void abort() override {

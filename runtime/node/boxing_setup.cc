@@ -28,6 +28,15 @@ class NcclRank final : public DeviceCommunicator {
     const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
     return comm_->all_reduce(inputs, outputs, elements, dtype, static_cast<int>(op), *cuda_, timeout_, what.c_str());
   }
+  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+                        uint64_t tag) override {
+    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
+    return comm_->reduce_scatter(input, output, block, dtype, static_cast<int>(op), *cuda_, timeout_, what.c_str());
+  }
+  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
+    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
+    return comm_->all_gather(input, output, block, dtype, *cuda_, timeout_, what.c_str());
+  }
 
  private:
   NcclComm* comm_;
@@ -66,8 +75,33 @@ class StagedRank final : public DeviceCommunicator {
           cuda_->copy(outputs[k], staged_[k].data(), staged_[k].size(), CopyKind::kHostToDevice, what.c_str()));
     return {};
   }
+  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+                        uint64_t tag) override {
+    const size_t bytes = block * dtype_size(dtype);
+    return one(input, bytes * static_cast<size_t>(world()), output, bytes, tag, [&](void* in, void* out) {
+      return host_->reduce_scatter(in, out, block, dtype, op, tag);
+    });
+  }
+  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
+    const size_t bytes = block * dtype_size(dtype);
+    return one(input, bytes, output, bytes * static_cast<size_t>(world()), tag,
+               [&](void* in, void* out) { return host_->all_gather(in, out, block, dtype, tag); });
+  }
 
  private:
+  // input (in_bytes) to the host, `call` from one host buffer into another,
+  // out_bytes of that back into output.
+  template <typename Call>
+  Status one(const void* input, size_t in_bytes, void* output, size_t out_bytes, uint64_t tag, Call&& call) {
+    const std::string what = fmt::format("collective tag {} on cuda:{} through host memory", tag, cuda_->device());
+    staged_.resize(2);
+    staged_[0].resize(in_bytes);
+    staged_[1].resize(out_bytes);
+    RILL_RETURN_IF_ERROR(cuda_->copy(staged_[0].data(), input, in_bytes, CopyKind::kDeviceToHost, what.c_str()));
+    RILL_RETURN_IF_ERROR(call(staged_[0].data(), staged_[1].data()));
+    return cuda_->copy(output, staged_[1].data(), out_bytes, CopyKind::kHostToDevice, what.c_str());
+  }
+
   DeviceCommunicator* host_;
   CudaContext* cuda_;
   std::vector<std::vector<std::byte>> staged_;  // pageable on purpose (see above); sized once
@@ -138,7 +172,7 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
     RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
     nccl_ranks_.push_back(std::make_unique<NcclRank>(
         nccl_groups_[work.comm_group][static_cast<size_t>(index)].get(), cuda, timeout));
-    return Body(std::in_place_type<DeviceCollectiveBody>, nccl_ranks_.back().get(), std::move(work.tensors),
+    return Body(std::in_place_type<DeviceCollectiveBody>, nccl_ranks_.back().get(), work.call, std::move(work.tensors),
                 static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
   }
   auto& local = local_groups_[work.comm_group];
@@ -156,7 +190,7 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
     nccl_ranks_.push_back(std::make_unique<StagedRank>(rank, cuda));
     rank = nccl_ranks_.back().get();
   }
-  return Body(std::in_place_type<DeviceCollectiveBody>, rank, std::move(work.tensors),
+  return Body(std::in_place_type<DeviceCollectiveBody>, rank, work.call, std::move(work.tensors),
               static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
 }
 

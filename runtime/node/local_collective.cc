@@ -19,12 +19,32 @@ class LocalCollective::Rank final : public DeviceCommunicator {
     if (inputs.size() != outputs.size() || inputs.size() != elements.size() || inputs.empty())
       return internal_error("all_reduce of {} inputs, {} outputs, {} sizes", inputs.size(), outputs.size(),
                             elements.size());
-    return group_.meet(local_, Arrival{inputs, outputs, elements, dtype, op, tag});
+    return group_.meet(local_, Arrival{CollectiveCall::kAllReduce, inputs, outputs, elements, dtype, op, tag});
+  }
+  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+                        uint64_t tag) override {
+    return one(CollectiveCall::kReduceScatter, input, output, block, dtype, op, tag);
+  }
+  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
+    return one(CollectiveCall::kAllGather, input, output, block, dtype, comm::ReduceOp::kSum, tag);
   }
 
  private:
+  // A call of one buffer each way: spans over this rank's own one-element
+  // arrays, alive while it meets the others.
+  Status one(CollectiveCall call, const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+             uint64_t tag) {
+    in_[0] = input;
+    out_[0] = output;
+    block_[0] = block;
+    return group_.meet(local_, Arrival{call, in_, out_, block_, dtype, op, tag});
+  }
+
   LocalCollective& group_;
   const int local_;
+  const void* in_[1] = {nullptr};
+  void* out_[1] = {nullptr};
+  size_t block_[1] = {0};
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
@@ -78,7 +98,7 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
   Status status;
   for (const Arrival& a : arrivals_) {
     const Arrival& first = arrivals_[0];
-    bool same = a.tag == first.tag && a.dtype == first.dtype && a.op == first.op &&
+    bool same = a.call == first.call && a.tag == first.tag && a.dtype == first.dtype && a.op == first.op &&
                 a.elements.size() == first.elements.size();
     for (size_t k = 0; same && k < a.elements.size(); ++k) same = a.elements[k] == first.elements[k];
     if (!same) {
@@ -102,6 +122,34 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
 }
 
 Status LocalCollective::combine() {
+  switch (sums_[0].call) {
+    case CollectiveCall::kAllReduce: return all_reduce();
+    case CollectiveCall::kReduceScatter: return reduce_scatter();
+    case CollectiveCall::kAllGather: return all_gather();
+    case CollectiveCall::kReduce:
+    case CollectiveCall::kAllToAll:
+    case CollectiveCall::kOther: break;
+  }
+  return internal_error("a device collective's {}, which the host's side does not do",
+                        collective_call_name(sums_[0].call));
+}
+
+// The node's inputs combined in rank order, the first two in one pass, then
+// one pass per further rank (a host boxing's order), into `dst`; one rank's
+// copied (unless it is `dst`).
+template <typename T>
+void LocalCollective::sum_ranks(size_t k, T* dst, size_t n) const {
+  auto in = [&](size_t r) { return static_cast<const T*>(sums_[r].inputs[k]); };
+  if (sums_.size() == 1) {
+    if (dst != in(0)) std::memmove(dst, in(0), n * sizeof(T));
+    return;
+  }
+  comm::combine_into(sums_[0].op, dst, in(0), reinterpret_cast<const std::byte*>(in(1)), n);
+  for (size_t r = 2; r < sums_.size(); ++r)
+    comm::combine_into(sums_[0].op, dst, dst, reinterpret_cast<const std::byte*>(in(r)), n);
+}
+
+Status LocalCollective::all_reduce() {
   const Arrival& first = sums_[0];
   const size_t tensors = first.elements.size();
   return visit_dtype(first.dtype, [&]<typename T>(std::type_identity<T>) -> Status {
@@ -117,15 +165,7 @@ Status LocalCollective::combine() {
     size_t offset = 0;
     for (size_t k = 0; k < tensors; ++k) {
       const size_t n = first.elements[k];
-      T* dst = tensors > 1 ? packed + offset : static_cast<T*>(first.outputs[k]);
-      auto in = [&](size_t r) { return static_cast<const T*>(sums_[r].inputs[k]); };
-      if (sums_.size() == 1) {
-        if (dst != in(0)) std::memmove(dst, in(0), n * sizeof(T));
-      } else {  // the first two in one pass, then one pass per further rank
-        comm::combine_into(first.op, dst, in(0), reinterpret_cast<const std::byte*>(in(1)), n);
-        for (size_t r = 2; r < sums_.size(); ++r)
-          comm::combine_into(first.op, dst, dst, reinterpret_cast<const std::byte*>(in(r)), n);
-      }
+      sum_ranks<T>(k, tensors > 1 ? packed + offset : static_cast<T*>(first.outputs[k]), n);
       offset += n;
     }
     T* sum = tensors > 1 ? packed : static_cast<T*>(first.outputs[0]);
@@ -145,6 +185,46 @@ Status LocalCollective::combine() {
     }
     return Status();
   });
+}
+
+Status LocalCollective::reduce_scatter() {
+  const Arrival& first = sums_[0];
+  const size_t block = first.elements[0], local = sums_.size();
+  return visit_dtype(first.dtype, [&]<typename T>(std::type_identity<T>) -> Status {
+    // The node's sum of every block (a host boxing's packed local sum)...
+    const size_t all = block * static_cast<size_t>(world_);
+    packed_.resize(all * sizeof(T));
+    T* sum = reinterpret_cast<T*>(packed_.data());
+    sum_ranks<T>(0, sum, all);
+    // ... then, across nodes, this node's blocks of the total.
+    const T* mine = sum + block * static_cast<size_t>(first_rank_);
+    if (across_ != nullptr) {
+      counts_.assign(static_cast<size_t>(across_->world()), block * local);
+      node_.resize(block * local * sizeof(T));
+      T* node = reinterpret_cast<T*>(node_.data());
+      RILL_RETURN_IF_ERROR(across_->reduce_scatter_v(std::span<const T>(sum, all), std::span<T>(node, block * local),
+                                                     counts_, first.tag, first.op));
+      mine = node;
+    }
+    for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], mine + r * block, block * sizeof(T));
+    return Status();
+  });
+}
+
+Status LocalCollective::all_gather() {
+  const Arrival& first = sums_[0];
+  const size_t bytes = first.elements[0] * dtype_size(first.dtype), local = sums_.size();
+  // The node's blocks in rank order, then every node's.
+  node_.resize(bytes * local);
+  for (size_t r = 0; r < local; ++r) std::memcpy(node_.data() + r * bytes, sums_[r].inputs[0], bytes);
+  const std::byte* all = node_.data();
+  if (across_ != nullptr) {
+    packed_.resize(bytes * static_cast<size_t>(world_));
+    RILL_RETURN_IF_ERROR(across_->all_gather(node_, packed_, first.tag));
+    all = packed_.data();
+  }
+  for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], all, bytes * static_cast<size_t>(world_));
+  return Status();
 }
 
 }  // namespace rill

@@ -3,10 +3,12 @@
 // threads) meet in the process: the last to arrive sums their inputs in rank
 // order, all-reduces that sum with the other nodes' (the host's collectives
 // among the communicator's nodes, one call per meeting, a bucket's tensors
-// packed in one buffer) and writes it to every rank's outputs. Those are a
-// host boxing's sums in a host boxing's order (the node's pieces in order,
-// then across nodes), so a job gives the same bits either way; it is how the
-// plan NCCL runs is exercised where there is no GPU.
+// packed in one buffer) and writes it to every rank's outputs; a
+// reduce-scatter sums likewise and reduce-scatters the node's blocks across
+// nodes; an all-gather packs the node's blocks and gathers every node's.
+// Those are a host boxing's sums in a host boxing's order (the node's pieces
+// in order, then across nodes), so a job gives the same bits either way; it
+// is how the plan NCCL runs is exercised where there is no GPU.
 //
 // A rank waits for its node's others until the deadline (the run's stall
 // timeout), then fails naming the devices it waited for; once all are in,
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "actor/device_collective_body.h"
+#include "base/collective_scratch.h"
 #include "base/mutex.h"
 #include "comm/collectives.h"
 
@@ -48,6 +51,7 @@ class LocalCollective {
  private:
   class Rank;
   struct Arrival {
+    CollectiveCall call = CollectiveCall::kAllReduce;
     std::span<const void* const> inputs;
     std::span<void* const> outputs;
     std::span<const size_t> elements;
@@ -56,8 +60,13 @@ class LocalCollective {
     uint64_t tag = 0;
   };
   Status meet(int local, const Arrival& arrival);
-  // The last to arrive: the sum of `sums_`, across nodes, into every output.
+  // The last to arrive: the call of `sums_`, across nodes, into every output.
   Status combine();
+  Status all_reduce();
+  Status reduce_scatter();
+  Status all_gather();
+  template <typename T>
+  void sum_ranks(size_t k, T* dst, size_t n) const;
 
   const std::vector<int> devices_;
   const int first_rank_, world_;
@@ -76,7 +85,9 @@ class LocalCollective {
   // The last to arrive's, while working (the others wait): the arrivals it
   // sums, copied under the lock, and a bucket's sum, packed.
   std::vector<Arrival> sums_;
-  std::vector<std::byte> packed_;
+  std::vector<std::byte> packed_;  // a bucket's or a reduce-scatter's sum, or an all-gather's whole
+  std::vector<std::byte> node_;    // this node's blocks (reduce-scatter, all-gather)
+  std::vector<size_t> counts_;     // each node's elements in a reduce-scatter
 };
 
 }  // namespace rill

@@ -164,6 +164,32 @@ TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the 
   }
 }
 
+TEST_CASE("train.nccl with train.zero: weights gathered and gradients reduce-scattered by device collectives") {
+  for (const int nodes : {1, 2}) {
+    CAPTURE(nodes);
+    graph::Job job = with_nccl(testing::mlp_job(16, 16));
+    job.train.zero = true;
+    const std::string bytes = compile_ok(job, "cuda:2", {}, nodes);
+    const plan::Plan& p = *plan_of(bytes);
+    std::set<std::string> ops;
+    for (const plan::CommCall* c : *p.comm_groups()->Get(0)->calls()) ops.insert(c->op()->str());
+    CHECK(ops == std::set<std::string>{"all_gather", "reduce_scatter"});
+    CHECK(check_device_collectives(p) > 0);
+    // Each rank's block in its own GPU's memory: the gather reads one, the
+    // reduce-scatter writes one.
+    for (const plan::Task* t : *p.tasks()) {
+      if (!device_collective(t)) continue;
+      CAPTURE(t->name()->str());
+      const plan::RegstDesc* in = compiler::find_regst(p, t->inputs()->Get(0));
+      const plan::RegstDesc* out = compiler::find_regst(p, t->outputs()->Get(0));
+      const auto rows = [](const plan::RegstDesc* r) { return r->shape()->Get(0); };
+      const int ranks = 2 * nodes;
+      if (testing::sbp_string(in->sbp()) == "S(0)") CHECK(rows(in) * ranks == rows(out));
+      else CHECK(rows(out) * ranks == rows(in));
+    }
+  }
+}
+
 TEST_CASE("train.nccl with tensor parallel GPT on cuda:2: forward and backward all-reduces are device collectives") {
   const std::string bytes = compile_ok(with_nccl(testing::gpt_sample("gpt_moby_tp.json")), "cuda:2");
   const plan::Plan& p = *plan_of(bytes);

@@ -25,27 +25,37 @@ namespace {
 
 constexpr std::chrono::milliseconds kTimeout{20000};
 
-// `values` on the device, all-reduced alone (world 1) by `op`, back on the host.
-template <typename T>
-std::vector<T> all_reduce_alone(NcclComm& comm, CudaContext& cuda, const std::vector<T>& values, DType dtype, int op,
-                                bool in_place) {
+// `values` on the device, through `call(input, output)` (an output of the
+// same size, or the input itself), back on the host.
+template <typename T, typename Call>
+std::vector<T> on_device(CudaContext& cuda, const std::vector<T>& values, bool in_place, Call&& call) {
   const size_t bytes = values.size() * sizeof(T);
   auto in = cuda.allocate(bytes, "test input");
   auto out = cuda.allocate(bytes, "test output");
   REQUIRE(in.ok());
   REQUIRE(out.ok());
   REQUIRE(cuda.copy(*in, values.data(), bytes, CopyKind::kHostToDevice, "test").ok());
-  const void* inputs[] = {*in};
-  void* outputs[] = {in_place ? *in : *out};
-  const size_t elements[] = {values.size()};
-  Status status = comm.all_reduce(inputs, outputs, elements, dtype, op, cuda, kTimeout, "test");
+  void* output = in_place ? *in : *out;
+  Status status = call(*in, output);
   REQUIRE_MESSAGE(status.ok(), status.to_string());
   std::vector<T> back(values.size());
-  REQUIRE(cuda.copy(back.data(), outputs[0], bytes, CopyKind::kDeviceToHost, "test").ok());
+  REQUIRE(cuda.copy(back.data(), output, bytes, CopyKind::kDeviceToHost, "test").ok());
   REQUIRE(cuda.synchronize("test").ok());
   cuda.release(*in);
   cuda.release(*out);
   return back;
+}
+
+// `values` all-reduced alone (world 1) by `op`.
+template <typename T>
+std::vector<T> all_reduce_alone(NcclComm& comm, CudaContext& cuda, const std::vector<T>& values, DType dtype, int op,
+                                bool in_place) {
+  return on_device(cuda, values, in_place, [&](void* in, void* out) {
+    const void* inputs[] = {in};
+    void* outputs[] = {out};
+    const size_t elements[] = {values.size()};
+    return comm.all_reduce(inputs, outputs, elements, dtype, op, cuda, kTimeout, "test");
+  });
 }
 
 TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its input back; an aborted one refuses") {
@@ -72,6 +82,14 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
   for (float v : f32) bf16.push_back(BFloat16::from_float(v));
   const std::vector<BFloat16> bf16_back = all_reduce_alone(comm, **cuda, bf16, DType::kBF16, 0, false);
   CHECK(std::memcmp(bf16_back.data(), bf16.data(), bf16.size() * sizeof(BFloat16)) == 0);
+  // One rank's block is the whole: a reduce-scatter and an all-gather of it
+  // give it back too.
+  CHECK(on_device(**cuda, f32, false, [&](void* in, void* out) {
+          return comm.reduce_scatter(in, out, f32.size(), DType::kF32, 0, **cuda, kTimeout, "test");
+        }) == f32);
+  CHECK(on_device(**cuda, i32, false, [&](void* in, void* out) {
+          return comm.all_gather(in, out, i32.size(), DType::kI32, **cuda, kTimeout, "test");
+        }) == i32);
   CHECK(comm.check("test").ok());
   CHECK(comm.all_reduce({}, {}, {}, DType::kF32, 9, **cuda, kTimeout, "test").code() == Code::kInvalidArgument);
 
@@ -85,9 +103,10 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
 
 // Every step's loss of the MLP on `nodes` agents sharing cuda:0 (in-process
 // runtimes over in-process transports).
-std::vector<double> shared_gpu_losses(int nodes, bool nccl) {
+std::vector<double> shared_gpu_losses(int nodes, bool nccl, bool zero) {
   graph::Job job = testing::training_sample("samples/mlp/mlp.json");
   job.train.nccl = nccl;
+  job.train.zero = zero;
   job.train.steps = 5;
   job.train.log_every = 1;
   auto cluster = compiler::parse_devices("cuda:1", nodes);
@@ -109,15 +128,18 @@ std::vector<double> shared_gpu_losses(int nodes, bool nccl) {
 // Agents sharing the one GPU: NCCL would refuse their ranks ("Duplicate
 // GPU"), so the communicator is staged through host memory (the ranks' GPU
 // UUIDs repeat). Bitwise the boxing tasks' losses: both copy each piece to
-// the host, sum the nodes' in the same collective, and copy the sum back.
+// the host, sum the nodes' in the same collective, and copy the sum back
+// (with train.zero, reduce-scatter the gradients' and gather the weights').
 TEST_CASE("train.nccl on 2 and 3 agents sharing cuda:0: staged through the host, bitwise the boxing tasks' losses") {
-  for (int nodes : {2, 3}) {
-    CAPTURE(nodes);
-    const std::vector<double> host = shared_gpu_losses(nodes, false);
-    const std::vector<double> staged = shared_gpu_losses(nodes, true);
-    REQUIRE(host.size() == 5);
-    CHECK(staged == host);
-  }
+  for (const bool zero : {false, true})
+    for (int nodes : {2, 3}) {
+      CAPTURE(zero);
+      CAPTURE(nodes);
+      const std::vector<double> host = shared_gpu_losses(nodes, false, zero);
+      const std::vector<double> staged = shared_gpu_losses(nodes, true, zero);
+      REQUIRE(host.size() == 5);
+      CHECK(staged == host);
+    }
 }
 
 }  // namespace

@@ -45,10 +45,11 @@ std::vector<double> losses(graph::Job job, int nodes, const std::string& devices
 
 // Why bitwise: a device collective sums a node's pieces in rank order, the
 // first two in one pass, then across nodes by the same collective on the
-// same bytes (a bucket packed the same way) as a host boxing, and writes the
-// sum to every device; a host boxing does those float operations in that
-// order (on one node, P -> S then S -> B: each element's sum still in rank
-// order). The same float operations give the same bits on any CPU.
+// same bytes (a bucket packed the same way; a reduce-scatter's node blocks)
+// as a host boxing, and writes the sum to every device; a host boxing does
+// those float operations in that order (on one node, P -> S then S -> B:
+// each element's sum still in rank order). Gathers only move bytes. The
+// same float operations give the same bits on any CPU.
 TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing through the node's boxing tasks") {
   struct Case {
     const char* sample;
@@ -56,6 +57,7 @@ TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing t
     const char* devices;
     int64_t bucket_bytes;
     int64_t micro_batches;
+    bool zero = false;  // weights S(0): gathered (all-gather), their gradients reduce-scattered
   };
   for (const Case& c : {Case{"samples/mlp/mlp.json", 1, "cpu:2", 25 << 20, 1},
                         Case{"samples/mlp/mlp.json", 1, "cpu:3", 0, 2},
@@ -63,7 +65,9 @@ TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing t
                         Case{"samples/mlp/mlp.json", 3, "cpu:1", 0, 1},
                         Case{"samples/mlp/mlp_hybrid.json", 2, "cpu:2", 25 << 20, 1},
                         Case{"samples/mlp/mlp_pipeline.json", 2, "cpu:2", 0, 4},
-                        Case{"samples/gpt/gpt_moby_tp.json", 1, "cpu:2", 25 << 20, 1}}) {
+                        Case{"samples/gpt/gpt_moby_tp.json", 1, "cpu:2", 25 << 20, 1},
+                        Case{"samples/mlp/mlp.json", 1, "cpu:2", 25 << 20, 1, true},
+                        Case{"samples/mlp/mlp.json", 2, "cpu:2", 25 << 20, 2, true}}) {
     CAPTURE(c.sample);
     CAPTURE(c.nodes);
     CAPTURE(c.devices);
@@ -73,6 +77,7 @@ TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing t
     job.train.log_every = 1;
     job.train.bucket_bytes = c.bucket_bytes;
     job.train.micro_batches = c.micro_batches;
+    job.train.zero = c.zero;
     const std::vector<double> host = losses(job, c.nodes, c.devices, false);
     const std::vector<double> device = losses(job, c.nodes, c.devices, true);
     REQUIRE(host.size() == 3);
@@ -113,6 +118,27 @@ TEST_CASE("a node's ranks meet: the sum (or max) in every output, a rank left al
   Status alone = p.call(0, p.a, p.out_a, 9);
   CHECK(alone.code() == Code::kDeadlineExceeded);
   CHECK(alone.message().find("device 0 waited 300 ms in collective tag 9 for device(s) 1") != std::string::npos);
+}
+
+TEST_CASE("a node's ranks meet: a reduce-scatter gives each its block of the sum, an all-gather every block") {
+  Pair p;
+  std::vector<float> mine(2), theirs(2);
+  auto other = std::async(std::launch::async, [&] {
+    return p.group.rank(1)->reduce_scatter(p.b.data(), theirs.data(), 1, DType::kF32, comm::ReduceOp::kSum, 3);
+  });
+  // Three elements do not split in two: blocks of one, the third unused.
+  REQUIRE(p.group.rank(0)->reduce_scatter(p.a.data(), mine.data(), 1, DType::kF32, comm::ReduceOp::kSum, 3).ok());
+  REQUIRE(other.get().ok());
+  CHECK(mine[0] == 11);
+  CHECK(theirs[0] == 22);
+  std::vector<float> all_a(4), all_b(4);
+  const std::vector<float> block_a{1, 2}, block_b{3, 4};
+  other = std::async(std::launch::async,
+                     [&] { return p.group.rank(1)->all_gather(block_b.data(), all_b.data(), 2, DType::kF32, 4); });
+  REQUIRE(p.group.rank(0)->all_gather(block_a.data(), all_a.data(), 2, DType::kF32, 4).ok());
+  REQUIRE(other.get().ok());
+  CHECK(all_a == std::vector<float>{1, 2, 3, 4});
+  CHECK(all_b == all_a);
 }
 
 TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes a waiting rank") {
