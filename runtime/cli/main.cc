@@ -6,11 +6,13 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "base/safe_files.h"
@@ -466,9 +468,15 @@ int main(int argc, char** argv) {
         for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {
           const rill::plan::CommGroup& group = *p.comm_groups()->Get(g);
           int64_t bytes = 0;
-          for (const rill::plan::CommCall* c : *group.calls()) bytes += c->bytes();
-          fmt::print("communicator {} (nccl): {} ranks, {} all-reduce(s) in one order, {} bytes each rank\n", g,
-                     group.nodes()->size(), group.calls()->size(), bytes);
+          std::map<std::string, int> ops;
+          for (const rill::plan::CommCall* c : *group.calls()) {
+            bytes += c->bytes();
+            ++ops[c->op() ? c->op()->str() : "?"];
+          }
+          std::vector<std::string> counts;
+          for (const auto& [op, n] : ops) counts.push_back(fmt::format("{} {}", n, op));
+          fmt::print("communicator {} (nccl): {} ranks, {} in one order, {} logical bytes\n", g,
+                     group.nodes()->size(), fmt::join(counts, ", "), bytes);
         }
     }
     if (!dot_path.empty()) {

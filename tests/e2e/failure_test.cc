@@ -1,4 +1,5 @@
-// Failures on real agents. Elastic restart: a node killed mid-job (SIGKILL)
+// Failures on real agents. A node killed mid-job stops the job at once,
+// named as the first cause. Elastic restart: a node killed mid-job (SIGKILL)
 // comes back when its agent is started again with the same rank, and a job
 // submitted with restarts resumes, from its newest checkpoint or from its
 // start, to the same model as a run that was never interrupted. Liveness: a
@@ -86,6 +87,52 @@ std::string model_bytes(const std::filesystem::path& checkpoint_dir, int step) {
 // machine, the same fixed-order sums, and each step's batch fixed by the
 // step number (a seeded per-epoch shuffle). So the final models are bitwise
 // equal, on any CPU (both runs use the same one).
+TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the first cause") {
+  // Its boxing tasks' collectives, or its devices' (train.nccl): either way.
+  bool nccl = false;
+  SUBCASE("through its boxing tasks") { nccl = false; }
+  SUBCASE("through its devices' collectives") { nccl = true; }
+  CAPTURE(nccl);
+  // Logs of their own: the killer must not read the other subcase's "step".
+  auto dir = temp_dir() / (nccl ? "nccl" : "host");
+  std::filesystem::create_directories(dir);
+  std::string machines = nccl ? "127.0.0.1:19214,127.0.0.2:19214" : "127.0.0.1:19210,127.0.0.2:19210";
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "d0.log").string());
+  Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "d1.log").string());
+  auto client = rill::Client::connect(nccl ? "127.0.0.1:19214" : "127.0.0.1:19210", 30);
+  REQUIRE(client.ok());
+  std::atomic<int64_t> killed_at{0};
+  std::thread killer([&] {
+    // Kill node 1 once training runs (the first progress line).
+    for (int i = 0; i < 600 && master.output().find("step") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kill(doomed.pid, SIGKILL);
+    killed_at = Clock::now().time_since_epoch().count();
+  });
+  rill::SubmitOptions options;
+  options.overrides = {"train.log_every=10", nccl ? "train.nccl=true" : "train.nccl=false"};
+  auto result = (*client)->submit_text(
+      read_text(root() + "/samples/mlp/mlp.json"),
+      "mlp.json", options);
+  auto ended = Clock::now();
+  killer.join();
+  REQUIRE_MESSAGE(result.ok(), result.status().to_string());
+  CHECK_FALSE(result->status.ok());
+  // The cause the user reads is the lost node, not the collective or the
+  // actor that noticed it first.
+  INFO(result->status.message());
+  CHECK(result->status.message().rfind("node 1 (127.0.0.2", 0) == 0);
+  CHECK(result->status.message().find("lost: its connection closed") != std::string::npos);
+  // A dead process closes its connections: seen well before the 10 s
+  // heartbeat timeout (the design target is 2 s; 5 leaves room for a loaded
+  // machine, and is still half the heartbeat's).
+  double after_kill = std::chrono::duration<double>(ended.time_since_epoch()).count() -
+                      std::chrono::duration<double>(Clock::duration(killed_at.load())).count();
+  CHECK(after_kill < 5.0);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
 TEST_CASE("a node killed mid-job rejoins when its agent restarts, and the job resumes from its newest checkpoint") {
   auto dir = temp_dir();
   const std::string machines = "127.0.0.1:19680,127.0.0.2:19680,127.0.0.3:19680";
