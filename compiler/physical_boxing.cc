@@ -35,7 +35,7 @@ int Expander::comm_group(const graph::Placement& p) {
   for (int rank = 0; rank < p.parallel(); ++rank) ranks.emplace_back(p.node_of(rank), p.device_of(rank));
   for (size_t g = 0; g < out_.comm_groups.size(); ++g)
     if (out_.comm_groups[g].ranks == ranks) return static_cast<int>(g);
-  out_.comm_groups.push_back({std::move(ranks), {}});
+  out_.comm_groups.push_back({std::move(ranks), {}, p.type == DeviceType::kCuda});
   return static_cast<int>(out_.comm_groups.size() - 1);
 }
 

@@ -106,7 +106,7 @@ std::string plan_json(const plan::Plan& p) {
                                                                            b->local_pieces())}};
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
-          task["boxing"]["transport"] = "nccl";
+          task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";
         } else if (ActorId::device_type(t->id()) == DeviceType::kComm && b->num_nodes() > 1) {
           task["boxing"]["transport"] = "host";
         }
@@ -131,7 +131,9 @@ std::string plan_json(const plan::Plan& p) {
                            {"tag", c->tag()},
                            {"tensors", c->tensors()},
                            {"bytes", c->bytes()}});
-      groups.push_back({{"backend", "nccl"}, {"ranks", std::move(ranks)}, {"calls", std::move(calls)}});
+      // GPUs: NCCL's, or staged through host memory where ranks share a GPU
+      // (found when the run starts); cpu devices: the host's.
+      groups.push_back({{"backend", g->cuda() ? "nccl" : "host"}, {"ranks", std::move(ranks)}, {"calls", std::move(calls)}});
     }
   }
   root["comm_groups"] = std::move(groups);

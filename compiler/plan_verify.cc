@@ -45,21 +45,35 @@ int comm_group_ranks(const plan::CommGroup& g) {
 }
 
 // Each communicator: at least two ranks, each a distinct device of a node
-// of the plan; its calls with distinct tags.
+// of the plan, node-major with as many on each of its nodes (a node's ranks
+// are contiguous, its first node makes the NCCL id); its calls with
+// distinct tags. At most 2^17 of them (their set-up tags, boxing_setup.h).
 Status check_comm_groups(const plan::Plan& p) {
   if (p.comm_groups() == nullptr) return {};
+  if (p.comm_groups()->size() > (uint32_t{1} << 17))
+    return data_loss("plan: {} communicators, more than 2^17", p.comm_groups()->size());
   for (uint32_t i = 0; i < p.comm_groups()->size(); ++i) {
     const plan::CommGroup& g = *p.comm_groups()->Get(i);
     const int ranks = comm_group_ranks(g);
     if (ranks < 2) return data_loss("plan: communicator {} has {} ranks (its lists missing or unequal)", i, ranks);
     std::vector<std::pair<int, int>> seen;
+    int per_node = 0, run = 0;  // ranks on the first node, on the current one
     for (int r = 0; r < ranks; ++r) {
       const int node = g.nodes()->Get(static_cast<uint32_t>(r)), device = g.devices()->Get(static_cast<uint32_t>(r));
       if (node < 0 || node >= p.num_nodes() || device < 0 || device >= kMaxDevicesPerNode)
         return data_loss("plan: communicator {}'s rank {} is device {} of node {}, outside the plan's {} nodes", i, r,
                          device, node, p.num_nodes());
+      if (r > 0 && node != seen.back().first) {
+        if (node < seen.back().first || (per_node > 0 && run != per_node))
+          return data_loss("plan: communicator {}'s ranks are not node-major with as many on each node", i);
+        if (per_node == 0) per_node = run;
+        run = 0;
+      }
+      ++run;
       seen.emplace_back(node, device);
     }
+    if (per_node > 0 && run != per_node)
+      return data_loss("plan: communicator {}'s ranks are not node-major with as many on each node", i);
     std::sort(seen.begin(), seen.end());
     if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
       return data_loss("plan: communicator {} names one device twice", i);

@@ -185,7 +185,8 @@ std::string write_plan(const TaskGraph& g) {
     for (const CommCall& c : group.calls)
       calls.push_back(plan::CreateCommCall(b, b.CreateString(c.name), c.tag, b.CreateString(collective_call_name(c.op)),
                                            c.tensors, c.bytes));
-    groups.push_back(plan::CreateCommGroup(b, b.CreateVector(nodes), b.CreateVector(devices), b.CreateVector(calls)));
+    groups.push_back(
+        plan::CreateCommGroup(b, b.CreateVector(nodes), b.CreateVector(devices), b.CreateVector(calls), group.cuda));
   }
   auto root = plan::CreatePlan(b, kPlanVersion, b.CreateString(g.job_name), g.steps, g.global_batch, g.log_every,
                                g.num_nodes, g.devices_per_node, b.CreateVector(datasets), b.CreateVector(tasks),

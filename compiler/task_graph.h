@@ -123,6 +123,7 @@ struct CommCall {
 struct CommGroup {
   std::vector<std::pair<int, int>> ranks;  // (node, device)
   std::vector<CommCall> calls;
+  bool cuda = false;
 };
 
 // Regsts crossing nodes through host memory where a GPU holds an end

@@ -396,8 +396,10 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
     m.graph_replays = [] { return rill::g_graph_replays.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
+#ifdef RILL_WITH_NCCL
     m.nccl_unique_id = rill::nccl::make_id;
     m.nccl_init = rill::nccl::init;
+#endif
     return m;
   }();
   return &module;

@@ -146,9 +146,14 @@ KernelFn find_cuda_kernel(std::string_view type) {
 
 std::string cuda_unavailable_reason() { return module() ? std::string() : g_why; }
 
+namespace {
+constexpr const char* kNoNccl = "NCCL: this build's CUDA module has none (libnccl was not found when it was built)";
+}  // namespace
+
 StatusOr<NcclComm::Id> nccl_unique_id() {
   const CudaModule* m = module();
   if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
+  if (m->nccl_unique_id == nullptr) return Status(Code::kUnavailable, kNoNccl);
   return m->nccl_unique_id();
 }
 
@@ -157,6 +162,7 @@ StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& i
                                                           std::chrono::milliseconds timeout) {
   const CudaModule* m = module();
   if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
+  if (m->nccl_init == nullptr) return Status(Code::kUnavailable, kNoNccl);
   return m->nccl_init(id, world, ranks, devices, timeout);
 }
 

@@ -2,8 +2,8 @@
 // enqueued on a context's compute stream (kernels/cuda/nccl_comm.h).
 #include <nccl.h>
 
-#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -25,8 +25,9 @@ Status nccl_status(ncclResult_t result, const char* call, const char* what) {
                             last != nullptr && *last != '\0' ? ": " : "", last != nullptr ? last : ""));
 }
 
-// Waits until `comm`'s pending work is taken (a non-blocking communicator's
-// state leaves ncclInProgress), or fails at `deadline` naming the call.
+// Waits until a new communicator's set-up is done (a non-blocking
+// communicator's state leaves ncclInProgress), or fails at `deadline`
+// naming the call.
 Status settle(ncclComm_t comm, Clock::time_point deadline, const char* call, const char* what) {
   for (int spins = 0;; ++spins) {
     ncclResult_t state = ncclSuccess;
@@ -60,6 +61,11 @@ StatusOr<ncclRedOp_t> nccl_op(int op) {
   }
 }
 
+// One rank's communicator. Every NCCL call on it, and every poll of its
+// state, holds mu_, and abort() takes mu_ too: ncclCommAbort frees the
+// communicator, so no other thread may be inside a call on it then. No call
+// waits with mu_ held (the communicator is non-blocking; settle() polls,
+// letting go of mu_ between polls), so an abort is never kept waiting.
 class Comm final : public NcclComm {
  public:
   Comm(ncclComm_t comm, int rank, int world, int device) : comm_(comm), rank_(rank), world_(world), device_(device) {}
@@ -73,69 +79,105 @@ class Comm final : public NcclComm {
     if (inputs.size() != outputs.size() || inputs.size() != elements.size())
       return internal_error("ncclAllReduce ({}): {} inputs, {} outputs, {} sizes", what, inputs.size(),
                             outputs.size(), elements.size());
-    RILL_RETURN_IF_ERROR(usable(what));
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
     RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
     const auto stream = static_cast<cudaStream_t>(cuda.stream());
     const auto deadline = Clock::now() + timeout;
-    RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      Status s = nccl_status(ncclAllReduce(inputs[k], outputs[k], elements[k], type, reduce, comm_, stream),
-                             "ncclAllReduce", what);
-      if (!s.ok()) {
-        (void)ncclGroupEnd();
-        return s;
+    {
+      std::lock_guard lock(mu_);
+      RILL_RETURN_IF_ERROR(usable(what));
+      RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        Status s = nccl_status(ncclAllReduce(inputs[k], outputs[k], elements[k], type, reduce, comm_, stream),
+                               "ncclAllReduce", what);
+        if (!s.ok()) {
+          (void)ncclGroupEnd();
+          return s;
+        }
       }
+      RILL_RETURN_IF_ERROR(nccl_status(ncclGroupEnd(), "ncclGroupEnd", what));
     }
-    RILL_RETURN_IF_ERROR(nccl_status(ncclGroupEnd(), "ncclGroupEnd", what));
-    return settle(comm_, deadline, "ncclAllReduce", what);
+    return settle(deadline, "ncclAllReduce", what);
   }
 
   Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, int op, CudaContext& cuda,
                         std::chrono::milliseconds timeout, const char* what) override {
-    RILL_RETURN_IF_ERROR(usable(what));
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
     RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
     const auto deadline = Clock::now() + timeout;
-    RILL_RETURN_IF_ERROR(nccl_status(ncclReduceScatter(input, output, block, type, reduce, comm_,
-                                                       static_cast<cudaStream_t>(cuda.stream())),
-                                     "ncclReduceScatter", what));
-    return settle(comm_, deadline, "ncclReduceScatter", what);
+    {
+      std::lock_guard lock(mu_);
+      RILL_RETURN_IF_ERROR(usable(what));
+      RILL_RETURN_IF_ERROR(nccl_status(ncclReduceScatter(input, output, block, type, reduce, comm_,
+                                                         static_cast<cudaStream_t>(cuda.stream())),
+                                       "ncclReduceScatter", what));
+    }
+    return settle(deadline, "ncclReduceScatter", what);
   }
 
   Status all_gather(const void* input, void* output, size_t block, DType dtype, CudaContext& cuda,
                     std::chrono::milliseconds timeout, const char* what) override {
-    RILL_RETURN_IF_ERROR(usable(what));
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
     const auto deadline = Clock::now() + timeout;
-    RILL_RETURN_IF_ERROR(nccl_status(
-        ncclAllGather(input, output, block, type, comm_, static_cast<cudaStream_t>(cuda.stream())), "ncclAllGather",
-        what));
-    return settle(comm_, deadline, "ncclAllGather", what);
+    {
+      std::lock_guard lock(mu_);
+      RILL_RETURN_IF_ERROR(usable(what));
+      RILL_RETURN_IF_ERROR(nccl_status(
+          ncclAllGather(input, output, block, type, comm_, static_cast<cudaStream_t>(cuda.stream())),
+          "ncclAllGather", what));
+    }
+    return settle(deadline, "ncclAllGather", what);
   }
 
   Status check(const char* what) override {
+    std::lock_guard lock(mu_);
+    return usable(what);
+  }
+
+  void abort() override {
+    std::lock_guard lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    int current = -1;
+    const bool known = cudaGetDevice(&current) == cudaSuccess;
+    (void)cudaSetDevice(device_);
+    (void)ncclCommAbort(comm_);
+    if (known) (void)cudaSetDevice(current);  // the caller's thread keeps its device
+  }
+
+ private:
+  // With mu_ held: not aborted, and no error NCCL met since.
+  Status usable(const char* what) {
+    if (aborted_) return Status(Code::kAborted, fmt::format("NCCL ({}): the communicator was aborted", what));
     ncclResult_t state = ncclSuccess;
     RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
     return nccl_status(state, "NCCL (an earlier call)", what);
   }
 
-  // Not aborted, and no error NCCL met before.
-  Status usable(const char* what) {
-    if (aborted_.load()) return Status(Code::kAborted, fmt::format("NCCL ({}): the communicator was aborted", what));
-    return check(what);
+  // Waits until the work just given is taken (the communicator's state
+  // leaves ncclInProgress), or fails at `deadline` naming the call, or as
+  // aborted when abort() came meanwhile.
+  Status settle(Clock::time_point deadline, const char* call, const char* what) {
+    for (int spins = 0;; ++spins) {
+      {
+        std::lock_guard lock(mu_);
+        if (aborted_) return Status(Code::kAborted, fmt::format("{} ({}): the communicator was aborted", call, what));
+        ncclResult_t state = ncclSuccess;
+        RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
+        if (state != ncclInProgress) return nccl_status(state, call, what);
+      }
+      if (Clock::now() >= deadline)
+        return Status(Code::kDeadlineExceeded, fmt::format("{} ({}): NCCL did not take it within its deadline "
+                                                           "(a rank that never joined, or a peer gone)",
+                                                           call, what));
+      if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
-  void abort() override {
-    if (aborted_.exchange(true)) return;
-    (void)cudaSetDevice(device_);
-    (void)ncclCommAbort(comm_);
-  }
-
- private:
   ncclComm_t comm_;
   const int rank_, world_, device_;
-  std::atomic<bool> aborted_{false};
+  std::mutex mu_;
+  bool aborted_ = false;  // guarded by mu_
 };
 
 }  // namespace

@@ -475,8 +475,8 @@ int main(int argc, char** argv) {
           }
           std::vector<std::string> counts;
           for (const auto& [op, n] : ops) counts.push_back(fmt::format("{} {}", n, op));
-          fmt::print("communicator {} (nccl): {} ranks, {} in one order, {} logical bytes\n", g,
-                     group.nodes()->size(), fmt::join(counts, ", "), bytes);
+          fmt::print("communicator {} ({}): {} ranks, {} in one order, {} logical bytes\n", g,
+                     group.cuda() ? "nccl" : "host", group.nodes()->size(), fmt::join(counts, ", "), bytes);
         }
     }
     if (!dot_path.empty()) {

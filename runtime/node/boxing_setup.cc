@@ -12,105 +12,6 @@
 
 namespace rill {
 
-namespace {
-
-// A device collective's rank on a GPU: its NCCL communicator, enqueueing on
-// its device's compute stream.
-class NcclRank final : public DeviceCommunicator {
- public:
-  NcclRank(NcclComm* comm, CudaContext* cuda, std::chrono::milliseconds timeout)
-      : comm_(comm), cuda_(cuda), timeout_(timeout) {}
-  int rank() const override { return comm_->rank(); }
-  int world() const override { return comm_->world(); }
-  const char* backend() const override { return "nccl"; }
-  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
-                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
-    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
-    return comm_->all_reduce(inputs, outputs, elements, dtype, static_cast<int>(op), *cuda_, timeout_, what.c_str());
-  }
-  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                        uint64_t tag) override {
-    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
-    return comm_->reduce_scatter(input, output, block, dtype, static_cast<int>(op), *cuda_, timeout_, what.c_str());
-  }
-  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
-    const std::string what = fmt::format("collective tag {} on cuda:{}", tag, cuda_->device());
-    return comm_->all_gather(input, output, block, dtype, *cuda_, timeout_, what.c_str());
-  }
-
- private:
-  NcclComm* comm_;
-  CudaContext* cuda_;
-  std::chrono::milliseconds timeout_;
-};
-
-// A device collective's rank on a GPU that another rank of its communicator
-// shares (agents on one machine's one GPU), which NCCL refuses: its pieces
-// cross through host memory, summed by the node's LocalCollective. A copy
-// from the device into pageable memory returns once done (after the work
-// before it on the stream), and one back once it has read the host bytes,
-// so the host buffers are free again when a call returns.
-class StagedRank final : public DeviceCommunicator {
- public:
-  StagedRank(DeviceCommunicator* host, CudaContext* cuda) : host_(host), cuda_(cuda) {}
-  int rank() const override { return host_->rank(); }
-  int world() const override { return host_->world(); }
-  const char* backend() const override { return "staged"; }
-  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
-                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
-    const std::string what = fmt::format("collective tag {} on cuda:{} through host memory", tag, cuda_->device());
-    staged_.resize(inputs.size());
-    in_.resize(inputs.size());
-    out_.resize(inputs.size());
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      staged_[k].resize(elements[k] * dtype_size(dtype));
-      RILL_RETURN_IF_ERROR(
-          cuda_->copy(staged_[k].data(), inputs[k], staged_[k].size(), CopyKind::kDeviceToHost, what.c_str()));
-      in_[k] = staged_[k].data();
-      out_[k] = staged_[k].data();
-    }
-    RILL_RETURN_IF_ERROR(host_->all_reduce(in_, out_, elements, dtype, op, tag));
-    for (size_t k = 0; k < outputs.size(); ++k)
-      RILL_RETURN_IF_ERROR(
-          cuda_->copy(outputs[k], staged_[k].data(), staged_[k].size(), CopyKind::kHostToDevice, what.c_str()));
-    return {};
-  }
-  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                        uint64_t tag) override {
-    const size_t bytes = block * dtype_size(dtype);
-    return one(input, bytes * static_cast<size_t>(world()), output, bytes, tag, [&](void* in, void* out) {
-      return host_->reduce_scatter(in, out, block, dtype, op, tag);
-    });
-  }
-  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
-    const size_t bytes = block * dtype_size(dtype);
-    return one(input, bytes, output, bytes * static_cast<size_t>(world()), tag,
-               [&](void* in, void* out) { return host_->all_gather(in, out, block, dtype, tag); });
-  }
-
- private:
-  // input (in_bytes) to the host, `call` from one host buffer into another,
-  // out_bytes of that back into output.
-  template <typename Call>
-  Status one(const void* input, size_t in_bytes, void* output, size_t out_bytes, uint64_t tag, Call&& call) {
-    const std::string what = fmt::format("collective tag {} on cuda:{} through host memory", tag, cuda_->device());
-    staged_.resize(2);
-    staged_[0].resize(in_bytes);
-    staged_[1].resize(out_bytes);
-    RILL_RETURN_IF_ERROR(cuda_->copy(staged_[0].data(), input, in_bytes, CopyKind::kDeviceToHost, what.c_str()));
-    RILL_RETURN_IF_ERROR(call(staged_[0].data(), staged_[1].data()));
-    return cuda_->copy(output, staged_[1].data(), out_bytes, CopyKind::kHostToDevice, what.c_str());
-  }
-
-  DeviceCommunicator* host_;
-  CudaContext* cuda_;
-  std::vector<std::vector<std::byte>> staged_;  // pageable on purpose (see above); sized once
-  std::vector<const void*> in_;
-  std::vector<void*> out_;
-};
-
-}  // namespace
-
 StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task, std::byte* scratch,
                                  const CudaFor& cuda_for) {
   RILL_ASSIGN_OR_RETURN(compiler::BoxingTask work, compiler::boxing_task(plan, task));
@@ -129,86 +30,92 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
   const std::string name = read_string(task.name());
   const plan::CommGroup& group = *plan.comm_groups()->Get(static_cast<uint32_t>(work.comm_group));
   const int node = task.node();
-  const bool gpu = ActorId::device_type(task.id()) == DeviceType::kCuda;
+  const int world = static_cast<int>(group.nodes()->size());
   const uint64_t tag = tag_base_ + 1 + task.boxing()->collective_tag();
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000));
-  // This node's ranks (contiguous: a placement's ranks are node-major), and
-  // the communicator's nodes.
-  std::vector<int> devices, nodes;
-  int first = -1;
-  for (uint32_t r = 0; r < group.nodes()->size(); ++r) {
-    const int n = group.nodes()->Get(r);
-    if (nodes.empty() || nodes.back() != n) nodes.push_back(n);
-    if (n != node) continue;
-    if (first < 0) first = static_cast<int>(r);
-    if (first + static_cast<int>(devices.size()) != static_cast<int>(r))
-      return invalid_argument("task '{}': communicator {} has node {}'s ranks apart", name, work.comm_group, node);
-    devices.push_back(group.devices()->Get(r));
+  // This node's ranks (contiguous: verify_plan holds a communicator's ranks
+  // node-major), and the communicator's nodes.
+  Communicator& c = communicators_[work.comm_group];
+  if (c.devices.empty()) {
+    c.name = name;
+    for (uint32_t r = 0; r < group.nodes()->size(); ++r) {
+      const int n = group.nodes()->Get(r);
+      if (c.nodes.empty() || c.nodes.back() != n) c.nodes.push_back(n);
+      if (n != node) continue;
+      if (c.first < 0) c.first = static_cast<int>(r);
+      c.devices.push_back(group.devices()->Get(r));
+    }
   }
-  const int index = task.boxing()->first_rank() - first;
-  if (first < 0 || index < 0 || index >= static_cast<int>(devices.size()))
+  const int index = task.boxing()->first_rank() - c.first;
+  if (c.first < 0 || index < 0 || index >= static_cast<int>(c.devices.size()))
     return invalid_argument("task '{}': rank {} of communicator {} is not on node {}", name,
                             task.boxing()->first_rank(), work.comm_group, node);
-  // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
-  // through the host, as on cpu devices.
-  bool staged = false;
-  if (gpu) {
-    if (auto at = shared_gpu_.find(work.comm_group); at != shared_gpu_.end()) {
-      staged = at->second;
-    } else {
-      RILL_ASSIGN_OR_RETURN(staged, shares_gpu(name, setup_tag(work.comm_group, 0), devices, nodes, cuda_for));
-      shared_gpu_[work.comm_group] = staged;
-      if (staged)
-        spdlog::info("task '{}': communicator {} has ranks on one GPU, which NCCL refuses: its all-reduces cross "
-                     "through host memory",
-                     name, work.comm_group);
-    }
-  }
   DeviceCommunicator* rank = nullptr;
-  if (gpu && !staged) {
-    if (nccl_groups_.count(work.comm_group) == 0)
-      RILL_RETURN_IF_ERROR(make_nccl(name, group, work.comm_group, setup_tag(work.comm_group, 1), first, devices,
-                                     nodes));
-    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
-    nccl_ranks_.push_back(std::make_unique<NcclRank>(
-        nccl_groups_[work.comm_group][static_cast<size_t>(index)].get(), cuda, timeout));
-    return Body(std::in_place_type<DeviceCollectiveBody>, nccl_ranks_.back().get(), work.call, std::move(work.tensors),
-                static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
-  }
-  auto& local = local_groups_[work.comm_group];
-  if (!local) {
-    comm::Collectives* across = nullptr;
-    if (nodes.size() > 1) {
-      RILL_ASSIGN_OR_RETURN(across, collectives_among(name, nodes));
+  if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+    // Joined to NCCL's communicator, or staged, when the run starts.
+    c.gpu = true;
+    if (c.gpu_ranks.empty()) {
+      for (size_t i = 0; i < c.devices.size(); ++i) {
+        RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(c.devices[i])));
+        c.gpu_ranks.push_back(std::make_unique<GpuRank>(c.first + static_cast<int>(i), world, cuda, timeout()));
+      }
     }
-    local = std::make_unique<LocalCollective>(devices, first, static_cast<int>(group.nodes()->size()), across,
-                                              timeout);
-  }
-  rank = local->rank(index);
-  if (staged) {
-    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(task.device())));
-    nccl_ranks_.push_back(std::make_unique<StagedRank>(rank, cuda));
-    rank = nccl_ranks_.back().get();
+    rank = c.gpu_ranks[static_cast<size_t>(index)].get();
+  } else {
+    RILL_ASSIGN_OR_RETURN(LocalCollective * local, local_collective(work.comm_group, world));
+    rank = local->rank(index);
   }
   return Body(std::in_place_type<DeviceCollectiveBody>, rank, work.call, std::move(work.tensors),
               static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
 }
 
-StatusOr<bool> BoxingSetup::shares_gpu(const std::string& name, uint64_t tag, const std::vector<int>& devices,
-                                       const std::vector<int>& nodes, const CudaFor& cuda_for) {
+StatusOr<LocalCollective*> BoxingSetup::local_collective(int group, int world) {
+  Communicator& c = communicators_[group];
+  if (!c.local) {
+    comm::Collectives* across = nullptr;
+    if (c.nodes.size() > 1) {
+      RILL_ASSIGN_OR_RETURN(across, collectives_among(c.name, c.nodes));
+    }
+    c.local = std::make_unique<LocalCollective>(c.devices, c.first, world, across, timeout());
+  }
+  return c.local.get();
+}
+
+Status BoxingSetup::start() {
+  // In communicator order on every node: the set-up exchanges of a node's
+  // communicators never wait on each other in opposite orders.
+  for (auto& [group, c] : communicators_) {
+    if (!c.gpu) continue;
+    const int world = c.gpu_ranks.front()->world();
+    // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
+    // through the host, as on cpu devices.
+    RILL_ASSIGN_OR_RETURN(const bool staged, shares_gpu(c, setup_tag(group, 0)));
+    if (staged) {
+      spdlog::info("communicator {} ('{}'): ranks on one GPU, which NCCL refuses: its collectives cross through host "
+                   "memory",
+                   group, c.name);
+      RILL_ASSIGN_OR_RETURN(LocalCollective * local, local_collective(group, world));
+      for (size_t i = 0; i < c.gpu_ranks.size(); ++i) c.gpu_ranks[i]->use_staged(local->rank(static_cast<int>(i)));
+      continue;
+    }
+    RILL_RETURN_IF_ERROR(make_nccl(group, c, world, setup_tag(group, 1)));
+    for (size_t i = 0; i < c.gpu_ranks.size(); ++i) c.gpu_ranks[i]->use_nccl(c.nccl[i].get());
+  }
+  return {};
+}
+
+StatusOr<bool> BoxingSetup::shares_gpu(const Communicator& c, uint64_t tag) {
   // Every rank's GPU UUID, node by node (each node has as many ranks).
   std::vector<std::byte> mine;
-  for (int device : devices) {
-    RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(device)));
-    RILL_ASSIGN_OR_RETURN(auto uuid, cuda->uuid("a device collective's GPU"));
+  for (const auto& rank : c.gpu_ranks) {
+    RILL_ASSIGN_OR_RETURN(auto uuid, rank->cuda()->uuid("a device collective's GPU"));
     for (uint8_t b : uuid) mine.push_back(static_cast<std::byte>(b));
   }
   std::vector<std::byte> all = mine;
-  if (nodes.size() > 1) {
-    all.resize(mine.size() * nodes.size());
-    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(name, nodes));
+  if (c.nodes.size() > 1) {
+    all.resize(mine.size() * c.nodes.size());
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(c.name, c.nodes));
     RILL_RETURN_IF_ERROR(across->all_gather(mine, all, tag).with_context(
-        fmt::format("task '{}': gathering its communicator's GPUs", name)));
+        fmt::format("task '{}': gathering its communicator's GPUs", c.name)));
   }
   std::set<std::vector<std::byte>> seen;
   for (size_t at = 0; at + 16 <= all.size(); at += 16)
@@ -217,26 +124,25 @@ StatusOr<bool> BoxingSetup::shares_gpu(const std::string& name, uint64_t tag, co
   return false;
 }
 
-Status BoxingSetup::make_nccl(const std::string& name, const plan::CommGroup& group, int index, uint64_t tag,
-                              int first_rank, const std::vector<int>& devices, const std::vector<int>& nodes) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000));
-  // The id: made by the communicator's first node, broadcast to the others
-  // over the data plane (sealed where the cluster is keyed).
+Status BoxingSetup::make_nccl(int group, Communicator& c, int world, uint64_t tag) {
+  // The id: made by the communicator's first node (its rank 0's: verify_plan
+  // holds ranks node-major), broadcast to the others over the data plane
+  // (sealed where the cluster is keyed).
   NcclComm::Id id{};
-  if (transport_ == nullptr || nodes.front() == transport_->rank()) {
+  if (transport_ == nullptr || c.nodes.front() == transport_->rank()) {
     RILL_ASSIGN_OR_RETURN(id, nccl_unique_id());
   }
-  if (nodes.size() > 1) {
-    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(name, nodes));
+  if (c.nodes.size() > 1) {
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(c.name, c.nodes));
     RILL_RETURN_IF_ERROR(across->broadcast(id, 0, tag).with_context(
-        fmt::format("task '{}': sending communicator {}'s NCCL id", name, index)));
+        fmt::format("task '{}': sending communicator {}'s NCCL id", c.name, group)));
   }
   std::vector<int> ranks;
-  for (size_t i = 0; i < devices.size(); ++i) ranks.push_back(first_rank + static_cast<int>(i));
-  auto comms = nccl_init(id, static_cast<int>(group.nodes()->size()), ranks, devices, timeout);
+  for (size_t i = 0; i < c.devices.size(); ++i) ranks.push_back(c.first + static_cast<int>(i));
+  auto comms = nccl_init(id, world, ranks, c.devices, timeout());
   if (!comms.ok())
-    return comms.status().with_context(fmt::format("task '{}': making communicator {} (NCCL)", name, index));
-  nccl_groups_[index] = std::move(*comms);
+    return comms.status().with_context(fmt::format("task '{}': making communicator {} (NCCL)", c.name, group));
+  c.nccl = std::move(*comms);
   return {};
 }
 

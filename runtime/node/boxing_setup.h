@@ -1,18 +1,19 @@
 // BoxingSetup: builds the body of each boxing task of a node's plan, its
 // work as compiler/boxing_task.h makes it from the conf (checked against the
 // task's regsts): conversions between SBPs (one task per node, per device,
-// or a bucket) and moves between placements (region copies). A boxing that crosses nodes gets its
-// own Collectives among the nodes of its peers (its placement's), over a
-// GroupTransport when those are not the whole cluster. A device collective
-// (train.nccl) is its device's rank of its communicator, made with the
-// communicator's first task here: on cpu devices the node's LocalCollective
-// of it, with Collectives among the communicator's nodes; on cuda devices
-// NCCL's (the id made by the communicator's first node and broadcast to the
-// others over the data plane, this node's ranks made in one NCCL group), or,
-// where two ranks share a GPU (which NCCL refuses), the LocalCollective's
-// with each rank's pieces copied through host memory. It
-// owns those, so it must outlive the actors built with its bodies. One per
-// NodeRun; the build thread only, but cancel() from any thread.
+// or a bucket) and moves between placements (region copies). A boxing that
+// crosses nodes gets its own Collectives among the nodes of its peers (its
+// placement's), over a GroupTransport when those are not the whole cluster.
+// A device collective (train.nccl) is its device's rank of its
+// communicator: on cpu devices the node's LocalCollective of it, with
+// Collectives among the communicator's nodes; on cuda devices a GpuRank,
+// joined by start() (when every node has built and opened the run's tags)
+// to NCCL's communicator (its id made by the communicator's first node and
+// broadcast to the others over the data plane, this node's ranks made in
+// one NCCL group), or, where two ranks share a GPU (which NCCL refuses),
+// to the LocalCollective through host memory. It owns those, so it must
+// outlive the actors built with its bodies. One per NodeRun; the build
+// thread only, but for cancel() and close() from any thread.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "comm/group_transport.h"
 #include "compiler/boxing_task.h"
 #include "kernels/cuda/nccl_comm.h"
+#include "runtime/node/gpu_rank.h"
 #include "runtime/node/local_collective.h"
 #include "compiler/plan_generated.h"
 
@@ -51,12 +53,26 @@ class BoxingSetup {
     for (const auto& c : collectives_) n += c->sends_in_flight();
     return n;
   }
+  // Joins the GPU ranks of device collectives to their communicators: the
+  // set-up exchanges among nodes, once every node has built (the run's
+  // start), before any act.
+  Status start();
   // Wakes the device collectives' ranks waiting for their node's others,
-  // and ends their NCCL calls.
+  // and ends their NCCL calls (so no stream waits on a peer that is gone).
   void cancel(const std::string& reason) {
-    for (const auto& [group, local] : local_groups_) local->cancel(reason);
-    for (const auto& [group, comms] : nccl_groups_)
-      for (const auto& comm : comms) comm->abort();
+    for (const auto& [group, c] : communicators_) {
+      if (c.local) c.local->cancel(reason);
+      for (const auto& comm : c.nccl) comm->abort();
+    }
+  }
+  // Keeps (leaks) every buffer a collective may have handed the transport
+  // without a copy: for a run ending with sends still in flight.
+  void keep_buffers() {
+    for (auto& c : collectives_) (void)c.release();
+    for (auto& [group, c] : communicators_) {
+      (void)c.local.release();
+      for (auto& rank : c.gpu_ranks) (void)rank.release();
+    }
   }
   bool wait_sends(comm::Clock::time_point deadline) const {
     for (const auto& c : collectives_)
@@ -70,32 +86,40 @@ class BoxingSetup {
   // Among `nodes` (ascending, this one among them), over a group of the
   // transport when they are not all of it.
   StatusOr<comm::Collectives*> collectives_among(const std::string& name, const std::vector<int>& nodes);
+  // A device collective's communicator: this node's ranks (the first's
+  // rank, their devices) and the communicator's nodes, and what joins them.
+  struct Communicator {
+    std::string name;  // its first task here, for errors
+    int first = -1;
+    std::vector<int> devices, nodes;
+    bool gpu = false;
+    std::unique_ptr<LocalCollective> local;           // cpu devices, or staged GPU ranks
+    std::vector<std::unique_ptr<GpuRank>> gpu_ranks;  // cuda devices
+    std::vector<std::unique_ptr<NcclComm>> nccl;      // their NCCL communicators
+  };
   StatusOr<Body> device_collective(const plan::Plan& plan, const plan::Task& task, compiler::BoxingTask work,
                                    const CudaFor& cuda_for);
+  StatusOr<LocalCollective*> local_collective(int group, int world);
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000));
+  }
   // The tags of a communicator's set-up exchanges (step 0: its GPUs, 1: its
   // NCCL id), apart from every collective's (tag_base + 1 + its ordinal).
   uint64_t setup_tag(int group, int step) const {
     return tag_base_ + (uint64_t{1} << 19) + 2 * static_cast<uint64_t>(group) + static_cast<uint64_t>(step);
   }
-  // Whether two ranks of a communicator (this node's on `devices`, the
-  // others' gathered from `nodes`) are on one GPU, by the GPUs' UUIDs: every
-  // node gets the same answer.
-  StatusOr<bool> shares_gpu(const std::string& name, uint64_t tag, const std::vector<int>& devices,
-                            const std::vector<int>& nodes, const CudaFor& cuda_for);
-  // This node's NCCL communicators of communicator `group` (its ranks
-  // first_rank ... on `devices`), made with the other nodes of `nodes`.
-  Status make_nccl(const std::string& name, const plan::CommGroup& group, int index, uint64_t tag, int first_rank,
-                   const std::vector<int>& devices, const std::vector<int>& nodes);
+  // Whether two ranks of communicator `c` are on one GPU, by the GPUs'
+  // UUIDs gathered from its nodes: every node gets the same answer.
+  StatusOr<bool> shares_gpu(const Communicator& c, uint64_t tag);
+  // This node's NCCL communicators of `c`, made with its other nodes.
+  Status make_nccl(int group, Communicator& c, int world, uint64_t tag);
 
   comm::Transport* transport_;
   double stall_timeout_s_;
   uint64_t tag_base_;
   std::vector<std::unique_ptr<comm::GroupTransport>> groups_;    // boxings on some of the nodes
   std::vector<std::unique_ptr<comm::Collectives>> collectives_;  // one per cross-node boxing task
-  std::map<int, std::unique_ptr<LocalCollective>> local_groups_;  // by communicator: its ranks on this node
-  std::map<int, std::vector<std::unique_ptr<NcclComm>>> nccl_groups_;   // by communicator: its ranks on this node
-  std::vector<std::unique_ptr<DeviceCommunicator>> nccl_ranks_;        // the bodies' GPU ranks (NCCL's or staged)
-  std::map<int, bool> shared_gpu_;  // by communicator: whether ranks share a GPU (then staged through the host)
+  std::map<int, Communicator> communicators_;  // by communicator (Plan.comm_groups)
 };
 
 }  // namespace rill

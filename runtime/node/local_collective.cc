@@ -60,6 +60,11 @@ LocalCollective::~LocalCollective() = default;
 
 DeviceCommunicator* LocalCollective::rank(int local) { return ranks_[static_cast<size_t>(local)].get(); }
 
+int LocalCollective::arrived() {
+  MutexLock lock(mu_);
+  return arrived_;
+}
+
 void LocalCollective::cancel(const std::string& reason) {
   MutexLock lock(mu_);
   if (cancelled_.ok()) cancelled_ = Status(Code::kAborted, reason);
@@ -77,22 +82,33 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
   arrivals_[static_cast<size_t>(local)] = arrival;
   present_[static_cast<size_t>(local)] = true;
   if (++arrived_ < static_cast<int>(devices_.size())) {
-    while (generation_ == generation && cancelled_.ok()) {
-      if (working_) {  // the sum is under way: its collective has its own deadline
+    // Until the last one in has done the call. Once all are in (working_),
+    // its own collective's deadline and cancel bound the wait, and the
+    // buffers stay its until it is done; before, a cancel or this rank's
+    // deadline takes it out again, and fails every later call alike.
+    while (generation_ == generation) {
+      if (working_) {
         cv_.wait(mu_);
         continue;
       }
-      if (!cv_.wait_until(mu_, deadline) && generation_ == generation && !working_ && cancelled_.ok()) {
+      if (cancelled_.ok() && !cv_.wait_until(mu_, deadline) && generation_ == generation && !working_ &&
+          cancelled_.ok()) {
         std::vector<int> missing;
         for (size_t i = 0; i < devices_.size(); ++i)
           if (!present_[i]) missing.push_back(devices_[i]);
-        return Status(Code::kDeadlineExceeded,
-                      fmt::format("device {} waited {} ms in collective tag {} for device(s) {} of its node",
-                                  devices_[static_cast<size_t>(local)], timeout_.count(), arrival.tag,
-                                  fmt::join(missing, ", ")));
+        cancelled_ = Status(Code::kDeadlineExceeded,
+                            fmt::format("device {} waited {} ms in collective tag {} for device(s) {} of its node",
+                                        devices_[static_cast<size_t>(local)], timeout_.count(), arrival.tag,
+                                        fmt::join(missing, ", ")));
+        cv_.notify_all();
+      }
+      if (!cancelled_.ok() && generation_ == generation && !working_) {
+        present_[static_cast<size_t>(local)] = false;
+        --arrived_;
+        return cancelled_;
       }
     }
-    return generation_ != generation ? result_ : cancelled_;
+    return result_;
   }
   // The last one in: every rank must be making the same call.
   Status status;

@@ -11,9 +11,9 @@
 // is how the plan NCCL runs is exercised where there is no GPU.
 //
 // A rank waits for its node's others until the deadline (the run's stall
-// timeout), then fails naming the devices it waited for; once all are in,
-// until the sum is done (whose collective has its own deadline). cancel()
-// wakes every waiting rank. Threads: one call per rank at a time, from that
+// timeout), then fails naming the devices it waited for, and so does every
+// later call; once all are in, until the call is done (whose collective has
+// its own deadline). cancel() wakes every rank still waiting for others. Threads: one call per rank at a time, from that
 // rank's thread; cancel() from any thread.
 #pragma once
 
@@ -46,7 +46,11 @@ class LocalCollective {
   int local_ranks() const { return static_cast<int>(devices_.size()); }
   // Local rank `local`'s communicator (owned here).
   DeviceCommunicator* rank(int local);
+  // Wakes every rank waiting for the others (not one whose call is under
+  // way: that ends by its collective), and fails every later call.
   void cancel(const std::string& reason);
+  // How many ranks wait in a call now (tests).
+  int arrived();
 
  private:
   class Rank;

@@ -130,6 +130,9 @@ Status NodeRun::build() {
 
 NodeRun::~NodeRun() {
   if (options_.transport) options_.transport->set_handler(options_.tag_base, nullptr);
+  // NCCL's communicators end before the GPU contexts (declared after them)
+  // wait for their streams.
+  boxing_.cancel("the run ended");
   // A slot sent without a copy (an actor's ready, a boxing's pieces) is read
   // by the transport until the message leaves; one queued for a peer that is
   // gone (or whose connection dropped) may be read after this run ends, when
@@ -147,6 +150,7 @@ NodeRun::~NodeRun() {
   }
   spdlog::warn("node {}: {} message(s) to another node still read this run's memory: its {} host buffer(s) are kept",
                options_.node, sends_.in_flight() + boxing_.sends_in_flight(), kept);
+  boxing_.keep_buffers();  // the device collectives' own, sent without a copy too
 }
 
 void NodeRun::fail(const Status& status) {
@@ -187,7 +191,12 @@ RunReport NodeRun::run() {
     }
   };
   take_stop();
-  for (auto& worker : workers_) worker->start(&by_index_);
+  // Device collectives' communicators, now that every node has built.
+  if (Status joined = boxing_.start(); !joined.ok()) {
+    fail(joined);
+  } else {
+    for (auto& worker : workers_) worker->start(&by_index_);
+  }
   for (;;) {
     bool all_done = true;
     for (auto& worker : workers_)
@@ -202,6 +211,7 @@ RunReport NodeRun::run() {
     } else if (std::chrono::duration<double>(Clock::now() - last_change).count() > options_.stall_timeout_s) {
       stalled = true;
       for (auto& worker : workers_) worker->stop();
+      boxing_.cancel("the run stalled");  // ranks waiting in a device collective, NCCL's streams
       break;
     }
   }

@@ -105,7 +105,8 @@ struct ActorTraceRecord {
   std::string name;
   ActTrace trace;  // per act: act i is step i / acts_per_step, micro-batch i % acts_per_step
   int acts_per_step = 1;
-  std::string collective;  // boxing across nodes: what its last act called ("all_reduce ring")
+  std::string collective;  // boxing across nodes: what its last act called ("all_reduce ring"); a device
+                           // collective: its call and backend ("all_reduce nccl", "all_gather staged")
 };
 
 struct RunReport {

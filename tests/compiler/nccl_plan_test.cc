@@ -164,6 +164,42 @@ TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the 
   }
 }
 
+// A plan of no tasks on 2 nodes whose one communicator has these ranks.
+std::string plan_with_group(const std::vector<int32_t>& nodes, const std::vector<int32_t>& devices) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<plan::Task>> tasks;
+  std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
+  std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
+  std::vector<flatbuffers::Offset<plan::CommCall>> calls;
+  std::vector<flatbuffers::Offset<plan::CommGroup>> groups = {
+      plan::CreateCommGroupDirect(b, &nodes, &devices, &calls, true)};
+  plan::FinishPlanBuffer(
+      b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, /*num_nodes=*/2, 2, &datasets, &tasks,
+                                &regsts, /*node=*/-1, /*num_tasks=*/0, nullptr, /*micro_batches=*/1, "1f1b", 1, false,
+                                true, true, &groups));
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+TEST_CASE("verify_plan holds communicators to distinct devices, node-major, as many on each node") {
+  CHECK(compiler::verify_plan(plan_with_group({0, 0, 1, 1}, {0, 1, 0, 1})).ok());
+  struct Bad {
+    std::vector<int32_t> nodes, devices;
+    const char* says;
+  };
+  for (const Bad& bad : {Bad{{0, 0}, {1, 1}, "names one device twice"},
+                         Bad{{1, 1, 0, 0}, {0, 1, 0, 1}, "not node-major"},
+                         Bad{{0, 1, 0, 1}, {0, 0, 1, 1}, "not node-major"},
+                         Bad{{0, 0, 0, 1}, {0, 1, 2, 0}, "as many on each node"},
+                         Bad{{0, 2}, {0, 0}, "outside the plan's 2 nodes"},
+                         Bad{{0}, {0}, "has 1 ranks"}}) {
+    auto r = compiler::verify_plan(plan_with_group(bad.nodes, bad.devices));
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().to_string());
+    CHECK(r.status().code() == Code::kDataLoss);
+    CHECK(r.status().message().find(bad.says) != std::string::npos);
+  }
+}
+
 TEST_CASE("train.nccl with train.zero: weights gathered and gradients reduce-scattered by device collectives") {
   for (const int nodes : {1, 2}) {
     CAPTURE(nodes);
@@ -197,9 +233,16 @@ TEST_CASE("train.nccl with tensor parallel GPT on cuda:2: forward and backward a
   // Two all-reduces a layer forward (attention and MLP projections), their
   // input gradients' in backward, and the gradients' buckets.
   CHECK(count > 2 * 4 * 2);
-  // The 2-D hybrid keeps its lane boxings on the host's comm threads.
+  // The 2-D hybrid keeps its lane boxings on the host's comm threads; its
+  // flat ones are device collectives.
   const std::string hybrid = compile_ok(with_nccl(testing::gpt_sample("gpt_moby_hybrid.json")), "cuda:2", {}, 2);
-  check_device_collectives(*plan_of(hybrid));
+  CHECK(check_device_collectives(*plan_of(hybrid)) > 0);
+  int lanes = 0;
+  for (const plan::Task* t : tasks_of_kind(*plan_of(hybrid), plan::TaskKind::Boxing))
+    if (!device_collective(t) && ActorId::device_type(t->id()) == DeviceType::kComm &&
+        !compiler::read_sbp(t->boxing()->in_sbp()).flat())
+      ++lanes;
+  CHECK(lanes > 0);
 }
 
 #endif  // RILL_WITH_CUDA

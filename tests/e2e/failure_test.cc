@@ -97,8 +97,10 @@ TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the 
   auto dir = temp_dir() / (nccl ? "nccl" : "host");
   std::filesystem::create_directories(dir);
   std::string machines = nccl ? "127.0.0.1:19214,127.0.0.2:19214" : "127.0.0.1:19210,127.0.0.2:19210";
-  Agent master("--machines " + machines + " --rank 0 --join-timeout 20", (dir / "d0.log").string());
-  Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20", (dir / "d1.log").string());
+  // Two devices a node: with train.nccl the survivor's two ranks wait in
+  // its LocalCollective for the lost node's sum.
+  Agent master("--machines " + machines + " --rank 0 --join-timeout 20 --devices cpu:2", (dir / "d0.log").string());
+  Agent doomed("--machines " + machines + " --rank 1 --join-timeout 20 --devices cpu:2", (dir / "d1.log").string());
   auto client = rill::Client::connect(nccl ? "127.0.0.1:19214" : "127.0.0.1:19210", 30);
   REQUIRE(client.ok());
   std::atomic<int64_t> killed_at{0};

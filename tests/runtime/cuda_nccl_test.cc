@@ -113,15 +113,22 @@ std::vector<double> shared_gpu_losses(int nodes, bool nccl, bool zero) {
   REQUIRE(cluster.ok());
   auto plan = compiler::compile(job, *cluster, {});
   REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  CHECK((plan::GetPlan(plan->data())->comm_groups() != nullptr) == nccl);
   std::vector<double> losses;
   std::mutex mu;
-  testing::run_nodes(*plan, nodes, [&](RunOptions& options) {
+  const std::vector<RunReport> reports = testing::run_nodes(*plan, nodes, [&](RunOptions& options) {
+    options.trace = true;
     options.on_step = [&](const StepMetrics& m) {
       std::lock_guard lock(mu);
       for (size_t k = 0; k < m.names.size(); ++k)
         if (m.names[k] == "loss") losses.push_back(m.values[k]);
     };
   });
+  // The device collectives went through host memory (their trace says how).
+  int staged = 0;
+  for (const RunReport& report : reports)
+    for (const auto& trace : report.traces) staged += trace.collective.ends_with(" staged") ? 1 : 0;
+  CHECK((staged > 0) == nccl);
   return losses;
 }
 

@@ -114,10 +114,13 @@ TEST_CASE("a node's ranks meet: the sum (or max) in every output, a rank left al
   CHECK(p.group.rank(1)->rank() == 1);
   CHECK(p.group.rank(1)->world() == 2);
 
-  // Rank 1 never comes: rank 0 fails at its deadline, naming device 1.
+  // Rank 1 never comes: rank 0 fails at its deadline, naming device 1, and
+  // a late rank 1 fails alike instead of summing with buffers left behind.
   Status alone = p.call(0, p.a, p.out_a, 9);
   CHECK(alone.code() == Code::kDeadlineExceeded);
   CHECK(alone.message().find("device 0 waited 300 ms in collective tag 9 for device(s) 1") != std::string::npos);
+  CHECK(p.group.arrived() == 0);
+  CHECK(p.call(1, p.b, p.out_b, 9).code() == Code::kDeadlineExceeded);
 }
 
 TEST_CASE("a node's ranks meet: a reduce-scatter gives each its block of the sum, an all-gather every block") {
@@ -152,11 +155,12 @@ TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes
 
   Pair q;
   auto waiting = std::async(std::launch::async, [&] { return q.call(0, q.a, q.out_a, 1); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (q.group.arrived() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // in, waiting
   q.group.cancel("the run was stopped: node 1 is gone");
   const Status woken = waiting.get();
   CHECK(woken.code() == Code::kAborted);
   CHECK(woken.message().find("node 1 is gone") != std::string::npos);
+  CHECK(q.group.arrived() == 0);
   CHECK(q.call(1, q.b, q.out_b, 1).code() == Code::kAborted);  // and later calls fail with it
 }
 

@@ -1,0 +1,59 @@
+// GpuRank: a device collective's rank on a GPU (train.nccl on cuda
+// devices). Made when the node builds its actors, joined to its
+// communicator when the run starts (BoxingSetup::start: every node has
+// built and opened the run's tags by then): NCCL's, or, where two ranks of
+// the communicator share a GPU (agents on one machine's one GPU, which NCCL
+// refuses), the node's LocalCollective with each piece copied through host
+// memory. A copy from the device into pageable memory returns once done
+// (after the work before it on the stream), and one back once it has read
+// the host bytes, so the host buffers are free again when a staged call
+// returns. Its thread only, but for use_nccl / use_staged before the run.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actor/device_collective_body.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/nccl_comm.h"
+
+namespace rill {
+
+class GpuRank final : public DeviceCommunicator {
+ public:
+  GpuRank(int rank, int world, CudaContext* cuda, std::chrono::milliseconds timeout)
+      : rank_(rank), world_(world), cuda_(cuda), timeout_(timeout) {}
+  void use_nccl(NcclComm* comm) { nccl_ = comm; }
+  void use_staged(DeviceCommunicator* host) { host_ = host; }
+  CudaContext* cuda() const { return cuda_; }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  const char* backend() const override { return nccl_ != nullptr ? "nccl" : host_ != nullptr ? "staged" : "unset"; }
+  Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
+                    std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override;
+  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
+                        uint64_t tag) override;
+  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override;
+
+ private:
+  std::string what(uint64_t tag) const;
+  Status unset(uint64_t tag) const;
+  // Staged: input (in_bytes) to the host, `call` from one host buffer into
+  // another, out_bytes of that back into output.
+  template <typename Call>
+  Status staged(const void* input, size_t in_bytes, void* output, size_t out_bytes, uint64_t tag, Call&& call);
+
+  const int rank_, world_;
+  CudaContext* cuda_;
+  const std::chrono::milliseconds timeout_;
+  NcclComm* nccl_ = nullptr;            // one of the two, from the start
+  DeviceCommunicator* host_ = nullptr;
+  std::vector<std::vector<std::byte>> staged_;  // pageable on purpose (see above); sized once
+  std::vector<const void*> in_;
+  std::vector<void*> out_;
+};
+
+}  // namespace rill
