@@ -25,13 +25,14 @@ Status nccl_status(ncclResult_t result, const char* call, const char* what) {
                             last != nullptr && *last != '\0' ? ": " : "", last != nullptr ? last : ""));
 }
 
-// Waits until a new communicator's set-up is done (a non-blocking
-// communicator's state leaves ncclInProgress), or fails at `deadline`
+// Polls a non-blocking communicator's state (`poll` writes it) until it
+// leaves ncclInProgress, the work given it taken, or fails at `deadline`
 // naming the call.
-Status settle(ncclComm_t comm, Clock::time_point deadline, const char* call, const char* what) {
+template <typename Poll>
+Status settle(Poll&& poll, Clock::time_point deadline, const char* call, const char* what) {
   for (int spins = 0;; ++spins) {
     ncclResult_t state = ncclSuccess;
-    RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", what));
+    RILL_RETURN_IF_ERROR(poll(&state));
     if (state != ncclInProgress) return nccl_status(state, call, what);
     if (Clock::now() >= deadline)
       return Status(Code::kDeadlineExceeded, fmt::format("{} ({}): NCCL did not finish it within its deadline "
@@ -39,6 +40,10 @@ Status settle(ncclComm_t comm, Clock::time_point deadline, const char* call, con
                                                          call, what));
     if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+Status poll_state(ncclComm_t comm, ncclResult_t* state, const char* what) {
+  return nccl_status(ncclCommGetAsyncError(comm, state), "ncclCommGetAsyncError", what);
 }
 
 StatusOr<ncclDataType_t> nccl_type(DType dtype) {
@@ -150,28 +155,21 @@ class Comm final : public NcclComm {
   Status usable(const char* what) {
     if (aborted_) return Status(Code::kAborted, fmt::format("NCCL ({}): the communicator was aborted", what));
     ncclResult_t state = ncclSuccess;
-    RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
+    RILL_RETURN_IF_ERROR(poll_state(comm_, &state, what));
     return nccl_status(state, "NCCL (an earlier call)", what);
   }
 
-  // Waits until the work just given is taken (the communicator's state
-  // leaves ncclInProgress), or fails at `deadline` naming the call, or as
-  // aborted when abort() came meanwhile.
+  // Waits until the work just given is taken, or fails at `deadline`, or
+  // as aborted when abort() came meanwhile: each poll under mu_, none
+  // between them.
   Status settle(Clock::time_point deadline, const char* call, const char* what) {
-    for (int spins = 0;; ++spins) {
-      {
-        std::lock_guard lock(mu_);
-        if (aborted_) return Status(Code::kAborted, fmt::format("{} ({}): the communicator was aborted", call, what));
-        ncclResult_t state = ncclSuccess;
-        RILL_RETURN_IF_ERROR(nccl_status(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what));
-        if (state != ncclInProgress) return nccl_status(state, call, what);
-      }
-      if (Clock::now() >= deadline)
-        return Status(Code::kDeadlineExceeded, fmt::format("{} ({}): NCCL did not take it within its deadline "
-                                                           "(a rank that never joined, or a peer gone)",
-                                                           call, what));
-      if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    return rill::nccl::settle(
+        [&](ncclResult_t* state) -> Status {
+          std::lock_guard lock(mu_);
+          if (aborted_) return Status(Code::kAborted, fmt::format("{} ({}): the communicator was aborted", call, what));
+          return poll_state(comm_, state, what);
+        },
+        deadline, call, what);
   }
 
   ncclComm_t comm_;
@@ -222,7 +220,8 @@ StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, in
   Status ended = nccl_status(ncclGroupEnd(), "ncclGroupEnd", what.c_str());
   if (status.ok()) status = ended;
   for (size_t i = 0; status.ok() && i < comms.size(); ++i)
-    status = settle(comms[i], deadline, "ncclCommInitRankConfig", what.c_str());
+    status = settle([&](ncclResult_t* state) { return poll_state(comms[i], state, what.c_str()); }, deadline,
+                    "ncclCommInitRankConfig", what.c_str());
   if (!status.ok()) {
     abort_all();
     return status;
