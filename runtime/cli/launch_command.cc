@@ -1,9 +1,13 @@
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +21,39 @@
 #include "runtime/cluster/env.h"
 
 namespace rill {
+namespace {
+
+// Waits (up to `seconds`) until the master at `master` answers, unless the
+// agent `agent` ends first (its port taken, fewer GPUs than slots): then an
+// error with how it ended and the last line of its log (`log`; "" when its
+// output went to this terminal, above).
+Status wait_for_agent(const std::string& master, pid_t agent, const std::string& log, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    if (waitpid(agent, &status, WNOHANG) == agent) {
+      std::string last;
+      if (!log.empty()) {
+        std::ifstream in(log);
+        for (std::string line; std::getline(in, line);)
+          if (!line.empty()) last = line;
+      }
+      return Status(Code::kUnavailable,
+                    fmt::format("this node's agent ended ({}) before the master answered{}",
+                                WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
+                                                  : fmt::format("signal {}", WTERMSIG(status)),
+                                last.empty() ? std::string(" (its words are above)") : ": " + last));
+    }
+    auto client = Client::connect(master, 1.0);
+    if (!client.ok()) return client.status();
+    if ((*client)->status().ok()) return {};
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status(Code::kDeadlineExceeded,
+                    fmt::format("the master {} did not answer within {} s", master, seconds));
+  }
+}
+
+}  // namespace
 
 int launch_command(const LaunchArgs& args) {
   auto config = resolve_launch_config(args.flags, current_environment());
@@ -66,8 +103,9 @@ int launch_command(const LaunchArgs& args) {
     job_text = std::move(*text);
   }
 
-  // This node's agent: a cpu device per process slot.
-  std::string devices = fmt::format("cpu:{}", config->nproc_per_node);
+  // This node's agent: a device per process slot (a GPU each with --device
+  // cuda, the CUDA_VISIBLE_DEVICES it inherits honoured by CUDA itself).
+  std::string devices = fmt::format("{}:{}", config->device, config->nproc_per_node);
   auto start_agent = [&](bool again) {
     std::vector<std::string> argv = {"/proc/self/exe", "agent", "--machines", machines, "--rank",
                                      std::to_string(config->node_rank), "--ctrl-port",
@@ -84,6 +122,8 @@ int launch_command(const LaunchArgs& args) {
   if (is_job) {
     // A job file: node 0 submits it and prints the master's progress.
     if (config->node_rank == 0) {
+      const std::string agent_log = logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1);
+      if (Status up = wait_for_agent(master, agent, agent_log, 120); !up.ok()) return fail_command(up);
       auto client = Client::connect(master, 120);
       if (!client.ok()) return fail_command(client.status());
       SubmitOptions options;

@@ -188,6 +188,11 @@ int main(int argc, char** argv) {
   launch->add_option("--nnodes", nnodes, "Nodes in the run");
   launch->add_option("--node_rank", node_rank, "This node's rank (0 is the master)");
   launch->add_option("--nproc_per_node", nproc_per_node, "Processes (devices) on this node");
+  std::string launch_device = "cpu";
+  launch->add_option("--device", launch_device,
+                     "Each slot's device: cpu, or cuda (a GPU each; a program's process i sees only its GPU, "
+                     "the i-th of CUDA_VISIBLE_DEVICES where that is set)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   launch->add_option("--master_addr", master_addr, "The master's address");
   launch->add_option("--master_port", master_port, "The master's control port (every node's)");
   launch->add_option("--machines", launch_args.machines, "Every node's address, addr[:port],...");
@@ -320,6 +325,7 @@ int main(int argc, char** argv) {
     if (given("--nnodes")) launch_args.flags.nnodes = nnodes;
     if (given("--node_rank")) launch_args.flags.node_rank = node_rank;
     if (given("--nproc_per_node")) launch_args.flags.nproc_per_node = nproc_per_node;
+    if (given("--device")) launch_args.flags.device = launch_device;
     if (given("--master_addr")) launch_args.flags.master_addr = master_addr;
     if (given("--master_port")) launch_args.flags.master_port = master_port;
     if (given("--logdir")) launch_args.flags.logdir = launch_logdir;

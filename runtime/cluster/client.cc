@@ -1,6 +1,7 @@
 #include "runtime/cluster/client.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -132,7 +133,12 @@ class ZmqClient : public Client {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {watch_->handle(), 0, ZMQ_POLLIN, 0}};
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
+      try {
+        zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+        continue;  // a signal (Ctrl-C counted by the command): wait on
+      }
       if (const std::string failure = watch_->poll(); !failure.empty()) {
         socket_.set(zmq::sockopt::linger, 0);  // nothing queued can reach it: closing need not wait
         return Status(watch_->unreachable() ? Code::kUnavailable : Code::kPermissionDenied, failure);

@@ -58,6 +58,7 @@ class LaunchResolver {
     c_.sources["redirect"] = flags_.redirect ? "flag" : "default";
     if (c_.redirect && c_.logdir.empty())
       return invalid_argument("--redirect_stdout_and_stderr needs a log folder (--logdir)");
+    RILL_RETURN_IF_ERROR(resolve_device());
     RILL_RETURN_IF_ERROR(check());
     return std::move(c_);
   }
@@ -149,6 +150,30 @@ class LaunchResolver {
       return invalid_argument("{}={} says this launcher is not the first task on its node, but node_rank "
                               "comes from {}: run one `rill launch` per node{}",
                               local_var, *local, source("node_rank"), hint);
+    return {};
+  }
+
+  // The slots' device type, and with cuda each slot's GPU.
+  Status resolve_device() {
+    set_string(&LaunchConfig::device, "device", flags_.device.value_or("cpu"), flags_.device ? "flag" : "default");
+    if (c_.device == "cpu") return {};
+    if (c_.device != "cuda") return invalid_argument("device '{}' (flag): expected cpu or cuda", c_.device);
+    if (const std::string* visible = var("CUDA_VISIBLE_DEVICES")) {
+      std::string_view rest = *visible;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        std::string_view gpu = rest.substr(0, comma);
+        if (!gpu.empty()) c_.gpus.emplace_back(gpu);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      if (static_cast<int>(c_.gpus.size()) < c_.nproc_per_node)
+        return invalid_argument("CUDA_VISIBLE_DEVICES={} (env) names {} GPU(s) for nproc_per_node {} ({}) processes "
+                                "of one GPU each",
+                                *visible, c_.gpus.size(), c_.nproc_per_node, source("nproc_per_node"));
+      c_.gpus.resize(static_cast<size_t>(c_.nproc_per_node));
+      return {};
+    }
+    for (int i = 0; i < c_.nproc_per_node; ++i) c_.gpus.push_back(std::to_string(i));
     return {};
   }
 
@@ -248,6 +273,8 @@ std::string describe_sources(const LaunchConfig& config) {
       from("nproc_per_node"), config.master_addr, from("master_addr"), config.master_port, from("master_port"));
   if (!config.machines.empty())
     line += fmt::format(", machines={} from {}", fmt::join(config.machines, ","), from("machines"));
+  if (config.device != "cpu") line += fmt::format(", device={} (GPUs {}) from {}", config.device,
+                                                  fmt::join(config.gpus, ","), from("device"));
   return line;
 }
 
@@ -328,7 +355,7 @@ std::map<std::string, std::string> launch_environment(const LaunchConfig& config
   const std::string local = std::to_string(local_rank);
   const std::string nodes = std::to_string(config.nnodes);
   const std::string node = std::to_string(config.node_rank);
-  return {
+  std::map<std::string, std::string> vars = {
       {"RILL_WORLD_SIZE", world},
       {"RILL_RANK", rank},
       {"RILL_LOCAL_RANK", local},
@@ -342,6 +369,9 @@ std::map<std::string, std::string> launch_environment(const LaunchConfig& config
       {"MASTER_ADDR", config.master_addr},
       {"MASTER_PORT", std::to_string(config.master_port)},
   };
+  if (config.device == "cuda" && local_rank < static_cast<int>(config.gpus.size()))
+    vars["CUDA_VISIBLE_DEVICES"] = config.gpus[static_cast<size_t>(local_rank)];
+  return vars;
 }
 
 std::map<std::string, std::string> current_environment() {

@@ -45,6 +45,7 @@ struct LaunchFlags {
   std::optional<int> master_port;
   std::optional<std::string> logdir;
   std::optional<bool> redirect;  // --redirect_stdout_and_stderr
+  std::optional<std::string> device;  // --device: "cpu" or "cuda"
 };
 
 struct LaunchConfig {
@@ -55,6 +56,11 @@ struct LaunchConfig {
   int master_port = kDefaultCtrlPort;
   std::string logdir = kDefaultLogdir;  // per-node log files go here; "" for none
   bool redirect = false;                // processes' stdout and stderr into logdir
+  // The type of each process slot's device: "cpu", or "cuda", one GPU a
+  // slot, process (local rank) i's being gpus[i]: the i-th of
+  // CUDA_VISIBLE_DEVICES where that is set, else i.
+  std::string device = "cpu";
+  std::vector<std::string> gpus;
   // Every node's address, node 0 first, when the platform names them (Slurm's
   // node list); empty when unknown.
   std::vector<std::string> machines;
@@ -80,11 +86,14 @@ struct LaunchConfig {
 //   master_addr     --master_addr; MASTER_ADDR; the Slurm node list's first node; 127.0.0.1
 //   master_port     --master_port; MASTER_PORT; 9988
 //   logdir          --logdir; "log".   redirect: the flag; false
+//   device          --device ("cpu" or "cuda"); "cpu". With cuda, gpus: the
+//                   entries of CUDA_VISIBLE_DEVICES, else 0 .. nproc_per_node-1
 //   machines        SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST, expanded; else none
 // and then these must hold, or it is an error naming the sources:
 //   nnodes >= 1, nproc_per_node >= 1, 0 <= node_rank < nnodes, master_port in 1..65534;
 //   WORLD_SIZE, if set, equals nnodes * nproc_per_node (not checked when both are flags);
 //   RANK, if set, equals node_rank * nproc_per_node (not checked with --node_rank);
+//   with cuda, CUDA_VISIBLE_DEVICES (when set) names at least nproc_per_node GPUs;
 //   a task rank from the environment, MPI or Slurm is a node rank only with one
 //   launcher per node, so its local id (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
 //   SLURM_LOCALID) must be 0;
@@ -140,7 +149,8 @@ StatusOr<comm::Communicator> communicator(std::chrono::milliseconds timeout = st
 // The variables to set for process `local_rank` on this node (REQUIRES:
 // 0 <= local_rank < config.nproc_per_node): RILL_WORLD_SIZE, RILL_RANK, RILL_LOCAL_RANK, RILL_NODE_SIZE,
 // RILL_NODE_RANK, and for other libraries the standard WORLD_SIZE, RANK,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT.
+// LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; with
+// cuda slots, CUDA_VISIBLE_DEVICES: the process's one GPU (config.gpus).
 std::map<std::string, std::string> launch_environment(const LaunchConfig& config, int local_rank);
 
 // A copy of this process's environment, for resolve_launch_config.

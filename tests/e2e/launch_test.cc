@@ -148,3 +148,20 @@ TEST_CASE("collectives as ops of a mirrored job on 2 agents: all_reduce of the l
   }
   CHECK(means[0] == means[1]);  // one all-reduced value, printed alike
 }
+
+// --device cuda gives the node's agent a GPU a slot: on a machine with fewer
+// GPUs than slots (CI's have none) the job stops at once naming what it
+// asked for and what there is.
+TEST_CASE("rill launch --device cuda asks the agent for a GPU a slot, and says so where there are too few") {
+  const int slots = 9;  // more than any machine here has
+  Ran ran = run_rill("launch --device cuda --nproc_per_node " + std::to_string(slots) +
+                     " --master_port 19236 --machines 127.0.0.1 " + root() +
+                     "/samples/linear_regression/linear_regression.json");
+  INFO(ran.output);
+  CHECK(ran.code != 0);
+  CHECK(ran.output.find("cuda:" + std::to_string(slots)) != std::string::npos);
+  CHECK(ran.output.find("CUDA device(s)") != std::string::npos);
+  Ran bad = run_rill("launch --device tpu " + root() + "/samples/linear_regression/linear_regression.json");
+  CHECK(bad.code != 0);
+  CHECK(bad.output.find("tpu") != std::string::npos);
+}

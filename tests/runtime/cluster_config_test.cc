@@ -461,6 +461,32 @@ TEST_CASE("launch_environment gives each process its place, and the queries read
   CHECK(contains(error_of(resolve_launch_config(nproc, launch_environment(*config, 1)).status()), "LOCAL_RANK=1"));
 }
 
+TEST_CASE("rill launch --device cuda: a GPU a process, the i-th of CUDA_VISIBLE_DEVICES where it is set") {
+  LaunchFlags flags;
+  flags.nproc_per_node = 3;
+  flags.device = "cuda";
+  auto plain = resolve_launch_config(flags, {});
+  REQUIRE_MESSAGE(plain.ok(), error_of(plain.status()));
+  CHECK(plain->gpus == std::vector<std::string>{"0", "1", "2"});
+  CHECK(launch_environment(*plain, 2).at("CUDA_VISIBLE_DEVICES") == "2");
+  CHECK(contains(describe_sources(*plain), "device=cuda (GPUs 0,1,2) from flag"));
+  auto visible = resolve_launch_config(flags, {{"CUDA_VISIBLE_DEVICES", "3,5,6,7"}});
+  REQUIRE_MESSAGE(visible.ok(), error_of(visible.status()));
+  CHECK(launch_environment(*visible, 0).at("CUDA_VISIBLE_DEVICES") == "3");
+  CHECK(launch_environment(*visible, 1).at("CUDA_VISIBLE_DEVICES") == "5");
+  // Too few GPUs for the processes, and a device type there is not.
+  CHECK(contains(error_of(resolve_launch_config(flags, {{"CUDA_VISIBLE_DEVICES", "1,2"}}).status()),
+                 "CUDA_VISIBLE_DEVICES=1,2 (env) names 2 GPU(s) for nproc_per_node 3"));
+  flags.device = "tpu";
+  CHECK(contains(error_of(resolve_launch_config(flags, {}).status()), "device 'tpu' (flag): expected cpu or cuda"));
+  // cpu slots (the default) leave CUDA_VISIBLE_DEVICES alone.
+  flags.device.reset();
+  auto cpu = resolve_launch_config(flags, {{"CUDA_VISIBLE_DEVICES", "3"}});
+  REQUIRE(cpu.ok());
+  CHECK(cpu->device == "cpu");
+  CHECK(launch_environment(*cpu, 0).count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
 TEST_CASE("per-node log paths are unique across nodes and processes") {
   CHECK(node_log_path("log", 1, 0) == "log/node1.proc0.log");
   CHECK(node_log_path("log/", 1, 2) == "log/node1.proc2.log");
