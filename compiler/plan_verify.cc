@@ -110,6 +110,13 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
       // Collective tags below 2^19: the rest of a run's 2^20 tags are the
       // device collectives' set-up (runtime/node/boxing_setup.h).
       if (c->collective_tag() < 0 || c->collective_tag() >= (int64_t{1} << 19)) return false;
+      // A device collective is one of its communicator's calls.
+      if (c->comm_group() >= 0) {
+        const auto* calls = p.comm_groups()->Get(static_cast<uint32_t>(c->comm_group()))->calls();
+        if (std::none_of(calls->begin(), calls->end(),
+                         [&](const plan::CommCall* call) { return call->tag() == c->collective_tag(); }))
+          return false;
+      }
       // Peers, when any: one per node of the placement, this task at its
       // node's place among them (first_rank / local_pieces).
       const auto* peers = c->peers();
