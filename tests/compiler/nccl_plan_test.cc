@@ -1,9 +1,11 @@
-// Device collectives (train.nccl): a P -> B of a cuda placement becomes one
-// task per device, on that device's thread, reading and writing its memory,
+// Device collectives (train.nccl): a P -> B (and a P -> S(0) or S(0) -> B of
+// evenly split rows) becomes one task per device, on that device's thread,
+// reading and writing its memory,
 // one rank of a communicator the plan lists (Plan.comm_groups) with its calls
 // in one order; each device thread's collective tasks are chained in that
 // order, and every node's plan carries the same communicators and order.
-// Built where nvcc is (a build without CUDA refuses cuda devices).
+// The plans are built where nvcc is (a build without CUDA refuses cuda
+// devices); verify_plan's checks of communicators everywhere.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -17,6 +19,42 @@
 
 namespace rill {
 namespace {
+
+// A plan of no tasks on 2 nodes whose one communicator has these ranks.
+std::string plan_with_group(const std::vector<int32_t>& nodes, const std::vector<int32_t>& devices) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<plan::Task>> tasks;
+  std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
+  std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
+  std::vector<flatbuffers::Offset<plan::CommCall>> calls;
+  std::vector<flatbuffers::Offset<plan::CommGroup>> groups = {
+      plan::CreateCommGroupDirect(b, &nodes, &devices, &calls, true)};
+  plan::FinishPlanBuffer(
+      b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, /*num_nodes=*/2, 2, &datasets, &tasks,
+                                &regsts, /*node=*/-1, /*num_tasks=*/0, nullptr, /*micro_batches=*/1, "1f1b", 1, false,
+                                true, true, &groups));
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+TEST_CASE("verify_plan holds communicators to distinct devices, node-major, as many on each node") {
+  CHECK(compiler::verify_plan(plan_with_group({0, 0, 1, 1}, {0, 1, 0, 1})).ok());
+  struct Bad {
+    std::vector<int32_t> nodes, devices;
+    const char* says;
+  };
+  for (const Bad& bad : {Bad{{0, 0}, {1, 1}, "names one device twice"},
+                         Bad{{1, 1, 0, 0}, {0, 1, 0, 1}, "not node-major"},
+                         Bad{{0, 1, 0, 1}, {0, 0, 1, 1}, "not node-major"},
+                         Bad{{0, 0, 0, 1}, {0, 1, 2, 0}, "as many on each node"},
+                         Bad{{0, 2}, {0, 0}, "outside the plan's 2 nodes"},
+                         Bad{{0}, {0}, "has 1 ranks"}}) {
+    auto r = compiler::verify_plan(plan_with_group(bad.nodes, bad.devices));
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().to_string());
+    CHECK(r.status().code() == Code::kDataLoss);
+    CHECK(r.status().message().find(bad.says) != std::string::npos);
+  }
+}
 
 #ifdef RILL_WITH_CUDA
 
@@ -161,42 +199,6 @@ TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the 
     // This node's 8 device threads each hold one rank of every call.
     CHECK(check_device_collectives(*plan_of(*own)) ==
           8 * static_cast<int>(plan_of(whole)->comm_groups()->Get(0)->calls()->size()));
-  }
-}
-
-// A plan of no tasks on 2 nodes whose one communicator has these ranks.
-std::string plan_with_group(const std::vector<int32_t>& nodes, const std::vector<int32_t>& devices) {
-  flatbuffers::FlatBufferBuilder b;
-  std::vector<flatbuffers::Offset<plan::Task>> tasks;
-  std::vector<flatbuffers::Offset<plan::RegstDesc>> regsts;
-  std::vector<flatbuffers::Offset<plan::Dataset>> datasets;
-  std::vector<flatbuffers::Offset<plan::CommCall>> calls;
-  std::vector<flatbuffers::Offset<plan::CommGroup>> groups = {
-      plan::CreateCommGroupDirect(b, &nodes, &devices, &calls, true)};
-  plan::FinishPlanBuffer(
-      b, plan::CreatePlanDirect(b, compiler::kPlanVersion, "job", 1, 1, 1, /*num_nodes=*/2, 2, &datasets, &tasks,
-                                &regsts, /*node=*/-1, /*num_tasks=*/0, nullptr, /*micro_batches=*/1, "1f1b", 1, false,
-                                true, true, &groups));
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
-}
-
-TEST_CASE("verify_plan holds communicators to distinct devices, node-major, as many on each node") {
-  CHECK(compiler::verify_plan(plan_with_group({0, 0, 1, 1}, {0, 1, 0, 1})).ok());
-  struct Bad {
-    std::vector<int32_t> nodes, devices;
-    const char* says;
-  };
-  for (const Bad& bad : {Bad{{0, 0}, {1, 1}, "names one device twice"},
-                         Bad{{1, 1, 0, 0}, {0, 1, 0, 1}, "not node-major"},
-                         Bad{{0, 1, 0, 1}, {0, 0, 1, 1}, "not node-major"},
-                         Bad{{0, 0, 0, 1}, {0, 1, 2, 0}, "as many on each node"},
-                         Bad{{0, 2}, {0, 0}, "outside the plan's 2 nodes"},
-                         Bad{{0}, {0}, "has 1 ranks"}}) {
-    auto r = compiler::verify_plan(plan_with_group(bad.nodes, bad.devices));
-    REQUIRE_FALSE(r.ok());
-    INFO(r.status().to_string());
-    CHECK(r.status().code() == Code::kDataLoss);
-    CHECK(r.status().message().find(bad.says) != std::string::npos);
   }
 }
 
