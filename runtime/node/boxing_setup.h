@@ -27,10 +27,10 @@
 #include "comm/collectives.h"
 #include "comm/group_transport.h"
 #include "compiler/boxing_task.h"
+#include "compiler/plan_generated.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "runtime/node/gpu_rank.h"
 #include "runtime/node/local_collective.h"
-#include "compiler/plan_generated.h"
 
 namespace rill {
 
