@@ -29,10 +29,10 @@ std::string keygen(const std::filesystem::path& path) {
   return path.string();
 }
 
-// Polls `rill status` (with `key`) until every node is up.
+// Polls `rill status` (with `key`; "": the user's default) until every node is up.
 void wait_formed(const std::string& master, const std::string& key) {
   for (int i = 0; i < 200; ++i) {
-    Ran ran = run_rill("status --master " + master + " --key " + key);
+    Ran ran = run_rill("status --master " + master + (key.empty() ? "" : " --key " + key));
     if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
         ran.output.find("joining") == std::string::npos)
       return;
@@ -242,6 +242,9 @@ TEST_CASE("submitted jobs read data and write checkpoints only under each agent'
               (dir / "r0.log").string());
   Agent node1("--machines " + machines + " --rank 1 --data-root " + (dir / "data1").string(),
               (dir / "r1.log").string());
+  // Formed before the first submission, so its answer is the refusal, not
+  // a master still waiting for node 1 (a loaded machine starts agents slowly).
+  wait_formed("127.0.0.1:19340", "");
   auto submit = [&](const std::string& job_text, const std::string& extra) {
     write(dir / "job.json", job_text);
     return run_rill("submit " + (dir / "job.json").string() + " --master 127.0.0.1:19340 " + extra);
