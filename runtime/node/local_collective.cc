@@ -118,8 +118,10 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
                 a.elements.size() == first.elements.size();
     for (size_t k = 0; same && k < a.elements.size(); ++k) same = a.elements[k] == first.elements[k];
     if (!same) {
-      status = internal_error("the devices of node's communicator rank {} disagree on the collective: tag {} vs {}",
-                              first_rank_, first.tag, a.tag);
+      status = internal_error("this node's ranks {} and up of a communicator disagree on the collective: {} tag {} "
+                              "vs {} tag {}",
+                              first_rank_, collective_call_name(first.call), first.tag, collective_call_name(a.call),
+                              a.tag);
       break;
     }
   }
