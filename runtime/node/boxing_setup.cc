@@ -52,7 +52,6 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
   DeviceCommunicator* rank = nullptr;
   if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
     // Joined to NCCL's communicator, or staged, when the run starts.
-    c.gpu = true;
     if (c.gpu_ranks.empty()) {
       for (size_t i = 0; i < c.devices.size(); ++i) {
         RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(c.devices[i])));
@@ -84,7 +83,7 @@ Status BoxingSetup::start() {
   // In communicator order on every node: the set-up exchanges of a node's
   // communicators never wait on each other in opposite orders.
   for (auto& [group, c] : communicators_) {
-    if (!c.gpu) continue;
+    if (c.gpu_ranks.empty()) continue;  // cpu devices: their LocalCollective needs no set-up
     const int world = c.gpu_ranks.front()->world();
     // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
     // through the host, as on cpu devices.

@@ -92,7 +92,6 @@ class BoxingSetup {
     std::string name;  // its first task here, for errors
     int first = -1;
     std::vector<int> devices, nodes;
-    bool gpu = false;
     std::unique_ptr<LocalCollective> local;           // cpu devices, or staged GPU ranks
     std::vector<std::unique_ptr<GpuRank>> gpu_ranks;  // cuda devices
     std::vector<std::unique_ptr<NcclComm>> nccl;      // their NCCL communicators

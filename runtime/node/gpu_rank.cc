@@ -1,50 +1,58 @@
 #include "runtime/node/gpu_rank.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace rill {
 
-std::string GpuRank::what(uint64_t tag) const {
-  return fmt::format("collective tag {} on cuda:{}{}", tag, cuda_->device(),
-                     host_ != nullptr ? " through host memory" : "");
+const char* GpuRank::what(uint64_t tag) {
+  auto [at, fresh] = whats_.try_emplace(tag);
+  if (fresh)
+    at->second = fmt::format("collective tag {} on cuda:{}{}", tag, cuda_->device(),
+                             host_ != nullptr ? " through host memory" : "");
+  return at->second.c_str();
 }
 
-Status GpuRank::unset(uint64_t tag) const {
+Status GpuRank::unset(uint64_t tag) {
   return internal_error("{}: rank {} of {} acted before its communicator was made", what(tag), rank_, world_);
 }
 
 template <typename Call>
 Status GpuRank::staged(const void* input, size_t in_bytes, void* output, size_t out_bytes, uint64_t tag, Call&& call) {
-  const std::string about = what(tag);
-  staged_.resize(2);
-  staged_[0].resize(in_bytes);
-  staged_[1].resize(out_bytes);
-  RILL_RETURN_IF_ERROR(cuda_->copy(staged_[0].data(), input, in_bytes, CopyKind::kDeviceToHost, about.c_str()));
-  RILL_RETURN_IF_ERROR(call(staged_[0].data(), staged_[1].data()));
-  return cuda_->copy(output, staged_[1].data(), out_bytes, CopyKind::kHostToDevice, about.c_str());
+  const char* about = what(tag);
+  one_in_.resize(std::max(one_in_.size(), in_bytes));
+  one_out_.resize(std::max(one_out_.size(), out_bytes));
+  RILL_RETURN_IF_ERROR(cuda_->copy(one_in_.data(), input, in_bytes, CopyKind::kDeviceToHost, about));
+  RILL_RETURN_IF_ERROR(call(one_in_.data(), one_out_.data()));
+  return cuda_->copy(output, one_out_.data(), out_bytes, CopyKind::kHostToDevice, about);
 }
 
 Status GpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                            std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) {
   if (nccl_ != nullptr)
     return nccl_->all_reduce(inputs, outputs, elements, dtype, static_cast<int>(op), *cuda_, timeout_,
-                             what(tag).c_str());
+                             what(tag));
   if (host_ == nullptr) return unset(tag);
-  const std::string about = what(tag);
-  staged_.resize(inputs.size());
-  in_.resize(inputs.size());
-  out_.resize(inputs.size());
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    staged_[k].resize(elements[k] * dtype_size(dtype));
-    RILL_RETURN_IF_ERROR(
-        cuda_->copy(staged_[k].data(), inputs[k], staged_[k].size(), CopyKind::kDeviceToHost, about.c_str()));
+  const char* about = what(tag);
+  // Grown only: the calls of one rank (buckets of other sizes) take turns.
+  const size_t n = inputs.size();
+  if (staged_.size() < n) {
+    staged_.resize(n);
+    in_.resize(n);
+    out_.resize(n);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const size_t bytes = elements[k] * dtype_size(dtype);
+    staged_[k].resize(std::max(staged_[k].size(), bytes));
+    RILL_RETURN_IF_ERROR(cuda_->copy(staged_[k].data(), inputs[k], bytes, CopyKind::kDeviceToHost, about));
     in_[k] = staged_[k].data();
     out_[k] = staged_[k].data();
   }
-  RILL_RETURN_IF_ERROR(host_->all_reduce(in_, out_, elements, dtype, op, tag));
-  for (size_t k = 0; k < outputs.size(); ++k)
-    RILL_RETURN_IF_ERROR(
-        cuda_->copy(outputs[k], staged_[k].data(), staged_[k].size(), CopyKind::kHostToDevice, about.c_str()));
+  RILL_RETURN_IF_ERROR(host_->all_reduce(std::span<const void* const>(in_.data(), n),
+                                         std::span<void* const>(out_.data(), n), elements, dtype, op, tag));
+  for (size_t k = 0; k < n; ++k)
+    RILL_RETURN_IF_ERROR(cuda_->copy(outputs[k], staged_[k].data(), elements[k] * dtype_size(dtype),
+                                     CopyKind::kHostToDevice, about));
   return {};
 }
 
@@ -52,7 +60,7 @@ Status GpuRank::reduce_scatter(const void* input, void* output, size_t block, DT
                                uint64_t tag) {
   if (nccl_ != nullptr)
     return nccl_->reduce_scatter(input, output, block, dtype, static_cast<int>(op), *cuda_, timeout_,
-                                 what(tag).c_str());
+                                 what(tag));
   if (host_ == nullptr) return unset(tag);
   const size_t bytes = block * dtype_size(dtype);
   return staged(input, bytes * static_cast<size_t>(world_), output, bytes, tag,
@@ -60,7 +68,7 @@ Status GpuRank::reduce_scatter(const void* input, void* output, size_t block, DT
 }
 
 Status GpuRank::all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) {
-  if (nccl_ != nullptr) return nccl_->all_gather(input, output, block, dtype, *cuda_, timeout_, what(tag).c_str());
+  if (nccl_ != nullptr) return nccl_->all_gather(input, output, block, dtype, *cuda_, timeout_, what(tag));
   if (host_ == nullptr) return unset(tag);
   const size_t bytes = block * dtype_size(dtype);
   return staged(input, bytes, output, bytes * static_cast<size_t>(world_), tag,

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,10 @@ class GpuRank final : public DeviceCommunicator {
   Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override;
 
  private:
-  std::string what(uint64_t tag) const;
-  Status unset(uint64_t tag) const;
+  // What a call is, for errors ("collective tag 7 on cuda:0"): made on a
+  // tag's first call and kept, so an act allocates nothing.
+  const char* what(uint64_t tag);
+  Status unset(uint64_t tag);
   // Staged: input (in_bytes) to the host, `call` from one host buffer into
   // another, out_bytes of that back into output.
   template <typename Call>
@@ -51,9 +54,13 @@ class GpuRank final : public DeviceCommunicator {
   const std::chrono::milliseconds timeout_;
   NcclComm* nccl_ = nullptr;            // one of the two, from the start
   DeviceCommunicator* host_ = nullptr;
-  std::vector<std::vector<std::byte>> staged_;  // pageable on purpose (see above); sized once
+  // Pageable on purpose (see above), grown to the largest call and kept:
+  // an all-reduce's tensors, and a reduce-scatter's or all-gather's two ends.
+  std::vector<std::vector<std::byte>> staged_;
+  std::vector<std::byte> one_in_, one_out_;
   std::vector<const void*> in_;
   std::vector<void*> out_;
+  std::map<uint64_t, std::string> whats_;
 };
 
 }  // namespace rill
