@@ -61,8 +61,10 @@ StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, c
 }
 
 // A device collective: one rank's all-reduce of each input into its output
-// (whole tensors, P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) ->
-// B) of equal row blocks, among the ranks of a communicator the plan has.
+// (P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) -> B) of equal
+// row blocks, on the one axis of the hierarchy its SBPs change (its
+// communicator's ranks are that axis's: every device, a node's devices or a
+// lane), among the ranks of a communicator the plan has.
 StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::Task& task,
                                             const plan::BoxingConf& conf) {
   const std::string name = str(task.name());
@@ -76,18 +78,16 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
   const int ranks = static_cast<int>(g->nodes()->size());
   const int rank = conf.first_rank();
   const NdSbp in_sbp = read_sbp(conf.in_sbp()), out_sbp = read_sbp(conf.out_sbp());
-  const NdSbp partial(Sbp::partial_sum()), whole(Sbp::broadcast()), rows(Sbp::split(0));
-  const CollectiveCall call = in_sbp == partial && out_sbp == whole  ? CollectiveCall::kAllReduce
-                              : in_sbp == partial && out_sbp == rows ? CollectiveCall::kReduceScatter
-                              : in_sbp == rows && out_sbp == whole   ? CollectiveCall::kAllGather
-                                                                     : CollectiveCall::kOther;
+  // On the axis it changes (its communicator's ranks are that axis's).
+  const std::optional<AxisCollective> collective = axis_collective(in_sbp, out_sbp);
+  const CollectiveCall call = collective ? collective->call : CollectiveCall::kOther;
   if (call == CollectiveCall::kOther || conf.local_pieces() != 1 || conf.num_nodes() != ranks || conf.parallel() != ranks || rank < 0 ||
       rank >= ranks || g->nodes()->Get(static_cast<uint32_t>(rank)) != task.node() ||
       g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
       ActorId::device_type(task.id()) == DeviceType::kComm)
     return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B), reduce-scatter "
-                            "(P -> S(0)) or all-gather (S(0) -> B) as its rank of communicator {} ({} ranks), not "
-                            "{} -> {} of rank {} on node {} device {}",
+                            "(P -> S(0)) or all-gather (S(0) -> B) on one axis, as its rank of communicator {} ({} "
+                            "ranks), not {} -> {} of rank {} on node {} device {}",
                             name, group, ranks, in_sbp.to_string(), out_sbp.to_string(), rank, task.node(),
                             task.device());
   const int tensors = conf.tensors();
@@ -110,7 +110,10 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
     const plan::RegstDesc* out = find_regst(plan, task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
     if (in == nullptr || out == nullptr)
       return invalid_argument("task '{}': tensor {}'s regsts are not in the plan", name, k);
-    const TensorMeta meta{shape(out->logical_shape()), read_dtype(out->dtype())};
+    // The collective's tensor: the part its communicator works on (on the
+    // axis it changes, the whole), which its unsplit side holds.
+    const TensorMeta meta{shape(call == CollectiveCall::kAllGather ? out->shape() : in->shape()),
+                          read_dtype(out->dtype())};
     // Whole, or (the split side) rank `rank`'s block of rows.
     Shape block = meta.shape;
     if (call != CollectiveCall::kAllReduce) {

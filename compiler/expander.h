@@ -176,15 +176,17 @@ class Expander {
 
   void add_per_device_boxing(int b);
 
-  // Under train.nccl, what device collective does `box`, if one does: one
-  // task per device on its thread, one rank of a communicator among every
-  // device of the placement (Plan.comm_groups[comm_group(p)]): P -> B an
-  // all-reduce (of a bucket's pieces too), P -> S(0) a reduce-scatter and
-  // S(0) -> B an all-gather when the rows split evenly over the devices.
-  std::optional<CollectiveCall> device_collective(const BoxingNode& box) const;
-  void add_device_collective(const std::vector<int>& unit, const std::string& name, CollectiveCall call);
-  // The index of the communicator of placement `p`'s devices (made on first use).
-  int comm_group(const graph::Placement& p);
+  // Under train.nccl, what device collective does `box`, if one does
+  // (axis_collective, kernels/tensor.h): one task per device on its thread,
+  // each a rank of a communicator (Plan.comm_groups) among every device of
+  // the placement (a 1-D boxing), the devices of its node (`within`
+  // changes), or its lane (`across` changes: device d of every node). A
+  // reduce-scatter or all-gather needs rows that split evenly over the
+  // communicator's ranks.
+  std::optional<AxisCollective> device_collective(const BoxingNode& box) const;
+  Status add_device_collective(const std::vector<int>& unit, const std::string& name, AxisCollective collective);
+  // The index of the communicator of `ranks` (node, device), made on first use.
+  int comm_group(std::vector<std::pair<int, int>> ranks, DeviceType type);
 
   // A task copying the parts of `sources` (regsts with their logical
   // regions) that fall in `target` into one regst holding `target`, on
@@ -254,6 +256,9 @@ class Expander {
     Numbering::Task task;
   };
   std::vector<std::vector<ChainMember>> chain_units_;  // boxing units with a collective, in order
+  // The next tag of a lane communicator's call after its first lane (that
+  // one has its unit's, as every boxing): past every boxing's.
+  int64_t next_tag_ = 0;
   int sink_task_ = -1;
 };
 

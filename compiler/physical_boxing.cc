@@ -12,72 +12,135 @@ bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) con
   const BoxingNode& box = g_.boxings[b];
   const LogicalTensor* t = g_.find(box.tensor);
   return !box.move() && !box.as &&
-         (at(box.placement).num_nodes() > 1 || device_collective(box) == CollectiveCall::kAllReduce) &&
+         (at(box.placement).num_nodes() > 1 || device_collective(box).has_value()) &&
          box.in == NdSbp(Sbp::partial_sum()) && box.out == NdSbp(Sbp::broadcast()) && t->meta.dtype == DType::kF32 &&
          t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
 }
 
-std::optional<CollectiveCall> Expander::device_collective(const BoxingNode& box) const {
-  const graph::Placement& p = at(box.placement);
-  if (!g_.nccl || box.move() || p.parallel() < 2) return std::nullopt;
-  const NdSbp partial(Sbp::partial_sum()), whole(Sbp::broadcast()), rows(Sbp::split(0));
-  if (box.in == partial && box.out == whole) return CollectiveCall::kAllReduce;
-  // Row blocks of equal size, rank r's the r-th: the communicator's blocks.
-  const Shape& shape = boxed_meta(g_, box).shape;
-  if (shape.empty() || shape[0] % p.parallel() != 0) return std::nullopt;
-  if (box.in == partial && box.out == rows) return CollectiveCall::kReduceScatter;
-  if (box.in == rows && box.out == whole) return CollectiveCall::kAllGather;
-  return std::nullopt;
+namespace {
+
+// The part of `logical` that rank `rank`'s communicator works on (its
+// collective's whole tensor): the axis the collective changes taken whole.
+Shape collective_part(const Shape& logical, const NdSbp& in, CollectiveScope scope, const graph::Placement& p,
+                      int rank) {
+  const NdSbp kept = scope == CollectiveScope::kNode   ? NdSbp(in.across, Sbp::broadcast())
+                     : scope == CollectiveScope::kLane ? NdSbp(Sbp::broadcast(), in.within)
+                                                       : NdSbp(Sbp::broadcast());
+  return piece_region(logical, kept, p.num_nodes(), p.per_node(), rank).extent;
 }
 
-int Expander::comm_group(const graph::Placement& p) {
-  std::vector<std::pair<int, int>> ranks;
-  for (int rank = 0; rank < p.parallel(); ++rank) ranks.emplace_back(p.node_of(rank), p.device_of(rank));
+// Rank `rank` of the placement: its communicator's key (0 for kAll, its
+// node's index for kNode, its device's index for kLane) and its rank there.
+std::pair<int, int> collective_place(CollectiveScope scope, const graph::Placement& p, int rank) {
+  switch (scope) {
+    case CollectiveScope::kAll: return {0, rank};
+    case CollectiveScope::kNode: return {rank / p.per_node(), rank % p.per_node()};
+    case CollectiveScope::kLane: return {rank % p.per_node(), rank / p.per_node()};
+  }
+  return {0, rank};
+}
+
+int collective_ranks(CollectiveScope scope, const graph::Placement& p) {
+  switch (scope) {
+    case CollectiveScope::kAll: return p.parallel();
+    case CollectiveScope::kNode: return p.per_node();
+    case CollectiveScope::kLane: return p.num_nodes();
+  }
+  return p.parallel();
+}
+
+}  // namespace
+
+std::optional<AxisCollective> Expander::device_collective(const BoxingNode& box) const {
+  const graph::Placement& p = at(box.placement);
+  if (!g_.nccl || box.move() || p.parallel() < 2) return std::nullopt;
+  const std::optional<AxisCollective> c = axis_collective(box.in, box.out);
+  if (!c || collective_ranks(c->scope, p) < 2) return std::nullopt;
+  if (c->call == CollectiveCall::kAllReduce) return c;
+  // Row blocks of equal size, rank r's the r-th: the communicator's blocks.
+  const Shape& logical = boxed_meta(g_, box).shape;
+  for (int rank = 0; rank < p.parallel(); ++rank) {
+    const Shape part = collective_part(logical, box.in, c->scope, p, rank);
+    if (part.empty() || part[0] % collective_ranks(c->scope, p) != 0) return std::nullopt;
+  }
+  return c;
+}
+
+int Expander::comm_group(std::vector<std::pair<int, int>> ranks, DeviceType type) {
   for (size_t g = 0; g < out_.comm_groups.size(); ++g)
     if (out_.comm_groups[g].ranks == ranks) return static_cast<int>(g);
-  out_.comm_groups.push_back({std::move(ranks), {}, p.type == DeviceType::kCuda});
+  out_.comm_groups.push_back({std::move(ranks), {}, type == DeviceType::kCuda});
   return static_cast<int>(out_.comm_groups.size() - 1);
 }
 
-void Expander::add_device_collective(const std::vector<int>& unit, const std::string& name, CollectiveCall call) {
+Status Expander::add_device_collective(const std::vector<int>& unit, const std::string& name,
+                                       AxisCollective collective) {
   const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
   const graph::Placement& p = at(box.placement);
-  const int group = comm_group(p);
-  const int64_t tag = static_cast<int64_t>(unit[0]) + 1;
+  const CollectiveScope scope = collective.scope;
+  // Its communicators (one, one per node or one per lane), each with a tag
+  // of its own where it crosses nodes.
+  const int keys = scope == CollectiveScope::kAll ? 1 : p.parallel() / collective_ranks(scope, p);
+  std::vector<std::vector<std::pair<int, int>>> members(static_cast<size_t>(keys));
+  for (int rank = 0; rank < p.parallel(); ++rank)
+    members[static_cast<size_t>(collective_place(scope, p, rank).first)].emplace_back(p.node_of(rank),
+                                                                                      p.device_of(rank));
+  std::vector<int> groups;
+  std::vector<int64_t> tags;
+  for (int key = 0; key < keys; ++key) {
+    groups.push_back(comm_group(members[static_cast<size_t>(key)], p.type));
+    tags.push_back(scope == CollectiveScope::kLane && key > 0 ? next_tag_++ : static_cast<int64_t>(unit[0]) + 1);
+  }
+  if (next_tag_ >= (int64_t{1} << 19))
+    return invalid_argument("boxing '{}': more than 2^19 collectives in one plan", name);
   const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
-  std::vector<uint64_t> ids;
-  std::vector<int> tasks;
-  std::vector<ChainMember> members;
+  std::vector<std::vector<uint64_t>> ids(static_cast<size_t>(keys));
+  std::vector<std::vector<int>> tasks(static_cast<size_t>(keys));
+  std::vector<ChainMember> chained;
   for (int rank = 0; rank < p.parallel(); ++rank) {
+    const auto [key, index] = collective_place(scope, p, rank);
+    const size_t k = static_cast<size_t>(key);
     const int node = p.node_of(rank);
     const Thread thread{p.type, static_cast<uint32_t>(p.device_of(rank))};
     const Numbering::Task t = add_task(node, thread, everywhere, [&] {
       TaskNode task = boxing_task(box, fmt::format("{}@{}", name, rank), rank / p.per_node());
       task.device = p.device_of(rank);
       BoxingInfo& b = task.boxing();
-      b.num_nodes = p.parallel();  // the collective's ranks: every device
+      b.parallel = b.num_nodes = collective_ranks(scope, p);  // the collective's ranks
       b.local_pieces = 1;
-      b.first_rank = rank;
-      b.collective_tag = tag;
+      b.first_rank = index;
+      b.collective_tag = tags[k];
       b.tensors = static_cast<int>(unit.size());
-      b.comm_group = group;
+      b.comm_group = groups[k];
       task.inputs = boxing_inputs(unit, rank, 1);
       return task;
     });
-    ids.push_back(t.id);
-    if (t.stored()) tasks.push_back(t.handle);
-    members.push_back({node, thread, t});
+    ids[k].push_back(t.id);
+    if (t.stored()) tasks[k].push_back(t.handle);
+    chained.push_back({node, thread, t});
     for (int b : unit) {
       const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
       boxed_[static_cast<size_t>(b)].push_back(
           add_regst(t, member.tensor, boxed_meta(g_, member), member.out, p, rank));
     }
   }
-  for (int t : tasks) out_.tasks[static_cast<size_t>(t)].boxing().peers = ids;
-  CommCall made{name, tag, call, static_cast<int>(unit.size()), 0};
-  for (int b : unit) made.bytes += boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]).bytes();
-  out_.comm_groups[static_cast<size_t>(group)].calls.push_back(std::move(made));
-  chain_units_.push_back(std::move(members));
+  for (int key = 0; key < keys; ++key) {
+    const size_t k = static_cast<size_t>(key);
+    for (int t : tasks[k]) out_.tasks[static_cast<size_t>(t)].boxing().peers = ids[k];
+    // Its first rank's part: every rank of a communicator works on the same.
+    int first = 0;
+    while (collective_place(scope, p, first).first != key) ++first;
+    CommCall made{name, tags[k], collective.call, static_cast<int>(unit.size()), 0};
+    for (int b : unit) {
+      const BoxingNode& member = g_.boxings[static_cast<size_t>(b)];
+      made.bytes += TensorMeta{collective_part(boxed_meta(g_, member).shape, member.in, scope, p, first),
+                               boxed_meta(g_, member).dtype}
+                        .bytes();
+    }
+    out_.comm_groups[static_cast<size_t>(groups[k])].calls.push_back(std::move(made));
+  }
+  chain_units_.push_back(std::move(chained));
+  return {};
 }
 
 bool Expander::per_device(const BoxingNode& box) const {
@@ -149,6 +212,7 @@ Status Expander::add_boxings() {
       g_, bucket_bytes_, [&](size_t b) { return bucketable(b, read_by_boxing); },
       [&](const std::string& tensor) { return rate(tensor); });
   boxed_.assign(g_.boxings.size(), {});
+  next_tag_ = static_cast<int64_t>(g_.boxings.size()) + 1;
   uint32_t comm_position = 0;  // comm-thread units so far
   for (const std::vector<int>& unit : units) {
     const BoxingNode& box = g_.boxings[static_cast<size_t>(unit[0])];
@@ -158,8 +222,8 @@ Status Expander::add_boxings() {
     }
     const std::string name =
         unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
-    if (const std::optional<CollectiveCall> call = device_collective(box)) {
-      add_device_collective(unit, name, *call);
+    if (const std::optional<AxisCollective> collective = device_collective(box)) {
+      RILL_RETURN_IF_ERROR(add_device_collective(unit, name, *collective));
       continue;
     }
     if (per_device(box)) {

@@ -104,6 +104,31 @@ bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes) {
   return boxing_form(in, out, nodes) != BoxingForm::kWithinNode && boxing_exchanges(in.across, out.across, nodes);
 }
 
+std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out) {
+  Sbp a, b;
+  CollectiveScope scope = CollectiveScope::kAll;
+  if (in.flat() && out.flat()) {
+    a = in.across, b = out.across;
+  } else if (in.across == out.across) {
+    scope = CollectiveScope::kNode;
+    a = in.within, b = out.within;
+  } else if (in.within == out.within) {
+    // A lane holds the same part of the tensor on every node only if
+    // `within` does not cut the axis the nodes split (as kLanes).
+    const Sbp& w = in.within;
+    if (w.kind == Sbp::kSplit && (in.across == w || out.across == w)) return std::nullopt;
+    scope = CollectiveScope::kLane;
+    a = in.across, b = out.across;
+  } else {
+    return std::nullopt;
+  }
+  const Sbp partial = Sbp::partial_sum(), whole = Sbp::broadcast(), rows = Sbp::split(0);
+  if (a == partial && b == whole) return AxisCollective{CollectiveCall::kAllReduce, scope};
+  if (a == partial && b == rows) return AxisCollective{CollectiveCall::kReduceScatter, scope};
+  if (a == rows && b == whole) return AxisCollective{CollectiveCall::kAllGather, scope};
+  return std::nullopt;
+}
+
 std::vector<std::pair<NdSbp, NdSbp>> boxing_steps(const NdSbp& from, const NdSbp& to, int nodes, int per_node) {
   const NdSbp a = canonical(from, nodes, per_node), b = canonical(to, nodes, per_node);
   if (a == b) return {};

@@ -6,11 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "base/collective_scratch.h"
 #include "base/half.h"
 
 namespace rill {
@@ -172,6 +174,21 @@ BoxingForm boxing_form(const NdSbp& in, const NdSbp& out, int nodes);
 // Whether boxing `in` -> `out` (a form other than kChain) exchanges data
 // between nodes: boxing_exchanges of the `across` SBPs, unless kWithinNode.
 bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
+// A boxing that one collective does on one axis of the hierarchy (a
+// device collective, train.nccl): `scope` says among which ranks, kAll
+// every device (both SBPs 1-D), kNode the devices of each node (`across`
+// unchanged: the node's part of the tensor), kLane each device index's
+// ranks, one per node (`within` unchanged, not splitting the axis `across`
+// splits: lane d's part of the tensor, the same on every node); `call` what
+// it does on that axis: all-reduce (P -> B), reduce-scatter (P -> S(0)) or
+// all-gather (S(0) -> B), row blocks of that part in rank order. None for
+// anything else (it is then a boxing task's).
+enum class CollectiveScope : uint8_t { kAll, kNode, kLane };
+struct AxisCollective {
+  CollectiveCall call;
+  CollectiveScope scope;
+};
+std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out);
 // The boxing tasks that turn `from` into `to` on `nodes` x `per_node`
 // devices, in order: none when equal, one when a task can (boxing_form),
 // else two, one per axis, when the lanes allow (`within` first unless the

@@ -1,6 +1,7 @@
 // Device collectives (train.nccl): a P -> B (and a P -> S(0) or S(0) -> B of
-// evenly split rows) becomes one task per device, on that device's thread,
-// reading and writing its memory,
+// evenly split rows) on one axis of the hierarchy (all devices, a node's,
+// or a lane) becomes one task per device, on that device's thread, reading
+// and writing its memory,
 // one rank of a communicator the plan lists (Plan.comm_groups) with its calls
 // in one order; each device thread's collective tasks are chained in that
 // order, and every node's plan carries the same communicators and order.
@@ -235,16 +236,78 @@ TEST_CASE("train.nccl with tensor parallel GPT on cuda:2: forward and backward a
   // Two all-reduces a layer forward (attention and MLP projections), their
   // input gradients' in backward, and the gradients' buckets.
   CHECK(count > 2 * 4 * 2);
-  // The 2-D hybrid keeps its lane boxings on the host's comm threads; its
-  // flat ones are device collectives.
-  const std::string hybrid = compile_ok(with_nccl(testing::gpt_sample("gpt_moby_hybrid.json")), "cuda:2", {}, 2);
-  CHECK(check_device_collectives(*plan_of(hybrid)) > 0);
-  int lanes = 0;
-  for (const plan::Task* t : tasks_of_kind(*plan_of(hybrid), plan::TaskKind::Boxing))
-    if (!device_collective(t) && ActorId::device_type(t->id()) == DeviceType::kComm &&
-        !compiler::read_sbp(t->boxing()->in_sbp()).flat())
-      ++lanes;
-  CHECK(lanes > 0);
+}
+
+// The ranks of communicator `g` as "node:device ...".
+std::string ranks_text(const plan::CommGroup& g) {
+  std::string text;
+  for (uint32_t r = 0; r < g.nodes()->size(); ++r)
+    text += fmt::format("{}{}:{}", r ? " " : "", g.nodes()->Get(r), g.devices()->Get(r));
+  return text;
+}
+
+TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communicators of their own") {
+  const graph::Job job = with_nccl(testing::gpt_sample("gpt_moby_hybrid.json"));
+  const std::string bytes = compile_ok(job, "cuda:2", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  CHECK(check_device_collectives(p) > 0);
+  std::set<std::string> groups;
+  for (const plan::CommGroup* g : *p.comm_groups()) groups.insert(ranks_text(*g));
+  // Each node's devices, each lane (device d of every node), and all four.
+  CHECK(groups == std::set<std::string>{"0:0 0:1", "1:0 1:1", "0:0 1:0", "0:1 1:1", "0:0 0:1 1:0 1:1"});
+  // Every boxing that one collective on one axis does is a device
+  // collective, on that axis's communicator; what is left on the host
+  // (gathers of columns, all-to-all, local slices) is not one.
+  int per_scope[3] = {0, 0, 0};
+  for (const plan::Task* t : tasks_of_kind(p, plan::TaskKind::Boxing)) {
+    CAPTURE(t->name()->str());
+    const plan::BoxingConf& b = *t->boxing();
+    if (b.origins() != nullptr) continue;  // a move between placements
+    const auto collective = axis_collective(compiler::read_sbp(b.in_sbp()), compiler::read_sbp(b.out_sbp()));
+    REQUIRE(device_collective(t) == collective.has_value());
+    if (!collective) continue;
+    ++per_scope[static_cast<int>(collective->scope)];
+    const plan::CommGroup& g = *p.comm_groups()->Get(static_cast<uint32_t>(b.comm_group()));
+    const std::set<int> nodes(g.nodes()->begin(), g.nodes()->end());
+    const std::set<int> devices(g.devices()->begin(), g.devices()->end());
+    switch (collective->scope) {
+      case CollectiveScope::kAll: CHECK(g.nodes()->size() == 4); break;
+      case CollectiveScope::kNode: CHECK((nodes == std::set<int>{t->node()} && devices.size() == 2)); break;
+      case CollectiveScope::kLane: CHECK((nodes.size() == 2 && devices == std::set<int>{t->device()})); break;
+    }
+  }
+  CHECK(per_scope[static_cast<int>(CollectiveScope::kAll)] > 0);
+  CHECK(per_scope[static_cast<int>(CollectiveScope::kNode)] > 0);
+  CHECK(per_scope[static_cast<int>(CollectiveScope::kLane)] > 0);
+  // Communicators that cross nodes never share a tag: their messages meet
+  // on the same links (the set-up's, and host staging's).
+  std::set<int64_t> tags;
+  size_t crossing = 0;
+  for (const plan::CommGroup* g : *p.comm_groups()) {
+    if (std::set<int>(g->nodes()->begin(), g->nodes()->end()).size() < 2) continue;
+    for (const plan::CommCall* c : *g->calls()) tags.insert(c->tag());
+    crossing += g->calls()->size();
+  }
+  CHECK(tags.size() == crossing);
+
+  // On 4 nodes x cuda:4 every node's plan has the same communicators and calls.
+  const std::string whole = compile_ok(job, "cuda:4", {}, 4);
+  const std::string order = groups_text(*plan_of(whole));
+  CHECK(plan_of(whole)->comm_groups()->size() == 4 + 4 + 1);
+  auto cluster = compiler::parse_devices("cuda:4", 4);
+  REQUIRE(cluster.ok());
+  for (int node = 0; node < 4; ++node) {
+    CAPTURE(node);
+    compiler::CompileOptions alone;
+    alone.node = node;
+    auto own = compiler::compile(job, *cluster, alone);
+    REQUIRE(own.ok());
+    auto cut = compiler::node_plan(whole, node);
+    REQUIRE(cut.ok());
+    CHECK(groups_text(*plan_of(*own)) == order);
+    CHECK(groups_text(*plan_of(*cut)) == order);
+    CHECK(check_device_collectives(*plan_of(*own)) > 0);
+  }
 }
 
 #endif  // RILL_WITH_CUDA

@@ -147,6 +147,12 @@ TEST_CASE("the hybrid MLP (2-D SBP) on 2 nodes x 2 devices and 1 node x 2 device
   // Each step all-reduces at least b1's and w3's gradients across the nodes
   // (w1's and w2's, or the activations they are made from, move as well).
   check_traffic_each_way(four, 512 * 10 * 4 / 2);
+  // Device collectives among each node's devices and each lane (device d of
+  // both nodes) in place of the boxing tasks: the same curve, bit for bit
+  // (the reasons: tests/runtime/device_collective_test.cc).
+  auto lanes = ten_step_curve(hybrid + " --nodes 2 --devices cpu:2 --ctrl-port 19290 --set train.nccl=true",
+                              temp_dir() / "mlp_hybrid4nccl.json");
+  CHECK(lanes == read_json(four)["loss_curve"]);
 }
 
 // Placements (samples/mlp/mlp_stages.json): the first layer on node 0's two

@@ -57,6 +57,37 @@ TEST_CASE("one boxing task per form; the others chain through (across, B)") {
   CHECK(boxing_steps(NdSbp(s0, b), NdSbp(s0, b), 2, 2).empty());
 }
 
+TEST_CASE("a device collective works on one axis: all devices (1-D), a node's devices, or a lane") {
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  auto is = [](std::optional<AxisCollective> c, CollectiveCall call, CollectiveScope scope) {
+    return c.has_value() && c->call == call && c->scope == scope;
+  };
+  using enum CollectiveCall;
+  using enum CollectiveScope;
+  CHECK(is(axis_collective(NdSbp(p), NdSbp(b)), kAllReduce, kAll));
+  CHECK(is(axis_collective(NdSbp(p), NdSbp(s0)), kReduceScatter, kAll));
+  CHECK(is(axis_collective(NdSbp(s0), NdSbp(b)), kAllGather, kAll));
+  // `across` unchanged: among each node's devices, on the node's part.
+  CHECK(is(axis_collective(NdSbp(s0, p), NdSbp(s0, b)), kAllReduce, kNode));
+  CHECK(is(axis_collective(NdSbp(p), NdSbp(p, s0)), kReduceScatter, kNode));
+  CHECK(is(axis_collective(NdSbp(s0, s0), NdSbp(s0, b)), kAllGather, kNode));
+  // `within` unchanged: among each lane, one rank a node.
+  CHECK(is(axis_collective(NdSbp(p, s1), NdSbp(b, s1)), kAllReduce, kLane));
+  CHECK(is(axis_collective(NdSbp(p, s0), NdSbp(b, s0)), kAllReduce, kLane));
+  CHECK(is(axis_collective(NdSbp(p, s1), NdSbp(s0, s1)), kReduceScatter, kLane));
+  CHECK(is(axis_collective(NdSbp(s0, b), NdSbp(b)), kAllGather, kLane));
+  // None: a lane may not split the rows the nodes split, and columns,
+  // all-to-all, local slices or both axes at once are a boxing task's.
+  CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(s0, s0)));
+  CHECK_FALSE(axis_collective(NdSbp(s0, s0), NdSbp(b, s0)));
+  CHECK_FALSE(axis_collective(NdSbp(p), NdSbp(s1)));
+  CHECK_FALSE(axis_collective(NdSbp(s1), NdSbp(b)));
+  CHECK_FALSE(axis_collective(NdSbp(s0), NdSbp(s1)));
+  CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(s0)));
+  CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(b, s1)));
+  CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(b)));
+}
+
 TEST_CASE("every dtype has a name that parses back, a size, and its C++ element type") {
   for (DType dtype : kDTypes) {
     CAPTURE(dtype_name(dtype));
