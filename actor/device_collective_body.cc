@@ -6,11 +6,12 @@
 namespace rill {
 
 DeviceCollectiveBody::DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call,
-                                           std::vector<TensorMeta> tensors, comm::ReduceOp op, uint64_t tag,
-                                           std::string name)
+                                           std::vector<TensorMeta> tensors, std::vector<size_t> counts,
+                                           comm::ReduceOp op, uint64_t tag, std::string name)
     : communicator_(communicator),
       call_(call),
       tensors_(std::move(tensors)),
+      counts_(std::move(counts)),
       op_(op),
       tag_(tag),
       name_(std::move(name)) {
@@ -35,16 +36,17 @@ Status DeviceCollectiveBody::act(const ActIo& io) {
     in_[k] = io.inputs[k]->data;
     out_[k] = io.outputs[k]->data;
   }
-  // A reduce-scatter's or all-gather's block: the logical tensor over the ranks.
-  const size_t world = static_cast<size_t>(std::max(1, communicator_->world()));
+  if (call_ != CollectiveCall::kAllReduce && counts_.size() != static_cast<size_t>(communicator_->world()))
+    return internal_error("device collective '{}': {} blocks for {} ranks", name_, counts_.size(),
+                          communicator_->world());
   Status status;
   switch (call_) {
     case CollectiveCall::kAllReduce: status = communicator_->all_reduce(in_, out_, elements_, dtype, op_, tag_); break;
     case CollectiveCall::kReduceScatter:
-      status = communicator_->reduce_scatter(in_[0], out_[0], elements_[0] / world, dtype, op_, tag_);
+      status = communicator_->reduce_scatter(in_[0], out_[0], counts_, dtype, op_, tag_);
       break;
     case CollectiveCall::kAllGather:
-      status = communicator_->all_gather(in_[0], out_[0], elements_[0] / world, dtype, tag_);
+      status = communicator_->all_gather(in_[0], out_[0], counts_, dtype, tag_);
       break;
     case CollectiveCall::kReduce:
     case CollectiveCall::kAllToAll:

@@ -1,8 +1,9 @@
 // A device collective (plan.fbs BoxingConf.comm_group, train.nccl): one
 // device's rank of a communicator among every device of a placement. Each
 // act all-reduces its input slots into its output slots (a bucket's
-// gradients in one call), or reduce-scatters or all-gathers equal row
-// blocks, in the one order the plan chains on every rank.
+// gradients in one call), or reduce-scatters or all-gathers row blocks
+// (split as pieces are: split_offset), in the one order the plan chains on
+// every rank.
 //
 // DeviceCommunicator is the rank's side of the communicator: on cuda devices
 // NCCL's (the node's runtime makes them), on cpu devices the host's (a
@@ -38,22 +39,25 @@ class DeviceCommunicator {
   // on the host it is done when it returns. inputs[k] may be outputs[k].
   virtual Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                             std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) = 0;
-  // output = rank()'s block of `block` elements of input (world() blocks)
-  // combined over the ranks.
-  virtual Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                                uint64_t tag) = 0;
-  // output = every rank's input (`block` elements each), in rank order.
-  virtual Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) = 0;
+  // Blocks of input in rank order, rank r's counts[r] elements (world()
+  // counts): output = rank()'s block combined over the ranks.
+  virtual Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                                comm::ReduceOp op, uint64_t tag) = 0;
+  // output = every rank's input (rank r's counts[r] elements), in rank order.
+  virtual Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                            uint64_t tag) = 0;
 };
 
 class DeviceCollectiveBody {
  public:
   // `communicator` outlives the body (the node's runtime owns it); `call`
   // what it does (kAllReduce, kReduceScatter or kAllGather); `tensors` the
-  // logical tensors (an all-reduce's inputs k and outputs k hold them whole;
-  // one tensor split by rows on one side for the others).
+  // collective's tensors (an all-reduce's inputs k and outputs k hold them
+  // whole; one tensor split by rows on one side for the others).
+  // `counts`: a reduce-scatter's or all-gather's blocks by rank (elements;
+  // rows split as pieces are, so by node, then device: compiler/boxing_task.h).
   DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call, std::vector<TensorMeta> tensors,
-                       comm::ReduceOp op, uint64_t tag, std::string name);
+                       std::vector<size_t> counts, comm::ReduceOp op, uint64_t tag, std::string name);
   Status act(const ActIo& io);
   // "all_reduce nccl", "all_gather host", ...
   std::string collective() const;
@@ -66,6 +70,7 @@ class DeviceCollectiveBody {
   uint64_t tag_;
   std::string name_;
   std::vector<size_t> elements_;
+  std::vector<size_t> counts_;
   std::vector<const void*> in_;  // per act, sized once
   std::vector<void*> out_;
 };

@@ -1,6 +1,7 @@
 #include "compiler/boxing_task.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,8 @@ StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, c
 }
 
 // A device collective: one rank's all-reduce of each input into its output
-// (P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) -> B) of equal
-// row blocks, on the one axis of the hierarchy its SBPs change (its
+// (P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) -> B) of row
+// blocks (split as pieces are), on the one axis of the hierarchy its SBPs change (its
 // communicator's ranks are that axis's: every device, a node's devices or a
 // lane), among the ranks of a communicator the plan has.
 StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::Task& task,
@@ -114,13 +115,21 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
     // axis it changes, the whole), which its unsplit side holds.
     const TensorMeta meta{shape(call == CollectiveCall::kAllGather ? out->shape() : in->shape()),
                           read_dtype(out->dtype())};
-    // Whole, or (the split side) rank `rank`'s block of rows.
+    // Whole, or (the split side) rank `rank`'s block of rows, split as
+    // pieces are: by node, then by device, over the communicator's nodes
+    // and ranks on each (one level for a node's devices or a lane).
     Shape block = meta.shape;
     if (call != CollectiveCall::kAllReduce) {
-      if (block.empty() || block[0] % ranks != 0)
-        return invalid_argument("task '{}': {} rows of '{}' do not split evenly over {} ranks", name,
-                                block.empty() ? 0 : block[0], str(out->name()), ranks);
-      block[0] /= ranks;
+      if (block.empty() || block[0] < ranks)
+        return invalid_argument("task '{}': {} rows of '{}' split over {} ranks", name, block.empty() ? 0 : block[0],
+                                str(out->name()), ranks);
+      const int nodes = static_cast<int>(std::set<int>(g->nodes()->begin(), g->nodes()->end()).size());
+      const size_t row = static_cast<size_t>(num_elements(meta.shape) / meta.shape[0]);
+      for (int r = 0; r < ranks; ++r)
+        work.counts.push_back(
+            static_cast<size_t>(piece_region({meta.shape[0]}, NdSbp(Sbp::split(0)), nodes, ranks / nodes, r).extent[0]) *
+            row);
+      block[0] = static_cast<int64_t>(work.counts[static_cast<size_t>(rank)] / row);
     }
     const Shape& want_in = call == CollectiveCall::kAllGather ? block : meta.shape;
     const Shape& want_out = call == CollectiveCall::kReduceScatter ? block : meta.shape;

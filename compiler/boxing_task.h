@@ -24,7 +24,8 @@ struct BoxingTask {
   // communicator; `plan` is then empty (no steps, no scratch).
   int comm_group = -1;
   CollectiveCall call = CollectiveCall::kAllReduce;  // a device collective's (all-reduce, reduce-scatter, all-gather)
-  std::vector<TensorMeta> tensors;  // a device collective's logical tensors, in input order
+  std::vector<TensorMeta> tensors;  // a device collective's tensors (what its communicator works on), in input order
+  std::vector<size_t> counts;       // a reduce-scatter's or all-gather's blocks (elements), by rank
 };
 
 // Boxing task `task` of a verified plan (whole or node plan), or an error

@@ -57,11 +57,11 @@ std::optional<AxisCollective> Expander::device_collective(const BoxingNode& box)
   const std::optional<AxisCollective> c = axis_collective(box.in, box.out);
   if (!c || collective_ranks(c->scope, p) < 2) return std::nullopt;
   if (c->call == CollectiveCall::kAllReduce) return c;
-  // Row blocks of equal size, rank r's the r-th: the communicator's blocks.
+  // Row blocks, rank r's the r-th (split as pieces are): a row for each.
   const Shape& logical = boxed_meta(g_, box).shape;
   for (int rank = 0; rank < p.parallel(); ++rank) {
     const Shape part = collective_part(logical, box.in, c->scope, p, rank);
-    if (part.empty() || part[0] % collective_ranks(c->scope, p) != 0) return std::nullopt;
+    if (part.empty() || part[0] < collective_ranks(c->scope, p)) return std::nullopt;
   }
   return c;
 }

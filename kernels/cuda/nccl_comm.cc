@@ -2,6 +2,7 @@
 // enqueued on a context's compute stream (kernels/cuda/nccl_comm.h).
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -105,31 +106,53 @@ class Comm final : public NcclComm {
     return settle(deadline, "ncclAllReduce", what);
   }
 
-  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, int op, CudaContext& cuda,
-                        std::chrono::milliseconds timeout, const char* what) override {
+  Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype, int op,
+                        CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) override {
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
     RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
+    RILL_RETURN_IF_ERROR(check_counts(counts, "ncclReduceScatter", what));
+    const auto stream = static_cast<cudaStream_t>(cuda.stream());
     const auto deadline = Clock::now() + timeout;
     {
       std::lock_guard lock(mu_);
       RILL_RETURN_IF_ERROR(usable(what));
-      RILL_RETURN_IF_ERROR(nccl_status(ncclReduceScatter(input, output, block, type, reduce, comm_,
-                                                         static_cast<cudaStream_t>(cuda.stream())),
-                                       "ncclReduceScatter", what));
+      if (even(counts)) {
+        RILL_RETURN_IF_ERROR(nccl_status(ncclReduceScatter(input, output, counts[0], type, reduce, comm_, stream),
+                                         "ncclReduceScatter", what));
+      } else {
+        // Each block summed at its rank: one reduce per block, in one group.
+        const auto* bytes = static_cast<const std::byte*>(input);
+        RILL_RETURN_IF_ERROR(grouped(counts, what, [&](int root, size_t offset) {
+          return nccl_status(ncclReduce(bytes + offset * dtype_size(dtype), output, counts[static_cast<size_t>(root)],
+                                        type, reduce, root, comm_, stream),
+                             "ncclReduce", what);
+        }));
+      }
     }
     return settle(deadline, "ncclReduceScatter", what);
   }
 
-  Status all_gather(const void* input, void* output, size_t block, DType dtype, CudaContext& cuda,
+  Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype, CudaContext& cuda,
                     std::chrono::milliseconds timeout, const char* what) override {
     RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_RETURN_IF_ERROR(check_counts(counts, "ncclAllGather", what));
+    const auto stream = static_cast<cudaStream_t>(cuda.stream());
     const auto deadline = Clock::now() + timeout;
     {
       std::lock_guard lock(mu_);
       RILL_RETURN_IF_ERROR(usable(what));
-      RILL_RETURN_IF_ERROR(nccl_status(
-          ncclAllGather(input, output, block, type, comm_, static_cast<cudaStream_t>(cuda.stream())),
-          "ncclAllGather", what));
+      if (even(counts)) {
+        RILL_RETURN_IF_ERROR(nccl_status(ncclAllGather(input, output, counts[0], type, comm_, stream),
+                                         "ncclAllGather", what));
+      } else {
+        // Each block sent from its rank to every rank's place for it.
+        auto* bytes = static_cast<std::byte*>(output);
+        RILL_RETURN_IF_ERROR(grouped(counts, what, [&](int root, size_t offset) {
+          return nccl_status(ncclBroadcast(input, bytes + offset * dtype_size(dtype),
+                                           counts[static_cast<size_t>(root)], type, root, comm_, stream),
+                             "ncclBroadcast", what);
+        }));
+      }
     }
     return settle(deadline, "ncclAllGather", what);
   }
@@ -157,6 +180,31 @@ class Comm final : public NcclComm {
     ncclResult_t state = ncclSuccess;
     RILL_RETURN_IF_ERROR(poll_state(comm_, &state, what));
     return nccl_status(state, "NCCL (an earlier call)", what);
+  }
+
+  Status check_counts(std::span<const size_t> counts, const char* call, const char* what) const {
+    if (counts.size() != static_cast<size_t>(world_))
+      return internal_error("{} ({}): {} blocks for {} ranks", call, what, counts.size(), world_);
+    return {};
+  }
+  static bool even(std::span<const size_t> counts) {
+    return std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });
+  }
+  // With mu_ held: `call(root, offset)` for every rank's block (its first
+  // element's offset) in one NCCL group.
+  template <typename Call>
+  Status grouped(std::span<const size_t> counts, const char* what, Call&& call) {
+    RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
+    size_t offset = 0;
+    for (size_t root = 0; root < counts.size(); ++root) {
+      Status s = call(static_cast<int>(root), offset);
+      if (!s.ok()) {
+        (void)ncclGroupEnd();
+        return s;
+      }
+      offset += counts[root];
+    }
+    return nccl_status(ncclGroupEnd(), "ncclGroupEnd", what);
   }
 
   // Waits until the work just given is taken, or fails at `deadline`, or

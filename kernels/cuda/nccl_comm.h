@@ -39,13 +39,15 @@ class NcclComm {
   virtual Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                             std::span<const size_t> elements, DType dtype, int op, CudaContext& cuda,
                             std::chrono::milliseconds timeout, const char* what) = 0;
-  // output = rank()'s block of `block` elements of input (world() blocks)
-  // combined over the ranks; output = every rank's input of `block`
-  // elements, in rank order. Enqueued alike.
-  virtual Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, int op,
-                                CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
-  virtual Status all_gather(const void* input, void* output, size_t block, DType dtype, CudaContext& cuda,
-                            std::chrono::milliseconds timeout, const char* what) = 0;
+  // Blocks in rank order, rank r's counts[r] elements (world() counts):
+  // output = rank()'s block of input combined over the ranks; output =
+  // every rank's input, in rank order. Enqueued alike: blocks of one size
+  // as one ncclReduceScatter or ncclAllGather, others as one NCCL group of
+  // an ncclReduce or ncclBroadcast rooted at each block's rank.
+  virtual Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                                int op, CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
+  virtual Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                            CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
   // An error NCCL met since (a peer gone, a network failure), without waiting.
   virtual Status check(const char* what) = 0;
   // Ends every call on the communicator now (ncclCommAbort); later calls fail.

@@ -1,6 +1,7 @@
 #include "runtime/node/gpu_rank.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace rill {
@@ -56,23 +57,27 @@ Status GpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* 
   return {};
 }
 
-Status GpuRank::reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                               uint64_t tag) {
+Status GpuRank::reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                               comm::ReduceOp op, uint64_t tag) {
+  if (counts.size() != static_cast<size_t>(world_)) return internal_error("{}: {} blocks", what(tag), counts.size());
   if (nccl_ != nullptr)
-    return nccl_->reduce_scatter(input, output, block, dtype, static_cast<int>(op), *cuda_, timeout_,
-                                 what(tag));
+    return nccl_->reduce_scatter(input, output, counts, dtype, static_cast<int>(op), *cuda_, timeout_, what(tag));
   if (host_ == nullptr) return unset(tag);
-  const size_t bytes = block * dtype_size(dtype);
-  return staged(input, bytes * static_cast<size_t>(world_), output, bytes, tag,
-                [&](void* in, void* out) { return host_->reduce_scatter(in, out, block, dtype, op, tag); });
+  const size_t element = dtype_size(dtype);
+  const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0}) * element;
+  return staged(input, all, output, counts[static_cast<size_t>(rank_)] * element, tag,
+                [&](void* in, void* out) { return host_->reduce_scatter(in, out, counts, dtype, op, tag); });
 }
 
-Status GpuRank::all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) {
-  if (nccl_ != nullptr) return nccl_->all_gather(input, output, block, dtype, *cuda_, timeout_, what(tag));
+Status GpuRank::all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                           uint64_t tag) {
+  if (counts.size() != static_cast<size_t>(world_)) return internal_error("{}: {} blocks", what(tag), counts.size());
+  if (nccl_ != nullptr) return nccl_->all_gather(input, output, counts, dtype, *cuda_, timeout_, what(tag));
   if (host_ == nullptr) return unset(tag);
-  const size_t bytes = block * dtype_size(dtype);
-  return staged(input, bytes, output, bytes * static_cast<size_t>(world_), tag,
-                [&](void* in, void* out) { return host_->all_gather(in, out, block, dtype, tag); });
+  const size_t element = dtype_size(dtype);
+  const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0}) * element;
+  return staged(input, counts[static_cast<size_t>(rank_)] * element, output, all, tag,
+                [&](void* in, void* out) { return host_->all_gather(in, out, counts, dtype, tag); });
 }
 
 }  // namespace rill

@@ -35,9 +35,10 @@ class GpuRank final : public DeviceCommunicator {
   const char* backend() const override { return nccl_ != nullptr ? "nccl" : host_ != nullptr ? "staged" : "unset"; }
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override;
-  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                        uint64_t tag) override;
-  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override;
+  Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                        comm::ReduceOp op, uint64_t tag) override;
+  Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                    uint64_t tag) override;
 
  private:
   // What a call is, for errors ("collective tag 7 on cuda:0"): made on a

@@ -1,6 +1,7 @@
 #include "runtime/node/local_collective.h"
 
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 
@@ -21,30 +22,32 @@ class LocalCollective::Rank final : public DeviceCommunicator {
                             elements.size());
     return group_.meet(local_, Arrival{CollectiveCall::kAllReduce, inputs, outputs, elements, dtype, op, tag});
   }
-  Status reduce_scatter(const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-                        uint64_t tag) override {
-    return one(CollectiveCall::kReduceScatter, input, output, block, dtype, op, tag);
+  Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                        comm::ReduceOp op, uint64_t tag) override {
+    return one(CollectiveCall::kReduceScatter, input, output, counts, dtype, op, tag);
   }
-  Status all_gather(const void* input, void* output, size_t block, DType dtype, uint64_t tag) override {
-    return one(CollectiveCall::kAllGather, input, output, block, dtype, comm::ReduceOp::kSum, tag);
+  Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
+                    uint64_t tag) override {
+    return one(CollectiveCall::kAllGather, input, output, counts, dtype, comm::ReduceOp::kSum, tag);
   }
 
  private:
-  // A call of one buffer each way: spans over this rank's own one-element
-  // arrays, alive while it meets the others.
-  Status one(CollectiveCall call, const void* input, void* output, size_t block, DType dtype, comm::ReduceOp op,
-             uint64_t tag) {
+  // A call of one buffer each way (spans over this rank's own one-element
+  // arrays, alive while it meets the others) and every rank's block.
+  Status one(CollectiveCall call, const void* input, void* output, std::span<const size_t> counts, DType dtype,
+             comm::ReduceOp op, uint64_t tag) {
+    if (counts.size() != static_cast<size_t>(group_.world_))
+      return internal_error("{} tag {}: {} blocks for {} ranks", collective_call_name(call), tag, counts.size(),
+                            group_.world_);
     in_[0] = input;
     out_[0] = output;
-    block_[0] = block;
-    return group_.meet(local_, Arrival{call, in_, out_, block_, dtype, op, tag});
+    return group_.meet(local_, Arrival{call, in_, out_, counts, dtype, op, tag});
   }
 
   LocalCollective& group_;
   const int local_;
   const void* in_[1] = {nullptr};
   void* out_[1] = {nullptr};
-  size_t block_[1] = {0};
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
@@ -207,41 +210,60 @@ Status LocalCollective::all_reduce() {
 
 Status LocalCollective::reduce_scatter() {
   const Arrival& first = sums_[0];
-  const size_t block = first.elements[0], local = sums_.size();
+  const std::span<const size_t> counts = first.elements;  // every rank's block
+  const size_t local = sums_.size();
   return visit_dtype(first.dtype, [&]<typename T>(std::type_identity<T>) -> Status {
     // The node's sum of every block (a host boxing's packed local sum)...
-    const size_t all = block * static_cast<size_t>(world_);
+    const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0});
     packed_.resize(all * sizeof(T));
     T* sum = reinterpret_cast<T*>(packed_.data());
     sum_ranks<T>(0, sum, all);
-    // ... then, across nodes, this node's blocks of the total.
-    const T* mine = sum + block * static_cast<size_t>(first_rank_);
+    // ... then, across nodes, this node's blocks of the total (its ranks'
+    // blocks are contiguous: ranks are node-major, as many on each node).
+    const size_t begin = std::accumulate(counts.begin(), counts.begin() + first_rank_, size_t{0});
+    const T* mine = sum + begin;
     if (across_ != nullptr) {
-      counts_.assign(static_cast<size_t>(across_->world()), block * local);
-      node_.resize(block * local * sizeof(T));
+      counts_.assign(static_cast<size_t>(across_->world()), 0);
+      for (size_t r = 0; r < counts.size(); ++r) counts_[r / local] += counts[r];
+      const size_t node_elements = counts_[static_cast<size_t>(first_rank_) / local];
+      node_.resize(node_elements * sizeof(T));
       T* node = reinterpret_cast<T*>(node_.data());
-      RILL_RETURN_IF_ERROR(across_->reduce_scatter_v(std::span<const T>(sum, all), std::span<T>(node, block * local),
+      RILL_RETURN_IF_ERROR(across_->reduce_scatter_v(std::span<const T>(sum, all), std::span<T>(node, node_elements),
                                                      counts_, first.tag, first.op));
       mine = node;
     }
-    for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], mine + r * block, block * sizeof(T));
+    for (size_t r = 0, at = 0; r < local; ++r) {
+      const size_t n = counts[static_cast<size_t>(first_rank_) + r];
+      std::memcpy(sums_[r].outputs[0], mine + at, n * sizeof(T));
+      at += n;
+    }
     return Status();
   });
 }
 
 Status LocalCollective::all_gather() {
   const Arrival& first = sums_[0];
-  const size_t bytes = first.elements[0] * dtype_size(first.dtype), local = sums_.size();
+  const std::span<const size_t> counts = first.elements;  // every rank's block
+  const size_t element = dtype_size(first.dtype), local = sums_.size();
+  const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0}) * element;
   // The node's blocks in rank order, then every node's.
-  node_.resize(bytes * local);
-  for (size_t r = 0; r < local; ++r) std::memcpy(node_.data() + r * bytes, sums_[r].inputs[0], bytes);
-  const std::byte* all = node_.data();
-  if (across_ != nullptr) {
-    packed_.resize(bytes * static_cast<size_t>(world_));
-    RILL_RETURN_IF_ERROR(across_->all_gather(node_, packed_, first.tag));
-    all = packed_.data();
+  size_t node_bytes = 0;
+  for (size_t r = 0; r < local; ++r) node_bytes += counts[static_cast<size_t>(first_rank_) + r] * element;
+  node_.resize(node_bytes);
+  for (size_t r = 0, at = 0; r < local; ++r) {
+    const size_t bytes = counts[static_cast<size_t>(first_rank_) + r] * element;
+    std::memcpy(node_.data() + at, sums_[r].inputs[0], bytes);
+    at += bytes;
   }
-  for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], all, bytes * static_cast<size_t>(world_));
+  const std::byte* whole = node_.data();
+  if (across_ != nullptr) {
+    counts_.assign(static_cast<size_t>(across_->world()), 0);
+    for (size_t r = 0; r < counts.size(); ++r) counts_[r / local] += counts[r] * element;
+    packed_.resize(all);
+    RILL_RETURN_IF_ERROR(across_->all_gather_v(node_, packed_, counts_, first.tag));
+    whole = packed_.data();
+  }
+  for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], whole, all);
   return Status();
 }
 

@@ -5,7 +5,8 @@
 // among the communicator's nodes, one call per meeting, a bucket's tensors
 // packed in one buffer) and writes it to every rank's outputs; a
 // reduce-scatter sums likewise and reduce-scatters the node's blocks across
-// nodes; an all-gather packs the node's blocks and gathers every node's.
+// nodes; an all-gather packs the node's blocks and gathers every node's
+// (blocks of any size, every rank's given by each call).
 // Those are a host boxing's sums in a host boxing's order (the node's pieces
 // in order, then across nodes), so a job gives the same bits either way; it
 // is how the plan NCCL runs is exercised where there is no GPU.
@@ -58,7 +59,7 @@ class LocalCollective {
     CollectiveCall call = CollectiveCall::kAllReduce;
     std::span<const void* const> inputs;
     std::span<void* const> outputs;
-    std::span<const size_t> elements;
+    std::span<const size_t> elements;  // an all-reduce's tensors'; else every rank's block
     DType dtype = DType::kF32;
     comm::ReduceOp op = comm::ReduceOp::kSum;
     uint64_t tag = 0;
@@ -91,7 +92,7 @@ class LocalCollective {
   std::vector<Arrival> sums_;
   std::vector<std::byte> packed_;  // a bucket's or a reduce-scatter's sum, or an all-gather's whole
   std::vector<std::byte> node_;    // this node's blocks (reduce-scatter, all-gather)
-  std::vector<size_t> counts_;     // each node's elements in a reduce-scatter
+  std::vector<size_t> counts_;     // each node's elements (reduce-scatter) or bytes (all-gather)
 };
 
 }  // namespace rill

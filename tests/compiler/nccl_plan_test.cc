@@ -204,11 +204,12 @@ TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the 
 }
 
 TEST_CASE("train.nccl with train.zero: weights gathered and gradients reduce-scattered by device collectives") {
-  for (const int nodes : {1, 2}) {
+  for (const auto& [nodes, devices] : {std::pair{1, "cuda:2"}, std::pair{2, "cuda:2"}, std::pair{1, "cuda:3"}}) {
     CAPTURE(nodes);
+    CAPTURE(devices);
     graph::Job job = with_nccl(testing::mlp_job(16, 16));
     job.train.zero = true;
-    const std::string bytes = compile_ok(job, "cuda:2", {}, nodes);
+    const std::string bytes = compile_ok(job, devices, {}, nodes);
     const plan::Plan& p = *plan_of(bytes);
     std::set<std::string> ops;
     for (const plan::CommCall* c : *p.comm_groups()->Get(0)->calls()) ops.insert(c->op()->str());
@@ -221,11 +222,25 @@ TEST_CASE("train.nccl with train.zero: weights gathered and gradients reduce-sca
       CAPTURE(t->name()->str());
       const plan::RegstDesc* in = compiler::find_regst(p, t->inputs()->Get(0));
       const plan::RegstDesc* out = compiler::find_regst(p, t->outputs()->Get(0));
-      const auto rows = [](const plan::RegstDesc* r) { return r->shape()->Get(0); };
-      const int ranks = 2 * nodes;
-      if (testing::sbp_string(in->sbp()) == "S(0)") CHECK(rows(in) * ranks == rows(out));
-      else CHECK(rows(out) * ranks == rows(in));
+      // Its block: rows split as pieces are (by node, then device), evenly
+      // or not (w1's 4 rows on cuda:3: 2, 1, 1).
+      const plan::RegstDesc* block = testing::sbp_string(in->sbp()) == "S(0)" ? in : out;
+      const plan::RegstDesc* whole = block == in ? out : in;
+      const int per_node = devices == std::string("cuda:3") ? 3 : 2;
+      const int64_t rows = whole->shape()->Get(0);
+      CHECK(block->shape()->Get(0) == piece_region({rows}, NdSbp(Sbp::split(0)), nodes, per_node,
+                                                   t->boxing()->first_rank())
+                                          .extent[0]);
     }
+  }
+  // Every gradient and weight of the MLP on cuda:3, rows dividing or not, is
+  // a device collective's.
+  graph::Job job = with_nccl(testing::mlp_job(16, 16));
+  job.train.zero = true;
+  const std::string three = compile_ok(job, "cuda:3");
+  for (const plan::Task* t : tasks_of_kind(*plan_of(three), plan::TaskKind::Boxing)) {
+    CAPTURE(t->name()->str());
+    CHECK(device_collective(t));
   }
 }
 

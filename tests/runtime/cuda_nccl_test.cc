@@ -85,10 +85,12 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
   // One rank's block is the whole: a reduce-scatter and an all-gather of it
   // give it back too.
   CHECK(on_device(**cuda, f32, false, [&](void* in, void* out) {
-          return comm.reduce_scatter(in, out, f32.size(), DType::kF32, 0, **cuda, kTimeout, "test");
+          const size_t counts[] = {f32.size()};
+          return comm.reduce_scatter(in, out, counts, DType::kF32, 0, **cuda, kTimeout, "test");
         }) == f32);
   CHECK(on_device(**cuda, i32, false, [&](void* in, void* out) {
-          return comm.all_gather(in, out, i32.size(), DType::kI32, **cuda, kTimeout, "test");
+          const size_t counts[] = {i32.size()};
+          return comm.all_gather(in, out, counts, DType::kI32, **cuda, kTimeout, "test");
         }) == i32);
   CHECK(comm.check("test").ok());
   CHECK(comm.all_reduce({}, {}, {}, DType::kF32, 9, **cuda, kTimeout, "test").code() == Code::kInvalidArgument);

@@ -73,7 +73,8 @@ TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing t
                         Case{"samples/mlp/mlp_pipeline.json", 2, "cpu:2", 0, 4},
                         Case{"samples/gpt/gpt_moby_tp.json", 1, "cpu:2", 25 << 20, 1},
                         Case{"samples/mlp/mlp.json", 1, "cpu:2", 25 << 20, 1, true},
-                        Case{"samples/mlp/mlp.json", 2, "cpu:2", 25 << 20, 2, true}}) {
+                        Case{"samples/mlp/mlp.json", 2, "cpu:2", 25 << 20, 2, true},
+                        Case{"samples/mlp/mlp.json", 1, "cpu:3", 0, 1, true}}) {
     CAPTURE(c.sample);
     CAPTURE(c.nodes);
     CAPTURE(c.devices);
@@ -149,23 +150,39 @@ TEST_CASE("a node's ranks meet: the sum (or max) in every output, a rank left al
 
 TEST_CASE("a node's ranks meet: a reduce-scatter gives each its block of the sum, an all-gather every block") {
   Pair p;
-  std::vector<float> mine(2), theirs(2);
+  std::vector<float> mine(2), theirs(1);
+  // Three elements over two ranks: blocks of two and one (as pieces split).
+  const size_t uneven[] = {2, 1};
   auto other = std::async(std::launch::async, [&] {
-    return p.group.rank(1)->reduce_scatter(p.b.data(), theirs.data(), 1, DType::kF32, comm::ReduceOp::kSum, 3);
+    return p.group.rank(1)->reduce_scatter(p.b.data(), theirs.data(), uneven, DType::kF32, comm::ReduceOp::kSum, 3);
   });
-  // Three elements do not split in two: blocks of one, the third unused.
-  REQUIRE(p.group.rank(0)->reduce_scatter(p.a.data(), mine.data(), 1, DType::kF32, comm::ReduceOp::kSum, 3).ok());
+  REQUIRE(p.group.rank(0)->reduce_scatter(p.a.data(), mine.data(), uneven, DType::kF32, comm::ReduceOp::kSum, 3).ok());
   REQUIRE(other.get().ok());
-  CHECK(mine[0] == 11);
-  CHECK(theirs[0] == 22);
+  CHECK(mine == std::vector<float>{11, 22});
+  CHECK(theirs == std::vector<float>{33});
   std::vector<float> all_a(4), all_b(4);
   const std::vector<float> block_a{1, 2}, block_b{3, 4};
+  const size_t even[] = {2, 2};
   other = std::async(std::launch::async,
-                     [&] { return p.group.rank(1)->all_gather(block_b.data(), all_b.data(), 2, DType::kF32, 4); });
-  REQUIRE(p.group.rank(0)->all_gather(block_a.data(), all_a.data(), 2, DType::kF32, 4).ok());
+                     [&] { return p.group.rank(1)->all_gather(block_b.data(), all_b.data(), even, DType::kF32, 4); });
+  REQUIRE(p.group.rank(0)->all_gather(block_a.data(), all_a.data(), even, DType::kF32, 4).ok());
   REQUIRE(other.get().ok());
   CHECK(all_a == std::vector<float>{1, 2, 3, 4});
   CHECK(all_b == all_a);
+  std::vector<float> three_a(3), three_b(3);
+  other = std::async(std::launch::async,
+                     [&] { return p.group.rank(1)->all_gather(block_b.data(), three_b.data(), uneven, DType::kF32, 5); });
+  REQUIRE(p.group.rank(0)->all_gather(block_a.data(), three_a.data(), uneven, DType::kF32, 5).ok());
+  REQUIRE(other.get().ok());
+  CHECK(three_a == std::vector<float>{1, 2, 3});
+  CHECK(three_b == three_a);
+  // Ranks that disagree on the blocks fail alike; so does a call with too few.
+  other = std::async(std::launch::async,
+                     [&] { return p.group.rank(1)->all_gather(block_b.data(), all_b.data(), even, DType::kF32, 6); });
+  CHECK(p.group.rank(0)->all_gather(block_a.data(), three_a.data(), uneven, DType::kF32, 6).code() == Code::kInternal);
+  CHECK(other.get().code() == Code::kInternal);
+  CHECK(p.group.rank(0)->all_gather(block_a.data(), three_a.data(), std::span<const size_t>(even, 1), DType::kF32, 7)
+            .code() == Code::kInternal);
 }
 
 TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes a waiting rank") {
