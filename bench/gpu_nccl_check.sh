@@ -3,11 +3,15 @@
 # a machine with a GPU: the CUDA kernel, runtime and NCCL suites
 # (tests/runtime/cuda_nccl_test.cc: one-rank NCCL communicators; agents
 # sharing the GPU staged, bitwise the boxing tasks' losses), the plan of
-# the MLP on 2 agents sharing cuda:1 with train.nccl, and
+# the MLP on 2 agents sharing cuda:1 with train.nccl, the device
+# collectives' bandwidth (bench/device_collective_bench.cc: NCCL with one
+# rank, 2 and 3 ranks sharing the GPU staged, 4 KiB to 256 MiB), and
 # bench/gpu_shared_bench.sh. Results go under OUT.
 #   bench/gpu_nccl_check.sh [OUT=/tmp/rill-nccl-check] [RUN]
 # RUN prefixes every program, as in bench/gpu_check.sh (a wrapper for a
-# build made elsewhere). RUNS: the bench's alternating runs (2).
+# build made elsewhere: build/kernels/librill_cuda.so and
+# build/bench/device_collective_bench travel with it). RUNS: the bench's
+# alternating runs (2).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/rill-nccl-check}
@@ -17,5 +21,12 @@ gpu_suites
 $rill plan bench/mlp_synthetic.json --nodes 2 --devices cuda:1 --set train.nccl=true --stats > "$out/plan.txt" 2>&1
 step plan $?
 cat "$out/plan.txt"
+sizes=4096,65536,1048576,16777216,268435456
+for ranks in 1 2 3; do
+  NCCL_DEBUG=WARN timeout 120 $run build/bench/device_collective_bench --device cuda --ranks $ranks --sizes $sizes \
+    > "$out/collective$ranks.txt" 2>&1
+  step "collective$ranks" $?
+  cat "$out/collective$ranks.txt"
+done
 NCCL_DEBUG=WARN timeout 300 bash bench/gpu_shared_bench.sh "${RUNS:-2}" "$rill" > "$out/bench.txt" 2>&1; step bench $?
 cat "$out/bench.txt"

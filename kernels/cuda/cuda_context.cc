@@ -399,6 +399,7 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
 #ifdef RILL_WITH_NCCL
     m.nccl_unique_id = rill::nccl::make_id;
     m.nccl_init = rill::nccl::init;
+    m.nccl_abort = rill::nccl::abort;
 #endif
     return m;
   }();

@@ -52,8 +52,9 @@ StatusOr<std::vector<KernelFn>> find_kernels(void* handle) {
 }
 
 // Where the module may be, in order: named by RILL_CUDA_MODULE; beside the
-// program; in kernels/ beside it (build/rill); in ../../kernels/ (the test
-// programs under build/tests/SUITE/); where `meson install` put it.
+// program; in kernels/ beside it (build/rill); in ../kernels/ (the
+// benchmarks under build/bench/); in ../../kernels/ (the test programs
+// under build/tests/SUITE/); where `meson install` put it.
 std::vector<std::filesystem::path> candidates() {
   std::vector<std::filesystem::path> out;
   if (const char* named = std::getenv("RILL_CUDA_MODULE"); named && *named) out.emplace_back(named);
@@ -63,6 +64,7 @@ std::vector<std::filesystem::path> candidates() {
     const std::filesystem::path dir = exe.parent_path();
     out.push_back(dir / kModuleName);
     out.push_back(dir / "kernels" / kModuleName);
+    out.push_back(dir.parent_path() / "kernels" / kModuleName);
     out.push_back(dir.parent_path().parent_path() / "kernels" / kModuleName);
   }
 #ifdef RILL_CUDA_INSTALL_DIR
@@ -159,11 +161,18 @@ StatusOr<NcclComm::Id> nccl_unique_id() {
 
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& id, int world,
                                                           std::span<const int> ranks, std::span<const int> devices,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout,
+                                                          const std::atomic<bool>* cancelled) {
   const CudaModule* m = module();
   if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
   if (m->nccl_init == nullptr) return Status(Code::kUnavailable, kNoNccl);
-  return m->nccl_init(id, world, ranks, devices, timeout);
+  return m->nccl_init(id, world, ranks, devices, timeout, cancelled);
+}
+
+void nccl_abort(std::span<NcclComm* const> comms) {
+  // None exist without the module's NCCL.
+  const CudaModule* m = module();
+  if (m != nullptr && m->nccl_abort != nullptr && !comms.empty()) m->nccl_abort(comms);
 }
 
 // The count is the module's: a process that has not loaded it (a CPU-only

@@ -20,7 +20,7 @@ namespace rill {
 // What both sides must agree on: the table's layout and the sizes of the
 // types that cross (a module left from another build differs in them).
 constexpr uint64_t cuda_module_abi() {
-  return (uint64_t{4} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+  return (uint64_t{5} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
          (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
 }
 
@@ -36,7 +36,9 @@ struct CudaModule {
   StatusOr<std::vector<std::unique_ptr<NcclComm>>> (*nccl_init)(const NcclComm::Id& id, int world,
                                                                 std::span<const int> ranks,
                                                                 std::span<const int> devices,
-                                                                std::chrono::milliseconds timeout) = nullptr;
+                                                                std::chrono::milliseconds timeout,
+                                                                const std::atomic<bool>* cancelled) = nullptr;
+  void (*nccl_abort)(std::span<NcclComm* const> comms) = nullptr;
 };
 
 }  // namespace rill

@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -163,22 +164,45 @@ class Comm final : public NcclComm {
   }
 
   void abort() override {
-    std::lock_guard lock(mu_);
-    if (aborted_) return;
-    aborted_ = true;
+    Comm* self = this;
+    abort_together(std::span<Comm* const>(&self, 1));
+  }
+
+  // Aborts `comms` in one NCCL group (inside one, ncclCommAbort only sets
+  // the communicator's abort flag and leaves its clean-up, which waits for
+  // its work on the stream to end, to ncclGroupEnd): every flag is set
+  // before any clean-up waits. Each one's mu_ held throughout, taken in
+  // address order.
+  static void abort_together(std::span<Comm* const> comms) {
+    std::vector<Comm*> sorted(comms.begin(), comms.end());
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (Comm* c : sorted) locks.emplace_back(c->mu_);
     int current = -1;
     const bool known = cudaGetDevice(&current) == cudaSuccess;
-    (void)cudaSetDevice(device_);
-    (void)ncclCommAbort(comm_);
+    (void)ncclGroupStart();
+    for (Comm* c : sorted) {
+      if (c->aborted_) continue;
+      c->aborted_ = true;
+      (void)cudaSetDevice(c->device_);
+      (void)ncclCommAbort(c->comm_);
+    }
+    (void)ncclGroupEnd();
     if (known) (void)cudaSetDevice(current);  // the caller's thread keeps its device
   }
 
  private:
-  // With mu_ held: not aborted, and no error NCCL met since.
+  // With mu_ held: not aborted, no error NCCL met since, and the last call
+  // taken (a non-blocking communicator refuses work while one is in
+  // progress: after a call's deadline passed, every later one fails).
   Status usable(const char* what) {
     if (aborted_) return Status(Code::kAborted, fmt::format("NCCL ({}): the communicator was aborted", what));
     ncclResult_t state = ncclSuccess;
     RILL_RETURN_IF_ERROR(poll_state(comm_, &state, what));
+    if (state == ncclInProgress)
+      return Status(Code::kDeadlineExceeded,
+                    fmt::format("NCCL ({}): an earlier call on the communicator is still in progress", what));
     return nccl_status(state, "NCCL (an earlier call)", what);
   }
 
@@ -228,6 +252,13 @@ class Comm final : public NcclComm {
 
 }  // namespace
 
+void abort(std::span<NcclComm* const> comms) {
+  std::vector<Comm*> mine;
+  for (NcclComm* c : comms)
+    if (auto* comm = dynamic_cast<Comm*>(c)) mine.push_back(comm);
+  Comm::abort_together(mine);
+}
+
 StatusOr<NcclComm::Id> make_id() {
   ncclUniqueId id;
   RILL_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId", "a communicator's id"));
@@ -238,8 +269,8 @@ StatusOr<NcclComm::Id> make_id() {
 }
 
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
-                                                     std::span<const int> devices,
-                                                     std::chrono::milliseconds timeout) {
+                                                     std::span<const int> devices, std::chrono::milliseconds timeout,
+                                                     const std::atomic<bool>* cancelled) {
   if (ranks.size() != devices.size() || ranks.empty() || world < 1)
     return invalid_argument("ncclCommInitRankConfig: {} ranks on {} devices of a {}-rank communicator", ranks.size(),
                             devices.size(), world);
@@ -248,13 +279,21 @@ StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, in
   const auto deadline = Clock::now() + timeout;
   const std::string what = fmt::format("ranks {} of {} on cuda:{}", fmt::join(ranks, ","), world,
                                        fmt::join(devices, ",cuda:"));
+  // Connections made here, while every rank is in this call (a user's
+  // NCCL_RUNTIME_CONNECT wins; NCCL reads it when a communicator is made).
+  static std::once_flag connect_at_init;
+  std::call_once(connect_at_init, [] { (void)setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
+  int current = -1;
+  const bool known = cudaGetDevice(&current) == cudaSuccess;
   std::vector<ncclComm_t> comms(ranks.size(), nullptr);
   auto abort_all = [&] {
+    (void)ncclGroupStart();
     for (size_t i = 0; i < comms.size(); ++i)
       if (comms[i] != nullptr) {
         (void)cudaSetDevice(devices[i]);
         (void)ncclCommAbort(comms[i]);
       }
+    (void)ncclGroupEnd();
   };
   Status status = nccl_status(ncclGroupStart(), "ncclGroupStart", what.c_str());
   for (size_t i = 0; status.ok() && i < ranks.size(); ++i) {
@@ -268,12 +307,16 @@ StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, in
   Status ended = nccl_status(ncclGroupEnd(), "ncclGroupEnd", what.c_str());
   if (status.ok()) status = ended;
   for (size_t i = 0; status.ok() && i < comms.size(); ++i)
-    status = settle([&](ncclResult_t* state) { return poll_state(comms[i], state, what.c_str()); }, deadline,
-                    "ncclCommInitRankConfig", what.c_str());
-  if (!status.ok()) {
-    abort_all();
-    return status;
-  }
+    status = settle(
+        [&](ncclResult_t* state) {
+          if (cancelled != nullptr && cancelled->load())
+            return Status(Code::kAborted, fmt::format("ncclCommInitRankConfig ({}): the run was stopped", what));
+          return poll_state(comms[i], state, what.c_str());
+        },
+        deadline, "ncclCommInitRankConfig", what.c_str());
+  if (!status.ok()) abort_all();
+  if (known) (void)cudaSetDevice(current);  // the caller's thread keeps its device
+  if (!status.ok()) return status;
   std::vector<std::unique_ptr<NcclComm>> out;
   for (size_t i = 0; i < comms.size(); ++i) out.push_back(std::make_unique<Comm>(comms[i], ranks[i], world, devices[i]));
   return out;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -50,7 +51,8 @@ class NcclComm {
                             CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
   // An error NCCL met since (a peer gone, a network failure), without waiting.
   virtual Status check(const char* what) = 0;
-  // Ends every call on the communicator now (ncclCommAbort); later calls fail.
+  // Ends every call on the communicator now (ncclCommAbort); later calls
+  // fail. Several communicators sharing a stream: nccl_abort, all at once.
   virtual void abort() = 0;
 };
 
@@ -59,18 +61,31 @@ StatusOr<NcclComm::Id> nccl_unique_id();
 
 // This process's ranks `ranks` (on GPUs `devices`, one each) of a
 // `world`-rank communicator `id`, made together in one NCCL group, within
-// `timeout` (every rank of every process must call it).
+// `timeout` (every rank of every process must call it), or given up as
+// aborted once `*cancelled` (if given) is set. Unless the environment says
+// otherwise, NCCL makes its connections here (NCCL_RUNTIME_CONNECT=0),
+// while every rank is in this call, not at a collective's first use, where
+// a rank waiting for its peers would hold up its device thread.
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& id, int world,
                                                           std::span<const int> ranks, std::span<const int> devices,
-                                                          std::chrono::milliseconds timeout);
+                                                          std::chrono::milliseconds timeout,
+                                                          const std::atomic<bool>* cancelled = nullptr);
 
-// The module's own (nccl_comm.cc), which the two above reach through its
+// Aborts every one of `comms` (made by nccl_init) together, in one NCCL
+// group: each one's abort flag is set before any waits for its work to end,
+// so a stream holding calls of several communicators (a node's devices and
+// a lane: train.nccl with 2-D SBP) never waits on a call of one not yet
+// aborted. Any thread; aborting one twice does nothing.
+void nccl_abort(std::span<NcclComm* const> comms);
+
+// The module's own (nccl_comm.cc), which the ones above reach through its
 // table (cuda_module.h).
 namespace nccl {
 StatusOr<NcclComm::Id> make_id();
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
-                                                     std::span<const int> devices,
-                                                     std::chrono::milliseconds timeout);
+                                                     std::span<const int> devices, std::chrono::milliseconds timeout,
+                                                     const std::atomic<bool>* cancelled);
+void abort(std::span<NcclComm* const> comms);
 }  // namespace nccl
 
 }  // namespace rill

@@ -34,7 +34,10 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
   const uint64_t tag = tag_base_ + 1 + task.boxing()->collective_tag();
   // This node's ranks (contiguous: verify_plan holds a communicator's ranks
   // node-major), and the communicator's nodes.
-  Communicator& c = communicators_[work.comm_group];
+  Communicator& c = [&]() -> Communicator& {
+    MutexLock lock(mu_);
+    return communicators_[work.comm_group];
+  }();
   if (c.devices.empty()) {
     c.name = name;
     for (uint32_t r = 0; r < group.nodes()->size(); ++r) {
@@ -68,15 +71,37 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
 }
 
 StatusOr<LocalCollective*> BoxingSetup::local_collective(int group, int world) {
-  Communicator& c = communicators_[group];
+  Communicator& c = communicators_.at(group);  // made by device_collective()
   if (!c.local) {
     comm::Collectives* across = nullptr;
     if (c.nodes.size() > 1) {
       RILL_ASSIGN_OR_RETURN(across, collectives_among(c.name, c.nodes));
     }
-    c.local = std::make_unique<LocalCollective>(c.devices, c.first, world, across, timeout());
+    auto local = std::make_unique<LocalCollective>(c.devices, c.first, world, across, timeout());
+    MutexLock lock(mu_);
+    if (!cancelled_.empty()) local->cancel(cancelled_);
+    c.local = std::move(local);
   }
   return c.local.get();
+}
+
+void BoxingSetup::cancel(const std::string& reason) {
+  MutexLock lock(mu_);
+  if (cancelled_.empty()) cancelled_ = reason.empty() ? std::string("cancelled") : reason;
+  stop_ = true;
+  std::vector<NcclComm*> nccl;
+  for (const auto& [group, c] : communicators_) {
+    if (c.local) c.local->cancel(reason);
+    for (const auto& comm : c.nccl) nccl.push_back(comm.get());
+  }
+  nccl_abort(nccl);
+}
+
+StatusOr<comm::Collectives*> BoxingSetup::setup_collectives(Communicator& c) {
+  if (c.setup == nullptr) {
+    RILL_ASSIGN_OR_RETURN(c.setup, collectives_among(c.name, c.nodes));
+  }
+  return c.setup;
 }
 
 Status BoxingSetup::start() {
@@ -84,6 +109,10 @@ Status BoxingSetup::start() {
   // communicators never wait on each other in opposite orders.
   for (auto& [group, c] : communicators_) {
     if (c.gpu_ranks.empty()) continue;  // cpu devices: their LocalCollective needs no set-up
+    if (stop_) {
+      MutexLock lock(mu_);
+      return Status(Code::kAborted, fmt::format("making communicator {} ('{}'): {}", group, c.name, cancelled_));
+    }
     const int world = c.gpu_ranks.front()->world();
     // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
     // through the host, as on cpu devices.
@@ -102,7 +131,7 @@ Status BoxingSetup::start() {
   return {};
 }
 
-StatusOr<bool> BoxingSetup::shares_gpu(const Communicator& c, uint64_t tag) {
+StatusOr<bool> BoxingSetup::shares_gpu(Communicator& c, uint64_t tag) {
   // Every rank's GPU UUID, node by node (each node has as many ranks).
   std::vector<std::byte> mine;
   for (const auto& rank : c.gpu_ranks) {
@@ -112,7 +141,7 @@ StatusOr<bool> BoxingSetup::shares_gpu(const Communicator& c, uint64_t tag) {
   std::vector<std::byte> all = mine;
   if (c.nodes.size() > 1) {
     all.resize(mine.size() * c.nodes.size());
-    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(c.name, c.nodes));
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, setup_collectives(c));
     RILL_RETURN_IF_ERROR(across->all_gather(mine, all, tag).with_context(
         fmt::format("task '{}': gathering its communicator's GPUs", c.name)));
   }
@@ -132,16 +161,23 @@ Status BoxingSetup::make_nccl(int group, Communicator& c, int world, uint64_t ta
     RILL_ASSIGN_OR_RETURN(id, nccl_unique_id());
   }
   if (c.nodes.size() > 1) {
-    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, collectives_among(c.name, c.nodes));
+    RILL_ASSIGN_OR_RETURN(comm::Collectives * across, setup_collectives(c));
     RILL_RETURN_IF_ERROR(across->broadcast(id, 0, tag).with_context(
         fmt::format("task '{}': sending communicator {}'s NCCL id", c.name, group)));
   }
   std::vector<int> ranks;
   for (size_t i = 0; i < c.devices.size(); ++i) ranks.push_back(c.first + static_cast<int>(i));
-  auto comms = nccl_init(id, world, ranks, c.devices, timeout());
+  auto comms = nccl_init(id, world, ranks, c.devices, timeout(), &stop_);
   if (!comms.ok())
     return comms.status().with_context(fmt::format("task '{}': making communicator {} (NCCL)", c.name, group));
+  MutexLock lock(mu_);
   c.nccl = std::move(*comms);
+  if (!cancelled_.empty()) {  // cancel() came while it was made: it missed these
+    std::vector<NcclComm*> made;
+    for (const auto& comm : c.nccl) made.push_back(comm.get());
+    nccl_abort(made);
+    return Status(Code::kAborted, fmt::format("making communicator {} ('{}'): {}", group, c.name, cancelled_));
+  }
   return {};
 }
 

@@ -13,9 +13,10 @@
 // one NCCL group), or, where two ranks share a GPU (which NCCL refuses),
 // to the LocalCollective through host memory. It owns those, so it must
 // outlive the actors built with its bodies. One per NodeRun; the build
-// thread only, but for cancel() and close() from any thread.
+// thread only, but for cancel() from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "actor/actor.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "comm/collectives.h"
 #include "comm/group_transport.h"
@@ -58,16 +60,14 @@ class BoxingSetup {
   // start), before any act.
   Status start();
   // Wakes the device collectives' ranks waiting for their node's others,
-  // and ends their NCCL calls (so no stream waits on a peer that is gone).
-  void cancel(const std::string& reason) {
-    for (const auto& [group, c] : communicators_) {
-      if (c.local) c.local->cancel(reason);
-      for (const auto& comm : c.nccl) comm->abort();
-    }
-  }
+  // and ends their NCCL calls, every communicator's at once (so no stream
+  // waits on a peer that is gone); start() under way gives up, and what it
+  // makes later is cancelled as it is made. Any thread.
+  void cancel(const std::string& reason);
   // Keeps (leaks) every buffer a collective may have handed the transport
   // without a copy: for a run ending with sends still in flight.
   void keep_buffers() {
+    MutexLock lock(mu_);
     for (auto& c : collectives_) (void)c.release();
     for (auto& [group, c] : communicators_) {
       (void)c.local.release();
@@ -88,6 +88,8 @@ class BoxingSetup {
   StatusOr<comm::Collectives*> collectives_among(const std::string& name, const std::vector<int>& nodes);
   // A device collective's communicator: this node's ranks (the first's
   // rank, their devices) and the communicator's nodes, and what joins them.
+  // `local` and `nccl` are set under mu_ (cancel() reads them from any
+  // thread), the rest by the build thread before the run starts.
   struct Communicator {
     std::string name;  // its first task here, for errors
     int first = -1;
@@ -95,6 +97,7 @@ class BoxingSetup {
     std::unique_ptr<LocalCollective> local;           // cpu devices, or staged GPU ranks
     std::vector<std::unique_ptr<GpuRank>> gpu_ranks;  // cuda devices
     std::vector<std::unique_ptr<NcclComm>> nccl;      // their NCCL communicators
+    comm::Collectives* setup = nullptr;               // the set-up's exchanges among its nodes
   };
   StatusOr<Body> device_collective(const plan::Plan& plan, const plan::Task& task, compiler::BoxingTask work,
                                    const CudaFor& cuda_for);
@@ -109,13 +112,19 @@ class BoxingSetup {
   }
   // Whether two ranks of communicator `c` are on one GPU, by the GPUs'
   // UUIDs gathered from its nodes: every node gets the same answer.
-  StatusOr<bool> shares_gpu(const Communicator& c, uint64_t tag);
+  StatusOr<bool> shares_gpu(Communicator& c, uint64_t tag);
   // This node's NCCL communicators of `c`, made with its other nodes.
   Status make_nccl(int group, Communicator& c, int world, uint64_t tag);
+
+  // The set-up's collectives among `c`'s nodes (made on first use).
+  StatusOr<comm::Collectives*> setup_collectives(Communicator& c);
 
   comm::Transport* transport_;
   double stall_timeout_s_;
   uint64_t tag_base_;
+  Mutex mu_;
+  std::string cancelled_ GUARDED_BY(mu_);  // why, once cancelled
+  std::atomic<bool> stop_{false};          // cancelled: a communicator being made gives up
   std::vector<std::unique_ptr<comm::GroupTransport>> groups_;    // boxings on some of the nodes
   std::vector<std::unique_ptr<comm::Collectives>> collectives_;  // one per cross-node boxing task
   std::map<int, Communicator> communicators_;  // by communicator (Plan.comm_groups)

@@ -24,6 +24,7 @@ Status GpuRank::staged(const void* input, size_t in_bytes, void* output, size_t 
   one_in_.resize(std::max(one_in_.size(), in_bytes));
   one_out_.resize(std::max(one_out_.size(), out_bytes));
   RILL_RETURN_IF_ERROR(cuda_->copy(one_in_.data(), input, in_bytes, CopyKind::kDeviceToHost, about));
+  RILL_RETURN_IF_ERROR(cuda_->synchronize(about));  // the bytes are there before the host reads them
   RILL_RETURN_IF_ERROR(call(one_in_.data(), one_out_.data()));
   return cuda_->copy(output, one_out_.data(), out_bytes, CopyKind::kHostToDevice, about);
 }
@@ -49,6 +50,7 @@ Status GpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* 
     in_[k] = staged_[k].data();
     out_[k] = staged_[k].data();
   }
+  RILL_RETURN_IF_ERROR(cuda_->synchronize(about));  // the bytes are there before the host reads them
   RILL_RETURN_IF_ERROR(host_->all_reduce(std::span<const void* const>(in_.data(), n),
                                          std::span<void* const>(out_.data(), n), elements, dtype, op, tag));
   for (size_t k = 0; k < n; ++k)

@@ -4,10 +4,11 @@
 // built and opened the run's tags by then): NCCL's, or, where two ranks of
 // the communicator share a GPU (agents on one machine's one GPU, which NCCL
 // refuses), the node's LocalCollective with each piece copied through host
-// memory. A copy from the device into pageable memory returns once done
-// (after the work before it on the stream), and one back once it has read
-// the host bytes, so the host buffers are free again when a staged call
-// returns. Its thread only, but for use_nccl / use_staged before the run.
+// memory: the copies to the host waited for (CUDA promises no more than
+// that a copy into pageable memory "might" be synchronous), a copy back
+// done with the host bytes once it returns, so the host buffers are free
+// again when a staged call returns. Its thread only, but for use_nccl /
+// use_staged before the run.
 #pragma once
 
 #include <chrono>

@@ -159,6 +159,10 @@ int main(int argc, char** argv) {
     std::printf("skipped: no CUDA device here (NCCL is tested where a GPU is present)\n");
     return 77;  // meson's "skipped"
   }
+  if (auto id = rill::nccl_unique_id(); !id.ok() && id.status().code() == rill::Code::kUnavailable) {
+    std::printf("skipped: %s\n", id.status().to_string().c_str());
+    return 77;
+  }
   doctest::Context context(argc, argv);
   return context.run();
 }
