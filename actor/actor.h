@@ -87,6 +87,12 @@ class Actor {
   void trace_done(int64_t act);
   const ActTrace& trace() const { return trace_; }
   Body& body() { return body_; }
+  // Whether an act may wait for other threads to come to it (a device
+  // collective meeting its ranks on the host).
+  bool meets_on_host() const {
+    const auto* device = std::get_if<DeviceCollectiveBody>(&body_);
+    return device != nullptr && device->meets_on_host();
+  }
   const std::vector<OutputPort>& outputs() const { return outputs_; }
 
  private:

@@ -32,6 +32,9 @@ class DeviceCommunicator {
   virtual int world() const = 0;
   // "nccl" or "host".
   virtual const char* backend() const = 0;
+  // Whether a call waits on other ranks' host threads (they meet in the
+  // host), not only enqueues work that meets theirs on the devices.
+  virtual bool meets_on_host() const = 0;
   // For every k: outputs[k] = inputs[k] combined by `op` over the ranks (the
   // same bits on every rank), elements[k] elements of `dtype` each; one call
   // of every rank with the same `tag`, sizes and order. On a GPU it is
@@ -61,6 +64,10 @@ class DeviceCollectiveBody {
   Status act(const ActIo& io);
   // "all_reduce nccl", "all_gather host", ...
   std::string collective() const;
+  // Whether an act waits for the other ranks' threads to come (a GPU's
+  // thread sends what it holds for other threads first: one of them may
+  // need it to get there).
+  bool meets_on_host() const { return communicator_ != nullptr && communicator_->meets_on_host(); }
 
  private:
   DeviceCommunicator* communicator_;

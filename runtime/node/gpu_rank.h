@@ -34,6 +34,7 @@ class GpuRank final : public DeviceCommunicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   const char* backend() const override { return nccl_ != nullptr ? "nccl" : host_ != nullptr ? "staged" : "unset"; }
+  bool meets_on_host() const override { return nccl_ == nullptr; }
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override;
   Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,

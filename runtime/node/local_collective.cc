@@ -15,6 +15,7 @@ class LocalCollective::Rank final : public DeviceCommunicator {
   int rank() const override { return group_.first_rank_ + local_; }
   int world() const override { return group_.world_; }
   const char* backend() const override { return "host"; }
+  bool meets_on_host() const override { return true; }
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
     if (inputs.size() != outputs.size() || inputs.size() != elements.size() || inputs.empty())

@@ -181,6 +181,14 @@ bool Worker::release_completed() {
   return true;
 }
 
+bool Worker::release_all() {
+  while (holding() && !stop_.load(std::memory_order_relaxed)) {
+    if (!release_completed()) return false;
+    if (holding()) std::this_thread::yield();
+  }
+  return !stop_.load(std::memory_order_relaxed);
+}
+
 void Worker::run() {
   Sender sender(this);
   queued_.assign(by_index_->size(), 0);
@@ -212,6 +220,11 @@ void Worker::run() {
       Actor* actor = (*by_index_)[ready_.back().actor];
       ready_.pop_back();
       queued_[ActorId::index(actor->id())] = 0;
+      // An act meeting other threads on the host: what this GPU's thread
+      // holds for them goes first (the work it waits for is enqueued ahead
+      // of the act, which would wait for it anyway), or one of them might
+      // wait for it before it comes, and this act for that one.
+      if (holding() && actor->meets_on_host() && !release_all()) break;
       const auto began = std::chrono::steady_clock::now();
       acting_ = cuda_ != nullptr;
       Status status = actor->act_once(sender);

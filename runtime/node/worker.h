@@ -80,6 +80,8 @@ class Worker {
   // event is complete. false: the device reported an error (failed_ is set).
   bool mark_held(Actor* actor);
   bool release_completed();
+  // Releases every held message, waiting for their work (false: stopped or failed).
+  bool release_all();
   bool holding() const { return marks_head_ < marks_.size(); }
 
   uint64_t thread_key_;
