@@ -160,7 +160,10 @@ class Comm final : public NcclComm {
 
   Status check(const char* what) override {
     std::lock_guard lock(mu_);
-    return usable(what);
+    if (aborted_) return {};
+    ncclResult_t state = ncclSuccess;
+    RILL_RETURN_IF_ERROR(poll_state(comm_, &state, what));
+    return nccl_status(state, "NCCL (a call under way or done)", what);
   }
 
   void abort() override {

@@ -49,7 +49,9 @@ class NcclComm {
                                 int op, CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
   virtual Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                             CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
-  // An error NCCL met since (a peer gone, a network failure), without waiting.
+  // An error NCCL met since (a peer gone, a network failure), without
+  // waiting; a call under way on another thread is no error, nor is an
+  // aborted communicator (its abort was asked for). Any thread.
   virtual Status check(const char* what) = 0;
   // Ends every call on the communicator now (ncclCommAbort); later calls
   // fail. Several communicators sharing a stream: nccl_abort, all at once.

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
+#include <array>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -97,6 +98,17 @@ void BoxingSetup::cancel(const std::string& reason) {
   nccl_abort(nccl);
 }
 
+Status BoxingSetup::check_nccl() {
+  MutexLock lock(mu_);
+  for (const auto& [group, c] : communicators_)
+    for (size_t i = 0; i < c.nccl.size(); ++i) {
+      const std::string what = fmt::format("communicator {} ('{}'), rank {} on cuda:{}", group, c.name,
+                                           c.first + static_cast<int>(i), c.devices[i]);
+      if (Status s = c.nccl[i]->check(what.c_str()); !s.ok()) return s;
+    }
+  return {};
+}
+
 StatusOr<comm::Collectives*> BoxingSetup::setup_collectives(Communicator& c) {
   if (c.setup == nullptr) {
     RILL_ASSIGN_OR_RETURN(c.setup, collectives_among(c.name, c.nodes));
@@ -145,11 +157,10 @@ StatusOr<bool> BoxingSetup::shares_gpu(Communicator& c, uint64_t tag) {
     RILL_RETURN_IF_ERROR(across->all_gather(mine, all, tag).with_context(
         fmt::format("task '{}': gathering its communicator's GPUs", c.name)));
   }
-  std::set<std::vector<std::byte>> seen;
-  for (size_t at = 0; at + 16 <= all.size(); at += 16)
-    if (!seen.insert(std::vector<std::byte>(all.begin() + static_cast<long>(at), all.begin() + static_cast<long>(at) + 16)).second)
-      return true;
-  return false;
+  std::vector<std::array<std::byte, 16>> uuids(all.size() / 16);
+  for (size_t i = 0; i < uuids.size(); ++i) std::memcpy(uuids[i].data(), all.data() + 16 * i, 16);
+  std::sort(uuids.begin(), uuids.end());
+  return std::adjacent_find(uuids.begin(), uuids.end()) != uuids.end();
 }
 
 Status BoxingSetup::make_nccl(int group, Communicator& c, int world, uint64_t tag) {

@@ -64,6 +64,11 @@ class BoxingSetup {
   // waits on a peer that is gone); start() under way gives up, and what it
   // makes later is cancelled as it is made. Any thread.
   void cancel(const std::string& reason);
+  // The first error NCCL met on one of this node's communicators since
+  // (ncclCommGetAsyncError: a peer gone, a network failure) naming the
+  // communicator, its first task and the node's devices; OK when none.
+  // Any thread: the run thread polls it while the run goes.
+  Status check_nccl();
   // Keeps (leaks) every buffer a collective may have handed the transport
   // without a copy: for a run ending with sends still in flight.
   void keep_buffers() {

@@ -180,6 +180,7 @@ RunReport NodeRun::run() {
   int64_t last_progress = -1;
   auto last_change = Clock::now();
   bool stalled = false;
+  uint64_t polls = 0;
   // Alone, the node agrees its end with itself (a stop asked for before
   // the workers start runs no step); across nodes the master agrees it with
   // every node (runtime/cluster) and calls hold and end_at.
@@ -204,6 +205,14 @@ RunReport NodeRun::run() {
     if (all_done || failed_.load()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     take_stop();
+    // NCCL's errors (a peer gone mid-call) as soon as it sees them: a
+    // stream waiting on a peer never makes the device thread fail itself.
+    if (++polls % 50 == 0) {
+      if (Status nccl = boxing_.check_nccl(); !nccl.ok()) {
+        fail(nccl.with_context(fmt::format("node {}", options_.node)));
+        break;
+      }
+    }
     int64_t now_progress = progress_.load();
     if (now_progress != last_progress) {
       last_progress = now_progress;
