@@ -3,15 +3,19 @@
 // threads of one process, every rank's buffers in its device's memory:
 //
 //   device_collective_bench [--device cpu|cuda] [--ranks 2] [--op all_reduce]
+//                           [--path staged|shared]
 //                           [--sizes 4096,65536,1048576,16777216,268435456]
 //                           [--trials 5] [--iters N]
 //
 // cuda, --ranks 1: NCCL's communicator of one rank on GPU 0 (what a call
 // costs NCCL and Rill's side of it, with nothing to send); --ranks 2 or 3:
 // ranks sharing GPU 0, as agents sharing one GPU are (NCCL refuses them),
-// each with a context of its own, staged through host memory into one
-// LocalCollective (runtime/node/gpu_rank.h). cpu: the LocalCollective on
-// host memory, what train.nccl runs on cpu devices.
+// each with a context of its own: --path shared (the default) in the GPU's
+// memory (runtime/node/shared_gpu_rank.h, its barriers over in-process
+// transports; between agents they cross the data plane), --path staged
+// through host memory into one LocalCollective (runtime/node/gpu_rank.h).
+// cpu: the LocalCollective on host memory, what train.nccl runs on cpu
+// devices.
 //
 // --op: all_reduce, reduce_scatter, all_gather. The size is the whole
 // buffer (the all-reduced tensor, reduce_scatter's input, all_gather's
@@ -41,6 +45,7 @@
 #include "kernels/cuda/nccl_comm.h"
 #include "runtime/node/gpu_rank.h"
 #include "runtime/node/local_collective.h"
+#include "runtime/node/shared_gpu_rank.h"
 
 using namespace rill;
 
@@ -56,12 +61,14 @@ struct Args {
   std::vector<size_t> sizes = {4096, 65536, 1u << 20, 16u << 20, 256u << 20};
   int trials = 5;
   int iters = 0;  // 0: about 1 GiB of buffer per trial, 3..200 calls
+  bool shared = true;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "device_collective_bench: %s\nusage: device_collective_bench [--device cpu|cuda] [--ranks N] "
-               "[--op all_reduce|reduce_scatter|all_gather] [--sizes B,B,...] [--trials N] [--iters N]\n",
+               "[--op all_reduce|reduce_scatter|all_gather] [--path staged|shared] [--sizes B,B,...] [--trials N] "
+               "[--iters N]\n",
                why);
   std::exit(2);
 }
@@ -89,6 +96,9 @@ Args parse(int argc, char** argv) {
         a.sizes.push_back(std::strtoull(value.substr(at, comma - at).c_str(), nullptr, 10));
         at = comma + 1;
       }
+    } else if (flag == "--path") {
+      if (value != "staged" && value != "shared") usage("--path is staged or shared");
+      a.shared = value == "shared";
     } else if (flag == "--trials") {
       a.trials = std::atoi(value.c_str());
     } else if (flag == "--iters") {
@@ -99,9 +109,10 @@ Args parse(int argc, char** argv) {
   }
   if (a.ranks < 1 || a.ranks > 8) usage("--ranks is 1 to 8");
   if (a.trials < 1) usage("--trials is at least 1");
+  // Whole floats; a reduce-scatter's or all-gather's blocks equal.
+  const size_t unit = sizeof(float) * (a.op == CollectiveCall::kAllReduce ? 1 : static_cast<size_t>(a.ranks));
   for (size_t s : a.sizes)
-    if (s < sizeof(float) * static_cast<size_t>(a.ranks) || s % (sizeof(float) * static_cast<size_t>(a.ranks)) != 0)
-      usage("each size is a positive multiple of 4 x ranks bytes");
+    if (s == 0 || s % unit != 0) usage("each size is a positive multiple of 4 bytes (of 4 x ranks but for all_reduce)");
   return a;
 }
 
@@ -180,6 +191,9 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::unique_ptr<LocalCollective> local;
   std::vector<std::unique_ptr<NcclComm>> nccl;
+  std::vector<std::unique_ptr<comm::Transport>> transports;
+  std::vector<std::unique_ptr<comm::Collectives>> among;
+  std::vector<std::unique_ptr<SharedGpuRank>> shared;
   if (!args.cuda || n > 1) local = std::make_unique<LocalCollective>(std::vector<int>(static_cast<size_t>(n), 0), 0, n,
                                                                      nullptr, kTimeout);
   for (int i = 0; i < n; ++i) {
@@ -215,6 +229,27 @@ int main(int argc, char** argv) {
     nccl = std::move(*made);
     ranks[0]->gpu->use_nccl(nccl[0].get());
     path = "nccl";
+  } else if (args.cuda && args.shared) {
+    // Each rank's exchange buffer, mapped by the others (open() meets them
+    // all, so every rank opens on a thread of its own).
+    transports = comm::make_inproc_transports(n);
+    for (int i = 0; i < n; ++i) {
+      among.push_back(std::make_unique<comm::Collectives>(*transports[static_cast<size_t>(i)],
+                                                          comm::CollectiveOptions{.timeout = kTimeout}));
+      shared.push_back(std::make_unique<SharedGpuRank>(i, n, ranks[static_cast<size_t>(i)]->cuda.get(),
+                                                       among.back().get()));
+    }
+    std::vector<StatusOr<bool>> opened(static_cast<size_t>(n), false);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { opened[static_cast<size_t>(i)] = shared[static_cast<size_t>(i)]->open(largest, 1); });
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < n; ++i) {
+      die(opened[static_cast<size_t>(i)].status(), "opening the shared buffers");
+      if (!*opened[static_cast<size_t>(i)]) die(Status(Code::kUnavailable, "a rank could not map another's"), "--path shared");
+      ranks[static_cast<size_t>(i)]->gpu->use_shared(shared[static_cast<size_t>(i)].get());
+    }
+    path = "shared";
   } else if (args.cuda) {
     for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)]->gpu->use_staged(local->rank(i));
     path = "staged";
@@ -224,7 +259,7 @@ int main(int argc, char** argv) {
   std::printf("%12s %8s %12s %12s %12s %10s %10s\n", "bytes", "calls", "time_us", "min_us", "max_us", "algbw_GB/s",
               "busbw_GB/s");
 
-  uint64_t tag = 1;
+  uint64_t tag = 2;
   for (const size_t size : args.sizes) {
     const auto [in_bytes, out_bytes] = ends(args.op, size, n);
     // Rank i's input: i + 1 everywhere (small integers: every sum exact).

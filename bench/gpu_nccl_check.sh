@@ -5,7 +5,8 @@
 # sharing the GPU staged, bitwise the boxing tasks' losses), the plan of
 # the MLP on 2 agents sharing cuda:1 with train.nccl, the device
 # collectives' bandwidth (bench/device_collective_bench.cc: NCCL with one
-# rank, 2 and 3 ranks sharing the GPU staged, 4 KiB to 256 MiB), and
+# rank, 2 and 3 ranks sharing the GPU in its memory, 2 staged through the
+# host, 4 KiB to 256 MiB), and
 # bench/gpu_shared_bench.sh. Results go under OUT.
 #   bench/gpu_nccl_check.sh [OUT=/tmp/rill-nccl-check] [RUN]
 # RUN prefixes every program, as in bench/gpu_check.sh (a wrapper for a
@@ -22,11 +23,12 @@ $rill plan bench/mlp_synthetic.json --nodes 2 --devices cuda:1 --set train.nccl=
 step plan $?
 cat "$out/plan.txt"
 sizes=4096,65536,1048576,16777216,268435456
-for ranks in 1 2 3; do
-  NCCL_DEBUG=WARN timeout 120 $run build/bench/device_collective_bench --device cuda --ranks $ranks --sizes $sizes \
-    > "$out/collective$ranks.txt" 2>&1
-  step "collective$ranks" $?
-  cat "$out/collective$ranks.txt"
+for how in "1 shared" "2 shared" "3 shared" "2 staged"; do
+  read -r ranks path <<< "$how"
+  NCCL_DEBUG=WARN timeout 120 $run build/bench/device_collective_bench --device cuda --ranks $ranks --path $path \
+    --sizes $sizes > "$out/collective$ranks$path.txt" 2>&1
+  step "collective $ranks $path" $?
+  cat "$out/collective$ranks$path.txt"
 done
 NCCL_DEBUG=WARN timeout 300 bash bench/gpu_shared_bench.sh "${RUNS:-2}" "$rill" > "$out/bench.txt" 2>&1; step bench $?
 cat "$out/bench.txt"

@@ -4,9 +4,9 @@
 # bench/mlp_wide_synthetic.json (784-4096-4096-10, batch 2048), data
 # parallel on 2 agents sharing the GPU (--nodes 2 --devices cuda:1), their
 # gradients through the node's boxing tasks (the default) and as device
-# collectives (train.nccl: staged through host memory, since NCCL refuses two
-# ranks on one GPU), against one agent on the same GPU with the same global
-# batch. Alternating runs; samples/s median (min-max) and the ratio to one
+# collectives (train.nccl: in the GPU's memory, mapped by CUDA IPC, since
+# NCCL refuses two ranks on one GPU), against one agent on the same GPU with
+# the same global batch. Alternating runs; samples/s median (min-max) and the ratio to one
 # agent (1.0x is the ceiling: two ranks share one GPU's compute).
 #   bench/gpu_shared_bench.sh [runs=3] [rill command=build/rill] [steps=120]
 set -euo pipefail
@@ -38,7 +38,7 @@ for shape in "mlp_synthetic 512" "mlp_wide_synthetic 2048"; do
   echo "== $job (global batch $batch)"
   $python - "${rates[one]}" "${rates[host]}" "${rates[nccl]}" <<'PY'
 import statistics, sys
-names = ["1 agent", "2 agents, boxing tasks", "2 agents, train.nccl (staged)"]
+names = ["1 agent", "2 agents, boxing tasks", "2 agents, train.nccl (shared GPU memory)"]
 base = statistics.median(float(v) for v in sys.argv[1].split())
 for name, values in zip(names, sys.argv[1:]):
     xs = [float(v) for v in values.split()]

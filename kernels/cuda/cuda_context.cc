@@ -396,6 +396,11 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.synchronizes = [] { return rill::g_synchronizes.load(std::memory_order_relaxed); };
     m.graph_replays = [] { return rill::g_graph_replays.load(std::memory_order_relaxed); };
     m.device_bytes_peak = [] { return rill::g_device_peak.load(std::memory_order_relaxed); };
+    m.shared_allocate = rill::shared_gpu::allocate;
+    m.shared_free = rill::shared_gpu::free;
+    m.shared_open = rill::shared_gpu::open;
+    m.shared_close = rill::shared_gpu::close;
+    m.shared_reduce = rill::shared_gpu::reduce;
 #ifdef RILL_WITH_NCCL
     m.nccl_unique_id = rill::nccl::make_id;
     m.nccl_init = rill::nccl::init;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_module.h"
 #include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/shared_gpu.h"
 #include "kernels/cuda_kernels.h"
 
 namespace rill {
@@ -167,6 +168,33 @@ StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& i
   if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
   if (m->nccl_init == nullptr) return Status(Code::kUnavailable, kNoNccl);
   return m->nccl_init(id, world, ranks, devices, timeout, cancelled);
+}
+
+StatusOr<SharedBuffer> shared_gpu_allocate(int device, size_t bytes) {
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("a shared GPU buffer: {}", g_why));
+  return m->shared_allocate(device, bytes);
+}
+
+void shared_gpu_free(int device, void* data) {
+  if (const CudaModule* m = module(); m != nullptr) m->shared_free(device, data);
+}
+
+StatusOr<void*> shared_gpu_open(int device, const IpcHandle& handle) {
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("a shared GPU buffer: {}", g_why));
+  return m->shared_open(device, handle);
+}
+
+void shared_gpu_close(int device, void* mapped) {
+  if (const CudaModule* m = module(); m != nullptr) m->shared_close(device, mapped);
+}
+
+Status shared_gpu_reduce(CudaContext& cuda, std::span<const void* const> sources, void* dst, size_t elements,
+                         DType dtype, int op, const char* what) {
+  const CudaModule* m = module();
+  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("combining shared GPU buffers: {}", g_why));
+  return m->shared_reduce(cuda, sources, dst, elements, dtype, op, what);
 }
 
 void nccl_abort(std::span<NcclComm* const> comms) {

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/shared_gpu.h"
 #include "kernels/op.h"
 
 namespace rill {
@@ -20,7 +21,7 @@ namespace rill {
 // What both sides must agree on: the table's layout and the sizes of the
 // types that cross (a module left from another build differs in them).
 constexpr uint64_t cuda_module_abi() {
-  return (uint64_t{5} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+  return (uint64_t{6} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
          (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
 }
 
@@ -39,6 +40,13 @@ struct CudaModule {
                                                                 std::chrono::milliseconds timeout,
                                                                 const std::atomic<bool>* cancelled) = nullptr;
   void (*nccl_abort)(std::span<NcclComm* const> comms) = nullptr;
+  // Ranks sharing one GPU (shared_gpu.h).
+  StatusOr<SharedBuffer> (*shared_allocate)(int device, size_t bytes) = nullptr;
+  void (*shared_free)(int device, void* data) = nullptr;
+  StatusOr<void*> (*shared_open)(int device, const IpcHandle& handle) = nullptr;
+  void (*shared_close)(int device, void* mapped) = nullptr;
+  Status (*shared_reduce)(CudaContext& cuda, std::span<const void* const> sources, void* dst, size_t elements,
+                          DType dtype, int op, const char* what) = nullptr;
 };
 
 }  // namespace rill

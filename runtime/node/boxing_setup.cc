@@ -48,6 +48,9 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
       if (c.first < 0) c.first = static_cast<int>(r);
       c.devices.push_back(group.devices()->Get(r));
     }
+    if (group.calls() != nullptr)
+      for (const plan::CommCall* call : *group.calls())
+        c.largest_call = std::max(c.largest_call, static_cast<size_t>(std::max<int64_t>(call->bytes(), 0)));
   }
   const int index = task.boxing()->first_rank() - c.first;
   if (c.first < 0 || index < 0 || index >= static_cast<int>(c.devices.size()))
@@ -126,10 +129,15 @@ Status BoxingSetup::start() {
       return Status(Code::kAborted, fmt::format("making communicator {} ('{}'): {}", group, c.name, cancelled_));
     }
     const int world = c.gpu_ranks.front()->world();
-    // NCCL's, unless two ranks share a GPU (NCCL refuses them): then staged
-    // through the host, as on cpu devices.
-    RILL_ASSIGN_OR_RETURN(const bool staged, shares_gpu(c, setup_tag(group, 0)));
-    if (staged) {
+    // NCCL's, unless ranks share a GPU (NCCL refuses them): then in that
+    // GPU's memory where all are on it, one a node (agents sharing a GPU),
+    // else staged through the host, as on cpu devices.
+    RILL_ASSIGN_OR_RETURN(const size_t gpus, distinct_gpus(c, setup_tag(group, 0)));
+    if (gpus == 1 && c.gpu_ranks.size() == 1 && c.nodes.size() > 1 && world <= 8) {
+      RILL_ASSIGN_OR_RETURN(const bool shared, share_gpu(group, c, world, setup_tag(group, 1)));
+      if (shared) continue;
+    }
+    if (gpus < static_cast<size_t>(world)) {
       spdlog::info("communicator {} ('{}'): ranks on one GPU, which NCCL refuses: its collectives cross through host "
                    "memory",
                    group, c.name);
@@ -143,7 +151,26 @@ Status BoxingSetup::start() {
   return {};
 }
 
-StatusOr<bool> BoxingSetup::shares_gpu(Communicator& c, uint64_t tag) {
+StatusOr<bool> BoxingSetup::share_gpu(int group, Communicator& c, int world, uint64_t tag) {
+  RILL_ASSIGN_OR_RETURN(comm::Collectives * among, setup_collectives(c));
+  auto shared = std::make_unique<SharedGpuRank>(c.first, world, c.gpu_ranks.front()->cuda(), among);
+  RILL_ASSIGN_OR_RETURN(const bool mapped, shared->open(std::max<size_t>(c.largest_call, 1), tag));
+  if (!mapped) {
+    spdlog::warn("communicator {} ('{}'): its ranks share one GPU, but one could not map another's memory: its "
+                 "collectives cross through host memory",
+                 group, c.name);
+    return false;
+  }
+  spdlog::info("communicator {} ('{}'): its {} ranks share one GPU (which NCCL refuses): its collectives work in "
+               "that GPU's memory",
+               group, c.name, world);
+  c.gpu_ranks.front()->use_shared(shared.get());
+  MutexLock lock(mu_);
+  c.shared = std::move(shared);
+  return true;
+}
+
+StatusOr<size_t> BoxingSetup::distinct_gpus(Communicator& c, uint64_t tag) {
   // Every rank's GPU UUID, node by node (each node has as many ranks).
   std::vector<std::byte> mine;
   for (const auto& rank : c.gpu_ranks) {
@@ -160,7 +187,7 @@ StatusOr<bool> BoxingSetup::shares_gpu(Communicator& c, uint64_t tag) {
   std::vector<std::array<std::byte, 16>> uuids(all.size() / 16);
   for (size_t i = 0; i < uuids.size(); ++i) std::memcpy(uuids[i].data(), all.data() + 16 * i, 16);
   std::sort(uuids.begin(), uuids.end());
-  return std::adjacent_find(uuids.begin(), uuids.end()) != uuids.end();
+  return static_cast<size_t>(std::unique(uuids.begin(), uuids.end()) - uuids.begin());
 }
 
 Status BoxingSetup::make_nccl(int group, Communicator& c, int world, uint64_t tag) {

@@ -10,7 +10,8 @@
 // joined by start() (when every node has built and opened the run's tags)
 // to NCCL's communicator (its id made by the communicator's first node and
 // broadcast to the others over the data plane, this node's ranks made in
-// one NCCL group), or, where two ranks share a GPU (which NCCL refuses),
+// one NCCL group), or, where ranks share a GPU (which NCCL refuses), to the
+// others in that GPU's memory when all are on it (a SharedGpuRank), else
 // to the LocalCollective through host memory. It owns those, so it must
 // outlive the actors built with its bodies. One per NodeRun; the build
 // thread only, but for cancel() from any thread.
@@ -33,6 +34,7 @@
 #include "kernels/cuda/nccl_comm.h"
 #include "runtime/node/gpu_rank.h"
 #include "runtime/node/local_collective.h"
+#include "runtime/node/shared_gpu_rank.h"
 
 namespace rill {
 
@@ -102,7 +104,9 @@ class BoxingSetup {
     std::unique_ptr<LocalCollective> local;           // cpu devices, or staged GPU ranks
     std::vector<std::unique_ptr<GpuRank>> gpu_ranks;  // cuda devices
     std::vector<std::unique_ptr<NcclComm>> nccl;      // their NCCL communicators
-    comm::Collectives* setup = nullptr;               // the set-up's exchanges among its nodes
+    std::unique_ptr<SharedGpuRank> shared;            // or its rank sharing one GPU with all the others
+    size_t largest_call = 0;                          // bytes: its largest call's tensors
+    comm::Collectives* setup = nullptr;               // the set-up's exchanges among its nodes (and a shared GPU's)
   };
   StatusOr<Body> device_collective(const plan::Plan& plan, const plan::Task& task, compiler::BoxingTask work,
                                    const CudaFor& cuda_for);
@@ -115,9 +119,12 @@ class BoxingSetup {
   uint64_t setup_tag(int group, int step) const {
     return tag_base_ + (uint64_t{1} << 19) + 2 * static_cast<uint64_t>(group) + static_cast<uint64_t>(step);
   }
-  // Whether two ranks of communicator `c` are on one GPU, by the GPUs'
-  // UUIDs gathered from its nodes: every node gets the same answer.
-  StatusOr<bool> shares_gpu(Communicator& c, uint64_t tag);
+  // How many GPUs communicator `c`'s ranks are on, by the GPUs' UUIDs
+  // gathered from its nodes: every node gets the same answer.
+  StatusOr<size_t> distinct_gpus(Communicator& c, uint64_t tag);
+  // Joins `c`'s one rank here to the others on its GPU in device memory;
+  // false (on every node alike) where a rank could not map another's memory.
+  StatusOr<bool> share_gpu(int group, Communicator& c, int world, uint64_t tag);
   // This node's NCCL communicators of `c`, made with its other nodes.
   Status make_nccl(int group, Communicator& c, int world, uint64_t tag);
 

@@ -34,6 +34,7 @@ Status GpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* 
   if (nccl_ != nullptr)
     return nccl_->all_reduce(inputs, outputs, elements, dtype, static_cast<int>(op), *cuda_, timeout_,
                              what(tag));
+  if (shared_ != nullptr) return shared_->all_reduce(inputs, outputs, elements, dtype, op, tag);
   if (host_ == nullptr) return unset(tag);
   const char* about = what(tag);
   // Grown only: the calls of one rank (buckets of other sizes) take turns.
@@ -64,6 +65,7 @@ Status GpuRank::reduce_scatter(const void* input, void* output, std::span<const 
   if (counts.size() != static_cast<size_t>(world_)) return internal_error("{}: {} blocks", what(tag), counts.size());
   if (nccl_ != nullptr)
     return nccl_->reduce_scatter(input, output, counts, dtype, static_cast<int>(op), *cuda_, timeout_, what(tag));
+  if (shared_ != nullptr) return shared_->reduce_scatter(input, output, counts, dtype, op, tag);
   if (host_ == nullptr) return unset(tag);
   const size_t element = dtype_size(dtype);
   const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0}) * element;
@@ -75,6 +77,7 @@ Status GpuRank::all_gather(const void* input, void* output, std::span<const size
                            uint64_t tag) {
   if (counts.size() != static_cast<size_t>(world_)) return internal_error("{}: {} blocks", what(tag), counts.size());
   if (nccl_ != nullptr) return nccl_->all_gather(input, output, counts, dtype, *cuda_, timeout_, what(tag));
+  if (shared_ != nullptr) return shared_->all_gather(input, output, counts, dtype, tag);
   if (host_ == nullptr) return unset(tag);
   const size_t element = dtype_size(dtype);
   const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0}) * element;

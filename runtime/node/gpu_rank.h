@@ -1,10 +1,11 @@
 // GpuRank: a device collective's rank on a GPU (train.nccl on cuda
 // devices). Made when the node builds its actors, joined to its
 // communicator when the run starts (BoxingSetup::start: every node has
-// built and opened the run's tags by then): NCCL's, or, where two ranks of
-// the communicator share a GPU (agents on one machine's one GPU, which NCCL
-// refuses), the node's LocalCollective with each piece copied through host
-// memory: the copies to the host waited for (CUDA promises no more than
+// built and opened the run's tags by then): NCCL's; where every rank of the
+// communicator is on this one GPU (agents on one machine's one GPU, which
+// NCCL refuses), a SharedGpuRank working in device memory; where only some
+// share a GPU (or mapping the others' memory failed), the node's
+// LocalCollective with each piece copied through host memory: the copies to the host waited for (CUDA promises no more than
 // that a copy into pageable memory "might" be synchronous), a copy back
 // done with the host bytes once it returns, so the host buffers are free
 // again when a staged call returns. Its thread only, but for use_nccl /
@@ -29,11 +30,15 @@ class GpuRank final : public DeviceCommunicator {
       : rank_(rank), world_(world), cuda_(cuda), timeout_(timeout) {}
   void use_nccl(NcclComm* comm) { nccl_ = comm; }
   void use_staged(DeviceCommunicator* host) { host_ = host; }
+  // Ranks all on this GPU, in device memory (runtime/node/shared_gpu_rank.h).
+  void use_shared(DeviceCommunicator* shared) { shared_ = shared; }
   CudaContext* cuda() const { return cuda_; }
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
-  const char* backend() const override { return nccl_ != nullptr ? "nccl" : host_ != nullptr ? "staged" : "unset"; }
+  const char* backend() const override {
+    return nccl_ != nullptr ? "nccl" : shared_ != nullptr ? "shared" : host_ != nullptr ? "staged" : "unset";
+  }
   bool meets_on_host() const override { return nccl_ == nullptr; }
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override;
@@ -55,7 +60,8 @@ class GpuRank final : public DeviceCommunicator {
   const int rank_, world_;
   CudaContext* cuda_;
   const std::chrono::milliseconds timeout_;
-  NcclComm* nccl_ = nullptr;            // one of the two, from the start
+  NcclComm* nccl_ = nullptr;  // one of the three, from the start
+  DeviceCommunicator* shared_ = nullptr;
   DeviceCommunicator* host_ = nullptr;
   // Pageable on purpose (see above), grown to the largest call and kept:
   // an all-reduce's tensors, and a reduce-scatter's or all-gather's two ends.

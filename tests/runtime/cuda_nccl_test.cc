@@ -126,28 +126,38 @@ std::vector<double> shared_gpu_losses(int nodes, bool nccl, bool zero) {
         if (m.names[k] == "loss") losses.push_back(m.values[k]);
     };
   });
-  // The device collectives went through host memory (their trace says how).
-  int staged = 0;
+  // The device collectives worked in the GPU's memory (their trace says how).
+  int shared = 0;
   for (const RunReport& report : reports)
-    for (const auto& trace : report.traces) staged += trace.collective.ends_with(" staged") ? 1 : 0;
-  CHECK((staged > 0) == nccl);
+    for (const auto& trace : report.traces) shared += trace.collective.ends_with(" shared") ? 1 : 0;
+  CHECK((shared > 0) == nccl);
   return losses;
 }
 
 // Agents sharing the one GPU: NCCL would refuse their ranks ("Duplicate
-// GPU"), so the communicator is staged through host memory (the ranks' GPU
-// UUIDs repeat). Bitwise the boxing tasks' losses: both copy each piece to
-// the host, sum the nodes' in the same collective, and copy the sum back
-// (with train.zero, reduce-scatter the gradients' and gather the weights').
-TEST_CASE("train.nccl on 2 and 3 agents sharing cuda:0: staged through the host, bitwise the boxing tasks' losses") {
+// GPU"), so the communicator's ranks, all on that GPU, combine each other's
+// pieces in its memory (runtime/node/shared_gpu_rank.h; in one process by
+// pointer, between agents by CUDA IPC). 2 agents: bitwise the boxing tasks'
+// losses (each element the sum of two pieces, one addition either way; a
+// reduce-scatter's and gather's blocks likewise, with train.zero). 3: the
+// shared path adds in rank order where the host's ring adds each block's
+// three pieces in an order set by the block, so some gradient elements
+// differ by a few ulp (2^-22 relative); five steps leave the losses orders
+// of magnitude inside 1e-5.
+TEST_CASE("train.nccl on 2 and 3 agents sharing cuda:0: in the GPU's memory, the boxing tasks' losses") {
   for (const bool zero : {false, true})
     for (int nodes : {2, 3}) {
       CAPTURE(zero);
       CAPTURE(nodes);
       const std::vector<double> host = shared_gpu_losses(nodes, false, zero);
-      const std::vector<double> staged = shared_gpu_losses(nodes, true, zero);
+      const std::vector<double> shared = shared_gpu_losses(nodes, true, zero);
       REQUIRE(host.size() == 5);
-      CHECK(staged == host);
+      REQUIRE(shared.size() == 5);
+      if (nodes == 2) {
+        CHECK(shared == host);
+      } else {
+        for (size_t i = 0; i < host.size(); ++i) CHECK(shared[i] == doctest::Approx(host[i]).epsilon(1e-5));
+      }
     }
 }
 
