@@ -32,9 +32,10 @@ StatusOr<SharedBuffer> allocate(int device, size_t bytes) {
     const char* what = "a buffer shared with ranks on this GPU";
     SharedBuffer out;
     RILL_RETURN_IF_ERROR(cuda_status(cudaMalloc(&out.data, bytes > 0 ? bytes : 1), "cudaMalloc", what));
+    // Not cleared: every call writes what it reads (a memset on the legacy
+    // stream would not be ordered with the contexts' streams anyway).
     cudaIpcMemHandle_t handle;
-    Status s = cuda_status(cudaMemset(out.data, 0, bytes), "cudaMemset", what);
-    if (s.ok()) s = cuda_status(cudaIpcGetMemHandle(&handle, out.data), "cudaIpcGetMemHandle", what);
+    Status s = cuda_status(cudaIpcGetMemHandle(&handle, out.data), "cudaIpcGetMemHandle", what);
     if (!s.ok()) {
       (void)cudaFree(out.data);
       return s;

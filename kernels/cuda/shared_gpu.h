@@ -24,7 +24,7 @@ struct SharedBuffer {
   IpcHandle handle{};  // what another process opens it by
 };
 
-// `bytes` of device memory on `device`, zeroed, that other processes may open.
+// `bytes` of device memory on `device` (not cleared) that other processes may open.
 StatusOr<SharedBuffer> shared_gpu_allocate(int device, size_t bytes);
 void shared_gpu_free(int device, void* data);
 // Another process's buffer, by its handle, mapped into this one.
