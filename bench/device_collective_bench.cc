@@ -272,11 +272,10 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> seconds(static_cast<size_t>(n));  // per rank, per trial
     std::barrier start(n);
     std::vector<Status> failed(static_cast<size_t>(n));
-    const uint64_t first_tag = tag;
-    tag += 3 + static_cast<uint64_t>(args.trials) * static_cast<uint64_t>(iters);
+    const uint64_t size_tag = tag++;  // every call of a size: one tag, as a plan's collective keeps its own
     auto work = [&](int i) {
       Rank& r = *ranks[static_cast<size_t>(i)];
-      uint64_t t = first_tag;
+      const uint64_t t = size_tag;
       // A rank that fails leaves the barrier (the others then fail in the
       // collective, at its deadline, rather than wait here for ever).
       auto fail = [&](Status s) {
@@ -286,13 +285,13 @@ int main(int argc, char** argv) {
         return true;
       };
       for (int w = 0; w < 3; ++w)
-        if (fail(call(r, args.op, size, n, t++))) return;
+        if (fail(call(r, args.op, size, n, t))) return;
       if (r.cuda && fail(r.cuda->synchronize("warm-up"))) return;
       for (int trial = 0; trial < args.trials; ++trial) {
         start.arrive_and_wait();
         const auto t0 = Clock::now();
         for (int k = 0; k < iters; ++k)
-          if (fail(call(r, args.op, size, n, t++))) return;
+          if (fail(call(r, args.op, size, n, t))) return;
         if (r.cuda && fail(r.cuda->synchronize("a trial"))) return;
         seconds[static_cast<size_t>(i)].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }

@@ -55,8 +55,11 @@ StatusOr<void*> open(int device, const IpcHandle& handle) {
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), sizeof h);
     void* mapped = nullptr;
-    RILL_RETURN_IF_ERROR(cuda_status(cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess),
-                                     "cudaIpcOpenMemHandle", "another rank's buffer on this GPU"));
+    const cudaError_t error = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: the caller goes on without it
+      return cuda_status(error, "cudaIpcOpenMemHandle", "another rank's buffer on this GPU");
+    }
     return mapped;
   });
 }
@@ -78,6 +81,7 @@ Status reduce(CudaContext& cuda, std::span<const void* const> sources, void* dst
   }
   if (sources.empty() || sources.size() > static_cast<size_t>(cuda_launch::kMaxCombined))
     return invalid_argument("combining {} buffers ({}): 1 to {}", sources.size(), what, cuda_launch::kMaxCombined);
+  RILL_RETURN_IF_ERROR(cuda.activate(what));  // its stream's device current
   return cuda_status(cuda_launch::combine_buffers(sources.data(), static_cast<int>(sources.size()), dst,
                                                   static_cast<int64_t>(elements), element, op,
                                                   static_cast<cudaStream_t>(cuda.stream())),

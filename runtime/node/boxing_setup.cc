@@ -101,6 +101,13 @@ void BoxingSetup::cancel(const std::string& reason) {
   nccl_abort(nccl);
 }
 
+void BoxingSetup::finish() {
+  for (auto& [group, c] : communicators_)
+    if (c.shared)
+      if (Status closed = c.shared->close(setup_tag(group, 0)); !closed.ok())
+        spdlog::warn("communicator {} ('{}'): {}", group, c.name, closed.to_string());
+}
+
 Status BoxingSetup::check_nccl() {
   MutexLock lock(mu_);
   for (const auto& [group, c] : communicators_)

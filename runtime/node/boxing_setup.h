@@ -66,6 +66,11 @@ class BoxingSetup {
   // waits on a peer that is gone); start() under way gives up, and what it
   // makes later is cancelled as it is made. Any thread.
   void cancel(const std::string& reason);
+  // At the end of a run every node ran to its end: each rank sharing a GPU
+  // lets go of the others' buffers and frees its own once all have
+  // (SharedGpuRank::close). A rank that cannot meet the others keeps its
+  // buffer (logged).
+  void finish();
   // The first error NCCL met on one of this node's communicators since
   // (ncclCommGetAsyncError: a peer gone, a network failure) naming the
   // communicator, its first task and the node's devices; OK when none.

@@ -221,6 +221,10 @@ RunReport NodeRun::run() {
       stalled = true;
       for (auto& worker : workers_) worker->stop();
       boxing_.cancel("the run stalled");  // ranks waiting in a device collective, NCCL's streams
+      // Collectives waiting on a peer (a shared GPU's barriers among them)
+      // end now, so the workers join at once.
+      if (options_.transport)
+        options_.transport->cancel_tags(options_.tag_base, options_.tag_base + kTagsPerRun, "the run stalled");
       break;
     }
   }
@@ -239,7 +243,10 @@ RunReport NodeRun::run() {
     MutexLock lock(error_mu_);
     report.status = first_error_;
   }
-  if (report.status.ok()) collect_variables(report);
+  if (report.status.ok()) {
+    collect_variables(report);
+    boxing_.finish();  // every node ran to its end: ranks sharing a GPU let go of each other's buffers
+  }
   report.received_bytes_copied = received_bytes_copied_.load();
   report.received_zero_row_readies = received_zero_row_readies_.load();
   if (options_.trace)

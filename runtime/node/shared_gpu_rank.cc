@@ -1,10 +1,9 @@
 #include "runtime/node/shared_gpu_rank.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -13,9 +12,20 @@
 namespace rill {
 namespace {
 
-// What each rank tells the others of its exchange buffer.
+// This process, told apart from others on the machine (pids repeat across
+// PID namespaces): drawn once.
+uint64_t process_nonce() {
+  static const uint64_t nonce = [] {
+    std::random_device random;
+    return (static_cast<uint64_t>(random()) << 32) ^ random();
+  }();
+  return nonce;
+}
+
+// What each rank tells the others of its exchange buffer (pointer 0: it
+// has none).
 struct Where {
-  int64_t pid;
+  uint64_t process;
   uint64_t pointer;
   IpcHandle handle;
 };
@@ -24,78 +34,112 @@ static_assert(sizeof(Where) == 80);
 }  // namespace
 
 SharedGpuRank::SharedGpuRank(int rank, int world, CudaContext* cuda, comm::Collectives* among)
-    : rank_(rank), world_(world), cuda_(cuda), among_(among) {}
+    : rank_(rank), world_(world), device_(cuda->device()), cuda_(cuda), among_(among) {}
 
 SharedGpuRank::~SharedGpuRank() {
+  // The context may be gone by now: the device index only. An exchange
+  // buffer close() did not free stays: another rank may map it, or (in this
+  // process) read it still.
+  unmap();
+}
+
+void SharedGpuRank::unmap() {
   for (size_t r = 0; r < peers_.size(); ++r)
-    if (mapped_[r]) shared_gpu_close(cuda_->device(), peers_[r]);
-  shared_gpu_free(cuda_->device(), own_);
+    if (mapped_[r]) {
+      shared_gpu_close(device_, peers_[r]);
+      mapped_[r] = false;
+    }
 }
 
 StatusOr<bool> SharedGpuRank::open(size_t bytes, uint64_t tag) {
-  const char* about = "a device collective's exchange buffer";
-  RILL_ASSIGN_OR_RETURN(SharedBuffer mine, shared_gpu_allocate(cuda_->device(), bytes));
-  own_ = mine.data;
-  capacity_ = bytes;
-  Where where{static_cast<int64_t>(::getpid()), reinterpret_cast<uint64_t>(mine.data), mine.handle};
+  const std::string about = fmt::format("a device collective's exchange buffer (rank {} of {})", rank_, world_);
+  if (among_->rank() != rank_ || among_->world() != world_)
+    return internal_error("{}: rank {} of {} among its nodes", about, among_->rank(), among_->world());
+  // A rank that cannot make its buffer still takes part: every rank learns
+  // it, and all give up alike.
+  Where where{process_nonce(), 0, {}};
+  if (auto mine = shared_gpu_allocate(device_, bytes); mine.ok()) {
+    own_ = mine->data;
+    capacity_ = bytes;
+    where.pointer = reinterpret_cast<uint64_t>(mine->data);
+    where.handle = mine->handle;
+  } else {
+    spdlog::warn("{}: {}", about, mine.status().to_string());
+  }
   std::vector<Where> all(static_cast<size_t>(world_));
   RILL_RETURN_IF_ERROR(
       among_->all_gather(std::as_bytes(std::span(&where, 1)), std::as_writable_bytes(std::span(all)), tag)
-          .with_context(fmt::format("{} (rank {} of {})", about, rank_, world_)));
+          .with_context(about));
   // Another process's buffer by its handle, this one's by its pointer.
   peers_.assign(all.size(), nullptr);
   mapped_.assign(all.size(), false);
   bool ok = true;
-  std::string why;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].pid == where.pid) {
-      peers_[r] = reinterpret_cast<void*>(all[r].pointer);
-      continue;
-    }
-    auto opened = shared_gpu_open(cuda_->device(), all[r].handle);
-    if (!opened.ok()) {
+  for (size_t r = 0; ok && r < all.size(); ++r) {
+    if (all[r].pointer == 0) {
       ok = false;
-      why = opened.status().to_string();
-      break;
+    } else if (all[r].process == where.process) {
+      peers_[r] = reinterpret_cast<void*>(all[r].pointer);
+    } else if (auto opened = shared_gpu_open(device_, all[r].handle); opened.ok()) {
+      peers_[r] = *opened;
+      mapped_[r] = true;
+    } else {
+      spdlog::warn("{}: mapping rank {}'s: {}", about, r, opened.status().to_string());
+      ok = false;
     }
-    peers_[r] = *opened;
-    mapped_[r] = true;
   }
   // Every rank the same answer: each one's, gathered.
   const std::byte mine_ok = ok ? std::byte{1} : std::byte{0};
   std::vector<std::byte> oks(static_cast<size_t>(world_));
-  RILL_RETURN_IF_ERROR(among_->all_gather(std::span(&mine_ok, 1), oks, tag)
-                           .with_context(fmt::format("{} (rank {} of {})", about, rank_, world_)));
-  if (!ok) spdlog::warn("rank {} of a device collective could not map another rank's buffer on cuda:{}: {}", rank_,
-                        cuda_->device(), why);
-  return std::all_of(oks.begin(), oks.end(), [](std::byte b) { return b == std::byte{1}; });
+  RILL_RETURN_IF_ERROR(among_->all_gather(std::span(&mine_ok, 1), oks, tag).with_context(about));
+  if (std::all_of(oks.begin(), oks.end(), [](std::byte b) { return b == std::byte{1}; })) return true;
+  // Given up: each unmaps the others', then frees its own once all have.
+  RILL_RETURN_IF_ERROR(close(tag));
+  return false;
+}
+
+Status SharedGpuRank::close(uint64_t tag) {
+  unmap();
+  RILL_RETURN_IF_ERROR(among_->barrier(tag).with_context(
+      fmt::format("a device collective's exchange buffer (rank {} of {}): waiting for the others to let go of it",
+                  rank_, world_)));
+  shared_gpu_free(device_, own_);
+  own_ = nullptr;
+  capacity_ = 0;
+  return {};
 }
 
 const char* SharedGpuRank::what(uint64_t tag) {
   auto [at, fresh] = whats_.try_emplace(tag);
-  if (fresh) at->second = fmt::format("collective tag {} on cuda:{}, ranks sharing the GPU", tag, cuda_->device());
+  if (fresh) at->second = fmt::format("collective tag {} on cuda:{}, ranks sharing the GPU", tag, device_);
   return at->second.c_str();
 }
 
-Status SharedGpuRank::publish(std::span<const std::pair<const void*, size_t>> parts, uint64_t tag) {
+Status SharedGpuRank::publish(std::span<const std::pair<const void*, size_t>> parts, comm::ReduceOp op,
+                              uint64_t tag) {
   const char* about = what(tag);
   size_t at = 0;
   for (const auto& [source, bytes] : parts) at += bytes;
-  if (at > capacity_)
-    return internal_error("{}: {} bytes, but its exchange buffer holds {}", about, at, capacity_);
+  // Refused before meeting the others (who refuse alike): no rank waits.
+  if (at > capacity_) return internal_error("{}: {} bytes, but its exchange buffer holds {}", about, at, capacity_);
+  if (static_cast<int>(op) > 3) return internal_error("{}: reduce op {} (0 to 3 here)", about, static_cast<int>(op));
   at = 0;
   for (const auto& [source, bytes] : parts) {
-    RILL_RETURN_IF_ERROR(cuda_->copy(static_cast<std::byte*>(own_) + at, source, bytes, CopyKind::kDeviceToDevice, about));
+    RILL_RETURN_IF_ERROR(
+        cuda_->copy(static_cast<std::byte*>(own_) + at, source, bytes, CopyKind::kDeviceToDevice, about));
     at += bytes;
   }
-  RILL_RETURN_IF_ERROR(cuda_->synchronize(about));
-  return among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks' inputs", about));
+  // Met even when the copies failed, so the others are not left waiting.
+  const Status copied = cuda_->synchronize(about);
+  const Status met = among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks' inputs", about));
+  return copied.ok() ? met : copied;
 }
 
-Status SharedGpuRank::finish(uint64_t tag) {
+Status SharedGpuRank::finish(const Status& work, uint64_t tag) {
   const char* about = what(tag);
-  RILL_RETURN_IF_ERROR(cuda_->synchronize(about));
-  return among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks to be done", about));
+  const Status synced = work.ok() ? cuda_->synchronize(about) : work;
+  const Status met =
+      among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks to be done", about));
+  return synced.ok() ? met : synced;
 }
 
 Status SharedGpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
@@ -103,17 +147,17 @@ Status SharedGpuRank::all_reduce(std::span<const void* const> inputs, std::span<
   const size_t element = dtype_size(dtype);
   parts_.clear();
   for (size_t k = 0; k < inputs.size(); ++k) parts_.emplace_back(inputs[k], elements[k] * element);
-  RILL_RETURN_IF_ERROR(publish(parts_, tag));
+  RILL_RETURN_IF_ERROR(publish(parts_, op, tag));
   // Tensor k of every rank's buffer, in rank order, into output k.
+  Status work;
   size_t at = 0;
-  for (size_t k = 0; k < inputs.size(); ++k) {
+  for (size_t k = 0; work.ok() && k < inputs.size(); ++k) {
     sources_.clear();
     for (int r = 0; r < world_; ++r) sources_.push_back(peer(r) + at);
-    RILL_RETURN_IF_ERROR(
-        shared_gpu_reduce(*cuda_, sources_, outputs[k], elements[k], dtype, static_cast<int>(op), what(tag)));
+    work = shared_gpu_reduce(*cuda_, sources_, outputs[k], elements[k], dtype, static_cast<int>(op), what(tag));
     at += elements[k] * element;
   }
-  return finish(tag);
+  return finish(work, tag);
 }
 
 Status SharedGpuRank::reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
@@ -122,27 +166,27 @@ Status SharedGpuRank::reduce_scatter(const void* input, void* output, std::span<
   const size_t all = std::accumulate(counts.begin(), counts.end(), size_t{0});
   const size_t begin = std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
   const std::pair<const void*, size_t> whole[] = {{input, all * element}};
-  RILL_RETURN_IF_ERROR(publish(whole, tag));
+  RILL_RETURN_IF_ERROR(publish(whole, op, tag));
   sources_.clear();
   for (int r = 0; r < world_; ++r) sources_.push_back(peer(r) + begin * element);
-  RILL_RETURN_IF_ERROR(shared_gpu_reduce(*cuda_, sources_, output, counts[static_cast<size_t>(rank_)], dtype,
-                                         static_cast<int>(op), what(tag)));
-  return finish(tag);
+  return finish(shared_gpu_reduce(*cuda_, sources_, output, counts[static_cast<size_t>(rank_)], dtype,
+                                  static_cast<int>(op), what(tag)),
+                tag);
 }
 
 Status SharedGpuRank::all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                                  uint64_t tag) {
   const size_t element = dtype_size(dtype);
   const std::pair<const void*, size_t> block[] = {{input, counts[static_cast<size_t>(rank_)] * element}};
-  RILL_RETURN_IF_ERROR(publish(block, tag));
+  RILL_RETURN_IF_ERROR(publish(block, comm::ReduceOp::kSum, tag));
+  Status work;
   size_t at = 0;
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; work.ok() && r < world_; ++r) {
     const size_t bytes = counts[static_cast<size_t>(r)] * element;
-    RILL_RETURN_IF_ERROR(
-        cuda_->copy(static_cast<std::byte*>(output) + at, peer(r), bytes, CopyKind::kDeviceToDevice, what(tag)));
+    work = cuda_->copy(static_cast<std::byte*>(output) + at, peer(r), bytes, CopyKind::kDeviceToDevice, what(tag));
     at += bytes;
   }
-  return finish(tag);
+  return finish(work, tag);
 }
 
 }  // namespace rill

@@ -45,10 +45,16 @@ class SharedGpuRank final : public DeviceCommunicator {
 
   // Makes this rank's exchange buffer of `bytes` and maps every other
   // rank's, exchanging where they are over `among` (tag `tag`); every rank
-  // calls it. false, on every rank alike, where one could not map another's
-  // (then the communicator stages through the host instead); an error where
-  // the exchange failed.
+  // calls it. false, on every rank alike, where one could not make its
+  // buffer or map another's (then each has let go of the others' and freed
+  // its own, and the communicator stages through the host instead); an
+  // error where the exchange failed.
   StatusOr<bool> open(size_t bytes, uint64_t tag);
+  // At the run's end, on every rank: unmaps the others' buffers, meets
+  // them, then frees its own, so no buffer is freed while another process
+  // maps it (which CUDA leaves undefined). Without it (a run that failed)
+  // the buffer stays allocated until the process ends.
+  Status close(uint64_t tag);
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -63,15 +69,17 @@ class SharedGpuRank final : public DeviceCommunicator {
 
  private:
   // Steps 1 and 2: `parts` (source, bytes) copied one after another into
-  // the exchange buffer, then every rank's there.
-  Status publish(std::span<const std::pair<const void*, size_t>> parts, uint64_t tag);
-  // Steps 3's wait and 4.
-  Status finish(uint64_t tag);
+  // the exchange buffer, then every rank's there (met even where the copy
+  // failed, so no rank is left waiting).
+  Status publish(std::span<const std::pair<const void*, size_t>> parts, comm::ReduceOp op, uint64_t tag);
+  // Step 3's wait (where `work` enqueued well) and step 4, met either way.
+  Status finish(const Status& work, uint64_t tag);
+  void unmap();
   const char* what(uint64_t tag);
   std::byte* peer(int r) const { return static_cast<std::byte*>(peers_[static_cast<size_t>(r)]); }
 
-  const int rank_, world_;
-  CudaContext* cuda_;
+  const int rank_, world_, device_;
+  CudaContext* cuda_;  // its device thread's (calls only: it may be gone when this is destroyed)
   comm::Collectives* among_;
   size_t capacity_ = 0;
   void* own_ = nullptr;
