@@ -177,6 +177,7 @@ StatusOr<SharedBuffer> shared_gpu_allocate(int device, size_t bytes) {
 }
 
 void shared_gpu_free(int device, void* data) {
+  if (data == nullptr) return;
   if (const CudaModule* m = module(); m != nullptr) m->shared_free(device, data);
 }
 
@@ -187,6 +188,7 @@ StatusOr<void*> shared_gpu_open(int device, const IpcHandle& handle) {
 }
 
 void shared_gpu_close(int device, void* mapped) {
+  if (mapped == nullptr) return;
   if (const CudaModule* m = module(); m != nullptr) m->shared_close(device, mapped);
 }
 
@@ -198,9 +200,10 @@ Status shared_gpu_reduce(CudaContext& cuda, std::span<const void* const> sources
 }
 
 void nccl_abort(std::span<NcclComm* const> comms) {
-  // None exist without the module's NCCL.
+  // None exist without the module's NCCL (and asking for none loads nothing).
+  if (comms.empty()) return;
   const CudaModule* m = module();
-  if (m != nullptr && m->nccl_abort != nullptr && !comms.empty()) m->nccl_abort(comms);
+  if (m != nullptr && m->nccl_abort != nullptr) m->nccl_abort(comms);
 }
 
 // The count is the module's: a process that has not loaded it (a CPU-only
