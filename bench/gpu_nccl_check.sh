@@ -22,6 +22,13 @@ gpu_suites
 $rill plan bench/mlp_synthetic.json --nodes 2 --devices cuda:1 --set train.nccl=true --stats > "$out/plan.txt" 2>&1
 step plan $?
 cat "$out/plan.txt"
+# Two agents (processes) sharing the GPU: their collectives in its memory,
+# each mapping the other's buffer by CUDA IPC (node 1's log says which path).
+timeout 120 $rill run bench/mlp_synthetic.json --nodes 2 --devices cuda:1 --set train.nccl=true --steps 30 \
+  --logdir "$out/shared_logs" > "$out/shared_run.txt" 2>&1
+grep -q "work in that GPU's memory" "$out/shared_logs/node-1.log"; step "ipc between agents" $?
+grep -h "communicator" "$out/shared_logs/node-1.log" | head -3
+tail -3 "$out/shared_run.txt"
 sizes=4096,65536,1048576,16777216,268435456
 for how in "1 shared" "2 shared" "3 shared" "2 staged"; do
   read -r ranks path <<< "$how"
