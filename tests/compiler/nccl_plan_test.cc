@@ -139,6 +139,30 @@ int check_device_collectives(const plan::Plan& p) {
   return count;
 }
 
+// Each of `nodes` nodes' plans of `job`, compiled alone (as its agent does)
+// and cut from `whole`, has `whole`'s communicators and calls in its order.
+// Returns each node's own plan's device collectives.
+std::vector<int> alike_node_by_node(const graph::Job& job, const std::string& devices, int nodes,
+                                    const std::string& whole) {
+  const std::string order = groups_text(*plan_of(whole));
+  auto cluster = compiler::parse_devices(devices, nodes);
+  REQUIRE(cluster.ok());
+  std::vector<int> counts;
+  for (int node = 0; node < nodes; ++node) {
+    CAPTURE(node);
+    compiler::CompileOptions alone;
+    alone.node = node;
+    auto own = compiler::compile(job, *cluster, alone);
+    REQUIRE(own.ok());
+    auto cut = compiler::node_plan(whole, node);
+    REQUIRE(cut.ok());
+    CHECK(groups_text(*plan_of(*own)) == order);
+    CHECK(groups_text(*plan_of(*cut)) == order);
+    counts.push_back(check_device_collectives(*plan_of(*own)));
+  }
+  return counts;
+}
+
 TEST_CASE("train.nccl on cuda:2: gradients all-reduced in device memory, one task per device, in one order") {
   const plan::Plan* p = nullptr;
   const std::string host = compile_ok(testing::mlp_job(), "cuda:2");
@@ -182,25 +206,11 @@ TEST_CASE("train.nccl on cuda:8 and 4 nodes x cuda:8: every node's plan has the 
   CHECK(check_device_collectives(*plan_of(compile_ok(with_nccl(testing::mlp_job(16, 16), 0), "cuda:8"))) > 0);
   const graph::Job job = with_nccl(testing::mlp_job(64, 64), 0);
   const std::string whole = compile_ok(job, "cuda:8", {}, 4);  // and node by node
-  const std::string order = groups_text(*plan_of(whole));
-  CHECK(order.starts_with("group 0:0 0:1 0:2 0:3 0:4 0:5 0:6 0:7 1:0"));
+  CHECK(groups_text(*plan_of(whole)).starts_with("group 0:0 0:1 0:2 0:3 0:4 0:5 0:6 0:7 1:0"));
   CHECK(check_device_collectives(*plan_of(whole)) > 0);
-  auto cluster = compiler::parse_devices("cuda:8", 4);
-  REQUIRE(cluster.ok());
-  for (int node = 0; node < 4; ++node) {
-    CAPTURE(node);
-    compiler::CompileOptions alone;
-    alone.node = node;
-    auto own = compiler::compile(job, *cluster, alone);
-    REQUIRE(own.ok());
-    auto cut = compiler::node_plan(whole, node);
-    REQUIRE(cut.ok());
-    CHECK(groups_text(*plan_of(*own)) == order);
-    CHECK(groups_text(*plan_of(*cut)) == order);
-    // This node's 8 device threads each hold one rank of every call.
-    CHECK(check_device_collectives(*plan_of(*own)) ==
-          8 * static_cast<int>(plan_of(whole)->comm_groups()->Get(0)->calls()->size()));
-  }
+  // This node's 8 device threads each hold one rank of every call.
+  for (const int own : alike_node_by_node(job, "cuda:8", 4, whole))
+    CHECK(own == 8 * static_cast<int>(plan_of(whole)->comm_groups()->Get(0)->calls()->size()));
 }
 
 TEST_CASE("train.nccl with train.zero: weights gathered and gradients reduce-scattered by device collectives") {
@@ -307,22 +317,8 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
 
   // On 4 nodes x cuda:4 every node's plan has the same communicators and calls.
   const std::string whole = compile_ok(job, "cuda:4", {}, 4);
-  const std::string order = groups_text(*plan_of(whole));
   CHECK(plan_of(whole)->comm_groups()->size() == 4 + 4 + 1);
-  auto cluster = compiler::parse_devices("cuda:4", 4);
-  REQUIRE(cluster.ok());
-  for (int node = 0; node < 4; ++node) {
-    CAPTURE(node);
-    compiler::CompileOptions alone;
-    alone.node = node;
-    auto own = compiler::compile(job, *cluster, alone);
-    REQUIRE(own.ok());
-    auto cut = compiler::node_plan(whole, node);
-    REQUIRE(cut.ok());
-    CHECK(groups_text(*plan_of(*own)) == order);
-    CHECK(groups_text(*plan_of(*cut)) == order);
-    CHECK(check_device_collectives(*plan_of(*own)) > 0);
-  }
+  for (const int own : alike_node_by_node(job, "cuda:4", 4, whole)) CHECK(own > 0);
 }
 
 #endif  // RILL_WITH_CUDA
