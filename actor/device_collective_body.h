@@ -35,6 +35,21 @@ class DeviceCommunicator {
   // Whether a call waits on other ranks' host threads (they meet in the
   // host), not only enqueues work that meets theirs on the devices.
   virtual bool meets_on_host() const = 0;
+  // For blocks that are not contiguous (a split of columns): a buffer of
+  // at least `bytes` in this rank's memory (its device's, or the host's),
+  // kept for later calls; and `rows` rows of `width` bytes, `src_pitch`
+  // apart, copied to rows `dst_pitch` apart there, ordered before the
+  // rank's next call. A communicator the body never sees (one that another
+  // delegates to) has neither.
+  virtual StatusOr<void*> scratch(size_t bytes) {
+    (void)bytes;
+    return internal_error("{}: no scratch here", backend());
+  }
+  virtual Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                           size_t rows) {
+    (void)dst, (void)dst_pitch, (void)src, (void)src_pitch, (void)width, (void)rows;
+    return internal_error("{}: no copies here", backend());
+  }
   // For every k: outputs[k] = inputs[k] combined by `op` over the ranks (the
   // same bits on every rank), elements[k] elements of `dtype` each; one call
   // of every rank with the same `tag`, sizes and order. On a GPU it is
@@ -58,9 +73,14 @@ class DeviceCollectiveBody {
   // collective's tensors (an all-reduce's inputs k and outputs k hold them
   // whole; one tensor split by rows on one side for the others).
   // `counts`: a reduce-scatter's or all-gather's blocks by rank (elements;
-  // rows split as pieces are, so by node, then device: compiler/boxing_task.h).
+  // split as pieces are, so by node, then device: compiler/boxing_task.h),
+  // along an axis that makes the tensor [outer, slices, slice]: outer > 1
+  // (a split of columns) packs the blocks one after another in the
+  // communicator's scratch before a reduce-scatter and unpacks them after
+  // an all-gather.
   DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call, std::vector<TensorMeta> tensors,
-                       std::vector<size_t> counts, comm::ReduceOp op, uint64_t tag, std::string name);
+                       std::vector<size_t> counts, size_t outer, size_t slice, comm::ReduceOp op, uint64_t tag,
+                       std::string name);
   Status act(const ActIo& io);
   // "all_reduce nccl", "all_gather host", ...
   std::string collective() const;
@@ -78,6 +98,10 @@ class DeviceCollectiveBody {
   std::string name_;
   std::vector<size_t> elements_;
   std::vector<size_t> counts_;
+  size_t outer_ = 1, slice_ = 1;
+  // Each block's slices packed or unpacked: rows of its slices, between
+  // the tensor (pitch: all slices) and the packed blocks.
+  Status pack(std::byte* packed, const std::byte* tensor, bool into_packed);
   std::vector<const void*> in_;  // per act, sized once
   std::vector<void*> out_;
 };

@@ -115,21 +115,23 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
     // axis it changes, the whole), which its unsplit side holds.
     const TensorMeta meta{shape(call == CollectiveCall::kAllGather ? out->shape() : in->shape()),
                           read_dtype(out->dtype())};
-    // Whole, or (the split side) rank `rank`'s block of rows, split as
-    // pieces are: by node, then by device, over the communicator's nodes
-    // and ranks on each (one level for a node's devices or a lane).
+    // Whole, or (the split side) rank `rank`'s block along the split axis,
+    // split as pieces are: by node, then by device, over the communicator's
+    // nodes and ranks on each (one level for a node's devices or a lane).
     Shape block = meta.shape;
     if (call != CollectiveCall::kAllReduce) {
-      if (block.empty() || block[0] < ranks)
-        return invalid_argument("task '{}': {} rows of '{}' split over {} ranks", name, block.empty() ? 0 : block[0],
-                                str(out->name()), ranks);
+      const auto axis = static_cast<size_t>(collective->split);
+      if (axis >= block.size() || block[axis] < ranks)
+        return invalid_argument("task '{}': '{}' ({}) split along axis {} over {} ranks", name, str(out->name()),
+                                shape_string(block), axis, ranks);
       const int nodes = static_cast<int>(std::set<int>(g->nodes()->begin(), g->nodes()->end()).size());
-      const size_t row = static_cast<size_t>(num_elements(meta.shape) / meta.shape[0]);
+      work.outer = static_cast<size_t>(num_elements(Shape(block.begin(), block.begin() + static_cast<long>(axis))));
+      work.slice = static_cast<size_t>(num_elements(Shape(block.begin() + static_cast<long>(axis) + 1, block.end())));
       for (int r = 0; r < ranks; ++r)
         work.counts.push_back(
-            static_cast<size_t>(piece_region({meta.shape[0]}, NdSbp(Sbp::split(0)), nodes, ranks / nodes, r).extent[0]) *
-            row);
-      block[0] = static_cast<int64_t>(work.counts[static_cast<size_t>(rank)] / row);
+            static_cast<size_t>(piece_region({block[axis]}, NdSbp(Sbp::split(0)), nodes, ranks / nodes, r).extent[0]) *
+            work.outer * work.slice);
+      block[axis] = static_cast<int64_t>(work.counts[static_cast<size_t>(rank)] / (work.outer * work.slice));
     }
     const Shape& want_in = call == CollectiveCall::kAllGather ? block : meta.shape;
     const Shape& want_out = call == CollectiveCall::kReduceScatter ? block : meta.shape;

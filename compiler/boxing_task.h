@@ -26,6 +26,10 @@ struct BoxingTask {
   CollectiveCall call = CollectiveCall::kAllReduce;  // a device collective's (all-reduce, reduce-scatter, all-gather)
   std::vector<TensorMeta> tensors;  // a device collective's tensors (what its communicator works on), in input order
   std::vector<size_t> counts;       // a reduce-scatter's or all-gather's blocks (elements), by rank
+  // Its split axis: the tensor seen as [outer, slices, slice] (elements),
+  // rank r's block its counts[r] / (outer * slice) slices. outer 1: blocks
+  // contiguous in the tensor (rows); else the body packs them.
+  size_t outer = 1, slice = 1;
 };
 
 // Boxing task `task` of a verified plan (whole or node plan), or an error

@@ -181,8 +181,8 @@ class Expander {
   // each a rank of a communicator (Plan.comm_groups) among every device of
   // the placement (a 1-D boxing), the devices of its node (`within`
   // changes), or its lane (`across` changes: device d of every node). A
-  // reduce-scatter or all-gather needs a row for each of the communicator's
-  // ranks (rank r's block the r-th, split as pieces are).
+  // reduce-scatter or all-gather needs a slice of its axis for each of the
+  // communicator's ranks (rank r's block the r-th, split as pieces are).
   std::optional<AxisCollective> device_collective(const BoxingNode& box) const;
   Status add_device_collective(const std::vector<int>& unit, const std::string& name, AxisCollective collective);
   // The index of the communicator of `ranks` (node, device), made on first use.

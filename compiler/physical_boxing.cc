@@ -57,11 +57,13 @@ std::optional<AxisCollective> Expander::device_collective(const BoxingNode& box)
   const std::optional<AxisCollective> c = axis_collective(box.in, box.out);
   if (!c || collective_ranks(c->scope, p) < 2) return std::nullopt;
   if (c->call == CollectiveCall::kAllReduce) return c;
-  // Row blocks, rank r's the r-th (split as pieces are): a row for each.
+  // Blocks along the split axis, rank r's the r-th (split as pieces are):
+  // at least one slice each.
   const Shape& logical = boxed_meta(g_, box).shape;
   for (int rank = 0; rank < p.parallel(); ++rank) {
     const Shape part = collective_part(logical, box.in, c->scope, p, rank);
-    if (part.empty() || part[0] < collective_ranks(c->scope, p)) return std::nullopt;
+    if (c->split >= static_cast<int>(part.size()) || part[static_cast<size_t>(c->split)] < collective_ranks(c->scope, p))
+      return std::nullopt;
   }
   return c;
 }

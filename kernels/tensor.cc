@@ -122,10 +122,11 @@ std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out)
   } else {
     return std::nullopt;
   }
-  const Sbp partial = Sbp::partial_sum(), whole = Sbp::broadcast(), rows = Sbp::split(0);
-  if (a == partial && b == whole) return AxisCollective{CollectiveCall::kAllReduce, scope};
-  if (a == partial && b == rows) return AxisCollective{CollectiveCall::kReduceScatter, scope};
-  if (a == rows && b == whole) return AxisCollective{CollectiveCall::kAllGather, scope};
+  if (a.kind == Sbp::kPartialSum && b.kind == Sbp::kBroadcast) return AxisCollective{CollectiveCall::kAllReduce, scope};
+  if (a.kind == Sbp::kPartialSum && b.kind == Sbp::kSplit)
+    return AxisCollective{CollectiveCall::kReduceScatter, scope, b.axis};
+  if (a.kind == Sbp::kSplit && b.kind == Sbp::kBroadcast)
+    return AxisCollective{CollectiveCall::kAllGather, scope, a.axis};
   return std::nullopt;
 }
 

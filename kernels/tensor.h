@@ -180,13 +180,14 @@ bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
 // unchanged: the node's part of the tensor), kLane each device index's
 // ranks, one per node (`within` unchanged, not splitting the axis `across`
 // splits: lane d's part of the tensor, the same on every node); `call` what
-// it does on that axis: all-reduce (P -> B), reduce-scatter (P -> S(0)) or
-// all-gather (S(0) -> B), row blocks of that part in rank order. None for
-// anything else (it is then a boxing task's).
+// it does on that axis: all-reduce (P -> B), reduce-scatter (P -> S(a)) or
+// all-gather (S(a) -> B), blocks of that part along tensor axis `split`
+// (a) in rank order. None for anything else (it is then a boxing task's).
 enum class CollectiveScope : uint8_t { kAll, kNode, kLane };
 struct AxisCollective {
   CollectiveCall call;
   CollectiveScope scope;
+  int split = 0;  // a reduce-scatter's or all-gather's tensor axis
 };
 std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out);
 // The boxing tasks that turn `from` into `to` on `nodes` x `per_node`

@@ -51,6 +51,8 @@ class DeviceContext final : public CudaContext {
   StatusOr<void*> allocate_host(size_t bytes, const char* what) override;
   void release_host(void* host_memory) override;
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) override;
+  Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                   CopyKind kind, const char* what) override;
   Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
                      const char* what) override;
   StatusOr<void*> create_event(const char* what) override;
@@ -384,6 +386,14 @@ Status DeviceContext::copy(void* dst, const void* src, size_t bytes, CopyKind ki
   if (bytes == 0) return {};
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), static_cast<cudaStream_t>(stream_)),
                      "cudaMemcpyAsync", what);
+}
+
+Status DeviceContext::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                size_t rows, CopyKind kind, const char* what) {
+  if (width == 0 || rows == 0) return {};
+  return cuda_status(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, memcpy_kind(kind),
+                                       static_cast<cudaStream_t>(stream_)),
+                     "cudaMemcpy2DAsync", what);
 }
 
 }  // namespace rill

@@ -72,6 +72,11 @@ class CudaContext {
   // Enqueues a copy on the stream (host memory may be pageable: then the
   // copy completes before it returns).
   virtual Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) = 0;
+  // `rows` rows of `width` bytes, `src_pitch` bytes apart, to rows
+  // `dst_pitch` apart (a block of columns packed or unpacked), enqueued
+  // like copy().
+  virtual Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                           CopyKind kind, const char* what) = 0;
 
   // The copy stream: copies between host and device beside the compute
   // stream's kernels. copy_beside() runs the copy on it after `after` (an

@@ -14,6 +14,21 @@ const char* GpuRank::what(uint64_t tag) {
   return at->second.c_str();
 }
 
+StatusOr<void*> GpuRank::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    // The stream may still read the old one: wait before letting it go.
+    if (scratch_ != nullptr) {
+      RILL_RETURN_IF_ERROR(cuda_->synchronize("growing a device collective's scratch"));
+      cuda_->release(scratch_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
+    RILL_ASSIGN_OR_RETURN(scratch_, cuda_->allocate(bytes, "a device collective's scratch"));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_;
+}
+
 Status GpuRank::unset(uint64_t tag) {
   return internal_error("{}: rank {} of {} acted before its communicator was made", what(tag), rank_, world_);
 }

@@ -46,6 +46,17 @@ class GpuRank final : public DeviceCommunicator {
                         comm::ReduceOp op, uint64_t tag) override;
   Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                     uint64_t tag) override;
+  // Device memory, grown to the largest asked for and kept (outside the
+  // node's memory plan); copies on the device's stream.
+  StatusOr<void*> scratch(size_t bytes) override;
+  Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                   size_t rows) override {
+    return cuda_->copy_rows(dst, dst_pitch, src, src_pitch, width, rows, CopyKind::kDeviceToDevice,
+                            "packing a device collective's blocks");
+  }
+  ~GpuRank() override {
+    if (scratch_ != nullptr) cuda_->release(scratch_);
+  }
 
  private:
   // What a call is, for errors ("collective tag 7 on cuda:0"): made on a
@@ -70,6 +81,8 @@ class GpuRank final : public DeviceCommunicator {
   std::vector<const void*> in_;
   std::vector<void*> out_;
   std::map<uint64_t, std::string> whats_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace rill

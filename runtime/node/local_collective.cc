@@ -16,6 +16,17 @@ class LocalCollective::Rank final : public DeviceCommunicator {
   int world() const override { return group_.world_; }
   const char* backend() const override { return "host"; }
   bool meets_on_host() const override { return true; }
+  StatusOr<void*> scratch(size_t bytes) override {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return static_cast<void*>(scratch_.data());
+  }
+  Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                   size_t rows) override {
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<std::byte*>(dst) + r * dst_pitch, static_cast<const std::byte*>(src) + r * src_pitch,
+                  width);
+    return {};
+  }
   Status all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
                     std::span<const size_t> elements, DType dtype, comm::ReduceOp op, uint64_t tag) override {
     if (inputs.size() != outputs.size() || inputs.size() != elements.size() || inputs.empty())
@@ -49,6 +60,7 @@ class LocalCollective::Rank final : public DeviceCommunicator {
   const int local_;
   const void* in_[1] = {nullptr};
   void* out_[1] = {nullptr};
+  std::vector<std::byte> scratch_;  // grown, kept
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,

@@ -102,10 +102,12 @@ class NodeRun : public NodeRuntime {
   RunOptions options_;
   const plan::Plan* plan_ = nullptr;
   std::unordered_map<int64_t, const plan::RegstDesc*> regst_by_id_;
+  // By device index; outlives what is below (the device collectives' ranks
+  // and their scratch included).
+  std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;
   BoxingSetup boxing_;  // owns the boxings' collectives: declared before the actors using them
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
   comm::SendTracker sends_;  // slots handed to the transport without a copy
-  std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;  // by device index; outlives what is below
   std::vector<DeviceBuffer> device_memory_;
   std::vector<std::unique_ptr<void, HostFree>> pinned_memory_;
   std::unordered_map<int64_t, std::vector<TensorView>> slots_;  // by regst id: one view per slot

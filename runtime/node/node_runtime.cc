@@ -130,8 +130,8 @@ Status NodeRun::build() {
 
 NodeRun::~NodeRun() {
   if (options_.transport) options_.transport->set_handler(options_.tag_base, nullptr);
-  // NCCL's communicators end before the GPU contexts (declared after them)
-  // wait for their streams.
+  // NCCL's communicators end (aborted) before the GPU contexts wait for
+  // their streams (members destroyed after this body).
   boxing_.cancel("the run ended");
   // A slot sent without a copy (an actor's ready, a boxing's pieces) is read
   // by the transport until the message leaves; one queued for a peer that is

@@ -35,6 +35,9 @@ class RecordingContext final : public CudaContext {
   StatusOr<void*> allocate_host(size_t, const char*) override { return internal_error("not here"); }
   void release_host(void*) override {}
   Status copy(void*, const void*, size_t, CopyKind, const char*) override { return internal_error("not here"); }
+  Status copy_rows(void*, size_t, const void*, size_t, size_t, size_t, CopyKind, const char*) override {
+    return internal_error("not here");
+  }
   Status copy_beside(void*, const void*, size_t, CopyKind, void*, const char*) override {
     return internal_error("not here");
   }

@@ -76,12 +76,17 @@ TEST_CASE("a device collective works on one axis: all devices (1-D), a node's de
   CHECK(is(axis_collective(NdSbp(p, s0), NdSbp(b, s0)), kAllReduce, kLane));
   CHECK(is(axis_collective(NdSbp(p, s1), NdSbp(s0, s1)), kReduceScatter, kLane));
   CHECK(is(axis_collective(NdSbp(s0, b), NdSbp(b)), kAllGather, kLane));
-  // None: a lane may not split the rows the nodes split, and columns,
-  // all-to-all, local slices or both axes at once are a boxing task's.
+  // Along any tensor axis: columns too.
+  CHECK(is(axis_collective(NdSbp(p), NdSbp(s1)), kReduceScatter, kAll));
+  CHECK(axis_collective(NdSbp(p), NdSbp(s1))->split == 1);
+  CHECK(is(axis_collective(NdSbp(b, s1), NdSbp(b)), kAllGather, kNode));
+  CHECK(axis_collective(NdSbp(b, s1), NdSbp(b))->split == 1);
+  CHECK(axis_collective(NdSbp(s0), NdSbp(b))->split == 0);
+  // None: a lane may not split the axis the nodes split, and all-to-all,
+  // local slices or both axes at once are a boxing task's.
   CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(s0, s0)));
   CHECK_FALSE(axis_collective(NdSbp(s0, s0), NdSbp(b, s0)));
-  CHECK_FALSE(axis_collective(NdSbp(p), NdSbp(s1)));
-  CHECK_FALSE(axis_collective(NdSbp(s1), NdSbp(b)));
+  CHECK_FALSE(axis_collective(NdSbp(s1, s1), NdSbp(b, s1)));
   CHECK_FALSE(axis_collective(NdSbp(s0), NdSbp(s1)));
   CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(s0)));
   CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(b, s1)));

@@ -185,6 +185,50 @@ TEST_CASE("a node's ranks meet: a reduce-scatter gives each its block of the sum
             .code() == Code::kInternal);
 }
 
+// One act of rank `rank`'s body over `in` into `out` (shapes as given).
+Status act_on(DeviceCollectiveBody& body, std::vector<float>& in, const Shape& in_shape, std::vector<float>& out,
+              const Shape& out_shape) {
+  const TensorView input{in.data(), in_shape, DType::kF32}, output{out.data(), out_shape, DType::kF32};
+  const TensorView* inputs[] = {&input};
+  const TensorView* outputs[] = {&output};
+  return body.act(ActIo{0, inputs, outputs});
+}
+
+// A [2, 5] tensor split by columns over 2 ranks (3 and 2, as pieces split):
+// each rank's piece holds its columns of both rows, not one stretch of the
+// tensor, so the body packs the blocks before a reduce-scatter and unpacks
+// them after an all-gather. Element by element against the logical tensor
+// (small integers: every sum exact).
+TEST_CASE("a device collective along columns: reduce-scatter and all-gather, element by element") {
+  LocalCollective group{{0, 1}, 0, 2, nullptr, std::chrono::milliseconds(2000)};
+  const TensorMeta whole{Shape{2, 5}, DType::kF32};
+  const std::vector<size_t> counts{2 * 3, 2 * 2};  // elements: outer 2 x slices x slice 1
+  auto body = [&](int rank, CollectiveCall call) {
+    return DeviceCollectiveBody(group.rank(rank), call, {whole}, counts, /*outer=*/2, /*slice=*/1,
+                                comm::ReduceOp::kSum, 11, fmt::format("cols@{}", rank));
+  };
+  // Reduce-scatter: rank r holds r + 1 times the tensor [[0..4], [5..9]].
+  std::vector<float> a(10), b(10);
+  for (int i = 0; i < 10; ++i) a[i] = static_cast<float>(i), b[i] = 2.0f * static_cast<float>(i);
+  std::vector<float> block0(6), block1(4);
+  DeviceCollectiveBody rs0 = body(0, CollectiveCall::kReduceScatter), rs1 = body(1, CollectiveCall::kReduceScatter);
+  auto other = std::async(std::launch::async, [&] { return act_on(rs1, b, {2, 5}, block1, {2, 2}); });
+  REQUIRE(act_on(rs0, a, {2, 5}, block0, {2, 3}).ok());
+  REQUIRE(other.get().ok());
+  CHECK(block0 == std::vector<float>{0, 3, 6, 15, 18, 21});  // columns 0-2 of 3x the tensor
+  CHECK(block1 == std::vector<float>{9, 12, 24, 27});        // columns 3-4
+  // All-gather: the blocks back into the whole, on both.
+  std::vector<float> all0(10), all1(10);
+  DeviceCollectiveBody ag0 = body(0, CollectiveCall::kAllGather), ag1 = body(1, CollectiveCall::kAllGather);
+  other = std::async(std::launch::async, [&] { return act_on(ag1, block1, {2, 2}, all1, {2, 5}); });
+  REQUIRE(act_on(ag0, block0, {2, 3}, all0, {2, 5}).ok());
+  REQUIRE(other.get().ok());
+  std::vector<float> want(10);
+  for (int i = 0; i < 10; ++i) want[i] = 3.0f * static_cast<float>(i);
+  CHECK(all0 == want);
+  CHECK(all1 == want);
+}
+
 TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes a waiting rank") {
   Pair p;
   auto other = std::async(std::launch::async, [&] { return p.call(1, p.b, p.out_b, 5); });
