@@ -1,9 +1,9 @@
 // A device collective (plan.fbs BoxingConf.comm_group, train.nccl): one
-// device's rank of a communicator among every device of a placement. Each
-// act all-reduces its input slots into its output slots (a bucket's
-// gradients in one call), or reduce-scatters or all-gathers row blocks
-// (split as pieces are: split_offset), in the one order the plan chains on
-// every rank.
+// device's rank of a communicator among the devices of a placement (all, a
+// node's, or a lane's). Each act all-reduces its input slots into its
+// output slots (a bucket's gradients in one call), or reduce-scatters or
+// all-gathers blocks along one axis (split as pieces are), in the one order
+// the plan chains on every rank.
 //
 // DeviceCommunicator is the rank's side of the communicator: on cuda devices
 // NCCL's (the node's runtime makes them), on cpu devices the host's (a
@@ -71,7 +71,7 @@ class DeviceCollectiveBody {
   // `communicator` outlives the body (the node's runtime owns it); `call`
   // what it does (kAllReduce, kReduceScatter or kAllGather); `tensors` the
   // collective's tensors (an all-reduce's inputs k and outputs k hold them
-  // whole; one tensor split by rows on one side for the others).
+  // whole; one tensor split along one axis on one side for the others).
   // `counts`: a reduce-scatter's or all-gather's blocks by rank (elements;
   // split as pieces are, so by node, then device: compiler/boxing_task.h),
   // along an axis that makes the tensor [outer, slices, slice]: outer > 1

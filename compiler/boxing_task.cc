@@ -87,8 +87,8 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
       g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
       ActorId::device_type(task.id()) == DeviceType::kComm)
     return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B), reduce-scatter "
-                            "(P -> S(0)) or all-gather (S(0) -> B) on one axis, as its rank of communicator {} ({} "
-                            "ranks), not {} -> {} of rank {} on node {} device {}",
+                            "(P -> S(a)) or all-gather (S(a) -> B) on one axis of the hierarchy, as its rank of "
+                            "communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
                             name, group, ranks, in_sbp.to_string(), out_sbp.to_string(), rank, task.node(),
                             task.device());
   const int tensors = conf.tensors();

@@ -93,7 +93,7 @@ Status Expander::add_device_collective(const std::vector<int>& unit, const std::
     groups.push_back(comm_group(members[static_cast<size_t>(key)], p.type));
     tags.push_back(scope == CollectiveScope::kLane && key > 0 ? next_tag_++ : static_cast<int64_t>(unit[0]) + 1);
   }
-  if (next_tag_ >= (int64_t{1} << 19))
+  if (next_tag_ >= (int64_t{1} << 19))  // the last one made 2^19 - 2 at most (plan_verify)
     return invalid_argument("boxing '{}': more than 2^19 collectives in one plan", name);
   const bool everywhere = std::any_of(unit.begin(), unit.end(), [&](int b) { return reads_move(b); });
   std::vector<std::vector<uint64_t>> ids(static_cast<size_t>(keys));

@@ -131,8 +131,9 @@ std::string plan_json(const plan::Plan& p) {
                            {"tag", c->tag()},
                            {"tensors", c->tensors()},
                            {"bytes", c->bytes()}});
-      // GPUs: NCCL's, or staged through host memory where ranks share a GPU
-      // (found when the run starts); cpu devices: the host's.
+      // GPUs: NCCL's, or (found when the run starts) where ranks share a GPU
+      // in its memory when all are on it, else staged through host memory;
+      // cpu devices: the host's.
       groups.push_back({{"backend", g->cuda() ? "nccl" : "host"}, {"ranks", std::move(ranks)}, {"calls", std::move(calls)}});
     }
   }

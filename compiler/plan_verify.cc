@@ -107,9 +107,10 @@ bool conf_ok(const plan::Plan& p, const plan::Task* t) {
                             ? comm_group_ranks(*p.comm_groups()->Get(static_cast<uint32_t>(c->comm_group())))
                             : -1;
       if (c->num_nodes() < 1 || c->num_nodes() > ranks || c->node() != t->node()) return false;
-      // Collective tags below 2^19: the rest of a run's 2^20 tags are the
-      // device collectives' set-up (runtime/node/boxing_setup.h).
-      if (c->collective_tag() < 0 || c->collective_tag() >= (int64_t{1} << 19)) return false;
+      // Collective tags below 2^19 - 1 (sent as tag base + 1 + tag): the
+      // rest of a run's 2^20 tags are the device collectives' set-up
+      // (runtime/node/boxing_setup.h).
+      if (c->collective_tag() < 0 || c->collective_tag() >= (int64_t{1} << 19) - 1) return false;
       // A device collective is one of its communicator's calls.
       if (c->comm_group() >= 0) {
         const auto* calls = p.comm_groups()->Get(static_cast<uint32_t>(c->comm_group()))->calls();

@@ -37,9 +37,8 @@ SharedGpuRank::SharedGpuRank(int rank, int world, CudaContext* cuda, comm::Colle
     : rank_(rank), world_(world), device_(cuda->device()), cuda_(cuda), among_(among) {}
 
 SharedGpuRank::~SharedGpuRank() {
-  // The context may be gone by now: the device index only. An exchange
-  // buffer close() did not free stays: another rank may map it, or (in this
-  // process) read it still.
+  // An exchange buffer close() did not free (a run that failed) stays:
+  // another rank may map it, or (in this process) read it still.
   unmap();
 }
 

@@ -79,7 +79,7 @@ class SharedGpuRank final : public DeviceCommunicator {
   std::byte* peer(int r) const { return static_cast<std::byte*>(peers_[static_cast<size_t>(r)]); }
 
   const int rank_, world_, device_;
-  CudaContext* cuda_;  // its device thread's (calls only: it may be gone when this is destroyed)
+  CudaContext* cuda_;  // its device thread's
   comm::Collectives* among_;
   size_t capacity_ = 0;
   void* own_ = nullptr;

@@ -153,6 +153,19 @@ TEST_CASE("the hybrid MLP (2-D SBP) on 2 nodes x 2 devices and 1 node x 2 device
   auto lanes = ten_step_curve(hybrid + " --nodes 2 --devices cpu:2 --ctrl-port 19290 --set train.nccl=true",
                               temp_dir() / "mlp_hybrid4nccl.json");
   CHECK(lanes == read_json(four)["loss_curve"]);
+  // Which it is: a communicator per node (its 2 devices), per lane (a
+  // device of each node) and of all 4 (rill plan names each one).
+  Ran plan = run_rill("plan " + hybrid + " --nodes 2 --devices cpu:2 --set train.nccl=true --stats");
+  INFO(plan.output);
+  REQUIRE(plan.code == 0);
+  size_t twos = 0, fours = 0;
+  for (size_t at = plan.output.find("communicator "); at != std::string::npos;
+       at = plan.output.find("communicator ", at + 1)) {
+    twos += plan.output.compare(plan.output.find("): ", at) + 3, 7, "2 ranks") == 0 ? 1 : 0;
+    fours += plan.output.compare(plan.output.find("): ", at) + 3, 7, "4 ranks") == 0 ? 1 : 0;
+  }
+  CHECK(twos == 4);
+  CHECK(fours == 1);
 }
 
 // Placements (samples/mlp/mlp_stages.json): the first layer on node 0's two

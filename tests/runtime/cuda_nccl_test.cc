@@ -62,6 +62,10 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
   auto cuda = CudaContext::create(0);
   REQUIRE_MESSAGE(cuda.ok(), cuda.status().to_string());
   auto id = nccl_unique_id();
+  if (!id.ok() && id.status().code() == Code::kUnavailable) {
+    MESSAGE("skipped: " << id.status().to_string());  // a module built without NCCL
+    return;
+  }
   REQUIRE_MESSAGE(id.ok(), id.status().to_string());
   const int ranks[] = {0}, devices[] = {0};
   auto comms = nccl_init(*id, 1, ranks, devices, kTimeout);
@@ -169,10 +173,7 @@ int main(int argc, char** argv) {
     std::printf("skipped: no CUDA device here (NCCL is tested where a GPU is present)\n");
     return 77;  // meson's "skipped"
   }
-  if (auto id = rill::nccl_unique_id(); !id.ok() && id.status().code() == rill::Code::kUnavailable) {
-    std::printf("skipped: %s\n", id.status().to_string().c_str());
-    return 77;
-  }
+
   doctest::Context context(argc, argv);
   return context.run();
 }

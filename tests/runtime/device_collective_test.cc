@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,19 @@ std::vector<double> losses(graph::Job job, int nodes, const std::string& devices
   // Device collectives exactly when asked for: every P -> B of the job's
   // placement is one (the MLP's gradients, a GPT's tensor parallel sums).
   CHECK((p.comm_groups() != nullptr && p.comm_groups()->size() > 0) == nccl);
+  // With 2-D SBP across nodes of several devices, conversions on one axis:
+  // a communicator of one node's devices, and one of a device per node.
+  const int per_node = cluster->devices_per_node;
+  if (nccl && job.name.find("hybrid") != std::string::npos && nodes > 1 && per_node > 1) {
+    bool node = false, lane = false;
+    for (const plan::CommGroup* g : *p.comm_groups()) {
+      const std::set<int> on(g->nodes()->begin(), g->nodes()->end());
+      node = node || (on.size() == 1 && g->nodes()->size() > 1);
+      lane = lane || (on.size() == g->nodes()->size() && static_cast<int>(on.size()) == nodes);
+    }
+    CHECK(node);
+    CHECK(lane);
+  }
   std::vector<double> out;
   std::mutex mu;
   testing::run_nodes(*plan, nodes, [&](RunOptions& options) {
