@@ -107,6 +107,23 @@ std::string plan_json(const plan::Plan& p) {
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
           task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";
+          // A device collective: its call on its axis, over the part its
+          // communicator works on (the call's bytes), as a ring sends them
+          // among its ranks.
+          const auto collective = axis_collective(in, out);
+          const plan::CommCall* call = nullptr;
+          if (p.comm_groups() != nullptr && static_cast<uint32_t>(b->comm_group()) < p.comm_groups()->size())
+            for (const plan::CommCall* c : *p.comm_groups()->Get(static_cast<uint32_t>(b->comm_group()))->calls())
+              if (c->tag() == b->collective_tag()) call = c;
+          if (collective && call != nullptr) {
+            const int n = b->num_nodes();
+            const double share = collective->call == CollectiveCall::kAllReduce ? 2.0 * (n - 1) / n
+                                                                               : static_cast<double>(n - 1) / n;
+            task["boxing"]["collective"] = collective_call_name(collective->call);
+            task["boxing"]["logical_bytes"] = call->bytes();
+            task["boxing"]["bytes_sent_per_step"] =
+                static_cast<int64_t>(share * static_cast<double>(call->bytes()));
+          }
         } else if (ActorId::device_type(t->id()) == DeviceType::kComm && b->num_nodes() > 1) {
           task["boxing"]["transport"] = "host";
         }

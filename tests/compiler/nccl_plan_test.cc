@@ -314,6 +314,22 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
     crossing += g->calls()->size();
   }
   CHECK(tags.size() == crossing);
+  // rill plan --json names each one's call on its axis and what a ring
+  // sends of its part: an all-reduce 2 (n - 1) / n of it, the others (n - 1) / n.
+  const auto json = nlohmann::json::parse(compiler::plan_json(p));
+  int named = 0;
+  for (const auto& t : json["tasks"]) {
+    if (!t.contains("boxing") || !t["boxing"].contains("comm_group")) continue;
+    const auto& box = t["boxing"];
+    const std::string kind = box["collective"];
+    const int64_t bytes = box["logical_bytes"], sent = box["bytes_sent_per_step"], n = box["num_nodes"];
+    CAPTURE(kind);
+    CHECK((kind == "all_reduce" || kind == "reduce_scatter" || kind == "all_gather"));
+    const int64_t want = (kind == "all_reduce" ? 2 : 1) * (n - 1) * bytes / n;
+    CHECK(std::abs(sent - want) <= 1);  // the share in floating point, truncated
+    ++named;
+  }
+  CHECK(named > 0);
 
   // On 4 nodes x cuda:4 every node's plan has the same communicators and calls.
   const std::string whole = compile_ok(job, "cuda:4", {}, 4);
