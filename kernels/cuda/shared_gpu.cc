@@ -13,6 +13,7 @@ namespace rill::shared_gpu {
 namespace {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(IpcHandle));
+static_assert(cuda_launch::kMaxCombined == kMaxSharedGpuRanks);
 
 // Runs `f` with `device` current, then gives the calling thread its device back.
 template <typename F>

@@ -18,6 +18,8 @@
 namespace rill {
 
 using IpcHandle = std::array<std::byte, 64>;  // a cudaIpcMemHandle_t
+// The most ranks shared_gpu_reduce combines in one pass.
+inline constexpr int kMaxSharedGpuRanks = 8;
 
 struct SharedBuffer {
   void* data = nullptr;
@@ -32,7 +34,7 @@ StatusOr<void*> shared_gpu_open(int device, const IpcHandle& handle);
 void shared_gpu_close(int device, void* mapped);
 // dst[i] = sources[0][i] op sources[1][i] op ... (in that order: the host
 // collectives' combination, 16-bit floats rounded once a step; op 0 sum, 1
-// max, 2 min, 3 product, as comm::ReduceOp; at most 8 sources), `elements`
+// max, 2 min, 3 product, as comm::ReduceOp; at most kMaxSharedGpuRanks sources), `elements`
 // elements of `dtype`, enqueued on `cuda`'s compute stream.
 Status shared_gpu_reduce(CudaContext& cuda, std::span<const void* const> sources, void* dst, size_t elements,
                          DType dtype, int op, const char* what);

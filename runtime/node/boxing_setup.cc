@@ -1,14 +1,15 @@
 #include "runtime/node/boxing_setup.h"
 
 #include <algorithm>
-#include <chrono>
 #include <array>
+#include <chrono>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
 
 #include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
+#include "kernels/cuda/shared_gpu.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
@@ -111,11 +112,10 @@ void BoxingSetup::finish() {
 Status BoxingSetup::check_nccl() {
   MutexLock lock(mu_);
   for (const auto& [group, c] : communicators_)
-    for (size_t i = 0; i < c.nccl.size(); ++i) {
-      const std::string what = fmt::format("communicator {} ('{}'), rank {} on cuda:{}", group, c.name,
-                                           c.first + static_cast<int>(i), c.devices[i]);
-      if (Status s = c.nccl[i]->check(what.c_str()); !s.ok()) return s;
-    }
+    for (size_t i = 0; i < c.nccl.size(); ++i)
+      if (Status s = c.nccl[i]->check(c.name.c_str()); !s.ok())  // named in full only when it failed
+        return s.with_context(fmt::format("communicator {} ('{}'), rank {} on cuda:{}", group, c.name,
+                                          c.first + static_cast<int>(i), c.devices[i]));
   return {};
 }
 
@@ -140,7 +140,7 @@ Status BoxingSetup::start() {
     // GPU's memory where all are on it, one a node (agents sharing a GPU),
     // else staged through the host, as on cpu devices.
     RILL_ASSIGN_OR_RETURN(const size_t gpus, distinct_gpus(c, setup_tag(group, 0)));
-    if (gpus == 1 && c.gpu_ranks.size() == 1 && c.nodes.size() > 1 && world <= 8) {
+    if (gpus == 1 && c.gpu_ranks.size() == 1 && c.nodes.size() > 1 && world <= kMaxSharedGpuRanks) {
       RILL_ASSIGN_OR_RETURN(const bool shared, share_gpu(group, c, world, setup_tag(group, 1)));
       if (shared) continue;
     }

@@ -129,16 +129,18 @@ Status SharedGpuRank::publish(std::span<const std::pair<const void*, size_t>> pa
   }
   // Met even when the copies failed, so the others are not left waiting.
   const Status copied = cuda_->synchronize(about);
-  const Status met = among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks' inputs", about));
-  return copied.ok() ? met : copied;
+  const Status met = among_->barrier(tag);
+  if (!copied.ok()) return copied;
+  // Named only when it failed: an act formats nothing.
+  return met.ok() ? met : met.with_context(fmt::format("{}: waiting for the other ranks' inputs", about));
 }
 
 Status SharedGpuRank::finish(const Status& work, uint64_t tag) {
   const char* about = what(tag);
   const Status synced = work.ok() ? cuda_->synchronize(about) : work;
-  const Status met =
-      among_->barrier(tag).with_context(fmt::format("{}: waiting for the other ranks to be done", about));
-  return synced.ok() ? met : synced;
+  const Status met = among_->barrier(tag);
+  if (!synced.ok()) return synced;
+  return met.ok() ? met : met.with_context(fmt::format("{}: waiting for the other ranks to be done", about));
 }
 
 Status SharedGpuRank::all_reduce(std::span<const void* const> inputs, std::span<void* const> outputs,
