@@ -1,22 +1,26 @@
 #include "actor/device_collective_body.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace rill {
 
 DeviceCollectiveBody::DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call,
-                                           std::vector<TensorMeta> tensors, std::vector<size_t> counts, size_t outer,
-                                           size_t slice, comm::ReduceOp op, uint64_t tag, std::string name)
+                                           std::vector<TensorMeta> tensors, AxisBlocks blocks, AxisBlocks received,
+                                           comm::ReduceOp op, uint64_t tag, std::string name)
     : communicator_(communicator),
       call_(call),
       tensors_(std::move(tensors)),
-      counts_(std::move(counts)),
-      outer_(std::max<size_t>(outer, 1)),
-      slice_(std::max<size_t>(slice, 1)),
       op_(op),
       tag_(tag),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      blocks_(std::move(blocks)),
+      received_(std::move(received)) {
+  for (AxisBlocks* b : {&blocks_, &received_}) {
+    b->outer = std::max<size_t>(b->outer, 1);
+    b->slice = std::max<size_t>(b->slice, 1);
+  }
   for (const TensorMeta& t : tensors_) elements_.push_back(static_cast<size_t>(num_elements(t.shape)));
   in_.resize(tensors_.size());
   out_.resize(tensors_.size());
@@ -38,36 +42,40 @@ Status DeviceCollectiveBody::act(const ActIo& io) {
     in_[k] = io.inputs[k]->data;
     out_[k] = io.outputs[k]->data;
   }
-  if (call_ != CollectiveCall::kAllReduce && counts_.size() != static_cast<size_t>(communicator_->world()))
-    return internal_error("device collective '{}': {} blocks for {} ranks", name_, counts_.size(),
-                          communicator_->world());
+  const auto world = static_cast<size_t>(communicator_->world());
+  if (call_ != CollectiveCall::kAllReduce &&
+      (blocks_.counts.size() != world || (call_ == CollectiveCall::kAllToAll && received_.counts.size() != world)))
+    return internal_error("device collective '{}': {} blocks for {} ranks", name_, blocks_.counts.size(), world);
   Status status;
   switch (call_) {
     case CollectiveCall::kAllReduce: status = communicator_->all_reduce(in_, out_, elements_, dtype, op_, tag_); break;
     case CollectiveCall::kReduceScatter: {
       const void* input = in_[0];
-      if (outer_ > 1) {  // the blocks packed, each one's slices together
+      if (blocks_.outer > 1) {  // the blocks packed, each one's slices together
         auto packed = communicator_->scratch(elements_[0] * dtype_size(dtype));
         status = packed.status();
-        if (status.ok()) status = pack(static_cast<std::byte*>(*packed), static_cast<const std::byte*>(in_[0]), true);
+        if (status.ok())
+          status = pack(blocks_, elements_[0], static_cast<std::byte*>(*packed), static_cast<const std::byte*>(in_[0]),
+                        true);
         if (status.ok()) input = *packed;
       }
-      if (status.ok()) status = communicator_->reduce_scatter(input, out_[0], counts_, dtype, op_, tag_);
+      if (status.ok()) status = communicator_->reduce_scatter(input, out_[0], blocks_.counts, dtype, op_, tag_);
       break;
     }
     case CollectiveCall::kAllGather: {
-      if (outer_ == 1) {
-        status = communicator_->all_gather(in_[0], out_[0], counts_, dtype, tag_);
+      if (blocks_.outer == 1) {
+        status = communicator_->all_gather(in_[0], out_[0], blocks_.counts, dtype, tag_);
         break;
       }
       auto packed = communicator_->scratch(elements_[0] * dtype_size(dtype));
       status = packed.status();
-      if (status.ok()) status = communicator_->all_gather(in_[0], *packed, counts_, dtype, tag_);
-      if (status.ok()) status = pack(static_cast<std::byte*>(*packed), static_cast<std::byte*>(out_[0]), false);
+      if (status.ok()) status = communicator_->all_gather(in_[0], *packed, blocks_.counts, dtype, tag_);
+      if (status.ok())
+        status = pack(blocks_, elements_[0], static_cast<std::byte*>(*packed), static_cast<std::byte*>(out_[0]), false);
       break;
     }
+    case CollectiveCall::kAllToAll: status = all_to_all(dtype); break;
     case CollectiveCall::kReduce:
-    case CollectiveCall::kAllToAll:
     case CollectiveCall::kOther:
       status = internal_error("not a device collective's call: {}", collective_call_name(call_));
       break;
@@ -79,19 +87,46 @@ Status DeviceCollectiveBody::act(const ActIo& io) {
   return {};
 }
 
-Status DeviceCollectiveBody::pack(std::byte* packed, const std::byte* tensor, bool into_packed) {
+// The input's blocks (along the output's axis) packed where they are
+// columns, sent, and the blocks received unpacked (along the input's axis)
+// where they are: one scratch holds both, the sent first.
+Status DeviceCollectiveBody::all_to_all(DType dtype) {
+  const size_t element = dtype_size(dtype);
+  const size_t sent = std::accumulate(blocks_.counts.begin(), blocks_.counts.end(), size_t{0});
+  const size_t got = std::accumulate(received_.counts.begin(), received_.counts.end(), size_t{0});
+  const size_t sent_bytes = blocks_.outer > 1 ? (sent * element + 255) / 256 * 256 : 0;
+  const size_t scratch = sent_bytes + (received_.outer > 1 ? got * element : 0);
+  std::byte* packed = nullptr;
+  if (scratch > 0) {
+    RILL_ASSIGN_OR_RETURN(void* at, communicator_->scratch(scratch));
+    packed = static_cast<std::byte*>(at);
+  }
+  const void* input = in_[0];
+  if (blocks_.outer > 1) {
+    RILL_RETURN_IF_ERROR(pack(blocks_, sent, packed, static_cast<const std::byte*>(in_[0]), true));
+    input = packed;
+  }
+  void* output = received_.outer > 1 ? packed + sent_bytes : out_[0];
+  RILL_RETURN_IF_ERROR(communicator_->all_to_all(input, blocks_.counts, output, received_.counts, dtype, tag_));
+  if (received_.outer > 1)
+    RILL_RETURN_IF_ERROR(pack(received_, got, packed + sent_bytes, static_cast<std::byte*>(out_[0]), false));
+  return {};
+}
+
+Status DeviceCollectiveBody::pack(const AxisBlocks& b, size_t elements, std::byte* packed, const std::byte* tensor,
+                                  bool into_packed) {
   const size_t element = dtype_size(tensors_[0].dtype);
-  const size_t slice = slice_ * element;
-  const size_t slices = elements_[0] / (outer_ * slice_);  // the tensor's along the split axis
-  size_t packed_at = 0, first = 0;                         // bytes into the packed blocks; the block's first slice
-  for (size_t count : counts_) {
-    const size_t width = count / outer_ * element;  // one row of this block: its slices
+  const size_t slice = b.slice * element;
+  const size_t slices = elements / (b.outer * b.slice);  // the tensor's along the split axis
+  size_t packed_at = 0, first = 0;                      // bytes into the packed blocks; the block's first slice
+  for (size_t count : b.counts) {
+    const size_t width = count / b.outer * element;  // one row of this block: its slices
     void* dst = into_packed ? static_cast<void*>(packed + packed_at) : const_cast<std::byte*>(tensor) + first * slice;
     const void* src = into_packed ? static_cast<const void*>(tensor + first * slice) : packed + packed_at;
     RILL_RETURN_IF_ERROR(communicator_->copy_rows(dst, into_packed ? width : slices * slice, src,
-                                                  into_packed ? slices * slice : width, width, outer_));
-    packed_at += width * outer_;
-    first += count / (outer_ * slice_);
+                                                  into_packed ? slices * slice : width, width, b.outer));
+    packed_at += width * b.outer;
+    first += count / (b.outer * b.slice);
   }
   return {};
 }

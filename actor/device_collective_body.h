@@ -1,9 +1,9 @@
 // A device collective (plan.fbs BoxingConf.comm_group, train.nccl): one
 // device's rank of a communicator among the devices of a placement (all, a
 // node's, or a lane's). Each act all-reduces its input slots into its
-// output slots (a bucket's gradients in one call), or reduce-scatters or
-// all-gathers blocks along one axis (split as pieces are), in the one order
-// the plan chains on every rank.
+// output slots (a bucket's gradients in one call), or reduce-scatters,
+// all-gathers or sends each rank its block along one axis (split as pieces
+// are), in the one order the plan chains on every rank.
 //
 // DeviceCommunicator is the rank's side of the communicator: on cuda devices
 // NCCL's (the node's runtime makes them), on cpu devices the host's (a
@@ -64,23 +64,27 @@ class DeviceCommunicator {
   // output = every rank's input (rank r's counts[r] elements), in rank order.
   virtual Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                             uint64_t tag) = 0;
+  // Input's blocks in rank order, send_counts[q] elements for rank q; output
+  // = the blocks every rank sent this one, in rank order (recv_counts[r]
+  // elements from rank r, which rank r's send_counts[rank()] agrees with).
+  virtual Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                            std::span<const size_t> recv_counts, DType dtype, uint64_t tag) = 0;
 };
 
 class DeviceCollectiveBody {
  public:
   // `communicator` outlives the body (the node's runtime owns it); `call`
-  // what it does (kAllReduce, kReduceScatter or kAllGather); `tensors` the
-  // collective's tensors (an all-reduce's inputs k and outputs k hold them
-  // whole; one tensor split along one axis on one side for the others).
-  // `counts`: a reduce-scatter's or all-gather's blocks by rank (elements;
-  // split as pieces are, so by node, then device: compiler/boxing_task.h),
-  // along an axis that makes the tensor [outer, slices, slice]: outer > 1
-  // (a split of columns) packs the blocks one after another in the
-  // communicator's scratch before a reduce-scatter and unpacks them after
-  // an all-gather.
+  // what it does (all-reduce, reduce-scatter, all-gather or all-to-all);
+  // `tensors` the collective's tensors (an all-reduce's inputs k and outputs
+  // k hold them whole; one tensor, split along one axis on one side, for
+  // the others). `blocks`: a reduce-scatter's input's, an all-gather's
+  // output's or an all-to-all's input's blocks by rank, `received` an
+  // all-to-all's output's (split as pieces are, so by node, then device:
+  // compiler/boxing_task.h). Blocks of columns (outer > 1) are packed one
+  // after another in the communicator's scratch before they are sent, and
+  // unpacked after they are received.
   DeviceCollectiveBody(DeviceCommunicator* communicator, CollectiveCall call, std::vector<TensorMeta> tensors,
-                       std::vector<size_t> counts, size_t outer, size_t slice, comm::ReduceOp op, uint64_t tag,
-                       std::string name);
+                       AxisBlocks blocks, AxisBlocks received, comm::ReduceOp op, uint64_t tag, std::string name);
   Status act(const ActIo& io);
   // "all_reduce nccl", "all_gather host", ...
   std::string collective() const;
@@ -97,11 +101,12 @@ class DeviceCollectiveBody {
   uint64_t tag_;
   std::string name_;
   std::vector<size_t> elements_;
-  std::vector<size_t> counts_;
-  size_t outer_ = 1, slice_ = 1;
-  // Each block's slices packed or unpacked: rows of its slices, between
-  // the tensor (pitch: all slices) and the packed blocks.
-  Status pack(std::byte* packed, const std::byte* tensor, bool into_packed);
+  AxisBlocks blocks_, received_;
+  // `tensor`'s blocks (`b`, `elements` in all) packed one after another
+  // into `packed`, or unpacked from it: rows of each block's slices,
+  // between the tensor (pitch: all slices) and the packed blocks.
+  Status pack(const AxisBlocks& b, size_t elements, std::byte* packed, const std::byte* tensor, bool into_packed);
+  Status all_to_all(DType dtype);
   std::vector<const void*> in_;  // per act, sized once
   std::vector<void*> out_;
 };

@@ -17,9 +17,10 @@
 // cpu: the LocalCollective on host memory, what train.nccl runs on cpu
 // devices.
 //
-// --op: all_reduce, reduce_scatter, all_gather. The size is the whole
-// buffer (the all-reduced tensor, reduce_scatter's input, all_gather's
-// output), as nccl-tests and bench/allreduce_bench.cc. For each size:
+// --op: all_reduce, reduce_scatter, all_gather, all_to_all. The size is
+// the whole buffer (the all-reduced tensor, reduce_scatter's input,
+// all_gather's output, each of all_to_all's two), as nccl-tests and
+// bench/allreduce_bench.cc. For each size:
 // warm-up calls (the result checked once), then `trials` trials of `iters`
 // calls each (every rank waits for its stream at the end of a trial); a
 // trial's time is the slowest rank's over its calls. The table gives each
@@ -67,7 +68,7 @@ struct Args {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "device_collective_bench: %s\nusage: device_collective_bench [--device cpu|cuda] [--ranks N] "
-               "[--op all_reduce|reduce_scatter|all_gather] [--path staged|shared] [--sizes B,B,...] [--trials N] "
+               "[--op all_reduce|reduce_scatter|all_gather|all_to_all] [--path staged|shared] [--sizes B,B,...] [--trials N] "
                "[--iters N]\n",
                why);
   std::exit(2);
@@ -88,7 +89,8 @@ Args parse(int argc, char** argv) {
       if (value == "all_reduce") a.op = CollectiveCall::kAllReduce;
       else if (value == "reduce_scatter") a.op = CollectiveCall::kReduceScatter;
       else if (value == "all_gather") a.op = CollectiveCall::kAllGather;
-      else usage("--op is all_reduce, reduce_scatter or all_gather");
+      else if (value == "all_to_all") a.op = CollectiveCall::kAllToAll;
+      else usage("--op is all_reduce, reduce_scatter, all_gather or all_to_all");
     } else if (flag == "--sizes") {
       a.sizes.clear();
       for (size_t at = 0; at <= value.size();) {
@@ -165,6 +167,8 @@ Status call(Rank& r, CollectiveCall op, size_t size, int ranks, uint64_t tag) {
     case CollectiveCall::kReduceScatter:
       return r.communicator->reduce_scatter(r.in, r.out, counts, DType::kF32, comm::ReduceOp::kSum, tag);
     case CollectiveCall::kAllGather: return r.communicator->all_gather(r.in, r.out, counts, DType::kF32, tag);
+    case CollectiveCall::kAllToAll:
+      return r.communicator->all_to_all(r.in, counts, r.out, counts, DType::kF32, tag);
     default: {
       const void* inputs[] = {r.in};
       void* outputs[] = {r.out};
@@ -301,14 +305,14 @@ int main(int argc, char** argv) {
     for (auto& th : threads) th.join();
     for (const Status& s : failed) die(s, collective_call_name(args.op));
     // Checked once: the all-reduce's sum n (n + 1) / 2; a reduce-scatter's
-    // block of it; an all-gather's block j from rank j (j + 1).
+    // block of it; an all-gather's (and an all-to-all's) block j from rank j (j + 1).
     std::vector<float> got(out_bytes / sizeof(float));
     for (int i = 0; i < n; ++i) {
       ranks[static_cast<size_t>(i)]->get(got.data(), out_bytes);
       const float sum = static_cast<float>(n * (n + 1) / 2);
       for (size_t e = 0; e < got.size(); e += std::max<size_t>(1, got.size() / 64)) {
         const float want =
-            args.op == CollectiveCall::kAllGather ? static_cast<float>(e / (got.size() / static_cast<size_t>(n)) + 1)
+            args.op == CollectiveCall::kAllGather || args.op == CollectiveCall::kAllToAll ? static_cast<float>(e / (got.size() / static_cast<size_t>(n)) + 1)
                                                   : sum;
         if (got[e] != want) {
           std::fprintf(stderr, "device_collective_bench: rank %d element %zu of %zu bytes: %g, want %g\n", i, e, size,

@@ -6,7 +6,8 @@
 # the MLP on 2 agents sharing cuda:1 with train.nccl, the device
 # collectives' bandwidth (bench/device_collective_bench.cc: NCCL with one
 # rank, 2 and 3 ranks sharing the GPU in its memory, 2 staged through the
-# host, 4 KiB to 256 MiB), and
+# host, 4 KiB to 256 MiB; all-to-all), the GPT tensor-parallel sample on 2
+# agents sharing the GPU, and
 # bench/gpu_shared_bench.sh. Results go under OUT.
 #   bench/gpu_nccl_check.sh [OUT=/tmp/rill-nccl-check] [RUN]
 # RUN prefixes every program, as in bench/gpu_check.sh (a wrapper for a
@@ -37,5 +38,17 @@ for how in "1 shared" "2 shared" "3 shared" "2 staged"; do
   step "collective $ranks $path" $?
   cat "$out/collective$ranks$path.txt"
 done
+# All-to-all (tensor-parallel layouts' S(a) -> S(b)): NCCL's grouped send/recv, and 2 ranks sharing the GPU.
+for ranks in 1 2; do
+  NCCL_DEBUG=WARN timeout 120 $run build/bench/device_collective_bench --device cuda --ranks $ranks --op all_to_all \
+    --sizes 4096,1048576,67108864 > "$out/all_to_all$ranks.txt" 2>&1
+  step "all_to_all $ranks" $?
+  cat "$out/all_to_all$ranks.txt"
+done
+# The GPT tensor-parallel sample on 2 agents sharing the GPU: every boxing a device collective.
+timeout 120 $rill run samples/gpt/gpt_moby_tp.json --nodes 2 --devices cuda:1 --set train.nccl=true --steps 5 \
+  > "$out/gpt_tp.txt" 2>&1
+step "gpt tp shared" $?
+tail -3 "$out/gpt_tp.txt"
 NCCL_DEBUG=WARN timeout 300 bash bench/gpu_shared_bench.sh "${RUNS:-2}" "$rill" > "$out/bench.txt" 2>&1; step bench $?
 cat "$out/bench.txt"

@@ -62,8 +62,8 @@ StatusOr<BoxingTask> move_task(const plan::Plan& plan, const plan::Task& task, c
 }
 
 // A device collective: one rank's all-reduce of each input into its output
-// (P -> B), reduce-scatter (P -> S(0)) or all-gather (S(0) -> B) of row
-// blocks (split as pieces are), on the one axis of the hierarchy its SBPs change (its
+// (P -> B), reduce-scatter (P -> S(a)), all-gather (S(a) -> B) or
+// all-to-all (S(b) -> S(a)) of blocks (split as pieces are), on the one axis of the hierarchy its SBPs change (its
 // communicator's ranks are that axis's: every device, a node's devices or a
 // lane), among the ranks of a communicator the plan has.
 StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::Task& task,
@@ -87,8 +87,8 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
       g->devices()->Get(static_cast<uint32_t>(rank)) != task.device() ||
       ActorId::device_type(task.id()) == DeviceType::kComm)
     return invalid_argument("task '{}': a device collective is one device's all-reduce (P -> B), reduce-scatter "
-                            "(P -> S(a)) or all-gather (S(a) -> B) on one axis of the hierarchy, as its rank of "
-                            "communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
+                            "(P -> S(a)), all-gather (S(a) -> B) or all-to-all (S(b) -> S(a)) on one axis of the "
+                            "hierarchy, as its rank of communicator {} ({} ranks), not {} -> {} of rank {} on node {} device {}",
                             name, group, ranks, in_sbp.to_string(), out_sbp.to_string(), rank, task.node(),
                             task.device());
   const int tensors = conf.tensors();
@@ -106,35 +106,73 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
   work.call = call;
   // Its pieces in its device's memory (cuda), or the host's (cpu).
   const int zone = ActorId::device_type(task.id()) == DeviceType::kCuda ? task.device() : -1;
+  const int nodes = static_cast<int>(std::set<int>(g->nodes()->begin(), g->nodes()->end()).size());
+  // Blocks of `tensor` along `axis`, one a rank, split as pieces are: by
+  // node, then by device, over the communicator's nodes and ranks on each
+  // (one level for a node's devices or a lane).
+  auto blocks_along = [&](const Shape& tensor, int axis) {
+    AxisBlocks b;
+    const auto a = static_cast<size_t>(axis);
+    b.outer = static_cast<size_t>(num_elements(Shape(tensor.begin(), tensor.begin() + axis)));
+    b.slice = static_cast<size_t>(num_elements(Shape(tensor.begin() + axis + 1, tensor.end())));
+    for (int r = 0; r < ranks; ++r)
+      b.counts.push_back(
+          static_cast<size_t>(piece_region({tensor[a]}, NdSbp(Sbp::split(0)), nodes, ranks / nodes, r).extent[0]) *
+          b.outer * b.slice);
+    return b;
+  };
+  // `tensor` cut to this rank's block along `axis`.
+  auto block_of = [&](Shape tensor, const AxisBlocks& b, int axis) {
+    tensor[static_cast<size_t>(axis)] = static_cast<int64_t>(b.counts[static_cast<size_t>(rank)] / (b.outer * b.slice));
+    return tensor;
+  };
   for (int k = 0; k < tensors; ++k) {
     const plan::RegstDesc* in = find_regst(plan, task.inputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
     const plan::RegstDesc* out = find_regst(plan, task.outputs()->Get(static_cast<flatbuffers::uoffset_t>(k)));
     if (in == nullptr || out == nullptr)
       return invalid_argument("task '{}': tensor {}'s regsts are not in the plan", name, k);
     // The collective's tensor: the part its communicator works on (on the
-    // axis it changes, the whole), which its unsplit side holds.
-    const TensorMeta meta{shape(call == CollectiveCall::kAllGather ? out->shape() : in->shape()),
-                          read_dtype(out->dtype())};
-    // Whole, or (the split side) rank `rank`'s block along the split axis,
-    // split as pieces are: by node, then by device, over the communicator's
-    // nodes and ranks on each (one level for a node's devices or a lane).
-    Shape block = meta.shape;
+    // axis it changes, the whole), which its unsplit side holds; an
+    // all-to-all's input holds it whole along the output's axis, its
+    // output along the input's.
+    Shape part = shape(call == CollectiveCall::kAllGather ? out->shape() : in->shape());
+    const bool to_all = call == CollectiveCall::kAllToAll;
     if (call != CollectiveCall::kAllReduce) {
-      const auto axis = static_cast<size_t>(collective->split);
-      if (axis >= block.size() || block[axis] < ranks)
-        return invalid_argument("task '{}': '{}' ({}) split along axis {} over {} ranks", name, str(out->name()),
-                                shape_string(block), axis, ranks);
-      const int nodes = static_cast<int>(std::set<int>(g->nodes()->begin(), g->nodes()->end()).size());
-      work.outer = static_cast<size_t>(num_elements(Shape(block.begin(), block.begin() + static_cast<long>(axis))));
-      work.slice = static_cast<size_t>(num_elements(Shape(block.begin() + static_cast<long>(axis) + 1, block.end())));
-      for (int r = 0; r < ranks; ++r)
-        work.counts.push_back(
-            static_cast<size_t>(piece_region({block[axis]}, NdSbp(Sbp::split(0)), nodes, ranks / nodes, r).extent[0]) *
-            work.outer * work.slice);
-      block[axis] = static_cast<int64_t>(work.counts[static_cast<size_t>(rank)] / (work.outer * work.slice));
+      const Shape other = shape(out->shape());
+      const int gathered = to_all ? collective->gathered : collective->split;
+      auto fits = [&](int axis) { return axis >= 0 && static_cast<size_t>(axis) < part.size(); };
+      if (fits(gathered) && to_all && other.size() == part.size())
+        part[static_cast<size_t>(gathered)] = other[static_cast<size_t>(gathered)];
+      for (int axis : {collective->split, gathered})
+        if (!fits(axis) || other.size() != part.size() || part[static_cast<size_t>(axis)] < ranks)
+          return invalid_argument("task '{}': '{}' ({}) split along axis {} over {} ranks", name, str(out->name()),
+                                  shape_string(part), axis, ranks);
     }
-    const Shape& want_in = call == CollectiveCall::kAllGather ? block : meta.shape;
-    const Shape& want_out = call == CollectiveCall::kReduceScatter ? block : meta.shape;
+    const TensorMeta meta{part, read_dtype(out->dtype())};
+    Shape want_in = part, want_out = part;
+    switch (call) {
+      case CollectiveCall::kReduceScatter:
+        work.blocks = blocks_along(part, collective->split);
+        want_out = block_of(part, work.blocks, collective->split);
+        break;
+      case CollectiveCall::kAllGather:
+        work.blocks = blocks_along(part, collective->split);
+        want_in = block_of(part, work.blocks, collective->split);
+        break;
+      case CollectiveCall::kAllToAll:
+        // In: this rank's block along the input's axis, cut into the
+        // ranks' blocks along the output's; out: its block along the
+        // output's, made of every rank's along the input's.
+        want_in = block_of(part, blocks_along(part, collective->gathered), collective->gathered);
+        work.blocks = blocks_along(want_in, collective->split);
+        want_out = block_of(part, blocks_along(part, collective->split), collective->split);
+        work.received = blocks_along(want_out, collective->gathered);
+        break;
+      case CollectiveCall::kAllReduce:
+      case CollectiveCall::kReduce:
+      case CollectiveCall::kOther:
+        break;
+    }
     if (!(shape(in->shape()) == want_in) || !(shape(out->shape()) == want_out) ||
         read_dtype(in->dtype()) != meta.dtype || in->device() != zone || out->device() != zone)
       return invalid_argument("task '{}': tensor {} ({} {}) on device {}: its regsts '{}' and '{}' disagree with "

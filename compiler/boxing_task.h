@@ -19,17 +19,18 @@ struct BoxingTask {
   bool exchanges = false;  // a collective among nodes (the conf's peers)
   uint8_t reduce_op = 0;   // how P pieces combine: comm::ReduceOp's value (0 sum, 1 max, 2 min, 3 product)
   // >= 0: a device collective (plan.fbs BoxingConf.comm_group): input k is
-  // all-reduced among the group's ranks into output k (or its rows
-  // reduce-scattered, or gathered), in its device's memory, by the group's
-  // communicator; `plan` is then empty (no steps, no scratch).
+  // all-reduced among the group's ranks into output k (or its blocks
+  // reduce-scattered, gathered, or sent each to its rank), in its device's
+  // memory, by the group's communicator; `plan` is then empty (no steps, no
+  // scratch).
   int comm_group = -1;
-  CollectiveCall call = CollectiveCall::kAllReduce;  // a device collective's (all-reduce, reduce-scatter, all-gather)
+  CollectiveCall call = CollectiveCall::kAllReduce;  // a device collective's
   std::vector<TensorMeta> tensors;  // a device collective's tensors (what its communicator works on), in input order
-  std::vector<size_t> counts;       // a reduce-scatter's or all-gather's blocks (elements), by rank
-  // Its split axis: the tensor seen as [outer, slices, slice] (elements),
-  // rank r's block its counts[r] / (outer * slice) slices. outer 1: blocks
-  // contiguous in the tensor (rows); else the body packs them.
-  size_t outer = 1, slice = 1;
+  // The blocks of its split side, along its split axis: a reduce-scatter's
+  // input (the output is this rank's), an all-gather's output, an
+  // all-to-all's input (block q goes to rank q); and an all-to-all's
+  // output (block r from rank r), along the input's split axis.
+  AxisBlocks blocks, received;
 };
 
 // Boxing task `task` of a verified plan (whole or node plan), or an error

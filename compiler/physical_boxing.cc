@@ -58,11 +58,15 @@ std::optional<AxisCollective> Expander::device_collective(const BoxingNode& box)
   if (!c || collective_ranks(c->scope, p) < 2) return std::nullopt;
   if (c->call == CollectiveCall::kAllReduce) return c;
   // Blocks along the split axis, rank r's the r-th (split as pieces are):
-  // at least one slice each.
+  // at least one slice each (an all-to-all's along both of its axes).
   const Shape& logical = boxed_meta(g_, box).shape;
+  const int ranks = collective_ranks(c->scope, p);
+  auto too_few = [&](const Shape& part, int axis) {
+    return axis >= static_cast<int>(part.size()) || part[static_cast<size_t>(axis)] < ranks;
+  };
   for (int rank = 0; rank < p.parallel(); ++rank) {
     const Shape part = collective_part(logical, box.in, c->scope, p, rank);
-    if (c->split >= static_cast<int>(part.size()) || part[static_cast<size_t>(c->split)] < collective_ranks(c->scope, p))
+    if (too_few(part, c->split) || (c->call == CollectiveCall::kAllToAll && too_few(part, c->gathered)))
       return std::nullopt;
   }
   return c;

@@ -117,8 +117,10 @@ std::string plan_json(const plan::Plan& p) {
               if (c->tag() == b->collective_tag()) call = c;
           if (collective && call != nullptr) {
             const int n = b->num_nodes();
-            const double share = collective->call == CollectiveCall::kAllReduce ? 2.0 * (n - 1) / n
-                                                                               : static_cast<double>(n - 1) / n;
+            // An all-to-all's rank holds 1/n of the call's tensor and keeps 1/n of that.
+            const double share = collective->call == CollectiveCall::kAllReduce   ? 2.0 * (n - 1) / n
+                                 : collective->call == CollectiveCall::kAllToAll ? static_cast<double>(n - 1) / (n * n)
+                                                                                 : static_cast<double>(n - 1) / n;
             task["boxing"]["collective"] = collective_call_name(collective->call);
             task["boxing"]["logical_bytes"] = call->bytes();
             task["boxing"]["bytes_sent_per_step"] =

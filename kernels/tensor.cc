@@ -127,6 +127,8 @@ std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out)
     return AxisCollective{CollectiveCall::kReduceScatter, scope, b.axis};
   if (a.kind == Sbp::kSplit && b.kind == Sbp::kBroadcast)
     return AxisCollective{CollectiveCall::kAllGather, scope, a.axis};
+  if (a.kind == Sbp::kSplit && b.kind == Sbp::kSplit && a.axis != b.axis)
+    return AxisCollective{CollectiveCall::kAllToAll, scope, b.axis, a.axis};
   return std::nullopt;
 }
 

@@ -180,16 +180,28 @@ bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
 // unchanged: the node's part of the tensor), kLane each device index's
 // ranks, one per node (`within` unchanged, not splitting the axis `across`
 // splits: lane d's part of the tensor, the same on every node); `call` what
-// it does on that axis: all-reduce (P -> B), reduce-scatter (P -> S(a)) or
-// all-gather (S(a) -> B), blocks of that part along tensor axis `split`
-// (a) in rank order. None for anything else (it is then a boxing task's).
+// it does on that axis: all-reduce (P -> B), reduce-scatter (P -> S(a)),
+// all-gather (S(a) -> B) or all-to-all (S(b) -> S(a), b != a), blocks of
+// that part along tensor axis `split` (a) in rank order. None for anything
+// else (it is then a boxing task's).
 enum class CollectiveScope : uint8_t { kAll, kNode, kLane };
 struct AxisCollective {
   CollectiveCall call;
   CollectiveScope scope;
-  int split = 0;  // a reduce-scatter's or all-gather's tensor axis
+  int split = 0;     // a reduce-scatter's or all-to-all's output blocks' tensor axis, an all-gather's input's
+  int gathered = 0;  // an all-to-all's input blocks' axis (what it receives, it lays along this one)
 };
 std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out);
+// A device collective's blocks of one tensor along one axis, one per rank
+// in rank order: the tensor seen as [outer, slices, slice] elements, rank
+// r's block counts[r] elements (counts[r] / (outer * slice) slices). outer
+// 1: the blocks lie one after another; else each is rows of columns, packed
+// together to be sent and unpacked where received.
+struct AxisBlocks {
+  std::vector<size_t> counts;
+  size_t outer = 1, slice = 1;
+  bool operator==(const AxisBlocks&) const = default;
+};
 // The boxing tasks that turn `from` into `to` on `nodes` x `per_node`
 // devices, in order: none when equal, one when a task can (boxing_form),
 // else two, one per axis, when the lanes allow (`within` first unless the

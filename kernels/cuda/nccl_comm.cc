@@ -158,6 +158,41 @@ class Comm final : public NcclComm {
     return settle(deadline, "ncclAllGather", what);
   }
 
+  Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                    std::span<const size_t> recv_counts, DType dtype, CudaContext& cuda,
+                    std::chrono::milliseconds timeout, const char* what) override {
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_RETURN_IF_ERROR(check_counts(send_counts, "ncclSend", what));
+    RILL_RETURN_IF_ERROR(check_counts(recv_counts, "ncclRecv", what));
+    const auto stream = static_cast<cudaStream_t>(cuda.stream());
+    const auto deadline = Clock::now() + timeout;
+    const size_t element = dtype_size(dtype);
+    {
+      std::lock_guard lock(mu_);
+      RILL_RETURN_IF_ERROR(usable(what));
+      RILL_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", what));
+      const auto* from = static_cast<const std::byte*>(input);
+      auto* to = static_cast<std::byte*>(output);
+      Status s;
+      for (int peer = 0; s.ok() && peer < world_; ++peer) {
+        const auto p = static_cast<size_t>(peer);
+        // Zero-sized blocks are skipped on both sides alike (the counts agree).
+        if (send_counts[p] > 0)
+          s = nccl_status(ncclSend(from, send_counts[p], type, peer, comm_, stream), "ncclSend", what);
+        if (s.ok() && recv_counts[p] > 0)
+          s = nccl_status(ncclRecv(to, recv_counts[p], type, peer, comm_, stream), "ncclRecv", what);
+        from += send_counts[p] * element;
+        to += recv_counts[p] * element;
+      }
+      if (!s.ok()) {
+        (void)ncclGroupEnd();
+        return s;
+      }
+      RILL_RETURN_IF_ERROR(nccl_status(ncclGroupEnd(), "ncclGroupEnd", what));
+    }
+    return settle(deadline, "ncclSend/ncclRecv", what);
+  }
+
   Status check(const char* what) override {
     std::lock_guard lock(mu_);
     if (aborted_) return {};

@@ -49,6 +49,13 @@ class NcclComm {
                                 int op, CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
   virtual Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                             CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
+  // Input's blocks in rank order (send_counts[q] elements for rank q) sent,
+  // every rank's block for this one received into output in rank order
+  // (recv_counts[r] from rank r): one NCCL group of an ncclSend and an
+  // ncclRecv per rank with a block (this one's own included), enqueued alike.
+  virtual Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                            std::span<const size_t> recv_counts, DType dtype, CudaContext& cuda,
+                            std::chrono::milliseconds timeout, const char* what) = 0;
   // An error NCCL met since (a peer gone, a network failure), without
   // waiting; a call under way on another thread is no error, nor is an
   // aborted communicator (its abort was asked for). Any thread.

@@ -72,7 +72,8 @@ StatusOr<Body> BoxingSetup::device_collective(const plan::Plan& plan, const plan
     rank = local->rank(index);
   }
   return Body(std::in_place_type<DeviceCollectiveBody>, rank, work.call, std::move(work.tensors),
-              std::move(work.counts), work.outer, work.slice, static_cast<comm::ReduceOp>(work.reduce_op), tag, name);
+              std::move(work.blocks), std::move(work.received), static_cast<comm::ReduceOp>(work.reduce_op), tag,
+              name);
 }
 
 StatusOr<LocalCollective*> BoxingSetup::local_collective(int group, int world) {

@@ -100,4 +100,20 @@ Status GpuRank::all_gather(const void* input, void* output, std::span<const size
                 [&](void* in, void* out) { return host_->all_gather(in, out, counts, dtype, tag); });
 }
 
+Status GpuRank::all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                           std::span<const size_t> recv_counts, DType dtype, uint64_t tag) {
+  if (send_counts.size() != static_cast<size_t>(world_) || recv_counts.size() != static_cast<size_t>(world_))
+    return internal_error("{}: {} blocks sent, {} received", what(tag), send_counts.size(), recv_counts.size());
+  if (nccl_ != nullptr)
+    return nccl_->all_to_all(input, send_counts, output, recv_counts, dtype, *cuda_, timeout_, what(tag));
+  if (shared_ != nullptr) return shared_->all_to_all(input, send_counts, output, recv_counts, dtype, tag);
+  if (host_ == nullptr) return unset(tag);
+  const size_t element = dtype_size(dtype);
+  const size_t sent = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0}) * element;
+  const size_t got = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0}) * element;
+  return staged(input, sent, output, got, tag, [&](void* in, void* out) {
+    return host_->all_to_all(in, send_counts, out, recv_counts, dtype, tag);
+  });
+}
+
 }  // namespace rill

@@ -46,6 +46,8 @@ class GpuRank final : public DeviceCommunicator {
                         comm::ReduceOp op, uint64_t tag) override;
   Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                     uint64_t tag) override;
+  Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                    std::span<const size_t> recv_counts, DType dtype, uint64_t tag) override;
   // Device memory, grown to the largest asked for and kept (outside the
   // node's memory plan); copies on the device's stream.
   StatusOr<void*> scratch(size_t bytes) override;

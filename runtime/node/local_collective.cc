@@ -32,7 +32,7 @@ class LocalCollective::Rank final : public DeviceCommunicator {
     if (inputs.size() != outputs.size() || inputs.size() != elements.size() || inputs.empty())
       return internal_error("all_reduce of {} inputs, {} outputs, {} sizes", inputs.size(), outputs.size(),
                             elements.size());
-    return group_.meet(local_, Arrival{CollectiveCall::kAllReduce, inputs, outputs, elements, dtype, op, tag});
+    return group_.meet(local_, Arrival{CollectiveCall::kAllReduce, inputs, outputs, elements, {}, dtype, op, tag});
   }
   Status reduce_scatter(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                         comm::ReduceOp op, uint64_t tag) override {
@@ -41,6 +41,14 @@ class LocalCollective::Rank final : public DeviceCommunicator {
   Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                     uint64_t tag) override {
     return one(CollectiveCall::kAllGather, input, output, counts, dtype, comm::ReduceOp::kSum, tag);
+  }
+  Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                    std::span<const size_t> recv_counts, DType dtype, uint64_t tag) override {
+    if (recv_counts.size() != static_cast<size_t>(group_.world_))
+      return internal_error("all_to_all tag {}: {} blocks received for {} ranks", tag, recv_counts.size(),
+                            group_.world_);
+    received_ = recv_counts;
+    return one(CollectiveCall::kAllToAll, input, output, send_counts, dtype, comm::ReduceOp::kSum, tag);
   }
 
  private:
@@ -53,14 +61,16 @@ class LocalCollective::Rank final : public DeviceCommunicator {
                             group_.world_);
     in_[0] = input;
     out_[0] = output;
-    return group_.meet(local_, Arrival{call, in_, out_, counts, dtype, op, tag});
+    const std::span<const size_t> received = call == CollectiveCall::kAllToAll ? received_ : std::span<const size_t>();
+    return group_.meet(local_, Arrival{call, in_, out_, counts, received, dtype, op, tag});
   }
 
   LocalCollective& group_;
   const int local_;
   const void* in_[1] = {nullptr};
   void* out_[1] = {nullptr};
-  std::vector<std::byte> scratch_;  // grown, kept
+  std::span<const size_t> received_;  // an all-to-all's, during its call
+  std::vector<std::byte> scratch_;    // grown, kept
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
@@ -132,7 +142,10 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
     const Arrival& first = arrivals_[0];
     bool same = a.call == first.call && a.tag == first.tag && a.dtype == first.dtype && a.op == first.op &&
                 a.elements.size() == first.elements.size();
-    for (size_t k = 0; same && k < a.elements.size(); ++k) same = a.elements[k] == first.elements[k];
+    // An all-to-all's blocks differ by rank (all_to_all() checks they pair up).
+    for (size_t k = 0; same && first.call != CollectiveCall::kAllToAll && k < a.elements.size(); ++k)
+      same = a.elements[k] == first.elements[k];
+    same = same && a.received.size() == first.received.size();
     if (!same) {
       status = internal_error("this node's ranks {} and up of a communicator disagree on the collective: {} tag {} "
                               "vs {} tag {}",
@@ -160,8 +173,8 @@ Status LocalCollective::combine() {
     case CollectiveCall::kAllReduce: return all_reduce();
     case CollectiveCall::kReduceScatter: return reduce_scatter();
     case CollectiveCall::kAllGather: return all_gather();
+    case CollectiveCall::kAllToAll: return all_to_all();
     case CollectiveCall::kReduce:
-    case CollectiveCall::kAllToAll:
     case CollectiveCall::kOther: break;
   }
   return internal_error("a device collective's {}, which the host's side does not do",
@@ -277,6 +290,69 @@ Status LocalCollective::all_gather() {
     whole = packed_.data();
   }
   for (size_t r = 0; r < local; ++r) std::memcpy(sums_[r].outputs[0], whole, all);
+  return Status();
+}
+
+// Rank r's block q goes to rank q. Within the node, straight from r's input
+// to q's output; across nodes, one message a node: for node m, the blocks
+// of this node's ranks (in order) for m's ranks (in order), and from m the
+// blocks of m's ranks for this node's, which each rank's received counts
+// size. Copies only: the bits of a host boxing's.
+Status LocalCollective::all_to_all() {
+  const Arrival& first = sums_[0];
+  const size_t element = dtype_size(first.dtype), local = sums_.size();
+  const size_t world = static_cast<size_t>(world_), me = static_cast<size_t>(first_rank_);
+  // Where rank q's block r starts in its output, and rank r's block q in its input (bytes).
+  auto received_at = [&](size_t q, size_t r) {
+    return std::accumulate(sums_[q].received.begin(), sums_[q].received.begin() + static_cast<long>(r), size_t{0}) *
+           element;
+  };
+  auto sent_at = [&](size_t r, size_t q) {
+    return std::accumulate(sums_[r].elements.begin(), sums_[r].elements.begin() + static_cast<long>(q), size_t{0}) *
+           element;
+  };
+  for (size_t r = 0; r < local; ++r)
+    for (size_t q = 0; q < local; ++q)
+      if (sums_[r].elements[me + q] != sums_[q].received[me + r])
+        return internal_error("all_to_all tag {}: rank {} sends rank {} {} elements, which expects {}", first.tag,
+                              me + r, me + q, sums_[r].elements[me + q], sums_[q].received[me + r]);
+  for (size_t r = 0; r < local; ++r)
+    for (size_t q = 0; q < local; ++q) {
+      const size_t bytes = sums_[r].elements[me + q] * element;
+      std::memcpy(static_cast<std::byte*>(sums_[q].outputs[0]) + received_at(q, me + r),
+                  static_cast<const std::byte*>(sums_[r].inputs[0]) + sent_at(r, me + q), bytes);
+    }
+  if (across_ == nullptr) return Status();
+  const size_t nodes = world / local, node = me / local;
+  std::vector<size_t> send(nodes, 0), recv(nodes, 0);
+  for (size_t m = 0; m < nodes; ++m)
+    for (size_t i = 0; i < local && m != node; ++i)
+      for (size_t j = 0; j < local; ++j) {
+        send[m] += sums_[i].elements[m * local + j] * element;
+        recv[m] += sums_[j].received[m * local + i] * element;
+      }
+  const size_t out_bytes = std::accumulate(recv.begin(), recv.end(), size_t{0});
+  node_.resize(std::accumulate(send.begin(), send.end(), size_t{0}));
+  packed_.resize(out_bytes);
+  size_t at = 0;
+  for (size_t m = 0; m < nodes; ++m)
+    for (size_t i = 0; i < local && m != node; ++i)
+      for (size_t j = 0; j < local; ++j) {
+        const size_t bytes = sums_[i].elements[m * local + j] * element;
+        std::memcpy(node_.data() + at, static_cast<const std::byte*>(sums_[i].inputs[0]) + sent_at(i, m * local + j),
+                    bytes);
+        at += bytes;
+      }
+  RILL_RETURN_IF_ERROR(across_->all_to_all_v(node_, send, packed_, recv, first.tag));
+  at = 0;
+  for (size_t m = 0; m < nodes; ++m)
+    for (size_t i = 0; i < local && m != node; ++i)
+      for (size_t j = 0; j < local; ++j) {
+        const size_t bytes = sums_[j].received[m * local + i] * element;
+        std::memcpy(static_cast<std::byte*>(sums_[j].outputs[0]) + received_at(j, m * local + i), packed_.data() + at,
+                    bytes);
+        at += bytes;
+      }
   return Status();
 }
 

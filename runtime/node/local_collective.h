@@ -6,7 +6,9 @@
 // packed in one buffer) and writes it to every rank's outputs; a
 // reduce-scatter sums likewise and reduce-scatters the node's blocks across
 // nodes; an all-gather packs the node's blocks and gathers every node's
-// (blocks of any size, every rank's given by each call).
+// (blocks of any size, every rank's given by each call); an all-to-all
+// copies the blocks among the node's ranks and sends the others' to their
+// nodes, one message a node.
 // Those are a host boxing's sums in a host boxing's order (the node's pieces
 // in order, then across nodes), so a job gives the same bits either way; it
 // is how the plan NCCL runs is exercised where there is no GPU.
@@ -59,7 +61,8 @@ class LocalCollective {
     CollectiveCall call = CollectiveCall::kAllReduce;
     std::span<const void* const> inputs;
     std::span<void* const> outputs;
-    std::span<const size_t> elements;  // an all-reduce's tensors'; else every rank's block
+    std::span<const size_t> elements;  // an all-reduce's tensors'; else every rank's block (all-to-all: sent)
+    std::span<const size_t> received;  // an all-to-all's blocks received, from every rank
     DType dtype = DType::kF32;
     comm::ReduceOp op = comm::ReduceOp::kSum;
     uint64_t tag = 0;
@@ -70,6 +73,7 @@ class LocalCollective {
   Status all_reduce();
   Status reduce_scatter();
   Status all_gather();
+  Status all_to_all();
   template <typename T>
   void sum_ranks(size_t k, T* dst, size_t n) const;
 

@@ -114,7 +114,7 @@ const char* SharedGpuRank::what(uint64_t tag) {
 }
 
 Status SharedGpuRank::publish(std::span<const std::pair<const void*, size_t>> parts, comm::ReduceOp op,
-                              uint64_t tag) {
+                              uint64_t tag, std::span<const size_t> counts) {
   const char* about = what(tag);
   size_t at = 0;
   for (const auto& [source, bytes] : parts) at += bytes;
@@ -129,7 +129,17 @@ Status SharedGpuRank::publish(std::span<const std::pair<const void*, size_t>> pa
   }
   // Met even when the copies failed, so the others are not left waiting.
   const Status copied = cuda_->synchronize(about);
-  const Status met = among_->barrier(tag);
+  Status met;
+  if (counts.empty()) {
+    met = among_->barrier(tag);
+  } else {
+    const size_t n = counts.size();
+    counts_.resize(n * static_cast<size_t>(world_));
+    std::copy(counts.begin(), counts.end(), counts_.begin() + static_cast<long>(n * static_cast<size_t>(rank_)));
+    const std::span<std::byte> all = std::as_writable_bytes(std::span<uint64_t>(counts_));
+    met = among_->all_gather(all.subspan(n * static_cast<size_t>(rank_) * sizeof(uint64_t), n * sizeof(uint64_t)),
+                             all, tag);
+  }
   if (!copied.ok()) return copied;
   // Named only when it failed: an act formats nothing.
   return met.ok() ? met : met.with_context(fmt::format("{}: waiting for the other ranks' inputs", about));
@@ -186,6 +196,30 @@ Status SharedGpuRank::all_gather(const void* input, void* output, std::span<cons
     const size_t bytes = counts[static_cast<size_t>(r)] * element;
     work = cuda_->copy(static_cast<std::byte*>(output) + at, peer(r), bytes, CopyKind::kDeviceToDevice, what(tag));
     at += bytes;
+  }
+  return finish(work, tag);
+}
+
+Status SharedGpuRank::all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                                 std::span<const size_t> recv_counts, DType dtype, uint64_t tag) {
+  const size_t element = dtype_size(dtype), world = static_cast<size_t>(world_), me = static_cast<size_t>(rank_);
+  const size_t sent = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+  const std::pair<const void*, size_t> blocks[] = {{input, sent * element}};
+  RILL_RETURN_IF_ERROR(publish(blocks, comm::ReduceOp::kSum, tag, send_counts));
+  // Rank r's block for this one: after r's blocks for lower ranks.
+  Status work;
+  size_t at = 0;
+  for (size_t r = 0; work.ok() && r < world; ++r) {
+    const uint64_t* theirs = counts_.data() + r * world;
+    if (theirs[me] != recv_counts[r]) {
+      work = internal_error("{}: rank {} sends {} elements, rank {} expects {}", what(tag), r, theirs[me], me,
+                            recv_counts[r]);
+      break;
+    }
+    const size_t from = std::accumulate(theirs, theirs + me, uint64_t{0}) * element;
+    work = cuda_->copy(static_cast<std::byte*>(output) + at, peer(static_cast<int>(r)) + from, recv_counts[r] * element,
+                       CopyKind::kDeviceToDevice, what(tag));
+    at += recv_counts[r] * element;
   }
   return finish(work, tag);
 }

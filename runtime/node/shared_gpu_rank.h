@@ -66,12 +66,21 @@ class SharedGpuRank final : public DeviceCommunicator {
                         comm::ReduceOp op, uint64_t tag) override;
   Status all_gather(const void* input, void* output, std::span<const size_t> counts, DType dtype,
                     uint64_t tag) override;
+  // Each rank's blocks are where its own counts put them in its buffer:
+  // the ranks exchange their counts as they meet (an all-gather on the
+  // host in place of step 2's barrier), then each copies its block from
+  // every buffer.
+  Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
+                    std::span<const size_t> recv_counts, DType dtype, uint64_t tag) override;
 
  private:
   // Steps 1 and 2: `parts` (source, bytes) copied one after another into
   // the exchange buffer, then every rank's there (met even where the copy
   // failed, so no rank is left waiting).
-  Status publish(std::span<const std::pair<const void*, size_t>> parts, comm::ReduceOp op, uint64_t tag);
+  // `counts` (an all-to-all's blocks sent): met by gathering every rank's
+  // into counts_ instead of a barrier.
+  Status publish(std::span<const std::pair<const void*, size_t>> parts, comm::ReduceOp op, uint64_t tag,
+                 std::span<const size_t> counts = {});
   // Step 3's wait (where `work` enqueued well) and step 4, met either way.
   Status finish(const Status& work, uint64_t tag);
   void unmap();
@@ -87,6 +96,7 @@ class SharedGpuRank final : public DeviceCommunicator {
   std::vector<bool> mapped_;   // opened by IPC (closed at the end)
   std::vector<const void*> sources_;
   std::vector<std::pair<const void*, size_t>> parts_;
+  std::vector<uint64_t> counts_;  // an all-to-all's: every rank's blocks sent, rank-major
   std::map<uint64_t, std::string> whats_;
 };
 

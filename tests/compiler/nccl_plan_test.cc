@@ -281,8 +281,8 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
   // Each node's devices, each lane (device d of every node), and all four.
   CHECK(groups == std::set<std::string>{"0:0 0:1", "1:0 1:1", "0:0 1:0", "0:1 1:1", "0:0 0:1 1:0 1:1"});
   // Every boxing that one collective on one axis does is a device
-  // collective, on that axis's communicator; what is left on the host
-  // (gathers of columns, all-to-all, local slices) is not one.
+  // collective, on that axis's communicator (all-to-all included); what is
+  // left on the host (local slices) is not one.
   int per_scope[3] = {0, 0, 0};
   for (const plan::Task* t : tasks_of_kind(p, plan::TaskKind::Boxing)) {
     CAPTURE(t->name()->str());
@@ -315,21 +315,25 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
   }
   CHECK(tags.size() == crossing);
   // rill plan --json names each one's call on its axis and what a ring
-  // sends of its part: an all-reduce 2 (n - 1) / n of it, the others (n - 1) / n.
+  // sends of its part: an all-reduce 2 (n - 1) / n of it, an all-to-all
+  // (n - 1) / n^2 (a rank holds 1/n of the part), the others (n - 1) / n.
   const auto json = nlohmann::json::parse(compiler::plan_json(p));
   int named = 0;
+  std::set<std::string> kinds;
   for (const auto& t : json["tasks"]) {
     if (!t.contains("boxing") || !t["boxing"].contains("comm_group")) continue;
     const auto& box = t["boxing"];
     const std::string kind = box["collective"];
     const int64_t bytes = box["logical_bytes"], sent = box["bytes_sent_per_step"], n = box["num_nodes"];
     CAPTURE(kind);
-    CHECK((kind == "all_reduce" || kind == "reduce_scatter" || kind == "all_gather"));
-    const int64_t want = (kind == "all_reduce" ? 2 : 1) * (n - 1) * bytes / n;
+    CHECK((kind == "all_reduce" || kind == "reduce_scatter" || kind == "all_gather" || kind == "all_to_all"));
+    const int64_t want = kind == "all_to_all" ? (n - 1) * bytes / (n * n) : (kind == "all_reduce" ? 2 : 1) * (n - 1) * bytes / n;
     CHECK(std::abs(sent - want) <= 1);  // the share in floating point, truncated
+    kinds.insert(kind);
     ++named;
   }
   CHECK(named > 0);
+  CHECK(kinds.size() == 4);
 
   // On 4 nodes x cuda:4 every node's plan has the same communicators and calls.
   const std::string whole = compile_ok(job, "cuda:4", {}, 4);

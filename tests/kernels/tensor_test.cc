@@ -58,7 +58,8 @@ TEST_CASE("one boxing task per form; the others chain through (across, B)") {
 }
 
 TEST_CASE("a device collective works on one axis: all devices (1-D), a node's devices, or a lane") {
-  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1),
+            s2 = Sbp::split(2);
   auto is = [](std::optional<AxisCollective> c, CollectiveCall call, CollectiveScope scope) {
     return c.has_value() && c->call == call && c->scope == scope;
   };
@@ -82,12 +83,20 @@ TEST_CASE("a device collective works on one axis: all devices (1-D), a node's de
   CHECK(is(axis_collective(NdSbp(b, s1), NdSbp(b)), kAllGather, kNode));
   CHECK(axis_collective(NdSbp(b, s1), NdSbp(b))->split == 1);
   CHECK(axis_collective(NdSbp(s0), NdSbp(b))->split == 0);
-  // None: a lane may not split the axis the nodes split, and all-to-all,
-  // local slices or both axes at once are a boxing task's.
+  // All-to-all: blocks along the output's axis sent, along the input's received.
+  CHECK(is(axis_collective(NdSbp(s0), NdSbp(s1)), kAllToAll, kAll));
+  CHECK(axis_collective(NdSbp(s0), NdSbp(s1))->split == 1);
+  CHECK(axis_collective(NdSbp(s0), NdSbp(s1))->gathered == 0);
+  CHECK(is(axis_collective(NdSbp(s0, s1), NdSbp(s0, s0)), kAllToAll, kNode));
+  CHECK(axis_collective(NdSbp(s0, s1), NdSbp(s0, s0))->gathered == 1);
+  CHECK(is(axis_collective(NdSbp(s1, s2), NdSbp(s0, s2)), kAllToAll, kLane));
+  // None: a lane may not split the axis the nodes split, and local slices,
+  // an all-to-all along one axis or both axes at once are a boxing task's.
   CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(s0, s0)));
   CHECK_FALSE(axis_collective(NdSbp(s0, s0), NdSbp(b, s0)));
   CHECK_FALSE(axis_collective(NdSbp(s1, s1), NdSbp(b, s1)));
-  CHECK_FALSE(axis_collective(NdSbp(s0), NdSbp(s1)));
+  CHECK_FALSE(axis_collective(NdSbp(s0, s1), NdSbp(s1, s1)));
+  CHECK_FALSE(axis_collective(NdSbp(s0), NdSbp(s0)));
   CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(s0)));
   CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(b, s1)));
   CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(b)));

@@ -86,8 +86,8 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
   for (float v : f32) bf16.push_back(BFloat16::from_float(v));
   const std::vector<BFloat16> bf16_back = all_reduce_alone(comm, **cuda, bf16, DType::kBF16, 0, false);
   CHECK(std::memcmp(bf16_back.data(), bf16.data(), bf16.size() * sizeof(BFloat16)) == 0);
-  // One rank's block is the whole: a reduce-scatter and an all-gather of it
-  // give it back too.
+  // One rank's block is the whole: a reduce-scatter, an all-gather and an
+  // all-to-all of it give it back too.
   CHECK(on_device(**cuda, f32, false, [&](void* in, void* out) {
           const size_t counts[] = {f32.size()};
           return comm.reduce_scatter(in, out, counts, DType::kF32, 0, **cuda, kTimeout, "test");
@@ -96,6 +96,10 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
           const size_t counts[] = {i32.size()};
           return comm.all_gather(in, out, counts, DType::kI32, **cuda, kTimeout, "test");
         }) == i32);
+  CHECK(on_device(**cuda, f32, false, [&](void* in, void* out) {
+          const size_t counts[] = {f32.size()};
+          return comm.all_to_all(in, counts, out, counts, DType::kF32, **cuda, kTimeout, "test");
+        }) == f32);
   CHECK(comm.check("test").ok());
   CHECK(comm.all_reduce({}, {}, {}, DType::kF32, 9, **cuda, kTimeout, "test").code() == Code::kInvalidArgument);
 

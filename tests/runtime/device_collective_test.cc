@@ -66,8 +66,9 @@ std::vector<double> losses(graph::Job job, int nodes, const std::string& devices
 // SBP a node's devices sum in rank order as the node's boxing tasks do, and
 // a lane's sum across 2 nodes is one addition either way (a host boxing
 // sends every lane in one collective, a device collective each lane in its
-// own: across more nodes the ring would add in other orders, below). The
-// same float operations give the same bits on any CPU.
+// own: across more nodes the ring would add in other orders, below).
+// All-to-alls only move bytes. The same float operations give the same
+// bits on any CPU.
 TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing through the node's boxing tasks") {
   struct Case {
     const char* sample;
@@ -86,6 +87,7 @@ TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing t
                         Case{"samples/gpt/gpt_moby_hybrid.json", 2, "cpu:2", 25 << 20, 1},
                         Case{"samples/mlp/mlp_pipeline.json", 2, "cpu:2", 0, 4},
                         Case{"samples/gpt/gpt_moby_tp.json", 1, "cpu:2", 25 << 20, 1},
+                        Case{"samples/gpt/gpt_moby_tp.json", 2, "cpu:2", 25 << 20, 1},  // all-to-all across nodes
                         Case{"samples/mlp/mlp.json", 1, "cpu:2", 25 << 20, 1, true},
                         Case{"samples/mlp/mlp.json", 2, "cpu:2", 25 << 20, 2, true},
                         Case{"samples/mlp/mlp.json", 1, "cpu:3", 0, 1, true}}) {
@@ -216,10 +218,10 @@ Status act_on(DeviceCollectiveBody& body, std::vector<float>& in, const Shape& i
 TEST_CASE("a device collective along columns: reduce-scatter and all-gather, element by element") {
   LocalCollective group{{0, 1}, 0, 2, nullptr, std::chrono::milliseconds(2000)};
   const TensorMeta whole{Shape{2, 5}, DType::kF32};
-  const std::vector<size_t> counts{2 * 3, 2 * 2};  // elements: outer 2 x slices x slice 1
+  const AxisBlocks columns{{2 * 3, 2 * 2}, /*outer=*/2, /*slice=*/1};  // elements: outer 2 x slices x slice 1
   auto body = [&](int rank, CollectiveCall call) {
-    return DeviceCollectiveBody(group.rank(rank), call, {whole}, counts, /*outer=*/2, /*slice=*/1,
-                                comm::ReduceOp::kSum, 11, fmt::format("cols@{}", rank));
+    return DeviceCollectiveBody(group.rank(rank), call, {whole}, columns, {}, comm::ReduceOp::kSum, 11,
+                                fmt::format("cols@{}", rank));
   };
   // Reduce-scatter: rank r holds r + 1 times the tensor [[0..4], [5..9]].
   std::vector<float> a(10), b(10);
@@ -241,6 +243,54 @@ TEST_CASE("a device collective along columns: reduce-scatter and all-gather, ele
   for (int i = 0; i < 10; ++i) want[i] = 3.0f * static_cast<float>(i);
   CHECK(all0 == want);
   CHECK(all1 == want);
+}
+
+// All-to-all of a [4, 5] tensor (values 0..19) over 2 ranks, rows to
+// columns (S(0) -> S(1), columns 3 and 2 as pieces split) and back: the
+// blocks sent are columns of the rows a rank holds (packed), the blocks
+// received rows of its columns; back, the other way round. Copies only:
+// every element exactly the logical tensor's.
+TEST_CASE("a device all-to-all: rows to columns and back, element by element") {
+  LocalCollective group{{0, 1}, 0, 2, nullptr, std::chrono::milliseconds(2000)};
+  const TensorMeta whole{Shape{4, 5}, DType::kF32};
+  auto body = [&](int rank, AxisBlocks sent, AxisBlocks received) {
+    return DeviceCollectiveBody(group.rank(rank), CollectiveCall::kAllToAll, {whole}, std::move(sent),
+                                std::move(received), comm::ReduceOp::kSum, 12, fmt::format("a2a@{}", rank));
+  };
+  std::vector<float> logical(20);
+  for (int i = 0; i < 20; ++i) logical[i] = static_cast<float>(i);
+  auto piece = [&](int row0, int rows, int col0, int cols) {
+    std::vector<float> out;
+    for (int r = row0; r < row0 + rows; ++r)
+      for (int c = col0; c < col0 + cols; ++c) out.push_back(logical[static_cast<size_t>(r * 5 + c)]);
+    return out;
+  };
+  std::vector<float> rows0 = piece(0, 2, 0, 5), rows1 = piece(2, 2, 0, 5);
+  std::vector<float> cols0(12, -1.0f), cols1(8, -1.0f);
+  // Rows [2, 5] cut into columns 3 + 2 (outer 2); columns received as rows 2 + 2.
+  DeviceCollectiveBody to_cols0 = body(0, {{2 * 3, 2 * 2}, 2, 1}, {{2 * 3, 2 * 3}, 1, 3}),
+                       to_cols1 = body(1, {{2 * 3, 2 * 2}, 2, 1}, {{2 * 2, 2 * 2}, 1, 2});
+  auto other = std::async(std::launch::async, [&] { return act_on(to_cols1, rows1, {2, 5}, cols1, {4, 2}); });
+  REQUIRE(act_on(to_cols0, rows0, {2, 5}, cols0, {4, 3}).ok());
+  REQUIRE(other.get().ok());
+  CHECK(cols0 == piece(0, 4, 0, 3));
+  CHECK(cols1 == piece(0, 4, 3, 2));
+  // Back: columns cut into rows 2 + 2 (contiguous); rows received as columns 3 + 2 (outer 2).
+  std::vector<float> back0(10, -1.0f), back1(10, -1.0f);
+  DeviceCollectiveBody to_rows0 = body(0, {{2 * 3, 2 * 3}, 1, 3}, {{2 * 3, 2 * 2}, 2, 1}),
+                       to_rows1 = body(1, {{2 * 2, 2 * 2}, 1, 2}, {{2 * 3, 2 * 2}, 2, 1});
+  other = std::async(std::launch::async, [&] { return act_on(to_rows1, cols1, {4, 2}, back1, {2, 5}); });
+  REQUIRE(act_on(to_rows0, cols0, {4, 3}, back0, {2, 5}).ok());
+  REQUIRE(other.get().ok());
+  CHECK(back0 == rows0);
+  CHECK(back1 == rows1);
+  // Blocks that do not pair up (rank 0 sends rank 1 six elements, which
+  // expects four) fail on both ranks.
+  DeviceCollectiveBody bad0 = body(0, {{2 * 3, 2 * 3}, 1, 3}, {{2 * 3, 2 * 2}, 2, 1}),
+                       bad1 = body(1, {{2 * 2, 2 * 2}, 1, 2}, {{2 * 2, 2 * 2}, 2, 1});
+  other = std::async(std::launch::async, [&] { return act_on(bad1, cols1, {4, 2}, back1, {2, 5}); });
+  CHECK(act_on(bad0, cols0, {4, 3}, back0, {2, 5}).code() == Code::kInternal);
+  CHECK(other.get().code() == Code::kInternal);
 }
 
 TEST_CASE("a node's ranks meet: disagreeing calls fail on both, and cancel wakes a waiting rank") {
