@@ -16,13 +16,14 @@
 #include "actor/body.h"
 #include "actor/device_collective_body.h"
 #include "actor/message.h"
+#include "actor/own_piece_body.h"
 #include "actor/regst.h"
 #include "actor/run_end.h"
 
 namespace rill {
 
 using Body = std::variant<ComputeBody, SourceBody, VariableBody, LanedVariableBody, BoxingBody, DeviceCollectiveBody,
-                          SinkBody, CopyBody>;
+                          OwnPieceBody, SinkBody, CopyBody>;
 
 // Optional per-act timestamps (steady clock, ns), preallocated for `steps`
 // acts. On a GPU's thread an act only enqueues its work: done_ns is when its

@@ -184,6 +184,49 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
   return work;
 }
 
+// A conversion each device makes from its own piece (conf.own): its
+// regions of the logical tensor, by its rank of the placement's nodes and
+// devices per node; B -> P zeroes all but the axis's first rank.
+StatusOr<BoxingTask> own_piece_task(const plan::Plan& plan, const plan::Task& task, const plan::BoxingConf& conf) {
+  const std::string name = str(task.name());
+  const NdSbp in_sbp = read_sbp(conf.in_sbp()), out_sbp = read_sbp(conf.out_sbp());
+  const int nodes = conf.num_nodes(), per_node = conf.local_pieces(), rank = conf.first_rank();
+  const plan::RegstDesc* in = find_regst(plan, task.inputs()->Get(0));
+  const plan::RegstDesc* out = task.outputs() && task.outputs()->size() > 0 ? find_regst(plan, task.outputs()->Get(0))
+                                                                             : nullptr;
+  if (in == nullptr || out == nullptr || task.outputs()->size() > 2 || nodes < 1 || per_node < 1 ||
+      conf.parallel() != nodes * per_node || rank < 0 || rank >= conf.parallel() ||
+      ActorId::device_type(task.id()) == DeviceType::kComm || conf.comm_group() >= 0 || conf.tensors() != 1)
+    return invalid_argument("task '{}': a conversion of its own piece is one device's, of one tensor, reading and "
+                            "writing one piece (rank {} of {} nodes x {})",
+                            name, rank, nodes, per_node);
+  const TensorMeta logical{shape(out->logical_shape()), read_dtype(out->dtype())};
+  const std::optional<CollectiveScope> scope = own_piece_scope(in_sbp, out_sbp, logical.shape, nodes, per_node);
+  if (!scope)
+    return invalid_argument("task '{}': {} -> {} of {} is not made from each device's own piece", name,
+                            in_sbp.to_string(), out_sbp.to_string(), shape_string(logical.shape));
+  BoxingTask work;
+  BoxingTask::OwnPiece& own = work.own.emplace();
+  own.input = piece_region(logical.shape, in_sbp, nodes, per_node, rank);
+  own.output = piece_region(logical.shape, out_sbp, nodes, per_node, rank);
+  own.dtype = logical.dtype;
+  // On the axis it changes: from B (a slice, or the value kept by one
+  // rank) or from S (its piece); to P (zeros first) or to S.
+  const bool within = *scope == CollectiveScope::kNode;
+  const bool from_b = (within ? in_sbp.within : in_sbp.across).kind == Sbp::kBroadcast;
+  const bool to_p = (within ? out_sbp.within : out_sbp.across).kind == Sbp::kPartialSum;
+  own.zero = to_p && (!from_b || !own_piece_holder(*scope, rank, per_node));
+  own.copy = !to_p || !from_b || own_piece_holder(*scope, rank, per_node);
+  const int zone = ActorId::device_type(task.id()) == DeviceType::kCuda ? task.device() : -1;
+  if (!(shape(in->shape()) == own.input.extent) || !(shape(out->shape()) == own.output.extent) ||
+      read_dtype(in->dtype()) != logical.dtype || in->device() != zone || out->device() != zone)
+    return invalid_argument("task '{}': its regsts '{}' {} and '{}' {} are not rank {}'s pieces {} and {} on device {}",
+                            name, str(in->name()), shape_string(shape(in->shape())), str(out->name()),
+                            shape_string(shape(out->shape())), rank, shape_string(own.input.extent),
+                            shape_string(own.output.extent), task.device());
+  return work;
+}
+
 }  // namespace
 
 StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task) {
@@ -193,6 +236,7 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
     return invalid_argument("task '{}': boxing without its conf", name);
   if (conf->origins() != nullptr) return move_task(plan, task, *conf);
   if (conf->comm_group() >= 0) return device_collective_task(plan, task, *conf);
+  if (conf->own()) return own_piece_task(plan, task, *conf);
   const NdSbp in_sbp = read_sbp(conf->in_sbp()), out_sbp = read_sbp(conf->out_sbp());
   // Inputs: the node's pieces (one when they are `within` B), then
   // control regsts (ordering only); outputs: the pieces (one for

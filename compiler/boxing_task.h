@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
@@ -31,6 +32,15 @@ struct BoxingTask {
   // all-to-all's input (block q goes to rank q); and an all-to-all's
   // output (block r from rank r), along the input's split axis.
   AxisBlocks blocks, received;
+  // plan.fbs BoxingConf.own: its output (covering `output` of the logical
+  // tensor) zeroed (`zero`), then (`copy`) what its input (covering `input`)
+  // holds of it copied in; `plan` is then empty.
+  struct OwnPiece {
+    Region input, output;
+    bool zero = false, copy = true;
+    DType dtype = DType::kF32;
+  };
+  std::optional<OwnPiece> own;
 };
 
 // Boxing task `task` of a verified plan (whole or node plan), or an error

@@ -185,6 +185,11 @@ class Expander {
   // communicator's ranks (rank r's block the r-th, split as pieces are).
   std::optional<AxisCollective> device_collective(const BoxingNode& box) const;
   Status add_device_collective(const std::vector<int>& unit, const std::string& name, AxisCollective collective);
+  // Under train.nccl, whether each device makes `box` from its own piece
+  // (own_piece_scope, kernels/tensor.h: B -> S, B -> P, S -> P on one axis):
+  // one task per device on its thread, reading that piece alone.
+  bool own_piece(const BoxingNode& box) const;
+  void add_own_piece_boxing(int b);
   // The index of the communicator of `ranks` (node, device), made on first use.
   int comm_group(std::vector<std::pair<int, int>> ranks, DeviceType type);
 

@@ -72,6 +72,31 @@ std::optional<AxisCollective> Expander::device_collective(const BoxingNode& box)
   return c;
 }
 
+bool Expander::own_piece(const BoxingNode& box) const {
+  const graph::Placement& p = at(box.placement);
+  return g_.nccl && !box.move() && !box.as && p.parallel() > 1 &&
+         own_piece_scope(box.in, box.out, boxed_meta(g_, box).shape, p.num_nodes(), p.per_node()).has_value();
+}
+
+void Expander::add_own_piece_boxing(int b) {
+  const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+  const graph::Placement& p = at(box.placement);
+  const TensorMeta& meta = boxed_meta(g_, box);
+  const bool everywhere = reads_move(b);
+  for (int rank = 0; rank < p.parallel(); ++rank) {
+    const Numbering::Task t =
+        add_task(p.node_of(rank), {p.type, static_cast<uint32_t>(p.device_of(rank))}, everywhere, [&] {
+          TaskNode task = boxing_task(box, fmt::format("{}@{}", boxing_name(box), rank), rank / p.per_node());
+          task.device = p.device_of(rank);
+          task.boxing().first_rank = rank;
+          task.boxing().own = true;
+          task.inputs = boxing_inputs({b}, rank, 1);
+          return task;
+        });
+    boxed_[static_cast<size_t>(b)].push_back(add_regst(t, box.tensor, meta, box.out, p, rank));
+  }
+}
+
 int Expander::comm_group(std::vector<std::pair<int, int>> ranks, DeviceType type) {
   for (size_t g = 0; g < out_.comm_groups.size(); ++g)
     if (out_.comm_groups[g].ranks == ranks) return static_cast<int>(g);
@@ -230,6 +255,10 @@ Status Expander::add_boxings() {
         unit.size() > 1 ? fmt::format("bucket:{}+{}:P->B", box.tensor, unit.size() - 1) : boxing_name(box);
     if (const std::optional<AxisCollective> collective = device_collective(box)) {
       RILL_RETURN_IF_ERROR(add_device_collective(unit, name, *collective));
+      continue;
+    }
+    if (own_piece(box)) {
+      add_own_piece_boxing(unit[0]);
       continue;
     }
     if (per_device(box)) {

@@ -104,6 +104,7 @@ std::string plan_json(const plan::Plan& p) {
                           {"logical_bytes", logical_bytes},
                           {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes(),
                                                                            b->local_pieces())}};
+        if (b->own()) task["boxing"]["own"] = true;  // each device from its own piece, on its thread
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
           task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";

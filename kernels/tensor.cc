@@ -174,6 +174,45 @@ Region piece_region(const Shape& logical, const NdSbp& sbp, int nodes, int per_n
   return split_region(node_region(logical, sbp, nodes, rank / per_node), sbp.within, per_node, rank % per_node);
 }
 
+std::optional<CollectiveScope> own_piece_scope(const NdSbp& in, const NdSbp& out, const Shape& logical, int nodes,
+                                               int per_node) {
+  Sbp a, b;
+  CollectiveScope scope = CollectiveScope::kAll;
+  if (in.flat() && out.flat()) {
+    a = in.across, b = out.across;
+  } else if (in.across == out.across) {
+    scope = CollectiveScope::kNode;
+    a = in.within, b = out.within;
+  } else if (in.within == out.within) {
+    scope = CollectiveScope::kLane;
+    a = in.across, b = out.across;
+  } else {
+    return std::nullopt;
+  }
+  const bool sliced = a.kind == Sbp::kBroadcast && b.kind == Sbp::kSplit;
+  const bool zeroed = b.kind == Sbp::kPartialSum && a.kind != Sbp::kPartialSum;
+  if (!sliced && !zeroed) return std::nullopt;
+  // The piece a device reads must hold what it writes (B -> S), or lie in
+  // it (S -> P): not so where `within` splits the axis `across` splits.
+  for (int rank = 0; rank < nodes * per_node; ++rank) {
+    const Region from = piece_region(logical, in, nodes, per_node, rank);
+    const Region to = piece_region(logical, out, nodes, per_node, rank);
+    const Region both = intersect(from, to);
+    const Region& inner = a.kind == Sbp::kSplit ? from : to;
+    if (!(both.origin == inner.origin) || !(both.extent == inner.extent)) return std::nullopt;
+  }
+  return scope;
+}
+
+bool own_piece_holder(CollectiveScope scope, int rank, int per_node) {
+  switch (scope) {
+    case CollectiveScope::kAll: return rank == 0;
+    case CollectiveScope::kNode: return rank % per_node == 0;
+    case CollectiveScope::kLane: return rank / per_node == 0;
+  }
+  return false;
+}
+
 Region intersect(const Region& a, const Region& b) {
   Region r = a;
   for (size_t i = 0; i < a.origin.size() && i < b.origin.size(); ++i) {

@@ -235,6 +235,16 @@ Region split_region(const Region& region, const Sbp& sbp, int parts, int index);
 // The common part of two regions (extent 0 on some axis when they do not meet).
 Region intersect(const Region& a, const Region& b);
 
+// A conversion on one axis of the hierarchy (scopes as axis_collective's)
+// that each device makes from its own piece alone: B -> S(a) (its output
+// piece inside its input piece), B -> P (the axis's first rank keeps the
+// value: own_piece_holder) or S(a) -> P (its input piece inside its output
+// piece, zeros around), on a `logical` tensor over `nodes` x `per_node`
+// devices; none for anything else.
+std::optional<CollectiveScope> own_piece_scope(const NdSbp& in, const NdSbp& out, const Shape& logical, int nodes,
+                                               int per_node);
+bool own_piece_holder(CollectiveScope scope, int rank, int per_node);
+
 // The most axes a tensor may have (job checks refuse more).
 inline constexpr int kMaxRank = 8;
 
@@ -285,6 +295,64 @@ void for_each_row(const Region& src, const Region& dst, const Region& box, Fn&& 
     dst_origin[d] = box.origin[d] - dst.origin[d];
   }
   for_each_box_row(box.extent, src.extent, src_origin, dst.extent, dst_origin, fn);
+}
+
+// The same box as strided 2-D copies (cudaMemcpy2D's shape): calls
+// fn(src_at, dst_at, width, rows, src_pitch, dst_pitch), all in bytes of
+// `element`-byte elements, for `rows` rows of `width` bytes each. Trailing
+// axes the box, `src` and `dst` all hold whole are one row; axes before them
+// that both hold whole are more rows of one call; one call per index of the
+// axes before those. Allocates nothing.
+template <typename Fn>
+void for_each_box_plane(const Region& src, const Region& dst, const Region& box, size_t element, Fn&& fn) {
+  const int rank = static_cast<int>(box.extent.size());
+  if (num_elements(box.extent) == 0) return;
+  if (rank == 0) {
+    fn(size_t{0}, size_t{0}, element, size_t{1}, element, element);
+    return;
+  }
+  auto whole = [&](int d) { return box.extent[d] == src.extent[d] && box.extent[d] == dst.extent[d]; };
+  // Row: axes [inner, rank) (whole past inner); rows: axes [row, inner).
+  int inner = rank - 1;
+  while (inner > 0 && whole(inner)) --inner;
+  int64_t width = 1, src_pitch = 1, dst_pitch = 1;
+  for (int d = inner; d < rank; ++d) {
+    width *= box.extent[d];
+    src_pitch *= src.extent[d];
+    dst_pitch *= dst.extent[d];
+  }
+  int row = inner;  // no row axis where the row is the whole box
+  int64_t rows = 1;
+  if (inner > 0) {
+    row = inner - 1;
+    rows = box.extent[row];
+    while (row > 0 && whole(row)) rows *= box.extent[--row];
+  }
+  // One call per index of the axes before `row` (an odometer over them).
+  int64_t src_strides[kMaxRank], dst_strides[kMaxRank], index[kMaxRank] = {};
+  int64_t src_at = 0, dst_at = 0, src_stride = 1, dst_stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    src_strides[d] = src_stride;
+    dst_strides[d] = dst_stride;
+    src_at += (box.origin[d] - src.origin[d]) * src_stride;
+    dst_at += (box.origin[d] - dst.origin[d]) * dst_stride;
+    src_stride *= src.extent[d];
+    dst_stride *= dst.extent[d];
+  }
+  int64_t calls = 1;
+  for (int d = 0; d < row; ++d) calls *= box.extent[d];
+  const auto bytes = [&](int64_t n) { return static_cast<size_t>(n) * element; };
+  for (int64_t c = 0; c < calls; ++c) {
+    fn(bytes(src_at), bytes(dst_at), bytes(width), static_cast<size_t>(rows), bytes(src_pitch), bytes(dst_pitch));
+    for (int d = row - 1; d >= 0; --d) {
+      src_at += src_strides[d];
+      dst_at += dst_strides[d];
+      if (++index[d] < box.extent[d]) break;
+      src_at -= src_strides[d] * box.extent[d];
+      dst_at -= dst_strides[d] * box.extent[d];
+      index[d] = 0;
+    }
+  }
 }
 
 // Copies a box of `extent` elements of `element_size` bytes between row-major

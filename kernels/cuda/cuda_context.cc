@@ -53,6 +53,7 @@ class DeviceContext final : public CudaContext {
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, const char* what) override;
   Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
                    CopyKind kind, const char* what) override;
+  Status zero(void* dst, size_t bytes, const char* what) override;
   Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
                      const char* what) override;
   StatusOr<void*> create_event(const char* what) override;
@@ -394,6 +395,11 @@ Status DeviceContext::copy_rows(void* dst, size_t dst_pitch, const void* src, si
   return cuda_status(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, memcpy_kind(kind),
                                        static_cast<cudaStream_t>(stream_)),
                      "cudaMemcpy2DAsync", what);
+}
+
+Status DeviceContext::zero(void* dst, size_t bytes, const char* what) {
+  if (bytes == 0) return {};
+  return cuda_status(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream_)), "cudaMemsetAsync", what);
 }
 
 }  // namespace rill

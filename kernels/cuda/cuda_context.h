@@ -77,6 +77,8 @@ class CudaContext {
   // like copy().
   virtual Status copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
                            CopyKind kind, const char* what) = 0;
+  // Zeroes `bytes` of device memory at `dst`, enqueued like copy().
+  virtual Status zero(void* dst, size_t bytes, const char* what) = 0;
 
   // The copy stream: copies between host and device beside the compute
   // stream's kernels. copy_beside() runs the copy on it after `after` (an

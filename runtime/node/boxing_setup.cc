@@ -18,6 +18,15 @@ StatusOr<Body> BoxingSetup::body(const plan::Plan& plan, const plan::Task& task,
                                  const CudaFor& cuda_for) {
   RILL_ASSIGN_OR_RETURN(compiler::BoxingTask work, compiler::boxing_task(plan, task));
   if (work.comm_group >= 0) return device_collective(plan, task, std::move(work), cuda_for);
+  if (work.own) {  // from its own piece, on its device
+    CudaContext* cuda = nullptr;
+    if (ActorId::device_type(task.id()) == DeviceType::kCuda) {
+      RILL_ASSIGN_OR_RETURN(cuda, cuda_for(ActorId::device(task.id())));
+    }
+    compiler::BoxingTask::OwnPiece& own = *work.own;
+    return Body(std::in_place_type<OwnPieceBody>, cuda, std::move(own.input), std::move(own.output), own.zero,
+                own.copy, own.dtype, read_string(task.name()));
+  }
   comm::Collectives* collectives = nullptr;
   if (work.exchanges) {
     RILL_ASSIGN_OR_RETURN(collectives, collectives_for(read_string(task.name()), *task.boxing()));

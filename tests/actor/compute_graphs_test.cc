@@ -38,6 +38,7 @@ class RecordingContext final : public CudaContext {
   Status copy_rows(void*, size_t, const void*, size_t, size_t, size_t, CopyKind, const char*) override {
     return internal_error("not here");
   }
+  Status zero(void*, size_t, const char*) override { return internal_error("not here"); }
   Status copy_beside(void*, const void*, size_t, CopyKind, void*, const char*) override {
     return internal_error("not here");
   }

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/boxing_task.h"
 #include "tests/compiler/test_jobs.h"
 
 namespace rill {
@@ -281,16 +282,24 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
   // Each node's devices, each lane (device d of every node), and all four.
   CHECK(groups == std::set<std::string>{"0:0 0:1", "1:0 1:1", "0:0 1:0", "0:1 1:1", "0:0 0:1 1:0 1:1"});
   // Every boxing that one collective on one axis does is a device
-  // collective, on that axis's communicator (all-to-all included); what is
-  // left on the host (local slices) is not one.
-  int per_scope[3] = {0, 0, 0};
+  // collective, on that axis's communicator (all-to-all included).
+  // The rest (slices, B -> P, S -> P) each device makes from its own piece
+  // on its thread: no boxing runs on a comm thread through host memory.
+  int per_scope[3] = {0, 0, 0}, own = 0;
   for (const plan::Task* t : tasks_of_kind(p, plan::TaskKind::Boxing)) {
     CAPTURE(t->name()->str());
     const plan::BoxingConf& b = *t->boxing();
     if (b.origins() != nullptr) continue;  // a move between placements
+    CHECK(ActorId::device_type(t->id()) == DeviceType::kCuda);
+    if (b.own()) {
+      ++own;
+      CHECK(b.comm_group() < 0);
+      CHECK(compiler::boxing_task(p, *t).ok());
+      continue;
+    }
     const auto collective = axis_collective(compiler::read_sbp(b.in_sbp()), compiler::read_sbp(b.out_sbp()));
     REQUIRE(device_collective(t) == collective.has_value());
-    if (!collective) continue;
+    REQUIRE(collective.has_value());
     ++per_scope[static_cast<int>(collective->scope)];
     const plan::CommGroup& g = *p.comm_groups()->Get(static_cast<uint32_t>(b.comm_group()));
     const std::set<int> nodes(g.nodes()->begin(), g.nodes()->end());
@@ -304,6 +313,7 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
   CHECK(per_scope[static_cast<int>(CollectiveScope::kAll)] > 0);
   CHECK(per_scope[static_cast<int>(CollectiveScope::kNode)] > 0);
   CHECK(per_scope[static_cast<int>(CollectiveScope::kLane)] > 0);
+  CHECK(own > 0);
   // Communicators that cross nodes never share a tag: their messages meet
   // on the same links (the set-up's, and host staging's).
   std::set<int64_t> tags;

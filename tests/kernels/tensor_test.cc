@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <vector>
+
 #include "kernels/tensor.h"
 
 namespace rill {
@@ -100,6 +103,70 @@ TEST_CASE("a device collective works on one axis: all devices (1-D), a node's de
   CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(s0)));
   CHECK_FALSE(axis_collective(NdSbp(p, s0), NdSbp(b, s1)));
   CHECK_FALSE(axis_collective(NdSbp(b), NdSbp(b)));
+}
+
+TEST_CASE("a device makes B -> S, B -> P and S -> P from its own piece, on one axis, where its piece holds them") {
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), s0 = Sbp::split(0), s1 = Sbp::split(1);
+  const Shape logical{8, 6};
+  auto scope = [&](NdSbp in, NdSbp out, int nodes = 2, int per_node = 2) {
+    return own_piece_scope(canonical(in, nodes, per_node), canonical(out, nodes, per_node), logical, nodes, per_node);
+  };
+  using enum CollectiveScope;
+  CHECK(scope(NdSbp(b), NdSbp(s1)) == kAll);
+  CHECK(scope(NdSbp(s0), NdSbp(p)) == kAll);
+  CHECK(scope(NdSbp(b), NdSbp(p), 1, 4) == kAll);
+  CHECK(scope(NdSbp(s0, b), NdSbp(s0, s1)) == kNode);
+  CHECK(scope(NdSbp(p, b), NdSbp(p, p)) == kNode);
+  CHECK(scope(NdSbp(b, s1), NdSbp(s0, s1)) == kLane);
+  CHECK(scope(NdSbp(s0, s1), NdSbp(p, s1)) == kLane);
+  // Not its own: (B, S(0)) -> S(0) needs rows another device holds; and
+  // collectives, or both axes at once.
+  CHECK_FALSE(scope(NdSbp(b, s0), NdSbp(s0, s0)));
+  CHECK_FALSE(scope(NdSbp(p), NdSbp(b)));
+  CHECK_FALSE(scope(NdSbp(s0), NdSbp(s1)));
+  CHECK_FALSE(scope(NdSbp(b, b), NdSbp(s0, s1)));
+  // B -> P keeps the value on the axis's first rank (a host boxing's holder).
+  CHECK(own_piece_holder(kAll, 0, 2));
+  CHECK_FALSE(own_piece_holder(kAll, 2, 2));
+  CHECK(own_piece_holder(kNode, 2, 2));
+  CHECK_FALSE(own_piece_holder(kNode, 1, 2));
+  CHECK(own_piece_holder(kLane, 1, 2));
+  CHECK_FALSE(own_piece_holder(kLane, 2, 2));
+}
+
+// Boxes between pieces of a [3, 4, 5, 6] tensor, copied as the strided 2-D
+// copies for_each_box_plane gives, against copy_region element by element;
+// whole trailing axes fold into one row, whole axes before them into rows.
+TEST_CASE("a box as strided 2-D copies: the same elements as copying it row by row") {
+  const Shape logical{3, 4, 5, 6};
+  struct Case {
+    Region src, dst, box;
+    size_t calls;
+  };
+  const Region whole = whole_region(logical);
+  const Region cols{{0, 0, 0, 2}, {3, 4, 5, 3}}, heads{{0, 0, 2, 0}, {3, 4, 2, 6}}, rows{{1, 0, 0, 0}, {1, 4, 5, 6}};
+  for (const Case& c : {Case{whole, cols, cols, 1},             // columns: 60 rows of 3, one call
+                        Case{whole, heads, heads, 1},           // axis 2: 12 rows of 2 x 6
+                        Case{whole, rows, rows, 1},             // one contiguous block
+                        Case{heads, whole, heads, 1},           // into the whole (S -> P's copy)
+                        Case{cols, heads, intersect(cols, heads), 12},  // rows of 3, whole in neither: 2 a call
+                        Case{whole, whole, whole, 1}}) {
+    CAPTURE(shape_string(c.box.extent));
+    std::vector<float> src(static_cast<size_t>(c.src.size())), want(static_cast<size_t>(c.dst.size()), -1.0f);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+    std::vector<float> got = want;
+    copy_region(src.data(), c.src, want.data(), c.dst, c.box, sizeof(float));
+    size_t calls = 0;
+    for_each_box_plane(c.src, c.dst, c.box, sizeof(float),
+                       [&](size_t from, size_t to, size_t width, size_t n, size_t src_pitch, size_t dst_pitch) {
+                         ++calls;
+                         for (size_t r = 0; r < n; ++r)
+                           std::memcpy(reinterpret_cast<std::byte*>(got.data()) + to + r * dst_pitch,
+                                       reinterpret_cast<const std::byte*>(src.data()) + from + r * src_pitch, width);
+                       });
+    CHECK(got == want);
+    CHECK(calls == c.calls);
+  }
 }
 
 TEST_CASE("every dtype has a name that parses back, a size, and its C++ element type") {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/own_piece_body.h"
 #include "base/half.h"
 #include "compiler/compiler.h"
 #include "kernels/cuda/cuda_context.h"
@@ -167,6 +168,37 @@ TEST_CASE("train.nccl on 2 and 3 agents sharing cuda:0: in the GPU's memory, the
         for (size_t i = 0; i < host.size(); ++i) CHECK(shared[i] == doctest::Approx(host[i]).epsilon(1e-5));
       }
     }
+}
+
+// A device's own piece in its memory (cudaMemcpy2DAsync, cudaMemsetAsync):
+// columns 3-4 of a [2, 5] tensor sliced out, then put back among zeros.
+TEST_CASE("a device's own piece on cuda:0: B -> S(1) and S(1) -> P, element by element") {
+  auto cuda = CudaContext::create(0);
+  REQUIRE_MESSAGE(cuda.ok(), cuda.status().to_string());
+  const Region whole{{0, 0}, {2, 5}}, cols{{0, 3}, {2, 2}};
+  const std::vector<float> logical{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto a = (*cuda)->allocate(10 * sizeof(float), "test");
+  auto b = (*cuda)->allocate(4 * sizeof(float), "test");
+  auto c = (*cuda)->allocate(10 * sizeof(float), "test");
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  REQUIRE((*cuda)->copy(*a, logical.data(), 10 * sizeof(float), CopyKind::kHostToDevice, "test").ok());
+  auto act = [&](OwnPieceBody& body, void* in, const Shape& in_shape, void* out, const Shape& out_shape) {
+    const TensorView input{in, in_shape, DType::kF32}, output{out, out_shape, DType::kF32};
+    const TensorView* inputs[] = {&input};
+    const TensorView* outputs[] = {&output};
+    return body.act(ActIo{0, inputs, outputs});
+  };
+  OwnPieceBody slice(cuda->get(), whole, cols, false, true, DType::kF32, "slice");
+  OwnPieceBody spread(cuda->get(), cols, whole, true, true, DType::kF32, "spread");
+  REQUIRE(act(slice, *a, {2, 5}, *b, {2, 2}).ok());
+  REQUIRE(act(spread, *b, {2, 2}, *c, {2, 5}).ok());
+  std::vector<float> sliced(4), spread_out(10);
+  REQUIRE((*cuda)->copy(sliced.data(), *b, 4 * sizeof(float), CopyKind::kDeviceToHost, "test").ok());
+  REQUIRE((*cuda)->copy(spread_out.data(), *c, 10 * sizeof(float), CopyKind::kDeviceToHost, "test").ok());
+  REQUIRE((*cuda)->synchronize("test").ok());
+  CHECK(sliced == std::vector<float>{3, 4, 8, 9});
+  CHECK(spread_out == std::vector<float>{0, 0, 0, 3, 4, 0, 0, 0, 8, 9});
+  for (void* p : {*a, *b, *c}) (*cuda)->release(p);
 }
 
 }  // namespace
