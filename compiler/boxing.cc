@@ -157,10 +157,48 @@ class Inserter {
     const graph::Placement& p = g_->placement(where);
     if (p.parallel() == 1 || from_sbp == to) return from;
     int last = from;
-    for (const auto& [in, out] : shared_sums(as ? *as : g_->find(tensor)->meta,
-                                             boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p))
+    const TensorMeta& meta = as ? *as : g_->find(tensor)->meta;
+    for (const auto& [in, out] :
+         shared_sums(meta, lanes_in_parts(meta, boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p), p))
       last = add(tensor, in, out, last, where, where, as, reduce_op);
     return last;
+  }
+
+  // Under train.nccl, a conversion across nodes of a tensor every device of
+  // a node holds whole ((X, B) -> (Y, B)) would run the same collective in
+  // every lane, each device sending the whole tensor across. Instead each
+  // device takes its slice of axis k ((X, B) -> (X, S(k)), from its own
+  // piece), each lane converts its slice ((X, S(k)) -> (Y, S(k))), and each
+  // node gathers the slices ((Y, S(k)) -> (Y, B)): a node sends the tensor
+  // across once, as a host boxing's one lane does (k: the first axis that
+  // neither X nor Y splits, with a slice for every device).
+  std::vector<std::pair<NdSbp, NdSbp>> lanes_in_parts(const TensorMeta& meta,
+                                                      std::vector<std::pair<NdSbp, NdSbp>> steps,
+                                                      const graph::Placement& p) const {
+    const int nodes = p.num_nodes(), per_node = p.per_node();
+    if (!g_->nccl || nodes < 2 || per_node < 2) return steps;
+    std::vector<std::pair<NdSbp, NdSbp>> out;
+    for (const auto& [in, to] : steps) {
+      const Sbp x = in.across, y = to.across;
+      const bool whole = in.within.kind == Sbp::kBroadcast && to.within.kind == Sbp::kBroadcast;
+      const bool exchanges = x.kind != Sbp::kBroadcast && y.kind != Sbp::kPartialSum && !(x == y);
+      int axis = -1;
+      for (size_t a = 0; whole && exchanges && a < meta.shape.size() && axis < 0; ++a) {
+        const int k = static_cast<int>(a);
+        if (meta.shape[a] >= per_node && !(x.kind == Sbp::kSplit && x.axis == k) &&
+            !(y.kind == Sbp::kSplit && y.axis == k))
+          axis = k;
+      }
+      if (axis < 0) {
+        out.push_back({in, to});
+        continue;
+      }
+      const NdSbp sliced(x, Sbp::split(axis)), converted(y, Sbp::split(axis));
+      out.push_back({in, sliced});
+      out.push_back({sliced, converted});
+      out.push_back({converted, to});
+    }
+    return out;
   }
 
   // On CPU devices a sum within a node into B (P -> B within) runs as

@@ -9,6 +9,7 @@
 // devices); verify_plan's checks of communicators everywhere.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -307,7 +308,17 @@ TEST_CASE("train.nccl with 2-D SBP: a node's devices and each lane are communica
     switch (collective->scope) {
       case CollectiveScope::kAll: CHECK(g.nodes()->size() == 4); break;
       case CollectiveScope::kNode: CHECK((nodes == std::set<int>{t->node()} && devices.size() == 2)); break;
-      case CollectiveScope::kLane: CHECK((nodes.size() == 2 && devices == std::set<int>{t->device()})); break;
+      case CollectiveScope::kLane:
+        CHECK((nodes.size() == 2 && devices == std::set<int>{t->device()}));
+        // A lane works on its device's slice, never on the tensor a node's
+        // devices all hold (each lane would send it across again), but for
+        // a tensor with no axis to slice (the loss).
+        if (compiler::read_sbp(b.in_sbp()).within.kind != Sbp::kSplit) {
+          const plan::RegstDesc* in = compiler::find_regst(p, t->inputs()->Get(0));
+          REQUIRE(in != nullptr);
+          CHECK(std::all_of(in->logical_shape()->begin(), in->logical_shape()->end(), [](int64_t d) { return d < 2; }));
+        }
+        break;
     }
   }
   CHECK(per_scope[static_cast<int>(CollectiveScope::kAll)] > 0);
