@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/printable.h"
 #include "base/safe_files.h"
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
@@ -370,7 +371,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       return result;
     }
     result.generated = *text;
-    const std::string line = fmt::format("generated ({} bytes after the prompt):\n{}", job.generate->tokens, *text);
+    // Printed with control bytes and non-UTF-8 escaped (the result keeps the bytes).
+    const std::string line =
+        fmt::format("generated ({} bytes after the prompt):\n{}", job.generate->tokens, printable(*text));
     if (options.out) fmt::print(options.out, "{}\n", line);
     if (options.on_line) options.on_line(line);
   }

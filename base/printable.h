@@ -1,0 +1,47 @@
+// Bytes made safe to print on a terminal: text a model wrote (a byte-level
+// model writes any byte) must not move the cursor, clear the screen or
+// retitle the window. Valid UTF-8, newlines and tabs are kept; other control
+// bytes and bytes that are not UTF-8 become \xNN (a backslash doubled).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace rill {
+
+inline std::string printable(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    // A UTF-8 sequence: its length by the lead byte, then continuation bytes
+    // (the shortest form only, no surrogates, at most U+10FFFF).
+    size_t n = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    for (size_t k = 1; k < n; ++k) {
+      const auto next = i + k < bytes.size() ? static_cast<unsigned char>(bytes[i + k]) : 0;
+      const bool second = k == 1;
+      const unsigned char lo = second && c == 0xE0 ? 0xA0 : second && c == 0xF0 ? 0x90 : 0x80;
+      const unsigned char hi = second && c == 0xED ? 0x9F : second && c == 0xF4 ? 0x8F : 0xBF;
+      if (next < lo || next > hi) n = 0;
+    }
+    if (n > 1) {
+      out.append(bytes.substr(i, n));
+      i += n;
+      continue;
+    }
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (n == 1 && (c >= 0x20 || c == '\n' || c == '\t') && c != 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+    ++i;
+  }
+  return out;
+}
+
+}  // namespace rill
