@@ -153,6 +153,11 @@ namespace {
 constexpr const char* kNoNccl = "NCCL: this build's CUDA module has none (libnccl was not found when it was built)";
 }  // namespace
 
+bool nccl_available() {
+  const CudaModule* m = module();
+  return m != nullptr && m->nccl_unique_id != nullptr && m->nccl_init != nullptr;
+}
+
 StatusOr<NcclComm::Id> nccl_unique_id() {
   const CudaModule* m = module();
   if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));

@@ -65,6 +65,10 @@ class NcclComm {
   virtual void abort() = 0;
 };
 
+// Whether this process's CUDA module has NCCL (a module built where libnccl
+// was not found has none).
+bool nccl_available();
+
 // A new communicator's id, made by its first rank and sent to the others.
 StatusOr<NcclComm::Id> nccl_unique_id();
 

@@ -149,15 +149,16 @@ Status BoxingSetup::start() {
     // NCCL's, unless ranks share a GPU (NCCL refuses them): then in that
     // GPU's memory where all are on it, one a node (agents sharing a GPU),
     // else staged through the host, as on cpu devices.
-    RILL_ASSIGN_OR_RETURN(const size_t gpus, distinct_gpus(c, setup_tag(group, 0)));
-    if (gpus == 1 && c.gpu_ranks.size() == 1 && c.nodes.size() > 1 && world <= kMaxSharedGpuRanks) {
+    RILL_ASSIGN_OR_RETURN(const Gpus gpus, distinct_gpus(c, setup_tag(group, 0)));
+    if (gpus.distinct == 1 && c.gpu_ranks.size() == 1 && c.nodes.size() > 1 && world <= kMaxSharedGpuRanks) {
       RILL_ASSIGN_OR_RETURN(const bool shared, share_gpu(group, c, world, setup_tag(group, 1)));
       if (shared) continue;
     }
-    if (gpus < static_cast<size_t>(world)) {
-      spdlog::info("communicator {} ('{}'): ranks on one GPU, which NCCL refuses: its collectives cross through host "
-                   "memory",
-                   group, c.name);
+    if (gpus.distinct < static_cast<size_t>(world) || !gpus.nccl) {
+      // Where a node has no NCCL (a CUDA module built without it), every
+      // node falls back alike.
+      spdlog::info("communicator {} ('{}'): {}: its collectives cross through host memory", group, c.name,
+                   gpus.nccl ? "ranks on one GPU, which NCCL refuses" : "a node of it has no NCCL");
       RILL_ASSIGN_OR_RETURN(LocalCollective * local, local_collective(group, world));
       for (size_t i = 0; i < c.gpu_ranks.size(); ++i) c.gpu_ranks[i]->use_staged(local->rank(static_cast<int>(i)));
       continue;
@@ -187,13 +188,15 @@ StatusOr<bool> BoxingSetup::share_gpu(int group, Communicator& c, int world, uin
   return true;
 }
 
-StatusOr<size_t> BoxingSetup::distinct_gpus(Communicator& c, uint64_t tag) {
-  // Every rank's GPU UUID, node by node (each node has as many ranks).
+StatusOr<BoxingSetup::Gpus> BoxingSetup::distinct_gpus(Communicator& c, uint64_t tag) {
+  // Every rank's GPU UUID, node by node (each node has as many ranks), then
+  // whether the node has NCCL.
   std::vector<std::byte> mine;
   for (const auto& rank : c.gpu_ranks) {
     RILL_ASSIGN_OR_RETURN(auto uuid, rank->cuda()->uuid("a device collective's GPU"));
     for (uint8_t b : uuid) mine.push_back(static_cast<std::byte>(b));
   }
+  mine.push_back(std::byte{nccl_available() ? uint8_t{1} : uint8_t{0}});
   std::vector<std::byte> all = mine;
   if (c.nodes.size() > 1) {
     all.resize(mine.size() * c.nodes.size());
@@ -201,10 +204,15 @@ StatusOr<size_t> BoxingSetup::distinct_gpus(Communicator& c, uint64_t tag) {
     RILL_RETURN_IF_ERROR(across->all_gather(mine, all, tag).with_context(
         fmt::format("task '{}': gathering its communicator's GPUs", c.name)));
   }
-  std::vector<std::array<std::byte, 16>> uuids(all.size() / 16);
-  for (size_t i = 0; i < uuids.size(); ++i) std::memcpy(uuids[i].data(), all.data() + 16 * i, 16);
+  Gpus gpus{0, true};
+  std::vector<std::array<std::byte, 16>> uuids;
+  for (size_t at = 0; at < all.size(); at += mine.size()) {
+    for (size_t r = 0; r < c.gpu_ranks.size(); ++r) std::memcpy(uuids.emplace_back().data(), all.data() + at + 16 * r, 16);
+    gpus.nccl = gpus.nccl && all[at + mine.size() - 1] == std::byte{1};
+  }
   std::sort(uuids.begin(), uuids.end());
-  return static_cast<size_t>(std::unique(uuids.begin(), uuids.end()) - uuids.begin());
+  gpus.distinct = static_cast<size_t>(std::unique(uuids.begin(), uuids.end()) - uuids.begin());
+  return gpus;
 }
 
 Status BoxingSetup::make_nccl(int group, Communicator& c, int world, uint64_t tag) {

@@ -125,8 +125,13 @@ class BoxingSetup {
     return tag_base_ + (uint64_t{1} << 19) + 2 * static_cast<uint64_t>(group) + static_cast<uint64_t>(step);
   }
   // How many GPUs communicator `c`'s ranks are on, by the GPUs' UUIDs
-  // gathered from its nodes: every node gets the same answer.
-  StatusOr<size_t> distinct_gpus(Communicator& c, uint64_t tag);
+  // gathered from its nodes, and whether every one of its nodes has NCCL:
+  // every node gets the same answer.
+  struct Gpus {
+    size_t distinct = 0;
+    bool nccl = false;
+  };
+  StatusOr<Gpus> distinct_gpus(Communicator& c, uint64_t tag);
   // Joins `c`'s one rank here to the others on its GPU in device memory;
   // false (on every node alike) where a rank could not map another's memory.
   StatusOr<bool> share_gpu(int group, Communicator& c, int world, uint64_t tag);
