@@ -1,5 +1,9 @@
 #include "runtime/watch/http_server.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+
 #include <httplib.h>
 
 #include <fmt/format.h>
@@ -113,13 +117,27 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& addre
     res.set_content(*svg, "image/svg+xml");
   });
   s.set_payload_max_length(1 << 16);  // it takes no uploads
+  // SO_REUSEADDR (not httplib's SO_REUSEPORT): an agent restarted on its
+  // port binds again while the last one's connections linger in TIME-WAIT,
+  // and a port another process listens on is still refused.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   const int bound = port == 0 ? s.bind_to_any_port(address) : (s.bind_to_port(address, port) ? port : -1);
   if (bound < 0)
     return Status(Code::kUnavailable, fmt::format("HTTP: cannot listen on {}:{} (in use, or not an address of this "
                                                   "machine)",
                                                   address, port));
   http->port_ = bound;
-  http->thread_ = std::thread([&s] { s.listen_after_bind(); });
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  http->thread_ = std::thread([&s, ended] {
+    s.listen_after_bind();
+    ended->store(true);
+  });
+  // Running before it is handed out: httplib's stop() does nothing to a
+  // server not yet listening, so one stopped at once would listen forever.
+  while (!s.is_running() && !ended->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return http;
 }
 
