@@ -369,6 +369,8 @@ std::map<std::string, std::string> launch_environment(const LaunchConfig& config
       {"MASTER_ADDR", config.master_addr},
       {"MASTER_PORT", std::to_string(config.master_port)},
   };
+  // Which device the process's device collectives use (rill::env::device_communicator).
+  vars["RILL_DEVICE"] = config.device == "cuda" ? "cuda:0" : "cpu";
   if (config.device == "cuda" && local_rank < static_cast<int>(config.gpus.size()))
     vars["CUDA_VISIBLE_DEVICES"] = config.gpus[static_cast<size_t>(local_rank)];
   return vars;

@@ -149,8 +149,10 @@ StatusOr<comm::Communicator> communicator(std::chrono::milliseconds timeout = st
 // The variables to set for process `local_rank` on this node (REQUIRES:
 // 0 <= local_rank < config.nproc_per_node): RILL_WORLD_SIZE, RILL_RANK, RILL_LOCAL_RANK, RILL_NODE_SIZE,
 // RILL_NODE_RANK, and for other libraries the standard WORLD_SIZE, RANK,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; with
-// cuda slots, CUDA_VISIBLE_DEVICES: the process's one GPU (config.gpus).
+// LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT;
+// RILL_DEVICE ("cpu", or "cuda:0" with cuda slots: runtime/cluster/
+// device_group.h); with cuda slots, CUDA_VISIBLE_DEVICES: the process's one
+// GPU (config.gpus).
 std::map<std::string, std::string> launch_environment(const LaunchConfig& config, int local_rank);
 
 // A copy of this process's environment, for resolve_launch_config.

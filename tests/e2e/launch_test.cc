@@ -95,6 +95,38 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
   }
 }
 
+// A program's device collectives (rill::env::device_communicator; on cpu
+// slots host memory): 2 launchers x 2 processes, the 4 ranks across 2
+// nodes. Rank r holds x[i] = (i + 1) (r + 1), i < 8, and sends rank q a
+// block of 100 r + q: small integers, exact; every rank's result checked.
+TEST_CASE("rill launch: a program's device collectives from the environment, across two launchers") {
+  const char* program = std::getenv("RILL_DEVICE_COLLECTIVES_PROGRAM");
+  REQUIRE(program != nullptr);
+  auto dir = rill::testing::temp_dir("rill-launch-device-");
+  const std::string flags =
+      " --nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 19710 --machines 127.0.0.1,127.0.0.2 ";
+  const auto out1 = dir / "device1.out";
+  const std::string node1 = binary() + " launch --node_rank 1" + flags + program + " > " + out1.string() + " 2>&1 &";
+  REQUIRE(std::system(node1.c_str()) == 0);
+  Ran ran = run_rill("launch --node_rank 0" + flags + program);
+  INFO(ran.output);
+  CHECK(ran.code == 0);
+  std::string other;
+  for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(out1);
+    other.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  INFO(other);
+  const std::string all = ran.output + other;
+  const std::string sum = " of 4 (host): sum [10, 20, 30, 40, 50, 60, 70, 80] block ";
+  const std::string gathered = " gathered [1, 2, 2, 4, 3, 6, 4, 8] received ";
+  CHECK(all.find("rank 0" + sum + "[10, 20]" + gathered + "[0, 0, 100, 100, 200, 200, 300, 300]") != std::string::npos);
+  CHECK(all.find("rank 1" + sum + "[30, 40]" + gathered + "[1, 1, 101, 101, 201, 201, 301, 301]") != std::string::npos);
+  CHECK(all.find("rank 2" + sum + "[50, 60]" + gathered + "[2, 2, 102, 102, 202, 202, 302, 302]") != std::string::npos);
+  CHECK(all.find("rank 3" + sum + "[70, 80]" + gathered + "[3, 3, 103, 103, 203, 203, 303, 303]") != std::string::npos);
+}
+
 // The seed's DDP example (samples/ddp/ddp_train.json, train.view
 // "mirrored"): `rill launch --nproc_per_node 2` on one node prints each
 // rank's "N/500 loss:..." lines and its own replica of w. Least squares on

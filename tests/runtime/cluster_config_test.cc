@@ -437,6 +437,8 @@ TEST_CASE("launch_environment gives each process its place, and the queries read
   CHECK(vars.at("LOCAL_WORLD_SIZE") == "3");
   CHECK(vars.at("MASTER_ADDR") == "10.1.0.1");
   CHECK(vars.at("MASTER_PORT") == "9988");
+  CHECK(vars.at("RILL_DEVICE") == "cpu");
+  CHECK(vars.count("CUDA_VISIBLE_DEVICES") == 0);
   std::vector<ScopedEnv> scoped;
   scoped.reserve(vars.size());
   for (const auto& [name, value] : vars) scoped.emplace_back(name.c_str(), value.c_str());
@@ -469,6 +471,7 @@ TEST_CASE("rill launch --device cuda: a GPU a process, the i-th of CUDA_VISIBLE_
   REQUIRE_MESSAGE(plain.ok(), error_of(plain.status()));
   CHECK(plain->gpus == std::vector<std::string>{"0", "1", "2"});
   CHECK(launch_environment(*plain, 2).at("CUDA_VISIBLE_DEVICES") == "2");
+  CHECK(launch_environment(*plain, 2).at("RILL_DEVICE") == "cuda:0");  // the one GPU it sees
   CHECK(contains(describe_sources(*plain), "device=cuda (GPUs 0,1,2) from flag"));
   auto visible = resolve_launch_config(flags, {{"CUDA_VISIBLE_DEVICES", "3,5,6,7"}});
   REQUIRE_MESSAGE(visible.ok(), error_of(visible.status()));
