@@ -266,9 +266,17 @@ int main(int argc, char** argv) {
   uint64_t tag = 2;
   for (const size_t size : args.sizes) {
     const auto [in_bytes, out_bytes] = ends(args.op, size, n);
-    // Rank i's input: i + 1 everywhere (small integers: every sum exact).
+    // Rank i's input: i + 1 everywhere (small integers: every sum exact);
+    // an all-to-all's says where each element came from: 64 i + the
+    // sixty-fourth of the buffer it lies in (so a block taken from the
+    // wrong rank, or the wrong place in its buffer, shows).
+    const bool to_all = args.op == CollectiveCall::kAllToAll;
+    const size_t in_elements = in_bytes / sizeof(float);
+    auto sent = [&](size_t from, size_t e) { return static_cast<float>(64 * from + e * 64 / in_elements); };
     for (int i = 0; i < n; ++i) {
-      const std::vector<float> values(in_bytes / sizeof(float), static_cast<float>(i + 1));
+      std::vector<float> values(in_elements, static_cast<float>(i + 1));
+      if (to_all)
+        for (size_t e = 0; e < in_elements; ++e) values[e] = sent(static_cast<size_t>(i), e);
       ranks[static_cast<size_t>(i)]->set(values.data(), in_bytes);
     }
     const int iters = args.iters > 0 ? args.iters
@@ -305,14 +313,18 @@ int main(int argc, char** argv) {
     for (auto& th : threads) th.join();
     for (const Status& s : failed) die(s, collective_call_name(args.op));
     // Checked once: the all-reduce's sum n (n + 1) / 2; a reduce-scatter's
-    // block of it; an all-gather's (and an all-to-all's) block j from rank j (j + 1).
+    // block of it; an all-gather's block j from rank j (j + 1); an
+    // all-to-all's as above.
     std::vector<float> got(out_bytes / sizeof(float));
     for (int i = 0; i < n; ++i) {
       ranks[static_cast<size_t>(i)]->get(got.data(), out_bytes);
       const float sum = static_cast<float>(n * (n + 1) / 2);
       for (size_t e = 0; e < got.size(); e += std::max<size_t>(1, got.size() / 64)) {
+        // An all-to-all's element e at rank i: element i * block + e % block of rank e / block's.
+        const size_t block = got.size() / static_cast<size_t>(n);
         const float want =
-            args.op == CollectiveCall::kAllGather || args.op == CollectiveCall::kAllToAll ? static_cast<float>(e / (got.size() / static_cast<size_t>(n)) + 1)
+            to_all ? sent(e / block, static_cast<size_t>(i) * block + e % block)
+            : args.op == CollectiveCall::kAllGather ? static_cast<float>(e / (got.size() / static_cast<size_t>(n)) + 1)
                                                   : sum;
         if (got[e] != want) {
           std::fprintf(stderr, "device_collective_bench: rank %d element %zu of %zu bytes: %g, want %g\n", i, e, size,

@@ -158,8 +158,10 @@ class Inserter {
     if (p.parallel() == 1 || from_sbp == to) return from;
     int last = from;
     const TensorMeta& meta = as ? *as : g_->find(tensor)->meta;
-    for (const auto& [in, out] :
-         shared_sums(meta, lanes_in_parts(meta, boxing_steps(from_sbp, to, p.num_nodes(), p.per_node()), p), p))
+    // (A collective op's pieces, read as another tensor, are not sliced first.)
+    std::vector<std::pair<NdSbp, NdSbp>> steps = boxing_steps(from_sbp, to, p.num_nodes(), p.per_node());
+    if (!as) steps = lanes_in_parts(meta, std::move(steps), p);
+    for (const auto& [in, out] : shared_sums(meta, std::move(steps), p))
       last = add(tensor, in, out, last, where, where, as, reduce_op);
     return last;
   }

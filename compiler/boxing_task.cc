@@ -148,6 +148,10 @@ StatusOr<BoxingTask> device_collective_task(const plan::Plan& plan, const plan::
           return invalid_argument("task '{}': '{}' ({}) split along axis {} over {} ranks", name, str(out->name()),
                                   shape_string(part), axis, ranks);
     }
+    if (part.size() > static_cast<size_t>(kMaxRank) || num_elements(part) <= 0)
+      return invalid_argument("task '{}': tensor {} of shape {}: a device collective's has at most {} axes and an "
+                              "element",
+                              name, k, shape_string(part), kMaxRank);
     const TensorMeta meta{part, read_dtype(out->dtype())};
     Shape want_in = part, want_out = part;
     switch (call) {
@@ -201,6 +205,12 @@ StatusOr<BoxingTask> own_piece_task(const plan::Plan& plan, const plan::Task& ta
                             "writing one piece (rank {} of {} nodes x {})",
                             name, rank, nodes, per_node);
   const TensorMeta logical{shape(out->logical_shape()), read_dtype(out->dtype())};
+  const auto rank_of = static_cast<int>(logical.shape.size());
+  for (const NdSbp& sbp : {in_sbp, out_sbp})
+    for (const Sbp& axis : {sbp.across, sbp.within})
+      if (rank_of > kMaxRank || (axis.kind == Sbp::kSplit && (axis.axis < 0 || axis.axis >= rank_of)))
+        return invalid_argument("task '{}': {} -> {} of a tensor of shape {} (at most {} axes, splits among them)",
+                                name, in_sbp.to_string(), out_sbp.to_string(), shape_string(logical.shape), kMaxRank);
   const std::optional<CollectiveScope> scope = own_piece_scope(in_sbp, out_sbp, logical.shape, nodes, per_node);
   if (!scope)
     return invalid_argument("task '{}': {} -> {} of {} is not made from each device's own piece", name,

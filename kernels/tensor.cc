@@ -157,7 +157,7 @@ Region whole_region(const Shape& shape) { return Region{Shape(shape.size(), 0), 
 
 Region split_region(const Region& region, const Sbp& sbp, int parts, int index) {
   Region r = region;
-  if (sbp.kind == Sbp::kSplit && sbp.axis < static_cast<int>(r.extent.size())) {
+  if (sbp.kind == Sbp::kSplit && sbp.axis >= 0 && sbp.axis < static_cast<int>(r.extent.size())) {
     const int64_t dim = region.extent[sbp.axis];
     const int64_t begin = split_offset(dim, parts, index);
     r.origin[sbp.axis] = region.origin[sbp.axis] + begin;

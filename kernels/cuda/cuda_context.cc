@@ -392,6 +392,11 @@ Status DeviceContext::copy(void* dst, const void* src, size_t bytes, CopyKind ki
 Status DeviceContext::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                                 size_t rows, CopyKind kind, const char* what) {
   if (width == 0 || rows == 0) return {};
+  // One row, or rows back to back on both sides: one plain copy (a 2-D
+  // copy refuses a pitch past the device's memPitch, about 2 GiB).
+  if (rows == 1 || (src_pitch == width && dst_pitch == width))
+    return cuda_status(cudaMemcpyAsync(dst, src, width * rows, memcpy_kind(kind), static_cast<cudaStream_t>(stream_)),
+                       "cudaMemcpyAsync", what);
   return cuda_status(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, memcpy_kind(kind),
                                        static_cast<cudaStream_t>(stream_)),
                      "cudaMemcpy2DAsync", what);

@@ -112,10 +112,10 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
   CHECK(aborted.code() == Code::kAborted);
 }
 
-// Every step's loss of the MLP on `nodes` agents sharing cuda:0 (in-process
-// runtimes over in-process transports).
-std::vector<double> shared_gpu_losses(int nodes, bool nccl, bool zero) {
-  graph::Job job = testing::training_sample("samples/mlp/mlp.json");
+// Every step's loss of `sample` on `nodes` agents sharing cuda:0
+// (in-process runtimes over in-process transports).
+std::vector<double> shared_gpu_losses(int nodes, bool nccl, bool zero, const char* sample = "samples/mlp/mlp.json") {
+  graph::Job job = testing::training_sample(sample);
   job.train.nccl = nccl;
   job.train.zero = zero;
   job.train.steps = 5;
@@ -168,6 +168,17 @@ TEST_CASE("train.nccl on 2 and 3 agents sharing cuda:0: in the GPU's memory, the
         for (size_t i = 0; i < host.size(); ++i) CHECK(shared[i] == doctest::Approx(host[i]).epsilon(1e-5));
       }
     }
+}
+
+// GPT tensor parallel on 2 agents sharing the GPU: its all-to-alls (heads
+// to rows and back), its slices and zeros (each device's own piece) and
+// its sums all in the GPU's memory; the boxing tasks' losses bit for bit
+// (copies, and sums of two pieces: one addition either way).
+TEST_CASE("train.nccl, GPT tensor parallel on 2 agents sharing cuda:0: all-to-all and own pieces in its memory") {
+  const std::vector<double> host = shared_gpu_losses(2, false, false, "samples/gpt/gpt_moby_tp.json");
+  const std::vector<double> shared = shared_gpu_losses(2, true, false, "samples/gpt/gpt_moby_tp.json");
+  REQUIRE(host.size() == 5);
+  CHECK(shared == host);
 }
 
 // A device's own piece in its memory (cudaMemcpy2DAsync, cudaMemsetAsync):
