@@ -12,7 +12,8 @@
 #   bench/gpu_nccl_check.sh [OUT=/tmp/rill-nccl-check] [RUN]
 # RUN prefixes every program, as in bench/gpu_check.sh (a wrapper for a
 # build made elsewhere: build/kernels/librill_cuda.so and
-# build/bench/device_collective_bench travel with it). RUNS: the bench's
+# build/bench/device_collective_bench and build/samples/device_collectives_demo
+# travel with it). RUNS: the bench's
 # alternating runs (2).
 set -u
 cd "$(dirname "$0")/.."
@@ -45,6 +46,12 @@ for ranks in 1 2; do
   step "all_to_all $ranks" $?
   cat "$out/all_to_all$ranks.txt"
 done
+# A launched program's device collectives on its GPU (NCCL, one rank).
+timeout 60 $rill launch --nproc_per_node 1 --device cuda --master_port 19910 build/samples/device_collectives_demo \
+  > "$out/launch_device.txt" 2>&1
+grep -q "rank 0 of 1 (nccl): sum \[1, 2\] block \[1, 2\] gathered \[1, 2\] received \[0, 0\]" "$out/launch_device.txt"
+step "launch device collectives" $?
+tail -2 "$out/launch_device.txt"
 # The GPT tensor-parallel sample on 2 agents sharing the GPU: every boxing a device collective.
 timeout 120 $rill run samples/gpt/gpt_moby_tp.json --nodes 2 --devices cuda:1 --set train.nccl=true --steps 5 \
   > "$out/gpt_tp.txt" 2>&1
