@@ -49,7 +49,7 @@ done
 # A launched program's device collectives on its GPU (NCCL, one rank).
 timeout 60 $rill launch --nproc_per_node 1 --device cuda --master_port 19910 build/samples/device_collectives_demo \
   > "$out/launch_device.txt" 2>&1
-grep -q "rank 0 of 1 (nccl): sum \[1, 2\] block \[1, 2\] gathered \[1, 2\] received \[0, 0\]" "$out/launch_device.txt"
+grep -qF "rank 0 of 1 (nccl): sum [1, 2] max [1, 2] average [1, 2] block [1, 2] gathered [1, 2] received [0, 0] broadcast [1, 2] scattered [0, 0] passed [-1, -1] reduced [1, 2] at root [1, 2]" "$out/launch_device.txt"
 step "launch device collectives" $?
 tail -2 "$out/launch_device.txt"
 # The GPT tensor-parallel sample on 2 agents sharing the GPU: every boxing a device collective.

@@ -64,7 +64,8 @@ StatusOr<ncclRedOp_t> nccl_op(int op) {
     case 1: return ncclMax;
     case 2: return ncclMin;
     case 3: return ncclProd;
-    default: return invalid_argument("NCCL: no reduction for op {} (0 sum, 1 max, 2 min, 3 product)", op);
+    case 4: return ncclAvg;
+    default: return invalid_argument("NCCL: no reduction for op {} (0 sum, 1 max, 2 min, 3 product, 4 average)", op);
   }
 }
 
@@ -193,6 +194,43 @@ class Comm final : public NcclComm {
     return settle(deadline, "ncclSend/ncclRecv", what);
   }
 
+  Status reduce(const void* input, void* output, size_t elements, DType dtype, int op, int root, CudaContext& cuda,
+                std::chrono::milliseconds timeout, const char* what) override {
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_ASSIGN_OR_RETURN(ncclRedOp_t reduce, nccl_op(op));
+    RILL_RETURN_IF_ERROR(check_peer(root, "ncclReduce", what));
+    return one_call("ncclReduce", timeout, what, [&](cudaStream_t stream) {
+      return ncclReduce(input, output, elements, type, reduce, root, comm_, stream);
+    }, cuda);
+  }
+
+  Status broadcast(const void* input, void* output, size_t elements, DType dtype, int root, CudaContext& cuda,
+                   std::chrono::milliseconds timeout, const char* what) override {
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_RETURN_IF_ERROR(check_peer(root, "ncclBroadcast", what));
+    return one_call("ncclBroadcast", timeout, what, [&](cudaStream_t stream) {
+      return ncclBroadcast(input, output, elements, type, root, comm_, stream);
+    }, cuda);
+  }
+
+  Status send(const void* data, size_t elements, DType dtype, int peer, CudaContext& cuda,
+              std::chrono::milliseconds timeout, const char* what) override {
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_RETURN_IF_ERROR(check_peer(peer, "ncclSend", what));
+    return one_call("ncclSend", timeout, what, [&](cudaStream_t stream) {
+      return ncclSend(data, elements, type, peer, comm_, stream);
+    }, cuda);
+  }
+
+  Status recv(void* data, size_t elements, DType dtype, int peer, CudaContext& cuda,
+              std::chrono::milliseconds timeout, const char* what) override {
+    RILL_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(dtype));
+    RILL_RETURN_IF_ERROR(check_peer(peer, "ncclRecv", what));
+    return one_call("ncclRecv", timeout, what, [&](cudaStream_t stream) {
+      return ncclRecv(data, elements, type, peer, comm_, stream);
+    }, cuda);
+  }
+
   Status check(const char* what) override {
     std::lock_guard lock(mu_);
     if (aborted_) return {};
@@ -248,6 +286,24 @@ class Comm final : public NcclComm {
     if (counts.size() != static_cast<size_t>(world_))
       return internal_error("{} ({}): {} blocks for {} ranks", call, what, counts.size(), world_);
     return {};
+  }
+  Status check_peer(int peer, const char* call, const char* what) const {
+    if (peer < 0 || peer >= world_) return invalid_argument("{} ({}): rank {} of {}", call, what, peer, world_);
+    return {};
+  }
+  // One NCCL call, `enqueue(stream)`, under mu_ on a usable communicator,
+  // then waited for until NCCL took it (as every call here).
+  template <typename Enqueue>
+  Status one_call(const char* call, std::chrono::milliseconds timeout, const char* what, Enqueue&& enqueue,
+                  CudaContext& cuda) {
+    const auto stream = static_cast<cudaStream_t>(cuda.stream());
+    const auto deadline = Clock::now() + timeout;
+    {
+      std::lock_guard lock(mu_);
+      RILL_RETURN_IF_ERROR(usable(what));
+      RILL_RETURN_IF_ERROR(nccl_status(enqueue(stream), call, what));
+    }
+    return settle(deadline, call, what);
   }
   static bool even(std::span<const size_t> counts) {
     return std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });

@@ -33,7 +33,8 @@ class NcclComm {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   // For every k: outputs[k] = inputs[k] combined over the ranks by `op`
-  // (0 sum, 1 max, 2 min, 3 product: comm::ReduceOp's values), elements[k]
+  // (0 sum, 1 max, 2 min, 3 product, 4 average: comm::ReduceOp's values; an
+  // average of floats only), elements[k]
   // elements of `dtype`, enqueued on `cuda`'s compute stream in one NCCL
   // group (one launch for a bucket), waiting at most `timeout` for NCCL to
   // take it.
@@ -56,6 +57,19 @@ class NcclComm {
   virtual Status all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
                             std::span<const size_t> recv_counts, DType dtype, CudaContext& cuda,
                             std::chrono::milliseconds timeout, const char* what) = 0;
+  // output (root's) = input combined over the ranks by `op`; every rank's
+  // output = root's input (output may be input); `elements` each. Enqueued
+  // alike.
+  virtual Status reduce(const void* input, void* output, size_t elements, DType dtype, int op, int root,
+                        CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
+  virtual Status broadcast(const void* input, void* output, size_t elements, DType dtype, int root,
+                           CudaContext& cuda, std::chrono::milliseconds timeout, const char* what) = 0;
+  // Point to point: `elements` to rank `peer`, or from it (ncclSend,
+  // ncclRecv), enqueued alike.
+  virtual Status send(const void* data, size_t elements, DType dtype, int peer, CudaContext& cuda,
+                      std::chrono::milliseconds timeout, const char* what) = 0;
+  virtual Status recv(void* data, size_t elements, DType dtype, int peer, CudaContext& cuda,
+                      std::chrono::milliseconds timeout, const char* what) = 0;
   // An error NCCL met since (a peer gone, a network failure), without
   // waiting; a call under way on another thread is no error, nor is an
   // aborted communicator (its abort was asked for). Any thread.

@@ -6,9 +6,12 @@
 //   build/rill launch --nproc_per_node 2 build/samples/device_collectives_demo
 //   build/rill launch --nproc_per_node 1 --device cuda build/samples/device_collectives_demo
 // Rank r holds x = [r + 1, 2 (r + 1), ..., 2 world (r + 1)]; every rank
-// prints the all-reduced sum, its block of the reduce-scatter, the
-// all-gather of its first two elements, and the all-to-all of blocks whose
-// values say where they came from (100 r + q for rank q's block).
+// prints its results of comm/collectives.h's eleven on device buffers: the
+// all-reduced sum, max and average, its block of the reduce-scatter, the
+// all-gather of its first two elements, the all-to-all of blocks whose
+// values say where they came from (100 r + q for rank q's block), rank 0's
+// x broadcast, its block of rank 0's blocks scattered, and what the rank
+// before it sent (around a ring); rank 0 also its reduce and gather.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -62,28 +65,50 @@ class Buffer {
 int main() {
   auto group = rill::env::device_communicator();
   if (!group.ok()) Buffer::die(group.status());
-  rill::DeviceCommunicator& c = (*group)->communicator();
-  rill::CudaContext* cuda = (*group)->cuda();
-  const int rank = c.rank(), world = c.world();
+  rill::DeviceGroup& g = **group;
+  rill::CudaContext* cuda = g.cuda();
+  const int rank = g.rank(), world = g.world();
   const size_t n = 2 * static_cast<size_t>(world);
   std::vector<float> x(n), to_each(n);
   for (size_t i = 0; i < n; ++i) {
     x[i] = static_cast<float>((i + 1) * static_cast<size_t>(rank + 1));
     to_each[i] = static_cast<float>(100 * rank + static_cast<int>(i / 2));  // block q: 100 r + q
   }
-  const std::vector<size_t> blocks(static_cast<size_t>(world), 2);
-  Buffer in(cuda, x), sum(cuda, std::vector<float>(n)), block(cuda, std::vector<float>(2)),
-      gathered(cuda, std::vector<float>(n)), sent(cuda, to_each), received(cuda, std::vector<float>(n));
-  const void* inputs[] = {in.data()};
-  void* outputs[] = {sum.data()};
-  const size_t elements[] = {n};
-  Buffer::check(c.all_reduce(inputs, outputs, elements, rill::DType::kF32, rill::comm::ReduceOp::kSum, 1));
-  Buffer::check(c.reduce_scatter(in.data(), block.data(), blocks, rill::DType::kF32, rill::comm::ReduceOp::kSum, 2));
-  Buffer::check(c.all_gather(in.data(), gathered.data(), blocks, rill::DType::kF32, 3));
-  Buffer::check(c.all_to_all(sent.data(), blocks, received.data(), blocks, rill::DType::kF32, 4));
-  Buffer::check((*group)->host().barrier(5));  // every rank has what it needs before any closes its sockets
-  std::printf("rank %d of %d (%s): sum %s block %s gathered %s received %s\n", rank, world, (*group)->backend(),
-              fmt::format("{}", sum.values()).c_str(), fmt::format("{}", block.values()).c_str(),
-              fmt::format("{}", gathered.values()).c_str(), fmt::format("{}", received.values()).c_str());
+  using rill::DType;
+  using rill::comm::ReduceOp;
+  Buffer in(cuda, x), sum(cuda, std::vector<float>(n)), max(cuda, std::vector<float>(n)),
+      average(cuda, std::vector<float>(n)), reduced(cuda, std::vector<float>(n)), block(cuda, std::vector<float>(2)),
+      gathered(cuda, std::vector<float>(n)), sent(cuda, to_each), received(cuda, std::vector<float>(n)),
+      from_root(cuda, x), at_root(cuda, std::vector<float>(n)), scattered(cuda, std::vector<float>(2)),
+      passed(cuda, std::vector<float>(2, -1.0f));
+  Buffer::check(g.all_reduce(in.data(), sum.data(), n, DType::kF32, ReduceOp::kSum, 1));
+  Buffer::check(g.all_reduce(in.data(), max.data(), n, DType::kF32, ReduceOp::kMax, 2));
+  Buffer::check(g.all_reduce(in.data(), average.data(), n, DType::kF32, ReduceOp::kAverage, 3));
+  Buffer::check(g.reduce(in.data(), reduced.data(), n, DType::kF32, ReduceOp::kSum, 0, 4));
+  Buffer::check(g.reduce_scatter(in.data(), block.data(), 2, DType::kF32, ReduceOp::kSum, 5));
+  Buffer::check(g.all_gather(in.data(), gathered.data(), 2, DType::kF32, 6));
+  Buffer::check(g.all_to_all(sent.data(), received.data(), 2, DType::kF32, 7));
+  Buffer::check(g.broadcast(from_root.data(), n, DType::kF32, 0, 8));
+  Buffer::check(g.gather(in.data(), at_root.data(), 2, DType::kF32, 0, 9));
+  Buffer::check(g.scatter(sent.data(), scattered.data(), 2, DType::kF32, 0, 10));
+  // Around a ring: each rank sends its first two elements to the next.
+  if (world > 1) {
+    const int next = (rank + 1) % world, last = (rank + world - 1) % world;
+    if (rank % 2 == 0) {
+      Buffer::check(g.send(in.data(), 2, DType::kF32, next, 11));
+      Buffer::check(g.recv(passed.data(), 2, DType::kF32, last, 11));
+    } else {
+      Buffer::check(g.recv(passed.data(), 2, DType::kF32, last, 11));
+      Buffer::check(g.send(in.data(), 2, DType::kF32, next, 11));
+    }
+  }
+  Buffer::check(g.barrier(12));  // every rank has what it needs before any closes its sockets
+  std::string line = fmt::format("rank {} of {} ({}): sum {} max {} average {} block {} gathered {} received {} "
+                                 "broadcast {} scattered {} passed {}",
+                                 rank, world, g.backend(), sum.values(), max.values(), average.values(),
+                                 block.values(), gathered.values(), received.values(), from_root.values(),
+                                 scattered.values(), passed.values());
+  if (rank == 0) line += fmt::format(" reduced {} at root {}", reduced.values(), at_root.values());
+  std::printf("%s\n", line.c_str());
   return 0;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "process_util.h"
 #include "runtime/cluster/cluster_config.h"
 
@@ -96,9 +98,10 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
 }
 
 // A program's device collectives (rill::env::device_communicator; on cpu
-// slots host memory): 2 launchers x 2 processes, the 4 ranks across 2
-// nodes. Rank r holds x[i] = (i + 1) (r + 1), i < 8, and sends rank q a
-// block of 100 r + q: small integers, exact; every rank's result checked.
+// slots host memory), all eleven: 2 launchers x 2 processes, the 4 ranks
+// across 2 nodes. Rank r holds x[i] = (i + 1) (r + 1), i < 8, and sends
+// rank q a block of 100 r + q; averages of four such are exact in binary
+// (k / 4): every value exact, every rank's result checked.
 TEST_CASE("rill launch: a program's device collectives from the environment, across two launchers") {
   const char* program = std::getenv("RILL_DEVICE_COLLECTIVES_PROGRAM");
   REQUIRE(program != nullptr);
@@ -119,12 +122,22 @@ TEST_CASE("rill launch: a program's device collectives from the environment, acr
   }
   INFO(other);
   const std::string all = ran.output + other;
-  const std::string sum = " of 4 (host): sum [10, 20, 30, 40, 50, 60, 70, 80] block ";
+  const std::string reductions =
+      " of 4 (host): sum [10, 20, 30, 40, 50, 60, 70, 80] max [4, 8, 12, 16, 20, 24, 28, 32] average [2.5, 5, 7.5, "
+      "10, 12.5, 15, 17.5, 20] block ";
   const std::string gathered = " gathered [1, 2, 2, 4, 3, 6, 4, 8] received ";
-  CHECK(all.find("rank 0" + sum + "[10, 20]" + gathered + "[0, 0, 100, 100, 200, 200, 300, 300]") != std::string::npos);
-  CHECK(all.find("rank 1" + sum + "[30, 40]" + gathered + "[1, 1, 101, 101, 201, 201, 301, 301]") != std::string::npos);
-  CHECK(all.find("rank 2" + sum + "[50, 60]" + gathered + "[2, 2, 102, 102, 202, 202, 302, 302]") != std::string::npos);
-  CHECK(all.find("rank 3" + sum + "[70, 80]" + gathered + "[3, 3, 103, 103, 203, 203, 303, 303]") != std::string::npos);
+  const std::string broadcast = " broadcast [1, 2, 3, 4, 5, 6, 7, 8] scattered ";
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    std::string received;
+    for (int q = 0; q < 4; ++q) received += fmt::format("{}{}, {}", q ? ", " : "", 100 * q + r, 100 * q + r);
+    const int last = (r + 3) % 4 + 1;  // the rank before's first two: (1, 2) times its r + 1
+    const std::string line = fmt::format("rank {}{}[{}, {}]{}[{}]{}[{}, {}] passed [{}, {}]", r, reductions,
+                                         10 * (2 * r + 1), 10 * (2 * r + 2), gathered, received, broadcast, r, r, last,
+                                         2 * last);
+    CHECK(all.find(line) != std::string::npos);
+  }
+  CHECK(all.find("reduced [10, 20, 30, 40, 50, 60, 70, 80] at root [1, 2, 2, 4, 3, 6, 4, 8]") != std::string::npos);
 }
 
 // The seed's DDP example (samples/ddp/ddp_train.json, train.view

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/cluster/cluster_config.h"
+#include "runtime/cluster/device_group.h"
 #include "runtime/cluster/env.h"
 
 namespace rill {
@@ -461,6 +462,36 @@ TEST_CASE("launch_environment gives each process its place, and the queries read
   CHECK(again->node_rank == 1);
   CHECK(again->master_addr == "10.1.0.1");
   CHECK(contains(error_of(resolve_launch_config(nproc, launch_environment(*config, 1)).status()), "LOCAL_RANK=1"));
+}
+
+// A lone process's device collectives (no launcher: world 1, cpu): each
+// gives its input back; what no rank could do is refused by name.
+TEST_CASE("a program's device collectives alone on cpu, and the calls they refuse") {
+  ScopedEnv world("RILL_WORLD_SIZE", nullptr), rank("RILL_RANK", nullptr), device("RILL_DEVICE", "cpu");
+  auto group = env::device_communicator(std::chrono::seconds(5));
+  REQUIRE_MESSAGE(group.ok(), error_of(group.status()));
+  DeviceGroup& g = **group;
+  CHECK(std::string(g.backend()) == "host");
+  CHECK(g.cuda() == nullptr);
+  const std::vector<float> x{1.5f, -2.0f};
+  std::vector<float> out(2);
+  REQUIRE(g.all_reduce(x.data(), out.data(), 2, DType::kF32, comm::ReduceOp::kAverage, 1).ok());
+  CHECK(out == x);
+  REQUIRE(g.all_to_all(x.data(), out.data(), 2, DType::kF32, 2).ok());
+  CHECK(out == x);
+  const std::vector<int32_t> i{3, 4};
+  std::vector<int32_t> i_out(2);
+  CHECK(contains(error_of(g.all_reduce(i.data(), i_out.data(), 2, DType::kI32, comm::ReduceOp::kAverage, 3)),
+                 "an average of i32"));
+  CHECK(contains(error_of(g.broadcast(out.data(), 2, DType::kF32, 1, 4)), "broadcast: rank 1 of 1"));
+  CHECK(contains(error_of(g.send(x.data(), 2, DType::kF32, -1, 5)), "send: rank -1 of 1"));
+}
+
+TEST_CASE("RILL_DEVICE other than cpu, cuda or cuda:N is refused, naming it") {
+  ScopedEnv world("RILL_WORLD_SIZE", nullptr), rank("RILL_RANK", nullptr), device("RILL_DEVICE", "tpu:0");
+  auto group = env::device_communicator(std::chrono::seconds(5));
+  REQUIRE_FALSE(group.ok());
+  CHECK(contains(error_of(group.status()), "RILL_DEVICE=tpu:0"));
 }
 
 TEST_CASE("rill launch --device cuda: a GPU a process, the i-th of CUDA_VISIBLE_DEVICES where it is set") {
