@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <type_traits>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "runtime/cluster/env.h"
@@ -44,11 +46,12 @@ std::span<std::byte> out_bytes(void* p, size_t n) { return {static_cast<std::byt
 }  // namespace
 
 DeviceGroup::~DeviceGroup() {
-  // NCCL's communicators go first (an abort never waits for a peer), then
-  // the context whose stream they used.
+  // The work enqueued is done first (within the deadline, else the
+  // communicator is aborted); then NCCL's communicators go, then the
+  // context whose stream they used.
+  if (Status s = drain("closing"); !s.ok()) spdlog::warn("device collectives: {}", s.to_string());
   nccl_ = nullptr;
   nccl_comms_.clear();
-  if (cuda_) (void)cuda_->synchronize("closing a program's device collectives");
 }
 
 StatusOr<std::unique_ptr<DeviceGroup>> make_device_group(std::chrono::milliseconds timeout) {
@@ -59,26 +62,38 @@ StatusOr<std::unique_ptr<DeviceGroup>> make_device_group(std::chrono::millisecon
   g->world_ = host.world();
   g->timeout_ = timeout;
   RILL_ASSIGN_OR_RETURN(const int device, device_of_environment());
-  if (device < 0) return g;  // cpu: the host's collectives
-  RILL_ASSIGN_OR_RETURN(g->cuda_, CudaContext::create(device));
-  // Every process's GPU and whether it has NCCL, so all choose alike.
-  RILL_ASSIGN_OR_RETURN(const auto uuid, g->cuda_->uuid("a program's device collectives"));
-  constexpr size_t kEach = 17;
+  if (device >= 0) {
+    RILL_ASSIGN_OR_RETURN(g->cuda_, CudaContext::create(device));
+  }
+  // Every process's device kind, GPU and whether it has NCCL, so all
+  // choose alike (or refuse alike, where some are on GPUs and some not).
+  constexpr size_t kEach = 18;
   const auto world = static_cast<size_t>(g->world_);
   std::vector<std::byte> mine(kEach), all(kEach * world);
-  std::memcpy(mine.data(), uuid.data(), 16);
-  mine[16] = std::byte{nccl_available() ? uint8_t{1} : uint8_t{0}};
+  mine[0] = std::byte{device >= 0 ? uint8_t{1} : uint8_t{0}};
+  if (g->cuda_) {
+    RILL_ASSIGN_OR_RETURN(const auto uuid, g->cuda_->uuid("a program's device collectives"));
+    std::memcpy(mine.data() + 1, uuid.data(), 16);
+  }
+  mine[17] = std::byte{device >= 0 && nccl_available() ? uint8_t{1} : uint8_t{0}};
   if (world > 1) {
-    RILL_RETURN_IF_ERROR(host.all_gather(mine, all, kGpusTag).with_context("gathering the processes' GPUs"));
+    RILL_RETURN_IF_ERROR(host.all_gather(mine, all, kGpusTag).with_context("gathering the processes' devices"));
   } else {
     all = mine;
   }
   std::vector<std::array<std::byte, 16>> gpus(world);
   bool nccl = true;
+  std::vector<size_t> on_gpus, on_cpus;
   for (size_t r = 0; r < world; ++r) {
-    std::memcpy(gpus[r].data(), all.data() + r * kEach, 16);
-    nccl = nccl && all[r * kEach + 16] == std::byte{1};
+    (all[r * kEach] == std::byte{1} ? on_gpus : on_cpus).push_back(r);
+    std::memcpy(gpus[r].data(), all.data() + r * kEach + 1, 16);
+    nccl = nccl && all[r * kEach + 17] == std::byte{1};
   }
+  if (!on_gpus.empty() && !on_cpus.empty())
+    return invalid_argument("device collectives: rank(s) {} are on GPUs and rank(s) {} on cpu (RILL_DEVICE; rill "
+                            "launch --device on every node alike)",
+                            fmt::join(on_gpus, ", "), fmt::join(on_cpus, ", "));
+  if (device < 0) return g;  // cpu: the host's collectives
   std::sort(gpus.begin(), gpus.end());
   if (std::unique(gpus.begin(), gpus.end()) != gpus.end() || !nccl) {
     if (g->rank_ == 0)
@@ -148,12 +163,10 @@ Status DeviceGroup::reduce(const void* input, void* output, size_t elements, DTy
     return nccl_->reduce(input, output, elements, dtype, static_cast<int>(op), root, *cuda_, timeout_, what("reduce"));
   const size_t bytes = elements * dtype_size(dtype);
   const bool mine = rank_ == root;
-  // Off the root the host's reduce still takes a place for the result.
-  if (!mine) staged_out_.resize(std::max(staged_out_.size(), bytes));
+  // Off the root the host's reduce neither reads nor writes its output.
   return on_host(input, bytes, output, mine ? bytes : 0, [&](const void* in, void* out) {
-    void* into = mine ? out : static_cast<void*>(staged_out_.data());
     return visit_dtype(dtype, [&]<typename T>(std::type_identity<T>) {
-      return host().reduce(in_span<T>(in, elements), out_span<T>(into, elements), root, tag, op);
+      return host().reduce(in_span<T>(in, elements), out_span<T>(out, mine ? elements : 0), root, tag, op);
     });
   });
 }
@@ -191,8 +204,9 @@ Status DeviceGroup::broadcast(void* buffer, size_t elements, DType dtype, int ro
   RILL_RETURN_IF_ERROR(check(dtype, comm::ReduceOp::kSum, root, "broadcast"));
   if (nccl_ != nullptr) return nccl_->broadcast(buffer, buffer, elements, dtype, root, *cuda_, timeout_, what("broadcast"));
   const size_t bytes = elements * dtype_size(dtype);
-  return on_host(buffer, bytes, buffer, bytes, [&](const void* in, void* out) {
-    if (in != out) std::memcpy(out, in, bytes);
+  const bool mine = rank_ == root;  // only the root's bytes go to the host
+  return on_host(buffer, mine ? bytes : 0, buffer, bytes, [&](const void* in, void* out) {
+    if (mine && in != out) std::memcpy(out, in, bytes);
     return host().broadcast(out_bytes(out, bytes), root, tag);
   });
 }
@@ -207,10 +221,8 @@ Status DeviceGroup::gather(const void* input, void* output, size_t elements, DTy
     sent[static_cast<size_t>(root)] = elements;
     return nccl_->all_to_all(input, sent, output, got, dtype, *cuda_, timeout_, what("gather"));
   }
-  if (!mine) staged_out_.resize(std::max(staged_out_.size(), world * bytes));
   return on_host(input, bytes, output, mine ? world * bytes : 0, [&](const void* in, void* out) {
-    void* into = mine ? out : static_cast<void*>(staged_out_.data());
-    return host().gather(in_bytes(in, bytes), out_bytes(into, mine ? world * bytes : 0), root, tag);
+    return host().gather(in_bytes(in, bytes), out_bytes(out, mine ? world * bytes : 0), root, tag);
   });
 }
 
@@ -256,8 +268,29 @@ Status DeviceGroup::recv(void* data, size_t elements, DType dtype, int from, uin
   return on_host(nullptr, 0, data, bytes, [&](const void*, void* out) { return host().recv(from, out_bytes(out, bytes), tag); });
 }
 
+Status DeviceGroup::drain(const char* call) {
+  if (!cuda_) return {};
+  RILL_ASSIGN_OR_RETURN(const uint64_t ticket, cuda_->record(what(call)));
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (;;) {
+    RILL_ASSIGN_OR_RETURN(const bool done, cuda_->done(ticket, what_.c_str()));
+    if (done) return {};
+    // A peer gone mid-collective: NCCL says so, or the deadline passes;
+    // either way the communicator is aborted, which ends the wait.
+    Status failed = nccl_ != nullptr ? nccl_->check(what_.c_str()) : Status();
+    if (failed.ok() && std::chrono::steady_clock::now() > deadline)
+      failed = Status(Code::kDeadlineExceeded,
+                      fmt::format("{}: its device's work was not done within {} ms", what_, timeout_.count()));
+    if (!failed.ok()) {
+      if (nccl_ != nullptr) nccl_->abort();
+      return failed;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 Status DeviceGroup::barrier(uint64_t tag) {
-  if (cuda_) RILL_RETURN_IF_ERROR(cuda_->synchronize(what("barrier")));
+  RILL_RETURN_IF_ERROR(drain("barrier"));
   return host().barrier(tag);
 }
 

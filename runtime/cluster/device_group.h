@@ -17,7 +17,9 @@
 // Reductions: sum, max, min, product, average (of floats). The processes
 // meet as env::communicator's do (MASTER_ADDR, MASTER_PORT). One thread at
 // a time; tags as the host collectives' (a call's tag the same on every
-// rank, distinct from the calls around it).
+// rank, distinct from the calls around it). Nothing waits past the deadline
+// given (a call's NCCL hand-over, barrier()'s wait for the device, the
+// destructor's): a peer gone fails the call, naming it.
 #pragma once
 
 #include <chrono>
@@ -75,6 +77,10 @@ class DeviceGroup {
   template <typename Call>
   Status on_host(const void* input, size_t in_bytes, void* output, size_t out_bytes, Call&& call);
   const char* what(const char* call);
+  // Waits for the device's work enqueued so far, within the deadline: a
+  // collective whose peer is gone (NCCL's error, or the deadline) aborts
+  // the communicator and fails naming the call.
+  Status drain(const char* call);
   Status check(DType dtype, comm::ReduceOp op, int peer, const char* call) const;
 
   comm::Communicator host_;

@@ -9,9 +9,10 @@
 // prints its results of comm/collectives.h's eleven on device buffers: the
 // all-reduced sum, max and average, its block of the reduce-scatter, the
 // all-gather of its first two elements, the all-to-all of blocks whose
-// values say where they came from (100 r + q for rank q's block), rank 0's
-// x broadcast, its block of rank 0's blocks scattered, and what the rank
-// before it sent (around a ring); rank 0 also its reduce and gather.
+// values say where they came from (100 r + q for rank q's block), the last
+// rank's x broadcast, its block of the last rank's blocks scattered, and
+// what the rank before it sent (around a ring); the last rank (the root of
+// the rooted calls) also its reduce and gather.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -84,13 +85,14 @@ int main() {
   Buffer::check(g.all_reduce(in.data(), sum.data(), n, DType::kF32, ReduceOp::kSum, 1));
   Buffer::check(g.all_reduce(in.data(), max.data(), n, DType::kF32, ReduceOp::kMax, 2));
   Buffer::check(g.all_reduce(in.data(), average.data(), n, DType::kF32, ReduceOp::kAverage, 3));
-  Buffer::check(g.reduce(in.data(), reduced.data(), n, DType::kF32, ReduceOp::kSum, 0, 4));
+  const int root = world - 1;  // rooted calls at the last rank
+  Buffer::check(g.reduce(in.data(), reduced.data(), n, DType::kF32, ReduceOp::kSum, root, 4));
   Buffer::check(g.reduce_scatter(in.data(), block.data(), 2, DType::kF32, ReduceOp::kSum, 5));
   Buffer::check(g.all_gather(in.data(), gathered.data(), 2, DType::kF32, 6));
   Buffer::check(g.all_to_all(sent.data(), received.data(), 2, DType::kF32, 7));
-  Buffer::check(g.broadcast(from_root.data(), n, DType::kF32, 0, 8));
-  Buffer::check(g.gather(in.data(), at_root.data(), 2, DType::kF32, 0, 9));
-  Buffer::check(g.scatter(sent.data(), scattered.data(), 2, DType::kF32, 0, 10));
+  Buffer::check(g.broadcast(from_root.data(), n, DType::kF32, root, 8));
+  Buffer::check(g.gather(in.data(), at_root.data(), 2, DType::kF32, root, 9));
+  Buffer::check(g.scatter(sent.data(), scattered.data(), 2, DType::kF32, root, 10));
   // Around a ring: each rank sends its first two elements to the next.
   if (world > 1) {
     const int next = (rank + 1) % world, last = (rank + world - 1) % world;
@@ -108,7 +110,7 @@ int main() {
                                  rank, world, g.backend(), sum.values(), max.values(), average.values(),
                                  block.values(), gathered.values(), received.values(), from_root.values(),
                                  scattered.values(), passed.values());
-  if (rank == 0) line += fmt::format(" reduced {} at root {}", reduced.values(), at_root.values());
+  if (rank == root) line += fmt::format(" reduced {} at root {}", reduced.values(), at_root.values());
   std::printf("%s\n", line.c_str());
   return 0;
 }

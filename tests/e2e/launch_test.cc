@@ -126,18 +126,20 @@ TEST_CASE("rill launch: a program's device collectives from the environment, acr
       " of 4 (host): sum [10, 20, 30, 40, 50, 60, 70, 80] max [4, 8, 12, 16, 20, 24, 28, 32] average [2.5, 5, 7.5, "
       "10, 12.5, 15, 17.5, 20] block ";
   const std::string gathered = " gathered [1, 2, 2, 4, 3, 6, 4, 8] received ";
-  const std::string broadcast = " broadcast [1, 2, 3, 4, 5, 6, 7, 8] scattered ";
+  const std::string broadcast = " broadcast [4, 8, 12, 16, 20, 24, 28, 32] scattered ";  // rank 3's
   for (int r = 0; r < 4; ++r) {
     CAPTURE(r);
     std::string received;
     for (int q = 0; q < 4; ++q) received += fmt::format("{}{}, {}", q ? ", " : "", 100 * q + r, 100 * q + r);
     const int last = (r + 3) % 4 + 1;  // the rank before's first two: (1, 2) times its r + 1
     const std::string line = fmt::format("rank {}{}[{}, {}]{}[{}]{}[{}, {}] passed [{}, {}]", r, reductions,
-                                         10 * (2 * r + 1), 10 * (2 * r + 2), gathered, received, broadcast, r, r, last,
-                                         2 * last);
+                                         10 * (2 * r + 1), 10 * (2 * r + 2), gathered, received, broadcast, 300 + r,
+                                         300 + r, last, 2 * last);
     CHECK(all.find(line) != std::string::npos);
   }
-  CHECK(all.find("reduced [10, 20, 30, 40, 50, 60, 70, 80] at root [1, 2, 2, 4, 3, 6, 4, 8]") != std::string::npos);
+  // The rooted calls' root is the last rank (no offset of 0 to hide behind).
+  CHECK(all.find("passed [3, 6] reduced [10, 20, 30, 40, 50, 60, 70, 80] at root [1, 2, 2, 4, 3, 6, 4, 8]") !=
+        std::string::npos);
 }
 
 // The seed's DDP example (samples/ddp/ddp_train.json, train.view

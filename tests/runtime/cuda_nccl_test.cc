@@ -101,6 +101,16 @@ TEST_CASE("NCCL with one rank on cuda:0: every dtype and reduction gives its inp
           const size_t counts[] = {f32.size()};
           return comm.all_to_all(in, counts, out, counts, DType::kF32, **cuda, kTimeout, "test");
         }) == f32);
+  // So do an average, a reduce and a broadcast to and from rank 0.
+  CHECK(all_reduce_alone(comm, **cuda, f32, DType::kF32, 4, false) == f32);
+  CHECK(on_device(**cuda, f32, false, [&](void* in, void* out) {
+          return comm.reduce(in, out, f32.size(), DType::kF32, 0, 0, **cuda, kTimeout, "test");
+        }) == f32);
+  CHECK(on_device(**cuda, f32, true, [&](void* in, void* out) {
+          return comm.broadcast(in, out, f32.size(), DType::kF32, 0, **cuda, kTimeout, "test");
+        }) == f32);
+  CHECK(comm.broadcast(nullptr, nullptr, 1, DType::kF32, 1, **cuda, kTimeout, "test").code() ==
+        Code::kInvalidArgument);  // no rank 1
   CHECK(comm.check("test").ok());
   CHECK(comm.all_reduce({}, {}, {}, DType::kF32, 9, **cuda, kTimeout, "test").code() == Code::kInvalidArgument);
 
