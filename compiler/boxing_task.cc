@@ -222,9 +222,9 @@ StatusOr<BoxingTask> own_piece_task(const plan::Plan& plan, const plan::Task& ta
   own.dtype = logical.dtype;
   // On the axis it changes: from B (a slice, or the value kept by one
   // rank) or from S (its piece); to P (zeros first) or to S.
-  const bool within = *scope == CollectiveScope::kNode;
-  const bool from_b = (within ? in_sbp.within : in_sbp.across).kind == Sbp::kBroadcast;
-  const bool to_p = (within ? out_sbp.within : out_sbp.across).kind == Sbp::kPartialSum;
+  const AxisChange change = *axis_change(in_sbp, out_sbp);  // there is one: own_piece_scope found it
+  const bool from_b = change.from.kind == Sbp::kBroadcast;
+  const bool to_p = change.to.kind == Sbp::kPartialSum;
   own.zero = to_p && (!from_b || !own_piece_holder(*scope, rank, per_node));
   own.copy = !to_p || !from_b || own_piece_holder(*scope, rank, per_node);
   const int zone = ActorId::device_type(task.id()) == DeviceType::kCuda ? task.device() : -1;

@@ -104,24 +104,23 @@ bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes) {
   return boxing_form(in, out, nodes) != BoxingForm::kWithinNode && boxing_exchanges(in.across, out.across, nodes);
 }
 
+std::optional<AxisChange> axis_change(const NdSbp& in, const NdSbp& out) {
+  if (in.flat() && out.flat()) return AxisChange{CollectiveScope::kAll, in.across, out.across};
+  if (in.across == out.across) return AxisChange{CollectiveScope::kNode, in.within, out.within};
+  if (in.within == out.within) return AxisChange{CollectiveScope::kLane, in.across, out.across};
+  return std::nullopt;
+}
+
 std::optional<AxisCollective> axis_collective(const NdSbp& in, const NdSbp& out) {
-  Sbp a, b;
-  CollectiveScope scope = CollectiveScope::kAll;
-  if (in.flat() && out.flat()) {
-    a = in.across, b = out.across;
-  } else if (in.across == out.across) {
-    scope = CollectiveScope::kNode;
-    a = in.within, b = out.within;
-  } else if (in.within == out.within) {
-    // A lane holds the same part of the tensor on every node only if
-    // `within` does not cut the axis the nodes split (as kLanes).
-    const Sbp& w = in.within;
-    if (w.kind == Sbp::kSplit && (in.across == w || out.across == w)) return std::nullopt;
-    scope = CollectiveScope::kLane;
-    a = in.across, b = out.across;
-  } else {
+  const std::optional<AxisChange> change = axis_change(in, out);
+  if (!change) return std::nullopt;
+  // A lane holds the same part of the tensor on every node only if
+  // `within` does not cut the axis the nodes split (as kLanes).
+  const Sbp& w = in.within;
+  if (change->scope == CollectiveScope::kLane && w.kind == Sbp::kSplit && (in.across == w || out.across == w))
     return std::nullopt;
-  }
+  const CollectiveScope scope = change->scope;
+  const Sbp &a = change->from, &b = change->to;
   if (a.kind == Sbp::kPartialSum && b.kind == Sbp::kBroadcast) return AxisCollective{CollectiveCall::kAllReduce, scope};
   if (a.kind == Sbp::kPartialSum && b.kind == Sbp::kSplit)
     return AxisCollective{CollectiveCall::kReduceScatter, scope, b.axis};
@@ -176,19 +175,9 @@ Region piece_region(const Shape& logical, const NdSbp& sbp, int nodes, int per_n
 
 std::optional<CollectiveScope> own_piece_scope(const NdSbp& in, const NdSbp& out, const Shape& logical, int nodes,
                                                int per_node) {
-  Sbp a, b;
-  CollectiveScope scope = CollectiveScope::kAll;
-  if (in.flat() && out.flat()) {
-    a = in.across, b = out.across;
-  } else if (in.across == out.across) {
-    scope = CollectiveScope::kNode;
-    a = in.within, b = out.within;
-  } else if (in.within == out.within) {
-    scope = CollectiveScope::kLane;
-    a = in.across, b = out.across;
-  } else {
-    return std::nullopt;
-  }
+  const std::optional<AxisChange> change = axis_change(in, out);
+  if (!change) return std::nullopt;
+  const Sbp &a = change->from, &b = change->to;
   const bool sliced = a.kind == Sbp::kBroadcast && b.kind == Sbp::kSplit;
   const bool zeroed = b.kind == Sbp::kPartialSum && a.kind != Sbp::kPartialSum;
   if (!sliced && !zeroed) return std::nullopt;
@@ -201,7 +190,7 @@ std::optional<CollectiveScope> own_piece_scope(const NdSbp& in, const NdSbp& out
     const Region& inner = a.kind == Sbp::kSplit ? from : to;
     if (!(both.origin == inner.origin) || !(both.extent == inner.extent)) return std::nullopt;
   }
-  return scope;
+  return change->scope;
 }
 
 bool own_piece_holder(CollectiveScope scope, int rank, int per_node) {

@@ -185,6 +185,14 @@ bool boxing_exchanges(const NdSbp& in, const NdSbp& out, int nodes);
 // that part along tensor axis `split` (a) in rank order. None for anything
 // else (it is then a boxing task's).
 enum class CollectiveScope : uint8_t { kAll, kNode, kLane };
+// The one axis of the hierarchy `in` -> `out` changes: its scope (both
+// 1-D: every device; `across` kept: within each node; `within` kept:
+// each lane) and its SBPs on that axis; none when both axes change.
+struct AxisChange {
+  CollectiveScope scope;
+  Sbp from, to;
+};
+std::optional<AxisChange> axis_change(const NdSbp& in, const NdSbp& out);
 struct AxisCollective {
   CollectiveCall call;
   CollectiveScope scope;

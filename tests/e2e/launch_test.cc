@@ -24,6 +24,18 @@ using rill::testing::Ran;
 using rill::testing::root;
 using rill::testing::run_rill;
 
+// What a launcher started in the background wrote to `path`, once it holds
+// `marker` (or after 10 s).
+std::string output_of(const std::filesystem::path& path, const std::string& marker) {
+  std::string text;
+  for (int i = 0; i < 100 && text.find(marker) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE("rill launch: a job file from the usual environment variables, a C++ program from the seed's flags") {
@@ -85,12 +97,7 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
     const std::string all = " of 4: sum [10, 20, 30] max [4, 8, 12] average [2.5, 5, 7.5]";
     CHECK(ran.output.find("rank 0" + all + " gathered [1, 2, 3, 2, 4, 6, 3, 6, 9, 4, 8, 12]") != std::string::npos);
     CHECK(ran.output.find("rank 1" + all) != std::string::npos);
-    std::string other;
-    for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::ifstream in(out1);
-      other.assign(std::istreambuf_iterator<char>(in), {});
-    }
+    const std::string other = output_of(out1, "rank 3");  // node 1 ends on its own
     INFO(other);
     CHECK(other.find("rank 2" + all) != std::string::npos);
     CHECK(other.find("rank 3" + all) != std::string::npos);
@@ -114,12 +121,7 @@ TEST_CASE("rill launch: a program's device collectives from the environment, acr
   Ran ran = run_rill("launch --node_rank 0" + flags + program);
   INFO(ran.output);
   CHECK(ran.code == 0);
-  std::string other;
-  for (int i = 0; i < 100 && other.find("rank 3") == std::string::npos; ++i) {  // node 1 ends on its own
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(out1);
-    other.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string other = output_of(out1, "rank 3");  // node 1 ends on its own
   INFO(other);
   const std::string all = ran.output + other;
   const std::string reductions =
