@@ -29,6 +29,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/cli/generate_command.h"
 #include "runtime/cli/plot_script.h"
 #include "runtime/cluster/client.h"
 #include "runtime/node/index_check.h"
@@ -172,6 +173,19 @@ int main(int argc, char** argv) {
   CLI::App* plot_cmd = app.add_subcommand("plot", "Draw a run's loss curve to a PNG (Python with matplotlib)");
   plot_cmd->add_option("input", job_path, "A result JSON (--result) or a metrics file of JSON lines")->required();
   plot_cmd->add_option("-o,--output", plot_output, "The PNG to write")->capture_default_str();
+
+  rill::GenerateArgs generate_args;
+  CLI::App* generate = app.add_subcommand("generate", "Sample text from a trained byte-level model in a checkpoint");
+  generate->add_option("job", generate_args.job_path, "Job description file (JSON) with a generate section")->required();
+  generate->add_option("--checkpoint", generate_args.checkpoint,
+                       "A checkpoint's step directory, or its root (the latest step)")
+      ->required();
+  generate->add_option("--set", generate_args.overrides, "Override a job field, as rill run takes it");
+  generate->add_option("--prompt", generate_args.prompt, "The text to go on from (default: the job's)");
+  generate->add_option("--tokens", generate_args.tokens, "Bytes to sample (default: the job's)");
+  generate->add_option("--temperature", generate_args.temperature, "0: the most likely byte each time");
+  generate->add_option("--top-k", generate_args.top_k, "Sample among the k most likely bytes (0: all)");
+  generate->add_option("--seed", generate_args.seed, "The draws' seed");
 
   CLI::App* check = app.add_subcommand("check", "Validate a job description file");
   check->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -378,6 +392,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return rill::status_command(master);
   if (stop->parsed()) return rill::stop_command(master, stop_job, stop_now);
   if (shutdown->parsed()) return rill::shutdown_command(master);
+  if (generate->parsed()) return rill::generate_command(generate_args);
   if (plot_cmd->parsed()) {
     // Debian's python3 (where python3-matplotlib goes) before whatever is first on PATH.
     const char* python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";

@@ -499,3 +499,47 @@ TEST_CASE("rill run shows a progress bar on a terminal and plain lines when pipe
   CHECK(piped.output.find("\033[K") == std::string::npos);
   CHECK(piped.output.find("step     50/120") != std::string::npos);
 }
+
+// rill generate: the bytes a run prints at its end, from its checkpoint
+// alone (the same variables, the same sampler and seed: the same bytes on
+// any CPU, as the run's own generation is the same computation); flags
+// override the job's settings; a job without a generate section, or a
+// checkpoint that is not there, is refused by name.
+TEST_CASE("rill generate samples from a checkpoint what the run printed at its end") {
+  const auto dir = temp_dir() / "gpt_ckpt";
+  std::filesystem::remove_all(dir);
+  const std::string job = root() + "/samples/gpt/gpt_moby.json";
+  Ran ran = run_rill("run " + job + " --steps 3 --set checkpoint.dir=" + dir.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  const std::string head = "generated (300 bytes after the prompt):\n";
+  const size_t from = ran.output.find(head);
+  const size_t to = ran.output.find("\ndone:", from);
+  REQUIRE(from != std::string::npos);
+  REQUIRE(to != std::string::npos);
+  const std::string printed = ran.output.substr(from + head.size(), to - from - head.size());
+  CHECK(printed.rfind("Call me Ishmael. ", 0) == 0);
+
+  Ran again = run_rill("generate " + job + " --checkpoint " + dir.string());
+  INFO(again.output);
+  REQUIRE(again.code == 0);
+  const std::string said = "generated (300 bytes after the prompt) from step 3 of " + dir.string() + ":\n";
+  REQUIRE(again.output.find(said) != std::string::npos);
+  CHECK(again.output.substr(again.output.find(said) + said.size()) == printed + "\n");
+
+  // Greedy from another prompt: the same bytes twice, the prompt first.
+  const std::string greedy = "generate " + job + " --checkpoint " + dir.string() +
+                             "/step-00000003 --prompt 'The whale' --tokens 12 --temperature 0";
+  Ran one = run_rill(greedy), two = run_rill(greedy);
+  CHECK(one.code == 0);
+  CHECK(one.output == two.output);
+  CHECK(one.output.find("from step 3 of " + dir.string() + "/step-00000003:\nThe whale") != std::string::npos);
+
+  Ran no_section = run_rill("generate " + root() + "/samples/linear_regression/linear_regression.json --checkpoint " +
+                            dir.string());
+  CHECK(no_section.code != 0);
+  CHECK(no_section.output.find("has no generate section") != std::string::npos);
+  Ran no_checkpoint = run_rill("generate " + job + " --checkpoint " + (dir / "nothing").string());
+  CHECK(no_checkpoint.code != 0);
+  CHECK(no_checkpoint.output.find((dir / "nothing").string()) != std::string::npos);
+}

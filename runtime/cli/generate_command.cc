@@ -1,0 +1,68 @@
+#include "runtime/cli/generate_command.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/printable.h"
+#include "graph/job_file.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cli/command_util.h"
+#include "runtime/eager/generate.h"
+
+namespace rill {
+namespace {
+
+StatusOr<std::string> generate(const GenerateArgs& args) {
+  RILL_ASSIGN_OR_RETURN(graph::Job job, graph::load_job_file(args.job_path, args.overrides));
+  if (!job.generate)
+    return invalid_argument("job '{}' ({}) has no generate section: rill generate samples what its `generate.logits` "
+                            "says, fed through `generate.input`",
+                            job.name, args.job_path);
+  graph::Generate config = *job.generate;
+  if (args.prompt) config.prompt = *args.prompt;
+  if (args.tokens) config.tokens = *args.tokens;
+  if (args.temperature) config.temperature = *args.temperature;
+  if (args.top_k) config.top_k = *args.top_k;
+  if (args.seed) config.seed = *args.seed;
+  if (config.tokens < 1 || config.tokens > 1000000)
+    return invalid_argument("--tokens {}: expected 1 to 1000000", config.tokens);
+  if (!(config.temperature >= 0)) return invalid_argument("--temperature {}: expected >= 0", config.temperature);
+  if (config.top_k < 0 || config.top_k > 256) return invalid_argument("--top-k {}: expected 0 to 256", config.top_k);
+  RILL_ASSIGN_OR_RETURN(const Checkpoint checkpoint, read_checkpoint(args.checkpoint));
+  // The job's variables, whole, as the checkpoint holds them.
+  eager::Tensors variables;
+  for (const graph::Variable& v : job.variables) {
+    const CheckpointTensor* held = nullptr;
+    for (const CheckpointTensor& t : checkpoint.tensors)
+      if (t.name == v.name) held = &t;
+    if (held == nullptr)
+      return invalid_argument("checkpoint {} (step {}, job '{}') has no variable '{}' of job '{}'", args.checkpoint,
+                              checkpoint.step, checkpoint.job, v.name, job.name);
+    if (!(held->shape == v.shape))
+      return invalid_argument("checkpoint {}: variable '{}' has shape {}, job '{}' declares {}", args.checkpoint,
+                              v.name, shape_string(held->shape), job.name, shape_string(v.shape));
+    if (v.dtype == DType::kI32) {  // an i32 variable's values are its ints' bits
+      eager::HostTensor t = eager::HostTensor::of(TensorMeta{held->shape, DType::kI32});
+      std::memcpy(t.bytes.data(), held->values.data(), t.bytes.size());
+      variables[v.name] = std::move(t);
+    } else {
+      variables[v.name] = eager::HostTensor::floats(held->shape, held->values);
+    }
+  }
+  RILL_ASSIGN_OR_RETURN(std::string text, eager::generate_text(job, variables, config));
+  return fmt::format("generated ({} bytes after the prompt) from step {} of {}:\n{}", config.tokens, checkpoint.step,
+                     args.checkpoint, printable(text));
+}
+
+}  // namespace
+
+int generate_command(const GenerateArgs& args) {
+  auto text = generate(args);
+  if (!text.ok()) return fail_command(text.status());
+  std::printf("%s\n", text->c_str());
+  return 0;
+}
+
+}  // namespace rill
