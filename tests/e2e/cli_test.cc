@@ -509,6 +509,10 @@ TEST_CASE("rill generate samples from a checkpoint what the run printed at its e
   const auto dir = temp_dir() / "gpt_ckpt";
   std::filesystem::remove_all(dir);
   const std::string job = root() + "/samples/gpt/gpt_moby.json";
+  // From the tree's root, where the sample's data/moby-dick.txt is.
+  auto run_rill = [](const std::string& args) {
+    return rill::testing::run_shell("cd " + root() + " && " + rill::testing::binary() + " " + args);
+  };
   Ran ran = run_rill("run " + job + " --steps 3 --set checkpoint.dir=" + dir.string());
   INFO(ran.output);
   REQUIRE(ran.code == 0);
