@@ -32,19 +32,18 @@ Status OwnPieceBody::act(const ActIo& io) {
     else std::memset(out.data, 0, out.bytes());
   }
   if (!copy_) return {};
+  if (cuda_ == nullptr) {
+    copy_region(in.data, input_, out.data, output_, box_, element);
+    return {};
+  }
   Status status;
   const auto* src = static_cast<const std::byte*>(in.data);
   auto* dst = static_cast<std::byte*>(out.data);
   for_each_box_plane(input_, output_, box_, element,
                      [&](size_t from, size_t to, size_t width, size_t rows, size_t src_pitch, size_t dst_pitch) {
-                       if (!status.ok()) return;
-                       if (cuda_ != nullptr) {
+                       if (status.ok())
                          status = cuda_->copy_rows(dst + to, dst_pitch, src + from, src_pitch, width, rows,
                                                    CopyKind::kDeviceToDevice, name_.c_str());
-                         return;
-                       }
-                       for (size_t r = 0; r < rows; ++r)
-                         std::memcpy(dst + to + r * dst_pitch, src + from + r * src_pitch, width);
                      });
   return status;
 }

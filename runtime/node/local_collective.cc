@@ -324,7 +324,10 @@ Status LocalCollective::all_to_all() {
     }
   if (across_ == nullptr) return Status();
   const size_t nodes = world / local, node = me / local;
-  std::vector<size_t> send(nodes, 0), recv(nodes, 0);
+  std::vector<size_t>& send = counts_;  // bytes for each node, and from it
+  std::vector<size_t>& recv = received_;
+  send.assign(nodes, 0);
+  recv.assign(nodes, 0);
   for (size_t m = 0; m < nodes; ++m)
     for (size_t i = 0; i < local && m != node; ++i)
       for (size_t j = 0; j < local; ++j) {

@@ -96,7 +96,8 @@ class LocalCollective {
   std::vector<Arrival> sums_;
   std::vector<std::byte> packed_;  // a bucket's or a reduce-scatter's sum, or an all-gather's whole
   std::vector<std::byte> node_;    // this node's blocks (reduce-scatter, all-gather)
-  std::vector<size_t> counts_;     // each node's elements (reduce-scatter) or bytes (all-gather)
+  std::vector<size_t> counts_;     // each node's elements (reduce-scatter) or bytes (all-gather, all-to-all's sent)
+  std::vector<size_t> received_;   // an all-to-all's bytes from each node
 };
 
 }  // namespace rill
