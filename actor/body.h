@@ -287,11 +287,17 @@ class BoxingBody {
 // the work that last read that slot (an event marked when the slot came
 // back), so the next step's input crosses while this step computes; device
 // to host, it waits for the work enqueued before it (the slot's producer).
+// Between two GPUs of the node (kDeviceToDevice, on the reader's GPU), a
+// copy from the other GPU's slot, peer to peer (CudaContext::copy_peer),
+// waits like a copy into the device: the slot it reads is complete, since
+// its producer's thread sent the `ready` only when its work was.
 // Either way the kernels enqueued after it wait for the copy.
 class CopyBody {
  public:
   CopyBody() = default;
-  CopyBody(CudaContext* cuda, CopyKind kind, std::string name) : cuda_(cuda), kind_(kind), name_(std::move(name)) {}
+  // `src_device`: the CUDA device a kDeviceToDevice copy reads from.
+  CopyBody(CudaContext* cuda, CopyKind kind, std::string name, int src_device = -1)
+      : cuda_(cuda), kind_(kind), name_(std::move(name)), src_device_(src_device) {}
   Status act(const ActIo& io);
   // The output slot at `data` is back from its last reader (whose work is
   // enqueued on the compute stream by now).
@@ -307,7 +313,8 @@ class CopyBody {
   CudaContext* cuda_ = nullptr;
   CopyKind kind_ = CopyKind::kHostToDevice;
   std::string name_;
-  std::vector<Freed> freed_;   // host to device
+  int src_device_ = -1;
+  std::vector<Freed> freed_;   // into the device (from the host or a peer)
   DeviceEvent produced_;       // device to host: the work before the copy
 };
 

@@ -11,7 +11,7 @@ void* CopyBody::freed_event(const void* data) const {
 }
 
 Status CopyBody::slot_back(const void* data) {
-  if (!cuda_ || kind_ != CopyKind::kHostToDevice) return {};
+  if (!cuda_ || kind_ == CopyKind::kDeviceToHost) return {};
   void* event = freed_event(data);
   if (event == nullptr) {  // the slot's first return: its event, once
     RILL_ASSIGN_OR_RETURN(event, cuda_->create_event(name_.c_str()));
@@ -32,8 +32,11 @@ Status CopyBody::act(const ActIo& io) {
   // host slot it writes to its readers, when the copy is complete (the
   // device thread holds those messages until its event; runtime/node/worker.h).
   void* after = nullptr;
-  if (kind_ == CopyKind::kHostToDevice) {
+  if (kind_ != CopyKind::kDeviceToHost) {
     after = freed_event(io.outputs[0]->data);  // the slot's last readers (none before its first return)
+    if (kind_ == CopyKind::kDeviceToDevice)
+      return cuda_->copy_peer(io.outputs[0]->data, io.inputs[0]->data, src_device_, io.inputs[0]->bytes(), after,
+                              name_.c_str());
   } else {
     if (!produced_) {
       RILL_ASSIGN_OR_RETURN(void* event, cuda_->create_event(name_.c_str()));

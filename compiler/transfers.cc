@@ -79,8 +79,8 @@ namespace {
 
 // The regst holding `regst`'s bytes in memory zone `zone`, made by a Copy
 // task on first use: on the device's thread, the reader's (`reader`) for
-// host to device, the producer's for device to host. Between two GPUs the
-// bytes go through the host (device to host, then host to device).
+// host to device and from another GPU of the node (peer to peer), the
+// producer's for device to host.
 int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst, int zone, int reader) {
   const int producer = g->regsts[regst].producer;
   // Another node's regst (not stored in a node's graph): read across nodes
@@ -90,13 +90,13 @@ int copy_to(TaskGraph* g, std::map<std::pair<int, int>, int>* copied, int regst,
   const int from =
       g->tasks[producer].is<CopyInfo>() ? g->regsts[regst].device : zone_of(g->tasks[producer]);
   if (from == zone) return regst;
-  if (from >= 0 && zone >= 0) return copy_to(g, copied, copy_to(g, copied, regst, -1, reader), zone, reader);
   auto [it, fresh] = copied->try_emplace({regst, zone}, -1);
   if (!fresh) return it->second;
   const TaskNode& device_task = g->tasks[zone >= 0 ? reader : producer];
   TaskNode task;
   task.info = CopyInfo{};
-  task.name = fmt::format("{}:{}#{}", zone >= 0 ? "h2d" : "d2h", g->regsts[regst].name, g->regsts[regst].id);
+  task.name = fmt::format("{}:{}#{}", zone < 0 ? "d2h" : from < 0 ? "h2d" : "d2d", g->regsts[regst].name,
+                          g->regsts[regst].id);
   task.node = device_task.node;
   task.placement = device_task.placement;
   task.device = static_cast<int>(ActorId::device(device_task.id));

@@ -22,7 +22,8 @@ Status insert_transfers(TaskGraph* graph);
 // producer runs (a cuda device's memory, or host memory for cpu, io and comm
 // threads). Every regst read in another zone gets a Copy task on the cuda
 // device's thread (host to device before a cuda reader; device to host after
-// a cuda producer), one per (regst, reading zone), whose output lives in the
+// a cuda producer; from another GPU of the node, peer to peer, before a cuda
+// reader: no host memory between), one per (regst, reading zone), whose output lives in the
 // readers' zone and replaces the regst in their inputs. Sets every regst's
 // `device`, which the runtime allocates by. Boxing, sources, sinks and
 // cross-node transfers stay on the host: GPU tasks reach them through copies.

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_context.h"
 
+#include <algorithm>
 #include <atomic>
 #include <unordered_map>
 #include <cstring>
@@ -56,6 +57,8 @@ class DeviceContext final : public CudaContext {
   Status zero(void* dst, size_t bytes, const char* what) override;
   Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
                      const char* what) override;
+  Status copy_peer(void* dst, const void* src, int src_device, size_t bytes, void* after,
+                   const char* what) override;
   StatusOr<void*> create_event(const char* what) override;
   void destroy_event(void* event) override;
   Status mark(void* event, const char* what) override;
@@ -70,6 +73,8 @@ class DeviceContext final : public CudaContext {
   DeviceContext();
   Status bad_label_error(int64_t flag, const char* what);
   Status grow_events(const char* what);
+  // Makes the compute stream wait for the copy stream's work so far.
+  Status after_copy(const char* what);
   int device_ = 0;
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
@@ -80,6 +85,7 @@ class DeviceContext final : public CudaContext {
   void* workspace_ = nullptr;  // cuBLAS's
   std::unique_ptr<Events> events_;
   std::unordered_map<void*, size_t> allocated_;  // device memory from allocate(), by address
+  std::vector<int> peers_;  // devices copy_peer has asked for peer access to
 };
 
 }  // namespace
@@ -331,6 +337,39 @@ Status DeviceContext::copy_beside(void* dst, const void* src, size_t bytes, Copy
   if (bytes > 0)
     RILL_RETURN_IF_ERROR(
         cuda_status(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), copy_stream), "cudaMemcpyAsync", what));
+  return after_copy(what);
+}
+
+Status DeviceContext::copy_peer(void* dst, const void* src, int src_device, size_t bytes, void* after,
+                              const char* what) {
+  if (src_device != device_ && std::find(peers_.begin(), peers_.end(), src_device) == peers_.end()) {
+    // Once per source GPU. Without peer access (GPUs on different PCIe
+    // roots, or none to reach) cudaMemcpyPeerAsync still copies, through
+    // host memory.
+    peers_.push_back(src_device);
+    int can = 0;
+    RILL_RETURN_IF_ERROR(cuda_status(cudaDeviceCanAccessPeer(&can, device_, src_device), "cudaDeviceCanAccessPeer",
+                                     what));
+    if (can) {
+      const cudaError_t enabled = cudaDeviceEnablePeerAccess(src_device, 0);
+      if (enabled == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();  // another context of this process enabled it: not sticky
+      else
+        RILL_RETURN_IF_ERROR(cuda_status(enabled, "cudaDeviceEnablePeerAccess", what));
+    }
+  }
+  auto copy_stream = static_cast<cudaStream_t>(copy_stream_);
+  if (after)
+    RILL_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(copy_stream, static_cast<cudaEvent_t>(after), 0),
+                                     "cudaStreamWaitEvent", what));
+  if (bytes > 0)
+    RILL_RETURN_IF_ERROR(cuda_status(cudaMemcpyPeerAsync(dst, device_, src, src_device, bytes, copy_stream),
+                                     "cudaMemcpyPeerAsync", what));
+  return after_copy(what);
+}
+
+Status DeviceContext::after_copy(const char* what) {
+  auto copy_stream = static_cast<cudaStream_t>(copy_stream_);
   auto copied = static_cast<cudaEvent_t>(copied_);
   RILL_RETURN_IF_ERROR(cuda_status(cudaEventRecord(copied, copy_stream), "cudaEventRecord", what));
   return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), copied, 0), "cudaStreamWaitEvent", what);

@@ -87,6 +87,12 @@ class CudaContext {
   // copy, and every event record() marks later, comes after it.
   virtual Status copy_beside(void* dst, const void* src, size_t bytes, CopyKind kind, void* after,
                              const char* what) = 0;
+  // The same from another GPU of this process (`src` in the memory of CUDA
+  // device `src_device`) into this one's: peer to peer over NVLink or PCIe
+  // where the two GPUs can reach each other (peer access enabled on first
+  // use), else staged by the driver. `src` must be complete when called.
+  virtual Status copy_peer(void* dst, const void* src, int src_device, size_t bytes, void* after,
+                           const char* what) = 0;
   // An event (a cudaEvent_t) to mark the compute stream with.
   virtual StatusOr<void*> create_event(const char* what) = 0;
   virtual void destroy_event(void* event) = 0;

@@ -194,9 +194,18 @@ StatusOr<Body> NodeRun::make_body(const plan::Task& task) {
     case plan::TaskKind::Copy: {
       if (task.inputs()->size() != 1 || task.outputs()->size() != 1)
         return invalid_argument("task '{}': copy needs one input and one output", name);
-      const bool from_device = regst(task.inputs()->Get(0))->device() >= 0;
-      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(ActorId::device(task.id())));
-      return Body(std::in_place_type<CopyBody>, cuda, from_device ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice,
+      // Its zones: host memory (-1) or a GPU of the node; it runs on the GPU
+      // it writes to (from another GPU or the host), else on the one it reads.
+      const int from = regst(task.inputs()->Get(0))->device(), to = regst(task.outputs()->Get(0))->device();
+      const int device = static_cast<int>(ActorId::device(task.id()));
+      if (from == to || (to >= 0 && to != device) || (to < 0 && from != device))
+        return invalid_argument("task '{}': a copy from zone {} to zone {} on cuda:{}", name, from, to, device);
+      RILL_ASSIGN_OR_RETURN(CudaContext * cuda, cuda_for(static_cast<uint32_t>(device)));
+      if (from >= 0 && to >= 0) {
+        RILL_RETURN_IF_ERROR(cuda_for(static_cast<uint32_t>(from)).status());  // the peer's context, made once
+        return Body(std::in_place_type<CopyBody>, cuda, CopyKind::kDeviceToDevice, "task '" + name + "'", from);
+      }
+      return Body(std::in_place_type<CopyBody>, cuda, from >= 0 ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice,
                   "task '" + name + "'");
     }
   }

@@ -42,6 +42,7 @@ class RecordingContext final : public CudaContext {
   Status copy_beside(void*, const void*, size_t, CopyKind, void*, const char*) override {
     return internal_error("not here");
   }
+  Status copy_peer(void*, const void*, int, size_t, void*, const char*) override { return internal_error("not here"); }
   StatusOr<void*> create_event(const char*) override { return internal_error("not here"); }
   void destroy_event(void*) override {}
   Status mark(void*, const char*) override { return internal_error("not here"); }

@@ -240,24 +240,35 @@ TEST_CASE("a placement on some nodes sums its gradients among those nodes only")
 
 #ifdef RILL_WITH_CUDA
 // Stages on two GPUs of one node: what one GPU makes and the other reads
-// goes through the host (a device-to-host copy on the maker's GPU, then a
-// host-to-device copy on the reader's), and moves run on the node's fifth
-// comm thread, which no collective blocks.
-TEST_CASE("stages on two GPUs of one node: tensors cross through the host, moves on their own comm thread") {
+// crosses peer to peer (one device-to-device copy on the reader's GPU, no
+// host memory between), and moves run on the node's fifth comm thread,
+// which no collective blocks.
+TEST_CASE("stages on two GPUs of one node: tensors cross GPU to GPU, moves on their own comm thread") {
   graph::Job job = staged("cuda 0:0", "cuda 0:1");
   const std::string bytes = compile_ok(job, "cuda:2");
   const plan::Plan& p = *plan_of(bytes);
   const plan::Task* fc2 = task_named(p, "fc2@0");
   REQUIRE(fc2 != nullptr);
-  const plan::Task* h2d = producer(p, fc2->inputs()->Get(0));
-  CHECK(h2d->kind() == TaskKind::Copy);
-  CHECK(ActorId::device(h2d->id()) == 1);
-  CHECK(regst(p, h2d->outputs()->Get(0))->device() == 1);
-  const plan::Task* d2h = producer(p, h2d->inputs()->Get(0));
-  CHECK(d2h->kind() == TaskKind::Copy);
-  CHECK(ActorId::device(d2h->id()) == 0);
-  CHECK(regst(p, d2h->outputs()->Get(0))->device() == -1);
-  CHECK(producer(p, d2h->inputs()->Get(0))->name()->str() == "act1@0");
+  const plan::Task* d2d = producer(p, fc2->inputs()->Get(0));
+  CHECK(d2d->kind() == TaskKind::Copy);
+  CHECK(d2d->name()->str().rfind("d2d:", 0) == 0);
+  CHECK(ActorId::device(d2d->id()) == 1);
+  CHECK(regst(p, d2d->outputs()->Get(0))->device() == 1);
+  CHECK(regst(p, d2d->inputs()->Get(0))->device() == 0);
+  CHECK(producer(p, d2d->inputs()->Get(0))->name()->str() == "act1@0");
+  // The gradient going back the same way, and nothing between the GPUs
+  // through host memory: no copy into a GPU reads what a copy out of one wrote.
+  int peer_copies = 0;
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Copy)) {
+    const int from = regst(p, t->inputs()->Get(0))->device(), to = regst(p, t->outputs()->Get(0))->device();
+    CHECK(from != to);
+    if (from >= 0 && to >= 0) {
+      ++peer_copies;
+      CHECK(ActorId::device(t->id()) == static_cast<uint32_t>(to));
+    }
+    if (from < 0) CHECK(producer(p, t->inputs()->Get(0))->kind() != TaskKind::Copy);
+  }
+  CHECK(peer_copies >= 2);
   for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing))
     if (t->boxing()->origins() != nullptr) {
       CHECK(ActorId::device_type(t->id()) == DeviceType::kComm);

@@ -15,6 +15,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -30,6 +31,39 @@ namespace rill {
 
 using namespace cuda_test;  // the harness: run_cuda, compare, check_close, gamma, ...
 using testing::Tensor;
+
+// copy_peer: bytes from one GPU's memory into another's, peer to peer (the
+// d2d copies between pipeline stages on two GPUs of a node); from the same
+// GPU where the machine has one. Exact: a copy changes no bit.
+TEST_CASE("copy_peer copies a GPU's bytes exactly, from the same GPU and from another where there is one") {
+  const int devices = cuda_device_count();
+  std::vector<float> values(1 << 20);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const size_t bytes = values.size() * sizeof(float);
+  for (int src_device = 0; src_device < std::min(devices, 2); ++src_device) {
+    CAPTURE(src_device);
+    auto source = CudaContext::create(src_device);
+    REQUIRE_MESSAGE(source.ok(), source.status().to_string());
+    CudaContext& from = **source;
+    auto src = from.allocate(bytes, "copy_peer source");
+    REQUIRE(src.ok());
+    REQUIRE(from.copy(*src, values.data(), bytes, CopyKind::kHostToDevice, "copy_peer source").ok());
+    REQUIRE(from.synchronize("copy_peer source").ok());
+    CudaContext& to = context();  // cuda:0
+    REQUIRE(to.activate("copy_peer").ok());
+    auto dst = to.allocate(bytes, "copy_peer target");
+    REQUIRE(dst.ok());
+    auto status = to.copy_peer(*dst, *src, src_device, bytes, nullptr, "copy_peer");
+    REQUIRE_MESSAGE(status.ok(), status.to_string());
+    std::vector<float> back(values.size());
+    REQUIRE(to.copy(back.data(), *dst, bytes, CopyKind::kDeviceToHost, "copy_peer back").ok());
+    REQUIRE(to.synchronize("copy_peer back").ok());
+    CHECK(back == values);
+    to.release(*dst);
+    from.release(*src);
+  }
+  if (devices < 2) MESSAGE("from another GPU not run: this machine has " << devices);
+}
 
 TEST_CASE("matmul: cuBLAS against OpenBLAS within 2 gamma_K sum|a b|, every transpose") {
   const int64_t m = 37, k = 129, n = 53;  // not multiples of any tile
