@@ -166,7 +166,9 @@ int main(int argc, char** argv) {
   plan->add_option("--node", plan_node,
                    "Compile only this node's plan, as its agent does (ids are the whole plan's)")
       ->check(CLI::Range(0, 4095));
-  plan->add_flag("--stats", stats, "Print only the compile time and the plan's size (tasks, regsts, bytes)");
+  plan->add_flag("--stats", stats,
+                 "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators and how GPU "
+                 "regsts change memory zones (copies, sends through host memory)");
   plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
 
   std::string plot_output = "loss.png";
@@ -484,6 +486,21 @@ int main(int argc, char** argv) {
       fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n",
                  seconds, p.tasks()->size(), p.regsts()->size(), bytes->size(),
                  p.placements() ? p.placements()->size() : 0, p.num_nodes(), p.devices_per_node());
+      // How regsts change memory zones: copies on a GPU's thread, and the
+      // Send/Recv pairs carrying a GPU's regst to another node through host memory.
+      int to_gpu = 0, to_host = 0, peer = 0, sent = 0;
+      for (const rill::plan::Task* t : *p.tasks()) {
+        if (t->kind() == rill::plan::TaskKind::Send) ++sent;
+        if (t->kind() != rill::plan::TaskKind::Copy) continue;
+        const rill::plan::RegstDesc* in = rill::compiler::find_regst(p, t->inputs()->Get(0));
+        const rill::plan::RegstDesc* out = rill::compiler::find_regst(p, t->outputs()->Get(0));
+        const int from = in ? in->device() : -1, to = out ? out->device() : -1;
+        ++(from < 0 ? to_gpu : to < 0 ? to_host : peer);
+      }
+      if (to_gpu + to_host + peer + sent > 0)
+        fmt::print("copies: {} host to GPU, {} GPU to host, {} GPU to GPU (peer to peer); {} regsts sent to another "
+                   "node through host memory\n",
+                   to_gpu, to_host, peer, sent);
       // Device collectives (train.nccl): each communicator and what it sums a step.
       if (p.comm_groups() != nullptr)
         for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {

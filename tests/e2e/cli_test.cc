@@ -119,6 +119,17 @@ TEST_CASE("rill plan --stats prints the compile time and the plan's size, not th
   INFO(nccl.output);
   REQUIRE(nccl.code == 0);
   CHECK(nccl.output.find("communicator 0 (nccl): 4 ranks, 6 all_reduce in one order, ") != std::string::npos);
+  // How GPU regsts change memory zones: two stages on two GPUs of a node
+  // exchange peer to peer; on two nodes through host memory.
+  Ran stages = run_rill("plan " + root() + "/samples/gpt/gpt_moby.json --devices cuda:2 --set pipeline.num_stages=2 "
+                        "--set train.micro_batches=2 --stats");
+  INFO(stages.output);
+  CHECK(stages.output.find("copies: 2 host to GPU, 1 GPU to host, 7 GPU to GPU (peer to peer); 0 regsts sent") !=
+        std::string::npos);
+  Ran nodes = run_rill("plan " + root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --devices cuda:1 --stats");
+  INFO(nodes.output);
+  CHECK(nodes.output.find("0 GPU to GPU (peer to peer); 4 regsts sent to another node through host memory") !=
+        std::string::npos);
 #endif
 }
 
