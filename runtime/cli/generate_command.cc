@@ -1,7 +1,6 @@
 #include "runtime/cli/generate_command.h"
 
 #include <cstdio>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -43,13 +42,8 @@ StatusOr<std::string> generate(const GenerateArgs& args) {
     if (!(held->shape == v.shape))
       return invalid_argument("checkpoint {}: variable '{}' has shape {}, job '{}' declares {}", args.checkpoint,
                               v.name, shape_string(held->shape), job.name, shape_string(v.shape));
-    if (v.dtype == DType::kI32) {  // an i32 variable's values are its ints' bits
-      eager::HostTensor t = eager::HostTensor::of(TensorMeta{held->shape, DType::kI32});
-      std::memcpy(t.bytes.data(), held->values.data(), t.bytes.size());
-      variables[v.name] = std::move(t);
-    } else {
-      variables[v.name] = eager::HostTensor::floats(held->shape, held->values);
-    }
+    RILL_ASSIGN_OR_RETURN(variables[v.name],
+                          eager::HostTensor::variable(v.name, TensorMeta{held->shape, v.dtype}, held->values));
   }
   RILL_ASSIGN_OR_RETURN(std::string text, eager::generate_text(job, variables, config));
   return fmt::format("generated ({} bytes after the prompt) from step {} of {}:\n{}", config.tokens, checkpoint.step,

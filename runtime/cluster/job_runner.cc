@@ -364,8 +364,14 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (job.generate && !stopped()) {
     // Text from the trained model, sampled on the master from its variables.
     eager::Tensors variables;
-    for (const auto& [name, value] : result.variables) variables[name] = eager::HostTensor::floats(value.shape, value.values);
-    auto text = eager::generate_text(job, variables, *job.generate);
+    Status read;
+    for (const graph::Variable& v : job.variables)
+      if (auto value = result.variables.find(v.name); value != result.variables.end() && read.ok()) {
+        auto t = eager::HostTensor::variable(v.name, TensorMeta{value->second.shape, v.dtype}, value->second.values);
+        if (t.ok()) variables[v.name] = std::move(*t);
+        read = t.status();
+      }
+    auto text = read.ok() ? eager::generate_text(job, variables, *job.generate) : StatusOr<std::string>(read);
     if (!text.ok()) {
       result.status = text.status().with_context("generate");
       return result;

@@ -19,6 +19,22 @@ HostTensor HostTensor::floats(Shape shape, const std::vector<float>& values) {
   return t;
 }
 
+StatusOr<HostTensor> HostTensor::variable(const std::string& name, TensorMeta meta, const std::vector<float>& values) {
+  switch (meta.dtype) {
+    case DType::kF32:
+    case DType::kI32: break;  // 4-byte words either way
+    case DType::kBF16:
+    case DType::kF16:
+      return invalid_argument("variable '{}': a variable is f32 or i32, not {}", name, dtype_name(meta.dtype));
+  }
+  HostTensor t = of(std::move(meta));
+  if (values.size() * sizeof(float) != t.bytes.size())
+    return invalid_argument("variable '{}': {} values for a tensor of shape {}", name, values.size(),
+                            shape_string(t.meta.shape));
+  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
 TensorView HostTensor::view() const {
   return TensorView{const_cast<std::byte*>(bytes.data()), meta.shape, meta.dtype};
 }

@@ -23,6 +23,10 @@ struct HostTensor {
 
   static HostTensor of(TensorMeta meta);  // zeroed
   static HostTensor floats(Shape shape, const std::vector<float>& values);
+  // A variable's value as checkpoints and run results hold it: f32 values,
+  // or an i32 variable's ints as the floats' bits (a variable is one or the
+  // other; a 16-bit `meta` is an error naming `name`).
+  static StatusOr<HostTensor> variable(const std::string& name, TensorMeta meta, const std::vector<float>& values);
   TensorView view() const;  // writable through it: the tensor's owner decides
   const float* f32() const { return reinterpret_cast<const float*>(bytes.data()); }
   int32_t* i32() { return reinterpret_cast<int32_t*>(bytes.data()); }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "graph/job_file.h"
 #include "runtime/eager/generate.h"
@@ -101,6 +102,27 @@ TEST_CASE("generation reads each next byte at the window's last position, slidin
   CHECK(*first == *second);
   hot.seed = 2;
   CHECK(*eager::generate_text(*job, shift_variables(), hot) != *first);
+}
+
+// Checkpoints and run results hold an i32 variable's ints as the bits of
+// floats; generation (at a run's end and by `rill generate`) reads them back
+// as those ints, not as the floats' values.
+TEST_CASE("a variable's values become the eager tensor of its dtype: f32 values, i32 ints from their bits") {
+  std::vector<float> words(3);
+  const int32_t ints[3] = {7, -1, 1 << 20};
+  std::memcpy(words.data(), ints, sizeof ints);
+  auto i32 = eager::HostTensor::variable("ids", {{3}, DType::kI32}, words);
+  REQUIRE_MESSAGE(i32.ok(), i32.status().to_string());
+  CHECK(i32->i32()[0] == 7);
+  CHECK(i32->i32()[1] == -1);
+  CHECK(i32->i32()[2] == 1 << 20);
+  auto f32 = eager::HostTensor::variable("w", {{2}, DType::kF32}, {1.5f, -2.0f});
+  REQUIRE(f32.ok());
+  CHECK(f32->f32()[1] == -2.0f);
+  auto half = eager::HostTensor::variable("h", {{2}, DType::kBF16}, {1.0f, 2.0f});
+  CHECK(half.status().message().find("variable 'h': a variable is f32 or i32, not bf16") != std::string::npos);
+  auto short_of = eager::HostTensor::variable("w", {{3}, DType::kF32}, {1.0f});
+  CHECK(short_of.status().message().find("variable 'w': 1 values for a tensor of shape [3]") != std::string::npos);
 }
 
 TEST_CASE("generation refuses logits that are not bytes, and a job file's section is checked") {
