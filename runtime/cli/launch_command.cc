@@ -30,6 +30,9 @@ namespace {
 Status wait_for_agent(const std::string& master, pid_t agent, const std::string& log, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {
+    if (interrupts::count() > 0)
+      return Status(Code::kAborted, fmt::format("interrupted (signal {}) while waiting for the master {} to answer",
+                                                  interrupts::first_signal(), master));
     int status = 0;
     if (waitpid(agent, &status, WNOHANG) == agent) {
       std::string last;
@@ -72,6 +75,11 @@ int launch_command(const LaunchArgs& args) {
                                    config->nnodes));
     machines = fmt::format("{}:{}", config->master_addr, config->master_port);
   }
+  if (auto list = parse_machine_list(machines, config->master_port);
+      list.ok() && static_cast<int>(list->size()) != config->nnodes)
+    return fail_command(invalid_argument(
+        "nnodes={} (from {}) but the machine list {} names {} node(s): one address per node", config->nnodes,
+        config->sources.count("nnodes") ? config->sources.at("nnodes") : "default", machines, list->size()));
   std::string master = fmt::format("{}:{}", config->master_addr, config->master_port);
   // The key, settled before anything starts, so that this node's agent and
   // processes hold the same one: a loopback node without --key or
@@ -123,21 +131,28 @@ int launch_command(const LaunchArgs& args) {
     // A job file: node 0 submits it and prints the master's progress.
     if (config->node_rank == 0) {
       const std::string agent_log = logdir.empty() ? "" : node_log_path(logdir, config->node_rank, -1);
-      if (Status up = wait_for_agent(master, agent, agent_log, 120); !up.ok()) return fail_command(up);
+      // Our agent (in a process group of its own) goes with the launcher
+      // when no job comes of it.
+      auto give_up = [&](const Status& why) {
+        kill(agent, SIGTERM);
+        (void)wait_process(agent);
+        return why.code() == Code::kAborted ? (fail_command(why), interrupts::exit_code()) : fail_command(why);
+      };
+      if (Status up = wait_for_agent(master, agent, agent_log, 120); !up.ok()) return give_up(up);
       auto client = Client::connect(master, 120);
-      if (!client.ok()) return fail_command(client.status());
+      if (!client.ok()) return give_up(client.status());
       SubmitOptions options;
       options.on_line = [](const std::string& line) { fmt::print("{}\n", line); };
       options.max_restarts = args.max_restarts;
       options.interrupts = &interrupts::counter();
       auto result = (*client)->submit_text(job_text, args.target, options);
-      if (!result.ok()) code = fail_command(result.status());
-      else if (!result->status.ok()) code = fail_command(result->status);
+      // A job that never ran (the master refused it, was another cluster's,
+      // or the cluster never formed) leaves our agent waiting for its peers:
+      // it goes now, without a shutdown the unformed cluster would not answer.
+      if (!result.ok()) return give_up(result.status());
+      if (!result->status.ok()) code = fail_command(result->status);
       else if (interrupts::count() > 0) code = interrupts::exit_code();
       (void)(*client)->shutdown();
-      // A job that never ran (the master refused it, or was another
-      // cluster's) leaves our agent waiting for its peers: it goes now.
-      if (!result.ok()) kill(agent, SIGTERM);
     }
   } else {
     // A program (built on the job API): one process per slot, told its place
@@ -149,8 +164,12 @@ int launch_command(const LaunchArgs& args) {
       argv.insert(argv.end(), args.program_args.begin(), args.program_args.end());
       processes.push_back(spawn_process(argv, environment, log_for(local)));
     }
-    for (pid_t pid : processes) {
-      int c = wait_process(pid);
+    for (size_t local = 0; local < processes.size(); ++local) {
+      const int c = wait_process(processes[local]);
+      if (c != 0)  // as torchrun's failure summary: which process, and how it ended
+        spdlog::error("launch: {} (RANK {}, LOCAL_RANK {}) {}", args.target,
+                      config->node_rank * config->nproc_per_node + static_cast<int>(local), local,
+                      c > 128 ? fmt::format("ended by signal {}", c - 128) : fmt::format("exited with code {}", c));
       if (code == 0) code = c;
     }
     if (config->node_rank == 0) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -222,9 +223,9 @@ int main(int argc, char** argv) {
                      fmt::format("Where node 0's agent serves its dashboard, /metrics and /api, ADDRESS:PORT or off "
                                  "(default {})",
                                  rill::kDefaultHttp));
-  launch->add_option("target", launch_args.target, "A job file (.json) or a program")->required();
-  launch->add_option("args", launch_args.program_args, "The program's arguments");
-  launch->prefix_command();
+  launch->add_option("target", launch_args.target,
+                     "A job file (.json), or a program: what follows it is the program's arguments, passed unchanged")
+      ->required();
 
   // The cluster key, on every command that talks to agents; it travels to
   // what they start (agents, launched processes) in the environment.
@@ -262,6 +263,28 @@ int main(int argc, char** argv) {
   keygen->add_option("--key", key_file, "With --client alone: the existing cluster key to make the client key of");
   keygen->add_flag("--force", keygen_force, "Replace existing files");
 
+  // `rill launch [FLAGS] TARGET [ARGS...]`: what follows the target is the
+  // program's, dashes and all (torchrun's way), so the command line is
+  // parsed only up to it; `--` before the target is allowed.
+  std::vector<char*> args(argv, argv + argc);
+  if (args.size() > 2 && std::string_view(args[1]) == "launch")
+    for (size_t i = 2; i < args.size(); ++i) {
+      const std::string_view a = args[i];
+      if (a == "--") {
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));  // args[i] is the target now
+      } else if (a.size() > 1 && a[0] == '-') {
+        const CLI::Option* flag = launch->get_option_no_throw(std::string(a));
+        if (flag != nullptr && a.find('=') == std::string_view::npos && flag->get_type_size() > 0) ++i;  // its value
+        continue;
+      }
+      if (i < args.size()) {
+        launch_args.program_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+        args.resize(i + 1);
+      }
+      break;
+    }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   CLI11_PARSE(app, argc, argv);
 
   // No key, said once for everything this command starts (comm/default_key.h).

@@ -35,7 +35,9 @@ class ZmqClient : public Client {
                                      const SubmitOptions& options) override {
     send(ctl::Submit{job_text, file_name, static_cast<bool>(options.on_line), options.devices, options.steps,
                      options.overrides, options.resume, options.max_restarts});
-    RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_));
+    // The master answers once the cluster has formed: a Ctrl-C before then
+    // ends the wait (there is no job to stop yet).
+    RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_, options.interrupts));
     auto* reply = std::get_if<ctl::SubmitReply>(&first);
     if (!reply) return data_loss("the master answered a submit with an unexpected message");
     if (!reply->error.empty()) return invalid_argument("{}", reply->error);
@@ -127,8 +129,9 @@ class ZmqClient : public Client {
     socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   }
 
-  StatusOr<ctl::Message> receive(double timeout_s) {
-    // A refused connection or handshake ends the wait at once, saying why.
+  // A refused connection or handshake ends the wait at once, saying why; so
+  // does an interrupt when `interrupts` counts them.
+  StatusOr<ctl::Message> receive(double timeout_s, const std::atomic<int>* interrupts = nullptr) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {watch_->handle(), 0, ZMQ_POLLIN, 0}};
     for (;;) {
@@ -137,8 +140,12 @@ class ZmqClient : public Client {
         zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
-        continue;  // a signal (Ctrl-C counted by the command): wait on
+        if (interrupts == nullptr || interrupts->load() == 0) continue;  // a signal not for us: wait on
       }
+      if (interrupts != nullptr && interrupts->load() > 0)
+        return Status(Code::kAborted, fmt::format("interrupted while waiting for the master {} to answer (the "
+                                                  "cluster had not formed: no job was started)",
+                                                  format_machine(master_)));
       if (const std::string failure = watch_->poll(); !failure.empty()) {
         socket_.set(zmq::sockopt::linger, 0);  // nothing queued can reach it: closing need not wait
         return Status(watch_->unreachable() ? Code::kUnavailable : Code::kPermissionDenied, failure);
@@ -147,7 +154,8 @@ class ZmqClient : public Client {
     }
     if (!(items[0].revents & ZMQ_POLLIN))
       return Status(Code::kDeadlineExceeded,
-                    fmt::format("the master {} did not answer within {} s (is its agent running?)",
+                    fmt::format("the master {} did not answer within {} s (is its agent running, and has every "
+                                "node's agent joined it?)",
                                 format_machine(master_), timeout_s));
     zmq::message_t message;
     (void)socket_.recv(message);

@@ -214,3 +214,46 @@ TEST_CASE("rill launch --device cuda asks the agent for a GPU a slot, and says s
   CHECK(bad.code != 0);
   CHECK(bad.output.find("tpu") != std::string::npos);
 }
+
+// A program's arguments are its own, dashes and all, even those that name a
+// launcher flag (torchrun's way); `--` before the program is allowed. A
+// process that fails is named with its rank and how it ended.
+TEST_CASE("rill launch passes a program's arguments unchanged and names a process that fails") {
+  const std::string flags = " --http off --master_port 19760 ";
+  Ran echo = run_rill("launch" + flags + "/bin/echo hello -x --foo bar --nproc_per_node 2 --lr=0.1");
+  INFO(echo.output);
+  CHECK(echo.code == 0);
+  CHECK(echo.output.find("\nhello -x --foo bar --nproc_per_node 2 --lr=0.1\n") != std::string::npos);
+  CHECK(echo.output.find("nproc_per_node=1 from default") != std::string::npos);  // one process, not two
+  Ran dashed = run_rill("launch" + flags + "-- /bin/sh -c 'echo rank $RANK of $WORLD_SIZE'");
+  INFO(dashed.output);
+  CHECK(dashed.output.find("rank 0 of 1") != std::string::npos);
+  Ran failed = run_rill("launch" + flags + "/bin/sh -c 'exit 3'");
+  INFO(failed.output);
+  CHECK(failed.code == 3);
+  CHECK(failed.output.find("/bin/sh (RANK 0, LOCAL_RANK 0) exited with code 3") != std::string::npos);
+}
+
+// A machine list that disagrees with --nnodes is refused before anything
+// starts; a launcher waiting for a cluster that never forms (node 1 is not
+// started) ends on SIGTERM, as Slurm's scancel sends it, and takes its agent
+// with it.
+TEST_CASE("rill launch refuses --nnodes against a shorter machine list, and a SIGTERM ends its wait for the cluster") {
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  Ran refused = run_rill("launch --http off --nnodes 3 --node_rank 0 --master_port 19765 --machines "
+                         "127.0.0.1,127.0.0.2 " + job);
+  INFO(refused.output);
+  CHECK(refused.code != 0);
+  CHECK(refused.output.find("nnodes=3 (from flag) but the machine list 127.0.0.1,127.0.0.2 names 2 node(s)") !=
+        std::string::npos);
+  Ran stopped = rill::testing::run_shell(
+      binary() + " launch --http off --nnodes 2 --node_rank 0 --master_port 19765 --machines 127.0.0.1,127.0.0.2 " +
+          job + " & launcher=$!; sleep 2; kill -TERM $launcher; wait $launcher; echo \"launcher exit $?\"; sleep 1; "
+                "pgrep -f 'ctrl-port 1976[5]' >/dev/null && echo 'agent left' || echo 'agent gone'",
+      60);
+  INFO(stopped.output);
+  CHECK(stopped.output.find("interrupted while waiting for the master 127.0.0.1:19765") != std::string::npos);
+  CHECK(stopped.output.find("launcher exit 143") != std::string::npos);  // 128 + SIGTERM
+  CHECK(stopped.output.find("agent gone") != std::string::npos);
+  CHECK(stopped.seconds < 30);
+}
