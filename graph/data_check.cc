@@ -17,6 +17,9 @@ Status check_job_data(const Job& job, std::vector<std::string>* unreadable) {
     auto [it, fresh] = peeked.try_emplace(spec->name);
     if (fresh) {
       auto fields = peek_dataset_fields(*spec);
+      // Files that cannot be read here are the run's to check; a file read
+      // here and found wrong is an error now.
+      if (!fields.ok() && fields.status().code() != Code::kUnavailable) return fields.status();
       if (!fields.ok()) {
         if (unreadable) unreadable->push_back(fields.status().message());
         continue;

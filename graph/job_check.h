@@ -42,8 +42,10 @@ Status check_job(const Job& job);
 // dataset's files hold, read from their heads (graph/data_check.cc; idx and
 // CSV: the other kinds' shapes are in the job, which check_job covers). The
 // first disagreement is the error, naming the input, field, dataset, files
-// and both shapes. A file that cannot be read here is not an error (the run
-// checks where it runs): `unreadable` gets a line for each.
+// and both shapes; so is a file read here that is not of its kind. A file
+// that cannot be read here (missing, a pipe: kernels/data/dataset_peek.h's
+// unreadable_here) is not an error (the run checks where it runs):
+// `unreadable` gets a line for each.
 Status check_job_data(const Job& job, std::vector<std::string>* unreadable);
 
 }  // namespace rill::graph

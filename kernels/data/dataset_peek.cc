@@ -1,6 +1,11 @@
 #include "kernels/data/dataset_peek.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdint>
@@ -49,7 +54,29 @@ Status index_outside(const std::string& input, const std::string& field, const D
                           input, field, spec.name, outside.value, where, bound, reader);
 }
 
+std::string unreadable_here(const DatasetSpec& spec) {
+  std::vector<std::string> files;
+  if (spec.kind == "idx") files = {spec.images, spec.labels};
+  if (spec.kind == "csv" || spec.kind == "text" || spec.kind == "tokens") files = {spec.path};
+  for (const std::string& file : files) {
+    struct stat st{};
+    if (::stat(file.c_str(), &st) != 0)
+      return fmt::format("dataset '{}': '{}' {}", spec.name, file,
+                         errno == ENOENT ? "does not exist here" : fmt::format("cannot be read here: {}",
+                                                                                std::strerror(errno)));
+    if (S_ISDIR(st.st_mode)) return fmt::format("dataset '{}': '{}' is a directory, not a file", spec.name, file);
+    if (!S_ISREG(st.st_mode))
+      return fmt::format("dataset '{}': '{}' is not a regular file (a pipe or a device), read as a stream where the "
+                         "job runs",
+                         spec.name, file);
+    if (::access(file.c_str(), R_OK) != 0)
+      return fmt::format("dataset '{}': '{}' cannot be read here: {}", spec.name, file, std::strerror(errno));
+  }
+  return "";
+}
+
 StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec) {
+  if (const std::string why = unreadable_here(spec); !why.empty()) return Status(Code::kUnavailable, why);
   if (spec.kind == "idx") {
     RILL_ASSIGN_OR_RETURN(Gz file, open_file(spec.images, spec.name));
     unsigned char head[16];

@@ -20,11 +20,16 @@ struct PeekedField {
   TensorMeta meta;  // per sample
 };
 
+// Why `spec`'s files cannot be read on this machine, or "" when they can:
+// one that does not exist here, is not a regular file (a pipe or a device,
+// which the run reads as a stream and a check must not wait on) or is not
+// readable. No file (synthetic, inline): "".
+std::string unreadable_here(const DatasetSpec& spec);
+
 // The fields of `spec` with their per-sample meta, for the kinds read from
 // files (idx, csv: from their heads; text, tokens: from the spec, once the
 // file opens); nullopt for those the spec itself makes (synthetic,
-// inline). Errors: a file that cannot be opened or is not of its kind,
-// naming it.
+// inline). Errors: a file unreadable_here, or not of its kind, naming it.
 StatusOr<std::optional<std::vector<PeekedField>>> peek_dataset_fields(const DatasetSpec& spec);
 
 // The error for input `input` reading `field` of `spec`, declared `declared`

@@ -23,6 +23,7 @@
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_check.h"
+#include "kernels/data/dataset_peek.h"
 #include "graph/job_file.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
@@ -457,6 +458,12 @@ int main(int argc, char** argv) {
       return rill::fail_command(data.with_context(job_path));
     for (const std::string& why : unreadable)
       fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", job_path, why);
+    // Every dataset whose files can be read here is read whole, as the run
+    // reads it: headers, counts and contents that disagree are errors now.
+    for (const rill::graph::Dataset& d : checked->datasets)
+      if (rill::unreadable_here(d).empty())
+        if (auto opened = rill::Dataset::open(d); !opened.ok())
+          return rill::fail_command(opened.status().with_context(job_path));
     // Indices (token ids, labels) against the ops reading them, over the
     // data that can be read here: the job's plan (for --nodes x --devices,
     // or its train.devices) says which fields each op bounds, as the
@@ -468,6 +475,8 @@ int main(int argc, char** argv) {
     for (const rill::compiler::Mode mode : {rill::compiler::Mode::kTrain, rill::compiler::Mode::kEval}) {
       if (mode == rill::compiler::Mode::kEval && !checked->eval) continue;
       auto plan = rill::compiler::compile(*checked, *cluster, {.mode = mode, .steps = 1});
+      if (!plan.ok() && check->count("--nodes") > 0)  // the cluster the user named cannot hold it
+        return rill::fail_command(plan.status().with_context(job_path));
       if (!plan.ok()) {  // a layout these nodes cannot hold (placements on other nodes, pservers)
         fmt::print("{}: note: indices are checked where the job runs, or here with --nodes ({})\n", job_path,
                    plan.status().message());

@@ -43,7 +43,7 @@ Status check_plan_indices(const plan::Plan& plan) {
       continue;
     const DatasetSpec spec = read_dataset(*plan.datasets()->Get(static_cast<flatbuffers::uoffset_t>(conf->dataset())));
     auto [it, fresh] = loaded.try_emplace(conf->dataset());
-    if (fresh) {
+    if (fresh && unreadable_here(spec).empty()) {  // never a pipe: `rill check` must not wait on one
       auto data = Dataset::open(spec);
       if (data.ok()) it->second = std::move(*data);
     }

@@ -27,7 +27,8 @@ Status check_source_indices(const plan::SourceConf& conf, const Dataset& data, c
                             std::set<std::tuple<int, int, int64_t>>* checked);
 
 // Every source of `plan` as above, loading each dataset once. A dataset
-// that cannot be loaded here is skipped (`rill check` has said why).
+// that cannot be loaded here, or is read from a pipe, is skipped (`rill
+// check` has said why).
 Status check_plan_indices(const plan::Plan& plan);
 
 }  // namespace rill

@@ -176,7 +176,41 @@ TEST_CASE("rill check compares the inputs with what the data files hold") {
   Ran noted = run_rill("check " + absent.string());
   INFO(noted.output);
   CHECK(noted.code == 0);
-  CHECK(noted.output.find("note: dataset 'train': cannot open '/nonexistent/images.gz'") != std::string::npos);
+  CHECK(noted.output.find("note: dataset 'train': '/nonexistent/images.gz' does not exist here") != std::string::npos);
+}
+
+// What rill check can read here it reads whole, as the run would: a labels
+// file of another length than the images, or an images file where the
+// labels go, is an error before any run; a pipe is never waited on (the
+// run reads it as a stream); a cluster named with --nodes that cannot hold
+// the job's placements is an error, not a note.
+TEST_CASE("rill check refuses data files the run would refuse, never waits on a pipe, and holds --nodes to the job") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  Ran shorter = run_rill("check " + mlp +
+                         " --set datasets.train.labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  INFO(shorter.output);
+  CHECK(shorter.code == 1);
+  CHECK(shorter.output.find("has 60000 images but labels file") != std::string::npos);
+  CHECK(shorter.output.find("has 10000 labels") != std::string::npos);
+  Ran swapped = run_rill("check " + mlp +
+                         " --set datasets.train.labels=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+  INFO(swapped.output);
+  CHECK(swapped.code == 1);
+  CHECK(swapped.output.find("wrong magic number: expected 0x00000801 (an idx labels file)") != std::string::npos);
+  const auto pipe = temp_dir() / "check.pipe";
+  std::filesystem::remove(pipe);
+  REQUIRE(::mkfifo(pipe.c_str(), 0600) == 0);
+  Ran piped = run_rill("check " + mlp + " --set datasets.train.images=" + pipe.string(), 60);
+  INFO(piped.output);
+  CHECK(piped.code == 0);
+  CHECK(piped.output.find("is not a regular file (a pipe or a device), read as a stream where the job runs") !=
+        std::string::npos);
+  std::filesystem::remove(pipe);
+  Ran three = run_rill("check " + root() + "/samples/mlp/mlp_pipeline3.json --nodes 2");
+  INFO(three.output);
+  CHECK(three.code == 1);
+  CHECK(three.output.find("names node 2, but the cluster has 2 node(s)") != std::string::npos);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp_pipeline3.json --nodes 3").code == 0);
 }
 
 // Labels are indices: rill check runs the sources' check on the job's plan

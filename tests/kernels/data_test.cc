@@ -292,11 +292,22 @@ TEST_CASE("peeking names a file that is missing or not of its kind; spec-made ki
   auto missing = peek_dataset_fields(spec);
   REQUIRE_FALSE(missing.ok());
   CHECK(contains(missing.status(), "absent"));
+  CHECK(contains(missing.status(), "does not exist here"));
   write_file(dir.file("labels"), idx_labels(20));
-  spec.images = dir.file("labels");  // a labels file where the images go
+  spec.images = spec.labels = dir.file("labels");  // a labels file where the images go
   auto wrong = peek_dataset_fields(spec);
   REQUIRE_FALSE(wrong.ok());
   CHECK(contains(wrong.status(), "not an idx images file"));
+  // A pipe is read as a stream where the job runs: peeking never waits on
+  // one (nobody writes to this one); a directory is named as such.
+  REQUIRE(::mkfifo(dir.file("pipe").c_str(), 0600) == 0);
+  spec.images = dir.file("pipe");
+  auto pipe = peek_dataset_fields(spec);
+  REQUIRE_FALSE(pipe.ok());
+  CHECK(contains(pipe.status(), "is not a regular file (a pipe or a device)"));
+  ::mkdir(dir.file("folder").c_str(), 0700);
+  spec.images = dir.file("folder");
+  CHECK(contains(peek_dataset_fields(spec).status(), "is a directory, not a file"));
   DatasetSpec synthetic;
   synthetic.kind = "synthetic";
   auto none = peek_dataset_fields(synthetic);
