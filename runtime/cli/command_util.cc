@@ -29,6 +29,12 @@ StatusOr<std::string> read_text_file(const std::string& path) {
 
 Status write_text_file(const std::string& path, const std::string& text) { return write_file(path, text, "the file"); }
 
+Status check_can_write(const std::string& path, const std::string& what) {
+  RILL_ASSIGN_OR_RETURN(const int fd, open_for_write(path, true, what));
+  ::close(fd);
+  return {};
+}
+
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                     const std::string& log, bool append, bool own_group) {
   const pid_t parent = getpid();

@@ -19,6 +19,10 @@ int fail_command(const Status& status);
 
 StatusOr<std::string> read_text_file(const std::string& path);
 Status write_text_file(const std::string& path, const std::string& text);
+// Whether `path` (`what`: "the result file") can be written, found before a
+// run rather than after it: opens it for appending (made empty if missing,
+// its bytes kept) and closes it.
+Status check_can_write(const std::string& path, const std::string& what);
 
 // Starts argv[0] (searched on PATH) with extra environment variables; its
 // output goes to `log` when not empty (appended to with `append`).

@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
                               rill::kDefaultHttp));
   std::string metrics_path;
   run->add_option("--metrics", metrics_path,
-                  "Append the training's metrics to this file as JSON lines (with --nodes: job-1.jsonl in --logdir)");
+                  "Append the training's metrics to this file as JSON lines (one process; with --nodes the master writes "
+                  "job-1.jsonl in --logdir instead)");
   run->add_option("--max-restarts", max_restarts,
                   "With --nodes: an agent that dies is started again and the job resumes from its newest checkpoint, "
                   "up to this many times")
@@ -164,7 +165,8 @@ int main(int argc, char** argv) {
   plan->add_option("--devices", devices, "Devices per node, e.g. cpu:2");
   plan->add_option("--nodes", nodes, "Number of nodes")->check(CLI::Range(1, 4096));
   plan->add_option("--set", overrides, "Override a job field");
-  plan->add_flag("--json", json, "Print the plan summary as JSON");
+  plan->add_flag("--json", json,
+                 "Print the plan as JSON (the default output; with --dot or --stats, printed besides them)");
   plan->add_option("--node", plan_node,
                    "Compile only this node's plan, as its agent does (ids are the whole plan's)")
       ->check(CLI::Range(0, 4095));
@@ -399,6 +401,9 @@ int main(int argc, char** argv) {
     options.overrides = overrides;
     options.resume = resume;
     options.max_restarts = max_restarts;
+    if (!result_path.empty())
+      if (Status writable = rill::check_can_write(result_path, "the result file"); !writable.ok())
+        return rill::fail_command(writable);
     return rill::submit_command(job_path, master, result_path, follow, options);
   }
   if (run->parsed() && nodes > 1 && !metrics_path.empty())
@@ -431,6 +436,9 @@ int main(int argc, char** argv) {
   if (run->parsed() && nodes > 1) {
     if (!trace_path.empty())
       return rill::fail_command(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
+    if (!result_path.empty())
+      if (Status writable = rill::check_can_write(result_path, "the result file"); !writable.ok())
+        return rill::fail_command(writable);
     rill::ClusterRunArgs args;
     args.job_path = job_path;
     args.nodes = nodes;
@@ -559,6 +567,10 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // Files written at the run's end, found unwritable before it starts.
+  for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"}})
+    if (!path.empty())
+      if (Status writable = rill::check_can_write(path, what); !writable.ok()) return rill::fail_command(writable);
   rill::JobRunOptions options;
   options.devices = devices;
   options.steps = steps;

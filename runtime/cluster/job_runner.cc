@@ -297,8 +297,14 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (run_options.trace) {
     Status traced = write_trace(options.trace_file, train.traces);
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
-    else if (options.out) fmt::print(options.out, "trace of {} act(s) written to {}\n", train.traces.size(),
-                                     options.trace_file);
+    else if (options.out) {
+      size_t acts = 0;
+      for (const ActorTraceRecord& actor : train.traces)
+        acts += static_cast<size_t>(std::count_if(actor.trace.begin_ns.begin(), actor.trace.begin_ns.end(),
+                                                  [](int64_t b) { return b > 0; }));
+      fmt::print(options.out, "trace of {} act(s) of {} actor(s) written to {}\n", acts, train.traces.size(),
+                 options.trace_file);
+    }
   }
   if (collector) {
     Status written = collector->finish();  // the last checkpoints may still be on their way to disk

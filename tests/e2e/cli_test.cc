@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -305,7 +306,24 @@ TEST_CASE("rill run says how the step is cut, which files it reads and where the
   REQUIRE(ran.code == 0);
   CHECK(ran.output.find("1 stage(s), 2 micro-batch(es) of 128 rows per step, schedule 1f1b") != std::string::npos);
   CHECK(ran.output.find("reading dataset(s) 'train' (images ") != std::string::npos);
-  CHECK(ran.output.find(" act(s) written to " + trace.string()) != std::string::npos);
+  // Acts counted as the file holds them (an event each), not the actors.
+  std::smatch counted;
+  const std::string out = ran.output;
+  REQUIRE(std::regex_search(out, counted, std::regex("trace of (\\d+) act\\(s\\) of (\\d+) actor\\(s\\) written to")));
+  const std::string written = rill::testing::read_text(trace.string());
+  size_t events = 0;
+  for (size_t at = written.find("\"ph\":\"X\""); at != std::string::npos; at = written.find("\"ph\":\"X\"", at + 1)) ++events;
+  CHECK(std::stoul(counted[1]) == events);
+  CHECK(std::stoul(counted[1]) > std::stoul(counted[2]));
+  // Files a run writes at its end are found unwritable before it starts.
+  for (const char* flag : {"--result", "--trace"}) {
+    Ran refused = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 " + flag + " /nonexistent/dir/out.json");
+    INFO(refused.output);
+    CHECK(refused.code == 1);
+    CHECK(refused.output.find("cannot write the ") != std::string::npos);
+    CHECK(refused.output.find("'/nonexistent/dir/out.json': No such file or directory") != std::string::npos);
+    CHECK(refused.output.find("step ") == std::string::npos);  // not one step ran
+  }
   // Mixed precision says what it cast and how it scales: the MLP's 3
   // matmuls read x, h1, h2 and w1, w2, w3 through casts.
   ran = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 --set train.precision=f16");
