@@ -16,8 +16,9 @@ def read_curve(path):
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None
-    # A metrics file of one line is one JSON object too: a metrics line.
-    if isinstance(whole, dict) and not ("step" in whole and "loss" in whole):
+    # A metrics file of one line is one JSON object too: a metrics line
+    # (it has a step).
+    if isinstance(whole, dict) and "step" not in whole:
         if "loss_curve" not in whole:
             raise ValueError(f"{path}: a JSON object without a loss_curve (not a Rill result)")
         first = int(whole.get("start_step", 0)) + 1
@@ -67,7 +68,11 @@ def main():
     ax.set_title(source.rsplit("/", 1)[-1])
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(output)
+    try:
+        fig.savefig(output)
+    except (OSError, ValueError) as e:  # a folder that is not there, a format matplotlib lacks
+        print(f"rill plot: cannot write {output}: {e}", file=sys.stderr)
+        return 1
     print(f"{output}: loss over {len(steps)} points, steps {steps[0]} to {steps[-1]}")
     return 0
 

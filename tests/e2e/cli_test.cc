@@ -543,6 +543,18 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
   Ran bad = run_rill("plot " + root() + "/samples/mlp/mlp.json");
   CHECK(bad.code == 1);
   CHECK(bad.output.find("a JSON object without a loss_curve (not a Rill result)") != std::string::npos);
+  // An output it cannot write is one line naming it, never a traceback.
+  for (const std::string& out : {std::string("/nonexistent/loss.png"), (dir / "loss.txt").string()}) {
+    Ran unwritten = run_rill("plot " + (dir / "lr.jsonl").string() + " -o " + out);
+    INFO(unwritten.output);
+    CHECK(unwritten.code == 1);
+    CHECK(unwritten.output.find("rill plot: cannot write " + out + ": ") != std::string::npos);
+    CHECK(unwritten.output.find("Traceback") == std::string::npos);
+  }
+  // A metrics line without its loss is named as a metrics line.
+  std::ofstream(dir / "stepped.jsonl") << "{\"step\": 1}\n";
+  Ran stepped = run_rill("plot " + (dir / "stepped.jsonl").string() + " -o " + (dir / "s.png").string());
+  CHECK(stepped.output.find("stepped.jsonl:1: a metrics line needs 'step' and 'loss'") != std::string::npos);
 }
 
 // On a terminal (here a pseudo-terminal from util-linux's `script`) the
