@@ -136,20 +136,21 @@ void check_optimizer(const Optimizer& o, Issues* issues) {
   if (!known)
     issues->add("optimizer.type", "optimizer: unknown type '{}'{} (expected sgd, momentum, adam or adamw)", o.type,
                 did_you_mean(o.type, kOptimizers));
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) issues->add("optimizer.lr", "optimizer.lr must be > 0, got {}", o.lr);
+  const bool lr_ok = o.lr > 0 && std::isfinite(o.lr);
+  if (!lr_ok) issues->add("optimizer.lr", "optimizer.lr must be a finite number > 0, got {}", o.lr);
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay))
-    issues->add("optimizer.weight_decay", "optimizer.weight_decay must be >= 0, got {}", o.weight_decay);
+    issues->add("optimizer.weight_decay", "optimizer.weight_decay must be a finite number >= 0, got {}", o.weight_decay);
   if (o.type == "momentum" && !(o.momentum >= 0 && o.momentum < 1))
     issues->add("optimizer.momentum", "optimizer.momentum must be in [0, 1), got {}", o.momentum);
   if (!(o.clip_grad_norm >= 0) || !std::isfinite(o.clip_grad_norm))
-    issues->add("optimizer.clip_grad_norm", "optimizer.clip_grad_norm must be >= 0 (0: no clipping), got {}",
+    issues->add("optimizer.clip_grad_norm", "optimizer.clip_grad_norm must be a finite number >= 0 (0: no clipping), got {}",
                 o.clip_grad_norm);
   if (o.warmup_steps < 0)
     issues->add("optimizer.warmup_steps", "optimizer.warmup_steps must be >= 0, got {}", o.warmup_steps);
   if (o.decay_steps != 0 && o.decay_steps <= o.warmup_steps)
     issues->add("optimizer.decay_steps", "optimizer.decay_steps {} must be past warmup_steps {} (or 0: no decay)",
                 o.decay_steps, o.warmup_steps);
-  if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
+  if (lr_ok && !(o.min_lr >= 0 && o.min_lr <= o.lr))  // a bad lr is said once, above
     issues->add("optimizer.min_lr", "optimizer.min_lr must be in [0, lr = {}], got {}", o.lr, o.min_lr);
   if (o.type == "adam" || o.type == "adamw") {
     if (!(o.beta1 >= 0 && o.beta1 < 1))
@@ -157,7 +158,7 @@ void check_optimizer(const Optimizer& o, Issues* issues) {
     if (!(o.beta2 >= 0 && o.beta2 < 1))
       issues->add("optimizer.beta2", "optimizer.beta2 must be in [0, 1), got {}", o.beta2);
     if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
-      issues->add("optimizer.epsilon", "optimizer.epsilon must be > 0, got {}", o.epsilon);
+      issues->add("optimizer.epsilon", "optimizer.epsilon must be a finite number > 0, got {}", o.epsilon);
   }
 }
 

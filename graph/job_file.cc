@@ -96,15 +96,24 @@ JobIssue as_written(JobIssue issue, const Origins& origins) {
   return issue;
 }
 
+// An issue at a field a --set assignment wrote is the assignment's, not
+// the file line's.
 Status issues_status(const std::vector<JobIssue>& issues, const JsonLines& lines, const std::string& file_name,
-                     const Origins& origins = {}) {
+                     const Origins& origins = {}, const std::vector<std::string>& overrides = {}) {
   std::string message;
   for (const JobIssue& written : issues) {
     const JobIssue issue = as_written(written, origins);
     if (!message.empty()) message += "\n";
+    std::string set;
+    for (const std::string& assignment : overrides) {
+      const std::string key = assignment.substr(0, assignment.find('='));
+      if (issue.path == key || issue.path.rfind(key + ".", 0) == 0 || issue.path.rfind(key + "[", 0) == 0)
+        set = assignment;
+    }
     int line = lines.line_of(issue.path);
-    message += line > 0 ? fmt::format("{}:{}: {}", file_name, line, issue.message)
-                        : fmt::format("{}: {}", file_name, issue.message);
+    message += !set.empty() ? fmt::format("{} (--set {}): {}", file_name, set, issue.message)
+               : line > 0   ? fmt::format("{}:{}: {}", file_name, line, issue.message)
+                            : fmt::format("{}: {}", file_name, issue.message);
   }
   return Status(Code::kInvalidArgument, message);
 }
@@ -135,7 +144,7 @@ StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name
   for (const std::string& assignment : overrides)
     RILL_RETURN_IF_ERROR(apply_override(&job, assignment).with_context("--set " + assignment));
   std::vector<JobIssue> issues = find_job_issues(job);
-  if (!issues.empty()) return issues_status(issues, lines, file_name, origins);
+  if (!issues.empty()) return issues_status(issues, lines, file_name, origins, overrides);
   return job;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +50,14 @@ StatusOr<rill::graph::Job> load(const std::string& path, const std::vector<std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A count or a time in seconds: a number > 0 (CLI11's own check prints its range's float bounds).
+  const CLI::Validator positive(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        return end != text.c_str() && *end == '\0' && value > 0 ? "" : "must be a number > 0, got " + text;
+      },
+      "> 0", "positive");
   CLI::App app{"Rill: a decentralized, actor-based training engine"};
   app.require_subcommand(1);
 
@@ -72,11 +81,12 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine (--nodes N: on N local agents)");
   run->add_option("job", job_path, "Job description file (JSON)")->required();
   run->add_option("--devices", devices, "Devices, e.g. cpu:2 (default: the job's train.devices)");
-  run->add_option("--steps", steps, "Run this many steps instead of the job's");
+  run->add_option("--steps", steps, "Run this many steps instead of the job's")->check(positive);
   run->add_option("--result", result_path, "Write the result as JSON to this file");
   run->add_option("--set", overrides, "Override a job field, e.g. --set train.steps=100");
   run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act");
-  run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds");
+  run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds")
+      ->check(positive);
   run->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest' under the job's checkpoint.dir");
   run->add_option("--nodes", nodes, "Start this many agents on 127.0.0.1..N and run the job on them")
       ->check(CLI::Range(1, 254));
@@ -104,8 +114,9 @@ int main(int argc, char** argv) {
   // --devices (rill run would then ignore the job's train.devices).
   std::string agent_devices = "cpu:1";
   agent->add_option("--devices", agent_devices, "This node's devices, e.g. cpu:2")->capture_default_str();
-  agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form");
-  agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds");
+  agent->add_option("--join-timeout", join_timeout, "Seconds for the cluster to form")->check(positive);
+  agent->add_option("--stall-timeout", stall_timeout, "Stop a job when no actor acts for this many seconds")
+      ->check(positive);
   rill::AgentOptions agent_options;
   agent->add_option("--heartbeat", agent_options.heartbeat_s, "Seconds between heartbeats")->capture_default_str();
   agent->add_option("--dead-after", agent_options.dead_after_s,
@@ -139,7 +150,7 @@ int main(int argc, char** argv) {
   submit->add_option("--result", result_path, "Write the result as JSON to this file");
   submit->add_flag("--follow", follow, "Print the master's progress lines");
   submit->add_option("--devices", devices, "Devices per node (default: the agents')");
-  submit->add_option("--steps", steps, "Run this many steps instead of the job's");
+  submit->add_option("--steps", steps, "Run this many steps instead of the job's")->check(positive);
   submit->add_option("--set", overrides, "Override a job field");
   submit->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest'");
   submit->add_option("--max-restarts", max_restarts,

@@ -355,6 +355,22 @@ TEST_CASE("a bad flag value is an error, not a crash") {
   Ran ran = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --devices gpu:x");
   CHECK(ran.code == 1);
   CHECK(ran.output.find("gpu:x") != std::string::npos);
+  // Counts and times are > 0: 0 steps is not "the job's steps", and a
+  // negative timeout is not "none".
+  for (const std::string& flag : {"--steps 0", "--stall-timeout -1"}) {
+    Ran refused = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json " + flag);
+    INFO(refused.output);
+    CHECK(refused.code != 0);
+    CHECK(refused.output.find(": must be a number > 0, got ") != std::string::npos);
+    CHECK(refused.output.find("step ") == std::string::npos);
+  }
+  // A mistake in a --set value is the assignment's, not the file line's,
+  // and said once.
+  Ran set = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --set optimizer.lr=-1");
+  INFO(set.output);
+  CHECK(set.output.find("linear_regression.json (--set optimizer.lr=-1): optimizer.lr must be a finite number > 0, "
+                        "got -1") != std::string::npos);
+  CHECK(set.output.find("min_lr") == std::string::npos);
 }
 
 // On a machine without a GPU (CI's), cuda devices are an error naming what

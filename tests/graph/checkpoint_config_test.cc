@@ -148,7 +148,7 @@ TEST_CASE("checkpoint overrides") {
 TEST_CASE("checkpoint overrides given to the loader apply before the check") {
   auto bad = parse("", {"checkpoint.every=10"});
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message().find("ckpt.json: checkpoint.every is 10 but checkpoint.dir is empty") !=
+  CHECK(bad.status().message().find("ckpt.json (--set checkpoint.every=10): checkpoint.every is 10 but checkpoint.dir is empty") !=
         std::string::npos);
   auto good = parse("", {"checkpoint.every=10", "checkpoint.dir=/runs/x"});
   REQUIRE_MESSAGE(good.ok(), good.status().to_string());

@@ -242,7 +242,7 @@ TEST_CASE("overrides given to the loader apply before the check") {
   CHECK(job->optimizer.lr == 0.5);
   auto bad = parse_job_json(kSmallJob, "small.json", {"train.batch_size=-1"});
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message().find("small.json:15: train.batch_size must be > 0, got -1") != std::string::npos);
+  CHECK(bad.status().message().find("small.json (--set train.batch_size=-1): train.batch_size must be > 0, got -1") != std::string::npos);
 }
 
 }  // namespace rill::graph
