@@ -181,6 +181,12 @@ std::string format_machine(const Machine& machine) {
   return fmt::format("{}:{}", machine.address, machine.ctrl_port);
 }
 
+std::string machine_list(const std::vector<Machine>& machines) {
+  std::string list;
+  for (const Machine& m : machines) list += (list.empty() ? "" : ",") + format_machine(m);
+  return list;
+}
+
 bool is_loopback_address(const std::string& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

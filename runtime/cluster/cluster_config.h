@@ -36,6 +36,8 @@ StatusOr<std::vector<Machine>> parse_machine_list(const std::string& list_or_fil
 
 // "host:9988", "[::1]:9988".
 std::string format_machine(const Machine& machine);
+// Every node's address in order, "a:port,b:port": one string two lists agree on when they are alike.
+std::string machine_list(const std::vector<Machine>& machines);
 // True when every address `address` resolves to is a loopback address
 // (127.0.0.0/8, ::1; "localhost"); false for others and for names that do
 // not resolve.

@@ -58,7 +58,7 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Join& m) {
     return {fb::Message::Join, fb::CreateJoin(b, m.rank, b.CreateString(m.version), m.schema_hash,
                                               b.CreateString(m.address), b.CreateString(m.devices),
-                                              raw(b, m.data_session))
+                                              raw(b, m.data_session), b.CreateString(m.machines))
                                    .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const JoinReply& m) {
@@ -200,7 +200,7 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::Join: {
       auto m = e->message_as_Join();
       return Message(Join{m->rank(), str(m->version()), m->schema_hash(), str(m->address()), str(m->devices()),
-                          raw(m->data_session())});
+                          raw(m->data_session()), str(m->machines())});
     }
     case fb::Message::JoinReply: {
       auto m = e->message_as_JoinReply();

@@ -33,6 +33,7 @@ struct Join {
   uint64_t schema_hash = 0;
   std::string address, devices;
   std::string data_session;
+  std::string machines;  // every node's address, as this agent was given them
 };
 struct JoinReply { bool ok = false; std::string error; int world = 0; std::string data_sessions; };
 struct Submit {

@@ -2,6 +2,8 @@
 // taking back nodes (runtime/cluster/master.h).
 #include "runtime/cluster/master.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -49,6 +51,13 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
     return fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
                        "same version on every node",
                        who, j.version, j.schema_hash, ctl::kRillVersion, ctl::schema_hash());
+  // Node counts must agree; the same nodes under other names (a host name
+  // for an address) may, and are logged where the join is accepted.
+  if (const std::string mine = machine_list(options_.machines);
+      j.machines != mine && std::count(j.machines.begin(), j.machines.end(), ',') + 1 != world_)
+    return fmt::format("{} was started with the machine list {} ({} nodes) but the master with {} ({}): start every "
+                       "agent with the same --machines",
+                       who, j.machines, std::count(j.machines.begin(), j.machines.end(), ',') + 1, mine, world_);
   if (j.devices != options_.devices)
     return fmt::format("{} has devices {} but the master has {}: every node needs the same devices", who, j.devices,
                        options_.devices);
@@ -93,6 +102,9 @@ Status Master::join() {
       failure = error;
       break;
     }
+    if (j->machines != machine_list(options_.machines))
+      spdlog::warn("{}: {} was started with the machine list {}, the master with {}", me,
+                   node_name(options_.machines, j->rank), j->machines, machine_list(options_.machines));
     identity_of_node_[j->rank] = identity;
     last_seen_[j->rank] = now();
     joins[j->rank] = *j;

@@ -72,7 +72,8 @@ Status NodeAgent::join() {
   const Machine& self = options_.machines[options_.rank];
   std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
   post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
-                                                format_machine(self), options_.devices, own_session()})});
+                                                format_machine(self), options_.devices, own_session(),
+                                                machine_list(options_.machines)})});
   while (now() < deadline) {
     flush();  // the Join, or what a full queue held back
     ControlChannel::Incoming in;
@@ -89,6 +90,11 @@ Status NodeAgent::join() {
     if (!message.ok()) return message.status().with_context(me + ": from the master");
     if (auto* r = std::get_if<ctl::JoinReply>(&*message)) {
       if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
+      if (r->world != world_)
+        return Status(Code::kInvalidArgument,
+                      fmt::format("{}: the master's cluster has {} node(s) but this agent's machine list {}: start "
+                                  "every agent with the same --machines",
+                                  me, r->world, world_));
       if (r->data_sessions.size() != own_session().size() * static_cast<size_t>(world_))
         return Status(Code::kDataLoss, fmt::format("{}: the master's answer carries {} bytes of data-plane session "
                                                    "ids, not {}",

@@ -507,6 +507,22 @@ TEST_CASE("a rank outside the machine list is named") {
   CHECK(ran.output.find("rank 5 is outside the machine list (2 node(s)") != std::string::npos);
 }
 
+// Agents started with machine lists of different lengths: the master
+// refuses the node naming both lists, and both end within the deadline.
+TEST_CASE("agents started with different machine lists are told so, naming both") {
+  auto dir = temp_dir();
+  Agent master("--machines 127.0.0.1:19770,127.0.0.2:19770 --rank 0 --join-timeout 10", (dir / "m.log").string());
+  Agent node("--machines 127.0.0.1:19770,127.0.0.2:19770,127.0.0.3:19770 --rank 1 --join-timeout 10",
+             (dir / "n.log").string());
+  CHECK(node.wait(20) == 1);
+  CHECK(master.wait(20) == 1);
+  const std::string expected =
+      "node 1 (127.0.0.2:19770) was started with the machine list 127.0.0.1:19770,127.0.0.2:19770,127.0.0.3:19770 "
+      "(3 nodes) but the master with 127.0.0.1:19770,127.0.0.2:19770 (2)";
+  CHECK_MESSAGE(node.output().find(expected) != std::string::npos, node.output());
+  CHECK_MESSAGE(master.output().find(expected) != std::string::npos, master.output());
+}
+
 // A peer of another version, or other devices: tests/runtime/
 // control_plane_test.cc, with agents in one process.
 
