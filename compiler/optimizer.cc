@@ -22,17 +22,17 @@ bool read_by_any(const LogicalGraph& g, const std::string& tensor) {
 
 bool accumulates(const OpNode& op) { return op.attrs.get_int("micro_batches", 0) > 0; }
 
+const char* update_op_of(const std::string& type) {
+  if (type == "sgd") return "sgd_update";
+  if (type == "momentum") return "momentum_update";
+  if (type == "adam" || type == "adamw") return "adam_update";
+  return nullptr;
+}
+
 Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* g) {
-  std::string update_op;
-  if (optimizer.type == "sgd") {
-    update_op = "sgd_update";
-  } else if (optimizer.type == "momentum") {
-    update_op = "momentum_update";
-  } else if (optimizer.type == "adam" || optimizer.type == "adamw") {
-    update_op = "adam_update";
-  } else {
+  if (update_op_of(optimizer.type) == nullptr)
     return invalid_argument("optimizer: unknown type '{}' (sgd, momentum, adam or adamw)", optimizer.type);
-  }
+  const std::string update_op = update_op_of(optimizer.type);
   const OpDef* def = find_op(update_op);
   if (def == nullptr || def->role != OpRole::kUpdate)
     return not_found("optimizer '{}': update op '{}' is not registered", optimizer.type, update_op);

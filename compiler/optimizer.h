@@ -14,6 +14,10 @@ namespace rill::compiler {
 
 Status attach_optimizer(const graph::Optimizer& optimizer, LogicalGraph* graph);
 
+// The update op an optimizer type runs on each trained variable ("adam" and
+// "adamw": "adam_update"); null for an unknown type.
+const char* update_op_of(const std::string& optimizer_type);
+
 // Whether `op` sums its micro-batches into one output a step (it carries a
 // micro_batches attr: an accumulate op or a weight-gradient matmul).
 bool accumulates(const OpNode& op);

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "base/printable.h"
@@ -25,6 +26,7 @@
 #include "base/actor_id.h"
 #include "compiler/compiler.h"
 #include "compiler/gradient_norm.h"
+#include "compiler/optimizer.h"
 #include "compiler/pserver.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/ops/lr_schedule.h"
@@ -112,6 +114,20 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
                             checkpoint.step, result.steps);
   run.start_step = checkpoint.step;
   result.start_step = checkpoint.step;
+  // Optimizer state the job's update reads that the checkpoint lacks starts
+  // from zero (a checkpoint of another optimizer: sgd's into adam), and
+  // state it holds that nothing reads is left: both said.
+  std::set<std::string> wanted;
+  const char* update_op = compiler::update_op_of(job.optimizer.type);
+  if (const OpDef* update = update_op ? find_op(update_op) : nullptr)
+    for (const graph::Variable& v : job.variables)
+      for (int i = 0; v.trainable && i < update->num_state; ++i)
+        if (update->state_names[i]) wanted.insert(v.name + "/" + update->state_names[i]);
+  std::set<std::string> fresh = wanted, unused;
+  for (const auto& [name, values] : run.initial_state)
+    if (!fresh.erase(name)) unused.insert(name.substr(name.rfind('/') + 1));
+  std::set<std::string> fresh_kinds;
+  for (const std::string& name : fresh) fresh_kinds.insert(name.substr(name.rfind('/') + 1));
   if (out) {
     // The step folder read: under a root, or the path itself.
     const std::string step_dir = path + "/" + checkpoint_step_name(checkpoint.step);
@@ -122,6 +138,13 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
                "resumes it)\n",
                checkpoint.step, from, run.initial_values.size(),
                rounded > 0 ? fmt::format(", {} of them stored in 16 bits and widened", rounded) : "");
+    if (!fresh.empty())
+      fmt::print(out, "note: the checkpoint holds no {} for {} of {} optimizer state tensor(s) of '{}': they start "
+                      "from zero\n",
+                 fmt::join(fresh_kinds, ", "), fresh.size(), wanted.size(), job.optimizer.type);
+    if (!unused.empty())
+      fmt::print(out, "note: the checkpoint's {} state is not read by '{}': left unused\n", fmt::join(unused, ", "),
+                 job.optimizer.type);
     std::fflush(out);
   }
   return {};

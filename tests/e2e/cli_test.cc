@@ -261,6 +261,23 @@ TEST_CASE("--resume says the step and folder it resumes from, and refuses a vari
   INFO(refused.output);
   CHECK(refused.code == 1);
   CHECK(refused.output.find("variable 'w' is [2, 1] there; the job declares [3, 1]") != std::string::npos);
+  // Another optimizer's checkpoint: what the job's update reads and the
+  // checkpoint lacks starts from zero, what it holds and nothing reads is
+  // left, each said (the sample trains with sgd, which keeps no state).
+  const auto adam_dir = temp_dir() / "resume-adam";
+  std::filesystem::remove_all(adam_dir);
+  Ran adam = run_rill("run " + job + " --steps 30 --resume " + dir.string() +
+                      "/step-00000020 --set optimizer.type=adam --set checkpoint.dir=" + adam_dir.string());
+  INFO(adam.output);
+  CHECK(adam.code == 0);
+  CHECK(adam.output.find("note: the checkpoint holds no adam_m, adam_v for 2 of 2 optimizer state tensor(s) of "
+                         "'adam': they start from zero") != std::string::npos);
+  Ran sgd = run_rill("run " + job + " --steps 40 --resume " + adam_dir.string() + "/step-00000030");
+  INFO(sgd.output);
+  CHECK(sgd.code == 0);
+  CHECK(sgd.output.find("note: the checkpoint's adam_m, adam_v state is not read by 'sgd': left unused") !=
+        std::string::npos);
+  CHECK(resumed.output.find("note:") == std::string::npos);  // the same optimizer: nothing to say
 }
 
 // A checkpoint dir holding another run's steps is not mixed into: refused
