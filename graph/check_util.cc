@@ -1,6 +1,7 @@
 #include "graph/check_util.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace rill::graph::check {
@@ -34,6 +35,14 @@ std::string label(std::string_view section, size_t index, std::string_view name)
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
   if (word.empty()) return "";
+  // Another case of a known name ('ReLU' for 'relu') is the likeliest slip.
+  auto lower = [](std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (const std::string& candidate : candidates)
+    if (candidate != word && lower(candidate) == lower(word)) return fmt::format(" (did you mean '{}'?)", candidate);
   size_t best = SIZE_MAX;
   const std::string* pick = nullptr;
   for (const std::string& candidate : candidates) {

@@ -144,7 +144,7 @@ const std::vector<Setting>& settings() {
       {"checkpoint.dtype",
        [](Job* j, const std::string& v) {
          if (!parse_dtype(v, &j->checkpoint.dtype))
-           return invalid_argument("checkpoint.dtype: '{}' is not a dtype (f32, bf16 or f16)", v);
+           return invalid_argument("'{}' is not a dtype (f32, bf16 or f16)", v);
          return Status();
        }},
       // A distributed section is made by its first setting (mode "pserver").

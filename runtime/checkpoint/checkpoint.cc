@@ -532,7 +532,8 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
 
 StatusOr<std::string> latest_checkpoint(const std::string& root) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return not_found("checkpoint root {} is not a directory", root);
+  if (!fs::is_directory(root, ec))
+    return not_found("checkpoint root {} {}", root, fs::exists(root, ec) ? "is not a directory" : "does not exist");
   auto latest = read_small_file((fs::path(root) / kLatestFile).string(), 4096);
   if (latest.ok()) {
     std::string name = *latest;
@@ -551,7 +552,8 @@ StatusOr<Checkpoint> read_checkpoint(const std::string& path) {
   fs::path p(path);
   if (p.filename().empty()) p = p.parent_path();  // "ckpt/step-00000120/"
   std::error_code ec;
-  if (!fs::is_directory(p, ec)) return not_found("checkpoint {} is not a directory", path);
+  if (!fs::is_directory(p, ec))
+    return not_found("checkpoint {} {}", path, fs::exists(p, ec) ? "is not a directory" : "does not exist");
   int64_t step;
   // A step directory by its name or its files; otherwise a root to resolve.
   bool step_dir = parse_step_name(p.filename().string(), &step) || fs::exists(p / kModelFile, ec) ||

@@ -35,6 +35,9 @@ TEST_CASE("checker messages name the element and the field path") {
   CHECK(has(issues, "ops[3].type | ops[3] (fc2): unknown op type 'matmull' (did you mean 'matmul'?)"));
   // Its output is still defined, so nothing downstream is reported.
   CHECK(std::count(issues.begin(), issues.end(), '\n') == 1);
+  // Another case of a known name is suggested, however far in letters.
+  job.ops[3].type = "MatMul";
+  CHECK(has(issues_of(job), "unknown op type 'MatMul' (did you mean 'matmul'?)"));
 
   job = samples::make_mlp_job();
   job.ops[3].inputs[0] = "h9";
