@@ -96,6 +96,42 @@ void check_datasets(const Job& job, Issues* issues) {
       issues->add(path + ".kind", "{}: unknown kind '{}'{} (expected idx, csv, synthetic, inline, text or tokens)",
                   where, d.kind,
                   did_you_mean(d.kind, kDatasetKinds));
+      continue;
+    }
+    // A field the kind does not read is a sign of the wrong kind (or a
+    // misplaced field), not something to ignore.
+    struct KindField {
+      const char* name;
+      bool set;
+      const char* kinds;  // that read it
+    };
+    const KindField fields[] = {
+        {"images", !d.images.empty(), "idx"},
+        {"labels", !d.labels.empty(), "idx"},
+        {"path", !d.path.empty(), "csv, text, tokens"},
+        {"label_column", d.label_column != -1, "csv"},
+        {"header", d.header, "csv"},
+        {"num_samples", d.num_samples != 0, "synthetic"},
+        {"num_classes", d.num_classes != 10, "synthetic"},
+        {"feature_shape", !d.feature_shape.empty(), "synthetic"},
+        {"id_fields", d.id_fields != 0, "synthetic"},
+        {"id_range", d.id_range != 0, "synthetic"},
+        {"seed", d.seed != 0, "synthetic"},
+        {"tensors", !d.tensors.empty(), "inline"},
+        {"context", d.context != 0, "text, tokens"},
+        {"split", d.split_from != 0.0 || d.split_to != 1.0, "text, tokens"},
+    };
+    for (const KindField& f : fields) {
+      if (!f.set) continue;
+      bool read = false;
+      for (std::string_view kinds = f.kinds; !kinds.empty();) {
+        const size_t comma = kinds.find(", ");
+        read = read || kinds.substr(0, comma) == d.kind;
+        kinds = comma == std::string_view::npos ? std::string_view() : kinds.substr(comma + 2);
+      }
+      if (!read)
+        issues->add(path + "." + f.name, "{}: '{}' is not read by {} datasets; {} datasets read it (is the kind right?)",
+                    where, f.name, d.kind, f.kinds);
     }
   }
 }

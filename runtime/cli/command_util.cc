@@ -1,12 +1,15 @@
 #include "runtime/cli/command_util.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -30,8 +33,20 @@ StatusOr<std::string> read_text_file(const std::string& path) {
 Status write_text_file(const std::string& path, const std::string& text) { return write_file(path, text, "the file"); }
 
 Status check_can_write(const std::string& path, const std::string& what) {
-  RILL_ASSIGN_OR_RETURN(const int fd, open_for_write(path, true, what));
-  ::close(fd);
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return invalid_argument("cannot write {} '{}': it is a directory", what, path);
+    if (!S_ISREG(st.st_mode)) return {};  // a pipe or a device: opened when written, never here
+    RILL_ASSIGN_OR_RETURN(const int fd, open_for_write(path, true, what));  // appending: its bytes are kept
+    ::close(fd);
+    return {};
+  }
+  // Not there: its folder must be one to make it in (nothing is made now).
+  const std::string folder = parent_folder(path);
+  if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return invalid_argument("cannot write {} '{}': its folder {} does not exist", what, path, folder);
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    return invalid_argument("cannot write {} '{}': its folder {}: {}", what, path, folder, std::strerror(errno));
   return {};
 }
 
@@ -71,9 +86,10 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::st
   std::_Exit(127);
 }
 
-int wait_process(pid_t pid) {
+int wait_process(pid_t pid, int* raw) {
   int status = 0;
   waitpid(pid, &status, 0);
+  if (raw) *raw = status;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 

@@ -20,8 +20,9 @@ int fail_command(const Status& status);
 StatusOr<std::string> read_text_file(const std::string& path);
 Status write_text_file(const std::string& path, const std::string& text);
 // Whether `path` (`what`: "the result file") can be written, found before a
-// run rather than after it: opens it for appending (made empty if missing,
-// its bytes kept) and closes it.
+// run rather than after it, leaving nothing behind: a file there is opened
+// for appending and closed (its bytes kept); a missing one needs a folder
+// to be made in; a pipe is not opened.
 Status check_can_write(const std::string& path, const std::string& what);
 
 // Starts argv[0] (searched on PATH) with extra environment variables; its
@@ -34,7 +35,9 @@ Status check_can_write(const std::string& path, const std::string& what);
 pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
                     const std::string& log = "", bool append = false, bool own_group = false);
 // Waits for `pid`; its exit code, or 128 + signal.
-int wait_process(pid_t pid);
+// `raw`, when given: the wait status as waitpid gave it (a signal told from
+// an exit code above 128).
+int wait_process(pid_t pid, int* raw = nullptr);
 // Whether a process's wait status is a failure: a non-zero exit or a signal.
 bool failed_exit(int wait_status);
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "comm/default_key.h"
@@ -104,6 +105,10 @@ int launch_command(const LaunchArgs& args) {
   };
 
   bool is_job = args.target.size() > 5 && args.target.substr(args.target.size() - 5) == ".json";
+  if (is_job && !args.program_args.empty())
+    return fail_command(invalid_argument("'{}' after the job file {}: a job file takes no arguments, and the "
+                                         "launcher's options go before it",
+                                         fmt::join(args.program_args, " "), args.target));
   std::string job_text;  // read before any agent starts, so a bad path costs nothing
   if (is_job && config->node_rank == 0) {
     auto text = read_text_file(args.target);
@@ -134,8 +139,10 @@ int launch_command(const LaunchArgs& args) {
       // Our agent (in a process group of its own) goes with the launcher
       // when no job comes of it.
       auto give_up = [&](const Status& why) {
-        kill(agent, SIGTERM);
-        (void)wait_process(agent);
+        if (waitpid(agent, nullptr, WNOHANG) == 0) {  // still ours and running (wait_for_agent may have reaped it)
+          kill(agent, SIGTERM);
+          (void)wait_process(agent);
+        }
         return why.code() == Code::kAborted ? (fail_command(why), interrupts::exit_code()) : fail_command(why);
       };
       if (Status up = wait_for_agent(master, agent, agent_log, 120); !up.ok()) return give_up(up);
@@ -165,11 +172,13 @@ int launch_command(const LaunchArgs& args) {
       processes.push_back(spawn_process(argv, environment, log_for(local)));
     }
     for (size_t local = 0; local < processes.size(); ++local) {
-      const int c = wait_process(processes[local]);
+      int status = 0;
+      const int c = wait_process(processes[local], &status);
       if (c != 0)  // as torchrun's failure summary: which process, and how it ended
         spdlog::error("launch: {} (RANK {}, LOCAL_RANK {}) {}", args.target,
                       config->node_rank * config->nproc_per_node + static_cast<int>(local), local,
-                      c > 128 ? fmt::format("ended by signal {}", c - 128) : fmt::format("exited with code {}", c));
+                      WIFSIGNALED(status) ? fmt::format("ended by signal {}", WTERMSIG(status))
+                                          : fmt::format("exited with code {}", c));
       if (code == 0) code = c;
     }
     if (config->node_rank == 0) {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -55,7 +56,9 @@ int main(int argc, char** argv) {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
-        return end != text.c_str() && *end == '\0' && value > 0 ? "" : "must be a number > 0, got " + text;
+        return end != text.c_str() && *end == '\0' && value > 0 && std::isfinite(value)
+                   ? ""
+                   : "must be a finite number > 0, got " + text;
       },
       "> 0", "positive");
   CLI::App app{"Rill: a decentralized, actor-based training engine"};
@@ -279,16 +282,18 @@ int main(int argc, char** argv) {
 
   // `rill launch [FLAGS] TARGET [ARGS...]`: what follows the target is the
   // program's, dashes and all (torchrun's way), so the command line is
-  // parsed only up to it; `--` before the target is allowed.
+  // parsed only up to it; `--` before the target is allowed (and kept, so
+  // a target starting with a dash is still the target).
   std::vector<char*> args(argv, argv + argc);
   if (args.size() > 2 && std::string_view(args[1]) == "launch")
     for (size_t i = 2; i < args.size(); ++i) {
       const std::string_view a = args[i];
       if (a == "--") {
-        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));  // args[i] is the target now
+        ++i;  // the target
       } else if (a.size() > 1 && a[0] == '-') {
-        const CLI::Option* flag = launch->get_option_no_throw(std::string(a));
-        if (flag != nullptr && a.find('=') == std::string_view::npos && flag->get_type_size() > 0) ++i;  // its value
+        // An option's value is the next word; a flag (expects none) has none.
+        const CLI::Option* option = launch->get_option_no_throw(std::string(a));
+        if (option != nullptr && a.find('=') == std::string_view::npos && option->get_items_expected_min() > 0) ++i;
         continue;
       }
       if (i < args.size()) {

@@ -136,8 +136,11 @@ class ZmqClient : public Client {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {watch_->handle(), 0, ZMQ_POLLIN, 0}};
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      // With interrupts to watch, in slices: one that came just before the
+      // poll interrupts nothing.
+      const auto slice = interrupts != nullptr ? std::min(left, std::chrono::milliseconds(50)) : left;
       try {
-        zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(0)));
+        zmq::poll(items, 2, std::max(slice, std::chrono::milliseconds(0)));
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
         if (interrupts == nullptr || interrupts->load() == 0) continue;  // a signal not for us: wait on

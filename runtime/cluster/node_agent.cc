@@ -92,8 +92,8 @@ Status NodeAgent::join() {
       if (!r->ok) return Status(Code::kAborted, fmt::format("{}: the cluster did not form: {}", me, r->error));
       if (r->world != world_)
         return Status(Code::kInvalidArgument,
-                      fmt::format("{}: the master's cluster has {} node(s) but this agent's machine list {}: start "
-                                  "every agent with the same --machines",
+                      fmt::format("{}: the master's cluster has {} node(s) but this agent's machine list names {}: "
+                                  "start every agent with the same --machines",
                                   me, r->world, world_));
       if (r->data_sessions.size() != own_session().size() * static_cast<size_t>(world_))
         return Status(Code::kDataLoss, fmt::format("{}: the master's answer carries {} bytes of data-plane session "

@@ -228,10 +228,27 @@ TEST_CASE("rill launch passes a program's arguments unchanged and names a proces
   Ran dashed = run_rill("launch" + flags + "-- /bin/sh -c 'echo rank $RANK of $WORLD_SIZE'");
   INFO(dashed.output);
   CHECK(dashed.output.find("rank 0 of 1") != std::string::npos);
+  // A flag (no value) just before the program leaves the program whole.
+  const auto logs = rill::testing::temp_dir("rill-launch-args-");
+  Ran flagged = run_rill("launch" + flags + "--logdir " + logs.string() +
+                         " --redirect_stdout_and_stderr /bin/echo flagged --lr 3");
+  INFO(flagged.output);
+  CHECK(flagged.code == 0);
+  CHECK(rill::testing::read_text((logs / "node0.proc0.log").string()) == "flagged --lr 3\n");
+  // A job file takes no arguments: what follows it is refused, not dropped.
+  Ran trailing = run_rill("launch" + flags + root() + "/samples/linear_regression/linear_regression.json --nnodes 2");
+  INFO(trailing.output);
+  CHECK(trailing.code == 1);
+  CHECK(trailing.output.find("'--nnodes 2' after the job file") != std::string::npos);
   Ran failed = run_rill("launch" + flags + "/bin/sh -c 'exit 3'");
   INFO(failed.output);
   CHECK(failed.code == 3);
   CHECK(failed.output.find("/bin/sh (RANK 0, LOCAL_RANK 0) exited with code 3") != std::string::npos);
+  // An exit code above 128 is a code, not a signal; a signal is a signal.
+  Ran high = run_rill("launch" + flags + "/bin/sh -c 'exit 130'");
+  CHECK(high.output.find("(RANK 0, LOCAL_RANK 0) exited with code 130") != std::string::npos);
+  Ran killed = run_rill("launch" + flags + "/bin/sh -c 'kill -9 $$'");
+  CHECK(killed.output.find("(RANK 0, LOCAL_RANK 0) ended by signal 9") != std::string::npos);
 }
 
 // A machine list that disagrees with --nnodes is refused before anything

@@ -127,6 +127,15 @@ TEST_CASE("datasets and inputs are checked against what each kind offers") {
   job = samples::make_linear_regression_job();
   job.train.batch_size = 8;
   CHECK(has(issues_of(job), "train.batch_size 8 is larger than dataset 'data' (4 samples)"));
+  // A field the kind does not read points at the wrong kind, named with
+  // the kinds that read it; the field's path leads to its line.
+  job = samples::make_mlp_job();
+  job.datasets[0].path = "/data/train.csv";
+  job.datasets[0].context = 5;
+  issues = issues_of(job);
+  CHECK(has(issues, "datasets[0].path | datasets[0] (train): 'path' is not read by idx datasets; csv, text, tokens "
+                    "datasets read it (is the kind right?)"));
+  CHECK(has(issues, "datasets[0].context | datasets[0] (train): 'context' is not read by idx datasets"));
 }
 
 TEST_CASE("variables: initializer, its shape, dtype and SBP") {
