@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   run->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest' under the job's checkpoint.dir");
   run->add_option("--nodes", nodes, "Start this many agents on 127.0.0.1..N and run the job on them")
       ->check(CLI::Range(1, 254));
-  run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)");
+  run->add_option("--ctrl-port", ctrl_port, "Control port of the local agents (data port: +1)")
+      ->check(CLI::Range(1, rill::kMaxCtrlPort));
   run->add_option("--logdir", logdir, "Where the non-master agents write their logs");
   std::string run_http;
   run->add_option("--http", run_http,
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
   CLI::App* agent = app.add_subcommand("agent", "Run this node's agent (node 0 is the master)");
   agent->add_option("--machines", machines, "Machine list: addr[:port],... or a file with one per line")->required();
   agent->add_option("--rank", rank, "This node's index in the machine list")->required();
-  agent->add_option("--ctrl-port", ctrl_port, "Control port where an entry gives none (data port: +1)");
+  agent->add_option("--ctrl-port", ctrl_port, "Control port where an entry gives none (data port: +1)")
+      ->check(CLI::Range(1, rill::kMaxCtrlPort));
   // Its own variable: a default here must not become every subcommand's
   // --devices (rill run would then ignore the job's train.devices).
   std::string agent_devices = "cpu:1";

@@ -176,8 +176,11 @@ class ZmqClient : public Client {
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s,
                                                   bool running) {
-  RILL_ASSIGN_OR_RETURN(std::vector<Machine> machines, parse_machine_list(master));
-  if (machines.size() != 1) return invalid_argument("--master names one address[:port], got '{}'", master);
+  // One address, named as the --master the user gave (not as a machine list).
+  if (master.find(',') != std::string::npos || master.find_first_not_of(" \t") == std::string::npos)
+    return invalid_argument("--master names one address[:port], got '{}'", master);
+  RILL_ASSIGN_OR_RETURN(Machine machine, parse_machine(master, kDefaultCtrlPort, fmt::format("--master '{}'", master)));
+  std::vector<Machine> machines{machine};
   auto key = comm::client_key_from_environment();  // a client key file, or the cluster key's
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(

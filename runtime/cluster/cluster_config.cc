@@ -51,7 +51,34 @@ Status check_port(int port, std::string_view what) {
   return {};
 }
 
-// One `address[:port]` entry; `where` names it in errors.
+
+struct Entry {
+  std::string text;
+  std::string where;
+};
+
+StatusOr<std::vector<Entry>> read_machine_file(const std::string& path) {
+  auto bytes = read_file_bytes(path);
+  if (!bytes.ok()) return bytes.status().with_context("reading the machine file");
+  std::istringstream in(std::string(bytes->begin(), bytes->end()));
+  std::vector<Entry> entries;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::string_view text(line);
+    text = trim(text.substr(0, text.find('#')));
+    if (text.empty()) continue;
+    std::string where = fmt::format("{}:{} ('{}')", path, number, text);
+    if (text.find(',') != std::string_view::npos || text.find_first_of(" \t") != std::string_view::npos)
+      return invalid_argument("{}: one entry per line", where);
+    entries.push_back({std::string(text), where});
+  }
+  if (in.bad()) return data_loss("error reading machine file '{}'", path);
+  if (entries.empty()) return invalid_argument("machine file '{}' lists no machines", path);
+  return entries;
+}
+
+}  // namespace
+
 StatusOr<Machine> parse_machine(std::string_view entry, int default_port, const std::string& where) {
   Machine machine{"", default_port};
   std::string_view address, port;
@@ -94,33 +121,6 @@ StatusOr<Machine> parse_machine(std::string_view entry, int default_port, const 
   machine.address = std::string(address);
   return machine;
 }
-
-struct Entry {
-  std::string text;
-  std::string where;
-};
-
-StatusOr<std::vector<Entry>> read_machine_file(const std::string& path) {
-  auto bytes = read_file_bytes(path);
-  if (!bytes.ok()) return bytes.status().with_context("reading the machine file");
-  std::istringstream in(std::string(bytes->begin(), bytes->end()));
-  std::vector<Entry> entries;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    std::string_view text(line);
-    text = trim(text.substr(0, text.find('#')));
-    if (text.empty()) continue;
-    std::string where = fmt::format("{}:{} ('{}')", path, number, text);
-    if (text.find(',') != std::string_view::npos || text.find_first_of(" \t") != std::string_view::npos)
-      return invalid_argument("{}: one entry per line", where);
-    entries.push_back({std::string(text), where});
-  }
-  if (in.bad()) return data_loss("error reading machine file '{}'", path);
-  if (entries.empty()) return invalid_argument("machine file '{}' lists no machines", path);
-  return entries;
-}
-
-}  // namespace
 
 StatusOr<int> parse_int(std::string_view text, std::string_view what) {
   std::string_view t = trim(text);

@@ -34,6 +34,10 @@ struct Machine {
 StatusOr<std::vector<Machine>> parse_machine_list(const std::string& list_or_file,
                                                   int default_ctrl_port = kDefaultCtrlPort);
 
+// One `address[:ctrl_port]` entry; `where` names it in errors ("machine
+// list entry 2 ('b:x')", "--master 'b:x'").
+StatusOr<Machine> parse_machine(std::string_view entry, int default_port, const std::string& where);
+
 // "host:9988", "[::1]:9988".
 std::string format_machine(const Machine& machine);
 // Every node's address in order, "a:port,b:port": one string two lists agree on when they are alike.

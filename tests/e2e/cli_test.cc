@@ -367,6 +367,14 @@ TEST_CASE("rill submit and rill status to an address where nothing listens say s
     CHECK(ran.output.find("the master 127.0.0.1:19899 cannot be reached: the connection was refused or had no route "
                           "for 3 s (is its agent running, on this address?)") != std::string::npos);
   }
+  // A bad --master is named as the flag the user gave, not as a machine list.
+  Ran port = run_rill("status --master 127.0.0.1:abc");
+  CHECK(port.output.find("--master '127.0.0.1:abc': port 'abc' is not a number") != std::string::npos);
+  Ran empty = run_rill("status --master ''");
+  CHECK(empty.output.find("--master names one address[:port], got ''") != std::string::npos);
+  Ran zero = run_rill("run " + job + " --nodes 2 --ctrl-port 0");
+  CHECK(zero.code != 0);
+  CHECK(zero.output.find("--ctrl-port: Value 0 not in range 1 to 65534") != std::string::npos);
 }
 
 TEST_CASE("a bad flag value is an error, not a crash") {
