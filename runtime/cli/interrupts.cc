@@ -13,6 +13,9 @@ std::atomic<int> g_count{0};
 std::atomic<int> g_first{0};
 int g_exit_at = 2;
 char g_remove[4096] = {};  // remove_when_ended's path ("" for none)
+constexpr int kMaxForwarded = 64;
+std::atomic<pid_t> g_forward[kMaxForwarded] = {};  // install_forwarding's children (0: none)
+std::atomic<int> g_forwarded{0};
 
 void say(const char* text) { (void)!::write(STDERR_FILENO, text, std::strlen(text)); }
 
@@ -32,18 +35,52 @@ void on_signal(int signal) {
   }
 }
 
+void on_signal_forwarded(int signal) {
+  const int n = g_count.fetch_add(1) + 1;
+  if (n == 1) {
+    g_first.store(signal);
+    g_stop.store(true);
+  }
+  if (n >= g_exit_at) {
+    say("\nrill: interrupted again: stopped at once\n");
+    ::_exit(128 + g_first.load());
+  }
+  say(signal == SIGTERM ? "\nrill: SIGTERM: passed on to the launched processes and the agent\n"
+                        : "\nrill: interrupted: passed on to the launched processes and the agent\n");
+  const int count = g_forwarded.load();
+  for (int i = 0; i < count && i < kMaxForwarded; ++i)
+    if (const pid_t pid = g_forward[i].load(); pid > 0) ::kill(pid, signal);
+}
+
+void take(void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
 }  // namespace
+
+void install_forwarding(int exit_at) {
+  static_assert(std::atomic<pid_t>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+  g_exit_at = exit_at < 2 ? 2 : exit_at;
+  take(on_signal_forwarded);
+}
+
+void forward_to(pid_t pid) {
+  const int at = g_forwarded.load();
+  if (at >= kMaxForwarded) return;
+  g_forward[at].store(pid);
+  g_forwarded.store(at + 1);
+}
 
 void install(int exit_at) {
   static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
                 "a signal handler may only touch lock-free atomics");
   g_exit_at = exit_at < 2 ? 2 : exit_at;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  take(on_signal);
 }
 
 void remove_when_ended(const std::string& path) {

@@ -6,6 +6,8 @@
 // install() from the main thread; the rest from any thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <string>
 
@@ -14,6 +16,13 @@ namespace rill::interrupts {
 // Takes SIGINT and SIGTERM from now on; the `exit_at`-th ends the process
 // with 128 + its number (>= 2).
 void install(int exit_at);
+// Instead, for a launcher whose children do the work: each SIGINT or
+// SIGTERM is passed on to every process forward_to() named (they end as
+// they choose; the launcher waits for them), and counted; the
+// `exit_at`-th ends the launcher at once.
+void install_forwarding(int exit_at);
+// A child to pass signals on to (at most 64; from the main thread).
+void forward_to(pid_t pid);
 // A file the process removes even when an interrupt ends it at once (the
 // cluster key `rill run --nodes` made): at most one, set before install.
 void remove_when_ended(const std::string& path);

@@ -129,8 +129,13 @@ int launch_command(const LaunchArgs& args) {
   };
   // Node 0 of a job file: Ctrl-C or SIGTERM has the master stop the job at
   // a step boundary (a second time: at once; a third ends the launcher).
-  if (is_job && config->node_rank == 0) interrupts::install(3);
+  // Elsewhere the signal is passed on to the agent and the processes (as
+  // torchrun does), and the launcher ends when they have.
+  const bool submits = is_job && config->node_rank == 0;
+  if (submits) interrupts::install(3);
+  else interrupts::install_forwarding(3);
   pid_t agent = start_agent(false);
+  if (!submits) interrupts::forward_to(agent);
   int code = 0;
   if (is_job) {
     // A job file: node 0 submits it and prints the master's progress.
@@ -170,6 +175,7 @@ int launch_command(const LaunchArgs& args) {
       std::vector<std::string> argv{args.target};
       argv.insert(argv.end(), args.program_args.begin(), args.program_args.end());
       processes.push_back(spawn_process(argv, environment, log_for(local)));
+      interrupts::forward_to(processes.back());
     }
     for (size_t local = 0; local < processes.size(); ++local) {
       int status = 0;
@@ -181,7 +187,7 @@ int launch_command(const LaunchArgs& args) {
                                           : fmt::format("exited with code {}", c));
       if (code == 0) code = c;
     }
-    if (config->node_rank == 0) {
+    if (config->node_rank == 0 && interrupts::count() == 0) {  // an interrupt reached the agent already
       auto client = Client::connect(master, 10);
       if (client.ok()) (void)(*client)->shutdown();
     }
@@ -190,10 +196,12 @@ int launch_command(const LaunchArgs& args) {
   // master takes it back (and resumes a job submitted with restarts). The
   // master's own agent holds the cluster: when it goes, so does the cluster.
   int agent_code = wait_process(agent);
-  for (int left = args.max_restarts; agent_code != 0 && config->node_rank != 0 && left > 0; --left) {
+  for (int left = args.max_restarts; agent_code != 0 && config->node_rank != 0 && left > 0 && interrupts::count() == 0;
+       --left) {
     spdlog::warn("launch: the agent of node {} ended with {}; starting it again ({} restart(s) left)",
                  config->node_rank, agent_code, left - 1);
     agent = start_agent(true);
+    interrupts::forward_to(agent);
     agent_code = wait_process(agent);
   }
   return code != 0 ? code : agent_code;

@@ -274,3 +274,32 @@ TEST_CASE("rill launch refuses --nnodes against a shorter machine list, and a SI
   CHECK(stopped.output.find("agent gone") != std::string::npos);
   CHECK(stopped.seconds < 30);
 }
+
+// A launcher of programs, or of a node that does not submit, passes SIGTERM
+// on to what it started (as torchrun does) and ends when they have: no
+// process, and no agent, is left behind, and an agent so ended is not
+// started again.
+TEST_CASE("rill launch passes SIGTERM on to its processes and agent, and ends with them") {
+  Ran programs = rill::testing::run_shell(
+      binary() + " launch --http off --master_port 19780 --nproc_per_node 2 /bin/sleep 60 & launcher=$!; sleep 2; "
+                 "kill -TERM $launcher; wait $launcher; echo \"launcher exit $?\"; sleep 1; "
+                 "pgrep -f 'ctrl-port 1978[0]' >/dev/null && echo 'agent left' || echo 'agent gone'",
+      60);
+  INFO(programs.output);
+  CHECK(programs.output.find("/bin/sleep (RANK 1, LOCAL_RANK 1) ended by signal 15") != std::string::npos);
+  CHECK(programs.output.find("launcher exit 143") != std::string::npos);
+  CHECK(programs.output.find("agent gone") != std::string::npos);
+  CHECK(programs.seconds < 30);
+  const std::string job = root() + "/samples/linear_regression/linear_regression.json";
+  Ran node1 = rill::testing::run_shell(
+      binary() + " launch --http off --nnodes 2 --node_rank 1 --master_port 19780 --machines 127.0.0.1,127.0.0.2 "
+                 "--max_restarts 3 " + job + " & launcher=$!; sleep 2; kill -TERM $launcher; wait $launcher; "
+                 "echo \"launcher exit $?\"; sleep 1; "
+                 "pgrep -f 'ctrl-port 1978[0]' >/dev/null && echo 'agent left' || echo 'agent gone'",
+      60);
+  INFO(node1.output);
+  CHECK(node1.output.find("launcher exit 143") != std::string::npos);
+  CHECK(node1.output.find("starting it again") == std::string::npos);
+  CHECK(node1.output.find("agent gone") != std::string::npos);
+  CHECK(node1.seconds < 30);
+}
