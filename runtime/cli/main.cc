@@ -486,10 +486,13 @@ int main(int argc, char** argv) {
       fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", job_path, why);
     // Every dataset whose files can be read here is read whole, as the run
     // reads it: headers, counts and contents that disagree are errors now.
+    std::map<std::string, std::shared_ptr<const rill::Dataset>> opened;
     for (const rill::graph::Dataset& d : checked->datasets)
-      if (rill::unreadable_here(d).empty())
-        if (auto opened = rill::Dataset::open(d); !opened.ok())
-          return rill::fail_command(opened.status().with_context(job_path));
+      if (rill::unreadable_here(d).empty()) {
+        auto data = rill::Dataset::open(d);
+        if (!data.ok()) return rill::fail_command(data.status().with_context(job_path));
+        opened[d.name] = std::move(*data);
+      }
     // Indices (token ids, labels) against the ops reading them, over the
     // data that can be read here: the job's plan (for --nodes x --devices,
     // or its train.devices) says which fields each op bounds, as the
@@ -508,7 +511,7 @@ int main(int argc, char** argv) {
                    plan.status().message());
         break;
       }
-      if (Status indices = rill::check_plan_indices(*rill::plan::GetPlan(plan->data())); !indices.ok())
+      if (Status indices = rill::check_plan_indices(*rill::plan::GetPlan(plan->data()), &opened); !indices.ok())
         return rill::fail_command(indices.with_context(job_path));
     }
     fmt::print("{}: ok\n", job_path);

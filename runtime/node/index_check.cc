@@ -32,7 +32,8 @@ Status check_source_indices(const plan::SourceConf& conf, const Dataset& data, c
   return {};
 }
 
-Status check_plan_indices(const plan::Plan& plan) {
+Status check_plan_indices(const plan::Plan& plan,
+                          const std::map<std::string, std::shared_ptr<const Dataset>>* opened) {
   if (!plan.tasks() || !plan.datasets()) return {};
   std::map<int, std::shared_ptr<const Dataset>> loaded;
   std::set<std::tuple<int, int, int64_t>> checked;
@@ -43,9 +44,13 @@ Status check_plan_indices(const plan::Plan& plan) {
       continue;
     const DatasetSpec spec = read_dataset(*plan.datasets()->Get(static_cast<flatbuffers::uoffset_t>(conf->dataset())));
     auto [it, fresh] = loaded.try_emplace(conf->dataset());
-    if (fresh && unreadable_here(spec).empty()) {  // never a pipe: `rill check` must not wait on one
-      auto data = Dataset::open(spec);
-      if (data.ok()) it->second = std::move(*data);
+    if (fresh) {
+      if (opened != nullptr && opened->count(spec.name) > 0) {
+        it->second = opened->at(spec.name);
+      } else if (unreadable_here(spec).empty()) {  // never a pipe: `rill check` must not wait on one
+        auto data = Dataset::open(spec);
+        if (data.ok()) it->second = std::move(*data);
+      }
     }
     if (!it->second) continue;
     std::vector<int> fields;

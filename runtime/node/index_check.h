@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -29,6 +31,8 @@ Status check_source_indices(const plan::SourceConf& conf, const Dataset& data, c
 // Every source of `plan` as above, loading each dataset once. A dataset
 // that cannot be loaded here, or is read from a pipe, is skipped (`rill
 // check` has said why).
-Status check_plan_indices(const plan::Plan& plan);
+// `opened`: datasets loaded already, by name (`rill check` loads each once).
+Status check_plan_indices(const plan::Plan& plan,
+                          const std::map<std::string, std::shared_ptr<const Dataset>>* opened = nullptr);
 
 }  // namespace rill
