@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,15 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
                                          options.dead_after_s, options.heartbeat_s));
+  // The master writes job-ID.jsonl there: a folder that is not there, or
+  // cannot be written, is found now, not when the first job fails.
+  if (!options.metrics_dir.empty()) {
+    struct stat st{};
+    if (::stat(options.metrics_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return fail_command(invalid_argument("--metrics-dir {}: no such folder", options.metrics_dir));
+    if (::access(options.metrics_dir.c_str(), W_OK | X_OK) != 0)
+      return fail_command(invalid_argument("--metrics-dir {}: {}", options.metrics_dir, std::strerror(errno)));
+  }
   // --key and --insecure are in the environment by now; a loopback agent
   // without either makes (or reads) the user's default key.
   const Machine& self = options.rank >= 0 && options.rank < static_cast<int>(options.machines.size())

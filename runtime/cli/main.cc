@@ -1,6 +1,7 @@
 // The `rill` command: run, plan and check jobs on this machine.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include "comm/default_key.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
+#include "graph/check_util.h"
 #include "graph/job_check.h"
 #include "kernels/data/dataset_peek.h"
 #include "graph/job_file.h"
@@ -286,6 +288,14 @@ int main(int argc, char** argv) {
   // program's, dashes and all (torchrun's way), so the command line is
   // parsed only up to it; `--` before the target is allowed (and kept, so
   // a target starting with a dash is still the target).
+  // An unknown command is named as one (CLI11 would say a command is required).
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands({})) names.push_back(command->get_name());
+  if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    return rill::fail_command(rill::invalid_argument("unknown command '{}'{}; the commands: {}", argv[1],
+                                                     rill::graph::check::did_you_mean(argv[1], names),
+                                                     fmt::join(names, ", ")));
+  }
   std::vector<char*> args(argv, argv + argc);
   if (args.size() > 2 && std::string_view(args[1]) == "launch")
     for (size_t i = 2; i < args.size(); ++i) {
@@ -589,7 +599,8 @@ int main(int argc, char** argv) {
   }
 
   // Files written at the run's end, found unwritable before it starts.
-  for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"}})
+  for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"},
+                                   std::pair{metrics_path, "the metrics file"}})
     if (!path.empty())
       if (Status writable = rill::check_can_write(path, what); !writable.ok()) return rill::fail_command(writable);
   rill::JobRunOptions options;

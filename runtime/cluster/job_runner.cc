@@ -182,22 +182,28 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   result.planned_steps = result.steps;
   result.global_batch = (*verified)->global_batch();
   if (options.on_plan) options.on_plan(result.steps, result.global_batch);
-  if (options.out) {
+  // What the run is about to do, to the terminal and to a submitter
+  // following it (--follow, SubmitOptions::on_line) alike.
+  const auto say = [&options](const std::string& line) {
+    if (options.out) fmt::print(options.out, "{}\n", line);
+    if (options.on_line) options.on_line(line);
+  };
+  if (options.out || options.on_line) {
     // Devices other than the job's own are named with who chose them.
     const std::string chosen = devices == job.train.devices
                                    ? std::string()
                                    : fmt::format(", devices from {}; the job's train.devices is {}",
                                                  options.devices_from, job.train.devices);
-    fmt::print(options.out, "job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks{})\n", job.name,
-               result.steps, result.global_batch, options.num_nodes, devices, (*verified)->num_tasks(), chosen);
+    say(fmt::format("job '{}': {} steps of global batch {} on {} node(s) x {} ({} tasks{})", job.name, result.steps,
+                    result.global_batch, options.num_nodes, devices, (*verified)->num_tasks(), chosen));
   }
-  if (options.out) {
+  if (options.out || options.on_line) {
     const plan::Plan& p = **verified;
     // How the step is cut, where it is (stages, micro-batches, schedule).
     if (p.micro_batches() > 1 || p.stages() > 1)
-      fmt::print(options.out, "{} stage(s), {} micro-batch(es) of {} rows per step, schedule {}\n", p.stages(),
-                 p.micro_batches(), p.global_batch() / std::max<int64_t>(1, p.micro_batches()),
-                 p.schedule() ? p.schedule()->str() : "1f1b");
+      say(fmt::format("{} stage(s), {} micro-batch(es) of {} rows per step, schedule {}", p.stages(),
+                      p.micro_batches(), p.global_batch() / std::max<int64_t>(1, p.micro_batches()),
+                      p.schedule() ? p.schedule()->str() : "1f1b"));
     // Mixed precision: how many casts the compiler put in, and the scale.
     if (job.train.precision == graph::Precision::kBF16 || job.train.precision == graph::Precision::kF16) {
       std::set<std::string> casts;  // the forward's cast ops, by name (not their tasks per device)
@@ -207,25 +213,24 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
             name.rfind("grad/", 0) != 0 && name.rfind("recompute/", 0) != 0)
           casts.insert(name.substr(0, name.rfind('@')));
       }
-      fmt::print(options.out, "mixed precision: matmuls multiply {} copies of their inputs ({} casts); weights, "
-                 "optimizer state and every other op stay f32{}\n",
-                 graph::to_string(job.train.precision), casts.size(),
-                 cluster->device_type == DeviceType::kCpu
-                     ? " (on cpu devices a 16-bit matmul widens its inputs and multiplies in f32: the 16-bit "
-                       "values, not the speed)"
-                     : "");
+      // With several nodes the plan here is node 0's: its casts.
+      say(fmt::format("mixed precision: matmuls multiply {} copies of their inputs ({} casts{}); weights, optimizer "
+                      "state and every other op stay f32{}",
+                      graph::to_string(job.train.precision), casts.size(), options.num_nodes > 1 ? " on node 0" : "",
+                      cluster->device_type == DeviceType::kCpu
+                          ? " (on cpu devices a 16-bit matmul widens its inputs and multiplies in f32: the 16-bit "
+                            "values, not the speed)"
+                          : ""));
     }
     if (compiler::loss_scale_variable(job.train))
-      fmt::print(options.out, "loss scaling: from {:g}, halved on an overflow (the step skipped), doubled after {} "
-                 "good steps\n",
-                 compiler::first_loss_scale(job.train), job.train.loss_scale_window);
+      say(fmt::format("loss scaling: from {:g}, halved on an overflow (the step skipped), doubled after {} good steps",
+                      compiler::first_loss_scale(job.train), job.train.loss_scale_window));
     // Parameter servers: who holds the blocks, who trains (the blocks
     // themselves: rill plan, or the master's log with print_log).
     if (job.pserver_mode())
       if (auto layout = compiler::pserver_layout(job, *cluster); layout.ok()) {
         const std::string described = compiler::describe_pserver_layout(*layout, job);
-        fmt::print(options.out, "{}; {} block(s)\n", described.substr(0, described.find('\n')),
-                   layout->blocks.size());
+        say(fmt::format("{}; {} block(s)", described.substr(0, described.find('\n')), layout->blocks.size()));
       }
     // What is read from files, which the first step waits for (a large
     // dataset takes seconds to load).
@@ -239,10 +244,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
         else if (kind == "csv" || kind == "text" || kind == "tokens")
           files.push_back(fmt::format("'{}' ({} {})", str(d->name()), kind, str(d->path())));
       }
-    if (!files.empty()) fmt::print(options.out, "reading dataset(s) {}\n", fmt::join(files, ", "));
+    if (!files.empty()) say(fmt::format("reading dataset(s) {}", fmt::join(files, ", ")));
     // Out before anything that may fail on stderr: piped, stdout is buffered
     // and the error would come first.
-    std::fflush(options.out);
+    if (options.out) std::fflush(options.out);
   }
 
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, (*verified)->log_every(), &result);

@@ -114,7 +114,8 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options);
 // and each fetched tensor whole.
 std::string result_json(const JobResult& result);
 
-// Writes act timestamps as Chrome-trace JSON (one track per actor).
+// Writes act timestamps as Chrome-trace JSON: one track per worker thread (its
+// actors' acts as named events), and per GPU thread one of its stream's work.
 Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces);
 
 }  // namespace rill

@@ -127,7 +127,7 @@ void Master::master_on(const From& from, ctl::Stop& m) {
     send_router(from.identity, ctl::encode(ctl::StatusReply{nlohmann::json{{"error", error}}.dump()}));
     return;
   }
-  const std::string how = m.now ? "at once" : "at the next step boundary, with its last checkpoint there";
+  const std::string how = m.now ? "at once" : "at the next step boundary (a checkpoint there if the job has a checkpoint.dir)";
   spdlog::warn("job {}: a client asks it to stop {}", running_id_, how);
   send_router(from.identity,
               ctl::encode(ctl::StatusReply{

@@ -79,8 +79,10 @@ class Progress {
           for (size_t k = 0; k < v.values.size(); ++k) v.values[k] = float_of(values[k]);
         });
       }
-    if (done % log_every_ != 0 && done != steps_) return;
+    // The last step's metrics, logged or not (a run stopped between logged
+    // steps reports the step it stopped at).
     for (size_t i = 0; i < m.names.size(); ++i) result_->train_metrics[m.names[i]] = m.values[i];
+    if (done % log_every_ != 0 && done != steps_) return;
     // The mirrored view: each rank's own line first, as a program that
     // prints on every rank would ("[rank1] 50/500 loss:0.0041").
     result_->rank_metrics.resize(static_cast<size_t>(m.ranks));

@@ -63,6 +63,9 @@ TEST_CASE("rill run --nodes leaves its logs and no cluster key behind") {
   REQUIRE(given.code == 0);
   // --http places the master's dashboard; without --nodes there is none to place.
   CHECK(given.output.find("dashboard at http://127.0.0.1:19745/") != std::string::npos);
+  // The submitter sees the job's opening lines, as one process prints them.
+  CHECK(given.output.find("job 'linear_regression': 500 steps of global batch 4 on 2 node(s) x cpu:1") !=
+        std::string::npos);
   Ran alone = run_rill("run " + job + " --http 127.0.0.1:19746");
   CHECK(alone.code == 1);
   CHECK(alone.output.find("--http places the local cluster's dashboard: it needs --nodes N") != std::string::npos);
@@ -333,7 +336,7 @@ TEST_CASE("rill run says how the step is cut, which files it reads and where the
   CHECK(std::stoul(counted[1]) == events);
   CHECK(std::stoul(counted[1]) > std::stoul(counted[2]));
   // Files a run writes at its end are found unwritable before it starts.
-  for (const char* flag : {"--result", "--trace"}) {
+  for (const char* flag : {"--result", "--trace", "--metrics"}) {
     Ran refused = run_rill("run " + root() + "/samples/mlp/mlp.json --steps 2 " + flag + " /nonexistent/dir/out.json");
     INFO(refused.output);
     CHECK(refused.code == 1);
@@ -375,6 +378,13 @@ TEST_CASE("rill submit and rill status to an address where nothing listens say s
   Ran zero = run_rill("run " + job + " --nodes 2 --ctrl-port 0");
   CHECK(zero.code != 0);
   CHECK(zero.output.find("--ctrl-port: Value 0 not in range 1 to 65534") != std::string::npos);
+}
+
+TEST_CASE("an unknown command is named, with the likeliest one") {
+  Ran ran = run_rill("submitt job.json");
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("unknown command 'submitt' (did you mean 'submit'?); the commands: run, agent, submit") !=
+        std::string::npos);
 }
 
 TEST_CASE("a bad flag value is an error, not a crash") {

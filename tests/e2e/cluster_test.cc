@@ -501,6 +501,13 @@ TEST_CASE("a port already in use is named") {
   CHECK(ran.seconds < 5);
 }
 
+TEST_CASE("a metrics folder that is not there is named when the agent starts, not when a job fails") {
+  Ran ran = run_rill("agent --machines 127.0.0.1:19785 --rank 0 --http off --metrics-dir /nonexistent/metrics");
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("--metrics-dir /nonexistent/metrics: no such folder") != std::string::npos);
+  CHECK(ran.seconds < 5);
+}
+
 TEST_CASE("a rank outside the machine list is named") {
   Ran ran = run_rill("agent --machines 127.0.0.1:19170,127.0.0.2:19170 --rank 5 --join-timeout 2");
   CHECK(ran.code == 1);

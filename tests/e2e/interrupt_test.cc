@@ -54,6 +54,8 @@ void check_stopped(const std::string& output, const std::filesystem::path& dir, 
   CHECK(j["interrupted"] == true);
   CHECK(j["steps"] == step);
   CHECK(j["planned_steps"] == 100000000);
+  // Its metrics are the step it stopped at, though no line logged it.
+  CHECK(j["train_metrics"]["loss"] == j["final_loss"]);
   Ran resumed = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --steps " +
                          std::to_string(step + 5) + " --set checkpoint.dir=" + dir.string() + " --resume latest");
   INFO(resumed.output);
