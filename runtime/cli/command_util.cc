@@ -67,6 +67,10 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::map<std::st
     if (log_fd >= 0) ::close(log_fd);
     return pid;
   }
+  // The parent's handlers are not the child's: SIGINT and SIGTERM end it
+  // until its own program decides otherwise.
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
   // Ends with the thread that started it (SIGTERM), however that one ends:
   // a killed `rill run --nodes` or launcher leaves no agent holding its ports.
   prctl(PR_SET_PDEATHSIG, SIGTERM);

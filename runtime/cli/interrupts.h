@@ -17,12 +17,15 @@ namespace rill::interrupts {
 // with 128 + its number (>= 2).
 void install(int exit_at);
 // Instead, for a launcher whose children do the work: each SIGINT or
-// SIGTERM is passed on to every process forward_to() named (they end as
-// they choose; the launcher waits for them), and counted; the
+// SIGTERM a process sent (kill, Slurm) is passed on to every process
+// forward_to() named (they end as they choose; the launcher waits for
+// them); one from the terminal reached them already. Each is counted; the
 // `exit_at`-th ends the launcher at once.
 void install_forwarding(int exit_at);
-// A child to pass signals on to (at most 64; from the main thread).
+// A child to pass signals on to (at most 64 at once; from the main thread):
+// forget() it before reaping it, so its pid, once reused, gets nothing.
 void forward_to(pid_t pid);
+void forget(pid_t pid);
 // A file the process removes even when an interrupt ends it at once (the
 // cluster key `rill run --nodes` made): at most one, set before install.
 void remove_when_ended(const std::string& path);

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,16 @@ Status wait_for_agent(const std::string& master, pid_t agent, const std::string&
       return Status(Code::kDeadlineExceeded,
                     fmt::format("the master {} did not answer within {} s", master, seconds));
   }
+}
+
+// Waits for child `pid`, taken off the list signals are passed on to before
+// it is reaped (a reaped pid may be another process's soon).
+int wait_child(pid_t pid, int* raw = nullptr) {
+  siginfo_t info{};
+  while (waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+  }
+  interrupts::forget(pid);
+  return wait_process(pid, raw);
 }
 
 }  // namespace
@@ -170,7 +181,7 @@ int launch_command(const LaunchArgs& args) {
     // A program (built on the job API): one process per slot, told its place
     // by the usual variables; the program submits its job to the master.
     std::vector<pid_t> processes;
-    for (int local = 0; local < config->nproc_per_node; ++local) {
+    for (int local = 0; local < config->nproc_per_node && interrupts::count() == 0; ++local) {
       auto environment = launch_environment(*config, local);
       std::vector<std::string> argv{args.target};
       argv.insert(argv.end(), args.program_args.begin(), args.program_args.end());
@@ -179,7 +190,7 @@ int launch_command(const LaunchArgs& args) {
     }
     for (size_t local = 0; local < processes.size(); ++local) {
       int status = 0;
-      const int c = wait_process(processes[local], &status);
+      const int c = wait_child(processes[local], &status);
       if (c != 0)  // as torchrun's failure summary: which process, and how it ended
         spdlog::error("launch: {} (RANK {}, LOCAL_RANK {}) {}", args.target,
                       config->node_rank * config->nproc_per_node + static_cast<int>(local), local,
@@ -195,15 +206,17 @@ int launch_command(const LaunchArgs& args) {
   // A non-master agent that dies is started again with the same rank: the
   // master takes it back (and resumes a job submitted with restarts). The
   // master's own agent holds the cluster: when it goes, so does the cluster.
-  int agent_code = wait_process(agent);
+  int agent_code = wait_child(agent);
   for (int left = args.max_restarts; agent_code != 0 && config->node_rank != 0 && left > 0 && interrupts::count() == 0;
        --left) {
     spdlog::warn("launch: the agent of node {} ended with {}; starting it again ({} restart(s) left)",
                  config->node_rank, agent_code, left - 1);
     agent = start_agent(true);
     interrupts::forward_to(agent);
-    agent_code = wait_process(agent);
+    agent_code = wait_child(agent);
   }
+  // Stopped by a signal, the launcher says so, whatever its children did.
+  if (code == 0 && agent_code == 0 && interrupts::count() > 0) return interrupts::exit_code();
   return code != 0 ? code : agent_code;
 }
 

@@ -284,10 +284,6 @@ int main(int argc, char** argv) {
   keygen->add_option("--key", key_file, "With --client alone: the existing cluster key to make the client key of");
   keygen->add_flag("--force", keygen_force, "Replace existing files");
 
-  // `rill launch [FLAGS] TARGET [ARGS...]`: what follows the target is the
-  // program's, dashes and all (torchrun's way), so the command line is
-  // parsed only up to it; `--` before the target is allowed (and kept, so
-  // a target starting with a dash is still the target).
   // An unknown command is named as one (CLI11 would say a command is required).
   std::vector<std::string> names;
   for (const CLI::App* command : app.get_subcommands({})) names.push_back(command->get_name());
@@ -296,6 +292,10 @@ int main(int argc, char** argv) {
                                                      rill::graph::check::did_you_mean(argv[1], names),
                                                      fmt::join(names, ", ")));
   }
+  // `rill launch [FLAGS] TARGET [ARGS...]`: what follows the target is the
+  // program's, dashes and all (torchrun's way), so the command line is
+  // parsed only up to it; `--` before the target is allowed (and kept, so
+  // a target starting with a dash is still the target).
   std::vector<char*> args(argv, argv + argc);
   if (args.size() > 2 && std::string_view(args[1]) == "launch")
     for (size_t i = 2; i < args.size(); ++i) {

@@ -177,9 +177,11 @@ class ZmqClient : public Client {
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s,
                                                   bool running) {
   // One address, named as the --master the user gave (not as a machine list).
-  if (master.find(',') != std::string::npos || master.find_first_not_of(" \t") == std::string::npos)
+  const size_t first = master.find_first_not_of(" \t\r\n"), last = master.find_last_not_of(" \t\r\n");
+  const std::string given = first == std::string::npos ? std::string() : master.substr(first, last - first + 1);
+  if (given.empty() || given.find(',') != std::string::npos)
     return invalid_argument("--master names one address[:port], got '{}'", master);
-  RILL_ASSIGN_OR_RETURN(Machine machine, parse_machine(master, kDefaultCtrlPort, fmt::format("--master '{}'", master)));
+  RILL_ASSIGN_OR_RETURN(Machine machine, parse_machine(given, kDefaultCtrlPort, fmt::format("--master '{}'", given)));
   std::vector<Machine> machines{machine};
   auto key = comm::client_key_from_environment();  // a client key file, or the cluster key's
   if (!key.ok()) return key.status();
