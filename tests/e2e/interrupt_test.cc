@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -190,4 +191,29 @@ TEST_CASE("a third Ctrl-C ends rill run --nodes at once, its agents with it, and
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   CHECK(gone);
+}
+
+// Ctrl-C typed on a launcher's terminal reaches its programs from the
+// terminal itself (one foreground group): the launcher counts it but does
+// not pass it on again, so a program that stops gently on its first SIGINT
+// and at once on its second sees one.
+TEST_CASE("Ctrl-C on a launcher of programs reaches each program once") {
+  const auto script = temp_dir() / "gentle.sh";
+  std::ofstream(script) << "i=0; n=0\n"
+                           "trap 'n=$((n+1)); echo \"program got SIGINT $n\"' INT\n"
+                           "while [ $n -lt 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n"
+                           "echo \"program ends after $n\"\n";
+  Terminal launched(binary() + " launch --http off --master_port 19790 /bin/sh " + script.string());
+  REQUIRE_MESSAGE(launched.wait_for("launch: nnodes=1", 30), launched.output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the program is in its loop
+  launched.type("\x03");
+  CHECK_MESSAGE(launched.wait_for("program got SIGINT 1", 10), launched.output());
+  CHECK_MESSAGE(launched.wait_for("program ends after 1", 20), launched.output());  // its loop ran out: no second
+  launched.finish(30);
+  CHECK(launched.output().find("program got SIGINT 2") == std::string::npos);
+  // The launcher saw where it came from (two signals so close may merge, so
+  // the program's count alone could not tell).
+  CHECK(launched.output().find("rill: interrupted: the launched processes and the agent stop too") !=
+        std::string::npos);
+  CHECK(launched.output().find("passed on") == std::string::npos);
 }
