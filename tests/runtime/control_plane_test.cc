@@ -72,7 +72,12 @@ class Cluster {
   ~Cluster() {
     if (done_.load() < static_cast<int>(threads_.size())) {
       InprocControlHub::Client cleanup = hub_->client(0, "cleanup");
-      (void)cleanup.send(control::encode(control::Shutdown{}));
+      // Retried while the master's inbox is full (queues of one message): a
+      // lost Shutdown would leave join() below waiting on the agents.
+      for (int tries = 0; tries < 5000 && cleanup.send(control::encode(control::Shutdown{})) ==
+                                              ControlChannel::Sent::kFull;
+           ++tries)
+        std::this_thread::sleep_for(1ms);
       for (int turn = 0; turn < 2000 && done_.load() < static_cast<int>(threads_.size()); ++turn) {
         tick(100);
         std::this_thread::sleep_for(5ms);
