@@ -27,8 +27,8 @@
 #include "compiler/pserver.h"
 #include "graph/check_util.h"
 #include "graph/job_check.h"
-#include "kernels/data/dataset_peek.h"
 #include "graph/job_file.h"
+#include "runtime/cli/check_command.h"
 #include "runtime/cli/cluster_commands.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cli/interrupts.h"
@@ -38,7 +38,6 @@
 #include "runtime/cli/generate_command.h"
 #include "runtime/cli/plot_script.h"
 #include "runtime/cluster/client.h"
-#include "runtime/node/index_check.h"
 
 namespace {
 
@@ -484,49 +483,8 @@ int main(int argc, char** argv) {
     return rill::run_local_cluster(args);
   }
 
-  if (check->parsed()) {
-    // The job as rill run would take it (overrides applied, then checked),
-    // then its inputs against what the data files hold, where they can be read.
-    auto checked = load(job_path, overrides);
-    if (!checked.ok()) return rill::fail_command(checked.status());
-    std::vector<std::string> unreadable;
-    if (Status data = rill::graph::check_job_data(*checked, &unreadable); !data.ok())
-      return rill::fail_command(data.with_context(job_path));
-    for (const std::string& why : unreadable)
-      fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", job_path, why);
-    // Every dataset whose files can be read here is read whole, as the run
-    // reads it: headers, counts and contents that disagree are errors now.
-    std::map<std::string, std::shared_ptr<const rill::Dataset>> opened;
-    for (const rill::graph::Dataset& d : checked->datasets)
-      if (rill::unreadable_here(d).empty()) {
-        auto data = rill::Dataset::open(d);
-        if (!data.ok()) return rill::fail_command(data.status().with_context(job_path));
-        opened[d.name] = std::move(*data);
-      }
-    // Indices (token ids, labels) against the ops reading them, over the
-    // data that can be read here: the job's plan (for --nodes x --devices,
-    // or its train.devices) says which fields each op bounds, as the
-    // sources check before their first step.
-    auto cluster = rill::compiler::parse_devices(devices.empty() ? checked->train.devices : devices, nodes);
-    if (!cluster.ok()) return rill::fail_command(cluster.status());
-    if (checked->pserver_mode())
-      if (Status resolved = rill::resolve_distributed(&*checked, {}); !resolved.ok()) return rill::fail_command(resolved);
-    for (const rill::compiler::Mode mode : {rill::compiler::Mode::kTrain, rill::compiler::Mode::kEval}) {
-      if (mode == rill::compiler::Mode::kEval && !checked->eval) continue;
-      auto plan = rill::compiler::compile(*checked, *cluster, {.mode = mode, .steps = 1});
-      if (!plan.ok() && check->count("--nodes") > 0)  // the cluster the user named cannot hold it
-        return rill::fail_command(plan.status().with_context(job_path));
-      if (!plan.ok()) {  // a layout these nodes cannot hold (placements on other nodes, pservers)
-        fmt::print("{}: note: indices are checked where the job runs, or here with --nodes ({})\n", job_path,
-                   plan.status().message());
-        break;
-      }
-      if (Status indices = rill::check_plan_indices(*rill::plan::GetPlan(plan->data()), &opened); !indices.ok())
-        return rill::fail_command(indices.with_context(job_path));
-    }
-    fmt::print("{}: ok\n", job_path);
-    return 0;
-  }
+  if (check->parsed())
+    return rill::check_command({job_path, overrides, devices, nodes, check->count("--nodes") > 0});
 
   auto job = load(job_path, overrides);
   if (!job.ok()) return rill::fail_command(job.status());

@@ -1,0 +1,66 @@
+#include "runtime/cli/check_command.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/compiler.h"
+#include "compiler/pserver.h"
+#include "graph/job_check.h"
+#include "graph/job_file.h"
+#include "kernels/data/dataset.h"
+#include "kernels/data/dataset_peek.h"
+#include "runtime/cli/command_util.h"
+#include "runtime/cluster/cluster_config.h"
+#include "runtime/node/index_check.h"
+
+namespace rill {
+
+int check_command(const CheckArgs& args) {
+  // The job as rill run would take it (overrides applied, then checked),
+  // then its inputs against what the data files hold, where they can be read.
+  auto checked = graph::load_job_file(args.job_path, args.overrides);
+  if (!checked.ok()) return fail_command(checked.status());
+  std::vector<std::string> unreadable;
+  if (Status data = graph::check_job_data(*checked, &unreadable); !data.ok())
+    return fail_command(data.with_context(args.job_path));
+  for (const std::string& why : unreadable)
+    fmt::print("{}: note: {} (its inputs' shapes are checked where the job runs)\n", args.job_path, why);
+  // Every dataset whose files can be read here is read whole, as the run
+  // reads it: headers, counts and contents that disagree are errors now.
+  std::map<std::string, std::shared_ptr<const Dataset>> opened;
+  for (const graph::Dataset& d : checked->datasets)
+    if (unreadable_here(d).empty()) {
+      auto data = Dataset::open(d);
+      if (!data.ok()) return fail_command(data.status().with_context(args.job_path));
+      opened[d.name] = std::move(*data);
+    }
+  // Indices (token ids, labels) against the ops reading them, over the
+  // data that can be read here: the job's plan (for --nodes x --devices,
+  // or its train.devices) says which fields each op bounds, as the
+  // sources check before their first step.
+  auto cluster = compiler::parse_devices(args.devices.empty() ? checked->train.devices : args.devices, args.nodes);
+  if (!cluster.ok()) return fail_command(cluster.status());
+  if (checked->pserver_mode())
+    if (Status resolved = resolve_distributed(&*checked, {}); !resolved.ok()) return fail_command(resolved);
+  for (const compiler::Mode mode : {compiler::Mode::kTrain, compiler::Mode::kEval}) {
+    if (mode == compiler::Mode::kEval && !checked->eval) continue;
+    auto plan = compiler::compile(*checked, *cluster, {.mode = mode, .steps = 1});
+    if (!plan.ok() && args.nodes_given)  // the cluster the user named cannot hold it
+      return fail_command(plan.status().with_context(args.job_path));
+    if (!plan.ok()) {  // a layout these nodes cannot hold (placements on other nodes, pservers)
+      fmt::print("{}: note: indices are checked where the job runs, or here with --nodes ({})\n", args.job_path,
+                 plan.status().message());
+      break;
+    }
+    if (Status indices = check_plan_indices(*plan::GetPlan(plan->data()), &opened); !indices.ok())
+      return fail_command(indices.with_context(args.job_path));
+  }
+  fmt::print("{}: ok\n", args.job_path);
+  return 0;
+}
+
+}  // namespace rill

@@ -1,0 +1,121 @@
+// `rill check` as a user runs it: the job as `rill run` takes it, its data
+// files read where they can be (a pipe never waited on), the index fields
+// against the ops reading them, and --nodes held to the job.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "process_util.h"
+
+namespace {
+
+using rill::testing::Ran;
+using rill::testing::root;
+using rill::testing::run_rill;
+std::filesystem::path temp_dir() { return ::rill::testing::temp_dir("rill-check-"); }
+
+}  // namespace
+
+TEST_CASE("rill check accepts the samples and rejects a bad file with its name") {
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp_model_parallel.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp_stages.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/pserver/mlp_pserver.json").code == 0);
+  CHECK(run_rill("check " + root() + "/samples/pserver/ctr_lookup.json").code == 0);
+  auto bad = temp_dir() / "bad.json";
+  std::ofstream(bad) << "{ \"name\": \"x\", \"ops\": [ { \"type\": ";
+  Ran ran = run_rill("check " + bad.string());
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("bad.json") != std::string::npos);
+  // --set as rill run takes it: applied, then checked.
+  Ran zero = run_rill("check " + root() + "/samples/mlp/mlp.json --set train.batch_size=0");
+  CHECK(zero.code == 1);
+  CHECK(zero.output.find("train.batch_size must be > 0, got 0") != std::string::npos);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp.json --set train.steps=5").code == 0);
+  Ran missing = run_rill("run /nonexistent/job.json");
+  CHECK(missing.code == 1);
+  CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);
+}
+
+// rill check reads the heads of the data files: an input declared with
+// another size than the images hold is refused before any run; a file it
+// cannot read here is a note, not an error (the run checks where it runs).
+TEST_CASE("rill check compares the inputs with what the data files hold") {
+  nlohmann::json job = nlohmann::json::parse(std::ifstream(root() + "/samples/mlp/mlp.json"));
+  for (auto& in : job["inputs"])
+    if (in["name"] == "x") in["shape"] = {700};
+  for (auto& v : job["variables"])
+    if (v["name"] == "w1") v["shape"] = {700, 512};
+  const auto narrow = temp_dir() / "narrow.json";
+  std::ofstream(narrow) << job.dump();
+  Ran ran = run_rill("check " + narrow.string());
+  INFO(ran.output);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("input 'x' reads field 'image' of dataset 'train'") != std::string::npos);
+  CHECK(ran.output.find("the job declares [700] f32 per sample, the data holds [784] f32") != std::string::npos);
+  job["datasets"][0]["images"] = "/nonexistent/images.gz";
+  const auto absent = temp_dir() / "absent.json";
+  std::ofstream(absent) << job.dump();
+  Ran noted = run_rill("check " + absent.string());
+  INFO(noted.output);
+  CHECK(noted.code == 0);
+  CHECK(noted.output.find("note: dataset 'train': '/nonexistent/images.gz' does not exist here") != std::string::npos);
+}
+
+// What rill check can read here it reads whole, as the run would: a labels
+// file of another length than the images, or an images file where the
+// labels go, is an error before any run; a pipe is never waited on (the
+// run reads it as a stream); a cluster named with --nodes that cannot hold
+// the job's placements is an error, not a note.
+TEST_CASE("rill check refuses data files the run would refuse, never waits on a pipe, and holds --nodes to the job") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  Ran shorter = run_rill("check " + mlp +
+                         " --set datasets.train.labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  INFO(shorter.output);
+  CHECK(shorter.code == 1);
+  CHECK(shorter.output.find("has 60000 images but labels file") != std::string::npos);
+  CHECK(shorter.output.find("has 10000 labels") != std::string::npos);
+  Ran swapped = run_rill("check " + mlp +
+                         " --set datasets.train.labels=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+  INFO(swapped.output);
+  CHECK(swapped.code == 1);
+  CHECK(swapped.output.find("wrong magic number: expected 0x00000801 (an idx labels file)") != std::string::npos);
+  const auto pipe = temp_dir() / "check.pipe";
+  std::filesystem::remove(pipe);
+  REQUIRE(::mkfifo(pipe.c_str(), 0600) == 0);
+  Ran piped = run_rill("check " + mlp + " --set datasets.train.images=" + pipe.string(), 60);
+  INFO(piped.output);
+  CHECK(piped.code == 0);
+  CHECK(piped.output.find("is not a regular file (a pipe or a device), read as a stream where the job runs") !=
+        std::string::npos);
+  std::filesystem::remove(pipe);
+  Ran three = run_rill("check " + root() + "/samples/mlp/mlp_pipeline3.json --nodes 2");
+  INFO(three.output);
+  CHECK(three.code == 1);
+  CHECK(three.output.find("names node 2, but the cluster has 2 node(s)") != std::string::npos);
+  CHECK(run_rill("check " + root() + "/samples/mlp/mlp_pipeline3.json --nodes 3").code == 0);
+}
+
+// Labels are indices: rill check runs the sources' check on the job's plan
+// over the data it can read, and a label past the classes is named with
+// its sample (Fashion-MNIST's labels 0-9 against a 5-class head).
+TEST_CASE("rill check names a label outside the classes, before any run") {
+  nlohmann::json job = nlohmann::json::parse(std::ifstream(root() + "/samples/mlp/mlp.json"));
+  for (auto& v : job["variables"]) {
+    if (v["name"] == "w3") v["shape"] = {512, 5};
+    if (v["name"] == "b3") v["shape"] = {5};
+  }
+  const auto five = temp_dir() / "five.json";
+  std::ofstream(five) << job.dump();
+  Ran ran = run_rill("check " + five.string());
+  INFO(ran.output);
+  CHECK(ran.code == 1);
+  CHECK(ran.output.find("input 'y' reads field 'label' of dataset 'train': value ") != std::string::npos);
+  CHECK(ran.output.find(", element 0 is not in [0, 5), the indices op ") != std::string::npos);
+}
