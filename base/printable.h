@@ -44,4 +44,14 @@ inline std::string printable(std::string_view bytes) {
   return out;
 }
 
+// At most `keep` bytes of a file's content, quoted and printable, for an
+// error that must say what it found without quoting the file (a job may
+// point a reader at a secret, and the error reaches its submitter): short
+// text whole ('abc'), longer text its first bytes and its size ('1.2.3.
+// ... (14 bytes)').
+inline std::string excerpt(std::string_view bytes, size_t keep = 6) {
+  if (bytes.size() <= keep) return fmt::format("'{}'", printable(bytes));
+  return fmt::format("'{}...' ({} bytes)", printable(bytes.substr(0, keep)), bytes.size());
+}
+
 }  // namespace rill

@@ -1,5 +1,5 @@
-// Creating files where other local users may write (/tmp and folders like
-// it): logs, metrics, traces, results, checkpoint folders. Another user
+// Creating files where other local users may write (/tmp, a group's
+// shared folder, and folders like them): logs, metrics, traces, results, checkpoint folders. Another user
 // who plants a symbolic link there could make Rill overwrite any file it may
 // write; one who plants the file or folder itself could read what Rill
 // writes, or hand it their own. So in such a folder Rill never follows a
@@ -36,11 +36,12 @@ inline std::string parent_folder(const std::string& path) {
 }
 
 // Whether users other than this one (and root) may create or replace
-// entries in folder `dir`: it is world-writable, or another user owns it.
+// entries in folder `dir`: every user or its group may write it (a member
+// of the group plants a link as well as anyone), or another user owns it.
 inline bool others_may_write(const std::string& dir) {
   struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) return false;
-  return (st.st_mode & S_IWOTH) != 0 || (st.st_uid != ::geteuid() && st.st_uid != 0);
+  return (st.st_mode & (S_IWOTH | S_IWGRP)) != 0 || (st.st_uid != ::geteuid() && st.st_uid != 0);
 }
 
 // Why `owner` (a file or folder at `path`) must not be written to by this
@@ -128,11 +129,12 @@ inline Status check_own_folder(const std::string& given, const std::string& what
     if (std::string refused = foreign_owner(st, dir, what); !refused.empty())
       return Status(Code::kPermissionDenied, refused);
   }
-  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0)
+  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & (S_IWOTH | S_IWGRP)) != 0)
     return Status(Code::kPermissionDenied,
-                  fmt::format("{} '{}' may be written by every user (mode {:o}): another could replace what Rill "
-                              "writes there; make it yours alone (chmod o-w)",
-                              what, dir, st.st_mode & 07777));
+                  fmt::format("{} '{}' may be written by {} (mode {:o}): another could replace what Rill writes "
+                              "there; make it yours alone (chmod go-w)",
+                              what, dir, (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group",
+                              st.st_mode & 07777));
   return {};
 }
 

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,13 +14,14 @@
 #include <cstdlib>
 #include <span>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <zmq_addon.hpp>
+
+#include "base/file_access.h"
 
 namespace rill::comm {
 namespace {
@@ -76,27 +79,81 @@ Status write_private_file(const std::string& path, const std::string& text, bool
   return {};
 }
 
+StatusOr<int> key_in_memory(const ClusterKey& key) {
+  const int fd = ::memfd_create("rill-cluster-key", 0);  // no MFD_CLOEXEC: the agents inherit it
+  if (fd < 0) return Status(Code::kUnavailable, fmt::format("cannot hold a key in memory (memfd): {}", std::strerror(errno)));
+  const std::string text = fmt::format("{}\n{}\n", kKeyFileHeader, z85_key(key.secret));
+  if (::fchmod(fd, 0600) != 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    const int saved = errno;
+    ::close(fd);
+    return Status(Code::kUnavailable, fmt::format("cannot hold a key in memory (memfd): {}", std::strerror(saved)));
+  }
+  return fd;
+}
+
 Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite) {
   return write_private_file(path, fmt::format("{}\n{}\n", kKeyFileHeader, z85_key(key.secret)),
                             overwrite);
 }
 
-StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path) {
+StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path, const KeyFileAt& at) {
+  // Opened once and checked as opened (never checked by path and opened
+  // after, when a rename could put another file there); without blocking,
+  // so a FIFO planted in its place cannot hold the process.
+  const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (at.follow_links ? 0 : O_NOFOLLOW);
+  const int fd = ::openat(at.dir, at.dir == AT_FDCWD ? path.c_str() : at.name.c_str(), flags);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ELOOP && !at.follow_links)
+      return invalid_argument("key file {} is a symbolic link: not followed here", path);
+    return Status(error == ENOENT ? Code::kNotFound : Code::kUnavailable,
+                  fmt::format("key file {}: {}", path, std::strerror(error)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return Status(Code::kNotFound, fmt::format("key file {}: {}", path, std::strerror(errno)));
+  if (::fstat(fd, &st) != 0)
+    return Status(Code::kUnavailable, fmt::format("key file {}: {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) return invalid_argument("key file {}: not a regular file", path);
+  if (st.st_uid != ::geteuid())
+    return invalid_argument("key file {} belongs to another user (uid {}, this process runs as uid {}): its owner "
+                            "could change it; use a key file of your own",
+                            path, st.st_uid, ::geteuid());
   if ((st.st_mode & 077) != 0)
     return invalid_argument("key file {} is open to other users (mode {:04o}): run chmod 600 {}", path,
                             st.st_mode & 07777, path);
-  std::ifstream in(path);
-  if (!in) return Status(Code::kUnavailable, fmt::format("key file {}: cannot read it", path));
+  constexpr off_t kMaxKeyFileBytes = 64 << 10;  // a key file is a few lines
+  if (st.st_size > kMaxKeyFileBytes)
+    return invalid_argument("key file {}: {} bytes, more than a key file holds ({} at most)", path, st.st_size,
+                            kMaxKeyFileBytes);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status(Code::kUnavailable, fmt::format("key file {}: cannot read it: {}", path, std::strerror(errno)));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  hold_key_file(fd, st);  // never read as data by this process (base/file_access.h)
+  // A process that holds a key writes no core dump (the key would be in it)
+  // and no other process of its user may trace it or read its memory.
+  (void)::prctl(PR_SET_DUMPABLE, 0);
   std::vector<KeyLine> lines;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  int number = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t newline = text.find('\n', pos);
+    if (newline == std::string::npos) newline = text.size();
+    std::string line = text.substr(pos, newline - pos);
+    pos = newline + 1;
+    ++number;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
     if (!line.empty() && line[0] != '#') lines.push_back({number, line});
   }
+  sodium_memzero(text.data(), text.size());
   return lines;
 }
 
@@ -106,8 +163,8 @@ bool z85_key(std::string_view text, std::array<uint8_t, 32>* out) {
   return text.size() == 40 && zmq_z85_decode(out->data(), std::string(text).c_str()) != nullptr;
 }
 
-StatusOr<ClusterKey> read_key_file(const std::string& path) {
-  RILL_ASSIGN_OR_RETURN(std::vector<KeyLine> lines, read_key_lines(path));
+StatusOr<ClusterKey> read_key_file(const std::string& path, const KeyFileAt& at) {
+  RILL_ASSIGN_OR_RETURN(std::vector<KeyLine> lines, read_key_lines(path, at));
   if (lines.empty()) return invalid_argument("key file {}: holds no key (`rill keygen` writes one)", path);
   const KeyLine& first = lines.front();
   if (first.text.rfind("client ", 0) == 0)

@@ -18,6 +18,8 @@
 // a ZapAuthenticator runs its own thread and is destroyed from one thread.
 #pragma once
 
+#include <fcntl.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -45,24 +47,38 @@ StatusOr<ClusterKey> generate_cluster_key();
 // Writes `key` to `path` (mode 0600, replacing no existing file unless
 // `overwrite`): a comment line and the secret in Z85.
 Status write_key_file(const std::string& path, const ClusterKey& key, bool overwrite = false);
+// `key` as a key file in memory that no path names (a memfd, mode 0600),
+// open as the returned descriptor, which child processes inherit: they
+// read it as /proc/self/fd/N.
+StatusOr<int> key_in_memory(const ClusterKey& key);
 // Writes `text` to a file of `path` only its owner can read (created 0600,
 // never through a symbolic link, replacing no file unless `overwrite`).
 Status write_private_file(const std::string& path, const std::string& text, bool overwrite);
 // The lines of a key file (cluster or client key) that are not comments,
 // trimmed, with their numbers; errors name the file (missing, not a regular
-// file, readable by others than its owner, unreadable).
+// file, another user's, readable by others than its owner, unreadable).
+// The file is opened once and checked as opened, and registered as a key
+// this process holds (base/file_access.h: never read as data).
 struct KeyLine {
   int number = 0;
   std::string text;
 };
-StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path);
+// Where a key file is opened: by path (links followed), or `name` in an
+// open folder `dir` without following a link (the default key's folder,
+// checked as opened first).
+struct KeyFileAt {
+  int dir = AT_FDCWD;
+  std::string name;
+  bool follow_links = true;
+};
+StatusOr<std::vector<KeyLine>> read_key_lines(const std::string& path, const KeyFileAt& at = {});
 // 32 key bytes as the 40 Z85 characters key files hold, and back (false:
 // not such a text).
 std::string z85_key(const std::array<uint8_t, 32>& bytes);
 bool z85_key(std::string_view text, std::array<uint8_t, 32>* out);
 // Reads a key file; errors name the file and what is wrong with it (missing,
 // unreadable, not a key, readable by others than its owner).
-StatusOr<ClusterKey> read_key_file(const std::string& path);
+StatusOr<ClusterKey> read_key_file(const std::string& path, const KeyFileAt& at = {});
 
 // The environment variable that names a key file where no flag does.
 inline constexpr const char* kKeyFileEnv = "RILL_KEY_FILE";

@@ -1,5 +1,6 @@
 #include "comm/default_key.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,14 +15,30 @@
 namespace rill::comm {
 namespace {
 
+// Closes a descriptor on every path.
+struct Descriptor {
+  int fd = -1;
+  ~Descriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 // The folder of the default key must be this user's alone: another user who
-// may write there could put a key of their own in its place.
-Status check_key_folder(const std::string& dir) {
+// may write there could put a key of their own in its place. Opened once
+// (never through a link) and checked as opened, so the key is then read
+// from the folder that was checked (into `folder`).
+Status open_key_folder(const std::string& dir, Descriptor& folder) {
+  folder.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (folder.fd < 0) {
+    const int error = errno;
+    if (error == ENOTDIR || error == ELOOP)
+      return Status(Code::kPermissionDenied,
+                    fmt::format("the key folder {} is not a folder (a link is not followed)", dir));
+    return Status(Code::kUnavailable, fmt::format("the key folder {}: {}", dir, std::strerror(error)));
+  }
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0)
+  if (::fstat(folder.fd, &st) != 0)
     return Status(Code::kUnavailable, fmt::format("the key folder {}: {}", dir, std::strerror(errno)));
-  if (!S_ISDIR(st.st_mode))
-    return Status(Code::kPermissionDenied, fmt::format("the key folder {} is not a folder (a link is not followed)", dir));
   if (st.st_uid != ::geteuid())
     return Status(Code::kPermissionDenied,
                   fmt::format("the key folder {} belongs to another user (uid {}): refusing to keep a key there", dir,
@@ -57,23 +74,31 @@ StatusOr<std::shared_ptr<const ClusterKey>> read_default_key() {
     if (errno == ENOENT) return std::shared_ptr<const ClusterKey>();
     return Status(Code::kUnavailable, fmt::format("the default key file {}: {}", path, std::strerror(errno)));
   }
-  RILL_RETURN_IF_ERROR(check_key_folder(std::filesystem::path(path).parent_path().string()));
-  auto key = read_key_file(path);
+  Descriptor folder;
+  RILL_RETURN_IF_ERROR(open_key_folder(std::filesystem::path(path).parent_path().string(), folder));
+  auto key = read_key_file(path, KeyFileAt{folder.fd, std::filesystem::path(path).filename().string(), false});
   if (!key.ok()) return key.status().with_context("the default key");
   return std::make_shared<const ClusterKey>(*key);
 }
 
-StatusOr<std::shared_ptr<const ClusterKey>> default_key_made_on_first_use(bool* made) {
-  *made = false;
-  RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> existing, read_default_key());
-  if (existing) return existing;
+StatusOr<std::string> prepare_default_key_folder() {
   RILL_ASSIGN_OR_RETURN(std::string path, default_key_path());
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
   std::filesystem::create_directories(dir.parent_path(), ec);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     return Status(Code::kUnavailable, fmt::format("cannot make the key folder {}: {}", dir.string(), std::strerror(errno)));
-  RILL_RETURN_IF_ERROR(check_key_folder(dir.string()));
+  Descriptor folder;
+  RILL_RETURN_IF_ERROR(open_key_folder(dir.string(), folder));
+  return path;
+}
+
+StatusOr<std::shared_ptr<const ClusterKey>> default_key_made_on_first_use(bool* made) {
+  *made = false;
+  RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> existing, read_default_key());
+  if (existing) return existing;
+  RILL_ASSIGN_OR_RETURN(const std::string path, prepare_default_key_folder());
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   // Written whole under a name of its own, then linked into place: an
   // agent that starts beside this one either makes the file first (the
   // link fails, and its key is read) or reads this one, never half of one.

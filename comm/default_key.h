@@ -31,6 +31,10 @@ bool insecure_from_environment();
 // $HOME is set.
 StatusOr<std::string> default_key_path();
 
+// Makes the default key's folder if it is missing (0700) and checks it is
+// this user's alone; returns the default key file's path.
+StatusOr<std::string> prepare_default_key_folder();
+
 // The default key if its file exists (nullptr if not); errors name the file
 // (unreadable, open to others, in a folder others may write).
 StatusOr<std::shared_ptr<const ClusterKey>> read_default_key();

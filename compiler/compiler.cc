@@ -27,7 +27,7 @@
 namespace rill::compiler {
 namespace {
 
-StatusOr<int64_t> num_samples(const graph::Dataset& spec) {
+StatusOr<int64_t> num_samples(const graph::Dataset& spec, const FileAccess& access) {
   // Counting a pipe's samples would drain it before the node that reads it.
   for (const std::string* file : {&spec.images, &spec.labels, &spec.path}) {
     struct stat st {};
@@ -36,7 +36,7 @@ StatusOr<int64_t> num_samples(const graph::Dataset& spec) {
                               "(or --steps) rather than epochs",
                               spec.name, *file);
   }
-  auto dataset = Dataset::open(spec);
+  auto dataset = Dataset::open(spec, access);
   if (!dataset.ok()) return dataset.status().with_context(fmt::format("dataset '{}'", spec.name));
   return (*dataset)->num_samples();
 }
@@ -58,7 +58,7 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
   if (g.datasets.empty()) return invalid_argument("cannot count steps: the job reads no dataset");
   int64_t samples = -1;
   for (const graph::Dataset& d : g.datasets) {
-    RILL_ASSIGN_OR_RETURN(int64_t n, num_samples(d));
+    RILL_ASSIGN_OR_RETURN(int64_t n, num_samples(d, options.data_access));
     samples = samples < 0 ? n : std::min(samples, n);
   }
   int64_t per_pass = samples / g.global_batch;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/actor_id.h"
+#include "base/file_access.h"
 #include "base/status.h"
 #include "compiler/plan_generated.h"
 #include "graph/job.h"
@@ -65,6 +66,9 @@ struct CompileOptions {
   // The plan equals node_plan(whole, node) but for the ids of Copy tasks and
   // their regsts, which are numbered per node after every other id.
   int node = -1;
+  // Where the job's dataset files may lie (an agent's data roots), checked
+  // as each is opened to count its samples; by default anywhere.
+  FileAccess data_access;
 };
 
 // Compiles `job` for `cluster`; returns the Plan's bytes (FlatBuffers, "RLPL"):

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "base/printable.h"
 #include "kernels/data/csv_cells.h"
 #include "kernels/data/dataset_readers.h"
 #include "kernels/data/file_bytes.h"
@@ -25,13 +26,13 @@ bool parse_number(std::string_view cell, double* out) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spec) {
+StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spec, const FileAccess& access) {
   if (spec.path.empty()) return invalid_argument("csv dataset '{}': no path given", spec.name);
   if (spec.label_column < -1) {
     return invalid_argument("csv dataset '{}': label_column {} is invalid (use -1 for no label)", spec.name,
                             spec.label_column);
   }
-  auto read = read_file_bytes(spec.path, ReadOptions{.pipes = true});
+  auto read = read_file_bytes(spec.path, ReadOptions{.pipes = true, .access = &access});
   if (!read.ok()) return read.status().with_context(fmt::format("dataset '{}' (path)", spec.name));
   std::vector<uint8_t> bytes = std::move(*read);
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -73,9 +74,9 @@ StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spe
       if (!parse_number(cells[c], &value)) {
         // The first row in words is a header the dataset did not declare.
         const bool header_like = features.empty() && labels.empty() && !spec.header;
-        return invalid_argument("csv file '{}' (dataset '{}'): line {}, column {}: cannot parse '{}' as a finite "
+        return invalid_argument("csv file '{}' (dataset '{}'): line {}, column {}: cannot parse {} as a finite "
                                 "number{}",
-                                path, spec.name, line_number, c + 1, cells[c],
+                                path, spec.name, line_number, c + 1, excerpt(cells[c]),
                                 header_like ? " (is line 1 a header? set \"header\": true on the dataset)" : "");
       }
       if (static_cast<int>(c) != spec.label_column) {
@@ -83,8 +84,8 @@ StatusOr<std::shared_ptr<const Dataset>> read_csv_dataset(const DatasetSpec& spe
         continue;
       }
       if (value != std::floor(value) || value < INT32_MIN || value > INT32_MAX) {
-        return invalid_argument("csv file '{}': line {}, column {}: label '{}' is not a 32-bit integer", path,
-                                line_number, c + 1, cells[c]);
+        return invalid_argument("csv file '{}': line {}, column {}: label {} is not a 32-bit integer", path,
+                                line_number, c + 1, excerpt(cells[c]));
       }
       labels.push_back(static_cast<int32_t>(value));
     }

@@ -8,12 +8,12 @@
 
 namespace rill {
 
-StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec) {
-  if (spec.kind == "idx") return read_idx_dataset(spec);
-  if (spec.kind == "csv") return read_csv_dataset(spec);
+StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec, const FileAccess& access) {
+  if (spec.kind == "idx") return read_idx_dataset(spec, access);
+  if (spec.kind == "csv") return read_csv_dataset(spec, access);
   if (spec.kind == "synthetic") return make_synthetic_dataset(spec);
   if (spec.kind == "inline") return make_inline_dataset(spec);
-  if (spec.kind == "text" || spec.kind == "tokens") return read_token_dataset(spec);
+  if (spec.kind == "text" || spec.kind == "tokens") return read_token_dataset(spec, access);
   return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic, inline, text or tokens)",
                           spec.name, spec.kind);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_access.h"
 #include "base/status.h"
 #include "kernels/data/dataset_spec.h"
 #include "kernels/tensor.h"
@@ -46,7 +47,9 @@ struct OutsideValue {
 class Dataset {
  public:
   // Loads the dataset `spec` describes. Errors name the file and the problem.
-  static StatusOr<std::shared_ptr<const Dataset>> open(const DatasetSpec& spec);
+  // `access`: where its files may lie (an agent's data roots), checked on
+  // each opened descriptor (base/file_access.h); by default anywhere.
+  static StatusOr<std::shared_ptr<const Dataset>> open(const DatasetSpec& spec, const FileAccess& access = {});
   // Builds a dataset from fields already in memory (readers and tests use it).
   // Checks that every field holds num_samples samples of its meta.
   static StatusOr<std::shared_ptr<const Dataset>> from_fields(std::string name, int64_t num_samples,

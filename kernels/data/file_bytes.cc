@@ -142,6 +142,8 @@ StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, const Re
   if (::fstat(fd, &st) != 0) {
     return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
   }
+  static const FileAccess kAnywhere;
+  RILL_RETURN_IF_ERROR(check_opened_file(fd, st, path, options.access ? *options.access : kAnywhere, "file"));
   if (S_ISFIFO(st.st_mode) && options.pipes) {
     RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> piped, read_pipe(fd, path, options.pipe_idle_seconds));
     if (has_gzip_magic(piped)) return gunzip_bytes(piped, path);

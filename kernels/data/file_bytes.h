@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_access.h"
 #include "base/status.h"
 
 namespace rill {
@@ -19,11 +20,15 @@ struct ReadOptions {
   // How long a pipe may stay silent (its writer not yet started, or stalled)
   // before reading it is an error.
   int pipe_idle_seconds = 120;
+  // Where a job's reads may go (an agent's data roots), checked on the
+  // opened descriptor (base/file_access.h); null: anywhere. A file this
+  // process holds as a key is refused either way.
+  const FileAccess* access = nullptr;
 };
 
-// The (decompressed) contents of `path`. Errors name the file: missing,
-// unreadable, a directory or device, a silent pipe, a corrupt or truncated
-// gzip stream.
+// The (decompressed) contents of `path`. Errors name the file, never its
+// content: missing, unreadable, a directory or device, a silent pipe, a key
+// file, outside options.access, a corrupt or truncated gzip stream.
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, const ReadOptions& options = {});
 
 // Inflates a gzip stream (one or more members); `path` only names it in errors.

@@ -31,8 +31,9 @@ struct IdxFile {
 
 // Reads `path`, checks its magic, and checks that the file holds exactly the
 // values its dims promise. `what` is "images" or "labels", for messages.
-StatusOr<IdxFile> read_idx_file(const std::string& path, uint32_t expected_magic, const char* what) {
-  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path, ReadOptions{.pipes = true}));
+StatusOr<IdxFile> read_idx_file(const std::string& path, uint32_t expected_magic, const char* what,
+                                const FileAccess& access) {
+  RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path, ReadOptions{.pipes = true, .access = &access}));
   const std::string where = fmt::format("idx {} file '{}'", what, path);
   if (bytes.size() < 4) {
     return data_loss("{}: truncated file: expected at least 4 bytes of magic number, found {}", where, bytes.size());
@@ -84,13 +85,13 @@ StatusOr<IdxFile> read_idx_file(const std::string& path, uint32_t expected_magic
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Dataset>> read_idx_dataset(const DatasetSpec& spec) {
+StatusOr<std::shared_ptr<const Dataset>> read_idx_dataset(const DatasetSpec& spec, const FileAccess& access) {
   if (spec.images.empty()) return invalid_argument("idx dataset '{}': no images file given", spec.name);
   if (spec.labels.empty()) return invalid_argument("idx dataset '{}': no labels file given", spec.name);
   // Errors name the dataset and which of its files (a path alone does not
   // say which setting to fix).
   auto read = [&](const std::string& path, uint32_t magic, const char* what) -> StatusOr<IdxFile> {
-    auto file = read_idx_file(path, magic, what);
+    auto file = read_idx_file(path, magic, what, access);
     if (!file.ok()) return file.status().with_context(fmt::format("dataset '{}' ({})", spec.name, what));
     return file;
   };

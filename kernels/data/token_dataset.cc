@@ -52,13 +52,13 @@ StatusOr<std::vector<int32_t>> tokens_of_file(const DatasetSpec& spec, const std
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Dataset>> read_token_dataset(const DatasetSpec& spec) {
+StatusOr<std::shared_ptr<const Dataset>> read_token_dataset(const DatasetSpec& spec, const FileAccess& access) {
   const std::string where = fmt::format("dataset '{}' ({} '{}')", spec.name, spec.kind, spec.path);
   if (spec.context < 1) return invalid_argument("{}: context is {}; it must be at least 1", where, spec.context);
   if (!(spec.split_from >= 0 && spec.split_from < spec.split_to && spec.split_to <= 1))
     return invalid_argument("{}: split [{}, {}] must be fractions with 0 <= from < to <= 1", where, spec.split_from,
                             spec.split_to);
-  auto read = read_file_bytes(spec.path);
+  auto read = read_file_bytes(spec.path, ReadOptions{.access = &access});
   if (!read.ok()) return read.status().with_context(fmt::format("dataset '{}' (path)", spec.name));
   std::vector<uint8_t> bytes = std::move(*read);
   std::vector<int32_t> stream;

@@ -88,12 +88,23 @@ Status read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::str
 
 // Writes `pieces` (in order) to a new file and fsyncs it before returning.
 Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
-  FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (fd.get() < 0) return os_error("cannot create " + path, errno);
   for (const auto& [data, bytes] : pieces) RILL_RETURN_IF_ERROR(write_all(fd.get(), data, bytes, path));
   if (::fsync(fd.get()) != 0) return os_error("cannot fsync " + path, errno);
   if (::close(fd.release()) != 0) return os_error("cannot close " + path, errno);
   return Status::ok_status();
+}
+
+// The checkpoint folder, opened: a folder of this user's (or root's) within
+// `access`, as the kernel resolved it, so a link swapped in since the job
+// was checked is caught.
+Status check_folder_as_opened(const std::string& dir, const FileAccess& access) {
+  FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return os_error("checkpoint.dir: cannot open " + dir, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return os_error("checkpoint.dir: cannot stat " + dir, errno);
+  return check_opened_file(fd.get(), st, dir, access, "checkpoint.dir");
 }
 
 // Makes a directory's entries (a rename, a new file) durable.
@@ -104,11 +115,12 @@ Status sync_directory(const std::string& path) {
   return Status::ok_status();
 }
 
-StatusOr<std::string> read_small_file(const std::string& path, uint64_t limit) {
+StatusOr<std::string> read_small_file(const std::string& path, uint64_t limit, const FileAccess& access) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
   if (fd.get() < 0) return os_error("cannot open " + path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
+  RILL_RETURN_IF_ERROR(check_opened_file(fd.get(), st, path, access, "checkpoint file"));
   if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
   if (static_cast<uint64_t>(st.st_size) > limit)
     return data_loss("{}: {} bytes is more than {}", path, st.st_size, limit);
@@ -289,8 +301,8 @@ bool read_dims(const json& value, Shape* out) {
   return true;
 }
 
-StatusOr<Meta> read_meta(const std::string& path) {
-  RILL_ASSIGN_OR_RETURN(std::string text, read_small_file(path, kMaxMetaBytes));
+StatusOr<Meta> read_meta(const std::string& path, const FileAccess& access) {
+  RILL_ASSIGN_OR_RETURN(std::string text, read_small_file(path, kMaxMetaBytes, access));
   json meta = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object()) return data_loss("{}: not a JSON object", path);
   auto format = meta.find("format");
@@ -325,11 +337,12 @@ struct Entry {
 };
 
 // Parses and validates a safetensors file, then reads its tensors in data order.
-Status read_model(const std::string& path, Checkpoint* out) {
+Status read_model(const std::string& path, Checkpoint* out, const FileAccess& access) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
   if (fd.get() < 0) return os_error("cannot open " + path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
+  RILL_RETURN_IF_ERROR(check_opened_file(fd.get(), st, path, access, "checkpoint file"));
   if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return data_loss("{}: {} bytes, too short for the 8-byte header length", path, size);
@@ -404,13 +417,13 @@ Status read_model(const std::string& path, Checkpoint* out) {
   return Status::ok_status();
 }
 
-StatusOr<Checkpoint> read_step_dir(const fs::path& dir) {
+StatusOr<Checkpoint> read_step_dir(const fs::path& dir, const FileAccess& access) {
   const std::string meta_path = (dir / kMetaFile).string(), model_path = (dir / kModelFile).string();
-  RILL_ASSIGN_OR_RETURN(Meta meta, read_meta(meta_path));
+  RILL_ASSIGN_OR_RETURN(Meta meta, read_meta(meta_path, access));
   Checkpoint checkpoint;
   checkpoint.step = meta.step;
   checkpoint.job = meta.job;
-  RILL_RETURN_IF_ERROR(read_model(model_path, &checkpoint));
+  RILL_RETURN_IF_ERROR(read_model(model_path, &checkpoint, access));
   int64_t dir_step;
   if (parse_step_name(dir.filename().string(), &dir_step) && dir_step != meta.step)
     return data_loss("{}: step {} does not match the directory name", meta_path, meta.step);
@@ -441,12 +454,13 @@ StatusOr<Checkpoint> read_step_dir(const fs::path& dir) {
 
 std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
-Status check_checkpoint_dir(const std::string& dir) {
+Status check_checkpoint_dir(const std::string& dir, const FileAccess& access) {
   std::error_code ec;
   RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));  // before it is made too: not through a link
   fs::create_directories(dir, ec);
   if (ec) return fs_error("checkpoint.dir: cannot create " + dir, ec);
   RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));
+  RILL_RETURN_IF_ERROR(check_folder_as_opened(dir, access));
   const std::string probe = (fs::path(dir) / fmt::format(".rill-write-test-{}", ::getpid())).string();
   FileDescriptor fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return os_error("checkpoint.dir: cannot write in " + dir, errno);
@@ -485,7 +499,7 @@ Status claim_checkpoint_dir(const std::string& dir, const std::string& resume, b
   return {};
 }
 
-Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last) {
+Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last, const FileAccess& access) {
   if (dir.empty()) return invalid_argument("checkpoint: the directory is empty");
   RILL_RETURN_IF_ERROR(check_for_write(checkpoint, keep_last));
   std::string header, meta;
@@ -497,8 +511,10 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
   }
   const fs::path root(dir);
   std::error_code ec;
+  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));  // each time: a link put there since is caught
   fs::create_directories(root, ec);
   if (ec) return fs_error("cannot create checkpoint directory " + dir, ec);
+  RILL_RETURN_IF_ERROR(check_folder_as_opened(dir, access));
   const std::string name = checkpoint_step_name(checkpoint.step);
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
   fs::remove_all(tmp, ec);  // left by an earlier failed attempt of this process
@@ -530,11 +546,11 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
   return prune(root, checkpoint.step, keep_last);
 }
 
-StatusOr<std::string> latest_checkpoint(const std::string& root) {
+StatusOr<std::string> latest_checkpoint(const std::string& root, const FileAccess& access) {
   std::error_code ec;
   if (!fs::is_directory(root, ec))
     return not_found("checkpoint root {} {}", root, fs::exists(root, ec) ? "is not a directory" : "does not exist");
-  auto latest = read_small_file((fs::path(root) / kLatestFile).string(), 4096);
+  auto latest = read_small_file((fs::path(root) / kLatestFile).string(), 4096, access);
   if (latest.ok()) {
     std::string name = *latest;
     while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
@@ -548,7 +564,7 @@ StatusOr<std::string> latest_checkpoint(const std::string& root) {
   return (fs::path(root) / steps.rbegin()->second).string();
 }
 
-StatusOr<Checkpoint> read_checkpoint(const std::string& path) {
+StatusOr<Checkpoint> read_checkpoint(const std::string& path, const FileAccess& access) {
   fs::path p(path);
   if (p.filename().empty()) p = p.parent_path();  // "ckpt/step-00000120/"
   std::error_code ec;
@@ -558,9 +574,9 @@ StatusOr<Checkpoint> read_checkpoint(const std::string& path) {
   // A step directory by its name or its files; otherwise a root to resolve.
   bool step_dir = parse_step_name(p.filename().string(), &step) || fs::exists(p / kModelFile, ec) ||
                   fs::exists(p / kMetaFile, ec);
-  if (step_dir) return read_step_dir(p);
-  RILL_ASSIGN_OR_RETURN(std::string dir, latest_checkpoint(path));
-  return read_step_dir(dir);
+  if (step_dir) return read_step_dir(p, access);
+  RILL_ASSIGN_OR_RETURN(std::string dir, latest_checkpoint(path, access));
+  return read_step_dir(dir, access);
 }
 
 }  // namespace rill

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_access.h"
 #include "base/status.h"
 #include "kernels/tensor.h"
 
@@ -53,12 +54,16 @@ std::string checkpoint_step_name(int64_t step);
 // Bad input (keep_last < 1, a negative step, duplicate or empty names,
 // values that do not match a shape) is kInvalidArgument; a file-system
 // failure names the path and the OS error.
-Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last);
+// Files are made 0600 (the model is the job's owner's). The folder is checked
+// at every write as it is opened: this user's (or, in a shared folder, not
+// another's), and within `access` (an agent's checkpoint roots).
+Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep_last,
+                        const FileAccess& access = {});
 
 // Creates `dir` if needed and proves a file can be written there, so that an
 // unwritable checkpoint directory is an error before the first step, not
 // after the last.
-Status check_checkpoint_dir(const std::string& dir);
+Status check_checkpoint_dir(const std::string& dir, const FileAccess& access = {});
 
 // The complete step directories under `root`, by step (none if it is absent).
 std::vector<int64_t> checkpoint_steps(const std::string& root);
@@ -72,11 +77,13 @@ Status claim_checkpoint_dir(const std::string& dir, const std::string& resume, b
 // `path` is a step directory, or a checkpoint root, whose latest step is read.
 // Everything read is validated: a corrupt or inconsistent file is kDataLoss
 // naming the file and the problem; a missing checkpoint is kNotFound.
-StatusOr<Checkpoint> read_checkpoint(const std::string& path);
+// Each file is checked as it is opened against `access` (an agent's
+// checkpoint roots; a key file is never read).
+StatusOr<Checkpoint> read_checkpoint(const std::string& path, const FileAccess& access = {});
 
 // The newest complete step directory under `root`: the one `latest` names, or,
 // when `latest` is missing or names no complete directory, the complete step
 // directory with the largest step. kNotFound when there is none.
-StatusOr<std::string> latest_checkpoint(const std::string& root);
+StatusOr<std::string> latest_checkpoint(const std::string& root, const FileAccess& access = {});
 
 }  // namespace rill

@@ -220,26 +220,20 @@ int run_local_cluster(const ClusterRunArgs& args) {
     std::filesystem::create_directories(logdir, ec);
   }
   // A fresh key for this cluster alone (every connection encrypted, nobody
-  // else let in): its agents and this client read it from the environment.
-  // It is removed when the command ends (the agents end with it).
-  struct RemoveOnExit {
-    std::string path;
-    ~RemoveOnExit() {
-      if (!path.empty()) ::unlink(path.c_str());
-    }
-  } key_file;
+  // else let in), in memory that no path names (a memfd): its agents
+  // inherit it and, with this client, read it as /proc/self/fd/N. No folder
+  // a job may read holds it, and nothing is left behind, however this
+  // process ends.
   if (!args.keyed) {
     ::unsetenv(comm::kKeyFileEnv);
     ::setenv(comm::kInsecureEnv, "1", 1);  // its agents and this client: no key, not even the default one
   } else {
     ::unsetenv(comm::kInsecureEnv);
-    const std::string key_path = logdir + "/cluster.key";
     auto key = comm::generate_cluster_key();
     if (!key.ok()) return fail_command(key.status());
-    if (Status written = comm::write_key_file(key_path, *key, true); !written.ok()) return fail_command(written);
-    key_file.path = key_path;
-    interrupts::remove_when_ended(key_path);  // also when a third Ctrl-C ends this process at once
-    ::setenv(comm::kKeyFileEnv, key_path.c_str(), 1);
+    auto held = comm::key_in_memory(*key);
+    if (!held.ok()) return fail_command(held.status());
+    ::setenv(comm::kKeyFileEnv, fmt::format("/proc/self/fd/{}", *held).c_str(), 1);
   }
   std::string machines;
   for (int r = 0; r < args.nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);

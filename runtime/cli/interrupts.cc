@@ -13,7 +13,6 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_count{0};
 std::atomic<int> g_first{0};
 int g_exit_at = 2;
-char g_remove[4096] = {};  // remove_when_ended's path ("" for none)
 constexpr int kMaxForwarded = 64;
 std::atomic<pid_t> g_forward[kMaxForwarded] = {};  // install_forwarding's children (0: none)
 
@@ -29,7 +28,6 @@ void on_signal(int signal) {
                           : "\nrill: interrupted: stopping the job after the step under way (Ctrl-C again: at once)\n");
   } else if (n >= g_exit_at) {
     say("\nrill: interrupted again: stopped at once\n");
-    if (g_remove[0] != '\0') ::unlink(g_remove);
     ::_exit(128 + g_first.load());
   } else {
     say("\nrill: interrupted again: stopping at once\n");
@@ -105,10 +103,6 @@ void install(int exit_at) {
                 "a signal handler may only touch lock-free atomics");
   g_exit_at = exit_at < 2 ? 2 : exit_at;
   take(on_signal);
-}
-
-void remove_when_ended(const std::string& path) {
-  if (path.size() < sizeof g_remove) std::memcpy(g_remove, path.c_str(), path.size() + 1);
 }
 
 const std::atomic<bool>& stop_requested() { return g_stop; }

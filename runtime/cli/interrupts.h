@@ -26,9 +26,6 @@ void install_forwarding(int exit_at);
 // forget() it before reaping it, so its pid, once reused, gets nothing.
 void forward_to(pid_t pid);
 void forget(pid_t pid);
-// A file the process removes even when an interrupt ends it at once (the
-// cluster key `rill run --nodes` made): at most one, set before install.
-void remove_when_ended(const std::string& path);
 // Set by the first: what JobRunOptions::stop reads.
 const std::atomic<bool>& stop_requested();
 // How many came so far (what SubmitOptions::interrupts reads), and the

@@ -276,7 +276,11 @@ int main(int argc, char** argv) {
   CLI::App* keygen = app.add_subcommand("keygen", "Write a new cluster key file, and its client key (mode 0600)");
   std::string keygen_path, keygen_client;
   bool keygen_force = false;
+  bool keygen_default = false;
   keygen->add_option("file", keygen_path, "Where to write a new cluster key (for the agents)");
+  keygen->add_flag("--default", keygen_default,
+                   "Write it where agents and clients look when no key is named ($XDG_CONFIG_HOME/rill/cluster.key, "
+                   "else ~/.config/rill/cluster.key), outside every folder jobs may read by default");
   keygen->add_option("--client", keygen_client,
                      "Also write its client key here: it submits, watches and stops jobs and cannot act as a node "
                      "(without FILE: the client key of the cluster key --key names)");
@@ -334,9 +338,16 @@ int main(int argc, char** argv) {
       return rill::fail_command(key.with_context("--key"));
   }
   if (keygen->parsed()) {
-    if (keygen_path.empty() && keygen_client.empty())
+    if (keygen_path.empty() && keygen_client.empty() && !keygen_default)
       return rill::fail_command(rill::invalid_argument(
           "rill keygen FILE writes a new cluster key; --client CLIENT_FILE also (or, with --key, only) its client key"));
+    if (keygen_default && !keygen_path.empty())
+      return rill::fail_command(rill::invalid_argument("rill keygen: give a FILE or --default, not both"));
+    if (keygen_default) {
+      auto path = rill::comm::prepare_default_key_folder();
+      if (!path.ok()) return rill::fail_command(path.status());
+      keygen_path = *path;
+    }
     rill::comm::ClusterKey key;
     if (!keygen_path.empty()) {
       auto fresh = rill::comm::generate_cluster_key();
@@ -344,8 +355,14 @@ int main(int argc, char** argv) {
       key = *fresh;
       if (Status written = rill::comm::write_key_file(keygen_path, key, keygen_force); !written.ok())
         return rill::fail_command(written);
-      fmt::print("wrote the cluster key {}: give it to every agent (--key {} or {}={})\n", keygen_path, keygen_path,
-                 rill::comm::kKeyFileEnv, keygen_path);
+      if (keygen_default)
+        fmt::print("wrote the cluster key {}: agents and clients of this user use it when no key is named; put the "
+                   "same file at the same place on every machine\n",
+                   keygen_path);
+      else
+        fmt::print("wrote the cluster key {}: give it to every agent (--key {} or {}={}); keep it outside the "
+                   "folders jobs may read\n",
+                   keygen_path, keygen_path, rill::comm::kKeyFileEnv, keygen_path);
     } else {
       auto existing = rill::comm::key_from_environment();
       if (!existing.ok()) return rill::fail_command(existing.status());

@@ -1,9 +1,13 @@
 #include "runtime/cluster/allowed_roots.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "base/file_access.h"
 
 namespace rill {
 namespace {
@@ -19,16 +23,33 @@ fs::path resolved(const std::string& path) {
   return ec ? absolute.lexically_normal() : canonical;
 }
 
+// The roots given, or the defaults. No root may hold a key file this
+// process holds: one given is an error, a default is left out (and said).
 StatusOr<std::vector<std::string>> resolve_roots(const std::vector<std::string>& given,
                                                  const std::vector<std::string>& defaults, const char* flag) {
   std::vector<std::string> out;
+  const std::vector<std::string> keys = held_key_paths();
   for (const std::string& root : given.empty() ? defaults : given) {
     std::error_code ec;
     if (!fs::is_directory(root, ec)) {
       if (!given.empty()) return invalid_argument("{} {}: not a folder", flag, root);
       continue;  // a default that this machine lacks
     }
-    out.push_back(resolved(root).string());
+    const std::string path = resolved(root).string();
+    const auto key = std::find_if(keys.begin(), keys.end(),
+                                  [&](const std::string& k) { return resolved_path_within(k, path); });
+    if (key != keys.end() && !given.empty())
+      return invalid_argument("{} {} holds the key file {} that this agent uses: a job could read it. Keep key files "
+                              "outside the folders jobs may use (~/.config/rill/ is the default key's), or give "
+                              "another {}",
+                              flag, root, *key, flag);
+    if (key != keys.end()) {
+      spdlog::warn("{}: the default folder {} is left out: it holds the key file {} that this agent uses (give {} "
+                   "to name folders)",
+                   flag, root, *key, flag);
+      continue;
+    }
+    out.push_back(path);
   }
   return out;
 }

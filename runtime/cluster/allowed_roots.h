@@ -10,13 +10,20 @@
 // checkpoints under the working folder and /tmp (the working folder only if
 // it is not /).
 //
-// A check is a pure function of the job and the file system at that moment:
-// a link replaced between the check and the open is not caught.
+// No root holds a key file the agent holds (base/file_access.h): a root
+// given that does is refused, a default that does is left out, and a read
+// of a key file as data is refused by its identity anyway.
+//
+// check_job_paths is the early, friendly check, on paths at submit; what
+// is authoritative is the check of each file as it is opened (data_access()
+// for dataset readers, checkpoint_access() for checkpoints), so a link put
+// in place between the two is caught.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "base/file_access.h"
 #include "base/status.h"
 #include "graph/job.h"
 
@@ -30,6 +37,9 @@ struct AllowedRoots {
   // defaults where a list is empty. A root that does not exist is an error.
   static StatusOr<AllowedRoots> make(const std::vector<std::string>& data_roots,
                                      const std::vector<std::string>& checkpoint_roots);
+
+  FileAccess data_access() const { return {true, data, "--data-root"}; }
+  FileAccess checkpoint_access() const { return {true, checkpoint, "--checkpoint-root"}; }
 };
 
 // True when `path` (relative: against the working folder) is `root` or

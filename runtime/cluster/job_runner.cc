@@ -73,14 +73,14 @@ std::vector<std::string> fetched_lines(const std::map<std::string, VariableValue
 // Loads a checkpoint into the run: variables (each checked against the
 // job's shape), optimizer state, first step; says where it resumes on `out`.
 Status resume_from(const graph::Job& job, const std::string& where, JobResult& result, RunOptions& run,
-                   std::FILE* out) {
+                   std::FILE* out, const FileAccess& access) {
   std::string path = where;
   if (where == "latest") {
     if (job.checkpoint.dir.empty())
       return invalid_argument("--resume latest: the job names no checkpoint.dir to look in");
     path = job.checkpoint.dir;
   }
-  RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path));
+  RILL_ASSIGN_OR_RETURN(Checkpoint checkpoint, read_checkpoint(path, access));
   int rounded = 0;  // variables stored in 16 bits
   std::map<std::string, const graph::Variable*> variables;
   for (const graph::Variable& v : job.variables) variables[v.name] = &v;
@@ -167,6 +167,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   const std::string devices = options.devices.empty() ? job.train.devices : options.devices;
   compiler::CompileOptions train_options;
   train_options.steps = options.steps;
+  train_options.data_access = options.data_access;
   if (options.num_nodes > 1) train_options.node = 0;
   auto train_plan = compiler::compile(job, *cluster, train_options);
   if (!train_plan.ok()) {
@@ -268,12 +269,13 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   const graph::Optimizer& opt = job.optimizer;
   progress.schedule_lr({opt.lr, opt.warmup_steps, opt.decay_steps, opt.min_lr});
   RunOptions run_options;
+  run_options.data_access = options.data_access;
   run_options.stall_timeout_s = options.stall_timeout_s;
   run_options.trace = !options.trace_file.empty();
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   run_options.stop = options.stop;
   if (!options.resume.empty()) {
-    Status resumed = resume_from(job, options.resume, result, run_options, options.out);
+    Status resumed = resume_from(job, options.resume, result, run_options, options.out, options.checkpoint_access);
     if (!resumed.ok()) {
       result.status = resumed;
       return result;
@@ -281,7 +283,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   }
   std::optional<CheckpointCollector> collector;
   if (!job.checkpoint.dir.empty()) {
-    if (Status writable = check_checkpoint_dir(job.checkpoint.dir); !writable.ok()) {
+    if (Status writable = check_checkpoint_dir(job.checkpoint.dir, options.checkpoint_access); !writable.ok()) {
       result.status = writable;
       return result;
     }
@@ -295,13 +297,12 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = pieces.status();
       return result;
     }
-    CheckpointCollector::Writer writer;
-    if (options.checkpoint_write_delay_s > 0)
-      writer = [dir = job.checkpoint.dir, keep = static_cast<int>(job.checkpoint.keep),
-                delay = options.checkpoint_write_delay_s](const Checkpoint& checkpoint) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-        return write_checkpoint(dir, checkpoint, keep);
-      };
+    CheckpointCollector::Writer writer =
+        [dir = job.checkpoint.dir, keep = static_cast<int>(job.checkpoint.keep), access = options.checkpoint_access,
+         delay = options.checkpoint_write_delay_s](const Checkpoint& checkpoint) {
+          if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+          return write_checkpoint(dir, checkpoint, keep, access);
+        };
     collector.emplace(job, *pieces, std::move(writer));
     run_options.snapshot_every = job.checkpoint.every;
     run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };
@@ -355,6 +356,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   if (job.eval && !stopped()) {
     compiler::CompileOptions eval_options;
     eval_options.mode = compiler::Mode::kEval;
+    eval_options.data_access = options.data_access;
     if (options.num_nodes > 1) eval_options.node = 0;
     auto eval_plan = compiler::compile(job, *cluster, eval_options);
     if (!eval_plan.ok()) {
@@ -362,6 +364,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       return result;
     }
     RunOptions eval_run;
+    eval_run.data_access = options.data_access;
     eval_run.stall_timeout_s = options.stall_timeout_s;
     eval_run.stop = options.stop;
     for (const auto& [name, value] : result.variables) eval_run.initial_values[name] = value.values;

@@ -61,6 +61,10 @@ struct JobRunOptions {
   // a step boundary (the executor agrees it with every node), with the
   // job's last checkpoint there, and no later phase (eval, generate) runs.
   const std::atomic<bool>* stop = nullptr;
+  // Where the job's datasets and checkpoints may lie (an agent's roots),
+  // checked as each file is opened (base/file_access.h); by default
+  // anywhere (a user's own run).
+  FileAccess data_access, checkpoint_access;
   // Tests: every checkpoint write takes this many seconds longer (a slow disk).
   double checkpoint_write_delay_s = 0;
 };

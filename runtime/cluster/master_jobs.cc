@@ -67,6 +67,8 @@ void Master::run_queued(QueuedJob queued) {
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
   options.devices_from = queued.submit.devices.empty() ? "the agents' --devices" : "the submit's --devices";
   options.checkpoint_write_delay_s = options_.checkpoint_write_delay_s;
+  options.data_access = roots_.data_access();
+  options.checkpoint_access = roots_.checkpoint_access();
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
   options.resume = queued.submit.resume;
@@ -187,7 +189,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     // From the newest complete checkpoint, else as first asked.
     options.resume = queued.submit.resume;
     if (!queued.job.checkpoint.dir.empty())
-      if (auto latest = latest_checkpoint(queued.job.checkpoint.dir); latest.ok()) options.resume = *latest;
+      if (auto latest = latest_checkpoint(queued.job.checkpoint.dir, roots_.checkpoint_access()); latest.ok()) options.resume = *latest;
     say(fmt::format("every node is up after {:.1f} s; restarting from {}", restart.seconds_until_whole,
                     options.resume.empty() ? std::string("the start") : options.resume));
     restarts.push_back(std::move(restart));

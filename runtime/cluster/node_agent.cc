@@ -39,6 +39,7 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
   options.steps = part.steps;
   options.activation_register_num = part.activation_register_num;
   options.node = node;
+  options.data_access = roots.data_access();
   return compiler::compile(*job, *cluster, options);
 }
 
@@ -180,6 +181,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   last_part_ = {m.job_id, m.phase};
   RunOptions run;
   run.node = options_.rank;
+  run.data_access = roots_.data_access();
   run.transport = transport_.get();
   run.tag_base = m.tag_base;
   run.stall_timeout_s = options_.stall_timeout_s;

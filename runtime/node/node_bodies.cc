@@ -29,7 +29,7 @@ StatusOr<std::shared_ptr<const Dataset>> NodeRun::dataset(int index) {
     return invalid_argument("plan: dataset index {} out of range", index);
   datasets_.resize(plan_->datasets()->size());
   if (!datasets_[index]) {
-    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_->datasets()->Get(index))));
+    RILL_ASSIGN_OR_RETURN(auto opened, Dataset::open(read_dataset(*plan_->datasets()->Get(index)), options_.data_access));
     datasets_[index] = std::move(opened);
   }
   return datasets_[index];

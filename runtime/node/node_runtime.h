@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "actor/actor.h"
+#include "base/file_access.h"
 #include "base/status.h"
 
 namespace rill {
@@ -62,6 +63,9 @@ inline StatusOr<uint64_t> run_tag_base(int64_t job, int phase) {
 
 struct RunOptions {
   int node = 0;                     // which node's tasks to run
+  // Where the plan's dataset files may lie (an agent's data roots), checked
+  // as each is opened (base/file_access.h); by default anywhere.
+  FileAccess data_access;
   // The data plane among nodes (null on one node): actor messages for other
   // nodes and the collectives of cross-node boxing travel over it, tagged
   // with `tag_base` + channel so that successive jobs never mix.

@@ -34,6 +34,9 @@ ln -s "$build" "$work/build"
 ln -s "$root/samples" "$work/samples"
 [[ -d $root/data ]] && ln -s "$root/data" "$work/data"
 cd "$work" || exit 1
+# A config folder of this replay's own: the tour's `rill keygen --default`
+# writes the user's default key there, never in the real ~/.config.
+export XDG_CONFIG_HOME="$work/config"
 
 # The tour: the README's first sh block after "## A 60-second tour", comment
 # lines dropped, continued lines joined.

@@ -3,7 +3,9 @@
 // taken as given.
 #include <doctest/doctest.h>
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -95,6 +97,52 @@ TEST_CASE("a checkpoint folder that is a planted link, or that every user may wr
         std::string::npos);
   CHECK(check_own_folder((f.shared / "new").string(), "checkpoint.dir").ok());  // not there yet: ours when made
   CHECK(check_own_folder(f.own.string(), "checkpoint.dir").ok());
+}
+
+}  // namespace rill
+
+// Runs `plant` as another user (uid 4242) who is a member of group 4243 (no
+// account needed: root may take any ids); its exit code, or -1.
+namespace rill {
+namespace {
+template <typename Fn>
+int as_group_member(Fn plant) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const gid_t group = 4243;
+    if (::setgroups(1, &group) != 0 || ::setgid(group) != 0 || ::setuid(4242) != 0) std::_Exit(2);
+    std::_Exit(plant() ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+}  // namespace
+
+TEST_CASE("a folder its group may write counts as shared: a link a group member planted there is not followed") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: making another user and a group needs root");
+    return;
+  }
+  Folders f;
+  const fs::path group = f.root / "group";  // a team's folder: setgid, group-writable, as 2775
+  fs::create_directories(group);
+  REQUIRE(::chown(group.c_str(), 0, 4243) == 0);
+  REQUIRE(::chmod(group.c_str(), 02775) == 0);
+  CHECK(others_may_write(group.string()));
+  const fs::path planted = group / "result.json";
+  REQUIRE(as_group_member([&] { return ::symlink(f.target.c_str(), planted.c_str()) == 0; }) == 0);
+  Status written = write_file(planted.string(), "overwritten", "the result file");
+  CHECK(written.code() == Code::kPermissionDenied);
+  CHECK(written.message().find("is a symbolic link in " + group.string()) != std::string::npos);
+  CHECK(read_all(f.target) == "keep");
+  // A checkpoint folder the group may write is refused too (a member could
+  // replace what is written there).
+  const fs::path team_ckpt = f.own / "team-ckpt";
+  fs::create_directories(team_ckpt);
+  REQUIRE(::chmod(team_ckpt.c_str(), 0775) == 0);
+  CHECK(check_own_folder(team_ckpt.string(), "checkpoint.dir").message().find("may be written by its group") !=
+        std::string::npos);
 }
 
 }  // namespace rill
