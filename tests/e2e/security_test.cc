@@ -436,8 +436,12 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
   NoKeyInEnvironment clean;
   auto dir = temp_dir("rill-message-bound-");
   const std::string key = keygen(dir / "cluster.key");
+  // The jobs' files in a folder of their own: no root may hold the key.
+  const std::filesystem::path work = dir / "work";
+  std::filesystem::create_directories(work);
   const std::string machines = "127.0.0.1:19360,127.0.0.2:19360", master = "127.0.0.1:19360";
-  const std::string flags = " --devices cpu:2 --max-message-bytes 4194304 --key " + key;
+  const std::string flags = " --devices cpu:2 --max-message-bytes 4194304 --key " + key + " --data-root " +
+                            work.string() + " --data-root /usr/share --checkpoint-root " + work.string();
   Agent node0("--machines " + machines + " --rank 0 --http off" + flags, (dir / "m0.log").string());
   Agent node1("--machines " + machines + " --rank 1" + flags, (dir / "m1.log").string());
   wait_formed(master, key);
@@ -453,8 +457,8 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
                            "4194304)") != std::string::npos);
   // A replicated 2 x 1M variable (8 MiB; its gradient crosses in pieces)
   // runs: node 1's replica stays there (the master holds the same piece).
-  write(dir / "d.csv", "1,0,0\n0,1,1\n1,0,0\n0,1,1\n");
-  std::string wide = csv_job((dir / "d.csv").string());
+  write(work / "d.csv", "1,0,0\n0,1,1\n1,0,0\n0,1,1\n");
+  std::string wide = csv_job((work / "d.csv").string());
   const std::string narrow_w = R"({"name": "w", "shape": [2, 2],)";
   REQUIRE(wide.find(narrow_w) != std::string::npos);
   wide.replace(wide.find(narrow_w), narrow_w.size(), R"({"name": "w", "shape": [2, 1048576],)");
@@ -477,7 +481,7 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
   // Checkpointed with Adam, a 2 x 300k variable's piece on a device (2.4 MB)
   // fits, but not with its two moments (7.2 MB).
   const std::string split_w = R"J({"name": "w", "shape": [2, 1200000], "sbp": "S(1)",)J";
-  const std::string ckpt = (dir / "ckpt").string();
+  const std::string ckpt = (work / "ckpt").string();
   std::string adam = wide;
   const std::string wide_w = R"({"name": "w", "shape": [2, 1048576],)";
   adam.replace(adam.find(wide_w), wide_w.size(), split_w);
