@@ -73,6 +73,17 @@ inline void hold_key_file(int fd, const struct stat& st) {
   if (!path.empty()) files.paths.push_back(path);
 }
 
+// Registers a key file this process does not use but must never read as
+// data (the user's default key, where an agent runs with another): by
+// identity only (`fd` stays open; roots that hold it are not refused).
+// Thread-safe.
+inline void guard_key_file(int fd, const struct stat& st) {
+  auto& files = file_access_internal::key_files();
+  std::lock_guard lock(files.mu);
+  if (files.held.emplace(st.st_dev, st.st_ino).second) return;  // `fd` kept: the inode stays this file's
+  ::close(fd);
+}
+
 // The resolved paths of the key files this process holds. Thread-safe.
 inline std::vector<std::string> held_key_paths() {
   auto& files = file_access_internal::key_files();
@@ -127,6 +138,40 @@ inline Status check_opened_file(int fd, const struct stat& st, const std::string
                             real == path ? "" : fmt::format(" (opened as {})", real),
                             access.roots.empty() ? "none" : fmt::format("{}", fmt::join(access.roots, ", ")),
                             access.flag));
+}
+
+// Opens `path` for reading the way a job's file must be: first as a bare
+// reference (O_PATH: nothing of the file is opened, no FIFO's writer woken,
+// no device touched), checked by check_opened_file, then, if it is a
+// regular file (or a FIFO, where `fifos`), opened for reading through that
+// same reference, without blocking. On success `*st` describes the file;
+// the caller closes the descriptor. A directory, device or socket is
+// kInvalidArgument naming its kind; a missing file kNotFound.
+inline StatusOr<int> open_checked(const std::string& path, const FileAccess& access, const std::string& what,
+                                  bool fifos, struct stat* st) {
+  const int reference = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (reference < 0) {
+    const int error = errno;
+    return Status(error == ENOENT ? Code::kNotFound : Code::kUnavailable,
+                  fmt::format("'{}': cannot open: {}", path, std::strerror(error)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{reference};
+  if (::fstat(reference, st) != 0)
+    return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
+  RILL_RETURN_IF_ERROR(check_opened_file(reference, *st, path, access, what));
+  if (!S_ISREG(st->st_mode) && !(fifos && S_ISFIFO(st->st_mode)))
+    return Status(Code::kInvalidArgument,
+                  fmt::format("'{}': not a regular file (a {}); Rill reads {}", path,
+                              S_ISDIR(st->st_mode)    ? "directory"
+                              : S_ISFIFO(st->st_mode) ? "FIFO"
+                                                      : "device or socket",
+                              fifos ? "files and pipes only" : "this from a regular file only"));
+  const int fd = ::open(fmt::format("/proc/self/fd/{}", reference).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Status(Code::kUnavailable, fmt::format("'{}': cannot open: {}", path, std::strerror(errno)));
+  return fd;
 }
 
 }  // namespace rill

@@ -130,29 +130,18 @@ StatusOr<std::vector<uint8_t>> read_pipe(int fd, const std::string& path, int id
 
 StatusOr<std::vector<uint8_t>> read_file_bytes(const std::string& path, const ReadOptions& options) {
   if (path.empty()) return invalid_argument("no file name given");
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (read_pipe waits,
-  // bounded); devices, sockets and directories are refused below.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    Code code = errno == ENOENT ? Code::kNotFound : Code::kUnavailable;
-    return Status(code, fmt::format("'{}': cannot open: {}", path, std::strerror(errno)));
-  }
-  FileCloser closer(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return Status(Code::kUnavailable, fmt::format("'{}': cannot stat: {}", path, std::strerror(errno)));
-  }
+  // Checked before anything is opened for reading (base/file_access.h);
+  // a FIFO is opened without waiting for a writer (read_pipe waits, bounded).
   static const FileAccess kAnywhere;
-  RILL_RETURN_IF_ERROR(check_opened_file(fd, st, path, options.access ? *options.access : kAnywhere, "file"));
-  if (S_ISFIFO(st.st_mode) && options.pipes) {
+  struct stat st {};
+  RILL_ASSIGN_OR_RETURN(const int fd,
+                        open_checked(path, options.access ? *options.access : kAnywhere, "file", options.pipes, &st));
+  FileCloser closer(fd);
+  if (S_ISFIFO(st.st_mode)) {
     RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> piped, read_pipe(fd, path, options.pipe_idle_seconds));
     if (has_gzip_magic(piped)) return gunzip_bytes(piped, path);
     return piped;
   }
-  if (!S_ISREG(st.st_mode))
-    return invalid_argument("'{}': not a regular file (a {}); {}", path,
-                            S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket",
-                            options.pipes ? "Rill reads files and pipes only" : "Rill reads this from a regular file only");
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < bytes.size()) {

@@ -116,12 +116,9 @@ Status sync_directory(const std::string& path) {
 }
 
 StatusOr<std::string> read_small_file(const std::string& path, uint64_t limit, const FileAccess& access) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
-  if (fd.get() < 0) return os_error("cannot open " + path, errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
-  RILL_RETURN_IF_ERROR(check_opened_file(fd.get(), st, path, access, "checkpoint file"));
-  if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
+  struct stat st {};
+  RILL_ASSIGN_OR_RETURN(const int opened, open_checked(path, access, "checkpoint file", false, &st));
+  FileDescriptor fd(opened);
   if (static_cast<uint64_t>(st.st_size) > limit)
     return data_loss("{}: {} bytes is more than {}", path, st.st_size, limit);
   std::string text(static_cast<size_t>(st.st_size), '\0');
@@ -338,12 +335,9 @@ struct Entry {
 
 // Parses and validates a safetensors file, then reads its tensors in data order.
 Status read_model(const std::string& path, Checkpoint* out, const FileAccess& access) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
-  if (fd.get() < 0) return os_error("cannot open " + path, errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return os_error("cannot stat " + path, errno);
-  RILL_RETURN_IF_ERROR(check_opened_file(fd.get(), st, path, access, "checkpoint file"));
-  if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file", path);
+  struct stat st {};
+  RILL_ASSIGN_OR_RETURN(const int opened, open_checked(path, access, "checkpoint file", false, &st));
+  FileDescriptor fd(opened);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return data_loss("{}: {} bytes, too short for the 8-byte header length", path, size);
   uint64_t header_bytes = 0;
@@ -457,8 +451,7 @@ std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}
 Status check_checkpoint_dir(const std::string& dir, const FileAccess& access) {
   std::error_code ec;
   RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));  // before it is made too: not through a link
-  fs::create_directories(dir, ec);
-  if (ec) return fs_error("checkpoint.dir: cannot create " + dir, ec);
+  RILL_RETURN_IF_ERROR(make_private_folders(dir, "checkpoint.dir"));
   RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));
   RILL_RETURN_IF_ERROR(check_folder_as_opened(dir, access));
   const std::string probe = (fs::path(dir) / fmt::format(".rill-write-test-{}", ::getpid())).string();
@@ -511,9 +504,11 @@ Status write_checkpoint(const std::string& dir, const Checkpoint& checkpoint, in
   }
   const fs::path root(dir);
   std::error_code ec;
-  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));  // each time: a link put there since is caught
-  fs::create_directories(root, ec);
-  if (ec) return fs_error("cannot create checkpoint directory " + dir, ec);
+  // Checked at every write along its whole path: no other user can have
+  // changed any part of it since, nor can later (check_own_folder).
+  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));
+  RILL_RETURN_IF_ERROR(make_private_folders(dir, "checkpoint.dir"));
+  RILL_RETURN_IF_ERROR(check_own_folder(dir, "checkpoint.dir"));
   RILL_RETURN_IF_ERROR(check_folder_as_opened(dir, access));
   const std::string name = checkpoint_step_name(checkpoint.step);
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());

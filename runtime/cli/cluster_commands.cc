@@ -1,5 +1,6 @@
 #include "runtime/cli/cluster_commands.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/file_access.h"
 #include "comm/cluster_key.h"
 #include "comm/default_key.h"
 #include "comm/transport.h"
@@ -62,6 +64,22 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
   auto key = comm::agent_key(is_loopback_address(self.address));
   if (!key.ok()) return fail_command(key.status());
   options.key = *key;
+  // A key handed down in memory (`rill run --nodes`: RILL_KEY_FILE is
+  // /proc/self/fd/N) goes no further than this agent: nothing it starts
+  // (a renderer, a shell) inherits the descriptor.
+  if (const char* named = std::getenv(comm::kKeyFileEnv); named != nullptr) {
+    int fd = -1;
+    if (std::sscanf(named, "/proc/self/fd/%d", &fd) == 1 && fd > 2) (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  // The user's default key, where this agent runs with another: no job
+  // reads it either (base/file_access.h), though a root may hold it (`rill
+  // run --nodes` gives its agents /).
+  if (auto path = comm::default_key_path(); options.key && path.ok()) {
+    const int fd = ::open(path->c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) guard_key_file(fd, st);
+    else if (fd >= 0) ::close(fd);
+  }
   comm::keep_large_buffers_mapped();  // the data plane's large messages reuse their pages
   Status status = run_agent(options);
   if (!status.ok()) return fail_command(status);

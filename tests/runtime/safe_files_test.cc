@@ -140,9 +140,38 @@ TEST_CASE("a folder its group may write counts as shared: a link a group member 
   // replace what is written there).
   const fs::path team_ckpt = f.own / "team-ckpt";
   fs::create_directories(team_ckpt);
+  REQUIRE(::chown(team_ckpt.c_str(), 0, 4243) == 0);
   REQUIRE(::chmod(team_ckpt.c_str(), 0775) == 0);
   CHECK(check_own_folder(team_ckpt.string(), "checkpoint.dir").message().find("may be written by its group") !=
         std::string::npos);
+  // A group of the owner's alone (a user private group, as umask 002 makes
+  // folders) is no one else's: such a folder is the user's own.
+  const fs::path private_group = f.own / "umask-002";
+  fs::create_directories(private_group);
+  REQUIRE(::chmod(private_group.c_str(), 0775) == 0);  // root's own group, root its only member
+  CHECK(check_own_folder(private_group.string(), "checkpoint.dir").ok());
+}
+
+TEST_CASE("a checkpoint folder below a folder another user made in /tmp is refused: they could swap it at any time") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: making another user needs root");
+    return;
+  }
+  Folders f;
+  const fs::path theirs = f.shared / "evil";  // made by another user in a sticky folder every user may write
+  REQUIRE(as_group_member([&] { return ::mkdir(theirs.c_str(), 0777) == 0 && ::chmod(theirs.c_str(), 0777) == 0; }) ==
+          0);
+  // The checkpoint folder would be this user's own once made, but the
+  // folder above it is theirs: they could rename it and put a link there
+  // between two writes.
+  Status refused = check_own_folder((theirs / "ckpt").string(), "checkpoint.dir");
+  CHECK(refused.code() == Code::kPermissionDenied);
+  CHECK(refused.message().find("belongs to another user (uid 4242)") != std::string::npos);
+  // One's own folder there, made private whatever the umask, is fine.
+  const mode_t old = ::umask(002);
+  CHECK(make_private_folders((f.shared / "mine" / "ckpt").string(), "checkpoint.dir").ok());
+  ::umask(old);
+  CHECK(check_own_folder((f.shared / "mine" / "ckpt").string(), "checkpoint.dir").ok());
 }
 
 }  // namespace rill
