@@ -36,12 +36,17 @@ std::pair<std::span<const std::byte>, std::span<const std::byte>> slice(std::spa
 
 }  // namespace
 
-ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-                   Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for,
-                   SendTcp send_tcp)
+std::string inbox_name(const std::string& prefix, const SessionId& session) {
+  std::string name = prefix;
+  for (size_t i = 0; i < 16; ++i) name += fmt::format("{:02x}", session[i]);
+  return name;
+}
+
+ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,
+                   Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp)
     : rank_(rank),
       local_(std::move(local)),
-      names_(std::move(names)),
+      name_(std::move(name)),
       options_(options),
       deliver_(std::move(deliver)),
       broken_(std::move(broken)),
@@ -50,12 +55,12 @@ ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> n
       connected_for_(std::move(connected_for)),
       send_tcp_(std::move(send_tcp)) {}
 
-StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::vector<std::string> names,
+StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::string name,
                                                     const ZmqOptions& options, Deliver deliver, Broken broken,
                                                     Lost lost, Handled handled, ConnectedFor connected_for,
                                                     SendTcp send_tcp) {
   std::unique_ptr<ShmLanes> lanes(
-      new ShmLanes(rank, std::move(local), std::move(names), options, std::move(deliver), std::move(broken),
+      new ShmLanes(rank, std::move(local), std::move(name), options, std::move(deliver), std::move(broken),
                    std::move(lost), std::move(handled), std::move(connected_for), std::move(send_tcp)));
   // The machine's ranks in order; a rank's inbox has a ring for each of the
   // others, so the ring of sender s in rank r's inbox is s's place among
@@ -76,7 +81,7 @@ StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> 
     lanes->lanes_[peer] = std::move(lane);
   }
   if (machine.size() < 2) return lanes;
-  RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->names_[rank], static_cast<int>(machine.size()) - 1,
+  RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->name_, static_cast<int>(machine.size()) - 1,
                                                         options.shm_ring_bytes));
   lanes->thread_ = std::thread([p = lanes.get()] { p->loop(); });
   return lanes;
@@ -89,9 +94,21 @@ bool ShmLanes::on_receive_thread() const {
   return self == thread_.get_id() || self == zmq_receiver_.load();
 }
 
+void ShmLanes::set_peer_name(int peer, const std::string& name) {
+  if (peer < 0 || peer >= static_cast<int>(lanes_.size()) || !lanes_[peer]) return;
+  std::lock_guard lock(lanes_[peer]->name_mu);
+  lanes_[peer]->name = name;
+}
+
 bool ShmLanes::open_outbox(int to, Lane& lane) {
   if (lane.outbox) return true;
-  auto opened = ShmInbox::open(names_[to]);
+  std::string name;
+  {
+    std::lock_guard lock(lane.name_mu);
+    name = lane.name;
+  }
+  if (name.empty()) return false;  // not known yet: its session id was not given
+  auto opened = ShmInbox::open(name);
   if (opened.ok()) {
     if (lane.slot_out >= (*opened)->slots()) {
       broken_(to, fmt::format("the shared memory of rank {} has {} rings, not one for rank {}", to,
@@ -193,10 +210,15 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
 
 void ShmLanes::fall_back(int to, Lane& lane) {
   std::lock_guard queue_lock(lane.queue_mu);
+  std::string name;
+  {
+    std::lock_guard name_lock(lane.name_mu);
+    name = lane.name.empty() ? "(its session id was not given)" : lane.name;
+  }
   spdlog::info("rank {}: the shared memory of rank {} ({}) cannot be opened here although its TCP connection is up "
                "(another /dev/shm, or a restarted rank: the name goes once every rank has attached); sending to it "
                "over TCP",
-               rank_, to, names_[to]);
+               rank_, to, name);
   for (const Outgoing& out : lane.queued) {
     Status sent = send_tcp_(to, out.tag, out.bytes, {});
     if (!sent.ok()) {
@@ -225,7 +247,7 @@ bool ShmLanes::flush_queued(int to, Lane& lane) {
     }
     if (!open_outbox(to, lane)) {
       // Connected over TCP long enough for its inbox to exist: it does,
-      // but not in this /dev/shm.
+      // but not in this /dev/shm (or its name never came).
       if (out->written > 0 || connected_for_(to) < options_.shm_fallback_after) return false;
       fall_back(to, lane);
       return true;

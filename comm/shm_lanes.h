@@ -14,10 +14,18 @@
 // Sending: a record is written straight into the peer's ring; a message
 // larger than a quarter of the ring is cut into several. A sender waits for
 // room, except on a receive thread (the lane thread, or the ZeroMQ receive
-// thread running a handler): there, and while the peer has not created its
-// inbox yet, the message is copied into a queue that the lane thread writes
-// out in order. So no receiving thread ever blocks on a peer, and two ranks
-// sending to each other cannot deadlock.
+// thread running a handler): there, and while the peer's inbox is not known
+// or not created yet, the message is copied into a queue that the lane
+// thread writes out in order. So no receiving thread ever blocks on a peer,
+// and two ranks sending to each other cannot deadlock.
+//
+// Names. A rank's inbox is named after its transport's session id
+// (inbox_name: 128 random bits made when the transport starts), which its
+// peers learn over the control plane (set_peer_name), so no other user can
+// foresee the name. A rank whose inbox is still not found once its TCP
+// connection has been up for ZmqOptions::shm_fallback_after is sent to over
+// TCP. The creator removes the name once every peer has attached, or when
+// its transport closes.
 #pragma once
 
 #include <atomic>
@@ -40,6 +48,10 @@ struct BytesHolder final : Received::Holder {
   std::vector<std::byte> bytes;
 };
 
+// The inbox name of the rank whose transport has `session`: `prefix` and
+// the hex of the session id's first 16 bytes.
+std::string inbox_name(const std::string& prefix, const SessionId& session);
+
 class ShmLanes {
  public:
   // Hands over one whole message: `bytes` are valid during the call only;
@@ -59,10 +71,10 @@ class ShmLanes {
                                        std::span<const std::byte> body)>;
 
   // `local[r]`: rank r shares this rank's machine (false for itself).
-  // `name_of(r)`: the shared-memory name of rank r's inbox. Creates this
-  // rank's inbox and starts the lane thread when there is a local peer.
+  // `name`: this rank's inbox name. Creates the inbox and starts the lane
+  // thread when there is a local peer.
   static StatusOr<std::unique_ptr<ShmLanes>> start(int rank, std::vector<bool> local,
-                                                   std::vector<std::string> names, const ZmqOptions& options,
+                                                   std::string name, const ZmqOptions& options,
                                                    Deliver deliver, Broken broken, Lost lost, Handled handled,
                                                    ConnectedFor connected_for, SendTcp send_tcp);
   ~ShmLanes();
@@ -75,6 +87,10 @@ class ShmLanes {
   }
   // Messages sent from this thread are queued instead of waiting for room.
   void set_receive_thread(std::thread::id id) { zmq_receiver_.store(id); }
+  // Rank `peer`'s inbox name, from its session id; until it is given,
+  // messages to it are queued. A restarted peer's new name is set before
+  // revive(peer).
+  void set_peer_name(int peer, const std::string& name);
 
   // Sends header + body (copied into the peer's ring before it returns, or
   // into the queue). Errors: the lanes are closed, the peer is lost. Sets
@@ -111,6 +127,8 @@ class ShmLanes {
   struct Lane {
     int slot_in = -1;   // the peer's ring in this rank's inbox
     int slot_out = -1;  // this rank's ring in the peer's inbox
+    std::mutex name_mu;
+    std::string name;   // the peer's inbox; guarded by name_mu; empty until set_peer_name
     std::mutex send_mu;                 // one producer at a time; receive threads never wait for it
     std::unique_ptr<ShmInbox> outbox;   // the peer's inbox; guarded by send_mu
     std::mutex queue_mu;                // taken after send_mu, or alone
@@ -126,8 +144,8 @@ class ShmLanes {
     std::atomic<bool> tcp{false};
   };
 
-  ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-           Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);
+  ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,
+           Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);
   // Delivers what `from` wrote; a waiting thread (`waiter`) stops at a
   // handler's message and wakes the lane thread. REQUIRES: lane.consume_mu.
   bool drain_locked(int from, Lane& lane, bool waiter);
@@ -148,7 +166,7 @@ class ShmLanes {
 
   const int rank_;
   const std::vector<bool> local_;
-  const std::vector<std::string> names_;
+  const std::string name_;  // this rank's inbox
   const ZmqOptions options_;
   const Deliver deliver_;
   const Broken broken_;

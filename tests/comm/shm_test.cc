@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "comm/shm_lanes.h"
 #include "comm/shm_ring.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -138,7 +139,7 @@ TEST_CASE("a rank whose ring holds a malformed record is reported lost, by name,
   REQUIRE(receiver.ok());
   // Rank 0's ring in rank 1's inbox, written by this test in rank 0's place:
   // a middle record of a message that never began.
-  auto inbox = ShmInbox::open(fmt::format("/rill-127_0_0_1-{}", ports[1]));
+  auto inbox = ShmInbox::open(inbox_name(ZmqOptions{}.shm_name_prefix, *(*receiver)->session()));
   REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
   ShmRing ring = (*inbox)->ring(0);
   RecordHeader bad;
@@ -180,9 +181,10 @@ TEST_CASE("shared memory: messages larger than a ring, and an empty one behind t
 TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, in order with what was queued") {
   // Each rank names its inbox with its own prefix, as if each had a /dev/shm
   // of its own (containers with the host's network, not its IPC
-  // namespace): neither finds the other's. Messages sent before the TCP
-  // connection has been up for shm_fallback_after wait in the queue, then
-  // go over TCP ahead of everything sent later.
+  // namespace): neither finds the other's, though each has the other's
+  // session id. Messages sent before the TCP connection has been up for
+  // shm_fallback_after wait in the queue, then go over TCP ahead of
+  // everything sent later.
   const auto endpoints = testing::loopback_endpoints(testing::free_ports(2));
   std::vector<std::unique_ptr<Transport>> transports;
   for (int rank = 0; rank < 2; ++rank) {
@@ -193,6 +195,7 @@ TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, i
     REQUIRE_MESSAGE(t.ok(), t.status().to_string());
     transports.push_back(std::move(t).value());
   }
+  testing::introduce(transports);
   constexpr int kEarly = 50, kLate = 50;
   auto payload = [](int from, int i) { return std::string(static_cast<size_t>(100 + i), static_cast<char>('a' + from + i % 20)); };
   std::vector<std::thread> senders;
