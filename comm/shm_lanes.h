@@ -19,13 +19,17 @@
 // thread writes out in order. So no receiving thread ever blocks on a peer,
 // and two ranks sending to each other cannot deadlock.
 //
-// Names. A rank's inbox is named after its transport's session id
+// Names and trust. A rank's inbox is named after its transport's session id
 // (inbox_name: 128 random bits made when the transport starts), which its
 // peers learn over the control plane (set_peer_name), so no other user can
-// foresee the name. A rank whose inbox is still not found once its TCP
-// connection has been up for ZmqOptions::shm_fallback_after is sent to over
-// TCP. The creator removes the name once every peer has attached, or when
-// its transport closes.
+// foresee the name, let alone create it first. An inbox is opened only if it
+// is this user's own, mode 0600, of the expected size (ShmInbox::open); one
+// that is not is named in one log line and its rank is sent to over TCP,
+// as is a rank whose inbox is still not found once its TCP connection has
+// been up for ZmqOptions::shm_fallback_after. A rank that cannot create its
+// own inbox (the name is taken, /dev/shm is full) is sent to over TCP by
+// everyone, and sends over TCP itself. The creator removes the name once
+// every peer has attached, or when its transport closes.
 #pragma once
 
 #include <atomic>
@@ -72,7 +76,9 @@ class ShmLanes {
 
   // `local[r]`: rank r shares this rank's machine (false for itself).
   // `name`: this rank's inbox name. Creates the inbox and starts the lane
-  // thread when there is a local peer.
+  // thread when there is a local peer. Errors: kInvalidArgument for ring
+  // sizes, otherwise why the inbox could not be created (the transport
+  // then goes without shared memory).
   static StatusOr<std::unique_ptr<ShmLanes>> start(int rank, std::vector<bool> local,
                                                    std::string name, const ZmqOptions& options,
                                                    Deliver deliver, Broken broken, Lost lost, Handled handled,
@@ -149,13 +155,20 @@ class ShmLanes {
   // Delivers what `from` wrote; a waiting thread (`waiter`) stops at a
   // handler's message and wakes the lane thread. REQUIRES: lane.consume_mu.
   bool drain_locked(int from, Lane& lane, bool waiter);
-  bool open_outbox(int to, Lane& lane);     // REQUIRES: lane.send_mu held
-  // Writes what fits of a message from message byte `*written` on.
-  bool write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
-                  uint64_t* written);
+  // The peer's inbox: open; not known or not created yet; or refused, with
+  // why in *why. REQUIRES: lane.send_mu held.
+  enum class Outbox { kOpen, kAbsent, kRefused };
+  Outbox open_outbox(int to, Lane& lane, std::string* why);
+  // Writes what fits of a message from message byte `*written` on:
+  // kWritten once all of it is in the ring; kFull when the rest waits for
+  // room; kCorrupt when the ring's positions are not what a ring holds.
+  ShmRing::Write write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header,
+                            std::span<const std::byte> body, uint64_t* written);
   bool flush_queued(int to, Lane& lane);  // true when nothing is left queued
-  // Sends the queue over TCP and routes the lane there. REQUIRES: send_mu.
-  void fall_back(int to, Lane& lane);
+  // Sends the queue over TCP and routes the lane there; logs `why` (which
+  // names the inbox), as a warning when the inbox was `refused`.
+  // REQUIRES: send_mu.
+  void fall_back(int to, Lane& lane, const std::string& why, bool refused);
   void loop();
   // Reports local peers whose process exited or closed its transport
   // (their ZeroMQ connection may never have come up). Lane thread only.
@@ -167,6 +180,7 @@ class ShmLanes {
   const int rank_;
   const std::vector<bool> local_;
   const std::string name_;  // this rank's inbox
+  int slots_ = 0;           // rings in each inbox of this machine: its ranks but one
   const ZmqOptions options_;
   const Deliver deliver_;
   const Broken broken_;

@@ -215,13 +215,16 @@ struct ZmqOptions {
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin
   // before it sleeps. A rank's inbox is named shm_name_prefix + 32 hex
-  // digits of its session id (random: no other user can foresee it). A
-  // local peer whose inbox cannot be found although its TCP connection has
-  // been up for shm_fallback_after (its /dev/shm is not this one's: a
-  // container with the host's network but an IPC namespace of its own, or
-  // another prefix; or its session id was never given) is sent to over TCP
-  // from then on, in order with what was queued for it. Every rank of a
-  // run must agree on shared_memory.
+  // digits of its session id (random: no other user can foresee it), made
+  // O_EXCL with mode 0600, and opened by a peer only if it is that peer's
+  // user's, mode 0600, of an inbox's size: ranks of different users talk
+  // over TCP. A local peer is sent to over TCP from then on, in order with
+  // what was queued for it, at once when its inbox is refused, and when
+  // its inbox cannot be found although its TCP connection has been up for
+  // shm_fallback_after (its /dev/shm is not this one's: a container with
+  // the host's network but an IPC namespace of its own, or another prefix;
+  // or its session id was never given). Every rank of a run must agree on
+  // shared_memory.
   bool shared_memory = true;
   size_t shm_ring_bytes = size_t{4} << 20;
   std::chrono::microseconds shm_spin{200};

@@ -180,8 +180,16 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
           [this](int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
             return send_tcp(to, tag, header, body, nullptr);
           });
-      if (!lanes.ok()) return lanes.status().with_context(fmt::format("rank {}", rank_));
-      lanes_ = std::move(*lanes);
+      if (lanes.ok()) {
+        lanes_ = std::move(*lanes);
+      } else if (lanes.status().code() == Code::kInvalidArgument) {
+        return lanes.status().with_context(fmt::format("rank {}", rank_));
+      } else {
+        // Its local peers find no inbox of this rank's (or refuse the one
+        // under its name) and send over TCP; so does it.
+        spdlog::warn("rank {}: no shared memory: {}; the ranks of this machine talk to it over TCP", rank_,
+                     lanes.status().message());
+      }
     }
   }
   receiver_ = std::thread([this] { receive_loop(); });
