@@ -8,8 +8,10 @@
 //
 // --key: the ranks hold this cluster key (rill keygen): every message over
 // TCP is sealed (AES-256-GCM, comm/data_cipher.h; bench/curve_bench.sh
-// compares). Rank 0 makes every rank's session id and hands them to the
-// ranks it starts (a rank started by hand needs --sessions).
+// compares). Rank 0 makes every rank's session id (which names its
+// shared-memory inbox, and with a key keys its links) and hands them to the
+// ranks it starts (a rank started by hand needs --sessions, or its local
+// peers talk to it over TCP).
 //
 // --op: all_reduce, all_gather, reduce_scatter, broadcast (from rank 0),
 // all_to_all. The size is the whole buffer (all_gather's output,
@@ -63,7 +65,7 @@ struct Args {
   bool tcp = false;
   std::string key;  // a cluster key file: every TCP message sealed
   int io_threads = 1;  // ZeroMQ I/O threads per rank
-  std::string sessions;  // with a key: every rank's session id, hex, comma-separated (internal, with as_rank)
+  std::string sessions;  // every rank's session id, hex, comma-separated (internal, with as_rank)
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
 };
@@ -176,18 +178,18 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
     zmq_options.key = std::make_shared<const ClusterKey>(*key);
   }
   std::vector<SessionId> sessions;
-  if (zmq_options.key) {
-    for (size_t at = 0; at < args.sessions.size();) {
-      size_t comma = std::min(args.sessions.find(',', at), args.sessions.size());
-      SessionId id{};
-      for (size_t i = 0; i < id.size() && at + 2 * i + 1 < comma; ++i)
-        id[i] = static_cast<uint8_t>(std::stoul(args.sessions.substr(at + 2 * i, 2), nullptr, 16));
-      sessions.push_back(id);
-      at = comma + 1;
-    }
+  for (size_t at = 0; at < args.sessions.size();) {
+    size_t comma = std::min(args.sessions.find(',', at), args.sessions.size());
+    SessionId id{};
+    for (size_t i = 0; i < id.size() && at + 2 * i + 1 < comma; ++i)
+      id[i] = static_cast<uint8_t>(std::stoul(args.sessions.substr(at + 2 * i, 2), nullptr, 16));
+    sessions.push_back(id);
+    at = comma + 1;
+  }
+  if (!sessions.empty() || zmq_options.key) {
     if (static_cast<int>(sessions.size()) != args.ranks)
-      return fail(rank, invalid_argument("--key needs every rank's --sessions ({} given, {} ranks)", sessions.size(),
-                                         args.ranks));
+      return fail(rank, invalid_argument("--sessions names {} ranks' session ids, not {} (--key needs them)",
+                                         sessions.size(), args.ranks));
     zmq_options.session = sessions[static_cast<size_t>(rank)];
   }
   auto transport = make_zmq_transport(rank, endpoints, zmq_options);
@@ -260,7 +262,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  if (!args.key.empty() && args.sessions.empty() && args.as_rank == 0) {
+  if (args.sessions.empty() && args.as_rank == 0) {
     for (int r = 0; r < args.ranks; ++r) {  // made here, handed to the ranks started below
       for (uint8_t byte : new_session_id()) args.sessions += fmt::format("{:02x}", byte);
       if (r + 1 < args.ranks) args.sessions += ',';
@@ -296,10 +298,8 @@ int main(int argc, char** argv) {
       }
       for (const std::string& w : {std::string("--ports"), list, std::string("--as-rank"), std::to_string(rank)})
         words.push_back(w);
-      if (!args.key.empty()) {
-        words.push_back("--sessions");
-        words.push_back(args.sessions);
-      }
+      words.push_back("--sessions");
+      words.push_back(args.sessions);
       std::vector<char*> exec_argv;
       for (std::string& w : words) exec_argv.push_back(w.data());
       exec_argv.push_back(nullptr);

@@ -209,7 +209,7 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
     RILL_ASSIGN_OR_RETURN(std::shared_ptr<const ClusterKey> key, key_from_environment());
-    const SessionId session = key ? new_session_id() : SessionId{};
+    const SessionId session = new_session_id();
     std::vector<SessionId> sessions;
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
                           rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get(),
@@ -218,8 +218,7 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     transport_options.key = key;
     transport_options.session = session;
     RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints), transport_options));
-    if (key)
-      for (int r = 0; r < world; ++r) c.transport->set_peer_session(r, sessions[static_cast<size_t>(r)]);
+    for (int r = 0; r < world; ++r) c.transport->set_peer_session(r, sessions[static_cast<size_t>(r)]);
   }
   CollectiveOptions options;
   options.timeout = timeout;

@@ -13,12 +13,14 @@
 // world of one gets an in-process transport, no sockets).
 // Messages are FlatBuffers (comm/rendezvous.fbs). Blocking; any thread.
 //
+// Each rank's hello carries its data-plane session id, and the answer every
+// rank's: the transport names its shared-memory inbox after it, and with a
+// key derives its links' keys from it (comm/data_cipher.h).
 // With a cluster key (connect_world: the file $RILL_KEY_FILE names, which
 // `rill launch --key` sets) the rendezvous and the transport are CurveZMQ:
 // rank r is "node-r", a hello must come from the rank it names, and a
-// process without the key is refused at the handshake. Each rank's hello
-// carries its data-plane session id, and the answer every rank's, so the
-// keyed data plane (comm/data_cipher.h) learns them over CURVE.
+// process without the key is refused at the handshake, so the ids are
+// learnt over CURVE.
 #pragma once
 
 #include <memory>

@@ -36,12 +36,17 @@ std::pair<std::span<const std::byte>, std::span<const std::byte>> slice(std::spa
 
 }  // namespace
 
-ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-                   Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for,
-                   SendTcp send_tcp)
+std::string inbox_name(const std::string& prefix, const SessionId& session) {
+  std::string name = prefix;
+  for (size_t i = 0; i < 16; ++i) name += fmt::format("{:02x}", session[i]);
+  return name;
+}
+
+ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,
+                   Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp)
     : rank_(rank),
       local_(std::move(local)),
-      names_(std::move(names)),
+      name_(std::move(name)),
       options_(options),
       deliver_(std::move(deliver)),
       broken_(std::move(broken)),
@@ -50,12 +55,12 @@ ShmLanes::ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> n
       connected_for_(std::move(connected_for)),
       send_tcp_(std::move(send_tcp)) {}
 
-StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::vector<std::string> names,
+StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> local, std::string name,
                                                     const ZmqOptions& options, Deliver deliver, Broken broken,
                                                     Lost lost, Handled handled, ConnectedFor connected_for,
                                                     SendTcp send_tcp) {
   std::unique_ptr<ShmLanes> lanes(
-      new ShmLanes(rank, std::move(local), std::move(names), options, std::move(deliver), std::move(broken),
+      new ShmLanes(rank, std::move(local), std::move(name), options, std::move(deliver), std::move(broken),
                    std::move(lost), std::move(handled), std::move(connected_for), std::move(send_tcp)));
   // The machine's ranks in order; a rank's inbox has a ring for each of the
   // others, so the ring of sender s in rank r's inbox is s's place among
@@ -76,8 +81,8 @@ StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> 
     lanes->lanes_[peer] = std::move(lane);
   }
   if (machine.size() < 2) return lanes;
-  RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->names_[rank], static_cast<int>(machine.size()) - 1,
-                                                        options.shm_ring_bytes));
+  lanes->slots_ = static_cast<int>(machine.size()) - 1;
+  RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->name_, lanes->slots_, options.shm_ring_bytes));
   lanes->thread_ = std::thread([p = lanes.get()] { p->loop(); });
   return lanes;
 }
@@ -89,30 +94,43 @@ bool ShmLanes::on_receive_thread() const {
   return self == thread_.get_id() || self == zmq_receiver_.load();
 }
 
-bool ShmLanes::open_outbox(int to, Lane& lane) {
-  if (lane.outbox) return true;
-  auto opened = ShmInbox::open(names_[to]);
-  if (opened.ok()) {
-    if (lane.slot_out >= (*opened)->slots()) {
-      broken_(to, fmt::format("the shared memory of rank {} has {} rings, not one for rank {}", to,
-                              (*opened)->slots(), rank_));
-      return false;
-    }
-    lane.outbox = std::move(*opened);
-    lane.outbox->prefault(lane.slot_out);
-    return true;
-  }
-  if (opened.status().code() != Code::kNotFound) broken_(to, opened.status().message());
-  return false;  // not created yet: its transport has not started
+void ShmLanes::set_peer_name(int peer, const std::string& name) {
+  if (peer < 0 || peer >= static_cast<int>(lanes_.size()) || !lanes_[peer]) return;
+  std::lock_guard lock(lanes_[peer]->name_mu);
+  lanes_[peer]->name = name;
 }
 
-bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header,
-                          std::span<const std::byte> body, uint64_t* written) {
+ShmLanes::Outbox ShmLanes::open_outbox(int to, Lane& lane, std::string* why) {
+  if (lane.outbox) return Outbox::kOpen;
+  std::string name;
+  {
+    std::lock_guard lock(lane.name_mu);
+    name = lane.name;
+  }
+  if (name.empty()) {
+    *why = "inbox name is not known here (its session id was not given)";
+    return Outbox::kAbsent;
+  }
+  auto opened = ShmInbox::open(name, slots_);
+  if (!opened.ok()) {
+    *why = opened.status().message();
+    return opened.status().code() == Code::kNotFound ? Outbox::kAbsent : Outbox::kRefused;
+  }
+  lane.outbox = std::move(*opened);
+  lane.outbox->prefault(lane.slot_out);
+  return Outbox::kOpen;
+}
+
+ShmRing::Write ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header,
+                                    std::span<const std::byte> body, uint64_t* written) {
   ShmRing ring = lane.outbox->ring(lane.slot_out);
   const uint64_t total = header.size() + body.size();
   const uint64_t max = ring.max_record_bytes();
-  bool wrote = false, done = false;
-  while (!done) {
+  bool wrote = false;
+  ShmRing::Write result = ShmRing::Write::kFull;
+  // Each pass writes a record of the message or stops: at most
+  // total / max + 1 passes.
+  while (true) {
     const uint64_t n = std::min(max, total - *written);
     RecordHeader record;
     record.tag = tag;
@@ -120,13 +138,14 @@ bool ShmLanes::write_some(Lane& lane, uint64_t tag, std::span<const std::byte> h
     record.offset = *written;
     record.flags = (*written == 0 ? RecordHeader::kFirst : 0) | (*written + n == total ? RecordHeader::kLast : 0);
     auto [a, b] = slice(header, body, *written, n);
-    if (!ring.try_write(record, a, b)) break;
+    result = ring.try_write(record, a, b);
+    if (result != ShmRing::Write::kWritten) break;
     *written += n;
     wrote = true;
-    done = (record.flags & RecordHeader::kLast) != 0;  // an empty message is one record too
+    if ((record.flags & RecordHeader::kLast) != 0) break;  // an empty message is one record too
   }
   if (wrote) lane.outbox->ring_bell(ring);
-  return done;
+  return result;
 }
 
 Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
@@ -149,13 +168,34 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
   bool queue = on_receive_thread();
   if (!queue) {
     lock.lock();
-    std::lock_guard queue_lock(lane.queue_mu);
-    queue = !lane.queued.empty() || !open_outbox(to, lane);
+    if (lane.tcp.load(std::memory_order_acquire)) {  // fell back while this thread waited for the lane
+      *use_tcp = true;
+      return Status::ok_status();
+    }
+    Outbox outbox = Outbox::kAbsent;
+    std::string why;
+    {
+      std::lock_guard queue_lock(lane.queue_mu);
+      queue = !lane.queued.empty();
+      if (!queue) outbox = open_outbox(to, lane, &why);
+      queue = queue || outbox != Outbox::kOpen;
+    }
+    if (outbox == Outbox::kRefused) {
+      fall_back(to, lane, why, true);
+      *use_tcp = true;
+      return Status::ok_status();
+    }
   }
   uint64_t written = 0;
   if (!queue) {
     // Waits for room: the peer's lane thread never blocks, so it drains.
-    for (int spins = 0; !write_some(lane, tag, header, body, &written); ++spins) {
+    for (int spins = 0;; ++spins) {
+      const ShmRing::Write wrote = write_some(lane, tag, header, body, &written);
+      if (wrote == ShmRing::Write::kWritten) return Status::ok_status();
+      if (wrote == ShmRing::Write::kCorrupt) {
+        broken_(to, fmt::format("the shared-memory ring to rank {} holds positions no ring has", to));
+        return fail("its shared-memory ring is corrupt");
+      }
       if (closed_.load(std::memory_order_acquire)) return fail("transport closed");
       if (lost_(to)) return fail("connection lost");
       // The lane thread does not look at a lane while its sender holds it:
@@ -171,7 +211,6 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-    return Status::ok_status();
   }
   Outgoing out;
   out.tag = tag;
@@ -191,12 +230,11 @@ Status ShmLanes::send(int to, uint64_t tag, std::span<const std::byte> header, s
   return Status::ok_status();
 }
 
-void ShmLanes::fall_back(int to, Lane& lane) {
+void ShmLanes::fall_back(int to, Lane& lane, const std::string& why, bool refused) {
   std::lock_guard queue_lock(lane.queue_mu);
-  spdlog::info("rank {}: the shared memory of rank {} ({}) cannot be opened here although its TCP connection is up "
-               "(another /dev/shm, or a restarted rank: the name goes once every rank has attached); sending to it "
-               "over TCP",
-               rank_, to, names_[to]);
+  if (lane.tcp.load(std::memory_order_acquire)) return;
+  spdlog::log(refused ? spdlog::level::warn : spdlog::level::info, "rank {}: rank {}'s {}; sending to it over TCP",
+              rank_, to, why);
   for (const Outgoing& out : lane.queued) {
     Status sent = send_tcp_(to, out.tag, out.bytes, {});
     if (!sent.ok()) {
@@ -213,6 +251,7 @@ bool ShmLanes::flush_queued(int to, Lane& lane) {
   // Never waits for a sender (it may be waiting for this thread to drain).
   std::unique_lock lock(lane.send_mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;
+  // Each pass writes out a queued message or returns.
   while (true) {
     Outgoing* out = nullptr;
     {
@@ -223,15 +262,33 @@ bool ShmLanes::flush_queued(int to, Lane& lane) {
       }
       out = &lane.queued.front();  // stays put while others push_back
     }
-    if (!open_outbox(to, lane)) {
-      // Connected over TCP long enough for its inbox to exist: it does,
-      // but not in this /dev/shm.
-      if (out->written > 0 || connected_for_(to) < options_.shm_fallback_after) return false;
-      fall_back(to, lane);
+    std::string why;
+    switch (open_outbox(to, lane, &why)) {
+      case Outbox::kOpen:
+        break;
+      case Outbox::kRefused:
+        fall_back(to, lane, why, true);
+        return true;
+      case Outbox::kAbsent:
+        // Connected over TCP long enough for its inbox to exist: it does,
+        // but not in this /dev/shm (or its name never came).
+        if (out->written > 0 || connected_for_(to) < options_.shm_fallback_after) return false;
+        fall_back(to, lane,
+                  fmt::format("{}, {} ms after its TCP connection came up (another /dev/shm, or a restarted "
+                              "rank: the name goes once every rank has attached)",
+                              why, options_.shm_fallback_after.count()),
+                  false);
+        return true;
+    }
+    const ShmRing::Write wrote = write_some(lane, out->tag, out->bytes, {}, &out->written);
+    if (wrote == ShmRing::Write::kFull) return false;
+    std::lock_guard queue_lock(lane.queue_mu);
+    if (wrote == ShmRing::Write::kCorrupt) {
+      lane.queued.clear();
+      lane.has_queued.store(false, std::memory_order_release);
+      broken_(to, fmt::format("the shared-memory ring to rank {} holds positions no ring has", to));
       return true;
     }
-    if (!write_some(lane, out->tag, out->bytes, {}, &out->written)) return false;
-    std::lock_guard queue_lock(lane.queue_mu);
     lane.queued.pop_front();
   }
 }
@@ -257,7 +314,8 @@ bool ShmLanes::drain_locked(int from, Lane& lane, bool waiter) {
     any = true;
     const bool last = (record.flags & RecordHeader::kLast) != 0;
     const bool whole = first && last && record.offset == 0 && record.total == bytes.size();
-    const bool fits = !first && lane.partial && record.offset + bytes.size() <= lane.partial->bytes.size();
+    const bool fits = !first && lane.partial && record.offset <= lane.partial->bytes.size() &&
+                      bytes.size() <= lane.partial->bytes.size() - record.offset;
     const bool starts = first && !last && record.offset == 0 && bytes.size() <= record.total;
     if (peek == ShmRing::Peek::kCorrupt || (first && !last && !starts) || (!first && !fits) ||
         (first && last && !whole) || (first && record.total > (uint64_t{1} << 40))) {
@@ -346,13 +404,16 @@ std::string ShmLanes::gone(const ShmInbox& outbox) {
 void ShmLanes::check_peers() {
   for (int peer = 0; peer < static_cast<int>(lanes_.size()); ++peer) {
     Lane* lane = lanes_[peer].get();
-    if (lane == nullptr || lane->gone) continue;
+    if (lane == nullptr || lane->gone || lane->tcp.load(std::memory_order_acquire)) continue;
     std::string why;
     {
       // A sender holding the lane may be waiting for this thread to drain:
       // never wait for it (it checks the peer itself meanwhile).
       std::unique_lock lock(lane->send_mu, std::try_to_lock);
-      if (!lock.owns_lock() || !open_outbox(peer, *lane)) continue;  // busy, or not started yet
+      if (!lock.owns_lock()) continue;
+      const Outbox outbox = open_outbox(peer, *lane, &why);
+      if (outbox == Outbox::kRefused) fall_back(peer, *lane, why, true);
+      if (outbox != Outbox::kOpen) continue;  // not known or not started yet, or refused
       why = gone(*lane->outbox);
       if (!why.empty()) why = fmt::format("rank {} {}", peer, why);
     }

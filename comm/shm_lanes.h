@@ -14,10 +14,22 @@
 // Sending: a record is written straight into the peer's ring; a message
 // larger than a quarter of the ring is cut into several. A sender waits for
 // room, except on a receive thread (the lane thread, or the ZeroMQ receive
-// thread running a handler): there, and while the peer has not created its
-// inbox yet, the message is copied into a queue that the lane thread writes
-// out in order. So no receiving thread ever blocks on a peer, and two ranks
-// sending to each other cannot deadlock.
+// thread running a handler): there, and while the peer's inbox is not known
+// or not created yet, the message is copied into a queue that the lane
+// thread writes out in order. So no receiving thread ever blocks on a peer,
+// and two ranks sending to each other cannot deadlock.
+//
+// Names and trust. A rank's inbox is named after its transport's session id
+// (inbox_name: 128 random bits made when the transport starts), which its
+// peers learn over the control plane (set_peer_name), so no other user can
+// foresee the name, let alone create it first. An inbox is opened only if it
+// is this user's own, mode 0600, of the expected size (ShmInbox::open); one
+// that is not is named in one log line and its rank is sent to over TCP,
+// as is a rank whose inbox is still not found once its TCP connection has
+// been up for ZmqOptions::shm_fallback_after. A rank that cannot create its
+// own inbox (the name is taken, /dev/shm is full) is sent to over TCP by
+// everyone, and sends over TCP itself. The creator removes the name once
+// every peer has attached, or when its transport closes.
 #pragma once
 
 #include <atomic>
@@ -40,6 +52,10 @@ struct BytesHolder final : Received::Holder {
   std::vector<std::byte> bytes;
 };
 
+// The inbox name of the rank whose transport has `session`: `prefix` and
+// the hex of the session id's first 16 bytes.
+std::string inbox_name(const std::string& prefix, const SessionId& session);
+
 class ShmLanes {
  public:
   // Hands over one whole message: `bytes` are valid during the call only;
@@ -59,10 +75,12 @@ class ShmLanes {
                                        std::span<const std::byte> body)>;
 
   // `local[r]`: rank r shares this rank's machine (false for itself).
-  // `name_of(r)`: the shared-memory name of rank r's inbox. Creates this
-  // rank's inbox and starts the lane thread when there is a local peer.
+  // `name`: this rank's inbox name. Creates the inbox and starts the lane
+  // thread when there is a local peer. Errors: kInvalidArgument for ring
+  // sizes, otherwise why the inbox could not be created (the transport
+  // then goes without shared memory).
   static StatusOr<std::unique_ptr<ShmLanes>> start(int rank, std::vector<bool> local,
-                                                   std::vector<std::string> names, const ZmqOptions& options,
+                                                   std::string name, const ZmqOptions& options,
                                                    Deliver deliver, Broken broken, Lost lost, Handled handled,
                                                    ConnectedFor connected_for, SendTcp send_tcp);
   ~ShmLanes();
@@ -75,6 +93,10 @@ class ShmLanes {
   }
   // Messages sent from this thread are queued instead of waiting for room.
   void set_receive_thread(std::thread::id id) { zmq_receiver_.store(id); }
+  // Rank `peer`'s inbox name, from its session id; until it is given,
+  // messages to it are queued. A restarted peer's new name is set before
+  // revive(peer).
+  void set_peer_name(int peer, const std::string& name);
 
   // Sends header + body (copied into the peer's ring before it returns, or
   // into the queue). Errors: the lanes are closed, the peer is lost. Sets
@@ -111,6 +133,8 @@ class ShmLanes {
   struct Lane {
     int slot_in = -1;   // the peer's ring in this rank's inbox
     int slot_out = -1;  // this rank's ring in the peer's inbox
+    std::mutex name_mu;
+    std::string name;   // the peer's inbox; guarded by name_mu; empty until set_peer_name
     std::mutex send_mu;                 // one producer at a time; receive threads never wait for it
     std::unique_ptr<ShmInbox> outbox;   // the peer's inbox; guarded by send_mu
     std::mutex queue_mu;                // taken after send_mu, or alone
@@ -126,18 +150,25 @@ class ShmLanes {
     std::atomic<bool> tcp{false};
   };
 
-  ShmLanes(int rank, std::vector<bool> local, std::vector<std::string> names, const ZmqOptions& options,
-           Deliver deliver, Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);
+  ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,
+           Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);
   // Delivers what `from` wrote; a waiting thread (`waiter`) stops at a
   // handler's message and wakes the lane thread. REQUIRES: lane.consume_mu.
   bool drain_locked(int from, Lane& lane, bool waiter);
-  bool open_outbox(int to, Lane& lane);     // REQUIRES: lane.send_mu held
-  // Writes what fits of a message from message byte `*written` on.
-  bool write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
-                  uint64_t* written);
+  // The peer's inbox: open; not known or not created yet; or refused, with
+  // why in *why. REQUIRES: lane.send_mu held.
+  enum class Outbox { kOpen, kAbsent, kRefused };
+  Outbox open_outbox(int to, Lane& lane, std::string* why);
+  // Writes what fits of a message from message byte `*written` on:
+  // kWritten once all of it is in the ring; kFull when the rest waits for
+  // room; kCorrupt when the ring's positions are not what a ring holds.
+  ShmRing::Write write_some(Lane& lane, uint64_t tag, std::span<const std::byte> header,
+                            std::span<const std::byte> body, uint64_t* written);
   bool flush_queued(int to, Lane& lane);  // true when nothing is left queued
-  // Sends the queue over TCP and routes the lane there. REQUIRES: send_mu.
-  void fall_back(int to, Lane& lane);
+  // Sends the queue over TCP and routes the lane there; logs `why` (which
+  // names the inbox), as a warning when the inbox was `refused`.
+  // REQUIRES: send_mu.
+  void fall_back(int to, Lane& lane, const std::string& why, bool refused);
   void loop();
   // Reports local peers whose process exited or closed its transport
   // (their ZeroMQ connection may never have come up). Lane thread only.
@@ -148,7 +179,8 @@ class ShmLanes {
 
   const int rank_;
   const std::vector<bool> local_;
-  const std::vector<std::string> names_;
+  const std::string name_;  // this rank's inbox
+  int slots_ = 0;           // rings in each inbox of this machine: its ranks but one
   const ZmqOptions options_;
   const Deliver deliver_;
   const Broken broken_;

@@ -57,14 +57,19 @@ struct ShmInbox::Header {
 
 size_t ShmRing::max_record_bytes() const { return capacity_ / 4 - sizeof(RecordHeader); }
 
-bool ShmRing::try_write(const RecordHeader& header, std::span<const std::byte> first,
-                        std::span<const std::byte> second) {
+ShmRing::Write ShmRing::try_write(const RecordHeader& header, std::span<const std::byte> first,
+                                  std::span<const std::byte> second) {
   const uint64_t need = align_up(sizeof(RecordHeader) + first.size() + second.size(), kRecordAlign);
   uint64_t head = c_->head.load(std::memory_order_relaxed);
   const uint64_t tail = c_->tail.load(std::memory_order_acquire);
+  // Both positions lie in the shared mapping. An aligned head masked into
+  // the ring leaves at least a wrap marker's 32 bytes before its end, and
+  // the room check keeps every byte written below: ahead of the tail by at
+  // most the capacity, so inside the ring.
+  if (head % kRecordAlign != 0 || head - tail > capacity_) return Write::kCorrupt;
   uint64_t pos = head & (capacity_ - 1);
   const uint64_t skip = capacity_ - pos < need ? capacity_ - pos : 0;  // the rest of the ring, when it is too short
-  if (head + skip + need - tail > capacity_) return false;
+  if (head + skip + need - tail > capacity_) return Write::kFull;
   if (skip > 0) {
     RecordHeader wrap;
     wrap.bytes = kWrap;
@@ -79,12 +84,14 @@ bool ShmRing::try_write(const RecordHeader& header, std::span<const std::byte> f
   if (!first.empty()) std::memcpy(at + sizeof h, first.data(), first.size());
   if (!second.empty()) std::memcpy(at + sizeof h + first.size(), second.data(), second.size());
   c_->head.store(head + need, std::memory_order_release);
-  return true;
+  return Write::kWritten;
 }
 
 ShmRing::Peek ShmRing::peek(RecordHeader* header, std::span<const std::byte>* bytes) {
   uint64_t tail = c_->tail.load(std::memory_order_relaxed);
   const uint64_t head = c_->head.load(std::memory_order_acquire);
+  // Each pass moves the tail on by at least a record's 32 bytes towards the
+  // head, which is read once: at most capacity / 32 passes.
   while (tail != head) {
     if (head - tail > capacity_ || tail % kRecordAlign != 0) return Peek::kCorrupt;
     const uint64_t pos = tail & (capacity_ - 1);
@@ -99,17 +106,15 @@ ShmRing::Peek ShmRing::peek(RecordHeader* header, std::span<const std::byte>* by
         align_up(sizeof *header + header->bytes, kRecordAlign) > head - tail)
       return Peek::kCorrupt;
     *bytes = std::span<const std::byte>(data_ + pos + sizeof *header, header->bytes);
+    // pop() moves past what was checked here, not what the record's header
+    // says by then.
+    next_tail_ = tail + align_up(sizeof *header + header->bytes, kRecordAlign);
     return Peek::kRecord;
   }
   return Peek::kEmpty;
 }
 
-void ShmRing::pop() {
-  const uint64_t tail = c_->tail.load(std::memory_order_relaxed);
-  RecordHeader header;
-  std::memcpy(&header, data_ + (tail & (capacity_ - 1)), sizeof header);
-  c_->tail.store(tail + align_up(sizeof header + header.bytes, kRecordAlign), std::memory_order_release);
-}
+void ShmRing::pop() { c_->tail.store(next_tail_, std::memory_order_release); }
 
 bool ShmRing::empty() const {
   return c_->head.load(std::memory_order_acquire) == c_->tail.load(std::memory_order_relaxed);
@@ -121,8 +126,15 @@ bool ShmRing::over_half() const {
   return c_->head.load(std::memory_order_relaxed) - c_->tail.load(std::memory_order_relaxed) > capacity_ / 2;
 }
 
-ShmInbox::ShmInbox(std::string name, bool owner, void* base, size_t bytes)
-    : name_(std::move(name)), owner_(owner), base_(base), bytes_(bytes) {}
+ShmInbox::ShmInbox(std::string name, bool owner, void* base, size_t bytes, int slots, size_t ring_bytes,
+                   int owner_pid)
+    : name_(std::move(name)),
+      owner_(owner),
+      base_(base),
+      bytes_(bytes),
+      slots_(slots),
+      ring_bytes_(ring_bytes),
+      owner_pid_(owner_pid) {}
 
 ShmInbox::~ShmInbox() {
   munmap(base_, bytes_);
@@ -139,21 +151,29 @@ StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::create(const std::string& name, in
     return invalid_argument("shared-memory inbox '{}': {} rings of {} bytes (a power of two, at least 64 KiB)", name,
                             slots, ring_bytes);
   const uint64_t total = kHeaderBytes + static_cast<uint64_t>(slots) * (kControlBytes + ring_bytes);
-  shm_unlink(name.c_str());  // one left by a process that died; a live one cannot hold our bound port
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return Status(Code::kUnavailable, fmt::format("shared memory '{}': {}", name, std::strerror(errno)));
-  if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+  // Exclusive: a name made a moment ago from 128 random bits is nobody's,
+  // and one that exists anyway is never taken over or trusted.
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("shared memory '{}' exists already: another process holds the name", name));
+    return Status(Code::kUnavailable, fmt::format("shared memory '{}': {}", name, std::strerror(errno)));
+  }
+  auto fail = [&](const std::string& what) {
     const int e = errno;
     close(fd);
     shm_unlink(name.c_str());
-    return Status(Code::kUnavailable, fmt::format("shared memory '{}' ({} bytes): {}", name, total, std::strerror(e)));
-  }
+    return Status(Code::kUnavailable, fmt::format("shared memory '{}' ({} bytes): {}: {}", name, total, what,
+                                                  std::strerror(e)));
+  };
+  // The mode given to shm_open is cut by the umask: set it exactly, before
+  // the size, so a peer that sees the size sees the mode too.
+  if (fchmod(fd, 0600) != 0) return fail("setting mode 0600");
+  if (ftruncate(fd, static_cast<off_t>(total)) != 0) return fail("sizing");
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail("mapping");
   close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return Status(Code::kUnavailable, fmt::format("mapping shared memory '{}': {}", name, std::strerror(errno)));
-  }
   // ftruncate gave zeros: every position, sleeper count and bell starts at
   // 0. Writing them here maps every page now rather than at a message's
   // first pass through the ring (a page fault each, tens of microseconds).
@@ -164,51 +184,79 @@ StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::create(const std::string& name, in
   h->slots = slots;
   h->pid = static_cast<int32_t>(getpid());
   h->magic.store(kMagic, std::memory_order_release);
-  return std::unique_ptr<ShmInbox>(new ShmInbox(name, true, base, total));
+  return std::unique_ptr<ShmInbox>(new ShmInbox(name, true, base, total, slots, ring_bytes, getpid()));
 }
 
-StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::open(const std::string& name) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::open(const std::string& name, int slots) {
+  auto refuse = [&](const std::string& why) {
+    return Status(Code::kPermissionDenied, fmt::format("shared memory '{}' {}", name, why));
+  };
+  if (slots < 1) return invalid_argument("shared memory '{}': an inbox of {} rings", name, slots);
+  const int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     if (errno == ENOENT) return Status(Code::kNotFound, fmt::format("shared memory '{}' does not exist yet", name));
-    return Status(Code::kUnavailable, fmt::format("shared memory '{}': {}", name, std::strerror(errno)));
+    return refuse(fmt::format("cannot be opened: {}", std::strerror(errno)));  // another user's (EACCES), a link (ELOOP)
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < kHeaderBytes) {
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
     close(fd);
-    return Status(Code::kNotFound, fmt::format("shared memory '{}' is not ready yet", name));
+    return refuse(fmt::format("cannot be examined: {}", std::strerror(e)));
   }
-  const auto total = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Only what this user made: nobody else can write into it, or read what
+  // is written. Nothing of the segment is read before these checks.
+  std::string wrong;
+  uint64_t ring_bytes = 0;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (st.st_uid != geteuid()) {
+    wrong = fmt::format("is owned by uid {}, not by this process's {}", st.st_uid, geteuid());
+  } else if (!S_ISREG(st.st_mode)) {
+    wrong = "is not a shared-memory object";
+  } else if (size == 0) {
+    close(fd);  // its creator has not sized it yet
+    return Status(Code::kNotFound, fmt::format("shared memory '{}' is not ready yet", name));
+  } else if ((st.st_mode & 07777) != 0600) {
+    wrong = fmt::format("has mode {:04o}, not 0600", st.st_mode & 07777);
+  } else {
+    const uint64_t per_ring = size > kHeaderBytes ? (size - kHeaderBytes) / static_cast<uint64_t>(slots) : 0;
+    ring_bytes = per_ring > kControlBytes ? per_ring - kControlBytes : 0;
+    if (ring_bytes < (64u << 10) || (ring_bytes & (ring_bytes - 1)) != 0 ||
+        kHeaderBytes + static_cast<uint64_t>(slots) * (kControlBytes + ring_bytes) != size)
+      wrong = fmt::format("has {} bytes: not an inbox of {} ring(s)", size, slots);
+  }
+  if (!wrong.empty()) {
+    close(fd);
+    return refuse(wrong);
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mapped_errno = errno;
   close(fd);
-  if (base == MAP_FAILED)
-    return Status(Code::kUnavailable, fmt::format("mapping shared memory '{}': {}", name, std::strerror(errno)));
+  if (base == MAP_FAILED) return refuse(fmt::format("cannot be mapped: {}", std::strerror(mapped_errno)));
+  // Read once, here; the sizes kept are the ones derived from the object's
+  // size above, which its header must repeat.
   auto* h = static_cast<Header*>(base);
   if (h->magic.load(std::memory_order_acquire) != kMagic) {
-    munmap(base, total);
+    munmap(base, size);
     return Status(Code::kNotFound, fmt::format("shared memory '{}' is not ready yet", name));
   }
-  if (h->total_bytes != total || h->slots < 1 || (h->ring_bytes & (h->ring_bytes - 1)) != 0 ||
-      kHeaderBytes + static_cast<uint64_t>(h->slots) * (kControlBytes + h->ring_bytes) != total) {
-    munmap(base, total);
-    return Status(Code::kDataLoss, fmt::format("shared memory '{}' has a malformed header", name));
+  const int32_t pid = h->pid;
+  if (h->ring_bytes != ring_bytes || h->total_bytes != size || h->slots != slots || pid <= 0) {
+    munmap(base, size);
+    return refuse("holds a header that does not match its size");
   }
-  return std::unique_ptr<ShmInbox>(new ShmInbox(name, false, base, total));
+  return std::unique_ptr<ShmInbox>(new ShmInbox(name, false, base, size, slots, ring_bytes, pid));
 }
 
-int ShmInbox::slots() const { return header()->slots; }
-
 void ShmInbox::prefault(int slot) {
-  const uint64_t ring_bytes = header()->ring_bytes;
-  auto* data = static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<uint64_t>(slot) * (kControlBytes + ring_bytes) +
-               kControlBytes;
+  auto* data = static_cast<std::byte*>(base_) + kHeaderBytes +
+               static_cast<uint64_t>(slot) * (kControlBytes + ring_bytes_) + kControlBytes;
   // This producer's own ring, unused yet: writing maps its pages for writing.
-  std::memset(data, 0, ring_bytes);
+  std::memset(data, 0, ring_bytes_);
   header()->attached.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool ShmInbox::all_attached() const {
-  return header()->attached.load(std::memory_order_acquire) >= static_cast<uint32_t>(header()->slots);
+  return header()->attached.load(std::memory_order_acquire) >= static_cast<uint32_t>(slots_);
 }
 
 void ShmInbox::remove_name() {
@@ -216,14 +264,12 @@ void ShmInbox::remove_name() {
   shm_unlink(name_.c_str());
   named_ = false;
 }
-int ShmInbox::owner_pid() const { return header()->pid; }
 bool ShmInbox::owner_closed() const { return header()->closed.load(std::memory_order_acquire) != 0; }
 void ShmInbox::mark_closed() { header()->closed.store(1, std::memory_order_release); }
 
 ShmRing ShmInbox::ring(int slot) {
-  const uint64_t ring_bytes = header()->ring_bytes;
-  auto* at = static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<uint64_t>(slot) * (kControlBytes + ring_bytes);
-  return ShmRing(reinterpret_cast<ShmRing::Control*>(at), at + kControlBytes, ring_bytes);
+  auto* at = static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<uint64_t>(slot) * (kControlBytes + ring_bytes_);
+  return ShmRing(reinterpret_cast<ShmRing::Control*>(at), at + kControlBytes, ring_bytes_);
 }
 
 void ShmInbox::set_eager(bool eager) {

@@ -8,6 +8,15 @@
 // 32-byte RecordHeader and its bytes, 8-byte aligned, never wrapping (a wrap
 // marker sends the reader back to the start).
 //
+// Trust. An inbox is created O_EXCL with mode 0600 and opened only when it
+// is this process's user's, mode 0600, a regular object of the size its
+// rings need: another user can neither plant one nor open ours. Its sizes
+// are copied into this process once, when it is created or opened, and
+// never read from the mapping again; the positions that must stay shared
+// (each ring's head and tail) are checked, and masked into the ring, on
+// every use, so whatever another process writes there cannot make this one
+// read or write outside its mapping.
+//
 // Threads and processes: one producer per ring (its sender serializes its
 // threads), one consumer at a time (its receiver serializes its threads).
 // Positions are atomics in the shared mapping; the doorbell is a futex word,
@@ -46,15 +55,18 @@ class ShmRing {
   // this is sent as several records).
   size_t max_record_bytes() const;
 
-  // Producer. Writes one record of `first` then `second` bytes, or returns
-  // false (nothing written) while the ring lacks the room.
-  bool try_write(const RecordHeader& header, std::span<const std::byte> first, std::span<const std::byte> second);
+  // Producer. Writes one record of `first` then `second` bytes (together at
+  // most max_record_bytes()); kFull (nothing written) while the ring lacks
+  // the room, kCorrupt (nothing written) when its positions cannot be what
+  // this producer and a consumer wrote.
+  enum class Write { kWritten, kFull, kCorrupt };
+  Write try_write(const RecordHeader& header, std::span<const std::byte> first, std::span<const std::byte> second);
 
   // Consumer. The oldest record, valid until pop(); kCorrupt when the
   // positions or a record's size cannot be what a producer wrote.
   enum class Peek { kEmpty, kRecord, kCorrupt };
   Peek peek(RecordHeader* header, std::span<const std::byte>* bytes);
-  void pop();  // REQUIRES: peek() gave kRecord
+  void pop();  // REQUIRES: peek() on this object gave kRecord
   bool empty() const;
 
   // Consumer threads blocked until a message of this ring arrives: a
@@ -67,23 +79,29 @@ class ShmRing {
   Control* c_;
   std::byte* data_;
   uint64_t capacity_;
+  uint64_t next_tail_ = 0;  // where pop() moves the tail: the end of the record peek() checked
 };
 
 class ShmInbox {
  public:
-  // The receiving side: creates the segment `name` ("/rill-..."; an old one
-  // of that name, left by a process that died, is replaced) with `slots`
-  // rings of `ring_bytes` (a power of two, at least 64 KiB).
+  // The receiving side: creates the segment `name` ("/rill-<random>"), mode
+  // 0600, with `slots` rings of `ring_bytes` (a power of two, at least 64
+  // KiB). kInvalidArgument for other sizes; kFailedPrecondition when the name is
+  // taken (by whom is not looked at: nothing of it is opened).
   static StatusOr<std::unique_ptr<ShmInbox>> create(const std::string& name, int slots, size_t ring_bytes);
-  // A sending side: maps the segment `name`; kNotFound while its receiver has
-  // not created it yet.
-  static StatusOr<std::unique_ptr<ShmInbox>> open(const std::string& name);
+  // A sending side: maps the segment `name`, which must hold `slots` rings.
+  // kNotFound while its receiver has not created it yet (or not finished);
+  // kPermissionDenied, saying what is wrong (never what it holds), when it
+  // is not this user's own inbox: owned by another, a mode other than 0600,
+  // not a regular object, a size or header not of an inbox of `slots` rings.
+  static StatusOr<std::unique_ptr<ShmInbox>> open(const std::string& name, int slots);
   ~ShmInbox();  // unmaps; the creator also removes the name
   ShmInbox(const ShmInbox&) = delete;
   ShmInbox& operator=(const ShmInbox&) = delete;
 
-  int slots() const;
-  ShmRing ring(int slot);
+  int slots() const { return slots_; }
+  size_t ring_bytes() const { return ring_bytes_; }
+  ShmRing ring(int slot);  // REQUIRES: 0 <= slot < slots()
   // A producer, before its first record: maps the pages of its ring, and
   // counts itself attached.
   void prefault(int slot);
@@ -110,22 +128,26 @@ class ShmInbox {
   // longer sleeping.
   void wait(uint32_t seen, std::chrono::microseconds timeout);
 
-  // The creating process, and whether it has closed its inbox: how its
-  // peers tell that it is gone.
-  int owner_pid() const;
+  // The creating process (as it said when it created the inbox), and
+  // whether it has closed its inbox: how its peers tell that it is gone.
+  int owner_pid() const { return owner_pid_; }
   bool owner_closed() const;
   void mark_closed();  // by the creator
 
  private:
   struct Header;
-  ShmInbox(std::string name, bool owner, void* base, size_t bytes);
+  ShmInbox(std::string name, bool owner, void* base, size_t bytes, int slots, size_t ring_bytes, int owner_pid);
   Header* header() const;
 
-  std::string name_;
-  bool owner_;
+  const std::string name_;
+  const bool owner_;
   bool named_ = true;  // the creator has not removed the name yet
-  void* base_;
-  size_t bytes_;
+  void* const base_;
+  // Copied when created or opened; never read from the mapping again.
+  const size_t bytes_;
+  const int slots_;
+  const size_t ring_bytes_;
+  const int owner_pid_;
 };
 
 }  // namespace rill::comm

@@ -29,7 +29,8 @@
 namespace rill::comm {
 
 struct ClusterKey;  // comm/cluster_key.h
-// A transport's session id in a keyed cluster (comm/data_cipher.h).
+// A transport's session id: 32 random bytes made when it starts
+// (Transport::session).
 using SessionId = std::array<uint8_t, 32>;
 
 struct Endpoint {
@@ -174,12 +175,16 @@ class Transport {
   // exchanged with it. (In-process: a rank reopened on the hub.)
   virtual void revive(int /*rank*/) {}
 
-  // In a keyed cluster (comm/data_cipher.h): this rank's session id, which
-  // every other rank must be given, and each other rank's. Messages to or
-  // from a rank whose session id this transport was not given are refused
-  // (a send fails naming it; what it sends is dropped). A restarted rank's
-  // new id is set before revive(); setting the id a rank has changes
-  // nothing. Without a key: no id, nothing to set.
+  // This rank's session id, which every other rank must be given over an
+  // authenticated channel (the agents' control plane, the rendezvous), and
+  // each other rank's. It names the rank's shared-memory inbox, so a local
+  // peer sends through shared memory only once it has the id (until then
+  // it queues, then falls back to TCP); in a keyed cluster
+  // (comm/data_cipher.h) it keys the links too, and messages to or from a
+  // rank whose id this transport was not given are refused (a send fails
+  // naming it; what it sends is dropped). A restarted rank's new id is set
+  // before revive(); setting the id a rank has changes nothing. In-process
+  // transports have none: nothing to set.
   virtual const SessionId* session() const { return nullptr; }
   // Whether every message to `peer` goes sealed, so the receiver sees it
   // with MessageView::sealed and a checksum of its own adds nothing.
@@ -209,12 +214,16 @@ struct ZmqOptions {
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin
-  // before it sleeps. A rank's inbox is named shm_name_prefix + its address
-  // and port. A local peer whose inbox cannot be found although its TCP
-  // connection has been up for shm_fallback_after (its /dev/shm is not
-  // this one's: a container with the host's network but an IPC namespace
-  // of its own, or another prefix) is sent to over TCP from then on, in
-  // order with what was queued for it. Every rank of a run must agree on
+  // before it sleeps. A rank's inbox is named shm_name_prefix + 32 hex
+  // digits of its session id (random: no other user can foresee it), made
+  // O_EXCL with mode 0600, and opened by a peer only if it is that peer's
+  // user's, mode 0600, of an inbox's size: ranks of different users talk
+  // over TCP. A local peer is sent to over TCP from then on, in order with
+  // what was queued for it, at once when its inbox is refused, and when
+  // its inbox cannot be found although its TCP connection has been up for
+  // shm_fallback_after (its /dev/shm is not this one's: a container with
+  // the host's network but an IPC namespace of its own, or another prefix;
+  // or its session id was never given). Every rank of a run must agree on
   // shared_memory.
   bool shared_memory = true;
   size_t shm_ring_bytes = size_t{4} << 20;
@@ -232,8 +241,9 @@ struct ZmqOptions {
   // malformed. The sockets themselves are plain ZMTP (NULL mechanism): a
   // stranger may connect, and what it sends is dropped and counted. Peers on
   // this machine use shared memory (its inboxes are open to this user alone,
-  // mode 0600). Every rank must agree. `session`: this rank's session id
-  // (all zeros: the transport makes one at start).
+  // mode 0600). Every rank must agree.
+  // `session`: this rank's session id (all zeros: the transport makes one
+  // at start; with or without a key).
   std::shared_ptr<const ClusterKey> key;
   SessionId session{};
 };

@@ -1,7 +1,6 @@
 // The ZeroMQ transport: sending, receiving and closing (what it is, and the
 // class: zmq_transport_impl.h; each peer's connection: zmq_transport_peers.cc).
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -105,7 +104,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
-    if (options_.key) session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
+    session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
     try {
       pull_.bind(resolved[rank_].url);
     } catch (const zmq::error_t& e) {
@@ -153,24 +152,18 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   }
   if (options_.shared_memory) {
     // Same machine: the same resolved address ("tcp://127.0.0.1" of
-    // "tcp://127.0.0.1:9990"). Inboxes are named by address and port, which
-    // the PULL socket bound holds exclusively.
+    // "tcp://127.0.0.1:9990"). Inboxes are named after session ids, which
+    // peers learn from set_peer_session.
     auto host = [](const std::string& url) { return url.substr(0, url.rfind(':')); };
     std::vector<bool> local(endpoints_.size(), false);
-    std::vector<std::string> names;
     bool any = false;
     for (size_t r = 0; r < endpoints_.size(); ++r) {
       local[r] = static_cast<int>(r) != rank_ && host(resolved[r].url) == host(resolved[rank_].url);
       any = any || local[r];
-      std::string name =
-          options_.shm_name_prefix + host(resolved[r].url).substr(6) + "-" + std::to_string(endpoints_[r].port);
-      for (size_t i = 1; i < name.size(); ++i)
-        if (!std::isalnum(static_cast<unsigned char>(name[i])) && name[i] != '-') name[i] = '_';
-      names.push_back(std::move(name));
     }
     if (any) {
       auto lanes = ShmLanes::start(
-          rank_, std::move(local), std::move(names), options_,
+          rank_, std::move(local), inbox_name(options_.shm_name_prefix, session_), options_,
           [this](int from, uint64_t tag, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder> keep) {
             deliver(from, tag, bytes, std::move(keep));
           },
@@ -187,8 +180,16 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
           [this](int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body) {
             return send_tcp(to, tag, header, body, nullptr);
           });
-      if (!lanes.ok()) return lanes.status().with_context(fmt::format("rank {}", rank_));
-      lanes_ = std::move(*lanes);
+      if (lanes.ok()) {
+        lanes_ = std::move(*lanes);
+      } else if (lanes.status().code() == Code::kInvalidArgument) {
+        return lanes.status().with_context(fmt::format("rank {}", rank_));
+      } else {
+        // Its local peers find no inbox of this rank's (or refuse the one
+        // under its name) and send over TCP; so does it.
+        spdlog::warn("rank {}: no shared memory: {}; the ranks of this machine talk to it over TCP", rank_,
+                     lanes.status().message());
+      }
     }
   }
   receiver_ = std::thread([this] { receive_loop(); });
@@ -409,7 +410,10 @@ bool ZmqTransport::open_sealed(int from, zmq::message_t& first, zmq::message_t* 
 }
 
 void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
-  if (!options_.key || rank < 0 || rank >= world() || rank == rank_) return;
+  if (rank < 0 || rank >= world() || rank == rank_) return;
+  // All zeros is no session: a name everyone could foresee.
+  if (lanes_ && session != SessionId{}) lanes_->set_peer_name(rank, inbox_name(options_.shm_name_prefix, session));
+  if (!options_.key) return;
   Peer& peer = *peers_[rank];
   {
     MutexLock lock(peer.mu);

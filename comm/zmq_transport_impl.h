@@ -67,7 +67,7 @@ class ZmqTransport final : public Transport {
            peers_[rank]->lost.load(std::memory_order_acquire);
   }
   void revive(int rank) override;
-  const SessionId* session() const override { return options_.key ? &session_ : nullptr; }
+  const SessionId* session() const override { return &session_; }
   bool seals(int peer) const override { return options_.key && !(lanes_ && lanes_->is_local(peer)); }
   void set_peer_session(int rank, const SessionId& session) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
@@ -139,7 +139,7 @@ class ZmqTransport final : public Transport {
   const std::vector<Endpoint> endpoints_;
   const ZmqOptions options_;
   zmq::context_t context_;  // one per transport; terminated last
-  SessionId session_{};     // with a key: this rank's session id
+  SessionId session_{};     // this rank's session id: its inbox's name, and with a key its links' keys
   size_t meta_bytes_ = 0;   // the clear part that begins each TCP frame
   zmq::socket_t pull_;      // receive thread only (after start)
   zmq::socket_t wake_recv_, wake_send_;

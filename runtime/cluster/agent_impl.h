@@ -130,9 +130,10 @@ class Agent {
   // at the handshake, one that exited and was started again) left its data
   // connection lost; every rank now is the one that joined.
   void forget_stale_losses();
-  // The data plane's session ids (comm/data_cipher.h) as the control plane
-  // carries them: this node's (empty without a key), and every node's, by
-  // rank, given to the transport (an empty text gives nothing).
+  // The data plane's session ids (comm/transport.h) as the control plane
+  // carries them: this node's (empty for an in-process data plane), and
+  // every node's, by rank, given to the transport (an empty text gives
+  // nothing).
   std::string own_session() const;
   void set_sessions(const std::string& all);
   // What is wrong with a peer's session id, or "".

@@ -133,7 +133,7 @@ class Master final : public Agent {
   // Loop thread.
   std::vector<std::pair<std::string, std::string>> early_;  // (identity, message) received while forming
   std::vector<std::string> identity_of_node_;  // loop thread only (others post to nodes by number)
-  std::string sessions_;  // every node's data-plane session id, by rank (32 bytes each; empty without a key)
+  std::string sessions_;  // every node's data-plane session id, by rank (32 bytes each; empty for an in-process data plane)
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
   std::vector<bool> told_to_go_;          // a lost node that still talks was told to exit

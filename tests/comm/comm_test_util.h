@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,8 +60,23 @@ inline std::vector<Endpoint> loopback_endpoints(const std::vector<int>& ports) {
   return endpoints;
 }
 
-// One ZeroMQ transport per rank; retried on fresh ports if another process
-// took one of them in between.
+// Gives every rank every other's session id, as the agents' control plane
+// and the rendezvous do: it names each rank's shared-memory inbox, and with
+// a key keys the links.
+inline void introduce(std::initializer_list<Transport*> ranks) {
+  for (Transport* t : ranks)
+    for (Transport* peer : ranks)
+      if (t != peer && peer->session() != nullptr) t->set_peer_session(peer->rank(), *peer->session());
+}
+
+inline void introduce(const std::vector<std::unique_ptr<Transport>>& ranks) {
+  for (const auto& t : ranks)
+    for (const auto& peer : ranks)
+      if (t != peer && peer->session() != nullptr) t->set_peer_session(peer->rank(), *peer->session());
+}
+
+// One ZeroMQ transport per rank, introduced to each other; retried on fresh
+// ports if another process took one of them in between.
 inline std::vector<std::unique_ptr<Transport>> make_zmq_world(int world, ZmqOptions options = {}) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto endpoints = loopback_endpoints(free_ports(world));
@@ -77,11 +93,7 @@ inline std::vector<std::unique_ptr<Transport>> make_zmq_world(int world, ZmqOpti
       out.push_back(std::move(transport).value());
     }
     if (retry) continue;
-    // Keyed: every rank learns every other's session id (what the agents'
-    // control plane does).
-    for (auto& t : out)
-      for (auto& peer : out)
-        if (peer->session() != nullptr) t->set_peer_session(peer->rank(), *peer->session());
+    introduce(out);
     return out;
   }
   FAIL("no free ports after 5 attempts");

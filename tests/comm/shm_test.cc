@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "comm/shm_lanes.h"
 #include "comm/shm_ring.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -34,7 +35,7 @@ std::vector<std::byte> pattern(size_t n, int seed) {
 TEST_CASE("a ring hands over records of any size in order across many wraps, and refuses what does not fit") {
   auto inbox = ShmInbox::create(test_name("ring"), 1, 64 << 10);
   REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
-  auto producer = ShmInbox::open(test_name("ring"));
+  auto producer = ShmInbox::open(test_name("ring"), 1);
   REQUIRE_MESSAGE(producer.ok(), producer.status().to_string());
   ShmRing in = (*inbox)->ring(0), out = (*producer)->ring(0);
   CHECK(out.max_record_bytes() == (64 << 10) / 4 - sizeof(RecordHeader));
@@ -48,7 +49,9 @@ TEST_CASE("a ring hands over records of any size in order across many wraps, and
       RecordHeader h;
       h.tag = static_cast<uint64_t>(written);
       const size_t split = n / 3;
-      if (!out.try_write(h, std::span(bytes).first(split), std::span(bytes).subspan(split))) break;
+      const ShmRing::Write wrote = out.try_write(h, std::span(bytes).first(split), std::span(bytes).subspan(split));
+      REQUIRE(wrote != ShmRing::Write::kCorrupt);
+      if (wrote == ShmRing::Write::kFull) break;
       ++written;
     }
     const int take = static_cast<int>(random() % 5) + 1;
@@ -78,10 +81,10 @@ TEST_CASE("a ring whose producer wrote garbage is reported corrupt, not read out
   const std::string name = test_name("corrupt");
   auto inbox = ShmInbox::create(name, 1, 64 << 10);
   REQUIRE(inbox.ok());
-  auto producer = ShmInbox::open(name);
+  auto producer = ShmInbox::open(name, 1);
   REQUIRE(producer.ok());
   ShmRing in = (*inbox)->ring(0), out = (*producer)->ring(0);
-  REQUIRE(out.try_write(RecordHeader{}, as_span("hello"), {}));
+  REQUIRE(out.try_write(RecordHeader{}, as_span("hello"), {}) == ShmRing::Write::kWritten);
   // Another mapping, as a faulty process would have: the first record lies
   // after the 256-byte inbox header and the ring's 256-byte positions.
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
@@ -98,18 +101,21 @@ TEST_CASE("a ring whose producer wrote garbage is reported corrupt, not read out
   munmap(raw, 512 + (64 << 10));
 }
 
-TEST_CASE("shared-memory inboxes: a missing one is not found yet, a bad size is refused, a stale one is replaced") {
-  CHECK(ShmInbox::open(test_name("absent")).status().code() == Code::kNotFound);
-  CHECK(!ShmInbox::create(test_name("bad"), 1, 100000).ok());  // not a power of two
-  CHECK(!ShmInbox::create(test_name("bad"), 0, 64 << 10).ok());
-  auto first = ShmInbox::create(test_name("stale"), 1, 64 << 10);
+TEST_CASE("shared-memory inboxes: a missing one is not found yet, a bad size is refused, a taken name is not taken over") {
+  CHECK(ShmInbox::open(test_name("absent"), 1).status().code() == Code::kNotFound);
+  CHECK(ShmInbox::create(test_name("bad"), 1, 100000).status().code() == Code::kInvalidArgument);  // not a power of two
+  CHECK(ShmInbox::create(test_name("bad"), 0, 64 << 10).status().code() == Code::kInvalidArgument);
+  auto first = ShmInbox::create(test_name("taken"), 1, 64 << 10);
   REQUIRE(first.ok());
-  auto second = ShmInbox::create(test_name("stale"), 2, 64 << 10);  // as after a crash: the name is taken over
-  REQUIRE(second.ok());
-  auto opened = ShmInbox::open(test_name("stale"));
-  REQUIRE(opened.ok());
-  CHECK((*opened)->slots() == 2);
+  auto second = ShmInbox::create(test_name("taken"), 2, 64 << 10);
+  CHECK(second.status().code() == Code::kFailedPrecondition);
+  CHECK(second.status().message().find("exists already") != std::string::npos);
+  auto opened = ShmInbox::open(test_name("taken"), 1);  // the first, untouched
+  REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+  CHECK((*opened)->slots() == 1);
+  CHECK((*opened)->ring_bytes() == (64u << 10));
   CHECK((*opened)->owner_pid() == getpid());
+  CHECK(ShmInbox::open(test_name("taken"), 2).status().code() == Code::kPermissionDenied);  // not 2 rings' size
 }
 
 TEST_CASE("an inbox's name goes once every producer has attached; the mappings stay") {
@@ -117,14 +123,14 @@ TEST_CASE("an inbox's name goes once every producer has attached; the mappings s
   auto inbox = ShmInbox::create(name, 1, 64 << 10);
   REQUIRE(inbox.ok());
   CHECK(!(*inbox)->all_attached());
-  auto producer = ShmInbox::open(name);
+  auto producer = ShmInbox::open(name, 1);
   REQUIRE(producer.ok());
   (*producer)->prefault(0);
   CHECK((*inbox)->all_attached());
   (*inbox)->remove_name();
-  CHECK(ShmInbox::open(name).status().code() == Code::kNotFound);  // nothing left in /dev/shm
+  CHECK(ShmInbox::open(name, 1).status().code() == Code::kNotFound);  // nothing left in /dev/shm
   ShmRing out = (*producer)->ring(0), in = (*inbox)->ring(0);
-  REQUIRE(out.try_write(RecordHeader{}, as_span("still mapped"), {}));
+  REQUIRE(out.try_write(RecordHeader{}, as_span("still mapped"), {}) == ShmRing::Write::kWritten);
   RecordHeader h;
   std::span<const std::byte> bytes;
   CHECK(in.peek(&h, &bytes) == ShmRing::Peek::kRecord);
@@ -132,25 +138,38 @@ TEST_CASE("an inbox's name goes once every producer has attached; the mappings s
 }
 
 TEST_CASE("a rank whose ring holds a malformed record is reported lost, by name, on the rank it sends to") {
-  auto ports = free_ports(2);
-  auto endpoints = loopback_endpoints(ports);
-  auto receiver = make_zmq_transport(1, endpoints);
-  REQUIRE(receiver.ok());
-  // Rank 0's ring in rank 1's inbox, written by this test in rank 0's place:
-  // a middle record of a message that never began.
-  auto inbox = ShmInbox::open(fmt::format("/rill-127_0_0_1-{}", ports[1]));
-  REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
-  ShmRing ring = (*inbox)->ring(0);
-  RecordHeader bad;
-  bad.tag = 7;
-  bad.total = 100;
-  bad.offset = 50;
-  REQUIRE(ring.try_write(bad, as_span("garbage"), {}));
-  std::vector<std::byte> got;
-  Status status = (*receiver)->recv(0, 7, &got, in_ms(5000));
-  CHECK(status.code() == Code::kUnavailable);
-  CHECK(status.message().find("the shared-memory ring from rank 0 holds a malformed record") != std::string::npos);
-  CHECK((*receiver)->peer_lost(0));
+  // Rank 0's ring in rank 1's inbox, written by this test in rank 0's
+  // place: a middle record of a message that never began; a message begun
+  // whose next record's offset, added to its size, wraps past 2^64 to land
+  // inside the message (it would be copied that far past its buffer).
+  for (const bool wraps : {false, true}) {
+    CAPTURE(wraps);
+    auto ports = free_ports(2);
+    auto endpoints = loopback_endpoints(ports);
+    auto receiver = make_zmq_transport(1, endpoints);
+    REQUIRE(receiver.ok());
+    auto inbox = ShmInbox::open(inbox_name(ZmqOptions{}.shm_name_prefix, *(*receiver)->session()), 1);
+    REQUIRE_MESSAGE(inbox.ok(), inbox.status().to_string());
+    ShmRing ring = (*inbox)->ring(0);
+    RecordHeader bad;
+    bad.tag = 7;
+    bad.total = 100;
+    bad.offset = 50;
+    if (wraps) {
+      RecordHeader first = bad;
+      first.flags = RecordHeader::kFirst;
+      first.offset = 0;
+      REQUIRE(ring.try_write(first, as_span("the first record of a message of 100 bytes"), {}) ==
+              ShmRing::Write::kWritten);
+      bad.offset = ~uint64_t{0} - 3;  // + 7 bytes: 3
+    }
+    REQUIRE(ring.try_write(bad, as_span("garbage"), {}) == ShmRing::Write::kWritten);
+    std::vector<std::byte> got;
+    Status status = (*receiver)->recv(0, 7, &got, in_ms(5000));
+    CHECK(status.code() == Code::kUnavailable);
+    CHECK(status.message().find("the shared-memory ring from rank 0 holds a malformed record") != std::string::npos);
+    CHECK((*receiver)->peer_lost(0));
+  }
 }
 
 TEST_CASE("shared memory: messages larger than a ring, and an empty one behind them on a full ring, all arrive") {
@@ -180,9 +199,10 @@ TEST_CASE("shared memory: messages larger than a ring, and an empty one behind t
 TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, in order with what was queued") {
   // Each rank names its inbox with its own prefix, as if each had a /dev/shm
   // of its own (containers with the host's network, not its IPC
-  // namespace): neither finds the other's. Messages sent before the TCP
-  // connection has been up for shm_fallback_after wait in the queue, then
-  // go over TCP ahead of everything sent later.
+  // namespace): neither finds the other's, though each has the other's
+  // session id. Messages sent before the TCP connection has been up for
+  // shm_fallback_after wait in the queue, then go over TCP ahead of
+  // everything sent later.
   const auto endpoints = testing::loopback_endpoints(testing::free_ports(2));
   std::vector<std::unique_ptr<Transport>> transports;
   for (int rank = 0; rank < 2; ++rank) {
@@ -193,6 +213,7 @@ TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, i
     REQUIRE_MESSAGE(t.ok(), t.status().to_string());
     transports.push_back(std::move(t).value());
   }
+  testing::introduce(transports);
   constexpr int kEarly = 50, kLate = 50;
   auto payload = [](int from, int i) { return std::string(static_cast<size_t>(100 + i), static_cast<char>('a' + from + i % 20)); };
   std::vector<std::thread> senders;

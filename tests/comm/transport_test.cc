@@ -266,6 +266,7 @@ TEST_CASE("zmq: a lost rank restarted on its endpoint is revived, and what the d
       REQUIRE_MESSAGE(made.ok(), made.status().to_string());
       t.push_back(std::move(made).value());
     }
+    introduce(t);
     std::vector<std::byte> got;
     for (int peer : {0, 2}) {
       REQUIRE(t[1]->send(peer, 1, as_span("up")).ok());
@@ -284,6 +285,7 @@ TEST_CASE("zmq: a lost rank restarted on its endpoint is revived, and what the d
     auto restarted = make_zmq_transport(1, endpoints, options);
     REQUIRE_MESSAGE(restarted.ok(), restarted.status().to_string());
     t[1] = std::move(restarted).value();
+    introduce(t);  // the new process's session id first, as the agents' Rejoined does
     t[0]->revive(1);
     t[2]->revive(1);
     CHECK_FALSE(t[0]->peer_lost(1));
@@ -335,6 +337,7 @@ TEST_CASE("zmq: a rank that starts late still gets what was sent to it before") 
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // several refused connects
   auto late = make_zmq_transport(1, endpoints);
   REQUIRE(late.ok());
+  introduce({early->get(), late->get()});
   std::vector<std::byte> got;
   REQUIRE((*late)->recv(0, 1, &got, in_ms(10000)).ok());
   CHECK(as_string(got) == "sent before the peer existed");
@@ -521,6 +524,7 @@ TEST_CASE("zmq: a peer that floods what no one reads is cut off at the run's bou
     auto b = make_zmq_transport(1, endpoints, options);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
+    introduce({a->get(), b->get()});
     constexpr size_t kBound = 1 << 20;
     (*b)->limit_unread_bytes(kBound);
     // Read as it comes: a peer within the bound is never cut off, however
