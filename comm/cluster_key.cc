@@ -123,6 +123,27 @@ StatusOr<ClusterKey> read_key_file(const std::string& path) {
 
 std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
 
+std::string node_routing_id(int rank) {
+  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
+  std::array<uint8_t, 8> random{};
+  randombytes_buf(random.data(), random.size());
+  std::string id = node_identity(rank) + ".";
+  for (uint8_t b : random) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+int routing_id_rank(std::string_view routing_id) {
+  constexpr std::string_view kPrefix = "node-";
+  if (routing_id.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const std::string_view rest = routing_id.substr(kPrefix.size());
+  const size_t digits = std::min(rest.find_first_not_of("0123456789"), rest.size());
+  if (digits == 0 || digits > 9 || (digits > 1 && rest[0] == '0')) return -1;
+  if (digits < rest.size() && rest[digits] != '.') return -1;
+  int rank = 0;
+  for (size_t i = 0; i < digits; ++i) rank = rank * 10 + (rest[i] - '0');
+  return rank;
+}
+
 std::string http_token(const ClusterKey& key) {
   std::array<uint8_t, 16> digest{};
   keyed_hash(key, "rill http token v1", digest);

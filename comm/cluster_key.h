@@ -74,6 +74,15 @@ StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment();
 
 std::string node_identity(int rank);  // "node-R"
 inline constexpr std::string_view kClientIdentity = "client";
+// The routing id node R's agent connects to the master's control port with:
+// "node-R." and 16 random hex digits, new for each process. Its rank says
+// who it is; its random part is what no other peer can guess, so no peer
+// can take it first and keep the node out (a ROUTER socket refuses a second
+// connection with a routing id it holds already).
+std::string node_routing_id(int rank);
+// The rank a routing id names ("node-R" or "node-R.anything"), or -1 when it
+// names no node.
+int routing_id_rank(std::string_view routing_id);
 
 // The bearer token of the master's HTTP endpoint (dashboard, /metrics,
 // /api) in a keyed cluster: 32 hex digits of a keyed BLAKE2b of the secret,

@@ -1,10 +1,13 @@
 #include "runtime/cluster/zmq_control_channel.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "base/printable.h"
 #include "comm/cluster_key.h"
 
 namespace rill {
@@ -55,7 +58,7 @@ class ZmqControlChannel final : public ControlChannel {
     master_.set(zmq::sockopt::linger, 0);
     master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     if (options_.send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.send_hwm);
-    master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
+    master_.set(zmq::sockopt::routing_id, comm::node_routing_id(options_.rank));
     if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
     master_watch_ = std::make_unique<comm::HandshakeWatch>(
         context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
@@ -110,13 +113,15 @@ class ZmqControlChannel final : public ControlChannel {
     out->from_master = false;
     out->identity = frames[0].to_string();
     if (options_.key) {
-      // The routing id a peer chose must be what its key says it is: node-R
-      // for the agent of rank R (which sets it so), anything else for clients.
+      // The routing id a peer chose must be what its key says it is: node-R's
+      // (comm::node_routing_id) for the agent of rank R, one that does not
+      // begin "node-" for clients.
       const std::string_view user = comm::authenticated_identity(frames[1]);
       const bool claims_node = out->identity.rfind("node-", 0) == 0;
-      if (claims_node ? out->identity != user : user != comm::kClientIdentity) {
+      const int rank = comm::routing_id_rank(out->identity);
+      if (claims_node ? rank < 0 || comm::node_identity(rank) != user : user != comm::kClientIdentity) {
         spdlog::warn("{}: refused a control message from '{}' authenticated as '{}'",
-                     node_name(options_.machines, options_.rank), out->identity, user);
+                     node_name(options_.machines, options_.rank), printable_name(out->identity), user);
         return false;
       }
     }
