@@ -1,12 +1,10 @@
 #include "comm/cluster_key.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -237,30 +235,6 @@ void ZapAuthenticator::loop() {
   }
 }
 
-namespace {
-std::string peer_address(int fd) {
-  sockaddr_storage address{};
-  socklen_t size = sizeof address;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0)
-    return "a peer (gone before its address was read)";
-  char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
-    port = ntohs(in->sin_port);
-    return fmt::format("{}:{}", text, port);
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto* in = reinterpret_cast<const sockaddr_in6*>(&address);
-    ::inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
-    port = ntohs(in->sin6_port);
-    return fmt::format("[{}]:{}", text, port);
-  }
-  return "a peer of an unknown address family";
-}
-}  // namespace
-
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
                                bool server, bool refused_is_final)
     : peer_(std::move(peer)), keyed_(keyed), server_(server), refused_is_final_(refused_is_final) {
@@ -273,11 +247,21 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, s
     throw zmq::error_t();
   monitor_ = zmq::socket_t(context, zmq::socket_type::pair);
   monitor_.set(zmq::sockopt::linger, 0);
+  // No bound on the events waiting here: ZeroMQ sends them blocking, so a
+  // full queue (a flood of connections between two polls) would stall the
+  // watched socket's I/O thread.
+  monitor_.set(zmq::sockopt::rcvhwm, 0);
   monitor_.connect(url);
 }
 
+void HandshakeWatch::limit_connections(int port, ConnectionLimits limits) {
+  guard_ = std::make_unique<ConnectionGuard>(peer_, port, limits);
+}
+
 std::string HandshakeWatch::poll() {
-  for (;;) {
+  // A bounded batch: a flood's events wait for the next call, and the
+  // caller's loop goes on.
+  for (int n = 0; n < kEventsPerPoll; ++n) {
     zmq::message_t event, address;
     if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
     if (event.more()) (void)monitor_.recv(address);
@@ -351,7 +335,13 @@ std::string HandshakeWatch::poll() {
 void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
   using Clock = std::chrono::steady_clock;
   switch (kind) {
-    case ZMQ_EVENT_ACCEPTED: accepted_[static_cast<int>(value)] = peer_address(static_cast<int>(value)); break;
+    case ZMQ_EVENT_ACCEPTED: {
+      const int fd = static_cast<int>(value);
+      const std::string address = socket_peer_address(fd);
+      accepted_[fd] = address.empty() ? "a peer (gone before its address was read)" : address;
+      if (guard_) guard_->accepted(fd, Clock::now());
+      break;
+    }
     case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: pending_.clear(); break;
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       pending_ = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
@@ -363,6 +353,7 @@ void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
       pending_ = keyed_ ? "its handshake failed (it holds no cluster key, or another)" : "its handshake failed";
       break;
     case ZMQ_EVENT_DISCONNECTED: {
+      if (guard_) guard_->closed(static_cast<int>(value));
       auto it = accepted_.find(static_cast<int>(value));
       // A peer that fails at once may be gone before its address is read.
       const std::string address = it == accepted_.end() ? "a peer (gone before its address was read)" : it->second;

@@ -32,6 +32,7 @@
 #include <zmq.hpp>
 
 #include "base/status.h"
+#include "comm/connection_guard.h"
 
 namespace rill::comm {
 
@@ -148,12 +149,17 @@ class HandshakeWatch {
                  bool refused_is_final = false);
   std::string poll();
   int64_t refused() const { return refused_; }
+  // On a listening socket on `port`: bounds the connections its peers hold
+  // (comm/connection_guard.h), from the next poll() on.
+  void limit_connections(int port, ConnectionLimits limits);
+  int64_t cut() const { return guard_ ? guard_->cut() : 0; }
   // poll()'s failure is that the peer could not be reached (refused_is_final).
   bool unreachable() const { return unreachable_; }
   void* handle() { return monitor_.handle(); }  // readable when events wait
 
  private:
   void serve_event(uint16_t kind, uint32_t value);
+  static constexpr int kEventsPerPoll = 4096;
 
   zmq::socket_t monitor_;
   std::string peer_;
@@ -166,6 +172,7 @@ class HandshakeWatch {
   std::string pending_;                  // server: why the last handshake failed
   std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;
   int64_t refused_ = 0;
+  std::unique_ptr<ConnectionGuard> guard_;  // server: null when connections are not limited
 };
 
 }  // namespace rill::comm

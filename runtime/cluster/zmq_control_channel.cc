@@ -17,6 +17,20 @@ std::string node_name(const std::vector<Machine>& machines, int rank) {
   return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
 }
 
+// What connections that may still be in their handshake may hold of the
+// port: enough for every node of the list and its clients at once from one
+// address (a cluster on one machine connects from one), and no more.
+comm::ConnectionLimits control_port_limits(const ZmqControlOptions& options) {
+  const int world = static_cast<int>(options.machines.size());
+  comm::ConnectionLimits limits;
+  limits.per_address = std::max(32, 2 * world);
+  limits.total = std::max(256, 4 * world);
+  // Longer than the handshake interval: every connection still in its
+  // handshake is counted.
+  limits.young = options.handshake_interval + std::chrono::seconds(1);
+  return limits;
+}
+
 class ZmqControlChannel final : public ControlChannel {
  public:
   explicit ZmqControlChannel(ZmqControlOptions options) : options_(std::move(options)) {}
@@ -38,14 +52,19 @@ class ZmqControlChannel final : public ControlChannel {
       port_.set(zmq::sockopt::router_mandatory, 1);
       port_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
       if (options_.send_hwm > 0) port_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+      // A connection that has not finished its handshake by then is dropped:
+      // one that never speaks holds its descriptor this long, not ZeroMQ's 30 s.
+      port_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_interval.count()));
       if (options_.key) {
         auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world, true, name + ": control port");
         if (!zap.ok()) return zap.status();
         zap_ = std::move(*zap);
         comm::curve_server(port_, *options_.key, options_.rank);
-        port_watch_ = std::make_unique<comm::HandshakeWatch>(
-            context_, port_, fmt::format("{}: control port {}", name, format_machine(me)), true, true);
       }
+      port_watch_ = std::make_unique<comm::HandshakeWatch>(
+          context_, port_, fmt::format("{}: control port {}", name, format_machine(me)), options_.key != nullptr,
+          true);
+      port_watch_->limit_connections(me.ctrl_port, control_port_limits(options_));
       port_.bind(endpoint);
     } catch (const zmq::error_t& e) {
       if (e.num() == EADDRINUSE)
