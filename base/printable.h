@@ -2,6 +2,10 @@
 // model writes any byte) must not move the cursor, clear the screen or
 // retitle the window. Valid UTF-8, newlines and tabs are kept; other control
 // bytes and bytes that are not UTF-8 become \xNN (a backslash doubled).
+//
+// printable_name: a name a peer chose (a ZeroMQ routing id: up to 255 bytes
+// of anything), for one line of a log: newlines and tabs escaped too, so it
+// cannot begin a line of its own, and at most `limit` bytes of it shown.
 #pragma once
 
 #include <string>
@@ -11,7 +15,9 @@
 
 namespace rill {
 
-inline std::string printable(std::string_view bytes) {
+namespace printable_internal {
+
+inline std::string escape(std::string_view bytes, bool keep_whitespace) {
   std::string out;
   out.reserve(bytes.size());
   size_t i = 0;
@@ -34,7 +40,7 @@ inline std::string printable(std::string_view bytes) {
     }
     if (c == '\\') {
       out += "\\\\";
-    } else if (n == 1 && (c >= 0x20 || c == '\n' || c == '\t') && c != 0x7F) {
+    } else if (n == 1 && (c >= 0x20 || (keep_whitespace && (c == '\n' || c == '\t'))) && c != 0x7F) {
       out += static_cast<char>(c);
     } else {
       out += fmt::format("\\x{:02x}", c);
@@ -42,6 +48,16 @@ inline std::string printable(std::string_view bytes) {
     ++i;
   }
   return out;
+}
+
+}  // namespace printable_internal
+
+inline std::string printable(std::string_view bytes) { return printable_internal::escape(bytes, true); }
+
+// "node-1", "\x00k\x8bEg" (ZeroMQ's own ids), "AAAA... (255 bytes)".
+inline std::string printable_name(std::string_view bytes, size_t limit = 64) {
+  if (bytes.size() <= limit) return printable_internal::escape(bytes, false);
+  return fmt::format("{}... ({} bytes)", printable_internal::escape(bytes.substr(0, limit), false), bytes.size());
 }
 
 // At most `keep` bytes of a file's content, quoted and printable, for an

@@ -1,6 +1,5 @@
 #include "comm/cluster_key.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -180,6 +180,27 @@ StatusOr<ClusterKey> read_key_file(const std::string& path, const KeyFileAt& at)
 
 std::string node_identity(int rank) { return fmt::format("node-{}", rank); }
 
+std::string node_routing_id(int rank) {
+  if (sodium_init() < 0) spdlog::critical("libsodium failed to initialise");
+  std::array<uint8_t, 8> random{};
+  randombytes_buf(random.data(), random.size());
+  std::string id = node_identity(rank) + ".";
+  for (uint8_t b : random) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+int routing_id_rank(std::string_view routing_id) {
+  constexpr std::string_view kPrefix = "node-";
+  if (routing_id.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const std::string_view rest = routing_id.substr(kPrefix.size());
+  const size_t digits = std::min(rest.find_first_not_of("0123456789"), rest.size());
+  if (digits == 0 || digits > 9 || (digits > 1 && rest[0] == '0')) return -1;
+  if (digits < rest.size() && rest[digits] != '.') return -1;
+  int rank = 0;
+  for (size_t i = 0; i < digits; ++i) rank = rank * 10 + (rest[i] - '0');
+  return rank;
+}
+
 std::string http_token(const ClusterKey& key) {
   std::array<uint8_t, 16> digest{};
   keyed_hash(key, "rill http token v1", digest);
@@ -273,30 +294,6 @@ void ZapAuthenticator::loop() {
   }
 }
 
-namespace {
-std::string peer_address(int fd) {
-  sockaddr_storage address{};
-  socklen_t size = sizeof address;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0)
-    return "a peer (gone before its address was read)";
-  char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
-    port = ntohs(in->sin_port);
-    return fmt::format("{}:{}", text, port);
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto* in = reinterpret_cast<const sockaddr_in6*>(&address);
-    ::inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
-    port = ntohs(in->sin6_port);
-    return fmt::format("[{}]:{}", text, port);
-  }
-  return "a peer of an unknown address family";
-}
-}  // namespace
-
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
                                bool server, bool refused_is_final)
     : peer_(std::move(peer)), keyed_(keyed), server_(server), refused_is_final_(refused_is_final) {
@@ -309,11 +306,21 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, s
     throw zmq::error_t();
   monitor_ = zmq::socket_t(context, zmq::socket_type::pair);
   monitor_.set(zmq::sockopt::linger, 0);
+  // No bound on the events waiting here: ZeroMQ sends them blocking, so a
+  // full queue (a flood of connections between two polls) would stall the
+  // watched socket's I/O thread.
+  monitor_.set(zmq::sockopt::rcvhwm, 0);
   monitor_.connect(url);
 }
 
+void HandshakeWatch::limit_connections(int port, ConnectionLimits limits) {
+  guard_ = std::make_unique<ConnectionGuard>(peer_, port, limits);
+}
+
 std::string HandshakeWatch::poll() {
-  for (;;) {
+  // A bounded batch: a flood's events wait for the next call, and the
+  // caller's loop goes on.
+  for (int n = 0; n < kEventsPerPoll; ++n) {
     zmq::message_t event, address;
     if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
     if (event.more()) (void)monitor_.recv(address);
@@ -387,7 +394,13 @@ std::string HandshakeWatch::poll() {
 void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
   using Clock = std::chrono::steady_clock;
   switch (kind) {
-    case ZMQ_EVENT_ACCEPTED: accepted_[static_cast<int>(value)] = peer_address(static_cast<int>(value)); break;
+    case ZMQ_EVENT_ACCEPTED: {
+      const int fd = static_cast<int>(value);
+      const std::string address = socket_peer_address(fd);
+      accepted_[fd] = address.empty() ? "a peer (gone before its address was read)" : address;
+      if (guard_) guard_->accepted(fd, Clock::now());
+      break;
+    }
     case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: pending_.clear(); break;
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       pending_ = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
@@ -399,6 +412,7 @@ void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
       pending_ = keyed_ ? "its handshake failed (it holds no cluster key, or another)" : "its handshake failed";
       break;
     case ZMQ_EVENT_DISCONNECTED: {
+      if (guard_) guard_->closed(static_cast<int>(value));
       auto it = accepted_.find(static_cast<int>(value));
       // A peer that fails at once may be gone before its address is read.
       const std::string address = it == accepted_.end() ? "a peer (gone before its address was read)" : it->second;

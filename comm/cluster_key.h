@@ -34,6 +34,7 @@
 #include <zmq.hpp>
 
 #include "base/status.h"
+#include "comm/connection_guard.h"
 
 namespace rill::comm {
 
@@ -90,6 +91,15 @@ StatusOr<std::shared_ptr<const ClusterKey>> key_from_environment();
 
 std::string node_identity(int rank);  // "node-R"
 inline constexpr std::string_view kClientIdentity = "client";
+// The routing id node R's agent connects to the master's control port with:
+// "node-R." and 16 random hex digits, new for each process. Its rank says
+// who it is; its random part is what no other peer can guess, so no peer
+// can take it first and keep the node out (a ROUTER socket refuses a second
+// connection with a routing id it holds already).
+std::string node_routing_id(int rank);
+// The rank a routing id names ("node-R" or "node-R.anything"), or -1 when it
+// names no node.
+int routing_id_rank(std::string_view routing_id);
 
 // The bearer token of the master's HTTP endpoint (dashboard, /metrics,
 // /api) in a keyed cluster: 32 hex digits of a keyed BLAKE2b of the secret,
@@ -155,12 +165,17 @@ class HandshakeWatch {
                  bool refused_is_final = false);
   std::string poll();
   int64_t refused() const { return refused_; }
+  // On a listening socket on `port`: bounds the connections its peers hold
+  // (comm/connection_guard.h), from the next poll() on.
+  void limit_connections(int port, ConnectionLimits limits);
+  int64_t cut() const { return guard_ ? guard_->cut() : 0; }
   // poll()'s failure is that the peer could not be reached (refused_is_final).
   bool unreachable() const { return unreachable_; }
   void* handle() { return monitor_.handle(); }  // readable when events wait
 
  private:
   void serve_event(uint16_t kind, uint32_t value);
+  static constexpr int kEventsPerPoll = 4096;
 
   zmq::socket_t monitor_;
   std::string peer_;
@@ -173,6 +188,7 @@ class HandshakeWatch {
   std::string pending_;                  // server: why the last handshake failed
   std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;
   int64_t refused_ = 0;
+  std::unique_ptr<ConnectionGuard> guard_;  // server: null when connections are not limited
 };
 
 }  // namespace rill::comm

@@ -211,6 +211,16 @@ struct ZmqOptions {
   // (limit_unread_bytes) is (receive_hwm + 1) x max_message_bytes.
   size_t max_message_bytes = size_t{1} << 30;
   int receive_hwm = 32;
+  // The connections the data port keeps, per source address and in all
+  // (0: world + 16 per address, 4 x world + 64 in all: every rank's, and a
+  // restarted one's, with room to spare); a connection over either is cut
+  // as it is accepted (comm/connection_guard.h), so the bound above holds
+  // for the port as a whole: at most max_connections x (receive_hwm + 1) x
+  // max_message_bytes. A connection that has not finished ZMTP's handshake
+  // within handshake_interval is dropped.
+  int max_connections_per_address = 0;
+  int max_connections = 0;
+  std::chrono::milliseconds handshake_interval{3000};
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin

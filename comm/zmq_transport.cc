@@ -103,6 +103,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::rcvhwm, options_.receive_hwm);
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
+    pull_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_interval.count()));
+    watch_listener();  // before the bind: no connection goes unseen
     meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
     session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
     try {
@@ -321,7 +323,8 @@ void ZmqTransport::receive_loop() {
   std::vector<zmq::pollitem_t> items;
   items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({wake_recv_.handle(), 0, ZMQ_POLLIN, 0});
-  std::vector<int> item_peer = {-1, -1};
+  items.push_back({listener_monitor_.handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<int> item_peer = {-1, -1, -1};
   for (int peer = 0; peer < world(); ++peer) {
     if (peer == rank_) continue;
     items.push_back({peers_[peer]->monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -341,7 +344,8 @@ void ZmqTransport::receive_loop() {
     }
     if (closed_.load(std::memory_order_acquire)) break;
     if (items[0].revents & ZMQ_POLLIN) drain_data();
-    for (size_t i = 2; i < items.size(); ++i) {
+    if (items[2].revents & ZMQ_POLLIN) drain_listener();
+    for (size_t i = 3; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
     }
     redial();
@@ -527,7 +531,9 @@ void ZmqTransport::close() {
     peer->socket.close();
     peer->monitor.close();
   }
+  if (pull_) zmq_socket_monitor(pull_.handle(), nullptr, 0);
   pull_.close();
+  listener_monitor_.close();
   wake_recv_.close();
   wake_send_.close();
   // Returns once every queued message has left, or close_linger has passed;

@@ -14,7 +14,9 @@
 //
 // Peer loss is seen by a socket monitor on each PUSH socket (disconnect after
 // a connection, or a ZMTP heartbeat timeout), reported after a short grace so
-// that bytes the peer sent before it went away are delivered first.
+// that bytes the peer sent before it went away are delivered first. Another
+// monitor on the PULL socket bounds the connections it keeps (anyone may
+// connect to a data port: its ZMTP handshake proves nothing).
 //
 // The class is shared by zmq_transport.cc (sending, receiving, closing) and
 // zmq_transport_peers.cc (each peer's connection: loss, revival, redial).
@@ -33,6 +35,7 @@
 
 #include "base/mutex.h"
 #include "comm/cluster_key.h"
+#include "comm/connection_guard.h"
 #include "comm/data_cipher.h"
 #include "comm/endpoint_resolve.h"
 #include "comm/mailbox.h"
@@ -131,6 +134,10 @@ class ZmqTransport final : public Transport {
   // bytes is cut off.
   void to_mailbox(int from, uint64_t tag, Received message);
   void drain_monitor(int peer);
+  // Monitors the listening socket (throws zmq::error_t), and passes its
+  // accepted and closed connections to its guard.
+  void watch_listener();
+  void drain_listener();
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
   void report_losses();
@@ -142,6 +149,8 @@ class ZmqTransport final : public Transport {
   SessionId session_{};     // this rank's session id: its inbox's name, and with a key its links' keys
   size_t meta_bytes_ = 0;   // the clear part that begins each TCP frame
   zmq::socket_t pull_;      // receive thread only (after start)
+  zmq::socket_t listener_monitor_;          // pull_'s events; receive thread only
+  std::unique_ptr<ConnectionGuard> guard_;  // bounds pull_'s connections; receive thread only
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;

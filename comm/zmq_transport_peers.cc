@@ -1,6 +1,6 @@
 // Each peer's connection of the ZeroMQ transport: its socket monitor's
 // events, loss reported after a grace, revival, and dialling again after a
-// failed handshake.
+// failed handshake; and the bound on the connections the data port keeps.
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -71,6 +71,38 @@ void ZmqTransport::drain_monitor(int peer) {
     } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       p.redial_logged = false;
     }
+  }
+}
+
+void ZmqTransport::watch_listener() {
+  if (zmq_socket_monitor(pull_.handle(), "inproc://monitor-listener", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw zmq::error_t();
+  listener_monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+  listener_monitor_.set(zmq::sockopt::linger, 0);
+  listener_monitor_.set(zmq::sockopt::rcvhwm, 0);  // ZeroMQ sends events blocking: never let them fill
+  listener_monitor_.connect("inproc://monitor-listener");
+  ConnectionLimits limits;
+  limits.per_address = options_.max_connections_per_address > 0 ? options_.max_connections_per_address : world() + 16;
+  limits.total = options_.max_connections > 0 ? options_.max_connections : 4 * world() + 64;
+  const Endpoint& own = endpoints_[rank_];
+  guard_ = std::make_unique<ConnectionGuard>(fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port),
+                                             own.port, limits);
+}
+
+void ZmqTransport::drain_listener() {
+  // A bounded batch: a flood's events wait for the next turn.
+  for (int n = 0; n < 4096; ++n) {
+    zmq::message_t event;
+    if (!listener_monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)listener_monitor_.recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    uint16_t id;
+    uint32_t fd;
+    std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof fd);
+    if (id == ZMQ_EVENT_ACCEPTED) guard_->accepted(static_cast<int>(fd), Clock::now());
+    else if (id == ZMQ_EVENT_DISCONNECTED) guard_->closed(static_cast<int>(fd));
   }
 }
 

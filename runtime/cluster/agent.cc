@@ -3,6 +3,9 @@
 #include "runtime/cluster/master.h"
 #include "runtime/cluster/node_agent.h"
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -38,6 +41,26 @@ class SteadyClock final : public AgentClock {
  public:
   std::chrono::steady_clock::time_point now() const override { return std::chrono::steady_clock::now(); }
 };
+
+// Every connection to the agent's control, data and HTTP ports holds a file
+// descriptor, and many distributions start processes with a soft limit of
+// 1,024 under a hard one far above: the soft limit goes up to the hard one,
+// so that only the ports' own bounds (comm/connection_guard.h,
+// runtime/watch/http_server.h) decide what a flood of connections holds.
+void raise_open_file_limit(const std::string& me) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  // Linux takes no "unlimited" here: its own ceiling (fs.nr_open) is 2^20 by default.
+  const rlim_t target = limit.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : limit.rlim_max;
+  if (limit.rlim_cur >= target) return;
+  const rlim_t was = limit.rlim_cur;
+  limit.rlim_cur = target;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("{}: cannot raise the open-file limit from {} to {}: {}", me, was, target, std::strerror(errno));
+    return;
+  }
+  spdlog::info("{}: open-file limit raised from {} to {} (each connection to its ports holds one)", me, was, target);
+}
 
 }  // namespace
 
@@ -88,6 +111,7 @@ Status Agent::start() {
                  node_name(options_.machines, options_.rank), format_machine(self));
   if (cluster.device_type == DeviceType::kCuda)
     RILL_RETURN_IF_ERROR(require_cuda_devices(cluster.devices_per_node, node_name(options_.machines, options_.rank)));
+  raise_open_file_limit(node_name(options_.machines, options_.rank));
   RILL_RETURN_IF_ERROR(open_channel());
   std::unique_ptr<comm::Transport> data;
   if (options_.data_transport) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/printable.h"
 #include "runtime/cluster/control_codec.h"
 
 namespace rill::agent_internal {
@@ -48,7 +49,7 @@ bool Agent::router_send_now(const std::string& identity, const std::string& byte
           spdlog::warn("control message to {} not delivered: it is not connected", node_name(options_.machines, node));
         unreachable_warned_[node] = true;
       } else {
-        spdlog::warn("control message to client '{}' not delivered: it is not connected", identity);
+        spdlog::warn("control message to client '{}' not delivered: it is not connected", printable_name(identity));
       }
       return true;
   }

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/printable.h"
+#include "comm/cluster_key.h"
 #include "runtime/cluster/control_codec.h"
 
 namespace rill::agent_internal {
@@ -44,9 +46,12 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
   std::string who = j.rank >= 0 && j.rank < world_ ? node_name(options_.machines, j.rank)
                                                    : fmt::format("a node claiming rank {}", j.rank);
   if (j.rank <= 0 || j.rank >= world_) return fmt::format("{} is outside the machine list ({} nodes)", who, world_);
-  // With a key, the channel has checked the identity against the key (zmq_control_channel.cc).
-  if (options_.key && identity != comm::node_identity(j.rank))
-    return fmt::format("a peer authenticated as '{}' asked to join as rank {}", identity, j.rank);
+  // Node R's agent connects with a routing id that names rank R; with a
+  // key, the channel has checked that against the key too
+  // (zmq_control_channel.cc).
+  if (comm::routing_id_rank(identity) != j.rank)
+    return fmt::format("a peer that is not node {} ('{}') asked to join as rank {}", j.rank, printable_name(identity),
+                       j.rank);
   if (j.version != ctl::kRillVersion || j.schema_hash != ctl::schema_hash())
     return fmt::format("{} runs Rill {} (schema {:016x}) but the master runs Rill {} (schema {:016x}): run the "
                        "same version on every node",
@@ -81,7 +86,8 @@ Status Master::join() {
     std::string& bytes = in.bytes;
     auto message = ctl::decode(bytes);
     if (!message.ok()) {
-      spdlog::warn("{}: ignoring a corrupt control message: {}", me, message.status().message());
+      spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me, printable_name(identity),
+                   message.status().message());
       continue;
     }
     if (std::holds_alternative<ctl::StatusRequest>(*message)) {
@@ -94,6 +100,16 @@ Status Master::join() {
       continue;
     }
     std::string error = join_error(*j, identity);
+    // A Join that cannot be the node it names (a rank outside the list, a
+    // peer that is not that rank's agent) is refused, and the cluster goes
+    // on forming: no client, stranger or stray message stops it. What the
+    // node itself says is wrong with it (another version, other devices)
+    // ends the forming, named, on every node.
+    if (!error.empty() && !(j->rank > 0 && j->rank < world_ && comm::routing_id_rank(identity) == j->rank)) {
+      spdlog::warn("{}: refused a join: {}", me, error);
+      send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
+      continue;
+    }
     if (error.empty() && !identity_of_node_[j->rank].empty())
       error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
                           j->rank);
@@ -224,7 +240,8 @@ void Master::on_port_message(const std::string& identity, const std::string& byt
       link_failed(fmt::format("the control link from {} to the master: {}", node_name(options_.machines, node),
                               message.status().message()));
     else
-      spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), identity, message.status().message());
+      spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), printable_name(identity),
+                   message.status().message());
     return;
   }
   master_handle(identity, std::move(*message));

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "graph/job_file.h"
+#include "base/printable.h"
 #include "runtime/cluster/control_codec.h"
 
 namespace rill::agent_internal {
@@ -178,7 +179,7 @@ void Master::master_on(const From& from, ctl::EndAt&) { not_for_master(from, "En
 
 void Master::not_for_master(const From& from, const char* type) {
   spdlog::warn("{}: dropped a {} from {}: only the master sends it", node_name(options_.machines, 0), type,
-               from.node > 0 ? node_name(options_.machines, from.node) : fmt::format("client '{}'", from.identity));
+               from.node > 0 ? node_name(options_.machines, from.node) : fmt::format("client '{}'", printable_name(from.identity)));
 }
 
 }  // namespace rill::agent_internal

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/printable.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/control_codec.h"
@@ -148,7 +149,8 @@ void NodeAgent::tick() {
 void NodeAgent::on_port_message(const std::string& identity, const std::string& bytes) {
   auto message = ctl::decode(bytes);
   if (!message.ok()) {
-    spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), identity, message.status().message());
+    spdlog::warn("{}: ignoring a corrupt control message from '{}': {}", me(), printable_name(identity),
+                 message.status().message());
     return;
   }
   if (!std::holds_alternative<ctl::StatusRequest>(*message)) return;

@@ -1,10 +1,13 @@
 #include "runtime/cluster/zmq_control_channel.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "base/printable.h"
 #include "comm/cluster_key.h"
 
 namespace rill {
@@ -12,6 +15,20 @@ namespace {
 
 std::string node_name(const std::vector<Machine>& machines, int rank) {
   return fmt::format("node {} ({})", rank, format_machine(machines[rank]));
+}
+
+// What connections that may still be in their handshake may hold of the
+// port: enough for every node of the list and its clients at once from one
+// address (a cluster on one machine connects from one), and no more.
+comm::ConnectionLimits control_port_limits(const ZmqControlOptions& options) {
+  const int world = static_cast<int>(options.machines.size());
+  comm::ConnectionLimits limits;
+  limits.per_address = std::max(32, 2 * world);
+  limits.total = std::max(256, 4 * world);
+  // Longer than the handshake interval: every connection still in its
+  // handshake is counted.
+  limits.young = options.handshake_interval + std::chrono::seconds(1);
+  return limits;
 }
 
 class ZmqControlChannel final : public ControlChannel {
@@ -35,14 +52,19 @@ class ZmqControlChannel final : public ControlChannel {
       port_.set(zmq::sockopt::router_mandatory, 1);
       port_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
       if (options_.send_hwm > 0) port_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+      // A connection that has not finished its handshake by then is dropped:
+      // one that never speaks holds its descriptor this long, not ZeroMQ's 30 s.
+      port_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_interval.count()));
       if (options_.key) {
         auto zap = comm::ZapAuthenticator::start(context_, *options_.key, world, true, name + ": control port");
         if (!zap.ok()) return zap.status();
         zap_ = std::move(*zap);
         comm::curve_server(port_, *options_.key, options_.rank);
-        port_watch_ = std::make_unique<comm::HandshakeWatch>(
-            context_, port_, fmt::format("{}: control port {}", name, format_machine(me)), true, true);
       }
+      port_watch_ = std::make_unique<comm::HandshakeWatch>(
+          context_, port_, fmt::format("{}: control port {}", name, format_machine(me)), options_.key != nullptr,
+          true);
+      port_watch_->limit_connections(me.ctrl_port, control_port_limits(options_));
       port_.bind(endpoint);
     } catch (const zmq::error_t& e) {
       if (e.num() == EADDRINUSE)
@@ -55,7 +77,7 @@ class ZmqControlChannel final : public ControlChannel {
     master_.set(zmq::sockopt::linger, 0);
     master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     if (options_.send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.send_hwm);
-    master_.set(zmq::sockopt::routing_id, comm::node_identity(options_.rank));
+    master_.set(zmq::sockopt::routing_id, comm::node_routing_id(options_.rank));
     if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
     master_watch_ = std::make_unique<comm::HandshakeWatch>(
         context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
@@ -110,13 +132,15 @@ class ZmqControlChannel final : public ControlChannel {
     out->from_master = false;
     out->identity = frames[0].to_string();
     if (options_.key) {
-      // The routing id a peer chose must be what its key says it is: node-R
-      // for the agent of rank R (which sets it so), anything else for clients.
+      // The routing id a peer chose must be what its key says it is: node-R's
+      // (comm::node_routing_id) for the agent of rank R, one that does not
+      // begin "node-" for clients.
       const std::string_view user = comm::authenticated_identity(frames[1]);
       const bool claims_node = out->identity.rfind("node-", 0) == 0;
-      if (claims_node ? out->identity != user : user != comm::kClientIdentity) {
+      const int rank = comm::routing_id_rank(out->identity);
+      if (claims_node ? rank < 0 || comm::node_identity(rank) != user : user != comm::kClientIdentity) {
         spdlog::warn("{}: refused a control message from '{}' authenticated as '{}'",
-                     node_name(options_.machines, options_.rank), out->identity, user);
+                     node_name(options_.machines, options_.rank), printable_name(out->identity), user);
         return false;
       }
     }

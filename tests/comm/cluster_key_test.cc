@@ -134,3 +134,14 @@ TEST_CASE("a client key: the clients' pair, the master's public key and the toke
   REQUIRE_FALSE(as_cluster.ok());
   CHECK(as_cluster.status().message().find("is a client key") != std::string::npos);
 }
+
+TEST_CASE("a node's routing id names its rank and is new for each process; others name none") {
+  const std::string id = node_routing_id(3);
+  CHECK(id.rfind("node-3.", 0) == 0);
+  CHECK(id.size() == 7 + 16);
+  CHECK(node_routing_id(3) != id);
+  CHECK(routing_id_rank(id) == 3);
+  CHECK(routing_id_rank("node-12") == 12);
+  for (const char* other : {"node-", "node-x", "node-1x", "node-01", "client", "", "node-1234567890", "Node-1"})
+    CHECK_MESSAGE(routing_id_rank(other) == -1, other);
+}

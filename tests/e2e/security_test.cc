@@ -17,51 +17,11 @@
 #include "runtime/cluster/control_codec.h"
 #include "comm/cluster_key.h"
 #include "tests/common/csv_job.h"
+#include "tests/e2e/key_util.h"
 #include "tests/e2e/process_util.h"
 
 using namespace rill::testing;
 
-namespace {
-
-std::string keygen(const std::filesystem::path& path) {
-  Ran ran = run_rill("keygen " + path.string());
-  REQUIRE_MESSAGE(ran.code == 0, ran.output);
-  return path.string();
-}
-
-// Polls `rill status` (with `key`; "": the user's default) until every node is up.
-void wait_formed(const std::string& master, const std::string& key) {
-  for (int i = 0; i < 200; ++i) {
-    Ran ran = run_rill("status --master " + master + (key.empty() ? "" : " --key " + key));
-    if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
-        ran.output.find("joining") == std::string::npos)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  FAIL("the cluster did not form");
-}
-
-// No key named, no --insecure, and a config folder of the test's own with no
-// default key in it yet (comm/default_key.h), for the test's length.
-struct NoKeyInEnvironment {
-  std::filesystem::path config = temp_dir("rill-security-config-");
-  NoKeyInEnvironment() {
-    ::unsetenv("RILL_KEY_FILE");
-    ::unsetenv("RILL_INSECURE");
-    std::filesystem::remove_all(config / "rill");
-    previous_ = std::getenv("XDG_CONFIG_HOME") ? std::getenv("XDG_CONFIG_HOME") : "";
-    ::setenv("XDG_CONFIG_HOME", config.c_str(), 1);
-  }
-  ~NoKeyInEnvironment() {
-    if (previous_.empty()) ::unsetenv("XDG_CONFIG_HOME");
-    else ::setenv("XDG_CONFIG_HOME", previous_.c_str(), 1);
-  }
-
- private:
-  std::string previous_;
-};
-
-}  // namespace
 
 TEST_CASE("a keyed cluster: clients without its key cannot submit, stat or shut down; with it they can") {
   NoKeyInEnvironment clean;

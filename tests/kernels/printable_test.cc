@@ -23,5 +23,16 @@ TEST_CASE("printable keeps text and UTF-8, escapes control bytes and bytes that 
   CHECK(printable("\\x41") == "\\\\x41");
 }
 
+TEST_CASE("printable_name escapes newlines and tabs too, and shows at most its limit of a long name") {
+  CHECK(printable_name("node-1.0123456789abcdef") == "node-1.0123456789abcdef");
+  // ZeroMQ's own routing ids begin with a zero byte.
+  CHECK(printable_name(std::string("\0k\x8b" "Eg", 5)) == "\\x00k\\x8bEg");
+  // A name that would start a log line of its own, or retitle the window.
+  CHECK(printable_name("a\nrill: forged\tline") == "a\\x0arill: forged\\x09line");
+  CHECK(printable_name("\x1b]0;title\x07") == "\\x1b]0;title\\x07");
+  CHECK(printable_name(std::string(255, 'A')) == std::string(64, 'A') + "... (255 bytes)");
+  CHECK(printable_name(std::string(10, 'A'), 4) == "AAAA... (10 bytes)");
+}
+
 }  // namespace
 }  // namespace rill

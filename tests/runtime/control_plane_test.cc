@@ -277,6 +277,35 @@ TEST_CASE("control plane in one process: a node of another version, or other dev
   }
 }
 
+// What the node itself says is wrong ends the forming (above); a Join that
+// cannot be from the node it names does not: a client, a stranger or a stray
+// message is refused and the cluster forms.
+TEST_CASE("control plane in one process: a Join that cannot be the node it names is refused, and the cluster forms") {
+  Cluster cluster(2);
+  cluster.start(0);
+  TestClient stranger(cluster.hub(), "stranger");
+  // A rank outside the list, and node 1's from a peer that is not node 1.
+  for (int rank : {7, 1}) {
+    CAPTURE(rank);
+    ctl::Join join;
+    join.rank = rank;
+    join.version = ctl::kRillVersion;
+    join.schema_hash = ctl::schema_hash();
+    join.devices = "cpu:1";
+    stranger.send(join);
+    auto answer = stranger.next(10000ms);
+    REQUIRE(answer.has_value());
+    auto* reply = std::get_if<ctl::JoinReply>(&*answer);
+    REQUIRE(reply != nullptr);
+    CHECK_FALSE(reply->ok);
+  }
+  cluster.start(1);
+  TestClient client(cluster.hub(), "client-1");
+  wait_formed(client, 2);
+  shut_down(cluster, client, 2);
+  for (int r = 0; r < 2; ++r) CHECK_MESSAGE(cluster.result(r).ok(), cluster.result(r).to_string());
+}
+
 TEST_CASE("control plane in one process: a node that never joins is named when the master's join deadline passes") {
   Cluster cluster(3);
   cluster.start(0);

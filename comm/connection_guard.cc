@@ -1,0 +1,118 @@
+#include "comm/connection_guard.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace rill::comm {
+namespace {
+
+constexpr std::chrono::seconds kLogEvery{10};
+constexpr size_t kReportsKept = 4096;  // addresses whose cuts wait to be logged
+
+// The local port of `fd` if it is a connected TCP socket (not a listener),
+// else -1: what a descriptor must still be for the guard to cut it.
+int accepted_port(int fd) {
+  int listening = 0;
+  socklen_t size = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || listening != 0) return -1;
+  sockaddr_storage local{};
+  socklen_t local_size = sizeof local;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) return -1;
+  if (local.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+  if (local.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+  return -1;
+}
+
+}  // namespace
+
+std::string socket_peer_address(int fd, bool with_port) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    return with_port ? fmt::format("{}:{}", text, ntohs(in->sin_port)) : std::string(text);
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto* in = reinterpret_cast<const sockaddr_in6*>(&address);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
+    return with_port ? fmt::format("[{}]:{}", text, ntohs(in->sin6_port)) : fmt::format("[{}]", text);
+  }
+  return {};
+}
+
+ConnectionGuard::ConnectionGuard(std::string where, int port, ConnectionLimits limits)
+    : where_(std::move(where)), port_(port), limits_(limits) {}
+
+int ConnectionGuard::pick(int fd, const std::string& address) const {
+  if (limits_.young.count() == 0) return fd;
+  int oldest = -1;
+  Clock::time_point since = Clock::time_point::max();
+  for (const auto& [open_fd, open] : open_)
+    if ((address.empty() || open.address == address) && open.since < since) {
+      oldest = open_fd;
+      since = open.since;
+    }
+  return oldest;
+}
+
+std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Clock::time_point now) {
+  if (limits_.young.count() > 0)
+    std::erase_if(open_, [&](const auto& entry) { return now - entry.second.since >= limits_.young; });
+  open_[fd] = Open{address, now};
+  std::vector<int> cut;
+  auto count_of = [&](const std::string& a) {
+    int n = 0;
+    for (const auto& entry : open_) n += entry.second.address == a ? 1 : 0;
+    return n;
+  };
+  // Each turn forgets one counted connection: bounded by how many there are.
+  while (count_of(address) > limits_.per_address) {
+    const int victim = pick(fd, address);
+    if (victim < 0) break;
+    cut.push_back(victim);
+    open_.erase(victim);
+    note_cut(address, true, now);
+  }
+  while (static_cast<int>(open_.size()) > limits_.total) {
+    const int victim = pick(fd, "");
+    if (victim < 0) break;
+    const std::string victim_address = open_.at(victim).address;
+    cut.push_back(victim);
+    open_.erase(victim);
+    note_cut(victim_address, false, now);
+  }
+  return cut;
+}
+
+void ConnectionGuard::note_cut(const std::string& address, bool per_address, Clock::time_point now) {
+  ++cut_;
+  if (reports_.size() >= kReportsKept && reports_.count(address) == 0)
+    std::erase_if(reports_, [&](const auto& entry) { return now - entry.second.logged >= kLogEvery; });
+  Report& report = reports_[address];
+  ++report.since_logged;
+  if (now - report.logged < kLogEvery) return;
+  spdlog::warn("{}: cut {} connection(s) from {}: over the limit of {} {} {} ({} cut since it started)", where_,
+               report.since_logged, address, per_address ? limits_.per_address : limits_.total,
+               limits_.young.count() > 0 ? "connections that may still be in their handshake" : "open connections",
+               per_address ? "per address" : "in all", cut_);
+  report.since_logged = 0;
+  report.logged = now;
+}
+
+void ConnectionGuard::accepted(int fd, Clock::time_point now) {
+  const std::string address = socket_peer_address(fd, false);
+  if (address.empty()) return;  // already gone
+  for (int victim : admit(fd, address, now))
+    if (accepted_port(victim) == port_) ::shutdown(victim, SHUT_RDWR);
+}
+
+void ConnectionGuard::closed(int fd) { open_.erase(fd); }
+
+}  // namespace rill::comm
