@@ -23,8 +23,9 @@ fs::path resolved(const std::string& path) {
   return ec ? absolute.lexically_normal() : canonical;
 }
 
-// The roots given, or the defaults. No root may hold a key file this
-// process holds: one given is an error, a default is left out (and said).
+// The roots given, or the defaults. No root given may hold a key file this
+// process holds (an error); of the defaults, the working folder is left out
+// where it holds one (AllowedRoots::make).
 StatusOr<std::vector<std::string>> resolve_roots(const std::vector<std::string>& given,
                                                  const std::vector<std::string>& defaults, const char* flag) {
   std::vector<std::string> out;
@@ -43,12 +44,6 @@ StatusOr<std::vector<std::string>> resolve_roots(const std::vector<std::string>&
                               "outside the folders jobs may use (~/.config/rill/ is the default key's), or give "
                               "another {}",
                               flag, root, *key, flag);
-    if (key != keys.end()) {
-      spdlog::warn("{}: the default folder {} is left out: it holds the key file {} that this agent uses (give {} "
-                   "to name folders)",
-                   flag, root, *key, flag);
-      continue;
-    }
     out.push_back(path);
   }
   return out;
@@ -61,9 +56,22 @@ StatusOr<AllowedRoots> AllowedRoots::make(const std::vector<std::string>& data_r
   std::error_code ec;
   // An agent started in / does not open the whole machine by default.
   std::vector<std::string> data_defaults = {"/usr/share", "/tmp"}, checkpoint_defaults = {"/tmp"};
+  // Nor one started in its key's folder: the working folder is left out
+  // where it holds a key file this process holds (in /tmp and /usr/share
+  // the key itself is refused by its identity, base/file_access.h).
   if (const fs::path here = fs::current_path(ec); !ec && resolved(here.string()) != fs::path("/")) {
-    data_defaults.insert(data_defaults.begin(), here.string());
-    checkpoint_defaults.insert(checkpoint_defaults.begin(), here.string());
+    const std::string folder = resolved(here.string()).string();
+    std::string key;
+    for (const std::string& k : held_key_paths())
+      if (resolved_path_within(k, folder)) key = k;
+    if (key.empty()) {
+      data_defaults.insert(data_defaults.begin(), here.string());
+      checkpoint_defaults.insert(checkpoint_defaults.begin(), here.string());
+    } else {
+      spdlog::warn("the default folder {} (the working folder) is left out of the data and checkpoint roots: it "
+                   "holds the key file {} that this agent uses (give --data-root, --checkpoint-root to name folders)",
+                   here.string(), key);
+    }
   }
   AllowedRoots roots;
   RILL_ASSIGN_OR_RETURN(roots.data, resolve_roots(data_roots, data_defaults, "--data-root"));

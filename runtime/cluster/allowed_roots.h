@@ -10,9 +10,10 @@
 // checkpoints under the working folder and /tmp (the working folder only if
 // it is not /).
 //
-// No root holds a key file the agent holds (base/file_access.h): a root
-// given that does is refused, a default that does is left out, and a read
-// of a key file as data is refused by its identity anyway.
+// No root given holds a key file the agent holds (base/file_access.h): one
+// that does is refused; the working folder is left out of the defaults
+// where it holds one; and a read of a key file as data is refused by its
+// identity anyway.
 //
 // check_job_paths is the early, friendly check, on paths at submit; what
 // is authoritative is the check of each file as it is opened (data_access()

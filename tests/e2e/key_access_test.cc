@@ -90,8 +90,8 @@ TEST_CASE("an agent started in its key's folder leaves that folder out of its de
               "env -C " + dir.string());
   wait_up("127.0.0.1:19445", key);
   CAPTURE(agent.output());
-  CHECK(agent.output().find("the default folder " + dir.string() + " is left out: it holds the key file " + key) !=
-        std::string::npos);
+  CHECK(agent.output().find("the default folder " + dir.string() + " (the working folder) is left out of the data "
+                            "and checkpoint roots: it holds the key file " + key) != std::string::npos);
   Ran down = run_rill("shutdown --master 127.0.0.1:19445 --key " + key);
   CHECK_MESSAGE(down.code == 0, down.output);
   CHECK(agent.wait(15) == 0);
