@@ -1,6 +1,13 @@
-"""PyTorch DDP anchor for bench/ddp_bench.sh: the MLP of bench/mlp_synthetic.json
-data-parallel over 2 processes (gloo, loopback), one thread each, global batch
-512 (256 per rank). Rank 0 prints one JSON line: samples/s over the timed steps."""
+"""PyTorch DDP anchor for bench/ddp_bench.sh and bench/net_bench.sh: the MLP of
+bench/mlp_synthetic.json data-parallel over 2 processes (gloo), one thread
+each, global batch 512 (256 per rank). Rank 0 prints one JSON line: samples/s
+over the timed steps.
+
+    torch_ddp.py WARMUP TIMED GLOBAL_BATCH PORT
+        both ranks, spawned here, on loopback
+    torch_ddp.py WARMUP TIMED GLOBAL_BATCH PORT RANK MASTER_ADDR IFACE
+        one rank of 2, as on a machine of its own: rank 0 listens on
+        MASTER_ADDR:PORT, and gloo sends over the interface IFACE"""
 import json
 import os
 import sys
@@ -11,8 +18,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def run(rank, world, warmup, timed, global_batch, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+def run(rank, world, warmup, timed, global_batch, port, master="127.0.0.1"):
+    os.environ["MASTER_ADDR"] = master
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -50,4 +57,9 @@ def run(rank, world, warmup, timed, global_batch, port):
 
 if __name__ == "__main__":
     warmup, timed, global_batch, port = (int(a) for a in sys.argv[1:5])
-    mp.spawn(run, args=(2, warmup, timed, global_batch, port), nprocs=2)
+    if len(sys.argv) > 5:
+        rank, master, iface = int(sys.argv[5]), sys.argv[6], sys.argv[7]
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+        run(rank, 2, warmup, timed, global_batch, port, master)
+    else:
+        mp.spawn(run, args=(2, warmup, timed, global_batch, port), nprocs=2)

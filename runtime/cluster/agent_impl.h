@@ -116,6 +116,9 @@ class Agent {
   void handle_incoming(std::chrono::milliseconds wait);
   void post(Outgoing out);
   void flush();
+  // Forgets every message posted or held back for the master (its link is
+  // being replaced: runtime/cluster/control_channel.h, reconnect_master).
+  void drop_queued_to_master();
   // Sends `out` now; false when its peer's queue is full (ZeroMQ's
   // high-water mark: nothing was sent). Too large a message, or one to a
   // client that does not read its answers, is logged and dropped.

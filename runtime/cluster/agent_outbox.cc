@@ -62,6 +62,14 @@ void Agent::deliver(Outgoing o) {
   if (held || !send_now(o)) backlog_.push_back(std::move(o));
 }
 
+void Agent::drop_queued_to_master() {
+  {
+    MutexLock lock(out_mu_);
+    std::erase_if(outbox_, [](const Outgoing& o) { return o.to_master; });
+  }
+  std::erase_if(backlog_, [](const Outgoing& o) { return o.to_master; });
+}
+
 void Agent::flush() {
   std::vector<Outgoing> out;
   {

@@ -43,6 +43,12 @@ class ControlChannel {
   // Why the link up to the master failed its handshake ("" while it has
   // not): a node with another key, or none, cannot join.
   virtual std::string master_failure() = 0;
+
+  // Drops the link up to the master, with what it still held unsent, and
+  // opens a new one under a new routing identity: for a node that lost its
+  // master to a silent link and joins again (what was queued for the old
+  // link is stale, and the master takes the new identity as the node's).
+  virtual void reconnect_master() {}
 };
 
 }  // namespace rill

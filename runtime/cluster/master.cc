@@ -170,7 +170,9 @@ void Master::check_liveness() {
     if (transport_->peer_lost(r))
       reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
     else if (seconds_since(last_seen_[r]) >= options_.dead_after_s)
-      reason = fmt::format("{} lost: no heartbeat for {:g} s", node_name(options_.machines, r), options_.dead_after_s);
+      reason = fmt::format("{} lost: no heartbeat for {:g} s reached the master {} (the node's machine, or the link "
+                           "between them, is down)",
+                           node_name(options_.machines, r), options_.dead_after_s, node_name(options_.machines, 0));
     else
       continue;
     declare_lost(r, reason);
@@ -207,7 +209,7 @@ void Master::link_failed(const std::string& reason) {
 // before its loss was seen), and the new process takes its place.
 void Master::rejoin(const std::string& identity, int rank, const std::string& session) {
   const std::string name = node_name(options_.machines, rank);
-  if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent was restarted", name));
+  if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent joined again (restarted, or cut off from the master)", name));
   identity_of_node_[rank] = identity;
   last_seen_[rank] = now();
   unreachable_warned_[rank] = false;

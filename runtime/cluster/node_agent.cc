@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -136,13 +137,46 @@ void NodeAgent::tick() {
   // Shutdown, then the close, is not a lost master.
   handle_incoming(std::chrono::milliseconds(0));
   if (shutdown_) return;
-  const std::string why = transport_->peer_lost(0) ? std::string("its connection closed")
-                                                   : fmt::format("no heartbeat for {:g} s", options_.dead_after_s);
-  fatal_ = Status(Code::kUnavailable,
-                  fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0), why));
-  MutexLock lock(run_mu_);
-  if (running_) running_->abort(fatal_);
-  shutdown_ = true;
+  const bool closed = transport_->peer_lost(0);
+  const std::string lost =
+      fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
+                  closed ? std::string("its connection closed") : fmt::format("no heartbeat for {:g} s", options_.dead_after_s));
+  {
+    MutexLock lock(run_mu_);
+    pending_.reset();
+    if (running_) running_->abort(Status(Code::kUnavailable, lost));
+  }
+  if (closed) {  // its process is gone: so is the cluster
+    fatal_ = Status(Code::kUnavailable, lost);
+    shutdown_ = true;
+    return;
+  }
+  join_again(lost);
+}
+
+// The master went silent but did not close its connection: a link is down,
+// or its machine. This agent stays, joins again once the master answers
+// (within the join timeout), and the master takes it as a restarted node
+// (a job with restarts goes on); else it ends, saying both.
+void NodeAgent::join_again(const std::string& lost) {
+  spdlog::warn("{}; joining again, for up to {:g} s", lost, options_.join_timeout_s);
+  // The aborted phase ends first (its Done is stale), then what was queued
+  // for the master is dropped with the old link.
+  for (int i = 0; i < 500; ++i) {
+    {
+      MutexLock lock(run_mu_);
+      if (!running_) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  drop_queued_to_master();
+  channel_->reconnect_master();
+  if (Status joined = join(); !joined.ok()) {
+    fatal_ = Status(Code::kUnavailable, fmt::format("{}; then {}", lost, joined.message()));
+    shutdown_ = true;
+    return;
+  }
+  last_heartbeat_ = now();
 }
 
 // Nodes and clients reach a node's port only to ask its status.

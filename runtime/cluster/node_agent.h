@@ -30,6 +30,7 @@ class NodeAgent final : public Agent {
   void finish() override;
 
   void post_to_master(const ctl::Message& m);
+  void join_again(const std::string& lost);
   // The handling of each message type from the master: one overload per
   // type and no catch-all, as the master's.
   void worker_on(ctl::PlanPart& m);

@@ -73,16 +73,16 @@ class ZmqControlChannel final : public ControlChannel {
       return Status(Code::kUnavailable, fmt::format("{}: cannot listen on {}: {}", name, endpoint, e.what()));
     }
     if (options_.rank == 0) return {};
-    const Machine& m = options_.machines[0];
-    master_.set(zmq::sockopt::linger, 0);
-    master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
-    if (options_.send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.send_hwm);
-    master_.set(zmq::sockopt::routing_id, comm::node_routing_id(options_.rank));
-    if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
-    master_watch_ = std::make_unique<comm::HandshakeWatch>(
-        context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
-    master_.connect(tcp_endpoint(m.address, m.ctrl_port));
+    connect_master();
     return {};
+  }
+
+  void reconnect_master() override {
+    if (options_.rank == 0) return;
+    master_watch_.reset();
+    master_.close();  // linger 0: what it held is dropped
+    master_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+    connect_master();
   }
 
   bool receive(std::chrono::milliseconds timeout, Incoming* out) override {
@@ -125,6 +125,20 @@ class ZmqControlChannel final : public ControlChannel {
   std::string master_failure() override { return master_watch_ ? master_watch_->poll() : std::string(); }
 
  private:
+  // The link up to the master, under a routing identity of its own
+  // (comm::node_routing_id: the rank and random bytes).
+  void connect_master() {
+    const Machine& m = options_.machines[0];
+    master_.set(zmq::sockopt::linger, 0);
+    master_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+    if (options_.send_hwm > 0) master_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+    master_.set(zmq::sockopt::routing_id, comm::node_routing_id(options_.rank));
+    if (options_.key) comm::curve_client(master_, *options_.key, comm::node_identity(options_.rank), 0);
+    master_watch_ = std::make_unique<comm::HandshakeWatch>(
+        context_, master_, fmt::format("the master {}", format_machine(m)), options_.key != nullptr);
+    master_.connect(tcp_endpoint(m.address, m.ctrl_port));
+  }
+
   bool receive_port(Incoming* out) {
     std::vector<zmq::message_t> frames;
     (void)zmq::recv_multipart(port_, std::back_inserter(frames));
