@@ -5,6 +5,12 @@
 //   allreduce_bench [--op all_reduce] [--ranks 2] [--sizes 4096,4194304,67108864] [--warmup 5]
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
 //                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE] [--io-threads N]
+//                   [--addresses A0,A1,...] [--rank-prefix-env NAME]
+//
+// --addresses: each rank's address (machines of their own; by default every
+// rank is on --address). --rank-prefix-env NAME: rank r > 0 is started under
+// the command prefix in the environment variable NAME<r> (the test bed's
+// NETBED_NS_ runs it in node r's network namespace: bench/net_bench.sh).
 //
 // --key: the ranks hold this cluster key (rill keygen): every message over
 // TCP is sealed (AES-256-GCM, comm/data_cipher.h; bench/curve_bench.sh
@@ -43,6 +49,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "comm/cluster_key.h"
 #include "comm/data_cipher.h"
 #include "comm/collectives.h"
@@ -60,6 +69,8 @@ struct Args {
   size_t chunk_bytes = 1u << 20;
   size_t direct_bytes = CollectiveOptions{}.direct_bytes;
   std::string address = "127.0.0.1";
+  std::vector<std::string> addresses;  // per rank; empty: every rank on `address`
+  std::string rank_prefix_env;         // rank r > 0 started under $<this><r>
   int port = 0;   // 0: free ports chosen by the kernel
   std::string op = "all_reduce";
   bool tcp = false;
@@ -88,6 +99,15 @@ Args parse(int argc, char** argv) {
     else if (flag == "--chunk-bytes") args.chunk_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--direct-bytes") args.direct_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--address") args.address = value;
+    else if (flag == "--rank-prefix-env") args.rank_prefix_env = value;
+    else if (flag == "--addresses") {
+      for (size_t at = 0; at <= value.size();) {
+        size_t comma = value.find(',', at);
+        if (comma == std::string::npos) comma = value.size();
+        args.addresses.push_back(value.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
     else if (flag == "--port") args.port = std::atoi(value.c_str());
     else if (flag == "--as-rank") args.as_rank = std::atoi(value.c_str());
     else if (flag == "--op") args.op = value;
@@ -118,6 +138,8 @@ Args parse(int argc, char** argv) {
   if (args.op != "all_reduce" && args.op != "all_gather" && args.op != "reduce_scatter" && args.op != "broadcast" &&
       args.op != "all_to_all")
     usage(("unknown --op " + args.op).c_str());
+  if (!args.addresses.empty() && static_cast<int>(args.addresses.size()) != args.ranks)
+    usage("--addresses must name one address per rank");
   if (args.ranks < 1 || args.warmup < 0 || args.iters < 0 || args.chunk_bytes < 4) usage("bad value");
   for (size_t size : args.sizes) {
     if (size == 0 || size % 4 != 0) usage("sizes must be positive multiples of 4 bytes");
@@ -202,9 +224,11 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
   Collectives collectives(**transport, options);
   const int n = args.ranks;
   if (rank == 0) {
-    std::printf("# rill %s, float32 sum, %d ranks, %s %s, chunk %zu B, direct up to %zu B\n", args.op.c_str(), n,
-                args.tcp ? "ZeroMQ TCP" : "shared memory (ZeroMQ TCP between machines)", args.address.c_str(),
-                args.chunk_bytes, args.direct_bytes);
+    std::string where = args.address;
+    if (!args.addresses.empty()) where = fmt::format("{}", fmt::join(args.addresses, ","));
+    std::printf("# rill %s, float32 sum, %d ranks, %s %s, %s, chunk %zu B, direct up to %zu B\n", args.op.c_str(), n,
+                args.tcp ? "ZeroMQ TCP" : "shared memory (ZeroMQ TCP between machines)", where.c_str(),
+                args.key.empty() ? "unsealed" : "sealed", args.chunk_bytes, args.direct_bytes);
     std::printf("# %12s %7s %11s %11s %11s %11s %11s  %s\n", "bytes", "iters", "median_us", "p10_us", "p90_us",
                 "algbw_GB/s", "busbw_GB/s", "algorithm");
   }
@@ -278,7 +302,8 @@ int main(int argc, char** argv) {
     ports = free_ports(args.ranks);
   }
   std::vector<Endpoint> endpoints;
-  for (int port : ports) endpoints.push_back(Endpoint{args.address, port});
+  for (size_t r = 0; r < ports.size(); ++r)
+    endpoints.push_back(Endpoint{args.addresses.empty() ? args.address : args.addresses[r], ports[r]});
   if (args.as_rank > 0) return run_rank(args.as_rank, args, endpoints);
   std::fflush(stdout);
   std::vector<pid_t> children;
@@ -300,10 +325,21 @@ int main(int argc, char** argv) {
         words.push_back(w);
       words.push_back("--sessions");
       words.push_back(args.sessions);
+      const char* prefix =
+          args.rank_prefix_env.empty() ? nullptr : std::getenv((args.rank_prefix_env + std::to_string(rank)).c_str());
+      if (prefix) {  // sh -c 'exec PREFIX "$0" "$@"' EXE ARGS...
+        char exe[4096];
+        const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) _exit(127);
+        exe[n] = 0;
+        words[0] = exe;
+        words.insert(words.begin(), {"sh", "-c", std::string("exec ") + prefix + " \"$0\" \"$@\""});
+      }
       std::vector<char*> exec_argv;
       for (std::string& w : words) exec_argv.push_back(w.data());
       exec_argv.push_back(nullptr);
-      execv("/proc/self/exe", exec_argv.data());
+      if (prefix) execv("/bin/sh", exec_argv.data());
+      else execv("/proc/self/exe", exec_argv.data());
       std::perror("allreduce_bench: exec");
       _exit(127);
     }

@@ -7,7 +7,10 @@
 # data plane, the default set-up), PyTorch as one rank in each namespace over
 # its eth0. At each rate, runs alternate Rill and PyTorch on the same bed;
 # prints samples/s (median, min, max) and the ratio of medians.
-#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"]
+# Then the all-reduce alone (bench/allreduce_bench.cc, one rank per node, over
+# the bed's links), sealed (a cluster key) and unsealed, 4 KiB up to what the
+# link carries in a few seconds: bus bandwidth as a share of the link's rate.
+#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce"]
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,20 +61,69 @@ inside() {
   wait
 }
 
-if [ "${1:-}" = --inside ]; then
-  inside "$2" "$3"
-  exit
-fi
+# The largest all-reduce at a rate, and calls per size.
+sizes_at() {
+  local sizes="4096,65536,1048576,16777216"
+  case "$1" in
+    100mbit) echo "$sizes --iters 3" ;;
+    1gbit) echo "$sizes,67108864 --iters 5" ;;
+    *) echo "$sizes,67108864,268435456 --iters 5" ;;
+  esac
+}
+
+# The link's rate in bytes/s ("" for none).
+rate_bytes() {
+  case "$1" in
+    *gbit) echo $((${1%gbit} * 125000000)) ;;
+    *mbit) echo $((${1%mbit} * 125000)) ;;
+    *) echo "" ;;
+  esac
+}
+
+allreduce_at() {
+  local rate=$1 tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  "$rill" keygen "$tmp/cluster.key" > /dev/null
+  local limit=()
+  [ "$rate" = none ] || limit=(--rate "$rate")
+  local bytes_per_s
+  bytes_per_s=$(rate_bytes "$rate")
+  for sealed in sealed unsealed; do
+    local key=()
+    [ $sealed = sealed ] && key=(--key "$tmp/cluster.key")
+    # shellcheck disable=SC2046
+    "$netbed" --nodes 2 "${limit[@]}" -- sh -c '$NETBED_NS_0 "$@" --addresses $NETBED_ADDR_0,$NETBED_ADDR_1' sh \
+      build/bench/allreduce_bench --ranks 2 --rank-prefix-env NETBED_NS_ "${key[@]}" --warmup 1 \
+      --sizes $(sizes_at "$rate") | awk -v rate="$bytes_per_s" -v sealed=$sealed '
+        /^#/ { if ($2 == "bytes") printf "  %-9s %12s %11s %11s %9s\n", "", "bytes", "median_us", "busbw_GB/s", "of_link"; next }
+        { share = rate == "" ? "-" : sprintf("%.0f%%", 100 * $7 * 1e9 / rate)
+          printf "  %-9s %12s %11s %11s %9s\n", sealed, $1, $3, $7, share }'
+  done
+}
+
+case "${1:-}" in
+  --inside) inside "$2" "$3"; exit ;;
+esac
 
 runs=${1:-3}
 rates=${2:-"none 10gbit 1gbit 100mbit"}
+parts=${3:-"ddp allreduce"}
 [ -x "$rill" ] && [ -x "$netbed" ] || { echo "build first: ./dev build" >&2; exit 1; }
 echo "runs: $runs per rate; MLP 784-512-512-10, global batch 512, 2 nodes x 1 thread; torch BLAS: $openblas_dir"
-for rate in $rates; do
-  limit=()
-  [ "$rate" = none ] || limit=(--rate "$rate")
-  out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --inside "$runs" "$(steps_at "$rate")")
-  echo "== link: $rate ($(steps_at "$rate") steps a run)"
-  /usr/bin/python3 bench/summarize.py "rill" "$(awk '$1 == "rill" {print $2}' <<< "$out" | xargs)" \
-    "torch ddp" "$(awk '$1 == "torch" {print $2}' <<< "$out" | xargs)"
-done
+if [[ " $parts " == *" ddp "* ]]; then
+  for rate in $rates; do
+    limit=()
+    [ "$rate" = none ] || limit=(--rate "$rate")
+    out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --inside "$runs" "$(steps_at "$rate")")
+    echo "== link: $rate ($(steps_at "$rate") steps a run)"
+    /usr/bin/python3 bench/summarize.py "rill" "$(awk '$1 == "rill" {print $2}' <<< "$out" | xargs)" \
+      "torch ddp" "$(awk '$1 == "torch" {print $2}' <<< "$out" | xargs)"
+  done
+fi
+if [[ " $parts " == *" allreduce "* ]]; then
+  for rate in $rates; do
+    echo "== all-reduce, 2 nodes, link: $rate"
+    allreduce_at "$rate"
+  done
+fi
