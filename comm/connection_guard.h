@@ -24,7 +24,7 @@
 // Cuts are counted, and logged at most once per address every 10 s.
 //
 // What it cannot tell apart: a flood from the same address as an honest
-// peer competes with that peer for the address's share (docs/CLUSTER.md).
+// peer competes with that peer for the address's share (docs/SECURITY.md).
 //
 // One thread calls it (the one that reads the listener's monitor).
 #pragma once

@@ -14,7 +14,7 @@
 //     answer), and a bound on the bytes of a request's headers.
 // So a flood of idle or slow connections from other addresses never keeps
 // a token holder's request from an answer; one from the holder's own
-// address is bounded by the deadline and the totals only (docs/CLUSTER.md).
+// address is bounded by the deadline and the totals only (docs/SECURITY.md).
 // cpp-httplib, which it replaces here, gives each connection a thread of a
 // fixed pool from accept to its last byte, and reads headers with a timeout
 // per read: a dozen slow clients held every thread.

@@ -7,7 +7,7 @@
 //
 // The floods come from 127.0.0.3, the key holders from 127.0.0.1: the
 // bounds are per source address, and a flood from the holder's own address
-// is bounded only by the totals and the timeouts (docs/CLUSTER.md).
+// is bounded only by the totals and the timeouts (docs/SECURITY.md).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
