@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/gradient_compression.h"
 #include "actor/run_end.h"
 #include "base/status.h"
 #include "comm/collectives.h"
@@ -273,6 +274,9 @@ class BoxingBody {
   comm::ReduceOp op_;
   Status setup_;                        // an error found when built, returned by every act
   std::vector<std::byte> own_scratch_;  // when no scratch was given
+  // p_.bf16_wire: the all-reduce's 16-bit values and the error carried.
+  std::vector<BFloat16> wire_;
+  Bf16ErrorFeedback feedback_;
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes
 };

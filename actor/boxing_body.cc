@@ -109,6 +109,14 @@ Status BoxingBody::exchange(const ActIo& io) {
   switch (p_.exchange) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
+      if (p_.bf16_wire) {
+        const std::span<float> values = elements(std::type_identity<float>{}, in, p_.exchange_in_bytes);
+        wire_.resize(values.size());
+        feedback_.compress(values, wire_);
+        RILL_RETURN_IF_ERROR(collectives_->all_reduce(std::span<const BFloat16>(wire_), std::span<BFloat16>(wire_), tag_, op_));
+        Bf16ErrorFeedback::widen(wire_, elements(std::type_identity<float>{}, out, p_.exchange_out_bytes));
+        return {};
+      }
       return visit_dtype(p_.logical.dtype, [&]<typename T>(std::type_identity<T> t) {
         return collectives_->all_reduce(std::span<const T>(elements(t, in, p_.exchange_in_bytes)),
                                         elements(t, out, p_.exchange_out_bytes), tag_, op_);

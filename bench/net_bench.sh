@@ -6,7 +6,10 @@
 # global batch 512, one thread per node; Rill as two keyed agents (sealed
 # data plane, the default set-up), PyTorch as one rank in each namespace over
 # its eth0. At each rate, runs alternate Rill and PyTorch on the same bed;
-# prints samples/s (median, min, max) and the ratio of medians.
+# prints samples/s (median, min, max) and the ratio of medians. At 1 Gbit/s
+# and below also with 16-bit gradients: Rill's train.compression "bf16"
+# (error feedback) against DDP's fp16_compress_hook (its bf16 hook needs
+# NCCL), and against plain DDP.
 # Then the all-reduce alone (bench/allreduce_bench.cc, one rank per node, over
 # the bed's links), sealed (a cluster key) and unsealed, 4 KiB up to what the
 # link carries in a few seconds: bus bandwidth as a share of the link's rate.
@@ -25,7 +28,7 @@ steps_at() { case "$1" in 100mbit) echo 60 ;; *) echo 220 ;; esac; }
 
 # Inside the bed (netbed's command): agents up, then RUNS pairs of runs.
 inside() {
-  local runs=$1 steps=$2 tmp
+  local runs=$1 steps=$2 compress=$3 tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   "$rill" keygen "$tmp/cluster.key" > /dev/null
@@ -46,16 +49,22 @@ inside() {
   done
   [ $formed = 1 ] || { echo "the cluster did not form:" >&2; cat "$tmp"/agent*.log >&2; return 1; }
   local warm=$((steps / 10)) timed=$((steps - steps / 10))
-  for ((r = 0; r < runs; ++r)); do
+  # One pair of runs: Rill with train.compression $1, PyTorch with HOOK=$2.
+  pair() {
     $NETBED_NS_0 "$rill" submit bench/mlp_synthetic.json --master "$master" "${key[@]}" --steps "$steps" \
-      --set train.batch_size=512 --result "$tmp/r.json" > /dev/null
-    echo "rill $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
-    $NETBED_NS_1 env LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py $warm $timed 512 29500 1 \
-      "$NETBED_ADDR_0" eth0 &
+      --set train.batch_size=512 --set train.compression="$1" --result "$tmp/r.json" > /dev/null
+    echo "rill_$1 $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
+    $NETBED_NS_1 env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py $warm $timed 512 \
+      29500 1 "$NETBED_ADDR_0" eth0 &
     local other=$!
-    echo "torch $($NETBED_NS_0 env LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py $warm $timed \
-      512 29500 0 "$NETBED_ADDR_0" eth0 | /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])")"
+    echo "torch_$1 $($NETBED_NS_0 env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py \
+      $warm $timed 512 29500 0 "$NETBED_ADDR_0" eth0 |
+      /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])")"
     wait $other
+  }
+  for ((r = 0; r < runs; ++r)); do
+    pair none none
+    [ "$compress" = 1 ] && pair bf16 fp16
   done
   $NETBED_NS_0 "$rill" shutdown --master "$master" "${key[@]}" > /dev/null
   wait
@@ -103,7 +112,7 @@ allreduce_at() {
 }
 
 case "${1:-}" in
-  --inside) inside "$2" "$3"; exit ;;
+  --inside) inside "$2" "$3" "$4"; exit ;;
 esac
 
 runs=${1:-3}
@@ -115,10 +124,18 @@ if [[ " $parts " == *" ddp "* ]]; then
   for rate in $rates; do
     limit=()
     [ "$rate" = none ] || limit=(--rate "$rate")
-    out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --inside "$runs" "$(steps_at "$rate")")
+    # Compressed gradients too where the link is the bound.
+    compress=0
+    [[ "$rate" == *mbit || "$rate" == 1gbit ]] && compress=1
+    out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --inside "$runs" "$(steps_at "$rate")" $compress)
     echo "== link: $rate ($(steps_at "$rate") steps a run)"
-    /usr/bin/python3 bench/summarize.py "rill" "$(awk '$1 == "rill" {print $2}' <<< "$out" | xargs)" \
-      "torch ddp" "$(awk '$1 == "torch" {print $2}' <<< "$out" | xargs)"
+    rows() { awk -v k="$1" '$1 == k {print $2}' <<< "$out" | xargs; }
+    /usr/bin/python3 bench/summarize.py "rill" "$(rows rill_none)" "torch ddp" "$(rows torch_none)"
+    if [ $compress = 1 ]; then
+      echo "-- 16-bit gradients (Rill: bf16 with error feedback; PyTorch: fp16_compress_hook)"
+      /usr/bin/python3 bench/summarize.py "rill bf16" "$(rows rill_bf16)" "torch fp16" "$(rows torch_bf16)"
+      /usr/bin/python3 bench/summarize.py "rill bf16" "$(rows rill_bf16)" "torch ddp" "$(rows torch_none)"
+    fi
   done
 fi
 if [[ " $parts " == *" allreduce "* ]]; then

@@ -7,7 +7,11 @@ over the timed steps.
         both ranks, spawned here, on loopback
     torch_ddp.py WARMUP TIMED GLOBAL_BATCH PORT RANK MASTER_ADDR IFACE
         one rank of 2, as on a machine of its own: rank 0 listens on
-        MASTER_ADDR:PORT, and gloo sends over the interface IFACE"""
+        MASTER_ADDR:PORT, and gloo sends over the interface IFACE
+
+With HOOK=fp16 the gradients travel as 16-bit floats (DDP's
+fp16_compress_hook, no error feedback; its bf16 hook needs NCCL), the anchor
+for Rill's train.compression "bf16": the same bytes."""
 import json
 import os
 import sys
@@ -31,6 +35,9 @@ def run(rank, world, warmup, timed, global_batch, port, master="127.0.0.1"):
         torch.nn.Linear(512, 512), torch.nn.ReLU(),
         torch.nn.Linear(512, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if os.environ.get("HOOK") == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     loss_fn = torch.nn.CrossEntropyLoss()
     local = global_batch // world

@@ -106,7 +106,8 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   const auto bucket_bytes = static_cast<size_t>(std::max<int64_t>(0, job.train.bucket_bytes));
   if (options.node >= cluster.num_nodes)
     return invalid_argument("node {} is not in the cluster's nodes 0 to {}", options.node, cluster.num_nodes - 1);
-  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes, std::max(-1, options.node)));
+  RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes, std::max(-1, options.node),
+                                                job.train.compression == graph::Compression::kBF16));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));

@@ -29,8 +29,10 @@ enum class Rpc : uint8_t { kNone, kSend, kGet, kPrefetch };
 
 class Expander {
  public:
-  Expander(const LogicalGraph& g, size_t bucket_bytes, int node) : g_(g), bucket_bytes_(bucket_bytes) {
+  Expander(const LogicalGraph& g, size_t bucket_bytes, int node, bool compress_gradients)
+      : g_(g), bucket_bytes_(bucket_bytes) {
     out_.node = node;
+    if (compress_gradients) mark_gradient_boxings();
     for (const VariableNode& v : g_.variables)  // the pservers: the nodes holding blocks
       if (v.variable.block_of)
         for (int n : at(v.placement).nodes) pserver_nodes_.insert(n);
@@ -242,6 +244,13 @@ class Expander {
 
   const LogicalGraph& g_;
   const size_t bucket_bytes_;
+  // train.compression: the boxings that carry a variable's gradient to its
+  // update (its grad_boxing and those that one reads from); empty when off.
+  std::vector<bool> gradient_boxing_;
+  void mark_gradient_boxings();
+  // Whether a unit of boxings across nodes sends bf16 with error feedback:
+  // gradients only, f32 sums P -> B (BoxingConf.compress).
+  bool compressed(const std::vector<int>& unit) const;
   TaskGraph out_;
   // References (handle() says what they are) by rank.
   std::map<std::string, std::vector<int64_t>> pieces_;  // tensor -> its pieces

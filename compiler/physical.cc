@@ -333,8 +333,8 @@ Status Expander::wire() {
   return {};
 }
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node) {
-  return Expander(graph, bucket_bytes, node).run();
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node, bool compress_gradients) {
+  return Expander(graph, bucket_bytes, node, compress_gradients).run();
 }
 
 }  // namespace rill::compiler

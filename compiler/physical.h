@@ -13,7 +13,9 @@
 // afterwards (the sink's inputs): read there directly, or through Send/Recv
 // pairs where a GPU holds an end (transfers.h). With `node` >= 0 only that node's tasks are stored (and every task
 // that may read across nodes: the sink, moves and readers of moves); the
-// rest are numbered alike on every node but not built (task_graph.h).
+// rest are numbered alike on every node but not built (task_graph.h). With
+// `compress_gradients` the all-reduces of variables' gradients across nodes
+// through host memory go in bf16 with error feedback (BoxingConf.compress).
 // Pure; any thread.
 #pragma once
 
@@ -22,6 +24,7 @@
 
 namespace rill::compiler {
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node = -1);
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node = -1,
+                           bool compress_gradients = false);
 
 }  // namespace rill::compiler

@@ -17,6 +17,26 @@ bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) con
          t->meta.bytes() < bucket_bytes_ && !read_by_boxing[b];
 }
 
+void Expander::mark_gradient_boxings() {
+  gradient_boxing_.assign(g_.boxings.size(), false);
+  for (const VariableNode& v : g_.variables)
+    for (int b = v.grad_boxing; b >= 0 && !gradient_boxing_[static_cast<size_t>(b)];
+         b = g_.boxings[static_cast<size_t>(b)].from)
+      gradient_boxing_[static_cast<size_t>(b)] = true;
+}
+
+bool Expander::compressed(const std::vector<int>& unit) const {
+  if (gradient_boxing_.empty()) return false;
+  for (int b : unit) {
+    const BoxingNode& box = g_.boxings[static_cast<size_t>(b)];
+    if (!gradient_boxing_[static_cast<size_t>(b)] || box.move() || box.reduce_op != 0 ||
+        at(box.placement).num_nodes() < 2 || !(box.in == NdSbp(Sbp::partial_sum())) ||
+        !(box.out == NdSbp(Sbp::broadcast())) || boxed_meta(g_, box).dtype != DType::kF32)
+      return false;
+  }
+  return true;
+}
+
 namespace {
 
 // The part of `logical` that rank `rank`'s communicator works on (its
@@ -280,6 +300,7 @@ Status Expander::add_boxings() {
         TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
         task.boxing().collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
         task.boxing().tensors = static_cast<int>(unit.size());
+        task.boxing().compress = compressed(unit) ? 1 : 0;
         task.inputs = boxing_inputs(unit, first, p.per_node());
         return task;
       });

@@ -103,8 +103,10 @@ std::string plan_json(const plan::Plan& p) {
                           {"collective", boxing_collective(in, out, b->num_nodes())},
                           {"logical_bytes", logical_bytes},
                           {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes(),
-                                                                           b->local_pieces())}};
+                                                                           b->local_pieces()) /
+                                                      (b->compress() == 1 ? 2 : 1)}};
         if (b->own()) task["boxing"]["own"] = true;  // each device from its own piece, on its thread
+        if (b->compress() == 1) task["boxing"]["compress"] = "bf16";  // gradients sent in bf16 (train.compression)
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
           task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";

@@ -145,6 +145,10 @@ struct TrainConfig {
   // every f32 matmul's inputs to 16 bits (f32 products, f32 everything
   // else); "tf32" is allow_tf32.
   Precision precision = Precision::kF32;
+  // How gradients' all-reduces across nodes travel (data parallelism):
+  // kBF16 sends each f32 gradient rounded to bf16, half the bytes, the
+  // rounding error kept and added to the next step's gradient.
+  Compression compression = Compression::kNone;
   // Dynamic loss scaling (compiler/gradient_norm.h), as PyTorch's GradScaler:
   // the loss's gradient starts at this scale (a power of two) and every
   // gradient is divided by it before the update; a step whose gradients

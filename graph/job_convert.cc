@@ -263,6 +263,7 @@ class Converter {
       mode(t->schedule(), "train.schedule", &train.schedule);
       mode(t->view(), "train.view", &train.view);
       mode(t->precision(), "train.precision", &train.precision);
+      mode(t->compression(), "train.compression", &train.compression);
       if (t->loss_scale()) train.loss_scale = *t->loss_scale();
       integer(t->loss_scale_window(), "train.loss_scale_window", "train.loss_scale_window", &train.loss_scale_window);
     }

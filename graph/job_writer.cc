@@ -520,6 +520,7 @@ class Writer {
         .add("zero", Node::scalar(t.zero ? "true" : "false"))
         .add("allow_tf32", Node::scalar(t.allow_tf32 ? "true" : "false"))
         .add("precision", word(t.precision))
+        .add("compression", word(t.compression))
         .add("loss_scale", number(t.loss_scale))
         .add("loss_scale_window", number(t.loss_scale_window))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))

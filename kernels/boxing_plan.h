@@ -47,6 +47,9 @@ struct BoxingPlan {
   size_t exchange_in_bytes = 0, exchange_out_bytes = 0;
   std::vector<size_t> send_counts, recv_counts;  // bytes per node (reduce-scatter: recv_counts in elements)
   size_t send_bytes = 0, recv_bytes = 0;         // the scratch: send buffer, then receive buffer
+  // An f32 all-reduce across nodes sent as bf16 with error feedback
+  // (plan.fbs BoxingConf.compress; actor/gradient_compression.h).
+  bool bf16_wire = false;
 
   int node_of(int rank) const { return rank / local; }
   // The exchange's collective and the scratch it needs in collectives of
