@@ -19,10 +19,23 @@ bool Expander::bucketable(size_t b, const std::vector<bool>& read_by_boxing) con
 
 void Expander::mark_gradient_boxings() {
   gradient_boxing_.assign(g_.boxings.size(), false);
-  for (const VariableNode& v : g_.variables)
-    for (int b = v.grad_boxing; b >= 0 && !gradient_boxing_[static_cast<size_t>(b)];
-         b = g_.boxings[static_cast<size_t>(b)].from)
+  auto mark = [&](int b) {
+    for (; b >= 0 && !gradient_boxing_[static_cast<size_t>(b)]; b = g_.boxings[static_cast<size_t>(b)].from)
       gradient_boxing_[static_cast<size_t>(b)] = true;
+  };
+  for (const VariableNode& v : g_.variables) {
+    mark(v.grad_boxing);
+    // With clipping or loss scaling the update reads the gradient through
+    // the compiler's own norm ops (compiler/gradient_norm.cc: an identity,
+    // then a product by the factor), whose input is where it is summed.
+    for (const LogicalTensor* t = v.grad.empty() ? nullptr : g_.find(v.grad);
+         t != nullptr && t->origin == TensorOrigin::kOp && t->producer >= 0;) {
+      const OpNode& op = g_.ops[static_cast<size_t>(t->producer)];
+      if (op.name.rfind("grad_norm/", 0) != 0 || op.inputs.empty()) break;
+      if (!op.input_boxing.empty()) mark(op.input_boxing[0]);
+      t = g_.find(op.inputs[0]);
+    }
+  }
 }
 
 bool Expander::compressed(const std::vector<int>& unit) const {

@@ -91,6 +91,17 @@ TEST_CASE("compression applies to the gradients' all-reduces across nodes, not t
     compressed += compress;
   }
   CHECK(compressed > 0);
+  // The GPT sample clips its gradients: the updates read them through the
+  // norm's ops, and the all-reduce before those is still a gradient's.
+  graph::Job gpt = testing::training_sample("samples/gpt/gpt_moby.json");
+  gpt.train.compression = graph::Compression::kBF16;
+  int gpt_compressed = 0;
+  for (const auto& [name, compress] : boxings(gpt, 2)) {
+    CAPTURE(name);
+    if (name.find("P->B") != std::string::npos) CHECK(compress == 1);
+    gpt_compressed += compress;
+  }
+  CHECK(gpt_compressed > 0);
   // Model parallel: fc2's partial sums (an activation) cross nodes P -> B
   // as they are; only gradients are rounded.
   graph::Job mp = testing::training_sample("samples/mlp/mlp_model_parallel.json");
