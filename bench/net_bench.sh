@@ -13,7 +13,11 @@
 # Then the all-reduce alone (bench/allreduce_bench.cc, one rank per node, over
 # the bed's links), sealed (a cluster key) and unsealed, 4 KiB up to what the
 # link carries in a few seconds: bus bandwidth as a share of the link's rate.
-#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce"]
+# Then the other modes against themselves unshaped: the MLP of
+# samples/mlp/mlp_stages.json as 2 pipeline stages on 2 nodes (4
+# micro-batches), and the MLP of bench/mlp_synthetic.json with 2 parameter
+# servers and 2 trainers (4 nodes, sync mode).
+#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce modes"]
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,28 +30,54 @@ port=19950
 # Steps per run at a rate: fewer where a step is mostly the link's time.
 steps_at() { case "$1" in 100mbit) echo 60 ;; *) echo 220 ;; esac; }
 
-# Inside the bed (netbed's command): agents up, then RUNS pairs of runs.
-inside() {
-  local runs=$1 steps=$2 compress=$3 tmp
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
+# Inside the bed (netbed's command): a keyed agent in each namespace, one
+# cpu device each; sets master and key, and tmp (removed by the caller).
+start_cluster() {
   "$rill" keygen "$tmp/cluster.key" > /dev/null
-  local key=(--key "$tmp/cluster.key") master="$NETBED_ADDR_0:$port"
-  for n in 0 1; do
+  key=(--key "$tmp/cluster.key")
+  master="$NETBED_ADDR_0:$port"
+  for ((n = 0; n < NETBED_NODES; ++n)); do
     local ns="NETBED_NS_$n"
     ${!ns} "$rill" agent --machines "$NETBED_MACHINES" --ctrl-port $port --rank $n "${key[@]}" --devices cpu:1 \
       --join-timeout 30 > "$tmp/agent$n.log" 2>&1 &
   done
-  local formed=0
   for ((i = 0; i < 150; ++i)); do
     if $NETBED_NS_0 "$rill" status --master "$master" "${key[@]}" 2> /dev/null | grep -q "up (master)" &&
        ! $NETBED_NS_0 "$rill" status --master "$master" "${key[@]}" 2> /dev/null | grep -Eq "joining|not joined"; then
-      formed=1
-      break
+      return 0
     fi
     sleep 0.2
   done
-  [ $formed = 1 ] || { echo "the cluster did not form:" >&2; cat "$tmp"/agent*.log >&2; return 1; }
+  echo "the cluster did not form:" >&2
+  cat "$tmp"/agent*.log >&2
+  return 1
+}
+
+stop_cluster() {
+  stop_cluster
+}
+
+# RUNS runs of one Rill job (submit's arguments after the job file's).
+jobs_inside() {
+  local runs=$1
+  shift
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  start_cluster
+  for ((r = 0; r < runs; ++r)); do
+    $NETBED_NS_0 "$rill" submit "$@" --master "$master" "${key[@]}" --result "$tmp/r.json" > /dev/null
+    echo "rate $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
+  done
+  stop_cluster
+}
+
+# RUNS pairs of runs: Rill and PyTorch DDP, and with COMPRESS both with
+# 16-bit gradients.
+inside() {
+  local runs=$1 steps=$2 compress=$3
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  start_cluster
   local warm=$((steps / 10)) timed=$((steps - steps / 10))
   # One pair of runs: Rill with train.compression $1, PyTorch with HOOK=$2.
   pair() {
@@ -113,11 +143,12 @@ allreduce_at() {
 
 case "${1:-}" in
   --inside) inside "$2" "$3" "$4"; exit ;;
+  --jobs-inside) shift; jobs_inside "$@"; exit ;;
 esac
 
 runs=${1:-3}
 rates=${2:-"none 10gbit 1gbit 100mbit"}
-parts=${3:-"ddp allreduce"}
+parts=${3:-"ddp allreduce modes"}
 [ -x "$rill" ] && [ -x "$netbed" ] || { echo "build first: ./dev build" >&2; exit 1; }
 echo "runs: $runs per rate; MLP 784-512-512-10, global batch 512, 2 nodes x 1 thread; torch BLAS: $openblas_dir"
 if [[ " $parts " == *" ddp "* ]]; then
@@ -142,5 +173,27 @@ if [[ " $parts " == *" allreduce "* ]]; then
   for rate in $rates; do
     echo "== all-reduce, 2 nodes, link: $rate"
     allreduce_at "$rate"
+  done
+fi
+if [[ " $parts " == *" modes "* ]]; then
+  declare -A base
+  for rate in $rates; do
+    [ "$rate" = 10gbit ] && continue
+    limit=()
+    [ "$rate" = none ] || limit=(--rate "$rate")
+    steps=$(steps_at "$rate")
+    for mode in pipeline pserver; do
+      if [ $mode = pipeline ]; then
+        out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --jobs-inside "$runs" samples/mlp/mlp_stages.json \
+          --steps "$steps" --set train.micro_batches=4)
+      else
+        out=$("$netbed" --nodes 4 "${limit[@]}" -- bash "$0" --jobs-inside "$runs" bench/mlp_synthetic.json \
+          --steps "$steps" --set train.batch_size=512 --set distributed.mode=pserver --set distributed.pservers=0,1)
+      fi
+      rates_now=$(awk '$1 == "rate" {print $2}' <<< "$out" | xargs)
+      [ "$rate" = none ] && base[$mode]=$rates_now
+      echo "== $mode, link: $rate ($steps steps a run)"
+      /usr/bin/python3 bench/summarize.py "$mode" "$rates_now" "unshaped" "${base[$mode]:-$rates_now}"
+    done
   done
 fi
