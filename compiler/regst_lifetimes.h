@@ -38,29 +38,45 @@
 // crosses threads, nodes or a copy keep bytes of their own. Tasks outside the actor protocol's plain
 // form (a laned variable picks its port sets itself) add no order.
 //
+// The analysis answers without a table of every pair of acts (which grew
+// as the square of the node's tasks). In a topological order of the graph
+// (compiler/unrolled_acts.h: step by step, task by task) the starts of a
+// thread's productions are ranked; for every act, the ranks after it that
+// it does not precede are kept as runs, each act's made of its successors'
+// by intersection (few runs where a thread's work is a chain). Production
+// x then spans [the rank of its start, until(x)), until(x) the first rank
+// from which every start is preceded by all of x's ends: two productions
+// whose spans do not meet are ordered, so only slots with spans that meet
+// (found by a sweep) are put to the chain test above, which a run lookup
+// answers. The slots found live together are exactly those of the test
+// over every pair (tests/compiler/regst_lifetimes_test.cc holds them to a
+// plain search of the graph). The work is the runs, the spans that meet
+// and the slots compared: near-linear where few slots of a thread may be
+// live at once; where many are, the answer itself is that large (on one
+// device every weight gradient waits for its update, which the protocol
+// leaves unordered against the rest of the backward and the next forward).
+//
 // Pure; the analysis of a node plan and of the whole plan for that node
 // agree (both see the node's tasks and the full consumer lists of the
 // regsts they write).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "compiler/plan_generated.h"
 
 namespace rill::compiler {
 
+struct UnrolledActs;
+
 class RegstLifetimes {
  public:
   // Node `node`'s regsts in a verified plan (whole or node plan).
   static RegstLifetimes analyze(const plan::Plan& plan, int node);
-  RegstLifetimes() = default;
-  // Moves keep each Info's pointer into reach_ (a map's nodes stay put); a copy would not.
-  RegstLifetimes(RegstLifetimes&&) = default;
-  RegstLifetimes& operator=(RegstLifetimes&&) = default;
-  RegstLifetimes(const RegstLifetimes&) = delete;
-  RegstLifetimes& operator=(const RegstLifetimes&) = delete;
 
   // Whether `regst`'s slots may share bytes with other slots of its thread.
   bool shareable(int64_t regst) const { return index_.contains(regst); }
@@ -79,32 +95,60 @@ class RegstLifetimes {
     auto it = index_.find(regst);
     return it == index_.end() ? -1 : it->second;
   }
-  bool apart_at(int a, int slot_a, int b, int slot_b) const;
+  bool apart_at(int a, int slot_a, int b, int slot_b) const { return apart_at(a, slot_a, b, slot_b, nullptr); }
+
+  // Every shareable slot as a unit, numbered from 0: slot `slot` of the
+  // regst at `index` is unit(index, slot).
+  int unit(int index, int slot) const { return infos_[static_cast<size_t>(index)].first_unit + slot; }
+  int units() const { return static_cast<int>(unit_index_.size()); }
+  // A unit's regst and slot.
+  std::pair<int64_t, int> slot_of(int unit) const;
+  // The pairs of `thread`'s units that may be live at once (not apart),
+  // each once, the smaller unit first, in order.
+  const std::vector<std::pair<int, int>>& live_together(uint64_t thread) const;
+  // Units of work the analysis took: acts and orders of the unrolled
+  // graph, runs made, spans met, ends looked up; grows as the node's tasks
+  // where few slots of a thread may be live at once
+  // (tests/compiler/plan_scale_test.cc).
+  int64_t work() const { return work_; }
 
  private:
+  struct Run {
+    uint32_t begin, end;  // ranks [begin, end)
+  };
+  // An end act: the first rank after it, and the ranks after it that it
+  // does not precede (gaps_[first, first + count), ascending runs).
+  struct Row {
+    uint32_t after, first, count;
+  };
   struct Production {
-    uint32_t start = 0;          // its first write: a target of its thread
-    std::vector<uint32_t> ends;  // each reader's last read: rows of its thread
+    uint32_t start = 0;  // its first write's rank among its thread's starts
+    uint32_t until = 0;  // from this rank on every start is preceded by all its ends
+    uint32_t first_end = 0, ends = 0;  // rows ends_[first_end, first_end + ends): each reader's last read
   };
-  struct Reach;
   struct Info {
+    int64_t regst = 0;
     uint64_t thread = 0;
-    std::vector<std::vector<Production>> slots;  // by slot: its productions of two periods, in order
-    const Reach* reach = nullptr;                // its thread's
+    int slots = 0;
+    int first_unit = 0;
+    uint32_t first_production = 0, productions = 0;  // production n of two periods in slot n % slots
   };
-  // Per thread: for each end event (row), the targets it precedes, as bits.
-  struct Reach {
-    size_t words = 0;
-    std::vector<uint64_t> bits;  // rows x words
-    bool precedes(uint32_t row, uint32_t target) const {
-      return (bits[row * words + target / 64] >> (target % 64)) & 1;
-    }
-  };
-  bool before(const Reach& reach, const Production& a, const Production& b) const;
+  class ThreadPass;
+
+  bool apart_at(int a, int slot_a, int b, int slot_b, int64_t* work) const;
+  bool precedes(uint32_t row, uint32_t rank, int64_t* work) const;
+  bool before(const Production& a, const Production& b, int64_t* work) const;
+  void find_live_together(uint64_t thread, uint32_t first_info);
 
   std::vector<Info> infos_;
   std::unordered_map<int64_t, int> index_;  // regst id -> position in infos_
-  std::unordered_map<uint64_t, Reach> reach_;
+  std::vector<int> unit_index_;             // unit -> position in infos_
+  std::vector<Production> productions_;
+  std::vector<uint32_t> ends_;
+  std::vector<Row> rows_;
+  std::vector<Run> gaps_;
+  std::map<uint64_t, std::vector<std::pair<int, int>>> live_;  // by thread
+  int64_t work_ = 0;
 };
 
 }  // namespace rill::compiler
