@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -11,6 +10,7 @@
 #include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
 #include "compiler/regst_lifetimes.h"
+#include "compiler/slot_packing.h"
 #include "kernels/op.h"
 
 namespace rill::compiler {
@@ -38,50 +38,19 @@ using Unit = std::pair<int64_t, int>;  // (regst, slot)
 
 // One group's slots (a thread's, in one zone), largest first (then by
 // regst and slot), each at the lowest offset clear of every slot placed
-// before it that it may be live with: only the pairs the lifetimes call
-// live together are looked at. Sorts `units` so; returns their offsets
-// from the group's start.
+// before it that it may be live with (compiler/slot_packing.h). Sorts
+// `units` so; returns their offsets from the group's start.
 std::vector<int64_t> pack(const RegstLifetimes& lifetimes, uint64_t thread, std::vector<Unit>& units,
                           const MemoryPlan& out, int64_t* work) {
-  auto size = [&](const Unit& u) { return out.regsts.at(u.first).slot_size; };
   std::vector<std::pair<int64_t, Unit>> sized;
-  for (const Unit& u : units) sized.emplace_back(-size(u), u);
+  for (const Unit& u : units) sized.emplace_back(-out.regsts.at(u.first).slot_size, u);
   std::sort(sized.begin(), sized.end());
-  std::vector<int> place(static_cast<size_t>(lifetimes.units()), -1);  // unit -> place in the order
+  std::vector<std::pair<int, int64_t>> order;  // (unit, bytes)
   for (size_t i = 0; i < sized.size(); ++i) {
     units[i] = sized[i].second;
-    place[static_cast<size_t>(lifetimes.unit(lifetimes.index(units[i].first), units[i].second))] = static_cast<int>(i);
+    order.emplace_back(lifetimes.unit(lifetimes.index(units[i].first), units[i].second), -sized[i].first);
   }
-  // For each slot, those placed before it that it may be live with.
-  std::vector<std::pair<int, int>> earlier;  // (later place, earlier place)
-  for (const auto& [a, b] : lifetimes.live_together(thread)) {
-    const int pa = place[static_cast<size_t>(a)], pb = place[static_cast<size_t>(b)];
-    if (pa >= 0 && pb >= 0) earlier.emplace_back(std::max(pa, pb), std::min(pa, pb));
-  }
-  std::sort(earlier.begin(), earlier.end());
-  struct Span {
-    int64_t begin, end;
-  };
-  std::vector<int64_t> at(units.size(), 0);
-  std::vector<Span> taken;
-  size_t k = 0;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const int64_t bytes = -sized[i].first;
-    taken.clear();
-    for (; k < earlier.size() && earlier[k].first == static_cast<int>(i); ++k) {
-      const auto j = static_cast<size_t>(earlier[k].second);
-      taken.push_back({at[j], at[j] - sized[j].first});
-    }
-    std::sort(taken.begin(), taken.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
-    int64_t offset = 0;
-    for (const Span& t : taken) {
-      if (t.begin >= offset + bytes) break;
-      offset = std::max(offset, t.end);
-    }
-    at[i] = offset;
-  }
-  if (work != nullptr) *work += static_cast<int64_t>(units.size() + 2 * earlier.size());
-  return at;
+  return pack_slots(lifetimes, thread, order, work);
 }
 
 }  // namespace
@@ -302,8 +271,8 @@ std::optional<std::pair<SlotSpan, SlotSpan>> overlap_across(const std::vector<Sl
 
 // Slots may overlap only where the plan reuses memory and the lifetimes
 // say they are never live at once: slots of two threads, or of a regst
-// that may not share, never; two of one thread only when they are not in
-// the pairs the lifetimes call live together.
+// that may not share, never; two of one thread only when they may not be
+// live at once (compiler/slot_packing.h).
 Status check_overlaps(const plan::Plan& plan, int node, std::vector<std::vector<SlotSpan>>& by_block, int64_t* work) {
   bool any = false;
   for (auto& spans : by_block) {
@@ -322,24 +291,21 @@ Status check_overlaps(const plan::Plan& plan, int node, std::vector<std::vector<
     return lifetimes.shareable(s.regst) ? std::pair{lifetimes.thread_of(s.regst), static_cast<const SlotSpan*>(nullptr)}
                                         : std::pair{uint64_t{0}, &s};
   };
-  std::vector<std::pair<int, const SlotSpan*>> of_unit(static_cast<size_t>(lifetimes.units()), {-1, nullptr});
-  std::set<uint64_t> threads;
-  for (size_t b = 0; b < by_block.size(); ++b) {
-    if (auto met = overlap_across(by_block[b], key)) return live_at_once(met->first, met->second);
-    for (const SlotSpan& s : by_block[b]) {
-      const int index = lifetimes.index(s.regst);
-      if (index < 0) continue;
-      of_unit[static_cast<size_t>(lifetimes.unit(index, s.slot))] = {static_cast<int>(b), &s};
-      threads.insert(lifetimes.thread_of(s.regst));
-    }
+  for (const auto& spans : by_block) {
+    if (auto met = overlap_across(spans, key)) return live_at_once(met->first, met->second);
+    std::map<uint64_t, std::vector<PlacedSlot>> by_thread;
+    for (const SlotSpan& s : spans)
+      if (const int index = lifetimes.index(s.regst); index >= 0)
+        by_thread[lifetimes.thread_of(s.regst)].push_back({lifetimes.unit(index, s.slot), s.begin, s.end});
+    for (const auto& [thread, slots] : by_thread)
+      if (auto met = overlap_live(lifetimes, thread, slots, work)) {
+        auto span = [&](const PlacedSlot& p) {
+          const auto [regst, slot] = lifetimes.slot_of(p.unit);
+          return SlotSpan{p.begin, p.end, regst, slot};
+        };
+        return live_at_once(span(met->first), span(met->second));
+      }
   }
-  for (uint64_t thread : threads)
-    for (const auto& [a, b] : lifetimes.live_together(thread)) {
-      const auto& [block_a, sa] = of_unit[static_cast<size_t>(a)];
-      const auto& [block_b, sb] = of_unit[static_cast<size_t>(b)];
-      if (block_a >= 0 && block_a == block_b && sa->begin < sb->end && sb->begin < sa->end)
-        return live_at_once(*sa, *sb);
-    }
   return {};
 }
 

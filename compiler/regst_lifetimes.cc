@@ -8,12 +8,12 @@ namespace rill::compiler {
 
 // One thread's pass: ranks its productions' starts in the order, finds
 // for every act the later starts it does not precede, and records the
-// thread's productions with their end rows.
+// thread's productions with their live() runs.
 class RegstLifetimes::ThreadPass {
  public:
   ThreadPass(const UnrolledActs& acts, RegstLifetimes& out)
       : acts_(acts), out_(out), rank_(acts.events, kNone), after_(acts.events),
-        first_(acts.events), count_(acts.events, 0), row_(acts.events, kNone) {}
+        first_(acts.events), count_(acts.events, 0) {}
 
   // The shared regsts [begin, end) of acts.shared, all of one thread.
   void run(size_t begin, size_t end) {
@@ -45,9 +45,10 @@ class RegstLifetimes::ThreadPass {
       after_[e] = seen;
     }
     targets_ = seen;
+    out_.ranks_[acts_.shared[begin].thread] = seen;
   }
 
-  // The first rank before which `e` is placed, itself excluded.
+  // The starts placed before `e` (not counting e itself).
   uint32_t before_rank(Event e) const { return after_[e] - (rank_[e] != kNone ? 1 : 0); }
 
   // For each act from the last start back to the first (before it no act
@@ -97,7 +98,7 @@ class RegstLifetimes::ThreadPass {
     gaps_.swap(both_);
   }
 
-  // The thread's regsts, their productions and their end rows.
+  // The thread's regsts and their productions.
   void record(size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       const UnrolledActs::Shared& shared = acts_.shared[i];
@@ -111,30 +112,30 @@ class RegstLifetimes::ThreadPass {
       out_.index_[info.regst] = static_cast<int>(out_.infos_.size());
       for (int s = 0; s < info.slots; ++s) out_.unit_index_.push_back(static_cast<int>(out_.infos_.size()));
       out_.infos_.push_back(info);
-      for (const UnrolledActs::Production& p : shared.productions) {
-        Production q;
-        q.start = rank_[p.start];
-        q.first_end = static_cast<uint32_t>(out_.ends_.size());
-        q.ends = static_cast<uint32_t>(p.ends.size());
-        q.until = q.start + 1;
-        for (Event e : p.ends) {
-          const uint32_t row = row_of(e);
-          out_.ends_.push_back(row);
-          const Row& r = out_.rows_[row];
-          q.until = std::max(q.until, r.count == 0 ? r.after : out_.gaps_[r.first + r.count - 1].end);
-        }
-        out_.productions_.push_back(q);
-      }
+      for (const UnrolledActs::Production& p : shared.productions) out_.productions_.push_back(live(p));
     }
   }
 
-  uint32_t row_of(Event e) {
-    if (row_[e] != kNone) return row_[e];
-    row_[e] = static_cast<uint32_t>(out_.rows_.size());
-    out_.rows_.push_back({after_[e], static_cast<uint32_t>(out_.gaps_.size()), count_[e]});
-    out_.gaps_.insert(out_.gaps_.end(), arena_.begin() + first_[e], arena_.begin() + first_[e] + count_[e]);
-    touched_.push_back(e);
-    return row_[e];
+  // live(p): from its start to each end's place, and each end's gaps.
+  Production live(const UnrolledActs::Production& p) {
+    Production q;
+    q.start = rank_[p.start];
+    runs_.clear();
+    for (Event e : p.ends) {
+      runs_.push_back({q.start, after_[e]});
+      runs_.insert(runs_.end(), arena_.begin() + first_[e], arena_.begin() + first_[e] + count_[e]);
+    }
+    std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.begin < b.begin; });
+    q.first_run = static_cast<uint32_t>(out_.runs_.size());
+    for (const Run& r : runs_) {
+      if (out_.runs_.size() > q.first_run && out_.runs_.back().end >= r.begin)
+        out_.runs_.back().end = std::max(out_.runs_.back().end, r.end);
+      else
+        out_.runs_.push_back(r);
+    }
+    q.runs = static_cast<uint32_t>(out_.runs_.size()) - q.first_run;
+    out_.work_ += static_cast<int64_t>(runs_.size());
+    return q;
   }
 
   // Ready for the next thread.
@@ -144,16 +145,13 @@ class RegstLifetimes::ThreadPass {
       rank_[e] = kNone;
       count_[e] = 0;
     }
-    for (Event e : touched_) row_[e] = kNone;
-    touched_.clear();
     arena_.clear();
   }
 
   const UnrolledActs& acts_;
   RegstLifetimes& out_;
-  std::vector<uint32_t> rank_, after_, first_, count_, row_;  // by event
-  std::vector<Run> arena_, gaps_, unless_, both_;
-  std::vector<Event> touched_;
+  std::vector<uint32_t> rank_, after_, first_, count_;  // by event
+  std::vector<Run> arena_, gaps_, unless_, both_, runs_;
   uint32_t targets_ = 0, lo_ = 0, hi_ = 0;  // starts; the first and last one's place in the order
 };
 
@@ -166,51 +164,10 @@ RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
   for (size_t begin = 0; begin < acts.shared.size();) {
     size_t end = begin;
     while (end < acts.shared.size() && acts.shared[end].thread == acts.shared[begin].thread) ++end;
-    const auto first_info = static_cast<uint32_t>(out.infos_.size());
     pass.run(begin, end);
-    out.find_live_together(acts.shared[begin].thread, first_info);
     begin = end;
   }
   return out;
-}
-
-// Slots whose productions' spans meet, by a sweep over the starts' ranks;
-// each such pair put to the chain test.
-void RegstLifetimes::find_live_together(uint64_t thread, uint32_t first_info) {
-  struct Span {
-    uint32_t start, until;
-    int unit;
-  };
-  std::vector<Span> spans;
-  for (size_t i = first_info; i < infos_.size(); ++i) {
-    const Info& info = infos_[i];
-    for (uint32_t n = 0; n < info.productions; ++n) {
-      const Production& p = productions_[info.first_production + n];
-      spans.push_back({p.start, p.until, info.first_unit + static_cast<int>(n % static_cast<uint32_t>(info.slots))});
-    }
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
-  std::vector<Span> open;
-  std::vector<uint64_t> met;  // unit pairs, smaller first
-  for (const Span& s : spans) {
-    work_ += 1 + static_cast<int64_t>(open.size());
-    std::erase_if(open, [&](const Span& o) { return o.until <= s.start; });
-    for (const Span& o : open)
-      if (o.unit != s.unit)
-        met.push_back(static_cast<uint64_t>(std::min(o.unit, s.unit)) << 32 | static_cast<uint32_t>(std::max(o.unit, s.unit)));
-    open.push_back(s);
-  }
-  std::sort(met.begin(), met.end());
-  met.erase(std::unique(met.begin(), met.end()), met.end());
-  std::vector<std::pair<int, int>>& live = live_[thread];
-  for (uint64_t pair : met) {
-    const int a = static_cast<int>(pair >> 32), b = static_cast<int>(pair & 0xffffffffu);
-    const int ia = unit_index_[static_cast<size_t>(a)], ib = unit_index_[static_cast<size_t>(b)];
-    if (!apart_at(ia, a - infos_[static_cast<size_t>(ia)].first_unit, ib, b - infos_[static_cast<size_t>(ib)].first_unit,
-                  &work_))
-      live.emplace_back(a, b);
-  }
-  work_ += static_cast<int64_t>(met.size());
 }
 
 int RegstLifetimes::slots(int64_t regst) const {
@@ -223,36 +180,39 @@ std::pair<int64_t, int> RegstLifetimes::slot_of(int unit) const {
   return {info.regst, unit - info.first_unit};
 }
 
-const std::vector<std::pair<int, int>>& RegstLifetimes::live_together(uint64_t thread) const {
-  static const std::vector<std::pair<int, int>> none;
-  auto it = live_.find(thread);
-  return it == live_.end() ? none : it->second;
+uint32_t RegstLifetimes::ranks(uint64_t thread) const {
+  auto it = ranks_.find(thread);
+  return it == ranks_.end() ? 0 : it->second;
 }
 
-// Whether the act of `row` precedes the start ranked `rank`: a rank after
-// it, in none of its gaps.
-bool RegstLifetimes::precedes(uint32_t row, uint32_t rank, int64_t* work) const {
-  const Row& r = rows_[row];
-  if (rank < r.after) return false;
-  const Run* begin = gaps_.data() + r.first;
-  const Run* end = begin + r.count;
-  const Run* gap = std::upper_bound(begin, end, rank, [](uint32_t x, const Run& g) { return x < g.begin; });
-  if (work != nullptr) ++*work;
-  return gap == begin || (gap - 1)->end <= rank;
+int RegstLifetimes::productions(int unit) const {
+  const Info& info = infos_[static_cast<size_t>(unit_index_[static_cast<size_t>(unit)])];
+  const auto slot = static_cast<uint32_t>(unit - info.first_unit), slots = static_cast<uint32_t>(info.slots);
+  return static_cast<int>((info.productions - slot + slots - 1) / slots);
 }
 
-bool RegstLifetimes::before(const Production& a, const Production& b, int64_t* work) const {
-  if (b.start >= a.until) return true;
-  for (uint32_t k = a.first_end; k < a.first_end + a.ends; ++k)
-    if (!precedes(ends_[k], b.start, work)) return false;
-  return true;
+RegstLifetimes::Live RegstLifetimes::production(int unit, int k) const {
+  const Info& info = infos_[static_cast<size_t>(unit_index_[static_cast<size_t>(unit)])];
+  const Production& p =
+      productions_[info.first_production + static_cast<uint32_t>(unit - info.first_unit + k * info.slots)];
+  return {p.start, std::span<const Run>(runs_.data() + p.first_run, p.runs)};
+}
+
+// Whether b's start is ranked at or after a's, outside live(a): every
+// reader's last read of a precedes it.
+bool RegstLifetimes::before(const Production& a, const Production& b) const {
+  if (b.start < a.start) return false;
+  const Run* begin = runs_.data() + a.first_run;
+  const Run* end = begin + a.runs;
+  const Run* run = std::upper_bound(begin, end, b.start, [](uint32_t x, const Run& r) { return x < r.begin; });
+  return run == begin || (run - 1)->end <= b.start;
 }
 
 bool RegstLifetimes::apart(int64_t a, int slot_a, int64_t b, int slot_b) const {
   return apart_at(index(a), slot_a, index(b), slot_b);
 }
 
-bool RegstLifetimes::apart_at(int a, int slot_a, int b, int slot_b, int64_t* work) const {
+bool RegstLifetimes::apart_at(int a, int slot_a, int b, int slot_b) const {
   if (a < 0 || b < 0 || (a == b && slot_a == slot_b)) return false;
   const Info& ia = infos_[static_cast<size_t>(a)];
   const Info& ib = infos_[static_cast<size_t>(b)];
@@ -267,9 +227,9 @@ bool RegstLifetimes::apart_at(int a, int slot_a, int b, int slot_b, int64_t* wor
   const auto step_a = static_cast<uint32_t>(ia.slots), step_b = static_cast<uint32_t>(ib.slots);
   uint32_t i = static_cast<uint32_t>(slot_a), j = static_cast<uint32_t>(slot_b);
   while (i < ia.productions || j < ib.productions) {
-    if (i < ia.productions && (j >= ib.productions || before(pa[i], pb[j], work))) {
+    if (i < ia.productions && (j >= ib.productions || before(pa[i], pb[j]))) {
       i += step_a;
-    } else if (j < ib.productions && (i >= ia.productions || before(pb[j], pa[i], work))) {
+    } else if (j < ib.productions && (i >= ia.productions || before(pb[j], pa[i]))) {
       j += step_b;
     } else {
       return false;

@@ -41,20 +41,20 @@
 // The analysis answers without a table of every pair of acts (which grew
 // as the square of the node's tasks). In a topological order of the graph
 // (compiler/unrolled_acts.h: step by step, task by task) the starts of a
-// thread's productions are ranked; for every act, the ranks after it that
-// it does not precede are kept as runs, each act's made of its successors'
-// by intersection (few runs where a thread's work is a chain). Production
-// x then spans [the rank of its start, until(x)), until(x) the first rank
-// from which every start is preceded by all of x's ends: two productions
-// whose spans do not meet are ordered, so only slots with spans that meet
-// (found by a sweep) are put to the chain test above, which a run lookup
-// answers. The slots found live together are exactly those of the test
-// over every pair (tests/compiler/regst_lifetimes_test.cc holds them to a
-// plain search of the graph). The work is the runs, the spans that meet
-// and the slots compared: near-linear where few slots of a thread may be
-// live at once; where many are, the answer itself is that large (on one
-// device every weight gradient waits for its update, which the protocol
-// leaves unordered against the rest of the backward and the next forward).
+// thread's productions are ranked; for every act, the ranks after it of
+// the starts it does not precede are kept as ascending runs, each act's
+// found from its successors' by intersection (few runs where what a step
+// makes comes together in the order). A production x is live with the
+// starts ranked from its own to the last of its readers' last reads, and
+// with those each reader's last read does not precede: live(x), a few
+// runs. A production whose start is ranked at or after x's is acked after
+// x exactly when that rank is outside live(x), so two slots may be live
+// at once exactly when a start of one of their productions falls in
+// live() of one of the other's. memory_plan packs and checks slots by that
+// (compiler/slot_packing.h) without listing pairs: those grow as the
+// square of the layers wherever forward values wait for the backward.
+// tests/compiler/memory_plan_reference_test.cc holds both the relation
+// and apart to the test over every pair by plain reachability.
 //
 // Pure; the analysis of a node plan and of the whole plan for that node
 // agree (both see the node's tasks and the full consumer lists of the
@@ -63,6 +63,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -95,7 +96,7 @@ class RegstLifetimes {
     auto it = index_.find(regst);
     return it == index_.end() ? -1 : it->second;
   }
-  bool apart_at(int a, int slot_a, int b, int slot_b) const { return apart_at(a, slot_a, b, slot_b, nullptr); }
+  bool apart_at(int a, int slot_a, int b, int slot_b) const;
 
   // Every shareable slot as a unit, numbered from 0: slot `slot` of the
   // regst at `index` is unit(index, slot).
@@ -103,28 +104,29 @@ class RegstLifetimes {
   int units() const { return static_cast<int>(unit_index_.size()); }
   // A unit's regst and slot.
   std::pair<int64_t, int> slot_of(int unit) const;
-  // The pairs of `thread`'s units that may be live at once (not apart),
-  // each once, the smaller unit first, in order.
-  const std::vector<std::pair<int, int>>& live_together(uint64_t thread) const;
-  // Units of work the analysis took: acts and orders of the unrolled
-  // graph, runs made, spans met, ends looked up; grows as the node's tasks
-  // where few slots of a thread may be live at once
-  // (tests/compiler/plan_scale_test.cc).
-  int64_t work() const { return work_; }
-
- private:
+  // The starts of a thread's productions are ranked 0 .. ranks(thread) - 1.
+  uint32_t ranks(uint64_t thread) const;
   struct Run {
     uint32_t begin, end;  // ranks [begin, end)
   };
-  // An end act: the first rank after it, and the ranks after it that it
-  // does not precede (gaps_[first, first + count), ascending runs).
-  struct Row {
-    uint32_t after, first, count;
+  // A production: its start's rank and live(), ascending runs (the first
+  // begins at the start).
+  struct Live {
+    uint32_t start;
+    std::span<const Run> runs;
   };
+  // Unit `unit`'s productions of two periods, in order.
+  int productions(int unit) const;
+  Live production(int unit, int k) const;
+  // Units of work the analysis took: acts and orders of the unrolled
+  // graph, runs made and merged; grows as the node's tasks times their
+  // runs (tests/compiler/plan_scale_test.cc).
+  int64_t work() const { return work_; }
+
+ private:
   struct Production {
-    uint32_t start = 0;  // its first write's rank among its thread's starts
-    uint32_t until = 0;  // from this rank on every start is preceded by all its ends
-    uint32_t first_end = 0, ends = 0;  // rows ends_[first_end, first_end + ends): each reader's last read
+    uint32_t start = 0;               // its first write's rank among its thread's starts
+    uint32_t first_run = 0, runs = 0;  // live(): runs_[first_run, first_run + runs)
   };
   struct Info {
     int64_t regst = 0;
@@ -135,19 +137,14 @@ class RegstLifetimes {
   };
   class ThreadPass;
 
-  bool apart_at(int a, int slot_a, int b, int slot_b, int64_t* work) const;
-  bool precedes(uint32_t row, uint32_t rank, int64_t* work) const;
-  bool before(const Production& a, const Production& b, int64_t* work) const;
-  void find_live_together(uint64_t thread, uint32_t first_info);
+  bool before(const Production& a, const Production& b) const;
 
   std::vector<Info> infos_;
   std::unordered_map<int64_t, int> index_;  // regst id -> position in infos_
   std::vector<int> unit_index_;             // unit -> position in infos_
   std::vector<Production> productions_;
-  std::vector<uint32_t> ends_;
-  std::vector<Row> rows_;
-  std::vector<Run> gaps_;
-  std::map<uint64_t, std::vector<std::pair<int, int>>> live_;  // by thread
+  std::vector<Run> runs_;
+  std::map<uint64_t, uint32_t> ranks_;  // by thread
   int64_t work_ = 0;
 };
 
