@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
+#include <queue>
 
 namespace rill::compiler {
 
@@ -61,18 +63,34 @@ void PlacedSlots::gather(int unit) {
   gathered_.erase(std::unique(gathered_.begin(), gathered_.end()), gathered_.end());
 }
 
+// The spans of the gathered sets by their begins, as a scan of all of
+// them sorted would take them: while one begins less than `bytes` past the
+// offset so far, the offset moves to its end. The sets wait in a heap by
+// their next span's begin; a set's spans that begin so close are taken at
+// once, by bisection (many where its spans leave gaps too small).
 int64_t PlacedSlots::lowest(int unit, int64_t bytes) {
   gather(unit);
-  // Past every span met: no lower offset is clear of it.
+  using Next = std::pair<int64_t, std::pair<const Spans*, size_t>>;  // (begin, (set, span))
+  std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+  for (const Spans* set : gathered_)
+    if (!set->spans.empty()) next.push({set->spans[0].begin, {set, 0}});
   int64_t offset = 0;
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (const Spans* set : gathered_)
-      for (const Span* s = set->meeting(offset, offset + bytes); s != nullptr; s = set->meeting(offset, offset + bytes)) {
-        ++*work_;
-        offset = s->end;
-        moved = true;
+  while (!next.empty() && next.top().first < offset + bytes) {
+    const auto [set, first] = next.top().second;
+    next.pop();
+    const std::vector<Span>& spans = set->spans;
+    for (size_t i = first;;) {
+      ++*work_;
+      const auto past = std::lower_bound(spans.begin() + static_cast<std::ptrdiff_t>(i), spans.end(), offset + bytes,
+                                         [](const Span& x, int64_t v) { return x.begin < v; });
+      const auto j = static_cast<size_t>(past - spans.begin());
+      if (j == i) {
+        if (j < spans.size()) next.push({spans[j].begin, {set, j}});
+        break;
       }
+      offset = std::max(offset, spans[j - 1].end);  // coalesced: the ends ascend too
+      i = j;
+    }
   }
   *work_ += static_cast<int64_t>(gathered_.size());
   return offset;

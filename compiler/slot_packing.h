@@ -11,9 +11,13 @@
 // live() runs (the nodes that cover a run). The bytes a new slot may not
 // take are those of the nodes covering its productions' runs in the first
 // tree and of the nodes above its starts in the second: O(log ranks) sets
-// a production, each searched by bisection. The lowest clear offset of
-// those sets is the one the packing over every placed slot finds (merging
-// touching spans clears no offset), so the offsets are the same.
+// a production. Their spans, merged by begin, give the lowest clear
+// offset as the packing's scan over every placed slot gave it (merging
+// touching spans clears no offset), so the offsets are the same. The
+// merge walks the spans below that offset: few where slots live at once
+// stack up within one node (coalesced), as many as the stack where its
+// slots' starts lie in many nodes (a transformer's activations with
+// micro-batches: docs/STATUS_CPU.md, compile scale).
 // Internal to memory_plan; any thread.
 #pragma once
 
