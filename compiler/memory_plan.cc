@@ -10,6 +10,7 @@
 #include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
 #include "compiler/regst_lifetimes.h"
+#include "compiler/slot_packing.h"
 #include "kernels/op.h"
 
 namespace rill::compiler {
@@ -33,6 +34,25 @@ MemoryZone zone_of(const plan::RegstDesc& r, int node) {
 // Orders zones: host, page-locked host, then GPUs by index.
 int zone_rank(const MemoryZone& z) { return z.kind == MemoryZone::kDevice ? 2 + z.device : z.kind; }
 
+using Unit = std::pair<int64_t, int>;  // (regst, slot)
+
+// One group's slots (a thread's, in one zone), largest first (then by
+// regst and slot), each at the lowest offset clear of every slot placed
+// before it that it may be live with (compiler/slot_packing.h). Sorts
+// `units` so; returns their offsets from the group's start.
+std::vector<int64_t> pack(const RegstLifetimes& lifetimes, uint64_t thread, std::vector<Unit>& units,
+                          const MemoryPlan& out, int64_t* work) {
+  std::vector<std::pair<int64_t, Unit>> sized;
+  for (const Unit& u : units) sized.emplace_back(-out.regsts.at(u.first).slot_size, u);
+  std::sort(sized.begin(), sized.end());
+  std::vector<std::pair<int, int64_t>> order;  // (unit, bytes)
+  for (size_t i = 0; i < sized.size(); ++i) {
+    units[i] = sized[i].second;
+    order.emplace_back(lifetimes.unit(lifetimes.index(units[i].first), units[i].second), -sized[i].first);
+  }
+  return pack_slots(lifetimes, thread, order, work);
+}
+
 }  // namespace
 
 std::string MemoryZone::to_string() const {
@@ -44,7 +64,7 @@ std::string MemoryZone::to_string() const {
   return "?";
 }
 
-StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
+StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node, int64_t* work) {
   std::map<int, MemoryBlock> blocks;  // by zone rank
   auto block = [&](const MemoryZone& zone) -> MemoryBlock& {
     MemoryBlock& b = blocks[zone_rank(zone)];
@@ -103,12 +123,12 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
   std::sort(needed.begin(), needed.end());
   needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
   const RegstLifetimes lifetimes = plan.reuse_memory() ? RegstLifetimes::analyze(plan, node) : RegstLifetimes{};
+  if (work != nullptr) *work += lifetimes.work();
   MemoryPlan out;
   std::map<int, int> index_of;  // zone rank -> position in out.blocks, set below
   std::vector<std::pair<int64_t, MemoryZone>> placed;
   // Slots that may share bytes, by (zone rank, thread): placed after the
   // zone's other slots, group by group.
-  using Unit = std::pair<int64_t, int>;  // (regst, slot)
   std::map<std::pair<int, uint64_t>, std::vector<Unit>> shared;
   for (int64_t id : needed) {
     const plan::RegstDesc* r = find_regst(plan, id);
@@ -135,44 +155,16 @@ StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node) {
     for (int slot = 0; slot < m.slots; ++slot) m.offsets[static_cast<size_t>(slot)] = b.slot_bytes + slot * m.slot_size;
     b.slot_bytes += m.slot_size * m.slots;
   }
-  // Each group's slots packed from its zone's end: largest first, each at
-  // the lowest offset clear of every placed slot it may be live with.
+  // Each group's slots packed from its zone's end.
   for (auto& [key, units] : shared) {
     MemoryBlock& b = blocks[key.first];
-    std::sort(units.begin(), units.end(), [&](const Unit& x, const Unit& y) {
-      const int64_t sx = out.regsts[x.first].slot_size, sy = out.regsts[y.first].slot_size;
-      return sx != sy ? sx > sy : x < y;
-    });
-    struct Span {
-      int64_t begin, end;
-    };
-    struct Member {
-      Unit unit;
-      int index;  // the regst's in lifetimes
-      Span span;  // its bytes from the group's start
-    };
-    std::vector<Member> group;
-    std::vector<Span> taken;
+    const std::vector<int64_t> at = pack(lifetimes, key.second, units, out, work);
     int64_t extent = 0;
-    for (const Unit& unit : units) {
-      const int64_t size = out.regsts[unit.first].slot_size;
-      const int index = lifetimes.index(unit.first);
-      taken.clear();
-      for (const Member& other : group)
-        if (!lifetimes.apart_at(index, unit.second, other.index, other.unit.second)) taken.push_back(other.span);
-      std::sort(taken.begin(), taken.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
-      int64_t at = 0;
-      for (const Span& t : taken) {
-        if (t.begin >= at + size) break;
-        at = std::max(at, t.end);
-      }
-      group.push_back({unit, index, {at, at + size}});
-      extent = std::max(extent, at + size);
-    }
+    for (size_t i = 0; i < units.size(); ++i) extent = std::max(extent, at[i] + out.regsts[units[i].first].slot_size);
     if (extent > kMaxBytes - b.slot_bytes)
       return invalid_argument("plan: node {}'s slots in {} pass 2^62 bytes", node, b.zone.to_string());
-    for (const Member& m : group)
-      out.regsts[m.unit.first].offsets[static_cast<size_t>(m.unit.second)] = b.slot_bytes + m.span.begin;
+    for (size_t i = 0; i < units.size(); ++i)
+      out.regsts[units[i].first].offsets[static_cast<size_t>(units[i].second)] = b.slot_bytes + at[i];
     b.slot_bytes += extent;
   }
   // Each variable's optimizer state after its zone's slots, tensor after tensor.
@@ -245,15 +237,83 @@ Status check_regions(const MemoryPlan& memory, std::vector<BodyRegion> regions, 
   return {};
 }
 
+// A regst slot's bytes in its block.
+struct SlotSpan {
+  int64_t begin, end, regst;
+  int slot;
+};
+
+Status live_at_once(const SlotSpan& a, const SlotSpan& b) {
+  return internal_error("memory plan: regsts {} (slot {}) and {} (slot {}) overlap ([{}, {}) and [{}, {})) but may be "
+                        "live at once",
+                        a.regst, a.slot, b.regst, b.slot, a.begin, a.end, b.begin, b.end);
+}
+
+// Two slots of different keys that overlap in a block (spans sorted by
+// begin), if any: of those before each span, the one ending last and the
+// one ending last among the other keys are all it may meet.
+template <typename Key>
+std::optional<std::pair<SlotSpan, SlotSpan>> overlap_across(const std::vector<SlotSpan>& spans, Key key) {
+  const SlotSpan* last = nullptr;   // ends last
+  const SlotSpan* other = nullptr;  // ends last of a key not last's
+  for (const SlotSpan& s : spans) {
+    const SlotSpan* met = last != nullptr && key(*last) != key(s) ? last : other;
+    if (met != nullptr && met->end > s.begin) return std::pair{*met, s};
+    if (last == nullptr || s.end > last->end) {
+      if (last != nullptr && key(*last) != key(s)) other = last;
+      last = &s;
+    } else if (key(s) != key(*last) && (other == nullptr || s.end > other->end)) {
+      other = &s;
+    }
+  }
+  return std::nullopt;
+}
+
+// Slots may overlap only where the plan reuses memory and the lifetimes
+// say they are never live at once: slots of two threads, or of a regst
+// that may not share, never; two of one thread only when they may not be
+// live at once (compiler/slot_packing.h).
+Status check_overlaps(const plan::Plan& plan, int node, std::vector<std::vector<SlotSpan>>& by_block, int64_t* work) {
+  bool any = false;
+  for (auto& spans : by_block) {
+    std::sort(spans.begin(), spans.end(), [](const SlotSpan& a, const SlotSpan& b) { return a.begin < b.begin; });
+    auto alone = [](const SlotSpan& s) { return &s; };
+    any = any || overlap_across(spans, alone).has_value();
+  }
+  if (!any) return {};
+  if (!plan.reuse_memory())
+    for (const auto& spans : by_block)
+      if (auto met = overlap_across(spans, [](const SlotSpan& s) { return &s; })) return live_at_once(met->first, met->second);
+  const RegstLifetimes lifetimes = RegstLifetimes::analyze(plan, node);
+  if (work != nullptr) *work += lifetimes.work();
+  // A shareable slot's key is its thread; any other slot is its own key.
+  auto key = [&](const SlotSpan& s) {
+    return lifetimes.shareable(s.regst) ? std::pair{lifetimes.thread_of(s.regst), static_cast<const SlotSpan*>(nullptr)}
+                                        : std::pair{uint64_t{0}, &s};
+  };
+  for (const auto& spans : by_block) {
+    if (auto met = overlap_across(spans, key)) return live_at_once(met->first, met->second);
+    std::map<uint64_t, std::vector<PlacedSlot>> by_thread;
+    for (const SlotSpan& s : spans)
+      if (const int index = lifetimes.index(s.regst); index >= 0)
+        by_thread[lifetimes.thread_of(s.regst)].push_back({lifetimes.unit(index, s.slot), s.begin, s.end});
+    for (const auto& [thread, slots] : by_thread)
+      if (auto met = overlap_live(lifetimes, thread, slots, work)) {
+        auto span = [&](const PlacedSlot& p) {
+          const auto [regst, slot] = lifetimes.slot_of(p.unit);
+          return SlotSpan{p.begin, p.end, regst, slot};
+        };
+        return live_at_once(span(met->first), span(met->second));
+      }
+  }
+  return {};
+}
+
 }  // namespace
 
-Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory) {
+Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory, int64_t* work) {
   auto name = [](const plan::RegstDesc* r) { return r->name() ? r->name()->str() : std::to_string(r->id()); };
-  struct Span {
-    int64_t begin, end, regst;
-    int slot;
-  };
-  std::vector<std::vector<Span>> by_block(memory.blocks.size());
+  std::vector<std::vector<SlotSpan>> by_block(memory.blocks.size());
   for (const auto& [id, m] : memory.regsts) {
     if (m.block < 0 || m.block >= static_cast<int>(memory.blocks.size()))
       return internal_error("memory plan: regst {} in block {} of {}", id, m.block, memory.blocks.size());
@@ -321,25 +381,7 @@ Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& mem
   RILL_RETURN_IF_ERROR(check_regions(memory, std::move(compute), "compute scratch", "compute scratch",
                                      [](const MemoryBlock& b) { return b.block_bytes() - b.scratch_bytes; },
                                      [](const MemoryBlock& b) { return b.block_bytes(); }));
-  // Slots may overlap only where the lifetimes say they are never live at
-  // once.
-  std::optional<RegstLifetimes> lifetimes;
-  for (auto& spans : by_block) {
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    std::vector<Span> open;  // spans that began before and have not ended
-    for (const Span& s : spans) {
-      std::erase_if(open, [&](const Span& o) { return o.end <= s.begin; });
-      for (const Span& o : open) {
-        if (!lifetimes) lifetimes = RegstLifetimes::analyze(plan, node);
-        if (!plan.reuse_memory() || !lifetimes->apart(o.regst, o.slot, s.regst, s.slot))
-          return internal_error(
-              "memory plan: regsts {} (slot {}) and {} (slot {}) overlap ([{}, {}) and [{}, {})) but may be live at once",
-              o.regst, o.slot, s.regst, s.slot, o.begin, o.end, s.begin, s.end);
-      }
-      open.push_back(s);
-    }
-  }
-  return {};
+  return check_overlaps(plan, node, by_block, work);
 }
 
 }  // namespace rill::compiler

@@ -104,16 +104,18 @@ struct MemoryPlan {
 
 // The memory of node `node`'s part of a verified plan (whole or node plan).
 // Errors: a task names a regst the plan lacks, a regst of register_num < 1,
-// sizes past 2^62 bytes.
-StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node);
+// sizes past 2^62 bytes. Adds to `work`, when given, the units of work the
+// lifetime analysis and the packing took (tests of how planning scales).
+StatusOr<MemoryPlan> plan_memory(const plan::Plan& plan, int node, int64_t* work = nullptr);
 
 // OK when every regst's slots lie inside its block and two regsts' slots
 // overlap only where the plan reuses memory and the regsts are never live
 // at once (RegstLifetimes::apart); every boxing and compute task that needs
 // scratch has at least that much in the host block (one region per thread
 // for compute, which only its tasks share), optimizer state and scratch
-// each in their own region; else an error naming what.
-Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory);
+// each in their own region; else an error naming what. `work` as for
+// plan_memory.
+Status check_memory_plan(const plan::Plan& plan, int node, const MemoryPlan& memory, int64_t* work = nullptr);
 
 // Slot bytes of a regst of `bytes` bytes: rounded up to 64 (at least 64).
 inline int64_t slot_size(int64_t bytes) { return bytes <= 0 ? 64 : (bytes + 63) / 64 * 64; }

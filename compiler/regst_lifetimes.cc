@@ -1,244 +1,211 @@
 #include "compiler/regst_lifetimes.h"
 
 #include <algorithm>
-#include <map>
-#include <numeric>
-#include <utility>
 
-#include "base/actor_id.h"
-#include "compiler/compiler.h"
+#include "compiler/unrolled_acts.h"
 
 namespace rill::compiler {
-namespace {
 
-constexpr int kMaxPeriod = 4;       // steps after which a regst's slots repeat, at most
-constexpr size_t kChunkWords = 64;  // targets per reachability pass: 4,096
+// One thread's pass: ranks its productions' starts in the order, finds
+// for every act the later starts it does not precede, and records the
+// thread's productions with their live() runs.
+class RegstLifetimes::ThreadPass {
+ public:
+  ThreadPass(const UnrolledActs& acts, RegstLifetimes& out)
+      : acts_(acts), out_(out), rank_(acts.events, kNone), after_(acts.events),
+        first_(acts.events), count_(acts.events, 0) {}
 
-// One act of one of the node's tasks in the unrolled graph.
-using Event = uint32_t;
+  // The shared regsts [begin, end) of acts.shared, all of one thread.
+  void run(size_t begin, size_t end) {
+    rank_starts(begin, end);
+    if (targets_ == 0) return;
+    find_gaps();
+    record(begin, end);
+    clear();
+  }
 
-struct TaskActs {
-  const plan::Task* task = nullptr;
-  int per_step = 1;  // acts a step
-  Event base = 0;    // its act a is event base + a
-  int acts = 0;      // acts in the unrolled steps
-  bool modeled = false;
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  using Event = UnrolledActs::Event;
+
+  // Ranks of the starts by their place in the order; after_[e], the ranks
+  // of starts at e or before it.
+  void rank_starts(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      for (const UnrolledActs::Production& p : acts_.shared[i].productions) rank_[p.start] = 0;
+    uint32_t seen = 0;
+    lo_ = kNone;
+    for (uint32_t at = 0; at < acts_.order.size(); ++at) {
+      const Event e = acts_.order[at];
+      if (rank_[e] != kNone) {
+        rank_[e] = seen++;
+        lo_ = std::min(lo_, at);
+        hi_ = at;
+      }
+      after_[e] = seen;
+    }
+    targets_ = seen;
+    out_.ranks_[acts_.shared[begin].thread] = seen;
+  }
+
+  // The starts placed before `e` (not counting e itself).
+  uint32_t before_rank(Event e) const { return after_[e] - (rank_[e] != kNone ? 1 : 0); }
+
+  // For each act from the last start back to the first (before it no act
+  // ends a production; after it no rank is left), the ranks after it that
+  // it does not precede: those of every successor s, and the ranks between
+  // the act and s (s itself excluded), intersected.
+  void find_gaps() {
+    for (uint32_t at = hi_ + 1; at-- > lo_;) {
+      const Event e = acts_.order[at];
+      const uint32_t after = after_[e];
+      gaps_.clear();
+      if (after < targets_) gaps_.push_back({after, targets_});
+      for (uint32_t k = acts_.first[e]; k < acts_.first[e + 1] && !gaps_.empty(); ++k) {
+        const Event s = acts_.succ[k];
+        unless_.clear();
+        if (after < before_rank(s)) unless_.push_back({after, before_rank(s)});
+        for (uint32_t g = first_[s]; g < first_[s] + count_[s]; ++g) {
+          const Run r = arena_[g];
+          if (!unless_.empty() && unless_.back().end >= r.begin)
+            unless_.back().end = std::max(unless_.back().end, r.end);
+          else
+            unless_.push_back(r);
+        }
+        intersect();
+      }
+      first_[e] = static_cast<uint32_t>(arena_.size());
+      count_[e] = static_cast<uint32_t>(gaps_.size());
+      arena_.insert(arena_.end(), gaps_.begin(), gaps_.end());
+      out_.work_ += 1 + static_cast<int64_t>(gaps_.size());
+    }
+  }
+
+  // gaps_ = gaps_ and unless_, both ascending runs.
+  void intersect() {
+    out_.work_ += static_cast<int64_t>(gaps_.size() + unless_.size());
+    both_.clear();
+    size_t i = 0, j = 0;
+    while (i < gaps_.size() && j < unless_.size()) {
+      const uint32_t begin = std::max(gaps_[i].begin, unless_[j].begin);
+      const uint32_t end = std::min(gaps_[i].end, unless_[j].end);
+      if (begin < end) both_.push_back({begin, end});
+      if (gaps_[i].end < unless_[j].end)
+        ++i;
+      else
+        ++j;
+    }
+    gaps_.swap(both_);
+  }
+
+  // The thread's regsts and their productions.
+  void record(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const UnrolledActs::Shared& shared = acts_.shared[i];
+      Info info;
+      info.regst = shared.regst->id();
+      info.thread = shared.thread;
+      info.slots = shared.regst->register_num();
+      info.first_unit = out_.units();
+      info.first_production = static_cast<uint32_t>(out_.productions_.size());
+      info.productions = static_cast<uint32_t>(shared.productions.size());
+      out_.index_[info.regst] = static_cast<int>(out_.infos_.size());
+      for (int s = 0; s < info.slots; ++s) out_.unit_index_.push_back(static_cast<int>(out_.infos_.size()));
+      out_.infos_.push_back(info);
+      for (const UnrolledActs::Production& p : shared.productions) out_.productions_.push_back(live(p));
+    }
+  }
+
+  // live(p): from its start to each end's place, and each end's gaps.
+  Production live(const UnrolledActs::Production& p) {
+    Production q;
+    q.start = rank_[p.start];
+    runs_.clear();
+    for (Event e : p.ends) {
+      runs_.push_back({q.start, after_[e]});
+      runs_.insert(runs_.end(), arena_.begin() + first_[e], arena_.begin() + first_[e] + count_[e]);
+    }
+    std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.begin < b.begin; });
+    q.first_run = static_cast<uint32_t>(out_.runs_.size());
+    for (const Run& r : runs_) {
+      if (out_.runs_.size() > q.first_run && out_.runs_.back().end >= r.begin)
+        out_.runs_.back().end = std::max(out_.runs_.back().end, r.end);
+      else
+        out_.runs_.push_back(r);
+    }
+    q.runs = static_cast<uint32_t>(out_.runs_.size()) - q.first_run;
+    out_.work_ += static_cast<int64_t>(runs_.size());
+    return q;
+  }
+
+  // Ready for the next thread.
+  void clear() {
+    for (uint32_t at = lo_; at <= hi_; ++at) {
+      const Event e = acts_.order[at];
+      rank_[e] = kNone;
+      count_[e] = 0;
+    }
+    arena_.clear();
+  }
+
+  const UnrolledActs& acts_;
+  RegstLifetimes& out_;
+  std::vector<uint32_t> rank_, after_, first_, count_;  // by event
+  std::vector<Run> arena_, gaps_, unless_, both_, runs_;
+  uint32_t targets_ = 0, lo_ = 0, hi_ = 0;  // starts; the first and last one's place in the order
 };
-
-bool is_variable(const plan::Task& t) { return t.kind() == plan::TaskKind::Variable; }
-
-// A laned variable picks one of its port sets per act: none of the plain
-// orders hold for it. A plain variable's act waits for every input (its
-// gradient and, under loss scaling, the step's gate: actor/actor.cc), each
-// production read by the act one on.
-bool plain(const plan::Task& t) {
-  if (!is_variable(t)) return true;
-  return t.variable() == nullptr || t.variable()->lanes() <= 1;
-}
-
-// How a regst's productions map to acts: production n is written by the
-// producer's acts [n q, n q + q) (q acts a production), and read by a
-// reader's acts [n q', n q' + q'), one later for a variable (its act n + 1
-// is the update after step n).
-struct Reader {
-  size_t task;
-  int per;    // acts per production
-  int shift;  // 1 for a variable
-};
-
-struct Written {
-  const plan::RegstDesc* regst;
-  size_t producer;
-  int per;
-  std::vector<Reader> readers;
-  bool all_local_plain = true;  // every consumer is a plain task of this node
-};
-
-}  // namespace
 
 RegstLifetimes RegstLifetimes::analyze(const plan::Plan& plan, int node) {
+  const UnrolledActs acts = unroll_acts(plan, node);
   RegstLifetimes out;
-  if (plan.tasks() == nullptr || plan.regsts() == nullptr) return out;
-  std::vector<TaskActs> acts;
-  std::unordered_map<uint64_t, size_t> local;  // actor id -> index in acts
-  for (const plan::Task* t : *plan.tasks()) {
-    if (t->node() != node) continue;
-    local[t->id()] = acts.size();
-    acts.push_back({t, std::max(1, t->acts_per_step()), 0, 0, plain(*t)});
-  }
-  auto per_production = [](const TaskActs& t, int readies) {
-    return readies > 0 && t.per_step % readies == 0 ? t.per_step / readies : 0;
-  };
-
-  // The regsts written here whose orders hold, with their readers.
-  std::vector<Written> written;
-  for (size_t t = 0; t < acts.size(); ++t) {
-    const plan::Task& task = *acts[t].task;
-    if (!acts[t].modeled || task.outputs() == nullptr) continue;
-    for (int64_t id : *task.outputs()) {
-      const plan::RegstDesc* r = find_regst(plan, id);
-      if (r == nullptr || r->producer() != task.id() || r->register_num() < 1) continue;
-      const int readies = r->readies_per_step();
-      Written w{r, t, per_production(acts[t], readies), {}, true};
-      if (w.per == 0) continue;
-      if (r->consumers() != nullptr)
-        for (uint64_t c : *r->consumers()) {
-          auto it = local.find(c);
-          const int per = it == local.end() ? 0 : per_production(acts[it->second], readies);
-          if (it == local.end() || !acts[it->second].modeled || it->second == t || per == 0) {
-            w.all_local_plain = false;
-            continue;
-          }
-          if (std::any_of(w.readers.begin(), w.readers.end(), [&](const Reader& x) { return x.task == it->second; }))
-            continue;  // one task reading a regst twice (x * x) acks it once
-          w.readers.push_back({it->second, per, is_variable(*acts[it->second].task) ? 1 : 0});
-        }
-      written.push_back(std::move(w));
-    }
-  }
-
-  // Shareable regsts, by thread; the period after which every one's slots
-  // repeat (slot n % register_num holds production n).
-  auto period_of = [](const plan::RegstDesc& r) {
-    const int readies = std::max(1, r.readies_per_step());
-    return std::lcm(r.register_num(), readies) / readies;
-  };
-  std::map<uint64_t, std::vector<const Written*>> by_thread;
-  int period = 1;
-  for (const Written& w : written) {
-    const plan::RegstDesc& r = *w.regst;
-    const plan::Task& producer = *acts[w.producer].task;
-    const int p = period_of(r);
-    if (r.is_model() || r.bytes() <= 0 || producer.kind() != plan::TaskKind::Compute || !w.all_local_plain ||
-        w.readers.empty() || kMaxPeriod % p != 0)
-      continue;
-    const uint64_t thread = ActorId::thread_key(producer.id());
-    bool ok = true;
-    for (const Reader& c : w.readers) {
-      const plan::Task& reader = *acts[c.task].task;
-      ok = ok && (reader.kind() == plan::TaskKind::Compute || is_variable(reader)) &&
-           ActorId::thread_key(reader.id()) == thread;
-    }
-    if (!ok) continue;
-    by_thread[thread].push_back(&w);
-    period = std::max(period, p);  // all divide kMaxPeriod, a power of two
-  }
-  if (by_thread.empty()) return out;
-
-  // The graph over 2 periods and a step (a chain's pairs from one period
-  // and their successors, a variable's read one step on).
-  const int checked_steps = 2 * period, steps = checked_steps + 1;
-  Event events = 0;
-  for (TaskActs& t : acts) {
-    t.base = events;
-    t.acts = t.per_step * steps;
-    events += static_cast<Event>(t.acts);
-  }
-  auto event = [&](size_t t, int act) -> Event { return acts[t].base + static_cast<Event>(act); };
-  std::vector<std::pair<Event, Event>> edges;
-  for (size_t t = 0; t < acts.size(); ++t)
-    if (acts[t].modeled)
-      for (int a = 0; a + 1 < acts[t].acts; ++a) edges.emplace_back(event(t, a), event(t, a + 1));
-  for (const Written& w : written) {
-    const int productions = w.regst->readies_per_step() * steps;
-    for (int n = 0; n < productions; ++n) {
-      const int last_write = n * w.per + w.per - 1;
-      for (const Reader& c : w.readers) {
-        const int first_read = n * c.per + c.shift, last_read = first_read + c.per - 1;
-        if (first_read < acts[c.task].acts) edges.emplace_back(event(w.producer, last_write), event(c.task, first_read));
-        const int next = n + w.regst->register_num();  // the production that reuses this slot
-        if (next < productions && last_read < acts[c.task].acts)
-          edges.emplace_back(event(c.task, last_read), event(w.producer, next * w.per));
-      }
-    }
-  }
-
-  // Successor lists and a topological order; a cycle (a plan that could
-  // not run) leaves nothing shareable.
-  std::vector<uint32_t> first(events + 1, 0);
-  for (const auto& [from, to] : edges) ++first[from + 1];
-  for (Event e = 0; e < events; ++e) first[e + 1] += first[e];
-  std::vector<Event> succ(edges.size());
-  {
-    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
-    for (const auto& [from, to] : edges) succ[fill[from]++] = to;
-  }
-  std::vector<uint32_t> indegree(events, 0);
-  for (Event s : succ) ++indegree[s];
-  std::vector<Event> order;
-  order.reserve(events);
-  for (Event e = 0; e < events; ++e)
-    if (indegree[e] == 0) order.push_back(e);
-  for (size_t i = 0; i < order.size(); ++i)
-    for (uint32_t k = first[order[i]]; k < first[order[i] + 1]; ++k)
-      if (--indegree[succ[k]] == 0) order.push_back(succ[k]);
-  if (order.size() != events) return out;
-
-  std::vector<uint32_t> target_of(events, UINT32_MAX), row_of(events, UINT32_MAX);
-  for (const auto& [thread, regsts] : by_thread) {
-    std::vector<Event> targets, rows;
-    for (const Written* w : regsts) {
-      const int slots = w->regst->register_num();
-      Info info{thread, std::vector<std::vector<Production>>(static_cast<size_t>(slots))};
-      const int checked = w->regst->readies_per_step() * checked_steps;
-      for (int n = 0; n < checked; ++n) {
-        Production p;
-        const Event start = event(w->producer, n * w->per);
-        if (target_of[start] == UINT32_MAX) {
-          target_of[start] = static_cast<uint32_t>(targets.size());
-          targets.push_back(start);
-        }
-        p.start = target_of[start];
-        for (const Reader& c : w->readers) {
-          const Event end = event(c.task, n * c.per + c.shift + c.per - 1);  // within the unrolled steps
-          if (row_of[end] == UINT32_MAX) {
-            row_of[end] = static_cast<uint32_t>(rows.size());
-            rows.push_back(end);
-          }
-          p.ends.push_back(row_of[end]);
-        }
-        info.slots[static_cast<size_t>(n % slots)].push_back(std::move(p));
-      }
-      out.index_[w->regst->id()] = static_cast<int>(out.infos_.size());
-      out.infos_.push_back(std::move(info));
-    }
-    // What each end event precedes, a chunk of targets at a time: the
-    // union over its successors of each successor and what it precedes.
-    Reach& reach = out.reach_[thread];  // unordered_map: stays where it is
-    for (const Written* w : regsts) out.infos_[static_cast<size_t>(out.index_.at(w->regst->id()))].reach = &reach;
-    reach.words = (targets.size() + 63) / 64;
-    reach.bits.assign(rows.size() * reach.words, 0);
-    for (size_t w0 = 0; w0 < reach.words; w0 += kChunkWords) {
-      const size_t cw = std::min(kChunkWords, reach.words - w0);
-      std::vector<uint64_t> below(static_cast<size_t>(events) * cw, 0);
-      for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        uint64_t* mine = &below[static_cast<size_t>(*it) * cw];
-        for (uint32_t k = first[*it]; k < first[*it + 1]; ++k) {
-          const Event s = succ[k];
-          const uint64_t* theirs = &below[static_cast<size_t>(s) * cw];
-          for (size_t i = 0; i < cw; ++i) mine[i] |= theirs[i];
-          const uint32_t t = target_of[s];
-          if (t != UINT32_MAX && t / 64 >= w0 && t / 64 < w0 + cw) mine[t / 64 - w0] |= uint64_t{1} << (t % 64);
-        }
-      }
-      for (size_t r = 0; r < rows.size(); ++r)
-        std::copy_n(&below[static_cast<size_t>(rows[r]) * cw], cw, &reach.bits[r * reach.words + w0]);
-    }
-    for (Event e : targets) target_of[e] = UINT32_MAX;
-    for (Event e : rows) row_of[e] = UINT32_MAX;
+  out.work_ = acts.events + static_cast<int64_t>(acts.succ.size());
+  if (acts.order.empty()) return out;
+  ThreadPass pass(acts, out);
+  for (size_t begin = 0; begin < acts.shared.size();) {
+    size_t end = begin;
+    while (end < acts.shared.size() && acts.shared[end].thread == acts.shared[begin].thread) ++end;
+    pass.run(begin, end);
+    begin = end;
   }
   return out;
 }
 
 int RegstLifetimes::slots(int64_t regst) const {
   const int i = index(regst);
-  return i < 0 ? 0 : static_cast<int>(infos_[static_cast<size_t>(i)].slots.size());
+  return i < 0 ? 0 : infos_[static_cast<size_t>(i)].slots;
 }
 
-bool RegstLifetimes::before(const Reach& reach, const Production& a, const Production& b) const {
-  for (uint32_t row : a.ends)
-    if (!reach.precedes(row, b.start)) return false;
-  return true;
+std::pair<int64_t, int> RegstLifetimes::slot_of(int unit) const {
+  const Info& info = infos_[static_cast<size_t>(unit_index_[static_cast<size_t>(unit)])];
+  return {info.regst, unit - info.first_unit};
+}
+
+uint32_t RegstLifetimes::ranks(uint64_t thread) const {
+  auto it = ranks_.find(thread);
+  return it == ranks_.end() ? 0 : it->second;
+}
+
+int RegstLifetimes::productions(int unit) const {
+  const Info& info = infos_[static_cast<size_t>(unit_index_[static_cast<size_t>(unit)])];
+  const auto slot = static_cast<uint32_t>(unit - info.first_unit), slots = static_cast<uint32_t>(info.slots);
+  return static_cast<int>((info.productions - slot + slots - 1) / slots);
+}
+
+RegstLifetimes::Live RegstLifetimes::production(int unit, int k) const {
+  const Info& info = infos_[static_cast<size_t>(unit_index_[static_cast<size_t>(unit)])];
+  const Production& p =
+      productions_[info.first_production + static_cast<uint32_t>(unit - info.first_unit + k * info.slots)];
+  return {p.start, std::span<const Run>(runs_.data() + p.first_run, p.runs)};
+}
+
+// Whether b's start is ranked at or after a's, outside live(a): every
+// reader's last read of a precedes it.
+bool RegstLifetimes::before(const Production& a, const Production& b) const {
+  if (b.start < a.start) return false;
+  const Run* begin = runs_.data() + a.first_run;
+  const Run* end = begin + a.runs;
+  const Run* run = std::upper_bound(begin, end, b.start, [](uint32_t x, const Run& r) { return x < r.begin; });
+  return run == begin || (run - 1)->end <= b.start;
 }
 
 bool RegstLifetimes::apart(int64_t a, int slot_a, int64_t b, int slot_b) const {
@@ -249,23 +216,21 @@ bool RegstLifetimes::apart_at(int a, int slot_a, int b, int slot_b) const {
   if (a < 0 || b < 0 || (a == b && slot_a == slot_b)) return false;
   const Info& ia = infos_[static_cast<size_t>(a)];
   const Info& ib = infos_[static_cast<size_t>(b)];
-  if (ia.thread != ib.thread || slot_a < 0 || slot_a >= static_cast<int>(ia.slots.size()) || slot_b < 0 ||
-      slot_b >= static_cast<int>(ib.slots.size()))
-    return false;
-  const Reach& reach = *ia.reach;
-  const std::vector<Production>& pa = ia.slots[static_cast<size_t>(slot_a)];
-  const std::vector<Production>& pb = ib.slots[static_cast<size_t>(slot_b)];
+  if (ia.thread != ib.thread || slot_a < 0 || slot_a >= ia.slots || slot_b < 0 || slot_b >= ib.slots) return false;
   // Merge the two chains: the next of either must be acked before the
   // other's next begins (both at once cannot hold: the graph has no cycle).
   // A slot's own productions follow each other (its readers ack it before
   // it is written again). The productions of two periods give every pair
   // that starts in the first and its successor, which repeat every period.
-  size_t i = 0, j = 0;
-  while (i < pa.size() || j < pb.size()) {
-    if (i < pa.size() && (j == pb.size() || before(reach, pa[i], pb[j]))) {
-      ++i;
-    } else if (j < pb.size() && (i == pa.size() || before(reach, pb[j], pa[i]))) {
-      ++j;
+  const Production* pa = productions_.data() + ia.first_production;
+  const Production* pb = productions_.data() + ib.first_production;
+  const auto step_a = static_cast<uint32_t>(ia.slots), step_b = static_cast<uint32_t>(ib.slots);
+  uint32_t i = static_cast<uint32_t>(slot_a), j = static_cast<uint32_t>(slot_b);
+  while (i < ia.productions || j < ib.productions) {
+    if (i < ia.productions && (j >= ib.productions || before(pa[i], pb[j]))) {
+      i += step_a;
+    } else if (j < ib.productions && (i >= ia.productions || before(pb[j], pa[i]))) {
+      j += step_b;
     } else {
       return false;
     }

@@ -38,29 +38,46 @@
 // crosses threads, nodes or a copy keep bytes of their own. Tasks outside the actor protocol's plain
 // form (a laned variable picks its port sets itself) add no order.
 //
+// The analysis answers without a table of every pair of acts (which grew
+// as the square of the node's tasks). In a topological order of the graph
+// (compiler/unrolled_acts.h: step by step, task by task) the starts of a
+// thread's productions are ranked; for every act, the ranks after it of
+// the starts it does not precede are kept as ascending runs, each act's
+// found from its successors' by intersection (few runs where what a step
+// makes comes together in the order). A production x is live with the
+// starts ranked from its own to the last of its readers' last reads, and
+// with those each reader's last read does not precede: live(x), a few
+// runs. A production whose start is ranked at or after x's is acked after
+// x exactly when that rank is outside live(x), so two slots may be live
+// at once exactly when a start of one of their productions falls in
+// live() of one of the other's. memory_plan packs and checks slots by that
+// (compiler/slot_packing.h) without listing pairs: those grow as the
+// square of the layers wherever forward values wait for the backward.
+// tests/compiler/memory_plan_reference_test.cc holds both the relation
+// and apart to the test over every pair by plain reachability.
+//
 // Pure; the analysis of a node plan and of the whole plan for that node
 // agree (both see the node's tasks and the full consumer lists of the
 // regsts they write).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "compiler/plan_generated.h"
 
 namespace rill::compiler {
 
+struct UnrolledActs;
+
 class RegstLifetimes {
  public:
   // Node `node`'s regsts in a verified plan (whole or node plan).
   static RegstLifetimes analyze(const plan::Plan& plan, int node);
-  RegstLifetimes() = default;
-  // Moves keep each Info's pointer into reach_ (a map's nodes stay put); a copy would not.
-  RegstLifetimes(RegstLifetimes&&) = default;
-  RegstLifetimes& operator=(RegstLifetimes&&) = default;
-  RegstLifetimes(const RegstLifetimes&) = delete;
-  RegstLifetimes& operator=(const RegstLifetimes&) = delete;
 
   // Whether `regst`'s slots may share bytes with other slots of its thread.
   bool shareable(int64_t regst) const { return index_.contains(regst); }
@@ -81,30 +98,54 @@ class RegstLifetimes {
   }
   bool apart_at(int a, int slot_a, int b, int slot_b) const;
 
+  // Every shareable slot as a unit, numbered from 0: slot `slot` of the
+  // regst at `index` is unit(index, slot).
+  int unit(int index, int slot) const { return infos_[static_cast<size_t>(index)].first_unit + slot; }
+  int units() const { return static_cast<int>(unit_index_.size()); }
+  // A unit's regst and slot.
+  std::pair<int64_t, int> slot_of(int unit) const;
+  // The starts of a thread's productions are ranked 0 .. ranks(thread) - 1.
+  uint32_t ranks(uint64_t thread) const;
+  struct Run {
+    uint32_t begin, end;  // ranks [begin, end)
+  };
+  // A production: its start's rank and live(), ascending runs (the first
+  // begins at the start).
+  struct Live {
+    uint32_t start;
+    std::span<const Run> runs;
+  };
+  // Unit `unit`'s productions of two periods, in order.
+  int productions(int unit) const;
+  Live production(int unit, int k) const;
+  // Units of work the analysis took: acts and orders of the unrolled
+  // graph, runs made and merged; grows as the node's tasks times their
+  // runs (tests/compiler/plan_scale_test.cc).
+  int64_t work() const { return work_; }
+
  private:
   struct Production {
-    uint32_t start = 0;          // its first write: a target of its thread
-    std::vector<uint32_t> ends;  // each reader's last read: rows of its thread
+    uint32_t start = 0;               // its first write's rank among its thread's starts
+    uint32_t first_run = 0, runs = 0;  // live(): runs_[first_run, first_run + runs)
   };
-  struct Reach;
   struct Info {
+    int64_t regst = 0;
     uint64_t thread = 0;
-    std::vector<std::vector<Production>> slots;  // by slot: its productions of two periods, in order
-    const Reach* reach = nullptr;                // its thread's
+    int slots = 0;
+    int first_unit = 0;
+    uint32_t first_production = 0, productions = 0;  // production n of two periods in slot n % slots
   };
-  // Per thread: for each end event (row), the targets it precedes, as bits.
-  struct Reach {
-    size_t words = 0;
-    std::vector<uint64_t> bits;  // rows x words
-    bool precedes(uint32_t row, uint32_t target) const {
-      return (bits[row * words + target / 64] >> (target % 64)) & 1;
-    }
-  };
-  bool before(const Reach& reach, const Production& a, const Production& b) const;
+  class ThreadPass;
+
+  bool before(const Production& a, const Production& b) const;
 
   std::vector<Info> infos_;
   std::unordered_map<int64_t, int> index_;  // regst id -> position in infos_
-  std::unordered_map<uint64_t, Reach> reach_;
+  std::vector<int> unit_index_;             // unit -> position in infos_
+  std::vector<Production> productions_;
+  std::vector<Run> runs_;
+  std::map<uint64_t, uint32_t> ranks_;  // by thread
+  int64_t work_ = 0;
 };
 
 }  // namespace rill::compiler

@@ -18,26 +18,42 @@ namespace {
 
 // Whether every reader of regst `r` is a variable's update on its node, or a
 // boxing on its node whose every output is such a regst: a gradient on its
-// way to the update. Memoized in `memo` (-1 unknown, 0 no, 1 yes).
-bool feeds_only_updates(const TaskGraph& g, int r, std::vector<int8_t>* memo) {
-  int8_t& known = (*memo)[static_cast<size_t>(r)];
-  if (known >= 0) return known == 1;
-  known = 0;  // a cycle (none in a plan) reads as no
-  const RegstNode& regst = g.regsts[static_cast<size_t>(r)];
-  bool only = regst.producer >= 0 && !regst.consumers.empty();
-  for (int c : regst.consumers) {
-    if (!only) break;
-    const TaskNode& t = g.tasks[static_cast<size_t>(c)];
-    if (t.node != regst.node) only = false;
-    else if (t.is<BoxingInfo>()) {
-      for (int out : t.outputs) only = only && feeds_only_updates(g, out, memo);
-    } else {
-      only = t.is<VariableInfo>();
+// way to the update. Memoized by regst and by boxing task (-1 unknown, 0
+// no, 1 yes): the gradients of a bucket share one boxing, whose outputs
+// are looked at once, not once per gradient.
+class UpdatesOnly {
+ public:
+  explicit UpdatesOnly(const TaskGraph& g) : g_(g), regsts_(g.regsts.size(), -1), boxings_(g.tasks.size(), -1) {}
+
+  bool regst(int r) {
+    int8_t& known = regsts_[static_cast<size_t>(r)];
+    if (known >= 0) return known == 1;
+    known = 0;  // a cycle (none in a plan) reads as no
+    const RegstNode& regst = g_.regsts[static_cast<size_t>(r)];
+    bool only = regst.producer >= 0 && !regst.consumers.empty();
+    for (int c : regst.consumers) {
+      if (!only) break;
+      const TaskNode& t = g_.tasks[static_cast<size_t>(c)];
+      only = t.node == regst.node && (t.is<BoxingInfo>() ? boxing(c) : t.is<VariableInfo>());
     }
+    known = only ? 1 : 0;
+    return only;
   }
-  known = only ? 1 : 0;
-  return only;
-}
+
+ private:
+  bool boxing(int task) {
+    int8_t& known = boxings_[static_cast<size_t>(task)];
+    if (known >= 0) return known == 1;
+    known = 0;
+    bool only = true;
+    for (int out : g_.tasks[static_cast<size_t>(task)].outputs) only = only && regst(out);
+    known = only ? 1 : 0;
+    return only;
+  }
+
+  const TaskGraph& g_;
+  std::vector<int8_t> regsts_, boxings_;
+};
 
 }  // namespace
 
@@ -63,9 +79,9 @@ Status plan_regsts(int activation_register_num, TaskGraph* g) {
   // slot: its producer's next act is in the next step, whose forward needs
   // the model that update writes (one slot), so a second slot would never
   // be written before the first came back. Model-sized, so it matters.
-  std::vector<int8_t> memo(g->regsts.size(), -1);
+  UpdatesOnly updates_only(*g);
   for (size_t r = 0; r < g->regsts.size(); ++r)
-    if (g->regsts[r].register_num > 1 && feeds_only_updates(*g, static_cast<int>(r), &memo))
+    if (g->regsts[r].register_num > 1 && updates_only.regst(static_cast<int>(r)))
       g->regsts[r].register_num = 1;
   // Made once a step from a trained variable's model (a forward activation
   // downstream of it, its gradients; LogicalTensor::after_updates, the same

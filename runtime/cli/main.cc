@@ -9,7 +9,6 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +35,7 @@
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cli/generate_command.h"
+#include "runtime/cli/plan_stats.h"
 #include "runtime/cli/plot_script.h"
 #include "runtime/cluster/client.h"
 
@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
                    "Compile only this node's plan, as its agent does (ids are the whole plan's)")
       ->check(CLI::Range(0, 4095));
   plan->add_flag("--stats", stats,
-                 "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators and how GPU "
-                 "regsts change memory zones (copies, sends through host memory)");
+                 "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators, how GPU "
+                 "regsts change memory zones (copies, sends through host memory) and the time its memory plan takes");
   plan->add_option("--dot", dot_path, "Write the plan as Graphviz DOT to this file");
 
   std::string plot_output = "loss.png";
@@ -527,42 +527,7 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto verified = rill::compiler::verify_plan(*bytes);
     if (!verified.ok()) return rill::fail_command(verified.status());
-    if (stats) {
-      const rill::plan::Plan& p = **verified;
-      fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n",
-                 seconds, p.tasks()->size(), p.regsts()->size(), bytes->size(),
-                 p.placements() ? p.placements()->size() : 0, p.num_nodes(), p.devices_per_node());
-      // How regsts change memory zones: copies on a GPU's thread, and the
-      // Send/Recv pairs carrying a GPU's regst to another node through host memory.
-      int to_gpu = 0, to_host = 0, peer = 0, sent = 0;
-      for (const rill::plan::Task* t : *p.tasks()) {
-        if (t->kind() == rill::plan::TaskKind::Send) ++sent;
-        if (t->kind() != rill::plan::TaskKind::Copy) continue;
-        const rill::plan::RegstDesc* in = rill::compiler::find_regst(p, t->inputs()->Get(0));
-        const rill::plan::RegstDesc* out = rill::compiler::find_regst(p, t->outputs()->Get(0));
-        const int from = in ? in->device() : -1, to = out ? out->device() : -1;
-        ++(from < 0 ? to_gpu : to < 0 ? to_host : peer);
-      }
-      if (to_gpu + to_host + peer + sent > 0)
-        fmt::print("copies: {} host to GPU, {} GPU to host, {} GPU to GPU (peer to peer); {} regsts sent to another "
-                   "node through host memory\n",
-                   to_gpu, to_host, peer, sent);
-      // Device collectives (train.nccl): each communicator and what it sums a step.
-      if (p.comm_groups() != nullptr)
-        for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {
-          const rill::plan::CommGroup& group = *p.comm_groups()->Get(g);
-          int64_t bytes = 0;
-          std::map<std::string, int> ops;
-          for (const rill::plan::CommCall* c : *group.calls()) {
-            bytes += c->bytes();
-            ++ops[c->op() ? c->op()->str() : "?"];
-          }
-          std::vector<std::string> counts;
-          for (const auto& [op, n] : ops) counts.push_back(fmt::format("{} {}", n, op));
-          fmt::print("communicator {} ({}): {} ranks, {} in one order, {} logical bytes\n", g,
-                     group.cuda() ? "nccl" : "host", group.nodes()->size(), fmt::join(counts, ", "), bytes);
-        }
-    }
+    if (stats) rill::print_plan_stats(**verified, bytes->size(), seconds);
     if (!dot_path.empty()) {
       Status written = rill::write_text_file(dot_path, rill::compiler::plan_dot(**verified));
       if (!written.ok()) return rill::fail_command(written);

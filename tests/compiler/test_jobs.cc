@@ -131,6 +131,36 @@ graph::Job deep_mlp_job(int layers, int64_t num_samples, int64_t batch) {
   return job;
 }
 
+graph::Job identity_chain_job(int ops, int branches) {
+  graph::Job job = mlp_job(8, 4);
+  job.variables = {variable("w1", {4, 8})};
+  std::vector<graph::Op> chain = {op("fc1", "matmul", {"image", "w1"}, {"h"})};
+  std::string x = "h";
+  for (int block = 0; static_cast<int>(chain.size()) < ops + 1; ++block) {
+    const std::string n = std::to_string(block);
+    if (branches <= 1) {
+      chain.push_back(op("id" + n, "identity", {x}, {"id" + n}));
+      x = "id" + n;
+      continue;
+    }
+    for (int k = 0; k < branches; ++k)
+      chain.push_back(op("b" + n + "_" + std::to_string(k), "identity", {x}, {"b" + n + "_" + std::to_string(k)}));
+    x = "b" + n + "_0";
+    for (int k = 1; k < branches; ++k) {
+      const std::string sum = "b" + n + "_sum" + std::to_string(k);
+      chain.push_back(op(sum, "add", {x, "b" + n + "_" + std::to_string(k)}, {sum}));
+      x = sum;
+    }
+  }
+  for (graph::Op o : job.ops)
+    if (o.type == "sparse_softmax_cross_entropy" || o.type == "reduce_mean" || o.type == "accuracy") {
+      if (o.inputs[0] == "logits") o.inputs[0] = x;  // 8 classes for labels 0 to 2
+      chain.push_back(o);
+    }
+  job.ops = chain;
+  return job;
+}
+
 graph::Job gpt_sample(const std::string& file) {
   const char* root = std::getenv("RILL_SOURCE_ROOT");
   auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/gpt/" + file);

@@ -18,6 +18,13 @@ graph::Job mlp_job(int64_t num_samples = 8, int64_t batch = 4);
 // mlp_job with `layers` hidden layers of width 8 (matmul, bias_add, relu
 // each): 3 layers + 4 ops per layer, 2 variables per layer.
 graph::Job deep_mlp_job(int layers, int64_t num_samples = 8, int64_t batch = 4);
+// mlp_job's image through matmul w1, then `ops` identity ops one after
+// another, then its loss (one variable: each identity's output is read by
+// the next op alone; the backward passes the gradient through them). With `branches` > 1, each op of the chain is instead
+// a block of that many identities of the previous value summed by adds (a
+// ladder of diamonds, 2 * branches - 1 ops a block). bench/identity_chain.py
+// writes the same as a job file.
+graph::Job identity_chain_job(int ops, int branches = 1);
 
 // samples/gpt/<file> as written (RILL_SOURCE_ROOT names the source tree).
 graph::Job gpt_sample(const std::string& file);

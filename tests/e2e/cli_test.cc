@@ -108,13 +108,14 @@ TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   CHECK(again.output == ran.output);
 }
 
-TEST_CASE("rill plan --stats prints the compile time and the plan's size, not the plan") {
+TEST_CASE("rill plan --stats prints the compile time, the plan's size and its memory planning time, not the plan") {
   Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2 --stats");
   INFO(ran.output);
   REQUIRE(ran.code == 0);
   CHECK(ran.output.rfind("compiled in ", 0) == 0);
   CHECK(ran.output.find(" tasks, ") != std::string::npos);
   CHECK(ran.output.find("3 placement(s) on 2 node(s) x 2") != std::string::npos);
+  CHECK(ran.output.find("\nmemory of 2 node(s) planned and checked in ") != std::string::npos);
   CHECK(ran.output.find("\"tasks\"") == std::string::npos);
 #ifdef RILL_WITH_CUDA
   // Planned anywhere, with or without a GPU: train.nccl's communicators.

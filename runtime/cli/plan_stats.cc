@@ -1,0 +1,87 @@
+#include "runtime/cli/plan_stats.h"
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
+
+namespace rill {
+namespace {
+
+// How regsts change memory zones: copies on a GPU's thread, and the
+// Send/Recv pairs carrying a GPU's regst to another node through host memory.
+void print_copies(const plan::Plan& p) {
+  int to_gpu = 0, to_host = 0, peer = 0, sent = 0;
+  for (const plan::Task* t : *p.tasks()) {
+    if (t->kind() == plan::TaskKind::Send) ++sent;
+    if (t->kind() != plan::TaskKind::Copy) continue;
+    const plan::RegstDesc* in = compiler::find_regst(p, t->inputs()->Get(0));
+    const plan::RegstDesc* out = compiler::find_regst(p, t->outputs()->Get(0));
+    const int from = in ? in->device() : -1, to = out ? out->device() : -1;
+    ++(from < 0 ? to_gpu : to < 0 ? to_host : peer);
+  }
+  if (to_gpu + to_host + peer + sent > 0)
+    fmt::print("copies: {} host to GPU, {} GPU to host, {} GPU to GPU (peer to peer); {} regsts sent to another "
+               "node through host memory\n",
+               to_gpu, to_host, peer, sent);
+}
+
+// Device collectives (train.nccl): each communicator and what it sums a step.
+void print_communicators(const plan::Plan& p) {
+  if (p.comm_groups() == nullptr) return;
+  for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {
+    const plan::CommGroup& group = *p.comm_groups()->Get(g);
+    int64_t bytes = 0;
+    std::map<std::string, int> ops;
+    for (const plan::CommCall* c : *group.calls()) {
+      bytes += c->bytes();
+      ++ops[c->op() ? c->op()->str() : "?"];
+    }
+    std::vector<std::string> counts;
+    for (const auto& [op, n] : ops) counts.push_back(fmt::format("{} {}", n, op));
+    fmt::print("communicator {} ({}): {} ranks, {} in one order, {} logical bytes\n", g, group.cuda() ? "nccl" : "host",
+               group.nodes()->size(), fmt::join(counts, ", "), bytes);
+  }
+}
+
+// Each node's memory as a run plans and checks it (compiler/memory_plan.h):
+// the time both take, and the bytes the slots take against their sum.
+void print_memory(const plan::Plan& p) {
+  const auto start = std::chrono::steady_clock::now();
+  const int first = p.node() >= 0 ? p.node() : 0, last = p.node() >= 0 ? p.node() : p.num_nodes() - 1;
+  int64_t planned = 0, slots = 0;
+  for (int node = first; node <= last; ++node) {
+    auto memory = compiler::plan_memory(p, node);
+    Status checked = memory.ok() ? compiler::check_memory_plan(p, node, *memory) : memory.status();
+    if (!checked.ok()) {
+      fmt::print("memory of node {}: {}\n", node, checked.message());
+      return;
+    }
+    for (size_t b = 0; b < memory->blocks.size(); ++b) {
+      planned += memory->blocks[b].slot_bytes;
+      slots += memory->slots_sum(static_cast<int>(b));
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("memory of {} node(s) planned and checked in {:.3f} s: slots take {} bytes of their {}\n",
+             last - first + 1, seconds, planned, slots);
+}
+
+}  // namespace
+
+void print_plan_stats(const plan::Plan& p, size_t bytes, double seconds) {
+  fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n", seconds,
+             p.tasks()->size(), p.regsts()->size(), bytes, p.placements() ? p.placements()->size() : 0, p.num_nodes(),
+             p.devices_per_node());
+  print_copies(p);
+  print_communicators(p);
+  print_memory(p);
+}
+
+}  // namespace rill
