@@ -79,18 +79,24 @@ inside() {
   trap 'rm -rf "$tmp"' RETURN
   start_cluster
   local warm=$((steps / 10)) timed=$((steps - steps / 10))
-  # One pair of runs: Rill with train.compression $1, PyTorch with HOOK=$2.
+  # One pair of runs: Rill with train.compression $1, PyTorch with HOOK=$2
+  # (each run on a port of its own; a rank that fails ends its pair, named).
+  local torch_port=29500
   pair() {
     $NETBED_NS_0 "$rill" submit bench/mlp_synthetic.json --master "$master" "${key[@]}" --steps "$steps" \
       --set train.batch_size=512 --set train.compression="$1" --result "$tmp/r.json" > /dev/null
     echo "rill_$1 $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
-    $NETBED_NS_1 env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py $warm $timed 512 \
-      29500 1 "$NETBED_ADDR_0" eth0 &
+    torch_port=$((torch_port + 1))
+    local torch=(env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir timeout 600 /usr/bin/python3 bench/torch_ddp.py $warm
+                 $timed 512 $torch_port)
+    $NETBED_NS_1 "${torch[@]}" 1 "$NETBED_ADDR_0" eth0 > "$tmp/torch1.log" 2>&1 &
     local other=$!
-    echo "torch_$1 $($NETBED_NS_0 env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir /usr/bin/python3 bench/torch_ddp.py \
-      $warm $timed 512 29500 0 "$NETBED_ADDR_0" eth0 |
-      /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])")"
-    wait $other
+    $NETBED_NS_0 "${torch[@]}" 0 "$NETBED_ADDR_0" eth0 > "$tmp/torch0.log" 2>&1 || true
+    wait $other || true
+    local rate
+    rate=$(/usr/bin/python3 -c "import json,sys;print(json.load(open('$tmp/torch0.log'))['samples_per_sec'])" \
+      2> /dev/null) || { echo "torch ddp failed:" >&2; cat "$tmp"/torch*.log >&2; return 1; }
+    echo "torch_$1 $rate"
   }
   for ((r = 0; r < runs; ++r)); do
     pair none none
