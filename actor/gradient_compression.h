@@ -1,11 +1,13 @@
 // Gradients sent across nodes in bf16 with error feedback (train.compression
 // "bf16"): each step a node rounds its gradient plus what rounding lost the
 // step before to bf16, keeps the new loss, and all-reduces the 16-bit
-// values: half the bytes on the link. Over steps nothing is lost but the
-// last step's rounding (the sum of what was sent tracks the sum of the
+// values: half the bytes on the link. Over steps a node loses nothing of
+// its own rounding but the last step's (what it sent tracks the sum of its
 // gradients within one bf16 rounding of the latest), so SGD-like updates
 // follow the uncompressed ones (Seide et al., 1-bit SGD; Karimireddy et al.,
-// error feedback fixes signSGD). The carried error is a task's memory, not a
+// error feedback fixes signSGD). The all-reduce adds bf16 values in float
+// and rounds each partial sum to bf16 (comm/collectives.h): that rounding,
+// once a hop, is not carried. The carried error is a task's memory, not a
 // variable: a run resumed from a checkpoint starts it at zero.
 #pragma once
 

@@ -54,7 +54,8 @@ start_cluster() {
 }
 
 stop_cluster() {
-  stop_cluster
+  $NETBED_NS_0 "$rill" shutdown --master "$master" "${key[@]}" > /dev/null
+  wait
 }
 
 # RUNS runs of one Rill job (submit's arguments after the job file's).
@@ -94,16 +95,17 @@ inside() {
     $NETBED_NS_0 "${torch[@]}" 0 "$NETBED_ADDR_0" eth0 > "$tmp/torch0.log" 2>&1 || true
     wait $other || true
     local rate
-    rate=$(/usr/bin/python3 -c "import json,sys;print(json.load(open('$tmp/torch0.log'))['samples_per_sec'])" \
-      2> /dev/null) || { echo "torch ddp failed:" >&2; cat "$tmp"/torch*.log >&2; return 1; }
+    # Its JSON line, whatever else torch printed.
+    rate=$(grep '"samples_per_sec"' "$tmp/torch0.log" | tail -1 |
+      /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])" 2> /dev/null) ||
+      { echo "torch ddp failed:" >&2; cat "$tmp"/torch*.log >&2; return 1; }
     echo "torch_$1 $rate"
   }
   for ((r = 0; r < runs; ++r)); do
     pair none none
-    [ "$compress" = 1 ] && pair bf16 fp16
+    if [ "$compress" = 1 ]; then pair bf16 fp16; fi
   done
-  $NETBED_NS_0 "$rill" shutdown --master "$master" "${key[@]}" > /dev/null
-  wait
+  stop_cluster
 }
 
 # The largest all-reduce at a rate, and calls per size.

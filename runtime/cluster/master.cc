@@ -202,14 +202,16 @@ void Master::link_failed(const std::string& reason) {
   phase_cv_.notify_all();
 }
 
-// A restarted agent's Join. Its predecessor is gone: the control socket takes
-// a second connection with a node's identity only once the first has closed,
-// and an agent joins once, when it starts. So a node still thought up is
-// lost now (its data connection may have come back to the new process
-// before its loss was seen), and the new process takes its place.
+// A restarted agent's Join, or one that lost the master to a silent link
+// and joins again on a new control link (NodeAgent::join_again). Either
+// way what the node ran is gone: an agent joins again only after it stopped
+// its part. So a node still thought up is lost now (its data connection
+// may have come back before its loss was seen), and the joining agent takes
+// its place.
 void Master::rejoin(const std::string& identity, int rank, const std::string& session) {
   const std::string name = node_name(options_.machines, rank);
-  if (!lost_[rank]) declare_lost(rank, fmt::format("{} lost: its agent joined again (restarted, or cut off from the master)", name));
+  if (!lost_[rank])
+    declare_lost(rank, fmt::format("{} lost: its agent joined again (restarted, or cut off from the master)", name));
   identity_of_node_[rank] = identity;
   last_seen_[rank] = now();
   unreachable_warned_[rank] = false;

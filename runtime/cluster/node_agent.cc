@@ -160,8 +160,20 @@ void NodeAgent::tick() {
 // (a job with restarts goes on); else it ends, saying both.
 void NodeAgent::join_again(const std::string& lost) {
   spdlog::warn("{}; joining again, for up to {:g} s", lost, options_.join_timeout_s);
-  // The aborted phase ends first (its Done is stale), then what was queued
-  // for the master is dropped with the old link.
+  // Work begun on the old link reports nothing on the new one (a plan
+  // being built, a run queued or ending): the master it was for has
+  // declared this node lost, or is another process.
+  links_.fetch_add(1);
+  {
+    MutexLock lock(run_mu_);
+    pending_.reset();
+    pending_job_ = aborted_job_ = started_job_ = -1;
+    pending_phase_ = aborted_phase_ = started_phase_ = -1;
+    started_.reset();
+  }
+  last_part_ = {-1, -1};
+  // The aborted phase ends first, then what was queued for the master is
+  // dropped with the old link.
   for (int i = 0; i < 500; ++i) {
     {
       MutexLock lock(run_mu_);
@@ -236,7 +248,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   // Compiled and built off the loop, which keeps answering
   // heartbeats meanwhile (a dataset may take long to read); the ack
   // goes out when it is done.
-  builder_->post([this, me, part = std::move(m), run = std::move(run)]() mutable {
+  builder_->post([this, me, part = std::move(m), run = std::move(run), link = links_.load()]() mutable {
+    if (links_.load() != link) return;  // asked on a link since replaced (join_again)
     const auto start = std::chrono::steady_clock::now();
     auto plan = compile_part(part, options_.rank, world_, roots_, me);
     if (plan.ok())
@@ -248,6 +261,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
     {
       MutexLock lock(run_mu_);
+      if (links_.load() != link) return;
       if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
         pending_ = std::move(*built);
         pending_job_ = part.job_id;
@@ -274,9 +288,10 @@ void NodeAgent::worker_on(ctl::Start& m) {
     started_phase_ = m.phase;
   }
   // After the previous run has wound down, on the runner's thread.
-  runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime)]() mutable {
+  runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime), link = links_.load()]() mutable {
     {
       MutexLock lock(run_mu_);
+      if (links_.load() != link) return;  // started on a link since replaced
       running_ = runtime.get();
       running_job_ = job;
       running_phase_ = phase;
@@ -287,6 +302,7 @@ void NodeAgent::worker_on(ctl::Start& m) {
       running_ = nullptr;
     }
     runtime.reset();  // unhooks the transport handler before the next job
+    if (links_.load() != link) return;  // its master is gone from this link: nobody waits for its Done
     ctl::Done done{job,
                    phase,
                    options_.rank,

@@ -5,6 +5,7 @@
 // (runner_), and stops, holds or ends them (node_agent.cc).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,6 +58,10 @@ class NodeAgent final : public Agent {
   void worker_on(ctl::Held& m);
   void not_for_node(const char* type);
 
+  // The link up to the master's number: join_again() replaces it, and work
+  // begun on an earlier one (a plan being built, a queued or ending run)
+  // reports nothing on it.
+  std::atomic<int> links_{0};
   Clock::time_point master_seen_{};     // loop thread; set by start_kind()
   Clock::time_point last_heartbeat_{};  // loop thread; set by start_kind()
   std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks
