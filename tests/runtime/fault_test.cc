@@ -63,7 +63,11 @@ Outcome run_with(const std::string& plan, const std::function<void(FaultyTranspo
     RunOptions options;
     options.node = node;
     options.transport = links[static_cast<size_t>(node)];
-    options.stall_timeout_s = 5;  // a fault that leaves both nodes waiting ends here
+    // A fault that leaves both nodes waiting ends here: node 1 first, by
+    // 3 s, so that the cut link below is reported by the node it starves
+    // (with equal timeouts a loaded machine may let node 0's fire first,
+    // and node 1 is then only aborted).
+    options.stall_timeout_s = node == 0 ? 8 : 5;
     auto built = NodeRuntime::build(plan, options);
     REQUIRE_MESSAGE(built.ok(), built.status().to_string());
     runtimes[static_cast<size_t>(node)] = std::move(*built);
