@@ -36,6 +36,11 @@ void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, co
 BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t tag, comm::ReduceOp op,
                        std::byte* scratch)
     : p_(std::move(plan)), collectives_(collectives), tag_(tag), op_(op) {
+  // The 16-bit copy is made here, not in an act (acts do not allocate).
+  if (p_.bf16_wire) {
+    wire_.resize(p_.exchange_in_bytes / sizeof(float));
+    feedback_ = Bf16ErrorFeedback(wire_.size());
+  }
   if (scratch == nullptr && p_.scratch_bytes() > 0) {
     own_scratch_.resize(p_.scratch_bytes());
     scratch = own_scratch_.data();
@@ -111,7 +116,6 @@ Status BoxingBody::exchange(const ActIo& io) {
     case Exchange::kAllReduce:
       if (p_.bf16_wire) {
         const std::span<float> values = elements(std::type_identity<float>{}, in, p_.exchange_in_bytes);
-        wire_.resize(values.size());
         feedback_.compress(values, wire_);
         RILL_RETURN_IF_ERROR(collectives_->all_reduce(std::span<const BFloat16>(wire_), std::span<BFloat16>(wire_), tag_, op_));
         Bf16ErrorFeedback::widen(wire_, elements(std::type_identity<float>{}, out, p_.exchange_out_bytes));

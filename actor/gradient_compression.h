@@ -21,8 +21,10 @@ namespace rill {
 class Bf16ErrorFeedback {
  public:
   // wire[i] = bf16(in[i] + carried[i]); carried[i] = what that rounding lost.
-  // The first call sizes the carried error (zeros) to in.size().
   // A non-finite loss (an overflowed step's) is carried as zero.
+  explicit Bf16ErrorFeedback(size_t elements = 0) : carried_(elements, 0.0f) {}
+  // in, wire and the carried error have the same size (the first call
+  // sizes an unsized one, to in.size()).
   void compress(std::span<const float> in, std::span<BFloat16> wire);
   static void widen(std::span<const BFloat16> wire, std::span<float> out);
   std::span<const float> carried() const { return carried_; }

@@ -34,12 +34,7 @@ std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-net-faul
 // Polls `done` every 20 ms for at most `seconds`.
 template <typename Done>
 bool wait_for(Done done, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
+  return rill::testing::Terminal::poll_until(done, seconds);
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
