@@ -72,6 +72,7 @@ class CountingTransport : public Transport {
   }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
   int64_t handler_bytes_copied() const override { return inner_->handler_bytes_copied(); }
+  std::vector<std::optional<TcpLinkCounters>> link_counters() const override { return inner_->link_counters(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
   const SessionId* session() const override { return inner_->session(); }

@@ -64,6 +64,7 @@ class FaultyTransport final : public Transport {
     inner_->cancel_tags(lo, hi, reason);
   }
   int64_t received_dropped() const override { return inner_->received_dropped(); }
+  std::vector<std::optional<TcpLinkCounters>> link_counters() const override { return inner_->link_counters(); }
   bool peer_lost(int rank) const override { return inner_->peer_lost(rank); }
   void revive(int rank) override { inner_->revive(rank); }
   const SessionId* session() const override { return inner_->session(); }

@@ -20,11 +20,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "comm/tcp_link.h"
 
 namespace rill::comm {
 
@@ -164,6 +166,11 @@ class Transport {
   // Bytes a transport copied to hand messages to handlers (a header moved
   // to an aligned buffer); 0 where it never copies.
   virtual int64_t handler_bytes_copied() const { return 0; }
+  // What the kernel counted on this rank's TCP connection to each peer
+  // (index = rank), cumulative over the connection; nullopt where there is
+  // none (this rank, a peer reached through shared memory, a transport
+  // without sockets). Empty: this transport has no TCP connections.
+  virtual std::vector<std::optional<TcpLinkCounters>> link_counters() const { return {}; }
   // True once the connection to `rank` is known lost (its process died or
   // closed its transport): callers may act on it at once instead of waiting
   // for a heartbeat to time out.

@@ -147,6 +147,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.monitor.set(zmq::sockopt::linger, 0);
       p.monitor.connect(monitor_url);
       p.url = resolved[peer].url;
+      p.port = endpoints_[peer].port;
       p.socket.connect(p.url);
     }
   } catch (const zmq::error_t& e) {
@@ -523,6 +524,7 @@ void ZmqTransport::close() {
   if (receiver_.joinable()) receiver_.join();
   for (auto& peer : peers_) {
     MutexLock peer_lock(peer->mu);
+    peer->fd.store(-1, std::memory_order_release);
     if (peer->socket) {
       zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
       // What is still queued for the peer leaves before the context ends.

@@ -75,6 +75,7 @@ class ZmqTransport final : public Transport {
   void set_peer_session(int rank, const SessionId& session) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
   int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
+  std::vector<std::optional<TcpLinkCounters>> link_counters() const override;
 
   // Handlers run under handlers_mu_, so after this returns the old handler
   // is not called any more. An empty handler removes the tag's.
@@ -96,6 +97,8 @@ class ZmqTransport final : public Transport {
     std::string url;        // where `socket` connects
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
+    std::atomic<int> fd{-1};  // the connection's socket while it is up (its monitor says which); -1: none
+    uint16_t port = 0;        // the peer's data port, which `fd` must be connected to
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};

@@ -41,10 +41,14 @@ void ZmqTransport::drain_monitor(int peer) {
     if (event.size() < sizeof(uint16_t)) continue;
     uint16_t id;
     std::memcpy(&id, event.data(), sizeof id);
+    uint32_t value = 0;  // CONNECTED: the connection's socket
+    if (event.size() >= sizeof id + sizeof value) std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
     if (id == ZMQ_EVENT_CONNECTED) {
+      p.fd.store(static_cast<int>(value), std::memory_order_release);
       p.loss_pending = false;
       p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
     } else if (id == ZMQ_EVENT_DISCONNECTED && p.connected_ns.load(std::memory_order_relaxed) != 0) {
+      p.fd.store(-1, std::memory_order_release);
       p.connected_ns.store(0, std::memory_order_release);
       p.loss_pending = true;
       p.lost_at = Clock::now() + options_.peer_lost_grace;
@@ -72,6 +76,18 @@ void ZmqTransport::drain_monitor(int peer) {
       p.redial_logged = false;
     }
   }
+}
+
+std::vector<std::optional<TcpLinkCounters>> ZmqTransport::link_counters() const {
+  std::vector<std::optional<TcpLinkCounters>> out(peers_.size());
+  if (closed_.load(std::memory_order_acquire)) return out;
+  for (size_t peer = 0; peer < peers_.size(); ++peer) {
+    if (static_cast<int>(peer) == rank_ || !peers_[peer] || (lanes_ && lanes_->is_local(static_cast<int>(peer)))) continue;
+    // The socket library may close the descriptor at any time; read_tcp_link
+    // checks it is still a connection to the peer's port.
+    out[peer] = read_tcp_link(peers_[peer]->fd.load(std::memory_order_acquire), peers_[peer]->port);
+  }
+  return out;
 }
 
 void ZmqTransport::watch_listener() {

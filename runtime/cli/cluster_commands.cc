@@ -33,6 +33,7 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/client.h"
 #include "runtime/cluster/cluster_config.h"
+#include "runtime/watch/link_pace.h"
 #include "runtime/watch/pace.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cli/interrupts.h"
@@ -139,6 +140,9 @@ int status_command(const std::string& master) {
     if (n.contains("steps_per_second"))
       pace = fmt::format("{:<10.1f}{:.2f}{}", n["steps_per_second"].get<double>(), n["busy_ms_per_step"].get<double>(),
                          n["slow"].get<bool>() ? "  slow" : "");
+    if (n.contains("link_mb_per_s"))
+      pace += fmt::format("  link {:.1f} MB/s{}", n["link_mb_per_s"].get<double>(),
+                          n["slow_link"].get<bool>() ? " (slow)" : "");
     fmt::print("{:<6}{:<24}{:<10}{:<14}{:<14}{}\n", n["rank"].get<int>(), n["address"].get<std::string>(),
                n["devices"].get<std::string>(), n["state"].get<std::string>(),
                fmt::format("{:.1f} s ago", n["seconds_since_heartbeat"].get<double>()), pace);
@@ -148,6 +152,12 @@ int status_command(const std::string& master) {
     for (const auto& r : j["slow_nodes"]) named.push_back(std::to_string(r.get<int>()));
     fmt::print("slow: node {} (device time per step {}x the others' median or more)\n", fmt::join(named, ", node "),
                kSlowRatio);
+  }
+  if (j.contains("slow_links") && !j["slow_links"].empty()) {
+    std::vector<std::string> named;
+    for (const auto& r : j["slow_links"]) named.push_back(std::to_string(r.get<int>()));
+    fmt::print("slow link: node {} (its fastest data link {}x slower than the others' median or more)\n",
+               fmt::join(named, ", node "), kSlowLinkRatio);
   }
   if (j["running"].is_null()) fmt::print("running: none\n");
   else fmt::print("running: job {} ({})\n", j["running"]["job_id"].get<int64_t>(), j["running"]["name"].get<std::string>());

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
 #include "base/status.h"
+#include "comm/tcp_link.h"
 #include "kernels/tensor.h"
 
 namespace rill::control {
@@ -93,6 +95,7 @@ struct Heartbeat {
   };
   std::vector<Thread> threads;
   std::vector<int64_t> received_bytes_from;
+  std::vector<std::optional<comm::TcpLinkCounters>> links;  // per peer node
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };

@@ -27,6 +27,8 @@ Status Master::start_kind() {
   told_to_go_.assign(world_, false);
   pace_ = PaceTracker(world_);
   slow_warned_.assign(world_, false);
+  links_ = LinkTracker(world_);
+  slow_link_warned_.assign(world_, false);
   activity_.assign(world_, {});
   return {};
 }

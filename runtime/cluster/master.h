@@ -18,6 +18,7 @@
 #include "runtime/cluster/agent_impl.h"
 #include "runtime/watch/http_server.h"
 #include "runtime/watch/metrics_board.h"
+#include "runtime/watch/link_pace.h"
 #include "runtime/watch/pace.h"
 
 namespace rill::agent_internal {
@@ -140,6 +141,8 @@ class Master final : public Agent {
   Clock::time_point last_heartbeat_{};    // set by start_kind()
   PaceTracker pace_{1};                   // the running job's pace per node
   std::vector<bool> slow_warned_;         // for job warned_job_
+  LinkTracker links_{1};                  // the running job's data links per node
+  std::vector<bool> slow_link_warned_;    // for job warned_job_
   int64_t warned_job_ = -1;
   void track_pace();
   // Each node's threads and received bytes in the running phase, from its

@@ -19,7 +19,8 @@ namespace rill::agent_internal {
 std::string Master::status_json() {
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
   const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
-  nlohmann::ordered_json slow = nlohmann::ordered_json::array();
+  const std::vector<LinkReport> links = job_running_ ? links_.report(clock_seconds()) : std::vector<LinkReport>(world_);
+  nlohmann::ordered_json slow = nlohmann::ordered_json::array(), slow_links = nlohmann::ordered_json::array();
   for (int r = 0; r < world_; ++r) {
     std::string state = r == 0 ? "up (master)" : lost_[r] ? "lost" : identity_of_node_[r].empty() ? "not joined" : "up";
     nlohmann::ordered_json node = {{"rank", r},
@@ -33,6 +34,12 @@ std::string Master::status_json() {
       node["busy_ms_per_step"] = pace[r].busy_ms_per_step;
       node["slow"] = pace[r].slow;
       if (pace[r].slow) slow.push_back(r);
+    }
+    // Its fastest data link over the last 10 s (runtime/watch/link_pace.h).
+    if (links[r].known) {
+      node["link_mb_per_s"] = links[r].best_mb_per_s;
+      node["slow_link"] = links[r].slow;
+      if (links[r].slow) slow_links.push_back(r);
     }
     nodes.push_back(std::move(node));
   }
@@ -51,6 +58,7 @@ std::string Master::status_json() {
   }
   j["finished"] = finished;
   j["slow_nodes"] = slow;
+  j["slow_links"] = slow_links;
   // Where the dashboard, /metrics and /api are served (null: nowhere).
   j["http"] = http_address_.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(http_address_);
   return j.dump();
@@ -100,6 +108,7 @@ void Master::publish_metrics() {
   if (seconds_since(last_published_) < 0.25) return;
   last_published_ = now();
   const std::vector<PaceReport> pace = job_running_ ? pace_.report(clock_seconds()) : std::vector<PaceReport>(world_);
+  const std::vector<LinkReport> links = job_running_ ? links_.report(clock_seconds()) : std::vector<LinkReport>(world_);
   std::vector<MetricsBoard::Node> nodes;
   for (int r = 0; r < world_; ++r) {
     MetricsBoard::Node n;
@@ -111,6 +120,9 @@ void Master::publish_metrics() {
     n.steps_per_second = pace[r].steps_per_second;
     n.device_ms_per_step = pace[r].busy_ms_per_step;
     n.slow = pace[r].slow;
+    n.link_known = links[r].known;
+    n.link_mb_per_s = links[r].best_mb_per_s;
+    n.slow_link = links[r].slow;
     for (const ctl::Heartbeat::Thread& t : activity_[r].threads) n.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
     n.received_bytes_from = activity_[r].received_bytes_from;
     nodes.push_back(std::move(n));
@@ -123,12 +135,14 @@ void Master::publish_metrics() {
 void Master::track_pace() {
   if (!job_running_) {
     pace_.clear();
+    links_.clear();
     activity_.assign(world_, {});
     return;
   }
   if (warned_job_ != running_id_) {  // jobs may follow each other between two calls
     warned_job_ = running_id_;
     slow_warned_.assign(world_, false);
+    slow_link_warned_.assign(world_, false);
   }
   {
     MutexLock lock(phase_mu_);
@@ -139,6 +153,7 @@ void Master::track_pace() {
       own.threads.clear();
       for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
       own.received_bytes_from = transport_->received_bytes_from();
+      links_.add(0, clock_seconds(), transport_->link_counters());
     }
   }
   const std::vector<PaceReport> report = pace_.report(clock_seconds());
@@ -147,6 +162,14 @@ void Master::track_pace() {
       slow_warned_[r] = true;
       spdlog::warn("{} is slow: {:.1f} ms of device time per step, {:.1f}x the other nodes' median",
                    node_name(options_.machines, r), report[r].busy_ms_per_step, report[r].ratio);
+    }
+  const std::vector<LinkReport> links = links_.report(clock_seconds());
+  for (int r = 0; r < world_; ++r)
+    if (links[r].slow && !slow_link_warned_[r]) {
+      slow_link_warned_[r] = true;
+      spdlog::warn("{} is behind a slow link: its fastest data connection carries {:.1f} MB/s, {:.1f}x below the "
+                   "other nodes' median",
+                   node_name(options_.machines, r), links[r].best_mb_per_s, links[r].ratio);
     }
 }
 

@@ -128,6 +128,7 @@ void NodeAgent::tick() {
         beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
         for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
         beat.received_bytes_from = transport_->received_bytes_from();
+        beat.links = transport_->link_counters();
       }
     }
     post_to_master(beat);

@@ -207,6 +207,18 @@ std::string MetricsBoard::prometheus_text() const {
       if (n.paced) f.sample(fmt::format("node=\"{}\"", n.rank), n.slow);
   }
   {
+    Family f(&out, "rill_node_link_bytes_per_second", "gauge",
+             "What the node's fastest data connection carries while it has bytes to send (last 10 s).");
+    for (const Node& n : nodes_)
+      if (n.link_known) f.sample(fmt::format("node=\"{}\"", n.rank), n.link_mb_per_s * 1e6);
+  }
+  {
+    Family f(&out, "rill_node_slow_link", "gauge",
+             "1 when the node's fastest data connection is 3x slower than the other nodes' median.");
+    for (const Node& n : nodes_)
+      if (n.link_known) f.sample(fmt::format("node=\"{}\"", n.rank), n.slow_link);
+  }
+  {
     Family f(&out, "rill_thread_acts", "gauge", "Acts of each actor thread of a node in the running job's phase.");
     for (const Node& n : nodes_)
       for (const Node::Thread& t : n.threads)

@@ -30,6 +30,9 @@ class MetricsBoard {
     double steps_per_second = 0;
     double device_ms_per_step = 0;
     bool slow = false;
+    bool link_known = false;  // the link fields hold a running job's figures
+    double link_mb_per_s = 0;  // its fastest data connection while busy (runtime/watch/link_pace.h)
+    bool slow_link = false;
     struct Thread {
       std::string name;
       int64_t acts = 0;

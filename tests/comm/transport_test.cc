@@ -346,6 +346,54 @@ TEST_CASE("zmq: a rank that starts late still gets what was sent to it before") 
   CHECK(as_string(got) == "and back");
 }
 
+TEST_CASE("zmq: the kernel's counters of each TCP link: bytes the peer acknowledged and time busy sending") {
+  auto endpoints = loopback_endpoints(free_ports(3));
+  std::vector<std::unique_ptr<Transport>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto made = make_zmq_transport(r, endpoints, tcp_only());
+    REQUIRE(made.ok());
+    ranks.push_back(std::move(*made));
+  }
+  introduce({ranks[0].get(), ranks[1].get(), ranks[2].get()});
+  constexpr size_t kBytes = 8 << 20;
+  const std::vector<std::byte> body = pattern(kBytes, 3);
+  REQUIRE(ranks[0]->send(1, 1, as_span("big"), body).ok());
+  REQUIRE(ranks[0]->send(2, 1, as_span("small")).ok());
+  Received got;
+  REQUIRE(ranks[1]->recv_message(0, 1, in_ms(10000), &got).ok());
+  REQUIRE(ranks[2]->recv_message(0, 1, in_ms(10000), &got).ok());
+  // The acknowledgements trail the delivery by a round trip: bounded wait.
+  std::vector<std::optional<TcpLinkCounters>> links;
+  for (int i = 0; i < 200; ++i) {
+    links = ranks[0]->link_counters();
+    if (links.size() == 3 && links[1] && links[1]->bytes_acked >= static_cast<int64_t>(kBytes)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(links.size() == 3);
+  CHECK_FALSE(links[0]);  // itself
+  REQUIRE(links[1]);
+  REQUIRE(links[2]);
+  CHECK(links[1]->bytes_acked >= static_cast<int64_t>(kBytes));
+  CHECK(links[1]->busy_us > 0);
+  CHECK(links[2]->bytes_acked < links[1]->bytes_acked);
+  ranks[0]->close();
+  for (const auto& link : ranks[0]->link_counters()) CHECK_FALSE(link);
+}
+
+TEST_CASE("zmq: a peer reached through shared memory, and an in-process transport, have no TCP counters") {
+  auto endpoints = loopback_endpoints(free_ports(2));
+  auto a = make_zmq_transport(0, endpoints);
+  auto b = make_zmq_transport(1, endpoints);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  introduce({a->get(), b->get()});
+  const auto links = (*a)->link_counters();
+  REQUIRE(links.size() == 2);
+  CHECK_FALSE(links[1]);
+  auto world = make_world(Kind::kInproc, 2);
+  CHECK(world[0]->link_counters().empty());
+}
+
 TEST_CASE("bad ranks are invalid arguments") {
   auto transports = make_inproc_transports(2);
   std::vector<std::byte> got;

@@ -55,6 +55,7 @@ TEST_CASE("control messages survive encoding") {
   control::Heartbeat busy{1, 4, 0, 10, 2};
   busy.threads = {{"cpu0.0", 120, 1.5, 0}, {"comm5.0", 40, 0.25, 3}};
   busy.received_bytes_from = {4096, 0};
+  busy.links = {comm::TcpLinkCounters{1 << 20, 8000}, std::nullopt};
   auto b = std::get<control::Heartbeat>(*control::decode(control::encode(busy)));
   REQUIRE(b.threads.size() == 2);
   CHECK(b.threads[1].name == "comm5.0");
@@ -62,6 +63,11 @@ TEST_CASE("control messages survive encoding") {
   CHECK(b.threads[1].busy_seconds == 0.25);
   CHECK(b.threads[1].queued == 3);
   CHECK(b.received_bytes_from == std::vector<int64_t>{4096, 0});
+  REQUIRE(b.links.size() == 2);
+  REQUIRE(b.links[0]);
+  CHECK(b.links[0]->bytes_acked == 1 << 20);
+  CHECK(b.links[0]->busy_us == 8000);
+  CHECK_FALSE(b.links[1]);
 
   control::Submit submit;
   submit.job_text = "{}";
