@@ -6,9 +6,11 @@
 //
 // That scratch holds the partial sums a reduce-scatter or a reduce (not at
 // its root) keeps for the blocks it passes on: the whole input's size (they
-// are sent without a copy, so each stays until the call ends); or, for a
-// direct all-reduce in place, its input, which it sends while the output
-// changes. The other collectives need none.
+// are sent without a copy, so each stays until the call ends); for a direct
+// all-reduce in place, its input, which it sends while the output changes;
+// for recursive doubling, a partner's partial sum taken out of the
+// transport's buffer to be combined in rank order. The other collectives
+// need none.
 #pragma once
 
 #include <cstddef>
@@ -35,12 +37,18 @@ constexpr const char* collective_call_name(CollectiveCall call) {
 // most this many bytes among several ranks is one direct exchange (every
 // rank sends every other its input), not the ring.
 inline constexpr size_t kCollectiveDirectBytes = size_t{64} << 10;
+// Among more ranks than this a small all-reduce is recursive doubling
+// (log2 of the world in rounds, one message each) instead: the direct
+// exchange's world - 1 messages per rank, and world squared in all, would
+// grow with the cluster.
+inline constexpr int kCollectiveDirectMaxRanks = 8;
 
 constexpr size_t collective_scratch_bytes(CollectiveCall call, size_t in_bytes, bool in_place, int world,
                                           size_t direct_bytes = kCollectiveDirectBytes) {
   if (world <= 1) return 0;
   switch (call) {
-    case CollectiveCall::kAllReduce: return in_place && in_bytes <= direct_bytes ? in_bytes : 0;
+    case CollectiveCall::kAllReduce:
+      return in_bytes <= direct_bytes && (in_place || world > kCollectiveDirectMaxRanks) ? in_bytes : 0;
     case CollectiveCall::kReduceScatter:
     case CollectiveCall::kReduce: return in_bytes;
     case CollectiveCall::kAllGather:

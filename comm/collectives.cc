@@ -322,9 +322,12 @@ Status Collectives::all_reduce_t(std::span<const T> in, std::span<T> out, uint64
                             out.size());
   }
   RILL_RETURN_IF_ERROR(begin(tag));
-  const bool direct = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
-  Status status = direct ? all_reduce_direct(in, out, tag, op) : all_reduce_ring(in, out, tag, op);
-  status = end("all_reduce", direct ? "direct" : "ring", tag, std::move(status));
+  const bool small = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
+  const bool direct = small && world() <= kCollectiveDirectMaxRanks, doubling = small && !direct;
+  Status status = direct     ? all_reduce_direct(in, out, tag, op)
+                  : doubling ? all_reduce_doubling(in, out, tag, op)
+                             : all_reduce_ring(in, out, tag, op);
+  status = end("all_reduce", direct ? "direct" : doubling ? "recursive doubling" : "ring", tag, std::move(status));
   if (status.ok()) finish(op, out);  // after end(): the sends read out until then
   return status;
 }
@@ -357,6 +360,49 @@ Status Collectives::all_reduce_direct(std::span<const T> in, std::span<T> out, u
     }
     received_.reset();
   }
+  return Status::ok_status();
+}
+
+// Recursive doubling among p, the largest power of two not above the world:
+// in round k rank r and r ^ k exchange their partial sums, and both combine
+// them in rank order (the lower rank's first), so the ranks of each group of
+// 2k hold the same bits. The ranks past p first hand their input to rank
+// r - p, which adds it after its own, and get the sum back at the end.
+// Small tensors only: every rank sends its whole tensor log2(p) times.
+template <typename T>
+Status Collectives::all_reduce_doubling(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
+  const int n = world(), r = rank();
+  const size_t count = in.size(), bytes = count * sizeof(T);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  if (in.data() != out.data() && count > 0) std::copy(in.begin(), in.end(), out.begin());
+  RILL_ASSIGN_OR_RETURN(T * partner, work<T>(count, "all_reduce", tag));
+  const std::span<const std::byte> mine = bytes_of(out.data(), count);
+  if (r >= p) {  // handed over, then given the sum
+    RILL_RETURN_IF_ERROR(send_chunk(r - p, mine, tag));
+    RILL_ASSIGN_OR_RETURN(const std::byte* sum, recv_chunk(r - p, bytes, tag));
+    if (count > 0) std::memcpy(out.data(), sum, bytes);
+    return Status::ok_status();
+  }
+  if (r + p < n) {
+    RILL_ASSIGN_OR_RETURN(const std::byte* extra, recv_chunk(r + p, bytes, tag));
+    combine_typed(op, out.data(), out.data(), extra, count);
+  }
+  for (int k = 1; k < p; k *= 2) {
+    const int other = r ^ k;
+    RILL_RETURN_IF_ERROR(send_chunk(other, mine, tag));
+    RILL_ASSIGN_OR_RETURN(const std::byte* theirs, recv_chunk(other, bytes, tag));
+    // `out` is sent without a copy: it changes only once the send is done.
+    RILL_RETURN_IF_ERROR(tracker_.wait(deadline_));
+    if (other > r) {
+      combine_typed(op, out.data(), out.data(), theirs, count);
+    } else {
+      if (count > 0) std::memcpy(partner, theirs, bytes);
+      combine_typed(op, partner, partner, reinterpret_cast<const std::byte*>(out.data()), count);
+      if (count > 0) std::memcpy(out.data(), partner, bytes);
+    }
+  }
+  if (r + p < n) RILL_RETURN_IF_ERROR(send_chunk(r + p, mine, tag));
   return Status::ok_status();
 }
 

@@ -79,7 +79,8 @@ class Collectives {
   int world() const { return transport_.world(); }
   const CollectiveOptions& options() const { return options_; }
   // The last call's operation and algorithm ("all_reduce", "ring"): "direct"
-  // (every rank sends to every other, one hop), "ring", "pipelined chain",
+  // (every rank sends to every other, one hop), "recursive doubling" (a
+  // small all-reduce among more than kCollectiveDirectMaxRanks ranks), "ring", "pipelined chain",
   // "pairwise", "dissemination", "point-to-point", or "local" in a world of
   // one. Empty strings before the first call.
   const char* last_op() const { return last_op_; }
@@ -101,7 +102,8 @@ class Collectives {
 
   // out = sum over ranks of in, the same bits on every rank. `in` and `out`
   // are the same size and either the same span (in place) or disjoint. Ring
-  // (reduce-scatter, all-gather), or for small tensors a direct exchange.
+  // (reduce-scatter, all-gather), or for small tensors a direct exchange
+  // (up to kCollectiveDirectMaxRanks ranks) or recursive doubling.
   // `op` other than the sum: the same with that combination.
   // Each reduction takes f32, i32, bf16 or f16 elements (16-bit floats
   // combine in float, rounding once a step).
@@ -205,6 +207,8 @@ class Collectives {
   Status all_reduce_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>
   Status all_reduce_direct(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  template <typename T>
+  Status all_reduce_doubling(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>
   Status reduce_scatter_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>

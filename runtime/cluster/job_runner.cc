@@ -429,6 +429,7 @@ std::string result_json(const JobResult& result) {
   if (!result.traffic.empty()) j["traffic"] = result.traffic;  // [from][to] messages
   if (!result.traffic_bytes.empty()) j["traffic_bytes"] = result.traffic_bytes;  // [from][to] bytes
   j["device_synchronizes"] = result.device_synchronizes;
+  if (result.seconds_to_first_step > 0) j["seconds_to_first_step"] = result.seconds_to_first_step;
   if (!result.generated.empty()) j["generated"] = result.generated;
   if (const int64_t peak = CudaContext::device_bytes_peak(); peak > 0) j["peak_device_bytes"] = peak;
   if (!result.restarts.empty()) {

@@ -97,6 +97,10 @@ struct JobResult {
   std::map<std::string, double> eval_metrics;      // mean over the eval pass
   int64_t eval_samples = 0;
   double train_seconds = 0.0;
+  // On a cluster: from the master taking the job from its queue to the
+  // first step's metrics reaching it (every node's compile, the data checks,
+  // the start); 0 where not measured.
+  double seconds_to_first_step = 0.0;
   double samples_per_sec = 0.0;         // over the whole training run
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;

@@ -84,15 +84,18 @@ void Master::run_queued(QueuedJob queued) {
   // new and a stale message of the failed one is dropped.
   int phase = 0;
   Clock::time_point first_step{};  // of the current attempt
+  Clock::time_point job_first_step{};  // of the first attempt that made one
+  const Clock::time_point taken = Clock::now();
   // Each node compiles its own part of every phase's plan from the job.
   auto job_text = graph::job_to_json(queued.job);
-  options.executor = [this, id = queued.id, &phase, &job_text, &first_step](const PhasePlan& plan,
-                                                                            const RunOptions& run) {
+  options.executor = [this, id = queued.id, &phase, &job_text, &first_step, &job_first_step](const PhasePlan& plan,
+                                                                                             const RunOptions& run) {
     RunOptions timed = run;
     const bool training = plan.compile.mode == compiler::Mode::kTrain;
     if (run.on_step)
-      timed.on_step = [this, id, training, &first_step, inner = run.on_step](const StepMetrics& m) {
+      timed.on_step = [this, id, training, &first_step, &job_first_step, inner = run.on_step](const StepMetrics& m) {
         if (first_step == Clock::time_point{}) first_step = Clock::now();
+        if (job_first_step == Clock::time_point{}) job_first_step = first_step;
         if (training) board_.job_step(id, m.step, m.names, m.values);
         inner(m);
       };
@@ -125,6 +128,8 @@ void Master::run_queued(QueuedJob queued) {
   if (!distributed.ok()) result.status = distributed;
   else if (job_text.ok()) result = run_with_restarts(queued, options, first_step);
   else result.status = job_text.status().with_context("sending the job to the nodes");
+  if (job_first_step != Clock::time_point{})
+    result.seconds_to_first_step = std::chrono::duration<double>(job_first_step - taken).count();
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
   board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message());
   {
