@@ -173,7 +173,7 @@ Status Agent::serve() {
     // What has come is handled before liveness is judged: a master that
     // said Shutdown and closed is not lost (a bounded batch, so a flood
     // cannot starve the heartbeats).
-    handle_incoming(std::chrono::milliseconds(10));
+    handle_incoming(kIdleWait);
     if (shutdown_) break;  // told to go: a master gone since is not lost
     tick();
     flush();

@@ -161,6 +161,11 @@ class Agent {
   // Control messages the loop handles in one turn, at most, before it looks
   // at liveness, jobs and what it has to send.
   static constexpr int kMessagesPerTurn = 64;
+  // How long the loop waits for a message when nothing is due: posts wake
+  // it at once (ControlChannel::wake), so this bounds only how late a timer
+  // (a heartbeat, a liveness check, the metrics) is, and the loop's idle
+  // wakeups (10 a second).
+  static constexpr std::chrono::milliseconds kIdleWait{100};
   Mutex out_mu_;
   std::vector<Outgoing> outbox_ GUARDED_BY(out_mu_);
   int64_t unread_answers_dropped_ = 0;     // loop thread: since the last warning

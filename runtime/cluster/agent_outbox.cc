@@ -18,8 +18,11 @@
 namespace rill::agent_internal {
 
 void Agent::post(Outgoing out) {
-  MutexLock lock(out_mu_);
-  outbox_.push_back(std::move(out));
+  {
+    MutexLock lock(out_mu_);
+    outbox_.push_back(std::move(out));
+  }
+  if (channel_) channel_->wake();  // the loop sends it now, not when its wait ends
 }
 
 void Agent::send_router(const std::string& identity, const std::string& bytes) {

@@ -28,8 +28,12 @@ class ControlChannel {
     std::string bytes;
   };
   // Waits up to `timeout` for one message. False when none came, or what
-  // came was dropped (malformed, or not authenticated as who it claims).
+  // came was dropped (malformed, or not authenticated as who it claims), or
+  // wake() was called.
   virtual bool receive(std::chrono::milliseconds timeout, Incoming* out) = 0;
+  // Ends the receive() waiting now, or the next one, at once: another thread
+  // has posted work for the loop (a message to send). Any thread.
+  virtual void wake() = 0;
 
   enum class Sent {
     kSent,

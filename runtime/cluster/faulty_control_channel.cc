@@ -11,6 +11,10 @@ FaultyControlChannel::FaultyControlChannel(std::unique_ptr<ControlChannel> inner
 
 bool FaultyControlChannel::receive(std::chrono::milliseconds timeout, Incoming* out) {
   send_due();
+  // A delayed message leaves on time: the wait ends when it is due.
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [due, message] : delayed_)
+    timeout = std::min(timeout, std::chrono::ceil<std::chrono::milliseconds>(std::max(due - now, now - now)));
   return inner_->receive(timeout, out);
 }
 

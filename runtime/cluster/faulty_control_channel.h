@@ -28,6 +28,7 @@ class FaultyControlChannel final : public ControlChannel {
     return send({false, identity, bytes});
   }
   std::string master_failure() override { return inner_->master_failure(); }
+  void wake() override { inner_->wake(); }
   void reconnect_master() override { inner_->reconnect_master(); }
 
  private:

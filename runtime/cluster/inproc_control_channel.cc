@@ -33,6 +33,7 @@ class InprocControlChannel final : public ControlChannel {
   }
 
   std::string master_failure() override { return {}; }
+  void wake() override { hub_->wake(rank_); }
 
  private:
   std::shared_ptr<InprocControlHub> hub_;
@@ -69,6 +70,12 @@ ControlChannel::Sent InprocControlHub::push(Inbox& inbox, Message message) {
   return ControlChannel::Sent::kSent;
 }
 
+void InprocControlHub::wake(int rank) {
+  MutexLock lock(mu_);
+  woken_.insert(rank);
+  arrived_.notify_all();
+}
+
 bool InprocControlHub::pop(int rank, const std::string& identity, int port, std::chrono::milliseconds timeout,
                            Message* out, bool* from_identity) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -92,6 +99,7 @@ bool InprocControlHub::pop(int rank, const std::string& identity, int port, std:
       *from_identity = true;
       return true;
     }
+    if (rank >= 0 && woken_.erase(rank) > 0) return false;
     if (!arrived_.wait_until(mu_, deadline)) return false;
   }
 }

@@ -59,6 +59,9 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   // of what is sent to `identity` through port `port`, waiting up to `timeout`.
   bool pop(int rank, const std::string& identity, int port, std::chrono::milliseconds timeout, Message* out,
            bool* from_identity);
+  // Ends the pop of `rank`'s channel waiting now, or its next one (it
+  // returns false when no message is there).
+  void wake(int rank);
 
   const size_t capacity_;
   mutable Mutex mu_;
@@ -67,6 +70,7 @@ class InprocControlHub : public std::enable_shared_from_this<InprocControlHub> {
   std::map<std::pair<int, std::string>, Inbox> links_ GUARDED_BY(mu_);  // (port, identity) -> what the port sent it
   std::set<int> opened_ GUARDED_BY(mu_);  // ranks that have had a channel
   uint64_t pops_ GUARDED_BY(mu_) = 0;
+  std::set<int> woken_ GUARDED_BY(mu_);  // ranks whose channel was woken
 };
 
 }  // namespace rill

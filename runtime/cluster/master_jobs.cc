@@ -142,6 +142,7 @@ void Master::run_queued(QueuedJob queued) {
                 ctl::encode(ctl::Result{queued.id, result_json(result),
                                         result.status.ok() ? "" : result.status.message(), result.status.code()})});
   job_running_ = false;
+  channel_->wake();  // the next queued job starts now
 }
 
 namespace {

@@ -1,5 +1,8 @@
 #include "runtime/cluster/zmq_control_channel.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -33,9 +36,11 @@ comm::ConnectionLimits control_port_limits(const ZmqControlOptions& options) {
 
 class ZmqControlChannel final : public ControlChannel {
  public:
-  explicit ZmqControlChannel(ZmqControlOptions options) : options_(std::move(options)) {}
+  explicit ZmqControlChannel(ZmqControlOptions options)
+      : options_(std::move(options)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
   ~ZmqControlChannel() override {
+    if (wake_fd_ >= 0) ::close(wake_fd_);
     // Let the last control messages (Shutdown to the nodes, replies) leave,
     // but never wait long for a peer that is gone.
     port_.set(zmq::sockopt::linger, 2000);
@@ -87,11 +92,17 @@ class ZmqControlChannel final : public ControlChannel {
 
   bool receive(std::chrono::milliseconds timeout, Incoming* out) override {
     const bool master = options_.rank != 0;
-    zmq::pollitem_t items[] = {{port_.handle(), 0, ZMQ_POLLIN, 0}, {master_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, master ? 2 : 1, timeout);
+    zmq::pollitem_t items[] = {{port_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                               {master_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, master ? 3 : 2, timeout);
     if (port_watch_) (void)port_watch_->poll();
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      (void)!::read(wake_fd_, &count, sizeof count);  // reset; a wake while it runs wakes the next wait
+    }
     const bool port_ready = (items[0].revents & ZMQ_POLLIN) != 0;
-    const bool master_ready = master && (items[1].revents & ZMQ_POLLIN) != 0;
+    const bool master_ready = master && (items[2].revents & ZMQ_POLLIN) != 0;
     // Turns when both have messages: a stream on the port (clients) cannot
     // keep the master's messages, heartbeats among them, waiting.
     master_first_ = !master_first_;
@@ -123,6 +134,11 @@ class ZmqControlChannel final : public ControlChannel {
   }
 
   std::string master_failure() override { return master_watch_ ? master_watch_->poll() : std::string(); }
+
+  void wake() override {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
 
  private:
   // The link up to the master, under a routing identity of its own
@@ -170,6 +186,7 @@ class ZmqControlChannel final : public ControlChannel {
   std::unique_ptr<comm::ZapAuthenticator> zap_;
   std::unique_ptr<comm::HandshakeWatch> port_watch_, master_watch_;
   bool master_first_ = false;  // which link receive() reads first when both have messages
+  const int wake_fd_;          // an eventfd: wake() ends a waiting receive() (-1: none, receive() times out)
 };
 
 }  // namespace
