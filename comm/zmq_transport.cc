@@ -98,6 +98,10 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   const Endpoint& own = endpoints_[rank_];
   try {
     context_.set(zmq::ctxopt::io_threads, options_.io_threads);
+    // Each peer takes three sockets (its PUSH and the two ends of its
+    // monitor): ZeroMQ's default of 1,023 per context would refuse worlds
+    // past 340 ranks.
+    context_.set(zmq::ctxopt::max_sockets, std::max(1023, 3 * world() + 64));
     pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
     pull_.set(zmq::sockopt::linger, 0);
     pull_.set(zmq::sockopt::rcvhwm, options_.receive_hwm);

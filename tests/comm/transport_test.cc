@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <sys/resource.h>
+
 #include <zmq.hpp>
 
 #include "comm/mailbox.h"
@@ -392,6 +394,30 @@ TEST_CASE("zmq: a peer reached through shared memory, and an in-process transpor
   CHECK_FALSE(links[1]);
   auto world = make_world(Kind::kInproc, 2);
   CHECK(world[0]->link_counters().empty());
+}
+
+// Each peer takes three of ZeroMQ's sockets (its PUSH, the monitor's two
+// ends), past ZeroMQ's default of 1,023 per context from 342 ranks on.
+TEST_CASE("zmq: a world of 1,100 ranks starts: ZeroMQ's socket limit follows the world") {
+  // About 3,300 descriptors: the soft limit goes up to the hard one, as an
+  // agent's does (runtime/cluster/agent.cc).
+  rlimit files{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &files) == 0);
+  if (files.rlim_max != RLIM_INFINITY && files.rlim_max < 8192) {
+    MESSAGE("skipped: the open-file limit's hard bound is under 8192");
+    return;
+  }
+  files.rlim_cur = files.rlim_max == RLIM_INFINITY ? 1 << 20 : files.rlim_max;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &files) == 0);
+  auto ports = free_ports(1);
+  std::vector<Endpoint> endpoints;
+  endpoints.push_back({"127.0.0.1", ports[0]});
+  // Nobody listens at the others: their connections are only dialled.
+  for (int r = 1; r < 1100; ++r) endpoints.push_back({"127.0.3." + std::to_string(r % 250 + 1), 9});
+  auto big = make_zmq_transport(0, endpoints, tcp_only());
+  REQUIRE_MESSAGE(big.ok(), big.status().to_string());
+  CHECK((*big)->world() == 1100);
+  (*big)->close();
 }
 
 TEST_CASE("bad ranks are invalid arguments") {
