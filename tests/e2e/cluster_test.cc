@@ -57,9 +57,6 @@ TEST_CASE("linear regression on 2 nodes x 1 device gives w = [2, 3]") {
   REQUIRE(w.size() == 2);
   CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
   CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
-  // The master measured its start: compile, checks and start on both nodes.
-  REQUIRE(j.contains("seconds_to_first_step"));
-  CHECK(j["seconds_to_first_step"].get<double>() > 0);
 }
 
 // Over the first 10 steps only, with the bound and its reasons given in

@@ -245,6 +245,9 @@ TEST_CASE("control plane in one process: 3 agents form a cluster, run a job over
   REQUIRE(w.size() == 2);
   CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
   CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
+  // The master measured the job's start: every node's compile, checks, start.
+  REQUIRE(result.contains("seconds_to_first_step"));
+  CHECK(result["seconds_to_first_step"].get<double>() > 0);
   // A second job on the same cluster, after the first.
   CHECK(run_linear_regression(client, {"train.steps=10"})["steps"] == 10);
   shut_down(cluster, client, 3);
