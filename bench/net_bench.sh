@@ -9,7 +9,8 @@
 # prints samples/s (median, min, max) and the ratio of medians. At 1 Gbit/s
 # and below also with 16-bit gradients: Rill's train.compression "bf16"
 # (error feedback) against DDP's fp16_compress_hook (its bf16 hook needs
-# NCCL), and against plain DDP.
+# NCCL), and against plain DDP. And for Rill the share of its gradients'
+# all-reduce that ran under the backward, from one traced run.
 # Then the all-reduce alone (bench/allreduce_bench.cc, one rank per node, over
 # the bed's links), sealed (a cluster key) and unsealed, 4 KiB up to what the
 # link carries in a few seconds: bus bandwidth as a share of the link's rate.
@@ -105,6 +106,10 @@ inside() {
     pair none none
     if [ "$compress" = 1 ]; then pair bf16 fp16; fi
   done
+  # One more Rill run, traced: how much of its all-reduce the backward hid.
+  $NETBED_NS_0 "$rill" submit bench/mlp_synthetic.json --master "$master" "${key[@]}" --steps "$steps" \
+    --set train.batch_size=512 --trace "$tmp/trace.json" > /dev/null
+  echo "hidden $(/usr/bin/python3 bench/trace_overlap.py "$tmp/trace.json" $warm | awk '$1 == "hidden" {print $2}')"
   stop_cluster
 }
 
@@ -170,6 +175,7 @@ if [[ " $parts " == *" ddp "* ]]; then
     echo "== link: $rate ($(steps_at "$rate") steps a run)"
     rows() { awk -v k="$1" '$1 == k {print $2}' <<< "$out" | xargs; }
     /usr/bin/python3 bench/summarize.py "rill" "$(rows rill_none)" "torch ddp" "$(rows torch_none)"
+    echo "rill: all-reduce hidden behind the backward (one traced run, bench/trace_overlap.py): $(rows hidden)"
     if [ $compress = 1 ]; then
       echo "-- 16-bit gradients (Rill: bf16 with error feedback; PyTorch: fp16_compress_hook)"
       /usr/bin/python3 bench/summarize.py "rill bf16" "$(rows rill_bf16)" "torch fp16" "$(rows torch_bf16)"

@@ -87,13 +87,25 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
   return 0;
 }
 
+// A cluster job's timeline, when one was asked for: written even when the
+// job failed (what ran up to then is what shows why).
+Status write_job_trace(const std::string& path, const SubmitResult& result) {
+  if (path.empty()) return {};
+  if (result.trace_json.empty())
+    return Status(Code::kUnavailable, fmt::format("job {} sent no trace (see the master's log)", result.job_id));
+  RILL_RETURN_IF_ERROR(write_text_file(path, result.trace_json));
+  fmt::print("trace of job {} written to {}\n", result.job_id, path);
+  return {};
+}
+
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const SubmitOptions& submit) {
+                   const std::string& trace_path, bool follow, const SubmitOptions& submit) {
   auto text = read_text_file(job_path);
   if (!text.ok()) return fail_command(text.status());
   auto client = Client::connect(master, 10.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
   SubmitOptions options = submit;
+  options.trace = !trace_path.empty();
   // On a terminal the step lines take each other's place (a line redrawn in
   // place); piped, every line stays.
   const bool terminal = isatty(STDOUT_FILENO) != 0;
@@ -113,6 +125,7 @@ int submit_command(const std::string& job_path, const std::string& master, const
     Status written = write_text_file(result_path, result->result_json);
     if (!written.ok()) return fail_command(written);
   }
+  if (Status traced = write_job_trace(trace_path, *result); !traced.ok()) return fail_command(traced);
   if (!result->status.ok()) return fail_command(result->status);
   auto j = nlohmann::json::parse(result->result_json, nullptr, false);
   if (!j.is_discarded() && j.value("interrupted", false))
@@ -329,6 +342,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.overrides = args.overrides;
     options.resume = args.resume;
     options.max_restarts = args.max_restarts;
+    options.trace = !args.trace_path.empty();
     options.interrupts = &interrupts::counter();
     // The job is submitted and followed on a thread of its own; this one,
     // which started the agents (they end with it), watches them: while the
@@ -360,6 +374,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
         Status written = write_text_file(args.result_path, result->result_json);
         if (!written.ok()) code = fail_command(written);
       }
+      if (Status traced = write_job_trace(args.trace_path, *result); !traced.ok()) code = fail_command(traced);
       if (!result->status.ok()) {
         code = fail_command(result->status);
         if (interrupts::count() > 1) code = interrupts::exit_code();  // stopped at once, as asked

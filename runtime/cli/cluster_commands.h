@@ -21,6 +21,7 @@ struct ClusterRunArgs {
   std::vector<std::string> overrides;
   std::string resume;
   std::string result_path;
+  std::string trace_path;  // every node's acts as one Chrome-trace timeline (empty: none)
   std::string logdir;   // agents' logs; empty: a fresh folder under /tmp
   double join_timeout_s = 30.0;
   double stall_timeout_s = 60.0;
@@ -36,7 +37,7 @@ struct ClusterRunArgs {
 // `options.machines` is filled from `machines` (entries without a port get `ctrl_port`).
 int agent_command(const std::string& machines, int ctrl_port, AgentOptions options);
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
-                   bool follow, const SubmitOptions& options);
+                   const std::string& trace_path, bool follow, const SubmitOptions& options);
 int status_command(const std::string& master);
 // `rill stop`: the job (0: the running one) stops at a step boundary, or at once.
 int stop_command(const std::string& master, int64_t job_id, bool now);

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   run->add_option("--steps", steps, "Run this many steps instead of the job's")->check(positive);
   run->add_option("--result", result_path, "Write the result as JSON to this file");
   run->add_option("--set", overrides, "Override a job field, e.g. --set train.steps=100");
-  run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act");
+  run->add_option("--trace", trace_path, "Write a Chrome-trace timeline of every act (with --nodes: one process per node)");
   run->add_option("--stall-timeout", stall_timeout, "Stop and report when no actor acts for this many seconds")
       ->check(positive);
   run->add_option("--resume", resume, "Resume from a checkpoint folder, or 'latest' under the job's checkpoint.dir");
@@ -154,6 +154,8 @@ int main(int argc, char** argv) {
   submit->add_option("job", job_path, "Job description file (JSON)")->required();
   submit->add_option("--master", master, "The master's address[:port]")->required();
   submit->add_option("--result", result_path, "Write the result as JSON to this file");
+  submit->add_option("--trace", trace_path,
+                     "Write a Chrome-trace timeline of every node's acts (one process per node)");
   submit->add_flag("--follow", follow, "Print the master's progress lines");
   submit->add_option("--devices", devices, "Devices per node (default: the agents')");
   submit->add_option("--steps", steps, "Run this many steps instead of the job's")->check(positive);
@@ -445,10 +447,10 @@ int main(int argc, char** argv) {
     options.overrides = overrides;
     options.resume = resume;
     options.max_restarts = max_restarts;
-    if (!result_path.empty())
-      if (Status writable = rill::check_can_write(result_path, "the result file"); !writable.ok())
-        return rill::fail_command(writable);
-    return rill::submit_command(job_path, master, result_path, follow, options);
+    for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"}})
+      if (!path.empty())
+        if (Status writable = rill::check_can_write(path, what); !writable.ok()) return rill::fail_command(writable);
+    return rill::submit_command(job_path, master, result_path, trace_path, follow, options);
   }
   if (run->parsed() && nodes > 1 && !metrics_path.empty())
     return rill::fail_command(rill::invalid_argument(
@@ -478,11 +480,9 @@ int main(int argc, char** argv) {
     return rill::fail_command(rill::invalid_argument(
         "--http places the local cluster's dashboard: it needs --nodes N (one process serves none)"));
   if (run->parsed() && nodes > 1) {
-    if (!trace_path.empty())
-      return rill::fail_command(rill::invalid_argument("--trace records the actors of one process; run without --nodes to trace"));
-    if (!result_path.empty())
-      if (Status writable = rill::check_can_write(result_path, "the result file"); !writable.ok())
-        return rill::fail_command(writable);
+    for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"}})
+      if (!path.empty())
+        if (Status writable = rill::check_can_write(path, what); !writable.ok()) return rill::fail_command(writable);
     rill::ClusterRunArgs args;
     args.job_path = job_path;
     args.nodes = nodes;
@@ -492,6 +492,7 @@ int main(int argc, char** argv) {
     args.overrides = overrides;
     args.resume = resume;
     args.result_path = result_path;
+    args.trace_path = trace_path;
     args.logdir = logdir;
     args.stall_timeout_s = stall_timeout;
     args.max_restarts = max_restarts;

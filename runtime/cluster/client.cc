@@ -34,7 +34,7 @@ class ZmqClient : public Client {
   StatusOr<SubmitResult> submit_text(const std::string& job_text, const std::string& file_name,
                                      const SubmitOptions& options) override {
     send(ctl::Submit{job_text, file_name, static_cast<bool>(options.on_line), options.devices, options.steps,
-                     options.overrides, options.resume, options.max_restarts});
+                     options.overrides, options.resume, options.max_restarts, options.trace});
     // The master answers once the cluster has formed: a Ctrl-C before then
     // ends the wait (there is no job to stop yet).
     RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_, options.interrupts));
@@ -83,6 +83,7 @@ class ZmqClient : public Client {
       } else if (auto* r = std::get_if<ctl::Result>(&message)) {
         if (r->job_id != result.job_id) continue;
         result.result_json = r->result_json;
+        result.trace_json = std::move(r->trace_json);
         if (!r->error.empty()) result.status = Status(r->code == Code::kOk ? Code::kAborted : r->code, r->error);
         return result;
       }

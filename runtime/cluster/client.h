@@ -23,6 +23,9 @@ struct SubmitOptions {
   // Runs the job again, from its newest checkpoint (or its start), when a
   // node is lost, once the node's agent is back: up to this many times.
   int max_restarts = 0;
+  // Every node records its acts; the result comes with the training's
+  // timeline (SubmitResult::trace_json).
+  bool trace = false;
   std::function<void(const std::string& line)> on_line;  // progress lines, when set
   double timeout_s = 3600.0;           // for the whole job
   // Interrupts so far (Ctrl-C; runtime/cli/interrupts.h), read while the job
@@ -34,6 +37,9 @@ struct SubmitOptions {
 struct SubmitResult {
   int64_t job_id = 0;
   std::string result_json;             // the same JSON as `rill run --result`
+  // With SubmitOptions::trace: Chrome-trace JSON of every node's acts, one
+  // process per node, each node's times from its own first act.
+  std::string trace_json;
   Status status;                       // the job's own status, with the code of the node's error that ended it
 };
 

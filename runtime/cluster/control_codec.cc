@@ -68,7 +68,7 @@ struct Encoder {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
                              b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
-                             b.CreateString(m.resume), m.max_restarts)
+                             b.CreateString(m.resume), m.max_restarts, m.trace)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
@@ -80,7 +80,7 @@ struct Encoder {
             fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, b.CreateString(m.job_text),
                                b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
                                tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
-                               m.snapshot_every)
+                               m.snapshot_every, m.trace)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Snapshot& m) {
@@ -95,9 +95,14 @@ struct Encoder {
     return {fb::Message::Start, fb::CreateStart(b, m.job_id, m.phase).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Done& m) {
+    std::vector<Offset<fb::ActTrace>> traces;
+    for (const ActTrace& t : m.traces)
+      traces.push_back(fb::CreateActTrace(b, t.id, b.CreateString(t.name), t.acts_per_step, b.CreateString(t.collective),
+                                          b.CreateVector(t.begin_ns), b.CreateVector(t.end_ns), b.CreateVector(t.done_ns)));
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
                                               tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
-                                              b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code))
+                                              b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code),
+                                              b.CreateVector(traces))
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -106,7 +111,7 @@ struct Encoder {
   std::pair<fb::Message, Offset<void>> operator()(const Result& m) {
     return {fb::Message::Result,
             fb::CreateResult(b, m.job_id, b.CreateString(m.result_json), b.CreateString(m.error),
-                             static_cast<uint8_t>(m.code))
+                             static_cast<uint8_t>(m.code), b.CreateString(m.trace_json))
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const StatusRequest&) {
@@ -214,7 +219,7 @@ StatusOr<Message> decode(std::string_view message) {
       if (m->overrides())
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
-                            std::move(overrides), str(m->resume()), m->max_restarts()});
+                            std::move(overrides), str(m->resume()), m->max_restarts(), m->trace()});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -224,7 +229,7 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_PlanPart();
       return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), str(m->job_text()), str(m->devices()), m->mode(),
                               m->steps(), m->activation_register_num(), tensors(m->initial_values()),
-                              tensors(m->initial_state()), m->start_step(), m->snapshot_every()});
+                              tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace()});
     }
     case fb::Message::Snapshot: {
       auto m = e->message_as_Snapshot();
@@ -240,8 +245,13 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Done: {
       auto m = e->message_as_Done();
-      return Message(Done{m->job_id(), m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
-                          vec(m->received_from()), vec(m->received_bytes_from()), code_of(m->code())});
+      Done done{m->job_id(),  m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
+                vec(m->received_from()), vec(m->received_bytes_from()), code_of(m->code())};
+      if (m->traces())
+        for (const fb::ActTrace* t : *m->traces())
+          done.traces.push_back(
+              ActTrace{t->id(), str(t->name()), t->acts_per_step(), str(t->collective()), vec(t->begin_ns()), vec(t->end_ns()), vec(t->done_ns())});
+      return Message(std::move(done));
     }
     case fb::Message::Progress: {
       auto m = e->message_as_Progress();
@@ -249,7 +259,7 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Result: {
       auto m = e->message_as_Result();
-      return Message(Result{m->job_id(), str(m->result_json()), str(m->error()), code_of(m->code())});
+      return Message(Result{m->job_id(), str(m->result_json()), str(m->error()), code_of(m->code()), str(m->trace_json())});
     }
     case fb::Message::StatusRequest: return Message(StatusRequest{});
     case fb::Message::StatusReply: return Message(StatusReply{str(e->message_as_StatusReply()->status_json())});

@@ -46,6 +46,7 @@ struct Submit {
   std::vector<std::string> overrides;
   std::string resume;
   int max_restarts = 0;
+  bool trace = false;
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
 struct PlanPart {
@@ -62,6 +63,15 @@ struct PlanPart {
   std::vector<Tensor> initial_state;
   int64_t start_step = 0;
   int64_t snapshot_every = 0;
+  bool trace = false;
+};
+// One actor's acts on a node (runtime/node/node_runtime.h ActorTraceRecord).
+struct ActTrace {
+  uint64_t id = 0;
+  std::string name;
+  int acts_per_step = 1;
+  std::string collective;
+  std::vector<int64_t> begin_ns, end_ns, done_ns;
 };
 struct Snapshot { int64_t job_id = 0; int64_t steps_done = 0; std::vector<Tensor> tensors; };
 struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; Code code = Code::kOk; };
@@ -76,9 +86,15 @@ struct Done {
   std::vector<int64_t> received_from;
   std::vector<int64_t> received_bytes_from;
   Code code = Code::kOk;  // the error's
+  std::vector<ActTrace> traces;  // with PlanPart::trace
 };
 struct Progress { int64_t job_id = 0; std::string line; };
-struct Result { int64_t job_id = 0; std::string result_json, error; Code code = Code::kOk; };
+struct Result {
+  int64_t job_id = 0;
+  std::string result_json, error;
+  Code code = Code::kOk;
+  std::string trace_json;  // with Submit::trace
+};
 struct StatusRequest {};
 struct StatusReply { std::string status_json; };
 struct Heartbeat {

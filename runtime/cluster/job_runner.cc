@@ -192,7 +192,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   RunOptions run_options;
   run_options.data_access = options.data_access;
   run_options.stall_timeout_s = options.stall_timeout_s;
-  run_options.trace = !options.trace_file.empty();
+  run_options.trace = !options.trace_file.empty() || options.trace;
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   run_options.stop = options.stop;
   if (!options.resume.empty()) {
@@ -244,7 +244,8 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   const auto stopped = [&options] { return options.stop && options.stop->load(); };
   if (train.steps < result.steps) result.steps = train.steps;
   result.interrupted = train.steps < result.planned_steps || stopped();
-  if (run_options.trace) {
+  if (options.trace) result.trace_json = trace_json(train.traces);
+  if (!options.trace_file.empty()) {
     Status traced = write_trace(options.trace_file, train.traces);
     if (!traced.ok() && options.out) fmt::print(options.out, "warning: {}\n", traced.to_string());
     else if (options.out) {
@@ -448,12 +449,16 @@ std::string result_json(const JobResult& result) {
   return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces) {
+std::string trace_json(const std::vector<ActorTraceRecord>& traces) {
   nlohmann::json events = nlohmann::json::array();
-  int64_t origin = std::numeric_limits<int64_t>::max();
-  for (const auto& t : traces)
+  // Each node's times count from its own first act: nodes on other machines
+  // have other steady clocks, so only times within a node compare.
+  std::map<uint32_t, int64_t> origins;
+  for (const auto& t : traces) {
+    int64_t& origin = origins.try_emplace(ActorId::node(t.id), std::numeric_limits<int64_t>::max()).first->second;
     for (int64_t b : t.trace.begin_ns)
       if (b > 0) origin = std::min(origin, b);
+  }
   // One row (tid) per worker thread, as it runs its actors one act at a time;
   // one process (pid) per node.
   std::set<uint64_t> threads;
@@ -467,6 +472,7 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
   };
   std::map<uint64_t, std::vector<StreamSpan>> streams;
   for (const auto& t : traces) {
+    const int64_t origin = origins[ActorId::node(t.id)];
     const uint64_t thread = ActorId::thread_key(t.id);
     if (threads.insert(thread).second)
       events.push_back({{"ph", "M"},
@@ -505,6 +511,7 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
                       {"pid", ActorId::node(id)},
                       {"tid", row},
                       {"args", {{"name", fmt::format("cuda{} stream (work complete)", ActorId::device(id))}}}});
+    const int64_t origin = origins[ActorId::node(id)];
     int64_t free_at = 0;  // when the work before was done
     for (const StreamSpan& span : spans) {
       const int64_t from = std::min(span.done, std::max(span.enqueued, free_at));
@@ -518,7 +525,11 @@ Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>&
       free_at = span.done;
     }
   }
-  return write_file(path, nlohmann::json{{"traceEvents", events}}.dump(), "the trace file");
+  return nlohmann::json{{"traceEvents", events}}.dump();
+}
+
+Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces) {
+  return write_file(path, trace_json(traces), "the trace file");
 }
 
 }  // namespace rill

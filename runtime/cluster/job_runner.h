@@ -45,6 +45,7 @@ struct JobRunOptions {
   int64_t steps = 0;              // > 0 overrides the job's steps
   double stall_timeout_s = 60.0;  // stuck-job detector
   std::string trace_file;         // Chrome-trace JSON of every act, when not empty
+  bool trace = false;             // the same into JobResult::trace_json (the master's, for its client)
   // Resume from a checkpoint: a step folder, a checkpoint root, or "latest"
   // (the newest under the job's checkpoint.dir). Empty: start afresh.
   std::string resume;
@@ -101,6 +102,7 @@ struct JobResult {
   // first step's metrics reaching it (every node's compile, the data checks,
   // the start); 0 where not measured.
   double seconds_to_first_step = 0.0;
+  std::string trace_json;  // JobRunOptions::trace: the training's timeline (trace_json below)
   double samples_per_sec = 0.0;         // over the whole training run
   double steady_samples_per_sec = 0.0;  // after the first min(20, steps/5) steps
   std::map<std::string, VariableValue> variables;
@@ -125,5 +127,6 @@ std::string result_json(const JobResult& result);
 // Writes act timestamps as Chrome-trace JSON: one track per worker thread (its
 // actors' acts as named events), and per GPU thread one of its stream's work.
 Status write_trace(const std::string& path, const std::vector<ActorTraceRecord>& traces);
+std::string trace_json(const std::vector<ActorTraceRecord>& traces);
 
 }  // namespace rill

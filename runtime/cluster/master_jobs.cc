@@ -72,6 +72,7 @@ void Master::run_queued(QueuedJob queued) {
   options.num_nodes = world_;
   options.steps = queued.submit.steps;
   options.resume = queued.submit.resume;
+  options.trace = queued.submit.trace;
   // Pservers named by machine become node numbers before the nodes see the job.
   Status distributed = resolve_distributed(&queued.job, options_.machines);
   options.stall_timeout_s = job_stall_timeout_s(queued.job, options_.stall_timeout_s);
@@ -140,7 +141,8 @@ void Master::run_queued(QueuedJob queued) {
   }
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
-                                        result.status.ok() ? "" : result.status.message(), result.status.code()})});
+                                        result.status.ok() ? "" : result.status.message(), result.status.code(),
+                                        std::move(result.trace_json)})});
   job_running_ = false;
   channel_->wake();  // the next queued job starts now
 }
@@ -277,7 +279,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   const std::string part =
       ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
                                 plan.compile.steps, plan.compile.activation_register_num, initial, state,
-                                run_options.start_step, snapshot_every});
+                                run_options.start_step, snapshot_every, run_options.trace});
   if (world_ > 1 && part.size() > options_.max_message_bytes) {
     report.status = invalid_argument("the job with the values it starts from ({} bytes: {} variables, {} optimizer "
                                      "states) does not fit in a control message to the other nodes "
@@ -370,6 +372,10 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
         report.status = ctl::node_error(done.code, node_name(options_.machines, node), done.error);
       continue;
     }
+    for (ctl::ActTrace& t : done.traces)
+      report.traces.push_back(ActorTraceRecord{t.id, std::move(t.name),
+                                               ActTrace{std::move(t.begin_ns), std::move(t.end_ns), std::move(t.done_ns)},
+                                               t.acts_per_step, std::move(t.collective)});
     for (ctl::Tensor& t : done.variables) {
       VariableValue& value = report.variables[t.name];
       if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;

@@ -239,6 +239,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
   for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
   run.start_step = m.start_step;
+  run.trace = m.trace;
   run.max_control_message_bytes = options_.max_message_bytes;
   if (m.snapshot_every >= 0) {
     run.snapshot_every = m.snapshot_every;
@@ -276,6 +277,27 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
                                  built.ok() ? Code::kOk : built.status().code()});
   });
+}
+
+// A traced run's acts go back with its Done, unless they would not fit in
+// a control message beside its variables (then the master's timeline lacks
+// this node, and the log says why).
+void NodeAgent::add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* done) const {
+  size_t bytes = 0;
+  for (const ActorTraceRecord& t : traces)
+    bytes += t.name.size() + t.collective.size() + 64 +
+             8 * (t.trace.begin_ns.size() + t.trace.end_ns.size() + t.trace.done_ns.size());
+  for (const ctl::Tensor& v : done->variables) bytes += 4 * v.values.size() + v.name.size() + 64;
+  if (bytes > options_.max_message_bytes / 2) {
+    spdlog::warn("{}: the trace of job {} ({} bytes) does not fit in a control message (--max-message-bytes {}): "
+                 "not sent",
+                 me(), done->job_id, bytes, options_.max_message_bytes);
+    return;
+  }
+  for (ActorTraceRecord& t : traces)
+    done->traces.push_back(ctl::ActTrace{t.id, std::move(t.name), t.acts_per_step, std::move(t.collective),
+                                         std::move(t.trace.begin_ns), std::move(t.trace.end_ns),
+                                         std::move(t.trace.done_ns)});
 }
 
 void NodeAgent::worker_on(ctl::Start& m) {
@@ -317,6 +339,7 @@ void NodeAgent::worker_on(ctl::Start& m) {
     if (done.error.empty())
       for (VariablePiece& p : report.pieces)
         done.variables.push_back(ctl::Tensor{p.name, p.logical_shape, p.offset, p.shape, std::move(p.values)});
+    add_traces(report.traces, &done);
     post_to_master(done);
   });
 }

@@ -32,6 +32,7 @@ class NodeAgent final : public Agent {
 
   void post_to_master(const ctl::Message& m);
   void join_again(const std::string& lost);
+  void add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* done) const;
   // The handling of each message type from the master: one overload per
   // type and no catch-all, as the master's.
   void worker_on(ctl::PlanPart& m);

@@ -1,7 +1,7 @@
 // The master's HTTP endpoint on real agents: /metrics (checked by Prometheus's
 // own promtool), /api/status and /api/jobs/ID, scraped while a job runs, and
 // the page at / opened in headless Chromium (a screenshot is left in the
-// build folder as dashboard.png).
+// build folder as dashboard.png). And a cluster job's timeline (--trace).
 #include <doctest/doctest.h>
 
 #include <httplib.h>
@@ -9,7 +9,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -158,4 +160,37 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   CHECK(refused.output.find("needs its token: `rill token --key FILE` prints it") != std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
+}
+
+// A cluster job's timeline: each node records its acts and sends them back
+// with its part's end; the client writes one Chrome trace with a process per
+// node, each node's times from its own first act (other machines' clocks do
+// not compare). The gradients' all-reduce is there on both nodes.
+TEST_CASE("rill run --nodes 2 --trace writes one timeline of every node's acts") {
+  auto dir = rill::testing::temp_dir("rill-trace-");
+  const std::string trace = (dir / "trace.json").string();
+  auto ran = rill::testing::run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1 --ctrl-port "
+                                     "19870 --steps 10 --trace " + trace);
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("trace of job 1 written to " + trace) != std::string::npos);
+  auto events = nlohmann::json::parse(read_text(trace))["traceEvents"];
+  std::map<int, std::set<int64_t>> steps;    // per node
+  std::map<int, int> boxings;                // acts of the gradients' all-reduce (a bucket, or one boxing) per node
+  std::map<int, double> first;               // earliest act per node
+  for (const auto& e : events) {
+    if (e["ph"] != "X") continue;
+    const int node = e["pid"].get<int>();
+    steps[node].insert(e["args"]["step"].get<int64_t>());
+    const std::string name = e["name"].get<std::string>();
+    if (name.rfind("bucket:grad/", 0) == 0 || name.rfind("boxing:grad/", 0) == 0) ++boxings[node];
+    first[node] = first.count(node) ? std::min(first[node], e["ts"].get<double>()) : e["ts"].get<double>();
+  }
+  REQUIRE(steps.size() == 2);
+  for (int node : {0, 1}) {
+    CAPTURE(node);
+    CHECK(steps[node].size() == 10);
+    CHECK(boxings[node] >= 10);
+    CHECK(first[node] == 0.0);
+  }
 }
