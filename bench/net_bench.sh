@@ -18,6 +18,8 @@
 # samples/mlp/mlp_stages.json as 2 pipeline stages on 2 nodes (4
 # micro-batches), and the MLP of bench/mlp_synthetic.json with 2 parameter
 # servers and 2 trainers (4 nodes, sync mode).
+# Last (part "buckets", not run by default), Rill's data parallelism with
+# gradient buckets of 1 MiB and 256 KiB against the default 25 MiB.
 #   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce modes"]
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
@@ -208,6 +210,26 @@ if [[ " $parts " == *" modes "* ]]; then
       [ "$rate" = none ] && base[$mode]=$rates_now
       echo "== $mode, link: $rate ($steps steps a run)"
       /usr/bin/python3 bench/summarize.py "$mode" "$rates_now" "unshaped" "${base[$mode]:-$rates_now}"
+    done
+  done
+fi
+if [[ " $parts " == *" buckets "* ]]; then
+  # Gradient buckets smaller than the model's 2.7 MB let the all-reduce
+  # start during the backward: each size against the default (25 MiB, one
+  # bucket), at each rate.
+  for rate in $rates; do
+    limit=()
+    [ "$rate" = none ] || limit=(--rate "$rate")
+    steps=$(steps_at "$rate")
+    echo "== buckets, data parallelism on 2 nodes, link: $rate ($steps steps a run)"
+    declare -A by_size=()
+    for bytes in 26214400 1048576 262144; do
+      out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --jobs-inside "$runs" bench/mlp_synthetic.json \
+        --steps "$steps" --set train.batch_size=512 --set train.bucket_bytes=$bytes)
+      by_size[$bytes]=$(awk '$1 == "rate" {print $2}' <<< "$out" | xargs)
+    done
+    for bytes in 1048576 262144; do
+      /usr/bin/python3 bench/summarize.py "bucket $bytes" "${by_size[$bytes]}" "bucket 26214400" "${by_size[26214400]}"
     done
   done
 fi

@@ -9,18 +9,40 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace rill::comm {
 
 struct TcpLinkCounters {
   int64_t bytes_acked = 0;
   int64_t busy_us = 0;
+  // Which connection they count (when it came up, on the reader's steady
+  // clock): a connection made again starts its counters over, so counts of
+  // two connections are never subtracted.
+  int64_t connection = 0;
 };
 
-// The counters of the TCP socket `fd` if it is connected to a peer at port
-// `peer_port` (a descriptor the socket library closed and the process reused
-// for something else is not read); nullopt otherwise, or when the kernel is
-// too old to count busy time (before Linux 4.10).
-std::optional<TcpLinkCounters> read_tcp_link(int fd, uint16_t peer_port);
+// What one node's connection to `peer` carried while busy, MB/s (over a
+// window of its counters: runtime/watch/link_pace.h).
+struct PeerRate {
+  int peer = 0;
+  double mb_per_s = 0;
+};
+
+// The counters of the TCP socket `fd` if it is the connection from local
+// port `local_port` to `peer_address` (a numeric IPv4 or IPv6 address) at
+// `peer_port`: a descriptor the socket library closed and reused, for
+// another peer or another connection to the same one, is not read. nullopt
+// otherwise, or when the kernel is too old to count busy time (before Linux
+// 4.10).
+std::optional<TcpLinkCounters> read_tcp_link(int fd, const std::string& peer_address, uint16_t peer_port,
+                                             uint16_t local_port);
+
+// The local port of a TCP socket; 0 when it has none.
+uint16_t local_port_of(int fd);
+
+// The numeric address of a ZeroMQ TCP endpoint ("tcp://10.0.0.2:9989" ->
+// "10.0.0.2", "tcp://[::1]:9989" -> "::1").
+std::string url_address(const std::string& url);
 
 }  // namespace rill::comm

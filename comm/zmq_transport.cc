@@ -151,7 +151,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.monitor.set(zmq::sockopt::linger, 0);
       p.monitor.connect(monitor_url);
       p.url = resolved[peer].url;
-      p.port = endpoints_[peer].port;
+      p.address = url_address(p.url);
+      p.port = static_cast<uint16_t>(endpoints_[peer].port);
       p.socket.connect(p.url);
     }
   } catch (const zmq::error_t& e) {

@@ -98,7 +98,9 @@ class ZmqTransport final : public Transport {
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     std::atomic<int> fd{-1};  // the connection's socket while it is up (its monitor says which); -1: none
-    uint16_t port = 0;        // the peer's data port, which `fd` must be connected to
+    std::atomic<uint16_t> local_port{0};  // that connection's own port: a reused descriptor is told apart
+    std::string address;      // the peer's numeric address and data port, which `fd` must be connected to
+    uint16_t port = 0;
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};

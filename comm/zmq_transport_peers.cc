@@ -44,6 +44,9 @@ void ZmqTransport::drain_monitor(int peer) {
     uint32_t value = 0;  // CONNECTED: the connection's socket
     if (event.size() >= sizeof id + sizeof value) std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
     if (id == ZMQ_EVENT_CONNECTED) {
+      // Which connection this is, read while it is new (ZeroMQ may close
+      // the descriptor later; then the port read now no longer matches).
+      p.local_port.store(local_port_of(static_cast<int>(value)), std::memory_order_relaxed);
       p.fd.store(static_cast<int>(value), std::memory_order_release);
       p.loss_pending = false;
       p.connected_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
@@ -83,9 +86,19 @@ std::vector<std::optional<TcpLinkCounters>> ZmqTransport::link_counters() const 
   if (closed_.load(std::memory_order_acquire)) return out;
   for (size_t peer = 0; peer < peers_.size(); ++peer) {
     if (static_cast<int>(peer) == rank_ || !peers_[peer] || (lanes_ && lanes_->is_local(static_cast<int>(peer)))) continue;
-    // The socket library may close the descriptor at any time; read_tcp_link
-    // checks it is still a connection to the peer's port.
-    out[peer] = read_tcp_link(peers_[peer]->fd.load(std::memory_order_acquire), peers_[peer]->port);
+    // The socket library may close the descriptor at any time: read_tcp_link
+    // checks it is still a connection to the peer, and a connection that
+    // came up again while it was read is not counted (its counters started
+    // over).
+    const Peer& p = *peers_[peer];
+    const int64_t connection = p.connected_ns.load(std::memory_order_acquire);
+    if (connection == 0) continue;
+    const int fd = p.fd.load(std::memory_order_acquire);
+    std::optional<TcpLinkCounters> read =
+        read_tcp_link(fd, p.address, p.port, p.local_port.load(std::memory_order_relaxed));
+    if (!read || p.connected_ns.load(std::memory_order_acquire) != connection) continue;
+    read->connection = connection;
+    out[peer] = read;
   }
   return out;
 }

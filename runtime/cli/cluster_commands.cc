@@ -87,12 +87,15 @@ int agent_command(const std::string& machines, int ctrl_port, AgentOptions optio
   return 0;
 }
 
-// A cluster job's timeline, when one was asked for: written even when the
-// job failed (what ran up to then is what shows why).
+// A cluster job's timeline, when one was asked for and came: a job that
+// failed has none, and one too large for a control message is left out (the
+// master's log says so); either is a warning, not the job's error.
 Status write_job_trace(const std::string& path, const SubmitResult& result) {
-  if (path.empty()) return {};
-  if (result.trace_json.empty())
-    return Status(Code::kUnavailable, fmt::format("job {} sent no trace (see the master's log)", result.job_id));
+  if (path.empty() || !result.status.ok()) return {};
+  if (result.trace_json.empty()) {
+    fmt::print(stderr, "rill: warning: job {} sent no trace (see the master's log)\n", result.job_id);
+    return {};
+  }
   RILL_RETURN_IF_ERROR(write_text_file(path, result.trace_json));
   fmt::print("trace of job {} written to {}\n", result.job_id, path);
   return {};

@@ -124,11 +124,11 @@ struct Encoder {
     std::vector<Offset<fb::ThreadPace>> threads;
     for (const Heartbeat::Thread& t : m.threads)
       threads.push_back(fb::CreateThreadPace(b, b.CreateString(t.name), t.acts, t.busy_seconds, t.queued));
-    std::vector<fb::TcpLink> links;
-    for (const auto& l : m.links) links.emplace_back(l ? l->bytes_acked : 0, l ? l->busy_us : -1);
+    std::vector<fb::PeerRate> rates;
+    for (const comm::PeerRate& r : m.link_rates) rates.emplace_back(r.peer, static_cast<float>(r.mb_per_s));
     return {fb::Message::Heartbeat,
             fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
-                                b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(links))
+                                b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(rates))
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
@@ -268,10 +268,8 @@ StatusOr<Message> decode(std::string_view message) {
       Heartbeat beat{h->node(), h->job_id(), h->phase(), h->steps(), h->busy_seconds(), {}, vec(h->received_bytes_from())};
       if (h->threads())
         for (const fb::ThreadPace* t : *h->threads()) beat.threads.push_back({str(t->name()), t->acts(), t->busy_seconds(), t->queued()});
-      if (h->links())
-        for (const fb::TcpLink* l : *h->links())
-          beat.links.push_back(l->busy_us() < 0 ? std::nullopt
-                                                : std::optional<comm::TcpLinkCounters>({l->bytes_acked(), l->busy_us()}));
+      if (h->link_rates())
+        for (const fb::PeerRate* r : *h->link_rates()) beat.link_rates.push_back({r->peer(), r->mb_per_s()});
       return Message(std::move(beat));
     }
     case fb::Message::Abort: {

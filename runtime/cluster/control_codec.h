@@ -111,7 +111,7 @@ struct Heartbeat {
   };
   std::vector<Thread> threads;
   std::vector<int64_t> received_bytes_from;
-  std::vector<std::optional<comm::TcpLinkCounters>> links;  // per peer node
+  std::vector<comm::PeerRate> link_rates;  // its busy data connections' rates
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };

@@ -482,7 +482,7 @@ std::string trace_json(const std::vector<ActorTraceRecord>& traces) {
                         {"args",
                          {{"name", fmt::format("{}{}.{}", device_type_name(ActorId::device_type(t.id)),
                                                ActorId::device(t.id), ActorId::stream(t.id))}}}});
-    for (size_t s = 0; s < t.trace.begin_ns.size(); ++s) {
+    for (size_t s = 0; s < t.trace.begin_ns.size() && s < t.trace.end_ns.size(); ++s) {
       if (t.trace.begin_ns[s] == 0) continue;
       const auto per = static_cast<size_t>(std::max(1, t.acts_per_step));
       nlohmann::json args = {{"step", s / per}, {"micro", s % per}};

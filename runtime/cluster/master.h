@@ -142,6 +142,7 @@ class Master final : public Agent {
   PaceTracker pace_{1};                   // the running job's pace per node
   std::vector<bool> slow_warned_;         // for job warned_job_
   LinkTracker links_{1};                  // the running job's data links per node
+  LinkWindow own_links_;                  // node 0's own
   std::vector<bool> slow_link_warned_;    // for job warned_job_
   int64_t warned_job_ = -1;
   void track_pace();

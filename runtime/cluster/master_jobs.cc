@@ -139,6 +139,13 @@ void Master::run_queued(QueuedJob queued) {
                          result.status.ok() ? result.summary : result.status.message()});
     if (finished_.size() > kFinishedShown) finished_.pop_front();
   }
+  // A timeline that would not fit in the answer beside the result is left
+  // out, said, rather than the answer dropped.
+  if (result.trace_json.size() + 65536 > options_.max_message_bytes) {
+    spdlog::warn("job {}: its trace ({} bytes) does not fit in a control message (--max-message-bytes {}): not sent",
+                 queued.id, result.trace_json.size(), options_.max_message_bytes);
+    result.trace_json.clear();
+  }
   post(Outgoing{false, client,
                 ctl::encode(ctl::Result{queued.id, result_json(result),
                                         result.status.ok() ? "" : result.status.message(), result.status.code(),
@@ -373,7 +380,10 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
       continue;
     }
     for (ctl::ActTrace& t : done.traces)
-      report.traces.push_back(ActorTraceRecord{t.id, std::move(t.name),
+      // Every act has its end (and, where any, its done): a record that
+      // does not is not a node's, and is dropped.
+      if (t.end_ns.size() == t.begin_ns.size() && (t.done_ns.empty() || t.done_ns.size() == t.begin_ns.size()))
+        report.traces.push_back(ActorTraceRecord{t.id, std::move(t.name),
                                                ActTrace{std::move(t.begin_ns), std::move(t.end_ns), std::move(t.done_ns)},
                                                t.acts_per_step, std::move(t.collective)});
     for (ctl::Tensor& t : done.variables) {

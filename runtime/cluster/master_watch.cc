@@ -153,7 +153,8 @@ void Master::track_pace() {
       own.threads.clear();
       for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
       own.received_bytes_from = transport_->received_bytes_from();
-      links_.add(0, clock_seconds(), transport_->link_counters());
+      own_links_.add(clock_seconds(), transport_->link_counters());
+      links_.add(0, clock_seconds(), own_links_.rates());
     }
   }
   const std::vector<PaceReport> report = pace_.report(clock_seconds());

@@ -121,6 +121,7 @@ void NodeAgent::tick() {
   if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
     last_heartbeat_ = now();
     ctl::Heartbeat beat{options_.rank};
+    links_window_.add(clock_seconds(), transport_->link_counters());
     {
       MutexLock lock(run_mu_);
       if (running_) {
@@ -128,7 +129,7 @@ void NodeAgent::tick() {
         beat = ctl::Heartbeat{options_.rank, running_job_, running_phase_, pace.steps, pace.busy_seconds};
         for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
         beat.received_bytes_from = transport_->received_bytes_from();
-        beat.links = transport_->link_counters();
+        beat.link_rates = links_window_.rates();
       }
     }
     post_to_master(beat);

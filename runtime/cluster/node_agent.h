@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/watch/link_pace.h"
 #include "runtime/cluster/serial_executor.h"
 
 namespace rill::agent_internal {
@@ -63,6 +64,7 @@ class NodeAgent final : public Agent {
   // begun on an earlier one (a plan being built, a queued or ending run)
   // reports nothing on it.
   std::atomic<int> links_{0};
+  LinkWindow links_window_;  // loop thread: its data connections' counters, read at each heartbeat
   Clock::time_point master_seen_{};     // loop thread; set by start_kind()
   Clock::time_point last_heartbeat_{};  // loop thread; set by start_kind()
   std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks

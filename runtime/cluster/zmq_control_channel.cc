@@ -92,17 +92,20 @@ class ZmqControlChannel final : public ControlChannel {
 
   bool receive(std::chrono::milliseconds timeout, Incoming* out) override {
     const bool master = options_.rank != 0;
+    // The port's connection events (refusals to log, the connection guard)
+    // wake the wait too.
     zmq::pollitem_t items[] = {{port_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                               {port_watch_ ? port_watch_->handle() : nullptr, port_watch_ ? 0 : -1, ZMQ_POLLIN, 0},
                                {master_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, master ? 3 : 2, timeout);
+    zmq::poll(items, master ? 4 : 3, timeout);
     if (port_watch_) (void)port_watch_->poll();
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t count;
       (void)!::read(wake_fd_, &count, sizeof count);  // reset; a wake while it runs wakes the next wait
     }
     const bool port_ready = (items[0].revents & ZMQ_POLLIN) != 0;
-    const bool master_ready = master && (items[2].revents & ZMQ_POLLIN) != 0;
+    const bool master_ready = master && (items[3].revents & ZMQ_POLLIN) != 0;
     // Turns when both have messages: a stream on the port (clients) cannot
     // keep the master's messages, heartbeats among them, waiting.
     master_first_ = !master_first_;

@@ -1,6 +1,7 @@
-// The master's slow-link report (runtime/watch/link_pace.h): each
-// connection's rate from the kernel's counters over a sliding window, a
-// node's best link, and which node is behind a slow one.
+// The slow-link report (runtime/watch/link_pace.h): each agent's connection
+// rates from the kernel's counters over a sliding window (LinkWindow), and
+// the master's view of every node's (LinkTracker): a node's best link, and
+// which node is behind a slow one.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -13,20 +14,25 @@ namespace {
 
 using Links = std::vector<std::optional<comm::TcpLinkCounters>>;
 
-// Every node reports every second for `seconds`; `mb_per_s[{i, j}]` is what
-// node i's connection to j carries while busy, busy half of each second.
-void feed(LinkTracker& t, int nodes, const std::map<std::pair<int, int>, double>& mb_per_s, int seconds) {
-  for (int s = 0; s <= seconds; ++s)
-    for (int i = 0; i < nodes; ++i) {
+// Every node's window takes its counters every second for `seconds`;
+// `mb_per_s[{i, j}]` is what node i's connection to j carries while busy,
+// busy half of each second. Each node's rates then go to `tracker` at
+// time `seconds`.
+void feed(LinkTracker& tracker, int nodes, const std::map<std::pair<int, int>, double>& mb_per_s, int seconds) {
+  for (int i = 0; i < nodes; ++i) {
+    LinkWindow window;
+    for (int s = 0; s <= seconds; ++s) {
       Links links(static_cast<size_t>(nodes));
       for (const auto& [pair, rate] : mb_per_s)
         if (pair.first == i) {
           const long long busy_us = 500'000LL * s;
           links[static_cast<size_t>(pair.second)] =
-              comm::TcpLinkCounters{static_cast<long long>(rate * static_cast<double>(busy_us)), busy_us};
+              comm::TcpLinkCounters{static_cast<int64_t>(rate * static_cast<double>(busy_us)), busy_us, 1};
         }
-      t.add(i, s, std::move(links));
+      window.add(s, links);
     }
+    tracker.add(i, seconds, window.rates());
+  }
 }
 
 TEST_CASE("a ring with one node behind a slow link: that node is named, the others are not") {
@@ -65,9 +71,9 @@ TEST_CASE("links: equal links name nobody; two nodes cannot tell which end is sl
   CHECK_FALSE(close.report(4)[2].slow);  // 100 / 34 < 3
 }
 
-TEST_CASE("links: too little carried is unknown, a stale node is left out, counters that start over are no rate") {
+TEST_CASE("links: too little carried has no rate, a connection made again starts over, a stale node is left out") {
+  // 0.5 MB in 0.5 s per second: under a MiB in the first second only.
   LinkTracker t(3);
-  // 0.5 MB in 0.5 s per second: under a MiB only in the first second.
   feed(t, 3, {{{0, 1}, 1.0}}, 1);
   CHECK_FALSE(t.report(1)[0].known);
   feed(t, 3, {{{0, 1}, 1.0}}, 4);
@@ -77,16 +83,25 @@ TEST_CASE("links: too little carried is unknown, a stale node is left out, count
   // Node 0 stops reporting: its connection's rate goes with it.
   CHECK_FALSE(t.report(4 + LinkTracker::kStaleSeconds + 1)[1].known);
 
-  LinkTracker again(2);
-  again.add(0, 0, Links{std::nullopt, comm::TcpLinkCounters{50 << 20, 2'000'000}});
-  again.add(0, 1, Links{std::nullopt, comm::TcpLinkCounters{1 << 10, 100}});  // a new connection
-  CHECK_FALSE(again.report(1)[0].known);
-  // A report of more or fewer peers than nodes changes nothing else.
-  again.add(1, 1, Links(7, comm::TcpLinkCounters{1, 1}));
-  again.add(1, 2, Links{});
-  CHECK(again.report(2).size() == 2);
-  again.clear();
-  CHECK_FALSE(again.report(2)[0].known);
+  // Counters of two connections one after the other are never subtracted.
+  LinkWindow again;
+  again.add(0, Links{std::nullopt, comm::TcpLinkCounters{50 << 20, 2'000'000, 1}});
+  again.add(1, Links{std::nullopt, comm::TcpLinkCounters{60 << 20, 2'100'000, 2}});  // made again
+  CHECK(again.rates().empty());
+  again.add(2, Links{std::nullopt, comm::TcpLinkCounters{62 << 20, 2'200'000, 2}});
+  REQUIRE(again.rates().size() == 1);
+  CHECK(again.rates()[0].peer == 1);
+  CHECK(again.rates()[0].mb_per_s == doctest::Approx((2 << 20) / 100'000.0));
+
+  // Rates for peers outside the cluster, or for itself, change nothing.
+  LinkTracker odd(2);
+  odd.add(1, 1, {{7, 50.0}, {1, 50.0}, {-1, 50.0}});
+  odd.add(5, 1, {{0, 50.0}});
+  for (const LinkReport& r : odd.report(1)) CHECK_FALSE(r.known);
+  odd.add(1, 1, {{0, 50.0}});
+  CHECK(odd.report(1)[0].known);
+  odd.clear();
+  CHECK_FALSE(odd.report(1)[0].known);
 }
 
 }  // namespace
