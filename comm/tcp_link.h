@@ -30,19 +30,14 @@ struct PeerRate {
 };
 
 // The counters of the TCP socket `fd` if it is the connection from local
-// port `local_port` to `peer_address` (a numeric IPv4 or IPv6 address) at
-// `peer_port`: a descriptor the socket library closed and reused, for
-// another peer or another connection to the same one, is not read. nullopt
-// otherwise, or when the kernel is too old to count busy time (before Linux
-// 4.10).
-std::optional<TcpLinkCounters> read_tcp_link(int fd, const std::string& peer_address, uint16_t peer_port,
-                                             uint16_t local_port);
+// port `local_port` to `peer` ("10.0.0.2:9989", "[::1]:9989", as
+// socket_peer_address writes it: comm/connection_guard.h): a descriptor the
+// socket library closed and reused, for another peer or another connection
+// to the same one, is not read. nullopt otherwise, or when the kernel is too
+// old to count busy time (before Linux 4.10).
+std::optional<TcpLinkCounters> read_tcp_link(int fd, const std::string& peer, uint16_t local_port);
 
 // The local port of a TCP socket; 0 when it has none.
 uint16_t local_port_of(int fd);
-
-// The numeric address of a ZeroMQ TCP endpoint ("tcp://10.0.0.2:9989" ->
-// "10.0.0.2", "tcp://[::1]:9989" -> "::1").
-std::string url_address(const std::string& url);
 
 }  // namespace rill::comm

@@ -151,8 +151,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.monitor.set(zmq::sockopt::linger, 0);
       p.monitor.connect(monitor_url);
       p.url = resolved[peer].url;
-      p.address = url_address(p.url);
-      p.port = static_cast<uint16_t>(endpoints_[peer].port);
+      p.peer = p.url.substr(p.url.find("://") + 3);
       p.socket.connect(p.url);
     }
   } catch (const zmq::error_t& e) {

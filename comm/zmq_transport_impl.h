@@ -99,8 +99,7 @@ class ZmqTransport final : public Transport {
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     std::atomic<int> fd{-1};  // the connection's socket while it is up (its monitor says which); -1: none
     std::atomic<uint16_t> local_port{0};  // that connection's own port: a reused descriptor is told apart
-    std::string address;      // the peer's numeric address and data port, which `fd` must be connected to
-    uint16_t port = 0;
+    std::string peer;         // "address:port" of `url`: what `fd` must be connected to
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};

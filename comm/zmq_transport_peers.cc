@@ -95,7 +95,7 @@ std::vector<std::optional<TcpLinkCounters>> ZmqTransport::link_counters() const 
     if (connection == 0) continue;
     const int fd = p.fd.load(std::memory_order_acquire);
     std::optional<TcpLinkCounters> read =
-        read_tcp_link(fd, p.address, p.port, p.local_port.load(std::memory_order_relaxed));
+        read_tcp_link(fd, p.peer, p.local_port.load(std::memory_order_relaxed));
     if (!read || p.connected_ns.load(std::memory_order_acquire) != connection) continue;
     read->connection = connection;
     out[peer] = read;

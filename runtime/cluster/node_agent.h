@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "runtime/cluster/agent_impl.h"
-#include "runtime/watch/link_pace.h"
 #include "runtime/cluster/serial_executor.h"
+#include "runtime/watch/link_pace.h"
 
 namespace rill::agent_internal {
 
