@@ -274,9 +274,8 @@ class BoxingBody {
   comm::ReduceOp op_;
   Status setup_;                        // an error found when built, returned by every act
   std::vector<std::byte> own_scratch_;  // when no scratch was given
-  // p_.bf16_wire: the all-reduce's 16-bit values and the error carried.
-  std::vector<BFloat16> wire_;
-  Bf16ErrorFeedback feedback_;
+  // p_.bf16_wire: the all-reduce with 16-bit values and the error carried.
+  std::unique_ptr<Bf16AllReduce> compressed_;
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes
 };

@@ -37,10 +37,7 @@ BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t
                        std::byte* scratch)
     : p_(std::move(plan)), collectives_(collectives), tag_(tag), op_(op) {
   // The 16-bit copy is made here, not in an act (acts do not allocate).
-  if (p_.bf16_wire) {
-    wire_.resize(p_.exchange_in_bytes / sizeof(float));
-    feedback_ = Bf16ErrorFeedback(wire_.size());
-  }
+  if (p_.bf16_wire) compressed_ = std::make_unique<Bf16AllReduce>(p_.exchange_in_bytes / sizeof(float), p_.nodes);
   if (scratch == nullptr && p_.scratch_bytes() > 0) {
     own_scratch_.resize(p_.scratch_bytes());
     scratch = own_scratch_.data();
@@ -114,13 +111,9 @@ Status BoxingBody::exchange(const ActIo& io) {
   switch (p_.exchange) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
-      if (p_.bf16_wire) {
-        const std::span<float> values = elements(std::type_identity<float>{}, in, p_.exchange_in_bytes);
-        feedback_.compress(values, wire_);
-        RILL_RETURN_IF_ERROR(collectives_->all_reduce(std::span<const BFloat16>(wire_), std::span<BFloat16>(wire_), tag_, op_));
-        Bf16ErrorFeedback::widen(wire_, elements(std::type_identity<float>{}, out, p_.exchange_out_bytes));
-        return {};
-      }
+      if (compressed_)
+        return compressed_->run(*collectives_, elements(std::type_identity<float>{}, in, p_.exchange_in_bytes),
+                                elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_, op_);
       return visit_dtype(p_.logical.dtype, [&]<typename T>(std::type_identity<T> t) {
         return collectives_->all_reduce(std::span<const T>(elements(t, in, p_.exchange_in_bytes)),
                                         elements(t, out, p_.exchange_out_bytes), tag_, op_);

@@ -5,16 +5,23 @@
 // its own rounding but the last step's (what it sent tracks the sum of its
 // gradients within one bf16 rounding of the latest), so SGD-like updates
 // follow the uncompressed ones (Seide et al., 1-bit SGD; Karimireddy et al.,
-// error feedback fixes signSGD). The all-reduce adds bf16 values in float
-// and rounds each partial sum to bf16 (comm/collectives.h): that rounding,
-// once a hop, is not carried. The carried error is a task's memory, not a
-// variable: a run resumed from a checkpoint starts it at zero.
+// error feedback fixes signSGD).
+//
+// The sum is rounded once: each node's block of it is added in float from
+// every node's 16-bit values (an all-to-all, the reduce-scatter's bytes),
+// rounded to bf16 and all-gathered. A ring's reduce-scatter would round
+// each partial sum, world - 1 times. That one rounding of the sum is not
+// carried. The carried error is a task's memory, not a variable: a run
+// resumed from a checkpoint starts it at zero.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "base/half.h"
+#include "base/status.h"
+#include "comm/collectives.h"
 
 namespace rill {
 
@@ -31,6 +38,28 @@ class Bf16ErrorFeedback {
 
  private:
   std::vector<float> carried_;
+};
+
+// The all-reduce of `elements` f32 values among `world` ranks with bf16 on
+// the wire (above). Its buffers are sized when made: run allocates nothing.
+class Bf16AllReduce {
+ public:
+  Bf16AllReduce(size_t elements, int world);
+  // out = the sum (or average) over ranks of in, the same bits on every
+  // rank: each rank's bf16(in + carried), added in float in rank order,
+  // divided by the world for the average, rounded to bf16 once. `in` and
+  // `out` hold `elements` values and may be the same span. Only kSum and
+  // kAverage.
+  Status run(comm::Collectives& collectives, std::span<const float> in, std::span<float> out, uint64_t tag,
+             comm::ReduceOp op);
+  const Bf16ErrorFeedback& feedback() const { return feedback_; }
+
+ private:
+  Bf16ErrorFeedback feedback_;
+  std::vector<BFloat16> wire_;      // this rank's rounded values, then the rounded sum
+  std::vector<BFloat16> received_;  // every rank's values of this rank's block, in rank order
+  std::vector<size_t> send_counts_, recv_counts_, block_counts_;  // bytes per rank
+  int world_;
 };
 
 }  // namespace rill

@@ -14,6 +14,7 @@
 #include "actor/gradient_compression.h"
 #include "compiler/compiler.h"
 #include "compiler/plan_generated.h"
+#include "tests/comm/comm_test_util.h"
 #include "tests/runtime/numerics_reference.h"
 #include "tests/runtime/sample_jobs.h"
 
@@ -119,6 +120,65 @@ TEST_CASE("compression applies to the gradients' all-reduces across nodes, not t
   // Off by default.
   graph::Job plain = testing::training_sample("samples/mlp/mlp.json");
   for (const auto& [name, compress] : boxings(plain, 2)) CHECK(compress == 0);
+}
+
+// The sum is rounded once, whatever the world: each rank's values rounded
+// to bf16 (with what it carried), added in float in rank order, rounded.
+// The reference makes exactly that, so the check is for equal bits. The
+// values are chosen so that a partial sum rounded at each hop (a ring's)
+// differs: 1 + 2^-9 + 2^-9 + 2^-9 is 1.0078125 rounded once and 1 rounded
+// at every addition. The carried error is each rank's own rounding only.
+TEST_CASE("the bf16 all-reduce rounds the sum once, on 2, 3 and 4 ranks alike") {
+  for (int world : {2, 3, 4}) {
+    CAPTURE(world);
+    const size_t count = 1001;  // blocks of unequal size
+    auto given = [](int rank, size_t i, int step) {
+      if (i % 3 == 0) return rank == 0 ? 1.0f : std::ldexp(1.0f, -9);
+      return std::sin(static_cast<float>(i * 7 + rank * 13 + step)) * std::ldexp(1.0f, -(static_cast<int>(i) % 20));
+    };
+    auto transports = comm::make_inproc_transports(world);
+    std::vector<std::vector<float>> results(static_cast<size_t>(world));
+    std::vector<std::vector<float>> carried(static_cast<size_t>(world));
+    auto statuses = comm::testing::run_ranks(world, [&](int rank) -> Status {
+      comm::Collectives collectives(*transports[static_cast<size_t>(rank)]);
+      Bf16AllReduce reduce(count, world);
+      std::vector<float> in(count), out(count);
+      for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < count; ++i) in[i] = given(rank, i, step);
+        RILL_RETURN_IF_ERROR(reduce.run(collectives, in, out, 7, comm::ReduceOp::kSum));
+      }
+      results[static_cast<size_t>(rank)] = out;
+      carried[static_cast<size_t>(rank)].assign(reduce.feedback().carried().begin(), reduce.feedback().carried().end());
+      return {};
+    });
+    comm::testing::check_all_ok(statuses);
+    // The reference: each rank's feedback replayed, then the sum rounded once.
+    std::vector<Bf16ErrorFeedback> feedback(static_cast<size_t>(world));
+    std::vector<std::vector<BFloat16>> wire(static_cast<size_t>(world), std::vector<BFloat16>(count));
+    for (int step = 0; step < 3; ++step)
+      for (int rank = 0; rank < world; ++rank) {
+        std::vector<float> in(count);
+        for (size_t i = 0; i < count; ++i) in[i] = given(rank, i, step);
+        feedback[static_cast<size_t>(rank)].compress(in, wire[static_cast<size_t>(rank)]);
+      }
+    int rounded_per_hop_differs = 0;
+    for (size_t i = 0; i < count; ++i) {
+      CAPTURE(i);
+      float sum = wire[0][i].to_float(), hops = sum;
+      for (size_t r = 1; r < static_cast<size_t>(world); ++r) {
+        sum += wire[r][i].to_float();
+        hops = BFloat16::from_float(hops + wire[r][i].to_float()).to_float();
+      }
+      const float expected = BFloat16::from_float(sum).to_float();
+      rounded_per_hop_differs += expected != hops;
+      for (int rank = 0; rank < world; ++rank) REQUIRE(results[static_cast<size_t>(rank)][i] == expected);
+    }
+    if (world > 2) CHECK(rounded_per_hop_differs > 0);
+    for (int rank = 0; rank < world; ++rank)
+      CHECK(carried[static_cast<size_t>(rank)] ==
+            std::vector<float>(feedback[static_cast<size_t>(rank)].carried().begin(),
+                               feedback[static_cast<size_t>(rank)].carried().end()));
+  }
 }
 
 // 10 momentum-SGD steps of the MLP sample on 2 nodes, in-process. Each
