@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actor/gradient_compression.h"
+#include "actor/powersgd.h"
 #include "actor/run_end.h"
 #include "base/status.h"
 #include "comm/collectives.h"
@@ -274,8 +275,10 @@ class BoxingBody {
   comm::ReduceOp op_;
   Status setup_;                        // an error found when built, returned by every act
   std::vector<std::byte> own_scratch_;  // when no scratch was given
-  // p_.bf16_wire: the all-reduce with 16-bit values and the error carried.
-  std::unique_ptr<Bf16AllReduce> compressed_;
+  // p_.compress: the all-reduce in bf16 or as PowerSGD's factors, and
+  // the error carried.
+  std::unique_ptr<Bf16AllReduce> bf16_;
+  std::unique_ptr<PowerSgdAllReduce> powersgd_;
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes
 };

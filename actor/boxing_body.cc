@@ -36,8 +36,11 @@ void add_rows(const std::byte* src, const Region& src_region, std::byte* dst, co
 BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t tag, comm::ReduceOp op,
                        std::byte* scratch)
     : p_(std::move(plan)), collectives_(collectives), tag_(tag), op_(op) {
-  // The 16-bit copy is made here, not in an act (acts do not allocate).
-  if (p_.bf16_wire) compressed_ = std::make_unique<Bf16AllReduce>(p_.exchange_in_bytes / sizeof(float), p_.nodes);
+  // The compressors' buffers are made here, not in an act (acts do not allocate).
+  if (p_.compress == BoxingPlan::Compress::kBf16)
+    bf16_ = std::make_unique<Bf16AllReduce>(p_.exchange_in_bytes / sizeof(float), p_.nodes);
+  if (p_.compress == BoxingPlan::Compress::kPowerSgd)
+    powersgd_ = std::make_unique<PowerSgdAllReduce>(powersgd_layout(p_.tensors, p_.compress_rank), p_.nodes, tag);
   if (scratch == nullptr && p_.scratch_bytes() > 0) {
     own_scratch_.resize(p_.scratch_bytes());
     scratch = own_scratch_.data();
@@ -111,9 +114,14 @@ Status BoxingBody::exchange(const ActIo& io) {
   switch (p_.exchange) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
-      if (compressed_)
-        return compressed_->run(*collectives_, elements(std::type_identity<float>{}, in, p_.exchange_in_bytes),
-                                elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_, op_);
+      if (bf16_)
+        return bf16_->run(*collectives_, elements(std::type_identity<float>{}, in, p_.exchange_in_bytes),
+                          elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_, op_);
+      if (powersgd_) {  // in place in out (it adds the carried error to what it is given)
+        if (out != in) std::memcpy(out, in, p_.exchange_in_bytes);
+        return powersgd_->run(*collectives_, elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_,
+                              op_);
+      }
       return visit_dtype(p_.logical.dtype, [&]<typename T>(std::type_identity<T> t) {
         return collectives_->all_reduce(std::span<const T>(elements(t, in, p_.exchange_in_bytes)),
                                         elements(t, out, p_.exchange_out_bytes), tag_, op_);

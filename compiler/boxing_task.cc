@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compiler/compiler.h"
+#include "kernels/powersgd_layout.h"
 
 namespace rill::compiler {
 namespace {
@@ -300,21 +301,26 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
     return invalid_argument("task '{}': boxing combines pieces by reduce op {} (0 sum, 1 max, 2 min, 3 product; "
                             "past the sum for one tensor only)",
                             name, conf->reduce_op());
-  if (conf->compress() > 1 ||
-      (conf->compress() == 1 &&
+  if (conf->compress() > 2 || (conf->compress() == 2 && (conf->compress_rank() < 1 ||
+                                                          conf->compress_rank() > kMaxCompressionRank)) ||
+      (conf->compress() >= 1 &&
        (!(in_sbp == NdSbp(Sbp::partial_sum())) || !(out_sbp == NdSbp(Sbp::broadcast())) || conf->num_nodes() < 2 ||
         conf->reduce_op() != 0 ||
         std::any_of(metas.begin(), metas.end(), [](const TensorMeta& m) { return m.dtype != DType::kF32; }))))
-    return invalid_argument("task '{}': compression {} is for f32 sums P -> B across nodes (1: bf16), not {} -> {} "
-                            "of {} on {} node(s)",
-                            name, conf->compress(), in_sbp.to_string(), out_sbp.to_string(),
-                            dtype_name(metas[0].dtype), conf->num_nodes());
+    return invalid_argument("task '{}': compression {} (rank {}) is for f32 sums P -> B across nodes (1: bf16, 2: "
+                            "PowerSGD of rank 1 to {}), not {} -> {} of {} on {} node(s)",
+                            name, conf->compress(), conf->compress_rank(), kMaxCompressionRank, in_sbp.to_string(),
+                            out_sbp.to_string(), dtype_name(metas[0].dtype), conf->num_nodes());
   BoxingTask work =
       tensors > 1
           ? BoxingTask{plan_boxing_bucket(metas, conf->parallel(), conf->first_rank(), local), exchanges, 0}
           : BoxingTask{plan_boxing(in_sbp, out_sbp, conf->parallel(), metas[0], conf->first_rank(), local, piece),
                        exchanges, conf->reduce_op()};
-  work.plan.bf16_wire = conf->compress() == 1 && work.plan.exchange == BoxingPlan::Exchange::kAllReduce;
+  if (conf->compress() != 0 && work.plan.exchange == BoxingPlan::Exchange::kAllReduce) {
+    work.plan.compress = static_cast<BoxingPlan::Compress>(conf->compress());
+    work.plan.compress_rank = conf->compress_rank();
+    for (const TensorMeta& m : metas) work.plan.tensors.push_back(m.shape);
+  }
   return work;
 }
 

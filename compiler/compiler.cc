@@ -107,7 +107,8 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
   if (options.node >= cluster.num_nodes)
     return invalid_argument("node {} is not in the cluster's nodes 0 to {}", options.node, cluster.num_nodes - 1);
   RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes, std::max(-1, options.node),
-                                                job.train.compression == graph::Compression::kBF16));
+                                                GradientCompression{job.train.compression,
+                                                                    static_cast<int>(job.train.compression_rank)}));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));

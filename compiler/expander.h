@@ -15,6 +15,7 @@
 #include "base/collective_scratch.h"
 #include "compiler/logical_graph.h"
 #include "compiler/numbering.h"
+#include "compiler/physical.h"
 #include "compiler/task_graph.h"
 
 namespace rill::compiler {
@@ -29,10 +30,10 @@ enum class Rpc : uint8_t { kNone, kSend, kGet, kPrefetch };
 
 class Expander {
  public:
-  Expander(const LogicalGraph& g, size_t bucket_bytes, int node, bool compress_gradients)
-      : g_(g), bucket_bytes_(bucket_bytes) {
+  Expander(const LogicalGraph& g, size_t bucket_bytes, int node, GradientCompression compression)
+      : g_(g), bucket_bytes_(bucket_bytes), compression_(compression) {
     out_.node = node;
-    if (compress_gradients) mark_gradient_boxings();
+    if (compression_.kind != graph::Compression::kNone) mark_gradient_boxings();
     for (const VariableNode& v : g_.variables)  // the pservers: the nodes holding blocks
       if (v.variable.block_of)
         for (int n : at(v.placement).nodes) pserver_nodes_.insert(n);
@@ -244,12 +245,13 @@ class Expander {
 
   const LogicalGraph& g_;
   const size_t bucket_bytes_;
+  const GradientCompression compression_;
   // train.compression: the boxings that carry a variable's gradient to its
   // update (its grad_boxing and those that one reads from); empty when off.
   std::vector<bool> gradient_boxing_;
   void mark_gradient_boxings();
-  // Whether a unit of boxings across nodes sends bf16 with error feedback:
-  // gradients only, f32 sums P -> B (BoxingConf.compress).
+  // Whether a unit of boxings across nodes sends compressed with error
+  // feedback: gradients only, f32 sums P -> B (BoxingConf.compress).
   bool compressed(const std::vector<int>& unit) const;
   TaskGraph out_;
   // References (handle() says what they are) by rank.

@@ -333,8 +333,8 @@ Status Expander::wire() {
   return {};
 }
 
-StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node, bool compress_gradients) {
-  return Expander(graph, bucket_bytes, node, compress_gradients).run();
+StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node, GradientCompression compression) {
+  return Expander(graph, bucket_bytes, node, compression).run();
 }
 
 }  // namespace rill::compiler

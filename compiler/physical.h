@@ -14,8 +14,9 @@
 // pairs where a GPU holds an end (transfers.h). With `node` >= 0 only that node's tasks are stored (and every task
 // that may read across nodes: the sink, moves and readers of moves); the
 // rest are numbered alike on every node but not built (task_graph.h). With
-// `compress_gradients` the all-reduces of variables' gradients across nodes
-// through host memory go in bf16 with error feedback (BoxingConf.compress).
+// a `compression` the all-reduces of variables' gradients across nodes
+// through host memory go in bf16 or as PowerSGD's factors, with error
+// feedback (BoxingConf.compress).
 // Pure; any thread.
 #pragma once
 
@@ -24,7 +25,13 @@
 
 namespace rill::compiler {
 
+// train.compression and train.compression_rank.
+struct GradientCompression {
+  graph::Compression kind = graph::Compression::kNone;
+  int rank = 0;
+};
+
 StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node = -1,
-                           bool compress_gradients = false);
+                           GradientCompression compression = {});
 
 }  // namespace rill::compiler

@@ -313,7 +313,10 @@ Status Expander::add_boxings() {
         TaskNode task = boxing_task(box, nodes > 1 ? fmt::format("{}@node{}", name, node) : name, index);
         task.boxing().collective_tag = nodes > 1 ? static_cast<int64_t>(unit[0]) + 1 : 0;
         task.boxing().tensors = static_cast<int>(unit.size());
-        task.boxing().compress = compressed(unit) ? 1 : 0;
+        if (compressed(unit)) {
+          task.boxing().compress = static_cast<uint8_t>(compression_.kind);  // plan.fbs: 1 bf16, 2 PowerSGD
+          task.boxing().compress_rank = compression_.kind == graph::Compression::kPowerSGD ? compression_.rank : 0;
+        }
         task.inputs = boxing_inputs(unit, first, p.per_node());
         return task;
       });

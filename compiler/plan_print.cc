@@ -6,6 +6,7 @@
 #include "compiler/boxing.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
+#include "kernels/powersgd_layout.h"
 
 namespace rill::compiler {
 namespace {
@@ -83,6 +84,7 @@ std::string plan_json(const plan::Plan& p) {
         const NdSbp in = read_sbp(b->in_sbp()), out = read_sbp(b->out_sbp());
         // Of every tensor it boxes (a bucket's first piece of each).
         int64_t logical_bytes = 0;
+        std::vector<Shape> shapes;
         for (int k = 0; k < b->tensors() && t->inputs() != nullptr; ++k) {
           const auto at = static_cast<flatbuffers::uoffset_t>(k * b->local_pieces());
           const plan::RegstDesc* r = at < t->inputs()->size() ? find_regst(p, t->inputs()->Get(at)) : nullptr;
@@ -90,6 +92,13 @@ std::string plan_json(const plan::Plan& p) {
           int64_t bytes = static_cast<int64_t>(dtype_size(read_dtype(r->dtype())));
           for (int64_t d : vec(r->logical_shape())) bytes *= d;
           logical_bytes += bytes;
+          shapes.push_back(vec(r->logical_shape()));
+        }
+        // What crosses: bf16, half; PowerSGD, its two buffers of f32 factors.
+        int64_t wire_bytes = b->compress() == 1 ? logical_bytes / 2 : logical_bytes;
+        if (b->compress() == 2) {
+          const PowerSgdLayout layout = powersgd_layout(shapes, b->compress_rank());
+          wire_bytes = static_cast<int64_t>((layout.first + layout.second) * sizeof(float));
         }
         task["boxing"] = {{"in", sbp_string(b->in_sbp())},
                           {"out", sbp_string(b->out_sbp())},
@@ -102,11 +111,11 @@ std::string plan_json(const plan::Plan& p) {
                           {"peers", vec(b->peers())},
                           {"collective", boxing_collective(in, out, b->num_nodes())},
                           {"logical_bytes", logical_bytes},
-                          {"bytes_sent_per_step", boxing_bytes_sent(in, out, logical_bytes, b->num_nodes(),
-                                                                           b->local_pieces()) /
-                                                      (b->compress() == 1 ? 2 : 1)}};
+                          {"bytes_sent_per_step",
+                           boxing_bytes_sent(in, out, wire_bytes, b->num_nodes(), b->local_pieces())}};
         if (b->own()) task["boxing"]["own"] = true;  // each device from its own piece, on its thread
         if (b->compress() == 1) task["boxing"]["compress"] = "bf16";  // gradients sent in bf16 (train.compression)
+        if (b->compress() == 2) task["boxing"]["compress"] = fmt::format("powersgd rank {}", b->compress_rank());
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
           task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";

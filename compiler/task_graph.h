@@ -110,7 +110,8 @@ struct BoxingInfo {
   uint8_t reduce_op = 0;  // how P pieces combine (plan.fbs BoxingConf)
   int comm_group = -1;    // >= 0: one rank of a device collective (plan.fbs BoxingConf)
   bool own = false;       // made by each device from its own piece (plan.fbs BoxingConf)
-  uint8_t compress = 0;   // gradients across nodes sent in bf16 (plan.fbs BoxingConf)
+  uint8_t compress = 0;   // gradients across nodes sent compressed (plan.fbs BoxingConf)
+  int compress_rank = 0;
 };
 
 // A device collective's communicator and its calls in order (plan.fbs

@@ -7,6 +7,7 @@
 #include "base/actor_id.h"
 #include "base/devices.h"
 #include "graph/check_util.h"
+#include "kernels/powersgd_layout.h"
 
 namespace rill::graph {
 
@@ -334,6 +335,9 @@ void check_run_config(const Job& job, Issues* issues) {
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
   if (t.bucket_bytes < 0 || t.bucket_bytes > kMaxTensorBytes)
     issues->add("train.bucket_bytes", "train.bucket_bytes must be in [0, 2^40], got {}", t.bucket_bytes);
+  if (t.compression_rank < 1 || t.compression_rank > kMaxCompressionRank)
+    issues->add("train.compression_rank", "train.compression_rank must be in [1, {}], got {}", kMaxCompressionRank,
+                t.compression_rank);
   if (t.micro_batches < 1)
     issues->add("train.micro_batches", "train.micro_batches must be > 0, got {}", t.micro_batches);
   else if (t.batch_size >= 1 && t.batch_size % t.micro_batches != 0)

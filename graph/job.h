@@ -149,6 +149,9 @@ struct TrainConfig {
   // kBF16 sends each f32 gradient rounded to bf16, half the bytes, the
   // rounding error kept and added to the next step's gradient.
   Compression compression = Compression::kNone;
+  // kPowerSGD: each gradient matrix [n, m] (a weight's, its first axis
+  // by the rest) crosses as two factors [n, r] and [m, r] of this rank r.
+  int64_t compression_rank = 8;
   // Dynamic loss scaling (compiler/gradient_norm.h), as PyTorch's GradScaler:
   // the loss's gradient starts at this scale (a power of two) and every
   // gradient is divided by it before the update; a step whose gradients

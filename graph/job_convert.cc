@@ -264,6 +264,7 @@ class Converter {
       mode(t->view(), "train.view", &train.view);
       mode(t->precision(), "train.precision", &train.precision);
       mode(t->compression(), "train.compression", &train.compression);
+      integer(t->compression_rank(), "train.compression_rank", "train.compression_rank", &train.compression_rank);
       if (t->loss_scale()) train.loss_scale = *t->loss_scale();
       integer(t->loss_scale_window(), "train.loss_scale_window", "train.loss_scale_window", &train.loss_scale_window);
     }

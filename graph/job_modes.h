@@ -22,9 +22,10 @@ enum class View : uint8_t { kConsistent, kMirrored };
 // every other op stay f32; kTF32 lets cuda matmuls round f32 inputs to TF32.
 enum class Precision : uint8_t { kF32, kTF32, kBF16, kF16 };
 // train.compression: how gradients cross nodes in data parallelism: as they
-// are, or rounded to bf16 with the rounding error carried into the next
-// step (error feedback; actor/gradient_compression.h).
-enum class Compression : uint8_t { kNone, kBF16 };
+// are, rounded to bf16, or as PowerSGD's low-rank factors; the error
+// carried into the next step either way (error feedback;
+// actor/gradient_compression.h, actor/powersgd.h).
+enum class Compression : uint8_t { kNone, kBF16, kPowerSGD };
 // distributed.mode (PaddlePaddle Fluid's): "nccl2" is "collective" by
 // another name, kept apart only so a job is written back as it was read.
 enum class DistMode : uint8_t { kPserver, kCollective, kNccl2 };
@@ -48,7 +49,7 @@ struct ModeWords<Precision> {
 };
 template <>
 struct ModeWords<Compression> {
-  static constexpr std::array<std::string_view, 2> words{"none", "bf16"};
+  static constexpr std::array<std::string_view, 3> words{"none", "bf16", "powersgd"};
 };
 template <>
 struct ModeWords<DistMode> {

@@ -93,6 +93,8 @@ const std::vector<Setting>& settings() {
       {"train.allow_tf32", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.allow_tf32); }},
       {"train.precision", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.precision); }},
       {"train.compression", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.compression); }},
+      {"train.compression_rank",
+       [](Job* j, const std::string& v) { return parse_int(v, &j->train.compression_rank); }},
       {"train.loss_scale", [](Job* j, const std::string& v) { return parse_float(v, &j->train.loss_scale); }},
       {"train.loss_scale_window",
        [](Job* j, const std::string& v) { return parse_int(v, &j->train.loss_scale_window); }},

@@ -521,6 +521,7 @@ class Writer {
         .add("allow_tf32", Node::scalar(t.allow_tf32 ? "true" : "false"))
         .add("precision", word(t.precision))
         .add("compression", word(t.compression))
+        .add("compression_rank", number(t.compression_rank))
         .add("loss_scale", number(t.loss_scale))
         .add("loss_scale_window", number(t.loss_scale_window))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))

@@ -1,6 +1,9 @@
 #include "kernels/boxing_plan.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "kernels/powersgd_layout.h"
 
 namespace rill {
 namespace {
@@ -373,6 +376,14 @@ CollectiveCall BoxingPlan::exchange_call() const {
 
 size_t BoxingPlan::exchange_scratch_bytes(size_t direct_bytes) const {
   if (exchange == Exchange::kNone) return 0;
+  if (compress == Compress::kPowerSgd) {  // two f32 all-reduces in place, of the factors
+    const PowerSgdLayout layout = powersgd_layout(tensors, compress_rank);
+    return std::max(
+        collective_scratch_bytes(CollectiveCall::kAllReduce, layout.first * sizeof(float), true, nodes, direct_bytes),
+        collective_scratch_bytes(CollectiveCall::kAllReduce, layout.second * sizeof(float), true, nodes,
+                                 direct_bytes));
+  }
+  if (compress == Compress::kBf16) return 0;  // an all-to-all and an all-gather: none
   return collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes,
                                   direct_bytes);
 }

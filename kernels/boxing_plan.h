@@ -47,9 +47,15 @@ struct BoxingPlan {
   size_t exchange_in_bytes = 0, exchange_out_bytes = 0;
   std::vector<size_t> send_counts, recv_counts;  // bytes per node (reduce-scatter: recv_counts in elements)
   size_t send_bytes = 0, recv_bytes = 0;         // the scratch: send buffer, then receive buffer
-  // An f32 all-reduce across nodes sent as bf16 with error feedback
-  // (plan.fbs BoxingConf.compress; actor/gradient_compression.h).
-  bool bf16_wire = false;
+  // An f32 all-reduce across nodes of gradients sent compressed with error
+  // feedback (plan.fbs BoxingConf.compress): kBf16 as bf16
+  // (actor/gradient_compression.h), kPowerSgd as low-rank factors of
+  // compress_rank (actor/powersgd.h) of the `tensors` one after another in
+  // the exchange's buffer.
+  enum class Compress : uint8_t { kNone, kBf16, kPowerSgd };
+  Compress compress = Compress::kNone;
+  int compress_rank = 0;
+  std::vector<Shape> tensors;
 
   int node_of(int rank) const { return rank / local; }
   // The exchange's collective and the scratch it needs in collectives of

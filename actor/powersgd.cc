@@ -1,0 +1,141 @@
+#include "actor/powersgd.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace rill {
+namespace {
+
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Columns of p [rows, r] made orthonormal in order: Gram-Schmidt in
+// double, each projection taken twice ("twice is enough": one pass leaves
+// a column that was nearly dependent not orthogonal). A column with less
+// than 1e-5 of its norm left (dependent on those before it: the sum of
+// lower rank than r) becomes zero; the projection P P^T stays one.
+// `work`: rows * r doubles.
+void orthonormalize(float* p, size_t rows, size_t r, double* work) {
+  for (size_t i = 0; i < rows * r; ++i) work[i] = p[i];
+  for (size_t c = 0; c < r; ++c) {
+    double before = 0;
+    for (size_t i = 0; i < rows; ++i) before += work[i * r + c] * work[i * r + c];
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t k = 0; k < c; ++k) {
+        double dot = 0;
+        for (size_t i = 0; i < rows; ++i) dot += work[i * r + k] * work[i * r + c];
+        for (size_t i = 0; i < rows; ++i) work[i * r + c] -= dot * work[i * r + k];
+      }
+    double after = 0;
+    for (size_t i = 0; i < rows; ++i) after += work[i * r + c] * work[i * r + c];
+    const bool kept = after > 1e-10 * before && std::isfinite(after);
+    const double scale = kept ? 1.0 / std::sqrt(after) : 0.0;
+    for (size_t i = 0; i < rows; ++i) work[i * r + c] *= scale;
+  }
+  for (size_t i = 0; i < rows * r; ++i) p[i] = static_cast<float>(work[i]);
+}
+
+bool finite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+PowerSgdAllReduce::PowerSgdAllReduce(PowerSgdLayout layout, int world, uint64_t seed)
+    : layout_(std::move(layout)),
+      world_(world < 1 ? 1 : world),
+      seed_(seed),
+      first_(layout_.first),
+      second_(layout_.second),
+      error_(layout_.error, 0.0f) {
+  size_t widest = 0;
+  for (const PowerSgdLayout::Member& m : layout_.members)
+    if (m.low_rank) {
+      start_q(m);
+      widest = std::max(widest, m.rows * static_cast<size_t>(layout_.rank));
+    }
+  orthonormal_.resize(widest);
+}
+
+// Uniform in [-1, 1), drawn from (seed, the member's offset): the same on
+// every node.
+void PowerSgdAllReduce::start_q(const PowerSgdLayout::Member& m) {
+  uint64_t state = seed_ * 0x2545f4914f6cdd1dull + m.offset;
+  const size_t n = m.cols * static_cast<size_t>(layout_.rank);
+  for (size_t i = 0; i < n; ++i)
+    second_[m.q + i] = static_cast<float>(static_cast<double>(splitmix64(&state) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> buffer, uint64_t tag,
+                              comm::ReduceOp op) {
+  if (op != comm::ReduceOp::kSum && op != comm::ReduceOp::kAverage)
+    return invalid_argument("PowerSGD sums or averages gradients, not {}", comm::reduce_op_name(op));
+  if (buffer.size() != layout_.elements || collectives.world() != world_)
+    return internal_error("PowerSGD was laid out for {} values among {} ranks, called with {} among {}",
+                          layout_.elements, world_, buffer.size(), collectives.world());
+  const size_t r = static_cast<size_t>(layout_.rank);
+  for (const PowerSgdLayout::Member& m : layout_.members) {
+    float* M = buffer.data() + m.offset;
+    if (!m.low_rank) {
+      std::copy(M, M + m.rows * m.cols, first_.data() + m.p);
+      continue;
+    }
+    const float* E = error_.data() + m.error;
+    for (size_t i = 0; i < m.rows * m.cols; ++i) M[i] += E[i];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m.rows), static_cast<int>(r),
+                static_cast<int>(m.cols), 1.0f, M, static_cast<int>(m.cols), second_.data() + m.q,
+                static_cast<int>(r), 0.0f, first_.data() + m.p, static_cast<int>(r));
+  }
+  RILL_RETURN_IF_ERROR(collectives.all_reduce(first_, first_, tag, comm::ReduceOp::kSum));
+  for (const PowerSgdLayout::Member& m : layout_.members) {
+    if (!m.low_rank) continue;
+    float* P = first_.data() + m.p;
+    orthonormalize(P, m.rows, r, orthonormal_.data());
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m.cols), static_cast<int>(r),
+                static_cast<int>(m.rows), 1.0f, buffer.data() + m.offset, static_cast<int>(m.cols), P,
+                static_cast<int>(r), 0.0f, second_.data() + m.q, static_cast<int>(r));
+  }
+  if (layout_.second > 0) RILL_RETURN_IF_ERROR(collectives.all_reduce(second_, second_, tag, comm::ReduceOp::kSum));
+  const float world = static_cast<float>(world_);
+  const bool average = op == comm::ReduceOp::kAverage;
+  for (const PowerSgdLayout::Member& m : layout_.members) {
+    float* M = buffer.data() + m.offset;
+    if (!m.low_rank) {
+      const float* sum = first_.data() + m.p;
+      for (size_t i = 0; i < m.rows * m.cols; ++i) M[i] = average ? sum[i] / world : sum[i];
+      continue;
+    }
+    const float* P = first_.data() + m.p;
+    const float* Q = second_.data() + m.q;
+    float* E = error_.data() + m.error;
+    for (size_t i = 0; i < m.rows; ++i)
+      for (size_t j = 0; j < m.cols; ++j) {
+        float sum = 0.0f;
+        for (size_t c = 0; c < r; ++c) sum += P[i * r + c] * Q[j * r + c];
+        const float mean = sum / world;
+        E[i * m.cols + j] = M[i * m.cols + j] - mean;
+        M[i * m.cols + j] = average ? mean : sum;
+      }
+    // An overflowed step: its output is not finite (and skipped); nothing
+    // of it carries on. Q is the same on every node, so all start again.
+    if (!finite(Q, m.cols * r)) {
+      std::fill(E, E + m.rows * m.cols, 0.0f);
+      start_q(m);
+    } else {
+      for (size_t i = 0; i < m.rows * m.cols; ++i)
+        if (!std::isfinite(E[i])) E[i] = 0.0f;
+    }
+  }
+  return {};
+}
+
+}  // namespace rill

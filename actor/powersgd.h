@@ -1,0 +1,58 @@
+// PowerSGD (Vogels, Karimireddy, Jaggi, 2019; train.compression
+// "powersgd"): each gradient matrix M [n, m] of a node crosses as two
+// factors of rank r, P [n, r] and Q [m, r], instead of its n m values, with
+// the error carried into the next step as the bf16 path's.
+//
+// A step, for the tensors of one all-reduce's buffer (kernels/
+// powersgd_layout.h says which are low rank):
+//   M += E                        this node's gradient and what it carried
+//   P = M Q                       Q from the step before (warm start)
+//   all-reduce the P's, and beside them the tensors that cross whole
+//   P = orthonormal columns of P  Gram-Schmidt (dependent ones zero)
+//   Q = M^T P, all-reduced        so Q = (sum of the nodes' M)^T P
+//   out = P Q^T                   the sum projected on P's columns
+//   E = M - out / world           what this node's share missed
+// Two all-reduces of (n + m) r values instead of one of n m.
+//
+// Every node computes the output from the same all-reduced P and Q with the
+// same loops (no BLAS: its kernels may differ between machines), so the
+// replicas keep the same bits. Q starts from values every node draws alike
+// from the boxing's tag. A step whose gradients overflowed (inf, NaN; loss
+// scaling skips it) gives a non-finite output and carries nothing on: the
+// error and Q start again. The error and Q are a task's memory, not
+// variables: a run resumed from a checkpoint starts them afresh.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "comm/collectives.h"
+#include "kernels/powersgd_layout.h"
+
+namespace rill {
+
+class PowerSgdAllReduce {
+ public:
+  // `seed`: equal on every node for one boxing (its collective tag).
+  PowerSgdAllReduce(PowerSgdLayout layout, int world, uint64_t seed);
+  // buffer: layout.elements values, this node's gradients in, every node's
+  // sum (or average) out, the same bits on every node. kSum or kAverage.
+  Status run(comm::Collectives& collectives, std::span<float> buffer, uint64_t tag, comm::ReduceOp op);
+  std::span<const float> carried() const { return error_; }
+  const PowerSgdLayout& layout() const { return layout_; }
+
+ private:
+  void start_q(const PowerSgdLayout::Member& m);
+
+  PowerSgdLayout layout_;
+  int world_;
+  uint64_t seed_;
+  std::vector<float> first_;   // the P factors, then the tensors that cross whole
+  std::vector<float> second_;  // the Q factors
+  std::vector<float> error_;   // the low-rank tensors' carried error
+  std::vector<double> orthonormal_;  // Gram-Schmidt's work
+};
+
+}  // namespace rill
