@@ -9,8 +9,11 @@
 # prints samples/s (median, min, max) and the ratio of medians. At 1 Gbit/s
 # and below also with 16-bit gradients: Rill's train.compression "bf16"
 # (error feedback) against DDP's fp16_compress_hook (its bf16 hook needs
-# NCCL), and against plain DDP. And for Rill the share of its gradients'
-# all-reduce that ran under the backward, from one traced run.
+# NCCL), and against plain DDP; and Rill's "powersgd" (rank-8 factors with
+# error feedback) against plain DDP (PyTorch 1.13's powerSGD_hook over gloo
+# fails on the bed: its ranks' all-reduces fall out of step and gloo
+# aborts). And for Rill the share of its gradients' all-reduce that ran
+# under the backward, from one traced run.
 # Then the all-reduce alone (bench/allreduce_bench.cc, one rank per node, over
 # the bed's links), sealed (a cluster key) and unsealed, 4 KiB up to what the
 # link carries in a few seconds: bus bandwidth as a share of the link's rate.
@@ -84,12 +87,14 @@ inside() {
   start_cluster
   local warm=$((steps / 10)) timed=$((steps - steps / 10))
   # One pair of runs: Rill with train.compression $1, PyTorch with HOOK=$2
-  # (each run on a port of its own; a rank that fails ends its pair, named).
+  # (each run on a port of its own; a rank that fails ends its pair, named);
+  # Rill's alone without $2.
   local torch_port=29500
   pair() {
     $NETBED_NS_0 "$rill" submit bench/mlp_synthetic.json --master "$master" "${key[@]}" --steps "$steps" \
       --set train.batch_size=512 --set train.compression="$1" --result "$tmp/r.json" > /dev/null
     echo "rill_$1 $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
+    [ -n "${2:-}" ] || return 0
     torch_port=$((torch_port + 1))
     local torch=(env HOOK="$2" LD_LIBRARY_PATH=$openblas_dir timeout 600 /usr/bin/python3 bench/torch_ddp.py $warm
                  $timed 512 $torch_port)
@@ -106,7 +111,10 @@ inside() {
   }
   for ((r = 0; r < runs; ++r)); do
     pair none none
-    if [ "$compress" = 1 ]; then pair bf16 fp16; fi
+    if [ "$compress" = 1 ]; then
+      pair bf16 fp16
+      pair powersgd
+    fi
   done
   # One more Rill run, traced: how much of its all-reduce the backward hid.
   $NETBED_NS_0 "$rill" submit bench/mlp_synthetic.json --master "$master" "${key[@]}" --steps "$steps" \
@@ -182,6 +190,8 @@ if [[ " $parts " == *" ddp "* ]]; then
       echo "-- 16-bit gradients (Rill: bf16 with error feedback; PyTorch: fp16_compress_hook)"
       /usr/bin/python3 bench/summarize.py "rill bf16" "$(rows rill_bf16)" "torch fp16" "$(rows torch_bf16)"
       /usr/bin/python3 bench/summarize.py "rill bf16" "$(rows rill_bf16)" "torch ddp" "$(rows torch_none)"
+      echo "-- Rill's PowerSGD (rank 8, error feedback) against plain DDP"
+      /usr/bin/python3 bench/summarize.py "rill powersgd" "$(rows rill_powersgd)" "torch ddp" "$(rows torch_none)"
     fi
   done
 fi

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "graph/job_check.h"
 #include "graph/placement.h"
 #include "kernels/op.h"
@@ -200,6 +202,17 @@ TEST_CASE("optimizer, train and eval settings") {
   job.train.devices = "cpu:8";
   CHECK(has(issues_of(job), "a micro-batch of 4 rows (train.batch_size 256 / train.micro_batches 64) is smaller "
                             "than the 8 devices it is split over"));
+}
+
+TEST_CASE("train.compression_rank: 1 to 64") {
+  Job job = samples::make_mlp_job();
+  job.train.compression = Compression::kPowerSGD;
+  CHECK(issues_of(job).empty());
+  for (int64_t bad : {int64_t{0}, int64_t{-3}, int64_t{65}}) {
+    CAPTURE(bad);
+    job.train.compression_rank = bad;
+    CHECK(has(issues_of(job), fmt::format("train.compression_rank must be in [1, 64], got {}", bad)));
+  }
 }
 
 TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a window, a view without one gradient set") {

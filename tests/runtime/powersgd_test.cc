@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actor/powersgd.h"
 #include "compiler/compiler.h"
 #include "compiler/plan_generated.h"
@@ -194,6 +196,7 @@ TEST_CASE("powersgd marks the gradients' all-reduces across nodes with its rank,
   graph::Job job = testing::training_sample("samples/mlp/mlp.json");
   job.train.compression = graph::Compression::kPowerSGD;
   job.train.compression_rank = 3;
+  job.train.bucket_bytes = 0;  // a boxing per gradient
   auto bytes = compiler::compile(job, *compiler::parse_devices("cpu:1", 2), {});
   REQUIRE_MESSAGE(bytes.ok(), bytes.status().to_string());
   const plan::Plan* p = plan::GetPlan(bytes->data());
@@ -206,6 +209,21 @@ TEST_CASE("powersgd marks the gradients' all-reduces across nodes with its rank,
     ++compressed;
   }
   CHECK(compressed > 0);
+  // `rill plan --json` says so and counts the factors' bytes: w1 [784, 512]
+  // at rank 3 sends P [784, 3] and Q [512, 3] (2 nodes: each sends its
+  // block of the sum and receives the rest, one buffer's bytes each way).
+  const nlohmann::json printed = nlohmann::json::parse(compiler::plan_json(*p));
+  bool found = false;
+  for (const nlohmann::json& task : printed["tasks"]) {
+    if (!task.contains("boxing") || task["boxing"]["num_nodes"] != 2) continue;
+    CAPTURE(task.dump());
+    CHECK(task["boxing"]["compress"] == "powersgd rank 3");
+    if (task["boxing"]["logical_bytes"] == 784 * 512 * 4) {
+      CHECK(task["boxing"]["bytes_sent_per_step"] == (784 + 512) * 3 * 4);
+      found = true;
+    }
+  }
+  CHECK(found);
   // A rank past the limit is refused where the job is checked.
   job.train.compression_rank = 65;
   CHECK(!compiler::compile(job, *compiler::parse_devices("cpu:1", 2), {}).ok());
