@@ -21,8 +21,8 @@ uint64_t splitmix64(uint64_t* state) {
 // a column that was nearly dependent not orthogonal). A column with less
 // than 1e-5 of its norm left (dependent on those before it: the sum of
 // lower rank than r) becomes zero; the projection P P^T stays one.
-// `work`: rows * r doubles.
-void orthonormalize(float* p, size_t rows, size_t r, double* work) {
+// `work`: rows * r doubles; dropped[c] says which columns became zero.
+void orthonormalize(float* p, size_t rows, size_t r, double* work, std::vector<bool>* dropped) {
   for (size_t i = 0; i < rows * r; ++i) work[i] = p[i];
   for (size_t c = 0; c < r; ++c) {
     double before = 0;
@@ -36,6 +36,7 @@ void orthonormalize(float* p, size_t rows, size_t r, double* work) {
     double after = 0;
     for (size_t i = 0; i < rows; ++i) after += work[i * r + c] * work[i * r + c];
     const bool kept = after > 1e-10 * before && std::isfinite(after);
+    (*dropped)[c] = !kept;
     const double scale = kept ? 1.0 / std::sqrt(after) : 0.0;
     for (size_t i = 0; i < rows; ++i) work[i * r + c] *= scale;
   }
@@ -64,15 +65,23 @@ PowerSgdAllReduce::PowerSgdAllReduce(PowerSgdLayout layout, int world, uint64_t 
       widest = std::max(widest, m.rows * static_cast<size_t>(layout_.rank));
     }
   orthonormal_.resize(widest);
+  dropped_.resize(layout_.members.size() * static_cast<size_t>(layout_.rank));
+  dropped_column_.resize(static_cast<size_t>(layout_.rank));
 }
 
-// Uniform in [-1, 1), drawn from (seed, the member's offset): the same on
-// every node.
-void PowerSgdAllReduce::start_q(const PowerSgdLayout::Member& m) {
+// Column c of the member's Q, uniform in [-1, 1), drawn from (seed, the
+// member's offset, `draw`, c): the same on every node.
+void PowerSgdAllReduce::draw_q(const PowerSgdLayout::Member& m, size_t c, uint64_t draw) {
   uint64_t state = seed_ * 0x2545f4914f6cdd1dull + m.offset;
-  const size_t n = m.cols * static_cast<size_t>(layout_.rank);
-  for (size_t i = 0; i < n; ++i)
-    second_[m.q + i] = static_cast<float>(static_cast<double>(splitmix64(&state) >> 11) * 0x1.0p-52 - 1.0);
+  state = splitmix64(&state) ^ (draw * 0x9e3779b97f4a7c15ull + c);
+  const size_t r = static_cast<size_t>(layout_.rank);
+  for (size_t j = 0; j < m.cols; ++j)
+    second_[m.q + j * r + c] = static_cast<float>(static_cast<double>(splitmix64(&state) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+// The first Q, and Q again after an overflow: draw 0.
+void PowerSgdAllReduce::start_q(const PowerSgdLayout::Member& m) {
+  for (size_t c = 0; c < static_cast<size_t>(layout_.rank); ++c) draw_q(m, c, 0);
 }
 
 Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> buffer, uint64_t tag,
@@ -83,6 +92,7 @@ Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> b
     return internal_error("PowerSGD was laid out for {} values among {} ranks, called with {} among {}",
                           layout_.elements, world_, buffer.size(), collectives.world());
   const size_t r = static_cast<size_t>(layout_.rank);
+  ++steps_;  // this step's draws differ from the first Q's (draw 0)
   for (const PowerSgdLayout::Member& m : layout_.members) {
     float* M = buffer.data() + m.offset;
     if (!m.low_rank) {
@@ -96,10 +106,13 @@ Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> b
                 static_cast<int>(r), 0.0f, first_.data() + m.p, static_cast<int>(r));
   }
   RILL_RETURN_IF_ERROR(collectives.all_reduce(first_, first_, tag, comm::ReduceOp::kSum));
-  for (const PowerSgdLayout::Member& m : layout_.members) {
+  for (size_t k = 0; k < layout_.members.size(); ++k) {
+    const PowerSgdLayout::Member& m = layout_.members[k];
     if (!m.low_rank) continue;
     float* P = first_.data() + m.p;
-    orthonormalize(P, m.rows, r, orthonormal_.data());
+    dropped_column_.assign(r, false);
+    orthonormalize(P, m.rows, r, orthonormal_.data(), &dropped_column_);
+    for (size_t c = 0; c < r; ++c) dropped_[k * r + c] = dropped_column_[c];
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m.cols), static_cast<int>(r),
                 static_cast<int>(m.rows), 1.0f, buffer.data() + m.offset, static_cast<int>(m.cols), P,
                 static_cast<int>(r), 0.0f, second_.data() + m.q, static_cast<int>(r));
@@ -107,7 +120,8 @@ Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> b
   if (layout_.second > 0) RILL_RETURN_IF_ERROR(collectives.all_reduce(second_, second_, tag, comm::ReduceOp::kSum));
   const float world = static_cast<float>(world_);
   const bool average = op == comm::ReduceOp::kAverage;
-  for (const PowerSgdLayout::Member& m : layout_.members) {
+  for (size_t k = 0; k < layout_.members.size(); ++k) {
+    const PowerSgdLayout::Member& m = layout_.members[k];
     float* M = buffer.data() + m.offset;
     if (!m.low_rank) {
       const float* sum = first_.data() + m.p;
@@ -133,6 +147,12 @@ Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> b
     } else {
       for (size_t i = 0; i < m.rows * m.cols; ++i)
         if (!std::isfinite(E[i])) E[i] = 0.0f;
+      // A column the sum did not fill (its rank was below r, or it was
+      // zero) has Q's column zero, which would keep it zero from then on:
+      // it starts again from fresh values, alike on every node (they hold
+      // the same P).
+      for (size_t c = 0; c < r; ++c)
+        if (dropped_[k * r + c]) draw_q(m, c, steps_);
     }
   }
   return {};

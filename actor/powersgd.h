@@ -8,7 +8,8 @@
 //   M += E                        this node's gradient and what it carried
 //   P = M Q                       Q from the step before (warm start)
 //   all-reduce the P's, and beside them the tensors that cross whole
-//   P = orthonormal columns of P  Gram-Schmidt (dependent ones zero)
+//   P = orthonormal columns of P  Gram-Schmidt (dependent ones zero, and
+//                                 their Q column drawn again for the next step)
 //   Q = M^T P, all-reduced        so Q = (sum of the nodes' M)^T P
 //   out = P Q^T                   the sum projected on P's columns
 //   E = M - out / world           what this node's share missed
@@ -17,9 +18,12 @@
 // Every node computes the output from the same all-reduced P and Q with the
 // same loops (no BLAS: its kernels may differ between machines), so the
 // replicas keep the same bits. Q starts from values every node draws alike
-// from the boxing's tag. A step whose gradients overflowed (inf, NaN; loss
-// scaling skips it) gives a non-finite output and carries nothing on: the
-// error and Q start again. The error and Q are a task's memory, not
+// from the boxing's tag. A tensor whose factors overflowed (inf, NaN; loss
+// scaling skips the step) gives a non-finite output and carries nothing of
+// it on: its error and Q start again. The others of that step keep theirs;
+// under dynamic loss scaling the error is in the scaled gradient's units,
+// so a change of scale weighs what was carried wrongly once (as PyTorch's
+// hook under GradScaler). The error and Q are a task's memory, not
 // variables: a run resumed from a checkpoint starts them afresh.
 #pragma once
 
@@ -45,6 +49,7 @@ class PowerSgdAllReduce {
 
  private:
   void start_q(const PowerSgdLayout::Member& m);
+  void draw_q(const PowerSgdLayout::Member& m, size_t column, uint64_t draw);
 
   PowerSgdLayout layout_;
   int world_;
@@ -53,6 +58,9 @@ class PowerSgdAllReduce {
   std::vector<float> second_;  // the Q factors
   std::vector<float> error_;   // the low-rank tensors' carried error
   std::vector<double> orthonormal_;  // Gram-Schmidt's work
+  std::vector<bool> dropped_;        // [member][column]: zero after Gram-Schmidt this step
+  std::vector<bool> dropped_column_;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace rill

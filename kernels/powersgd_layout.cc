@@ -13,7 +13,7 @@ PowerSgdLayout powersgd_layout(const std::vector<Shape>& tensors, int rank) {
     m.cols = 1;
     for (size_t a = 1; a < shape.size(); ++a) m.cols *= static_cast<size_t>(shape[a]);
     const size_t size = m.rows * m.cols;
-    m.low_rank = shape.size() >= 2 && r * (m.rows + m.cols) * 2 <= size;
+    m.low_rank = shape.size() >= 2 && r * (m.rows + m.cols) * 2 < size;
     if (m.low_rank) {
       m.p = layout.first;
       layout.first += m.rows * r;

@@ -5,8 +5,8 @@
 // (kernels/boxing_plan.h) and the actor runs by it, so both agree. Pure.
 //
 // A tensor [n, d1, d2, ...] is the matrix [n, d1 * d2 * ...]. It crosses as
-// factors P [n, r] and Q [m, r] when they are at most half its elements
-// (r (n + m) * 2 <= n m, PyTorch's min_compression_rate of 2); a bias, a
+// factors P [n, r] and Q [m, r] when they are under half its elements
+// (r (n + m) * 2 < n m, PyTorch's min_compression_rate of 2); a bias, a
 // small or a thin matrix crosses whole, beside the P factors.
 #pragma once
 

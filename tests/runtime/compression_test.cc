@@ -124,10 +124,12 @@ TEST_CASE("compression applies to the gradients' all-reduces across nodes, not t
 
 // The sum is rounded once, whatever the world: each rank's values rounded
 // to bf16 (with what it carried), added in float in rank order, rounded.
-// The reference makes exactly that, so the check is for equal bits. The
-// values are chosen so that a partial sum rounded at each hop (a ring's)
-// differs: 1 + 2^-9 + 2^-9 + 2^-9 is 1.0078125 rounded once and 1 rounded
-// at every addition. The carried error is each rank's own rounding only.
+// The reference makes exactly that, so the check is for equal bits. Every
+// third value is chosen so that on 4 ranks a partial sum rounded at each
+// hop (a ring's) differs: 1 + 3 * 2^-9 rounds once to 1.0078125 and to 1 at
+// every addition (on 3 ranks 1 + 2^-8 is a tie, 1 either way; there the
+// other values differ). That the reference tells the two apart shows the
+// values test the rule. The carried error is each rank's own rounding only.
 TEST_CASE("the bf16 all-reduce rounds the sum once, on 2, 3 and 4 ranks alike") {
   for (int world : {2, 3, 4}) {
     CAPTURE(world);

@@ -57,7 +57,7 @@ Ran run(const std::vector<Shape>& shapes, int rank, int world, int steps,
 }  // namespace
 
 TEST_CASE("PowerSGD's layout: matrices at least twice the factors' size are low rank, the rest cross whole") {
-  // [64, 32] at rank 4: 4 * 96 * 2 = 768 <= 2048. [8, 8]: 4 * 16 * 2 = 128 > 64.
+  // [64, 32] at rank 4: 4 * 96 * 2 = 768 < 2048. [8, 8]: 4 * 16 * 2 = 128 > 64.
   // [16, 2, 3] is the matrix [16, 6]: 4 * 22 * 2 > 96. A bias is whole.
   const PowerSgdLayout l = powersgd_layout({{64, 32}, {8, 8}, {16, 2, 3}, {100}}, 4);
   REQUIRE(l.members.size() == 4);
@@ -73,8 +73,10 @@ TEST_CASE("PowerSGD's layout: matrices at least twice the factors' size are low 
   CHECK(l.error == 2048);
   CHECK(l.members[1].p == 256);
   CHECK(l.members[3].offset == 2048 + 64 + 96);
-  // A 3-axis tensor large enough: [32, 8, 8] is [32, 64], 4 * 96 * 2 <= 2048.
+  // A 3-axis tensor large enough: [32, 8, 8] is [32, 64], 4 * 96 * 2 < 2048.
   CHECK(powersgd_layout({{32, 8, 8}}, 4).members[0].low_rank);
+  // Exactly half is not enough, as PyTorch's rule: [16, 16] at rank 4 is 256 both ways.
+  CHECK(!powersgd_layout({{16, 16}}, 4).members[0].low_rank);
 }
 
 // Each rank's gradient is u v_k^T for a u common to all: their sum is rank
@@ -166,6 +168,39 @@ TEST_CASE("PowerSGD's error feedback: over steps the nodes send what they were g
   MESSAGE("first step off by ", norm(first) / norm(exact), ", the mean of ", steps, " by ", norm(mean) / norm(exact));
   CHECK(norm(mean) <= 0.1 * norm(exact));
   CHECK(norm(first) > 0.5 * norm(exact));  // one rank-1 step alone is far off: the feedback does the work
+}
+
+// A step whose sum has lower rank than r leaves some of P's columns zero,
+// and Q's with them; they must not stay so. Step 0's gradients are zero
+// (every column dropped), then each node's is u_k v_k^T, a sum of rank 2
+// that rank 2 returns exactly but for rounding (within 1e-5 relative, as
+// the low-rank test above): only if Q was drawn again.
+TEST_CASE("PowerSGD after a step of lower rank than r: the empty columns start again") {
+  const size_t rows = 24, cols = 20;
+  std::vector<float> u(2 * rows), v(2 * cols);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = std::cos(static_cast<float>(3 * i + 1));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(5 * i + 2));
+  auto given = [&](int r, int step) {
+    std::vector<float> b(rows * cols, 0.0f);
+    if (step > 0)
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t j = 0; j < cols; ++j) b[i * cols + j] = u[static_cast<size_t>(r) * rows + i] * v[static_cast<size_t>(r) * cols + j];
+    return b;
+  };
+  const Ran ran = run({{24, 20}}, 2, 2, 3, given);
+  for (float x : ran.out[0][0]) CHECK(x == 0.0f);
+  std::vector<double> exact(rows * cols, 0.0);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float> b = given(r, 1);
+    for (size_t i = 0; i < b.size(); ++i) exact[i] += b[i];
+  }
+  for (int step = 1; step < 3; ++step) {
+    CAPTURE(step);
+    std::vector<double> diff(exact.size());
+    for (size_t i = 0; i < exact.size(); ++i) diff[i] = ran.out[0][static_cast<size_t>(step)][i] - exact[i];
+    CHECK(norm(diff) <= 1e-5 * norm(exact));
+    CHECK(ran.out[1][static_cast<size_t>(step)] == ran.out[0][static_cast<size_t>(step)]);
+  }
 }
 
 // A step that overflowed returns non-finite values (the loss scaler skips
