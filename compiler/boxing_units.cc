@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace rill::compiler {
 
@@ -34,6 +35,8 @@ std::vector<std::vector<int>> boxing_units(const LogicalGraph& g, size_t bucket_
   std::vector<std::vector<int>> units;
   size_t bytes_in_bucket = 0;
   int bucket_start = -1;  // position of the open bucket's first member; -1: none open
+  std::set<int> started;  // placements whose first bucket is open or closed
+  bool first = false;     // the open bucket is its placement's first
   for (size_t i = 0; i < order.size(); ++i) {
     const int b = order[i];
     const BoxingNode& box = g.boxings[static_cast<size_t>(b)];
@@ -51,9 +54,11 @@ std::vector<std::vector<int>> boxing_units(const LogicalGraph& g, size_t bucket_
       units.push_back({});
       bytes_in_bucket = 0;
       bucket_start = static_cast<int>(i);
+      first = started.insert(box.placement).second;
     }
     units.back().push_back(b);
     bytes_in_bucket += bytes;
+    if (first && bytes_in_bucket >= kFirstBucketBytes) bucket_start = -1;  // the first bucket is full
   }
   return units;
 }

@@ -17,7 +17,10 @@ namespace rill::compiler {
 // while they are on one placement, at one rate (`rate` of their tensor), at
 // most `bucket_bytes` together, and none depends on another's result (a
 // bucket waits for all its members, so a member made from another's result
-// would wait for itself).
+// would wait for itself). The first bucket of each placement closes once
+// it holds kFirstBucketBytes (as DDP's first bucket): the gradients the
+// backward makes first start across the link while it makes the rest.
+inline constexpr size_t kFirstBucketBytes = size_t{1} << 20;
 std::vector<std::vector<int>> boxing_units(const LogicalGraph& g, size_t bucket_bytes,
                                            const std::function<bool(size_t)>& bucketable,
                                            const std::function<int(const std::string&)>& rate);

@@ -5,11 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "graph/job_file.h"
 #include "tests/compiler/test_jobs.h"
 
 namespace rill {
@@ -369,6 +371,29 @@ TEST_CASE("small gradients' all-reduces across nodes share buckets of at most bu
     if (cap == int64_t{1} << 20) CHECK(tasks == 1);
     else CHECK(tasks > 661 / 40);
   }
+}
+
+// The MLP sample's gradients in the order the backward makes them: b3 and
+// w3 (20 KB), b2, w2 (1 MiB), then b1 and w1 (1.6 MB). The first bucket
+// closes once it holds 1 MiB (kFirstBucketBytes, as DDP's), after w2, so
+// its all-reduce runs while the backward makes w1's gradient; the rest
+// share the second, far under the default 25 MiB.
+TEST_CASE("the first gradient bucket closes at 1 MiB, as DDP's, and the rest fill buckets of bucket_bytes") {
+  const char* root = std::getenv("RILL_SOURCE_ROOT");
+  auto job = graph::load_job_file(std::string(root ? root : ".") + "/samples/mlp/mlp.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  const std::string bytes = compile_ok(*job, "cpu:1", {}, 2);
+  const plan::Plan& p = *plan_of(bytes);
+  std::vector<std::pair<int, int64_t>> buckets;  // tensors, bytes; in comm order
+  for (const plan::Task* t : tasks_of_kind(p, TaskKind::Boxing)) {
+    if (t->node() != 0 || t->boxing()->num_nodes() < 2) continue;
+    int64_t held = 0;
+    for (int k = 0; k < t->boxing()->tensors(); ++k) held += regst(p, t->outputs()->Get(static_cast<uint32_t>(k)))->bytes();
+    buckets.emplace_back(t->boxing()->tensors(), held);
+  }
+  REQUIRE(buckets.size() == 2);
+  CHECK(buckets[0] == std::pair<int, int64_t>{4, (512 * 512 + 512 + 512 * 10 + 10) * 4});
+  CHECK(buckets[1] == std::pair<int, int64_t>{2, (784 * 512 + 512) * 4});
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ TEST_CASE("precision bf16 and f16: every matmul multiplies 16-bit inputs, each t
   }
 }
 
-TEST_CASE("precision bf16 in every GPT layout: tensor parallel, data parallel (one f32 bucket), 2-D hybrid") {
+TEST_CASE("precision bf16 in every GPT layout: tensor parallel, data parallel (f32 buckets), 2-D hybrid") {
   graph::Job tp = gpt_sample("gpt_moby_tp.json");
   tp.train.precision = graph::Precision::kBF16;
   const std::string tp_bytes = testing::compile_ok(tp, "cpu:2");
@@ -79,9 +79,9 @@ TEST_CASE("precision bf16 in every GPT layout: tensor parallel, data parallel (o
   const std::string bytes = testing::compile_ok(dp, "cpu:1", {}, 2);
   const plan::Plan& p = *testing::plan_of(bytes);
   every_matmul_in(p, plan::DType::BF16);
-  // Gradients are f32: the one bucket per node as in f32, nothing else crosses.
+  // Gradients are f32: the two buckets per node as in f32, nothing else crosses.
   const auto boxings = testing::tasks_of_kind(p, plan::TaskKind::Boxing);
-  CHECK(boxings.size() == 2);
+  CHECK(boxings.size() == 4);
   for (const plan::Task* b : boxings) CHECK(input_regst(p, b, 0).dtype() == plan::DType::F32);
   graph::Job hybrid = gpt_sample("gpt_moby_hybrid.json");
   hybrid.train.precision = graph::Precision::kBF16;
