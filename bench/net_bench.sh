@@ -21,9 +21,13 @@
 # samples/mlp/mlp_stages.json as 2 pipeline stages on 2 nodes (4
 # micro-batches), and the MLP of bench/mlp_synthetic.json with 2 parameter
 # servers and 2 trainers (4 nodes, sync mode).
+# Then (part "gpt") the GPT sample (samples/gpt/gpt_moby.json: 4 layers,
+# width 128, batch 16 of 128 tokens) on 2 agents against the same model in
+# PyTorch DDP (bench/torch_gpt.py: AdamW, no clipping or schedule, random
+# tokens), samples/s.
 # Last (part "buckets", not run by default), Rill's data parallelism with
 # gradient buckets of 1 MiB and 256 KiB against the default 25 MiB.
-#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce modes"]
+#   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce modes gpt"]
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -123,6 +127,33 @@ inside() {
   stop_cluster
 }
 
+# RUNS pairs of runs of the GPT sample: Rill's, then PyTorch DDP's.
+gpt_inside() {
+  local runs=$1 steps=$2
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  start_cluster
+  local torch_port=29600 warm=$((steps / 10)) rate
+  for ((r = 0; r < runs; ++r)); do
+    $NETBED_NS_0 "$rill" submit samples/gpt/gpt_moby.json --master "$master" "${key[@]}" --steps "$steps" \
+      --result "$tmp/r.json" > /dev/null
+    echo "rill $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
+    torch_port=$((torch_port + 1))
+    local torch=(env DDP_MASTER="$NETBED_ADDR_0" DDP_PORT=$torch_port GLOO_SOCKET_IFNAME=eth0
+                 LD_LIBRARY_PATH=$openblas_dir timeout 900 /usr/bin/python3 bench/torch_gpt.py
+                 samples/gpt/gpt_moby.json cpu $warm $((steps - warm)) 1)
+    $NETBED_NS_1 env DDP_RANK=1 "${torch[@]}" > "$tmp/torch1.log" 2>&1 &
+    local other=$!
+    $NETBED_NS_0 env DDP_RANK=0 "${torch[@]}" > "$tmp/torch0.log" 2>&1 || true
+    wait $other || true
+    rate=$(grep '"samples_per_sec"' "$tmp/torch0.log" | tail -1 |
+      /usr/bin/python3 -c "import json,sys;print(json.load(sys.stdin)['samples_per_sec'])" 2> /dev/null) ||
+      { echo "torch gpt ddp failed:" >&2; cat "$tmp"/torch*.log >&2; return 1; }
+    echo "torch $rate"
+  done
+  stop_cluster
+}
+
 # The largest all-reduce at a rate, and calls per size.
 sizes_at() {
   local sizes="4096,65536,1048576,16777216"
@@ -167,11 +198,12 @@ allreduce_at() {
 case "${1:-}" in
   --inside) inside "$2" "$3" "$4"; exit ;;
   --jobs-inside) shift; jobs_inside "$@"; exit ;;
+  --gpt-inside) gpt_inside "$2" "$3"; exit ;;
 esac
 
 runs=${1:-3}
 rates=${2:-"none 10gbit 1gbit 100mbit"}
-parts=${3:-"ddp allreduce modes"}
+parts=${3:-"ddp allreduce modes gpt"}
 [ -x "$rill" ] && [ -x "$netbed" ] || { echo "build first: ./dev build" >&2; exit 1; }
 echo "runs: $runs per rate; MLP 784-512-512-10, global batch 512, 2 nodes x 1 thread; torch BLAS: $openblas_dir"
 if [[ " $parts " == *" ddp "* ]]; then
@@ -223,10 +255,20 @@ if [[ " $parts " == *" modes "* ]]; then
     done
   done
 fi
+if [[ " $parts " == *" gpt "* ]]; then
+  for rate in $rates; do
+    limit=()
+    [ "$rate" = none ] || limit=(--rate "$rate")
+    out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --gpt-inside "$runs" 30)
+    echo "== GPT sample, data parallelism on 2 nodes, link: $rate (30 steps a run)"
+    /usr/bin/python3 bench/summarize.py "rill gpt" "$(awk '$1 == "rill" {print $2}' <<< "$out" | xargs)" \
+      "torch ddp gpt" "$(awk '$1 == "torch" {print $2}' <<< "$out" | xargs)"
+  done
+fi
 if [[ " $parts " == *" buckets "* ]]; then
   # Gradient buckets smaller than the model's 2.7 MB let the all-reduce
-  # start during the backward: each size against the default (25 MiB, one
-  # bucket), at each rate.
+  # start during the backward: each size against the default (25 MiB after
+  # a first bucket of 1 MiB), at each rate.
   for rate in $rates; do
     limit=()
     [ "$rate" = none ] || limit=(--rate "$rate")

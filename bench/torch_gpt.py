@@ -9,6 +9,12 @@ the peak device memory.
 
     torch_gpt.py JOB DEVICE WARMUP STEPS [THREADS]
 
+With DDP_RANK (0 or 1), DDP_MASTER and DDP_PORT set it is one rank of 2 in
+PyTorch DDP over gloo (rank 0 listens on DDP_MASTER:DDP_PORT; GLOO_SOCKET_IFNAME
+names the interface), each with half the job's batch: the anchor of
+bench/net_bench.sh's gpt part. Rank 0 prints the line, with samples (rows of
+the global batch) per second.
+
 With ATTENTION=sdpa, attention is PyTorch's fused
 scaled_dot_product_attention (causal; in float32 its memory-efficient
 kernel, which never writes the [T, T] scores) as nanoGPT writes it; else
@@ -26,6 +32,7 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
 
 
 def block_shapes(job):
@@ -92,6 +99,13 @@ def main():
     batch, context = job["train"]["batch_size"], job["inputs"][0]["shape"][0]
     vocab = shapes["wte"][0]
     model = Gpt(shapes, layers, heads).to(device)
+    rank = int(os.environ["DDP_RANK"]) if "DDP_RANK" in os.environ else None
+    global_batch = batch
+    if rank is not None:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = os.environ["DDP_MASTER"], os.environ["DDP_PORT"]
+        dist.init_process_group("gloo", rank=rank, world_size=2)
+        batch //= 2
+        model = torch.nn.parallel.DistributedDataParallel(model)
     precision = os.environ.get("PRECISION", "f32")
     amp = {"bf16": torch.bfloat16, "f16": torch.float16}.get(precision)
     fused = amp is not None and device.startswith("cuda")
@@ -122,14 +136,23 @@ def main():
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    if rank is not None:
+        dist.barrier()
     start = time.perf_counter()
     for _ in range(steps):
         loss = step()
     loss.item()
+    if rank is not None:
+        dist.barrier()
     seconds = time.perf_counter() - start
+    if rank is not None:
+        dist.destroy_process_group()
+        if rank != 0:
+            return
     params = sum(p.numel() for p in model.parameters())
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
-    print(json.dumps({"tokens_per_sec": batch * context * steps / seconds, "params": params, "peak_device_bytes": peak,
+    print(json.dumps({"tokens_per_sec": global_batch * context * steps / seconds,
+                      "samples_per_sec": global_batch * steps / seconds, "params": params, "peak_device_bytes": peak,
                       "loss": loss.item(), "precision": precision, "compiled": os.environ.get("COMPILE") == "1"}))
 
 
