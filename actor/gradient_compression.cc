@@ -1,5 +1,6 @@
 #include "actor/gradient_compression.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace rill {
@@ -22,7 +23,6 @@ void Bf16ErrorFeedback::widen(std::span<const BFloat16> wire, std::span<float> o
 
 Bf16AllReduce::Bf16AllReduce(size_t elements, int world) : feedback_(elements), wire_(elements), world_(world) {
   const int ranks = world < 1 ? 1 : world;
-  send_counts_.resize(static_cast<size_t>(ranks));
   recv_counts_.resize(static_cast<size_t>(ranks));
   block_counts_.resize(static_cast<size_t>(ranks));
   for (int j = 0; j < ranks; ++j)
@@ -43,17 +43,16 @@ Status Bf16AllReduce::run(comm::Collectives& collectives, std::span<const float>
   if (world_ > 1) {
     const int rank = collectives.rank();
     const comm::BlockRange mine = comm::block_range(wire_.size(), world_, rank);
-    for (size_t j = 0; j < send_counts_.size(); ++j) {
-      send_counts_[j] = block_counts_[j];
-      recv_counts_[j] = mine.size * sizeof(BFloat16);
-    }
-    RILL_RETURN_IF_ERROR(collectives.all_to_all_v(std::as_bytes(std::span<const BFloat16>(wire_)), send_counts_,
-                                                  std::as_writable_bytes(std::span<BFloat16>(received_.data(), mine.size * static_cast<size_t>(world_))),
-                                                  recv_counts_, tag));
+    std::fill(recv_counts_.begin(), recv_counts_.end(), mine.size * sizeof(BFloat16));
+    const std::span<BFloat16> received(received_.data(), mine.size * static_cast<size_t>(world_));
+    // Block j of wire_ goes to rank j: the send counts are the blocks'.
+    RILL_RETURN_IF_ERROR(collectives.all_to_all_v(std::as_bytes(std::span<const BFloat16>(wire_)), block_counts_,
+                                                  std::as_writable_bytes(received), recv_counts_, tag));
+    const float world = static_cast<float>(world_);
     for (size_t i = 0; i < mine.size; ++i) {
-      float sum = received_[i].to_float();
-      for (size_t j = 1; j < static_cast<size_t>(world_); ++j) sum += received_[j * mine.size + i].to_float();
-      wire_[mine.begin + i] = BFloat16::from_float(op == comm::ReduceOp::kAverage ? sum / static_cast<float>(world_) : sum);
+      float sum = received[i].to_float();
+      for (size_t j = 1; j < static_cast<size_t>(world_); ++j) sum += received[j * mine.size + i].to_float();
+      wire_[mine.begin + i] = BFloat16::from_float(op == comm::ReduceOp::kAverage ? sum / world : sum);
     }
     const std::span<BFloat16> block(wire_.data() + mine.begin, mine.size);
     RILL_RETURN_IF_ERROR(collectives.all_gather_v(std::as_bytes(std::span<const BFloat16>(block)),

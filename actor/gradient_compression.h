@@ -58,7 +58,8 @@ class Bf16AllReduce {
   Bf16ErrorFeedback feedback_;
   std::vector<BFloat16> wire_;      // this rank's rounded values, then the rounded sum
   std::vector<BFloat16> received_;  // every rank's values of this rank's block, in rank order
-  std::vector<size_t> send_counts_, recv_counts_, block_counts_;  // bytes per rank
+  std::vector<size_t> block_counts_;  // bytes of each rank's block: what goes to it, and the all-gather's
+  std::vector<size_t> recv_counts_;   // bytes from each rank: this rank's block
   int world_;
 };
 

@@ -21,8 +21,8 @@ uint64_t splitmix64(uint64_t* state) {
 // a column that was nearly dependent not orthogonal). A column with less
 // than 1e-5 of its norm left (dependent on those before it: the sum of
 // lower rank than r) becomes zero; the projection P P^T stays one.
-// `work`: rows * r doubles; dropped[c] says which columns became zero.
-void orthonormalize(float* p, size_t rows, size_t r, double* work, std::vector<bool>* dropped) {
+// `work`: rows * r doubles; (*dropped)[at + c] says whether column c became zero.
+void orthonormalize(float* p, size_t rows, size_t r, double* work, std::vector<bool>* dropped, size_t at) {
   for (size_t i = 0; i < rows * r; ++i) work[i] = p[i];
   for (size_t c = 0; c < r; ++c) {
     double before = 0;
@@ -36,7 +36,7 @@ void orthonormalize(float* p, size_t rows, size_t r, double* work, std::vector<b
     double after = 0;
     for (size_t i = 0; i < rows; ++i) after += work[i * r + c] * work[i * r + c];
     const bool kept = after > 1e-10 * before && std::isfinite(after);
-    (*dropped)[c] = !kept;
+    (*dropped)[at + c] = !kept;
     const double scale = kept ? 1.0 / std::sqrt(after) : 0.0;
     for (size_t i = 0; i < rows; ++i) work[i * r + c] *= scale;
   }
@@ -66,7 +66,6 @@ PowerSgdAllReduce::PowerSgdAllReduce(PowerSgdLayout layout, int world, uint64_t 
     }
   orthonormal_.resize(widest);
   dropped_.resize(layout_.members.size() * static_cast<size_t>(layout_.rank));
-  dropped_column_.resize(static_cast<size_t>(layout_.rank));
 }
 
 // Column c of the member's Q, uniform in [-1, 1), drawn from (seed, the
@@ -110,9 +109,7 @@ Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> b
     const PowerSgdLayout::Member& m = layout_.members[k];
     if (!m.low_rank) continue;
     float* P = first_.data() + m.p;
-    dropped_column_.assign(r, false);
-    orthonormalize(P, m.rows, r, orthonormal_.data(), &dropped_column_);
-    for (size_t c = 0; c < r; ++c) dropped_[k * r + c] = dropped_column_[c];
+    orthonormalize(P, m.rows, r, orthonormal_.data(), &dropped_, k * r);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m.cols), static_cast<int>(r),
                 static_cast<int>(m.rows), 1.0f, buffer.data() + m.offset, static_cast<int>(m.cols), P,
                 static_cast<int>(r), 0.0f, second_.data() + m.q, static_cast<int>(r));

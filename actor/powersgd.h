@@ -59,7 +59,6 @@ class PowerSgdAllReduce {
   std::vector<float> error_;   // the low-rank tensors' carried error
   std::vector<double> orthonormal_;  // Gram-Schmidt's work
   std::vector<bool> dropped_;        // [member][column]: zero after Gram-Schmidt this step
-  std::vector<bool> dropped_column_;
   uint64_t steps_ = 0;
 };
 
