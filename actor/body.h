@@ -160,8 +160,17 @@ class VariableBody {
     every_ = every;
     end_ = end;
   }
+  // Also after every update, and now (the values the run starts from, after
+  // `steps_done` steps): the node keeps its last steps in memory
+  // (runtime/node/step_keeper.h).
+  Status on_every_step(SnapshotFn fn, const TensorView& model, int64_t steps_done) {
+    keep_ = std::move(fn);
+    return tell(keep_, model, steps_done);
+  }
 
  private:
+  // Calls `fn` with the model and optimizer state in host memory.
+  Status tell(const SnapshotFn& fn, const TensorView& model, int64_t steps_done);
   const OpDef* init_;
   Attrs init_attrs_;
   Shape logical_shape_;
@@ -176,6 +185,7 @@ class VariableBody {
   std::vector<float> model_host_;
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
+  SnapshotFn keep_;
   int64_t every_ = 0;
   const RunEnd* end_ = nullptr;
 };
@@ -204,6 +214,7 @@ class LanedVariableBody {
   void on_snapshot(VariableBody::SnapshotFn fn, int64_t every, const RunEnd* end) {
     variable_.on_snapshot(std::move(fn), every, end);
   }
+  Status on_every_step(VariableBody::SnapshotFn fn, const TensorView& model, int64_t steps_done);
   // The variable's values (no slot holds them for long).
   Status read_model(const TensorView& model, std::vector<float>* out);
 

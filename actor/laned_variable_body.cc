@@ -58,6 +58,11 @@ Status LanedVariableBody::act(const ActIo& io) {
   return io.set == 0 ? variable_.maybe_snapshot(values, io.step) : Status{};
 }
 
+Status LanedVariableBody::on_every_step(VariableBody::SnapshotFn fn, const TensorView& slot, int64_t steps_done) {
+  // The values live here, not in the slot.
+  return variable_.on_every_step(std::move(fn), TensorView{values_.data(), slot.shape, slot.dtype}, steps_done);
+}
+
 Status LanedVariableBody::read_model(const TensorView&, std::vector<float>* out) {
   *out = values_;
   return {};

@@ -119,17 +119,24 @@ Status VariableBody::update(const TensorView& model, std::span<const TensorView*
 
 Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
   int64_t done = step + 1;
-  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end()))) {
-    RILL_ASSIGN_OR_RETURN(std::vector<std::span<const float>> state, state());
-    if (!cuda_) {
-      snapshot_(done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state);
-    } else {
-      RILL_RETURN_IF_ERROR(read_model(model, &model_host_));
-      snapshot_(done, model_host_, state);
-      // The host copies live for the checkpoint only.
-      std::vector<std::vector<float>>().swap(state_host_);
-      std::vector<float>().swap(model_host_);
-    }
+  if (keep_) RILL_RETURN_IF_ERROR(tell(keep_, model, done));
+  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end())))
+    RILL_RETURN_IF_ERROR(tell(snapshot_, model, done));
+  return {};
+}
+
+Status VariableBody::tell(const SnapshotFn& fn, const TensorView& model, int64_t steps_done) {
+  RILL_ASSIGN_OR_RETURN(std::vector<std::span<const float>> state, state());
+  if (!cuda_) {
+    fn(steps_done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state);
+    return {};
+  }
+  RILL_RETURN_IF_ERROR(read_model(model, &model_host_));
+  fn(steps_done, model_host_, state);
+  // The host copies live for a checkpoint only; kept every step, they stay.
+  if (!keep_) {
+    std::vector<std::vector<float>>().swap(state_host_);
+    std::vector<float>().swap(model_host_);
   }
   return {};
 }

@@ -2,6 +2,7 @@
 // and its variables' start (initial values, restored state, snapshots) and
 // end (the values reported back).
 #include "runtime/node/node_run.h"
+#include "runtime/node/step_keeper.h"
 
 #include <algorithm>
 
@@ -279,6 +280,14 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
           options_.on_snapshot(done, std::move(piece));
         },
         options_.snapshot_every, end_.get());
+  if (options_.keeper)
+    if (const int piece = options_.keeper->declare(var, logical, offset, slot.shape, state_names); piece >= 0)
+      RILL_RETURN_IF_ERROR(body.on_every_step(
+          [keeper = options_.keeper, piece](int64_t done, std::span<const float> model,
+                                            std::span<const std::span<const float>> state) {
+            keeper->keep(piece, done, model, state);
+          },
+          slot, options_.start_step));
   return {};
 }
 

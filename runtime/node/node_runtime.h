@@ -33,6 +33,7 @@ struct VariableValue {
 namespace comm {
 class Transport;
 }
+class StepKeeper;
 
 // One node's piece of a variable (the whole tensor for a broadcast one).
 struct VariablePiece {
@@ -84,6 +85,10 @@ struct RunOptions {
   // step and after the last one, on the variable's thread: checkpoints.
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
+  // Where every variable piece goes after each step (and as the run starts),
+  // kept in memory for a job that goes on without a lost node
+  // (runtime/node/step_keeper.h); null: nothing kept. It must outlive the run.
+  StepKeeper* keeper = nullptr;
   // The master's executor only: where other nodes' snapshots go, told on its
   // control loop, which must not wait (on_snapshot, on a variable's thread,
   // may wait for the disk).

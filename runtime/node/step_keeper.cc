@@ -1,0 +1,106 @@
+#include "runtime/node/step_keeper.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "runtime/node/plan_reader.h"
+
+namespace rill {
+
+int StepKeeper::declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset,
+                        const Shape& shape, const std::vector<std::string>& state_names) {
+  MutexLock lock(mu_);
+  for (const Piece& p : pieces_)
+    if (p.name == name && p.offset == offset) return -1;
+  pieces_.push_back(Piece{name, logical, shape, offset, state_names, {}});
+  return static_cast<int>(pieces_.size()) - 1;
+}
+
+void StepKeeper::keep(int piece, int64_t steps_done, std::span<const float> model,
+                      std::span<const std::span<const float>> state) {
+  MutexLock lock(mu_);
+  if (piece < 0 || piece >= static_cast<int>(pieces_.size())) return;
+  Piece& p = pieces_[static_cast<size_t>(piece)];
+  // The older version (or the one already at this step) takes the new values.
+  Version& v = p.versions[0].steps_done == steps_done || p.versions[0].steps_done < p.versions[1].steps_done
+                   ? p.versions[0]
+                   : p.versions[1];
+  v.steps_done = steps_done;
+  v.model.assign(model.begin(), model.end());
+  v.state.resize(state.size());
+  for (size_t i = 0; i < state.size(); ++i) v.state[i].assign(state[i].begin(), state[i].end());
+}
+
+std::optional<std::pair<int64_t, int64_t>> StepKeeper::steps() const {
+  MutexLock lock(mu_);
+  if (pieces_.empty()) return std::nullopt;
+  // Every piece holds two steps (or one): the steps common to all.
+  int64_t first = std::numeric_limits<int64_t>::min(), last = std::numeric_limits<int64_t>::max();
+  for (const Piece& p : pieces_) {
+    const int64_t a = p.versions[0].steps_done, b = p.versions[1].steps_done;
+    const int64_t newer = std::max(a, b), older = std::min(a, b);
+    if (newer < 0) return std::nullopt;
+    // Two kept steps one apart make a range; otherwise only the newer.
+    first = std::max(first, older >= 0 && older + 1 == newer ? older : newer);
+    last = std::min(last, newer);
+  }
+  if (first > last) return std::nullopt;
+  return std::make_pair(first, last);
+}
+
+std::map<std::string, int64_t> StepKeeper::uncovered() const {
+  std::map<std::string, int64_t> missing;
+  for (const Piece& p : pieces_) missing.try_emplace(p.name, num_elements(p.logical));
+  for (const Piece& p : pieces_) missing[p.name] -= num_elements(p.shape);
+  return missing;
+}
+
+bool StepKeeper::whole(const std::vector<std::string>& variables) const {
+  MutexLock lock(mu_);
+  const std::map<std::string, int64_t> missing = uncovered();
+  return std::all_of(variables.begin(), variables.end(), [&](const std::string& v) {
+    auto it = missing.find(v);
+    return it != missing.end() && it->second == 0;
+  });
+}
+
+const StepKeeper::Version* StepKeeper::version_at(const Piece& piece, int64_t steps_done) const {
+  for (const Version& v : piece.versions)
+    if (v.steps_done == steps_done) return &v;
+  return nullptr;
+}
+
+Status StepKeeper::values_at(int64_t steps_done, std::map<std::string, std::vector<float>>* values,
+                             std::map<std::string, std::vector<float>>* state) const {
+  MutexLock lock(mu_);
+  for (const auto& [name, missing] : uncovered())
+    if (missing != 0)
+      return Status(Code::kFailedPrecondition, fmt::format("this node holds only part of variable '{}'", name));
+  std::map<std::string, Shape> shapes;
+  for (const Piece& p : pieces_) {
+    const Version* v = version_at(p, steps_done);
+    if (!v)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("variable '{}' is not held in memory at step {}", p.name, steps_done));
+    if (static_cast<int64_t>(v->model.size()) != num_elements(p.shape) || v->state.size() != p.state_names.size())
+      return internal_error("variable '{}' was kept with {} values, its piece {} has {}", p.name, v->model.size(),
+                            shape_string(p.shape), num_elements(p.shape));
+    // place_piece only reads the piece.
+    place_piece(p.logical, p.offset, p.shape, std::span<float>(const_cast<float*>(v->model.data()), v->model.size()),
+                &shapes[p.name], &(*values)[p.name]);
+    for (size_t i = 0; i < p.state_names.size(); ++i) {
+      const std::string name = p.name + "/" + p.state_names[i];
+      const std::vector<float>& s = v->state[i];
+      place_piece(p.logical, p.offset, p.shape, std::span<float>(const_cast<float*>(s.data()), s.size()),
+                  &shapes[name], &(*state)[name]);
+    }
+  }
+  return {};
+}
+
+void StepKeeper::clear() {
+  MutexLock lock(mu_);
+  pieces_.clear();
+}
+
+}  // namespace rill

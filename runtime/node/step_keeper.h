@@ -1,0 +1,79 @@
+// StepKeeper: a node's variables and optimizer state as they stood after
+// each of its last two steps, in host memory, so that a job that loses a
+// node goes on from memory at a step every survivor holds (live membership,
+// docs/CLUSTER.md) instead of from a checkpoint on disk.
+//
+// Why two steps are enough: in synchronous data parallelism a variable can
+// finish the update of step s + 1 only once every node has run the forward
+// of step s + 1, which read every variable after step s; so on every node
+// no variable is more than one step ahead of any other, and the steps held
+// by every piece of every survivor always share one.
+//
+// Each distinct piece of the node is declared once before the run (a piece
+// replicated over the node's devices is kept once); keep() is called on the
+// piece's own thread, every step, and reuses its buffers (no allocation
+// after the second step). Reading (steps(), values_at()) happens after the
+// run stopped. A mutex per keeper keeps it simple and safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+class StepKeeper {
+ public:
+  // Declares a piece (`name` at `offset` of `logical`, `shape` elements,
+  // optimizer state named `state_names`); -1 when this node has declared
+  // that piece already (another device's replica of it: nothing to keep).
+  int declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset, const Shape& shape,
+              const std::vector<std::string>& state_names);
+  // Piece `piece` after `steps_done` steps: its values and optimizer state.
+  void keep(int piece, int64_t steps_done, std::span<const float> model,
+            std::span<const std::span<const float>> state);
+  // The steps (steps done) at which this node holds every piece it
+  // declared, as [first, last]; nullopt when none (nothing kept yet, or
+  // pieces two steps apart, which synchronous training never makes).
+  std::optional<std::pair<int64_t, int64_t>> steps() const;
+  // Whether the pieces kept make up each of `variables` whole (a replica of
+  // the model: data parallelism), so this node alone can start a run from
+  // them; a variable this node holds no piece of is not whole.
+  bool whole(const std::vector<std::string>& variables) const;
+  // Every variable and optimizer state tensor ("w/momentum") as it stood
+  // after `steps_done` steps, whole; an error when a piece does not hold
+  // that step or the pieces are not whole.
+  Status values_at(int64_t steps_done, std::map<std::string, std::vector<float>>* values,
+                   std::map<std::string, std::vector<float>>* state) const;
+  // Forgets every piece (the next run declares its own).
+  void clear();
+
+ private:
+  struct Version {
+    int64_t steps_done = -1;
+    std::vector<float> model;
+    std::vector<std::vector<float>> state;
+  };
+  struct Piece {
+    std::string name;
+    Shape logical, shape;
+    std::vector<int64_t> offset;
+    std::vector<std::string> state_names;
+    Version versions[2];  // the newer is the one with more steps done
+  };
+  const Version* version_at(const Piece& piece, int64_t steps_done) const REQUIRES(mu_);
+  // Elements of each declared variable no piece covers.
+  std::map<std::string, int64_t> uncovered() const REQUIRES(mu_);
+  mutable Mutex mu_;
+  std::vector<Piece> pieces_ GUARDED_BY(mu_);
+};
+
+}  // namespace rill

@@ -1,0 +1,161 @@
+// StepKeeper (runtime/node/step_keeper.h): a node's last two steps in
+// memory, from which a job that lost a node goes on.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/transport.h"
+#include "compiler/compiler.h"
+#include "graph/job_file.h"
+#include "runtime/node/node_runtime.h"
+#include "runtime/node/step_keeper.h"
+#include "tests/runtime/sample_jobs.h"
+
+namespace rill {
+namespace {
+
+using testing::source_path;
+
+TEST_CASE("step keeper: the steps every piece holds, whole variables, values at a step") {
+  StepKeeper keeper;
+  // w [4] in two halves with momentum; b [2] whole.
+  const int w0 = keeper.declare("w", {4}, {0}, {2}, {"momentum"});
+  const int w1 = keeper.declare("w", {4}, {2}, {2}, {"momentum"});
+  CHECK(keeper.declare("w", {4}, {2}, {2}, {"momentum"}) == -1);  // another device's replica
+  CHECK_FALSE(keeper.steps());
+  const std::vector<std::string> both = {"w", "b"};
+  CHECK(keeper.whole({"w"}));       // w's two halves make it whole
+  CHECK_FALSE(keeper.whole(both));  // no piece of b
+  const int b = keeper.declare("b", {2}, {0}, {2}, {"momentum"});
+  CHECK(keeper.whole(both));
+  auto keep = [&](int piece, int64_t done, float base) {
+    const std::vector<float> model = {base, base + 1}, momentum = {-base, -base - 1};
+    const std::span<const float> state[] = {momentum};
+    keeper.keep(piece, done, model, state);
+  };
+  for (int piece : {w0, w1, b}) keep(piece, 5, 10.0f * piece);
+  REQUIRE(keeper.steps());
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 5));
+  // w's first half one step ahead: step 5 is still held by everyone.
+  keep(w0, 6, 100.0f);
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 5));
+  keep(w1, 6, 110.0f);
+  keep(b, 6, 120.0f);
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 6));
+  std::map<std::string, std::vector<float>> values, state;
+  REQUIRE(keeper.values_at(5, &values, &state).ok());
+  CHECK(values["w"] == std::vector<float>{0, 1, 10, 11});
+  CHECK(state["w/momentum"] == std::vector<float>{0, -1, -10, -11});
+  CHECK(values["b"] == std::vector<float>{20, 21});
+  values.clear(), state.clear();
+  REQUIRE(keeper.values_at(6, &values, &state).ok());
+  CHECK(values["w"] == std::vector<float>{100, 101, 110, 111});
+  // Step 7 on one piece overwrites its step 5: only 6 is common, and 5 is gone.
+  keep(b, 7, 130.0f);
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(6, 6));
+  CHECK(keeper.values_at(5, &values, &state).code() == Code::kFailedPrecondition);
+  // A piece two steps ahead of another: no step is common.
+  keep(b, 8, 140.0f);
+  CHECK_FALSE(keeper.steps());
+  keeper.clear();
+  CHECK_FALSE(keeper.whole(both));
+}
+
+TEST_CASE("step keeper: a piece missing makes the node's variables not whole") {
+  StepKeeper keeper;
+  keeper.declare("w", {4}, {0}, {2}, {});
+  CHECK_FALSE(keeper.whole({"w"}));
+  std::map<std::string, std::vector<float>> values, state;
+  CHECK(keeper.values_at(0, &values, &state).code() == Code::kFailedPrecondition);
+}
+
+std::vector<std::string> names(const graph::Job& job) {
+  std::vector<std::string> out;
+  for (const graph::Variable& v : job.variables) out.push_back(v.name);
+  return out;
+}
+
+graph::Job synthetic_mlp(const std::string& sample) {
+  std::ifstream in(source_path(sample));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["datasets"] = nlohmann::json::array({{{"name", "train"},
+                                          {"kind", "synthetic"},
+                                          {"num_samples", 4096},
+                                          {"num_classes", 10},
+                                          {"feature_shape", {784}},
+                                          {"seed", 7}}});
+  j["inputs"][0]["field"] = "features";
+  j.erase("eval");
+  auto job = graph::parse_job_json(j.dump(), sample);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
+// Runs `job` on `nodes` in-process nodes of one cpu each for `steps`, from
+// `start` with `values`/`state` (none: the initializers), each node keeping
+// its steps in `keepers`.
+std::vector<RunReport> run_nodes(const graph::Job& job, int nodes, int64_t steps, std::vector<StepKeeper>& keepers,
+                                 int64_t start = 0, const std::map<std::string, std::vector<float>>& values = {},
+                                 const std::map<std::string, std::vector<float>>& state = {}) {
+  auto cluster = compiler::parse_devices("cpu:1", nodes);
+  REQUIRE(cluster.ok());
+  auto transports = comm::make_inproc_transports(nodes);
+  std::vector<RunReport> reports(static_cast<size_t>(nodes));
+  std::vector<std::thread> threads;
+  auto plan = compiler::compile(job, *cluster, {.steps = steps});
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  for (int node = 0; node < nodes; ++node) {
+    RunOptions options;
+    options.node = node;
+    options.transport = transports[static_cast<size_t>(node)].get();
+    options.stall_timeout_s = 30;
+    options.keeper = &keepers[static_cast<size_t>(node)];
+    options.start_step = start;
+    options.initial_values = values;
+    options.initial_state = state;
+    threads.emplace_back([&reports, node, options, plan = *plan] {
+      reports[static_cast<size_t>(node)] = run_plan(plan, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const RunReport& r : reports) REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
+  return reports;
+}
+
+TEST_CASE("step keeper: every data-parallel node holds the model whole at its last two steps, and a run from "
+          "the one before the last ends bit for bit where the whole run did") {
+  const graph::Job job = synthetic_mlp("samples/mlp/mlp.json");
+  std::vector<StepKeeper> keepers(2);
+  std::vector<RunReport> reports = run_nodes(job, 2, 6, keepers);
+  for (StepKeeper& k : keepers) {
+    REQUIRE(k.steps());
+    CHECK(*k.steps() == std::make_pair<int64_t, int64_t>(5, 6));
+    CHECK(k.whole(names(job)));
+  }
+  std::map<std::string, std::vector<float>> at6, state6, at5, state5;
+  REQUIRE(keepers[1].values_at(6, &at6, &state6).ok());
+  for (const auto& [name, value] : reports[0].variables) CHECK_MESSAGE(at6[name] == value.values, name);
+  CHECK(state6.count("w1/momentum") == 1);
+  // Step 6 again from node 1's memory at step 5, on 2 nodes: the same bits
+  // (the same plan, the same order of sums, the state it stood in).
+  REQUIRE(keepers[1].values_at(5, &at5, &state5).ok());
+  std::vector<StepKeeper> again(2);
+  std::vector<RunReport> rerun = run_nodes(job, 2, 6, again, 5, at5, state5);
+  for (const auto& [name, value] : reports[0].variables)
+    CHECK_MESSAGE(rerun[0].variables[name].values == value.values, name);
+}
+
+TEST_CASE("step keeper: a pipeline stage's node does not hold the model whole") {
+  const graph::Job job = synthetic_mlp("samples/mlp/mlp_pipeline.json");
+  std::vector<StepKeeper> keepers(2);
+  run_nodes(job, 2, 3, keepers);
+  // Each holds its stage's variables whole, not the others'.
+  CHECK_FALSE(keepers[0].whole(names(job)));
+  CHECK_FALSE(keepers[1].whole(names(job)));
+}
+
+}  // namespace
+}  // namespace rill
