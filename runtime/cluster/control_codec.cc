@@ -68,7 +68,7 @@ struct Encoder {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
                              b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
-                             b.CreateString(m.resume), m.max_restarts, m.trace)
+                             b.CreateString(m.resume), m.max_restarts, m.trace, m.min_nodes)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
@@ -80,7 +80,7 @@ struct Encoder {
             fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, b.CreateString(m.job_text),
                                b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
                                tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
-                               m.snapshot_every, m.trace)
+                               m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Snapshot& m) {
@@ -102,7 +102,7 @@ struct Encoder {
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
                                               tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
                                               b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code),
-                                              b.CreateVector(traces))
+                                              b.CreateVector(traces), m.kept_first, m.kept_last, m.kept_whole)
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -219,7 +219,7 @@ StatusOr<Message> decode(std::string_view message) {
       if (m->overrides())
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
-                            std::move(overrides), str(m->resume()), m->max_restarts(), m->trace()});
+                            std::move(overrides), str(m->resume()), m->max_restarts(), m->trace(), m->min_nodes()});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -229,7 +229,8 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_PlanPart();
       return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), str(m->job_text()), str(m->devices()), m->mode(),
                               m->steps(), m->activation_register_num(), tensors(m->initial_values()),
-                              tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace()});
+                              tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace(),
+                              vec(m->members()), m->keep_steps(), m->kept_step()});
     }
     case fb::Message::Snapshot: {
       auto m = e->message_as_Snapshot();
@@ -247,6 +248,9 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_Done();
       Done done{m->job_id(),  m->phase(), m->node(), str(m->error()), tensors(m->variables()), m->seconds(),
                 vec(m->received_from()), vec(m->received_bytes_from()), code_of(m->code())};
+      done.kept_first = m->kept_first();
+      done.kept_last = m->kept_last();
+      done.kept_whole = m->kept_whole();
       if (m->traces())
         for (const fb::ActTrace* t : *m->traces())
           done.traces.push_back(

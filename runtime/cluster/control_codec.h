@@ -46,6 +46,7 @@ struct Submit {
   std::string resume;
   int max_restarts = 0;
   bool trace = false;
+  int min_nodes = 0;
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
 struct PlanPart {
@@ -63,6 +64,9 @@ struct PlanPart {
   int64_t start_step = 0;
   int64_t snapshot_every = 0;
   bool trace = false;
+  std::vector<int> members;  // the plan's nodes as machine-list ranks (empty: all)
+  bool keep_steps = false;
+  int64_t kept_step = -1;    // >= 0: start from this node's memory at this step
 };
 // One actor's acts on a node (runtime/node/node_runtime.h ActorTraceRecord).
 struct ActTrace {
@@ -86,6 +90,8 @@ struct Done {
   std::vector<int64_t> received_bytes_from;
   Code code = Code::kOk;  // the error's
   std::vector<ActTrace> traces;  // with PlanPart::trace
+  int64_t kept_first = -1, kept_last = -1;  // with PlanPart::keep_steps
+  bool kept_whole = false;
 };
 struct Progress { int64_t job_id = 0; std::string line; };
 struct Result {

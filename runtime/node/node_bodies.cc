@@ -281,7 +281,8 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
         },
         options_.snapshot_every, end_.get());
   if (options_.keeper)
-    if (const int piece = options_.keeper->declare(var, logical, offset, slot.shape, state_names); piece >= 0)
+    if (const int piece = options_.keeper->declare(var, logical, offset, slot.shape, state_names, update != nullptr);
+        piece >= 0)
       RILL_RETURN_IF_ERROR(body.on_every_step(
           [keeper = options_.keeper, piece](int64_t done, std::span<const float> model,
                                             std::span<const std::span<const float>> state) {

@@ -8,11 +8,11 @@
 namespace rill {
 
 int StepKeeper::declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset,
-                        const Shape& shape, const std::vector<std::string>& state_names) {
+                        const Shape& shape, const std::vector<std::string>& state_names, bool trained) {
   MutexLock lock(mu_);
   for (const Piece& p : pieces_)
     if (p.name == name && p.offset == offset) return -1;
-  pieces_.push_back(Piece{name, logical, shape, offset, state_names, {}});
+  pieces_.push_back(Piece{name, logical, shape, offset, state_names, trained, {}});
   return static_cast<int>(pieces_.size()) - 1;
 }
 
@@ -37,6 +37,7 @@ std::optional<std::pair<int64_t, int64_t>> StepKeeper::steps() const {
   // Every piece holds two steps (or one): the steps common to all.
   int64_t first = std::numeric_limits<int64_t>::min(), last = std::numeric_limits<int64_t>::max();
   for (const Piece& p : pieces_) {
+    if (!p.trained) continue;  // the same at every step
     const int64_t a = p.versions[0].steps_done, b = p.versions[1].steps_done;
     const int64_t newer = std::max(a, b), older = std::min(a, b);
     if (newer < 0) return std::nullopt;
@@ -44,7 +45,7 @@ std::optional<std::pair<int64_t, int64_t>> StepKeeper::steps() const {
     first = std::max(first, older >= 0 && older + 1 == newer ? older : newer);
     last = std::min(last, newer);
   }
-  if (first > last) return std::nullopt;
+  if (first > last || last == std::numeric_limits<int64_t>::max()) return std::nullopt;
   return std::make_pair(first, last);
 }
 
@@ -55,10 +56,10 @@ std::map<std::string, int64_t> StepKeeper::uncovered() const {
   return missing;
 }
 
-bool StepKeeper::whole(const std::vector<std::string>& variables) const {
+bool StepKeeper::whole() const {
   MutexLock lock(mu_);
   const std::map<std::string, int64_t> missing = uncovered();
-  return std::all_of(variables.begin(), variables.end(), [&](const std::string& v) {
+  return !variables_.empty() && std::all_of(variables_.begin(), variables_.end(), [&](const std::string& v) {
     auto it = missing.find(v);
     return it != missing.end() && it->second == 0;
   });
@@ -66,7 +67,7 @@ bool StepKeeper::whole(const std::vector<std::string>& variables) const {
 
 const StepKeeper::Version* StepKeeper::version_at(const Piece& piece, int64_t steps_done) const {
   for (const Version& v : piece.versions)
-    if (v.steps_done == steps_done) return &v;
+    if (v.steps_done == steps_done || (!piece.trained && v.steps_done >= 0)) return &v;
   return nullptr;
 }
 
@@ -98,9 +99,10 @@ Status StepKeeper::values_at(int64_t steps_done, std::map<std::string, std::vect
   return {};
 }
 
-void StepKeeper::clear() {
+void StepKeeper::reset(std::vector<std::string> variables) {
   MutexLock lock(mu_);
   pieces_.clear();
+  variables_ = std::move(variables);
 }
 
 }  // namespace rill

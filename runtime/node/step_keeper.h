@@ -35,8 +35,12 @@ class StepKeeper {
   // Declares a piece (`name` at `offset` of `logical`, `shape` elements,
   // optimizer state named `state_names`); -1 when this node has declared
   // that piece already (another device's replica of it: nothing to keep).
+  // A piece that is not `trained` keeps its first values at every step.
   int declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset, const Shape& shape,
-              const std::vector<std::string>& state_names);
+              const std::vector<std::string>& state_names, bool trained = true);
+  // Forgets every piece (the next run declares its own); `variables` are
+  // the job's, which a whole model has.
+  void reset(std::vector<std::string> variables);
   // Piece `piece` after `steps_done` steps: its values and optimizer state.
   void keep(int piece, int64_t steps_done, std::span<const float> model,
             std::span<const std::span<const float>> state);
@@ -44,17 +48,15 @@ class StepKeeper {
   // declared, as [first, last]; nullopt when none (nothing kept yet, or
   // pieces two steps apart, which synchronous training never makes).
   std::optional<std::pair<int64_t, int64_t>> steps() const;
-  // Whether the pieces kept make up each of `variables` whole (a replica of
-  // the model: data parallelism), so this node alone can start a run from
-  // them; a variable this node holds no piece of is not whole.
-  bool whole(const std::vector<std::string>& variables) const;
+  // Whether the pieces kept make up every variable reset() named whole (a
+  // replica of the model: data parallelism), so this node alone can start a
+  // run from them; a variable this node holds no piece of is not whole.
+  bool whole() const;
   // Every variable and optimizer state tensor ("w/momentum") as it stood
   // after `steps_done` steps, whole; an error when a piece does not hold
   // that step or the pieces are not whole.
   Status values_at(int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                    std::map<std::string, std::vector<float>>* state) const;
-  // Forgets every piece (the next run declares its own).
-  void clear();
 
  private:
   struct Version {
@@ -67,6 +69,7 @@ class StepKeeper {
     Shape logical, shape;
     std::vector<int64_t> offset;
     std::vector<std::string> state_names;
+    bool trained = true;
     Version versions[2];  // the newer is the one with more steps done
   };
   const Version* version_at(const Piece& piece, int64_t steps_done) const REQUIRES(mu_);
@@ -74,6 +77,7 @@ class StepKeeper {
   std::map<std::string, int64_t> uncovered() const REQUIRES(mu_);
   mutable Mutex mu_;
   std::vector<Piece> pieces_ GUARDED_BY(mu_);
+  std::vector<std::string> variables_ GUARDED_BY(mu_);
 };
 
 }  // namespace rill

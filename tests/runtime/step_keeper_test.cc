@@ -21,16 +21,15 @@ using testing::source_path;
 
 TEST_CASE("step keeper: the steps every piece holds, whole variables, values at a step") {
   StepKeeper keeper;
+  keeper.reset({"w", "b"});
   // w [4] in two halves with momentum; b [2] whole.
   const int w0 = keeper.declare("w", {4}, {0}, {2}, {"momentum"});
   const int w1 = keeper.declare("w", {4}, {2}, {2}, {"momentum"});
   CHECK(keeper.declare("w", {4}, {2}, {2}, {"momentum"}) == -1);  // another device's replica
   CHECK_FALSE(keeper.steps());
-  const std::vector<std::string> both = {"w", "b"};
-  CHECK(keeper.whole({"w"}));       // w's two halves make it whole
-  CHECK_FALSE(keeper.whole(both));  // no piece of b
+  CHECK_FALSE(keeper.whole());  // w's two halves make it whole, but no piece of b is here
   const int b = keeper.declare("b", {2}, {0}, {2}, {"momentum"});
-  CHECK(keeper.whole(both));
+  CHECK(keeper.whole());
   auto keep = [&](int piece, int64_t done, float base) {
     const std::vector<float> model = {base, base + 1}, momentum = {-base, -base - 1};
     const std::span<const float> state[] = {momentum};
@@ -60,14 +59,34 @@ TEST_CASE("step keeper: the steps every piece holds, whole variables, values at 
   // A piece two steps ahead of another: no step is common.
   keep(b, 8, 140.0f);
   CHECK_FALSE(keeper.steps());
-  keeper.clear();
-  CHECK_FALSE(keeper.whole(both));
+  keeper.reset({"w", "b"});
+  CHECK_FALSE(keeper.whole());
+}
+
+TEST_CASE("step keeper: a variable that is not trained holds at every step") {
+  StepKeeper keeper;
+  keeper.reset({"w", "table"});
+  const int w = keeper.declare("w", {1}, {0}, {1}, {});
+  const int table = keeper.declare("table", {2}, {0}, {2}, {}, /*trained=*/false);
+  const std::vector<float> t = {7, 8};
+  keeper.keep(table, 0, t, {});  // as the run starts, never again
+  for (int64_t done = 0; done <= 3; ++done) {
+    const std::vector<float> v = {static_cast<float>(done)};
+    keeper.keep(w, done, v, {});
+  }
+  REQUIRE(keeper.steps());
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(2, 3));
+  std::map<std::string, std::vector<float>> values, state;
+  REQUIRE(keeper.values_at(3, &values, &state).ok());
+  CHECK(values["table"] == t);
+  CHECK(values["w"] == std::vector<float>{3});
 }
 
 TEST_CASE("step keeper: a piece missing makes the node's variables not whole") {
   StepKeeper keeper;
+  keeper.reset({"w"});
   keeper.declare("w", {4}, {0}, {2}, {});
-  CHECK_FALSE(keeper.whole({"w"}));
+  CHECK_FALSE(keeper.whole());
   std::map<std::string, std::vector<float>> values, state;
   CHECK(keeper.values_at(0, &values, &state).code() == Code::kFailedPrecondition);
 }
@@ -103,23 +122,30 @@ std::vector<RunReport> run_nodes(const graph::Job& job, int nodes, int64_t steps
   auto cluster = compiler::parse_devices("cpu:1", nodes);
   REQUIRE(cluster.ok());
   auto transports = comm::make_inproc_transports(nodes);
-  std::vector<RunReport> reports(static_cast<size_t>(nodes));
-  std::vector<std::thread> threads;
   auto plan = compiler::compile(job, *cluster, {.steps = steps});
   REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  std::vector<RunReport> reports(static_cast<size_t>(nodes));
+  // Every node built before any runs, as the agents do (Start after every ack).
+  std::vector<std::unique_ptr<NodeRuntime>> runtimes;
   for (int node = 0; node < nodes; ++node) {
     RunOptions options;
     options.node = node;
     options.transport = transports[static_cast<size_t>(node)].get();
     options.stall_timeout_s = 30;
+    keepers[static_cast<size_t>(node)].reset(names(job));
     options.keeper = &keepers[static_cast<size_t>(node)];
     options.start_step = start;
     options.initial_values = values;
     options.initial_state = state;
-    threads.emplace_back([&reports, node, options, plan = *plan] {
-      reports[static_cast<size_t>(node)] = run_plan(plan, options);
-    });
+    auto runtime = NodeRuntime::build(*plan, options);
+    REQUIRE_MESSAGE(runtime.ok(), runtime.status().to_string());
+    runtimes.push_back(std::move(*runtime));
   }
+  std::vector<std::thread> threads;
+  for (int node = 0; node < nodes; ++node)
+    threads.emplace_back([&reports, &runtimes, node] {
+      reports[static_cast<size_t>(node)] = runtimes[static_cast<size_t>(node)]->run();
+    });
   for (std::thread& t : threads) t.join();
   for (const RunReport& r : reports) REQUIRE_MESSAGE(r.status.ok(), r.status.to_string());
   return reports;
@@ -133,7 +159,7 @@ TEST_CASE("step keeper: every data-parallel node holds the model whole at its la
   for (StepKeeper& k : keepers) {
     REQUIRE(k.steps());
     CHECK(*k.steps() == std::make_pair<int64_t, int64_t>(5, 6));
-    CHECK(k.whole(names(job)));
+    CHECK(k.whole());
   }
   std::map<std::string, std::vector<float>> at6, state6, at5, state5;
   REQUIRE(keepers[1].values_at(6, &at6, &state6).ok());
@@ -153,8 +179,8 @@ TEST_CASE("step keeper: a pipeline stage's node does not hold the model whole") 
   std::vector<StepKeeper> keepers(2);
   run_nodes(job, 2, 3, keepers);
   // Each holds its stage's variables whole, not the others'.
-  CHECK_FALSE(keepers[0].whole(names(job)));
-  CHECK_FALSE(keepers[1].whole(names(job)));
+  CHECK_FALSE(keepers[0].whole());
+  CHECK_FALSE(keepers[1].whole());
 }
 
 }  // namespace
