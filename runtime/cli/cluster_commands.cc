@@ -345,6 +345,7 @@ int run_local_cluster(const ClusterRunArgs& args) {
     options.overrides = args.overrides;
     options.resume = args.resume;
     options.max_restarts = args.max_restarts;
+    options.min_nodes = args.min_nodes;
     options.trace = !args.trace_path.empty();
     options.interrupts = &interrupts::counter();
     // The job is submitted and followed on a thread of its own; this one,

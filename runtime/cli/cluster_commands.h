@@ -28,6 +28,7 @@ struct ClusterRunArgs {
   // A non-master agent that dies is started again, and the job resumes
   // from its newest checkpoint, up to this many times.
   int max_restarts = 0;
+  int min_nodes = 0;  // SubmitOptions::min_nodes
   // The local cluster's own fresh key (false: none, as --insecure; for
   // measuring what the encryption costs).
   bool keyed = true;

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   bool follow = false;
   std::string resume;
   int max_restarts = 0;
+  int min_nodes = 0;
 
   CLI::App* run = app.add_subcommand("run", "Compile and run a job on this machine (--nodes N: on N local agents)");
   run->add_option("job", job_path, "Job description file (JSON)")->required();
@@ -110,6 +111,11 @@ int main(int argc, char** argv) {
                   "With --nodes: an agent that dies is started again and the job resumes from its newest checkpoint, "
                   "up to this many times")
       ->check(CLI::NonNegativeNumber);
+  const std::string min_nodes_help =
+      "Data parallelism: when a node is lost, the job goes on from the other nodes' memory at the step every one "
+      "holds, on the nodes that remain, while at least this many do (default: every node; a lost node ends the "
+      "attempt)";
+  run->add_option("--min-nodes", min_nodes, min_nodes_help)->check(CLI::PositiveNumber);
 
   CLI::App* agent = app.add_subcommand("agent", "Run this node's agent (node 0 is the master)");
   agent->add_option("--machines", machines, "Machine list: addr[:port],... or a file with one per line")->required();
@@ -165,6 +171,7 @@ int main(int argc, char** argv) {
                      "When a node is lost, run the job again from its newest checkpoint once the node's agent is back, "
                      "up to this many times")
       ->check(CLI::NonNegativeNumber);
+  submit->add_option("--min-nodes", min_nodes, min_nodes_help)->check(CLI::PositiveNumber);
 
   CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
   status->add_option("--master", master, "The master's address[:port]")->required();
@@ -447,6 +454,7 @@ int main(int argc, char** argv) {
     options.overrides = overrides;
     options.resume = resume;
     options.max_restarts = max_restarts;
+    options.min_nodes = min_nodes;
     for (const auto& [path, what] : {std::pair{result_path, "the result file"}, std::pair{trace_path, "the trace file"}})
       if (!path.empty())
         if (Status writable = rill::check_can_write(path, what); !writable.ok()) return rill::fail_command(writable);
@@ -455,6 +463,9 @@ int main(int argc, char** argv) {
   if (run->parsed() && nodes > 1 && !metrics_path.empty())
     return rill::fail_command(rill::invalid_argument(
         "--metrics names one process's file; with --nodes the master writes job-1.jsonl in --logdir"));
+  if (run->parsed() && nodes == 1 && min_nodes > 0)
+    return rill::fail_command(rill::invalid_argument("--min-nodes keeps a cluster going without a lost node: it needs "
+                                                     "--nodes N (or rill agent and rill submit)"));
   if (run->parsed() && nodes == 1 && max_restarts > 0)
     return rill::fail_command(rill::invalid_argument(
         "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)"));
@@ -496,6 +507,7 @@ int main(int argc, char** argv) {
     args.logdir = logdir;
     args.stall_timeout_s = stall_timeout;
     args.max_restarts = max_restarts;
+    args.min_nodes = min_nodes;
     args.keyed = !insecure;
     args.http = run_http;
     return rill::run_local_cluster(args);

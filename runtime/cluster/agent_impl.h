@@ -27,7 +27,9 @@
 #include "comm/cluster_key.h"
 #include "runtime/cluster/allowed_roots.h"
 #include "runtime/cluster/job_runner.h"
+#include "comm/group_transport.h"
 #include "runtime/node/node_runtime.h"
+#include "runtime/node/step_keeper.h"
 
 namespace rill::agent_internal {
 
@@ -153,6 +155,18 @@ class Agent {
   std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
   std::vector<bool> unreachable_warned_;  // loop thread: a node a message could not reach, warned once
 
+  // Live membership (docs/CLUSTER.md): a plan on `members` of the machine
+  // list's ranks (empty: all, node n = rank n). Sets `run`'s node and data
+  // plane, and the memory it keeps (`keep_steps`) and starts from
+  // (`kept_step` >= 0: the values this node kept after that many steps);
+  // `nodes` is told how many nodes the plan spans. `variables`: the job's,
+  // which a whole model has. Called between runs (the last one ended).
+  Status place_run(const std::vector<int>& members, bool keep_steps, int64_t kept_step,
+                   std::vector<std::string> variables, RunOptions& run, int* nodes);
+  // What this node kept of its last run (steps, whole) for its Done.
+  void tell_kept(ctl::Done& done) const;
+  StepKeeper kept_;  // the running job's last two steps; one run at a time writes it
+
  private:
   // The control channel: options_.control_channel's, or ZeroMQ's; with
   // options_.fault, wrapped to inject it.
@@ -169,6 +183,11 @@ class Agent {
   Mutex out_mu_;
   std::vector<Outgoing> outbox_ GUARDED_BY(out_mu_);
   int64_t unread_answers_dropped_ = 0;     // loop thread: since the last warning
+  // The data plane seen by a plan on some of the ranks, by its members; one
+  // per membership a job has had (at most one per lost node), kept while the
+  // agent lives.
+  Mutex groups_mu_;
+  std::map<std::vector<int>, std::unique_ptr<comm::GroupTransport>> groups_ GUARDED_BY(groups_mu_);
   Clock::time_point unread_answers_warned_{};
 };
 

@@ -23,6 +23,9 @@ struct SubmitOptions {
   // Runs the job again, from its newest checkpoint (or its start), when a
   // node is lost, once the node's agent is back: up to this many times.
   int max_restarts = 0;
+  // Live membership: a data-parallel job that loses a node goes on from the
+  // other nodes' memory while at least this many remain (0: every node).
+  int min_nodes = 0;
   // Every node records its acts; the result comes with the training's
   // timeline (SubmitResult::trace_json).
   bool trace = false;

@@ -195,7 +195,14 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   run_options.trace = !options.trace_file.empty() || options.trace;
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   run_options.stop = options.stop;
-  if (!options.resume.empty()) {
+  if (options.start_from_memory >= 0) {
+    if (options.start_from_memory >= result.steps) {
+      result.status = invalid_argument("the nodes' memory is at step {}: the job runs {} steps, nothing is left to run",
+                                       options.start_from_memory, result.steps);
+      return result;
+    }
+    run_options.start_step = result.start_step = options.start_from_memory;
+  } else if (!options.resume.empty()) {
     Status resumed = resume_from(job, options.resume, result, run_options, options.out, options.checkpoint_access);
     if (!resumed.ok()) {
       result.status = resumed;
@@ -208,7 +215,10 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       result.status = writable;
       return result;
     }
-    if (Status claimed = claim_checkpoint_dir(job.checkpoint.dir, options.resume, job.checkpoint.overwrite);
+    // A run going on from memory continues its own checkpoints.
+    if (Status claimed = options.start_from_memory >= 0
+                             ? Status()
+                             : claim_checkpoint_dir(job.checkpoint.dir, options.resume, job.checkpoint.overwrite);
         !claimed.ok()) {
       result.status = claimed;
       return result;
@@ -440,6 +450,8 @@ std::string result_json(const JobResult& result) {
                           {"failed_at_step", r.failed_at_step},
                           {"resumed_from_step", r.resumed_from_step},
                           {"steps_lost", r.failed_at_step - r.resumed_from_step},
+                          {"from", r.from_memory ? "memory" : r.resumed_from_step > 0 ? "checkpoint" : "start"},
+                          {"nodes", r.nodes},
                           {"seconds_until_whole", r.seconds_until_whole},
                           {"seconds_to_first_step", r.seconds_to_first_step}});
     j["restarts"] = restarts;

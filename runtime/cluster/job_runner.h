@@ -49,6 +49,10 @@ struct JobRunOptions {
   // Resume from a checkpoint: a step folder, a checkpoint root, or "latest"
   // (the newest under the job's checkpoint.dir). Empty: start afresh.
   std::string resume;
+  // >= 0: the run goes on from this step with the values every node kept in
+  // memory (live membership: the executor's nodes start from their own);
+  // the job's checkpoints are its own so far. Not with `resume`.
+  int64_t start_from_memory = -1;
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;
@@ -77,6 +81,10 @@ struct JobRestart {
   std::string error;
   int64_t failed_at_step = 0;      // steps done when the attempt failed
   int64_t resumed_from_step = 0;   // the checkpoint the next attempt began from (0: the start)
+  int nodes = 0;              // how many nodes the next attempt ran on
+  // Live membership: the next attempt went on from the nodes' memory (not
+  // a checkpoint on disk), on the nodes that remained.
+  bool from_memory = false;
   double seconds_until_whole = 0;  // from the failure to every node being up again
   double seconds_to_first_step = 0;  // from then to the next attempt's first step
 };

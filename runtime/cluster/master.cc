@@ -187,8 +187,12 @@ void Master::declare_lost(int rank, const std::string& reason) {
   std::erase_if(backlog_, [&](const Outgoing& o) { return !o.to_master && o.identity == identity_of_node_[rank]; });
   MutexLock lock(phase_mu_);  // the job thread reads lost_ under it
   lost_[rank] = true;
-  phase_.lost = reason;
-  if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  // A node the running phase does not run on (lost before, under live
+  // membership) stops nothing.
+  if (phase_.members.empty() || phase_.member(rank)) {
+    phase_.lost = reason;
+    if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
+  }
   phase_cv_.notify_all();
 }
 

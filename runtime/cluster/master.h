@@ -8,6 +8,7 @@
 // the job; they share the phase's state under phase_mu_.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -30,6 +31,21 @@ struct QueuedJob {
   graph::Job job;
 };
 
+// Which nodes an attempt of a job runs on, and what they keep (live
+// membership, docs/CLUSTER.md).
+struct Membership {
+  std::vector<int> members;  // machine-list ranks, node 0 first: the plan's node n is members[n]
+  bool keep_steps = false;   // every node keeps its last two steps in memory
+  int64_t kept_step = -1;    // >= 0: the attempt starts from every node's memory at this step
+  std::vector<std::string> variables;  // the job's, which a whole model has
+};
+
+// What a node kept in memory when its run ended (ctl::Done's kept_*).
+struct KeptSteps {
+  int64_t first = -1, last = -1;
+  bool whole = false;
+};
+
 // What the master's job thread waits for while a phase runs on every node.
 struct PhaseState {
   int64_t job_id = -1;
@@ -46,6 +62,8 @@ struct PhaseState {
   int64_t plan_steps = 0;
   std::map<int, int64_t> held;
   int64_t end = -1;
+  std::vector<int> members;  // the phase's nodes, as machine-list ranks (node 0 first)
+  bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
 };
 
 
@@ -112,7 +130,14 @@ class Master final : public Agent {
   void run_queued(QueuedJob job);
   // run_job, again from the newest checkpoint after a restartable failure,
   // up to the submit's max_restarts; `first_step` is set by the executor.
-  JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step);
+  // With the submit's min_nodes, a lost node's job goes on from the
+  // survivors' memory instead (`membership`: the nodes each attempt runs on).
+  JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
+                              Membership& membership);
+  // After an attempt of a job keeping its steps failed: the membership it
+  // goes on with from memory (the nodes that remain, the step every one of
+  // them holds), or why it cannot (then it restarts as without).
+  StatusOr<Membership> survivors(const Membership& failed, int min_nodes);
   // Waits until no node is lost, for up to `seconds`; the lost nodes' names
   // when some still are.
   std::string wait_for_whole_cluster(double seconds);
@@ -123,7 +148,13 @@ class Master final : public Agent {
   // Node 0 runs `phase.plan`; every other node compiles its own from
   // `job_text` and the phase's options.
   RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
-                          const RunOptions& run_options);
+                          const RunOptions& run_options, const Membership& membership);
+  // Waits for the Done of every member but 0 (phase_mu_ held), up to
+  // `deadline`, or until a member is lost (then, for a phase that keeps its
+  // steps, for the others' Dones up to kSurvivorsReportSeconds); false when
+  // some did not come.
+  bool wait_for_dones_locked(Clock::time_point deadline, bool keeping) REQUIRES(phase_mu_);
+  static constexpr double kSurvivorsReportSeconds = 15;
   void start_next_job();
   // Stopping the running phase at a step boundary (phase_mu_ held): holds
   // every node once the phase runs; ends them all once each has said where
@@ -182,6 +213,9 @@ class Master final : public Agent {
   static constexpr size_t kFinishedShown = 20;
   Mutex finished_mu_;
   std::deque<FinishedJob> finished_ GUARDED_BY(finished_mu_);
+
+  // The job thread's: what each member kept when the last training phase ended (by rank).
+  std::map<int, KeptSteps> kept_by_node_;
 
   // Shared by the loop thread and the job thread.
   Mutex phase_mu_;

@@ -2,6 +2,7 @@
 #include "runtime/cluster/master.h"
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,8 +90,10 @@ void Master::run_queued(QueuedJob queued) {
   const Clock::time_point taken = Clock::now();
   // Each node compiles its own part of every phase's plan from the job.
   auto job_text = graph::job_to_json(queued.job);
-  options.executor = [this, id = queued.id, &phase, &job_text, &first_step, &job_first_step](const PhasePlan& plan,
-                                                                                             const RunOptions& run) {
+  // The nodes each attempt runs on (all, or those that remain) and what they keep.
+  Membership membership;
+  options.executor = [this, id = queued.id, &phase, &job_text, &first_step, &job_first_step, &membership](
+                         const PhasePlan& plan, const RunOptions& run) {
     RunOptions timed = run;
     const bool training = plan.compile.mode == compiler::Mode::kTrain;
     if (run.on_step)
@@ -100,7 +103,7 @@ void Master::run_queued(QueuedJob queued) {
         if (training) board_.job_step(id, m.step, m.names, m.values);
         inner(m);
       };
-    return execute_phase(id, phase++, *job_text, plan, timed);
+    return execute_phase(id, phase++, *job_text, plan, timed, membership);
   };
   if (!options_.metrics_dir.empty()) {
     options.metrics_file = fmt::format("{}/job-{}.jsonl", options_.metrics_dir, queued.id);
@@ -127,7 +130,7 @@ void Master::run_queued(QueuedJob queued) {
     if (layout.ok()) spdlog::info("job {} layout: {}", queued.id, compiler::describe_pserver_layout(*layout, queued.job));
   }
   if (!distributed.ok()) result.status = distributed;
-  else if (job_text.ok()) result = run_with_restarts(queued, options, first_step);
+  else if (job_text.ok()) result = run_with_restarts(queued, options, first_step, membership);
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (job_first_step != Clock::time_point{})
     result.seconds_to_first_step = std::chrono::duration<double>(job_first_step - taken).count();
@@ -165,15 +168,25 @@ bool restartable(const Status& status) {
 
 }  // namespace
 
-JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step) {
+JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
+                                    Membership& membership) {
   auto say = [&](const std::string& line) {
     spdlog::warn("job {}: {}", queued.id, line);
     if (options.on_line) options.on_line(line);
   };
   const int max_restarts = std::max(0, queued.submit.max_restarts);
+  // Live membership: every node keeps its last two steps in memory, and a
+  // lost node's job goes on without it while min_nodes remain.
+  const int min_nodes = queued.submit.min_nodes;
+  const bool live = min_nodes > 0 && min_nodes < world_;
+  Membership everyone;
+  for (int r = 0; r < world_; ++r) everyone.members.push_back(r);
+  everyone.keep_steps = live;
+  for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
+  membership = everyone;
   std::vector<JobRestart> restarts;
   Clock::time_point whole_at{};
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = 0;;) {
     first_step = Clock::time_point{};
     JobResult result = run_job(queued.job, options);
     if (!restarts.empty()) {
@@ -181,7 +194,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       if (first_step != Clock::time_point{})
         restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
     }
-    if (result.status.ok() || attempt >= max_restarts || !restartable(result.status)) {
+    if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
       return result;
     }
@@ -189,8 +202,32 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     JobRestart restart;
     restart.error = result.status.message();
     restart.failed_at_step = result.start_step + static_cast<int64_t>(result.loss_curve.size());
+    if (live) {
+      StatusOr<Membership> next = survivors(membership, min_nodes);
+      if (next.ok()) {
+        say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
+                        "own memory",
+                        restart.failed_at_step, restart.error, next->kept_step, next->members.size()));
+        restart.from_memory = true;
+        restart.nodes = static_cast<int>(next->members.size());
+        whole_at = failed_at;
+        membership = std::move(*next);
+        options.num_nodes = restart.nodes;
+        options.start_from_memory = membership.kept_step;
+        options.resume.clear();
+        restarts.push_back(std::move(restart));
+        board_.job_restarted(queued.id);
+        continue;
+      }
+      say(fmt::format("cannot go on without the lost node: {}", next.status().message()));
+    }
+    if (attempt >= max_restarts) {
+      result.restarts = std::move(restarts);
+      return result;
+    }
+    ++attempt;
     say(fmt::format("failed at step {}: {}; restart {} of {} once every node is up", restart.failed_at_step,
-                    restart.error, attempt + 1, max_restarts));
+                    restart.error, attempt, max_restarts));
     std::string missing = wait_for_whole_cluster(options_.join_timeout_s);
     if (!missing.empty()) {
       result.status = Status(result.status.code(),
@@ -201,7 +238,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     }
     whole_at = Clock::now();
     restart.seconds_until_whole = std::chrono::duration<double>(whole_at - failed_at).count();
-    // From the newest complete checkpoint, else as first asked.
+    restart.nodes = world_;
+    // From the newest complete checkpoint, else as first asked, on every node.
+    membership = everyone;
+    options.num_nodes = world_;
+    options.start_from_memory = -1;
     options.resume = queued.submit.resume;
     if (!queued.job.checkpoint.dir.empty())
       if (auto latest = latest_checkpoint(queued.job.checkpoint.dir, roots_.checkpoint_access()); latest.ok()) options.resume = *latest;
@@ -212,21 +253,62 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   }
 }
 
+StatusOr<Membership> Master::survivors(const Membership& failed, int min_nodes) {
+  Membership next = failed;
+  next.members.clear();
+  std::string lost;
+  {
+    MutexLock lock(phase_mu_);
+    for (int r : failed.members) {
+      if (!lost_[r]) next.members.push_back(r);
+      else lost += (lost.empty() ? "" : ", ") + node_name(options_.machines, r);
+    }
+  }
+  if (lost.empty()) return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
+  if (static_cast<int>(next.members.size()) < min_nodes)
+    return Status(Code::kFailedPrecondition, fmt::format("without {}, {} node(s) remain, fewer than --min-nodes {}",
+                                                         lost, next.members.size(), min_nodes));
+  int64_t first = 0, last = std::numeric_limits<int64_t>::max();
+  for (int r : next.members) {
+    const std::string name = node_name(options_.machines, r);
+    auto it = kept_by_node_.find(r);
+    if (it == kept_by_node_.end())
+      return Status(Code::kFailedPrecondition, fmt::format("{} did not say what it kept in memory", name));
+    if (!it->second.whole)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("{} does not hold every variable whole (the job's layout splits variables or their "
+                                "state across nodes, so the lost node's pieces are nowhere else)",
+                                name));
+    if (it->second.first < 0)
+      return Status(Code::kFailedPrecondition, fmt::format("{} holds no whole step in memory", name));
+    first = std::max(first, it->second.first);
+    last = std::min(last, it->second.last);
+  }
+  if (first > last)
+    return Status(Code::kFailedPrecondition, fmt::format("the nodes that remain hold no step in common in memory "
+                                                         "(steps {} to {})",
+                                                         first, last));
+  next.kept_step = last;
+  return next;
+}
+
 void Master::begin_stop_locked() {
   // Before the phase runs, execute_phase begins it after its Start.
   if (!phase_.held.empty() || !local_runtime_) return;
   phase_.held[0] = local_runtime_->hold();
-  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Hold{phase_.job_id, phase_.phase});
+  for (int r : phase_.members)
+    if (r != 0) post_to_node(r, ctl::Hold{phase_.job_id, phase_.phase});
   end_when_held_locked();
 }
 
 void Master::end_when_held_locked() {
-  if (phase_.end >= 0 || static_cast<int>(phase_.held.size()) < world_) return;
+  if (phase_.end >= 0 || phase_.held.size() < phase_.members.size()) return;
   int64_t last = phase_.first_step - 1;
   for (const auto& [node, begun] : phase_.held) last = std::max(last, begun);
   phase_.end = RunEnd::agreed_end(phase_.first_step, phase_.plan_steps, last);
   spdlog::warn("job {} phase {}: every node stops at step {}", phase_.job_id, phase_.phase, phase_.end);
-  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::EndAt{phase_.job_id, phase_.phase, phase_.end});
+  for (int r : phase_.members)
+    if (r != 0) post_to_node(r, ctl::EndAt{phase_.job_id, phase_.phase, phase_.end});
   if (local_runtime_) local_runtime_->end_at(phase_.end);
 }
 
@@ -236,6 +318,26 @@ bool Master::wait_phase_until(Clock::time_point deadline) {
   // a notification, or to look at the clock again.
   const auto wake = Clock::now() + std::chrono::milliseconds(20);
   (void)phase_cv_.wait_until(phase_mu_, std::min(wake, Clock::now() + (deadline - now())));
+  return true;
+}
+
+bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
+  const int parts = static_cast<int>(phase_.members.size()) - 1;
+  bool in_time = true;
+  while (in_time && static_cast<int>(phase_.dones.size()) < parts && phase_.lost.empty())
+    in_time = wait_phase_until(deadline);
+  if (static_cast<int>(phase_.dones.size()) == parts) return true;
+  if (phase_.lost.empty()) return false;
+  if (!keeping) return true;  // the lost node is the cause; nobody waits for the others
+  // A member is lost: the others, told to abort, say what they kept.
+  const auto reported = [this] {
+    for (int r : phase_.members)
+      if (r != 0 && !lost_[r] && !phase_.dones.count(r)) return false;
+    return true;
+  };
+  const auto survivors_deadline = now() + seconds_of(kSurvivorsReportSeconds);
+  while (!reported() && wait_phase_until(survivors_deadline)) {
+  }
   return true;
 }
 
@@ -254,7 +356,7 @@ std::string Master::wait_for_whole_cluster(double seconds) {
 }
 
 RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
-                               const RunOptions& run_options) {
+                               const RunOptions& run_options, const Membership& membership) {
   RunReport report;
   auto tags = run_tag_base(job_id, phase);
   if (!tags.ok()) {
@@ -262,16 +364,23 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     return report;
   }
   const uint64_t tag_base = *tags;
+  // Every node of the plan but the master's, by machine-list rank.
+  std::vector<int> others;
+  for (int r = 1; r < world_; ++r) others.push_back(r);
+  if (!membership.members.empty()) others.assign(membership.members.begin() + 1, membership.members.end());
+  const int parts = static_cast<int>(others.size());
   {
     MutexLock lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
     phase_.first_step = run_options.start_step;
     phase_.plan_steps = plan.compile.steps;
+    phase_.members = others;
+    phase_.members.insert(phase_.members.begin(), 0);
     if (stopping_) {
       report.status = Status(Code::kAborted, "the cluster is shutting down");
       return report;
     }
-    for (int r = 1; r < world_; ++r)
+    for (int r : others)
       if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
     if (!phase_.lost.empty()) {
       report.status = Status(Code::kUnavailable, phase_.lost);
@@ -283,33 +392,38 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
   int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
   // Every other node gets the same part: the job and what it starts from.
+  const bool keeping = membership.keep_steps && plan.compile.mode == compiler::Mode::kTrain;
+  const int64_t kept_step = plan.compile.mode == compiler::Mode::kTrain ? membership.kept_step : -1;
   const std::string part =
       ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
                                 plan.compile.steps, plan.compile.activation_register_num, initial, state,
-                                run_options.start_step, snapshot_every, run_options.trace});
-  if (world_ > 1 && part.size() > options_.max_message_bytes) {
+                                run_options.start_step, snapshot_every, run_options.trace, membership.members,
+                                keeping, kept_step});
+  if (parts > 0 && part.size() > options_.max_message_bytes) {
     report.status = invalid_argument("the job with the values it starts from ({} bytes: {} variables, {} optimizer "
                                      "states) does not fit in a control message to the other nodes "
                                      "(--max-message-bytes {})",
                                      part.size(), initial.size(), state.size(), options_.max_message_bytes);
     return report;
   }
-  for (int r = 1; r < world_; ++r) post(Outgoing{false, "", part, r});
+  for (int r : others) post(Outgoing{false, "", part, r});
   auto abort_all = [&](const std::string& reason) {
-    for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Abort{job_id, phase, reason});
+    for (int r : others) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
   RunOptions local = run_options;
-  local.node = 0;
-  local.transport = transport_.get();
   local.tag_base = tag_base;
-  auto runtime = NodeRuntime::build(plan.plan, local);
+  // What the nodes kept before is theirs no more once they build this phase.
+  if (keeping || kept_step >= 0) kept_by_node_.clear();
+  int nodes = 0;
+  Status placed = place_run(membership.members, keeping, kept_step, membership.variables, local, &nodes);
+  auto runtime = placed.ok() ? NodeRuntime::build(plan.plan, local) : StatusOr<std::unique_ptr<NodeRuntime>>(placed);
   // Every node must have built its actors before any starts.
   std::string failure;
   Code code = Code::kAborted;
   // The nodes with no entry in `replies`, named.
-  auto silent = [this](const auto& replies) {
+  auto silent = [this, &others](const auto& replies) {
     std::string names;
-    for (int r = 1; r < world_; ++r)
+    for (int r : others)
       if (replies.count(r) == 0) names += (names.empty() ? "" : ", ") + node_name(options_.machines, r);
     return names;
   };
@@ -317,9 +431,9 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     MutexLock lock(phase_mu_);
     const auto deadline = now() + seconds_of(options_.join_timeout_s);
     bool acked = true;
-    while (acked && static_cast<int>(phase_.acks.size()) < world_ - 1 && phase_.lost.empty())
+    while (acked && static_cast<int>(phase_.acks.size()) < parts && phase_.lost.empty())
       acked = wait_phase_until(deadline);
-    acked = static_cast<int>(phase_.acks.size()) == world_ - 1 || !phase_.lost.empty();
+    acked = static_cast<int>(phase_.acks.size()) == parts || !phase_.lost.empty();
     if (!runtime.ok()) {
       failure = fmt::format("{}: {}", node_name(options_.machines, 0), runtime.status().message());
       code = runtime.status().code();
@@ -340,7 +454,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     return report;
   }
   transport_->reset();
-  for (int r = 1; r < world_; ++r) post_to_node(r, ctl::Start{job_id, phase});
+  for (int r : others) post_to_node(r, ctl::Start{job_id, phase});
   if (stop_job_) {  // asked for before the phase ran
     MutexLock lock(phase_mu_);
     begin_stop_locked();
@@ -356,11 +470,14 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
   MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline).
-  const auto deadline = now() + seconds_of(run_options.stall_timeout_s + 5);
-  bool all = true;
-  while (all && static_cast<int>(phase_.dones.size()) < world_ - 1 && phase_.lost.empty())
-    all = wait_phase_until(deadline);
-  all = static_cast<int>(phase_.dones.size()) == world_ - 1 || !phase_.lost.empty();
+  const bool all = wait_for_dones_locked(now() + seconds_of(run_options.stall_timeout_s + 5), keeping);
+  if (keeping) {
+    kept_by_node_.clear();
+    ctl::Done own;
+    tell_kept(own);
+    kept_by_node_[0] = KeptSteps{own.kept_first, own.kept_last, own.kept_whole};
+    for (const auto& [node, done] : phase_.dones) kept_by_node_[node] = KeptSteps{done.kept_first, done.kept_last, done.kept_whole};
+  }
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
   report.traffic_bytes.assign(world_, std::vector<int64_t>(world_, 0));
   for (int from = 0; from < world_; ++from) {

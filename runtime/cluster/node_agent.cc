@@ -230,13 +230,24 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   }
   last_part_ = {m.job_id, m.phase};
   RunOptions run;
-  run.node = options_.rank;
   run.data_access = roots_.data_access();
-  run.transport = transport_.get();
   run.tag_base = m.tag_base;
   run.stall_timeout_s = options_.stall_timeout_s;
-  if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok())
+  std::vector<std::string> variables;
+  if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok()) {
     run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
+    for (const graph::Variable& v : job->variables) variables.push_back(v.name);
+  }
+  // Which node of the plan this is, and what it starts from (the
+  // survivors of a lost node go on from their own memory).
+  int nodes = world_;
+  if (Status placed = place_run(m.members, m.keep_steps, m.kept_step, std::move(variables), run, &nodes);
+      !placed.ok()) {
+    post_to_master(ctl::PlanAck{m.job_id, m.phase, options_.rank, fmt::format("{}: {}", me, placed.message()),
+                                placed.code()});
+    return;
+  }
+  const int node = run.node;
   for (ctl::Tensor& t : m.initial_values) run.initial_values[t.name] = std::move(t.values);
   for (ctl::Tensor& t : m.initial_state) run.initial_state[t.name] = std::move(t.values);
   run.start_step = m.start_step;
@@ -251,10 +262,10 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   // Compiled and built off the loop, which keeps answering
   // heartbeats meanwhile (a dataset may take long to read); the ack
   // goes out when it is done.
-  builder_->post([this, me, part = std::move(m), run = std::move(run), link = links_.load()]() mutable {
+  builder_->post([this, me, node, nodes, part = std::move(m), run = std::move(run), link = links_.load()]() mutable {
     if (links_.load() != link) return;  // asked on a link since replaced (join_again)
     const auto start = std::chrono::steady_clock::now();
-    auto plan = compile_part(part, options_.rank, world_, roots_, me);
+    auto plan = compile_part(part, node, nodes, roots_, me);
     if (plan.ok())
       spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
                    part.phase, plan->size(),
@@ -336,6 +347,7 @@ void NodeAgent::worker_on(ctl::Start& m) {
                    transport_->received_from(),
                    transport_->received_bytes_from(),
                    report.status.code()};
+    tell_kept(done);
     // They fit: the plan was refused otherwise (max_control_message_bytes).
     if (done.error.empty())
       for (VariablePiece& p : report.pieces)

@@ -1,0 +1,53 @@
+// Live membership on every agent: a plan on some of the machine list's
+// ranks, and the steps a node keeps in memory to go on from.
+#include <algorithm>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "runtime/cluster/agent_impl.h"
+
+namespace rill::agent_internal {
+
+Status Agent::place_run(const std::vector<int>& members, bool keep_steps, int64_t kept_step,
+                        std::vector<std::string> variables, RunOptions& run, int* nodes) {
+  run.node = options_.rank;
+  run.transport = transport_.get();
+  *nodes = world_;
+  if (!members.empty()) {
+    const std::set<int> distinct(members.begin(), members.end());
+    if (distinct.size() != members.size() || members.front() != 0 || *distinct.begin() < 0 ||
+        *distinct.rbegin() >= world_)
+      return invalid_argument("the master sent a plan on nodes [{}]: not distinct ranks of the {} machines, node 0 first",
+                              fmt::join(members, ", "), world_);
+    const auto me = std::find(members.begin(), members.end(), options_.rank);
+    if (me == members.end())
+      return invalid_argument("the master sent {} a plan on nodes [{}], which do not include it", this->me(),
+                              fmt::join(members, ", "));
+    run.node = static_cast<int>(me - members.begin());
+    *nodes = static_cast<int>(members.size());
+    if (*nodes < world_) {
+      MutexLock lock(groups_mu_);
+      auto& group = groups_[members];
+      if (!group) group = std::make_unique<comm::GroupTransport>(*transport_, members);
+      run.transport = group.get();
+    }
+  }
+  if (kept_step >= 0) {
+    Status taken = kept_.values_at(kept_step, &run.initial_values, &run.initial_state);
+    if (!taken.ok()) return taken.with_context(fmt::format("starting from {}'s memory at step {}", me(), kept_step));
+  }
+  if (keep_steps || kept_step >= 0) kept_.reset(std::move(variables));
+  run.keeper = keep_steps ? &kept_ : nullptr;
+  return {};
+}
+
+void Agent::tell_kept(ctl::Done& done) const {
+  if (auto steps = kept_.steps()) {
+    done.kept_first = steps->first;
+    done.kept_last = steps->second;
+  }
+  done.kept_whole = kept_.whole();
+}
+
+}  // namespace rill::agent_internal
