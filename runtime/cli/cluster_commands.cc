@@ -176,7 +176,13 @@ int status_command(const std::string& master) {
                fmt::join(named, ", node "), kSlowLinkRatio);
   }
   if (j["running"].is_null()) fmt::print("running: none\n");
-  else fmt::print("running: job {} ({})\n", j["running"]["job_id"].get<int64_t>(), j["running"]["name"].get<std::string>());
+  else {
+    const auto& running = j["running"];
+    std::string on;  // the nodes it runs on, when not every node (a lost node left behind)
+    if (running.contains("nodes") && running["nodes"].size() < j["nodes"].size())
+      on = fmt::format(" on nodes {} of {}", running["nodes"].dump(), j["nodes"].size());
+    fmt::print("running: job {} ({}){}\n", running["job_id"].get<int64_t>(), running["name"].get<std::string>(), on);
+  }
   fmt::print("queued: {}\n", j["queued"].size());
   if (j.contains("finished"))
     for (const auto& f : j["finished"])

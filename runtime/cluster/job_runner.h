@@ -66,6 +66,11 @@ struct JobRunOptions {
   // a step boundary (the executor agrees it with every node), with the
   // job's last checkpoint there, and no later phase (eval, generate) runs.
   const std::atomic<bool>* stop = nullptr;
+  // Live membership: when it is true as the training phase ends before its
+  // last step (ended at a step boundary to take back a node), the run
+  // returns there (JobResult::regrouped) for the caller to go on with the
+  // nodes it has now.
+  const std::atomic<bool>* regroup = nullptr;
   // Where the job's datasets and checkpoints may lie (an agent's roots),
   // checked as each file is opened (base/file_access.h); by default
   // anywhere (a user's own run).
@@ -94,6 +99,7 @@ struct JobResult {
   int64_t steps = 0;               // where training ended: the plan's steps, or fewer when stopped
   int64_t planned_steps = 0;       // the plan's
   bool interrupted = false;        // stopped early (JobRunOptions::stop)
+  bool regrouped = false;          // ended at `steps` to go on with other nodes (JobRunOptions::regroup)
   int64_t start_step = 0;          // > 0 when resumed
   int64_t global_batch = 0;
   int64_t checkpoints_written = 0;
@@ -120,6 +126,9 @@ struct JobResult {
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
   std::vector<std::vector<int64_t>> traffic_bytes;
   std::vector<JobRestart> restarts;  // automatic restarts before this result, oldest first
+  // On a cluster: from which step the job ran on how many nodes (a lost node
+  // under live membership, a restart), oldest first; empty on one process.
+  std::vector<std::pair<int64_t, int>> nodes_from_step;
   int64_t device_synchronizes = 0;   // of the training phase, see RunReport
   std::string generated;             // job.generate's text: the prompt and what the model wrote
   std::string summary;               // the last line: "done: N steps in ...", the checkpoints kept

@@ -191,6 +191,7 @@ void Master::declare_lost(int rank, const std::string& reason) {
   // membership) stops nothing.
   if (phase_.members.empty() || phase_.member(rank)) {
     phase_.lost = reason;
+    phase_.lost_ranks.push_back(rank);
     if (local_runtime_) local_runtime_->abort(Status(Code::kUnavailable, reason));
   }
   phase_cv_.notify_all();
@@ -232,6 +233,13 @@ void Master::rejoin(const std::string& identity, int rank, const std::string& se
   {
     MutexLock lock(phase_mu_);  // the job thread waits for this
     lost_[rank] = false;
+    // A live job training without this node takes it back at the next step
+    // boundary (the phase ends there, and the job goes on with it).
+    if (job_running_ && phase_.keeping && !phase_.member(rank) && !stop_job_) {
+      spdlog::info("job {}: {} is back; it joins the training at the next step boundary", phase_.job_id, name);
+      regroup_ = true;
+      begin_stop_locked();
+    }
     phase_cv_.notify_all();
   }
   send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_, sessions_}));

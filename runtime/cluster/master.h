@@ -38,6 +38,10 @@ struct Membership {
   bool keep_steps = false;   // every node keeps its last two steps in memory
   int64_t kept_step = -1;    // >= 0: the attempt starts from every node's memory at this step
   std::vector<std::string> variables;  // the job's, which a whole model has
+  // Members that come back (a lost node's agent again): they hold nothing,
+  // and start from the master's memory at kept_step, sent with their part.
+  std::vector<int> newcomers;
+  bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
 };
 
 // What a node kept in memory when its run ended (ctl::Done's kept_*).
@@ -63,6 +67,8 @@ struct PhaseState {
   std::map<int, int64_t> held;
   int64_t end = -1;
   std::vector<int> members;  // the phase's nodes, as machine-list ranks (node 0 first)
+  bool keeping = false;      // a live job's training: its nodes keep their last steps
+  std::vector<int> lost_ranks;  // members lost while it ran
   bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
 };
 
@@ -134,10 +140,12 @@ class Master final : public Agent {
   // survivors' memory instead (`membership`: the nodes each attempt runs on).
   JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
                               Membership& membership);
-  // After an attempt of a job keeping its steps failed: the membership it
-  // goes on with from memory (the nodes that remain, the step every one of
-  // them holds), or why it cannot (then it restarts as without).
-  StatusOr<Membership> survivors(const Membership& failed, int min_nodes);
+  // After an attempt of a live job ended (a node lost, or `step` >= 0: at
+  // that step, to take back nodes that came back): the nodes it goes on
+  // with (every node up, at least `min_nodes`), the newcomers among them
+  // (who start from node 0's memory), and the step every node that ran
+  // the attempt holds; or why it cannot (then it restarts as without).
+  StatusOr<Membership> next_membership(const Membership& ended, int64_t step, int min_nodes);
   // Waits until no node is lost, for up to `seconds`; the lost nodes' names
   // when some still are.
   std::string wait_for_whole_cluster(double seconds);
@@ -200,6 +208,9 @@ class Master final : public Agent {
   std::thread job_thread_;
   std::atomic<bool> job_running_{false};
   std::atomic<bool> stop_job_{false};  // a client asked the running job to stop (JobRunOptions::stop)
+  // A node the running live job left behind is back: the training phase
+  // ends at a step boundary and the job goes on with it (JobRunOptions::regroup).
+  std::atomic<bool> regroup_{false};
   std::string running_name_;
   int64_t running_id_ = 0;
   // The last kFinishedShown jobs to end, newest last, with their result
@@ -213,6 +224,8 @@ class Master final : public Agent {
   static constexpr size_t kFinishedShown = 20;
   Mutex finished_mu_;
   std::deque<FinishedJob> finished_ GUARDED_BY(finished_mu_);
+  // The running job's nodes now, by rank (live membership: those that remain).
+  std::vector<int> running_members_ GUARDED_BY(finished_mu_);
 
   // The job thread's: what each member kept when the last training phase ended (by rank).
   std::map<int, KeptSteps> kept_by_node_;

@@ -64,7 +64,9 @@ void Master::run_queued(QueuedJob queued) {
   bool follow = queued.submit.follow;
   JobRunOptions options;
   stop_job_ = false;
+  regroup_ = false;
   options.stop = &stop_job_;
+  options.regroup = &regroup_;
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
   options.devices_from = queued.submit.devices.empty() ? "the agents' --devices" : "the submit's --devices";
   options.checkpoint_write_delay_s = options_.checkpoint_write_delay_s;
@@ -185,10 +187,16 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
   membership = everyone;
   std::vector<JobRestart> restarts;
+  std::vector<std::pair<int64_t, int>> nodes_from_step;
   Clock::time_point whole_at{};
   for (int attempt = 0;;) {
     first_step = Clock::time_point{};
+    {
+      MutexLock lock(finished_mu_);
+      running_members_ = membership.members;
+    }
     JobResult result = run_job(queued.job, options);
+    nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
     if (!restarts.empty()) {
       restarts.back().resumed_from_step = result.start_step;
       if (first_step != Clock::time_point{})
@@ -196,6 +204,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
       return result;
     }
     const auto failed_at = Clock::now();
@@ -203,11 +212,26 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     restart.error = result.status.message();
     restart.failed_at_step = result.start_step + static_cast<int64_t>(result.loss_curve.size());
     if (live) {
-      StatusOr<Membership> next = survivors(membership, min_nodes);
+      // A node that comes back from now on is taken back by the next attempt.
+      regroup_ = false;
+      StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
       if (next.ok()) {
-        say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
-                        "own memory",
-                        restart.failed_at_step, restart.error, next->kept_step, next->members.size()));
+        std::string back, without;
+        for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
+        for (int r : membership.members)
+          if (!next->member(r)) without += (without.empty() ? "" : ", ") + node_name(options_.machines, r);
+        if (result.regrouped) {
+          restart.error = fmt::format("{} joined again", back);
+          restart.failed_at_step = result.steps;
+          say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
+                          "from node 0's",
+                          back, next->kept_step, next->members.size(), next->newcomers.size() == 1 ? "it" : "they"));
+        } else {
+          say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
+                          "own memory{}",
+                          restart.failed_at_step, restart.error, next->kept_step, next->members.size(),
+                          back.empty() ? "" : fmt::format(" ({} back already, from node 0's)", back)));
+        }
         restart.from_memory = true;
         restart.nodes = static_cast<int>(next->members.size());
         whole_at = failed_at;
@@ -219,10 +243,18 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         board_.job_restarted(queued.id);
         continue;
       }
-      say(fmt::format("cannot go on without the lost node: {}", next.status().message()));
+      say(fmt::format("cannot go on {}: {}", result.regrouped ? "with the node that came back" : "without the lost node",
+                      next.status().message()));
+      if (result.regrouped) {  // the nodes that ran hold their state still: a restart from disk would lose it
+        result.status = next.status();
+        result.restarts = std::move(restarts);
+        result.nodes_from_step = std::move(nodes_from_step);
+        return result;
+      }
     }
     if (attempt >= max_restarts) {
       result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
       return result;
     }
     ++attempt;
@@ -234,6 +266,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
                              fmt::format("{} (not restarted: {} did not come back within {} s)",
                                          result.status.message(), missing, options_.join_timeout_s));
       result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
       return result;
     }
     whole_at = Clock::now();
@@ -253,23 +286,29 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   }
 }
 
-StatusOr<Membership> Master::survivors(const Membership& failed, int min_nodes) {
-  Membership next = failed;
+StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t step, int min_nodes) {
+  Membership next = ended;
   next.members.clear();
-  std::string lost;
+  next.newcomers.clear();
+  std::vector<int> holders;  // members that ran the attempt to its end, holding its steps
   {
     MutexLock lock(phase_mu_);
-    for (int r : failed.members) {
-      if (!lost_[r]) next.members.push_back(r);
-      else lost += (lost.empty() ? "" : ", ") + node_name(options_.machines, r);
+    for (int r : ended.members)
+      if (std::find(phase_.lost_ranks.begin(), phase_.lost_ranks.end(), r) == phase_.lost_ranks.end()) holders.push_back(r);
+    for (int r = 0; r < world_; ++r) {
+      if (lost_[r]) continue;
+      next.members.push_back(r);
+      if (std::find(holders.begin(), holders.end(), r) == holders.end()) next.newcomers.push_back(r);
     }
   }
-  if (lost.empty()) return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
+  if (step < 0 && holders.size() == ended.members.size())
+    return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
   if (static_cast<int>(next.members.size()) < min_nodes)
-    return Status(Code::kFailedPrecondition, fmt::format("without {}, {} node(s) remain, fewer than --min-nodes {}",
-                                                         lost, next.members.size(), min_nodes));
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("{} node(s) remain, fewer than --min-nodes {}", next.members.size(), min_nodes));
   int64_t first = 0, last = std::numeric_limits<int64_t>::max();
-  for (int r : next.members) {
+  for (int r : holders) {
+    if (!next.member(r)) continue;  // lost since
     const std::string name = node_name(options_.machines, r);
     auto it = kept_by_node_.find(r);
     if (it == kept_by_node_.end())
@@ -284,10 +323,13 @@ StatusOr<Membership> Master::survivors(const Membership& failed, int min_nodes) 
     first = std::max(first, it->second.first);
     last = std::min(last, it->second.last);
   }
+  if (step >= 0) first = std::max(first, step), last = std::min(last, step);
   if (first > last)
-    return Status(Code::kFailedPrecondition, fmt::format("the nodes that remain hold no step in common in memory "
-                                                         "(steps {} to {})",
-                                                         first, last));
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("the nodes that remain hold no step in common in memory{}",
+                              step >= 0 ? fmt::format(" with step {}", step) : std::string()));
+  if (!next.newcomers.empty() && !next.member(0))
+    return Status(Code::kFailedPrecondition, "node 0 holds no step in memory to send the nodes that came back");
   next.kept_step = last;
   return next;
 }
@@ -330,13 +372,12 @@ bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
   if (phase_.lost.empty()) return false;
   if (!keeping) return true;  // the lost node is the cause; nobody waits for the others
   // A member is lost: the others, told to abort, say what they kept.
-  const auto reported = [this] {
-    for (int r : phase_.members)
-      if (r != 0 && !lost_[r] && !phase_.dones.count(r)) return false;
-    return true;
-  };
   const auto survivors_deadline = now() + seconds_of(kSurvivorsReportSeconds);
-  while (!reported() && wait_phase_until(survivors_deadline)) {
+  for (;;) {
+    bool reported = true;
+    for (int r : phase_.members)
+      if (r != 0 && !lost_[r] && !phase_.dones.count(r)) reported = false;
+    if (reported || !wait_phase_until(survivors_deadline)) break;
   }
   return true;
 }
@@ -369,6 +410,8 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (int r = 1; r < world_; ++r) others.push_back(r);
   if (!membership.members.empty()) others.assign(membership.members.begin() + 1, membership.members.end());
   const int parts = static_cast<int>(others.size());
+  const bool keeping = membership.keep_steps && plan.compile.mode == compiler::Mode::kTrain;
+  const int64_t kept_step = plan.compile.mode == compiler::Mode::kTrain ? membership.kept_step : -1;
   {
     MutexLock lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
@@ -376,6 +419,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     phase_.plan_steps = plan.compile.steps;
     phase_.members = others;
     phase_.members.insert(phase_.members.begin(), 0);
+    phase_.keeping = keeping;
     if (stopping_) {
       report.status = Status(Code::kAborted, "the cluster is shutting down");
       return report;
@@ -392,8 +436,6 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
   int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
   // Every other node gets the same part: the job and what it starts from.
-  const bool keeping = membership.keep_steps && plan.compile.mode == compiler::Mode::kTrain;
-  const int64_t kept_step = plan.compile.mode == compiler::Mode::kTrain ? membership.kept_step : -1;
   const std::string part =
       ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
                                 plan.compile.steps, plan.compile.activation_register_num, initial, state,
@@ -406,7 +448,35 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                                      part.size(), initial.size(), state.size(), options_.max_message_bytes);
     return report;
   }
-  for (int r : others) post(Outgoing{false, "", part, r});
+  // Nodes that come back start from the master's memory, sent with their part.
+  std::string newcomer_part;
+  if (!membership.newcomers.empty() && kept_step >= 0) {
+    std::map<std::string, std::vector<float>> values, states;
+    if (Status taken = kept_.values_at(kept_step, &values, &states); !taken.ok()) {
+      report.status = taken.with_context(fmt::format("taking back {} node(s) at step {}", membership.newcomers.size(),
+                                                     kept_step));
+      return report;
+    }
+    std::vector<ctl::Tensor> with_values, with_states;
+    for (auto& [name, v] : values) with_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+    for (auto& [name, v] : states) with_states.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+    newcomer_part = ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices,
+                                              static_cast<int>(plan.compile.mode), plan.compile.steps,
+                                              plan.compile.activation_register_num, with_values, with_states,
+                                              run_options.start_step, snapshot_every, run_options.trace,
+                                              membership.members, keeping, -1});
+    if (newcomer_part.size() > options_.max_message_bytes) {
+      report.status = invalid_argument("the job with the model a node that comes back starts from ({} bytes) does "
+                                       "not fit in a control message (--max-message-bytes {})",
+                                       newcomer_part.size(), options_.max_message_bytes);
+      return report;
+    }
+  }
+  for (int r : others) {
+    const bool newcomer =
+        std::find(membership.newcomers.begin(), membership.newcomers.end(), r) != membership.newcomers.end();
+    post(Outgoing{false, "", newcomer && !newcomer_part.empty() ? newcomer_part : part, r});
+  }
   auto abort_all = [&](const std::string& reason) {
     for (int r : others) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
@@ -455,7 +525,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   }
   transport_->reset();
   for (int r : others) post_to_node(r, ctl::Start{job_id, phase});
-  if (stop_job_) {  // asked for before the phase ran
+  if (stop_job_ || (regroup_ && keeping)) {  // asked for before the phase ran
     MutexLock lock(phase_mu_);
     begin_stop_locked();
   }

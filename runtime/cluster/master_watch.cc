@@ -47,8 +47,12 @@ std::string Master::status_json() {
   for (const QueuedJob& q : queue_) queued.push_back({{"job_id", q.id}, {"name", q.job.name}});
   nlohmann::ordered_json j;
   j["nodes"] = nodes;
-  j["running"] = job_running_ ? nlohmann::ordered_json{{"job_id", running_id_}, {"name", running_name_}}
-                              : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json running(nullptr);
+  if (job_running_) {
+    MutexLock lock(finished_mu_);
+    running = {{"job_id", running_id_}, {"name", running_name_}, {"nodes", running_members_}};
+  }
+  j["running"] = running;
   j["queued"] = queued;
   nlohmann::ordered_json finished = nlohmann::ordered_json::array();
   {

@@ -72,7 +72,9 @@ struct Lines {
 // same batches (each step's batch is fixed by its number).
 TEST_CASE("a data-parallel job that loses a node goes on from the others' memory, to the model of a run on 3 "
           "nodes up to that step and 2 after") {
-  auto dir = rill::testing::temp_dir("rill-membership-");
+  const auto dir = rill::testing::temp_dir("rill-membership-") / "shrink";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   const std::string machines = "127.0.0.1:19884,127.0.0.2:19884,127.0.0.3:19884";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
   Agent master(args + "0", (dir / "a0.log").string());
@@ -95,10 +97,15 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   Lines lines;
   options.on_line = [&](const std::string& line) { lines.add(line); };
   bool killed = false;
+  std::string status_after;  // the master's status once the job went on without node 2
   std::thread killer([&] {
     if (!lines.wait_for("step     30/", 120)) return;
     kill(two->pid, SIGKILL);
     killed = true;
+    if (!lines.wait_for("going on from step", 60)) return;
+    auto watcher = rill::Client::connect("127.0.0.1:19884", 10, /*running=*/true);
+    if (auto status = watcher.ok() ? (*watcher)->status() : rill::StatusOr<std::string>(watcher.status()); status.ok())
+      status_after = *status;
   });
   auto live = (*client)->submit_text(job, "mlp.json", options);
   killer.join();
@@ -123,6 +130,12 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   CHECK(result["steps"] == kSteps);
   CHECK(lines.has(fmt::format("going on from step {} on the 2 node(s) that remain", at)));
   CHECK(lines.has("eval on"));  // the eval pass ran on the nodes that remain
+  // Which steps ran on how many nodes, in the result and (while it ran) the status.
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(fmt::format(R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}])", at)));
+  INFO(status_after);
+  if (!status_after.empty() && !nlohmann::json::parse(status_after)["running"].is_null())  // unless it ended first
+    CHECK(nlohmann::json::parse(status_after)["running"]["nodes"] == nlohmann::json::array({0, 1}));
 
   // The reference: the 3 nodes (node 2's agent back) for `at` steps, then 2
   // nodes of another cluster from that checkpoint to the end.
@@ -154,7 +167,9 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
 }
 
 TEST_CASE("a job whose variables are split across nodes cannot go on without a lost node, and says why") {
-  auto dir = rill::testing::temp_dir("rill-membership-");
+  const auto dir = rill::testing::temp_dir("rill-membership-") / "split";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   const std::string machines = "127.0.0.1:19892,127.0.0.2:19892";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
   Agent master(args + "0", (dir / "p0.log").string());
@@ -184,4 +199,102 @@ TEST_CASE("a job whose variables are split across nodes cannot go on without a l
   CHECK(lines.has("does not hold every variable whole"));
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
+}
+
+// 3 -> 2 -> 3: node 2 dies, the job goes on with 2 nodes, its agent comes
+// back, and at the next step boundary it joins with node 0's memory. The
+// reference runs the same three stretches on 3, 2 and 3 nodes through
+// checkpoints; bit for bit as above (each stretch a plan of that many
+// nodes from the same state).
+TEST_CASE("a lost node that comes back joins at a step boundary from node 0's memory: 3 -> 2 -> 3 nodes") {
+  const auto dir = rill::testing::temp_dir("rill-membership-") / "grow";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string machines = "127.0.0.1:19860,127.0.0.2:19860,127.0.0.3:19860";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "c0.log").string());
+  Agent one(args + "1", (dir / "c1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "c2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19860", 30);
+  REQUIRE(client.ok());
+  const std::string job = read_text(root() + "/samples/mlp/mlp.json");
+  constexpr int64_t kSteps = 300;
+  const auto options_for = [&](const std::filesystem::path& checkpoints, int64_t steps) {
+    rill::SubmitOptions options;
+    options.steps = steps;
+    options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
+    return options;
+  };
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false, back = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     30/", 120)) return;
+    kill(two->pid, SIGKILL);
+    two->wait(10);
+    killed = true;
+    if (!lines.wait_for("going on from step", 60)) return;
+    two = std::make_unique<Agent>(args + "2", (dir / "c2-again.log").string());
+    back = true;
+  });
+  auto live = (*client)->submit_text(job, "mlp.json", options);
+  killer.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(killed);
+  REQUIRE(back);
+  REQUIRE(live->status.ok());
+  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(result["restarts"].size() == 2);
+  const auto& lost = result["restarts"][0];
+  const auto& joined = result["restarts"][1];
+  CHECK(lost["from"] == "memory");
+  CHECK(lost["nodes"] == 2);
+  CHECK(lost["steps_lost"].get<int64_t>() <= 1);
+  CHECK(joined["error"] == "node 2 (127.0.0.3:19860) joined again");
+  CHECK(joined["from"] == "memory");
+  CHECK(joined["nodes"] == 3);
+  CHECK(joined["steps_lost"] == 0);  // it joins at a step boundary every node reached
+  const int64_t shrunk = lost["resumed_from_step"].get<int64_t>(), grown = joined["resumed_from_step"].get<int64_t>();
+  CHECK(shrunk < grown);
+  CHECK(grown < kSteps);
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(fmt::format(
+            R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])",
+            shrunk, grown)));
+  CHECK(lines.has(fmt::format("node 2 (127.0.0.3:19860) back: going on from step {} on 3 node(s)", grown)));
+
+  // The reference, through checkpoints: 3 nodes to `shrunk`, 2 (another
+  // cluster) to `grown`, 3 to the end.
+  const std::filesystem::path reference = dir / "reference";
+  auto first = (*client)->submit_text(job, "mlp.json", options_for(reference, shrunk));
+  REQUIRE(first.ok());
+  INFO(first->result_json);
+  REQUIRE(first->status.ok());
+  const std::string pair = "127.0.0.1:19864,127.0.0.2:19864";
+  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "d0.log").string());
+  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "d1.log").string());
+  auto client2 = rill::Client::connect("127.0.0.1:19864", 30);
+  REQUIRE(client2.ok());
+  rill::SubmitOptions middle = options_for(reference, grown);
+  middle.resume = "latest";
+  auto second = (*client2)->submit_text(job, "mlp.json", middle);
+  REQUIRE(second.ok());
+  INFO(second->result_json);
+  REQUIRE(second->status.ok());
+  rill::SubmitOptions last = options_for(reference, kSteps);
+  last.resume = "latest";
+  auto third = (*client)->submit_text(job, "mlp.json", last);
+  REQUIRE(third.ok());
+  INFO(third->result_json);
+  REQUIRE(third->status.ok());
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(reference, kSteps));
+  (void)(*client)->shutdown();
+  (void)(*client2)->shutdown();
+  CHECK(master.wait(15) == 0);
+  CHECK(master2.wait(15) == 0);
 }

@@ -163,15 +163,16 @@ TEST_CASE("step keeper: every data-parallel node holds the model whole at its la
   }
   std::map<std::string, std::vector<float>> at6, state6, at5, state5;
   REQUIRE(keepers[1].values_at(6, &at6, &state6).ok());
-  for (const auto& [name, value] : reports[0].variables) CHECK_MESSAGE(at6[name] == value.values, name);
+  for (const auto& variable : reports[0].variables)
+    CHECK_MESSAGE(at6[variable.first] == variable.second.values, variable.first);
   CHECK(state6.count("w1/momentum") == 1);
   // Step 6 again from node 1's memory at step 5, on 2 nodes: the same bits
   // (the same plan, the same order of sums, the state it stood in).
   REQUIRE(keepers[1].values_at(5, &at5, &state5).ok());
   std::vector<StepKeeper> again(2);
   std::vector<RunReport> rerun = run_nodes(job, 2, 6, again, 5, at5, state5);
-  for (const auto& [name, value] : reports[0].variables)
-    CHECK_MESSAGE(rerun[0].variables[name].values == value.values, name);
+  for (const auto& variable : reports[0].variables)
+    CHECK_MESSAGE(rerun[0].variables[variable.first].values == variable.second.values, variable.first);
 }
 
 TEST_CASE("step keeper: a pipeline stage's node does not hold the model whole") {
