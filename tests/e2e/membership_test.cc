@@ -235,7 +235,9 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
     kill(two->pid, SIGKILL);
     two->wait(10);
     killed = true;
-    if (!lines.wait_for("going on from step", 60)) return;
+    // Back once the 2 nodes have run some steps (sooner, it would join
+    // before their first: a stretch of no steps).
+    if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     45/", 60)) return;
     two = std::make_unique<Agent>(args + "2", (dir / "c2-again.log").string());
     back = true;
   });

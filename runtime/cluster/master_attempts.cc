@@ -1,0 +1,195 @@
+// A job's attempts on the master: run again from its newest checkpoint
+// after a restartable failure (--max-restarts), or, under live membership
+// (--min-nodes), go on from the nodes' memory without a lost node and take
+// it back when it returns (docs/CLUSTER.md).
+#include "runtime/cluster/master.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cluster/job_runner.h"
+
+namespace rill::agent_internal {
+
+namespace {
+
+// Failures a restart can cure: a lost node, a corrupted or lost message, a
+// stall. A job's own errors (a bad shape, a missing file) would fail again.
+bool restartable(const Status& status) {
+  return status.code() == Code::kUnavailable || status.code() == Code::kDataLoss ||
+         status.code() == Code::kDeadlineExceeded;
+}
+
+}  // namespace
+
+JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
+                                    Membership& membership) {
+  auto say = [&](const std::string& line) {
+    spdlog::warn("job {}: {}", queued.id, line);
+    if (options.on_line) options.on_line(line);
+  };
+  const int max_restarts = std::max(0, queued.submit.max_restarts);
+  // Live membership: every node keeps its last two steps in memory, and a
+  // lost node's job goes on without it while min_nodes remain.
+  const int min_nodes = queued.submit.min_nodes;
+  const bool live = min_nodes > 0 && min_nodes < world_;
+  Membership everyone;
+  for (int r = 0; r < world_; ++r) everyone.members.push_back(r);
+  everyone.keep_steps = live;
+  for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
+  membership = everyone;
+  std::vector<JobRestart> restarts;
+  std::vector<std::pair<int64_t, int>> nodes_from_step;
+  Clock::time_point whole_at{};
+  for (int attempt = 0;;) {
+    first_step = Clock::time_point{};
+    {
+      MutexLock lock(finished_mu_);
+      running_members_ = membership.members;
+    }
+    JobResult result = run_job(queued.job, options);
+    nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
+    if (!restarts.empty()) {
+      restarts.back().resumed_from_step = result.start_step;
+      if (first_step != Clock::time_point{})
+        restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
+    }
+    if (result.status.ok() || !restartable(result.status)) {
+      result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
+      return result;
+    }
+    const auto failed_at = Clock::now();
+    JobRestart restart;
+    restart.error = result.status.message();
+    restart.failed_at_step = result.start_step + static_cast<int64_t>(result.loss_curve.size());
+    if (live) {
+      // A node that comes back from now on is taken back by the next attempt.
+      regroup_ = false;
+      StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
+      if (next.ok()) {
+        std::string back, without;
+        for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
+        for (int r : membership.members)
+          if (!next->member(r)) without += (without.empty() ? "" : ", ") + node_name(options_.machines, r);
+        if (result.regrouped) {
+          restart.error = fmt::format("{} joined again", back);
+          restart.failed_at_step = result.steps;
+          say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
+                          "from node 0's",
+                          back, next->kept_step, next->members.size(), next->newcomers.size() == 1 ? "it" : "they"));
+        } else {
+          say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
+                          "own memory{}",
+                          restart.failed_at_step, restart.error, next->kept_step, next->members.size(),
+                          back.empty() ? "" : fmt::format(" ({} back already, from node 0's)", back)));
+        }
+        restart.from_memory = true;
+        restart.nodes = static_cast<int>(next->members.size());
+        whole_at = failed_at;
+        membership = std::move(*next);
+        options.num_nodes = restart.nodes;
+        options.start_from_memory = membership.kept_step;
+        options.resume.clear();
+        restarts.push_back(std::move(restart));
+        board_.job_restarted(queued.id);
+        continue;
+      }
+      say(fmt::format("cannot go on {}: {}", result.regrouped ? "with the node that came back" : "without the lost node",
+                      next.status().message()));
+      if (result.regrouped) {  // the nodes that ran hold their state still: a restart from disk would lose it
+        result.status = next.status();
+        result.restarts = std::move(restarts);
+        result.nodes_from_step = std::move(nodes_from_step);
+        return result;
+      }
+    }
+    if (attempt >= max_restarts) {
+      result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
+      return result;
+    }
+    ++attempt;
+    say(fmt::format("failed at step {}: {}; restart {} of {} once every node is up", restart.failed_at_step,
+                    restart.error, attempt, max_restarts));
+    std::string missing = wait_for_whole_cluster(options_.join_timeout_s);
+    if (!missing.empty()) {
+      result.status = Status(result.status.code(),
+                             fmt::format("{} (not restarted: {} did not come back within {} s)",
+                                         result.status.message(), missing, options_.join_timeout_s));
+      result.restarts = std::move(restarts);
+      result.nodes_from_step = std::move(nodes_from_step);
+      return result;
+    }
+    whole_at = Clock::now();
+    restart.seconds_until_whole = std::chrono::duration<double>(whole_at - failed_at).count();
+    restart.nodes = world_;
+    // From the newest complete checkpoint, else as first asked, on every node.
+    membership = everyone;
+    options.num_nodes = world_;
+    options.start_from_memory = -1;
+    options.resume = queued.submit.resume;
+    if (!queued.job.checkpoint.dir.empty())
+      if (auto latest = latest_checkpoint(queued.job.checkpoint.dir, roots_.checkpoint_access()); latest.ok()) options.resume = *latest;
+    say(fmt::format("every node is up after {:.1f} s; restarting from {}", restart.seconds_until_whole,
+                    options.resume.empty() ? std::string("the start") : options.resume));
+    restarts.push_back(std::move(restart));
+    board_.job_restarted(queued.id);
+  }
+}
+
+StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t step, int min_nodes) {
+  Membership next = ended;
+  next.members.clear();
+  next.newcomers.clear();
+  std::vector<int> holders;  // members that ran the attempt to its end, holding its steps
+  {
+    MutexLock lock(phase_mu_);
+    for (int r : ended.members)
+      if (std::find(phase_.lost_ranks.begin(), phase_.lost_ranks.end(), r) == phase_.lost_ranks.end()) holders.push_back(r);
+    for (int r = 0; r < world_; ++r) {
+      if (lost_[r]) continue;
+      next.members.push_back(r);
+      if (std::find(holders.begin(), holders.end(), r) == holders.end()) next.newcomers.push_back(r);
+    }
+  }
+  if (step < 0 && holders.size() == ended.members.size())
+    return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
+  if (static_cast<int>(next.members.size()) < min_nodes)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("{} node(s) remain, fewer than --min-nodes {}", next.members.size(), min_nodes));
+  int64_t first = 0, last = std::numeric_limits<int64_t>::max();
+  for (int r : holders) {
+    if (!next.member(r)) continue;  // lost since
+    const std::string name = node_name(options_.machines, r);
+    auto it = kept_by_node_.find(r);
+    if (it == kept_by_node_.end())
+      return Status(Code::kFailedPrecondition, fmt::format("{} did not say what it kept in memory", name));
+    if (!it->second.whole)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("{} does not hold every variable whole (the job's layout splits variables or their "
+                                "state across nodes, so the lost node's pieces are nowhere else)",
+                                name));
+    if (it->second.first < 0)
+      return Status(Code::kFailedPrecondition, fmt::format("{} holds no whole step in memory", name));
+    first = std::max(first, it->second.first);
+    last = std::min(last, it->second.last);
+  }
+  if (step >= 0) first = std::max(first, step), last = std::min(last, step);
+  if (first > last)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("the nodes that remain hold no step in common in memory{}",
+                              step >= 0 ? fmt::format(" with step {}", step) : std::string()));
+  if (!next.newcomers.empty() && !next.member(0))
+    return Status(Code::kFailedPrecondition, "node 0 holds no step in memory to send the nodes that came back");
+  next.kept_step = last;
+  return next;
+}
+
+}  // namespace rill::agent_internal
