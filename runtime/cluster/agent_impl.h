@@ -158,11 +158,12 @@ class Agent {
   // Live membership (docs/CLUSTER.md): a plan on `members` of the machine
   // list's ranks (empty: all, node n = rank n). Sets `run`'s node and data
   // plane, and the memory it keeps (`keep_steps`) and starts from
-  // (`kept_step` >= 0: the values this node kept after that many steps);
+  // (`kept_step` >= 0: the values this node kept of job `job` after that
+  // many steps), its run beginning after `start_step` steps;
   // `nodes` is told how many nodes the plan spans. `variables`: the job's,
   // which a whole model has. Called between runs (the last one ended).
-  Status place_run(const std::vector<int>& members, bool keep_steps, int64_t kept_step,
-                   std::vector<std::string> variables, RunOptions& run, int* nodes);
+  Status place_run(int64_t job, const std::vector<int>& members, bool keep_steps, int64_t kept_step,
+                   int64_t start_step, std::vector<std::string> variables, RunOptions& run, int* nodes);
   // What this node kept of its last run (steps, whole) for its Done.
   void tell_kept(ctl::Done& done) const;
   StepKeeper kept_;  // the running job's last two steps; one run at a time writes it

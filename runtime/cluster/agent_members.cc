@@ -9,8 +9,8 @@
 
 namespace rill::agent_internal {
 
-Status Agent::place_run(const std::vector<int>& members, bool keep_steps, int64_t kept_step,
-                        std::vector<std::string> variables, RunOptions& run, int* nodes) {
+Status Agent::place_run(int64_t job, const std::vector<int>& members, bool keep_steps, int64_t kept_step,
+                        int64_t start_step, std::vector<std::string> variables, RunOptions& run, int* nodes) {
   run.node = options_.rank;
   run.transport = transport_.get();
   *nodes = world_;
@@ -37,7 +37,7 @@ Status Agent::place_run(const std::vector<int>& members, bool keep_steps, int64_
     Status taken = kept_.values_at(kept_step, &run.initial_values, &run.initial_state);
     if (!taken.ok()) return taken.with_context(fmt::format("starting from {}'s memory at step {}", me(), kept_step));
   }
-  if (keep_steps || kept_step >= 0) kept_.reset(std::move(variables));
+  if (keep_steps) kept_.begin_run(job, std::move(variables), start_step);
   run.keeper = keep_steps ? &kept_ : nullptr;
   return {};
 }

@@ -74,21 +74,22 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       regroup_ = false;
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
       if (next.ok()) {
-        std::string back, without;
+        std::string back;  // the nodes that start from node 0's memory
         for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
-        for (int r : membership.members)
-          if (!next->member(r)) without += (without.empty() ? "" : ", ") + node_name(options_.machines, r);
         if (result.regrouped) {
           restart.error = fmt::format("{} joined again", back);
           restart.failed_at_step = result.steps;
           say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
                           "from node 0's",
                           back, next->kept_step, next->members.size(), next->newcomers.size() == 1 ? "it" : "they"));
-        } else {
+        } else if (back.empty()) {
           say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
-                          "own memory{}",
-                          restart.failed_at_step, restart.error, next->kept_step, next->members.size(),
-                          back.empty() ? "" : fmt::format(" ({} back already, from node 0's)", back)));
+                          "own memory",
+                          restart.failed_at_step, restart.error, next->kept_step, next->members.size()));
+        } else {
+          say(fmt::format("failed at step {}: {}; going on from step {} on {} node(s), {} from node 0's memory, the "
+                          "others from their own",
+                          restart.failed_at_step, restart.error, next->kept_step, next->members.size(), back));
         }
         restart.from_memory = true;
         restart.nodes = static_cast<int>(next->members.size());
@@ -148,36 +149,33 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
   Membership next = ended;
   next.members.clear();
   next.newcomers.clear();
-  std::vector<int> holders;  // members that ran the attempt to its end, holding its steps
+  bool any_lost = false;
   {
     MutexLock lock(phase_mu_);
-    for (int r : ended.members)
-      if (std::find(phase_.lost_ranks.begin(), phase_.lost_ranks.end(), r) == phase_.lost_ranks.end()) holders.push_back(r);
-    for (int r = 0; r < world_; ++r) {
-      if (lost_[r]) continue;
-      next.members.push_back(r);
-      if (std::find(holders.begin(), holders.end(), r) == holders.end()) next.newcomers.push_back(r);
-    }
+    any_lost = !phase_.lost_ranks.empty();
+    for (int r = 0; r < world_; ++r)
+      if (!lost_[r]) next.members.push_back(r);
   }
-  if (step < 0 && holders.size() == ended.members.size())
-    return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
+  if (step < 0 && !any_lost) return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
   if (static_cast<int>(next.members.size()) < min_nodes)
     return Status(Code::kFailedPrecondition,
                   fmt::format("{} node(s) remain, fewer than --min-nodes {}", next.members.size(), min_nodes));
+  // Who holds a step in memory (what each said when the attempt ended, or
+  // the step it began from when it ended before running); every other node
+  // up starts from node 0's memory.
   int64_t first = 0, last = std::numeric_limits<int64_t>::max();
-  for (int r : holders) {
-    if (!next.member(r)) continue;  // lost since
-    const std::string name = node_name(options_.machines, r);
+  for (int r : next.members) {
     auto it = kept_by_node_.find(r);
-    if (it == kept_by_node_.end())
-      return Status(Code::kFailedPrecondition, fmt::format("{} did not say what it kept in memory", name));
+    if (it == kept_by_node_.end() || it->second.first < 0) {
+      if (r == 0) return Status(Code::kFailedPrecondition, "node 0 holds no step in memory");
+      next.newcomers.push_back(r);
+      continue;
+    }
     if (!it->second.whole)
       return Status(Code::kFailedPrecondition,
                     fmt::format("{} does not hold every variable whole (the job's layout splits variables or their "
-                                "state across nodes, so the lost node's pieces are nowhere else)",
-                                name));
-    if (it->second.first < 0)
-      return Status(Code::kFailedPrecondition, fmt::format("{} holds no whole step in memory", name));
+                                "state across nodes, so a lost node's pieces are nowhere else)",
+                                node_name(options_.machines, r)));
     first = std::max(first, it->second.first);
     last = std::min(last, it->second.last);
   }
@@ -186,8 +184,6 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
     return Status(Code::kFailedPrecondition,
                   fmt::format("the nodes that remain hold no step in common in memory{}",
                               step >= 0 ? fmt::format(" with step {}", step) : std::string()));
-  if (!next.newcomers.empty() && !next.member(0))
-    return Status(Code::kFailedPrecondition, "node 0 holds no step in memory to send the nodes that came back");
   next.kept_step = last;
   return next;
 }

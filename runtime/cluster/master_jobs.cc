@@ -201,7 +201,9 @@ bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
   for (;;) {
     bool reported = true;
     for (int r : phase_.members)
-      if (r != 0 && !lost_[r] && !phase_.dones.count(r)) reported = false;
+      if (r != 0 && !phase_.dones.count(r) &&
+          std::find(phase_.lost_ranks.begin(), phase_.lost_ranks.end(), r) == phase_.lost_ranks.end())
+        reported = false;
     if (reported || !wait_phase_until(survivors_deadline)) break;
   }
   return true;
@@ -307,10 +309,19 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   };
   RunOptions local = run_options;
   local.tag_base = tag_base;
-  // What the nodes kept before is theirs no more once they build this phase.
-  if (keeping || kept_step >= 0) kept_by_node_.clear();
+  // Until the phase has run, each node holds the step it starts from (its
+  // memory is replaced only as the run steps past it); a node that starts
+  // from anything else (a checkpoint, the start) is not known to hold one.
+  if (keeping)
+    for (int r = 0; r < world_; ++r) {
+      const bool holder = membership.member(r) && std::find(membership.newcomers.begin(), membership.newcomers.end(),
+                                                            r) == membership.newcomers.end();
+      if (kept_step >= 0 && holder) kept_by_node_[r] = KeptSteps{kept_step, kept_step, true};
+      else kept_by_node_.erase(r);
+    }
   int nodes = 0;
-  Status placed = place_run(membership.members, keeping, kept_step, membership.variables, local, &nodes);
+  Status placed = place_run(job_id, membership.members, keeping, kept_step, run_options.start_step,
+                            membership.variables, local, &nodes);
   auto runtime = placed.ok() ? NodeRuntime::build(plan.plan, local) : StatusOr<std::unique_ptr<NodeRuntime>>(placed);
   // Every node must have built its actors before any starts.
   std::string failure;
@@ -367,11 +378,16 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // As long as the job lets a node go without a word (its rpc_deadline).
   const bool all = wait_for_dones_locked(now() + seconds_of(run_options.stall_timeout_s + 5), keeping);
   if (keeping) {
-    kept_by_node_.clear();
+    // The phase ran: what each node holds now is what its Done says; a node
+    // that said nothing holds nothing known.
     ctl::Done own;
     tell_kept(own);
     kept_by_node_[0] = KeptSteps{own.kept_first, own.kept_last, own.kept_whole};
-    for (const auto& [node, done] : phase_.dones) kept_by_node_[node] = KeptSteps{done.kept_first, done.kept_last, done.kept_whole};
+    for (int r : others) {
+      auto done = phase_.dones.find(r);
+      if (done == phase_.dones.end()) kept_by_node_.erase(r);
+      else kept_by_node_[r] = KeptSteps{done->second.kept_first, done->second.kept_last, done->second.kept_whole};
+    }
   }
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));
   report.traffic_bytes.assign(world_, std::vector<int64_t>(world_, 0));

@@ -241,7 +241,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   // Which node of the plan this is, and what it starts from (the
   // survivors of a lost node go on from their own memory).
   int nodes = world_;
-  if (Status placed = place_run(m.members, m.keep_steps, m.kept_step, std::move(variables), run, &nodes);
+  if (Status placed =
+          place_run(m.job_id, m.members, m.keep_steps, m.kept_step, m.start_step, std::move(variables), run, &nodes);
       !placed.ok()) {
     post_to_master(ctl::PlanAck{m.job_id, m.phase, options_.rank, fmt::format("{}: {}", me, placed.message()),
                                 placed.code()});

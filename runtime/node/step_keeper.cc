@@ -10,9 +10,14 @@ namespace rill {
 int StepKeeper::declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset,
                         const Shape& shape, const std::vector<std::string>& state_names, bool trained) {
   MutexLock lock(mu_);
-  for (const Piece& p : pieces_)
-    if (p.name == name && p.offset == offset) return -1;
-  pieces_.push_back(Piece{name, logical, shape, offset, state_names, trained, {}});
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    Piece& p = pieces_[i];
+    if (p.name != name || p.offset != offset) continue;
+    if (p.run == run_ || p.shape != shape || p.logical != logical) return -1;
+    p.run = run_;
+    return static_cast<int>(i);
+  }
+  pieces_.push_back(Piece{name, logical, shape, offset, state_names, trained, run_, {}});
   return static_cast<int>(pieces_.size()) - 1;
 }
 
@@ -21,10 +26,16 @@ void StepKeeper::keep(int piece, int64_t steps_done, std::span<const float> mode
   MutexLock lock(mu_);
   if (piece < 0 || piece >= static_cast<int>(pieces_.size())) return;
   Piece& p = pieces_[static_cast<size_t>(piece)];
-  // The older version (or the one already at this step) takes the new values.
-  Version& v = p.versions[0].steps_done == steps_done || p.versions[0].steps_done < p.versions[1].steps_done
-                   ? p.versions[0]
-                   : p.versions[1];
+  // The version already at this step, else the older one, takes the new
+  // values; the other stays only when it is the step before.
+  Version* at = p.versions[1].steps_done == steps_done ? &p.versions[1] : nullptr;
+  if (p.versions[0].steps_done == steps_done) at = &p.versions[0];
+  if (!at) {
+    at = p.versions[0].steps_done < p.versions[1].steps_done ? &p.versions[0] : &p.versions[1];
+    Version& other = at == &p.versions[0] ? p.versions[1] : p.versions[0];
+    if (other.steps_done != steps_done - 1) other.steps_done = -1;
+  }
+  Version& v = *at;
   v.steps_done = steps_done;
   v.model.assign(model.begin(), model.end());
   v.state.resize(state.size());
@@ -99,9 +110,14 @@ Status StepKeeper::values_at(int64_t steps_done, std::map<std::string, std::vect
   return {};
 }
 
-void StepKeeper::reset(std::vector<std::string> variables) {
+void StepKeeper::begin_run(int64_t job, std::vector<std::string> variables, int64_t start) {
   MutexLock lock(mu_);
-  pieces_.clear();
+  if (job != job_) pieces_.clear();
+  for (Piece& p : pieces_)
+    for (Version& v : p.versions)
+      if (v.steps_done > start) v.steps_done = -1;
+  job_ = job;
+  ++run_;
   variables_ = std::move(variables);
 }
 

@@ -9,11 +9,14 @@
 // no variable is more than one step ahead of any other, and the steps held
 // by every piece of every survivor always share one.
 //
-// Each distinct piece of the node is declared once before the run (a piece
+// Each distinct piece of the node is declared once by each run (a piece
 // replicated over the node's devices is kept once); keep() is called on the
 // piece's own thread, every step, and reuses its buffers (no allocation
-// after the second step). Reading (steps(), values_at()) happens after the
-// run stopped. A mutex per keeper keeps it simple and safe.
+// after the second step). A later run of the same job keeps on in the same
+// pieces, so what the last run held stays until the new one steps past it
+// (an attempt that fails before its first step loses nothing). Reading
+// (steps(), values_at()) happens between runs. A mutex per keeper keeps it
+// simple and safe.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +39,13 @@ class StepKeeper {
   // optimizer state named `state_names`); -1 when this node has declared
   // that piece already (another device's replica of it: nothing to keep).
   // A piece that is not `trained` keeps its first values at every step.
+  // A piece a run of the same job declared before takes up its kept steps.
   int declare(const std::string& name, const Shape& logical, const std::vector<int64_t>& offset, const Shape& shape,
               const std::vector<std::string>& state_names, bool trained = true);
-  // Forgets every piece (the next run declares its own); `variables` are
-  // the job's, which a whole model has.
-  void reset(std::vector<std::string> variables);
+  // Before each run, which starts after `start` steps: `variables` are job
+  // `job`'s, which a whole model has; another job's pieces are forgotten,
+  // and steps past `start` (of an attempt given up) too.
+  void begin_run(int64_t job, std::vector<std::string> variables, int64_t start);
   // Piece `piece` after `steps_done` steps: its values and optimizer state.
   void keep(int piece, int64_t steps_done, std::span<const float> model,
             std::span<const std::span<const float>> state);
@@ -48,7 +53,7 @@ class StepKeeper {
   // declared, as [first, last]; nullopt when none (nothing kept yet, or
   // pieces two steps apart, which synchronous training never makes).
   std::optional<std::pair<int64_t, int64_t>> steps() const;
-  // Whether the pieces kept make up every variable reset() named whole (a
+  // Whether the pieces kept make up every variable begin_run() named whole (a
   // replica of the model: data parallelism), so this node alone can start a
   // run from them; a variable this node holds no piece of is not whole.
   bool whole() const;
@@ -70,6 +75,7 @@ class StepKeeper {
     std::vector<int64_t> offset;
     std::vector<std::string> state_names;
     bool trained = true;
+    int64_t run = 0;  // the run that last declared it
     Version versions[2];  // the newer is the one with more steps done
   };
   const Version* version_at(const Piece& piece, int64_t steps_done) const REQUIRES(mu_);
@@ -78,6 +84,8 @@ class StepKeeper {
   mutable Mutex mu_;
   std::vector<Piece> pieces_ GUARDED_BY(mu_);
   std::vector<std::string> variables_ GUARDED_BY(mu_);
+  int64_t job_ GUARDED_BY(mu_) = -1;
+  int64_t run_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rill

@@ -7,7 +7,6 @@
 // one is declared lost and told to go.
 #include <doctest/doctest.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +32,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using rill::testing::Agent;
+using rill::testing::find_agent;
 using rill::testing::Ran;
 using rill::testing::read_text;
 using rill::testing::root;
@@ -51,26 +51,6 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return done();
-}
-
-// The pid of the `rill agent` process with this rank and control port.
-pid_t find_agent(int rank, int port) {
-  const std::string rank_arg = std::string("--rank") + '\0' + std::to_string(rank) + '\0';
-  // In the machine list ("127.0.0.1:9988,...") or as --ctrl-port's value.
-  const std::string port_in_list = ":" + std::to_string(port), port_arg = '\0' + std::to_string(port) + '\0';
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return -1;
-  pid_t found = -1;
-  while (dirent* entry = readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
-    if (pid <= 0) continue;
-    std::string cmdline = read_text(std::string("/proc/") + entry->d_name + "/cmdline");
-    if (cmdline.find(std::string("agent") + '\0') != std::string::npos && cmdline.find(rank_arg) != std::string::npos &&
-        (cmdline.find(port_in_list) != std::string::npos || cmdline.find(port_arg) != std::string::npos))
-      found = pid;
-  }
-  closedir(proc);
-  return found;
 }
 
 std::string model_bytes(const std::filesystem::path& checkpoint_dir, int step) {

@@ -7,6 +7,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -299,4 +300,42 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   (void)(*client2)->shutdown();
   CHECK(master.wait(15) == 0);
   CHECK(master2.wait(15) == 0);
+}
+
+// The seeds' linear regression on `rill run --nodes 3 --min-nodes 2
+// --max-restarts`: an agent killed about every second and a half, started
+// again by its supervisor, joining again at a step boundary; the job goes
+// on from memory each time (never from disk: it has no checkpoints) and
+// ends where the seeds' does, w = [2, 3].
+TEST_CASE("the linear regression goes on through a kill every 1.5 s, to w = [2, 3]") {
+  const auto dir = rill::testing::temp_dir("rill-membership-") / "regression";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::atomic<bool> ended{false};
+  std::atomic<int> kills{0};
+  std::thread killer([&] {
+    for (int i = 0; i < 4 && !ended; ++i) {
+      for (int waited = 0; waited < 150 && !ended; ++waited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const pid_t pid = rill::testing::find_agent(1 + i % 2, 19872);
+      if (!ended && pid > 0 && kill(pid, SIGKILL) == 0) ++kills;
+    }
+  });
+  const auto ran = rill::testing::run_rill(
+      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 3 --min-nodes 2 --max-restarts 8 "
+      "--steps 40000 --set train.log_every=2000 --ctrl-port 19872 --logdir " + dir.string() + " --result " +
+      (dir / "r.json").string());
+  ended = true;
+  killer.join();
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(kills >= 2);
+  auto result = nlohmann::json::parse(read_text((dir / "r.json").string()));
+  REQUIRE(result["restarts"].size() >= 2);
+  for (const auto& r : result["restarts"]) CHECK(r["from"] == "memory");
+  // Converged: from any start, sgd on these 4 exact samples reaches the
+  // least-squares solution [2, 3] within float's rounding long before
+  // 40000 steps; a lost step or a change of nodes only delays it.
+  const auto& w = result["variables"]["w"]["values"];
+  CHECK(w[0].get<double>() == doctest::Approx(2.0).epsilon(1e-4));
+  CHECK(w[1].get<double>() == doctest::Approx(3.0).epsilon(1e-4));
 }

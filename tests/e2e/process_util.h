@@ -70,6 +70,34 @@ inline Ran run_shell(const std::string& command, int limit_s = 240) {
 // Runs `rill ARGS`.
 inline Ran run_rill(const std::string& args, int limit_s = 240) { return run_shell(binary() + " " + args, limit_s); }
 
+// The pid of the `rill agent` process with this rank and control port (in
+// its machine list, "127.0.0.1:9988,...", or as --ctrl-port's value); -1
+// if none.
+inline pid_t find_agent(int rank, int port) {
+  // Arguments in /proc/PID/cmdline end with a NUL each.
+  std::string rank_arg = "--rank";
+  rank_arg.push_back('\0');
+  rank_arg += std::to_string(rank);
+  rank_arg.push_back('\0');
+  std::string port_in_list = ":", port_arg(1, '\0'), agent_arg = "agent";
+  port_in_list += std::to_string(port);
+  port_arg += std::to_string(port);
+  port_arg.push_back('\0');
+  agent_arg.push_back('\0');
+  pid_t found = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry.path().filename().c_str()));
+    if (pid <= 0) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(agent_arg) != std::string::npos && cmdline.find(rank_arg) != std::string::npos &&
+        (cmdline.find(port_in_list) != std::string::npos || cmdline.find(port_arg) != std::string::npos))
+      found = pid;
+  }
+  return found;
+}
+
 inline std::filesystem::path temp_dir(const std::string& prefix) {
   auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

@@ -21,7 +21,7 @@ using testing::source_path;
 
 TEST_CASE("step keeper: the steps every piece holds, whole variables, values at a step") {
   StepKeeper keeper;
-  keeper.reset({"w", "b"});
+  keeper.begin_run(1, {"w", "b"}, 0);
   // w [4] in two halves with momentum; b [2] whole.
   const int w0 = keeper.declare("w", {4}, {0}, {2}, {"momentum"});
   const int w1 = keeper.declare("w", {4}, {2}, {2}, {"momentum"});
@@ -59,13 +59,44 @@ TEST_CASE("step keeper: the steps every piece holds, whole variables, values at 
   // A piece two steps ahead of another: no step is common.
   keep(b, 8, 140.0f);
   CHECK_FALSE(keeper.steps());
-  keeper.reset({"w", "b"});
+  keeper.begin_run(2, {"w", "b"}, 0);  // another job: nothing kept
   CHECK_FALSE(keeper.whole());
+}
+
+TEST_CASE("step keeper: a later run of the job keeps on in the same pieces, losing nothing until it steps") {
+  StepKeeper keeper;
+  keeper.begin_run(1, {"w"}, 0);
+  const int w = keeper.declare("w", {1}, {0}, {1}, {});
+  for (int64_t done : {5, 6}) {
+    const std::vector<float> v = {static_cast<float>(done)};
+    keeper.keep(w, done, v, {});
+  }
+  keeper.begin_run(1, {"w"}, 6);  // an attempt from step 6
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 6));  // nothing run yet: nothing lost
+  CHECK(keeper.declare("w", {1}, {0}, {1}, {}) == w);
+  CHECK(keeper.declare("w", {1}, {0}, {1}, {}) == -1);  // a replica within this run
+  for (int64_t done : {6, 7}) {
+    const std::vector<float> v = {static_cast<float>(done) + 0.5f};
+    keeper.keep(w, done, v, {});
+  }
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(6, 7));
+  std::map<std::string, std::vector<float>> values, state;
+  REQUIRE(keeper.values_at(6, &values, &state).ok());
+  CHECK(values["w"] == std::vector<float>{6.5f});
+  // An attempt from step 3 (a checkpoint): the steps after it are of an
+  // attempt given up, and kept no more; neither after a jump.
+  keeper.begin_run(1, {"w"}, 3);
+  CHECK_FALSE(keeper.steps());
+  const std::vector<float> three = {3};
+  keeper.keep(w, 3, three, {});
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(3, 3));
+  keeper.keep(w, 9, three, {});
+  CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(9, 9));
 }
 
 TEST_CASE("step keeper: a variable that is not trained holds at every step") {
   StepKeeper keeper;
-  keeper.reset({"w", "table"});
+  keeper.begin_run(1, {"w", "table"}, 0);
   const int w = keeper.declare("w", {1}, {0}, {1}, {});
   const int table = keeper.declare("table", {2}, {0}, {2}, {}, /*trained=*/false);
   const std::vector<float> t = {7, 8};
@@ -84,7 +115,7 @@ TEST_CASE("step keeper: a variable that is not trained holds at every step") {
 
 TEST_CASE("step keeper: a piece missing makes the node's variables not whole") {
   StepKeeper keeper;
-  keeper.reset({"w"});
+  keeper.begin_run(1, {"w"}, 0);
   keeper.declare("w", {4}, {0}, {2}, {});
   CHECK_FALSE(keeper.whole());
   std::map<std::string, std::vector<float>> values, state;
@@ -132,7 +163,7 @@ std::vector<RunReport> run_nodes(const graph::Job& job, int nodes, int64_t steps
     options.node = node;
     options.transport = transports[static_cast<size_t>(node)].get();
     options.stall_timeout_s = 30;
-    keepers[static_cast<size_t>(node)].reset(names(job));
+    keepers[static_cast<size_t>(node)].begin_run(1, names(job), start);
     options.keeper = &keepers[static_cast<size_t>(node)];
     options.start_step = start;
     options.initial_values = values;
