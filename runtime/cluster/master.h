@@ -162,6 +162,10 @@ class Master final : public Agent {
   // steps, for the others' Dones up to kSurvivorsReportSeconds); false when
   // some did not come.
   bool wait_for_dones_locked(Clock::time_point deadline, bool keeping) REQUIRES(phase_mu_);
+  // A node that comes back: `part` (of a plan starting from every node's
+  // memory at its kept_step) with node 0's memory there as its initial
+  // values, encoded.
+  StatusOr<std::string> part_with_memory(ctl::PlanPart part);
   static constexpr double kSurvivorsReportSeconds = 15;
   void start_next_job();
   // Stopping the running phase at a step boundary (phase_mu_ held): holds

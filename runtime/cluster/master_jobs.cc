@@ -188,6 +188,21 @@ bool Master::wait_phase_until(Clock::time_point deadline) {
   return true;
 }
 
+StatusOr<std::string> Master::part_with_memory(ctl::PlanPart part) {
+  std::map<std::string, std::vector<float>> values, states;
+  if (Status taken = kept_.values_at(part.kept_step, &values, &states); !taken.ok())
+    return taken.with_context(fmt::format("taking back a node at step {}", part.kept_step));
+  for (auto& [name, v] : values) part.initial_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+  for (auto& [name, v] : states) part.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+  part.kept_step = -1;
+  std::string bytes = ctl::encode(part);
+  if (bytes.size() > options_.max_message_bytes)
+    return invalid_argument("the job with the model a node that comes back starts from ({} bytes) does not fit in a "
+                            "control message (--max-message-bytes {})",
+                            bytes.size(), options_.max_message_bytes);
+  return bytes;
+}
+
 bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
   const int parts = static_cast<int>(phase_.members.size()) - 1;
   bool in_time = true;
@@ -252,7 +267,10 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
       return report;
     }
     for (int r : others)
-      if (lost_[r]) phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
+      if (lost_[r]) {
+        phase_.lost = fmt::format("{} is lost", node_name(options_.machines, r));
+        phase_.lost_ranks.push_back(r);
+      }
     if (!phase_.lost.empty()) {
       report.status = Status(Code::kUnavailable, phase_.lost);
       return report;
@@ -262,42 +280,30 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});
   for (const auto& [name, values] : run_options.initial_state) state.push_back(ctl::Tensor{name, {}, {}, {}, values});
   int64_t snapshot_every = run_options.on_snapshot ? run_options.snapshot_every : -1;
-  // Every other node gets the same part: the job and what it starts from.
-  const std::string part =
-      ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
-                                plan.compile.steps, plan.compile.activation_register_num, initial, state,
-                                run_options.start_step, snapshot_every, run_options.trace, membership.members,
-                                keeping, kept_step});
+  // Every other node gets the same part (but for nodes that come back): the
+  // job and what it starts from.
+  ctl::PlanPart plan_part{job_id, phase, tag_base, job_text, plan.devices, static_cast<int>(plan.compile.mode),
+                          plan.compile.steps, plan.compile.activation_register_num, std::move(initial),
+                          std::move(state), run_options.start_step, snapshot_every, run_options.trace,
+                          membership.members, keeping, kept_step};
+  const std::string part = ctl::encode(plan_part);
   if (parts > 0 && part.size() > options_.max_message_bytes) {
     report.status = invalid_argument("the job with the values it starts from ({} bytes: {} variables, {} optimizer "
                                      "states) does not fit in a control message to the other nodes "
                                      "(--max-message-bytes {})",
-                                     part.size(), initial.size(), state.size(), options_.max_message_bytes);
+                                     part.size(), plan_part.initial_values.size(), plan_part.initial_state.size(),
+                                     options_.max_message_bytes);
     return report;
   }
   // Nodes that come back start from the master's memory, sent with their part.
   std::string newcomer_part;
   if (!membership.newcomers.empty() && kept_step >= 0) {
-    std::map<std::string, std::vector<float>> values, states;
-    if (Status taken = kept_.values_at(kept_step, &values, &states); !taken.ok()) {
-      report.status = taken.with_context(fmt::format("taking back {} node(s) at step {}", membership.newcomers.size(),
-                                                     kept_step));
+    auto with_memory = part_with_memory(std::move(plan_part));
+    if (!with_memory.ok()) {
+      report.status = with_memory.status();
       return report;
     }
-    std::vector<ctl::Tensor> with_values, with_states;
-    for (auto& [name, v] : values) with_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
-    for (auto& [name, v] : states) with_states.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
-    newcomer_part = ctl::encode(ctl::PlanPart{job_id, phase, tag_base, job_text, plan.devices,
-                                              static_cast<int>(plan.compile.mode), plan.compile.steps,
-                                              plan.compile.activation_register_num, with_values, with_states,
-                                              run_options.start_step, snapshot_every, run_options.trace,
-                                              membership.members, keeping, -1});
-    if (newcomer_part.size() > options_.max_message_bytes) {
-      report.status = invalid_argument("the job with the model a node that comes back starts from ({} bytes) does "
-                                       "not fit in a control message (--max-message-bytes {})",
-                                       newcomer_part.size(), options_.max_message_bytes);
-      return report;
-    }
+    newcomer_part = std::move(*with_memory);
   }
   for (int r : others) {
     const bool newcomer =

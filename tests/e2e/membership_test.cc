@@ -339,3 +339,19 @@ TEST_CASE("the linear regression goes on through a kill every 1.5 s, to w = [2, 
   CHECK(w[0].get<double>() == doctest::Approx(2.0).epsilon(1e-4));
   CHECK(w[1].get<double>() == doctest::Approx(3.0).epsilon(1e-4));
 }
+
+TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming what it needs") {
+  const auto one = rill::testing::run_rill("run " + root() +
+                                           "/samples/linear_regression/linear_regression.json --min-nodes 1");
+  CHECK(one.code == 1);
+  CHECK(one.output.find("--min-nodes keeps a cluster going without a lost node: it needs --nodes N") !=
+        std::string::npos);
+  const auto zero = rill::testing::run_rill("run " + root() +
+                                            "/samples/linear_regression/linear_regression.json --nodes 2 --min-nodes 0");
+  CHECK(zero.code != 0);
+  const auto many = rill::testing::run_rill(
+      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --min-nodes 3 --ctrl-port 19876");
+  INFO(many.output);
+  CHECK(many.code != 0);
+  CHECK(many.output.find("--min-nodes 3: the cluster has 2 node(s); give 1 to 2") != std::string::npos);
+}
