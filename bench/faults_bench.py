@@ -104,7 +104,8 @@ try:
     for name, extra, kill_every in (("steady", [], 0), ("live", ["--min-nodes", "2"], period),
                                     ("restart", [], period), ("steady", [], 0)):
         wait_formed()
-        s, kills, r = submit(steps, name, ckpt_dir(name) + ["--max-restarts", "1000"] + extra, kill_every)
+        run = f"{name}{len(rows)}"  # its own checkpoint folder and result
+        s, kills, r = submit(steps, run, ckpt_dir(run) + ["--max-restarts", "1000"] + extra, kill_every)
         rows.append((name, s, kills, r))
     print(f"3 agents x cpu:1, MLP batch 512, {steps} steps; a non-master agent killed every {period:g} s and started "
           f"again; checkpoints every {ckpt} steps")

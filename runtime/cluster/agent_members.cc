@@ -34,7 +34,7 @@ Status Agent::place_run(int64_t job, const std::vector<int>& members, bool keep_
     }
   }
   if (kept_step >= 0) {
-    Status taken = kept_.values_at(kept_step, &run.initial_values, &run.initial_state);
+    Status taken = kept_.values_at(job, kept_step, &run.initial_values, &run.initial_state);
     if (!taken.ok()) return taken.with_context(fmt::format("starting from {}'s memory at step {}", me(), kept_step));
   }
   if (keep_steps) kept_.begin_run(job, std::move(variables), start_step);

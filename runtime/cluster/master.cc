@@ -24,6 +24,7 @@ Status Master::start_kind() {
   last_seen_.assign(world_, now());
   last_heartbeat_ = now();
   lost_.assign(world_, false);
+  incarnation_.assign(world_, 0);
   told_to_go_.assign(world_, false);
   pace_ = PaceTracker(world_);
   slow_warned_.assign(world_, false);
@@ -233,6 +234,7 @@ void Master::rejoin(const std::string& identity, int rank, const std::string& se
   {
     MutexLock lock(phase_mu_);  // the job thread waits for this
     lost_[rank] = false;
+    ++incarnation_[rank];
     // A live job training without this node takes it back at the next step
     // boundary (the phase ends there, and the job goes on with it).
     if (job_running_ && phase_.keeping && !phase_.member(rank) && !stop_job_) {

@@ -48,6 +48,7 @@ struct Membership {
 struct KeptSteps {
   int64_t first = -1, last = -1;
   bool whole = false;
+  int64_t incarnation = 0;  // of the node's agent that said it (Master::incarnation_)
 };
 
 // What the master's job thread waits for while a phase runs on every node.
@@ -180,6 +181,9 @@ class Master final : public Agent {
   std::string sessions_;  // every node's data-plane session id, by rank (32 bytes each; empty for an in-process data plane)
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> lost_;  // written under phase_mu_ (the job thread reads it)
+  // Each node's agents so far (a restarted agent is the next): what an
+  // earlier one kept in memory died with it. Under phase_mu_.
+  std::vector<int64_t> incarnation_;
   std::vector<bool> told_to_go_;          // a lost node that still talks was told to exit
   Clock::time_point last_heartbeat_{};    // set by start_kind()
   PaceTracker pace_{1};                   // the running job's pace per node

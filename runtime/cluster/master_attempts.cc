@@ -44,9 +44,14 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   everyone.keep_steps = live;
   for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
   membership = everyone;
+  kept_by_node_.clear();  // another job's
   std::vector<JobRestart> restarts;
   std::vector<std::pair<int64_t, int>> nodes_from_step;
   Clock::time_point whole_at{};
+  // Membership changes in a row that ran no step: a node that fails as it
+  // starts, again and again, ends the job rather than cycling for ever.
+  int idle_changes = 0;
+  const int max_idle_changes = world_ + max_restarts;
   for (int attempt = 0;;) {
     first_step = Clock::time_point{};
     {
@@ -69,7 +74,12 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     JobRestart restart;
     restart.error = result.status.message();
     restart.failed_at_step = result.start_step + static_cast<int64_t>(result.loss_curve.size());
-    if (live) {
+    const bool progressed = (result.regrouped ? result.steps : restart.failed_at_step) > result.start_step;
+    idle_changes = progressed ? 0 : idle_changes + 1;
+    if (live && idle_changes > max_idle_changes)
+      say(fmt::format("{} changes of nodes in a row ran no step: not going on from memory again",
+                      idle_changes));
+    if (live && idle_changes <= max_idle_changes) {
       // A node that comes back from now on is taken back by the next attempt.
       regroup_ = false;
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
@@ -102,8 +112,10 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         board_.job_restarted(queued.id);
         continue;
       }
-      say(fmt::format("cannot go on {}: {}", result.regrouped ? "with the node that came back" : "without the lost node",
-                      next.status().message()));
+      if (next.status().code() != Code::kNotFound)
+        say(fmt::format("cannot go on {}: {}",
+                        result.regrouped ? "with the node that came back" : "without the lost node",
+                        next.status().message()));
       if (result.regrouped) {  // the nodes that ran hold their state still: a restart from disk would lose it
         result.status = next.status();
         result.restarts = std::move(restarts);
@@ -155,8 +167,11 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
     any_lost = !phase_.lost_ranks.empty();
     for (int r = 0; r < world_; ++r)
       if (!lost_[r]) next.members.push_back(r);
+    // What a restarted agent's predecessor kept died with it.
+    for (auto it = kept_by_node_.begin(); it != kept_by_node_.end();)
+      it = it->second.incarnation == incarnation_[it->first] ? std::next(it) : kept_by_node_.erase(it);
   }
-  if (step < 0 && !any_lost) return Status(Code::kFailedPrecondition, "no node was lost (the failure was elsewhere)");
+  if (step < 0 && !any_lost) return Status(Code::kNotFound, "no node was lost (the failure was elsewhere)");
   if (static_cast<int>(next.members.size()) < min_nodes)
     return Status(Code::kFailedPrecondition,
                   fmt::format("{} node(s) remain, fewer than --min-nodes {}", next.members.size(), min_nodes));

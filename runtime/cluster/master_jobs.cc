@@ -190,7 +190,7 @@ bool Master::wait_phase_until(Clock::time_point deadline) {
 
 StatusOr<std::string> Master::part_with_memory(ctl::PlanPart part) {
   std::map<std::string, std::vector<float>> values, states;
-  if (Status taken = kept_.values_at(part.kept_step, &values, &states); !taken.ok())
+  if (Status taken = kept_.values_at(part.job_id, part.kept_step, &values, &states); !taken.ok())
     return taken.with_context(fmt::format("taking back a node at step {}", part.kept_step));
   for (auto& [name, v] : values) part.initial_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
   for (auto& [name, v] : states) part.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
@@ -211,7 +211,10 @@ bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
   if (static_cast<int>(phase_.dones.size()) == parts) return true;
   if (phase_.lost.empty()) return false;
   if (!keeping) return true;  // the lost node is the cause; nobody waits for the others
-  // A member is lost: the others, told to abort, say what they kept.
+  // A member is lost: the others, told to abort (again: the master's own
+  // run may have ended well before the loss), say what they kept.
+  for (int r : phase_.members)
+    if (r != 0 && !phase_.dones.count(r)) post_to_node(r, ctl::Abort{phase_.job_id, phase_.phase, phase_.lost});
   const auto survivors_deadline = now() + seconds_of(kSurvivorsReportSeconds);
   for (;;) {
     bool reported = true;
@@ -318,13 +321,15 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // Until the phase has run, each node holds the step it starts from (its
   // memory is replaced only as the run steps past it); a node that starts
   // from anything else (a checkpoint, the start) is not known to hold one.
-  if (keeping)
+  if (keeping) {
+    MutexLock lock(phase_mu_);
     for (int r = 0; r < world_; ++r) {
       const bool holder = membership.member(r) && std::find(membership.newcomers.begin(), membership.newcomers.end(),
                                                             r) == membership.newcomers.end();
-      if (kept_step >= 0 && holder) kept_by_node_[r] = KeptSteps{kept_step, kept_step, true};
+      if (kept_step >= 0 && holder) kept_by_node_[r] = KeptSteps{kept_step, kept_step, true, incarnation_[r]};
       else kept_by_node_.erase(r);
     }
+  }
   int nodes = 0;
   Status placed = place_run(job_id, membership.members, keeping, kept_step, run_options.start_step,
                             membership.variables, local, &nodes);
@@ -388,11 +393,13 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     // that said nothing holds nothing known.
     ctl::Done own;
     tell_kept(own);
-    kept_by_node_[0] = KeptSteps{own.kept_first, own.kept_last, own.kept_whole};
+    kept_by_node_[0] = KeptSteps{own.kept_first, own.kept_last, own.kept_whole, 0};
     for (int r : others) {
       auto done = phase_.dones.find(r);
       if (done == phase_.dones.end()) kept_by_node_.erase(r);
-      else kept_by_node_[r] = KeptSteps{done->second.kept_first, done->second.kept_last, done->second.kept_whole};
+      else
+        kept_by_node_[r] =
+            KeptSteps{done->second.kept_first, done->second.kept_last, done->second.kept_whole, incarnation_[r]};
     }
   }
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));

@@ -50,8 +50,8 @@ void Master::master_on(const From& from, ctl::Submit& m) {
   auto job = graph::parse_job_json(m.job_text, m.file_name.empty() ? "submitted job" : m.file_name, m.overrides);
   Status allowed = job.ok() ? check_job_paths(*job, m.resume, roots_, node_name(options_.machines, 0)) : job.status();
   if (allowed.ok() && (m.min_nodes < 0 || m.min_nodes > world_))
-    allowed = invalid_argument("--min-nodes {}: the cluster has {} node(s); give 1 to {} (0: every node)", m.min_nodes,
-                               world_, world_);
+    allowed = invalid_argument("--min-nodes {}: the cluster has {} node(s); give 1 to {}", m.min_nodes, world_,
+                               world_);
   if (!allowed.ok()) {
     send_router(from.identity, ctl::encode(ctl::SubmitReply{0, allowed.message(), 0}));
     return;

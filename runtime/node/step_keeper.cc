@@ -13,7 +13,12 @@ int StepKeeper::declare(const std::string& name, const Shape& logical, const std
   for (size_t i = 0; i < pieces_.size(); ++i) {
     Piece& p = pieces_[i];
     if (p.name != name || p.offset != offset) continue;
-    if (p.run == run_ || p.shape != shape || p.logical != logical) return -1;
+    if (p.run == run_) return -1;
+    if (p.shape != shape || p.logical != logical || p.state_names != state_names || p.trained != trained) {
+      // Not the piece it was (another layout): what it held is not this one's.
+      p = Piece{name, logical, shape, offset, state_names, trained, run_, {}};
+      return static_cast<int>(i);
+    }
     p.run = run_;
     return static_cast<int>(i);
   }
@@ -82,9 +87,12 @@ const StepKeeper::Version* StepKeeper::version_at(const Piece& piece, int64_t st
   return nullptr;
 }
 
-Status StepKeeper::values_at(int64_t steps_done, std::map<std::string, std::vector<float>>* values,
+Status StepKeeper::values_at(int64_t job, int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                              std::map<std::string, std::vector<float>>* state) const {
   MutexLock lock(mu_);
+  if (job != job_)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("this node's memory holds job {}'s variables, not job {}'s", job_, job));
   for (const auto& [name, missing] : uncovered())
     if (missing != 0)
       return Status(Code::kFailedPrecondition, fmt::format("this node holds only part of variable '{}'", name));

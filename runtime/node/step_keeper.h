@@ -57,10 +57,11 @@ class StepKeeper {
   // replica of the model: data parallelism), so this node alone can start a
   // run from them; a variable this node holds no piece of is not whole.
   bool whole() const;
-  // Every variable and optimizer state tensor ("w/momentum") as it stood
-  // after `steps_done` steps, whole; an error when a piece does not hold
-  // that step or the pieces are not whole.
-  Status values_at(int64_t steps_done, std::map<std::string, std::vector<float>>* values,
+  // Every variable and optimizer state tensor ("w/momentum") of job `job`
+  // as it stood after `steps_done` steps, whole; an error when the pieces
+  // are another job's, a piece does not hold that step, or they are not
+  // whole.
+  Status values_at(int64_t job, int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                    std::map<std::string, std::vector<float>>* state) const;
 
  private:

@@ -28,24 +28,27 @@ TEST_CASE("a group's handler sees the sender's group rank and drops outsiders") 
     CHECK(group2.rank() == 1);
     CHECK(group0.group_rank(2) == 1);
     CHECK(group0.group_rank(1) == -1);
-    constexpr uint64_t kTag = 41;
-    std::atomic<int> from_group{0}, seen_from{-1}, from_outside{0};
-    group0.accept_tags(kTag, kTag + 1);
+    constexpr uint64_t kTag = 41, kMark = 42;
+    std::atomic<int> from_group{0}, seen_from{-1}, from_outside{0}, marks{0};
+    group0.accept_tags(kTag, kMark + 1);
+    // Rank 1's mark, on the transport underneath, follows its message to
+    // the group: once it is in, the group's handler has seen that message.
+    transports[0]->set_handler(kMark, [&](int, const MessageView&) { ++marks; });
     group0.set_handler(kTag, [&](int from, const MessageView& message) {
       seen_from = from;
       (message.size() == 3 ? from_group : from_outside)++;
     });
     const std::byte inside[3] = {}, outside[5] = {};
-    // The outsider first: the transport delivers one peer's messages in
-    // order, not across peers, so the group's message is waited for after.
+    // A transport delivers one peer's messages in order (not across peers).
     REQUIRE(transports[1]->send(0, kTag, outside).ok());
+    REQUIRE(transports[1]->send(0, kMark, outside).ok());
     REQUIRE(group2.send(0, kTag, inside).ok());
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (from_group.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    while ((from_group.load() == 0 || marks.load() == 0) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    // Give the outsider's message the time it would need to arrive too.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     group0.set_handler(kTag, nullptr);
+    transports[0]->set_handler(kMark, nullptr);
+    CHECK(marks.load() == 1);
     CHECK(from_group.load() == 1);
     CHECK(seen_from.load() == 1);  // rank 2 of the machine list is rank 1 of the group
     CHECK(from_outside.load() == 0);

@@ -45,20 +45,21 @@ TEST_CASE("step keeper: the steps every piece holds, whole variables, values at 
   keep(b, 6, 120.0f);
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 6));
   std::map<std::string, std::vector<float>> values, state;
-  REQUIRE(keeper.values_at(5, &values, &state).ok());
+  REQUIRE(keeper.values_at(1, 5, &values, &state).ok());
   CHECK(values["w"] == std::vector<float>{0, 1, 10, 11});
   CHECK(state["w/momentum"] == std::vector<float>{0, -1, -10, -11});
   CHECK(values["b"] == std::vector<float>{20, 21});
   values.clear(), state.clear();
-  REQUIRE(keeper.values_at(6, &values, &state).ok());
+  REQUIRE(keeper.values_at(1, 6, &values, &state).ok());
   CHECK(values["w"] == std::vector<float>{100, 101, 110, 111});
   // Step 7 on one piece overwrites its step 5: only 6 is common, and 5 is gone.
   keep(b, 7, 130.0f);
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(6, 6));
-  CHECK(keeper.values_at(5, &values, &state).code() == Code::kFailedPrecondition);
+  CHECK(keeper.values_at(1, 5, &values, &state).code() == Code::kFailedPrecondition);
   // A piece two steps ahead of another: no step is common.
   keep(b, 8, 140.0f);
   CHECK_FALSE(keeper.steps());
+  CHECK(keeper.values_at(2, 6, &values, &state).code() == Code::kFailedPrecondition);  // another job's memory
   keeper.begin_run(2, {"w", "b"}, 0);  // another job: nothing kept
   CHECK_FALSE(keeper.whole());
 }
@@ -75,13 +76,15 @@ TEST_CASE("step keeper: a later run of the job keeps on in the same pieces, losi
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(5, 6));  // nothing run yet: nothing lost
   CHECK(keeper.declare("w", {1}, {0}, {1}, {}) == w);
   CHECK(keeper.declare("w", {1}, {0}, {1}, {}) == -1);  // a replica within this run
+  keeper.begin_run(1, {"w"}, 6);
+  CHECK(keeper.declare("w", {1}, {0}, {1}, {}) == w);
   for (int64_t done : {6, 7}) {
     const std::vector<float> v = {static_cast<float>(done) + 0.5f};
     keeper.keep(w, done, v, {});
   }
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(6, 7));
   std::map<std::string, std::vector<float>> values, state;
-  REQUIRE(keeper.values_at(6, &values, &state).ok());
+  REQUIRE(keeper.values_at(1, 6, &values, &state).ok());
   CHECK(values["w"] == std::vector<float>{6.5f});
   // An attempt from step 3 (a checkpoint): the steps after it are of an
   // attempt given up, and kept no more; neither after a jump.
@@ -92,6 +95,10 @@ TEST_CASE("step keeper: a later run of the job keeps on in the same pieces, losi
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(3, 3));
   keeper.keep(w, 9, three, {});
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(9, 9));
+  // The same piece of another shape (another layout): nothing it held counts.
+  keeper.begin_run(1, {"w"}, 9);
+  CHECK(keeper.declare("w", {1}, {0}, {1}, {"momentum"}) == w);
+  CHECK_FALSE(keeper.steps());
 }
 
 TEST_CASE("step keeper: a variable that is not trained holds at every step") {
@@ -108,7 +115,7 @@ TEST_CASE("step keeper: a variable that is not trained holds at every step") {
   REQUIRE(keeper.steps());
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(2, 3));
   std::map<std::string, std::vector<float>> values, state;
-  REQUIRE(keeper.values_at(3, &values, &state).ok());
+  REQUIRE(keeper.values_at(1, 3, &values, &state).ok());
   CHECK(values["table"] == t);
   CHECK(values["w"] == std::vector<float>{3});
 }
@@ -119,7 +126,7 @@ TEST_CASE("step keeper: a piece missing makes the node's variables not whole") {
   keeper.declare("w", {4}, {0}, {2}, {});
   CHECK_FALSE(keeper.whole());
   std::map<std::string, std::vector<float>> values, state;
-  CHECK(keeper.values_at(0, &values, &state).code() == Code::kFailedPrecondition);
+  CHECK(keeper.values_at(1, 0, &values, &state).code() == Code::kFailedPrecondition);
 }
 
 std::vector<std::string> names(const graph::Job& job) {
@@ -193,13 +200,13 @@ TEST_CASE("step keeper: every data-parallel node holds the model whole at its la
     CHECK(k.whole());
   }
   std::map<std::string, std::vector<float>> at6, state6, at5, state5;
-  REQUIRE(keepers[1].values_at(6, &at6, &state6).ok());
+  REQUIRE(keepers[1].values_at(1, 6, &at6, &state6).ok());
   for (const auto& variable : reports[0].variables)
     CHECK_MESSAGE(at6[variable.first] == variable.second.values, variable.first);
   CHECK(state6.count("w1/momentum") == 1);
   // Step 6 again from node 1's memory at step 5, on 2 nodes: the same bits
   // (the same plan, the same order of sums, the state it stood in).
-  REQUIRE(keepers[1].values_at(5, &at5, &state5).ok());
+  REQUIRE(keepers[1].values_at(1, 5, &at5, &state5).ok());
   std::vector<StepKeeper> again(2);
   std::vector<RunReport> rerun = run_nodes(job, 2, 6, again, 5, at5, state5);
   for (const auto& variable : reports[0].variables)
