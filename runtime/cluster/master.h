@@ -1,7 +1,8 @@
 // The master: the agent of node 0. It forms the cluster (every listed node
 // joins, version, schema and devices checked, by the deadline), watches the
 // nodes' liveness, takes jobs from clients (queued, one runs at a time),
-// runs each job's phases on every node (runtime/cluster/master_jobs.cc),
+// runs each job's phases on every node (runtime/cluster/master_jobs.cc)
+// and its attempts: restarts and live membership (master_attempts.cc),
 // answers status and serves /metrics and the page (master_watch.cc), and
 // handles every control message a node or a client sends
 // (master_messages.cc). Its loop thread handles messages; a job thread runs
