@@ -63,6 +63,22 @@ struct Lines {
   }
 };
 
+// A folder of this test's own, empty.
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = rill::testing::temp_dir("rill-membership-") / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `steps` steps of a job, a progress line each, checkpointed at its end only.
+rill::SubmitOptions options_for(const std::filesystem::path& checkpoints, int64_t steps) {
+  rill::SubmitOptions options;
+  options.steps = steps;
+  options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
+  return options;
+}
+
 }  // namespace
 
 // Why bit for bit: the survivors start step E from the variables and
@@ -73,9 +89,7 @@ struct Lines {
 // same batches (each step's batch is fixed by its number).
 TEST_CASE("a data-parallel job that loses a node goes on from the others' memory, to the model of a run on 3 "
           "nodes up to that step and 2 after") {
-  const auto dir = rill::testing::temp_dir("rill-membership-") / "shrink";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = fresh_dir("shrink");
   const std::string machines = "127.0.0.1:19884,127.0.0.2:19884,127.0.0.3:19884";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
   Agent master(args + "0", (dir / "a0.log").string());
@@ -85,12 +99,6 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   REQUIRE(client.ok());
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 120;
-  const auto options_for = [&](const std::filesystem::path& checkpoints, int64_t steps) {
-    rill::SubmitOptions options;
-    options.steps = steps;
-    options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
-    return options;
-  };
 
   // Node 2 dies once step 30 is done.
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
@@ -169,9 +177,7 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
 }
 
 TEST_CASE("a job whose variables are split across nodes cannot go on without a lost node, and says why") {
-  const auto dir = rill::testing::temp_dir("rill-membership-") / "split";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = fresh_dir("split");
   const std::string machines = "127.0.0.1:19892,127.0.0.2:19892";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
   Agent master(args + "0", (dir / "p0.log").string());
@@ -209,9 +215,7 @@ TEST_CASE("a job whose variables are split across nodes cannot go on without a l
 // checkpoints; bit for bit as above (each stretch a plan of that many
 // nodes from the same state).
 TEST_CASE("a lost node that comes back joins at a step boundary from node 0's memory: 3 -> 2 -> 3 nodes") {
-  const auto dir = rill::testing::temp_dir("rill-membership-") / "grow";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = fresh_dir("grow");
   const std::string machines = "127.0.0.1:19860,127.0.0.2:19860,127.0.0.3:19860";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
   Agent master(args + "0", (dir / "c0.log").string());
@@ -221,12 +225,6 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   REQUIRE(client.ok());
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 400;
-  const auto options_for = [&](const std::filesystem::path& checkpoints, int64_t steps) {
-    rill::SubmitOptions options;
-    options.steps = steps;
-    options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
-    return options;
-  };
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
   Lines lines;
@@ -309,9 +307,7 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
 // on from memory each time (never from disk: it has no checkpoints) and
 // ends where the seeds' does, w = [2, 3].
 TEST_CASE("the linear regression goes on through a kill every 1.5 s, to w = [2, 3]") {
-  const auto dir = rill::testing::temp_dir("rill-membership-") / "regression";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = fresh_dir("regression");
   std::atomic<bool> ended{false};
   std::atomic<int> kills{0};
   std::thread killer([&] {

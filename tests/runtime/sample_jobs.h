@@ -5,9 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
@@ -33,6 +36,24 @@ inline graph::Job load_sample(const std::string& relative) {
                  "datasets.test.labels=" + d + "/t10k-labels-idx1-ubyte.gz"};
   }
   auto job = graph::load_job_file(source_path(relative), overrides);
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  return *job;
+}
+
+// An MLP sample (samples/mlp/...) on 4096 synthetic Fashion-MNIST-shaped
+// samples instead of the files, without its eval pass: it starts at once.
+inline graph::Job synthetic_mlp(const std::string& relative) {
+  std::ifstream in(source_path(relative));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["datasets"] = nlohmann::json::array({{{"name", "train"},
+                                          {"kind", "synthetic"},
+                                          {"num_samples", 4096},
+                                          {"num_classes", 10},
+                                          {"feature_shape", {784}},
+                                          {"seed", 7}}});
+  j["inputs"][0]["field"] = "features";
+  j.erase("eval");
+  auto job = graph::parse_job_json(j.dump(), relative + " (synthetic)");
   REQUIRE_MESSAGE(job.ok(), job.status().to_string());
   return *job;
 }

@@ -2,10 +2,7 @@
 // memory, from which a job that lost a node goes on.
 #include <doctest/doctest.h>
 
-#include <fstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/transport.h"
 #include "compiler/compiler.h"
@@ -17,7 +14,7 @@
 namespace rill {
 namespace {
 
-using testing::source_path;
+using testing::synthetic_mlp;
 
 TEST_CASE("step keeper: the steps every piece holds, whole variables, values at a step") {
   StepKeeper keeper;
@@ -133,22 +130,6 @@ std::vector<std::string> names(const graph::Job& job) {
   std::vector<std::string> out;
   for (const graph::Variable& v : job.variables) out.push_back(v.name);
   return out;
-}
-
-graph::Job synthetic_mlp(const std::string& sample) {
-  std::ifstream in(source_path(sample));
-  nlohmann::json j = nlohmann::json::parse(in);
-  j["datasets"] = nlohmann::json::array({{{"name", "train"},
-                                          {"kind", "synthetic"},
-                                          {"num_samples", 4096},
-                                          {"num_classes", 10},
-                                          {"feature_shape", {784}},
-                                          {"seed", 7}}});
-  j["inputs"][0]["field"] = "features";
-  j.erase("eval");
-  auto job = graph::parse_job_json(j.dump(), sample);
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
 }
 
 // Runs `job` on `nodes` in-process nodes of one cpu each for `steps`, from

@@ -4,12 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "actor/run_end.h"
 #include "comm/transport.h"
@@ -23,25 +20,6 @@ namespace rill {
 namespace {
 
 using testing::load_sample;
-using testing::source_path;
-
-// The pipeline sample (2 stages, one per node, 4 micro-batches) on synthetic
-// data, so that it starts at once.
-graph::Job synthetic_pipeline() {
-  std::ifstream in(source_path("samples/mlp/mlp_pipeline.json"));
-  nlohmann::json j = nlohmann::json::parse(in);
-  j["datasets"] = nlohmann::json::array({{{"name", "train"},
-                                          {"kind", "synthetic"},
-                                          {"num_samples", 4096},
-                                          {"num_classes", 10},
-                                          {"feature_shape", {784}},
-                                          {"seed", 7}}});
-  j["inputs"][0]["field"] = "features";
-  j.erase("eval");
-  auto job = graph::parse_job_json(j.dump(), "mlp_pipeline (synthetic)");
-  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
-  return *job;
-}
 
 std::string compiled(const graph::Job& job, const std::string& devices, int nodes, int64_t steps) {
   auto cluster = compiler::parse_devices(devices, nodes);
@@ -153,7 +131,8 @@ TEST_CASE("a run stopped across 2 nodes ends at the same step on both, as one pl
 }
 
 TEST_CASE("two pipeline stages with 4 micro-batches stop at one step on both nodes") {
-  check_stop(synthetic_pipeline(), "cpu:1", 2, 200, 9);
+  // The pipeline sample: 2 stages, one per node, 4 micro-batches.
+  check_stop(testing::synthetic_mlp("samples/mlp/mlp_pipeline.json"), "cpu:1", 2, 200, 9);
 }
 
 TEST_CASE("RunOptions::stop ends a node running alone after the steps it began") {
