@@ -186,6 +186,7 @@ class VariableBody {
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
   SnapshotFn keep_;
+  std::vector<std::span<const float>> told_state_;  // tell()'s views of the state in host memory
   int64_t every_ = 0;
   const RunEnd* end_ = nullptr;
 };

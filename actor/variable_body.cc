@@ -126,11 +126,18 @@ Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
 }
 
 Status VariableBody::tell(const SnapshotFn& fn, const TensorView& model, int64_t steps_done) {
-  RILL_ASSIGN_OR_RETURN(std::vector<std::span<const float>> state, state());
   if (!cuda_) {
-    fn(steps_done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), state);
+    // Views of the state in place, in a vector kept across steps: a live
+    // job tells every step, and an act allocates nothing.
+    told_state_.clear();
+    for (const TensorView& v : state_views_) {
+      if (v.data == nullptr) return internal_error("optimizer state read before it was placed");
+      told_state_.emplace_back(v.f32(), static_cast<size_t>(v.size()));
+    }
+    fn(steps_done, std::span<const float>(model.f32(), static_cast<size_t>(model.size())), told_state_);
     return {};
   }
+  RILL_ASSIGN_OR_RETURN(std::vector<std::span<const float>> state, state());
   RILL_RETURN_IF_ERROR(read_model(model, &model_host_));
   fn(steps_done, model_host_, state);
   // The host copies live for a checkpoint only; kept every step, they stay.
