@@ -11,6 +11,7 @@
 
 #include "compiler/autograd.h"
 #include "compiler/boxing.h"
+#include "compiler/checkpoint_writers.h"
 #include "compiler/fusion.h"
 #include "compiler/gradient_norm.h"
 #include "compiler/optimizer.h"
@@ -132,16 +133,17 @@ StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job
   auto g = deduced_graph(job, cluster, Mode::kTrain);
   if (!g.ok()) return g.status().with_context(fmt::format("compiling job '{}'", job.name));
   std::vector<VariablePieceOrigin> out;
+  CheckpointWriters writers;  // as the plans choose them (physical.cc)
   for (const VariableNode& v : g->variables) {
     const graph::Placement& p = g->placement(v.placement);
-    std::set<std::vector<int64_t>> origins;
-    for (int rank = 0; rank < p.parallel(); ++rank)
-      origins.insert(piece_region(v.variable.shape, v.sbp, p.num_nodes(), p.per_node(), rank).origin);
+    const std::vector<bool> writes = writers.writers(v, p);
     // A pserver's block is a piece of the variable it was cut from.
     const auto& block = v.variable.block_of;
-    for (std::vector<int64_t> origin : origins) {
+    for (int rank = 0; rank < p.parallel(); ++rank) {
+      if (!writes[static_cast<size_t>(rank)]) continue;
+      std::vector<int64_t> origin = piece_region(v.variable.shape, v.sbp, p.num_nodes(), p.per_node(), rank).origin;
       if (block && !origin.empty()) origin[0] += block->row_offset;
-      out.push_back({block ? block->whole : v.variable.name, origin});
+      out.push_back({block ? block->whole : v.variable.name, origin, p.node_of(rank)});
     }
   }
   return out;

@@ -75,11 +75,13 @@ struct CompileOptions {
 // the whole plan, or one node's (options.node).
 StatusOr<std::string> compile(const graph::Job& job, const Cluster& cluster, const CompileOptions& options);
 
-// The distinct pieces of the job's trained variables over the cluster
-// (replicas once): what a checkpoint gathers from every node.
+// The distinct pieces of the job's variables over the cluster (replicas
+// once): what a checkpoint holds, and which node writes each into its file
+// (compiler/checkpoint_writers.h).
 struct VariablePieceOrigin {
   std::string name;
   std::vector<int64_t> offset;  // of the piece in the logical variable
+  int writer = 0;               // the node that writes it
 };
 StatusOr<std::vector<VariablePieceOrigin>> variable_pieces(const graph::Job& job, const Cluster& cluster);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/collective_scratch.h"
+#include "compiler/checkpoint_writers.h"
 #include "compiler/logical_graph.h"
 #include "compiler/numbering.h"
 #include "compiler/physical.h"
@@ -257,6 +258,7 @@ class Expander {
   // References (handle() says what they are) by rank.
   std::map<std::string, std::vector<int64_t>> pieces_;  // tensor -> its pieces
   std::vector<std::vector<int64_t>> boxed_;             // boxing node -> its output pieces
+  CheckpointWriters checkpoint_writers_;                 // which rank writes each variable piece
   Numbering num_{out_};
   std::vector<std::vector<int>> variable_tasks_;
   // An async pserver's block: its model regst per lane (trainer rank).

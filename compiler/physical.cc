@@ -169,6 +169,7 @@ void Expander::add_variables() {
     const bool everywhere = moved(v.grad_boxing) || moved(v.gate_boxing);
     const int lanes = variable_lanes(v);
     std::vector<int64_t> lane_regsts;  // lanes > 1: lane 0's model regst, then the others
+    const std::vector<bool> writes = checkpoint_writers_.writers(v, p);
     for (int rank = 0; rank < p.parallel(); ++rank) {
       const Thread thread = thread_of(p, p.node_of(rank), p.device_of(rank), var.block_of ? Rpc::kGet : Rpc::kNone);
       const Numbering::Task t = add_task(p.node_of(rank), thread, everywhere, [&] {
@@ -190,6 +191,7 @@ void Expander::add_variables() {
         const int first = (v.sbp.across.kind == Sbp::kSplit ? rank / p.per_node() : 0) * p.per_node() +
                           (v.sbp.within.kind == Sbp::kSplit ? rank % p.per_node() : 0);
         variable.replica = first != rank && piece(var.shape, v.sbp, p, first).origin == variable.offset;
+        variable.checkpoint_writer = writes[static_cast<size_t>(rank)];
         variable.block_of = var.block_of;
         variable.lanes = lanes;
         variable.dc_asgd_lambda = lanes > 1 ? g_.dc_asgd_lambda : 0;

@@ -98,7 +98,8 @@ struct ConfWriter {
     return {.variable = plan::CreateVariableConf(b, b.CreateString(v.init_op), write_attrs(b, v.init_attrs),
                                                  b.CreateString(v.update_op), write_attrs(b, v.update_attrs),
                                                  v.num_state, b.CreateVector(v.offset), whole, whole_shape,
-                                                 whole_offset, v.lanes, v.dc_asgd_lambda, v.replica)};
+                                                 whole_offset, v.lanes, v.dc_asgd_lambda, v.replica,
+                                                 v.checkpoint_writer)};
   }
   TaskConfs operator()(const SinkInfo& s) const {
     std::vector<uint8_t> partial(s.partial.begin(), s.partial.end());

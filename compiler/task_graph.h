@@ -82,6 +82,7 @@ struct VariableInfo {
   int lanes = 1;                           // async pservers: a gradient and a model per trainer rank
   float dc_asgd_lambda = 0;
   bool replica = false;  // a lower rank holds the same piece (VariableConf.replica)
+  bool checkpoint_writer = false;  // this rank writes the piece into checkpoints (VariableConf.checkpoint_writer)
 };
 
 struct SinkInfo {

@@ -1,24 +1,26 @@
 #include "runtime/checkpoint/checkpoint_collector.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "compiler/compiler.h"
-#include "runtime/node/plan_reader.h"
-
 namespace rill {
+namespace {
 
-CheckpointCollector::CheckpointCollector(const graph::Job& job,
-                                         const std::vector<compiler::VariablePieceOrigin>& pieces, Writer writer)
-    : config_(job.checkpoint), job_name_(job.name), optimizer_(job.optimizer.type), writer_(std::move(writer)) {
-  for (const compiler::VariablePieceOrigin& piece : pieces) expected_.insert({piece.name, piece.offset});
-  for (const graph::Variable& v : job.variables) stored_[v.name] = is_float(v.dtype) ? config_.dtype : v.dtype;
-  if (!writer_)
-    writer_ = [dir = config_.dir, keep = static_cast<int>(config_.keep)](const Checkpoint& checkpoint) {
-      return write_checkpoint(dir, checkpoint, keep);
-    };
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+CheckpointCollector::CheckpointCollector(const graph::Job& job, std::vector<SnapshotPiece> pieces, Writer writer,
+                                         Report report)
+    : writer_(std::move(writer)), report_(std::move(report)) {
+  for (SnapshotPiece& piece : pieces) expected_.insert({std::move(piece.name), std::move(piece.offset)});
+  for (const graph::Variable& v : job.variables)
+    stored_[v.name] = is_float(v.dtype) ? job.checkpoint.dtype : v.dtype;
   thread_ = std::thread([this] { write_loop(); });
 }
 
@@ -31,17 +33,17 @@ CheckpointCollector::~CheckpointCollector() {
   thread_.join();
 }
 
-void CheckpointCollector::add(int64_t steps_done, VariablePiece piece, bool may_wait) {
+void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
+  const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
-  while (may_wait && complete_.size() >= kMaxWaiting && !stopping_) cv_.wait(mu_);
-  // A replicated piece comes from every node that holds it; the first copy
-  // of each completes the step, later ones are the same values.
+  while (complete_.size() >= kMaxWaiting && !stopping_) cv_.wait(mu_);
   if (handed_over_.count(steps_done) != 0) return;
-  Pieces& pieces = pending_[steps_done];
+  Step& step = pending_[steps_done];
+  step.block_seconds += piece.copy_seconds + seconds_since(start);
   PieceKey key{piece.name, piece.offset};
-  pieces[key] = std::move(piece);
-  if (pieces.size() < expected_.size()) return;
-  complete_.emplace(steps_done, std::move(pieces));
+  step.pieces[key] = std::move(piece);
+  if (step.pieces.size() < expected_.size()) return;
+  complete_.emplace(steps_done, std::move(step));
   pending_.erase(steps_done);
   handed_over_.insert(steps_done);
   cv_.notify_all();
@@ -53,54 +55,55 @@ void CheckpointCollector::write_loop() {
     while (complete_.empty() && !stopping_) cv_.wait(mu_);
     if (complete_.empty()) return;  // stopping, with nothing left to write
     auto node = complete_.extract(complete_.begin());
-    const int64_t steps_done = node.key();
-    Pieces pieces = std::move(node.mapped());
+    NodeCheckpoint done{node.key(), {}, {}, node.mapped().block_seconds, 0};
+    Step step = std::move(node.mapped());
     writing_ = true;
     cv_.notify_all();  // room for one more waiting step
-    mu_.unlock();  // the disk is written without the lock
-    Status written = writer_(assemble(steps_done, pieces));
+    mu_.unlock();      // the disk is written without the lock
+    const auto start = std::chrono::steady_clock::now();
+    auto written = writer_(done.step, tensors(step));
+    done.write_seconds = seconds_since(start);
+    if (written.ok()) done.file = std::move(*written);
+    else done.status = written.status();
+    const Status status = done.status;
+    if (report_) report_(std::move(done));
     mu_.lock();
     writing_ = false;
-    if (written.ok()) ++written_;
-    else if (status_.ok()) status_ = written;
+    if (status.ok()) ++written_;
+    else if (status_.ok()) status_ = status;
     cv_.notify_all();
   }
 }
 
-Checkpoint CheckpointCollector::assemble(int64_t steps_done, Pieces& pieces) const {
-  // Assemble each logical tensor (and each optimizer state) from its pieces.
-  std::map<std::string, CheckpointTensor> tensors;
-  auto place = [&](const std::string& name, const VariablePiece& piece, std::vector<float>& values) {
-    CheckpointTensor& t = tensors[name];
-    t.name = name;
-    place_piece(piece.logical_shape, piece.offset, piece.shape, values, &t.shape, &t.values);
-  };
-  for (auto& [key, piece] : pieces) {
-    place(piece.name, piece, piece.values);
+// Each piece as the tensors a checkpoint stores: the variable's block in its
+// stored dtype, then each optimizer state's (f32).
+std::vector<TensorPiece> CheckpointCollector::tensors(Step& step) const {
+  std::vector<TensorPiece> out;
+  for (auto& [key, piece] : step.pieces) {
+    auto stored = stored_.find(piece.name);
     // Optimizer state and the compiler's variables (loss scaling's) stay f32.
-    if (auto it = stored_.find(piece.name); it != stored_.end()) tensors[piece.name].dtype = it->second;
-    for (auto& [state_name, values] : piece.state) place(piece.name + "/" + state_name, piece, values);
+    out.push_back(TensorPiece{piece.name, piece.logical_shape, piece.offset, piece.shape,
+                              stored != stored_.end() ? stored->second : DType::kF32, std::move(piece.values)});
+    for (auto& [state_name, values] : piece.state)
+      out.push_back(TensorPiece{piece.name + "/" + state_name, piece.logical_shape, piece.offset, piece.shape,
+                                DType::kF32, std::move(values)});
   }
-  Checkpoint checkpoint;
-  checkpoint.step = steps_done;
-  checkpoint.job = job_name_;
-  checkpoint.metadata["optimizer"] = optimizer_;
-  for (auto& [name, tensor] : tensors) checkpoint.tensors.push_back(std::move(tensor));
-  return checkpoint;
+  return out;
 }
 
 Status CheckpointCollector::finish() {
   MutexLock lock(mu_);
   while (!complete_.empty() || writing_) cv_.wait(mu_);
-  // Every node sends its snapshots before it reports the end of the run: a
-  // step still missing pieces now lost them on the way.
+  // The node's variables hand over their pieces before its run ends: a step
+  // still missing pieces now lost them.
   if (status_.ok() && !pending_.empty()) {
     const auto& [step, pieces] = *pending_.begin();
     std::vector<std::string> missing;
     for (const PieceKey& key : expected_)
-      if (pieces.count(key) == 0) missing.push_back(fmt::format("{} at [{}]", key.first, fmt::join(key.second, ", ")));
-    status_ = data_loss("the checkpoint after step {} was not written: {} of its {} pieces never arrived ({}{})", step,
-                        missing.size(), expected_.size(),
+      if (pieces.pieces.count(key) == 0)
+        missing.push_back(fmt::format("{} at [{}]", key.first, fmt::join(key.second, ", ")));
+    status_ = data_loss("the checkpoint after step {} was not written: {} of this node's {} pieces never arrived ({}{})",
+                        step, missing.size(), expected_.size(),
                         fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 4), "; "),
                         missing.size() > 4 ? "; ..." : "");
   }

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <flatbuffers/flatbuffers.h>
@@ -83,8 +84,17 @@ struct Encoder {
                                m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step)
                 .Union()};
   }
-  std::pair<fb::Message, Offset<void>> operator()(const Snapshot& m) {
-    return {fb::Message::Snapshot, fb::CreateSnapshot(b, m.job_id, m.steps_done, tensors(b, m.tensors)).Union()};
+  std::pair<fb::Message, Offset<void>> operator()(const CheckpointWritten& m) {
+    std::vector<Offset<fb::CheckpointPiece>> pieces;
+    for (const CheckpointPiece& p : m.pieces)
+      pieces.push_back(fb::CreateCheckpointPiece(b, b.CreateString(p.tensor), b.CreateVector(p.shape),
+                                                 b.CreateVector(p.offset), b.CreateVector(p.piece_shape),
+                                                 static_cast<uint8_t>(p.dtype)));
+    return {fb::Message::CheckpointWritten,
+            fb::CreateCheckpointWritten(b, m.job_id, m.phase, m.steps_done, m.node, b.CreateString(m.file), m.bytes,
+                                        b.CreateVector(pieces), b.CreateString(m.error), static_cast<uint8_t>(m.code),
+                                        m.block_seconds, m.write_seconds)
+                .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const PlanAck& m) {
     return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
@@ -232,9 +242,19 @@ StatusOr<Message> decode(std::string_view message) {
                               tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace(),
                               vec(m->members()), m->keep_steps(), m->kept_step()});
     }
-    case fb::Message::Snapshot: {
-      auto m = e->message_as_Snapshot();
-      return Message(Snapshot{m->job_id(), m->steps_done(), tensors(m->tensors())});
+    case fb::Message::CheckpointWritten: {
+      auto m = e->message_as_CheckpointWritten();
+      CheckpointWritten out{m->job_id(), m->phase(), m->steps_done(), m->node(), str(m->file()), m->bytes(), {},
+                            str(m->error()), code_of(m->code()), m->block_seconds(), m->write_seconds()};
+      if (m->pieces())
+        for (const fb::CheckpointPiece* p : *m->pieces()) {
+          // A dtype this build does not know is refused here, not guessed.
+          if (std::find(std::begin(kDTypes), std::end(kDTypes), static_cast<DType>(p->dtype())) == std::end(kDTypes))
+            return data_loss("control message: checkpoint piece of dtype {}", p->dtype());
+          out.pieces.push_back(CheckpointPiece{str(p->tensor()), vec(p->shape()), vec(p->offset()),
+                                               vec(p->piece_shape()), static_cast<DType>(p->dtype())});
+        }
+      return Message(std::move(out));
     }
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();

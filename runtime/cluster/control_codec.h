@@ -76,7 +76,23 @@ struct ActTrace {
   std::string collective;
   std::vector<int64_t> begin_ns, end_ns, done_ns;
 };
-struct Snapshot { int64_t job_id = 0; int64_t steps_done = 0; std::vector<Tensor> tensors; };
+struct CheckpointPiece {
+  std::string tensor;
+  Shape shape, offset, piece_shape;
+  DType dtype = DType::kF32;
+};
+struct CheckpointWritten {
+  int64_t job_id = 0;
+  int phase = 0;
+  int64_t steps_done = 0;
+  int node = 0;
+  std::string file;
+  int64_t bytes = 0;
+  std::vector<CheckpointPiece> pieces;
+  std::string error;
+  Code code = Code::kOk;
+  double block_seconds = 0, write_seconds = 0;
+};
 struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; Code code = Code::kOk; };
 struct Start { int64_t job_id = 0; int phase = 0; };
 struct Done {
@@ -127,7 +143,7 @@ struct Hold { int64_t job_id = 0; int phase = 0; };
 struct Held { int64_t job_id = 0; int phase = 0; int node = 0; int64_t last_begun = 0; };
 struct EndAt { int64_t job_id = 0; int phase = 0; int64_t end = 0; };
 
-using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, Snapshot, Progress, Result,
+using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, CheckpointWritten, Progress, Result,
                              StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError, Stop, Hold,
                              Held, EndAt>;
 

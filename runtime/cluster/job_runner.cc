@@ -32,7 +32,7 @@
 #include "kernels/ops/lr_schedule.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/eager/generate.h"
-#include "runtime/checkpoint/checkpoint_collector.h"
+#include "runtime/cluster/job_checkpoints.h"
 #include "runtime/cluster/job_resume.h"
 #include "runtime/cluster/progress.h"
 
@@ -209,43 +209,31 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
       return result;
     }
   }
-  std::optional<CheckpointCollector> collector;
+  std::unique_ptr<JobCheckpoints> checkpoints;
+  PhasePlan train_phase{std::move(*train_plan), devices, train_options, {}};
+  train_phase.compile.steps = result.steps;
   if (!job.checkpoint.dir.empty()) {
-    if (Status writable = check_checkpoint_dir(job.checkpoint.dir, options.checkpoint_access); !writable.ok()) {
-      result.status = writable;
+    auto made = JobCheckpoints::make(job, *cluster, train_phase.plan, options, run_options.start_step, metrics.get());
+    if (!made.ok()) {
+      result.status = made.status();
       return result;
     }
-    // A run going on from memory continues its own checkpoints.
-    if (Status claimed = options.start_from_memory >= 0
-                             ? Status()
-                             : claim_checkpoint_dir(job.checkpoint.dir, options.resume, job.checkpoint.overwrite);
-        !claimed.ok()) {
-      result.status = claimed;
-      return result;
-    }
-    auto pieces = compiler::variable_pieces(job, *cluster);
-    if (!pieces.ok()) {
-      result.status = pieces.status();
-      return result;
-    }
-    CheckpointCollector::Writer writer =
-        [dir = job.checkpoint.dir, keep = static_cast<int>(job.checkpoint.keep), access = options.checkpoint_access,
-         delay = options.checkpoint_write_delay_s](const Checkpoint& checkpoint) {
-          if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-          return write_checkpoint(dir, checkpoint, keep, access);
-        };
-    collector.emplace(job, *pieces, std::move(writer));
-    run_options.snapshot_every = job.checkpoint.every;
-    run_options.on_snapshot = [&collector](int64_t done, VariablePiece piece) { collector->add(done, std::move(piece)); };
-    run_options.on_remote_snapshot = [&collector](int64_t done, VariablePiece piece) {
-      collector->add(done, std::move(piece), /*may_wait=*/false);
-    };
+    checkpoints = std::move(*made);
+    checkpoints->attach(run_options, train_phase);
   }
+  // The checkpoints each complete step made (the meta.json written).
+  auto finish_checkpoints = [&]() -> Status {
+    if (!checkpoints) return {};
+    Status written = checkpoints->finish();  // the last checkpoints may still be on their way to disk
+    result.checkpoints = checkpoints->records();
+    result.checkpoints_written = static_cast<int64_t>(result.checkpoints.size());
+    return written;
+  };
   PlanExecutor execute = options.executor ? options.executor : [](const PhasePlan& phase, const RunOptions& run) {
     return run_plan(phase.plan, run);
   };
-  train_options.steps = result.steps;
-  RunReport train = execute(PhasePlan{std::move(*train_plan), devices, train_options}, run_options);
+  RunReport train = execute(train_phase, run_options);
+  result.control_bytes_from_nodes = train.control_bytes_from_nodes;
   progress.clear_bar();
   if (!train.status.ok()) {
     result.status = train.status;
@@ -257,7 +245,7 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
     result.steps = train.steps;
     result.regrouped = true;
     result.status = Status(Code::kUnavailable, fmt::format("ended at step {} to take back a node", train.steps));
-    if (collector) (void)collector->finish();
+    (void)finish_checkpoints();
     return result;
   }
   if (train.steps < result.steps) result.steps = train.steps;
@@ -275,13 +263,9 @@ JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
                  options.trace_file);
     }
   }
-  if (collector) {
-    Status written = collector->finish();  // the last checkpoints may still be on their way to disk
-    result.checkpoints_written = collector->written();
-    if (!written.ok()) {
-      result.status = written.with_context("checkpoint");
-      return result;
-    }
+  if (Status written = finish_checkpoints(); !written.ok()) {
+    result.status = written.with_context("checkpoint");
+    return result;
   }
   result.train_seconds = train.seconds;
   result.samples_per_sec =
@@ -416,6 +400,14 @@ std::string result_json(const JobResult& result) {
   }
   if (result.start_step > 0) j["start_step"] = result.start_step;
   if (result.checkpoints_written > 0) j["checkpoints_written"] = result.checkpoints_written;
+  if (result.control_bytes_from_nodes > 0) j["control_bytes_from_nodes"] = result.control_bytes_from_nodes;
+  if (!result.checkpoints.empty()) {
+    // Each complete one: training's longest wait on it and the slowest node's write.
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const CheckpointRecord& c : result.checkpoints)
+      list.push_back(nlohmann::ordered_json::parse(checkpoint_metrics_line(c)));
+    j["checkpoints"] = list;
+  }
   j["global_batch"] = result.global_batch;
   j["final_loss"] = std::isfinite(result.final_loss) ? nlohmann::ordered_json(result.final_loss) : nullptr;
   // Metrics of the eval pass when there is one, else the last training step's.

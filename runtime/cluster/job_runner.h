@@ -17,6 +17,7 @@
 
 #include "compiler/compiler.h"
 #include "graph/job.h"
+#include "runtime/checkpoint/checkpoint_completer.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {
@@ -29,6 +30,9 @@ struct PhasePlan {
   std::string plan;
   std::string devices;
   compiler::CompileOptions compile;
+  // Where every node's report of a checkpoint file it wrote goes (the run's
+  // completer: runtime/cluster/job_checkpoints.h); empty: no checkpoints.
+  std::function<void(int node, NodeCheckpoint written)> on_checkpoint;
 };
 
 // Runs one phase and reports (by default run_plan of the plan on this
@@ -103,6 +107,8 @@ struct JobResult {
   int64_t start_step = 0;          // > 0 when resumed
   int64_t global_batch = 0;
   int64_t checkpoints_written = 0;
+  std::vector<CheckpointRecord> checkpoints;  // each complete one: its step, bytes, time blocked and writing
+  int64_t control_bytes_from_nodes = 0;        // what the other nodes sent the master in training's control messages
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> loss_curve;                  // per step
   std::map<std::string, double> train_metrics;     // last step's

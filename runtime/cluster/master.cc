@@ -253,6 +253,7 @@ void Master::rejoin(const std::string& identity, int rank, const std::string& se
 }
 
 void Master::on_port_message(const std::string& identity, const std::string& bytes) {
+  if (node_of(identity) > 0) control_bytes_from_nodes_ += static_cast<int64_t>(bytes.size());
   auto message = ctl::decode(bytes);
   if (!message.ok()) {
     const int node = node_of(identity);

@@ -59,7 +59,7 @@ struct PhaseState {
   std::map<int, ctl::PlanAck> acks;  // node -> its ack (error "" = ok)
   std::map<int, ctl::Done> dones;
   std::string lost;                  // a lost node's description
-  std::function<void(int64_t, VariablePiece)> on_snapshot;  // the job's checkpoint collector
+  std::function<void(int, NodeCheckpoint)> on_checkpoint;  // the run's checkpoint completer (PhasePlan)
   // Stopping early at a step every node agrees on (actor/run_end.h): the
   // phase's steps, each node's last step begun (node 0's from when the
   // nodes were told to hold: empty until then), and the end sent (-1: none
@@ -105,7 +105,7 @@ class Master final : public Agent {
   void master_on(const From& from, ctl::Submit& m);
   void master_on(const From& from, ctl::PlanAck& m);
   void master_on(const From& from, ctl::Done& m);
-  void master_on(const From& from, ctl::Snapshot& m);
+  void master_on(const From& from, ctl::CheckpointWritten& m);
   void master_on(const From& from, ctl::Shutdown& m);
   void master_on(const From& from, ctl::Stop& m);
   void master_on(const From& from, ctl::Held& m);
@@ -216,6 +216,7 @@ class Master final : public Agent {
   int64_t next_job_id_ = 1;
   std::thread job_thread_;
   std::atomic<bool> job_running_{false};
+  std::atomic<int64_t> control_bytes_from_nodes_{0};  // every control message from another node, counted
   std::atomic<bool> stop_job_{false};  // a client asked the running job to stop (JobRunOptions::stop)
   // A node the running live job left behind is back: the training phase
   // ends at a step boundary and the job goes on with it (JobRunOptions::regroup).

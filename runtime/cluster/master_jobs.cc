@@ -259,7 +259,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   const int64_t kept_step = plan.compile.mode == compiler::Mode::kTrain ? membership.kept_step : -1;
   {
     MutexLock lock(phase_mu_);
-    phase_ = PhaseState{job_id, phase, {}, {}, {}, run_options.on_remote_snapshot};
+    phase_ = PhaseState{job_id, phase, {}, {}, {}, plan.on_checkpoint};
     phase_.first_step = run_options.start_step;
     phase_.plan_steps = plan.compile.steps;
     phase_.members = others;
@@ -371,6 +371,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     return report;
   }
   transport_->reset();
+  const int64_t control_before = control_bytes_from_nodes_.load();
   for (int r : others) post_to_node(r, ctl::Start{job_id, phase});
   if (stop_job_ || (regroup_ && keeping)) {  // asked for before the phase ran
     MutexLock lock(phase_mu_);
@@ -388,6 +389,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline).
   const bool all = wait_for_dones_locked(now() + seconds_of(run_options.stall_timeout_s + 5), keeping);
+  report.control_bytes_from_nodes = control_bytes_from_nodes_.load() - control_before;
   if (keeping) {
     // The phase ran: what each node holds now is what its Done says; a node
     // that said nothing holds nothing known.

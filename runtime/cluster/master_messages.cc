@@ -89,19 +89,21 @@ void Master::master_on(const From&, ctl::Done& m) {
   phase_cv_.notify_all();
 }
 
-void Master::master_on(const From&, ctl::Snapshot& m) {
-  std::function<void(int64_t, VariablePiece)> collect;
+void Master::master_on(const From&, ctl::CheckpointWritten& m) {
+  std::function<void(int, NodeCheckpoint)> complete;
   {
     MutexLock lock(phase_mu_);
-    if (m.job_id == phase_.job_id) collect = phase_.on_snapshot;
+    // A report of an earlier phase (an attempt given up) is not this run's.
+    if (m.job_id == phase_.job_id && m.phase == phase_.phase) complete = phase_.on_checkpoint;
   }
-  // Pieces follow each other: a variable, then its state tensors.
-  for (size_t begin = 0; collect && begin < m.tensors.size();) {
-    size_t end = begin + 1;
-    while (end < m.tensors.size() && m.tensors[end].name.rfind(m.tensors[begin].name + "/", 0) == 0) ++end;
-    collect(m.steps_done, to_piece(m.tensors, begin, end));
-    begin = end;
-  }
+  if (!complete) return;
+  NodeCheckpoint written{m.steps_done, Status(), NodeFile{m.node, std::move(m.file), m.bytes, {}}, m.block_seconds,
+                         m.write_seconds};
+  if (!m.error.empty()) written.status = Status(m.code == Code::kOk ? Code::kInternal : m.code, m.error);
+  for (ctl::CheckpointPiece& p : m.pieces)
+    written.file.pieces.push_back(TensorPiece{std::move(p.tensor), std::move(p.shape), std::move(p.offset),
+                                              std::move(p.piece_shape), p.dtype, {}});
+  complete(m.node, std::move(written));
 }
 
 void Master::master_on(const From& from, ctl::Shutdown&) {

@@ -18,6 +18,7 @@
 #include "base/printable.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
+#include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/node/node_runtime.h"
 
@@ -46,6 +47,31 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
 }
 
 }  // namespace
+
+StatusOr<std::shared_ptr<CheckpointCollector>> NodeAgent::checkpoint_collector(const graph::Job& job,
+                                                                                const std::string& plan,
+                                                                                int64_t job_id, int phase, int node,
+                                                                                int nodes) {
+  RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> pieces, snapshot_pieces(plan));
+  if (pieces.empty()) return std::shared_ptr<CheckpointCollector>();  // this node holds none to write
+  // Each node writes its own file; the master makes the step complete.
+  return std::make_shared<CheckpointCollector>(
+      job, std::move(pieces),
+      [dir = job.checkpoint.dir, node, nodes, access = roots_.checkpoint_access(),
+       delay = options_.checkpoint_write_delay_s](int64_t step, std::vector<TensorPiece> tensors) {
+        if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        return write_node_file(dir, step, node, nodes, std::move(tensors), access);
+      },
+      [this, job_id, phase, node](NodeCheckpoint written) {
+        ctl::CheckpointWritten m{job_id, phase, written.step, node, std::move(written.file.file), written.file.bytes,
+                                 {}, written.status.ok() ? "" : written.status.message(), written.status.code(),
+                                 written.block_seconds, written.write_seconds};
+        for (TensorPiece& p : written.file.pieces)
+          m.pieces.push_back(ctl::CheckpointPiece{std::move(p.tensor), std::move(p.logical), std::move(p.offset),
+                                                  std::move(p.shape), p.dtype});
+        post_to_master(m);
+      });
+}
 
 NodeAgent::~NodeAgent() {
   builder_.reset();  // what is queued runs (a stopped run ends at once)
@@ -234,7 +260,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   run.tag_base = m.tag_base;
   run.stall_timeout_s = options_.stall_timeout_s;
   std::vector<std::string> variables;
-  if (auto job = graph::parse_job_json(m.job_text, "the job from the master"); job.ok()) {
+  auto job = graph::parse_job_json(m.job_text, "the job from the master");
+  if (job.ok()) {
     run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
     for (const graph::Variable& v : job->variables) variables.push_back(v.name);
   }
@@ -254,16 +281,14 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   run.start_step = m.start_step;
   run.trace = m.trace;
   run.max_control_message_bytes = options_.max_message_bytes;
-  if (m.snapshot_every >= 0) {
-    run.snapshot_every = m.snapshot_every;
-    run.on_snapshot = [this, job = m.job_id](int64_t done, VariablePiece piece) {
-      post_to_master(ctl::Snapshot{job, done, to_tensors(std::move(piece))});
-    };
-  }
+  run.snapshot_every = m.snapshot_every;
+  std::optional<graph::Job> checkpointed;  // the job, when it checkpoints
+  if (m.snapshot_every >= 0 && job.ok()) checkpointed = std::move(*job);
   // Compiled and built off the loop, which keeps answering
   // heartbeats meanwhile (a dataset may take long to read); the ack
   // goes out when it is done.
-  builder_->post([this, me, node, nodes, part = std::move(m), run = std::move(run), link = links_.load()]() mutable {
+  builder_->post([this, me, node, nodes, part = std::move(m), run = std::move(run), link = links_.load(),
+                  checkpointed = std::move(checkpointed)]() mutable {
     if (links_.load() != link) return;  // asked on a link since replaced (join_again)
     const auto start = std::chrono::steady_clock::now();
     auto plan = compile_part(part, node, nodes, roots_, me);
@@ -271,6 +296,14 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       spdlog::info("job {} phase {}: compiled this node's plan ({} bytes) in {:.3f} s", part.job_id,
                    part.phase, plan->size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::shared_ptr<CheckpointCollector> checkpoint;
+    if (plan.ok() && checkpointed) {
+      auto made = checkpoint_collector(*checkpointed, *plan, part.job_id, part.phase, node, nodes);
+      if (made.ok()) checkpoint = std::move(*made);
+      else plan = made.status();
+    }
+    if (checkpoint)
+      run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };
     auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
                            : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
     std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
@@ -279,6 +312,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       if (links_.load() != link) return;
       if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
         pending_ = std::move(*built);
+        pending_checkpoint_ = std::move(checkpoint);
         pending_job_ = part.job_id;
         pending_phase_ = part.phase;
         // Count this job's traffic from here: the master starts
@@ -315,16 +349,19 @@ void NodeAgent::add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* don
 
 void NodeAgent::worker_on(ctl::Start& m) {
   std::shared_ptr<NodeRuntime> runtime;
+  std::shared_ptr<CheckpointCollector> checkpoint;
   {
     MutexLock lock(run_mu_);
     if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
     runtime = std::move(pending_);
+    checkpoint = std::move(pending_checkpoint_);
     started_ = runtime;
     started_job_ = m.job_id;
     started_phase_ = m.phase;
   }
   // After the previous run has wound down, on the runner's thread.
-  runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime), link = links_.load()]() mutable {
+  runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime), checkpoint = std::move(checkpoint),
+                 link = links_.load()]() mutable {
     {
       MutexLock lock(run_mu_);
       if (links_.load() != link) return;  // started on a link since replaced
@@ -338,6 +375,11 @@ void NodeAgent::worker_on(ctl::Start& m) {
       running_ = nullptr;
     }
     runtime.reset();  // unhooks the transport handler before the next job
+    // This node's last checkpoint files are written and reported before its
+    // Done (the master completes the steps from them). A write that failed
+    // was reported; a run that failed leaves its unfinished step unwritten.
+    if (checkpoint) (void)checkpoint->finish();
+    checkpoint.reset();
     if (links_.load() != link) return;  // its master is gone from this link: nobody waits for its Done
     ctl::Done done{job,
                    phase,
@@ -429,7 +471,7 @@ void NodeAgent::worker_on(ctl::Submit&) { not_for_node("Submit"); }
 void NodeAgent::worker_on(ctl::SubmitReply&) { not_for_node("SubmitReply"); }
 void NodeAgent::worker_on(ctl::PlanAck&) { not_for_node("PlanAck"); }
 void NodeAgent::worker_on(ctl::Done&) { not_for_node("Done"); }
-void NodeAgent::worker_on(ctl::Snapshot&) { not_for_node("Snapshot"); }
+void NodeAgent::worker_on(ctl::CheckpointWritten&) { not_for_node("CheckpointWritten"); }
 void NodeAgent::worker_on(ctl::Progress&) { not_for_node("Progress"); }
 void NodeAgent::worker_on(ctl::Result&) { not_for_node("Result"); }
 void NodeAgent::worker_on(ctl::StatusRequest&) { not_for_node("StatusRequest"); }

@@ -32,6 +32,10 @@ class NodeAgent final : public Agent {
   void finish() override;
 
   void post_to_master(const ctl::Message& m);
+  // The writer of this node's checkpoint files for a phase of `job` (null
+  // when its plan holds no piece to write); it reports each file to the master.
+  StatusOr<std::shared_ptr<CheckpointCollector>> checkpoint_collector(const graph::Job& job, const std::string& plan,
+                                                                      int64_t job_id, int phase, int node, int nodes);
   void join_again(const std::string& lost);
   void add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* done) const;
   // The handling of each message type from the master: one overload per
@@ -50,7 +54,7 @@ class NodeAgent final : public Agent {
   void worker_on(ctl::SubmitReply& m);
   void worker_on(ctl::PlanAck& m);
   void worker_on(ctl::Done& m);
-  void worker_on(ctl::Snapshot& m);
+  void worker_on(ctl::CheckpointWritten& m);
   void worker_on(ctl::Progress& m);
   void worker_on(ctl::Result& m);
   void worker_on(ctl::StatusRequest& m);
@@ -72,6 +76,7 @@ class NodeAgent final : public Agent {
   std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
   Mutex run_mu_;
   std::shared_ptr<NodeRuntime> pending_ GUARDED_BY(run_mu_);  // built, waiting for Start
+  std::shared_ptr<CheckpointCollector> pending_checkpoint_ GUARDED_BY(run_mu_);  // its checkpoint writer, if any
   // The last phase started here, while it lives (the master's Hold and
   // EndAt reach it before its run begins too).
   std::weak_ptr<NodeRuntime> started_ GUARDED_BY(run_mu_);

@@ -5,6 +5,7 @@
 #include "runtime/node/step_keeper.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/data/dataset_peek.h"
@@ -257,26 +258,21 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
     RILL_ASSIGN_OR_RETURN(std::vector<float> state, piece_of(options_.initial_state, var + "/" + state_names.back()));
     if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
   }
-  // One snapshot per distinct piece over the cluster: replicas of a
-  // broadcast variable agree, and the lowest rank holding it (the compiler
-  // marks the others) reports it.
-  const bool first_of_piece = !task.variable()->replica();
-  // What goes back to the master in control messages must fit in one.
-  const size_t cap = options_.max_control_message_bytes;
+  // A broadcast variable's replicas are one piece: the lowest rank holding
+  // it reports it at the end (the compiler marks the others).
   const size_t piece_bytes = static_cast<size_t>(slot.size()) * sizeof(float);
-  if (first_of_piece) variable_bytes_ += piece_bytes;
-  if (cap > 0 && options_.on_snapshot && first_of_piece &&
-      piece_bytes * (1 + state_names.size()) + kControlHeadroom > cap)
-    return invalid_argument("its checkpoint piece ({} bytes with its optimizer state) does not fit in a control "
-                            "message to the master (--max-message-bytes {})",
-                            piece_bytes * (1 + state_names.size()), cap);
-  if (options_.on_snapshot && first_of_piece)
+  if (!task.variable()->replica()) variable_bytes_ += piece_bytes;
+  // One holder of each distinct piece writes it into checkpoints, the
+  // holders taking turns by bytes (compiler/checkpoint_writers.h).
+  if (options_.on_snapshot && task.variable()->checkpoint_writer())
     body.on_snapshot(
         [this, var, logical, offset, shape = slot.shape, state_names](
             int64_t done, std::span<const float> model, std::span<const std::span<const float>> state) {
+          const auto start = std::chrono::steady_clock::now();
           VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
           for (size_t i = 0; i < state.size(); ++i)
             piece.state.emplace_back(state_names[i], std::vector<float>(state[i].begin(), state[i].end()));
+          piece.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           options_.on_snapshot(done, std::move(piece));
         },
         options_.snapshot_every, end_.get());
@@ -290,6 +286,23 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
           },
           slot, options_.start_step));
   return {};
+}
+
+StatusOr<std::vector<SnapshotPiece>> snapshot_pieces(std::string_view node_plan) {
+  RILL_ASSIGN_OR_RETURN(const plan::Plan* plan, compiler::verify_plan(node_plan));
+  std::map<int64_t, const plan::RegstDesc*> regsts;
+  for (const plan::RegstDesc* r : *plan->regsts()) regsts[r->id()] = r;
+  std::vector<SnapshotPiece> out;
+  for (const plan::Task* task : *plan->tasks()) {
+    if (task->kind() != plan::TaskKind::Variable || !task->variable() || !task->variable()->checkpoint_writer() ||
+        !task->outputs() || task->outputs()->size() == 0)
+      continue;
+    auto model = regsts.find(task->outputs()->Get(0));
+    if (model == regsts.end()) return data_loss("plan: variable task {} has no model regst", task->id());
+    PieceOf piece = piece_of_variable(*task, *model->second);
+    out.push_back({std::move(piece.name), std::move(piece.offset)});
+  }
+  return out;
 }
 
 void NodeRun::collect_variables(RunReport& report) {

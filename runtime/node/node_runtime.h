@@ -44,7 +44,17 @@ struct VariablePiece {
   std::vector<float> values;
   // Optimizer state of this piece, named as checkpoints store it ("momentum").
   std::vector<std::pair<std::string, std::vector<float>>> state;
+  double copy_seconds = 0;  // a snapshot: how long taking these copies held the variable's thread
 };
+
+// A piece a node's plan writes into checkpoints (its variables marked
+// checkpoint_writer: one holder of each distinct piece over the cluster).
+struct SnapshotPiece {
+  std::string name;
+  std::vector<int64_t> offset;
+};
+// The pieces `node_plan` (one node's plan) tells on_snapshot of.
+StatusOr<std::vector<SnapshotPiece>> snapshot_pieces(std::string_view node_plan);
 
 // The tags one run may use over the transport: [tag_base, tag_base + kTagsPerRun).
 inline constexpr uint64_t kTagsPerRun = uint64_t{1} << 20;
@@ -81,22 +91,17 @@ struct RunOptions {
   // The first step to run (a resumed job): sources read on from there and
   // the run covers steps start_step .. plan steps - 1.
   int64_t start_step = 0;
-  // Told every variable piece (once per replica group) after each `snapshot_every`-th
-  // step and after the last one, on the variable's thread: checkpoints.
+  // Told every piece this node writes into checkpoints (snapshot_pieces)
+  // after each `snapshot_every`-th step and after the last one, on the
+  // variable's thread: a copy taken at the step boundary.
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
   // Where every variable piece goes after each step (and as the run starts),
   // kept in memory for a job that goes on without a lost node
   // (runtime/node/step_keeper.h); null: nothing kept. It must outlive the run.
   StepKeeper* keeper = nullptr;
-  // The master's executor only: where other nodes' snapshots go, told on its
-  // control loop, which must not wait (on_snapshot, on a variable's thread,
-  // may wait for the disk).
-  std::function<void(int64_t steps_done, VariablePiece piece)> on_remote_snapshot;
   // The largest control message this node may send to the master (0: none is
-  // sent, the master's own run). Its variables go back in one (after the
-  // run) and each checkpoint piece with its optimizer state in one: a plan
-  // whose pieces do not fit fails to build, before anything runs.
+  // sent, the master's own run). Its variables go back in one (after the run).
   size_t max_control_message_bytes = 0;
   SinkBody::Listener on_step;       // per-step loss and metrics (sink's thread)
   // A stop asked for (an interrupted job): when it turns true, a node running
@@ -128,6 +133,9 @@ struct RunReport {
   // traffic[i][j]: data-plane messages node j received from node i (multi-node runs).
   std::vector<std::vector<int64_t>> traffic;
   std::vector<std::vector<int64_t>> traffic_bytes;  // the same messages' bytes
+  // The cluster's master: bytes of the control messages the other nodes sent
+  // it while the phase ran (heartbeats, acks, checkpoint reports, their Done).
+  int64_t control_bytes_from_nodes = 0;
   // Bytes of other nodes' regsts this node copied in user space: each slot
   // readied to it is copied once, from the transport's buffer into the
   // mirror slot its consumers read (the sender copies nothing). A slot that

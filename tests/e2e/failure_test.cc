@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_values.h"
 #include "process_util.h"
 
 #include "runtime/cluster/client.h"
@@ -54,9 +55,7 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
 }
 
 std::string model_bytes(const std::filesystem::path& checkpoint_dir, int step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08d", step);
-  return read_text((checkpoint_dir / name / "model.safetensors").string());
+  return rill::testing::checkpoint_values(checkpoint_dir, step);
 }
 
 }  // namespace

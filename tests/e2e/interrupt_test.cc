@@ -13,6 +13,7 @@
 #include <regex>
 #include <string>
 
+#include "checkpoint_values.h"
 #include "process_util.h"
 #include "run_results.h"
 
@@ -49,7 +50,7 @@ void check_stopped(const std::string& output, const std::filesystem::path& dir, 
   const int64_t step = stopped_at(output);
   CHECK(step > 0);
   CHECK(output.find("checkpoint step(s) " + std::to_string(step) + " kept in " + dir.string()) != std::string::npos);
-  CHECK(std::filesystem::exists(dir / step_folder(step) / "model.safetensors"));
+  CHECK(rill::testing::checkpoint_complete(dir, step));
   CHECK(rill::testing::read_text((dir / "latest").string()).find(step_folder(step)) != std::string::npos);
   auto j = read_json(result);
   CHECK(j["interrupted"] == true);

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_values.h"
 #include "process_util.h"
 
 #include "runtime/cluster/client.h"
@@ -31,9 +32,7 @@ using rill::testing::read_text;
 using rill::testing::root;
 
 std::string model_bytes(const std::filesystem::path& checkpoint_dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return read_text((checkpoint_dir / name / "model.safetensors").string());
+  return rill::testing::checkpoint_values(checkpoint_dir, step);
 }
 
 // Progress lines of a submitted job, and a wait for one of them.

@@ -303,7 +303,8 @@ TEST_CASE("checkpoint read rejects corrupt model files with kDataLoss naming fil
   };
   const std::pair<std::string, const char*> meta_cases[] = {
       {"{\"format\": 1, \"step\"", "not a JSON object"},
-      {edit("format", 2), "\"format\" must be 1"},
+      {edit("format", 3), "\"format\" must be 1 or 2"},
+      {edit("format", 2), "format 2 needs the arrays"},
       {edit("step", -2), "\"step\""},
       {edit("step", 3), "does not match the directory"},
       {edit("job", 5), "\"job\""},

@@ -1,7 +1,9 @@
-// Checkpoints off the training path: the collector hands a complete step to
-// its own writer thread (training's add() waits for the disk only when the
-// writer falls kMaxWaiting steps behind; the control loop's never), and a writer killed at any moment never
-// leaves `latest` naming a partial checkpoint.
+// Checkpoints off the training path: a node's collector hands a complete
+// step to its own writer thread (training's add() waits for the disk only
+// when the writer falls kMaxWaiting steps behind), the master's completer
+// makes a step complete once every writing node's file is there, and a
+// writer killed at any moment never leaves `latest` naming a partial
+// checkpoint.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,8 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
+#include "runtime/checkpoint/checkpoint_completer.h"
 
 namespace rill {
 namespace {
@@ -32,103 +37,105 @@ graph::Job two_piece_job() {
   return job;
 }
 
-const std::vector<compiler::VariablePieceOrigin> kPieces = {{"w", {0, 0}}, {"w", {2, 0}}};
+const std::vector<SnapshotPiece> kPieces = {{"w", {0, 0}}, {"w", {2, 0}}};
 
 VariablePiece piece(int64_t row, float value) {
   return VariablePiece{"w", {4, 2}, {row, 0}, {2, 2}, std::vector<float>(4, value), {}};
 }
 
-TEST_CASE("the collector writes a complete step on its own thread: add() returns while the disk is busy") {
+// The pieces a writer got, joined: the [4, 2] tensor's values.
+std::vector<float> joined(const std::vector<TensorPiece>& pieces) {
+  std::vector<float> out(8, 0.0f);
+  for (const TensorPiece& p : pieces)
+    for (size_t i = 0; i < p.values.size(); ++i) out[static_cast<size_t>(p.offset[0] * 2) + i] = p.values[i];
+  return out;
+}
+
+TEST_CASE("a node's collector writes a complete step on its own thread: add() returns while the disk is busy") {
   // The disk, as slow as the test likes: write n (1-based) begins, then
   // waits until the test has allowed n writes.
   std::atomic<int> started{0}, allowed{0};
-  std::vector<Checkpoint> written;
-  CheckpointCollector collector(two_piece_job(), kPieces, [&](const Checkpoint& c) {
-    const int n = ++started;
-    while (allowed.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    written.push_back(c);
-    return Status();
-  });
+  std::vector<std::pair<int64_t, std::vector<float>>> written;
+  std::vector<NodeCheckpoint> reported;
+  CheckpointCollector collector(
+      two_piece_job(), kPieces,
+      [&](int64_t step, std::vector<TensorPiece> pieces) -> StatusOr<NodeFile> {
+        const int n = ++started;
+        while (allowed.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        written.emplace_back(step, joined(pieces));
+        return NodeFile{0, "node-0.safetensors", 64, {}};
+      },
+      [&](NodeCheckpoint c) { reported.push_back(std::move(c)); });
   auto wait_started = [&](int n) {
     for (int i = 0; i < 2000 && started.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     REQUIRE(started.load() >= n);
   };
   collector.add(10, piece(0, 1.0f));
   collector.add(10, piece(2, 2.0f));  // step 10 complete: handed over, not written here
-  for (int i = 0; i < 200 && started.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(started.load() == 1);
+  wait_started(1);
   CHECK(collector.written() == 0);  // still writing, and add() returned
-  // The writer falls behind: kMaxWaiting more steps wait for it.
+  // One more complete step may wait for the writer (kMaxWaiting).
   collector.add(20, piece(0, 3.0f));
   collector.add(20, piece(2, 4.0f));
-  collector.add(30, piece(0, 5.0f));
-  collector.add(30, piece(2, 6.0f));
-  // Another node's piece, stored by the master's control loop: at once,
-  // however far behind the disk is (the loop sends the heartbeats).
-  const auto before = std::chrono::steady_clock::now();
-  collector.add(40, piece(2, 8.0f), /*may_wait=*/false);
-  CHECK(std::chrono::steady_clock::now() - before < std::chrono::milliseconds(100));
-  // The master's own piece, from training: it waits for room (training
-  // slows to the disk's pace; the memory stays bounded).
-  std::atomic<bool> fourth_done{false};
-  std::thread fourth([&] {
-    collector.add(40, piece(0, 7.0f));
-    fourth_done = true;
+  // The next waits for room: training slows to the disk's pace, and the
+  // memory stays bounded.
+  std::atomic<bool> third_done{false};
+  std::thread third([&] {
+    collector.add(30, piece(0, 5.0f));
+    third_done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK_FALSE(fourth_done.load());
-  // A whole step from the control loop is handed over without waiting too.
-  collector.add(50, piece(0, 9.0f), false);
-  collector.add(50, piece(2, 10.0f), false);
-  CHECK(std::chrono::steady_clock::now() - before < std::chrono::milliseconds(400));
-  // Step 10 written, then step 20 taken: 30 and 50 still wait, no room yet.
-  allowed = 1;
-  wait_started(2);
-  CHECK_FALSE(fourth_done.load());
-  // Step 20 written, step 30 taken: room for the training's step 40, which
-  // is complete before the writer chooses again (it is held in step 30's
-  // write until the test has seen step 40 go in).
-  allowed = 2;
-  wait_started(3);
-  fourth.join();
-  allowed = 5;
+  CHECK_FALSE(third_done.load());
+  allowed = 1;  // step 10 written, step 20 taken: room
+  third.join();
+  collector.add(30, piece(2, 6.0f));
+  allowed = 3;
   REQUIRE(collector.finish().ok());
-  CHECK(collector.written() == 5);
-  REQUIRE(written.size() == 5);
-  // Lowest step first: step 50, handed over while training waited for room
-  // with step 40, is written after it.
-  CHECK(written[4].step == 50);
-  for (size_t i = 0; i < 4; ++i) {
+  CHECK(collector.written() == 3);
+  REQUIRE(written.size() == 3);
+  REQUIRE(reported.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
-    CHECK(written[i].step == static_cast<int64_t>(10 * (i + 1)));
-    REQUIRE(written[i].tensors.size() == 1);
+    CHECK(written[i].first == static_cast<int64_t>(10 * (i + 1)));
     const float a = static_cast<float>(2 * i + 1), b = a + 1;
-    CHECK(written[i].tensors[0].values == std::vector<float>{a, a, a, a, b, b, b, b});  // both pieces in place
+    CHECK(written[i].second == std::vector<float>{a, a, a, a, b, b, b, b});  // both pieces in place
+    CHECK(reported[i].step == written[i].first);
+    CHECK(reported[i].file.file == "node-0.safetensors");
   }
+  // The third step's first piece waited about 200 ms for room: training's time on it.
+  CHECK(reported[2].block_seconds > 0.1);
+  CHECK(reported[0].block_seconds < reported[2].block_seconds);
 }
 
-TEST_CASE("a checkpoint whose pieces did not all arrive is an error at the end, naming what is missing") {
+TEST_CASE("a node's step whose pieces did not all arrive is an error at the end, naming what is missing") {
   int writes = 0;
-  CheckpointCollector collector(two_piece_job(), kPieces, [&](const Checkpoint&) {
-    ++writes;
-    return Status();
-  });
+  CheckpointCollector collector(
+      two_piece_job(), kPieces,
+      [&](int64_t, std::vector<TensorPiece>) -> StatusOr<NodeFile> {
+        ++writes;
+        return NodeFile{};
+      },
+      {});
   collector.add(10, piece(0, 1.0f));
   collector.add(10, piece(2, 1.0f));
-  collector.add(10, piece(2, 1.0f));  // a replica of a piece, from another node: the step is written already
-  collector.add(20, piece(2, 2.0f));  // rows 0-1 of step 20's never come (a lost control message)
+  collector.add(20, piece(2, 2.0f));  // rows 0-1 of step 20's never come
   Status s = collector.finish();
   CHECK(s.code() == Code::kDataLoss);
-  CHECK(s.message().find("the checkpoint after step 20 was not written: 1 of its 2 pieces never arrived (w at [0, 0])") !=
-        std::string::npos);
+  CHECK(s.message().find("the checkpoint after step 20 was not written: 1 of this node's 2 pieces never arrived (w at "
+                         "[0, 0])") != std::string::npos);
   CHECK(writes == 1);
   CHECK(collector.written() == 1);
 }
 
-TEST_CASE("a failed checkpoint write is reported by finish(), naming it") {
-  CheckpointCollector collector(two_piece_job(), kPieces, [](const Checkpoint& c) {
-    return c.step == 2 ? Status(Code::kUnavailable, "disk full at step 2") : Status();
-  });
+TEST_CASE("a failed write is reported with its step and by finish()") {
+  std::vector<NodeCheckpoint> reported;
+  CheckpointCollector collector(
+      two_piece_job(), kPieces,
+      [](int64_t step, std::vector<TensorPiece>) -> StatusOr<NodeFile> {
+        if (step == 2) return Status(Code::kUnavailable, "disk full at step 2");
+        return NodeFile{};
+      },
+      [&](NodeCheckpoint c) { reported.push_back(std::move(c)); });
   for (int64_t step : {1, 2, 3}) {
     collector.add(step, piece(0, 1.0f));
     collector.add(step, piece(2, 1.0f));
@@ -136,6 +143,59 @@ TEST_CASE("a failed checkpoint write is reported by finish(), naming it") {
   Status s = collector.finish();
   CHECK(s.message().find("disk full at step 2") != std::string::npos);
   CHECK(collector.written() == 2);
+  REQUIRE(reported.size() == 3);
+  CHECK_FALSE(reported[1].status.ok());
+}
+
+NodeCheckpoint file_of(int64_t step, int node, double block) {
+  return NodeCheckpoint{step, {}, NodeFile{node, fmt::format("node-{}.safetensors", node), 100, {}}, block, 0.5};
+}
+
+TEST_CASE("the master's completer makes a step complete once every writing node has reported, lowest step first") {
+  std::vector<std::pair<int64_t, size_t>> metas;  // step, files
+  std::vector<CheckpointRecord> told;
+  CheckpointCompleter completer(
+      {0, 2},
+      [&](int64_t step, const std::vector<NodeFile>& files) {
+        metas.emplace_back(step, files.size());
+        return Status();
+      },
+      [&](const CheckpointRecord& r) { told.push_back(r); });
+  completer.add(2, file_of(10, 2, 0.01));
+  completer.add(1, file_of(10, 1, 0.5));  // not a writer: ignored
+  completer.add(0, file_of(20, 0, 0.02));
+  completer.add(0, file_of(10, 0, 0.03));
+  completer.add(2, file_of(20, 2, 0.04));
+  REQUIRE(completer.finish().ok());
+  REQUIRE(metas.size() == 2);
+  CHECK(metas[0] == std::pair<int64_t, size_t>{10, 2});
+  CHECK(metas[1] == std::pair<int64_t, size_t>{20, 2});
+  REQUIRE(told.size() == 2);
+  CHECK(told[0].bytes == 200);
+  CHECK(told[0].block_seconds == 0.03);  // the longest any node waited
+  CHECK(told[1].block_seconds == 0.04);
+  CHECK(completer.written() == 2);
+}
+
+TEST_CASE("a step a node never reported, or a node's failed write, is the completer's error") {
+  {
+    CheckpointCompleter completer({0, 1}, [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    completer.add(0, file_of(10, 0, 0));
+    Status s = completer.finish();
+    CHECK(s.code() == Code::kDataLoss);
+    CHECK(s.message().find("after step 10 was not written: node(s) 1 never reported their file") != std::string::npos);
+  }
+  {
+    CheckpointCompleter completer({0, 1}, [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    NodeCheckpoint failed = file_of(10, 1, 0);
+    failed.status = Status(Code::kUnavailable, "cannot write /ckpt/step-00000010/node-1.safetensors: disk full");
+    completer.add(0, file_of(10, 0, 0));
+    completer.add(1, std::move(failed));
+    Status s = completer.finish();
+    CHECK(s.message().find("node 1") != std::string::npos);
+    CHECK(s.message().find("disk full") != std::string::npos);
+    CHECK(completer.written() == 0);
+  }
 }
 
 // A child process writes checkpoints (16 MiB each, every value its step) as

@@ -1,0 +1,94 @@
+#include "runtime/checkpoint/checkpoint_completer.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace rill {
+
+CheckpointCompleter::CheckpointCompleter(std::set<int> writers, MetaWriter write, OnComplete on_complete)
+    : writers_(std::move(writers)), write_(std::move(write)), on_complete_(std::move(on_complete)) {
+  thread_ = std::thread([this] { write_loop(); });
+}
+
+CheckpointCompleter::~CheckpointCompleter() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointCompleter::add(int node, NodeCheckpoint written) {
+  MutexLock lock(mu_);
+  if (!written.status.ok()) {
+    if (status_.ok()) status_ = written.status.with_context(fmt::format("node {}", node));
+    pending_.erase(written.step);  // this step will not be complete
+    cv_.notify_all();
+    return;
+  }
+  if (writers_.count(node) == 0 || complete_.count(written.step) != 0) return;
+  Step& step = pending_[written.step];
+  const int64_t at = written.step;
+  step.files[node] = std::move(written);
+  if (step.files.size() < writers_.size()) return;
+  complete_.emplace(at, std::move(step));
+  pending_.erase(at);
+  cv_.notify_all();
+}
+
+void CheckpointCompleter::write_loop() {
+  MutexLock lock(mu_);
+  for (;;) {
+    while (complete_.empty() && !stopping_) cv_.wait(mu_);
+    if (complete_.empty()) return;
+    auto node = complete_.extract(complete_.begin());
+    const int64_t step = node.key();
+    CheckpointRecord record{step, 0, 0, 0, 0};
+    std::vector<NodeFile> files;
+    for (auto& [n, written] : node.mapped().files) {
+      ++record.files;
+      record.bytes += written.file.bytes;
+      record.block_seconds = std::max(record.block_seconds, written.block_seconds);
+      record.write_seconds = std::max(record.write_seconds, written.write_seconds);
+      files.push_back(std::move(written.file));
+    }
+    writing_ = true;
+    mu_.unlock();
+    Status status = write_(step, files);
+    if (status.ok() && on_complete_) on_complete_(record);
+    mu_.lock();
+    writing_ = false;
+    if (status.ok()) records_.push_back(record);
+    else if (status_.ok()) status_ = status;
+    cv_.notify_all();
+  }
+}
+
+Status CheckpointCompleter::finish() {
+  MutexLock lock(mu_);
+  while (!complete_.empty() || writing_) cv_.wait(mu_);
+  if (status_.ok() && !pending_.empty()) {
+    const auto& [step, pending] = *pending_.begin();
+    std::vector<int> missing;
+    for (int node : writers_)
+      if (pending.files.count(node) == 0) missing.push_back(node);
+    status_ = data_loss("the checkpoint after step {} was not written: node(s) {} never reported their file", step,
+                        fmt::join(missing, ", "));
+  }
+  return status_;
+}
+
+int64_t CheckpointCompleter::written() const {
+  MutexLock lock(mu_);
+  return static_cast<int64_t>(records_.size());
+}
+
+std::vector<CheckpointRecord> CheckpointCompleter::records() const {
+  MutexLock lock(mu_);
+  return records_;
+}
+
+}  // namespace rill

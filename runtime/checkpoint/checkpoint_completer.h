@@ -1,0 +1,72 @@
+// CheckpointCompleter: the master's side of a checkpoint. Every node that
+// writes pieces (CheckpointCollector) reports its file of a step; once every
+// such node has, the completer's own thread writes the step's meta.json
+// (checkpoint_pieces.h: last, so the step is complete or absent), points
+// `latest` at it and prunes. No variable bytes reach the master: a report
+// names a file and the pieces in it. add() never waits (the master's
+// control loop calls it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "base/mutex.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
+
+namespace rill {
+
+// One complete checkpoint, as the metrics and the result report it.
+struct CheckpointRecord {
+  int64_t step = 0;
+  int files = 0;
+  int64_t bytes = 0;
+  double block_seconds = 0;  // the longest any node's training spent on it
+  double write_seconds = 0;  // the slowest node's write, in the background
+};
+
+class CheckpointCompleter {
+ public:
+  // Makes a step complete from its nodes' files (by default write_step_meta).
+  using MetaWriter = std::function<Status(int64_t step, const std::vector<NodeFile>& files)>;
+  // Told of every complete step, on the completer's thread.
+  using OnComplete = std::function<void(const CheckpointRecord&)>;
+
+  // `writers`: the nodes (plan indices) whose files make a step.
+  CheckpointCompleter(std::set<int> writers, MetaWriter write, OnComplete on_complete = {});
+  ~CheckpointCompleter();
+  CheckpointCompleter(const CheckpointCompleter&) = delete;
+  CheckpointCompleter& operator=(const CheckpointCompleter&) = delete;
+
+  void add(int node, NodeCheckpoint written);
+  // Waits for the meta.json of every step whose files all came; the first
+  // failure (a node's write, the meta's), or a step some node never reported
+  // (call it once every node has ended: each reports its files first), or ok.
+  Status finish();
+  int64_t written() const;
+  std::vector<CheckpointRecord> records() const;
+
+ private:
+  struct Step {
+    std::map<int, NodeCheckpoint> files;  // by node
+  };
+  void write_loop();
+
+  std::set<int> writers_;
+  MetaWriter write_;
+  OnComplete on_complete_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::map<int64_t, Step> pending_ GUARDED_BY(mu_);   // steps still missing files
+  std::map<int64_t, Step> complete_ GUARDED_BY(mu_);  // every file there: meta.json to write, lowest step first
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
+  std::vector<CheckpointRecord> records_ GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the rest is made
+};
+
+}  // namespace rill

@@ -1,0 +1,81 @@
+#include "runtime/cluster/job_checkpoints.h"
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_pieces.h"
+
+namespace rill {
+
+std::string checkpoint_metrics_line(const CheckpointRecord& record) {
+  nlohmann::ordered_json j;
+  j["checkpoint"] = record.step;
+  j["files"] = record.files;
+  j["bytes"] = record.bytes;
+  j["block_ms"] = 1e3 * record.block_seconds;
+  j["write_ms"] = 1e3 * record.write_seconds;
+  return j.dump();
+}
+
+StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job& job, const compiler::Cluster& cluster,
+                                                               std::string_view node0_plan,
+                                                               const JobRunOptions& options, int64_t start_step,
+                                                               std::FILE* metrics) {
+  const graph::CheckpointConfig& config = job.checkpoint;
+  RILL_RETURN_IF_ERROR(check_checkpoint_dir(config.dir, options.checkpoint_access));
+  // A run going on from memory continues its own checkpoints.
+  if (options.start_from_memory < 0)
+    RILL_RETURN_IF_ERROR(claim_checkpoint_dir(config.dir, options.resume, config.overwrite));
+  // What an earlier run (or attempt) left after where this one starts, whole
+  // or not, is written again by this one.
+  RILL_RETURN_IF_ERROR(drop_steps_after(config.dir, start_step));
+  RILL_ASSIGN_OR_RETURN(auto pieces, compiler::variable_pieces(job, cluster));
+  std::set<int> writers;
+  for (const compiler::VariablePieceOrigin& piece : pieces) writers.insert(piece.writer);
+  RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node0_plan));
+  std::unique_ptr<JobCheckpoints> out(new JobCheckpoints());
+  out->every_ = config.every;
+  out->completer_.emplace(
+      std::move(writers),
+      [dir = config.dir, keep = static_cast<int>(config.keep), access = options.checkpoint_access, job = job.name,
+       optimizer = job.optimizer.type](int64_t step, const std::vector<NodeFile>& files) {
+        return write_step_meta(dir, step, job, optimizer, files, keep, access);
+      },
+      [metrics](const CheckpointRecord& record) {
+        // One fwrite: whole against the step lines the sink's thread writes.
+        if (metrics) fmt::print(metrics, "{}\n", checkpoint_metrics_line(record)), std::fflush(metrics);
+      });
+  if (!own.empty())
+    out->collector_.emplace(
+        job, std::move(own),
+        [dir = config.dir, nodes = cluster.num_nodes, access = options.checkpoint_access,
+         delay = options.checkpoint_write_delay_s](int64_t step, std::vector<TensorPiece> tensors) {
+          if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+          return write_node_file(dir, step, 0, nodes, std::move(tensors), access);
+        },
+        [completer = &*out->completer_](NodeCheckpoint written) { completer->add(0, std::move(written)); });
+  return out;
+}
+
+void JobCheckpoints::attach(RunOptions& run, PhasePlan& phase) {
+  run.snapshot_every = every_;
+  // Every node snapshots (the master tells the others with their part);
+  // node 0 may hold nothing to write (a pserver layout's trainer).
+  run.on_snapshot = [this](int64_t done, VariablePiece piece) {
+    if (collector_) collector_->add(done, std::move(piece));
+  };
+  phase.on_checkpoint = [this](int node, NodeCheckpoint written) { completer_->add(node, std::move(written)); };
+}
+
+Status JobCheckpoints::finish() {
+  Status own = collector_ ? collector_->finish() : Status();
+  Status all = completer_->finish();
+  return own.ok() ? all : own;
+}
+
+}  // namespace rill
