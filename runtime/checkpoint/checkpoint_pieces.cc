@@ -83,6 +83,11 @@ std::string state_of(const std::string& name, const std::map<std::string, std::v
   return name.substr(slash + 1);
 }
 
+// A file of the step folder, by a plain name.
+bool plain_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && name.find('/') == std::string::npos;
+}
+
 // Writes `text` to <folder>/<name> under a temporary name, then renames it
 // into place and syncs the folder: the file is whole or absent.
 Status install_file(const fs::path& folder, const std::string& name,
@@ -153,8 +158,10 @@ Status write_step_meta(const std::string& dir, int64_t step, const std::string& 
                        const std::vector<NodeFile>& files, int keep_last, const FileAccess& access) {
   if (keep_last < 1) return invalid_argument("checkpoint: keep_last is {}, must be at least 1", keep_last);
   std::vector<const TensorPiece*> all;
-  for (const NodeFile& f : files)
+  for (const NodeFile& f : files) {
+    if (!plain_name(f.file)) return invalid_argument("checkpoint: node {} reported '{}', not a file name", f.node, f.file);
     for (const TensorPiece& p : f.pieces) all.push_back(&p);
+  }
   RILL_ASSIGN_OR_RETURN(auto tensors,
                         tile(all, fmt::format("checkpoint step {}", step), Code::kInvalidArgument));
   const bool single = files.size() == 1 && files[0].file == kModelFile &&
@@ -237,8 +244,7 @@ StatusOr<Checkpoint> read_pieced_step(const fs::path& dir, const json& meta, con
     const json& f = (*files)[i];
     if (!f.is_object() || !f.contains("file") || !f["file"].is_string()) return bad(fmt::format("files[{}] needs a \"file\"", i));
     const std::string name = f["file"].get<std::string>();
-    // A file of this step folder, by a plain name.
-    if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos)
+    if (!plain_name(name))
       return bad(fmt::format("files[{}] names '{}', not a file of the step folder", i, name));
     Checkpoint part;
     RILL_RETURN_IF_ERROR(read_safetensors((dir / name).string(), &part, access));
