@@ -13,7 +13,7 @@ Status Collectives::broadcast(std::span<std::byte> buffer, int root, uint64_t ta
   if (root < 0 || root >= world()) {
     return invalid_argument("broadcast {}: root {} is not a rank", describe_tag(tag), root);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("broadcast", tag));
   return end("broadcast", "pipelined chain", tag, broadcast_chain(buffer, root, tag));
 }
 
@@ -54,7 +54,7 @@ Status Collectives::all_gather(std::span<const std::byte> in, std::span<std::byt
     return invalid_argument("all_gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(),
                             world(), in.size());
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("all_gather", tag));
   set_blocks(out.size());
   return end("all_gather", "ring", tag, all_gather_ring(in, out, tag));
 }
@@ -66,7 +66,7 @@ Status Collectives::all_gather_v(std::span<const std::byte> in, std::span<std::b
     return invalid_argument("all_gather_v {}: input has {} bytes, rank {}'s block {}", describe_tag(tag), in.size(),
                             rank(), blocks_[static_cast<size_t>(rank())].size);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("all_gather_v", tag));
   return end("all_gather_v", "ring", tag, all_gather_ring(in, out, tag));
 }
 
@@ -101,7 +101,7 @@ Status Collectives::gather(std::span<const std::byte> in, std::span<std::byte> o
     return invalid_argument("gather {}: output has {} bytes, expected {} x {}", describe_tag(tag), out.size(), n,
                             block);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("gather", tag));
   const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
   auto run = [&]() -> Status {
     if (rank() != root) return send_chunks(root, in, chunk, tag);
@@ -127,7 +127,7 @@ Status Collectives::scatter(std::span<const std::byte> in, std::span<std::byte> 
     return invalid_argument("scatter {}: input has {} bytes, expected {} x {}", describe_tag(tag), in.size(), n,
                             block);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("scatter", tag));
   const size_t chunk = std::max<size_t>(1, options_.chunk_bytes);
   auto run = [&]() -> Status {
     if (rank() == root) {
@@ -154,7 +154,7 @@ Status Collectives::all_to_all(std::span<const std::byte> in, std::span<std::byt
     return invalid_argument("all_to_all {}: input has {} bytes and output {}; both must be the same multiple of {}",
                             describe_tag(tag), in.size(), out.size(), n);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("all_to_all", tag));
   set_blocks(in.size());
   recv_blocks_ = blocks_;
   return end("all_to_all", "pairwise", tag, all_to_all_blocks(in, out, tag));
@@ -170,7 +170,7 @@ Status Collectives::all_to_all_v(std::span<const std::byte> in, std::span<const 
     return invalid_argument("all_to_all_v {}: rank {} sends itself {} bytes but expects {}", describe_tag(tag), rank(),
                             blocks_[own].size, recv_blocks_[own].size);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("all_to_all_v", tag));
   return end("all_to_all_v", "pairwise", tag, all_to_all_blocks(in, out, tag));
 }
 
@@ -198,7 +198,7 @@ Status Collectives::all_to_all_blocks(std::span<const std::byte> in, std::span<s
 }
 
 Status Collectives::barrier(uint64_t tag) {
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("barrier", tag));
   auto run = [&]() -> Status {
     // Round k talks to rank +-2^k; each ordered pair carries one round only.
     for (int distance = 1; distance < world(); distance *= 2) {
@@ -214,7 +214,7 @@ Status Collectives::send(int to, std::span<const std::byte> data, uint64_t tag) 
   if (to < 0 || to >= world() || to == rank()) {
     return invalid_argument("send {}: rank {} is not a peer of rank {}", describe_tag(tag), to, rank());
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("send", tag));
   return end("send", "point-to-point", tag, send_chunk(to, data, tag));
 }
 
@@ -222,7 +222,7 @@ Status Collectives::recv(int from, std::span<std::byte> data, uint64_t tag) {
   if (from < 0 || from >= world() || from == rank()) {
     return invalid_argument("recv {}: rank {} is not a peer of rank {}", describe_tag(tag), from, rank());
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("recv", tag));
   auto run = [&]() -> Status {
     RILL_ASSIGN_OR_RETURN(const std::byte* bytes, recv_chunk(from, data.size(), tag));
     if (!data.empty()) std::memcpy(data.data(), bytes, data.size());

@@ -201,13 +201,14 @@ size_t Collectives::chunk_elements() const {
   return std::max<size_t>(1, options_.chunk_bytes / sizeof(T));
 }
 
-Status Collectives::begin(uint64_t tag) {
+Status Collectives::begin(const char* op, uint64_t tag) {
   if (failed_) {
     return Status(Code::kFailedPrecondition,
                   fmt::format("rank {}: collective {} refused: an earlier collective on this object failed", rank(),
                               describe_tag(tag)));
   }
   deadline_ = Clock::now() + options_.timeout;
+  if (options_.record) options_.record->begin(options_.caller, op, 0);
   sent_.assign(static_cast<size_t>(world()), 0);
   received_from_.assign(static_cast<size_t>(world()), 0);
   return Status::ok_status();
@@ -215,6 +216,7 @@ Status Collectives::begin(uint64_t tag) {
 
 Status Collectives::end(const char* op, const char* algorithm, uint64_t tag, Status status) {
   received_.reset();
+  if (options_.record) options_.record->end(options_.caller, status.ok());
   last_op_ = op;
   last_algorithm_ = world() == 1 ? "local" : algorithm;
   if (status.ok()) status = tracker_.wait(deadline_);
@@ -254,7 +256,9 @@ Status Collectives::send_chunk(int to, std::span<const std::byte> bytes, uint64_
 
 StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint64_t tag) {
   received_.reset();
+  if (options_.record) options_.record->wait_for(options_.caller, from);
   RILL_RETURN_IF_ERROR(transport_.recv_message(from, tag, deadline_, &received_));
+  if (options_.record) options_.record->wait_for(options_.caller, -1);
   const MessageView& view = received_.view();
   constexpr size_t kHeader = sizeof(ChunkHeader);
   if (view.first.size() < kHeader) {
@@ -321,7 +325,7 @@ Status Collectives::all_reduce_t(std::span<const T> in, std::span<T> out, uint64
     return invalid_argument("all_reduce {}: input has {} elements, output {}", describe_tag(tag), in.size(),
                             out.size());
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("all_reduce", tag));
   const bool small = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
   const bool direct = small && world() <= kCollectiveDirectMaxRanks, doubling = small && !direct;
   Status status = direct     ? all_reduce_direct(in, out, tag, op)
@@ -444,7 +448,7 @@ Status Collectives::reduce_scatter_t(std::span<const T> in, std::span<T> out, ui
     return invalid_argument("reduce_scatter {}: output has {} elements, rank {}'s block of {} has {}",
                             describe_tag(tag), out.size(), rank(), in.size(), own.size);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("reduce_scatter", tag));
   set_blocks(in.size());
   Status status = end("reduce_scatter", "ring", tag, reduce_scatter_ring(in, out, tag, op));
   if (status.ok()) finish(op, out);
@@ -460,7 +464,7 @@ Status Collectives::reduce_scatter_v_t(std::span<const T> in, std::span<T> out, 
     return invalid_argument("reduce_scatter_v {}: output has {} elements, rank {}'s block has {}", describe_tag(tag),
                             out.size(), rank(), blocks_[static_cast<size_t>(rank())].size);
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("reduce_scatter_v", tag));
   Status status = end("reduce_scatter_v", "ring", tag, reduce_scatter_ring(in, out, tag, op));
   if (status.ok()) finish(op, out);
   return status;
@@ -505,7 +509,7 @@ Status Collectives::reduce_t(std::span<const T> in, std::span<T> out, int root, 
   if (rank() == root && out.size() != in.size()) {
     return invalid_argument("reduce {}: output has {} elements, input {}", describe_tag(tag), out.size(), in.size());
   }
-  RILL_RETURN_IF_ERROR(begin(tag));
+  RILL_RETURN_IF_ERROR(begin("reduce", tag));
   Status status = end("reduce", "pipelined chain", tag, reduce_chain(in, out, root, tag, op));
   if (status.ok() && rank() == root) finish(op, out);
   return status;

@@ -34,6 +34,7 @@
 
 #include "base/collective_scratch.h"
 #include "base/half.h"
+#include "comm/flight_record.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -57,6 +58,10 @@ struct CollectiveOptions {
   std::chrono::milliseconds timeout{60000};      // each call's deadline, counted from its start
   size_t direct_bytes = kCollectiveDirectBytes;  // all_reduce of at most this many bytes: one exchange
                                                  // among all ranks (one hop) instead of the ring
+  // Where each call, and the rank it waits for, is recorded (the node's
+  // flight record), as caller `caller` of it; null: nowhere.
+  FlightRecord* record = nullptr;
+  int caller = -1;
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -171,7 +176,7 @@ class Collectives {
   Status wait_sends(Clock::time_point deadline) const { return tracker_.wait(deadline); }
 
  private:
-  Status begin(uint64_t tag);
+  Status begin(const char* op, uint64_t tag);
   // Scratch for this call's partial sums or own copy: `count` elements of T
   // (the given scratch's start, or the object's own, grown as needed).
   template <typename T>

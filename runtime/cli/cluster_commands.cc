@@ -139,12 +139,60 @@ int submit_command(const std::string& job_path, const std::string& master, const
   return 0;
 }
 
-int status_command(const std::string& master) {
+namespace {
+
+// `rill status --comm`: each node's flight record of the running job
+// (comm/flight_record.h), nodes named by the plan (running.nodes maps them).
+int print_comm(const nlohmann::json& j, int64_t job) {
+  if (j.is_discarded() || !j.contains("running")) return fail_command(invalid_argument("the master's status is not JSON"));
+  const nlohmann::json& running = j["running"];
+  if (running.is_null()) return fail_command(Status(Code::kNotFound, "no job is running"));
+  if (job >= 0 && running["job_id"].get<int64_t>() != job)
+    return fail_command(Status(Code::kNotFound, fmt::format("job {} is not running (job {} is)", job,
+                                                            running["job_id"].get<int64_t>())));
+  fmt::print("job {} ({}) on nodes {}: the plan's node i is rank nodes[i]\n", running["job_id"].get<int64_t>(),
+             running["name"].get<std::string>(), running["nodes"].dump());
+  if (!running.contains("comm") || running["comm"].empty()) fmt::print("no record yet (none before a node's first heartbeat)\n");
+  else
+    for (const auto& [rank, record] : running["comm"].items()) {
+      fmt::print("rank {}:\n", rank);
+      for (const auto& c : record.value("callers", nlohmann::json::array())) {
+        std::string line = fmt::format("  {} among [{}]: {} calls, {}", c.value("name", ""),
+                                       fmt::join(c.value("group", std::vector<int>{}), ", "), c.value("calls", 0),
+                                       c.value("state", ""));
+        if (c.contains("op"))
+          line += fmt::format(" {} #{} for {:.0f} ms", c.value("op", ""), c.value("seq", int64_t{0}), c.value("ms", 0.0));
+        if (c.contains("waiting_for")) line += fmt::format(", waiting for node {}", c["waiting_for"].get<int>());
+        if (c.contains("last_completed"))
+          line += fmt::format("; last completed {} #{}", c["last_completed"].value("op", ""),
+                              c["last_completed"].value("seq", int64_t{0}));
+        fmt::print("{}\n", line);
+      }
+      for (const auto& l : record.value("links", nlohmann::json::array()))
+        fmt::print("  link with node {}: {} messages sent ({} bytes), {} received ({} bytes){}\n", l.value("node", -1),
+                   l.value("sent", int64_t{0}), l.value("sent_bytes", int64_t{0}), l.value("received", int64_t{0}),
+                   l.value("received_bytes", int64_t{0}),
+                   l.contains("last_received_ms_ago")
+                       ? fmt::format(", the last {:.0f} ms ago", l["last_received_ms_ago"].get<double>())
+                       : "");
+      for (const auto& e : record.value("events", nlohmann::json::array()))
+        fmt::print("  {:>9.1f} ms ago  {:<8} {}\n", e.value("ms_ago", 0.0), e.value("event", ""),
+                   e.contains("caller") ? fmt::format("{} #{}", e.value("caller", ""), e.value("seq", int64_t{0}))
+                                        : fmt::format("node {} message {} ({} bytes)", e.value("node", -1),
+                                                      e.value("message", int64_t{0}), e.value("bytes", int64_t{0})));
+    }
+  return 0;
+}
+
+}  // namespace
+
+int status_command(const std::string& master, bool comm, int64_t job) {
   auto client = Client::connect(master, 5.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
   auto status = (*client)->status();
   if (!status.ok()) return fail_command(status.status());
   auto j = nlohmann::json::parse(*status, nullptr, false);
+  if (comm) return print_comm(j, job);
   if (j.is_discarded() || !j.contains("nodes")) {
     fmt::print("{}\n", *status);
     return 0;

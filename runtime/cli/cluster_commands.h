@@ -39,7 +39,8 @@ struct ClusterRunArgs {
 int agent_command(const std::string& machines, int ctrl_port, AgentOptions options);
 int submit_command(const std::string& job_path, const std::string& master, const std::string& result_path,
                    const std::string& trace_path, bool follow, const SubmitOptions& options);
-int status_command(const std::string& master);
+// With `comm`: the running job's (`job`, when >= 0) flight records only.
+int status_command(const std::string& master, bool comm = false, int64_t job = -1);
 // `rill stop`: the job (0: the running one) stops at a step boundary, or at once.
 int stop_command(const std::string& master, int64_t job_id, bool now);
 // `rill shutdown`: every agent of the cluster exits.

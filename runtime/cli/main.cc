@@ -175,6 +175,12 @@ int main(int argc, char** argv) {
 
   CLI::App* status = app.add_subcommand("status", "Show a cluster: nodes, devices, state, jobs");
   status->add_option("--master", master, "The master's address[:port]")->required();
+  int64_t status_job = -1;
+  bool status_comm = false;
+  status->add_option("--job", status_job, "With --comm: the running job's id (refused if another job runs)");
+  status->add_flag("--comm", status_comm,
+                   "The running job's flight records: on every node, each collective's call in flight and the node "
+                   "it waits for, the last one completed, the actor messages on each link, the last events");
 
   CLI::App* stop = app.add_subcommand(
       "stop", "Stop a cluster's running job at the next step boundary, with its last checkpoint there");
@@ -477,7 +483,7 @@ int main(int argc, char** argv) {
   if (run->parsed() && nodes == 1 && insecure)
     return rill::fail_command(rill::invalid_argument(
         "--insecure leaves a local cluster without its key: it needs --nodes N (one process has no connections)"));
-  if (status->parsed()) return rill::status_command(master);
+  if (status->parsed()) return rill::status_command(master, status_comm, status_job);
   if (stop->parsed()) return rill::stop_command(master, stop_job, stop_now);
   if (shutdown->parsed()) return rill::shutdown_command(master);
   if (generate->parsed()) return rill::generate_command(generate_args);

@@ -112,7 +112,8 @@ struct Encoder {
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
                                               tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
                                               b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code),
-                                              b.CreateVector(traces), m.kept_first, m.kept_last, m.kept_whole)
+                                              b.CreateVector(traces), m.kept_first, m.kept_last, m.kept_whole,
+                                              b.CreateString(m.comm))
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -138,7 +139,8 @@ struct Encoder {
     for (const comm::PeerRate& r : m.link_rates) rates.emplace_back(r.peer, static_cast<float>(r.mb_per_s));
     return {fb::Message::Heartbeat,
             fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
-                                b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(rates))
+                                b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(rates),
+                                b.CreateString(m.comm))
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
@@ -271,6 +273,7 @@ StatusOr<Message> decode(std::string_view message) {
       done.kept_first = m->kept_first();
       done.kept_last = m->kept_last();
       done.kept_whole = m->kept_whole();
+      done.comm = str(m->comm());
       if (m->traces())
         for (const fb::ActTrace* t : *m->traces())
           done.traces.push_back(
@@ -294,6 +297,7 @@ StatusOr<Message> decode(std::string_view message) {
         for (const fb::ThreadPace* t : *h->threads()) beat.threads.push_back({str(t->name()), t->acts(), t->busy_seconds(), t->queued()});
       if (h->link_rates())
         for (const fb::PeerRate* r : *h->link_rates()) beat.link_rates.push_back({r->peer(), r->mb_per_s()});
+      beat.comm = str(h->comm());
       return Message(std::move(beat));
     }
     case fb::Message::Abort: {

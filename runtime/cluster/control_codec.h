@@ -108,6 +108,7 @@ struct Done {
   std::vector<ActTrace> traces;  // with PlanPart::trace
   int64_t kept_first = -1, kept_last = -1;  // with PlanPart::keep_steps
   bool kept_whole = false;
+  std::string comm;  // its flight record at the run's end, as JSON
 };
 struct Progress { int64_t job_id = 0; std::string line; };
 struct Result {
@@ -133,6 +134,7 @@ struct Heartbeat {
   std::vector<Thread> threads;
   std::vector<int64_t> received_bytes_from;
   std::vector<comm::PeerRate> link_rates;  // its busy data connections' rates
+  std::string comm;                        // its flight record, as JSON
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; };

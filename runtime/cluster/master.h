@@ -169,6 +169,9 @@ class Master final : public Agent {
   // values, encoded.
   StatusOr<std::string> part_with_memory(ctl::PlanPart part);
   static constexpr double kSurvivorsReportSeconds = 15;
+  // A job that ends with the loss: how long the others' records may take
+  // (they come with their Done, at once after the abort).
+  static constexpr double kSurvivorsRecordSeconds = 2;
   void start_next_job();
   // Stopping the running phase at a step boundary (phase_mu_ held): holds
   // every node once the phase runs; ends them all once each has said where
@@ -199,6 +202,7 @@ class Master final : public Agent {
   struct Activity {
     std::vector<ctl::Heartbeat::Thread> threads;
     std::vector<int64_t> received_bytes_from;
+    std::string comm;  // its flight record (NodePace::comm), as JSON
   };
   std::vector<Activity> activity_;
   Status start_http();

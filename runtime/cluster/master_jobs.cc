@@ -1,5 +1,6 @@
 // The master's side of running a job on the cluster: queue, phases, results.
 #include "runtime/cluster/master.h"
+#include "runtime/cluster/comm_waits.h"
 
 #include <chrono>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "comm/counting_transport.h"
@@ -210,12 +212,13 @@ bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
     in_time = wait_phase_until(deadline);
   if (static_cast<int>(phase_.dones.size()) == parts) return true;
   if (phase_.lost.empty()) return false;
-  if (!keeping) return true;  // the lost node is the cause; nobody waits for the others
   // A member is lost: the others, told to abort (again: the master's own
-  // run may have ended well before the loss), say what they kept.
+  // run may have ended well before the loss), say what they kept and what
+  // their collectives waited for (their flight records: the error names
+  // the node they waited for). Only a live job waits long for them.
   for (int r : phase_.members)
     if (r != 0 && !phase_.dones.count(r)) post_to_node(r, ctl::Abort{phase_.job_id, phase_.phase, phase_.lost});
-  const auto survivors_deadline = now() + seconds_of(kSurvivorsReportSeconds);
+  const auto survivors_deadline = now() + seconds_of(keeping ? kSurvivorsReportSeconds : kSurvivorsRecordSeconds);
   for (;;) {
     bool reported = true;
     for (int r : phase_.members)
@@ -442,6 +445,24 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     report.status = Status(Code::kDeadlineExceeded,
                            fmt::format("{} did not report the end of the run within {} s of the master's", silent(phase_.dones),
                                        run_options.stall_timeout_s + 5));
+  if (!report.status.ok()) {
+    // Which node the others' collectives waited for, from every node's
+    // flight record (the plan's nodes: phase_.members maps them to ranks).
+    std::map<int, std::string> records;
+    for (size_t i = 0; i < phase_.members.size(); ++i) {
+      const int rank = phase_.members[i];
+      if (rank == 0) records[static_cast<int>(i)] = report.comm_record;
+      else if (auto done = phase_.dones.find(rank); done != phase_.dones.end() && !done->second.comm.empty())
+        records[static_cast<int>(i)] = done->second.comm;
+    }
+    const std::vector<int> members = phase_.members;
+    const std::string waits = explain_waits(records, [this, &members](int plan_node) {
+      return plan_node >= 0 && plan_node < static_cast<int>(members.size())
+                 ? node_name(options_.machines, members[static_cast<size_t>(plan_node)])
+                 : fmt::format("plan node {}", plan_node);
+    });
+    if (!waits.empty()) report.status = Status(report.status.code(), report.status.message() + "; " + waits);
+  }
   return report;
 }
 

@@ -161,7 +161,7 @@ void Master::master_on(const From& from, ctl::Heartbeat& m) {
   if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
     pace_.add(from.node, pace_key(m.job_id, m.phase), clock_seconds(), m.steps, m.busy_seconds);
     links_.add(from.node, clock_seconds(), std::move(m.link_rates));
-    activity_[from.node] = {std::move(m.threads), std::move(m.received_bytes_from)};
+    activity_[from.node] = {std::move(m.threads), std::move(m.received_bytes_from), std::move(m.comm)};
   }
 }
 

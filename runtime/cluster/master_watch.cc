@@ -51,6 +51,14 @@ std::string Master::status_json() {
   if (job_running_) {
     MutexLock lock(finished_mu_);
     running = {{"job_id", running_id_}, {"name", running_name_}, {"nodes", running_members_}};
+    // Each node's flight record (comm/flight_record.h), by machine-list
+    // rank; the nodes it names are the plan's (running.nodes maps them).
+    nlohmann::ordered_json comm = nlohmann::ordered_json::object();
+    for (int r = 0; r < world_ && r < static_cast<int>(activity_.size()); ++r)
+      if (!activity_[r].comm.empty())
+        if (auto record = nlohmann::ordered_json::parse(activity_[r].comm, nullptr, false); !record.is_discarded())
+          comm[std::to_string(r)] = std::move(record);
+    running["comm"] = std::move(comm);
   }
   j["running"] = running;
   j["queued"] = queued;
@@ -157,6 +165,7 @@ void Master::track_pace() {
       own.threads.clear();
       for (const NodePace::Thread& t : pace.threads) own.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
       own.received_bytes_from = transport_->received_bytes_from();
+      own.comm = pace.comm;
       own_links_.add(clock_seconds(), transport_->link_counters());
       links_.add(0, clock_seconds(), own_links_.rates());
     }

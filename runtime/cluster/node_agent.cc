@@ -156,6 +156,7 @@ void NodeAgent::tick() {
         for (const NodePace::Thread& t : pace.threads) beat.threads.push_back({t.name, t.acts, t.busy_seconds, t.queued});
         beat.received_bytes_from = transport_->received_bytes_from();
         beat.link_rates = links_window_.rates();
+        beat.comm = pace.comm;
       }
     }
     post_to_master(beat);
@@ -391,6 +392,7 @@ void NodeAgent::worker_on(ctl::Start& m) {
                    transport_->received_bytes_from(),
                    report.status.code()};
     tell_kept(done);
+    done.comm = std::move(report.comm_record);
     // They fit: the plan was refused otherwise (max_control_message_bytes).
     if (done.error.empty())
       for (VariablePiece& p : report.pieces)

@@ -275,7 +275,9 @@ StatusOr<comm::Collectives*> BoxingSetup::collectives_among(const std::string& n
   }
   collectives_.push_back(std::make_unique<comm::Collectives>(
       *transport,
-      comm::CollectiveOptions{.timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000))}));
+      comm::CollectiveOptions{.timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000)),
+                              .record = record_,
+                              .caller = record_ ? record_->add_caller(name, nodes) : -1}));
   return collectives_.back().get();
 }
 

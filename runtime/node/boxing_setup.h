@@ -41,9 +41,11 @@ namespace rill {
 class BoxingSetup {
  public:
   // `transport`: the data plane (null on one node); collectives time out
-  // after `stall_timeout_s` and use tags from `tag_base` + 1.
-  BoxingSetup(comm::Transport* transport, double stall_timeout_s, uint64_t tag_base)
-      : transport_(transport), stall_timeout_s_(stall_timeout_s), tag_base_(tag_base) {}
+  // after `stall_timeout_s`, use tags from `tag_base` + 1 and record their
+  // calls in `record` (the node's flight record; null: nowhere).
+  BoxingSetup(comm::Transport* transport, double stall_timeout_s, uint64_t tag_base,
+              comm::FlightRecord* record = nullptr)
+      : transport_(transport), stall_timeout_s_(stall_timeout_s), tag_base_(tag_base), record_(record) {}
 
   // The context of a GPU of this node (made on first use).
   using CudaFor = std::function<StatusOr<CudaContext*>(uint32_t device)>;
@@ -144,6 +146,7 @@ class BoxingSetup {
   comm::Transport* transport_;
   double stall_timeout_s_;
   uint64_t tag_base_;
+  comm::FlightRecord* record_;
   Mutex mu_;
   std::string cancelled_ GUARDED_BY(mu_);  // why, once cancelled
   std::atomic<bool> stop_{false};          // cancelled: a communicator being made gives up

@@ -67,6 +67,7 @@ void NodeRun::route(const ActorMsg& msg) {
       }
     }
     if (!sent.ok()) fail(sent.with_context(fmt::format("sending {} to node {}", msg_type_name(msg.type), node)));
+    else record_.message(true, node, static_cast<int64_t>(header.size() + body.size()));
     return;
   }
   auto it = worker_by_key_.find(ActorId::thread_key(msg.dst));
@@ -142,6 +143,7 @@ void NodeRun::receive(int from, const comm::MessageView& message) {
     fail(decoded.with_context(fmt::format("message from node {}", from)));
     return;
   }
+  record_.message(false, from, static_cast<int64_t>(message.size()));
   route(msg);
 }
 

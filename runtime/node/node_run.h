@@ -61,7 +61,8 @@ class NodeRun : public NodeRuntime {
   NodeRun(std::string bytes, RunOptions options)
       : bytes_(std::move(bytes)),
         options_(std::move(options)),
-        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base) {}
+        record_(options_.transport ? options_.transport->world() : 0),
+        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base, &record_) {}
   ~NodeRun() override;
   Status build();
   RunReport run() override;
@@ -78,6 +79,7 @@ class NodeRun : public NodeRuntime {
                                           ActorId::stream(id)),
                               worker->acts(), static_cast<double>(worker->busy_ns()) * 1e-9, worker->queue_depth()});
     }
+    pace.comm = record_.json(16).dump();
     return pace;
   }
 
@@ -105,6 +107,7 @@ class NodeRun : public NodeRuntime {
   // By device index; outlives what is below (the device collectives' ranks
   // and their scratch included).
   std::map<uint32_t, std::unique_ptr<CudaContext>> cuda_;
+  comm::FlightRecord record_;  // this node's communication, as it goes (comm/flight_record.h)
   BoxingSetup boxing_;  // owns the boxings' collectives: declared before the actors using them
   std::vector<std::unique_ptr<void, FreeDeleter>> memory_;
   comm::SendTracker sends_;  // slots handed to the transport without a copy

@@ -180,6 +180,7 @@ RunReport NodeRun::run() {
   int64_t last_progress = -1;
   auto last_change = Clock::now();
   bool stalled = false;
+  std::vector<comm::FlightRecord::Wait> stalled_waits;
   uint64_t polls = 0;
   // Alone, the node agrees its end with itself (a stop asked for before
   // the workers start runs no step); across nodes the master agrees it with
@@ -219,6 +220,7 @@ RunReport NodeRun::run() {
       last_change = Clock::now();
     } else if (std::chrono::duration<double>(Clock::now() - last_change).count() > options_.stall_timeout_s) {
       stalled = true;
+      stalled_waits = record_.waits();  // before the cancel below ends the waits
       for (auto& worker : workers_) worker->stop();
       boxing_.cancel("the run stalled");  // ranks waiting in a device collective, NCCL's streams
       // Collectives waiting on a peer (a shared GPU's barriers among them)
@@ -236,9 +238,13 @@ RunReport NodeRun::run() {
     std::string waiting;
     for (const auto& actor : actors_)
       if (!actor->retired()) waiting += "\n  " + actor->describe_wait();
+    // Which node each collective waited for when the run was stopped.
+    std::string collectives;
+    for (const comm::FlightRecord::Wait& wait : stalled_waits) collectives += "\n  " + wait.line;
     report.status = Status(Code::kDeadlineExceeded,
-                           fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}",
-                                       options_.stall_timeout_s, waiting));
+                           fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}{}",
+                                       options_.stall_timeout_s, waiting,
+                                       collectives.empty() ? "" : "\n collectives waiting:" + collectives));
   } else {
     MutexLock lock(error_mu_);
     report.status = first_error_;
@@ -247,6 +253,7 @@ RunReport NodeRun::run() {
     collect_variables(report);
     boxing_.finish();  // every node ran to its end: ranks sharing a GPU let go of each other's buffers
   }
+  report.comm_record = record_.json(32).dump();
   report.received_bytes_copied = received_bytes_copied_.load();
   report.received_zero_row_readies = received_zero_row_readies_.load();
   if (options_.trace)

@@ -133,6 +133,9 @@ struct RunReport {
   // traffic[i][j]: data-plane messages node j received from node i (multi-node runs).
   std::vector<std::vector<int64_t>> traffic;
   std::vector<std::vector<int64_t>> traffic_bytes;  // the same messages' bytes
+  // The node's flight record at the run's end (NodePace::comm): after a
+  // failure, what each collective was waiting for.
+  std::string comm_record;
   // The cluster's master: bytes of the control messages the other nodes sent
   // it while the phase ran (heartbeats, acks, checkpoint reports, their Done).
   int64_t control_bytes_from_nodes = 0;
@@ -164,6 +167,10 @@ struct NodePace {
     int64_t queued = 0;  // messages from other threads waiting for it, now
   };
   std::vector<Thread> threads;
+  // The node's flight record (comm/flight_record.h) as JSON: each caller of
+  // collectives' call in flight and what it waits for, each link's actor
+  // messages, the last events.
+  std::string comm;
 };
 
 // One node's part of a plan, built and ready to start. build() verifies the
