@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "comm/flight_record.h"
+
 namespace rill::comm {
 namespace {
 

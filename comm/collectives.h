@@ -34,10 +34,11 @@
 
 #include "base/collective_scratch.h"
 #include "base/half.h"
-#include "comm/flight_record.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
+
+class FlightRecord;  // comm/flight_record.h
 
 // How all_reduce, reduce_scatter and reduce combine the ranks' values.
 // Average is the sum divided by the world size once, at the end. Max and min

@@ -27,18 +27,10 @@
 #include "base/mutex.h"
 #include "graph/job.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
+#include "runtime/checkpoint/checkpoint_records.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {
-
-// A node's file of one step, written or not.
-struct NodeCheckpoint {
-  int64_t step = 0;
-  Status status;
-  NodeFile file;               // when written
-  double block_seconds = 0;    // training's time on it: the copies and any wait for room
-  double write_seconds = 0;    // the writer's time on it, in the background
-};
 
 class CheckpointCollector {
  public:

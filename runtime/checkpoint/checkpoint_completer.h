@@ -19,15 +19,6 @@
 
 namespace rill {
 
-// One complete checkpoint, as the metrics and the result report it.
-struct CheckpointRecord {
-  int64_t step = 0;
-  int files = 0;
-  int64_t bytes = 0;
-  double block_seconds = 0;  // the longest any node's training spent on it
-  double write_seconds = 0;  // the slowest node's write, in the background
-};
-
 class CheckpointCompleter {
  public:
   // Makes a step complete from its nodes' files (by default write_step_meta).

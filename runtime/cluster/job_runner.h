@@ -17,7 +17,7 @@
 
 #include "compiler/compiler.h"
 #include "graph/job.h"
-#include "runtime/checkpoint/checkpoint_completer.h"
+#include "runtime/checkpoint/checkpoint_records.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {

@@ -18,6 +18,7 @@
 #include "base/printable.h"
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/node/node_runtime.h"

@@ -14,6 +14,10 @@
 #include "runtime/cluster/serial_executor.h"
 #include "runtime/watch/link_pace.h"
 
+namespace rill {
+class CheckpointCollector;  // runtime/checkpoint/checkpoint_collector.h
+}  // namespace rill
+
 namespace rill::agent_internal {
 
 class NodeAgent final : public Agent {

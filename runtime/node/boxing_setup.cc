@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/flight_record.h"
 #include "compiler/boxing_task.h"
 #include "compiler/compiler.h"
 #include "kernels/cuda/shared_gpu.h"

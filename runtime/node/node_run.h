@@ -25,6 +25,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/plan_generated.h"
 #include "kernels/cuda/cuda_context.h"
+#include "comm/flight_record.h"
 #include "runtime/node/boxing_setup.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/worker.h"

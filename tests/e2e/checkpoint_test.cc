@@ -212,50 +212,56 @@ std::map<std::string, std::vector<float>> variables_of(const std::filesystem::pa
 
 }  // namespace
 
-// The MLP data parallel on 2 agents: its replicated variables are written
-// once, spread over both nodes' files (w1 on node 0, the rest on node 1),
-// no values pass through the master, and the step resumes on 1 and on 3
-// nodes. With a learning rate of 1e-30 a momentum step leaves every weight
-// as it was: w - 1e-30 v rounds to w wherever 1e-30 |v| is below half an
-// ulp of w (|v| of gradients here is below 10, every nonzero |w| far above
-// 1e-20), and a weight that is exactly 0 with it (a dead unit's bias) has
-// v == 0 too. So the resumed run's checkpoint holds the 2-node
-// checkpoint's variables bit for bit: the pieces were read back and laid
-// out for the other layout exactly.
-TEST_CASE("a checkpoint 2 nodes wrote themselves resumes on 1 and on 3 nodes, every variable bitwise") {
-  const auto dir = temp_dir() / "ckpt_per_node";
-  std::filesystem::remove_all(dir);
+// The MLP data parallel on 2 and on 3 agents: its replicated variables are
+// written once, spread over the nodes' files (w1 on node 0, the rest after
+// it by size), no values pass through the master, and each step resumes on
+// other node counts (2 nodes' on 1 and 3, 3 nodes' on 2). With a learning
+// rate of 1e-30 a momentum step leaves every weight as it was: w - 1e-30 v
+// rounds to w wherever 1e-30 |v| is below half an ulp of w (|v| of
+// gradients here is below 10, every nonzero |w| far above 1e-20), and a
+// weight that is exactly 0 with it (a dead unit's bias) has v == 0 too. So
+// the resumed run's checkpoint holds the written checkpoint's variables bit
+// for bit: the pieces were read back and laid out for the other layout
+// exactly.
+TEST_CASE("a checkpoint 2 or 3 nodes wrote themselves resumes on other node counts, every variable bitwise") {
   const std::string job = root() + "/samples/mlp/mlp.json --devices cpu:1 --set train.batch_size=240";
-  const auto result = temp_dir() / "ckpt_per_node.json";
-  Ran a = run_rill("run " + job + " --nodes 2 --ctrl-port 19420 --steps 20 --set checkpoint.dir=" + dir.string() +
-                   " --set checkpoint.every=10 --result " + result.string());
-  INFO(a.output);
-  REQUIRE(a.code == 0);
-  const auto step = dir / "step-00000020";
-  CHECK(std::filesystem::exists(step / "node-0.safetensors"));
-  CHECK(std::filesystem::exists(step / "node-1.safetensors"));
-  CHECK_FALSE(std::filesystem::exists(step / "model.safetensors"));
-  // What passed through the master's control plane during training: far
-  // less than one copy of the model (w1 alone is 1.6 MB, with its momentum 3.2).
-  auto j = read_json(result);
-  CHECK(j["checkpoints_written"] == 2);
-  REQUIRE(j["checkpoints"].size() == 2);
-  CHECK(j["checkpoints"][1]["files"] == 2);
-  CHECK(j["checkpoints"][1]["bytes"].get<int64_t>() > 5000000);
-  CHECK(j["control_bytes_from_nodes"].get<int64_t>() < 200000);
-  const auto want = variables_of(step);
-  REQUIRE(want.size() == 6);
-  for (int nodes : {1, 3}) {
-    CAPTURE(nodes);
-    const auto again = temp_dir() / ("ckpt_per_node_" + std::to_string(nodes));
-    std::filesystem::remove_all(again);
-    const std::string where =
-        nodes == 1 ? "" : " --nodes " + std::to_string(nodes) + " --ctrl-port " + std::to_string(19430 + 10 * nodes);
-    Ran b = run_rill("run " + job + where + " --steps 21 --resume " + step.string() +
-                     " --set optimizer.lr=1e-30 --set checkpoint.dir=" + again.string());
-    INFO(b.output);
-    REQUIRE(b.code == 0);
-    CHECK(variables_of(again / "step-00000021") == want);
+  int port = 19100;  // each cluster its own
+  for (const auto& [writers, resumes] : {std::pair<int, std::vector<int>>{2, {1, 3}}, {3, {2}}}) {
+    CAPTURE(writers);
+    const auto dir = temp_dir() / ("ckpt_per_node_" + std::to_string(writers));
+    std::filesystem::remove_all(dir);
+    const auto result = temp_dir() / ("ckpt_per_node_" + std::to_string(writers) + ".json");
+    Ran a = run_rill("run " + job + " --nodes " + std::to_string(writers) + " --ctrl-port " + std::to_string(port += 4) +
+                     " --steps 20 --set checkpoint.dir=" + dir.string() + " --set checkpoint.every=10 --result " +
+                     result.string());
+    INFO(a.output);
+    REQUIRE(a.code == 0);
+    const auto step = dir / "step-00000020";
+    for (int node = 0; node < writers; ++node)
+      CHECK(std::filesystem::exists(step / ("node-" + std::to_string(node) + ".safetensors")));
+    CHECK_FALSE(std::filesystem::exists(step / "model.safetensors"));
+    // What passed through the master's control plane during training: far
+    // less than one copy of the model (w1 alone is 1.6 MB, with its momentum 3.2).
+    auto j = read_json(result);
+    CHECK(j["checkpoints_written"] == 2);
+    REQUIRE(j["checkpoints"].size() == 2);
+    CHECK(j["checkpoints"][1]["files"] == writers);
+    CHECK(j["checkpoints"][1]["bytes"].get<int64_t>() > 5000000);
+    CHECK(j["control_bytes_from_nodes"].get<int64_t>() < 200000);
+    const auto want = variables_of(step);
+    REQUIRE(want.size() == 6);
+    for (int nodes : resumes) {
+      CAPTURE(nodes);
+      const auto again = temp_dir() / ("ckpt_per_node_" + std::to_string(writers) + "_on_" + std::to_string(nodes));
+      std::filesystem::remove_all(again);
+      const std::string where =
+          nodes == 1 ? "" : " --nodes " + std::to_string(nodes) + " --ctrl-port " + std::to_string(port += 4);
+      Ran b = run_rill("run " + job + where + " --steps 21 --resume " + step.string() +
+                       " --set optimizer.lr=1e-30 --set checkpoint.dir=" + again.string());
+      INFO(b.output);
+      REQUIRE(b.code == 0);
+      CHECK(variables_of(again / "step-00000021") == want);
+    }
   }
 }
 
