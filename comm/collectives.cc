@@ -218,10 +218,10 @@ Status Collectives::begin(const char* op, uint64_t tag) {
 
 Status Collectives::end(const char* op, const char* algorithm, uint64_t tag, Status status) {
   received_.reset();
-  if (options_.record) options_.record->end(options_.caller, status.ok());
   last_op_ = op;
   last_algorithm_ = world() == 1 ? "local" : algorithm;
   if (status.ok()) status = tracker_.wait(deadline_);
+  if (options_.record) options_.record->end(options_.caller, status.ok());
   if (status.ok()) return status;
   if (status.code() != Code::kInvalidArgument && status.code() != Code::kFailedPrecondition) failed_ = true;
   return status.with_context(fmt::format("{} {} on rank {} of {}", op, describe_tag(tag), rank(), world()));

@@ -32,7 +32,8 @@ void FlightRecord::add_locked(const Event& e) {
 
 int64_t FlightRecord::begin(int caller, const char* op, int64_t bytes) {
   MutexLock lock(mu_);
-  Caller& c = callers_.at(static_cast<size_t>(caller));
+  if (caller < 0 || caller >= static_cast<int>(callers_.size())) return -1;  // not a caller of this record
+  Caller& c = callers_[static_cast<size_t>(caller)];
   const int64_t seq = c.calls++;
   c.op = op;
   c.bytes = bytes;
@@ -46,7 +47,8 @@ int64_t FlightRecord::begin(int caller, const char* op, int64_t bytes) {
 
 void FlightRecord::wait_for(int caller, int rank) {
   MutexLock lock(mu_);
-  Caller& c = callers_.at(static_cast<size_t>(caller));
+  if (caller < 0 || caller >= static_cast<int>(callers_.size())) return;
+  Caller& c = callers_[static_cast<size_t>(caller)];
   const int node = rank >= 0 && rank < static_cast<int>(c.group.size()) ? c.group[static_cast<size_t>(rank)] : -1;
   if (node == c.waiting_for) return;
   c.waiting_for = node;
@@ -55,7 +57,8 @@ void FlightRecord::wait_for(int caller, int rank) {
 
 void FlightRecord::end(int caller, bool ok) {
   MutexLock lock(mu_);
-  Caller& c = callers_.at(static_cast<size_t>(caller));
+  if (caller < 0 || caller >= static_cast<int>(callers_.size())) return;
+  Caller& c = callers_[static_cast<size_t>(caller)];
   c.in_call = false;
   c.failed = !ok;
   if (ok) {

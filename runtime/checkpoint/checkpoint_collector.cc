@@ -37,10 +37,10 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
   while (complete_.size() >= kMaxWaiting && !stopping_) cv_.wait(mu_);
-  if (handed_over_.count(steps_done) != 0) return;
+  PieceKey key{piece.name, piece.offset};
+  if (handed_over_.count(steps_done) != 0 || expected_.count(key) == 0) return;  // not a piece this node writes
   Step& step = pending_[steps_done];
   step.block_seconds += piece.copy_seconds + seconds_since(start);
-  PieceKey key{piece.name, piece.offset};
   step.pieces[key] = std::move(piece);
   if (step.pieces.size() < expected_.size()) return;
   complete_.emplace(steps_done, std::move(step));

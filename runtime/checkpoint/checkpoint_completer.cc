@@ -29,13 +29,14 @@ void CheckpointCompleter::add(int node, NodeCheckpoint written) {
     cv_.notify_all();
     return;
   }
-  if (writers_.count(node) == 0 || complete_.count(written.step) != 0) return;
+  if (writers_.count(node) == 0 || complete_.count(written.step) != 0 || done_.count(written.step) != 0) return;
   Step& step = pending_[written.step];
   const int64_t at = written.step;
   step.files[node] = std::move(written);
   if (step.files.size() < writers_.size()) return;
   complete_.emplace(at, std::move(step));
   pending_.erase(at);
+  done_.insert(at);
   cv_.notify_all();
 }
 

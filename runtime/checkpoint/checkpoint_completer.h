@@ -53,6 +53,7 @@ class CheckpointCompleter {
   CondVar cv_;
   std::map<int64_t, Step> pending_ GUARDED_BY(mu_);   // steps still missing files
   std::map<int64_t, Step> complete_ GUARDED_BY(mu_);  // every file there: meta.json to write, lowest step first
+  std::set<int64_t> done_ GUARDED_BY(mu_);            // steps handed to the writer (a repeated report is ignored)
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);

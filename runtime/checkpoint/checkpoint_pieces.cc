@@ -30,14 +30,25 @@ std::string piece_key(const TensorPiece& p) {
   return whole(p) ? p.tensor : fmt::format("{}@{}", p.tensor, fmt::join(p.offset, ","));
 }
 
-// The block lies inside its tensor.
+// The elements of a shape, or -1 when a dimension is negative or the count
+// (or its bytes) overflows.
+int64_t elements_of(const Shape& shape) {
+  uint64_t n = 0;
+  return checked_elements(shape, &n) ? static_cast<int64_t>(n) : -1;
+}
+
+// The block lies inside its tensor, and neither's size overflows.
 bool inside(const TensorPiece& p) {
   if (p.offset.size() != p.logical.size() || p.shape.size() != p.logical.size()) return false;
-  for (size_t d = 0; d < p.logical.size(); ++d)
-    if (p.offset[d] < 0 || p.shape[d] < 0 || p.offset[d] + p.shape[d] > p.logical[d]) return false;
+  if (elements_of(p.logical) < 0 || elements_of(p.shape) < 0) return false;
+  for (size_t d = 0; d < p.logical.size(); ++d) {
+    int64_t end = 0;
+    if (p.offset[d] < 0 || __builtin_add_overflow(p.offset[d], p.shape[d], &end) || end > p.logical[d]) return false;
+  }
   return true;
 }
 
+// Two blocks inside one tensor (their ends do not overflow) share an element.
 bool overlap(const TensorPiece& a, const TensorPiece& b) {
   for (size_t d = 0; d < a.offset.size(); ++d)
     if (a.offset[d] + a.shape[d] <= b.offset[d] || b.offset[d] + b.shape[d] <= a.offset[d]) return false;
@@ -111,7 +122,8 @@ std::string node_file_name(int node, int nodes) {
 }
 
 StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int node, int nodes,
-                                   std::vector<TensorPiece> pieces, const FileAccess& access) {
+                                   std::vector<TensorPiece> pieces, const FileAccess& access,
+                                   const std::map<std::string, std::string>& metadata) {
   if (dir.empty()) return invalid_argument("checkpoint: the directory is empty");
   if (step < 0) return invalid_argument("checkpoint: step is {}, must not be negative", step);
   for (const TensorPiece& p : pieces)
@@ -148,9 +160,11 @@ StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int nod
   if (ec) return fs_error("cannot create " + folder.string(), ec);
   NodeFile out{node, node_file_name(node, nodes), 0, std::move(pieces)};
   RILL_RETURN_IF_ERROR(install_file(folder, out.file, [&](const std::string& path) {
-    return write_safetensors(path, tensors, {});
+    return write_safetensors(path, tensors, metadata);
   }));
-  out.bytes = static_cast<int64_t>(fs::file_size(folder / out.file, ec));
+  const auto bytes = fs::file_size(folder / out.file, ec);
+  if (ec) return fs_error("cannot read the size of " + (folder / out.file).string(), ec);
+  out.bytes = static_cast<int64_t>(bytes);
   return out;
 }
 
@@ -262,6 +276,7 @@ StatusOr<Checkpoint> read_pieced_step(const fs::path& dir, const json& meta, con
         !parse_safetensors_dtype(t["dtype"].get<std::string>(), &dtype))
       return bad(fmt::format("tensors[{}] needs a string \"name\", a \"shape\" and a \"dtype\"", i));
     const std::string name = t["name"].get<std::string>();
+    if (elements_of(shape) < 0) return bad(fmt::format("tensors[{}] ({}) has a shape too large to hold", i, name));
     if (!declared.emplace(name, std::make_pair(shape, dtype)).second) return bad(fmt::format("{} is listed twice", name));
     order.push_back(name);
   }
@@ -294,9 +309,11 @@ StatusOr<Checkpoint> read_pieced_step(const fs::path& dir, const json& meta, con
   RILL_ASSIGN_OR_RETURN(auto tiled, tile(all, meta_path, Code::kDataLoss));
   for (const std::string& name : order) {
     const auto& [shape, dtype] = declared[name];
-    CheckpointTensor out{name, shape, std::vector<float>(static_cast<size_t>(num_elements(shape))), dtype};
-    if (!out.values.empty() && !tiled.count(name)) return bad(fmt::format("no piece holds {}", name));
-    checkpoint.tensors.push_back(std::move(out));
+    // Tiled by its pieces (whose values were read), or empty: only then
+    // is its room allocated.
+    if (num_elements(shape) > 0 && !tiled.count(name)) return bad(fmt::format("no piece holds {}", name));
+    checkpoint.tensors.push_back(
+        CheckpointTensor{name, shape, std::vector<float>(static_cast<size_t>(num_elements(shape))), dtype});
   }
   std::map<std::string, CheckpointTensor*> by_name;
   for (CheckpointTensor& t : checkpoint.tensors) by_name[t.name] = &t;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,12 +49,14 @@ struct NodeFile {
 std::string node_file_name(int node, int nodes);
 
 // Writes `pieces` into <dir>/step-<step>/<node_file_name> (the folder made if
-// needed; the file written under a temporary name, fsynced, renamed). With
-// one node every tensor's pieces are joined into the whole tensor first.
+// needed; the file written under a temporary name, fsynced, renamed), with
+// `metadata` as its __metadata__ ("optimizer": the job's). With one node
+// every tensor's pieces are joined into the whole tensor first.
 // Bad input (pieces that do not fit their tensor, a tensor named twice) is
 // kInvalidArgument; a file-system failure names the path.
 StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int node, int nodes,
-                                   std::vector<TensorPiece> pieces, const FileAccess& access = {});
+                                   std::vector<TensorPiece> pieces, const FileAccess& access = {},
+                                   const std::map<std::string, std::string>& metadata = {});
 
 // Makes step `step` complete: writes its meta.json from every node's file
 // (format 1 for a single file of whole tensors, else 2), then points

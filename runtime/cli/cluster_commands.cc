@@ -192,7 +192,16 @@ int status_command(const std::string& master, bool comm, int64_t job) {
   auto status = (*client)->status();
   if (!status.ok()) return fail_command(status.status());
   auto j = nlohmann::json::parse(*status, nullptr, false);
-  if (comm) return print_comm(j, job);
+  if (comm) {
+    // The records are the nodes' word: a field of an unexpected type is
+    // reported, never a crash.
+    try {
+      return print_comm(j, job);
+    } catch (const nlohmann::json::exception& e) {
+      return fail_command(data_loss("the master's status holds a record this rill cannot read ({}): {}", e.what(),
+                                    status->substr(0, 200)));
+    }
+  }
   if (j.is_discarded() || !j.contains("nodes")) {
     fmt::print("{}\n", *status);
     return 0;

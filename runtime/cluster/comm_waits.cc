@@ -32,7 +32,10 @@ std::string explain_waits(const std::map<int, std::string>& records, const std::
   std::map<std::string, std::string> last_op;
   for (const auto& [node, text] : records) {
     const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
-    if (record.is_discarded() || !record.contains("callers") || !record["callers"].is_array()) continue;
+    if (!record.is_object() || !record.contains("callers") || !record["callers"].is_array()) continue;
+    // A node's record as it sent it: a field of another type than its own
+    // is dropped with the rest of that record, never trusted.
+    try {
     for (const nlohmann::json& c : record["callers"]) {
       if (!c.is_object() || !c.contains("name")) continue;
       const std::string caller = collective_of(c.value("name", ""));
@@ -42,6 +45,10 @@ std::string explain_waits(const std::map<int, std::string>& records, const std::
       }
       if (c.contains("waiting_for") && c["waiting_for"].is_number_integer() && waits.count(node) == 0)
         waits[node] = Wait{node, c["waiting_for"].get<int>(), caller, c.value("op", ""), c.value("seq", int64_t{-1})};
+    }
+    } catch (const nlohmann::json::exception&) {
+      waits.erase(node);
+      for (auto& [caller, by_node] : completed) by_node.erase(node);
     }
   }
   if (waits.empty()) return {};

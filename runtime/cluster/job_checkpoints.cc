@@ -54,9 +54,10 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
     out->collector_.emplace(
         job, std::move(own),
         [dir = config.dir, nodes = cluster.num_nodes, access = options.checkpoint_access,
-         delay = options.checkpoint_write_delay_s](int64_t step, std::vector<TensorPiece> tensors) {
+         delay = options.checkpoint_write_delay_s,
+         optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
           if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-          return write_node_file(dir, step, 0, nodes, std::move(tensors), access);
+          return write_node_file(dir, step, 0, nodes, std::move(tensors), access, {{"optimizer", optimizer}});
         },
         [completer = &*out->completer_](NodeCheckpoint written) { completer->add(0, std::move(written)); });
   return out;

@@ -164,6 +164,8 @@ class Master final : public Agent {
   // steps, for the others' Dones up to kSurvivorsReportSeconds); false when
   // some did not come.
   bool wait_for_dones_locked(Clock::time_point deadline, bool keeping) REQUIRES(phase_mu_);
+  // The phase's checkpoint reports go nowhere from now on.
+  void end_checkpoint_reports();
   // A node that comes back: `part` (of a plan starting from every node's
   // memory at its kept_step) with node 0's memory there as its initial
   // values, encoded.

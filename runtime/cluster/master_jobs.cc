@@ -205,6 +205,11 @@ StatusOr<std::string> Master::part_with_memory(ctl::PlanPart part) {
   return bytes;
 }
 
+void Master::end_checkpoint_reports() {
+  MutexLock lock(phase_mu_);
+  phase_.on_checkpoint = nullptr;
+}
+
 bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
   const int parts = static_cast<int>(phase_.members.size()) - 1;
   bool in_time = true;
@@ -260,6 +265,12 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   const int parts = static_cast<int>(others.size());
   const bool keeping = membership.keep_steps && plan.compile.mode == compiler::Mode::kTrain;
   const int64_t kept_step = plan.compile.mode == compiler::Mode::kTrain ? membership.kept_step : -1;
+  // However the phase ends, its checkpoint reports stop reaching the run's
+  // completer (which the caller destroys after this returns).
+  struct EndReports {
+    Master* master;
+    ~EndReports() { master->end_checkpoint_reports(); }
+  } end_reports{this};
   {
     MutexLock lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, plan.on_checkpoint};

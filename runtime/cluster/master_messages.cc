@@ -90,20 +90,18 @@ void Master::master_on(const From&, ctl::Done& m) {
 }
 
 void Master::master_on(const From&, ctl::CheckpointWritten& m) {
-  std::function<void(int, NodeCheckpoint)> complete;
-  {
-    MutexLock lock(phase_mu_);
-    // A report of an earlier phase (an attempt given up) is not this run's.
-    if (m.job_id == phase_.job_id && m.phase == phase_.phase) complete = phase_.on_checkpoint;
-  }
-  if (!complete) return;
   NodeCheckpoint written{m.steps_done, Status(), NodeFile{m.node, std::move(m.file), m.bytes, {}}, m.block_seconds,
                          m.write_seconds};
   if (!m.error.empty()) written.status = Status(m.code == Code::kOk ? Code::kInternal : m.code, m.error);
   for (ctl::CheckpointPiece& p : m.pieces)
     written.file.pieces.push_back(TensorPiece{std::move(p.tensor), std::move(p.shape), std::move(p.offset),
                                               std::move(p.piece_shape), p.dtype, {}});
-  complete(m.node, std::move(written));
+  // Under the lock: the phase's completer lives until execute_phase clears
+  // it (its add() never waits). A report of an earlier phase (an attempt
+  // given up), or after the phase, is not this run's.
+  MutexLock lock(phase_mu_);
+  if (m.job_id == phase_.job_id && m.phase == phase_.phase && phase_.on_checkpoint)
+    phase_.on_checkpoint(m.node, std::move(written));
 }
 
 void Master::master_on(const From& from, ctl::Shutdown&) {

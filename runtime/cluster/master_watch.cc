@@ -56,7 +56,7 @@ std::string Master::status_json() {
     nlohmann::ordered_json comm = nlohmann::ordered_json::object();
     for (int r = 0; r < world_ && r < static_cast<int>(activity_.size()); ++r)
       if (!activity_[r].comm.empty())
-        if (auto record = nlohmann::ordered_json::parse(activity_[r].comm, nullptr, false); !record.is_discarded())
+        if (auto record = nlohmann::ordered_json::parse(activity_[r].comm, nullptr, false); record.is_object())
           comm[std::to_string(r)] = std::move(record);
     running["comm"] = std::move(comm);
   }

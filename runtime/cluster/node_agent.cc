@@ -52,18 +52,21 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
 StatusOr<std::shared_ptr<CheckpointCollector>> NodeAgent::checkpoint_collector(const graph::Job& job,
                                                                                 const std::string& plan,
                                                                                 int64_t job_id, int phase, int node,
-                                                                                int nodes) {
+                                                                                int nodes, int link) {
   RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> pieces, snapshot_pieces(plan));
   if (pieces.empty()) return std::shared_ptr<CheckpointCollector>();  // this node holds none to write
   // Each node writes its own file; the master makes the step complete.
   return std::make_shared<CheckpointCollector>(
       job, std::move(pieces),
       [dir = job.checkpoint.dir, node, nodes, access = roots_.checkpoint_access(),
-       delay = options_.checkpoint_write_delay_s](int64_t step, std::vector<TensorPiece> tensors) {
+       delay = options_.checkpoint_write_delay_s,
+       optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
         if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-        return write_node_file(dir, step, node, nodes, std::move(tensors), access);
+        return write_node_file(dir, step, node, nodes, std::move(tensors), access, {{"optimizer", optimizer}});
       },
-      [this, job_id, phase, node](NodeCheckpoint written) {
+      [this, job_id, phase, node, link](NodeCheckpoint written) {
+        if (links_.load() != link) return;  // its master is gone from this link
+
         ctl::CheckpointWritten m{job_id, phase, written.step, node, std::move(written.file.file), written.file.bytes,
                                  {}, written.status.ok() ? "" : written.status.message(), written.status.code(),
                                  written.block_seconds, written.write_seconds};
@@ -174,6 +177,7 @@ void NodeAgent::tick() {
   {
     MutexLock lock(run_mu_);
     pending_.reset();
+    pending_checkpoint_.reset();
     if (running_) running_->abort(Status(Code::kUnavailable, lost));
   }
   if (closed) {  // its process is gone: so is the cluster
@@ -197,6 +201,7 @@ void NodeAgent::join_again(const std::string& lost) {
   {
     MutexLock lock(run_mu_);
     pending_.reset();
+    pending_checkpoint_.reset();
     pending_job_ = aborted_job_ = started_job_ = -1;
     pending_phase_ = aborted_phase_ = started_phase_ = -1;
     started_.reset();
@@ -300,7 +305,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     std::shared_ptr<CheckpointCollector> checkpoint;
     if (plan.ok() && checkpointed) {
-      auto made = checkpoint_collector(*checkpointed, *plan, part.job_id, part.phase, node, nodes);
+      auto made = checkpoint_collector(*checkpointed, *plan, part.job_id, part.phase, node, nodes, link);
       if (made.ok()) checkpoint = std::move(*made);
       else plan = made.status();
     }
@@ -393,7 +398,9 @@ void NodeAgent::worker_on(ctl::Start& m) {
                    transport_->received_bytes_from(),
                    report.status.code()};
     tell_kept(done);
-    done.comm = std::move(report.comm_record);
+    // The record goes along where it fits comfortably in the control
+    // message (its callers grow with the plan's cross-node boxings).
+    if (report.comm_record.size() <= kMaxRecordBytes) done.comm = std::move(report.comm_record);
     // They fit: the plan was refused otherwise (max_control_message_bytes).
     if (done.error.empty())
       for (VariablePiece& p : report.pieces)
@@ -409,7 +416,7 @@ void NodeAgent::worker_on(ctl::Abort& m) {
   // later phases are not.
   aborted_job_ = m.job_id;
   aborted_phase_ = m.phase;
-  if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset();
+  if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset(), pending_checkpoint_.reset();
   if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
     running_->abort(Status(Code::kAborted, m.reason));
 }

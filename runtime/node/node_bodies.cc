@@ -294,8 +294,10 @@ StatusOr<std::vector<SnapshotPiece>> snapshot_pieces(std::string_view node_plan)
   for (const plan::RegstDesc* r : *plan->regsts()) regsts[r->id()] = r;
   std::vector<SnapshotPiece> out;
   for (const plan::Task* task : *plan->tasks()) {
+    // A node's plan also numbers other nodes' variable tasks that read
+    // across placements; only its own run here.
     if (task->kind() != plan::TaskKind::Variable || !task->variable() || !task->variable()->checkpoint_writer() ||
-        !task->outputs() || task->outputs()->size() == 0)
+        !task->outputs() || task->outputs()->size() == 0 || (plan->node() >= 0 && task->node() != plan->node()))
       continue;
     auto model = regsts.find(task->outputs()->Get(0));
     if (model == regsts.end()) return data_loss("plan: variable task {} has no model regst", task->id());

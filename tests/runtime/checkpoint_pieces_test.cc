@@ -210,3 +210,43 @@ TEST_CASE("nodes killed at any moment of their writes never leave a step that re
 
 }  // namespace
 }  // namespace rill
+
+namespace rill {
+namespace {
+
+// A hostile or corrupt meta.json: sizes that overflow, a tensor no piece
+// holds that would take a terabyte. Each is data loss, nothing allocated
+// for it and nothing written out of bounds.
+TEST_CASE("a meta.json whose shapes overflow or that no piece holds is data loss") {
+  const fs::path dir = fresh_dir("overflow");
+  auto a = write_node_file(dir.string(), 4, 0, 2, rows_of(4, 0, 2));
+  auto b = write_node_file(dir.string(), 4, 1, 2, rows_of(4, 2, 4));
+  REQUIRE(write_step_meta(dir.string(), 4, "job", "sgd", {*a, *b}, 2).ok());
+  const fs::path meta_path = dir / "step-00000004" / "meta.json";
+  std::ifstream in(meta_path);
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  auto read_with = [&](const nlohmann::json& j) {
+    std::ofstream(meta_path) << j.dump();
+    return read_checkpoint(dir.string()).status();
+  };
+  nlohmann::json wrapped = meta;  // [2^62 + 1, 4]: 2^64 + 4 elements, 4 when wrapped
+  wrapped["tensors"][0]["shape"] = {(int64_t{1} << 62) + 1, 4};
+  wrapped["pieces"][0]["offset"] = {int64_t{1} << 40, 0};
+  Status s = read_with(wrapped);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("too large") != std::string::npos);
+  nlohmann::json huge = meta;  // a terabyte no piece holds
+  huge["tensors"].push_back({{"name", "ghost"}, {"shape", {int64_t{1} << 38}}, {"dtype", "F32"}});
+  s = read_with(huge);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("no piece holds ghost") != std::string::npos);
+  nlohmann::json past = meta;  // a piece past its tensor's end
+  past["pieces"][0]["offset"] = {int64_t{9223372036854775807}, 0};
+  s = read_with(past);
+  CHECK(s.code() == Code::kDataLoss);
+  CHECK(s.message().find("outside its shape") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rill
