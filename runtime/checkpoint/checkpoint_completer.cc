@@ -7,8 +7,11 @@
 
 namespace rill {
 
-CheckpointCompleter::CheckpointCompleter(std::set<int> writers, MetaWriter write, OnComplete on_complete)
-    : writers_(std::move(writers)), write_(std::move(write)), on_complete_(std::move(on_complete)) {
+CheckpointCompleter::CheckpointCompleter(std::map<int, std::set<PieceKey>> expected, MetaWriter write,
+                                         OnComplete on_complete)
+    : expected_(std::move(expected)), write_(std::move(write)), on_complete_(std::move(on_complete)) {
+  for (const auto& [node, pieces] : expected_)
+    for (const PieceKey& piece : pieces) variable_names_.insert(piece.first);
   thread_ = std::thread([this] { write_loop(); });
 }
 
@@ -23,17 +26,31 @@ CheckpointCompleter::~CheckpointCompleter() {
 
 void CheckpointCompleter::add(int node, NodeCheckpoint written) {
   MutexLock lock(mu_);
+  const auto expected = expected_.find(node);
+  if (written.status.ok() && expected != expected_.end()) {
+    // The variables' pieces it says it wrote are the ones it writes.
+    // An optimizer state is "<variable>/<state>"; any other piece counts.
+    std::set<PieceKey> variables;
+    for (const TensorPiece& p : written.file.pieces) {
+      const size_t slash = p.tensor.rfind('/');
+      if (slash == std::string::npos || variable_names_.count(p.tensor.substr(0, slash)) == 0)
+        variables.insert({p.tensor, p.offset});
+    }
+    if (variables != expected->second)
+      written.status = data_loss("its file of step {} holds other variable pieces than the {} it writes ({} of them)",
+                                 written.step, expected->second.size(), variables.size());
+  }
   if (!written.status.ok()) {
     if (status_.ok()) status_ = written.status.with_context(fmt::format("node {}", node));
     pending_.erase(written.step);  // this step will not be complete
     cv_.notify_all();
     return;
   }
-  if (writers_.count(node) == 0 || complete_.count(written.step) != 0 || done_.count(written.step) != 0) return;
+  if (expected == expected_.end() || complete_.count(written.step) != 0 || done_.count(written.step) != 0) return;
   Step& step = pending_[written.step];
   const int64_t at = written.step;
   step.files[node] = std::move(written);
-  if (step.files.size() < writers_.size()) return;
+  if (step.files.size() < expected_.size()) return;
   complete_.emplace(at, std::move(step));
   pending_.erase(at);
   done_.insert(at);
@@ -74,7 +91,7 @@ Status CheckpointCompleter::finish() {
   if (status_.ok() && !pending_.empty()) {
     const auto& [step, pending] = *pending_.begin();
     std::vector<int> missing;
-    for (int node : writers_)
+    for (const auto& [node, pieces] : expected_)
       if (pending.files.count(node) == 0) missing.push_back(node);
     status_ = data_loss("the checkpoint after step {} was not written: node(s) {} never reported their file", step,
                         fmt::join(missing, ", "));

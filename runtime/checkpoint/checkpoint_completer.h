@@ -11,7 +11,9 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -26,8 +28,11 @@ class CheckpointCompleter {
   // Told of every complete step, on the completer's thread.
   using OnComplete = std::function<void(const CheckpointRecord&)>;
 
-  // `writers`: the nodes (plan indices) whose files make a step.
-  CheckpointCompleter(std::set<int> writers, MetaWriter write, OnComplete on_complete = {});
+  // A variable's piece: its name and offset.
+  using PieceKey = std::pair<std::string, std::vector<int64_t>>;
+  // `expected`: each writing node's (plan index) pieces of the variables;
+  // a node's file must hold exactly those (and their optimizer state).
+  CheckpointCompleter(std::map<int, std::set<PieceKey>> expected, MetaWriter write, OnComplete on_complete = {});
   ~CheckpointCompleter();
   CheckpointCompleter(const CheckpointCompleter&) = delete;
   CheckpointCompleter& operator=(const CheckpointCompleter&) = delete;
@@ -46,7 +51,8 @@ class CheckpointCompleter {
   };
   void write_loop();
 
-  std::set<int> writers_;
+  std::map<int, std::set<PieceKey>> expected_;
+  std::set<std::string> variable_names_;
   MetaWriter write_;
   OnComplete on_complete_;
   mutable Mutex mu_;

@@ -1,6 +1,7 @@
 #include "runtime/cluster/job_checkpoints.h"
 
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -35,8 +36,8 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
   // or not, is written again by this one.
   RILL_RETURN_IF_ERROR(drop_steps_after(config.dir, start_step));
   RILL_ASSIGN_OR_RETURN(auto pieces, compiler::variable_pieces(job, cluster));
-  std::set<int> writers;
-  for (const compiler::VariablePieceOrigin& piece : pieces) writers.insert(piece.writer);
+  std::map<int, std::set<CheckpointCompleter::PieceKey>> writers;  // what each node writes
+  for (const compiler::VariablePieceOrigin& piece : pieces) writers[piece.writer].insert({piece.name, piece.offset});
   RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node0_plan));
   std::unique_ptr<JobCheckpoints> out(new JobCheckpoints());
   out->every_ = config.every;

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,15 +149,24 @@ TEST_CASE("a failed write is reported with its step and by finish()") {
   CHECK_FALSE(reported[1].status.ok());
 }
 
+// Node n writes rows 2n.. of w (and their momentum).
 NodeCheckpoint file_of(int64_t step, int node, double block) {
-  return NodeCheckpoint{step, {}, NodeFile{node, fmt::format("node-{}.safetensors", node), 100, {}}, block, 0.5};
+  std::vector<TensorPiece> pieces = {TensorPiece{"w", {6, 2}, {2 * node, 0}, {2, 2}, DType::kF32, {}},
+                                     TensorPiece{"w/momentum", {6, 2}, {2 * node, 0}, {2, 2}, DType::kF32, {}}};
+  return NodeCheckpoint{step, {}, NodeFile{node, fmt::format("node-{}.safetensors", node), 100, pieces}, block, 0.5};
+}
+
+std::map<int, std::set<CheckpointCompleter::PieceKey>> writers(std::initializer_list<int> nodes) {
+  std::map<int, std::set<CheckpointCompleter::PieceKey>> out;
+  for (int n : nodes) out[n] = {{"w", {2 * n, 0}}};
+  return out;
 }
 
 TEST_CASE("the master's completer makes a step complete once every writing node has reported, lowest step first") {
   std::vector<std::pair<int64_t, size_t>> metas;  // step, files
   std::vector<CheckpointRecord> told;
   CheckpointCompleter completer(
-      {0, 2},
+      writers({0, 2}),
       [&](int64_t step, const std::vector<NodeFile>& files) {
         metas.emplace_back(step, files.size());
         return Status();
@@ -179,14 +190,14 @@ TEST_CASE("the master's completer makes a step complete once every writing node 
 
 TEST_CASE("a step a node never reported, or a node's failed write, is the completer's error") {
   {
-    CheckpointCompleter completer({0, 1}, [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    CheckpointCompleter completer(writers({0, 1}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
     completer.add(0, file_of(10, 0, 0));
     Status s = completer.finish();
     CHECK(s.code() == Code::kDataLoss);
     CHECK(s.message().find("after step 10 was not written: node(s) 1 never reported their file") != std::string::npos);
   }
   {
-    CheckpointCompleter completer({0, 1}, [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    CheckpointCompleter completer(writers({0, 1}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
     NodeCheckpoint failed = file_of(10, 1, 0);
     failed.status = Status(Code::kUnavailable, "cannot write /ckpt/step-00000010/node-1.safetensors: disk full");
     completer.add(0, file_of(10, 0, 0));
@@ -195,6 +206,26 @@ TEST_CASE("a step a node never reported, or a node's failed write, is the comple
     CHECK(s.message().find("node 1") != std::string::npos);
     CHECK(s.message().find("disk full") != std::string::npos);
     CHECK(completer.written() == 0);
+  }
+  {
+    // A report of other pieces than the node writes (node 1 claiming node 0's).
+    CheckpointCompleter completer(writers({0, 1}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    completer.add(0, file_of(10, 0, 0));
+    NodeCheckpoint claimed = file_of(10, 0, 0);
+    completer.add(1, std::move(claimed));
+    Status s = completer.finish();
+    CHECK(s.code() == Code::kDataLoss);
+    CHECK(s.message().find("node 1: its file of step 10 holds other variable pieces than the 1 it writes") !=
+          std::string::npos);
+    CHECK(completer.written() == 0);
+  }
+  {
+    // A repeated report of a step already complete changes nothing.
+    CheckpointCompleter completer(writers({0}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    completer.add(0, file_of(10, 0, 0));
+    completer.add(0, file_of(10, 0, 0));
+    CHECK(completer.finish().ok());
+    CHECK(completer.written() == 1);
   }
 }
 
