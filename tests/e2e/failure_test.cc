@@ -486,9 +486,9 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
 // ZeroMQ refuses a control message when the peer's queue is full (its
 // high-water mark, here 1 message): the agent keeps it and sends it on a
 // later turn of its loop, in order, instead of dropping it. Node 1 holds the
-// staged MLP's last layers and sends their pieces to the master at every
-// step's checkpoint; a single dropped piece leaves that step's checkpoint
-// incomplete and fails the job.
+// staged MLP's last layers, writes their pieces at every step's checkpoint
+// and reports each file to the master (with heartbeats between); a single
+// dropped report leaves that step without its meta.json and fails the job.
 TEST_CASE("control messages that meet a full ZeroMQ queue wait for it: a checkpoint of every step completes") {
   auto dir = rill::testing::temp_dir("rill-control-hwm-");
   const std::string machines = "127.0.0.1:19535,127.0.0.2:19535";
@@ -501,8 +501,7 @@ TEST_CASE("control messages that meet a full ZeroMQ queue wait for it: a checkpo
                      120);
   CHECK_MESSAGE(ran.code == 0, ran.output);
   int steps = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(ckpt))
-    steps += entry.is_directory() && entry.path().filename().string().rfind("step", 0) == 0;
+  for (int step = 1; step <= 40; ++step) steps += rill::testing::checkpoint_complete(ckpt, step);
   CHECK(steps == 40);
   auto client = rill::Client::connect("127.0.0.1:19535", 10);
   REQUIRE(client.ok());
