@@ -30,6 +30,18 @@ using rill::testing::ten_step_curve;
 
 std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-checkpoint-"); }
 
+// Whether the cluster of `master` has every node joined, within 20 s.
+bool formed(const std::string& master) {
+  for (int i = 0; i < 200; ++i) {
+    Ran status = run_rill("status --master " + master);
+    if (status.code == 0 && status.output.find("up (master)") != std::string::npos &&
+        status.output.find("joining") == std::string::npos && status.output.find("not joined") == std::string::npos)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 
 }  // namespace
 
@@ -176,14 +188,7 @@ TEST_CASE("a slow checkpoint disk slows the job but the cluster stays whole") {
   rill::testing::Agent node0(machines + " --rank 0 --http off --checkpoint-write-delay 2",
                              (temp_dir() / "slow0.log").string());
   rill::testing::Agent node1(machines + " --rank 1", (temp_dir() / "slow1.log").string());
-  bool formed = false;
-  for (int i = 0; i < 200 && !formed; ++i) {
-    Ran status = run_rill("status --master 127.0.0.1:19380");
-    formed = status.code == 0 && status.output.find("up (master)") != std::string::npos &&
-             status.output.find("joining") == std::string::npos && status.output.find("not joined") == std::string::npos;
-    if (!formed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE(formed);
+  REQUIRE(formed("127.0.0.1:19380"));
   Ran ran = run_rill("submit " + root() + "/samples/mlp/mlp_model_parallel.json --master 127.0.0.1:19380 --steps 4" +
                      " --set checkpoint.dir=" + dir.string() + " --set checkpoint.every=1 --set checkpoint.keep=10 --follow",
                      180);
@@ -278,14 +283,7 @@ TEST_CASE("a node killed while writing its checkpoint file leaves that step abse
   rill::testing::Agent node0(machines + " --rank 0 --http off", (temp_dir() / "killed0.log").string());
   auto node1 = std::make_unique<rill::testing::Agent>(machines + " --rank 1 --checkpoint-write-delay 3",
                                                       (temp_dir() / "killed1.log").string());
-  bool formed = false;
-  for (int i = 0; i < 200 && !formed; ++i) {
-    Ran status = run_rill("status --master 127.0.0.1:19450");
-    formed = status.code == 0 && status.output.find("up (master)") != std::string::npos &&
-             status.output.find("joining") == std::string::npos && status.output.find("not joined") == std::string::npos;
-    if (!formed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  REQUIRE(formed);
+  REQUIRE(formed("127.0.0.1:19450"));
   Ran submitted;
   std::thread submitter([&] {
     submitted = run_rill("submit " + root() + "/samples/mlp/mlp.json --master 127.0.0.1:19450 --steps 200" +
