@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/safe_files.h"
 #include "runtime/checkpoint/checkpoint_dtypes.h"
 #include "runtime/checkpoint/checkpoint_io.h"
 #include "runtime/node/plan_reader.h"
@@ -158,6 +159,9 @@ StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int nod
   std::error_code ec;
   fs::create_directory(folder, ec);
   if (ec) return fs_error("cannot create " + folder.string(), ec);
+  // Made by this run's nodes, or by an earlier run of this user: never a
+  // folder another user planted (the root is checked above).
+  RILL_RETURN_IF_ERROR(check_own_folder(folder.string(), "checkpoint step folder"));
   NodeFile out{node, node_file_name(node, nodes), 0, std::move(pieces)};
   RILL_RETURN_IF_ERROR(install_file(folder, out.file, [&](const std::string& path) {
     return write_safetensors(path, tensors, metadata);
