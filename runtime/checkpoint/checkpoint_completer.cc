@@ -27,6 +27,12 @@ CheckpointCompleter::~CheckpointCompleter() {
 void CheckpointCompleter::add(int node, NodeCheckpoint written) {
   MutexLock lock(mu_);
   const auto expected = expected_.find(node);
+  // A variable's pieces and at most a few states of each: a report of more
+  // is nothing a node writes (and would make the tiling check slow).
+  if (written.status.ok() && expected != expected_.end() &&
+      written.file.pieces.size() > kMaxStatesPerPiece * std::max<size_t>(expected->second.size(), 1))
+    written.status = data_loss("its file of step {} lists {} pieces, more than it writes", written.step,
+                               written.file.pieces.size());
   if (written.status.ok() && expected != expected_.end()) {
     // The variables' pieces it says it wrote are the ones it writes.
     // An optimizer state is "<variable>/<state>"; any other piece counts.
@@ -49,7 +55,7 @@ void CheckpointCompleter::add(int node, NodeCheckpoint written) {
   if (expected == expected_.end() || complete_.count(written.step) != 0 || done_.count(written.step) != 0) return;
   Step& step = pending_[written.step];
   const int64_t at = written.step;
-  step.files[node] = std::move(written);
+  step.files.try_emplace(node, std::move(written));  // a repeated report changes nothing
   if (step.files.size() < expected_.size()) return;
   complete_.emplace(at, std::move(step));
   pending_.erase(at);
@@ -68,7 +74,7 @@ void CheckpointCompleter::write_loop() {
     std::vector<NodeFile> files;
     for (auto& [n, written] : node.mapped().files) {
       ++record.files;
-      record.bytes += written.file.bytes;
+      record.bytes += std::clamp<int64_t>(written.file.bytes, 0, int64_t{1} << 50);
       record.block_seconds = std::max(record.block_seconds, written.block_seconds);
       record.write_seconds = std::max(record.write_seconds, written.write_seconds);
       files.push_back(std::move(written.file));

@@ -24,6 +24,9 @@ namespace rill {
 class CheckpointCompleter {
  public:
   // Makes a step complete from its nodes' files (by default write_step_meta).
+  // Pieces a node's report may list per variable piece it writes (the
+  // variable and its optimizer states).
+  static constexpr size_t kMaxStatesPerPiece = 8;
   using MetaWriter = std::function<Status(int64_t step, const std::vector<NodeFile>& files)>;
   // Told of every complete step, on the completer's thread.
   using OnComplete = std::function<void(const CheckpointRecord&)>;

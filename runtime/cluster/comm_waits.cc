@@ -26,12 +26,21 @@ std::string collective_of(const std::string& caller) {
 
 }  // namespace
 
+nlohmann::json read_record(const std::string& text) {
+  if (text.size() > kMaxRecordBytes) return nullptr;
+  const nlohmann::json::parser_callback_t shallow = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    return depth <= kMaxRecordDepth;
+  };
+  nlohmann::json record = nlohmann::json::parse(text, shallow, /*allow_exceptions=*/false);
+  return record.is_object() ? record : nlohmann::json(nullptr);
+}
+
 std::string explain_waits(const std::map<int, std::string>& records, const std::function<std::string(int)>& name) {
   std::map<int, Wait> waits;                         // by waiting node: its first waiting collective
   std::map<std::string, std::map<int, int64_t>> completed;  // caller -> node -> its last completed call
   std::map<std::string, std::string> last_op;
   for (const auto& [node, text] : records) {
-    const nlohmann::json record = nlohmann::json::parse(text, nullptr, false);
+    const nlohmann::json record = read_record(text);
     if (!record.is_object() || !record.contains("callers") || !record["callers"].is_array()) continue;
     // A node's record as it sent it: a field of another type than its own
     // is dropped with the rest of that record, never trusted.

@@ -9,7 +9,16 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace rill {
+
+// A node's flight record as it sent it, read with bounds: at most
+// kMaxRecordBytes, nested at most kMaxRecordDepth deep (deeper values are
+// dropped), an object; anything else is null.
+inline constexpr size_t kMaxRecordBytes = size_t{64} << 10;
+inline constexpr int kMaxRecordDepth = 6;
+nlohmann::json read_record(const std::string& text);
 
 // `records`: each plan node's flight record as JSON (nodes without one are
 // lost or silent); `name`: a plan node as the user knows it. Empty when no

@@ -5,6 +5,9 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/master.h"
 
+#include "runtime/checkpoint/checkpoint_pieces.h"
+#include "runtime/cluster/comm_waits.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -89,7 +92,24 @@ void Master::master_on(const From&, ctl::Done& m) {
   phase_cv_.notify_all();
 }
 
-void Master::master_on(const From&, ctl::CheckpointWritten& m) {
+void Master::master_on(const From& from, ctl::CheckpointWritten& m) {
+  // Only a node of the phase reports a file, its own: the plan's node it
+  // is, by the link it came on (node 0's reports never cross the network).
+  int plan_node = -1;
+  size_t nodes = 0;
+  {
+    MutexLock lock(phase_mu_);
+    nodes = phase_.members.size();
+    for (size_t i = 0; i < phase_.members.size(); ++i)
+      if (from.node > 0 && phase_.members[i] == from.node) plan_node = static_cast<int>(i);
+  }
+  if (plan_node < 0 || m.node != plan_node || m.file != node_file_name(plan_node, static_cast<int>(nodes))) {
+    spdlog::warn("{}: dropped a checkpoint report for node {} ('{}') from {}: not that node's", me(), m.node,
+                 printable_name(m.file.substr(0, 64)),
+                 from.node > 0 ? node_name(options_.machines, from.node)
+                               : fmt::format("client '{}'", printable_name(from.identity)));
+    return;
+  }
   NodeCheckpoint written{m.steps_done, Status(), NodeFile{m.node, std::move(m.file), m.bytes, {}}, m.block_seconds,
                          m.write_seconds};
   if (!m.error.empty()) written.status = Status(m.code == Code::kOk ? Code::kInternal : m.code, m.error);
@@ -159,6 +179,8 @@ void Master::master_on(const From& from, ctl::Heartbeat& m) {
   if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
     pace_.add(from.node, pace_key(m.job_id, m.phase), clock_seconds(), m.steps, m.busy_seconds);
     links_.add(from.node, clock_seconds(), std::move(m.link_rates));
+    // A record past its bound is not kept (comm_waits.h reads none past it).
+    if (m.comm.size() > kMaxRecordBytes) m.comm.clear();
     activity_[from.node] = {std::move(m.threads), std::move(m.received_bytes_from), std::move(m.comm)};
   }
 }

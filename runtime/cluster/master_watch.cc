@@ -3,6 +3,8 @@
 #include "runtime/cluster/agent.h"
 #include "runtime/cluster/master.h"
 
+#include "runtime/cluster/comm_waits.h"
+
 #include <mutex>
 
 #include <fmt/format.h>
@@ -56,8 +58,8 @@ std::string Master::status_json() {
     nlohmann::ordered_json comm = nlohmann::ordered_json::object();
     for (int r = 0; r < world_ && r < static_cast<int>(activity_.size()); ++r)
       if (!activity_[r].comm.empty())
-        if (auto record = nlohmann::ordered_json::parse(activity_[r].comm, nullptr, false); record.is_object())
-          comm[std::to_string(r)] = std::move(record);
+        if (nlohmann::json record = read_record(activity_[r].comm); record.is_object())
+          comm[std::to_string(r)] = nlohmann::ordered_json::parse(record.dump());
     running["comm"] = std::move(comm);
   }
   j["running"] = running;

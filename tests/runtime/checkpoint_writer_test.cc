@@ -220,6 +220,15 @@ TEST_CASE("a step a node never reported, or a node's failed write, is the comple
     CHECK(completer.written() == 0);
   }
   {
+    // A report listing far more pieces than the node writes.
+    CheckpointCompleter completer(writers({0}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
+    NodeCheckpoint flood = file_of(10, 0, 0);
+    for (int i = 0; i < 100; ++i) flood.file.pieces.push_back(flood.file.pieces[1]);
+    completer.add(0, std::move(flood));
+    Status s = completer.finish();
+    CHECK(s.message().find("lists 102 pieces, more than it writes") != std::string::npos);
+  }
+  {
     // A repeated report of a step already complete changes nothing.
     CheckpointCompleter completer(writers({0}), [](int64_t, const std::vector<NodeFile>&) { return Status(); });
     completer.add(0, file_of(10, 0, 0));

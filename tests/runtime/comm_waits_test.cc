@@ -34,5 +34,17 @@ TEST_CASE("the node every wait leads to is named, through the ring's neighbours"
   CHECK(explain_waits({{0, FlightRecord(1).json().dump()}}, [](int) { return std::string(); }).empty());
 }
 
+// A node's record is its word: too large, or nested past the bound (which
+// a recursive copy or dump could not survive), it is read as nothing.
+TEST_CASE("a flight record too large or nested too deep is read as nothing, never trusted") {
+  CHECK(read_record(FlightRecord(2).json().dump()).is_object());
+  CHECK(read_record(std::string(kMaxRecordBytes + 1, ' ')).is_null());
+  CHECK(read_record("[1, 2]").is_null());
+  const std::string deep = "{\"callers\": " + std::string(20000, '[') + std::string(20000, ']') + "}";
+  const nlohmann::json shallow = read_record(deep.substr(0, kMaxRecordBytes));
+  CHECK(shallow.dump().size() < 100);
+  CHECK(explain_waits({{0, deep}}, [](int) { return std::string(); }).empty());
+}
+
 }  // namespace
 }  // namespace rill
