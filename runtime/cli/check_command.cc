@@ -1,5 +1,10 @@
-#include "runtime/cli/check_command.h"
-
+// `rill check JOB`: the job as `rill run` would take it (--set applied, then
+// checked), then what this machine can check of its data: every input's
+// shape against its files' heads, each dataset it can read here read whole
+// as the run reads it (a file missing here, or a pipe, is a note), and the
+// index fields (token ids, labels) against the ops reading them, over the
+// job's plan for --nodes x --devices (given --nodes, a plan those nodes
+// cannot hold is an error; else a note).
 #include <map>
 #include <memory>
 #include <string>
@@ -13,13 +18,23 @@
 #include "graph/job_file.h"
 #include "kernels/data/dataset.h"
 #include "kernels/data/dataset_peek.h"
+#include "runtime/cli/command.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/node/index_check.h"
 
 namespace rill {
+namespace {
 
-int check_command(const CheckArgs& args) {
+struct CheckArgs {
+  std::string job_path;
+  std::vector<std::string> overrides;
+  std::string devices;  // "" : the job's train.devices
+  int nodes = 1;
+  bool nodes_given = false;
+};
+
+int check_job(const CheckArgs& args) {
   // The job as rill run would take it (overrides applied, then checked),
   // then its inputs against what the data files hold, where they can be read.
   auto checked = graph::load_job_file(args.job_path, args.overrides);
@@ -63,4 +78,33 @@ int check_command(const CheckArgs& args) {
   return 0;
 }
 
+}  // namespace
+
+namespace cli {
+namespace {
+
+class CheckCommand : public Command {
+ public:
+  void add(CLI::App& rill) override {
+    app_ = rill.add_subcommand("check", "Validate a job description file");
+    app_->add_option("job", args_.job_path, "Job description file (JSON)")->required();
+    app_->add_option("--set", args_.overrides, "Override a job field, as rill run takes it");
+    app_->add_option("--nodes", args_.nodes, "Check the plan for this many nodes (placements on other nodes, pservers)")
+        ->check(CLI::Range(1, 4096));
+    app_->add_option("--devices", args_.devices, "Devices per node, e.g. cpu:2");
+  }
+  int act() override {
+    args_.nodes_given = app_->count("--nodes") > 0;
+    return check_job(args_);
+  }
+
+ private:
+  CheckArgs args_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> check_command() { return std::make_unique<CheckCommand>(); }
+
+}  // namespace cli
 }  // namespace rill

@@ -17,6 +17,7 @@
 
 #include "base/safe_files.h"
 #include "kernels/data/file_bytes.h"
+#include "runtime/cluster/client.h"
 
 namespace rill {
 
@@ -98,5 +99,17 @@ int wait_process(pid_t pid, int* raw) {
 }
 
 bool failed_exit(int wait_status) { return !WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0; }
+
+Status write_job_trace(const std::string& path, const SubmitResult& result) {
+  if (path.empty() || !result.status.ok()) return {};
+  if (result.trace_json.empty()) {
+    fmt::print(stderr, "rill: warning: job {} sent no trace (see the master's log)\n", result.job_id);
+    return {};
+  }
+  RILL_RETURN_IF_ERROR(write_text_file(path, result.trace_json));
+  fmt::print("trace of job {} written to {}\n", result.job_id, path);
+  return {};
+}
+
 
 }  // namespace rill

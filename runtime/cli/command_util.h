@@ -1,6 +1,6 @@
-// Small helpers shared by the `rill` subcommands (runtime/cli/main.cc,
-// cluster_commands.cc, launch_command.cc): reporting an error as an exit code,
-// reading and writing whole text files, starting and waiting for processes.
+// Small helpers shared by the `rill` subcommands (runtime/cli/*_command.cc):
+// reporting an error as an exit code, reading and writing whole text files,
+// a job's timeline, starting and waiting for processes.
 // Called from the command's main thread only.
 #pragma once
 
@@ -14,6 +14,8 @@
 
 namespace rill {
 
+struct SubmitResult;  // runtime/cluster/client.h
+
 // Prints "rill: error: MESSAGE" to stderr; returns the exit code 1.
 int fail_command(const Status& status);
 
@@ -24,6 +26,12 @@ Status write_text_file(const std::string& path, const std::string& text);
 // for appending and closed (its bytes kept); a missing one needs a folder
 // to be made in; a pipe is not opened.
 Status check_can_write(const std::string& path, const std::string& what);
+
+// A cluster job's timeline, to `path` when one was asked for (not empty)
+// and came: a job that failed has none, and one too large for a control
+// message is left out (the master's log says so); either is a warning, not
+// the job's error.
+Status write_job_trace(const std::string& path, const SubmitResult& result);
 
 // Starts argv[0] (searched on PATH) with extra environment variables; its
 // output goes to `log` when not empty (appended to with `append`).

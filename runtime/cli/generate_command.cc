@@ -1,5 +1,13 @@
-#include "runtime/cli/generate_command.h"
-
+// `rill generate JOB --checkpoint PATH`: text from a trained byte-level
+// language model saved in a checkpoint, without training again: the job's
+// forward run eagerly on the host (runtime/eager/generate.h) with the
+// checkpoint's variables, sampled as the job's `generate` section says,
+// each field overridable by a flag. The same bytes a run of the job prints
+// at its end, for the same variables and settings.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -7,11 +15,21 @@
 #include "base/printable.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cli/command.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/eager/generate.h"
 
 namespace rill {
 namespace {
+
+struct GenerateArgs {
+  std::string job_path;
+  std::vector<std::string> overrides;  // --set, as rill run takes them
+  std::string checkpoint;              // a step directory, or a root whose latest step is read
+  std::optional<std::string> prompt;
+  std::optional<int64_t> tokens, top_k, seed;
+  std::optional<double> temperature;
+};
 
 StatusOr<std::string> generate(const GenerateArgs& args) {
   RILL_ASSIGN_OR_RETURN(graph::Job job, graph::load_job_file(args.job_path, args.overrides));
@@ -50,13 +68,33 @@ StatusOr<std::string> generate(const GenerateArgs& args) {
                      args.checkpoint, printable(text));
 }
 
+class GenerateCommand : public cli::Command {
+ public:
+  void add(CLI::App& rill) override {
+    app_ = rill.add_subcommand("generate", "Sample text from a trained byte-level model in a checkpoint");
+    app_->add_option("job", args_.job_path, "Job description file (JSON) with a generate section")->required();
+    app_->add_option("--checkpoint", args_.checkpoint, "A checkpoint's step directory, or its root (the latest step)")
+        ->required();
+    app_->add_option("--set", args_.overrides, "Override a job field, as rill run takes it");
+    app_->add_option("--prompt", args_.prompt, "The text to go on from (default: the job's)");
+    app_->add_option("--tokens", args_.tokens, "Bytes to sample (default: the job's)");
+    app_->add_option("--temperature", args_.temperature, "0: the most likely byte each time");
+    app_->add_option("--top-k", args_.top_k, "Sample among the k most likely bytes (0: all)");
+    app_->add_option("--seed", args_.seed, "The draws' seed");
+  }
+  int act() override {
+    auto text = generate(args_);
+    if (!text.ok()) return fail_command(text.status());
+    std::printf("%s\n", text->c_str());
+    return 0;
+  }
+
+ private:
+  GenerateArgs args_;
+};
+
 }  // namespace
 
-int generate_command(const GenerateArgs& args) {
-  auto text = generate(args);
-  if (!text.ok()) return fail_command(text.status());
-  std::printf("%s\n", text->c_str());
-  return 0;
-}
+std::unique_ptr<cli::Command> cli::generate_command() { return std::make_unique<GenerateCommand>(); }
 
 }  // namespace rill

@@ -1,3 +1,6 @@
+// `rill launch`: the seed launcher (torchrun's flags and environment
+// variables). Starts this node's agent; given a job file, node 0 submits
+// it; given a program, starts nproc_per_node copies of it.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,21 +12,40 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "comm/default_key.h"
+#include "runtime/cluster/agent.h"
 #include "runtime/cluster/client.h"
 #include "runtime/cluster/cluster_config.h"
-#include "runtime/cli/cluster_commands.h"
+#include "runtime/cli/command.h"
 #include "runtime/cli/command_util.h"
 #include "runtime/cli/interrupts.h"
+#include "runtime/cli/key_flags.h"
 #include "runtime/cluster/env.h"
 
 namespace rill {
 namespace {
+
+// `rill launch`: the seed launcher's flags (and the usual environment
+// variables). Starts this node's agent; given a job file, node 0 submits it;
+// given a program, starts nproc_per_node copies with WORLD_SIZE, RANK,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (and RILL_*) set.
+struct LaunchArgs {
+  LaunchFlags flags;
+  std::string machines;  // every node's address; default: Slurm's list, or one node
+  std::string target;    // a job file (.json) or a program
+  std::vector<std::string> program_args;
+  // This node's agent is started again when it dies, up to this many times;
+  // node 0 submits its job file with as many restarts.
+  int max_restarts = 0;
+  std::string http;  // this node's agent's --http (the master's serves; empty: its default)
+};
 
 // Waits (up to `seconds`) until the master at `master` answers, unless the
 // agent `agent` ends first (its port taken, fewer GPUs than slots): then an
@@ -68,9 +90,7 @@ int wait_child(pid_t pid, int* raw = nullptr) {
   return wait_process(pid, raw);
 }
 
-}  // namespace
-
-int launch_command(const LaunchArgs& args) {
+int launch(const LaunchArgs& args) {
   auto config = resolve_launch_config(args.flags, current_environment());
   if (!config.ok()) return fail_command(config.status());
   spdlog::info("launch: {}", describe_sources(*config));
@@ -219,5 +239,87 @@ int launch_command(const LaunchArgs& args) {
   if (code == 0 && agent_code == 0 && interrupts::count() > 0) return interrupts::exit_code();
   return code != 0 ? code : agent_code;
 }
+
+class LaunchCommand : public cli::Command {
+ public:
+  void add(CLI::App& rill) override {
+    app_ = rill.add_subcommand("launch", "Start this node's agent and a job file or a program (torchrun-style)");
+    app_->add_option("--nnodes", nnodes_, "Nodes in the run");
+    app_->add_option("--node_rank", node_rank_, "This node's rank (0 is the master)");
+    app_->add_option("--nproc_per_node", nproc_per_node_, "Processes (devices) on this node");
+    app_->add_option("--device", device_,
+                     "Each slot's device: cpu, or cuda (a GPU each; a program's process i sees only its GPU, "
+                     "the i-th of CUDA_VISIBLE_DEVICES where that is set)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    app_->add_option("--master_addr", master_addr_, "The master's address");
+    app_->add_option("--master_port", master_port_, "The master's control port (every node's)");
+    app_->add_option("--machines", args_.machines, "Every node's address, addr[:port],...");
+    app_->add_option("--logdir", logdir_, "Folder for the processes' logs");
+    app_->add_flag("--redirect_stdout_and_stderr", redirect_, "Write each process's output to a file in --logdir");
+    app_->add_option("--max_restarts,--max-restarts", args_.max_restarts,
+                     "Start this node's agent again when it dies; node 0 resumes the job from its newest checkpoint, "
+                     "up to this many times")
+        ->check(CLI::NonNegativeNumber);
+    app_->add_option("--http", args_.http,
+                     fmt::format("Where node 0's agent serves its dashboard, /metrics and /api, ADDRESS:PORT or off "
+                                 "(default {})",
+                                 kDefaultHttp));
+    app_->add_option("target", args_.target,
+                     "A job file (.json), or a program: what follows it is the program's arguments, passed unchanged")
+        ->required();
+    key_.add_key(app_);
+    key_.add_insecure(app_, "Connect without a key (to agents started with --insecure)");
+  }
+
+  // `rill launch [FLAGS] TARGET [ARGS...]`: what follows the target is the
+  // program's, dashes and all (torchrun's way), so the command line is
+  // parsed only up to it; `--` before the target is allowed (and kept, so
+  // a target starting with a dash is still the target).
+  void before_parse(std::vector<char*>& words) override {
+    if (words.size() <= 2 || std::string_view(words[1]) != "launch") return;
+    for (size_t i = 2; i < words.size(); ++i) {
+      const std::string_view a = words[i];
+      if (a == "--") {
+        ++i;  // the target
+      } else if (a.size() > 1 && a[0] == '-') {
+        // An option's value is the next word; a flag (expects none) has none.
+        const CLI::Option* option = app_->get_option_no_throw(std::string(a));
+        if (option != nullptr && a.find('=') == std::string_view::npos && option->get_items_expected_min() > 0) ++i;
+        continue;
+      }
+      if (i < words.size()) {
+        args_.program_args.assign(words.begin() + static_cast<std::ptrdiff_t>(i) + 1, words.end());
+        words.resize(i + 1);
+      }
+      return;
+    }
+  }
+
+  int act() override {
+    if (int code = key_.apply(/*client_key_does=*/false); code != 0) return code;
+    // Flags the user gave win over the environment; absent ones fall back to it.
+    auto given = [&](const char* name) { return app_->count(name) > 0; };
+    if (given("--nnodes")) args_.flags.nnodes = nnodes_;
+    if (given("--node_rank")) args_.flags.node_rank = node_rank_;
+    if (given("--nproc_per_node")) args_.flags.nproc_per_node = nproc_per_node_;
+    if (given("--device")) args_.flags.device = device_;
+    if (given("--master_addr")) args_.flags.master_addr = master_addr_;
+    if (given("--master_port")) args_.flags.master_port = master_port_;
+    if (given("--logdir")) args_.flags.logdir = logdir_;
+    if (redirect_) args_.flags.redirect = true;
+    return launch(args_);
+  }
+
+ private:
+  LaunchArgs args_;
+  int nnodes_ = 1, node_rank_ = 0, nproc_per_node_ = 1, master_port_ = kDefaultCtrlPort;
+  std::string device_ = "cpu", master_addr_, logdir_;
+  bool redirect_ = false;
+  cli::KeyFlags key_;
+};
+
+}  // namespace
+
+std::unique_ptr<cli::Command> cli::launch_command() { return std::make_unique<LaunchCommand>(); }
 
 }  // namespace rill

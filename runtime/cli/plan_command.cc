@@ -1,0 +1,85 @@
+// `rill plan`: a job compiled as its run would compile it, printed as JSON,
+// as statistics (--stats) or drawn as Graphviz DOT (--dot); --node compiles
+// one node's plan alone, as its agent does.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/compiler.h"
+#include "compiler/pserver.h"
+#include "graph/job_file.h"
+#include "runtime/cli/command.h"
+#include "runtime/cli/command_util.h"
+#include "runtime/cli/plan_stats.h"
+#include "runtime/cluster/cluster_config.h"
+
+namespace rill::cli {
+namespace {
+
+class PlanCommand : public Command {
+ public:
+  void add(CLI::App& rill) override {
+    app_ = rill.add_subcommand("plan", "Compile a job and print its physical plan");
+    app_->add_option("job", job_path_, "Job description file (JSON)")->required();
+    app_->add_option("--devices", devices_, "Devices per node, e.g. cpu:2");
+    app_->add_option("--nodes", nodes_, "Number of nodes")->check(CLI::Range(1, 4096));
+    app_->add_option("--set", overrides_, "Override a job field");
+    app_->add_flag("--json", json_,
+                   "Print the plan as JSON (the default output; with --dot or --stats, printed besides them)");
+    app_->add_option("--node", node_, "Compile only this node's plan, as its agent does (ids are the whole plan's)")
+        ->check(CLI::Range(0, 4095));
+    app_->add_flag("--stats", stats_,
+                   "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators, how GPU "
+                   "regsts change memory zones (copies, sends through host memory) and the time its memory plan "
+                   "takes");
+    app_->add_option("--dot", dot_path_, "Write the plan as Graphviz DOT to this file");
+  }
+
+  int act() override {
+    auto job = graph::load_job_file(job_path_, overrides_);
+    if (!job.ok()) return fail_command(job.status());
+    auto cluster = compiler::parse_devices(devices_.empty() ? job->train.devices : devices_, nodes_);
+    if (!cluster.ok()) return fail_command(cluster.status());
+    if (job->pserver_mode()) {
+      // Fluid's FLAGS_rpc_* as a run reads them; pservers by node number
+      // (there is no machine list here).
+      if (Status resolved = resolve_distributed(&*job, {}); !resolved.ok()) return fail_command(resolved);
+      // The layout on stderr, so that the plan on stdout stays JSON.
+      auto layout = compiler::pserver_layout(*job, *cluster);
+      if (!layout.ok()) return fail_command(layout.status());
+      fmt::print(stderr, "{}", compiler::describe_pserver_layout(*layout, *job));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    compiler::CompileOptions options;
+    options.node = node_;
+    auto bytes = compiler::compile(*job, *cluster, options);
+    if (!bytes.ok()) return fail_command(bytes.status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto verified = compiler::verify_plan(*bytes);
+    if (!verified.ok()) return fail_command(verified.status());
+    if (stats_) print_plan_stats(**verified, bytes->size(), seconds);
+    if (!dot_path_.empty()) {
+      Status written = write_text_file(dot_path_, compiler::plan_dot(**verified));
+      if (!written.ok()) return fail_command(written);
+      if (!json_)  // with --json, the output is the JSON alone
+        fmt::print("plan drawn as Graphviz DOT in {} (render: dot -Tsvg {} -o plan.svg)\n", dot_path_, dot_path_);
+    }
+    if (json_ || (dot_path_.empty() && !stats_)) fmt::print("{}\n", compiler::plan_json(**verified));
+    return 0;
+  }
+
+ private:
+  std::string job_path_, devices_, dot_path_;
+  std::vector<std::string> overrides_;
+  int nodes_ = 1;
+  int node_ = -1;
+  bool json_ = false, stats_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> plan_command() { return std::make_unique<PlanCommand>(); }
+
+}  // namespace rill::cli
