@@ -8,10 +8,11 @@
 # median (min-max), the ratios, MFU as the issue counts it (6 N + 6 L C T
 # flops per token at 989 TFLOP/s, an H100/H200's dense bf16 peak) and peak
 # device memory. A torch.compile that cannot run here (no Triton) is
-# reported and skipped.
+# reported and skipped; COMPILE=0 leaves torch.compile out.
 #   bench/gpt2_amp_bench.sh [runs=2] [rill command=build/rill] [steps=30]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+compile=${COMPILE:-1}
 runs=${1:-2}
 rill=${2:-build/rill}
 steps=${3:-30}
@@ -38,11 +39,13 @@ for ((r = 0; r < runs; r++)); do
   rill_job f32 "$tmp/f.json"
   f32_rates+="$(rate "$tmp/f.json") "
   f32_peak=$(field "$tmp/f.json" peak_device_bytes)
-  PRECISION=bf16 ATTENTION=sdpa $python bench/torch_gpt.py bench/gpt2_124m.json cuda 5 "$steps" > "$tmp/e.json"
+  PRECISION=bf16 ATTENTION=sdpa COMPILE=0 $python bench/torch_gpt.py bench/gpt2_124m.json cuda 5 "$steps" > "$tmp/e.json"
   eager_rates+="$(field "$tmp/e.json" tokens_per_sec) "
   eager_peak=$(field "$tmp/e.json" peak_device_bytes)
   params=$(field "$tmp/e.json" params)
-  if PRECISION=bf16 ATTENTION=sdpa COMPILE=1 $python bench/torch_gpt.py bench/gpt2_124m.json cuda 10 "$steps" \
+  if [ "$compile" != 1 ]; then
+    :
+  elif PRECISION=bf16 ATTENTION=sdpa COMPILE=1 $python bench/torch_gpt.py bench/gpt2_124m.json cuda 10 "$steps" \
       > "$tmp/c.json" 2> "$tmp/c.err"; then
     compiled_rates+="$(field "$tmp/c.json" tokens_per_sec) "
     compiled_peak=$(field "$tmp/c.json" peak_device_bytes)

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Every GPU check in one go, on a machine with a GPU: the CUDA kernel suite,
-# the CUDA runtime suite (each mode's sample on agents sharing the GPU, the
-# stream-wait count, the overlap, a plan too big for the GPU), one wide-MLP
-# run's figures, then bench/gpu_mlp_bench.sh. Results go under OUT.
+# The CUDA suites and the GPU MLP bench's figures, on a machine with a GPU:
+# the CUDA kernel, runtime and NCCL suites (bench/gpu_suites.sh), one wide-MLP
+# run's figures, then bench/gpu_mlp_bench.sh with its RUNS (3) alternating
+# runs and torch.compile (COMPILE=0 leaves it out): the figures of
+# docs/STATUS_GPU.md. Every GPU check once, in one call: bench/gpu_all_check.sh
+# (whose head says what to pack and carry for a build made elsewhere: the
+# same serves here). Each step runs under its own timeout (budgets: gpu 10,
+# kernels 40, runtime 105, nccl 40, wide 15, bench 270; 480 s in all); the
+# script ends with the summary and exits 1 naming the failed steps when any
+# failed. Results go under OUT.
 #   bench/gpu_check.sh [OUT=/tmp/rill-gpu-check] [RUN]
-# RUN prefixes every program (empty: run build/ as built). Where the build
-# was made on another machine, RUN is a wrapper that starts a build/ program
-# (or `rill`) with its shared libraries; build/kernels/librill_cuda.so must
-# travel with it (the programs load it from beside themselves or the
-# folders above). Set COMPILE=0 to leave torch.compile out of the bench,
-# RUNS for its alternating runs (3).
+# RUN prefixes every program (empty: run build/ as built here; for a build
+# made elsewhere, `bash .gpu/run`).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 out=${1:-/tmp/rill-gpu-check}
 run=${2:-}
+# shellcheck source=bench/gpu_suites.sh
 . bench/gpu_suites.sh
+gpu_info
 gpu_suites
-$rill run bench/mlp_wide_synthetic.json --devices cuda:1 --result "$out/wide.json" > "$out/wide.txt" 2>&1; step wide $?
-grep -o '"steady_samples_per_sec": [0-9.]*\|"peak_device_bytes": [0-9]*\|"device_synchronizes": [0-9]*' "$out/wide.json"
-timeout 300 bash bench/gpu_mlp_bench.sh "${RUNS:-3}" "$rill" > "$out/bench.txt" 2>&1; step bench $?
+gpu_wide
+timed bench 270 "$out/bench.txt" bash bench/gpu_mlp_bench.sh "${RUNS:-3}" "$rill"
 cat "$out/bench.txt"
+finish
