@@ -295,8 +295,12 @@ void ZapAuthenticator::loop() {
 }
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
-                               bool server, bool refused_is_final)
-    : peer_(std::move(peer)), keyed_(keyed), server_(server), refused_is_final_(refused_is_final) {
+                               bool server, bool refused_is_final, std::chrono::milliseconds refused_grace)
+    : peer_(std::move(peer)),
+      keyed_(keyed),
+      server_(server),
+      refused_is_final_(refused_is_final),
+      refused_grace_(refused_grace) {
   static std::atomic<int64_t> next{0};
   const std::string url = fmt::format("inproc://handshake-{}", next.fetch_add(1));
   if (zmq_socket_monitor(socket.handle(), url.c_str(),
@@ -339,16 +343,18 @@ std::string HandshakeWatch::poll() {
       case ZMQ_EVENT_CONNECT_RETRIED: {
         // Retried before it ever connected: the TCP connection failed at
         // once (refused, or no route), unlike a silent host's. Only after
-        // kRefusedGrace of that, so an agent started just before (a script's
-        // `rill agent &` then `rill submit`) is waited for. A link that
-        // worked and dropped is left to ZeroMQ's reconnects.
+        // refused_grace_ of that, so that an agent started just before (a
+        // script's `rill agent &` then `rill submit`) is waited for. A link
+        // that worked and dropped is left to ZeroMQ's reconnects.
         if (!refused_is_final_ || ever_connected_) break;
         const auto now = std::chrono::steady_clock::now();
         if (first_refused_ == std::chrono::steady_clock::time_point{}) first_refused_ = now;
-        if (now - first_refused_ >= kRefusedGrace) {
-          failure_ = fmt::format("{} cannot be reached: the connection was refused or had no route for {} s (is its "
-                                 "agent running, on this address?)",
-                                 peer_, std::chrono::duration_cast<std::chrono::seconds>(kRefusedGrace).count());
+        if (now - first_refused_ >= refused_grace_) {
+          const std::string lasting =
+              refused_grace_.count() > 0 ? fmt::format(" for {:g} s", refused_grace_.count() / 1000.0) : "";
+          failure_ = fmt::format("{} cannot be reached: the connection was refused or had no route{} (is its agent "
+                                 "running, on this address?)",
+                                 peer_, lasting);
           unreachable_ = true;
         }
         break;

@@ -156,13 +156,13 @@ class ZapAuthenticator {
 // port") poll() logs each refused connection with its address, at most once
 // per address every 10 s, and counts it. With `refused_is_final` (a client
 // asking a running agent, not one waiting for a peer to start), a TCP
-// connection the peer's host keeps refusing (nothing listens there) for 3 s
-// is the failure, instead of ZeroMQ retrying it quietly to the timeout. Call poll() from the
-// socket's thread.
+// connection the peer's host keeps refusing (nothing listens there) for
+// `refused_grace` (0: the first refusal) is the failure, instead of ZeroMQ
+// retrying it quietly to the timeout. Call poll() from the socket's thread.
 class HandshakeWatch {
  public:
   HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed, bool server = false,
-                 bool refused_is_final = false);
+                 bool refused_is_final = false, std::chrono::milliseconds refused_grace = std::chrono::seconds(3));
   std::string poll();
   int64_t refused() const { return refused_; }
   // On a listening socket on `port`: bounds the connections its peers hold
@@ -181,7 +181,7 @@ class HandshakeWatch {
   std::string peer_;
   bool keyed_, server_, refused_is_final_;
   bool succeeded_ = false, connected_ = false, ever_connected_ = false, unreachable_ = false;
-  static constexpr std::chrono::seconds kRefusedGrace{3};
+  std::chrono::milliseconds refused_grace_;
   std::chrono::steady_clock::time_point first_refused_{};
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address

@@ -41,7 +41,7 @@ bool accepts_connections(const std::string& address, int port) {
 
 
 int shut_down(const std::string& master) {
-  auto client = Client::connect(master, 5.0, /*running=*/true);
+  auto client = Client::connect(master, 5.0, /*running=*/true, /*refused_grace_s=*/0);
   if (!client.ok()) return fail_command(client.status());
   // Every node's control address, to see each go.
   auto status = (*client)->status();

@@ -63,7 +63,7 @@ int print_comm(const nlohmann::json& j, int64_t job) {
 }
 
 int show_status(const std::string& master, bool comm, int64_t job) {
-  auto client = Client::connect(master, 5.0, /*running=*/true);
+  auto client = Client::connect(master, 5.0, /*running=*/true, /*refused_grace_s=*/0);
   if (!client.ok()) return fail_command(client.status());
   auto status = (*client)->status();
   if (!status.ok()) return fail_command(status.status());

@@ -26,7 +26,7 @@ class StopCommand : public Command {
   }
   int act() override {
     if (int code = key_.apply(/*client_key_does=*/true); code != 0) return code;
-    auto client = Client::connect(master_, 5.0, /*running=*/true);
+    auto client = Client::connect(master_, 5.0, /*running=*/true, /*refused_grace_s=*/0);
     if (!client.ok()) return fail_command(client.status());
     auto stopping = (*client)->stop(job_, now_);
     if (!stopping.ok()) return fail_command(stopping.status());

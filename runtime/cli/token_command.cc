@@ -34,7 +34,7 @@ class TokenCommand : public Command {
     if (!*key) return fail_command(invalid_argument("no cluster key: give --key FILE or {}", comm::kKeyFileEnv));
     const std::string value = (*key)->http_token;
     if (!master_.empty()) {  // where it really serves, if it does
-      auto client = Client::connect(master_, 5.0, /*running=*/true);
+      auto client = Client::connect(master_, 5.0, /*running=*/true, /*refused_grace_s=*/0);
       auto status = client.ok() ? (*client)->status() : StatusOr<std::string>(client.status());
       if (!status.ok()) return fail_command(status.status());
       auto j = nlohmann::json::parse(*status, nullptr, false);

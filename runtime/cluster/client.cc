@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,12 +23,14 @@ using Clock = std::chrono::steady_clock;
 
 class ZmqClient : public Client {
  public:
-  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClientKey> key, bool running)
+  ZmqClient(Machine master, double answer_timeout_s, std::shared_ptr<const comm::ClientKey> key, bool running,
+            double refused_grace_s)
       : master_(std::move(master)), answer_timeout_s_(answer_timeout_s) {
     socket_.set(zmq::sockopt::linger, 1000);
     if (key) comm::curve_client(socket_, *key);
     watch_ = std::make_unique<comm::HandshakeWatch>(context_, socket_, fmt::format("the master {}", format_machine(master_)),
-                                                    key != nullptr, false, /*refused_is_final=*/running);
+                                                    key != nullptr, false, /*refused_is_final=*/running,
+                                                    std::chrono::milliseconds(std::lround(refused_grace_s * 1000)));
     socket_.connect(tcp_endpoint(master_.address, master_.ctrl_port));
   }
 
@@ -177,7 +180,7 @@ class ZmqClient : public Client {
 }  // namespace
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s,
-                                                  bool running) {
+                                                  bool running, double refused_grace_s) {
   // One address, named as the --master the user gave (not as a machine list).
   const size_t first = master.find_first_not_of(" \t\r\n"), last = master.find_last_not_of(" \t\r\n");
   const std::string given = first == std::string::npos ? std::string() : master.substr(first, last - first + 1);
@@ -188,7 +191,7 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, dou
   auto key = comm::client_key_from_environment();  // a client key file, or the cluster key's
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(
-      std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running));
+      std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running, refused_grace_s));
 }
 
 }  // namespace rill

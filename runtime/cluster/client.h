@@ -52,13 +52,14 @@ class Client {
   // blocks; the first request fails with a clear error if nobody answers,
   // or the master refuses the handshake (kPermissionDenied). With `running`
   // (rill submit, rill status: the master should be up already) a first
-  // connection refused (nothing listens there) or without a route for 3 s
-  // is an error (kUnavailable); without it
+  // connection refused (nothing listens there) or without a route for
+  // `refused_grace_s` is an error (kUnavailable; rill submit waits 3 s for
+  // an agent started just before it, rill status none); without it
   // (a master still starting, as under rill launch) it is tried again until
   // the answer timeout. The cluster key is the file $RILL_KEY_FILE names, if
   // set (`rill ... --key` sets it).
   static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0,
-                                                   bool running = false);
+                                                   bool running = false, double refused_grace_s = 3.0);
   virtual ~Client() = default;
 
   // Submits job file text; `file_name` names it in error messages.

@@ -139,7 +139,8 @@ void Master::run_queued(QueuedJob queued) {
   if (job_first_step != Clock::time_point{})
     result.seconds_to_first_step = std::chrono::duration<double>(job_first_step - taken).count();
   if (!result.status.ok()) spdlog::error("job {} failed: {}", queued.id, result.status.message());
-  board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message());
+  board_.job_finished(queued.id, result.status.ok(), result.status.ok() ? "" : result.status.message(),
+                     result.interrupted);
   {
     MutexLock lock(finished_mu_);
     finished_.push_back({queued.id, queued.job.name, result.status.ok(),

@@ -169,10 +169,10 @@ void MetricsBoard::job_restarted(int64_t job) {
   if (Job* j = find(job)) ++j->restarts;
 }
 
-void MetricsBoard::job_finished(int64_t job, bool ok, const std::string& error) {
+void MetricsBoard::job_finished(int64_t job, bool ok, const std::string& error, bool interrupted) {
   MutexLock lock(mu_);
   if (Job* j = find(job)) {
-    j->state = ok ? "done" : "failed";
+    j->state = !ok ? "failed" : interrupted ? "interrupted" : "done";
     j->error = error;
   }
   ++(ok ? finished_ok_ : finished_failed_);

@@ -57,7 +57,8 @@ class MetricsBoard {
   // The plan drawn as SVG (Graphviz's `dot`, run once per job and kept), or
   // an error: no such job, no plan kept (too large), dot missing or failing.
   StatusOr<std::string> job_plan_svg(int64_t job);
-  void job_finished(int64_t job, bool ok, const std::string& error);
+  // `interrupted`: it ended early, as asked (rill stop), not failed.
+  void job_finished(int64_t job, bool ok, const std::string& error, bool interrupted = false);
 
   std::vector<Node> nodes() const;
   std::string prometheus_text() const;
@@ -72,7 +73,7 @@ class MetricsBoard {
   struct Job {
     int64_t id = 0;
     std::string name, job_text;
-    std::string state = "running";  // "running", "done", "failed"
+    std::string state = "running";  // "running", "done", "interrupted" (stopped early), "failed"
     std::string error;
     int64_t steps = 0, global_batch = 0;
     int64_t step = 0;               // steps done

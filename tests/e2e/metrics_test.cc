@@ -161,6 +161,28 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   auto done = nlohmann::json::parse(http.Get("/api/jobs/1")->body);
   CHECK(done["state"] == "done");
   CHECK(done["step"] == 2000);
+  // A job stopped early (rill stop) is interrupted, not done, as rill status says.
+  std::thread stopped_job([&] {
+    rill::SubmitOptions options;
+    options.steps = 1000000;
+    auto result = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+    CHECK(result.ok());
+  });
+  bool running = false;
+  for (int i = 0; i < 300 && !running; ++i) {  // at most 30 s
+    auto now = http.Get("/api/jobs/2");
+    if (now && now->status == 200) {
+      auto j2 = nlohmann::json::parse(now->body);
+      running = j2["state"] == "running" && j2["step"].get<int64_t>() > 0;
+    }
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(running);
+  CHECK(rill::testing::run_rill("stop --master 127.0.0.1:19420 --job 2").code == 0);
+  stopped_job.join();
+  auto two = nlohmann::json::parse(http.Get("/api/jobs/2")->body);
+  CHECK(two["state"] == "interrupted");
+  CHECK(two["step"].get<int64_t>() < 1000000);
   // Without the token the browser gets the 401 and how to get it.
   auto refused = rill::testing::run_shell(chromium + "--dump-dom http://127.0.0.1:19425/ 2>/dev/null");
   CHECK(refused.output.find("needs its token: `rill token --key FILE` prints it") != std::string::npos);
