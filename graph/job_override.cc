@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "graph/check_util.h"
 #include "graph/job_file.h"
@@ -77,6 +78,22 @@ Eval* need_eval(Job* job) { return job->eval ? &*job->eval : nullptr; }
 
 Status no_eval() { return invalid_argument("the job has no eval section; set eval.dataset first"); }
 
+// `eval=off`, `generate=off`: the section's pass is left out of this run.
+template <typename Section>
+Status section_off(std::optional<Section>* section, const std::string& value, const char* name) {
+  if (value != "off")
+    return invalid_argument("'{}': only {}=off (leave the pass out) can be set; set its fields as {}.FIELD", value,
+                            name, name);
+  section->reset();
+  return {};
+}
+
+// generate.FIELD: a field of the job's own generate section.
+Status set_generate(Job* job, const std::function<Status(Generate*)>& set) {
+  if (!job->generate) return invalid_argument("the job has no generate section");
+  return set(&*job->generate);
+}
+
 const std::vector<Setting>& settings() {
   static const std::vector<Setting> kSettings = {
       {"name", [](Job* j, const std::string& v) { j->name = v; return Status(); }},
@@ -140,6 +157,28 @@ const std::vector<Setting>& settings() {
          Eval* e = need_eval(j);
          return e ? parse_int(v, &e->batch_size) : no_eval();
        }},
+      {"eval", [](Job* j, const std::string& v) { return section_off(&j->eval, v, "eval"); }},
+      {"generate", [](Job* j, const std::string& v) { return section_off(&j->generate, v, "generate"); }},
+      {"generate.prompt",
+       [](Job* j, const std::string& v) {
+         return set_generate(j, [&](Generate* g) { g->prompt = v; return Status(); });
+       }},
+      // 0 leaves the text out, as generate=off.
+      {"generate.tokens",
+       [](Job* j, const std::string& v) {
+         int64_t tokens = 0;
+         RILL_RETURN_IF_ERROR(parse_int(v, &tokens));
+         if (tokens == 0 && j->generate) j->generate.reset();
+         return tokens == 0 ? Status() : set_generate(j, [&](Generate* g) { g->tokens = tokens; return Status(); });
+       }},
+      {"generate.temperature",
+       [](Job* j, const std::string& v) {
+         return set_generate(j, [&](Generate* g) { return parse_float(v, &g->temperature); });
+       }},
+      {"generate.top_k",
+       [](Job* j, const std::string& v) { return set_generate(j, [&](Generate* g) { return parse_int(v, &g->top_k); }); }},
+      {"generate.seed",
+       [](Job* j, const std::string& v) { return set_generate(j, [&](Generate* g) { return parse_int(v, &g->seed); }); }},
       {"checkpoint.dir", [](Job* j, const std::string& v) { j->checkpoint.dir = v; return Status(); }},
       {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},

@@ -232,6 +232,41 @@ TEST_CASE("overrides change the job before it is checked") {
   CHECK(apply_override(&no_eval, "eval.batch_size=4").message().find("no eval section") != std::string::npos);
 }
 
+// A short run leaves out the eval pass and the generated text from the
+// command line; generate's fields are set where the job has the section.
+TEST_CASE("overrides turn the eval pass and generation off, and set generate's fields") {
+  auto gpt = load_job_file(source_path("samples/gpt/gpt_moby.json"));
+  REQUIRE_MESSAGE(gpt.ok(), gpt.status().to_string());
+  Job job = *gpt;
+  REQUIRE(job.eval);
+  REQUIRE(job.generate);
+  REQUIRE(apply_override(&job, "generate.prompt=Ahab").ok());
+  REQUIRE(apply_override(&job, "generate.tokens=50").ok());
+  REQUIRE(apply_override(&job, "generate.temperature=0").ok());
+  REQUIRE(apply_override(&job, "generate.top_k=5").ok());
+  REQUIRE(apply_override(&job, "generate.seed=7").ok());
+  CHECK(job.generate->prompt == "Ahab");
+  CHECK(job.generate->tokens == 50);
+  CHECK(job.generate->temperature == 0);
+  CHECK(job.generate->top_k == 5);
+  CHECK(job.generate->seed == 7);
+  CHECK(apply_override(&job, "eval=no").message().find("only eval=off") != std::string::npos);
+  CHECK(job.eval);
+  REQUIRE(apply_override(&job, "eval=off").ok());
+  CHECK_FALSE(job.eval);
+  REQUIRE(apply_override(&job, "generate.tokens=0").ok());
+  CHECK_FALSE(job.generate);
+  CHECK(apply_override(&job, "generate.tokens=10").message().find("no generate section") != std::string::npos);
+  Job other = *gpt;
+  REQUIRE(apply_override(&other, "generate=off").ok());
+  CHECK_FALSE(other.generate);
+  // The loader checks the job as left: without eval and generate it is whole.
+  auto shorter = load_job_file(source_path("samples/gpt/gpt_moby.json"), {"eval=off", "generate=off"});
+  REQUIRE_MESSAGE(shorter.ok(), shorter.status().to_string());
+  CHECK_FALSE(shorter->eval);
+  CHECK_FALSE(shorter->generate);
+}
+
 TEST_CASE("overrides given to the loader apply before the check") {
   std::string text = kSmallJob;
   text = edit(text, "\"steps\": 10", "\"steps\": 0");
