@@ -23,8 +23,9 @@ StatusOr<int> pserver_node(const std::string& entry, int num_nodes) {
         "here give node numbers)",
         entry);
   if (node < 0 || node >= num_nodes)
-    return invalid_argument("distributed.pservers: node {} is not in the cluster's nodes 0 to {}", node,
-                            num_nodes - 1);
+    return Status(Code::kFailedPrecondition,  // the cluster is too small for the layout (rill check: a note)
+                  fmt::format("distributed.pservers: node {} is not in the cluster's nodes 0 to {}", node,
+                              num_nodes - 1));
   return node;
 }
 

@@ -61,8 +61,9 @@ StatusOr<int> resolve_placement(const graph::Job& job, const std::string& name,
     return invalid_argument("{}: placement '{}' is on {} devices, but the job runs on {}:{}", source, p->to_string(),
                             device_type_name(p->type), device_type_name(c.device_type), c.devices_per_node);
   if (p->nodes.back() >= c.num_nodes)
-    return invalid_argument("{}: placement '{}' names node {}, but the cluster has {} node(s) (0 to {})", source,
-                            p->to_string(), p->nodes.back(), c.num_nodes, c.num_nodes - 1);
+    return Status(Code::kFailedPrecondition,  // the cluster is too small for the layout (rill check: a note)
+                  fmt::format("{}: placement '{}' names node {}, but the cluster has {} node(s) (0 to {})", source,
+                              p->to_string(), p->nodes.back(), c.num_nodes, c.num_nodes - 1));
   if (p->devices.back() >= c.devices_per_node)
     return invalid_argument("{}: placement '{}' names device {}, but each node runs {}:{} (devices 0 to {})", source,
                             p->to_string(), p->devices.back(), device_type_name(c.device_type), c.devices_per_node,
@@ -346,6 +347,21 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     RILL_RETURN_IF_ERROR(append_forward_op(std::move(node), &g));
   }
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));
+  // Text is sampled from byte logits after training: a tensor of another
+  // shape is refused now, not after the last step.
+  if (mode == Mode::kTrain && job.generate)
+    if (const LogicalTensor* logits = g.find(job.generate->logits); logits != nullptr) {
+      const Shape& s = logits->meta.shape;
+      const graph::Input* input = nullptr;
+      for (const graph::Input& in : job.inputs)
+        if (in.name == job.generate->input) input = &in;
+      const int64_t context = input != nullptr && input->shape.size() == 1 ? input->shape[0] : -1;
+      if (logits->meta.dtype != DType::kF32 || s.size() != 3 || s[1] != context || s[2] != 256)
+        return invalid_argument("generate.logits: '{}' is {} {}; text is sampled from a byte model's logits, f32 "
+                                "[batch, {}, 256] (the context of generate.input '{}', and one class per byte)",
+                                job.generate->logits, dtype_name(logits->meta.dtype), shape_string(s), context,
+                                job.generate->input);
+    }
   std::vector<std::string> roots;
   for (const Reported& r : g.reported) roots.push_back(r.tensor);
   if (mode == Mode::kTrain)

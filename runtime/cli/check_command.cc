@@ -34,6 +34,26 @@ struct CheckArgs {
   bool nodes_given = false;
 };
 
+// A batch larger than a dataset the plan reads (read here: `opened`), which
+// the run refuses at its first step (training's batch sampler) or as its
+// eval pass is compiled, after every training step.
+Status check_batches(const plan::Plan& plan, const std::map<std::string, std::shared_ptr<const Dataset>>& opened,
+                     compiler::Mode mode) {
+  if (plan.datasets() == nullptr) return {};
+  for (const plan::Dataset* d : *plan.datasets()) {
+    const std::string name = d->name() ? d->name()->str() : std::string();
+    auto found = opened.find(name);
+    if (found == opened.end() || plan.global_batch() <= found->second->num_samples()) continue;
+    return invalid_argument("{} batch {} is larger than dataset '{}' ({} samples): the {} would fail{}; lower {}",
+                            mode == compiler::Mode::kEval ? "the eval" : "the global", plan.global_batch(), name,
+                            found->second->num_samples(),
+                            mode == compiler::Mode::kEval ? "eval pass" : "first step",
+                            mode == compiler::Mode::kEval ? " after training" : "",
+                            mode == compiler::Mode::kEval ? "eval.batch_size" : "train.batch_size");
+  }
+  return {};
+}
+
 int check_job(const CheckArgs& args) {
   // The job as rill run would take it (overrides applied, then checked),
   // then its inputs against what the data files hold, where they can be read.
@@ -64,14 +84,19 @@ int check_job(const CheckArgs& args) {
   for (const compiler::Mode mode : {compiler::Mode::kTrain, compiler::Mode::kEval}) {
     if (mode == compiler::Mode::kEval && !checked->eval) continue;
     auto plan = compiler::compile(*checked, *cluster, {.mode = mode, .steps = 1});
-    if (!plan.ok() && args.nodes_given)  // the cluster the user named cannot hold it
+    // Without --nodes, a layout one node cannot hold (placements on other
+    // nodes, pservers: kFailedPrecondition) is a note; any other error is the job's.
+    if (!plan.ok() && (args.nodes_given || plan.status().code() != Code::kFailedPrecondition))
       return fail_command(plan.status().with_context(args.job_path));
-    if (!plan.ok()) {  // a layout these nodes cannot hold (placements on other nodes, pservers)
+    if (!plan.ok()) {
       fmt::print("{}: note: indices are checked where the job runs, or here with --nodes ({})\n", args.job_path,
                  plan.status().message());
       break;
     }
-    if (Status indices = check_plan_indices(*plan::GetPlan(plan->data()), &opened); !indices.ok())
+    const plan::Plan& compiled = *plan::GetPlan(plan->data());
+    if (Status batches = check_batches(compiled, opened, mode); !batches.ok())
+      return fail_command(batches.with_context(args.job_path));
+    if (Status indices = check_plan_indices(compiled, &opened); !indices.ok())
       return fail_command(indices.with_context(args.job_path));
   }
   fmt::print("{}: ok\n", args.job_path);

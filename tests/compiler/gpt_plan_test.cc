@@ -58,6 +58,22 @@ TEST_CASE("GPT tensor parallel on 2 devices: heads split; 3 devices cannot split
         std::string::npos);
 }
 
+// Text is sampled from byte logits after training: generate.logits naming a
+// tensor of another shape is refused as the job compiles, before any step.
+TEST_CASE("generate.logits must be the byte model's [batch, context, 256] logits") {
+  auto cluster = compiler::parse_devices("cpu:1", 1);
+  REQUIRE(cluster.ok());
+  graph::Job job = gpt_sample("gpt_moby.json");
+  REQUIRE(job.generate);
+  CHECK(compiler::compile(job, *cluster, {}).ok());
+  job.generate->logits = "lnf";  // the final layer norm: [16, 128, 128]
+  auto wrong = compiler::compile(job, *cluster, {});
+  REQUIRE_FALSE(wrong.ok());
+  INFO(wrong.status().message());
+  CHECK(wrong.status().message().find("generate.logits: 'lnf' is f32 [16, 128, 128]; text is sampled from a byte "
+                                      "model's logits, f32 [batch, 128, 256]") != std::string::npos);
+}
+
 TEST_CASE("GPT 2-D hybrid on 2 nodes x 2 devices: the batch split by node, the heads by device") {
   const std::string bytes = testing::compile_ok(gpt_sample("gpt_moby_hybrid.json"), "cpu:2", {}, 2);
   const plan::Plan& p = *testing::plan_of(bytes);

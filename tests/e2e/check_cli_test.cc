@@ -43,6 +43,32 @@ TEST_CASE("rill check accepts the samples and rejects a bad file with its name")
   CHECK(missing.output.find("/nonexistent/job.json") != std::string::npos);
 }
 
+// What the run would refuse, rill check refuses first: a training batch
+// larger than its dataset (the first step fails), an eval batch larger than
+// the eval dataset (the eval pass fails, after every training step), and
+// generate.logits naming a tensor that is not the byte model's logits.
+TEST_CASE("rill check refuses batches larger than their datasets, and generation from non-byte logits") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json";
+  Ran train = run_rill("check " + mlp + " --set train.batch_size=100000");
+  CHECK(train.code == 1);
+  CHECK(train.output.find("the global batch 100000 is larger than dataset 'train' (60000 samples): the first step "
+                          "would fail; lower train.batch_size") != std::string::npos);
+  Ran eval = run_rill("check " + mlp + " --set eval.batch_size=20000");
+  CHECK(eval.code == 1);
+  CHECK(eval.output.find("the eval batch 20000 is larger than dataset 'test' (10000 samples): the eval pass would "
+                         "fail after training; lower eval.batch_size") != std::string::npos);
+  CHECK(run_rill("check " + mlp + " --set eval.batch_size=10000").code == 0);
+  nlohmann::json gpt = nlohmann::json::parse(std::ifstream(root() + "/samples/gpt/gpt_moby.json"));
+  gpt["generate"]["logits"] = "lnf";
+  for (auto& d : gpt["datasets"]) d["path"] = root() + "/" + d["path"].get<std::string>();
+  const auto wrong = temp_dir() / "gpt_wrong_logits.json";
+  std::ofstream(wrong) << gpt.dump();
+  Ran logits = run_rill("check " + wrong.string());
+  INFO(logits.output);
+  CHECK(logits.code == 1);
+  CHECK(logits.output.find("generate.logits: 'lnf' is f32 [") != std::string::npos);
+}
+
 // rill check reads the heads of the data files: an input declared with
 // another size than the images hold is refused before any run; a file it
 // cannot read here is a note, not an error (the run checks where it runs).
