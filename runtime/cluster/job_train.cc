@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/safe_files.h"
 #include "runtime/cluster/job_checkpoints.h"
@@ -52,6 +54,24 @@ Status start_point(JobRun& run, RunOptions& run_options) {
   return resume_from(run.job, options.resume, run.result, run_options, options.out, options.checkpoint_access);
 }
 
+// A line that starts a run (or a restarted attempt) in the metrics file,
+// which runs append to: `rill plot` draws each run apart.
+void mark_run(std::FILE* metrics, const JobRun& run) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  nlohmann::ordered_json j;
+  j["run"] = run.job.name;
+  j["start_step"] = run.result.start_step;
+  j["steps"] = run.result.planned_steps;
+  j["global_batch"] = run.result.global_batch;
+  j["started"] = when;
+  fmt::print(metrics, "{}\n", j.dump());
+  std::fflush(metrics);
+}
+
 // The timeline, into the result and the trace file as asked.
 void keep_trace(JobRun& run, const std::vector<ActorTraceRecord>& traces) {
   const JobRunOptions& options = run.options;
@@ -87,6 +107,7 @@ Status train(JobRun& run, PhasePlan phase, int64_t log_every) {
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   run_options.stop = options.stop;
   RILL_RETURN_IF_ERROR(start_point(run, run_options));
+  if (metrics) mark_run(metrics.get(), run);
   std::unique_ptr<JobCheckpoints> checkpoints;
   if (!run.job.checkpoint.dir.empty()) {
     RILL_ASSIGN_OR_RETURN(checkpoints, JobCheckpoints::make(run.job, run.cluster, phase.plan, options,

@@ -464,7 +464,11 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
   std::ifstream in(dir / "lr.jsonl");
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  REQUIRE(lines.size() == 10);  // 500 steps, logged every 50
+  REQUIRE(lines.size() == 11);  // the run's line, then 500 steps logged every 50
+  CHECK(lines[0]["run"] == "linear_regression");
+  CHECK(lines[0]["start_step"] == 0);
+  CHECK(lines[0]["steps"] == 500);
+  lines.erase(lines.begin());
   CHECK(lines[0]["step"] == 50);
   CHECK(lines[9]["step"] == 500);
   CHECK(lines[9]["loss"].get<double>() < 1e-6);
@@ -477,6 +481,8 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
   REQUIRE(cluster.code == 0);
   std::ifstream master(dir / "logs" / "job-1.jsonl");
   std::string first;
+  REQUIRE(std::getline(master, first));
+  CHECK(nlohmann::json::parse(first)["run"] == "linear_regression");
   REQUIRE(std::getline(master, first));
   CHECK(nlohmann::json::parse(first)["step"] == 50);
   CHECK(nlohmann::json::parse(first).contains("nodes"));
@@ -496,6 +502,13 @@ TEST_CASE("metrics go to a JSON-lines file, and rill plot draws them and a resul
     CHECK(bytes.size() > 1000);
     CHECK(bytes.substr(0, 8) == "\x89PNG\r\n\x1a\n");
   }
+  // A second run appends to the file: plotted apart, not as one zig-zag line.
+  REQUIRE(run_rill("run " + root() + "/samples/linear_regression/linear_regression.json --steps 100 --metrics " +
+                   (dir / "lr.jsonl").string()).code == 0);
+  Ran two = run_rill("plot " + (dir / "lr.jsonl").string() + " -o " + (dir / "two.png").string());
+  INFO(two.output);
+  CHECK(two.code == 0);
+  CHECK(two.output.find("loss over 12 points, steps 50 to 500, 2 runs drawn apart") != std::string::npos);
   Ran bad = run_rill("plot " + root() + "/samples/mlp/mlp.json");
   CHECK(bad.code == 1);
   CHECK(bad.output.find("a JSON object without a loss_curve (not a Rill result)") != std::string::npos);

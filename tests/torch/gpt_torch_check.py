@@ -169,7 +169,8 @@ def rill_losses(rill, root, work, layout, initial):
     if run.returncode != 0:
         sys.exit(f"{layout}: rill run failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
     with open(metrics) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
+        # Step lines (a run's first line says where it starts; checkpoints have theirs).
+        lines = [row for row in (json.loads(line) for line in f if line.strip()) if "step" in row]
     # The progress line and the metrics show the rate each step used.
     opt = load_job(root)["optimizer"]
     for line in lines:
