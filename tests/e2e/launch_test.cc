@@ -53,6 +53,10 @@ TEST_CASE("rill launch: a job file from the usual environment variables, a C++ p
   CHECK(ran.code == 0);
   CHECK(ran.output.find("master_addr=127.0.0.1 from env MASTER_ADDR") != std::string::npos);
   CHECK(ran.output.find("step    500/500") != std::string::npos);
+  // Node 1's agent logs to its launcher's --logdir.
+  const std::string node1_log = output_of(rill::node_log_path((dir / "launch").string(), 1, -1), "joined a cluster");
+  INFO(node1_log);
+  CHECK(node1_log.find("node 1 (127.0.0.2:19220): joined a cluster of 2 node(s)") != std::string::npos);
 
   const char* program = std::getenv("RILL_MLP_PROGRAM");
   REQUIRE(program != nullptr);
