@@ -140,6 +140,16 @@ inline Status check_opened_file(int fd, const struct stat& st, const std::string
                             access.flag));
 }
 
+// " (relative to the working folder DIR)" for a relative path, else "": a
+// job's relative paths are read from the folder its run (or agent) started
+// in, which an error about one says.
+inline std::string relative_note(const std::string& path) {
+  if (path.empty() || path[0] == '/') return "";
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return " (a relative path)";
+  return fmt::format(" (relative to the working folder {})", cwd);
+}
+
 // Opens `path` for reading the way a job's file must be: first as a bare
 // reference (O_PATH: nothing of the file is opened, no FIFO's writer woken,
 // no device touched), checked by check_opened_file, then, if it is a
@@ -153,7 +163,7 @@ inline StatusOr<int> open_checked(const std::string& path, const FileAccess& acc
   if (reference < 0) {
     const int error = errno;
     return Status(error == ENOENT ? Code::kNotFound : Code::kUnavailable,
-                  fmt::format("'{}': cannot open: {}", path, std::strerror(error)));
+                  fmt::format("'{}'{}: cannot open: {}", path, relative_note(path), std::strerror(error)));
   }
   struct Closer {
     int fd;

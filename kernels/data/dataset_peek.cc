@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file_access.h"
 #include "kernels/data/csv_cells.h"
 
 namespace rill {
@@ -60,10 +61,12 @@ std::string unreadable_here(const DatasetSpec& spec) {
   if (spec.kind == "csv" || spec.kind == "text" || spec.kind == "tokens") files = {spec.path};
   for (const std::string& file : files) {
     struct stat st{};
-    if (::stat(file.c_str(), &st) != 0)
-      return fmt::format("dataset '{}': '{}' {}", spec.name, file,
-                         errno == ENOENT ? "does not exist here" : fmt::format("cannot be read here: {}",
-                                                                                std::strerror(errno)));
+    if (::stat(file.c_str(), &st) != 0) {
+      const int error = errno;
+      return fmt::format("dataset '{}': '{}'{} {}", spec.name, file, relative_note(file),
+                         error == ENOENT ? "does not exist here"
+                                         : fmt::format("cannot be read here: {}", std::strerror(error)));
+    }
     if (S_ISDIR(st.st_mode)) return fmt::format("dataset '{}': '{}' is a directory, not a file", spec.name, file);
     if (!S_ISREG(st.st_mode))
       return fmt::format("dataset '{}': '{}' is not a regular file (a pipe or a device), read as a stream where the "

@@ -69,6 +69,21 @@ TEST_CASE("rill check refuses batches larger than their datasets, and generation
   CHECK(logits.output.find("generate.logits: 'lnf' is f32 [") != std::string::npos);
 }
 
+// A job's relative data paths are read from the working folder of the run
+// (or agent): an error about one names that folder.
+TEST_CASE("an error about a relative data path names the working folder it was read from") {
+  const std::string mlp = root() + "/samples/mlp/mlp.json", cwd = std::filesystem::current_path().string();
+  Ran run = run_rill("run " + mlp + " --steps 1 --set datasets.train.images=nope/images.gz");
+  INFO(run.output);
+  CHECK(run.code == 1);
+  CHECK(run.output.find("'nope/images.gz' (relative to the working folder " + cwd + "): cannot open") !=
+        std::string::npos);
+  Ran check = run_rill("check " + mlp + " --set datasets.train.images=nope/images.gz");
+  INFO(check.output);
+  CHECK(check.output.find("'nope/images.gz' (relative to the working folder " + cwd + ") does not exist here") !=
+        std::string::npos);
+}
+
 // rill check reads the heads of the data files: an input declared with
 // another size than the images hold is refused before any run; a file it
 // cannot read here is a note, not an error (the run checks where it runs).
