@@ -54,26 +54,27 @@ Status grad_unary(GradBuilder& g) {
   return {};
 }
 
+// The loops, each run through the copy for this CPU (cpu_clones.h).
 template <Act kAct>
-RILL_CPU_CLONES void forward_loop(const float* __restrict x, float* __restrict y, int64_t n) {
+void forward_loop(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = forward<kAct>(x[i]);
 }
 
 template <Act kAct>
-RILL_CPU_CLONES void backward_loop(const float* __restrict t, const float* __restrict dy, float* __restrict dx,
-                                   int64_t n) {
+void backward_loop(const float* __restrict t, const float* __restrict dy, float* __restrict dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = backward<kAct>(t[i], dy[i]);
 }
 
 template <Act kAct>
 Status cpu_unary(KernelContext& ctx) {
-  forward_loop<kAct>(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size());
+  cpu_clones::run<forward_loop<kAct>>(ctx.inputs[0].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size());
   return {};
 }
 
 template <Act kAct>
 Status cpu_unary_grad(KernelContext& ctx) {
-  backward_loop<kAct>(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.outputs[0].size());
+  cpu_clones::run<backward_loop<kAct>>(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
+                                       ctx.outputs[0].size());
   return {};
 }
 

@@ -75,14 +75,15 @@ Status grad_bias_gelu(GradBuilder& g) {
   return {};
 }
 
-RILL_CPU_CLONES void forward_rows(const float* __restrict x, const float* __restrict b, float* __restrict y,
-                                  int64_t rows, int64_t n) {
+// The loops, each run through the copy for this CPU (cpu_clones.h).
+void forward_rows(const float* __restrict x, const float* __restrict b, float* __restrict y, int64_t rows,
+                  int64_t n) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j) y[r * n + j] = act::forward<act::Act::kGeluTanh>(x[r * n + j] + b[j]);
 }
 
-RILL_CPU_CLONES void backward_rows(const float* __restrict x, const float* __restrict b, const float* __restrict dy,
-                                   float* __restrict dx, int64_t rows, int64_t n) {
+void backward_rows(const float* __restrict x, const float* __restrict b, const float* __restrict dy,
+                   float* __restrict dx, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j)
       dx[r * n + j] = act::backward<act::Act::kGeluTanh>(x[r * n + j] + b[j], dy[r * n + j]);
@@ -90,15 +91,17 @@ RILL_CPU_CLONES void backward_rows(const float* __restrict x, const float* __res
 
 Status cpu_bias_gelu(KernelContext& ctx) {
   const int64_t n = ctx.inputs[1].size();
-  if (n > 0) forward_rows(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), ctx.inputs[0].size() / n, n);
+  if (n > 0)
+    cpu_clones::run<forward_rows>(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(),
+                                  ctx.inputs[0].size() / n, n);
   return {};
 }
 
 Status cpu_bias_gelu_grad(KernelContext& ctx) {
   const int64_t n = ctx.inputs[1].size();
   if (n > 0)
-    backward_rows(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.outputs[0].f32(),
-                  ctx.inputs[0].size() / n, n);
+    cpu_clones::run<backward_rows>(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
+                                   ctx.outputs[0].f32(), ctx.inputs[0].size() / n, n);
   return {};
 }
 

@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <set>
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/ops/activation_math.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
 #include "tests/kernels/run_ok.h"
@@ -146,22 +148,28 @@ TEST_CASE("activations match their formulas") {
   CHECK(run_ok("gelu", {Tensor::floats({1}, {1})})[0].f32[0] == doctest::Approx(0.8413447));
 }
 
-// The activation loops run as the copy compiled for this CPU (AVX-512,
-// AVX2 or the baseline: kernels/ops/cpu_clones.h; the CI machine and the GPU
-// hosts run the AVX-512 one); each element must be the bits of the scalar
-// formula, computed here one call at a time in the baseline's code: a copy
-// that fused a multiply and an add, or reordered the math, would differ in
-// the last bits somewhere in 100,003 values spread over GELU's range (an
-// odd count: the vector loops' tails too).
-TEST_CASE("the activation kernels give the scalar formula's bits in the copy this CPU runs") {
-  const int64_t n = 100003;
-  std::vector<float> xs(static_cast<size_t>(n)), dys(static_cast<size_t>(n));
+// The activation loops, bias_gelu_tanh's too, are compiled for AVX-512, AVX2
+// and the baseline (kernels/ops/cpu_clones.h), and a CPU runs the best copy
+// it can (the CI machine and the GPU hosts the AVX-512 one). Here every
+// copy this CPU can execute runs in turn, and each element must be the bits
+// of the scalar formula, computed here one call at a time in the baseline's
+// code: a copy that fused a multiply and an add, or reordered the math,
+// would differ in the last bits somewhere in 100,003 values spread over
+// GELU's range (an odd count: the vector loops' tails too). A copy this CPU
+// cannot execute is reported skipped.
+TEST_CASE("every copy of the activation kernels this CPU can run gives the scalar formula's bits") {
+  const int64_t n = 100003, rows = 7, cols = 14285;  // bias_gelu_tanh's x: [7, 14285], rows of odd length
+  std::vector<float> xs(static_cast<size_t>(n)), dys(static_cast<size_t>(n)), bs(static_cast<size_t>(cols));
   for (int64_t i = 0; i < n; ++i) {
     xs[static_cast<size_t>(i)] = -9.0f + 18.0f * static_cast<float>(i) / static_cast<float>(n);
     dys[static_cast<size_t>(i)] = 0.25f + static_cast<float>(i % 7) * 0.125f;
   }
+  for (int64_t j = 0; j < cols; ++j) bs[static_cast<size_t>(j)] = -0.5f + static_cast<float>(j % 11) * 0.1f;
   const Tensor x = Tensor::floats({n}, xs), dy = Tensor::floats({n}, dys);
-  auto check = [&]<act::Act kAct>(const char* op, const char* grad) {
+  const std::vector<float> xs2(xs.begin(), xs.begin() + rows * cols), dys2(dys.begin(), dys.begin() + rows * cols);
+  const Tensor x2 = Tensor::floats({rows, cols}, xs2), dy2 = Tensor::floats({rows, cols}, dys2);
+  const Tensor b = Tensor::floats({cols}, bs);
+  auto check = [&]<act::Act kAct>(const std::string& op, const std::string& grad) {
     CAPTURE(op);
     const Tensor y = run_ok(op, {x})[0];
     const Tensor dx = run_ok(grad, {x, dy})[0];
@@ -174,11 +182,39 @@ TEST_CASE("the activation kernels give the scalar formula's bits in the copy thi
     CHECK(forward_wrong == 0);
     CHECK(backward_wrong == 0);
   };
-  check.operator()<act::Act::kGeluTanh>("gelu_tanh", "gelu_tanh_grad");
-  check.operator()<act::Act::kGelu>("gelu", "gelu_grad");
-  check.operator()<act::Act::kRelu>("relu", "relu_grad");
-  check.operator()<act::Act::kTanh>("tanh", "tanh_grad");
-  check.operator()<act::Act::kSigmoid>("sigmoid", "sigmoid_grad");
+  int copies = 0;
+  for (const cpu_clones::Isa isa : cpu_clones::kIsas) {
+    const std::string copy = cpu_clones::isa_name(isa);
+    CAPTURE(copy);
+    if (!cpu_clones::cpu_runs(isa)) {
+      MESSAGE("skipped the ", copy, " copy of the activation loops: this CPU cannot execute it");
+      continue;
+    }
+    const cpu_clones::ScopedIsaForTesting use(isa);
+    REQUIRE(cpu_clones::active_isa() == isa);
+    ++copies;
+    check.operator()<act::Act::kGeluTanh>("gelu_tanh", "gelu_tanh_grad");
+    check.operator()<act::Act::kGelu>("gelu", "gelu_grad");
+    check.operator()<act::Act::kRelu>("relu", "relu_grad");
+    check.operator()<act::Act::kTanh>("tanh", "tanh_grad");
+    check.operator()<act::Act::kSigmoid>("sigmoid", "sigmoid_grad");
+    // bias_gelu_tanh's row loops: gelu_tanh of the float sum x + b.
+    const Tensor y = run_ok("bias_gelu_tanh", {x2, b})[0];
+    const Tensor dx = run_ok("bias_gelu_tanh_grad", {x2, b, dy2})[0];
+    int64_t forward_wrong = 0, backward_wrong = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        const auto k = static_cast<size_t>(r * cols + j);
+        const float s = xs2[k] + bs[static_cast<size_t>(j)];
+        forward_wrong += y.f32[k] != act::forward<act::Act::kGeluTanh>(s);
+        backward_wrong += dx.f32[k] != act::backward<act::Act::kGeluTanh>(s, dys2[k]);
+      }
+    CHECK(forward_wrong == 0);
+    CHECK(backward_wrong == 0);
+  }
+  CHECK(cpu_clones::active_isa() == cpu_clones::best_isa());
+  MESSAGE("ran ", copies, " of ", std::size(cpu_clones::kIsas), " copies of the activation loops; this CPU's own: ",
+          std::string(cpu_clones::isa_name(cpu_clones::best_isa())));
 }
 
 TEST_CASE("softmax rows sum to one and survive large logits") {
