@@ -1,6 +1,7 @@
-// `rill plan`: a job compiled as its run would compile it, printed as JSON,
-// as statistics (--stats) or drawn as Graphviz DOT (--dot); --node compiles
-// one node's plan alone, as its agent does.
+// `rill plan`: a job compiled as its run would compile it, summed up (the
+// default), printed whole as JSON (--json), as statistics (--stats) or drawn
+// as Graphviz DOT (--dot); --node compiles one node's plan alone, as its
+// agent does.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ class PlanCommand : public Command {
     app_->add_option("--nodes", nodes_, "Number of nodes")->check(CLI::Range(1, 4096));
     app_->add_option("--set", overrides_, "Override a job field");
     app_->add_flag("--json", json_,
-                   "Print the plan as JSON (the default output; with --dot or --stats, printed besides them)");
+                   "Print the whole plan as JSON (tasks, regsts, memory), instead of its summary (with --dot or "
+                   "--stats, besides them)");
     app_->add_option("--node", node_, "Compile only this node's plan, as its agent does (ids are the whole plan's)")
         ->check(CLI::Range(0, 4095));
     app_->add_flag("--stats", stats_,
@@ -66,7 +68,8 @@ class PlanCommand : public Command {
       if (!json_)  // with --json, the output is the JSON alone
         fmt::print("plan drawn as Graphviz DOT in {} (render: dot -Tsvg {} -o plan.svg)\n", dot_path_, dot_path_);
     }
-    if (json_ || (dot_path_.empty() && !stats_)) fmt::print("{}\n", compiler::plan_json(**verified));
+    if (json_) fmt::print("{}\n", compiler::plan_json(**verified));
+    else if (dot_path_.empty() && !stats_) print_plan_summary(**verified, seconds);
     return 0;
   }
 

@@ -73,7 +73,44 @@ void print_memory(const plan::Plan& p) {
              last - first + 1, seconds, planned, slots);
 }
 
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
 }  // namespace
+
+void print_plan_summary(const plan::Plan& p, double seconds) {
+  auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+  const std::string devices = p.placements() && p.placements()->size() > 0 ? p.placements()->Get(0)->str() : "?";
+  fmt::print("job '{}' on {} node(s) x {} device(s) ({}){}\n", str(p.job_name()), p.num_nodes(),
+             p.devices_per_node(), devices, p.node() >= 0 ? fmt::format(", node {}'s plan", p.node()) : "");
+  fmt::print("a step: global batch {}, {} stage(s), {} micro-batch(es){}; {} steps\n", p.global_batch(), p.stages(),
+             p.micro_batches(), p.micro_batches() > 1 ? ", schedule " + str(p.schedule()) : "", p.steps());
+  std::map<std::string, int> kinds;
+  for (const plan::Task* t : *p.tasks()) ++kinds[plan::EnumNameTaskKind(t->kind())];
+  std::vector<std::string> counts;
+  for (const auto& [kind, n] : kinds) counts.push_back(fmt::format("{} {}", n, kind));
+  fmt::print("{} tasks ({}), {} regsts, {} placement(s)\n", p.tasks()->size(), fmt::join(counts, ", "),
+             p.regsts()->size(), p.placements() ? p.placements()->size() : 0);
+  if (p.datasets())
+    for (const plan::Dataset* d : *p.datasets())
+      fmt::print("reads dataset '{}' ({}{})\n", str(d->name()), str(d->kind()),
+                 str(d->kind()) == "idx" ? " " + str(d->images()) : " " + str(d->path()));
+  // Each node's memory, by zone: the peak is allocated once and kept.
+  fmt::print("memory planned per node and zone (peak: slots, optimizer state, boxing and compute scratch, held):\n");
+  const int first = p.node() >= 0 ? p.node() : 0, last = p.node() >= 0 ? p.node() : p.num_nodes() - 1;
+  for (int node = first; node <= last; ++node) {
+    auto memory = compiler::plan_memory(p, node);
+    if (!memory.ok()) {
+      fmt::print("  node {}: {}\n", node, memory.status().message());
+      continue;
+    }
+    for (const compiler::MemoryBlock& b : memory->blocks)
+      fmt::print("  node {} {:<8} {:>11}: {} + {} + {} + {} + {}\n", node, b.zone.to_string(), mib(b.total()),
+                 mib(b.slot_bytes), mib(b.state_bytes), mib(b.boxing_bytes), mib(b.scratch_bytes), mib(b.held_bytes));
+  }
+  print_communicators(p);
+  fmt::print("compiled in {:.3f} s; the whole plan: --json; its size and timings: --stats; drawn: --dot FILE\n",
+             seconds);
+}
 
 void print_plan_stats(const plan::Plan& p, size_t bytes, double seconds) {
   fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n", seconds,

@@ -90,6 +90,22 @@ TEST_CASE("rill run --nodes leaves its logs and no cluster key behind") {
   CHECK(made >= 1);
 }
 
+// By default rill plan sums the plan up for a reader: its nodes and devices,
+// a step's shape, tasks by kind, datasets, each node's memory by zone.
+TEST_CASE("rill plan prints a readable summary by default") {
+  Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("job 'mlp_stages' on 2 node(s) x 2 device(s) (cpu 0-1:0-1)") != std::string::npos);
+  CHECK(ran.output.find("a step: global batch 256, 2 stage(s), 1 micro-batch(es); 468 steps") != std::string::npos);
+  CHECK(ran.output.find(" Boxing, ") != std::string::npos);
+  CHECK(ran.output.find("reads dataset 'train' (idx ") != std::string::npos);
+  CHECK(ran.output.find("  node 0 host ") != std::string::npos);
+  CHECK(ran.output.find("  node 1 host ") != std::string::npos);
+  CHECK(ran.output.find("the whole plan: --json") != std::string::npos);
+  CHECK(ran.output.find("\"tasks\"") == std::string::npos);  // not the JSON
+}
+
 TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   auto dot = temp_dir() / "plan.dot";
   Ran ran = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
