@@ -119,9 +119,40 @@ class EagerGradBuilder : public GradBuilder {
   mutable Status status_;
 };
 
+// An element agrees when |analytic - numeric| <= abs_tolerance + tolerance *
+// |numeric|.
+//
+// What the defaults catch: a rule 5% off wherever its gradients reach 0.03
+// (the bound there is 1.3e-3), e.g. a softmax over rows of 16 5% off, a
+// mean over 12 divided by 11, gelu_tanh without its cubic term's
+// derivative (tests/kernels/grad_check_test.cc). The former default, 0.01
+// absolute under gradients of 1, let the first two pass.
+//
+// Why a correct rule passes them on any CPU (CPUs differ in the order and
+// fusing of the kernels' roundings, cpu_clones.h, not in their size), at
+// the op tests' sizes: inputs of magnitude 3 or less, cotangents in
+// [-1, 1), a probe moving at most 20 outputs (one of attention's k). The
+// difference quotient is off from the derivative by
+//  - truncation, eps^2 / 6 * |L'''| = 1.7e-5 * |L'''| at eps 1e-2, where
+//    the ops are smooth (relu's inputs stay 0.2 from its kink) and L''' sums
+//    the moved outputs' third derivatives, 2 or less each (tanh's at 0)
+//    and mostly far less: about 1e-4;
+//  - rounding: outputs the probe does not move are bitwise equal in both
+//    runs and cancel; a moved one is a float result of at most a few dozen
+//    roundings of values of 3 or less (layer_norm's mean and variance over
+//    6 are the deepest), each at most half an ulp (1.2e-7 at 3) and falling
+//    either way, so they add up as a random walk to about 1e-6; the
+//    quotient divides the two runs' difference by 2 * eps = 0.02: 1e-4 per
+//    moved output, and m of them add up the same way: sqrt(20) * 1e-4 =
+//    4.5e-4 for the most;
+// and the rule's own float rounding is about 1e-6. Together about 5e-4:
+// half of abs_tolerance, and ten times the largest disagreement any op test
+// shows (4.5e-5, layer_norm; 2.3e-4 at eps 1e-3). At eps 1e-3 the rounding
+// term is ten times larger, so the step is not smaller.
 struct GradCheckOptions {
-  double eps = 1e-3;        // finite-difference step
-  double tolerance = 1e-2;  // |analytic - numeric| <= tolerance * max(1, |numeric|)
+  double eps = 1e-2;            // finite-difference step
+  double tolerance = 1e-2;      // relative, on |numeric|
+  double abs_tolerance = 1e-3;  // absolute: what decides for gradients under 0.1
   uint64_t seed = 7;        // for the random output cotangents
   int max_reported = 8;     // mismatches listed in the error message
   // Outputs from this index on get no cotangent: values the gradient reads
@@ -136,8 +167,14 @@ struct GradCheckOptions {
 // each mismatch (up to max_reported), or why the check could not run.
 Status check_gradients(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs,
                        const std::vector<int>& which_inputs, const GradCheckOptions& options = {});
-// Same with a tolerance only.
+// Same with `tolerance` as both the relative and the absolute tolerance.
 Status check_gradients(const std::string& type, const std::vector<Tensor>& inputs, const Attrs& attrs,
                        const std::vector<int>& which_inputs, double tolerance);
+// check_gradients with `rule` in place of the op's own gradient rule (the
+// forward run is still the op's): how a test shows that a wrong rule is
+// caught.
+Status check_gradient_rule(const std::string& type, GradFn rule, const std::vector<Tensor>& inputs,
+                           const Attrs& attrs, const std::vector<int>& which_inputs,
+                           const GradCheckOptions& options = {});
 
 }  // namespace rill::testing

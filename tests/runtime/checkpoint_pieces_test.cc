@@ -1,14 +1,17 @@
 // Checkpoints every node writes itself (runtime/checkpoint/checkpoint_pieces.h):
 // each node's file of pieces, the meta.json written last, read back whole
 // whatever the layout; a step without its meta.json is absent; a node
-// killed at any moment of its write never leaves a step that reads torn.
+// killed at any moment of its write, mid-write included, never leaves a
+// step that reads torn.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +21,7 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
+#include "tests/runtime/stop_child.h"
 
 namespace rill {
 namespace {
@@ -155,56 +159,142 @@ TEST_CASE("a run going on from a step drops what an earlier run left after it, w
   fs::remove_all(dir);
 }
 
+// A node's pieces of w [4096, 1024] at `step`: its 2048 rows as 8 blocks of
+// 1 MiB, so its file is written in 10 write()s (length, header, blocks),
+// each value the step.
+std::vector<TensorPiece> node_pieces(int64_t step, int node) {
+  std::vector<TensorPiece> out;
+  for (int64_t b = 0; b < 8; ++b)
+    out.push_back(TensorPiece{"w", {4096, 1024}, {2048 * node + 256 * b, 0}, {256, 1024}, DType::kF32,
+                              std::vector<float>(size_t{256} * 1024, static_cast<float>(step))});
+  return out;
+}
+
+// A node file's temporary, partly written, as a stopped writer left it.
+struct MidWrite {
+  int64_t step = -1;
+  fs::path temporary;
+  uintmax_t bytes = 0;
+};
+
+// Node `node`'s temporary under `root` as written by process `pid`, if it
+// holds more than nothing and less than the whole file of `whole` bytes;
+// of step 2 on, so that a complete step comes before it.
+std::optional<MidWrite> mid_write(const fs::path& root, pid_t pid, int node, uintmax_t whole) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    const fs::path temporary = entry.path() / fmt::format(".node-{}.safetensors.tmp-{}", node, pid);
+    const uintmax_t bytes = fs::file_size(temporary, ec);
+    const int64_t step = std::stoll(name.substr(5));
+    if (ec || bytes == 0 || bytes >= whole || step < 2) continue;
+    return MidWrite{step, temporary, bytes};
+  }
+  return std::nullopt;
+}
+
 // Two "nodes" (one child process writing both files, then the meta) write
-// step after step (8 MiB a file) as fast as they can; the test kills the
-// child at random moments. After each kill `latest` names a complete step
-// whose every value is its own, and the step never goes back.
-TEST_CASE("nodes killed at any moment of their writes never leave a step that reads torn") {
+// step after step (8 MiB a file) as fast as they can. In even rounds the
+// test kills the child at a random moment; in odd ones it stops the child
+// at random moments until one of a node's files (node 0's, then node 1's)
+// is partly written under its temporary name, and kills it there. After
+// each kill `latest` names a complete step whose every value is its own,
+// and the step never goes back; after a kill mid-write the step being
+// written is absent from what a resume reads, and the one before it is
+// what reads back.
+TEST_CASE("nodes killed at any moment of their writes, mid-write included, never leave a step that reads torn") {
   const fs::path root = fresh_dir("kill");
+  // The whole size of each node's file (the same at every step).
+  uintmax_t whole[2] = {};
+  for (int node = 0; node < 2; ++node) {
+    auto f = write_node_file((root / "sizes").string(), 0, node, 2, node_pieces(0, node));
+    REQUIRE(f.ok());
+    whole[node] = static_cast<uintmax_t>(f->bytes);
+  }
+  fs::remove_all(root / "sizes");
   std::mt19937 rng(11);
   int64_t step = 0;
-  int found = 0, torn_folders = 0;
+  int found = 0, torn_folders = 0, mid_writes = 0;
   for (int round = 0; round < 10; ++round) {
     CAPTURE(round);
+    // Each child is a run going on from `step`: what the last one wrote
+    // after it (a step whose meta.json came before `latest` moved) goes.
+    REQUIRE(drop_steps_after(root.string(), step).ok());
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
       for (int64_t s = step + 1;; ++s) {
         std::vector<NodeFile> files;
         for (int node = 0; node < 2; ++node) {
-          std::vector<float> values(size_t{1} << 21, static_cast<float>(s));
-          auto f = write_node_file(root.string(), s, node, 2,
-                                   {TensorPiece{"w", {4096, 1024}, {2048 * node, 0}, {2048, 1024}, DType::kF32, values}});
+          auto f = write_node_file(root.string(), s, node, 2, node_pieces(s, node));
           if (!f.ok()) ::_exit(3);
           files.push_back(*f);
         }
         if (!write_step_meta(root.string(), s, "killed", "sgd", files, 2).ok()) ::_exit(4);
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 300));
-    ::kill(child, SIGKILL);
-    int wstatus = 0;
-    ::waitpid(child, &wstatus, 0);
+    std::optional<MidWrite> cut;
+    if (round % 2 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 300));
+    } else {
+      const int node = (round / 2) % 2;
+      CAPTURE(node);
+      int status = 0;
+      const testing::Stopped stopped = testing::stop_where(
+          child, rng, 5000, 4000, [&] { return (cut = mid_write(root, child, node, whole[node])).has_value(); },
+          &status);
+      if (stopped == testing::Stopped::kEnded) FAIL("the writer ended on its own, status ", status);
+      if (stopped == testing::Stopped::kMissed) testing::kill_child(child);
+      REQUIRE_MESSAGE(stopped == testing::Stopped::kLanded, "never stopped while node ", node,
+                      "'s file was partly written");
+    }
+    const int wstatus = testing::kill_child(child);
     CHECK(WIFSIGNALED(wstatus));
     for (const auto& entry : fs::directory_iterator(root))
       torn_folders += entry.is_directory() && !fs::exists(entry.path() / "meta.json");
+    if (cut) {
+      ++mid_writes;
+      CAPTURE(cut->temporary);
+      // The kill found the file as the stop did: partly written, not renamed.
+      CHECK(fs::file_size(cut->temporary) == cut->bytes);
+      CHECK_FALSE(fs::exists(cut->temporary.parent_path() / "meta.json"));
+      // The step being written is no checkpoint; the one before it is the newest.
+      const std::vector<int64_t> steps = checkpoint_steps(root.string());
+      CHECK(std::find(steps.begin(), steps.end(), cut->step) == steps.end());
+      auto latest = latest_checkpoint(root.string());
+      REQUIRE_MESSAGE(latest.ok(), latest.status().to_string());
+      CHECK(fs::path(*latest).filename() == checkpoint_step_name(cut->step - 1));
+      REQUIRE_FALSE(steps.empty());
+      CHECK(steps.back() == cut->step - 1);
+    }
     auto latest = latest_checkpoint(root.string());
     if (!latest.ok()) {
       CHECK(latest.status().code() == Code::kNotFound);
       CHECK(step == 0);
       continue;
     }
-    auto c = read_checkpoint(*latest);
+    auto c = read_checkpoint(root.string());  // what `--resume latest` reads
     REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    REQUIRE(c->tensors.size() == 1);
+    CHECK(c->tensors[0].shape == Shape{4096, 1024});
     bool all_step = true;
     for (float v : c->tensors[0].values) all_step = all_step && v == static_cast<float>(c->step);
     CHECK(all_step);
     CHECK(c->step >= step);
+    if (cut) {
+      CHECK(c->step == cut->step - 1);
+      // A run going on from there drops the cut step's folder, and its temporary with it.
+      REQUIRE(drop_steps_after(root.string(), c->step).ok());
+      CHECK_FALSE(fs::exists(cut->temporary.parent_path()));
+    }
     step = c->step;
     ++found;
   }
   CHECK(found >= 7);
-  MESSAGE(found, " kills after a complete step; ", torn_folders, " times a step's folder lacked its meta.json");
+  CHECK(mid_writes == 5);
+  MESSAGE(found, " kills after a complete step, ", mid_writes, " of them mid-write of a node's file; ", torn_folders,
+          " times a step's folder lacked its meta.json");
   fs::remove_all(root);
 }
 

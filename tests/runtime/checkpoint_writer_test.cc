@@ -2,18 +2,20 @@
 // step to its own writer thread (training's add() waits for the disk only
 // when the writer falls kMaxWaiting steps behind), the master's completer
 // makes a step complete once every writing node's file is there, and a
-// writer killed at any moment never leaves `latest` naming a partial
-// checkpoint.
+// writer killed at any moment, mid-write included, never leaves `latest`
+// naming a partial checkpoint.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <random>
 #include <map>
+#include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,6 +26,8 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_completer.h"
+#include "runtime/checkpoint/checkpoint_pieces.h"
+#include "tests/runtime/stop_child.h"
 
 namespace rill {
 namespace {
@@ -238,55 +242,118 @@ TEST_CASE("a step a node never reported, or a node's failed write, is the comple
   }
 }
 
+// A checkpoint of `step`: four tensors of 4 MiB, every value the step, so
+// that its model.safetensors is written in 6 write()s (length, header,
+// tensors).
+Checkpoint four_tensors(int64_t step) {
+  Checkpoint c;
+  c.job = "killed";
+  c.step = step;
+  for (int i = 0; i < 4; ++i)
+    c.tensors.push_back(CheckpointTensor{fmt::format("w{}", i), {1024, 1024},
+                                         std::vector<float>(size_t{1} << 20, static_cast<float>(step))});
+  return c;
+}
+
+// A step's model.safetensors, partly written, as a stopped writer left it.
+struct MidWrite {
+  int64_t step = -1;
+  fs::path file;
+  uintmax_t bytes = 0;
+};
+
+// The model.safetensors in the temporary folder process `pid` writes a step
+// in, if it holds more than nothing and less than the whole file of `whole`
+// bytes; of step 2 on, so that a complete step comes before it.
+std::optional<MidWrite> mid_write(const fs::path& root, pid_t pid, uintmax_t whole) {
+  std::error_code ec;
+  const std::string suffix = fmt::format("-{}", pid);
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".tmp-step-", 0) != 0 || !name.ends_with(suffix)) continue;
+    const fs::path file = entry.path() / "model.safetensors";
+    const uintmax_t bytes = fs::file_size(file, ec);
+    const int64_t step = std::stoll(name.substr(10));
+    if (ec || bytes == 0 || bytes >= whole || step < 2) continue;
+    return MidWrite{step, file, bytes};
+  }
+  return std::nullopt;
+}
+
 // A child process writes checkpoints (16 MiB each, every value its step) as
-// fast as it can; the test kills it at random moments, 12 times. After
-// each kill `latest` must name a complete checkpoint whose values are all its
-// step, and the step never goes back.
-TEST_CASE("a writer killed at any moment never leaves latest naming a partial checkpoint") {
+// fast as it can. In even rounds the test kills it at a random moment; in
+// odd ones it stops the child at random moments until its model.safetensors
+// is partly written in its temporary folder, and kills it there. After each
+// kill `latest` must name a complete checkpoint whose values are all its
+// step, and the step never goes back; after a kill mid-write the step being
+// written is nowhere a resume looks, and the one before it reads back whole.
+TEST_CASE("a writer killed at any moment, mid-write included, never leaves latest naming a partial checkpoint") {
   const fs::path root = fs::temp_directory_path() / ("rill-kill-write-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  REQUIRE(write_checkpoint((root / "size").string(), four_tensors(0), 1).ok());
+  const uintmax_t whole = fs::file_size(root / "size" / checkpoint_step_name(0) / "model.safetensors");
   fs::remove_all(root);
   std::mt19937 rng(7);
   int64_t step = 0;
-  int found = 0;
+  int found = 0, mid_writes = 0;
   for (int round = 0; round < 12; ++round) {
     CAPTURE(round);
+    // A run going on from `step`: what the last child installed after it
+    // (a step whose `latest` never moved) goes.
+    if (fs::exists(root)) REQUIRE(drop_steps_after(root.string(), step).ok());
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
-      Checkpoint c;
-      c.job = "killed";
-      c.tensors.push_back(CheckpointTensor{"w", {2048, 2048}, {}});
-      for (int64_t s = step + 1;; ++s) {
-        c.step = s;
-        c.tensors[0].values.assign(size_t{1} << 22, static_cast<float>(s));
-        if (!write_checkpoint(root.string(), c, 2).ok()) ::_exit(3);
-      }
+      for (int64_t s = step + 1;; ++s)
+        if (!write_checkpoint(root.string(), four_tensors(s), 2).ok()) ::_exit(3);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 300));
-    ::kill(child, SIGKILL);
-    int wstatus = 0;
-    ::waitpid(child, &wstatus, 0);
+    std::optional<MidWrite> cut;
+    if (round % 2 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 300));
+    } else {
+      int status = 0;
+      const testing::Stopped stopped = testing::stop_where(
+          child, rng, 5000, 4000, [&] { return (cut = mid_write(root, child, whole)).has_value(); }, &status);
+      if (stopped == testing::Stopped::kEnded) FAIL("the writer ended on its own, status ", status);
+      if (stopped == testing::Stopped::kMissed) testing::kill_child(child);
+      REQUIRE_MESSAGE(stopped == testing::Stopped::kLanded, "never stopped while model.safetensors was partly written");
+    }
+    const int wstatus = testing::kill_child(child);
     CHECK(WIFSIGNALED(wstatus));  // killed mid-loop, never failed on its own
+    if (cut) {
+      ++mid_writes;
+      CAPTURE(cut->file);
+      // The kill found the file as the stop did: partly written, its folder
+      // not yet renamed into place.
+      CHECK(fs::file_size(cut->file) == cut->bytes);
+      CHECK_FALSE(fs::exists(root / checkpoint_step_name(cut->step)));
+      const std::vector<int64_t> steps = checkpoint_steps(root.string());
+      CHECK(std::find(steps.begin(), steps.end(), cut->step) == steps.end());
+      REQUIRE_FALSE(steps.empty());
+      CHECK(steps.back() == cut->step - 1);
+    }
     auto latest = latest_checkpoint(root.string());
     if (!latest.ok()) {
       CHECK(latest.status().code() == Code::kNotFound);  // killed before its first write completed
       CHECK(step == 0);
+      CHECK_FALSE(cut.has_value());  // a step before the cut one is complete
       continue;
     }
     auto c = read_checkpoint(*latest);
     REQUIRE_MESSAGE(c.ok(), c.status().to_string());
-    REQUIRE(c->tensors.size() == 1);
+    REQUIRE(c->tensors.size() == 4);
     bool all_step = true;
-    for (float v : c->tensors[0].values) all_step = all_step && v == static_cast<float>(c->step);
+    for (const CheckpointTensor& t : c->tensors)
+      for (float v : t.values) all_step = all_step && v == static_cast<float>(c->step);
     CHECK(all_step);
     CHECK(c->step >= step);
+    if (cut) CHECK(c->step == cut->step - 1);
     step = c->step;
     ++found;
   }
   CHECK(found >= 9);
-  int partial = 0;  // writes the kills cut short (each child's, left for the reader to ignore)
-  for (const auto& entry : fs::directory_iterator(root)) partial += entry.path().filename().string().rfind(".tmp-", 0) == 0;
-  MESSAGE(found, " kills after a complete checkpoint, ", partial, " of them mid-write; the last step ", step);
+  CHECK(mid_writes == 6);
+  MESSAGE(found, " kills after a complete checkpoint, ", mid_writes, " of them mid-write; the last step ", step);
   fs::remove_all(root);
 }
 
