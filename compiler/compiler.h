@@ -116,5 +116,10 @@ DType read_dtype(plan::DType dtype);
 std::string plan_json(const plan::Plan& plan);
 // Graphviz: tasks as nodes clustered by node and thread, regsts as edges.
 std::string plan_dot(const plan::Plan& plan);
+// The same with a box per op (its tasks on every device and node, and its
+// gradient's, together), or, where that makes over 120 boxes, per group of
+// ops by their dotted names ("h0.attn.q" and "h0.attn.k" as "h0.attn", then
+// as "h0"): readable, and drawn in seconds, for plans of thousands of tasks.
+std::string plan_dot_ops(const plan::Plan& plan);
 
 }  // namespace rill::compiler

@@ -1,5 +1,7 @@
 // plan_json and plan_dot: human-readable views of a verified plan.
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -270,6 +272,87 @@ std::string plan_dot(const plan::Plan& p) {
         out += fmt::format("  t{} -> t{} [label=\"{} x{}\"];\n", ActorId::index(r->producer()), ActorId::index(c),
                            dot_escape(str(r->name())), r->register_num());
     }
+  out += "}\n";
+  return out;
+}
+
+std::string plan_dot_ops(const plan::Plan& p) {
+  // The op a task acts for: its name without the device ("fc1@0" -> "fc1"),
+  // a gradient's or a recomputation's task under its forward op
+  // ("grad/h0.attn/softmax_grad" -> "h0.attn").
+  auto op_of = [](const plan::Task& t) {
+    std::string name = str(t.name());
+    name = name.substr(0, name.rfind('@'));
+    for (const std::string prefix : {"grad/", "recompute/"})
+      if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size(), name.find('/', prefix.size()) - prefix.size());
+    return name;
+  };
+  // Dotted names are paths ("h0.attn.q.w"): the first `depth` parts.
+  auto at_depth = [](const std::string& name, size_t depth) {
+    size_t at = 0;
+    for (size_t d = 0; d < depth; ++d, ++at)
+      if ((at = name.find('.', at)) == std::string::npos) return name;
+    return name.substr(0, at - 1);
+  };
+  // The deepest grouping with at most kMaxBoxes boxes (Graphviz lays out a
+  // few hundred boxes in seconds, thousands not in minutes).
+  constexpr size_t kMaxBoxes = 120;
+  std::vector<std::string> ops;
+  size_t depth = 1;
+  if (p.tasks() != nullptr)
+    for (const plan::Task* t : *p.tasks()) {
+      ops.push_back(op_of(*t));
+      depth = std::max<size_t>(depth, std::count(ops.back().begin(), ops.back().end(), '.') + 1);
+    }
+  std::map<std::string, int> index;  // group -> its box
+  for (;; --depth) {
+    index.clear();
+    for (const std::string& op : ops) index.try_emplace(at_depth(op, depth), 0);
+    if (index.size() <= kMaxBoxes || depth == 1) break;
+  }
+  struct Box {
+    int tasks = 0;
+    std::set<std::string> kinds;
+    int placement = -1;
+  };
+  std::vector<Box> boxes(index.size());
+  int next = 0;
+  for (auto& [group, i] : index) i = next++;
+  std::map<uint64_t, int> box_of;  // task id -> its box
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const plan::Task* t = p.tasks()->Get(static_cast<uint32_t>(k));
+    const int i = index[at_depth(ops[k], depth)];
+    Box& b = boxes[static_cast<size_t>(i)];
+    ++b.tasks;
+    b.kinds.insert(t->op_type() && t->op_type()->size() > 0 ? str(t->op_type()) : plan::EnumNameTaskKind(t->kind()));
+    if (b.placement < 0) b.placement = t->placement();
+    box_of[t->id()] = i;
+  }
+  std::string out = fmt::format("digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n",
+                                dot_escape(str(p.job_name())));
+  const size_t num_colours = std::size(kPlacementColours);
+  for (const auto& [group, i] : index) {
+    const Box& b = boxes[static_cast<size_t>(i)];
+    const std::string what =
+        b.kinds.size() == 1 ? *b.kinds.begin() : fmt::format("{} kinds", b.kinds.size());
+    const std::string fill =
+        b.placement >= 0 ? fmt::format(", style=filled, fillcolor=\"{}\"",
+                                       kPlacementColours[static_cast<size_t>(b.placement) % num_colours])
+                         : "";
+    out += fmt::format("  o{} [label=\"{}\\n{}, {} task(s)\"{}];\n", i, dot_escape(group), dot_escape(what),
+                       b.tasks, fill);
+  }
+  // One edge per pair of boxes a regst joins.
+  std::set<std::pair<int, int>> edges;
+  if (p.regsts() != nullptr)
+    for (const plan::RegstDesc* r : *p.regsts()) {
+      const auto from = box_of.find(r->producer());
+      if (r->consumers() == nullptr || from == box_of.end()) continue;
+      for (uint64_t c : *r->consumers())
+        if (const auto to = box_of.find(c); to != box_of.end() && to->second != from->second)
+          edges.insert({from->second, to->second});
+    }
+  for (const auto& [from, to] : edges) out += fmt::format("  o{} -> o{};\n", from, to);
   out += "}\n";
   return out;
 }

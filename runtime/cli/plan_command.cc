@@ -36,7 +36,9 @@ class PlanCommand : public Command {
                    "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators, how GPU "
                    "regsts change memory zones (copies, sends through host memory) and the time its memory plan "
                    "takes");
-    app_->add_option("--dot", dot_path_, "Write the plan as Graphviz DOT to this file");
+    app_->add_option("--dot", dot_path_, "Write the plan as Graphviz DOT to this file, a box per op");
+    app_->add_flag("--dot-tasks", dot_tasks_,
+                   "With --dot: a box per task, clustered by node and thread (large plans take long to render)");
   }
 
   int act() override {
@@ -63,7 +65,8 @@ class PlanCommand : public Command {
     if (!verified.ok()) return fail_command(verified.status());
     if (stats_) print_plan_stats(**verified, bytes->size(), seconds);
     if (!dot_path_.empty()) {
-      Status written = write_text_file(dot_path_, compiler::plan_dot(**verified));
+      Status written = write_text_file(
+          dot_path_, dot_tasks_ ? compiler::plan_dot(**verified) : compiler::plan_dot_ops(**verified));
       if (!written.ok()) return fail_command(written);
       if (!json_)  // with --json, the output is the JSON alone
         fmt::print("plan drawn as Graphviz DOT in {} (render: dot -Tsvg {} -o plan.svg)\n", dot_path_, dot_path_);
@@ -78,7 +81,7 @@ class PlanCommand : public Command {
   std::vector<std::string> overrides_;
   int nodes_ = 1;
   int node_ = -1;
-  bool json_ = false, stats_ = false;
+  bool json_ = false, stats_ = false, dot_tasks_ = false;
 };
 
 }  // namespace

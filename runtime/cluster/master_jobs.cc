@@ -27,14 +27,15 @@ namespace rill::agent_internal {
 
 namespace {
 
-// The whole training plan as DOT for the dashboard, when it is small enough
+// The whole training plan as DOT for the dashboard (a box per op, or per
+// layer), when it is small enough
 // to compile here in passing and to draw (each node compiles only its own
 // part to run); "" otherwise. Compiled for `steps`, the training plan's,
 // so the datasets are not opened to count them (one may be a pipe that only
 // its reader may drain).
 std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_node, int world, int64_t steps) {
   constexpr int kMaxDevices = 64;
-  constexpr int64_t kMaxTasks = 400;
+  constexpr int64_t kMaxTasks = 5000;  // compiled in passing: about 0.3 s
   auto cluster = compiler::parse_devices(devices_per_node, world);
   if (!cluster.ok() || world * cluster->devices_per_node > kMaxDevices) return {};
   compiler::CompileOptions options;
@@ -43,7 +44,7 @@ std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_n
   if (!bytes.ok()) return {};
   auto plan = compiler::verify_plan(*bytes);
   if (!plan.ok() || (*plan)->num_tasks() > kMaxTasks) return {};
-  return compiler::plan_dot(**plan);
+  return compiler::plan_dot_ops(**plan);  // a box per op or layer: drawn in seconds
 }
 
 }  // namespace

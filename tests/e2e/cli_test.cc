@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -104,6 +105,23 @@ TEST_CASE("rill plan prints a readable summary by default") {
   CHECK(ran.output.find("  node 1 host ") != std::string::npos);
   CHECK(ran.output.find("the whole plan: --json") != std::string::npos);
   CHECK(ran.output.find("\"tasks\"") == std::string::npos);  // not the JSON
+  // Drawn, a box per op, or per layer where ops are too many to lay out
+  // (the GPT's 551 tasks): its h0 layer one box; --dot-tasks a box per task.
+  for (const bool tasks : {false, true}) {
+    CAPTURE(tasks);
+    const auto dot = temp_dir() / (tasks ? "gpt_tasks.dot" : "gpt.dot");
+    Ran drawn = run_rill("plan " + root() + "/samples/gpt/gpt_moby.json --dot " + dot.string() +
+                         (tasks ? " --dot-tasks" : ""));
+    REQUIRE(drawn.code == 0);
+    const std::string text = rill::testing::read_text(dot.string());
+    const std::regex box(R"(\n +[ot]\d+ \[label=)");
+    const auto boxes = std::distance(std::sregex_iterator(text.begin(), text.end(), box), std::sregex_iterator());
+    CHECK(boxes == (tasks ? 551 : boxes));
+    if (!tasks) {
+      CHECK(boxes <= 120);
+      CHECK(text.find("[label=\"h0\\n") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("rill plan prints a JSON summary and writes DOT") {
