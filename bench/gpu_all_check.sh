@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check, once each, in one call that ends within 8 minutes (the
-# GPU machine stops a command at 10): the CUDA kernel, runtime and NCCL
+# Every GPU check, once each, within 8 minutes in all: the CUDA kernel, runtime and NCCL
 # suites; the wide MLP's figures and bench/gpu_mlp_bench.sh; GPT-2 124M's
 # planned bf16 memory and bench/gpt2_amp_bench.sh; the MLP's plan on 2
 # agents sharing cuda:1 with train.nccl, two agents taking the shared path,
@@ -29,21 +28,16 @@
 # The checks on their output (the shared path in node 1's log, the launched
 # program's lines, the wide run's figures) are steps of their own.
 #
-# From a build made elsewhere (with CUDA: build/kernels/librill_cuda.so),
-# packed here, from the repository's root:
-#   ../shared/tools/gpu-kit.sh --fashion-mnist build/kernels/librill_cuda.so \
-#     build/bench/device_collective_bench build/samples/device_collectives_demo
-# and run on the GPU machine in one call, carrying [".gpu", "data/moby-dick.txt"]:
-#   bash bench/gpu_all_check.sh /tmp/gpu-all "bash .gpu/run"; rc=$?;
-#   tar czf "$OUT/gpu-all.tgz" -C /tmp gpu-all; exit $rc
-# (the summary ends the output; the tar brings every log back as one file).
-# .gpu holds build/rill, the three suites, the CUDA module (the programs load
-# it from .gpu/bin/build/kernels/), the bench and the demo, stripped, the
-# libraries the GPU machine lacks, and Fashion-MNIST (30 MB): 57.9 MiB.
-# data/moby-dick.txt (1.15 MiB) is ignored by git and travels only when
-# carried. With the tracked files (4.2 MiB) that is 63.3 MiB of the 64 MiB
-# that may travel: pack just before the call, since .gpu/run unpacks the
-# libraries into .gpu/lib (51 MiB more) the first time it runs.
+# From a build made on another machine (with CUDA: build/kernels/
+# librill_cuda.so), RUN is a wrapper that starts a packed build/ program (or
+# `rill`) with the shared libraries the GPU machine lacks, e.g. `bash
+# .gpu/run`; the package holds build/rill, the three suites, the CUDA module
+# (the programs load it from beside themselves), build/bench/
+# device_collective_bench and build/samples/device_collectives_demo, and
+# Fashion-MNIST, and the tests find RILL_BINARY, RILL_SOURCE_ROOT and
+# RILL_FASHION_MNIST through it. data/moby-dick.txt (ignored by git:
+# ./dev fetches it) must be there too. The summary ends the output; every
+# log is under OUT.
 # What reads which data:
 #   tests/runtime/cuda_runtime_test  samples/mlp/*.json,
 #     samples/pserver/mlp_pserver.json (Fashion-MNIST: RILL_FASHION_MNIST,
@@ -55,7 +49,7 @@
 #   tests/kernels/cuda_kernels_test  nothing
 #   gpt tp shared                    data/moby-dick.txt
 #   the benches                      synthetic data, tokens made here
-# Python is python3 (PYTHON): PyTorch's on the GPU machine.
+# Python is python3 (PYTHON), with PyTorch.
 # $rill and $run are command prefixes, split into words on purpose:
 # shellcheck disable=SC2086
 set -u

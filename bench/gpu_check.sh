@@ -3,9 +3,8 @@
 # the CUDA kernel, runtime and NCCL suites (bench/gpu_suites.sh), one wide-MLP
 # run's figures, then bench/gpu_mlp_bench.sh with its RUNS (3) alternating
 # runs and torch.compile (COMPILE=0 leaves it out): the figures of
-# docs/STATUS_GPU.md. Every GPU check once, in one call: bench/gpu_all_check.sh
-# (whose head says what to pack and carry for a build made elsewhere: the
-# same serves here). Each step runs under its own timeout (budgets: gpu 10,
+# docs/STATUS_GPU.md. Every GPU check once: bench/gpu_all_check.sh (whose
+# head says how a build made elsewhere runs: the same serves here). Each step runs under its own timeout (budgets: gpu 10,
 # kernels 40, runtime 105, nccl 40, wide 15, bench 270; 480 s in all); the
 # script ends with the summary and exits 1 naming the failed steps when any
 # failed. Results go under OUT.

@@ -6,8 +6,7 @@
 # their share of the kernel time. The report is OUT/bf16.nsys-rep.
 #   bench/gpu_profile.sh [OUT=/tmp/rill-profile] [RUN]
 # RUN prefixes every program, as in bench/gpu_all_check.sh (for a build made
-# elsewhere, `bash .gpu/run`: pack and carry as its head says; this script
-# needs only .gpu). Each step runs under its own timeout (budgets: gpu 10,
+# elsewhere, a wrapper such as `bash .gpu/run`, as its head says). Each step runs under its own timeout (budgets: gpu 10,
 # gpt2 job 5, profile 240, stats 90, table 10; 355 s in all); the script
 # ends with the summary and exits 1 naming the failed steps when any failed
 # (nsys missing: the step "nsys", rc 127). Python is python3 (PYTHON).

@@ -120,6 +120,7 @@ std::string plan_dot(const plan::Plan& plan);
 // gradient's, together), or, where that makes over 120 boxes, per group of
 // ops by their dotted names ("h0.attn.q" and "h0.attn.k" as "h0.attn", then
 // as "h0"): readable, and drawn in seconds, for plans of thousands of tasks.
-std::string plan_dot_ops(const plan::Plan& plan);
+// "" where that still makes over `max_boxes` boxes (0: no bound).
+std::string plan_dot_ops(const plan::Plan& plan, size_t max_boxes = 0);
 
 }  // namespace rill::compiler

@@ -276,7 +276,7 @@ std::string plan_dot(const plan::Plan& p) {
   return out;
 }
 
-std::string plan_dot_ops(const plan::Plan& p) {
+std::string plan_dot_ops(const plan::Plan& p, size_t max_boxes) {
   // The op a task acts for: its name without the device ("fc1@0" -> "fc1"),
   // a gradient's or a recomputation's task under its forward op
   // ("grad/h0.attn/softmax_grad" -> "h0.attn").
@@ -315,6 +315,7 @@ std::string plan_dot_ops(const plan::Plan& p) {
     std::set<std::string> kinds;
     int placement = -1;
   };
+  if (max_boxes > 0 && index.size() > max_boxes) return {};
   std::vector<Box> boxes(index.size());
   int next = 0;
   for (auto& [group, i] : index) i = next++;

@@ -46,13 +46,15 @@ StatusOr<PserverLayout> pserver_layout(const graph::Job& job, const Cluster& clu
   for (int node = 0; node < cluster.num_nodes; ++node)
     if (named.count(node) == 0) layout.trainers.push_back(node);
   if (layout.trainers.empty())
-    return invalid_argument("distributed.pservers: all {} nodes are pservers; no node is left to train",
-                            cluster.num_nodes);
+    return Status(Code::kFailedPrecondition,  // the cluster is too small for the layout (rill check: a note)
+                  fmt::format("distributed.pservers: all {} nodes are pservers; no node is left to train",
+                              cluster.num_nodes));
   if (d.trainers != 0 && d.trainers != static_cast<int64_t>(layout.trainers.size()))
-    return invalid_argument(
-        "distributed.trainers is {}, but the cluster's {} nodes less {} pservers leave {} trainers (nodes {})",
-        d.trainers, cluster.num_nodes, layout.pservers.size(), layout.trainers.size(),
-        fmt::join(layout.trainers, ", "));
+    return Status(Code::kFailedPrecondition,  // the cluster's size does not fit the layout (rill check: a note)
+                  fmt::format("distributed.trainers is {}, but the cluster's {} nodes less {} pservers leave {} "
+                              "trainers (nodes {})",
+                              d.trainers, cluster.num_nodes, layout.pservers.size(), layout.trainers.size(),
+                              fmt::join(layout.trainers, ", ")));
   if (d.min_block_size < 1)
     return invalid_argument("distributed.min_block_size must be >= 1 element, got {}", d.min_block_size);
 
@@ -137,8 +139,9 @@ StatusOr<graph::Job> transpile_pserver(const graph::Job& job, const Cluster& clu
     // parallelism over the cluster, Rill's own collectives on CPU devices).
     const int64_t trainers = job.distributed->trainers;
     if (trainers != 0 && trainers != cluster.num_nodes)
-      return invalid_argument("distributed.trainers is {}, but in mode \"{}\" every node trains: the cluster has {}",
-                              trainers, graph::to_string(job.distributed->mode), cluster.num_nodes);
+      return Status(Code::kFailedPrecondition,  // the cluster's size does not fit the layout (rill check: a note)
+                    fmt::format("distributed.trainers is {}, but in mode \"{}\" every node trains: the cluster has {}",
+                                trainers, graph::to_string(job.distributed->mode), cluster.num_nodes));
     return job;
   }
   if (!job.pserver_mode()) return job;

@@ -81,13 +81,18 @@ inline Isa active_isa() {
 }
 
 // For tests: while one lives, run() calls the copy for `isa`, in every
-// thread; the CPU must run it (cpu_runs). Not nested, not concurrent.
+// thread. A copy this CPU cannot run (cpu_runs) is not forced: run() goes
+// on calling the best one. Scopes nest; not for concurrent use.
 class ScopedIsaForTesting {
  public:
-  explicit ScopedIsaForTesting(Isa isa) { detail::forced_isa.store(static_cast<int>(isa)); }
-  ~ScopedIsaForTesting() { detail::forced_isa.store(-1); }
+  explicit ScopedIsaForTesting(Isa isa)
+      : previous_(detail::forced_isa.exchange(cpu_runs(isa) ? static_cast<int>(isa) : detail::forced_isa.load())) {}
+  ~ScopedIsaForTesting() { detail::forced_isa.store(previous_); }
   ScopedIsaForTesting(const ScopedIsaForTesting&) = delete;
   ScopedIsaForTesting& operator=(const ScopedIsaForTesting&) = delete;
+
+ private:
+  int previous_;
 };
 
 #if RILL_CPU_CLONES_X86

@@ -76,15 +76,19 @@ class LocalCluster {
   int wait_formed() {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(args_.join_timeout_s + 5);
     while (std::chrono::steady_clock::now() < give_up) {
+      bool stopped = false;
       for (size_t r = 0; r < agents_.size(); ++r) {
         int status = 0;
         if (agents_[r] <= 0 || waitpid(agents_[r], &status, WNOHANG) != agents_[r]) continue;
         agents_[r] = -1;
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        stopped = true;
         if (r > 0) {  // node 0 wrote to our terminal; the others to their logs
           auto log = read_text_file(fmt::format("{}/node-{}.log", logdir_, r));
           if (log.ok()) fmt::print(stderr, "{}", *log);
         }
+      }
+      if (stopped) {
         fmt::print(stderr, "rill: an agent stopped before the cluster formed\n");
         return 1;
       }

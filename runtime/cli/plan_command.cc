@@ -50,7 +50,7 @@ class PlanCommand : public Command {
       // Fluid's FLAGS_rpc_* as a run reads them; pservers by node number
       // (there is no machine list here).
       if (Status resolved = resolve_distributed(&*job, {}); !resolved.ok()) return fail_command(resolved);
-      // The layout on stderr, so that the plan on stdout stays JSON.
+      // The layout on stderr, so that the plan on stdout (--json) stays JSON.
       auto layout = compiler::pserver_layout(*job, *cluster);
       if (!layout.ok()) return fail_command(layout.status());
       fmt::print(stderr, "{}", compiler::describe_pserver_layout(*layout, *job));

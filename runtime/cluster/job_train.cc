@@ -33,8 +33,9 @@ StatusOr<MetricsFile> open_metrics(const std::string& path) {
   RILL_ASSIGN_OR_RETURN(int fd, open_for_write(path, true, "the metrics file"));
   metrics.reset(::fdopen(fd, "a"));
   if (!metrics) {
+    const int error = errno;
     ::close(fd);
-    return invalid_argument("cannot write the metrics file '{}': {}", path, std::strerror(errno));
+    return invalid_argument("cannot write the metrics file '{}': {}", path, std::strerror(error));
   }
   return metrics;
 }

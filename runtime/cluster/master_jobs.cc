@@ -44,7 +44,7 @@ std::string plan_to_draw(const graph::Job& job, const std::string& devices_per_n
   if (!bytes.ok()) return {};
   auto plan = compiler::verify_plan(*bytes);
   if (!plan.ok() || (*plan)->num_tasks() > kMaxTasks) return {};
-  return compiler::plan_dot_ops(**plan);  // a box per op or layer: drawn in seconds
+  return compiler::plan_dot_ops(**plan, /*max_boxes=*/300);  // a box per op or layer: drawn in seconds
 }
 
 }  // namespace

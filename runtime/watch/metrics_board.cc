@@ -151,7 +151,9 @@ StatusOr<std::string> MetricsBoard::job_plan_svg(int64_t job) {
   ::close(fd);
   std::string svg;
   if (written)
-    if (std::FILE* pipe = popen(fmt::format("dot -Tsvg {} 2>/dev/null", path).c_str(), "r")) {
+    // Bounded: a drawing that takes over 30 s is not one (the plan kept is a
+    // box per op or layer, drawn in well under a second).
+    if (std::FILE* pipe = popen(fmt::format("timeout 30 dot -Tsvg {} 2>/dev/null", path).c_str(), "r")) {
       char buffer[65536];
       for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) svg.append(buffer, n);
       if (pclose(pipe) != 0) svg.clear();

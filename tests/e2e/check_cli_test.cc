@@ -28,6 +28,13 @@ TEST_CASE("rill check accepts the samples and rejects a bad file with its name")
   CHECK(run_rill("check " + root() + "/samples/mlp/mlp_stages.json").code == 0);
   CHECK(run_rill("check " + root() + "/samples/pserver/mlp_pserver.json").code == 0);
   CHECK(run_rill("check " + root() + "/samples/pserver/ctr_lookup.json").code == 0);
+  // A layout one node cannot hold is a note without --nodes, not an error.
+  Ran layout = run_rill("check " + root() + "/samples/pserver/mlp_pserver.json --set distributed.pservers=0 "
+                        "--set distributed.trainers=1");
+  INFO(layout.output);
+  CHECK(layout.code == 0);
+  CHECK(layout.output.find("note: indices are checked where the job runs, or here with --nodes") !=
+        std::string::npos);
   auto bad = temp_dir() / "bad.json";
   std::ofstream(bad) << "{ \"name\": \"x\", \"ops\": [ { \"type\": ";
   Ran ran = run_rill("check " + bad.string());

@@ -5,6 +5,7 @@
 // node counts, every variable read back bitwise.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -30,9 +31,11 @@ using rill::testing::ten_step_curve;
 
 std::filesystem::path temp_dir() { return rill::testing::temp_dir("rill-checkpoint-"); }
 
-// Whether the cluster of `master` has every node joined, within 20 s.
+// Whether the cluster of `master` has every node joined, within 60 s (a
+// refused connection is reported at once: tries are bounded by the clock).
 bool formed(const std::string& master) {
-  for (int i = 0; i < 200; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 600 && std::chrono::steady_clock::now() < deadline; ++i) {
     Ran status = run_rill("status --master " + master);
     if (status.code == 0 && status.output.find("up (master)") != std::string::npos &&
         status.output.find("joining") == std::string::npos && status.output.find("not joined") == std::string::npos)

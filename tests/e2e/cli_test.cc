@@ -116,8 +116,10 @@ TEST_CASE("rill plan prints a readable summary by default") {
     const std::string text = rill::testing::read_text(dot.string());
     const std::regex box(R"(\n +[ot]\d+ \[label=)");
     const auto boxes = std::distance(std::sregex_iterator(text.begin(), text.end(), box), std::sregex_iterator());
-    CHECK(boxes == (tasks ? 551 : boxes));
-    if (!tasks) {
+    if (tasks) {
+      CHECK(boxes == 551);
+    } else {
+      CHECK(boxes > 0);
       CHECK(boxes <= 120);
       CHECK(text.find("[label=\"h0\\n") != std::string::npos);
     }

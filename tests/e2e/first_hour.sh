@@ -88,7 +88,7 @@ for written in "${commands[@]}"; do
   if (( forming )); then
     # The agents just started: wait until the master says every node is up.
     forming=0
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do  # 60 s at most (a master not listening yet is refused at once)
       build/rill status --master 127.0.0.1 2>/dev/null |
         awk '$1 ~ /^[0-9]+$/ { rows++; if ($4 != "up") down = 1 } END { exit !(rows > 0 && !down) }' && break
       sleep 0.2

@@ -4,6 +4,7 @@
 // appears nowhere (the submitter's output, the agent's log). A data root
 // that holds the key is refused when given, and left out when it is a
 // default (the agent started in the key's folder).
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,8 +25,11 @@ std::string secret_of(const std::filesystem::path& key_file) {
   return {};
 }
 
+// Within 60 s (a refused connection is reported at once: tries are bounded
+// by the clock).
 void wait_up(const std::string& master, const std::string& key) {
-  for (int i = 0; i < 200; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 600 && std::chrono::steady_clock::now() < deadline; ++i) {
     Ran ran = run_rill("status --master " + master + " --key " + key);
     if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
         ran.output.find("joining") == std::string::npos)

@@ -22,11 +22,11 @@ inline std::string keygen(const std::filesystem::path& path) {
 }
 
 // Polls `rill status` (with `key`; "": the user's default) until every node
-// is up, for at most 200 tries and 30 s (a master that is gone refuses each
-// try only after 3 s).
+// is up, for at most 600 tries and 60 s (a master not listening yet is
+// reported at once).
 inline void wait_formed(const std::string& master, const std::string& key) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (int i = 0; i < 200 && std::chrono::steady_clock::now() < deadline; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < 600 && std::chrono::steady_clock::now() < deadline; ++i) {
     Ran ran = run_rill("status --master " + master + (key.empty() ? "" : " --key " + key), 15);
     if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
         ran.output.find("joining") == std::string::npos)
