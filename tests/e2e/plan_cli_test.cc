@@ -1,0 +1,107 @@
+// `rill plan`: its summary (the default output), the whole plan as JSON,
+// the statistics (--stats) and the DOT drawings (a box per op or layer,
+// --dot-tasks a box per task).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "process_util.h"
+
+namespace {
+
+using rill::testing::Ran;
+using rill::testing::root;
+using rill::testing::run_rill;
+std::filesystem::path temp_dir() { return ::rill::testing::temp_dir("rill-plan-"); }
+
+}  // namespace
+
+// By default rill plan sums the plan up for a reader: its nodes and devices,
+// a step's shape, tasks by kind, datasets, each node's memory by zone.
+TEST_CASE("rill plan prints a readable summary by default") {
+  Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("job 'mlp_stages' on 2 node(s) x 2 device(s) (cpu 0-1:0-1)") != std::string::npos);
+  CHECK(ran.output.find("a step: global batch 256, 2 stage(s), 1 micro-batch(es); 468 steps") != std::string::npos);
+  CHECK(ran.output.find(" Boxing, ") != std::string::npos);
+  CHECK(ran.output.find("reads dataset 'train' (idx ") != std::string::npos);
+  CHECK(ran.output.find("  node 0 host ") != std::string::npos);
+  CHECK(ran.output.find("  node 1 host ") != std::string::npos);
+  CHECK(ran.output.find("the whole plan: --json") != std::string::npos);
+  CHECK(ran.output.find("\"tasks\"") == std::string::npos);  // not the JSON
+  // Drawn, a box per op, or per layer where ops are too many to lay out
+  // (the GPT's 551 tasks): its h0 layer one box; --dot-tasks a box per task.
+  for (const bool tasks : {false, true}) {
+    CAPTURE(tasks);
+    const auto dot = temp_dir() / (tasks ? "gpt_tasks.dot" : "gpt.dot");
+    Ran drawn = run_rill("plan " + root() + "/samples/gpt/gpt_moby.json --dot " + dot.string() +
+                         (tasks ? " --dot-tasks" : ""));
+    REQUIRE(drawn.code == 0);
+    const std::string text = rill::testing::read_text(dot.string());
+    const std::regex box(R"(\n +[ot]\d+ \[label=)");
+    const auto boxes = std::distance(std::sregex_iterator(text.begin(), text.end(), box), std::sregex_iterator());
+    if (tasks) {
+      CHECK(boxes == 551);
+    } else {
+      CHECK(boxes > 0);
+      CHECK(boxes <= 120);
+      CHECK(text.find("[label=\"h0\\n") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("rill plan prints a JSON summary and writes DOT") {
+  auto dot = temp_dir() / "plan.dot";
+  Ran ran = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json --dot " +
+                 dot.string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  auto plan = nlohmann::json::parse(ran.output);
+  CHECK(plan["tasks"].size() > 4);
+  CHECK(plan["regsts"].size() > 4);
+  std::ifstream in(dot);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("digraph") != std::string::npos);
+  // Deterministic: the same job prints the same plan.
+  Ran again = run_rill("plan " + root() + "/samples/linear_regression/linear_regression.json --devices cpu:2 --json");
+  CHECK(again.output == ran.output);
+}
+
+TEST_CASE("rill plan --stats prints the compile time, the plan's size and its memory planning time, not the plan") {
+  Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2 --stats");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.rfind("compiled in ", 0) == 0);
+  CHECK(ran.output.find(" tasks, ") != std::string::npos);
+  CHECK(ran.output.find("3 placement(s) on 2 node(s) x 2") != std::string::npos);
+  CHECK(ran.output.find("\nmemory of 2 node(s) planned and checked in ") != std::string::npos);
+  CHECK(ran.output.find("\"tasks\"") == std::string::npos);
+#ifdef RILL_WITH_CUDA
+  // Planned anywhere, with or without a GPU: train.nccl's communicators.
+  Ran nccl = run_rill("plan " + root() + "/samples/mlp/mlp.json --nodes 2 --devices cuda:2 --set train.nccl=true --set "
+                      "train.bucket_bytes=0 --stats");
+  INFO(nccl.output);
+  REQUIRE(nccl.code == 0);
+  CHECK(nccl.output.find("communicator 0 (nccl): 4 ranks, 6 all_reduce in one order, ") != std::string::npos);
+  // How GPU regsts change memory zones: two stages on two GPUs of a node
+  // exchange peer to peer; on two nodes through host memory.
+  Ran stages = run_rill("plan " + root() + "/samples/gpt/gpt_moby.json --devices cuda:2 --set pipeline.num_stages=2 "
+                        "--set train.micro_batches=2 --stats");
+  INFO(stages.output);
+  CHECK(stages.output.find("copies: 2 host to GPU, 1 GPU to host, 7 GPU to GPU (peer to peer); 0 regsts sent") !=
+        std::string::npos);
+  Ran nodes = run_rill("plan " + root() + "/samples/mlp/mlp_pipeline.json --nodes 2 --devices cuda:1 --stats");
+  INFO(nodes.output);
+  CHECK(nodes.output.find("0 GPU to GPU (peer to peer); 4 regsts sent to another node through host memory") !=
+        std::string::npos);
+#endif
+}
