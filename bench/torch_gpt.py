@@ -153,7 +153,26 @@ def main():
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
     print(json.dumps({"tokens_per_sec": global_batch * context * steps / seconds,
                       "samples_per_sec": global_batch * steps / seconds, "params": params, "peak_device_bytes": peak,
-                      "loss": loss.item(), "precision": precision, "compiled": os.environ.get("COMPILE") == "1"}))
+                      "loss": loss.item(), "precision": precision, "compiled": os.environ.get("COMPILE") == "1",
+                      "cpu_kernels": cpu_kernels()}))
+
+
+def cpu_kernels():
+    """The CPU code behind the figures: ATen's vectorized loops (its CPU
+    capability, which ATEN_CPU_CAPABILITY caps) and OpenBLAS's core type."""
+    loops = "unknown"
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            loops = line.split(":", 1)[1].strip()
+    blas = "unknown"
+    try:
+        import ctypes
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        blas = lib.openblas_get_corename().decode()
+    except OSError:
+        pass
+    return {"loops": loops, "blas": blas}
 
 
 if __name__ == "__main__":

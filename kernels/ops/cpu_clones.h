@@ -16,12 +16,18 @@
 // copy this CPU can execute against the scalar formula, bit for bit
 // (ScopedIsaForTesting; tests/kernels/ops_math_test.cc).
 //
+// RILL_CPU_ISA (avx512, avx2 or baseline) caps the copy picked.
+//
 // The choice costs a relaxed atomic load, the cached CPU check and a switch
 // per call: within a nanosecond of the indirect call GCC's target_clones
 // made (an ifunc), measured on loops of 64 elements.
 #pragma once
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define RILL_CPU_CLONES_X86 1
@@ -60,11 +66,34 @@ inline bool cpu_runs(Isa isa) {
 #endif
 }
 
+// The instruction set named by RILL_CPU_ISA's value: "avx512", "avx2" or
+// "baseline"; nullopt for anything else.
+inline std::optional<Isa> parse_isa(std::string_view name) {
+  if (name == "avx512") return Isa::kAvx512;
+  if (name == "avx2") return Isa::kAvx2;
+  if (name == "baseline") return Isa::kBaseline;
+  return std::nullopt;
+}
+
+// The best copy this CPU runs, at most `cap`: RILL_CPU_ISA=avx2 on an
+// AVX-512 machine runs the AVX2 copies, to measure them where both exist
+// (as PyTorch's ATEN_CPU_CAPABILITY). A cap above the CPU's is the CPU's.
+inline Isa best_isa_up_to(Isa cap) {
+  for (Isa isa : kIsas)
+    if (static_cast<int>(isa) >= static_cast<int>(cap) && cpu_runs(isa)) return isa;
+  return Isa::kBaseline;
+}
+
 inline Isa best_isa() {
   static const Isa best = [] {
-    for (Isa isa : kIsas)
-      if (cpu_runs(isa)) return isa;
-    return Isa::kBaseline;
+    const char* env = std::getenv("RILL_CPU_ISA");
+    if (env == nullptr || *env == '\0') return best_isa_up_to(Isa::kAvx512);
+    const std::optional<Isa> cap = parse_isa(env);
+    if (!cap) {
+      std::fprintf(stderr, "RILL_CPU_ISA='%s' is not one of avx512, avx2, baseline: ignored\n", env);
+      return best_isa_up_to(Isa::kAvx512);
+    }
+    return best_isa_up_to(*cap);
   }();
   return best;
 }

@@ -151,15 +151,25 @@ Status transpose_kernel(KernelContext& ctx) {
   // Stride in the input of one step along each output axis.
   std::array<int64_t, kMaxKernelRank> step{};
   for (int j = 0; j < rank; ++j) step[j] = in_strides[perm[j]];
+  // Trailing axes the permutation leaves in place are one run contiguous in
+  // both tensors (a [B, T, H, D] -> [B, H, T, D] moves runs of D): copied
+  // whole, the odometer walks the axes before them.
+  int outer = rank;
+  int64_t run = 1;
+  while (outer > 0 && perm[outer - 1] == outer - 1) run *= out.shape[--outer];
   // Elements as unsigned words of their size: the values are moved, never read.
   auto move = [&]<typename W>(std::type_identity<W>) {
     const W* src = static_cast<const W*>(in.data);
     W* dst = static_cast<W*>(out.data);
     std::array<int64_t, kMaxKernelRank> index{};
-    int64_t offset = 0, count = out.size();
+    int64_t offset = 0;
+    const int64_t count = run == 0 ? 0 : out.size() / run;
     for (int64_t i = 0; i < count; ++i) {
-      dst[i] = src[offset];
-      for (int j = rank - 1; j >= 0; --j) {  // odometer over the output index
+      if (run == 1)
+        dst[i] = src[offset];
+      else
+        std::memcpy(dst + i * run, src + offset, static_cast<size_t>(run) * sizeof(W));
+      for (int j = outer - 1; j >= 0; --j) {  // odometer over the output index
         offset += step[j];
         if (++index[j] < out.shape[j]) break;
         offset -= step[j] * out.shape[j];

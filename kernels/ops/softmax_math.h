@@ -38,12 +38,17 @@ RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols,
   for (int64_t c = valid; c < cols; ++c) y[c] = 0.0f;
 }
 
-// dx = scale * y * (dy - sum(dy * y)); masked columns have y = 0, so dx = 0.
+// dx = scale * y * (dy - sum(dy * y)). Where y is 0 (the columns a causal
+// row masks) dx is 0 and adds nothing to the sum: the trailing run of such
+// columns is written 0 without reading dy, which halves a causal row's work.
 RILL_HOST_DEVICE inline void softmax_grad_row(const float* y, const float* dy, float* dx, int64_t cols,
                                               float scale = 1.0f) {
+  int64_t valid = cols;
+  while (valid > 0 && y[valid - 1] == 0.0f) --valid;
   float dot = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) dot += y[c] * dy[c];
-  for (int64_t c = 0; c < cols; ++c) dx[c] = scale * y[c] * (dy[c] - dot);
+  for (int64_t c = 0; c < valid; ++c) dot += y[c] * dy[c];
+  for (int64_t c = 0; c < valid; ++c) dx[c] = scale * y[c] * (dy[c] - dot);
+  for (int64_t c = valid; c < cols; ++c) dx[c] = 0.0f;
 }
 
 // loss = logsumexp(row) - row[label]; label already checked.

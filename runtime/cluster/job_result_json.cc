@@ -14,6 +14,7 @@
 #include "base/actor_id.h"
 #include "base/safe_files.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/ops/cpu_kernels_info.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/job_checkpoints.h"
 #include "runtime/cluster/job_runner.h"
@@ -54,6 +55,10 @@ std::string result_json(const JobResult& result) {
   j["train_seconds"] = result.train_seconds;
   j["samples_per_sec"] = result.samples_per_sec;
   j["steady_samples_per_sec"] = result.steady_samples_per_sec;
+  // The CPU code behind those figures in this (the master's) process: which
+  // copy of the elementwise loops, which OpenBLAS kernels.
+  const CpuKernels cpu = cpu_kernels();
+  j["cpu_kernels"] = {{"loops", cpu.loops}, {"blas", cpu.blas}};
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
   for (const auto& [name, value] : result.variables) {
     nlohmann::ordered_json v;

@@ -51,6 +51,24 @@ TEST_CASE("rill run trains linear regression on cpu:2 and writes the result") {
   CHECK(std::abs(w[0].get<double>() - 2.0) < 1e-3);
   CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
   CHECK(result["samples_per_sec"].get<double>() > 0);
+  // The result names the CPU code behind its figures: the loops' copy (this
+  // CPU's best) and OpenBLAS's kernels.
+  CHECK(result["cpu_kernels"]["loops"].get<std::string>().size() > 0);
+  CHECK(result["cpu_kernels"]["blas"].get<std::string>().size() > 0);
+  // RILL_CPU_ISA caps the copy; OPENBLAS_CORETYPE picks the kernels (a core
+  // every x86-64 OpenBLAS offers and every x86-64 CPU runs).
+  Ran capped = rill::testing::run_shell("RILL_CPU_ISA=baseline OPENBLAS_CORETYPE=Prescott " + rill::testing::binary() +
+                                        " run " + root() +
+                                        "/samples/linear_regression/linear_regression.json --steps 5 --result " +
+                                        result_file.string());
+  INFO(capped.output);
+  REQUIRE(capped.code == 0);
+  std::ifstream capped_in(result_file);
+  const auto capped_result = nlohmann::json::parse(capped_in);
+  CHECK(capped_result["cpu_kernels"]["loops"] == "baseline");
+#if defined(__x86_64__)
+  CHECK(capped_result["cpu_kernels"]["blas"] == "Prescott");
+#endif
 }
 
 // rill run --nodes keeps its nodes' logs in a fresh private folder (or

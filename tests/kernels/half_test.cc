@@ -184,6 +184,7 @@ TEST_CASE("transpose, slice, concat and slice_grad move 2-byte elements as they 
   // x's values are bf16's exactly after one rounding: compare with x rounded.
   const Tensor xr = Tensor::floats(x.shape, xh.as_floats());
   check_same("transpose", {xr}, {xh}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  check_same("transpose", {xr}, {xh}, {{"perm", std::vector<int64_t>{1, 0, 2}}});  // runs of the last axis
   check_same("slice", {xr}, {xh}, {{"starts", std::vector<int64_t>{1, 0, 2}}, {"ends", std::vector<int64_t>{3, 3, 4}}});
   check_same("concat", {xr, xr}, {xh, xh}, {{"axis", int64_t{1}}});
 }

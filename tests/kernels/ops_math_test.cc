@@ -217,6 +217,20 @@ TEST_CASE("every copy of the activation kernels this CPU can run gives the scala
           std::string(cpu_clones::isa_name(cpu_clones::best_isa())));
 }
 
+TEST_CASE("RILL_CPU_ISA caps the copy of the loops picked, never above what the CPU runs") {
+  using cpu_clones::Isa;
+  CHECK(cpu_clones::parse_isa("avx512") == Isa::kAvx512);
+  CHECK(cpu_clones::parse_isa("avx2") == Isa::kAvx2);
+  CHECK(cpu_clones::parse_isa("baseline") == Isa::kBaseline);
+  CHECK_FALSE(cpu_clones::parse_isa("AVX2").has_value());
+  CHECK_FALSE(cpu_clones::parse_isa("sse4").has_value());
+  CHECK(cpu_clones::best_isa_up_to(Isa::kBaseline) == Isa::kBaseline);
+  CHECK(cpu_clones::best_isa_up_to(Isa::kAvx2) == (cpu_clones::cpu_runs(Isa::kAvx2) ? Isa::kAvx2 : Isa::kBaseline));
+  const Isa top = cpu_clones::best_isa_up_to(Isa::kAvx512);
+  CHECK(cpu_clones::cpu_runs(top));
+  if (cpu_clones::cpu_runs(Isa::kAvx512)) CHECK(top == Isa::kAvx512);
+}
+
 TEST_CASE("softmax rows sum to one and survive large logits") {
   const Tensor x = Tensor::floats({2, 3}, {1, 2, 3, 1000, 1000, 1000});
   const Tensor y = run_ok("softmax", {x})[0];

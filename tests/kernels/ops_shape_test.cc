@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 
 #include "kernels/op.h"
 #include "tests/kernels/grad_check.h"
@@ -105,6 +106,37 @@ TEST_CASE("transpose permutes axes") {
   CHECK(run1("transpose", {Tensor::floats({}, {5})}, {{"perm", Ints{}}}).f32 == std::vector<float>{5});
   // [1, 2, 0] is not its own inverse, so this checks the inverse permutation.
   CHECK(testing::check_gradients("transpose", {Tensor::uniform({2, 3, 4}, 2)}, {{"perm", Ints{1, 2, 0}}}, {0}).ok());
+}
+
+TEST_CASE("transpose moves runs of trailing axes it leaves in place as it moves single elements") {
+  // Every permutation of 4 axes (those ending in 3, or in 2, 3, move runs),
+  // against the element-by-element definition out[i] = x[i permuted].
+  const Shape shape{2, 3, 4, 5};
+  Tensor x = iota(shape);
+  Ints perm{0, 1, 2, 3};
+  int permutations = 0;
+  do {
+    Tensor out = run1("transpose", {x}, {{"perm", perm}});
+    Shape expect_shape(4);
+    for (int j = 0; j < 4; ++j) expect_shape[j] = shape[perm[j]];
+    REQUIRE(out.shape == expect_shape);
+    int wrong = 0;
+    std::array<int64_t, 4> o{};
+    for (o[0] = 0; o[0] < expect_shape[0]; ++o[0])
+      for (o[1] = 0; o[1] < expect_shape[1]; ++o[1])
+        for (o[2] = 0; o[2] < expect_shape[2]; ++o[2])
+          for (o[3] = 0; o[3] < expect_shape[3]; ++o[3]) {
+            std::array<int64_t, 4> i{};
+            for (int j = 0; j < 4; ++j) i[perm[j]] = o[j];
+            const int64_t out_at = ((o[0] * expect_shape[1] + o[1]) * expect_shape[2] + o[2]) * expect_shape[3] + o[3];
+            const int64_t in_at = ((i[0] * shape[1] + i[1]) * shape[2] + i[2]) * shape[3] + i[3];
+            wrong += out.f32[out_at] != x.f32[in_at];
+          }
+    CAPTURE(shape_string(perm));
+    CHECK(wrong == 0);
+    ++permutations;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  CHECK(permutations == 24);
 }
 
 TEST_CASE("transpose maps S(a) to the output position of a, and checks perm") {
