@@ -5,6 +5,7 @@
 // (softmax(logits_n) - onehot(label_n)) * dloss_n, recomputed from the logits:
 // no probabilities are kept between the two. Labels get no gradient.
 
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/softmax_math.h"
@@ -46,13 +47,24 @@ Status grad_ce(GradBuilder& g) {
   return {};
 }
 
+// The row loops, each run through the copy for this CPU (cpu_clones.h).
+void ce_rows(const float* logits, const int32_t* labels, float* loss, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) loss[r] = softmax_math::cross_entropy_row(logits + r * cols, cols, labels[r]);
+}
+
+void ce_grad_rows(const float* logits, const int32_t* labels, const float* dloss, float* dlogits, int64_t rows,
+                  int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::cross_entropy_grad_row(logits + r * cols, cols, labels[r], dloss[r], dlogits + r * cols);
+}
+
 Status cpu_ce(KernelContext& ctx) {
   const TensorView& logits = ctx.inputs[0];
   const int64_t rows = ctx.inputs[1].size(), cols = logits.shape.back();
   const int32_t* labels = ctx.inputs[1].i32();
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy", labels, rows, cols));
   float* loss = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r) loss[r] = softmax_math::cross_entropy_row(logits.f32() + r * cols, cols, labels[r]);
+  cpu_clones::run<ce_rows>(logits.f32(), labels, loss, rows, cols);
   return {};
 }
 
@@ -63,8 +75,7 @@ Status cpu_ce_grad(KernelContext& ctx) {
   RILL_RETURN_IF_ERROR(math::check_labels("sparse_softmax_cross_entropy_grad", labels, rows, cols));
   const float* dloss = ctx.inputs[2].f32();
   float* dlogits = ctx.outputs[0].f32();
-  for (int64_t r = 0; r < rows; ++r)
-    softmax_math::cross_entropy_grad_row(logits.f32() + r * cols, cols, labels[r], dloss[r], dlogits + r * cols);
+  cpu_clones::run<ce_grad_rows>(logits.f32(), labels, dloss, dlogits, rows, cols);
   return {};
 }
 

@@ -5,6 +5,7 @@
 // a stack of attention score matrices and row q sees only columns 0..q (the
 // rest of y is 0), so the query axis is not split either.
 #include "kernels/ops/attr_read.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
@@ -72,17 +73,23 @@ Status grad_softmax(GradBuilder& g) {
   return {};
 }
 
+// The row loops, each run through the copy for this CPU (cpu_clones.h).
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::softmax_row(x + r * cols, y + r * cols, cols, causal ? r % cols + 1 : cols, scale);
+}
+
+void softmax_grad_rows(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_math::softmax_grad_row(y + r * cols, dy + r * cols, dx + r * cols, cols, scale);
+}
+
 Status cpu_softmax(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
-  const int64_t rows = x.size() / cols;
   const SoftmaxParams& p = params_of<SoftmaxParams>(ctx);
-  const bool is_causal = p.causal;
-  const float scale = p.scale;
-  for (int64_t r = 0; r < rows; ++r)
-    softmax_math::softmax_row(x.f32() + r * cols, ctx.outputs[0].f32() + r * cols, cols,
-                              is_causal ? r % cols + 1 : cols, scale);
+  cpu_clones::run<softmax_rows>(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, p.causal, p.scale);
   return {};
 }
 
@@ -90,11 +97,8 @@ Status cpu_softmax_grad(KernelContext& ctx) {
   const TensorView& y = ctx.inputs[0];
   const int64_t cols = y.shape.back();
   if (cols == 0) return {};
-  const int64_t rows = y.size() / cols;
-  const float scale = params_of<SoftmaxParams>(ctx).scale;
-  for (int64_t r = 0; r < rows; ++r)
-    softmax_math::softmax_grad_row(y.f32() + r * cols, ctx.inputs[1].f32() + r * cols, ctx.outputs[0].f32() + r * cols,
-                                   cols, scale);
+  cpu_clones::run<softmax_grad_rows>(y.f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32(), y.size() / cols, cols,
+                                     params_of<SoftmaxParams>(ctx).scale);
   return {};
 }
 

@@ -8,15 +8,25 @@
 #include <cstdint>
 
 #include "base/host_device.h"
+#include "kernels/ops/exp_math.h"
 
 namespace rill::softmax_math {
+
+// e^x for x <= 0: on the host Rill's own, which vectorizes (exp_math.h).
+RILL_HOST_DEVICE inline float exp_le0(float x) {
+#ifdef __CUDA_ARCH__
+  return expf(x);
+#else
+  return exp_math::exp_nonpositive(x);
+#endif
+}
 
 // Max and log-sum-exp shift of one row: logsumexp = max + log(sum).
 RILL_HOST_DEVICE inline void row_stats(const float* row, int64_t cols, float* max_out, float* sum_out) {
   float max = row[0];
   for (int64_t c = 1; c < cols; ++c) max = max < row[c] ? row[c] : max;
   float sum = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) sum += expf(row[c] - max);
+  for (int64_t c = 0; c < cols; ++c) sum += exp_le0(row[c] - max);
   *max_out = max;
   *sum_out = sum;
 }
@@ -28,11 +38,9 @@ RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols,
   if (valid < 0) valid = cols;
   float max = x[0];
   for (int64_t c = 1; c < valid; ++c) max = max < x[c] ? x[c] : max;
-  float sum = 0.0f;
-  for (int64_t c = 0; c < valid; ++c) {
-    y[c] = expf(scale * (x[c] - max));
-    sum += y[c];
-  }
+  for (int64_t c = 0; c < valid; ++c) y[c] = exp_le0(scale * (x[c] - max));
+  float sum = 0.0f;  // in column order, apart from the loop above so that it vectorizes
+  for (int64_t c = 0; c < valid; ++c) sum += y[c];
   const float inv = 1.0f / sum;
   for (int64_t c = 0; c < valid; ++c) y[c] *= inv;
   for (int64_t c = valid; c < cols; ++c) y[c] = 0.0f;
@@ -64,7 +72,7 @@ RILL_HOST_DEVICE inline void cross_entropy_grad_row(const float* row, int64_t co
   float max, sum;
   row_stats(row, cols, &max, &sum);
   const float scale = dloss / sum;
-  for (int64_t c = 0; c < cols; ++c) drow[c] = expf(row[c] - max) * scale;
+  for (int64_t c = 0; c < cols; ++c) drow[c] = exp_le0(row[c] - max) * scale;
   drow[label] -= dloss;
 }
 

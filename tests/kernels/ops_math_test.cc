@@ -3,12 +3,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <algorithm>
 #include <string>
 #include <set>
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/ops/activation_math.h"
 #include "kernels/ops/cpu_clones.h"
+#include "kernels/ops/exp_math.h"
 #include "kernels/ops/ops.h"
 #include "tests/kernels/grad_check.h"
 #include "tests/kernels/run_ok.h"
@@ -229,6 +232,75 @@ TEST_CASE("RILL_CPU_ISA caps the copy of the loops picked, never above what the 
   const Isa top = cpu_clones::best_isa_up_to(Isa::kAvx512);
   CHECK(cpu_clones::cpu_runs(top));
   if (cpu_clones::cpu_runs(Isa::kAvx512)) CHECK(top == Isa::kAvx512);
+}
+
+// Rill's exp for x <= 0 against exp in double, over a grid of [-87.33, 0]
+// and its edges: the float result is within 2 ulp (the reduction's
+// rounding, the polynomial's and the product's), which holds on any CPU as
+// every step is one IEEE float operation, contraction off.
+TEST_CASE("exp_nonpositive: within 2 ulp of exp over [ln FLT_MIN, 0]; 0 below, NaN through") {
+  using exp_math::exp_nonpositive;
+  double worst_ulp = 0;
+  int points = 0;
+  auto ulp_error = [](float got, double want) {
+    const float w = static_cast<float>(want);
+    const double ulp = std::nextafter(w, INFINITY) - w;
+    return std::abs(got - want) / ulp;
+  };
+  for (double x = -87.3; x <= 0.0; x += 1.37e-4) {
+    const float xf = static_cast<float>(x);
+    worst_ulp = std::max(worst_ulp, ulp_error(exp_nonpositive(xf), std::exp(static_cast<double>(xf))));
+    ++points;
+  }
+  for (float x : {0.0f, -0.0f, -1e-30f, -1e-7f, -0.34657359f, -0.6931472f, -1.0f, -20.5f, -87.0f, -87.33f}) {
+    CAPTURE(x);
+    worst_ulp = std::max(worst_ulp, ulp_error(exp_nonpositive(x), std::exp(static_cast<double>(x))));
+  }
+  MESSAGE("worst error ", worst_ulp, " ulp over ", points, " points");
+  CHECK(worst_ulp <= 2.0);
+  CHECK(exp_nonpositive(0.0f) == 1.0f);
+  CHECK(exp_nonpositive(-88.0f) == 0.0f);
+  CHECK(exp_nonpositive(-INFINITY) == 0.0f);
+  CHECK(std::isnan(exp_nonpositive(NAN)));
+}
+
+TEST_CASE("softmax and cross-entropy give the same bits in every copy of their loops") {
+  const Tensor x = Tensor::uniform({3, 2, 37, 37}, 41, -30, 30);
+  const Tensor dy = Tensor::uniform(x.shape, 42);
+  const Tensor logits = Tensor::uniform({45, 259}, 43, -40, 40);
+  Tensor labels = Tensor::ints({45}, std::vector<int32_t>(45, 0));
+  for (int i = 0; i < 45; ++i) labels.i32[static_cast<size_t>(i)] = (i * 37) % 259;
+  const Tensor dloss = Tensor::uniform({45}, 44);
+  auto outputs = [&] {
+    std::vector<Tensor> all;
+    for (int causal : {0, 1}) {
+      const Attrs attrs{{"causal", int64_t{causal}}, {"scale", 0.3}};
+      const Tensor y = run_ok("softmax", {x}, attrs)[0];
+      all.push_back(y);
+      all.push_back(run_ok("softmax_grad", {y, dy}, {{"scale", 0.3}})[0]);
+    }
+    all.push_back(run_ok("sparse_softmax_cross_entropy", {logits, labels})[0]);
+    all.push_back(run_ok("sparse_softmax_cross_entropy_grad", {logits, labels, dloss})[0]);
+    return all;
+  };
+  const std::vector<Tensor> baseline = [&] {
+    const cpu_clones::ScopedIsaForTesting use(cpu_clones::Isa::kBaseline);
+    return outputs();
+  }();
+  int copies = 0;
+  for (const cpu_clones::Isa isa : cpu_clones::kIsas) {
+    if (!cpu_clones::cpu_runs(isa)) continue;
+    CAPTURE(std::string(cpu_clones::isa_name(isa)));
+    const cpu_clones::ScopedIsaForTesting use(isa);
+    const std::vector<Tensor> got = outputs();
+    REQUIRE(got.size() == baseline.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(got[i].f32.data(), baseline[i].f32.data(), got[i].f32.size() * sizeof(float)) == 0);
+    }
+    ++copies;
+  }
+  CHECK(copies >= 1);
 }
 
 TEST_CASE("softmax rows sum to one and survive large logits") {
