@@ -6,6 +6,7 @@
 // dgamma and dbeta. A row is whole on a device (the last axis is never split):
 // rows split on any other axis give partial sums of dgamma and dbeta.
 #include "kernels/ops/attr_read.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/layer_norm_math.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
@@ -95,41 +96,26 @@ Status grad_layer_norm(GradBuilder& g) {
   return {};
 }
 
-Status cpu_layer_norm(KernelContext& ctx) {
-  const TensorView& x = ctx.inputs[0];
-  const int64_t cols = x.shape.back();
-  const int64_t rows = x.size() / cols;
-  const float eps = params_of<LayerNormParams>(ctx).eps;
-  const float* gamma = ctx.inputs[1].f32();
-  const float* beta = ctx.inputs[2].f32();
-  float* y = ctx.outputs[0].f32();
-  float* mean = ctx.outputs[1].f32();
-  float* rstd = ctx.outputs[2].f32();
+// The row loops, each run through the copy for this CPU (cpu_clones.h): the
+// sums along a row in column order, the rest elementwise.
+void layer_norm_rows(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
+                     float* __restrict y, float* __restrict mean, float* __restrict rstd, int64_t rows, int64_t cols,
+                     float eps) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.f32() + r * cols;
+    const float* xr = x + r * cols;
     layer_norm_math::row_stats(xr, cols, eps, &mean[r], &rstd[r]);
     float* yr = y + r * cols;
     const float m = mean[r], s = rstd[r];
     for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * gamma[c] + beta[c];
   }
-  return {};
 }
 
-Status cpu_layer_norm_grad(KernelContext& ctx) {
-  const TensorView& x = ctx.inputs[1];
-  const int64_t cols = x.shape.back();
-  const int64_t rows = cols == 0 ? 0 : x.size() / cols;
-  const float* dy = ctx.inputs[0].f32();
-  const float* mean = ctx.inputs[2].f32();
-  const float* rstd = ctx.inputs[3].f32();
-  const float* gamma = ctx.inputs[4].f32();
-  float* dx = ctx.outputs[0].f32();
-  float* dgamma = ctx.outputs[1].f32();
-  float* dbeta = ctx.outputs[2].f32();
-  std::fill_n(dgamma, cols, 0.0f);
-  std::fill_n(dbeta, cols, 0.0f);
+void layer_norm_grad_rows(const float* __restrict dy, const float* __restrict x, const float* __restrict mean,
+                          const float* __restrict rstd, const float* __restrict gamma, float* __restrict dx,
+                          float* __restrict dgamma, float* __restrict dbeta, int64_t rows, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) dgamma[c] = dbeta[c] = 0.0f;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.f32() + r * cols;
+    const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
     const float m = mean[r], s = rstd[r];
     for (int64_t c = 0; c < cols; ++c) {
@@ -138,6 +124,28 @@ Status cpu_layer_norm_grad(KernelContext& ctx) {
     }
     layer_norm_math::row_dx(xr, dyr, gamma, m, s, cols, dx + r * cols);
   }
+}
+
+Status cpu_layer_norm(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const int64_t cols = x.shape.back();
+  const int64_t rows = cols == 0 ? 0 : x.size() / cols;
+  cpu_clones::run<layer_norm_rows>(static_cast<const float*>(x.f32()), static_cast<const float*>(ctx.inputs[1].f32()),
+                                   static_cast<const float*>(ctx.inputs[2].f32()), ctx.outputs[0].f32(),
+                                   ctx.outputs[1].f32(), ctx.outputs[2].f32(), rows, cols,
+                                   params_of<LayerNormParams>(ctx).eps);
+  return {};
+}
+
+Status cpu_layer_norm_grad(KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[1];
+  const int64_t cols = x.shape.back();
+  const int64_t rows = cols == 0 ? 0 : x.size() / cols;
+  cpu_clones::run<layer_norm_grad_rows>(
+      static_cast<const float*>(ctx.inputs[0].f32()), static_cast<const float*>(x.f32()),
+      static_cast<const float*>(ctx.inputs[2].f32()), static_cast<const float*>(ctx.inputs[3].f32()),
+      static_cast<const float*>(ctx.inputs[4].f32()), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
+      ctx.outputs[2].f32(), rows, cols);
   return {};
 }
 

@@ -264,13 +264,15 @@ TEST_CASE("exp_nonpositive: within 2 ulp of exp over [ln FLT_MIN, 0]; 0 below, N
   CHECK(std::isnan(exp_nonpositive(NAN)));
 }
 
-TEST_CASE("softmax and cross-entropy give the same bits in every copy of their loops") {
+TEST_CASE("softmax, cross-entropy and layer_norm give the same bits in every copy of their loops") {
   const Tensor x = Tensor::uniform({3, 2, 37, 37}, 41, -30, 30);
   const Tensor dy = Tensor::uniform(x.shape, 42);
   const Tensor logits = Tensor::uniform({45, 259}, 43, -40, 40);
   Tensor labels = Tensor::ints({45}, std::vector<int32_t>(45, 0));
   for (int i = 0; i < 45; ++i) labels.i32[static_cast<size_t>(i)] = (i * 37) % 259;
   const Tensor dloss = Tensor::uniform({45}, 44);
+  const Tensor ln_x = Tensor::uniform({21, 67}, 45, -3, 3), ln_dy = Tensor::uniform(ln_x.shape, 46);
+  const Tensor gamma = Tensor::uniform({67}, 47, 0.5f, 1.5f), beta = Tensor::uniform({67}, 48);
   auto outputs = [&] {
     std::vector<Tensor> all;
     for (int causal : {0, 1}) {
@@ -281,6 +283,9 @@ TEST_CASE("softmax and cross-entropy give the same bits in every copy of their l
     }
     all.push_back(run_ok("sparse_softmax_cross_entropy", {logits, labels})[0]);
     all.push_back(run_ok("sparse_softmax_cross_entropy_grad", {logits, labels, dloss})[0]);
+    for (const Tensor& t : run_ok("layer_norm", {ln_x, gamma, beta})) all.push_back(t);
+    const std::vector<Tensor> stats = run_ok("layer_norm", {ln_x, gamma, beta});
+    for (const Tensor& t : run_ok("layer_norm_grad", {ln_dy, ln_x, stats[1], stats[2], gamma})) all.push_back(t);
     return all;
   };
   const std::vector<Tensor> baseline = [&] {
