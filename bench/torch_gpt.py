@@ -170,7 +170,7 @@ def cpu_kernels():
         lib = ctypes.CDLL("libopenblas.so.0")
         lib.openblas_get_corename.restype = ctypes.c_char_p
         blas = lib.openblas_get_corename().decode()
-    except OSError:
+    except (OSError, AttributeError):  # no libopenblas.so.0, or one without openblas_get_corename
         pass
     return {"loops": loops, "blas": blas}
 

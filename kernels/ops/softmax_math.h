@@ -48,7 +48,9 @@ RILL_HOST_DEVICE inline void softmax_row(const float* x, float* y, int64_t cols,
 
 // dx = scale * y * (dy - sum(dy * y)). Where y is 0 (the columns a causal
 // row masks) dx is 0 and adds nothing to the sum: the trailing run of such
-// columns is written 0 without reading dy, which halves a causal row's work.
+// columns is written 0 without reading dy, which halves a causal row's work
+// (an inf or NaN of dy there gives 0, where the CUDA kernel, which reads it,
+// gives NaN; a finite dy gives the same values).
 RILL_HOST_DEVICE inline void softmax_grad_row(const float* y, const float* dy, float* dx, int64_t cols,
                                               float scale = 1.0f) {
   int64_t valid = cols;
