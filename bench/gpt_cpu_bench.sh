@@ -18,16 +18,20 @@ threads=${3:-1 2}
 python=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Which loops and OpenBLAS kernels a result (Rill's or torch_gpt.py's) names.
+cpu_kernels() {
+  $python -c "import json,sys;k=json.load(open(sys.argv[1]))['cpu_kernels'];print(k['loops'], 'loops, OpenBLAS', k['blas'])" "$1"
+}
 for t in $threads; do
   rill_rates="" torch_rates=""
   for ((r = 0; r < runs; r++)); do
     OPENBLAS_NUM_THREADS=1 build/rill run samples/gpt/gpt_moby.json --devices "cpu:$t" --steps "$steps" \
       --result "$tmp/r.json" > /dev/null
     rill_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['steady_samples_per_sec']*128)" "$tmp/r.json") "
-    rill_cpu=$($python -c "import json,sys;k=json.load(open(sys.argv[1]))['cpu_kernels'];print(k['loops'], 'loops, OpenBLAS', k['blas'])" "$tmp/r.json")
+    rill_cpu=$(cpu_kernels "$tmp/r.json")
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=$t $python bench/torch_gpt.py samples/gpt/gpt_moby.json cpu 5 "$steps" 1 > "$tmp/t.json"
     torch_rates+="$($python -c "import json,sys;print(json.load(open(sys.argv[1]))['tokens_per_sec'])" "$tmp/t.json") "
-    torch_cpu=$($python -c "import json,sys;k=json.load(open(sys.argv[1]))['cpu_kernels'];print(k['loops'], 'loops, OpenBLAS', k['blas'])" "$tmp/t.json")
+    torch_cpu=$(cpu_kernels "$tmp/t.json")
   done
   $python - "$t" "$rill_rates" "$torch_rates" "$rill_cpu" "$torch_cpu" <<'PY'
 import statistics, sys

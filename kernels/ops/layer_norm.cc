@@ -130,8 +130,7 @@ Status cpu_layer_norm(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const int64_t cols = x.shape.back();
   const int64_t rows = cols == 0 ? 0 : x.size() / cols;
-  cpu_clones::run<layer_norm_rows>(static_cast<const float*>(x.f32()), static_cast<const float*>(ctx.inputs[1].f32()),
-                                   static_cast<const float*>(ctx.inputs[2].f32()), ctx.outputs[0].f32(),
+  cpu_clones::run<layer_norm_rows>(x.f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.outputs[0].f32(),
                                    ctx.outputs[1].f32(), ctx.outputs[2].f32(), rows, cols,
                                    params_of<LayerNormParams>(ctx).eps);
   return {};
@@ -141,11 +140,9 @@ Status cpu_layer_norm_grad(KernelContext& ctx) {
   const TensorView& x = ctx.inputs[1];
   const int64_t cols = x.shape.back();
   const int64_t rows = cols == 0 ? 0 : x.size() / cols;
-  cpu_clones::run<layer_norm_grad_rows>(
-      static_cast<const float*>(ctx.inputs[0].f32()), static_cast<const float*>(x.f32()),
-      static_cast<const float*>(ctx.inputs[2].f32()), static_cast<const float*>(ctx.inputs[3].f32()),
-      static_cast<const float*>(ctx.inputs[4].f32()), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
-      ctx.outputs[2].f32(), rows, cols);
+  cpu_clones::run<layer_norm_grad_rows>(ctx.inputs[0].f32(), x.f32(), ctx.inputs[2].f32(), ctx.inputs[3].f32(),
+                                        ctx.inputs[4].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
+                                        ctx.outputs[2].f32(), rows, cols);
   return {};
 }
 
