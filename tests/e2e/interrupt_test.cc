@@ -14,6 +14,7 @@
 #include <string>
 
 #include "checkpoint_values.h"
+#include "key_util.h"
 #include "process_util.h"
 #include "run_results.h"
 
@@ -136,6 +137,7 @@ TEST_CASE("rill stop ends a submitted job at a step boundary on every node; rill
   const std::string machines = " --machines 127.0.0.1:9943,127.0.0.2:9943 --devices cpu:1";
   rill::testing::Agent node0(machines + " --rank 0 --http 127.0.0.1:0", (temp_dir() / "node0.log").string());
   rill::testing::Agent node1(machines + " --rank 1", (temp_dir() / "node1.log").string());
+  rill::testing::wait_formed("127.0.0.1:9943", "");  // a master not listening yet is reported at once
   Ran idle = run_rill("stop --master 127.0.0.1:9943", 30);
   CHECK(idle.code == 0);
   CHECK(idle.output.find("no job is running: nothing to stop") != std::string::npos);
