@@ -78,13 +78,11 @@ class InprocTransport final : public Transport {
     return rank >= 0 && rank < world_ && rank != rank_ && hub_->ranks[rank] == nullptr;
   }
 
-  // A rank reopened on the hub (reopen_inproc_transport) is back: what the
-  // old one sent and no recv took is dropped.
+  // A rank that joined again is back: what it sent before and no recv took
+  // is dropped.
   void revive(int rank) override {
     if (rank >= 0 && rank < world_ && rank != rank_) mailbox_.revive(rank);
   }
-
-  const std::shared_ptr<Hub>& hub() const { return hub_; }
 
   // Waits for a running handler call, so that after it returns the old
   // handler is not called any more. An empty handler removes the tag's.
@@ -184,18 +182,6 @@ class InprocTransport final : public Transport {
 };
 
 }  // namespace
-
-StatusOr<std::unique_ptr<Transport>> reopen_inproc_transport(const Transport& member, int rank) {
-  const auto* inproc = dynamic_cast<const InprocTransport*>(&member);
-  if (inproc == nullptr) return invalid_argument("reopen_inproc_transport: not an in-process transport");
-  const std::shared_ptr<Hub>& hub = inproc->hub();
-  MutexLock lock(hub->mu);
-  if (rank < 0 || rank >= static_cast<int>(hub->ranks.size()) || hub->ranks[rank] != nullptr)
-    return invalid_argument("reopen_inproc_transport: rank {} is not a closed rank of the hub", rank);
-  auto transport = std::make_unique<InprocTransport>(hub, rank, static_cast<int>(hub->ranks.size()));
-  hub->ranks[rank] = transport.get();
-  return std::unique_ptr<Transport>(std::move(transport));
-}
 
 std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world) {
   auto hub = std::make_shared<Hub>();

@@ -284,10 +284,6 @@ bool keep_large_buffers_mapped();
 // `world` transports in one process that talk through in-memory queues
 // (unit tests). Bodies are copied at send, so a tracker never waits.
 std::vector<std::unique_ptr<Transport>> make_inproc_transports(int world);
-// Rank `rank` of `member`'s hub again, once its transport has closed (an
-// agent restarted in the same process, for tests of elastic restarts); the
-// others take it back when revive(rank) is called on them.
-StatusOr<std::unique_ptr<Transport>> reopen_inproc_transport(const Transport& member, int rank);
 
 // "tag 42" style description used in error messages.
 std::string describe_tag(uint64_t tag);

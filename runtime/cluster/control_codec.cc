@@ -147,7 +147,7 @@ struct Encoder {
     return {fb::Message::Abort, fb::CreateAbort(b, m.job_id, m.phase, b.CreateString(m.reason)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Shutdown& m) {
-    return {fb::Message::Shutdown, fb::CreateShutdown(b, b.CreateString(m.reason)).Union()};
+    return {fb::Message::Shutdown, fb::CreateShutdown(b, b.CreateString(m.reason), m.join_again).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const LinkError& m) {
     return {fb::Message::LinkError, fb::CreateLinkError(b, m.node, b.CreateString(m.reason)).Union()};
@@ -304,7 +304,10 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_Abort();
       return Message(Abort{m->job_id(), m->phase(), str(m->reason())});
     }
-    case fb::Message::Shutdown: return Message(Shutdown{str(e->message_as_Shutdown()->reason())});
+    case fb::Message::Shutdown: {
+      auto m = e->message_as_Shutdown();
+      return Message(Shutdown{str(m->reason()), m->join_again()});
+    }
     case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node(), raw(e->message_as_Rejoined()->data_session())});
     case fb::Message::LinkError: {
       auto m = e->message_as_LinkError();

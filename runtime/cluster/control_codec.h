@@ -137,7 +137,7 @@ struct Heartbeat {
   std::string comm;                        // its flight record, as JSON
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
-struct Shutdown { std::string reason; };
+struct Shutdown { std::string reason; bool join_again = false; };
 struct Rejoined { int node = 0; std::string data_session; };
 struct LinkError { int node = 0; std::string reason; };
 struct Stop { int64_t job_id = 0; bool now = false; };

@@ -25,7 +25,7 @@ Status Master::start_kind() {
   last_heartbeat_ = now();
   lost_.assign(world_, false);
   incarnation_.assign(world_, 0);
-  told_to_go_.assign(world_, false);
+  told_to_join_again_.assign(world_, false);
   pace_ = PaceTracker(world_);
   slow_warned_.assign(world_, false);
   links_ = LinkTracker(world_);
@@ -223,7 +223,7 @@ void Master::rejoin(const std::string& identity, int rank, const std::string& se
   identity_of_node_[rank] = identity;
   last_seen_[rank] = now();
   unreachable_warned_[rank] = false;
-  told_to_go_[rank] = false;
+  told_to_join_again_[rank] = false;
   // The new process's session: what it sends opens, what is sent to it is
   // sealed for it, before anything is sent to it.
   if (!sessions_.empty()) {

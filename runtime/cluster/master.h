@@ -190,7 +190,7 @@ class Master final : public Agent {
   // Each node's agents so far (a restarted agent is the next): what an
   // earlier one kept in memory died with it. Under phase_mu_.
   std::vector<int64_t> incarnation_;
-  std::vector<bool> told_to_go_;          // a lost node that still talks was told to exit
+  std::vector<bool> told_to_join_again_;  // a lost node that still talks was told to join again
   Clock::time_point last_heartbeat_{};    // set by start_kind()
   PaceTracker pace_{1};                   // the running job's pace per node
   std::vector<bool> slow_warned_;         // for job warned_job_

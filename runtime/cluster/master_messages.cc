@@ -25,13 +25,15 @@ void Master::master_handle(const std::string& identity, ctl::Message message) {
   const From from{identity, node};
   if (auto* join = std::get_if<ctl::Join>(&message)) return master_on(from, *join);
   if (node > 0 && lost_[node]) {
-    // Declared lost (a silent machine that speaks again): it must not take
-    // part in anything; its agent exits, and may be restarted to join again.
-    if (!told_to_go_[node])
-      send_router(identity, ctl::encode(ctl::Shutdown{fmt::format(
-                                "{} was declared lost by the master; restart its agent to join again",
-                                node_name(options_.machines, node))}));
-    told_to_go_[node] = true;
+    // Declared lost (a silent machine, or one behind a silent link, that
+    // speaks again): it must not take part in anything on this control
+    // link. It stops its part and joins again on a new one, as a restarted
+    // agent would (rejoin()).
+    if (!told_to_join_again_[node])
+      send_router(identity, ctl::encode(ctl::Shutdown{
+                                fmt::format("{} was declared lost by the master", node_name(options_.machines, node)),
+                                true}));
+    told_to_join_again_[node] = true;
     return;
   }
   if (node > 0) last_seen_[node] = now();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -165,11 +166,14 @@ void NodeAgent::tick() {
     }
     post_to_master(beat);
   }
-  if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
-  // What the master said before its connection closed comes first: a
-  // Shutdown, then the close, is not a lost master.
-  handle_incoming(std::chrono::milliseconds(0));
-  if (shutdown_) return;
+  if (told_to_join_again_.empty()) {
+    if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
+    // What the master said before its connection closed comes first: a
+    // Shutdown, then the close, is not a lost master.
+    handle_incoming(std::chrono::milliseconds(0));
+    if (shutdown_) return;
+  }
+  if (!told_to_join_again_.empty()) return join_again(std::exchange(told_to_join_again_, {}));
   const bool closed = transport_->peer_lost(0);
   const std::string lost =
       fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
@@ -188,8 +192,9 @@ void NodeAgent::tick() {
   join_again(lost);
 }
 
-// The master went silent but did not close its connection: a link is down,
-// or its machine. This agent stays, joins again once the master answers
+// The master went silent but did not close its connection (a link is down,
+// or its machine), or it declared this node lost (this node or its link
+// was silent). This agent stays, joins again once the master answers
 // (within the join timeout), and the master takes it as a restarted node
 // (a job with restarts goes on); else it ends, saying both.
 void NodeAgent::join_again(const std::string& lost) {
@@ -421,11 +426,17 @@ void NodeAgent::worker_on(ctl::Abort& m) {
     running_->abort(Status(Code::kAborted, m.reason));
 }
 
+// The end of the cluster, or (join_again) the master's word that it took
+// this node for lost: tick() then joins again on a new control link.
 void NodeAgent::worker_on(ctl::Shutdown& m) {
   const std::string me = node_name(options_.machines, options_.rank);
   MutexLock lock(run_mu_);
-  if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
   if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
+  if (m.join_again) {
+    told_to_join_again_ = m.reason;
+    return;
+  }
+  if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));
   shutdown_ = true;
 }
 

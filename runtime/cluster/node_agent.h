@@ -79,6 +79,7 @@ class NodeAgent final : public Agent {
   Clock::time_point last_heartbeat_{};  // loop thread; set by start_kind()
   std::unique_ptr<SerialExecutor> builder_;  // compiles and builds each phase's plan, then acks
   std::pair<int64_t, int> last_part_{-1, -1};  // (job, phase) of the last PlanPart (loop thread)
+  std::string told_to_join_again_;  // loop thread: the master's Shutdown with join_again, until tick() acts on it
   std::unique_ptr<SerialExecutor> runner_;   // runs the built phases, one after another
   Mutex run_mu_;
   std::shared_ptr<NodeRuntime> pending_ GUARDED_BY(run_mu_);  // built, waiting for Start

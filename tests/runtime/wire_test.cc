@@ -77,9 +77,13 @@ TEST_CASE("control messages survive encoding") {
   REQUIRE(sub.ok());
   CHECK(std::get<control::Submit>(*sub).max_restarts == 3);
   CHECK(std::get<control::Submit>(*sub).resume == "latest");
-  auto bye = control::decode(control::encode(control::Shutdown{"node 2 was declared lost"}));
+  auto bye = control::decode(control::encode(control::Shutdown{"node 2 was declared lost", true}));
   REQUIRE(bye.ok());
   CHECK(std::get<control::Shutdown>(*bye).reason == "node 2 was declared lost");
+  CHECK(std::get<control::Shutdown>(*bye).join_again);
+  auto last = control::decode(control::encode(control::Shutdown{}));
+  REQUIRE(last.ok());
+  CHECK_FALSE(std::get<control::Shutdown>(*last).join_again);
   auto back = control::decode(control::encode(control::Rejoined{2}));
   REQUIRE(back.ok());
   CHECK(std::get<control::Rejoined>(*back).node == 2);
