@@ -1,11 +1,14 @@
 // The main of every doctest suite but those with their own (CUDA, net): as
 // doctest's, and a run whose filters select no test case fails, so that a
 // suite picking its cases by file (the cluster_* suites' --source-file)
-// cannot pass by running nothing after a file is renamed.
+// cannot pass by running nothing after a file is renamed. RILL_TEST_DURATIONS=1
+// prints each case's time (doctest's --duration) for every suite of a run.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 namespace {
 
@@ -36,6 +39,8 @@ REGISTER_LISTENER("selected_cases", 1, SelectedCases);
 
 int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
+  if (const char* durations = std::getenv("RILL_TEST_DURATIONS"); durations && std::string_view(durations) == "1")
+    context.setOption("duration", true);
   const int result = context.run();
   if (context.shouldExit() || result != 0) return result;  // --help, --list-test-cases, a failure
   if (selected_cases == 0) {

@@ -69,7 +69,8 @@ std::vector<double> losses(graph::Job job, int nodes, const std::string& devices
 // own: across more nodes the ring would add in other orders, below).
 // All-to-alls only move bytes. The same float operations give the same
 // bits on any CPU.
-TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing through the node's boxing tasks") {
+TEST_CASE("train.nccl on cpu devices: the same losses, bit for bit, as summing through the node's boxing tasks" *
+          doctest::test_suite("blas_independent")) {
   struct Case {
     const char* sample;
     int nodes;

@@ -56,7 +56,8 @@ TEST_CASE("a plan that cannot fit this machine's memory is refused before it run
 // other's values and the losses would differ. Bitwise, since both runs do
 // the same arithmetic in the same order; on two devices the threads race,
 // so the schedules differ from run to run and from the one-device case.
-TEST_CASE("regsts sharing bytes change no result: the same losses and variables bit for bit") {
+TEST_CASE("regsts sharing bytes change no result: the same losses and variables bit for bit" *
+          doctest::test_suite("blas_independent")) {
   struct Layout {
     const char* file;
     const char* devices;
@@ -98,7 +99,8 @@ TEST_CASE("regsts sharing bytes change no result: the same losses and variables 
 // the same values in the same layout, so the losses and variables are
 // bitwise those of keeping the forward's values; with micro-batches and
 // tensor parallel (heads split over 2 devices) too.
-TEST_CASE("recompute changes no result: the same losses and variables bit for bit") {
+TEST_CASE("recompute changes no result: the same losses and variables bit for bit" *
+          doctest::test_suite("blas_independent")) {
   for (const auto& [file, devices, steps, micro] : {std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 6, 1},
                                                     std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 4, 4},
                                                     std::tuple{"samples/gpt/gpt_moby_tp.json", "cpu:2", 6, 1}}) {

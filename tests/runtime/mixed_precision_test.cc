@@ -150,7 +150,7 @@ TEST_CASE("a loss scale that would fall below 1 stops the job, naming the step")
 // before its updates computes the same gradients bit for bit: the same
 // losses, on one device and tensor parallel, with clipping (the GPT
 // sample's norm is the unscaled one) and without.
-TEST_CASE("an f32 job with a loss scale trains bit for bit as without one") {
+TEST_CASE("an f32 job with a loss scale trains bit for bit as without one" * doctest::test_suite("blas_independent")) {
   for (const auto& [file, devices, steps] : {std::tuple{"samples/mlp/mlp.json", "cpu:1", 10},
                                              std::tuple{"samples/mlp/mlp_model_parallel.json", "cpu:2", 10},
                                              std::tuple{"samples/gpt/gpt_moby.json", "cpu:1", 5}}) {
