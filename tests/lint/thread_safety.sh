@@ -32,15 +32,25 @@ if "$clang" -std=c++20 -I"$source_root" "${flags[@]}" "$control" 2> /dev/null; t
   exit 1
 fi
 
-# Every object whose dependencies include the annotations, and its command.
-mapfile -t commands < <(cd "$build" && ninja -t deps | python3 -c '
-import json, shlex, sys
-uses, target = set(), None
+# Every object whose dependencies include the annotations, its command, and
+# a key of what clang would read: its version, the flags, the command and
+# the contents of every file the object's dependencies name (ninja -t deps).
+# A file whose key passed before is not analysed again (a cache in
+# ${XDG_CACHE_HOME:-~/.cache}/rill-thread-safety, or RILL_THREAD_SAFETY_CACHE,
+# as ccache keeps objects).
+cache=${RILL_THREAD_SAFETY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-thread-safety}
+mkdir -p "$cache"
+version=$("$clang" --version | head -1)
+mapfile -t commands < <(cd "$build" && ninja -t deps | VERSION="$version ${flags[*]}" python3 -c '
+import hashlib, json, os, shlex, sys
+deps, target = {}, None
 for line in sys.stdin:
     if line and not line[0].isspace():
         target = line.split(":")[0]
-    elif "base/thread_annotations.h" in line:
-        uses.add(target)
+        deps[target] = []
+    elif line.strip():
+        deps[target].append(line.strip())
+uses = {t for t, files in deps.items() if any(f.endswith("base/thread_annotations.h") for f in files)}
 for entry in json.load(open("compile_commands.json")):
     out = entry.get("output")
     if out is None:
@@ -61,17 +71,30 @@ for entry in json.load(open("compile_commands.json")):
             if a in ("-MD", "-c", "-fdiagnostics-color=always") or a == entry["file"]:
                 continue
             keep.append(a)
-        print(shlex.join(keep + [entry["file"]]))
+        command = shlex.join(keep + [entry["file"]])
+        key = hashlib.sha256((os.environ["VERSION"] + "\n" + command).encode())
+        for f in sorted(set(deps[out] + [entry["file"]])):
+            key.update(f.encode())
+            with open(f, "rb") as data:
+                key.update(hashlib.sha256(data.read()).digest())
+        print(key.hexdigest() + " " + command)
 ')
 if [ ${#commands[@]} -eq 0 ]; then
   echo "thread_safety: no object of $build uses base/thread_annotations.h (is it built?)" >&2
   exit 1
 fi
-echo "thread_safety: ${#commands[@]} file(s)"
+todo=()
+for line in "${commands[@]}"; do
+  [ -e "$cache/${line%% *}" ] || todo+=("$line")
+done
+echo "thread_safety: ${#commands[@]} file(s), $((${#commands[@]} - ${#todo[@]})) passed before with the same inputs"
 cd "$build"
-printf '%s\n' "${commands[@]}" |
-  xargs -P "$(nproc)" -I{} sh -c "$clang ${flags[*]} {}" || {
-    echo "thread_safety: a lock the annotations call for is not held (above)" >&2
-    exit 1
-  }
+# Each file that passes leaves its key in the cache.
+if [ ${#todo[@]} -gt 0 ]; then
+  printf '%s\n' "${todo[@]}" |
+    xargs -d '\n' -P "$(nproc)" -I{} sh -c 'eval "$0 ${1#* }" && touch "$2/${1%% *}"' "$clang ${flags[*]}" {} "$cache" || {
+      echo "thread_safety: a lock the annotations call for is not held (above)" >&2
+      exit 1
+    }
+fi
 echo "thread_safety: no finding"
