@@ -1,5 +1,6 @@
 #include "runtime/eager/eager.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/op.h"
@@ -39,7 +40,20 @@ TensorView HostTensor::view() const {
   return TensorView{const_cast<std::byte*>(bytes.data()), meta.shape, meta.dtype};
 }
 
-StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted) {
+StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted,
+                              Tensors* reuse) {
+  Tensors spare;
+  if (reuse != nullptr) spare.swap(*reuse);
+  // Output `name` of `meta`, zeroed: an earlier run's buffer where it fits.
+  auto output = [&spare](const std::string& name, const TensorMeta& meta) {
+    const auto it = spare.find(name);
+    if (it == spare.end() || it->second.bytes.size() != meta.bytes()) return HostTensor::of(meta);
+    HostTensor t = std::move(it->second);
+    spare.erase(it);
+    std::fill(t.bytes.begin(), t.bytes.end(), std::byte{0});
+    t.meta = meta;
+    return t;
+  };
   // The ops `wanted` depends on: walk back from it over the ops' inputs.
   std::map<std::string, size_t> maker;
   for (size_t i = 0; i < job.ops.size(); ++i)
@@ -79,7 +93,8 @@ StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const
     std::vector<TensorMeta> out_metas;
     RILL_RETURN_IF_ERROR(infer_op(*def, op.attrs, metas, &out_metas).with_context(fmt::format("op '{}'", op.name)));
     std::vector<HostTensor> results;
-    for (const TensorMeta& m : out_metas) results.push_back(HostTensor::of(m));
+    for (size_t k = 0; k < out_metas.size(); ++k)
+      results.push_back(k < op.outputs.size() ? output(op.outputs[k], out_metas[k]) : HostTensor::of(out_metas[k]));
     std::vector<TensorView> outputs;
     for (HostTensor& t : results) outputs.push_back(t.view());
     scratch.assign(def->scratch_bytes ? def->scratch_bytes(op.attrs, metas) : 0, std::byte{0});

@@ -35,8 +35,13 @@ struct HostTensor {
 using Tensors = std::map<std::string, HostTensor>;
 
 // Runs the ops of `job` that `wanted` depends on, reading `given` (every
-// input and variable they read), and returns every tensor they made. Errors name the op: an unknown type, a shape that does not infer, a
-// tensor neither given nor made, a kernel's error (a bad id or label).
-StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted);
+// input and variable they read), and returns every tensor they made. Errors
+// name the op: an unknown type, a shape that does not infer, a tensor
+// neither given nor made, a kernel's error (a bad id or label). `reuse`
+// (optional): what an earlier run made, whose buffers the outputs of the
+// same names and sizes take, zeroed, rather than fresh memory (a loop of
+// forwards, as generation's, faults in no new pages).
+StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted,
+                              Tensors* reuse = nullptr);
 
 }  // namespace rill::eager

@@ -34,13 +34,14 @@ StatusOr<std::string> generate_text(const graph::Job& job, const Tensors& variab
   std::string text = config.prompt.empty() ? std::string("\n") : config.prompt;
   std::mt19937_64 rng(config.seed);
   Tensors given = variables;  // and the window, replaced each step
+  Tensors made;               // the last forward's tensors: the next one writes into their buffers
   for (int64_t n = 0; n < config.tokens; ++n) {
     const size_t window = std::min<size_t>(text.size(), static_cast<size_t>(context));
     HostTensor ids = HostTensor::of({{1, context}, DType::kI32});
     for (size_t k = 0; k < window; ++k)
       ids.i32()[k] = static_cast<unsigned char>(text[text.size() - window + k]);
     given[config.input] = std::move(ids);
-    RILL_ASSIGN_OR_RETURN(Tensors made, run_forward(job, given, {config.logits}));
+    RILL_ASSIGN_OR_RETURN(made, run_forward(job, given, {config.logits}, &made));
     const auto it = made.find(config.logits);
     const HostTensor& logits = it != made.end() ? it->second : given.at(config.logits);
     const Shape& s = logits.meta.shape;

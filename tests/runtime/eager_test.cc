@@ -61,6 +61,33 @@ TEST_CASE("the forward runs only what the wanted tensor needs, with the CPU kern
   CHECK(missing.status().message().find("'targets'") != std::string::npos);
 }
 
+// A loop of forwards (generation's) writes into the buffers the last one
+// made, and gets what fresh buffers would give.
+TEST_CASE("a forward reusing an earlier one's buffers gives the same tensors in the same memory") {
+  auto job = graph::parse_job_json(kShiftJob, "shift.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  eager::Tensors given = shift_variables();
+  auto window = [&](char first) {
+    eager::HostTensor ids = eager::HostTensor::of({{1, 4}, DType::kI32});
+    for (int k = 0; k < 4; ++k) ids.i32()[k] = first + k;
+    given["idx"] = std::move(ids);
+  };
+  window('w');
+  auto earlier = eager::run_forward(*job, given, {"logits"});
+  REQUIRE(earlier.ok());
+  const std::byte* memory = earlier->at("logits").bytes.data();
+  window('a');
+  auto fresh = eager::run_forward(*job, given, {"logits"});
+  auto reused = eager::run_forward(*job, given, {"logits"}, &*earlier);
+  REQUIRE(fresh.ok());
+  REQUIRE(reused.ok());
+  CHECK(earlier->empty());  // taken
+  CHECK(reused->at("logits").bytes.data() == memory);
+  CHECK(reused->at("logits").bytes == fresh->at("logits").bytes);
+  CHECK(reused->at("logits").f32()[2 * 256 + 'c' + 1] == 10.0f);  // position 2 holds 'c'
+  CHECK(reused->at("logits").f32()[2 * 256 + 'y' + 1] == 0.0f);   // not the earlier window's
+}
+
 TEST_CASE("a forward run is inference: dropout passes its input through") {
   // The shift job with a dropout of rate 0.9 between the lookup and the
   // bias: training would drop 9 in 10 of the logits' terms.
