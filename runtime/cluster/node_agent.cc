@@ -201,10 +201,13 @@ void NodeAgent::join_again(const std::string& lost) {
   spdlog::warn("{}; joining again, for up to {:g} s", lost, options_.join_timeout_s);
   // Work begun on the old link reports nothing on the new one (a plan
   // being built, a run queued or ending): the master it was for has
-  // declared this node lost, or is another process.
-  links_.fetch_add(1);
+  // declared this node lost, or is another process. The runner starts a
+  // phase only under run_mu_ and on the link it was started on, so after
+  // this block no phase of the old link begins, and the one running stops.
   {
     MutexLock lock(run_mu_);
+    links_.fetch_add(1);
+    if (running_) running_->abort(Status(Code::kAborted, lost));
     pending_.reset();
     pending_checkpoint_.reset();
     pending_job_ = aborted_job_ = started_job_ = -1;
@@ -433,7 +436,7 @@ void NodeAgent::worker_on(ctl::Shutdown& m) {
   MutexLock lock(run_mu_);
   if (running_) running_->abort(Status(Code::kAborted, m.reason.empty() ? "the agent is shutting down" : m.reason));
   if (m.join_again) {
-    told_to_join_again_ = m.reason;
+    told_to_join_again_ = m.reason.empty() ? "the master declared " + me + " lost" : m.reason;
     return;
   }
   if (!m.reason.empty()) fatal_ = Status(Code::kAborted, fmt::format("{}: {}", me, m.reason));

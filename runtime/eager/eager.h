@@ -40,7 +40,8 @@ using Tensors = std::map<std::string, HostTensor>;
 // neither given nor made, a kernel's error (a bad id or label). `reuse`
 // (optional): what an earlier run made, whose buffers the outputs of the
 // same names and sizes take, zeroed, rather than fresh memory (a loop of
-// forwards, as generation's, faults in no new pages).
+// forwards, as generation's, faults in no new pages). It is left empty,
+// on success and on error; it must not be `given`.
 StatusOr<Tensors> run_forward(const graph::Job& job, const Tensors& given, const std::vector<std::string>& wanted,
                               Tensors* reuse = nullptr);
 

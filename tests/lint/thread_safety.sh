@@ -17,7 +17,8 @@ flags=(-fsyntax-only -Wno-everything -Wthread-safety -Werror=thread-safety)
 
 # The control: an unlocked read of a guarded member.
 control=$(mktemp --suffix=.cc)
-trap 'rm -f "$control"' EXIT
+listed=$(mktemp)
+trap 'rm -f "$control" "$listed"' EXIT
 cat > "$control" <<'CC'
 #include "base/mutex.h"
 struct Counter {
@@ -41,7 +42,7 @@ fi
 cache=${RILL_THREAD_SAFETY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-thread-safety}
 mkdir -p "$cache"
 version=$("$clang" --version | head -1)
-mapfile -t commands < <(cd "$build" && ninja -t deps | VERSION="$version ${flags[*]}" python3 -c '
+if ! (cd "$build" && ninja -t deps | VERSION="$version ${flags[*]}" python3 -c '
 import hashlib, json, os, shlex, sys
 deps, target = {}, None
 for line in sys.stdin:
@@ -78,7 +79,11 @@ for entry in json.load(open("compile_commands.json")):
             with open(f, "rb") as data:
                 key.update(hashlib.sha256(data.read()).digest())
         print(key.hexdigest() + " " + command)
-')
+' > "$listed"); then
+  echo "thread_safety: could not list the files and their inputs from $build (above)" >&2
+  exit 1
+fi
+mapfile -t commands < "$listed"
 if [ ${#commands[@]} -eq 0 ]; then
   echo "thread_safety: no object of $build uses base/thread_annotations.h (is it built?)" >&2
   exit 1
