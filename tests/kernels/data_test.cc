@@ -226,8 +226,7 @@ TEST_CASE("Fashion-MNIST loads from the Debian package") {
   StatusOr<std::shared_ptr<const Dataset>> train = Dataset::open(spec);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   REQUIRE_MESSAGE(train.ok(), train.status().to_string());
-  MESSAGE("60000 Fashion-MNIST training images loaded in " << seconds << " s");
-  CHECK(seconds < 2.0);  // about 0.2 s on an idle core; generous for a loaded machine
+  MESSAGE("60000 Fashion-MNIST training images loaded in " << seconds << " s");  // about 0.2 s on an idle core
   CHECK((*train)->num_samples() == 60000);
   CHECK((*train)->field_meta(0) == TensorMeta{{784}, DType::kF32});
   std::vector<float> pixels = gather_all<float>(**train, "image");
