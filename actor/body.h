@@ -288,7 +288,7 @@ class BoxingBody {
   Status setup_;                        // an error found when built, returned by every act
   std::vector<std::byte> own_scratch_;  // when no scratch was given
   // p_.compress: the all-reduce in bf16 or as PowerSGD's factors, and
-  // the error carried.
+  // the error carried (from step p_.compress_start on; plain before).
   std::unique_ptr<Bf16AllReduce> bf16_;
   std::unique_ptr<PowerSgdAllReduce> powersgd_;
   std::byte* send_ = nullptr;           // p_.send_bytes, then

@@ -111,13 +111,15 @@ Status BoxingBody::exchange(const ActIo& io) {
   auto elements = [&]<typename T>(std::type_identity<T>, std::byte* p, size_t bytes) {
     return std::span<T>(reinterpret_cast<T*>(p), bytes / sizeof(T));
   };
+  // Compressed from the plan's start step on (train.compression_start_step).
+  const bool compress = io.step >= p_.compress_start;
   switch (p_.exchange) {
     case Exchange::kNone: return {};
     case Exchange::kAllReduce:
-      if (bf16_)
+      if (bf16_ && compress)
         return bf16_->run(*collectives_, elements(std::type_identity<float>{}, in, p_.exchange_in_bytes),
                           elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_, op_);
-      if (powersgd_) {  // in place in out (it adds the carried error to what it is given)
+      if (powersgd_ && compress) {  // in place in out (it adds the carried error to what it is given)
         if (out != in) std::memcpy(out, in, p_.exchange_in_bytes);
         return powersgd_->run(*collectives_, elements(std::type_identity<float>{}, out, p_.exchange_out_bytes), tag_,
                               op_);

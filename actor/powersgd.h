@@ -24,7 +24,9 @@
 // under dynamic loss scaling the error is in the scaled gradient's units,
 // so a change of scale weighs what was carried wrongly once (as PyTorch's
 // hook under GradScaler). The error and Q are a task's memory, not
-// variables: a run resumed from a checkpoint starts them afresh.
+// variables: a run resumed from a checkpoint starts them afresh. Steps
+// before the plan's start step (train.compression_start_step) do not come
+// here: they all-reduce plain (actor/boxing_body.cc).
 #pragma once
 
 #include <cstdint>

@@ -301,8 +301,8 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
     return invalid_argument("task '{}': boxing combines pieces by reduce op {} (0 sum, 1 max, 2 min, 3 product; "
                             "past the sum for one tensor only)",
                             name, conf->reduce_op());
-  if (conf->compress() > 2 || (conf->compress() == 2 && (conf->compress_rank() < 1 ||
-                                                          conf->compress_rank() > kMaxCompressionRank)) ||
+  if (conf->compress() > 2 || conf->compress_start() < 0 ||
+      (conf->compress() == 2 && (conf->compress_rank() < 1 || conf->compress_rank() > kMaxCompressionRank)) ||
       (conf->compress() >= 1 &&
        (!(in_sbp == NdSbp(Sbp::partial_sum())) || !(out_sbp == NdSbp(Sbp::broadcast())) || conf->num_nodes() < 2 ||
         conf->reduce_op() != 0 ||
@@ -319,6 +319,7 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
   if (conf->compress() != 0 && work.plan.exchange == BoxingPlan::Exchange::kAllReduce) {
     work.plan.compress = static_cast<BoxingPlan::Compress>(conf->compress());
     work.plan.compress_rank = conf->compress_rank();
+    work.plan.compress_start = conf->compress_start();
     for (const TensorMeta& m : metas) work.plan.tensors.push_back(m.shape);
   }
   return work;

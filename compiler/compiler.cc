@@ -109,7 +109,8 @@ StatusOr<std::string> compile_job(const graph::Job& job, const Cluster& cluster,
     return invalid_argument("node {} is not in the cluster's nodes 0 to {}", options.node, cluster.num_nodes - 1);
   RILL_ASSIGN_OR_RETURN(TaskGraph tasks, expand(g, bucket_bytes, std::max(-1, options.node),
                                                 GradientCompression{job.train.compression,
-                                                                    static_cast<int>(job.train.compression_rank)}));
+                                                                    static_cast<int>(job.train.compression_rank),
+                                                                    job.train.compression_start_step}));
   tasks.steps = steps;
   RILL_RETURN_IF_ERROR(insert_transfers(&tasks));
   RILL_RETURN_IF_ERROR(insert_copies(&tasks));

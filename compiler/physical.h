@@ -25,10 +25,11 @@
 
 namespace rill::compiler {
 
-// train.compression and train.compression_rank.
+// train.compression, compression_rank and compression_start_step.
 struct GradientCompression {
   graph::Compression kind = graph::Compression::kNone;
   int rank = 0;
+  int64_t start_step = 0;  // steps before it all-reduce uncompressed
 };
 
 StatusOr<TaskGraph> expand(const LogicalGraph& graph, size_t bucket_bytes, int node = -1,

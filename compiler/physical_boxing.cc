@@ -316,6 +316,7 @@ Status Expander::add_boxings() {
         if (compressed(unit)) {
           task.boxing().compress = static_cast<uint8_t>(compression_.kind);  // plan.fbs: 1 bf16, 2 PowerSGD
           task.boxing().compress_rank = compression_.kind == graph::Compression::kPowerSGD ? compression_.rank : 0;
+          task.boxing().compress_start = compression_.start_step;
         }
         task.inputs = boxing_inputs(unit, first, p.per_node());
         return task;

@@ -96,7 +96,8 @@ std::string plan_json(const plan::Plan& p) {
           logical_bytes += bytes;
           shapes.push_back(vec(r->logical_shape()));
         }
-        // What crosses: bf16, half; PowerSGD, its two buffers of f32 factors.
+        // What crosses once compressed (from compress_start on): bf16, half;
+        // PowerSGD, its two buffers of f32 factors.
         int64_t wire_bytes = b->compress() == 1 ? logical_bytes / 2 : logical_bytes;
         if (b->compress() == 2) {
           const PowerSgdLayout layout = powersgd_layout(shapes, b->compress_rank());
@@ -118,6 +119,9 @@ std::string plan_json(const plan::Plan& p) {
         if (b->own()) task["boxing"]["own"] = true;  // each device from its own piece, on its thread
         if (b->compress() == 1) task["boxing"]["compress"] = "bf16";  // gradients sent in bf16 (train.compression)
         if (b->compress() == 2) task["boxing"]["compress"] = fmt::format("powersgd rank {}", b->compress_rank());
+        if (b->compress() != 0 && b->compress_start() > 0)
+          task["boxing"]["compress"] = fmt::format("{} from step {}", task["boxing"]["compress"].get<std::string>(),
+                                                   b->compress_start());
         if (b->comm_group() >= 0) {
           task["boxing"]["comm_group"] = b->comm_group();
           task["boxing"]["transport"] = ActorId::device_type(t->id()) == DeviceType::kCuda ? "nccl" : "host";

@@ -111,7 +111,8 @@ struct ConfWriter {
     return {.boxing = plan::CreateBoxingConf(b, &in, &out, x.parallel, x.num_nodes, t.node, x.local_pieces,
                                              x.first_rank, x.collective_tag, b.CreateVector(x.peers), x.tensors,
                                              x.piece, x.origins.empty() ? 0 : b.CreateVector(x.origins),
-                                             x.reduce_op, x.comm_group, x.own, x.compress, x.compress_rank)};
+                                             x.reduce_op, x.comm_group, x.own, x.compress, x.compress_rank,
+                                             x.compress_start)};
   }
   TaskConfs operator()(const ComputeInfo&) const { return {}; }  // in the task itself
   TaskConfs operator()(const SendInfo&) const { return {}; }

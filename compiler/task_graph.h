@@ -113,6 +113,7 @@ struct BoxingInfo {
   bool own = false;       // made by each device from its own piece (plan.fbs BoxingConf)
   uint8_t compress = 0;   // gradients across nodes sent compressed (plan.fbs BoxingConf)
   int compress_rank = 0;
+  int64_t compress_start = 0;  // steps before it all-reduce uncompressed (plan.fbs BoxingConf)
 };
 
 // A device collective's communicator and its calls in order (plan.fbs

@@ -338,6 +338,9 @@ void check_run_config(const Job& job, Issues* issues) {
   if (t.compression_rank < 1 || t.compression_rank > kMaxCompressionRank)
     issues->add("train.compression_rank", "train.compression_rank must be in [1, {}], got {}", kMaxCompressionRank,
                 t.compression_rank);
+  if (t.compression_start_step < 0 || t.compression_start_step > kMaxSteps)
+    issues->add("train.compression_start_step", "train.compression_start_step must be in [0, {}], got {}", kMaxSteps,
+                t.compression_start_step);
   if (t.micro_batches < 1)
     issues->add("train.micro_batches", "train.micro_batches must be > 0, got {}", t.micro_batches);
   else if (t.batch_size >= 1 && t.batch_size % t.micro_batches != 0)

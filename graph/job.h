@@ -152,6 +152,10 @@ struct TrainConfig {
   // kPowerSGD: each gradient matrix [n, m] (a weight's, its first axis
   // by the rest) crosses as two factors [n, r] and [m, r] of this rank r.
   int64_t compression_rank = 8;
+  // Steps before this one all-reduce their gradients uncompressed and carry
+  // nothing (PyTorch's start_powerSGD_iter): compression begins, its error
+  // at zero, once the first steps' large gradients are past.
+  int64_t compression_start_step = 0;
   // Dynamic loss scaling (compiler/gradient_norm.h), as PyTorch's GradScaler:
   // the loss's gradient starts at this scale (a power of two) and every
   // gradient is divided by it before the update; a step whose gradients

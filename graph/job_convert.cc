@@ -265,6 +265,8 @@ class Converter {
       mode(t->precision(), "train.precision", &train.precision);
       mode(t->compression(), "train.compression", &train.compression);
       integer(t->compression_rank(), "train.compression_rank", "train.compression_rank", &train.compression_rank);
+      integer(t->compression_start_step(), "train.compression_start_step", "train.compression_start_step",
+              &train.compression_start_step);
       if (t->loss_scale()) train.loss_scale = *t->loss_scale();
       integer(t->loss_scale_window(), "train.loss_scale_window", "train.loss_scale_window", &train.loss_scale_window);
     }

@@ -112,6 +112,8 @@ const std::vector<Setting>& settings() {
       {"train.compression", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.compression); }},
       {"train.compression_rank",
        [](Job* j, const std::string& v) { return parse_int(v, &j->train.compression_rank); }},
+      {"train.compression_start_step",
+       [](Job* j, const std::string& v) { return parse_int(v, &j->train.compression_start_step); }},
       {"train.loss_scale", [](Job* j, const std::string& v) { return parse_float(v, &j->train.loss_scale); }},
       {"train.loss_scale_window",
        [](Job* j, const std::string& v) { return parse_int(v, &j->train.loss_scale_window); }},

@@ -522,6 +522,7 @@ class Writer {
         .add("precision", word(t.precision))
         .add("compression", word(t.compression))
         .add("compression_rank", number(t.compression_rank))
+        .add("compression_start_step", number(t.compression_start_step))
         .add("loss_scale", number(t.loss_scale))
         .add("loss_scale_window", number(t.loss_scale_window))
         .add("reuse_memory", Node::scalar(t.reuse_memory ? "true" : "false"))

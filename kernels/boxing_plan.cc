@@ -376,16 +376,19 @@ CollectiveCall BoxingPlan::exchange_call() const {
 
 size_t BoxingPlan::exchange_scratch_bytes(size_t direct_bytes) const {
   if (exchange == Exchange::kNone) return 0;
+  const size_t plain =
+      collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes, direct_bytes);
+  if (compress == Compress::kNone) return plain;
+  // Compressed steps, and before compress_start the plain all-reduce.
+  size_t compressed = 0;  // bf16: an all-to-all and an all-gather, none
   if (compress == Compress::kPowerSgd) {  // two f32 all-reduces in place, of the factors
     const PowerSgdLayout layout = powersgd_layout(tensors, compress_rank);
-    return std::max(
+    compressed = std::max(
         collective_scratch_bytes(CollectiveCall::kAllReduce, layout.first * sizeof(float), true, nodes, direct_bytes),
         collective_scratch_bytes(CollectiveCall::kAllReduce, layout.second * sizeof(float), true, nodes,
                                  direct_bytes));
   }
-  if (compress == Compress::kBf16) return 0;  // an all-to-all and an all-gather: none
-  return collective_scratch_bytes(exchange_call(), exchange_in_bytes, exchange_in == exchange_out, nodes,
-                                  direct_bytes);
+  return compress_start > 0 ? std::max(plain, compressed) : compressed;
 }
 
 BoxingPlan plan_boxing(NdSbp in, NdSbp out, int parallel, TensorMeta logical, int first_rank, int local_pieces,

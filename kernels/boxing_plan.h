@@ -55,6 +55,7 @@ struct BoxingPlan {
   enum class Compress : uint8_t { kNone, kBf16, kPowerSgd };
   Compress compress = Compress::kNone;
   int compress_rank = 0;
+  int64_t compress_start = 0;  // steps before this one all-reduce uncompressed
   std::vector<Shape> tensors;
 
   int node_of(int rank) const { return rank / local; }

@@ -204,7 +204,7 @@ TEST_CASE("optimizer, train and eval settings") {
                             "than the 8 devices it is split over"));
 }
 
-TEST_CASE("train.compression_rank: 1 to 64") {
+TEST_CASE("train.compression_rank: 1 to 64; train.compression_start_step: not negative") {
   Job job = samples::make_mlp_job();
   job.train.compression = Compression::kPowerSGD;
   CHECK(issues_of(job).empty());
@@ -213,6 +213,9 @@ TEST_CASE("train.compression_rank: 1 to 64") {
     job.train.compression_rank = bad;
     CHECK(has(issues_of(job), fmt::format("train.compression_rank must be in [1, 64], got {}", bad)));
   }
+  job.train.compression_rank = 8;
+  job.train.compression_start_step = -1;
+  CHECK(has(issues_of(job), "train.compression_start_step must be in [0, "));
 }
 
 TEST_CASE("train.precision and loss scaling: a scale that is no power of two, a window, a view without one gradient set") {

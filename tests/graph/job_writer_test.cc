@@ -105,6 +105,9 @@ Job every_field_job() {
   job.metrics = {{"accuracy", "acc"}, {"mse", "mse"}};
   job.optimizer = {"adam", 0.1 + 0.2, 0.5, 0.875, 1.0 - std::ldexp(1.0, -40), 5e-324, 1e-4};
   job.train = {7, 3, 16, 2, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), false, "cpu:2"};
+  job.train.compression = Compression::kPowerSGD;
+  job.train.compression_rank = 4;
+  job.train.compression_start_step = 5;
   job.eval = Eval{"synth_eval", 32};
   return job;
 }
@@ -215,7 +218,8 @@ TEST_CASE("job_to_json round-trips every field and every dataset kind") {
                             "\"trainable\": false", "\"outputs\": [\"mm_out\"]", "\"transpose_a\": false",
                             "\"keepdims\": true", "\"reduction\": \"mean\"", "\"weight_decay\": 0.0001",
                             "\"epsilon\": 5e-324", "\"lr\": 0.30000000000000004", "inf, -inf\n",
-                            "\"devices\": \"cpu:2\"",
+                            "\"devices\": \"cpu:2\"", "\"compression\": \"powersgd\"", "\"compression_rank\": 4",
+                            "\"compression_start_step\": 5",
                             "\"eval\": {\"dataset\": \"synth_eval\", \"batch_size\": 32}"})
     CHECK_MESSAGE(text.find(field) != std::string::npos, field);
   CHECK(text.find("\"outputs\": [\"flat\"]") == std::string::npos);  // the default, the op's name

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -211,6 +212,56 @@ TEST_CASE("the data-parallel MLP on 2 nodes with bf16 gradients follows the f32 
     CHECK(difference > 0);
     CHECK(relative(bf16[0].variables.at(name).values, bf16[1].variables.at(name).values) == 0);
   }
+}
+
+// train.compression_start_step (PyTorch's start_powerSGD_iter): the steps
+// before it all-reduce plain and carry nothing. A step's loss comes from the
+// weights the steps before it made, so with the start at 3 the losses of
+// steps 0 to 3 are the plain run's bits (weights from plain updates only)
+// and step 4's is not (its weights took step 3's compressed gradient). A
+// start at the run's end is the plain run: every variable's bits.
+TEST_CASE("compression begins at train.compression_start_step: the steps before it are the plain run's bits") {
+  struct Run {
+    std::vector<double> losses;  // node 0's, per step
+    std::map<std::string, VariableValue> variables;
+  };
+  auto run = [](graph::Compression compression, int64_t start) {
+    graph::Job job = testing::training_sample("bench/mlp_synthetic.json");
+    job.train.steps = 5;
+    job.train.batch_size = 64;
+    job.train.compression = compression;
+    job.train.compression_rank = 2;
+    job.train.compression_start_step = start;
+    auto plan = compiler::compile(job, *compiler::parse_devices("cpu:1", 2), {});
+    REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+    Run ran;
+    std::vector<RunReport> reports = testing::run_nodes(*plan, 2, [&](RunOptions& options) {
+      if (options.node == 0)
+        options.on_step = [&ran](const StepMetrics& m) { ran.losses.push_back(m.values[0]); };
+    });
+    REQUIRE(ran.losses.size() == 5);
+    ran.variables = reports[0].variables;
+    return ran;
+  };
+  const Run plain = run(graph::Compression::kNone, 0);
+  for (graph::Compression compression : {graph::Compression::kBF16, graph::Compression::kPowerSGD}) {
+    CAPTURE(static_cast<int>(compression));
+    const Run late = run(compression, 3);
+    for (size_t step = 0; step <= 3; ++step) CHECK(late.losses[step] == plain.losses[step]);
+    CHECK(late.losses[4] != plain.losses[4]);
+    const Run never = run(compression, 5);
+    CHECK(never.losses == plain.losses);
+    for (const auto& [name, value] : plain.variables) CHECK(never.variables.at(name).values == value.values);
+  }
+  // The plan says where compression begins.
+  graph::Job job = testing::training_sample("samples/mlp/mlp.json");
+  job.train.compression = graph::Compression::kBF16;
+  job.train.compression_start_step = 100;
+  auto bytes = compiler::compile(job, *compiler::parse_devices("cpu:1", 2), {});
+  REQUIRE(bytes.ok());
+  CHECK(compiler::plan_json(*plan::GetPlan(bytes->data())).find("\"bf16 from step 100\"") != std::string::npos);
+  job.train.compression_start_step = -1;
+  CHECK(!compiler::compile(job, *compiler::parse_devices("cpu:1", 2), {}).ok());
 }
 
 }  // namespace rill
