@@ -4,16 +4,18 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/data/dataset_cache.h"
 #include "kernels/data/dataset_readers.h"
 
 namespace rill {
 
 StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec, const FileAccess& access) {
-  if (spec.kind == "idx") return read_idx_dataset(spec, access);
-  if (spec.kind == "csv") return read_csv_dataset(spec, access);
+  if (spec.kind == "idx") return open_kept(spec, access, [&] { return read_idx_dataset(spec, access); });
+  if (spec.kind == "csv") return open_kept(spec, access, [&] { return read_csv_dataset(spec, access); });
   if (spec.kind == "synthetic") return make_synthetic_dataset(spec);
   if (spec.kind == "inline") return make_inline_dataset(spec);
-  if (spec.kind == "text" || spec.kind == "tokens") return read_token_dataset(spec, access);
+  if (spec.kind == "text" || spec.kind == "tokens")
+    return open_kept(spec, access, [&] { return read_token_dataset(spec, access); });
   return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic, inline, text or tokens)",
                           spec.name, spec.kind);
 }
@@ -36,7 +38,8 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
     }
     if (field.windows) {
       const int64_t last = (num_samples - 1) * field.window_stride + field.window_offset + num_elements(field.meta.shape);
-      if (field.meta.dtype != DType::kI32 || !field.f32.empty() || !field.i32.empty() || field.window_stride < 0 ||
+      if (field.meta.dtype != DType::kI32 || !field.f32.empty() || !field.i32.empty() || !field.u8.empty() ||
+          field.window_stride < 0 ||
           field.window_offset < 0 || last > static_cast<int64_t>(field.windows->size()))
         return internal_error("dataset '{}': window field '{}' reaches element {} of {}", name, field.name, last,
                               field.windows->size());
@@ -45,7 +48,7 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
     }
     size_t held = 0;
     switch (field.meta.dtype) {
-      case DType::kF32: held = field.f32.size(); break;
+      case DType::kF32: held = field.f32.empty() ? field.u8.size() : field.f32.size(); break;
       case DType::kI32: held = field.i32.size(); break;
       case DType::kBF16:
       case DType::kF16:
@@ -53,7 +56,7 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
                                 "the job makes other dtypes)",
                                 name, field.name, dtype_name(field.meta.dtype));
     }
-    const size_t other = field.f32.size() + field.i32.size() - held;
+    const size_t other = field.f32.size() + field.i32.size() + field.u8.size() - held;
     const size_t expected = static_cast<size_t>(num_samples) * static_cast<size_t>(num_elements(field.meta.shape));
     if (held != expected || other != 0) {
       return internal_error("dataset '{}': field '{}' ({} {} x {}) holds {} {} values and {} of the other dtype; "
@@ -67,6 +70,14 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
   dataset->num_samples_ = num_samples;
   dataset->fields_ = std::move(fields);
   return std::shared_ptr<const Dataset>(std::move(dataset));
+}
+
+size_t Dataset::bytes() const {
+  size_t total = 0;
+  for (const DatasetField& f : fields_)
+    total += f.f32.size() * sizeof(float) + f.i32.size() * sizeof(int32_t) + f.u8.size() +
+             (f.windows ? f.windows->size() * sizeof(int32_t) : 0);
+  return total;
 }
 
 StatusOr<int> Dataset::field_index(const std::string& field) const {
@@ -86,6 +97,18 @@ void Dataset::gather(int field, std::span<const int64_t> indices, void* dst) con
       assert(index >= 0 && index < num_samples_);
       std::memcpy(out, f.windows->data() + index * f.window_stride + f.window_offset, sample_bytes);
       out += sample_bytes;
+    }
+    return;
+  }
+  if (!f.u8.empty()) {  // an f32 field held as bytes
+    const size_t elements = sample_bytes / sizeof(float);
+    float* to = static_cast<float*>(dst);
+    const float scale = f.u8_scale;
+    for (int64_t index : indices) {
+      assert(index >= 0 && index < num_samples_);
+      const uint8_t* from = f.u8.data() + static_cast<size_t>(index) * elements;
+      for (size_t e = 0; e < elements; ++e) to[e] = static_cast<float>(from[e]) * scale;
+      to += elements;
     }
     return;
   }

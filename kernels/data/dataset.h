@@ -23,14 +23,19 @@ namespace rill {
 
 // One field while a dataset is being built: per-sample meta plus the values of
 // every sample. Exactly one of f32 / i32 is used, matching meta.dtype; or,
-// for a window field, neither: sample i is the meta's elements of `windows`
-// from i * window_stride + window_offset (a token stream's overlapping
-// inputs and targets share one copy of the stream).
+// for an f32 field of bytes (an idx file's pixels), u8, each value read as
+// float(byte) * u8_scale when gathered (a quarter of f32's memory, and none
+// of it written at load but the file's bytes); or, for a window field, none:
+// sample i is the meta's elements of `windows` from i * window_stride +
+// window_offset (a token stream's overlapping inputs and targets share one
+// copy of the stream).
 struct DatasetField {
   std::string name;
   TensorMeta meta;  // per sample: shape without the batch axis
   std::vector<float> f32;
   std::vector<int32_t> i32;
+  std::vector<uint8_t> u8;  // f32 fields only
+  float u8_scale = 1.0f;
   std::shared_ptr<const std::vector<int32_t>> windows;  // i32 window fields only
   int64_t window_stride = 0, window_offset = 0;
   int64_t window_origin = 0;  // where windows[0] lies in the file's token stream
@@ -56,6 +61,8 @@ class Dataset {
                                                               std::vector<DatasetField> fields);
 
   const std::string& name() const { return name_; }
+  // The bytes its samples take in memory.
+  size_t bytes() const;
   int64_t num_samples() const { return num_samples_; }
   // Field index by name; NotFound lists the fields this dataset has.
   StatusOr<int> field_index(const std::string& field) const;

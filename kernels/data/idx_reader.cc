@@ -104,14 +104,12 @@ StatusOr<std::shared_ptr<const Dataset>> read_idx_dataset(const DatasetSpec& spe
   }
   const uint64_t pixels = images.dims[1] * images.dims[2];
 
+  // The pixels stay bytes, scaled to f32 as batches are gathered: a quarter
+  // of the memory, and a job starts without writing 4 bytes per pixel.
   DatasetField image{"image", TensorMeta{{static_cast<int64_t>(pixels)}, DType::kF32}, {}, {}};
-  image.f32.resize(n * pixels);
-  // One flat loop the compiler vectorizes: 60k images convert in milliseconds.
-  const uint8_t* src = images.values();
-  float* dst = image.f32.data();
-  const float scale = spec.scale;
-  for (size_t i = 0, total = n * pixels; i < total; ++i) dst[i] = static_cast<float>(src[i]) * scale;
-  images.bytes = {};  // free the raw bytes before the labels are converted
+  images.bytes.erase(images.bytes.begin(), images.bytes.begin() + static_cast<std::ptrdiff_t>(images.header_bytes));
+  image.u8 = std::move(images.bytes);
+  image.u8_scale = spec.scale;
 
   DatasetField label{"label", TensorMeta{{}, DType::kI32}, {}, {}};
   label.i32.resize(n);

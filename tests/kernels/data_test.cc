@@ -132,6 +132,28 @@ TEST_CASE("gather copies the requested samples in the requested order") {
   CHECK(label == std::vector<int32_t>{9, 0, 9});
 }
 
+// An f32 field held as bytes (idx pixels): gathered as float(byte) * scale,
+// the bits the f32 loop gives; bytes beside f32 values, in an i32 field, or
+// too few, are refused.
+TEST_CASE("an f32 field held as bytes gathers scaled floats; bytes where they do not belong are refused") {
+  DatasetField bytes{"b", TensorMeta{{2}, DType::kF32}, {}, {}};
+  bytes.u8 = {0, 1, 128, 255, 7, 9};
+  bytes.u8_scale = 1.0f / 255.0f;
+  auto made = Dataset::from_fields("d", 3, {bytes});
+  REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+  std::vector<float> out(4, -1.0f);
+  (*made)->gather(0, std::vector<int64_t>{2, 1}, out.data());
+  const float scale = 1.0f / 255.0f;
+  CHECK(out == std::vector<float>{7.0f * scale, 9.0f * scale, 128.0f * scale, 255.0f * scale});
+  DatasetField both = bytes;
+  both.f32.assign(6, 0.0f);
+  CHECK_FALSE(Dataset::from_fields("d", 3, {both}).ok());
+  DatasetField labels = bytes;
+  labels.meta.dtype = DType::kI32;
+  CHECK_FALSE(Dataset::from_fields("d", 3, {labels}).ok());
+  CHECK_FALSE(Dataset::from_fields("d", 4, {bytes}).ok());
+}
+
 TEST_CASE("corrupt idx files give errors naming the file and the problem") {
   TempDir dir;
   const std::string images = dir.file("images"), labels = dir.file("labels");

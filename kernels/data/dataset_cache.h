@@ -1,0 +1,43 @@
+// Datasets read from files, kept for the next reader of the same files: a
+// job's phases (started again after a lost node or a change of members), a
+// job after another on the same data, the master's count of a dataset's
+// samples before its own node reads it, and the nodes of one process each
+// read and decode a file once.
+//
+// A kept dataset is given only for an equal spec, and only after each of its
+// files was opened again under the caller's access rules (a file outside the
+// caller's roots, or a key file, is refused as on a first read, by the
+// reader itself) and found unchanged since it was read: the same device,
+// inode, size, and modification and status-change times. A file changed in
+// the last second is read each time (it could change again within the file
+// system's clock step), as are pipes (streams). Up to kKeptBytes stay kept,
+// the least recently used let go first: an idle agent holds no more. Readers
+// of one spec at once read it once: the later ones wait for the first. Any
+// thread may call it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "base/file_access.h"
+#include "base/status.h"
+#include "kernels/data/dataset.h"
+#include "kernels/data/dataset_spec.h"
+
+namespace rill {
+
+inline constexpr size_t kKeptBytes = size_t{512} << 20;
+
+using DatasetReader = std::function<StatusOr<std::shared_ptr<const Dataset>>()>;
+
+// The dataset `spec` describes: kept, or made by `read` (and kept when
+// every file of it is a regular file). Specs with no files (synthetic,
+// inline) are read each time.
+StatusOr<std::shared_ptr<const Dataset>> open_kept(const DatasetSpec& spec, const FileAccess& access,
+                                                   const DatasetReader& read);
+
+// How many opens a kept dataset answered, in this process (tests).
+int64_t kept_dataset_hits();
+
+}  // namespace rill
