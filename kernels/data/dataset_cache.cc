@@ -39,7 +39,9 @@ constexpr int64_t kSettledNs = 1'000'000'000;
 
 // The files' stamps, each opened as its reader would open it; nullopt when
 // the dataset is not to be kept (no files, a pipe, a file changed just now)
-// or a file cannot be opened (the reader then says why).
+// or a file cannot be opened (the reader then says why). A FIFO is refused
+// from its bare reference, never opened here: opening and closing its read
+// end could meet its writer, whose next write would then fail.
 std::optional<std::vector<Stamp>> stamps(const DatasetSpec& spec, const FileAccess& access) {
   const std::vector<std::string> files = files_of(spec);
   if (files.empty()) return std::nullopt;
@@ -49,7 +51,7 @@ std::optional<std::vector<Stamp>> stamps(const DatasetSpec& spec, const FileAcce
   for (const std::string& file : files) {
     struct stat st {};
     StatusOr<int> fd = file.empty() ? StatusOr<int>(invalid_argument("no file"))
-                                    : open_checked(file, access, "file", /*fifos=*/true, &st);
+                                    : open_checked(file, access, "file", /*fifos=*/false, &st);
     if (!fd.ok()) return std::nullopt;
     ::close(*fd);
     if (!S_ISREG(st.st_mode)) return std::nullopt;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/common/csv_job.h"
+#include "tests/e2e/key_util.h"
 #include "tests/e2e/process_util.h"
 
 using namespace rill::testing;
@@ -23,20 +24,6 @@ std::string secret_of(const std::filesystem::path& key_file) {
   while (std::getline(in, line))
     if (!line.empty() && line[0] != '#') return line;
   return {};
-}
-
-// Within 60 s (a refused connection is reported at once: tries are bounded
-// by the clock).
-void wait_up(const std::string& master, const std::string& key) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (int i = 0; i < 600 && std::chrono::steady_clock::now() < deadline; ++i) {
-    Ran ran = run_rill("status --master " + master + " --key " + key);
-    if (ran.code == 0 && ran.output.find("not joined") == std::string::npos &&
-        ran.output.find("joining") == std::string::npos)
-      return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  FAIL("the agent did not come up");
 }
 
 }  // namespace
@@ -62,7 +49,7 @@ TEST_CASE("a client cannot make a job read the cluster key, by a hard link or a 
   Agent agent("--machines " + master + " --rank 0 --http off --key " + key + " --data-root " +
                   (dir / "data").string(),
               (dir / "agent.log").string());
-  wait_up(master, client);
+  wait_formed(master, client);
   for (const char* name : {"hard.csv", "link.csv"}) {
     CAPTURE(name);
     const std::string job_file = (dir / (std::string(name) + ".json")).string();
@@ -92,7 +79,7 @@ TEST_CASE("an agent started in its key's folder leaves that folder out of its de
   const std::string key = (dir / "cluster.key").string();
   Agent agent("--machines 127.0.0.1:19445 --rank 0 --http off --key " + key, (dir / "agent.log").string(),
               "env -C " + dir.string());
-  wait_up("127.0.0.1:19445", key);
+  wait_formed("127.0.0.1:19445", key);
   CAPTURE(agent.output());
   CHECK(agent.output().find("the default folder " + dir.string() + " (the working folder) is left out of the data "
                             "and checkpoint roots: it holds the key file " + key) != std::string::npos);

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "key_util.h"
 #include "process_util.h"
 
 #include "runtime/cluster/client.h"
@@ -56,6 +57,7 @@ TEST_CASE("the master serves Prometheus metrics and JSON status that move while 
   const std::string machines = "127.0.0.1:19420,127.0.0.2:19420";
   Agent master("--machines " + machines + " --rank 0 --http 127.0.0.1:19425", (dir / "h0.log").string());
   Agent node("--machines " + machines + " --rank 1", (dir / "h1.log").string());
+  rill::testing::wait_formed("127.0.0.1:19420", "");  // `rill token --master` below asks once
   auto client = rill::Client::connect("127.0.0.1:19420", 30);
   REQUIRE(client.ok());
   std::thread job([&] {
