@@ -61,8 +61,13 @@ std::optional<std::vector<Stamp>> stamps(const DatasetSpec& spec, const FileAcce
   return out;
 }
 
+bool same_rules(const FileAccess& a, const FileAccess& b) {
+  return a.restricted == b.restricted && a.roots == b.roots;
+}
+
 struct Kept {
   DatasetSpec spec;
+  FileAccess access;  // the rules it was read under: given only under the same
   std::vector<Stamp> stamps;
   std::shared_ptr<const Dataset> dataset;
   uint64_t used = 0;  // the cache's clock when last given
@@ -77,7 +82,7 @@ class KeptDatasets {
     {
       MutexLock lock(mu_);
       for (;;) {
-        if (std::shared_ptr<const Dataset> found = find(spec, *now)) return found;
+        if (std::shared_ptr<const Dataset> found = find(spec, access, *now)) return found;
         // One reader per spec: a later one waits, then finds what it kept.
         if (std::none_of(reading_.begin(), reading_.end(), [&](const DatasetSpec& s) { return s == spec; })) break;
         done_.wait(mu_);
@@ -88,7 +93,9 @@ class KeptDatasets {
     MutexLock lock(mu_);
     reading_.erase(std::find(reading_.begin(), reading_.end(), spec));
     done_.notify_all();
-    if (made.ok()) keep(spec, std::move(*now), *made);
+    // Kept only if no file changed while it was read (or was swapped for
+    // another: its inode would differ).
+    if (made.ok() && stamps(spec, access) == now) keep(spec, access, std::move(*now), *made);
     return made;
   }
 
@@ -98,9 +105,10 @@ class KeptDatasets {
   }
 
  private:
-  std::shared_ptr<const Dataset> find(const DatasetSpec& spec, const std::vector<Stamp>& now) REQUIRES(mu_) {
+  std::shared_ptr<const Dataset> find(const DatasetSpec& spec, const FileAccess& access, const std::vector<Stamp>& now)
+      REQUIRES(mu_) {
     for (Kept& k : kept_) {
-      if (!(k.spec == spec)) continue;
+      if (!(k.spec == spec) || !same_rules(k.access, access)) continue;
       if (k.stamps != now) return nullptr;  // changed since: read again, replacing it
       k.used = ++clock_;
       ++hits_;
@@ -109,10 +117,10 @@ class KeptDatasets {
     return nullptr;
   }
 
-  void keep(const DatasetSpec& spec, std::vector<Stamp> now, const std::shared_ptr<const Dataset>& dataset)
-      REQUIRES(mu_) {
-    std::erase_if(kept_, [&](const Kept& k) { return k.spec == spec; });
-    kept_.push_back({spec, std::move(now), dataset, ++clock_});
+  void keep(const DatasetSpec& spec, const FileAccess& access, std::vector<Stamp> now,
+            const std::shared_ptr<const Dataset>& dataset) REQUIRES(mu_) {
+    std::erase_if(kept_, [&](const Kept& k) { return k.spec == spec && same_rules(k.access, access); });
+    kept_.push_back({spec, access, std::move(now), dataset, ++clock_});
     // Within kKeptBytes, the most recent first. Letting go of one a reader
     // still holds costs a later read, not memory.
     std::sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) { return a.used > b.used; });

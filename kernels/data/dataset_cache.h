@@ -4,10 +4,10 @@
 // samples before its own node reads it, and the nodes of one process each
 // read and decode a file once.
 //
-// A kept dataset is given only for an equal spec, and only after each of its
-// files was opened again under the caller's access rules (a file outside the
-// caller's roots, or a key file, is refused as on a first read, by the
-// reader itself) and found unchanged since it was read: the same device,
+// A kept dataset is given only for an equal spec read under the same access
+// rules, and only after each of its files was opened again under them (a
+// file outside the roots, or a key file, is refused as on a first read, by
+// the reader itself) and found unchanged since it was read: the same device,
 // inode, size, and modification and status-change times. A file changed in
 // the last second is read each time (it could change again within the file
 // system's clock step), as are pipes (streams). Up to kKeptBytes stay kept,
