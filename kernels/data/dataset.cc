@@ -1,5 +1,6 @@
 #include "kernels/data/dataset.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -74,9 +75,14 @@ StatusOr<std::shared_ptr<const Dataset>> Dataset::from_fields(std::string name, 
 
 size_t Dataset::bytes() const {
   size_t total = 0;
-  for (const DatasetField& f : fields_)
-    total += f.f32.size() * sizeof(float) + f.i32.size() * sizeof(int32_t) + f.u8.size() +
-             (f.windows ? f.windows->size() * sizeof(int32_t) : 0);
+  std::vector<const void*> streams;  // window fields share one stream: counted once
+  for (const DatasetField& f : fields_) {
+    total += f.f32.capacity() * sizeof(float) + f.i32.capacity() * sizeof(int32_t) + f.u8.capacity();
+    if (f.windows && std::find(streams.begin(), streams.end(), f.windows.get()) == streams.end()) {
+      streams.push_back(f.windows.get());
+      total += f.windows->capacity() * sizeof(int32_t);
+    }
+  }
   return total;
 }
 

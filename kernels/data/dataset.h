@@ -61,7 +61,7 @@ class Dataset {
                                                               std::vector<DatasetField> fields);
 
   const std::string& name() const { return name_; }
-  // The bytes its samples take in memory.
+  // The bytes its samples take in memory (what its vectors hold room for).
   size_t bytes() const;
   int64_t num_samples() const { return num_samples_; }
   // Field index by name; NotFound lists the fields this dataset has.

@@ -53,8 +53,11 @@ std::optional<std::vector<Stamp>> stamps(const DatasetSpec& spec, const FileAcce
     StatusOr<int> fd = file.empty() ? StatusOr<int>(invalid_argument("no file"))
                                     : open_checked(file, access, "file", /*fifos=*/false, &st);
     if (!fd.ok()) return std::nullopt;
+    // The open descriptor's attributes (a network file system's cached ones
+    // for a bare reference may be old).
+    const bool described = ::fstat(*fd, &st) == 0;
     ::close(*fd);
-    if (!S_ISREG(st.st_mode)) return std::nullopt;
+    if (!described || !S_ISREG(st.st_mode)) return std::nullopt;
     if (ns(now) - std::max(ns(st.st_mtim), ns(st.st_ctim)) < kSettledNs) return std::nullopt;
     out.push_back({st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)});
   }
@@ -73,29 +76,61 @@ struct Kept {
   uint64_t used = 0;  // the cache's clock when last given
 };
 
+// Files larger than this together are read and not kept.
+size_t file_bytes(const std::vector<Stamp>& stamps) {
+  size_t total = 0;
+  for (const Stamp& s : stamps) total += static_cast<size_t>(s.size);
+  return total;
+}
+
 class KeptDatasets {
  public:
   StatusOr<std::shared_ptr<const Dataset>> open(const DatasetSpec& spec, const FileAccess& access,
                                                 const DatasetReader& read) {
-    std::optional<std::vector<Stamp>> now = stamps(spec, access);
-    if (!now) return read();
+    std::optional<std::vector<Stamp>> before = stamps(spec, access);
+    // Not to be kept: no files, a pipe, a file just changed, or files that
+    // already take more than the budget.
+    if (!before || file_bytes(*before) > kKeptBytes) return read();
+    std::shared_ptr<Reading> mine;
     {
       MutexLock lock(mu_);
-      for (;;) {
-        if (std::shared_ptr<const Dataset> found = find(spec, access, *now)) return found;
-        // One reader per spec: a later one waits, then finds what it kept.
-        if (std::none_of(reading_.begin(), reading_.end(), [&](const DatasetSpec& s) { return s == spec; })) break;
-        done_.wait(mu_);
+      if (std::shared_ptr<const Dataset> found = find(spec, access, *before)) return found;
+      // One read per spec and rules at once: a later reader waits for the
+      // first's result, kept or not, failed or not.
+      for (const std::shared_ptr<Reading>& r : reading_) {
+        if (!(r->spec == spec) || !same_rules(r->access, access) || r->stamps != *before) continue;
+        const std::shared_ptr<Reading> theirs = r;
+        while (!theirs->done) done_.wait(mu_);
+        if (theirs->result.ok()) ++hits_;
+        return theirs->result;
       }
-      reading_.push_back(spec);
+      mine = std::make_shared<Reading>(Reading{spec, access, *before});
+      reading_.push_back(mine);
     }
-    StatusOr<std::shared_ptr<const Dataset>> made = read();
+    // Whatever the read does (an exception included), the waiting readers
+    // are answered and the reading is let go.
+    struct Finish {
+      KeptDatasets* self;
+      const std::shared_ptr<Reading>& mine;
+      ~Finish() {
+        MutexLock lock(self->mu_);
+        mine->done = true;
+        std::erase(self->reading_, mine);
+        self->done_.notify_all();
+      }
+    };
+    StatusOr<std::shared_ptr<const Dataset>> made = internal_error("dataset '{}': its read threw", spec.name);
+    {
+      Finish finish{this, mine};
+      made = read();
+      mine->result = made;  // the waiters read it only once `done` is set, under the lock
+    }
+    // Kept only if no file changed (or was swapped for another: its inode
+    // would differ) while it was read. Stamped before the lock is taken: a
+    // slow file system holds no other opener.
+    if (!made.ok() || stamps(spec, access) != before) return made;
     MutexLock lock(mu_);
-    reading_.erase(std::find(reading_.begin(), reading_.end(), spec));
-    done_.notify_all();
-    // Kept only if no file changed while it was read (or was swapped for
-    // another: its inode would differ).
-    if (made.ok() && stamps(spec, access) == now) keep(spec, access, std::move(*now), *made);
+    keep(spec, access, std::move(*before), *made);
     return made;
   }
 
@@ -105,6 +140,14 @@ class KeptDatasets {
   }
 
  private:
+  struct Reading {
+    DatasetSpec spec;
+    FileAccess access;
+    std::vector<Stamp> stamps;
+    bool done = false;  // under mu_
+    StatusOr<std::shared_ptr<const Dataset>> result = internal_error("not read yet");
+  };
+
   std::shared_ptr<const Dataset> find(const DatasetSpec& spec, const FileAccess& access, const std::vector<Stamp>& now)
       REQUIRES(mu_) {
     for (Kept& k : kept_) {
@@ -120,21 +163,24 @@ class KeptDatasets {
   void keep(const DatasetSpec& spec, const FileAccess& access, std::vector<Stamp> now,
             const std::shared_ptr<const Dataset>& dataset) REQUIRES(mu_) {
     std::erase_if(kept_, [&](const Kept& k) { return k.spec == spec && same_rules(k.access, access); });
-    kept_.push_back({spec, access, std::move(now), dataset, ++clock_});
-    // Within kKeptBytes, the most recent first. Letting go of one a reader
-    // still holds costs a later read, not memory.
+    const size_t bytes = dataset->bytes();
+    if (bytes > kKeptBytes) return;  // never kept: it would push out everything else
+    // Within kKeptBytes, the least recently given go first. Letting go of
+    // one a reader still holds costs a later read, not memory.
     std::sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) { return a.used > b.used; });
-    size_t bytes = 0;
+    size_t total = bytes;
     std::erase_if(kept_, [&](const Kept& k) {
-      bytes += k.dataset->bytes();
-      return bytes > kKeptBytes;
+      if (total + k.dataset->bytes() > kKeptBytes) return true;
+      total += k.dataset->bytes();
+      return false;
     });
+    kept_.push_back({spec, access, std::move(now), dataset, ++clock_});
   }
 
   Mutex mu_;
   CondVar done_;
   std::vector<Kept> kept_ GUARDED_BY(mu_);
-  std::vector<DatasetSpec> reading_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Reading>> reading_ GUARDED_BY(mu_);
   uint64_t clock_ GUARDED_BY(mu_) = 0;
   int64_t hits_ GUARDED_BY(mu_) = 0;
 };

@@ -11,9 +11,16 @@
 // inode, size, and modification and status-change times. A file changed in
 // the last second is read each time (it could change again within the file
 // system's clock step), as are pipes (streams). Up to kKeptBytes stay kept,
-// the least recently used let go first: an idle agent holds no more. Readers
-// of one spec at once read it once: the later ones wait for the first. Any
-// thread may call it.
+// the least recently used let go first: an idle agent holds no more; a
+// larger dataset is never kept. Readers of one spec under the same rules at
+// once read it once: the later ones wait for the first's result (kept or
+// not). Any thread may call it.
+//
+// The stamps are of the paths, before and after the read; the reader opens
+// them again. A path swapped to another file and back within the read could
+// leave that other file's content kept under the first one's stamps: it
+// passed the same access rules, so whoever can swap the paths could as well
+// have written the first file.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +44,9 @@ using DatasetReader = std::function<StatusOr<std::shared_ptr<const Dataset>>()>;
 StatusOr<std::shared_ptr<const Dataset>> open_kept(const DatasetSpec& spec, const FileAccess& access,
                                                    const DatasetReader& read);
 
-// How many opens a kept dataset answered, in this process (tests).
+// How many opens were answered without a read of their own (a kept
+// dataset, or the read of another reader at the same time), in this
+// process (tests).
 int64_t kept_dataset_hits();
 
 }  // namespace rill

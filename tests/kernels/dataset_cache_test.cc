@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -104,6 +105,22 @@ TEST_CASE("readers of one dataset at once read it once") {
   for (const auto& d : got) CHECK(d == got[0]);
   CHECK(got[0] != nullptr);
   CHECK(kept_dataset_hits() == hits + 3);
+}
+
+TEST_CASE("a read that throws leaves no later reader waiting") {
+  TempDir dir;
+  write_text(dir.file("a.csv"), "1,0.5\n");
+  settle();
+  const DatasetSpec spec = csv_spec(dir.file("a.csv"));
+  CHECK_THROWS_AS(open_kept(spec, {}, []() -> StatusOr<std::shared_ptr<const Dataset>> { throw std::bad_alloc(); }),
+                  std::bad_alloc);
+  int reads = 0;
+  auto opened = open_kept(spec, {}, [&] {
+    ++reads;
+    return Dataset::from_fields("rows", 1, {DatasetField{"v", TensorMeta{{}, DType::kF32}, {2.0f}, {}}});
+  });
+  REQUIRE(opened.ok());
+  CHECK(reads == 1);
 }
 
 }  // TEST_SUITE
