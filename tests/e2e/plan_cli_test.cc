@@ -76,6 +76,27 @@ TEST_CASE("rill plan prints a JSON summary and writes DOT") {
   CHECK(again.output == ran.output);
 }
 
+// `--set train.compression_start_step` reaches the plan: the gradients'
+// all-reduces across nodes say where compression begins; a negative start
+// is refused naming the setting.
+TEST_CASE("rill plan --set train.compression_start_step: the gradients' boxings say where compression begins") {
+  const std::string job = "plan " + root() + "/samples/mlp/mlp.json --nodes 2 --json --set train.compression=powersgd";
+  Ran ran = run_rill(job + " --set train.compression_start_step=40");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  int compressed = 0;
+  const nlohmann::json plan = nlohmann::json::parse(ran.output);
+  for (const nlohmann::json& task : plan["tasks"]) {
+    if (!task.contains("boxing") || !task["boxing"].contains("compress")) continue;
+    CHECK(task["boxing"]["compress"] == "powersgd rank 8 from step 40");
+    ++compressed;
+  }
+  CHECK(compressed > 0);
+  Ran refused = run_rill(job + " --set train.compression_start_step=-1");
+  CHECK(refused.code != 0);
+  CHECK(refused.output.find("train.compression_start_step must be in [0, ") != std::string::npos);
+}
+
 TEST_CASE("rill plan --stats prints the compile time, the plan's size and its memory planning time, not the plan") {
   Ran ran = run_rill("plan " + root() + "/samples/mlp/mlp_stages.json --nodes 2 --stats");
   INFO(ran.output);
