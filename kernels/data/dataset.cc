@@ -11,12 +11,14 @@
 namespace rill {
 
 StatusOr<std::shared_ptr<const Dataset>> Dataset::open(const DatasetSpec& spec, const FileAccess& access) {
-  if (spec.kind == "idx") return open_kept(spec, access, [&] { return read_idx_dataset(spec, access); });
-  if (spec.kind == "csv") return open_kept(spec, access, [&] { return read_csv_dataset(spec, access); });
   if (spec.kind == "synthetic") return make_synthetic_dataset(spec);
   if (spec.kind == "inline") return make_inline_dataset(spec);
-  if (spec.kind == "text" || spec.kind == "tokens")
-    return open_kept(spec, access, [&] { return read_token_dataset(spec, access); });
+  // The kinds read from files, kept for their next reader.
+  const auto read = spec.kind == "idx"                          ? read_idx_dataset
+                    : spec.kind == "csv"                        ? read_csv_dataset
+                    : spec.kind == "text" || spec.kind == "tokens" ? read_token_dataset
+                                                                   : nullptr;
+  if (read != nullptr) return open_kept(spec, access, [&] { return read(spec, access); });
   return invalid_argument("dataset '{}': unknown kind '{}' (expected idx, csv, synthetic, inline, text or tokens)",
                           spec.name, spec.kind);
 }

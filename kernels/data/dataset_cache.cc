@@ -105,6 +105,7 @@ class KeptDatasets {
         return theirs->result;
       }
       mine = std::make_shared<Reading>(Reading{spec, access, *before});
+      mine->result = internal_error("dataset '{}': the read another reader began failed with an exception", spec.name);
       reading_.push_back(mine);
     }
     // Whatever the read does (an exception included), the waiting readers
@@ -119,12 +120,12 @@ class KeptDatasets {
         self->done_.notify_all();
       }
     };
-    StatusOr<std::shared_ptr<const Dataset>> made = internal_error("dataset '{}': its read threw", spec.name);
-    {
+    StatusOr<std::shared_ptr<const Dataset>> made = [&] {
       Finish finish{this, mine};
-      made = read();
-      mine->result = made;  // the waiters read it only once `done` is set, under the lock
-    }
+      StatusOr<std::shared_ptr<const Dataset>> result = read();
+      mine->result = result;  // the waiters read it only once `done` is set, under the lock
+      return result;
+    }();
     // Kept only if no file changed (or was swapped for another: its inode
     // would differ) while it was read. Stamped before the lock is taken: a
     // slow file system holds no other opener.
@@ -145,7 +146,7 @@ class KeptDatasets {
     FileAccess access;
     std::vector<Stamp> stamps;
     bool done = false;  // under mu_
-    StatusOr<std::shared_ptr<const Dataset>> result = internal_error("not read yet");
+    StatusOr<std::shared_ptr<const Dataset>> result = internal_error("not read yet");  // set before it is shared
   };
 
   std::shared_ptr<const Dataset> find(const DatasetSpec& spec, const FileAccess& access, const std::vector<Stamp>& now)
