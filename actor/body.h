@@ -273,6 +273,26 @@ class BoxingBody {
   // ring"), or "" when it calls none (within a node, a move).
   std::string collective() const;
 
+  // A compressed all-reduce's state carried from step to step: this node's
+  // error, and PowerSGD's Q (the same on every node); empty otherwise.
+  struct Carried {
+    std::span<const float> error, q;
+  };
+  Carried carried() const;
+  // Goes on from a checkpoint's carried state, the run resuming after
+  // `steps_done` steps. Invalid argument, nothing changed, when the sizes
+  // are not carried()'s (another layout of the buckets, another rank).
+  Status restore(std::span<const float> error, std::span<const float> q, int64_t steps_done);
+  // Tells `fn` the carried state after each act that completes a multiple
+  // of `every` steps (a checkpoint's step), on the boxing's thread. The
+  // run's last step, which a stop may bring forward, is the node's to take
+  // once the run has ended (carried() then).
+  using CarriedFn = std::function<void(int64_t steps_done, Carried carried)>;
+  void on_snapshot(CarriedFn fn, int64_t every) {
+    snapshot_ = std::move(fn);
+    every_ = every;
+  }
+
  private:
   using Ref = BoxingPlan::Ref;
   using Step = BoxingPlan::Step;
@@ -291,6 +311,8 @@ class BoxingBody {
   // the error carried (from step p_.compress_start on; plain before).
   std::unique_ptr<Bf16AllReduce> bf16_;
   std::unique_ptr<PowerSgdAllReduce> powersgd_;
+  CarriedFn snapshot_;
+  int64_t every_ = 0;
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes
 };

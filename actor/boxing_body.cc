@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -40,7 +41,8 @@ BoxingBody::BoxingBody(BoxingPlan plan, comm::Collectives* collectives, uint64_t
   if (p_.compress == BoxingPlan::Compress::kBf16)
     bf16_ = std::make_unique<Bf16AllReduce>(p_.exchange_in_bytes / sizeof(float), p_.nodes);
   if (p_.compress == BoxingPlan::Compress::kPowerSgd)
-    powersgd_ = std::make_unique<PowerSgdAllReduce>(powersgd_layout(p_.tensors, p_.compress_rank), p_.nodes, tag);
+    powersgd_ = std::make_unique<PowerSgdAllReduce>(powersgd_layout(p_.tensors, p_.compress_rank), p_.nodes,
+                                                    p_.compress_seed);
   if (scratch == nullptr && p_.scratch_bytes() > 0) {
     own_scratch_.resize(p_.scratch_bytes());
     scratch = own_scratch_.data();
@@ -150,6 +152,26 @@ Status BoxingBody::act(const ActIo& io) {
   run(p_.before, io);
   RILL_RETURN_IF_ERROR(exchange(io));
   run(p_.after, io);
+  if (snapshot_ && every_ > 0 && (io.step + 1) % every_ == 0) snapshot_(io.step + 1, carried());
+  return {};
+}
+
+BoxingBody::Carried BoxingBody::carried() const {
+  if (bf16_) return {bf16_->feedback().carried(), {}};
+  if (powersgd_) return {powersgd_->carried(), powersgd_->q()};
+  return {};
+}
+
+Status BoxingBody::restore(std::span<const float> error, std::span<const float> q, int64_t steps_done) {
+  const Carried now = carried();
+  if (error.size() != now.error.size() || q.size() != now.q.size())
+    return invalid_argument("boxing {} -> {} carries {} error values and {} of Q; {} and {} were given",
+                            p_.in.to_string(), p_.out.to_string(), now.error.size(), now.q.size(), error.size(),
+                            q.size());
+  if (bf16_) bf16_->restore(error);
+  if (powersgd_)
+    RILL_RETURN_IF_ERROR(powersgd_->restore(
+        error, q, static_cast<uint64_t>(std::max<int64_t>(0, steps_done - p_.compress_start))));
   return {};
 }
 

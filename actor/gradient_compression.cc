@@ -5,6 +5,12 @@
 
 namespace rill {
 
+bool Bf16ErrorFeedback::restore(std::span<const float> carried) {
+  if (carried.size() != carried_.size()) return false;
+  std::copy(carried.begin(), carried.end(), carried_.begin());
+  return true;
+}
+
 void Bf16ErrorFeedback::compress(std::span<const float> in, std::span<BFloat16> wire) {
   if (carried_.size() != in.size()) carried_.assign(in.size(), 0.0f);
   for (size_t i = 0; i < in.size(); ++i) {

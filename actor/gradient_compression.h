@@ -11,8 +11,9 @@
 // every node's 16-bit values (an all-to-all, the reduce-scatter's bytes),
 // rounded to bf16 and all-gathered. A ring's reduce-scatter would round
 // each partial sum, world - 1 times. That one rounding of the sum is not
-// carried. The carried error is a task's memory, not a variable: a run
-// resumed from a checkpoint starts it at zero.
+// carried. The carried error is a task's memory, not a variable; each
+// node's goes into checkpoints beside the variables (runtime/node/
+// carried_state.h), so a resumed run goes on as the straight run did.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,9 @@ class Bf16ErrorFeedback {
   void compress(std::span<const float> in, std::span<BFloat16> wire);
   static void widen(std::span<const BFloat16> wire, std::span<float> out);
   std::span<const float> carried() const { return carried_; }
+  // Goes on from `carried` (a checkpoint's). False, and nothing changed,
+  // when it holds another number of values than carried() does.
+  bool restore(std::span<const float> carried);
 
  private:
   std::vector<float> carried_;
@@ -53,6 +57,7 @@ class Bf16AllReduce {
   Status run(comm::Collectives& collectives, std::span<const float> in, std::span<float> out, uint64_t tag,
              comm::ReduceOp op);
   const Bf16ErrorFeedback& feedback() const { return feedback_; }
+  bool restore(std::span<const float> carried) { return feedback_.restore(carried); }
 
  private:
   Bf16ErrorFeedback feedback_;

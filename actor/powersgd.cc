@@ -83,6 +83,17 @@ void PowerSgdAllReduce::start_q(const PowerSgdLayout::Member& m) {
   for (size_t c = 0; c < static_cast<size_t>(layout_.rank); ++c) draw_q(m, c, 0);
 }
 
+Status PowerSgdAllReduce::restore(std::span<const float> error, std::span<const float> q,
+                                  uint64_t compressed_steps) {
+  if (error.size() != error_.size() || q.size() != second_.size())
+    return invalid_argument("PowerSGD carries {} error values and {} of Q here; {} and {} were given", error_.size(),
+                            second_.size(), error.size(), q.size());
+  std::copy(error.begin(), error.end(), error_.begin());
+  std::copy(q.begin(), q.end(), second_.begin());
+  steps_ = compressed_steps;
+  return {};
+}
+
 Status PowerSgdAllReduce::run(comm::Collectives& collectives, std::span<float> buffer, uint64_t tag,
                               comm::ReduceOp op) {
   if (op != comm::ReduceOp::kSum && op != comm::ReduceOp::kAverage)

@@ -24,7 +24,9 @@
 // under dynamic loss scaling the error is in the scaled gradient's units,
 // so a change of scale weighs what was carried wrongly once (as PyTorch's
 // hook under GradScaler). The error and Q are a task's memory, not
-// variables: a run resumed from a checkpoint starts them afresh. Steps
+// variables; they go into checkpoints beside the variables (runtime/node/
+// carried_state.h: each node's error, and Q once), so a resumed run goes
+// on as the straight run did. Steps
 // before the plan's start step (train.compression_start_step) do not come
 // here: they all-reduce plain (actor/boxing_body.cc).
 #pragma once
@@ -47,6 +49,13 @@ class PowerSgdAllReduce {
   // sum (or average) out, the same bits on every node. kSum or kAverage.
   Status run(comm::Collectives& collectives, std::span<float> buffer, uint64_t tag, comm::ReduceOp op);
   std::span<const float> carried() const { return error_; }
+  // The Q factors the next step starts from: the same on every node.
+  std::span<const float> q() const { return second_; }
+  // Goes on from a checkpoint's error and Q, after `compressed_steps` steps
+  // ran here compressed (the later draws of Q's columns depend on it).
+  // Invalid argument, and nothing changed, when their sizes are not
+  // carried()'s and q()'s.
+  Status restore(std::span<const float> error, std::span<const float> q, uint64_t compressed_steps);
   const PowerSgdLayout& layout() const { return layout_; }
 
  private:

@@ -320,6 +320,7 @@ StatusOr<BoxingTask> boxing_task(const plan::Plan& plan, const plan::Task& task)
     work.plan.compress = static_cast<BoxingPlan::Compress>(conf->compress());
     work.plan.compress_rank = conf->compress_rank();
     work.plan.compress_start = conf->compress_start();
+    work.plan.compress_seed = static_cast<uint64_t>(conf->collective_tag());
     for (const TensorMeta& m : metas) work.plan.tensors.push_back(m.shape);
   }
   return work;

@@ -56,6 +56,10 @@ struct BoxingPlan {
   Compress compress = Compress::kNone;
   int compress_rank = 0;
   int64_t compress_start = 0;  // steps before this one all-reduce uncompressed
+  // PowerSGD's draws of Q: equal on every node for one boxing and the same
+  // in every run of the plan (its collective_tag), so a run resumed from a
+  // checkpoint draws what the straight run drew.
+  uint64_t compress_seed = 0;
   std::vector<Shape> tensors;
 
   int node_of(int rank) const { return rank / local; }

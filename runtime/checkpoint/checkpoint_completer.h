@@ -40,6 +40,13 @@ class CheckpointCompleter {
   CheckpointCompleter(const CheckpointCompleter&) = delete;
   CheckpointCompleter& operator=(const CheckpointCompleter&) = delete;
 
+  // Adds what node `node` writes beside its variables: its compressed
+  // all-reduces' carried state (runtime/node/carried_state.h), which its
+  // ack of the plan lists before the phase starts, so before any report.
+  // Names outside kCarriedPrefix, or more pieces than two per variable (a
+  // bucket holds at least one variable's gradient: an error and a Q), are
+  // refused.
+  Status expect_carried(int node, const std::vector<PieceKey>& pieces);
   void add(int node, NodeCheckpoint written);
   // Waits for the meta.json of every step whose files all came; the first
   // failure (a node's write, the meta's), or a step some node never reported
@@ -54,8 +61,9 @@ class CheckpointCompleter {
   };
   void write_loop();
 
-  std::map<int, std::set<PieceKey>> expected_;
-  std::set<std::string> variable_names_;
+  std::map<int, std::set<PieceKey>> expected_ GUARDED_BY(mu_);
+  std::set<std::string> variable_names_ GUARDED_BY(mu_);
+  size_t variables_ = 0;  // the variables' names expected_ began with
   MetaWriter write_;
   OnComplete on_complete_;
   mutable Mutex mu_;

@@ -14,6 +14,7 @@
 #include "base/safe_files.h"
 #include "runtime/checkpoint/checkpoint_dtypes.h"
 #include "runtime/checkpoint/checkpoint_io.h"
+#include "runtime/node/carried_state.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
@@ -189,8 +190,10 @@ Status write_step_meta(const std::string& dir, int64_t step, const std::string& 
   for (const auto& [name, list] : tensors) {
     const std::string state = state_of(name, tensors);
     if (!state.empty()) states.insert(state);
+    // A compressed all-reduce's carried state (runtime/node/carried_state.h).
+    const char* role = name.starts_with(kCarriedPrefix) ? "carried" : state.empty() ? "variable" : "optimizer_state";
     listed.push_back({{"name", name}, {"shape", list[0]->logical}, {"dtype", safetensors_dtype(list[0]->dtype)},
-                      {"role", state.empty() ? "variable" : "optimizer_state"}});
+                      {"role", role}});
   }
   json opt = {{"states", states}};
   if (!optimizer.empty()) opt["name"] = optimizer;

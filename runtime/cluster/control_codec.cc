@@ -97,8 +97,11 @@ struct Encoder {
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const PlanAck& m) {
+    std::vector<Offset<fb::CheckpointPiece>> carried;
+    for (const CheckpointPiece& p : m.carried)
+      carried.push_back(fb::CreateCheckpointPiece(b, b.CreateString(p.tensor), 0, b.CreateVector(p.offset)));
     return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
-                                                    static_cast<uint8_t>(m.code))
+                                                    static_cast<uint8_t>(m.code), b.CreateVector(carried))
                                       .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Start& m) {
@@ -260,7 +263,11 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();
-      return Message(PlanAck{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code())});
+      PlanAck out{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code()), {}};
+      if (m->carried())
+        for (const fb::CheckpointPiece* p : *m->carried())
+          out.carried.push_back(CheckpointPiece{str(p->tensor()), {}, vec(p->offset()), {}, DType::kF32});
+      return Message(std::move(out));
     }
     case fb::Message::Start: {
       auto m = e->message_as_Start();

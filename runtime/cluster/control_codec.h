@@ -93,7 +93,14 @@ struct CheckpointWritten {
   Code code = Code::kOk;
   double block_seconds = 0, write_seconds = 0;
 };
-struct PlanAck { int64_t job_id = 0; int phase = 0; int node = 0; std::string error; Code code = Code::kOk; };
+struct PlanAck {
+  int64_t job_id = 0;
+  int phase = 0;
+  int node = 0;
+  std::string error;
+  Code code = Code::kOk;
+  std::vector<CheckpointPiece> carried;  // tensor and offset (runtime/node/carried_state.h)
+};
 struct Start { int64_t job_id = 0; int phase = 0; };
 struct Done {
   int64_t job_id = 0;

@@ -10,6 +10,7 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
+#include "runtime/node/carried_state.h"
 
 namespace rill {
 
@@ -39,6 +40,10 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
   std::map<int, std::set<CheckpointCompleter::PieceKey>> writers;  // what each node writes
   for (const compiler::VariablePieceOrigin& piece : pieces) writers[piece.writer].insert({piece.name, piece.offset});
   RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node0_plan));
+  // Node 0's carried state (its compressed all-reduces'); the other nodes'
+  // come with their acks of the plan (attach).
+  for (const SnapshotPiece& piece : own)
+    if (piece.name.starts_with(kCarriedPrefix)) writers[0].insert({piece.name, piece.offset});
   std::unique_ptr<JobCheckpoints> out(new JobCheckpoints());
   out->every_ = config.every;
   out->completer_.emplace(
@@ -72,6 +77,9 @@ void JobCheckpoints::attach(RunOptions& run, PhasePlan& phase) {
     if (collector_) collector_->add(done, std::move(piece));
   };
   phase.on_checkpoint = [this](int node, NodeCheckpoint written) { completer_->add(node, std::move(written)); };
+  phase.expect_carried = [this](int node, const std::vector<CheckpointCompleter::PieceKey>& pieces) {
+    return completer_->expect_carried(node, pieces);
+  };
 }
 
 Status JobCheckpoints::finish() {

@@ -12,6 +12,7 @@
 #include "compiler/optimizer.h"
 #include "kernels/op.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/node/carried_state.h"
 
 namespace rill {
 
@@ -34,8 +35,19 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
   // resumed in f16 from an f32 checkpoint).
   const std::optional<graph::Variable> scale_state = compiler::loss_scale_variable(job.train);
   if (scale_state) variables[scale_state->name] = &*scale_state;
+  int carried = 0, carried_unused = 0;  // tensors of the compressed all-reduces' carried state
   for (CheckpointTensor& t : checkpoint.tensors) {
     size_t slash = t.name.rfind('/');
+    // Each boxing restores its own, if it is of its size (runtime/node/carried_state.h).
+    if (t.name.starts_with(kCarriedPrefix)) {
+      if (job.train.compression != graph::Compression::kNone) {
+        ++carried;
+        run.initial_state[t.name] = std::move(t.values);
+      } else {
+        ++carried_unused;
+      }
+      continue;
+    }
     if (auto it = variables.find(t.name); it != variables.end()) {
       if (t.shape != it->second->shape)
         return invalid_argument("checkpoint {}: variable '{}' is {} there; the job declares {}", path, t.name,
@@ -70,7 +82,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
         if (update->state_names[i]) wanted.insert(v.name + "/" + update->state_names[i]);
   std::set<std::string> fresh = wanted, unused;
   for (const auto& [name, values] : run.initial_state)
-    if (!fresh.erase(name)) unused.insert(name.substr(name.rfind('/') + 1));
+    if (!name.starts_with(kCarriedPrefix) && !fresh.erase(name)) unused.insert(name.substr(name.rfind('/') + 1));
   std::set<std::string> fresh_kinds;
   for (const std::string& name : fresh) fresh_kinds.insert(name.substr(name.rfind('/') + 1));
   if (out) {
@@ -83,6 +95,13 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
                "resumes it)\n",
                checkpoint.step, from, run.initial_values.size(),
                rounded > 0 ? fmt::format(", {} of them stored in 16 bits and widened", rounded) : "");
+    if (carried > 0)
+      fmt::print(out, "the compressed gradients' carried error goes on from the checkpoint ({} tensor(s))\n",
+                 carried);
+    if (carried_unused > 0)
+      fmt::print(out, "note: the checkpoint's carried error of compressed gradients ({} tensor(s)) is left unused: "
+                      "the job does not compress them\n",
+                 carried_unused);
     if (!fresh.empty())
       fmt::print(out, "note: the checkpoint holds no {} for {} of {} optimizer state tensor(s) of '{}': they start "
                       "from zero\n",

@@ -33,6 +33,11 @@ struct PhasePlan {
   // Where every node's report of a checkpoint file it wrote goes (the run's
   // completer: runtime/cluster/job_checkpoints.h); empty: no checkpoints.
   std::function<void(int node, NodeCheckpoint written)> on_checkpoint;
+  // What a node writes into checkpoints beside its variables (its
+  // compressed all-reduces' carried state: runtime/node/carried_state.h),
+  // as its ack of the plan says, before the phase starts; an error fails it.
+  std::function<Status(int node, const std::vector<std::pair<std::string, std::vector<int64_t>>>& pieces)>
+      expect_carried;
 };
 
 // Runs one phase and reports (by default run_plan of the plan on this

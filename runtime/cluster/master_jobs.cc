@@ -379,6 +379,16 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                             options_.join_timeout_s),
       code = Code::kDeadlineExceeded;
     if (failure.empty() && stopping_) failure = "the cluster is shutting down";
+    // Each node's carried state in checkpoints, by the plan's node it is.
+    for (size_t i = 1; failure.empty() && plan.expect_carried && i < phase_.members.size(); ++i) {
+      auto ack = phase_.acks.find(phase_.members[i]);
+      if (ack == phase_.acks.end()) continue;
+      std::vector<std::pair<std::string, std::vector<int64_t>>> pieces;
+      for (ctl::CheckpointPiece& p : ack->second.carried) pieces.emplace_back(std::move(p.tensor), std::move(p.offset));
+      if (Status expected = plan.expect_carried(static_cast<int>(i), pieces); !expected.ok())
+        failure = fmt::format("{}: {}", node_name(options_.machines, phase_.members[i]), expected.message()),
+        code = expected.code();
+    }
     if (failure.empty()) local_runtime_ = runtime->get();
   }
   if (!failure.empty()) {

@@ -22,6 +22,7 @@
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill::agent_internal {
@@ -312,10 +313,19 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
                    part.phase, plan->size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     std::shared_ptr<CheckpointCollector> checkpoint;
+    std::vector<ctl::CheckpointPiece> carried;  // the master learns of them with the ack
     if (plan.ok() && checkpointed) {
       auto made = checkpoint_collector(*checkpointed, *plan, part.job_id, part.phase, node, nodes, link);
       if (made.ok()) checkpoint = std::move(*made);
       else plan = made.status();
+    }
+    if (plan.ok() && checkpoint) {
+      auto pieces = snapshot_pieces(*plan);
+      if (!pieces.ok()) plan = pieces.status();
+      else
+        for (SnapshotPiece& piece : *pieces)
+          if (piece.name.starts_with(kCarriedPrefix))
+            carried.push_back(ctl::CheckpointPiece{std::move(piece.name), {}, std::move(piece.offset), {}});
     }
     if (checkpoint)
       run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };
@@ -337,7 +347,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       }
     }
     post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
-                                 built.ok() ? Code::kOk : built.status().code()});
+                                 built.ok() ? Code::kOk : built.status().code(), std::move(carried)});
   });
 }
 

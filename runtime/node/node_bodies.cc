@@ -1,11 +1,14 @@
 // What each task of the node does (its actor's body, made from the plan),
 // and its variables' start (initial values, restored state, snapshots) and
-// end (the values reported back).
+// end (the values reported back); the carried state of its compressed
+// all-reduces, restored and snapshot as the variables are.
 #include "runtime/node/node_run.h"
 #include "runtime/node/step_keeper.h"
 
 #include <algorithm>
 #include <chrono>
+
+#include <spdlog/spdlog.h>
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/data/dataset_peek.h"
@@ -288,12 +291,43 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
   return {};
 }
 
+Status NodeRun::init_boxing(const plan::Task& task, Actor& actor) {
+  auto* body = std::get_if<BoxingBody>(&actor.body());
+  if (body == nullptr) return {};
+  RILL_ASSIGN_OR_RETURN(std::vector<CarriedPiece> pieces, carried_pieces(*plan_, task));
+  if (pieces.empty()) return {};
+  if (const std::string left = restore_carried(*body, pieces, options_.initial_state, options_.start_step);
+      !left.empty())
+    spdlog::warn("node {}: {}: the compression's carried error starts from zero: {}", options_.node,
+                 read_string(task.name()), left);
+  if (!options_.on_snapshot) return {};
+  body->on_snapshot([this, pieces](int64_t done, const BoxingBody::Carried& carried) {
+    snapshot_carried(pieces, done, carried);
+  }, options_.snapshot_every);
+  carried_.emplace_back(body, std::move(pieces));
+  return {};
+}
+
+void NodeRun::snapshot_carried(const std::vector<CarriedPiece>& pieces, int64_t steps_done,
+                               const BoxingBody::Carried& carried) {
+  for (const CarriedPiece& piece : pieces)
+    if (piece.writes)
+      options_.on_snapshot(steps_done, VariablePiece{piece.name, piece.logical, piece.offset, piece.shape,
+                                                     carried_values(piece, carried), {}});
+}
+
 StatusOr<std::vector<SnapshotPiece>> snapshot_pieces(std::string_view node_plan) {
   RILL_ASSIGN_OR_RETURN(const plan::Plan* plan, compiler::verify_plan(node_plan));
   std::map<int64_t, const plan::RegstDesc*> regsts;
   for (const plan::RegstDesc* r : *plan->regsts()) regsts[r->id()] = r;
   std::vector<SnapshotPiece> out;
   for (const plan::Task* task : *plan->tasks()) {
+    if (task->kind() == plan::TaskKind::Boxing && (plan->node() < 0 || task->node() == plan->node())) {
+      RILL_ASSIGN_OR_RETURN(std::vector<CarriedPiece> carried, carried_pieces(*plan, *task));
+      for (CarriedPiece& piece : carried)
+        if (piece.writes) out.push_back({std::move(piece.name), std::move(piece.offset)});
+      continue;
+    }
     // A node's plan also numbers other nodes' variable tasks that read
     // across placements; only its own run here.
     if (task->kind() != plan::TaskKind::Variable || !task->variable() || !task->variable()->checkpoint_writer() ||

@@ -27,6 +27,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "comm/flight_record.h"
 #include "runtime/node/boxing_setup.h"
+#include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/worker.h"
 
@@ -96,6 +97,11 @@ class NodeRun : public NodeRuntime {
   // Its body's part: a VariableBody or a LanedVariableBody.
   template <typename VariableLike>
   Status init_variable(const plan::Task& task, VariableLike& body);
+  // A boxing's carried state (a compressed all-reduce's): restored from
+  // options_.initial_state, and into checkpoints (runtime/node/carried_state.h).
+  Status init_boxing(const plan::Task& task, Actor& actor);
+  void snapshot_carried(const std::vector<CarriedPiece>& pieces, int64_t steps_done,
+                        const BoxingBody::Carried& carried);
   // The context of the GPU a task runs on, made on first use.
   StatusOr<CudaContext*> cuda_for(uint32_t device);
   void collect_variables(RunReport& report);
@@ -128,6 +134,8 @@ class NodeRun : public NodeRuntime {
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> by_index_;
   std::vector<const plan::Task*> variable_tasks_;
+  // The boxings whose carried state goes into checkpoints, with its pieces.
+  std::vector<std::pair<const BoxingBody*, std::vector<CarriedPiece>>> carried_;
   size_t variable_bytes_ = 0;  // of this node's distinct variable pieces
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unordered_map<uint64_t, Worker*> worker_by_key_;

@@ -96,6 +96,8 @@ Status NodeRun::build() {
       RILL_RETURN_IF_ERROR(init_variable(*task, *actor).with_context(fmt::format("variable '{}'", name)));
       variable_tasks_.push_back(task);
     }
+    if (task->kind() == plan::TaskKind::Boxing)
+      RILL_RETURN_IF_ERROR(init_boxing(*task, *actor).with_context(fmt::format("boxing '{}'", name)));
     if (options_.trace) actor->enable_trace();
     uint64_t key = ActorId::thread_key(task->id());
     Worker*& worker = worker_by_key_[key];
@@ -251,6 +253,11 @@ RunReport NodeRun::run() {
   }
   if (report.status.ok()) {
     collect_variables(report);
+    // The carried state at the run's last step (a stop may have brought it
+    // forward): the variables' last snapshot is of that step too.
+    const int64_t end = end_->end();
+    if (end > end_->first() && !(options_.snapshot_every > 0 && end % options_.snapshot_every == 0))
+      for (const auto& [body, pieces] : carried_) snapshot_carried(pieces, end, body->carried());
     boxing_.finish();  // every node ran to its end: ranks sharing a GPU let go of each other's buffers
   }
   report.comm_record = record_.json(32).dump();

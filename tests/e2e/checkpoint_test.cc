@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_values.h"
+#include "resume_check.h"
 #include "process_util.h"
 #include "run_results.h"
 
@@ -48,40 +49,7 @@ bool formed(const std::string& master) {
 
 }  // namespace
 
-namespace {
-
-// Runs `job` (a job file and its flags) for 60 steps with a checkpoint every
-// 20 (keeping 2), then again from step 40, and checks the resumed steps
-// against the straight run's. The same kernels, the same ring order and the
-// same fixed-order sums on the same machine: the resumed steps are bitwise
-// the straight run's (the result file prints doubles with 17 significant
-// digits).
-void check_resume_bitwise(const std::string& job, const std::string& name) {
-  auto dir = temp_dir() / name;
-  std::filesystem::remove_all(dir);
-  auto straight = temp_dir() / (name + "_straight.json");
-  auto resumed = temp_dir() / (name + "_resumed.json");
-  Ran a = run_rill("run " + job + " --steps 60 --set checkpoint.dir=" + dir.string() +
-                   " --set checkpoint.every=20 --set checkpoint.keep=2 --result " + straight.string());
-  INFO(a.output);
-  REQUIRE(a.code == 0);
-  CHECK(rill::testing::checkpoint_complete(dir, 60));
-  CHECK(std::filesystem::exists(dir / "step-00000040"));
-  CHECK_FALSE(std::filesystem::exists(dir / "step-00000020"));  // keep = 2
-  Ran b = run_rill("run " + job + " --steps 60 --resume " + (dir / "step-00000040").string() + " --result " +
-                   resumed.string());
-  INFO(b.output);
-  REQUIRE(b.code == 0);
-  auto x = read_json(straight)["loss_curve"];
-  auto y = read_json(resumed)["loss_curve"];
-  REQUIRE(y.size() == 20);
-  for (size_t i = 0; i < 20; ++i) {
-    CAPTURE(i);
-    CHECK(x[40 + i].get<double>() == y[i].get<double>());
-  }
-}
-
-}  // namespace
+using rill::testing::check_resume_bitwise;
 
 TEST_CASE("every node writes its own checkpoint pieces, and a cluster run resumes from them") {
   check_resume_bitwise(root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1 --ctrl-port 19200", "ckpt");
@@ -125,8 +93,9 @@ TEST_CASE("pserver layouts on real agents: HashName and slice_var_up off give co
 // The blocks live on the pservers; the master gathers them into the model's
 // own variables, in the format of every other mode.
 TEST_CASE("pserver mode checkpoints the variables whole (not their blocks) and resumes bitwise") {
-  check_resume_bitwise(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19570", "ckpt_pserver");
-  auto c = rill::read_checkpoint((temp_dir() / "ckpt_pserver" / "step-00000060").string());
+  const auto resumed =
+      check_resume_bitwise(root() + "/samples/pserver/mlp_pserver.json --nodes 4 --ctrl-port 19570", "ckpt_pserver");
+  auto c = rill::read_checkpoint((resumed.dir / "step-00000060").string());
   REQUIRE_MESSAGE(c.ok(), c.status().to_string());
   bool whole_w1 = false, blocks = false;
   for (const rill::CheckpointTensor& t : c->tensors) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "process_util.h"
+#include "resume_check.h"
 #include "run_results.h"
 
 namespace {
@@ -80,4 +81,56 @@ TEST_CASE("the GPT sample on 2 nodes with compressed gradients reaches the same 
   CHECK(std::abs(plain["metrics"]["loss"].get<double>() - powersgd["metrics"]["loss"].get<double>()) < 0.05);
   CHECK(sent(bf16) < 0.55 * sent(plain));
   CHECK(sent(powersgd) < 0.15 * sent(plain));
+}
+
+// A compressed run's checkpoints hold each node's carried error and
+// PowerSGD's Q (runtime/node/carried_state.h), so a run resumed from one
+// goes on with the straight run's bits (the reasons in resume_check.h;
+// tests/runtime/compression_test.cc shows a resumed run without them
+// differs). Compression starts at step 10, so the resumed run's draws of
+// Q count the compressed steps from there.
+TEST_CASE("a compressed run resumes from its checkpoint bit for bit: the carried error and Q are in it") {
+  int port = 19702;  // and 19706
+  for (const std::string compression : {"bf16", "powersgd"}) {
+    CAPTURE(compression);
+    const rill::testing::Resumed resumed = rill::testing::check_resume_bitwise(
+        root() + "/bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port " + std::to_string(port) +
+            " --set train.batch_size=64 --set train.compression=" + compression +
+            " --set train.compression_rank=2 --set train.compression_start_step=10",
+        "compressed_" + compression);
+    // Resumed without compression: nothing restores them, and that is said.
+    if (compression == "bf16") {
+      Ran plain = rill::testing::run_rill("run " + root() + "/bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port " +
+                                          std::to_string(port) + " --set train.batch_size=64 --resume " +
+                                          (resumed.dir / "step-00000060").string() + " --steps 61");
+      INFO(plain.output);
+      CHECK(plain.code == 0);
+      CHECK(plain.output.find("carried error of compressed gradients (") != std::string::npos);
+      CHECK(plain.output.find("is left unused: the job does not compress them") != std::string::npos);
+    }
+    port += 4;
+    CHECK(resumed.output.find("the compressed gradients' carried error goes on from the checkpoint") !=
+          std::string::npos);
+    auto checkpoint = rill::read_checkpoint((resumed.dir / "step-00000060").string());
+    REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.status().to_string());
+    int errors = 0, qs = 0;
+    for (const rill::CheckpointTensor& t : checkpoint->tensors) {
+      if (!t.name.starts_with("compression/")) continue;
+      CAPTURE(t.name);
+      if (t.name.ends_with("/error")) {
+        ++errors;
+        CHECK(t.shape.size() == 2);
+        CHECK(t.shape[0] == 2);  // a row per node
+      }
+      qs += t.name.ends_with("/q") ? 1 : 0;
+    }
+    CHECK(errors >= 1);
+    CHECK((qs >= 1) == (compression == "powersgd"));
+    // meta.json tells them from the variables.
+    const nlohmann::json meta = read_json(resumed.dir / "step-00000060" / "meta.json");
+    int roles = 0;
+    for (const nlohmann::json& t : meta["tensors"])
+      roles += t["name"].get<std::string>().starts_with("compression/") && t["role"] == "carried" ? 1 : 0;
+    CHECK(roles == errors + qs);
+  }
 }

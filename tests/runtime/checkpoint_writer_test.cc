@@ -26,6 +26,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_completer.h"
+#include "runtime/node/carried_state.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "tests/runtime/stop_child.h"
 
@@ -240,6 +241,39 @@ TEST_CASE("a step a node never reported, or a node's failed write, is the comple
     CHECK(completer.finish().ok());
     CHECK(completer.written() == 1);
   }
+}
+
+// A node that writes no variable piece but a compressed all-reduce's
+// carried state (its row of the error) is expected once its ack of the plan
+// says so: the step waits for its file, and a file of the others' pieces
+// is still refused.
+TEST_CASE("carried state a node's ack lists makes it a writer the step waits for") {
+  const std::string error = std::string(kCarriedPrefix) + "bucket:grad/w:P->B/error";
+  auto carried_file = [&](int64_t step, int node) {
+    return NodeCheckpoint{step, {}, NodeFile{node, fmt::format("node-{}.safetensors", node), 10,
+                                             {TensorPiece{error, {3, 4}, {node, 0}, {1, 4}, DType::kF32, {}}}},
+                          0, 0};
+  };
+  std::vector<size_t> metas;
+  CheckpointCompleter completer(writers({0}), [&](int64_t, const std::vector<NodeFile>& files) {
+    metas.push_back(files.size());
+    return Status();
+  });
+  CHECK(completer.expect_carried(1, {{error, {1, 0}}}).ok());
+  completer.add(0, file_of(10, 0, 0));
+  CHECK(completer.finish().code() == Code::kDataLoss);  // node 1's file of step 10 never came
+  CheckpointCompleter second(writers({0}), [&](int64_t, const std::vector<NodeFile>& files) {
+    metas.push_back(files.size());
+    return Status();
+  });
+  CHECK(second.expect_carried(1, {{error, {1, 0}}}).ok());
+  second.add(0, file_of(10, 0, 0));
+  second.add(1, carried_file(10, 1));
+  CHECK(second.finish().ok());
+  CHECK(metas == std::vector<size_t>{2});
+  // Only carried state, and not more of it than two pieces a variable.
+  CHECK(second.expect_carried(2, {{"w", {0, 0}}}).code() == Code::kDataLoss);
+  CHECK(second.expect_carried(2, {{error, {0, 0}}, {error, {1, 0}}, {error, {2, 0}}}).code() == Code::kDataLoss);
 }
 
 // A checkpoint of `step`: four tensors of 4 MiB, every value the step, so

@@ -111,6 +111,13 @@ TEST_CASE("control messages survive encoding") {
   auto ack = control::decode(control::encode(control::PlanAck{7, 0, 1, "corrupt", Code::kDataLoss}));
   REQUIRE(ack.ok());
   CHECK(std::get<control::PlanAck>(*ack).code == Code::kDataLoss);
+  // The carried state a node writes into checkpoints: tensor and offset.
+  control::PlanAck carrying{7, 0, 1, "", Code::kOk, {{"compression/b/error", {}, {1, 0}, {}}}};
+  auto carried = control::decode(control::encode(carrying));
+  REQUIRE(carried.ok());
+  REQUIRE(std::get<control::PlanAck>(*carried).carried.size() == 1);
+  CHECK(std::get<control::PlanAck>(*carried).carried[0].tensor == "compression/b/error");
+  CHECK(std::get<control::PlanAck>(*carried).carried[0].offset == Shape{1, 0});
   auto result = control::decode(control::encode(control::Result{7, "{}", "gone", Code::kUnavailable}));
   REQUIRE(result.ok());
   CHECK(std::get<control::Result>(*result).code == Code::kUnavailable);

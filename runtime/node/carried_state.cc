@@ -1,0 +1,66 @@
+#include "runtime/node/carried_state.h"
+
+#include <fmt/format.h>
+
+#include "compiler/boxing_task.h"
+#include "kernels/powersgd_layout.h"
+#include "runtime/node/plan_reader.h"
+
+namespace rill {
+
+StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const plan::Task& task) {
+  std::vector<CarriedPiece> out;
+  if (task.kind() != plan::TaskKind::Boxing || !task.boxing() || task.boxing()->compress() == 0) return out;
+  RILL_ASSIGN_OR_RETURN(compiler::BoxingTask work, compiler::boxing_task(plan, task));
+  const BoxingPlan& p = work.plan;
+  if (p.compress == BoxingPlan::Compress::kNone) return out;
+  size_t error = p.exchange_in_bytes / sizeof(float), q = 0;
+  if (p.compress == BoxingPlan::Compress::kPowerSgd) {
+    const PowerSgdLayout layout = powersgd_layout(p.tensors, p.compress_rank);
+    error = layout.error;
+    q = layout.second;
+  }
+  std::string boxing = read_string(task.name());
+  if (const size_t at = boxing.rfind('@'); at != std::string::npos) boxing.resize(at);
+  const std::string base = std::string(kCarriedPrefix) + boxing;
+  const int64_t nodes = p.nodes, node = p.node_of(p.first_rank);
+  const auto n = static_cast<int64_t>(error), m = static_cast<int64_t>(q);
+  if (n > 0) out.push_back({base + "/error", {nodes, n}, {node, 0}, {1, n}, false, true});
+  if (m > 0) out.push_back({base + "/q", {m}, {0}, {m}, true, node == 0});
+  return out;
+}
+
+std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::Carried& carried) {
+  const std::span<const float> from = piece.q ? carried.q : carried.error;
+  return {from.begin(), from.end()};
+}
+
+std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& pieces,
+                            const std::map<std::string, std::vector<float>>& state, int64_t steps_done) {
+  const BoxingBody::Carried now = body.carried();
+  std::span<const float> error, q;
+  std::string left;
+  bool found = false;
+  for (const CarriedPiece& piece : pieces) {
+    auto it = state.find(piece.name);
+    if (it == state.end()) continue;
+    found = true;
+    const size_t want = static_cast<size_t>(num_elements(piece.logical));
+    if (it->second.size() != want) {
+      left += fmt::format("{}{} holds {} values, this plan's {}", left.empty() ? "" : "; ", piece.name,
+                          it->second.size(), want);
+      continue;
+    }
+    // This node's row of the error; Q whole.
+    const size_t at = piece.q ? 0 : static_cast<size_t>(piece.offset[0] * piece.shape[1]);
+    (piece.q ? q : error) = std::span<const float>(it->second.data() + at, static_cast<size_t>(num_elements(piece.shape)));
+  }
+  if (!found) return {};
+  if (left.empty() && (error.size() != now.error.size() || q.size() != now.q.size()))
+    left = fmt::format("{}: the checkpoint holds only part of it", pieces[0].name.substr(0, pieces[0].name.rfind('/')));
+  if (!left.empty()) return left;
+  const Status restored = body.restore(error, q, steps_done);
+  return restored.ok() ? std::string() : restored.message();
+}
+
+}  // namespace rill

@@ -1,0 +1,50 @@
+// What a compressed all-reduce of gradients carries from step to step
+// (train.compression: actor/gradient_compression.h, actor/powersgd.h), as
+// checkpoints hold it beside the variables, so that a run resumed from a
+// checkpoint goes on as the straight run did:
+//   compression/<boxing>/error  [nodes, n]  row k: node k's error (its own)
+//   compression/<boxing>/q      [m]         PowerSGD's Q, the same on every
+//                                           node: written by the first
+// <boxing> is the boxing task's name without its node ("bucket:grad/logits/
+// reduce_sum+3:P->B"): the same in every run of the job's plan. A run
+// whose plan has other buckets, another rank or other nodes finds no
+// tensor of its size and starts from zero, as a run without a checkpoint.
+// Internal to runtime/.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actor/body.h"
+#include "base/status.h"
+#include "compiler/plan_generated.h"
+#include "kernels/tensor.h"
+
+namespace rill {
+
+inline constexpr std::string_view kCarriedPrefix = "compression/";
+
+struct CarriedPiece {
+  std::string name;  // "compression/<boxing>/error" or ".../q"
+  Shape logical, offset, shape;
+  bool q = false;       // PowerSGD's Q, else this node's error
+  bool writes = true;   // into checkpoints (Q: the first node only; every node reads it)
+};
+
+// The pieces of boxing task `task` of a verified plan; none when it
+// compresses nothing.
+StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const plan::Task& task);
+
+// `piece`'s values as `carried` (the body's) holds them.
+std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::Carried& carried);
+
+// Restores `body` from `state` (the logical tensors a run starts from, by
+// name) after `steps_done` steps. Nothing to restore (no tensor of these
+// names) is ok; tensors of other sizes are left, and said in the result
+// (empty when all was restored or nothing was there).
+std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& pieces,
+                            const std::map<std::string, std::vector<float>>& state, int64_t steps_done);
+
+}  // namespace rill
