@@ -1,4 +1,5 @@
 #include "comm/collectives.h"
+#include "comm/collective_tiers.h"
 
 #include <algorithm>
 #include <cstring>
@@ -252,10 +253,13 @@ Status Collectives::all_reduce_t(std::span<const T> in, std::span<T> out, uint64
   RILL_RETURN_IF_ERROR(begin("all_reduce", tag));
   const bool small = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
   const bool direct = small && world() <= kCollectiveDirectMaxRanks, doubling = small && !direct;
+  const bool tiered = !small && tiers() != nullptr;
   Status status = direct     ? all_reduce_direct(in, out, tag, op)
                   : doubling ? all_reduce_doubling(in, out, tag, op)
+                  : tiered   ? all_reduce_tiered(in, out, tag, op)
                              : all_reduce_ring(in, out, tag, op);
-  status = end("all_reduce", direct ? "direct" : doubling ? "recursive doubling" : "ring", tag, std::move(status));
+  status = end("all_reduce", direct ? "direct" : doubling ? "recursive doubling" : tiered ? "machines first" : "ring",
+               tag, std::move(status));
   if (status.ok()) finish(op, out);  // after end(): the sends read out until then
   return status;
 }

@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -63,6 +64,14 @@ struct CollectiveOptions {
   // flight record), as caller `caller` of it; null: nowhere.
   FlightRecord* record = nullptr;
   int caller = -1;
+  // The machine of each rank (by rank; empty: not known). Where there are
+  // several machines, each with the same number of ranks, more than one, an
+  // all_reduce above direct_bytes goes within each machine first
+  // (collective_tiers.cc): a reduce-scatter among its ranks, the all-reduce
+  // of each rank's block among the ranks of that index on every machine,
+  // then an all-gather within the machine. Each machine sends its tensor
+  // across once, not once per rank on the ring's boundary.
+  std::vector<int> machines;
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -86,7 +95,8 @@ class Collectives {
   const CollectiveOptions& options() const { return options_; }
   // The last call's operation and algorithm ("all_reduce", "ring"): "direct"
   // (every rank sends to every other, one hop), "recursive doubling" (a
-  // small all-reduce among more than kCollectiveDirectMaxRanks ranks), "ring", "pipelined chain",
+  // small all-reduce among more than kCollectiveDirectMaxRanks ranks), "ring",
+  // "machines first" (options.machines), "pipelined chain",
   // "pairwise", "dissemination", "point-to-point", or "local" in a world of
   // one. Empty strings before the first call.
   const char* last_op() const { return last_op_; }
@@ -215,6 +225,11 @@ class Collectives {
   Status all_reduce_direct(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>
   Status all_reduce_doubling(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
+  // options.machines: the all-reduce within each machine first (collective_tiers.cc).
+  struct Tiers;
+  Tiers* tiers();  // null: the ranks are not on several machines alike
+  template <typename T>
+  Status all_reduce_tiered(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>
   Status reduce_scatter_ring(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op);
   template <typename T>
@@ -242,6 +257,8 @@ class Collectives {
   std::vector<uint32_t> sent_;      // per rank: messages sent to it in this op
   std::vector<uint32_t> received_from_;  // per rank: messages received from it in this op
   bool failed_ = false;
+  std::unique_ptr<Tiers> tiers_;  // made by the first call that uses them
+  bool tiers_checked_ = false;
   const char* last_op_ = "";
   const char* last_algorithm_ = "";
 };

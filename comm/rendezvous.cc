@@ -4,6 +4,7 @@
 #include "comm/data_cipher.h"
 
 #include <map>
+
 #include <zmq.hpp>
 
 #include <fmt/format.h>
@@ -205,6 +206,8 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
   if (master.port < 1 || master.port + world > 65535)
     return invalid_argument("rendezvous: master port {} leaves no data ports for {} ranks", master.port, world);
   Communicator c;
+  CollectiveOptions options;
+  options.timeout = timeout;
   if (world == 1) {  // no one to meet: no sockets
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
@@ -214,14 +217,19 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
                           rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get(),
                                      session, &sessions));
+    // Ranks of one address are one machine's (they share memory): an
+    // all-reduce goes within each machine first.
+    std::map<std::string, int> machine_of;
+    for (const Endpoint& e : endpoints) {
+      machine_of.emplace(e.address, static_cast<int>(machine_of.size()));
+      options.machines.push_back(machine_of.at(e.address));
+    }
     ZmqOptions transport_options;
     transport_options.key = key;
     transport_options.session = session;
     RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints), transport_options));
     for (int r = 0; r < world; ++r) c.transport->set_peer_session(r, sessions[static_cast<size_t>(r)]);
   }
-  CollectiveOptions options;
-  options.timeout = timeout;
   c.collectives = std::make_unique<Collectives>(*c.transport, options);
   return c;
 }

@@ -105,6 +105,12 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
     INFO(other);
     CHECK(other.find("rank 2" + all) != std::string::npos);
     CHECK(other.find("rank 3" + all) != std::string::npos);
+    // The two launchers' ranks meet from one address (127.0.0.1: a process
+    // connecting to it speaks from it): one machine, whose ranks share
+    // memory, so a large all-reduce is one ring (tests/net has them on two
+    // machines, summing within each first).
+    for (const std::string& out : {ran.output, other})
+      CHECK(out.find("; 4 MiB sum 10 (ring)") != std::string::npos);
   }
 }
 
