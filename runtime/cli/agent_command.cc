@@ -35,6 +35,11 @@ int start_agent(const std::string& machines, int ctrl_port, AgentOptions options
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
                                          options.dead_after_s, options.heartbeat_s));
+  // A connection closed while heartbeats came is a gone process; one silent
+  // for link_timeout_s a cut link: heartbeats must come well within it.
+  if (options.link_timeout_s < 2 * options.heartbeat_s)
+    return fail_command(invalid_argument("--link-timeout ({} s) must be at least twice --heartbeat ({} s)",
+                                         options.link_timeout_s, options.heartbeat_s));
   // The master writes job-ID.jsonl there: a folder that is not there, or
   // cannot be written, is found now, not when the first job fails.
   if (!options.metrics_dir.empty()) {
@@ -89,6 +94,11 @@ class AgentCommand : public Command {
     app_->add_option("--heartbeat", options_.heartbeat_s, "Seconds between heartbeats")->capture_default_str();
     app_->add_option("--dead-after", options_.dead_after_s,
                      "The master declares a node lost after this many seconds without a heartbeat")
+        ->capture_default_str();
+    app_->add_option("--link-timeout", options_.link_timeout_s,
+                     "The data plane gives up on a connection that carried nothing this many seconds (a cut link; "
+                     "its node joins again once the link is back)")
+        ->check(positive())
         ->capture_default_str();
     app_->add_option("--log", log_, "Write this agent's output to this file instead of the terminal");
     app_->add_option("--max-message-bytes", options_.max_message_bytes,

@@ -5,6 +5,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -122,6 +123,9 @@ Status Agent::start() {
     comm::ZmqOptions transport_options;
     transport_options.key = options_.key;
     transport_options.max_message_bytes = options_.max_message_bytes;
+    transport_options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.link_timeout_s * 1e3));
+    transport_options.heartbeat_interval =
+        std::min(transport_options.heartbeat_interval, transport_options.heartbeat_timeout / 4);
     auto transport = comm::make_zmq_transport(options_.rank, endpoints, transport_options);
     if (!transport.ok())
       return transport.status().with_context(fmt::format("{}: data port", node_name(options_.machines, options_.rank)));

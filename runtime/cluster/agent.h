@@ -59,6 +59,12 @@ struct AgentOptions {
   double join_timeout_s = 60.0;   // the cluster must form within this
   double heartbeat_s = 1.0;       // agents and master exchange heartbeats
   double dead_after_s = 10.0;     // a node silent this long is lost
+  // The data plane closes a connection that carried nothing (not even its
+  // pings) this long: ZeroMQ's heartbeat timeout. A connection that closes
+  // while its peer's heartbeats still came is a process gone; one that
+  // times out is a silent link, whose far side may be up (its node joins
+  // again once the link is back).
+  double link_timeout_s = 20.0;
   double stall_timeout_s = 60.0;  // a job where no actor acts this long is stopped
   std::FILE* out = stdout;        // progress lines (the master's)
   // The version this agent announces when it joins; tests set another to

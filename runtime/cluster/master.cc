@@ -3,6 +3,7 @@
 #include "runtime/cluster/master.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -168,14 +169,19 @@ void Master::check_liveness() {
   for (int r = 1; r < world_; ++r) {
     if (lost_[r]) continue;
     // A dead process closes its connections: the data plane sees it within
-    // its grace (a fraction of a second). A silent machine misses heartbeats.
+    // its grace (a fraction of a second), while its heartbeats still came. A
+    // silent machine or link misses heartbeats, and its data connection
+    // times out after --link-timeout, which may come first.
     std::string reason;
-    if (transport_->peer_lost(r))
+    const double silent = seconds_since(last_seen_[r]);
+    const bool timed_out = transport_->peer_lost(r) && silent >= options_.link_timeout_s / 2;
+    if (transport_->peer_lost(r) && !timed_out)
       reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
-    else if (seconds_since(last_seen_[r]) >= options_.dead_after_s)
+    else if (timed_out || silent >= options_.dead_after_s)
       reason = fmt::format("{} lost: no heartbeat for {:g} s reached the master {} (the node's machine, or the link "
                            "between them, is down)",
-                           node_name(options_.machines, r), options_.dead_after_s, node_name(options_.machines, 0));
+                           node_name(options_.machines, r), timed_out ? std::floor(silent * 10) / 10 : options_.dead_after_s,
+                           node_name(options_.machines, 0));
     else
       continue;
     declare_lost(r, reason);

@@ -5,6 +5,7 @@
 #include "runtime/cluster/node_agent.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -175,10 +176,15 @@ void NodeAgent::tick() {
     if (shutdown_) return;
   }
   if (!told_to_join_again_.empty()) return join_again(std::exchange(told_to_join_again_, {}));
-  const bool closed = transport_->peer_lost(0);
-  const std::string lost =
-      fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
-                  closed ? std::string("its connection closed") : fmt::format("no heartbeat for {:g} s", options_.dead_after_s));
+  // A connection the master's kernel closed (its process is gone) closes
+  // while its heartbeats still came; one the data plane gave up on had been
+  // silent for --link-timeout: a cut link, with the master perhaps up
+  // behind it.
+  const double silent = seconds_since(master_seen_);
+  const bool closed = transport_->peer_lost(0) && silent < options_.link_timeout_s / 2;
+  const std::string lost = fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
+                                       closed ? std::string("its connection closed")
+                                              : fmt::format("no heartbeat for {:g} s", std::floor(silent * 10) / 10));
   {
     MutexLock lock(run_mu_);
     pending_.reset();

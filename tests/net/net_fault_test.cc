@@ -80,6 +80,42 @@ TEST_CASE("a cut link stops the job naming both sides; the cut-off agent stays a
   for (int code : cluster.shutdown()) CHECK(code == 0);
 }
 
+// The data plane gives up on a silent connection after --link-timeout (2 s
+// here), before the master's --dead-after (5 s): the cut-off node's data
+// connection to the master closes, which is not its master's process gone
+// (that closes while heartbeats still come), so it stays and joins again
+// once the link is back, as when --dead-after comes first.
+TEST_CASE("a link cut for longer than the data plane's link timeout: the cut-off agent stays and joins again") {
+  auto dir = temp_dir() / "cut_long";
+  NetBed bed(2);
+  NetCluster cluster(bed, dir, "--devices cpu:1 --join-timeout 60 --heartbeat 0.5 --dead-after 5 --link-timeout 2");
+  cluster.wait_formed();
+  Ran ran;
+  std::thread submit([&] {
+    ran = cluster.rill("submit " + kJob + " --steps 2000 --set train.log_every=10", 120);
+  });
+  const bool training = wait_for([&] { return cluster.agent(0).output().find("step     20/") != std::string::npos; }, 60);
+  bed.set_link(1, false);
+  submit.join();
+  INFO(ran.output, cluster.logs());
+  REQUIRE(training);
+  CHECK(ran.code != 0);
+  // The master's data connection timed out first: silent, not closed.
+  CHECK(ran.output.find("node 1 (10.213.0.2:19900) lost: no heartbeat for ") != std::string::npos);
+  CHECK(ran.output.find("its connection closed") == std::string::npos);
+  // Past both timeouts the cut-off agent still waits for its master.
+  CHECK(wait_for([&] { return cluster.agent(1).output().find("joining again") != std::string::npos; }, 15));
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  CHECK(cluster.agent(1).wait(0.1) == -1);
+  CHECK(cluster.agent(1).output().find("its connection closed") == std::string::npos);
+  bed.set_link(1, true);
+  CHECK(wait_for([&] { return cluster.agent(0).output().find("node 1 (10.213.0.2:19900) joined again") !=
+                              std::string::npos; }, 30));
+  Ran next = cluster.rill("submit " + kJob + " --steps 10", 120);
+  CHECK_MESSAGE(next.code == 0, next.output);
+  for (int code : cluster.shutdown()) CHECK(code == 0);
+}
+
 // A checkpoint every 20 steps; the link is cut once step 30 is done and
 // given back 2 s after the master declared the node lost. The attempt that
 // resumes from step 20 runs the same steps on the same data: the loss curve
