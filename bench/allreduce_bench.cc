@@ -6,11 +6,17 @@
 //                   [--iters N] [--chunk-bytes 1048576] [--direct-bytes 65536]
 //                   [--address 127.0.0.1] [--port P] [--tcp 1] [--key FILE] [--io-threads N]
 //                   [--addresses A0,A1,...] [--rank-prefix-env NAME]
+//                   [--machines M0,M1,... [--flat 1]]
 //
 // --addresses: each rank's address (machines of their own; by default every
 // rank is on --address). --rank-prefix-env NAME: rank r > 0 is started under
 // the command prefix in the environment variable NAME<r> (the test bed's
 // NETBED_NS_ runs it in node r's network namespace: bench/net_bench.sh).
+// --machines: each rank's machine (several ranks a machine; with
+// --rank-prefix-env, rank r starts under NAME<its machine>): an all_reduce
+// then goes within each machine first (CollectiveOptions::machines), or
+// with --flat 1 by one ring of all ranks, for comparison
+// (bench/tiers_bench.sh).
 //
 // --key: the ranks hold this cluster key (rill keygen): every message over
 // TCP is sealed (AES-256-GCM, comm/data_cipher.h; bench/curve_bench.sh
@@ -79,7 +85,20 @@ struct Args {
   std::string sessions;  // every rank's session id, hex, comma-separated (internal, with as_rank)
   int as_rank = 0;         // > 0: a started rank (internal)
   std::vector<int> ports;  // every rank's (internal, with as_rank)
+  std::vector<int> machines;  // every rank's machine; empty: none said
+  bool flat = false;          // with machines: one ring all the same
 };
+
+std::vector<int> int_list(const std::string& value) {
+  std::vector<int> out;
+  for (size_t at = 0; at < value.size();) {
+    size_t comma = value.find(',', at);
+    if (comma == std::string::npos) comma = value.size();
+    out.push_back(std::atoi(value.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  return out;
+}
 
 [[noreturn]] void usage(const char* error) {
   std::fprintf(stderr, "allreduce_bench: %s\nusage: allreduce_bench [--ranks N] [--sizes B,B,...] [--warmup N] "
@@ -115,14 +134,9 @@ Args parse(int argc, char** argv) {
     else if (flag == "--key") args.key = value;
     else if (flag == "--io-threads") args.io_threads = std::atoi(value.c_str());
     else if (flag == "--sessions") args.sessions = value;
-    else if (flag == "--ports") {
-      for (size_t at = 0; at < value.size();) {
-        size_t comma = value.find(',', at);
-        if (comma == std::string::npos) comma = value.size();
-        args.ports.push_back(std::atoi(value.substr(at, comma - at).c_str()));
-        at = comma + 1;
-      }
-    }
+    else if (flag == "--ports") args.ports = int_list(value);
+    else if (flag == "--machines") args.machines = int_list(value);
+    else if (flag == "--flat") args.flat = value != "0";
     else if (flag == "--sizes") {
       args.sizes.clear();
       for (size_t at = 0; at < value.size();) {
@@ -140,6 +154,8 @@ Args parse(int argc, char** argv) {
     usage(("unknown --op " + args.op).c_str());
   if (!args.addresses.empty() && static_cast<int>(args.addresses.size()) != args.ranks)
     usage("--addresses must name one address per rank");
+  if (!args.machines.empty() && static_cast<int>(args.machines.size()) != args.ranks)
+    usage("--machines must name one machine per rank");
   if (args.ranks < 1 || args.warmup < 0 || args.iters < 0 || args.chunk_bytes < 4) usage("bad value");
   for (size_t size : args.sizes) {
     if (size == 0 || size % 4 != 0) usage("sizes must be positive multiples of 4 bytes");
@@ -221,6 +237,7 @@ int run_rank(int rank, const Args& args, const std::vector<Endpoint>& endpoints)
   options.chunk_bytes = args.chunk_bytes;
   options.direct_bytes = args.direct_bytes;
   options.timeout = std::chrono::milliseconds(120000);
+  if (!args.flat) options.machines = args.machines;
   Collectives collectives(**transport, options);
   const int n = args.ranks;
   if (rank == 0) {
@@ -325,8 +342,9 @@ int main(int argc, char** argv) {
         words.push_back(w);
       words.push_back("--sessions");
       words.push_back(args.sessions);
+      const int place = args.machines.empty() ? rank : args.machines[static_cast<size_t>(rank)];
       const char* prefix =
-          args.rank_prefix_env.empty() ? nullptr : std::getenv((args.rank_prefix_env + std::to_string(rank)).c_str());
+          args.rank_prefix_env.empty() ? nullptr : std::getenv((args.rank_prefix_env + std::to_string(place)).c_str());
       if (prefix) {  // sh -c 'exec PREFIX "$0" "$@"' EXE ARGS...
         char exe[4096];
         const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

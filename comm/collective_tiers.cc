@@ -42,6 +42,8 @@ Collectives::Tiers* Collectives::tiers() {
 template <typename T>
 Status Collectives::all_reduce_tiered(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
   Tiers& t = *tiers_;
+  // The steps end by this call's deadline.
+  t.machine.outer_deadline_ = t.lane.outer_deadline_ = deadline_;
   const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
   const int per = t.machine.world();
   const BlockRange mine = block_range(in.size(), per, t.index);

@@ -151,11 +151,23 @@ BlockRange block_range(size_t count, int world, int index) {
 
 Collectives::Collectives(Transport& transport, CollectiveOptions options) : transport_(transport), options_(options) {}
 
+int64_t Collectives::sends_in_flight() const {
+  return tracker_.in_flight() + (tiers_ ? tiers_->machine.sends_in_flight() + tiers_->lane.sends_in_flight() : 0);
+}
+
+Status Collectives::wait_sends(Clock::time_point deadline) const {
+  RILL_RETURN_IF_ERROR(tracker_.wait(deadline));
+  if (!tiers_) return Status::ok_status();
+  RILL_RETURN_IF_ERROR(tiers_->machine.wait_sends(deadline));
+  return tiers_->lane.wait_sends(deadline);
+}
+
 Collectives::~Collectives() {
   // A failed call may have left bodies in flight from the scratch; it must
   // outlive them (see the header), so it is given up rather than freed.
-  // Given scratch is its owner's to keep.
-  if (tracker_.in_flight() > 0 && !work_.empty()) {
+  // Given scratch is its owner's to keep. The machines-first steps send
+  // this object's scratch too (its block), and keep their own.
+  if (sends_in_flight() > 0 && !work_.empty()) {
     spdlog::warn("rank {}: collectives destroyed with sends in flight; keeping their buffer", rank());
     new std::vector<std::byte>(std::move(work_));
   }
@@ -209,7 +221,7 @@ Status Collectives::begin(const char* op, uint64_t tag) {
                   fmt::format("rank {}: collective {} refused: an earlier collective on this object failed", rank(),
                               describe_tag(tag)));
   }
-  deadline_ = Clock::now() + options_.timeout;
+  deadline_ = outer_deadline_ ? *outer_deadline_ : Clock::now() + options_.timeout;
   if (options_.record) options_.record->begin(options_.caller, op, 0);
   sent_.assign(static_cast<size_t>(world()), 0);
   received_from_.assign(static_cast<size_t>(world()), 0);
@@ -253,7 +265,8 @@ Status Collectives::all_reduce_t(std::span<const T> in, std::span<T> out, uint64
   RILL_RETURN_IF_ERROR(begin("all_reduce", tag));
   const bool small = world() > 1 && in.size() * sizeof(T) <= options_.direct_bytes;
   const bool direct = small && world() <= kCollectiveDirectMaxRanks, doubling = small && !direct;
-  const bool tiered = !small && tiers() != nullptr;
+  // Not with given scratch: its steps would need scratch of their own.
+  const bool tiered = !small && !given_ && tiers() != nullptr;
   Status status = direct     ? all_reduce_direct(in, out, tag, op)
                   : doubling ? all_reduce_doubling(in, out, tag, op)
                   : tiered   ? all_reduce_tiered(in, out, tag, op)

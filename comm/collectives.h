@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -70,7 +71,8 @@ struct CollectiveOptions {
   // (collective_tiers.cc): a reduce-scatter among its ranks, the all-reduce
   // of each rank's block among the ranks of that index on every machine,
   // then an all-gather within the machine. Each machine sends its tensor
-  // across once, not once per rank on the ring's boundary.
+  // across once, not once per rank on the ring's boundary. Not with
+  // use_scratch (the flat ring then).
   std::vector<int> machines;
 };
 
@@ -183,8 +185,10 @@ class Collectives {
   Status recv(int from, std::span<std::byte> data, uint64_t tag);
   // Bodies handed to the transport that it still reads (a failed call may
   // leave some, reading the caller's buffers).
-  int64_t sends_in_flight() const { return tracker_.in_flight(); }
-  Status wait_sends(Clock::time_point deadline) const { return tracker_.wait(deadline); }
+  // (Those of the machines-first all-reduce's steps included: they send
+  // from this object's scratch.)
+  int64_t sends_in_flight() const;
+  Status wait_sends(Clock::time_point deadline) const;
 
  private:
   Status begin(const char* op, uint64_t tag);
@@ -257,6 +261,8 @@ class Collectives {
   std::vector<uint32_t> sent_;      // per rank: messages sent to it in this op
   std::vector<uint32_t> received_from_;  // per rank: messages received from it in this op
   bool failed_ = false;
+  // A step of an outer object's call (Tiers): that call's deadline, not one of its own.
+  std::optional<Clock::time_point> outer_deadline_;
   std::unique_ptr<Tiers> tiers_;  // made by the first call that uses them
   bool tiers_checked_ = false;
   const char* last_op_ = "";

@@ -202,12 +202,16 @@ StatusOr<std::vector<Endpoint>> rendezvous(int rank, int world, const Endpoint& 
                    : join(rank, world, master, data_port, deadline, key, session, sessions);
 }
 
-StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master, std::chrono::milliseconds timeout) {
+StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master, std::chrono::milliseconds timeout,
+                                     std::vector<int> machines) {
+  if (!machines.empty() && machines.size() != static_cast<size_t>(world))
+    return invalid_argument("rendezvous: {} machines given for {} ranks", machines.size(), world);
   if (master.port < 1 || master.port + world > 65535)
     return invalid_argument("rendezvous: master port {} leaves no data ports for {} ranks", master.port, world);
   Communicator c;
   CollectiveOptions options;
   options.timeout = timeout;
+  options.machines = std::move(machines);
   if (world == 1) {  // no one to meet: no sockets
     c.transport = std::move(make_inproc_transports(1)[0]);
   } else {
@@ -217,12 +221,12 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     RILL_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
                           rendezvous(rank, world, master, master.port + 1 + rank, Clock::now() + timeout, key.get(),
                                      session, &sessions));
-    // Ranks of one address are one machine's (they share memory): an
-    // all-reduce goes within each machine first.
+    // Unless the launcher said, ranks of one address are one machine's (rank
+    // 0's as the caller named it, the others' as rank 0 saw them connect).
     std::map<std::string, int> machine_of;
-    for (const Endpoint& e : endpoints) {
-      machine_of.emplace(e.address, static_cast<int>(machine_of.size()));
-      options.machines.push_back(machine_of.at(e.address));
+    for (size_t r = 0; options.machines.size() < endpoints.size(); ++r) {
+      machine_of.emplace(endpoints[r].address, static_cast<int>(machine_of.size()));
+      options.machines.push_back(machine_of.at(endpoints[r].address));
     }
     ZmqOptions transport_options;
     transport_options.key = key;

@@ -47,7 +47,11 @@ struct Communicator {
   std::unique_ptr<Collectives> collectives;
 };
 
+// `machines`: each rank's machine, as its launcher laid them out
+// (CollectiveOptions::machines); empty: ranks of one address, as the
+// rendezvous sees them, are one machine's.
 StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master,
-                                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                                     std::vector<int> machines = {});
 
 }  // namespace rill::comm

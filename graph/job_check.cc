@@ -219,6 +219,9 @@ class GraphChecker {
     for (size_t i = 0; i < job_.variables.size(); ++i) {
       const Variable& v = job_.variables[i];
       std::string path = fmt::format("variables[{}]", i), where = label("variables", i, v.name);
+      if (v.name.starts_with(kCarriedStatePrefix))
+        issues_->add(path + ".name", "{}: a variable's name may not start with '{}' (checkpoints keep compressed "
+                     "gradients' carried state under it)", where, kCarriedStatePrefix);
       bool shape_ok = check::sane_shape(v.shape);
       if (!shape_ok)
         issues_->add(path + ".shape", "{}: shape {}: every dim must be in [1, 2^31), at most 8 axes and 2^40 bytes", where,

@@ -26,6 +26,10 @@ enum class Precision : uint8_t { kF32, kTF32, kBF16, kF16 };
 // carried into the next step either way (error feedback;
 // actor/gradient_compression.h, actor/powersgd.h).
 enum class Compression : uint8_t { kNone, kBF16, kPowerSGD };
+// Where checkpoints keep a compressed all-reduce's carried state
+// (runtime/node/carried_state.h): tensors named under this prefix, which no
+// variable's name may start with.
+inline constexpr std::string_view kCarriedStatePrefix = "compression/";
 // distributed.mode (PaddlePaddle Fluid's): "nccl2" is "collective" by
 // another name, kept apart only so a job is written back as it was read.
 enum class DistMode : uint8_t { kPserver, kCollective, kNccl2 };

@@ -338,7 +338,12 @@ StatusOr<comm::Communicator> communicator(std::chrono::milliseconds timeout) {
                               place.world_size);
     meet = {addr, master_port + 2};
   }
-  return comm::connect_world(place.rank, place.world_size, meet, timeout);
+  // The launcher's layout: rank r on node r / (processes per node), as
+  // torchrun numbers them.
+  std::vector<int> machines;
+  if (place.node_size > 1)
+    for (int r = 0; r < place.world_size; ++r) machines.push_back(r / (place.world_size / place.node_size));
+  return comm::connect_world(place.rank, place.world_size, meet, timeout, std::move(machines));
 }
 
 int world_size() { return or_default(try_world_size(), 1); }

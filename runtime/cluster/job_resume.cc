@@ -42,7 +42,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     if (t.name.starts_with(kCarriedPrefix)) {
       if (job.train.compression != graph::Compression::kNone) {
         ++carried;
-        run.initial_state[t.name] = std::move(t.values);
+        run.carried_checkpoint[t.name] = {t.shape, std::move(t.values)};
       } else {
         ++carried_unused;
       }
@@ -82,7 +82,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
         if (update->state_names[i]) wanted.insert(v.name + "/" + update->state_names[i]);
   std::set<std::string> fresh = wanted, unused;
   for (const auto& [name, values] : run.initial_state)
-    if (!name.starts_with(kCarriedPrefix) && !fresh.erase(name)) unused.insert(name.substr(name.rfind('/') + 1));
+    if (!fresh.erase(name)) unused.insert(name.substr(name.rfind('/') + 1));
   std::set<std::string> fresh_kinds;
   for (const std::string& name : fresh) fresh_kinds.insert(name.substr(name.rfind('/') + 1));
   if (out) {

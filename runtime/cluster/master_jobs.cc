@@ -20,6 +20,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/plan_reader.h"
 
@@ -305,12 +306,25 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                           plan.compile.steps, plan.compile.activation_register_num, std::move(initial),
                           std::move(state), run_options.start_step, snapshot_every, run_options.trace,
                           membership.members, keeping, kept_step};
+  // Each node's own part of the checkpoint's carried state (its row of
+  // each error), in a part of its own; without it one part serves all.
+  std::map<int, std::string> own_parts;  // by machine rank
+  const int plan_nodes = parts + 1;
+  if (!run_options.carried_checkpoint.empty())
+    for (int i = 1; i < plan_nodes; ++i) {
+      ctl::PlanPart own = plan_part;
+      for (auto& [name, values] : carried_for_node(run_options.carried_checkpoint, i, plan_nodes))
+        own.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(values)});
+      own_parts[others[static_cast<size_t>(i - 1)]] = ctl::encode(own);
+    }
   const std::string part = ctl::encode(plan_part);
-  if (parts > 0 && part.size() > options_.max_message_bytes) {
+  size_t largest = part.size();
+  for (const auto& [r, own] : own_parts) largest = std::max(largest, own.size());
+  if (parts > 0 && largest > options_.max_message_bytes) {
     report.status = invalid_argument("the job with the values it starts from ({} bytes: {} variables, {} optimizer "
                                      "states) does not fit in a control message to the other nodes "
                                      "(--max-message-bytes {})",
-                                     part.size(), plan_part.initial_values.size(), plan_part.initial_state.size(),
+                                     largest, plan_part.initial_values.size(), plan_part.initial_state.size(),
                                      options_.max_message_bytes);
     return report;
   }
@@ -327,13 +341,19 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (int r : others) {
     const bool newcomer =
         std::find(membership.newcomers.begin(), membership.newcomers.end(), r) != membership.newcomers.end();
-    post(Outgoing{false, "", newcomer && !newcomer_part.empty() ? newcomer_part : part, r});
+    const auto own = own_parts.find(r);
+    post(Outgoing{false, "", newcomer && !newcomer_part.empty() ? newcomer_part
+                             : own != own_parts.end()            ? own->second
+                                                                 : part,
+                  r});
   }
   auto abort_all = [&](const std::string& reason) {
     for (int r : others) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
   RunOptions local = run_options;
   local.tag_base = tag_base;
+  for (auto& [name, values] : carried_for_node(run_options.carried_checkpoint, 0, plan_nodes))
+    local.initial_state[name] = std::move(values);
   // Until the phase has run, each node holds the step it starts from (its
   // memory is replaced only as the run steps past it); a node that starts
   // from anything else (a checkpoint, the start) is not known to hold one.

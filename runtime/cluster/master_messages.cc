@@ -78,7 +78,15 @@ void Master::master_on(const From& from, ctl::Submit& m) {
   queue_.push_back(std::move(q));
 }
 
-void Master::master_on(const From&, ctl::PlanAck& m) {
+void Master::master_on(const From& from, ctl::PlanAck& m) {
+  // A node acks its own part, on its own link (what it lists is expected
+  // of it in checkpoints).
+  if (from.node <= 0 || m.node != from.node) {
+    spdlog::warn("{}: dropped an ack of node {}'s plan from {}: not that node's", me(), m.node,
+                 from.node > 0 ? node_name(options_.machines, from.node)
+                               : fmt::format("client '{}'", printable_name(from.identity)));
+    return;
+  }
   MutexLock lock(phase_mu_);
   if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
   phase_cv_.notify_all();

@@ -35,6 +35,22 @@ std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::C
   return {from.begin(), from.end()};
 }
 
+std::map<std::string, std::vector<float>> carried_for_node(
+    const std::map<std::string, std::pair<Shape, std::vector<float>>>& checkpoint, int node, int nodes) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, tensor] : checkpoint) {
+    const auto& [shape, values] = tensor;
+    if (name.ends_with("/q") && shape.size() == 1) {
+      out[name] = values;
+    } else if (name.ends_with("/error") && shape.size() == 2 && shape[0] == nodes && node < nodes &&
+               static_cast<int64_t>(values.size()) == shape[0] * shape[1]) {
+      const auto row = values.begin() + node * shape[1];
+      out[name].assign(row, row + shape[1]);
+    }
+  }
+  return out;
+}
+
 std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& pieces,
                             const std::map<std::string, std::vector<float>>& state, int64_t steps_done) {
   const BoxingBody::Carried now = body.carried();
@@ -45,15 +61,14 @@ std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& p
     auto it = state.find(piece.name);
     if (it == state.end()) continue;
     found = true;
-    const size_t want = static_cast<size_t>(num_elements(piece.logical));
+    // This node's row of the error, Q whole (carried_for_node).
+    const size_t want = static_cast<size_t>(num_elements(piece.shape));
     if (it->second.size() != want) {
       left += fmt::format("{}{} holds {} values, this plan's {}", left.empty() ? "" : "; ", piece.name,
                           it->second.size(), want);
       continue;
     }
-    // This node's row of the error; Q whole.
-    const size_t at = piece.q ? 0 : static_cast<size_t>(piece.offset[0] * piece.shape[1]);
-    (piece.q ? q : error) = std::span<const float>(it->second.data() + at, static_cast<size_t>(num_elements(piece.shape)));
+    (piece.q ? q : error) = it->second;
   }
   if (!found) return {};
   if (left.empty() && (error.size() != now.error.size() || q.size() != now.q.size()))

@@ -20,11 +20,12 @@
 #include "actor/body.h"
 #include "base/status.h"
 #include "compiler/plan_generated.h"
+#include "graph/job_modes.h"
 #include "kernels/tensor.h"
 
 namespace rill {
 
-inline constexpr std::string_view kCarriedPrefix = "compression/";
+inline constexpr std::string_view kCarriedPrefix = graph::kCarriedStatePrefix;
 
 struct CarriedPiece {
   std::string name;  // "compression/<boxing>/error" or ".../q"
@@ -40,8 +41,15 @@ StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const
 // `piece`'s values as `carried` (the body's) holds them.
 std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::Carried& carried);
 
-// Restores `body` from `state` (the logical tensors a run starts from, by
-// name) after `steps_done` steps. Nothing to restore (no tensor of these
+// Node `node`'s part of a checkpoint's carried state (name -> shape and
+// values), for a plan of `nodes` nodes: its row of each error [nodes, n],
+// and each Q whole; an error of another node count is left out (that
+// layout starts at zero). Each node is sent only its own.
+std::map<std::string, std::vector<float>> carried_for_node(
+    const std::map<std::string, std::pair<Shape, std::vector<float>>>& checkpoint, int node, int nodes);
+
+// Restores `body` from `state` (this node's part of the carried state, by
+// name: carried_for_node) after `steps_done` steps. Nothing to restore (no tensor of these
 // names) is ok; tensors of other sizes are left, and said in the result
 // (empty when all was restored or nothing was there).
 std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& pieces,

@@ -88,6 +88,10 @@ struct RunOptions {
   // and their optimizer state from `initial_state` ("w1/momentum" -> values).
   std::map<std::string, std::vector<float>> initial_values;
   std::map<std::string, std::vector<float>> initial_state;
+  // A checkpoint's carried state of compressed all-reduces, every node's,
+  // as read (runtime/node/carried_state.h): the master gives each node its
+  // own part of it (carried_for_node) into initial_state. Not read by a node.
+  std::map<std::string, std::pair<Shape, std::vector<float>>> carried_checkpoint;
   // The first step to run (a resumed job): sources read on from there and
   // the run covers steps start_step .. plan steps - 1.
   int64_t start_step = 0;

@@ -118,6 +118,20 @@ TEST_CASE("machines first for i32 and bf16; the flat ring where machines differ;
   }
   // One rank a machine: the ring too.
   CHECK(all_reduce_on({0, 1, 2}, 20001, ReduceOp::kSum).algorithm[0] == "ring");
+  // Given scratch (boxing's, sized for the ring, which needs none): the ring.
+  auto given = make_inproc_transports(4);
+  auto ringed = run_ranks(4, [&](int rank) -> Status {
+    CollectiveOptions options;
+    options.machines = machines;
+    Collectives c(*given[static_cast<size_t>(rank)], options);
+    std::vector<std::byte> scratch(64);
+    c.use_scratch(scratch);
+    std::vector<float> v = input(rank, 20001, 4);
+    RILL_RETURN_IF_ERROR(c.all_reduce(v, v, 9));
+    if (std::string(c.last_algorithm()) != "ring") return internal_error("with scratch: {}", c.last_algorithm());
+    return expect_equal(v, sum(4, 20001, 4), "with scratch");
+  });
+  check_all_ok(ringed);
 }
 
 // What crosses machines, counted at every rank: with 2 machines of 2 ranks

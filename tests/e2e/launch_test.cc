@@ -105,12 +105,11 @@ TEST_CASE("rill launch: a program's ranks find each other from the environment a
     INFO(other);
     CHECK(other.find("rank 2" + all) != std::string::npos);
     CHECK(other.find("rank 3" + all) != std::string::npos);
-    // The two launchers' ranks meet from one address (127.0.0.1: a process
-    // connecting to it speaks from it): one machine, whose ranks share
-    // memory, so a large all-reduce is one ring (tests/net has them on two
-    // machines, summing within each first).
+    // 2 nodes of 2 ranks, as the launchers laid them out: a large
+    // all-reduce goes within each node first (comm/collective_tiers.cc);
+    // tests/net counts the bytes that cross between two machines.
     for (const std::string& out : {ran.output, other})
-      CHECK(out.find("; 4 MiB sum 10 (ring)") != std::string::npos);
+      CHECK(out.find("; 4 MiB sum 10 (machines first)") != std::string::npos);
   }
 }
 

@@ -81,6 +81,14 @@ TEST_CASE("check_job lists every issue, one per line") {
   CHECK(s.message() == "name: the job has no name\ntrain.batch_size must be > 0, got 0");
 }
 
+// Checkpoints keep compressed gradients' carried state under
+// "compression/": a variable there would be taken for it on resume.
+TEST_CASE("a variable's name may not start with the carried state's prefix") {
+  Job job = samples::make_mlp_job();
+  job.variables[0].name = "compression/w1";
+  CHECK(has(issues_of(job), "may not start with 'compression/'"));
+}
+
 TEST_CASE("the loss and metrics must be defined scalars, reported once") {
   Job job = samples::make_mlp_job();
   job.loss = "xent";

@@ -276,12 +276,15 @@ TEST_CASE("compression begins at train.compression_start_step: the steps before 
 // differs.
 TEST_CASE("a run resumed from a snapshot with the carried error and Q goes on with the straight run's bits") {
   using Tensors = std::map<std::string, std::vector<float>>;
+  using Carried = std::map<std::string, std::pair<Shape, std::vector<float>>>;
   struct Run {
     std::vector<double> losses;  // node 0's, per step run
     std::map<std::string, VariableValue> variables;
     Tensors values, state;  // every piece told at step 3, placed in its logical tensor
+    Carried carried;        // the carried state's pieces so, with their logical shapes
   };
-  auto run = [](graph::Compression compression, int64_t start, const Tensors& values, const Tensors& state) {
+  auto run = [](graph::Compression compression, int64_t start, const Tensors& values, const Tensors& state,
+                const Carried& carried) {
     graph::Job job = testing::training_sample("bench/mlp_synthetic.json");
     job.train.steps = 6;
     job.train.batch_size = 64;
@@ -297,6 +300,8 @@ TEST_CASE("a run resumed from a snapshot with the carried error and Q goes on wi
       options.start_step = start;
       options.initial_values = values;
       options.initial_state = state;
+      // Each node's own part, as the master sends it.
+      for (auto& [name, part] : carried_for_node(carried, options.node, 2)) options.initial_state[name] = part;
       options.snapshot_every = 3;
       options.on_snapshot = [&](int64_t done, VariablePiece piece) {
         if (done != 3) return;
@@ -310,8 +315,12 @@ TEST_CASE("a run resumed from a snapshot with the carried error and Q goes on wi
           REQUIRE(at + from.size() <= to.size());
           std::copy(from.begin(), from.end(), to.begin() + static_cast<std::ptrdiff_t>(at));
         };
-        if (piece.name.starts_with(kCarriedPrefix)) place(ran.state[piece.name], piece.values);
-        else place(ran.values[piece.name], piece.values);
+        if (piece.name.starts_with(kCarriedPrefix)) {
+          ran.carried[piece.name].first = piece.logical_shape;
+          place(ran.carried[piece.name].second, piece.values);
+        } else {
+          place(ran.values[piece.name], piece.values);
+        }
         for (const auto& [name, v] : piece.state) place(ran.state[piece.name + "/" + name], v);
       };
       if (options.node == 0)
@@ -322,20 +331,16 @@ TEST_CASE("a run resumed from a snapshot with the carried error and Q goes on wi
   };
   for (graph::Compression compression : {graph::Compression::kBF16, graph::Compression::kPowerSGD}) {
     CAPTURE(static_cast<int>(compression));
-    const Run straight = run(compression, 0, {}, {});
+    const Run straight = run(compression, 0, {}, {}, {});
     REQUIRE(straight.losses.size() == 6);
-    size_t carried = 0;
-    for (const auto& [name, values] : straight.state) carried += name.starts_with(kCarriedPrefix) ? 1 : 0;
     // bf16: an error per bucket; PowerSGD: an error and Q where a bucket
     // holds a matrix that crosses as factors.
-    CHECK(carried >= 2);
-    const Run resumed = run(compression, 3, straight.values, straight.state);
+    CHECK(straight.carried.size() >= 2);
+    const Run resumed = run(compression, 3, straight.values, straight.state, straight.carried);
     REQUIRE(resumed.losses.size() == 3);
     for (size_t i = 0; i < 3; ++i) CHECK(resumed.losses[i] == straight.losses[3 + i]);
     for (const auto& [name, value] : straight.variables) CHECK(resumed.variables.at(name).values == value.values);
-    Tensors without = straight.state;
-    std::erase_if(without, [](const auto& t) { return t.first.starts_with(kCarriedPrefix); });
-    const Run forgetting = run(compression, 3, straight.values, without);
+    const Run forgetting = run(compression, 3, straight.values, straight.state, {});
     REQUIRE(forgetting.losses.size() == 3);
     CHECK(forgetting.losses[0] == straight.losses[3]);
     CHECK(forgetting.losses[1] != straight.losses[4]);
