@@ -40,7 +40,11 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     size_t slash = t.name.rfind('/');
     // Each boxing restores its own, if it is of its size (runtime/node/carried_state.h).
     if (t.name.starts_with(kCarriedPrefix)) {
-      if (job.train.compression != graph::Compression::kNone) {
+      // Of the job's kind ("/bf16_error"; "/powersgd_error", "/powersgd_q").
+      const char* kind = job.train.compression == graph::Compression::kBF16       ? "/bf16_"
+                         : job.train.compression == graph::Compression::kPowerSGD ? "/powersgd_"
+                                                                                   : nullptr;
+      if (kind != nullptr && t.name.find(kind, t.name.rfind('/')) != std::string::npos) {
         ++carried;
         run.carried_checkpoint[t.name] = {t.shape, std::move(t.values)};
       } else {
@@ -100,8 +104,9 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
                  carried);
     if (carried_unused > 0)
       fmt::print(out, "note: the checkpoint's carried error of compressed gradients ({} tensor(s)) is left unused: "
-                      "the job does not compress them\n",
-                 carried_unused);
+                      "it is not of the job's train.compression \"{}\"\n",
+                 carried_unused,
+                 graph::ModeWords<graph::Compression>::words[static_cast<size_t>(job.train.compression)]);
     if (!fresh.empty())
       fmt::print(out, "note: the checkpoint holds no {} for {} of {} optimizer state tensor(s) of '{}': they start "
                       "from zero\n",

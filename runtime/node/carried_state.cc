@@ -25,8 +25,10 @@ StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const
   const std::string base = std::string(kCarriedPrefix) + boxing;
   const int64_t nodes = p.nodes, node = p.node_of(p.first_rank);
   const auto n = static_cast<int64_t>(error), m = static_cast<int64_t>(q);
-  if (n > 0) out.push_back({base + "/error", {nodes, n}, {node, 0}, {1, n}, false, true});
-  if (m > 0) out.push_back({base + "/q", {m}, {0}, {m}, true, node == 0});
+  // Named by kind: a checkpoint of one kind never restores another's.
+  const std::string kind = p.compress == BoxingPlan::Compress::kBf16 ? "bf16" : "powersgd";
+  if (n > 0) out.push_back({base + "/" + kind + "_error", {nodes, n}, {node, 0}, {1, n}, false, true});
+  if (m > 0) out.push_back({base + "/" + kind + "_q", {m}, {0}, {m}, true, node == 0});
   return out;
 }
 
@@ -40,9 +42,9 @@ std::map<std::string, std::vector<float>> carried_for_node(
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, tensor] : checkpoint) {
     const auto& [shape, values] = tensor;
-    if (name.ends_with("/q") && shape.size() == 1) {
+    if (name.ends_with("_q") && shape.size() == 1) {
       out[name] = values;
-    } else if (name.ends_with("/error") && shape.size() == 2 && shape[0] == nodes && node < nodes &&
+    } else if (name.ends_with("_error") && shape.size() == 2 && shape[0] == nodes && node < nodes &&
                static_cast<int64_t>(values.size()) == shape[0] * shape[1]) {
       const auto row = values.begin() + node * shape[1];
       out[name].assign(row, row + shape[1]);

@@ -2,9 +2,10 @@
 // (train.compression: actor/gradient_compression.h, actor/powersgd.h), as
 // checkpoints hold it beside the variables, so that a run resumed from a
 // checkpoint goes on as the straight run did:
-//   compression/<boxing>/error  [nodes, n]  row k: node k's error (its own)
-//   compression/<boxing>/q      [m]         PowerSGD's Q, the same on every
-//                                           node: written by the first
+//   compression/<boxing>/<kind>_error  [nodes, n]  row k: node k's error
+//   compression/<boxing>/powersgd_q    [m]         PowerSGD's Q, the same on
+//                                                  every node: written by the first
+// (<kind> bf16 or powersgd: a checkpoint of one never restores the other)
 // <boxing> is the boxing task's name without its node ("bucket:grad/logits/
 // reduce_sum+3:P->B"): the same in every run of the job's plan. A run
 // whose plan has other buckets, another rank or other nodes finds no
@@ -28,7 +29,7 @@ namespace rill {
 inline constexpr std::string_view kCarriedPrefix = graph::kCarriedStatePrefix;
 
 struct CarriedPiece {
-  std::string name;  // "compression/<boxing>/error" or ".../q"
+  std::string name;  // "compression/<boxing>/bf16_error", ".../powersgd_error" or ".../powersgd_q"
   Shape logical, offset, shape;
   bool q = false;       // PowerSGD's Q, else this node's error
   bool writes = true;   // into checkpoints (Q: the first node only; every node reads it)

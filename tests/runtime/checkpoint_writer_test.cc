@@ -248,7 +248,7 @@ TEST_CASE("a step a node never reported, or a node's failed write, is the comple
 // says so: the step waits for its file, and a file of the others' pieces
 // is still refused.
 TEST_CASE("carried state a node's ack lists makes it a writer the step waits for") {
-  const std::string error = std::string(kCarriedPrefix) + "bucket:grad/w:P->B/error";
+  const std::string error = std::string(kCarriedPrefix) + "bucket:grad/w:P->B/bf16_error";
   auto carried_file = [&](int64_t step, int node) {
     return NodeCheckpoint{step, {}, NodeFile{node, fmt::format("node-{}.safetensors", node), 10,
                                              {TensorPiece{error, {3, 4}, {node, 0}, {1, 4}, DType::kF32, {}}}},
