@@ -51,9 +51,9 @@ Status Collectives::all_reduce_tiered(std::span<const T> in, std::span<T> out, u
   const std::span<T> part(block, mine.size);
   RILL_RETURN_IF_ERROR(t.machine.reduce_scatter(in, part, tag, combine));
   RILL_RETURN_IF_ERROR(t.lane.all_reduce(std::span<const T>(part), part, tag, combine));
-  std::vector<size_t> counts(static_cast<size_t>(per));
-  for (int j = 0; j < per; ++j) counts[static_cast<size_t>(j)] = block_range(in.size(), per, j).size * sizeof(T);
-  return t.machine.all_gather_v(std::as_bytes(part), std::as_writable_bytes(out), counts, tag);
+  t.counts.resize(static_cast<size_t>(per));
+  for (int j = 0; j < per; ++j) t.counts[static_cast<size_t>(j)] = block_range(in.size(), per, j).size * sizeof(T);
+  return t.machine.all_gather_v(std::as_bytes(part), std::as_writable_bytes(out), t.counts, tag);
 }
 
 template Status Collectives::all_reduce_tiered(std::span<const float>, std::span<float>, uint64_t, ReduceOp);

@@ -33,6 +33,7 @@ struct Collectives::Tiers {
   GroupTransport machine_transport, lane_transport;
   Collectives machine, lane;
   int index;  // this rank's place among its machine's ranks (its lane)
+  std::vector<size_t> counts;  // the all-gather's bytes from each rank of the machine (kept: calls allocate nothing)
 };
 
 }  // namespace rill::comm

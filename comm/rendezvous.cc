@@ -223,10 +223,10 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
                                      session, &sessions));
     // Unless the launcher said, ranks of one address are one machine's (rank
     // 0's as the caller named it, the others' as rank 0 saw them connect).
-    std::map<std::string, int> machine_of;
-    for (size_t r = 0; options.machines.size() < endpoints.size(); ++r) {
-      machine_of.emplace(endpoints[r].address, static_cast<int>(machine_of.size()));
-      options.machines.push_back(machine_of.at(endpoints[r].address));
+    if (options.machines.empty()) {
+      std::map<std::string, int> machine_of;
+      for (const Endpoint& e : endpoints)
+        options.machines.push_back(machine_of.emplace(e.address, static_cast<int>(machine_of.size())).first->second);
     }
     ZmqOptions transport_options;
     transport_options.key = key;

@@ -135,6 +135,13 @@ class Agent {
   // at the handshake, one that exited and was started again) left its data
   // connection lost; every rank now is the one that joined.
   void forget_stale_losses();
+  // Whether the data connection to `peer` closed while its heartbeats still
+  // came (the last `silent_s` seconds ago): its process is gone. A
+  // connection that timed out after --link-timeout of silence closed too,
+  // but that is a silent link, whose far side may be up.
+  bool closed_while_heard(int peer, double silent_s) const {
+    return transport_->peer_lost(peer) && silent_s < options_.link_timeout_s / 2;
+  }
   // The data plane's session ids (comm/transport.h) as the control plane
   // carries them: this node's (empty for an in-process data plane), and
   // every node's, by rank, given to the transport (an empty text gives

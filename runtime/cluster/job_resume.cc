@@ -40,11 +40,7 @@ Status resume_from(const graph::Job& job, const std::string& where, JobResult& r
     size_t slash = t.name.rfind('/');
     // Each boxing restores its own, if it is of its size (runtime/node/carried_state.h).
     if (t.name.starts_with(kCarriedPrefix)) {
-      // Of the job's kind ("/bf16_error"; "/powersgd_error", "/powersgd_q").
-      const char* kind = job.train.compression == graph::Compression::kBF16       ? "/bf16_"
-                         : job.train.compression == graph::Compression::kPowerSGD ? "/powersgd_"
-                                                                                   : nullptr;
-      if (kind != nullptr && t.name.find(kind, t.name.rfind('/')) != std::string::npos) {
+      if (carried_of(t.name, job.train.compression)) {
         ++carried;
         run.carried_checkpoint[t.name] = {t.shape, std::move(t.values)};
       } else {

@@ -174,8 +174,8 @@ void Master::check_liveness() {
     // times out after --link-timeout, which may come first.
     std::string reason;
     const double silent = seconds_since(last_seen_[r]);
-    const bool timed_out = transport_->peer_lost(r) && silent >= options_.link_timeout_s / 2;
-    if (transport_->peer_lost(r) && !timed_out)
+    const bool closed = closed_while_heard(r, silent), timed_out = !closed && transport_->peer_lost(r);
+    if (closed)
       reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
     else if (timed_out || silent >= options_.dead_after_s)
       reason = fmt::format("{} lost: no heartbeat for {:g} s reached the master {} (the node's machine, or the link "

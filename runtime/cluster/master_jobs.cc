@@ -310,12 +310,13 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // each error), in a part of its own; without it one part serves all.
   std::map<int, std::string> own_parts;  // by machine rank
   const int plan_nodes = parts + 1;
+  const size_t shared_state = plan_part.initial_state.size();
   if (!run_options.carried_checkpoint.empty())
     for (int i = 1; i < plan_nodes; ++i) {
-      ctl::PlanPart own = plan_part;
       for (auto& [name, values] : carried_for_node(run_options.carried_checkpoint, i, plan_nodes))
-        own.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(values)});
-      own_parts[others[static_cast<size_t>(i - 1)]] = ctl::encode(own);
+        plan_part.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(values)});
+      own_parts[others[static_cast<size_t>(i - 1)]] = ctl::encode(plan_part);
+      plan_part.initial_state.resize(shared_state);
     }
   const std::string part = ctl::encode(plan_part);
   size_t largest = part.size();

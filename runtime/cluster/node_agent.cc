@@ -52,11 +52,10 @@ StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int worl
 
 }  // namespace
 
-StatusOr<std::shared_ptr<CheckpointCollector>> NodeAgent::checkpoint_collector(const graph::Job& job,
-                                                                                const std::string& plan,
-                                                                                int64_t job_id, int phase, int node,
-                                                                                int nodes, int link) {
-  RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> pieces, snapshot_pieces(plan));
+std::shared_ptr<CheckpointCollector> NodeAgent::checkpoint_collector(const graph::Job& job,
+                                                                      std::vector<SnapshotPiece> pieces,
+                                                                      int64_t job_id, int phase, int node, int nodes,
+                                                                      int link) {
   if (pieces.empty()) return std::shared_ptr<CheckpointCollector>();  // this node holds none to write
   // Each node writes its own file; the master makes the step complete.
   return std::make_shared<CheckpointCollector>(
@@ -176,12 +175,10 @@ void NodeAgent::tick() {
     if (shutdown_) return;
   }
   if (!told_to_join_again_.empty()) return join_again(std::exchange(told_to_join_again_, {}));
-  // A connection the master's kernel closed (its process is gone) closes
-  // while its heartbeats still came; one the data plane gave up on had been
-  // silent for --link-timeout: a cut link, with the master perhaps up
-  // behind it.
+  // A connection the data plane gave up on (--link-timeout) is a cut link,
+  // with the master perhaps up behind it.
   const double silent = seconds_since(master_seen_);
-  const bool closed = transport_->peer_lost(0) && silent < options_.link_timeout_s / 2;
+  const bool closed = closed_while_heard(0, silent);
   const std::string lost = fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
                                        closed ? std::string("its connection closed")
                                               : fmt::format("no heartbeat for {:g} s", std::floor(silent * 10) / 10));
@@ -321,17 +318,16 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     std::shared_ptr<CheckpointCollector> checkpoint;
     std::vector<ctl::CheckpointPiece> carried;  // the master learns of them with the ack
     if (plan.ok() && checkpointed) {
-      auto made = checkpoint_collector(*checkpointed, *plan, part.job_id, part.phase, node, nodes, link);
-      if (made.ok()) checkpoint = std::move(*made);
-      else plan = made.status();
-    }
-    if (plan.ok() && checkpoint) {
       auto pieces = snapshot_pieces(*plan);
-      if (!pieces.ok()) plan = pieces.status();
-      else
-        for (SnapshotPiece& piece : *pieces)
+      if (pieces.ok()) {
+        for (const SnapshotPiece& piece : *pieces)
           if (piece.name.starts_with(kCarriedPrefix))
-            carried.push_back(ctl::CheckpointPiece{std::move(piece.name), {}, std::move(piece.offset), {}});
+            carried.push_back(ctl::CheckpointPiece{piece.name, {}, piece.offset, {}});
+        checkpoint = checkpoint_collector(*checkpointed, std::move(*pieces), part.job_id, part.phase, node, nodes,
+                                          link);
+      } else {
+        plan = pieces.status();
+      }
     }
     if (checkpoint)
       run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };

@@ -38,9 +38,9 @@ class NodeAgent final : public Agent {
   void post_to_master(const ctl::Message& m);
   // The writer of this node's checkpoint files for a phase of `job` (null
   // when its plan holds no piece to write); it reports each file to the master.
-  StatusOr<std::shared_ptr<CheckpointCollector>> checkpoint_collector(const graph::Job& job, const std::string& plan,
-                                                                      int64_t job_id, int phase, int node, int nodes,
-                                                                      int link);
+  // `pieces`: what its plan writes (snapshot_pieces).
+  std::shared_ptr<CheckpointCollector> checkpoint_collector(const graph::Job& job, std::vector<SnapshotPiece> pieces,
+                                                            int64_t job_id, int phase, int node, int nodes, int link);
   static constexpr size_t kMaxRecordBytes = size_t{32} << 10;  // a flight record sent with Done
   void join_again(const std::string& lost);
   void add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* done) const;

@@ -25,11 +25,19 @@ StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const
   const std::string base = std::string(kCarriedPrefix) + boxing;
   const int64_t nodes = p.nodes, node = p.node_of(p.first_rank);
   const auto n = static_cast<int64_t>(error), m = static_cast<int64_t>(q);
-  // Named by kind: a checkpoint of one kind never restores another's.
-  const std::string kind = p.compress == BoxingPlan::Compress::kBf16 ? "bf16" : "powersgd";
+  // Named by kind: a checkpoint of one kind never restores another's. The
+  // plan's compress values are train.compression's (plan.fbs).
+  const std::string kind(graph::ModeWords<graph::Compression>::words[static_cast<size_t>(p.compress)]);
   if (n > 0) out.push_back({base + "/" + kind + "_error", {nodes, n}, {node, 0}, {1, n}, false, true});
   if (m > 0) out.push_back({base + "/" + kind + "_q", {m}, {0}, {m}, true, node == 0});
   return out;
+}
+
+bool carried_of(std::string_view name, graph::Compression compression) {
+  if (!name.starts_with(kCarriedPrefix) || compression == graph::Compression::kNone) return false;
+  const std::string_view kind = graph::ModeWords<graph::Compression>::words[static_cast<size_t>(compression)];
+  const std::string_view last = name.substr(name.rfind('/') + 1);
+  return last.starts_with(kind) && last.size() > kind.size() && last[kind.size()] == '_';
 }
 
 std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::Carried& carried) {

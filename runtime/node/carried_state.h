@@ -35,6 +35,10 @@ struct CarriedPiece {
   bool writes = true;   // into checkpoints (Q: the first node only; every node reads it)
 };
 
+// Whether checkpoint tensor `name` is carried state of `compression`'s
+// kind (".../bf16_error"; ".../powersgd_error", ".../powersgd_q").
+bool carried_of(std::string_view name, graph::Compression compression);
+
 // The pieces of boxing task `task` of a verified plan; none when it
 // compresses nothing.
 StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const plan::Task& task);

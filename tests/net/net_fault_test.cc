@@ -41,6 +41,42 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 const std::string kJob = root() + "/samples/mlp/mlp.json";
 
+// Submits a long MLP job to `cluster`, cuts node 1's link once step 20 is
+// done, and waits for the submit to end.
+struct Cut {
+  Ran ran;                  // the submit's
+  bool training = false;    // step 20 was done before the cut
+  double cut_to_end = 0;    // seconds from the cut to the submit's end
+};
+Cut train_then_cut(NetBed& bed, NetCluster& cluster) {
+  Cut cut;
+  std::thread submit([&] {
+    cut.ran = cluster.rill("submit " + kJob + " --steps 2000 --set train.log_every=10", 120);
+  });
+  cut.training = wait_for([&] { return cluster.agent(0).output().find("step     20/") != std::string::npos; }, 60);
+  bed.set_link(1, false);
+  const auto at = Clock::now();
+  submit.join();
+  cut.cut_to_end = seconds_since(at);
+  return cut;
+}
+
+// After such a cut: the cut-off agent says it joins again and has not
+// exited `stay_s` seconds later; with the link back it joins again, and
+// the next job runs on both nodes.
+void check_joins_again(NetBed& bed, NetCluster& cluster, double stay_s) {
+  CHECK(wait_for([&] { return cluster.agent(1).output().find("joining again") != std::string::npos; }, 15));
+  std::this_thread::sleep_for(std::chrono::duration<double>(stay_s));
+  CHECK(cluster.agent(1).wait(0.1) == -1);
+  bed.set_link(1, true);
+  CHECK(wait_for([&] { return cluster.agent(0).output().find("node 1 (10.213.0.2:19900) joined again") !=
+                              std::string::npos; }, 30));
+  Ran next = cluster.rill("submit " + kJob + " --steps 10", 120);
+  CHECK_MESSAGE(next.code == 0, next.output);
+  CHECK(cluster.agent(0).output().find("10 steps of global batch 256 on 2 node(s)") != std::string::npos);
+  for (int code : cluster.shutdown()) CHECK(code == 0);
+}
+
 }  // namespace
 
 TEST_CASE("a cut link stops the job naming both sides; the cut-off agent stays and joins again when it is back") {
@@ -48,36 +84,18 @@ TEST_CASE("a cut link stops the job naming both sides; the cut-off agent stays a
   NetBed bed(2);
   NetCluster cluster(bed, dir, "--devices cpu:1 --join-timeout 60 --heartbeat 0.5 --dead-after 3");
   cluster.wait_formed();
-  Ran ran;
-  std::thread submit([&] {
-    ran = cluster.rill("submit " + kJob + " --steps 2000 --set train.log_every=10", 120);
-  });
-  const bool training = wait_for([&] { return cluster.agent(0).output().find("step     20/") != std::string::npos; }, 60);
-  bed.set_link(1, false);
-  const auto cut = Clock::now();
-  submit.join();
-  const double cut_to_end = seconds_since(cut);
-  INFO(ran.output, cluster.logs());
-  REQUIRE(training);
-  CHECK(ran.code != 0);
+  const Cut cut = train_then_cut(bed, cluster);
+  INFO(cut.ran.output, cluster.logs());
+  REQUIRE(cut.training);
+  CHECK(cut.ran.code != 0);
   // Both sides: the node that went silent and the master it did not reach.
-  CHECK(ran.output.find("node 1 (10.213.0.2:19900) lost: no heartbeat for 3 s reached the master node 0 "
-                        "(10.213.0.1:19900)") != std::string::npos);
+  CHECK(cut.ran.output.find("node 1 (10.213.0.2:19900) lost: no heartbeat for 3 s reached the master node 0 "
+                            "(10.213.0.1:19900)") != std::string::npos);
   // Seen by the heartbeats' deadline (3 s), not the stall timeout's 60 s;
   // 10 s leaves room for a loaded machine.
-  CHECK(cut_to_end < 10.0);
-
+  CHECK(cut.cut_to_end < 10.0);
   // The cut-off agent did not exit: it waits for its master.
-  CHECK(wait_for([&] { return cluster.agent(1).output().find("joining again") != std::string::npos; }, 15));
-  CHECK(cluster.agent(1).wait(0.1) == -1);
-  bed.set_link(1, true);
-  CHECK(wait_for([&] { return cluster.agent(0).output().find("node 1 (10.213.0.2:19900) joined again") !=
-                              std::string::npos; }, 30));
-  // The cluster is whole: the next job runs on both nodes.
-  Ran next = cluster.rill("submit " + kJob + " --steps 10", 120);
-  CHECK_MESSAGE(next.code == 0, next.output);
-  CHECK(cluster.agent(0).output().find("10 steps of global batch 256 on 2 node(s)") != std::string::npos);
-  for (int code : cluster.shutdown()) CHECK(code == 0);
+  check_joins_again(bed, cluster, 0);
 }
 
 // The data plane gives up on a silent connection after --link-timeout (2 s
@@ -90,30 +108,16 @@ TEST_CASE("a link cut for longer than the data plane's link timeout: the cut-off
   NetBed bed(2);
   NetCluster cluster(bed, dir, "--devices cpu:1 --join-timeout 60 --heartbeat 0.5 --dead-after 5 --link-timeout 2");
   cluster.wait_formed();
-  Ran ran;
-  std::thread submit([&] {
-    ran = cluster.rill("submit " + kJob + " --steps 2000 --set train.log_every=10", 120);
-  });
-  const bool training = wait_for([&] { return cluster.agent(0).output().find("step     20/") != std::string::npos; }, 60);
-  bed.set_link(1, false);
-  submit.join();
-  INFO(ran.output, cluster.logs());
-  REQUIRE(training);
-  CHECK(ran.code != 0);
+  const Cut cut = train_then_cut(bed, cluster);
+  INFO(cut.ran.output, cluster.logs());
+  REQUIRE(cut.training);
+  CHECK(cut.ran.code != 0);
   // The master's data connection timed out first: silent, not closed.
-  CHECK(ran.output.find("node 1 (10.213.0.2:19900) lost: no heartbeat for ") != std::string::npos);
-  CHECK(ran.output.find("its connection closed") == std::string::npos);
+  CHECK(cut.ran.output.find("node 1 (10.213.0.2:19900) lost: no heartbeat for ") != std::string::npos);
+  CHECK(cut.ran.output.find("its connection closed") == std::string::npos);
   // Past both timeouts the cut-off agent still waits for its master.
-  CHECK(wait_for([&] { return cluster.agent(1).output().find("joining again") != std::string::npos; }, 15));
-  std::this_thread::sleep_for(std::chrono::seconds(6));
-  CHECK(cluster.agent(1).wait(0.1) == -1);
+  check_joins_again(bed, cluster, 6);
   CHECK(cluster.agent(1).output().find("its connection closed") == std::string::npos);
-  bed.set_link(1, true);
-  CHECK(wait_for([&] { return cluster.agent(0).output().find("node 1 (10.213.0.2:19900) joined again") !=
-                              std::string::npos; }, 30));
-  Ran next = cluster.rill("submit " + kJob + " --steps 10", 120);
-  CHECK_MESSAGE(next.code == 0, next.output);
-  for (int code : cluster.shutdown()) CHECK(code == 0);
 }
 
 // A checkpoint every 20 steps; the link is cut once step 30 is done and
