@@ -15,24 +15,22 @@ CheckpointCompleter::CheckpointCompleter(std::map<int, std::set<PieceKey>> expec
     : expected_(std::move(expected)), write_(std::move(write)), on_complete_(std::move(on_complete)) {
   for (const auto& [node, pieces] : expected_)
     for (const PieceKey& piece : pieces) variable_names_.insert(piece.first);
-  variables_ = variable_names_.size();
   thread_ = std::thread([this] { write_loop(); });
 }
 
 Status CheckpointCompleter::expect_carried(int node, const std::vector<PieceKey>& pieces) {
-  if (pieces.size() > 2 * std::max<size_t>(variables_, 1))
+  if (pieces.size() > 2 * std::max<size_t>(variable_names_.size(), 1))
     return data_loss("its plan lists {} pieces of carried state for checkpoints, more than two per variable ({})",
-                     pieces.size(), variables_);
+                     pieces.size(), variable_names_.size());
   for (const PieceKey& piece : pieces)
-    if (!piece.first.starts_with(kCarriedPrefix) || piece.first.size() > 4096)
+    if (!piece.first.starts_with(kCarriedPrefix) || piece.first.size() > 4096 ||
+        !(piece.first.ends_with("_error") || piece.first.ends_with("_q")))
       return data_loss("its plan lists '{}' as carried state for checkpoints; carried state is named {}...",
                        printable_name(piece.first.substr(0, 64)), kCarriedPrefix);
   if (pieces.empty()) return {};
   MutexLock lock(mu_);
-  for (const PieceKey& piece : pieces) {
-    expected_[node].insert(piece);
-    variable_names_.insert(piece.first);
-  }
+  // Not among variable_names_: no piece is carried state's optimizer state.
+  for (const PieceKey& piece : pieces) expected_[node].insert(piece);
   return {};
 }
 

@@ -62,8 +62,7 @@ class CheckpointCompleter {
   void write_loop();
 
   std::map<int, std::set<PieceKey>> expected_ GUARDED_BY(mu_);
-  std::set<std::string> variable_names_ GUARDED_BY(mu_);
-  size_t variables_ = 0;  // the variables' names expected_ began with
+  std::set<std::string> variable_names_;  // of the variables' pieces (set when made)
   MetaWriter write_;
   OnComplete on_complete_;
   mutable Mutex mu_;

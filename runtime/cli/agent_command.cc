@@ -98,7 +98,7 @@ class AgentCommand : public Command {
     app_->add_option("--link-timeout", options_.link_timeout_s,
                      "The data plane gives up on a connection that carried nothing this many seconds (a cut link; "
                      "its node joins again once the link is back)")
-        ->check(positive())
+        ->check(CLI::Range(0.001, 86400.0))
         ->capture_default_str();
     app_->add_option("--log", log_, "Write this agent's output to this file instead of the terminal");
     app_->add_option("--max-message-bytes", options_.max_message_bytes,

@@ -198,6 +198,24 @@ const char* type_name(const Message& message) {
   return fb::EnumNameMessage(static_cast<fb::Message>(message.index() + 1));
 }
 
+namespace {
+
+// Lists of checkpoint pieces as a message may carry them: FlatBuffers lets
+// many entries point at one table, so a small message could decode into
+// copies past any memory; a node lists at most a few per variable.
+constexpr size_t kMaxPieces = size_t{1} << 16, kMaxPieceName = 4096;
+Status pieces_fit(const flatbuffers::Vector<flatbuffers::Offset<fb::CheckpointPiece>>* pieces) {
+  if (pieces == nullptr) return {};
+  if (pieces->size() > kMaxPieces) return data_loss("control message: {} checkpoint pieces (at most {})", pieces->size(), kMaxPieces);
+  for (const fb::CheckpointPiece* p : *pieces)
+    if (p->tensor() != nullptr && p->tensor()->size() > kMaxPieceName)
+      return data_loss("control message: a checkpoint piece's name of {} bytes (at most {})", p->tensor()->size(),
+                       kMaxPieceName);
+  return {};
+}
+
+}  // namespace
+
 StatusOr<Message> decode(std::string_view message) {
   // The envelope, then the XXH3 of its bytes: a flipped bit anywhere (a
   // tensor's value included, which verification cannot see) is caught.
@@ -251,6 +269,7 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_CheckpointWritten();
       CheckpointWritten out{m->job_id(), m->phase(), m->steps_done(), m->node(), str(m->file()), m->bytes(), {},
                             str(m->error()), code_of(m->code()), m->block_seconds(), m->write_seconds()};
+      RILL_RETURN_IF_ERROR(pieces_fit(m->pieces()));
       if (m->pieces())
         for (const fb::CheckpointPiece* p : *m->pieces()) {
           // A dtype this build does not know is refused here, not guessed.
@@ -264,6 +283,7 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();
       PlanAck out{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code()), {}};
+      RILL_RETURN_IF_ERROR(pieces_fit(m->carried()));
       if (m->carried())
         for (const fb::CheckpointPiece* p : *m->carried())
           out.carried.push_back(CheckpointPiece{str(p->tensor()), {}, vec(p->offset()), {}, DType::kF32});

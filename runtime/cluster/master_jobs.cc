@@ -342,9 +342,9 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   for (int r : others) {
     const bool newcomer =
         std::find(membership.newcomers.begin(), membership.newcomers.end(), r) != membership.newcomers.end();
-    const auto own = own_parts.find(r);
+    auto own = own_parts.find(r);
     post(Outgoing{false, "", newcomer && !newcomer_part.empty() ? newcomer_part
-                             : own != own_parts.end()            ? own->second
+                             : own != own_parts.end()            ? std::move(own->second)
                                                                  : part,
                   r});
   }

@@ -35,9 +35,9 @@ StatusOr<std::vector<CarriedPiece>> carried_pieces(const plan::Plan& plan, const
 
 bool carried_of(std::string_view name, graph::Compression compression) {
   if (!name.starts_with(kCarriedPrefix) || compression == graph::Compression::kNone) return false;
-  const std::string_view kind = graph::ModeWords<graph::Compression>::words[static_cast<size_t>(compression)];
+  const std::string kind(graph::ModeWords<graph::Compression>::words[static_cast<size_t>(compression)]);
   const std::string_view last = name.substr(name.rfind('/') + 1);
-  return last.starts_with(kind) && last.size() > kind.size() && last[kind.size()] == '_';
+  return last == kind + "_error" || (compression == graph::Compression::kPowerSGD && last == kind + "_q");
 }
 
 std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::Carried& carried) {

@@ -273,6 +273,7 @@ TEST_CASE("carried state a node's ack lists makes it a writer the step waits for
   CHECK(metas == std::vector<size_t>{2});
   // Only carried state, and not more of it than two pieces a variable.
   CHECK(second.expect_carried(2, {{"w", {0, 0}}}).code() == Code::kDataLoss);
+  CHECK(second.expect_carried(2, {{std::string(kCarriedPrefix) + "b/other", {0}}}).code() == Code::kDataLoss);
   CHECK(second.expect_carried(2, {{error, {0, 0}}, {error, {1, 0}}, {error, {2, 0}}}).code() == Code::kDataLoss);
 }
 

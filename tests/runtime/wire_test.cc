@@ -118,6 +118,10 @@ TEST_CASE("control messages survive encoding") {
   REQUIRE(std::get<control::PlanAck>(*carried).carried.size() == 1);
   CHECK(std::get<control::PlanAck>(*carried).carried[0].tensor == "compression/b/error");
   CHECK(std::get<control::PlanAck>(*carried).carried[0].offset == Shape{1, 0});
+  // A list past what any node writes is refused as it is decoded, not copied.
+  carrying.carried.assign(70000, carrying.carried[0]);
+  auto flood = control::decode(control::encode(carrying));
+  CHECK(flood.status().code() == Code::kDataLoss);
   auto result = control::decode(control::encode(control::Result{7, "{}", "gone", Code::kUnavailable}));
   REQUIRE(result.ok());
   CHECK(std::get<control::Result>(*result).code == Code::kUnavailable);
