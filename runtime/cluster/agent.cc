@@ -134,6 +134,7 @@ Status Agent::start() {
   transport_ = std::make_unique<comm::CountingTransport>(std::move(data));
   transport_->accept_tags(0, 0);  // nothing until a run's plan opens its tags
   unreachable_warned_.assign(world_, false);
+  link_up_.assign(world_, now());
   return start_kind();
 }
 

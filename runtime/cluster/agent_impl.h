@@ -135,12 +135,21 @@ class Agent {
   // at the handshake, one that exited and was started again) left its data
   // connection lost; every rank now is the one that joined.
   void forget_stale_losses();
+  // Notes, on each turn of the loop, when each peer's data connection was
+  // last seen up.
+  void watch_links() {
+    for (int r = 0; r < world_; ++r)
+      if (!transport_->peer_lost(r)) link_up_[r] = now();
+  }
   // Whether the data connection to `peer` closed while its heartbeats still
-  // came (the last `silent_s` seconds ago): its process is gone. A
-  // connection that timed out after --link-timeout of silence closed too,
-  // but that is a silent link, whose far side may be up.
-  bool closed_while_heard(int peer, double silent_s) const {
-    return transport_->peer_lost(peer) && silent_s < options_.link_timeout_s / 2;
+  // came (last heard at `heard`): its process is gone. One that timed out
+  // after --link-timeout of silence closed too, but that is a silent link,
+  // whose far side may be up. The silence counted is the one before the
+  // connection was last seen up, so a loop slow to look counts less of it,
+  // never more: in doubt, a closed connection.
+  bool closed_while_heard(int peer, Clock::time_point heard) const {
+    return transport_->peer_lost(peer) &&
+           std::chrono::duration<double>(link_up_[peer] - heard).count() < options_.link_timeout_s / 2;
   }
   // The data plane's session ids (comm/transport.h) as the control plane
   // carries them: this node's (empty for an in-process data plane), and
@@ -161,6 +170,7 @@ class Agent {
   Status fatal_;           // loop thread
   std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
   std::vector<bool> unreachable_warned_;  // loop thread: a node a message could not reach, warned once
+  std::vector<Clock::time_point> link_up_;  // loop thread: each peer's data connection last seen up (watch_links)
 
   // Live membership (docs/CLUSTER.md): a plan on `members` of the machine
   // list's ranks (empty: all, node n = rank n). Sets `run`'s node and data

@@ -160,6 +160,7 @@ Status Master::join() {
 
 
 void Master::check_liveness() {
+  watch_links();
   if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
     last_heartbeat_ = now();
     for (int r = 1; r < world_; ++r)
@@ -174,7 +175,7 @@ void Master::check_liveness() {
     // times out after --link-timeout, which may come first.
     std::string reason;
     const double silent = seconds_since(last_seen_[r]);
-    const bool closed = closed_while_heard(r, silent), timed_out = !closed && transport_->peer_lost(r);
+    const bool closed = closed_while_heard(r, last_seen_[r]), timed_out = !closed && transport_->peer_lost(r);
     if (closed)
       reason = fmt::format("{} lost: its connection closed", node_name(options_.machines, r));
     else if (timed_out || silent >= options_.dead_after_s)

@@ -167,6 +167,7 @@ void NodeAgent::tick() {
     }
     post_to_master(beat);
   }
+  watch_links();
   if (told_to_join_again_.empty()) {
     if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
     // What the master said before its connection closed comes first: a
@@ -178,7 +179,7 @@ void NodeAgent::tick() {
   // A connection the data plane gave up on (--link-timeout) is a cut link,
   // with the master perhaps up behind it.
   const double silent = seconds_since(master_seen_);
-  const bool closed = closed_while_heard(0, silent);
+  const bool closed = closed_while_heard(0, master_seen_);
   const std::string lost = fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
                                        closed ? std::string("its connection closed")
                                               : fmt::format("no heartbeat for {:g} s", std::floor(silent * 10) / 10));
