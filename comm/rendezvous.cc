@@ -231,8 +231,8 @@ StatusOr<Communicator> connect_world(int rank, int world, const Endpoint& master
     ZmqOptions transport_options;
     transport_options.key = key;
     transport_options.session = session;
+    transport_options.peer_sessions = std::move(sessions);
     RILL_ASSIGN_OR_RETURN(c.transport, make_zmq_transport(rank, std::move(endpoints), transport_options));
-    for (int r = 0; r < world; ++r) c.transport->set_peer_session(r, sessions[static_cast<size_t>(r)]);
   }
   c.collectives = std::make_unique<Collectives>(*c.transport, options);
   return c;

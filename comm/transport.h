@@ -261,8 +261,13 @@ struct ZmqOptions {
   // mode 0600). Every rank must agree.
   // `session`: this rank's session id (all zeros: the transport makes one
   // at start; with or without a key).
+  // `peer_sessions`: every rank's session id where the caller knows them at
+  // start (the rendezvous's), set before the transport receives anything:
+  // a peer that starts sooner may send at once, and a message whose link
+  // key is not known yet would be dropped. Empty: set_peer_session later.
   std::shared_ptr<const ClusterKey> key;
   SessionId session{};
+  std::vector<SessionId> peer_sessions;
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

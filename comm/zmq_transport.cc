@@ -199,6 +199,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       }
     }
   }
+  for (size_t r = 0; r < options_.peer_sessions.size() && r < peers_.size(); ++r)
+    set_peer_session(static_cast<int>(r), options_.peer_sessions[r]);
   receiver_ = std::thread([this] { receive_loop(); });
   if (lanes_) lanes_->set_receive_thread(receiver_.get_id());
   return Status::ok_status();

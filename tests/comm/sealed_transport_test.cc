@@ -125,6 +125,31 @@ TEST_CASE("sealed ranks exchange small and large messages, and collectives over 
   for (auto& t : transports) CHECK(t->received_dropped() == 0);
 }
 
+TEST_CASE("sessions given at start open what a peer sends before the receiver's start has returned") {
+  // As the rendezvous does: every rank's session id is known before any
+  // transport starts, so a rank that starts sooner may send at once. The
+  // receiver is never given a session later (set_peer_session): only the
+  // ids in its options can open what arrives.
+  auto key = fresh_key();
+  auto endpoints = loopback_endpoints(free_ports(2));
+  const std::vector<SessionId> sessions = {new_session_id(), new_session_id()};
+  ZmqOptions sender_options = keyed(key);
+  sender_options.session = sessions[1];
+  sender_options.peer_sessions = sessions;
+  auto sender = make_zmq_transport(1, endpoints, sender_options);
+  REQUIRE(sender.ok());
+  REQUIRE((*sender)->send(0, 7, as_span("early")).ok());  // queued until rank 0 listens
+  ZmqOptions receiver_options = keyed(key);
+  receiver_options.session = sessions[0];
+  receiver_options.peer_sessions = sessions;
+  auto receiver = make_zmq_transport(0, endpoints, receiver_options);
+  REQUIRE(receiver.ok());
+  std::vector<std::byte> got;
+  REQUIRE((*receiver)->recv(1, 7, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "early");
+  CHECK((*receiver)->received_dropped() == 0);
+}
+
 TEST_CASE("a rank with another key, or none, delivers nothing to sealed ranks") {
   for (bool none : {false, true}) {
     CAPTURE(none);
