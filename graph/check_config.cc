@@ -335,6 +335,10 @@ void check_run_config(const Job& job, Issues* issues) {
   if (t.log_every < 1) issues->add("train.log_every", "train.log_every must be > 0, got {}", t.log_every);
   if (t.bucket_bytes < 0 || t.bucket_bytes > kMaxTensorBytes)
     issues->add("train.bucket_bytes", "train.bucket_bytes must be in [0, 2^40], got {}", t.bucket_bytes);
+  if (t.buckets_by_link && t.bucket_bytes == 0)
+    issues->add("train.buckets_by_link",
+                "train.buckets_by_link sizes buckets below train.bucket_bytes, which is 0 (one all-reduce per "
+                "gradient): give train.bucket_bytes > 0, or leave buckets_by_link off");
   if (t.compression_rank < 1 || t.compression_rank > kMaxCompressionRank)
     issues->add("train.compression_rank", "train.compression_rank must be in [1, {}], got {}", kMaxCompressionRank,
                 t.compression_rank);

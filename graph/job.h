@@ -128,6 +128,9 @@ struct TrainConfig {
   bool shuffle = true;
   std::string devices = "cpu:1";  // default when the command line gives none
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets across nodes (0: none); 25 MiB as DDP
+  // The master picks a smaller bucket size from the link's measured rate
+  // and the backward's length, once, as the job runs (runtime/watch/bucket_sizing.h).
+  bool buckets_by_link = false;
   bool zero = false;  // trainable variables without an SBP hint are split S(0) (ZeRO)
   // Gradient accumulation: a step runs the batch as this many micro-batches
   // of batch_size / micro_batches rows, sums their gradients, then updates once.

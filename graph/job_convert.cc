@@ -259,6 +259,7 @@ class Converter {
       if (t->reuse_memory()) train.reuse_memory = *t->reuse_memory();
       if (t->cuda_graphs()) train.cuda_graphs = *t->cuda_graphs();
       if (t->nccl()) train.nccl = *t->nccl();
+      if (t->buckets_by_link()) train.buckets_by_link = *t->buckets_by_link();
       if (t->devices()) train.devices = t->devices()->str();
       mode(t->schedule(), "train.schedule", &train.schedule);
       mode(t->view(), "train.view", &train.view);

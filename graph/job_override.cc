@@ -120,6 +120,7 @@ const std::vector<Setting>& settings() {
       {"train.reuse_memory", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.reuse_memory); }},
       {"train.cuda_graphs", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.cuda_graphs); }},
       {"train.nccl", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.nccl); }},
+      {"train.buckets_by_link", [](Job* j, const std::string& v) { return parse_bool(v, &j->train.buckets_by_link); }},
       {"train.devices", [](Job* j, const std::string& v) { j->train.devices = v; return Status(); }},
       {"train.schedule", [](Job* j, const std::string& v) { return parse_choice(v, &j->train.schedule); }},
       {"pipeline.num_stages",

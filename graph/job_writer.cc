@@ -512,6 +512,7 @@ class Writer {
         .add("batch_size", number(t.batch_size))
         .add("log_every", number(t.log_every))
         .add("bucket_bytes", number(t.bucket_bytes))
+        .add("buckets_by_link", Node::scalar(t.buckets_by_link ? "true" : "false"))
         .add("micro_batches", number(t.micro_batches))
         .add("schedule", word(t.schedule))
         .add("view", word(t.view))

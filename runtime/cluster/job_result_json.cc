@@ -92,6 +92,10 @@ std::string result_json(const JobResult& result) {
                           {"seconds_to_first_step", r.seconds_to_first_step}});
     j["restarts"] = restarts;
   }
+  if (result.buckets.bytes > 0)
+    j["buckets_by_link"] = {{"bytes", result.buckets.bytes},
+                            {"reason", result.buckets.reason},
+                            {"from_step", result.buckets.from_step}};
   if (!result.nodes_from_step.empty()) {
     nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
     for (const auto& [step, count] : result.nodes_from_step) nodes.push_back({{"from_step", step}, {"nodes", count}});

@@ -137,6 +137,15 @@ struct JobResult {
   std::vector<std::vector<int64_t>> traffic;  // of the training phase, see RunReport
   std::vector<std::vector<int64_t>> traffic_bytes;
   std::vector<JobRestart> restarts;  // automatic restarts before this result, oldest first
+  // train.buckets_by_link's decision (runtime/watch/bucket_sizing.h): the
+  // size the run ended with, why, and from which step (-1: kept); bytes 0:
+  // nothing decided (not asked for, or the job ended before its links were
+  // measured).
+  struct Buckets {
+    int64_t bytes = 0;
+    std::string reason;
+    int64_t from_step = -1;
+  } buckets;
   // On a cluster: from which step the job ran on how many nodes (a lost node
   // under live membership, a restart), oldest first; empty on one process.
   std::vector<std::pair<int64_t, int>> nodes_from_step;

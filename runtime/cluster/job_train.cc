@@ -133,7 +133,7 @@ Status train(JobRun& run, PhasePlan phase, int64_t log_every) {
     result.steps = report.steps;
     result.regrouped = true;
     (void)finish_checkpoints();
-    return Status(Code::kUnavailable, fmt::format("ended at step {} to take back a node", report.steps));
+    return Status(Code::kUnavailable, fmt::format("ended at step {} to go on with another plan (a node back, buckets sized by the link)", report.steps));
   }
   if (report.steps < result.steps) result.steps = report.steps;
   result.interrupted = report.steps < result.planned_steps || run.stopped();

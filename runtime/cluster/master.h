@@ -13,11 +13,13 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/watch/bucket_sizing.h"
 #include "runtime/watch/http_server.h"
 #include "runtime/watch/metrics_board.h"
 #include "runtime/watch/link_pace.h"
@@ -140,8 +142,10 @@ class Master final : public Agent {
   // up to the submit's max_restarts; `first_step` is set by the executor.
   // With the submit's min_nodes, a lost node's job goes on from the
   // survivors' memory instead (`membership`: the nodes each attempt runs on).
+  // Buckets sized by the link go on from memory with the new size, the
+  // job's text the nodes compile (`job_text`) written again.
   JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
-                              Membership& membership);
+                              Membership& membership, StatusOr<std::string>* job_text);
   // After an attempt of a live job ended (a node lost, or `step` >= 0: at
   // that step, to take back nodes that came back): the nodes it goes on
   // with (every node up, at least `min_nodes`), the newcomers among them
@@ -243,6 +247,24 @@ class Master final : public Agent {
   // The running job's nodes now, by rank (live membership: those that remain).
   std::vector<int> running_members_ GUARDED_BY(finished_mu_);
 
+  // Buckets sized by the link (train.buckets_by_link,
+  // runtime/watch/bucket_sizing.h): armed by the job thread for a job's
+  // training, decided once by the loop thread (track_pace) from every
+  // member's pace and links while the phase keeps its steps; a new size
+  // ends the phase at a step boundary (regroup_), and the job thread goes
+  // on from the nodes' memory with it (master_attempts.cc).
+  struct BucketPlan {
+    bool armed = false;
+    BucketSizing sizing;
+    std::optional<BucketChoice> choice;
+  };
+  void size_buckets_locked(const std::vector<PaceReport>& pace, const std::vector<LinkReport>& links)
+      REQUIRES(phase_mu_);
+  // The decision's line once, for the job's progress (empty: none new).
+  std::string take_bucket_note();
+  Mutex bucket_note_mu_;
+  std::string bucket_note_ GUARDED_BY(bucket_note_mu_);
+
   // The job thread's: what each member kept when the last training phase ended (by rank).
   std::map<int, KeptSteps> kept_by_node_;
 
@@ -250,6 +272,7 @@ class Master final : public Agent {
   Mutex phase_mu_;
   CondVar phase_cv_;
   PhaseState phase_ GUARDED_BY(phase_mu_);
+  BucketPlan buckets_ GUARDED_BY(phase_mu_);
   NodeRuntime* local_runtime_ GUARDED_BY(phase_mu_) = nullptr;
   bool stopping_ GUARDED_BY(phase_mu_) = false;  // told to shut down; no phase starts
 };

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/job_runner.h"
 
@@ -26,10 +28,38 @@ bool restartable(const Status& status) {
          status.code() == Code::kDeadlineExceeded;
 }
 
+// A step's gradient bytes: every trainable variable's, in f32.
+int64_t gradient_bytes(const graph::Job& job) {
+  int64_t bytes = 0;
+  for (const graph::Variable& v : job.variables)
+    if (v.trainable) bytes += num_elements(v.shape) * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+// The attempt that went on from memory with other buckets ran from `from`:
+// the run's result covers both (its losses from the first attempt's start).
+void join_results(const JobResult& before, int64_t from, JobResult* after) {
+  std::vector<double> losses(before.loss_curve.begin(),
+                             before.loss_curve.begin() +
+                                 std::clamp<int64_t>(from - before.start_step, 0,
+                                                     static_cast<int64_t>(before.loss_curve.size())));
+  losses.insert(losses.end(), after->loss_curve.begin(), after->loss_curve.end());
+  after->loss_curve = std::move(losses);
+  after->start_step = before.start_step;
+  after->train_seconds += before.train_seconds;
+  if (after->train_seconds > 0)
+    after->samples_per_sec =
+        static_cast<double>(after->steps - after->start_step) * static_cast<double>(after->global_batch) /
+        after->train_seconds;
+  after->seconds_to_first_step = before.seconds_to_first_step;
+  after->checkpoints.insert(after->checkpoints.begin(), before.checkpoints.begin(), before.checkpoints.end());
+  after->checkpoints_written = static_cast<int64_t>(after->checkpoints.size());
+}
+
 }  // namespace
 
 JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
-                                    Membership& membership) {
+                                    Membership& membership, StatusOr<std::string>* job_text) {
   auto say = [&](const std::string& line) {
     spdlog::warn("job {}: {}", queued.id, line);
     if (options.on_line) options.on_line(line);
@@ -43,7 +73,21 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   for (int r = 0; r < world_; ++r) everyone.members.push_back(r);
   everyone.keep_steps = live;
   for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
+  // Buckets sized by the link: until the size is chosen the nodes keep
+  // their steps, so the run can go on from memory with another plan.
+  bool sizing_buckets = false;
+  {
+    MutexLock lock(phase_mu_);
+    buckets_ = BucketPlan{};
+    buckets_.armed = sizing_buckets = queued.job.train.buckets_by_link && world_ > 1;
+    buckets_.sizing.gradient_bytes = gradient_bytes(queued.job);
+    buckets_.sizing.current_bytes = queued.job.train.bucket_bytes;
+  }
+  std::optional<graph::Job> resized;  // the job with the buckets the link chose
+  std::optional<JobResult> before_resize;
+  int64_t resized_from = -1;
   membership = everyone;
+  membership.keep_steps = live || sizing_buckets;
   kept_by_node_.clear();  // another job's
   std::vector<JobRestart> restarts;
   std::vector<std::pair<int64_t, int>> nodes_from_step;
@@ -58,12 +102,60 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       MutexLock lock(finished_mu_);
       running_members_ = membership.members;
     }
-    JobResult result = run_job(queued.job, options);
+    JobResult result = run_job(resized ? *resized : queued.job, options);
+    if (before_resize && result.start_step == resized_from) join_results(*before_resize, resized_from, &result);
+    before_resize.reset();  // a later attempt (from disk, or other nodes) is the result's own
     nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
     if (!restarts.empty()) {
       restarts.back().resumed_from_step = result.start_step;
       if (first_step != Clock::time_point{})
         restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
+    }
+    std::optional<BucketChoice> bucket_choice;
+    {
+      MutexLock lock(phase_mu_);
+      bucket_choice = buckets_.choice;
+    }
+    if (bucket_choice) {
+      result.buckets.bytes = bucket_choice->bytes;
+      result.buckets.reason = bucket_choice->reason;
+      result.buckets.from_step = resized ? resized_from : -1;
+    } else if (sizing_buckets) {
+      result.buckets.bytes = queued.job.train.bucket_bytes;
+      result.buckets.reason = "not measured: the training ended before every node's pace and links were known";
+    }
+    if (result.regrouped && bucket_choice && bucket_choice->resize && !resized) {
+      // Ended at a step boundary for the buckets the link chose: the same
+      // nodes go on from their memory there with a plan of that size.
+      regroup_ = false;
+      StatusOr<Membership> next =
+          next_membership(membership, result.steps, static_cast<int>(membership.members.size()));
+      if (!next.ok()) {
+        result.status = Status(next.status().code(),
+                               fmt::format("cannot go on from step {} with {} buckets: {}", result.steps,
+                                           format_bucket_bytes(bucket_choice->bytes), next.status().message()));
+        result.restarts = std::move(restarts);
+        result.nodes_from_step = std::move(nodes_from_step);
+        return result;
+      }
+      resized = queued.job;
+      resized->train.bucket_bytes = bucket_choice->bytes;
+      *job_text = graph::job_to_json(*resized);
+      if (!job_text->ok()) {
+        result.status = job_text->status().with_context("the job with other buckets");
+        return result;
+      }
+      say(fmt::format("going on from step {} with {} buckets, each node from its own memory", next->kept_step,
+                      format_bucket_bytes(bucket_choice->bytes)));
+      resized_from = next->kept_step;
+      result.buckets.from_step = resized_from;
+      result.status = Status::ok_status();
+      before_resize = std::move(result);
+      membership = std::move(*next);
+      membership.keep_steps = live;
+      options.start_from_memory = membership.kept_step;
+      options.resume.clear();
+      continue;
     }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
@@ -145,6 +237,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     restart.nodes = world_;
     // From the newest complete checkpoint, else as first asked, on every node.
     membership = everyone;
+    membership.keep_steps = live || (sizing_buckets && !bucket_choice);
     options.num_nodes = world_;
     options.start_from_memory = -1;
     options.resume = queued.submit.resume;

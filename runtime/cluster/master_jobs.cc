@@ -98,16 +98,19 @@ void Master::run_queued(QueuedJob queued) {
   auto job_text = graph::job_to_json(queued.job);
   // The nodes each attempt runs on (all, or those that remain) and what they keep.
   Membership membership;
-  options.executor = [this, id = queued.id, &phase, &job_text, &first_step, &job_first_step, &membership](
-                         const PhasePlan& plan, const RunOptions& run) {
+  options.executor = [this, id = queued.id, &phase, &job_text, &first_step, &job_first_step, &membership,
+                      on_line = options.on_line](const PhasePlan& plan, const RunOptions& run) {
     RunOptions timed = run;
     const bool training = plan.compile.mode == compiler::Mode::kTrain;
     if (run.on_step)
-      timed.on_step = [this, id, training, &first_step, &job_first_step, inner = run.on_step](const StepMetrics& m) {
+      timed.on_step = [this, id, training, &first_step, &job_first_step, on_line, inner = run.on_step](
+                          const StepMetrics& m) {
         if (first_step == Clock::time_point{}) first_step = Clock::now();
         if (job_first_step == Clock::time_point{}) job_first_step = first_step;
         if (training) board_.job_step(id, m.step, m.names, m.values);
         inner(m);
+        // What the link said of the buckets (runtime/watch/bucket_sizing.h).
+        if (std::string note = take_bucket_note(); !note.empty() && on_line) on_line(note);
       };
     return execute_phase(id, phase++, *job_text, plan, timed, membership);
   };
@@ -136,7 +139,7 @@ void Master::run_queued(QueuedJob queued) {
     if (layout.ok()) spdlog::info("job {} layout: {}", queued.id, compiler::describe_pserver_layout(*layout, queued.job));
   }
   if (!distributed.ok()) result.status = distributed;
-  else if (job_text.ok()) result = run_with_restarts(queued, options, first_step, membership);
+  else if (job_text.ok()) result = run_with_restarts(queued, options, first_step, membership, &job_text);
   else result.status = job_text.status().with_context("sending the job to the nodes");
   if (job_first_step != Clock::time_point{})
     result.seconds_to_first_step = std::chrono::duration<double>(job_first_step - taken).count();

@@ -5,7 +5,9 @@
 
 #include "runtime/cluster/comm_waits.h"
 
+#include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -187,6 +189,62 @@ void Master::track_pace() {
                    "other nodes' median",
                    node_name(options_.machines, r), links[r].best_mb_per_s, links[r].ratio);
     }
+  MutexLock lock(phase_mu_);
+  size_buckets_locked(report, links);
+}
+
+void Master::size_buckets_locked(const std::vector<PaceReport>& pace, const std::vector<LinkReport>& links) {
+  // Once, in a training phase that keeps its steps (so the run can go on
+  // from memory), while it is not ending anyway, once every member is
+  // measured: its device time per step in this phase, its links' rate
+  // (over the last 10 s: what an earlier job carried over them counts too).
+  if (!buckets_.armed || buckets_.choice || !phase_.keeping || phase_.job_id != running_id_ || phase_.end >= 0 ||
+      !phase_.held.empty() || stop_job_ || regroup_)
+    return;
+  // Node 0 has kept a step of this phase (so whole() speaks of this run).
+  const auto kept = kept_.steps();
+  if (!kept || kept->second <= phase_.first_step) return;
+  BucketSizing sizing = buckets_.sizing;
+  sizing.nodes = static_cast<int>(phase_.members.size());
+  sizing.link_mb_per_s = 0;
+  for (int r : phase_.members) {
+    if (!pace[r].known || !links[r].known) return;
+    sizing.link_mb_per_s = sizing.link_mb_per_s == 0 ? links[r].best_mb_per_s
+                                                     : std::min(sizing.link_mb_per_s, links[r].best_mb_per_s);
+    sizing.device_ms_per_step = std::max(sizing.device_ms_per_step, pace[r].busy_ms_per_step);
+  }
+  BucketChoice choice = choose_bucket_bytes(sizing);
+  // Going on from memory takes a whole model on every node (data
+  // parallelism); node 0's tells for the layout.
+  if (choice.resize && !kept_.whole()) {
+    choice.resize = false;
+    choice.bytes = sizing.current_bytes;
+    choice.reason = "node 0 does not hold the whole model, so the run cannot go on from memory with another plan";
+  }
+  const std::string line =
+      choice.resize ? fmt::format("buckets sized by the link: {} from the next step ({}; links {:.1f} MB/s, {:.1f} "
+                                  "MB of gradients a step)",
+                                  format_bucket_bytes(choice.bytes), choice.reason, sizing.link_mb_per_s,
+                                  static_cast<double>(sizing.gradient_bytes) / 1e6)
+                    : fmt::format("buckets sized by the link: kept at {} ({}; links {:.1f} MB/s, {:.1f} MB of "
+                                  "gradients a step)",
+                                  format_bucket_bytes(choice.bytes), choice.reason, sizing.link_mb_per_s,
+                                  static_cast<double>(sizing.gradient_bytes) / 1e6);
+  spdlog::info("job {}: {}", phase_.job_id, line);
+  buckets_.choice = choice;
+  {
+    MutexLock note(bucket_note_mu_);
+    bucket_note_ = line;
+  }
+  if (choice.resize) {
+    regroup_ = true;
+    begin_stop_locked();
+  }
+}
+
+std::string Master::take_bucket_note() {
+  MutexLock lock(bucket_note_mu_);
+  return std::exchange(bucket_note_, std::string());
 }
 
 }  // namespace rill::agent_internal

@@ -189,6 +189,11 @@ TEST_CASE("optimizer, train and eval settings") {
   CHECK(has(issues, "train.devices 'gpu:2': unknown device type 'gpu' (expected cpu:N or cuda:N)"));
   CHECK(has(issues, "train.log_every must be > 0, got 0"));
   CHECK(has(issues, "train.bucket_bytes must be in [0, 2^40], got -1"));
+  Job by_link = samples::make_mlp_job();
+  by_link.train.buckets_by_link = true;
+  CHECK_FALSE(has(issues_of(by_link), "train.buckets_by_link"));
+  by_link.train.bucket_bytes = 0;
+  CHECK(has(issues_of(by_link), "train.buckets_by_link sizes buckets below train.bucket_bytes, which is 0"));
   CHECK(has(issues, "fetch[1]: tensor 'logit' is not defined (did you mean 'logits'?)"));
   CHECK(has(issues, "fetch[2]: tensor 'logits' is fetched twice"));
   CHECK(has(issues, "eval: unknown dataset 'tset' (did you mean 'test'?) (known: train, test)"));
