@@ -26,7 +26,8 @@
 # PyTorch DDP (bench/torch_gpt.py: AdamW, no clipping or schedule, random
 # tokens), samples/s.
 # Last (part "buckets", not run by default), Rill's data parallelism with
-# gradient buckets of 1 MiB and 256 KiB against the default 25 MiB.
+# gradient buckets of 1 MiB and 256 KiB, and sized by the link
+# (train.buckets_by_link), against the default 25 MiB.
 #   bench/net_bench.sh [runs=3] [rates="none 10gbit 1gbit 100mbit"] [parts="ddp allreduce modes gpt"]
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
@@ -78,6 +79,8 @@ jobs_inside() {
   for ((r = 0; r < runs; ++r)); do
     $NETBED_NS_0 "$rill" submit "$@" --master "$master" "${key[@]}" --result "$tmp/r.json" > /dev/null
     echo "rate $(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")"
+    /usr/bin/python3 -c "import json;b=json.load(open('$tmp/r.json')).get('buckets_by_link')
+if b: print('buckets', b['bytes'], b['from_step'])"
   done
   stop_cluster
 }
@@ -268,20 +271,38 @@ fi
 if [[ " $parts " == *" buckets "* ]]; then
   # Gradient buckets smaller than the model's 2.7 MB let the all-reduce
   # start during the backward: each size against the default (25 MiB after
-  # a first bucket of 1 MiB), at each rate.
+  # a first bucket of 1 MiB), and the size the master picks from the
+  # measured link (train.buckets_by_link; its steady rate is the run's after
+  # the switch), at each rate.
   for rate in $rates; do
     limit=()
     [ "$rate" = none ] || limit=(--rate "$rate")
     steps=$(steps_at "$rate")
     echo "== buckets, data parallelism on 2 nodes, link: $rate ($steps steps a run)"
     declare -A by_size=()
-    for bytes in 26214400 1048576 262144; do
+    for size in 26214400 1048576 262144 link; do
+      setting=(--set train.bucket_bytes=$size)
+      [ "$size" = link ] && setting=(--set train.buckets_by_link=true)
       out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --jobs-inside "$runs" bench/mlp_synthetic.json \
-        --steps "$steps" --set train.batch_size=512 --set train.bucket_bytes=$bytes)
-      by_size[$bytes]=$(awk '$1 == "rate" {print $2}' <<< "$out" | xargs)
+        --steps "$steps" --set train.batch_size=512 "${setting[@]}")
+      by_size[$size]=$(awk '$1 == "rate" {print $2}' <<< "$out" | xargs)
+      [ "$size" = link ] && awk '$1 == "buckets" {print "  by the link:", $2, "from step", $3}' <<< "$out"
     done
-    for bytes in 1048576 262144; do
-      /usr/bin/python3 bench/summarize.py "bucket $bytes" "${by_size[$bytes]}" "bucket 26214400" "${by_size[26214400]}"
+    for size in 1048576 262144 link; do
+      /usr/bin/python3 bench/summarize.py "bucket $size" "${by_size[$size]}" "bucket 26214400" "${by_size[26214400]}"
     done
+    # The GPT sample (3.4 MB of gradients, a longer backward): sized by the
+    # link against the default.
+    echo "== buckets, the GPT sample on 2 nodes, link: $rate (40 steps a run)"
+    declare -A gpt=()
+    for size in 26214400 link; do
+      setting=(--set train.bucket_bytes=$size)
+      [ "$size" = link ] && setting=(--set train.buckets_by_link=true)
+      out=$("$netbed" --nodes 2 "${limit[@]}" -- bash "$0" --jobs-inside "$runs" samples/gpt/gpt_moby.json \
+        --steps 40 "${setting[@]}")
+      gpt[$size]=$(awk '$1 == "rate" {print $2}' <<< "$out" | xargs)
+      [ "$size" = link ] && awk '$1 == "buckets" {print "  by the link:", $2, "from step", $3}' <<< "$out"
+    done
+    /usr/bin/python3 bench/summarize.py "gpt bucket link" "${gpt[link]}" "gpt bucket 26214400" "${gpt[26214400]}"
   done
 fi
