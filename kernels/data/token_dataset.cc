@@ -8,46 +8,13 @@
 
 #include "kernels/data/dataset_readers.h"
 #include "kernels/data/file_bytes.h"
+#include "kernels/data/token_file.h"
 
 namespace rill {
 namespace {
 
-// llm.c's token file header: 256 int32, [0] the magic, [1] the version
-// (1: uint16 ids, 2: uint32), [2] the token count.
-constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
-
 StatusOr<std::vector<int32_t>> tokens_of_file(const DatasetSpec& spec, const std::vector<uint8_t>& bytes) {
-  const std::string where = fmt::format("dataset '{}': token file '{}'", spec.name, spec.path);
-  if (bytes.size() < kHeaderBytes)
-    return invalid_argument("{}: {} bytes, shorter than the 1024-byte header", where, bytes.size());
-  int32_t header[3];
-  std::memcpy(header, bytes.data(), sizeof(header));
-  if (header[0] != kTokenFileMagic)
-    return invalid_argument("{}: magic {} is not llm.c's {} (is it a token file?)", where, header[0], kTokenFileMagic);
-  if (header[1] != 1 && header[1] != 2)
-    return invalid_argument("{}: version {} (expected 1, uint16 ids, or 2, uint32)", where, header[1]);
-  const size_t width = header[1] == 1 ? 2 : 4;
-  const int64_t count = header[2];
-  if (count < 0 || static_cast<size_t>(count) != (bytes.size() - kHeaderBytes) / width ||
-      (bytes.size() - kHeaderBytes) % width != 0)
-    return invalid_argument("{}: the header says {} tokens but {} bytes of {}-byte ids follow", where, count,
-                            bytes.size() - kHeaderBytes, width);
-  std::vector<int32_t> tokens(static_cast<size_t>(count));
-  const uint8_t* p = bytes.data() + kHeaderBytes;
-  for (int64_t i = 0; i < count; ++i) {
-    if (width == 2) {
-      uint16_t id;
-      std::memcpy(&id, p + i * 2, 2);
-      tokens[static_cast<size_t>(i)] = id;
-    } else {
-      uint32_t id;
-      std::memcpy(&id, p + i * 4, 4);
-      if (id > static_cast<uint32_t>(INT32_MAX))
-        return invalid_argument("{}: token {} at position {} is above 2^31 - 1", where, id, i);
-      tokens[static_cast<size_t>(i)] = static_cast<int32_t>(id);
-    }
-  }
-  return tokens;
+  return parse_token_file(bytes, fmt::format("dataset '{}': token file '{}'", spec.name, spec.path));
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "kernels/data/dataset.h"
 #include "kernels/data/dataset_peek.h"
+#include "kernels/data/token_file.h"
 #include "tests/kernels/data_test_util.h"
 
 namespace rill {
@@ -86,6 +88,28 @@ TEST_CASE("llm.c token files: a 1024-byte header, then uint16 ids") {
   CHECK(contains(open_error(token_spec("tokens", dir.file("version.bin"), 1)), "version 7"));
   write_file(dir.file("head.bin"), Bytes(100, 0));
   CHECK(contains(open_error(token_spec("tokens", dir.file("head.bin"), 1)), "shorter than the 1024-byte header"));
+}
+
+TEST_CASE("token files as written are read back: uint16 ids, or uint32 past 65,535; a negative id is refused") {
+  TempDir dir;
+  const std::vector<int32_t> small = {50256, 0, 65535, 464, 13};
+  REQUIRE(write_token_file(dir.file("small.bin"), small).ok());
+  CHECK(std::filesystem::file_size(dir.file("small.bin")) == 1024 + 2 * small.size());
+  auto back = read_token_file(dir.file("small.bin"));
+  REQUIRE(back.ok());
+  CHECK(*back == small);
+  // The dataset reads what the writer wrote.
+  auto d = Dataset::open(token_spec("tokens", dir.file("small.bin"), 2));
+  REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+  CHECK(gather_all<int32_t>(**d, "tokens") == std::vector<int32_t>{50256, 0, 65535, 464});  // two windows of 2
+  const std::vector<int32_t> wide = {1, 65536, 100000};
+  REQUIRE(write_token_file(dir.file("wide.bin"), wide).ok());
+  CHECK(std::filesystem::file_size(dir.file("wide.bin")) == 1024 + 4 * wide.size());
+  CHECK(*read_token_file(dir.file("wide.bin")) == wide);
+  const Status negative = write_token_file(dir.file("neg.bin"), std::vector<int32_t>{3, -1});
+  CHECK(contains(negative, "token -1 at position 1 is negative"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("neg.bin")));
+  CHECK(contains(read_token_file(dir.file("none.bin")).status(), "none.bin"));
 }
 
 TEST_CASE("a stream too short for one window, a bad context or split, a missing file: errors naming the dataset") {

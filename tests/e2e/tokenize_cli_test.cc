@@ -1,0 +1,88 @@
+// `rill tokenize` as a user runs it: text files into one llm.c token file
+// (an end-of-text token before each), back into text with --decode, and a
+// clear error where the vocabulary or an input is missing.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "process_util.h"
+
+namespace {
+
+using rill::testing::Ran;
+using rill::testing::root;
+using rill::testing::run_rill;
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("rill tokenize: two documents into one token file and back, each after an end-of-text token") {
+  const std::string vocab = root() + "/data/gpt2";
+  if (!std::filesystem::exists(vocab + "/encoder.json")) {
+    MESSAGE("skipped: no GPT-2 vocabulary in " << vocab << " (./dev fetches it)");
+    return;
+  }
+  const auto dir = rill::testing::temp_dir("rill-tokenize-") / "round-trip";
+  std::filesystem::create_directories(dir);
+  const std::string first = "Call me Ishmael. Some years ago\xE2\x80\x94never mind how long precisely.\n";
+  const std::string second = "It's 1851, and the Pequod\xE2\x80\x99s crew is   ready \xF0\x9F\x90\x8B\n\n";
+  std::ofstream(dir / "a.txt", std::ios::binary) << first;
+  std::ofstream(dir / "b.txt", std::ios::binary) << second;
+  Ran ran = run_rill("tokenize --vocab " + vocab + " " + (dir / "a.txt").string() + " " + (dir / "b.txt").string() +
+                     " -o " + (dir / "t.bin").string());
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("tokens of " + std::to_string(first.size() + second.size()) + " bytes from 2 file(s)") !=
+        std::string::npos);
+  // llm.c's header: the magic, version 1 (uint16 ids), the count.
+  const std::string bin = read_bytes(dir / "t.bin");
+  REQUIRE(bin.size() > 1024);
+  int32_t header[3];
+  std::memcpy(header, bin.data(), sizeof header);
+  CHECK(header[0] == 20240520);
+  CHECK(header[1] == 1);
+  CHECK(static_cast<size_t>(header[2]) * 2 + 1024 == bin.size());
+  uint16_t eot;
+  std::memcpy(&eot, bin.data() + 1024, 2);
+  CHECK(eot == 50256);
+  Ran back = run_rill("tokenize --decode --vocab " + vocab + " " + (dir / "t.bin").string() + " -o " +
+                      (dir / "back.txt").string());
+  INFO(back.output);
+  REQUIRE(back.code == 0);
+  CHECK(read_bytes(dir / "back.txt") == "<|endoftext|>" + first + "<|endoftext|>" + second);
+  // To stdout too.
+  Ran out = run_rill("tokenize --decode --vocab " + vocab + " " + (dir / "t.bin").string());
+  CHECK(out.output == "<|endoftext|>" + first + "<|endoftext|>" + second);
+}
+
+TEST_CASE("rill tokenize names what is missing: the vocabulary, an input, the output") {
+  const auto dir = rill::testing::temp_dir("rill-tokenize-") / "errors";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.txt") << "text";
+  Ran no_vocab = run_rill("tokenize --vocab " + (dir / "none").string() + " " + (dir / "a.txt").string() + " -o " +
+                          (dir / "t.bin").string());
+  CHECK(no_vocab.code != 0);
+  CHECK(no_vocab.output.find("GPT-2's vocabulary (" + (dir / "none").string() + "/encoder.json") != std::string::npos);
+  CHECK(no_vocab.output.find("./dev fetches them") != std::string::npos);
+  const std::string vocab = root() + "/data/gpt2";
+  if (!std::filesystem::exists(vocab + "/encoder.json")) return;
+  Ran no_input = run_rill("tokenize --vocab " + vocab + " " + (dir / "nothing.txt").string() + " -o " +
+                          (dir / "t.bin").string());
+  CHECK(no_input.code != 0);
+  CHECK(no_input.output.find("cannot read '" + (dir / "nothing.txt").string() + "'") != std::string::npos);
+  Ran no_output = run_rill("tokenize --vocab " + vocab + " " + (dir / "a.txt").string());
+  CHECK(no_output.code != 0);
+  CHECK(no_output.output.find("give -o TOKENS.bin") != std::string::npos);
+  Ran not_tokens = run_rill("tokenize --decode --vocab " + vocab + " " + (dir / "a.txt").string());
+  CHECK(not_tokens.code != 0);
+  CHECK(not_tokens.output.find("shorter than the 1024-byte header") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "t.bin"));
+}
