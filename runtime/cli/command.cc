@@ -11,7 +11,7 @@ std::vector<std::unique_ptr<Command>> all_commands() {
   std::vector<std::unique_ptr<Command>> commands;
   for (auto make : {run_command, agent_command, submit_command, status_command, stop_command, shutdown_command,
                     plan_command, plot_command, generate_command, check_command, launch_command, token_command,
-                    keygen_command, tokenize_command})
+                    keygen_command, tokenize_command, convert_command})
     commands.push_back(make());
   return commands;
 }

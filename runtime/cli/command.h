@@ -48,6 +48,7 @@ std::unique_ptr<Command> launch_command();
 std::unique_ptr<Command> token_command();
 std::unique_ptr<Command> keygen_command();
 std::unique_ptr<Command> tokenize_command();
+std::unique_ptr<Command> convert_command();
 
 // What several commands' options share.
 // A count or a time in seconds: a number > 0 (CLI11's own check prints its

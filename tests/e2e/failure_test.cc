@@ -481,8 +481,9 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
   CHECK(result.status().message().find("the master 127.0.0.1:19310 stopped answering while job 1 ran") !=
         std::string::npos);
   CHECK(seconds_between(start, Clock::now()) < 60);
-  CHECK(node.wait(30) == 1);
+  const int code = node.wait(30);
   INFO(node.output());
+  CHECK(code == 1);
   CHECK(node.output().find("the master node 0 (127.0.0.1:19310) is lost") != std::string::npos);
 }
 
