@@ -3,11 +3,14 @@
 // clear error where the vocabulary or an input is missing.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "process_util.h"
 
@@ -85,4 +88,33 @@ TEST_CASE("rill tokenize names what is missing: the vocabulary, an input, the ou
   CHECK(not_tokens.code != 0);
   CHECK(not_tokens.output.find("shorter than the 1024-byte header") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "t.bin"));
+}
+
+// The BPE sample (samples/gpt2/gpt2_moby_bpe.json) on Moby-Dick as GPT-2
+// tokens, 30 steps: its first loss is that of a model that finds every
+// token alike, ln 50,304 (wte's padded rows included) = 10.826, within 0.1
+// (logits start at about 0.02 x sqrt(128) = 0.23 apart, which adds about
+// 0.03); then it learns.
+TEST_CASE("the GPT-2 BPE sample trains on rill tokenize's file") {
+  const std::string vocab = root() + "/data/gpt2", moby = root() + "/data/moby-dick.txt";
+  if (!std::filesystem::exists(vocab + "/encoder.json") || !std::filesystem::exists(moby)) {
+    MESSAGE("skipped: no GPT-2 vocabulary or Moby-Dick in " << root() << "/data (./dev fetches them)");
+    return;
+  }
+  const auto dir = rill::testing::temp_dir("rill-tokenize-") / "sample";
+  std::filesystem::create_directories(dir);
+  const std::string tokens = (dir / "moby-gpt2.bin").string();
+  Ran made = run_rill("tokenize --vocab " + vocab + " " + moby + " -o " + tokens);
+  REQUIRE_MESSAGE(made.code == 0, made.output);
+  const std::string result = (dir / "r.json").string();
+  Ran ran = run_rill("run " + root() + "/samples/gpt2/gpt2_moby_bpe.json --steps 30 --set train.log_every=10 --set "
+                     "datasets.train.path=" + tokens + " --set datasets.val.path=" + tokens + " --result " + result);
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  std::ifstream in(result);
+  const auto j = nlohmann::json::parse(in);
+  const auto& losses = j["loss_curve"];
+  REQUIRE(losses.size() == 30);
+  CHECK(std::abs(losses[0].get<double>() - std::log(50304.0)) < 0.1);
+  CHECK(losses[29].get<double>() < losses[0].get<double>() - 1.0);
 }

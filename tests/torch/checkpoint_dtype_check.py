@@ -20,7 +20,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -31,23 +30,10 @@ except ImportError:
     print("skipped: no PyTorch for this python3 (Debian: apt-get install python3-torch; ./dev does)")
     sys.exit(77)
 
-TORCH_DTYPES = {"F32": torch.float32, "I32": torch.int32, "BF16": torch.bfloat16, "F16": torch.float16}
+from safetensors_io import load  # noqa: E402 (after the torch check)
+
 ASKED = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
-
-def load(path):
-    """A safetensors file as {name: tensor}, each in its header's dtype."""
-    with open(path, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-        data = f.read()
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        blob = bytearray(data[begin:end])
-        out[name] = torch.frombuffer(blob, dtype=TORCH_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
 
 
 def run(args, root):

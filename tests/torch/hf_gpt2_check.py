@@ -31,7 +31,6 @@ O(0.1)).
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,38 +41,10 @@ except ImportError:
     print("skipped: no PyTorch for this python3 (Debian: apt-get install python3-torch; ./dev does)")
     sys.exit(77)
 
+from safetensors_io import load, save  # noqa: E402 (after the torch check)
+
 LAYERS, EMBD, HEADS, VOCAB, POSITIONS = 4, 128, 4, 256, 128
 JOB = "samples/gpt/gpt_moby.json"
-
-
-def load(path):
-    """A safetensors file (F32) as {name: tensor}."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        begin, end = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32).reshape(info["shape"])
-    return out
-
-
-def save(path, tensors):
-    """{name: f32 tensor} as a safetensors file, as Hugging Face writes one."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        b = t.detach().contiguous().to(torch.float32).numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def gpt2_logits(sd, idx):
@@ -170,7 +141,7 @@ def main():
         theirs = random_gpt2(7)
         src = os.path.join(tmp, "theirs")
         os.makedirs(src)
-        save(os.path.join(src, "model.safetensors"), theirs)
+        save(os.path.join(src, "model.safetensors"), {k: v.to(torch.float32) for k, v in theirs.items()})
         json.dump({"model_type": "gpt2", "n_layer": LAYERS, "n_embd": EMBD, "n_head": HEADS},
                   open(os.path.join(src, "config.json"), "w"))
         imported = os.path.join(tmp, "imported")
