@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <climits>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -71,10 +72,13 @@ std::string utf8_of(uint32_t cp) {
 }
 
 StatusOr<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return Status(Code::kNotFound, fmt::format("'{}' is not a file", path));
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(Code::kNotFound, fmt::format("cannot read '{}'", path));
   std::ostringstream s;
   s << in.rdbuf();
+  if (!in && !in.eof()) return Status(Code::kNotFound, fmt::format("cannot read '{}'", path));
   return s.str();
 }
 
@@ -124,28 +128,31 @@ StatusOr<BpeTokenizer> BpeTokenizer::parse(std::string_view encoder_json, std::s
   nlohmann::json vocab = nlohmann::json::parse(encoder_json.begin(), encoder_json.end(), nullptr, false);
   if (!vocab.is_object())
     return invalid_argument("{}/encoder.json: not a JSON object of symbols to ids", where);
+  // Ids are 0 to N - 1 for N entries, each once.
+  const int64_t entries = static_cast<int64_t>(vocab.size());
+  t.bytes_of_id_.resize(static_cast<size_t>(entries));
+  std::vector<bool> seen(static_cast<size_t>(entries), false);
   std::string bytes;
   for (const auto& [symbols, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 24))
-      return invalid_argument("{}/encoder.json: '{}' has id {}, not an integer in [0, 2^24)", where, symbols,
-                              id.dump());
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= entries)
+      return invalid_argument("{}/encoder.json: '{}' has id {}; the ids of its {} entries are 0 to {}", where,
+                              symbols, id.dump(), entries, entries - 1);
+    const auto i = static_cast<size_t>(id.get<int64_t>());
+    if (seen[i]) return invalid_argument("{}/encoder.json: id {} is given twice ('{}' is one)", where, i, symbols);
+    seen[i] = true;
     if (!bytes_of(symbols, &bytes))
       return invalid_argument("{}/encoder.json: '{}' is not spelled in GPT-2's byte symbols", where, symbols);
-    const auto i = static_cast<size_t>(id.get<int64_t>());
-    if (i >= t.bytes_of_id_.size()) t.bytes_of_id_.resize(i + 1);
     t.bytes_of_id_[i] = bytes;
     if (!t.id_of_bytes_.emplace(bytes, static_cast<int32_t>(i)).second)
       return invalid_argument("{}/encoder.json: '{}' spells the bytes of another entry", where, symbols);
   }
-  if (t.id_of_bytes_.size() != t.bytes_of_id_.size())
-    return invalid_argument("{}/encoder.json: ids are not 0 to {} each once", where, t.bytes_of_id_.size() - 1);
   for (int b = 0; b < 256; ++b) {
     auto it = t.id_of_bytes_.find(std::string(1, static_cast<char>(b)));
     if (it == t.id_of_bytes_.end())
       return invalid_argument("{}/encoder.json: byte {} has no entry of its own", where, b);
     t.byte_id_[b] = it->second;
   }
-  // vocab.bpe: "#version ..." then "a b" per line; blank lines end it.
+  // vocab.bpe: "#version ..." then "a b" per line; blank lines are skipped.
   int32_t rank = 0;
   size_t line_no = 0;
   std::string left, right;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kernels/data/dataset_spec.h"
+#include "kernels/data/file_bytes.h"
 
 namespace rill {
 
@@ -91,10 +92,9 @@ StatusOr<std::vector<int32_t>> parse_token_file(std::span<const uint8_t> bytes, 
 }
 
 StatusOr<std::vector<int32_t>> read_token_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(Code::kNotFound, fmt::format("cannot read '{}'", path));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_token_file(bytes, fmt::format("token file '{}'", path));
+  auto bytes = read_file_bytes(path);
+  if (!bytes.ok()) return bytes.status();
+  return parse_token_file(*bytes, fmt::format("token file '{}'", path));
 }
 
 }  // namespace rill

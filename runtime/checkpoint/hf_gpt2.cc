@@ -245,7 +245,11 @@ Status export_hf_gpt2(const std::string& from, const graph::Job& job, const std:
   }
   std::vector<CheckpointTensor> tensors;
   for (auto& [name, t] : hf) tensors.push_back(std::move(t));
-  fs::create_directories(to);
+  std::error_code made;
+  fs::create_directories(to, made);
+  if (made || !fs::is_directory(to, made))
+    return Status(Code::kUnavailable, fmt::format("cannot make the folder '{}'{}", to,
+                                                  made ? ": " + made.message() : ": it is a file"));
   RILL_RETURN_IF_ERROR(checkpoint_io::write_safetensors((fs::path(to) / "model.safetensors").string(), tensors,
                                                        {{"format", "pt"}}));
   json config = {{"architectures", {"GPT2LMHeadModel"}},

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/data/file_bytes.h"
 #include "kernels/data/token_file.h"
 #include "runtime/cli/command.h"
 #include "runtime/cli/command_util.h"
@@ -20,9 +21,9 @@ namespace rill::cli {
 namespace {
 
 StatusOr<std::string> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(Code::kNotFound, fmt::format("cannot read '{}'", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bytes = read_file_bytes(path);
+  if (!bytes.ok()) return bytes.status();
+  return std::string(bytes->begin(), bytes->end());
 }
 
 class TokenizeCommand : public Command {
@@ -34,7 +35,7 @@ class TokenizeCommand : public Command {
     app_->add_option("inputs", inputs_, "Text files (each a document, after an end-of-text token); with --decode, one "
                                         "token file")
         ->required();
-    app_->add_option("-o,--output", output_, "Where to write the token file (with --decode: the text; default stdout)");
+    app_->add_option("-o,--output", output_, "The token file to write (with --decode: the text, by default to stdout)");
     app_->add_option("--bpe", bpe_, "The encoding: gpt2")->capture_default_str()->check(CLI::IsMember({"gpt2"}));
     app_->add_option("--vocab", vocab_, "The folder of GPT-2's encoder.json and vocab.bpe (./dev fetches them)")
         ->capture_default_str();

@@ -132,8 +132,10 @@ Status train(JobRun& run, PhasePlan phase, int64_t log_every) {
     // Every node holds step report.steps: the caller goes on from there.
     result.steps = report.steps;
     result.regrouped = true;
+    result.train_seconds = report.seconds;
     (void)finish_checkpoints();
-    return Status(Code::kUnavailable, fmt::format("ended at step {} to go on with another plan (a node back, buckets sized by the link)", report.steps));
+    return Status(Code::kUnavailable,
+                  fmt::format("ended at step {}, as the master asked, to go on with another plan", report.steps));
   }
   if (report.steps < result.steps) result.steps = report.steps;
   result.interrupted = report.steps < result.planned_steps || run.stopped();

@@ -83,6 +83,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     buckets_.sizing.gradient_bytes = gradient_bytes(queued.job);
     buckets_.sizing.current_bytes = queued.job.train.bucket_bytes;
   }
+  (void)take_bucket_note();  // an earlier job's, decided after its last step
   std::optional<graph::Job> resized;  // the job with the buckets the link chose
   std::optional<JobResult> before_resize;
   int64_t resized_from = -1;
@@ -103,10 +104,13 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       running_members_ = membership.members;
     }
     JobResult result = run_job(resized ? *resized : queued.job, options);
-    if (before_resize && result.start_step == resized_from) join_results(*before_resize, resized_from, &result);
+    // The attempt that went on with other buckets continues the one before:
+    // one result, no new entry of nodes or restart.
+    const bool joined = before_resize && result.start_step == resized_from;
+    if (joined) join_results(*before_resize, resized_from, &result);
     before_resize.reset();  // a later attempt (from disk, or other nodes) is the result's own
-    nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
-    if (!restarts.empty()) {
+    if (!joined) nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
+    if (!restarts.empty() && !joined) {
       restarts.back().resumed_from_step = result.start_step;
       if (first_step != Clock::time_point{})
         restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
@@ -117,8 +121,14 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       bucket_choice = buckets_.choice;
     }
     if (bucket_choice) {
-      result.buckets.bytes = bucket_choice->bytes;
-      result.buckets.reason = bucket_choice->reason;
+      // What the run used: a size chosen but never taken (the run ended,
+      // or failed, before the step boundary) is reported as not taken.
+      const bool taken = !bucket_choice->resize || resized || result.regrouped;
+      result.buckets.bytes = taken ? bucket_choice->bytes : queued.job.train.bucket_bytes;
+      result.buckets.reason =
+          taken ? bucket_choice->reason
+                : fmt::format("{} chosen ({}), but the run ended before it took effect",
+                              format_bucket_bytes(bucket_choice->bytes), bucket_choice->reason);
       result.buckets.from_step = resized ? resized_from : -1;
     } else if (sizing_buckets) {
       result.buckets.bytes = queued.job.train.bucket_bytes;
@@ -130,32 +140,35 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       regroup_ = false;
       StatusOr<Membership> next =
           next_membership(membership, result.steps, static_cast<int>(membership.members.size()));
-      if (!next.ok()) {
-        result.status = Status(next.status().code(),
-                               fmt::format("cannot go on from step {} with {} buckets: {}", result.steps,
-                                           format_bucket_bytes(bucket_choice->bytes), next.status().message()));
-        result.restarts = std::move(restarts);
-        result.nodes_from_step = std::move(nodes_from_step);
-        return result;
+      if (next.ok()) {
+        resized = queued.job;
+        resized->train.bucket_bytes = bucket_choice->bytes;
+        *job_text = graph::job_to_json(*resized);
+        if (!job_text->ok()) {
+          result.status = job_text->status().with_context("the job with other buckets");
+          return result;
+        }
+        std::string back;  // a node that came back meanwhile (live membership) starts from node 0's memory
+        for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
+        say(fmt::format("going on from step {} with {} buckets on {} node(s), {}", next->kept_step,
+                        format_bucket_bytes(bucket_choice->bytes), next->members.size(),
+                        back.empty() ? "each from its own memory" : back + " from node 0's memory"));
+        resized_from = next->kept_step;
+        result.buckets.from_step = resized_from;
+        result.status = Status::ok_status();
+        before_resize = std::move(result);
+        membership = std::move(*next);
+        membership.keep_steps = live;
+        options.num_nodes = static_cast<int>(membership.members.size());
+        options.start_from_memory = membership.kept_step;
+        options.resume.clear();
+        continue;
       }
-      resized = queued.job;
-      resized->train.bucket_bytes = bucket_choice->bytes;
-      *job_text = graph::job_to_json(*resized);
-      if (!job_text->ok()) {
-        result.status = job_text->status().with_context("the job with other buckets");
-        return result;
-      }
-      say(fmt::format("going on from step {} with {} buckets, each node from its own memory", next->kept_step,
-                      format_bucket_bytes(bucket_choice->bytes)));
-      resized_from = next->kept_step;
-      result.buckets.from_step = resized_from;
-      result.status = Status::ok_status();
-      before_resize = std::move(result);
-      membership = std::move(*next);
-      membership.keep_steps = live;
-      options.start_from_memory = membership.kept_step;
-      options.resume.clear();
-      continue;
+      // A node lost as the phase ended: as any lost node, a restart (or,
+      // live, the nodes that remain) takes it from here.
+      result.status = Status(Code::kUnavailable,
+                             fmt::format("cannot go on from step {} with {} buckets: {}", result.steps,
+                                         format_bucket_bytes(bucket_choice->bytes), next.status().message()));
     }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);

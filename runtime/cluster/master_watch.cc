@@ -199,7 +199,7 @@ void Master::size_buckets_locked(const std::vector<PaceReport>& pace, const std:
   // measured: its device time per step in this phase, its links' rate
   // (over the last 10 s: what an earlier job carried over them counts too).
   if (!buckets_.armed || buckets_.choice || !phase_.keeping || phase_.job_id != running_id_ || phase_.end >= 0 ||
-      !phase_.held.empty() || stop_job_ || regroup_)
+      !phase_.held.empty() || stop_job_ || regroup_ || local_runtime_ == nullptr)  // not after the phase's run
     return;
   // Node 0 has kept a step of this phase (so whole() speaks of this run).
   const auto kept = kept_.steps();

@@ -130,8 +130,17 @@ TEST_CASE("a vocabulary or merge list that is not GPT-2's form is refused, namin
   CHECK(missing.status().message().find("v/vocab.bpe line 2: 'a b' merges or makes a symbol") != std::string::npos);
   auto three = BpeTokenizer::parse(vocab.dump(), "#version: 0.2\na b c\n", "v");
   CHECK(three.status().message().find("line 2: expected two symbols and one space") != std::string::npos);
+  // A repeated id with a hole elsewhere, and an id past the entries, are refused.
+  nlohmann::json twice = vocab;
+  twice[byte_symbol('&')] = 0;
+  CHECK(BpeTokenizer::parse(twice.dump(), "", "v").status().message().find("is given twice") != std::string::npos);
+  nlohmann::json far = vocab;
+  far[byte_symbol('q')] = 16777215;
+  CHECK(BpeTokenizer::parse(far.dump(), "", "v").status().message().find("the ids of its 256 entries are 0 to 255") !=
+        std::string::npos);
   vocab.erase(byte_symbol('q'));
-  CHECK(BpeTokenizer::parse(vocab.dump(), "", "v").status().message().find("ids are not 0 to") != std::string::npos);
+  CHECK(BpeTokenizer::parse(vocab.dump(), "", "v").status().message().find("the ids of its 255 entries") !=
+        std::string::npos);
   auto t = tiny({});
   CHECK(t.decode(std::vector<int32_t>{97, 300}).status().message().find("token 300 at position 1 is outside") !=
         std::string::npos);

@@ -179,6 +179,12 @@ def main():
         wrong = dict(theirs)
         wrong["transformer.h.1.attn.c_proj.weight"] = torch.zeros(EMBD, EMBD + 1)
         refused(wrong, "'h.1.attn.c_proj.weight' is [128, 129]", "shape")
+        # A file where the output folder belongs: refused, named.
+        plain = os.path.join(tmp, "plain")
+        open(plain, "w").write("x")
+        done = run([rill, "convert", "--to", "hf-gpt2", ck, "--job", JOB, "-o", plain], root, fail_ok=True)
+        if done.returncode != 1 or "cannot make the folder '" + plain + "'" not in done.stdout + done.stderr:
+            sys.exit(f"export onto a file: expected a refusal naming it, got ({done.returncode}):\n{done.stderr}")
     print("ok")
 
 
