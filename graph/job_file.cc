@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include <flatbuffers/idl.h>
+#include <nlohmann/json.hpp>
 
 #include "graph/check_util.h"
 #include "graph/job_check.h"
@@ -148,14 +150,51 @@ StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name
   return job;
 }
 
-StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+StatusOr<std::string> read_job_text(const std::string& path, const std::string& what) {
   auto bytes = read_file_bytes(path);
-  if (!bytes.ok()) return bytes.status().with_context("reading the job file");
-  std::string text(bytes->begin(), bytes->end());
-  if (text.size() > kMaxJobFileBytes)
-    return invalid_argument("{}: {} bytes is too large for a job file (at most {})", path, text.size(),
+  if (!bytes.ok()) return bytes.status().with_context("reading " + what);
+  if (bytes->size() > kMaxJobFileBytes)
+    return invalid_argument("{}: {} bytes is too large for a job file (at most {})", path, bytes->size(),
                             kMaxJobFileBytes);
-  return parse_job_json(text, path, overrides);
+  return std::string(bytes->begin(), bytes->end());
+}
+
+}  // namespace
+
+StatusOr<std::string> resolve_includes(const std::string& text, const std::string& job_path) {
+  if (text.find("\"include\"") == std::string::npos) return text;
+  nlohmann::ordered_json job = nlohmann::ordered_json::parse(text, nullptr, false, /*ignore_comments=*/true);
+  if (!job.is_object() || !job.contains("blocks") || !job["blocks"].is_array()) return text;  // the parser says why
+  const std::filesystem::path folder = std::filesystem::path(job_path).parent_path();
+  bool any = false;
+  for (size_t b = 0; b < job["blocks"].size(); ++b) {
+    nlohmann::ordered_json& block = job["blocks"][b];
+    if (!block.is_object() || !block.contains("include")) continue;
+    if (!block["include"].is_string())
+      return invalid_argument("{}: blocks[{}].include must be a path (a string)", job_path, b);
+    const std::string path = (folder / block["include"].get<std::string>()).string();
+    RILL_ASSIGN_OR_RETURN(std::string included, read_job_text(path, fmt::format("blocks[{}].include", b)));
+    nlohmann::ordered_json fields = nlohmann::ordered_json::parse(included, nullptr, false, true);
+    if (!fields.is_object())
+      return invalid_argument("{} (blocks[{}].include of {}): not a JSON object of a block's fields", path, b,
+                              job_path);
+    if (fields.contains("include"))
+      return invalid_argument("{} (blocks[{}].include of {}): an included block includes nothing itself", path, b,
+                              job_path);
+    block.erase("include");
+    for (auto& [key, value] : fields.items())
+      if (!block.contains(key)) block[key] = value;
+    any = true;
+  }
+  return any ? job.dump(2) : text;
+}
+
+StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides) {
+  RILL_ASSIGN_OR_RETURN(std::string text, read_job_text(path, "the job file"));
+  RILL_ASSIGN_OR_RETURN(std::string resolved, resolve_includes(text, path));
+  return parse_job_json(resolved, path, overrides);
 }
 
 Status check_job_file(const std::string& path) { return load_job_file(path).status(); }

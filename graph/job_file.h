@@ -24,8 +24,17 @@ namespace rill::graph {
 StatusOr<Job> parse_job_json(std::string_view text, const std::string& file_name,
                              const std::vector<std::string>& overrides = {});
 
-// Reads `path` and parses it as above.
+// Reads `path`, its blocks' includes resolved, and parses it as above.
 StatusOr<Job> load_job_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// A block of a job file may live in a file of its own: {"include":
+// "gpt_block.json", "repeat": 4, ...} takes the included file's fields (a
+// JSON object: variables, ops, and any other field of a block) for those
+// the entry leaves out, the path relative to the job file's folder. The
+// job's text with every include resolved (the text itself when it has
+// none), for what sends a job file on (`rill submit`). An included file
+// includes nothing itself.
+StatusOr<std::string> resolve_includes(const std::string& text, const std::string& job_path);
 
 // OK if `path` holds a good job; for the `rill check JOB` command.
 Status check_job_file(const std::string& path);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -125,4 +126,35 @@ TEST_CASE("rill plan --stats prints the compile time, the plan's size and its me
   CHECK(nodes.output.find("0 GPU to GPU (peer to peer); 4 regsts sent to another node through host memory") !=
         std::string::npos);
 #endif
+}
+
+// The GPT sample written short (its block in samples/gpt/gpt_block.json,
+// `linear` for each matmul and bias_add) is the long form for the plan: the
+// same kernels on the same devices, and so the same losses bit for bit, on
+// two devices.
+TEST_CASE("the GPT sample's short form plans the long form's kernels and trains to its losses bit for bit") {
+  auto kernels = [](const std::string& job) {
+    Ran plan = run_rill("plan " + root() + "/samples/gpt/" + job + " --devices cpu:2 --json");
+    REQUIRE_MESSAGE(plan.code == 0, plan.output);
+    const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
+    // Each task's kind, kernel (op type) and devices: names differ, nothing else.
+    std::multiset<std::string> tasks;
+    for (const auto& t : j["tasks"])
+      tasks.insert(t["kind"].dump() + " " + t["op"].dump() + " " + t["placement"].dump());
+    return std::make_pair(j["num_tasks"].get<int64_t>(), tasks);
+  };
+  CHECK(kernels("gpt_moby_short.json") == kernels("gpt_moby.json"));
+  const auto dir = rill::testing::temp_dir("rill-short-");
+  std::filesystem::create_directories(dir);
+  std::string curves[2];
+  int k = 0;
+  for (const std::string job : {"gpt_moby.json", "gpt_moby_short.json"}) {
+    const std::string result = (dir / (job + ".result")).string();
+    Ran ran = run_rill("run " + root() + "/samples/gpt/" + job + " --devices cpu:2 --steps 10 --set eval=off --set "
+                       "generate=off --result " + result);
+    REQUIRE_MESSAGE(ran.code == 0, ran.output);
+    std::ifstream in(result);
+    curves[k++] = nlohmann::json::parse(in)["loss_curve"].dump();
+  }
+  CHECK(curves[0] == curves[1]);
 }
