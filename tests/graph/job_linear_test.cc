@@ -104,6 +104,11 @@ TEST_CASE("a block included from a file takes its fields; the entry's own fields
   REQUIRE(resolved.ok());
   CHECK(resolved->find("include") == std::string::npos);
   CHECK(parse_job_json(*resolved, "inc.json").ok());
+  // Text that still names an include (what a master would get from a client
+  // that did not resolve it) is refused: the master reads no file for it.
+  auto unresolved = parse_job_json(text, "inc.json");
+  REQUIRE_FALSE(unresolved.ok());
+  CHECK(unresolved.status().message().find("include") != std::string::npos);
   // A missing file, and a file that is not a block's fields.
   std::ofstream(dir / "missing.json") << edit(job, "blocks/layer.json", "blocks/none.json");
   auto missing = load_job_file((dir / "missing.json").string());
