@@ -146,6 +146,20 @@ class Master final : public Agent {
   // job's text the nodes compile (`job_text`) written again.
   JobResult run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
                               Membership& membership, StatusOr<std::string>* job_text);
+  // A run going on with the buckets the link chose: the job with them, the
+  // attempt before (whose result the next joins) and the step they start from.
+  struct BucketRun {
+    std::optional<graph::Job> job;
+    std::optional<JobResult> before;
+    int64_t from = -1;
+  };
+  // After an attempt ended at a step boundary for the buckets the link
+  // chose: the same nodes go on from their memory with a plan of that size
+  // (true: the caller runs the next attempt with `options`), else
+  // `result.status` says why not.
+  bool go_on_with_buckets(const QueuedJob& queued, const BucketChoice& choice, bool live, JobResult& result,
+                          Membership& membership, JobRunOptions& options, BucketRun& run,
+                          StatusOr<std::string>* job_text);
   // After an attempt of a live job ended (a node lost, or `step` >= 0: at
   // that step, to take back nodes that came back): the nodes it goes on
   // with (every node up, at least `min_nodes`), the newcomers among them

@@ -56,6 +56,24 @@ void join_results(const JobResult& before, int64_t from, JobResult* after) {
   after->checkpoints_written = static_cast<int64_t>(after->checkpoints.size());
 }
 
+// train.buckets_by_link's decision as the result reports it: what the run
+// used (a size chosen but never taken, the run having ended or failed
+// before the step boundary, is reported as not taken).
+void report_buckets(const std::optional<BucketChoice>& choice, bool sizing, bool resized, int64_t resized_from,
+                    int64_t job_bytes, JobResult* result) {
+  if (choice) {
+    const bool taken = !choice->resize || resized || result->regrouped;
+    result->buckets.bytes = taken ? choice->bytes : job_bytes;
+    result->buckets.reason = taken ? choice->reason
+                                   : fmt::format("{} chosen ({}), but the run ended before it took effect",
+                                                 format_bucket_bytes(choice->bytes), choice->reason);
+    result->buckets.from_step = resized ? resized_from : -1;
+  } else if (sizing) {
+    result->buckets.bytes = job_bytes;
+    result->buckets.reason = "not measured: the training ended before every node's pace and links were known";
+  }
+}
+
 }  // namespace
 
 JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions options, Clock::time_point& first_step,
@@ -84,9 +102,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     buckets_.sizing.current_bytes = queued.job.train.bucket_bytes;
   }
   (void)take_bucket_note();  // an earlier job's, decided after its last step
-  std::optional<graph::Job> resized;  // the job with the buckets the link chose
-  std::optional<JobResult> before_resize;
-  int64_t resized_from = -1;
+  BucketRun resized;  // the job with the buckets the link chose, once it goes on with them
   membership = everyone;
   membership.keep_steps = live || sizing_buckets;
   kept_by_node_.clear();  // another job's
@@ -103,12 +119,12 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       MutexLock lock(finished_mu_);
       running_members_ = membership.members;
     }
-    JobResult result = run_job(resized ? *resized : queued.job, options);
+    JobResult result = run_job(resized.job ? *resized.job : queued.job, options);
     // The attempt that went on with other buckets continues the one before:
     // one result, no new entry of nodes or restart.
-    const bool joined = before_resize && result.start_step == resized_from;
-    if (joined) join_results(*before_resize, resized_from, &result);
-    before_resize.reset();  // a later attempt (from disk, or other nodes) is the result's own
+    const bool joined = resized.before && result.start_step == resized.from;
+    if (joined) join_results(*resized.before, resized.from, &result);
+    resized.before.reset();  // a later attempt (from disk, or other nodes) is the result's own
     if (!joined) nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
     if (!restarts.empty() && !joined) {
       restarts.back().resumed_from_step = result.start_step;
@@ -120,56 +136,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       MutexLock lock(phase_mu_);
       bucket_choice = buckets_.choice;
     }
-    if (bucket_choice) {
-      // What the run used: a size chosen but never taken (the run ended,
-      // or failed, before the step boundary) is reported as not taken.
-      const bool taken = !bucket_choice->resize || resized || result.regrouped;
-      result.buckets.bytes = taken ? bucket_choice->bytes : queued.job.train.bucket_bytes;
-      result.buckets.reason =
-          taken ? bucket_choice->reason
-                : fmt::format("{} chosen ({}), but the run ended before it took effect",
-                              format_bucket_bytes(bucket_choice->bytes), bucket_choice->reason);
-      result.buckets.from_step = resized ? resized_from : -1;
-    } else if (sizing_buckets) {
-      result.buckets.bytes = queued.job.train.bucket_bytes;
-      result.buckets.reason = "not measured: the training ended before every node's pace and links were known";
-    }
-    if (result.regrouped && bucket_choice && bucket_choice->resize && !resized) {
-      // Ended at a step boundary for the buckets the link chose: the same
-      // nodes go on from their memory there with a plan of that size.
-      regroup_ = false;
-      StatusOr<Membership> next =
-          next_membership(membership, result.steps, static_cast<int>(membership.members.size()));
-      if (next.ok()) {
-        resized = queued.job;
-        resized->train.bucket_bytes = bucket_choice->bytes;
-        *job_text = graph::job_to_json(*resized);
-        if (!job_text->ok()) {
-          result.status = job_text->status().with_context("the job with other buckets");
-          return result;
-        }
-        std::string back;  // a node that came back meanwhile (live membership) starts from node 0's memory
-        for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
-        say(fmt::format("going on from step {} with {} buckets on {} node(s), {}", next->kept_step,
-                        format_bucket_bytes(bucket_choice->bytes), next->members.size(),
-                        back.empty() ? "each from its own memory" : back + " from node 0's memory"));
-        resized_from = next->kept_step;
-        result.buckets.from_step = resized_from;
-        result.status = Status::ok_status();
-        before_resize = std::move(result);
-        membership = std::move(*next);
-        membership.keep_steps = live;
-        options.num_nodes = static_cast<int>(membership.members.size());
-        options.start_from_memory = membership.kept_step;
-        options.resume.clear();
-        continue;
-      }
-      // A node lost as the phase ended: as any lost node, a restart (or,
-      // live, the nodes that remain) takes it from here.
-      result.status = Status(Code::kUnavailable,
-                             fmt::format("cannot go on from step {} with {} buckets: {}", result.steps,
-                                         format_bucket_bytes(bucket_choice->bytes), next.status().message()));
-    }
+    report_buckets(bucket_choice, sizing_buckets, resized.job.has_value(), resized.from,
+                   queued.job.train.bucket_bytes, &result);
+    if (result.regrouped && bucket_choice && bucket_choice->resize && !resized.job &&
+        go_on_with_buckets(queued, *bucket_choice, live, result, membership, options, resized, job_text))
+      continue;
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
       result.nodes_from_step = std::move(nodes_from_step);
@@ -261,6 +232,46 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     restarts.push_back(std::move(restart));
     board_.job_restarted(queued.id);
   }
+}
+
+bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& choice, bool live, JobResult& result,
+                                Membership& membership, JobRunOptions& options, BucketRun& run,
+                                StatusOr<std::string>* job_text) {
+  regroup_ = false;
+  StatusOr<Membership> next = next_membership(membership, result.steps, static_cast<int>(membership.members.size()));
+  if (!next.ok()) {
+    // A node lost as the phase ended: as any lost node, a restart (or,
+    // live, the nodes that remain) takes it from here.
+    result.status = Status(Code::kUnavailable, fmt::format("cannot go on from step {} with {} buckets: {}",
+                                                           result.steps, format_bucket_bytes(choice.bytes),
+                                                           next.status().message()));
+    return false;
+  }
+  graph::Job job = queued.job;
+  job.train.bucket_bytes = choice.bytes;
+  *job_text = graph::job_to_json(job);
+  if (!job_text->ok()) {
+    result.status = job_text->status().with_context("the job with other buckets");
+    return false;
+  }
+  std::string back;  // a node that came back meanwhile (live membership) starts from node 0's memory
+  for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
+  const std::string line = fmt::format("going on from step {} with {} buckets on {} node(s), {}", next->kept_step,
+                                       format_bucket_bytes(choice.bytes), next->members.size(),
+                                       back.empty() ? "each from its own memory" : back + " from node 0's memory");
+  spdlog::warn("job {}: {}", queued.id, line);
+  if (options.on_line) options.on_line(line);
+  run.job = std::move(job);
+  run.from = next->kept_step;
+  result.buckets.from_step = run.from;
+  result.status = Status::ok_status();
+  run.before = std::move(result);
+  membership = std::move(*next);
+  membership.keep_steps = live;
+  options.num_nodes = static_cast<int>(membership.members.size());
+  options.start_from_memory = membership.kept_step;
+  options.resume.clear();
+  return true;
 }
 
 StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t step, int min_nodes) {

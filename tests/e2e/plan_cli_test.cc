@@ -150,8 +150,10 @@ TEST_CASE("the GPT sample's short form plans the long form's kernels and trains 
   int k = 0;
   for (const std::string job : {"gpt_moby.json", "gpt_moby_short.json"}) {
     const std::string result = (dir / (job + ".result")).string();
-    Ran ran = run_rill("run " + root() + "/samples/gpt/" + job + " --devices cpu:2 --steps 10 --set eval=off --set "
-                       "generate=off --result " + result);
+    // From the tree's root, where the sample's data/moby-dick.txt is.
+    Ran ran = rill::testing::run_shell("cd " + root() + " && " + rill::testing::binary() + " run samples/gpt/" + job +
+                                       " --devices cpu:2 --steps 10 --set eval=off --set generate=off --result " +
+                                       result);
     REQUIRE_MESSAGE(ran.code == 0, ran.output);
     std::ifstream in(result);
     curves[k++] = nlohmann::json::parse(in)["loss_curve"].dump();
