@@ -278,6 +278,7 @@ class Master final : public Agent {
   std::string take_bucket_note();
   Mutex bucket_note_mu_;
   std::string bucket_note_ GUARDED_BY(bucket_note_mu_);
+  std::atomic<bool> bucket_note_ready_{false};  // bucket_note_ holds a line not yet taken
 
   // The job thread's: what each member kept when the last training phase ended (by rank).
   std::map<int, KeptSteps> kept_by_node_;

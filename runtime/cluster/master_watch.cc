@@ -221,21 +221,18 @@ void Master::size_buckets_locked(const std::vector<PaceReport>& pace, const std:
     choice.bytes = sizing.current_bytes;
     choice.reason = "node 0 does not hold the whole model, so the run cannot go on from memory with another plan";
   }
-  const std::string line =
-      choice.resize ? fmt::format("buckets sized by the link: {} from the next step ({}; links {:.1f} MB/s, {:.1f} "
-                                  "MB of gradients a step)",
-                                  format_bucket_bytes(choice.bytes), choice.reason, sizing.link_mb_per_s,
-                                  static_cast<double>(sizing.gradient_bytes) / 1e6)
-                    : fmt::format("buckets sized by the link: kept at {} ({}; links {:.1f} MB/s, {:.1f} MB of "
-                                  "gradients a step)",
-                                  format_bucket_bytes(choice.bytes), choice.reason, sizing.link_mb_per_s,
-                                  static_cast<double>(sizing.gradient_bytes) / 1e6);
+  const std::string size = format_bucket_bytes(choice.bytes);
+  const std::string line = fmt::format("buckets sized by the link: {} ({}; links {:.1f} MB/s, {:.1f} MB of gradients "
+                                       "a step)",
+                                       choice.resize ? size + " from the next step" : "kept at " + size, choice.reason,
+                                       sizing.link_mb_per_s, static_cast<double>(sizing.gradient_bytes) / 1e6);
   spdlog::info("job {}: {}", phase_.job_id, line);
   buckets_.choice = choice;
   {
     MutexLock note(bucket_note_mu_);
     bucket_note_ = line;
   }
+  bucket_note_ready_.store(true, std::memory_order_release);
   if (choice.resize) {
     regroup_ = true;
     begin_stop_locked();
@@ -243,6 +240,8 @@ void Master::size_buckets_locked(const std::vector<PaceReport>& pace, const std:
 }
 
 std::string Master::take_bucket_note() {
+  // Asked every step: nothing to take costs one load.
+  if (!bucket_note_ready_.exchange(false, std::memory_order_acq_rel)) return {};
   MutexLock lock(bucket_note_mu_);
   return std::exchange(bucket_note_, std::string());
 }
