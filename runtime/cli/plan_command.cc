@@ -72,7 +72,9 @@ class PlanCommand : public Command {
         fmt::print("plan drawn as Graphviz DOT in {} (render: dot -Tsvg {} -o plan.svg)\n", dot_path_, dot_path_);
     }
     if (json_) fmt::print("{}\n", compiler::plan_json(**verified));
-    else if (dot_path_.empty() && !stats_) print_plan_summary(**verified, seconds);
+    else if (dot_path_.empty() && !stats_)
+      fmt::print("{}compiled in {:.3f} s; the whole plan: --json; its size and timings: --stats; drawn: --dot FILE\n",
+                 plan_summary(**verified), seconds);
     return 0;
   }
 

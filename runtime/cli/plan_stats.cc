@@ -14,9 +14,14 @@
 namespace rill {
 namespace {
 
+template <typename... Args>
+void put(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::format_to(std::back_inserter(out), format, std::forward<Args>(args)...);
+}
+
 // How regsts change memory zones: copies on a GPU's thread, and the
 // Send/Recv pairs carrying a GPU's regst to another node through host memory.
-void print_copies(const plan::Plan& p) {
+void print_copies(std::string& out, const plan::Plan& p) {
   int to_gpu = 0, to_host = 0, peer = 0, sent = 0;
   for (const plan::Task* t : *p.tasks()) {
     if (t->kind() == plan::TaskKind::Send) ++sent;
@@ -27,13 +32,13 @@ void print_copies(const plan::Plan& p) {
     ++(from < 0 ? to_gpu : to < 0 ? to_host : peer);
   }
   if (to_gpu + to_host + peer + sent > 0)
-    fmt::print("copies: {} host to GPU, {} GPU to host, {} GPU to GPU (peer to peer); {} regsts sent to another "
+    put(out, "copies: {} host to GPU, {} GPU to host, {} GPU to GPU (peer to peer); {} regsts sent to another "
                "node through host memory\n",
                to_gpu, to_host, peer, sent);
 }
 
 // Device collectives (train.nccl): each communicator and what it sums a step.
-void print_communicators(const plan::Plan& p) {
+void print_communicators(std::string& out, const plan::Plan& p) {
   if (p.comm_groups() == nullptr) return;
   for (uint32_t g = 0; g < p.comm_groups()->size(); ++g) {
     const plan::CommGroup& group = *p.comm_groups()->Get(g);
@@ -45,14 +50,14 @@ void print_communicators(const plan::Plan& p) {
     }
     std::vector<std::string> counts;
     for (const auto& [op, n] : ops) counts.push_back(fmt::format("{} {}", n, op));
-    fmt::print("communicator {} ({}): {} ranks, {} in one order, {} logical bytes\n", g, group.cuda() ? "nccl" : "host",
+    put(out, "communicator {} ({}): {} ranks, {} in one order, {} logical bytes\n", g, group.cuda() ? "nccl" : "host",
                group.nodes()->size(), fmt::join(counts, ", "), bytes);
   }
 }
 
 // Each node's memory as a run plans and checks it (compiler/memory_plan.h):
 // the time both take, and the bytes the slots take against their sum.
-void print_memory(const plan::Plan& p) {
+void print_memory(std::string& out, const plan::Plan& p) {
   const auto start = std::chrono::steady_clock::now();
   const int first = p.node() >= 0 ? p.node() : 0, last = p.node() >= 0 ? p.node() : p.num_nodes() - 1;
   int64_t planned = 0, slots = 0;
@@ -60,7 +65,7 @@ void print_memory(const plan::Plan& p) {
     auto memory = compiler::plan_memory(p, node);
     Status checked = memory.ok() ? compiler::check_memory_plan(p, node, *memory) : memory.status();
     if (!checked.ok()) {
-      fmt::print("memory of node {}: {}\n", node, checked.message());
+      put(out, "memory of node {}: {}\n", node, checked.message());
       return;
     }
     for (size_t b = 0; b < memory->blocks.size(); ++b) {
@@ -69,7 +74,7 @@ void print_memory(const plan::Plan& p) {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("memory of {} node(s) planned and checked in {:.3f} s: slots take {} bytes of their {}\n",
+  put(out, "memory of {} node(s) planned and checked in {:.3f} s: slots take {} bytes of their {}\n",
              last - first + 1, seconds, planned, slots);
 }
 
@@ -77,48 +82,50 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<do
 
 }  // namespace
 
-void print_plan_summary(const plan::Plan& p, double seconds) {
+std::string plan_summary(const plan::Plan& p) {
+  std::string out;
   auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
   const std::string devices = p.placements() && p.placements()->size() > 0 ? p.placements()->Get(0)->str() : "?";
-  fmt::print("job '{}' on {} node(s) x {} device(s) ({}){}\n", str(p.job_name()), p.num_nodes(),
+  put(out, "job '{}' on {} node(s) x {} device(s) ({}){}\n", str(p.job_name()), p.num_nodes(),
              p.devices_per_node(), devices, p.node() >= 0 ? fmt::format(", node {}'s plan", p.node()) : "");
-  fmt::print("a step: global batch {}, {} stage(s), {} micro-batch(es){}; {} steps\n", p.global_batch(), p.stages(),
+  put(out, "a step: global batch {}, {} stage(s), {} micro-batch(es){}; {} steps\n", p.global_batch(), p.stages(),
              p.micro_batches(), p.micro_batches() > 1 ? ", schedule " + str(p.schedule()) : "", p.steps());
   std::map<std::string, int> kinds;
   for (const plan::Task* t : *p.tasks()) ++kinds[plan::EnumNameTaskKind(t->kind())];
   std::vector<std::string> counts;
   for (const auto& [kind, n] : kinds) counts.push_back(fmt::format("{} {}", n, kind));
-  fmt::print("{} tasks ({}), {} regsts, {} placement(s)\n", p.tasks()->size(), fmt::join(counts, ", "),
+  put(out, "{} tasks ({}), {} regsts, {} placement(s)\n", p.tasks()->size(), fmt::join(counts, ", "),
              p.regsts()->size(), p.placements() ? p.placements()->size() : 0);
   if (p.datasets())
     for (const plan::Dataset* d : *p.datasets())
-      fmt::print("reads dataset '{}' ({}{})\n", str(d->name()), str(d->kind()),
+      put(out, "reads dataset '{}' ({}{})\n", str(d->name()), str(d->kind()),
                  str(d->kind()) == "idx" ? " " + str(d->images()) : " " + str(d->path()));
   // Each node's memory, by zone: the peak is allocated once and kept.
-  fmt::print("memory planned per node and zone (peak: slots, optimizer state, boxing and compute scratch, held):\n");
+  put(out, "memory planned per node and zone (peak: slots, optimizer state, boxing and compute scratch, held):\n");
   const int first = p.node() >= 0 ? p.node() : 0, last = p.node() >= 0 ? p.node() : p.num_nodes() - 1;
   for (int node = first; node <= last; ++node) {
     auto memory = compiler::plan_memory(p, node);
     if (!memory.ok()) {
-      fmt::print("  node {}: {}\n", node, memory.status().message());
+      put(out, "  node {}: {}\n", node, memory.status().message());
       continue;
     }
     for (const compiler::MemoryBlock& b : memory->blocks)
-      fmt::print("  node {} {:<8} {:>11}: {} + {} + {} + {} + {}\n", node, b.zone.to_string(), mib(b.total()),
+      put(out, "  node {} {:<8} {:>11}: {} + {} + {} + {} + {}\n", node, b.zone.to_string(), mib(b.total()),
                  mib(b.slot_bytes), mib(b.state_bytes), mib(b.boxing_bytes), mib(b.scratch_bytes), mib(b.held_bytes));
   }
-  print_communicators(p);
-  fmt::print("compiled in {:.3f} s; the whole plan: --json; its size and timings: --stats; drawn: --dot FILE\n",
-             seconds);
+  print_communicators(out, p);
+  return out;
 }
 
 void print_plan_stats(const plan::Plan& p, size_t bytes, double seconds) {
-  fmt::print("compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n", seconds,
+  std::string out;
+  put(out, "compiled in {:.3f} s: {} tasks, {} regsts, {} plan bytes, {} placement(s) on {} node(s) x {}\n", seconds,
              p.tasks()->size(), p.regsts()->size(), bytes, p.placements() ? p.placements()->size() : 0, p.num_nodes(),
              p.devices_per_node());
-  print_copies(p);
-  print_communicators(p);
-  print_memory(p);
+  print_copies(out, p);
+  print_communicators(out, p);
+  print_memory(out, p);
+  fmt::print("{}", out);
 }
 
 }  // namespace rill

@@ -8,13 +8,15 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "compiler/plan_generated.h"
 
 namespace rill {
 
-// Print to stdout; `seconds` the compile's, `bytes` the plan's size.
-void print_plan_summary(const plan::Plan& p, double seconds);
+// The summary as text (lines ending in newlines).
+std::string plan_summary(const plan::Plan& p);
+// Printed to stdout; `seconds` the compile's, `bytes` the plan's size.
 void print_plan_stats(const plan::Plan& p, size_t bytes, double seconds);
 
 }  // namespace rill
