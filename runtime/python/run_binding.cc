@@ -48,11 +48,12 @@ py::dict run(const JobHandle& handle, const std::string& devices, int64_t steps,
   out["error"] = result.status.ok() ? "" : result.status.message();
   out["variables"] = arrays(result.variables, &handle.job);
   out["fetched"] = arrays(result.fetched, nullptr);
+  out["generated"] = py::bytes(result.generated);  // a byte-level model's bytes, UTF-8 or not
   out["keyboard_interrupt"] = interrupted;
   return out;
 }
 
-std::string generate(const JobHandle& handle, const py::dict& given, std::optional<std::string> prompt,
+py::bytes generate(const JobHandle& handle, const py::dict& given, std::optional<std::string> prompt,
                      std::optional<int64_t> tokens, std::optional<double> temperature, std::optional<int64_t> top_k,
                      std::optional<int64_t> seed) {
   const graph::Job& job = handle.job;
@@ -81,8 +82,12 @@ std::string generate(const JobHandle& handle, const py::dict& given, std::option
                                    shape_string(shape), job.name, shape_string(v.shape)));
     variables[v.name] = value_or_raise(eager::HostTensor::variable(v.name, TensorMeta{shape, v.dtype}, values));
   }
-  py::gil_scoped_release free;
-  return value_or_raise(eager::generate_text(job, variables, config));
+  std::string text;
+  {
+    py::gil_scoped_release free;
+    text = value_or_raise(eager::generate_text(job, variables, config));
+  }
+  return py::bytes(text);
 }
 
 }  // namespace

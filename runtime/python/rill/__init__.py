@@ -85,11 +85,13 @@ def plan(job, devices="", nodes=1):
     return _rill.plan(_job(job), devices, nodes)
 
 
-def generate(job, variables, prompt=None, tokens=None, temperature=None, top_k=None, seed=None):
+def generate(job, variables, prompt=None, tokens=None, temperature=None, top_k=None, seed=None, raw=False):
     """Text sampled from a trained byte-level model: the job's `generate`
     section, with the given fields in its place, over `variables` (name ->
-    array: a result's variables, or a checkpoint's tensors)."""
-    return _rill.generate(_job(job), variables, prompt, tokens, temperature, top_k, seed)
+    array: a result's variables, or a checkpoint's tensors). Text, bytes that
+    are not UTF-8 replaced; with `raw`, the bytes."""
+    out = _rill.generate(_job(job), variables, prompt, tokens, temperature, top_k, seed)
+    return out if raw else out.decode("utf-8", "replace")
 
 
 class Client:

@@ -14,8 +14,9 @@ class Result:
     train_metrics: the last step's. variables and fetched: name -> numpy
     array, whole (a run in this process; a submitted job's result holds
     the values of variables of at most 64 elements, its model is in its
-    checkpoint: rill.read_checkpoint). generated: the text the job's
-    `generate` section sampled. interrupted: stopped early (Ctrl-C, rill
+    checkpoint: rill.read_checkpoint). generated_bytes: what the job's
+    `generate` section sampled; generated: the same as text, bytes that
+    are not UTF-8 replaced. interrupted: stopped early (Ctrl-C, rill
     stop) at step `steps` of `planned_steps`.
     """
 
@@ -34,7 +35,10 @@ class Result:
         self.metrics = dict(d.get("metrics", {}))
         self.train_metrics = dict(d.get("train_metrics", {}))
         self.samples_per_sec = d.get("samples_per_sec", 0.0)
-        self.generated = d.get("generated", "")
+        # A byte-level model writes any byte: the bytes, and as text with
+        # what is not UTF-8 replaced (U+FFFD).
+        self.generated_bytes = native.get("generated", d.get("generated", "").encode())
+        self.generated = self.generated_bytes.decode("utf-8", "replace")
         if "variables" in native:
             self.variables = dict(native["variables"])
             self.fetched = dict(native["fetched"])
