@@ -7,6 +7,7 @@
 
 #include <pybind11/stl.h>
 
+#include "base/printable.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/eager/generate.h"
 #include "runtime/python/python_common.h"
@@ -99,6 +100,9 @@ void bind_run(py::module_& m) {
   m.def("generate", &generate, py::arg("job"), py::arg("variables"), py::arg("prompt") = py::none(),
         py::arg("tokens") = py::none(), py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
         py::arg("seed") = py::none());
+  m.def("printable", [](const py::bytes& text) { return printable(std::string(text)); }, py::arg("text"),
+        "Bytes a model wrote, safe to print on a terminal as the command line prints them: valid UTF-8, newlines "
+        "and tabs kept, other control bytes and bytes that are not UTF-8 as \\xNN");
 }
 
 }  // namespace rill::python

@@ -140,3 +140,8 @@ def test_checkpoint_refusals(tmp_path):
     with pytest.raises(rill.Error) as e:
         rill.read_checkpoint(str(tmp_path / "absent"))
     assert e.value.code == "not found"
+
+
+def test_printable_escapes_what_a_terminal_would_act_on():
+    assert rill.printable(b"ok\n\x1b[2J\xff") == "ok\n\\x1b[2J\\xff"
+    assert rill.printable("caf\u00e9\t") == "caf\u00e9\t"

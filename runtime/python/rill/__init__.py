@@ -18,7 +18,7 @@ from .builder import JobBuilder, Tensor, init, optim
 from .result import Result
 
 __all__ = ["Error", "Job", "JobBuilder", "Tensor", "init", "optim", "Result", "Client", "load_job", "parse_job",
-           "run", "plan", "generate", "read_checkpoint", "write_checkpoint"]
+           "run", "plan", "generate", "printable", "read_checkpoint", "write_checkpoint"]
 
 
 def _override_list(overrides):
@@ -92,6 +92,15 @@ def generate(job, variables, prompt=None, tokens=None, temperature=None, top_k=N
     are not UTF-8 replaced; with `raw`, the bytes."""
     out = _rill.generate(_job(job), variables, prompt, tokens, temperature, top_k, seed)
     return out if raw else out.decode("utf-8", "replace")
+
+
+def printable(text):
+    """Text a model wrote (str or bytes) made safe to print on a terminal,
+    as the command line prints it: valid UTF-8, newlines and tabs kept,
+    other control bytes and bytes that are not UTF-8 as \\xNN."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogateescape")
+    return _rill.printable(bytes(text))
 
 
 class Client:
