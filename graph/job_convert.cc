@@ -1,5 +1,5 @@
 #include "graph/job_convert.h"
-#include "graph/job_linear.h"
+#include "graph/job_expand.h"
 
 #include <cmath>
 #include <limits>
@@ -371,7 +371,7 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
     for (const fb::Op* op : items(b->ops())) c.op(*op, path + ".ops", k++, &block.ops.emplace_back());
   }
   if (issues->size() == 0) expand_blocks(blocks, job, issues, origins);
-  if (issues->size() == 0) expand_linear_ops(job, issues, origins);
+  if (issues->size() == 0) expand_short_ops(job, issues, origins);
   i = 0;
   for (const fb::Group* g : items(root.groups())) c.group(*g, i++, &job->groups.emplace_back());
   job->loss = str(root.loss());

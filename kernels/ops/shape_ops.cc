@@ -12,29 +12,39 @@ namespace {
 
 // --- reshape -----------------------------------------------------------------
 
-// The target shape with a -1 resolved against the input's element count.
+// The target shape with a 0 taken from the input's axis at its place (keep
+// the batch and the sequence: [0, 0, H, -1] splits heads without spelling
+// out T) and a -1 resolved against the input's element count.
 StatusOr<Shape> reshape_target(const Attrs& attrs, const Shape& input) {
-  RILL_ASSIGN_OR_RETURN(std::vector<int64_t> shape, read_ints(attrs, "shape", true));
+  RILL_ASSIGN_OR_RETURN(const std::vector<int64_t> written, read_ints(attrs, "shape", true));
+  std::vector<int64_t> shape = written;
   int inferred = -1;
   int64_t known = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) {
+      if (d >= input.size())
+        return invalid_argument("attr 'shape' = {}: a 0 keeps the input's axis {}, but input shape {} has rank {}",
+                                shape_string(written), d, shape_string(input), input.size());
+      shape[d] = input[d];
+    }
     if (shape[d] == -1) {
-      if (inferred >= 0) return invalid_argument("attr 'shape' = {} has more than one -1", shape_string(shape));
+      if (inferred >= 0) return invalid_argument("attr 'shape' = {} has more than one -1", shape_string(written));
       inferred = static_cast<int>(d);
     } else if (shape[d] <= 0) {
-      return invalid_argument("attr 'shape' = {}: dims must be positive or a single -1", shape_string(shape));
+      return invalid_argument("attr 'shape' = {}: dims must be positive, 0 (the input's) or a single -1",
+                              shape_string(written));
     } else if (__builtin_mul_overflow(known, shape[d], &known)) {
-      return invalid_argument("attr 'shape' = {} holds more elements than fit in 64 bits", shape_string(shape));
+      return invalid_argument("attr 'shape' = {} holds more elements than fit in 64 bits", shape_string(written));
     }
   }
   int64_t count = num_elements(input);
   if (inferred >= 0) {
     if (count % known != 0)
-      return invalid_argument("attr 'shape' = {} cannot hold the {} elements of input shape {}", shape_string(shape),
+      return invalid_argument("attr 'shape' = {} cannot hold the {} elements of input shape {}", shape_string(written),
                               count, shape_string(input));
     shape[inferred] = count / known;
   } else if (known != count) {
-    return invalid_argument("attr 'shape' = {} has {} elements but input shape {} has {}", shape_string(shape), known,
+    return invalid_argument("attr 'shape' = {} has {} elements but input shape {} has {}", shape_string(written), known,
                             shape_string(input), count);
   }
   return shape;

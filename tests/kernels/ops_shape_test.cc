@@ -64,6 +64,17 @@ TEST_CASE("reshape keeps row-major order and resolves one -1") {
   CHECK(testing::check_gradients("reshape", {Tensor::uniform({2, 6}, 1)}, {{"shape", Ints{3, 2, 2}}}, {0}).ok());
 }
 
+TEST_CASE("reshape keeps the input's axis where the shape says 0") {
+  // Heads split and merged without the sequence's length: [B, T, C] ->
+  // [B, T, H, -1] -> [B, T, -1].
+  Tensor x = iota({2, 3, 8});
+  Tensor heads = run1("reshape", {x}, {{"shape", Ints{0, 0, 4, -1}}});
+  CHECK(heads.shape == Shape{2, 3, 4, 2});
+  CHECK(heads.f32 == x.f32);
+  CHECK(run1("reshape", {heads}, {{"shape", Ints{0, 0, -1}}}).shape == Shape{2, 3, 8});
+  CHECK(testing::check_gradients("reshape", {Tensor::uniform({2, 6}, 1)}, {{"shape", Ints{0, 3, -1}}}, {0}).ok());
+}
+
 TEST_CASE("reshape rejects shapes that do not fit, naming both") {
   Status s = infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{4, 4}}});
   CHECK(s.code() == Code::kInvalidArgument);
@@ -72,7 +83,9 @@ TEST_CASE("reshape rejects shapes that do not fit, naming both") {
   CHECK(contains(s, "'shape'"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{-1, -1}}}), "more than one -1"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{4, -1}}}), "cannot hold"));
-  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{0, 6}}}), "positive"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{-2, 6}}}), "positive"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{0, 0, 0}}}), "0 keeps the input's axis 2"));
+  CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", Ints{0, 4}}}), "[0, 4]"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {}), "missing attr 'shape'"));
   CHECK(contains(infer_error("reshape", {{{2, 3}}}, {{"shape", std::string("6")}}), "list of ints"));
 }

@@ -1,15 +1,21 @@
 // Ops that stand for several, and blocks in files of their own: `linear`
-// becomes the matmul and bias_add the long form writes (graph/job_linear.h);
-// a block's `include` takes its fields from another file
-// (graph/job_file.h resolve_includes). The GPT sample written with both
-// expands to the long form's ops.
+// becomes the matmul and bias_add the long form writes, `attention` with
+// `heads` the split into heads, the attention and the merge
+// (graph/job_expand.h); a block's `include` takes its fields from another
+// file (graph/job_file.h resolve_includes). The GPT sample written with
+// them expands to the long form's ops.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 
 #include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "graph/job_file.h"
 #include "tests/graph/job_text.h"
@@ -123,17 +129,93 @@ TEST_CASE("a block included from a file takes its fields; the entry's own fields
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the GPT sample's short form expands to the long form's ops, one for one") {
+const char* kAttentionJob = R"({
+  "name": "att",
+  "datasets": [{"name": "d", "kind": "synthetic", "num_samples": 64, "feature_shape": [6, 8], "num_classes": 8}],
+  "inputs": [
+    {"name": "x", "dataset": "d", "field": "features", "shape": [6, 8]},
+    {"name": "y", "dataset": "d", "field": "label", "dtype": "i32"}
+  ],
+  "ops": [
+    {"name": "a", "type": "attention", "inputs": ["x", "x", "x"], "attrs": {"heads": 2, "causal": true}},
+    {"name": "last", "type": "slice", "inputs": ["a"], "attrs": {"starts": [0, 5, 0], "ends": [8, 6, 8]}},
+    {"name": "logits", "type": "reshape", "inputs": ["last"], "attrs": {"shape": [-1, 8]}},
+    {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+    {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}
+  ],
+  "loss": "loss",
+  "train": {"steps": 2, "batch_size": 8}
+})";
+
+TEST_CASE("attention with heads splits [B, T, C] into heads, attends, and merges them back") {
+  auto job = parse_job_json(kAttentionJob, "att.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  std::vector<std::string> names, types;
+  for (const Op& op : job->ops) {
+    names.push_back(op.name);
+    types.push_back(op.type);
+  }
+  CHECK(names == std::vector<std::string>{"a.q_split", "a.q", "a.k_split", "a.k", "a.v_split", "a.v", "a.heads",
+                                          "a.merge", "a", "last", "logits", "xent", "loss"});
+  CHECK(types[0] == "reshape");
+  CHECK(job->ops[0].attrs.get_ints("shape") == std::vector<int64_t>{0, 0, 2, -1});
+  CHECK(job->ops[1].attrs.get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3});
+  const Op& fused = job->ops[6];
+  CHECK(fused.type == "attention");
+  CHECK(fused.outputs == std::vector<std::string>{"a.heads", "a.lse"});
+  CHECK(fused.attrs.get_int("causal") == 1);
+  CHECK_FALSE(fused.attrs.has("heads"));
+  CHECK(job->ops[8].attrs.get_ints("shape") == std::vector<int64_t>{0, 0, -1});
+
+  // composed: matmul, softmax (with the scale given) and matmul in the fused op's place.
+  auto composed = parse_job_json(edit(kAttentionJob, R"("causal": true)", R"("causal": true, "composed": true, "scale": 0.5)"),
+                                 "att.json");
+  REQUIRE_MESSAGE(composed.ok(), composed.status().to_string());
+  CHECK(composed->ops[6].name == "a.scores");
+  CHECK(composed->ops[6].attrs.get_int("transpose_b") == 1);
+  CHECK(composed->ops[7].type == "softmax");
+  CHECK(composed->ops[7].attrs.get_float("scale") == 0.5);
+  CHECK(composed->ops[8].inputs == std::vector<std::string>{"a.probs", "a.v"});
+}
+
+TEST_CASE("attention with heads refuses what it cannot split, naming the line written") {
+  auto message = [](const std::string& text) {
+    auto job = parse_job_json(text, "att.json");
+    REQUIRE_FALSE(job.ok());
+    return job.status().message();
+  };
+  CHECK(message(edit(kAttentionJob, R"("heads": 2)", R"("heads": 0)")).find("att.json:9: ops[0] (a): attention's attr 'heads' must be an int >= 1") != std::string::npos);
+  CHECK(message(edit(kAttentionJob, R"(["x", "x", "x"])", R"(["x", "x"])")).find("takes [q, k, v], got 2") != std::string::npos);
+  CHECK(message(edit(kAttentionJob, R"("causal": true)", R"("composed": true)")).find("needs attr 'scale'") != std::string::npos);
+  CHECK(message(edit(kAttentionJob, R"("causal": true)", R"("axis": 1)")).find("not 'axis'") != std::string::npos);
+  // 3 heads do not divide C = 8: the reshape's error, at the attention's line.
+  const std::string uneven = message(edit(kAttentionJob, R"("heads": 2)", R"("heads": 3)"));
+  CHECK(uneven.find("att.json:9:") != std::string::npos);
+  CHECK(uneven.find("a.q_split") != std::string::npos);
+}
+
+TEST_CASE("the GPT sample's short form expands to the long form's ops") {
   auto long_form = load_job_file(testing::source_path("samples/gpt/gpt_moby.json"));
   auto short_form = load_job_file(testing::source_path("samples/gpt/gpt_moby_short.json"));
   REQUIRE_MESSAGE(long_form.ok(), long_form.status().to_string());
   REQUIRE_MESSAGE(short_form.ok(), short_form.status().to_string());
-  REQUIRE(short_form->ops.size() == long_form->ops.size());
-  for (size_t k = 0; k < long_form->ops.size(); ++k) {
-    CAPTURE(long_form->ops[k].name);
-    CHECK(short_form->ops[k].type == long_form->ops[k].type);
-    CHECK(short_form->ops[k].attrs == long_form->ops[k].attrs);
-  }
+  // The same ops with the same attributes, in another order within a
+  // layer (the heads are split where the attention is written). A reshape
+  // says the same shapes in two spellings: [-1, 128, 4, 32] written out,
+  // [0, 0, 4, -1] by attention's heads; both resolve against the same
+  // input (the plan test runs both, tests/e2e/plan_cli_test.cc).
+  auto ops = [](const Job& job) {
+    std::multiset<std::string> out;
+    for (const Op& op : job.ops) {
+      std::string attrs;
+      if (op.type != "reshape")
+        for (const auto& [name, value] : op.attrs.values())
+          attrs += name + "=" + std::visit([](const auto& v) { return fmt::format("{}", v); }, value) + ";";
+      out.insert(op.type + " " + attrs);
+    }
+    return out;
+  };
+  CHECK(ops(*short_form) == ops(*long_form));
   CHECK(short_form->variables == long_form->variables);
 }
 
