@@ -145,3 +145,19 @@ def test_checkpoint_refusals(tmp_path):
 def test_printable_escapes_what_a_terminal_would_act_on():
     assert rill.printable(b"ok\n\x1b[2J\xff") == "ok\n\\x1b[2J\\xff"
     assert rill.printable("caf\u00e9\t") == "caf\u00e9\t"
+
+
+def test_builder_attention_with_heads_is_the_job_files():
+    b = rill.JobBuilder("att")
+    b.dataset(name="d", kind="synthetic", num_samples=16, feature_shape=[6, 8], num_classes=8)
+    x = b.input("x", "d", "features", [6, 8])
+    y = b.input("y", "d", "label", [], dtype="i32")
+    a = b.attention(x, x, x, heads=2, causal=True, name="a")
+    last = b.reshape(b.slice(a, [0, 5, 0], [4, 6, 8]), [-1, 8])
+    b.minimize(b.reduce_mean(b.sparse_softmax_cross_entropy(last, y)), rill.optim.sgd(0.1))
+    b.train(steps=2, batch_size=4)
+    job = json.loads(b.build().to_json())
+    names = [op["name"] for op in job["ops"]]
+    assert names[:9] == ["a.q_split", "a.q", "a.k_split", "a.k", "a.v_split", "a.v", "a.heads", "a.merge", "a"]
+    fused = rill.JobBuilder("f")
+    assert fused.attention("q", "k", "v") == ["attention_1:0", "attention_1:1"]

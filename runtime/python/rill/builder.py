@@ -186,6 +186,15 @@ class JobBuilder:
             options["eps"] = eps
         return self.op_outputs("layer_norm", [x, gamma, beta], 3, **options)
 
+    def attention(self, q, k, v, heads=None, causal=False, scale=None, composed=False, **options):
+        """With `heads`: multi-head attention on [B, T, C], split into heads
+        and merged back (one output). Without: the fused op on [..., T, D],
+        y and each row's log-sum-exp (two outputs)."""
+        attrs = {k_: v_ for k_, v_ in (("causal", causal), ("scale", scale), ("composed", composed)) if v_}
+        if heads is None:
+            return self.op_outputs("attention", [q, k, v], 2, **attrs, **options)
+        return self.op("attention", [q, k, v], heads=heads, **attrs, **options)
+
     def sparse_softmax_cross_entropy(self, logits, labels, **options):
         return self.op("sparse_softmax_cross_entropy", [logits, labels], **options)
 
