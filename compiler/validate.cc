@@ -347,8 +347,9 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
     RILL_RETURN_IF_ERROR(append_forward_op(std::move(node), &g));
   }
   RILL_RETURN_IF_ERROR(add_reported(job, mode, &g));
-  // Text is sampled from byte logits after training: a tensor of another
-  // shape is refused now, not after the last step.
+  // Text is sampled from the logits after training: a tensor of another
+  // shape is refused now, not after the last step. Bytes have 256 classes;
+  // GPT-2's tokens 50,257, padded or not.
   if (mode == Mode::kTrain && job.generate)
     if (const LogicalTensor* logits = g.find(job.generate->logits); logits != nullptr) {
       const Shape& s = logits->meta.shape;
@@ -356,11 +357,15 @@ StatusOr<LogicalGraph> build_logical_graph(const graph::Job& job, const Cluster&
       for (const graph::Input& in : job.inputs)
         if (in.name == job.generate->input) input = &in;
       const int64_t context = input != nullptr && input->shape.size() == 1 ? input->shape[0] : -1;
-      if (logits->meta.dtype != DType::kF32 || s.size() != 3 || s[1] != context || s[2] != 256)
-        return invalid_argument("generate.logits: '{}' is {} {}; text is sampled from a byte model's logits, f32 "
-                                "[batch, {}, 256] (the context of generate.input '{}', and one class per byte)",
-                                job.generate->logits, dtype_name(logits->meta.dtype), shape_string(s), context,
-                                job.generate->input);
+      const bool gpt2 = job.generate->tokenizer == "gpt2";
+      constexpr int64_t kGpt2Tokens = 50257;
+      if (logits->meta.dtype != DType::kF32 || s.size() != 3 || s[1] != context ||
+          (gpt2 ? s[2] < kGpt2Tokens : s[2] != 256))
+        return invalid_argument("generate.logits: '{}' is {} {}; text is sampled from {}, f32 [batch, {}, {}] (the "
+                                "context of generate.input '{}')",
+                                job.generate->logits, dtype_name(logits->meta.dtype), shape_string(s),
+                                gpt2 ? "the logits of GPT-2's tokens" : "a byte model's logits", context,
+                                gpt2 ? "50257 or more" : "256", job.generate->input);
     }
   std::vector<std::string> roots;
   for (const Reported& r : g.reported) roots.push_back(r.tensor);

@@ -139,9 +139,14 @@ void check_datasets(const Job& job, Issues* issues) {
 
 namespace {
 
-// Generation reads bytes into an i32 [context] input of a text dataset.
+// Generation reads bytes into an i32 [context] input of a text dataset, or
+// GPT-2's tokens into one of a tokens dataset.
 void check_generate(const Job& job, Issues* issues) {
   const Generate& g = *job.generate;
+  const bool gpt2 = g.tokenizer == "gpt2";
+  if (g.tokenizer != "bytes" && !gpt2)
+    issues->add("generate.tokenizer", "generate.tokenizer must be \"bytes\" or \"gpt2\", got \"{}\"", g.tokenizer);
+  const char* kind = gpt2 ? "tokens" : "text";
   const Input* input = nullptr;
   for (const Input& in : job.inputs)
     if (in.name == g.input) input = &in;
@@ -151,10 +156,9 @@ void check_generate(const Job& job, Issues* issues) {
     const Dataset* d = nullptr;
     for (const Dataset& dataset : job.datasets)
       if (dataset.name == input->dataset) d = &dataset;
-    if (d == nullptr || d->kind != "text" || input->shape.size() != 1 || input->dtype != DType::kI32)
-      issues->add("generate.input",
-                  "generate: input '{}' must read the tokens of a text dataset (bytes are its tokens), i32 [context]",
-                  g.input);
+    if (d == nullptr || d->kind != kind || input->shape.size() != 1 || input->dtype != DType::kI32)
+      issues->add("generate.input", "generate: input '{}' must read the tokens of a {} dataset ({}), i32 [context]",
+                  g.input, kind, gpt2 ? "GPT-2's byte-pair tokens" : "bytes are its tokens");
   }
   bool made = false;
   for (const Op& op : job.ops)

@@ -197,10 +197,15 @@ struct Eval {
 
 // Text sampled by the master after training (runtime/eager/generate.h).
 struct Generate {
-  std::string input;          // the i32 [context] input the bytes go to
-  std::string logits;         // the [batch, context, 256] logits
-  std::string prompt;         // "" : a newline
-  int64_t tokens = 200;
+  std::string input;          // the i32 [context] input the tokens go to
+  std::string logits;         // the [batch, context, vocabulary] logits
+  std::string prompt;         // "" : a newline (gpt2: the end-of-text token)
+  int64_t tokens = 200;       // tokens sampled after the prompt
+  // What a token is: "bytes" (each byte one, a text dataset's) or "gpt2"
+  // (GPT-2's byte-pair tokens, a tokens dataset's; text/bpe.h) with its
+  // vocabulary's folder, read where the job's data may be read.
+  std::string tokenizer = "bytes";
+  std::string vocab = "data/gpt2";
   double temperature = 1.0;   // 0: the most likely byte each time
   int64_t top_k = 0;          // 0: every byte
   int64_t seed = 1;

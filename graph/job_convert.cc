@@ -290,6 +290,8 @@ class Converter {
       gen.input = str(g->input());
       gen.logits = str(g->logits());
       gen.prompt = str(g->prompt());
+      if (g->tokenizer()) gen.tokenizer = g->tokenizer()->str();
+      if (g->vocab()) gen.vocab = g->vocab()->str();
       integer(g->tokens(), "generate.tokens", "generate.tokens", &gen.tokens);
       if (g->temperature()) gen.temperature = *g->temperature();
       integer(g->top_k(), "generate.top_k", "generate.top_k", &gen.top_k);

@@ -182,6 +182,12 @@ const std::vector<Setting>& settings() {
        [](Job* j, const std::string& v) { return set_generate(j, [&](Generate* g) { return parse_int(v, &g->top_k); }); }},
       {"generate.seed",
        [](Job* j, const std::string& v) { return set_generate(j, [&](Generate* g) { return parse_int(v, &g->seed); }); }},
+      {"generate.tokenizer",
+       [](Job* j, const std::string& v) {
+         return set_generate(j, [&](Generate* g) { g->tokenizer = v; return Status(); });
+       }},
+      {"generate.vocab",
+       [](Job* j, const std::string& v) { return set_generate(j, [&](Generate* g) { g->vocab = v; return Status(); }); }},
       {"checkpoint.dir", [](Job* j, const std::string& v) { j->checkpoint.dir = v; return Status(); }},
       {"checkpoint.every", [](Job* j, const std::string& v) { return parse_int(v, &j->checkpoint.every); }},
       {"checkpoint.keep", [](Job* j, const std::string& v) { return parse_int32(v, &j->checkpoint.keep); }},

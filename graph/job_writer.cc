@@ -170,6 +170,8 @@ class Writer {
       Node gen = Node::object();
       gen.add("input", str(g.input, "generate.input")).add("logits", str(g.logits, "generate.logits"));
       if (!g.prompt.empty()) gen.add("prompt", str(g.prompt, "generate.prompt"));
+      if (g.tokenizer != Generate{}.tokenizer) gen.add("tokenizer", str(g.tokenizer, "generate.tokenizer"));
+      if (g.vocab != Generate{}.vocab) gen.add("vocab", str(g.vocab, "generate.vocab"));
       gen.add("tokens", number(g.tokens)).add("temperature", number(g.temperature)).add("top_k", number(g.top_k));
       gen.add("seed", number(g.seed));
       root.add("generate", std::move(gen));

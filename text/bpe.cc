@@ -3,10 +3,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -71,15 +73,33 @@ std::string utf8_of(uint32_t cp) {
   return out;
 }
 
-StatusOr<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    return Status(Code::kNotFound, fmt::format("'{}' is not a file", path));
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in && !in.eof()) return Status(Code::kNotFound, fmt::format("cannot read '{}'", path));
-  return s.str();
+// A vocabulary file, opened and checked as a job's data is (an agent reads
+// only under its data roots, never a key file; base/file_access.h).
+StatusOr<std::string> read_file(const std::string& path, const FileAccess& access) {
+  constexpr off_t kLimit = off_t{64} << 20;  // GPT-2's two files take 1.5 MB
+  struct stat st;
+  RILL_ASSIGN_OR_RETURN(const int fd, open_checked(path, access, "vocabulary file", /*fifos=*/false, &st));
+  std::string out;
+  Status failed;
+  if (st.st_size > kLimit) {
+    failed = invalid_argument("'{}' has {} bytes; a vocabulary file has at most {}", path, st.st_size, kLimit);
+  } else {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        failed = Status(Code::kUnavailable, fmt::format("cannot read '{}': {}", path,
+                                                        n < 0 ? std::strerror(errno) : "it ended early"));
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (!failed.ok()) return failed;
+  return out;
 }
 
 }  // namespace
@@ -98,9 +118,9 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
-StatusOr<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
-  RILL_ASSIGN_OR_RETURN(std::string encoder, read_file(dir + "/encoder.json"));
-  RILL_ASSIGN_OR_RETURN(std::string merges, read_file(dir + "/vocab.bpe"));
+StatusOr<BpeTokenizer> BpeTokenizer::load(const std::string& dir, const FileAccess& access) {
+  RILL_ASSIGN_OR_RETURN(std::string encoder, read_file(dir + "/encoder.json", access));
+  RILL_ASSIGN_OR_RETURN(std::string merges, read_file(dir + "/vocab.bpe", access));
   return parse(encoder, merges, dir);
 }
 

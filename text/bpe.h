@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/file_access.h"
 #include "base/status.h"
 
 namespace rill::text {
@@ -40,8 +41,10 @@ class BpeTokenizer {
   // `where` names them in errors.
   static StatusOr<BpeTokenizer> parse(std::string_view encoder_json, std::string_view merges,
                                       const std::string& where);
-  // encoder.json and vocab.bpe in `dir`.
-  static StatusOr<BpeTokenizer> load(const std::string& dir);
+  // encoder.json and vocab.bpe in `dir`, each checked as it is opened
+  // against `access` (an agent's data roots; by default anywhere, but
+  // never a key file this process holds).
+  static StatusOr<BpeTokenizer> load(const std::string& dir, const FileAccess& access = {});
 
   std::vector<int32_t> encode(std::string_view text) const;
   // The bytes of `ids`; an id outside the vocabulary is an error naming its

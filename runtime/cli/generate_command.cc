@@ -1,5 +1,5 @@
-// `rill generate JOB --checkpoint PATH`: text from a trained byte-level
-// language model saved in a checkpoint, without training again: the job's
+// `rill generate JOB --checkpoint PATH`: text from a trained language
+// model of bytes or of GPT-2's byte-pair tokens saved in a checkpoint, without training again: the job's
 // forward run eagerly on the host (runtime/eager/generate.h) with the
 // checkpoint's variables, sampled as the job's `generate` section says,
 // each field overridable by a flag. The same bytes a run of the job prints
@@ -46,7 +46,7 @@ StatusOr<std::string> generate(const GenerateArgs& args) {
   if (config.tokens < 1 || config.tokens > 1000000)
     return invalid_argument("--tokens {}: expected 1 to 1000000", config.tokens);
   if (!(config.temperature >= 0)) return invalid_argument("--temperature {}: expected >= 0", config.temperature);
-  if (config.top_k < 0 || config.top_k > 256) return invalid_argument("--top-k {}: expected 0 to 256", config.top_k);
+  if (config.top_k < 0) return invalid_argument("--top-k {}: expected >= 0", config.top_k);
   RILL_ASSIGN_OR_RETURN(const Checkpoint checkpoint, read_checkpoint(args.checkpoint));
   // The job's variables, whole, as the checkpoint holds them.
   eager::Tensors variables;
@@ -64,22 +64,23 @@ StatusOr<std::string> generate(const GenerateArgs& args) {
                           eager::HostTensor::variable(v.name, TensorMeta{held->shape, v.dtype}, held->values));
   }
   RILL_ASSIGN_OR_RETURN(std::string text, eager::generate_text(job, variables, config));
-  return fmt::format("generated ({} bytes after the prompt) from step {} of {}:\n{}", config.tokens, checkpoint.step,
-                     args.checkpoint, printable(text));
+  return fmt::format("generated ({} {} after the prompt) from step {} of {}:\n{}", config.tokens,
+                     config.tokenizer == "gpt2" ? "GPT-2 tokens" : "bytes", checkpoint.step, args.checkpoint,
+                     printable(text));
 }
 
 class GenerateCommand : public cli::Command {
  public:
   void add(CLI::App& rill) override {
-    app_ = rill.add_subcommand("generate", "Sample text from a trained byte-level model in a checkpoint");
+    app_ = rill.add_subcommand("generate", "Sample text from a trained language model (bytes or GPT-2 tokens) in a checkpoint");
     app_->add_option("job", args_.job_path, "Job description file (JSON) with a generate section")->required();
     app_->add_option("--checkpoint", args_.checkpoint, "A checkpoint's step directory, or its root (the latest step)")
         ->required();
     app_->add_option("--set", args_.overrides, "Override a job field, as rill run takes it");
     app_->add_option("--prompt", args_.prompt, "The text to go on from (default: the job's)");
-    app_->add_option("--tokens", args_.tokens, "Bytes to sample (default: the job's)");
+    app_->add_option("--tokens", args_.tokens, "Tokens to sample: bytes, or GPT-2 tokens (default: the job's)");
     app_->add_option("--temperature", args_.temperature, "0: the most likely byte each time");
-    app_->add_option("--top-k", args_.top_k, "Sample among the k most likely bytes (0: all)");
+    app_->add_option("--top-k", args_.top_k, "Sample among the k most likely tokens (0: all)");
     app_->add_option("--seed", args_.seed, "The draws' seed");
   }
   int act() override {

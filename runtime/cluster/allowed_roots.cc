@@ -107,6 +107,9 @@ Status check_job_paths(const graph::Job& job, const std::string& resume, const A
     RILL_RETURN_IF_ERROR(check(fmt::format("dataset '{}' path", d.name), d.path, roots.data, "--data-root"));
   }
   if (!checkpoints) return {};
+  // The master samples text after training, decoding with this vocabulary.
+  if (job.generate && job.generate->tokenizer == "gpt2")
+    RILL_RETURN_IF_ERROR(check("generate.vocab", job.generate->vocab, roots.data, "--data-root"));
   RILL_RETURN_IF_ERROR(check("checkpoint.dir", job.checkpoint.dir, roots.checkpoint, "--checkpoint-root"));
   if (resume != "latest") RILL_RETURN_IF_ERROR(check("--resume", resume, roots.checkpoint, "--checkpoint-root"));
   return {};

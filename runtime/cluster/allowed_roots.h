@@ -48,9 +48,10 @@ struct AllowedRoots {
 bool path_under(const std::string& path, const std::string& root);
 
 // Every dataset file of `job` under a data root; with `checkpoints` (the
-// master, which writes them and reads them to resume) its checkpoint.dir and
-// `resume` (a folder, or "latest": the checkpoint folder's) under a
-// checkpoint root. The error (kPermissionDenied) names `where` (the node),
+// master, which writes them and reads them to resume, and samples text
+// after training) its checkpoint.dir and `resume` (a folder, or "latest":
+// the checkpoint folder's) under a checkpoint root, and GPT-2's vocabulary
+// folder (generate.vocab) under a data root. The error (kPermissionDenied) names `where` (the node),
 // the field, the path and the roots.
 Status check_job_paths(const graph::Job& job, const std::string& resume, const AllowedRoots& roots,
                        const std::string& where, bool checkpoints = true);

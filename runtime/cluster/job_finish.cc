@@ -107,12 +107,14 @@ Status generate(JobRun& run) {
       if (t.ok()) variables[v.name] = std::move(*t);
       read = t.status();
     }
-  auto text = read.ok() ? eager::generate_text(job, variables, *job.generate) : StatusOr<std::string>(read);
+  auto text = read.ok() ? eager::generate_text(job, variables, *job.generate, run.options.data_access)
+                        : StatusOr<std::string>(read);
   if (!text.ok()) return text.status().with_context("generate");
   result.generated = *text;
   // Printed with control bytes and non-UTF-8 escaped (the result keeps the bytes).
   const std::string line =
-      fmt::format("generated ({} bytes after the prompt):\n{}", job.generate->tokens, printable(*text));
+      fmt::format("generated ({} {} after the prompt):\n{}", job.generate->tokens,
+                  job.generate->tokenizer == "gpt2" ? "GPT-2 tokens" : "bytes", printable(*text));
   run.say(line);
   return {};
 }

@@ -4,12 +4,18 @@
 
 #include "compiler/compiler.h"
 #include "runtime/cluster/job_phases.h"
+#include "text/bpe.h"
 
 namespace rill {
 
 // Prepare (the cluster and devices, node 0's training plan compiled and
 // verified), describe, train, finish: job_phases.h.
 JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
+  // The vocabulary generation decodes with, read now: a folder that is not
+  // there is an error before the training, not after it.
+  if (job.generate && job.generate->tokenizer == "gpt2")
+    if (auto vocab = text::BpeTokenizer::load(job.generate->vocab, options.data_access); !vocab.ok())
+      return JobResult{.status = vocab.status().with_context("generate.vocab")};
   auto cluster =
       compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, options.num_nodes);
   if (!cluster.ok()) return JobResult{.status = cluster.status()};

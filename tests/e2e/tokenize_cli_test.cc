@@ -114,8 +114,10 @@ TEST_CASE("the GPT-2 BPE sample trains on rill tokenize's file") {
   Ran made = run_rill("tokenize --vocab " + vocab + " " + moby + " -o " + tokens);
   REQUIRE_MESSAGE(made.code == 0, made.output);
   const std::string result = (dir / "r.json").string();
-  Ran ran = run_rill("run " + root() + "/samples/gpt2/gpt2_moby_bpe.json --steps 30 --set train.log_every=10 --set "
-                     "datasets.train.path=" + tokens + " --set datasets.val.path=" + tokens + " --result " + result);
+  const std::string job = root() + "/samples/gpt2/gpt2_moby_bpe.json --set datasets.train.path=" + tokens +
+                          " --set datasets.val.path=" + tokens + " --set generate.vocab=" + vocab;
+  Ran ran = run_rill("run " + job + " --steps 30 --set train.log_every=10 --set checkpoint.dir=" +
+                     (dir / "ckpt").string() + " --result " + result);
   INFO(ran.output);
   REQUIRE(ran.code == 0);
   std::ifstream in(result);
@@ -124,4 +126,27 @@ TEST_CASE("the GPT-2 BPE sample trains on rill tokenize's file") {
   REQUIRE(losses.size() == 30);
   CHECK(std::abs(losses[0].get<double>() - std::log(50304.0)) < 0.1);
   CHECK(losses[29].get<double>() < losses[0].get<double>() - 1.0);
+  // Then 60 GPT-2 tokens sampled after the prompt, decoded; `rill generate`
+  // from the checkpoint writes the same text.
+  const std::string generated = j["generated"].get<std::string>();
+  CHECK(generated.rfind("Call me Ishmael.", 0) == 0);
+  CHECK(generated.size() > std::string("Call me Ishmael.").size() + 60);  // most tokens are more than a byte
+  const std::string header = "generated (60 GPT-2 tokens after the prompt):\n";
+  REQUIRE(ran.output.find(header) != std::string::npos);
+  const std::string printed = ran.output.substr(ran.output.find(header) + header.size(), 200);
+  Ran again = run_rill("generate " + job + " --checkpoint " + (dir / "ckpt").string());
+  INFO(again.output);
+  REQUIRE(again.code == 0);
+  CHECK(again.output.find("generated (60 GPT-2 tokens after the prompt) from step 30") != std::string::npos);
+  CHECK(again.output.find(printed.substr(0, printed.find("\ndone"))) != std::string::npos);
+}
+
+// generate.tokenizer gpt2 reads its vocabulary before the training: a
+// folder without it fails the run at its start, naming the field.
+TEST_CASE("a BPE job whose vocabulary is not there fails before it trains") {
+  Ran ran = run_rill("run " + root() + "/samples/gpt2/gpt2_moby_bpe.json --set generate.vocab=/nonexistent/gpt2");
+  CHECK(ran.code != 0);
+  CHECK(ran.output.find("generate.vocab") != std::string::npos);
+  CHECK(ran.output.find("/nonexistent/gpt2/encoder.json") != std::string::npos);
+  CHECK(ran.output.find("step ") == std::string::npos);
 }
