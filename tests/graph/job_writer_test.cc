@@ -166,7 +166,8 @@ TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
   for (const char* file : {"samples/mlp/mlp.json", "samples/mlp/mlp_model_parallel.json", "samples/mlp/mlp_hybrid.json",
                            "samples/mlp/mlp_stages.json", "samples/mlp/mlp_pipeline.json",
                            "samples/mlp/mlp_pipeline3.json", "samples/linear_regression/linear_regression.json",
-                           "samples/ddp/ddp_train.json"}) {
+                           "samples/ddp/ddp_train.json", "samples/gpt/gpt_moby_short.json",
+                           "samples/gpt2/gpt2_moby_bpe.json"}) {
     CAPTURE(file);
     StatusOr<Job> loaded = load_job_file(source_path(file));
     REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
