@@ -86,7 +86,7 @@ def plan(job, devices="", nodes=1):
 
 
 def generate(job, variables, prompt=None, tokens=None, temperature=None, top_k=None, seed=None, raw=False):
-    """Text sampled from a trained byte-level model: the job's `generate`
+    """Text sampled from a trained model of bytes or of GPT-2 tokens: the job's `generate`
     section, with the given fields in its place, over `variables` (name ->
     array: a result's variables, or a checkpoint's tensors). Text, bytes that
     are not UTF-8 replaced; with `raw`, the bytes."""
