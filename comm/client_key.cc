@@ -59,14 +59,23 @@ bool is_client_key_file(const std::string& path) {
   return lines.ok() && !lines->empty() && lines->front().text.rfind("client ", 0) == 0;
 }
 
+StatusOr<std::shared_ptr<const ClientKey>> client_key_from_file(const std::string& path) {
+  if (is_client_key_file(path)) {
+    RILL_ASSIGN_OR_RETURN(ClientKey key, read_client_key_file(path));
+    return std::make_shared<const ClientKey>(std::move(key));
+  }
+  RILL_ASSIGN_OR_RETURN(ClusterKey cluster, read_key_file(path));
+  return std::make_shared<const ClientKey>(client_key_of(cluster));
+}
+
 StatusOr<std::shared_ptr<const ClientKey>> client_key_from_environment() {
   const char* path = std::getenv(kKeyFileEnv);
-  if (path != nullptr && *path != '\0' && is_client_key_file(path)) {
-    auto key = read_client_key_file(path);
+  if (path != nullptr && *path != '\0') {
+    auto key = client_key_from_file(path);
     if (!key.ok()) return key.status().with_context(kKeyFileEnv);
-    return std::make_shared<const ClientKey>(*key);
+    return key;
   }
-  auto cluster = key_from_environment();  // the named cluster key, or the default one
+  auto cluster = key_from_environment();  // the default one, or none
   if (!cluster.ok()) return cluster.status();
   if (!*cluster) return std::shared_ptr<const ClientKey>();
   return std::make_shared<const ClientKey>(client_key_of(**cluster));

@@ -39,6 +39,10 @@ Status write_client_key_file(const std::string& path, const ClientKey& key, bool
 // Whether `path` holds a client key (else, if anything, a cluster key).
 bool is_client_key_file(const std::string& path);
 
+// The client key of the file `path`, a client key file or a cluster key
+// file (whose client key is derived). Errors name the file.
+StatusOr<std::shared_ptr<const ClientKey>> client_key_from_file(const std::string& path);
+
 // The client key of the file $RILL_KEY_FILE names, a client key file or a
 // cluster key file (whose client key is derived); else, as
 // key_from_environment, none under $RILL_INSECURE, or the client key of the

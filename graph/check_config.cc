@@ -147,6 +147,8 @@ void check_generate(const Job& job, Issues* issues) {
   if (g.tokenizer != "bytes" && !gpt2)
     issues->add("generate.tokenizer", "generate.tokenizer must be \"bytes\" or \"gpt2\", got \"{}\"", g.tokenizer);
   const char* kind = gpt2 ? "tokens" : "text";
+  if (gpt2 && g.vocab.empty())
+    issues->add("generate.vocab", "generate.vocab is empty: gpt2 reads its vocabulary from a folder (default data/gpt2)");
   const Input* input = nullptr;
   for (const Input& in : job.inputs)
     if (in.name == g.input) input = &in;

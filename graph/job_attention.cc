@@ -27,6 +27,9 @@ const std::vector<int64_t> kSwapHeadsAndTime = {0, 2, 1, 3};
 
 StatusOr<std::vector<Op>> expand_attention_heads(const Op& op) {
   const auto& values = op.attrs.values();
+  if (!op.attrs.has("heads"))
+    return invalid_argument("attention's attr 'composed' needs 'heads' (q, k and v as [B, T, C]); on [..., T, D] "
+                            "write the matmul, softmax and matmul");
   const auto* heads = std::get_if<int64_t>(&values.at("heads"));
   if (heads == nullptr || *heads < 1)
     return invalid_argument("attention's attr 'heads' must be an int >= 1 (q, k and v are [B, T, C], C split into "

@@ -373,9 +373,9 @@ void convert_job(const fb::Job& root, const flatbuffers::Parser& parser, Job* jo
     for (const fb::Op* op : items(b->ops())) c.op(*op, path + ".ops", k++, &block.ops.emplace_back());
   }
   if (issues->size() == 0) expand_blocks(blocks, job, issues, origins);
-  if (issues->size() == 0) expand_short_ops(job, issues, origins);
   i = 0;
   for (const fb::Group* g : items(root.groups())) c.group(*g, i++, &job->groups.emplace_back());
+  if (issues->size() == 0) expand_short_ops(job, issues, origins);
   job->loss = str(root.loss());
   for (const fb::Metric* m : items(root.metrics())) job->metrics.push_back({str(m->name()), str(m->tensor())});
   if (root.fetch() != nullptr)

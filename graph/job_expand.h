@@ -10,7 +10,8 @@
 //              "N.q", "N.k", "N.v"), the fused attention op (or, with
 //              `composed`, matmul, softmax and matmul), transposed back and
 //              reshaped to [B, T, C] as N (job_attention.cc).
-// Run after the blocks are expanded; `origins` keeps pointing each
+// Run after the blocks are expanded and the groups read: a group naming
+// such an op holds every op it became. `origins` keeps pointing each
 // expanded op at what was written. Internal to graph/; any thread.
 #pragma once
 

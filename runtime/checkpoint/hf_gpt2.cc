@@ -105,18 +105,22 @@ StatusOr<Gpt2Layout> gpt2_layout(const graph::Job& job) {
   for (const auto& [name, shape] : vars)
     if (!expected.count(name))
       return invalid_argument("job '{}': variable '{}' has no counterpart in GPT-2", job.name, name);
-  // Heads: an op's `heads`, else the 4-d reshape of block 0's queries.
+  // Heads: the 4-d reshape of block 0's queries, written out ("h0.q2":
+  // [-1, T, H, D]) or made by attention's `heads` ("h0.y.q_split":
+  // [0, 0, H, -1]).
   for (const graph::Op& op : job.ops) {
-    if (op.attrs.has("heads")) g.heads = static_cast<int>(op.attrs.get_int("heads"));
-    else if (g.heads == 0 && op.type == "reshape" && op.name.rfind("h0.q", 0) == 0) {
+    const bool queries = op.name.rfind("h0.q", 0) == 0 || (op.name.rfind("h0.", 0) == 0 && op.name.ends_with(".q_split"));
+    if (g.heads == 0 && op.type == "reshape" && queries) {
       const auto shape = op.attrs.get_ints("shape");
-      if (shape.size() == 4 && shape[2] > 0 && shape[2] * shape[3] == g.embd) g.heads = static_cast<int>(shape[2]);
+      const bool whole = shape.size() == 4 && shape[2] > 0 &&
+                         (shape[3] == -1 ? g.embd % shape[2] == 0 : shape[2] * shape[3] == g.embd);
+      if (whole) g.heads = static_cast<int>(shape[2]);
     }
     if (g.heads > 0) break;
   }
   if (g.heads <= 0 || g.embd % g.heads != 0)
-    return invalid_argument("job '{}': cannot tell its attention heads (no op with `heads`, no 4-d reshape of "
-                            "block 0's queries)",
+    return invalid_argument("job '{}': cannot tell its attention heads (no 4-d reshape of block 0's queries, "
+                            "written out or made by attention's `heads`)",
                             job.name);
   return g;
 }

@@ -180,7 +180,7 @@ class ZmqClient : public Client {
 }  // namespace
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, double answer_timeout_s,
-                                                  bool running, double refused_grace_s) {
+                                                  bool running, double refused_grace_s, const std::string& key_file) {
   // One address, named as the --master the user gave (not as a machine list).
   const size_t first = master.find_first_not_of(" \t\r\n"), last = master.find_last_not_of(" \t\r\n");
   const std::string given = first == std::string::npos ? std::string() : master.substr(first, last - first + 1);
@@ -188,7 +188,8 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, dou
     return invalid_argument("--master names one address[:port], got '{}'", master);
   RILL_ASSIGN_OR_RETURN(Machine machine, parse_machine(given, kDefaultCtrlPort, fmt::format("--master '{}'", given)));
   std::vector<Machine> machines{machine};
-  auto key = comm::client_key_from_environment();  // a client key file, or the cluster key's
+  // A client key file, or the cluster key's.
+  auto key = key_file.empty() ? comm::client_key_from_environment() : comm::client_key_from_file(key_file);
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(
       std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running, refused_grace_s));

@@ -58,8 +58,11 @@ class Client {
   // (a master still starting, as under rill launch) it is tried again until
   // the answer timeout. The cluster key is the file $RILL_KEY_FILE names, if
   // set (`rill ... --key` sets it).
+  // `key_file`, when given, is the key instead (a client or cluster key
+  // file; the Python module's Client(key=...)).
   static StatusOr<std::unique_ptr<Client>> connect(const std::string& master, double answer_timeout_s = 10.0,
-                                                   bool running = false, double refused_grace_s = 3.0);
+                                                   bool running = false, double refused_grace_s = 3.0,
+                                                   const std::string& key_file = "");
   virtual ~Client() = default;
 
   // Submits job file text; `file_name` names it in error messages.

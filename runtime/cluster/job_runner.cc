@@ -13,9 +13,14 @@ namespace rill {
 JobResult run_job(const graph::Job& job, const JobRunOptions& options) {
   // The vocabulary generation decodes with, read now: a folder that is not
   // there is an error before the training, not after it.
-  if (job.generate && job.generate->tokenizer == "gpt2")
-    if (auto vocab = text::BpeTokenizer::load(job.generate->vocab, options.data_access); !vocab.ok())
-      return JobResult{.status = vocab.status().with_context("generate.vocab")};
+  if (job.generate && job.generate->tokenizer == "gpt2") {
+    auto vocab = text::BpeTokenizer::load(job.generate->vocab, options.data_access);
+    if (!vocab.ok()) return JobResult{.status = vocab.status().with_context("generate.vocab")};
+    constexpr int32_t kGpt2Tokens = 50257;  // the logits' classes are checked against it (compiler/validate.cc)
+    if (vocab->vocab_size() != kGpt2Tokens)
+      return JobResult{.status = invalid_argument("generate.vocab: {} holds {} tokens; GPT-2's vocabulary has {}",
+                                                  job.generate->vocab, vocab->vocab_size(), kGpt2Tokens)};
+  }
   auto cluster =
       compiler::parse_devices(options.devices.empty() ? job.train.devices : options.devices, options.num_nodes);
   if (!cluster.ok()) return JobResult{.status = cluster.status()};

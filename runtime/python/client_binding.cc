@@ -4,7 +4,6 @@
 // the job at the next step boundary, as in `rill submit`.
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,17 +18,16 @@ namespace {
 
 class PyClient {
  public:
-  PyClient(const std::string& master, double answer_timeout_s) {
+  PyClient(const std::string& master, double answer_timeout_s, const std::string& key_file) {
     py::gil_scoped_release free;
-    client_ = value_or_raise(Client::connect(master, answer_timeout_s, /*running=*/true));
+    client_ = value_or_raise(Client::connect(master, answer_timeout_s, /*running=*/true, 3.0, key_file));
   }
 
   // `job` is a rill.Job or job-file text (its includes resolved).
   py::dict submit(const py::object& job, const std::string& file_name, const std::string& devices, int64_t steps,
                   const std::vector<std::string>& overrides, const std::string& resume, int max_restarts,
                   int min_nodes, const py::object& on_line, double timeout_s) {
-    std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-    if (!lock.owns_lock()) throw Error(Status(Code::kFailedPrecondition, "this rill.Client is busy with another call"));
+    const Busy busy(this);
     SubmitOptions options;
     options.devices = devices;
     options.steps = steps;
@@ -48,7 +46,7 @@ class PyClient {
     StatusOr<SubmitResult> result = internal_error("no result");
     const bool interrupted = wait_releasing_gil(
         [&] { result = built ? client_->submit(*handle, options) : client_->submit_text(text, file_name, options); },
-        &lines, on_line, [&] { interrupts = 1; });
+        &lines, on_line, [&](int count) { interrupts = count; });
     raise_if_error(result.status());
     py::dict out;
     out["json"] = result->result_json;
@@ -72,13 +70,22 @@ class PyClient {
   // One call at a time: a Client belongs to one thread (runtime/cluster/client.h).
   template <typename T, typename F>
   T call(F f) {
-    std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-    if (!lock.owns_lock()) throw Error(Status(Code::kFailedPrecondition, "this rill.Client is busy with another call"));
+    const Busy busy(this);
     py::gil_scoped_release free;
     return value_or_raise(f());
   }
 
-  std::mutex busy_;
+  // Set while a call runs (a callback of a submit may call back in, on the
+  // same thread: refused, not waited for).
+  std::atomic<bool> busy_{false};
+  struct Busy {
+    explicit Busy(PyClient* c) : client(c) {
+      if (client->busy_.exchange(true))
+        throw Error(Status(Code::kFailedPrecondition, "this rill.Client is busy with another call"));
+    }
+    ~Busy() { client->busy_ = false; }
+    PyClient* client;
+  };
   std::unique_ptr<Client> client_;
 };
 
@@ -86,7 +93,8 @@ class PyClient {
 
 void bind_client(py::module_& m) {
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const std::string&, double>(), py::arg("master"), py::arg("answer_timeout") = 10.0)
+      .def(py::init<const std::string&, double, const std::string&>(), py::arg("master"),
+           py::arg("answer_timeout") = 10.0, py::arg("key") = "")
       .def("submit", &PyClient::submit, py::arg("job"), py::arg("file_name") = "job", py::arg("devices") = "",
            py::arg("steps") = 0, py::arg("overrides") = std::vector<std::string>{}, py::arg("resume") = "",
            py::arg("max_restarts") = 0, py::arg("min_nodes") = 0, py::arg("on_line") = py::none(),

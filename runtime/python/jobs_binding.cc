@@ -1,6 +1,7 @@
 // rill.Job: a job loaded from a job file or built from Python's JobBuilder
 // (sent as job-file text, so both are checked by the one loader, with its
 // messages), and its plan's summary.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,12 @@ void bind_jobs(py::module_& m) {
       .def_property_readonly("name", [](const JobHandle& h) { return h.job.name; })
       .def_property_readonly("devices", [](const JobHandle& h) { return h.job.train.devices; })
       .def_property_readonly("steps", [](const JobHandle& h) { return h.job.train.steps; })
+      .def_property_readonly("variable_dtypes",
+                             [](const JobHandle& h) {
+                               std::map<std::string, std::string> out;
+                               for (const graph::Variable& v : h.job.variables) out[v.name] = dtype_name(v.dtype);
+                               return out;
+                             })
       .def("to_json", [](const JobHandle& h) { return value_or_raise(graph::job_to_json(h.job)); },
            "The job as job-file text, which parse_job reads back into the same job")
       .def("__repr__", [](const JobHandle& h) {

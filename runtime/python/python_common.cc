@@ -20,13 +20,21 @@ py::array to_numpy(const Shape& shape, const std::vector<float>& values, bool i3
   return out;
 }
 
-std::vector<float> from_numpy(const std::string& name, const py::handle& array, bool i32, Shape* shape) {
+std::vector<float> from_numpy(const std::string& name, const py::handle& given, bool i32, Shape* shape) {
+  const py::array array = py::array::ensure(given);
+  if (!array) {
+    PyErr_Clear();
+    throw Error(invalid_argument("'{}': expected an array of numbers (numpy), got {}", name,
+                                 py::str(py::type::of(given)).cast<std::string>()));
+  }
+  const char kind = array.dtype().kind();
+  // An i32 tensor takes int32 alone, so that no value is cut or rounded;
+  // an f32 one any real numbers (float64 rounds, as torch's .float()).
+  if (i32 ? !array.dtype().is(py::dtype::of<int32_t>()) : (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b'))
+    throw Error(invalid_argument("'{}': {} tensor takes {}, not {}", name, i32 ? "an i32" : "an f32",
+                                 i32 ? "an int32 array" : "an array of real numbers",
+                                 py::str(array.dtype()).cast<std::string>()));
   auto fill = [&]<typename T>(const py::array_t<T, py::array::c_style | py::array::forcecast>& a) {
-    if (!a) {
-      PyErr_Clear();
-      throw Error(invalid_argument("'{}': expected an array of numbers (numpy), got {}", name,
-                                   py::str(py::type::of(array)).cast<std::string>()));
-    }
     shape->assign(a.shape(), a.shape() + a.ndim());
     std::vector<float> values(static_cast<size_t>(a.size()));
     if constexpr (std::is_same_v<T, int32_t>) std::memcpy(values.data(), a.data(), values.size() * sizeof(float));
@@ -68,7 +76,7 @@ bool LineQueue::wait(std::vector<std::string>* lines, int ms) {
 }
 
 bool wait_releasing_gil(const std::function<void()>& work, LineQueue* lines, const py::object& on_line,
-                        const std::function<void()>& stop) {
+                        const std::function<void(int)>& stop) {
   std::exception_ptr failure;
   std::thread worker([&] {
     try {
@@ -78,34 +86,43 @@ bool wait_releasing_gil(const std::function<void()>& work, LineQueue* lines, con
     }
     lines->close();
   });
-  bool interrupted = false;
+  int interrupts = 0;
   std::optional<py::error_already_set> pending;
-  // A Python exception: a Ctrl-C stops the job at a step boundary, anything
-  // else stops it too and is raised once it has stopped.
+  // A Python exception: each Ctrl-C is passed on (the first stops the job
+  // at a step boundary); anything else stops it too and is raised once it
+  // has stopped.
   auto take = [&](py::error_already_set e) {
     if (e.matches(PyExc_KeyboardInterrupt)) {
-      if (!interrupted && !pending) stop();
-      interrupted = true;
+      stop(++interrupts);
     } else if (!pending) {
-      if (!interrupted) stop();
+      if (interrupts == 0) stop(1);
       pending = std::move(e);
     }
   };
-  for (bool done = false; !done;) {
-    std::vector<std::string> got;
-    {
-      py::gil_scoped_release free;
-      done = lines->wait(&got, 100);
-    }
-    for (const std::string& line : got) {
-      if (on_line.is_none() || pending) break;
-      try {
-        on_line(line);
-      } catch (py::error_already_set& e) {
-        take(std::move(e));
+  try {
+    for (bool done = false; !done;) {
+      std::vector<std::string> got;
+      {
+        py::gil_scoped_release free;
+        done = lines->wait(&got, 100);
       }
+      for (const std::string& line : got) {
+        if (on_line.is_none() || pending) break;
+        try {
+          // A line is text the engine wrote; a byte that is not UTF-8 is replaced, not an error.
+          on_line(py::reinterpret_steal<py::str>(
+              PyUnicode_DecodeUTF8(line.data(), static_cast<Py_ssize_t>(line.size()), "replace")));
+        } catch (py::error_already_set& e) {
+          take(std::move(e));
+        }
+      }
+      if (PyErr_CheckSignals() != 0) take(py::error_already_set());
     }
-    if (PyErr_CheckSignals() != 0) take(py::error_already_set());
+  } catch (...) {  // not Python's (memory, say): the job is stopped and waited for first
+    stop(1);
+    py::gil_scoped_release free;
+    worker.join();
+    throw;
   }
   {
     py::gil_scoped_release free;
@@ -113,7 +130,7 @@ bool wait_releasing_gil(const std::function<void()>& work, LineQueue* lines, con
   }
   if (failure) std::rethrow_exception(failure);
   if (pending) throw std::move(*pending);
-  return interrupted;
+  return interrupts > 0;
 }
 
 }  // namespace rill::python

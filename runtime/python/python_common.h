@@ -54,8 +54,9 @@ struct JobHandle {
 // ints as the floats' bits) to a numpy array of its own shape: int32 when
 // `i32`, else float32.
 py::array to_numpy(const Shape& shape, const std::vector<float>& values, bool i32);
-// The other way: an array of any real dtype, converted (`name` labels errors).
-// With `i32` the ints go in as the floats' bits.
+// The other way (`name` labels errors): with `i32` an int32 array, its ints
+// as the floats' bits; else any real dtype, converted. Anything else is an
+// error: no value is cut.
 std::vector<float> from_numpy(const std::string& name, const py::handle& array, bool i32, Shape* shape);
 
 // The dtype the job gives variable `name` (f32 for a name it does not know).
@@ -80,13 +81,13 @@ class LineQueue {
 // Runs `work` on a thread of its own and waits for it with the GIL
 // released, waking every 100 ms (or at a line) to hand `lines` to
 // `on_line` (None: dropped) and to let Python run its signal handlers on
-// this thread. A KeyboardInterrupt (Ctrl-C) calls `stop` once and the wait
-// goes on: the job ends at a step boundary and `work` returns. Any other
-// exception, from a handler or from `on_line`, also calls `stop`; it is
-// raised once `work` has returned. Returns whether a Ctrl-C came. `work`
-// must close `lines` when it returns.
+// this thread. Each KeyboardInterrupt (Ctrl-C) calls `stop` with how many
+// came so far and the wait goes on: at the first the job ends at a step
+// boundary and `work` returns. Any other exception, from a handler or from
+// `on_line`, calls `stop(1)` too; it is raised once `work` has returned.
+// Returns whether a Ctrl-C came. `work` must close `lines` when it returns.
 bool wait_releasing_gil(const std::function<void()>& work, LineQueue* lines, const py::object& on_line,
-                        const std::function<void()>& stop);
+                        const std::function<void(int)>& stop);
 
 void bind_jobs(py::module_& m);
 void bind_run(py::module_& m);

@@ -41,8 +41,10 @@ py::dict run(const JobHandle& handle, const std::string& devices, int64_t steps,
   std::atomic<bool> stop{false};
   options.stop = &stop;
   JobResult result;
+  // A job in this process stops at a step boundary, however many Ctrl-Cs
+  // come: nothing can end it sooner and leave the process whole.
   const bool interrupted = wait_releasing_gil([&] { result = run_job(handle.job, options); }, &lines, on_line,
-                                              [&] { stop = true; });
+                                              [&](int) { stop = true; });
   py::dict out;
   out["json"] = result_json(result);
   out["code"] = result.status.ok() ? "" : code_name(result.status.code());

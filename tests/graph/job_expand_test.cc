@@ -194,6 +194,53 @@ TEST_CASE("attention with heads refuses what it cannot split, naming the line wr
   CHECK(uneven.find("a.q_split") != std::string::npos);
 }
 
+TEST_CASE("a group naming an op written short holds every op it became; composed needs heads") {
+  std::string text = edit(kAttentionJob, R"("loss": "loss",)",
+                          R"("groups": [{"name": "g", "placement": "cpu 0:0", "members": ["a", "x"]}],
+  "loss": "loss",)");
+  auto job = parse_job_json(text, "att.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  REQUIRE(job->groups.size() == 1);
+  CHECK(job->groups[0].members == std::vector<std::string>{"a.q_split", "a.q", "a.k_split", "a.k", "a.v_split", "a.v",
+                                                           "a.heads", "a.merge", "a", "x"});
+  auto unheaded = parse_job_json(edit(kAttentionJob, R"("heads": 2, "causal": true)", R"("composed": true)"), "att.json");
+  REQUIRE_FALSE(unheaded.ok());
+  CHECK(unheaded.status().message().find("'composed' needs 'heads'") != std::string::npos);
+}
+
+// An op written short inside a block: its error names the block's entry
+// and the layer, at the block's line.
+TEST_CASE("an error in an op written short inside a block points at the block's entry and layer") {
+  const std::string job = R"({
+  "name": "blk",
+  "datasets": [{"name": "d", "kind": "synthetic", "num_samples": 64, "feature_shape": [6, 8], "num_classes": 8}],
+  "inputs": [
+    {"name": "x", "dataset": "d", "field": "features", "shape": [6, 8]},
+    {"name": "y", "dataset": "d", "field": "label", "dtype": "i32"}
+  ],
+  "ops": [
+    {"name": "last", "type": "slice", "inputs": ["top"], "attrs": {"starts": [0, 5, 0], "ends": [8, 6, 8]}},
+    {"name": "logits", "type": "reshape", "inputs": ["last"], "attrs": {"shape": [-1, 8]}},
+    {"name": "xent", "type": "sparse_softmax_cross_entropy", "inputs": ["logits", "y"]},
+    {"name": "loss", "type": "reduce_mean", "inputs": ["xent"]}
+  ],
+  "blocks": [{"name": "l", "repeat": 2, "input": "x", "output": "l{i}.a", "as": "top",
+              "ops": [
+                {"name": "l{i}.a", "type": "attention", "inputs": ["{input}", "{input}", "{input}"],
+                 "attrs": {"heads": 0}}
+              ]}],
+  "loss": "loss",
+  "train": {"steps": 2, "batch_size": 8}
+})";
+  auto loaded = parse_job_json(job, "blk.json");
+  REQUIRE_FALSE(loaded.ok());
+  const std::string message = loaded.status().message();
+  INFO(message);
+  CHECK(message.find("blk.json:16: blocks[0].ops[0] (l0.a): attention's attr 'heads' must be an int >= 1") !=
+        std::string::npos);
+  CHECK(message.find("(in layer 0 of block 'l')") != std::string::npos);
+}
+
 TEST_CASE("the GPT sample's short form expands to the long form's ops") {
   auto long_form = load_job_file(testing::source_path("samples/gpt/gpt_moby.json"));
   auto short_form = load_job_file(testing::source_path("samples/gpt/gpt_moby_short.json"));
@@ -219,4 +266,34 @@ TEST_CASE("the GPT sample's short form expands to the long form's ops") {
   CHECK(short_form->variables == long_form->variables);
 }
 
+}  // namespace rill::graph
+
+namespace rill::graph {
+namespace {
+
+// GPT-2 124M in the short form (samples/gpt2/gpt2_124m_bpe.json): llm.c's
+// count of its parameters with the vocabulary padded to 50,304, and each
+// layer's attention the fused op on 12 heads of 64.
+TEST_CASE("the GPT-2 124M sample has GPT-2 124M's parameters and 12 heads of fused attention a layer") {
+  auto job = load_job_file(testing::source_path("samples/gpt2/gpt2_124m_bpe.json"));
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  int64_t parameters = 0;
+  for (const Variable& v : job->variables) {
+    int64_t n = 1;
+    for (int64_t d : v.shape) n *= d;
+    parameters += n;
+  }
+  CHECK(parameters == 124475904);
+  int fused = 0;
+  for (const Op& op : job->ops)
+    if (op.type == "attention") {
+      ++fused;
+      CHECK(op.inputs[0].ends_with(".y.q"));
+    }
+  CHECK(fused == 12);
+  for (const Op& op : job->ops)
+    if (op.name == "h0.y.q_split") CHECK(op.attrs.get_ints("shape") == std::vector<int64_t>{0, 0, 12, -1});
+}
+
+}  // namespace
 }  // namespace rill::graph

@@ -17,16 +17,20 @@ PORT = 18720  # control; data on 18721
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
-    # A default key of this test's own, for the agents and the client.
+    # A cluster key of this test's own for the agents, and its client key
+    # for the client (Client(key=...)); no default key anywhere.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("RILL_KEY_FILE", raising=False)
-    subprocess.run([RILL, "keygen", "--default"], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    key, client_key = tmp_path / "cluster.key", tmp_path / "client.key"
+    subprocess.run([RILL, "keygen", str(key), "--client", str(client_key)], check=True, stdout=subprocess.DEVNULL,
+                   timeout=60)
     machines = f"127.0.0.1:{PORT},127.0.0.2:{PORT}"
     agents = [subprocess.Popen([RILL, "agent", "--machines", machines, "--rank", str(rank), "--devices", "cpu:1",
-                                "--http", "off", "--log", str(tmp_path / f"agent{rank}.log")], cwd=ROOT)
+                                "--key", str(key), "--http", "off", "--log", str(tmp_path / f"agent{rank}.log")],
+                               cwd=ROOT)
               for rank in (0, 1)]
     try:
-        yield agents
+        yield agents, client_key
     finally:
         for agent in agents:
             if agent.poll() is None:
@@ -36,7 +40,13 @@ def cluster(tmp_path, monkeypatch):
 
 def test_two_agents_driven_from_python(cluster):
     need_fashion()
-    client = rill.Client(f"127.0.0.1:{PORT}", answer_timeout=30)
+    agents, client_key = cluster
+    # Without the key, the master refuses; the key given is this client's
+    # own, the environment left as it was.
+    with pytest.raises(rill.Error) as e:
+        rill.Client(f"127.0.0.1:{PORT}", answer_timeout=5).status()
+    assert "RILL_KEY_FILE" not in os.environ
+    client = rill.Client(f"127.0.0.1:{PORT}", key=client_key, answer_timeout=30)
     status = {}
     for _ in range(300):  # the cluster forms: up to 30 s
         status = client.status()
@@ -71,7 +81,7 @@ def test_two_agents_driven_from_python(cluster):
 
     assert "nothing to stop" in client.stop()
     client.shutdown()
-    for agent in cluster:
+    for agent in agents:
         assert agent.wait(timeout=30) == 0
 
 

@@ -50,6 +50,8 @@ def test_builder_names_ops_as_the_cpp_builder():
     assert b.relu(x, name="relu_3") == "relu_3"
     assert b.relu(x) == "relu_4"
     assert b.layer_norm(x, x, x) == ["layer_norm_1:0", "layer_norm_1:1", "layer_norm_1:2"]
+    # An op of several outputs takes its name too.
+    assert b.layer_norm(x, x, x) == ["layer_norm_2:0", "layer_norm_2:1", "layer_norm_2:2"]
 
 
 def test_overrides_as_a_list_or_a_dict():

@@ -69,6 +69,16 @@ TEST_CASE("jobs are checked against the roots: datasets, checkpoint folder, resu
   CHECK(check_job_paths(job_reading(t.at("data/a.csv"), t.at("outside/ck")), "", *roots, "node 1", false).ok());
   Status resume = check_job_paths(job_reading(t.at("data/a.csv")), t.at("outside/step-10"), *roots, "node 0");
   CHECK(resume.message().find("--resume") != std::string::npos);
+  // The master decodes generated GPT-2 tokens with the vocabulary a job
+  // names: under a data root, or refused at submit.
+  graph::Job bpe = job_reading(t.at("data/a.csv"));
+  bpe.generate = graph::Generate{.input = "idx", .logits = "logits", .tokenizer = "gpt2", .vocab = t.at("outside")};
+  Status vocab = check_job_paths(bpe, "", *roots, "node 0");
+  CHECK(vocab.code() == Code::kPermissionDenied);
+  CHECK(vocab.message().find("generate.vocab '" + t.at("outside") + "'") != std::string::npos);
+  CHECK(check_job_paths(bpe, "", *roots, "node 1", false).ok());  // other nodes sample nothing
+  bpe.generate->vocab = t.at("data");
+  CHECK(check_job_paths(bpe, "", *roots, "node 0").ok());
   // A root that does not exist is an error when given.
   CHECK(!AllowedRoots::make({t.at("missing")}, {}).ok());
 }

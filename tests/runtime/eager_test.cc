@@ -3,11 +3,18 @@
 // window's last position, temperature 0 taking the most likely byte.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "graph/job_file.h"
 #include "runtime/eager/generate.h"
+#include "text/bpe.h"
 
 namespace rill {
 namespace {
@@ -164,6 +171,64 @@ TEST_CASE("generation refuses logits that are not bytes, and a job file's sectio
   auto checked = graph::parse_job_json(wrong, "shift.json");
   REQUIRE_FALSE(checked.ok());
   CHECK(checked.status().message().find("generate: no op makes 'logit'") != std::string::npos);
+}
+
+// A model of byte-pair tokens: a vocabulary of the 256 bytes and an end of
+// text (id 256), no merges, with logits padded to 260 classes. Each byte
+// i is followed by i + 1 (10 at its column); the end of text by 'x'; the
+// padding's columns hold 20 in every row, so greedy sampling would take
+// them if it could.
+TEST_CASE("generation of GPT-2 tokens encodes the prompt, never samples the padding and decodes what it drew") {
+  const auto dir = std::filesystem::temp_directory_path() / ("rill-vocab-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  nlohmann::json encoder = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) encoder[text::byte_symbol(static_cast<uint8_t>(b))] = b;
+  encoder["<|endoftext|>"] = 256;
+  std::ofstream(dir / "encoder.json") << encoder.dump();
+  std::ofstream(dir / "vocab.bpe") << "#version: 0.2\n";
+  std::string job_text = kShiftJob;
+  auto edit = [&](const std::string& from, const std::string& to) {
+    const size_t at = job_text.find(from);
+    REQUIRE(at != std::string::npos);
+    job_text.replace(at, from.size(), to);
+  };
+  edit(R"("kind": "text", "path": "unused.txt")", R"("kind": "tokens", "path": "unused.bin")");
+  edit("[256, 256]", "[260, 260]");
+  edit(R"("shape": [256]})", R"("shape": [260]})");
+  edit(R"("prompt": "a")", R"("tokenizer": "gpt2", "vocab": ")" + dir.string() + R"(", "prompt": "a")");
+  auto job = graph::parse_job_json(job_text, "bpe.json");
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  std::vector<float> table(260 * 260, 0.0f), b(260, 0.0f);
+  for (int i = 0; i < 260; ++i) {
+    if (i < 255) table[i * 260 + i + 1] = 10.0f;
+    for (int pad = 257; pad < 260; ++pad) table[i * 260 + pad] = 20.0f;
+  }
+  table[256 * 260 + 'x'] = 10.0f;
+  eager::Tensors v;
+  v["table"] = eager::HostTensor::floats({260, 260}, table);
+  v["b"] = eager::HostTensor::floats({260}, b);
+  auto text = eager::generate_text(*job, v, *job->generate);
+  REQUIRE_MESSAGE(text.ok(), text.status().to_string());
+  CHECK(*text == "abcdefg");
+  graph::Generate empty = *job->generate;
+  empty.prompt = "";  // starts at the end of text
+  auto from_eot = eager::generate_text(*job, v, empty);
+  REQUIRE(from_eot.ok());
+  CHECK(*from_eot == "xyz{|}");
+  // Logits narrower than the vocabulary are refused, naming both.
+  graph::Generate narrow = *job->generate;
+  narrow.vocab = dir.string();
+  std::ofstream(dir / "encoder.json") << [&] {
+    encoder["<|extra|>"] = 257;
+    encoder["<|more|>"] = 258;
+    encoder["<|most|>"] = 259;
+    encoder["<|past|>"] = 260;
+    return encoder.dump();
+  }();
+  auto too_few = eager::generate_text(*job, v, narrow);
+  REQUIRE_FALSE(too_few.ok());
+  CHECK(too_few.status().message().find("have 260 classes; GPT-2's vocabulary has 261 tokens") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

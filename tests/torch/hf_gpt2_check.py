@@ -132,6 +132,13 @@ def main():
             (LAYERS, EMBD, HEADS, VOCAB, POSITIONS), config
         assert config["activation_function"] == "gelu_new" and config["model_type"] == "gpt2", config
         sd = load(os.path.join(hf, "model.safetensors"))
+        # The same model written short (attention with `heads`) converts
+        # to the same files.
+        short = os.path.join(tmp, "hf-short")
+        run([rill, "convert", "--to", "hf-gpt2", ck, "--job", "samples/gpt/gpt_moby_short.json", "-o", short], root)
+        assert json.load(open(os.path.join(short, "config.json"))) == config
+        short_sd = load(os.path.join(short, "model.safetensors"))
+        assert sorted(short_sd) == sorted(sd) and all(torch.equal(short_sd[k], sd[k]) for k in sd)
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
         idx, want = rill_logits(rill, root, tmp, ck, 4, "export")
         with torch.no_grad():

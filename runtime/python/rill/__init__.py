@@ -69,8 +69,8 @@ def run(job, devices="", steps=0, overrides=(), resume="", on_line=print, trace=
     return _finish(native)
 
 
-def _finish(native):
-    result = Result(native)
+def _finish(native, i32=()):
+    result = Result(native, i32)
     if native["code"]:
         error = Error(native["error"])
         error.code = native["code"]
@@ -109,9 +109,7 @@ class Client:
     file `key` names, else $RILL_KEY_FILE's, else the user's default key."""
 
     def __init__(self, master, key=None, answer_timeout=10.0):
-        if key is not None:
-            os.environ["RILL_KEY_FILE"] = os.path.abspath(os.fspath(key))
-        self._native = _rill.Client(master, answer_timeout)
+        self._native = _rill.Client(master, answer_timeout, "" if key is None else os.fspath(key))
 
     def submit(self, job, devices="", steps=0, overrides=(), resume="", max_restarts=0, min_nodes=0, on_line=print,
                timeout=3600.0):
@@ -124,9 +122,10 @@ class Client:
             native = self._native.submit(job.to_json(), path, devices, steps, _override_list(overrides), resume,
                                          max_restarts, min_nodes, on_line, timeout)
         else:
-            native = self._native.submit(_job(job), "job", devices, steps, _override_list(overrides), resume,
+            job = _job(job)
+            native = self._native.submit(job, "job", devices, steps, _override_list(overrides), resume,
                                          max_restarts, min_nodes, on_line, timeout)
-        return _finish(native)
+        return _finish(native, {name for name, dtype in job.variable_dtypes.items() if dtype == "i32"})
 
     def status(self):
         """The cluster as a dict: nodes, devices, state, running and queued jobs."""

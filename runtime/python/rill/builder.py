@@ -133,13 +133,13 @@ class JobBuilder:
         return [Tensor(o) for o in outputs]
 
     def _fresh(self, type, name):
-        if name:
-            self._used.add(name)
-            return name
-        n = 1
-        while f"{type}_{n}" in self._used:
-            n += 1
-        return f"{type}_{n}"
+        if not name:
+            n = 1
+            while f"{type}_{n}" in self._used:
+                n += 1
+            name = f"{type}_{n}"
+        self._used.add(name)
+        return name
 
     # Op helpers: the common ops by name; op() takes any other.
 
