@@ -24,6 +24,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
     &kEmbeddingOp, &kEmbeddingGradOp, &kEmbeddingMaskOp,
+    &kMoeRouteOp, &kMoeRouteGradOp, &kMoeDispatchOp, &kMoeCombineOp, &kMoeGateGradOp,
     // OP-LIST: keep sorted by group; see kernels/ops/ops.h.
 });
 

@@ -13,6 +13,22 @@
 namespace rill::cuda_launch {
 
 enum class Activation { kRelu, kGelu, kTanh, kSigmoid, kGeluTanh };
+
+// The mixture of experts (moe.cu): logits [groups, s, experts]; tokens
+// [groups, s, d]; the experts' rows [experts, groups, capacity, d]; slots,
+// gates and weights [groups, s, k] (weights, gates: nullptr for ones).
+cudaError_t moe_route(const float* logits, float* gates, int32_t* slots, float* dropped, int64_t groups, int64_t s,
+                      int64_t experts, int k, int64_t capacity, bool normalize, cudaStream_t stream);
+cudaError_t moe_route_grad(const float* logits, const float* dgates, float* dlogits, int64_t rows, int64_t experts,
+                           int k, bool normalize, cudaStream_t stream);
+cudaError_t moe_dispatch(const float* x, const int32_t* slots, const float* weights, float* out, int64_t groups,
+                         int64_t s, int64_t d, int k, int64_t experts, int64_t capacity, int64_t* bad,
+                         cudaStream_t stream);
+cudaError_t moe_combine(const float* y, const int32_t* slots, const float* gates, float* out, int64_t groups,
+                        int64_t s, int64_t d, int k, int64_t experts, int64_t capacity, int64_t* bad,
+                        cudaStream_t stream);
+cudaError_t moe_gate_grad(const float* y, const int32_t* slots, const float* x, float* out, int64_t groups, int64_t s,
+                          int64_t d, int k, int64_t experts, int64_t capacity, int64_t* bad, cudaStream_t stream);
 enum class Binary { kAdd, kSub, kMul };
 
 cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);

@@ -130,6 +130,17 @@ struct DropoutParams {
   static DropoutParams read(const Attrs& a) { return {a.get_float("rate", kDefaultRate), a.get_int("seed", 0)}; }
 };
 
+// The mixture of experts' routing (kernels/ops/moe.cc).
+struct MoeParams {
+  int k = 1;
+  int64_t capacity = 1;
+  bool normalize = false;
+  static MoeParams read(const Attrs& a) {
+    const int k = static_cast<int>(a.get_int("k", 1));
+    return {k, a.get_int("capacity", 1), a.get_int("normalize", k == 2 ? 1 : 0) != 0};
+  }
+};
+
 struct MseParams {
   bool mean = false;  // reduction "mean": divided by the logical element count
   static MseParams read(const Attrs& a) { return {a.get_string("reduction", "sum") == "mean"}; }

@@ -31,6 +31,7 @@ extern const OpDef kEmbeddingOp, kEmbeddingGradOp, kEmbeddingMaskOp;  // lookups
 // combines the ranks' pieces: 0 for "sum" and "mean" (the mean's division
 // is the kernel's), 1 "max", 2 "min", 3 "prod"; -1 for any other name.
 int collective_reduce_code(const std::string& reduce);
+extern const OpDef kMoeRouteOp, kMoeRouteGradOp, kMoeDispatchOp, kMoeCombineOp, kMoeGateGradOp;  // mixture of experts
 // OP-DECLS
 
 }  // namespace rill

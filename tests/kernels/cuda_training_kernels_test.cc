@@ -108,3 +108,35 @@ TEST_CASE("loss scaling's kernels and gated updates match the CPU; a scale below
 // move 2-byte elements: the CPU's bits exactly, NaN, infinities, overflow
 // and subnormals included.
 }  // namespace rill
+
+namespace rill {
+
+using namespace cuda_test;
+using testing::Tensor;
+
+// The mixture of experts' kernels (kernels/ops/moe.cu): the CPU's
+// arithmetic in the CPU's order, so routes and slots exactly and values
+// within the default bound; a slot out of range raises the bad-index flag.
+TEST_CASE("the mixture of experts' kernels match the CPU") {
+  const int64_t groups = 3, s = 8, e = 4, d = 5, capacity = 3;
+  Tensor logits = Tensor::uniform({groups, s, e}, 91, -2.0f, 2.0f);
+  for (int64_t k : {1, 2}) {
+    CAPTURE(k);
+    const Attrs route{{"k", k}, {"capacity", capacity}};
+    compare("moe_route", {logits}, route);
+    auto routed = testing::run_op("moe_route", {logits}, route);
+    REQUIRE(routed.ok());
+    const Tensor& gates = (*routed)[0];
+    const Tensor& slots = (*routed)[1];
+    compare("moe_route_grad", {logits, Tensor::uniform({groups, s, k}, 92)}, route);
+    const Tensor x = Tensor::uniform({groups, s, d}, 93), y = Tensor::uniform({e, groups, capacity, d}, 94);
+    compare("moe_dispatch", {x, slots, gates}, {{"experts", e}, {"capacity", capacity}});
+    compare("moe_dispatch", {x, slots}, {{"experts", e}, {"capacity", capacity}});
+    compare("moe_combine", {y, slots, gates});
+    compare("moe_gate_grad", {y, slots, x});
+  }
+  GpuRun bad = run_cuda("moe_combine", {Tensor::uniform({2, 1, 2, 3}, 95), Tensor::ints({1, 2, 1}, {0, 9})}, {});
+  CHECK_FALSE(bad.status.ok());
+}
+
+}  // namespace rill
