@@ -25,6 +25,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,
     &kEmbeddingOp, &kEmbeddingGradOp, &kEmbeddingMaskOp,
     &kMoeRouteOp, &kMoeRouteGradOp, &kMoeDispatchOp, &kMoeCombineOp, &kMoeGateGradOp,
+    &kMoeBalanceLossOp, &kMoeBalanceLossGradOp, &kMoeZLossOp, &kMoeZLossGradOp,
     // OP-LIST: keep sorted by group; see kernels/ops/ops.h.
 });
 

@@ -29,6 +29,14 @@ cudaError_t moe_combine(const float* y, const int32_t* slots, const float* gates
                         cudaStream_t stream);
 cudaError_t moe_gate_grad(const float* y, const int32_t* slots, const float* x, float* out, int64_t groups, int64_t s,
                           int64_t d, int k, int64_t experts, int64_t capacity, int64_t* bad, cudaStream_t stream);
+// The router's auxiliary losses [groups] and their gradients (moe_losses.cc).
+cudaError_t moe_balance_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e,
+                             cudaStream_t stream);
+cudaError_t moe_balance_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
+                                  int64_t e, cudaStream_t stream);
+cudaError_t moe_z_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e, cudaStream_t stream);
+cudaError_t moe_z_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
+                            int64_t e, cudaStream_t stream);
 enum class Binary { kAdd, kSub, kMul };
 
 cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);

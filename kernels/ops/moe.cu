@@ -103,4 +103,75 @@ cudaError_t moe_gate_grad(const float* y, const int32_t* slots, const float* x, 
   });
 }
 
+namespace {
+
+// A group's first-choice shares f and mean probabilities P, as the CPU
+// sums them (kernels/ops/moe_losses.cc): tokens in order.
+__device__ void shares(const float* logits, int64_t s, int64_t e, float* p, float* f, float* mean) {
+  for (int64_t i = 0; i < e; ++i) f[i] = mean[i] = 0.0f;
+  for (int64_t t = 0; t < s; ++t) {
+    moe::softmax_row(logits + t * e, e, p);
+    int32_t first = 0;
+    moe::top_k(p, e, 1, &first);
+    f[first] += 1.0f;
+    for (int64_t i = 0; i < e; ++i) mean[i] += p[i];
+  }
+  for (int64_t i = 0; i < e; ++i) {
+    f[i] /= static_cast<float>(s);
+    mean[i] /= static_cast<float>(s);
+  }
+}
+
+}  // namespace
+
+cudaError_t moe_balance_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e,
+                             cudaStream_t stream) {
+  return for_each(groups, stream, [=] __device__(int64_t g) {
+    float p[kMaxExperts], f[kMaxExperts], mean[kMaxExperts];
+    shares(logits + g * s * e, s, e, p, f, mean);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < e; ++i) sum += f[i] * mean[i];
+    out[g] = static_cast<float>(e) * sum;
+  });
+}
+
+cudaError_t moe_balance_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
+                                  int64_t e, cudaStream_t stream) {
+  return for_each(groups, stream, [=] __device__(int64_t g) {
+    float p[kMaxExperts], f[kMaxExperts], mean[kMaxExperts];
+    shares(logits + g * s * e, s, e, p, f, mean);
+    const float scale = dloss[g] * static_cast<float>(e) / static_cast<float>(s);
+    for (int64_t t = 0; t < s; ++t) {
+      moe::softmax_row(logits + (g * s + t) * e, e, p);
+      float expected = 0.0f;
+      for (int64_t i = 0; i < e; ++i) expected += f[i] * p[i];
+      float* d = dlogits + (g * s + t) * e;
+      for (int64_t i = 0; i < e; ++i) d[i] = scale * p[i] * (f[i] - expected);
+    }
+  });
+}
+
+cudaError_t moe_z_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e, cudaStream_t stream) {
+  return for_each(groups, stream, [=] __device__(int64_t g) {
+    float sum = 0.0f;
+    for (int64_t t = 0; t < s; ++t) {
+      const float lse = moe::logsumexp_row(logits + (g * s + t) * e, e);
+      sum += lse * lse;
+    }
+    out[g] = sum / static_cast<float>(s);
+  });
+}
+
+cudaError_t moe_z_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
+                            int64_t e, cudaStream_t stream) {
+  return for_each(groups * s, stream, [=] __device__(int64_t t) {
+    float p[kMaxExperts];
+    const float* row = logits + t * e;
+    const float lse = moe::logsumexp_row(row, e);
+    moe::softmax_row(row, e, p);
+    const float scale = dloss[t / s] * 2.0f / static_cast<float>(s) * lse;
+    for (int64_t i = 0; i < e; ++i) dlogits[t * e + i] = scale * p[i];
+  });
+}
+
 }  // namespace rill::cuda_launch

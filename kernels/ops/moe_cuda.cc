@@ -61,4 +61,16 @@ RILL_CUDA_KERNEL(moe_gate_grad) {
                      "kernel launch", "op 'moe_gate_grad'");
 }
 
+#define RILL_MOE_LOSS(name, ...)                                                                          \
+  RILL_CUDA_KERNEL(name) {                                                                                \
+    const Shape& s = ctx.inputs[0].shape;                                                                 \
+    return cuda_status(cuda_launch::name(__VA_ARGS__, s[0], s[1], s[2], stream_of(ctx)), "kernel launch", \
+                       "op '" #name "'");                                                                 \
+  }
+RILL_MOE_LOSS(moe_balance_loss, ctx.inputs[0].f32(), ctx.outputs[0].f32())
+RILL_MOE_LOSS(moe_balance_loss_grad, ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32())
+RILL_MOE_LOSS(moe_z_loss, ctx.inputs[0].f32(), ctx.outputs[0].f32())
+RILL_MOE_LOSS(moe_z_loss_grad, ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.outputs[0].f32())
+#undef RILL_MOE_LOSS
+
 }  // namespace rill::cuda_ops

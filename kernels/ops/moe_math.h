@@ -71,4 +71,13 @@ RILL_MOE_HD inline void route_grad_row(const float* p, const int32_t* chosen, co
   for (int64_t i = 0; i < e; ++i) dlogits[i] = p[i] * (dp[i] - inner);
 }
 
+// log(sum(exp(logits))) of a row, from its largest entry.
+RILL_MOE_HD inline float logsumexp_row(const float* logits, int64_t e) {
+  float top = logits[0];
+  for (int64_t i = 1; i < e; ++i) top = logits[i] > top ? logits[i] : top;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < e; ++i) sum += expf(logits[i] - top);
+  return top + logf(sum);
+}
+
 }  // namespace rill::moe

@@ -32,6 +32,7 @@ extern const OpDef kEmbeddingOp, kEmbeddingGradOp, kEmbeddingMaskOp;  // lookups
 // is the kernel's), 1 "max", 2 "min", 3 "prod"; -1 for any other name.
 int collective_reduce_code(const std::string& reduce);
 extern const OpDef kMoeRouteOp, kMoeRouteGradOp, kMoeDispatchOp, kMoeCombineOp, kMoeGateGradOp;  // mixture of experts
+extern const OpDef kMoeBalanceLossOp, kMoeBalanceLossGradOp, kMoeZLossOp, kMoeZLossGradOp;  // and its router's losses
 // OP-DECLS
 
 }  // namespace rill

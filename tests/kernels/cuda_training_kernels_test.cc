@@ -135,6 +135,10 @@ TEST_CASE("the mixture of experts' kernels match the CPU") {
     compare("moe_combine", {y, slots, gates});
     compare("moe_gate_grad", {y, slots, x});
   }
+  for (const char* loss : {"moe_balance_loss", "moe_z_loss"}) {
+    compare(loss, {logits});
+    compare(std::string(loss) + "_grad", {logits, Tensor::uniform({groups}, 96)});
+  }
   GpuRun bad = run_cuda("moe_combine", {Tensor::uniform({2, 1, 2, 3}, 95), Tensor::ints({1, 2, 1}, {0, 9})}, {});
   CHECK_FALSE(bad.status.ok());
 }

@@ -131,3 +131,30 @@ TEST_CASE("the mixture of experts' ops refuse bad attrs, shapes and slots, namin
 
 }  // namespace
 }  // namespace rill::testing
+
+namespace rill::testing {
+namespace {
+
+TEST_CASE("the router's losses: balance is 1 when balanced and E when one expert takes all; z is mean lse squared") {
+  // Two experts, equal logits: f = (1, 0) (ties go to the lower index), P =
+  // (1/2, 1/2): 2 (1 * 1/2) = 1. One expert far ahead on every token: f =
+  // (1, 0), P = (1, 0): 2.
+  const Tensor even = Tensor::floats({1, 2, 2}, {0, 0, 0, 0});
+  CHECK(run_ok("moe_balance_loss", {even})[0].f32[0] == doctest::Approx(1.0).epsilon(1e-6));
+  const Tensor one = Tensor::floats({1, 2, 2}, {40, 0, 40, 0});
+  CHECK(run_ok("moe_balance_loss", {one})[0].f32[0] == doctest::Approx(2.0).epsilon(1e-6));
+  // z: logsumexp of (0, 0) is ln 2.
+  CHECK(run_ok("moe_z_loss", {even})[0].f32[0] == doctest::Approx(std::log(2.0) * std::log(2.0)).epsilon(1e-6));
+  const Tensor logits = spread_logits(6, 3, 3, 31);
+  for (const char* op : {"moe_balance_loss", "moe_z_loss"}) {
+    CAPTURE(op);
+    EXPECT_OK(check_gradients(op, {logits}, {}, {0}));
+    for (int parallel : {2, 3}) {
+      EXPECT_OK(check_sbp_signatures(op, {logits}, {}, parallel));
+      EXPECT_OK(check_sbp_signatures(std::string(op) + "_grad", {logits, Tensor::uniform({6}, 32)}, {}, parallel));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rill::testing
