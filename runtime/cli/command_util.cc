@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/safe_files.h"
+#include "graph/job_file.h"
 #include "kernels/data/file_bytes.h"
 #include "runtime/cluster/client.h"
 
@@ -29,6 +30,11 @@ int fail_command(const Status& status) {
 StatusOr<std::string> read_text_file(const std::string& path) {
   RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path));
   return std::string(bytes.begin(), bytes.end());
+}
+
+StatusOr<std::string> read_job_text(const std::string& path) {
+  RILL_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return graph::resolve_includes(text, path);
 }
 
 Status write_text_file(const std::string& path, const std::string& text) { return write_file(path, text, "the file"); }

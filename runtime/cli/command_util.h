@@ -20,6 +20,9 @@ struct SubmitResult;  // runtime/cluster/client.h
 int fail_command(const Status& status);
 
 StatusOr<std::string> read_text_file(const std::string& path);
+// A job file's text with its blocks' includes resolved (graph/job_file.h):
+// what goes to a master, which reads no file for a client.
+StatusOr<std::string> read_job_text(const std::string& path);
 Status write_text_file(const std::string& path, const std::string& text);
 // Whether `path` (`what`: "the result file") can be written, found before a
 // run rather than after it, leaving nothing behind: a file there is opened

@@ -142,7 +142,7 @@ int launch(const LaunchArgs& args) {
                                          fmt::join(args.program_args, " "), args.target));
   std::string job_text;  // read before any agent starts, so a bad path costs nothing
   if (is_job && config->node_rank == 0) {
-    auto text = read_text_file(args.target);
+    auto text = read_job_text(args.target);
     if (!text.ok()) return fail_command(text.status());
     job_text = std::move(*text);
   }

@@ -219,7 +219,7 @@ class LocalCluster {
 }  // namespace
 
 int run_local_cluster(const ClusterRunArgs& args) {
-  auto text = read_text_file(args.job_path);
+  auto text = read_job_text(args.job_path);
   if (!text.ok()) return fail_command(text.status());
   // Check the job here, so a bad file never starts a cluster.
   auto job = graph::parse_job_json(*text, args.job_path, args.overrides);

@@ -20,9 +20,7 @@ namespace {
 
 int submit(const std::string& job_path, const std::string& master, const std::string& result_path,
            const std::string& trace_path, bool follow, const SubmitOptions& submit) {
-  auto read = read_text_file(job_path);
-  if (!read.ok()) return fail_command(read.status());
-  auto text = graph::resolve_includes(*read, job_path);  // the master has no folder of the file's
+  auto text = read_job_text(job_path);  // the master has no folder of the file's
   if (!text.ok()) return fail_command(text.status());
   auto client = Client::connect(master, 10.0, /*running=*/true);
   if (!client.ok()) return fail_command(client.status());
