@@ -66,3 +66,21 @@ TEST_CASE("the MoE sample's experts over 2 devices and over 2 agents train as on
   }
   CHECK(one[9].get<double>() < one[0].get<double>() - 0.5);  // it learns
 }
+
+// Experts x data (samples/gpt_moe/gpt_moe_2d.json) on 2 nodes x 2 devices:
+// the groups split across nodes and the experts within each, so tokens move
+// by all-to-all inside a node only, and the experts' gradients are summed
+// across nodes (its losses against PyTorch: tests/torch/moe_torch_check.py).
+TEST_CASE("the MoE sample's experts x data layout moves tokens within nodes and sums expert gradients across them") {
+  Ran plan = rill::testing::run_rill("plan " + root() + "/samples/gpt_moe/gpt_moe_2d.json --nodes 2 --devices cpu:2 --json");
+  REQUIRE_MESSAGE(plan.code == 0, plan.output);
+  const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
+  int within = 0, across = 0;
+  for (const auto& t : j["tasks"]) {
+    const std::string name = t["name"];
+    within += name.rfind("boxing:h0.tokens:S(1)->(S(1), S(0))", 0) == 0;
+    across += name.rfind("boxing:grad/h0.fc/matmul_1:(P, S(0))->(B, S(0))", 0) == 0;
+  }
+  CHECK(within == 4);  // one piece a device
+  CHECK(across == 2);  // one all-reduce a node's lane
+}

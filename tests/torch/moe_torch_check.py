@@ -28,7 +28,9 @@ relative, holds with room; a wrong route, capacity, gate or gradient
 moves the loss by more within a few steps.
 
     moe_torch_check.py RILL SOURCE_ROOT LAYOUT...
-LAYOUT: "cpu:1", "cpu:2" (experts over 2 devices), "nodes:2" (2 agents).
+LAYOUT: "cpu:1", "cpu:2" (experts over 2 devices), "nodes:2" (2 agents),
+"hybrid:2" (experts x data: samples/gpt_moe/gpt_moe_2d.json on 2 agents x
+2 devices, the experts split within each agent, the batch over all four).
 """
 import json
 import math
@@ -148,8 +150,11 @@ class GptMoe(torch.nn.Module):
 
 def rill_losses(rill, root, work, layout, initial, job):
     kind, count = layout.split(":")
-    resume = dense.write_checkpoint(initial, os.path.join(work, "ckpt-" + layout.replace(":", "")), job["name"])
-    args = [rill, "run", os.path.join(root, JOB), "--resume", resume]
+    job_file = JOB.replace(".json", "_2d.json") if kind == "hybrid" else JOB
+    with open(os.path.join(root, job_file)) as f:
+        name = json.load(f)["name"]
+    resume = dense.write_checkpoint(initial, os.path.join(work, "ckpt-" + layout.replace(":", "")), name)
+    args = [rill, "run", os.path.join(root, job_file), "--resume", resume]
     for o in dense.OVERRIDES:
         args += ["--set", o]
     if kind == "cpu":
@@ -159,7 +164,7 @@ def rill_losses(rill, root, work, layout, initial, job):
         logdir = os.path.join(work, "logs-" + layout.replace(":", ""))
         os.makedirs(logdir, exist_ok=True)
         metrics = os.path.join(logdir, "job-1.jsonl")
-        args += ["--nodes", count, "--devices", "cpu:1", "--logdir", logdir]
+        args += ["--nodes", count, "--devices", "cpu:2" if kind == "hybrid" else "cpu:1", "--logdir", logdir]
     run = subprocess.run(args, cwd=root, capture_output=True, text=True, errors="replace", timeout=900)
     if run.returncode != 0:
         sys.exit(f"{layout}: rill run failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
