@@ -42,8 +42,9 @@ Status check_qkv(const Attrs& attrs, const TensorMeta& q, const TensorMeta& k, c
   if (!same)
     return invalid_argument("k {} and v {} must be [..., S, D] with q {}'s leading axes and D", shape_string(k.shape),
                             shape_string(v.shape), shape_string(q.shape));
-  if (attrs.get_int("causal", 0) != 0 && k.shape[r - 2] != q.shape[r - 2])
-    return invalid_argument("causal: q {} and k {} must have as many keys as queries", shape_string(q.shape),
+  // A piece of the queries (context parallelism) has fewer than the keys.
+  if (attrs.get_int("causal", 0) != 0 && k.shape[r - 2] < q.shape[r - 2])
+    return invalid_argument("causal: q {} and k {} must have at least as many keys as queries", shape_string(q.shape),
                             shape_string(k.shape));
   return check_attrs(attrs);
 }
@@ -77,15 +78,25 @@ std::vector<SbpSignature> leading_splits(int rank, int inputs, int outputs) {
   return sigs;
 }
 
+// Context parallelism: the queries split along the sequence, the keys and
+// values whole on every device (a causal mask reads the piece's offset).
 std::vector<SbpSignature> sbp_attention(const Attrs&, std::span<const TensorMeta> in) {
-  return leading_splits(static_cast<int>(in[0].shape.size()), 3, 2);
+  const int rank = static_cast<int>(in[0].shape.size());
+  auto sigs = leading_splits(rank, 3, 2);
+  const Sbp seq = Sbp::split(rank - 2), b = Sbp::broadcast();
+  sigs.push_back({{seq, b, b}, {seq, seq}});
+  return sigs;
 }
 
 std::vector<SbpSignature> sbp_attention_grad(const Attrs&, std::span<const TensorMeta> in) {
-  auto sigs = leading_splits(static_cast<int>(in[0].shape.size()), 6, 3);
+  const int rank = static_cast<int>(in[0].shape.size());
+  auto sigs = leading_splits(rank, 6, 3);
   // Linear in dy once y and lse are fixed.
-  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum();
+  const Sbp b = Sbp::broadcast(), p = Sbp::partial_sum(), seq = Sbp::split(rank - 2);
   sigs.push_back({{b, b, b, b, b, p}, {p, p, p}});
+  // The queries' piece of the sequence: its own dq, and its share of the
+  // keys' and values' gradients.
+  sigs.push_back({{seq, b, b, seq, seq, seq}, {seq, p, p}});
   return sigs;
 }
 
@@ -133,13 +144,14 @@ Status cpu_attention(KernelContext& ctx) {
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
+  const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;  // a piece of the sequence's queries
   float* scores = row_buffer(ctx, n.s);
   if (scores == nullptr) return internal_error("attention: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
     const float* kh = k.f32() + h * n.s * n.d;
     const float* vh = v.f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t keys = p.causal ? i + 1 : n.s;
+      const int64_t keys = p.causal ? first + i + 1 : n.s;
       const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores);
       float sum = 0.0f;
       for (int64_t j = 0; j < keys; ++j) sum += scores[j] = std::exp(scores[j] - top);
@@ -160,6 +172,7 @@ Status cpu_attention_grad(KernelContext& ctx) {
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
+  const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;
   std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
   std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
   std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);
@@ -171,7 +184,7 @@ Status cpu_attention_grad(KernelContext& ctx) {
     float* dk = ctx.outputs[1].f32() + h * n.s * n.d;
     float* dv = ctx.outputs[2].f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t row = h * n.t + i, keys = p.causal ? i + 1 : n.s;
+      const int64_t row = h * n.t + i, keys = p.causal ? first + i + 1 : n.s;
       const float* qi = q.f32() + row * n.d;
       const float* dy = ctx.inputs[5].f32() + row * n.d;
       const float lse = ctx.inputs[4].f32()[row];

@@ -9,8 +9,12 @@
 namespace rill::cuda_ops {
 namespace {
 
-StatusOr<AttentionShape> shape_of(const TensorView& q, const TensorView& k, const char* op) {
+StatusOr<AttentionShape> shape_of(const KernelContext& ctx, const TensorView& q, const TensorView& k, const char* op) {
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
+  if (params_of<AttentionParams>(ctx).causal && (n.t != n.s || query_offset(ctx, q.shape.size() - 2) != 0))
+    return invalid_argument("op '{}': a causal mask over a piece of the queries (context parallelism) runs on CPUs "
+                            "only so far; q {}, k {}",
+                            op, shape_string(q.shape), shape_string(k.shape));
   if (n.d > cuda_launch::kAttentionMaxHead)
     return invalid_argument("op '{}' on a GPU takes heads of at most {} values, got {}", op,
                             cuda_launch::kAttentionMaxHead, n.d);
@@ -20,7 +24,7 @@ StatusOr<AttentionShape> shape_of(const TensorView& q, const TensorView& k, cons
 }  // namespace
 
 RILL_CUDA_KERNEL(attention) {
-  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx.inputs[0], ctx.inputs[1], "attention"));
+  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx, ctx.inputs[0], ctx.inputs[1], "attention"));
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   return cuda_status(cuda_launch::attention(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
                                             ctx.outputs[0].f32(), ctx.outputs[1].f32(), n.heads, n.t, n.s, static_cast<int>(n.d),
@@ -29,7 +33,7 @@ RILL_CUDA_KERNEL(attention) {
 }
 
 RILL_CUDA_KERNEL(attention_grad) {
-  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx.inputs[0], ctx.inputs[1], "attention_grad"));
+  RILL_ASSIGN_OR_RETURN(AttentionShape n, shape_of(ctx, ctx.inputs[0], ctx.inputs[1], "attention_grad"));
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   return cuda_status(cuda_launch::attention_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
                                                  ctx.inputs[3].f32(), ctx.inputs[4].f32(), ctx.inputs[5].f32(),

@@ -349,6 +349,9 @@ RILL_CUDA_KERNEL(softmax) {
   const SoftmaxParams& p = params_of<SoftmaxParams>(ctx);
   const bool causal = p.causal;
   const float scale = p.scale;
+  if (causal && (x.shape[x.shape.size() - 2] != cols || query_offset(ctx, x.shape.size() - 2) != 0))
+    return invalid_argument("op 'softmax': a causal mask over a piece of the queries (context parallelism) runs on "
+                            "CPUs only so far; scores {}", shape_string(x.shape));
   return launched(
       cuda_launch::softmax(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, causal, scale, stream_of(ctx)),
       "op 'softmax'");

@@ -107,6 +107,14 @@ struct AttentionParams {
 
 // attention's q [..., T, D] and k [..., S, D]: the stacks (the leading
 // axes' product), T, S and D, as its CPU and CUDA kernels read them.
+// Context parallelism: where a piece's queries start in the whole sequence,
+// the offset of input 0 on its axis `axis` (the queries' axis of attention's
+// q, of a causal softmax's scores); 0 for a whole tensor. A causal mask
+// reads it: query row i of the piece sees keys 0 .. offset + i.
+inline int64_t query_offset(const KernelContext& ctx, size_t axis) {
+  return ctx.input_offsets.empty() || ctx.input_offsets[0].size() <= axis ? 0 : ctx.input_offsets[0][axis];
+}
+
 struct AttentionShape {
   int64_t heads, t, s, d;
   static AttentionShape of(const Shape& q, const Shape& k) {

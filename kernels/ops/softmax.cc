@@ -20,8 +20,9 @@ Status check_attrs(const Attrs& attrs, const Shape& x) {
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "causal"));
   RILL_ASSIGN_OR_RETURN(double scale, read_float(attrs, "scale", 1.0));
   if (!(scale > 0)) return invalid_argument("attr 'scale' is {}; it must be > 0", scale);
-  if (causal(attrs) && (x.size() < 2 || x[x.size() - 1] != x[x.size() - 2]))
-    return invalid_argument("causal: x {} must end in a square [T, T] (queries by keys)", shape_string(x));
+  // A piece of the queries (context parallelism) has fewer rows than keys.
+  if (causal(attrs) && (x.size() < 2 || x[x.size() - 1] < x[x.size() - 2]))
+    return invalid_argument("causal: x {} must end in [T, S] (queries by keys) with T <= S", shape_string(x));
   return {};
 }
 
@@ -44,12 +45,12 @@ Status infer_softmax_grad(const Attrs& attrs, std::span<const TensorMeta> in, st
   return {};
 }
 
-// Splits on every axis but the row's (and, causal, the query axis, whose
-// index picks the row's columns).
+// Splits on every axis but the row's. A causal mask's query axis splits
+// too (context parallelism): a piece's rows start at its offset in the
+// whole sequence, which the kernel reads (query_offset).
 std::vector<SbpSignature> row_signatures(const Attrs& attrs, int rank, int num_inputs) {
   std::vector<SbpSignature> sigs;
-  const int whole_from = causal(attrs) ? rank - 2 : rank - 1;
-  for (int a = 0; a < whole_from; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), num_inputs));
+  for (int a = 0; a < rank - 1; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), num_inputs));
   sigs.push_back(math::uniform_signature(Sbp::broadcast(), num_inputs));
   return sigs;
 }
@@ -74,9 +75,11 @@ Status grad_softmax(GradBuilder& g) {
 }
 
 // The row loops, each run through the copy for this CPU (cpu_clones.h).
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool causal, float scale) {
+// Causal: row r is query offset + r % queries of its [queries, cols] matrix.
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool causal, int64_t queries, int64_t offset,
+                  float scale) {
   for (int64_t r = 0; r < rows; ++r)
-    softmax_math::softmax_row(x + r * cols, y + r * cols, cols, causal ? r % cols + 1 : cols, scale);
+    softmax_math::softmax_row(x + r * cols, y + r * cols, cols, causal ? offset + r % queries + 1 : cols, scale);
 }
 
 void softmax_grad_rows(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale) {
@@ -89,7 +92,11 @@ Status cpu_softmax(KernelContext& ctx) {
   const int64_t cols = x.shape.back();
   if (cols == 0) return {};
   const SoftmaxParams& p = params_of<SoftmaxParams>(ctx);
-  cpu_clones::run<softmax_rows>(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, p.causal, p.scale);
+  const size_t rank = x.shape.size();
+  const int64_t queries = rank >= 2 ? x.shape[rank - 2] : 1;
+  const int64_t offset = p.causal ? query_offset(ctx, rank - 2) : 0;
+  cpu_clones::run<softmax_rows>(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, p.causal, queries, offset,
+                                p.scale);
   return {};
 }
 

@@ -89,15 +89,20 @@ TEST_CASE("attention: gradients of q, k and v by finite differences; every SBP s
     EXPECT_OK(check_sbp_signatures("attention_grad", grad_in, attrs, 2));
     EXPECT_OK(check_sbp_signatures("attention_grad", grad_in, attrs, 3));
   }
-  // The leading axes split, the rows and the head never.
-  for (const SbpSignature& sig : find_op("attention")->sbp({}, std::vector<TensorMeta>{q.meta(), k.meta(), v.meta()}))
-    CHECK((sig.inputs[0] == Sbp::broadcast() || sig.inputs[0] == Sbp::split(0) || sig.inputs[0] == Sbp::split(1)));
+  // The leading axes split, and the queries' rows with the keys and values
+  // whole (context parallelism); the head never.
+  for (const SbpSignature& sig : find_op("attention")->sbp({}, std::vector<TensorMeta>{q.meta(), k.meta(), v.meta()})) {
+    CHECK((sig.inputs[0] == Sbp::broadcast() || sig.inputs[0] == Sbp::split(0) || sig.inputs[0] == Sbp::split(1) ||
+           sig.inputs[0] == Sbp::split(2)));
+    if (sig.inputs[0] == Sbp::split(2)) CHECK((sig.inputs[1] == Sbp::broadcast() && sig.inputs[2] == Sbp::broadcast()));
+  }
 }
 
 TEST_CASE("attention: shapes that do not fit are refused, naming them") {
   const Tensor q = Tensor::uniform({2, 5, 4}, 12), k = Tensor::uniform({2, 6, 4}, 13);
-  Status s = run_op("attention", {q, k, k}, {{"causal", int64_t{1}}}).status();
-  CHECK(s.message().find("causal: q [2, 5, 4] and k [2, 6, 4] must have as many keys as queries") != std::string::npos);
+  Status s = run_op("attention", {k, q, q}, {{"causal", int64_t{1}}}).status();
+  CHECK(s.message().find("causal: q [2, 6, 4] and k [2, 5, 4] must have at least as many keys as queries") !=
+        std::string::npos);
   s = run_op("attention", {q, Tensor::uniform({2, 6, 3}, 14), Tensor::uniform({2, 6, 3}, 15)}).status();
   CHECK(s.message().find("must be [..., S, D] with q [2, 5, 4]'s leading axes and D") != std::string::npos);
   s = run_op("attention", {q, Tensor::uniform({3, 6, 4}, 16), Tensor::uniform({3, 6, 4}, 17)}).status();

@@ -190,11 +190,14 @@ TEST_CASE("causal softmax: row q sees columns 0..q of scale * x; the rest are 0"
   EXPECT_OK(check_gradients("softmax", {x}, attrs, {0}));
   check_sbp_2_and_3("softmax", {x}, attrs);
   check_sbp_2_and_3("softmax_grad", {y, Tensor::uniform(y.shape, 14)}, {{"scale", scale}});
-  // The query axis is not split when causal: a piece's row index is not its row.
+  // The query axis splits when causal too (context parallelism): a piece's
+  // rows start at its offset, which the SBP check above hands each piece.
+  bool queries_split = false;
   for (const SbpSignature& sig : find_op("softmax")->sbp(attrs, std::vector<TensorMeta>{x.meta()}))
-    CHECK(sig.inputs[0] != Sbp::split(2));
-  Status s = run_op("softmax", {Tensor::zeros({2, 3, 4})}, attrs).status();
-  CHECK(s.message().find("must end in a square [T, T]") != std::string::npos);
+    queries_split = queries_split || sig.inputs[0] == Sbp::split(2);
+  CHECK(queries_split);
+  Status s = run_op("softmax", {Tensor::zeros({2, 4, 3})}, attrs).status();
+  CHECK(s.message().find("must end in [T, S] (queries by keys) with T <= S") != std::string::npos);
   s = run_op("softmax", {x}, {{"scale", -1.0}}).status();
   CHECK(s.message().find("attr 'scale' is -1; it must be > 0") != std::string::npos);
 }
