@@ -4,12 +4,14 @@
 // softmax + matmul, writes two). q [..., T, D], k and v [..., S, D] with the
 // same leading axes (batch, heads); y [..., T, D]; lse [..., T] is each
 // row's log-sum-exp of its scaled scores, saved for the gradient. Attrs:
-// `scale` (> 0; default 1 / sqrt(D)) and `causal` (0 or 1; S == T, row i
+// `scale` (> 0; default 1 / sqrt(D)) and `causal` (0 or 1; T <= S, row i
 // sees keys 0..i). attention_grad(q, k, v, y, lse, dy) -> (dq, dk, dv)
 // recomputes each row's probabilities from lse (FlashAttention's backward):
 // with P = softmax(scale q k^T), dv = P^T dy, dP = dy v^T, dS = P * (dP -
 // rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q. The leading axes
-// split; T, S and D stay whole (a row needs every key).
+// split, and so does T with k and v whole (context parallelism: a piece's
+// row i is the sequence's offset + i; dk and dv are then each piece's
+// partial sums); S and D stay whole (a row needs every key).
 #include <vector>
 
 #include "kernels/ops/attr_read.h"
@@ -145,6 +147,8 @@ Status cpu_attention(KernelContext& ctx) {
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
   const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;  // a piece of the sequence's queries
+  if (first + n.t > n.s && p.causal)
+    return internal_error("op 'attention': causal rows {} to {} pass the {} keys", first, first + n.t, n.s);
   float* scores = row_buffer(ctx, n.s);
   if (scores == nullptr) return internal_error("attention: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
@@ -173,6 +177,8 @@ Status cpu_attention_grad(KernelContext& ctx) {
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
   const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;
+  if (first + n.t > n.s && p.causal)
+    return internal_error("op 'attention_grad': causal rows {} to {} pass the {} keys", first, first + n.t, n.s);
   std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
   std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
   std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);

@@ -45,6 +45,9 @@ Status check_route_attrs(const Attrs& attrs, int64_t experts, int64_t group) {
   if (k < 1 || k > moe::kMaxK || k > experts)
     return invalid_argument("attr 'k' is {}: 1 or 2, and at most the {} experts", k, experts);
   if (capacity < 1) return invalid_argument("attr 'capacity' is {}: the tokens an expert takes from a group, >= 1 (the group's {} take none away)", capacity, group);
+  if (capacity > (int64_t{1} << 31) / experts - 1)
+    return invalid_argument("attr 'capacity' is {}: {} experts' places must number below 2^31 (slots are i32)",
+                            capacity, experts);
   return {};
 }
 
@@ -171,8 +174,10 @@ Status infer_dispatch(const Attrs& attrs, std::span<const TensorMeta> in, std::v
   RILL_RETURN_IF_ERROR(check_slots(in, 1, in.size() == 3, in[0].shape));
   RILL_ASSIGN_OR_RETURN(const int64_t experts, read_int(attrs, "experts", 0));
   RILL_ASSIGN_OR_RETURN(const int64_t capacity, read_int(attrs, "capacity", 0));
-  if (experts < 1 || capacity < 1)
-    return invalid_argument("attrs 'experts' ({}) and 'capacity' ({}) must be >= 1", experts, capacity);
+  if (experts < 1 || capacity < 1 || capacity > (int64_t{1} << 31) / experts - 1)
+    return invalid_argument("attrs 'experts' ({}) and 'capacity' ({}) must be >= 1, their places below 2^31 (slots are "
+                            "i32)",
+                            experts, capacity);
   out->push_back({{experts, in[0].shape[0], capacity, in[0].shape[2]}, DType::kF32});
   return {};
 }

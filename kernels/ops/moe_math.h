@@ -1,6 +1,7 @@
 // Mixture of experts' routing of one token, for the CPU and CUDA kernels
 // alike (kernels/ops/moe.cc, moe.cu): plain arithmetic on a row of E
-// router logits, the same operations in the same order on both.
+// router logits, the same operations in the same order on both (within
+// rounding: the GPU fuses multiply-adds and has its own expf).
 //
 // A token's row: p = softmax(logits); its k experts are those of the k
 // largest p, the lower index first among equals; its gates are their p,

@@ -111,8 +111,13 @@ struct AttentionParams {
 // the offset of input 0 on its axis `axis` (the queries' axis of attention's
 // q, of a causal softmax's scores); 0 for a whole tensor. A causal mask
 // reads it: query row i of the piece sees keys 0 .. offset + i.
+// A whole tensor is at 0 whatever its offset says (the mirrored view gives
+// each rank's whole tensor an offset on axis 0, for dropout's draws).
 inline int64_t query_offset(const KernelContext& ctx, size_t axis) {
-  return ctx.input_offsets.empty() || ctx.input_offsets[0].size() <= axis ? 0 : ctx.input_offsets[0][axis];
+  if (ctx.input_offsets.empty() || ctx.input_offsets[0].size() <= axis || ctx.logical_inputs.empty() ||
+      ctx.logical_inputs[0].size() <= axis || ctx.logical_inputs[0][axis] <= ctx.inputs[0].shape[axis])
+    return 0;
+  return ctx.input_offsets[0][axis];
 }
 
 struct AttentionShape {

@@ -1,9 +1,10 @@
 // softmax over the last axis, y = softmax(scale * x), and softmax_grad(y, dy)
 // = scale * y * (dy - sum(dy * y)) per row. A row must be whole on a device,
 // so the last axis is never split. Attrs: `scale` (a float > 0, default 1:
-// attention's 1 / sqrt(head size)) and `causal` (0 or 1): x [..., T, T] is
-// a stack of attention score matrices and row q sees only columns 0..q (the
-// rest of y is 0), so the query axis is not split either.
+// attention's 1 / sqrt(head size)) and `causal` (0 or 1): x [..., T, S],
+// T <= S, is a stack of attention score matrices and row q sees only
+// columns 0..q (the rest of y is 0). The query axis may split (context
+// parallelism): a piece's row q is the sequence's offset + q.
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/math_util.h"
@@ -95,6 +96,9 @@ Status cpu_softmax(KernelContext& ctx) {
   const size_t rank = x.shape.size();
   const int64_t queries = rank >= 2 ? x.shape[rank - 2] : 1;
   const int64_t offset = p.causal ? query_offset(ctx, rank - 2) : 0;
+  if (p.causal && offset + queries > cols)
+    return internal_error("op 'softmax': causal rows {} to {} of scores {} pass their {} keys", offset,
+                          offset + queries, shape_string(x.shape), cols);
   cpu_clones::run<softmax_rows>(x.f32(), ctx.outputs[0].f32(), x.size() / cols, cols, p.causal, queries, offset,
                                 p.scale);
   return {};
