@@ -120,10 +120,7 @@ size_t scratch_attention(const Attrs&, std::span<const TensorMeta> in) {
   return static_cast<size_t>(in[1].shape[in[1].shape.size() - 2]) * sizeof(float);
 }
 
-float* row_buffer(const KernelContext& ctx, int64_t s) {
-  return ctx.scratch.size() >= static_cast<size_t>(s) * sizeof(float) ? reinterpret_cast<float*>(ctx.scratch.data())
-                                                                       : nullptr;
-}
+float* row_buffer(const KernelContext& ctx, int64_t s) { return scratch_as<float>(ctx, static_cast<size_t>(s)); }
 
 float dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;

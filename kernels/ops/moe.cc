@@ -94,33 +94,29 @@ Status grad_route(GradBuilder& g) {
   return {};
 }
 
+// Scratch of route and its gradient: two rows of E (probabilities, and
+// the counts of places taken or the probabilities' gradient).
+size_t scratch_route(const Attrs&, std::span<const TensorMeta> in) {
+  return 2 * static_cast<size_t>(in[0].shape.back()) * sizeof(float);
+}
+
 Status cpu_route(KernelContext& ctx) {
   const MoeParams& p = params_of<MoeParams>(ctx);
   const TensorView& logits = ctx.inputs[0];
   const int64_t groups = logits.shape[0], s = logits.shape[1], e = logits.shape[2];
   float* gates = ctx.outputs[0].f32();
   int32_t* slots = ctx.outputs[1].i32();
-  float* dropped = ctx.outputs[2].f32();
-  std::vector<float> prob(static_cast<size_t>(e));
-  std::vector<int32_t> chosen(static_cast<size_t>(groups * s * p.k)), filled(static_cast<size_t>(e));
+  float* prob = scratch_as<float>(ctx, 2 * static_cast<size_t>(e));
+  if (prob == nullptr) return internal_error("moe_route: {} bytes of scratch for {} experts", ctx.scratch.size(), e);
+  int32_t* filled = reinterpret_cast<int32_t*>(prob + e);
+  // Each token's experts go in its slots first, then take their places.
   for (int64_t t = 0; t < groups * s; ++t) {
-    moe::softmax_row(logits.f32() + t * e, e, prob.data());
-    moe::top_k(prob.data(), e, p.k, chosen.data() + t * p.k);
-    moe::gates_of(prob.data(), chosen.data() + t * p.k, p.k, p.normalize, gates + t * p.k);
+    moe::softmax_row(logits.f32() + t * e, e, prob);
+    moe::top_k(prob, e, p.k, slots + t * p.k);
+    moe::gates_of(prob, slots + t * p.k, p.k, p.normalize, gates + t * p.k);
   }
-  for (int64_t g = 0; g < groups; ++g) {
-    std::fill(filled.begin(), filled.end(), 0);
-    int64_t lost = 0;
-    for (int j = 0; j < p.k; ++j)
-      for (int64_t t = g * s; t < (g + 1) * s; ++t) {
-        const int32_t expert = chosen[static_cast<size_t>(t * p.k + j)];
-        const int32_t c = filled[static_cast<size_t>(expert)]++;
-        const bool kept = c < p.capacity;
-        slots[t * p.k + j] = kept ? static_cast<int32_t>(expert * p.capacity + c) : -1;
-        lost += kept ? 0 : 1;
-      }
-    dropped[g] = static_cast<float>(lost);
-  }
+  for (int64_t g = 0; g < groups; ++g)
+    ctx.outputs[2].f32()[g] = static_cast<float>(moe::place_group(slots + g * s * p.k, s, p.k, e, p.capacity, filled));
   return {};
 }
 
@@ -128,12 +124,13 @@ Status cpu_route_grad(KernelContext& ctx) {
   const MoeParams& p = params_of<MoeParams>(ctx);
   const TensorView& logits = ctx.inputs[0];
   const int64_t rows = logits.shape[0] * logits.shape[1], e = logits.shape[2];
-  std::vector<float> prob(static_cast<size_t>(e)), dp(static_cast<size_t>(e));
+  float* prob = scratch_as<float>(ctx, 2 * static_cast<size_t>(e));
+  if (prob == nullptr) return internal_error("moe_route_grad: {} bytes of scratch for {} experts", ctx.scratch.size(), e);
   int32_t chosen[moe::kMaxK];
   for (int64_t t = 0; t < rows; ++t) {
-    moe::softmax_row(logits.f32() + t * e, e, prob.data());
-    moe::top_k(prob.data(), e, p.k, chosen);
-    moe::route_grad_row(prob.data(), chosen, ctx.inputs[1].f32() + t * p.k, p.k, p.normalize, e, dp.data(),
+    moe::softmax_row(logits.f32() + t * e, e, prob);
+    moe::top_k(prob, e, p.k, chosen);
+    moe::route_grad_row(prob, chosen, ctx.inputs[1].f32() + t * p.k, p.k, p.normalize, e, prob + e,
                         ctx.outputs[0].f32() + t * e);
   }
   return {};
@@ -270,90 +267,72 @@ Status grad_combine(GradBuilder& g) {
   return {};
 }
 
+// Each token's choices in order: f(token, choice, row) with `row` where
+// its slot's row starts in the experts' rows [E, G, C, d] (-1: dropped).
 // A slot outside [-1, E C) is an error naming it and its place.
-Status check_slot(int32_t slot, int64_t places, int64_t at, const char* op) {
-  if (slot < -1 || slot >= places)
-    return invalid_argument("op '{}': slot {} at position {} is outside [-1, {})", op, slot, at, places);
+template <typename F>
+Status for_each_choice(const TensorView& slots, int64_t experts, int64_t capacity, int64_t d, const char* op, F&& f) {
+  const int64_t groups = slots.shape[0], s = slots.shape[1], k = slots.shape[2];
+  for (int64_t t = 0; t < groups * s; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t slot = slots.i32()[t * k + j];
+      if (slot < -1 || slot >= experts * capacity)
+        return invalid_argument("op '{}': slot {} at position {} is outside [-1, {})", op, slot, t * k + j,
+                                experts * capacity);
+      const int64_t e = slot / capacity, c = slot % capacity;
+      f(t, j, slot < 0 ? int64_t{-1} : ((e * groups + t / s) * capacity + c) * d);
+    }
   return {};
-}
-
-// Experts' rows [E, G, C, d]: where slot `slot` of group `g` starts.
-int64_t row_of(int32_t slot, int64_t g, int64_t groups, int64_t capacity, int64_t d) {
-  const int64_t e = slot / capacity, c = slot % capacity;
-  return ((e * groups + g) * capacity + c) * d;
 }
 
 Status cpu_dispatch(KernelContext& ctx) {
-  const TensorView& x = ctx.inputs[0];
-  const int32_t* slots = ctx.inputs[1].i32();
+  const float* x = ctx.inputs[0].f32();
   const float* w = ctx.inputs.size() == 3 ? ctx.inputs[2].f32() : nullptr;
   TensorView& out = ctx.outputs[0];
-  const int64_t groups = x.shape[0], s = x.shape[1], d = x.shape[2], k = ctx.inputs[1].shape[2];
-  const int64_t capacity = out.shape[2], places = out.shape[0] * capacity;
+  const int64_t d = out.shape[3], k = ctx.inputs[1].shape[2];
   std::memset(out.data, 0, out.bytes());
-  for (int64_t t = 0; t < groups * s; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t slot = slots[t * k + j];
-      RILL_RETURN_IF_ERROR(check_slot(slot, places, t * k + j, "moe_dispatch"));
-      if (slot < 0) continue;
-      float* row = out.f32() + row_of(slot, t / s, groups, capacity, d);
-      const float* from = x.f32() + t * d;
-      const float weight = w ? w[t * k + j] : 1.0f;
-      for (int64_t i = 0; i < d; ++i) row[i] = weight * from[i];
-    }
-  return {};
+  return for_each_choice(ctx.inputs[1], out.shape[0], out.shape[2], d, "moe_dispatch",
+                         [&](int64_t t, int64_t j, int64_t row) {
+                           if (row < 0) return;
+                           const float weight = w ? w[t * k + j] : 1.0f;
+                           for (int64_t i = 0; i < d; ++i) out.f32()[row + i] = weight * x[t * d + i];
+                         });
 }
 
 Status cpu_combine(KernelContext& ctx) {
   const TensorView& y = ctx.inputs[0];
-  const int32_t* slots = ctx.inputs[1].i32();
   const float* gates = ctx.inputs.size() == 3 ? ctx.inputs[2].f32() : nullptr;
   TensorView& out = ctx.outputs[0];
-  const int64_t groups = out.shape[0], s = out.shape[1], d = out.shape[2], k = ctx.inputs[1].shape[2];
-  const int64_t capacity = y.shape[2], places = y.shape[0] * capacity;
+  const int64_t d = y.shape[3], k = ctx.inputs[1].shape[2];
   std::memset(out.data, 0, out.bytes());
-  for (int64_t t = 0; t < groups * s; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t slot = slots[t * k + j];
-      RILL_RETURN_IF_ERROR(check_slot(slot, places, t * k + j, "moe_combine"));
-      if (slot < 0) continue;
-      const float* row = y.f32() + row_of(slot, t / s, groups, capacity, d);
-      const float gate = gates ? gates[t * k + j] : 1.0f;
-      float* to = out.f32() + t * d;
-      for (int64_t i = 0; i < d; ++i) to[i] += gate * row[i];
-    }
-  return {};
+  return for_each_choice(ctx.inputs[1], y.shape[0], y.shape[2], d, "moe_combine",
+                         [&](int64_t t, int64_t j, int64_t row) {
+                           if (row < 0) return;
+                           const float gate = gates ? gates[t * k + j] : 1.0f;
+                           for (int64_t i = 0; i < d; ++i) out.f32()[t * d + i] += gate * y.f32()[row + i];
+                         });
 }
 
 Status cpu_gate_grad(KernelContext& ctx) {
   const TensorView& y = ctx.inputs[0];
-  const int32_t* slots = ctx.inputs[1].i32();
-  const TensorView& x = ctx.inputs[2];
-  const int64_t groups = x.shape[0], s = x.shape[1], d = x.shape[2], k = ctx.inputs[1].shape[2];
-  const int64_t capacity = y.shape[2], places = y.shape[0] * capacity;
-  float* out = ctx.outputs[0].f32();
-  for (int64_t t = 0; t < groups * s; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t slot = slots[t * k + j];
-      RILL_RETURN_IF_ERROR(check_slot(slot, places, t * k + j, "moe_gate_grad"));
-      float dot = 0.0f;
-      if (slot >= 0) {
-        const float* row = y.f32() + row_of(slot, t / s, groups, capacity, d);
-        for (int64_t i = 0; i < d; ++i) dot += row[i] * x.f32()[t * d + i];
-      }
-      out[t * k + j] = dot;
-    }
-  return {};
+  const float* x = ctx.inputs[2].f32();
+  const int64_t d = y.shape[3], k = ctx.inputs[1].shape[2];
+  return for_each_choice(ctx.inputs[1], y.shape[0], y.shape[2], d, "moe_gate_grad",
+                         [&](int64_t t, int64_t j, int64_t row) {
+                           float dot = 0.0f;
+                           for (int64_t i = 0; row >= 0 && i < d; ++i) dot += y.f32()[row + i] * x[t * d + i];
+                           ctx.outputs[0].f32()[t * k + j] = dot;
+                         });
 }
 
 }  // namespace
 
 const OpDef kMoeRouteOp = {.type = "moe_route", .num_inputs = 1, .num_outputs = 3, .infer = infer_route,
                            .sbp = sbp_route, .grad = grad_route, .cpu = cpu_route, .cuda = "moe_route",
-                           .parse = parse_as<MoeParams>};
+                           .scratch_bytes = scratch_route, .parse = parse_as<MoeParams>};
 const OpDef kMoeRouteGradOp = {.type = "moe_route_grad", .num_inputs = 2, .infer = infer_route_grad,
                                .sbp = sbp_route_grad, .cpu = cpu_route_grad, .cuda = "moe_route_grad",
-                               .parse = parse_as<MoeParams>};
+                               .scratch_bytes = scratch_route, .parse = parse_as<MoeParams>};
 const OpDef kMoeDispatchOp = {.type = "moe_dispatch", .num_inputs = -1, .infer = infer_dispatch,
                               .sbp = sbp_dispatch, .grad = grad_dispatch, .cpu = cpu_dispatch, .cuda = "moe_dispatch"};
 const OpDef kMoeCombineOp = {.type = "moe_combine", .num_inputs = -1, .infer = infer_combine, .sbp = sbp_combine,

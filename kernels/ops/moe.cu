@@ -35,17 +35,7 @@ cudaError_t moe_route(const float* logits, float* gates, int32_t* slots, float* 
   if (e != cudaSuccess) return e;
   return for_each(groups, stream, [=] __device__(int64_t g) {
     int32_t filled[kMaxExperts];
-    for (int64_t i = 0; i < experts; ++i) filled[i] = 0;
-    int64_t lost = 0;
-    for (int j = 0; j < k; ++j)
-      for (int64_t t = g * s; t < (g + 1) * s; ++t) {
-        const int32_t expert = slots[t * k + j];
-        const int32_t c = filled[expert]++;
-        const bool kept = c < capacity;
-        slots[t * k + j] = kept ? static_cast<int32_t>(expert * capacity + c) : -1;
-        lost += kept ? 0 : 1;
-      }
-    dropped[g] = static_cast<float>(lost);
+    dropped[g] = static_cast<float>(moe::place_group(slots + g * s * k, s, k, experts, capacity, filled));
   });
 }
 
@@ -105,35 +95,11 @@ cudaError_t moe_gate_grad(const float* y, const int32_t* slots, const float* x, 
   });
 }
 
-namespace {
-
-// A group's first-choice shares f and mean probabilities P, as the CPU
-// sums them (kernels/ops/moe_losses.cc): tokens in order.
-__device__ void shares(const float* logits, int64_t s, int64_t e, float* p, float* f, float* mean) {
-  for (int64_t i = 0; i < e; ++i) f[i] = mean[i] = 0.0f;
-  for (int64_t t = 0; t < s; ++t) {
-    moe::softmax_row(logits + t * e, e, p);
-    int32_t first = 0;
-    moe::top_k(p, e, 1, &first);
-    f[first] += 1.0f;
-    for (int64_t i = 0; i < e; ++i) mean[i] += p[i];
-  }
-  for (int64_t i = 0; i < e; ++i) {
-    f[i] /= static_cast<float>(s);
-    mean[i] /= static_cast<float>(s);
-  }
-}
-
-}  // namespace
-
 cudaError_t moe_balance_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e,
                              cudaStream_t stream) {
   return for_each(groups, stream, [=] __device__(int64_t g) {
     float p[kMaxExperts], f[kMaxExperts], mean[kMaxExperts];
-    shares(logits + g * s * e, s, e, p, f, mean);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < e; ++i) sum += f[i] * mean[i];
-    out[g] = static_cast<float>(e) * sum;
+    out[g] = moe::balance_group(logits + g * s * e, s, e, p, f, mean);
   });
 }
 
@@ -141,15 +107,7 @@ cudaError_t moe_balance_loss_grad(const float* logits, const float* dloss, float
                                   int64_t e, cudaStream_t stream) {
   return for_each(groups, stream, [=] __device__(int64_t g) {
     float p[kMaxExperts], f[kMaxExperts], mean[kMaxExperts];
-    shares(logits + g * s * e, s, e, p, f, mean);
-    const float scale = dloss[g] * static_cast<float>(e) / static_cast<float>(s);
-    for (int64_t t = 0; t < s; ++t) {
-      moe::softmax_row(logits + (g * s + t) * e, e, p);
-      float expected = 0.0f;
-      for (int64_t i = 0; i < e; ++i) expected += f[i] * p[i];
-      float* d = dlogits + (g * s + t) * e;
-      for (int64_t i = 0; i < e; ++i) d[i] = scale * p[i] * (f[i] - expected);
-    }
+    moe::balance_grad_group(logits + g * s * e, s, e, dloss[g], p, f, mean, dlogits + g * s * e);
   });
 }
 
@@ -168,11 +126,7 @@ cudaError_t moe_z_loss_grad(const float* logits, const float* dloss, float* dlog
                             int64_t e, cudaStream_t stream) {
   return for_each(groups * s, stream, [=] __device__(int64_t t) {
     float p[kMaxExperts];
-    const float* row = logits + t * e;
-    const float lse = moe::logsumexp_row(row, e);
-    moe::softmax_row(row, e, p);
-    const float scale = dloss[t / s] * 2.0f / static_cast<float>(s) * lse;
-    for (int64_t i = 0; i < e; ++i) dlogits[t * e + i] = scale * p[i];
+    moe::z_grad_row(logits + t * e, s, e, dloss[t / s], p, dlogits + t * e);
   });
 }
 

@@ -11,6 +11,8 @@
 // SBP: by groups, or whole.
 #include <vector>
 
+#include "kernels/ops/op_params.h"
+
 #include "kernels/ops/moe_math.h"
 #include "kernels/ops/ops.h"
 
@@ -55,55 +57,39 @@ Status grad_loss(GradBuilder& g) {
 constexpr char kBalanceGrad[] = "moe_balance_loss_grad";
 constexpr char kZGrad[] = "moe_z_loss_grad";
 
-// Each expert's share of first choices (f) and mean probability (P) in
-// group g; `p` gets the group's probabilities, row after row.
-void shares(const float* logits, int64_t s, int64_t e, std::vector<float>* p, std::vector<float>* f,
-            std::vector<float>* mean) {
-  p->resize(static_cast<size_t>(s * e));
-  f->assign(static_cast<size_t>(e), 0.0f);
-  mean->assign(static_cast<size_t>(e), 0.0f);
-  for (int64_t t = 0; t < s; ++t) {
-    float* row = p->data() + t * e;
-    moe::softmax_row(logits + t * e, e, row);
-    int32_t first = 0;
-    moe::top_k(row, e, 1, &first);
-    (*f)[static_cast<size_t>(first)] += 1.0f;
-    for (int64_t i = 0; i < e; ++i) (*mean)[static_cast<size_t>(i)] += row[i];
-  }
-  for (int64_t i = 0; i < e; ++i) {
-    (*f)[static_cast<size_t>(i)] /= static_cast<float>(s);
-    (*mean)[static_cast<size_t>(i)] /= static_cast<float>(s);
-  }
+// Scratch: three rows of E (the probabilities, f and P; moe_math.h).
+size_t scratch_loss(const Attrs&, std::span<const TensorMeta> in) {
+  return 3 * static_cast<size_t>(in[0].shape.back()) * sizeof(float);
 }
 
-Status cpu_balance(KernelContext& ctx) {
-  const TensorView& logits = ctx.inputs[0];
-  const int64_t groups = logits.shape[0], s = logits.shape[1], e = logits.shape[2];
-  std::vector<float> p, f, mean;
-  for (int64_t g = 0; g < groups; ++g) {
-    shares(logits.f32() + g * s * e, s, e, &p, &f, &mean);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < e; ++i) sum += f[static_cast<size_t>(i)] * mean[static_cast<size_t>(i)];
-    ctx.outputs[0].f32()[g] = static_cast<float>(e) * sum;
+// The kernels' shapes and scratch; nullptr scratch where it is too small.
+struct Groups {
+  int64_t groups, s, e;
+  float* p;
+  explicit Groups(const KernelContext& ctx)
+      : groups(ctx.inputs[0].shape[0]), s(ctx.inputs[0].shape[1]), e(ctx.inputs[0].shape[2]),
+        p(scratch_as<float>(ctx, 3 * static_cast<size_t>(e))) {}
+  Status check(const KernelContext& ctx, const char* op) const {
+    if (p == nullptr) return internal_error("{}: {} bytes of scratch for {} experts", op, ctx.scratch.size(), e);
+    return {};
   }
+};
+
+Status cpu_balance(KernelContext& ctx) {
+  const Groups n(ctx);
+  RILL_RETURN_IF_ERROR(n.check(ctx, "moe_balance_loss"));
+  for (int64_t g = 0; g < n.groups; ++g)
+    ctx.outputs[0].f32()[g] =
+        moe::balance_group(ctx.inputs[0].f32() + g * n.s * n.e, n.s, n.e, n.p, n.p + n.e, n.p + 2 * n.e);
   return {};
 }
 
 Status cpu_balance_grad(KernelContext& ctx) {
-  const TensorView& logits = ctx.inputs[0];
-  const int64_t groups = logits.shape[0], s = logits.shape[1], e = logits.shape[2];
-  std::vector<float> p, f, mean;
-  for (int64_t g = 0; g < groups; ++g) {
-    shares(logits.f32() + g * s * e, s, e, &p, &f, &mean);
-    const float scale = ctx.inputs[1].f32()[g] * static_cast<float>(e) / static_cast<float>(s);
-    for (int64_t t = 0; t < s; ++t) {
-      const float* row = p.data() + t * e;
-      float expected = 0.0f;
-      for (int64_t i = 0; i < e; ++i) expected += f[static_cast<size_t>(i)] * row[i];
-      float* d = ctx.outputs[0].f32() + (g * s + t) * e;
-      for (int64_t i = 0; i < e; ++i) d[i] = scale * row[i] * (f[static_cast<size_t>(i)] - expected);
-    }
-  }
+  const Groups n(ctx);
+  RILL_RETURN_IF_ERROR(n.check(ctx, "moe_balance_loss_grad"));
+  for (int64_t g = 0; g < n.groups; ++g)
+    moe::balance_grad_group(ctx.inputs[0].f32() + g * n.s * n.e, n.s, n.e, ctx.inputs[1].f32()[g], n.p, n.p + n.e,
+                            n.p + 2 * n.e, ctx.outputs[0].f32() + g * n.s * n.e);
   return {};
 }
 
@@ -122,30 +108,23 @@ Status cpu_z(KernelContext& ctx) {
 }
 
 Status cpu_z_grad(KernelContext& ctx) {
-  const TensorView& logits = ctx.inputs[0];
-  const int64_t groups = logits.shape[0], s = logits.shape[1], e = logits.shape[2];
-  std::vector<float> p(static_cast<size_t>(e));
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t t = 0; t < s; ++t) {
-      const float* row = logits.f32() + (g * s + t) * e;
-      const float lse = moe::logsumexp_row(row, e);
-      moe::softmax_row(row, e, p.data());
-      const float scale = ctx.inputs[1].f32()[g] * 2.0f / static_cast<float>(s) * lse;
-      float* d = ctx.outputs[0].f32() + (g * s + t) * e;
-      for (int64_t i = 0; i < e; ++i) d[i] = scale * p[static_cast<size_t>(i)];
-    }
+  const Groups n(ctx);
+  RILL_RETURN_IF_ERROR(n.check(ctx, "moe_z_loss_grad"));
+  for (int64_t t = 0; t < n.groups * n.s; ++t)
+    moe::z_grad_row(ctx.inputs[0].f32() + t * n.e, n.s, n.e, ctx.inputs[1].f32()[t / n.s], n.p,
+                    ctx.outputs[0].f32() + t * n.e);
   return {};
 }
 
 }  // namespace
 
 const OpDef kMoeBalanceLossOp = {.type = "moe_balance_loss", .infer = infer_loss, .sbp = sbp_loss,
-                                 .grad = grad_loss<kBalanceGrad>, .cpu = cpu_balance, .cuda = "moe_balance_loss"};
+                                 .grad = grad_loss<kBalanceGrad>, .cpu = cpu_balance, .cuda = "moe_balance_loss", .scratch_bytes = scratch_loss};
 const OpDef kMoeBalanceLossGradOp = {.type = "moe_balance_loss_grad", .num_inputs = 2, .infer = infer_loss_grad,
-                                     .sbp = sbp_loss_grad, .cpu = cpu_balance_grad, .cuda = "moe_balance_loss_grad"};
+                                     .sbp = sbp_loss_grad, .cpu = cpu_balance_grad, .cuda = "moe_balance_loss_grad", .scratch_bytes = scratch_loss};
 const OpDef kMoeZLossOp = {.type = "moe_z_loss", .infer = infer_loss, .sbp = sbp_loss, .grad = grad_loss<kZGrad>,
                            .cpu = cpu_z, .cuda = "moe_z_loss"};
 const OpDef kMoeZLossGradOp = {.type = "moe_z_loss_grad", .num_inputs = 2, .infer = infer_loss_grad,
-                               .sbp = sbp_loss_grad, .cpu = cpu_z_grad, .cuda = "moe_z_loss_grad"};
+                               .sbp = sbp_loss_grad, .cpu = cpu_z_grad, .cuda = "moe_z_loss_grad", .scratch_bytes = scratch_loss};
 
 }  // namespace rill

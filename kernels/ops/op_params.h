@@ -27,6 +27,13 @@ const T& params_of(const KernelContext& ctx) {
   return *static_cast<const T*>(ctx.params);
 }
 
+// A kernel's scratch (OpDef::scratch_bytes) as `count` values of T, or
+// nullptr where it holds fewer (a kernel allocates nothing as it acts).
+template <typename T>
+T* scratch_as(const KernelContext& ctx, size_t count) {
+  return ctx.scratch.size() >= count * sizeof(T) ? reinterpret_cast<T*>(ctx.scratch.data()) : nullptr;
+}
+
 // An ints attr that is a list, or one int (as a one-element list), or absent.
 inline std::vector<int64_t> ints_or_one(const Attrs& attrs, const std::string& name) {
   const auto& values = attrs.values();
