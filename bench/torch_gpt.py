@@ -82,9 +82,18 @@ class Gpt(torch.nn.Module):
                 att = torch.softmax(((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf")), dim=-1)
                 y = att @ v
             x = x + lin(y.transpose(1, 2).reshape(b, t, c), p + ".attn.proj")
-            x = x + lin(torch.nn.functional.gelu(lin(ln(x, p + ".ln2"), p + ".mlp.fc"), approximate="tanh"), p + ".mlp.proj")
+            x = x + self.mlp(ln(x, p + ".ln2"), i, lin)
         logits = ln(x, "lnf") @ self.w("wte").t()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss + self.aux_loss()
+
+    def mlp(self, h, i, lin):
+        """Layer i's MLP on its normed input (a mixture of experts overrides it)."""
+        return lin(torch.nn.functional.gelu(lin(h, f"h{i}.mlp.fc"), approximate="tanh"), f"h{i}.mlp.proj")
+
+    def aux_loss(self):
+        """What the layers add to the loss beside the cross-entropy: nothing here."""
+        return 0.0
 
 
 def main():

@@ -203,18 +203,24 @@ def check(rill, root, work, layouts):
     model = Gpt(shapes, layers, heads)
     initial = {name: model.w(name).detach().clone().contiguous() for name in model.names}
     want = torch_losses(job, model, root)
+    compare_layouts(want, layouts, lambda layout: rill_losses(rill, root, work, layout, initial), BOUND)
+
+
+def compare_layouts(want, layouts, losses_of, bound):
+    """Each layout's losses (losses_of(layout)) against PyTorch's, step by
+    step, within `bound` relative; prints both and exits on the first miss."""
     print("torch   ", " ".join(f"{x:.6f}" for x in want))
     worst = 0.0
     for layout in layouts:
-        got = rill_losses(rill, root, work, layout, initial)
+        got = losses_of(layout)
         if len(got) != STEPS:
             sys.exit(f"{layout}: {len(got)} losses, expected {STEPS}")
         rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]
         print(f"{layout:8s}", " ".join(f"{x:.6f}" for x in got), f" max rel diff {max(rel):.2e}")
         worst = max(worst, max(rel))
-        if max(rel) > BOUND:
-            sys.exit(f"{layout}: step {rel.index(max(rel))} differs from PyTorch by {max(rel):.2e} (bound {BOUND})")
-    print(f"ok: every layout within {BOUND} of PyTorch (largest {worst:.2e})")
+        if max(rel) > bound:
+            sys.exit(f"{layout}: step {rel.index(max(rel))} differs from PyTorch by {max(rel):.2e} (bound {bound})")
+    print(f"ok: every layout within {bound} of PyTorch (largest {worst:.2e})")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ LAYOUT: "cpu:1", "cpu:2" (experts over 2 devices), "nodes:2" (2 agents),
 2 devices, the experts split within each agent, the batch over all four).
 """
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -47,7 +46,9 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt_torch_check as dense  # noqa: E402  (its checkpoint writer, schedule, data and optimizer loop)
+import gpt_torch_check as dense  # noqa: E402  (its checkpoint writer, schedule, data, optimizer loop, comparison)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from torch_gpt import Gpt  # noqa: E402  (the one PyTorch model of the job's GPT)
 
 BOUND = 1e-3
 JOB = "samples/gpt_moe/gpt_moe.json"
@@ -62,36 +63,39 @@ def load_job(root):
     return job
 
 
-class GptMoe(torch.nn.Module):
-    """The sample's model; weights [in, out] used as x @ w; norm weights
-    about 1, every other value N(0, 0.02), from seed 0."""
+def shapes_of(job):
+    block = job["blocks"][0]
+    shapes = {v["name"]: v["shape"] for v in job["variables"]}
+    for i in range(block["repeat"]):
+        for v in block["variables"]:
+            shapes[v["name"].replace("{i}", str(i))] = v["shape"]
+    return shapes
+
+
+class GptMoe(Gpt):
+    """bench/torch_gpt.py's GPT (its initial values, attention and
+    layout) with each layer's MLP the sample's mixture of experts, whose
+    router's losses it adds."""
 
     def __init__(self, job):
-        super().__init__()
-        torch.manual_seed(0)
         block = job["blocks"][0]
-        shapes = {v["name"]: v["shape"] for v in job["variables"]}
-        for i in range(block["repeat"]):
-            for v in block["variables"]:
-                shapes[v["name"].replace("{i}", str(i))] = v["shape"]
-        self.names = list(shapes)
-        self.p = torch.nn.ParameterDict()
-        for name, shape in shapes.items():
-            value = 1.0 + 0.1 * torch.randn(shape) if name.endswith(".g") else 0.02 * torch.randn(shape)
-            self.p[name.replace(".", "__")] = torch.nn.Parameter(value)
-        self.layers = block["repeat"]
         ops = {op["type"]: op for op in block["ops"]}
-        self.heads = ops["attention"]["attrs"]["heads"]
+        super().__init__(shapes_of(job), block["repeat"], ops["attention"]["attrs"]["heads"])
         self.k = ops["moe_route"]["attrs"]["k"]
         self.capacity = ops["moe_route"]["attrs"]["capacity"]
         top = {op["name"]: op for op in job["ops"]}
         self.balance_weight = top["balance_w"]["attrs"]["scale"]
         self.z_weight = top["z_w"]["attrs"]["scale"]
+        self.aux = []
 
-    def w(self, name):
-        return self.p[name.replace(".", "__")]
+    def forward(self, idx, targets):
+        self.aux = []
+        return super().forward(idx, targets)
 
-    def moe(self, h, i):
+    def aux_loss(self):
+        return sum(self.aux)
+
+    def mlp(self, h, i, lin):
         b, t, c = h.shape
         logits = h @ self.w(f"h{i}.moe.router.w")
         e = logits.shape[-1]
@@ -112,8 +116,7 @@ class GptMoe(torch.nn.Module):
         seq = torch.arange(b)[:, None, None].expand(b, t, self.k)
         tok = torch.arange(t)[None, :, None].expand(b, t, self.k)
         ex, sq, tk, pl = order[kept], seq[kept], tok[kept], places[kept]
-        slots = torch.zeros(e, b, self.capacity, c)
-        slots = slots.index_put((ex, sq, pl), h[sq, tk])
+        slots = torch.zeros(e, b, self.capacity, c).index_put((ex, sq, pl), h[sq, tk])
         hidden = torch.nn.functional.gelu(slots.reshape(e, b * self.capacity, c) @ self.w(f"h{i}.moe.fc.w"),
                                           approximate="tanh")
         rows = (hidden @ self.w(f"h{i}.moe.proj.w")).reshape(e, b, self.capacity, c)
@@ -121,31 +124,8 @@ class GptMoe(torch.nn.Module):
         first = torch.nn.functional.one_hot(order[..., 0], e).float().mean(1)
         balance = (e * (first * p.mean(1)).sum(-1)).mean()
         z = (torch.logsumexp(logits, dim=-1) ** 2).mean(1).mean()
-        return out, balance, z
-
-    def forward(self, idx, targets):
-        b, t = idx.shape
-        x = self.w("wte")[idx] + self.w("wpe")[:t]
-        c = x.shape[-1]
-        hd = c // self.heads
-        ln = lambda h, n: torch.nn.functional.layer_norm(h, (c,), self.w(n + ".g"), self.w(n + ".b"), 1e-5)
-        lin = lambda h, n: h @ self.w(n + ".w") + self.w(n + ".b")
-        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-        aux = 0.0
-        for i in range(self.layers):
-            p = f"h{i}"
-            h = ln(x, p + ".ln1")
-            split = lambda y: y.view(b, t, self.heads, hd).transpose(1, 2)
-            q, k, v = split(lin(h, p + ".attn.q")), split(lin(h, p + ".attn.k")), split(lin(h, p + ".attn.v"))
-            att = torch.softmax(((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf")),
-                                dim=-1)
-            x = x + lin((att @ v).transpose(1, 2).reshape(b, t, c), p + ".attn.proj")
-            out, balance, z = self.moe(ln(x, p + ".ln2"), i)
-            x = x + out
-            aux = aux + self.balance_weight * balance + self.z_weight * z
-        logits = ln(x, "lnf") @ self.w("wte").t()
-        lm = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        return lm + aux
+        self.aux.append(self.balance_weight * balance + self.z_weight * z)
+        return out
 
 
 def rill_losses(rill, root, work, layout, initial, job):
@@ -182,22 +162,11 @@ def main():
     model = GptMoe(job)
     initial = {name: model.w(name).detach().clone().contiguous() for name in model.names}
     want = dense.torch_losses(job, model, root)
-    print("torch   ", " ".join(f"{x:.6f}" for x in want))
     work = tempfile.mkdtemp(prefix="rill-moe-torch-")
-    worst = 0.0
     try:
-        for layout in layouts:
-            got = rill_losses(rill, root, work, layout, initial, job)
-            if len(got) != dense.STEPS:
-                sys.exit(f"{layout}: {len(got)} losses, expected {dense.STEPS}")
-            rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]
-            print(f"{layout:8s}", " ".join(f"{x:.6f}" for x in got), f" max rel diff {max(rel):.2e}")
-            worst = max(worst, max(rel))
-            if max(rel) > BOUND:
-                sys.exit(f"{layout}: step {rel.index(max(rel))} differs from PyTorch by {max(rel):.2e} (bound {BOUND})")
+        dense.compare_layouts(want, layouts, lambda layout: rill_losses(rill, root, work, layout, initial, job), BOUND)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"ok: every layout within {BOUND} of PyTorch (largest {worst:.2e})")
 
 
 if __name__ == "__main__":
