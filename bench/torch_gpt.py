@@ -85,7 +85,8 @@ class Gpt(torch.nn.Module):
             x = x + self.mlp(ln(x, p + ".ln2"), i, lin)
         logits = ln(x, "lnf") @ self.w("wte").t()
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        return loss + self.aux_loss()
+        aux = self.aux_loss()
+        return loss if aux is None else loss + aux
 
     def mlp(self, h, i, lin):
         """Layer i's MLP on its normed input (a mixture of experts overrides it)."""
@@ -93,7 +94,7 @@ class Gpt(torch.nn.Module):
 
     def aux_loss(self):
         """What the layers add to the loss beside the cross-entropy: nothing here."""
-        return 0.0
+        return None
 
 
 def main():
