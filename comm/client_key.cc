@@ -1,5 +1,7 @@
 #include "comm/client_key.h"
 
+#include "base/printable.h"
+
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -28,9 +30,9 @@ StatusOr<ClientKey> read_client_key_file(const std::string& path) {
       ok = value.size() == 32;
     }
     if (!ok)
-      return invalid_argument("key file {}:{}: '{}' is not a line of a client key (client, master or token with its "
+      return invalid_argument("key file {}:{}: {} is not a line of a client key (client, master or token with its "
                               "value)",
-                              path, line.number, field);
+                              path, line.number, excerpt(field));
   }
   if (!client || !master || key.http_token.empty())
     return invalid_argument("key file {}: a client key needs its client, master and token lines", path);

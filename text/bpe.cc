@@ -1,5 +1,7 @@
 #include "text/bpe.h"
 
+#include "base/printable.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -76,7 +78,9 @@ std::string utf8_of(uint32_t cp) {
 // A vocabulary file, opened and checked as a job's data is (an agent reads
 // only under its data roots, never a key file; base/file_access.h).
 StatusOr<std::string> read_file(const std::string& path, const FileAccess& access) {
-  constexpr off_t kLimit = off_t{64} << 20;  // GPT-2's two files take 1.5 MB
+  // GPT-2's two files take 1.5 MB; a bound well above, so that parsing a
+  // file a job names cannot take the master's memory.
+  constexpr off_t kLimit = off_t{8} << 20;
   struct stat st;
   RILL_ASSIGN_OR_RETURN(const int fd, open_checked(path, access, "vocabulary file", /*fifos=*/false, &st));
   std::string out;
@@ -155,16 +159,17 @@ StatusOr<BpeTokenizer> BpeTokenizer::parse(std::string_view encoder_json, std::s
   std::string bytes;
   for (const auto& [symbols, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= entries)
-      return invalid_argument("{}/encoder.json: '{}' has id {}; the ids of its {} entries are 0 to {}", where,
-                              symbols, id.dump(), entries, entries - 1);
+      return invalid_argument("{}/encoder.json: the id of {} is not an integer in range: the ids of its {} entries are 0 "
+                              "to {}",
+                              where, excerpt(symbols), entries, entries - 1);
     const auto i = static_cast<size_t>(id.get<int64_t>());
-    if (seen[i]) return invalid_argument("{}/encoder.json: id {} is given twice ('{}' is one)", where, i, symbols);
+    if (seen[i]) return invalid_argument("{}/encoder.json: id {} is given twice ({} is one)", where, i, excerpt(symbols));
     seen[i] = true;
     if (!bytes_of(symbols, &bytes))
-      return invalid_argument("{}/encoder.json: '{}' is not spelled in GPT-2's byte symbols", where, symbols);
+      return invalid_argument("{}/encoder.json: {} is not spelled in GPT-2's byte symbols", where, excerpt(symbols));
     t.bytes_of_id_[i] = bytes;
     if (!t.id_of_bytes_.emplace(bytes, static_cast<int32_t>(i)).second)
-      return invalid_argument("{}/encoder.json: '{}' spells the bytes of another entry", where, symbols);
+      return invalid_argument("{}/encoder.json: {} spells the bytes of another entry", where, excerpt(symbols));
   }
   for (int b = 0; b < 256; ++b) {
     auto it = t.id_of_bytes_.find(std::string(1, static_cast<char>(b)));
@@ -185,15 +190,15 @@ StatusOr<BpeTokenizer> BpeTokenizer::parse(std::string_view encoder_json, std::s
     if (line.empty() || (line_no == 0 && line.front() == '#')) continue;
     const size_t space = line.find(' ');
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
-      return invalid_argument("{}/vocab.bpe line {}: expected two symbols and one space, got '{}'", where,
-                              line_no + 1, line);
+      return invalid_argument("{}/vocab.bpe line {}: expected two symbols and one space, got {}", where,
+                              line_no + 1, excerpt(line));
     if (!bytes_of(line.substr(0, space), &left) || !bytes_of(line.substr(space + 1), &right))
-      return invalid_argument("{}/vocab.bpe line {}: '{}' is not spelled in GPT-2's byte symbols", where, line_no + 1,
-                              line);
+      return invalid_argument("{}/vocab.bpe line {}: {} is not spelled in GPT-2's byte symbols", where, line_no + 1,
+                              excerpt(line));
     auto a = t.id_of_bytes_.find(left), b = t.id_of_bytes_.find(right), ab = t.id_of_bytes_.find(left + right);
     if (a == t.id_of_bytes_.end() || b == t.id_of_bytes_.end() || ab == t.id_of_bytes_.end())
-      return invalid_argument("{}/vocab.bpe line {}: '{}' merges or makes a symbol encoder.json does not have", where,
-                              line_no + 1, line);
+      return invalid_argument("{}/vocab.bpe line {}: {} merges or makes a symbol encoder.json does not have", where,
+                              line_no + 1, excerpt(line));
     const uint64_t key = (static_cast<uint64_t>(a->second) << 32) | static_cast<uint32_t>(b->second);
     t.merges_.emplace(key, Merge{rank++, ab->second});  // a repeated merge keeps its first rank
   }

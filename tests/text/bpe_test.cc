@@ -130,6 +130,14 @@ TEST_CASE("a vocabulary or merge list that is not GPT-2's form is refused, namin
   CHECK(missing.status().message().find("v/vocab.bpe line 2: 'a b' merges or makes a symbol") != std::string::npos);
   auto three = BpeTokenizer::parse(vocab.dump(), "#version: 0.2\na b c\n", "v");
   CHECK(three.status().message().find("line 2: expected two symbols and one space") != std::string::npos);
+  // A file a job points at may be a secret: an error quotes at most 6 bytes
+  // of it (base/printable.h excerpt), and never a value of encoder.json.
+  auto secret = BpeTokenizer::parse(vocab.dump(), "#version: 0.2\nZ85SECRETKEYMATERIAL\n", "v");
+  CHECK(secret.status().message().find("'Z85SEC...' (20 bytes)") != std::string::npos);
+  CHECK(secret.status().message().find("SECRETKEY") == std::string::npos);
+  nlohmann::json nested = vocab;
+  nested["ab"] = nlohmann::json::object({{"hidden", "SECRETVALUE"}});
+  CHECK(BpeTokenizer::parse(nested.dump(), "", "v").status().message().find("SECRETVALUE") == std::string::npos);
   // A repeated id with a hole elsewhere, and an id past the entries, are refused.
   nlohmann::json twice = vocab;
   twice[byte_symbol('&')] = 0;
