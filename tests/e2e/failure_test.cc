@@ -478,6 +478,8 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
   auto result = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
   killer.join();
   REQUIRE_FALSE(result.ok());
+  INFO(result.status().to_string());
+  INFO(master.output());
   CHECK(result.status().message().find("the master 127.0.0.1:19310 stopped answering while job 1 ran") !=
         std::string::npos);
   CHECK(seconds_between(start, Clock::now()) < 60);
