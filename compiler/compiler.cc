@@ -20,6 +20,7 @@
 #include "compiler/plan_writer.h"
 #include "compiler/pserver.h"
 #include "compiler/regst_planning.h"
+#include "compiler/ring_expansion.h"
 #include "compiler/sbp_deduction.h"
 #include "compiler/transfers.h"
 #include "compiler/validate.h"
@@ -95,6 +96,7 @@ StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& clu
     RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));
   }
   RILL_RETURN_IF_ERROR(deduce_sbp(&g));
+  RILL_RETURN_IF_ERROR(expand_rings(&g));
   return g;
 }
 

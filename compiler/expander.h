@@ -136,6 +136,9 @@ class Expander {
   void add_variables();
 
   void add_computes();
+  // The rank whose piece of input `k` of `op` rank `rank` reads: its own,
+  // or under ring attention the one OpNode::ring_steps places back.
+  int source_rank(const OpNode& op, size_t k, int rank) const;
 
   // Whether boxing `b` may join a bucket: a P -> B across nodes (or a
   // device collective) of an f32 tensor under bucket_bytes_ whose result no

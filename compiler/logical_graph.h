@@ -83,6 +83,15 @@ struct OpNode {
   // Set by SBP deduction: the chosen signature.
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;
+  // The chosen signature is a ring's (OpDef::ring_sbp), which
+  // expand_rings replaces by an op per step (compiler/ring_expansion.h).
+  bool ring = false;
+  // Per input, set by expand_rings: read the piece that many places back on
+  // the ring along axis `ring_axis` of the input (the rank holding the same
+  // region but for that axis, `steps` pieces earlier, the sequence's
+  // start wrapping to its end), not the rank's own; empty: every rank its own.
+  std::vector<int> ring_steps;
+  int ring_axis = -1;
   // Set by boxing insertion: per input, index into LogicalGraph::boxings or -1.
   std::vector<int> input_boxing;
 };

@@ -2,6 +2,7 @@
 
 #include "compiler/expander.h"
 #include "compiler/optimizer.h"
+#include "compiler/ring_expansion.h"
 
 namespace rill::compiler {
 
@@ -223,7 +224,8 @@ void Expander::add_computes() {
       const int b = op.input_boxing.empty() ? -1 : op.input_boxing[k];
       inputs.push_back(b >= 0 ? &boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]) : &g_.find(op.inputs[k])->meta);
     }
-    const bool everywhere = reads_move(op);  // then it may read across nodes
+    // Then it may read across nodes: a move's pieces, a ring's piece of another rank.
+    const bool everywhere = reads_move(op) || std::any_of(op.ring_steps.begin(), op.ring_steps.end(), [](int s) { return s != 0; });
     int acts = accumulates(op) ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
     for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
     for (int rank = 0; rank < p.parallel(); ++rank) {
@@ -239,7 +241,7 @@ void Expander::add_computes() {
         task.placement = op.placement;
         std::vector<TensorMeta> physical_inputs;
         for (size_t k = 0; k < inputs.size(); ++k) {
-          const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, rank);
+          const Region region = piece(inputs[k]->shape, op.input_sbp[k], p, source_rank(op, k, rank));
           const Shape& extent = region.extent;
           // Mirrored: a rank's pieces are its whole tensors (a mean is over
           // its rows); they lie at the origin, but for the rank's rows of the
@@ -261,6 +263,13 @@ void Expander::add_computes() {
         outs[k]->push_back(add_regst(t, op.outputs[k], *outputs[k], op.output_sbp[k], p, rank));
     }
   }
+}
+
+int Expander::source_rank(const OpNode& op, size_t k, int rank) const {
+  if (k >= op.ring_steps.size() || op.ring_steps[k] == 0) return rank;
+  // expand_rings checked that every place of the ring is held.
+  return ring_source(g_.find(op.inputs[k])->meta.shape, op.input_sbp[k], at(op.placement), op.ring_axis, rank,
+                     op.ring_steps[k]);
 }
 
 void Expander::add_sink() {
@@ -307,7 +316,7 @@ Status Expander::wire() {
     for (int rank = 0; rank < at(op.placement).parallel(); ++rank)
       if (const int t = op_tasks_[o][static_cast<size_t>(rank)]; t >= 0)
         for (size_t k = 0; k < op.inputs.size(); ++k)
-          out_.tasks[t].inputs.push_back(read(op.inputs[k], op.input_boxing[k], rank));
+          out_.tasks[t].inputs.push_back(read(op.inputs[k], op.input_boxing[k], source_rank(op, k, rank)));
   }
   TaskNode& sink_task = out_.tasks[sink_task_];
   SinkInfo& sink = sink_task.sink();

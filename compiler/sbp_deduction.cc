@@ -15,8 +15,23 @@ bool fits(const Sbp& sbp, const TensorMeta& meta) {
 struct NdSignature {
   std::vector<NdSbp> inputs;
   std::vector<NdSbp> outputs;
+  bool ring = false;  // made of an OpDef::ring_sbp signature (compiler/ring_expansion.h)
   bool operator==(const NdSignature&) const = default;
 };
+
+// A signature offered to deduction: the kernel's own, or a ring's.
+struct Offered {
+  SbpSignature sig;
+  bool ring = false;
+};
+
+// Whether every input of `sig` lies alike, and every output (a ring's
+// signature pairs with such a one on the other axis of a 2-D placement,
+// so that each rank's pieces of its inputs cover one place of the ring).
+bool uniform(const SbpSignature& sig) {
+  auto same = [](const std::vector<Sbp>& v) { return std::all_of(v.begin(), v.end(), [&](const Sbp& s) { return s == v[0]; }); };
+  return same(sig.inputs) && same(sig.outputs);
+}
 
 // For an op whose kernel copies its input's bytes as they lie (reshape):
 // whether every device's input piece holds as many elements as its output
@@ -54,42 +69,51 @@ NdSignature combine(const SbpSignature& across, const SbpSignature& within, cons
   return sig;
 }
 
-// The signatures `op` may use: well-formed for its tensors, all-B if none.
-StatusOr<std::vector<SbpSignature>> candidates(const LogicalGraph& g, const OpNode& op) {
+// The signatures `op` may use: well-formed for its tensors, all-B if none;
+// a ring's (OpDef::ring_sbp) after the kernel's own, so that a tie keeps
+// the kernel's.
+StatusOr<std::vector<Offered>> candidates(const LogicalGraph& g, const OpNode& op) {
   std::vector<TensorMeta> in_metas, out_metas;
   for (const std::string& in : op.inputs) in_metas.push_back(g.find(in)->meta);
   for (const std::string& out : op.outputs) out_metas.push_back(g.find(out)->meta);
-  std::vector<SbpSignature> offered;
-  if (op.def->sbp != nullptr) offered = op.def->sbp(op.attrs, in_metas);
-  std::vector<SbpSignature> valid;
-  for (const SbpSignature& sig : offered) {
+  std::vector<Offered> offered;
+  if (op.def->sbp != nullptr)
+    for (SbpSignature& sig : op.def->sbp(op.attrs, in_metas)) offered.push_back({std::move(sig), false});
+  if (op.def->ring_sbp != nullptr && !g.mirrored)  // the mirrored view's ranks hold their own sequences
+    for (SbpSignature& sig : op.def->ring_sbp(op.attrs, in_metas)) offered.push_back({std::move(sig), true});
+  std::vector<Offered> valid;
+  for (const Offered& o : offered) {
+    const SbpSignature& sig = o.sig;
     if (sig.inputs.size() != in_metas.size() || sig.outputs.size() != out_metas.size())
       return internal_error("op type '{}' offers SBP signature {} for {} inputs and {} outputs", op.type,
                             signature_string(sig), in_metas.size(), out_metas.size());
     bool ok = true;
     for (size_t k = 0; k < in_metas.size(); ++k) ok = ok && fits(sig.inputs[k], in_metas[k]);
     for (size_t k = 0; k < out_metas.size(); ++k) ok = ok && fits(sig.outputs[k], out_metas[k]);
-    if (ok) valid.push_back(sig);
+    if (ok) valid.push_back(o);
   }
   // Every device computing the whole op is right for any op.
   if (valid.empty())
-    valid.push_back({std::vector<Sbp>(in_metas.size(), Sbp::broadcast()),
-                     std::vector<Sbp>(out_metas.size(), Sbp::broadcast())});
+    valid.push_back({{std::vector<Sbp>(in_metas.size(), Sbp::broadcast()),
+                      std::vector<Sbp>(out_metas.size(), Sbp::broadcast())}});
   return valid;
 }
 
 // 1-D jobs use each signature on both axes; a job with a 2-D hint tries
 // every pair (one signature between nodes, one within), as OneFlow does: on
 // the job's devices when any hint is 2-D, on a placed op's when its
-// placement is 2-D.
-std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, const std::vector<SbpSignature>& sigs) {
+// placement is 2-D. A ring's pairs with itself or a uniform signature.
+std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, const std::vector<Offered>& sigs) {
   const graph::Placement& p = g.placement(op.placement);
   const bool two_d = op.placement == 0 ? g.two_d : p.two_d;
   std::vector<NdSignature> out;
-  for (const SbpSignature& across : sigs)
-    for (const SbpSignature& within : sigs) {
-      if (!two_d && !(across == within)) continue;
-      NdSignature sig = combine(across, within, p);
+  for (const Offered& across : sigs)
+    for (const Offered& within : sigs) {
+      if (!two_d && !(across.sig == within.sig)) continue;
+      if ((across.ring && !within.ring && !uniform(within.sig)) || (within.ring && !across.ring && !uniform(across.sig)))
+        continue;
+      NdSignature sig = combine(across.sig, within.sig, p);
+      sig.ring = across.ring || within.ring;
       if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(std::move(sig));
     }
   return out;
@@ -130,7 +154,7 @@ Status deduce_sbp(LogicalGraph* g) {
       continue;
     }
     const graph::Placement& placement = g->placement(op.placement);
-    RILL_ASSIGN_OR_RETURN(std::vector<SbpSignature> flat, candidates(*g, op));
+    RILL_ASSIGN_OR_RETURN(std::vector<Offered> flat, candidates(*g, op));
     std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);
     if (op.def->copies_bytes) {
       const LogicalTensor* in = g->find(op.inputs[0]);
@@ -203,6 +227,7 @@ Status deduce_sbp(LogicalGraph* g) {
     }
     op.input_sbp = hinted[best].inputs;
     op.output_sbp = hinted[best].outputs;
+    op.ring = hinted[best].ring;
     for (size_t k = 0; k < op.outputs.size(); ++k) g->find(op.outputs[k])->sbp = op.output_sbp[k];
   }
   return {};

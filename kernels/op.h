@@ -108,6 +108,13 @@ struct OpDef {
   OpRole role = OpRole::kCompute;
   InferFn infer = nullptr;
   SbpFn sbp = nullptr;
+  // Signatures its kernel alone cannot do, each device's piece needing the
+  // others' (ring attention: every query piece against every piece of the
+  // keys), offered to SBP deduction beside `sbp`'s. The compiler makes such
+  // an op one op per step of a ring of the devices, each reading the piece
+  // of a device further back (compiler/ring_expansion.h); no kernel ever
+  // acts with one.
+  SbpFn ring_sbp = nullptr;
   GradFn grad = nullptr;  // nullptr: not differentiable
   KernelFn cpu = nullptr;
   // Its CUDA kernel: the name the CUDA module exports it under

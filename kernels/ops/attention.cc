@@ -11,7 +11,14 @@
 // rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q. The leading axes
 // split, and so does T with k and v whole (context parallelism: a piece's
 // row i is the sequence's offset + i; dk and dv are then each piece's
-// partial sums); S and D stay whole (a row needs every key).
+// partial sums); S and D stay whole (a row needs every key). Under ring
+// attention (compiler/ring_expansion.h) k and v are a piece of the sequence
+// too, read from another device, and a causal mask compares places in the
+// whole sequence: query row i (at q's offset + i) sees key j (at k's
+// offset + j) where the key's place is not past the query's. A row that sees
+// no key gets y = 0 and lse = -inf (a block of a ring's step wholly in the
+// future), which attention_merge weighs as nothing.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/ops/attr_read.h"
@@ -102,6 +109,18 @@ std::vector<SbpSignature> sbp_attention_grad(const Attrs&, std::span<const Tenso
   return sigs;
 }
 
+// Ring attention: queries, keys and values all split along the sequence
+// (compiler/ring_expansion.h passes the keys' and values' pieces around).
+std::vector<SbpSignature> ring_attention(const Attrs&, std::span<const TensorMeta> in) {
+  const Sbp seq = Sbp::split(static_cast<int>(in[0].shape.size()) - 2);
+  return {math::uniform_signature(seq, 3, 2)};
+}
+
+std::vector<SbpSignature> ring_attention_grad(const Attrs&, std::span<const TensorMeta> in) {
+  const Sbp seq = Sbp::split(static_cast<int>(in[0].shape.size()) - 2);
+  return {math::uniform_signature(seq, 6, 3)};
+}
+
 Status grad_attention(GradBuilder& g) {
   const std::string dy = g.output_grad(0);
   if (dy.empty()) return {};
@@ -138,26 +157,49 @@ float row_scores(const float* q, const float* k, int64_t n, int64_t d, float sca
   return top;
 }
 
+// Where a causal mask puts q's rows and k's keys in the whole sequence,
+// checked: a whole k is aligned top-left with the queries (T <= S), so rows
+// must not pass the keys; a piece of k (ring attention) may lie anywhere.
+struct CausalPlaces {
+  int64_t first_query = 0, first_key = 0;
+  // Keys row i sees: those whose place is not past the row's.
+  int64_t keys(int64_t i, int64_t s) const { return std::clamp<int64_t>(first_query + i - first_key + 1, 0, s); }
+};
+
+StatusOr<CausalPlaces> causal_places(const KernelContext& ctx, const AttentionShape& n, const char* op) {
+  const size_t axis = ctx.inputs[0].shape.size() - 2;
+  const CausalPlaces c{query_offset(ctx, axis), piece_offset(ctx, 1, axis)};
+  const bool whole_keys = ctx.logical_inputs.size() < 2 || ctx.logical_inputs[1][axis] <= n.s;
+  if (whole_keys && c.first_query + n.t > n.s)
+    return internal_error("op '{}': causal rows {} to {} pass the {} keys", op, c.first_query, c.first_query + n.t, n.s);
+  return c;
+}
+
 Status cpu_attention(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
-  const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;  // a piece of the sequence's queries
-  if (first + n.t > n.s && p.causal)
-    return internal_error("op 'attention': causal rows {} to {} pass the {} keys", first, first + n.t, n.s);
+  CausalPlaces places;
+  if (p.causal) {
+    RILL_ASSIGN_OR_RETURN(places, causal_places(ctx, n, "attention"));
+  }
   float* scores = row_buffer(ctx, n.s);
   if (scores == nullptr) return internal_error("attention: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
     const float* kh = k.f32() + h * n.s * n.d;
     const float* vh = v.f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t keys = p.causal ? first + i + 1 : n.s;
+      const int64_t keys = p.causal ? places.keys(i, n.s) : n.s;
+      float* y = ctx.outputs[0].f32() + (h * n.t + i) * n.d;
+      std::fill_n(y, n.d, 0.0f);
+      if (keys == 0) {  // every key in the row's future: no weight
+        ctx.outputs[1].f32()[h * n.t + i] = -INFINITY;
+        continue;
+      }
       const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores);
       float sum = 0.0f;
       for (int64_t j = 0; j < keys; ++j) sum += scores[j] = std::exp(scores[j] - top);
-      float* y = ctx.outputs[0].f32() + (h * n.t + i) * n.d;
-      std::fill_n(y, n.d, 0.0f);
       for (int64_t j = 0; j < keys; ++j)
         for (int64_t c = 0; c < n.d; ++c) y[c] += scores[j] * vh[j * n.d + c];
       const float inv = 1.0f / sum;
@@ -173,9 +215,10 @@ Status cpu_attention_grad(KernelContext& ctx) {
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
   const AttentionParams& p = params_of<AttentionParams>(ctx);
   const float scale = p.scale_for(n.d);
-  const int64_t first = p.causal ? query_offset(ctx, q.shape.size() - 2) : 0;
-  if (first + n.t > n.s && p.causal)
-    return internal_error("op 'attention_grad': causal rows {} to {} pass the {} keys", first, first + n.t, n.s);
+  CausalPlaces places;
+  if (p.causal) {
+    RILL_ASSIGN_OR_RETURN(places, causal_places(ctx, n, "attention_grad"));
+  }
   std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
   std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
   std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);
@@ -187,7 +230,8 @@ Status cpu_attention_grad(KernelContext& ctx) {
     float* dk = ctx.outputs[1].f32() + h * n.s * n.d;
     float* dv = ctx.outputs[2].f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t row = h * n.t + i, keys = p.causal ? first + i + 1 : n.s;
+      const int64_t row = h * n.t + i, keys = p.causal ? places.keys(i, n.s) : n.s;
+      if (keys == 0) continue;
       const float* qi = q.f32() + row * n.d;
       const float* dy = ctx.inputs[5].f32() + row * n.d;
       const float lse = ctx.inputs[4].f32()[row];
@@ -216,6 +260,7 @@ const OpDef kAttentionOp = {
     .num_outputs = 2,
     .infer = infer_attention,
     .sbp = sbp_attention,
+    .ring_sbp = ring_attention,
     .grad = grad_attention,
     .cpu = cpu_attention,
     .cuda = "attention",
@@ -229,6 +274,7 @@ const OpDef kAttentionGradOp = {
     .num_outputs = 3,
     .infer = infer_attention_grad,
     .sbp = sbp_attention_grad,
+    .ring_sbp = ring_attention_grad,
     .cpu = cpu_attention_grad,
     .cuda = "attention_grad",
     .scratch_bytes = scratch_attention,

@@ -1,4 +1,4 @@
-// The host side of attention's CUDA kernels (attention.cu): the views and
+// The host side of attention's CUDA kernels (attention.cu, attention_merge.cu): the views and
 // attrs of a KernelContext turned into launches on the device's stream.
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernel.h"
@@ -11,9 +11,12 @@ namespace {
 
 StatusOr<AttentionShape> shape_of(const KernelContext& ctx, const TensorView& q, const TensorView& k, const char* op) {
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
-  if (params_of<AttentionParams>(ctx).causal && (n.t != n.s || query_offset(ctx, q.shape.size() - 2) != 0))
-    return invalid_argument("op '{}': a causal mask over a piece of the queries (context parallelism) runs on CPUs "
-                            "only so far; q {}, k {}",
+  // A causal block on the diagonal (queries and keys from one place of the
+  // sequence, whole or a ring's own piece) is the mask the kernel knows.
+  const size_t axis = q.shape.size() - 2;
+  if (params_of<AttentionParams>(ctx).causal && (n.t != n.s || query_offset(ctx, axis) != piece_offset(ctx, 1, axis)))
+    return invalid_argument("op '{}': a causal mask over a piece of the queries or another place's keys (context "
+                            "parallelism) runs on CPUs only so far; q {}, k {}",
                             op, shape_string(q.shape), shape_string(k.shape));
   if (n.d > cuda_launch::kAttentionMaxHead)
     return invalid_argument("op '{}' on a GPU takes heads of at most {} values, got {}", op,
@@ -41,6 +44,15 @@ RILL_CUDA_KERNEL(attention_grad) {
                                                  n.heads, n.t, n.s, static_cast<int>(n.d), p.scale_for(n.d), p.causal,
                                                  static_cast<cudaStream_t>(ctx.cuda->stream())),
                      "kernel launch", "op 'attention_grad'");
+}
+
+RILL_CUDA_KERNEL(attention_merge) {
+  const TensorView& ya = ctx.inputs[0];
+  return cuda_status(cuda_launch::attention_merge(ya.f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
+                                                  ctx.inputs[3].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
+                                                  ctx.inputs[1].size(), ya.shape.back(),
+                                                  static_cast<cudaStream_t>(ctx.cuda->stream())),
+                     "kernel launch", "op 'attention_merge'");
 }
 
 }  // namespace rill::cuda_ops

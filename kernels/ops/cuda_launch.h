@@ -37,6 +37,10 @@ cudaError_t moe_balance_loss_grad(const float* logits, const float* dloss, float
 cudaError_t moe_z_loss(const float* logits, float* out, int64_t groups, int64_t s, int64_t e, cudaStream_t stream);
 cudaError_t moe_z_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
                             int64_t e, cudaStream_t stream);
+// Two parts of one attention joined by their log-sum-exps
+// (attention_merge.cu): y parts [rows, d], lse parts [rows].
+cudaError_t attention_merge(const float* ya, const float* la, const float* yb, const float* lb, float* y, float* lse,
+                            int64_t rows, int64_t d, cudaStream_t stream);
 enum class Binary { kAdd, kSub, kMul };
 
 cudaError_t activation(Activation act, const float* x, float* y, int64_t n, cudaStream_t stream);

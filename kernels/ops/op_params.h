@@ -114,18 +114,23 @@ struct AttentionParams {
 
 // attention's q [..., T, D] and k [..., S, D]: the stacks (the leading
 // axes' product), T, S and D, as its CPU and CUDA kernels read them.
-// Context parallelism: where a piece's queries start in the whole sequence,
-// the offset of input 0 on its axis `axis` (the queries' axis of attention's
-// q, of a causal softmax's scores); 0 for a whole tensor. A causal mask
-// reads it: query row i of the piece sees keys 0 .. offset + i.
-// A whole tensor is at 0 whatever its offset says (the mirrored view gives
-// each rank's whole tensor an offset on axis 0, for dropout's draws).
-inline int64_t query_offset(const KernelContext& ctx, size_t axis) {
-  if (ctx.input_offsets.empty() || ctx.input_offsets[0].size() <= axis || ctx.logical_inputs.empty() ||
-      ctx.logical_inputs[0].size() <= axis || ctx.logical_inputs[0][axis] <= ctx.inputs[0].shape[axis])
+// Context parallelism: where input `input`'s piece starts on axis `axis` of
+// its whole tensor; 0 for a whole tensor. A causal mask reads it: the
+// queries' offset (attention's q, a causal softmax's scores), and under ring
+// attention the keys' too (compiler/ring_expansion.h), whose piece may lie
+// anywhere in the sequence. A whole tensor is at 0 whatever its offset says
+// (the mirrored view gives each rank's whole tensor an offset on axis 0,
+// for dropout's draws).
+inline int64_t piece_offset(const KernelContext& ctx, size_t input, size_t axis) {
+  if (ctx.input_offsets.size() <= input || ctx.input_offsets[input].size() <= axis ||
+      ctx.logical_inputs.size() <= input || ctx.logical_inputs[input].size() <= axis ||
+      ctx.logical_inputs[input][axis] <= ctx.inputs[input].shape[axis])
     return 0;
-  return ctx.input_offsets[0][axis];
+  return ctx.input_offsets[input][axis];
 }
+
+// The queries' offset: input 0's (see piece_offset).
+inline int64_t query_offset(const KernelContext& ctx, size_t axis) { return piece_offset(ctx, 0, axis); }
 
 struct AttentionShape {
   int64_t heads, t, s, d;

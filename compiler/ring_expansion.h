@@ -1,0 +1,41 @@
+// Ring attention, the pass after SBP deduction: an `attention` whose
+// queries, keys and values all lie split along the sequence (a ring
+// signature, OpDef::ring_sbp) becomes one attention per step of a ring of
+// the P devices holding the sequence's pieces. At step r each device reads
+// the keys' and values' piece of the device r places back (OpNode::
+// ring_steps: the expander wires the reader to that device's regst, and
+// the runtime moves it, across nodes too), computes its queries' part of
+// the attention over those keys (the causal mask by places in the whole
+// sequence; a piece wholly in the queries' future gives nothing), and
+// joins it with the steps before by their log-sum-exps (attention_merge).
+// No device ever holds more than its own piece and the one it reads, so
+// keys and values take 1/P of one device's memory, and a step's reads
+// overlap the step before's work (the actors run as their inputs come).
+//
+// Its gradient, `attention_grad` likewise split, becomes one
+// attention_grad per step, reading the merged y and lse: each device sums
+// its queries' gradient over the steps, and the keys' and values' gradients
+// travel the ring the other way round, each device adding its part to the
+// running sum of the piece it read (an `add` reading the sum one place
+// back), so that after P steps each sum is back at the device holding the
+// piece it belongs to.
+//
+// The sequence must be cut evenly (each device the same number of places);
+// a 2-D placement's other axis splits the batch or the heads as usual.
+// Pure; any thread.
+#pragma once
+
+#include "compiler/logical_graph.h"
+
+namespace rill::compiler {
+
+Status expand_rings(LogicalGraph* graph);
+
+// The rank of placement `p` whose piece of a tensor of `logical` shape in
+// `sbp` is rank `rank`'s moved `steps` places back along `axis` (the same
+// region but there, wrapping from the sequence's start to its end); among
+// equals (a 2-D placement's copies) one on the same node, else the first.
+// -1 where no rank holds it (an uneven cut).
+int ring_source(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int axis, int rank, int steps);
+
+}  // namespace rill::compiler
