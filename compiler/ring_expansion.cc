@@ -38,7 +38,10 @@ class RingBuilder {
     node.name = g_.free_op_name(fmt::format("{}.ring{}", op_.name, count_++), outputs);
     node.type = type;
     node.inputs = std::move(inputs);
-    node.outputs = names.empty() ? op_output_names(node.name, outputs) : std::move(names);
+    // `names`: the outputs' names ("" for a fresh one), else all fresh.
+    node.outputs = op_output_names(node.name, outputs);
+    for (size_t k = 0; k < names.size() && k < node.outputs.size(); ++k)
+      if (!names[k].empty()) node.outputs[k] = names[k];
     node.attrs = attrs;
     node.backward = op_.backward;
     node.placement = op_.placement;
@@ -71,35 +74,32 @@ class RingBuilder {
   int count_ = 0;
 };
 
-// attention(q, k, v) -> (y, lse): step r reads k and v r places back; each
-// step's part joins the steps' before it.
+// attention(q, k, v) -> (y, lse): step r reads k and v r places back and
+// folds its part into the steps' before (attention_step).
 Status expand_attention(RingBuilder& b, const OpNode& op, int places) {
   const std::vector<std::string>& in = op.inputs;
   RILL_ASSIGN_OR_RETURN(std::vector<std::string> acc, b.add("attention", in, {0, 0, 0}, op.attrs, 2));
   for (int r = 1; r < places; ++r) {
-    RILL_ASSIGN_OR_RETURN(std::vector<std::string> part, b.add("attention", in, {0, r, r}, op.attrs, 2));
-    RILL_ASSIGN_OR_RETURN(acc, b.add("attention_merge", {acc[0], acc[1], part[0], part[1]}, {}, {}, 2,
-                                     r + 1 == places ? op.outputs : std::vector<std::string>{}));
+    RILL_ASSIGN_OR_RETURN(acc, b.add("attention_step", {in[0], in[1], in[2], acc[0], acc[1]}, {0, r, r, 0, 0}, op.attrs,
+                                     2, r + 1 == places ? op.outputs : std::vector<std::string>{}));
   }
   return {};
 }
 
 // attention_grad(q, k, v, y, lse, dy) -> (dq, dk, dv): step r's gradients
-// against k and v read r places back; dq summed where it is, dk and dv
-// summed as they travel back round the ring.
+// against k and v read r places back, dq summed step by step where it is
+// (attention_grad_step), dk and dv summed as they travel back round the ring.
 Status expand_attention_grad(RingBuilder& b, const OpNode& op, int places) {
-  std::vector<std::vector<std::string>> steps;
-  for (int r = 0; r < places; ++r) {
-    RILL_ASSIGN_OR_RETURN(std::vector<std::string> g,
-                          b.add("attention_grad", op.inputs, {0, r, r, 0, 0, 0}, op.attrs, 3));
-    steps.push_back(std::move(g));
-  }
   auto named = [&](size_t k, bool final) { return final ? std::vector<std::string>{op.outputs[k]} : std::vector<std::string>{}; };
-  // dq: each step's part is the device's own queries'.
-  std::string dq = steps[0][0];
+  std::vector<std::vector<std::string>> steps;
+  RILL_ASSIGN_OR_RETURN(std::vector<std::string> first, b.add("attention_grad", op.inputs, {0, 0, 0, 0, 0, 0}, op.attrs, 3));
+  steps.push_back(std::move(first));
   for (int r = 1; r < places; ++r) {
-    RILL_ASSIGN_OR_RETURN(auto sum, b.add("add", {dq, steps[static_cast<size_t>(r)][0]}, {}, {}, 1, named(0, r + 1 == places)));
-    dq = sum[0];
+    std::vector<std::string> in = op.inputs;
+    in.push_back(steps.back()[0]);
+    RILL_ASSIGN_OR_RETURN(std::vector<std::string> g, b.add("attention_grad_step", std::move(in), {0, r, r, 0, 0, 0, 0},
+                                                            op.attrs, 3, r + 1 == places ? std::vector<std::string>{op.outputs[0], "", ""} : std::vector<std::string>{}));
+    steps.push_back(std::move(g));
   }
   // dk, dv: step r's part belongs to the piece r places back. The sum
   // starts at step 1's and moves one place on at each step after (each

@@ -7,14 +7,16 @@
 // the runtime moves it, across nodes too), computes its queries' part of
 // the attention over those keys (the causal mask by places in the whole
 // sequence; a piece wholly in the queries' future gives nothing), and
-// joins it with the steps before by their log-sum-exps (attention_merge).
-// No device ever holds more than its own piece and the one it reads, so
-// keys and values take 1/P of one device's memory, and a step's reads
-// overlap the step before's work (the actors run as their inputs come).
+// joins it with the steps before by their log-sum-exps (attention_step,
+// kernels/ops/attention_ring.cc, reading the last step's result, so steps
+// run one after another and no step's part outlives the next). Within a
+// node a device reads the other's piece where it lies; across nodes the
+// runtime ships it into the reader's mirror slots. A step's read overlaps
+// the step before's work (the actors run as their inputs come).
 //
-// Its gradient, `attention_grad` likewise split, becomes one
-// attention_grad per step, reading the merged y and lse: each device sums
-// its queries' gradient over the steps, and the keys' and values' gradients
+// Its gradient, `attention_grad` likewise split, becomes one step per
+// place, reading the whole rows' y and lse: each device sums its queries'
+// gradient step by step (attention_grad_step), and the keys' and values' gradients
 // travel the ring the other way round, each device adding its part to the
 // running sum of the piece it read (an `add` reading the sum one place
 // back), so that after P steps each sum is back at the device holding the

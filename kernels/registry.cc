@@ -19,7 +19,7 @@ const auto kAllOps = std::to_array<const OpDef*>({
     &kReluOp, &kGeluOp, &kGeluTanhOp, &kTanhOp, &kSigmoidOp, &kSoftmaxOp,
     &kReluGradOp, &kGeluGradOp, &kGeluTanhGradOp, &kTanhGradOp, &kSigmoidGradOp, &kSoftmaxGradOp,
     &kSparseSoftmaxCrossEntropyOp, &kSparseSoftmaxCrossEntropyGradOp, &kMseLossOp, &kMseLossGradOp, &kAccuracyOp,
-    &kLayerNormOp, &kLayerNormGradOp, &kAttentionOp, &kAttentionGradOp, &kAttentionMergeOp, &kDropoutOp,
+    &kLayerNormOp, &kLayerNormGradOp, &kAttentionOp, &kAttentionGradOp, &kAttentionStepOp, &kAttentionGradStepOp, &kDropoutOp,
     &kBiasGeluTanhOp, &kBiasGeluTanhGradOp, &kSumSquaresOp, &kAddNOp, &kClipFactorOp, &kLossScaleOp, &kLossScaleCheckOp, &kLossScaleUpdateOp,
     &kReduceSumOp, &kReduceMeanOp, &kBroadcastLikeOp,
     &kAllReduceOp, &kAllGatherOp, &kReduceScatterOp,

@@ -17,10 +17,11 @@
 // whole sequence: query row i (at q's offset + i) sees key j (at k's
 // offset + j) where the key's place is not past the query's. A row that sees
 // no key gets y = 0 and lse = -inf (a block of a ring's step wholly in the
-// future), which attention_merge weighs as nothing.
+// future), which attention_step (attention_ring.cc) weighs as nothing.
 #include <algorithm>
 #include <vector>
 
+#include "kernels/ops/attention_cpu.h"
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
@@ -134,10 +135,14 @@ Status grad_attention(GradBuilder& g) {
   return {};
 }
 
+}  // namespace
+
 // A row of scores: S floats of compute scratch (an act allocates nothing).
 size_t scratch_attention(const Attrs&, std::span<const TensorMeta> in) {
   return static_cast<size_t>(in[1].shape[in[1].shape.size() - 2]) * sizeof(float);
 }
+
+namespace {
 
 float* row_buffer(const KernelContext& ctx, int64_t s) { return scratch_as<float>(ctx, static_cast<size_t>(s)); }
 
@@ -174,6 +179,8 @@ StatusOr<CausalPlaces> causal_places(const KernelContext& ctx, const AttentionSh
     return internal_error("op '{}': causal rows {} to {} pass the {} keys", op, c.first_query, c.first_query + n.t, n.s);
   return c;
 }
+
+}  // namespace
 
 Status cpu_attention(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
@@ -252,7 +259,6 @@ Status cpu_attention_grad(KernelContext& ctx) {
   return {};
 }
 
-}  // namespace
 
 const OpDef kAttentionOp = {
     .type = "attention",

@@ -1,4 +1,4 @@
-// The host side of attention's CUDA kernels (attention.cu, attention_merge.cu): the views and
+// The host side of attention's CUDA kernels (attention.cu, attention_ring.cu): the views and
 // attrs of a KernelContext turned into launches on the device's stream.
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernel.h"
@@ -46,13 +46,24 @@ RILL_CUDA_KERNEL(attention_grad) {
                      "kernel launch", "op 'attention_grad'");
 }
 
-RILL_CUDA_KERNEL(attention_merge) {
-  const TensorView& ya = ctx.inputs[0];
-  return cuda_status(cuda_launch::attention_merge(ya.f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
-                                                  ctx.inputs[3].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
-                                                  ctx.inputs[1].size(), ya.shape.back(),
+// Ring attention's steps (attention_ring.cc): the step's attention into
+// the outputs, then the steps' before added in, on the same stream.
+RILL_CUDA_KERNEL(attention_step) {
+  RILL_RETURN_IF_ERROR(rill_cuda_attention(ctx));
+  const TensorView& y = ctx.outputs[0];
+  return cuda_status(cuda_launch::attention_merge(ctx.inputs[3].f32(), ctx.inputs[4].f32(), y.f32(),
+                                                  ctx.outputs[1].f32(), y.f32(), ctx.outputs[1].f32(),
+                                                  ctx.outputs[1].size(), y.shape.back(),
                                                   static_cast<cudaStream_t>(ctx.cuda->stream())),
-                     "kernel launch", "op 'attention_merge'");
+                     "kernel launch", "op 'attention_step'");
+}
+
+RILL_CUDA_KERNEL(attention_grad_step) {
+  RILL_RETURN_IF_ERROR(rill_cuda_attention_grad(ctx));
+  const TensorView& dq = ctx.outputs[0];
+  return cuda_status(cuda_launch::binary(cuda_launch::Binary::kAdd, dq.f32(), ctx.inputs[6].f32(), 1, dq.f32(),
+                                         dq.size(), static_cast<cudaStream_t>(ctx.cuda->stream())),
+                     "kernel launch", "op 'attention_grad_step'");
 }
 
 }  // namespace rill::cuda_ops

@@ -38,7 +38,8 @@ cudaError_t moe_z_loss(const float* logits, float* out, int64_t groups, int64_t 
 cudaError_t moe_z_loss_grad(const float* logits, const float* dloss, float* dlogits, int64_t groups, int64_t s,
                             int64_t e, cudaStream_t stream);
 // Two parts of one attention joined by their log-sum-exps
-// (attention_merge.cu): y parts [rows, d], lse parts [rows].
+// (attention_ring.cu): y parts [rows, d], lse parts [rows]; y and lse may
+// be the second part's.
 cudaError_t attention_merge(const float* ya, const float* la, const float* yb, const float* lb, float* y, float* lse,
                             int64_t rows, int64_t d, cudaStream_t stream);
 enum class Binary { kAdd, kSub, kMul };

@@ -19,7 +19,7 @@ extern const OpDef kSparseSoftmaxCrossEntropyOp, kSparseSoftmaxCrossEntropyGradO
     kAccuracyOp;  // losses and metrics
 extern const OpDef kLayerNormOp, kLayerNormGradOp;  // normalization
 extern const OpDef kAttentionOp, kAttentionGradOp;  // fused scaled dot-product attention
-extern const OpDef kAttentionMergeOp;  // ring attention's steps joined
+extern const OpDef kAttentionStepOp, kAttentionGradStepOp;  // ring attention's steps
 extern const OpDef kDropoutOp;                      // regularization
 extern const OpDef kSumSquaresOp, kAddNOp, kClipFactorOp;  // clipping by the global norm
 extern const OpDef kLossScaleOp, kLossScaleCheckOp, kLossScaleUpdateOp;  // dynamic loss scaling

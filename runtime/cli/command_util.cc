@@ -27,6 +27,23 @@ int fail_command(const Status& status) {
   return 1;
 }
 
+StatusOr<int64_t> parse_byte_size(const std::string& text) {
+  static constexpr std::pair<const char*, double> kUnits[] = {{"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"KiB", 1024.0}};
+  std::string number = text;
+  double unit = 1;
+  for (const auto& [suffix, bytes] : kUnits)
+    if (number.size() > std::strlen(suffix) && number.ends_with(suffix)) {
+      number.resize(number.size() - std::strlen(suffix));
+      unit = bytes;
+      break;
+    }
+  char* end = nullptr;
+  const double value = number.empty() ? 0 : std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !(value > 0) || value * unit > 9e18)
+    return invalid_argument("'{}' is not a size in bytes (a number > 0, with KiB, MiB or GiB or none)", text);
+  return static_cast<int64_t>(value * unit);
+}
+
 StatusOr<std::string> read_text_file(const std::string& path) {
   RILL_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(path));
   return std::string(bytes.begin(), bytes.end());

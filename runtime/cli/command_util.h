@@ -20,6 +20,8 @@ struct SubmitResult;  // runtime/cluster/client.h
 int fail_command(const Status& status);
 
 StatusOr<std::string> read_text_file(const std::string& path);
+// "4096", "512KiB", "64MiB", "1.5GiB": a count of bytes, > 0.
+StatusOr<int64_t> parse_byte_size(const std::string& text);
 // A job file's text with its blocks' includes resolved (graph/job_file.h):
 // what goes to a master, which reads no file for a client.
 StatusOr<std::string> read_job_text(const std::string& path);

@@ -1,7 +1,8 @@
 // `rill plan`: a job compiled as its run would compile it, summed up (the
 // default), printed whole as JSON (--json), as statistics (--stats) or drawn
 // as Graphviz DOT (--dot); --node compiles one node's plan alone, as its
-// agent does.
+// agent does. --memory-limit fails a plan that any node's memory zone (a
+// GPU, or a node's host memory for its CPU devices) would need more of.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
 #include "runtime/cli/command.h"
@@ -36,6 +38,9 @@ class PlanCommand : public Command {
                    "Print only the compile time, the plan's size (tasks, regsts, bytes), its communicators, how GPU "
                    "regsts change memory zones (copies, sends through host memory) and the time its memory plan "
                    "takes");
+    app_->add_option("--memory-limit", memory_limit_,
+                     "Fail, naming them, where a node's memory zone (a GPU's memory, or the node's host memory for "
+                     "its CPU devices) would peak above this many bytes (a suffix KiB, MiB or GiB)");
     app_->add_option("--dot", dot_path_, "Write the plan as Graphviz DOT to this file, a box per op");
     app_->add_flag("--dot-tasks", dot_tasks_,
                    "With --dot: a box per task, clustered by node and thread (large plans take long to render)");
@@ -64,6 +69,9 @@ class PlanCommand : public Command {
     auto verified = compiler::verify_plan(*bytes);
     if (!verified.ok()) return fail_command(verified.status());
     if (stats_) print_plan_stats(**verified, bytes->size(), seconds);
+    if (!memory_limit_.empty()) {
+      if (Status fits = check_memory_limit(**verified); !fits.ok()) return fail_command(fits);
+    }
     if (!dot_path_.empty()) {
       Status written = write_text_file(
           dot_path_, dot_tasks_ ? compiler::plan_dot(**verified) : compiler::plan_dot_ops(**verified));
@@ -79,7 +87,23 @@ class PlanCommand : public Command {
   }
 
  private:
-  std::string job_path_, devices_, dot_path_;
+  // Each node's zones' planned peaks against --memory-limit.
+  Status check_memory_limit(const plan::Plan& plan) const {
+    RILL_ASSIGN_OR_RETURN(const int64_t limit, parse_byte_size(memory_limit_));
+    std::vector<std::string> over;
+    const int first = plan.node() >= 0 ? plan.node() : 0, last = plan.node() >= 0 ? plan.node() : plan.num_nodes() - 1;
+    for (int node = first; node <= last; ++node) {
+      RILL_ASSIGN_OR_RETURN(const compiler::MemoryPlan memory, compiler::plan_memory(plan, node));
+      for (const compiler::MemoryBlock& b : memory.blocks)
+        if (b.total() > limit)
+          over.push_back(fmt::format("node {} {} peaks at {} bytes", node, b.zone.to_string(), b.total()));
+    }
+    if (over.empty()) return {};
+    return invalid_argument("the plan does not fit --memory-limit {} ({} bytes): {}", memory_limit_, limit,
+                              fmt::join(over, "; "));
+  }
+
+  std::string job_path_, devices_, dot_path_, memory_limit_;
   std::vector<std::string> overrides_;
   int nodes_ = 1;
   int node_ = -1;

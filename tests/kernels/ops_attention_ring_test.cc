@@ -1,10 +1,11 @@
-// Ring attention's pieces (kernels/ops/attention.cc, attention_merge.cc):
+// Ring attention's steps (kernels/ops/attention.cc, attention_ring.cc):
 // attention of one piece of the queries over one piece of the keys, each
-// at its place in the whole sequence (input_offsets), joined over every
-// piece of the keys by attention_merge, gives that piece's rows of the
-// whole attention; attention_grad over each piece of the keys, with the
-// merged y and lse, sums to the whole gradient. Causal or not, in any order
-// of the keys' pieces (a ring's step r reads the piece r places back).
+// at its place in the whole sequence (input_offsets), then attention_step
+// over every other piece in ring order (the piece r places back at step r),
+// gives that piece's rows of the whole attention; attention_grad and
+// attention_grad_step over the pieces, with the whole rows' y and lse, give
+// the whole dq, and their dk and dv parts sum to the whole gradient. Causal
+// or not.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -18,17 +19,19 @@ namespace {
 
 constexpr int kAxis = 2;  // [batch, heads, T, D]
 
-RunOptions placed(const Tensor& q, int64_t q_at, const Tensor& k, int64_t k_at, const Shape& whole_q,
-                  const Shape& whole_k, size_t more = 0) {
+// Input offsets and whole shapes for a step: q at `q_at`, k and v at
+// `k_at` on the sequence's axis, then `rows` more inputs of q's rows (y,
+// dy, dq: like q; lse: 'l', without the head axis).
+RunOptions placed(const Tensor& q, int64_t q_at, int64_t k_at, const Shape& whole, const std::string& rows = "") {
   RunOptions o;
-  o.logical_inputs = {whole_q, whole_k, whole_k};
-  Shape qo(q.shape.size(), 0), ko(k.shape.size(), 0);
+  o.logical_inputs = {whole, whole, whole};
+  Shape qo(q.shape.size(), 0), ko(q.shape.size(), 0);
   qo[kAxis] = q_at;
   ko[kAxis] = k_at;
   o.input_offsets = {qo, ko, ko};
-  for (size_t i = 0; i < more; ++i) {  // y, lse, dy: the queries' piece
-    o.logical_inputs.push_back(i == 1 ? Shape(whole_q.begin(), whole_q.end() - 1) : whole_q);
-    o.input_offsets.push_back(i == 1 ? Shape(qo.begin(), qo.end() - 1) : qo);
+  for (char c : rows) {
+    o.logical_inputs.push_back(c == 'l' ? Shape(whole.begin(), whole.end() - 1) : whole);
+    o.input_offsets.push_back(c == 'l' ? Shape(qo.begin(), qo.end() - 1) : qo);
   }
   return o;
 }
@@ -54,32 +57,35 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
       Tensor y, lse;
       for (int r = 0; r < kPieces; ++r) {  // ring order: piece i, i - 1, ...
         const int j = (i - r + kPieces) % kPieces;
-        const std::vector<Tensor> part =
-            run_ok("attention", {qi, split_piece(k, kAxis, kPieces, j), split_piece(v, kAxis, kPieces, j)}, attrs,
-                   placed(qi, 4 * i, qi, 4 * j, shape, shape));
-        if (causal != 0 && j > i)  // wholly in the queries' future
-          for (float l : part[1].f32) CHECK(l == -INFINITY);
+        const Tensor kj = split_piece(k, kAxis, kPieces, j), vj = split_piece(v, kAxis, kPieces, j);
         if (r == 0) {
-          y = part[0];
-          lse = part[1];
+          const std::vector<Tensor> own = run_ok("attention", {qi, kj, vj}, attrs, placed(qi, 4 * i, 4 * j, shape));
+          y = own[0];
+          lse = own[1];
           continue;
         }
-        const std::vector<Tensor> merged = run_ok("attention_merge", {y, lse, part[0], part[1]});
-        y = merged[0];
-        lse = merged[1];
+        const std::vector<Tensor> step =
+            run_ok("attention_step", {qi, kj, vj, y, lse}, attrs, placed(qi, 4 * i, 4 * j, shape, "yl"));
+        if (causal != 0 && j > i) {  // wholly in the queries' future: nothing changes
+          CHECK(step[0].f32 == y.f32);
+          CHECK(step[1].f32 == lse.f32);
+        }
+        y = step[0];
+        lse = step[1];
       }
       const Tensor want_y = split_piece(whole[0], kAxis, kPieces, i), want_lse = split_piece(whole[1], kAxis, kPieces, i);
       for (size_t e = 0; e < y.f32.size(); ++e) CHECK(y.f32[e] == doctest::Approx(want_y.f32[e]).epsilon(1e-5).scale(1));
       for (size_t e = 0; e < lse.f32.size(); ++e) CHECK(lse.f32[e] == doctest::Approx(want_lse.f32[e]).epsilon(1e-5));
-      Tensor dq = Tensor::zeros(qi.shape);
-      for (int j = 0; j < kPieces; ++j) {
-        const std::vector<Tensor> g =
-            run_ok("attention_grad",
-                   {qi, split_piece(k, kAxis, kPieces, j), split_piece(v, kAxis, kPieces, j), y, lse,
-                    split_piece(dy, kAxis, kPieces, i)},
-                   attrs, placed(qi, 4 * i, qi, 4 * j, shape, shape, 3));
-        for (size_t e = 0; e < dq.f32.size(); ++e) {
-          dq.f32[e] += g[0].f32[e];
+      const Tensor dyi = split_piece(dy, kAxis, kPieces, i);
+      Tensor dq;
+      for (int r = 0; r < kPieces; ++r) {
+        const int j = (i - r + kPieces) % kPieces;
+        std::vector<Tensor> in = {qi, split_piece(k, kAxis, kPieces, j), split_piece(v, kAxis, kPieces, j), y, lse, dyi};
+        if (r > 0) in.push_back(dq);
+        const std::vector<Tensor> g = run_ok(r == 0 ? "attention_grad" : "attention_grad_step", in, attrs,
+                                             placed(qi, 4 * i, 4 * j, shape, r == 0 ? "yly" : "ylyy"));
+        dq = g[0];
+        for (size_t e = 0; e < g[1].f32.size(); ++e) {
           dk[static_cast<size_t>(j)].f32[e] += g[1].f32[e];
           dv[static_cast<size_t>(j)].f32[e] += g[2].f32[e];
         }
@@ -95,27 +101,27 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
   }
 }
 
-TEST_CASE("attention_merge: a part that saw no key weighs nothing; every SBP signature on 2 and 3 pieces") {
-  const Tensor ya = Tensor::uniform({2, 6, 4}, 31), yb = Tensor::uniform({2, 6, 4}, 32);
-  Tensor la = Tensor::uniform({2, 6}, 33), lb = Tensor::uniform({2, 6}, 34);
-  EXPECT_OK(check_sbp_signatures("attention_merge", {ya, la, yb, lb}, {}, 2));
-  EXPECT_OK(check_sbp_signatures("attention_merge", {ya, la, yb, lb}, {}, 3));
-  // Equal lse: the mean; one part masked (-inf): the other, bit for bit;
-  // both masked: y 0 and lse -inf.
-  la.f32[0] = lb.f32[0];
-  la.f32[1] = -INFINITY;
-  la.f32[2] = lb.f32[2] = -INFINITY;
-  const std::vector<Tensor> out = run_ok("attention_merge", {ya, la, yb, lb});
-  for (int c = 0; c < 4; ++c) {
-    CHECK(out[0].f32[c] == doctest::Approx((ya.f32[c] + yb.f32[c]) / 2).epsilon(1e-6));
-    CHECK(out[0].f32[4 + c] == yb.f32[4 + c]);
-    CHECK(out[0].f32[8 + c] == 0.0f);
+TEST_CASE("attention_step and attention_grad_step: their leading axes split; bad shapes named") {
+  const Tensor q = Tensor::uniform({2, 3, 4, 4}, 31), k = Tensor::uniform({2, 3, 5, 4}, 32), v = Tensor::uniform({2, 3, 5, 4}, 33);
+  const Tensor y = Tensor::uniform({2, 3, 4, 4}, 34), lse = Tensor::uniform({2, 3, 4}, 35), dy = Tensor::uniform(q.shape, 36);
+  for (int parallel : {2, 3}) {
+    EXPECT_OK(check_sbp_signatures("attention_step", {q, k, v, y, lse}, {}, parallel));
+    EXPECT_OK(check_sbp_signatures("attention_grad_step", {q, k, v, y, lse, dy, y}, {}, parallel));
   }
-  CHECK(out[1].f32[0] == doctest::Approx(lb.f32[0] + std::log(2.0)).epsilon(1e-6));
-  CHECK(out[1].f32[1] == lb.f32[1]);
-  CHECK(out[1].f32[2] == -INFINITY);
-  const Status s = run_op("attention_merge", {ya, la, yb, Tensor::uniform({2, 5}, 35)}).status();
-  CHECK(s.message().find("lse_b [2, 5] [..., T]") != std::string::npos);
+  // A step whose keys are all past its rows leaves the steps' result as it was;
+  // one whose keys are all before adds them: lse grows.
+  const Attrs causal{{"causal", int64_t{1}}};
+  const Shape whole = {2, 3, 12, 4};
+  const std::vector<Tensor> future = run_ok("attention_step", {q, q, q, y, lse}, causal, placed(q, 0, 8, whole, "yl"));
+  CHECK(future[0].f32 == y.f32);
+  CHECK(future[1].f32 == lse.f32);
+  const std::vector<Tensor> past = run_ok("attention_step", {q, q, q, y, lse}, causal, placed(q, 8, 0, whole, "yl"));
+  for (size_t e = 0; e < lse.f32.size(); ++e) CHECK(past[1].f32[e] > lse.f32[e]);
+  Status s = run_op("attention_step", {q, k, v, y, Tensor::uniform({2, 3, 5}, 37)}).status();
+  CHECK(s.message().find("the steps' y [2, 3, 4, 4] and lse [2, 3, 5] so far must be f32 [2, 3, 4, 4] and [2, 3, 4]") !=
+        std::string::npos);
+  s = run_op("attention_grad_step", {q, k, v, y, lse, dy, lse}).status();
+  CHECK(s.message().find("the steps' dq [2, 3, 4] so far must be f32 [2, 3, 4, 4]") != std::string::npos);
 }
 
 }  // namespace

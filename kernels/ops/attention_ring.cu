@@ -1,6 +1,7 @@
-// attention_merge on CUDA: one thread a row, the CPU kernel's arithmetic
+// Ring attention's join of a step into the steps before it on CUDA
+// (attention_ring.cc): one thread a row, the CPU kernel's arithmetic
 // (attention_merge_math.h; within rounding: CUDA's expf and logf are not
-// glibc's).
+// glibc's). The step's part may be the output it is joined into.
 #include "kernels/ops/attention_merge_math.h"
 #include "kernels/ops/cuda_launch.h"
 #include "kernels/ops/launch.cuh"
