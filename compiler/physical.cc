@@ -267,7 +267,8 @@ void Expander::add_computes() {
 
 int Expander::source_rank(const OpNode& op, size_t k, int rank) const {
   if (k >= op.ring_steps.size() || op.ring_steps[k] == 0) return rank;
-  // expand_rings checked that every place of the ring is held.
+  // expand_rings checked that every piece of the ring is of one length, so
+  // that some rank holds each.
   return ring_source(g_.find(op.inputs[k])->meta.shape, op.input_sbp[k], at(op.placement), op.ring_axis, rank,
                      op.ring_steps[k]);
 }

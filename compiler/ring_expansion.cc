@@ -11,6 +11,7 @@ int ring_source(const Shape& logical, const NdSbp& sbp, const graph::Placement& 
   const int64_t length = logical[a], cut = own.extent[a];
   Region want = own;
   want.origin[a] = ((own.origin[a] - steps * cut) % length + length) % length;
+  if (want == own) return rank;
   int found = -1;
   for (int r = 0; r < p.parallel(); ++r) {
     if (!(piece_region(logical, sbp, p.num_nodes(), p.per_node(), r) == want)) continue;
@@ -118,18 +119,21 @@ Status expand_attention_grad(RingBuilder& b, const OpNode& op, int places) {
 }
 
 // How many places the ring of `op` has: the pieces its q is cut into along
-// the sequence, each the same length.
+// the sequence, each the same length, and its k's alike (SBP deduction
+// offers a ring only so: ring_fits in sbp_deduction.cc).
 StatusOr<int> ring_places(const LogicalGraph& g, const OpNode& op, int axis) {
   const graph::Placement& p = g.placement(op.placement);
   const Shape& shape = g.find(op.inputs[0])->meta.shape;
   const auto a = static_cast<size_t>(axis);
   const int64_t cut = piece_region(shape, op.input_sbp[0], p.num_nodes(), p.per_node(), 0).extent[a];
+  const Shape& keys = g.find(op.inputs[1])->meta.shape;
   for (int r = 0; r < p.parallel(); ++r)
-    if (piece_region(shape, op.input_sbp[0], p.num_nodes(), p.per_node(), r).extent[a] != cut || cut == 0)
+    if (piece_region(shape, op.input_sbp[0], p.num_nodes(), p.per_node(), r).extent[a] != cut || cut == 0 ||
+        piece_region(keys, op.input_sbp[0], p.num_nodes(), p.per_node(), r).extent[a] != cut)
       return invalid_argument(
-          "op '{}' ({}): ring attention cuts the sequence of {} into equal pieces, but {} over {} devices "
-          "does not divide its {} places; use a sequence length the devices divide",
-          op.name, op.type, shape_string(shape), op.input_sbp[0].to_string(), p.parallel(), shape[a]);
+          "op '{}' ({}): ring attention cuts the queries {} and keys {} into pieces of one length, but {} over {} "
+          "devices does not",
+          op.name, op.type, shape_string(shape), shape_string(keys), op.input_sbp[0].to_string(), p.parallel());
   for (size_t k = 0; k < op.inputs.size(); ++k) {
     const LogicalTensor* t = g.find(op.inputs[k]);
     if (t->placement != op.placement || !(t->sbp == op.input_sbp[0]) || !(op.input_sbp[k] == op.input_sbp[0]))

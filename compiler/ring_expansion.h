@@ -35,8 +35,9 @@ Status expand_rings(LogicalGraph* graph);
 
 // The rank of placement `p` whose piece of a tensor of `logical` shape in
 // `sbp` is rank `rank`'s moved `steps` places back along `axis` (the same
-// region but there, wrapping from the sequence's start to its end); among
-// equals (a 2-D placement's copies) one on the same node, else the first.
+// region but there, wrapping from the sequence's start to its end): `rank`
+// itself where it holds that; among copies (a 2-D placement's B) one on
+// the same node, else the first.
 // -1 where no rank holds it (an uneven cut).
 int ring_source(const Shape& logical, const NdSbp& sbp, const graph::Placement& p, int axis, int rank, int steps);
 

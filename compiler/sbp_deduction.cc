@@ -70,8 +70,7 @@ NdSignature combine(const SbpSignature& across, const SbpSignature& within, cons
 }
 
 // The signatures `op` may use: well-formed for its tensors, all-B if none;
-// a ring's (OpDef::ring_sbp) after the kernel's own, so that a tie keeps
-// the kernel's.
+// a ring's (OpDef::ring_sbp) after the kernel's own.
 StatusOr<std::vector<Offered>> candidates(const LogicalGraph& g, const OpNode& op) {
   std::vector<TensorMeta> in_metas, out_metas;
   for (const std::string& in : op.inputs) in_metas.push_back(g.find(in)->meta);
@@ -116,7 +115,30 @@ std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, 
       sig.ring = across.ring || within.ring;
       if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(std::move(sig));
     }
+  // The kernel's own first, so that a tie keeps them in 2-D too.
+  std::stable_partition(out.begin(), out.end(), [](const NdSignature& sig) { return !sig.ring; });
   return out;
+}
+
+// A ring reads its inputs as they lie, each device's piece of the keys as
+// long as its queries' (compiler/ring_expansion.h): a ring signature is
+// kept only where every input already lies so on the op's placement, and
+// the sequence (of the queries and of the keys alike) is cut evenly; else
+// the kernel's own signatures serve (the keys gathered).
+bool ring_fits(const LogicalGraph& g, const OpNode& op, const NdSignature& sig) {
+  for (size_t k = 0; k < op.inputs.size(); ++k) {
+    const LogicalTensor* t = g.find(op.inputs[k]);
+    if (t->placement != op.placement || !(t->sbp == sig.inputs[k])) return false;
+  }
+  const graph::Placement& p = g.placement(op.placement);
+  const Shape& q = g.find(op.inputs[0])->meta.shape;
+  const Shape& k = g.find(op.inputs[1])->meta.shape;
+  const size_t axis = q.size() - 2;
+  const int64_t cut = piece_region(q, sig.inputs[0], p.num_nodes(), p.per_node(), 0).extent[axis];
+  for (int rank = 0; rank < p.parallel(); ++rank)
+    for (const Shape* shape : {&q, &k})
+      if (piece_region(*shape, sig.inputs[0], p.num_nodes(), p.per_node(), rank).extent[axis] != cut) return false;
+  return cut > 0;
 }
 
 // A collective op (the mirrored view) reads the ranks' pieces of its input
@@ -156,6 +178,7 @@ Status deduce_sbp(LogicalGraph* g) {
     const graph::Placement& placement = g->placement(op.placement);
     RILL_ASSIGN_OR_RETURN(std::vector<Offered> flat, candidates(*g, op));
     std::vector<NdSignature> sigs = nd_candidates(*g, op, flat);
+    std::erase_if(sigs, [&](const NdSignature& sig) { return sig.ring && !ring_fits(*g, op, sig); });
     if (op.def->copies_bytes) {
       const LogicalTensor* in = g->find(op.inputs[0]);
       const Shape& out = g->find(op.outputs[0])->meta.shape;

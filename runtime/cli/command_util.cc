@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -39,8 +40,12 @@ StatusOr<int64_t> parse_byte_size(const std::string& text) {
     }
   char* end = nullptr;
   const double value = number.empty() ? 0 : std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !(value > 0) || value * unit > 9e18)
-    return invalid_argument("'{}' is not a size in bytes (a number > 0, with KiB, MiB or GiB or none)", text);
+  const bool digits = !number.empty() && (std::isdigit(static_cast<unsigned char>(number[0])) != 0) &&
+                      number.find_first_of("xXpPeE") == std::string::npos;
+  if (!digits || end != number.c_str() + number.size() || !(value * unit >= 1) || value * unit > 9e18)
+    return invalid_argument("'{}' is not a size in bytes (a decimal number, at least 1 byte, with KiB, MiB or GiB or "
+                            "none)",
+                            text);
   return static_cast<int64_t>(value * unit);
 }
 

@@ -47,6 +47,10 @@ class PlanCommand : public Command {
   }
 
   int act() override {
+    if (!memory_limit_.empty()) {
+      auto limit = parse_byte_size(memory_limit_);
+      if (!limit.ok()) return fail_command(limit.status().with_context("--memory-limit"));
+    }
     auto job = graph::load_job_file(job_path_, overrides_);
     if (!job.ok()) return fail_command(job.status());
     auto cluster = compiler::parse_devices(devices_.empty() ? job->train.devices : devices_, nodes_);

@@ -143,4 +143,59 @@ TEST_CASE("the mixture of experts' kernels match the CPU") {
   CHECK_FALSE(bad.status.ok());
 }
 
+// Ring attention's steps on a GPU (kernels/ops/attention_cuda.cc): every
+// pair of 3 pieces of a causal sequence, queries of piece i over keys of
+// piece j at their places (the diagonal masked, earlier pieces whole,
+// later ones seeing nothing), folded into a running result, against the
+// CPU's steps within attention's 2e-4 (tests/kernels/cuda_kernels_test.cc:
+// products as three TF32 ones); a block that cuts across the mask is
+// refused by name.
+TEST_CASE("ring attention's steps match the CPU on every pair of pieces of a causal sequence") {
+  const Shape whole = {1, 2, 96, 32}, piece = {1, 2, 32, 32}, rows = {1, 2, 32};
+  const Attrs causal{{"causal", int64_t{1}}};
+  auto placed = [&](int64_t q_at, int64_t k_at, int extra) {
+    testing::RunOptions o;
+    o.logical_inputs = {whole, whole, whole};
+    o.input_offsets = {{0, 0, q_at, 0}, {0, 0, k_at, 0}, {0, 0, k_at, 0}};
+    const Shape lse_whole = {1, 2, 96};
+    for (int e = 0; e < extra; ++e) {  // y, lse, dy, dq: the queries' rows
+      o.logical_inputs.push_back(e == 1 ? lse_whole : whole);
+      o.input_offsets.push_back(e == 1 ? Shape{0, 0, q_at} : Shape{0, 0, q_at, 0});
+    }
+    return o;
+  };
+  std::vector<double> bound;
+  auto bound_for = [&bound](const std::vector<float>& cpu) {
+    bound.clear();
+    for (float x : cpu) bound.push_back(std::isinf(x) ? 0.0 : 2e-4 * std::max(1.0, std::abs(static_cast<double>(x))));
+    return &bound;
+  };
+  const Tensor y = Tensor::uniform(piece, 71), lse = Tensor::uniform(rows, 72), dy = Tensor::uniform(piece, 73);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      CAPTURE(i);
+      CAPTURE(j);
+      const Tensor q = Tensor::uniform(piece, 74 + i), k = Tensor::uniform(piece, 77 + j), v = Tensor::uniform(piece, 80 + j);
+      const std::vector<Tensor> step_in = {q, k, v, y, lse};
+      auto cpu = testing::run_op("attention_step", step_in, causal, placed(32 * i, 32 * j, 2));
+      REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+      GpuRun gpu = run_cuda("attention_step", step_in, causal, placed(32 * i, 32 * j, 2));
+      REQUIRE_MESSAGE(gpu.status.ok(), gpu.status.to_string());
+      for (size_t o = 0; o < 2; ++o)
+        check_close(gpu.outputs[o].f32, (*cpu)[o].f32, bound_for((*cpu)[o].f32), "attention_step output " + std::to_string(o));
+      const std::vector<Tensor> grad_in = {q, k, v, (*cpu)[0], (*cpu)[1], dy, Tensor::uniform(piece, 83)};
+      auto cpu_grad = testing::run_op("attention_grad_step", grad_in, causal, placed(32 * i, 32 * j, 4));
+      REQUIRE_MESSAGE(cpu_grad.ok(), cpu_grad.status().to_string());
+      GpuRun gpu_grad = run_cuda("attention_grad_step", grad_in, causal, placed(32 * i, 32 * j, 4));
+      REQUIRE_MESSAGE(gpu_grad.status.ok(), gpu_grad.status.to_string());
+      for (size_t o = 0; o < 3; ++o)
+        check_close(gpu_grad.outputs[o].f32, (*cpu_grad)[o].f32, bound_for((*cpu_grad)[o].f32),
+                    "attention_grad_step output " + std::to_string(o));
+    }
+  const Tensor q = Tensor::uniform(piece, 84);
+  GpuRun across = run_cuda("attention", {q, q, q}, causal, placed(16, 0, 0));
+  REQUIRE_FALSE(across.status.ok());
+  CHECK(across.status.message().find("cuts across the block") != std::string::npos);
+}
+
 }  // namespace rill
