@@ -54,6 +54,21 @@ std::map<std::string, int> task_names(const nlohmann::json& plan) {
   return names;
 }
 
+// The sample changed by `change`, written with its block into a folder of
+// its own (`dir`, which the caller removes): the job file's path.
+template <typename Change>
+std::string sample_variant(const std::filesystem::path& dir, const std::string& name, Change&& change) {
+  std::ifstream in(root() + "/" + kSample);
+  auto job = nlohmann::json::parse(in);
+  change(job);
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / name).string();
+  std::ofstream(file) << job.dump(1);
+  std::filesystem::copy_file(root() + "/samples/gpt_context/gpt_context_block.json", dir / "gpt_context_block.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  return file;
+}
+
 // Only the order of float sums differs between layouts (the ring joins a
 // row's keys in pieces, by log-sum-exps; the weights' gradients are summed
 // over pieces of the sequence): about 1e-7 of a value a step, measured
@@ -119,21 +134,16 @@ TEST_CASE("the GPT laid out along the sequence runs ring attention and trains as
 // devices: the rings stay inside a node, and the weights' gradients are
 // summed within nodes and across them.
 TEST_CASE("the GPT with its batch across 2 agents and its sequence within each trains as one device") {
-  std::ifstream in(root() + "/" + kSample);
-  auto job = nlohmann::json::parse(in);
   int hinted = 0;
-  for (auto& op : job["ops"])
-    if (op["name"] == "tok") {
-      op["sbp"] = {"(S(0), S(1))"};
-      ++hinted;
-    }
-  REQUIRE(hinted == 1);
   const auto dir = rill::testing::temp_dir("rill-context-2d-");
-  std::filesystem::create_directories(dir);
-  const std::string file = (dir / "gpt_context_2d.json").string();
-  std::ofstream(file) << job.dump(1);
-  std::filesystem::copy_file(root() + "/samples/gpt_context/gpt_context_block.json", dir / "gpt_context_block.json",
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string file = sample_variant(dir, "gpt_context_2d.json", [&](nlohmann::json& job) {
+    for (auto& op : job["ops"])
+      if (op["name"] == "tok") {
+        op["sbp"] = {"(S(0), S(1))"};
+        ++hinted;
+      }
+  });
+  REQUIRE(hinted == 1);
   const auto names = task_names(plan_of(file + " --nodes 2 --devices cpu:2"));
   CHECK(names.at("h0.y.heads.ring1") == 4);  // a 2-place ring's second step, on each device
   CHECK(names.count("h0.y.heads.ring2") == 0);
@@ -145,27 +155,23 @@ TEST_CASE("the GPT with its batch across 2 agents and its sequence within each t
 // Long context: the sample at a context of 4,096 with 4 rows a step. Its
 // plan on one agent needs 659 MiB of host memory (the activations saved
 // for the backward grow with the sequence); over 4 agents each needs 372
-// MiB, all but the ring's pieces read across nodes (kept in mirror slots
-// of their own) cut 4 ways. So a 512 MiB limit refuses the one and takes
-// the four; the plans are computed, not run, so the figures are exact.
+// MiB: the activations are cut 4 ways, but what crosses nodes keeps bytes
+// of its own and the weights are whole everywhere (docs/STATUS_CPU.md).
+// So a 512 MiB limit refuses the one and takes the four; the plans are
+// computed, not run, so the figures are exact.
 TEST_CASE("a context one agent cannot hold within a memory limit fits on 4 agents along the sequence") {
-  std::ifstream in(root() + "/" + kSample);
-  auto job = nlohmann::json::parse(in);
   constexpr int kContext = 4096;
-  for (auto& d : job["datasets"]) {
-    d["context"] = kContext;
-    d["path"] = root() + "/data/moby-dick.txt";
-  }
-  for (auto& i : job["inputs"]) i["shape"] = {kContext};
-  for (auto& v : job["variables"])
-    if (v["name"] == "wpe") v["shape"] = {kContext, 128};
-  job["train"]["batch_size"] = 4;
   const auto dir = rill::testing::temp_dir("rill-context-long-");
-  std::filesystem::create_directories(dir);
-  const std::string file = (dir / "gpt_long.json").string();
-  std::ofstream(file) << job.dump(1);
-  std::filesystem::copy_file(root() + "/samples/gpt_context/gpt_context_block.json", dir / "gpt_context_block.json",
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string file = sample_variant(dir, "gpt_long.json", [&](nlohmann::json& job) {
+    for (auto& d : job["datasets"]) {
+      d["context"] = kContext;
+      d["path"] = root() + "/data/moby-dick.txt";
+    }
+    for (auto& i : job["inputs"]) i["shape"] = {kContext};
+    for (auto& v : job["variables"])
+      if (v["name"] == "wpe") v["shape"] = {kContext, 128};
+    job["train"]["batch_size"] = 4;
+  });
   auto peak = [&](int nodes) {
     const auto plan = plan_of(file + " --nodes " + std::to_string(nodes) + " --devices cpu:1 --node 0");
     REQUIRE(plan["memory"].size() == 1);
