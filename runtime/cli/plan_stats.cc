@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,23 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<do
 
 }  // namespace
 
+// Ring attention (compiler/ring_expansion.h): the attentions laid out
+// along the sequence, and how many steps their rings take.
+void print_rings(std::string& out, const plan::Plan& p) {
+  std::map<std::string, std::set<std::string>> steps;  // attention -> its later steps' ops
+  for (const plan::Task* t : *p.tasks()) {
+    if (t->op_type() == nullptr || t->op_type()->str() != "attention_step" || t->name() == nullptr) continue;
+    const std::string name = t->name()->str();
+    const std::string op = name.substr(0, name.rfind('@'));
+    steps[op.substr(0, op.rfind(".ring"))].insert(op);
+  }
+  if (steps.empty()) return;
+  std::set<size_t> lengths;
+  for (const auto& [attention, later] : steps) lengths.insert(later.size() + 1);
+  put(out, "ring attention: {} attention(s) along the sequence ({}, ...), in rings of {} steps\n", steps.size(),
+      steps.begin()->first, fmt::join(lengths, " or "));
+}
+
 std::string plan_summary(const plan::Plan& p) {
   std::string out;
   auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
@@ -113,6 +131,7 @@ std::string plan_summary(const plan::Plan& p) {
       put(out, "  node {} {:<8} {:>11}: {} + {} + {} + {} + {}\n", node, b.zone.to_string(), mib(b.total()),
                  mib(b.slot_bytes), mib(b.state_bytes), mib(b.boxing_bytes), mib(b.scratch_bytes), mib(b.held_bytes));
   }
+  print_rings(out, p);
   print_communicators(out, p);
   return out;
 }

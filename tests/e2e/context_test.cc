@@ -89,6 +89,10 @@ TEST_CASE("the GPT laid out along the sequence runs ring attention and trains as
   // The plan: tokens and targets (read whole: a step may be one long
   // sequence) cut along the sequence at the start, the whole layer so after; no gathering of keys or values; 4 devices make
   // 4 steps of attention a layer, and of its gradient.
+  Ran summary = rill::testing::run_rill("plan " + root() + "/" + kSample + " --devices cpu:4");
+  CHECK_MESSAGE(summary.output.find("ring attention: 4 attention(s) along the sequence (h0.y.heads, ...), in rings of "
+                                    "4 steps") != std::string::npos,
+                summary.output);
   const auto plan = plan_of(root() + "/" + kSample + " --devices cpu:4");
   const auto names = task_names(plan);
   std::set<std::string> boxings;
