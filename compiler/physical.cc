@@ -225,7 +225,8 @@ void Expander::add_computes() {
       inputs.push_back(b >= 0 ? &boxed_meta(g_, g_.boxings[static_cast<size_t>(b)]) : &g_.find(op.inputs[k])->meta);
     }
     // Then it may read across nodes: a move's pieces, a ring's piece of another rank.
-    const bool everywhere = reads_move(op) || std::any_of(op.ring_steps.begin(), op.ring_steps.end(), [](int s) { return s != 0; });
+    const bool everywhere =
+        reads_move(op) || std::any_of(op.ring_steps.begin(), op.ring_steps.end(), [](int s) { return s != 0; });
     int acts = accumulates(op) ? static_cast<int>(g_.micro_batches) : 1;  // once per micro-batch?
     for (const std::string& in : op.inputs) acts = std::max(acts, rate(in));
     for (int rank = 0; rank < p.parallel(); ++rank) {

@@ -91,15 +91,20 @@ Status expand_attention(RingBuilder& b, const OpNode& op, int places) {
 // against k and v read r places back, dq summed step by step where it is
 // (attention_grad_step), dk and dv summed as they travel back round the ring.
 Status expand_attention_grad(RingBuilder& b, const OpNode& op, int places) {
-  auto named = [&](size_t k, bool final) { return final ? std::vector<std::string>{op.outputs[k]} : std::vector<std::string>{}; };
+  auto named = [&](size_t k, bool final) {
+    return final ? std::vector<std::string>{op.outputs[k]} : std::vector<std::string>{};
+  };
   std::vector<std::vector<std::string>> steps;
-  RILL_ASSIGN_OR_RETURN(std::vector<std::string> first, b.add("attention_grad", op.inputs, {0, 0, 0, 0, 0, 0}, op.attrs, 3));
+  RILL_ASSIGN_OR_RETURN(std::vector<std::string> first,
+                        b.add("attention_grad", op.inputs, {0, 0, 0, 0, 0, 0}, op.attrs, 3));
   steps.push_back(std::move(first));
   for (int r = 1; r < places; ++r) {
     std::vector<std::string> in = op.inputs;
     in.push_back(steps.back()[0]);
-    RILL_ASSIGN_OR_RETURN(std::vector<std::string> g, b.add("attention_grad_step", std::move(in), {0, r, r, 0, 0, 0, 0},
-                                                            op.attrs, 3, r + 1 == places ? std::vector<std::string>{op.outputs[0], "", ""} : std::vector<std::string>{}));
+    RILL_ASSIGN_OR_RETURN(
+        std::vector<std::string> g,
+        b.add("attention_grad_step", std::move(in), {0, r, r, 0, 0, 0, 0}, op.attrs, 3,
+              r + 1 == places ? std::vector<std::string>{op.outputs[0], "", ""} : std::vector<std::string>{}));
     steps.push_back(std::move(g));
   }
   // dk, dv: step r's part belongs to the piece r places back. The sum

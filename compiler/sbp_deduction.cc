@@ -29,7 +29,9 @@ struct Offered {
 // signature pairs with such a one on the other axis of a 2-D placement,
 // so that each rank's pieces of its inputs cover one place of the ring).
 bool uniform(const SbpSignature& sig) {
-  auto same = [](const std::vector<Sbp>& v) { return std::all_of(v.begin(), v.end(), [&](const Sbp& s) { return s == v[0]; }); };
+  auto same = [](const std::vector<Sbp>& v) {
+    return std::all_of(v.begin(), v.end(), [&](const Sbp& s) { return s == v[0]; });
+  };
   return same(sig.inputs) && same(sig.outputs);
 }
 
@@ -109,7 +111,8 @@ std::vector<NdSignature> nd_candidates(const LogicalGraph& g, const OpNode& op, 
   for (const Offered& across : sigs)
     for (const Offered& within : sigs) {
       if (!two_d && !(across.sig == within.sig)) continue;
-      if ((across.ring && !within.ring && !uniform(within.sig)) || (within.ring && !across.ring && !uniform(across.sig)))
+      if ((across.ring && !within.ring && !uniform(within.sig)) ||
+          (within.ring && !across.ring && !uniform(across.sig)))
         continue;
       NdSignature sig = combine(across.sig, within.sig, p);
       sig.ring = across.ring || within.ring;

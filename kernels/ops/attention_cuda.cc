@@ -44,9 +44,10 @@ StatusOr<Block> block_of(const KernelContext& ctx, const TensorView& q, const Te
   } else if (split_keys && first_key > first_query + n.t - 1) {
     b.mask = Mask::kEmpty;
   } else {
-    return invalid_argument("op '{}': a causal mask over queries {} at {} and keys {} at {} cuts across the block; on "
-                            "a GPU it runs on the diagonal, or on a ring's pieces of one length (CPUs take any)",
-                            op, shape_string(q.shape), first_query, shape_string(k.shape), first_key);
+    return invalid_argument(
+        "op '{}': a causal mask over queries {} at {} and keys {} at {} cuts across the block; on "
+        "a GPU it runs on the diagonal, or on a ring's pieces of one length (CPUs take any)",
+        op, shape_string(q.shape), first_query, shape_string(k.shape), first_key);
   }
   return b;
 }
@@ -61,7 +62,8 @@ Status write_empty(const KernelContext& ctx, const char* op) {
     const bool lse = std::string_view(op) == "attention" && o == 1;
     RILL_RETURN_IF_ERROR(cuda_status(lse ? cuda_launch::fill(out.f32(), -INFINITY, out.size(), stream_of(ctx))
                                          : cudaMemsetAsync(out.data, 0, out.bytes(), stream_of(ctx)),
-                                     "kernel launch", std::string_view(op) == "attention" ? "op 'attention'" : "op 'attention_grad'"));
+                                     "kernel launch",
+                                     std::string_view(op) == "attention" ? "op 'attention'" : "op 'attention_grad'"));
   }
   return {};
 }
@@ -73,11 +75,11 @@ RILL_CUDA_KERNEL(attention) {
   if (b.mask == Mask::kEmpty) return write_empty(ctx, "attention");
   const AttentionShape& n = b.n;
   const AttentionParams& p = params_of<AttentionParams>(ctx);
-  return cuda_status(cuda_launch::attention(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
-                                            ctx.outputs[0].f32(), ctx.outputs[1].f32(), n.heads, n.t, n.s,
-                                            static_cast<int>(n.d), p.scale_for(n.d), b.mask == Mask::kCausal,
-                                            stream_of(ctx)),
-                     "kernel launch", "op 'attention'");
+  return cuda_status(
+      cuda_launch::attention(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.outputs[0].f32(),
+                             ctx.outputs[1].f32(), n.heads, n.t, n.s, static_cast<int>(n.d), p.scale_for(n.d),
+                             b.mask == Mask::kCausal, stream_of(ctx)),
+      "kernel launch", "op 'attention'");
 }
 
 RILL_CUDA_KERNEL(attention_grad) {
@@ -85,12 +87,12 @@ RILL_CUDA_KERNEL(attention_grad) {
   if (b.mask == Mask::kEmpty) return write_empty(ctx, "attention_grad");
   const AttentionShape& n = b.n;
   const AttentionParams& p = params_of<AttentionParams>(ctx);
-  return cuda_status(cuda_launch::attention_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(),
-                                                 ctx.inputs[3].f32(), ctx.inputs[4].f32(), ctx.inputs[5].f32(),
-                                                 ctx.outputs[0].f32(), ctx.outputs[1].f32(), ctx.outputs[2].f32(),
-                                                 n.heads, n.t, n.s, static_cast<int>(n.d), p.scale_for(n.d),
-                                                 b.mask == Mask::kCausal, stream_of(ctx)),
-                     "kernel launch", "op 'attention_grad'");
+  return cuda_status(
+      cuda_launch::attention_grad(ctx.inputs[0].f32(), ctx.inputs[1].f32(), ctx.inputs[2].f32(), ctx.inputs[3].f32(),
+                                  ctx.inputs[4].f32(), ctx.inputs[5].f32(), ctx.outputs[0].f32(), ctx.outputs[1].f32(),
+                                  ctx.outputs[2].f32(), n.heads, n.t, n.s, static_cast<int>(n.d), p.scale_for(n.d),
+                                  b.mask == Mask::kCausal, stream_of(ctx)),
+      "kernel launch", "op 'attention_grad'");
 }
 
 // Ring attention's steps (attention_ring.cc): the step's attention into
@@ -98,11 +100,10 @@ RILL_CUDA_KERNEL(attention_grad) {
 RILL_CUDA_KERNEL(attention_step) {
   RILL_RETURN_IF_ERROR(rill_cuda_attention(ctx));
   const TensorView& y = ctx.outputs[0];
-  return cuda_status(cuda_launch::attention_merge(ctx.inputs[3].f32(), ctx.inputs[4].f32(), y.f32(),
-                                                  ctx.outputs[1].f32(), y.f32(), ctx.outputs[1].f32(),
-                                                  ctx.outputs[1].size(), y.shape.back(),
-                                                  stream_of(ctx)),
-                     "kernel launch", "op 'attention_step'");
+  return cuda_status(
+      cuda_launch::attention_merge(ctx.inputs[3].f32(), ctx.inputs[4].f32(), y.f32(), ctx.outputs[1].f32(), y.f32(),
+                                   ctx.outputs[1].f32(), ctx.outputs[1].size(), y.shape.back(), stream_of(ctx)),
+      "kernel launch", "op 'attention_step'");
 }
 
 RILL_CUDA_KERNEL(attention_grad_step) {

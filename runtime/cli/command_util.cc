@@ -29,7 +29,8 @@ int fail_command(const Status& status) {
 }
 
 StatusOr<int64_t> parse_byte_size(const std::string& text) {
-  static constexpr std::pair<const char*, double> kUnits[] = {{"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"KiB", 1024.0}};
+  static constexpr std::pair<const char*, double> kUnits[] = {
+      {"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"KiB", 1024.0}};
   std::string number = text;
   double unit = 1;
   for (const auto& [suffix, bytes] : kUnits)

@@ -3,9 +3,9 @@
 // on 1-D and 2-D placements (the sequence split within nodes, across them,
 // or over all), a same-node copy preferred among replicas, and no rank
 // where the cut is uneven.
-#include <doctest/doctest.h>
-
 #include "compiler/ring_expansion.h"
+
+#include <doctest/doctest.h>
 
 namespace rill::compiler {
 namespace {

@@ -9,10 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "process_util.h"
 #include "run_results.h"
@@ -85,10 +84,12 @@ void check_close(const nlohmann::json& got, const nlohmann::json& want) {
 
 }  // namespace
 
-TEST_CASE("the GPT laid out along the sequence runs ring attention and trains as one device on 2 and 4 devices and 2 agents") {
+TEST_CASE(
+    "the GPT laid out along the sequence runs ring attention and trains as one device on 2 and 4 devices and 2 "
+    "agents") {
   // The plan: tokens and targets (read whole: a step may be one long
-  // sequence) cut along the sequence at the start, the whole layer so after; no gathering of keys or values; 4 devices make
-  // 4 steps of attention a layer, and of its gradient.
+  // sequence) cut along the sequence at the start, the whole layer so after; no gathering of keys or values; 4 devices
+  // make 4 steps of attention a layer, and of its gradient.
   Ran summary = rill::testing::run_rill("plan " + root() + "/" + kSample + " --devices cpu:4");
   CHECK_MESSAGE(summary.output.find("ring attention: 4 attention(s) along the sequence (h0.y.heads, ...), in rings of "
                                     "4 steps") != std::string::npos,
@@ -109,7 +110,8 @@ TEST_CASE("the GPT laid out along the sequence runs ring attention and trains as
   // Step 1 on device d reads the keys made on device d - 1 (wrapping).
   std::map<int64_t, int> device_of_task, producer_device;
   for (const auto& t : plan["tasks"]) device_of_task[t["id"].get<int64_t>()] = t["device"].get<int>();
-  for (const auto& r : plan["regsts"]) producer_device[r["id"].get<int64_t>()] = device_of_task[r["producer"].get<int64_t>()];
+  for (const auto& r : plan["regsts"])
+    producer_device[r["id"].get<int64_t>()] = device_of_task[r["producer"].get<int64_t>()];
   int ringed = 0;
   for (const auto& t : plan["tasks"]) {
     const std::string name = t["name"];
@@ -187,9 +189,10 @@ TEST_CASE("a context one agent cannot hold within a memory limit fits on 4 agent
   CHECK(four < two);
   Ran refused = rill::testing::run_rill("plan " + file + " --devices cpu:1 --memory-limit 512MiB");
   CHECK(refused.code != 0);
-  CHECK_MESSAGE(refused.output.find("the plan does not fit --memory-limit 512MiB (536870912 bytes): node 0 host peaks at") !=
-                    std::string::npos,
-                refused.output);
+  CHECK_MESSAGE(
+      refused.output.find("the plan does not fit --memory-limit 512MiB (536870912 bytes): node 0 host peaks at") !=
+          std::string::npos,
+      refused.output);
   Ran fits = rill::testing::run_rill("plan " + file + " --nodes 4 --devices cpu:1 --memory-limit 512MiB");
   CHECK_MESSAGE(fits.code == 0, fits.output);
   std::filesystem::remove_all(dir);
@@ -203,9 +206,9 @@ TEST_CASE("the evaluation of the GPT laid out along the sequence agrees with one
   int k = 0;
   for (const char* devices : {"cpu:1", "cpu:2"}) {
     const auto result = rill::testing::temp_dir("rill-context-eval-") / (std::string(devices).substr(4) + ".json");
-    Ran ran = rill::testing::run_shell("cd " + root() + " && " + rill::testing::binary() + " run " + kSample +
-                                       " --devices " + devices + " --steps 2 --set generate=off --result " +
-                                       result.string());
+    Ran ran =
+        rill::testing::run_shell("cd " + root() + " && " + rill::testing::binary() + " run " + kSample + " --devices " +
+                                 devices + " --steps 2 --set generate=off --result " + result.string());
     INFO(ran.output);
     REQUIRE(ran.code == 0);
     const auto j = read_json(result);

@@ -73,14 +73,17 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
         y = step[0];
         lse = step[1];
       }
-      const Tensor want_y = split_piece(whole[0], kAxis, kPieces, i), want_lse = split_piece(whole[1], kAxis, kPieces, i);
-      for (size_t e = 0; e < y.f32.size(); ++e) CHECK(y.f32[e] == doctest::Approx(want_y.f32[e]).epsilon(1e-5).scale(1));
+      const Tensor want_y = split_piece(whole[0], kAxis, kPieces, i),
+                   want_lse = split_piece(whole[1], kAxis, kPieces, i);
+      for (size_t e = 0; e < y.f32.size(); ++e)
+        CHECK(y.f32[e] == doctest::Approx(want_y.f32[e]).epsilon(1e-5).scale(1));
       for (size_t e = 0; e < lse.f32.size(); ++e) CHECK(lse.f32[e] == doctest::Approx(want_lse.f32[e]).epsilon(1e-5));
       const Tensor dyi = split_piece(dy, kAxis, kPieces, i);
       Tensor dq;
       for (int r = 0; r < kPieces; ++r) {
         const int j = (i - r + kPieces) % kPieces;
-        std::vector<Tensor> in = {qi, split_piece(k, kAxis, kPieces, j), split_piece(v, kAxis, kPieces, j), y, lse, dyi};
+        std::vector<Tensor> in = {qi, split_piece(k, kAxis, kPieces, j), split_piece(v, kAxis, kPieces, j), y, lse,
+                                  dyi};
         if (r > 0) in.push_back(dq);
         const std::vector<Tensor> g = run_ok(r == 0 ? "attention_grad" : "attention_grad_step", in, attrs,
                                              placed(qi, 4 * i, 4 * j, shape, r == 0 ? "yly" : "ylyy"));
@@ -91,7 +94,8 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
         }
       }
       const Tensor want_dq = split_piece(whole_grad[0], kAxis, kPieces, i);
-      for (size_t e = 0; e < dq.f32.size(); ++e) CHECK(dq.f32[e] == doctest::Approx(want_dq.f32[e]).epsilon(1e-5).scale(1));
+      for (size_t e = 0; e < dq.f32.size(); ++e)
+        CHECK(dq.f32[e] == doctest::Approx(want_dq.f32[e]).epsilon(1e-5).scale(1));
     }
     const Tensor got_dk = concat_pieces(dk, kAxis), got_dv = concat_pieces(dv, kAxis);
     for (size_t e = 0; e < got_dk.f32.size(); ++e) {
@@ -102,8 +106,10 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
 }
 
 TEST_CASE("attention_step and attention_grad_step: their leading axes split; bad shapes named") {
-  const Tensor q = Tensor::uniform({2, 3, 4, 4}, 31), k = Tensor::uniform({2, 3, 5, 4}, 32), v = Tensor::uniform({2, 3, 5, 4}, 33);
-  const Tensor y = Tensor::uniform({2, 3, 4, 4}, 34), lse = Tensor::uniform({2, 3, 4}, 35), dy = Tensor::uniform(q.shape, 36);
+  const Tensor q = Tensor::uniform({2, 3, 4, 4}, 31), k = Tensor::uniform({2, 3, 5, 4}, 32),
+               v = Tensor::uniform({2, 3, 5, 4}, 33);
+  const Tensor y = Tensor::uniform({2, 3, 4, 4}, 34), lse = Tensor::uniform({2, 3, 4}, 35),
+               dy = Tensor::uniform(q.shape, 36);
   for (int parallel : {2, 3}) {
     EXPECT_OK(check_sbp_signatures("attention_step", {q, k, v, y, lse}, {}, parallel));
     EXPECT_OK(check_sbp_signatures("attention_grad_step", {q, k, v, y, lse, dy, y}, {}, parallel));
