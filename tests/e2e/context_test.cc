@@ -107,21 +107,37 @@ TEST_CASE(
   }
   CHECK(steps == 4);   // 4 steps of attention, each on the 4 devices
   CHECK(grads == 10);  // 4 steps' gradients (dq summed by each), 3 sums each of dk and dv
-  // Step 1 on device d reads the keys made on device d - 1 (wrapping).
+  // Step r on device d reads the keys and values made on device d - r
+  // (wrapping), its queries its own; in the backward, each sum of dk or dv
+  // reads the running sum of device d - 1 and its own part.
   std::map<int64_t, int> device_of_task, producer_device;
   for (const auto& t : plan["tasks"]) device_of_task[t["id"].get<int64_t>()] = t["device"].get<int>();
   for (const auto& r : plan["regsts"])
     producer_device[r["id"].get<int64_t>()] = device_of_task[r["producer"].get<int64_t>()];
-  int ringed = 0;
+  auto from = [&](const nlohmann::json& task, size_t input) {
+    return producer_device[task["inputs"][input].get<int64_t>()];
+  };
+  int forward = 0, sums = 0;
   for (const auto& t : plan["tasks"]) {
     const std::string name = t["name"];
-    if (name.rfind("h0.y.heads.ring1@", 0) != 0) continue;
     const int d = t["device"].get<int>();
-    CHECK(producer_device[t["inputs"][0].get<int64_t>()] == d);            // its own queries
-    CHECK(producer_device[t["inputs"][1].get<int64_t>()] == (d + 3) % 4);  // the keys one place back
-    ++ringed;
+    for (int r = 1; r < 4; ++r)
+      if (name.rfind("h0.y.heads.ring" + std::to_string(r) + "@", 0) == 0) {
+        CAPTURE(name);
+        CHECK(from(t, 0) == d);                // its own queries
+        CHECK(from(t, 1) == (d + 4 - r) % 4);  // the keys r places back
+        CHECK(from(t, 2) == (d + 4 - r) % 4);  // and the values
+        ++forward;
+      }
+    if (name.rfind("grad/h0.y.heads/attention_grad.ring", 0) == 0 && t["op"] == "add") {
+      CAPTURE(name);
+      CHECK(from(t, 0) == (d + 3) % 4);  // the neighbour's running sum
+      CHECK(from(t, 1) == d);            // this device's part
+      ++sums;
+    }
   }
-  CHECK(ringed == 4);
+  CHECK(forward == 12);  // 3 later steps on 4 devices
+  CHECK(sums == 24);     // 3 sums each of dk and dv on 4 devices
   // A sequence of 256 over 3 devices is not cut evenly: no ring; the keys
   // are boxed to a layout the kernel takes itself (the batch split here).
   const auto three = task_names(plan_of(root() + "/" + kSample + " --devices cpu:3"));
