@@ -234,3 +234,23 @@ TEST_CASE("the evaluation of the GPT laid out along the sequence agrees with one
   }
   CHECK(std::abs(eval_loss[1] - eval_loss[0]) <= 1e-5 * std::abs(eval_loss[0]));
 }
+
+// A ring of 3 (an odd one: the keys' gradients take 3 sums to come home)
+// on the sample at a context of 192, which 3 devices cut evenly.
+TEST_CASE("a ring of 3 devices trains as one device") {
+  const auto dir = rill::testing::temp_dir("rill-context-3-");
+  const std::string file = sample_variant(dir, "gpt_192.json", [&](nlohmann::json& job) {
+    for (auto& d : job["datasets"]) {
+      d["context"] = 192;
+      d["path"] = root() + "/data/moby-dick.txt";
+    }
+    for (auto& i : job["inputs"]) i["shape"] = {192};
+    for (auto& v : job["variables"])
+      if (v["name"] == "wpe") v["shape"] = {192, 128};
+  });
+  const auto names = task_names(plan_of(file + " --devices cpu:3"));
+  CHECK(names.at("h0.y.heads.ring2") == 3);  // the last step, on each device
+  CHECK(names.count("h0.y.heads.ring3") == 0);
+  check_close(context_curve(file, "--devices cpu:3", "three"), context_curve(file, "--devices cpu:1", "one192"));
+  std::filesystem::remove_all(dir);
+}
