@@ -109,30 +109,28 @@ class KeptDatasets {
       reading_.push_back(mine);
     }
     // Whatever the read does (an exception included), the waiting readers
-    // are answered and the reading is let go.
+    // are answered and the reading is let go, under the lock that keeps
+    // what was read: a reader coming after finds one or the other, never
+    // neither (it would read again).
     struct Finish {
       KeptDatasets* self;
       const std::shared_ptr<Reading>& mine;
+      bool keep = false;  // the read is to be kept: no file changed while it was read
       ~Finish() {
         MutexLock lock(self->mu_);
+        if (keep) self->keep(mine->spec, mine->access, mine->stamps, *mine->result);
         mine->done = true;
         std::erase(self->reading_, mine);
         self->done_.notify_all();
       }
     };
-    StatusOr<std::shared_ptr<const Dataset>> made = [&] {
-      Finish finish{this, mine};
-      StatusOr<std::shared_ptr<const Dataset>> result = read();
-      mine->result = result;  // the waiters read it only once `done` is set, under the lock
-      return result;
-    }();
+    Finish finish{this, mine};
+    mine->result = read();  // the waiters read it only once `done` is set, under the lock
     // Kept only if no file changed (or was swapped for another: its inode
     // would differ) while it was read. Stamped before the lock is taken: a
     // slow file system holds no other opener.
-    if (!made.ok() || stamps(spec, access) != before) return made;
-    MutexLock lock(mu_);
-    keep(spec, access, std::move(*before), *made);
-    return made;
+    finish.keep = mine->result.ok() && stamps(spec, access) == before;
+    return mine->result;
   }
 
   int64_t hits() {
@@ -161,7 +159,7 @@ class KeptDatasets {
     return nullptr;
   }
 
-  void keep(const DatasetSpec& spec, const FileAccess& access, std::vector<Stamp> now,
+  void keep(const DatasetSpec& spec, const FileAccess& access, const std::vector<Stamp>& now,
             const std::shared_ptr<const Dataset>& dataset) REQUIRES(mu_) {
     std::erase_if(kept_, [&](const Kept& k) { return k.spec == spec && same_rules(k.access, access); });
     const size_t bytes = dataset->bytes();
@@ -175,7 +173,7 @@ class KeptDatasets {
       total += k.dataset->bytes();
       return false;
     });
-    kept_.push_back({spec, access, std::move(now), dataset, ++clock_});
+    kept_.push_back({spec, access, now, dataset, ++clock_});
   }
 
   Mutex mu_;
