@@ -28,6 +28,15 @@
 #include "kernels/ops/ops.h"
 
 namespace rill {
+
+// Splits on each leading axis, or every tensor whole.
+std::vector<SbpSignature> leading_splits(int rank, int inputs, int outputs) {
+  std::vector<SbpSignature> sigs;
+  for (int a = 0; a + 2 < rank; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), inputs, outputs));
+  sigs.push_back(math::uniform_signature(Sbp::broadcast(), inputs, outputs));
+  return sigs;
+}
+
 namespace {
 
 Status check_attrs(const Attrs& attrs) {
@@ -80,13 +89,6 @@ Status infer_attention_grad(const Attrs& attrs, std::span<const TensorMeta> in, 
   return {};
 }
 
-// Splits on each leading axis, or every tensor whole.
-std::vector<SbpSignature> leading_splits(int rank, int inputs, int outputs) {
-  std::vector<SbpSignature> sigs;
-  for (int a = 0; a + 2 < rank; ++a) sigs.push_back(math::uniform_signature(Sbp::split(a), inputs, outputs));
-  sigs.push_back(math::uniform_signature(Sbp::broadcast(), inputs, outputs));
-  return sigs;
-}
 
 // Context parallelism: the queries split along the sequence, the keys and
 // values whole on every device (a causal mask reads the piece's offset).

@@ -15,7 +15,6 @@
 // no gradients of their own.
 #include "kernels/ops/attention_cpu.h"
 #include "kernels/ops/attention_merge_math.h"
-#include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
 
@@ -39,14 +38,10 @@ Status infer_grad_step(const Attrs& attrs, std::span<const TensorMeta> in, std::
   return {};
 }
 
-// Splits on each leading axis (batch, heads), or every tensor whole.
+// attention's own splits (leading axes, or whole) over the step's tensors.
 template <int kInputs, int kOutputs>
 std::vector<SbpSignature> sbp_leading(const Attrs&, std::span<const TensorMeta> in) {
-  std::vector<SbpSignature> sigs;
-  for (int a = 0; a + 2 < static_cast<int>(in[0].shape.size()); ++a)
-    sigs.push_back(math::uniform_signature(Sbp::split(a), kInputs, kOutputs));
-  sigs.push_back(math::uniform_signature(Sbp::broadcast(), kInputs, kOutputs));
-  return sigs;
+  return leading_splits(static_cast<int>(in[0].shape.size()), kInputs, kOutputs);
 }
 
 Status cpu_step(KernelContext& ctx) {
