@@ -12,7 +12,7 @@ namespace {
 
 const auto kAllOps = std::to_array<const OpDef*>({
     &kMatmulOp,
-    &kReshapeOp, &kTransposeOp, &kIdentityOp, &kDependOp, &kSliceOp, &kSliceGradOp, &kConcatOp,
+    &kReshapeOp, &kTransposeOp, &kIdentityOp, &kDependOp, &kSliceOp, &kSliceGradOp, &kConcatOp, &kZigzagOp,
     &kFillOp, &kUniformOp, &kNormalOp, &kXavierUniformOp, &kKaimingUniformOp,
     &kSgdUpdateOp, &kMomentumUpdateOp, &kAdamUpdateOp,
     &kAddOp, &kSubOp, &kMulOp, &kBiasAddOp, &kScaleOp, &kAccumulateOp, &kOnesLikeOp, &kCastOp,

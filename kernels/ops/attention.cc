@@ -26,6 +26,7 @@
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/zigzag_math.h"
 
 namespace rill {
 
@@ -41,6 +42,8 @@ namespace {
 
 Status check_attrs(const Attrs& attrs) {
   RILL_RETURN_IF_ERROR(math::check_bool_attr(attrs, "causal"));
+  RILL_ASSIGN_OR_RETURN(int64_t zigzag, read_int(attrs, "zigzag", 1));
+  if (zigzag < 1) return invalid_argument("attr 'zigzag' = {} must be at least 1 (1: the natural order)", zigzag);
   if (attrs.has("scale")) {
     RILL_ASSIGN_OR_RETURN(double scale, read_float(attrs, "scale", 0.0));
     if (!(scale > 0)) return invalid_argument("attr 'scale' is {}; it must be > 0", scale);
@@ -129,6 +132,7 @@ Status grad_attention(GradBuilder& g) {
   if (dy.empty()) return {};
   Attrs attrs;
   attrs.set("causal", g.attrs().get_int("causal", 0));
+  if (g.attrs().has("zigzag")) attrs.set("zigzag", g.attrs().get_int("zigzag", 1));
   if (g.attrs().has("scale")) attrs.set("scale", g.attrs().get_float("scale", 0.0));
   const auto grads =
       g.add_op("attention_grad", {g.input(0), g.input(1), g.input(2), g.output(0), g.output(1), dy}, attrs, 3);
@@ -164,20 +168,46 @@ float row_scores(const float* q, const float* k, int64_t n, int64_t d, float sca
   return top;
 }
 
-// Where a causal mask puts q's rows and k's keys in the whole sequence,
-// checked: a whole k is aligned top-left with the queries (T <= S), so rows
-// must not pass the keys; a piece of k (ring attention) may lie anywhere.
+// Where a causal mask puts q's rows and k's keys in the whole sequence:
+// each piece's index in it, and the order it is in (zigzag_math.h; the
+// natural one unless the compiler balanced a ring). A whole k is aligned
+// top-left with the queries (T <= S), so rows must not pass the keys; a
+// piece of k (ring attention) may lie anywhere.
 struct CausalPlaces {
+  bool causal = false;
   int64_t first_query = 0, first_key = 0;
-  // Keys row i sees: those whose place is not past the row's.
-  int64_t keys(int64_t i, int64_t s) const { return std::clamp<int64_t>(first_query + i - first_key + 1, 0, s); }
+  Zigzag order;
+  // Calls fn(begin, end) for each run [begin, end) of the piece's s keys
+  // that row i sees: in order, those whose place is not past the row's
+  // (a prefix of each run of consecutive places), or all when not causal.
+  template <typename Fn>
+  void visible(int64_t i, int64_t s, Fn&& fn) const {
+    if (!causal) {
+      fn(int64_t{0}, s);
+      return;
+    }
+    const int64_t place = order.place(first_query + i);
+    for (int64_t j = 0; j < s;) {
+      const int64_t run = order.run(first_key + j, s - j);
+      const int64_t seen = std::clamp<int64_t>(place - order.place(first_key + j) + 1, 0, run);
+      if (seen > 0) fn(j, j + seen);
+      j += run;
+    }
+  }
 };
 
 StatusOr<CausalPlaces> causal_places(const KernelContext& ctx, const AttentionShape& n, const char* op) {
+  const AttentionParams& p = params_of<AttentionParams>(ctx);
+  if (!p.causal) return CausalPlaces{};
   const size_t axis = ctx.inputs[0].shape.size() - 2;
-  const CausalPlaces c{query_offset(ctx, axis), piece_offset(ctx, 1, axis)};
-  const bool whole_keys = ctx.logical_inputs.size() < 2 || ctx.logical_inputs[1][axis] <= n.s;
-  if (whole_keys && c.first_query + n.t > n.s)
+  const int64_t length = ctx.logical_inputs.empty() ? n.t : ctx.logical_inputs[0][axis];
+  const CausalPlaces c{true, query_offset(ctx, axis), piece_offset(ctx, 1, axis), Zigzag{length, p.zigzag}};
+  const int64_t keys = ctx.logical_inputs.size() < 2 ? n.s : ctx.logical_inputs[1][axis];
+  if (!c.order.natural() && (keys != length || length % (2 * p.zigzag) != 0))
+    return internal_error("op '{}': {} queries and {} keys in the zigzag order of {} parts", op, length, keys,
+                          p.zigzag);
+  const bool whole_keys = keys <= n.s;
+  if (whole_keys && c.order.natural() && c.first_query + n.t > n.s)
     return internal_error("op '{}': causal rows {} to {} pass the {} keys", op, c.first_query, c.first_query + n.t, n.s);
   return c;
 }
@@ -187,30 +217,35 @@ StatusOr<CausalPlaces> causal_places(const KernelContext& ctx, const AttentionSh
 Status cpu_attention(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
-  const AttentionParams& p = params_of<AttentionParams>(ctx);
-  const float scale = p.scale_for(n.d);
-  CausalPlaces places;
-  if (p.causal) {
-    RILL_ASSIGN_OR_RETURN(places, causal_places(ctx, n, "attention"));
-  }
+  const float scale = params_of<AttentionParams>(ctx).scale_for(n.d);
+  RILL_ASSIGN_OR_RETURN(const CausalPlaces places, causal_places(ctx, n, "attention"));
   float* scores = row_buffer(ctx, n.s);
   if (scores == nullptr) return internal_error("attention: {} bytes of scratch for a row of {} scores", ctx.scratch.size(), n.s);
   for (int64_t h = 0; h < n.heads; ++h) {
     const float* kh = k.f32() + h * n.s * n.d;
     const float* vh = v.f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t keys = p.causal ? places.keys(i, n.s) : n.s;
       float* y = ctx.outputs[0].f32() + (h * n.t + i) * n.d;
       std::fill_n(y, n.d, 0.0f);
-      if (keys == 0) {  // every key in the row's future: no weight
+      const float* qi = q.f32() + (h * n.t + i) * n.d;
+      float top = -INFINITY;
+      bool seen = false;
+      places.visible(i, n.s, [&](int64_t b, int64_t e) {
+        top = std::max(top, row_scores(qi, kh + b * n.d, e - b, n.d, scale, scores + b));
+        seen = true;
+      });
+      if (!seen) {  // every key in the row's future: no weight
         ctx.outputs[1].f32()[h * n.t + i] = -INFINITY;
         continue;
       }
-      const float top = row_scores(q.f32() + (h * n.t + i) * n.d, kh, keys, n.d, scale, scores);
       float sum = 0.0f;
-      for (int64_t j = 0; j < keys; ++j) sum += scores[j] = std::exp(scores[j] - top);
-      for (int64_t j = 0; j < keys; ++j)
-        for (int64_t c = 0; c < n.d; ++c) y[c] += scores[j] * vh[j * n.d + c];
+      places.visible(i, n.s, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) sum += scores[j] = std::exp(scores[j] - top);
+      });
+      places.visible(i, n.s, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j)
+          for (int64_t c = 0; c < n.d; ++c) y[c] += scores[j] * vh[j * n.d + c];
+      });
       const float inv = 1.0f / sum;
       for (int64_t c = 0; c < n.d; ++c) y[c] *= inv;
       ctx.outputs[1].f32()[h * n.t + i] = top + std::log(sum);
@@ -222,12 +257,8 @@ Status cpu_attention(KernelContext& ctx) {
 Status cpu_attention_grad(KernelContext& ctx) {
   const TensorView &q = ctx.inputs[0], &k = ctx.inputs[1], &v = ctx.inputs[2];
   const AttentionShape n = AttentionShape::of(q.shape, k.shape);
-  const AttentionParams& p = params_of<AttentionParams>(ctx);
-  const float scale = p.scale_for(n.d);
-  CausalPlaces places;
-  if (p.causal) {
-    RILL_ASSIGN_OR_RETURN(places, causal_places(ctx, n, "attention_grad"));
-  }
+  const float scale = params_of<AttentionParams>(ctx).scale_for(n.d);
+  RILL_ASSIGN_OR_RETURN(const CausalPlaces places, causal_places(ctx, n, "attention_grad"));
   std::fill_n(ctx.outputs[0].f32(), ctx.outputs[0].size(), 0.0f);
   std::fill_n(ctx.outputs[1].f32(), ctx.outputs[1].size(), 0.0f);
   std::fill_n(ctx.outputs[2].f32(), ctx.outputs[2].size(), 0.0f);
@@ -239,23 +270,24 @@ Status cpu_attention_grad(KernelContext& ctx) {
     float* dk = ctx.outputs[1].f32() + h * n.s * n.d;
     float* dv = ctx.outputs[2].f32() + h * n.s * n.d;
     for (int64_t i = 0; i < n.t; ++i) {
-      const int64_t row = h * n.t + i, keys = p.causal ? places.keys(i, n.s) : n.s;
-      if (keys == 0) continue;
+      const int64_t row = h * n.t + i;
       const float* qi = q.f32() + row * n.d;
       const float* dy = ctx.inputs[5].f32() + row * n.d;
       const float lse = ctx.inputs[4].f32()[row];
       const float delta = dot(dy, ctx.inputs[3].f32() + row * n.d, n.d);
-      row_scores(qi, kh, keys, n.d, scale, probs);
       float* dq = ctx.outputs[0].f32() + row * n.d;
-      for (int64_t j = 0; j < keys; ++j) {
-        const float pj = std::exp(probs[j] - lse);
-        const float ds = pj * (dot(dy, vh + j * n.d, n.d) - delta);
-        for (int64_t c = 0; c < n.d; ++c) {
-          dq[c] += scale * ds * kh[j * n.d + c];
-          dk[j * n.d + c] += scale * ds * qi[c];
-          dv[j * n.d + c] += pj * dy[c];
+      places.visible(i, n.s, [&](int64_t b, int64_t e) {
+        row_scores(qi, kh + b * n.d, e - b, n.d, scale, probs + b);
+        for (int64_t j = b; j < e; ++j) {
+          const float pj = std::exp(probs[j] - lse);
+          const float ds = pj * (dot(dy, vh + j * n.d, n.d) - delta);
+          for (int64_t c = 0; c < n.d; ++c) {
+            dq[c] += scale * ds * kh[j * n.d + c];
+            dk[j * n.d + c] += scale * ds * qi[c];
+            dv[j * n.d + c] += pj * dy[c];
+          }
         }
-      }
+      });
     }
   }
   return {};

@@ -3,6 +3,8 @@
 // ring's step over another piece of the sequence (ring attention,
 // compiler/ring_expansion.h) is a block wholly before the queries (no
 // mask) or wholly after (nothing seen), which needs no mask of its own.
+// A sequence in the zigzag order (a balanced ring) is refused: its pieces
+// are two chunks each, which these kernels do not cut.
 #include <cmath>
 #include <string_view>
 
@@ -34,6 +36,11 @@ StatusOr<Block> block_of(const KernelContext& ctx, const TensorView& q, const Te
     return invalid_argument("op '{}' on a GPU takes heads of at most {} values, got {}", op,
                             cuda_launch::kAttentionMaxHead, n.d);
   if (!params_of<AttentionParams>(ctx).causal) return b;
+  if (params_of<AttentionParams>(ctx).zigzag > 1)
+    return invalid_argument(
+        "op '{}': a causal mask over a sequence in the zigzag order ({} parts) runs on CPUs only; the compiler "
+        "keeps a GPU ring's sequence in its natural order",
+        op, params_of<AttentionParams>(ctx).zigzag);
   const size_t axis = q.shape.size() - 2;
   const int64_t first_query = query_offset(ctx, axis), first_key = piece_offset(ctx, 1, axis);
   const bool split_keys = ctx.logical_inputs.size() > 1 && ctx.logical_inputs[1][axis] > n.s;

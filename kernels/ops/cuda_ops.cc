@@ -16,6 +16,7 @@
 #include "kernels/ops/adam_step.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/matmul_shape.h"
+#include "kernels/ops/zigzag_math.h"
 
 namespace rill::cuda_ops {
 namespace {
@@ -435,6 +436,26 @@ RILL_CUDA_KERNEL(concat) {
     origin[axis] += in.shape[axis];
   }
   return {};
+}
+
+// One copy a chunk, from its place into its slot of the zigzag order (or back).
+RILL_CUDA_KERNEL(zigzag) {
+  const TensorView& in = ctx.inputs[0];
+  const TensorView& out = ctx.outputs[0];
+  const ZigzagParams& p = params_of<ZigzagParams>(ctx);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  const int64_t axis = p.axis < 0 ? p.axis + rank : p.axis;
+  if (axis < 0 || axis >= rank || rank > kMaxKernelRank || in.shape != out.shape)
+    return internal_error("op 'zigzag' of {} into {} along axis {}", shape_string(in.shape), shape_string(out.shape),
+                          p.axis);
+  Status status;
+  for_each_zigzag_chunk<std::array<int64_t, kMaxKernelRank>>(
+      in.shape, static_cast<int>(axis), p.parts, p.inverse,
+      [&](const auto& from, const auto& to, const Shape& extent) {
+        if (status.ok() && num_elements(extent) > 0)
+          status = copy_box(ctx, box_between(extent, in.shape, from, out.shape, to), in.data, out.data, "op 'zigzag'");
+      });
+  return status;
 }
 
 }  // namespace rill::cuda_ops

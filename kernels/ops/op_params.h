@@ -104,8 +104,9 @@ struct SoftmaxParams {
 struct AttentionParams {
   bool causal = false;
   float scale = 0.0f;
+  int64_t zigzag = 1;  // the sequence's order: zigzag over this many parts (kernels/ops/zigzag_math.h)
   static AttentionParams read(const Attrs& a) {
-    return {a.get_int("causal", 0) != 0, static_cast<float>(a.get_float("scale", 0.0))};
+    return {a.get_int("causal", 0) != 0, static_cast<float>(a.get_float("scale", 0.0)), a.get_int("zigzag", 1)};
   }
   float scale_for(int64_t head_size) const {
     return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(head_size));
@@ -201,6 +202,14 @@ struct SliceParams {
 struct ConcatParams {
   int64_t axis = 0;
   static ConcatParams read(const Attrs& a) { return {a.get_int("axis", 0)}; }
+};
+
+struct ZigzagParams {
+  int64_t axis = 1, parts = 1;
+  bool inverse = false;
+  static ZigzagParams read(const Attrs& a) {
+    return {a.get_int("axis", 1), a.get_int("parts", 1), a.get_int("inverse", 0) != 0};
+  }
 };
 
 // sgd_update, momentum_update, adam_update.

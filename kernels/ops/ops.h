@@ -7,7 +7,8 @@
 namespace rill {
 
 extern const OpDef kMatmulOp;
-extern const OpDef kReshapeOp, kTransposeOp, kIdentityOp, kDependOp, kSliceOp, kSliceGradOp, kConcatOp;  // layout
+extern const OpDef kReshapeOp, kTransposeOp, kIdentityOp, kDependOp, kSliceOp, kSliceGradOp, kConcatOp,
+    kZigzagOp;  // layout
 extern const OpDef kFillOp, kUniformOp, kNormalOp, kXavierUniformOp, kKaimingUniformOp;  // initializers
 extern const OpDef kSgdUpdateOp, kMomentumUpdateOp, kAdamUpdateOp;  // optimizer updates
 extern const OpDef kAddOp, kSubOp, kMulOp, kBiasAddOp, kScaleOp, kAccumulateOp, kOnesLikeOp;  // elementwise math

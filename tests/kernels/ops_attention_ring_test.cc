@@ -41,15 +41,41 @@ RunOptions placed(const Tensor& q, int64_t q_at, int64_t k_at, const Shape& whol
 // operation off by a few units of 6e-8 relative, in whatever order the
 // pieces come: 1e-5 holds on any CPU, and a key seen twice or missed moves
 // an output by a whole term (about 1e-1).
+// A tensor's sequence axis (of [batch, heads, T, D], or lse's [batch,
+// heads, T]) in the zigzag order of `parts`.
+Tensor in_zigzag(const Tensor& x, int64_t parts) {
+  if (parts == 1) return x;
+  return run_ok("zigzag", {x}, {{"axis", int64_t{kAxis}}, {"parts", parts}})[0];
+}
+
+// The same over a sequence in the zigzag order of 3 parts (each piece
+// chunks i and 5 - i): the pieces' outputs are the zigzag order of the
+// natural whole's, its keys summed in another order (the bound's reason
+// holds for any order).
 TEST_CASE("attention over pieces of the keys at their places, merged, is the whole attention; its gradients sum") {
   const Shape shape = {1, 2, 12, 4};
-  const Tensor q = Tensor::uniform(shape, 21), k = Tensor::uniform(shape, 22), v = Tensor::uniform(shape, 23);
-  const Tensor dy = Tensor::uniform(shape, 24);
-  for (int64_t causal : {0, 1}) {
+  const Tensor q0 = Tensor::uniform(shape, 21), k0 = Tensor::uniform(shape, 22), v0 = Tensor::uniform(shape, 23);
+  const Tensor dy0 = Tensor::uniform(shape, 24);
+  for (auto [causal, zigzag] : {std::pair<int64_t, int64_t>{0, 1}, {1, 1}, {1, 3}}) {
     CAPTURE(causal);
-    const Attrs attrs{{"causal", causal}};
-    const std::vector<Tensor> whole = run_ok("attention", {q, k, v}, attrs);
-    const std::vector<Tensor> whole_grad = run_ok("attention_grad", {q, k, v, whole[0], whole[1], dy}, attrs);
+    CAPTURE(zigzag);
+    const Tensor q = in_zigzag(q0, zigzag), k = in_zigzag(k0, zigzag), v = in_zigzag(v0, zigzag),
+                 dy = in_zigzag(dy0, zigzag);
+    const std::vector<Tensor> natural = run_ok("attention", {q0, k0, v0}, {{"causal", causal}});
+    const std::vector<Tensor> natural_grad =
+        run_ok("attention_grad", {q0, k0, v0, natural[0], natural[1], dy0}, {{"causal", causal}});
+    const std::vector<Tensor> whole = {in_zigzag(natural[0], zigzag), in_zigzag(natural[1], zigzag)};
+    const std::vector<Tensor> whole_grad = {in_zigzag(natural_grad[0], zigzag), in_zigzag(natural_grad[1], zigzag),
+                                            in_zigzag(natural_grad[2], zigzag)};
+    const Attrs attrs{{"causal", causal}, {"zigzag", zigzag}};
+    // On one device too: the whole sequence in the order.
+    const std::vector<Tensor> one = run_ok("attention", {q, k, v}, attrs);
+    for (size_t e = 0; e < one[0].f32.size(); ++e)
+      CHECK(one[0].f32[e] == doctest::Approx(whole[0].f32[e]).epsilon(1e-5).scale(1));
+    const std::vector<Tensor> one_grad = run_ok("attention_grad", {q, k, v, one[0], one[1], dy}, attrs);
+    for (int g = 0; g < 3; ++g)
+      for (size_t e = 0; e < one_grad[g].f32.size(); ++e)
+        CHECK(one_grad[g].f32[e] == doctest::Approx(whole_grad[g].f32[e]).epsilon(1e-5).scale(1));
     constexpr int kPieces = 3;
     std::vector<Tensor> dk(kPieces, Tensor::zeros({1, 2, 4, 4})), dv = dk;
     for (int i = 0; i < kPieces; ++i) {
@@ -66,7 +92,7 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
         }
         const std::vector<Tensor> step =
             run_ok("attention_step", {qi, kj, vj, y, lse}, attrs, placed(qi, 4 * i, 4 * j, shape, "yl"));
-        if (causal != 0 && j > i) {  // wholly in the queries' future: nothing changes
+        if (causal != 0 && zigzag == 1 && j > i) {  // wholly in the queries' future: nothing changes
           CHECK(step[0].f32 == y.f32);
           CHECK(step[1].f32 == lse.f32);
         }
