@@ -102,6 +102,8 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     // monitor): ZeroMQ's default of 1,023 per context would refuse worlds
     // past 340 ranks.
     context_.set(zmq::ctxopt::max_sockets, std::max(1023, 3 * world() + 64));
+    push_context_.set(zmq::ctxopt::io_threads, options_.io_threads);
+    push_context_.set(zmq::ctxopt::max_sockets, std::max(1023, 3 * world() + 64));
     pull_ = zmq::socket_t(context_, zmq::socket_type::pull);
     pull_.set(zmq::sockopt::linger, 0);
     pull_.set(zmq::sockopt::rcvhwm, options_.receive_hwm);
@@ -134,7 +136,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       if (peer == rank_) continue;
       Peer& p = *peers_.back();
       MutexLock lock(p.mu);  // no other thread sees it yet
-      p.socket = zmq::socket_t(context_, zmq::socket_type::push);
+      p.socket = zmq::socket_t(push_context_, zmq::socket_type::push);
       p.socket.set(zmq::sockopt::linger, 0);
       p.socket.set(zmq::sockopt::sndhwm, 0);
       p.socket.set(zmq::sockopt::ipv6, resolved[peer].ipv6 ? 1 : 0);
@@ -147,7 +149,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
                                  ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
         throw zmq::error_t();
       }
-      p.monitor = zmq::socket_t(context_, zmq::socket_type::pair);
+      p.monitor = zmq::socket_t(push_context_, zmq::socket_type::pair);
       p.monitor.set(zmq::sockopt::linger, 0);
       p.monitor.connect(monitor_url);
       p.url = resolved[peer].url;
@@ -539,13 +541,18 @@ void ZmqTransport::close() {
     peer->socket.close();
     peer->monitor.close();
   }
+  // Returns once every queued message has left, or close_linger has passed.
+  // Only then does the receiving side close: a peer reads the end of its
+  // connection into this rank's PULL socket as this rank's loss, and what
+  // this rank sent it (still being dialled, queued or on the wire) must
+  // have reached it first.
+  push_context_.close();
   if (pull_) zmq_socket_monitor(pull_.handle(), nullptr, 0);
   pull_.close();
   listener_monitor_.close();
   wake_recv_.close();
   wake_send_.close();
-  // Returns once every queued message has left, or close_linger has passed;
-  // after it no body is read.
+  // After it no body is read.
   context_.close();
   torn_down_ = true;
 }

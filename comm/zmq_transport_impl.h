@@ -149,7 +149,12 @@ class ZmqTransport final : public Transport {
   const int rank_;
   const std::vector<Endpoint> endpoints_;
   const ZmqOptions options_;
-  zmq::context_t context_;  // one per transport; terminated last
+  zmq::context_t context_;  // one per transport: the receiving side's sockets; terminated last
+  // The PUSH sockets to the peers and their monitors, in a context of their
+  // own: close() ends it first, so what this rank sent has left before its
+  // PULL socket closes (a peer takes that connection's end for this rank's
+  // loss: it must not come while data is still on its way).
+  zmq::context_t push_context_;
   SessionId session_{};     // this rank's session id: its inbox's name, and with a key its links' keys
   size_t meta_bytes_ = 0;   // the clear part that begins each TCP frame
   zmq::socket_t pull_;      // receive thread only (after start)
