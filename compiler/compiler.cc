@@ -20,6 +20,7 @@
 #include "compiler/plan_writer.h"
 #include "compiler/pserver.h"
 #include "compiler/regst_planning.h"
+#include "compiler/ring_balance.h"
 #include "compiler/ring_expansion.h"
 #include "compiler/sbp_deduction.h"
 #include "compiler/transfers.h"
@@ -76,7 +77,8 @@ StatusOr<int64_t> plan_steps(const graph::Job& job, const LogicalGraph& g, const
 }
 
 // The logical passes, up to SBP deduction.
-StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
+// The logical graph of `given` with its SBP deduced, rings not yet expanded.
+StatusOr<LogicalGraph> deduce(const graph::Job& given, const Cluster& cluster, Mode mode) {
   RILL_ASSIGN_OR_RETURN(const graph::Job transpiled, transpile_pserver(given, cluster));
   RILL_ASSIGN_OR_RETURN(const graph::Job cut, cut_stages(transpiled, cluster));
   const graph::Job job = fuse_ops(cut);
@@ -96,6 +98,22 @@ StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& clu
     RILL_RETURN_IF_ERROR(attach_optimizer(job.optimizer, &g));
   }
   RILL_RETURN_IF_ERROR(deduce_sbp(&g));
+  return g;
+}
+
+// deduce(), compiled again in the zigzag order where that balances the
+// rings (compiler/ring_balance.h), then the rings expanded.
+StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
+  RILL_ASSIGN_OR_RETURN(LogicalGraph g, deduce(given, cluster, mode));
+  RILL_ASSIGN_OR_RETURN(const int parts, zigzag_parts(given, g));
+  if (parts > 1) {
+    RILL_ASSIGN_OR_RETURN(const graph::Job ordered, in_zigzag_order(given, parts));
+    RILL_ASSIGN_OR_RETURN(g, deduce(ordered, cluster, mode));
+    RILL_ASSIGN_OR_RETURN(const int again, zigzag_parts(ordered, g));
+    if (again != parts)
+      return internal_error("in the zigzag order of {} parts the rings of job '{}' are of {} devices", parts,
+                            given.name, again);
+  }
   RILL_RETURN_IF_ERROR(expand_rings(&g));
   return g;
 }

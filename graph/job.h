@@ -28,6 +28,10 @@ struct Input {
   DType dtype = DType::kF32;
   std::optional<NdSbp> sbp;   // default S(0)
   std::optional<Placement> placement;  // default: its group's, else the job's devices
+  // The axis (of [batch, shape...]) whose index is a place in the sequence
+  // (tokens' and targets' 1): a balanced ring puts it in the zigzag order
+  // (compiler/ring_balance.h).
+  std::optional<int64_t> sequence_axis;
   bool operator==(const Input&) const = default;
 };
 
@@ -56,6 +60,7 @@ struct Variable {
   bool trainable = true;
   std::optional<Placement> placement;  // default: its group's, else the job's devices
   std::optional<BlockOf> block_of;     // set by the compiler only (never in a job file)
+  std::optional<int64_t> sequence_axis;  // as Input's: a position table's rows are places (axis 0)
   bool operator==(const Variable&) const = default;
 };
 

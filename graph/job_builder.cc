@@ -74,9 +74,9 @@ void JobBuilder::dataset(graph::Dataset spec) { job_.datasets.push_back(std::mov
 
 TensorHandle JobBuilder::input(const std::string& name, const std::string& dataset, const std::string& field,
                                Shape shape, DType dtype, std::optional<NdSbp> sbp,
-                               std::optional<graph::Placement> placement) {
+                               std::optional<graph::Placement> placement, std::optional<int64_t> sequence_axis) {
   used_names_.insert(name);
-  job_.inputs.push_back({name, dataset, field, std::move(shape), dtype, sbp, std::move(placement)});
+  job_.inputs.push_back({name, dataset, field, std::move(shape), dtype, sbp, std::move(placement), sequence_axis});
   return {name};
 }
 
@@ -84,7 +84,7 @@ TensorHandle JobBuilder::variable(const std::string& name, Shape shape, graph::I
                                   const VariableOptions& options) {
   used_names_.insert(name);
   job_.variables.push_back({name, std::move(shape), options.dtype, std::move(init), options.sbp, options.trainable,
-                            options.placement});
+                            options.placement, std::nullopt, options.sequence_axis});
   return {name};
 }
 

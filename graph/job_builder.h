@@ -53,6 +53,7 @@ struct VariableOptions {
   std::optional<NdSbp> sbp;  // default B
   bool trainable = true;
   std::optional<graph::Placement> placement;  // default: the job's devices
+  std::optional<int64_t> sequence_axis;        // graph/job.h Variable: a position table's 0
 };
 
 namespace init {
@@ -77,7 +78,8 @@ class JobBuilder {
   void dataset(graph::Dataset spec);
   TensorHandle input(const std::string& name, const std::string& dataset, const std::string& field, Shape shape,
                      DType dtype = DType::kF32, std::optional<NdSbp> sbp = std::nullopt,
-                     std::optional<graph::Placement> placement = std::nullopt);
+                     std::optional<graph::Placement> placement = std::nullopt,
+                     std::optional<int64_t> sequence_axis = std::nullopt);  // graph/job.h Input
   TensorHandle variable(const std::string& name, Shape shape, graph::Initializer init,
                         const VariableOptions& options = {});
 

@@ -169,6 +169,10 @@ class GraphChecker {
       if (in.sbp && (!batch_or_b(in.sbp->across) || !batch_or_b(in.sbp->within)))
         issues_->add(path + ".sbp", "{}: SBP {} is not supported for inputs (S(0) or B on each axis)", where,
                      in.sbp->to_string());
+      const auto rank = static_cast<int64_t>(in.shape.size()) + 1;
+      if (in.sequence_axis && (*in.sequence_axis < 1 || *in.sequence_axis >= rank))
+        issues_->add(path + ".sequence_axis", "{}: sequence_axis {} is not an axis of a sample of shape {} (1 to {}; "
+                     "axis 0 is the batch)", where, *in.sequence_axis, shape_string(in.shape), rank - 1);
       std::optional<TensorMeta> meta;
       if (shape_ok) {
         Shape shape = in.shape;
@@ -232,6 +236,9 @@ class GraphChecker {
       else if (v.dtype != DType::kF32 && v.trainable)
         issues_->add(path + ".dtype", "{}: an {} variable cannot be trainable (set trainable to false)", where,
                      dtype_name(v.dtype));
+      if (v.sequence_axis && (*v.sequence_axis < 0 || *v.sequence_axis >= static_cast<int64_t>(v.shape.size())))
+        issues_->add(path + ".sequence_axis", "{}: sequence_axis {} is not an axis of shape {}", where,
+                     *v.sequence_axis, shape_string(v.shape));
       if (v.sbp && v.sbp->has(Sbp::kPartialSum))
         issues_->add(path + ".sbp", "{}: SBP {} is not allowed for a variable: it holds values, not partial sums "
                      "(S(axis) or B on each axis)", where, v.sbp->to_string());

@@ -192,6 +192,7 @@ class Converter {
     dtype(in.dtype(), path + ".dtype", where, &out->dtype);
     out->sbp = sbp(in.sbp(), path + ".sbp", where);
     out->placement = placement(in.placement(), path + ".placement", where);
+    if (in.sequence_axis()) out->sequence_axis = *in.sequence_axis();
   }
 
   void variable(const fb::Variable& in, const std::string& section, size_t i, Variable* out) {
@@ -206,6 +207,7 @@ class Converter {
     out->sbp = sbp(in.sbp(), path + ".sbp", where);
     out->placement = placement(in.placement(), path + ".placement", where);
     if (in.trainable()) out->trainable = *in.trainable();
+    if (in.sequence_axis()) out->sequence_axis = *in.sequence_axis();
   }
 
   void op(const fb::Op& in, const std::string& section, size_t i, Op* out) {

@@ -422,6 +422,7 @@ class Writer {
     if (in.dtype != DType::kF32) out.add("dtype", dtype(in.dtype, where));
     if (in.sbp) out.add("sbp", sbp(in.sbp, where));
     if (in.placement) out.add("placement", placement(*in.placement, where));
+    if (in.sequence_axis) out.add("sequence_axis", number(*in.sequence_axis));
     return out;
   }
 
@@ -437,6 +438,7 @@ class Writer {
     if (v.sbp) out.add("sbp", sbp(v.sbp, where));
     if (!v.trainable) out.add("trainable", Node::scalar("false"));
     if (v.placement) out.add("placement", placement(*v.placement, where));
+    if (v.sequence_axis) out.add("sequence_axis", number(*v.sequence_axis));
     return out;
   }
 

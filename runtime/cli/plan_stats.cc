@@ -85,10 +85,20 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<do
 
 // Ring attention (compiler/ring_expansion.h): the attentions laid out
 // along the sequence, and how many steps their rings take.
+// The int attr `name` of a task, or `fallback`.
+int64_t task_int(const plan::Task& t, const char* name, int64_t fallback) {
+  if (t.attrs() == nullptr) return fallback;
+  for (const plan::Attr* a : *t.attrs())
+    if (a->name()->str() == name && a->type() == plan::AttrType::Int) return a->i();
+  return fallback;
+}
+
 void print_rings(std::string& out, const plan::Plan& p) {
   std::map<std::string, std::set<std::string>> steps;  // attention -> its later steps' ops
+  std::set<int64_t> orders;                            // the zigzag parts of causal ones (1: natural)
   for (const plan::Task* t : *p.tasks()) {
     if (t->op_type() == nullptr || t->op_type()->str() != "attention_step" || t->name() == nullptr) continue;
+    if (task_int(*t, "causal", 0) != 0) orders.insert(task_int(*t, "zigzag", 1));
     const std::string name = t->name()->str();
     const std::string op = name.substr(0, name.rfind('@'));
     steps[op.substr(0, op.rfind(".ring"))].insert(op);
@@ -96,8 +106,13 @@ void print_rings(std::string& out, const plan::Plan& p) {
   if (steps.empty()) return;
   std::set<size_t> lengths;
   for (const auto& [attention, later] : steps) lengths.insert(later.size() + 1);
-  put(out, "ring attention: {} attention(s) along the sequence ({}, ...), in rings of {} steps\n", steps.size(),
-      steps.begin()->first, fmt::join(lengths, " or "));
+  std::string balance;
+  if (orders.size() == 1 && *orders.begin() > 1)
+    balance = fmt::format(", balanced: the sequence in the zigzag order of {} chunks", 2 * *orders.begin());
+  else if (!orders.empty())
+    balance = ", causal work unbalanced (the sequence in its natural order: docs/LAYOUTS.md)";
+  put(out, "ring attention: {} attention(s) along the sequence ({}, ...), in rings of {} steps{}\n", steps.size(),
+      steps.begin()->first, fmt::join(lengths, " or "), balance);
 }
 
 std::string plan_summary(const plan::Plan& p) {

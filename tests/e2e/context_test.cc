@@ -1,8 +1,9 @@
 // Context parallelism (samples/gpt_context): the GPT laid out along the
 // sequence by one S(1) hint, its attention a ring (compiler/ring_expansion.h)
-// that passes keys and values round the devices, trains as one device does
+// that passes keys and values round the devices, its causal work balanced
+// by the zigzag order (compiler/ring_balance.h), trains as one device does
 // on 2 and 4 devices, over 2 agents, and with the batch split across 2
-// agents and the sequence within each (2-D).
+// agents and the sequence within each (2-D); and so in the natural order.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -88,18 +89,24 @@ TEST_CASE(
     "the GPT laid out along the sequence runs ring attention and trains as one device on 2 and 4 devices and 2 "
     "agents") {
   // The plan: tokens and targets (read whole: a step may be one long
-  // sequence) cut along the sequence at the start, the whole layer so after; no gathering of keys or values; 4 devices
-  // make 4 steps of attention a layer, and of its gradient.
+  // sequence) put in the zigzag order of 8 chunks (the sample marks them
+  // and the position table as the sequence's: compiler/ring_balance.h) and
+  // cut along the sequence at the start, the whole layer so after; no
+  // gathering of keys or values; 4 devices make 4 steps of attention a
+  // layer, and of its gradient.
   Ran summary = rill::testing::run_rill("plan " + root() + "/" + kSample + " --devices cpu:4");
   CHECK_MESSAGE(summary.output.find("ring attention: 4 attention(s) along the sequence (h0.y.heads, ...), in rings of "
-                                    "4 steps") != std::string::npos,
+                                    "4 steps, balanced: the sequence in the zigzag order of 8 chunks") !=
+                    std::string::npos,
                 summary.output);
   const auto plan = plan_of(root() + "/" + kSample + " --devices cpu:4");
   const auto names = task_names(plan);
   std::set<std::string> boxings;
   for (const auto& [name, n] : names)
     if (name.rfind("boxing:", 0) == 0 && name.rfind("boxing:grad/", 0) != 0) boxings.insert(name);
-  CHECK(boxings == std::set<std::string>{"boxing:idx:B->S(1)", "boxing:targets:B->S(1)", "boxing:wpe:B->S(0)"});
+  CHECK(boxings ==
+        std::set<std::string>{"boxing:idx.zigzag:B->S(1)", "boxing:targets.zigzag:B->S(1)", "boxing:wpe.zigzag:B->S(0)"});
+  for (const char* ordered : {"idx.zigzag", "targets.zigzag", "wpe.zigzag"}) CHECK(names.at(ordered) == 4);
   int steps = 0, grads = 0;
   for (const auto& [name, n] : names) {
     steps += name.rfind("h0.y.heads.ring", 0) == 0 && n == 4;
@@ -150,6 +157,37 @@ TEST_CASE(
   check_close(context_curve(kSample, "--devices cpu:4", "four"), one);
   check_close(context_curve(kSample, "--nodes 2 --devices cpu:1 --ctrl-port 18780", "nodes"), one);
   CHECK(one[9].get<double>() < one[0].get<double>() - 0.5);  // it learns
+}
+
+// Without the marks the sequence keeps its natural order: the ring is
+// unbalanced (the last device's queries see every piece) and trains as one
+// device all the same. A mark on an axis that is not the sequence's is
+// named.
+TEST_CASE("the ring in the sequence's natural order, and a mark that is not the sequence") {
+  const auto dir = rill::testing::temp_dir("rill-context-natural-");
+  const std::string natural = sample_variant(dir, "gpt_natural.json", [&](nlohmann::json& job) {
+    for (auto& i : job["inputs"]) i.erase("sequence_axis");
+    for (auto& v : job["variables"]) v.erase("sequence_axis");
+  });
+  Ran summary = rill::testing::run_rill("plan " + natural + " --devices cpu:2");
+  CHECK_MESSAGE(summary.output.find("in rings of 2 steps, causal work unbalanced") != std::string::npos, summary.output);
+  CHECK(task_names(plan_of(natural + " --devices cpu:2")).count("idx.zigzag") == 0);
+  // On GPUs the ring keeps the natural order (their kernels do not cut a
+  // piece in two chunks yet), marks or not.
+  Ran gpus = rill::testing::run_rill("plan " + root() + "/" + kSample + " --devices cuda:4");
+  CHECK_MESSAGE(gpus.output.find("in rings of 4 steps, causal work unbalanced") != std::string::npos, gpus.output);
+  check_close(context_curve(natural, "--devices cpu:2", "natural2"),
+              context_curve(kSample, "--devices cpu:1", "natural1"));
+  const std::string wrong = sample_variant(dir, "gpt_wrong_mark.json", [&](nlohmann::json& job) {
+    for (auto& v : job["variables"])
+      if (v["name"] == "wte") v["sequence_axis"] = 1;
+  });
+  Ran refused = rill::testing::run_rill("plan " + wrong + " --devices cpu:2");
+  CHECK(refused.code != 0);
+  CHECK_MESSAGE(refused.output.find("variable 'wte': its sequence_axis 1 of [256, 128] is not the sequence of 256 "
+                                    "places") != std::string::npos,
+                refused.output);
+  std::filesystem::remove_all(dir);
 }
 
 // 2-D: the batch split across 2 agents, the sequence within each over 2

@@ -167,11 +167,15 @@ TEST_CASE("job_to_json round-trips the sample job files and their C++ forms") {
                            "samples/mlp/mlp_stages.json", "samples/mlp/mlp_pipeline.json",
                            "samples/mlp/mlp_pipeline3.json", "samples/linear_regression/linear_regression.json",
                            "samples/ddp/ddp_train.json", "samples/gpt/gpt_moby_short.json",
-                           "samples/gpt2/gpt2_moby_bpe.json"}) {
+                           "samples/gpt2/gpt2_moby_bpe.json", "samples/gpt_context/gpt_context.json"}) {
     CAPTURE(file);
     StatusOr<Job> loaded = load_job_file(source_path(file));
     REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
-    check_round_trip(*loaded);
+    const std::string text = check_round_trip(*loaded);
+    if (std::string(file).find("gpt_context") != std::string::npos) {  // the sequence's marks
+      CHECK(text.find("\"sbp\": \"B\",\n      \"sequence_axis\": 1\n") != std::string::npos);
+      CHECK(text.find("\"sequence_axis\": 0") != std::string::npos);
+    }
   }
   check_round_trip(samples::make_mlp_job());
   check_round_trip(samples::make_linear_regression_job());
