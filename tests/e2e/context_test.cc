@@ -214,7 +214,7 @@ TEST_CASE("the GPT with its batch across 2 agents and its sequence within each t
 
 // Long context: the sample at a context of 4,096 with 4 rows a step. Its
 // plan on one agent needs 659 MiB of host memory (the activations saved
-// for the backward grow with the sequence); over 4 agents each needs 372
+// for the backward grow with the sequence); over 4 agents each needs 379
 // MiB: the activations are cut 4 ways, but what crosses nodes keeps bytes
 // of its own and the weights are whole everywhere (docs/STATUS_CPU.md).
 // So a 512 MiB limit refuses the one and takes the four; the plans are
