@@ -105,14 +105,15 @@ StatusOr<LogicalGraph> deduce(const graph::Job& given, const Cluster& cluster, M
 // rings (compiler/ring_balance.h), then the rings expanded.
 StatusOr<LogicalGraph> deduced_graph(const graph::Job& given, const Cluster& cluster, Mode mode) {
   RILL_ASSIGN_OR_RETURN(LogicalGraph g, deduce(given, cluster, mode));
-  RILL_ASSIGN_OR_RETURN(const int parts, zigzag_parts(given, g));
-  if (parts > 1) {
-    RILL_ASSIGN_OR_RETURN(const graph::Job ordered, in_zigzag_order(given, parts));
-    RILL_ASSIGN_OR_RETURN(g, deduce(ordered, cluster, mode));
-    RILL_ASSIGN_OR_RETURN(const int again, zigzag_parts(ordered, g));
-    if (again != parts)
-      return internal_error("in the zigzag order of {} parts the rings of job '{}' are of {} devices", parts,
-                            given.name, again);
+  RILL_ASSIGN_OR_RETURN(const RingBalance balance, ring_balance(given, g));
+  g.natural_order_because = balance.natural_because;
+  if (balance.parts > 1) {
+    RILL_ASSIGN_OR_RETURN(const graph::Job ordered, in_zigzag_order(given, balance.parts));
+    RILL_ASSIGN_OR_RETURN(LogicalGraph reordered, deduce(ordered, cluster, mode));
+    if (causal_rings(reordered).parts == balance.parts)
+      g = std::move(reordered);
+    else  // the natural order's plan stands
+      g.natural_order_because = "in the zigzag order SBP deduction lays the rings out otherwise";
   }
   RILL_RETURN_IF_ERROR(expand_rings(&g));
   return g;

@@ -151,6 +151,9 @@ struct LogicalGraph {
   // global_batch / devices rows; tasks see their own pieces as the whole
   // tensors, the loss is the mean of the ranks' losses.
   bool mirrored = false;
+  // Why causal ring attentions keep the sequence in its natural order, their
+  // work unbalanced (compiler/ring_balance.h); "": balanced, or no ring.
+  std::string natural_order_because;
   // Parameter servers (compiler/pserver.h): partial sums moving to another
   // placement are added up by the reader (a pserver adds the trainers'
   // gradients), not settled among their makers first.

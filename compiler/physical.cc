@@ -30,6 +30,7 @@ RegstNode Expander::region_regst(const std::string& name, const TensorMeta& logi
 
 StatusOr<TaskGraph> Expander::run() {
   out_.job_name = g_.job_name;
+  out_.natural_order_because = g_.natural_order_because;
   out_.global_batch = g_.global_batch;
   out_.micro_batches = g_.micro_batches;
   out_.schedule = g_.schedule;

@@ -41,7 +41,7 @@ const std::set<std::string> kPlanFields = {"version",   "job_name",         "ste
                                            "num_nodes", "devices_per_node", "datasets", "tasks",        "regsts",
                                            "node",      "num_tasks",        "placements", "micro_batches",
                                            "schedule",  "stages",           "allow_tf32", "reuse_memory",
-                                           "cuda_graphs", "comm_groups"};
+                                           "cuda_graphs", "comm_groups", "natural_order_because"};
 
 // Binary search for the element of `v` whose key(element) is `key`, in a vector
 // sorted by key; after a direct hit at position `key` (whole plans).
@@ -142,7 +142,8 @@ StatusOr<std::string> node_plan(std::string_view whole_plan_bytes, int node) {
                        b.CreateVector(tasks), b.CreateVector(regsts), node, p.num_tasks(), b.CreateVector(placements),
                        p.micro_batches(), b.CreateString(p.schedule() ? p.schedule()->str() : std::string()),
                        p.stages(), p.allow_tf32(), p.reuse_memory(), p.cuda_graphs(),
-                       groups.empty() ? 0 : b.CreateVector(groups));
+                       groups.empty() ? 0 : b.CreateVector(groups),
+                       p.natural_order_because() ? b.CreateString(p.natural_order_because()->str()) : 0);
   plan::FinishPlanBuffer(b, root);
   std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   auto check = verify_plan(out);

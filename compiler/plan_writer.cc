@@ -195,7 +195,8 @@ std::string write_plan(const TaskGraph& g) {
                                b.CreateVector(regsts), g.node, static_cast<int64_t>(g.next_task),
                                write_strings(b, g.placements), g.micro_batches, b.CreateString(std::string(graph::to_string(g.schedule))),
                                g.stages, g.allow_tf32, g.reuse_memory, g.cuda_graphs,
-                               groups.empty() ? 0 : b.CreateVector(groups));
+                               groups.empty() ? 0 : b.CreateVector(groups),
+                               g.natural_order_because.empty() ? 0 : b.CreateString(g.natural_order_because));
   plan::FinishPlanBuffer(b, root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }

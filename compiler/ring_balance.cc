@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "compiler/sequence_order.h"
+
 namespace rill::compiler {
 namespace {
 
@@ -29,26 +31,42 @@ std::vector<Marked> marked(const graph::Job& job) {
 
 }  // namespace
 
-StatusOr<int> zigzag_parts(const graph::Job& job, const LogicalGraph& g) {
-  const std::vector<Marked> tensors = marked(job);
-  if (tensors.empty()) return 1;
+RingBalance causal_rings(const LogicalGraph& g) {
   int parts = 0;
   int64_t length = 0;
   for (const OpNode& op : g.ops) {
-    if (op.type == "softmax" && causal(op.attrs)) return 1;  // the composed form: places in the natural order
     if (op.type != "attention" || !causal(op.attrs) || !op.ring) continue;
     const graph::Placement& p = g.placement(op.placement);
-    if (p.type != DeviceType::kCpu) return 1;
+    if (p.type != DeviceType::kCpu)
+      return RingBalance{1, "the rings run on GPUs, whose attention kernels take the sequence in its natural order "
+                            "only"};
     const Shape& q = g.find(op.inputs[0])->meta.shape;
     const size_t axis = q.size() - 2;
     const int64_t piece = piece_region(q, op.input_sbp[0], p.num_nodes(), p.per_node(), 0).extent[axis];
-    if (piece == 0 || q[axis] % piece != 0) return 1;
+    if (piece == 0 || q[axis] % piece != 0) return RingBalance{1, "a ring's pieces differ in length"};
     const int ring = static_cast<int>(q[axis] / piece);
-    if (parts != 0 && (ring != parts || q[axis] != length)) return 1;  // rings of another size or sequence
+    if (parts != 0 && (ring != parts || q[axis] != length))
+      return RingBalance{1, fmt::format("rings of {} and {} places over {} and {} devices", length, q[axis], parts,
+                                        ring)};
     parts = ring;
     length = q[axis];
   }
-  if (parts < 2 || length % (2 * parts) != 0) return 1;
+  if (parts < 2) return RingBalance{};
+  if (length % (2 * parts) != 0)
+    return RingBalance{1, fmt::format("the sequence's {} places are not {} chunks of one length", length, 2 * parts)};
+  return RingBalance{parts, ""};
+}
+
+StatusOr<RingBalance> ring_balance(const graph::Job& job, const LogicalGraph& g) {
+  const RingBalance rings = causal_rings(g);
+  if (rings.parts < 2) return rings;
+  const int parts = rings.parts;
+  int64_t length = 0;
+  for (const OpNode& op : g.ops)
+    if (op.type == "attention" && causal(op.attrs) && op.ring) length = g.find(op.inputs[0])->meta.shape.end()[-2];
+  const std::vector<Marked> tensors = marked(job);
+  if (tensors.empty()) return RingBalance{1, "the job marks no tensor's sequence_axis"};
+  std::map<std::string, int> axes;
   for (const Marked& m : tensors) {
     const LogicalTensor* t = g.find(m.name);
     if (t == nullptr) continue;  // not read by this plan (an eval plan's own inputs)
@@ -58,8 +76,11 @@ StatusOr<int> zigzag_parts(const graph::Job& job, const LogicalGraph& g) {
           "{}: its sequence_axis {} of {} is not the sequence of {} places its causal attentions split over {} "
           "devices (ring attention, balanced in the zigzag order)",
           m.where, m.axis, shape_string(shape), length, parts);
+    axes[m.name] = static_cast<int>(m.axis);
   }
-  return parts;
+  const SequenceOrder order = follow_sequence_order(g, axes, length, job.fetch);
+  if (!order.refused.empty()) return RingBalance{1, order.refused};
+  return RingBalance{parts, ""};
 }
 
 StatusOr<graph::Job> in_zigzag_order(const graph::Job& given, int parts) {
@@ -68,12 +89,26 @@ StatusOr<graph::Job> in_zigzag_order(const graph::Job& given, int parts) {
     if (op.type == "attention" && causal(op.attrs)) op.attrs.set("zigzag", int64_t{parts});
   for (const Marked& m : marked(given)) {
     const std::string ordered = m.name + ".zigzag";
-    for (const graph::Op& op : job.ops)
-      if (op.name == ordered || std::find(op.outputs.begin(), op.outputs.end(), ordered) != op.outputs.end())
-        return invalid_argument("{}: the compiler names its zigzag order '{}', which op '{}' already names", m.where,
-                                ordered, op.name);
-    for (graph::Op& op : job.ops)
+    auto taken = [&](const std::string& name) {
+      for (const graph::Op& op : job.ops)
+        if (op.name == name || std::find(op.outputs.begin(), op.outputs.end(), name) != op.outputs.end()) return true;
+      for (const graph::Input& in : job.inputs)
+        if (in.name == name) return true;
+      for (const graph::Variable& v : job.variables)
+        if (v.name == name) return true;
+      return false;
+    };
+    if (taken(ordered))
+      return invalid_argument("{}: the compiler names its zigzag order '{}', which the job already names", m.where,
+                              ordered);
+    // Before its first reader (a pipeline's cut follows the ops' order).
+    size_t first = job.ops.size();
+    for (size_t i = 0; i < job.ops.size(); ++i) {
+      graph::Op& op = job.ops[i];
+      if (std::find(op.inputs.begin(), op.inputs.end(), m.name) == op.inputs.end()) continue;
       std::replace(op.inputs.begin(), op.inputs.end(), m.name, ordered);
+      first = std::min(first, i);
+    }
     graph::Op zigzag;
     zigzag.name = ordered;
     zigzag.type = "zigzag";
@@ -88,7 +123,7 @@ StatusOr<graph::Job> in_zigzag_order(const graph::Job& given, int parts) {
     for (graph::Group& group : job.groups)
       if (std::find(group.members.begin(), group.members.end(), m.name) != group.members.end())
         group.members.push_back(ordered);
-    job.ops.insert(job.ops.begin(), std::move(zigzag));
+    job.ops.insert(job.ops.begin() + static_cast<std::ptrdiff_t>(first), std::move(zigzag));
   }
   return job;
 }

@@ -17,13 +17,18 @@
 // the one the job describes; only the sequence's order on the devices
 // changes. A loss averaged over places is the same sum in another order.
 //
-// The order stays natural (rings unbalanced, and correct) where the job
-// marks no tensor, where the rings differ in size or sequence, where the
-// sequence is not a multiple of 2P places, where a ring runs on a GPU (its
-// kernels do not cut a piece in two chunks yet), or where a causal softmax
-// (the composed attention) reads places in the natural order. Eager
-// generation (runtime/eager/generate.h) runs the job as written. Pure.
+// The order stays natural (rings unbalanced, and correct), and the plan
+// says why, where the job marks no tensor, where the rings differ in size
+// or sequence, where the sequence is not a multiple of 2P places, where a
+// ring runs on a GPU (its kernels do not cut a piece in two chunks yet),
+// or where following the marked tensors through the forward ops
+// (compiler/sequence_order.h) finds an op that is not known to work place
+// by place, a mix of the two orders, or a fetched tensor that would come
+// back reordered. Eager generation (runtime/eager/generate.h) runs the job
+// as written. Pure.
 #pragma once
+
+#include <string>
 
 #include "base/status.h"
 #include "compiler/logical_graph.h"
@@ -31,10 +36,19 @@
 
 namespace rill::compiler {
 
-// The parts of the zigzag order that balance the rings of `deduced` (the
-// graph of `job` after SBP deduction), or 1: the natural order. An error
-// names a marked tensor whose axis is not the rings' sequence.
-StatusOr<int> zigzag_parts(const graph::Job& job, const LogicalGraph& deduced);
+// Whether the rings of `deduced` (the graph of `job` after SBP deduction)
+// are balanced: the parts of the zigzag order that do it, or 1 and why
+// the sequence keeps its natural order ("" where no causal attention
+// rings). An error names a marked tensor whose axis is not the rings'
+// sequence.
+struct RingBalance {
+  int parts = 1;
+  std::string natural_because;
+};
+StatusOr<RingBalance> ring_balance(const graph::Job& job, const LogicalGraph& deduced);
+// The rings alone: their places (1 with why they cannot be balanced: on
+// GPUs, of two sizes, a sequence not of 2P equal chunks; 1 and "": none).
+RingBalance causal_rings(const LogicalGraph& deduced);
 
 // `job` with each input and variable it marks read through a `zigzag` op
 // of `parts` along its sequence axis (named "<tensor>.zigzag", on the

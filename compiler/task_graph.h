@@ -177,6 +177,7 @@ struct TaskNode {
 
 struct TaskGraph {
   std::string job_name;
+  std::string natural_order_because;  // LogicalGraph's: why rings stay unbalanced
   int64_t steps = 0;
   int64_t global_batch = 0;
   int64_t micro_batches = 1;

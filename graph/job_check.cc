@@ -171,8 +171,9 @@ class GraphChecker {
                      in.sbp->to_string());
       const auto rank = static_cast<int64_t>(in.shape.size()) + 1;
       if (in.sequence_axis && (*in.sequence_axis < 1 || *in.sequence_axis >= rank))
-        issues_->add(path + ".sequence_axis", "{}: sequence_axis {} is not an axis of a sample of shape {} (1 to {}; "
-                     "axis 0 is the batch)", where, *in.sequence_axis, shape_string(in.shape), rank - 1);
+        issues_->add(path + ".sequence_axis", "{}: sequence_axis {} is not an axis of a sample of shape {} ({}; "
+                     "axis 0 is the batch)", where, *in.sequence_axis, shape_string(in.shape),
+                     rank > 1 ? fmt::format("1 to {}", rank - 1) : std::string("a scalar sample has none"));
       std::optional<TensorMeta> meta;
       if (shape_ok) {
         Shape shape = in.shape;

@@ -4,8 +4,10 @@
 // softmax + matmul, writes two). q [..., T, D], k and v [..., S, D] with the
 // same leading axes (batch, heads); y [..., T, D]; lse [..., T] is each
 // row's log-sum-exp of its scaled scores, saved for the gradient. Attrs:
-// `scale` (> 0; default 1 / sqrt(D)) and `causal` (0 or 1; T <= S, row i
-// sees keys 0..i). attention_grad(q, k, v, y, lse, dy) -> (dq, dk, dv)
+// `scale` (> 0; default 1 / sqrt(D)), `causal` (0 or 1; T <= S, row i
+// sees keys 0..i) and `zigzag` (q, k and v are in the zigzag order of that
+// many parts, kernels/ops/zigzag_math.h: the causal mask compares the
+// places it puts them at; T == S, a multiple of 2 zigzag). attention_grad(q, k, v, y, lse, dy) -> (dq, dk, dv)
 // recomputes each row's probabilities from lse (FlashAttention's backward):
 // with P = softmax(scale q k^T), dv = P^T dy, dP = dy v^T, dS = P * (dP -
 // rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q. The leading axes
@@ -203,9 +205,12 @@ StatusOr<CausalPlaces> causal_places(const KernelContext& ctx, const AttentionSh
   const int64_t length = ctx.logical_inputs.empty() ? n.t : ctx.logical_inputs[0][axis];
   const CausalPlaces c{true, query_offset(ctx, axis), piece_offset(ctx, 1, axis), Zigzag{length, p.zigzag}};
   const int64_t keys = ctx.logical_inputs.size() < 2 ? n.s : ctx.logical_inputs[1][axis];
+  // Checked here, on the whole tensors' shapes (infer may see pieces).
   if (!c.order.natural() && (keys != length || length % (2 * p.zigzag) != 0))
-    return internal_error("op '{}': {} queries and {} keys in the zigzag order of {} parts", op, length, keys,
-                          p.zigzag);
+    return invalid_argument(
+        "op '{}': attr 'zigzag' = {}: a causal mask in the zigzag order takes as many keys as queries, their "
+        "number a multiple of {}; got {} queries and {} keys",
+        op, p.zigzag, 2 * p.zigzag, length, keys);
   const bool whole_keys = keys <= n.s;
   if (whole_keys && c.order.natural() && c.first_query + n.t > n.s)
     return internal_error("op '{}': causal rows {} to {} pass the {} keys", op, c.first_query, c.first_query + n.t, n.s);

@@ -2,7 +2,9 @@
 // y = x * mask / (1 - p), mask[i] = 0 with probability p, drawn as a
 // function of the element's place in the logical tensor, the step and the
 // micro-batch (dropout_math.h): every layout of a job drops the same
-// elements, so layouts stay comparable. The gradient is dropout of dy with
+// elements, so layouts stay comparable (but for a sequence a balanced ring
+// lays in the zigzag order, compiler/ring_balance.h, whose places in that
+// order draw: the same rate, other elements). The gradient is dropout of dy with
 // the same attrs (the same mask, the same scale). Linear in x: any split,
 // B, or P passes through. Eval plans and eager forward runs take it as
 // identity (OpDef::identity_in_eval).

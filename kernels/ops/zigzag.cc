@@ -3,8 +3,8 @@
 // the sequence of [B, T, ...]), `parts` (the devices the sequence is split
 // over; 1 leaves it as it is; the axis a multiple of 2 parts) and `inverse`
 // (1: back to the natural order; the op's gradient). The compiler puts each
-// tensor a job declares in sequence order through it when it balances a
-// ring (compiler/ring_expansion.h). A permutation: linear (P passes
+// tensor a job marks as the sequence's through it when it balances a ring
+// (compiler/ring_balance.h). A permutation: linear (P passes
 // through), and a split on any other axis passes through.
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/math_util.h"

@@ -110,7 +110,8 @@ void print_rings(std::string& out, const plan::Plan& p) {
   if (orders.size() == 1 && *orders.begin() > 1)
     balance = fmt::format(", balanced: the sequence in the zigzag order of {} chunks", 2 * *orders.begin());
   else if (!orders.empty())
-    balance = ", causal work unbalanced (the sequence in its natural order: docs/LAYOUTS.md)";
+    balance = fmt::format(", causal work unbalanced (the sequence in its natural order: {})",
+                          p.natural_order_because() ? p.natural_order_because()->str() : "docs/LAYOUTS.md");
   put(out, "ring attention: {} attention(s) along the sequence ({}, ...), in rings of {} steps{}\n", steps.size(),
       steps.begin()->first, fmt::join(lengths, " or "), balance);
 }

@@ -69,22 +69,29 @@ TEST_CASE("in_zigzag_order reads each marked tensor through a zigzag op and tell
   CHECK(ops["w"]->inputs == std::vector<std::string>{"other", "other"});
   CHECK(ops["y"]->attrs.get_int("zigzag", 1) == 4);
   CHECK_FALSE(ops["z"]->attrs.has("zigzag"));  // not causal: any order is the same
-  // Ops come in an order that reads only what is made before.
-  CHECK(job->ops[0].type == "zigzag");
-  CHECK(job->ops[1].type == "zigzag");
+  // Each order comes just before its first reader (a pipeline's cut
+  // follows the ops' order).
+  std::vector<std::string> order;
+  for (const graph::Op& o : job->ops) order.push_back(o.name);
+  CHECK(order == std::vector<std::string>{"idx.zigzag", "tok", "wpe.zigzag", "x", "y", "z", "w"});
   // The group of idx holds its order too.
   const std::vector<std::string>& members = job->groups[0].members;
   CHECK(std::find(members.begin(), members.end(), "idx.zigzag") != members.end());
   CHECK(std::find(members.begin(), members.end(), "wpe.zigzag") == members.end());
 }
 
-TEST_CASE("in_zigzag_order names an op that already takes the name of a tensor's order") {
+TEST_CASE("in_zigzag_order names a tensor of the job that already takes the name of a tensor's order") {
   graph::Job job = small_job();
   job.ops.push_back(op("idx.zigzag", "identity", {"idx"}));
   auto ordered = in_zigzag_order(job, 2);
   REQUIRE_FALSE(ordered.ok());
-  CHECK(ordered.status().message().find("input 'idx': the compiler names its zigzag order 'idx.zigzag', which op "
-                                        "'idx.zigzag' already names") != std::string::npos);
+  CHECK(ordered.status().message().find("input 'idx': the compiler names its zigzag order 'idx.zigzag', which the "
+                                        "job already names") != std::string::npos);
+  graph::Job variable = small_job();
+  variable.variables.push_back(variable.variables[0]);
+  variable.variables.back().name = "wpe.zigzag";
+  variable.variables.back().sequence_axis.reset();
+  CHECK_FALSE(in_zigzag_order(variable, 2).ok());
 }
 
 }  // namespace rill::compiler

@@ -170,14 +170,28 @@ TEST_CASE("the ring in the sequence's natural order, and a mark that is not the 
     for (auto& v : job["variables"]) v.erase("sequence_axis");
   });
   Ran summary = rill::testing::run_rill("plan " + natural + " --devices cpu:2");
-  CHECK_MESSAGE(summary.output.find("in rings of 2 steps, causal work unbalanced") != std::string::npos, summary.output);
+  CHECK_MESSAGE(summary.output.find("in rings of 2 steps, causal work unbalanced (the sequence in its natural order: "
+                                    "the job marks no tensor's sequence_axis)") != std::string::npos,
+                summary.output);
   CHECK(task_names(plan_of(natural + " --devices cpu:2")).count("idx.zigzag") == 0);
   // On GPUs the ring keeps the natural order (their kernels do not cut a
   // piece in two chunks yet), marks or not.
   Ran gpus = rill::testing::run_rill("plan " + root() + "/" + kSample + " --devices cuda:4");
-  CHECK_MESSAGE(gpus.output.find("in rings of 4 steps, causal work unbalanced") != std::string::npos, gpus.output);
+  CHECK_MESSAGE(gpus.output.find("in rings of 4 steps, causal work unbalanced (the sequence in its natural order: the "
+                                 "rings run on GPUs") != std::string::npos,
+                gpus.output);
   check_close(context_curve(natural, "--devices cpu:2", "natural2"),
               context_curve(kSample, "--devices cpu:1", "natural1"));
+  // The targets unmarked: the loss would pair places of two orders, so the
+  // order stays natural, and the plan says why.
+  const std::string half = sample_variant(dir, "gpt_half_marked.json", [&](nlohmann::json& job) {
+    for (auto& i : job["inputs"])
+      if (i["name"] == "targets") i.erase("sequence_axis");
+  });
+  Ran unmarked = rill::testing::run_rill("plan " + half + " --devices cpu:2");
+  CHECK_MESSAGE(unmarked.output.find("causal work unbalanced (the sequence in its natural order: op 'xent' "
+                                     "(sparse_softmax_cross_entropy) reads 'targets'") != std::string::npos,
+                unmarked.output);
   const std::string wrong = sample_variant(dir, "gpt_wrong_mark.json", [&](nlohmann::json& job) {
     for (auto& v : job["variables"])
       if (v["name"] == "wte") v["sequence_axis"] = 1;

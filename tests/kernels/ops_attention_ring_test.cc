@@ -131,6 +131,59 @@ TEST_CASE("attention over pieces of the keys at their places, merged, is the who
   }
 }
 
+// The queries split with the keys whole (attention's own sequence split),
+// the sequence in the zigzag order of 2 and 3 parts, and pieces that cut
+// chunks anywhere (3 rows a piece over chunks of 2): each piece's rows are
+// the whole's, its dq too, and the pieces' dk and dv sum to the whole's.
+// The bound's reason is the test above's.
+TEST_CASE("attention in the zigzag order with the queries split anywhere and the keys whole") {
+  const Shape shape = {1, 2, 12, 4};
+  const Tensor q0 = Tensor::uniform(shape, 41), k0 = Tensor::uniform(shape, 42), v0 = Tensor::uniform(shape, 43);
+  const Tensor dy0 = Tensor::uniform(shape, 44);
+  const Attrs natural{{"causal", int64_t{1}}};
+  const std::vector<Tensor> y0 = run_ok("attention", {q0, k0, v0}, natural);
+  const std::vector<Tensor> g0 = run_ok("attention_grad", {q0, k0, v0, y0[0], y0[1], dy0}, natural);
+  auto close = [](const Tensor& got, const Tensor& want) {
+    REQUIRE(got.f32.size() == want.f32.size());
+    for (size_t e = 0; e < got.f32.size(); ++e)
+      CHECK(got.f32[e] == doctest::Approx(want.f32[e]).epsilon(1e-5).scale(1));
+  };
+  for (int64_t zigzag : {2, 3}) {
+    const Tensor q = in_zigzag(q0, zigzag), k = in_zigzag(k0, zigzag), v = in_zigzag(v0, zigzag),
+                 dy = in_zigzag(dy0, zigzag), y = in_zigzag(y0[0], zigzag), lse = in_zigzag(y0[1], zigzag);
+    const Attrs attrs{{"causal", int64_t{1}}, {"zigzag", zigzag}};
+    for (int pieces : {2, 3, 4}) {
+      CAPTURE(zigzag);
+      CAPTURE(pieces);
+      const int64_t rows = 12 / pieces;
+      Tensor dk = Tensor::zeros(shape), dv = Tensor::zeros(shape);
+      for (int i = 0; i < pieces; ++i) {
+        const RunOptions at = placed(q, rows * i, 0, shape, "yly");  // y, lse and dy: the queries' rows
+        const Tensor qi = split_piece(q, kAxis, pieces, i);
+        const std::vector<Tensor> out = run_ok("attention", {qi, k, v}, attrs, placed(q, rows * i, 0, shape));
+        close(out[0], split_piece(y, kAxis, pieces, i));
+        close(out[1], split_piece(lse, kAxis, pieces, i));
+        const std::vector<Tensor> g = run_ok(
+            "attention_grad",
+            {qi, k, v, split_piece(y, kAxis, pieces, i), split_piece(lse, kAxis, pieces, i),
+             split_piece(dy, kAxis, pieces, i)},
+            attrs, at);
+        close(g[0], split_piece(in_zigzag(g0[0], zigzag), kAxis, pieces, i));
+        for (size_t e = 0; e < dk.f32.size(); ++e) {
+          dk.f32[e] += g[1].f32[e];
+          dv.f32[e] += g[2].f32[e];
+        }
+      }
+      close(dk, in_zigzag(g0[1], zigzag));
+      close(dv, in_zigzag(g0[2], zigzag));
+    }
+  }
+  // The order needs as many keys as queries, their number a multiple of 2 parts.
+  Status s = run_op("attention", {q0, k0, v0}, {{"causal", int64_t{1}}, {"zigzag", int64_t{5}}}).status();
+  CHECK(s.message().find("attr 'zigzag' = 5: a causal mask in the zigzag order takes as many keys as queries, their "
+                         "number a multiple of 10; got 12 queries and 12 keys") != std::string::npos);
+}
+
 TEST_CASE("attention_step and attention_grad_step: their leading axes split; bad shapes named") {
   const Tensor q = Tensor::uniform({2, 3, 4, 4}, 31), k = Tensor::uniform({2, 3, 5, 4}, 32),
                v = Tensor::uniform({2, 3, 5, 4}, 33);
