@@ -84,8 +84,9 @@ TEST_CASE("a node that dies mid-job stops the job at once, with its loss as the 
   REQUIRE(client.ok());
   std::atomic<int64_t> killed_at{0};
   std::thread killer([&] {
-    // Kill node 1 once training runs (the first progress line).
-    for (int i = 0; i < 600 && master.output().find("step") == std::string::npos; ++i)
+    // Kill node 1 once training runs (the first progress line, not the
+    // job's description, "... 300 steps ...", printed before any plan).
+    for (int i = 0; i < 600 && master.output().find("\nstep ") == std::string::npos; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     kill(doomed.pid, SIGKILL);
     killed_at = Clock::now().time_since_epoch().count();
@@ -466,10 +467,15 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
   const std::string machines = "127.0.0.1:19310,127.0.0.2:19310";
   Agent master("--machines " + machines + " --rank 0 --join-timeout 30", (dir / "m0.log").string());
   Agent node("--machines " + machines + " --rank 1 --join-timeout 30", (dir / "m1.log").string());
+  // The client's 2 s to answer are for the master's death, not for two
+  // agents starting on a loaded machine: the cluster forms first.
+  REQUIRE(wait_for([&] { return master.output().find("cluster of 2 node(s) formed") != std::string::npos; }, 60));
   auto client = rill::Client::connect("127.0.0.1:19310", 2);
   REQUIRE(client.ok());
+  // Mid-job: once training has run steps, with node 1 (the first progress
+  // line, not the job's description, printed before any plan).
   std::thread killer([&] {
-    if (wait_for([&] { return master.output().find("step") != std::string::npos; }, 60)) kill(master.pid, SIGKILL);
+    if (wait_for([&] { return master.output().find("\nstep ") != std::string::npos; }, 60)) kill(master.pid, SIGKILL);
   });
   rill::SubmitOptions options;
   options.steps = 100000;
