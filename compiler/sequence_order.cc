@@ -97,8 +97,13 @@ void Walk::op(const OpNode& op) {
   }
   if (op.type == "softmax") return set(op.outputs[0], a);  // any axis: each row's order is kept
   if (op.type == "matmul") {
-    if (k != 0 || op.attrs.get_int("transpose_a", 0) != 0 || op.attrs.get_int("fold_batch", 0) != 0 ||
-        a >= rank - 1 || axis_of(op.inputs[1]) >= 0)
+    // Rows of a (M, or a leading axis) keep their places; a batched b's
+    // leading axes pair with a's, a shared b [K, N] has none.
+    if (k != 0 || op.attrs.get_int("transpose_a", 0) != 0 || op.attrs.get_int("fold_batch", 0) != 0 || a >= rank - 1)
+      return refuse(fmt::format("op '{}' (matmul) contracts or mixes the sequence's places", op.name));
+    if (static_cast<int>(shape(op.inputs[1]).size()) == rank && a < rank - 2)
+      expect(op, 1, a);
+    else if (axis_of(op.inputs[1]) >= 0)
       return refuse(fmt::format("op '{}' (matmul) contracts or mixes the sequence's places", op.name));
     return set(op.outputs[0], a);
   }
