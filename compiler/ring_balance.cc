@@ -54,16 +54,14 @@ RingBalance causal_rings(const LogicalGraph& g) {
   if (parts < 2) return RingBalance{};
   if (length % (2 * parts) != 0)
     return RingBalance{1, fmt::format("the sequence's {} places are not {} chunks of one length", length, 2 * parts)};
-  return RingBalance{parts, ""};
+  return RingBalance{parts, "", length};
 }
 
 StatusOr<RingBalance> ring_balance(const graph::Job& job, const LogicalGraph& g) {
   const RingBalance rings = causal_rings(g);
   if (rings.parts < 2) return rings;
   const int parts = rings.parts;
-  int64_t length = 0;
-  for (const OpNode& op : g.ops)
-    if (op.type == "attention" && causal(op.attrs) && op.ring) length = g.find(op.inputs[0])->meta.shape.end()[-2];
+  const int64_t length = rings.length;
   const std::vector<Marked> tensors = marked(job);
   if (tensors.empty()) return RingBalance{1, "the job marks no tensor's sequence_axis"};
   std::map<std::string, int> axes;
@@ -80,7 +78,7 @@ StatusOr<RingBalance> ring_balance(const graph::Job& job, const LogicalGraph& g)
   }
   const SequenceOrder order = follow_sequence_order(g, axes, length, job.fetch);
   if (!order.refused.empty()) return RingBalance{1, order.refused};
-  return RingBalance{parts, ""};
+  return RingBalance{parts, "", length};
 }
 
 StatusOr<graph::Job> in_zigzag_order(const graph::Job& given, int parts) {

@@ -44,6 +44,7 @@ namespace rill::compiler {
 struct RingBalance {
   int parts = 1;
   std::string natural_because;
+  int64_t length = 0;  // the rings' sequence (causal_rings)
 };
 StatusOr<RingBalance> ring_balance(const graph::Job& job, const LogicalGraph& deduced);
 // The rings alone: their places (1 with why they cannot be balanced: on

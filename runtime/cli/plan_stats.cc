@@ -11,6 +11,7 @@
 
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
+#include "runtime/node/plan_reader.h"
 
 namespace rill {
 namespace {
@@ -84,21 +85,15 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<do
 }  // namespace
 
 // Ring attention (compiler/ring_expansion.h): the attentions laid out
-// along the sequence, and how many steps their rings take.
-// The int attr `name` of a task, or `fallback`.
-int64_t task_int(const plan::Task& t, const char* name, int64_t fallback) {
-  if (t.attrs() == nullptr) return fallback;
-  for (const plan::Attr* a : *t.attrs())
-    if (a->name()->str() == name && a->type() == plan::AttrType::Int) return a->i();
-  return fallback;
-}
-
+// along the sequence, how many steps their rings take, and whether their
+// causal work is balanced (compiler/ring_balance.h).
 void print_rings(std::string& out, const plan::Plan& p) {
   std::map<std::string, std::set<std::string>> steps;  // attention -> its later steps' ops
   std::set<int64_t> orders;                            // the zigzag parts of causal ones (1: natural)
   for (const plan::Task* t : *p.tasks()) {
     if (t->op_type() == nullptr || t->op_type()->str() != "attention_step" || t->name() == nullptr) continue;
-    if (task_int(*t, "causal", 0) != 0) orders.insert(task_int(*t, "zigzag", 1));
+    const Attrs attrs = read_attrs(t->attrs());
+    if (attrs.get_int("causal", 0) != 0) orders.insert(attrs.get_int("zigzag", 1));
     const std::string name = t->name()->str();
     const std::string op = name.substr(0, name.rfind('@'));
     steps[op.substr(0, op.rfind(".ring"))].insert(op);
