@@ -1,7 +1,9 @@
 // The ZeroMQ transport: sending, receiving and closing (what it is, and the
 // class: zmq_transport_impl.h; each peer's connection: zmq_transport_peers.cc).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -530,13 +532,25 @@ void ZmqTransport::close() {
     }
   }
   if (receiver_.joinable()) receiver_.join();
+  // Nothing guards the data port once the receive thread is gone: it stops
+  // listening now (the connections it holds stay up until the PULL socket
+  // closes, below), so no new connection waits in it while what this rank
+  // sent leaves.
+  if (pull_) {
+    try {
+      pull_.unbind(pull_.get(zmq::sockopt::last_endpoint));
+    } catch (const zmq::error_t&) {
+      // Never bound (start failed), or already gone.
+    }
+  }
+  const int linger = static_cast<int>(std::clamp<int64_t>(options_.close_linger.count(), 0, INT32_MAX));
   for (auto& peer : peers_) {
     MutexLock peer_lock(peer->mu);
     peer->fd.store(-1, std::memory_order_release);
     if (peer->socket) {
       zmq_socket_monitor(peer->socket.handle(), nullptr, 0);
       // What is still queued for the peer leaves before the context ends.
-      peer->socket.set(zmq::sockopt::linger, static_cast<int>(options_.close_linger.count()));
+      peer->socket.set(zmq::sockopt::linger, linger);
     }
     peer->socket.close();
     peer->monitor.close();
