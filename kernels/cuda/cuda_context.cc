@@ -311,7 +311,19 @@ StatusOr<void*> DeviceContext::allocate(size_t bytes, const char* what) {
     return Status(Code::kUnavailable, fmt::format("{}: out of device memory for {} bytes on cuda:{}", what, bytes, device_));
   }
   RILL_RETURN_IF_ERROR(cuda_status(e, "cudaMalloc", what));
-  RILL_RETURN_IF_ERROR(cuda_status(cudaMemset(p, 0, bytes), "cudaMemset", what));
+  // Zeroed on the context's stream, and waited for: this context's streams
+  // are non-blocking, so a cudaMemset on the legacy default stream would
+  // not be ordered before their work, and memory allocated mid-run (a
+  // collective's scratch, grown) could be read or written before it is
+  // zeroed. The wait also orders the zeroing before the copy stream's work.
+  // Nothing allocates inside a graph capture (which holds kernels only).
+  Status zeroed = cuda_status(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(stream_)), "cudaMemsetAsync", what);
+  if (zeroed.ok())
+    zeroed = cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize", what);
+  if (!zeroed.ok()) {
+    (void)cudaFree(p);
+    return zeroed;
+  }
   allocated_[p] = bytes;
   const int64_t now = g_device_bytes.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
   int64_t peak = g_device_peak.load();
@@ -465,6 +477,7 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.shared_close = rill::shared_gpu::close;
     m.shared_reduce = rill::shared_gpu::reduce;
 #ifdef RILL_WITH_NCCL
+    m.nccl_usable = rill::nccl::usable;
     m.nccl_unique_id = rill::nccl::make_id;
     m.nccl_init = rill::nccl::init;
     m.nccl_abort = rill::nccl::abort;

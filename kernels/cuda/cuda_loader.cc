@@ -150,29 +150,43 @@ KernelFn find_cuda_kernel(std::string_view type) {
 std::string cuda_unavailable_reason() { return module() ? std::string() : g_why; }
 
 namespace {
-constexpr const char* kNoNccl = "NCCL: this build's CUDA module has none (libnccl was not found when it was built)";
+
+// Whether the module's NCCL can be used, asked of it once: OK, or why not.
+Status nccl_usable() {
+  static const Status usable = [] {
+    const CudaModule* m = module();
+    if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
+    if (m->nccl_usable == nullptr || m->nccl_unique_id == nullptr || m->nccl_init == nullptr)
+      return Status(Code::kUnavailable,
+                    "NCCL: this build's CUDA module has none (libnccl was not found when it was built)");
+    return m->nccl_usable();
+  }();
+  return usable;
+}
+
 }  // namespace
 
-bool nccl_available() {
-  const CudaModule* m = module();
-  return m != nullptr && m->nccl_unique_id != nullptr && m->nccl_init != nullptr;
+bool nccl_available() { return nccl_usable().ok(); }
+
+std::string nccl_unavailable_reason() { return nccl_usable().message(); }
+
+std::string no_nccl_here(std::string_view who) {
+  const Status here = nccl_usable();
+  return here.ok() ? fmt::format("{} has no NCCL it can use", who)
+                   : fmt::format("{} has no NCCL it can use (here: {})", who, here.message());
 }
 
 StatusOr<NcclComm::Id> nccl_unique_id() {
-  const CudaModule* m = module();
-  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
-  if (m->nccl_unique_id == nullptr) return Status(Code::kUnavailable, kNoNccl);
-  return m->nccl_unique_id();
+  RILL_RETURN_IF_ERROR(nccl_usable());
+  return module()->nccl_unique_id();
 }
 
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> nccl_init(const NcclComm::Id& id, int world,
                                                           std::span<const int> ranks, std::span<const int> devices,
                                                           std::chrono::milliseconds timeout,
                                                           const std::atomic<bool>* cancelled) {
-  const CudaModule* m = module();
-  if (m == nullptr) return Status(Code::kUnavailable, fmt::format("NCCL: {}", g_why));
-  if (m->nccl_init == nullptr) return Status(Code::kUnavailable, kNoNccl);
-  return m->nccl_init(id, world, ranks, devices, timeout, cancelled);
+  RILL_RETURN_IF_ERROR(nccl_usable());
+  return module()->nccl_init(id, world, ranks, devices, timeout, cancelled);
 }
 
 StatusOr<SharedBuffer> shared_gpu_allocate(int device, size_t bytes) {

@@ -21,7 +21,7 @@ namespace rill {
 // What both sides must agree on: the table's layout and the sizes of the
 // types that cross (a module left from another build differs in them).
 constexpr uint64_t cuda_module_abi() {
-  return (uint64_t{10} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
+  return (uint64_t{11} << 56) ^ (uint64_t{sizeof(Status)} << 40) ^ (uint64_t{sizeof(KernelContext)} << 24) ^
          (uint64_t{sizeof(TensorView)} << 12) ^ uint64_t{sizeof(Attrs)};
 }
 
@@ -33,6 +33,7 @@ struct CudaModule {
   int64_t (*graph_replays)() = nullptr;
   int64_t (*device_bytes_peak)() = nullptr;
   // Null in a module built without NCCL.
+  Status (*nccl_usable)() = nullptr;
   StatusOr<NcclComm::Id> (*nccl_unique_id)() = nullptr;
   StatusOr<std::vector<std::unique_ptr<NcclComm>>> (*nccl_init)(const NcclComm::Id& id, int world,
                                                                 std::span<const int> ranks,

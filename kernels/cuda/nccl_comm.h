@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -79,9 +81,17 @@ class NcclComm {
   virtual void abort() = 0;
 };
 
-// Whether this process's CUDA module has NCCL (a module built where libnccl
-// was not found has none).
+// Whether this process's CUDA module has NCCL it can use: a module built
+// where libnccl was not found has none, and a machine's libnccl older than
+// the calls the module makes is refused (kernels/cuda/nccl_version.h).
 bool nccl_available();
+
+// Why NCCL cannot be used in this process, or "" when it can.
+std::string nccl_unavailable_reason();
+
+// "`who` has no NCCL it can use", with this process's reason where it is the
+// one: for the line that says a collective falls back to host memory.
+std::string no_nccl_here(std::string_view who);
 
 // A new communicator's id, made by its first rank and sent to the others.
 StatusOr<NcclComm::Id> nccl_unique_id();
@@ -108,6 +118,7 @@ void nccl_abort(std::span<NcclComm* const> comms);
 // The module's own (nccl_comm.cc), which the ones above reach through its
 // table (cuda_module.h).
 namespace nccl {
+Status usable();  // the machine's libnccl against the header it was built with
 StatusOr<NcclComm::Id> make_id();
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
                                                      std::span<const int> devices, std::chrono::milliseconds timeout,

@@ -126,6 +126,30 @@ Status copy_box(KernelContext& ctx, const cuda_launch::Box& box, const void* src
                   op);
 }
 
+// Runs `gemm` (16-bit inputs) with the handle in cuBLAS's default math,
+// restored after. With allow_tf32 off the handle is in pedantic math, so
+// that f32 products are plain f32. cuBLAS's header says that mode stands
+// for the _PEDANTIC compute types only in calls naming a cudaDataType as
+// their compute type; these name CUBLAS_COMPUTE_32F, which takes 16-bit
+// inputs on tensor cores. Default math all the same, so that the f32
+// setting never decides them. The mode is the handle's host state, read at
+// each call; a context's handle is its own thread's.
+template <typename Gemm>
+Status in_default_math(cublasHandle_t handle, Gemm&& gemm) {
+  cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+  RILL_RETURN_IF_ERROR(cublas_status(cublasGetMathMode(handle, &mode), "cublasGetMathMode", "op 'matmul'"));
+  const bool pedantic = (mode & 0xf) == CUBLAS_PEDANTIC_MATH;
+  if (pedantic)
+    RILL_RETURN_IF_ERROR(
+        cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", "op 'matmul'"));
+  Status made = gemm();
+  if (pedantic) {
+    Status restored = cublas_status(cublasSetMathMode(handle, mode), "cublasSetMathMode", "op 'matmul'");
+    if (made.ok()) made = restored;
+  }
+  return made;
+}
+
 }  // namespace
 
 // Rill's tensors are row-major and cuBLAS is column-major, so C = op(A) op(B)
@@ -154,17 +178,19 @@ RILL_CUDA_KERNEL(matmul) {
   if (a.dtype != DType::kF32) {
     // 16-bit inputs on tensor cores, f32 accumulation and output.
     const cudaDataType_t in = a.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-    if (s.batch == 1)
-      return cublas_status(cublasGemmEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in,
-                                        static_cast<int>(s.ldb), a.data, in, static_cast<int>(s.lda), &beta, c.data,
-                                        CUDA_R_32F, static_cast<int>(s.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                           "cublasGemmEx", "op 'matmul'");
-    return cublas_status(
-        cublasGemmStridedBatchedEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in, static_cast<int>(s.ldb),
-                                   s.stride_b, a.data, in, static_cast<int>(s.lda), s.stride_a, &beta, c.data,
-                                   CUDA_R_32F, static_cast<int>(s.ldc), s.stride_c, static_cast<int>(s.batch),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmStridedBatchedEx", "op 'matmul'");
+    return in_default_math(cublas_of(ctx), [&] {
+      if (s.batch == 1)
+        return cublas_status(cublasGemmEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in,
+                                          static_cast<int>(s.ldb), a.data, in, static_cast<int>(s.lda), &beta, c.data,
+                                          CUDA_R_32F, static_cast<int>(s.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmEx", "op 'matmul'");
+      return cublas_status(
+          cublasGemmStridedBatchedEx(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.data, in, static_cast<int>(s.ldb),
+                                     s.stride_b, a.data, in, static_cast<int>(s.lda), s.stride_a, &beta, c.data,
+                                     CUDA_R_32F, static_cast<int>(s.ldc), s.stride_c, static_cast<int>(s.batch),
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx", "op 'matmul'");
+    });
   }
   if (s.batch == 1)
     return cublas_status(cublasSgemm(cublas_of(ctx), op_b, op_a, n, m, k, &alpha, b.f32(), static_cast<int>(s.ldb),

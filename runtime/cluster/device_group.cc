@@ -98,7 +98,7 @@ StatusOr<std::unique_ptr<DeviceGroup>> make_device_group(std::chrono::millisecon
   if (std::unique(gpus.begin(), gpus.end()) != gpus.end() || !nccl) {
     if (g->rank_ == 0)
       spdlog::info("device collectives of {} processes: {}: they cross through host memory", world,
-                   nccl ? "processes share a GPU, which NCCL refuses" : "a process has no NCCL");
+                   nccl ? "processes share a GPU, which NCCL refuses" : no_nccl_here("a process"));
     return g;
   }
   NcclComm::Id id{};

@@ -156,10 +156,10 @@ Status BoxingSetup::start() {
       if (shared) continue;
     }
     if (gpus.distinct < static_cast<size_t>(world) || !gpus.nccl) {
-      // Where a node has no NCCL (a CUDA module built without it), every
-      // node falls back alike.
+      // Where a node has no NCCL (a CUDA module built without it, a libnccl
+      // too old), every node falls back alike.
       spdlog::info("communicator {} ('{}'): {}: its collectives cross through host memory", group, c.name,
-                   gpus.nccl ? "ranks on one GPU, which NCCL refuses" : "a node of it has no NCCL");
+                   gpus.nccl ? "ranks on one GPU, which NCCL refuses" : no_nccl_here("a node of it"));
       RILL_ASSIGN_OR_RETURN(LocalCollective * local, local_collective(group, world));
       for (size_t i = 0; i < c.gpu_ranks.size(); ++i) c.gpu_ranks[i]->use_staged(local->rank(static_cast<int>(i)));
       continue;

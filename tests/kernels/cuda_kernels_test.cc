@@ -15,6 +15,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cublas_v2.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -119,6 +121,11 @@ TEST_CASE("matmul of bf16 and f16 inputs: cuBLAS on tensor cores against the CPU
           }
       check_close(gpu.outputs[0].f32, (*cpu)[0].f32, &bound, "matmul");
     }
+  // They ran in default math (kernels/ops/cuda_ops.cc), and the handle is
+  // back in the pedantic math its f32 products use without allow_tf32.
+  cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+  REQUIRE(cublasGetMathMode(static_cast<cublasHandle_t>(context().cublas()), &mode) == CUBLAS_STATUS_SUCCESS);
+  CHECK(mode == CUBLAS_PEDANTIC_MATH);
 }
 
 TEST_CASE("elementwise ops, activations and their gradients match the CPU") {
