@@ -339,7 +339,10 @@ std::string HandshakeWatch::poll() {
     }
     if (!failure_.empty()) continue;
     switch (kind) {
-      case ZMQ_EVENT_CONNECTED: connected_ = ever_connected_ = true; break;
+      case ZMQ_EVENT_CONNECTED:
+        connected_ = ever_connected_ = true;
+        down_since_ = {};
+        break;
       case ZMQ_EVENT_CONNECT_RETRIED: {
         // Retried before it ever connected: the TCP connection failed at
         // once (refused, or no route), unlike a silent host's. Only after
@@ -386,6 +389,8 @@ std::string HandshakeWatch::poll() {
         // another key) drops the connection without a word.
         if (keyed_ && connected_ && !succeeded_)
           failure_ = fmt::format("{} closed the connection during the handshake: its cluster key is not this one", peer_);
+        if (connected_ && succeeded_ && down_since_ == std::chrono::steady_clock::time_point{})
+          down_since_ = std::chrono::steady_clock::now();
         connected_ = false;
         break;
       default: break;

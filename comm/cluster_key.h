@@ -171,6 +171,13 @@ class HandshakeWatch {
   int64_t cut() const { return guard_ ? guard_->cut() : 0; }
   // poll()'s failure is that the peer could not be reached (refused_is_final).
   bool unreachable() const { return unreachable_; }
+  // A client's link, once through its handshake, closed at this time (as of
+  // the last poll()) and not connected since; the epoch while it is up or
+  // never was. ZeroMQ connects again by itself, so a peer whose process
+  // lives is back within its reconnect interval: a link down for longer
+  // has a peer whose port refuses (its process is gone). A silent link (a
+  // cable cut, a machine hung) never closes here.
+  std::chrono::steady_clock::time_point down_since() const { return down_since_; }
   void* handle() { return monitor_.handle(); }  // readable when events wait
 
  private:
@@ -183,6 +190,7 @@ class HandshakeWatch {
   bool succeeded_ = false, connected_ = false, ever_connected_ = false, unreachable_ = false;
   std::chrono::milliseconds refused_grace_;
   std::chrono::steady_clock::time_point first_refused_{};
+  std::chrono::steady_clock::time_point down_since_{};
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address
   std::string pending_;                  // server: why the last handshake failed

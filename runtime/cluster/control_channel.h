@@ -53,6 +53,15 @@ class ControlChannel {
   // master to a silent link and joins again (what was queued for the old
   // link is stale, and the master takes the new identity as the node's).
   virtual void reconnect_master() {}
+
+  // Whether the link up to the master, once through its handshake, closed
+  // and has not come back for `grace`: the master's port refuses, its
+  // process is gone. A silent link never counts (heartbeats find it).
+  // Channels that cannot tell say false.
+  virtual bool master_closed(std::chrono::milliseconds grace) {
+    (void)grace;
+    return false;
+  }
 };
 
 }  // namespace rill

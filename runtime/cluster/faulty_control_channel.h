@@ -30,6 +30,7 @@ class FaultyControlChannel final : public ControlChannel {
   std::string master_failure() override { return inner_->master_failure(); }
   void wake() override { inner_->wake(); }
   void reconnect_master() override { inner_->reconnect_master(); }
+  bool master_closed(std::chrono::milliseconds grace) override { return inner_->master_closed(grace); }
 
  private:
   struct Message {

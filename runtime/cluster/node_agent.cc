@@ -30,6 +30,12 @@ namespace rill::agent_internal {
 
 namespace {
 
+// How long the control link up to the master may stay closed before the
+// master counts as gone: ZeroMQ reconnects every 100 ms, so a master whose
+// process lives (a connection dropped by a peer's error) is back well
+// within it, even on a loaded machine.
+constexpr std::chrono::milliseconds kMasterGoneGrace{2000};
+
 // This node's plan of a phase, compiled from what the master sent: the ids
 // agree with every other node's plan (compiler::CompileOptions::node).
 StatusOr<std::string> compile_part(const ctl::PlanPart& part, int node, int world, const AllowedRoots& roots,
@@ -168,8 +174,13 @@ void NodeAgent::tick() {
     post_to_master(beat);
   }
   watch_links();
+  // The control link closed and its reconnects refused: the master's
+  // process is gone, even where the data connection to it was never up (a
+  // master lost just after the cluster formed), which the data plane
+  // cannot report.
+  const bool control_closed = channel_->master_closed(kMasterGoneGrace);
   if (told_to_join_again_.empty()) {
-    if (!transport_->peer_lost(0) && seconds_since(master_seen_) < options_.dead_after_s) return;
+    if (!transport_->peer_lost(0) && !control_closed && seconds_since(master_seen_) < options_.dead_after_s) return;
     // What the master said before its connection closed comes first: a
     // Shutdown, then the close, is not a lost master.
     handle_incoming(std::chrono::milliseconds(0));
@@ -179,10 +190,12 @@ void NodeAgent::tick() {
   // A connection the data plane gave up on (--link-timeout) is a cut link,
   // with the master perhaps up behind it.
   const double silent = seconds_since(master_seen_);
-  const bool closed = closed_while_heard(0, master_seen_);
-  const std::string lost = fmt::format("{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
-                                       closed ? std::string("its connection closed")
-                                              : fmt::format("no heartbeat for {:g} s", std::floor(silent * 10) / 10));
+  const bool data_closed = closed_while_heard(0, master_seen_), closed = data_closed || control_closed;
+  const std::string lost = fmt::format(
+      "{}: the master {} is lost: {}", me(), node_name(options_.machines, 0),
+      data_closed      ? std::string("its connection closed")
+      : control_closed ? std::string("its control connection closed, and its port refuses")
+                       : fmt::format("no heartbeat for {:g} s", std::floor(silent * 10) / 10));
   {
     MutexLock lock(run_mu_);
     pending_.reset();

@@ -138,6 +138,13 @@ class ZmqControlChannel final : public ControlChannel {
 
   std::string master_failure() override { return master_watch_ ? master_watch_->poll() : std::string(); }
 
+  bool master_closed(std::chrono::milliseconds grace) override {
+    if (!master_watch_) return false;
+    (void)master_watch_->poll();
+    const auto down = master_watch_->down_since();
+    return down != std::chrono::steady_clock::time_point{} && std::chrono::steady_clock::now() - down >= grace;
+  }
+
   void wake() override {
     const uint64_t one = 1;
     (void)!::write(wake_fd_, &one, sizeof one);

@@ -495,6 +495,27 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
   CHECK(node.output().find("the master node 0 (127.0.0.1:19310) is lost") != std::string::npos);
 }
 
+// A master killed as soon as the cluster forms, perhaps before node 1's data
+// connection to it is up (the data plane reports a closed connection only
+// once it was up): node 1 learns it from its control link, which closes and
+// whose reconnects are refused, not from heartbeats' silence, which here
+// would take --dead-after's 120 s, and ends at once, naming the master.
+TEST_CASE("a master killed as the cluster forms: node 1 ends at once, by its closed connection") {
+  auto dir = temp_dir();
+  const std::string machines = "127.0.0.1:19316,127.0.0.2:19316";
+  Agent master("--machines " + machines + " --rank 0 --http off", (dir / "f0.log").string());
+  Agent node("--machines " + machines + " --rank 1 --dead-after 120 --link-timeout 240", (dir / "f1.log").string());
+  REQUIRE(wait_for([&] { return master.output().find("cluster of 2 node(s) formed") != std::string::npos; }, 60));
+  kill(master.pid, SIGKILL);
+  const int code = node.wait(60);
+  INFO(node.output());
+  CHECK(code == 1);
+  const std::string out = node.output();
+  CHECK(out.find("the master node 0 (127.0.0.1:19316) is lost: its") != std::string::npos);
+  CHECK(out.find("connection closed") != std::string::npos);
+  CHECK(out.find("no heartbeat") == std::string::npos);
+}
+
 // ZeroMQ refuses a control message when the peer's queue is full (its
 // high-water mark, here 1 message): the agent keeps it and sends it on a
 // later turn of its loop, in order, instead of dropping it. Node 1 holds the
