@@ -166,6 +166,9 @@ class Master final : public Agent {
   // (who start from node 0's memory), and the step every node that ran
   // the attempt holds; or why it cannot (then it restarts as without).
   StatusOr<Membership> next_membership(const Membership& ended, int64_t step, int min_nodes);
+  // Before a live job's first attempt: the nodes up, when some are down.
+  void start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
+                         const std::function<void(const std::string&)>& say);
   // Waits until no node is lost, for up to `seconds`; the lost nodes' names
   // when some still are.
   std::string wait_for_whole_cluster(double seconds);

@@ -105,6 +105,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   BucketRun resized;  // the job with the buckets the link chose, once it goes on with them
   membership = everyone;
   membership.keep_steps = live || sizing_buckets;
+  if (live) start_on_nodes_up(membership, options, min_nodes, say);
   kept_by_node_.clear();  // another job's
   std::vector<JobRestart> restarts;
   std::vector<std::pair<int64_t, int>> nodes_from_step;
@@ -232,6 +233,26 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     restarts.push_back(std::move(restart));
     board_.job_restarted(queued.id);
   }
+}
+
+// A live job submitted while nodes are down starts on the nodes up, at
+// least min_nodes of them with node 0, and takes the others back at a step
+// boundary when their agents come back, as it would after losing them.
+void Master::start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
+                               const std::function<void(const std::string&)>& say) {
+  std::vector<int> up;
+  std::string down;
+  {
+    MutexLock lock(phase_mu_);
+    for (int r = 0; r < world_; ++r)
+      if (!lost_[r]) up.push_back(r);
+      else down += (down.empty() ? "" : ", ") + node_name(options_.machines, r);
+  }
+  if (down.empty() || static_cast<int>(up.size()) < min_nodes || up.front() != 0) return;
+  say(fmt::format("{} down: starting on the {} node(s) up; a node that comes back joins at a step boundary", down,
+                  up.size()));
+  membership.members = std::move(up);
+  options.num_nodes = static_cast<int>(membership.members.size());
 }
 
 bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& choice, bool live, JobResult& result,

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,16 @@ struct Lines {
     return out;
   }
 };
+
+// Polls `done` every 20 ms for at most `seconds`.
+bool until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
 
 // A folder of this test's own, empty.
 std::filesystem::path fresh_dir(const std::string& name) {
@@ -298,6 +309,62 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   (void)(*client2)->shutdown();
   CHECK(master.wait(15) == 0);
   CHECK(master2.wait(15) == 0);
+}
+
+// A node down when a live job is submitted (killed before, declared lost):
+// the job starts on the nodes up instead of failing its first attempt, and
+// takes the node back at a step boundary once its agent is started again,
+// from node 0's memory, as after a loss.
+TEST_CASE("a job submitted while a node is down starts on the nodes up, and takes it back when it comes") {
+  const auto dir = fresh_dir("start-short");
+  const std::string machines = "127.0.0.1:19894,127.0.0.2:19894,127.0.0.3:19894";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "s0.log").string());
+  Agent one(args + "1", (dir / "s1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "s2.log").string());
+  REQUIRE(until(
+      [&] { return master.output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
+  kill(two->pid, SIGKILL);
+  two->wait(10);
+  REQUIRE(until(
+      [&] { return master.output().find("node 2 (127.0.0.3:19894) lost") != std::string::npos; }, 30));
+  auto client = rill::Client::connect("127.0.0.1:19894", 30);
+  REQUIRE(client.ok());
+  constexpr int64_t kSteps = 200;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool back = false;
+  std::thread restarter([&] {
+    if (!lines.wait_for("step     20/", 120)) return;
+    two = std::make_unique<Agent>(args + "2", (dir / "s2-again.log").string());
+    back = true;
+  });
+  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  restarter.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(back);
+  REQUIRE(live->status.ok());
+  CHECK(lines.has("node 2 (127.0.0.3:19894) down: starting on the 2 node(s) up"));
+  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(result["restarts"].size() == 1);
+  const auto& joined = result["restarts"][0];
+  CHECK(joined["error"] == "node 2 (127.0.0.3:19894) joined again");
+  CHECK(joined["from"] == "memory");
+  CHECK(joined["nodes"] == 3);
+  CHECK(joined["steps_lost"] == 0);
+  const int64_t grown = joined["resumed_from_step"].get<int64_t>();
+  CHECK(grown >= 20);
+  CHECK(grown < kSteps);
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(
+            fmt::format(R"([{{"from_step": 0, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])", grown)));
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
 }
 
 // The seeds' linear regression on `rill run --nodes 3 --min-nodes 2
