@@ -62,6 +62,11 @@ struct JobRunOptions {
   // memory (live membership: the executor's nodes start from their own);
   // the job's checkpoints are its own so far. Not with `resume`.
   int64_t start_from_memory = -1;
+  // Live membership: the model (every variable, whole) node 0 holds in
+  // memory after `steps_done` steps. A run that starts from memory with no
+  // step left to train (a node lost in the eval, or as the training ended)
+  // runs what follows training with it.
+  std::function<StatusOr<std::map<std::string, VariableValue>>(int64_t steps_done)> model_in_memory;
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;

@@ -96,6 +96,12 @@ void keep_trace(JobRun& run, const std::vector<ActorTraceRecord>& traces) {
 Status train(JobRun& run, PhasePlan phase, int64_t log_every) {
   const JobRunOptions& options = run.options;
   JobResult& result = run.result;
+  if (options.start_from_memory >= 0 && options.start_from_memory == result.steps && options.model_in_memory) {
+    // Trained already: what follows training runs with the model kept.
+    RILL_ASSIGN_OR_RETURN(result.variables, options.model_in_memory(result.steps));
+    result.start_step = result.steps;
+    return {};
+  }
   Progress progress(options.out, options.on_line, result.steps, result.global_batch, log_every, &result);
   RILL_ASSIGN_OR_RETURN(MetricsFile metrics, open_metrics(options.metrics_file));
   if (metrics) progress.write_to(metrics.get(), options.node_pace);

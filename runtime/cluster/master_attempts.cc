@@ -54,6 +54,11 @@ void join_results(const JobResult& before, int64_t from, JobResult* after) {
   after->seconds_to_first_step = before.seconds_to_first_step;
   after->checkpoints.insert(after->checkpoints.begin(), before.checkpoints.begin(), before.checkpoints.end());
   after->checkpoints_written = static_cast<int64_t>(after->checkpoints.size());
+  // An attempt that ran no step (what follows a finished training) keeps
+  // the training's figures.
+  if (!after->loss_curve.empty()) after->final_loss = after->loss_curve.back();
+  if (after->train_metrics.empty()) after->train_metrics = before.train_metrics;
+  if (after->steady_samples_per_sec == 0) after->steady_samples_per_sec = before.steady_samples_per_sec;
 }
 
 // train.buckets_by_link's decision as the result reports it: what the run
@@ -103,6 +108,9 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   }
   (void)take_bucket_note();  // an earlier job's, decided after its last step
   BucketRun resized;  // the job with the buckets the link chose, once it goes on with them
+  // The attempt whose training was done when a node was lost: the next runs
+  // only what follows training, and the result joins the two.
+  std::optional<JobResult> trained;
   membership = everyone;
   membership.keep_steps = live || sizing_buckets;
   if (live) start_on_nodes_up(membership, options, min_nodes, say);
@@ -126,12 +134,15 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     const bool joined = resized.before && result.start_step == resized.from;
     if (joined) join_results(*resized.before, resized.from, &result);
     resized.before.reset();  // a later attempt (from disk, or other nodes) is the result's own
-    if (!joined) nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
+    if (!joined && !trained)
+      nodes_from_step.emplace_back(result.start_step, static_cast<int>(membership.members.size()));
     if (!restarts.empty() && !joined) {
       restarts.back().resumed_from_step = result.start_step;
       if (first_step != Clock::time_point{})
         restarts.back().seconds_to_first_step = std::chrono::duration<double>(first_step - whole_at).count();
     }
+    if (trained) join_results(*trained, trained->steps, &result);
+    trained.reset();
     std::optional<BucketChoice> bucket_choice;
     {
       MutexLock lock(phase_mu_);
@@ -169,6 +180,13 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
           say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
                           "from node 0's",
                           back, next->kept_step, next->members.size(), next->newcomers.size() == 1 ? "it" : "they"));
+        } else if (result.planned_steps > 0 && next->kept_step >= result.planned_steps) {
+          say(fmt::format("failed at step {}: {}; training done at step {}: {} on the {} node(s) that remain, with "
+                          "the model in node 0's memory",
+                          restart.failed_at_step, restart.error, next->kept_step,
+                          queued.job.eval ? "the eval runs" : "the job ends", next->members.size()));
+          result.steps = next->kept_step;
+          trained = result;
         } else if (back.empty()) {
           say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
                           "own memory",

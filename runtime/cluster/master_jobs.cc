@@ -126,6 +126,19 @@ void Master::run_queued(QueuedJob queued) {
     };
     spdlog::info("job {}: metrics in {}", queued.id, options.metrics_file);
   }
+  options.model_in_memory = [this, &queued](int64_t steps) -> StatusOr<std::map<std::string, VariableValue>> {
+    std::map<std::string, std::vector<float>> values, state;
+    RILL_RETURN_IF_ERROR(kept_.values_at(queued.id, steps, &values, &state)
+                             .with_context(fmt::format("the model node 0 kept at step {}", steps)));
+    std::map<std::string, VariableValue> model;
+    for (const graph::Variable& v : queued.job.variables) {
+      auto it = values.find(v.name);
+      if (it == values.end())
+        return internal_error("the model node 0 kept at step {} lacks variable '{}'", steps, v.name);
+      model[v.name] = VariableValue{v.shape, std::move(it->second)};
+    }
+    return model;
+  };
   options.on_plan = [this, &queued, &job_text, &options](int64_t steps, int64_t global_batch) {
     board_.job_started(queued.id, queued.job.name, job_text.ok() ? *job_text : queued.submit.job_text, steps,
                        global_batch);

@@ -367,6 +367,58 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
   CHECK(master.wait(15) == 0);
 }
 
+// A node lost once training is done (in the eval pass, or as the training
+// phase ends): nothing is left to train, so the nodes that remain run what
+// follows training (the eval) with the trained model from node 0's memory,
+// and the result keeps the training's figures. The eval's batch of 6 makes
+// it long enough (1666 steps) for the kill to land in it.
+TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trained model from node 0's memory") {
+  const auto dir = fresh_dir("eval-loss");
+  const std::string machines = "127.0.0.1:19896,127.0.0.2:19896,127.0.0.3:19896";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "e0.log").string());
+  Agent one(args + "1", (dir / "e1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "e2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19896", 30);
+  REQUIRE(client.ok());
+  constexpr int64_t kSteps = 30;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.overrides.push_back("eval.batch_size=6");
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    // Once node 2 has its part of the eval (phase 1), training is done.
+    if (!until([&] { return two->output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
+    kill(two->pid, SIGKILL);
+    killed = true;
+  });
+  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  killer.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(killed);
+  REQUIRE(live->status.ok());
+  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(result["restarts"].size() == 1);
+  CHECK(result["restarts"][0]["from"] == "memory");
+  CHECK(result["restarts"][0]["nodes"] == 2);
+  CHECK(result["restarts"][0]["steps_lost"] == 0);
+  CHECK(result["steps"] == kSteps);
+  CHECK(result.value("start_step", int64_t{0}) == 0);
+  CHECK(result["final_loss"].is_number());
+  CHECK(result["train_metrics"].contains("accuracy"));
+  CHECK(result["eval_samples"] == 9996);  // 1666 whole batches of 6
+  CHECK(result["metrics"]["accuracy"].get<double>() > 0.5);  // 30 steps of the MLP: about 0.7
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(R"([{"from_step": 0, "nodes": 3}])"));
+  CHECK(lines.has("training done at step 30: the eval runs on the 2 node(s) that remain"));
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
 // The seeds' linear regression on `rill run --nodes 3 --min-nodes 2
 // --max-restarts`: an agent killed about every second and a half, started
 // again by its supervisor, joining again at a step boundary; the job goes
