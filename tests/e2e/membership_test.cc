@@ -186,6 +186,85 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   CHECK(master2.wait(15) == 0);
 }
 
+// The mirrored view (DDP) keeps each rank's batch: after a loss the nodes
+// that remain train on a global batch of 2 ranks' batches, not 3. Bit for
+// bit as in the consistent view: the survivors start from the model they
+// all hold after step E (replicas, averaged alike), which a 3-node run of E
+// steps checkpoints too; from there both are a 2-rank plan over the same
+// ranks' batches (each rank's batch is fixed by the step and its rank).
+TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each rank with its own batch") {
+  const auto dir = fresh_dir("mirrored");
+  const std::string machines = "127.0.0.1:19902,127.0.0.2:19902,127.0.0.3:19902";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "m0.log").string());
+  Agent one(args + "1", (dir / "m1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "m2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19902", 30);
+  REQUIRE(client.ok());
+  const std::string job = read_text(root() + "/samples/mlp/mlp.json");
+  constexpr int64_t kSteps = 80;
+  auto mirrored = [](rill::SubmitOptions options) {
+    options.overrides.push_back("train.view=mirrored");
+    options.overrides.push_back("train.batch_size=64");  // each rank's
+    return options;
+  };
+  rill::SubmitOptions options = mirrored(options_for(dir / "live", kSteps));
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     20/", 120)) return;
+    kill(two->pid, SIGKILL);
+    killed = true;
+  });
+  auto live = (*client)->submit_text(job, "mlp.json", options);
+  killer.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(killed);
+  REQUIRE(live->status.ok());
+  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(result["restarts"].size() == 1);
+  const auto& r = result["restarts"][0];
+  CHECK(r["from"] == "memory");
+  CHECK(r["nodes"] == 2);
+  CHECK(r["steps_lost"].get<int64_t>() <= 1);
+  const int64_t at = r["resumed_from_step"].get<int64_t>();
+  CHECK(at >= 19);
+  CHECK(result["steps"] == kSteps);
+  CHECK(result["global_batch"] == 128);  // the last attempt's: 2 ranks of 64
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(fmt::format(R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}])", at)));
+
+  // The reference: 3 nodes for `at` steps, then 2 from that checkpoint.
+  two = std::make_unique<Agent>(args + "2", (dir / "m2-again.log").string());
+  rill::SubmitOptions first = mirrored(options_for(dir / "reference", at));
+  first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
+  auto part1 = (*client)->submit_text(job, "mlp.json", first);
+  REQUIRE(part1.ok());
+  INFO(part1->result_json);
+  REQUIRE(part1->status.ok());
+  const std::string pair = "127.0.0.1:19906,127.0.0.2:19906";
+  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "n0.log").string());
+  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "n1.log").string());
+  auto client2 = rill::Client::connect("127.0.0.1:19906", 30);
+  REQUIRE(client2.ok());
+  rill::SubmitOptions second = mirrored(options_for(dir / "reference", kSteps));
+  second.resume = "latest";
+  auto part2 = (*client2)->submit_text(job, "mlp.json", second);
+  REQUIRE(part2.ok());
+  INFO(part2->result_json);
+  REQUIRE(part2->status.ok());
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
+  (void)(*client)->shutdown();
+  (void)(*client2)->shutdown();
+  CHECK(master.wait(15) == 0);
+  CHECK(master2.wait(15) == 0);
+}
+
 TEST_CASE("a job whose variables are split across nodes cannot go on without a lost node, and says why") {
   const auto dir = fresh_dir("split");
   const std::string machines = "127.0.0.1:19892,127.0.0.2:19892";
