@@ -166,6 +166,8 @@ class Master final : public Agent {
   // (who start from node 0's memory), and the step every node that ran
   // the attempt holds; or why it cannot (then it restarts as without).
   StatusOr<Membership> next_membership(const Membership& ended, int64_t step, int min_nodes);
+  std::string leave_out_unsendable(Membership& next, int64_t job_id, size_t text_bytes, int min_nodes,
+                                   const std::function<void(const std::string&)>& say);
   // Before a live job's first attempt: the nodes up, when some are down.
   void start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
                          const std::function<void(const std::string&)>& say);

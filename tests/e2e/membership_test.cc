@@ -498,6 +498,53 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
   CHECK(master.wait(15) == 0);
 }
 
+// A newcomer starts from node 0's memory, sent with its part in one control
+// message. Where the model and its optimizer state exceed
+// --max-message-bytes (the MLP's 5.4 MB against 4 MiB here), the node that
+// comes back is left out and the job goes on without it, instead of ending.
+TEST_CASE("a node back whose model does not fit a control message is left out, and the job goes on without it") {
+  const auto dir = fresh_dir("left-out");
+  const std::string machines = "127.0.0.1:19908,127.0.0.2:19908,127.0.0.3:19908";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --max-message-bytes 4194304 --rank ";
+  Agent master(args + "0", (dir / "l0.log").string());
+  Agent one(args + "1", (dir / "l1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "l2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19908", 30);
+  REQUIRE(client.ok());
+  constexpr int64_t kSteps = 150;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool back = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     20/", 120)) return;
+    kill(two->pid, SIGKILL);
+    two->wait(10);
+    if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     40/", 60)) return;
+    two = std::make_unique<Agent>(args + "2", (dir / "l2-again.log").string());
+    back = true;
+  });
+  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  killer.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(back);
+  REQUIRE(live->status.ok());
+  CHECK(lines.has("node 2 (127.0.0.3:19908) cannot be taken back: node 0's model and optimizer state at step"));
+  CHECK(lines.has("do not fit a control message (--max-message-bytes 4194304); going on without it"));
+  auto result = nlohmann::json::parse(live->result_json);
+  CHECK(result["steps"] == kSteps);
+  REQUIRE(result["restarts"].size() == 2);
+  CHECK(result["restarts"][1]["error"] == "node 2 (127.0.0.3:19908) joined again, and was left out");
+  CHECK(result["restarts"][1]["nodes"] == 2);
+  CHECK(result["restarts"][1]["steps_lost"] == 0);
+  for (const auto& entry : result["nodes_from_step"]) CHECK((entry["from_step"] == 0 || entry["nodes"] == 2));
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
 // The seeds' linear regression on `rill run --nodes 3 --min-nodes 2
 // --max-restarts`: an agent killed about every second and a half, started
 // again by its supervisor, joining again at a step boundary; the job goes
