@@ -103,6 +103,7 @@ class Master final : public Agent {
   // The handling of each message type (master_messages.cc): one overload
   // per type and no catch-all, so a new type fails to compile until the
   // master says what it does with it.
+  bool from_node_itself(const From& from, int node, const char* what);
   void master_on(const From& from, ctl::Join& m);
   void master_on(const From& from, ctl::Submit& m);
   void master_on(const From& from, ctl::PlanAck& m);

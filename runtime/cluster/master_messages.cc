@@ -78,21 +78,29 @@ void Master::master_on(const From& from, ctl::Submit& m) {
   queue_.push_back(std::move(q));
 }
 
+// Whether a message that speaks for node `node` came on that node's own
+// link (a node speaks only for itself; a client, holding a client key,
+// never for a node), else it is dropped, saying so.
+bool Master::from_node_itself(const From& from, int node, const char* what) {
+  if (from.node > 0 && node == from.node) return true;
+  spdlog::warn("{}: dropped {} of node {} from {}: not that node's", me(), what, node,
+               from.node > 0 ? node_name(options_.machines, from.node)
+                             : fmt::format("client '{}'", printable_name(from.identity)));
+  return false;
+}
+
 void Master::master_on(const From& from, ctl::PlanAck& m) {
   // A node acks its own part, on its own link (what it lists is expected
   // of it in checkpoints).
-  if (from.node <= 0 || m.node != from.node) {
-    spdlog::warn("{}: dropped an ack of node {}'s plan from {}: not that node's", me(), m.node,
-                 from.node > 0 ? node_name(options_.machines, from.node)
-                               : fmt::format("client '{}'", printable_name(from.identity)));
-    return;
-  }
+  if (!from_node_itself(from, m.node, "an ack of a plan")) return;
   MutexLock lock(phase_mu_);
   if (m.job_id == phase_.job_id && m.phase == phase_.phase) phase_.acks[m.node] = std::move(m);
   phase_cv_.notify_all();
 }
 
-void Master::master_on(const From&, ctl::Done& m) {
+void Master::master_on(const From& from, ctl::Done& m) {
+  // Its error would stop the run, its variables be taken as the node's.
+  if (!from_node_itself(from, m.node, "the end of a run")) return;
   MutexLock lock(phase_mu_);
   if (m.job_id == phase_.job_id && m.phase == phase_.phase) {
     if (!m.error.empty() && local_runtime_)
@@ -176,14 +184,17 @@ void Master::master_on(const From& from, ctl::Stop& m) {
 }
 
 void Master::master_on(const From& from, ctl::Held& m) {
+  if (!from_node_itself(from, m.node, "a hold's answer")) return;
   MutexLock lock(phase_mu_);
-  if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase && from.node == m.node) {
+  if (!phase_.held.empty() && m.job_id == phase_.job_id && m.phase == phase_.phase) {
     phase_.held[m.node] = m.last_begun;
     end_when_held_locked();
   }
 }
 
-void Master::master_on(const From&, ctl::LinkError& m) { link_failed(m.reason); }
+void Master::master_on(const From& from, ctl::LinkError& m) {
+  if (from_node_itself(from, m.node, "a link's failure")) link_failed(m.reason);
+}
 
 void Master::master_on(const From& from, ctl::Heartbeat& m) {
   if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {

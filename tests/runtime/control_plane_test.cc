@@ -297,6 +297,48 @@ TEST_CASE("control plane in one process: a Join that cannot be the node it names
   for (int r = 0; r < 2; ++r) CHECK_MESSAGE(cluster.result(r).ok(), cluster.result(r).to_string());
 }
 
+// A client (which holds a client key, not a node's) cannot speak for a node:
+// the end of a run with an error, a link's failure and a hold's answer
+// claiming node 1 are dropped, and the job runs to its end.
+TEST_CASE("control plane in one process: a client's messages in a node's name are dropped, and the job goes on") {
+  Cluster cluster(2);
+  cluster.start(0);
+  cluster.start(1);
+  TestClient client(cluster.hub(), "client-1");
+  wait_formed(client, 2);
+  ctl::Submit submit;
+  submit.job_text = read_text(testing::source_path("samples/linear_regression/linear_regression.json"));
+  submit.file_name = "linear_regression.json";
+  submit.follow = true;
+  submit.overrides = {"train.steps=20000", "train.log_every=100"};
+  client.send(submit);
+  TestClient forger(cluster.hub(), "forger");
+  bool forged = false;
+  std::optional<ctl::Result> result;
+  for (int n = 0; n < 100000 && !result; ++n) {
+    auto m = client.next();
+    REQUIRE_MESSAGE(m.has_value(), "no answer from the master");
+    if (auto* r = std::get_if<ctl::SubmitReply>(&*m)) REQUIRE_MESSAGE(r->error.empty(), r->error);
+    if (auto* r = std::get_if<ctl::Result>(&*m)) result = *r;
+    if (std::holds_alternative<ctl::Progress>(*m) && !forged) {  // the job runs: phase 0 of job 1
+      ctl::Done done;
+      done.job_id = 1;
+      done.node = 1;
+      done.error = "forged";
+      done.code = Code::kInternal;
+      forger.send(done);
+      forger.send(ctl::LinkError{1, "forged: the data link from node 1 failed"});
+      forger.send(ctl::Held{1, 0, 1, 0});
+      forged = true;
+    }
+  }
+  REQUIRE(forged);
+  REQUIRE(result.has_value());
+  CHECK_MESSAGE(result->error.empty(), result->error);
+  CHECK(nlohmann::json::parse(result->result_json)["steps"] == 20000);
+  shut_down(cluster, client, 2);
+}
+
 TEST_CASE("control plane in one process: a node that never joins is named when the master's join deadline passes") {
   Cluster cluster(3);
   cluster.start(0);
