@@ -81,7 +81,8 @@ struct Encoder {
             fb::CreatePlanPart(b, m.job_id, m.phase, m.tag_base, b.CreateString(m.job_text),
                                b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
                                tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
-                               m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step)
+                               m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step,
+                               b.CreateVector(m.memory_parts))
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const CheckpointWritten& m) {
@@ -263,7 +264,7 @@ StatusOr<Message> decode(std::string_view message) {
       return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), str(m->job_text()), str(m->devices()), m->mode(),
                               m->steps(), m->activation_register_num(), tensors(m->initial_values()),
                               tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace(),
-                              vec(m->members()), m->keep_steps(), m->kept_step()});
+                              vec(m->members()), m->keep_steps(), m->kept_step(), vec(m->memory_parts())});
     }
     case fb::Message::CheckpointWritten: {
       auto m = e->message_as_CheckpointWritten();

@@ -67,6 +67,7 @@ struct PlanPart {
   std::vector<int> members;  // the plan's nodes as machine-list ranks (empty: all)
   bool keep_steps = false;
   int64_t kept_step = -1;    // >= 0: start from this node's memory at this step
+  std::vector<uint64_t> memory_parts;  // node 0's memory follows over the data plane (memory_transfer.h)
 };
 // One actor's acts on a node (runtime/node/node_runtime.h ActorTraceRecord).
 struct ActTrace {

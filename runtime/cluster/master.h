@@ -167,8 +167,6 @@ class Master final : public Agent {
   // (who start from node 0's memory), and the step every node that ran
   // the attempt holds; or why it cannot (then it restarts as without).
   StatusOr<Membership> next_membership(const Membership& ended, int64_t step, int min_nodes);
-  std::string leave_out_unsendable(Membership& next, int64_t job_id, size_t text_bytes, int min_nodes,
-                                   const std::function<void(const std::string&)>& say);
   // Before a live job's first attempt: the nodes up, when some are down.
   void start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
                          const std::function<void(const std::string&)>& say);
@@ -190,10 +188,11 @@ class Master final : public Agent {
   bool wait_for_dones_locked(Clock::time_point deadline, bool keeping) REQUIRES(phase_mu_);
   // The phase's checkpoint reports go nowhere from now on.
   void end_checkpoint_reports();
-  // A node that comes back: `part` (of a plan starting from every node's
-  // memory at its kept_step) with node 0's memory there as its initial
-  // values, encoded.
-  StatusOr<std::string> part_with_memory(ctl::PlanPart part);
+  // What a node that comes back starts from: node 0's memory (every
+  // variable and optimizer state) after `step` steps, as encoded
+  // PlanParts of job `job_id`'s phase `phase` holding only those tensors,
+  // which go over the data plane (memory_transfer.h).
+  StatusOr<std::vector<std::string>> memory_messages(int64_t job_id, int phase, int64_t step);
   static constexpr double kSurvivorsReportSeconds = 15;
   // A job that ends with the loss: how long the others' records may take
   // (they come with their Done, at once after the abort).

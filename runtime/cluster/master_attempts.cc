@@ -171,18 +171,10 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       // A node that comes back from now on is taken back by the next attempt.
       regroup_ = false;
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
-      std::string left_out;  // newcomers whose model cannot be sent
-      if (next.ok())
-        left_out = leave_out_unsendable(*next, queued.id, job_text->ok() ? (*job_text)->size() : 0, min_nodes, say);
       if (next.ok()) {
         std::string back;  // the nodes that start from node 0's memory
         for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
-        if (result.regrouped && back.empty()) {
-          restart.error = fmt::format("{} joined again, and was left out", left_out);
-          restart.failed_at_step = result.steps;
-          say(fmt::format("going on from step {} on the {} node(s) that ran it, each from its own memory",
-                          next->kept_step, next->members.size()));
-        } else if (result.regrouped) {
+        if (result.regrouped) {
           restart.error = fmt::format("{} joined again", back);
           restart.failed_at_step = result.steps;
           say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
@@ -281,40 +273,11 @@ void Master::start_on_nodes_up(Membership& membership, JobRunOptions& options, i
   options.num_nodes = static_cast<int>(membership.members.size());
 }
 
-// Newcomers start from node 0's memory, sent with their part in one
-// control message: a model and optimizer state past --max-message-bytes
-// cannot go, and the job goes on without them while at least min_nodes
-// remain (else the phase fails, naming the size). Returns those left out.
-std::string Master::leave_out_unsendable(Membership& next, int64_t job_id, size_t text_bytes, int min_nodes,
-                                         const std::function<void(const std::string&)>& say) {
-  if (next.newcomers.empty() || next.kept_step < 0) return {};
-  // The part's own fields and the tensors' names: well under a megabyte.
-  constexpr int64_t kPartOverhead = int64_t{1} << 20;
-  const int64_t bytes = kept_.bytes_at(job_id, next.kept_step) + static_cast<int64_t>(text_bytes) + kPartOverhead;
-  const int remaining = static_cast<int>(next.members.size() - next.newcomers.size());
-  if (bytes <= static_cast<int64_t>(options_.max_message_bytes) || remaining < min_nodes) return {};
-  std::string names;
-  for (int r : next.newcomers) names += (names.empty() ? "" : ", ") + node_name(options_.machines, r);
-  say(fmt::format("{} cannot be taken back: node 0's model and optimizer state at step {} ({:.1f} MB with the job) "
-                  "do not fit a control message (--max-message-bytes {}); going on without {}",
-                  names, next.kept_step, static_cast<double>(bytes) / 1e6, options_.max_message_bytes,
-                  next.newcomers.size() == 1 ? "it" : "them"));
-  std::erase_if(next.members, [&](int r) { return std::count(next.newcomers.begin(), next.newcomers.end(), r) > 0; });
-  next.newcomers.clear();
-  return names;
-}
-
 bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& choice, bool live, JobResult& result,
                                 Membership& membership, JobRunOptions& options, BucketRun& run,
                                 StatusOr<std::string>* job_text) {
   regroup_ = false;
   StatusOr<Membership> next = next_membership(membership, result.steps, static_cast<int>(membership.members.size()));
-  if (next.ok())
-    (void)leave_out_unsendable(*next, queued.id, job_text->ok() ? (*job_text)->size() : 0,
-                               static_cast<int>(membership.members.size()), [&](const std::string& line) {
-                                 spdlog::warn("job {}: {}", queued.id, line);
-                                 if (options.on_line) options.on_line(line);
-                               });
   if (!next.ok()) {
     // A node lost as the phase ended: as any lost node, a restart (or,
     // live, the nodes that remain) takes it from here.

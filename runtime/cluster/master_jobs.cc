@@ -19,6 +19,7 @@
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/memory_transfer.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
@@ -209,19 +210,38 @@ bool Master::wait_phase_until(Clock::time_point deadline) {
   return true;
 }
 
-StatusOr<std::string> Master::part_with_memory(ctl::PlanPart part) {
+StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int phase, int64_t step) {
   std::map<std::string, std::vector<float>> values, states;
-  if (Status taken = kept_.values_at(part.job_id, part.kept_step, &values, &states); !taken.ok())
-    return taken.with_context(fmt::format("taking back a node at step {}", part.kept_step));
-  for (auto& [name, v] : values) part.initial_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
-  for (auto& [name, v] : states) part.initial_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
-  part.kept_step = -1;
-  std::string bytes = ctl::encode(part);
-  if (bytes.size() > options_.max_message_bytes)
-    return invalid_argument("the job with the model a node that comes back starts from ({} bytes) does not fit in a "
-                            "control message (--max-message-bytes {})",
-                            bytes.size(), options_.max_message_bytes);
-  return bytes;
+  if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok())
+    return taken.with_context(fmt::format("taking back a node at step {}", step));
+  // Tensors in order, a message each time the next would take one past
+  // kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB).
+  std::vector<std::string> out;
+  ctl::PlanPart memory;
+  size_t held = 0;
+  auto flush = [&] {
+    if (memory.initial_values.empty() && memory.initial_state.empty()) return;
+    memory.job_id = job_id;
+    memory.phase = phase;
+    memory.kept_step = step;
+    out.push_back(ctl::encode(memory));
+    memory = ctl::PlanPart{};
+    held = 0;
+  };
+  auto add = [&](std::vector<ctl::Tensor>& into, const std::string& name, std::vector<float>& v) -> Status {
+    const size_t bytes = v.size() * sizeof(float) + name.size() + 64;
+    if (bytes > kMemoryMessageBytes)
+      return invalid_argument("taking back a node at step {}: '{}' ({} bytes) is larger than one message holds", step,
+                              name, bytes);
+    if (held + bytes > kMemoryMessageBytes) flush();
+    into.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+    held += bytes;
+    return {};
+  };
+  for (auto& [name, v] : values) RILL_RETURN_IF_ERROR(add(memory.initial_values, name, v));
+  for (auto& [name, v] : states) RILL_RETURN_IF_ERROR(add(memory.initial_state, name, v));
+  flush();
+  return out;
 }
 
 void Master::end_checkpoint_reports() {
@@ -345,15 +365,20 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                                      options_.max_message_bytes);
     return report;
   }
-  // Nodes that come back start from the master's memory, sent with their part.
+  // Nodes that come back start from the master's memory, which follows
+  // their part over the data plane (memory_transfer.h).
   std::string newcomer_part;
+  std::vector<std::string> memory;
   if (!membership.newcomers.empty() && kept_step >= 0) {
-    auto with_memory = part_with_memory(std::move(plan_part));
-    if (!with_memory.ok()) {
-      report.status = with_memory.status();
+    auto taken = memory_messages(job_id, phase, kept_step);
+    if (!taken.ok()) {
+      report.status = taken.status();
       return report;
     }
-    newcomer_part = std::move(*with_memory);
+    memory = std::move(*taken);
+    plan_part.kept_step = -1;
+    for (const std::string& m : memory) plan_part.memory_parts.push_back(m.size());
+    newcomer_part = ctl::encode(plan_part);
   }
   for (int r : others) {
     const bool newcomer =
@@ -367,6 +392,16 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   auto abort_all = [&](const std::string& reason) {
     for (int r : others) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
+  for (int r : memory.empty() ? std::vector<int>{} : membership.newcomers)
+    for (const std::string& m : memory) {
+      const auto patience = std::chrono::milliseconds(static_cast<int64_t>(run_options.stall_timeout_s * 1000));
+      if (Status sent = send_memory(*transport_, r, tag_base, m, patience); !sent.ok()) {
+        const std::string failure = fmt::format("{}: {}", node_name(options_.machines, r), sent.message());
+        abort_all(failure);
+        report.status = Status(sent.code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable, failure);
+        return report;
+      }
+    }
   RunOptions local = run_options;
   local.tag_base = tag_base;
   for (auto& [name, values] : carried_for_node(run_options.carried_checkpoint, 0, plan_nodes))

@@ -23,6 +23,7 @@
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/memory_transfer.h"
 #include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
 
@@ -121,6 +122,12 @@ Status NodeAgent::join() {
     const bool got = channel_->receive(std::chrono::milliseconds(50), &in);
     if (const std::string failure = channel_->master_failure(); !failure.empty())
       return Status(Code::kPermissionDenied, fmt::format("{}: cannot join: {}", me, failure));
+    // A master gone before it answered (killed as the cluster formed): a
+    // new process on its port would not have this node's Join anyway.
+    if (channel_->master_closed(kMasterGoneGrace))
+      return Status(Code::kUnavailable, fmt::format("{}: the master {} is lost: its control connection closed, and its "
+                                                    "port refuses, before it answered this node's join",
+                                                    me, node_name(options_.machines, 0)));
     if (!got) continue;
     if (!in.from_master) {  // a status query while joining
       send_router(in.identity,
@@ -323,6 +330,12 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   builder_->post([this, me, node, nodes, part = std::move(m), run = std::move(run), link = links_.load(),
                   checkpointed = std::move(checkpointed)]() mutable {
     if (links_.load() != link) return;  // asked on a link since replaced (join_again)
+    // A node that comes back: node 0's memory first, over the data plane.
+    if (Status memory = take_memory(part, run); !memory.ok()) {
+      post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, fmt::format("{}: {}", me, memory.message()),
+                                  memory.code()});
+      return;
+    }
     const auto start = std::chrono::steady_clock::now();
     auto plan = compile_part(part, node, nodes, roots_, me);
     if (plan.ok())
@@ -365,6 +378,28 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
                                  built.ok() ? Code::kOk : built.status().code(), std::move(carried)});
   });
+}
+
+Status NodeAgent::take_memory(const ctl::PlanPart& part, RunOptions& run) {
+  const auto patience = std::chrono::milliseconds(static_cast<int64_t>(run.stall_timeout_s * 1000));
+  uint64_t total = 0;
+  int64_t step = -1;
+  for (uint64_t bytes : part.memory_parts) {
+    RILL_ASSIGN_OR_RETURN(std::string received, receive_memory(*transport_, part.tag_base, bytes, patience));
+    auto message = ctl::decode(received);
+    if (!message.ok()) return message.status().with_context("node 0's memory");
+    auto* memory = std::get_if<ctl::PlanPart>(&*message);
+    if (memory == nullptr || memory->job_id != part.job_id || memory->phase != part.phase)
+      return data_loss("node 0's memory came for another run than job {} phase {}", part.job_id, part.phase);
+    for (ctl::Tensor& t : memory->initial_values) run.initial_values[t.name] = std::move(t.values);
+    for (ctl::Tensor& t : memory->initial_state) run.initial_state[t.name] = std::move(t.values);
+    total += bytes;
+    step = memory->kept_step;
+  }
+  if (!part.memory_parts.empty())
+    spdlog::info("job {} phase {}: took node 0's memory at step {} ({} bytes) over the data plane", part.job_id,
+                 part.phase, step, total);
+  return {};
 }
 
 // A traced run's acts go back with its Done, unless they would not fit in
@@ -453,6 +488,9 @@ void NodeAgent::worker_on(ctl::Abort& m) {
   if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset(), pending_checkpoint_.reset();
   if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
     running_->abort(Status(Code::kAborted, m.reason));
+  // A part still taking node 0's memory for that phase stops waiting for it.
+  if (auto base = run_tag_base(m.job_id, m.phase); base.ok())
+    transport_->cancel_tags(*base + kMemoryAckTag, *base + kTagsPerRun, m.reason);
 }
 
 // The end of the cluster, or (join_again) the master's word that it took

@@ -87,19 +87,6 @@ const StepKeeper::Version* StepKeeper::version_at(const Piece& piece, int64_t st
   return nullptr;
 }
 
-int64_t StepKeeper::bytes_at(int64_t job, int64_t steps_done) const {
-  MutexLock lock(mu_);
-  if (job != job_) return 0;
-  int64_t floats = 0;
-  for (const Piece& p : pieces_) {
-    const Version* v = version_at(p, steps_done);
-    if (!v) return 0;
-    floats += static_cast<int64_t>(v->model.size());
-    for (const std::vector<float>& s : v->state) floats += static_cast<int64_t>(s.size());
-  }
-  return floats * static_cast<int64_t>(sizeof(float));
-}
-
 Status StepKeeper::values_at(int64_t job, int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                              std::map<std::string, std::vector<float>>* state) const {
   MutexLock lock(mu_);

@@ -63,10 +63,6 @@ class StepKeeper {
   // whole.
   Status values_at(int64_t job, int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                    std::map<std::string, std::vector<float>>* state) const;
-  // The bytes of what this node holds of job `job` after `steps_done`
-  // steps (its pieces' values and optimizer state, as floats), without
-  // copying them; 0 when it holds none of that step.
-  int64_t bytes_at(int64_t job, int64_t steps_done) const;
 
  private:
   struct Version {

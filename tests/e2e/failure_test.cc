@@ -503,12 +503,13 @@ TEST_CASE("a master that dies mid-job: the client and the other agents say so, a
 TEST_CASE("a master killed as the cluster forms: node 1 ends at once, by its closed connection") {
   auto dir = temp_dir();
   const std::string machines = "127.0.0.1:19316,127.0.0.2:19316";
-  Agent master("--machines " + machines + " --rank 0 --http off", (dir / "f0.log").string());
-  Agent node("--machines " + machines + " --rank 1 --dead-after 120 --link-timeout 240", (dir / "f1.log").string());
+  Agent master("--machines " + machines + " --rank 0 --http off", (dir / "g0.log").string());
+  Agent node("--machines " + machines + " --rank 1 --dead-after 120 --link-timeout 240", (dir / "g1.log").string());
   REQUIRE(wait_for([&] { return master.output().find("cluster of 2 node(s) formed") != std::string::npos; }, 60));
   kill(master.pid, SIGKILL);
   const int code = node.wait(60);
   INFO(node.output());
+  INFO(master.output());
   CHECK(code == 1);
   const std::string out = node.output();
   CHECK(out.find("the master node 0 (127.0.0.1:19316) is lost: its") != std::string::npos);

@@ -49,10 +49,6 @@ TEST_CASE("step keeper: the steps every piece holds, whole variables, values at 
   values.clear(), state.clear();
   REQUIRE(keeper.values_at(1, 6, &values, &state).ok());
   CHECK(values["w"] == std::vector<float>{100, 101, 110, 111});
-  // Its size without a copy: 3 pieces of 2 values and 2 of momentum.
-  CHECK(keeper.bytes_at(1, 6) == 3 * 4 * static_cast<int64_t>(sizeof(float)));
-  CHECK(keeper.bytes_at(1, 4) == 0);  // no piece holds step 4
-  CHECK(keeper.bytes_at(2, 6) == 0);  // another job's
   // Step 7 on one piece overwrites its step 5: only 6 is common, and 5 is gone.
   keep(b, 7, 130.0f);
   CHECK(*keeper.steps() == std::make_pair<int64_t, int64_t>(6, 6));
