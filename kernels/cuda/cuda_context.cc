@@ -477,7 +477,6 @@ extern "C" const rill::CudaModule* rill_cuda_module() {
     m.shared_close = rill::shared_gpu::close;
     m.shared_reduce = rill::shared_gpu::reduce;
 #ifdef RILL_WITH_NCCL
-    m.nccl_usable = rill::nccl::usable;
     m.nccl_unique_id = rill::nccl::make_id;
     m.nccl_init = rill::nccl::init;
     m.nccl_abort = rill::nccl::abort;

@@ -33,7 +33,6 @@ struct CudaModule {
   int64_t (*graph_replays)() = nullptr;
   int64_t (*device_bytes_peak)() = nullptr;
   // Null in a module built without NCCL.
-  Status (*nccl_usable)() = nullptr;
   StatusOr<NcclComm::Id> (*nccl_unique_id)() = nullptr;
   StatusOr<std::vector<std::unique_ptr<NcclComm>>> (*nccl_init)(const NcclComm::Id& id, int world,
                                                                 std::span<const int> ranks,

@@ -13,7 +13,6 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/nccl_comm.h"
-#include "kernels/cuda/nccl_version.h"
 
 namespace rill::nccl {
 namespace {
@@ -352,12 +351,6 @@ void abort(std::span<NcclComm* const> comms) {
   for (NcclComm* c : comms)
     if (auto* comm = dynamic_cast<Comm*>(c)) mine.push_back(comm);
   Comm::abort_together(mine);
-}
-
-Status usable() {
-  int found = 0;
-  RILL_RETURN_IF_ERROR(nccl_status(ncclGetVersion(&found), "ncclGetVersion", "NCCL's version"));
-  return nccl_version_usable(found, NCCL_VERSION_CODE);
 }
 
 StatusOr<NcclComm::Id> make_id() {

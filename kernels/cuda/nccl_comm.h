@@ -81,9 +81,12 @@ class NcclComm {
   virtual void abort() = 0;
 };
 
-// Whether this process's CUDA module has NCCL it can use: a module built
-// where libnccl was not found has none, and a machine's libnccl older than
-// the calls the module makes is refused (kernels/cuda/nccl_version.h).
+// Whether this process's CUDA module has NCCL (a module built where libnccl
+// was not found has none). The module links libnccl.so.2: a machine whose
+// libnccl lacks a call it makes (older than 2.14) fails the module's load,
+// which names the missing symbol. ncclConfig_t is read by NCCL 2.14+ by
+// its size and version, so a module built against a newer header (2.28.9)
+// runs with an older 2.14+ library (2.28.3 declares the same struct).
 bool nccl_available();
 
 // Why NCCL cannot be used in this process, or "" when it can.
@@ -118,7 +121,6 @@ void nccl_abort(std::span<NcclComm* const> comms);
 // The module's own (nccl_comm.cc), which the ones above reach through its
 // table (cuda_module.h).
 namespace nccl {
-Status usable();  // the machine's libnccl against the header it was built with
 StatusOr<NcclComm::Id> make_id();
 StatusOr<std::vector<std::unique_ptr<NcclComm>>> init(const NcclComm::Id& id, int world, std::span<const int> ranks,
                                                      std::span<const int> devices, std::chrono::milliseconds timeout,

@@ -145,6 +145,11 @@ void report(JobRun& run) {
                          : fmt::format("done: {} steps in {:.2f} s, {:.0f} samples/s, final loss {:.6g}",
                                        result.steps - result.start_step, result.train_seconds,
                                        result.samples_per_sec, result.final_loss);
+  if (options.start_from_memory >= 0 && result.start_step == result.steps && !result.interrupted)
+    // An attempt after the training (a node lost in the eval): its figures
+    // are the earlier attempt's, joined by the master.
+    done = fmt::format("done: {} steps, trained before a node was lost; the model from node 0's memory",
+                       result.steps);
   if (result.checkpoints_written > 0) {
     // What is there now (keep removed the older ones), not how many were written.
     const std::vector<int64_t> kept = checkpoint_steps(job.checkpoint.dir);

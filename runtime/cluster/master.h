@@ -168,7 +168,7 @@ class Master final : public Agent {
   // the attempt holds; or why it cannot (then it restarts as without).
   StatusOr<Membership> next_membership(const Membership& ended, int64_t step, int min_nodes);
   // Before a live job's first attempt: the nodes up, when some are down.
-  void start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
+  void start_on_nodes_up(const graph::Job& job, Membership& membership, JobRunOptions& options, int min_nodes,
                          const std::function<void(const std::string&)>& say);
   // Waits until no node is lost, for up to `seconds`; the lost nodes' names
   // when some still are.
@@ -193,6 +193,9 @@ class Master final : public Agent {
   // PlanParts of job `job_id`'s phase `phase` holding only those tensors,
   // which go over the data plane (memory_transfer.h).
   StatusOr<std::vector<std::string>> memory_messages(int64_t job_id, int phase, int64_t step);
+  // Sends `memory` to every newcomer over the data plane, at once (job thread).
+  Status send_memory_to(const std::vector<int>& newcomers, uint64_t tag_base, const std::vector<std::string>& memory,
+                        double patience_s);
   static constexpr double kSurvivorsReportSeconds = 15;
   // A job that ends with the loss: how long the others' records may take
   // (they come with their Done, at once after the abort).

@@ -113,7 +113,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   std::optional<JobResult> trained;
   membership = everyone;
   membership.keep_steps = live || sizing_buckets;
-  if (live) start_on_nodes_up(membership, options, min_nodes, say);
+  if (live) start_on_nodes_up(queued.job, membership, options, min_nodes, say);
   kept_by_node_.clear();  // another job's
   std::vector<JobRestart> restarts;
   std::vector<std::pair<int64_t, int>> nodes_from_step;
@@ -207,6 +207,26 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         board_.job_restarted(queued.id);
         continue;
       }
+      if (result.regrouped && next.status().code() == Code::kFailedPrecondition && !membership.members.empty()) {
+        // The node that came back cannot be taken (its layout splits
+        // variables across nodes): the nodes that ran go on as they were,
+        // each from its own memory, with the plan they had.
+        say(fmt::format("cannot take back the node that came back ({}): going on from step {} on the {} node(s) "
+                        "that ran it",
+                        next.status().message(), result.steps, membership.members.size()));
+        restart.error = fmt::format("a node joined again and could not be taken back: {}", next.status().message());
+        restart.failed_at_step = result.steps;
+        restart.from_memory = true;
+        restart.nodes = static_cast<int>(membership.members.size());
+        membership.kept_step = result.steps;
+        membership.newcomers.clear();
+        options.start_from_memory = result.steps;
+        options.resume.clear();
+        whole_at = failed_at;
+        restarts.push_back(std::move(restart));
+        board_.job_restarted(queued.id);
+        continue;
+      }
       if (next.status().code() != Code::kNotFound)
         say(fmt::format("cannot go on {}: {}",
                         result.regrouped ? "with the node that came back" : "without the lost node",
@@ -255,9 +275,15 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
 
 // A live job submitted while nodes are down starts on the nodes up, at
 // least min_nodes of them with node 0, and takes the others back at a step
-// boundary when their agents come back, as it would after losing them.
-void Master::start_on_nodes_up(Membership& membership, JobRunOptions& options, int min_nodes,
+// boundary when their agents come back, as it would after losing them. Not
+// a layout that splits its variables across nodes by design (pipeline
+// stages, parameter servers, ZeRO, placements of their own): it waits for
+// every node as before.
+void Master::start_on_nodes_up(const graph::Job& job, Membership& membership, JobRunOptions& options, int min_nodes,
                                const std::function<void(const std::string&)>& say) {
+  if (job.pipeline || job.pserver_mode() || job.train.zero || !job.groups.empty()) return;
+  for (const graph::Variable& v : job.variables)
+    if (v.placement) return;
   std::vector<int> up;
   std::string down;
   {

@@ -145,7 +145,7 @@ void Master::run_queued(QueuedJob queued) {
                        global_batch);
     board_.job_plan(queued.id, plan_to_draw(queued.job, options.devices, world_, steps));
   };
-  spdlog::info("job {} ('{}') starts on {} node(s)", queued.id, queued.job.name, world_);
+  spdlog::info("job {} ('{}') submitted to a cluster of {} node(s)", queued.id, queued.job.name, world_);
   JobResult result;
   if (distributed.ok() && queued.job.distributed && queued.job.distributed->print_log) {
     auto cluster = compiler::parse_devices(options.devices, world_);
@@ -242,6 +242,33 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
   for (auto& [name, v] : states) RILL_RETURN_IF_ERROR(add(memory.initial_state, name, v));
   flush();
   return out;
+}
+
+Status Master::send_memory_to(const std::vector<int>& newcomers, uint64_t tag_base,
+                              const std::vector<std::string>& memory, double patience_s) {
+  if (memory.empty()) return {};
+  // To every newcomer at once: a later one waits for none of the others.
+  const auto patience = std::chrono::milliseconds(static_cast<int64_t>(patience_s * 1000));
+  std::vector<Status> sent(newcomers.size());
+  std::vector<std::thread> senders;
+  for (size_t i = 0; i < newcomers.size(); ++i)
+    senders.emplace_back([&, i] {
+      for (const std::string& m : memory)
+        if (sent[i] = send_memory(*transport_, newcomers[i], tag_base, m, patience); !sent[i].ok()) return;
+    });
+  for (std::thread& t : senders) t.join();
+  for (size_t i = 0; i < newcomers.size(); ++i) {
+    if (sent[i].ok()) continue;
+    const std::string failure = fmt::format("{}: {}", node_name(options_.machines, newcomers[i]), sent[i].message());
+    // A newcomer gone mid-transfer: its loss, once the agent's loop has
+    // seen it, lets the job go on without it (as any lost node).
+    MutexLock lock(phase_mu_);
+    const auto deadline = now() + std::chrono::seconds(5);
+    while (phase_.lost.empty() && transport_->peer_lost(newcomers[i]) && wait_phase_until(deadline)) {
+    }
+    return Status(sent[i].code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable, failure);
+  }
+  return {};
 }
 
 void Master::end_checkpoint_reports() {
@@ -379,6 +406,8 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     plan_part.kept_step = -1;
     for (const std::string& m : memory) plan_part.memory_parts.push_back(m.size());
     newcomer_part = ctl::encode(plan_part);
+    // Open now: a newcomer says it is ready as soon as its part comes.
+    transport_->accept_tags(tag_base, tag_base + kTagsPerRun);
   }
   for (int r : others) {
     const bool newcomer =
@@ -392,16 +421,12 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   auto abort_all = [&](const std::string& reason) {
     for (int r : others) post_to_node(r, ctl::Abort{job_id, phase, reason});
   };
-  for (int r : memory.empty() ? std::vector<int>{} : membership.newcomers)
-    for (const std::string& m : memory) {
-      const auto patience = std::chrono::milliseconds(static_cast<int64_t>(run_options.stall_timeout_s * 1000));
-      if (Status sent = send_memory(*transport_, r, tag_base, m, patience); !sent.ok()) {
-        const std::string failure = fmt::format("{}: {}", node_name(options_.machines, r), sent.message());
-        abort_all(failure);
-        report.status = Status(sent.code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable, failure);
-        return report;
-      }
-    }
+  if (Status sent = send_memory_to(membership.newcomers, tag_base, memory, run_options.stall_timeout_s); !sent.ok()) {
+    abort_all(sent.message());
+    report.status = sent;
+    return report;
+  }
+  memory = {};  // the phase may run long: not held meanwhile
   RunOptions local = run_options;
   local.tag_base = tag_base;
   for (auto& [name, values] : carried_for_node(run_options.carried_checkpoint, 0, plan_nodes))

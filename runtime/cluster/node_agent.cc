@@ -332,6 +332,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     if (links_.load() != link) return;  // asked on a link since replaced (join_again)
     // A node that comes back: node 0's memory first, over the data plane.
     if (Status memory = take_memory(part, run); !memory.ok()) {
+      if (links_.load() != link) return;
       post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, fmt::format("{}: {}", me, memory.message()),
                                   memory.code()});
       return;

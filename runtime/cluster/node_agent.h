@@ -47,8 +47,8 @@ class NodeAgent final : public Agent {
   // The handling of each message type from the master: one overload per
   // type and no catch-all, as the master's.
   void worker_on(ctl::PlanPart& m);
-  // A node that comes back (part.memory_bytes > 0): node 0's memory over
-  // the data plane, into `run`'s initial values and state.
+  // A node that comes back (part.memory_parts not empty): node 0's memory
+  // over the data plane, into `run`'s initial values and state.
   Status take_memory(const ctl::PlanPart& part, RunOptions& run);
   void worker_on(ctl::Start& m);
   void worker_on(ctl::Abort& m);

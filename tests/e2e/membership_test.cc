@@ -409,7 +409,7 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
       [&] { return master.output().find("node 2 (127.0.0.3:19894) lost") != std::string::npos; }, 30));
   auto client = rill::Client::connect("127.0.0.1:19894", 30);
   REQUIRE(client.ok());
-  constexpr int64_t kSteps = 200;
+  constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
   Lines lines;
@@ -494,6 +494,7 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
   CHECK(result["nodes_from_step"] ==
         nlohmann::json::parse(R"([{"from_step": 0, "nodes": 3}])"));
   CHECK(lines.has("training done at step 30: the eval runs on the 2 node(s) that remain"));
+  CHECK(lines.has("done: 30 steps, trained before a node was lost; the model from node 0's memory"));
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
@@ -511,7 +512,7 @@ TEST_CASE("a node back takes node 0's memory over the data plane, past what a co
   auto two = std::make_unique<Agent>(args + "2", (dir / "l2.log").string());
   auto client = rill::Client::connect("127.0.0.1:19908", 30);
   REQUIRE(client.ok());
-  constexpr int64_t kSteps = 150;
+  constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
   Lines lines;

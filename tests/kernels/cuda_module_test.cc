@@ -8,7 +8,6 @@
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/nccl_comm.h"
-#include "kernels/cuda/nccl_version.h"
 #include "kernels/cuda_kernels.h"
 
 namespace rill {
@@ -32,28 +31,6 @@ TEST_CASE("asking for a GPU loads the CUDA module, which names the devices this 
 #endif
   const bool unknown = find_cuda_kernel("no_such_op") != nullptr;
   CHECK_FALSE(unknown);
-}
-
-TEST_CASE("NCCL's version codes are named in both of NCCL's encodings") {
-  CHECK(nccl_version_name(22803) == "2.28.3");
-  CHECK(nccl_version_name(22809) == "2.28.9");
-  CHECK(nccl_version_name(21400) == "2.14.0");
-  CHECK(nccl_version_name(2803) == "2.8.3");  // before 2.9: major * 1000
-  CHECK(nccl_version_name(30001) == "3.0.1");
-  CHECK(nccl_version_name(0).find("unknown") != std::string::npos);
-}
-
-TEST_CASE("a machine's libnccl is used when it has every call the module makes, older or newer than its header") {
-  CHECK(nccl_version_usable(22803, 22809).ok());  // the GPU machine's 2.28.3 under a 2.28.9 header
-  CHECK(nccl_version_usable(22809, 22803).ok());
-  CHECK(nccl_version_usable(21400, 22809).ok());
-  CHECK(nccl_version_usable(30000, 22809).ok());
-  const Status old = nccl_version_usable(21304, 22809);
-  REQUIRE_FALSE(old.ok());
-  CHECK(old.code() == Code::kUnavailable);
-  CHECK(old.message() == "NCCL: this machine's libnccl is 2.13.4, and Rill needs 2.14.0 or newer (its CUDA module "
-                         "was built against 2.28.9)");
-  CHECK(nccl_version_usable(2803, 22809).message().find("libnccl is 2.8.3,") != std::string::npos);
 }
 
 TEST_CASE("whether NCCL can be used is said with its reason") {

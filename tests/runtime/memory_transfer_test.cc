@@ -40,7 +40,7 @@ TEST_CASE("node 0's memory reaches a newcomer whole, at every size around a chun
   }
 }
 
-TEST_CASE("a newcomer that never says it is ready, or goes, is named by node 0 within its patience") {
+TEST_CASE("a newcomer that never says it is ready, or is gone, is named by node 0 within its patience") {
   auto transports = comm::make_inproc_transports(2);
   const std::string memory = pattern(3 * kMemoryChunkBytes);
   const auto start = std::chrono::steady_clock::now();
@@ -49,7 +49,7 @@ TEST_CASE("a newcomer that never says it is ready, or goes, is named by node 0 w
   CHECK(sent.message().find("node 0's memory (3145728 bytes) to rank 1: waiting for it to be ready") !=
         std::string::npos);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
-  // Gone once it took the first window: the next ack never comes.
+  // Gone before it said ready: node 0 is not kept waiting past its patience.
   transports[1]->close();
   Status after_close = send_memory(*transports[0], 1, uint64_t{2} << 20, memory, milliseconds(200));
   CHECK_FALSE(after_close.ok());
