@@ -33,7 +33,6 @@ StatusOr<uint64_t> receive_count(comm::Transport& transport, int from, uint64_t 
 Status send_memory(comm::Transport& transport, int to, uint64_t tag_base, std::string_view bytes,
                    std::chrono::milliseconds patience) {
   const std::string what = fmt::format("node 0's memory ({} bytes) to rank {}", bytes.size(), to);
-  transport.accept_tags(tag_base, tag_base + kTagsPerRun);  // its acks: the phase's, about to run here
   std::vector<std::byte> reply, chunk;
   auto ready = receive_count(transport, to, tag_base + kMemoryAckTag, comm::Clock::now() + patience, &reply);
   if (!ready.ok()) return ready.status().with_context(what + ": waiting for it to be ready");

@@ -35,7 +35,9 @@ inline constexpr int kMemoryWindow = 16;
 inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
 
 // Node 0: sends `bytes` to rank `to` once it is ready (every chunk
-// acknowledged before it returns), the tags of the phase at `tag_base`.
+// acknowledged before it returns), the tags of the phase at `tag_base`,
+// which node 0 opened before the newcomer's part went (its ready may come
+// at once).
 Status send_memory(comm::Transport& transport, int to, uint64_t tag_base, std::string_view bytes,
                    std::chrono::milliseconds patience);
 

@@ -20,74 +20,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint_values.h"
+#include "membership_util.h"
 #include "process_util.h"
 
 #include "runtime/cluster/client.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using rill::testing::Agent;
 using rill::testing::read_text;
 using rill::testing::root;
-
-std::string model_bytes(const std::filesystem::path& checkpoint_dir, int64_t step) {
-  return rill::testing::checkpoint_values(checkpoint_dir, step);
-}
-
-// Progress lines of a submitted job, and a wait for one of them.
-struct Lines {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  void add(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mu);
-    lines.push_back(line);
-  }
-  bool has(const std::string& text) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const std::string& l : lines)
-      if (l.find(text) != std::string::npos) return true;
-    return false;
-  }
-  bool wait_for(const std::string& text, double seconds) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < deadline && !has(text)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return has(text);
-  }
-  std::string all() {
-    std::lock_guard<std::mutex> lock(mu);
-    std::string out;
-    for (const std::string& l : lines) out += l + "\n";
-    return out;
-  }
-};
-
-// Polls `done` every 20 ms for at most `seconds`.
-bool until(const std::function<bool()>& done, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
-}
-
-// A folder of this test's own, empty.
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = rill::testing::temp_dir("rill-membership-") / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-// `steps` steps of a job, a progress line each, checkpointed at its end only.
-rill::SubmitOptions options_for(const std::filesystem::path& checkpoints, int64_t steps) {
-  rill::SubmitOptions options;
-  options.steps = steps;
-  options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
-  return options;
-}
+using namespace rill::testing::membership;
 
 }  // namespace
 
@@ -388,167 +331,6 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   (void)(*client2)->shutdown();
   CHECK(master.wait(15) == 0);
   CHECK(master2.wait(15) == 0);
-}
-
-// A node down when a live job is submitted (killed before, declared lost):
-// the job starts on the nodes up instead of failing its first attempt, and
-// takes the node back at a step boundary once its agent is started again,
-// from node 0's memory, as after a loss.
-TEST_CASE("a job submitted while a node is down starts on the nodes up, and takes it back when it comes") {
-  const auto dir = fresh_dir("start-short");
-  const std::string machines = "127.0.0.1:19894,127.0.0.2:19894,127.0.0.3:19894";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "s0.log").string());
-  Agent one(args + "1", (dir / "s1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "s2.log").string());
-  REQUIRE(until(
-      [&] { return master.output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
-  kill(two->pid, SIGKILL);
-  two->wait(10);
-  REQUIRE(until(
-      [&] { return master.output().find("node 2 (127.0.0.3:19894) lost") != std::string::npos; }, 30));
-  auto client = rill::Client::connect("127.0.0.1:19894", 30);
-  REQUIRE(client.ok());
-  constexpr int64_t kSteps = 400;
-  rill::SubmitOptions options = options_for(dir / "live", kSteps);
-  options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool back = false;
-  std::thread restarter([&] {
-    if (!lines.wait_for("step     20/", 120)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "s2-again.log").string());
-    back = true;
-  });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
-  restarter.join();
-  REQUIRE(live.ok());
-  INFO(lines.all());
-  INFO(live->result_json);
-  REQUIRE(back);
-  REQUIRE(live->status.ok());
-  CHECK(lines.has("node 2 (127.0.0.3:19894) down: starting on the 2 node(s) up"));
-  auto result = nlohmann::json::parse(live->result_json);
-  REQUIRE(result["restarts"].size() == 1);
-  const auto& joined = result["restarts"][0];
-  CHECK(joined["error"] == "node 2 (127.0.0.3:19894) joined again");
-  CHECK(joined["from"] == "memory");
-  CHECK(joined["nodes"] == 3);
-  CHECK(joined["steps_lost"] == 0);
-  const int64_t grown = joined["resumed_from_step"].get<int64_t>();
-  CHECK(grown >= 20);
-  CHECK(grown < kSteps);
-  CHECK(result["nodes_from_step"] ==
-        nlohmann::json::parse(
-            fmt::format(R"([{{"from_step": 0, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])", grown)));
-  CHECK(!model_bytes(dir / "live", kSteps).empty());
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
-}
-
-// A node lost once training is done (in the eval pass, or as the training
-// phase ends): nothing is left to train, so the nodes that remain run what
-// follows training (the eval) with the trained model from node 0's memory,
-// and the result keeps the training's figures. The eval's batch of 6 makes
-// it long enough (1666 steps) for the kill to land in it.
-TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trained model from node 0's memory") {
-  const auto dir = fresh_dir("eval-loss");
-  const std::string machines = "127.0.0.1:19896,127.0.0.2:19896,127.0.0.3:19896";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "e0.log").string());
-  Agent one(args + "1", (dir / "e1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "e2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19896", 30);
-  REQUIRE(client.ok());
-  constexpr int64_t kSteps = 30;
-  rill::SubmitOptions options = options_for(dir / "live", kSteps);
-  options.overrides.push_back("eval.batch_size=6");
-  options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    // Once node 2 has its part of the eval (phase 1), training is done.
-    if (!until([&] { return two->output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
-    kill(two->pid, SIGKILL);
-    killed = true;
-  });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
-  killer.join();
-  REQUIRE(live.ok());
-  INFO(lines.all());
-  INFO(live->result_json);
-  REQUIRE(killed);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
-  REQUIRE(result["restarts"].size() == 1);
-  CHECK(result["restarts"][0]["from"] == "memory");
-  CHECK(result["restarts"][0]["nodes"] == 2);
-  CHECK(result["restarts"][0]["steps_lost"] == 0);
-  CHECK(result["steps"] == kSteps);
-  CHECK(result.value("start_step", int64_t{0}) == 0);
-  CHECK(result["final_loss"].is_number());
-  CHECK(result["train_metrics"].contains("accuracy"));
-  CHECK(result["eval_samples"] == 9996);  // 1666 whole batches of 6
-  CHECK(result["metrics"]["accuracy"].get<double>() > 0.5);  // 30 steps of the MLP: about 0.7
-  CHECK(result["nodes_from_step"] ==
-        nlohmann::json::parse(R"([{"from_step": 0, "nodes": 3}])"));
-  CHECK(lines.has("training done at step 30: the eval runs on the 2 node(s) that remain"));
-  CHECK(lines.has("done: 30 steps, trained before a node was lost; the model from node 0's memory"));
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
-}
-
-// A newcomer starts from node 0's memory, which goes over the data plane in
-// chunks, not in its part: a model and optimizer state past
-// --max-message-bytes (the MLP's 5.4 MB against 4 MiB here) still reach it,
-// and it joins (the control message it used to go in would not take them).
-TEST_CASE("a node back takes node 0's memory over the data plane, past what a control message holds") {
-  const auto dir = fresh_dir("left-out");
-  const std::string machines = "127.0.0.1:19908,127.0.0.2:19908,127.0.0.3:19908";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --max-message-bytes 4194304 --rank ";
-  Agent master(args + "0", (dir / "l0.log").string());
-  Agent one(args + "1", (dir / "l1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "l2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19908", 30);
-  REQUIRE(client.ok());
-  constexpr int64_t kSteps = 400;
-  rill::SubmitOptions options = options_for(dir / "live", kSteps);
-  options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool back = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     20/", 120)) return;
-    kill(two->pid, SIGKILL);
-    two->wait(10);
-    if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     40/", 60)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "l2-again.log").string());
-    back = true;
-  });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
-  killer.join();
-  REQUIRE(live.ok());
-  INFO(lines.all());
-  INFO(live->result_json);
-  REQUIRE(back);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
-  CHECK(result["steps"] == kSteps);
-  REQUIRE(result["restarts"].size() == 2);
-  CHECK(result["restarts"][1]["error"] == "node 2 (127.0.0.3:19908) joined again");
-  CHECK(result["restarts"][1]["nodes"] == 3);
-  CHECK(result["restarts"][1]["steps_lost"] == 0);
-  const int64_t grown = result["restarts"][1]["resumed_from_step"].get<int64_t>();
-  CHECK(result["nodes_from_step"].back() == nlohmann::json::parse(fmt::format(R"({{"from_step": {}, "nodes": 3}})", grown)));
-  // 669,706 weights and as many momenta: past the 4 MiB a message may hold.
-  const std::string log = two->output(), said = fmt::format("took node 0's memory at step {} (", grown);
-  INFO(log);
-  const size_t at = log.find(said);
-  REQUIRE(at != std::string::npos);
-  CHECK(std::stoll(log.substr(at + said.size())) > 4194304);
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
 }
 
 // The seeds' linear regression on `rill run --nodes 3 --min-nodes 2

@@ -1,0 +1,77 @@
+// What the membership suites share: a job's progress lines, a folder of
+// each case's own, and the options of a checkpointed run.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint_values.h"
+#include "process_util.h"
+#include "runtime/cluster/client.h"
+
+namespace rill::testing::membership {
+
+using Clock = std::chrono::steady_clock;
+inline std::string model_bytes(const std::filesystem::path& checkpoint_dir, int64_t step) {
+  return rill::testing::checkpoint_values(checkpoint_dir, step);
+}
+
+// Progress lines of a submitted job, and a wait for one of them.
+struct Lines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  void add(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  }
+  bool has(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const std::string& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+  bool wait_for(const std::string& text, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < deadline && !has(text)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return has(text);
+  }
+  std::string all() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string out;
+    for (const std::string& l : lines) out += l + "\n";
+    return out;
+  }
+};
+
+// Polls `done` every 20 ms for at most `seconds`.
+inline bool until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+// A folder of this test's own, empty.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = rill::testing::temp_dir("rill-membership-") / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `steps` steps of a job, a progress line each, checkpointed at its end only.
+inline rill::SubmitOptions options_for(const std::filesystem::path& checkpoints, int64_t steps) {
+  rill::SubmitOptions options;
+  options.steps = steps;
+  options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
+  return options;
+}
+
+}  // namespace rill::testing::membership
