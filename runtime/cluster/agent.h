@@ -73,6 +73,10 @@ struct AgentOptions {
   ControlFault fault;             // tests only
   int control_send_hwm = 0;       // tests only: ZeroMQ's send high-water mark on control sockets (0: its default)
   double checkpoint_write_delay_s = 0;  // tests only: the master's checkpoint writes take this much longer
+  // Tests only: the master's job thread calls it as each phase of a job
+  // begins, before the phase's nodes are looked at (a node that comes back
+  // while an attempt compiles).
+  std::function<void(int64_t job, int phase)> before_phase;
   // The master's HTTP endpoint (/metrics, /api/status, /api/jobs/ID):
   // "ADDRESS:PORT", or "off". Empty: kDefaultHttp, and a port in use there
   // only costs a warning.

@@ -33,9 +33,20 @@ Status Agent::place_run(int64_t job, const std::vector<int>& members, bool keep_
       run.transport = group.get();
     }
   }
-  if (kept_step >= 0) {
+  // From this node's memory: the model whole, for any plan; else (a layout
+  // that splits variables across nodes, going on as it ran) each piece the
+  // run's plan gives this node, as it kept it.
+  const bool whole = kept_.whole();
+  if (kept_step >= 0 && whole) {
     Status taken = kept_.values_at(job, kept_step, &run.initial_values, &run.initial_state);
     if (!taken.ok()) return taken.with_context(fmt::format("starting from {}'s memory at step {}", me(), kept_step));
+  }
+  if (kept_step >= 0 && !whole) {
+    if (!keep_steps)
+      return invalid_argument("{}: starting from its own pieces in memory at step {} needs the run to keep steps",
+                              me(), kept_step);
+    run.start_from_kept = kept_step;
+    run.keeper_job = job;
   }
   if (keep_steps) kept_.begin_run(job, std::move(variables), start_step);
   run.keeper = keep_steps ? &kept_ : nullptr;

@@ -290,6 +290,10 @@ class Master final : public Agent {
 
   // The job thread's: what each member kept when the last training phase ended (by rank).
   std::map<int, KeptSteps> kept_by_node_;
+  // Nodes the running live job could not take back (its layout splits
+  // variables), by rank, with the agent's incarnation then: a phase leaves
+  // them out until that node's agent joins again.
+  std::map<int, int64_t> refused_back_ GUARDED_BY(phase_mu_);
 
   // Shared by the loop thread and the job thread.
   Mutex phase_mu_;

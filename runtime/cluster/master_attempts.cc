@@ -115,6 +115,10 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   membership.keep_steps = live || sizing_buckets;
   if (live) start_on_nodes_up(queued.job, membership, options, min_nodes, say);
   kept_by_node_.clear();  // another job's
+  {
+    MutexLock lock(phase_mu_);
+    refused_back_.clear();
+  }
   std::vector<JobRestart> restarts;
   std::vector<std::pair<int64_t, int>> nodes_from_step;
   Clock::time_point whole_at{};
@@ -214,6 +218,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         say(fmt::format("cannot take back the node that came back ({}): going on from step {} on the {} node(s) "
                         "that ran it",
                         next.status().message(), result.steps, membership.members.size()));
+        {
+          MutexLock lock(phase_mu_);
+          for (int r = 0; r < world_; ++r)
+            if (!lost_[r] && !membership.member(r)) refused_back_[r] = incarnation_[r];
+        }
         restart.error = fmt::format("a node joined again and could not be taken back: {}", next.status().message());
         restart.failed_at_step = result.steps;
         restart.from_memory = true;

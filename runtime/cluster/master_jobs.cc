@@ -215,7 +215,9 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
   if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok())
     return taken.with_context(fmt::format("taking back a node at step {}", step));
   // Tensors in order, a message each time the next would take one past
-  // kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB).
+  // kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB) or what the
+  // agents take in one message.
+  const size_t most = std::min(kMemoryMessageBytes, options_.max_message_bytes);
   std::vector<std::string> out;
   ctl::PlanPart memory;
   size_t held = 0;
@@ -230,10 +232,11 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
   };
   auto add = [&](std::vector<ctl::Tensor>& into, const std::string& name, std::vector<float>& v) -> Status {
     const size_t bytes = v.size() * sizeof(float) + name.size() + 64;
-    if (bytes > kMemoryMessageBytes)
-      return invalid_argument("taking back a node at step {}: '{}' ({} bytes) is larger than one message holds", step,
-                              name, bytes);
-    if (held + bytes > kMemoryMessageBytes) flush();
+    if (bytes > most)
+      return invalid_argument("taking back a node at step {}: '{}' ({} bytes) is larger than one message holds ({} "
+                              "bytes; --max-message-bytes {})",
+                              step, name, bytes, most, options_.max_message_bytes);
+    if (held + bytes > most) flush();
     into.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
     held += bytes;
     return {};
@@ -337,6 +340,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     Master* master;
     ~EndReports() { master->end_checkpoint_reports(); }
   } end_reports{this};
+  if (options_.before_phase) options_.before_phase(job_id, phase);
   {
     MutexLock lock(phase_mu_);
     phase_ = PhaseState{job_id, phase, {}, {}, {}, plan.on_checkpoint};
@@ -358,6 +362,19 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
       report.status = Status(Code::kUnavailable, phase_.lost);
       return report;
     }
+    // A node that came back after this attempt's nodes were chosen (while
+    // it compiled) is up and not in it: as when one comes back mid-phase,
+    // the phase ends at its first step boundary and the next takes it in.
+    if (keeping && !regroup_)
+      for (int r = 1; r < world_; ++r) {
+        auto refused = refused_back_.find(r);
+        if (lost_[r] || phase_.member(r) || (refused != refused_back_.end() && refused->second == incarnation_[r]))
+          continue;
+        spdlog::info("job {}: {} came back while this attempt compiled; it joins the training at the first step "
+                     "boundary",
+                     job_id, node_name(options_.machines, r));
+        regroup_ = true;
+      }
   }
   std::vector<ctl::Tensor> initial, state;
   for (const auto& [name, values] : run_options.initial_values) initial.push_back(ctl::Tensor{name, {}, {}, {}, values});

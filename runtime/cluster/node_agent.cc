@@ -398,8 +398,8 @@ Status NodeAgent::take_memory(const ctl::PlanPart& part, RunOptions& run) {
     step = memory->kept_step;
   }
   if (!part.memory_parts.empty())
-    spdlog::info("job {} phase {}: took node 0's memory at step {} ({} bytes) over the data plane", part.job_id,
-                 part.phase, step, total);
+    spdlog::info("job {} phase {}: took node 0's memory at step {} ({} bytes, {} message(s)) over the data plane",
+                 part.job_id, part.phase, step, total, part.memory_parts.size());
   return {};
 }
 

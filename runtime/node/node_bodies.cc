@@ -252,13 +252,32 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
     copy_block(logical, offset, slot.shape, const_cast<float*>(it->second.data()), piece.data(), true);
     return piece;
   };
-  RILL_ASSIGN_OR_RETURN(std::vector<float> values, piece_of(options_.initial_values, var));
+  // Or this node's own piece, as it kept it (a run going on from its memory).
+  std::vector<float> kept_model;
+  std::vector<std::vector<float>> kept_state;
+  const bool from_kept = options_.start_from_kept >= 0 && options_.keeper != nullptr;
+  if (from_kept)
+    RILL_RETURN_IF_ERROR(options_.keeper->piece_at(options_.keeper_job, options_.start_from_kept, var, offset,
+                                                   slot.shape, &kept_model, &kept_state));
+  std::vector<float> values = std::move(kept_model);
+  if (!from_kept) {
+    RILL_ASSIGN_OR_RETURN(values, piece_of(options_.initial_values, var));
+  }
   RILL_RETURN_IF_ERROR(body.init(slot, values));
   const OpDef* update = find_op(read_string(task.variable()->update_op()));
   std::vector<std::string> state_names;
   for (int i = 0; update && i < update->num_state; ++i) {
     state_names.push_back(update->state_names[i] ? update->state_names[i] : fmt::format("state{}", i));
-    RILL_ASSIGN_OR_RETURN(std::vector<float> state, piece_of(options_.initial_state, var + "/" + state_names.back()));
+    std::vector<float> state;
+    if (from_kept && static_cast<size_t>(i) >= kept_state.size())
+      return Status(Code::kFailedPrecondition, fmt::format("variable '{}' was kept with {} optimizer state(s), its "
+                                                           "update has {}",
+                                                           var, kept_state.size(), update->num_state));
+    if (from_kept) {
+      state = std::move(kept_state[static_cast<size_t>(i)]);
+    } else {
+      RILL_ASSIGN_OR_RETURN(state, piece_of(options_.initial_state, var + "/" + state_names.back()));
+    }
     if (!state.empty()) RILL_RETURN_IF_ERROR(body.load_state(i, state));
   }
   // A broadcast variable's replicas are one piece: the lowest rank holding

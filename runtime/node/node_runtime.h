@@ -104,6 +104,12 @@ struct RunOptions {
   // kept in memory for a job that goes on without a lost node
   // (runtime/node/step_keeper.h); null: nothing kept. It must outlive the run.
   StepKeeper* keeper = nullptr;
+  // >= 0: every variable piece and its optimizer state start from `keeper`'s
+  // piece as it stood after this many steps of job `keeper_job` (a run of
+  // the plan the node ran before, on the same nodes, whose pieces are not
+  // whole); a piece it does not hold fails the build, naming it.
+  int64_t start_from_kept = -1;
+  int64_t keeper_job = -1;
   // The largest control message this node may send to the master (0: none is
   // sent, the master's own run). Its variables go back in one (after the run).
   size_t max_control_message_bytes = 0;

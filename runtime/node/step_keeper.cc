@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
@@ -116,6 +118,32 @@ Status StepKeeper::values_at(int64_t job, int64_t steps_done, std::map<std::stri
     }
   }
   return {};
+}
+
+Status StepKeeper::piece_at(int64_t job, int64_t steps_done, const std::string& name,
+                            const std::vector<int64_t>& offset, const Shape& shape, std::vector<float>* model,
+                            std::vector<std::vector<float>>* state) const {
+  MutexLock lock(mu_);
+  if (job != job_)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("this node's memory holds job {}'s variables, not job {}'s", job_, job));
+  for (const Piece& p : pieces_) {
+    if (p.name != name || p.offset != offset) continue;
+    if (p.shape != shape)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("this node kept '{}' at offset [{}] as {}, not {}", name, fmt::join(offset, ", "),
+                                shape_string(p.shape), shape_string(shape)));
+    const Version* v = version_at(p, steps_done);
+    if (!v)
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("variable '{}' at offset [{}] is not held in memory at step {}", name,
+                                fmt::join(offset, ", "), steps_done));
+    *model = v->model;
+    *state = v->state;
+    return {};
+  }
+  return Status(Code::kFailedPrecondition, fmt::format("this node holds no piece of '{}' at offset [{}]", name,
+                                                       fmt::join(offset, ", ")));
 }
 
 void StepKeeper::begin_run(int64_t job, std::vector<std::string> variables, int64_t start) {

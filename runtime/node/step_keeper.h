@@ -63,6 +63,12 @@ class StepKeeper {
   // whole.
   Status values_at(int64_t job, int64_t steps_done, std::map<std::string, std::vector<float>>* values,
                    std::map<std::string, std::vector<float>>* state) const;
+  // One piece this node kept (`name` at `offset`, `shape` elements) and its
+  // optimizer state as they stood after `steps_done` steps: a run of the
+  // same plan on the same nodes starts from the pieces each node holds,
+  // whole or not. An error names a piece this node does not hold there.
+  Status piece_at(int64_t job, int64_t steps_done, const std::string& name, const std::vector<int64_t>& offset,
+                  const Shape& shape, std::vector<float>* model, std::vector<std::vector<float>>* state) const;
 
  private:
   struct Version {

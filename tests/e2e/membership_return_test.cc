@@ -82,6 +82,86 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
   CHECK(master.wait(15) == 0);
 }
 
+// A layout that splits variables across nodes by its hints (the model
+// parallel MLP: w1 in columns over every device) starts on the nodes up
+// too, but a node that comes back cannot be taken in: its pieces would come
+// from nowhere. The nodes that ran go on as they were, each from its own
+// memory, and leave that agent out until it joins again: the model is bit
+// for bit the one a run on those 2 nodes alone makes (the second job here,
+// with node 2 down again).
+TEST_CASE("a node back that a layout splitting variables cannot take: the nodes that ran go on as they were") {
+  const auto dir = fresh_dir("not-taken");
+  const std::string machines = "127.0.0.1:19912,127.0.0.2:19912,127.0.0.3:19912";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "n0.log").string());
+  Agent one(args + "1", (dir / "n1.log").string());
+  auto two = std::make_unique<Agent>(args + "2", (dir / "n2.log").string());
+  // Kills node 2's agent and waits until the master has declared it lost
+  // once more.
+  auto losses = [&] {
+    const std::string log = master.output(), lost = "node 2 (127.0.0.3:19912) lost";
+    int n = 0;
+    for (size_t at = log.find(lost); at != std::string::npos; at = log.find(lost, at + 1)) ++n;
+    return n;
+  };
+  auto take_two_down = [&] {
+    const int before = losses();
+    kill(two->pid, SIGKILL);
+    two->wait(10);
+    return until([&] { return losses() > before; }, 30);
+  };
+  REQUIRE(until(
+      [&] { return master.output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
+  REQUIRE(take_two_down());
+  auto client = rill::Client::connect("127.0.0.1:19912", 30);
+  REQUIRE(client.ok());
+  constexpr int64_t kSteps = 200;
+  const std::string job = read_text(root() + "/samples/mlp/mlp_model_parallel.json");
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool back = false;
+  std::thread restarter([&] {
+    if (!lines.wait_for("step     20/", 120)) return;
+    two = std::make_unique<Agent>(args + "2", (dir / "n2-again.log").string());
+    back = true;
+  });
+  auto live = (*client)->submit_text(job, "mlp_model_parallel.json", options);
+  restarter.join();
+  REQUIRE(live.ok());
+  INFO(lines.all());
+  INFO(live->result_json);
+  REQUIRE(back);
+  REQUIRE(live->status.ok());
+  CHECK(lines.has("cannot take back the node that came back"));
+  auto result = nlohmann::json::parse(live->result_json);
+  CHECK(result["steps"] == kSteps);
+  REQUIRE(result["restarts"].size() == 1);
+  const auto& kept_on = result["restarts"][0];
+  CHECK(kept_on["error"].get<std::string>().find("a node joined again and could not be taken back") == 0);
+  CHECK(kept_on["from"] == "memory");
+  CHECK(kept_on["nodes"] == 2);
+  CHECK(kept_on["steps_lost"] == 0);
+  const int64_t went_on = kept_on["resumed_from_step"].get<int64_t>();
+  CHECK(result["nodes_from_step"] ==
+        nlohmann::json::parse(
+            fmt::format(R"([{{"from_step": 0, "nodes": 2}}, {{"from_step": {}, "nodes": 2}}])", went_on)));
+  const std::string model = model_bytes(dir / "live", kSteps);
+  REQUIRE(!model.empty());
+  // The same job on the 2 nodes alone, node 2 down again.
+  REQUIRE(take_two_down());
+  rill::SubmitOptions alone = options_for(dir / "alone", kSteps);
+  alone.min_nodes = 2;
+  auto reference = (*client)->submit_text(job, "mlp_model_parallel.json", alone);
+  REQUIRE(reference.ok());
+  INFO(reference->result_json);
+  REQUIRE(reference->status.ok());
+  CHECK(model == model_bytes(dir / "alone", kSteps));
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
+
 // A node lost once training is done (in the eval pass, or as the training
 // phase ends): nothing is left to train, so the nodes that remain run what
 // follows training (the eval) with the trained model from node 0's memory,
@@ -138,7 +218,8 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
 // A newcomer starts from node 0's memory, which goes over the data plane in
 // chunks, not in its part: a model and optimizer state past
 // --max-message-bytes (the MLP's 5.4 MB against 4 MiB here) still reach it,
-// and it joins (the control message it used to go in would not take them).
+// as two messages of at most 4 MiB each, and it joins (the control message
+// it used to go in would not take them).
 TEST_CASE("a node back takes node 0's memory over the data plane, past what a control message holds") {
   const auto dir = fresh_dir("left-out");
   const std::string machines = "127.0.0.1:19908,127.0.0.2:19908,127.0.0.3:19908";
@@ -183,6 +264,7 @@ TEST_CASE("a node back takes node 0's memory over the data plane, past what a co
   const size_t at = log.find(said);
   REQUIRE(at != std::string::npos);
   CHECK(std::stoll(log.substr(at + said.size())) > 4194304);
+  CHECK(log.find("bytes, 2 message(s)) over the data plane", at) != std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }

@@ -16,6 +16,36 @@ namespace {
 
 using testing::synthetic_mlp;
 
+// A node of a layout that splits variables across nodes holds only its own
+// pieces: a run of the same plan starts from each, and a piece it does not
+// hold (at that step, in that shape) is named, never made up.
+TEST_CASE("step keeper: a node that holds part of a variable gives each piece it kept, and names one it did not") {
+  StepKeeper keeper;
+  keeper.begin_run(3, {"w"}, 0);
+  const int half = keeper.declare("w", {4}, {2}, {2}, {"momentum"});
+  const std::vector<float> model = {7, 8}, momentum = {-7, -8};
+  const std::span<const float> state[] = {momentum};
+  keeper.keep(half, 9, model, state);
+  CHECK_FALSE(keeper.whole());
+  std::map<std::string, std::vector<float>> values, states;
+  CHECK(keeper.values_at(3, 9, &values, &states).code() == Code::kFailedPrecondition);
+  std::vector<float> got;
+  std::vector<std::vector<float>> got_state;
+  REQUIRE(keeper.piece_at(3, 9, "w", {2}, {2}, &got, &got_state).ok());
+  CHECK(got == model);
+  REQUIRE(got_state.size() == 1);
+  CHECK(got_state[0] == momentum);
+  const Status other_half = keeper.piece_at(3, 9, "w", {0}, {2}, &got, &got_state);
+  CHECK(other_half.code() == Code::kFailedPrecondition);
+  CHECK(other_half.message() == "this node holds no piece of 'w' at offset [0]");
+  CHECK(keeper.piece_at(3, 9, "w", {2}, {3}, &got, &got_state).message() ==
+        "this node kept 'w' at offset [2] as [2], not [3]");
+  CHECK(keeper.piece_at(3, 8, "w", {2}, {2}, &got, &got_state).message() ==
+        "variable 'w' at offset [2] is not held in memory at step 8");
+  CHECK(keeper.piece_at(4, 9, "w", {2}, {2}, &got, &got_state).message() ==
+        "this node's memory holds job 3's variables, not job 4's");
+}
+
 TEST_CASE("step keeper: the steps every piece holds, whole variables, values at a step") {
   StepKeeper keeper;
   keeper.begin_run(1, {"w", "b"}, 0);
