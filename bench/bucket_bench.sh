@@ -12,10 +12,10 @@ layers=${2:-40}
 /usr/bin/python3 bench/deep_mlp.py "$tmp/deep.json" "$layers"
 on=() off=()
 for ((r = 0; r < runs; r++)); do
-  "$rill" run "$tmp/deep.json" --nodes 2 --devices cpu:1 --ctrl-port $((19820 + 4 * r)) \
+  "$rill" run "$tmp/deep.json" --nodes 2 --apart --devices cpu:1 --ctrl-port $((19820 + 4 * r)) \
     --result "$tmp/on.json" --logdir "$tmp" > /dev/null
   on+=("$(steady_rate "$tmp/on.json")")
-  "$rill" run "$tmp/deep.json" --nodes 2 --devices cpu:1 --ctrl-port $((19822 + 4 * r)) \
+  "$rill" run "$tmp/deep.json" --nodes 2 --apart --devices cpu:1 --ctrl-port $((19822 + 4 * r)) \
     --set train.bucket_bytes=0 --result "$tmp/off.json" --logdir "$tmp" > /dev/null
   off+=("$(steady_rate "$tmp/off.json")")
 done

@@ -22,7 +22,7 @@ job=samples/gpt/gpt_moby.json
 for layout in one two; do
   case $layout in
     one) where="--devices cpu:1" ;;
-    two) where="--nodes 2 --devices cpu:1 --ctrl-port 19876" ;;
+    two) where="--nodes 2 --apart --devices cpu:1 --ctrl-port 19876" ;;
   esac
   for ((r = 0; r < runs; r++)); do
     for mode in plain ckpt; do

@@ -25,7 +25,7 @@ allreduce() {  # allreduce [--key FILE]: MB/s (algbw) of the 64 MiB all_reduce
     awk '!/^#/ && NF > 5 { printf "%.1f\n", $1 / $3 }'
 }
 mlp() {  # mlp PORT [--insecure]: steady samples/s
-  "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port "$1" --set train.batch_size=512 \
+  "$rill" run bench/mlp_synthetic.json --nodes 2 --apart --devices cpu:1 --ctrl-port "$1" --set train.batch_size=512 \
     --set train.steps=400 --result "$tmp/r.json" --logdir "$tmp/logs" "${@:2}" > /dev/null
   /usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])"
 }

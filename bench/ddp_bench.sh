@@ -21,7 +21,7 @@ rill_rates=()
 mirrored_rates=()
 torch_rates=()
 for ((r = 0; r < runs; r++)); do
-  "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port $((19700 + 2 * r)) \
+  "$rill" run bench/mlp_synthetic.json --nodes 2 --apart --devices cpu:1 --ctrl-port $((19700 + 2 * r)) \
     --set train.batch_size=512 --result "$tmp/r.json" --logdir "$tmp" > /dev/null
   rill_rates+=("$(/usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])")")
   "$rill" run bench/mlp_synthetic.json --devices cpu:2 --set train.view=mirrored --set train.batch_size=256 \

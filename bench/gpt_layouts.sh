@@ -27,8 +27,8 @@ print(f"{name:34s} val loss {val:.4f} nats/byte ({val / math.log(2):.3f} bits)  
 PY
 }
 run "cpu:2, one process" samples/gpt/gpt_moby.json --devices cpu:2
-run "data parallel, 2 agents" samples/gpt/gpt_moby.json --nodes 2 --devices cpu:1
-run "tensor parallel, 2 agents" samples/gpt/gpt_moby_tp.json --nodes 2 --devices cpu:1
-run "2 pipeline stages, 2 agents" samples/gpt/gpt_moby.json --nodes 2 --devices cpu:1 \
+run "data parallel, 2 agents" samples/gpt/gpt_moby.json --nodes 2 --apart --devices cpu:1
+run "tensor parallel, 2 agents" samples/gpt/gpt_moby_tp.json --nodes 2 --apart --devices cpu:1
+run "2 pipeline stages, 2 agents" samples/gpt/gpt_moby.json --nodes 2 --apart --devices cpu:1 \
   --set pipeline.num_stages=2 --set train.micro_batches=2
-run "2-D hybrid, 2 agents x cpu:2" samples/gpt/gpt_moby_hybrid.json --nodes 2 --devices cpu:2
+run "2-D hybrid, 2 agents x cpu:2" samples/gpt/gpt_moby_hybrid.json --nodes 2 --apart --devices cpu:2

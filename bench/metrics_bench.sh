@@ -20,7 +20,7 @@ http=127.0.0.1:8265  # the master's default
 run() {  # run INDEX: one run, its steady samples/s on stdout
   # --insecure: no cluster key, so the endpoint asks for no token (each keyed
   # run would make a key of its own); the cost measured is the watching's.
-  "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port $((19800 + 2 * $1)) --insecure \
+  "$rill" run bench/mlp_synthetic.json --nodes 2 --apart --devices cpu:1 --ctrl-port $((19800 + 2 * $1)) --insecure \
     --set train.batch_size=512 --set train.steps=${STEPS:-1200} --result "$tmp/r.json" --logdir "$tmp" > /dev/null
   /usr/bin/python3 -c "import json;print(json.load(open('$tmp/r.json'))['steady_samples_per_sec'])"
 }

@@ -27,11 +27,11 @@ per_step() {  # bytes node 1 receives from node 0 per step
 }
 dp_rates=() mp_rates=() dp_bytes=0 mp_bytes=0
 for ((r = 0; r < runs; r++)); do
-  "$rill" run "$tmp/dp.json" --nodes 2 --devices cpu:1 --ctrl-port $((19800 + 4 * r)) \
+  "$rill" run "$tmp/dp.json" --nodes 2 --apart --devices cpu:1 --ctrl-port $((19800 + 4 * r)) \
     --result "$tmp/dp_r.json" --logdir "$tmp" > /dev/null
   dp_rates+=("$(steady_rate "$tmp/dp_r.json")")
   dp_bytes=$(per_step "$tmp/dp_r.json")
-  "$rill" run "$tmp/mp.json" --nodes 2 --devices cpu:1 --ctrl-port $((19802 + 4 * r)) \
+  "$rill" run "$tmp/mp.json" --nodes 2 --apart --devices cpu:1 --ctrl-port $((19802 + 4 * r)) \
     --result "$tmp/mp_r.json" --logdir "$tmp" > /dev/null
   mp_rates+=("$(steady_rate "$tmp/mp_r.json")")
   mp_bytes=$(per_step "$tmp/mp_r.json")

@@ -51,7 +51,7 @@ PY
 declare -A rates
 for ((r = 0; r < runs; r++)); do
   for m in 1 4 8; do
-    "$rill" run "$tmp/m$m.json" --nodes 2 --devices cpu:1 --ctrl-port $((19850 + 6 * r + m / 2)) \
+    "$rill" run "$tmp/m$m.json" --nodes 2 --apart --devices cpu:1 --ctrl-port $((19850 + 6 * r + m / 2)) \
       --result "$tmp/r.json" --logdir "$tmp" > /dev/null
     rates[$m]+="$(steady_rate "$tmp/r.json") "
   done

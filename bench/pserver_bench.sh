@@ -16,14 +16,14 @@ ps=()
 coll=()
 async=()
 for ((r = 0; r < runs; r++)); do
-  "$rill" run bench/mlp_synthetic.json --nodes 4 --devices cpu:1 --ctrl-port $((19800 + 10 * r)) \
+  "$rill" run bench/mlp_synthetic.json --nodes 4 --apart --devices cpu:1 --ctrl-port $((19800 + 10 * r)) \
     --set train.batch_size=512 --set distributed.mode=pserver --set distributed.pservers=0,1 \
     --result "$tmp/ps.json" --logdir "$tmp" > /dev/null
   ps+=("$(steady_rate "$tmp/ps.json")")
-  "$rill" run bench/mlp_synthetic.json --nodes 2 --devices cpu:1 --ctrl-port $((19805 + 10 * r)) \
+  "$rill" run bench/mlp_synthetic.json --nodes 2 --apart --devices cpu:1 --ctrl-port $((19805 + 10 * r)) \
     --set train.batch_size=512 --result "$tmp/c.json" --logdir "$tmp" > /dev/null
   coll+=("$(steady_rate "$tmp/c.json")")
-  "$rill" run bench/mlp_synthetic.json --nodes 4 --devices cpu:1 --ctrl-port $((19808 + 10 * r)) \
+  "$rill" run bench/mlp_synthetic.json --nodes 4 --apart --devices cpu:1 --ctrl-port $((19808 + 10 * r)) \
     --set train.batch_size=512 --set distributed.mode=pserver --set distributed.pservers=0,1 \
     --set distributed.sync_mode=false --result "$tmp/a.json" --logdir "$tmp" > /dev/null
   async+=("$(steady_rate "$tmp/a.json")")

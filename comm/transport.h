@@ -243,6 +243,7 @@ struct ZmqOptions {
   // or its session id was never given). Every rank of a run must agree on
   // shared_memory.
   bool shared_memory = true;
+  bool log_shared_memory = false;  // say at start which ranks go through shared memory (agents do)
   size_t shm_ring_bytes = size_t{4} << 20;
   std::chrono::microseconds shm_spin{200};
   std::string shm_name_prefix = "/rill-";

@@ -168,9 +168,11 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     auto host = [](const std::string& url) { return url.substr(0, url.rfind(':')); };
     std::vector<bool> local(endpoints_.size(), false);
     bool any = false;
+    std::string locals;
     for (size_t r = 0; r < endpoints_.size(); ++r) {
       local[r] = static_cast<int>(r) != rank_ && host(resolved[r].url) == host(resolved[rank_].url);
       any = any || local[r];
+      if (local[r]) locals += fmt::format("{}{}", locals.empty() ? "" : ", ", r);
     }
     if (any) {
       auto lanes = ShmLanes::start(
@@ -193,6 +195,9 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
           });
       if (lanes.ok()) {
         lanes_ = std::move(*lanes);
+        if (options_.log_shared_memory)
+          spdlog::info("rank {}: rank(s) {} share this address: messages to them go through shared memory", rank_,
+                       locals);
       } else if (lanes.status().code() == Code::kInvalidArgument) {
         return lanes.status().with_context(fmt::format("rank {}", rank_));
       } else {

@@ -63,7 +63,7 @@ class LocalCluster {
  public:
   LocalCluster(const ClusterRunArgs& args, std::string devices, std::string logdir)
       : args_(args), devices_(std::move(devices)), logdir_(std::move(logdir)) {
-    for (int r = 0; r < args.nodes; ++r) machines_ += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, args.ctrl_port);
+    machines_ = local_machines(args.nodes, args.ctrl_port, args.apart);
   }
 
   void start() {
@@ -217,6 +217,14 @@ class LocalCluster {
 };
 
 }  // namespace
+
+std::string local_machines(int nodes, int ctrl_port, bool apart) {
+  std::string machines;
+  for (int r = 0; r < nodes; ++r)
+    machines += apart ? fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, ctrl_port)
+                      : fmt::format("{}127.0.0.1:{}", r ? "," : "", ctrl_port + 2 * r);
+  return machines;
+}
 
 int run_local_cluster(const ClusterRunArgs& args) {
   auto text = read_job_text(args.job_path);

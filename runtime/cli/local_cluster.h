@@ -1,6 +1,10 @@
-// `rill run --nodes N`: a local cluster of N agent processes on 127.0.0.1,
-// 127.0.0.2, ..., keyed by a fresh key held in memory, which runs one job
-// and shuts down. Called from the command's main thread only.
+// `rill run --nodes N`: a local cluster of N agent processes, keyed by a
+// fresh key held in memory, which runs one job and shuts down. The agents
+// share 127.0.0.1 (node r's control port is --ctrl-port + 2r), so their
+// ranks exchange data through shared memory as one machine's do; with
+// `apart` each has an address of its own (127.0.0.1, 127.0.0.2, ..., all on
+// --ctrl-port) and they talk TCP, standing in for machines. Called from the
+// command's main thread only.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,11 @@ struct ClusterRunArgs {
   // measuring what the encryption costs).
   bool keyed = true;
   std::string http;  // the master agent's --http (empty: its default)
+  bool apart = false;  // each agent on an address of its own (above)
 };
+
+// The machine list of such a cluster (above).
+std::string local_machines(int nodes, int ctrl_port, bool apart);
 
 // The process's exit code.
 int run_local_cluster(const ClusterRunArgs& args);

@@ -34,10 +34,17 @@ class RunCommand : public Command {
         ->check(positive());
     app_->add_option("--resume", args_.resume,
                      "Resume from a checkpoint folder, or 'latest' under the job's checkpoint.dir");
-    app_->add_option("--nodes", args_.nodes, "Start this many agents on 127.0.0.1..N and run the job on them")
+    app_->add_option("--nodes", args_.nodes,
+                     "Start this many agents on 127.0.0.1 and run the job on them (they exchange data through "
+                     "shared memory)")
         ->check(CLI::Range(1, 254));
-    app_->add_option("--ctrl-port", args_.ctrl_port, "Control port of the local agents (data port: +1)")
+    app_->add_option("--ctrl-port", args_.ctrl_port,
+                     "Control port of node 0 (data port: +1); node r's is 2r more (with --apart, the same on each "
+                     "address)")
         ->check(CLI::Range(1, kMaxCtrlPort));
+    app_->add_flag("--apart", args_.apart,
+                   "With --nodes: each agent on an address of its own, 127.0.0.1..N, talking TCP as separate "
+                   "machines do");
     app_->add_option("--logdir", args_.logdir, "Where the non-master agents write their logs");
     app_->add_option("--http", args_.http,
                      fmt::format("With --nodes: where the master agent serves its dashboard, /metrics and /api, "
@@ -80,10 +87,14 @@ class RunCommand : public Command {
     if (one && args_.max_restarts > 0)
       return invalid_argument(
           "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)");
-    for (const char* flag : {"--logdir", "--ctrl-port"})
+    for (const char* flag : {"--logdir", "--ctrl-port", "--apart"})
       if (one && app_->count(flag) > 0)
         return invalid_argument("{} places the local cluster's agents: it needs --nodes N (one process starts none)",
                                 flag);
+    if (!one && !args_.apart && args_.ctrl_port + 2 * (args_.nodes - 1) > kMaxCtrlPort)
+      return invalid_argument("--ctrl-port {} leaves no room for {} agents on one address (node r takes port {} + 2r, "
+                              "at most {}): a lower port, or --apart",
+                              args_.ctrl_port, args_.nodes, args_.ctrl_port, kMaxCtrlPort);
     if (one && insecure_)
       return invalid_argument(
           "--insecure leaves a local cluster without its key: it needs --nodes N (one process has no connections)");

@@ -123,6 +123,7 @@ Status Agent::start() {
     comm::ZmqOptions transport_options;
     transport_options.key = options_.key;
     transport_options.max_message_bytes = options_.max_message_bytes;
+    transport_options.log_shared_memory = true;
     transport_options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.link_timeout_s * 1e3));
     transport_options.heartbeat_interval =
         std::min(transport_options.heartbeat_interval, transport_options.heartbeat_timeout / 4);
