@@ -171,6 +171,13 @@ StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::create(const std::string& name, in
   // the size, so a peer that sees the size sees the mode too.
   if (fchmod(fd, 0600) != 0) return fail("setting mode 0600");
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) return fail("sizing");
+  // Its pages reserved now: on a /dev/shm too small for it, ftruncate
+  // succeeds and the first write below would die of SIGBUS; this fails,
+  // and the rank talks TCP instead.
+  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
+    errno = e;
+    return fail("reserving its pages (is /dev/shm full?)");
+  }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return fail("mapping");
   close(fd);

@@ -60,30 +60,6 @@ TEST_CASE("linear regression on 2 nodes x 1 device gives w = [2, 3]") {
   CHECK(std::abs(w[1].get<double>() - 3.0) < 1e-3);
 }
 
-// rill run --nodes puts its agents on one address (node r on --ctrl-port +
-// 2r), so their ranks exchange data through shared memory as one machine's
-// do; --apart gives each an address of its own, talking TCP as machines do.
-// The transport moves the same bytes either way: the same curve, bit for bit.
-TEST_CASE("rill run --nodes shares one address through shared memory; --apart stands in for machines") {
-  const std::string mlp = root() + "/samples/mlp/mlp.json --nodes 2 --devices cpu:1";
-  const auto one_address = temp_dir() / "one-address", apart = temp_dir() / "apart";
-  auto shared = ten_step_curve(mlp + " --ctrl-port 19130 --logdir " + one_address.string(), temp_dir() / "shm.json");
-  auto tcp = ten_step_curve(mlp + " --ctrl-port 19130 --apart --logdir " + apart.string(), temp_dir() / "tcp.json");
-  CHECK(shared == tcp);
-  const std::string said = "rank(s) 0 share this address: messages to them go through shared memory";
-  const std::string node1 = read_text((one_address / "node-1.log").string());
-  INFO(node1);
-  CHECK(node1.find("node 1 (127.0.0.1:19132)") != std::string::npos);
-  CHECK(node1.find(said) != std::string::npos);
-  const std::string node1_apart = read_text((apart / "node-1.log").string());
-  CHECK(node1_apart.find("node 1 (127.0.0.2:19130)") != std::string::npos);
-  CHECK(node1_apart.find(said) == std::string::npos);
-  // Ports past the last an agent may take are refused before any starts.
-  Ran high = run_rill("run " + root() + "/samples/mlp/mlp.json --nodes 3 --ctrl-port 65532");
-  CHECK(high.code != 0);
-  CHECK(high.output.find("--ctrl-port 65532 leaves no room for 3 agents on one address") != std::string::npos);
-}
-
 // Over the first 10 steps only, with the bound and its reasons given in
 // tests/runtime/runtime_test.cc ("data parallelism changes nothing but
 // speed"); one step's gradients on 2 nodes are checked against derived float

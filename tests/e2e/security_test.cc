@@ -478,12 +478,13 @@ TEST_CASE("--max-message-bytes: a run whose regst or variables would not fit in 
 // messages are pieces of the bucket. The run's bound on data-plane messages
 // counts buckets whole: a 330-layer MLP of width 32 at batch 4096 (its
 // bucket 1.4 MB, its largest regst 512 KiB) once saw them dropped as
-// malformed, and its all-reduce waited out its deadline.
+// malformed, and its all-reduce waited out its deadline. The agents are
+// apart: the bound is the TCP path's (shared memory has none to check).
 TEST_CASE("a deep MLP whose gradient bucket is larger than any regst trains on 2 keyed agents") {
   auto dir = temp_dir("rill-deep-bucket-");
   const std::string job = (dir / "deep.json").string();
   REQUIRE(run_shell("/usr/bin/python3 " + root() + "/bench/deep_mlp.py " + job + " 330 32 4096").code == 0);
-  Ran ran = run_rill("run " + job + " --nodes 2 --devices cpu:1 --steps 3 --ctrl-port 19370 --http 127.0.0.1:0 "
+  Ran ran = run_rill("run " + job + " --nodes 2 --apart --devices cpu:1 --steps 3 --ctrl-port 19370 --http 127.0.0.1:0 "
                      "--stall-timeout 20 --logdir " + (dir / "logs").string(), 120);
   INFO(ran.output);
   CHECK(ran.code == 0);
