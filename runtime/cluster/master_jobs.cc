@@ -215,8 +215,8 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
   if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok())
     return taken.with_context(fmt::format("taking back a node at step {}", step));
   // Tensors in order, a message each time the next would take one past
-  // kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB) or what the
-  // agents take in one message.
+  // --max-message-bytes (a tensor larger than that goes alone), and never
+  // past kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB).
   const size_t most = std::min(kMemoryMessageBytes, options_.max_message_bytes);
   std::vector<std::string> out;
   ctl::PlanPart memory;
@@ -232,11 +232,11 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
   };
   auto add = [&](std::vector<ctl::Tensor>& into, const std::string& name, std::vector<float>& v) -> Status {
     const size_t bytes = v.size() * sizeof(float) + name.size() + 64;
-    if (bytes > most)
+    if (bytes > kMemoryMessageBytes)
       return invalid_argument("taking back a node at step {}: '{}' ({} bytes) is larger than one message holds ({} "
-                              "bytes; --max-message-bytes {})",
-                              step, name, bytes, most, options_.max_message_bytes);
-    if (held + bytes > most) flush();
+                              "bytes)",
+                              step, name, bytes, kMemoryMessageBytes);
+    if (held > 0 && held + bytes > most) flush();
     into.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
     held += bytes;
     return {};
@@ -456,7 +456,11 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     for (int r = 0; r < world_; ++r) {
       const bool holder = membership.member(r) && std::find(membership.newcomers.begin(), membership.newcomers.end(),
                                                             r) == membership.newcomers.end();
-      if (kept_step >= 0 && holder) kept_by_node_[r] = KeptSteps{kept_step, kept_step, true, incarnation_[r]};
+      // Whole or not as it said when it last ended (a layout that splits
+      // variables goes on from memory only with the plan it ran).
+      auto before = kept_by_node_.find(r);
+      const bool whole = before == kept_by_node_.end() || before->second.whole;
+      if (kept_step >= 0 && holder) kept_by_node_[r] = KeptSteps{kept_step, kept_step, whole, incarnation_[r]};
       else kept_by_node_.erase(r);
     }
   }

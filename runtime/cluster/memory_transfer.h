@@ -31,9 +31,10 @@ inline constexpr uint64_t kMemoryAckTag = kTagsPerRun - 2, kMemoryChunkTag = kTa
 inline constexpr size_t kMemoryChunkBytes = size_t{1} << 20;  // what collectives move: every transport takes it
 inline constexpr int kMemoryWindow = 16;
 // Node 0's memory goes as messages of at most this many bytes each (a
-// FlatBuffer holds at most 2 GiB), and of at most the agents'
-// --max-message-bytes, which bounds every message a node takes; a tensor
-// larger than one is refused.
+// FlatBuffer holds at most 2 GiB); a tensor larger than one is refused.
+// Within that, a message holds at most --max-message-bytes of tensors (a
+// larger tensor goes alone): the newcomer holds one message's bytes and
+// its decoded tensors at a time.
 inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
 
 // Node 0: sends `bytes` to rank `to` once it is ready (every chunk

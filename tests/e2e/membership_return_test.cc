@@ -115,7 +115,7 @@ TEST_CASE("a node back that a layout splitting variables cannot take: the nodes 
   REQUIRE(take_two_down());
   auto client = rill::Client::connect("127.0.0.1:19912", 30);
   REQUIRE(client.ok());
-  constexpr int64_t kSteps = 200;
+  constexpr int64_t kSteps = 400;
   const std::string job = read_text(root() + "/samples/mlp/mlp_model_parallel.json");
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
