@@ -29,7 +29,7 @@
 # program's lines, the wide run's figures) are steps of their own.
 #
 # From a build made on another machine (with CUDA: build/kernels/
-# librill_cuda.so), RUN is a wrapper that starts a packed build/ program (or
+# librill_cuda.so; bench/gpu_pack.sh packs it into .gpu), RUN is a wrapper that starts a packed build/ program (or
 # `rill`) with the shared libraries the GPU machine lacks, e.g. `bash
 # .gpu/run`; the package holds build/rill, the three suites, the CUDA module
 # (the programs load it from beside themselves), build/bench/
