@@ -170,10 +170,11 @@ StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::create(const std::string& name, in
   // The mode given to shm_open is cut by the umask: set it exactly, before
   // the size, so a peer that sees the size sees the mode too.
   if (fchmod(fd, 0600) != 0) return fail("setting mode 0600");
-  if (ftruncate(fd, static_cast<off_t>(total)) != 0) return fail("sizing");
-  // Its pages reserved now: on a /dev/shm too small for it, ftruncate
-  // succeeds and the first write below would die of SIGBUS; this fails,
-  // and the rank talks TCP instead.
+  // Sized with its pages reserved, not by ftruncate: on a /dev/shm too
+  // small for it ftruncate succeeds, and the first write here (or a peer's
+  // first read) dies of SIGBUS. posix_fallocate fails instead, and the rank
+  // talks TCP; and the size appears only once every page is there, so a
+  // peer sees size 0 ("not ready yet") until then.
   if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
     errno = e;
     return fail("reserving its pages (is /dev/shm full?)");
