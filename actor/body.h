@@ -160,6 +160,13 @@ class VariableBody {
     every_ = every;
     end_ = end;
   }
+  // Also after each update that completes a multiple of `every` steps: the
+  // pieces a node copies to another node's memory (a replica,
+  // runtime/cluster/replicator.h).
+  void on_replica(SnapshotFn fn, int64_t every) {
+    replica_ = std::move(fn);
+    replica_every_ = every;
+  }
   // Also after every update, and now (the values the run starts from, after
   // `steps_done` steps): the node keeps its last steps in memory
   // (runtime/node/step_keeper.h).
@@ -185,9 +192,11 @@ class VariableBody {
   std::vector<float> model_host_;
   std::vector<TensorView> update_inputs_;
   SnapshotFn snapshot_;
+  SnapshotFn replica_;
   SnapshotFn keep_;
   std::vector<std::span<const float>> told_state_;  // tell()'s views of the state in host memory
   int64_t every_ = 0;
+  int64_t replica_every_ = 0;
   const RunEnd* end_ = nullptr;
 };
 
@@ -215,6 +224,7 @@ class LanedVariableBody {
   void on_snapshot(VariableBody::SnapshotFn fn, int64_t every, const RunEnd* end) {
     variable_.on_snapshot(std::move(fn), every, end);
   }
+  void on_replica(VariableBody::SnapshotFn fn, int64_t every) { variable_.on_replica(std::move(fn), every); }
   Status on_every_step(VariableBody::SnapshotFn fn, const TensorView& model, int64_t steps_done);
   // The variable's values (no slot holds them for long).
   Status read_model(const TensorView& model, std::vector<float>* out);

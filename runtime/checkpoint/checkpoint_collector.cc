@@ -86,7 +86,7 @@ std::vector<TensorPiece> CheckpointCollector::tensors(Step& step) const {
                               stored != stored_.end() ? stored->second : DType::kF32, std::move(piece.values)});
     for (auto& [state_name, values] : piece.state)
       out.push_back(TensorPiece{piece.name + "/" + state_name, piece.logical_shape, piece.offset, piece.shape,
-                                DType::kF32, std::move(values)});
+                                DType::kF32, std::move(values), /*optimizer_state=*/true});
   }
   return out;
 }

@@ -33,6 +33,7 @@ struct TensorPiece {
   Shape shape;                   // of the block
   DType dtype = DType::kF32;     // as stored (checkpoint.dtype for a variable)
   std::vector<float> values;     // in memory (empty once written)
+  bool optimizer_state = false;  // a variable's optimizer state ("w1/adam_m"), not a variable
 };
 
 // What a node wrote for one step: its file in the step folder and the

@@ -30,9 +30,13 @@ const CLI::Validator& positive() {
 }
 
 const char* const kMinNodesHelp =
-    "Data parallelism: when a node is lost, the job goes on from the other nodes' memory at the step every one "
-    "holds, on the nodes that remain, while at least this many do (default: every node; a lost node ends the "
-    "attempt)";
+    "When a node is lost, the job goes on from the other nodes' memory, on the nodes that remain, while at least "
+    "this many do: data parallelism at the step every node holds, a layout that splits variables across nodes from "
+    "the replicas (--replica-every) (default: every node; a lost node ends the attempt)";
+const char* const kReplicaEveryHelp =
+    "With --min-nodes: every node's pieces are copied to the next node's memory every this many steps, so that a "
+    "layout that splits variables across nodes goes on without a lost node (default: 10 for pipelines, parameter "
+    "servers, ZeRO and placed variables, none for data parallelism; 0: never)";
 
 int check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
   for (const auto& [path, what] : outputs)

@@ -56,6 +56,8 @@ std::unique_ptr<Command> convert_command();
 const CLI::Validator& positive();
 // --min-nodes's help (run and submit).
 extern const char* const kMinNodesHelp;
+// --replica-every's help (run and submit).
+extern const char* const kReplicaEveryHelp;
 // Files written at a run's end (the result, the trace, the metrics), found
 // unwritable before it starts: each pair is a path ("" for none) and what
 // it is ("the result file"); the exit code of the first that cannot be

@@ -30,6 +30,7 @@ struct ClusterRunArgs {
   // from its newest checkpoint, up to this many times.
   int max_restarts = 0;
   int min_nodes = 0;  // SubmitOptions::min_nodes
+  int64_t replica_every = -1;  // SubmitOptions::replica_every
   // The local cluster's own fresh key (false: none, as --insecure; for
   // measuring what the encryption costs).
   bool keyed = true;

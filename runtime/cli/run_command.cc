@@ -58,6 +58,7 @@ class RunCommand : public Command {
                      "checkpoint, up to this many times")
         ->check(CLI::NonNegativeNumber);
     app_->add_option("--min-nodes", args_.min_nodes, kMinNodesHelp)->check(CLI::PositiveNumber);
+    app_->add_option("--replica-every", args_.replica_every, kReplicaEveryHelp)->check(CLI::NonNegativeNumber);
     app_->add_flag("--insecure", insecure_, "With --nodes: no key for the local cluster (connections unencrypted)");
   }
 

@@ -74,6 +74,7 @@ class SubmitCommand : public Command {
                      "up to this many times")
         ->check(CLI::NonNegativeNumber);
     app_->add_option("--min-nodes", options_.min_nodes, kMinNodesHelp)->check(CLI::PositiveNumber);
+    app_->add_option("--replica-every", options_.replica_every, kReplicaEveryHelp)->check(CLI::NonNegativeNumber);
     key_.add_key(app_);
     key_.add_insecure(app_, "Connect without a key (to agents started with --insecure)");
   }

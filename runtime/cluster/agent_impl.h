@@ -27,6 +27,8 @@
 #include "comm/cluster_key.h"
 #include "runtime/cluster/allowed_roots.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/cluster/replica_store.h"
+#include "runtime/cluster/replicator.h"
 #include "comm/group_transport.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/step_keeper.h"
@@ -181,9 +183,21 @@ class Agent {
   // which a whole model has. Called between runs (the last one ended).
   Status place_run(int64_t job, const std::vector<int>& members, bool keep_steps, int64_t kept_step,
                    int64_t start_step, std::vector<std::string> variables, RunOptions& run, int* nodes);
-  // What this node kept of its last run (steps, whole) for its Done.
+  // What this node kept of its last run (steps, whole, replicas) for its Done.
   void tell_kept(ctl::Done& done) const;
+  // A run that copies this node's pieces to the next member's memory every
+  // `every` steps (> 0, a training of several nodes): its Replicator, the
+  // run's options told of it (`run` placed already), and how many pieces
+  // the node copies (`pieces`); null when it copies none.
+  StatusOr<std::unique_ptr<Replicator>> replicate(int64_t job, int phase, const std::vector<int>& members,
+                                                  int64_t every, std::string_view node_plan, RunOptions& run,
+                                                  int nodes, int* pieces);
+  // This node's pieces after `step` steps (when `own`), and the replicas of
+  // `replicas_of` it holds, as messages for node 0's gather.
+  StatusOr<std::vector<std::string>> gather_messages(int64_t job, int64_t step, bool own,
+                                                     const std::vector<int>& replicas_of) const;
   StepKeeper kept_;  // the running job's last two steps; one run at a time writes it
+  ReplicaStore replicas_;  // this node's pieces and the node before it's, every few steps
 
  private:
   // The control channel: options_.control_channel's, or ZeroMQ's; with

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/node/carried_state.h"
 
 namespace rill::agent_internal {
 
@@ -59,6 +60,51 @@ void Agent::tell_kept(ctl::Done& done) const {
     done.kept_last = steps->second;
   }
   done.kept_whole = kept_.whole();
+  done.replica_own = replicas_.own_steps(done.job_id);
+  for (auto& [source, steps] : replicas_.replica_steps(done.job_id))
+    done.replicas.push_back(ctl::Done::Replica{source, std::move(steps)});
+}
+
+StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, const std::vector<int>& members,
+                                                       int64_t every, std::string_view node_plan, RunOptions& run,
+                                                       int nodes, int* pieces) {
+  *pieces = 0;
+  if (every <= 0 || nodes < 2) return std::unique_ptr<Replicator>();
+  RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node_plan));
+  std::erase_if(own, [](const SnapshotPiece& p) { return p.name.starts_with(kCarriedPrefix); });
+  *pieces = static_cast<int>(own.size());
+  // Plan node n sends to n + 1 and keeps n - 1's, around the ring.
+  auto rank_of = [&](int node) { return members.empty() ? node : members[static_cast<size_t>(node)]; };
+  Replicator::Options options;
+  options.transport = run.transport;
+  options.store = &replicas_;
+  options.job = job;
+  options.phase = phase;
+  options.tag_base = run.tag_base;
+  options.to = (run.node + 1) % nodes;
+  options.from = (run.node + nodes - 1) % nodes;
+  options.from_rank = rank_of(options.from);
+  options.most = options_.max_message_bytes;
+  options.patience = std::chrono::milliseconds(static_cast<int64_t>(run.stall_timeout_s * 1000));
+  options.me = me();
+  auto replicator = std::make_unique<Replicator>(std::move(own), std::move(options));
+  run.replica_every = every;
+  run.on_replica = [r = replicator.get()](int64_t done, VariablePiece piece) { r->add(done, std::move(piece)); };
+  return replicator;
+}
+
+StatusOr<std::vector<std::string>> Agent::gather_messages(int64_t job, int64_t step, bool own,
+                                                          const std::vector<int>& replicas_of) const {
+  std::vector<std::string> out;
+  if (own) {
+    RILL_ASSIGN_OR_RETURN(ReplicaStore::Messages held, replicas_.own_at(job, step));
+    out.insert(out.end(), held->begin(), held->end());
+  }
+  for (int source : replicas_of) {
+    RILL_ASSIGN_OR_RETURN(ReplicaStore::Messages held, replicas_.replica_at(job, source, step));
+    out.insert(out.end(), held->begin(), held->end());
+  }
+  return out;
 }
 
 }  // namespace rill::agent_internal

@@ -26,6 +26,11 @@ struct SubmitOptions {
   // Live membership: a data-parallel job that loses a node goes on from the
   // other nodes' memory while at least this many remain (0: every node).
   int min_nodes = 0;
+  // With min_nodes: each node's pieces go to the next node's memory every
+  // this many steps, so a layout that splits variables across nodes goes on
+  // without a lost node too (-1: every 10 steps for such layouts, none for
+  // data parallelism; 0: never).
+  int64_t replica_every = -1;
   // Every node records its acts; the result comes with the training's
   // timeline (SubmitResult::trace_json).
   bool trace = false;

@@ -69,7 +69,7 @@ struct Encoder {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
                              b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
-                             b.CreateString(m.resume), m.max_restarts, m.trace, m.min_nodes)
+                             b.CreateString(m.resume), m.max_restarts, m.trace, m.min_nodes, m.replica_every)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
@@ -82,7 +82,7 @@ struct Encoder {
                                b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
                                tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
                                m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step,
-                               b.CreateVector(m.memory_parts))
+                               b.CreateVector(m.memory_parts), m.replica_every)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const CheckpointWritten& m) {
@@ -102,7 +102,8 @@ struct Encoder {
     for (const CheckpointPiece& p : m.carried)
       carried.push_back(fb::CreateCheckpointPiece(b, b.CreateString(p.tensor), 0, b.CreateVector(p.offset)));
     return {fb::Message::PlanAck, fb::CreatePlanAck(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
-                                                    static_cast<uint8_t>(m.code), b.CreateVector(carried))
+                                                    static_cast<uint8_t>(m.code), b.CreateVector(carried),
+                                                    m.replica_pieces)
                                       .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Start& m) {
@@ -113,11 +114,15 @@ struct Encoder {
     for (const ActTrace& t : m.traces)
       traces.push_back(fb::CreateActTrace(b, t.id, b.CreateString(t.name), t.acts_per_step, b.CreateString(t.collective),
                                           b.CreateVector(t.begin_ns), b.CreateVector(t.end_ns), b.CreateVector(t.done_ns)));
+    std::vector<Offset<fb::ReplicaHeld>> replicas;
+    for (const Done::Replica& r : m.replicas)
+      replicas.push_back(fb::CreateReplicaHeld(b, r.source, b.CreateVector(r.steps)));
     return {fb::Message::Done, fb::CreateDone(b, m.job_id, m.phase, m.node, b.CreateString(m.error),
                                               tensors(b, m.variables), m.seconds, b.CreateVector(m.received_from),
                                               b.CreateVector(m.received_bytes_from), static_cast<uint8_t>(m.code),
                                               b.CreateVector(traces), m.kept_first, m.kept_last, m.kept_whole,
-                                              b.CreateString(m.comm))
+                                              b.CreateString(m.comm), b.CreateVector(m.replica_own),
+                                              b.CreateVector(replicas))
                                   .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Progress& m) {
@@ -170,6 +175,10 @@ struct Encoder {
   }
   std::pair<fb::Message, Offset<void>> operator()(const EndAt& m) {
     return {fb::Message::EndAt, fb::CreateEndAt(b, m.job_id, m.phase, m.end).Union()};
+  }
+  std::pair<fb::Message, Offset<void>> operator()(const Gather& m) {
+    return {fb::Message::Gather,
+            fb::CreateGather(b, m.job_id, m.phase, m.tag_base, m.step, m.own, b.CreateVector(m.replicas_of)).Union()};
   }
 };
 
@@ -253,7 +262,8 @@ StatusOr<Message> decode(std::string_view message) {
       if (m->overrides())
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
-                            std::move(overrides), str(m->resume()), m->max_restarts(), m->trace(), m->min_nodes()});
+                            std::move(overrides), str(m->resume()), m->max_restarts(), m->trace(), m->min_nodes(),
+                            m->replica_every()});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -264,7 +274,8 @@ StatusOr<Message> decode(std::string_view message) {
       return Message(PlanPart{m->job_id(), m->phase(), m->tag_base(), str(m->job_text()), str(m->devices()), m->mode(),
                               m->steps(), m->activation_register_num(), tensors(m->initial_values()),
                               tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace(),
-                              vec(m->members()), m->keep_steps(), m->kept_step(), vec(m->memory_parts())});
+                              vec(m->members()), m->keep_steps(), m->kept_step(), vec(m->memory_parts()),
+                              m->replica_every()});
     }
     case fb::Message::CheckpointWritten: {
       auto m = e->message_as_CheckpointWritten();
@@ -283,7 +294,7 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::PlanAck: {
       auto m = e->message_as_PlanAck();
-      PlanAck out{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code()), {}};
+      PlanAck out{m->job_id(), m->phase(), m->node(), str(m->error()), code_of(m->code()), {}, m->replica_pieces()};
       RILL_RETURN_IF_ERROR(pieces_fit(m->carried()));
       if (m->carried())
         for (const fb::CheckpointPiece* p : *m->carried())
@@ -302,6 +313,12 @@ StatusOr<Message> decode(std::string_view message) {
       done.kept_last = m->kept_last();
       done.kept_whole = m->kept_whole();
       done.comm = str(m->comm());
+      done.replica_own = vec(m->replica_own());
+      if (m->replicas()) {
+        if (m->replicas()->size() > kMaxPieces)
+          return data_loss("control message: {} replicas held (at most {})", m->replicas()->size(), kMaxPieces);
+        for (const fb::ReplicaHeld* r : *m->replicas()) done.replicas.push_back(Done::Replica{r->source(), vec(r->steps())});
+      }
       if (m->traces())
         for (const fb::ActTrace* t : *m->traces())
           done.traces.push_back(
@@ -356,6 +373,10 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::EndAt: {
       auto m = e->message_as_EndAt();
       return Message(EndAt{m->job_id(), m->phase(), m->end()});
+    }
+    case fb::Message::Gather: {
+      auto m = e->message_as_Gather();
+      return Message(Gather{m->job_id(), m->phase(), m->tag_base(), m->step(), m->own(), vec(m->replicas_of())});
     }
     case fb::Message::NONE: break;
   }

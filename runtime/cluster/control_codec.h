@@ -47,6 +47,7 @@ struct Submit {
   int max_restarts = 0;
   bool trace = false;
   int min_nodes = 0;
+  int64_t replica_every = -1;
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
 struct PlanPart {
@@ -68,6 +69,7 @@ struct PlanPart {
   bool keep_steps = false;
   int64_t kept_step = -1;    // >= 0: start from this node's memory at this step
   std::vector<uint64_t> memory_parts;  // node 0's memory follows over the data plane (memory_transfer.h)
+  int64_t replica_every = 0;  // > 0: this node's pieces to the next member every this many steps
 };
 // One actor's acts on a node (runtime/node/node_runtime.h ActorTraceRecord).
 struct ActTrace {
@@ -101,6 +103,7 @@ struct PlanAck {
   std::string error;
   Code code = Code::kOk;
   std::vector<CheckpointPiece> carried;  // tensor and offset (runtime/node/carried_state.h)
+  int replica_pieces = 0;  // with PlanPart::replica_every: the pieces it copies
 };
 struct Start { int64_t job_id = 0; int phase = 0; };
 struct Done {
@@ -117,6 +120,12 @@ struct Done {
   int64_t kept_first = -1, kept_last = -1;  // with PlanPart::keep_steps
   bool kept_whole = false;
   std::string comm;  // its flight record at the run's end, as JSON
+  std::vector<int64_t> replica_own;  // steps its replica store holds its own pieces at
+  struct Replica {
+    int source = 0;  // machine-list rank
+    std::vector<int64_t> steps;
+  };
+  std::vector<Replica> replicas;  // other nodes' pieces it holds whole
 };
 struct Progress { int64_t job_id = 0; std::string line; };
 struct Result {
@@ -152,10 +161,18 @@ struct Stop { int64_t job_id = 0; bool now = false; };
 struct Hold { int64_t job_id = 0; int phase = 0; };
 struct Held { int64_t job_id = 0; int phase = 0; int node = 0; int64_t last_begun = 0; };
 struct EndAt { int64_t job_id = 0; int phase = 0; int64_t end = 0; };
+struct Gather {
+  int64_t job_id = 0;
+  int phase = 0;
+  uint64_t tag_base = 0;
+  int64_t step = 0;
+  bool own = true;               // its own pieces too
+  std::vector<int> replicas_of;  // machine-list ranks whose replicas it sends too
+};
 
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, CheckpointWritten, Progress, Result,
                              StatusRequest, StatusReply, Heartbeat, Abort, Shutdown, Rejoined, LinkError, Stop, Hold,
-                             Held, EndAt>;
+                             Held, EndAt, Gather>;
 
 // A node's error as the master takes it: its code (one this build does not
 // know is kInternal) and its message, named by the node it came from.

@@ -44,6 +44,19 @@ struct Membership {
   // Members that come back (a lost node's agent again): they hold nothing,
   // and start from the master's memory at kept_step, sent with their part.
   std::vector<int> newcomers;
+  // > 0: each node's pieces go to the next member's memory every this many
+  // steps (runtime/cluster/replicator.h).
+  int64_t replica_every = 0;
+  // A layout that splits variables going on without a lost node: node 0
+  // gathers, from each rank here, its own pieces (when `own`) and the
+  // replicas of the lost ranks listed, after kept_step steps
+  // (master_gather.cc); every other member then starts from node 0's memory.
+  struct GatherFrom {
+    bool own = true;
+    std::vector<int> replicas_of;
+  };
+  std::map<int, GatherFrom> gather;
+  bool from_replicas = false;  // it goes on from the replicas (node 0's gather, or what it gathered last)
   bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
 };
 
@@ -52,6 +65,10 @@ struct KeptSteps {
   int64_t first = -1, last = -1;
   bool whole = false;
   int64_t incarnation = 0;  // of the node's agent that said it (Master::incarnation_)
+  // Its replica store (ctl::Done's replica_*): its own pieces' steps, and
+  // the steps it holds other ranks' pieces at.
+  std::vector<int64_t> own_replicas;
+  std::map<int, std::vector<int64_t>> replicas;
 };
 
 // What the master's job thread waits for while a phase runs on every node.
@@ -126,6 +143,7 @@ class Master final : public Agent {
   void master_on(const From& from, ctl::Rejoined& m);
   void master_on(const From& from, ctl::Hold& m);
   void master_on(const From& from, ctl::EndAt& m);
+  void master_on(const From& from, ctl::Gather& m);
   void not_for_master(const From& from, const char* type);
   // Heartbeats to the nodes, and each node's liveness.
   void check_liveness();
@@ -196,6 +214,15 @@ class Master final : public Agent {
   // Sends `memory` to every newcomer over the data plane, at once (job thread).
   Status send_memory_to(const std::vector<int>& newcomers, uint64_t tag_base, const std::vector<std::string>& memory,
                         double patience_s);
+  // Before a phase whose membership gathers (Membership::gather): every
+  // piece of the model after its kept_step, into gathered_ (master_gather.cc).
+  Status gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const Membership& membership,
+                       double patience_s);
+  // A live job that splits variables, after a lost node: the members that
+  // go on, each from node 0's memory once node 0 gathered the survivors'
+  // own pieces and the lost nodes' replicas at a step all hold (else why not).
+  StatusOr<Membership> from_replicas(const Membership& ended, Membership next);
+  static constexpr int64_t kReplicaEvery = 10;  // a layout that splits variables: replicas every this many steps
   static constexpr double kSurvivorsReportSeconds = 15;
   // A job that ends with the loss: how long the others' records may take
   // (they come with their Done, at once after the abort).
@@ -290,6 +317,15 @@ class Master final : public Agent {
 
   // The job thread's: what each member kept when the last training phase ended (by rank).
   std::map<int, KeptSteps> kept_by_node_;
+  // The job thread's: how many pieces each member of the last training
+  // phase copies to the next (its PlanAck; node 0's own), by rank.
+  std::map<int, int> replica_pieces_;
+  // The job thread's: the model node 0 gathered last (gather_pieces), whole.
+  struct Gathered {
+    int64_t job = -1, step = -1;
+    std::map<std::string, std::vector<float>> values, state;
+  };
+  std::optional<Gathered> gathered_;
   // Nodes the running live job could not take back (its layout splits
   // variables), by rank, with the agent's incarnation then: a phase leaves
   // them out until that node's agent joins again.

@@ -28,6 +28,14 @@ bool restartable(const Status& status) {
          status.code() == Code::kDeadlineExceeded;
 }
 
+// Whether a job's layout splits its variables across nodes by design:
+// pipeline stages, parameter servers, ZeRO, placements of their own.
+bool splits_variables(const graph::Job& job) {
+  if (job.pipeline || job.pserver_mode() || job.train.zero || !job.groups.empty()) return true;
+  return std::any_of(job.variables.begin(), job.variables.end(),
+                     [](const graph::Variable& v) { return v.placement.has_value(); });
+}
+
 // A step's gradient bytes: every trainable variable's, in f32.
 int64_t gradient_bytes(const graph::Job& job) {
   int64_t bytes = 0;
@@ -95,6 +103,12 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   Membership everyone;
   for (int r = 0; r < world_; ++r) everyone.members.push_back(r);
   everyone.keep_steps = live;
+  // A layout that splits variables copies each node's pieces to the next
+  // every few steps (by default every kReplicaEvery), so that it too goes
+  // on without a lost node; data parallelism needs none (every node holds
+  // the model).
+  const int64_t asked = queued.submit.replica_every;
+  everyone.replica_every = !live ? 0 : asked >= 0 ? asked : splits_variables(queued.job) ? kReplicaEvery : 0;
   for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
   // Buckets sized by the link: until the size is chosen the nodes keep
   // their steps, so the run can go on from memory with another plan.
@@ -115,6 +129,8 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   membership.keep_steps = live || sizing_buckets;
   if (live) start_on_nodes_up(queued.job, membership, options, min_nodes, say);
   kept_by_node_.clear();  // another job's
+  replica_pieces_.clear();
+  gathered_.reset();
   {
     MutexLock lock(phase_mu_);
     refused_back_.clear();
@@ -191,6 +207,10 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
                           queued.job.eval ? "the eval runs" : "the job ends", next->members.size()));
           result.steps = next->kept_step;
           trained = result;
+        } else if (next->from_replicas) {
+          say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, from the "
+                          "replicas in memory: node 0 gathers the model, the others start from node 0's memory",
+                          restart.failed_at_step, restart.error, next->kept_step, next->members.size()));
         } else if (back.empty()) {
           say(fmt::format("failed at step {}: {}; going on from step {} on the {} node(s) that remain, each from its "
                           "own memory",
@@ -229,6 +249,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         restart.nodes = static_cast<int>(membership.members.size());
         membership.kept_step = result.steps;
         membership.newcomers.clear();
+        membership.gather.clear();
         options.start_from_memory = result.steps;
         options.resume.clear();
         whole_at = failed_at;
@@ -290,9 +311,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
 // every node as before.
 void Master::start_on_nodes_up(const graph::Job& job, Membership& membership, JobRunOptions& options, int min_nodes,
                                const std::function<void(const std::string&)>& say) {
-  if (job.pipeline || job.pserver_mode() || job.train.zero || !job.groups.empty()) return;
-  for (const graph::Variable& v : job.variables)
-    if (v.placement) return;
+  if (splits_variables(job)) return;
   std::vector<int> up;
   std::string down;
   {
@@ -352,6 +371,8 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
   Membership next = ended;
   next.members.clear();
   next.newcomers.clear();
+  next.gather.clear();
+  next.from_replicas = false;
   bool any_lost = false;
   {
     MutexLock lock(phase_mu_);
@@ -376,6 +397,11 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
       if (r == 0) return Status(Code::kFailedPrecondition, "node 0 holds no step in memory");
       next.newcomers.push_back(r);
       continue;
+    }
+    // A layout that splits variables: from the replicas, after a loss.
+    if (!it->second.whole && step < 0 && ended.replica_every > 0) {
+      next.newcomers.clear();
+      return from_replicas(ended, std::move(next));
     }
     if (!it->second.whole)
       return Status(Code::kFailedPrecondition,

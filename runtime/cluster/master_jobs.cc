@@ -322,6 +322,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                           plan.compile.steps, plan.compile.activation_register_num, std::move(initial),
                           std::move(state), run_options.start_step, snapshot_every, run_options.trace,
                           membership.members, keeping, kept_step};
+  plan_part.replica_every = keeping ? membership.replica_every : 0;
   // Each node's own part of the checkpoint's carried state (its row of
   // each error), in a part of its own; without it one part serves all.
   std::map<int, std::string> own_parts;  // by machine rank
@@ -345,6 +346,13 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                                      options_.max_message_bytes);
     return report;
   }
+  // Going on from the replicas: node 0 gathers the model first.
+  if (!membership.gather.empty() && kept_step >= 0)
+    if (Status gathered = gather_pieces(job_id, phase, tag_base, membership, run_options.stall_timeout_s);
+        !gathered.ok()) {
+      report.status = gathered;
+      return report;
+    }
   // Nodes that come back start from the master's memory, which follows
   // their part over the data plane (memory_transfer.h).
   std::string newcomer_part;
@@ -401,8 +409,19 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     }
   }
   int nodes = 0;
-  Status placed = place_run(job_id, membership.members, keeping, kept_step, run_options.start_step,
+  // Node 0 starts from the model it gathered, or from its own memory.
+  const bool from_gathered = kept_step >= 0 && gathered_ && gathered_->step == kept_step && membership.from_replicas;
+  if (from_gathered) local.initial_values = gathered_->values, local.initial_state = gathered_->state;
+  Status placed = place_run(job_id, membership.members, keeping, from_gathered ? -1 : kept_step, run_options.start_step,
                             membership.variables, local, &nodes);
+  std::unique_ptr<Replicator> replicator;  // outlives the runtime, which tells it of its pieces
+  int replica_pieces = 0;
+  if (placed.ok() && keeping) {
+    auto made = replicate(job_id, phase, membership.members, membership.replica_every, plan.plan, local, nodes,
+                          &replica_pieces);
+    if (made.ok()) replicator = std::move(*made);
+    else placed = made.status();
+  }
   auto runtime = placed.ok() ? NodeRuntime::build(plan.plan, local) : StatusOr<std::unique_ptr<NodeRuntime>>(placed);
   // Every node must have built its actors before any starts.
   std::string failure;
@@ -458,6 +477,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     begin_stop_locked();
   }
   report = (*runtime)->run();
+  if (replicator) replicator->stop();  // what its store holds is what it reports
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();
   {
@@ -473,15 +493,22 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   if (keeping) {
     // The phase ran: what each node holds now is what its Done says; a node
     // that said nothing holds nothing known.
+    auto kept = [](const ctl::Done& done, int64_t incarnation) {
+      KeptSteps out{done.kept_first, done.kept_last, done.kept_whole, incarnation, done.replica_own, {}};
+      for (const ctl::Done::Replica& r : done.replicas) out.replicas[r.source] = r.steps;
+      return out;
+    };
     ctl::Done own;
+    own.job_id = job_id;
     tell_kept(own);
-    kept_by_node_[0] = KeptSteps{own.kept_first, own.kept_last, own.kept_whole, 0};
+    kept_by_node_[0] = kept(own, 0);
+    replica_pieces_.clear();
+    replica_pieces_[0] = replica_pieces;
     for (int r : others) {
+      if (auto ack = phase_.acks.find(r); ack != phase_.acks.end()) replica_pieces_[r] = ack->second.replica_pieces;
       auto done = phase_.dones.find(r);
       if (done == phase_.dones.end()) kept_by_node_.erase(r);
-      else
-        kept_by_node_[r] =
-            KeptSteps{done->second.kept_first, done->second.kept_last, done->second.kept_whole, incarnation_[r]};
+      else kept_by_node_[r] = kept(done->second, incarnation_[r]);
     }
   }
   report.traffic.assign(world_, std::vector<int64_t>(world_, 0));

@@ -12,45 +12,27 @@
 
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/master.h"
+#include "runtime/cluster/memory_pieces.h"
 #include "runtime/cluster/memory_transfer.h"
 
 namespace rill::agent_internal {
 
 StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int phase, int64_t step) {
   std::map<std::string, std::vector<float>> values, states;
-  if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok())
+  if (gathered_ && gathered_->job == job_id && gathered_->step == step) {
+    // The pieces node 0 gathered to go on without a lost node (master_gather.cc).
+    values = gathered_->values;
+    states = gathered_->state;
+  } else if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok()) {
     return taken.with_context(fmt::format("taking back a node at step {}", step));
+  }
   // Tensors in order, a message each time the next would take one past
-  // --max-message-bytes (a tensor larger than that goes alone), and never
-  // past kMemoryMessageBytes (a FlatBuffer holds at most 2 GiB).
-  const size_t most = std::min(kMemoryMessageBytes, options_.max_message_bytes);
-  std::vector<std::string> out;
-  ctl::PlanPart memory;
-  size_t held = 0;
-  auto flush = [&] {
-    if (memory.initial_values.empty() && memory.initial_state.empty()) return;
-    memory.job_id = job_id;
-    memory.phase = phase;
-    memory.kept_step = step;
-    out.push_back(ctl::encode(memory));
-    memory = ctl::PlanPart{};
-    held = 0;
-  };
-  auto add = [&](std::vector<ctl::Tensor>& into, const std::string& name, std::vector<float>& v) -> Status {
-    const size_t bytes = v.size() * sizeof(float) + name.size() + 64;
-    if (bytes > kMemoryMessageBytes)
-      return invalid_argument("taking back a node at step {}: '{}' ({} bytes) is larger than one message holds ({} "
-                              "bytes)",
-                              step, name, bytes, kMemoryMessageBytes);
-    if (held > 0 && held + bytes > most) flush();
-    into.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
-    held += bytes;
-    return {};
-  };
-  for (auto& [name, v] : values) RILL_RETURN_IF_ERROR(add(memory.initial_values, name, v));
-  for (auto& [name, v] : states) RILL_RETURN_IF_ERROR(add(memory.initial_state, name, v));
-  flush();
-  return out;
+  // --max-message-bytes (a tensor larger than that goes alone).
+  std::vector<ctl::Tensor> whole_values, whole_state;
+  for (auto& [name, v] : values) whole_values.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+  for (auto& [name, v] : states) whole_state.push_back(ctl::Tensor{name, {}, {}, {}, std::move(v)});
+  return pack_tensors(std::move(whole_values), std::move(whole_state), job_id, phase, step,
+                      options_.max_message_bytes, "taking back a node");
 }
 
 Status Master::send_memory_to(const std::vector<int>& newcomers, uint64_t tag_base,

@@ -223,6 +223,7 @@ void Master::master_on(const From& from, ctl::Abort&) { not_for_master(from, "Ab
 void Master::master_on(const From& from, ctl::Rejoined&) { not_for_master(from, "Rejoined"); }
 void Master::master_on(const From& from, ctl::Hold&) { not_for_master(from, "Hold"); }
 void Master::master_on(const From& from, ctl::EndAt&) { not_for_master(from, "EndAt"); }
+void Master::master_on(const From& from, ctl::Gather&) { not_for_master(from, "Gather"); }
 
 void Master::not_for_master(const From& from, const char* type) {
   spdlog::warn("{}: dropped a {} from {}: only the master sends it", node_name(options_.machines, 0), type,

@@ -28,14 +28,39 @@
 namespace rill {
 
 inline constexpr uint64_t kMemoryAckTag = kTagsPerRun - 2, kMemoryChunkTag = kTagsPerRun - 1;
+// A run's replica of each node's pieces on its buddy (replicator.h), and
+// the pieces node 0 gathers to go on without a lost node (master_gather.cc):
+// streams of their own, below node 0's memory.
+inline constexpr uint64_t kReplicaAckTag = kTagsPerRun - 4, kReplicaChunkTag = kTagsPerRun - 3;
+inline constexpr uint64_t kGatherAckTag = kTagsPerRun - 6, kGatherChunkTag = kTagsPerRun - 5;
 inline constexpr size_t kMemoryChunkBytes = size_t{1} << 20;  // what collectives move: every transport takes it
 inline constexpr int kMemoryWindow = 16;
-// Node 0's memory goes as messages of at most this many bytes each (a
-// FlatBuffer holds at most 2 GiB); a tensor larger than one is refused.
-// Within that, a message holds at most --max-message-bytes of tensors (a
-// larger tensor goes alone): the newcomer holds one message's bytes and
-// its decoded tensors at a time.
-inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
+
+// Tags of one stream of messages: the sender's chunks, the receiver's acks.
+struct StreamTags {
+  uint64_t chunk = 0, ack = 0;
+};
+
+// What a stream's receiver learns before each message: message `index` of
+// `count` of the pieces a node held after `step` steps, `bytes` long.
+struct StreamHeader {
+  int64_t step = 0;
+  uint64_t index = 0, count = 0, bytes = 0;
+};
+
+// One message of a stream to `to`: its header, then its bytes in windows of
+// acknowledged chunks (as node 0's memory). No ready is waited for: the
+// receiver's tags are open already (a run's, or node 0's for the gather).
+// A header of count 0 and no bytes says there is nothing to send.
+Status send_stream_message(comm::Transport& transport, int to, StreamTags tags, const StreamHeader& header,
+                           std::string_view bytes, std::chrono::milliseconds patience);
+// The next header from `from`, by `deadline` (kDeadlineExceeded: none yet);
+// one past `max_bytes` is kDataLoss.
+StatusOr<StreamHeader> receive_stream_header(comm::Transport& transport, int from, StreamTags tags,
+                                             comm::Clock::time_point deadline, size_t max_bytes);
+// The bytes that follow `header`, each chunk within `patience`.
+StatusOr<std::string> receive_stream_body(comm::Transport& transport, int from, StreamTags tags,
+                                          const StreamHeader& header, std::chrono::milliseconds patience);
 
 // Node 0: sends `bytes` to rank `to` once it is ready (every chunk
 // acknowledged before it returns), the tags of the phase at `tag_base`,

@@ -21,6 +21,7 @@
 #include "compiler/compiler.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
+#include "runtime/cluster/memory_transfer.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
 #include "runtime/cluster/memory_transfer.h"
@@ -207,6 +208,7 @@ void NodeAgent::tick() {
     MutexLock lock(run_mu_);
     pending_.reset();
     pending_checkpoint_.reset();
+    pending_replicator_.reset();
     if (running_) running_->abort(Status(Code::kUnavailable, lost));
   }
   if (closed) {  // its process is gone: so is the cluster
@@ -235,6 +237,7 @@ void NodeAgent::join_again(const std::string& lost) {
     if (running_) running_->abort(Status(Code::kAborted, lost));
     pending_.reset();
     pending_checkpoint_.reset();
+    pending_replicator_.reset();
     pending_job_ = aborted_job_ = started_job_ = -1;
     pending_phase_ = aborted_phase_ = started_phase_ = -1;
     started_.reset();
@@ -359,6 +362,15 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     }
     if (checkpoint)
       run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };
+    // Its pieces to the next member's memory every few steps (live membership).
+    std::shared_ptr<Replicator> replicator;
+    int replica_pieces = 0;
+    if (plan.ok() && part.mode == static_cast<int>(compiler::Mode::kTrain)) {
+      auto made = replicate(part.job_id, part.phase, part.members, part.replica_every, *plan, run, nodes,
+                            &replica_pieces);
+      if (made.ok()) replicator = std::move(*made);
+      else plan = made.status();
+    }
     auto built = plan.ok() ? NodeRuntime::build(std::move(*plan), std::move(run))
                            : StatusOr<std::unique_ptr<NodeRuntime>>(plan.status());
     std::string error = built.ok() ? "" : fmt::format("{}: {}", me, built.status().message());
@@ -368,6 +380,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       if (built.ok() && !(aborted_job_ == part.job_id && part.phase <= aborted_phase_)) {
         pending_ = std::move(*built);
         pending_checkpoint_ = std::move(checkpoint);
+        pending_replicator_ = std::move(replicator);
         pending_job_ = part.job_id;
         pending_phase_ = part.phase;
         // Count this job's traffic from here: the master starts
@@ -377,7 +390,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       }
     }
     post_to_master(ctl::PlanAck{part.job_id, part.phase, options_.rank, error,
-                                 built.ok() ? Code::kOk : built.status().code(), std::move(carried)});
+                                 built.ok() ? Code::kOk : built.status().code(), std::move(carried),
+                                 replica_pieces});
   });
 }
 
@@ -427,18 +441,20 @@ void NodeAgent::add_traces(std::vector<ActorTraceRecord>& traces, ctl::Done* don
 void NodeAgent::worker_on(ctl::Start& m) {
   std::shared_ptr<NodeRuntime> runtime;
   std::shared_ptr<CheckpointCollector> checkpoint;
+  std::shared_ptr<Replicator> replicator;
   {
     MutexLock lock(run_mu_);
     if (!pending_ || pending_job_ != m.job_id || pending_phase_ != m.phase) return;
     runtime = std::move(pending_);
     checkpoint = std::move(pending_checkpoint_);
+    replicator = std::move(pending_replicator_);
     started_ = runtime;
     started_job_ = m.job_id;
     started_phase_ = m.phase;
   }
   // After the previous run has wound down, on the runner's thread.
   runner_->post([this, job = m.job_id, phase = m.phase, runtime = std::move(runtime), checkpoint = std::move(checkpoint),
-                 link = links_.load()]() mutable {
+                 replicator = std::move(replicator), link = links_.load()]() mutable {
     {
       MutexLock lock(run_mu_);
       if (links_.load() != link) return;  // started on a link since replaced
@@ -451,6 +467,10 @@ void NodeAgent::worker_on(ctl::Start& m) {
       MutexLock lock(run_mu_);
       running_ = nullptr;
     }
+    // Copies under way end with the run (the store keeps those complete),
+    // before the runtime, which they read through, goes.
+    if (replicator) replicator->stop();
+    replicator.reset();
     runtime.reset();  // unhooks the transport handler before the next job
     // This node's last checkpoint files are written and reported before its
     // Done (the master completes the steps from them). A write that failed
@@ -486,7 +506,8 @@ void NodeAgent::worker_on(ctl::Abort& m) {
   // later phases are not.
   aborted_job_ = m.job_id;
   aborted_phase_ = m.phase;
-  if (pending_job_ == m.job_id && pending_phase_ <= m.phase) pending_.reset(), pending_checkpoint_.reset();
+  if (pending_job_ == m.job_id && pending_phase_ <= m.phase)
+    pending_.reset(), pending_checkpoint_.reset(), pending_replicator_.reset();
   if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
     running_->abort(Status(Code::kAborted, m.reason));
   // A part still taking node 0's memory for that phase stops waiting for it.
@@ -529,6 +550,41 @@ void NodeAgent::worker_on(ctl::EndAt& m) {
   }
   if (runtime) runtime->end_at(m.end);
   spdlog::info("{}: job {} phase {} ends at step {} (a stop was asked for)", me, m.job_id, m.phase, m.end);
+}
+
+// Node 0 gathers the pieces to go on without a lost node: this node's own
+// after the step, and the replicas it holds, over the data plane, off the
+// loop (as a plan is built). What it cannot send, it says in a PlanAck of
+// that phase, which the master's gather watches for.
+void NodeAgent::worker_on(ctl::Gather& m) {
+  builder_->post([this, m, link = links_.load()] {
+    if (links_.load() != link) return;
+    const auto patience = std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
+    // Node 0's acks come on the phase's tags, which this node opens now (it
+    // runs nothing until that phase).
+    transport_->accept_tags(m.tag_base, m.tag_base + kTagsPerRun);
+    transport_->limit_message_bytes(0);
+    auto messages = gather_messages(m.job_id, m.step, m.own, m.replicas_of);
+    Status sent = messages.status();
+    const StreamTags tags{m.tag_base + kGatherChunkTag, m.tag_base + kGatherAckTag};
+    if (messages.ok()) {
+      const uint64_t count = messages->size();
+      for (uint64_t i = 0; sent.ok() && (i < count || (count == 0 && i == 0)); ++i) {
+        const std::string_view bytes = count == 0 ? std::string_view() : std::string_view((*messages)[i]);
+        sent = send_stream_message(*transport_, 0, tags, StreamHeader{m.step, i, count, bytes.size()}, bytes,
+                                   patience);
+      }
+    }
+    if (sent.ok()) {
+      spdlog::info("{}: sent node 0 its pieces after step {}{} ({} message(s))", me(), m.step,
+                   m.replicas_of.empty() ? "" : " and the replicas it holds", messages->size());
+      return;
+    }
+    spdlog::error("{}: sending node 0 the pieces after step {}: {}", me(), m.step, sent.message());
+    if (links_.load() == link)
+      post_to_master(ctl::PlanAck{m.job_id, m.phase, options_.rank, fmt::format("{}: {}", me(), sent.message()),
+                                  sent.code()});
+  });
 }
 
 void NodeAgent::worker_on(ctl::Rejoined& m) {

@@ -55,6 +55,7 @@ class NodeAgent final : public Agent {
   void worker_on(ctl::Shutdown& m);
   void worker_on(ctl::Hold& m);
   void worker_on(ctl::EndAt& m);
+  void worker_on(ctl::Gather& m);
   void worker_on(ctl::Rejoined& m);
   void worker_on(ctl::Heartbeat& m);
   void worker_on(ctl::JoinReply& m);
@@ -87,6 +88,7 @@ class NodeAgent final : public Agent {
   Mutex run_mu_;
   std::shared_ptr<NodeRuntime> pending_ GUARDED_BY(run_mu_);  // built, waiting for Start
   std::shared_ptr<CheckpointCollector> pending_checkpoint_ GUARDED_BY(run_mu_);  // its checkpoint writer, if any
+  std::shared_ptr<Replicator> pending_replicator_ GUARDED_BY(run_mu_);  // its copies to the next node, if any
   // The last phase started here, while it lives (the master's Hold and
   // EndAt reach it before its run begins too).
   std::weak_ptr<NodeRuntime> started_ GUARDED_BY(run_mu_);

@@ -286,18 +286,23 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
   if (!task.variable()->replica()) variable_bytes_ += piece_bytes;
   // One holder of each distinct piece writes it into checkpoints, the
   // holders taking turns by bytes (compiler/checkpoint_writers.h).
+  // The piece as a copy at a step boundary, for `to` (a checkpoint, a replica).
+  auto tell = [var, logical, offset, shape = slot.shape, state_names](
+                  const std::function<void(int64_t, VariablePiece)>& to) {
+    return [&to, var, logical, offset, shape, state_names](int64_t done, std::span<const float> model,
+                                                          std::span<const std::span<const float>> state) {
+      const auto start = std::chrono::steady_clock::now();
+      VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
+      for (size_t i = 0; i < state.size(); ++i)
+        piece.state.emplace_back(state_names[i], std::vector<float>(state[i].begin(), state[i].end()));
+      piece.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      to(done, std::move(piece));
+    };
+  };
   if (options_.on_snapshot && task.variable()->checkpoint_writer())
-    body.on_snapshot(
-        [this, var, logical, offset, shape = slot.shape, state_names](
-            int64_t done, std::span<const float> model, std::span<const std::span<const float>> state) {
-          const auto start = std::chrono::steady_clock::now();
-          VariablePiece piece{var, logical, offset, shape, std::vector<float>(model.begin(), model.end()), {}};
-          for (size_t i = 0; i < state.size(); ++i)
-            piece.state.emplace_back(state_names[i], std::vector<float>(state[i].begin(), state[i].end()));
-          piece.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          options_.on_snapshot(done, std::move(piece));
-        },
-        options_.snapshot_every, end_.get());
+    body.on_snapshot(tell(options_.on_snapshot), options_.snapshot_every, end_.get());
+  if (options_.on_replica && options_.replica_every > 0 && task.variable()->checkpoint_writer())
+    body.on_replica(tell(options_.on_replica), options_.replica_every);
   if (options_.keeper)
     if (const int piece = options_.keeper->declare(var, logical, offset, slot.shape, state_names, update != nullptr);
         piece >= 0)

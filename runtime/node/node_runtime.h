@@ -100,6 +100,10 @@ struct RunOptions {
   // variable's thread: a copy taken at the step boundary.
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
+  // The same pieces (variables only) after each `replica_every`-th step
+  // (> 0), as copies for another node's memory (runtime/cluster/replicator.h).
+  int64_t replica_every = 0;
+  std::function<void(int64_t steps_done, VariablePiece piece)> on_replica;
   // Where every variable piece goes after each step (and as the run starts),
   // kept in memory for a job that goes on without a lost node
   // (runtime/node/step_keeper.h); null: nothing kept. It must outlive the run.

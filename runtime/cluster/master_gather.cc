@@ -1,0 +1,168 @@
+// A live job whose layout splits variables across nodes, going on without a
+// lost node (docs/FAULTS.md "When a node fails"): every node copied its
+// pieces to the next member's memory every few steps (replicator.h); node 0
+// finds a step at which every survivor holds its own pieces and each lost
+// node's buddy its replica, gathers them over the data plane into the whole
+// model, and every other member starts from node 0's memory with the plan
+// on the nodes that remain.
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/cluster/master.h"
+#include "runtime/cluster/memory_pieces.h"
+#include "runtime/cluster/memory_transfer.h"
+
+namespace rill::agent_internal {
+
+StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership next) {
+  std::vector<int> ran = ended.members;
+  if (ran.empty())
+    for (int r = 0; r < world_; ++r) ran.push_back(r);
+  // A rank holds its own pieces when it ran, is up, and is the agent that
+  // said what it kept (a restarted agent's predecessor's died with it).
+  auto holder = [&](int r) { return next.member(r) && kept_by_node_.count(r) != 0; };
+  auto copies = [&](int r) {
+    auto it = replica_pieces_.find(r);
+    return it == replica_pieces_.end() || it->second > 0;  // not known: as if it did
+  };
+  std::optional<std::set<int64_t>> common;
+  auto narrow = [&](const std::vector<int64_t>& steps) {
+    std::set<int64_t> held(steps.begin(), steps.end());
+    if (!common) common = std::move(held);
+    else std::erase_if(*common, [&](int64_t s) { return held.count(s) == 0; });
+  };
+  std::map<int, Membership::GatherFrom> gather;
+  std::string lost;
+  for (size_t i = 0; i < ran.size(); ++i) {
+    const int r = ran[i];
+    if (holder(r)) {
+      gather[r].own = copies(r);
+      if (copies(r)) narrow(kept_by_node_[r].own_replicas);
+      continue;
+    }
+    lost += (lost.empty() ? "" : ", ") + node_name(options_.machines, r);
+    if (!copies(r)) continue;  // it held no piece of its own to copy
+    const int buddy = ran[(i + 1) % ran.size()];
+    if (!holder(buddy))
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("{} is lost, and so is {}, which held its replica", node_name(options_.machines, r),
+                                node_name(options_.machines, buddy)));
+    auto held = kept_by_node_[buddy].replicas.find(r);
+    narrow(held == kept_by_node_[buddy].replicas.end() ? std::vector<int64_t>{} : held->second);
+    gather[buddy].replicas_of.push_back(r);
+  }
+  if (lost.empty()) return Status(Code::kNotFound, "no node that ran the attempt was lost");
+  int64_t step = common && !common->empty() ? *common->rbegin() : -1;
+  // The model node 0 gathered last is whole, at its step: later nodes lost
+  // before the next replica go on from it.
+  const bool from_gathered = gathered_ && gathered_->step > step;
+  if (from_gathered) {
+    step = gathered_->step;
+    gather.clear();
+  }
+  if (step < 0)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("no step at which every node that remains holds its own pieces and {}'s replica is held "
+                              "(replicas every {} steps)",
+                              lost, ended.replica_every));
+  std::erase_if(gather, [](const auto& g) { return !g.second.own && g.second.replicas_of.empty(); });
+  next.kept_step = step;
+  next.gather = std::move(gather);
+  next.from_replicas = true;
+  next.newcomers.clear();
+  for (int r : next.members)
+    if (r != 0) next.newcomers.push_back(r);
+  return next;
+}
+
+Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const Membership& membership,
+                             double patience_s) {
+  const int64_t step = membership.kept_step;
+  const auto started = std::chrono::steady_clock::now();
+  const auto patience = std::chrono::milliseconds(static_cast<int64_t>(patience_s * 1000));
+  const StreamTags tags{tag_base + kGatherChunkTag, tag_base + kGatherAckTag};
+  // The senders' chunks on this phase's tags, a window of them at a time.
+  transport_->accept_tags(tag_base, tag_base + kTagsPerRun);
+  transport_->limit_message_bytes(0);
+  transport_->limit_unread_bytes(2 * kMemoryWindow * (kMemoryChunkBytes + 4096));
+  std::vector<int> senders;
+  for (const auto& [r, from] : membership.gather)
+    if (r != 0) {
+      senders.push_back(r);
+      post_to_node(r, ctl::Gather{job_id, phase, tag_base, step, from.own, from.replicas_of});
+    }
+  // Each sender's messages, received at once; a sender that fails says so
+  // in a PlanAck of this phase, and one lost is named.
+  std::vector<std::vector<std::string>> received(senders.size());
+  std::vector<Status> failed(senders.size());
+  std::vector<std::thread> receivers;
+  for (size_t i = 0; i < senders.size(); ++i)
+    receivers.emplace_back([&, i] {
+      const int r = senders[i];
+      const std::string who = node_name(options_.machines, r);
+      const auto deadline = comm::Clock::now() + patience;
+      for (;;) {
+        auto header = receive_stream_header(*transport_, r, tags, comm::Clock::now() + std::chrono::milliseconds(200),
+                                            kMemoryMessageBytes + (size_t{1} << 20));
+        if (!header.ok() && header.status().code() == Code::kDeadlineExceeded) {
+          MutexLock lock(phase_mu_);
+          if (auto ack = phase_.acks.find(r); ack != phase_.acks.end() && !ack->second.error.empty()) {
+            failed[i] = Status(ack->second.code == Code::kOk ? Code::kUnavailable : ack->second.code, ack->second.error);
+            return;
+          }
+          if (lost_[r] || comm::Clock::now() > deadline) {
+            failed[i] = Status(Code::kUnavailable, fmt::format("{} sent no pieces within {} s", who, patience_s));
+            return;
+          }
+          continue;
+        }
+        if (!header.ok()) {
+          failed[i] = header.status().with_context(who);
+          return;
+        }
+        if (header->count == 0) return;
+        auto body = receive_stream_body(*transport_, r, tags, *header, patience);
+        if (!body.ok()) {
+          failed[i] = body.status().with_context(who);
+          return;
+        }
+        received[i].push_back(std::move(*body));
+        if (header->index + 1 == header->count) return;
+      }
+    });
+  for (std::thread& t : receivers) t.join();
+  WholeTensors whole;
+  if (auto own = membership.gather.find(0); own != membership.gather.end()) {
+    auto messages = gather_messages(job_id, step, own->second.own, own->second.replicas_of);
+    if (!messages.ok()) return messages.status().with_context(node_name(options_.machines, 0));
+    for (const std::string& m : *messages) RILL_RETURN_IF_ERROR(whole.add_message(m, job_id, step));
+  }
+  int64_t bytes = 0;
+  for (size_t i = 0; i < senders.size(); ++i) {
+    if (!failed[i].ok())
+      return Status(failed[i].code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable,
+                    fmt::format("gathering the pieces after step {}: {}", step, failed[i].message()));
+    for (const std::string& m : received[i]) {
+      bytes += static_cast<int64_t>(m.size());
+      RILL_RETURN_IF_ERROR(whole.add_message(m, job_id, step)
+                               .with_context(fmt::format("the pieces from {}", node_name(options_.machines, senders[i]))));
+    }
+  }
+  if (Status complete = whole.check_whole(membership.variables); !complete.ok())
+    return Status(Code::kDataLoss, fmt::format("gathering the pieces after step {}: {}", step, complete.message()));
+  spdlog::info("job {}: node 0 gathered the model after step {} from {} node(s) ({} bytes over the data plane) in "
+               "{:.3f} s",
+               job_id, step, senders.size() + (membership.gather.count(0) ? 1 : 0), bytes,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  gathered_ = Gathered{job_id, step, std::move(whole.values), std::move(whole.state)};
+  return {};
+}
+
+}  // namespace rill::agent_internal

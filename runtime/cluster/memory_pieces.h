@@ -1,0 +1,51 @@
+// A model in memory as control-encoded messages, and back: node 0's memory
+// to a node that comes back (whole tensors), a node's pieces to its buddy
+// (replicator.h) and to node 0 (master_gather.cc). Each message is a
+// PlanPart holding only tensors (checksummed, verified when decoded) of the
+// job and step it names; a piece carries its offset and shape in the
+// logical tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/cluster/control_codec.h"
+
+namespace rill {
+
+// Node 0's memory and a node's pieces go as messages of at most this many
+// bytes each (a FlatBuffer holds at most 2 GiB); a tensor larger than one is
+// refused by name.
+inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
+
+// `values` (variables) and `state` (optimizer state, "w1/adam_m"), whole or
+// pieces, in order, as messages of at most `most` bytes of tensors each (a
+// larger tensor goes alone) and never past kMemoryMessageBytes. `what`
+// names them in an error.
+StatusOr<std::vector<std::string>> pack_tensors(std::vector<control::Tensor> values,
+                                                std::vector<control::Tensor> state, int64_t job_id, int phase,
+                                                int64_t step, size_t most, std::string_view what);
+
+// Whole tensors assembled from pieces, each element placed once.
+class WholeTensors {
+ public:
+  // Every tensor in `message` (pack_tensors' of job `job_id` after `step`
+  // steps); a piece outside its tensor, or one placed already, is kDataLoss.
+  Status add_message(std::string_view message, int64_t job_id, int64_t step);
+  // Ok when every variable of `variables` and every tensor added is
+  // covered whole; else names the first that is not.
+  Status check_whole(const std::vector<std::string>& variables) const;
+  std::map<std::string, std::vector<float>> values, state;
+
+ private:
+  Status add(const control::Tensor& t, std::map<std::string, std::vector<float>>& into);
+  std::map<std::string, int64_t> covered_;  // elements placed, by tensor
+  std::map<std::string, std::vector<std::vector<int64_t>>> offsets_;  // pieces placed, by tensor
+};
+
+}  // namespace rill

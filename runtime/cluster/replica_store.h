@@ -1,0 +1,54 @@
+// ReplicaStore: an agent's in-memory replicas (live membership with a layout
+// that splits variables across nodes, docs/FAULTS.md): this node's own
+// pieces as they stood after its last replica steps, and the pieces of the
+// node before it in the plan, received whole (runtime/cluster/replicator.h).
+// When a node is lost, node 0 gathers every survivor's own pieces and the
+// lost node's replica at a step they all hold (master_gather.cc), and the
+// job goes on from them with a plan on the nodes that remain.
+//
+// Pieces are held as the messages that carry them (memory_pieces.h): what
+// goes to the buddy is kept as it was sent, and goes to node 0 as it is.
+// Own steps: the newest kOwnSteps, so that every survivor still holds the
+// step a lost node's replica is complete at (a replica step starts only
+// once the one before reached the buddy, and nodes are at most a step
+// apart). Each source's newest kReplicaSteps complete replicas. Another
+// job's are dropped. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status.h"
+
+namespace rill {
+
+class ReplicaStore {
+ public:
+  static constexpr size_t kOwnSteps = 3, kReplicaSteps = 2;
+  using Messages = std::shared_ptr<const std::vector<std::string>>;
+
+  void keep_own(int64_t job, int64_t step, std::vector<std::string> messages);
+  // Source `source`'s (a machine-list rank) pieces after `step` steps, whole.
+  void keep_replica(int64_t job, int source, int64_t step, std::vector<std::string> messages);
+  // Steps held, oldest first.
+  std::vector<int64_t> own_steps(int64_t job) const;
+  std::map<int, std::vector<int64_t>> replica_steps(int64_t job) const;
+  // The messages held; kNotFound names what is not held.
+  StatusOr<Messages> own_at(int64_t job, int64_t step) const;
+  StatusOr<Messages> replica_at(int64_t job, int source, int64_t step) const;
+  // Bytes held (the messages').
+  int64_t bytes() const;
+
+ private:
+  void switch_job(int64_t job) REQUIRES(mu_);
+  mutable Mutex mu_;
+  int64_t job_ GUARDED_BY(mu_) = -1;
+  std::map<int64_t, Messages> own_ GUARDED_BY(mu_);
+  std::map<int, std::map<int64_t, Messages>> replicas_ GUARDED_BY(mu_);
+};
+
+}  // namespace rill

@@ -1,0 +1,106 @@
+#include "runtime/cluster/replicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/cluster/memory_pieces.h"
+#include "runtime/cluster/memory_transfer.h"
+#include "runtime/node/carried_state.h"
+
+namespace rill {
+
+namespace ctl = control;
+
+namespace {
+
+constexpr StreamTags replica_tags(uint64_t tag_base) {
+  return StreamTags{tag_base + kReplicaChunkTag, tag_base + kReplicaAckTag};
+}
+// A stream's message: the tensors and a little encoding around them.
+constexpr size_t kMostStreamBytes = kMemoryMessageBytes + (size_t{1} << 20);
+
+}  // namespace
+
+Replicator::Replicator(std::vector<SnapshotPiece> pieces, Options options) : options_(std::move(options)) {
+  std::erase_if(pieces, [](const SnapshotPiece& p) { return p.name.starts_with(kCarriedPrefix); });
+  collector_ = std::make_unique<CheckpointCollector>(
+      graph::Job{}, std::move(pieces),
+      [this](int64_t step, std::vector<TensorPiece> tensors) { return send(step, std::move(tensors)); },
+      [this](NodeCheckpoint sent) {
+        if (!sent.status.ok() && !stopping_.load())
+          spdlog::warn("{}: its pieces after step {} did not reach the next node's memory: {}", options_.me,
+                       sent.step, sent.status.message());
+      });
+  if (options_.from >= 0) receiver_ = std::thread([this] { receive_loop(); });
+}
+
+Replicator::~Replicator() {
+  stop();
+  collector_.reset();  // its thread ends once a step under way gives up (the tags are cancelled)
+}
+
+void Replicator::add(int64_t steps_done, VariablePiece piece) {
+  if (!stopping_.load()) collector_->add(steps_done, std::move(piece));
+}
+
+void Replicator::stop() {
+  if (stopping_.exchange(true)) return;
+  // Waits for acks and chunks end now, not at their patience.
+  options_.transport->cancel_tags(options_.tag_base + kReplicaAckTag, options_.tag_base + kReplicaChunkTag + 1,
+                                  "the run ended");
+  if (receiver_.joinable()) receiver_.join();
+}
+
+StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tensors) {
+  std::vector<ctl::Tensor> values, state;
+  for (TensorPiece& t : tensors)
+    (t.optimizer_state ? state : values)
+        .push_back(ctl::Tensor{std::move(t.tensor), std::move(t.logical), std::move(t.offset), std::move(t.shape),
+                               std::move(t.values)});
+  RILL_ASSIGN_OR_RETURN(std::vector<std::string> messages,
+                        pack_tensors(std::move(values), std::move(state), options_.job, options_.phase, step,
+                                     options_.most, "a replica of this node's pieces"));
+  NodeFile sent;
+  for (const std::string& m : messages) sent.bytes += static_cast<int64_t>(m.size());
+  options_.store->keep_own(options_.job, step, messages);
+  if (options_.to < 0) return sent;
+  const uint64_t count = messages.size();
+  for (uint64_t i = 0; i < count || (count == 0 && i == 0); ++i) {
+    const std::string_view bytes = count == 0 ? std::string_view() : std::string_view(messages[i]);
+    RILL_RETURN_IF_ERROR(send_stream_message(*options_.transport, options_.to, replica_tags(options_.tag_base),
+                                             StreamHeader{step, i, count, bytes.size()}, bytes, options_.patience));
+  }
+  return sent;
+}
+
+void Replicator::receive_loop() {
+  const StreamTags tags = replica_tags(options_.tag_base);
+  std::vector<std::string> held;  // the step under way's messages
+  int64_t step = -1;
+  while (!stopping_.load()) {
+    auto header = receive_stream_header(*options_.transport, options_.from, tags,
+                                        comm::Clock::now() + std::chrono::milliseconds(200), kMostStreamBytes);
+    if (!header.ok() && header.status().code() == Code::kDeadlineExceeded) continue;
+    Status failed = header.status();
+    if (header.ok()) {
+      if (header->step != step || header->index != held.size()) held.clear();
+      step = header->step;
+      if (header->count > 0) {
+        auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
+        if (body.ok()) held.push_back(std::move(*body));
+        failed = body.status();
+      }
+      if (failed.ok() && held.size() == header->count) {
+        options_.store->keep_replica(options_.job, options_.from_rank, step, std::move(held));
+        held.clear();
+      }
+    }
+    if (failed.ok()) continue;
+    // The run ended (its tags cancelled), or the node before is gone (the
+    // run fails for that, naming it).
+    if (!stopping_.load() && failed.code() != Code::kAborted)
+      spdlog::info("{}: no more replicas from the node before it: {}", options_.me, failed.message());
+    return;
+  }
+}
+
+}  // namespace rill

@@ -1,0 +1,68 @@
+// Replicator: one run's in-memory replica of a node's pieces (live
+// membership, docs/FAULTS.md "When a node fails"). After every
+// `replica_every`-th step, each node's checkpoint-writing pieces (one
+// holder of each distinct piece over the cluster, so all nodes' together
+// make the model whole) are copied at the step boundary, as a checkpoint's
+// are, kept in the node's ReplicaStore and sent to the next node of the
+// plan (its buddy) over the data plane, on tags of their own, while
+// training goes on; each node keeps what the node before it sent. A step
+// whose copy has not reached the buddy holds the next one back (the
+// checkpoint collector's bound: training slows to the link's pace instead
+// of piling up copies). When a node is lost, its buddy's replica and the
+// survivors' own pieces at a step they all hold make the model whole
+// (master_gather.cc).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/transport.h"
+#include "runtime/checkpoint/checkpoint_collector.h"
+#include "runtime/cluster/replica_store.h"
+#include "runtime/node/node_runtime.h"
+
+namespace rill {
+
+class Replicator {
+ public:
+  struct Options {
+    comm::Transport* transport = nullptr;  // the run's (ranks are the plan's nodes)
+    ReplicaStore* store = nullptr;         // the agent's, outliving the run
+    int64_t job = 0;
+    int phase = 0;
+    uint64_t tag_base = 0;                 // the run's
+    int to = -1, from = -1;                // the buddy and the node before, as the run's transport ranks them
+    int from_rank = -1;                    // `from` as a machine-list rank (how the store names it)
+    size_t most = 0;                       // bytes of tensors one message holds (--max-message-bytes)
+    std::chrono::milliseconds patience{60000};  // for each chunk's ack or next chunk
+    std::string me;                        // this node, for the log
+  };
+  // `pieces`: the node's checkpoint-writing pieces (snapshot_pieces; the
+  // compression's carried state is left out).
+  Replicator(std::vector<SnapshotPiece> pieces, Options options);
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // RunOptions::on_replica: a piece after `steps_done` steps (any thread).
+  void add(int64_t steps_done, VariablePiece piece);
+  // Once the run has ended: stops sending and receiving (what is under way
+  // is dropped; the store keeps what was complete).
+  void stop();
+
+ private:
+  StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
+  void receive_loop();
+
+  Options options_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<CheckpointCollector> collector_;
+  std::thread receiver_;
+};
+
+}  // namespace rill
