@@ -208,7 +208,10 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
   CHECK(master2.wait(15) == 0);
 }
 
-TEST_CASE("a job whose variables are split across nodes cannot go on without a lost node, and says why") {
+// Without replicas (--replica-every 0) a layout that splits variables has
+// a lost node's pieces nowhere else (membership_replica_test.cc: with them).
+TEST_CASE("a job whose variables are split across nodes, without replicas, cannot go on without a lost node, and "
+          "says why") {
   const auto dir = fresh_dir("split");
   const std::string machines = "127.0.0.1:19892,127.0.0.2:19892";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
@@ -219,6 +222,7 @@ TEST_CASE("a job whose variables are split across nodes cannot go on without a l
   rill::SubmitOptions options;
   options.steps = 200;
   options.min_nodes = 1;
+  options.replica_every = 0;
   options.overrides = {"train.log_every=1"};
   Lines lines;
   options.on_line = [&](const std::string& line) { lines.add(line); };

@@ -1,0 +1,240 @@
+// In-memory replicas of a node's pieces (live membership for layouts that
+// split variables): the messages that carry pieces and the whole tensors
+// made from them (runtime/cluster/memory_pieces.h), a node's store
+// (replica_store.h), the stream that carries them (memory_transfer.h), the
+// control messages that say who holds what, and the Replicator between two
+// nodes of one run (replicator.h).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/transport.h"
+#include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/memory_pieces.h"
+#include "runtime/cluster/memory_transfer.h"
+#include "runtime/cluster/replica_store.h"
+#include "runtime/cluster/replicator.h"
+
+namespace rill {
+namespace {
+
+namespace ctl = control;
+using std::chrono::milliseconds;
+
+std::vector<float> iota(size_t n, float from) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = from + static_cast<float>(i);
+  return out;
+}
+
+// Rows [row, row + rows) of a [4, 3] tensor whose element (r, c) is base + 3r + c.
+ctl::Tensor rows_of(const std::string& name, int64_t row, int64_t rows, float base) {
+  return ctl::Tensor{name, {4, 3}, {row, 0}, {rows, 3}, iota(static_cast<size_t>(rows * 3), base + 3.0f * row)};
+}
+
+TEST_CASE("pieces packed into messages come back as whole tensors, each element placed once") {
+  // Two halves of w (rows 0-1 and 2-3) and of its momentum, in messages of
+  // at most about one piece's bytes: one piece a message.
+  auto messages = pack_tensors({rows_of("w", 0, 2, 0), rows_of("w", 2, 2, 0)},
+                               {rows_of("w/momentum", 0, 2, 100), rows_of("w/momentum", 2, 2, 100)}, 5, 1, 30, 100,
+                               "a test's pieces");
+  REQUIRE(messages.ok());
+  CHECK(messages->size() == 4);
+  WholeTensors whole;
+  for (const std::string& m : *messages) REQUIRE(whole.add_message(m, 5, 30).ok());
+  CHECK(whole.check_whole({"w"}).ok());
+  CHECK(whole.values["w"] == iota(12, 0));
+  CHECK(whole.state["w/momentum"] == iota(12, 100));
+  // A larger bound packs them together.
+  auto one = pack_tensors({rows_of("w", 0, 2, 0), rows_of("w", 2, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+  REQUIRE(one.ok());
+  CHECK(one->size() == 1);
+}
+
+TEST_CASE("pieces that do not make a whole tensor, or do not fit it, are named") {
+  auto half = pack_tensors({rows_of("w", 0, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+  REQUIRE(half.ok());
+  WholeTensors whole;
+  REQUIRE(whole.add_message(half->front(), 5, 30).ok());
+  Status missing = whole.check_whole({"w"});
+  CHECK(missing.code() == Code::kDataLoss);
+  CHECK(missing.message() == "the pieces of 'w' cover 6 of its 12 elements");
+  CHECK(whole.check_whole({"w", "b"}).message() == "no piece of variable 'b' came");
+  // The same piece again (a repeat, not the other half).
+  Status twice = whole.add_message(half->front(), 5, 30);
+  CHECK(twice.code() == Code::kDataLoss);
+  CHECK(twice.message() == "the piece of 'w' at [0, 0] came twice");
+  // Another job's or step's pieces.
+  CHECK(whole.add_message(half->front(), 6, 30).code() == Code::kDataLoss);
+  CHECK(whole.add_message(half->front(), 5, 31).code() == Code::kDataLoss);
+  // A piece past its tensor's end, or whose values are not its shape's.
+  auto outside = pack_tensors({rows_of("v", 3, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+  REQUIRE(outside.ok());
+  Status past = WholeTensors().add_message(outside->front(), 5, 30);
+  CHECK(past.code() == Code::kDataLoss);
+  CHECK(past.message().find("a piece of 'v' (6 values, [2, 3] at [3, 0]) does not fit its tensor [4, 3]") !=
+        std::string::npos);
+  ctl::Tensor short_piece = rows_of("u", 0, 2, 0);
+  short_piece.values.pop_back();
+  auto shorter = pack_tensors({short_piece}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+  REQUIRE(shorter.ok());
+  CHECK(WholeTensors().add_message(shorter->front(), 5, 30).code() == Code::kDataLoss);
+  // Bytes that are not a message at all.
+  CHECK(WholeTensors().add_message("not a message", 5, 30).code() == Code::kDataLoss);
+}
+
+TEST_CASE("a node's replica store keeps its own last three steps and each source's last two, for one job") {
+  ReplicaStore store;
+  for (int64_t step : {10, 20, 30, 40}) store.keep_own(1, step, {"own " + std::to_string(step)});
+  CHECK(store.own_steps(1) == std::vector<int64_t>{20, 30, 40});
+  for (int64_t step : {10, 20, 30}) store.keep_replica(1, 2, step, {"from 2 at " + std::to_string(step)});
+  store.keep_replica(1, 0, 30, {});  // a source with no pieces of its own: complete, and empty
+  CHECK(store.replica_steps(1) == std::map<int, std::vector<int64_t>>{{0, {30}}, {2, {20, 30}}});
+  auto own = store.own_at(1, 30);
+  REQUIRE(own.ok());
+  CHECK(**own == std::vector<std::string>{"own 30"});
+  auto replica = store.replica_at(1, 2, 20);
+  REQUIRE(replica.ok());
+  CHECK(**replica == std::vector<std::string>{"from 2 at 20"});
+  CHECK(store.own_at(1, 10).status().code() == Code::kNotFound);
+  CHECK(store.replica_at(1, 2, 10).status().message() ==
+        "this node holds no replica of rank 2's pieces of job 1 after step 10");
+  CHECK(store.replica_at(1, 3, 20).status().code() == Code::kNotFound);
+  CHECK(store.bytes() > 0);
+  // Another job's pieces replace every one of this job's.
+  store.keep_own(2, 5, {"job 2"});
+  CHECK(store.own_steps(1).empty());
+  CHECK(store.replica_steps(2).empty());
+  CHECK(store.own_steps(2) == std::vector<int64_t>{5});
+  CHECK(store.own_at(1, 40).status().code() == Code::kNotFound);
+}
+
+TEST_CASE("a stream's messages arrive whole after their headers, and a malformed header is named") {
+  auto transports = comm::make_inproc_transports(2);
+  const StreamTags tags{(uint64_t{9} << 20) + kReplicaChunkTag, (uint64_t{9} << 20) + kReplicaAckTag};
+  std::string big(kMemoryWindow * kMemoryChunkBytes + 5, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  const std::vector<std::string> messages = {"first", big};
+  Status sent;
+  std::thread sender([&] {
+    for (uint64_t i = 0; i < messages.size() && sent.ok(); ++i)
+      sent = send_stream_message(*transports[0], 1, tags, StreamHeader{40, i, messages.size(), messages[i].size()},
+                                 messages[i], milliseconds(10000));
+  });
+  for (uint64_t i = 0; i < messages.size(); ++i) {
+    auto header = receive_stream_header(*transports[1], 0, tags, comm::Clock::now() + milliseconds(10000),
+                                        size_t{1} << 30);
+    REQUIRE(header.ok());
+    CHECK(header->step == 40);
+    CHECK(header->index == i);
+    CHECK(header->count == 2);
+    auto body = receive_stream_body(*transports[1], 0, tags, *header, milliseconds(10000));
+    REQUIRE(body.ok());
+    CHECK(*body == messages[i]);
+  }
+  sender.join();
+  CHECK(sent.ok());
+  // Nothing yet: the deadline passes.
+  CHECK(receive_stream_header(*transports[1], 0, tags, comm::Clock::now() + milliseconds(20), 100).status().code() ==
+        Code::kDeadlineExceeded);
+  // A header announcing more than the receiver takes.
+  std::thread liar([&] {
+    (void)send_stream_message(*transports[0], 1, tags, StreamHeader{40, 0, 1, 200}, std::string(200, 'x'),
+                              milliseconds(200));
+  });
+  auto refused = receive_stream_header(*transports[1], 0, tags, comm::Clock::now() + milliseconds(10000), 100);
+  liar.join();
+  CHECK(refused.status().code() == Code::kDataLoss);
+  CHECK(refused.status().message().find("is malformed: step 40, message 0 of 1, 200 bytes (at most 100)") !=
+        std::string::npos);
+}
+
+TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its ack survive encoding") {
+  auto gather = ctl::decode(ctl::encode(ctl::Gather{7, 3, 0x300000, 40, false, {2, 5}}));
+  REQUIRE(gather.ok());
+  const auto& g = std::get<ctl::Gather>(*gather);
+  CHECK(g.job_id == 7);
+  CHECK(g.phase == 3);
+  CHECK(g.tag_base == 0x300000);
+  CHECK(g.step == 40);
+  CHECK_FALSE(g.own);
+  CHECK(g.replicas_of == std::vector<int>{2, 5});
+  ctl::Done done;
+  done.replica_own = {30, 40};
+  done.replicas = {{2, {30}}, {0, {}}};
+  auto d = std::get<ctl::Done>(*ctl::decode(ctl::encode(done)));
+  CHECK(d.replica_own == std::vector<int64_t>{30, 40});
+  REQUIRE(d.replicas.size() == 2);
+  CHECK(d.replicas[0].source == 2);
+  CHECK(d.replicas[0].steps == std::vector<int64_t>{30});
+  CHECK(d.replicas[1].steps.empty());
+  ctl::PlanAck ack{7, 0, 1, "", Code::kOk, {}, 4};
+  CHECK(std::get<ctl::PlanAck>(*ctl::decode(ctl::encode(ack))).replica_pieces == 4);
+  ctl::PlanPart part;
+  part.replica_every = 10;
+  CHECK(std::get<ctl::PlanPart>(*ctl::decode(ctl::encode(part))).replica_every == 10);
+  ctl::Submit submit;
+  CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_every == -1);
+  submit.replica_every = 0;
+  CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_every == 0);
+}
+
+// Two nodes of one run, each the other's buddy: each keeps its own pieces
+// of each replica step and the other's, once all of that step's pieces came.
+TEST_CASE("two nodes' replicators each keep their own pieces and the other's, step by step") {
+  auto transports = comm::make_inproc_transports(2);
+  ReplicaStore stores[2];
+  std::unique_ptr<Replicator> replicators[2];
+  for (int n = 0; n < 2; ++n) {
+    Replicator::Options options;
+    options.transport = transports[static_cast<size_t>(n)].get();
+    options.store = &stores[n];
+    options.job = 4;
+    options.tag_base = uint64_t{4} << 20;
+    options.to = options.from = options.from_rank = 1 - n;
+    options.most = size_t{1} << 20;
+    options.patience = milliseconds(10000);
+    options.me = "node " + std::to_string(n);
+    // Node n writes rows [2n, 2n + 2) of w and b's whole on node 0.
+    std::vector<SnapshotPiece> pieces = {{"w", {2 * n, 0}}};
+    if (n == 0) pieces.push_back({"b", {0}});
+    replicators[n] = std::make_unique<Replicator>(std::move(pieces), std::move(options));
+  }
+  for (int64_t step : {5, 10}) {
+    for (int n = 0; n < 2; ++n) {
+      const float base = 100.0f * static_cast<float>(step);
+      replicators[n]->add(step, VariablePiece{"w", {4, 3}, {2 * n, 0}, {2, 3}, iota(6, base + 6.0f * n),
+                                              {{"momentum", iota(6, -base)}}});
+    }
+    replicators[0]->add(step, VariablePiece{"b", {3}, {0}, {3}, iota(3, 7), {}});
+  }
+  // Each node has its own at both steps as soon as they are sent; the
+  // other's once received.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (stores[0].replica_steps(4)[1] != std::vector<int64_t>{5, 10} ||
+          stores[1].replica_steps(4)[0] != std::vector<int64_t>{5, 10}))
+    std::this_thread::sleep_for(milliseconds(10));
+  for (auto& r : replicators) r->stop();
+  CHECK(stores[0].own_steps(4) == std::vector<int64_t>{5, 10});
+  CHECK(stores[1].own_steps(4) == std::vector<int64_t>{5, 10});
+  REQUIRE(stores[0].replica_steps(4)[1] == std::vector<int64_t>{5, 10});
+  REQUIRE(stores[1].replica_steps(4)[0] == std::vector<int64_t>{5, 10});
+  // Node 1's replica of node 0 and node 0's own pieces after step 10... and
+  // node 1's own: the whole model of that step.
+  WholeTensors whole;
+  for (const std::string& m : **stores[1].replica_at(4, 0, 10)) REQUIRE(whole.add_message(m, 4, 10).ok());
+  for (const std::string& m : **stores[1].own_at(4, 10)) REQUIRE(whole.add_message(m, 4, 10).ok());
+  CHECK(whole.check_whole({"w", "b"}).ok());
+  CHECK(whole.values["w"] == iota(12, 1000));
+  CHECK(whole.values["b"] == iota(3, 7));
+  std::vector<float> momentum = iota(6, -1000);
+  momentum.insert(momentum.end(), momentum.begin(), momentum.end());
+  CHECK(whole.state["w/momentum"] == momentum);
+}
+
+}  // namespace
+}  // namespace rill
