@@ -9,6 +9,10 @@ three ways, side by side:
            the node joins again at a step boundary from node 0's memory
   restart  the job runs again from its newest checkpoint (every CKPT steps)
            on every node (--max-restarts)
+With LAYOUT "zero" the job shards Adam's state over the nodes (train.zero),
+so no node holds the whole model: live goes on from the replicas each node
+copies to the next every REPLICA steps (--replica-every), and a row
+"replicas" runs live's options without failures, for what the copies cost.
 Every run keeps checkpoints every CKPT steps and may restart (live falls
 back to a restart when it cannot go on). One run each: the training
 efficiency moves by several percent between runs on a loaded machine;
@@ -17,7 +21,7 @@ steps run (the job's steps plus those lost), step efficiency (steps kept /
 steps run), training efficiency (useful steps per second against steady),
 failures handled live and by restarts, and per failure the seconds from
 its handling to the next first step (median, max).
-  faults_bench.py RILL PERIOD DURATION CKPT PORT
+  faults_bench.py RILL PERIOD DURATION CKPT PORT [LAYOUT=dp|zero] [REPLICA=10]
 """
 import json
 import os
@@ -30,6 +34,11 @@ import tempfile
 import time
 
 rill, period, duration, ckpt, port = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+layout = sys.argv[6] if len(sys.argv) > 6 else "dp"
+replica = int(sys.argv[7]) if len(sys.argv) > 7 else 10
+if layout not in ("dp", "zero"):
+    sys.exit(f"layout {layout!r}: dp or zero")
+layout_args = ["--set", "train.zero=true"] if layout == "zero" else []
 job = "bench/mlp_synthetic.json"
 machines = ",".join(f"127.0.0.{r + 1}:{port}" for r in range(3))
 master = f"127.0.0.1:{port}"
@@ -64,7 +73,7 @@ def wait_formed(seconds=60):
 def submit(steps, name, extra, kill_every=0.0):
     result = os.path.join(tmp, f"{name}.json")
     command = [rill, "submit", job, "--master", master, "--key", key, "--result", result, "--steps", str(steps),
-               "--set", "train.batch_size=512", "--set", "train.log_every=50"] + extra
+               "--set", "train.batch_size=512", "--set", "train.log_every=50"] + layout_args + extra
     started = time.time()
     submitted = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kills = 0
@@ -101,14 +110,17 @@ try:
     ckpt_dir = lambda name: ["--set", f"checkpoint.dir={tmp}/{name}", "--set", f"checkpoint.every={ckpt}",
                              "--set", "checkpoint.keep=2"]
     rows = []
-    for name, extra, kill_every in (("steady", [], 0), ("live", ["--min-nodes", "2"], period),
-                                    ("restart", [], period), ("steady", [], 0)):
+    live_args = ["--min-nodes", "2"] + (["--replica-every", str(replica)] if layout == "zero" else [])
+    runs = [("steady", [], 0)] + ([("replicas", live_args, 0)] if layout == "zero" else []) + \
+        [("live", live_args, period), ("restart", [], period), ("steady", [], 0)]
+    for name, extra, kill_every in runs:
         wait_formed()
         run = f"{name}{len(rows)}"  # its own checkpoint folder and result
         s, kills, r = submit(steps, run, ckpt_dir(run) + ["--max-restarts", "1000"] + extra, kill_every)
         rows.append((name, s, kills, r))
-    print(f"3 agents x cpu:1, MLP batch 512, {steps} steps; a non-master agent killed every {period:g} s and started "
-          f"again; checkpoints every {ckpt} steps")
+    print(f"3 agents x cpu:1, MLP batch 512{', ZeRO' if layout == 'zero' else ''}, {steps} steps; a non-master agent "
+          f"killed every {period:g} s and started again; checkpoints every {ckpt} steps"
+          f"{f'; replicas every {replica} steps' if layout == 'zero' else ''}")
     print(f"{'run':8s} {'seconds':>8s} {'kills':>5s} {'live':>4s} {'restart':>7s} {'steps run':>9s} "
           f"{'step eff':>8s} {'train eff':>9s} {'to first step s (median, max)':>30s}")
     # The useful rate: the mean of a steady run before and one after (this

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/memory_transfer.h"
 #include "runtime/node/carried_state.h"
 
 namespace rill::agent_internal {
@@ -89,6 +90,9 @@ StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, c
   options.me = me();
   auto replicator = std::make_unique<Replicator>(std::move(own), std::move(options));
   run.replica_every = every;
+  // Its chunks, and a window of them unread, beside the plan's messages.
+  run.side_message_bytes = kMemoryChunkBytes + 64;
+  run.side_unread_bytes = 2 * kMemoryWindow * (kMemoryChunkBytes + 4096);
   run.on_replica = [r = replicator.get()](int64_t done, VariablePiece piece) { r->add(done, std::move(piece)); };
   return replicator;
 }

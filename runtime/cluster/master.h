@@ -89,6 +89,7 @@ struct PhaseState {
   int64_t end = -1;
   std::vector<int> members;  // the phase's nodes, as machine-list ranks (node 0 first)
   bool keeping = false;      // a live job's training: its nodes keep their last steps
+  int64_t replica_every = 0;  // its nodes copy their pieces every this many steps (Membership::replica_every)
   std::vector<int> lost_ranks;  // members lost while it ran
   bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
 };
@@ -221,7 +222,9 @@ class Master final : public Agent {
   // A live job that splits variables, after a lost node: the members that
   // go on, each from node 0's memory once node 0 gathered the survivors'
   // own pieces and the lost nodes' replicas at a step all hold (else why not).
-  StatusOr<Membership> from_replicas(const Membership& ended, Membership next);
+  // `step` >= 0: at that step, to take back nodes that came back (every
+  // member holds its own pieces of it when the phase ended there).
+  StatusOr<Membership> from_replicas(const Membership& ended, Membership next, int64_t step);
   static constexpr int64_t kReplicaEvery = 10;  // a layout that splits variables: replicas every this many steps
   static constexpr double kSurvivorsReportSeconds = 15;
   // A job that ends with the loss: how long the others' records may take

@@ -192,9 +192,17 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       regroup_ = false;
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
       if (next.ok()) {
-        std::string back;  // the nodes that start from node 0's memory
-        for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
-        if (result.regrouped) {
+        std::string back;  // the nodes that start from node 0's memory, but those that ran (from replicas)
+        for (int r : next->newcomers)
+          if (!next->from_replicas || !membership.member(r))
+            back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
+        if (result.regrouped && next->from_replicas) {
+          restart.error = fmt::format("{} joined again", back);
+          restart.failed_at_step = result.steps;
+          say(fmt::format("{} back: going on from step {} on {} node(s), from the replicas in memory: node 0 gathers "
+                          "the model, the others start from node 0's memory",
+                          back, next->kept_step, next->members.size()));
+        } else if (result.regrouped) {
           restart.error = fmt::format("{} joined again", back);
           restart.failed_at_step = result.steps;
           say(fmt::format("{} back: going on from step {} on {} node(s), the others from their own memory, {} "
@@ -399,9 +407,9 @@ StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t st
       continue;
     }
     // A layout that splits variables: from the replicas, after a loss.
-    if (!it->second.whole && step < 0 && ended.replica_every > 0) {
+    if (!it->second.whole && ended.replica_every > 0) {
       next.newcomers.clear();
-      return from_replicas(ended, std::move(next));
+      return from_replicas(ended, std::move(next), step);
     }
     if (!it->second.whole)
       return Status(Code::kFailedPrecondition,

@@ -21,7 +21,7 @@
 
 namespace rill::agent_internal {
 
-StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership next) {
+StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership next, int64_t at) {
   std::vector<int> ran = ended.members;
   if (ran.empty())
     for (int r = 0; r < world_; ++r) ran.push_back(r);
@@ -58,15 +58,21 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
     narrow(held == kept_by_node_[buddy].replicas.end() ? std::vector<int64_t>{} : held->second);
     gather[buddy].replicas_of.push_back(r);
   }
-  if (lost.empty()) return Status(Code::kNotFound, "no node that ran the attempt was lost");
+  if (lost.empty() && at < 0) return Status(Code::kNotFound, "no node that ran the attempt was lost");
+  // Taking a node back: at the step the phase ended, which every member holds.
+  if (common && at >= 0) std::erase_if(*common, [&](int64_t s) { return s != at; });
   int64_t step = common && !common->empty() ? *common->rbegin() : -1;
   // The model node 0 gathered last is whole, at its step: later nodes lost
   // before the next replica go on from it.
-  const bool from_gathered = gathered_ && gathered_->step > step;
+  const bool from_gathered = gathered_ && gathered_->step > step && (at < 0 || gathered_->step == at);
   if (from_gathered) {
     step = gathered_->step;
     gather.clear();
   }
+  if (step < 0 && at >= 0)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("not every node holds its own pieces after step {} (replicas every {} steps)", at,
+                              ended.replica_every));
   if (step < 0)
     return Status(Code::kFailedPrecondition,
                   fmt::format("no step at which every node that remains holds its own pieces and {}'s replica is held "

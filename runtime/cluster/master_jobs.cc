@@ -195,6 +195,11 @@ void Master::end_when_held_locked() {
   int64_t last = phase_.first_step - 1;
   for (const auto& [node, begun] : phase_.held) last = std::max(last, begun);
   phase_.end = RunEnd::agreed_end(phase_.first_step, phase_.plan_steps, last);
+  // A phase that ends to take a node back, whose nodes copy their pieces
+  // every K steps, ends at a multiple of K: every node holds its own pieces
+  // of that step, which node 0 gathers for the next attempt (master_gather.cc).
+  if (const int64_t k = phase_.replica_every; k > 0 && regroup_)
+    phase_.end = std::min(phase_.plan_steps, (phase_.end + k - 1) / k * k);
   spdlog::warn("job {} phase {}: every node stops at step {}", phase_.job_id, phase_.phase, phase_.end);
   for (int r : phase_.members)
     if (r != 0) post_to_node(r, ctl::EndAt{phase_.job_id, phase_.phase, phase_.end});
@@ -285,6 +290,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     phase_.members = others;
     phase_.members.insert(phase_.members.begin(), 0);
     phase_.keeping = keeping;
+    phase_.replica_every = keeping ? membership.replica_every : 0;
     if (stopping_) {
       report.status = Status(Code::kAborted, "the cluster is shutting down");
       return report;
@@ -477,7 +483,9 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     begin_stop_locked();
   }
   report = (*runtime)->run();
-  if (replicator) replicator->stop();  // what its store holds is what it reports
+  // Its copies under way end with the run; the last step's own pieces are
+  // stored as it goes (what node 0 reports below).
+  replicator.reset();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();
   {

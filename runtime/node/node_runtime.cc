@@ -46,12 +46,14 @@ Status NodeRun::build() {
       for (int64_t r : *task->outputs()) out += bytes_of[r];
       largest = std::max({largest, in, out});
     }
+    largest = std::max(largest, static_cast<int64_t>(options_.side_message_bytes));
     options_.transport->limit_message_bytes(static_cast<size_t>(largest + largest / 64 + (int64_t{64} << 10)));
     // What a peer may have sent that waits unread here: collectives'
     // pieces (actor messages go straight to their handlers), at most every
     // regst of the plan twice over (a peer runs at most one collective
-    // ahead on each), and 64 MiB of slack.
-    options_.transport->limit_unread_bytes(static_cast<size_t>(2 * all + (int64_t{64} << 20)));
+    // ahead on each), another stream's, and 64 MiB of slack.
+    options_.transport->limit_unread_bytes(
+        static_cast<size_t>(2 * all + static_cast<int64_t>(options_.side_unread_bytes) + (int64_t{64} << 20)));
   }
   for (int n = 0; n < plan_->num_nodes(); ++n) links_.push_back(std::make_unique<Link>());
   if (options_.start_step < 0 || options_.start_step >= plan_->steps())

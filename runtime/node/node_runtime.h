@@ -104,6 +104,11 @@ struct RunOptions {
   // (> 0), as copies for another node's memory (runtime/cluster/replicator.h).
   int64_t replica_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_replica;
+  // Messages of another stream on the run's tags (the replicas' chunks):
+  // the largest, and how many bytes of them may wait unread, beside what
+  // the plan's own messages need (the bounds the run sets on its transport).
+  size_t side_message_bytes = 0;
+  size_t side_unread_bytes = 0;
   // Where every variable piece goes after each step (and as the run starts),
   // kept in memory for a job that goes on without a lost node
   // (runtime/node/step_keeper.h); null: nothing kept. It must outlive the run.

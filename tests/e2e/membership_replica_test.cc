@@ -26,15 +26,18 @@ using namespace rill::testing::membership;
 
 }  // namespace
 
-// Why bit for bit: the job goes on from the variables and the ZeRO shards
-// of Adam's state as they stood after step E (every survivor's own pieces
-// and the lost node's replica: the same f32 bits the 3 nodes held), which a
-// 3-node run of E steps writes to its checkpoint; from there both runs are
-// a 2-node plan of the same job from the same values, the same kernels on
-// this machine and the same fixed-order sums over the same batches (each
-// step's batch is fixed by its number).
-TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory, to the model of a run on 3 nodes "
-          "up to that step and 2 after") {
+// 3 -> 2 -> 3: node 1 dies, the job goes on from the replicas on 2 nodes,
+// node 1's agent comes back and is taken back at a replica step. Why bit
+// for bit: each stretch starts from the variables and the ZeRO shards of
+// Adam's state as they stood after its first step (the survivors' own
+// pieces and the lost node's replica, or every node's own: the same f32
+// bits the nodes held), which a run of that many nodes writes to its
+// checkpoint there; from there both are a plan of the same job on as many
+// nodes from the same values, the same kernels on this machine and the
+// same fixed-order sums over the same batches (each step's batch is fixed
+// by its number).
+TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and takes the node back at a replica "
+          "step, to the model of a run on 3, 2 and 3 nodes over those stretches") {
   const auto dir = fresh_dir("replica-zero");
   const std::string machines = "127.0.0.1:19932,127.0.0.2:19932,127.0.0.3:19932";
   const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
@@ -46,17 +49,22 @@ TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory,
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 120;
 
-  // Node 1 dies once step 35 is done: its pieces live on in node 2's memory.
+  // Node 1 dies once step 35 is done: its pieces live on in node 2's
+  // memory. Its agent comes back once the 2 nodes have run some steps.
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 2;
   Lines lines;
   options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
+  bool killed = false, back = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     35/", 120)) return;
     kill(one->pid, SIGKILL);
+    one->wait(10);
     killed = true;
+    if (!lines.wait_for("from the replicas in memory", 60) || !lines.wait_for("step     42/", 60)) return;
+    one = std::make_unique<Agent>(args + "1", (dir / "a1-again.log").string());
+    back = true;
   });
   auto live = (*client)->submit_text(job, "mlp.json", options);
   killer.join();
@@ -64,9 +72,10 @@ TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory,
   INFO(lines.all());
   INFO(live->result_json);
   REQUIRE(killed);
+  REQUIRE(back);
   REQUIRE(live->status.ok());
   auto result = nlohmann::json::parse(live->result_json);
-  REQUIRE(result["restarts"].size() == 1);
+  REQUIRE(result["restarts"].size() == 2);
   const auto& r = result["restarts"][0];
   CHECK(r["error"].get<std::string>().find("node 1 (127.0.0.2:19932) lost") == 0);
   CHECK(r["from"] == "memory");
@@ -77,8 +86,24 @@ TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory,
   CHECK((at == 30 || at == 20));
   CHECK(result["steps"] == kSteps);
   CHECK(lines.has(fmt::format("going on from step {} on the 2 node(s) that remain, from the replicas in memory", at)));
+  // Taken back at a multiple of 10 (the phase ends there, where every node
+  // holds its own pieces), nothing lost.
+  const auto& joined = result["restarts"][1];
+  CHECK(joined["error"] == "node 1 (127.0.0.2:19932) joined again");
+  CHECK(joined["from"] == "memory");
+  CHECK(joined["nodes"] == 3);
+  CHECK(joined["steps_lost"] == 0);
+  const int64_t grown = joined["resumed_from_step"].get<int64_t>();
+  CHECK(grown % 10 == 0);
+  CHECK(at < grown);
+  CHECK(grown < kSteps);
+  CHECK(lines.has(fmt::format("node 1 (127.0.0.2:19932) back: going on from step {} on 3 node(s), from the "
+                              "replicas in memory",
+                              grown)));
   CHECK(result["nodes_from_step"] ==
-        nlohmann::json::parse(fmt::format(R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}])", at)));
+        nlohmann::json::parse(fmt::format(
+            R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])",
+            at, grown)));
   // Node 0 gathered node 1's pieces from node 2, and node 2 started from node 0's memory.
   CHECK(read_text((dir / "a0.log").string()).find(fmt::format("node 0 gathered the model after step {}", at)) !=
         std::string::npos);
@@ -86,12 +111,10 @@ TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory,
   CHECK(read_text((dir / "a2.log").string()).find(fmt::format("took node 0's memory at step {}", at)) !=
         std::string::npos);
 
-  // The reference: the 3 nodes (node 1's agent back) for `at` steps, then 2
-  // nodes of another cluster from that checkpoint to the end.
-  one = std::make_unique<Agent>(args + "1", (dir / "a1-again.log").string());
+  // The reference, through checkpoints: 3 nodes to `at`, 2 (another
+  // cluster) to `grown`, 3 to the end.
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.overrides.push_back("train.zero=true");
-  first.max_restarts = 2;  // while node 1 is joining again, an attempt fails at once and waits for it
   auto part1 = (*client)->submit_text(job, "mlp.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
@@ -101,16 +124,23 @@ TEST_CASE("ZeRO on 3 nodes loses a node and goes on from the replicas in memory,
   Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "b1.log").string());
   auto client2 = rill::Client::connect("127.0.0.1:19936", 30);
   REQUIRE(client2.ok());
-  rill::SubmitOptions second = options_for(dir / "reference", kSteps);
+  rill::SubmitOptions second = options_for(dir / "reference", grown);
   second.overrides.push_back("train.zero=true");
   second.resume = "latest";
   auto part2 = (*client2)->submit_text(job, "mlp.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
+  rill::SubmitOptions third = options_for(dir / "reference", kSteps);
+  third.overrides.push_back("train.zero=true");
+  third.resume = "latest";
+  auto part3 = (*client)->submit_text(job, "mlp.json", third);
+  REQUIRE(part3.ok());
+  INFO(part3->result_json);
+  REQUIRE(part3->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  CHECK(result["final_loss"] == nlohmann::json::parse(part2->result_json)["final_loss"]);
+  CHECK(result["final_loss"] == nlohmann::json::parse(part3->result_json)["final_loss"]);
   (void)(*client)->shutdown();
   (void)(*client2)->shutdown();
   CHECK(master.wait(15) == 0);
