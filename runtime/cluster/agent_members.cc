@@ -70,7 +70,9 @@ StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, c
                                                        int64_t every, std::string_view node_plan, RunOptions& run,
                                                        int nodes, int* pieces) {
   *pieces = 0;
-  if (every <= 0 || nodes < 2) return std::unique_ptr<Replicator>();
+  if (every <= 0) return std::unique_ptr<Replicator>();
+  replicas_.begin_run(job, phase);  // an earlier phase's pieces were another plan's
+  if (nodes < 2) return std::unique_ptr<Replicator>();
   RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node_plan));
   std::erase_if(own, [](const SnapshotPiece& p) { return p.name.starts_with(kCarriedPrefix); });
   *pieces = static_cast<int>(own.size());

@@ -23,6 +23,16 @@ void ReplicaStore::switch_job(int64_t job) {
   own_.clear();
   replicas_.clear();
   job_ = job;
+  phase_ = -1;
+}
+
+void ReplicaStore::begin_run(int64_t job, int phase) {
+  MutexLock lock(mu_);
+  if (job == job_ && phase == phase_) return;
+  own_.clear();
+  replicas_.clear();
+  job_ = job;
+  phase_ = phase;
 }
 
 void ReplicaStore::keep_own(int64_t job, int64_t step, std::vector<std::string> messages) {

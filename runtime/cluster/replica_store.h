@@ -11,8 +11,9 @@
 // Own steps: the newest kOwnSteps, so that every survivor still holds the
 // step a lost node's replica is complete at (a replica step starts only
 // once the one before reached the buddy, and nodes are at most a step
-// apart). Each source's newest kReplicaSteps complete replicas. Another
-// job's are dropped. Thread-safe.
+// apart). Each source's newest kReplicaSteps complete replicas. What an
+// earlier run (another phase: another plan, other pieces, another ring of
+// buddies) kept is dropped as a run begins, and another job's. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,8 @@ class ReplicaStore {
   static constexpr size_t kOwnSteps = 3, kReplicaSteps = 2;
   using Messages = std::shared_ptr<const std::vector<std::string>>;
 
+  // A run of job `job`'s phase `phase` that copies pieces begins.
+  void begin_run(int64_t job, int phase);
   void keep_own(int64_t job, int64_t step, std::vector<std::string> messages);
   // Source `source`'s (a machine-list rank) pieces after `step` steps, whole.
   void keep_replica(int64_t job, int source, int64_t step, std::vector<std::string> messages);
@@ -47,6 +50,7 @@ class ReplicaStore {
   void switch_job(int64_t job) REQUIRES(mu_);
   mutable Mutex mu_;
   int64_t job_ GUARDED_BY(mu_) = -1;
+  int phase_ GUARDED_BY(mu_) = -1;
   std::map<int64_t, Messages> own_ GUARDED_BY(mu_);
   std::map<int, std::map<int64_t, Messages>> replicas_ GUARDED_BY(mu_);
 };

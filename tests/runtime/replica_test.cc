@@ -88,6 +88,7 @@ TEST_CASE("pieces that do not make a whole tensor, or do not fit it, are named")
 
 TEST_CASE("a node's replica store keeps its own last three steps and each source's last two, for one job") {
   ReplicaStore store;
+  store.begin_run(1, 0);
   for (int64_t step : {10, 20, 30, 40}) store.keep_own(1, step, {"own " + std::to_string(step)});
   CHECK(store.own_steps(1) == std::vector<int64_t>{20, 30, 40});
   for (int64_t step : {10, 20, 30}) store.keep_replica(1, 2, step, {"from 2 at " + std::to_string(step)});
@@ -104,6 +105,15 @@ TEST_CASE("a node's replica store keeps its own last three steps and each source
         "this node holds no replica of rank 2's pieces of job 1 after step 10");
   CHECK(store.replica_at(1, 3, 20).status().code() == Code::kNotFound);
   CHECK(store.bytes() > 0);
+  // A later run of the job (another plan's pieces) starts empty; the same run again keeps them.
+  store.begin_run(1, 0);
+  CHECK(store.own_steps(1) == std::vector<int64_t>{20, 30, 40});
+  store.begin_run(1, 0);
+  CHECK(store.own_steps(1) == std::vector<int64_t>{20, 30, 40});
+  store.begin_run(1, 1);
+  CHECK(store.own_steps(1).empty());
+  CHECK(store.replica_steps(1).empty());
+  store.keep_own(1, 40, {"own 40"});
   // Another job's pieces replace every one of this job's.
   store.keep_own(2, 5, {"job 2"});
   CHECK(store.own_steps(1).empty());
