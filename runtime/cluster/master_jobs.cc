@@ -198,7 +198,7 @@ void Master::end_when_held_locked() {
   // A phase that ends to take a node back, whose nodes copy their pieces
   // every K steps, ends at a multiple of K: every node holds its own pieces
   // of that step, which node 0 gathers for the next attempt (master_gather.cc).
-  if (const int64_t k = phase_.replica_every; k > 0 && regroup_)
+  if (const int64_t k = phase_.replica_every; k > 0 && regroup_ && !stop_job_)
     phase_.end = std::min(phase_.plan_steps, (phase_.end + k - 1) / k * k);
   spdlog::warn("job {} phase {}: every node stops at step {}", phase_.job_id, phase_.phase, phase_.end);
   for (int r : phase_.members)

@@ -393,4 +393,23 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
   INFO(many.output);
   CHECK(many.code != 0);
   CHECK(many.output.find("--min-nodes 3: the cluster has 2 node(s); give 1 to 2") != std::string::npos);
+  // Replicas without a job that goes on: refused by the command, and by the
+  // master from any client.
+  const auto alone = rill::testing::run_rill(
+      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --replica-every 5");
+  CHECK(alone.code == 1);
+  CHECK(alone.output.find("--replica-every copies each node's pieces for a job that goes on without a lost node: "
+                          "it needs --nodes N and --min-nodes N") != std::string::npos);
+  Agent master("--machines 127.0.0.1:19956 --join-timeout 30 --rank 0", (fresh_dir("replicas-alone") / "a.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19956", 30);
+  REQUIRE(client.ok());
+  rill::SubmitOptions options;
+  options.replica_every = 5;
+  auto refused = (*client)->submit_text(read_text(root() + "/samples/linear_regression/linear_regression.json"),
+                                        "linear_regression.json", options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("--replica-every 5 copies each node's pieces for a job that goes on "
+                                        "without a lost node: it needs --min-nodes N") != std::string::npos);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
 }
