@@ -39,7 +39,7 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
     else std::erase_if(*common, [&](int64_t s) { return held.count(s) == 0; });
   };
   std::map<int, Membership::GatherFrom> gather;
-  std::string lost;
+  std::string lost, problem;  // problem: why the replicas cannot make the model whole
   for (size_t i = 0; i < ran.size(); ++i) {
     const int r = ran[i];
     if (holder(r)) {
@@ -50,10 +50,12 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
     lost += (lost.empty() ? "" : ", ") + node_name(options_.machines, r);
     if (!copies(r)) continue;  // it held no piece of its own to copy
     const int buddy = ran[(i + 1) % ran.size()];
-    if (!holder(buddy))
-      return Status(Code::kFailedPrecondition,
-                    fmt::format("{} is lost, and so is {}, which held its replica", node_name(options_.machines, r),
-                                node_name(options_.machines, buddy)));
+    if (!holder(buddy)) {
+      if (problem.empty())
+        problem = fmt::format("{} is lost, and so is {}, which held its replica", node_name(options_.machines, r),
+                              node_name(options_.machines, buddy));
+      continue;
+    }
     auto held = kept_by_node_[buddy].replicas.find(r);
     narrow(held == kept_by_node_[buddy].replicas.end() ? std::vector<int64_t>{} : held->second);
     gather[buddy].replicas_of.push_back(r);
@@ -61,23 +63,21 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
   if (lost.empty() && at < 0) return Status(Code::kNotFound, "no node that ran the attempt was lost");
   // Taking a node back: at the step the phase ended, which every member holds.
   if (common && at >= 0) std::erase_if(*common, [&](int64_t s) { return s != at; });
-  int64_t step = common && !common->empty() ? *common->rbegin() : -1;
-  // The model node 0 gathered last is whole, at its step: later nodes lost
-  // before the next replica go on from it.
+  int64_t step = problem.empty() && common && !common->empty() ? *common->rbegin() : -1;
+  // The model node 0 gathered last is whole, at its step: nodes lost before
+  // the next replica (or with their buddies) go on from it.
   const bool from_gathered = gathered_ && gathered_->step > step && (at < 0 || gathered_->step == at);
   if (from_gathered) {
     step = gathered_->step;
     gather.clear();
   }
-  if (step < 0 && at >= 0)
-    return Status(Code::kFailedPrecondition,
-                  fmt::format("not every node holds its own pieces after step {} (replicas every {} steps)", at,
-                              ended.replica_every));
-  if (step < 0)
-    return Status(Code::kFailedPrecondition,
-                  fmt::format("no step at which every node that remains holds its own pieces and {}'s replica is held "
-                              "(replicas every {} steps)",
-                              lost, ended.replica_every));
+  if (step < 0 && problem.empty())
+    problem = at >= 0 ? fmt::format("not every node holds its own pieces after step {} (replicas every {} steps)", at,
+                                    ended.replica_every)
+                      : fmt::format("no step at which every node that remains holds its own pieces and {}'s replica "
+                                    "is held (replicas every {} steps)",
+                                    lost, ended.replica_every);
+  if (step < 0) return Status(Code::kFailedPrecondition, problem);
   std::erase_if(gather, [](const auto& g) { return !g.second.own && g.second.replicas_of.empty(); });
   next.kept_step = step;
   next.gather = std::move(gather);

@@ -300,3 +300,40 @@ TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node i
   CHECK(master.wait(15) == 0);
   CHECK(alone.wait(15) == 0);
 }
+
+// A replica lives on one node: a node lost with the node after it (its
+// buddy) leaves its pieces nowhere, and the job says so (with
+// --max-restarts it would restart from disk).
+TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on, and says why") {
+  const auto dir = fresh_dir("replica-both");
+  const std::string machines = "127.0.0.1:19960,127.0.0.2:19960,127.0.0.3:19960";
+  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "z0.log").string());
+  Agent one(args + "1", (dir / "z1.log").string());
+  Agent two(args + "2", (dir / "z2.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19960", 30);
+  REQUIRE(client.ok());
+  rill::SubmitOptions options = options_for(dir / "live", 200);
+  options.overrides.push_back("train.zero=true");
+  options.min_nodes = 1;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     25/", 120)) return;
+    kill(two.pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
+    kill(one.pid, SIGKILL);
+    kill(two.pid, SIGKILL);
+    killed = true;
+  });
+  auto run = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  killer.join();
+  REQUIRE(run.ok());
+  INFO(lines.all());
+  REQUIRE(killed);
+  CHECK_FALSE(run->status.ok());
+  CHECK(lines.has("cannot go on without the lost node"));
+  CHECK(lines.has("is lost, and so is node 2 (127.0.0.3:19960), which held its replica"));
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}
