@@ -323,6 +323,9 @@ class Master final : public Agent {
   // The job thread's: how many pieces each member of the last training
   // phase copies to the next (its PlanAck; node 0's own), by rank.
   std::map<int, int> replica_pieces_;
+  // The job thread's: the members of that phase, in plan order (the ring
+  // its replicas went around: each node's to the next).
+  std::vector<int> replica_ring_;
   // The job thread's: the model node 0 gathered last (gather_pieces), whole.
   struct Gathered {
     int64_t job = -1, step = -1;

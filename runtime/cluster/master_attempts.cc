@@ -130,6 +130,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   if (live) start_on_nodes_up(queued.job, membership, options, min_nodes, say);
   kept_by_node_.clear();  // another job's
   replica_pieces_.clear();
+  replica_ring_.clear();
   gathered_.reset();
   {
     MutexLock lock(phase_mu_);
@@ -173,6 +174,17 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     if (result.regrouped && bucket_choice && bucket_choice->resize && !resized.job &&
         go_on_with_buckets(queued, *bucket_choice, live, result, membership, options, resized, job_text))
       continue;
+    // A layout that cannot run on the nodes that remain (stages placed on
+    // named nodes) fails to build there: as without live membership, the
+    // job restarts from disk once every node is up (--max-restarts).
+    if (live && !result.status.ok() && !restartable(result.status) && !restarts.empty() &&
+        restarts.back().from_memory && result.loss_curve.empty() &&
+        static_cast<int>(membership.members.size()) < world_) {
+      const std::string why = fmt::format("the job cannot run on the {} node(s) that remain: {}",
+                                          membership.members.size(), result.status.message());
+      say(why);
+      result.status = Status(Code::kUnavailable, fmt::format("{}; {}", restarts.back().error, why));
+    }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
       result.nodes_from_step = std::move(nodes_from_step);
@@ -191,6 +203,13 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       // A node that comes back from now on is taken back by the next attempt.
       regroup_ = false;
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
+      // Node 0 gathers pieces before a training phase; what follows a
+      // finished training reads its memory as it is.
+      if (next.ok() && !next->gather.empty() && result.planned_steps > 0 && next->kept_step >= result.planned_steps)
+        next = Status(Code::kFailedPrecondition,
+                      fmt::format("the training is done, and its pieces after step {} are spread over the nodes' "
+                                  "replicas, which node 0 gathers only for a training",
+                                  next->kept_step));
       if (next.ok()) {
         std::string back;  // the nodes that start from node 0's memory, but those that ran (from replicas)
         for (int r : next->newcomers)
@@ -299,6 +318,8 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     // From the newest complete checkpoint, else as first asked, on every node.
     membership = everyone;
     membership.keep_steps = live || (sizing_buckets && !bucket_choice);
+    gathered_.reset();  // another attempt's model: the restart goes on from disk
+    replica_ring_.clear();
     options.num_nodes = world_;
     options.start_from_memory = -1;
     options.resume = queued.submit.resume;

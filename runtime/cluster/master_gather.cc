@@ -22,7 +22,9 @@
 namespace rill::agent_internal {
 
 StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership next, int64_t at) {
-  std::vector<int> ran = ended.members;
+  // The ring the replicas went around: the last phase that ran (an attempt
+  // that failed before running, a gather lost midway, changed nothing).
+  std::vector<int> ran = replica_ring_.empty() ? ended.members : replica_ring_;
   if (ran.empty())
     for (int r = 0; r < world_; ++r) ran.push_back(r);
   // A rank holds its own pieces when it ran, is up, and is the agent that
@@ -66,7 +68,7 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
   int64_t step = problem.empty() && common && !common->empty() ? *common->rbegin() : -1;
   // The model node 0 gathered last is whole, at its step: nodes lost before
   // the next replica (or with their buddies) go on from it.
-  const bool from_gathered = gathered_ && gathered_->step > step && (at < 0 || gathered_->step == at);
+  const bool from_gathered = gathered_ && gathered_->step >= step && (at < 0 || gathered_->step == at);
   if (from_gathered) {
     step = gathered_->step;
     gather.clear();
@@ -113,7 +115,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
     receivers.emplace_back([&, i] {
       const int r = senders[i];
       const std::string who = node_name(options_.machines, r);
-      const auto deadline = comm::Clock::now() + patience;
+      auto deadline = comm::Clock::now() + patience;  // for the next message: a gather that moves goes on
       for (;;) {
         auto header = receive_stream_header(*transport_, r, tags, comm::Clock::now() + std::chrono::milliseconds(200),
                                             kMemoryMessageBytes + (size_t{1} << 20));
@@ -141,6 +143,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
         }
         received[i].push_back(std::move(*body));
         if (header->index + 1 == header->count) return;
+        deadline = comm::Clock::now() + patience;
       }
     });
   for (std::thread& t : receivers) t.join();

@@ -129,8 +129,10 @@ void Master::run_queued(QueuedJob queued) {
   }
   options.model_in_memory = [this, &queued](int64_t steps) -> StatusOr<std::map<std::string, VariableValue>> {
     std::map<std::string, std::vector<float>> values, state;
-    RILL_RETURN_IF_ERROR(kept_.values_at(queued.id, steps, &values, &state)
-                             .with_context(fmt::format("the model node 0 kept at step {}", steps)));
+    if (gathered_ && gathered_->job == queued.id && gathered_->step == steps) values = gathered_->values;
+    else
+      RILL_RETURN_IF_ERROR(kept_.values_at(queued.id, steps, &values, &state)
+                               .with_context(fmt::format("the model node 0 kept at step {}", steps)));
     std::map<std::string, VariableValue> model;
     for (const graph::Variable& v : queued.job.variables) {
       auto it = values.find(v.name);
@@ -420,7 +422,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   if (from_gathered) local.initial_values = gathered_->values, local.initial_state = gathered_->state;
   Status placed = place_run(job_id, membership.members, keeping, from_gathered ? -1 : kept_step, run_options.start_step,
                             membership.variables, local, &nodes);
-  std::unique_ptr<Replicator> replicator;  // outlives the runtime, which tells it of its pieces
+  std::unique_ptr<Replicator> replicator;  // reset once the runtime's run() returned: it tells it nothing after
   int replica_pieces = 0;
   if (placed.ok() && keeping) {
     auto made = replicate(job_id, phase, membership.members, membership.replica_every, plan.plan, local, nodes,
@@ -512,6 +514,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     kept_by_node_[0] = kept(own, 0);
     replica_pieces_.clear();
     replica_pieces_[0] = replica_pieces;
+    replica_ring_ = phase_.members;  // whose Dones these are: the ring their replicas went around
     for (int r : others) {
       if (auto ack = phase_.acks.find(r); ack != phase_.acks.end()) replica_pieces_[r] = ack->second.replica_pieces;
       auto done = phase_.dones.find(r);

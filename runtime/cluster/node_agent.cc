@@ -487,9 +487,10 @@ void NodeAgent::worker_on(ctl::Abort& m) {
     pending_.reset(), pending_checkpoint_.reset(), pending_replicator_.reset();
   if (running_ && running_job_ == m.job_id && running_phase_ <= m.phase)
     running_->abort(Status(Code::kAborted, m.reason));
-  // A part still taking node 0's memory for that phase stops waiting for it.
+  // A part still taking node 0's memory for that phase, or sending it its
+  // pieces, stops waiting.
   if (auto base = run_tag_base(m.job_id, m.phase); base.ok())
-    transport_->cancel_tags(*base + kMemoryAckTag, *base + kTagsPerRun, m.reason);
+    transport_->cancel_tags(*base + kGatherAckTag, *base + kTagsPerRun, m.reason);
 }
 
 // The end of the cluster, or (join_again) the master's word that it took

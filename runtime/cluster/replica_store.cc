@@ -18,12 +18,14 @@ void keep_newest(std::map<int64_t, ReplicaStore::Messages>& held, size_t most) {
 
 }  // namespace
 
-void ReplicaStore::switch_job(int64_t job) {
-  if (job == job_) return;
-  own_.clear();
-  replicas_.clear();
-  job_ = job;
-  phase_ = -1;
+bool ReplicaStore::current(int64_t job, int phase) {
+  if (job != job_) {
+    own_.clear();
+    replicas_.clear();
+    job_ = job;
+    phase_ = phase;
+  }
+  return phase == phase_;
 }
 
 void ReplicaStore::begin_run(int64_t job, int phase) {
@@ -35,18 +37,21 @@ void ReplicaStore::begin_run(int64_t job, int phase) {
   phase_ = phase;
 }
 
-void ReplicaStore::keep_own(int64_t job, int64_t step, std::vector<std::string> messages) {
+ReplicaStore::Messages ReplicaStore::keep_own(int64_t job, int phase, int64_t step,
+                                              std::vector<std::string> messages) {
   auto held = std::make_shared<const std::vector<std::string>>(std::move(messages));
   MutexLock lock(mu_);
-  switch_job(job);
-  own_[step] = std::move(held);
+  if (!current(job, phase)) return held;
+  own_[step] = held;
   keep_newest(own_, kOwnSteps);
+  return held;
 }
 
-void ReplicaStore::keep_replica(int64_t job, int source, int64_t step, std::vector<std::string> messages) {
+void ReplicaStore::keep_replica(int64_t job, int phase, int source, int64_t step,
+                                std::vector<std::string> messages) {
   auto held = std::make_shared<const std::vector<std::string>>(std::move(messages));
   MutexLock lock(mu_);
-  switch_job(job);
+  if (!current(job, phase)) return;
   auto& of = replicas_[source];
   of[step] = std::move(held);
   keep_newest(of, kReplicaSteps);

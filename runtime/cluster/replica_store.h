@@ -34,9 +34,12 @@ class ReplicaStore {
 
   // A run of job `job`'s phase `phase` that copies pieces begins.
   void begin_run(int64_t job, int phase);
-  void keep_own(int64_t job, int64_t step, std::vector<std::string> messages);
+  // This node's own pieces after `step` steps, from a run of job `job`'s
+  // phase `phase` (a run of another phase than the last begun is an old
+  // one still ending: what it copies is not kept). Returns them, to send.
+  Messages keep_own(int64_t job, int phase, int64_t step, std::vector<std::string> messages);
   // Source `source`'s (a machine-list rank) pieces after `step` steps, whole.
-  void keep_replica(int64_t job, int source, int64_t step, std::vector<std::string> messages);
+  void keep_replica(int64_t job, int phase, int source, int64_t step, std::vector<std::string> messages);
   // Steps held, oldest first.
   std::vector<int64_t> own_steps(int64_t job) const;
   std::map<int, std::vector<int64_t>> replica_steps(int64_t job) const;
@@ -47,7 +50,9 @@ class ReplicaStore {
   int64_t bytes() const;
 
  private:
-  void switch_job(int64_t job) REQUIRES(mu_);
+  // Whether a run of (job, phase) may keep pieces here (another job's
+  // replaces this one's).
+  bool current(int64_t job, int phase) REQUIRES(mu_);
   mutable Mutex mu_;
   int64_t job_ GUARDED_BY(mu_) = -1;
   int phase_ GUARDED_BY(mu_) = -1;

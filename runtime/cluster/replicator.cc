@@ -61,11 +61,11 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
                                      options_.most, "a replica of this node's pieces"));
   NodeFile sent;
   for (const std::string& m : messages) sent.bytes += static_cast<int64_t>(m.size());
-  options_.store->keep_own(options_.job, step, messages);
+  const ReplicaStore::Messages held = options_.store->keep_own(options_.job, options_.phase, step, std::move(messages));
   if (options_.to < 0) return sent;
-  const uint64_t count = messages.size();
+  const uint64_t count = held->size();
   for (uint64_t i = 0; i < count || (count == 0 && i == 0); ++i) {
-    const std::string_view bytes = count == 0 ? std::string_view() : std::string_view(messages[i]);
+    const std::string_view bytes = count == 0 ? std::string_view() : std::string_view((*held)[i]);
     RILL_RETURN_IF_ERROR(send_stream_message(*options_.transport, options_.to, replica_tags(options_.tag_base),
                                              StreamHeader{step, i, count, bytes.size()}, bytes, options_.patience));
   }
@@ -90,16 +90,24 @@ void Replicator::receive_loop() {
         failed = body.status();
       }
       if (failed.ok() && held.size() == header->count) {
-        options_.store->keep_replica(options_.job, options_.from_rank, step, std::move(held));
+        options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
         held.clear();
       }
     }
     if (failed.ok()) continue;
     // The run ended (its tags cancelled), or the node before is gone (the
     // run fails for that, naming it).
-    if (!stopping_.load() && failed.code() != Code::kAborted)
-      spdlog::info("{}: no more replicas from the node before it: {}", options_.me, failed.message());
-    return;
+    if (stopping_.load() || failed.code() == Code::kAborted || failed.code() == Code::kUnavailable) {
+      if (!stopping_.load() && failed.code() == Code::kUnavailable)
+        spdlog::info("{}: no more replicas from the node before it: {}", options_.me, failed.message());
+      return;
+    }
+    // A message that does not add up: that step's copy is dropped, and the
+    // next header starts the next (what is left of this one is read and
+    // dropped on the way), so its chunks never pile up unread.
+    spdlog::warn("{}: a replica from the node before it dropped: {}", options_.me, failed.message());
+    held.clear();
+    step = -1;
   }
 }
 

@@ -5,8 +5,8 @@
 // make the model whole) are copied at the step boundary, as a checkpoint's
 // are, kept in the node's ReplicaStore and sent to the next node of the
 // plan (its buddy) over the data plane, on tags of their own, while
-// training goes on; each node keeps what the node before it sent. A step
-// whose copy has not reached the buddy holds the next one back (the
+// training goes on; each node keeps what the node before it sent. While one
+// step's copy is on its way and the next waits to go, training waits (the
 // checkpoint collector's bound: training slows to the link's pace instead
 // of piling up copies). When a node is lost, its buddy's replica and the
 // survivors' own pieces at a step they all hold make the model whole

@@ -337,3 +337,40 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
+
+// A pipeline whose stages are placed on named nodes cannot run on fewer:
+// the attempt that would go on from the replicas fails to compile, and the
+// job takes the way it would without live membership (here no restarts:
+// it ends, naming both the loss and why it cannot go on).
+TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, and says so") {
+  const auto dir = fresh_dir("replica-pipeline");
+  const std::string pair = "127.0.0.1:19964,127.0.0.2:19964";
+  const std::string args = "--machines " + pair + " --join-timeout 30 --rank ";
+  Agent master(args + "0", (dir / "p0.log").string());
+  Agent one(args + "1", (dir / "p1.log").string());
+  auto client = rill::Client::connect("127.0.0.1:19964", 30);
+  REQUIRE(client.ok());
+  rill::SubmitOptions options = options_for(dir / "live", 200);
+  options.min_nodes = 1;
+  options.replica_every = 5;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     12/", 120)) return;
+    kill(one.pid, SIGKILL);
+    killed = true;
+  });
+  auto run = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
+  killer.join();
+  REQUIRE(run.ok());
+  INFO(lines.all());
+  REQUIRE(killed);
+  CHECK_FALSE(run->status.ok());
+  CHECK(run->status.code() == rill::Code::kUnavailable);
+  CHECK(run->status.message().find("node 1 (127.0.0.2:19964) lost") != std::string::npos);
+  CHECK(run->status.message().find("the job cannot run on the 1 node(s) that remain") != std::string::npos);
+  CHECK(run->status.message().find("names node 1, but the cluster has 1 node(s)") != std::string::npos);
+  (void)(*client)->shutdown();
+  CHECK(master.wait(15) == 0);
+}

@@ -89,10 +89,10 @@ TEST_CASE("pieces that do not make a whole tensor, or do not fit it, are named")
 TEST_CASE("a node's replica store keeps its own last three steps and each source's last two, for one job") {
   ReplicaStore store;
   store.begin_run(1, 0);
-  for (int64_t step : {10, 20, 30, 40}) store.keep_own(1, step, {"own " + std::to_string(step)});
+  for (int64_t step : {10, 20, 30, 40}) store.keep_own(1, 0, step, {"own " + std::to_string(step)});
   CHECK(store.own_steps(1) == std::vector<int64_t>{20, 30, 40});
-  for (int64_t step : {10, 20, 30}) store.keep_replica(1, 2, step, {"from 2 at " + std::to_string(step)});
-  store.keep_replica(1, 0, 30, {});  // a source with no pieces of its own: complete, and empty
+  for (int64_t step : {10, 20, 30}) store.keep_replica(1, 0, 2, step, {"from 2 at " + std::to_string(step)});
+  store.keep_replica(1, 0, 0, 30, {});  // a source with no pieces of its own: complete, and empty
   CHECK(store.replica_steps(1) == std::map<int, std::vector<int64_t>>{{0, {30}}, {2, {20, 30}}});
   auto own = store.own_at(1, 30);
   REQUIRE(own.ok());
@@ -113,9 +113,14 @@ TEST_CASE("a node's replica store keeps its own last three steps and each source
   store.begin_run(1, 1);
   CHECK(store.own_steps(1).empty());
   CHECK(store.replica_steps(1).empty());
-  store.keep_own(1, 40, {"own 40"});
+  store.keep_own(1, 1, 40, {"own 40"});
+  // An old run still ending (phase 0) keeps nothing any more.
+  store.keep_own(1, 0, 50, {"stale"});
+  store.keep_replica(1, 0, 2, 50, {"stale"});
+  CHECK(store.own_steps(1) == std::vector<int64_t>{40});
+  CHECK(store.replica_steps(1).empty());
   // Another job's pieces replace every one of this job's.
-  store.keep_own(2, 5, {"job 2"});
+  store.keep_own(2, 0, 5, {"job 2"});
   CHECK(store.own_steps(1).empty());
   CHECK(store.replica_steps(2).empty());
   CHECK(store.own_steps(2) == std::vector<int64_t>{5});
