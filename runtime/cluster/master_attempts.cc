@@ -380,7 +380,9 @@ bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& cho
   for (int r : next->newcomers) back += (back.empty() ? "" : ", ") + node_name(options_.machines, r);
   const std::string line = fmt::format("going on from step {} with {} buckets on {} node(s), {}", next->kept_step,
                                        format_bucket_bytes(choice.bytes), next->members.size(),
-                                       back.empty() ? "each from its own memory" : back + " from node 0's memory");
+                                       next->from_replicas ? "from node 0's gather of every node's pieces"
+                                       : back.empty()      ? "each from its own memory"
+                                                           : back + " from node 0's memory");
   spdlog::warn("job {}: {}", queued.id, line);
   if (options.on_line) options.on_line(line);
   run.job = std::move(job);
