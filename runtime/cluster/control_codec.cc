@@ -178,7 +178,8 @@ struct Encoder {
   }
   std::pair<fb::Message, Offset<void>> operator()(const Gather& m) {
     return {fb::Message::Gather,
-            fb::CreateGather(b, m.job_id, m.phase, m.tag_base, m.step, m.own, b.CreateVector(m.replicas_of)).Union()};
+            fb::CreateGather(b, m.job_id, m.phase, m.tag_base, m.step, m.own, b.CreateVector(m.replicas_of),
+                             m.patience_s).Union()};
   }
 };
 
@@ -376,7 +377,8 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Gather: {
       auto m = e->message_as_Gather();
-      return Message(Gather{m->job_id(), m->phase(), m->tag_base(), m->step(), m->own(), vec(m->replicas_of())});
+      return Message(Gather{m->job_id(), m->phase(), m->tag_base(), m->step(), m->own(), vec(m->replicas_of()),
+                             m->patience_s()});
     }
     case fb::Message::NONE: break;
   }

@@ -168,6 +168,7 @@ struct Gather {
   int64_t step = 0;
   bool own = true;               // its own pieces too
   std::vector<int> replicas_of;  // machine-list ranks whose replicas it sends too
+  double patience_s = 0;         // for each of node 0's acks (0: the agent's stall timeout)
 };
 
 using Message = std::variant<Join, JoinReply, Submit, SubmitReply, PlanPart, PlanAck, Start, Done, CheckpointWritten, Progress, Result,

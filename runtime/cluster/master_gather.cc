@@ -104,7 +104,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
   for (const auto& [r, from] : membership.gather)
     if (r != 0) {
       senders.push_back(r);
-      post_to_node(r, ctl::Gather{job_id, phase, tag_base, step, from.own, from.replicas_of});
+      post_to_node(r, ctl::Gather{job_id, phase, tag_base, step, from.own, from.replicas_of, patience_s});
     }
   // Each sender's messages, received at once; a sender that fails says so
   // in a PlanAck of this phase, and one lost is named.

@@ -43,7 +43,8 @@ Status NodeAgent::take_memory(const ctl::PlanPart& part, RunOptions& run) {
 void NodeAgent::worker_on(ctl::Gather& m) {
   builder_->post([this, m, link = links_.load()] {
     if (links_.load() != link) return;
-    const auto patience = std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
+    const double patience_s = m.patience_s > 0 ? m.patience_s : options_.stall_timeout_s;  // the job's, as node 0's
+    const auto patience = std::chrono::milliseconds(static_cast<int64_t>(patience_s * 1000));
     // Node 0's acks come on the phase's tags, which this node opens now (it
     // runs nothing until that phase).
     transport_->accept_tags(m.tag_base, m.tag_base + kTagsPerRun);

@@ -168,7 +168,7 @@ TEST_CASE("a stream's messages arrive whole after their headers, and a malformed
 }
 
 TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its ack survive encoding") {
-  auto gather = ctl::decode(ctl::encode(ctl::Gather{7, 3, 0x300000, 40, false, {2, 5}}));
+  auto gather = ctl::decode(ctl::encode(ctl::Gather{7, 3, 0x300000, 40, false, {2, 5}, 90.5}));
   REQUIRE(gather.ok());
   const auto& g = std::get<ctl::Gather>(*gather);
   CHECK(g.job_id == 7);
@@ -177,6 +177,7 @@ TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its a
   CHECK(g.step == 40);
   CHECK_FALSE(g.own);
   CHECK(g.replicas_of == std::vector<int>{2, 5});
+  CHECK(g.patience_s == 90.5);
   ctl::Done done;
   done.replica_own = {30, 40};
   done.replicas = {{2, {30}}, {0, {}}};
