@@ -117,6 +117,16 @@ Status send_stream_message(comm::Transport& transport, int to, StreamTags tags, 
   return send_chunks(transport, to, tags, bytes, patience, what);
 }
 
+Status send_stream(comm::Transport& transport, int to, StreamTags tags, int64_t step,
+                   const std::vector<std::string>& messages, std::chrono::milliseconds patience) {
+  const uint64_t count = messages.size();
+  if (count == 0) return send_stream_message(transport, to, tags, StreamHeader{step, 0, 0, 0}, {}, patience);
+  for (uint64_t i = 0; i < count; ++i)
+    RILL_RETURN_IF_ERROR(send_stream_message(transport, to, tags, StreamHeader{step, i, count, messages[i].size()},
+                                             messages[i], patience));
+  return {};
+}
+
 StatusOr<StreamHeader> receive_stream_header(comm::Transport& transport, int from, StreamTags tags,
                                              comm::Clock::time_point deadline, size_t max_bytes) {
   std::vector<std::byte> buffer;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "comm/transport.h"
@@ -54,6 +55,10 @@ struct StreamHeader {
 // A header of count 0 and no bytes says there is nothing to send.
 Status send_stream_message(comm::Transport& transport, int to, StreamTags tags, const StreamHeader& header,
                            std::string_view bytes, std::chrono::milliseconds patience);
+// Every message of `messages` (the pieces after `step` steps) in order, or,
+// when there are none, a header that says so.
+Status send_stream(comm::Transport& transport, int to, StreamTags tags, int64_t step,
+                   const std::vector<std::string>& messages, std::chrono::milliseconds patience);
 // The next header from `from`, by `deadline` (kDeadlineExceeded: none yet);
 // one past `max_bytes` is kDataLoss.
 StatusOr<StreamHeader> receive_stream_header(comm::Transport& transport, int from, StreamTags tags,

@@ -52,14 +52,7 @@ void NodeAgent::worker_on(ctl::Gather& m) {
     auto messages = gather_messages(m.job_id, m.step, m.own, m.replicas_of);
     Status sent = messages.status();
     const StreamTags tags{m.tag_base + kGatherChunkTag, m.tag_base + kGatherAckTag};
-    if (messages.ok()) {
-      const uint64_t count = messages->size();
-      for (uint64_t i = 0; sent.ok() && (i < count || (count == 0 && i == 0)); ++i) {
-        const std::string_view bytes = count == 0 ? std::string_view() : std::string_view((*messages)[i]);
-        sent = send_stream_message(*transport_, 0, tags, StreamHeader{m.step, i, count, bytes.size()}, bytes,
-                                   patience);
-      }
-    }
+    if (messages.ok()) sent = send_stream(*transport_, 0, tags, m.step, *messages, patience);
     if (sent.ok()) {
       spdlog::info("{}: sent node 0 its pieces after step {}{} ({} message(s))", me(), m.step,
                    m.replicas_of.empty() ? "" : " and the replicas it holds", messages->size());

@@ -63,12 +63,8 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
   for (const std::string& m : messages) sent.bytes += static_cast<int64_t>(m.size());
   const ReplicaStore::Messages held = options_.store->keep_own(options_.job, options_.phase, step, std::move(messages));
   if (options_.to < 0) return sent;
-  const uint64_t count = held->size();
-  for (uint64_t i = 0; i < count || (count == 0 && i == 0); ++i) {
-    const std::string_view bytes = count == 0 ? std::string_view() : std::string_view((*held)[i]);
-    RILL_RETURN_IF_ERROR(send_stream_message(*options_.transport, options_.to, replica_tags(options_.tag_base),
-                                             StreamHeader{step, i, count, bytes.size()}, bytes, options_.patience));
-  }
+  RILL_RETURN_IF_ERROR(
+      send_stream(*options_.transport, options_.to, replica_tags(options_.tag_base), step, *held, options_.patience));
   return sent;
 }
 
