@@ -405,6 +405,8 @@ void ShmLanes::check_peers() {
   for (int peer = 0; peer < static_cast<int>(lanes_.size()); ++peer) {
     Lane* lane = lanes_[peer].get();
     if (lane == nullptr || lane->gone || lane->tcp.load(std::memory_order_acquire)) continue;
+    std::unique_lock report(lane->report_mu, std::try_to_lock);
+    if (!report.owns_lock()) continue;  // a revive is under way
     std::string why;
     {
       // A sender holding the lane may be waiting for this thread to drain:
@@ -477,6 +479,7 @@ void ShmLanes::flush(Clock::time_point deadline) {
 void ShmLanes::revive(int peer) {
   Lane* lane = lanes_[peer].get();
   if (lane == nullptr) return;
+  std::lock_guard report(lane->report_mu);
   {
     std::scoped_lock lock(lane->send_mu, lane->queue_mu);
     lane->outbox.reset();

@@ -116,7 +116,10 @@ class ShmLanes {
   void drain(int from);
   // A local peer's process was restarted: its new inbox is opened at the
   // next send, what was queued for the old one is dropped, and a message it
-  // left half-written in this rank's inbox is thrown away.
+  // left half-written in this rank's inbox is thrown away. A loss report of
+  // the lane thread's already under way (the old process seen gone) ends
+  // before this returns, so the caller's revive of its own state undoes it;
+  // one begun later looks at the new inbox.
   void revive(int peer);
   // Waits until nothing is queued for a peer's inbox (the lane thread writes
   // it out as room and inboxes appear), or `deadline`.
@@ -144,6 +147,10 @@ class ShmLanes {
     std::unique_ptr<BytesHolder> partial;  // a message arriving in several records; guarded by consume_mu
     bool partial_handled = false;          // `partial` goes to a handler; guarded by consume_mu
     bool broken = false;                   // guarded by consume_mu
+    // Held by the lane thread from its look at the peer's process to the end
+    // of its report, and by revive: a report never straddles a revive.
+    // Taken before send_mu; the lane thread only tries it.
+    std::mutex report_mu;
     std::atomic<bool> gone{false};         // reported exited or closed
     // The peer's inbox is not visible from here: its messages go over TCP.
     // Set under send_mu and queue_mu, after the queue went out over TCP.

@@ -6,8 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "comm/shm_lanes.h"
@@ -232,6 +235,83 @@ TEST_CASE("ranks of one address that do not see one /dev/shm fall back to TCP, i
       CHECK(testing::as_string(got) == payload(1 - to, i));
     }
   for (auto& t : senders) t.join();
+}
+
+TEST_CASE("a revive waits for a loss report under way, and the lane then watches the restarted process") {
+  // The race a restarted agent met: rank 0's lane thread saw rank 1's old
+  // process gone and was still reporting it when rank 0 revived rank 1 for
+  // its new process; the report, ending after the revive, left rank 1 lost
+  // for good. Here the report takes 200 ms and the revive is asked for in
+  // the middle of it: it must return only once the report has ended.
+  ZmqOptions options;
+  options.shm_ring_bytes = 64 << 10;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> reports;
+  bool report_ended = false;
+  std::vector<std::string> delivered;
+  auto start = [&](int rank, const std::string& name, ShmLanes::Broken broken) {
+    auto lanes = ShmLanes::start(
+        rank, rank == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true, false}, name, options,
+        [&](int, uint64_t, std::span<const std::byte> bytes, std::unique_ptr<BytesHolder>) {
+          std::lock_guard lock(mu);
+          delivered.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          cv.notify_all();
+        },
+        std::move(broken), [](int) { return false; }, [](uint64_t) { return false; },
+        [](int) { return Clock::duration{}; },
+        [](int, uint64_t, std::span<const std::byte>, std::span<const std::byte>) {
+          return Status(Code::kUnavailable, "no TCP in this test");
+        });
+    REQUIRE_MESSAGE(lanes.ok(), lanes.status().to_string());
+    return std::move(lanes).value();
+  };
+  auto quiet = [](int, const std::string&) {};
+  auto rank0 = start(0, test_name("revive-0"), [&](int, const std::string& why) {
+    {
+      std::lock_guard lock(mu);
+      reports.push_back(why);
+      cv.notify_all();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard lock(mu);
+    report_ended = true;
+  });
+  auto old_process = start(1, test_name("revive-old"), quiet);
+  rank0->set_peer_name(1, test_name("revive-old"));
+  bool use_tcp = false;
+  REQUIRE(rank0->send(1, 5, {}, as_span("to the old process"), &use_tcp).ok());  // opens its inbox
+  REQUIRE(!use_tcp);
+  old_process->close();
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return !reports.empty(); }));
+    CHECK(reports[0].find("closed its transport") != std::string::npos);
+  }
+  auto new_process = start(1, test_name("revive-new"), quiet);
+  rank0->set_peer_name(1, test_name("revive-new"));  // as the agents' Rejoined does, before the revive
+  rank0->revive(1);
+  {
+    std::lock_guard lock(mu);
+    CHECK_MESSAGE(report_ended, "revive returned while the old process's loss was still being reported");
+    delivered.clear();
+  }
+  REQUIRE(rank0->send(1, 5, {}, as_span("to the new process"), &use_tcp).ok());
+  {
+    std::unique_lock lock(mu);
+    CHECK(cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      return std::find(delivered.begin(), delivered.end(), "to the new process") != delivered.end();
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the lane thread's next looks at its peers
+  {
+    std::lock_guard lock(mu);
+    CHECK(reports.size() == 1);  // the old process is not reported again
+  }
+  new_process->close();
+  std::unique_lock lock(mu);
+  CHECK(cv.wait_for(lock, std::chrono::seconds(10), [&] { return reports.size() == 2; }));  // the new one's end
+  CHECK(reports.size() == 2);
 }
 
 }  // namespace rill::comm

@@ -222,9 +222,7 @@ TEST_CASE("rill run --nodes --max-restarts starts a killed agent again and runs 
   auto dir = temp_dir() / "run";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  // --apart: a rank killed and back on one address can be taken for gone
-  // again (a known bug of the shared-memory lanes, docs/ROADMAP.md item 10).
-  const std::string job = root() + "/samples/mlp/mlp.json --nodes 3 --apart --steps 300 --set train.log_every=10";
+  const std::string job = root() + "/samples/mlp/mlp.json --nodes 3 --steps 300 --set train.log_every=10";
   Ran straight = run_rill("run " + job + " --ctrl-port 19690 --result " + (dir / "straight.json").string());
   INFO(straight.output);
   REQUIRE(straight.code == 0);

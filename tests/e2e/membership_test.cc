@@ -359,14 +359,10 @@ TEST_CASE("the linear regression goes on through a kill every 1.5 s, to w = [2, 
       if (!ended && pid > 0 && kill(pid, SIGKILL) == 0) ++kills;
     }
   });
-  // --apart: agents of their own addresses, over TCP. On one address (shared
-  // memory) a rank killed and back can be taken for gone again: its peers'
-  // lanes reopen its old inbox before its new one's name arrives (a known
-  // bug, docs/ROADMAP.md item 10).
   const auto ran = rill::testing::run_rill(
-      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 3 --apart --min-nodes 2 "
-      "--max-restarts 8 --steps 40000 --set train.log_every=2000 --ctrl-port 19872 --logdir " + dir.string() +
-      " --result " + (dir / "r.json").string());
+      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 3 --min-nodes 2 --max-restarts 8 "
+      "--steps 40000 --set train.log_every=2000 --ctrl-port 19872 --logdir " + dir.string() + " --result " +
+      (dir / "r.json").string());
   ended = true;
   killer.join();
   INFO(ran.output);
