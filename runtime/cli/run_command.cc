@@ -85,9 +85,9 @@ class RunCommand : public Command {
     if (one && args_.min_nodes > 0)
       return invalid_argument("--min-nodes keeps a cluster going without a lost node: it needs --nodes N (or rill "
                               "agent and rill submit)");
-    if (args_.replica_every > 0 && args_.min_nodes == 0)
+    if (args_.replica_every > 0 && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
       return invalid_argument("--replica-every copies each node's pieces for a job that goes on without a lost node: "
-                              "it needs --nodes N and --min-nodes N");
+                              "it needs --nodes N and --min-nodes below N");
     if (one && args_.max_restarts > 0)
       return invalid_argument(
           "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)");

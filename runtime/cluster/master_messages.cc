@@ -57,12 +57,13 @@ void Master::master_on(const From& from, ctl::Submit& m) {
   if (allowed.ok() && (m.min_nodes < 0 || m.min_nodes > world_))
     allowed = invalid_argument("--min-nodes {}: the cluster has {} node(s); give 1 to {}", m.min_nodes, world_,
                                world_);
-  // Replicas serve a job that goes on without a lost node: asked for alone
-  // they would be copied for nothing.
-  if (allowed.ok() && m.replica_every > 0 && m.min_nodes == 0)
+  // Replicas serve a job that goes on without a lost node: asked for
+  // without that (no --min-nodes, or all the nodes) they would be copied
+  // for nothing.
+  if (allowed.ok() && m.replica_every > 0 && (m.min_nodes == 0 || m.min_nodes >= world_))
     allowed = invalid_argument("--replica-every {} copies each node's pieces for a job that goes on without a lost "
-                               "node: it needs --min-nodes N",
-                               m.replica_every);
+                               "node: it needs --min-nodes N below the cluster's {} node(s)",
+                               m.replica_every, world_);
   if (allowed.ok() && m.replica_every < -1)
     allowed = invalid_argument("--replica-every {}: give a number of steps, or 0 for none", m.replica_every);
   if (!allowed.ok()) {

@@ -399,7 +399,13 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
       "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --replica-every 5");
   CHECK(alone.code == 1);
   CHECK(alone.output.find("--replica-every copies each node's pieces for a job that goes on without a lost node: "
-                          "it needs --nodes N and --min-nodes N") != std::string::npos);
+                          "it needs --nodes N and --min-nodes below N") != std::string::npos);
+  // --min-nodes as many as the nodes: no node may be lost, so no replica would serve.
+  const auto all = rill::testing::run_rill("run " + root() +
+                                           "/samples/linear_regression/linear_regression.json --nodes 2 --min-nodes 2 "
+                                           "--replica-every 5");
+  CHECK(all.code == 1);
+  CHECK(all.output.find("it needs --nodes N and --min-nodes below N") != std::string::npos);
   Agent master("--machines 127.0.0.1:19956 --join-timeout 30 --rank 0", (fresh_dir("replicas-alone") / "a.log").string());
   auto client = rill::Client::connect("127.0.0.1:19956", 30);
   REQUIRE(client.ok());
@@ -409,7 +415,13 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
                                         "linear_regression.json", options);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().message().find("--replica-every 5 copies each node's pieces for a job that goes on "
-                                        "without a lost node: it needs --min-nodes N") != std::string::npos);
+                                        "without a lost node: it needs --min-nodes N below the cluster's 1 node(s)") !=
+        std::string::npos);
+  options.min_nodes = 1;  // all of this cluster's nodes
+  refused = (*client)->submit_text(read_text(root() + "/samples/linear_regression/linear_regression.json"),
+                                   "linear_regression.json", options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("it needs --min-nodes N below the cluster's 1 node(s)") != std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }
