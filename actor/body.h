@@ -160,12 +160,13 @@ class VariableBody {
     every_ = every;
     end_ = end;
   }
-  // Also after each update that completes a multiple of `every` steps: the
-  // pieces a node copies to another node's memory (a replica,
-  // runtime/cluster/replicator.h).
-  void on_replica(SnapshotFn fn, int64_t every) {
+  // Also after each update that completes a multiple of `every` steps, and
+  // the run's last (`end`'s end, as a checkpoint's): the pieces a node
+  // copies to another node's memory (a replica, runtime/cluster/replicator.h).
+  void on_replica(SnapshotFn fn, int64_t every, const RunEnd* end) {
     replica_ = std::move(fn);
     replica_every_ = every;
+    replica_end_ = end;
   }
   // Also after every update, and now (the values the run starts from, after
   // `steps_done` steps): the node keeps its last steps in memory
@@ -198,6 +199,7 @@ class VariableBody {
   int64_t every_ = 0;
   int64_t replica_every_ = 0;
   const RunEnd* end_ = nullptr;
+  const RunEnd* replica_end_ = nullptr;
 };
 
 // A variable of several lanes (a pserver's block in async mode): one
@@ -224,7 +226,9 @@ class LanedVariableBody {
   void on_snapshot(VariableBody::SnapshotFn fn, int64_t every, const RunEnd* end) {
     variable_.on_snapshot(std::move(fn), every, end);
   }
-  void on_replica(VariableBody::SnapshotFn fn, int64_t every) { variable_.on_replica(std::move(fn), every); }
+  void on_replica(VariableBody::SnapshotFn fn, int64_t every, const RunEnd* end) {
+    variable_.on_replica(std::move(fn), every, end);
+  }
   Status on_every_step(VariableBody::SnapshotFn fn, const TensorView& model, int64_t steps_done);
   // The variable's values (no slot holds them for long).
   Status read_model(const TensorView& model, std::vector<float>* out);

@@ -122,7 +122,8 @@ Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
   if (keep_) RILL_RETURN_IF_ERROR(tell(keep_, model, done));
   if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end())))
     RILL_RETURN_IF_ERROR(tell(snapshot_, model, done));
-  if (replica_ && replica_every_ > 0 && done % replica_every_ == 0) RILL_RETURN_IF_ERROR(tell(replica_, model, done));
+  if (replica_ && replica_every_ > 0 && (done % replica_every_ == 0 || (replica_end_ && done == replica_end_->end())))
+    RILL_RETURN_IF_ERROR(tell(replica_, model, done));
   return {};
 }
 

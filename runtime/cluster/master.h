@@ -219,6 +219,9 @@ class Master final : public Agent {
   // piece of the model after its kept_step, into gathered_ (master_gather.cc).
   Status gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const Membership& membership,
                        double patience_s);
+  // The same in a phase of its own: what follows a finished training
+  // (the eval) reads the model gathered so.
+  Status gather_alone(int64_t job_id, int phase, const Membership& membership, double patience_s);
   // A live job that splits variables, after a lost node: the members that
   // go on, each from node 0's memory once node 0 gathered the survivors'
   // own pieces and the lost nodes' replicas at a step all hold (else why not).

@@ -202,14 +202,9 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     if (live && idle_changes <= max_idle_changes) {
       // A node that comes back from now on is taken back by the next attempt.
       regroup_ = false;
+      // What follows a finished training reads node 0's memory, which
+      // gathers the replicas first (options.model_in_memory).
       StatusOr<Membership> next = next_membership(membership, result.regrouped ? result.steps : -1, min_nodes);
-      // Node 0 gathers pieces before a training phase; what follows a
-      // finished training reads its memory as it is.
-      if (next.ok() && !next->gather.empty() && result.planned_steps > 0 && next->kept_step >= result.planned_steps)
-        next = Status(Code::kFailedPrecondition,
-                      fmt::format("the training is done, and its pieces after step {} are spread over the nodes' "
-                                  "replicas, which node 0 gathers only for a training",
-                                  next->kept_step));
       if (next.ok()) {
         std::string back;  // the nodes that start from node 0's memory, but those that ran (from replicas)
         for (int r : next->newcomers)

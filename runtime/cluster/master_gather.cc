@@ -90,6 +90,16 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
   return next;
 }
 
+Status Master::gather_alone(int64_t job_id, int phase, const Membership& membership, double patience_s) {
+  RILL_ASSIGN_OR_RETURN(const uint64_t tag_base, run_tag_base(job_id, phase));
+  {
+    MutexLock lock(phase_mu_);  // the senders' failures come as its acks
+    phase_ = PhaseState{job_id, phase, {}, {}, {}, {}};
+    phase_.members = membership.members;
+  }
+  return gather_pieces(job_id, phase, tag_base, membership, patience_s);
+}
+
 Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const Membership& membership,
                              double patience_s) {
   const int64_t step = membership.kept_step;

@@ -127,7 +127,13 @@ void Master::run_queued(QueuedJob queued) {
     };
     spdlog::info("job {}: metrics in {}", queued.id, options.metrics_file);
   }
-  options.model_in_memory = [this, &queued](int64_t steps) -> StatusOr<std::map<std::string, VariableValue>> {
+  options.model_in_memory = [this, &queued, &membership, &phase,
+                             stall_s = options.stall_timeout_s](int64_t steps)
+      -> StatusOr<std::map<std::string, VariableValue>> {
+    // Trained, and going on from the replicas: node 0 gathers them first.
+    if (membership.from_replicas && !membership.gather.empty() && membership.kept_step == steps &&
+        !(gathered_ && gathered_->job == queued.id && gathered_->step == steps))
+      RILL_RETURN_IF_ERROR(gather_alone(queued.id, phase++, membership, stall_s));
     std::map<std::string, std::vector<float>> values, state;
     if (gathered_ && gathered_->job == queued.id && gathered_->step == steps) values = gathered_->values;
     else
@@ -485,8 +491,10 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     begin_stop_locked();
   }
   report = (*runtime)->run();
-  // Its copies under way end with the run; the last step's own pieces are
-  // stored as it goes (what node 0 reports below).
+  // Its last step's copies are in place when the run ended well (a loss
+  // after the training goes on from them); other copies under way end with
+  // the run. Its own pieces are stored as it goes (what node 0 reports below).
+  if (replicator && report.status.ok()) replicator->finish();
   replicator.reset();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();

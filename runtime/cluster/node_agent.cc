@@ -444,8 +444,11 @@ void NodeAgent::worker_on(ctl::Start& m) {
       MutexLock lock(run_mu_);
       running_ = nullptr;
     }
-    // Copies under way end with the run (the store keeps those complete),
-    // before the runtime, which they read through, goes.
+    // A run that ended well leaves its last step's copies in place (a loss
+    // after the training goes on from them); others end with the run (the
+    // store keeps those complete), before the runtime, which they read
+    // through, goes.
+    if (replicator && report.status.ok()) replicator->finish();
     if (replicator) replicator->stop();
     replicator.reset();
     runtime.reset();  // unhooks the transport handler before the next job

@@ -1,5 +1,7 @@
 #include "runtime/cluster/replicator.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "runtime/cluster/memory_pieces.h"
@@ -30,7 +32,13 @@ Replicator::Replicator(std::vector<SnapshotPiece> pieces, Options options) : opt
           spdlog::warn("{}: its pieces after step {} did not reach the next node's memory: {}", options_.me,
                        sent.step, sent.status.message());
       });
-  if (options_.from >= 0) receiver_ = std::thread([this] { receive_loop(); });
+  if (options_.from >= 0)
+    receiver_ = std::thread([this] {
+      receive_loop();
+      MutexLock lock(mu_);
+      receiving_ = false;
+      received_cv_.notify_all();
+    });
 }
 
 Replicator::~Replicator() {
@@ -39,7 +47,31 @@ Replicator::~Replicator() {
 }
 
 void Replicator::add(int64_t steps_done, VariablePiece piece) {
-  if (!stopping_.load()) collector_->add(steps_done, std::move(piece));
+  if (stopping_.load()) return;
+  int64_t seen = last_added_.load();
+  while (seen < steps_done && !last_added_.compare_exchange_weak(seen, steps_done)) {
+  }
+  collector_->add(steps_done, std::move(piece));
+}
+
+void Replicator::finish() {
+  if (stopping_.load()) return;
+  const int64_t last = last_added_.load();
+  if (last < 0) return;
+  // The collector sends each step in turn, every chunk acknowledged (or
+  // given up after the patience).
+  if (Status sent = collector_->finish(); !sent.ok())
+    spdlog::warn("{}: its pieces after step {} did not all reach the next node's memory: {}", options_.me, last,
+                 sent.message());
+  if (options_.from < 0) return;
+  // Every node of the run ends at the same step, and copies it.
+  const auto deadline = std::chrono::steady_clock::now() + options_.patience;
+  MutexLock lock(mu_);
+  while (last_received_ < last && receiving_)
+    if (!received_cv_.wait_until(mu_, deadline) && std::chrono::steady_clock::now() >= deadline) break;
+  if (last_received_ < last)
+    spdlog::warn("{}: the node before's pieces after step {} did not arrive{}", options_.me, last,
+                 receiving_ ? " in time" : "");
 }
 
 void Replicator::stop() {
@@ -88,6 +120,9 @@ void Replicator::receive_loop() {
       if (failed.ok() && held.size() == header->count) {
         options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
         held.clear();
+        MutexLock lock(mu_);
+        last_received_ = std::max(last_received_, step);
+        received_cv_.notify_all();
       }
     }
     if (failed.ok()) continue;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "comm/transport.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/cluster/replica_store.h"
@@ -51,6 +52,12 @@ class Replicator {
 
   // RunOptions::on_replica: a piece after `steps_done` steps (any thread).
   void add(int64_t steps_done, VariablePiece piece);
+  // Once the run has ended well: waits until this node's last copy has
+  // reached its buddy and the node before's last copy is here (the last
+  // step's replicas, which a loss after the training needs: the eval
+  // goes on from them), or the node before has stopped sending, or the
+  // patience has passed. What it could not wait for is said in the log.
+  void finish();
   // Once the run has ended: stops sending and receiving (what is under way
   // is dropped; the store keeps what was complete).
   void stop();
@@ -61,6 +68,11 @@ class Replicator {
 
   Options options_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> last_added_{-1};  // the newest step handed over
+  Mutex mu_;
+  CondVar received_cv_;
+  int64_t last_received_ GUARDED_BY(mu_) = -1;  // the newest step of the node before's stored
+  bool receiving_ GUARDED_BY(mu_) = true;        // the receive loop runs
   std::unique_ptr<CheckpointCollector> collector_;
   std::thread receiver_;
 };

@@ -302,7 +302,7 @@ Status NodeRun::init_variable(const plan::Task& task, VariableLike& body) {
   if (options_.on_snapshot && task.variable()->checkpoint_writer())
     body.on_snapshot(tell(options_.on_snapshot), options_.snapshot_every, end_.get());
   if (options_.on_replica && options_.replica_every > 0 && task.variable()->checkpoint_writer())
-    body.on_replica(tell(options_.on_replica), options_.replica_every);
+    body.on_replica(tell(options_.on_replica), options_.replica_every, end_.get());
   if (options_.keeper)
     if (const int piece = options_.keeper->declare(var, logical, offset, slot.shape, state_names, update != nullptr);
         piece >= 0)

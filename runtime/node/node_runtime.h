@@ -101,7 +101,8 @@ struct RunOptions {
   int64_t snapshot_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_snapshot;
   // The same pieces (variables only) after each `replica_every`-th step
-  // (> 0), as copies for another node's memory (runtime/cluster/replicator.h).
+  // (> 0) and the run's last, as copies for another node's memory
+  // (runtime/cluster/replicator.h).
   int64_t replica_every = 0;
   std::function<void(int64_t steps_done, VariablePiece piece)> on_replica;
   // Messages of another stream on the run's tags (the replicas' chunks):
