@@ -238,6 +238,10 @@ struct Metric {
   bool operator==(const Metric&) const = default;
 };
 
+// The longest rpc_deadline: a week, in ms (it becomes every wait's patience,
+// and a time that far ahead is still computed without overflow).
+inline constexpr int64_t kMaxRpcDeadlineMs = int64_t{7} * 24 * 3600 * 1000;
+
 // How the job is distributed, in PaddlePaddle Fluid's terms (its
 // DistributeTranspilerConfig; docs/LAYOUTS.md, Parameter servers).
 // "pserver": the nodes named by `pservers` hold the trainable variables,
@@ -254,7 +258,7 @@ struct Distributed {
   int64_t min_block_size = 8192;      // elements: no block smaller (unless its variable is)
   bool enable_dc_asgd = false;        // async only: delay-compensated updates
   bool print_log = false;             // the master logs the layout
-  int64_t rpc_deadline = 180000;      // ms: the longest a pserver exchange may wait
+  int64_t rpc_deadline = 180000;      // ms: the longest a pserver exchange may wait (at most kMaxRpcDeadlineMs)
   // Threads of each pserver serving the trainers: their gradient sends,
   // their gets of updated blocks, lookup-table prefetches (physical.cc).
   int64_t rpc_send_thread_num = 1;

@@ -70,8 +70,9 @@ class GraphChecker {
     if (!job_.distributed) return;
     const Distributed& d = *job_.distributed;
     if (d.trainers < 0) issues_->add("distributed.trainers", "distributed.trainers must be >= 0, got {}", d.trainers);
-    if (d.rpc_deadline <= 0)
-      issues_->add("distributed.rpc_deadline", "distributed.rpc_deadline must be > 0 ms, got {}", d.rpc_deadline);
+    if (d.rpc_deadline <= 0 || d.rpc_deadline > kMaxRpcDeadlineMs)
+      issues_->add("distributed.rpc_deadline", "distributed.rpc_deadline must be 1 to {} ms (a week), got {}",
+                   kMaxRpcDeadlineMs, d.rpc_deadline);
     for (const auto& [field, value] : {std::pair{"rpc_send_thread_num", d.rpc_send_thread_num},
                                        std::pair{"rpc_get_thread_num", d.rpc_get_thread_num},
                                        std::pair{"rpc_prefetch_thread_num", d.rpc_prefetch_thread_num}})

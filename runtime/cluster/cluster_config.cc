@@ -304,7 +304,7 @@ Status resolve_distributed(graph::Job* job, const std::vector<Machine>& machines
     *value = *parsed;
     return {};
   };
-  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_deadline", 1, std::numeric_limits<int64_t>::max(), &d.rpc_deadline));
+  RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_deadline", 1, graph::kMaxRpcDeadlineMs, &d.rpc_deadline));
   RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_send_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_send_thread_num));
   RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_get_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_get_thread_num));
   RILL_RETURN_IF_ERROR(flag("FLAGS_rpc_prefetch_thread_num", 1, graph::kMaxRpcThreads, &d.rpc_prefetch_thread_num));

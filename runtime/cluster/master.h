@@ -41,6 +41,7 @@ struct Membership {
   bool keep_steps = false;   // every node keeps its last two steps in memory
   int64_t kept_step = -1;    // >= 0: the attempt starts from every node's memory at this step
   std::vector<std::string> variables;  // the job's, which a whole model has
+  std::map<std::string, Shape> shapes;  // theirs and loss scaling's, by name: what a gather may make
   // Members that come back (a lost node's agent again): they hold nothing,
   // and start from the master's memory at kept_step, sent with their part.
   std::vector<int> newcomers;

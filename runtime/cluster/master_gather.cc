@@ -118,6 +118,11 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
     }
   // Each sender's messages, received at once; a sender that fails says so
   // in a PlanAck of this phase, and one lost is named.
+  // What one sender may send: its pieces and replicas are parts of the
+  // model and its optimizer state (at most two tensors a variable), so at
+  // most all of them, and a little encoding a message.
+  uint64_t most = 0;
+  for (const auto& [name, shape] : membership.shapes) most += 3 * static_cast<uint64_t>(checked_bytes(shape, DType::kF32));
   std::vector<std::vector<std::string>> received(senders.size());
   std::vector<Status> failed(senders.size());
   std::vector<std::thread> receivers;
@@ -126,6 +131,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
       const int r = senders[i];
       const std::string who = node_name(options_.machines, r);
       auto deadline = comm::Clock::now() + patience;  // for the next message: a gather that moves goes on
+      uint64_t sent = 0;
       for (;;) {
         auto header = receive_stream_header(*transport_, r, tags, comm::Clock::now() + std::chrono::milliseconds(200),
                                             kMemoryMessageBytes + (size_t{1} << 20));
@@ -146,6 +152,12 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
           return;
         }
         if (header->count == 0) return;
+        if (sent + header->bytes > most + (header->index + 1) * (uint64_t{1} << 20)) {
+          failed[i] = data_loss("{} sent {} bytes of pieces, more than the model and its optimizer state weigh ({})",
+                                who, sent + header->bytes, most);
+          return;
+        }
+        sent += header->bytes;
         auto body = receive_stream_body(*transport_, r, tags, *header, patience);
         if (!body.ok()) {
           failed[i] = body.status().with_context(who);
@@ -157,7 +169,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
       }
     });
   for (std::thread& t : receivers) t.join();
-  WholeTensors whole;
+  WholeTensors whole(membership.shapes);
   if (auto own = membership.gather.find(0); own != membership.gather.end()) {
     auto messages = gather_messages(job_id, step, own->second.own, own->second.replicas_of);
     if (!messages.ok()) return messages.status().with_context(node_name(options_.machines, 0));

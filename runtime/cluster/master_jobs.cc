@@ -13,12 +13,14 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "base/printable.h"
 #include "comm/counting_transport.h"
 #include "compiler/compiler.h"
 #include "compiler/pserver.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/memory_pieces.h"
 #include "runtime/cluster/memory_transfer.h"
 #include "runtime/cluster/job_runner.h"
 #include "runtime/node/carried_state.h"
@@ -556,8 +558,16 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                                                ActTrace{std::move(t.begin_ns), std::move(t.end_ns), std::move(t.done_ns)},
                                                t.acts_per_step, std::move(t.collective)});
     for (ctl::Tensor& t : done.variables) {
+      // A node's word on its pieces is checked before node 0 makes a tensor of it.
+      auto known = membership.shapes.find(t.name);
+      Status fits = piece_fits(t, known == membership.shapes.end() ? nullptr : &known->second);
       VariableValue& value = report.variables[t.name];
-      if (num_elements(t.piece_shape) != static_cast<int64_t>(t.values.size())) continue;
+      if (fits.ok() && !value.values.empty() && value.shape != t.shape)
+        fits = data_loss("pieces of '{}' disagree on its shape", printable_name(t.name));
+      if (!fits.ok()) {
+        if (report.status.ok()) report.status = fits.with_context(node_name(options_.machines, node));
+        continue;
+      }
       place_piece(t.shape, t.offset, t.piece_shape, t.values, &value.shape, &value.values);
     }
   }

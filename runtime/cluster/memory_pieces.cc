@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/printable.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
@@ -50,31 +51,68 @@ Status WholeTensors::add_message(std::string_view bytes, int64_t job_id, int64_t
   auto* message = std::get_if<ctl::PlanPart>(&*decoded);
   if (message == nullptr || message->job_id != job_id || message->kept_step != step)
     return data_loss("pieces came for another job or step than job {} after step {}", job_id, step);
-  for (const ctl::Tensor& t : message->initial_values) RILL_RETURN_IF_ERROR(add(t, values));
-  for (const ctl::Tensor& t : message->initial_state) RILL_RETURN_IF_ERROR(add(t, state));
+  for (const ctl::Tensor& t : message->initial_values) RILL_RETURN_IF_ERROR(add(t, false, values));
+  for (const ctl::Tensor& t : message->initial_state) RILL_RETURN_IF_ERROR(add(t, true, state));
   return {};
 }
 
-Status WholeTensors::add(const ctl::Tensor& t, std::map<std::string, std::vector<float>>& into) {
+Status piece_fits(const ctl::Tensor& t, const Shape* expected) {
+  const std::string name = printable_name(t.name);
+  if (expected && t.shape != *expected)
+    return data_loss("a piece of '{}' says its tensor is {}, not {}", name, shape_string(t.shape),
+                     shape_string(*expected));
+  if (static_cast<int>(t.shape.size()) > kMaxRank || checked_bytes(t.shape, DType::kF32) < 0)
+    return data_loss("a piece of '{}' says its tensor is {}: no tensor has that shape", name,
+                     t.shape.size() > static_cast<size_t>(kMaxRank) ? fmt::format("of rank {}", t.shape.size())
+                                                                     : shape_string(t.shape));
   const Shape piece = t.piece_shape.empty() ? t.shape : t.piece_shape;
   std::vector<int64_t> offset = t.offset;
   offset.resize(t.shape.size(), 0);
-  bool inside = piece.size() == t.shape.size() && t.offset.size() <= t.shape.size() &&
-                static_cast<int64_t>(t.values.size()) == num_elements(piece);
+  bool inside = piece.size() == t.shape.size() && t.offset.size() <= t.shape.size();
+  // Each axis's piece within the tensor's, so their product cannot overflow.
   for (size_t a = 0; inside && a < piece.size(); ++a)
-    inside = offset[a] >= 0 && piece[a] >= 0 && offset[a] + piece[a] <= t.shape[a];
+    inside = piece[a] >= 0 && offset[a] >= 0 && piece[a] <= t.shape[a] && offset[a] <= t.shape[a] - piece[a];
+  if (inside) inside = static_cast<int64_t>(t.values.size()) == num_elements(piece);
   if (!inside)
-    return data_loss("a piece of '{}' ({} values, {} at [{}]) does not fit its tensor {}", t.name, t.values.size(),
+    return data_loss("a piece of '{}' ({} values, {} at [{}]) does not fit its tensor {}", name, t.values.size(),
                      shape_string(piece), fmt::join(offset, ", "), shape_string(t.shape));
+  return {};
+}
+
+namespace {
+
+// Whether two boxes of one tensor share an element.
+bool overlap(const std::vector<int64_t>& a_at, const Shape& a, const std::vector<int64_t>& b_at, const Shape& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] == 0 || b[i] == 0 || a_at[i] + a[i] <= b_at[i] || b_at[i] + b[i] <= a_at[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+Status WholeTensors::add(const ctl::Tensor& t, bool optimizer_state, std::map<std::string, std::vector<float>>& into) {
+  const std::string name = printable_name(t.name);  // for errors: what a peer sent
+  // A variable's own shape, or (optimizer state "v/m") its variable's.
+  const size_t slash = t.name.rfind('/');
+  auto known = shapes_.find(optimizer_state && slash != std::string::npos ? t.name.substr(0, slash) : t.name);
+  if (known == shapes_.end())
+    return data_loss("a piece of '{}' came, which is no {} of this job", name,
+                     optimizer_state ? "variable's optimizer state" : "variable");
+  RILL_RETURN_IF_ERROR(piece_fits(t, &known->second));
+  const Shape piece = t.piece_shape.empty() ? t.shape : t.piece_shape;
+  std::vector<int64_t> offset = t.offset;
+  offset.resize(t.shape.size(), 0);
+  // Pieces of one layout are equal or apart: one that shares an element
+  // with a piece placed already is a repeat, or another layout's.
+  std::vector<Box>& placed = placed_[t.name];
+  if (placed.size() >= kMostPieces)
+    return data_loss("more than {} pieces of '{}' came", kMostPieces, name);
+  for (const Box& b : placed)
+    if (overlap(offset, piece, b.offset, b.shape))
+      return data_loss("the piece of '{}' at [{}] overlaps the one at [{}]", name, fmt::join(offset, ", "),
+                       fmt::join(b.offset, ", "));
+  placed.push_back(Box{offset, piece});
   std::vector<float>& whole = into[t.name];
-  if (!whole.empty() && static_cast<int64_t>(whole.size()) != num_elements(t.shape))
-    return data_loss("pieces of '{}' disagree on its shape ({} elements, then {})", t.name, whole.size(),
-                     shape_string(t.shape));
-  // Pieces of one layout are equal or apart: one placed again is a repeat.
-  std::vector<std::vector<int64_t>>& placed = offsets_[t.name];
-  if (std::find(placed.begin(), placed.end(), offset) != placed.end())
-    return data_loss("the piece of '{}' at [{}] came twice", t.name, fmt::join(offset, ", "));
-  placed.push_back(offset);
   Shape shape;
   place_piece(t.shape, offset, piece, std::span<float>(const_cast<float*>(t.values.data()), t.values.size()), &shape,
               &whole);
@@ -85,6 +123,8 @@ Status WholeTensors::add(const ctl::Tensor& t, std::map<std::string, std::vector
 Status WholeTensors::check_whole(const std::vector<std::string>& variables) const {
   for (const std::string& v : variables)
     if (values.count(v) == 0) return data_loss("no piece of variable '{}' came", v);
+  // The pieces placed share no element, so as many elements as the tensor
+  // has are all of it.
   for (const auto* tensors : {&values, &state})
     for (const auto& [name, whole] : *tensors) {
       auto it = covered_.find(name);

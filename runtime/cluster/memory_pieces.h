@@ -31,21 +31,41 @@ StatusOr<std::vector<std::string>> pack_tensors(std::vector<control::Tensor> val
                                                 std::vector<control::Tensor> state, int64_t job_id, int phase,
                                                 int64_t step, size_t most, std::string_view what);
 
-// Whole tensors assembled from pieces, each element placed once.
+// Whether piece `t` (its values, offset and piece shape in its logical
+// tensor, as another node sent them) fits that tensor, whose shape is
+// `expected` when known: ok, or kDataLoss naming it. A tensor of rank past
+// kMaxRank, or past kMaxTensorBytes, never fits: nothing of its size is
+// computed or allocated.
+Status piece_fits(const control::Tensor& t, const Shape* expected);
+
+// Whole tensors assembled from pieces, each element placed once. What the
+// pieces say of their tensors comes from other nodes: only the tensors
+// named in `shapes`, of those shapes, are made.
 class WholeTensors {
  public:
+  // `shapes`: each variable's logical shape; optimizer state "v/m" has v's.
+  explicit WholeTensors(std::map<std::string, Shape> shapes) : shapes_(std::move(shapes)) {}
   // Every tensor in `message` (pack_tensors' of job `job_id` after `step`
-  // steps); a piece outside its tensor, or one placed already, is kDataLoss.
+  // steps); a tensor not of `shapes`, a piece outside its tensor or
+  // overlapping one placed already is kDataLoss.
   Status add_message(std::string_view message, int64_t job_id, int64_t step);
   // Ok when every variable of `variables` and every tensor added is
   // covered whole; else names the first that is not.
   Status check_whole(const std::vector<std::string>& variables) const;
   std::map<std::string, std::vector<float>> values, state;
 
+  // The most pieces of one tensor (a layout's are at most its devices).
+  static constexpr size_t kMostPieces = 1 << 16;
+
  private:
-  Status add(const control::Tensor& t, std::map<std::string, std::vector<float>>& into);
-  std::map<std::string, int64_t> covered_;  // elements placed, by tensor
-  std::map<std::string, std::vector<std::vector<int64_t>>> offsets_;  // pieces placed, by tensor
+  struct Box {
+    std::vector<int64_t> offset;
+    Shape shape;
+  };
+  Status add(const control::Tensor& t, bool optimizer_state, std::map<std::string, std::vector<float>>& into);
+  const std::map<std::string, Shape> shapes_;
+  std::map<std::string, int64_t> covered_;   // elements placed, by tensor
+  std::map<std::string, std::vector<Box>> placed_;  // pieces placed, by tensor
 };
 
 }  // namespace rill

@@ -136,7 +136,8 @@ StatusOr<StreamHeader> receive_stream_header(comm::Transport& transport, int fro
     return data_loss("a stream's header from rank {} came as {} bytes, not {}", from, buffer.size(), sizeof words);
   std::memcpy(words, buffer.data(), sizeof words);
   StreamHeader header{static_cast<int64_t>(words[0]), words[1], words[2], words[3]};
-  if (header.step < 0 || header.bytes > max_bytes || (header.count > 0 && header.index >= header.count) ||
+  if (header.step < 0 || header.bytes > max_bytes || header.count > kMostStreamMessages ||
+      (header.count > 0 && (header.index >= header.count || header.bytes == 0)) ||
       (header.count == 0 && header.bytes != 0))
     return data_loss("a stream's header from rank {} is malformed: step {}, message {} of {}, {} bytes (at most {})",
                      from, header.step, header.index, header.count, header.bytes, max_bytes);

@@ -48,6 +48,9 @@ struct StreamHeader {
   int64_t step = 0;
   uint64_t index = 0, count = 0, bytes = 0;
 };
+// The most messages of one stream (a model of 2^16 messages of at most
+// kMemoryMessageBytes each); a header saying more is malformed.
+inline constexpr uint64_t kMostStreamMessages = uint64_t{1} << 16;
 
 // One message of a stream to `to`: its header, then its bytes in windows of
 // acknowledged chunks (as node 0's memory). No ready is waited for: the

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include <fmt/format.h>
@@ -466,10 +467,16 @@ TEST_CASE("the distributed section: every setting checked, naming the field") {
   std::string issues = issues_of(job);
   CHECK(has(issues, "distributed.min_block_size | distributed.min_block_size must be >= 1 element, got 0"));
   CHECK(has(issues, "distributed.enable_dc_asgd | distributed.enable_dc_asgd compensates the delay of asynchronous updates; set sync_mode false"));
-  CHECK(has(issues, "distributed.rpc_deadline | distributed.rpc_deadline must be > 0 ms, got -1"));
+  CHECK(has(issues, "distributed.rpc_deadline | distributed.rpc_deadline must be 1 to 604800000 ms (a week), got -1"));
   CHECK(has(issues, "distributed.rpc_send_thread_num | distributed.rpc_send_thread_num must be 1 to 64 threads, got 0"));
   CHECK(has(issues, "distributed.rpc_prefetch_thread_num | distributed.rpc_prefetch_thread_num must be 1 to 64 threads, got 65"));
   CHECK(has(issues, "variable 'w1': pserver mode places variables itself"));
+  // Past a week: every wait's patience, and the time it ends, would overflow.
+  job = samples::make_mlp_job();
+  job.distributed = Distributed{};
+  job.distributed->pservers = {"0"};
+  job.distributed->rpc_deadline = std::numeric_limits<int64_t>::max();
+  CHECK(has(issues_of(job), "distributed.rpc_deadline must be 1 to 604800000 ms (a week), got 9223372036854775807"));
   job = samples::make_mlp_job();
   job.distributed = Distributed{};
   job.distributed->pservers = {"0"};

@@ -43,7 +43,7 @@ TEST_CASE("pieces packed into messages come back as whole tensors, each element 
                                "a test's pieces");
   REQUIRE(messages.ok());
   CHECK(messages->size() == 4);
-  WholeTensors whole;
+  WholeTensors whole({{"w", {4, 3}}});
   for (const std::string& m : *messages) REQUIRE(whole.add_message(m, 5, 30).ok());
   CHECK(whole.check_whole({"w"}).ok());
   CHECK(whole.values["w"] == iota(12, 0));
@@ -55,25 +55,30 @@ TEST_CASE("pieces packed into messages come back as whole tensors, each element 
 }
 
 TEST_CASE("pieces that do not make a whole tensor, or do not fit it, are named") {
+  const std::map<std::string, Shape> shapes = {{"w", {4, 3}}, {"v", {4, 3}}, {"u", {4, 3}}};
   auto half = pack_tensors({rows_of("w", 0, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
   REQUIRE(half.ok());
-  WholeTensors whole;
+  WholeTensors whole(shapes);
   REQUIRE(whole.add_message(half->front(), 5, 30).ok());
   Status missing = whole.check_whole({"w"});
   CHECK(missing.code() == Code::kDataLoss);
   CHECK(missing.message() == "the pieces of 'w' cover 6 of its 12 elements");
   CHECK(whole.check_whole({"w", "b"}).message() == "no piece of variable 'b' came");
-  // The same piece again (a repeat, not the other half).
+  // The same piece again (a repeat, not the other half), and one that
+  // overlaps it: with a gap of as many elements, counting alone would pass.
   Status twice = whole.add_message(half->front(), 5, 30);
   CHECK(twice.code() == Code::kDataLoss);
-  CHECK(twice.message() == "the piece of 'w' at [0, 0] came twice");
+  CHECK(twice.message() == "the piece of 'w' at [0, 0] overlaps the one at [0, 0]");
+  auto across = pack_tensors({rows_of("w", 1, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+  REQUIRE(across.ok());
+  CHECK(whole.add_message(across->front(), 5, 30).message() == "the piece of 'w' at [1, 0] overlaps the one at [0, 0]");
   // Another job's or step's pieces.
   CHECK(whole.add_message(half->front(), 6, 30).code() == Code::kDataLoss);
   CHECK(whole.add_message(half->front(), 5, 31).code() == Code::kDataLoss);
   // A piece past its tensor's end, or whose values are not its shape's.
   auto outside = pack_tensors({rows_of("v", 3, 2, 0)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
   REQUIRE(outside.ok());
-  Status past = WholeTensors().add_message(outside->front(), 5, 30);
+  Status past = WholeTensors(shapes).add_message(outside->front(), 5, 30);
   CHECK(past.code() == Code::kDataLoss);
   CHECK(past.message().find("a piece of 'v' (6 values, [2, 3] at [3, 0]) does not fit its tensor [4, 3]") !=
         std::string::npos);
@@ -81,9 +86,40 @@ TEST_CASE("pieces that do not make a whole tensor, or do not fit it, are named")
   short_piece.values.pop_back();
   auto shorter = pack_tensors({short_piece}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
   REQUIRE(shorter.ok());
-  CHECK(WholeTensors().add_message(shorter->front(), 5, 30).code() == Code::kDataLoss);
+  CHECK(WholeTensors(shapes).add_message(shorter->front(), 5, 30).code() == Code::kDataLoss);
   // Bytes that are not a message at all.
-  CHECK(WholeTensors().add_message("not a message", 5, 30).code() == Code::kDataLoss);
+  CHECK(WholeTensors(shapes).add_message("not a message", 5, 30).code() == Code::kDataLoss);
+}
+
+// What a peer says of a piece's tensor is checked against the job's own
+// shapes before anything is made: a node 0 that took the peer's word would
+// allocate a tensor of any size, or (a rank past 8, a shape whose element
+// count overflows, an offset near 2^63) write outside what it allocated.
+TEST_CASE("pieces that name a tensor the job lacks, another shape, or overflowing offsets are refused by name") {
+  const std::map<std::string, Shape> shapes = {{"w", {4, 3}}};
+  auto refused = [&](ctl::Tensor t, bool state = false) {
+    auto packed = state ? pack_tensors({}, {std::move(t)}, 5, 1, 30, size_t{1} << 20, "pieces")
+                        : pack_tensors({std::move(t)}, {}, 5, 1, 30, size_t{1} << 20, "pieces");
+    REQUIRE(packed.ok());
+    WholeTensors whole(shapes);
+    Status added = whole.add_message(packed->front(), 5, 30);
+    CHECK(added.code() == Code::kDataLoss);
+    return added.message();
+  };
+  CHECK(refused(ctl::Tensor{"huge", {int64_t{1} << 28}, {0}, {0}, {}}) ==
+        "a piece of 'huge' came, which is no variable of this job");
+  CHECK(refused(ctl::Tensor{"x/m", {4, 3}, {0, 0}, {4, 3}, iota(12, 0)}, true) ==
+        "a piece of 'x/m' came, which is no variable's optimizer state of this job");
+  Shape deep(40, 1);
+  deep[0] = 0;
+  CHECK(refused(ctl::Tensor{"w", deep, {}, deep, {}}).find("says its tensor is") != std::string::npos);
+  CHECK(refused(ctl::Tensor{"w", {(int64_t{1} << 62) + 1, 4}, {0, 0}, {1, 4}, iota(4, 0)}).find("says its tensor is") !=
+        std::string::npos);
+  CHECK(refused(ctl::Tensor{"w", {4, 3}, {std::numeric_limits<int64_t>::max() - 1, 0}, {2, 3}, iota(6, 0)})
+            .find("does not fit its tensor [4, 3]") != std::string::npos);
+  CHECK(refused(ctl::Tensor{"w", {4, 3}, {0, 0}, {-2, -3}, iota(6, 0)}).find("does not fit") != std::string::npos);
+  // A name with control bytes is named escaped.
+  CHECK(refused(ctl::Tensor{"e\x1b[2Jvil", {2}, {0}, {2}, iota(2, 0)}).find("'e\\x1b[2Jvil'") != std::string::npos);
 }
 
 TEST_CASE("a node's replica store keeps its own last three steps and each source's last two, for one job") {
@@ -165,6 +201,19 @@ TEST_CASE("a stream's messages arrive whole after their headers, and a malformed
   CHECK(refused.status().code() == Code::kDataLoss);
   CHECK(refused.status().message().find("is malformed: step 40, message 0 of 1, 200 bytes (at most 100)") !=
         std::string::npos);
+  // More messages than a stream holds, and a message of no bytes (each would
+  // keep a receiver taking headers without end).
+  for (const StreamHeader& bad : {StreamHeader{40, 0, kMostStreamMessages + 1, 10}, StreamHeader{40, 0, 2, 0}}) {
+    std::vector<std::byte> chunk;  // what followed the last refused header, left unread
+    (void)transports[1]->recv(0, tags.chunk, &chunk, comm::Clock::now() + milliseconds(300));
+    std::thread sender([&] {
+      (void)send_stream_message(*transports[0], 1, tags, bad, std::string(bad.bytes, 'x'), milliseconds(200));
+    });
+    auto malformed = receive_stream_header(*transports[1], 0, tags, comm::Clock::now() + milliseconds(10000), 100);
+    sender.join();
+    CHECK(malformed.status().code() == Code::kDataLoss);
+    CHECK_MESSAGE(malformed.status().message().find("is malformed") != std::string::npos, malformed.status().message());
+  }
 }
 
 TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its ack survive encoding") {
@@ -241,7 +290,7 @@ TEST_CASE("two nodes' replicators each keep their own pieces and the other's, st
   REQUIRE(stores[1].replica_steps(4)[0] == std::vector<int64_t>{5, 10});
   // Node 1's replica of node 0 and node 0's own pieces after step 10... and
   // node 1's own: the whole model of that step.
-  WholeTensors whole;
+  WholeTensors whole({{"w", {4, 3}}, {"b", {3}}});
   for (const std::string& m : **stores[1].replica_at(4, 0, 10)) REQUIRE(whole.add_message(m, 4, 10).ok());
   for (const std::string& m : **stores[1].own_at(4, 10)) REQUIRE(whole.add_message(m, 4, 10).ok());
   CHECK(whole.check_whole({"w", "b"}).ok());
