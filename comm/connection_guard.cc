@@ -1,5 +1,7 @@
 #include "comm/connection_guard.h"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -63,6 +65,11 @@ int ConnectionGuard::pick(int fd, const std::string& address) const {
 }
 
 std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Clock::time_point now) {
+  if (!limits_.admitted.empty() &&
+      std::find(limits_.admitted.begin(), limits_.admitted.end(), address) == limits_.admitted.end()) {
+    note_cut(address, "not an address of the cluster's machine list", now);
+    return {fd};
+  }
   if (limits_.young.count() > 0)
     std::erase_if(open_, [&](const auto& entry) { return now - entry.second.since >= limits_.young; });
   open_[fd] = Open{address, now};
@@ -78,7 +85,7 @@ std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Cloc
     if (victim < 0) break;
     cut.push_back(victim);
     open_.erase(victim);
-    note_cut(address, true, now);
+    note_cut(address, over(true), now);
   }
   while (static_cast<int>(open_.size()) > limits_.total) {
     const int victim = pick(fd, "");
@@ -86,22 +93,26 @@ std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Cloc
     const std::string victim_address = open_.at(victim).address;
     cut.push_back(victim);
     open_.erase(victim);
-    note_cut(victim_address, false, now);
+    note_cut(victim_address, over(false), now);
   }
   return cut;
 }
 
-void ConnectionGuard::note_cut(const std::string& address, bool per_address, Clock::time_point now) {
+std::string ConnectionGuard::over(bool per_address) const {
+  return fmt::format("over the limit of {} {} {}", per_address ? limits_.per_address : limits_.total,
+                     limits_.young.count() > 0 ? "connections that may still be in their handshake" : "open connections",
+                     per_address ? "per address" : "in all");
+}
+
+void ConnectionGuard::note_cut(const std::string& address, const std::string& why, Clock::time_point now) {
   ++cut_;
   if (reports_.size() >= kReportsKept && reports_.count(address) == 0)
     std::erase_if(reports_, [&](const auto& entry) { return now - entry.second.logged >= kLogEvery; });
   Report& report = reports_[address];
   ++report.since_logged;
   if (now - report.logged < kLogEvery) return;
-  spdlog::warn("{}: cut {} connection(s) from {}: over the limit of {} {} {} ({} cut since it started)", where_,
-               report.since_logged, address, per_address ? limits_.per_address : limits_.total,
-               limits_.young.count() > 0 ? "connections that may still be in their handshake" : "open connections",
-               per_address ? "per address" : "in all", cut_);
+  spdlog::warn("{}: cut {} connection(s) from {}: {} ({} cut since it started)", where_, report.since_logged, address,
+               why, cut_);
   report.since_logged = 0;
   report.logged = now;
 }

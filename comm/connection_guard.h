@@ -41,6 +41,9 @@ struct ConnectionLimits {
   int per_address = 32;                // connections counted per source address
   int total = 256;                     // connections counted in all
   std::chrono::milliseconds young{0};  // > 0: only connections this young count; 0: every open one
+  // Not empty: a connection from any other address (as socket_peer_address
+  // writes it, without its port) is cut at once, never counted.
+  std::vector<std::string> admitted;
 };
 
 class ConnectionGuard {
@@ -71,7 +74,8 @@ class ConnectionGuard {
   // Cuts one connection (the oldest of `address`, or of all when empty; the
   // new one `fd` when every open connection counts).
   int pick(int fd, const std::string& address) const;
-  void note_cut(const std::string& address, bool per_address, Clock::time_point now);
+  void note_cut(const std::string& address, const std::string& why, Clock::time_point now);
+  std::string over(bool per_address) const;  // why a connection over a limit is cut
 
   const std::string where_;
   const int port_;

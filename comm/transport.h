@@ -228,6 +228,13 @@ struct ZmqOptions {
   int max_connections_per_address = 0;
   int max_connections = 0;
   std::chrono::milliseconds handshake_interval{3000};
+  // The data port keeps only connections from its endpoints' addresses (a
+  // stranger elsewhere is cut at once, taking none of the bounds above), and
+  // each rank connects from its own endpoint's address, so a machine with
+  // several addresses is seen at the one the list names. Off where an
+  // endpoint is a wildcard (0.0.0.0), whose connections come from any
+  // address. Every rank must agree.
+  bool listed_peers_only = true;
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes
   // (a power of two), polled by a waiting receiver for up to shm_spin

@@ -112,7 +112,7 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     pull_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_interval.count()));
-    watch_listener();  // before the bind: no connection goes unseen
+    watch_listener(resolved);  // before the bind: no connection goes unseen
     meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
     session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
     try {
@@ -156,6 +156,9 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       p.monitor.connect(monitor_url);
       p.url = resolved[peer].url;
       p.peer = p.url.substr(p.url.find("://") + 3);
+      // From this rank's own address (ZeroMQ's "source;destination"): the
+      // address the peer admits.
+      if (listed_only_) p.url = fmt::format("tcp://{}:0;{}", url_host(resolved[rank_].url), p.peer);
       p.socket.connect(p.url);
     }
   } catch (const zmq::error_t& e) {

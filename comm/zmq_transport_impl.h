@@ -44,6 +44,10 @@
 
 namespace rill::comm::zmq_internal {
 
+// The host of a ZeroMQ TCP address: "127.0.0.1" of "tcp://127.0.0.1:9989",
+// "[::1]" of "tcp://[::1]:9989".
+std::string url_host(const std::string& url);
+
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
@@ -140,7 +144,7 @@ class ZmqTransport final : public Transport {
   void drain_monitor(int peer);
   // Monitors the listening socket (throws zmq::error_t), and passes its
   // accepted and closed connections to its guard.
-  void watch_listener();
+  void watch_listener(const std::vector<ResolvedEndpoint>& resolved);
   void drain_listener();
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
@@ -160,6 +164,7 @@ class ZmqTransport final : public Transport {
   zmq::socket_t pull_;      // receive thread only (after start)
   zmq::socket_t listener_monitor_;          // pull_'s events; receive thread only
   std::unique_ptr<ConnectionGuard> guard_;  // bounds pull_'s connections; receive thread only
+  bool listed_only_ = false;  // ZmqOptions::listed_peers_only, unless an endpoint is a wildcard; set in start()
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;
   Mailbox mailbox_;

@@ -103,7 +103,12 @@ std::vector<std::optional<TcpLinkCounters>> ZmqTransport::link_counters() const 
   return out;
 }
 
-void ZmqTransport::watch_listener() {
+std::string url_host(const std::string& url) {
+  const size_t start = url.find("://") == std::string::npos ? 0 : url.find("://") + 3;
+  return url.substr(start, url.rfind(':') - start);
+}
+
+void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved) {
   if (zmq_socket_monitor(pull_.handle(), "inproc://monitor-listener", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
     throw zmq::error_t();
   listener_monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
@@ -113,6 +118,14 @@ void ZmqTransport::watch_listener() {
   ConnectionLimits limits;
   limits.per_address = options_.max_connections_per_address > 0 ? options_.max_connections_per_address : world() + 16;
   limits.total = options_.max_connections > 0 ? options_.max_connections : 4 * world() + 64;
+  listed_only_ = options_.listed_peers_only;
+  for (const ResolvedEndpoint& r : resolved) {
+    const std::string host = url_host(r.url);
+    listed_only_ = listed_only_ && host != "0.0.0.0" && host != "[::]";
+    if (std::find(limits.admitted.begin(), limits.admitted.end(), host) == limits.admitted.end())
+      limits.admitted.push_back(host);
+  }
+  if (!listed_only_) limits.admitted.clear();
   const Endpoint& own = endpoints_[rank_];
   guard_ = std::make_unique<ConnectionGuard>(fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port),
                                              own.port, limits);

@@ -102,6 +102,20 @@ bool ended(int fd, int wait_ms) {
 
 }  // namespace
 
+TEST_CASE("with addresses admitted, a connection from any other is cut at once and counts toward nothing") {
+  ConnectionLimits limits;
+  limits.per_address = 1;
+  limits.total = 2;
+  limits.admitted = {"10.0.0.1", "10.0.0.2"};
+  ConnectionGuard guard("test port", 1, limits);
+  const auto t0 = Clock::now();
+  for (int fd = 100; fd < 110; ++fd) CHECK(guard.admit(fd, "10.0.0.9", t0) == std::vector<int>{fd});
+  CHECK(guard.counted() == 0);  // the machines' own share and the total are untouched
+  CHECK(guard.admit(10, "10.0.0.1", t0).empty());
+  CHECK(guard.admit(20, "10.0.0.2", t0).empty());
+  CHECK(guard.cut() == 10);
+}
+
 TEST_CASE("a cut shuts down a connection accepted on the guard's port, and nothing else") {
   int port = 0, other_port = 0;
   const int listener = listen_loopback(&port), other_listener = listen_loopback(&other_port);

@@ -1,9 +1,15 @@
 // The ZeroMQ transport's TCP links as the kernel sees them: each peer's
 // connection counters (TCP_INFO, read for the master's slow-link report),
-// none where a peer is reached another way, and a world whose sockets pass
-// ZeroMQ's default limit.
+// none where a peer is reached another way, a world whose sockets pass
+// ZeroMQ's default limit, and whose connections a data port keeps.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -91,4 +97,74 @@ TEST_CASE("zmq: a world of 1,100 ranks starts: ZeroMQ's socket limit follows the
   REQUIRE_MESSAGE(big.ok(), big.status().to_string());
   CHECK((*big)->world() == 1100);
   (*big)->close();
+}
+
+namespace {
+
+// A plain TCP connection from `from` (port chosen by the kernel) to
+// 127.0.0.2:`port`; -1 when it cannot be made.
+int connect_from(const char* from, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in source{}, target{};
+  source.sin_family = target.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &source.sin_addr);
+  ::inet_pton(AF_INET, "127.0.0.2", &target.sin_addr);
+  target.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the other end closed `fd` within `ms` (end of stream, or reset),
+// reading what it sent before (ZMTP's greeting).
+bool closed_within(int fd, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  // Each pass reads what came or ends: bounded by the deadline.
+  for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
+    if (::poll(&p, 1, static_cast<int>(left) + 1) <= 0) return false;
+    char bytes[256];
+    const ssize_t n = ::recv(fd, bytes, sizeof bytes, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// The ranks listen on 127.0.0.2 and 127.0.0.3, neither the loopback's own
+// 127.0.0.1 that a connection to them would come from unless its rank bound
+// its own address: they talk, so each connected from its own. A stranger
+// from 127.0.0.9 is cut at once; a connection from a listed address is kept
+// (until ZMTP's handshake interval, 30 s here, as any other).
+TEST_CASE("zmq: a data port keeps connections from the listed addresses only, and ranks connect from theirs") {
+  const auto ports = free_ports(2);
+  const std::vector<Endpoint> endpoints = {{"127.0.0.2", ports[0]}, {"127.0.0.3", ports[1]}};
+  ZmqOptions options = tcp_only();
+  options.handshake_interval = std::chrono::milliseconds(30000);
+  auto a = make_zmq_transport(0, endpoints, options);
+  auto b = make_zmq_transport(1, endpoints, options);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  introduce({a->get(), b->get()});
+  std::vector<std::byte> got;
+  REQUIRE((*a)->send(1, 1, as_span("to 127.0.0.3")).ok());
+  REQUIRE((*b)->recv(0, 1, &got, in_ms(10000)).ok());
+  REQUIRE((*b)->send(0, 1, as_span("to 127.0.0.2")).ok());
+  REQUIRE((*a)->recv(1, 1, &got, in_ms(10000)).ok());
+  const int stranger = connect_from("127.0.0.9", ports[0]);
+  const int listed = connect_from("127.0.0.3", ports[0]);
+  REQUIRE(stranger >= 0);
+  REQUIRE(listed >= 0);
+  CHECK(closed_within(stranger, 5000));
+  CHECK_FALSE(closed_within(listed, 1000));
+  ::close(stranger);
+  ::close(listed);
+  // The ranks' own connections were never touched.
+  REQUIRE((*a)->send(1, 2, as_span("still")).ok());
+  CHECK((*b)->recv(0, 2, &got, in_ms(10000)).ok());
 }
