@@ -19,6 +19,7 @@ void keep_newest(std::map<int64_t, ReplicaStore::Messages>& held, size_t most) {
 }  // namespace
 
 bool ReplicaStore::current(int64_t job, int phase) {
+  if (job < job_) return false;  // an earlier job's, late: job numbers only grow
   if (job != job_) {
     own_.clear();
     replicas_.clear();

@@ -50,8 +50,8 @@ class ReplicaStore {
   int64_t bytes() const;
 
  private:
-  // Whether a run of (job, phase) may keep pieces here (another job's
-  // replaces this one's).
+  // Whether a run of (job, phase) may keep pieces here (a later job's
+  // replaces this one's; an earlier job's is late, and kept nowhere).
   bool current(int64_t job, int phase) REQUIRES(mu_);
   mutable Mutex mu_;
   int64_t job_ GUARDED_BY(mu_) = -1;

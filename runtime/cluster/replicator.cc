@@ -114,7 +114,9 @@ void Replicator::receive_loop() {
       step = header->step;
       if (header->count > 0) {
         auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
-        if (body.ok()) held.push_back(std::move(*body));
+        // A step's messages come in order from its first: one out of turn
+        // is read and dropped.
+        if (body.ok() && header->index == held.size()) held.push_back(std::move(*body));
         failed = body.status();
       }
       if (failed.ok() && held.size() == header->count) {

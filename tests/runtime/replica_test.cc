@@ -161,6 +161,11 @@ TEST_CASE("a node's replica store keeps its own last three steps and each source
   CHECK(store.replica_steps(2).empty());
   CHECK(store.own_steps(2) == std::vector<int64_t>{5});
   CHECK(store.own_at(1, 40).status().code() == Code::kNotFound);
+  // An earlier job's, late, changes nothing.
+  store.keep_own(1, 0, 60, {"late"});
+  store.keep_replica(1, 0, 2, 60, {"late"});
+  CHECK(store.own_steps(2) == std::vector<int64_t>{5});
+  CHECK(store.own_steps(1).empty());
 }
 
 TEST_CASE("a stream's messages arrive whole after their headers, and a malformed header is named") {
