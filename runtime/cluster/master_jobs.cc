@@ -496,7 +496,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // Its last step's copies are in place when the run ended well (a loss
   // after the training goes on from them); other copies under way end with
   // the run. Its own pieces are stored as it goes (what node 0 reports below).
-  if (replicator && report.status.ok()) replicator->finish();
+  if (replicator && report.status.ok()) replicator->finish(report.steps);
   replicator.reset();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();

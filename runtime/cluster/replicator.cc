@@ -24,6 +24,7 @@ constexpr size_t kMostStreamBytes = kMemoryMessageBytes + (size_t{1} << 20);
 
 Replicator::Replicator(std::vector<SnapshotPiece> pieces, Options options) : options_(std::move(options)) {
   std::erase_if(pieces, [](const SnapshotPiece& p) { return p.name.starts_with(kCarriedPrefix); });
+  has_pieces_ = !pieces.empty();
   collector_ = std::make_unique<CheckpointCollector>(
       graph::Job{}, std::move(pieces),
       [this](int64_t step, std::vector<TensorPiece> tensors) { return send(step, std::move(tensors)); },
@@ -47,20 +48,20 @@ Replicator::~Replicator() {
 }
 
 void Replicator::add(int64_t steps_done, VariablePiece piece) {
-  if (stopping_.load()) return;
-  int64_t seen = last_added_.load();
-  while (seen < steps_done && !last_added_.compare_exchange_weak(seen, steps_done)) {
-  }
-  collector_->add(steps_done, std::move(piece));
+  if (!stopping_.load()) collector_->add(steps_done, std::move(piece));
 }
 
-void Replicator::finish() {
-  if (stopping_.load()) return;
-  const int64_t last = last_added_.load();
-  if (last < 0) return;
+void Replicator::finish(int64_t last) {
+  if (stopping_.load() || last <= 0) return;
   // The collector sends each step in turn, every chunk acknowledged (or
-  // given up after the patience).
-  if (Status sent = collector_->finish(); !sent.ok())
+  // given up after the patience); a node with no pieces says so, as its
+  // buddy waits for word of this step.
+  Status sent = has_pieces_ ? collector_->finish()
+                : options_.to >= 0
+                    ? send_stream(*options_.transport, options_.to, replica_tags(options_.tag_base), last, {},
+                                  options_.patience)
+                    : Status{};
+  if (!sent.ok())
     spdlog::warn("{}: its pieces after step {} did not all reach the next node's memory: {}", options_.me, last,
                  sent.message());
   if (options_.from < 0) return;

@@ -52,12 +52,13 @@ class Replicator {
 
   // RunOptions::on_replica: a piece after `steps_done` steps (any thread).
   void add(int64_t steps_done, VariablePiece piece);
-  // Once the run has ended well: waits until this node's last copy has
-  // reached its buddy and the node before's last copy is here (the last
-  // step's replicas, which a loss after the training needs: the eval
-  // goes on from them), or the node before has stopped sending, or the
-  // patience has passed. What it could not wait for is said in the log.
-  void finish();
+  // Once the run has ended well, after `last` steps: waits until this
+  // node's copy of that step has reached its buddy (a node with no pieces
+  // sends word of none) and the node before's is here (the last step's
+  // replicas, which a loss after the training needs: the eval goes on from
+  // them), or the node before has stopped sending, or the patience has
+  // passed. What it could not wait for is said in the log.
+  void finish(int64_t last);
   // Once the run has ended: stops sending and receiving (what is under way
   // is dropped; the store keeps what was complete).
   void stop();
@@ -67,8 +68,8 @@ class Replicator {
   void receive_loop();
 
   Options options_;
+  bool has_pieces_ = false;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> last_added_{-1};  // the newest step handed over
   Mutex mu_;
   CondVar received_cv_;
   int64_t last_received_ GUARDED_BY(mu_) = -1;  // the newest step of the node before's stored

@@ -306,5 +306,41 @@ TEST_CASE("two nodes' replicators each keep their own pieces and the other's, st
   CHECK(whole.state["w/momentum"] == momentum);
 }
 
+// A run that ended well waits for its last step's copies (a loss in the
+// eval goes on from them), also where a node has no pieces (a pserver's
+// trainer): it sends word of none, so its buddy does not wait out the
+// patience (a minute here) for it.
+TEST_CASE("finishing a run waits for the last step's copies both ways, a node with no pieces sending word of none") {
+  auto transports = comm::make_inproc_transports(2);
+  ReplicaStore stores[2];
+  std::unique_ptr<Replicator> replicators[2];
+  for (int n = 0; n < 2; ++n) {
+    Replicator::Options options;
+    options.transport = transports[static_cast<size_t>(n)].get();
+    options.store = &stores[n];
+    options.job = 6;
+    options.tag_base = uint64_t{6} << 20;
+    options.to = options.from = options.from_rank = 1 - n;
+    options.most = size_t{1} << 20;
+    options.patience = milliseconds(60000);
+    options.me = "node " + std::to_string(n);
+    std::vector<SnapshotPiece> pieces;
+    if (n == 0) pieces = {{"w", {0, 0}}};  // node 1 holds nothing
+    replicators[n] = std::make_unique<Replicator>(std::move(pieces), std::move(options));
+  }
+  for (int64_t step : {10, 13})  // every 10 steps, and the run's last
+    replicators[0]->add(step, VariablePiece{"w", {2, 3}, {0, 0}, {2, 3}, iota(6, static_cast<float>(step)), {}});
+  const auto start = std::chrono::steady_clock::now();
+  std::thread other([&] { replicators[1]->finish(13); });
+  replicators[0]->finish(13);
+  other.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  // Each holds the other's last step: node 0's pieces, and node 1's none.
+  CHECK(stores[1].replica_steps(6)[0] == std::vector<int64_t>{10, 13});
+  CHECK(stores[0].replica_steps(6)[1] == std::vector<int64_t>{13});
+  CHECK((*stores[0].replica_at(6, 1, 13))->empty());
+  for (auto& r : replicators) r->stop();
+}
+
 }  // namespace
 }  // namespace rill
