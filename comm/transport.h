@@ -233,7 +233,7 @@ struct ZmqOptions {
   // each rank connects from its own endpoint's address, so a machine with
   // several addresses is seen at the one the list names. Off where an
   // endpoint is a wildcard (0.0.0.0), whose connections come from any
-  // address. Every rank must agree.
+  // address, and where the list mixes IPv4 and IPv6.
   bool listed_peers_only = true;
   // Ranks whose endpoints resolve to the same address share a machine and
   // send through shared memory (comm/shm_lanes.h): rings of this many bytes

@@ -121,7 +121,10 @@ void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved)
   listed_only_ = options_.listed_peers_only;
   for (const ResolvedEndpoint& r : resolved) {
     const std::string host = url_host(r.url);
-    listed_only_ = listed_only_ && host != "0.0.0.0" && host != "[::]";
+    // A wildcard's connections come from any address; an IPv6 listener sees
+    // IPv4 peers as [::ffff:a.b.c.d], and a rank cannot connect from an
+    // address of the other family.
+    listed_only_ = listed_only_ && host != "0.0.0.0" && host != "[::]" && r.ipv6 == resolved[rank_].ipv6;
     if (std::find(limits.admitted.begin(), limits.admitted.end(), host) == limits.admitted.end())
       limits.admitted.push_back(host);
   }

@@ -96,6 +96,7 @@ Status Master::gather_alone(int64_t job_id, int phase, const Membership& members
     MutexLock lock(phase_mu_);  // the senders' failures come as its acks
     phase_ = PhaseState{job_id, phase, {}, {}, {}, {}};
     phase_.members = membership.members;
+    if (stopping_) return Status(Code::kAborted, "the cluster is shutting down");
   }
   return gather_pieces(job_id, phase, tag_base, membership, patience_s);
 }

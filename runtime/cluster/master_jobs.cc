@@ -496,7 +496,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // Its last step's copies are in place when the run ended well (a loss
   // after the training goes on from them); other copies under way end with
   // the run. Its own pieces are stored as it goes (what node 0 reports below).
-  if (replicator && report.status.ok()) replicator->finish(report.steps);
+  if (replicator && report.status.ok() && report.whole_plan) replicator->finish(report.steps);
   replicator.reset();
   std::vector<int64_t> master_received = transport_->received_from();
   std::vector<int64_t> master_received_bytes = transport_->received_bytes_from();
@@ -507,8 +507,12 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   if (!report.status.ok()) abort_all(report.status.message());
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
   MutexLock lock(phase_mu_);
-  // As long as the job lets a node go without a word (its rpc_deadline).
-  const bool all = wait_for_dones_locked(now() + seconds_of(run_options.stall_timeout_s + 5), keeping);
+  // As long as the job lets a node go without a word (its rpc_deadline),
+  // and once more where a node waits for its last step's copies (each
+  // chunk and the node before's copy within that patience).
+  const double done_within =
+      run_options.stall_timeout_s * (keeping && membership.replica_every > 0 ? 2 : 1) + 5;
+  const bool all = wait_for_dones_locked(now() + seconds_of(done_within), keeping);
   report.control_bytes_from_nodes = control_bytes_from_nodes_.load() - control_before;
   if (keeping) {
     // The phase ran: what each node holds now is what its Done says; a node
@@ -561,13 +565,14 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
       // A node's word on its pieces is checked before node 0 makes a tensor of it.
       auto known = membership.shapes.find(t.name);
       Status fits = piece_fits(t, known == membership.shapes.end() ? nullptr : &known->second);
-      VariableValue& value = report.variables[t.name];
-      if (fits.ok() && !value.values.empty() && value.shape != t.shape)
+      auto held = report.variables.find(t.name);
+      if (fits.ok() && held != report.variables.end() && !held->second.values.empty() && held->second.shape != t.shape)
         fits = data_loss("pieces of '{}' disagree on its shape", printable_name(t.name));
       if (!fits.ok()) {
         if (report.status.ok()) report.status = fits.with_context(node_name(options_.machines, node));
         continue;
       }
+      VariableValue& value = report.variables[t.name];
       place_piece(t.shape, t.offset, t.piece_shape, t.values, &value.shape, &value.values);
     }
   }
@@ -577,7 +582,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   if (report.status.ok() && !all)
     report.status = Status(Code::kDeadlineExceeded,
                            fmt::format("{} did not report the end of the run within {} s of the master's", silent(phase_.dones),
-                                       run_options.stall_timeout_s + 5));
+                                       done_within));
   if (!report.status.ok()) {
     // Which node the others' collectives waited for, from every node's
     // flight record (the plan's nodes: phase_.members maps them to ranks).

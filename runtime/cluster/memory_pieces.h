@@ -54,8 +54,9 @@ class WholeTensors {
   Status check_whole(const std::vector<std::string>& variables) const;
   std::map<std::string, std::vector<float>> values, state;
 
-  // The most pieces of one tensor (a layout's are at most its devices).
-  static constexpr size_t kMostPieces = 1 << 16;
+  // The most pieces of one tensor (a layout's are at most its devices);
+  // each new one is checked against those placed.
+  static constexpr size_t kMostPieces = 1 << 14;
 
  private:
   struct Box {

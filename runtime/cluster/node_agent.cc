@@ -448,7 +448,7 @@ void NodeAgent::worker_on(ctl::Start& m) {
     // after the training goes on from them); others end with the run (the
     // store keeps those complete), before the runtime, which they read
     // through, goes.
-    if (replicator && report.status.ok()) replicator->finish(report.steps);
+    if (replicator && report.status.ok() && report.whole_plan) replicator->finish(report.steps);
     if (replicator) replicator->stop();
     replicator.reset();
     runtime.reset();  // unhooks the transport handler before the next job

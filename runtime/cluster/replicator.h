@@ -52,7 +52,9 @@ class Replicator {
 
   // RunOptions::on_replica: a piece after `steps_done` steps (any thread).
   void add(int64_t steps_done, VariablePiece piece);
-  // Once the run has ended well, after `last` steps: waits until this
+  // Once the run has ended well at its plan's end, after `last` steps (a
+  // stop may cut the end short of a copy some node already passed): waits
+  // until this
   // node's copy of that step has reached its buddy (a node with no pieces
   // sends word of none) and the node before's is here (the last step's
   // replicas, which a loss after the training needs: the eval goes on from

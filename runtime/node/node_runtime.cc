@@ -237,6 +237,7 @@ RunReport NodeRun::run() {
   for (auto& worker : workers_) worker->join();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   report.steps = end_->end();
+  report.whole_plan = report.steps == plan_->steps() && report.steps > options_.start_step;
   report.device_synchronizes = CudaContext::synchronizes() - synchronizes_before;
   if (stalled) {
     std::string waiting;

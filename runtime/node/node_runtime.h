@@ -146,6 +146,7 @@ struct ActorTraceRecord {
 struct RunReport {
   Status status;
   int64_t steps = 0;                // where the run ended: the plan's steps, or fewer when stopped
+  bool whole_plan = false;          // it ran steps to the plan's end, none cut off by a stop
   double seconds = 0.0;             // from the first act to the last retirement
   std::map<std::string, VariableValue> variables;  // this node's pieces assembled
   std::vector<VariablePiece> pieces;               // this node's pieces, one per variable

@@ -42,13 +42,8 @@ using namespace rill::testing::membership;
 TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and takes the node back at a replica "
           "step, to the model of a run on 3, 2 and 3 nodes over those stretches") {
   const auto dir = fresh_dir("replica-zero");
-  const std::string machines = "127.0.0.1:19932,127.0.0.2:19932,127.0.0.3:19932";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "a0.log").string());
-  auto one = std::make_unique<Agent>(args + "1", (dir / "a1.log").string());
-  Agent two(args + "2", (dir / "a2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19932", 30);
-  REQUIRE(client.ok());
+  Cluster live(dir, "a", 3, 19932);
+  REQUIRE(live.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 120;
 
@@ -62,22 +57,22 @@ TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and
   bool killed = false, back = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     35/", 120)) return;
-    kill(one->pid, SIGKILL);
-    one->wait(10);
+    kill(live[1].pid, SIGKILL);
+    live[1].wait(10);
     killed = true;
     if (!lines.wait_for("from the replicas in memory", 60) || !lines.wait_for("step     42/", 60)) return;
-    one = std::make_unique<Agent>(args + "1", (dir / "a1-again.log").string());
+    live.restart(1);
     back = true;
   });
-  auto live = (*client)->submit_text(job, "mlp.json", options);
+  auto ran = live.client->submit_text(job, "mlp.json", options);
   killer.join();
-  REQUIRE(live.ok());
+  REQUIRE(ran.ok());
   INFO(lines.all());
-  INFO(live->result_json);
+  INFO(ran->result_json);
   REQUIRE(killed);
   REQUIRE(back);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(ran->status.ok());
+  auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 2);
   const auto& r = result["restarts"][0];
   CHECK(r["error"].get<std::string>().find("node 1 (127.0.0.2:19932) lost") == 0);
@@ -108,46 +103,41 @@ TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and
             R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])",
             at, grown)));
   // Node 0 gathered node 1's pieces from node 2, and node 2 started from node 0's memory.
-  CHECK(read_text((dir / "a0.log").string()).find(fmt::format("node 0 gathered the model after step {}", at)) !=
+  CHECK(live.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) !=
         std::string::npos);
-  CHECK(read_text((dir / "a2.log").string()).find("and the replicas it holds") != std::string::npos);
-  CHECK(read_text((dir / "a2.log").string()).find(fmt::format("took node 0's memory at step {}", at)) !=
+  CHECK(live.log(2).find("and the replicas it holds") != std::string::npos);
+  CHECK(live.log(2).find(fmt::format("took node 0's memory at step {}", at)) !=
         std::string::npos);
 
   // The reference, through checkpoints: 3 nodes to `at`, 2 (another
   // cluster) to `grown`, 3 to the end.
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.overrides.push_back("train.zero=true");
-  auto part1 = (*client)->submit_text(job, "mlp.json", first);
+  auto part1 = live.client->submit_text(job, "mlp.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
   REQUIRE(part1->status.ok());
-  const std::string pair = "127.0.0.1:19936,127.0.0.2:19936";
-  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "b0.log").string());
-  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "b1.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19936", 30);
-  REQUIRE(client2.ok());
+  Cluster pair(dir, "b", 2, 19936);
+  REQUIRE(pair.client);
   rill::SubmitOptions second = options_for(dir / "reference", grown);
   second.overrides.push_back("train.zero=true");
   second.resume = "latest";
-  auto part2 = (*client2)->submit_text(job, "mlp.json", second);
+  auto part2 = pair.client->submit_text(job, "mlp.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
   rill::SubmitOptions third = options_for(dir / "reference", kSteps);
   third.overrides.push_back("train.zero=true");
   third.resume = "latest";
-  auto part3 = (*client)->submit_text(job, "mlp.json", third);
+  auto part3 = live.client->submit_text(job, "mlp.json", third);
   REQUIRE(part3.ok());
   INFO(part3->result_json);
   REQUIRE(part3->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
   CHECK(result["final_loss"] == nlohmann::json::parse(part3->result_json)["final_loss"]);
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(master2.wait(15) == 0);
+  CHECK(live.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 // The model parallel MLP (its layers split across the nodes by hints, so
@@ -159,13 +149,8 @@ TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and
 TEST_CASE("the model parallel MLP loses its last node and goes on from its replica on node 0, when asked for "
           "replicas") {
   const auto dir = fresh_dir("replica-model-parallel");
-  const std::string machines = "127.0.0.1:19940,127.0.0.2:19940,127.0.0.3:19940";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "m0.log").string());
-  Agent one(args + "1", (dir / "m1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "m2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19940", 30);
-  REQUIRE(client.ok());
+  Cluster live(dir, "m", 3, 19940);
+  REQUIRE(live.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp_model_parallel.json");
   constexpr int64_t kSteps = 60;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
@@ -176,51 +161,46 @@ TEST_CASE("the model parallel MLP loses its last node and goes on from its repli
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     22/", 120)) return;
-    kill(two->pid, SIGKILL);
+    kill(live[2].pid, SIGKILL);
     killed = true;
   });
-  auto live = (*client)->submit_text(job, "mlp_model_parallel.json", options);
+  auto ran = live.client->submit_text(job, "mlp_model_parallel.json", options);
   killer.join();
-  REQUIRE(live.ok());
+  REQUIRE(ran.ok());
   INFO(lines.all());
-  INFO(live->result_json);
+  INFO(ran->result_json);
   REQUIRE(killed);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(ran->status.ok());
+  auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
   const int64_t at = result["restarts"][0]["resumed_from_step"].get<int64_t>();
   CHECK(at % 5 == 0);
   CHECK((at >= 15 && at <= 25));
   CHECK(result["restarts"][0]["nodes"] == 2);
   CHECK(result["steps"] == kSteps);
-  CHECK(read_text((dir / "m0.log").string()).find(fmt::format("node 0 gathered the model after step {}", at)) !=
+  CHECK(live.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) !=
         std::string::npos);
 
   // The reference: 3 nodes for `at` steps, then 2 nodes of another cluster.
-  two = std::make_unique<Agent>(args + "2", (dir / "m2-again.log").string());
+  live.restart(2);
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = (*client)->submit_text(job, "mlp_model_parallel.json", first);
+  auto part1 = live.client->submit_text(job, "mlp_model_parallel.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
   REQUIRE(part1->status.ok());
-  const std::string pair = "127.0.0.1:19944,127.0.0.2:19944";
-  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "r0.log").string());
-  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "r1.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19944", 30);
-  REQUIRE(client2.ok());
+  Cluster pair(dir, "r", 2, 19944);
+  REQUIRE(pair.client);
   rill::SubmitOptions second = options_for(dir / "reference", kSteps);
   second.resume = "latest";
-  auto part2 = (*client2)->submit_text(job, "mlp_model_parallel.json", second);
+  auto part2 = pair.client->submit_text(job, "mlp_model_parallel.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(master2.wait(15) == 0);
+  CHECK(live.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 // The GPT sample with ZeRO on 2 nodes at a batch of one sequence a node: each
@@ -231,12 +211,8 @@ TEST_CASE("the model parallel MLP loses its last node and goes on from its repli
 // from a 2-node checkpoint of that step.
 TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node it lost") {
   const auto dir = fresh_dir("replica-gpt");
-  const std::string pair = "127.0.0.1:19948,127.0.0.2:19948";
-  const std::string args = "--machines " + pair + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "g0.log").string());
-  auto one = std::make_unique<Agent>(args + "1", (dir / "g1.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19948", 30);
-  REQUIRE(client.ok());
+  Cluster live(dir, "g", 2, 19948);
+  REQUIRE(live.client);
   // The text in the test's own folder (under /tmp, a data root of every agent).
   std::filesystem::copy_file(root() + "/data/moby-dick.txt", dir / "moby-dick.txt");
   const std::string sample = root() + "/samples/gpt/gpt_moby_short.json";
@@ -255,50 +231,47 @@ TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node i
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     25/", 120)) return;
-    kill(one->pid, SIGKILL);
+    kill(live[1].pid, SIGKILL);
     killed = true;
   });
-  auto live = (*client)->submit_text(job, "gpt_moby_short.json", options);
+  auto ran = live.client->submit_text(job, "gpt_moby_short.json", options);
   killer.join();
-  REQUIRE_MESSAGE(live.ok(), live.status().to_string());
+  REQUIRE_MESSAGE(ran.ok(), ran.status().to_string());
   INFO(lines.all());
-  INFO(live->result_json);
+  INFO(ran->result_json);
   REQUIRE(killed);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(ran->status.ok());
+  auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
   const int64_t at = result["restarts"][0]["resumed_from_step"].get<int64_t>();
   CHECK((at == 20 || at == 10));
   CHECK(result["restarts"][0]["nodes"] == 1);
   CHECK(result["steps"] == kSteps);
-  CHECK(read_text((dir / "g0.log").string()).find(fmt::format("node 0 gathered the model after step {}", at)) !=
+  CHECK(live.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) !=
         std::string::npos);
 
   // The reference: 2 nodes for `at` steps, then node 0's agent alone.
-  one = std::make_unique<Agent>(args + "1", (dir / "g1-again.log").string());
+  live.restart(1);
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.overrides.insert(first.overrides.end(), layout.begin(), layout.end());
   first.max_restarts = 2;  // while node 1 is joining again, an attempt fails at once and waits for it
-  auto part1 = (*client)->submit_text(job, "gpt_moby_short.json", first);
+  auto part1 = live.client->submit_text(job, "gpt_moby_short.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
   REQUIRE(part1->status.ok());
-  Agent alone("--machines 127.0.0.1:19952 --join-timeout 30 --rank 0", (dir / "h0.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19952", 30);
-  REQUIRE(client2.ok());
+  Cluster alone(dir, "h", 1, 19952);
+  REQUIRE(alone.client);
   rill::SubmitOptions second = options_for(dir / "reference", kSteps);
   second.overrides.insert(second.overrides.end(), layout.begin(), layout.end());
   second.resume = "latest";
-  auto part2 = (*client2)->submit_text(job, "gpt_moby_short.json", second);
+  auto part2 = alone.client->submit_text(job, "gpt_moby_short.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(alone.wait(15) == 0);
+  CHECK(live.shut_down() == 0);
+  CHECK(alone.shut_down() == 0);
 }
 
 // A replica lives on one node: a node lost with the node after it (its
@@ -306,13 +279,8 @@ TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node i
 // --max-restarts it would restart from disk).
 TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on, and says why") {
   const auto dir = fresh_dir("replica-both");
-  const std::string machines = "127.0.0.1:19960,127.0.0.2:19960,127.0.0.3:19960";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "z0.log").string());
-  Agent one(args + "1", (dir / "z1.log").string());
-  Agent two(args + "2", (dir / "z2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19960", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "z", 3, 19960);
+  REQUIRE(cluster.client);
   rill::SubmitOptions options = options_for(dir / "live", 200);
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 1;
@@ -321,12 +289,12 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     25/", 120)) return;
-    kill(two.pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
-    kill(one.pid, SIGKILL);
-    kill(two.pid, SIGKILL);
+    kill(cluster[2].pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
+    kill(cluster[1].pid, SIGKILL);
+    kill(cluster[2].pid, SIGKILL);
     killed = true;
   });
-  auto run = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
   killer.join();
   REQUIRE(run.ok());
   INFO(lines.all());
@@ -334,8 +302,7 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   CHECK_FALSE(run->status.ok());
   CHECK(lines.has("cannot go on without the lost node"));
   CHECK(lines.has("is lost, and so is node 2 (127.0.0.3:19960), which held its replica"));
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // A pipeline whose stages are placed on named nodes cannot run on fewer:
@@ -344,12 +311,8 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
 // it ends, naming both the loss and why it cannot go on).
 TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, and says so") {
   const auto dir = fresh_dir("replica-pipeline");
-  const std::string pair = "127.0.0.1:19964,127.0.0.2:19964";
-  const std::string args = "--machines " + pair + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "p0.log").string());
-  Agent one(args + "1", (dir / "p1.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19964", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "p", 2, 19964);
+  REQUIRE(cluster.client);
   rill::SubmitOptions options = options_for(dir / "live", 200);
   options.min_nodes = 1;
   options.replica_every = 5;
@@ -358,10 +321,10 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     12/", 120)) return;
-    kill(one.pid, SIGKILL);
+    kill(cluster[1].pid, SIGKILL);
     killed = true;
   });
-  auto run = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
+  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
   killer.join();
   REQUIRE(run.ok());
   INFO(lines.all());
@@ -371,8 +334,7 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
   CHECK(run->status.message().find("node 1 (127.0.0.2:19964) lost") != std::string::npos);
   CHECK(run->status.message().find("the job cannot run on the 1 node(s) that remain") != std::string::npos);
   CHECK(run->status.message().find("names node 1, but the cluster has 1 node(s)") != std::string::npos);
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // A node lost once training is done, in the eval pass: ZeRO's pieces of the
@@ -385,13 +347,8 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
 TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model from the replicas and the eval goes "
           "on on the nodes that remain") {
   const auto dir = fresh_dir("replica-eval");
-  const std::string machines = "127.0.0.1:19968,127.0.0.2:19968,127.0.0.3:19968";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "v0.log").string());
-  Agent one(args + "1", (dir / "v1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "v2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19968", 30);
-  REQUIRE(client.ok());
+  Cluster live(dir, "v", 3, 19968);
+  REQUIRE(live.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 25;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
@@ -403,18 +360,18 @@ TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model 
   bool killed = false;
   std::thread killer([&] {
     // Once node 2 has its part of the eval (phase 1), training is done.
-    if (!until([&] { return two->output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
-    kill(two->pid, SIGKILL);
+    if (!until([&] { return live[2].output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
+    kill(live[2].pid, SIGKILL);
     killed = true;
   });
-  auto live = (*client)->submit_text(job, "mlp.json", options);
+  auto ran = live.client->submit_text(job, "mlp.json", options);
   killer.join();
-  REQUIRE(live.ok());
+  REQUIRE(ran.ok());
   INFO(lines.all());
-  INFO(live->result_json);
+  INFO(ran->result_json);
   REQUIRE(killed);
-  REQUIRE(live->status.ok());
-  auto result = nlohmann::json::parse(live->result_json);
+  REQUIRE(ran->status.ok());
+  auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
   CHECK(result["restarts"][0]["from"] == "memory");
   CHECK(result["restarts"][0]["nodes"] == 2);
@@ -423,7 +380,7 @@ TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model 
   CHECK(result["eval_samples"] == 9996);  // 1666 whole batches of 6
   CHECK(result["nodes_from_step"] == nlohmann::json::parse(R"([{"from_step": 0, "nodes": 3}])"));
   CHECK(lines.has(fmt::format("training done at step {}: the eval runs on the 2 node(s) that remain", kSteps)));
-  CHECK(read_text((dir / "v0.log").string()).find(fmt::format("node 0 gathered the model after step {}", kSteps)) !=
+  CHECK(live.log(0).find(fmt::format("node 0 gathered the model after step {}", kSteps)) !=
         std::string::npos);
 
   // The reference: the same 25 steps and eval on 3 nodes. The same trained
@@ -432,12 +389,12 @@ TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model 
   // (a few float ulps), which the mean over 1666 batches keeps far below
   // these bounds, while one prediction of 9996 apart moves the accuracy by
   // 1e-4.
-  two = std::make_unique<Agent>(args + "2", (dir / "v2-again.log").string());
+  live.restart(2);
   rill::SubmitOptions reference = options_for(dir / "reference", kSteps);
   reference.overrides = options.overrides;
   reference.overrides[0] = "checkpoint.dir=" + (dir / "reference").string();
   reference.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto whole = (*client)->submit_text(job, "mlp.json", reference);
+  auto whole = live.client->submit_text(job, "mlp.json", reference);
   REQUIRE(whole.ok());
   INFO(whole->result_json);
   REQUIRE(whole->status.ok());
@@ -445,6 +402,5 @@ TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model 
   CHECK(result["metrics"]["accuracy"].get<double>() == doctest::Approx(expected["accuracy"].get<double>()).epsilon(1e-6));
   CHECK(result["metrics"]["loss"].get<double>() == doctest::Approx(expected["loss"].get<double>()).epsilon(1e-5));
   CHECK(result["metrics"]["accuracy"].get<double>() > 0.5);
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(live.shut_down() == 0);
 }

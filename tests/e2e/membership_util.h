@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "checkpoint_values.h"
 #include "process_util.h"
 #include "runtime/cluster/client.h"
@@ -17,6 +19,8 @@
 namespace rill::testing::membership {
 
 using Clock = std::chrono::steady_clock;
+using rill::testing::Agent;
+using rill::testing::read_text;
 inline std::string model_bytes(const std::filesystem::path& checkpoint_dir, int64_t step) {
   return rill::testing::checkpoint_values(checkpoint_dir, step);
 }
@@ -65,6 +69,42 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+// The agents of one case's cluster: node r on 127.0.0.(r + 1):`port`,
+// logging to dir/<prefix><r>.log (an agent started again to
+// <prefix><r>-again.log), and a client of node 0 (null when it could not
+// connect: the case REQUIREs it).
+struct Cluster {
+  Cluster(const std::filesystem::path& dir, std::string prefix, int nodes, int port, std::string extra = "")
+      : dir(dir), prefix(std::move(prefix)), port(port) {
+    std::string machines;
+    for (int r = 0; r < nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, port);
+    args = "--machines " + machines + " --join-timeout 30 " + extra + (extra.empty() ? "" : " ") + "--rank ";
+    for (int r = 0; r < nodes; ++r) agents.push_back(std::make_unique<Agent>(args + std::to_string(r), log_of(r, "")));
+    auto connected = rill::Client::connect(fmt::format("127.0.0.1:{}", port), 30);
+    if (connected.ok()) client = std::move(*connected);
+  }
+  std::string log_of(int r, const std::string& suffix) const {
+    return (dir / fmt::format("{}{}{}.log", prefix, r, suffix)).string();
+  }
+  // The first agent of node r's log.
+  std::string log(int r) const { return read_text(log_of(r, "")); }
+  Agent& operator[](int r) { return *agents[static_cast<size_t>(r)]; }
+  // A new agent of node r, as a supervisor would start it.
+  void restart(int r) { agents[static_cast<size_t>(r)] = std::make_unique<Agent>(args + std::to_string(r), log_of(r, "-again")); }
+  // The client's shutdown, and node 0's end.
+  int shut_down() {
+    if (client) (void)client->shutdown();
+    return agents[0]->wait(15);
+  }
+
+  std::filesystem::path dir;
+  std::string prefix;
+  int port;
+  std::string args;
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::unique_ptr<rill::Client> client;
+};
 
 // `steps` steps of a job, a progress line each, checkpointed at its end only.
 inline rill::SubmitOptions options_for(const std::filesystem::path& checkpoints, int64_t steps) {
