@@ -32,19 +32,14 @@ using namespace rill::testing::membership;
 // from node 0's memory, as after a loss.
 TEST_CASE("a job submitted while a node is down starts on the nodes up, and takes it back when it comes") {
   const auto dir = fresh_dir("start-short");
-  const std::string machines = "127.0.0.1:19894,127.0.0.2:19894,127.0.0.3:19894";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "s0.log").string());
-  Agent one(args + "1", (dir / "s1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "s2.log").string());
+  Cluster cluster(dir, "s", 3, 19894);
   REQUIRE(until(
-      [&] { return master.output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
-  kill(two->pid, SIGKILL);
-  two->wait(10);
+      [&] { return cluster[0].output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
+  kill(cluster[2].pid, SIGKILL);
+  cluster[2].wait(10);
   REQUIRE(until(
-      [&] { return master.output().find("node 2 (127.0.0.3:19894) lost") != std::string::npos; }, 30));
-  auto client = rill::Client::connect("127.0.0.1:19894", 30);
-  REQUIRE(client.ok());
+      [&] { return cluster[0].output().find("node 2 (127.0.0.3:19894) lost") != std::string::npos; }, 30));
+  REQUIRE(cluster.client);
   constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
@@ -53,10 +48,10 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
   bool back = false;
   std::thread restarter([&] {
     if (!lines.wait_for("step     20/", 120)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "s2-again.log").string());
+    cluster.restart(2);
     back = true;
   });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  auto live = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
   restarter.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -78,8 +73,7 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
         nlohmann::json::parse(
             fmt::format(R"([{{"from_step": 0, "nodes": 2}}, {{"from_step": {}, "nodes": 3}}])", grown)));
   CHECK(!model_bytes(dir / "live", kSteps).empty());
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // A layout that splits variables across nodes by its hints (the model
@@ -91,30 +85,25 @@ TEST_CASE("a job submitted while a node is down starts on the nodes up, and take
 // with node 2 down again).
 TEST_CASE("a node back that a layout splitting variables cannot take: the nodes that ran go on as they were") {
   const auto dir = fresh_dir("not-taken");
-  const std::string machines = "127.0.0.1:19912,127.0.0.2:19912,127.0.0.3:19912";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "n0.log").string());
-  Agent one(args + "1", (dir / "n1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "n2.log").string());
+  Cluster cluster(dir, "n", 3, 19912);
   // Kills node 2's agent and waits until the master has declared it lost
   // once more.
   auto losses = [&] {
-    const std::string log = master.output(), lost = "node 2 (127.0.0.3:19912) lost";
+    const std::string log = cluster[0].output(), lost = "node 2 (127.0.0.3:19912) lost";
     int n = 0;
     for (size_t at = log.find(lost); at != std::string::npos; at = log.find(lost, at + 1)) ++n;
     return n;
   };
   auto take_two_down = [&] {
     const int before = losses();
-    kill(two->pid, SIGKILL);
-    two->wait(10);
+    kill(cluster[2].pid, SIGKILL);
+    cluster[2].wait(10);
     return until([&] { return losses() > before; }, 30);
   };
   REQUIRE(until(
-      [&] { return master.output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
+      [&] { return cluster[0].output().find("cluster of 3 node(s) formed") != std::string::npos; }, 60));
   REQUIRE(take_two_down());
-  auto client = rill::Client::connect("127.0.0.1:19912", 30);
-  REQUIRE(client.ok());
+  REQUIRE(cluster.client);
   constexpr int64_t kSteps = 400;
   const std::string job = read_text(root() + "/samples/mlp/mlp_model_parallel.json");
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
@@ -124,10 +113,10 @@ TEST_CASE("a node back that a layout splitting variables cannot take: the nodes 
   bool back = false;
   std::thread restarter([&] {
     if (!lines.wait_for("step     20/", 120)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "n2-again.log").string());
+    cluster.restart(2);
     back = true;
   });
-  auto live = (*client)->submit_text(job, "mlp_model_parallel.json", options);
+  auto live = cluster.client->submit_text(job, "mlp_model_parallel.json", options);
   restarter.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -153,13 +142,12 @@ TEST_CASE("a node back that a layout splitting variables cannot take: the nodes 
   REQUIRE(take_two_down());
   rill::SubmitOptions alone = options_for(dir / "alone", kSteps);
   alone.min_nodes = 2;
-  auto reference = (*client)->submit_text(job, "mlp_model_parallel.json", alone);
+  auto reference = cluster.client->submit_text(job, "mlp_model_parallel.json", alone);
   REQUIRE(reference.ok());
   INFO(reference->result_json);
   REQUIRE(reference->status.ok());
   CHECK(model == model_bytes(dir / "alone", kSteps));
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // A node lost once training is done (in the eval pass, or as the training
@@ -169,13 +157,8 @@ TEST_CASE("a node back that a layout splitting variables cannot take: the nodes 
 // it long enough (1666 steps) for the kill to land in it.
 TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trained model from node 0's memory") {
   const auto dir = fresh_dir("eval-loss");
-  const std::string machines = "127.0.0.1:19896,127.0.0.2:19896,127.0.0.3:19896";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "e0.log").string());
-  Agent one(args + "1", (dir / "e1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "e2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19896", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "e", 3, 19896);
+  REQUIRE(cluster.client);
   constexpr int64_t kSteps = 30;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.overrides.push_back("eval.batch_size=6");
@@ -185,11 +168,11 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
   bool killed = false;
   std::thread killer([&] {
     // Once node 2 has its part of the eval (phase 1), training is done.
-    if (!until([&] { return two->output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
-    kill(two->pid, SIGKILL);
+    if (!until([&] { return cluster[2].output().find("job 1 phase 1: compiled") != std::string::npos; }, 120)) return;
+    kill(cluster[2].pid, SIGKILL);
     killed = true;
   });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  auto live = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
   killer.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -211,8 +194,7 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
         nlohmann::json::parse(R"([{"from_step": 0, "nodes": 3}])"));
   CHECK(lines.has("training done at step 30: the eval runs on the 2 node(s) that remain"));
   CHECK(lines.has("done: 30 steps, trained before a node was lost; the model from node 0's memory"));
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // A newcomer starts from node 0's memory, which goes over the data plane in
@@ -222,13 +204,8 @@ TEST_CASE("a node lost in the eval pass: the nodes that remain evaluate the trai
 // it used to go in would not take them).
 TEST_CASE("a node back takes node 0's memory over the data plane, past what a control message holds") {
   const auto dir = fresh_dir("left-out");
-  const std::string machines = "127.0.0.1:19908,127.0.0.2:19908,127.0.0.3:19908";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --max-message-bytes 4194304 --rank ";
-  Agent master(args + "0", (dir / "l0.log").string());
-  Agent one(args + "1", (dir / "l1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "l2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19908", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "l", 3, 19908, "--max-message-bytes 4194304");
+  REQUIRE(cluster.client);
   constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
@@ -237,13 +214,13 @@ TEST_CASE("a node back takes node 0's memory over the data plane, past what a co
   bool back = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     20/", 120)) return;
-    kill(two->pid, SIGKILL);
-    two->wait(10);
+    kill(cluster[2].pid, SIGKILL);
+    cluster[2].wait(10);
     if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     40/", 60)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "l2-again.log").string());
+    cluster.restart(2);
     back = true;
   });
-  auto live = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
+  auto live = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
   killer.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -259,12 +236,11 @@ TEST_CASE("a node back takes node 0's memory over the data plane, past what a co
   const int64_t grown = result["restarts"][1]["resumed_from_step"].get<int64_t>();
   CHECK(result["nodes_from_step"].back() == nlohmann::json::parse(fmt::format(R"({{"from_step": {}, "nodes": 3}})", grown)));
   // 669,706 weights and as many momenta: past the 4 MiB a message may hold.
-  const std::string log = two->output(), said = fmt::format("took node 0's memory at step {} (", grown);
+  const std::string log = cluster[2].output(), said = fmt::format("took node 0's memory at step {} (", grown);
   INFO(log);
   const size_t at = log.find(said);
   REQUIRE(at != std::string::npos);
   CHECK(std::stoll(log.substr(at + said.size())) > 4194304);
   CHECK(log.find("bytes, 2 message(s)) over the data plane", at) != std::string::npos);
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }

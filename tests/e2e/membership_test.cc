@@ -43,13 +43,8 @@ using namespace rill::testing::membership;
 TEST_CASE("a data-parallel job that loses a node goes on from the others' memory, to the model of a run on 3 "
           "nodes up to that step and 2 after") {
   const auto dir = fresh_dir("shrink");
-  const std::string machines = "127.0.0.1:19884,127.0.0.2:19884,127.0.0.3:19884";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "a0.log").string());
-  Agent one(args + "1", (dir / "a1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "a2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19884", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "a", 3, 19884);
+  REQUIRE(cluster.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 120;
 
@@ -62,14 +57,14 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   std::string status_after;  // the master's status once the job went on without node 2
   std::thread killer([&] {
     if (!lines.wait_for("step     30/", 120)) return;
-    kill(two->pid, SIGKILL);
+    kill(cluster[2].pid, SIGKILL);
     killed = true;
     if (!lines.wait_for("going on from step", 60)) return;
     auto watcher = rill::Client::connect("127.0.0.1:19884", 10, /*running=*/true);
     if (auto status = watcher.ok() ? (*watcher)->status() : rill::StatusOr<std::string>(watcher.status()); status.ok())
       status_after = *status;
   });
-  auto live = (*client)->submit_text(job, "mlp.json", options);
+  auto live = cluster.client->submit_text(job, "mlp.json", options);
   killer.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -102,31 +97,26 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
 
   // The reference: the 3 nodes (node 2's agent back) for `at` steps, then 2
   // nodes of another cluster from that checkpoint to the end.
-  two = std::make_unique<Agent>(args + "2", (dir / "a2-again.log").string());
+  cluster.restart(2);
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = (*client)->submit_text(job, "mlp.json", first);
+  auto part1 = cluster.client->submit_text(job, "mlp.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
   REQUIRE(part1->status.ok());
-  const std::string pair = "127.0.0.1:19888,127.0.0.2:19888";
-  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "b0.log").string());
-  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "b1.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19888", 30);
-  REQUIRE(client2.ok());
+  Cluster pair(dir, "b", 2, 19888);
+  REQUIRE(pair.client);
   rill::SubmitOptions second = options_for(dir / "reference", kSteps);
   second.resume = "latest";
-  auto part2 = (*client2)->submit_text(job, "mlp.json", second);
+  auto part2 = pair.client->submit_text(job, "mlp.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
   CHECK(result["final_loss"] == nlohmann::json::parse(part2->result_json)["final_loss"]);
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(master2.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 // The mirrored view (DDP) keeps each rank's batch: after a loss the nodes
@@ -137,13 +127,8 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
 // ranks' batches (each rank's batch is fixed by the step and its rank).
 TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each rank with its own batch") {
   const auto dir = fresh_dir("mirrored");
-  const std::string machines = "127.0.0.1:19902,127.0.0.2:19902,127.0.0.3:19902";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "m0.log").string());
-  Agent one(args + "1", (dir / "m1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "m2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19902", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "m", 3, 19902);
+  REQUIRE(cluster.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 80;
   auto mirrored = [](rill::SubmitOptions options) {
@@ -158,10 +143,10 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     20/", 120)) return;
-    kill(two->pid, SIGKILL);
+    kill(cluster[2].pid, SIGKILL);
     killed = true;
   });
-  auto live = (*client)->submit_text(job, "mlp.json", options);
+  auto live = cluster.client->submit_text(job, "mlp.json", options);
   killer.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -182,30 +167,25 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
         nlohmann::json::parse(fmt::format(R"([{{"from_step": 0, "nodes": 3}}, {{"from_step": {}, "nodes": 2}}])", at)));
 
   // The reference: 3 nodes for `at` steps, then 2 from that checkpoint.
-  two = std::make_unique<Agent>(args + "2", (dir / "m2-again.log").string());
+  cluster.restart(2);
   rill::SubmitOptions first = mirrored(options_for(dir / "reference", at));
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = (*client)->submit_text(job, "mlp.json", first);
+  auto part1 = cluster.client->submit_text(job, "mlp.json", first);
   REQUIRE(part1.ok());
   INFO(part1->result_json);
   REQUIRE(part1->status.ok());
-  const std::string pair = "127.0.0.1:19906,127.0.0.2:19906";
-  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "n0.log").string());
-  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "n1.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19906", 30);
-  REQUIRE(client2.ok());
+  Cluster pair(dir, "n", 2, 19906);
+  REQUIRE(pair.client);
   rill::SubmitOptions second = mirrored(options_for(dir / "reference", kSteps));
   second.resume = "latest";
-  auto part2 = (*client2)->submit_text(job, "mlp.json", second);
+  auto part2 = pair.client->submit_text(job, "mlp.json", second);
   REQUIRE(part2.ok());
   INFO(part2->result_json);
   REQUIRE(part2->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(master2.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 // Without replicas (--replica-every 0) a layout that splits variables has
@@ -213,12 +193,8 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
 TEST_CASE("a job whose variables are split across nodes, without replicas, cannot go on without a lost node, and "
           "says why") {
   const auto dir = fresh_dir("split");
-  const std::string machines = "127.0.0.1:19892,127.0.0.2:19892";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "p0.log").string());
-  auto one = std::make_unique<Agent>(args + "1", (dir / "p1.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19892", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "p", 2, 19892);
+  REQUIRE(cluster.client);
   rill::SubmitOptions options;
   options.steps = 200;
   options.min_nodes = 1;
@@ -229,10 +205,10 @@ TEST_CASE("a job whose variables are split across nodes, without replicas, canno
   bool killed = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     10/", 120)) return;
-    kill(one->pid, SIGKILL);
+    kill(cluster[1].pid, SIGKILL);
     killed = true;
   });
-  auto run = (*client)->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
+  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
   killer.join();
   REQUIRE(run.ok());
   INFO(lines.all());
@@ -241,8 +217,7 @@ TEST_CASE("a job whose variables are split across nodes, without replicas, canno
   CHECK(run->status.message().find("node 1 (127.0.0.2:19892) lost") != std::string::npos);
   CHECK(lines.has("cannot go on without the lost node"));
   CHECK(lines.has("does not hold every variable whole"));
-  (void)(*client)->shutdown();
-  CHECK(master.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
 }
 
 // 3 -> 2 -> 3: node 2 dies, the job goes on with 2 nodes, its agent comes
@@ -252,13 +227,8 @@ TEST_CASE("a job whose variables are split across nodes, without replicas, canno
 // nodes from the same state).
 TEST_CASE("a lost node that comes back joins at a step boundary from node 0's memory: 3 -> 2 -> 3 nodes") {
   const auto dir = fresh_dir("grow");
-  const std::string machines = "127.0.0.1:19860,127.0.0.2:19860,127.0.0.3:19860";
-  const std::string args = "--machines " + machines + " --join-timeout 30 --rank ";
-  Agent master(args + "0", (dir / "c0.log").string());
-  Agent one(args + "1", (dir / "c1.log").string());
-  auto two = std::make_unique<Agent>(args + "2", (dir / "c2.log").string());
-  auto client = rill::Client::connect("127.0.0.1:19860", 30);
-  REQUIRE(client.ok());
+  Cluster cluster(dir, "c", 3, 19860);
+  REQUIRE(cluster.client);
   const std::string job = read_text(root() + "/samples/mlp/mlp.json");
   constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
@@ -268,16 +238,16 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   bool killed = false, back = false;
   std::thread killer([&] {
     if (!lines.wait_for("step     30/", 120)) return;
-    kill(two->pid, SIGKILL);
-    two->wait(10);
+    kill(cluster[2].pid, SIGKILL);
+    cluster[2].wait(10);
     killed = true;
     // Back once the 2 nodes have run some steps (sooner, it would join
     // before their first: a stretch of no steps).
     if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     45/", 60)) return;
-    two = std::make_unique<Agent>(args + "2", (dir / "c2-again.log").string());
+    cluster.restart(2);
     back = true;
   });
-  auto live = (*client)->submit_text(job, "mlp.json", options);
+  auto live = cluster.client->submit_text(job, "mlp.json", options);
   killer.join();
   REQUIRE(live.ok());
   INFO(lines.all());
@@ -308,33 +278,28 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   // The reference, through checkpoints: 3 nodes to `shrunk`, 2 (another
   // cluster) to `grown`, 3 to the end.
   const std::filesystem::path reference = dir / "reference";
-  auto first = (*client)->submit_text(job, "mlp.json", options_for(reference, shrunk));
+  auto first = cluster.client->submit_text(job, "mlp.json", options_for(reference, shrunk));
   REQUIRE(first.ok());
   INFO(first->result_json);
   REQUIRE(first->status.ok());
-  const std::string pair = "127.0.0.1:19864,127.0.0.2:19864";
-  Agent master2("--machines " + pair + " --join-timeout 30 --rank 0", (dir / "d0.log").string());
-  Agent other2("--machines " + pair + " --join-timeout 30 --rank 1", (dir / "d1.log").string());
-  auto client2 = rill::Client::connect("127.0.0.1:19864", 30);
-  REQUIRE(client2.ok());
+  Cluster pair(dir, "d", 2, 19864);
+  REQUIRE(pair.client);
   rill::SubmitOptions middle = options_for(reference, grown);
   middle.resume = "latest";
-  auto second = (*client2)->submit_text(job, "mlp.json", middle);
+  auto second = pair.client->submit_text(job, "mlp.json", middle);
   REQUIRE(second.ok());
   INFO(second->result_json);
   REQUIRE(second->status.ok());
   rill::SubmitOptions last = options_for(reference, kSteps);
   last.resume = "latest";
-  auto third = (*client)->submit_text(job, "mlp.json", last);
+  auto third = cluster.client->submit_text(job, "mlp.json", last);
   REQUIRE(third.ok());
   INFO(third->result_json);
   REQUIRE(third->status.ok());
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(reference, kSteps));
-  (void)(*client)->shutdown();
-  (void)(*client2)->shutdown();
-  CHECK(master.wait(15) == 0);
-  CHECK(master2.wait(15) == 0);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 // The seeds' linear regression on `rill run --nodes 3 --min-nodes 2

@@ -252,6 +252,21 @@ TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its a
   CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_every == 0);
 }
 
+// Node n's replicator of two nodes of one run, each the other's buddy.
+Replicator::Options buddy_options(comm::Transport& transport, ReplicaStore& store, int n, int64_t job,
+                                  milliseconds patience) {
+  Replicator::Options options;
+  options.transport = &transport;
+  options.store = &store;
+  options.job = job;
+  options.tag_base = static_cast<uint64_t>(job) << 20;
+  options.to = options.from = options.from_rank = 1 - n;
+  options.most = size_t{1} << 20;
+  options.patience = patience;
+  options.me = "node " + std::to_string(n);
+  return options;
+}
+
 // Two nodes of one run, each the other's buddy: each keeps its own pieces
 // of each replica step and the other's, once all of that step's pieces came.
 TEST_CASE("two nodes' replicators each keep their own pieces and the other's, step by step") {
@@ -259,19 +274,11 @@ TEST_CASE("two nodes' replicators each keep their own pieces and the other's, st
   ReplicaStore stores[2];
   std::unique_ptr<Replicator> replicators[2];
   for (int n = 0; n < 2; ++n) {
-    Replicator::Options options;
-    options.transport = transports[static_cast<size_t>(n)].get();
-    options.store = &stores[n];
-    options.job = 4;
-    options.tag_base = uint64_t{4} << 20;
-    options.to = options.from = options.from_rank = 1 - n;
-    options.most = size_t{1} << 20;
-    options.patience = milliseconds(10000);
-    options.me = "node " + std::to_string(n);
     // Node n writes rows [2n, 2n + 2) of w and b's whole on node 0.
     std::vector<SnapshotPiece> pieces = {{"w", {2 * n, 0}}};
     if (n == 0) pieces.push_back({"b", {0}});
-    replicators[n] = std::make_unique<Replicator>(std::move(pieces), std::move(options));
+    replicators[n] = std::make_unique<Replicator>(
+        std::move(pieces), buddy_options(*transports[static_cast<size_t>(n)], stores[n], n, 4, milliseconds(10000)));
   }
   for (int64_t step : {5, 10}) {
     for (int n = 0; n < 2; ++n) {
@@ -315,18 +322,10 @@ TEST_CASE("finishing a run waits for the last step's copies both ways, a node wi
   ReplicaStore stores[2];
   std::unique_ptr<Replicator> replicators[2];
   for (int n = 0; n < 2; ++n) {
-    Replicator::Options options;
-    options.transport = transports[static_cast<size_t>(n)].get();
-    options.store = &stores[n];
-    options.job = 6;
-    options.tag_base = uint64_t{6} << 20;
-    options.to = options.from = options.from_rank = 1 - n;
-    options.most = size_t{1} << 20;
-    options.patience = milliseconds(60000);
-    options.me = "node " + std::to_string(n);
     std::vector<SnapshotPiece> pieces;
     if (n == 0) pieces = {{"w", {0, 0}}};  // node 1 holds nothing
-    replicators[n] = std::make_unique<Replicator>(std::move(pieces), std::move(options));
+    replicators[n] = std::make_unique<Replicator>(
+        std::move(pieces), buddy_options(*transports[static_cast<size_t>(n)], stores[n], n, 6, milliseconds(60000)));
   }
   for (int64_t step : {10, 13})  // every 10 steps, and the run's last
     replicators[0]->add(step, VariablePiece{"w", {2, 3}, {0, 0}, {2, 3}, iota(6, static_cast<float>(step)), {}});
