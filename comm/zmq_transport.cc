@@ -432,24 +432,6 @@ bool ZmqTransport::open_sealed(int from, zmq::message_t& first, zmq::message_t* 
       sealed.tag);
 }
 
-void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
-  if (rank < 0 || rank >= world() || rank == rank_) return;
-  // All zeros is no session: a name everyone could foresee.
-  if (lanes_ && session != SessionId{}) lanes_->set_peer_name(rank, inbox_name(options_.shm_name_prefix, session));
-  if (!options_.key) return;
-  Peer& peer = *peers_[rank];
-  {
-    MutexLock lock(peer.mu);
-    // The same session again changes nothing: new keys would restart the
-    // counters, and the peer would take what follows for replays.
-    if (peer.sealer && peer.session == session) return;
-    peer.session = session;
-    peer.sealer = std::make_unique<Sealer>(link_key(*options_.key, rank_, rank, session_, session));
-  }
-  MutexLock lock(peer.open_mu);
-  peer.opener = std::make_unique<Opener>(link_key(*options_.key, rank, rank_, session, session_));
-}
-
 bool ZmqTransport::to_handler(int from, uint64_t tag, MessageView message) {
   MutexLock lock(handlers_mu_);
   auto it = handlers_.find(tag);

@@ -1,6 +1,8 @@
 // Each peer's connection of the ZeroMQ transport: its socket monitor's
 // events, loss reported after a grace, revival, and dialling again after a
-// failed handshake; and the bound on the connections the data port keeps.
+// failed handshake; its session id, which keys its link and names its
+// shared-memory inbox; and which connections the data port keeps.
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -8,6 +10,24 @@
 #include "comm/zmq_transport_impl.h"
 
 namespace rill::comm::zmq_internal {
+
+void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
+  if (rank < 0 || rank >= world() || rank == rank_) return;
+  // All zeros is no session: a name everyone could foresee.
+  if (lanes_ && session != SessionId{}) lanes_->set_peer_name(rank, inbox_name(options_.shm_name_prefix, session));
+  if (!options_.key) return;
+  Peer& peer = *peers_[rank];
+  {
+    MutexLock lock(peer.mu);
+    // The same session again changes nothing: new keys would restart the
+    // counters, and the peer would take what follows for replays.
+    if (peer.sealer && peer.session == session) return;
+    peer.session = session;
+    peer.sealer = std::make_unique<Sealer>(link_key(*options_.key, rank_, rank, session_, session));
+  }
+  MutexLock lock(peer.open_mu);
+  peer.opener = std::make_unique<Opener>(link_key(*options_.key, rank, rank_, session, session_));
+}
 
 void ZmqTransport::mark_lost(int peer, const std::string& reason) {
   if (peers_[peer]->lost.exchange(true, std::memory_order_acq_rel)) return;
