@@ -14,6 +14,7 @@ namespace {
 
 constexpr std::chrono::seconds kLogEvery{10};
 constexpr size_t kReportsKept = 4096;  // addresses whose cuts wait to be logged
+const std::string kOtherAddresses = "other addresses";
 
 // The local port of `fd` if it is a connected TCP socket (not a listener),
 // else -1: what a descriptor must still be for the guard to cut it.
@@ -108,11 +109,15 @@ void ConnectionGuard::note_cut(const std::string& address, const std::string& wh
   ++cut_;
   if (reports_.size() >= kReportsKept && reports_.count(address) == 0)
     std::erase_if(reports_, [&](const auto& entry) { return now - entry.second.logged >= kLogEvery; });
-  Report& report = reports_[address];
+  // Past kReportsKept addresses logged within the interval (a flood from a
+  // network's worth of them), the rest share one report: the map stays bounded.
+  const std::string& key =
+      reports_.size() < kReportsKept || reports_.count(address) != 0 ? address : kOtherAddresses;
+  Report& report = reports_[key];
   ++report.since_logged;
   if (now - report.logged < kLogEvery) return;
-  spdlog::warn("{}: cut {} connection(s) from {}: {} ({} cut since it started)", where_, report.since_logged, address,
-               why, cut_);
+  spdlog::warn("{}: cut {} connection(s) from {}: {} ({} cut since it started)", where_, report.since_logged, key, why,
+               cut_);
   report.since_logged = 0;
   report.logged = now;
 }

@@ -119,7 +119,8 @@ class ShmLanes {
   // left half-written in this rank's inbox is thrown away. A loss report of
   // the lane thread's already under way (the old process seen gone) ends
   // before this returns, so the caller's revive of its own state undoes it;
-  // one begun later looks at the new inbox.
+  // one begun later looks at the new inbox. Never from a message handler
+  // (it may run on the lane thread, making that report).
   void revive(int peer);
   // Waits until nothing is queued for a peer's inbox (the lane thread writes
   // it out as room and inboxes appear), or `deadline`.

@@ -144,7 +144,8 @@ void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved)
     // A wildcard's connections come from any address; an IPv6 listener sees
     // IPv4 peers as [::ffff:a.b.c.d], and a rank cannot connect from an
     // address of the other family.
-    listed_only_ = listed_only_ && host != "0.0.0.0" && host != "[::]" && r.ipv6 == resolved[rank_].ipv6;
+    listed_only_ = listed_only_ && host != "0.0.0.0" && host != "[::]" && host != "[::ffff:0.0.0.0]" &&
+                   r.ipv6 == resolved[rank_].ipv6;
     if (std::find(limits.admitted.begin(), limits.admitted.end(), host) == limits.admitted.end())
       limits.admitted.push_back(host);
   }
