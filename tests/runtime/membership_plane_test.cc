@@ -91,7 +91,14 @@ TEST_CASE("control plane in one process: a node back while an attempt compiles i
   REQUIRE(j["restarts"].size() == 1);
   CHECK(j["restarts"][0]["error"] == "node 2 (127.0.0.1:19920) joined again");
   CHECK(j["restarts"][0]["nodes"] == 3);
-  CHECK(j["nodes_from_step"] == nlohmann::json::parse(R"([{"from_step": 0, "nodes": 2}, {"from_step": 0, "nodes": 3}])"));
+  // The stop is asked for as node 0 starts its run, at step 0; node 1 got
+  // its Start a moment before and may be inside step 0 by then (it cannot
+  // finish it without node 0's gradients), so the first boundary all can
+  // reach is step 0 or, under load, step 1: never later.
+  REQUIRE(j["nodes_from_step"].size() == 2);
+  CHECK(j["nodes_from_step"][0] == nlohmann::json::parse(R"({"from_step": 0, "nodes": 2})"));
+  CHECK(j["nodes_from_step"][1]["nodes"] == 3);
+  CHECK(j["nodes_from_step"][1]["from_step"].get<int64_t>() <= 1);
   shut_down(cluster, client, 3);
 }
 
