@@ -66,15 +66,22 @@ int ConnectionGuard::pick(int fd, const std::string& address) const {
 }
 
 std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Clock::time_point now) {
+  std::vector<int> fds;
+  for (const Cut& cut : admit_peer(fd, address, address, now)) fds.push_back(cut.fd);
+  return fds;
+}
+
+std::vector<ConnectionGuard::Cut> ConnectionGuard::admit_peer(int fd, const std::string& address,
+                                                              const std::string& peer, Clock::time_point now) {
   if (!limits_.admitted.empty() &&
       std::find(limits_.admitted.begin(), limits_.admitted.end(), address) == limits_.admitted.end()) {
     note_cut(address, "not an address of the cluster's machine list", now);
-    return {fd};
+    return {Cut{fd, peer}};
   }
   if (limits_.young.count() > 0)
     std::erase_if(open_, [&](const auto& entry) { return now - entry.second.since >= limits_.young; });
-  open_[fd] = Open{address, now};
-  std::vector<int> cut;
+  open_[fd] = Open{address, peer, now};
+  std::vector<Cut> cut;
   auto count_of = [&](const std::string& a) {
     int n = 0;
     for (const auto& entry : open_) n += entry.second.address == a ? 1 : 0;
@@ -84,7 +91,7 @@ std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Cloc
   while (count_of(address) > limits_.per_address) {
     const int victim = pick(fd, address);
     if (victim < 0) break;
-    cut.push_back(victim);
+    cut.push_back(Cut{victim, open_.at(victim).peer});
     open_.erase(victim);
     note_cut(address, over(true), now);
   }
@@ -92,7 +99,7 @@ std::vector<int> ConnectionGuard::admit(int fd, const std::string& address, Cloc
     const int victim = pick(fd, "");
     if (victim < 0) break;
     const std::string victim_address = open_.at(victim).address;
-    cut.push_back(victim);
+    cut.push_back(Cut{victim, open_.at(victim).peer});
     open_.erase(victim);
     note_cut(victim_address, over(false), now);
   }
@@ -124,9 +131,13 @@ void ConnectionGuard::note_cut(const std::string& address, const std::string& wh
 
 void ConnectionGuard::accepted(int fd, Clock::time_point now) {
   const std::string address = socket_peer_address(fd, false);
-  if (address.empty()) return;  // already gone
-  for (int victim : admit(fd, address, now))
-    if (accepted_port(victim) == port_) ::shutdown(victim, SHUT_RDWR);
+  const std::string peer = socket_peer_address(fd, true);
+  if (address.empty() || peer.empty()) return;  // already gone
+  // A victim's descriptor may have been closed by ZeroMQ (its DISCONNECTED
+  // not read yet) and reused: cut it only while it is the same connection.
+  for (const Cut& victim : admit_peer(fd, address, peer, now))
+    if (accepted_port(victim.fd) == port_ && socket_peer_address(victim.fd, true) == victim.peer)
+      ::shutdown(victim.fd, SHUT_RDWR);
 }
 
 void ConnectionGuard::closed(int fd) { open_.erase(fd); }

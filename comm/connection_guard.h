@@ -7,8 +7,9 @@
 // what is over a limit. A cut is shutdown(fd, SHUT_RDWR), never close(): the
 // descriptor stays ZeroMQ's, whose I/O thread sees the connection end and
 // closes it itself. Before a cut the guard checks that the descriptor is
-// still a connection accepted on its port, so a descriptor that ZeroMQ
-// closed and the process reused for something else is never touched.
+// still a connection accepted on its port from the same peer address and
+// port, so a descriptor that ZeroMQ closed and the process reused (for
+// another peer's connection too) is never touched.
 //
 // Two ways to count, chosen per listener by ConnectionLimits::young:
 // - young > 0 (the control port): only connections accepted less than
@@ -63,12 +64,22 @@ class ConnectionGuard {
   // returns the connections to cut (already forgotten), oldest first.
   std::vector<int> admit(int fd, const std::string& address, Clock::time_point now);
 
+  // A connection to cut, with its peer's address and port when it was
+  // counted (what its descriptor must still show to be cut).
+  struct Cut {
+    int fd;
+    std::string peer;
+  };
+  // admit's decision, for `fd` whose peer is `peer` ("1.2.3.4:56").
+  std::vector<Cut> admit_peer(int fd, const std::string& address, const std::string& peer, Clock::time_point now);
+
   int64_t cut() const { return cut_; }
   int counted() const { return static_cast<int>(open_.size()); }
 
  private:
   struct Open {
     std::string address;  // the peer's, without its port
+    std::string peer;     // with its port
     Clock::time_point since;
   };
   // Cuts one connection (the oldest of `address`, or of all when empty; the

@@ -48,6 +48,17 @@ namespace rill::comm::zmq_internal {
 // "[::1]" of "tcp://[::1]:9989".
 std::string url_host(const std::string& url);
 
+// Whether ranks may connect from their own listed addresses
+// (ZmqOptions::listed_peers_only): each such connection holds an ephemeral
+// port of its source address (ZeroMQ binds the source without
+// IP_BIND_ADDRESS_NO_PORT), so the connections from one address, its ranks
+// times their peers, must fit well inside the ports a machine has (Linux's
+// default range holds 28,232). Decided from the endpoints alone, so every
+// rank decides alike: either all connect from their addresses and admit
+// only listed ones, or none does.
+constexpr int64_t kMostBoundConnections = 16384;
+bool source_binding_fits(const std::vector<ResolvedEndpoint>& resolved);
+
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)

@@ -4,6 +4,7 @@
 // shared-memory inbox; and which connections the data port keeps.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -128,6 +129,13 @@ std::string url_host(const std::string& url) {
   return url.substr(start, url.rfind(':') - start);
 }
 
+bool source_binding_fits(const std::vector<ResolvedEndpoint>& resolved) {
+  std::map<std::string, int64_t> ranks;  // by address
+  int64_t most = 0;
+  for (const ResolvedEndpoint& r : resolved) most = std::max(most, ++ranks[url_host(r.url)]);
+  return most * (static_cast<int64_t>(resolved.size()) - 1) <= kMostBoundConnections;
+}
+
 void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved) {
   if (zmq_socket_monitor(pull_.handle(), "inproc://monitor-listener", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
     throw zmq::error_t();
@@ -139,6 +147,14 @@ void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved)
   limits.per_address = options_.max_connections_per_address > 0 ? options_.max_connections_per_address : world() + 16;
   limits.total = options_.max_connections > 0 ? options_.max_connections : 4 * world() + 64;
   listed_only_ = options_.listed_peers_only;
+  if (listed_only_ && !source_binding_fits(resolved)) {
+    listed_only_ = false;
+    if (rank_ == 0)
+      spdlog::warn("data plane: {} ranks, too many connections from one address to give each its own port of it "
+                   "(more than {}): ranks connect from any address, and data ports admit every address (their "
+                   "connection limits still hold)",
+                   resolved.size(), kMostBoundConnections);
+  }
   for (const ResolvedEndpoint& r : resolved) {
     const std::string host = url_host(r.url);
     // A wildcard's connections come from any address; an IPv6 listener sees

@@ -146,3 +146,33 @@ TEST_CASE("a cut shuts down a connection accepted on the guard's port, and nothi
                  accepted_elsewhere})
     close(fd);
 }
+
+TEST_CASE("a descriptor reused for another connection from the same address since it was counted is not cut") {
+  int port = 0;
+  const int listener = listen_loopback(&port);
+  const int old_client = connect_loopback(port);
+  const int counted = accept(listener, nullptr, nullptr);
+  REQUIRE(counted >= 0);
+  ConnectionLimits limits;
+  limits.per_address = 1;
+  limits.young = 10s;
+  ConnectionGuard guard("test port", port, limits);
+  guard.accepted(counted, Clock::now());
+  // ZeroMQ closes the counted connection, and before the guard hears of it
+  // the number comes back for a new peer's connection on the same port.
+  const int reused_client = connect_loopback(port);
+  const int fresh = accept(listener, nullptr, nullptr);
+  REQUIRE(fresh >= 0);
+  REQUIRE(dup2(fresh, counted) == counted);
+  close(fresh);
+  // A third connection from the address puts it over its share: the guard
+  // cuts its oldest counted one by number, which is now the reused one's.
+  const int third_client = connect_loopback(port);
+  const int third = accept(listener, nullptr, nullptr);
+  REQUIRE(third >= 0);
+  guard.accepted(third, Clock::now());
+  CHECK(guard.cut() == 1);
+  CHECK_FALSE(ended(reused_client, 200));
+  CHECK(ended(old_client, 2000));  // its descriptor was closed by the dup2
+  for (int fd : {listener, old_client, counted, reused_client, third_client, third}) close(fd);
+}

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/zmq_transport_impl.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace rill;
@@ -167,4 +168,21 @@ TEST_CASE("zmq: a data port keeps connections from the listed addresses only, an
   // The ranks' own connections were never touched.
   REQUIRE((*a)->send(1, 2, as_span("still")).ok());
   CHECK((*b)->recv(0, 2, &got, in_ms(10000)).ok());
+}
+
+TEST_CASE("ranks connect from their listed addresses only while one address's connections fit its ports") {
+  using zmq_internal::source_binding_fits;
+  auto cluster = [](int addresses, int ranks_each) {
+    std::vector<ResolvedEndpoint> resolved;
+    for (int a = 0; a < addresses; ++a)
+      for (int r = 0; r < ranks_each; ++r)
+        resolved.push_back(ResolvedEndpoint{fmt::format("tcp://10.0.{}.{}:{}", a / 256, a % 256, 9000 + r), false});
+    return resolved;
+  };
+  CHECK(source_binding_fits(cluster(128, 8)));   // 8 x 1,023 connections from each address
+  CHECK(source_binding_fits(cluster(1, 128)));   // 128 x 127 = 16,256
+  CHECK_FALSE(source_binding_fits(cluster(1, 129)));  // 129 x 128 = 16,512
+  // 8 ranks a machine: up to 2,048 ranks in all (8 x 2,047 = 16,376).
+  CHECK(source_binding_fits(cluster(256, 8)));
+  CHECK_FALSE(source_binding_fits(cluster(257, 8)));
 }
