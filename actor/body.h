@@ -158,16 +158,21 @@ class VariableBody {
   void on_snapshot(SnapshotFn fn, int64_t every, const RunEnd* end) {
     snapshot_ = std::move(fn);
     every_ = every;
-    end_ = end;
+    run_end_ = end;
   }
   // Also after each update that completes a multiple of `every` steps, and
-  // the run's last (`end`'s end, as a checkpoint's): the pieces a node
-  // copies to another node's memory (a replica, runtime/cluster/replicator.h).
+  // the run's last (`end`'s end, as a checkpoint's), and before the run's
+  // first update (the values it starts from, after `end`'s first() steps,
+  // so that a loss before the first multiple goes on from memory too): the
+  // pieces a node copies to another node's memory (a replica,
+  // runtime/cluster/replicator.h).
   void on_replica(SnapshotFn fn, int64_t every, const RunEnd* end) {
     replica_ = std::move(fn);
     replica_every_ = every;
-    replica_end_ = end;
+    run_end_ = end;
   }
+  // That copy of the values the run starts from: call before its first update.
+  Status replicate_start(const TensorView& model);
   // Also after every update, and now (the values the run starts from, after
   // `steps_done` steps): the node keeps its last steps in memory
   // (runtime/node/step_keeper.h).
@@ -198,8 +203,7 @@ class VariableBody {
   std::vector<std::span<const float>> told_state_;  // tell()'s views of the state in host memory
   int64_t every_ = 0;
   int64_t replica_every_ = 0;
-  const RunEnd* end_ = nullptr;
-  const RunEnd* replica_end_ = nullptr;
+  const RunEnd* run_end_ = nullptr;  // the run's steps (on_snapshot's and on_replica's)
 };
 
 // A variable of several lanes (a pserver's block in async mode): one
@@ -237,6 +241,7 @@ class LanedVariableBody {
   VariableBody variable_;
   int lanes_;
   float dc_lambda_;
+  bool updated_ = false;             // a lane has updated the values
   std::vector<float> values_;        // the variable's values
   std::vector<float> compensated_;   // DC-ASGD: the gradient compensated
   std::vector<float> mean_square_;   // DC-ASGD: of the gradients, per element

@@ -52,6 +52,9 @@ Status LanedVariableBody::act(const ActIo& io) {
     grad.data = compensated_.data();
   }
   const TensorView* inputs[] = {&grad};
+  // The values the run starts from, before any lane's first update.
+  if (!updated_) RILL_RETURN_IF_ERROR(variable_.replicate_start(values));
+  updated_ = true;
   RILL_RETURN_IF_ERROR(variable_.update(values, inputs, io.step));
   std::memcpy(slot.data, values_.data(), values_.size() * sizeof(float));
   // One snapshot per step: lane 0's update of it.

@@ -95,8 +95,17 @@ StatusOr<std::vector<std::span<const float>>> VariableBody::state() {
 }
 
 Status VariableBody::act(const ActIo& io) {
+  if (run_end_ && io.step == run_end_->first()) RILL_RETURN_IF_ERROR(replicate_start(*io.outputs[0]));
   RILL_RETURN_IF_ERROR(update(*io.outputs[0], io.inputs, io.step));  // the model slot, updated in place
   return maybe_snapshot(*io.outputs[0], io.step);
+}
+
+Status VariableBody::replicate_start(const TensorView& model) {
+  // Before the first update, on the actor's thread as every copy: the
+  // run's transports are up (at init they may not be), and the values and
+  // optimizer state are still those the run started from.
+  if (!replica_ || replica_every_ <= 0 || run_end_ == nullptr) return {};
+  return tell(replica_, model, run_end_->first());
 }
 
 Status VariableBody::update(const TensorView& model, std::span<const TensorView* const> inputs, int64_t step) {
@@ -120,9 +129,9 @@ Status VariableBody::update(const TensorView& model, std::span<const TensorView*
 Status VariableBody::maybe_snapshot(const TensorView& model, int64_t step) {
   int64_t done = step + 1;
   if (keep_) RILL_RETURN_IF_ERROR(tell(keep_, model, done));
-  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || (end_ && done == end_->end())))
-    RILL_RETURN_IF_ERROR(tell(snapshot_, model, done));
-  if (replica_ && replica_every_ > 0 && (done % replica_every_ == 0 || (replica_end_ && done == replica_end_->end())))
+  const bool last = run_end_ && done == run_end_->end();
+  if (snapshot_ && ((every_ > 0 && done % every_ == 0) || last)) RILL_RETURN_IF_ERROR(tell(snapshot_, model, done));
+  if (replica_ && replica_every_ > 0 && (done % replica_every_ == 0 || last))
     RILL_RETURN_IF_ERROR(tell(replica_, model, done));
   return {};
 }

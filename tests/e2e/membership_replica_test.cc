@@ -305,6 +305,63 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   CHECK(cluster.shut_down() == 0);
 }
 
+// A loss before the first replica step: every node copied the values its
+// run started from before its first update, so the job goes on from step 0
+// in memory, not from disk. Why bit for bit a 2-node run from the start:
+// the survivors' own pieces and the lost node's replica at step 0 are the
+// initial values and Adam's zero state, the same bits a 2-node run starts
+// from, and from there both are a plan of the same job on 2 nodes (same
+// kernels on this machine, same fixed-order sums over the same batches).
+TEST_CASE("ZeRO that loses a node before its first replica step goes on from the copies of its start") {
+  const auto dir = fresh_dir("replica-start");
+  Cluster live(dir, "s", 3, 19972);
+  REQUIRE(live.client);
+  const std::string job = read_text(root() + "/samples/mlp/mlp.json");
+  constexpr int64_t kSteps = 30;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.overrides.push_back("train.zero=true");
+  options.min_nodes = 2;
+  options.replica_every = 20;  // the kill lands well before the first multiple
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    if (!lines.wait_for(fmt::format("step {:>6}/", 3), 120)) return;
+    kill(live[2].pid, SIGKILL);
+    killed = true;
+  });
+  auto ran = live.client->submit_text(job, "mlp.json", options);
+  killer.join();
+  REQUIRE(ran.ok());
+  INFO(lines.all());
+  INFO(ran->result_json);
+  REQUIRE(killed);
+  REQUIRE(ran->status.ok());
+  auto result = nlohmann::json::parse(ran->result_json);
+  REQUIRE(result["restarts"].size() == 1);
+  const auto& r = result["restarts"][0];
+  CHECK(r["error"].get<std::string>().find("node 2 (127.0.0.3:19972) lost") == 0);
+  CHECK(r["from"] == "memory");
+  CHECK(r["resumed_from_step"] == 0);
+  CHECK(result["steps"] == kSteps);
+  CHECK(lines.has("going on from step 0 on the 2 node(s) that remain, from the replicas in memory"));
+  CHECK(live.log(0).find("node 0 gathered the model after step 0") != std::string::npos);
+
+  Cluster pair(dir, "t", 2, 19976);
+  REQUIRE(pair.client);
+  rill::SubmitOptions reference = options_for(dir / "reference", kSteps);
+  reference.overrides.push_back("train.zero=true");
+  auto two = pair.client->submit_text(job, "mlp.json", reference);
+  REQUIRE(two.ok());
+  INFO(two->result_json);
+  REQUIRE(two->status.ok());
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
+  CHECK(result["final_loss"] == nlohmann::json::parse(two->result_json)["final_loss"]);
+  CHECK(live.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
+}
+
 // A pipeline whose stages are placed on named nodes cannot run on fewer:
 // the attempt that would go on from the replicas fails to compile, and the
 // job takes the way it would without live membership (here no restarts:
