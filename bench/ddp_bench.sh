@@ -9,6 +9,7 @@
 #   bench/ddp_bench.sh [runs=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/same_blas.sh
 runs=${1:-5}
 rill=build/rill
 [ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }

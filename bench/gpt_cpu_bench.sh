@@ -12,6 +12,7 @@
 #   bench/gpt_cpu_bench.sh [runs=3] [steps=60] [threads="1 2"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/same_blas.sh
 runs=${1:-3}
 steps=${2:-60}
 threads=${3:-1 2}

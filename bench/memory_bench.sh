@@ -7,6 +7,7 @@
 #   bench/memory_bench.sh [runs=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/same_blas.sh
 runs=${1:-3}
 rill=build/rill
 [ -x "$rill" ] || { echo "build first: ./dev build" >&2; exit 1; }

@@ -6,6 +6,7 @@
 #   bench/mlp_bench.sh [threads=1] [runs=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/same_blas.sh
 threads=${1:-1}
 runs=${2:-5}
 rill=build/rill

@@ -32,6 +32,7 @@
 # Needs root (namespaces) and a build (build/tests/net/netbed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/same_blas.sh
 rill=build/rill
 netbed=build/tests/net/netbed
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

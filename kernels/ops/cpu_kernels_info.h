@@ -15,4 +15,15 @@ struct CpuKernels {
 
 CpuKernels cpu_kernels();
 
+// The OpenBLAS core type this process should name in OPENBLAS_CORETYPE, or
+// "" to keep OpenBLAS's own. OpenBLAS picks its kernels by the CPU's model
+// when it loads, before main, and takes its generic Prescott kernels for a
+// model newer than the library (Debian 12's 0.3.21 on Sapphire and Emerald
+// Rapids): GEMMs 3-4x slower than the CPU runs. Where OPENBLAS_CORETYPE is
+// unset and OpenBLAS took Prescott, the best core whose instructions this
+// CPU and its OS execute (SkylakeX: AVX-512 F, DQ, BW and VL; Haswell: AVX2
+// and FMA; Sandybridge: AVX), as newer OpenBLAS releases pick by features.
+// A value the user set, even Prescott, is kept.
+std::string better_blas_core();
+
 }  // namespace rill

@@ -1,6 +1,9 @@
 // The `rill` command: a table of subcommands (runtime/cli/command.h), each
 // in a file of its own, parsed once; the one given runs.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -10,10 +13,19 @@
 #include <fmt/ranges.h>
 
 #include "graph/check_util.h"
+#include "kernels/ops/cpu_kernels_info.h"
 #include "runtime/cli/command.h"
 #include "runtime/cli/command_util.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS chose its kernels as it loaded; where it fell back to generic
+  // ones on a CPU it does not know, the command runs itself again with the
+  // CPU's own named (kernels/ops/cpu_kernels_info.h). If that exec fails,
+  // it goes on with OpenBLAS's choice.
+  if (const std::string core = rill::better_blas_core(); !core.empty()) {
+    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    ::execv("/proc/self/exe", argv);
+  }
   CLI::App app{"Rill: a decentralized, actor-based training engine"};
   app.require_subcommand(1);
   std::vector<std::unique_ptr<rill::cli::Command>> commands = rill::cli::all_commands();

@@ -1,6 +1,7 @@
 // The native half of the Python module `rill` (runtime/python/rill/ is the
 // package around it): jobs, runs in this process, a cluster's client,
 // checkpoints. Every call that waits releases the GIL.
+#include "kernels/ops/cpu_kernels_info.h"
 #include "runtime/python/python_common.h"
 
 PYBIND11_MODULE(_rill, m) {
@@ -23,4 +24,7 @@ PYBIND11_MODULE(_rill, m) {
   rill::python::bind_run(m);
   rill::python::bind_client(m);
   rill::python::bind_checkpoints(m);
+  // The OpenBLAS core OPENBLAS_CORETYPE should name before Python starts
+  // ("" when OpenBLAS's own choice stands): the package warns on import.
+  m.def("better_blas_core", &rill::better_blas_core);
 }

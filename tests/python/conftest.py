@@ -9,6 +9,18 @@ import subprocess
 
 import pytest
 
+# The `rill` runs a test compares with this process's own use the same
+# OpenBLAS kernels (the command would otherwise pick better ones itself
+# where OpenBLAS fell back to generic ones: kernels/ops/cpu_kernels_info.h).
+if "OPENBLAS_CORETYPE" not in os.environ:
+    import ctypes
+    try:
+        _blas = ctypes.CDLL("libopenblas.so.0")
+        _blas.openblas_get_corename.restype = ctypes.c_char_p
+        os.environ["OPENBLAS_CORETYPE"] = _blas.openblas_get_corename().decode()
+    except OSError:
+        pass  # no OpenBLAS of that name: the module's link says which it runs
+
 ROOT = os.environ.get("RILL_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 RILL = os.environ.get("RILL_BINARY", os.path.join(ROOT, "build", "rill"))
 FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
