@@ -156,20 +156,12 @@ TEST_CASE("the model parallel MLP loses its last node and goes on from its repli
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
   options.replica_every = 5;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     22/", 120)) return;
-    kill(live[2].pid, SIGKILL);
-    killed = true;
-  });
-  auto ran = live.client->submit_text(job, "mlp_model_parallel.json", options);
-  killer.join();
+  const auto run = submit_killing(live, job, "mlp_model_parallel.json", options, 2, 22);
+  auto& ran = run->ran;
   REQUIRE(ran.ok());
-  INFO(lines.all());
+  INFO(run->lines.all());
   INFO(ran->result_json);
-  REQUIRE(killed);
+  REQUIRE(run->killed);
   REQUIRE(ran->status.ok());
   auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
@@ -226,20 +218,12 @@ TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node i
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.overrides.insert(options.overrides.end(), layout.begin(), layout.end());
   options.min_nodes = 1;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     25/", 120)) return;
-    kill(live[1].pid, SIGKILL);
-    killed = true;
-  });
-  auto ran = live.client->submit_text(job, "gpt_moby_short.json", options);
-  killer.join();
+  const auto run = submit_killing(live, job, "gpt_moby_short.json", options, 1, 25);
+  auto& ran = run->ran;
   REQUIRE_MESSAGE(ran.ok(), ran.status().to_string());
-  INFO(lines.all());
+  INFO(run->lines.all());
   INFO(ran->result_json);
-  REQUIRE(killed);
+  REQUIRE(run->killed);
   REQUIRE(ran->status.ok());
   auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
@@ -322,20 +306,12 @@ TEST_CASE("ZeRO that loses a node before its first replica step goes on from the
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 2;
   options.replica_every = 20;  // the kill lands well before the first multiple
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for(fmt::format("step {:>6}/", 3), 120)) return;
-    kill(live[2].pid, SIGKILL);
-    killed = true;
-  });
-  auto ran = live.client->submit_text(job, "mlp.json", options);
-  killer.join();
+  const auto run = submit_killing(live, job, "mlp.json", options, 2, 3);
+  auto& ran = run->ran;
   REQUIRE(ran.ok());
-  INFO(lines.all());
+  INFO(run->lines.all());
   INFO(ran->result_json);
-  REQUIRE(killed);
+  REQUIRE(run->killed);
   REQUIRE(ran->status.ok());
   auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 1);
@@ -344,7 +320,7 @@ TEST_CASE("ZeRO that loses a node before its first replica step goes on from the
   CHECK(r["from"] == "memory");
   CHECK(r["resumed_from_step"] == 0);
   CHECK(result["steps"] == kSteps);
-  CHECK(lines.has("going on from step 0 on the 2 node(s) that remain, from the replicas in memory"));
+  CHECK(run->lines.has("going on from step 0 on the 2 node(s) that remain, from the replicas in memory"));
   CHECK(live.log(0).find("node 0 gathered the model after step 0") != std::string::npos);
 
   Cluster pair(dir, "t", 2, 19976);
@@ -373,19 +349,12 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
   rill::SubmitOptions options = options_for(dir / "live", 200);
   options.min_nodes = 1;
   options.replica_every = 5;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     12/", 120)) return;
-    kill(cluster[1].pid, SIGKILL);
-    killed = true;
-  });
-  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
-  killer.join();
+  const auto killed = submit_killing(cluster, read_text(root() + "/samples/mlp/mlp_pipeline.json"),
+                                     "mlp_pipeline.json", options, 1, 12);
+  auto& run = killed->ran;
   REQUIRE(run.ok());
-  INFO(lines.all());
-  REQUIRE(killed);
+  INFO(killed->lines.all());
+  REQUIRE(killed->killed);
   CHECK_FALSE(run->status.ok());
   CHECK(run->status.code() == rill::Code::kUnavailable);
   CHECK(run->status.message().find("node 1 (127.0.0.2:19964) lost") != std::string::npos);

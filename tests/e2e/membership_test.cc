@@ -138,20 +138,12 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
   };
   rill::SubmitOptions options = mirrored(options_for(dir / "live", kSteps));
   options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     20/", 120)) return;
-    kill(cluster[2].pid, SIGKILL);
-    killed = true;
-  });
-  auto live = cluster.client->submit_text(job, "mlp.json", options);
-  killer.join();
+  const auto run = submit_killing(cluster, job, "mlp.json", options, 2, 20);
+  auto& live = run->ran;
   REQUIRE(live.ok());
-  INFO(lines.all());
+  INFO(run->lines.all());
   INFO(live->result_json);
-  REQUIRE(killed);
+  REQUIRE(run->killed);
   REQUIRE(live->status.ok());
   auto result = nlohmann::json::parse(live->result_json);
   REQUIRE(result["restarts"].size() == 1);
@@ -200,23 +192,16 @@ TEST_CASE("a job whose variables are split across nodes, without replicas, canno
   options.min_nodes = 1;
   options.replica_every = 0;
   options.overrides = {"train.log_every=1"};
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     10/", 120)) return;
-    kill(cluster[1].pid, SIGKILL);
-    killed = true;
-  });
-  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp_pipeline.json"), "mlp_pipeline.json", options);
-  killer.join();
+  const auto killed = submit_killing(cluster, read_text(root() + "/samples/mlp/mlp_pipeline.json"),
+                                     "mlp_pipeline.json", options, 1, 10);
+  auto& run = killed->ran;
   REQUIRE(run.ok());
-  INFO(lines.all());
-  REQUIRE(killed);
+  INFO(killed->lines.all());
+  REQUIRE(killed->killed);
   CHECK_FALSE(run->status.ok());
   CHECK(run->status.message().find("node 1 (127.0.0.2:19892) lost") != std::string::npos);
-  CHECK(lines.has("cannot go on without the lost node"));
-  CHECK(lines.has("does not hold every variable whole"));
+  CHECK(killed->lines.has("cannot go on without the lost node"));
+  CHECK(killed->lines.has("does not hold every variable whole"));
   CHECK(cluster.shut_down() == 0);
 }
 

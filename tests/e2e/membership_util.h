@@ -2,9 +2,12 @@
 // each case's own, and the options of a checkpointed run.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -105,6 +108,29 @@ struct Cluster {
   std::vector<std::unique_ptr<Agent>> agents;
   std::unique_ptr<rill::Client> client;
 };
+
+// A job submitted to `cluster` while a thread kills node `victim`'s agent
+// (SIGKILL) once a progress line says `step` steps are done: the reply, its
+// progress lines, and whether the kill came (a case REQUIREs it).
+struct KilledRun {
+  StatusOr<rill::SubmitResult> ran = Status(Code::kAborted, "not submitted");
+  Lines lines;
+  bool killed = false;
+};
+inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
+                                                 const std::string& file_name, rill::SubmitOptions options,
+                                                 int victim, int64_t step) {
+  auto run = std::make_unique<KilledRun>();
+  options.on_line = [lines = &run->lines](const std::string& line) { lines->add(line); };
+  std::thread killer([&] {
+    if (!run->lines.wait_for(fmt::format("step {:>6}/", step), 120)) return;
+    ::kill(cluster[victim].pid, SIGKILL);
+    run->killed = true;
+  });
+  run->ran = cluster.client->submit_text(job, file_name, options);
+  killer.join();
+  return run;
+}
 
 // `steps` steps of a job, a progress line each, checkpointed at its end only.
 inline rill::SubmitOptions options_for(const std::filesystem::path& checkpoints, int64_t steps) {
