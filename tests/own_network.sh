@@ -3,7 +3,8 @@
 # (127.0.0.0/8 and ::1), when this user may make one (root): its agents'
 # fixed ports then meet no other suite's, so ./dev test runs the suites of
 # agents several at once. Where no namespace can be made the test runs in
-# the machine's own network (and meson runs those suites one at a time).
+# the machine's own network, holding a lock of this user's while it runs,
+# so such tests take turns and their ports never meet.
 #   tests/own_network.sh PROGRAM [ARGS...]
 #   tests/own_network.sh --check     exits 0 when a namespace can be made
 set -euo pipefail
@@ -24,5 +25,8 @@ fi
 if can_isolate; then
   # The namespace lives as long as the test's process: nothing to remove.
   exec unshare --net -- bash -c 'ip link set lo up && exec "$@"' own_network "$@"
+fi
+if command -v flock > /dev/null; then
+  exec flock "${TMPDIR:-/tmp}/rill-shared-network-tests-$(id -u).lock" "$@"
 fi
 exec "$@"

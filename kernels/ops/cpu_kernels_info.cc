@@ -21,12 +21,15 @@ std::string better_blas_core() {
 #if RILL_CPU_CLONES_X86
   const char* own = openblas_get_corename();
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr || own == nullptr || std::string_view(own) != "Prescott") return {};
+  // No better than the loops' copy (RILL_CPU_ISA caps both).
+  const cpu_clones::Isa isa = cpu_clones::active_isa();
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+  if (isa == cpu_clones::Isa::kAvx512 && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-  if (__builtin_cpu_supports("avx")) return "Sandybridge";
+  if ((isa == cpu_clones::Isa::kAvx512 || isa == cpu_clones::Isa::kAvx2) && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma"))
+    return "Haswell";
 #endif
   return {};
 }

@@ -22,8 +22,9 @@ CpuKernels cpu_kernels();
 // Rapids): GEMMs 3-4x slower than the CPU runs. Where OPENBLAS_CORETYPE is
 // unset and OpenBLAS took Prescott, the best core whose instructions this
 // CPU and its OS execute (SkylakeX: AVX-512 F, DQ, BW and VL; Haswell: AVX2
-// and FMA; Sandybridge: AVX), as newer OpenBLAS releases pick by features.
-// A value the user set, even Prescott, is kept.
+// and FMA), as newer OpenBLAS releases pick by features, and no better than
+// the copy of Rill's loops that runs (RILL_CPU_ISA=avx2 caps it at Haswell,
+// baseline keeps Prescott). A value the user set, even Prescott, is kept.
 std::string better_blas_core();
 
 }  // namespace rill

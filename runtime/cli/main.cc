@@ -24,7 +24,15 @@ int main(int argc, char** argv) {
   // it goes on with OpenBLAS's choice.
   if (const std::string core = rill::better_blas_core(); !core.empty()) {
     ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    // By its own path, so the process keeps its name ("rill", not "exe").
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      ::execv(self, argv);
+    }
     ::execv("/proc/self/exe", argv);
+    ::unsetenv("OPENBLAS_CORETYPE");  // not run again: what it starts runs OpenBLAS's choice too
   }
   CLI::App app{"Rill: a decentralized, actor-based training engine"};
   app.require_subcommand(1);
