@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,22 +37,31 @@ inline ZmqOptions tcp_only() {
   return options;
 }
 
-// `n` distinct TCP ports that were free a moment ago (bound to port 0, then released).
+// `n` distinct TCP ports that were free a moment ago, drawn at random from
+// 21000-32767: below the kernel's ephemeral range (32768-60999 by default),
+// so no connection's source port (this process's or another's) takes one
+// between the pick and the bind, nor can a rank that dials a peer not yet
+// listening connect to itself from the peer's port (a TCP self-connect:
+// its handshake with itself fails); above the fixed ports the tests of
+// agents take (18700-20000).
 inline std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
+  constexpr int kLowest = 21000, kCount = 32768 - kLowest;
+  static std::mt19937 draw(std::random_device{}());
+  std::vector<int> ports;
+  for (int tries = 0; static_cast<int>(ports.size()) < n; ++tries) {
+    REQUIRE_MESSAGE(tries < 1000, "no free port in 21000-32767 after 1000 draws");
+    const int port = kLowest + static_cast<int>(draw() % kCount);
+    if (std::find(ports.begin(), ports.end(), port) != ports.end()) continue;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    socklen_t length = sizeof address;
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-    fds.push_back(fd);
-    ports.push_back(ntohs(address.sin_port));
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    if (free) ports.push_back(port);
   }
-  for (int fd : fds) ::close(fd);
   return ports;
 }
 
