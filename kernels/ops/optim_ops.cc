@@ -15,6 +15,7 @@
 
 #include "kernels/ops/attr_read.h"
 #include "kernels/ops/adam_step.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/math_util.h"
 #include "kernels/ops/op_params.h"
 #include "kernels/ops/ops.h"
@@ -143,16 +144,13 @@ Status momentum_kernel(KernelContext& ctx) {
   return {};
 }
 
-Status adam_kernel(KernelContext& ctx) {
-  RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
-  const int64_t t = update_number(ctx);
-  if (t == 0) return {};
-  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step, t);
-  float* w = ctx.inputs[0].f32();
-  const float* g = ctx.inputs[1].f32();
-  float* m = ctx.state[0].f32();
-  float* v = ctx.state[1].f32();
-  for (int64_t i = 0, n = ctx.inputs[0].size(); i < n; ++i) {
+// Adam's elementwise loop, in double as PyTorch's CPU kernel computes it,
+// run through the copy for this CPU (cpu_clones.h): every copy gives the
+// baseline's bits (sqrt and division are IEEE in every instruction set;
+// the build keeps contraction off and math errno unset, so the loop
+// vectorizes).
+void adam_loop(float* w, const float* g, float* m, float* v, int64_t n, AdamStep s) {
+  for (int64_t i = 0; i < n; ++i) {
     const double w_i = s.shrink * w[i];  // AdamW shrinks the variable; Adam adds the decay to the gradient
     const double grad = g[i] + s.decay * w_i;
     const double m_i = s.beta1 * m[i] + (1.0 - s.beta1) * grad;
@@ -161,6 +159,15 @@ Status adam_kernel(KernelContext& ctx) {
     v[i] = static_cast<float>(v_i);
     w[i] = static_cast<float>(w_i - s.step_size * m_i / (std::sqrt(v_i) / s.correction2_sqrt + s.eps));
   }
+}
+
+Status adam_kernel(KernelContext& ctx) {
+  RILL_RETURN_IF_ERROR(check_update_views(ctx, 2));
+  const int64_t t = update_number(ctx);
+  if (t == 0) return {};
+  const AdamStep s = adam_step(params_of<AdamParams>(ctx), ctx.step, t);
+  cpu_clones::run<adam_loop>(ctx.inputs[0].f32(), static_cast<const float*>(ctx.inputs[1].f32()), ctx.state[0].f32(),
+                             ctx.state[1].f32(), ctx.inputs[0].size(), s);
   return {};
 }
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/op.h"
+#include "kernels/ops/cpu_clones.h"
 #include "kernels/ops/lr_schedule.h"
 #include "tests/kernels/grad_check.h"
 
@@ -259,6 +261,48 @@ TEST_CASE("a gate of 0 skips any update; a gate of t is Adam's t") {
   options.state = &state;
   REQUIRE(testing::run_kernel(adam, io, attrs, options).ok());
   CHECK(io[0].f32 == first[0]);
+}
+
+// Adam's loop runs in the copy for this CPU (kernels/ops/cpu_clones.h):
+// every copy must give the baseline's bits, step after step (the loop is
+// elementwise double arithmetic in source order, and sqrt and division are
+// correctly rounded in every instruction set). 1031 elements: whole vectors
+// and a tail; Adam and AdamW with weight decay.
+TEST_CASE("every copy of Adam's loop gives the baseline's bits") {
+  const OpDef& adam = *find_op("adam_update");
+  const Shape shape = {1031};
+  auto run = [&](const Attrs& attrs) {
+    std::vector<Tensor> state(2, Tensor::zeros(shape));
+    std::vector<Tensor> io = {Tensor::uniform(shape, 7, -2.0f, 2.0f), Tensor::zeros(shape)};
+    for (int k = 0; k < 4; ++k) {
+      io[1] = Tensor::uniform(shape, static_cast<uint64_t>(20 + k), -3.0f, 3.0f);
+      testing::RunOptions options;
+      options.step = k;
+      options.state = &state;
+      REQUIRE(testing::run_kernel(adam, io, attrs, options).ok());
+    }
+    return std::vector<std::vector<float>>{io[0].f32, state[0].f32, state[1].f32};
+  };
+  int copies = 0;
+  for (const Attrs& attrs : {Attrs{{"lr", 0.01}, {"weight_decay", 0.1}},
+                             Attrs{{"lr", 0.01}, {"weight_decay", 0.1}, {"decoupled", int64_t{1}}}}) {
+    const auto baseline = [&] {
+      const cpu_clones::ScopedIsaForTesting use(cpu_clones::Isa::kBaseline);
+      return run(attrs);
+    }();
+    for (const cpu_clones::Isa isa : cpu_clones::kIsas) {
+      if (!cpu_clones::cpu_runs(isa)) continue;
+      CAPTURE(std::string(cpu_clones::isa_name(isa)));
+      const cpu_clones::ScopedIsaForTesting use(isa);
+      const auto got = run(attrs);
+      for (size_t t = 0; t < got.size(); ++t) {
+        CAPTURE(t);
+        CHECK(std::memcmp(got[t].data(), baseline[t].data(), got[t].size() * sizeof(float)) == 0);
+      }
+      ++copies;
+    }
+  }
+  CHECK(copies >= 2);
 }
 
 // The loss_scale ops (kernels/ops/loss_scale.cc): the scale is 2^(e0 +
