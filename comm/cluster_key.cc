@@ -37,7 +37,6 @@ void keyed_hash(const ClusterKey& key, std::string_view message, std::span<uint8
   crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
                      key.secret.data(), key.secret.size());
 }
-constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "rill";
 
 std::string z85(const uint8_t* data, size_t size) {
@@ -238,62 +237,6 @@ std::string_view authenticated_identity(const zmq::message_t& message) {
   return user == nullptr ? std::string_view() : std::string_view(user);
 }
 
-StatusOr<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t& context, const ClusterKey& key,
-                                                                     int world, bool admit_clients,
-                                                                     std::string where) {
-  std::unique_ptr<ZapAuthenticator> zap(new ZapAuthenticator());
-  zap->where_ = std::move(where);
-  for (int r = 0; r < world; ++r) zap->known_.emplace_back(derive_key_pair(key, node_identity(r)).public_key, node_identity(r));
-  if (admit_clients)
-    zap->known_.emplace_back(derive_key_pair(key, kClientIdentity).public_key, std::string(kClientIdentity));
-  try {
-    zap->socket_ = zmq::socket_t(context, zmq::socket_type::rep);
-    zap->socket_.set(zmq::sockopt::linger, 0);
-    zap->socket_.bind(kZapEndpoint);
-  } catch (const zmq::error_t& e) {
-    return Status(Code::kInternal, fmt::format("{}: cannot start the authenticator: {}", zap->where_, e.what()));
-  }
-  zap->thread_ = std::thread([z = zap.get()] { z->loop(); });
-  return zap;
-}
-
-ZapAuthenticator::~ZapAuthenticator() {
-  stop_.store(true, std::memory_order_release);
-  if (thread_.joinable()) thread_.join();
-}
-
-void ZapAuthenticator::loop() {
-  while (!stop_.load(std::memory_order_acquire)) {
-    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(50));
-    if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    std::vector<zmq::message_t> request;
-    if (!zmq::recv_multipart(socket_, std::back_inserter(request))) continue;
-    // RFC 27: version, request id, domain, address, identity, mechanism,
-    // credentials (for CURVE: the client's 32-byte public key).
-    if (request.size() < 6) continue;  // not ZeroMQ's own request: nothing to answer
-    std::string identity, error;
-    const std::string address = request[3].to_string();
-    if (request[5].to_string_view() != "CURVE" || request.size() != 7 || request[6].size() != 32) {
-      error = fmt::format("it does not use CURVE ({})", request[5].to_string());
-    } else {
-      for (const auto& [public_key, name] : known_)
-        if (std::memcmp(public_key.data(), request[6].data(), 32) == 0) identity = name;
-      if (identity.empty()) error = "its key is not one of this cluster's nodes'";
-    }
-    // Logged with the peer's port by the listener's HandshakeWatch.
-    if (!error.empty()) refused_.fetch_add(1, std::memory_order_relaxed);
-    std::vector<zmq::message_t> reply;
-    reply.emplace_back(std::string_view("1.0"));
-    reply.emplace_back(request[1].data(), request[1].size());
-    reply.emplace_back(std::string_view(error.empty() ? "200" : "400"));
-    reply.emplace_back(std::string_view(error.empty() ? "OK" : error));
-    reply.emplace_back(identity.data(), identity.size());
-    reply.emplace_back();
-    (void)zmq::send_multipart(socket_, reply);
-  }
-}
-
 HandshakeWatch::HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed,
                                bool server, bool refused_is_final, std::chrono::milliseconds refused_grace)
     : peer_(std::move(peer)),
@@ -400,8 +343,12 @@ std::string HandshakeWatch::poll() {
 }
 
 // A listening socket's events: ACCEPTED(fd), then for a connection that
-// fails its handshake HANDSHAKE_FAILED_*, then DISCONNECTED(fd) from the same
-// engine, back to back. The peer's address is taken when it is accepted.
+// fails its handshake HANDSHAKE_FAILED_*, then DISCONNECTED(fd). The failure
+// is counted as it comes; its DISCONNECTED may come after other
+// connections' events (the socket's own thread ends the session), so the
+// address logged with a refusal is that of the next connection to close:
+// right unless several fail at once. The peer's address is taken when it is
+// accepted.
 void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
   using Clock = std::chrono::steady_clock;
   switch (kind) {
@@ -414,12 +361,17 @@ void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
     }
     case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: pending_.clear(); break;
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      refused_.fetch_add(1, std::memory_order_relaxed);
       pending_ = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
                      ? (keyed_ ? "it holds no cluster key" : "it holds a cluster key and this agent none (--insecure)")
                      : "its cluster key is not this one";
       break;
-    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: pending_ = "its key is not one this port admits"; break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      pending_ = "its key is not one this port admits (on a data port: no rank's password for this process)";
+      break;
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+      refused_.fetch_add(1, std::memory_order_relaxed);
       pending_ = keyed_ ? "its handshake failed (it holds no cluster key, or another)" : "its handshake failed";
       break;
     case ZMQ_EVENT_DISCONNECTED: {
@@ -429,8 +381,9 @@ void HandshakeWatch::serve_event(uint16_t kind, uint32_t value) {
       const std::string address = it == accepted_.end() ? "a peer (gone before its address was read)" : it->second;
       if (it != accepted_.end()) accepted_.erase(it);
       if (pending_.empty()) break;
-      ++refused_;
-      auto& last = last_logged_[address.substr(0, address.rfind(':'))];
+      std::string host = address.substr(0, address.rfind(':'));
+      if (last_logged_.size() >= kLoggedAddresses && !last_logged_.contains(host)) host = "other addresses";
+      auto& last = last_logged_[host];
       if (Clock::now() - last >= std::chrono::seconds(10)) {
         spdlog::warn("{}: refused a connection from {}: {}", peer_, address, pending_);
         last = Clock::now();

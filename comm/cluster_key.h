@@ -122,33 +122,6 @@ void curve_client(zmq::socket_t& socket, const ClusterKey& key, std::string_view
 // a socket without CURVE); valid while `message` lives. Allocates nothing.
 std::string_view authenticated_identity(const zmq::message_t& message);
 
-// Answers ZeroMQ's authentication requests (ZAP) for every server socket of
-// one context: a peer whose public key is that of "node-0".."node-(world-1)"
-// or (if `admit_clients`) of "client" is admitted under that name, any other
-// is refused (counted; the listener's HandshakeWatch logs it).
-// Create it before the context's server sockets bind; destroy it before the
-// context.
-class ZapAuthenticator {
- public:
-  static StatusOr<std::unique_ptr<ZapAuthenticator>> start(zmq::context_t& context, const ClusterKey& key, int world,
-                                                          bool admit_clients, std::string where);
-  ~ZapAuthenticator();
-  ZapAuthenticator(const ZapAuthenticator&) = delete;
-  ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
-  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-
- private:
-  ZapAuthenticator() = default;
-  void loop();
-
-  zmq::socket_t socket_;
-  std::vector<std::pair<std::array<uint8_t, 32>, std::string>> known_;  // public key -> identity
-  std::string where_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> refused_{0};
-  std::thread thread_;
-};
-
 // Watches a socket's handshakes (ZeroMQ's socket monitor). On a client
 // socket (`server` false) poll() tells, once a connection was refused (no
 // key, another key, or a peer without one), what went wrong, naming `peer`.
@@ -164,7 +137,8 @@ class HandshakeWatch {
   HandshakeWatch(zmq::context_t& context, zmq::socket_t& socket, std::string peer, bool keyed, bool server = false,
                  bool refused_is_final = false, std::chrono::milliseconds refused_grace = std::chrono::seconds(3));
   std::string poll();
-  int64_t refused() const { return refused_; }
+  // Any thread.
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   // On a listening socket on `port`: bounds the connections its peers hold
   // (comm/connection_guard.h), from the next poll() on.
   void limit_connections(int port, ConnectionLimits limits);
@@ -194,8 +168,12 @@ class HandshakeWatch {
   std::string failure_;
   std::map<int, std::string> accepted_;  // server: fd -> the peer's address
   std::string pending_;                  // server: why the last handshake failed
+  // When each address's refusal was last logged: at most kLoggedAddresses
+  // of them, the rest under one entry ("other addresses"), so a flood from
+  // a network's worth of addresses holds a bounded map.
+  static constexpr size_t kLoggedAddresses = 4096;
   std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;
-  int64_t refused_ = 0;
+  std::atomic<int64_t> refused_{0};
   std::unique_ptr<ConnectionGuard> guard_;  // server: null when connections are not limited
 };
 

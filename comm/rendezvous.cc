@@ -1,6 +1,7 @@
 #include "comm/rendezvous.h"
 
 #include "comm/cluster_key.h"
+#include "comm/zap_authenticator.h"
 #include "comm/data_cipher.h"
 
 #include <map>

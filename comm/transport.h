@@ -163,6 +163,9 @@ class Transport {
   virtual size_t max_message_bytes() const { return 0; }
   // Messages dropped so far: outside the accepted tags, or malformed.
   virtual int64_t received_dropped() const = 0;
+  // Connections refused at their handshake so far: with a key, whoever did
+  // not give a rank's password for this process (comm/zap_authenticator.h).
+  virtual int64_t refused_handshakes() const { return 0; }
   // Bytes a transport copied to hand messages to handlers (a header moved
   // to an aligned buffer); 0 where it never copies.
   virtual int64_t handler_bytes_copied() const { return 0; }

@@ -17,6 +17,7 @@
 #include "comm/mailbox.h"
 #include "comm/shm_lanes.h"
 #include "comm/transport.h"
+#include "comm/zap_authenticator.h"
 #include "comm/zmq_transport_impl.h"
 
 namespace rill::comm::zmq_internal {
@@ -115,6 +116,15 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     watch_listener(resolved);  // before the bind: no connection goes unseen
     meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
     session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
+    if (options_.key) {
+      // Only a rank with this process's password gets past the handshake
+      // (comm/zap_authenticator.h): a stranger's frames are never read.
+      auto zap = ZapAuthenticator::start(context_, data_port(*options_.key, rank_, session_, world()),
+                                         fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port));
+      if (!zap.ok()) return zap.status();
+      zap_ = std::move(zap).value();
+      data_port_server(pull_);
+    }
     try {
       pull_.bind(resolved[rank_].url);
     } catch (const zmq::error_t& e) {
@@ -159,7 +169,9 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
       // From this rank's own address (ZeroMQ's "source;destination"): the
       // address the peer admits.
       if (listed_only_) p.url = fmt::format("tcp://{}:0;{}", url_host(resolved[rank_].url), p.peer);
-      p.socket.connect(p.url);
+      // With a key, dialled once the peer's session id gives its password
+      // (set_peer_session): nothing is sent to it before then.
+      if (!options_.key) dial(p);
     }
   } catch (const zmq::error_t& e) {
     return Status(Code::kUnavailable, fmt::format("rank {}: ZeroMQ set-up failed: {}", rank_, e.what()));
@@ -342,7 +354,7 @@ void ZmqTransport::receive_loop() {
   std::vector<zmq::pollitem_t> items;
   items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({wake_recv_.handle(), 0, ZMQ_POLLIN, 0});
-  items.push_back({listener_monitor_.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({listener_->handle(), 0, ZMQ_POLLIN, 0});
   std::vector<int> item_peer = {-1, -1, -1};
   for (int peer = 0; peer < world(); ++peer) {
     if (peer == rank_) continue;
@@ -363,7 +375,7 @@ void ZmqTransport::receive_loop() {
     }
     if (closed_.load(std::memory_order_acquire)) break;
     if (items[0].revents & ZMQ_POLLIN) drain_data();
-    if (items[2].revents & ZMQ_POLLIN) drain_listener();
+    if (items[2].revents & ZMQ_POLLIN) (void)listener_->poll();
     for (size_t i = 3; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
     }
@@ -553,9 +565,10 @@ void ZmqTransport::close() {
   push_context_.close();
   if (pull_) zmq_socket_monitor(pull_.handle(), nullptr, 0);
   pull_.close();
-  listener_monitor_.close();
+  listener_.reset();
   wake_recv_.close();
   wake_send_.close();
+  zap_.reset();  // its socket is of context_
   // After it no body is read.
   context_.close();
   torn_down_ = true;

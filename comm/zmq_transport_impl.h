@@ -41,6 +41,7 @@
 #include "comm/mailbox.h"
 #include "comm/shm_lanes.h"
 #include "comm/transport.h"
+#include "comm/zap_authenticator.h"
 
 namespace rill::comm::zmq_internal {
 
@@ -76,6 +77,7 @@ class ZmqTransport final : public Transport {
   void accept_tags(uint64_t lo, uint64_t hi) override { mailbox_.accept_tags(lo, hi); }
   void limit_message_bytes(size_t bytes) override { max_message_bytes_.store(bytes, std::memory_order_release); }
   size_t max_message_bytes() const override { return options_.max_message_bytes; }
+  int64_t refused_handshakes() const override { return listener_ ? listener_->refused() : 0; }
   void limit_unread_bytes(size_t bytes) override { mailbox_.limit_unread_bytes(static_cast<int64_t>(bytes)); }
   void cancel_tags(uint64_t lo, uint64_t hi, const std::string& reason) override {
     mailbox_.cancel_tags(lo, hi, reason);
@@ -110,6 +112,7 @@ class ZmqTransport final : public Transport {
     Mutex mu;
     zmq::socket_t socket GUARDED_BY(mu);  // PUSH to the peer
     std::string url;        // where `socket` connects
+    bool dialled GUARDED_BY(mu) = false;  // `socket` connects to `url` (once: a second connect would be a second pipe)
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     std::atomic<int> fd{-1};  // the connection's socket while it is up (its monitor says which); -1: none
@@ -153,10 +156,13 @@ class ZmqTransport final : public Transport {
   // bytes is cut off.
   void to_mailbox(int from, uint64_t tag, Received message);
   void drain_monitor(int peer);
-  // Monitors the listening socket (throws zmq::error_t), and passes its
-  // accepted and closed connections to its guard.
+  // Watches the listening socket's connections and handshakes (throws
+  // zmq::error_t), bounding them (comm/connection_guard.h).
   void watch_listener(const std::vector<ResolvedEndpoint>& resolved);
-  void drain_listener();
+  // Connects `p`'s socket to its url, unless it does already.
+  void dial(Peer& p) REQUIRES(p.mu);
+  // Leaves `p`'s url until dial() (ZeroMQ would dial it again by itself).
+  void hang_up(Peer& p) REQUIRES(p.mu);
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
   void report_losses();
@@ -173,8 +179,8 @@ class ZmqTransport final : public Transport {
   SessionId session_{};     // this rank's session id: its inbox's name, and with a key its links' keys
   size_t meta_bytes_ = 0;   // the clear part that begins each TCP frame
   zmq::socket_t pull_;      // receive thread only (after start)
-  zmq::socket_t listener_monitor_;          // pull_'s events; receive thread only
-  std::unique_ptr<ConnectionGuard> guard_;  // bounds pull_'s connections; receive thread only
+  std::unique_ptr<HandshakeWatch> listener_;  // pull_'s connections; polled by the receive thread
+  std::unique_ptr<ZapAuthenticator> zap_;   // with a key: pull_'s handshakes (a socket of context_)
   bool listed_only_ = false;  // ZmqOptions::listed_peers_only, unless an endpoint is a wildcard; set in start()
   zmq::socket_t wake_recv_, wake_send_;
   std::vector<std::unique_ptr<Peer>> peers_;

@@ -25,6 +25,17 @@ void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
     if (peer.sealer && peer.session == session) return;
     peer.session = session;
     peer.sealer = std::make_unique<Sealer>(link_key(*options_.key, rank_, rank, session_, session));
+    // The peer's data port admits this process with a password for its
+    // session (comm/zap_authenticator.h): dialled again with the new one.
+    if (peer.socket) {
+      try {
+        hang_up(peer);
+        data_port_client(peer.socket, *options_.key, rank_, rank, session);
+        dial(peer);
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("rank {}: dialling {} failed: {}", rank_, where(rank), e.what());
+      }
+    }
   }
   MutexLock lock(peer.open_mu);
   peer.opener = std::make_unique<Opener>(link_key(*options_.key, rank, rank_, session, session_));
@@ -36,6 +47,22 @@ void ZmqTransport::mark_lost(int peer, const std::string& reason) {
   mailbox_.mark_lost(peer, reason);
 }
 
+void ZmqTransport::dial(Peer& p) {
+  if (p.dialled || !p.socket) return;
+  p.socket.connect(p.url);
+  p.dialled = true;
+}
+
+void ZmqTransport::hang_up(Peer& p) {
+  if (!p.dialled || !p.socket) return;
+  p.dialled = false;
+  try {
+    p.socket.disconnect(p.url);
+  } catch (const zmq::error_t&) {
+    // Already gone.
+  }
+}
+
 void ZmqTransport::redial() {
   const auto now = Clock::now();
   for (auto& peer : peers_) {
@@ -43,9 +70,10 @@ void ZmqTransport::redial() {
     if (p.redial_at == Clock::time_point{} || now < p.redial_at) continue;
     p.redial_at = {};
     MutexLock lock(p.mu);
-    if (!p.socket) continue;
+    // With a key, not before the peer's session gives its password.
+    if (options_.key && !p.sealer) continue;
     try {
-      p.socket.connect(p.url);
+      dial(p);
     } catch (const zmq::error_t& e) {
       spdlog::warn("rank {}: dialling {} again failed: {}", rank_, p.url, e.what());
     }
@@ -86,14 +114,15 @@ void ZmqTransport::drain_monitor(int peer) {
         spdlog::warn("rank {}: the handshake with whatever listens at {} failed ({}); dialling again", rank_,
                      where(peer), id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "not a node of this cluster");
       p.redial_logged = true;
+      // A connection that never passed its handshake carried nothing: its
+      // end, which follows, is not the peer's loss (a peer revived while
+      // this side still dialled with its old session's password stays up).
+      p.fd.store(-1, std::memory_order_release);
+      p.connected_ns.store(0, std::memory_order_release);
       {
         // Its session is over; the address leaves the socket until redial().
         MutexLock lock(p.mu);
-        try {
-          if (p.socket) p.socket.disconnect(p.url);
-        } catch (const zmq::error_t&) {
-          // Already gone.
-        }
+        hang_up(p);
       }
       p.redial_at = Clock::now() + kRedialPause;
     } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
@@ -137,13 +166,17 @@ bool source_binding_fits(const std::vector<ResolvedEndpoint>& resolved) {
 }
 
 void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved) {
-  if (zmq_socket_monitor(pull_.handle(), "inproc://monitor-listener", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
-    throw zmq::error_t();
-  listener_monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-  listener_monitor_.set(zmq::sockopt::linger, 0);
-  listener_monitor_.set(zmq::sockopt::rcvhwm, 0);  // ZeroMQ sends events blocking: never let them fill
-  listener_monitor_.connect("inproc://monitor-listener");
+  const Endpoint& own = endpoints_[rank_];
+  listener_ = std::make_unique<HandshakeWatch>(
+      context_, pull_, fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port), options_.key != nullptr,
+      /*server=*/true);
   ConnectionLimits limits;
+  // With a key a connection past its handshake gave a rank's password: only
+  // those still in their handshake count (a stranger's flood is cut by its
+  // own newer connections, and never holds a rank's share). Without one the
+  // handshake proves nothing: every open connection counts, and the peers
+  // that connected first keep theirs.
+  if (options_.key) limits.young = options_.handshake_interval;
   limits.per_address = options_.max_connections_per_address > 0 ? options_.max_connections_per_address : world() + 16;
   limits.total = options_.max_connections > 0 ? options_.max_connections : 4 * world() + 64;
   listed_only_ = options_.listed_peers_only;
@@ -166,26 +199,7 @@ void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved)
       limits.admitted.push_back(host);
   }
   if (!listed_only_) limits.admitted.clear();
-  const Endpoint& own = endpoints_[rank_];
-  guard_ = std::make_unique<ConnectionGuard>(fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port),
-                                             own.port, limits);
-}
-
-void ZmqTransport::drain_listener() {
-  // A bounded batch: a flood's events wait for the next turn.
-  for (int n = 0; n < 4096; ++n) {
-    zmq::message_t event;
-    if (!listener_monitor_.recv(event, zmq::recv_flags::dontwait)) return;
-    zmq::message_t address;
-    if (event.more()) (void)listener_monitor_.recv(address, zmq::recv_flags::none);
-    if (event.size() < 6) continue;
-    uint16_t id;
-    uint32_t fd;
-    std::memcpy(&id, event.data(), sizeof id);
-    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof fd);
-    if (id == ZMQ_EVENT_ACCEPTED) guard_->accepted(static_cast<int>(fd), Clock::now());
-    else if (id == ZMQ_EVENT_DISCONNECTED) guard_->closed(static_cast<int>(fd));
-  }
+  listener_->limit_connections(own.port, limits);
 }
 
 void ZmqTransport::report_losses() {

@@ -12,6 +12,7 @@
 
 #include "base/printable.h"
 #include "comm/cluster_key.h"
+#include "comm/zap_authenticator.h"
 
 namespace rill {
 namespace {

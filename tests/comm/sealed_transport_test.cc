@@ -13,6 +13,7 @@
 #include "comm/collectives.h"
 #include "comm/counting_transport.h"
 #include "comm/data_cipher.h"
+#include "comm/zap_authenticator.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace rill;
@@ -73,11 +74,27 @@ std::vector<std::unique_ptr<Transport>> sealed_world(const std::vector<Endpoint>
   return out;
 }
 
-zmq::socket_t raw_push(zmq::context_t& context, int port) {
+// A hand-made writer to a data port on `port`: as rank `from` of `key`
+// (the password of rank `to`'s process of session `to_session`), or, with
+// no key, as a stranger (ZMTP's NULL handshake).
+struct As {
+  const ClusterKey* key = nullptr;
+  int from = 0, to = 0;
+  SessionId to_session{};
+};
+zmq::socket_t raw_push(zmq::context_t& context, int port, const As& as = {}) {
   zmq::socket_t socket(context, zmq::socket_type::push);
   socket.set(zmq::sockopt::linger, 1000);
+  if (as.key != nullptr) data_port_client(socket, *as.key, as.from, as.to, as.to_session);
   socket.connect(fmt::format("tcp://127.0.0.1:{}", port));
   return socket;
+}
+
+// Waits up to 5 s for `transport` to have refused `n` handshakes.
+bool refused_at_least(const Transport& transport, int64_t n) {
+  for (int i = 0; i < 500 && transport.refused_handshakes() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return transport.refused_handshakes() >= n;
 }
 
 // Waits up to 5 s for `transport` to have dropped `n` messages.
@@ -165,7 +182,10 @@ TEST_CASE("a rank with another key, or none, delivers nothing to sealed ranks") 
     REQUIRE((*rank1)->send(0, 5, as_span("forged")).ok());
     std::vector<std::byte> got;
     CHECK((*rank0)->recv(1, 5, &got, in_ms(1000)).code() == Code::kDeadlineExceeded);
-    CHECK(dropped_at_least(**rank0, 1));
+    // Refused at the handshake: its password is another key's, or it has
+    // none; nothing it sends is read.
+    CHECK(refused_at_least(**rank0, 1));
+    CHECK((*rank0)->received_dropped() == 0);
     CHECK_FALSE((*rank0)->peer_lost(1));
   }
 }
@@ -188,7 +208,7 @@ TEST_CASE("a sealed frame counts on its own link only, once, under the current s
   // What only a holder of the key can make, written by hand to rank 0's
   // data port: frames sealed for the link from rank 2 to rank 0.
   zmq::context_t context;
-  zmq::socket_t writer = raw_push(context, endpoints[0].port);
+  zmq::socket_t writer = raw_push(context, endpoints[0].port, As{key.get(), 2, 0, s0});
   Sealer link20(link_key(*key, 2, 0, s2, s0));
   const std::string truthful = sealed_frame(link20, 2, 9, "from rank 2");
   const std::string claims_one = sealed_frame(link20, 1, 9, "claims rank 1");  // sealed for 2 -> 0
@@ -217,7 +237,8 @@ TEST_CASE("garbage that names a rank is dropped and never costs that rank its li
   auto endpoints = loopback_endpoints(free_ports(3));
   auto transports = sealed_world(endpoints, key);
   zmq::context_t context;
-  zmq::socket_t noisy = raw_push(context, endpoints[0].port);
+  // Past the handshake with rank 1's password: only a key holder gets there.
+  zmq::socket_t noisy = raw_push(context, endpoints[0].port, As{key.get(), 1, 0, *transports[0]->session()});
   SealedHeader garbage;
   garbage.from = 2;
   garbage.tag = 9;
@@ -232,6 +253,44 @@ TEST_CASE("garbage that names a rank is dropped and never costs that rank its li
   std::vector<std::byte> got;
   REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
   CHECK(as_string(got) == "still heard");
+  CHECK_FALSE(transports[0]->peer_lost(2));
+}
+
+TEST_CASE("a data port reads nothing from whoever lacks a rank's password for its process") {
+  // A stranger on a listed address (another local user: 127.0.0.1 is every
+  // rank's here) that sent a frame announcing 64 MiB would have made the
+  // rank hold it; refused at the handshake, nothing it sends is read. Each
+  // writer: ZMTP's NULL handshake; a rank's name with a made-up password;
+  // another key's password; the right key's for an earlier process of rank
+  // 0 (another session).
+  auto key = fresh_key();
+  auto endpoints = loopback_endpoints(free_ports(3));
+  auto transports = sealed_world(endpoints, key);
+  const SessionId s0 = *transports[0]->session();
+  auto other_key = fresh_key();
+  zmq::context_t context;
+  std::vector<zmq::socket_t> writers;
+  writers.push_back(raw_push(context, endpoints[0].port));
+  writers.emplace_back(context, zmq::socket_type::push);
+  writers.back().set(zmq::sockopt::linger, 0);
+  writers.back().set(zmq::sockopt::plain_username, std::string("node-2"));
+  writers.back().set(zmq::sockopt::plain_password, std::string(64, '0'));
+  writers.back().connect(fmt::format("tcp://127.0.0.1:{}", endpoints[0].port));
+  writers.push_back(raw_push(context, endpoints[0].port, As{other_key.get(), 2, 0, s0}));
+  writers.push_back(raw_push(context, endpoints[0].port, As{key.get(), 2, 0, new_session_id()}));
+  const std::string big(64 << 20, 'x');
+  for (auto& writer : writers) {
+    writer.set(zmq::sockopt::linger, 0);
+    (void)writer.send(zmq::buffer(big), zmq::send_flags::dontwait);
+  }
+  CHECK(refused_at_least(*transports[0], 4));
+  std::vector<std::byte> got;
+  CHECK(transports[0]->recv(2, 9, &got, in_ms(300)).code() == Code::kDeadlineExceeded);
+  CHECK(transports[0]->received_dropped() == 0);
+  // The ranks themselves are admitted.
+  REQUIRE(transports[2]->send(0, 9, as_span("rank 2")).ok());
+  REQUIRE(transports[0]->recv(2, 9, &got, in_ms(10000)).ok());
+  CHECK(as_string(got) == "rank 2");
   CHECK_FALSE(transports[0]->peer_lost(2));
 }
 

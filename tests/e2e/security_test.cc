@@ -1,8 +1,8 @@
 // A keyed cluster lets no one in without its key: real agents on loopback,
 // clients and agents without the key or with another one are refused at the
 // handshake with errors naming the address on both sides, a socket that
-// connects to a data port and sends is not heard (its frame is not sealed),
-// and agents will not listen beyond loopback without a key. Files rill writes in folders every user may
+// connects to a data port is refused at its handshake (it gives no rank's
+// password), and agents will not listen beyond loopback without a key. Files rill writes in folders every user may
 // write are never written through a link another user planted.
 #include <cstdlib>
 #include <filesystem>
@@ -136,9 +136,9 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
   }
   CAPTURE(node0.output());
   CHECK(node0.output().find("control port 127.0.0.1:19280: refused a connection from ") != std::string::npos);
-  // A socket that connects to the master's data port and sends: its frame
-  // is not sealed for the cluster, so it never reaches the engine; it is
-  // counted and logged.
+  // A socket that connects to the master's data port and sends: it gives
+  // no rank's password, so its handshake is refused and nothing it sends is
+  // read; it is counted and logged.
   {
     zmq::context_t context;
     zmq::socket_t forger(context, zmq::socket_type::push);
@@ -146,11 +146,12 @@ TEST_CASE("an agent without the cluster key, or with another, cannot join; a str
     forger.connect("tcp://127.0.0.1:19281");
     uint32_t frame[4] = {0x5441444c, 1, 3, 0};  // the unkeyed data plane's header, claiming rank 1
     (void)forger.send(zmq::buffer(frame, sizeof frame), zmq::send_flags::dontwait);
-    for (int i = 0; i < 100 && node0.output().find("data-plane message") == std::string::npos; ++i)
+    for (int i = 0; i < 100 && node0.output().find("data port 127.0.0.1:19281: refused") == std::string::npos; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  CHECK(node0.output().find("rank 0: dropped 1 malformed data-plane message(s) on 127.0.0.1:19281") !=
+  CHECK(node0.output().find("rank 0: data port 127.0.0.1:19281: refused a connection from 127.0.0.1:") !=
         std::string::npos);
+  CHECK(node0.output().find("data-plane message") == std::string::npos);
   // The key holder joins, and the job runs.
   Agent node1("--machines " + machines + " --rank 1 --key " + key, (dir / "b3.log").string());
   Ran ran = run_rill("submit " + root() + "/samples/linear_regression/linear_regression.json --master "
