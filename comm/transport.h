@@ -208,7 +208,11 @@ class Transport {
 };
 
 struct ZmqOptions {
-  int io_threads = 1;                                       // ZeroMQ I/O threads per transport
+  // ZeroMQ I/O threads per transport. The data port's connection bounds
+  // count by descriptor and assume one: with more, a closed connection's
+  // end and the accept of another that reuses its descriptor may be told
+  // out of order, and that one goes uncounted (benchmarks only).
+  int io_threads = 1;
   std::chrono::milliseconds heartbeat_interval{2000};       // ZMTP ping on each connection
   std::chrono::milliseconds heartbeat_timeout{20000};       // no traffic for this long: the link is lost
   std::chrono::milliseconds peer_lost_grace{300};           // lets bytes already sent arrive before a

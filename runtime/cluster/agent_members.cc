@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/memory_pieces.h"
 #include "runtime/cluster/memory_transfer.h"
 #include "runtime/node/carried_state.h"
 
@@ -68,7 +69,8 @@ void Agent::tell_kept(ctl::Done& done) const {
 
 StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, const std::vector<int>& members,
                                                        int64_t every, std::string_view node_plan, RunOptions& run,
-                                                       int nodes, int* pieces) {
+                                                       int nodes, const std::map<std::string, Shape>& shapes,
+                                                       int64_t last_step, int* pieces) {
   *pieces = 0;
   if (every <= 0) return std::unique_ptr<Replicator>();
   replicas_.begin_run(job, phase);  // an earlier phase's pieces were another plan's
@@ -88,6 +90,8 @@ StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, c
   options.from = (run.node + nodes - 1) % nodes;
   options.from_rank = rank_of(options.from);
   options.most = options_.max_message_bytes;
+  options.most_bytes = most_piece_bytes(shapes);
+  options.last_step = last_step;
   options.patience = std::chrono::milliseconds(static_cast<int64_t>(run.stall_timeout_s * 1000));
   options.me = me();
   auto replicator = std::make_unique<Replicator>(std::move(own), std::move(options));

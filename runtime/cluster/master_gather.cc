@@ -6,6 +6,7 @@
 // model, and every other member starts from node 0's memory with the plan
 // on the nodes that remain.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <string>
@@ -117,14 +118,21 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
       senders.push_back(r);
       post_to_node(r, ctl::Gather{job_id, phase, tag_base, step, from.own, from.replicas_of, patience_s});
     }
-  // Each sender's messages, received at once; a sender that fails says so
-  // in a PlanAck of this phase, and one lost is named.
-  // What one sender may send: its pieces and replicas are parts of the
-  // model and its optimizer state (at most two tensors a variable), so at
-  // most all of them, and a little encoding a message.
-  uint64_t most = 0;
-  for (const auto& [name, shape] : membership.shapes) most += 3 * static_cast<uint64_t>(checked_bytes(shape, DType::kF32));
-  std::vector<std::vector<std::string>> received(senders.size());
+  // Each sender's messages, received at once, each placed in the whole
+  // tensors as it comes: node 0 holds the model and at most one message a
+  // sender, whatever a sender says. A sender that fails says so in a
+  // PlanAck of this phase, and one lost is named. What one sender may send:
+  // its pieces and replicas are parts of the model and its optimizer state,
+  // so at most what all of them weigh as messages.
+  const uint64_t most = most_piece_bytes(membership.shapes);
+  WholeTensors whole(membership.shapes);
+  if (auto own = membership.gather.find(0); own != membership.gather.end()) {
+    auto messages = gather_messages(job_id, step, own->second.own, own->second.replicas_of);
+    if (!messages.ok()) return messages.status().with_context(node_name(options_.machines, 0));
+    for (const std::string& m : *messages) RILL_RETURN_IF_ERROR(whole.add_message(m, job_id, step));
+  }
+  Mutex whole_mu;
+  std::atomic<int64_t> bytes{0};
   std::vector<Status> failed(senders.size());
   std::vector<std::thread> receivers;
   for (size_t i = 0; i < senders.size(); ++i)
@@ -132,7 +140,7 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
       const int r = senders[i];
       const std::string who = node_name(options_.machines, r);
       auto deadline = comm::Clock::now() + patience;  // for the next message: a gather that moves goes on
-      uint64_t sent = 0;
+      uint64_t sent = 0, count = 0, index = 0;
       for (;;) {
         auto header = receive_stream_header(*transport_, r, tags, comm::Clock::now() + std::chrono::milliseconds(200),
                                             kMemoryMessageBytes + (size_t{1} << 20));
@@ -152,8 +160,16 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
           failed[i] = header.status().with_context(who);
           return;
         }
-        if (header->count == 0) return;
-        if (sent + header->bytes > most + (header->index + 1) * (uint64_t{1} << 20)) {
+        if (header->count == 0 && index == 0) return;
+        // Messages 0, 1, ... of one count, of the step asked for, within
+        // what the model weighs (checked before a byte is taken).
+        if (index == 0) count = header->count;
+        if (header->index != index || header->count != count || header->step != step) {
+          failed[i] = data_loss("{} sent message {} of {} after step {} where message {} of {} after step {} was due",
+                                who, header->index, header->count, header->step, index, count, step);
+          return;
+        }
+        if (sent + header->bytes > most) {
           failed[i] = data_loss("{} sent {} bytes of pieces, more than the model and its optimizer state weigh ({})",
                                 who, sent + header->bytes, most);
           return;
@@ -164,34 +180,28 @@ Status Master::gather_pieces(int64_t job_id, int phase, uint64_t tag_base, const
           failed[i] = body.status().with_context(who);
           return;
         }
-        received[i].push_back(std::move(*body));
-        if (header->index + 1 == header->count) return;
+        {
+          MutexLock lock(whole_mu);
+          if (Status placed = whole.add_message(*body, job_id, step); !placed.ok()) {
+            failed[i] = placed.with_context(fmt::format("the pieces from {}", who));
+            return;
+          }
+        }
+        bytes.fetch_add(static_cast<int64_t>(body->size()), std::memory_order_relaxed);
+        if (++index == count) return;
         deadline = comm::Clock::now() + patience;
       }
     });
   for (std::thread& t : receivers) t.join();
-  WholeTensors whole(membership.shapes);
-  if (auto own = membership.gather.find(0); own != membership.gather.end()) {
-    auto messages = gather_messages(job_id, step, own->second.own, own->second.replicas_of);
-    if (!messages.ok()) return messages.status().with_context(node_name(options_.machines, 0));
-    for (const std::string& m : *messages) RILL_RETURN_IF_ERROR(whole.add_message(m, job_id, step));
-  }
-  int64_t bytes = 0;
-  for (size_t i = 0; i < senders.size(); ++i) {
-    if (!failed[i].ok())
-      return Status(failed[i].code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable,
-                    fmt::format("gathering the pieces after step {}: {}", step, failed[i].message()));
-    for (const std::string& m : received[i]) {
-      bytes += static_cast<int64_t>(m.size());
-      RILL_RETURN_IF_ERROR(whole.add_message(m, job_id, step)
-                               .with_context(fmt::format("the pieces from {}", node_name(options_.machines, senders[i]))));
-    }
-  }
+  for (const Status& f : failed)
+    if (!f.ok())
+      return Status(f.code() == Code::kDataLoss ? Code::kDataLoss : Code::kUnavailable,
+                    fmt::format("gathering the pieces after step {}: {}", step, f.message()));
   if (Status complete = whole.check_whole(membership.variables); !complete.ok())
     return Status(Code::kDataLoss, fmt::format("gathering the pieces after step {}: {}", step, complete.message()));
   spdlog::info("job {}: node 0 gathered the model after step {} from {} node(s) ({} bytes over the data plane) in "
                "{:.3f} s",
-               job_id, step, senders.size() + (membership.gather.count(0) ? 1 : 0), bytes,
+               job_id, step, senders.size() + (membership.gather.count(0) ? 1 : 0), bytes.load(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   gathered_ = Gathered{job_id, step, std::move(whole.values), std::move(whole.state)};
   return {};

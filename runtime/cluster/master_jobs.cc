@@ -356,7 +356,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   int replica_pieces = 0;
   if (placed.ok() && keeping) {
     auto made = replicate(job_id, phase, membership.members, membership.replica_every, plan.plan, local, nodes,
-                          &replica_pieces);
+                          membership.shapes, run_options.start_step + plan.compile.steps, &replica_pieces);
     if (made.ok()) replicator = std::move(*made);
     else placed = made.status();
   }

@@ -6,11 +6,22 @@
 #include <fmt/ranges.h>
 
 #include "base/printable.h"
+#include "kernels/op.h"
 #include "runtime/node/plan_reader.h"
 
 namespace rill {
 
 namespace ctl = control;
+
+uint64_t most_piece_bytes(const std::map<std::string, Shape>& shapes) {
+  constexpr uint64_t kTensorEncoding = uint64_t{64} << 10, kMessages = uint64_t{1} << 20;
+  uint64_t most = kMessages;
+  for (const auto& [name, shape] : shapes) {
+    const int64_t bytes = checked_bytes(shape, DType::kF32);  // < 0: past what any tensor holds
+    most += 3 * (static_cast<uint64_t>(std::max<int64_t>(bytes, 0)) + kTensorEncoding);
+  }
+  return most;
+}
 
 StatusOr<std::vector<std::string>> pack_tensors(std::vector<ctl::Tensor> values, std::vector<ctl::Tensor> state,
                                                 int64_t job_id, int phase, int64_t step, size_t most,
@@ -88,6 +99,15 @@ bool overlap(const std::vector<int64_t>& a_at, const Shape& a, const std::vector
   return true;
 }
 
+// Whether `suffix` names a tensor of optimizer state some update op keeps
+// ("adam_m", "adam_v", "momentum").
+bool optimizer_state_name(std::string_view suffix) {
+  for (const OpDef* def : all_ops())
+    for (const char* state : def->state_names)
+      if (state != nullptr && suffix == state) return true;
+  return false;
+}
+
 }  // namespace
 
 Status WholeTensors::add(const ctl::Tensor& t, bool optimizer_state, std::map<std::string, std::vector<float>>& into) {
@@ -95,7 +115,8 @@ Status WholeTensors::add(const ctl::Tensor& t, bool optimizer_state, std::map<st
   // A variable's own shape, or (optimizer state "v/m") its variable's.
   const size_t slash = t.name.rfind('/');
   auto known = shapes_.find(optimizer_state && slash != std::string::npos ? t.name.substr(0, slash) : t.name);
-  if (known == shapes_.end())
+  if (known == shapes_.end() ||
+      (optimizer_state && (slash == std::string::npos || !optimizer_state_name(std::string_view(t.name).substr(slash + 1)))))
     return data_loss("a piece of '{}' came, which is no {} of this job", name,
                      optimizer_state ? "variable's optimizer state" : "variable");
   RILL_RETURN_IF_ERROR(piece_fits(t, &known->second));

@@ -23,6 +23,14 @@ namespace rill {
 // refused by name.
 inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
 
+// What the pieces of a model of variables `shapes` (whole or any part of
+// them: one node's, a replica, a gather's stream) may weigh as messages:
+// each variable and two optimizer state tensors, each as f32, with 64 KiB a
+// tensor for the pieces' names, shapes and encoding, and 1 MiB for the
+// messages'. Node 0 refuses a gather's stream past it, and a node a replica
+// past it, before a byte of it is taken.
+uint64_t most_piece_bytes(const std::map<std::string, Shape>& shapes);
+
 // `values` (variables) and `state` (optimizer state, "w1/adam_m"), whole or
 // pieces, in order, as messages of at most `most` bytes of tensors each (a
 // larger tensor goes alone) and never past kMemoryMessageBytes. `what`

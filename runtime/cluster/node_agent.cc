@@ -19,6 +19,7 @@
 
 #include "base/printable.h"
 #include "compiler/compiler.h"
+#include "compiler/gradient_norm.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
@@ -302,10 +303,15 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   run.tag_base = m.tag_base;
   run.stall_timeout_s = options_.stall_timeout_s;
   std::vector<std::string> variables;
+  std::map<std::string, Shape> shapes;  // bound what a replica may weigh
   auto job = graph::parse_job_json(m.job_text, "the job from the master");
   if (job.ok()) {
     run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
-    for (const graph::Variable& v : job->variables) variables.push_back(v.name);
+    for (const graph::Variable& v : job->variables) {
+      variables.push_back(v.name);
+      shapes[v.name] = v.shape;
+    }
+    if (auto scale = compiler::loss_scale_variable(job->train)) shapes[scale->name] = scale->shape;
   }
   // Which node of the plan this is, and what it starts from (the
   // survivors of a lost node go on from their own memory).
@@ -330,7 +336,7 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   // heartbeats meanwhile (a dataset may take long to read); the ack
   // goes out when it is done.
   builder_->post([this, me, node, nodes, part = std::move(m), run = std::move(run), link = links_.load(),
-                  checkpointed = std::move(checkpointed)]() mutable {
+                  checkpointed = std::move(checkpointed), shapes = std::move(shapes)]() mutable {
     if (links_.load() != link) return;  // asked on a link since replaced (join_again)
     // A node that comes back: node 0's memory first, over the data plane.
     if (Status memory = take_memory(part, run); !memory.ok()) {
@@ -365,8 +371,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
     std::shared_ptr<Replicator> replicator;
     int replica_pieces = 0;
     if (plan.ok() && part.mode == static_cast<int>(compiler::Mode::kTrain)) {
-      auto made = replicate(part.job_id, part.phase, part.members, part.replica_every, *plan, run, nodes,
-                            &replica_pieces);
+      auto made = replicate(part.job_id, part.phase, part.members, part.replica_every, *plan, run, nodes, shapes,
+                            part.start_step + part.steps, &replica_pieces);
       if (made.ok()) replicator = std::move(*made);
       else plan = made.status();
     }

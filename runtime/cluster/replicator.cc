@@ -101,28 +101,53 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
   return sent;
 }
 
+// Whether `header` may come next from the node before, holding `held`
+// messages of `step` (of `count`, `bytes` long) so far: ok, or why not. A
+// step's messages come in order from its first, and weigh at most what the
+// model's pieces may (most_piece_bytes); checked before a byte of the body
+// is taken.
+Status Replicator::admits(const StreamHeader& header, int64_t step, uint64_t count, size_t held,
+                          uint64_t bytes) const {
+  if (header.step > options_.last_step)
+    return data_loss("a copy after step {}, past the run's last step {}", header.step, options_.last_step);
+  if (header.index != held || (held > 0 && (header.step != step || header.count != count)))
+    return data_loss("message {} of {} after step {} came where message {} of {} after step {} was due", header.index,
+                     header.count, header.step, held, count, step);
+  if (bytes + header.bytes > options_.most_bytes)
+    return data_loss("a copy of more than {} bytes, past what the model's pieces weigh ({})", bytes + header.bytes,
+                     options_.most_bytes);
+  return {};
+}
+
 void Replicator::receive_loop() {
   const StreamTags tags = replica_tags(options_.tag_base);
   std::vector<std::string> held;  // the step under way's messages
   int64_t step = -1;
+  uint64_t count = 0, bytes = 0;
   while (!stopping_.load()) {
     auto header = receive_stream_header(*options_.transport, options_.from, tags,
                                         comm::Clock::now() + std::chrono::milliseconds(200), kMostStreamBytes);
     if (!header.ok() && header.status().code() == Code::kDeadlineExceeded) continue;
     Status failed = header.status();
     if (header.ok()) {
-      if (header->step != step || header->index != held.size()) held.clear();
-      step = header->step;
-      if (header->count > 0) {
-        auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
-        // A step's messages come in order from its first: one out of turn
-        // is read and dropped.
-        if (body.ok() && header->index == held.size()) held.push_back(std::move(*body));
-        failed = body.status();
+      if (header->index == 0) held.clear(), bytes = 0;  // a step's first message starts it afresh
+      failed = admits(*header, step, count, held.size(), bytes);
+      if (failed.ok()) {
+        step = header->step;
+        count = header->count;
+        if (header->count > 0) {
+          auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
+          if (body.ok()) {
+            bytes += body->size();
+            held.push_back(std::move(*body));
+          }
+          failed = body.status();
+        }
       }
       if (failed.ok() && held.size() == header->count) {
         options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
         held.clear();
+        bytes = 0;
         MutexLock lock(mu_);
         last_received_ = std::max(last_received_, step);
         received_cv_.notify_all();
@@ -141,6 +166,7 @@ void Replicator::receive_loop() {
     // dropped on the way), so its chunks never pile up unread.
     spdlog::warn("{}: a replica from the node before it dropped: {}", options_.me, failed.message());
     held.clear();
+    bytes = 0;
     step = -1;
   }
 }

@@ -24,6 +24,7 @@
 #include "base/mutex.h"
 #include "comm/transport.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
+#include "runtime/cluster/memory_transfer.h"
 #include "runtime/cluster/replica_store.h"
 #include "runtime/node/node_runtime.h"
 
@@ -40,6 +41,11 @@ class Replicator {
     int to = -1, from = -1;                // the buddy and the node before, as the run's transport ranks them
     int from_rank = -1;                    // `from` as a machine-list rank (how the store names it)
     size_t most = 0;                       // bytes of tensors one message holds (--max-message-bytes)
+    // What the node before may send: a step's copy weighs at most what the
+    // model's pieces may (most_piece_bytes), and no step is past the run's
+    // last.
+    uint64_t most_bytes = 0;
+    int64_t last_step = 0;
     std::chrono::milliseconds patience{60000};  // for each chunk's ack or next chunk
     std::string me;                        // this node, for the log
   };
@@ -68,6 +74,7 @@ class Replicator {
  private:
   StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
   void receive_loop();
+  Status admits(const StreamHeader& header, int64_t step, uint64_t count, size_t held, uint64_t bytes) const;
 
   Options options_;
   bool has_pieces_ = false;

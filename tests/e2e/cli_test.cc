@@ -268,7 +268,7 @@ TEST_CASE("a bad flag value is an error, not a crash") {
   CHECK(ran.output.find("gpu:x") != std::string::npos);
   // Counts and times are > 0: 0 steps is not "the job's steps", and a
   // negative timeout is not "none".
-  for (const std::string& flag : {"--steps 0", "--stall-timeout -1"}) {
+  for (const char* flag : {"--steps 0", "--stall-timeout -1"}) {
     Ran refused = run_rill("run " + root() + "/samples/linear_regression/linear_regression.json " + flag);
     INFO(refused.output);
     CHECK(refused.code != 0);

@@ -110,6 +110,18 @@ TEST_CASE("pieces that name a tensor the job lacks, another shape, or overflowin
         "a piece of 'huge' came, which is no variable of this job");
   CHECK(refused(ctl::Tensor{"x/m", {4, 3}, {0, 0}, {4, 3}, iota(12, 0)}, true) ==
         "a piece of 'x/m' came, which is no variable's optimizer state of this job");
+  // State of a variable of the job, but not a state any optimizer keeps.
+  CHECK(refused(ctl::Tensor{"w/anything", {4, 3}, {0, 0}, {4, 3}, iota(12, 0)}, true) ==
+        "a piece of 'w/anything' came, which is no variable's optimizer state of this job");
+  CHECK(refused(ctl::Tensor{"w", {4, 3}, {0, 0}, {4, 3}, iota(12, 0)}, true) ==
+        "a piece of 'w' came, which is no variable's optimizer state of this job");
+  for (const char* state : {"w/adam_m", "w/adam_v", "w/momentum"}) {
+    auto packed = pack_tensors({}, {ctl::Tensor{state, {4, 3}, {0, 0}, {4, 3}, iota(12, 0)}}, 5, 1, 30, size_t{1} << 20,
+                               "pieces");
+    REQUIRE(packed.ok());
+    WholeTensors whole(shapes);
+    CHECK(whole.add_message(packed->front(), 5, 30).ok());
+  }
   Shape deep(40, 1);
   deep[0] = 0;
   CHECK(refused(ctl::Tensor{"w", deep, {}, deep, {}}).find("says its tensor is") != std::string::npos);
@@ -262,6 +274,8 @@ Replicator::Options buddy_options(comm::Transport& transport, ReplicaStore& stor
   options.tag_base = static_cast<uint64_t>(job) << 20;
   options.to = options.from = options.from_rank = 1 - n;
   options.most = size_t{1} << 20;
+  options.most_bytes = most_piece_bytes({{"w", {4, 3}}, {"b", {3}}});
+  options.last_step = 100;
   options.patience = patience;
   options.me = "node " + std::to_string(n);
   return options;
@@ -339,6 +353,36 @@ TEST_CASE("finishing a run waits for the last step's copies both ways, a node wi
   CHECK(stores[0].replica_steps(6)[1] == std::vector<int64_t>{13});
   CHECK((*stores[0].replica_at(6, 1, 13))->empty());
   for (auto& r : replicators) r->stop();
+}
+
+// What the node before sends is bounded before a byte of it is taken: a
+// copy weighs at most what the model's pieces may (most_piece_bytes), of a
+// step of the run, its messages in order from the first. Each refused
+// message comes whole (its chunks are read as headers that do not add up,
+// and dropped); an honest copy after them is kept, and only it.
+TEST_CASE("a node takes from the node before only copies of the run's steps, in order, within the model's weight") {
+  auto transports = comm::make_inproc_transports(2);
+  ReplicaStore store;
+  Replicator::Options options = buddy_options(*transports[1], store, 1, 8, milliseconds(10000));
+  options.to = -1;  // node 1 only keeps node 0's
+  Replicator replicator({}, options);
+  const StreamTags tags{options.tag_base + kReplicaChunkTag, options.tag_base + kReplicaAckTag};
+  auto attack = [&](StreamHeader h) {
+    // No ack comes for a refused message: given up after 100 ms.
+    (void)send_stream_message(*transports[0], 1, tags, h, std::string(h.bytes, 'x'), milliseconds(100));
+  };
+  attack({101, 0, 1, 100});                    // past the run's last step (100)
+  attack({10, 0, 1, options.most_bytes + 1});  // more than the model's pieces weigh
+  attack({20, 1, 2, 100});                     // message 1 before message 0
+  auto message = pack_tensors({ctl::Tensor{"w", {4, 3}, {0, 0}, {2, 3}, iota(6, 1)}}, {}, 8, 0, 30, size_t{1} << 20,
+                              "a test");
+  REQUIRE(message.ok());
+  REQUIRE(send_stream(*transports[0], 1, tags, 30, *message, milliseconds(10000)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline && store.replica_steps(8)[0].empty())
+    std::this_thread::sleep_for(milliseconds(10));
+  replicator.stop();
+  CHECK(store.replica_steps(8)[0] == std::vector<int64_t>{30});
 }
 
 }  // namespace
