@@ -147,8 +147,13 @@ void Replicator::receive_loop() {
       if (failed.ok() && held.size() == header->count) {
         options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
         held.clear();
-        bytes = 0;
         MutexLock lock(mu_);
+        // The run's first copy: from here a loss of the node before can go
+        // on from memory (an operator, and the tests, can tell when).
+        if (last_received_ < 0)
+          spdlog::info("{}: holds its first copy of node {}'s pieces (after step {}, {} bytes)", options_.me,
+                       options_.from_rank, step, bytes);
+        bytes = 0;
         last_received_ = std::max(last_received_, step);
         received_cv_.notify_all();
       }

@@ -305,8 +305,13 @@ TEST_CASE("ZeRO that loses a node before its first replica step goes on from the
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 2;
-  options.replica_every = 20;  // the kill lands well before the first multiple
-  const auto run = submit_killing(live, job, "mlp.json", options, 2, 3);
+  options.replica_every = 1000;  // past the job's end: the start's copies are the only ones
+  // The kill comes once node 0 (node 2's buddy) holds the copy of node 2's
+  // start, which goes while training goes on: a loss before it arrives
+  // finds node 2's pieces nowhere, and the job cannot go on from memory.
+  const auto run = submit_killing(live, job, "mlp.json", options, 2, 3, [&] {
+    return live.log(0).find("holds its first copy of node 2's pieces") != std::string::npos;
+  });
   auto& ran = run->ran;
   REQUIRE(ran.ok());
   INFO(run->lines.all());

@@ -117,13 +117,20 @@ struct KilledRun {
   Lines lines;
   bool killed = false;
 };
+// Kills node `victim` once step `step` is printed and `ready` (polled, for
+// at most 60 s) holds.
 inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
                                                  const std::string& file_name, rill::SubmitOptions options,
-                                                 int victim, int64_t step) {
+                                                 int victim, int64_t step,
+                                                 const std::function<bool()>& ready = nullptr) {
   auto run = std::make_unique<KilledRun>();
   options.on_line = [lines = &run->lines](const std::string& line) { lines->add(line); };
   std::thread killer([&] {
     if (!run->lines.wait_for(fmt::format("step {:>6}/", step), 120)) return;
+    for (int i = 0; ready && !ready(); ++i) {
+      if (i == 6000) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     ::kill(cluster[victim].pid, SIGKILL);
     run->killed = true;
   });
