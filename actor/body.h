@@ -311,6 +311,9 @@ class BoxingBody {
     snapshot_ = std::move(fn);
     every_ = every;
   }
+  // Tells `fn` the carried state after every act, on the boxing's thread
+  // (a live job's memory of its last steps: runtime/node/step_keeper.h).
+  void on_every_step(CarriedFn fn) { every_step_ = std::move(fn); }
 
  private:
   using Ref = BoxingPlan::Ref;
@@ -330,7 +333,7 @@ class BoxingBody {
   // the error carried (from step p_.compress_start on; plain before).
   std::unique_ptr<Bf16AllReduce> bf16_;
   std::unique_ptr<PowerSgdAllReduce> powersgd_;
-  CarriedFn snapshot_;
+  CarriedFn snapshot_, every_step_;
   int64_t every_ = 0;
   std::byte* send_ = nullptr;           // p_.send_bytes, then
   std::byte* recv_ = nullptr;           // p_.recv_bytes

@@ -153,6 +153,7 @@ Status BoxingBody::act(const ActIo& io) {
   RILL_RETURN_IF_ERROR(exchange(io));
   run(p_.after, io);
   if (snapshot_ && every_ > 0 && (io.step + 1) % every_ == 0) snapshot_(io.step + 1, carried());
+  if (every_step_) every_step_(io.step + 1, carried());
   return {};
 }
 

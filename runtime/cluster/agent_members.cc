@@ -51,6 +51,10 @@ Status Agent::place_run(int64_t job, const std::vector<int>& members, bool keep_
     run.start_from_kept = kept_step;
     run.keeper_job = job;
   }
+  // What its compressed all-reduces carried then (this node's error, and
+  // PowerSGD's Q): its boxings go on with it (node_bodies.cc).
+  if (kept_step >= 0)
+    for (auto& [name, values] : kept_.carried_at(job, kept_step)) run.initial_state[name] = std::move(values);
   if (keep_steps) kept_.begin_run(job, std::move(variables), start_step);
   run.keeper = keep_steps ? &kept_ : nullptr;
   return {};

@@ -23,8 +23,14 @@ StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int p
     // The pieces node 0 gathered to go on without a lost node (master_gather.cc).
     values = gathered_->values;
     states = gathered_->state;
-  } else if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok()) {
-    return taken.with_context(fmt::format("taking back a node at step {}", step));
+  } else {
+    if (Status taken = kept_.values_at(job_id, step, &values, &states); !taken.ok())
+      return taken.with_context(fmt::format("taking back a node at step {}", step));
+    // PowerSGD's Q, which every node's must equal: the survivors go on
+    // with theirs, so the newcomer takes node 0's (and no error: it has
+    // sent nothing yet). From a gather every node starts afresh instead.
+    for (auto& [name, v] : kept_.carried_at(job_id, step))
+      if (name.ends_with("_q")) states[name] = std::move(v);
   }
   // Tensors in order, a message each time the next would take one past
   // --max-message-bytes (a tensor larger than that goes alone).

@@ -81,6 +81,13 @@ std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& p
     (piece.q ? q : error) = it->second;
   }
   if (!found) return {};
+  // Q alone (a node that comes back to a live job; a checkpoint of another
+  // node count): this node has no error of its own to carry yet.
+  std::vector<float> zeros;
+  if (left.empty() && error.empty() && !now.error.empty() && !q.empty()) {
+    zeros.assign(now.error.size(), 0.0f);
+    error = zeros;
+  }
   if (left.empty() && (error.size() != now.error.size() || q.size() != now.q.size()))
     left = fmt::format("{}: the checkpoint holds only part of it", pieces[0].name.substr(0, pieces[0].name.rfind('/')));
   if (!left.empty()) return left;

@@ -8,8 +8,10 @@
 // (<kind> bf16 or powersgd: a checkpoint of one never restores the other)
 // <boxing> is the boxing task's name without its node ("bucket:grad/logits/
 // reduce_sum+3:P->B"): the same in every run of the job's plan. A run
-// whose plan has other buckets, another rank or other nodes finds no
-// tensor of its size and starts from zero, as a run without a checkpoint.
+// whose plan has other buckets or another rank finds no tensor of its
+// size and starts from zero, as a run without a checkpoint; one on other
+// nodes starts from zero error and the checkpoint's Q. A live job's
+// memory holds the same tensors, by node (runtime/node/step_keeper.h).
 // Internal to runtime/.
 #pragma once
 
@@ -49,14 +51,16 @@ std::vector<float> carried_values(const CarriedPiece& piece, const BoxingBody::C
 // Node `node`'s part of a checkpoint's carried state (name -> shape and
 // values), for a plan of `nodes` nodes: its row of each error [nodes, n],
 // and each Q whole; an error of another node count is left out (that
-// layout starts at zero). Each node is sent only its own.
+// layout starts from zero error and the checkpoint's Q). Each node is sent
+// only its own.
 std::map<std::string, std::vector<float>> carried_for_node(
     const std::map<std::string, std::pair<Shape, std::vector<float>>>& checkpoint, int node, int nodes);
 
 // Restores `body` from `state` (this node's part of the carried state, by
 // name: carried_for_node) after `steps_done` steps. Nothing to restore (no tensor of these
-// names) is ok; tensors of other sizes are left, and said in the result
-// (empty when all was restored or nothing was there).
+// names) is ok; Q without an error restores Q, the error zero; tensors of
+// other sizes are left, and said in the result (empty when all was
+// restored or nothing was there).
 std::string restore_carried(BoxingBody& body, const std::vector<CarriedPiece>& pieces,
                             const std::map<std::string, std::vector<float>>& state, int64_t steps_done);
 

@@ -324,6 +324,15 @@ Status NodeRun::init_boxing(const plan::Task& task, Actor& actor) {
       !left.empty())
     spdlog::warn("node {}: {}: the compression's carried error starts from zero: {}", options_.node,
                  read_string(task.name()), left);
+  if (options_.keeper) {
+    // A live job's memory (step_keeper.h): what it carries from the step
+    // the run starts at on, so that the run after a lost node goes on with it.
+    auto keep = [keeper = options_.keeper, pieces](int64_t done, const BoxingBody::Carried& carried) {
+      for (const CarriedPiece& piece : pieces) keeper->keep_carried(piece.name, done, piece.q ? carried.q : carried.error);
+    };
+    keep(options_.start_step, body->carried());
+    body->on_every_step(std::move(keep));
+  }
   if (!options_.on_snapshot) return {};
   body->on_snapshot([this, pieces](int64_t done, const BoxingBody::Carried& carried) {
     snapshot_carried(pieces, done, carried);

@@ -146,11 +146,41 @@ Status StepKeeper::piece_at(int64_t job, int64_t steps_done, const std::string& 
                                                        fmt::join(offset, ", ")));
 }
 
+void StepKeeper::keep_carried(const std::string& name, int64_t steps_done, std::span<const float> values) {
+  MutexLock lock(mu_);
+  auto it = carried_.find(name);
+  if (it == carried_.end()) it = carried_.emplace(name, std::array<CarriedVersion, 3>{}).first;
+  // The version at this step, else the oldest, takes the values.
+  CarriedVersion* at = &it->second[0];
+  for (CarriedVersion& v : it->second) {
+    if (v.steps_done == steps_done) {
+      at = &v;
+      break;
+    }
+    if (v.steps_done < at->steps_done) at = &v;
+  }
+  at->steps_done = steps_done;
+  at->values.assign(values.begin(), values.end());
+}
+
+std::map<std::string, std::vector<float>> StepKeeper::carried_at(int64_t job, int64_t steps_done) const {
+  MutexLock lock(mu_);
+  std::map<std::string, std::vector<float>> out;
+  if (job != job_ || steps_done < 0) return out;
+  for (const auto& [name, versions] : carried_)
+    for (const CarriedVersion& v : versions)
+      if (v.steps_done == steps_done) out[name] = v.values;
+  return out;
+}
+
 void StepKeeper::begin_run(int64_t job, std::vector<std::string> variables, int64_t start) {
   MutexLock lock(mu_);
-  if (job != job_) pieces_.clear();
+  if (job != job_) pieces_.clear(), carried_.clear();
   for (Piece& p : pieces_)
     for (Version& v : p.versions)
+      if (v.steps_done > start) v.steps_done = -1;
+  for (auto& [name, versions] : carried_)
+    for (CarriedVersion& v : versions)
       if (v.steps_done > start) v.steps_done = -1;
   job_ = job;
   ++run_;

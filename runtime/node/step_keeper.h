@@ -17,8 +17,15 @@
 // (an attempt that fails before its first step loses nothing). Reading
 // (steps(), values_at()) happens between runs. A mutex per keeper keeps it
 // simple and safe.
+//
+// Beside the variables, what the node's compressed all-reduces carry from
+// step to step (runtime/node/carried_state.h: its own error, and PowerSGD's
+// Q), by name, after each of its last three steps: a boxing may run the
+// all-reduce of the step after its node's newest variables, and the step
+// every survivor holds may be the one before them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -69,6 +76,13 @@ class StepKeeper {
   // whole or not. An error names a piece this node does not hold there.
   Status piece_at(int64_t job, int64_t steps_done, const std::string& name, const std::vector<int64_t>& offset,
                   const Shape& shape, std::vector<float>* model, std::vector<std::vector<float>>* state) const;
+  // Carried state `name` ("compression/<boxing>/bf16_error") after
+  // `steps_done` steps, on its boxing's thread, every step (its buffers
+  // reused from the fourth step on).
+  void keep_carried(const std::string& name, int64_t steps_done, std::span<const float> values);
+  // The carried state of job `job` this node kept after `steps_done` steps,
+  // by name; what it holds of no such step is left out.
+  std::map<std::string, std::vector<float>> carried_at(int64_t job, int64_t steps_done) const;
 
  private:
   struct Version {
@@ -90,6 +104,11 @@ class StepKeeper {
   std::map<std::string, int64_t> uncovered() const REQUIRES(mu_);
   mutable Mutex mu_;
   std::vector<Piece> pieces_ GUARDED_BY(mu_);
+  struct CarriedVersion {
+    int64_t steps_done = -1;
+    std::vector<float> values;
+  };
+  std::map<std::string, std::array<CarriedVersion, 3>, std::less<>> carried_ GUARDED_BY(mu_);
   std::vector<std::string> variables_ GUARDED_BY(mu_);
   int64_t job_ GUARDED_BY(mu_) = -1;
   int64_t run_ GUARDED_BY(mu_) = 0;

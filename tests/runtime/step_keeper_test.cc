@@ -16,6 +16,36 @@ namespace {
 
 using testing::synthetic_mlp;
 
+// What compressed all-reduces carry is kept by name for the last three
+// steps (a boxing may be a step past its node's newest variables), reusing
+// its buffers; a step past a new run's start, or another job's, is gone.
+TEST_CASE("step keeper: the carried state of the last three steps, by name, and none of another job") {
+  StepKeeper keeper;
+  keeper.begin_run(3, {"w"}, 0);
+  const std::string error = "compression/b/powersgd_error", q = "compression/b/powersgd_q";
+  for (int64_t done = 5; done <= 8; ++done) {
+    const std::vector<float> e = {float(done), -float(done)}, qs = {float(10 * done)};
+    keeper.keep_carried(error, done, e);
+    keeper.keep_carried(q, done, qs);
+  }
+  keeper.keep_carried(error, 8, std::vector<float>{80, -80});  // the same step again: replaced
+  CHECK(keeper.carried_at(3, 5).empty());  // four steps back
+  for (int64_t done = 6; done <= 7; ++done) {
+    const auto at = keeper.carried_at(3, done);
+    REQUIRE(at.size() == 2);
+    CHECK(at.at(error) == std::vector<float>{float(done), -float(done)});
+    CHECK(at.at(q) == std::vector<float>{float(10 * done)});
+  }
+  CHECK(keeper.carried_at(3, 8).at(error) == std::vector<float>{80, -80});
+  CHECK(keeper.carried_at(4, 7).empty());  // asked as another job's
+  keeper.begin_run(3, {"w"}, 7);  // an attempt from step 7: step 8 was given up
+  CHECK(keeper.carried_at(3, 8).empty());
+  CHECK(keeper.carried_at(3, 7).size() == 2);
+  keeper.begin_run(4, {"w"}, 0);
+  CHECK(keeper.carried_at(4, 7).empty());
+  CHECK(keeper.carried_at(3, 7).empty());
+}
+
 // A node of a layout that splits variables across nodes holds only its own
 // pieces: a run of the same plan starts from each, and a piece it does not
 // hold (at that step, in that shape) is named, never made up.
