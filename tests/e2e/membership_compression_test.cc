@@ -6,11 +6,9 @@
 // back starts with no error (it has sent nothing) and node 0's Q.
 #include <doctest/doctest.h>
 
-#include <signal.h>
 
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -76,25 +74,13 @@ TEST_CASE("a compressed job's carried error and Q go on through a lost node and 
     };
     rill::SubmitOptions options = with_compression(options_for(dir / "live", kSteps));
     options.min_nodes = 2;
-    Lines lines;
-    options.on_line = [&](const std::string& line) { lines.add(line); };
-    bool killed = false, back = false;
-    std::thread killer([&] {
-      if (!lines.wait_for("step     30/", 120)) return;
-      kill(cluster[2].pid, SIGKILL);
-      cluster[2].wait(10);
-      killed = true;
-      if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     45/", 60)) return;
-      cluster.restart(2);
-      back = true;
-    });
-    auto live = cluster.client->submit_text(job, "mlp.json", options);
-    killer.join();
+    const auto run = submit_killing(cluster, job, "mlp.json", options, Kill{2, 30, nullptr, 45});
+    auto& live = run->ran;
     REQUIRE(live.ok());
-    INFO(lines.all());
+    INFO(run->lines.all());
     INFO(live->result_json);
-    REQUIRE(killed);
-    REQUIRE(back);
+    REQUIRE(run->killed);
+    REQUIRE(run->back);
     REQUIRE(live->status.ok());
     auto result = nlohmann::json::parse(live->result_json);
     REQUIRE(result["restarts"].size() == 2);
@@ -106,26 +92,13 @@ TEST_CASE("a compressed job's carried error and Q go on through a lost node and 
     REQUIRE(grown < kSteps);
 
     const std::filesystem::path reference = dir / "reference";
-    auto first = cluster.client->submit_text(job, "mlp.json", with_compression(options_for(reference, shrunk)));
-    REQUIRE(first.ok());
-    INFO(first->result_json);
-    REQUIRE(first->status.ok());
+    run_stretch(cluster, job, "mlp.json", with_compression(options_for(reference, shrunk)), From::kStart);
     carried_rows(reference, shrunk, 2);
     Cluster pair(dir, "f", 2, 19844);
     REQUIRE(pair.client);
-    rill::SubmitOptions middle = with_compression(options_for(reference, grown));
-    middle.resume = "latest";
-    auto second = pair.client->submit_text(job, "mlp.json", middle);
-    REQUIRE(second.ok());
-    INFO(second->result_json);
-    REQUIRE(second->status.ok());
+    run_stretch(pair, job, "mlp.json", with_compression(options_for(reference, grown)), From::kLatest);
     carried_rows(reference, grown, 3);
-    rill::SubmitOptions last = with_compression(options_for(reference, kSteps));
-    last.resume = "latest";
-    auto third = cluster.client->submit_text(job, "mlp.json", last);
-    REQUIRE(third.ok());
-    INFO(third->result_json);
-    REQUIRE(third->status.ok());
+    run_stretch(cluster, job, "mlp.json", with_compression(options_for(reference, kSteps)), From::kLatest);
     CHECK(!model_bytes(dir / "live", kSteps).empty());
     CHECK(model_bytes(dir / "live", kSteps) == model_bytes(reference, kSteps));
     CHECK(cluster.shut_down() == 0);

@@ -52,25 +52,14 @@ TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false, back = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     35/", 120)) return;
-    kill(live[1].pid, SIGKILL);
-    live[1].wait(10);
-    killed = true;
-    if (!lines.wait_for("from the replicas in memory", 60) || !lines.wait_for("step     42/", 60)) return;
-    live.restart(1);
-    back = true;
-  });
-  auto ran = live.client->submit_text(job, "mlp.json", options);
-  killer.join();
+  const auto run = submit_killing(live, job, "mlp.json", options, Kill{1, 35, nullptr, 42});
+  const auto& ran = run->ran;
+  Lines& lines = run->lines;
   REQUIRE(ran.ok());
   INFO(lines.all());
   INFO(ran->result_json);
-  REQUIRE(killed);
-  REQUIRE(back);
+  REQUIRE(run->killed);
+  REQUIRE(run->back);
   REQUIRE(ran->status.ok());
   auto result = nlohmann::json::parse(ran->result_json);
   REQUIRE(result["restarts"].size() == 2);
@@ -111,31 +100,19 @@ TEST_CASE("ZeRO on 3 nodes loses a node, goes on from the replicas in memory and
 
   // The reference, through checkpoints: 3 nodes to `at`, 2 (another
   // cluster) to `grown`, 3 to the end.
-  rill::SubmitOptions first = options_for(dir / "reference", at);
-  first.overrides.push_back("train.zero=true");
-  auto part1 = live.client->submit_text(job, "mlp.json", first);
-  REQUIRE(part1.ok());
-  INFO(part1->result_json);
-  REQUIRE(part1->status.ok());
+  const auto zero = [&](int64_t steps) {
+    rill::SubmitOptions o = options_for(dir / "reference", steps);
+    o.overrides.push_back("train.zero=true");
+    return o;
+  };
+  run_stretch(live, job, "mlp.json", zero(at), From::kStart);
   Cluster pair(dir, "b", 2, 19936);
   REQUIRE(pair.client);
-  rill::SubmitOptions second = options_for(dir / "reference", grown);
-  second.overrides.push_back("train.zero=true");
-  second.resume = "latest";
-  auto part2 = pair.client->submit_text(job, "mlp.json", second);
-  REQUIRE(part2.ok());
-  INFO(part2->result_json);
-  REQUIRE(part2->status.ok());
-  rill::SubmitOptions third = options_for(dir / "reference", kSteps);
-  third.overrides.push_back("train.zero=true");
-  third.resume = "latest";
-  auto part3 = live.client->submit_text(job, "mlp.json", third);
-  REQUIRE(part3.ok());
-  INFO(part3->result_json);
-  REQUIRE(part3->status.ok());
+  run_stretch(pair, job, "mlp.json", zero(grown), From::kLatest);
+  const std::string last = run_stretch(live, job, "mlp.json", zero(kSteps), From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  CHECK(result["final_loss"] == nlohmann::json::parse(part3->result_json)["final_loss"]);
+  CHECK(result["final_loss"] == nlohmann::json::parse(last)["final_loss"]);
   CHECK(live.shut_down() == 0);
   CHECK(pair.shut_down() == 0);
 }
@@ -177,18 +154,10 @@ TEST_CASE("the model parallel MLP loses its last node and goes on from its repli
   live.restart(2);
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = live.client->submit_text(job, "mlp_model_parallel.json", first);
-  REQUIRE(part1.ok());
-  INFO(part1->result_json);
-  REQUIRE(part1->status.ok());
+  run_stretch(live, job, "mlp_model_parallel.json", first, From::kStart);
   Cluster pair(dir, "r", 2, 19944);
   REQUIRE(pair.client);
-  rill::SubmitOptions second = options_for(dir / "reference", kSteps);
-  second.resume = "latest";
-  auto part2 = pair.client->submit_text(job, "mlp_model_parallel.json", second);
-  REQUIRE(part2.ok());
-  INFO(part2->result_json);
-  REQUIRE(part2->status.ok());
+  run_stretch(pair, job, "mlp_model_parallel.json", options_for(dir / "reference", kSteps), From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
   CHECK(live.shut_down() == 0);
@@ -239,19 +208,12 @@ TEST_CASE("the GPT sample with ZeRO goes on alone from the replica of the node i
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.overrides.insert(first.overrides.end(), layout.begin(), layout.end());
   first.max_restarts = 2;  // while node 1 is joining again, an attempt fails at once and waits for it
-  auto part1 = live.client->submit_text(job, "gpt_moby_short.json", first);
-  REQUIRE(part1.ok());
-  INFO(part1->result_json);
-  REQUIRE(part1->status.ok());
+  run_stretch(live, job, "gpt_moby_short.json", first, From::kStart);
   Cluster alone(dir, "h", 1, 19952);
   REQUIRE(alone.client);
   rill::SubmitOptions second = options_for(dir / "reference", kSteps);
   second.overrides.insert(second.overrides.end(), layout.begin(), layout.end());
-  second.resume = "latest";
-  auto part2 = alone.client->submit_text(job, "gpt_moby_short.json", second);
-  REQUIRE(part2.ok());
-  INFO(part2->result_json);
-  REQUIRE(part2->status.ok());
+  run_stretch(alone, job, "gpt_moby_short.json", second, From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
   CHECK(live.shut_down() == 0);
@@ -309,9 +271,9 @@ TEST_CASE("ZeRO that loses a node before its first replica step goes on from the
   // The kill comes once node 0 (node 2's buddy) holds the copy of node 2's
   // start, which goes while training goes on: a loss before it arrives
   // finds node 2's pieces nowhere, and the job cannot go on from memory.
-  const auto run = submit_killing(live, job, "mlp.json", options, 2, 3, [&] {
+  const auto run = submit_killing(live, job, "mlp.json", options, Kill{2, 3, [&] {
     return live.log(0).find("holds its first copy of node 2's pieces") != std::string::npos;
-  });
+  }});
   auto& ran = run->ran;
   REQUIRE(ran.ok());
   INFO(run->lines.all());
@@ -332,13 +294,10 @@ TEST_CASE("ZeRO that loses a node before its first replica step goes on from the
   REQUIRE(pair.client);
   rill::SubmitOptions reference = options_for(dir / "reference", kSteps);
   reference.overrides.push_back("train.zero=true");
-  auto two = pair.client->submit_text(job, "mlp.json", reference);
-  REQUIRE(two.ok());
-  INFO(two->result_json);
-  REQUIRE(two->status.ok());
+  const std::string two = run_stretch(pair, job, "mlp.json", reference, From::kStart);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  CHECK(result["final_loss"] == nlohmann::json::parse(two->result_json)["final_loss"]);
+  CHECK(result["final_loss"] == nlohmann::json::parse(two)["final_loss"]);
   CHECK(live.shut_down() == 0);
   CHECK(pair.shut_down() == 0);
 }
@@ -425,11 +384,8 @@ TEST_CASE("ZeRO loses a node in the eval pass: node 0 gathers the trained model 
   reference.overrides = options.overrides;
   reference.overrides[0] = "checkpoint.dir=" + (dir / "reference").string();
   reference.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto whole = live.client->submit_text(job, "mlp.json", reference);
-  REQUIRE(whole.ok());
-  INFO(whole->result_json);
-  REQUIRE(whole->status.ok());
-  const auto expected = nlohmann::json::parse(whole->result_json)["metrics"];
+  const auto expected =
+      nlohmann::json::parse(run_stretch(live, job, "mlp.json", reference, From::kStart))["metrics"];
   CHECK(result["metrics"]["accuracy"].get<double>() == doctest::Approx(expected["accuracy"].get<double>()).epsilon(1e-6));
   CHECK(result["metrics"]["loss"].get<double>() == doctest::Approx(expected["loss"].get<double>()).epsilon(1e-5));
   CHECK(result["metrics"]["accuracy"].get<double>() > 0.5);

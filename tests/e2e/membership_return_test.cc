@@ -209,23 +209,13 @@ TEST_CASE("a node back takes node 0's memory over the data plane, past what a co
   constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool back = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     20/", 120)) return;
-    kill(cluster[2].pid, SIGKILL);
-    cluster[2].wait(10);
-    if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     40/", 60)) return;
-    cluster.restart(2);
-    back = true;
-  });
-  auto live = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
-  killer.join();
+  const auto run = submit_killing(cluster, read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options,
+                                  Kill{2, 20, nullptr, 40});
+  auto& live = run->ran;
   REQUIRE(live.ok());
-  INFO(lines.all());
+  INFO(run->lines.all());
   INFO(live->result_json);
-  REQUIRE(back);
+  REQUIRE(run->back);
   REQUIRE(live->status.ok());
   auto result = nlohmann::json::parse(live->result_json);
   CHECK(result["steps"] == kSteps);

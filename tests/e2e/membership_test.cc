@@ -100,21 +100,13 @@ TEST_CASE("a data-parallel job that loses a node goes on from the others' memory
   cluster.restart(2);
   rill::SubmitOptions first = options_for(dir / "reference", at);
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = cluster.client->submit_text(job, "mlp.json", first);
-  REQUIRE(part1.ok());
-  INFO(part1->result_json);
-  REQUIRE(part1->status.ok());
+  run_stretch(cluster, job, "mlp.json", first, From::kStart);
   Cluster pair(dir, "b", 2, 19888);
   REQUIRE(pair.client);
-  rill::SubmitOptions second = options_for(dir / "reference", kSteps);
-  second.resume = "latest";
-  auto part2 = pair.client->submit_text(job, "mlp.json", second);
-  REQUIRE(part2.ok());
-  INFO(part2->result_json);
-  REQUIRE(part2->status.ok());
+  const std::string second = run_stretch(pair, job, "mlp.json", options_for(dir / "reference", kSteps), From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  CHECK(result["final_loss"] == nlohmann::json::parse(part2->result_json)["final_loss"]);
+  CHECK(result["final_loss"] == nlohmann::json::parse(second)["final_loss"]);
   CHECK(cluster.shut_down() == 0);
   CHECK(pair.shut_down() == 0);
 }
@@ -162,18 +154,10 @@ TEST_CASE("the mirrored view (DDP) goes on from memory after a lost node, each r
   cluster.restart(2);
   rill::SubmitOptions first = mirrored(options_for(dir / "reference", at));
   first.max_restarts = 2;  // while node 2 is joining again, an attempt fails at once and waits for it
-  auto part1 = cluster.client->submit_text(job, "mlp.json", first);
-  REQUIRE(part1.ok());
-  INFO(part1->result_json);
-  REQUIRE(part1->status.ok());
+  run_stretch(cluster, job, "mlp.json", first, From::kStart);
   Cluster pair(dir, "n", 2, 19906);
   REQUIRE(pair.client);
-  rill::SubmitOptions second = mirrored(options_for(dir / "reference", kSteps));
-  second.resume = "latest";
-  auto part2 = pair.client->submit_text(job, "mlp.json", second);
-  REQUIRE(part2.ok());
-  INFO(part2->result_json);
-  REQUIRE(part2->status.ok());
+  run_stretch(pair, job, "mlp.json", mirrored(options_for(dir / "reference", kSteps)), From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
   CHECK(cluster.shut_down() == 0);
@@ -218,27 +202,14 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   constexpr int64_t kSteps = 400;
   rill::SubmitOptions options = options_for(dir / "live", kSteps);
   options.min_nodes = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false, back = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     30/", 120)) return;
-    kill(cluster[2].pid, SIGKILL);
-    cluster[2].wait(10);
-    killed = true;
-    // Back once the 2 nodes have run some steps (sooner, it would join
-    // before their first: a stretch of no steps).
-    if (!lines.wait_for("going on from step", 60) || !lines.wait_for("step     45/", 60)) return;
-    cluster.restart(2);
-    back = true;
-  });
-  auto live = cluster.client->submit_text(job, "mlp.json", options);
-  killer.join();
+  const auto run = submit_killing(cluster, job, "mlp.json", options, Kill{2, 30, nullptr, 45});
+  auto& live = run->ran;
+  Lines& lines = run->lines;
   REQUIRE(live.ok());
   INFO(lines.all());
   INFO(live->result_json);
-  REQUIRE(killed);
-  REQUIRE(back);
+  REQUIRE(run->killed);
+  REQUIRE(run->back);
   REQUIRE(live->status.ok());
   auto result = nlohmann::json::parse(live->result_json);
   REQUIRE(result["restarts"].size() == 2);
@@ -263,24 +234,11 @@ TEST_CASE("a lost node that comes back joins at a step boundary from node 0's me
   // The reference, through checkpoints: 3 nodes to `shrunk`, 2 (another
   // cluster) to `grown`, 3 to the end.
   const std::filesystem::path reference = dir / "reference";
-  auto first = cluster.client->submit_text(job, "mlp.json", options_for(reference, shrunk));
-  REQUIRE(first.ok());
-  INFO(first->result_json);
-  REQUIRE(first->status.ok());
+  run_stretch(cluster, job, "mlp.json", options_for(reference, shrunk), From::kStart);
   Cluster pair(dir, "d", 2, 19864);
   REQUIRE(pair.client);
-  rill::SubmitOptions middle = options_for(reference, grown);
-  middle.resume = "latest";
-  auto second = pair.client->submit_text(job, "mlp.json", middle);
-  REQUIRE(second.ok());
-  INFO(second->result_json);
-  REQUIRE(second->status.ok());
-  rill::SubmitOptions last = options_for(reference, kSteps);
-  last.resume = "latest";
-  auto third = cluster.client->submit_text(job, "mlp.json", last);
-  REQUIRE(third.ok());
-  INFO(third->result_json);
-  REQUIRE(third->status.ok());
+  run_stretch(pair, job, "mlp.json", options_for(reference, grown), From::kLatest);
+  run_stretch(cluster, job, "mlp.json", options_for(reference, kSteps), From::kLatest);
   CHECK(!model_bytes(dir / "live", kSteps).empty());
   CHECK(model_bytes(dir / "live", kSteps) == model_bytes(reference, kSteps));
   CHECK(cluster.shut_down() == 0);

@@ -2,6 +2,8 @@
 // each case's own, and the options of a checkpointed run.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <signal.h>
 
 #include <chrono>
@@ -110,33 +112,69 @@ struct Cluster {
 };
 
 // A job submitted to `cluster` while a thread kills node `victim`'s agent
-// (SIGKILL) once a progress line says `step` steps are done: the reply, its
-// progress lines, and whether the kill came (a case REQUIREs it).
+// (SIGKILL) once a progress line says `step` steps are done and `ready`
+// (polled, for at most 60 s) holds; with `back_at`, the thread starts the
+// agent again once the job goes on without it and `back_at` steps are done.
+// The reply, its progress lines, and whether the kill and the restart came
+// (a case REQUIREs them).
 struct KilledRun {
   StatusOr<rill::SubmitResult> ran = Status(Code::kAborted, "not submitted");
   Lines lines;
   bool killed = false;
+  bool back = false;
 };
-// Kills node `victim` once step `step` is printed and `ready` (polled, for
-// at most 60 s) holds.
+struct Kill {
+  int victim;
+  int64_t step;
+  std::function<bool()> ready = nullptr;
+  int64_t back_at = -1;
+};
 inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
                                                  const std::string& file_name, rill::SubmitOptions options,
-                                                 int victim, int64_t step,
-                                                 const std::function<bool()>& ready = nullptr) {
+                                                 const Kill& loss) {
   auto run = std::make_unique<KilledRun>();
   options.on_line = [lines = &run->lines](const std::string& line) { lines->add(line); };
   std::thread killer([&] {
-    if (!run->lines.wait_for(fmt::format("step {:>6}/", step), 120)) return;
-    for (int i = 0; ready && !ready(); ++i) {
+    Lines& lines = run->lines;
+    if (!lines.wait_for(fmt::format("step {:>6}/", loss.step), 120)) return;
+    for (int i = 0; loss.ready && !loss.ready(); ++i) {
       if (i == 6000) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    ::kill(cluster[victim].pid, SIGKILL);
+    ::kill(cluster[loss.victim].pid, SIGKILL);
     run->killed = true;
+    if (loss.back_at < 0) return;
+    cluster[loss.victim].wait(10);
+    // Back once the others have run some steps without it (sooner, it
+    // would join before their first: a stretch of no steps).
+    if (!lines.wait_for("going on from step", 60) || !lines.wait_for(fmt::format("step {:>6}/", loss.back_at), 60))
+      return;
+    cluster.restart(loss.victim);
+    run->back = true;
   });
   run->ran = cluster.client->submit_text(job, file_name, options);
   killer.join();
   return run;
+}
+inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
+                                                 const std::string& file_name, rill::SubmitOptions options,
+                                                 int victim, int64_t step) {
+  return submit_killing(cluster, job, file_name, std::move(options), Kill{victim, step});
+}
+
+// One stretch of a reference run through checkpoints: `options` (up to
+// their steps) on `cluster`, from the newest checkpoint in their
+// checkpoint.dir unless `from` says the start. It must end well; its
+// result's JSON.
+enum class From { kStart, kLatest };
+inline std::string run_stretch(Cluster& cluster, const std::string& job, const std::string& file_name,
+                               rill::SubmitOptions options, From from) {
+  if (from == From::kLatest) options.resume = "latest";
+  auto ran = cluster.client->submit_text(job, file_name, options);
+  REQUIRE(ran.ok());
+  INFO(ran->result_json);
+  REQUIRE(ran->status.ok());
+  return ran->result_json;
 }
 
 // `steps` steps of a job, a progress line each, checkpointed at its end only.
