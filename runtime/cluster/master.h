@@ -209,10 +209,11 @@ class Master final : public Agent {
   // The phase's checkpoint reports go nowhere from now on.
   void end_checkpoint_reports();
   // What a node that comes back starts from: node 0's memory (every
-  // variable and optimizer state) after `step` steps, as encoded
-  // PlanParts of job `job_id`'s phase `phase` holding only those tensors,
-  // which go over the data plane (memory_transfer.h).
-  StatusOr<std::vector<std::string>> memory_messages(int64_t job_id, int phase, int64_t step);
+  // variable and optimizer state) after `step` steps, the model it gathered
+  // where node 0 goes on from that (`gathered`), as encoded PlanParts of job
+  // `job_id`'s phase `phase` holding only those tensors, which go over the
+  // data plane (memory_transfer.h).
+  StatusOr<std::vector<std::string>> memory_messages(int64_t job_id, int phase, int64_t step, bool gathered);
   // Sends `memory` to every newcomer over the data plane, at once (job thread).
   Status send_memory_to(const std::vector<int>& newcomers, uint64_t tag_base, const std::vector<std::string>& memory,
                         double patience_s);

@@ -291,12 +291,14 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
       report.status = gathered;
       return report;
     }
+  // Node 0 starts from the model it gathered, or from its own memory.
+  const bool from_gathered = kept_step >= 0 && gathered_ && gathered_->step == kept_step && membership.from_replicas;
   // Nodes that come back start from the master's memory, which follows
   // their part over the data plane (memory_transfer.h).
   std::string newcomer_part;
   std::vector<std::string> memory;
   if (!membership.newcomers.empty() && kept_step >= 0) {
-    auto taken = memory_messages(job_id, phase, kept_step);
+    auto taken = memory_messages(job_id, phase, kept_step, from_gathered);
     if (!taken.ok()) {
       report.status = taken.status();
       return report;
@@ -347,8 +349,6 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     }
   }
   int nodes = 0;
-  // Node 0 starts from the model it gathered, or from its own memory.
-  const bool from_gathered = kept_step >= 0 && gathered_ && gathered_->step == kept_step && membership.from_replicas;
   if (from_gathered) local.initial_values = gathered_->values, local.initial_state = gathered_->state;
   Status placed = place_run(job_id, membership.members, keeping, from_gathered ? -1 : kept_step, run_options.start_step,
                             membership.variables, local, &nodes);

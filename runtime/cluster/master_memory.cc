@@ -17,9 +17,10 @@
 
 namespace rill::agent_internal {
 
-StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int phase, int64_t step) {
+StatusOr<std::vector<std::string>> Master::memory_messages(int64_t job_id, int phase, int64_t step,
+                                                            bool gathered) {
   std::map<std::string, std::vector<float>> values, states;
-  if (gathered_ && gathered_->job == job_id && gathered_->step == step) {
+  if (gathered && gathered_->job == job_id && gathered_->step == step) {
     // The pieces node 0 gathered to go on without a lost node (master_gather.cc).
     values = gathered_->values;
     states = gathered_->state;

@@ -143,6 +143,14 @@ void Replicator::receive_loop() {
           }
           failed = body.status();
         }
+      } else if (header->count > 0 && header->step <= options_.last_step && header->bytes <= options_.most_bytes) {
+        // Within the bounds, out of turn (the message before it was
+        // dropped): read and dropped, so that its sender, waiting for the
+        // acks, goes on to its next copy at once.
+        if (Status drained = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience)
+                                 .status();
+            drained.code() == Code::kAborted || drained.code() == Code::kUnavailable)
+          failed = drained;
       }
       if (failed.ok() && held.size() == header->count) {
         options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));

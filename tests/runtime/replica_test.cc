@@ -358,8 +358,9 @@ TEST_CASE("finishing a run waits for the last step's copies both ways, a node wi
 // What the node before sends is bounded before a byte of it is taken: a
 // copy weighs at most what the model's pieces may (most_piece_bytes), of a
 // step of the run, its messages in order from the first. Each refused
-// message comes whole (its chunks are read as headers that do not add up,
-// and dropped); an honest copy after them is kept, and only it.
+// message past the bounds comes whole (its chunks are read as headers that
+// do not add up, and dropped); one out of turn is read and dropped; an
+// honest copy after them is kept, and only it.
 TEST_CASE("a node takes from the node before only copies of the run's steps, in order, within the model's weight") {
   auto transports = comm::make_inproc_transports(2);
   ReplicaStore store;
@@ -373,7 +374,9 @@ TEST_CASE("a node takes from the node before only copies of the run's steps, in 
   };
   attack({101, 0, 1, 100});                    // past the run's last step (100)
   attack({10, 0, 1, options.most_bytes + 1});  // more than the model's pieces weigh
-  attack({20, 1, 2, 100});                     // message 1 before message 0
+  // Message 1 before message 0, within the bounds: read and dropped, its
+  // sender acknowledged (as one whose message 0 was dropped goes on).
+  CHECK(send_stream_message(*transports[0], 1, tags, {20, 1, 2, 100}, std::string(100, 'x'), milliseconds(10000)).ok());
   auto message = pack_tensors({ctl::Tensor{"w", {4, 3}, {0, 0}, {2, 3}, iota(6, 1)}}, {}, 8, 0, 30, size_t{1} << 20,
                               "a test");
   REQUIRE(message.ok());
