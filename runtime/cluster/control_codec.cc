@@ -194,11 +194,33 @@ uint64_t schema_hash() {
   return fnv1a(graph::kControlSchemaText, fnv1a(graph::kPlanSchemaText));
 }
 
+namespace {
+
+// About what a message's tensors take encoded, so that a builder of a model's
+// pieces starts at its size rather than doubling (and copying) its way there.
+size_t tensor_bytes(const std::vector<Tensor>& ts) {
+  size_t bytes = 0;
+  for (const Tensor& t : ts)
+    bytes += t.values.size() * sizeof(float) + t.name.size() +
+             8 * (t.shape.size() + t.offset.size() + t.piece_shape.size()) + 64;
+  return bytes;
+}
+size_t size_hint(const Message& message) {
+  if (const auto* m = std::get_if<PlanPart>(&message))
+    return tensor_bytes(m->initial_values) + tensor_bytes(m->initial_state) + m->job_text.size();
+  if (const auto* m = std::get_if<Done>(&message)) return tensor_bytes(m->variables);
+  return 0;
+}
+
+}  // namespace
+
 std::string encode(const Message& message) {
-  FlatBufferBuilder b(256);
+  FlatBufferBuilder b(size_hint(message) + 1024);
   auto [type, offset] = std::visit(Encoder{b}, message);
   b.Finish(fb::CreateEnvelope(b, type, offset), fb::EnvelopeIdentifier());
-  std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  std::string out;
+  out.reserve(b.GetSize() + sizeof(uint64_t));  // the checksum appended without another copy
+  out.assign(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   const uint64_t sum = XXH3_64bits(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
   return out;
