@@ -82,6 +82,11 @@ StatusOr<std::unique_ptr<ShmLanes>> ShmLanes::start(int rank, std::vector<bool> 
   }
   if (machine.size() < 2) return lanes;
   lanes->slots_ = static_cast<int>(machine.size()) - 1;
+  // What agents of this user killed before their peers attached left
+  // behind (an inbox holds its rings' memory while its name lives).
+  if (const auto stale = ShmInbox::remove_stale(options.shm_name_prefix, std::chrono::minutes(10)); !stale.empty())
+    spdlog::info("rank {}: removed {} shared-memory inbox(es) that agents which died left behind ({}{})", rank,
+                 stale.size(), stale[0], stale.size() > 1 ? ", ..." : "");
   RILL_ASSIGN_OR_RETURN(lanes->inbox_, ShmInbox::create(lanes->name_, lanes->slots_, options.shm_ring_bytes));
   lanes->thread_ = std::thread([p = lanes.get()] { p->loop(); });
   return lanes;

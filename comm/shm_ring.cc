@@ -1,6 +1,8 @@
 #include "comm/shm_ring.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -253,6 +256,42 @@ StatusOr<std::unique_ptr<ShmInbox>> ShmInbox::open(const std::string& name, int 
     return refuse("holds a header that does not match its size");
   }
   return std::unique_ptr<ShmInbox>(new ShmInbox(name, false, base, size, slots, ring_bytes, pid));
+}
+
+std::vector<std::string> ShmInbox::remove_stale(const std::string& prefix, std::chrono::seconds min_age) {
+  std::vector<std::string> removed;
+  // Names are "/<entry of /dev/shm>", one level.
+  if (prefix.size() < 2 || prefix[0] != '/' || prefix.find('/', 1) != std::string::npos) return removed;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  const std::string_view entry_prefix = std::string_view(prefix).substr(1);
+  const time_t now = time(nullptr);
+  while (const dirent* entry = readdir(dir)) {
+    if (!std::string_view(entry->d_name).starts_with(entry_prefix)) continue;
+    const std::string name = std::string("/") + entry->d_name;
+    const int fd = shm_open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) continue;
+    struct stat st {};
+    int32_t pid = 0;
+    // Nothing of it is read unless it is this user's, made as an inbox is.
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0600 &&
+        static_cast<uint64_t>(st.st_size) > kHeaderBytes && now - st.st_mtime >= min_age.count()) {
+      void* base = mmap(nullptr, kHeaderBytes, PROT_READ, MAP_SHARED, fd, 0);
+      if (base != MAP_FAILED) {
+        const auto* h = static_cast<const Header*>(base);
+        if (h->magic.load(std::memory_order_acquire) == kMagic &&
+            h->total_bytes == static_cast<uint64_t>(st.st_size))
+          pid = h->pid;
+        munmap(base, kHeaderBytes);
+      }
+    }
+    close(fd);
+    // A pid still in use (its creator, or a process given its number since)
+    // keeps the inbox.
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH && shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  closedir(dir);
+  return removed;
 }
 
 void ShmInbox::prefault(int slot) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -95,6 +96,14 @@ class ShmInbox {
   // is not this user's own inbox: owned by another, a mode other than 0600,
   // not a regular object, a size or header not of an inbox of `slots` rings.
   static StatusOr<std::unique_ptr<ShmInbox>> open(const std::string& name, int slots);
+  // Removes the names of this user's inboxes under `prefix` ("/rill-")
+  // whose creator died before removing them (killed before every peer
+  // attached): a regular object of this user, mode 0600, an inbox's header
+  // and size, untouched for `min_age`, its creator's pid gone. Returns the
+  // names removed. A pid from another pid namespace sharing /dev/shm would
+  // look gone; `min_age` keeps an inbox so young safe whatever its pid says,
+  // and its peers that did not attach yet would go over TCP.
+  static std::vector<std::string> remove_stale(const std::string& prefix, std::chrono::seconds min_age);
   ~ShmInbox();  // unmaps; the creator also removes the name
   ShmInbox(const ShmInbox&) = delete;
   ShmInbox& operator=(const ShmInbox&) = delete;

@@ -293,4 +293,55 @@ TEST_CASE("sizes and positions rewritten after a sender attached never move its 
   munmap(raw, kTotal);
 }
 
+// An agent killed before its peers attached leaves its inbox's name, and
+// with it the rings' memory; the next agent of this user removes it. Only
+// what is surely such a leftover goes: this user's inbox, as made (mode
+// 0600), untouched for the age given, its creator's pid gone.
+TEST_CASE("an inbox whose creator died before removing it is removed by the next agent; no other is") {
+  const std::string prefix = fmt::format("/rill-test-sweep-{}-", getpid());
+  auto left_by_dead = [&](const std::string& what) {
+    const std::string name = prefix + what;
+    shm_unlink(name.c_str());
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      auto inbox = ShmInbox::create(name, 1, 64 << 10);
+      if (inbox.ok()) (void)inbox->release();  // _exit follows: no destructor removes the name
+      _exit(inbox.ok() ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);  // reaped: its pid is gone
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    REQUIRE(exists(name));
+    return name;
+  };
+  const std::string dead = left_by_dead("dead");
+  const std::string opened_up = left_by_dead("mode");
+  set_mode(opened_up, 0644);  // not as an inbox is made: not ours to judge
+  const std::string live = prefix + "live";
+  shm_unlink(live.c_str());
+  auto alive = ShmInbox::create(live, 1, 64 << 10);  // its creator: this process
+  REQUIRE(alive.ok());
+  const std::string stranger = prefix + "stranger";
+  const bool root = geteuid() == 0;
+  if (root) plant_as_stranger(stranger, 1, 64 << 10);  // its creator exited too, but it is another user's
+  else MESSAGE("not root: the case of another user's inbox is skipped");
+
+  // Younger than the age given: kept, whatever its pid says.
+  CHECK(ShmInbox::remove_stale(prefix, std::chrono::hours(1)).empty());
+  CHECK(exists(dead));
+  CHECK(ShmInbox::remove_stale(prefix, std::chrono::seconds(0)) == std::vector<std::string>{dead});
+  CHECK_FALSE(exists(dead));
+  CHECK(exists(opened_up));
+  CHECK(exists(live));
+  if (root) CHECK(exists(stranger));
+  // The live inbox still works for a sender.
+  CHECK(ShmInbox::open(live, 1).ok());
+  // A prefix that is not one name's start in /dev/shm removes nothing.
+  CHECK(ShmInbox::remove_stale("/", std::chrono::seconds(0)).empty());
+  CHECK(ShmInbox::remove_stale(prefix + "x/", std::chrono::seconds(0)).empty());
+  for (const std::string& name : {opened_up, stranger}) shm_unlink(name.c_str());
+}
+
 }  // namespace rill::comm
