@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "compiler/gradient_norm.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cluster/job_runner.h"
+#include "runtime/cluster/memory_pieces.h"
 
 namespace rill::agent_internal {
 
@@ -110,11 +110,8 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   // the model).
   const int64_t asked = queued.submit.replica_every;
   everyone.replica_every = !live ? 0 : asked >= 0 ? asked : splits_variables(queued.job) ? kReplicaEvery : 0;
-  for (const graph::Variable& v : queued.job.variables) {
-    everyone.variables.push_back(v.name);
-    everyone.shapes[v.name] = v.shape;
-  }
-  if (auto scale = compiler::loss_scale_variable(queued.job.train)) everyone.shapes[scale->name] = scale->shape;
+  for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
+  everyone.shapes = model_shapes(queued.job);
   // Buckets sized by the link: until the size is chosen the nodes keep
   // their steps, so the run can go on from memory with another plan.
   bool sizing_buckets = false;

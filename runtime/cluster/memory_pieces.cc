@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "base/printable.h"
+#include "compiler/gradient_norm.h"
 #include "kernels/op.h"
 #include "runtime/node/plan_reader.h"
 
@@ -21,6 +22,13 @@ uint64_t most_piece_bytes(const std::map<std::string, Shape>& shapes) {
     most += 3 * (static_cast<uint64_t>(std::max<int64_t>(bytes, 0)) + kTensorEncoding);
   }
   return most;
+}
+
+std::map<std::string, Shape> model_shapes(const graph::Job& job) {
+  std::map<std::string, Shape> shapes;
+  for (const graph::Variable& v : job.variables) shapes[v.name] = v.shape;
+  if (auto scale = compiler::loss_scale_variable(job.train)) shapes[scale->name] = scale->shape;
+  return shapes;
 }
 
 StatusOr<std::vector<std::string>> pack_tensors(std::vector<ctl::Tensor> values, std::vector<ctl::Tensor> state,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "graph/job.h"
 #include "runtime/cluster/control_codec.h"
 
 namespace rill {
@@ -30,6 +31,9 @@ inline constexpr size_t kMemoryMessageBytes = size_t{1} << 30;
 // messages'. Node 0 refuses a gather's stream past it, and a node a replica
 // past it, before a byte of it is taken.
 uint64_t most_piece_bytes(const std::map<std::string, Shape>& shapes);
+// The tensors a model's pieces may be of, by name: every variable of `job`,
+// and loss scaling's (compiler/gradient_norm.h).
+std::map<std::string, Shape> model_shapes(const graph::Job& job);
 
 // `values` (variables) and `state` (optimizer state, "w1/adam_m"), whole or
 // pieces, in order, as messages of at most `most` bytes of tensors each (a

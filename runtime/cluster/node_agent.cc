@@ -19,11 +19,11 @@
 
 #include "base/printable.h"
 #include "compiler/compiler.h"
-#include "compiler/gradient_norm.h"
 #include "graph/job_file.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/control_codec.h"
+#include "runtime/cluster/memory_pieces.h"
 #include "runtime/cluster/memory_transfer.h"
 #include "runtime/node/carried_state.h"
 #include "runtime/node/node_runtime.h"
@@ -307,11 +307,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   auto job = graph::parse_job_json(m.job_text, "the job from the master");
   if (job.ok()) {
     run.stall_timeout_s = job_stall_timeout_s(*job, options_.stall_timeout_s);
-    for (const graph::Variable& v : job->variables) {
-      variables.push_back(v.name);
-      shapes[v.name] = v.shape;
-    }
-    if (auto scale = compiler::loss_scale_variable(job->train)) shapes[scale->name] = scale->shape;
+    for (const graph::Variable& v : job->variables) variables.push_back(v.name);
+    shapes = model_shapes(*job);
   }
   // Which node of the plan this is, and what it starts from (the
   // survivors of a lost node go on from their own memory).

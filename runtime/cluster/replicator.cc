@@ -101,18 +101,13 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
   return sent;
 }
 
-// Whether `header` may come next from the node before, holding `held`
-// messages of `step` (of `count`, `bytes` long) so far: ok, or why not. A
-// step's messages come in order from its first, and weigh at most what the
-// model's pieces may (most_piece_bytes); checked before a byte of the body
-// is taken.
-Status Replicator::admits(const StreamHeader& header, int64_t step, uint64_t count, size_t held,
-                          uint64_t bytes) const {
+// Whether `header` is within what the node before may send, `bytes` of its
+// step's copy taken already: a step of the run, and at most what the
+// model's pieces weigh (most_piece_bytes). Checked before a byte of the
+// body is taken.
+Status Replicator::bounded(const StreamHeader& header, uint64_t bytes) const {
   if (header.step > options_.last_step)
     return data_loss("a copy after step {}, past the run's last step {}", header.step, options_.last_step);
-  if (header.index != held || (held > 0 && (header.step != step || header.count != count)))
-    return data_loss("message {} of {} after step {} came where message {} of {} after step {} was due", header.index,
-                     header.count, header.step, held, count, step);
   if (bytes + header.bytes > options_.most_bytes)
     return data_loss("a copy of more than {} bytes, past what the model's pieces weigh ({})", bytes + header.bytes,
                      options_.most_bytes);
@@ -131,27 +126,25 @@ void Replicator::receive_loop() {
     Status failed = header.status();
     if (header.ok()) {
       if (header->index == 0) held.clear(), bytes = 0;  // a step's first message starts it afresh
-      failed = admits(*header, step, count, held.size(), bytes);
-      if (failed.ok()) {
-        step = header->step;
-        count = header->count;
-        if (header->count > 0) {
-          auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
-          if (body.ok()) {
-            bytes += body->size();
-            held.push_back(std::move(*body));
-          }
-          failed = body.status();
+      // A step's messages come in order from its first. One out of turn
+      // (the message before it was dropped) within the bounds is read and
+      // dropped, so that its sender, waiting for the acks, goes on to its
+      // next copy at once.
+      const bool in_turn =
+          header->index == held.size() && (held.empty() || (header->step == step && header->count == count));
+      failed = bounded(*header, in_turn ? bytes : 0);
+      if (failed.ok() && header->count > 0) {
+        auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
+        failed = body.status();
+        if (body.ok() && in_turn) {
+          bytes += body->size();
+          held.push_back(std::move(*body));
         }
-      } else if (header->count > 0 && header->step <= options_.last_step && header->bytes <= options_.most_bytes) {
-        // Within the bounds, out of turn (the message before it was
-        // dropped): read and dropped, so that its sender, waiting for the
-        // acks, goes on to its next copy at once.
-        if (Status drained = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience)
-                                 .status();
-            drained.code() == Code::kAborted || drained.code() == Code::kUnavailable)
-          failed = drained;
       }
+      if (failed.ok() && !in_turn)
+        failed = data_loss("message {} of {} after step {} came where message {} of {} after step {} was due",
+                           header->index, header->count, header->step, held.size(), count, step);
+      if (failed.ok()) step = header->step, count = header->count;
       if (failed.ok() && held.size() == header->count) {
         options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
         held.clear();

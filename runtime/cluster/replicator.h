@@ -74,7 +74,7 @@ class Replicator {
  private:
   StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
   void receive_loop();
-  Status admits(const StreamHeader& header, int64_t step, uint64_t count, size_t held, uint64_t bytes) const;
+  Status bounded(const StreamHeader& header, uint64_t bytes) const;
 
   Options options_;
   bool has_pieces_ = false;
