@@ -30,8 +30,8 @@
 // own inbox (the name is taken, /dev/shm is full) is sent to over TCP by
 // everyone, and sends over TCP itself. The creator removes the name once
 // every peer has attached, or when its transport closes; what a creator
-// killed before that leaves, the next lanes of this user remove once it is
-// 10 minutes old (ShmInbox::remove_stale).
+// killed before that leaves, the next lanes of this user remove once it was
+// made 10 minutes ago (ShmInbox::remove_stale).
 #pragma once
 
 #include <atomic>

@@ -266,21 +266,32 @@ std::vector<std::string> ShmInbox::remove_stale(const std::string& prefix, std::
   if (dir == nullptr) return removed;
   const std::string_view entry_prefix = std::string_view(prefix).substr(1);
   const time_t now = time(nullptr);
+  // Another user may make entries of any kind and number under the prefix:
+  // each is looked at without opening it first (an open of a FIFO, or of a
+  // file under a lease, would wait), and the scan is bounded in entries.
+  auto inbox_like = [&](const struct stat& st) {
+    return S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0600 &&
+           static_cast<uint64_t>(st.st_size) > kHeaderBytes && now - st.st_mtime >= min_age.count();
+  };
+  constexpr int kMostLooked = 4096;
+  int looked = 0;
   while (const dirent* entry = readdir(dir)) {
     if (!std::string_view(entry->d_name).starts_with(entry_prefix)) continue;
-    const std::string name = std::string("/") + entry->d_name;
-    const int fd = shm_open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (++looked > kMostLooked) break;
+    struct stat named {}, opened {};
+    if (fstatat(dirfd(dir), entry->d_name, &named, AT_SYMLINK_NOFOLLOW) != 0 || !inbox_like(named)) continue;
+    // Only this user's regular objects get here, which nobody else can
+    // make, replace or truncate: opened without waiting, and the same one.
+    const int fd = openat(dirfd(dir), entry->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat st {};
     int32_t pid = 0;
-    // Nothing of it is read unless it is this user's, made as an inbox is.
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0600 &&
-        static_cast<uint64_t>(st.st_size) > kHeaderBytes && now - st.st_mtime >= min_age.count()) {
+    if (fstat(fd, &opened) == 0 && opened.st_dev == named.st_dev && opened.st_ino == named.st_ino &&
+        inbox_like(opened)) {
       void* base = mmap(nullptr, kHeaderBytes, PROT_READ, MAP_SHARED, fd, 0);
       if (base != MAP_FAILED) {
         const auto* h = static_cast<const Header*>(base);
         if (h->magic.load(std::memory_order_acquire) == kMagic &&
-            h->total_bytes == static_cast<uint64_t>(st.st_size))
+            h->total_bytes == static_cast<uint64_t>(opened.st_size))
           pid = h->pid;
         munmap(base, kHeaderBytes);
       }
@@ -288,6 +299,7 @@ std::vector<std::string> ShmInbox::remove_stale(const std::string& prefix, std::
     close(fd);
     // A pid still in use (its creator, or a process given its number since)
     // keeps the inbox.
+    const std::string name = std::string("/") + entry->d_name;
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH && shm_unlink(name.c_str()) == 0) removed.push_back(name);
   }
   closedir(dir);

@@ -99,10 +99,12 @@ class ShmInbox {
   // Removes the names of this user's inboxes under `prefix` ("/rill-")
   // whose creator died before removing them (killed before every peer
   // attached): a regular object of this user, mode 0600, an inbox's header
-  // and size, untouched for `min_age`, its creator's pid gone. Returns the
-  // names removed. A pid from another pid namespace sharing /dev/shm would
-  // look gone; `min_age` keeps an inbox so young safe whatever its pid says,
-  // and its peers that did not attach yet would go over TCP.
+  // and size, made at least `min_age` ago (writes through the mapping do
+  // not move its time), its creator's pid gone. Looks at most 4096 entries
+  // under the prefix, and opens only those of this user. Returns the names
+  // removed. A pid from another pid namespace sharing /dev/shm would look
+  // gone: `min_age` keeps such an inbox while it is young, and peers that
+  // had not attached to an older one go over TCP.
   static std::vector<std::string> remove_stale(const std::string& prefix, std::chrono::seconds min_age);
   ~ShmInbox();  // unmaps; the creator also removes the name
   ShmInbox(const ShmInbox&) = delete;

@@ -36,15 +36,15 @@ constexpr uid_t kStranger = 4242;
 
 std::string test_name(const char* what) { return fmt::format("/rill-test-{}-{}", what, getpid()); }
 
-// Runs `body` in a child process as uid and gid kStranger and returns its
-// exit code: 77 when it could not become that user, 128 + the signal that
+// Runs `body` in a child process (as uid and gid kStranger when `stranger`)
+// and returns its exit code: 77 when it could not become that user, 128 + the signal that
 // ended it, or -1 when it ran past 10 s (a few system calls take
 // milliseconds: the bound only keeps a hung child from hanging the test).
-int as_stranger(const std::function<int()>& body) {
+int in_child(const std::function<int()>& body, bool stranger) {
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(kStranger) != 0 || setuid(kStranger) != 0) _exit(77);
+    if (stranger && (setgroups(0, nullptr) != 0 || setgid(kStranger) != 0 || setuid(kStranger) != 0)) _exit(77);
     _exit(body());
   }
   const auto until = Clock::now() + std::chrono::seconds(10);
@@ -59,6 +59,7 @@ int as_stranger(const std::function<int()>& body) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+int as_stranger(const std::function<int()>& body) { return in_child(body, true); }
 
 // Plants an inbox of `slots` rings of `ring_bytes` under `name` as the
 // stranger: a real one, marked closed by a creator that has exited, so a
@@ -338,6 +339,22 @@ TEST_CASE("an inbox whose creator died before removing it is removed by the next
   if (root) CHECK(exists(stranger));
   // The live inbox still works for a sender.
   CHECK(ShmInbox::open(live, 1).ok());
+  // What another user may put under the prefix (a FIFO anyone may open,
+  // whose open would wait for a writer; a folder; a link to an inbox) is
+  // left alone, and the scan does not wait on it (in a child, bounded).
+  const std::string fifo = "/dev/shm" + prefix + "fifo", folder = "/dev/shm" + prefix + "folder",
+                    link = "/dev/shm" + prefix + "link";
+  REQUIRE(mkfifo(fifo.c_str(), 0666) == 0);
+  REQUIRE(chmod(fifo.c_str(), 0666) == 0);
+  REQUIRE(mkdir(folder.c_str(), 0700) == 0);
+  REQUIRE(symlink(("/dev/shm" + live).c_str(), link.c_str()) == 0);
+  CHECK(in_child([&] { return ShmInbox::remove_stale(prefix, std::chrono::seconds(0)).empty() ? 0 : 1; }, false) == 0);
+  CHECK(access(fifo.c_str(), F_OK) == 0);
+  CHECK(access(folder.c_str(), F_OK) == 0);
+  CHECK(exists(live));
+  ::unlink(fifo.c_str());
+  ::rmdir(folder.c_str());
+  ::unlink(link.c_str());
   // A prefix that is not one name's start in /dev/shm removes nothing.
   CHECK(ShmInbox::remove_stale("/", std::chrono::seconds(0)).empty());
   CHECK(ShmInbox::remove_stale(prefix + "x/", std::chrono::seconds(0)).empty());
