@@ -44,7 +44,7 @@ Status Collectives::send_chunk(int to, std::span<const std::byte> bytes, uint64_
 StatusOr<const std::byte*> Collectives::recv_chunk(int from, size_t bytes, uint64_t tag) {
   received_.reset();
   if (options_.record) options_.record->wait_for(options_.caller, from);
-  RILL_RETURN_IF_ERROR(transport_.recv_message(from, tag, deadline_, &received_));
+  RILL_RETURN_IF_ERROR(patiently([&] { return transport_.recv_message(from, tag, deadline_, &received_); }));
   if (options_.record) options_.record->wait_for(options_.caller, -1);
   const MessageView& view = received_.view();
   constexpr size_t kHeader = sizeof(ChunkHeader);

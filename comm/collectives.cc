@@ -222,6 +222,7 @@ Status Collectives::begin(const char* op, uint64_t tag) {
                               describe_tag(tag)));
   }
   deadline_ = outer_deadline_ ? *outer_deadline_ : Clock::now() + options_.timeout;
+  liveness_seen_ = options_.liveness ? options_.liveness() : 0;
   if (options_.record) options_.record->begin(options_.caller, op, 0);
   sent_.assign(static_cast<size_t>(world()), 0);
   received_from_.assign(static_cast<size_t>(world()), 0);
@@ -232,7 +233,7 @@ Status Collectives::end(const char* op, const char* algorithm, uint64_t tag, Sta
   received_.reset();
   last_op_ = op;
   last_algorithm_ = world() == 1 ? "local" : algorithm;
-  if (status.ok()) status = tracker_.wait(deadline_);
+  if (status.ok()) status = patiently([&] { return tracker_.wait(deadline_); });
   if (options_.record) options_.record->end(options_.caller, status.ok());
   if (status.ok()) return status;
   if (status.code() != Code::kInvalidArgument && status.code() != Code::kFailedPrecondition) failed_ = true;
@@ -338,7 +339,7 @@ Status Collectives::all_reduce_doubling(std::span<const T> in, std::span<T> out,
     RILL_RETURN_IF_ERROR(send_chunk(other, mine, tag));
     RILL_ASSIGN_OR_RETURN(const std::byte* theirs, recv_chunk(other, bytes, tag));
     // `out` is sent without a copy: it changes only once the send is done.
-    RILL_RETURN_IF_ERROR(tracker_.wait(deadline_));
+    RILL_RETURN_IF_ERROR(patiently([&] { return tracker_.wait(deadline_); }));
     if (other > r) {
       combine_typed(op, out.data(), out.data(), theirs, count);
     } else {

@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -74,6 +75,10 @@ struct CollectiveOptions {
   // across once, not once per rank on the ring's boundary. Not with
   // use_scratch (the flat ring then).
   std::vector<int> machines;
+  // Grows while the ranks it waits for are busy elsewhere and alive (a
+  // node writing its checkpoint): a wait past the deadline during which it
+  // changed waits on for another `timeout`. Null: the deadline is final.
+  std::function<int64_t()> liveness;
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -258,6 +263,21 @@ class Collectives {
   std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;
+  int64_t liveness_seen_ = 0;  // options_.liveness when deadline_ was set
+  // Runs `wait` (a wait until deadline_) again, the deadline moved on by
+  // the timeout, each time it ends at the deadline with options_.liveness
+  // changed since that deadline was set.
+  template <typename Wait>
+  Status patiently(Wait wait) {
+    for (;;) {
+      Status status = wait();
+      if (status.code() != Code::kDeadlineExceeded || !options_.liveness) return status;
+      const int64_t now_seen = options_.liveness();
+      if (now_seen == liveness_seen_) return status;
+      liveness_seen_ = now_seen;
+      deadline_ = Clock::now() + options_.timeout;
+    }
+  }
   std::vector<uint32_t> sent_;      // per rank: messages sent to it in this op
   std::vector<uint32_t> received_from_;  // per rank: messages received from it in this op
   bool failed_ = false;

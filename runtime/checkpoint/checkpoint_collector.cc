@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,7 +37,8 @@ CheckpointCollector::~CheckpointCollector() {
 void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
-  while (complete_.size() >= kMaxWaiting && !stopping_) cv_.wait(mu_);
+  while (complete_.size() >= kMaxWaiting && !stopping_ && !abandoned_) cv_.wait(mu_);
+  if (abandoned_) return;
   PieceKey key{piece.name, piece.offset};
   if (handed_over_.count(steps_done) != 0 || expected_.count(key) == 0) return;  // not a piece this node writes
   Step& step = pending_[steps_done];
@@ -46,6 +48,14 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   complete_.emplace(steps_done, std::move(step));
   pending_.erase(steps_done);
   handed_over_.insert(steps_done);
+  cv_.notify_all();
+}
+
+void CheckpointCollector::abandon() {
+  {
+    MutexLock lock(mu_);
+    abandoned_ = true;
+  }
   cv_.notify_all();
 }
 
@@ -113,6 +123,26 @@ Status CheckpointCollector::finish() {
 int64_t CheckpointCollector::written() const {
   MutexLock lock(mu_);
   return written_;
+}
+
+CheckpointCollector::Writer node_file_writer(const graph::Job& job, int node, int nodes, FileAccess access,
+                                             WriteProgress* progress, double delay_s) {
+  return [dir = job.checkpoint.dir, node, nodes, access = std::move(access), progress, delay_s,
+          optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
+    progress->begin(step);
+    uint64_t told = 0;
+    auto observe = [&](uint64_t done, uint64_t total) {
+      progress->update(done, total);
+      if (delay_s > 0 && total > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(delay_s * static_cast<double>(done - told) /
+                                                                  static_cast<double>(total)));
+      told = done;
+    };
+    auto written = write_node_file(dir, step, node, nodes, std::move(tensors), access, {{"optimizer", optimizer}},
+                                   observe);
+    progress->end();
+    return written;
+  };
 }
 
 }  // namespace rill

@@ -28,6 +28,7 @@
 #include "graph/job.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/checkpoint/checkpoint_records.h"
+#include "runtime/checkpoint/write_progress.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {
@@ -50,6 +51,11 @@ class CheckpointCollector {
 
   // piece.copy_seconds: what taking the copy cost its caller.
   void add(int64_t steps_done, VariablePiece piece);
+  // The run stopped (a failure, a stall): an add() waiting for room, and
+  // any later one, returns without storing its piece, so a worker is never
+  // held by a disk that does not write. What was handed over is still
+  // written. Any thread.
+  void abandon();
   // Waits until every step handed over is written and reported; the first
   // failed write, or a step whose pieces did not all arrive (call it once the
   // node's run has ended), or ok.
@@ -76,9 +82,17 @@ class CheckpointCollector {
   std::map<int64_t, Step> complete_ GUARDED_BY(mu_);  // handed to the writer, written lowest step first
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
+  bool abandoned_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
   int64_t written_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts once the rest is made
 };
+
+// The writer of node `node`'s file of each step (of `nodes`) into the job's
+// checkpoint.dir within `access`, its bytes told to `progress` as they are
+// written. Tests: each write takes `delay_s` longer, spread over its bytes
+// (a slow disk).
+CheckpointCollector::Writer node_file_writer(const graph::Job& job, int node, int nodes, FileAccess access,
+                                             WriteProgress* progress, double delay_s = 0);
 
 }  // namespace rill

@@ -57,11 +57,39 @@ Status read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::str
   return Status::ok_status();
 }
 
-// Writes `pieces` (in order) to a new file and fsyncs it before returning.
-Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
+namespace {
+constexpr size_t kWriteChunk = size_t{256} << 10;
+// The file is written back by windows as it grows: each full window is
+// started, and the one before it waited for, so the pages waiting for the
+// disk stay within two windows and write() takes the disk's pace.
+constexpr uint64_t kWriteBackWindow = uint64_t{8} << 20;
+
+void write_back(int fd, uint64_t written, uint64_t before) {
+  // Advice: a file system without it still has the final fsync, which
+  // reports any error.
+  if (written / kWriteBackWindow == before / kWriteBackWindow) return;
+  const uint64_t window = (written / kWriteBackWindow - 1) * kWriteBackWindow;
+  (void)::sync_file_range(fd, static_cast<off_t>(window), kWriteBackWindow, SYNC_FILE_RANGE_WRITE);
+  if (window >= kWriteBackWindow)
+    (void)::sync_file_range(fd, static_cast<off_t>(window - kWriteBackWindow), kWriteBackWindow,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+}
+}  // namespace
+
+Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces,
+                         const WriteObserver& observe) {
   FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (fd.get() < 0) return os_error("cannot create " + path, errno);
-  for (const auto& [data, bytes] : pieces) RILL_RETURN_IF_ERROR(write_all(fd.get(), data, bytes, path));
+  uint64_t total = 0, written = 0;
+  for (const auto& piece : pieces) total += piece.second;
+  for (const auto& [data, bytes] : pieces)
+    for (size_t at = 0; at < bytes; at += kWriteChunk) {
+      const size_t n = std::min(kWriteChunk, bytes - at);
+      RILL_RETURN_IF_ERROR(write_all(fd.get(), static_cast<const char*>(data) + at, n, path));
+      write_back(fd.get(), written + n, written);
+      written += n;
+      if (observe) observe(written, total);
+    }
   if (::fsync(fd.get()) != 0) return os_error("cannot fsync " + path, errno);
   if (::close(fd.release()) != 0) return os_error("cannot close " + path, errno);
   return Status::ok_status();
@@ -157,7 +185,7 @@ std::string safetensors_header(const std::vector<CheckpointTensor>& tensors,
 
 
 Status write_safetensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, const WriteObserver& observe) {
   std::string header;
   try {
     header = safetensors_header(tensors, metadata);
@@ -176,7 +204,7 @@ Status write_safetensors(const std::string& path, const std::vector<CheckpointTe
     encoded.push_back(encode_values(t.values, t.dtype));
     pieces.emplace_back(encoded.back().data(), encoded.back().size());
   }
-  return write_file_synced(path, pieces);
+  return write_file_synced(path, pieces, observe);
 }
 
 Status prepare_root(const std::string& dir, const FileAccess& access) {

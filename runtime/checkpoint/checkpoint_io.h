@@ -19,6 +19,7 @@
 #include "base/file_access.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/write_progress.h"
 
 namespace rill::checkpoint_io {
 
@@ -47,8 +48,12 @@ class FileDescriptor {
 Status os_error(const std::string& what, int err);
 Status fs_error(const std::string& what, const std::error_code& ec);
 Status read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::string& path);
-// Writes `pieces` (in order) to a new file (0600) and fsyncs it before returning.
-Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);
+// Writes `pieces` (in order) to a new file (0600) and fsyncs it before
+// returning. The file goes to the kernel by chunks of at most 256 KiB, each
+// told to `observe`, and is written back to the disk as it grows (so a slow
+// disk's pace shows as the write goes on, not all in the final fsync).
+Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces,
+                         const WriteObserver& observe = {});
 // Makes a directory's entries (a rename, a new file) durable.
 Status sync_directory(const std::string& path);
 StatusOr<std::string> read_small_file(const std::string& path, uint64_t limit, const FileAccess& access);
@@ -78,9 +83,9 @@ Status write_latest(const fs::path& root, const std::string& step_name);
 Status prune(const fs::path& root, int64_t step, int keep_last);
 
 // A safetensors file of `tensors`, in order, with `metadata` as its
-// __metadata__, written and fsynced.
+// __metadata__, written and fsynced (its progress told to `observe`).
 Status write_safetensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                         const std::map<std::string, std::string>& metadata);
+                         const std::map<std::string, std::string>& metadata, const WriteObserver& observe = {});
 // Parses and validates a safetensors file, then appends its tensors (in data
 // order) and metadata to `out`.
 Status read_safetensors(const std::string& path, Checkpoint* out, const FileAccess& access);

@@ -125,7 +125,8 @@ std::string node_file_name(int node, int nodes) {
 
 StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int node, int nodes,
                                    std::vector<TensorPiece> pieces, const FileAccess& access,
-                                   const std::map<std::string, std::string>& metadata) {
+                                   const std::map<std::string, std::string>& metadata,
+                                   const WriteObserver& observe) {
   if (dir.empty()) return invalid_argument("checkpoint: the directory is empty");
   if (step < 0) return invalid_argument("checkpoint: step is {}, must not be negative", step);
   for (const TensorPiece& p : pieces)
@@ -165,7 +166,7 @@ StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int nod
   RILL_RETURN_IF_ERROR(check_own_folder(folder.string(), "checkpoint step folder"));
   NodeFile out{node, node_file_name(node, nodes), 0, std::move(pieces)};
   RILL_RETURN_IF_ERROR(install_file(folder, out.file, [&](const std::string& path) {
-    return write_safetensors(path, tensors, metadata);
+    return write_safetensors(path, tensors, metadata, observe);
   }));
   const auto bytes = fs::file_size(folder / out.file, ec);
   if (ec) return fs_error("cannot read the size of " + (folder / out.file).string(), ec);

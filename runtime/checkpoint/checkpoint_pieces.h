@@ -22,6 +22,7 @@
 #include "base/file_access.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/write_progress.h"
 
 namespace rill {
 
@@ -54,10 +55,12 @@ std::string node_file_name(int node, int nodes);
 // `metadata` as its __metadata__ ("optimizer": the job's). With one node
 // every tensor's pieces are joined into the whole tensor first.
 // Bad input (pieces that do not fit their tensor, a tensor named twice) is
-// kInvalidArgument; a file-system failure names the path.
+// kInvalidArgument; a file-system failure names the path. `observe` hears
+// the file's bytes as they are written.
 StatusOr<NodeFile> write_node_file(const std::string& dir, int64_t step, int node, int nodes,
                                    std::vector<TensorPiece> pieces, const FileAccess& access = {},
-                                   const std::map<std::string, std::string>& metadata = {});
+                                   const std::map<std::string, std::string>& metadata = {},
+                                   const WriteObserver& observe = {});
 
 // Makes step `step` complete: writes its meta.json from every node's file
 // (format 1 for a single file of whole tensors, else 2), then points

@@ -29,6 +29,7 @@
 #include "runtime/cluster/job_runner.h"
 #include "runtime/cluster/replica_store.h"
 #include "runtime/cluster/replicator.h"
+#include "runtime/checkpoint/write_progress.h"
 #include "comm/group_transport.h"
 #include "runtime/node/node_runtime.h"
 #include "runtime/node/step_keeper.h"
@@ -199,6 +200,14 @@ class Agent {
   // `replicas_of` it holds, as messages for node 0's gather.
   StatusOr<std::vector<std::string>> gather_messages(int64_t job, int64_t step, bool own,
                                                      const std::vector<int>& replicas_of) const;
+  // This agent's checkpoint writers' bytes, and what the master last said
+  // of the cluster's (every node's, its own included): while either grows, a
+  // node waits for a disk, so nobody's run is stuck (write_progress.h).
+  WriteProgress disk_;
+  std::atomic<int64_t> cluster_disk_{0};
+  std::function<int64_t()> liveness() {
+    return [this] { return disk_.bytes() + cluster_disk_.load(std::memory_order_relaxed); };
+  }
   StepKeeper kept_;  // the running job's last two steps; one run at a time writes it
   ReplicaStore replicas_;  // this node's pieces and the node before it's, every few steps
 

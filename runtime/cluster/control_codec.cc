@@ -149,7 +149,7 @@ struct Encoder {
     return {fb::Message::Heartbeat,
             fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
                                 b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(rates),
-                                b.CreateString(m.comm))
+                                b.CreateString(m.comm), m.checkpoint_bytes)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
@@ -366,6 +366,7 @@ StatusOr<Message> decode(std::string_view message) {
       if (h->link_rates())
         for (const fb::PeerRate* r : *h->link_rates()) beat.link_rates.push_back({r->peer(), r->mb_per_s()});
       beat.comm = str(h->comm());
+      beat.checkpoint_bytes = h->checkpoint_bytes();
       return Message(std::move(beat));
     }
     case fb::Message::Abort: {

@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
     if (piece.name.starts_with(kCarriedPrefix)) writers[0].insert({piece.name, piece.offset});
   std::unique_ptr<JobCheckpoints> out(new JobCheckpoints());
   out->every_ = config.every;
+  if (options.write_progress) out->progress_ = options.write_progress;
   out->completer_.emplace(
       std::move(writers),
       [dir = config.dir, keep = static_cast<int>(config.keep), access = options.checkpoint_access, job = job.name,
@@ -59,22 +60,25 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
   if (!own.empty())
     out->collector_.emplace(
         job, std::move(own),
-        [dir = config.dir, nodes = cluster.num_nodes, access = options.checkpoint_access,
-         delay = options.checkpoint_write_delay_s,
-         optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
-          if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-          return write_node_file(dir, step, 0, nodes, std::move(tensors), access, {{"optimizer", optimizer}});
-        },
+        node_file_writer(job, 0, cluster.num_nodes, options.checkpoint_access, out->progress_,
+                         options.checkpoint_write_delay_s),
         [completer = &*out->completer_](NodeCheckpoint written) { completer->add(0, std::move(written)); });
   return out;
 }
 
 void JobCheckpoints::attach(RunOptions& run, PhasePlan& phase) {
   run.snapshot_every = every_;
+  // Training waits for node 0's disk where it is slower than the
+  // checkpoints: its writes going on are not a stall.
+  if (!run.liveness) run.liveness = [progress = progress_] { return progress->bytes(); };
+  run.describe_liveness = [progress = progress_] { return progress->describe(); };
   // Every node snapshots (the master tells the others with their part);
   // node 0 may hold nothing to write (a pserver layout's trainer).
   run.on_snapshot = [this](int64_t done, VariablePiece piece) {
     if (collector_) collector_->add(done, std::move(piece));
+  };
+  run.on_abort = [this] {
+    if (collector_) collector_->abandon();
   };
   phase.on_checkpoint = [this](int node, NodeCheckpoint written) { completer_->add(node, std::move(written)); };
   phase.expect_carried = [this](int node, const std::vector<CheckpointCompleter::PieceKey>& pieces) {

@@ -32,7 +32,8 @@ class JobCheckpoints {
                                                         int64_t start_step, std::FILE* metrics);
 
   // Node 0's snapshots into its collector, every node's reports into the
-  // completer.
+  // completer; node 0's writes count as the run's liveness where the run
+  // has none of its own (a run alone: RunOptions::liveness).
   void attach(RunOptions& run, PhasePlan& phase);
   // Once every node has ended: node 0's last writes, then every complete
   // step's meta.json; the first failure.
@@ -42,6 +43,8 @@ class JobCheckpoints {
  private:
   JobCheckpoints() = default;
   int64_t every_ = 0;
+  WriteProgress own_progress_;                 // node 0's writes, where the options name no other
+  WriteProgress* progress_ = &own_progress_;
   std::optional<CheckpointCompleter> completer_;
   std::optional<CheckpointCollector> collector_;  // destroyed first: its last report goes to the completer
 };

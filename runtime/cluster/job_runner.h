@@ -18,6 +18,7 @@
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/checkpoint/checkpoint_records.h"
+#include "runtime/checkpoint/write_progress.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {
@@ -91,6 +92,12 @@ struct JobRunOptions {
   FileAccess data_access, checkpoint_access;
   // Tests: every checkpoint write takes this many seconds longer (a slow disk).
   double checkpoint_write_delay_s = 0;
+  // Where node 0's checkpoint writes tell their bytes (null: the job's own),
+  // and what grows while work the runs wait for goes on elsewhere (other
+  // nodes' checkpoint writes, as the master hears of them): the runs'
+  // RunOptions::liveness is both.
+  WriteProgress* write_progress = nullptr;
+  std::function<int64_t()> liveness;
 };
 
 // One automatic restart of a job (Submit::max_restarts): why the attempt

@@ -110,6 +110,7 @@ Status train(JobRun& run, PhasePlan phase, int64_t log_every) {
   RunOptions run_options;
   run_options.data_access = options.data_access;
   run_options.stall_timeout_s = options.stall_timeout_s;
+  run_options.liveness = options.liveness;
   run_options.trace = !options.trace_file.empty() || options.trace;
   run_options.on_step = [&progress](const StepMetrics& m) { progress.on_step(m); };
   run_options.stop = options.stop;

@@ -32,6 +32,7 @@ Status Master::start_kind() {
   links_ = LinkTracker(world_);
   slow_link_warned_.assign(world_, false);
   activity_.assign(world_, {});
+  disk_heard_.assign(world_, 0);
   return {};
 }
 
@@ -163,8 +164,10 @@ void Master::check_liveness() {
   watch_links();
   if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
     last_heartbeat_ = now();
+    ctl::Heartbeat beat{0};
+    beat.checkpoint_bytes = disk_.bytes() + cluster_disk_.load(std::memory_order_relaxed);
     for (int r = 1; r < world_; ++r)
-      if (!lost_[r]) post_to_node(r, ctl::Heartbeat{0});
+      if (!lost_[r]) post_to_node(r, beat);
     track_pace();
   }
   for (int r = 1; r < world_; ++r) {

@@ -201,11 +201,12 @@ class Master final : public Agent {
   // `job_text` and the phase's options.
   RunReport execute_phase(int64_t job_id, int phase, const std::string& job_text, const PhasePlan& plan,
                           const RunOptions& run_options, const Membership& membership);
-  // Waits for the Done of every member but 0 (phase_mu_ held), up to
-  // `deadline`, or until a member is lost (then, for a phase that keeps its
-  // steps, for the others' Dones up to kSurvivorsReportSeconds); false when
-  // some did not come.
-  bool wait_for_dones_locked(Clock::time_point deadline, bool keeping) REQUIRES(phase_mu_);
+  // Waits for the Done of every member but 0 (phase_mu_ held) for
+  // `patience_s`, and again each time the cluster's checkpoint writes went on
+  // meanwhile (a node's Done follows its last files), or until a member is
+  // lost (then, for a phase that keeps its steps, for the others' Dones up
+  // to kSurvivorsReportSeconds); false when some did not come.
+  bool wait_for_dones_locked(double patience_s, bool keeping) REQUIRES(phase_mu_);
   // The phase's checkpoint reports go nowhere from now on.
   void end_checkpoint_reports();
   // What a node that comes back starts from: node 0's memory (every
@@ -268,6 +269,9 @@ class Master final : public Agent {
     std::string comm;  // its flight record (NodePace::comm), as JSON
   };
   std::vector<Activity> activity_;
+  // Each node's checkpoint bytes as its heartbeats last said (loop thread);
+  // what they grew by adds to cluster_disk_.
+  std::vector<int64_t> disk_heard_;
   Status start_http();
   void publish_metrics();  // the node table, for /metrics and /api (loop thread)
   MetricsBoard board_;

@@ -77,6 +77,8 @@ void Master::run_queued(QueuedJob queued) {
   options.devices = queued.submit.devices.empty() ? options_.devices : queued.submit.devices;
   options.devices_from = queued.submit.devices.empty() ? "the agents' --devices" : "the submit's --devices";
   options.checkpoint_write_delay_s = options_.checkpoint_write_delay_s;
+  options.write_progress = &disk_;
+  options.liveness = liveness();  // node 0's writes and every other node's
   options.data_access = roots_.data_access();
   options.checkpoint_access = roots_.checkpoint_access();
   options.num_nodes = world_;
@@ -431,10 +433,11 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline),
   // and once more where a node waits for its last step's copies (each
-  // chunk and the node before's copy within that patience).
+  // chunk and the node before's copy within that patience); longer while
+  // checkpoint files are still being written.
   const double done_within =
       run_options.stall_timeout_s * (keeping && membership.replica_every > 0 ? 2 : 1) + 5;
-  const bool all = wait_for_dones_locked(now() + seconds_of(done_within), keeping);
+  const bool all = wait_for_dones_locked(done_within, keeping);
   report.control_bytes_from_nodes = control_bytes_from_nodes_.load() - control_before;
   if (keeping) {
     // The phase ran: what each node holds now is what its Done says; a node

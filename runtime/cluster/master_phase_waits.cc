@@ -49,11 +49,17 @@ void Master::end_checkpoint_reports() {
   phase_.on_checkpoint = nullptr;
 }
 
-bool Master::wait_for_dones_locked(Clock::time_point deadline, bool keeping) {
+bool Master::wait_for_dones_locked(double patience_s, bool keeping) {
   const int parts = static_cast<int>(phase_.members.size()) - 1;
-  bool in_time = true;
-  while (in_time && static_cast<int>(phase_.dones.size()) < parts && phase_.lost.empty())
-    in_time = wait_phase_until(deadline);
+  const std::function<int64_t()> written = liveness();
+  auto deadline = now() + seconds_of(patience_s);
+  int64_t seen = written();
+  while (static_cast<int>(phase_.dones.size()) < parts && phase_.lost.empty()) {
+    if (wait_phase_until(deadline)) continue;
+    if (written() == seen) break;
+    seen = written();
+    deadline = now() + seconds_of(patience_s);
+  }
   if (static_cast<int>(phase_.dones.size()) == parts) return true;
   if (phase_.lost.empty()) return false;
   // A member is lost: the others, told to abort (again: the master's own

@@ -68,12 +68,7 @@ std::shared_ptr<CheckpointCollector> NodeAgent::checkpoint_collector(const graph
   // Each node writes its own file; the master makes the step complete.
   return std::make_shared<CheckpointCollector>(
       job, std::move(pieces),
-      [dir = job.checkpoint.dir, node, nodes, access = roots_.checkpoint_access(),
-       delay = options_.checkpoint_write_delay_s,
-       optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
-        if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-        return write_node_file(dir, step, node, nodes, std::move(tensors), access, {{"optimizer", optimizer}});
-      },
+      node_file_writer(job, node, nodes, roots_.checkpoint_access(), &disk_, options_.checkpoint_write_delay_s),
       [this, job_id, phase, node, link](NodeCheckpoint written) {
         if (links_.load() != link) return;  // its master is gone from this link
 
@@ -179,6 +174,7 @@ void NodeAgent::tick() {
         beat.comm = pace.comm;
       }
     }
+    beat.checkpoint_bytes = disk_.bytes();  // also between runs: a run's last files are written after it
     post_to_master(beat);
   }
   watch_links();
@@ -302,6 +298,8 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
   run.data_access = roots_.data_access();
   run.tag_base = m.tag_base;
   run.stall_timeout_s = options_.stall_timeout_s;
+  run.liveness = liveness();
+  run.describe_liveness = [this] { return disk_.describe(); };
   std::vector<std::string> variables;
   std::map<std::string, Shape> shapes;  // bound what a replica may weigh
   auto job = graph::parse_job_json(m.job_text, "the job from the master");
@@ -362,8 +360,10 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
         plan = pieces.status();
       }
     }
-    if (checkpoint)
+    if (checkpoint) {
       run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };
+      run.on_abort = [checkpoint] { checkpoint->abandon(); };
+    }
     // Its pieces to the next member's memory every few steps (live membership).
     std::shared_ptr<Replicator> replicator;
     int replica_pieces = 0;
@@ -553,7 +553,8 @@ void NodeAgent::worker_on(ctl::Rejoined& m) {
 }
 
 // The master's heartbeat: on_master_message noted that it is alive.
-void NodeAgent::worker_on(ctl::Heartbeat&) {}
+// The master's: what the cluster's checkpoint writers have written.
+void NodeAgent::worker_on(ctl::Heartbeat& m) { cluster_disk_.store(m.checkpoint_bytes, std::memory_order_relaxed); }
 
 // The cluster formed in join(); another answer to the Join is stale.
 void NodeAgent::worker_on(ctl::JoinReply&) {}

@@ -278,7 +278,8 @@ StatusOr<comm::Collectives*> BoxingSetup::collectives_among(const std::string& n
       *transport,
       comm::CollectiveOptions{.timeout = std::chrono::milliseconds(static_cast<int64_t>(stall_timeout_s_ * 1000)),
                               .record = record_,
-                              .caller = record_ ? record_->add_caller(name, nodes) : -1}));
+                              .caller = record_ ? record_->add_caller(name, nodes) : -1,
+                              .liveness = liveness_}));
   return collectives_.back().get();
 }
 

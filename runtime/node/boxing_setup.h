@@ -43,9 +43,14 @@ class BoxingSetup {
   // `transport`: the data plane (null on one node); collectives time out
   // after `stall_timeout_s`, use tags from `tag_base` + 1 and record their
   // calls in `record` (the node's flight record; null: nowhere).
+  // `liveness` (RunOptions::liveness) lets their waits go on past it.
   BoxingSetup(comm::Transport* transport, double stall_timeout_s, uint64_t tag_base,
-              comm::FlightRecord* record = nullptr)
-      : transport_(transport), stall_timeout_s_(stall_timeout_s), tag_base_(tag_base), record_(record) {}
+              comm::FlightRecord* record = nullptr, std::function<int64_t()> liveness = {})
+      : transport_(transport),
+        stall_timeout_s_(stall_timeout_s),
+        tag_base_(tag_base),
+        record_(record),
+        liveness_(std::move(liveness)) {}
 
   // The context of a GPU of this node (made on first use).
   using CudaFor = std::function<StatusOr<CudaContext*>(uint32_t device)>;
@@ -147,6 +152,7 @@ class BoxingSetup {
   double stall_timeout_s_;
   uint64_t tag_base_;
   comm::FlightRecord* record_;
+  std::function<int64_t()> liveness_;
   Mutex mu_;
   std::string cancelled_ GUARDED_BY(mu_);  // why, once cancelled
   std::atomic<bool> stop_{false};          // cancelled: a communicator being made gives up

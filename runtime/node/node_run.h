@@ -64,7 +64,7 @@ class NodeRun : public NodeRuntime {
       : bytes_(std::move(bytes)),
         options_(std::move(options)),
         record_(options_.transport ? options_.transport->world() : 0),
-        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base, &record_) {}
+        boxing_(options_.transport, options_.stall_timeout_s, options_.tag_base, &record_, options_.liveness) {}
   ~NodeRun() override;
   Status build();
   RunReport run() override;

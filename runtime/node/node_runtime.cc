@@ -166,6 +166,7 @@ void NodeRun::fail(const Status& status) {
   }
   failed_.store(true);
   for (auto& worker : workers_) worker->stop();
+  if (options_.on_abort) options_.on_abort();
   if (first) boxing_.cancel("the run was stopped: " + status.message());
   // Collectives waiting on a peer end now, not at their deadlines.
   if (first && options_.transport)
@@ -185,6 +186,7 @@ RunReport NodeRun::run() {
   auto last_change = Clock::now();
   bool stalled = false;
   std::vector<comm::FlightRecord::Wait> stalled_waits;
+  std::string stalled_outside;  // what was being written when the run stalled
   uint64_t polls = 0;
   // Alone, the node agrees its end with itself (a stop asked for before
   // the workers start runs no step); across nodes the master agrees it with
@@ -218,14 +220,17 @@ RunReport NodeRun::run() {
         break;
       }
     }
-    int64_t now_progress = progress_.load();
+    // Acts, and work the run waits for elsewhere (a checkpoint being written).
+    int64_t now_progress = progress_.load() + (options_.liveness ? options_.liveness() : 0);
     if (now_progress != last_progress) {
       last_progress = now_progress;
       last_change = Clock::now();
     } else if (std::chrono::duration<double>(Clock::now() - last_change).count() > options_.stall_timeout_s) {
       stalled = true;
       stalled_waits = record_.waits();  // before the cancel below ends the waits
+      stalled_outside = options_.describe_liveness ? options_.describe_liveness() : "";
       for (auto& worker : workers_) worker->stop();
+      if (options_.on_abort) options_.on_abort();
       boxing_.cancel("the run stalled");  // ranks waiting in a device collective, NCCL's streams
       // Collectives waiting on a peer (a shared GPU's barriers among them)
       // end now, so the workers join at once.
@@ -246,10 +251,12 @@ RunReport NodeRun::run() {
     // Which node each collective waited for when the run was stopped.
     std::string collectives;
     for (const comm::FlightRecord::Wait& wait : stalled_waits) collectives += "\n  " + wait.line;
+    const std::string& outside = stalled_outside;
     report.status = Status(Code::kDeadlineExceeded,
-                           fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}{}",
+                           fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}{}{}",
                                        options_.stall_timeout_s, waiting,
-                                       collectives.empty() ? "" : "\n collectives waiting:" + collectives));
+                                       collectives.empty() ? "" : "\n collectives waiting:" + collectives,
+                                       outside.empty() ? "" : "\n still writing: " + outside));
   } else {
     MutexLock lock(error_mu_);
     report.status = first_error_;

@@ -83,6 +83,18 @@ struct RunOptions {
   comm::Transport* transport = nullptr;
   uint64_t tag_base = 0;
   double stall_timeout_s = 60.0;    // stop and report when no actor acts this long
+  // Grows while work the run may wait for goes on outside its actors: a
+  // checkpoint being written on this node or another (write_progress.h).
+  // While it changes, no act is not a stall, and a collective waiting for a
+  // peer waits on. Null: acts alone count. `describe_liveness` says what
+  // that work is, for a stall's error ("" when none).
+  std::function<int64_t()> liveness;
+  std::function<std::string()> describe_liveness;
+  // Called when the run stops on a failure or a stall, before it joins its
+  // workers (perhaps more than once, from any thread): what holds a worker
+  // outside the run lets go (a snapshot waiting for room among the
+  // checkpoints: CheckpointCollector::abandon).
+  std::function<void()> on_abort;
   bool trace = false;               // record per-act timestamps
   // Start variables from these logical values instead of their initializers,
   // and their optimizer state from `initial_state` ("w1/momentum" -> values).

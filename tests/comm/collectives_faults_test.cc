@@ -164,3 +164,42 @@ TEST_CASE("a rank that dies between collectives ends the next one on the others 
     check_all_ok(statuses);
   }
 }
+
+// A rank busy elsewhere past the deadline (a node waiting for its checkpoint
+// disk) while the options' liveness grows: the others wait on and the sum is
+// whole. With liveness that stands still the same wait is the deadline's
+// error, so only word of work going on extends it.
+TEST_CASE("a collective waits past its deadline while liveness grows, and not otherwise") {
+  for (bool growing : {true, false}) {
+    CAPTURE(growing);
+    const int world = 2;
+    auto transports = make_inproc_transports(world);
+    std::atomic<int64_t> written{0};
+    std::atomic<bool> done{false};
+    std::thread writer([&] {  // a disk writing 10 chunks a second, until the ranks end (5 s at most)
+      for (int i = 0; i < 50 && growing && !done.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        written.fetch_add(256 << 10);
+      }
+    });
+    auto statuses = run_ranks(world, [&](int rank) -> Status {
+      CollectiveOptions options{4096, std::chrono::milliseconds(300)};
+      options.liveness = [&] { return written.load(); };
+      Collectives c(*transports[rank], options);
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // 3.3 deadlines late
+      std::vector<float> data(1000, static_cast<float>(rank + 1));
+      RILL_RETURN_IF_ERROR(c.all_reduce(data, data, 9));
+      for (float v : data)
+        if (v != 3.0f) return internal_error("got {}, want 3", v);
+      return Status::ok_status();
+    });
+    done = true;
+    writer.join();
+    if (growing) {
+      check_all_ok(statuses);
+    } else {
+      CHECK(statuses[0].code() == Code::kDeadlineExceeded);
+      CHECK(statuses[0].message().find("from rank 1") != std::string::npos);
+    }
+  }
+}

@@ -5,6 +5,7 @@
 // node counts, every variable read back bitwise.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -172,6 +173,42 @@ TEST_CASE("a slow checkpoint disk slows the job but the cluster stays whole") {
   CHECK(node0.output().find("lost") == std::string::npos);
   CHECK(node1.output().find("lost") == std::string::npos);
   Ran down = run_rill("shutdown --master 127.0.0.1:19380");
+  CHECK(down.code == 0);
+}
+
+// A disk slower than the stall timeout: node 1 writes each file of a step
+// over 4 s (spread over its bytes) and the job allows 2 s without an act.
+// From step 3 node 1's training waits for its disk (one step's file
+// waits in memory while another is written) and node 0 waits for node 1;
+// after the run node 1 still writes two files, 8 s, past the master's wait
+// for its Done (the stall timeout and 5 s). The writes going on are word
+// that the cluster is alive: node 1's heartbeats carry its bytes, the
+// master's carry them to node 0, and every run, collective and wait for a
+// Done counts them. Without that the job ended "stuck".
+TEST_CASE("training that waits for a checkpoint disk slower than the stall timeout goes on to the end") {
+  auto dir = temp_dir() / "slower-than-stall";
+  std::filesystem::remove_all(dir);
+  const auto result = temp_dir() / "slower-than-stall.json";
+  const std::string machines =
+      " --machines 127.0.0.1:19470,127.0.0.2:19470 --devices cpu:1 --heartbeat 0.2 --stall-timeout 2";
+  rill::testing::Agent node0(machines + " --rank 0 --http off", (temp_dir() / "slower0.log").string());
+  rill::testing::Agent node1(machines + " --rank 1 --checkpoint-write-delay 4", (temp_dir() / "slower1.log").string());
+  REQUIRE(formed("127.0.0.1:19470"));
+  Ran ran = run_rill("submit " + root() + "/samples/mlp/mlp_model_parallel.json --master 127.0.0.1:19470 --steps 5" +
+                         " --set checkpoint.dir=" + dir.string() +
+                         " --set checkpoint.every=1 --set checkpoint.keep=10 --follow --result " + result.string(),
+                     180);
+  INFO(ran.output);
+  INFO(node0.output());
+  INFO(node1.output());
+  REQUIRE(ran.code == 0);
+  for (int step = 1; step <= 5; ++step) CHECK(rill::testing::checkpoint_complete(dir, step));
+  auto j = read_json(result);
+  REQUIRE(j["checkpoints"].size() == 5);
+  double longest_block_ms = 0;
+  for (const auto& c : j["checkpoints"]) longest_block_ms = std::max(longest_block_ms, c["block_ms"].get<double>());
+  CHECK(longest_block_ms > 2000);  // training did wait for the disk longer than the stall timeout
+  Ran down = run_rill("shutdown --master 127.0.0.1:19470");
   CHECK(down.code == 0);
 }
 

@@ -26,6 +26,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_collector.h"
 #include "runtime/checkpoint/checkpoint_completer.h"
+#include "runtime/checkpoint/checkpoint_io.h"
 #include "runtime/node/carried_state.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "tests/runtime/stop_child.h"
@@ -112,6 +113,56 @@ TEST_CASE("a node's collector writes a complete step on its own thread: add() re
   // The third step's first piece waited about 200 ms for room: training's time on it.
   CHECK(reported[2].block_seconds > 0.1);
   CHECK(reported[0].block_seconds < reported[2].block_seconds);
+}
+
+// A file goes to the kernel by chunks of 256 KiB, each told to the
+// observer: a 3 MB variable with its 3 MB momentum is heard of 20 times or
+// more, in order, to the file's size. A node's writer counts them in its
+// WriteProgress, whose bytes() only grow across steps, and which names
+// the step while it is written.
+TEST_CASE("a node's writer tells the bytes of its file as they are written") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rill-write-progress-{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<float> values(750000, 1.5f);
+  std::vector<std::pair<uint64_t, uint64_t>> told;
+  REQUIRE(checkpoint_io::write_file_synced((dir / "raw").string(),
+                                           {{values.data(), 3000000}, {values.data(), 3000000}},
+                                           [&](uint64_t done, uint64_t total) { told.emplace_back(done, total); })
+              .ok());
+  REQUIRE(told.size() >= 20);
+  for (size_t i = 1; i < told.size(); ++i) CHECK(told[i].first > told[i - 1].first);
+  CHECK(told.back() == std::pair<uint64_t, uint64_t>{6000000, 6000000});
+  CHECK(fs::file_size(dir / "raw") == 6000000);
+
+  graph::Job job = two_piece_job();
+  job.checkpoint.dir = (dir / "ckpt").string();
+  job.optimizer.type = "momentum";
+  WriteProgress progress;
+  auto write = node_file_writer(job, 1, 2, FileAccess{}, &progress);
+  auto pieces = [&](float value) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    std::vector<TensorPiece> out;
+    out.push_back(TensorPiece{"w", {n}, {0}, {n}, DType::kF32, std::vector<float>(values.size(), value)});
+    out.push_back(TensorPiece{"w/momentum", {n}, {0}, {n}, DType::kF32, values, true});
+    return out;
+  };
+  auto first = write(10, pieces(1.0f));
+  REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+  CHECK(first->bytes > 6000000);
+  CHECK(progress.bytes() == first->bytes);
+  CHECK(progress.step() == -1);  // the write ended
+  CHECK(progress.describe().empty());
+  auto second = write(20, pieces(2.0f));
+  REQUIRE(second.ok());
+  CHECK(progress.bytes() == first->bytes + second->bytes);
+
+  WriteProgress under_way;
+  under_way.begin(30);
+  under_way.update(1200000, 4800000);
+  CHECK(under_way.describe().starts_with("the checkpoint of step 30: 1.2 of 4.8 MB written, the last "));
+  CHECK(under_way.step() == 30);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a node's step whose pieces did not all arrive is an error at the end, naming what is missing") {
