@@ -42,15 +42,22 @@ Collectives::Tiers* Collectives::tiers() {
 template <typename T>
 Status Collectives::all_reduce_tiered(std::span<const T> in, std::span<T> out, uint64_t tag, ReduceOp op) {
   Tiers& t = *tiers_;
-  // The steps end by this call's deadline.
+  // The steps end by this call's deadline, moved on where a step waited on
+  // while its liveness changed (patiently).
   t.machine.outer_deadline_ = t.lane.outer_deadline_ = deadline_;
+  auto after = [&](Collectives& step) {
+    deadline_ = std::max(deadline_, step.deadline_);
+    t.machine.outer_deadline_ = t.lane.outer_deadline_ = deadline_;
+  };
   const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
   const int per = t.machine.world();
   const BlockRange mine = block_range(in.size(), per, t.index);
   RILL_ASSIGN_OR_RETURN(T * block, work<T>(mine.size, "all_reduce", tag));
   const std::span<T> part(block, mine.size);
   RILL_RETURN_IF_ERROR(t.machine.reduce_scatter(in, part, tag, combine));
+  after(t.machine);
   RILL_RETURN_IF_ERROR(t.lane.all_reduce(std::span<const T>(part), part, tag, combine));
+  after(t.lane);
   t.counts.resize(static_cast<size_t>(per));
   for (int j = 0; j < per; ++j) t.counts[static_cast<size_t>(j)] = block_range(in.size(), per, j).size * sizeof(T);
   return t.machine.all_gather_v(std::as_bytes(part), std::as_writable_bytes(out), t.counts, tag);

@@ -130,6 +130,10 @@ CheckpointCollector::Writer node_file_writer(const graph::Job& job, int node, in
   return [dir = job.checkpoint.dir, node, nodes, access = std::move(access), progress, delay_s,
           optimizer = job.optimizer.type](int64_t step, std::vector<TensorPiece> tensors) {
     progress->begin(step);
+    struct Ended {  // also when the write throws
+      WriteProgress* progress;
+      ~Ended() { progress->end(); }
+    } ended{progress};
     uint64_t told = 0;
     auto observe = [&](uint64_t done, uint64_t total) {
       progress->update(done, total);
@@ -138,10 +142,7 @@ CheckpointCollector::Writer node_file_writer(const graph::Job& job, int node, in
                                                                   static_cast<double>(total)));
       told = done;
     };
-    auto written = write_node_file(dir, step, node, nodes, std::move(tensors), access, {{"optimizer", optimizer}},
-                                   observe);
-    progress->end();
-    return written;
+    return write_node_file(dir, step, node, nodes, std::move(tensors), access, {{"optimizer", optimizer}}, observe);
   };
 }
 

@@ -60,9 +60,10 @@ Status read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::str
 namespace {
 constexpr size_t kWriteChunk = size_t{256} << 10;
 // The file is written back by windows as it grows: each full window is
-// started, and the one before it waited for, so the pages waiting for the
-// disk stay within two windows and write() takes the disk's pace.
-constexpr uint64_t kWriteBackWindow = uint64_t{8} << 20;
+// started, and the one before it waited for, so at most two windows wait
+// for the disk, write() takes the disk's pace, and the final fsync has at
+// most two windows left to write.
+constexpr uint64_t kWriteBackWindow = uint64_t{1} << 20;
 
 void write_back(int fd, uint64_t written, uint64_t before) {
   // Advice: a file system without it still has the final fsync, which
@@ -82,16 +83,19 @@ Status write_file_synced(const std::string& path, const std::vector<std::pair<co
   if (fd.get() < 0) return os_error("cannot create " + path, errno);
   uint64_t total = 0, written = 0;
   for (const auto& piece : pieces) total += piece.second;
+  if (observe) observe(0, total);  // its size, before any of it
   for (const auto& [data, bytes] : pieces)
     for (size_t at = 0; at < bytes; at += kWriteChunk) {
       const size_t n = std::min(kWriteChunk, bytes - at);
       RILL_RETURN_IF_ERROR(write_all(fd.get(), static_cast<const char*>(data) + at, n, path));
       write_back(fd.get(), written + n, written);
       written += n;
-      if (observe) observe(written, total);
+      // The last chunk is told once the file is on the disk.
+      if (observe && written < total) observe(written, total);
     }
   if (::fsync(fd.get()) != 0) return os_error("cannot fsync " + path, errno);
   if (::close(fd.release()) != 0) return os_error("cannot close " + path, errno);
+  if (observe) observe(total, total);
   return Status::ok_status();
 }
 

@@ -19,7 +19,7 @@
 #include "base/file_access.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/write_progress.h"
+#include "runtime/checkpoint/write_observer.h"
 
 namespace rill::checkpoint_io {
 
@@ -50,8 +50,10 @@ Status fs_error(const std::string& what, const std::error_code& ec);
 Status read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::string& path);
 // Writes `pieces` (in order) to a new file (0600) and fsyncs it before
 // returning. The file goes to the kernel by chunks of at most 256 KiB, each
-// told to `observe`, and is written back to the disk as it grows (so a slow
-// disk's pace shows as the write goes on, not all in the final fsync).
+// told to `observe` (first its size, 0 bytes done; the last chunk once the
+// fsync is done), and is written back
+// to the disk by windows of 1 MiB as it grows, so a slow disk's pace shows
+// as the write goes on: the fsync writes at most 2 MiB.
 Status write_file_synced(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces,
                          const WriteObserver& observe = {});
 // Makes a directory's entries (a rename, a new file) durable.

@@ -22,7 +22,7 @@
 #include "base/file_access.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/write_progress.h"
+#include "runtime/checkpoint/write_observer.h"
 
 namespace rill {
 

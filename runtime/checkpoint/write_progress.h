@@ -19,11 +19,9 @@
 #include <fmt/format.h>
 
 #include "base/mutex.h"
+#include "runtime/checkpoint/write_observer.h"
 
 namespace rill {
-
-// Told a file's bytes written so far and its size, as the write goes on.
-using WriteObserver = std::function<void(uint64_t done, uint64_t total)>;
 
 class WriteProgress {
  public:
@@ -45,10 +43,6 @@ class WriteProgress {
   void end() {
     MutexLock lock(mu_);
     step_ = -1;
-  }
-  // update() as an observer of one file's write.
-  WriteObserver observer() {
-    return [this](uint64_t done, uint64_t total) { update(done, total); };
   }
 
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }

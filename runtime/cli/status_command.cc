@@ -92,6 +92,8 @@ int show_status(const std::string& master, bool comm, int64_t job) {
     if (n.contains("link_mb_per_s"))
       pace += fmt::format("  link {:.1f} MB/s{}", n["link_mb_per_s"].get<double>(),
                           n["slow_link"].get<bool>() ? " (slow)" : "");
+    if (n.contains("writing_checkpoint_step"))
+      pace += fmt::format("  writing the checkpoint of step {}", n["writing_checkpoint_step"].get<int64_t>());
     fmt::print("{:<6}{:<24}{:<10}{:<14}{:<14}{}\n", n["rank"].get<int>(), n["address"].get<std::string>(),
                n["devices"].get<std::string>(), n["state"].get<std::string>(),
                fmt::format("{:.1f} s ago", n["seconds_since_heartbeat"].get<double>()), pace);

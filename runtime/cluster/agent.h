@@ -72,7 +72,9 @@ struct AgentOptions {
   std::string version = "";       // empty: this build's version
   ControlFault fault;             // tests only
   int control_send_hwm = 0;       // tests only: ZeroMQ's send high-water mark on control sockets (0: its default)
-  double checkpoint_write_delay_s = 0;  // tests only: the master's checkpoint writes take this much longer
+  // Tests only: this agent's checkpoint writes take this much longer (a slow
+  // disk), the delay spread over each file's chunks (checkpoint_collector.h).
+  double checkpoint_write_delay_s = 0;
   // Tests only: the master's job thread calls it as each phase of a job
   // begins, before the phase's nodes are looked at (a node that comes back
   // while an attempt compiles).

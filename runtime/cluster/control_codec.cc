@@ -149,7 +149,7 @@ struct Encoder {
     return {fb::Message::Heartbeat,
             fb::CreateHeartbeat(b, m.node, m.job_id, m.phase, m.steps, m.busy_seconds, b.CreateVector(threads),
                                 b.CreateVector(m.received_bytes_from), b.CreateVectorOfStructs(rates),
-                                b.CreateString(m.comm), m.checkpoint_bytes)
+                                b.CreateString(m.comm), m.checkpoint_bytes, m.checkpoint_step)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Abort& m) {
@@ -367,6 +367,7 @@ StatusOr<Message> decode(std::string_view message) {
         for (const fb::PeerRate* r : *h->link_rates()) beat.link_rates.push_back({r->peer(), r->mb_per_s()});
       beat.comm = str(h->comm());
       beat.checkpoint_bytes = h->checkpoint_bytes();
+      beat.checkpoint_step = h->checkpoint_step();
       return Message(std::move(beat));
     }
     case fb::Message::Abort: {

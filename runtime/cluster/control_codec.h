@@ -153,6 +153,7 @@ struct Heartbeat {
   std::vector<comm::PeerRate> link_rates;  // its busy data connections' rates
   std::string comm;                        // its flight record, as JSON
   int64_t checkpoint_bytes = 0;            // its checkpoint writers' (from the master: the cluster's)
+  int64_t checkpoint_step = -1;            // the step whose file it writes now; -1: none
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; bool join_again = false; };

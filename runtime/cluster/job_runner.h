@@ -18,10 +18,11 @@
 #include "compiler/compiler.h"
 #include "graph/job.h"
 #include "runtime/checkpoint/checkpoint_records.h"
-#include "runtime/checkpoint/write_progress.h"
 #include "runtime/node/node_runtime.h"
 
 namespace rill {
+
+class WriteProgress;  // runtime/checkpoint/write_progress.h
 
 // One phase of a job (training, eval) as an executor gets it: node 0's plan
 // (on one node, the whole plan) and what every other node compiles its own

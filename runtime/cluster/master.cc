@@ -32,7 +32,7 @@ Status Master::start_kind() {
   links_ = LinkTracker(world_);
   slow_link_warned_.assign(world_, false);
   activity_.assign(world_, {});
-  disk_heard_.assign(world_, 0);
+  disk_heard_.assign(world_, {});
   return {};
 }
 

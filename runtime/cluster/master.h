@@ -269,9 +269,14 @@ class Master final : public Agent {
     std::string comm;  // its flight record (NodePace::comm), as JSON
   };
   std::vector<Activity> activity_;
-  // Each node's checkpoint bytes as its heartbeats last said (loop thread);
-  // what they grew by adds to cluster_disk_.
-  std::vector<int64_t> disk_heard_;
+  // Each node's checkpoint writes as its heartbeats last said (loop
+  // thread): the bytes, whose growth adds to cluster_disk_, and the step
+  // whose file it writes (-1: none).
+  struct DiskHeard {
+    int64_t bytes = 0;
+    int64_t step = -1;
+  };
+  std::vector<DiskHeard> disk_heard_;
   Status start_http();
   void publish_metrics();  // the node table, for /metrics and /api (loop thread)
   MetricsBoard board_;

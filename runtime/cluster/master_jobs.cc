@@ -506,8 +506,9 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   if (!phase_.lost.empty()) report.status = Status(Code::kUnavailable, phase_.lost);
   if (report.status.ok() && !all)
     report.status = Status(Code::kDeadlineExceeded,
-                           fmt::format("{} did not report the end of the run within {} s of the master's", silent(phase_.dones),
-                                       done_within));
+                           fmt::format("{} did not report the end of the run within {} s of the master's, or of "
+                                       "the last checkpoint bytes written",
+                                       silent(phase_.dones), done_within));
   if (!report.status.ok()) {
     // Which node the others' collectives waited for, from every node's
     // flight record (the plan's nodes: phase_.members maps them to ranks).

@@ -8,6 +8,8 @@
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/cluster/comm_waits.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -209,9 +211,10 @@ void Master::master_on(const From& from, ctl::Heartbeat& m) {
   // A node's checkpoint writes going on, also after its run ended (its last
   // files): the cluster's runs, and the wait for Dones, are not stuck.
   if (from.node > 0) {
-    int64_t& heard = disk_heard_[from.node];
-    if (m.checkpoint_bytes > heard) cluster_disk_.fetch_add(m.checkpoint_bytes - heard, std::memory_order_relaxed);
-    heard = m.checkpoint_bytes;  // smaller: the node's agent was started again
+    DiskHeard& heard = disk_heard_[from.node];
+    const int64_t bytes = std::max<int64_t>(m.checkpoint_bytes, 0);
+    if (bytes > heard.bytes) cluster_disk_.fetch_add(bytes - heard.bytes, std::memory_order_relaxed);
+    heard = {bytes, m.checkpoint_step};  // fewer bytes: the node's agent was started again
   }
   if (from.node > 0 && m.job_id >= 0 && job_running_ && m.job_id == running_id_) {
     pace_.add(from.node, pace_key(m.job_id, m.phase), clock_seconds(), m.steps, m.busy_seconds);

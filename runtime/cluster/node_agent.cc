@@ -175,6 +175,7 @@ void NodeAgent::tick() {
       }
     }
     beat.checkpoint_bytes = disk_.bytes();  // also between runs: a run's last files are written after it
+    beat.checkpoint_step = disk_.step();
     post_to_master(beat);
   }
   watch_links();

@@ -93,7 +93,7 @@ StatusOr<LocalCollective*> BoxingSetup::local_collective(int group, int world) {
     if (c.nodes.size() > 1) {
       RILL_ASSIGN_OR_RETURN(across, collectives_among(c.name, c.nodes));
     }
-    auto local = std::make_unique<LocalCollective>(c.devices, c.first, world, across, timeout());
+    auto local = std::make_unique<LocalCollective>(c.devices, c.first, world, across, timeout(), liveness_);
     MutexLock lock(mu_);
     if (!cancelled_.empty()) local->cancel(cancelled_);
     c.local = std::move(local);

@@ -74,8 +74,13 @@ class LocalCollective::Rank final : public DeviceCommunicator {
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
-                                 std::chrono::milliseconds timeout)
-    : devices_(std::move(devices)), first_rank_(first_rank), world_(world), across_(across), timeout_(timeout) {
+                                 std::chrono::milliseconds timeout, std::function<int64_t()> liveness)
+    : devices_(std::move(devices)),
+      first_rank_(first_rank),
+      world_(world),
+      across_(across),
+      timeout_(timeout),
+      liveness_(std::move(liveness)) {
   for (size_t i = 0; i < devices_.size(); ++i) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<int>(i)));
   MutexLock lock(mu_);
   arrivals_.resize(devices_.size());
@@ -98,7 +103,8 @@ void LocalCollective::cancel(const std::string& reason) {
 }
 
 Status LocalCollective::meet(int local, const Arrival& arrival) {
-  const auto deadline = comm::Clock::now() + timeout_;
+  auto deadline = comm::Clock::now() + timeout_;
+  int64_t seen = liveness_ ? liveness_() : 0;
   UniqueLock lock(mu_);
   if (!cancelled_.ok()) return cancelled_;
   if (present_[static_cast<size_t>(local)])
@@ -119,6 +125,12 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
       }
       if (cancelled_.ok() && !cv_.wait_until(mu_, deadline) && generation_ == generation && !working_ &&
           cancelled_.ok()) {
+        // A device held by work that goes on (its checkpoint disk) is waited for.
+        if (const int64_t now_seen = liveness_ ? liveness_() : seen; now_seen != seen) {
+          seen = now_seen;
+          deadline = comm::Clock::now() + timeout_;
+          continue;
+        }
         std::vector<int> missing;
         for (size_t i = 0; i < devices_.size(); ++i)
           if (!present_[i]) missing.push_back(devices_[i]);

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,9 +39,11 @@ class LocalCollective {
  public:
   // `devices`: the node's ranks' devices, in rank order; `across`: the
   // collectives among the communicator's nodes (null: it is on one node),
-  // which outlive this object.
+  // which outlive this object. A rank that waits past `timeout` while
+  // `liveness` changed (RunOptions::liveness: a device waiting for its
+  // checkpoint disk) waits on for another.
   LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, std::function<int64_t()> liveness = {});
   ~LocalCollective();
   LocalCollective(const LocalCollective&) = delete;
   LocalCollective& operator=(const LocalCollective&) = delete;
@@ -81,6 +84,7 @@ class LocalCollective {
   const int first_rank_, world_;
   comm::Collectives* across_;
   const std::chrono::milliseconds timeout_;
+  const std::function<int64_t()> liveness_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   Mutex mu_;
   CondVar cv_;

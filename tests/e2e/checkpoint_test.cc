@@ -6,10 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <sstream>
 #include <thread>
 #include <map>
 #include <memory>
@@ -177,11 +179,11 @@ TEST_CASE("a slow checkpoint disk slows the job but the cluster stays whole") {
 }
 
 // A disk slower than the stall timeout: node 1 writes each file of a step
-// over 4 s (spread over its bytes) and the job allows 2 s without an act.
-// From step 3 node 1's training waits for its disk (one step's file
-// waits in memory while another is written) and node 0 waits for node 1;
-// after the run node 1 still writes two files, 8 s, past the master's wait
-// for its Done (the stall timeout and 5 s). The writes going on are word
+// over 6 s (spread over its 10 chunks) and the job allows 3 s without an
+// act. At steps 3 and 4 node 1's training waits about 6 s for its disk (one
+// step's file waits in memory while another is written) and node 0 waits
+// for node 1; after the run node 1 still writes two files, 12 s, past the
+// master's wait for its Done (the stall timeout and 5 s). The writes going on are word
 // that the cluster is alive: node 1's heartbeats carry its bytes, the
 // master's carry them to node 0, and every run, collective and wait for a
 // Done counts them. Without that the job ended "stuck".
@@ -190,24 +192,40 @@ TEST_CASE("training that waits for a checkpoint disk slower than the stall timeo
   std::filesystem::remove_all(dir);
   const auto result = temp_dir() / "slower-than-stall.json";
   const std::string machines =
-      " --machines 127.0.0.1:19470,127.0.0.2:19470 --devices cpu:1 --heartbeat 0.2 --stall-timeout 2";
+      " --machines 127.0.0.1:19470,127.0.0.2:19470 --devices cpu:1 --heartbeat 0.2 --stall-timeout 3";
   rill::testing::Agent node0(machines + " --rank 0 --http off", (temp_dir() / "slower0.log").string());
-  rill::testing::Agent node1(machines + " --rank 1 --checkpoint-write-delay 4", (temp_dir() / "slower1.log").string());
+  rill::testing::Agent node1(machines + " --rank 1 --checkpoint-write-delay 6", (temp_dir() / "slower1.log").string());
   REQUIRE(formed("127.0.0.1:19470"));
-  Ran ran = run_rill("submit " + root() + "/samples/mlp/mlp_model_parallel.json --master 127.0.0.1:19470 --steps 5" +
-                         " --set checkpoint.dir=" + dir.string() +
-                         " --set checkpoint.every=1 --set checkpoint.keep=10 --follow --result " + result.string(),
-                     180);
+  Ran ran;
+  std::atomic<bool> ended{false};
+  std::thread submitter([&] {
+    ran = run_rill("submit " + root() + "/samples/mlp/mlp_model_parallel.json --master 127.0.0.1:19470 --steps 4" +
+                       " --set checkpoint.dir=" + dir.string() +
+                       " --set checkpoint.every=1 --set checkpoint.keep=10 --follow --result " + result.string(),
+                   180);
+    ended = true;
+  });
+  // `rill status` names the file node 1 writes while the job waits for it.
+  std::string seen;
+  for (int i = 0; i < 300 && !ended.load() && seen.empty(); ++i) {
+    Ran status = run_rill("status --master 127.0.0.1:19470", 10);
+    std::istringstream lines(status.output);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with("1 ") && line.find("writing the checkpoint of step ") != std::string::npos) seen = line;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  submitter.join();
+  CHECK_MESSAGE(!seen.empty(), "rill status never showed node 1 writing a checkpoint");
   INFO(ran.output);
   INFO(node0.output());
   INFO(node1.output());
   REQUIRE(ran.code == 0);
-  for (int step = 1; step <= 5; ++step) CHECK(rill::testing::checkpoint_complete(dir, step));
+  for (int step = 1; step <= 4; ++step) CHECK(rill::testing::checkpoint_complete(dir, step));
   auto j = read_json(result);
-  REQUIRE(j["checkpoints"].size() == 5);
+  REQUIRE(j["checkpoints"].size() == 4);
   double longest_block_ms = 0;
   for (const auto& c : j["checkpoints"]) longest_block_ms = std::max(longest_block_ms, c["block_ms"].get<double>());
-  CHECK(longest_block_ms > 2000);  // training did wait for the disk longer than the stall timeout
+  CHECK(longest_block_ms > 3000);  // training did wait for the disk longer than the stall timeout
   Ran down = run_rill("shutdown --master 127.0.0.1:19470");
   CHECK(down.code == 0);
 }
@@ -281,7 +299,8 @@ TEST_CASE("a checkpoint 2 or 3 nodes wrote themselves resumes on other node coun
 
 // A node killed while it writes its file of a step: the master never
 // writes that step's meta.json, so the step is absent (its folder holds
-// only what the survivors wrote), and the newest checkpoint is the step
+// what the survivors wrote and the killed node's temporary file, never
+// under a checkpoint file's name), and the newest checkpoint is the step
 // before, whole. Node 1's writes take 3 s longer (a slow disk); it is
 // killed once node 0's file of step 10 is there and step 5 is complete.
 TEST_CASE("a node killed while writing its checkpoint file leaves that step absent, not torn") {

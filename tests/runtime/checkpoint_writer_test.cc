@@ -116,8 +116,9 @@ TEST_CASE("a node's collector writes a complete step on its own thread: add() re
 }
 
 // A file goes to the kernel by chunks of 256 KiB, each told to the
-// observer: a 3 MB variable with its 3 MB momentum is heard of 20 times or
-// more, in order, to the file's size. A node's writer counts them in its
+// observer (written back by windows of 1 MiB as it grows): a 3 MB variable
+// with its 3 MB momentum is heard of 20 times or more, in order, from 0 to
+// the file's size. A node's writer counts them in its
 // WriteProgress, whose bytes() only grow across steps, and which names
 // the step while it is written.
 TEST_CASE("a node's writer tells the bytes of its file as they are written") {
@@ -131,6 +132,7 @@ TEST_CASE("a node's writer tells the bytes of its file as they are written") {
                                            [&](uint64_t done, uint64_t total) { told.emplace_back(done, total); })
               .ok());
   REQUIRE(told.size() >= 20);
+  CHECK(told.front() == std::pair<uint64_t, uint64_t>{0, 6000000});  // its size first
   for (size_t i = 1; i < told.size(); ++i) CHECK(told[i].first > told[i - 1].first);
   CHECK(told.back() == std::pair<uint64_t, uint64_t>{6000000, 6000000});
   CHECK(fs::file_size(dir / "raw") == 6000000);

@@ -35,11 +35,12 @@ struct Outcome {
   Status written;      // the collector's finish()
 };
 
-// `writing`: the first write gives 256 KiB every 50 ms; else nothing until
-// its end.
-Outcome run_waiting_for_disk(bool writing) {
+// `writing`: the first write gives 256 KiB every 50 ms for 1.2 s; else
+// nothing for 3 s. `devices`: each node's.
+Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1") {
   graph::Job job = testing::load_sample("samples/linear_regression/linear_regression.json");
-  auto cluster = compiler::parse_devices("cpu:1", 2);
+  job.train.nccl = true;  // a node's devices sum in one device collective (on cpu: LocalCollective)
+  auto cluster = compiler::parse_devices(devices, 2);
   REQUIRE(cluster.ok());
   auto plan = compiler::compile(job, *cluster, {.steps = 14});
   REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
@@ -50,8 +51,10 @@ Outcome run_waiting_for_disk(bool writing) {
       job, {{"w", {0, 0}}},
       [&](int64_t step, std::vector<TensorPiece>) -> StatusOr<NodeFile> {
         disk.begin(step);
+        // 1.2 s of writing, or 3 s of nothing.
+        const int ticks = writing ? 24 : 60;
         if (++writes == 1)
-          for (int i = 1; i <= 24; ++i) {  // 1.2 s
+          for (int i = 1; i <= ticks; ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
             if (writing) disk.update(static_cast<uint64_t>(i) << 18, uint64_t{24} << 18);
           }
@@ -99,11 +102,16 @@ Outcome run_waiting_for_disk(bool writing) {
 }
 
 TEST_CASE("a node waiting for a checkpoint disk that writes is not stuck; one that writes nothing is") {
-  const Outcome slow = run_waiting_for_disk(true);
-  for (const RunReport& r : slow.reports) CHECK_MESSAGE(r.status.ok(), r.status.to_string());
-  CHECK(slow.reports[0].steps == 14);
-  CHECK(slow.seconds >= 1.0);  // it did wait for the disk
-  CHECK_MESSAGE(slow.written.ok(), slow.written.to_string());  // steps 4, 8, 12 and 14
+  // With 2 devices a node, node 0's other device waits for the writing one
+  // in their node's device collective (LocalCollective) too.
+  for (const std::string devices : {"cpu:1", "cpu:2"}) {
+    CAPTURE(devices);
+    const Outcome slow = run_waiting_for_disk(true, devices);
+    for (const RunReport& r : slow.reports) CHECK_MESSAGE(r.status.ok(), r.status.to_string());
+    CHECK(slow.reports[0].steps == 14);
+    CHECK(slow.seconds >= 1.0);  // it did wait for the disk
+    CHECK_MESSAGE(slow.written.ok(), slow.written.to_string());  // steps 4, 8, 12 and 14
+  }
 
   const Outcome hung = run_waiting_for_disk(false);
   const Status& stuck = hung.reports[0].status;
@@ -112,7 +120,7 @@ TEST_CASE("a node waiting for a checkpoint disk that writes is not stuck; one th
   CHECK(stuck.message().find("job stuck") != std::string::npos);
   CHECK(stuck.message().find("still writing: the checkpoint of step 4: 0.0 of 0.0 MB written") != std::string::npos);
   CHECK_FALSE(hung.reports[1].status.ok());
-  CHECK(hung.seconds < 1.0);  // at the stall, not when the write ended
+  CHECK(hung.seconds < 2.5);  // at the stall, not when the write ended (3 s)
 }
 
 }  // namespace
