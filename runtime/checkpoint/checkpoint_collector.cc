@@ -38,7 +38,10 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
   while (complete_.size() >= kMaxWaiting && !stopping_ && !abandoned_) cv_.wait(mu_);
-  if (abandoned_) return;
+  if (abandoned_) {
+    dropped_.insert(steps_done);
+    return;
+  }
   PieceKey key{piece.name, piece.offset};
   if (handed_over_.count(steps_done) != 0 || expected_.count(key) == 0) return;  // not a piece this node writes
   Step& step = pending_[steps_done];
@@ -55,6 +58,10 @@ void CheckpointCollector::abandon() {
   {
     MutexLock lock(mu_);
     abandoned_ = true;
+    for (const auto& [step, pieces] : complete_) dropped_.insert(step);
+    for (const auto& [step, pieces] : pending_) dropped_.insert(step);
+    complete_.clear();
+    pending_.clear();
   }
   cv_.notify_all();
 }
@@ -104,6 +111,9 @@ std::vector<TensorPiece> CheckpointCollector::tensors(Step& step) const {
 Status CheckpointCollector::finish() {
   MutexLock lock(mu_);
   while (!complete_.empty() || writing_) cv_.wait(mu_);
+  if (status_.ok() && !dropped_.empty())
+    status_ = Status(Code::kAborted, fmt::format("the run stopped: the checkpoint after step(s) {} was not written",
+                                                 fmt::join(dropped_, ", ")));
   // The node's variables hand over their pieces before its run ends: a step
   // still missing pieces now lost them.
   if (status_.ok() && !pending_.empty()) {

@@ -53,12 +53,13 @@ class CheckpointCollector {
   void add(int64_t steps_done, VariablePiece piece);
   // The run stopped (a failure, a stall): an add() waiting for room, and
   // any later one, returns without storing its piece, so a worker is never
-  // held by a disk that does not write. What was handed over is still
-  // written. Any thread.
+  // held by a disk that does not write, and the steps waiting for the
+  // writer are dropped (not checkpoints: the master never hears of them),
+  // so the node's end waits for the file being written only. Any thread.
   void abandon();
   // Waits until every step handed over is written and reported; the first
   // failed write, or a step whose pieces did not all arrive (call it once the
-  // node's run has ended), or ok.
+  // node's run has ended), or the steps abandon() dropped, or ok.
   Status finish();
   int64_t written() const;
 
@@ -83,6 +84,7 @@ class CheckpointCollector {
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool abandoned_ GUARDED_BY(mu_) = false;
+  std::set<int64_t> dropped_ GUARDED_BY(mu_);  // steps abandon() left unwritten
   Status status_ GUARDED_BY(mu_);
   int64_t written_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts once the rest is made

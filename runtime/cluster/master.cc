@@ -32,7 +32,10 @@ Status Master::start_kind() {
   links_ = LinkTracker(world_);
   slow_link_warned_.assign(world_, false);
   activity_.assign(world_, {});
-  disk_heard_.assign(world_, {});
+  {
+    MutexLock lock(disk_mu_);
+    disk_heard_.assign(world_, {});
+  }
   return {};
 }
 

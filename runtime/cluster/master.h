@@ -269,14 +269,18 @@ class Master final : public Agent {
     std::string comm;  // its flight record (NodePace::comm), as JSON
   };
   std::vector<Activity> activity_;
-  // Each node's checkpoint writes as its heartbeats last said (loop
-  // thread): the bytes, whose growth adds to cluster_disk_, and the step
-  // whose file it writes (-1: none).
+  // Each node's checkpoint writes as its heartbeats last said: the bytes,
+  // whose growth adds to cluster_disk_, and the step whose file it writes
+  // (-1: none).
   struct DiskHeard {
     int64_t bytes = 0;
     int64_t step = -1;
   };
-  std::vector<DiskHeard> disk_heard_;
+  Mutex disk_mu_;
+  std::vector<DiskHeard> disk_heard_ GUARDED_BY(disk_mu_);
+  // "; node 1 (ADDRESS) was writing its checkpoint of step 3", for each node
+  // writing one now (a stall's error: training may have waited for it).
+  std::string checkpoints_being_written();
   Status start_http();
   void publish_metrics();  // the node table, for /metrics and /api (loop thread)
   MetricsBoard board_;

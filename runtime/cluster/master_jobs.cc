@@ -417,6 +417,10 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
     begin_stop_locked();
   }
   report = (*runtime)->run();
+  // What the nodes were writing as this run stopped (the wait for their
+  // Dones below lets their writes end).
+  const bool own_failed = !report.status.ok();
+  const std::string writing = own_failed ? checkpoints_being_written() : "";
   // Its last step's copies are in place when the run ended well (a loss
   // after the training goes on from them); other copies under way end with
   // the run. Its own pieces are stored as it goes (what node 0 reports below).
@@ -526,8 +530,23 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                  : fmt::format("plan node {}", plan_node);
     });
     if (!waits.empty()) report.status = Status(report.status.code(), report.status.message() + "; " + waits);
+    if (report.status.code() == Code::kDeadlineExceeded)
+      report.status = Status(report.status.code(),
+                             report.status.message() + (own_failed ? writing : checkpoints_being_written()));
   }
   return report;
+}
+
+std::string Master::checkpoints_being_written() {
+  std::string out;
+  if (const std::string own = disk_.describe(); !own.empty())
+    out += fmt::format("; {} was writing {}", node_name(options_.machines, 0), own);
+  MutexLock lock(disk_mu_);
+  for (int r = 1; r < static_cast<int>(disk_heard_.size()); ++r)
+    if (disk_heard_[static_cast<size_t>(r)].step >= 0)
+      out += fmt::format("; {} was writing its checkpoint of step {}", node_name(options_.machines, r),
+                         disk_heard_[static_cast<size_t>(r)].step);
+  return out;
 }
 
 }  // namespace rill::agent_internal

@@ -211,6 +211,7 @@ void Master::master_on(const From& from, ctl::Heartbeat& m) {
   // A node's checkpoint writes going on, also after its run ended (its last
   // files): the cluster's runs, and the wait for Dones, are not stuck.
   if (from.node > 0) {
+    MutexLock lock(disk_mu_);
     DiskHeard& heard = disk_heard_[from.node];
     const int64_t bytes = std::max<int64_t>(m.checkpoint_bytes, 0);
     if (bytes > heard.bytes) cluster_disk_.fetch_add(bytes - heard.bytes, std::memory_order_relaxed);

@@ -46,7 +46,11 @@ std::string Master::status_json() {
       if (links[r].slow) slow_links.push_back(r);
     }
     // The checkpoint file it is writing (training may be waiting for it).
-    const int64_t writing = r == 0 ? disk_.step() : lost_[r] ? -1 : disk_heard_[r].step;
+    int64_t writing = r == 0 ? disk_.step() : -1;
+    if (r > 0 && !lost_[r]) {
+      MutexLock lock(disk_mu_);
+      writing = disk_heard_[r].step;
+    }
     if (writing >= 0) node["writing_checkpoint_step"] = writing;
     nodes.push_back(std::move(node));
   }

@@ -167,6 +167,45 @@ TEST_CASE("a node's writer tells the bytes of its file as they are written") {
   fs::remove_all(dir);
 }
 
+// A run that stops while training waits for the disk: abandon() lets the
+// waiting add() go at once, drops the step waiting for the writer, and the
+// node's end waits only for the file being written.
+TEST_CASE("an abandoned collector lets a waiting snapshot go and writes only the file under way") {
+  std::atomic<int> started{0}, allowed{0};
+  std::vector<int64_t> written;
+  CheckpointCollector collector(
+      two_piece_job(), kPieces,
+      [&](int64_t step, std::vector<TensorPiece>) -> StatusOr<NodeFile> {
+        const int n = ++started;
+        for (int i = 0; i < 10000 && allowed.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        written.push_back(step);
+        return NodeFile{0, "node-0.safetensors", 64, {}};
+      },
+      {});
+  collector.add(10, piece(0, 1.0f));
+  collector.add(10, piece(2, 2.0f));
+  for (int i = 0; i < 2000 && started.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(started.load() == 1);
+  collector.add(20, piece(0, 3.0f));
+  collector.add(20, piece(2, 4.0f));  // waits for the writer
+  std::atomic<bool> returned{false};
+  std::thread third([&] {
+    collector.add(30, piece(0, 5.0f));  // waits for room
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(returned.load());
+  collector.abandon();
+  third.join();  // at once, the disk still busy
+  CHECK(started.load() == 1);
+  allowed = 10;
+  const Status end = collector.finish();  // what was dropped is said, not hidden
+  CHECK(end.code() == Code::kAborted);
+  CHECK(end.message().find("the checkpoint after step(s) 20, 30 was not written") != std::string::npos);
+  CHECK(written == std::vector<int64_t>{10});
+  CHECK(collector.written() == 1);
+}
+
 TEST_CASE("a node's step whose pieces did not all arrive is an error at the end, naming what is missing") {
   int writes = 0;
   CheckpointCollector collector(
