@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 namespace rill {
 namespace {
@@ -38,12 +39,19 @@ void CheckpointCollector::add(int64_t steps_done, VariablePiece piece) {
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mu_);
   while (complete_.size() >= kMaxWaiting && !stopping_ && !abandoned_) cv_.wait(mu_);
+  PieceKey key{piece.name, piece.offset};
+  if (handed_over_.count(steps_done) != 0 || expected_.count(key) == 0) return;  // not a piece this node writes
   if (abandoned_) {
     dropped_.insert(steps_done);
     return;
   }
-  PieceKey key{piece.name, piece.offset};
-  if (handed_over_.count(steps_done) != 0 || expected_.count(key) == 0) return;  // not a piece this node writes
+  if (const double waited = seconds_since(start); waited > kWarnWaitSeconds && !warned_) {
+    warned_ = true;
+    spdlog::warn("the checkpoint after step {} waited {:.1f} s for the disk, and training with it: checkpoints come "
+                 "faster than the disk writes them; a larger checkpoint.every, or a faster checkpoint.dir, lets "
+                 "training go on while they are written",
+                 steps_done, waited);
+  }
   Step& step = pending_[steps_done];
   step.block_seconds += piece.copy_seconds + seconds_since(start);
   step.pieces[key] = std::move(piece);
@@ -58,10 +66,6 @@ void CheckpointCollector::abandon() {
   {
     MutexLock lock(mu_);
     abandoned_ = true;
-    for (const auto& [step, pieces] : complete_) dropped_.insert(step);
-    for (const auto& [step, pieces] : pending_) dropped_.insert(step);
-    complete_.clear();
-    pending_.clear();
   }
   cv_.notify_all();
 }

@@ -9,7 +9,8 @@
 // copy, and any wait for room, is all that training waits for. While one
 // complete step waits for a writer slower than training (kMaxWaiting), the
 // next add() waits before it stores its piece, so training slows to the
-// disk's pace rather than holding ever more snapshots in memory. The time
+// disk's pace rather than holding ever more snapshots in memory (the first
+// wait past kWarnWaitSeconds is logged, with what to do). The time
 // each step's pieces spent so (copying and waiting) is reported with it.
 // add() may be called from any thread.
 #pragma once
@@ -52,11 +53,12 @@ class CheckpointCollector {
   // piece.copy_seconds: what taking the copy cost its caller.
   void add(int64_t steps_done, VariablePiece piece);
   // The run stopped (a failure, a stall): an add() waiting for room, and
-  // any later one, returns without storing its piece, so a worker is never
-  // held by a disk that does not write, and the steps waiting for the
-  // writer are dropped (not checkpoints: the master never hears of them),
-  // so the node's end waits for the file being written only. Any thread.
+  // any later one, returns without storing its piece (finish() names its
+  // step), so a worker is never held by a disk that does not write. What
+  // was handed over is still written. Any thread.
   void abandon();
+  // An add() that waits longer than this for room says so in the log, once.
+  static constexpr double kWarnWaitSeconds = 1.0;
   // Waits until every step handed over is written and reported; the first
   // failed write, or a step whose pieces did not all arrive (call it once the
   // node's run has ended), or the steps abandon() dropped, or ok.
@@ -84,7 +86,8 @@ class CheckpointCollector {
   bool writing_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool abandoned_ GUARDED_BY(mu_) = false;
-  std::set<int64_t> dropped_ GUARDED_BY(mu_);  // steps abandon() left unwritten
+  std::set<int64_t> dropped_ GUARDED_BY(mu_);  // steps whose pieces came after abandon()
+  bool warned_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
   int64_t written_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts once the rest is made

@@ -5,17 +5,12 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_pieces.h"
 #include "runtime/node/carried_state.h"
 
 namespace rill {
-
-bool waited_for_disk(const CheckpointRecord& record) {
-  return record.block_seconds > 1.0 && record.block_seconds > 0.5 * record.write_seconds;
-}
 
 std::string checkpoint_metrics_line(const CheckpointRecord& record) {
   nlohmann::ordered_json j;
@@ -56,16 +51,9 @@ StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::make(const graph::Job&
        optimizer = job.optimizer.type](int64_t step, const std::vector<NodeFile>& files) {
         return write_step_meta(dir, step, job, optimizer, files, keep, access);
       },
-      [metrics, warned = false](const CheckpointRecord& record) mutable {
+      [metrics](const CheckpointRecord& record) {
         // One fwrite: whole against the step lines the sink's thread writes.
         if (metrics) fmt::print(metrics, "{}\n", checkpoint_metrics_line(record)), std::fflush(metrics);
-        if (!warned && waited_for_disk(record)) {
-          warned = true;
-          spdlog::warn("checkpoint of step {}: training waited {:.1f} s for it (the slowest node's file took {:.1f} s "
-                       "to write): checkpoints come faster than the disk writes them; a larger checkpoint.every, or "
-                       "a faster checkpoint.dir, lets training go on while they are written",
-                       record.step, record.block_seconds, record.write_seconds);
-        }
       });
   if (!own.empty())
     out->collector_.emplace(

@@ -49,11 +49,6 @@ class JobCheckpoints {
   std::optional<CheckpointCollector> collector_;  // destroyed first: its last report goes to the completer
 };
 
-// Whether training waited for the disk at this checkpoint, not only for its
-// copy into memory: more than 1 s, and more than half its slowest write
-// (warned of once per run, in the log).
-bool waited_for_disk(const CheckpointRecord& record);
-
 // The JSON line of one complete checkpoint in the metrics file.
 std::string checkpoint_metrics_line(const CheckpointRecord& record);
 

@@ -199,6 +199,10 @@ void Master::declare_lost(int rank, const std::string& reason) {
   spdlog::error("{}", reason);
   // What waited for its full queue was for the process that is gone.
   std::erase_if(backlog_, [&](const Outgoing& o) { return !o.to_master && o.identity == identity_of_node_[rank]; });
+  {
+    MutexLock lock(disk_mu_);
+    disk_heard_[static_cast<size_t>(rank)].step = -1;  // writes nothing now
+  }
   MutexLock lock(phase_mu_);  // the job thread reads lost_ under it
   lost_[rank] = true;
   // A node the running phase does not run on (lost before, under live

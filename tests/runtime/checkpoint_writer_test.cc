@@ -168,9 +168,10 @@ TEST_CASE("a node's writer tells the bytes of its file as they are written") {
 }
 
 // A run that stops while training waits for the disk: abandon() lets the
-// waiting add() go at once, drops the step waiting for the writer, and the
-// node's end waits only for the file being written.
-TEST_CASE("an abandoned collector lets a waiting snapshot go and writes only the file under way") {
+// waiting add() go at once without its piece; the steps handed to the
+// writer are still written (a restart may resume from them), and finish()
+// names the step that was not.
+TEST_CASE("an abandoned collector lets a waiting snapshot go and still writes what was handed over") {
   std::atomic<int> started{0}, allowed{0};
   std::vector<int64_t> written;
   CheckpointCollector collector(
@@ -198,12 +199,14 @@ TEST_CASE("an abandoned collector lets a waiting snapshot go and writes only the
   collector.abandon();
   third.join();  // at once, the disk still busy
   CHECK(started.load() == 1);
+  collector.add(30, piece(2, 6.0f));  // after the stop: refused too
+  collector.add(40, VariablePiece{"v", {4, 2}, {0, 0}, {2, 2}, std::vector<float>(4, 0.0f), {}});  // not this node's
   allowed = 10;
-  const Status end = collector.finish();  // what was dropped is said, not hidden
+  const Status end = collector.finish();  // what was not written is said, not hidden
   CHECK(end.code() == Code::kAborted);
-  CHECK(end.message().find("the checkpoint after step(s) 20, 30 was not written") != std::string::npos);
-  CHECK(written == std::vector<int64_t>{10});
-  CHECK(collector.written() == 1);
+  CHECK(end.message().find("the checkpoint after step(s) 30 was not written") != std::string::npos);
+  CHECK(written == std::vector<int64_t>{10, 20});
+  CHECK(collector.written() == 2);
 }
 
 TEST_CASE("a node's step whose pieces did not all arrive is an error at the end, naming what is missing") {

@@ -1,9 +1,9 @@
 // A node waiting for its checkpoint disk is not stuck: the linear regression
 // data parallel on 2 nodes in-process (its gradient summed by a collective
 // across them), node 0 (which writes w) snapshotting every 4 steps into a
-// CheckpointCollector whose first write takes 1.2 s: the snapshot of step
-// 12 waits for room (step 8's waits in memory) for 4 of node 0's stall
-// timeouts and 2 of node 1's, while node 1 waits in step 13's collective.
+// CheckpointCollector whose first write takes 3 s: the snapshot of step 12
+// waits for room (step 8's waits in memory) for 5 of node 0's stall
+// timeouts and 2.5 of node 1's, while node 1 waits in step 13's collective.
 // While the writer's bytes grow, both wait on: node 0's stall detector and
 // node 1's collective count them (RunOptions::liveness; on real agents node
 // 1 hears of them through the master's heartbeats). A disk that writes
@@ -35,11 +35,12 @@ struct Outcome {
   Status written;      // the collector's finish()
 };
 
-// `writing`: the first write gives 256 KiB every 50 ms for 1.2 s; else
-// nothing for 3 s. `devices`: each node's.
-Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1") {
+// `writing`: the first write gives 256 KiB every 50 ms for 3 s; else
+// nothing for 5 s. `devices`: each node's; `nccl`: their sums in one device
+// collective (on cpu: LocalCollective) rather than by boxing actors.
+Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1", bool nccl = false) {
   graph::Job job = testing::load_sample("samples/linear_regression/linear_regression.json");
-  job.train.nccl = true;  // a node's devices sum in one device collective (on cpu: LocalCollective)
+  job.train.nccl = nccl;
   auto cluster = compiler::parse_devices(devices, 2);
   REQUIRE(cluster.ok());
   auto plan = compiler::compile(job, *cluster, {.steps = 14});
@@ -51,12 +52,12 @@ Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1")
       job, {{"w", {0, 0}}},
       [&](int64_t step, std::vector<TensorPiece>) -> StatusOr<NodeFile> {
         disk.begin(step);
-        // 1.2 s of writing, or 3 s of nothing.
-        const int ticks = writing ? 24 : 60;
+        // 3 s of writing, or 5 s of nothing.
+        const int ticks = writing ? 60 : 100;
         if (++writes == 1)
           for (int i = 1; i <= ticks; ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            if (writing) disk.update(static_cast<uint64_t>(i) << 18, uint64_t{24} << 18);
+            if (writing) disk.update(static_cast<uint64_t>(i) << 18, uint64_t{60} << 18);
           }
         disk.end();
         return NodeFile{0, "node-0.safetensors", 64, {}};
@@ -69,7 +70,7 @@ Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1")
     options.transport = transports[static_cast<size_t>(node)].get();
     // Node 0's stall is found first (node 1's, found first, would abort
     // node 0 and hide what node 0 waited for).
-    options.stall_timeout_s = node == 0 ? 0.3 : 0.6;
+    options.stall_timeout_s = node == 0 ? 0.6 : 1.2;
     options.snapshot_every = 4;
     // Node 0's own writer, and node 1 as the master's heartbeats tell it.
     options.liveness = [&disk] { return disk.bytes(); };
@@ -102,14 +103,15 @@ Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1")
 }
 
 TEST_CASE("a node waiting for a checkpoint disk that writes is not stuck; one that writes nothing is") {
-  // With 2 devices a node, node 0's other device waits for the writing one
-  // in their node's device collective (LocalCollective) too.
-  for (const std::string devices : {"cpu:1", "cpu:2"}) {
+  // With 2 devices a node and device collectives, node 0's other device
+  // waits for the writing one in their node's LocalCollective too.
+  for (const bool nccl : {false, true}) {
+    const std::string devices = nccl ? "cpu:2" : "cpu:1";
     CAPTURE(devices);
-    const Outcome slow = run_waiting_for_disk(true, devices);
+    const Outcome slow = run_waiting_for_disk(true, devices, nccl);
     for (const RunReport& r : slow.reports) CHECK_MESSAGE(r.status.ok(), r.status.to_string());
     CHECK(slow.reports[0].steps == 14);
-    CHECK(slow.seconds >= 1.0);  // it did wait for the disk
+    CHECK(slow.seconds >= 2.5);  // it did wait for the disk
     CHECK_MESSAGE(slow.written.ok(), slow.written.to_string());  // steps 4, 8, 12 and 14
   }
 
@@ -120,7 +122,7 @@ TEST_CASE("a node waiting for a checkpoint disk that writes is not stuck; one th
   CHECK(stuck.message().find("job stuck") != std::string::npos);
   CHECK(stuck.message().find("still writing: the checkpoint of step 4: 0.0 of 0.0 MB written") != std::string::npos);
   CHECK_FALSE(hung.reports[1].status.ok());
-  CHECK(hung.seconds < 2.5);  // at the stall, not when the write ended (3 s)
+  CHECK(hung.seconds < 4.0);  // at the stall, not when the write ended (5 s)
 }
 
 }  // namespace
