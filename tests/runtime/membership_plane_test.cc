@@ -91,14 +91,17 @@ TEST_CASE("control plane in one process: a node back while an attempt compiles i
   REQUIRE(j["restarts"].size() == 1);
   CHECK(j["restarts"][0]["error"] == "node 2 (127.0.0.1:19920) joined again");
   CHECK(j["restarts"][0]["nodes"] == 3);
-  // The stop is asked for as node 0 starts its run, at step 0; node 1 got
-  // its Start a moment before and may be inside step 0 by then (it cannot
-  // finish it without node 0's gradients), so the first boundary all can
-  // reach is step 0 or, under load, step 1: never later.
+  // The stop is asked for as node 0 starts its run, before it begins a
+  // step (RunEnd::hold); node 1 got its Start a moment before and, until its
+  // Hold arrives, may begin steps: its variable none past step 0 (step 1's
+  // value needs node 0's gradients), its data source up to step 2 (its two
+  // slots, one freed as step 0's forward reads it). The end is one past the
+  // last step begun: step 3 at the latest, of the plan's 40 (seen under a
+  // loaded ./dev test; usually 0 or 1).
   REQUIRE(j["nodes_from_step"].size() == 2);
   CHECK(j["nodes_from_step"][0] == nlohmann::json::parse(R"({"from_step": 0, "nodes": 2})"));
   CHECK(j["nodes_from_step"][1]["nodes"] == 3);
-  CHECK(j["nodes_from_step"][1]["from_step"].get<int64_t>() <= 1);
+  CHECK(j["nodes_from_step"][1]["from_step"].get<int64_t>() <= 3);
   shut_down(cluster, client, 3);
 }
 
