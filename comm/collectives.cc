@@ -222,7 +222,7 @@ Status Collectives::begin(const char* op, uint64_t tag) {
                               describe_tag(tag)));
   }
   deadline_ = outer_deadline_ ? *outer_deadline_ : Clock::now() + options_.timeout;
-  liveness_seen_ = options_.liveness ? options_.liveness() : 0;
+  liveness_.restart();
   if (options_.record) options_.record->begin(options_.caller, op, 0);
   sent_.assign(static_cast<size_t>(world()), 0);
   received_from_.assign(static_cast<size_t>(world()), 0);

@@ -37,6 +37,7 @@
 
 #include "base/collective_scratch.h"
 #include "base/half.h"
+#include "comm/liveness.h"
 #include "comm/transport.h"
 
 namespace rill::comm {
@@ -78,7 +79,7 @@ struct CollectiveOptions {
   // Grows while the ranks it waits for are busy elsewhere and alive (a
   // node writing its checkpoint): a wait past the deadline during which it
   // changed waits on for another `timeout`. Null: the deadline is final.
-  std::function<int64_t()> liveness;
+  Liveness liveness;
 };
 
 // The block of a `count`-element tensor that rank `index` of `world` owns in
@@ -263,18 +264,15 @@ class Collectives {
   std::vector<BlockRange> blocks_;       // the current ring's block per rank (elements or bytes)
   std::vector<BlockRange> recv_blocks_;  // all_to_all: the block received from each rank
   Clock::time_point deadline_;
-  int64_t liveness_seen_ = 0;  // options_.liveness when deadline_ was set
+  LivenessWatch liveness_{options_.liveness};  // since deadline_ was set
   // Runs `wait` (a wait until deadline_) again, the deadline moved on by
   // the timeout, each time it ends at the deadline with options_.liveness
-  // changed since that deadline was set.
+  // moved since that deadline was set.
   template <typename Wait>
   Status patiently(Wait wait) {
     for (;;) {
       Status status = wait();
-      if (status.code() != Code::kDeadlineExceeded || !options_.liveness) return status;
-      const int64_t now_seen = options_.liveness();
-      if (now_seen == liveness_seen_) return status;
-      liveness_seen_ = now_seen;
+      if (status.code() != Code::kDeadlineExceeded || !liveness_.moved()) return status;
       deadline_ = Clock::now() + options_.timeout;
     }
   }

@@ -13,13 +13,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "base/mutex.h"
-#include "runtime/checkpoint/write_observer.h"
 
 namespace rill {
 

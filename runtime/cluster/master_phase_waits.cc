@@ -51,13 +51,12 @@ void Master::end_checkpoint_reports() {
 
 bool Master::wait_for_dones_locked(double patience_s, bool keeping) {
   const int parts = static_cast<int>(phase_.members.size()) - 1;
-  const std::function<int64_t()> written = liveness();
+  const comm::Liveness written = liveness();
+  comm::LivenessWatch writing(written);
   auto deadline = now() + seconds_of(patience_s);
-  int64_t seen = written();
   while (static_cast<int>(phase_.dones.size()) < parts && phase_.lost.empty()) {
     if (wait_phase_until(deadline)) continue;
-    if (written() == seen) break;
-    seen = written();
+    if (!writing.moved()) break;
     deadline = now() + seconds_of(patience_s);
   }
   if (static_cast<int>(phase_.dones.size()) == parts) return true;

@@ -104,7 +104,7 @@ void LocalCollective::cancel(const std::string& reason) {
 
 Status LocalCollective::meet(int local, const Arrival& arrival) {
   auto deadline = comm::Clock::now() + timeout_;
-  int64_t seen = liveness_ ? liveness_() : 0;
+  comm::LivenessWatch liveness(liveness_);
   UniqueLock lock(mu_);
   if (!cancelled_.ok()) return cancelled_;
   if (present_[static_cast<size_t>(local)])
@@ -126,8 +126,7 @@ Status LocalCollective::meet(int local, const Arrival& arrival) {
       if (cancelled_.ok() && !cv_.wait_until(mu_, deadline) && generation_ == generation && !working_ &&
           cancelled_.ok()) {
         // A device held by work that goes on (its checkpoint disk) is waited for.
-        if (const int64_t now_seen = liveness_ ? liveness_() : seen; now_seen != seen) {
-          seen = now_seen;
+        if (liveness.moved()) {
           deadline = comm::Clock::now() + timeout_;
           continue;
         }

@@ -43,7 +43,7 @@ class LocalCollective {
   // `liveness` changed (RunOptions::liveness: a device waiting for its
   // checkpoint disk) waits on for another.
   LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
-                  std::chrono::milliseconds timeout, std::function<int64_t()> liveness = {});
+                  std::chrono::milliseconds timeout, comm::Liveness liveness = {});
   ~LocalCollective();
   LocalCollective(const LocalCollective&) = delete;
   LocalCollective& operator=(const LocalCollective&) = delete;
@@ -84,7 +84,7 @@ class LocalCollective {
   const int first_rank_, world_;
   comm::Collectives* across_;
   const std::chrono::milliseconds timeout_;
-  const std::function<int64_t()> liveness_;
+  const comm::Liveness liveness_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   Mutex mu_;
   CondVar cv_;

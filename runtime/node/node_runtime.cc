@@ -251,12 +251,11 @@ RunReport NodeRun::run() {
     // Which node each collective waited for when the run was stopped.
     std::string collectives;
     for (const comm::FlightRecord::Wait& wait : stalled_waits) collectives += "\n  " + wait.line;
-    const std::string& outside = stalled_outside;
     report.status = Status(Code::kDeadlineExceeded,
                            fmt::format("job stuck: no actor acted for {:.1f} s; waiting actors:{}{}{}",
                                        options_.stall_timeout_s, waiting,
                                        collectives.empty() ? "" : "\n collectives waiting:" + collectives,
-                                       outside.empty() ? "" : "\n still writing: " + outside));
+                                       stalled_outside.empty() ? "" : "\n still writing: " + stalled_outside));
   } else {
     MutexLock lock(error_mu_);
     report.status = first_error_;
