@@ -11,7 +11,10 @@
 
 namespace rill::comm {
 
-using Liveness = std::function<int64_t()>;
+// Sums of counts are unsigned: a count another node claims (a heartbeat's)
+// may be anything, and only whether the count moved matters, so a sum that
+// wraps around is still a change and never undefined.
+using Liveness = std::function<uint64_t()>;
 
 class LivenessWatch {
  public:
@@ -22,7 +25,7 @@ class LivenessWatch {
   // caller moves its deadline on and the watch counts from now.
   bool moved() {
     if (!liveness_) return false;
-    const int64_t now = liveness_();
+    const uint64_t now = liveness_();
     if (now == seen_) return false;
     seen_ = now;
     return true;
@@ -30,7 +33,7 @@ class LivenessWatch {
 
  private:
   const Liveness& liveness_;
-  int64_t seen_ = 0;
+  uint64_t seen_ = 0;
 };
 
 }  // namespace rill::comm

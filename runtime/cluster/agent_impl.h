@@ -204,9 +204,9 @@ class Agent {
   // of the cluster's (every node's, its own included): while either grows, a
   // node waits for a disk, so nobody's run is stuck (write_progress.h).
   WriteProgress disk_;
-  std::atomic<int64_t> cluster_disk_{0};
-  std::function<int64_t()> liveness() {
-    return [this] { return disk_.bytes() + cluster_disk_.load(std::memory_order_relaxed); };
+  std::atomic<uint64_t> cluster_disk_{0};  // as said: any value (a sum wraps, comm/liveness.h)
+  comm::Liveness liveness() {
+    return [this] { return static_cast<uint64_t>(disk_.bytes()) + cluster_disk_.load(std::memory_order_relaxed); };
   }
   StepKeeper kept_;  // the running job's last two steps; one run at a time writes it
   ReplicaStore replicas_;  // this node's pieces and the node before it's, every few steps

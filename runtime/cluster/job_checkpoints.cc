@@ -68,7 +68,7 @@ void JobCheckpoints::attach(RunOptions& run, PhasePlan& phase) {
   run.snapshot_every = every_;
   // Training waits for node 0's disk where it is slower than the
   // checkpoints: its writes going on are not a stall.
-  if (!run.liveness) run.liveness = [progress = progress_] { return progress->bytes(); };
+  if (!run.liveness) run.liveness = [progress = progress_] { return static_cast<uint64_t>(progress->bytes()); };
   run.describe_liveness = [progress = progress_] { return progress->describe(); };
   // Every node snapshots (the master tells the others with their part);
   // node 0 may hold nothing to write (a pserver layout's trainer).

@@ -98,7 +98,7 @@ struct JobRunOptions {
   // nodes' checkpoint writes, as the master hears of them): the runs'
   // RunOptions::liveness is both.
   WriteProgress* write_progress = nullptr;
-  std::function<int64_t()> liveness;
+  comm::Liveness liveness;
 };
 
 // One automatic restart of a job (Submit::max_restarts): why the attempt

@@ -168,7 +168,8 @@ void Master::check_liveness() {
   if (seconds_since(last_heartbeat_) >= options_.heartbeat_s) {
     last_heartbeat_ = now();
     ctl::Heartbeat beat{0};
-    beat.checkpoint_bytes = disk_.bytes() + cluster_disk_.load(std::memory_order_relaxed);
+    beat.checkpoint_bytes =
+        static_cast<int64_t>(static_cast<uint64_t>(disk_.bytes()) + cluster_disk_.load(std::memory_order_relaxed));
     for (int r = 1; r < world_; ++r)
       if (!lost_[r]) post_to_node(r, beat);
     track_pace();

@@ -273,7 +273,7 @@ class Master final : public Agent {
   // whose growth adds to cluster_disk_, and the step whose file it writes
   // (-1: none).
   struct DiskHeard {
-    int64_t bytes = 0;
+    uint64_t bytes = 0;
     int64_t step = -1;
   };
   Mutex disk_mu_;

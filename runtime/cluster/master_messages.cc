@@ -213,7 +213,7 @@ void Master::master_on(const From& from, ctl::Heartbeat& m) {
   if (from.node > 0) {
     MutexLock lock(disk_mu_);
     DiskHeard& heard = disk_heard_[from.node];
-    const int64_t bytes = std::max<int64_t>(m.checkpoint_bytes, 0);
+    const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(m.checkpoint_bytes, 0));
     if (bytes > heard.bytes) cluster_disk_.fetch_add(bytes - heard.bytes, std::memory_order_relaxed);
     heard = {bytes, m.checkpoint_step};  // fewer bytes: the node's agent was started again
   }

@@ -555,7 +555,9 @@ void NodeAgent::worker_on(ctl::Rejoined& m) {
 
 // The master's heartbeat: on_master_message noted that it is alive.
 // The master's: what the cluster's checkpoint writers have written.
-void NodeAgent::worker_on(ctl::Heartbeat& m) { cluster_disk_.store(m.checkpoint_bytes, std::memory_order_relaxed); }
+void NodeAgent::worker_on(ctl::Heartbeat& m) {
+  cluster_disk_.store(static_cast<uint64_t>(m.checkpoint_bytes), std::memory_order_relaxed);
+}
 
 // The cluster formed in join(); another answer to the Join is stale.
 void NodeAgent::worker_on(ctl::JoinReply&) {}

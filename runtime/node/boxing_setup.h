@@ -45,7 +45,7 @@ class BoxingSetup {
   // calls in `record` (the node's flight record; null: nowhere).
   // `liveness` (RunOptions::liveness) lets their waits go on past it.
   BoxingSetup(comm::Transport* transport, double stall_timeout_s, uint64_t tag_base,
-              comm::FlightRecord* record = nullptr, std::function<int64_t()> liveness = {})
+              comm::FlightRecord* record = nullptr, comm::Liveness liveness = {})
       : transport_(transport),
         stall_timeout_s_(stall_timeout_s),
         tag_base_(tag_base),
@@ -152,7 +152,7 @@ class BoxingSetup {
   double stall_timeout_s_;
   uint64_t tag_base_;
   comm::FlightRecord* record_;
-  std::function<int64_t()> liveness_;
+  comm::Liveness liveness_;
   Mutex mu_;
   std::string cancelled_ GUARDED_BY(mu_);  // why, once cancelled
   std::atomic<bool> stop_{false};          // cancelled: a communicator being made gives up

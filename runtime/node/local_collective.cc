@@ -74,7 +74,7 @@ class LocalCollective::Rank final : public DeviceCommunicator {
 };
 
 LocalCollective::LocalCollective(std::vector<int> devices, int first_rank, int world, comm::Collectives* across,
-                                 std::chrono::milliseconds timeout, std::function<int64_t()> liveness)
+                                 std::chrono::milliseconds timeout, comm::Liveness liveness)
     : devices_(std::move(devices)),
       first_rank_(first_rank),
       world_(world),

@@ -182,7 +182,7 @@ RunReport NodeRun::run() {
   openblas_set_num_threads(1);
   auto start = Clock::now();
   const int64_t synchronizes_before = CudaContext::synchronizes();
-  int64_t last_progress = -1;
+  uint64_t last_progress = ~uint64_t{0};  // no count yet
   auto last_change = Clock::now();
   bool stalled = false;
   std::vector<comm::FlightRecord::Wait> stalled_waits;
@@ -221,7 +221,8 @@ RunReport NodeRun::run() {
       }
     }
     // Acts, and work the run waits for elsewhere (a checkpoint being written).
-    int64_t now_progress = progress_.load() + (options_.liveness ? options_.liveness() : 0);
+    const uint64_t now_progress =
+        static_cast<uint64_t>(progress_.load()) + (options_.liveness ? options_.liveness() : 0);
     if (now_progress != last_progress) {
       last_progress = now_progress;
       last_change = Clock::now();

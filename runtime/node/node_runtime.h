@@ -22,6 +22,7 @@
 #include "actor/actor.h"
 #include "base/file_access.h"
 #include "base/status.h"
+#include "comm/liveness.h"
 
 namespace rill {
 
@@ -88,7 +89,7 @@ struct RunOptions {
   // While it changes, no act is not a stall, and a collective waiting for a
   // peer waits on. Null: acts alone count. `describe_liveness` says what
   // that work is, for a stall's error ("" when none).
-  std::function<int64_t()> liveness;
+  comm::Liveness liveness;
   std::function<std::string()> describe_liveness;
   // Called when the run stops on a failure or a stall, before it joins its
   // workers (perhaps more than once, from any thread): what holds a worker

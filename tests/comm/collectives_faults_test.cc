@@ -1,5 +1,6 @@
 // Fault matrices: a rank that never joins or dies, dropped traffic, lost/repeated/swapped/corrupted messages.
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -184,7 +185,7 @@ TEST_CASE("a collective waits past its deadline while liveness grows, and not ot
     });
     auto statuses = run_ranks(world, [&](int rank) -> Status {
       CollectiveOptions options{4096, std::chrono::milliseconds(300)};
-      options.liveness = [&] { return written.load(); };
+      options.liveness = [&] { return static_cast<uint64_t>(written.load()); };
       Collectives c(*transports[rank], options);
       if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // 3.3 deadlines late
       std::vector<float> data(1000, static_cast<float>(rank + 1));
@@ -202,4 +203,20 @@ TEST_CASE("a collective waits past its deadline while liveness grows, and not ot
       CHECK(statuses[0].message().find("from rank 1") != std::string::npos);
     }
   }
+}
+
+// A count another node claims may be anything (a heartbeat's checkpoint
+// bytes): sums of such counts wrap around in uint64, and a wrapped sum is
+// still a move, never undefined arithmetic or a count taken as standing still.
+TEST_CASE("a liveness count that wraps around still moves") {
+  uint64_t claimed = std::numeric_limits<uint64_t>::max() - 1;
+  const comm::Liveness liveness = [&] { return claimed + uint64_t{3}; };  // wraps to 1
+  comm::LivenessWatch watch(liveness);
+  CHECK_FALSE(watch.moved());
+  claimed = std::numeric_limits<uint64_t>::max();  // the sum wraps to 2
+  CHECK(watch.moved());
+  CHECK_FALSE(watch.moved());
+  const comm::Liveness none;
+  comm::LivenessWatch nothing(none);
+  CHECK_FALSE(nothing.moved());
 }

@@ -73,7 +73,7 @@ Outcome run_waiting_for_disk(bool writing, const std::string& devices = "cpu:1",
     options.stall_timeout_s = node == 0 ? 0.6 : 1.2;
     options.snapshot_every = 4;
     // Node 0's own writer, and node 1 as the master's heartbeats tell it.
-    options.liveness = [&disk] { return disk.bytes(); };
+    options.liveness = [&disk] { return static_cast<uint64_t>(disk.bytes()); };
     options.describe_liveness = [&disk] { return disk.describe(); };
     if (node == 0) {
       options.on_snapshot = [&](int64_t step, VariablePiece piece) { collector.add(step, std::move(piece)); };
