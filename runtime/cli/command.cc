@@ -37,6 +37,10 @@ const char* const kReplicaEveryHelp =
     "With --min-nodes: every node's pieces are copied to the next node's memory every this many steps, so that a "
     "layout that splits variables across nodes goes on without a lost node (default: 10 for pipelines, parameter "
     "servers, ZeRO and placed variables, none for data parallelism; 0: never)";
+const char* const kReplicaCopiesHelp =
+    "With replicas: each node's pieces go to this many next nodes' memory, so that a job goes on from memory after "
+    "losing up to this many nodes at once, at this many times the copies' traffic and memory (default 1; at most "
+    "the nodes less one)";
 
 int check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
   for (const auto& [path, what] : outputs)

@@ -58,6 +58,7 @@ const CLI::Validator& positive();
 extern const char* const kMinNodesHelp;
 // --replica-every's help (run and submit).
 extern const char* const kReplicaEveryHelp;
+extern const char* const kReplicaCopiesHelp;
 // Files written at a run's end (the result, the trace, the metrics), found
 // unwritable before it starts: each pair is a path ("" for none) and what
 // it is ("the result file"); the exit code of the first that cannot be

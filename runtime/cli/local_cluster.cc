@@ -113,6 +113,7 @@ class LocalCluster {
     options.max_restarts = args_.max_restarts;
     options.min_nodes = args_.min_nodes;
     options.replica_every = args_.replica_every;
+    options.replica_copies = args_.replica_copies;
     options.trace = !args_.trace_path.empty();
     options.interrupts = &interrupts::counter();
     // The job is submitted and followed on a thread of its own; this one,

@@ -31,6 +31,7 @@ struct ClusterRunArgs {
   int max_restarts = 0;
   int min_nodes = 0;  // SubmitOptions::min_nodes
   int64_t replica_every = -1;  // SubmitOptions::replica_every
+  int replica_copies = 0;      // SubmitOptions::replica_copies
   // The local cluster's own fresh key (false: none, as --insecure; for
   // measuring what the encryption costs).
   bool keyed = true;

@@ -59,6 +59,7 @@ class RunCommand : public Command {
         ->check(CLI::NonNegativeNumber);
     app_->add_option("--min-nodes", args_.min_nodes, kMinNodesHelp)->check(CLI::PositiveNumber);
     app_->add_option("--replica-every", args_.replica_every, kReplicaEveryHelp)->check(CLI::NonNegativeNumber);
+    app_->add_option("--replica-copies", args_.replica_copies, kReplicaCopiesHelp)->check(CLI::PositiveNumber);
     app_->add_flag("--insecure", insecure_, "With --nodes: no key for the local cluster (connections unencrypted)");
   }
 
@@ -87,6 +88,9 @@ class RunCommand : public Command {
                               "agent and rill submit)");
     if (args_.replica_every > 0 && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
       return invalid_argument("--replica-every copies each node's pieces for a job that goes on without a lost node: "
+                              "it needs --nodes N and --min-nodes below N");
+    if (args_.replica_copies > 0 && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
+      return invalid_argument("--replica-copies copies each node's pieces for a job that goes on without lost nodes: "
                               "it needs --nodes N and --min-nodes below N");
     if (one && args_.max_restarts > 0)
       return invalid_argument(

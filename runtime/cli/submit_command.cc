@@ -75,6 +75,7 @@ class SubmitCommand : public Command {
         ->check(CLI::NonNegativeNumber);
     app_->add_option("--min-nodes", options_.min_nodes, kMinNodesHelp)->check(CLI::PositiveNumber);
     app_->add_option("--replica-every", options_.replica_every, kReplicaEveryHelp)->check(CLI::NonNegativeNumber);
+    app_->add_option("--replica-copies", options_.replica_copies, kReplicaCopiesHelp)->check(CLI::PositiveNumber);
     key_.add_key(app_);
     key_.add_insecure(app_, "Connect without a key (to agents started with --insecure)");
   }

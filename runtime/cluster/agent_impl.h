@@ -186,14 +186,16 @@ class Agent {
                    int64_t start_step, std::vector<std::string> variables, RunOptions& run, int* nodes);
   // What this node kept of its last run (steps, whole, replicas) for its Done.
   void tell_kept(ctl::Done& done) const;
-  // A run that copies this node's pieces to the next member's memory every
-  // `every` steps (> 0, a training of several nodes): its Replicator, the
+  // A run that copies this node's pieces to the next `copies` members'
+  // memory every `every` steps (> 0, a training of several nodes): its
+  // Replicator, the
   // run's options told of it (`run` placed already), and how many pieces
   // the node copies (`pieces`); null when it copies none. `shapes`: the
   // job's variables, which bound what the node before may send; `last_step`
   // the run's last.
   StatusOr<std::unique_ptr<Replicator>> replicate(int64_t job, int phase, const std::vector<int>& members,
-                                                  int64_t every, std::string_view node_plan, RunOptions& run,
+                                                  int64_t every, int copies, std::string_view node_plan,
+                                                  RunOptions& run,
                                                   int nodes, const std::map<std::string, Shape>& shapes,
                                                   int64_t last_step, int* pieces);
   // This node's pieces after `step` steps (when `own`), and the replicas of
@@ -209,7 +211,7 @@ class Agent {
     return [this] { return static_cast<uint64_t>(disk_.bytes()) + cluster_disk_.load(std::memory_order_relaxed); };
   }
   StepKeeper kept_;  // the running job's last two steps; one run at a time writes it
-  ReplicaStore replicas_;  // this node's pieces and the node before it's, every few steps
+  ReplicaStore replicas_;  // this node's pieces and the nodes before it's, every few steps
 
  private:
   // The control channel: options_.control_channel's, or ZeroMQ's; with

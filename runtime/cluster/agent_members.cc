@@ -72,9 +72,10 @@ void Agent::tell_kept(ctl::Done& done) const {
 }
 
 StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, const std::vector<int>& members,
-                                                       int64_t every, std::string_view node_plan, RunOptions& run,
-                                                       int nodes, const std::map<std::string, Shape>& shapes,
-                                                       int64_t last_step, int* pieces) {
+                                                       int64_t every, int copies, std::string_view node_plan,
+                                                       RunOptions& run, int nodes,
+                                                       const std::map<std::string, Shape>& shapes, int64_t last_step,
+                                                       int* pieces) {
   *pieces = 0;
   if (every <= 0) return std::unique_ptr<Replicator>();
   replicas_.begin_run(job, phase);  // an earlier phase's pieces were another plan's
@@ -82,17 +83,21 @@ StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, c
   RILL_ASSIGN_OR_RETURN(std::vector<SnapshotPiece> own, snapshot_pieces(node_plan));
   std::erase_if(own, [](const SnapshotPiece& p) { return p.name.starts_with(kCarriedPrefix); });
   *pieces = static_cast<int>(own.size());
-  // Plan node n sends to n + 1 and keeps n - 1's, around the ring.
+  // Plan node n sends to n + 1, ..., n + copies and keeps n - 1's, ...,
+  // n - copies', around the ring (a ring of fewer nodes: every other one).
   auto rank_of = [&](int node) { return members.empty() ? node : members[static_cast<size_t>(node)]; };
+  const int reach = std::clamp(copies, 1, nodes - 1);
   Replicator::Options options;
   options.transport = run.transport;
   options.store = &replicas_;
   options.job = job;
   options.phase = phase;
   options.tag_base = run.tag_base;
-  options.to = (run.node + 1) % nodes;
-  options.from = (run.node + nodes - 1) % nodes;
-  options.from_rank = rank_of(options.from);
+  for (int k = 1; k <= reach; ++k) {
+    options.to.push_back((run.node + k) % nodes);
+    options.from.push_back((run.node + nodes - k) % nodes);
+    options.from_ranks.push_back(rank_of(options.from.back()));
+  }
   options.most = options_.max_message_bytes;
   options.most_bytes = most_piece_bytes(shapes);
   options.last_step = last_step;

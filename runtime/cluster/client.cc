@@ -38,7 +38,7 @@ class ZmqClient : public Client {
                                      const SubmitOptions& options) override {
     send(ctl::Submit{job_text, file_name, static_cast<bool>(options.on_line), options.devices, options.steps,
                      options.overrides, options.resume, options.max_restarts, options.trace,
-                     options.min_nodes, options.replica_every});
+                     options.min_nodes, options.replica_every, options.replica_copies});
     // The master answers once the cluster has formed: a Ctrl-C before then
     // ends the wait (there is no job to stop yet).
     RILL_ASSIGN_OR_RETURN(ctl::Message first, receive(answer_timeout_s_, options.interrupts));

@@ -31,6 +31,9 @@ struct SubmitOptions {
   // without a lost node too (-1: every 10 steps for such layouts, none for
   // data parallelism; 0: never).
   int64_t replica_every = -1;
+  // With replicas: each node's pieces go to this many next nodes, so that a
+  // job goes on after losing up to this many nodes at once (0: 1).
+  int replica_copies = 0;
   // Every node records its acts; the result comes with the training's
   // timeline (SubmitResult::trace_json).
   bool trace = false;

@@ -69,7 +69,8 @@ struct Encoder {
     return {fb::Message::Submit,
             fb::CreateSubmit(b, b.CreateString(m.job_text), b.CreateString(m.file_name), m.follow,
                              b.CreateString(m.devices), m.steps, b.CreateVectorOfStrings(m.overrides),
-                             b.CreateString(m.resume), m.max_restarts, m.trace, m.min_nodes, m.replica_every)
+                             b.CreateString(m.resume), m.max_restarts, m.trace, m.min_nodes, m.replica_every,
+                             m.replica_copies)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const SubmitReply& m) {
@@ -82,7 +83,7 @@ struct Encoder {
                                b.CreateString(m.devices), m.mode, m.steps, m.activation_register_num,
                                tensors(b, m.initial_values), tensors(b, m.initial_state), m.start_step,
                                m.snapshot_every, m.trace, b.CreateVector(m.members), m.keep_steps, m.kept_step,
-                               b.CreateVector(m.memory_parts), m.replica_every)
+                               b.CreateVector(m.memory_parts), m.replica_every, m.replica_copies)
                 .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const CheckpointWritten& m) {
@@ -286,7 +287,7 @@ StatusOr<Message> decode(std::string_view message) {
         for (const flatbuffers::String* s : *m->overrides()) overrides.push_back(s->str());
       return Message(Submit{str(m->job_text()), str(m->file_name()), m->follow(), str(m->devices()), m->steps(),
                             std::move(overrides), str(m->resume()), m->max_restarts(), m->trace(), m->min_nodes(),
-                            m->replica_every()});
+                            m->replica_every(), m->replica_copies()});
     }
     case fb::Message::SubmitReply: {
       auto m = e->message_as_SubmitReply();
@@ -298,7 +299,7 @@ StatusOr<Message> decode(std::string_view message) {
                               m->steps(), m->activation_register_num(), tensors(m->initial_values()),
                               tensors(m->initial_state()), m->start_step(), m->snapshot_every(), m->trace(),
                               vec(m->members()), m->keep_steps(), m->kept_step(), vec(m->memory_parts()),
-                              m->replica_every()});
+                              m->replica_every(), m->replica_copies()});
     }
     case fb::Message::CheckpointWritten: {
       auto m = e->message_as_CheckpointWritten();

@@ -48,6 +48,7 @@ struct Submit {
   bool trace = false;
   int min_nodes = 0;
   int64_t replica_every = -1;
+  int replica_copies = 0;  // 0: 1
 };
 struct SubmitReply { int64_t job_id = 0; std::string error; int queued_behind = 0; };
 struct PlanPart {
@@ -70,6 +71,7 @@ struct PlanPart {
   int64_t kept_step = -1;    // >= 0: start from this node's memory at this step
   std::vector<uint64_t> memory_parts;  // node 0's memory follows over the data plane (memory_transfer.h)
   int64_t replica_every = 0;  // > 0: this node's pieces to the next member every this many steps
+  int replica_copies = 1;     // to this many next members
 };
 // One actor's acts on a node (runtime/node/node_runtime.h ActorTraceRecord).
 struct ActTrace {

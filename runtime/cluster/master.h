@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/cluster/agent_impl.h"
+#include "runtime/cluster/replica_choice.h"
 #include "runtime/watch/bucket_sizing.h"
 #include "runtime/watch/http_server.h"
 #include "runtime/watch/metrics_board.h"
@@ -48,28 +49,16 @@ struct Membership {
   // > 0: each node's pieces go to the next member's memory every this many
   // steps (runtime/cluster/replicator.h).
   int64_t replica_every = 0;
+  // With replicas: to this many next members (a plan of fewer nodes, to
+  // every other one), so up to this many nodes lost at once go on.
+  int replica_copies = 1;
   // A layout that splits variables going on without a lost node: node 0
   // gathers, from each rank here, its own pieces (when `own`) and the
   // replicas of the lost ranks listed, after kept_step steps
   // (master_gather.cc); every other member then starts from node 0's memory.
-  struct GatherFrom {
-    bool own = true;
-    std::vector<int> replicas_of;
-  };
   std::map<int, GatherFrom> gather;
   bool from_replicas = false;  // it goes on from the replicas (node 0's gather, or what it gathered last)
   bool member(int rank) const { return std::find(members.begin(), members.end(), rank) != members.end(); }
-};
-
-// What a node kept in memory when its run ended (ctl::Done's kept_*).
-struct KeptSteps {
-  int64_t first = -1, last = -1;
-  bool whole = false;
-  int64_t incarnation = 0;  // of the node's agent that said it (Master::incarnation_)
-  // Its replica store (ctl::Done's replica_*): its own pieces' steps, and
-  // the steps it holds other ranks' pieces at.
-  std::vector<int64_t> own_replicas;
-  std::map<int, std::vector<int64_t>> replicas;
 };
 
 // What the master's job thread waits for while a phase runs on every node.

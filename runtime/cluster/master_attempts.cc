@@ -110,6 +110,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   // the model).
   const int64_t asked = queued.submit.replica_every;
   everyone.replica_every = !live ? 0 : asked >= 0 ? asked : splits_variables(queued.job) ? kReplicaEvery : 0;
+  everyone.replica_copies = std::max(queued.submit.replica_copies, 1);
+  if (live && everyone.replica_every == 0 && queued.submit.replica_copies > 1)
+    say(fmt::format("--replica-copies {}: this job copies no replicas (every node holds the whole model, or "
+                    "--replica-every 0)",
+                    queued.submit.replica_copies));
   for (const graph::Variable& v : queued.job.variables) everyone.variables.push_back(v.name);
   everyone.shapes = model_shapes(queued.job);
   // Buckets sized by the link: until the size is chosen the nodes keep
@@ -307,15 +312,15 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
                                          result.status.message(), missing, options_.join_timeout_s));
       result.restarts = std::move(restarts);
       result.nodes_from_step = std::move(nodes_from_step);
+    // From the newest complete checkpoint, else as first asked, on every node.
       return result;
     }
+    gathered_.reset();  // another attempt's model: the restart goes on from disk
     whole_at = Clock::now();
     restart.seconds_until_whole = std::chrono::duration<double>(whole_at - failed_at).count();
     restart.nodes = world_;
-    // From the newest complete checkpoint, else as first asked, on every node.
     membership = everyone;
     membership.keep_steps = live || (sizing_buckets && !bucket_choice);
-    gathered_.reset();  // another attempt's model: the restart goes on from disk
     replica_ring_.clear();
     options.num_nodes = world_;
     options.start_from_memory = -1;

@@ -1,10 +1,11 @@
 // A live job whose layout splits variables across nodes, going on without a
 // lost node (docs/FAULTS.md "When a node fails"): every node copied its
-// pieces to the next member's memory every few steps (replicator.h); node 0
-// finds a step at which every survivor holds its own pieces and each lost
-// node's buddy its replica, gathers them over the data plane into the whole
-// model, and every other member starts from node 0's memory with the plan
-// on the nodes that remain.
+// pieces to the next members' memory every few steps (replicator.h; the
+// next `--replica-copies` of them); node 0 finds a step at which every
+// survivor holds its own pieces and, for each lost node, one of its
+// surviving buddies its replica (replica_choice.h), gathers them over the
+// data plane into the whole model, and every other member starts from node
+// 0's memory with the plan on the nodes that remain.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "runtime/cluster/master.h"
 #include "runtime/cluster/memory_pieces.h"
 #include "runtime/cluster/memory_transfer.h"
+#include "runtime/cluster/replica_choice.h"
 
 namespace rill::agent_internal {
 
@@ -35,53 +37,27 @@ StatusOr<Membership> Master::from_replicas(const Membership& ended, Membership n
     auto it = replica_pieces_.find(r);
     return it == replica_pieces_.end() || it->second > 0;  // not known: as if it did
   };
-  std::optional<std::set<int64_t>> common;
-  auto narrow = [&](const std::vector<int64_t>& steps) {
-    std::set<int64_t> held(steps.begin(), steps.end());
-    if (!common) common = std::move(held);
-    else std::erase_if(*common, [&](int64_t s) { return held.count(s) == 0; });
-  };
-  std::map<int, Membership::GatherFrom> gather;
-  std::string lost, problem;  // problem: why the replicas cannot make the model whole
-  for (size_t i = 0; i < ran.size(); ++i) {
-    const int r = ran[i];
-    if (holder(r)) {
-      gather[r].own = copies(r);
-      if (copies(r)) narrow(kept_by_node_[r].own_replicas);
-      continue;
-    }
-    lost += (lost.empty() ? "" : ", ") + node_name(options_.machines, r);
-    if (!copies(r)) continue;  // it held no piece of its own to copy
-    const int buddy = ran[(i + 1) % ran.size()];
-    if (!holder(buddy)) {
-      if (problem.empty())
-        problem = fmt::format("{} is lost, and so is {}, which held its replica", node_name(options_.machines, r),
-                              node_name(options_.machines, buddy));
-      continue;
-    }
-    auto held = kept_by_node_[buddy].replicas.find(r);
-    narrow(held == kept_by_node_[buddy].replicas.end() ? std::vector<int64_t>{} : held->second);
-    gather[buddy].replicas_of.push_back(r);
-  }
-  if (lost.empty() && at < 0) return Status(Code::kNotFound, "no node that ran the attempt was lost");
+  ReplicaHolders holders = find_replica_holders(ran, ended.replica_copies, kept_by_node_, holder, copies,
+                                                [&](int r) { return node_name(options_.machines, r); });
+  std::optional<std::set<int64_t>>& common = holders.steps;
+  if (holders.lost.empty() && at < 0) return Status(Code::kNotFound, "no node that ran the attempt was lost");
   // Taking a node back: at the step the phase ended, which every member holds.
   if (common && at >= 0) std::erase_if(*common, [&](int64_t s) { return s != at; });
+  std::string problem = holders.problem;
   int64_t step = problem.empty() && common && !common->empty() ? *common->rbegin() : -1;
   // The model node 0 gathered last is whole, at its step: nodes lost before
   // the next replica (or with their buddies) go on from it.
   const bool from_gathered = gathered_ && gathered_->step >= step && (at < 0 || gathered_->step == at);
-  if (from_gathered) {
-    step = gathered_->step;
-    gather.clear();
-  }
+  if (from_gathered) step = gathered_->step;
   if (step < 0 && problem.empty())
     problem = at >= 0 ? fmt::format("not every node holds its own pieces after step {} (replicas every {} steps)", at,
                                     ended.replica_every)
                       : fmt::format("no step at which every node that remains holds its own pieces and {}'s replica "
                                     "is held (replicas every {} steps)",
-                                    lost, ended.replica_every);
+                                    holders.lost, ended.replica_every);
   if (step < 0) return Status(Code::kFailedPrecondition, problem);
-  std::erase_if(gather, [](const auto& g) { return !g.second.own && g.second.replicas_of.empty(); });
+  std::map<int, GatherFrom> gather;
+  if (!from_gathered) gather = gather_at(holders, kept_by_node_, step);
   next.kept_step = step;
   next.gather = std::move(gather);
   next.from_replicas = true;

@@ -263,6 +263,7 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
                           std::move(state), run_options.start_step, snapshot_every, run_options.trace,
                           membership.members, keeping, kept_step};
   plan_part.replica_every = keeping ? membership.replica_every : 0;
+  plan_part.replica_copies = membership.replica_copies;
   // Each node's own part of the checkpoint's carried state (its row of
   // each error), in a part of its own; without it one part serves all.
   std::map<int, std::string> own_parts;  // by machine rank
@@ -357,8 +358,9 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   std::unique_ptr<Replicator> replicator;  // reset once the runtime's run() returned: it tells it nothing after
   int replica_pieces = 0;
   if (placed.ok() && keeping) {
-    auto made = replicate(job_id, phase, membership.members, membership.replica_every, plan.plan, local, nodes,
-                          membership.shapes, run_options.start_step + plan.compile.steps, &replica_pieces);
+    auto made = replicate(job_id, phase, membership.members, membership.replica_every, membership.replica_copies,
+                          plan.plan, local, nodes, membership.shapes, run_options.start_step + plan.compile.steps,
+                          &replica_pieces);
     if (made.ok()) replicator = std::move(*made);
     else placed = made.status();
   }
@@ -436,11 +438,12 @@ RunReport Master::execute_phase(int64_t job_id, int phase, const std::string& jo
   // Wait for every node's end; the first failure (theirs or ours) is the cause.
   MutexLock lock(phase_mu_);
   // As long as the job lets a node go without a word (its rpc_deadline),
-  // and once more where a node waits for its last step's copies (each
-  // chunk and the node before's copy within that patience); longer while
-  // checkpoint files are still being written.
+  // and more where a node waits for its last step's copies (its copy to
+  // each of its buddies in turn, then the nodes before's copies, each
+  // within that patience); longer while checkpoint files are still being
+  // written.
   const double done_within =
-      run_options.stall_timeout_s * (keeping && membership.replica_every > 0 ? 2 : 1) + 5;
+      run_options.stall_timeout_s * (keeping && membership.replica_every > 0 ? 1 + membership.replica_copies : 1) + 5;
   const bool all = wait_for_dones_locked(done_within, keeping);
   report.control_bytes_from_nodes = control_bytes_from_nodes_.load() - control_before;
   if (keeping) {

@@ -66,6 +66,22 @@ void Master::master_on(const From& from, ctl::Submit& m) {
     allowed = invalid_argument("--replica-every {} copies each node's pieces for a job that goes on without a lost "
                                "node: it needs --min-nodes N below the cluster's {} node(s)",
                                m.replica_every, world_);
+  if (allowed.ok() && m.replica_copies > 0 && (m.min_nodes == 0 || m.min_nodes >= world_))
+    allowed = invalid_argument("--replica-copies {} copies each node's pieces for a job that goes on without lost "
+                               "nodes: it needs --min-nodes N below the cluster's {} node(s)",
+                               m.replica_copies, world_);
+  if (allowed.ok() && (m.replica_copies < 0 || m.replica_copies > std::max(world_ - 1, 1)))
+    allowed = invalid_argument("--replica-copies {}: each node's pieces go to at most the {} other node(s)",
+                               m.replica_copies, world_ - 1);
+  // More copies serve only losses of that many nodes at once, which the
+  // job must be allowed to go on after.
+  if (allowed.ok() && m.replica_copies > 1 && world_ - m.replica_copies < m.min_nodes)
+    allowed = invalid_argument("--replica-copies {} serves losing {} nodes at once, which leaves {} of the cluster's {}: "
+                               "fewer than --min-nodes {}",
+                               m.replica_copies, m.replica_copies, world_ - m.replica_copies, world_, m.min_nodes);
+  if (allowed.ok() && m.replica_copies > 0 && m.replica_every == 0)
+    allowed = invalid_argument("--replica-copies {} with --replica-every 0: there are no replicas to copy",
+                               m.replica_copies);
   if (allowed.ok() && m.replica_every < -1)
     allowed = invalid_argument("--replica-every {}: give a number of steps, or 0 for none", m.replica_every);
   if (!allowed.ok()) {

@@ -365,12 +365,12 @@ void NodeAgent::worker_on(ctl::PlanPart& m) {
       run.on_snapshot = [checkpoint](int64_t done, VariablePiece piece) { checkpoint->add(done, std::move(piece)); };
       run.on_abort = [checkpoint] { checkpoint->abandon(); };
     }
-    // Its pieces to the next member's memory every few steps (live membership).
+    // Its pieces to the next members' memory every few steps (live membership).
     std::shared_ptr<Replicator> replicator;
     int replica_pieces = 0;
     if (plan.ok() && part.mode == static_cast<int>(compiler::Mode::kTrain)) {
-      auto made = replicate(part.job_id, part.phase, part.members, part.replica_every, *plan, run, nodes, shapes,
-                            part.start_step + part.steps, &replica_pieces);
+      auto made = replicate(part.job_id, part.phase, part.members, part.replica_every, part.replica_copies, *plan,
+                            run, nodes, shapes, part.start_step + part.steps, &replica_pieces);
       if (made.ok()) replicator = std::move(*made);
       else plan = made.status();
     }

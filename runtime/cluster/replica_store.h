@@ -1,7 +1,8 @@
 // ReplicaStore: an agent's in-memory replicas (live membership with a layout
 // that splits variables across nodes, docs/FAULTS.md): this node's own
 // pieces as they stood after its last replica steps, and the pieces of the
-// node before it in the plan, received whole (runtime/cluster/replicator.h).
+// node before it in the plan (the nodes before it, with --replica-copies),
+// received whole (runtime/cluster/replicator.h).
 // When a node is lost, node 0 gathers every survivor's own pieces and the
 // lost node's replica at a step they all hold (master_gather.cc), and the
 // job goes on from them with a plan on the nodes that remain.
@@ -10,7 +11,7 @@
 // goes to the buddy is kept as it was sent, and goes to node 0 as it is.
 // Own steps: the newest kOwnSteps, so that every survivor still holds the
 // step a lost node's replica is complete at (a replica step starts only
-// once the one before reached the buddy, and nodes are at most a step
+// once the one before reached every buddy, and nodes are at most a step
 // apart). Each source's newest kReplicaSteps complete replicas. What an
 // earlier run (another phase: another plan, other pieces, another ring of
 // buddies) kept is dropped as a run begins, and another job's. Thread-safe.

@@ -30,14 +30,19 @@ Replicator::Replicator(std::vector<SnapshotPiece> pieces, Options options) : opt
       [this](int64_t step, std::vector<TensorPiece> tensors) { return send(step, std::move(tensors)); },
       [this](NodeCheckpoint sent) {
         if (!sent.status.ok() && !stopping_.load())
-          spdlog::warn("{}: its pieces after step {} did not reach the next node's memory: {}", options_.me,
+          spdlog::warn("{}: its pieces after step {} did not reach the next nodes' memory: {}", options_.me,
                        sent.step, sent.status.message());
       });
-  if (options_.from >= 0)
-    receiver_ = std::thread([this] {
-      receive_loop();
+  {
+    MutexLock lock(mu_);
+    last_received_.assign(options_.from.size(), -1);
+    receiving_.assign(options_.from.size(), true);
+  }
+  for (size_t source = 0; source < options_.from.size(); ++source)
+    receivers_.emplace_back([this, source] {
+      receive_loop(source);
       MutexLock lock(mu_);
-      receiving_ = false;
+      receiving_[source] = false;
       received_cv_.notify_all();
     });
 }
@@ -55,24 +60,33 @@ void Replicator::finish(int64_t last) {
   if (stopping_.load() || last <= 0) return;
   // The collector sends each step in turn, every chunk acknowledged (or
   // given up after the patience); a node with no pieces says so, as its
-  // buddy waits for word of this step.
-  Status sent = has_pieces_ ? collector_->finish()
-                : options_.to >= 0
-                    ? send_stream(*options_.transport, options_.to, replica_tags(options_.tag_base), last, {},
-                                  options_.patience)
-                    : Status{};
+  // buddies wait for word of this step.
+  Status sent;
+  if (has_pieces_) {
+    sent = collector_->finish();
+  } else {
+    for (int to : options_.to)
+      if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), last, {},
+                                   options_.patience);
+          sent.ok())
+        sent = one;
+  }
   if (!sent.ok())
-    spdlog::warn("{}: its pieces after step {} did not all reach the next node's memory: {}", options_.me, last,
+    spdlog::warn("{}: its pieces after step {} did not all reach the next nodes' memory: {}", options_.me, last,
                  sent.message());
-  if (options_.from < 0) return;
   // Every node of the run ends at the same step, and copies it.
   const auto deadline = std::chrono::steady_clock::now() + options_.patience;
   MutexLock lock(mu_);
-  while (last_received_ < last && receiving_)
+  for (;;) {
+    bool waiting = false;
+    for (size_t s = 0; s < last_received_.size(); ++s) waiting = waiting || (last_received_[s] < last && receiving_[s]);
+    if (!waiting) break;
     if (!received_cv_.wait_until(mu_, deadline) && std::chrono::steady_clock::now() >= deadline) break;
-  if (last_received_ < last)
-    spdlog::warn("{}: the node before's pieces after step {} did not arrive{}", options_.me, last,
-                 receiving_ ? " in time" : "");
+  }
+  for (size_t s = 0; s < last_received_.size(); ++s)
+    if (last_received_[s] < last)
+      spdlog::warn("{}: node {}'s pieces after step {} did not arrive{}", options_.me, options_.from_ranks[s], last,
+                   receiving_[s] ? " in time" : "");
 }
 
 void Replicator::stop() {
@@ -80,7 +94,8 @@ void Replicator::stop() {
   // Waits for acks and chunks end now, not at their patience.
   options_.transport->cancel_tags(options_.tag_base + kReplicaAckTag, options_.tag_base + kReplicaChunkTag + 1,
                                   "the run ended");
-  if (receiver_.joinable()) receiver_.join();
+  for (std::thread& receiver : receivers_) receiver.join();
+  receivers_.clear();
 }
 
 StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tensors) {
@@ -95,9 +110,14 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
   NodeFile sent;
   for (const std::string& m : messages) sent.bytes += static_cast<int64_t>(m.size());
   const ReplicaStore::Messages held = options_.store->keep_own(options_.job, options_.phase, step, std::move(messages));
-  if (options_.to < 0) return sent;
-  RILL_RETURN_IF_ERROR(
-      send_stream(*options_.transport, options_.to, replica_tags(options_.tag_base), step, *held, options_.patience));
+  // Nearest first: a buddy that fails leaves the others their copies.
+  Status failed;
+  for (int to : options_.to)
+    if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), step, *held,
+                                 options_.patience);
+        failed.ok())
+      failed = one;
+  RILL_RETURN_IF_ERROR(failed);
   return sent;
 }
 
@@ -114,13 +134,14 @@ Status Replicator::bounded(const StreamHeader& header, uint64_t bytes) const {
   return {};
 }
 
-void Replicator::receive_loop() {
+void Replicator::receive_loop(size_t source) {
+  const int from = options_.from[source], from_rank = options_.from_ranks[source];
   const StreamTags tags = replica_tags(options_.tag_base);
   std::vector<std::string> held;  // the step under way's messages
   int64_t step = -1;
   uint64_t count = 0, bytes = 0;
   while (!stopping_.load()) {
-    auto header = receive_stream_header(*options_.transport, options_.from, tags,
+    auto header = receive_stream_header(*options_.transport, from, tags,
                                         comm::Clock::now() + std::chrono::milliseconds(200), kMostStreamBytes);
     if (!header.ok() && header.status().code() == Code::kDeadlineExceeded) continue;
     Status failed = header.status();
@@ -134,7 +155,7 @@ void Replicator::receive_loop() {
           header->index == held.size() && (held.empty() || (header->step == step && header->count == count));
       failed = bounded(*header, in_turn ? bytes : 0);
       if (failed.ok() && header->count > 0) {
-        auto body = receive_stream_body(*options_.transport, options_.from, tags, *header, options_.patience);
+        auto body = receive_stream_body(*options_.transport, from, tags, *header, options_.patience);
         failed = body.status();
         if (body.ok() && in_turn) {
           bytes += body->size();
@@ -146,16 +167,16 @@ void Replicator::receive_loop() {
                            header->index, header->count, header->step, held.size(), count, step);
       if (failed.ok()) step = header->step, count = header->count;
       if (failed.ok() && held.size() == header->count) {
-        options_.store->keep_replica(options_.job, options_.phase, options_.from_rank, step, std::move(held));
+        options_.store->keep_replica(options_.job, options_.phase, from_rank, step, std::move(held));
         held.clear();
         MutexLock lock(mu_);
         // The run's first copy: from here a loss of the node before can go
         // on from memory (an operator, and the tests, can tell when).
-        if (last_received_ < 0)
+        if (last_received_[source] < 0)
           spdlog::info("{}: holds its first copy of node {}'s pieces (after step {}, {} bytes)", options_.me,
-                       options_.from_rank, step, bytes);
+                       from_rank, step, bytes);
         bytes = 0;
-        last_received_ = std::max(last_received_, step);
+        last_received_[source] = std::max(last_received_[source], step);
         received_cv_.notify_all();
       }
     }
@@ -164,13 +185,13 @@ void Replicator::receive_loop() {
     // run fails for that, naming it).
     if (stopping_.load() || failed.code() == Code::kAborted || failed.code() == Code::kUnavailable) {
       if (!stopping_.load() && failed.code() == Code::kUnavailable)
-        spdlog::info("{}: no more replicas from the node before it: {}", options_.me, failed.message());
+        spdlog::info("{}: no more replicas from node {}: {}", options_.me, from_rank, failed.message());
       return;
     }
     // A message that does not add up: that step's copy is dropped, and the
     // next header starts the next (what is left of this one is read and
     // dropped on the way), so its chunks never pile up unread.
-    spdlog::warn("{}: a replica from the node before it dropped: {}", options_.me, failed.message());
+    spdlog::warn("{}: a replica from node {} dropped: {}", options_.me, from_rank, failed.message());
     held.clear();
     bytes = 0;
     step = -1;

@@ -4,13 +4,14 @@
 // holder of each distinct piece over the cluster, so all nodes' together
 // make the model whole) are copied at the step boundary, as a checkpoint's
 // are, kept in the node's ReplicaStore and sent to the next node of the
-// plan (its buddy) over the data plane, on tags of their own, while
-// training goes on; each node keeps what the node before it sent. While one
+// plan (its buddy; with `--replica-copies K`, the next K nodes, nearest
+// first) over the data plane, on tags of their own, while training goes
+// on; each node keeps what the K nodes before it sent. While one
 // step's copy is on its way and the next waits to go, training waits (the
 // checkpoint collector's bound: training slows to the link's pace instead
-// of piling up copies). When a node is lost, its buddy's replica and the
-// survivors' own pieces at a step they all hold make the model whole
-// (master_gather.cc).
+// of piling up copies). When a node is lost, a surviving buddy's replica
+// and the survivors' own pieces at a step they all hold make the model
+// whole (master_gather.cc): up to K nodes lost at once leave a copy of each.
 #pragma once
 
 #include <atomic>
@@ -38,8 +39,10 @@ class Replicator {
     int64_t job = 0;
     int phase = 0;
     uint64_t tag_base = 0;                 // the run's
-    int to = -1, from = -1;                // the buddy and the node before, as the run's transport ranks them
-    int from_rank = -1;                    // `from` as a machine-list rank (how the store names it)
+    // The buddies and the nodes before, nearest first, as the run's
+    // transport ranks them; `from_ranks`: `from` as machine-list ranks (how
+    // the store names them).
+    std::vector<int> to, from, from_ranks;
     size_t most = 0;                       // bytes of tensors one message holds (--max-message-bytes)
     // What the node before may send: a step's copy weighs at most what the
     // model's pieces may (most_piece_bytes), and no step is past the run's
@@ -61,11 +64,11 @@ class Replicator {
   // Once the run has ended well at its plan's end, after `last` steps (a
   // stop may cut the end short of a copy some node already passed): waits
   // until this
-  // node's copy of that step has reached its buddy (a node with no pieces
-  // sends word of none) and the node before's is here (the last step's
+  // node's copy of that step has reached its buddies (a node with no pieces
+  // sends word of none) and the nodes before's are here (the last step's
   // replicas, which a loss after the training needs: the eval goes on from
-  // them), or the node before has stopped sending, or the patience has
-  // passed. What it could not wait for is said in the log.
+  // them), each node before's unless it has stopped sending, or until the
+  // patience has passed. What it could not wait for is said in the log.
   void finish(int64_t last);
   // Once the run has ended: stops sending and receiving (what is under way
   // is dropped; the store keeps what was complete).
@@ -73,7 +76,7 @@ class Replicator {
 
  private:
   StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
-  void receive_loop();
+  void receive_loop(size_t source);  // from options_.from[source]
   Status bounded(const StreamHeader& header, uint64_t bytes) const;
 
   Options options_;
@@ -81,10 +84,11 @@ class Replicator {
   std::atomic<bool> stopping_{false};
   Mutex mu_;
   CondVar received_cv_;
-  int64_t last_received_ GUARDED_BY(mu_) = -1;  // the newest step of the node before's stored
-  bool receiving_ GUARDED_BY(mu_) = true;        // the receive loop runs
+  // By source: the newest step of its stored, and whether its receive loop runs.
+  std::vector<int64_t> last_received_ GUARDED_BY(mu_);
+  std::vector<bool> receiving_ GUARDED_BY(mu_);
   std::unique_ptr<CheckpointCollector> collector_;
-  std::thread receiver_;
+  std::vector<std::thread> receivers_;
 };
 
 }  // namespace rill

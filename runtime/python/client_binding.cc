@@ -26,7 +26,8 @@ class PyClient {
   // `job` is a rill.Job or job-file text (its includes resolved).
   py::dict submit(const py::object& job, const std::string& file_name, const std::string& devices, int64_t steps,
                   const std::vector<std::string>& overrides, const std::string& resume, int max_restarts,
-                  int min_nodes, const py::object& on_line, double timeout_s, int64_t replica_every) {
+                  int min_nodes, const py::object& on_line, double timeout_s, int64_t replica_every,
+                  int replica_copies) {
     const Busy busy(this);
     SubmitOptions options;
     options.devices = devices;
@@ -36,6 +37,7 @@ class PyClient {
     options.max_restarts = max_restarts;
     options.min_nodes = min_nodes;
     options.replica_every = replica_every;
+    options.replica_copies = replica_copies;
     options.timeout_s = timeout_s;
     LineQueue lines;
     options.on_line = [&lines](const std::string& line) { lines.push(line); };
@@ -99,7 +101,8 @@ void bind_client(py::module_& m) {
       .def("submit", &PyClient::submit, py::arg("job"), py::arg("file_name") = "job", py::arg("devices") = "",
            py::arg("steps") = 0, py::arg("overrides") = std::vector<std::string>{}, py::arg("resume") = "",
            py::arg("max_restarts") = 0, py::arg("min_nodes") = 0, py::arg("on_line") = py::none(),
-           py::arg("timeout") = 3600.0, py::arg("replica_every") = -1)
+           py::arg("timeout") = 3600.0, py::arg("replica_every") = -1,
+           py::arg("replica_copies") = 0)
       .def("status", &PyClient::status)
       .def("stop", &PyClient::stop, py::arg("job_id") = 0, py::arg("now") = false)
       .def("shutdown", &PyClient::shutdown);

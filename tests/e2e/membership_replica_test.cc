@@ -251,6 +251,71 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   CHECK(cluster.shut_down() == 0);
 }
 
+// The same loss with two copies of each node's pieces (--replica-copies 2):
+// node 0 holds nodes 1's and 2's replicas and goes on alone from memory.
+// Why bit for bit a run of 3 nodes to that step resumed on 1 from its
+// checkpoint: node 0's own pieces and its two replicas are the f32 bits the
+// 3 nodes held after that step, which the 3-node run writes to its
+// checkpoint there; from there both are the 1-node plan of the same job
+// from the same values (same kernels on this machine, same batches).
+TEST_CASE("ZeRO with two copies of each replica loses two nodes at once and goes on alone from memory, to the model "
+          "of a run on 3 then 1 node") {
+  const auto dir = fresh_dir("replica-copies");
+  Cluster cluster(dir, "k", 3, 19980);
+  REQUIRE(cluster.client);
+  const std::string job = read_text(root() + "/samples/mlp/mlp.json");
+  constexpr int64_t kSteps = 80;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.overrides.push_back("train.zero=true");
+  options.min_nodes = 1;
+  options.replica_copies = 2;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     25/", 120)) return;
+    kill(cluster[2].pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
+    kill(cluster[1].pid, SIGKILL);
+    kill(cluster[2].pid, SIGKILL);
+    killed = true;
+  });
+  auto run = cluster.client->submit_text(job, "mlp.json", options);
+  killer.join();
+  REQUIRE(run.ok());
+  INFO(lines.all());
+  INFO(run->result_json);
+  REQUIRE(killed);
+  REQUIRE(run->status.ok());
+  auto result = nlohmann::json::parse(run->result_json);
+  REQUIRE(result["restarts"].size() == 1);
+  const auto& r = result["restarts"][0];
+  CHECK(r["from"] == "memory");
+  CHECK(r["nodes"] == 1);
+  const int64_t at = r["resumed_from_step"].get<int64_t>();
+  CHECK((at == 20 || at == 10));  // replicas every 10 steps, the newest all held when they died
+  CHECK(result["steps"] == kSteps);
+  CHECK(lines.has(fmt::format("going on from step {} on the 1 node(s) that remain, from the replicas in memory", at)));
+  CHECK(cluster.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) != std::string::npos);
+
+  const auto zero = [&](int64_t steps) {
+    rill::SubmitOptions o = options_for(dir / "reference", steps);
+    o.overrides.push_back("train.zero=true");
+    return o;
+  };
+  Cluster three(dir, "l", 3, 19984);
+  REQUIRE(three.client);
+  run_stretch(three, job, "mlp.json", zero(at), From::kStart);
+  Cluster alone(dir, "m", 1, 19988);
+  REQUIRE(alone.client);
+  const std::string last = run_stretch(alone, job, "mlp.json", zero(kSteps), From::kLatest);
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
+  CHECK(result["final_loss"] == nlohmann::json::parse(last)["final_loss"]);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(three.shut_down() == 0);
+  CHECK(alone.shut_down() == 0);
+}
+
 // A loss before the first replica step: every node copied the values its
 // run started from before its first update, so the job goes on from step 0
 // in memory, not from disk. Why bit for bit a 2-node run from the start:

@@ -314,6 +314,19 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
                                            "--replica-every 5");
   CHECK(all.code == 1);
   CHECK(all.output.find("it needs --nodes N and --min-nodes below N") != std::string::npos);
+  const auto copies = rill::testing::run_rill(
+      "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --replica-copies 2");
+  CHECK(copies.code == 1);
+  CHECK(copies.output.find("--replica-copies copies each node's pieces for a job that goes on without lost nodes: "
+                           "it needs --nodes N and --min-nodes below N") != std::string::npos);
+  // More copies than other nodes: refused by the master.
+  const auto more = rill::testing::run_rill("run " + root() +
+                                            "/samples/linear_regression/linear_regression.json --nodes 2 --min-nodes 1 "
+                                            "--replica-copies 2 --ctrl-port 19880");
+  INFO(more.output);
+  CHECK(more.code != 0);
+  CHECK(more.output.find("--replica-copies 2: each node's pieces go to at most the 1 other node(s)") !=
+        std::string::npos);
   Agent master("--machines 127.0.0.1:19956 --join-timeout 30 --rank 0", (fresh_dir("replicas-alone") / "a.log").string());
   auto client = rill::Client::connect("127.0.0.1:19956", 30);
   REQUIRE(client.ok());
@@ -330,6 +343,14 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
                                    "linear_regression.json", options);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().message().find("it needs --min-nodes N below the cluster's 1 node(s)") != std::string::npos);
+  rill::SubmitOptions two_copies;
+  two_copies.replica_copies = 2;
+  refused = (*client)->submit_text(read_text(root() + "/samples/linear_regression/linear_regression.json"),
+                                   "linear_regression.json", two_copies);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("--replica-copies 2 copies each node's pieces for a job that goes on "
+                                        "without lost nodes: it needs --min-nodes N below the cluster's 1 node(s)") !=
+        std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);
 }

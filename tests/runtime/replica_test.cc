@@ -257,11 +257,16 @@ TEST_CASE("Gather, a node's replicas in its Done and its replica pieces in its a
   CHECK(std::get<ctl::PlanAck>(*ctl::decode(ctl::encode(ack))).replica_pieces == 4);
   ctl::PlanPart part;
   part.replica_every = 10;
+  part.replica_copies = 2;
   CHECK(std::get<ctl::PlanPart>(*ctl::decode(ctl::encode(part))).replica_every == 10);
+  CHECK(std::get<ctl::PlanPart>(*ctl::decode(ctl::encode(part))).replica_copies == 2);
   ctl::Submit submit;
   CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_every == -1);
+  CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_copies == 0);
   submit.replica_every = 0;
+  submit.replica_copies = 3;
   CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_every == 0);
+  CHECK(std::get<ctl::Submit>(*ctl::decode(ctl::encode(submit))).replica_copies == 3);
 }
 
 // Node n's replicator of two nodes of one run, each the other's buddy.
@@ -272,7 +277,7 @@ Replicator::Options buddy_options(comm::Transport& transport, ReplicaStore& stor
   options.store = &store;
   options.job = job;
   options.tag_base = static_cast<uint64_t>(job) << 20;
-  options.to = options.from = options.from_rank = 1 - n;
+  options.to = options.from = options.from_ranks = {1 - n};
   options.most = size_t{1} << 20;
   options.most_bytes = most_piece_bytes({{"w", {4, 3}}, {"b", {3}}});
   options.last_step = 100;
@@ -327,6 +332,47 @@ TEST_CASE("two nodes' replicators each keep their own pieces and the other's, st
   CHECK(whole.state["w/momentum"] == momentum);
 }
 
+// Three nodes, each copying to the next two (--replica-copies 2): every
+// node keeps both others' pieces, so any one node alone holds the whole
+// model of a step (two nodes lost at once leave the third all it needs).
+TEST_CASE("with two copies, each of three nodes keeps both others' pieces and one alone holds the whole model") {
+  auto transports = comm::make_inproc_transports(3);
+  ReplicaStore stores[3];
+  std::unique_ptr<Replicator> replicators[3];
+  for (int n = 0; n < 3; ++n) {
+    Replicator::Options options =
+        buddy_options(*transports[static_cast<size_t>(n)], stores[n], n, 9, milliseconds(10000));
+    options.to = {(n + 1) % 3, (n + 2) % 3};    // nearest first
+    options.from = {(n + 2) % 3, (n + 1) % 3};  // the node before, then the one before it
+    options.from_ranks = options.from;
+    options.most_bytes = most_piece_bytes({{"w", {3, 3}}});
+    replicators[n] = std::make_unique<Replicator>(std::vector<SnapshotPiece>{{"w", {n, 0}}}, std::move(options));
+  }
+  for (int64_t step : {5, 10})
+    for (int n = 0; n < 3; ++n)  // node n holds row n of w
+      replicators[n]->add(step, VariablePiece{"w", {3, 3}, {n, 0}, {1, 3},
+                                              iota(3, 100.0f * static_cast<float>(step) + 3.0f * n), {}});
+  auto both_held = [&] {
+    for (int n = 0; n < 3; ++n)
+      for (int other : {(n + 1) % 3, (n + 2) % 3})
+        if (stores[n].replica_steps(9)[other] != std::vector<int64_t>{5, 10}) return false;
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline && !both_held()) std::this_thread::sleep_for(milliseconds(10));
+  for (auto& r : replicators) r->stop();
+  REQUIRE(both_held());
+  for (int n = 0; n < 3; ++n) {
+    CAPTURE(n);
+    WholeTensors whole({{"w", {3, 3}}});
+    for (const std::string& m : **stores[n].own_at(9, 10)) REQUIRE(whole.add_message(m, 9, 10).ok());
+    for (int other : {(n + 1) % 3, (n + 2) % 3})
+      for (const std::string& m : **stores[n].replica_at(9, other, 10)) REQUIRE(whole.add_message(m, 9, 10).ok());
+    CHECK(whole.check_whole({"w"}).ok());
+    CHECK(whole.values["w"] == iota(9, 1000));
+  }
+}
+
 // A run that ended well waits for its last step's copies (a loss in the
 // eval goes on from them), also where a node has no pieces (a pserver's
 // trainer): it sends word of none, so its buddy does not wait out the
@@ -365,7 +411,7 @@ TEST_CASE("a node takes from the node before only copies of the run's steps, in 
   auto transports = comm::make_inproc_transports(2);
   ReplicaStore store;
   Replicator::Options options = buddy_options(*transports[1], store, 1, 8, milliseconds(10000));
-  options.to = -1;  // node 1 only keeps node 0's
+  options.to.clear();  // node 1 only keeps node 0's
   Replicator replicator({}, options);
   const StreamTags tags{options.tag_base + kReplicaChunkTag, options.tag_base + kReplicaAckTag};
   auto attack = [&](StreamHeader h) {

@@ -121,7 +121,7 @@ class Client:
         self._native = _rill.Client(master, answer_timeout, "" if key is None else os.fspath(key))
 
     def submit(self, job, devices="", steps=0, overrides=(), resume="", max_restarts=0, min_nodes=0, on_line=print,
-               timeout=3600.0, replica_every=-1):
+               timeout=3600.0, replica_every=-1, replica_copies=0):
         """Runs `job` (a Job, a JobBuilder, or a job file's path, sent with its
         includes resolved) on the cluster; returns its Result once it ends.
         A Ctrl-C asks the master to stop it at the next step boundary."""
@@ -129,11 +129,13 @@ class Client:
             path = os.fspath(job)
             job = load_job(path)  # checked here first, with the file's lines
             native = self._native.submit(job.to_json(), path, devices, steps, _override_list(overrides), resume,
-                                         max_restarts, min_nodes, on_line, timeout, replica_every)
+                                         max_restarts, min_nodes, on_line, timeout, replica_every,
+                                         replica_copies)
         else:
             job = _job(job)
             native = self._native.submit(job, "job", devices, steps, _override_list(overrides), resume,
-                                         max_restarts, min_nodes, on_line, timeout, replica_every)
+                                         max_restarts, min_nodes, on_line, timeout, replica_every,
+                                         replica_copies)
         return _finish(native, {name for name, dtype in job.variable_dtypes.items() if dtype == "i32"})
 
     def status(self):
