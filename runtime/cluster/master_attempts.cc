@@ -182,8 +182,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
         go_on_with_buckets(queued, *bucket_choice, live, result, membership, options, resized, job_text))
       continue;
     // A layout that cannot run on the nodes that remain (stages placed on
-    // named nodes) fails to build there: as without live membership, the
-    // job restarts from disk once every node is up (--max-restarts).
+    // named nodes) fails to build there: the job restarts once every node
+    // is up (--max-restarts), from disk, or, with replicas, from the model
+    // node 0 takes into its memory from them now, while the survivors hold
+    // them (model_in_memory gathers them).
+    bool cannot_shrink = false;
     if (live && !result.status.ok() && !restartable(result.status) && !restarts.empty() &&
         restarts.back().from_memory && result.loss_curve.empty() &&
         static_cast<int>(membership.members.size()) < world_) {
@@ -191,6 +194,11 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
                                           membership.members.size(), result.status.message());
       say(why);
       result.status = Status(Code::kUnavailable, fmt::format("{}; {}", restarts.back().error, why));
+      cannot_shrink = true;
+      if (membership.from_replicas && membership.kept_step >= 0 && attempt < max_restarts && options.model_in_memory)
+        if (auto held = options.model_in_memory(membership.kept_step); !held.ok())
+          say(fmt::format("node 0 could not take the model of step {} from the replicas: {}", membership.kept_step,
+                          held.status().message()));
     }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
@@ -206,7 +214,7 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     if (live && idle_changes > max_idle_changes)
       say(fmt::format("{} changes of nodes in a row ran no step: not going on from memory again",
                       idle_changes));
-    if (live && idle_changes <= max_idle_changes) {
+    if (live && idle_changes <= max_idle_changes && !cannot_shrink) {
       // A node that comes back from now on is taken back by the next attempt.
       regroup_ = false;
       // What follows a finished training reads node 0's memory, which
@@ -312,10 +320,8 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
                                          result.status.message(), missing, options_.join_timeout_s));
       result.restarts = std::move(restarts);
       result.nodes_from_step = std::move(nodes_from_step);
-    // From the newest complete checkpoint, else as first asked, on every node.
       return result;
     }
-    gathered_.reset();  // another attempt's model: the restart goes on from disk
     whole_at = Clock::now();
     restart.seconds_until_whole = std::chrono::duration<double>(whole_at - failed_at).count();
     restart.nodes = world_;
@@ -323,6 +329,24 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     membership.keep_steps = live || (sizing_buckets && !bucket_choice);
     replica_ring_.clear();
     options.num_nodes = world_;
+    // From the model node 0 gathered from the replicas where no checkpoint
+    // is newer: every other node starts from node 0's memory.
+    if (const int64_t held = restart_from_gathered(queued); held >= 0) {
+      membership.kept_step = held;
+      membership.from_replicas = true;
+      for (int r = 1; r < world_; ++r) membership.newcomers.push_back(r);
+      options.start_from_memory = held;
+      options.resume.clear();
+      restart.from_memory = true;
+      say(fmt::format("every node is up after {:.1f} s; restarting from step {} in node 0's memory (the model it "
+                      "gathered from the replicas)",
+                      restart.seconds_until_whole, held));
+      restarts.push_back(std::move(restart));
+      board_.job_restarted(queued.id);
+      continue;
+    }
+    // From the newest complete checkpoint, else as first asked, on every node.
+    gathered_.reset();  // another attempt's model: the restart goes on from disk
     options.start_from_memory = -1;
     options.resume = queued.submit.resume;
     if (!queued.job.checkpoint.dir.empty())
@@ -398,6 +422,17 @@ bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& cho
   options.start_from_memory = membership.kept_step;
   options.resume.clear();
   return true;
+}
+
+int64_t Master::restart_from_gathered(const QueuedJob& queued) const {
+  if (!gathered_ || gathered_->job != queued.id) return -1;
+  // A checkpoint written past the gathered step (or a resume asked for)
+  // is the newer start.
+  if (!queued.job.checkpoint.dir.empty()) {
+    const std::vector<int64_t> steps = checkpoint_steps(queued.job.checkpoint.dir);
+    if (!steps.empty() && *std::max_element(steps.begin(), steps.end()) > gathered_->step) return -1;
+  }
+  return gathered_->step;
 }
 
 StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t step, int min_nodes) {

@@ -392,6 +392,71 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
   CHECK(cluster.shut_down() == 0);
 }
 
+// The same pipeline with a restart allowed (--max-restarts 1): as the job
+// finds it cannot run on 1 node, node 0 takes the model of the replica step
+// from its own pieces and node 1's replica into its memory; once node 1's
+// agent is back the job restarts on both from node 0's memory at that step,
+// not from disk (its only checkpoint is the run's end). Why bit for bit a
+// 2-node run resumed from a checkpoint of that step: the values node 0
+// gathered are the f32 bits the 2 nodes held after it, which that run
+// writes to its checkpoint, and from there both are the same 2-node plan
+// from the same values (same kernels, same batches).
+TEST_CASE("a pipeline placed on named nodes that loses one restarts from the replicas in node 0's memory once the "
+          "node is back") {
+  const auto dir = fresh_dir("replica-pipeline-back");
+  Cluster cluster(dir, "q", 2, 19992);
+  REQUIRE(cluster.client);
+  const std::string job = read_text(root() + "/samples/mlp/mlp_pipeline.json");
+  constexpr int64_t kSteps = 40;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 1;
+  options.replica_every = 5;
+  options.max_restarts = 1;
+  Lines lines;
+  options.on_line = [&](const std::string& line) { lines.add(line); };
+  bool killed = false, back = false;
+  std::thread killer([&] {
+    if (!lines.wait_for("step     12/", 120)) return;
+    kill(cluster[1].pid, SIGKILL);
+    killed = true;
+    cluster[1].wait(10);
+    if (!lines.wait_for("once every node is up", 60)) return;
+    cluster.restart(1);
+    back = true;
+  });
+  auto run = cluster.client->submit_text(job, "mlp_pipeline.json", options);
+  killer.join();
+  REQUIRE(run.ok());
+  INFO(lines.all());
+  INFO(run->result_json);
+  REQUIRE(killed);
+  REQUIRE(back);
+  REQUIRE(run->status.ok());
+  auto result = nlohmann::json::parse(run->result_json);
+  REQUIRE(result["restarts"].size() == 2);
+  CHECK(result["restarts"][0]["from"] == "memory");  // the attempt on 1 node, which cannot compile
+  const auto& r = result["restarts"][1];
+  CHECK(r["from"] == "memory");
+  CHECK(r["nodes"] == 2);
+  const int64_t at = r["resumed_from_step"].get<int64_t>();
+  CHECK((at == 10 || at == 5));  // replicas every 5 steps, the newest both held at the loss
+  CHECK(lines.has("the job cannot run on the 1 node(s) that remain"));
+  CHECK(lines.has(fmt::format("restarting from step {} in node 0's memory", at)));
+  CHECK(result["steps"] == kSteps);
+  CHECK(cluster.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) != std::string::npos);
+
+  Cluster pair(dir, "s", 2, 19996);
+  REQUIRE(pair.client);
+  run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", at), From::kStart);
+  const std::string last = run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", kSteps),
+                                       From::kLatest);
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
+  CHECK(result["final_loss"] == nlohmann::json::parse(last)["final_loss"]);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
+}
+
 // A node lost once training is done, in the eval pass: ZeRO's pieces of the
 // trained model are spread over the nodes, so node 0 gathers the survivors'
 // own pieces and the lost node's replica of the last step (every node
