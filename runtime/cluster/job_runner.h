@@ -69,6 +69,10 @@ struct JobRunOptions {
   // step left to train (a node lost in the eval, or as the training ended)
   // runs what follows training with it.
   std::function<StatusOr<std::map<std::string, VariableValue>>(int64_t steps_done)> model_in_memory;
+  // Live membership with replicas: node 0 gathers the model after
+  // `steps_done` steps from the replicas into its memory (where the
+  // attempt's nodes go on from them; a no-op where it holds it already).
+  std::function<Status(int64_t steps_done)> gather_replicas;
   std::FILE* out = stdout;        // progress lines; nullptr: silent
   // Also told every progress line (the master forwards them to a client).
   std::function<void(const std::string& line)> on_line;

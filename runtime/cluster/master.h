@@ -170,10 +170,10 @@ class Master final : public Agent {
   bool go_on_with_buckets(const QueuedJob& queued, const BucketChoice& choice, bool live, JobResult& result,
                           Membership& membership, JobRunOptions& options, BucketRun& run,
                           StatusOr<std::string>* job_text);
-  // The step of the model node 0 gathered from the replicas for `queued`,
-  // where a restart of every node goes on from it (no checkpoint of a later
-  // step): else -1.
-  int64_t restart_from_gathered(const QueuedJob& queued) const;
+  // `step` where node 0 holds the model it gathered from the replicas for
+  // `queued` at that step and no complete checkpoint of that step or a
+  // later one exists (a restart of every node goes on from it); else -1.
+  int64_t restart_from_gathered(const QueuedJob& queued, int64_t step) const;
   // After an attempt of a live job ended (a node lost, or `step` >= 0: at
   // that step, to take back nodes that came back): the nodes it goes on
   // with (every node up, at least `min_nodes`), the newcomers among them

@@ -150,6 +150,9 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
   // starts, again and again, ends the job rather than cycling for ever.
   int idle_changes = 0;
   const int max_idle_changes = world_ + max_restarts;
+  // The step of the model node 0 gathered from the replicas for the next
+  // restart of every node (a layout that could not run on fewer), else -1.
+  int64_t restart_at = -1;
   for (int attempt = 0;;) {
     first_step = Clock::time_point{};
     {
@@ -184,8 +187,8 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     // A layout that cannot run on the nodes that remain (stages placed on
     // named nodes) fails to build there: the job restarts once every node
     // is up (--max-restarts), from disk, or, with replicas, from the model
-    // node 0 takes into its memory from them now, while the survivors hold
-    // them (model_in_memory gathers them).
+    // node 0 gathers into its memory from them now, while the survivors
+    // hold them; that restart alone goes on from it (`restart_at`).
     bool cannot_shrink = false;
     if (live && !result.status.ok() && !restartable(result.status) && !restarts.empty() &&
         restarts.back().from_memory && result.loss_curve.empty() &&
@@ -193,12 +196,18 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
       const std::string why = fmt::format("the job cannot run on the {} node(s) that remain: {}",
                                           membership.members.size(), result.status.message());
       say(why);
+      const bool shutting_down = result.status.code() == Code::kAborted;
       result.status = Status(Code::kUnavailable, fmt::format("{}; {}", restarts.back().error, why));
       cannot_shrink = true;
-      if (membership.from_replicas && membership.kept_step >= 0 && attempt < max_restarts && options.model_in_memory)
-        if (auto held = options.model_in_memory(membership.kept_step); !held.ok())
-          say(fmt::format("node 0 could not take the model of step {} from the replicas: {}", membership.kept_step,
-                          held.status().message()));
+      if (membership.from_replicas && membership.kept_step >= 0 && attempt < max_restarts && !shutting_down &&
+          options.gather_replicas) {
+        if (Status held = options.gather_replicas(membership.kept_step); !held.ok())
+          say(fmt::format("node 0 could not gather the model of step {} from the replicas: {}; the restart goes on "
+                          "from disk",
+                          membership.kept_step, held.message()));
+        else if (gathered_ && gathered_->job == queued.id && gathered_->step == membership.kept_step)
+          restart_at = membership.kept_step;
+      }
     }
     if (result.status.ok() || !restartable(result.status)) {
       result.restarts = std::move(restarts);
@@ -329,9 +338,12 @@ JobResult Master::run_with_restarts(const QueuedJob& queued, JobRunOptions optio
     membership.keep_steps = live || (sizing_buckets && !bucket_choice);
     replica_ring_.clear();
     options.num_nodes = world_;
-    // From the model node 0 gathered from the replicas where no checkpoint
-    // is newer: every other node starts from node 0's memory.
-    if (const int64_t held = restart_from_gathered(queued); held >= 0) {
+    // From the model node 0 gathered from the replicas for this restart,
+    // where no checkpoint is as new: every other node starts from node 0's
+    // memory.
+    const int64_t held = restart_from_gathered(queued, restart_at);
+    restart_at = -1;
+    if (held >= 0) {
       membership.kept_step = held;
       membership.from_replicas = true;
       for (int r = 1; r < world_; ++r) membership.newcomers.push_back(r);
@@ -424,15 +436,15 @@ bool Master::go_on_with_buckets(const QueuedJob& queued, const BucketChoice& cho
   return true;
 }
 
-int64_t Master::restart_from_gathered(const QueuedJob& queued) const {
-  if (!gathered_ || gathered_->job != queued.id) return -1;
-  // A checkpoint written past the gathered step (or a resume asked for)
-  // is the newer start.
+int64_t Master::restart_from_gathered(const QueuedJob& queued, int64_t step) const {
+  if (step < 0 || !gathered_ || gathered_->job != queued.id || gathered_->step != step) return -1;
+  // A complete checkpoint of that step or a later one is the start: it also
+  // holds what the replicas leave out (compressed all-reduces' carried state).
   if (!queued.job.checkpoint.dir.empty()) {
     const std::vector<int64_t> steps = checkpoint_steps(queued.job.checkpoint.dir);
-    if (!steps.empty() && *std::max_element(steps.begin(), steps.end()) > gathered_->step) return -1;
+    if (!steps.empty() && *std::max_element(steps.begin(), steps.end()) >= step) return -1;
   }
-  return gathered_->step;
+  return step;
 }
 
 StatusOr<Membership> Master::next_membership(const Membership& ended, int64_t step, int min_nodes) {

@@ -131,13 +131,17 @@ void Master::run_queued(QueuedJob queued) {
     };
     spdlog::info("job {}: metrics in {}", queued.id, options.metrics_file);
   }
-  options.model_in_memory = [this, &queued, &membership, &phase,
-                             stall_s = options.stall_timeout_s](int64_t steps)
-      -> StatusOr<std::map<std::string, VariableValue>> {
-    // Trained, and going on from the replicas: node 0 gathers them first.
+  options.gather_replicas = [this, &queued, &membership, &phase,
+                             stall_s = options.stall_timeout_s](int64_t steps) -> Status {
     if (membership.from_replicas && !membership.gather.empty() && membership.kept_step == steps &&
         !(gathered_ && gathered_->job == queued.id && gathered_->step == steps))
-      RILL_RETURN_IF_ERROR(gather_alone(queued.id, phase++, membership, stall_s));
+      return gather_alone(queued.id, phase++, membership, stall_s);
+    return {};
+  };
+  options.model_in_memory = [this, &queued, gather = options.gather_replicas](int64_t steps)
+      -> StatusOr<std::map<std::string, VariableValue>> {
+    // Trained, and going on from the replicas: node 0 gathers them first.
+    RILL_RETURN_IF_ERROR(gather(steps));
     std::map<std::string, std::vector<float>> values, state;
     if (gathered_ && gathered_->job == queued.id && gathered_->step == steps) values = gathered_->values;
     else
