@@ -2,6 +2,7 @@
 // ranks, and the steps a node keeps in memory to go on from.
 #include <algorithm>
 #include <set>
+#include <system_error>
 
 #include <fmt/ranges.h>
 
@@ -103,7 +104,12 @@ StatusOr<std::unique_ptr<Replicator>> Agent::replicate(int64_t job, int phase, c
   options.last_step = last_step;
   options.patience = std::chrono::milliseconds(static_cast<int64_t>(run.stall_timeout_s * 1000));
   options.me = me();
-  auto replicator = std::make_unique<Replicator>(std::move(own), std::move(options));
+  std::unique_ptr<Replicator> replicator;
+  try {
+    replicator = std::make_unique<Replicator>(std::move(own), std::move(options));
+  } catch (const std::system_error& e) {  // a thread the machine could not start
+    return Status(Code::kUnavailable, fmt::format("{}: could not start the replicas' threads: {}", me(), e.what()));
+  }
   run.replica_every = every;
   // Its chunks, and a window of them unread, beside the plan's messages.
   run.side_message_bytes = kMemoryChunkBytes + 64;

@@ -38,13 +38,18 @@ Replicator::Replicator(std::vector<SnapshotPiece> pieces, Options options) : opt
     last_received_.assign(options_.from.size(), -1);
     receiving_.assign(options_.from.size(), true);
   }
-  for (size_t source = 0; source < options_.from.size(); ++source)
-    receivers_.emplace_back([this, source] {
-      receive_loop(source);
-      MutexLock lock(mu_);
-      receiving_[source] = false;
-      received_cv_.notify_all();
-    });
+  try {
+    for (size_t source = 0; source < options_.from.size(); ++source)
+      receivers_.emplace_back([this, source] {
+        receive_loop(source);
+        MutexLock lock(mu_);
+        receiving_[source] = false;
+        received_cv_.notify_all();
+      });
+  } catch (...) {  // a thread that could not start: those that did end before the error goes on
+    stop();
+    throw;
+  }
 }
 
 Replicator::~Replicator() {

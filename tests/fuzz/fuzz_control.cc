@@ -26,12 +26,21 @@ std::vector<std::string> rill_fuzz_seeds() {
   beat.job_id = 3;
   beat.threads.push_back({"device 0", 10, 0.5, 2});
   beat.received_bytes_from = {0, 100};
+  beat.checkpoint_bytes = int64_t{1} << 40;
+  ctl::Submit replicated{"{}", "job.json", true, "cpu:1", 20, {}, "", 0, false, 1, 5};
+  replicated.replica_copies = 2;
+  ctl::PlanPart part;
+  part.job_id = 3;
+  part.members = {0, 2, 1};
+  part.replica_every = 5;
+  part.replica_copies = 2;
   std::vector<std::string> seeds = {
       ctl::encode(ctl::Join{1, "0.1", ctl::schema_hash(), "127.0.0.2:9988", "cpu:1"}),
       ctl::encode(ctl::Submit{"{}", "job.json", true, "cpu:2", 10, {"train.steps=1"}, "latest", 2}),
       ctl::encode(beat), ctl::encode(ctl::StatusRequest{}), ctl::encode(ctl::Shutdown{"bye"}),
       ctl::encode(ctl::LinkError{1, "broken"}), ctl::encode(ctl::Stop{3, false}), ctl::encode(ctl::Hold{3, 1}),
-      ctl::encode(ctl::Held{3, 1, 2, 93}), ctl::encode(ctl::EndAt{3, 1, 94})};
+      ctl::encode(ctl::Held{3, 1, 2, 93}), ctl::encode(ctl::EndAt{3, 1, 94}), ctl::encode(replicated),
+      ctl::encode(part)};
   for (std::string& s : seeds) s.resize(s.size() - sizeof(uint64_t));  // the target appends the checksum
   return seeds;
 }
