@@ -2,6 +2,7 @@
 // --nodes N, on a cluster of N local agents this command starts, keys,
 // watches and shuts down (runtime/cli/local_cluster.h).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -86,12 +87,12 @@ class RunCommand : public Command {
     if (one && args_.min_nodes > 0)
       return invalid_argument("--min-nodes keeps a cluster going without a lost node: it needs --nodes N (or rill "
                               "agent and rill submit)");
-    if (args_.replica_every > 0 && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
-      return invalid_argument("--replica-every copies each node's pieces for a job that goes on without a lost node: "
-                              "it needs --nodes N and --min-nodes below N");
-    if (args_.replica_copies > 0 && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
-      return invalid_argument("--replica-copies copies each node's pieces for a job that goes on without lost nodes: "
-                              "it needs --nodes N and --min-nodes below N");
+    for (const auto& [flag, asked] : {std::pair<const char*, bool>{"--replica-every", args_.replica_every > 0},
+                                      {"--replica-copies", args_.replica_copies > 0}})
+      if (asked && (args_.min_nodes == 0 || args_.min_nodes >= args_.nodes))
+        return invalid_argument("{} copies each node's pieces for a job that goes on without a lost node: it needs "
+                                "--nodes N and --min-nodes below N",
+                                flag);
     if (one && args_.max_restarts > 0)
       return invalid_argument(
           "--max-restarts restarts lost nodes: it needs a cluster (--nodes N, or rill agent and rill submit)");

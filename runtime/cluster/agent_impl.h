@@ -188,16 +188,15 @@ class Agent {
   void tell_kept(ctl::Done& done) const;
   // A run that copies this node's pieces to the next `copies` members'
   // memory every `every` steps (> 0, a training of several nodes): its
-  // Replicator, the
-  // run's options told of it (`run` placed already), and how many pieces
-  // the node copies (`pieces`); null when it copies none. `shapes`: the
-  // job's variables, which bound what the node before may send; `last_step`
-  // the run's last.
+  // Replicator, the run's options told of it (`run` placed already), and
+  // how many pieces the node copies (`pieces`); null when it copies none.
+  // `shapes`: the job's variables, which bound what the nodes before may
+  // send; `last_step` the run's last.
   StatusOr<std::unique_ptr<Replicator>> replicate(int64_t job, int phase, const std::vector<int>& members,
                                                   int64_t every, int copies, std::string_view node_plan,
-                                                  RunOptions& run,
-                                                  int nodes, const std::map<std::string, Shape>& shapes,
-                                                  int64_t last_step, int* pieces);
+                                                  RunOptions& run, int nodes,
+                                                  const std::map<std::string, Shape>& shapes, int64_t last_step,
+                                                  int* pieces);
   // This node's pieces after `step` steps (when `own`), and the replicas of
   // `replicas_of` it holds, as messages for node 0's gather.
   StatusOr<std::vector<std::string>> gather_messages(int64_t job, int64_t step, bool own,

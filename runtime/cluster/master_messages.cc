@@ -9,6 +9,7 @@
 #include "runtime/cluster/comm_waits.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -62,14 +63,12 @@ void Master::master_on(const From& from, ctl::Submit& m) {
   // Replicas serve a job that goes on without a lost node: asked for
   // without that (no --min-nodes, or all the nodes) they would be copied
   // for nothing.
-  if (allowed.ok() && m.replica_every > 0 && (m.min_nodes == 0 || m.min_nodes >= world_))
-    allowed = invalid_argument("--replica-every {} copies each node's pieces for a job that goes on without a lost "
-                               "node: it needs --min-nodes N below the cluster's {} node(s)",
-                               m.replica_every, world_);
-  if (allowed.ok() && m.replica_copies > 0 && (m.min_nodes == 0 || m.min_nodes >= world_))
-    allowed = invalid_argument("--replica-copies {} copies each node's pieces for a job that goes on without lost "
-                               "nodes: it needs --min-nodes N below the cluster's {} node(s)",
-                               m.replica_copies, world_);
+  for (const auto& [flag, asked] : {std::pair<const char*, int64_t>{"--replica-every", m.replica_every},
+                                    {"--replica-copies", m.replica_copies}})
+    if (allowed.ok() && asked > 0 && (m.min_nodes == 0 || m.min_nodes >= world_))
+      allowed = invalid_argument("{} {} copies each node's pieces for a job that goes on without a lost node: it needs "
+                                 "--min-nodes N below the cluster's {} node(s)",
+                                 flag, asked, world_);
   if (allowed.ok() && (m.replica_copies < 0 || m.replica_copies > std::max(world_ - 1, 1)))
     allowed = invalid_argument("--replica-copies {}: each node's pieces go to at most the {} other node(s)",
                                m.replica_copies, world_ - 1);

@@ -66,16 +66,7 @@ void Replicator::finish(int64_t last) {
   // The collector sends each step in turn, every chunk acknowledged (or
   // given up after the patience); a node with no pieces says so, as its
   // buddies wait for word of this step.
-  Status sent;
-  if (has_pieces_) {
-    sent = collector_->finish();
-  } else {
-    for (int to : options_.to)
-      if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), last, {},
-                                   options_.patience);
-          sent.ok())
-        sent = one;
-  }
+  const Status sent = has_pieces_ ? collector_->finish() : send_to_buddies(last, {});
   if (!sent.ok())
     spdlog::warn("{}: its pieces after step {} did not all reach the next nodes' memory: {}", options_.me, last,
                  sent.message());
@@ -115,15 +106,19 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
   NodeFile sent;
   for (const std::string& m : messages) sent.bytes += static_cast<int64_t>(m.size());
   const ReplicaStore::Messages held = options_.store->keep_own(options_.job, options_.phase, step, std::move(messages));
+  RILL_RETURN_IF_ERROR(send_to_buddies(step, *held));
+  return sent;
+}
+
+Status Replicator::send_to_buddies(int64_t step, const std::vector<std::string>& messages) {
   // Nearest first: a buddy that fails leaves the others their copies.
   Status failed;
   for (int to : options_.to)
-    if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), step, *held,
+    if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), step, messages,
                                  options_.patience);
         failed.ok())
       failed = one;
-  RILL_RETURN_IF_ERROR(failed);
-  return sent;
+  return failed;
 }
 
 // Whether `header` is within what the node before may send, `bytes` of its

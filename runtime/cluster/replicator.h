@@ -76,6 +76,9 @@ class Replicator {
 
  private:
   StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
+  // `messages` (none: word that this node holds no pieces) to every buddy
+  // in turn; the first failure.
+  Status send_to_buddies(int64_t step, const std::vector<std::string>& messages);
   void receive_loop(size_t source);  // from options_.from[source]
   Status bounded(const StreamHeader& header, uint64_t bytes) const;
 

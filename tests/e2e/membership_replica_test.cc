@@ -230,21 +230,13 @@ TEST_CASE("ZeRO that loses a node and the node holding its replica cannot go on,
   rill::SubmitOptions options = options_for(dir / "live", 200);
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 1;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     25/", 120)) return;
-    kill(cluster[2].pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
-    kill(cluster[1].pid, SIGKILL);
-    kill(cluster[2].pid, SIGKILL);
-    killed = true;
-  });
-  auto run = cluster.client->submit_text(read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options);
-  killer.join();
+  const auto killed = submit_killing(cluster, read_text(root() + "/samples/mlp/mlp.json"), "mlp.json", options,
+                                     Kill{.victim = 1, .step = 25, .with = 2});
+  auto& run = killed->ran;
+  Lines& lines = killed->lines;
   REQUIRE(run.ok());
   INFO(lines.all());
-  REQUIRE(killed);
+  REQUIRE(killed->killed);
   CHECK_FALSE(run->status.ok());
   CHECK(lines.has("cannot go on without the lost node"));
   CHECK(lines.has("is lost, and so is node 2 (127.0.0.3:19960), which held its replica"));
@@ -269,22 +261,13 @@ TEST_CASE("ZeRO with two copies of each replica loses two nodes at once and goes
   options.overrides.push_back("train.zero=true");
   options.min_nodes = 1;
   options.replica_copies = 2;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     25/", 120)) return;
-    kill(cluster[2].pid, SIGSTOP);  // silent first, so that both are lost in the same attempt
-    kill(cluster[1].pid, SIGKILL);
-    kill(cluster[2].pid, SIGKILL);
-    killed = true;
-  });
-  auto run = cluster.client->submit_text(job, "mlp.json", options);
-  killer.join();
+  const auto killed = submit_killing(cluster, job, "mlp.json", options, Kill{.victim = 1, .step = 25, .with = 2});
+  auto& run = killed->ran;
+  Lines& lines = killed->lines;
   REQUIRE(run.ok());
   INFO(lines.all());
   INFO(run->result_json);
-  REQUIRE(killed);
+  REQUIRE(killed->killed);
   REQUIRE(run->status.ok());
   auto result = nlohmann::json::parse(run->result_json);
   REQUIRE(result["restarts"].size() == 1);
@@ -412,25 +395,15 @@ TEST_CASE("a pipeline placed on named nodes that loses one restarts from the rep
   options.min_nodes = 1;
   options.replica_every = 5;
   options.max_restarts = 1;
-  Lines lines;
-  options.on_line = [&](const std::string& line) { lines.add(line); };
-  bool killed = false, back = false;
-  std::thread killer([&] {
-    if (!lines.wait_for("step     12/", 120)) return;
-    kill(cluster[1].pid, SIGKILL);
-    killed = true;
-    cluster[1].wait(10);
-    if (!lines.wait_for("once every node is up", 60)) return;
-    cluster.restart(1);
-    back = true;
-  });
-  auto run = cluster.client->submit_text(job, "mlp_pipeline.json", options);
-  killer.join();
+  const auto killed = submit_killing(cluster, job, "mlp_pipeline.json", options,
+                                     Kill{.victim = 1, .step = 12, .back_once = "once every node is up"});
+  auto& run = killed->ran;
+  Lines& lines = killed->lines;
   REQUIRE(run.ok());
   INFO(lines.all());
   INFO(run->result_json);
-  REQUIRE(killed);
-  REQUIRE(back);
+  REQUIRE(killed->killed);
+  REQUIRE(killed->back);
   REQUIRE(run->status.ok());
   auto result = nlohmann::json::parse(run->result_json);
   REQUIRE(result["restarts"].size() == 2);

@@ -317,7 +317,7 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
   const auto copies = rill::testing::run_rill(
       "run " + root() + "/samples/linear_regression/linear_regression.json --nodes 2 --replica-copies 2");
   CHECK(copies.code == 1);
-  CHECK(copies.output.find("--replica-copies copies each node's pieces for a job that goes on without lost nodes: "
+  CHECK(copies.output.find("--replica-copies copies each node's pieces for a job that goes on without a lost node: "
                            "it needs --nodes N and --min-nodes below N") != std::string::npos);
   // More copies than other nodes: refused by the master.
   const auto more = rill::testing::run_rill("run " + root() +
@@ -349,7 +349,7 @@ TEST_CASE("--min-nodes outside a cluster, or past its nodes, is refused, naming 
                                    "linear_regression.json", two_copies);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().message().find("--replica-copies 2 copies each node's pieces for a job that goes on "
-                                        "without lost nodes: it needs --min-nodes N below the cluster's 1 node(s)") !=
+                                        "without a lost node: it needs --min-nodes N below the cluster's 1 node(s)") !=
         std::string::npos);
   (void)(*client)->shutdown();
   CHECK(master.wait(15) == 0);

@@ -113,8 +113,11 @@ struct Cluster {
 
 // A job submitted to `cluster` while a thread kills node `victim`'s agent
 // (SIGKILL) once a progress line says `step` steps are done and `ready`
-// (polled, for at most 60 s) holds; with `back_at`, the thread starts the
-// agent again once the job goes on without it and `back_at` steps are done.
+// (polled, for at most 60 s) holds, and node `with`'s too where given (in
+// the same attempt: `with` is stopped first, so it cannot be heard of
+// alone); with `back_at`, the thread starts the victim's agent again once
+// the job goes on without it and `back_at` steps are done, or with
+// `back_once` once a progress line says that.
 // The reply, its progress lines, and whether the kill and the restart came
 // (a case REQUIREs them).
 struct KilledRun {
@@ -128,6 +131,8 @@ struct Kill {
   int64_t step;
   std::function<bool()> ready = nullptr;
   int64_t back_at = -1;
+  int with = -1;
+  std::string back_once;
 };
 inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
                                                  const std::string& file_name, rill::SubmitOptions options,
@@ -141,14 +146,20 @@ inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::st
       if (i == 6000) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    if (loss.with >= 0) ::kill(cluster[loss.with].pid, SIGSTOP);
     ::kill(cluster[loss.victim].pid, SIGKILL);
+    if (loss.with >= 0) ::kill(cluster[loss.with].pid, SIGKILL);
     run->killed = true;
-    if (loss.back_at < 0) return;
+    if (loss.back_at < 0 && loss.back_once.empty()) return;
     cluster[loss.victim].wait(10);
-    // Back once the others have run some steps without it (sooner, it
-    // would join before their first: a stretch of no steps).
-    if (!lines.wait_for("going on from step", 60) || !lines.wait_for(fmt::format("step {:>6}/", loss.back_at), 60))
+    if (!loss.back_once.empty()) {
+      if (!lines.wait_for(loss.back_once, 60)) return;
+    } else if (!lines.wait_for("going on from step", 60) ||
+               !lines.wait_for(fmt::format("step {:>6}/", loss.back_at), 60)) {
+      // Back once the others have run some steps without it (sooner, it
+      // would join before their first: a stretch of no steps).
       return;
+    }
     cluster.restart(loss.victim);
     run->back = true;
   });
