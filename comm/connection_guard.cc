@@ -142,4 +142,11 @@ void ConnectionGuard::accepted(int fd, Clock::time_point now) {
 
 void ConnectionGuard::closed(int fd) { open_.erase(fd); }
 
+void ConnectionGuard::admit_address(const std::string& address) {
+  if (limits_.admitted.empty() ||
+      std::find(limits_.admitted.begin(), limits_.admitted.end(), address) != limits_.admitted.end())
+    return;
+  limits_.admitted.push_back(address);
+}
+
 }  // namespace rill::comm

@@ -59,6 +59,9 @@ class ConnectionGuard {
   void accepted(int fd, Clock::time_point now);
   // It closed (ZeroMQ's DISCONNECTED, or a cut connection's end).
   void closed(int fd);
+  // Where only listed addresses are admitted, `address` is one of them now
+  // (a rank that moved there); where every address is, nothing changes.
+  void admit_address(const std::string& address);
 
   // The decision alone, without sockets: records `fd` from `address` and
   // returns the connections to cut (already forgotten), oldest first.
@@ -90,7 +93,7 @@ class ConnectionGuard {
 
   const std::string where_;
   const int port_;
-  const ConnectionLimits limits_;
+  ConnectionLimits limits_;
   std::map<int, Open> open_;  // counted connections, by descriptor
   struct Report {
     int64_t since_logged = 0;

@@ -78,6 +78,9 @@ class CountingTransport : public Transport {
   const SessionId* session() const override { return inner_->session(); }
   bool seals(int peer) const override { return inner_->seals(peer); }
   void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
+  Status set_peer_endpoint(int rank, const Endpoint& endpoint) override {
+    return inner_->set_peer_endpoint(rank, endpoint);
+  }
   void close() override { inner_->close(); }
 
  private:

@@ -70,6 +70,9 @@ class FaultyTransport final : public Transport {
   const SessionId* session() const override { return inner_->session(); }
   // seals() stays false: the faults it injects come before the sealing.
   void set_peer_session(int rank, const SessionId& session) override { inner_->set_peer_session(rank, session); }
+  Status set_peer_endpoint(int rank, const Endpoint& endpoint) override {
+    return inner_->set_peer_endpoint(rank, endpoint);
+  }
   void close() override;
 
  private:

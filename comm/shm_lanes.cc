@@ -409,7 +409,9 @@ std::string ShmLanes::gone(const ShmInbox& outbox) {
 void ShmLanes::check_peers() {
   for (int peer = 0; peer < static_cast<int>(lanes_.size()); ++peer) {
     Lane* lane = lanes_[peer].get();
-    if (lane == nullptr || lane->gone || lane->tcp.load(std::memory_order_acquire)) continue;
+    if (lane == nullptr || lane->gone || lane->tcp.load(std::memory_order_acquire) ||
+        lane->away.load(std::memory_order_acquire))
+      continue;
     std::unique_lock report(lane->report_mu, std::try_to_lock);
     if (!report.owns_lock()) continue;  // a revive is under way
     std::string why;
@@ -479,6 +481,13 @@ void ShmLanes::flush(Clock::time_point deadline) {
            !closed_.load(std::memory_order_acquire))
       std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void ShmLanes::set_away(int peer, bool away) {
+  Lane* lane = peer >= 0 && peer < static_cast<int>(lanes_.size()) ? lanes_[peer].get() : nullptr;
+  if (lane == nullptr) return;
+  std::lock_guard report(lane->report_mu);  // a report on its old process under way ends first
+  lane->away.store(away, std::memory_order_release);
 }
 
 void ShmLanes::revive(int peer) {

@@ -91,7 +91,7 @@ class ShmLanes {
   // machine, and its inbox has not proved invisible from here.
   bool is_local(int peer) const {
     return peer >= 0 && peer < static_cast<int>(local_.size()) && local_[peer] &&
-           !lanes_[peer]->tcp.load(std::memory_order_acquire);
+           !lanes_[peer]->tcp.load(std::memory_order_acquire) && !lanes_[peer]->away.load(std::memory_order_acquire);
   }
   // Messages sent from this thread are queued instead of waiting for room.
   void set_receive_thread(std::thread::id id) { zmq_receiver_.store(id); }
@@ -124,6 +124,11 @@ class ShmLanes {
   // one begun later looks at the new inbox. Never from a message handler
   // (it may run on the lane thread, making that report).
   void revive(int peer);
+  // A local peer's rank listens at another address now (`away`), or at the
+  // one it started at again: while away its messages go over TCP both ways
+  // (its process was started elsewhere, without lanes), and its inbox is
+  // not watched. Set before revive(peer) for its new process.
+  void set_away(int peer, bool away);
   // Waits until nothing is queued for a peer's inbox (the lane thread writes
   // it out as room and inboxes appear), or `deadline`.
   void flush(Clock::time_point deadline);
@@ -158,6 +163,7 @@ class ShmLanes {
     // The peer's inbox is not visible from here: its messages go over TCP.
     // Set under send_mu and queue_mu, after the queue went out over TCP.
     std::atomic<bool> tcp{false};
+    std::atomic<bool> away{false};  // set_away: kept through revive()
   };
 
   ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,

@@ -69,6 +69,12 @@ Status Transport::recv(int from, uint64_t tag, std::vector<std::byte>* out, Cloc
   return Status::ok_status();
 }
 
+Status Transport::set_peer_endpoint(int rank, const Endpoint& endpoint) {
+  return Status(Code::kFailedPrecondition,
+                fmt::format("rank {}: cannot move rank {} to {}:{}: this data plane's ranks have no addresses",
+                            this->rank(), rank, endpoint.address, endpoint.port));
+}
+
 std::string describe_tag(uint64_t tag) { return fmt::format("tag {:#x}", tag); }
 
 }  // namespace rill::comm

@@ -38,6 +38,7 @@ using SessionId = std::array<uint8_t, 32>;
 struct Endpoint {
   std::string address;  // an IPv4/IPv6 literal or a host name
   int port = 0;         // a node's data port
+  bool operator==(const Endpoint&) const = default;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -200,6 +201,15 @@ class Transport {
   // with MessageView::sealed and a checksum of its own adds nothing.
   virtual bool seals(int /*peer*/) const { return false; }
   virtual void set_peer_session(int /*rank*/, const SessionId& /*session*/) {}
+  // Rank `rank`'s process listens at `endpoint` now (an agent that took the
+  // rank's place at another address): what is sent to it goes there, its
+  // connections from that address are admitted, and a rank away from the
+  // address it started at talks TCP (no shared memory) with everyone. Set
+  // before its new session id and revive(); the endpoint it has changes
+  // nothing. Errors: the address does not resolve, is a wildcard, or is of
+  // another family than this rank's; a transport whose ranks have no
+  // addresses (in-process) refuses every move.
+  virtual Status set_peer_endpoint(int rank, const Endpoint& endpoint);
 
   // Stops the receive thread, wakes every waiting recv with kUnavailable and
   // drops unsent messages (ZeroMQ: linger 0, so a process never hangs at

@@ -18,8 +18,9 @@
 // monitor on the PULL socket bounds the connections it keeps (anyone may
 // connect to a data port: its ZMTP handshake proves nothing).
 //
-// The class is shared by zmq_transport.cc (sending, receiving, closing) and
-// zmq_transport_peers.cc (each peer's connection: loss, revival, redial).
+// The class is shared by zmq_transport_start.cc (set-up), zmq_transport.cc
+// (sending, receiving, closing) and zmq_transport_peers.cc (each peer's
+// connection: loss, revival, redial, a move to another address).
 #pragma once
 
 #include <atomic>
@@ -63,14 +64,14 @@ bool source_binding_fits(const std::vector<ResolvedEndpoint>& resolved);
 class ZmqTransport final : public Transport {
  public:
   ZmqTransport(int rank, std::vector<Endpoint> endpoints, ZmqOptions options)
-      : rank_(rank), endpoints_(std::move(endpoints)), options_(options),
-        mailbox_(rank, static_cast<int>(endpoints_.size())) {}
+      : rank_(rank), world_(static_cast<int>(endpoints.size())), own_(endpoints[rank]),
+        endpoints_(std::move(endpoints)), options_(options), mailbox_(rank, world_) {}
   ~ZmqTransport() override { close(); }
 
   Status start(const std::vector<ResolvedEndpoint>& resolved);
 
   int rank() const override { return rank_; }
-  int world() const override { return static_cast<int>(endpoints_.size()); }
+  int world() const override { return world_; }
   Status send(int to, uint64_t tag, std::span<const std::byte> header, std::span<const std::byte> body,
               SendTracker* tracker) override;
   Status recv_message(int from, uint64_t tag, Clock::time_point deadline, Received* out) override;
@@ -90,6 +91,7 @@ class ZmqTransport final : public Transport {
   const SessionId* session() const override { return &session_; }
   bool seals(int peer) const override { return options_.key && !(lanes_ && lanes_->is_local(peer)); }
   void set_peer_session(int rank, const SessionId& session) override;
+  Status set_peer_endpoint(int rank, const Endpoint& endpoint) override;
   int64_t received_dropped() const override { return mailbox_.dropped() + malformed_.load(std::memory_order_relaxed); }
   int64_t handler_bytes_copied() const override { return handler_copied_.load(std::memory_order_relaxed); }
   std::vector<std::optional<TcpLinkCounters>> link_counters() const override;
@@ -111,13 +113,13 @@ class ZmqTransport final : public Transport {
   struct Peer {
     Mutex mu;
     zmq::socket_t socket GUARDED_BY(mu);  // PUSH to the peer
-    std::string url;        // where `socket` connects
+    std::string url GUARDED_BY(mu);  // where `socket` connects
     bool dialled GUARDED_BY(mu) = false;  // `socket` connects to `url` (once: a second connect would be a second pipe)
     zmq::socket_t monitor;  // events of `socket`; receive thread only
     std::atomic<int64_t> connected_ns{0};  // when the connection came up (steady clock); 0: it is down
     std::atomic<int> fd{-1};  // the connection's socket while it is up (its monitor says which); -1: none
     std::atomic<uint16_t> local_port{0};  // that connection's own port: a reused descriptor is told apart
-    std::string peer;         // "address:port" of `url`: what `fd` must be connected to
+    std::string peer GUARDED_BY(mu);  // "address:port" of `url`: what `fd` must be connected to
     bool loss_pending = false;    // receive thread only
     Clock::time_point lost_at;    // receive thread only
     std::atomic<bool> lost{false};
@@ -135,6 +137,7 @@ class ZmqTransport final : public Transport {
   static constexpr std::chrono::milliseconds kRedialPause{200};
 
   std::string where(int peer) const {
+    MutexLock lock(endpoints_mu_);
     return fmt::format("rank {} ({}:{})", peer, endpoints_[peer].address, endpoints_[peer].port);
   }
   // The TCP path of send (every peer of another machine, local ones whose
@@ -166,9 +169,19 @@ class ZmqTransport final : public Transport {
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
   void report_losses();
+  // Admits the addresses set_peer_endpoint queued on the data port (receive
+  // thread: the connection guard is its own).
+  void admit_moved();
 
   const int rank_;
-  const std::vector<Endpoint> endpoints_;
+  const int world_;
+  const Endpoint own_;  // this rank's endpoint, which never moves
+  mutable Mutex endpoints_mu_;
+  std::vector<Endpoint> endpoints_ GUARDED_BY(endpoints_mu_);  // every rank's, as moved by set_peer_endpoint
+  std::vector<std::string> listed_hosts_;  // every rank's resolved host at start (set in start())
+  bool own_ipv6_ = false;                  // this rank's endpoint is IPv6 (set in start())
+  Mutex admit_mu_;
+  std::vector<std::string> admit_pending_ GUARDED_BY(admit_mu_);  // hosts for admit_moved()
   const ZmqOptions options_;
   zmq::context_t context_;  // one per transport: the receiving side's sockets; terminated last
   // The PUSH sockets to the peers and their monitors, in a context of their

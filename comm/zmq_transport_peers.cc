@@ -22,7 +22,14 @@ void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
     MutexLock lock(peer.mu);
     // The same session again changes nothing: new keys would restart the
     // counters, and the peer would take what follows for replays.
-    if (peer.sealer && peer.session == session) return;
+    if (peer.sealer && peer.session == session) {
+      try {
+        dial(peer);  // moved (set_peer_endpoint) since: dialled where it is now
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("rank {}: dialling {} failed: {}", rank_, where(rank), e.what());
+      }
+      return;
+    }
     peer.session = session;
     peer.sealer = std::make_unique<Sealer>(link_key(*options_.key, rank_, rank, session_, session));
     // The peer's data port admits this process with a password for its
@@ -39,6 +46,72 @@ void ZmqTransport::set_peer_session(int rank, const SessionId& session) {
   }
   MutexLock lock(peer.open_mu);
   peer.opener = std::make_unique<Opener>(link_key(*options_.key, rank, rank_, session, session_));
+}
+
+Status ZmqTransport::set_peer_endpoint(int rank, const Endpoint& endpoint) {
+  if (rank < 0 || rank >= world() || rank == rank_)
+    return invalid_argument("rank {}: cannot move rank {}: not a peer (world {})", rank_, rank, world());
+  RILL_ASSIGN_OR_RETURN(ResolvedEndpoint resolved, resolve_endpoint(endpoint, rank));
+  const std::string host = url_host(resolved.url);
+  if (host == "0.0.0.0" || host == "[::]" || host == "[::ffff:0.0.0.0]")
+    return invalid_argument("rank {}: rank {} cannot be reached at the wildcard address {}", rank_, rank,
+                            endpoint.address);
+  // Every rank's socket speaks one family (ZMQ_IPV6 is set per socket at
+  // start, and a rank connects from its own address).
+  if (resolved.ipv6 != own_ipv6_)
+    return invalid_argument("rank {}: rank {} at {} is of another address family than this rank's {}", rank_, rank,
+                            endpoint.address, own_.address);
+  if (closed_.load(std::memory_order_acquire))
+    return Status(Code::kUnavailable, fmt::format("rank {}: transport closed", rank_));
+  const std::string peer = resolved.url.substr(resolved.url.find("://") + 3);
+  Peer& p = *peers_[rank];
+  {
+    MutexLock lock(p.mu);
+    if (p.peer == peer) return Status::ok_status();
+    try {
+      hang_up(p);
+      p.peer = peer;
+      p.url = listed_only_ ? fmt::format("tcp://{}:0;{}", listed_hosts_[rank_], peer) : resolved.url;
+      // With a key, dialled once its session gives the password
+      // (set_peer_session): the process that listens there now is a new one.
+      if (!options_.key) dial(p);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("rank {}: dialling rank {} at {} failed: {}", rank_, rank, peer, e.what());
+    }
+  }
+  {
+    MutexLock lock(endpoints_mu_);
+    endpoints_[rank] = endpoint;
+  }
+  // Away from the address it started at, it is no longer on this machine
+  // for certain, and its own transport (started elsewhere) has no lanes.
+  if (lanes_) lanes_->set_away(rank, host != listed_hosts_[rank]);
+  if (listed_only_) {
+    {
+      MutexLock lock(admit_mu_);
+      admit_pending_.push_back(host);
+    }
+    MutexLock lock(close_mu_);
+    if (!torn_down_ && wake_send_) {
+      try {
+        zmq::message_t wake;
+        (void)wake_send_.send(wake, zmq::send_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        // The poll timeout wakes the thread anyway.
+      }
+    }
+  }
+  spdlog::info("rank {}: rank {} is at {}:{} now", rank_, rank, endpoint.address, endpoint.port);
+  return Status::ok_status();
+}
+
+void ZmqTransport::admit_moved() {
+  std::vector<std::string> hosts;
+  {
+    MutexLock lock(admit_mu_);
+    hosts.swap(admit_pending_);
+  }
+  for (const std::string& host : hosts) listener_->admit_address(host);
 }
 
 void ZmqTransport::mark_lost(int peer, const std::string& reason) {
@@ -140,12 +213,16 @@ std::vector<std::optional<TcpLinkCounters>> ZmqTransport::link_counters() const 
     // checks it is still a connection to the peer, and a connection that
     // came up again while it was read is not counted (its counters started
     // over).
-    const Peer& p = *peers_[peer];
+    Peer& p = *peers_[peer];
     const int64_t connection = p.connected_ns.load(std::memory_order_acquire);
     if (connection == 0) continue;
     const int fd = p.fd.load(std::memory_order_acquire);
-    std::optional<TcpLinkCounters> read =
-        read_tcp_link(fd, p.peer, p.local_port.load(std::memory_order_relaxed));
+    std::string address;
+    {
+      MutexLock lock(p.mu);
+      address = p.peer;
+    }
+    std::optional<TcpLinkCounters> read = read_tcp_link(fd, address, p.local_port.load(std::memory_order_relaxed));
     if (!read || p.connected_ns.load(std::memory_order_acquire) != connection) continue;
     read->connection = connection;
     out[peer] = read;
@@ -166,7 +243,7 @@ bool source_binding_fits(const std::vector<ResolvedEndpoint>& resolved) {
 }
 
 void ZmqTransport::watch_listener(const std::vector<ResolvedEndpoint>& resolved) {
-  const Endpoint& own = endpoints_[rank_];
+  const Endpoint& own = own_;
   listener_ = std::make_unique<HandshakeWatch>(
       context_, pull_, fmt::format("rank {}: data port {}:{}", rank_, own.address, own.port), options_.key != nullptr,
       /*server=*/true);

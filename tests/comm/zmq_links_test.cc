@@ -2,19 +2,14 @@
 // connection counters (TCP_INFO, read for the master's slow-link report),
 // none where a peer is reached another way, a world whose sockets pass
 // ZeroMQ's default limit, and whose connections a data port keeps.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <thread>
 
 #include "comm/zmq_transport_impl.h"
 #include "tests/comm/comm_test_util.h"
+#include "tests/comm/socket_probe.h"
 
 using namespace rill;
 using namespace rill::comm;
@@ -100,43 +95,6 @@ TEST_CASE("zmq: a world of 1,100 ranks starts: ZeroMQ's socket limit follows the
   (*big)->close();
 }
 
-namespace {
-
-// A plain TCP connection from `from` (port chosen by the kernel) to
-// 127.0.0.2:`port`; -1 when it cannot be made.
-int connect_from(const char* from, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in source{}, target{};
-  source.sin_family = target.sin_family = AF_INET;
-  ::inet_pton(AF_INET, from, &source.sin_addr);
-  ::inet_pton(AF_INET, "127.0.0.2", &target.sin_addr);
-  target.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Whether the other end closed `fd` within `ms` (end of stream, or reset),
-// reading what it sent before (ZMTP's greeting).
-bool closed_within(int fd, int ms) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  // Each pass reads what came or ends: bounded by the deadline.
-  for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
-    if (::poll(&p, 1, static_cast<int>(left) + 1) <= 0) return false;
-    char bytes[256];
-    const ssize_t n = ::recv(fd, bytes, sizeof bytes, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 // The ranks listen on 127.0.0.2 and 127.0.0.3, neither the loopback's own
 // 127.0.0.1 that a connection to them would come from unless its rank bound
 // its own address: they talk, so each connected from its own. A stranger
@@ -157,8 +115,8 @@ TEST_CASE("zmq: a data port keeps connections from the listed addresses only, an
   REQUIRE((*b)->recv(0, 1, &got, in_ms(10000)).ok());
   REQUIRE((*b)->send(0, 1, as_span("to 127.0.0.2")).ok());
   REQUIRE((*a)->recv(1, 1, &got, in_ms(10000)).ok());
-  const int stranger = connect_from("127.0.0.9", ports[0]);
-  const int listed = connect_from("127.0.0.3", ports[0]);
+  const int stranger = connect_from("127.0.0.9", "127.0.0.2", ports[0]);
+  const int listed = connect_from("127.0.0.3", "127.0.0.2", ports[0]);
   REQUIRE(stranger >= 0);
   REQUIRE(listed >= 0);
   CHECK(closed_within(stranger, 5000));
