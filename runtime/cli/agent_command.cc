@@ -27,10 +27,20 @@
 namespace rill::cli {
 namespace {
 
-int start_agent(const std::string& machines, int ctrl_port, AgentOptions options) {
+int start_agent(const std::string& machines, int ctrl_port, const std::string& address, AgentOptions options) {
   auto list = parse_machine_list(machines, ctrl_port);
   if (!list.ok()) return fail_command(list.status());
   options.machines = *list;
+  if (!address.empty() && options.rank >= 0 && options.rank < static_cast<int>(options.machines.size())) {
+    // The nodes find the master at its entry of the list: it cannot move.
+    if (options.rank == 0)
+      return fail_command(invalid_argument("--address {}: node 0 (the master) listens at its entry of the machine "
+                                           "list, {}, where the other nodes look for it",
+                                           address, format_machine(options.machines[0])));
+    auto at = parse_machine(address, options.machines[options.rank].ctrl_port, "--address");
+    if (!at.ok()) return fail_command(at.status());
+    options.at = *at;
+  }
   if (options.heartbeat_s <= 0 || options.dead_after_s <= options.heartbeat_s)
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "
                                          "positive",
@@ -52,7 +62,7 @@ int start_agent(const std::string& machines, int ctrl_port, AgentOptions options
   // --key and --insecure are in the environment by now; a loopback agent
   // without either makes (or reads) the user's default key.
   const Machine& self = options.rank >= 0 && options.rank < static_cast<int>(options.machines.size())
-                            ? options.machines[options.rank]
+                            ? options.own_machine()
                             : options.machines[0];
   auto key = comm::agent_key(is_loopback_address(self.address));
   if (!key.ok()) return fail_command(key.status());
@@ -85,6 +95,9 @@ class AgentCommand : public Command {
     app_ = rill.add_subcommand("agent", "Run this node's agent (node 0 is the master)");
     app_->add_option("--machines", machines_, "Machine list: addr[:port],... or a file with one per line")->required();
     app_->add_option("--rank", options_.rank, "This node's index in the machine list")->required();
+    app_->add_option("--address", address_,
+                     "Listen at ADDRESS[:CTRL_PORT] instead of this rank's entry in the machine list (an agent taking "
+                     "a lost node's place on another machine; not node 0); the data port is the control port + 1");
     app_->add_option("--ctrl-port", ctrl_port_, "Control port where an entry gives none (data port: +1)")
         ->check(CLI::Range(1, kMaxCtrlPort));
     app_->add_option("--devices", options_.devices, "This node's devices, e.g. cpu:2")->capture_default_str();
@@ -144,11 +157,11 @@ class AgentCommand : public Command {
     auto fault = parse_control_fault(control_fault_);
     if (!fault.ok()) return fail_command(fault.status());
     options_.fault = *fault;
-    return start_agent(machines_, ctrl_port_, options_);
+    return start_agent(machines_, ctrl_port_, address_, options_);
   }
 
  private:
-  std::string machines_, log_, control_fault_;
+  std::string machines_, address_, log_, control_fault_;
   int ctrl_port_ = kDefaultCtrlPort;
   AgentOptions options_;  // its defaults are the flags'
   KeyFlags key_;

@@ -94,6 +94,7 @@ int show_status(const std::string& master, bool comm, int64_t job) {
                           n["slow_link"].get<bool>() ? " (slow)" : "");
     if (n.contains("writing_checkpoint_step"))
       pace += fmt::format("  writing the checkpoint of step {}", n["writing_checkpoint_step"].get<int64_t>());
+    if (n.contains("listening_at")) pace += fmt::format("  listening at {}", n["listening_at"].get<std::string>());
     fmt::print("{:<6}{:<24}{:<10}{:<14}{:<14}{}\n", n["rank"].get<int>(), n["address"].get<std::string>(),
                n["devices"].get<std::string>(), n["state"].get<std::string>(),
                fmt::format("{:.1f} s ago", n["seconds_since_heartbeat"].get<double>()), pace);

@@ -79,7 +79,9 @@ Status Agent::open_channel() {
   if (options_.control_channel) {
     channel = options_.control_channel();
   } else {
-    ZmqControlOptions zmq_options{options_.machines, options_.rank, options_.key, options_.max_message_bytes,
+    std::vector<Machine> machines = options_.machines;
+    machines[options_.rank] = options_.own_machine();  // where this agent listens
+    ZmqControlOptions zmq_options{machines, options_.rank, options_.key, options_.max_message_bytes,
                                   options_.control_send_hwm};
     RILL_ASSIGN_OR_RETURN(channel, make_zmq_control_channel(zmq_options));
   }
@@ -96,7 +98,7 @@ Status Agent::start() {
                             world_ - 1);
   RILL_ASSIGN_OR_RETURN(compiler::Cluster cluster, compiler::parse_devices(options_.devices, world_));
   RILL_ASSIGN_OR_RETURN(roots_, AllowedRoots::make(options_.data_roots, options_.checkpoint_roots));
-  const Machine& self = options_.machines[options_.rank];
+  const Machine& self = options_.own_machine();
   const bool beyond_loopback = !is_loopback_address(self.address);
   if (!options_.key && !options_.insecure && beyond_loopback) {
     auto default_path = comm::default_key_path();
@@ -118,9 +120,12 @@ Status Agent::start() {
   if (options_.data_transport) {
     data = options_.data_transport();
   } else {
-    std::vector<comm::Endpoint> endpoints;
-    for (const Machine& m : options_.machines) endpoints.push_back({m.address, m.ctrl_port + 1});
+    std::vector<comm::Endpoint> endpoints = listed_data_endpoints(options_.machines);
+    endpoints[options_.rank] = {self.address, self.ctrl_port + 1};
     comm::ZmqOptions transport_options;
+    // Away from its listed address this agent shares memory with none: its
+    // peers send to it over TCP (comm/transport.h, set_peer_endpoint).
+    transport_options.shared_memory = !options_.away();
     transport_options.key = options_.key;
     transport_options.max_message_bytes = options_.max_message_bytes;
     transport_options.log_shared_memory = true;
@@ -133,6 +138,8 @@ Status Agent::start() {
     data = std::move(*transport);
   }
   transport_ = std::make_unique<comm::CountingTransport>(std::move(data));
+  data_endpoints_ = listed_data_endpoints(options_.machines);
+  data_endpoints_[options_.rank] = {self.address, self.ctrl_port + 1};
   transport_->accept_tags(0, 0);  // nothing until a run's plan opens its tags
   unreachable_warned_.assign(world_, false);
   link_up_.assign(world_, now());
@@ -157,6 +164,21 @@ void Agent::set_sessions(const std::string& all) {
     std::memcpy(id.data(), all.data() + id.size() * static_cast<size_t>(r), id.size());
     transport_->set_peer_session(r, id);
   }
+}
+
+std::vector<comm::Endpoint> Agent::listed_data_endpoints(const std::vector<Machine>& machines) {
+  std::vector<comm::Endpoint> endpoints;
+  for (const Machine& m : machines) endpoints.push_back({m.address, m.ctrl_port + 1});
+  return endpoints;
+}
+
+Status Agent::move_peer(int rank, const comm::Endpoint& endpoint) {
+  if (rank < 0 || rank >= world_ || rank == options_.rank || data_endpoints_[rank] == endpoint) return {};
+  RILL_RETURN_IF_ERROR(transport_->set_peer_endpoint(rank, endpoint));
+  data_endpoints_[rank] = endpoint;
+  spdlog::info("{}: {} listens at {} now", node_name(options_.machines, options_.rank),
+               node_name(options_.machines, rank), format_machine(Machine{endpoint.address, endpoint.port - 1}));
+  return {};
 }
 
 std::string Agent::session_error(const std::string& session) const {

@@ -55,6 +55,14 @@ class AgentClock {
 struct AgentOptions {
   std::vector<Machine> machines;  // node 0 is the master
   int rank = 0;
+  // Where this agent listens when not at its entry of the machine list: an
+  // agent taking a lost node's place at another address (`rill agent
+  // --address`). Its data port is its control port + 1, as listed ones'.
+  // Empty address: as listed.
+  Machine at;
+  const Machine& own_machine() const { return at.address.empty() ? machines[rank] : at; }
+  // Away from its listed address: its peers reach it where it says it is.
+  bool away() const { return !at.address.empty() && !(at == machines[rank]); }
   std::string devices = "cpu:1";  // this node's devices (equal on every node)
   double join_timeout_s = 60.0;   // the cluster must form within this
   double heartbeat_s = 1.0;       // agents and master exchange heartbeats

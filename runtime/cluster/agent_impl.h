@@ -162,6 +162,12 @@ class Agent {
   void set_sessions(const std::string& all);
   // What is wrong with a peer's session id, or "".
   std::string session_error(const std::string& session) const;
+  // Rank `rank`'s data port is at `endpoint` now (an agent that took its
+  // place at another address, or came back to its own): the data plane
+  // sends there from now on. Nothing where it is there already.
+  Status move_peer(int rank, const comm::Endpoint& endpoint);
+  // Every node's data port as listed (its control port + 1).
+  static std::vector<comm::Endpoint> listed_data_endpoints(const std::vector<Machine>& machines);
 
   AgentOptions options_;
   int world_;
@@ -174,6 +180,7 @@ class Agent {
   std::deque<Outgoing> backlog_;  // loop thread: held back by full queues, in order
   std::vector<bool> unreachable_warned_;  // loop thread: a node a message could not reach, warned once
   std::vector<Clock::time_point> link_up_;  // loop thread: each peer's data connection last seen up (watch_links)
+  std::vector<comm::Endpoint> data_endpoints_;  // loop thread: every node's data port now (move_peer)
 
   // Live membership (docs/CLUSTER.md): a plan on `members` of the machine
   // list's ranks (empty: all, node n = rank n). Sets `run`'s node and data

@@ -24,6 +24,10 @@ std::string str(const flatbuffers::String* s) { return s ? s->str() : std::strin
 std::string raw(const flatbuffers::Vector<uint8_t>* v) {
   return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
 }
+comm::Endpoint endpoint_of(const fb::DataEndpoint* e) {
+  return e == nullptr ? comm::Endpoint{} : comm::Endpoint{str(e->address()), e->port()};
+}
+
 Offset<flatbuffers::Vector<uint8_t>> raw(FlatBufferBuilder& b, const std::string& bytes) {
   return b.CreateVector(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
@@ -63,7 +67,12 @@ struct Encoder {
                                    .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const JoinReply& m) {
-    return {fb::Message::JoinReply, fb::CreateJoinReply(b, m.ok, b.CreateString(m.error), m.world, raw(b, m.data_sessions)).Union()};
+    std::vector<Offset<fb::DataEndpoint>> endpoints;
+    for (const comm::Endpoint& e : m.data_endpoints)
+      endpoints.push_back(fb::CreateDataEndpoint(b, b.CreateString(e.address), e.port));
+    return {fb::Message::JoinReply, fb::CreateJoinReply(b, m.ok, b.CreateString(m.error), m.world,
+                                                        raw(b, m.data_sessions), b.CreateVector(endpoints))
+                                        .Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Submit& m) {
     return {fb::Message::Submit,
@@ -163,7 +172,8 @@ struct Encoder {
     return {fb::Message::LinkError, fb::CreateLinkError(b, m.node, b.CreateString(m.reason)).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Rejoined& m) {
-    return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node, raw(b, m.data_session)).Union()};
+    const auto endpoint = fb::CreateDataEndpoint(b, b.CreateString(m.data_endpoint.address), m.data_endpoint.port);
+    return {fb::Message::Rejoined, fb::CreateRejoined(b, m.node, raw(b, m.data_session), endpoint).Union()};
   }
   std::pair<fb::Message, Offset<void>> operator()(const Stop& m) {
     return {fb::Message::Stop, fb::CreateStop(b, m.job_id, m.now).Union()};
@@ -278,7 +288,10 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::JoinReply: {
       auto m = e->message_as_JoinReply();
-      return Message(JoinReply{m->ok(), str(m->error()), m->world(), raw(m->data_sessions())});
+      std::vector<comm::Endpoint> endpoints;
+      if (m->data_endpoints())
+        for (const fb::DataEndpoint* e : *m->data_endpoints()) endpoints.push_back(endpoint_of(e));
+      return Message(JoinReply{m->ok(), str(m->error()), m->world(), raw(m->data_sessions()), std::move(endpoints)});
     }
     case fb::Message::Submit: {
       auto m = e->message_as_Submit();
@@ -379,7 +392,10 @@ StatusOr<Message> decode(std::string_view message) {
       auto m = e->message_as_Shutdown();
       return Message(Shutdown{str(m->reason()), m->join_again()});
     }
-    case fb::Message::Rejoined: return Message(Rejoined{e->message_as_Rejoined()->node(), raw(e->message_as_Rejoined()->data_session())});
+    case fb::Message::Rejoined: {
+      auto m = e->message_as_Rejoined();
+      return Message(Rejoined{m->node(), raw(m->data_session()), endpoint_of(m->data_endpoint())});
+    }
     case fb::Message::LinkError: {
       auto m = e->message_as_LinkError();
       return Message(LinkError{m->node(), str(m->reason())});

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "comm/tcp_link.h"
+#include "comm/transport.h"
 #include "kernels/tensor.h"
 
 namespace rill::control {
@@ -36,7 +37,13 @@ struct Join {
   std::string data_session;
   std::string machines;  // every node's address, as this agent was given them
 };
-struct JoinReply { bool ok = false; std::string error; int world = 0; std::string data_sessions; };
+struct JoinReply {
+  bool ok = false;
+  std::string error;
+  int world = 0;
+  std::string data_sessions;
+  std::vector<comm::Endpoint> data_endpoints;  // every node's data port now (empty: as listed)
+};
 struct Submit {
   std::string job_text, file_name;
   bool follow = false;
@@ -159,7 +166,7 @@ struct Heartbeat {
 };
 struct Abort { int64_t job_id = 0; int phase = 0; std::string reason; };
 struct Shutdown { std::string reason; bool join_again = false; };
-struct Rejoined { int node = 0; std::string data_session; };
+struct Rejoined { int node = 0; std::string data_session; comm::Endpoint data_endpoint; };
 struct LinkError { int node = 0; std::string reason; };
 struct Stop { int64_t job_id = 0; bool now = false; };
 struct Hold { int64_t job_id = 0; int phase = 0; };

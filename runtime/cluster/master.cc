@@ -78,6 +78,23 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
   return {};
 }
 
+// Where a joining node's agent listens (Join.address): away from its entry
+// of the machine list (a standby taking its place), the data plane moves it
+// there. An address that does not parse, is another node's, or that the
+// data plane refuses (a wildcard, another family) is the node's error.
+std::string Master::take_address(int rank, const std::string& address) {
+  const std::string name = node_name(options_.machines, rank);
+  auto at = parse_machine(address, options_.machines[rank].ctrl_port, name + "'s address");
+  if (!at.ok()) return at.status().message();
+  const comm::Endpoint endpoint{at->address, at->ctrl_port + 1};
+  for (int r = 0; r < world_; ++r)
+    if (r != rank && data_endpoints_[r] == endpoint)
+      return fmt::format("{} says it listens at {}, where {} does", name, address, node_name(options_.machines, r));
+  if (Status moved = move_peer(rank, endpoint); !moved.ok())
+    return fmt::format("{} cannot be reached at {}: {}", name, address, moved.message());
+  return {};
+}
+
 // Forms the cluster: waits for every listed node. Every failure names the
 // node and the cause, on every node that can still be told, within the
 // deadline (on the agent's clock).
@@ -121,6 +138,7 @@ Status Master::join() {
     if (error.empty() && !identity_of_node_[j->rank].empty())
       error = fmt::format("{} joined twice (two agents started with rank {}?)", node_name(options_.machines, j->rank),
                           j->rank);
+    if (error.empty()) error = take_address(j->rank, j->address);
     if (!error.empty()) {
       send_router(identity, ctl::encode(ctl::JoinReply{false, error, world_}));
       failure = error;
@@ -154,7 +172,7 @@ Status Master::join() {
     set_sessions(sessions_);
   }
   for (int r = 1; r < world_; ++r)
-    send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_, sessions_}));
+    send_router(identity_of_node_[r], ctl::encode(ctl::JoinReply{true, "", world_, sessions_, data_endpoints_}));
   spdlog::info("{}: cluster of {} node(s) formed", me, world_);
   // A client that came early is served now.
   for (auto& [identity, bytes] : early_) on_port_message(identity, bytes);
@@ -262,11 +280,11 @@ void Master::rejoin(const std::string& identity, int rank, const std::string& se
     }
     phase_cv_.notify_all();
   }
-  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_, sessions_}));
-  // The others take its session and forget its lost connection before any
-  // later plan reaches them (one ordered channel to each).
+  send_router(identity, ctl::encode(ctl::JoinReply{true, "", world_, sessions_, data_endpoints_}));
+  // The others take its address and session and forget its lost connection
+  // before any later plan reaches them (one ordered channel to each).
   for (int r = 1; r < world_; ++r)
-    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank, session});
+    if (r != rank && !lost_[r]) post_to_node(r, ctl::Rejoined{rank, session, data_endpoints_[rank]});
   spdlog::info("{} joined again", name);
 }
 

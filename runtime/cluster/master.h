@@ -145,6 +145,9 @@ class Master final : public Agent {
   void link_failed(const std::string& reason);
   // Takes a restarted agent back in its rank (loop thread).
   void rejoin(const std::string& identity, int rank, const std::string& session);
+  // Moves rank `rank`'s data port where its joining agent listens; the
+  // error that refuses the join, or "".
+  std::string take_address(int rank, const std::string& address);
   std::string status_json();
   // Master job thread.
   void run_queued(QueuedJob job);

@@ -46,6 +46,7 @@ void Master::master_handle(const std::string& identity, ctl::Message message) {
 // A restarted agent (the first join of each is handled by join()).
 void Master::master_on(const From& from, ctl::Join& m) {
   std::string error = join_error(m, from.identity);
+  if (error.empty()) error = take_address(m.rank, m.address);
   if (!error.empty()) {
     spdlog::warn("refused a node: {}", error);
     send_router(from.identity, ctl::encode(ctl::JoinReply{false, error, world_}));

@@ -32,6 +32,10 @@ std::string Master::status_json() {
                                    {"devices", options_.devices},
                                    {"state", state},
                                    {"seconds_since_heartbeat", r == 0 ? 0.0 : seconds_since(last_seen_[r])}};
+    // An agent that took the node's place at another address.
+    if (const comm::Endpoint& at = data_endpoints_[r];
+        !(at == comm::Endpoint{options_.machines[r].address, options_.machines[r].ctrl_port + 1}))
+      node["listening_at"] = format_machine(Machine{at.address, at.port - 1});
     // The running job's pace over the last 10 s (runtime/watch/pace.h).
     if (pace[r].known) {
       node["steps_per_second"] = pace[r].steps_per_second;

@@ -107,7 +107,7 @@ void NodeAgent::post_to_master(const ctl::Message& m) { post(Outgoing{true, "", 
 Status NodeAgent::join() {
   const auto deadline = now() + seconds_of(options_.join_timeout_s);
   const std::string me = this->me();
-  const Machine& self = options_.machines[options_.rank];
+  const Machine& self = options_.own_machine();
   std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
   post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
                                                 format_machine(self), options_.devices, own_session(),
@@ -143,6 +143,14 @@ Status NodeAgent::join() {
         return Status(Code::kDataLoss, fmt::format("{}: the master's answer carries {} bytes of data-plane session "
                                                    "ids, not {}",
                                                    me, r->data_sessions.size(), own_session().size() * world_));
+      // Where the others listen now (an agent may have taken a node's place
+      // at another address), before their sessions dial them.
+      if (!r->data_endpoints.empty() && r->data_endpoints.size() != static_cast<size_t>(world_))
+        return Status(Code::kDataLoss, fmt::format("{}: the master's answer carries {} data ports, not {}", me,
+                                                   r->data_endpoints.size(), world_));
+      for (int peer = 0; peer < static_cast<int>(r->data_endpoints.size()); ++peer)
+        RILL_RETURN_IF_ERROR(move_peer(peer, r->data_endpoints[peer])
+                                 .with_context(fmt::format("{}: {}", me, node_name(options_.machines, peer))));
       set_sessions(r->data_sessions);
       master_seen_ = now();
       forget_stale_losses();
@@ -539,6 +547,16 @@ void NodeAgent::worker_on(ctl::EndAt& m) {
 
 void NodeAgent::worker_on(ctl::Rejoined& m) {
   const std::string me = node_name(options_.machines, options_.rank);
+  if (m.node <= 0 || m.node >= world_ || m.node == options_.rank) {
+    spdlog::error("{}: the master says node {} joined again, which is not another node of the list: ignored", me,
+                  m.node);
+    return;
+  }
+  if (!m.data_endpoint.address.empty())
+    if (Status moved = move_peer(m.node, m.data_endpoint); !moved.ok())
+      spdlog::error("{}: the master says {} listens at {}:{}, which this node cannot reach: {}", me,
+                    node_name(options_.machines, m.node), m.data_endpoint.address, m.data_endpoint.port,
+                    moved.message());
   if (!own_session().empty()) {
     if (m.data_session.size() != own_session().size()) {
       spdlog::error("{}: the master says {} joined again, with a data-plane session id of {} bytes: ignored", me,

@@ -386,48 +386,7 @@ TEST_CASE("a pipeline placed on named nodes that loses one cannot run on fewer, 
 // from the same values (same kernels, same batches).
 TEST_CASE("a pipeline placed on named nodes that loses one restarts from the replicas in node 0's memory once the "
           "node is back") {
-  const auto dir = fresh_dir("replica-pipeline-back");
-  Cluster cluster(dir, "q", 2, 19992);
-  REQUIRE(cluster.client);
-  const std::string job = read_text(root() + "/samples/mlp/mlp_pipeline.json");
-  constexpr int64_t kSteps = 40;
-  rill::SubmitOptions options = options_for(dir / "live", kSteps);
-  options.min_nodes = 1;
-  options.replica_every = 5;
-  options.max_restarts = 1;
-  const auto killed = submit_killing(cluster, job, "mlp_pipeline.json", options,
-                                     Kill{.victim = 1, .step = 12, .back_once = "once every node is up"});
-  auto& run = killed->ran;
-  Lines& lines = killed->lines;
-  REQUIRE(run.ok());
-  INFO(lines.all());
-  INFO(run->result_json);
-  REQUIRE(killed->killed);
-  REQUIRE(killed->back);
-  REQUIRE(run->status.ok());
-  auto result = nlohmann::json::parse(run->result_json);
-  REQUIRE(result["restarts"].size() == 2);
-  CHECK(result["restarts"][0]["from"] == "memory");  // the attempt on 1 node, which cannot compile
-  const auto& r = result["restarts"][1];
-  CHECK(r["from"] == "memory");
-  CHECK(r["nodes"] == 2);
-  const int64_t at = r["resumed_from_step"].get<int64_t>();
-  CHECK((at == 10 || at == 5));  // replicas every 5 steps, the newest both held at the loss
-  CHECK(lines.has("the job cannot run on the 1 node(s) that remain"));
-  CHECK(lines.has(fmt::format("restarting from step {} in node 0's memory", at)));
-  CHECK(result["steps"] == kSteps);
-  CHECK(cluster.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) != std::string::npos);
-
-  Cluster pair(dir, "s", 2, 19996);
-  REQUIRE(pair.client);
-  run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", at), From::kStart);
-  const std::string last = run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", kSteps),
-                                       From::kLatest);
-  CHECK(!model_bytes(dir / "live", kSteps).empty());
-  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
-  CHECK(result["final_loss"] == nlohmann::json::parse(last)["final_loss"]);
-  CHECK(cluster.shut_down() == 0);
-  CHECK(pair.shut_down() == 0);
+  pipeline_back_from_memory("replica-pipeline-back", 19992, 19996, "");
 }
 
 // A node lost once training is done, in the eval pass: ZeRO's pieces of the

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint_values.h"
+#include "comm/default_key.h"
 #include "process_util.h"
 #include "runtime/cluster/client.h"
 
@@ -86,6 +89,13 @@ struct Cluster {
     for (int r = 0; r < nodes; ++r) machines += fmt::format("{}127.0.0.{}:{}", r ? "," : "", r + 1, port);
     args = "--machines " + machines + " --join-timeout 30 " + extra + (extra.empty() ? "" : " ") + "--rank ";
     for (int r = 0; r < nodes; ++r) agents.push_back(std::make_unique<Agent>(args + std::to_string(r), log_of(r, "")));
+    // The first agent of a fresh build folder makes the user's default key:
+    // a client that reads none first connects without one, and is refused.
+    if (const char* named = std::getenv("RILL_KEY_FILE"); named == nullptr || *named == '\0')
+      until([] {
+        auto key = rill::comm::default_key_path();
+        return key.ok() && std::filesystem::exists(key.value());
+      }, 30);
     auto connected = rill::Client::connect(fmt::format("127.0.0.1:{}", port), 30);
     if (connected.ok()) client = std::move(*connected);
   }
@@ -95,8 +105,14 @@ struct Cluster {
   // The first agent of node r's log.
   std::string log(int r) const { return read_text(log_of(r, "")); }
   Agent& operator[](int r) { return *agents[static_cast<size_t>(r)]; }
-  // A new agent of node r, as a supervisor would start it.
-  void restart(int r) { agents[static_cast<size_t>(r)] = std::make_unique<Agent>(args + std::to_string(r), log_of(r, "-again")); }
+  // A new agent of node r, as a supervisor would start it; at `address`
+  // (`rill agent --address`) where given, a standby taking its place, with
+  // `extra` flags.
+  void restart(int r, const std::string& address = "", const std::string& extra = "") {
+    agents[static_cast<size_t>(r)] = std::make_unique<Agent>(
+        args + std::to_string(r) + (address.empty() ? "" : " --address " + address) + " " + extra,
+        log_of(r, "-again"));
+  }
   // The client's shutdown, and node 0's end.
   int shut_down() {
     if (client) (void)client->shutdown();
@@ -117,7 +133,8 @@ struct Cluster {
 // the same attempt: `with` is stopped first, so it cannot be heard of
 // alone); with `back_at`, the thread starts the victim's agent again once
 // the job goes on without it and `back_at` steps are done, or with
-// `back_once` once a progress line says that.
+// `back_once` once a progress line says that; at `back_address` where given
+// (a standby agent at another address).
 // The reply, its progress lines, and whether the kill and the restart came
 // (a case REQUIREs them).
 struct KilledRun {
@@ -133,6 +150,7 @@ struct Kill {
   int64_t back_at = -1;
   int with = -1;
   std::string back_once;
+  std::string back_address;
 };
 inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::string& job,
                                                  const std::string& file_name, rill::SubmitOptions options,
@@ -160,7 +178,7 @@ inline std::unique_ptr<KilledRun> submit_killing(Cluster& cluster, const std::st
       // would join before their first: a stretch of no steps).
       return;
     }
-    cluster.restart(loss.victim);
+    cluster.restart(loss.victim, loss.back_address);
     run->back = true;
   });
   run->ran = cluster.client->submit_text(job, file_name, options);
@@ -194,6 +212,67 @@ inline rill::SubmitOptions options_for(const std::filesystem::path& checkpoints,
   options.steps = steps;
   options.overrides = {"checkpoint.dir=" + checkpoints.string(), "checkpoint.every=1000", "train.log_every=1"};
   return options;
+}
+
+// samples/mlp/mlp_pipeline.json, its stages placed on named nodes, on 2
+// agents at `port`: node 1 is killed at step 12 and its agent started again
+// once node 0 waits for every node, at `back_address` where given (a
+// standby). The job restarts from node 0's memory at a replica step (every
+// 5), and its model is bit for bit a 2-node run (at `reference_port`)
+// resumed from a checkpoint of that step: the values node 0 gathered are
+// the f32 bits the 2 nodes held after it, which that run writes to its
+// checkpoint, and from there both are the same 2-node plan from the same
+// values (same kernels, same batches); where a rank listens changes none
+// of that.
+inline void pipeline_back_from_memory(const std::string& name, int port, int reference_port,
+                                      const std::string& back_address) {
+  const auto dir = fresh_dir(name);
+  Cluster cluster(dir, "q", 2, port);
+  REQUIRE(cluster.client);
+  const std::string job = read_text(rill::testing::root() + "/samples/mlp/mlp_pipeline.json");
+  constexpr int64_t kSteps = 40;
+  rill::SubmitOptions options = options_for(dir / "live", kSteps);
+  options.min_nodes = 1;
+  options.replica_every = 5;
+  options.max_restarts = 1;
+  const auto killed = submit_killing(
+      cluster, job, "mlp_pipeline.json", options,
+      Kill{.victim = 1, .step = 12, .back_once = "once every node is up", .back_address = back_address});
+  auto& run = killed->ran;
+  Lines& lines = killed->lines;
+  REQUIRE(run.ok());
+  INFO(lines.all());
+  INFO(run->result_json);
+  INFO(read_text(cluster.log_of(1, "-again")));
+  REQUIRE(killed->killed);
+  REQUIRE(killed->back);
+  REQUIRE(run->status.ok());
+  auto result = nlohmann::json::parse(run->result_json);
+  REQUIRE(result["restarts"].size() == 2);
+  CHECK(result["restarts"][0]["from"] == "memory");  // the attempt on 1 node, which cannot compile
+  const auto& r = result["restarts"][1];
+  CHECK(r["from"] == "memory");
+  CHECK(r["nodes"] == 2);
+  const int64_t at = r["resumed_from_step"].get<int64_t>();
+  CHECK((at == 10 || at == 5));  // replicas every 5 steps, the newest both held at the loss
+  CHECK(lines.has("the job cannot run on the 1 node(s) that remain"));
+  CHECK(lines.has(fmt::format("restarting from step {} in node 0's memory", at)));
+  CHECK(result["steps"] == kSteps);
+  CHECK(cluster.log(0).find(fmt::format("node 0 gathered the model after step {}", at)) != std::string::npos);
+  if (!back_address.empty())  // named as listed, reached where it is
+    CHECK(cluster.log(0).find(fmt::format("node 1 (127.0.0.2:{}) listens at {}:{} now", port, back_address, port)) !=
+          std::string::npos);
+
+  Cluster pair(dir, "s", 2, reference_port);
+  REQUIRE(pair.client);
+  run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", at), From::kStart);
+  const std::string last = run_stretch(pair, job, "mlp_pipeline.json", options_for(dir / "reference", kSteps),
+                                       From::kLatest);
+  CHECK(!model_bytes(dir / "live", kSteps).empty());
+  CHECK(model_bytes(dir / "live", kSteps) == model_bytes(dir / "reference", kSteps));
+  CHECK(result["final_loss"] == nlohmann::json::parse(last)["final_loss"]);
+  CHECK(cluster.shut_down() == 0);
+  CHECK(pair.shut_down() == 0);
 }
 
 }  // namespace rill::testing::membership

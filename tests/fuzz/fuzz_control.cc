@@ -40,7 +40,8 @@ std::vector<std::string> rill_fuzz_seeds() {
       ctl::encode(beat), ctl::encode(ctl::StatusRequest{}), ctl::encode(ctl::Shutdown{"bye"}),
       ctl::encode(ctl::LinkError{1, "broken"}), ctl::encode(ctl::Stop{3, false}), ctl::encode(ctl::Hold{3, 1}),
       ctl::encode(ctl::Held{3, 1, 2, 93}), ctl::encode(ctl::EndAt{3, 1, 94}), ctl::encode(replicated),
-      ctl::encode(part)};
+      ctl::encode(part), ctl::encode(ctl::Rejoined{2, std::string(32, 'a'), {"10.0.0.9", 9989}}),
+      ctl::encode(ctl::JoinReply{true, "", 2, std::string(64, 'b'), {{"10.0.0.1", 9989}, {"10.0.0.9", 9989}}})};
   for (std::string& s : seeds) s.resize(s.size() - sizeof(uint64_t));  // the target appends the checksum
   return seeds;
 }

@@ -84,9 +84,18 @@ TEST_CASE("control messages survive encoding") {
   auto last = control::decode(control::encode(control::Shutdown{}));
   REQUIRE(last.ok());
   CHECK_FALSE(std::get<control::Shutdown>(*last).join_again);
-  auto back = control::decode(control::encode(control::Rejoined{2}));
+  auto back = control::decode(control::encode(control::Rejoined{2, "", {"10.0.0.9", 9989}}));
   REQUIRE(back.ok());
   CHECK(std::get<control::Rejoined>(*back).node == 2);
+  CHECK(std::get<control::Rejoined>(*back).data_endpoint == comm::Endpoint{"10.0.0.9", 9989});
+  auto reply = control::decode(
+      control::encode(control::JoinReply{true, "", 2, "", {{"10.0.0.1", 9989}, {"fd00::9", 7001}}}));
+  REQUIRE(reply.ok());
+  CHECK(std::get<control::JoinReply>(*reply).data_endpoints ==
+        std::vector<comm::Endpoint>{{"10.0.0.1", 9989}, {"fd00::9", 7001}});
+  auto plain = control::decode(control::encode(control::JoinReply{false, "no", 2}));
+  REQUIRE(plain.ok());
+  CHECK(std::get<control::JoinReply>(*plain).data_endpoints.empty());
   auto stop = control::decode(control::encode(control::Stop{7, true}));
   REQUIRE(stop.ok());
   CHECK(std::get<control::Stop>(*stop).job_id == 7);
