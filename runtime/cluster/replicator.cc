@@ -1,6 +1,8 @@
 #include "runtime/cluster/replicator.h"
 
 #include <algorithm>
+#include <system_error>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -111,14 +113,27 @@ StatusOr<NodeFile> Replicator::send(int64_t step, std::vector<TensorPiece> tenso
 }
 
 Status Replicator::send_to_buddies(int64_t step, const std::vector<std::string>& messages) {
-  // Nearest first: a buddy that fails leaves the others their copies.
-  Status failed;
-  for (int to : options_.to)
-    if (Status one = send_stream(*options_.transport, to, replica_tags(options_.tag_base), step, messages,
-                                 options_.patience);
-        failed.ok())
-      failed = one;
-  return failed;
+  // Every buddy at once, the nearest on this thread: a buddy that fails, or
+  // hangs without being declared lost (its acks wait out the patience),
+  // holds back only its own copy.
+  std::vector<Status> sent(options_.to.size());
+  auto send_to = [&](size_t i) {
+    sent[i] = send_stream(*options_.transport, options_.to[i], replica_tags(options_.tag_base), step, messages,
+                          options_.patience);
+  };
+  std::vector<std::thread> others;
+  for (size_t i = 1; i < options_.to.size(); ++i) {
+    try {
+      others.emplace_back(send_to, i);
+    } catch (const std::system_error&) {
+      send_to(i);  // no thread to be had: in turn
+    }
+  }
+  if (!sent.empty()) send_to(0);
+  for (std::thread& t : others) t.join();
+  for (const Status& one : sent)
+    if (!one.ok()) return one;  // the nearest's first
+  return {};
 }
 
 // Whether `header` is within what the node before may send, `bytes` of its

@@ -4,8 +4,8 @@
 // holder of each distinct piece over the cluster, so all nodes' together
 // make the model whole) are copied at the step boundary, as a checkpoint's
 // are, kept in the node's ReplicaStore and sent to the next node of the
-// plan (its buddy; with `--replica-copies K`, the next K nodes, nearest
-// first) over the data plane, on tags of their own, while training goes
+// plan (its buddy; with `--replica-copies K`, the next K nodes, at once)
+// over the data plane, on tags of their own, while training goes
 // on; each node keeps what the K nodes before it sent. While one
 // step's copy is on its way and the next waits to go, training waits (the
 // checkpoint collector's bound: training slows to the link's pace instead
@@ -77,7 +77,7 @@ class Replicator {
  private:
   StatusOr<NodeFile> send(int64_t step, std::vector<TensorPiece> tensors);
   // `messages` (none: word that this node holds no pieces) to every buddy
-  // in turn; the first failure.
+  // at once; the nearest's failure first.
   Status send_to_buddies(int64_t step, const std::vector<std::string>& messages);
   void receive_loop(size_t source);  // from options_.from[source]
   Status bounded(const StreamHeader& header, uint64_t bytes) const;

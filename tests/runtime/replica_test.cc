@@ -373,6 +373,31 @@ TEST_CASE("with two copies, each of three nodes keeps both others' pieces and on
   }
 }
 
+// Node 0 copies to nodes 1 and 2 (--replica-copies 2), and node 1 hangs
+// without being lost: it takes nothing and acks nothing, so the copy to it
+// waits out the patience (a minute here). Node 2's copy does not wait for
+// it: the buddies are sent to at once.
+TEST_CASE("a buddy that hangs holds back only its own copy, not the next buddy's") {
+  auto transports = comm::make_inproc_transports(3);
+  ReplicaStore stores[3];
+  Replicator::Options sender = buddy_options(*transports[0], stores[0], 0, 12, milliseconds(60000));
+  sender.to = {1, 2};
+  sender.from = sender.from_ranks = {};
+  Replicator::Options receiver = buddy_options(*transports[2], stores[2], 2, 12, milliseconds(60000));
+  receiver.to = {};
+  receiver.from = receiver.from_ranks = {0};
+  Replicator node0(std::vector<SnapshotPiece>{{"w", {0, 0}}}, std::move(sender));
+  Replicator node2({}, std::move(receiver));
+  node0.add(5, VariablePiece{"w", {2, 3}, {0, 0}, {2, 3}, iota(6, 5), {}});
+  // Well within node 1's minute, sent one after the other it would come after.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline && stores[2].replica_steps(12)[0] != std::vector<int64_t>{5})
+    std::this_thread::sleep_for(milliseconds(10));
+  CHECK(stores[2].replica_steps(12)[0] == std::vector<int64_t>{5});
+  node0.stop();  // ends the wait for node 1's ack
+  node2.stop();
+}
+
 // A run that ended well waits for its last step's copies (a loss in the
 // eval goes on from them), also where a node has no pieces (a pserver's
 // trainer): it sends word of none, so its buddy does not wait out the
