@@ -142,10 +142,10 @@ class HandshakeWatch {
   // On a listening socket on `port`: bounds the connections its peers hold
   // (comm/connection_guard.h), from the next poll() on.
   void limit_connections(int port, ConnectionLimits limits);
-  // Admits connections from `address` too, where only listed addresses are
+  // The addresses admitted from now on, where only listed ones are
   // (ConnectionLimits::admitted).
-  void admit_address(const std::string& address) {
-    if (guard_) guard_->admit_address(address);
+  void set_admitted(std::vector<std::string> addresses) {
+    if (guard_) guard_->set_admitted(std::move(addresses));
   }
   int64_t cut() const { return guard_ ? guard_->cut() : 0; }
   // poll()'s failure is that the peer could not be reached (refused_is_final).

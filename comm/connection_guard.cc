@@ -142,11 +142,9 @@ void ConnectionGuard::accepted(int fd, Clock::time_point now) {
 
 void ConnectionGuard::closed(int fd) { open_.erase(fd); }
 
-void ConnectionGuard::admit_address(const std::string& address) {
-  if (limits_.admitted.empty() ||
-      std::find(limits_.admitted.begin(), limits_.admitted.end(), address) != limits_.admitted.end())
-    return;
-  limits_.admitted.push_back(address);
+void ConnectionGuard::set_admitted(std::vector<std::string> addresses) {
+  if (limits_.admitted.empty() || addresses.empty()) return;
+  limits_.admitted = std::move(addresses);
 }
 
 }  // namespace rill::comm

@@ -59,9 +59,10 @@ class ConnectionGuard {
   void accepted(int fd, Clock::time_point now);
   // It closed (ZeroMQ's DISCONNECTED, or a cut connection's end).
   void closed(int fd);
-  // Where only listed addresses are admitted, `address` is one of them now
-  // (a rank that moved there); where every address is, nothing changes.
-  void admit_address(const std::string& address);
+  // Where only listed addresses are admitted, these are the ones from now
+  // on (the ranks' as they moved; a connection open from one no longer
+  // listed stays); where every address is, nothing changes (empty: none).
+  void set_admitted(std::vector<std::string> addresses);
 
   // The decision alone, without sockets: records `fd` from `address` and
   // returns the connections to cut (already forgotten), oldest first.

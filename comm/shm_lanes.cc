@@ -487,6 +487,10 @@ void ShmLanes::set_away(int peer, bool away) {
   Lane* lane = peer >= 0 && peer < static_cast<int>(lanes_.size()) ? lanes_[peer].get() : nullptr;
   if (lane == nullptr) return;
   std::lock_guard report(lane->report_mu);  // a report on its old process under way ends first
+  if (lane->away.load(std::memory_order_acquire) == away) return;
+  // Nothing of its old process stays: not while away (revive() passes a
+  // lane that is not local by), nor once back.
+  reset_locked(*lane);
   lane->away.store(away, std::memory_order_release);
 }
 
@@ -494,20 +498,24 @@ void ShmLanes::revive(int peer) {
   Lane* lane = lanes_[peer].get();
   if (lane == nullptr) return;
   std::lock_guard report(lane->report_mu);
+  reset_locked(*lane);
+}
+
+void ShmLanes::reset_locked(Lane& lane) {
   {
-    std::scoped_lock lock(lane->send_mu, lane->queue_mu);
-    lane->outbox.reset();
-    lane->queued.clear();
-    lane->has_queued.store(false, std::memory_order_release);
-    lane->tcp.store(false, std::memory_order_release);
+    std::scoped_lock lock(lane.send_mu, lane.queue_mu);
+    lane.outbox.reset();
+    lane.queued.clear();
+    lane.has_queued.store(false, std::memory_order_release);
+    lane.tcp.store(false, std::memory_order_release);
   }
   {
-    std::lock_guard lock(lane->consume_mu);
-    lane->partial.reset();
-    lane->partial_handled = false;
-    lane->broken = false;
+    std::lock_guard lock(lane.consume_mu);
+    lane.partial.reset();
+    lane.partial_handled = false;
+    lane.broken = false;
   }
-  lane->gone.store(false, std::memory_order_release);
+  lane.gone.store(false, std::memory_order_release);
 }
 
 void ShmLanes::close() {

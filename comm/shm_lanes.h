@@ -165,6 +165,9 @@ class ShmLanes {
     std::atomic<bool> tcp{false};
     std::atomic<bool> away{false};  // set_away: kept through revive()
   };
+  // Forgets what the lane held of a peer's old process (revive, set_away);
+  // under its report_mu.
+  void reset_locked(Lane& lane);
 
   ShmLanes(int rank, std::vector<bool> local, std::string name, const ZmqOptions& options, Deliver deliver,
            Broken broken, Lost lost, Handled handled, ConnectedFor connected_for, SendTcp send_tcp);

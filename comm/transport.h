@@ -293,6 +293,11 @@ struct ZmqOptions {
   std::shared_ptr<const ClusterKey> key;
   SessionId session{};
   std::vector<SessionId> peer_sessions;
+  // This rank's entry of the machine list, where it listens elsewhere
+  // (endpoints[rank]: an agent in a lost rank's place). Away from it, it
+  // starts without shared memory: its peers send to it over TCP
+  // (Transport::set_peer_endpoint). Empty address: where it listens.
+  Endpoint listed_endpoint;
 };
 
 // ZeroMQ over TCP: binds endpoints[rank], connects to every other rank (one

@@ -228,13 +228,13 @@ void ZmqTransport::receive_loop() {
       while (wake_recv_.recv(wake, zmq::recv_flags::dontwait)) {
       }
     }
+    admit_moved();  // before the connections it may admit are looked at
     if (items[2].revents & ZMQ_POLLIN) (void)listener_->poll();
     for (size_t i = 3; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) drain_monitor(item_peer[i]);
     }
     redial();
     report_losses();
-    admit_moved();
   }
 }
 

@@ -169,8 +169,8 @@ class ZmqTransport final : public Transport {
   // Dials the peers whose handshake failed, once their pause is over.
   void redial();
   void report_losses();
-  // Admits the addresses set_peer_endpoint queued on the data port (receive
-  // thread: the connection guard is its own).
+  // The data port admits the ranks' hosts as they are now, once
+  // set_peer_endpoint moved one (receive thread: the guard is its own).
   void admit_moved();
 
   const int rank_;
@@ -179,9 +179,13 @@ class ZmqTransport final : public Transport {
   mutable Mutex endpoints_mu_;
   std::vector<Endpoint> endpoints_ GUARDED_BY(endpoints_mu_);  // every rank's, as moved by set_peer_endpoint
   std::vector<std::string> listed_hosts_;  // every rank's resolved host at start (set in start())
+  std::vector<std::string> listed_peers_;  // and its "host:port" (set in start())
   bool own_ipv6_ = false;                  // this rank's endpoint is IPv6 (set in start())
   Mutex admit_mu_;
-  std::vector<std::string> admit_pending_ GUARDED_BY(admit_mu_);  // hosts for admit_moved()
+  // Every rank's host now: the addresses the data port admits
+  // (admit_moved(), where it admits listed ones only).
+  std::vector<std::string> current_hosts_ GUARDED_BY(admit_mu_);
+  bool admitted_changed_ GUARDED_BY(admit_mu_) = false;
   const ZmqOptions options_;
   zmq::context_t context_;  // one per transport: the receiving side's sockets; terminated last
   // The PUSH sockets to the peers and their monitors, in a context of their

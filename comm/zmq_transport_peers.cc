@@ -76,20 +76,22 @@ Status ZmqTransport::set_peer_endpoint(int rank, const Endpoint& endpoint) {
       // (set_peer_session): the process that listens there now is a new one.
       if (!options_.key) dial(p);
     } catch (const zmq::error_t& e) {
-      spdlog::warn("rank {}: dialling rank {} at {} failed: {}", rank_, rank, peer, e.what());
+      return Status(Code::kUnavailable,
+                    fmt::format("rank {}: cannot dial rank {} at {}: {}", rank_, rank, peer, e.what()));
     }
   }
   {
     MutexLock lock(endpoints_mu_);
     endpoints_[rank] = endpoint;
   }
-  // Away from the address it started at, it is no longer on this machine
-  // for certain, and its own transport (started elsewhere) has no lanes.
-  if (lanes_) lanes_->set_away(rank, host != listed_hosts_[rank]);
+  // Away from the endpoint it started at, its own transport has no lanes
+  // (ZmqOptions::listed_endpoint): it talks TCP.
+  if (lanes_) lanes_->set_away(rank, peer != listed_peers_[rank]);
   if (listed_only_) {
     {
       MutexLock lock(admit_mu_);
-      admit_pending_.push_back(host);
+      current_hosts_[rank] = host;
+      admitted_changed_ = true;
     }
     MutexLock lock(close_mu_);
     if (!torn_down_ && wake_send_) {
@@ -109,9 +111,13 @@ void ZmqTransport::admit_moved() {
   std::vector<std::string> hosts;
   {
     MutexLock lock(admit_mu_);
-    hosts.swap(admit_pending_);
+    if (!admitted_changed_) return;
+    admitted_changed_ = false;
+    hosts = current_hosts_;
   }
-  for (const std::string& host : hosts) listener_->admit_address(host);
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  listener_->set_admitted(std::move(hosts));
 }
 
 void ZmqTransport::mark_lost(int peer, const std::string& reason) {

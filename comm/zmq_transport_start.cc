@@ -34,7 +34,14 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
     pull_.set(zmq::sockopt::ipv6, resolved[rank_].ipv6 ? 1 : 0);
     pull_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_interval.count()));
     own_ipv6_ = resolved[rank_].ipv6;
-    for (const ResolvedEndpoint& r : resolved) listed_hosts_.push_back(url_host(r.url));
+    for (const ResolvedEndpoint& r : resolved) {
+      listed_hosts_.push_back(url_host(r.url));
+      listed_peers_.push_back(r.url.substr(r.url.find("://") + 3));
+    }
+    {
+      MutexLock lock(admit_mu_);
+      current_hosts_ = listed_hosts_;
+    }
     watch_listener(resolved);  // before the bind: no connection goes unseen
     meta_bytes_ = options_.key ? sizeof(SealedMeta) : sizeof(FrameMeta);
     session_ = options_.session == SessionId{} ? new_session_id() : options_.session;
@@ -98,7 +105,14 @@ Status ZmqTransport::start(const std::vector<ResolvedEndpoint>& resolved) {
   } catch (const zmq::error_t& e) {
     return Status(Code::kUnavailable, fmt::format("rank {}: ZeroMQ set-up failed: {}", rank_, e.what()));
   }
-  if (options_.shared_memory) {
+  // Away from its entry of the machine list, a rank's peers send to it over
+  // TCP (set_peer_endpoint): it has no lanes either.
+  bool away = false;
+  if (!options_.listed_endpoint.address.empty()) {
+    auto listed = resolve_endpoint(options_.listed_endpoint, rank_);
+    away = !listed.ok() || listed->url != resolved[rank_].url;
+  }
+  if (options_.shared_memory && !away) {
     // Same machine: the same resolved address ("tcp://127.0.0.1" of
     // "tcp://127.0.0.1:9990"). Inboxes are named after session ids, which
     // peers learn from set_peer_session.

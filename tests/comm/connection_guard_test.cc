@@ -116,6 +116,23 @@ TEST_CASE("with addresses admitted, a connection from any other is cut at once a
   CHECK(guard.cut() == 10);
 }
 
+// A rank that moved (Transport::set_peer_endpoint): the guard admits the
+// ranks' addresses as they are now, not every address one ever had; a
+// guard that admits every address stays so.
+TEST_CASE("the admitted addresses are replaced as ranks move, and a guard admitting all stays so") {
+  ConnectionLimits limits;
+  limits.admitted = {"10.0.0.1", "10.0.0.2"};
+  ConnectionGuard guard("test port", 1, limits);
+  const auto t0 = Clock::now();
+  guard.set_admitted({"10.0.0.1", "10.0.0.9"});  // rank 1 from 10.0.0.2 to 10.0.0.9
+  CHECK(guard.admit(10, "10.0.0.9", t0).empty());
+  CHECK(guard.admit(11, "10.0.0.2", t0) == std::vector<int>{11});
+  CHECK(guard.admit(12, "10.0.0.1", t0).empty());
+  ConnectionGuard open("test port", 1, ConnectionLimits{});
+  open.set_admitted({"10.0.0.1"});
+  CHECK(open.admit(10, "10.0.0.7", t0).empty());
+}
+
 TEST_CASE("a cut shuts down a connection accepted on the guard's port, and nothing else") {
   int port = 0, other_port = 0;
   const int listener = listen_loopback(&port), other_listener = listen_loopback(&other_port);

@@ -96,12 +96,17 @@ TEST_CASE("zmq: a rank started again at another address is moved by the others, 
     std::vector<std::byte> got;
     REQUIRE(t[0]->send(1, 3, as_span("still")).ok());
     CHECK(t[1]->recv(0, 3, &got, in_ms(10000)).ok());
-    // Its new address is admitted on rank 0's port; a stranger's still is not.
+    // Its new address is admitted on rank 0's port; a stranger's still is
+    // not, nor its old one, which no rank holds now.
     const int stranger = connect_from("127.0.0.9", "127.0.0.2", ports[0]);
+    const int old = connect_from("127.0.0.4", "127.0.0.2", ports[0]);
     const int moved = connect_from("127.0.0.5", "127.0.0.2", ports[0]);
     REQUIRE(stranger >= 0);
+    REQUIRE(old >= 0);
     REQUIRE(moved >= 0);
     CHECK(closed_within(stranger, 5000));
+    CHECK(closed_within(old, 5000));
+    ::close(old);
     // Unkeyed, a connection is kept until ZMTP's handshake interval; keyed,
     // until its password is due: both well past this.
     CHECK_FALSE(closed_within(moved, 300));
@@ -111,8 +116,8 @@ TEST_CASE("zmq: a rank started again at another address is moved by the others, 
 }
 
 // On one machine the ranks talk through shared memory. A rank away from
-// the address it started at starts without lanes (as an agent at another
-// address does), so the others send to it over TCP at once: they would
+// its listed endpoint (ZmqOptions::listed_endpoint) starts without lanes,
+// so the others send to it over TCP at once: they would
 // otherwise wait for its inbox, here for a minute, before falling back;
 // back at its own address, they take it back onto shared memory (no TCP
 // link counted).
@@ -131,7 +136,7 @@ TEST_CASE("zmq: a rank that shared the machine talks TCP once moved away, and sh
   talk(t, 2, 1);
   CHECK_FALSE(t[0]->link_counters()[2].has_value());  // shared memory
   ZmqOptions away = ZmqOptions{};
-  away.shared_memory = false;
+  away.listed_endpoint = endpoints[2];
   restart_at(t, endpoints, 2, Endpoint{"127.0.0.6", ports[3]}, away);
   talk(t, 2, 2);
   for (int peer : {0, 1}) {
