@@ -39,7 +39,11 @@ int start_agent(const std::string& machines, int ctrl_port, const std::string& a
                                            address, format_machine(options.machines[0])));
     auto at = parse_machine(address, options.machines[options.rank].ctrl_port, "--address");
     if (!at.ok()) return fail_command(at.status());
-    options.at = *at;
+    // The others reach it there: an address literal (the master checks it
+    // too), in its one spelling.
+    auto spelled = reachable_address(at->address, "--address");
+    if (!spelled.ok()) return fail_command(spelled.status());
+    options.at = {*spelled, at->ctrl_port};
   }
   if (options.heartbeat_s <= 0 || options.dead_after_s <= options.heartbeat_s)
     return fail_command(invalid_argument("--dead-after ({} s) must be longer than --heartbeat ({} s), which must be "

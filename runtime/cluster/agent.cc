@@ -123,9 +123,9 @@ Status Agent::start() {
     std::vector<comm::Endpoint> endpoints = listed_data_endpoints(options_.machines);
     endpoints[options_.rank] = {self.address, self.ctrl_port + 1};
     comm::ZmqOptions transport_options;
-    // Away from its listed address this agent shares memory with none: its
-    // peers send to it over TCP (comm/transport.h, set_peer_endpoint).
-    transport_options.shared_memory = !options_.away();
+    // Away from its entry, it shares memory with none: its peers send to it
+    // over TCP (comm/transport.h, set_peer_endpoint).
+    if (options_.away()) transport_options.listed_endpoint = listed_data_endpoints(options_.machines)[options_.rank];
     transport_options.key = options_.key;
     transport_options.max_message_bytes = options_.max_message_bytes;
     transport_options.log_shared_memory = true;

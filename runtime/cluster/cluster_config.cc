@@ -187,6 +187,28 @@ std::string machine_list(const std::vector<Machine>& machines) {
   return list;
 }
 
+StatusOr<std::string> reachable_address(const std::string& address, const std::string& where) {
+  char spelled[INET6_ADDRSTRLEN] = {};
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) {
+    const uint32_t host = ntohl(v4.s_addr);
+    if (host == 0 || host == 0xffffffffu || (host >> 28) == 0xe)
+      return invalid_argument("{}: {} is no one machine's address (unspecified, broadcast or multicast)", where,
+                              address);
+    inet_ntop(AF_INET, &v4, spelled, sizeof spelled);
+  } else if (inet_pton(AF_INET6, address.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_UNSPECIFIED(&v6) || IN6_IS_ADDR_MULTICAST(&v6))
+      return invalid_argument("{}: {} is no one machine's address (unspecified or multicast)", where, address);
+    inet_ntop(AF_INET6, &v6, spelled, sizeof spelled);
+  } else {
+    return invalid_argument("{}: '{}' is not an IPv4 or IPv6 address (a name would be resolved on every node, and "
+                            "could resolve otherwise on each)",
+                            where, address);
+  }
+  return std::string(spelled);
+}
+
 bool is_loopback_address(const std::string& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

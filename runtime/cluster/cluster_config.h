@@ -46,6 +46,11 @@ std::string machine_list(const std::vector<Machine>& machines);
 // (127.0.0.0/8, ::1; "localhost"); false for others and for names that do
 // not resolve.
 bool is_loopback_address(const std::string& address);
+// `address` as an address one node may reach another at, in its one
+// spelling ("10.0.0.9", "fd00::9"): an IPv4 or IPv6 literal, never a name
+// (no resolver is asked), nor an address no single machine holds
+// (0.0.0.0, ::, multicast, 255.255.255.255). Errors name `where`.
+StatusOr<std::string> reachable_address(const std::string& address, const std::string& where);
 // A ZeroMQ endpoint, "tcp://host:9988" or "tcp://[::1]:9988".
 std::string tcp_endpoint(const std::string& address, int port);
 

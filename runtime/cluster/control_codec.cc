@@ -24,8 +24,16 @@ std::string str(const flatbuffers::String* s) { return s ? s->str() : std::strin
 std::string raw(const flatbuffers::Vector<uint8_t>* v) {
   return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
 }
-comm::Endpoint endpoint_of(const fb::DataEndpoint* e) {
-  return e == nullptr ? comm::Endpoint{} : comm::Endpoint{str(e->address()), e->port()};
+// A node's data port off the wire: an address no longer than a host name
+// may be (entries may share one string: each is copied).
+constexpr size_t kMostAddressBytes = 255;
+// Data ports a JoinReply may list: a cluster's nodes, and no more.
+constexpr size_t kMostDataEndpoints = size_t{1} << 16;
+StatusOr<comm::Endpoint> endpoint_of(const fb::DataEndpoint* e) {
+  if (e == nullptr) return comm::Endpoint{};
+  if (e->address() != nullptr && e->address()->size() > kMostAddressBytes)
+    return data_loss("a data port's address of {} bytes, past {}", e->address()->size(), kMostAddressBytes);
+  return comm::Endpoint{str(e->address()), e->port()};
 }
 
 Offset<flatbuffers::Vector<uint8_t>> raw(FlatBufferBuilder& b, const std::string& bytes) {
@@ -289,8 +297,14 @@ StatusOr<Message> decode(std::string_view message) {
     case fb::Message::JoinReply: {
       auto m = e->message_as_JoinReply();
       std::vector<comm::Endpoint> endpoints;
+      if (m->data_endpoints() && m->data_endpoints()->size() > kMostDataEndpoints)
+        return data_loss("a JoinReply listing {} data ports, past {}", m->data_endpoints()->size(),
+                         kMostDataEndpoints);
       if (m->data_endpoints())
-        for (const fb::DataEndpoint* e : *m->data_endpoints()) endpoints.push_back(endpoint_of(e));
+        for (const fb::DataEndpoint* e : *m->data_endpoints()) {
+          RILL_ASSIGN_OR_RETURN(comm::Endpoint endpoint, endpoint_of(e));
+          endpoints.push_back(std::move(endpoint));
+        }
       return Message(JoinReply{m->ok(), str(m->error()), m->world(), raw(m->data_sessions()), std::move(endpoints)});
     }
     case fb::Message::Submit: {
@@ -394,7 +408,8 @@ StatusOr<Message> decode(std::string_view message) {
     }
     case fb::Message::Rejoined: {
       auto m = e->message_as_Rejoined();
-      return Message(Rejoined{m->node(), raw(m->data_session()), endpoint_of(m->data_endpoint())});
+      RILL_ASSIGN_OR_RETURN(comm::Endpoint endpoint, endpoint_of(m->data_endpoint()));
+      return Message(Rejoined{m->node(), raw(m->data_session()), std::move(endpoint)});
     }
     case fb::Message::LinkError: {
       auto m = e->message_as_LinkError();

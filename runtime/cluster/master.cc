@@ -78,15 +78,27 @@ std::string Master::join_error(const ctl::Join& j, const std::string& identity) 
   return {};
 }
 
-// Where a joining node's agent listens (Join.address): away from its entry
-// of the machine list (a standby taking its place), the data plane moves it
-// there. An address that does not parse, is another node's, or that the
-// data plane refuses (a wildcard, another family) is the node's error.
+// Where a joining node's agent listens (Join.address; empty: at its entry
+// of the machine list): away from it (a standby taking its place), the
+// data plane moves it there, and back when it is there again. An address
+// that does not parse, is a name, is no one machine's, is loopback where
+// the node is listed elsewhere, is another node's, or that the data plane
+// refuses (another family) is the node's error.
 std::string Master::take_address(int rank, const std::string& address) {
   const std::string name = node_name(options_.machines, rank);
-  auto at = parse_machine(address, options_.machines[rank].ctrl_port, name + "'s address");
-  if (!at.ok()) return at.status().message();
-  const comm::Endpoint endpoint{at->address, at->ctrl_port + 1};
+  const Machine& listed = options_.machines[rank];
+  comm::Endpoint endpoint{listed.address, listed.ctrl_port + 1};
+  if (!address.empty()) {
+    const std::string where = fmt::format("{} says it listens at {}", name, address);
+    auto at = parse_machine(address, listed.ctrl_port, where);
+    if (!at.ok()) return at.status().message();
+    auto spelled = reachable_address(at->address, where);
+    if (!spelled.ok()) return spelled.status().message();
+    // The other nodes would dial themselves.
+    if (is_loopback_address(*spelled) && !is_loopback_address(listed.address))
+      return fmt::format("{}: a loopback address, where the machine list puts it on another machine", where);
+    endpoint = {*spelled, at->ctrl_port + 1};
+  }
   for (int r = 0; r < world_; ++r)
     if (r != rank && data_endpoints_[r] == endpoint)
       return fmt::format("{} says it listens at {}, where {} does", name, address, node_name(options_.machines, r));

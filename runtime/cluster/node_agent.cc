@@ -107,10 +107,11 @@ void NodeAgent::post_to_master(const ctl::Message& m) { post(Outgoing{true, "", 
 Status NodeAgent::join() {
   const auto deadline = now() + seconds_of(options_.join_timeout_s);
   const std::string me = this->me();
-  const Machine& self = options_.own_machine();
   std::string version = options_.version.empty() ? ctl::kRillVersion : options_.version;
-  post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(),
-                                                format_machine(self), options_.devices, own_session(),
+  // Where it listens, when not at its entry of the list.
+  const std::string address = options_.away() ? format_machine(options_.at) : std::string();
+  post(Outgoing{true, "", ctl::encode(ctl::Join{options_.rank, version, ctl::schema_hash(), address,
+                                                options_.devices, own_session(),
                                                 machine_list(options_.machines)})});
   while (now() < deadline) {
     flush();  // the Join, or what a full queue held back
@@ -552,17 +553,24 @@ void NodeAgent::worker_on(ctl::Rejoined& m) {
                   m.node);
     return;
   }
-  if (!m.data_endpoint.address.empty())
-    if (Status moved = move_peer(m.node, m.data_endpoint); !moved.ok())
-      spdlog::error("{}: the master says {} listens at {}:{}, which this node cannot reach: {}", me,
-                    node_name(options_.machines, m.node), m.data_endpoint.address, m.data_endpoint.port,
-                    moved.message());
-  if (!own_session().empty()) {
-    if (m.data_session.size() != own_session().size()) {
-      spdlog::error("{}: the master says {} joined again, with a data-plane session id of {} bytes: ignored", me,
-                    node_name(options_.machines, m.node), m.data_session.size());
+  if (!own_session().empty() && m.data_session.size() != own_session().size()) {
+    spdlog::error("{}: the master says {} joined again, with a data-plane session id of {} bytes: ignored", me,
+                  node_name(options_.machines, m.node), m.data_session.size());
+    return;
+  }
+  if (!m.data_endpoint.address.empty()) {
+    if (Status moved = move_peer(m.node, m.data_endpoint); !moved.ok()) {
+      // Its new process cannot be reached from here: whatever runs with it
+      // cannot either. The master stops it, naming why.
+      std::string reason = fmt::format("the master says {} listens at {}:{}, which {} cannot reach: {}",
+                                       node_name(options_.machines, m.node), m.data_endpoint.address,
+                                       m.data_endpoint.port, me, moved.message());
+      spdlog::error("{}", reason);
+      post_to_master(ctl::LinkError{options_.rank, std::move(reason)});
       return;
     }
+  }
+  if (!own_session().empty()) {
     comm::SessionId id;
     std::memcpy(id.data(), m.data_session.data(), id.size());
     transport_->set_peer_session(m.node, id);

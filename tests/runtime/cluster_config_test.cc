@@ -100,6 +100,26 @@ TEST_CASE("machine list: bad entries name the entry and the problem") {
   CHECK(parse_machine_list("a:9988,a:9990").ok());  // 9988-9989 and 9990-9991 do not overlap
 }
 
+// Where a standby agent says it listens (`rill agent --address`): an
+// address literal in one spelling, that one machine holds.
+TEST_CASE("an address one node reaches another at: a literal in its one spelling, no name, no wildcard") {
+  CHECK(reachable_address("10.0.0.9", "x").value() == "10.0.0.9");
+  CHECK(reachable_address("fd00:0:0::9", "x").value() == "fd00::9");
+  CHECK(reachable_address("::ffff:10.0.0.9", "x").value() == "::ffff:10.0.0.9");
+  for (const char* refused : {"0.0.0.0", "::", "255.255.255.255", "224.0.0.1", "239.1.2.3", "ff02::1"}) {
+    CAPTURE(refused);
+    auto r = reachable_address(refused, "--address");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("no one machine's address") != std::string::npos);
+  }
+  for (const char* name : {"localhost", "node3", "10.0.0", "010.0.0.9", ""}) {
+    CAPTURE(name);
+    auto r = reachable_address(name, "--address");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("is not an IPv4 or IPv6 address") != std::string::npos);
+  }
+}
+
 TEST_CASE("machine list: a file with one entry per line, comments and blank lines") {
   std::string path = write_temp("machines", "# the cluster\n\n127.0.0.1   # master\n  127.0.0.2:9990\n[::1]\n");
   auto machines = parse_machine_list(path);

@@ -96,6 +96,15 @@ TEST_CASE("control messages survive encoding") {
   auto plain = control::decode(control::encode(control::JoinReply{false, "no", 2}));
   REQUIRE(plain.ok());
   CHECK(std::get<control::JoinReply>(*plain).data_endpoints.empty());
+  // Bounded before they are copied: more data ports than a cluster has
+  // nodes, an address longer than a host name.
+  auto many = control::decode(control::encode(
+      control::JoinReply{true, "", 2, "", std::vector<comm::Endpoint>(size_t{1} << 17, {"10.0.0.1", 9989})}));
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.status().code() == Code::kDataLoss);
+  auto long_address = control::decode(control::encode(control::Rejoined{2, "", {std::string(300, 'a'), 9989}}));
+  REQUIRE_FALSE(long_address.ok());
+  CHECK(long_address.status().message().find("address of 300 bytes") != std::string::npos);
   auto stop = control::decode(control::encode(control::Stop{7, true}));
   REQUIRE(stop.ok());
   CHECK(std::get<control::Stop>(*stop).job_id == 7);
