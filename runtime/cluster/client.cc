@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "comm/client_key.h"
 #include "comm/cluster_key.h"
+#include "comm/default_key.h"
 #include "graph/job_file.h"
 #include "runtime/cluster/cluster_config.h"
 #include "runtime/cluster/control_codec.h"
@@ -190,6 +192,17 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const std::string& master, dou
   std::vector<Machine> machines{machine};
   // A client key file, or the cluster key's.
   auto key = key_file.empty() ? comm::client_key_from_environment() : comm::client_key_from_file(key_file);
+  if (!key.ok()) return key.status();
+  // An agent on loopback makes the user's default key as it starts: a
+  // client started with it (a script, a supervisor) may look a moment too
+  // soon, and would then be refused. Without a key, and not --insecure, it
+  // looks again for up to 2 s.
+  if (*key == nullptr && key_file.empty() && !comm::insecure_from_environment() &&
+      is_loopback_address(machine.address))
+    for (int tries = 0; tries < 40 && key.ok() && *key == nullptr; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      key = comm::client_key_from_environment();
+    }
   if (!key.ok()) return key.status();
   return std::unique_ptr<Client>(
       std::make_unique<ZmqClient>(machines[0], answer_timeout_s, std::move(*key), running, refused_grace_s));
